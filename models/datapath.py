@@ -1,0 +1,227 @@
+"""The data path of one work request through host, PCIe, NIC and wire, as a chain of FIFO resources.
+
+A message streams through each resource cut-through style: its head enters a resource when the resource
+is free, it occupies the resource for its whole service time, and it cannot leave before its tail has
+arrived and been served. A stage is ``(server, service_ps, head_ps, tail_ps, latency_ps, eager)``:
+``head_ps`` is the store-and-forward delay of the first unit (a packet must be received whole before the
+NIC uses it; a transmit port puts the first bit on the wire at once), ``tail_ps`` the time the last unit
+still needs after it arrives, ``latency_ps`` a pure delay after the resource. ``server`` None makes a
+pure-delay stage. A claim normally happens at the simulated time the head arrives, so each resource is an
+exact FIFO queue shared by every flow that crosses it.
+
+A stage marked ``eager`` is claimed at once, without waiting for its head: allowed only where the resource
+has a single feeder, the previous stage, behind a fixed delay. Its arrivals then come in the feeder's
+service order (a later job starts the feeder after the earlier one finished, and finishing takes at least
+one segment), so claiming in that order is the same FIFO queue with fewer events. Eager resources are a
+PCIe link's downstream completions (fed only by its upstream read requests), a receive engine (fed only by
+its port), a receive port on a point-to-point fabric (fed only by the one peer's transmit port) and a send
+engine fed by BlueFlame doorbells (each arrives a fixed delay after its post, and posts come in time order).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Generator, NamedTuple
+
+from models.fabric import AETH, RETH, Fabric
+from models.pcie import PcieLink
+from models.verbs import Access, Opcode, QpState, WcStatus, WorkCompletion
+from sim.core.servers import FifoServer, claim_cut_through
+
+if TYPE_CHECKING:
+    from models.nic import Nic
+    from models.verbs import QueuePair, SendWR
+
+Stage = tuple[FifoServer | None, int, int, int, int, bool]
+
+
+def walk(env, stages: list[Stage], head: int, tail: int) -> Generator:
+    """Stream a message whose head and tail reach the first stage at ``head`` and ``tail``.
+
+    Returns (head, tail) times at the far end of the last stage.
+    """
+    for server, service, head_ps, tail_ps, latency, eager in stages:
+        if server is not None:
+            if head > env.now and not eager:
+                yield env.timeout(head - env.now)
+            start, finish = claim_cut_through(server, head, service, tail + tail_ps)
+            head = start + head_ps
+            tail = finish
+        head += latency
+        tail += latency
+    return head, tail
+
+
+def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
+    """Device reads ``nbytes`` of host memory: MRd requests up, the round trip, CplD completions down."""
+    p = link.params
+    request = p.read_request_ps(min(nbytes, p.mrrs))
+    completion = p.read_return_ps(min(nbytes, p.mps))
+    return [
+        (link.up, p.read_request_ps(nbytes), request, request, 0, False),
+        delay(p.read_latency_ps),
+        (link.down, p.read_return_ps(nbytes), completion, completion, 0, True),
+    ]
+
+
+def dma_write(link: PcieLink, nbytes: int) -> list[Stage]:
+    """Device writes ``nbytes`` to host memory with posted MWr TLPs."""
+    p = link.params
+    tlp = p.write_ps(min(nbytes, p.mps))
+    return [(link.up, p.write_ps(nbytes), tlp, tlp, p.write_latency_ps, False)]
+
+
+def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0) -> list[Stage]:
+    """A message from ``src``'s port through the fabric into ``dst``'s port.
+
+    The first bit leaves as soon as the transmit port is free; the receiver holds the first packet until it
+    has arrived whole.
+    """
+    p = fabric.params
+    total = p.serialize_ps(nbytes, first_extra)
+    first = p.first_packet_ps(nbytes, first_extra)
+    return [(src.tx_port, total, 0, 0, p.latency_ps, False),
+            (dst.rx_port, total - first, first, 0, 0, fabric.point_to_point)]
+
+
+def rx_engine(nic: Nic) -> Stage:
+    """The receive engine's processing and key check."""
+    p = nic.params
+    return (nic.rx_engine, p.rx_process_ps, p.rx_process_ps, p.rx_process_ps, p.rx_latency_ps, True)
+
+
+def delay(ps: int) -> Stage:
+    """A pure delay."""
+    return (None, 0, 0, 0, ps, False)
+
+
+class Plan(NamedTuple):
+    """The stage lists of one kind of work request on one QP (cached: they depend only on parameters)."""
+
+    to_engine: list[Stage]
+    """Doorbell through the send engine (with a WQE fetch when BlueFlame is off)."""
+    forward: list[Stage]
+    """Send engine to the responder's receive engine (payload read, wire, key check)."""
+    remote: list[Stage]
+    """Responder side: DMA write of WRITE data, or DMA read + response + requester write for READ."""
+    reply: list[Stage]
+    """ACK or NAK back to the requester and its CQE write."""
+    cqe_ps: int
+    """Time the CQE adds to the requester's PCIe write of a READ response."""
+
+
+def plan(qp: QueuePair, opcode: Opcode, n: int, inline: bool) -> Plan:
+    """Build (or fetch from the QP's cache) the stages a work request crosses."""
+    key = (opcode, n, inline)
+    cached = qp.plans.get(key)
+    if cached is not None:
+        return cached
+    node, peer = qp.node, qp.remote.node
+    nic, pnic = node.nic, peer.nic
+    fabric: Fabric = qp.pd.context.fabric
+    process = nic.params.tx_process_ps
+    engine = (nic.tx_engine, process, process, process, 0, nic.params.blueflame)
+    to_engine = ([] if nic.params.blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
+    reply = [delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic),
+             *dma_write(node.pcie, nic.params.cqe_bytes)]
+    if opcode is Opcode.RDMA_WRITE:
+        forward = [] if inline else dma_read(node.pcie, n)
+        forward += [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH), rx_engine(pnic)]
+        remote = dma_write(peer.pcie, n)
+    else:
+        forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, RETH), rx_engine(pnic)]
+        remote = [*dma_read(peer.pcie, n), delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, n, AETH),
+                  rx_engine(nic), *dma_write(node.pcie, n + nic.params.cqe_bytes)]
+    result = qp.plans[key] = Plan(to_engine, forward, remote, reply,
+                                  node.pcie.params.write_ps(nic.params.cqe_bytes))
+    return result
+
+
+def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
+    """simpy process: carry one RDMA WRITE or READ from doorbell to the polled completion."""
+    env = qp.pd.context.env
+    node = qp.node
+    posted = env.now
+    poll_ps = qp.poll_delays.next()
+    stages = plan(qp, wr.opcode, wr.length, wr.inline)
+    t = posted + node.nic.params.doorbell_ps
+    t, _ = yield from walk(env, stages.to_engine, t, t)
+    read_slot = None
+    if wr.opcode is Opcode.RDMA_READ:  # the send engine stalls the QP at max_rd_atomic outstanding READs
+        read_slot = qp.reads.request()
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        yield read_slot
+        t = env.now
+
+    status = WcStatus.SUCCESS
+    local_mr = node.nic.lookup(wr.lkey)
+    local_need = Access.LOCAL_WRITE if wr.opcode is Opcode.RDMA_READ else Access(0)
+    if qp.state is QpState.ERR:
+        status = WcStatus.WR_FLUSH_ERR
+    elif local_mr is None or not local_mr.allows(wr.local_addr, wr.length, local_need):
+        status = WcStatus.LOC_PROT_ERR
+    if status is not WcStatus.SUCCESS:
+        _, done = yield from walk(env, stages.reply[-1:], t, t)
+        _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
+        return
+
+    head, tail = yield from walk(env, stages.forward, t, t)
+    needed = Access.REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else Access.REMOTE_READ
+    if not _remote_ok(qp, wr, needed):
+        status = WcStatus.REM_ACCESS_ERR
+        qp.remote.to_error()  # the responder drops everything after the NAK
+        _, done = yield from walk(env, stages.reply, tail, tail)
+    elif wr.opcode is Opcode.RDMA_WRITE:
+        _, landed = yield from walk(env, stages.remote, head, tail)
+        _notify_landed(env, wr, landed)
+        # The responder acknowledges once the last TLP is on its PCIe link: a full receive path backs up
+        # into the fabric, so the requester's completions are paced by the slowest resource.
+        issued = landed - qp.remote.node.pcie.params.write_latency_ps
+        _, done = yield from walk(env, stages.reply, issued, issued)
+    else:
+        _, done = yield from walk(env, stages.remote, head, tail)
+        _notify_landed(env, wr, done - stages.cqe_ps)
+    _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
+
+
+def _remote_ok(qp: QueuePair, wr: SendWR, needed: Access) -> bool:
+    """Responder-side check of the rkey, bounds and rights (and that the responder QP still works)."""
+    mr = qp.remote.node.nic.lookup(wr.rkey)
+    return (qp.remote.state is QpState.RTS and mr is not None
+            and mr.pd.context.node is qp.remote.node and mr.allows(wr.remote_addr, wr.length, needed))
+
+
+def _notify_landed(env, wr: SendWR, landed: int) -> None:
+    if wr.landed is not None:
+        signal = wr.landed
+        env.timeout(landed - env.now).callbacks.append(lambda _event: signal.succeed(landed))
+
+
+def _complete_at(env, qp: QueuePair, wr: SendWR, status: WcStatus, posted: int, seen: int, read_slot) -> None:
+    """Finish a work request whose CQE the polling CPU would notice at ``seen``.
+
+    RC completions are delivered in posting order: a completion waits for every earlier one. The first
+    error completion moves the QP to the error state; every later one is delivered as WR_FLUSH_ERR.
+    """
+    if read_slot is not None:
+        qp.reads.release(read_slot)
+    if wr.landed is not None and not wr.landed.triggered and status is not WcStatus.SUCCESS:
+        wr.landed.succeed(None)  # the payload never landed: waiters learn it from the None value
+    qp.finished[qp.seq_of.pop(id(wr))] = (wr, status, posted, seen)
+    while qp.next_completion in qp.finished:
+        wr, status, posted, seen = qp.finished.pop(qp.next_completion)
+        qp.next_completion += 1
+        seen = max(seen, qp.last_completion_ps)
+        qp.last_completion_ps = seen
+        if qp.state is QpState.ERR:
+            status = WcStatus.WR_FLUSH_ERR
+        elif status is not WcStatus.SUCCESS:
+            qp.to_error()
+        wc = WorkCompletion(wr.wr_id, status, wr.opcode, wr.length if status is WcStatus.SUCCESS else 0,
+                            qp.qp_num, posted, seen)
+        env.timeout(seen - env.now).callbacks.append(lambda _event, wc=wc: _deliver(qp, wc))
+
+
+def _deliver(qp: QueuePair, wc: WorkCompletion) -> None:
+    qp.outstanding -= 1
+    qp.send_cq.push(wc)

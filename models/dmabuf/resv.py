@@ -1,0 +1,113 @@
+"""``struct dma_resv``: the reservation lock of a dma-buf (a ww_mutex) and its fences.
+
+The lock is owned by a named *context* (a string such as ``"mlx5_0"`` or ``"amdgpu"``) standing in for the
+kernel task that holds it. Calls are synchronous and there is no other task to release a lock, so taking a
+lock that is already held raises :class:`~sim.core.DeadlockError` whoever holds it: by the same context it
+is a self-deadlock, by another one the caller would wait forever. ww_mutex acquire contexts (``-EDEADLK``
+back-off when locking several buffers) are not modelled.
+
+Fences are plain records with the picosecond time at which they signal, so a waiter computes when its wait
+ends instead of blocking.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from sim.core import DeadlockError, ProtocolError, VerbsError
+
+
+class DmaResvUsage(enum.IntEnum):
+    """``enum dma_resv_usage``: waiting for one usage also waits for every lower (stronger) one."""
+
+    KERNEL = 0
+    """Memory management work (moves, clears): everyone must wait for these."""
+    WRITE = 1
+    """Implicit-sync writers."""
+    READ = 2
+    """Implicit-sync readers."""
+    BOOKKEEP = 3
+    """Tracked but never waited for implicitly."""
+
+
+@dataclass(frozen=True, slots=True)
+class DmaFence:
+    """``struct dma_fence``: a point on timeline ``context`` that signals at ``signaled_at_ps``."""
+
+    context: str
+    seqno: int
+    signaled_at_ps: int
+
+    def is_signaled(self, now_ps: int) -> bool:
+        """``dma_fence_is_signaled`` at time ``now_ps``."""
+        return self.signaled_at_ps <= now_ps
+
+
+@dataclass(eq=False)
+class DmaResv:
+    """Reservation object: a lock with an owner plus ``(fence, usage)`` pairs.
+
+    :param name: names the lock in error messages (``"dmabuf3.resv"``).
+    """
+
+    name: str
+    holder: str | None = None
+    fences: list[tuple[DmaFence, DmaResvUsage]] = field(default_factory=list)
+
+    def lock(self, holder: str) -> None:
+        """``dma_resv_lock``.
+
+        :raises DeadlockError: the lock is already held (by ``holder``: self-deadlock; by another context:
+            a synchronous caller would wait forever).
+        """
+        if self.holder == holder:
+            raise DeadlockError(f"{self.name}: {holder} locks it again while holding it (ww_mutex self-deadlock)")
+        if self.holder is not None:
+            raise DeadlockError(f"{self.name}: {holder} would wait forever: held by {self.holder} and "
+                                "synchronous calls cannot block")
+        self.holder = holder
+
+    def unlock(self, holder: str) -> None:
+        """``dma_resv_unlock``.
+
+        :raises ProtocolError: ``holder`` does not hold the lock.
+        """
+        if self.holder != holder:
+            raise ProtocolError(f"{self.name}: unlocked by {holder} but held by {self.holder or 'nobody'} "
+                                "(only the owner may release a ww_mutex)")
+        self.holder = None
+
+    def is_held_by(self, holder: str) -> bool:
+        """True when ``holder`` owns the lock (what lockdep's ``dma_resv_assert_held`` checks)."""
+        return self.holder == holder
+
+
+def dma_resv_add_fence(resv: DmaResv, fence: DmaFence, usage: DmaResvUsage, *, holder: str) -> None:
+    """Publish ``fence`` with ``usage``; a fence of the same context and no stronger usage is replaced.
+
+    Slot reservation (``dma_resv_reserve_fences``) is not modelled.
+
+    :raises ProtocolError: ``holder`` does not hold the lock (lockdep ``dma_resv_assert_held``).
+    """
+    if not resv.is_held_by(holder):
+        raise ProtocolError(f"dma_resv_add_fence: lockdep: dma_resv_assert_held: {resv.name} is held by "
+                            f"{resv.holder or 'nobody'}, not {holder}; fences are added under the lock")
+    resv.fences = [(f, u) for f, u in resv.fences
+                   if not (f.context == fence.context and u >= usage and f.seqno <= fence.seqno)]
+    resv.fences.append((fence, usage))
+
+
+def dma_resv_wait_timeout(resv: DmaResv, usage: DmaResvUsage, *, now_ps: int, timeout_ps: int | None = None) -> int:
+    """Wait from ``now_ps`` for every fence of ``usage`` or stronger; return the time the wait ends (ps).
+
+    ``timeout_ps=None`` is ``MAX_SCHEDULE_TIMEOUT``. Interruption (``-ERESTARTSYS``) is not modelled.
+
+    :raises VerbsError: ``ETIMEDOUT`` when a fence signals after ``now_ps + timeout_ps`` (the kernel returns 0
+        and callers such as ``ib_umem_dmabuf_map_pages`` turn that into ``-ETIMEDOUT``).
+    """
+    done = max([now_ps] + [f.signaled_at_ps for f, u in resv.fences if u <= usage])
+    if timeout_ps is not None and done - now_ps > timeout_ps:
+        raise VerbsError("ETIMEDOUT", f"{resv.name}: {usage.name} fences signal at {done} ps, after the "
+                         f"{timeout_ps} ps timeout", call="dma_resv_wait_timeout")
+    return done

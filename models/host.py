@@ -1,0 +1,124 @@
+"""Host (CPU) memory: a virtual address space, get_user_pages-style pinning and RLIMIT_MEMLOCK accounting.
+
+Pinning cost follows the shape measured on an H200 host (``models/data/h200_pinning_cost.json``,
+cudaHostRegister, which pins with pin_user_pages like ``ib_umem_get``): a per-page cost for pages already
+present, and for pages that must first be faulted in and zeroed a cheaper per-page cost while the working
+set fits the last-level cache and a dearer one beyond it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.core import PS_PER_NS, PS_PER_US, VerbsError
+
+
+@dataclass(frozen=True, slots=True)
+class HostParams:
+    """Host memory and pinning parameters (times in integer ps, sizes in bytes)."""
+
+    page_size: int = 4096
+    """Base page size in bytes (x86-64: 4 KiB)."""
+    memlock_limit: int | None = None
+    """RLIMIT_MEMLOCK in bytes; ``None`` is unlimited (or CAP_IPC_LOCK)."""
+    prefaulted: bool = True
+    """Buffers are touched before registration, so pinning finds their pages present."""
+    pin_present_page_ps: int = 124 * PS_PER_NS
+    """Pin one present 4 KiB page. Fit: cudaHostRegister, prefaulted, 1 GiB..4 GiB slope = 0.124 us/page."""
+    fault_page_cached_ps: int = 550 * PS_PER_NS
+    """Fault in, zero and pin one page while the working set fits the LLC. Fit: 64 KiB..16 MiB rows."""
+    fault_page_uncached_ps: int = 1023 * PS_PER_NS
+    """Same beyond the LLC. Fit: 256 MiB..4 GiB rows (1.02 us/page)."""
+    llc_bytes: int = 32 * 2**20
+    """Bytes of first-touch zeroing that stay cache-fast (the knee between the two fault costs)."""
+    unpin_page_ps: int = 60 * PS_PER_NS
+    """Unpin one page. Fit: cudaHostUnregister 4 GiB = 62.8 ms -> 0.060 us/page."""
+    poll_period_ps: int = 40 * PS_PER_NS
+    """One pass of a CPU busy-poll loop; a completion is seen after a uniform delay in [0, period]."""
+    memory_write_ps: int = 0
+    """Extra time for a DMA write to become visible to a CPU poll after it reaches the root complex."""
+
+    def pin_cost_ps(self, nbytes: int, *, prefaulted: bool | None = None) -> int:
+        """Time to pin ``nbytes`` with get_user_pages (page faults included when not prefaulted)."""
+        pages = -(-nbytes // self.page_size)
+        if self.prefaulted if prefaulted is None else prefaulted:
+            return pages * self.pin_present_page_ps
+        cached_pages = min(pages, self.llc_bytes // self.page_size)
+        return cached_pages * self.fault_page_cached_ps + (pages - cached_pages) * self.fault_page_uncached_ps
+
+    def unpin_cost_ps(self, nbytes: int) -> int:
+        """Time to unpin ``nbytes``."""
+        return -(-nbytes // self.page_size) * self.unpin_page_ps
+
+
+CUDA_HOST_REGISTER_FIXED_PS = 45 * PS_PER_US
+"""cudaHostRegister's fixed cost (CUDA bookkeeping), from the small-size rows; used only to compare the pin
+model with the measurement."""
+
+
+@dataclass(frozen=True, slots=True)
+class HostBuffer:
+    """A range of a process's virtual address space (page aligned start)."""
+
+    name: str
+    addr: int
+    size: int
+
+
+class HostMemory:
+    """One process's address space on one node: allocation and pinned-page accounting.
+
+    Pinned pages are counted, not tracked one by one (``pinned_vm`` as in ``mm_struct``).
+    """
+
+    _BASE = 0x7F00_0000_0000
+
+    def __init__(self, node: str, params: HostParams) -> None:
+        self.node = node
+        self.params = params
+        self._next = self._BASE
+        self.buffers: dict[str, HostBuffer] = {}
+        self.pinned_pages = 0
+
+    def allocate(self, name: str, size: int) -> HostBuffer:
+        """mmap-like allocation of ``size`` bytes, page aligned, with a guard page after it."""
+        if size <= 0:
+            raise ValueError(f"{self.node}: buffer {name!r} needs a positive size, got {size}")
+        page = self.params.page_size
+        buf = HostBuffer(name, self._next, size)
+        self._next += (-(-size // page) + 1) * page
+        self.buffers[name] = buf
+        return buf
+
+    def is_mapped(self, addr: int, length: int) -> bool:
+        """True when ``[addr, addr+length)`` lies inside one allocated buffer."""
+        return any(b.addr <= addr and addr + length <= b.addr + b.size for b in self.buffers.values())
+
+    def pages_spanned(self, addr: int, length: int) -> int:
+        """Number of base pages touched by ``[addr, addr+length)``."""
+        page = self.params.page_size
+        return (addr + length + page - 1) // page - addr // page
+
+    def pin(self, addr: int, length: int, *, call: str) -> int:
+        """Pin a range like ``ib_umem_get``: charge RLIMIT_MEMLOCK, return the time it takes (ps).
+
+        :raises VerbsError: ``EFAULT`` for an unmapped range, ``ENOMEM`` past RLIMIT_MEMLOCK.
+        """
+        if not self.is_mapped(addr, length):
+            raise VerbsError("EFAULT", f"range 0x{addr:x}+{length} is not mapped in {self.node}'s address space"
+                             " (pin_user_pages fails)", call=call)
+        pages = self.pages_spanned(addr, length)
+        limit = self.params.memlock_limit
+        if limit is not None and (self.pinned_pages + pages) * self.params.page_size > limit:
+            raise VerbsError("ENOMEM", f"pinning {pages} pages would exceed RLIMIT_MEMLOCK ({limit} bytes; "
+                             f"{self.pinned_pages} pages already pinned)", call=call)
+        self.pinned_pages += pages
+        return self.params.pin_cost_ps(pages * self.params.page_size)
+
+    def unpin(self, addr: int, length: int) -> int:
+        """Release pages pinned by :meth:`pin`; return the time it takes (ps)."""
+        pages = self.pages_spanned(addr, length)
+        if pages > self.pinned_pages:
+            raise AssertionError(f"{self.node}: unpinning {pages} pages but only {self.pinned_pages} are pinned")
+        self.pinned_pages -= pages
+        return self.params.unpin_cost_ps(pages * self.params.page_size)

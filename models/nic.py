@@ -1,0 +1,75 @@
+"""The RDMA NIC: doorbells, WQE fetch, a processing pipeline that caps the message rate, ports, and the
+memory-key table that every access is checked against.
+
+First version: one processing engine per direction, whole-message cut-through through each resource.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sim.core import FifoServer, PS_PER_NS
+
+if TYPE_CHECKING:
+    from models.verbs import MemoryRegion
+
+
+@dataclass(frozen=True, slots=True)
+class NicParams:
+    """NIC timing and limits (times in integer ps)."""
+
+    doorbell_ps: int = 200 * PS_PER_NS
+    """CPU MMIO doorbell (or BlueFlame WQE write) until the NIC sees it: uncached store + PCIe flight."""
+    tx_process_ps: int = 4 * PS_PER_NS
+    """Send-side per-WQE processing: the message-rate cap of one engine (4 ns = 250 M msg/s)."""
+    tx_latency_ps: int = 150 * PS_PER_NS
+    """Send pipeline latency from WQE (or payload) ready to first bit on the wire."""
+    rx_process_ps: int = 4 * PS_PER_NS
+    """Receive-side per-packet-train processing cap (ps)."""
+    rx_latency_ps: int = 150 * PS_PER_NS
+    """Receive pipeline latency from last bit in to the first DMA write issued (incl. key check)."""
+    blueflame: bool = True
+    """Single posted WQEs are written with the doorbell (mlx5 BlueFlame), so the NIC does not fetch them."""
+    wqe_bytes: int = 64
+    """Size of one send WQE fetched by DMA read (bytes)."""
+    cqe_bytes: int = 64
+    """Size of one completion entry written to host memory (bytes)."""
+    max_inline: int = 220
+    """Largest payload a WQE may carry inline (perftest's default inline size for write latency)."""
+    max_rd_atomic: int = 16
+    """Outstanding RDMA READs per QP as initiator (mlx5 max_qp_rd_atom)."""
+    max_qp_wr: int = 8192
+    """Largest send-queue depth a QP may be created with."""
+    max_mr_size: int = 2**48
+    """Largest memory region (bytes)."""
+
+
+class Nic:
+    """One NIC: ports and engines as FIFO servers, and the key table of registered MRs."""
+
+    def __init__(self, name: str, params: NicParams) -> None:
+        self.name = name
+        self.params = params
+        self.tx_engine = FifoServer(f"{name}.tx_engine")
+        self.rx_engine = FifoServer(f"{name}.rx_engine")
+        self.tx_port = FifoServer(f"{name}.tx_port")
+        self.rx_port = FifoServer(f"{name}.rx_port")
+        self.mrs: dict[int, MemoryRegion] = {}
+        self._next_key = 0x100
+        self._next_handle = 0
+
+    def new_key(self) -> int:
+        """A fresh memory key (lkey == rkey, as mlx5 hands out for user MRs)."""
+        key = self._next_key
+        self._next_key += 0x100
+        return key
+
+    def new_handle(self) -> int:
+        """A fresh object number (PD handle, QP number)."""
+        self._next_handle += 1
+        return self._next_handle
+
+    def lookup(self, key: int) -> MemoryRegion | None:
+        """The MR owning ``key``, or None when the key is invalid (never registered or deregistered)."""
+        return self.mrs.get(key)

@@ -1,0 +1,310 @@
+"""The verbs API (rdma-core names and errno semantics): context, PD, MR, CQ, RC QP, post and poll.
+
+Registration and queue creation are immediate calls that return their simulated cost; data transfer is
+asynchronous: :func:`ibv_post_send` starts a simulated work request whose completion appears in the CQ.
+Failures raise :class:`~sim.core.VerbsError` with the errno rdma-core returns.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import simpy
+
+from sim.core import PS_PER_US, VerbsError
+from sim.core.env import UniformDraws
+
+if TYPE_CHECKING:
+    from models.fabric import Fabric
+    from models.node import Node
+    from sim.core import Environment
+
+
+class Access(enum.IntFlag):
+    """``enum ibv_access_flags`` (libibverbs/verbs.h)."""
+
+    LOCAL_WRITE = 1
+    REMOTE_WRITE = 1 << 1
+    REMOTE_READ = 1 << 2
+    REMOTE_ATOMIC = 1 << 3
+    MW_BIND = 1 << 4
+    ZERO_BASED = 1 << 5
+    ON_DEMAND = 1 << 6
+    HUGETLB = 1 << 7
+    RELAXED_ORDERING = 1 << 20
+
+
+class WcStatus(enum.Enum):
+    """``enum ibv_wc_status`` values a work completion can carry."""
+
+    SUCCESS = 0
+    LOC_LEN_ERR = 1
+    LOC_PROT_ERR = 4
+    WR_FLUSH_ERR = 5
+    REM_ACCESS_ERR = 10
+
+
+class Opcode(enum.Enum):
+    """Send-queue opcodes modelled so far."""
+
+    RDMA_WRITE = "RDMA_WRITE"
+    RDMA_READ = "RDMA_READ"
+
+
+class QpState(enum.Enum):
+    """``enum ibv_qp_state`` (subset)."""
+
+    RESET = "RESET"
+    RTS = "RTS"
+    ERR = "ERR"
+
+
+REG_MR_FIXED_PS = 35 * PS_PER_US
+"""uverbs ioctl + mkey creation per ibv_reg_mr; torchcomms measures register+deregister of 8 KB at 54.5 us,
+split about 2:1 between the two like the calibrated pin/unpin costs."""
+DEREG_MR_FIXED_PS = 19 * PS_PER_US
+"""uverbs ioctl + mkey destruction per ibv_dereg_mr (the rest of the 54.5 us above)."""
+
+
+@dataclass(eq=False)
+class Context:
+    """An opened device (``ibv_open_device``) on one node."""
+
+    node: Node
+    env: Environment
+    fabric: Fabric
+
+
+@dataclass(eq=False)
+class ProtectionDomain:
+    """``struct ibv_pd``."""
+
+    context: Context
+    handle: int
+
+
+@dataclass(eq=False)
+class MemoryRegion:
+    """``struct ibv_mr``: the registered range, its keys and rights; checked on every access."""
+
+    pd: ProtectionDomain
+    addr: int
+    length: int
+    access: Access
+    lkey: int
+    rkey: int
+    reg_ps: int
+    valid: bool = True
+
+    def allows(self, addr: int, length: int, needed: Access) -> bool:
+        """True when ``[addr, addr+length)`` lies inside the MR and ``needed`` rights are granted."""
+        return (self.valid and self.addr <= addr and addr + length <= self.addr + self.length
+                and (self.access & needed) == needed)
+
+
+@dataclass(slots=True)
+class WorkCompletion:
+    """``struct ibv_wc`` plus the simulated times the workload measures with (ps)."""
+
+    wr_id: int
+    status: WcStatus
+    opcode: Opcode
+    byte_len: int
+    qp_num: int
+    posted_ps: int
+    completed_ps: int
+
+
+@dataclass(eq=False)
+class CompletionQueue:
+    """``struct ibv_cq`` with a simpy event for processes that wait for the next completion."""
+
+    context: Context
+    cqe: int
+    entries: deque[WorkCompletion] = field(default_factory=deque)
+    _waiter: simpy.Event | None = None
+
+    def push(self, wc: WorkCompletion) -> None:
+        """Deliver a completion (the NIC side)."""
+        if len(self.entries) >= self.cqe:
+            raise VerbsError("EOVERFLOW", f"CQ overrun: more than {self.cqe} completions unpolled "
+                             "(create the CQ with more entries or poll more often)", call="ibv_poll_cq")
+        self.entries.append(wc)
+        if self._waiter is not None:
+            waiter, self._waiter = self._waiter, None
+            waiter.succeed()
+
+    def wait(self) -> simpy.Event:
+        """An event that fires when the CQ holds at least one completion."""
+        if self.entries:
+            ev = simpy.Event(self.context.env)
+            ev.succeed()
+            return ev
+        if self._waiter is None:
+            self._waiter = simpy.Event(self.context.env)
+        return self._waiter
+
+
+@dataclass(slots=True)
+class SendWR:
+    """``struct ibv_send_wr`` for one RDMA operation (single SGE)."""
+
+    wr_id: int
+    opcode: Opcode
+    local_addr: int
+    length: int
+    lkey: int
+    remote_addr: int
+    rkey: int
+    inline: bool = False
+    landed: simpy.Event | None = None
+    """Optional event fired when the payload is visible in the destination memory."""
+
+
+@dataclass(eq=False)
+class QueuePair:
+    """An RC ``struct ibv_qp``; :meth:`connect` stands for the INIT->RTR->RTS modify sequence."""
+
+    pd: ProtectionDomain
+    send_cq: CompletionQueue
+    max_send_wr: int
+    qp_num: int
+    state: QpState = QpState.RESET
+    remote: QueuePair | None = None
+    outstanding: int = 0
+    reads: simpy.Resource | None = None
+    poll_delays: UniformDraws | None = None
+    plans: dict = field(default_factory=dict)
+    seq_of: dict = field(default_factory=dict)
+    """Posting sequence number of each in-flight work request (by id)."""
+    finished: dict = field(default_factory=dict)
+    """Work requests done but waiting for an earlier one before their completion is delivered."""
+    posted_count: int = 0
+    next_completion: int = 0
+    last_completion_ps: int = 0
+
+    @property
+    def node(self) -> Node:
+        """The node this QP lives on."""
+        return self.pd.context.node
+
+    def connect(self, remote: QueuePair) -> None:
+        """Bring both QPs to RTS connected to each other."""
+        for qp, peer in ((self, remote), (remote, self)):
+            qp.remote = peer
+            qp.state = QpState.RTS
+            env = qp.pd.context.env
+            qp.reads = simpy.Resource(env, capacity=qp.node.nic.params.max_rd_atomic)
+            qp.poll_delays = UniformDraws(env.rng(f"{qp.node.name}.cpu.qp{qp.qp_num}"),
+                                          qp.node.host.params.poll_period_ps)
+
+    def to_error(self) -> None:
+        """Move to the error state: outstanding and later work requests complete with WR_FLUSH_ERR."""
+        self.state = QpState.ERR
+
+
+def ibv_open_device(node: Node, env: Environment, fabric: Fabric) -> Context:
+    """Open the NIC of ``node``, attached to ``fabric``."""
+    return Context(node, env, fabric)
+
+
+def ibv_alloc_pd(context: Context) -> ProtectionDomain:
+    """Allocate a protection domain."""
+    return ProtectionDomain(context, context.node.nic.new_handle())
+
+
+def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> MemoryRegion:
+    """Register host memory: check like rdma-core and ``ib_umem_get``, pin the pages, create the keys.
+
+    :raises VerbsError: ``EINVAL`` for length 0, overflow or REMOTE_WRITE/REMOTE_ATOMIC without
+        LOCAL_WRITE; ``EOPNOTSUPP`` for ON_DEMAND on a device without ODP; ``EFAULT`` for an unmapped range;
+        ``ENOMEM`` past RLIMIT_MEMLOCK.
+    """
+    call = "ibv_reg_mr"
+    access = Access(access)
+    if length == 0:
+        raise VerbsError("EINVAL", "length 0 pins no pages (ib_umem_get: npages == 0)", call=call)
+    if addr < 0 or length < 0 or addr + length > 2**64:
+        raise VerbsError("EINVAL", f"addr 0x{addr:x} + length {length} overflows", call=call)
+    if access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not access & Access.LOCAL_WRITE:
+        raise VerbsError("EINVAL", "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE (ib_check_mr_access)",
+                         call=call)
+    if access & Access.ON_DEMAND:
+        raise VerbsError("EOPNOTSUPP", "ON_DEMAND registration: this device model has no ODP support", call=call)
+    nic = pd.context.node.nic
+    if length > nic.params.max_mr_size:
+        raise VerbsError("EINVAL", f"length {length} exceeds the device's max_mr_size {nic.params.max_mr_size}",
+                         call=call)
+    pin_ps = pd.context.node.host.pin(addr, length, call=call)
+    key = nic.new_key()
+    mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + pin_ps)
+    nic.mrs[key] = mr
+    return mr
+
+
+def ibv_dereg_mr(mr: MemoryRegion) -> int:
+    """Invalidate the keys, then unpin; return the simulated cost (ps).
+
+    :raises VerbsError: ``EINVAL`` when the MR was already deregistered.
+    """
+    if not mr.valid:
+        raise VerbsError("EINVAL", "MR already deregistered", call="ibv_dereg_mr")
+    node = mr.pd.context.node
+    mr.valid = False
+    del node.nic.mrs[mr.lkey]
+    return DEREG_MR_FIXED_PS + node.host.unpin(mr.addr, mr.length)
+
+
+def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:
+    """Create a completion queue with room for ``cqe`` completions.
+
+    :raises VerbsError: ``EINVAL`` for cqe < 1.
+    """
+    if cqe < 1:
+        raise VerbsError("EINVAL", f"cqe must be >= 1, got {cqe}", call="ibv_create_cq")
+    return CompletionQueue(context, cqe)
+
+
+def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: int) -> QueuePair:
+    """Create an RC QP.
+
+    :raises VerbsError: ``EINVAL`` when max_send_wr is out of the device's range.
+    """
+    limit = pd.context.node.nic.params.max_qp_wr
+    if not 1 <= max_send_wr <= limit:
+        raise VerbsError("EINVAL", f"max_send_wr {max_send_wr} outside 1..{limit} (device max_qp_wr)",
+                         call="ibv_create_qp")
+    return QueuePair(pd, send_cq, max_send_wr, pd.context.node.nic.new_handle())
+
+
+def ibv_post_send(qp: QueuePair, wr: SendWR) -> simpy.Process:
+    """Post one work request; its completion will be pushed to ``qp.send_cq``.
+
+    :raises VerbsError: ``EINVAL`` when the QP is not connected or an inline READ / oversize inline is asked;
+        ``ENOMEM`` when the send queue is full.
+    """
+    from models.datapath import run_work_request
+
+    call = "ibv_post_send"
+    if qp.state is QpState.RESET:
+        raise VerbsError("EINVAL", "QP is not in RTS (connect it first)", call=call)
+    if qp.outstanding >= qp.max_send_wr:
+        raise VerbsError("ENOMEM", f"send queue full ({qp.max_send_wr} outstanding work requests)", call=call)
+    if wr.inline and (wr.opcode is Opcode.RDMA_READ or wr.length > qp.node.nic.params.max_inline):
+        raise VerbsError("EINVAL", f"inline data only for writes of at most {qp.node.nic.params.max_inline} bytes",
+                         call=call)
+    qp.outstanding += 1
+    qp.seq_of[id(wr)] = qp.posted_count
+    qp.posted_count += 1
+    return qp.pd.context.env.process(run_work_request(qp, wr))
+
+
+def ibv_poll_cq(cq: CompletionQueue, num_entries: int) -> list[WorkCompletion]:
+    """Take up to ``num_entries`` completions, oldest first."""
+    out = []
+    while cq.entries and len(out) < num_entries:
+        out.append(cq.entries.popleft())
+    return out

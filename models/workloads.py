@@ -1,0 +1,111 @@
+"""perftest-like workloads as simpy processes over verbs objects.
+
+Each returns per-operation records (numpy arrays of integer ps) that ``sim.core.metrics`` summarises the
+way perftest prints them:
+
+* ``write_bw`` / ``read_bw``: keep ``tx_depth`` work requests in flight (READs are further capped by the
+  QP's max_rd_atomic), repost as completions are polled; times are post and completion of each request.
+* ``write_lat``: ping-pong like ib_write_lat: the requester writes, the responder's CPU sees the last byte
+  land and writes back; one iteration is one round trip and its latency is half of it.
+* ``read_lat``: one READ at a time like ib_read_lat; latency is post to polled completion.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generator
+
+import numpy as np
+import simpy
+
+from models.verbs import MemoryRegion, Opcode, QueuePair, SendWR, WcStatus, ibv_poll_cq, ibv_post_send
+
+PERFTEST_WRITE_LAT_INLINE = 220
+"""perftest's default inline size for ib_write_lat on mlx5."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One side of a measurement: its QP and the registered buffer it uses."""
+
+    qp: QueuePair
+    mr: MemoryRegion
+
+
+@dataclass
+class OpRecords:
+    """Per-operation results of one (workload, size) run."""
+
+    posted_ps: np.ndarray
+    completed_ps: np.ndarray
+    latency_ps: np.ndarray
+    ok: np.ndarray
+    """True where the work request completed with IBV_WC_SUCCESS."""
+
+
+def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
+        landed: simpy.Event | None = None) -> SendWR:
+    return SendWR(wr_id, opcode, src.mr.addr, size, src.mr.lkey, dst.mr.addr, dst.mr.rkey, inline, landed)
+
+
+def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iterations: int,
+              tx_depth: int, inline: int = 0) -> Generator:
+    """simpy process of ib_write_bw / ib_read_bw for one message size; returns :class:`OpRecords`."""
+    posted = np.zeros(iterations, dtype=np.int64)
+    completed = np.zeros(iterations, dtype=np.int64)
+    ok = np.zeros(iterations, dtype=bool)
+    use_inline = opcode is Opcode.RDMA_WRITE and size <= inline
+    qp, cq = src.qp, src.qp.send_cq
+    next_id = done = 0
+    while done < iterations:
+        while next_id < iterations and qp.outstanding < tx_depth:
+            posted[next_id] = env.now
+            ibv_post_send(qp, _wr(next_id, opcode, src, dst, size, use_inline))
+            next_id += 1
+        yield cq.wait()
+        for wc in ibv_poll_cq(cq, 64):
+            completed[wc.wr_id] = wc.completed_ps
+            ok[wc.wr_id] = wc.status is WcStatus.SUCCESS
+            done += 1
+    return OpRecords(posted, completed, completed - posted, ok)
+
+
+def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, inline: int) -> Generator:
+    """simpy process of ib_write_lat (ping-pong) for one size; latency is half the round trip."""
+    posted = np.zeros(iterations, dtype=np.int64)
+    completed = np.zeros(iterations, dtype=np.int64)
+    ok = np.ones(iterations, dtype=bool)
+    use_inline = size <= inline
+    for i in range(iterations):
+        posted[i] = env.now
+        for a, b in ((src, dst), (dst, src)):
+            landed = simpy.Event(env)
+            ibv_post_send(a.qp, _wr(i, Opcode.RDMA_WRITE, a, b, size, use_inline, landed))
+            if (yield landed) is None:
+                ok[i] = False
+                yield a.qp.send_cq.wait()
+            yield env.timeout(b.qp.poll_delays.next())
+            ok[i] &= _drain(a.qp)
+        completed[i] = env.now
+    return OpRecords(posted, completed, (completed - posted) // 2, ok)
+
+
+def read_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int) -> Generator:
+    """simpy process of ib_read_lat for one size."""
+    posted = np.zeros(iterations, dtype=np.int64)
+    completed = np.zeros(iterations, dtype=np.int64)
+    ok = np.zeros(iterations, dtype=bool)
+    cq = src.qp.send_cq
+    for i in range(iterations):
+        posted[i] = env.now
+        ibv_post_send(src.qp, _wr(i, Opcode.RDMA_READ, src, dst, size, False))
+        yield cq.wait()
+        (wc,) = ibv_poll_cq(cq, 1)
+        completed[i] = wc.completed_ps
+        ok[i] = wc.status is WcStatus.SUCCESS
+    return OpRecords(posted, completed, completed - posted, ok)
+
+
+def _drain(qp: QueuePair) -> bool:
+    """Poll whatever completions the ping-pong produced; False if any failed."""
+    return all(wc.status is WcStatus.SUCCESS for wc in ibv_poll_cq(qp.send_cq, qp.send_cq.cqe))

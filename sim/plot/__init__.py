@@ -1,0 +1,1 @@
+"""Figures drawn from run tables (matplotlib, Agg backend; no screen needed)."""

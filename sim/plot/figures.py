@@ -1,0 +1,71 @@
+"""Bandwidth-vs-size and latency-vs-size figures, each saved as PNG and PDF with the CSV behind it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from sim.core.units import format_size  # noqa: E402
+
+PDF_METADATA = {"CreationDate": None, "ModDate": None, "Producer": "rdmasim"}
+"""Fixed PDF metadata so the same run gives the same bytes."""
+
+
+def _size_axis(ax, sizes) -> None:
+    ax.set_xscale("log", base=2)
+    ticks = sorted(set(sizes))[:: max(1, len(set(sizes)) // 8)]
+    ax.set_xticks(ticks, [format_size(int(t)) for t in ticks], rotation=30)
+    ax.set_xlabel("message size")
+    ax.grid(True, which="major", alpha=0.3)
+
+
+def _save(fig, data: pd.DataFrame, directory: Path, name: str) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / f"{name}.png", directory / f"{name}.pdf", directory / f"{name}.csv"]
+    fig.savefig(paths[0], dpi=120, metadata={"Software": None})
+    fig.savefig(paths[1], metadata=PDF_METADATA)
+    plt.close(fig)
+    data.to_csv(paths[2], index=False)
+    return paths
+
+
+def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]:
+    """Average bandwidth (Gb/s) against message size, one line per bandwidth workload."""
+    data = summary[summary["kind"].str.endswith("_bw")][["workload", "bytes", "bw_avg_Gbps", "bw_peak_Gbps"]]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, rows in data.groupby("workload", sort=False):
+        ax.plot(rows["bytes"], rows["bw_avg_Gbps"], marker="o", ms=3, label=label)
+    _size_axis(ax, data["bytes"])
+    ax.set_ylabel("average bandwidth (Gb/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{title}: bandwidth vs. message size")
+    ax.legend()
+    fig.tight_layout()
+    return _save(fig, data, directory, "bw_vs_size")
+
+
+def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]:
+    """Typical latency (us) against message size with the p99-p99.9 band, one line per latency workload."""
+    data = summary[summary["kind"].str.endswith("_lat")][
+        ["workload", "bytes", "t_typical_us", "t_min_us", "p99_us", "p99_9_us"]]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for label, rows in data.groupby("workload", sort=False):
+        line, = ax.plot(rows["bytes"], rows["t_typical_us"], marker="o", ms=3, label=f"{label} (typical)")
+        ax.fill_between(rows["bytes"], rows["t_min_us"], rows["p99_9_us"], color=line.get_color(), alpha=0.2,
+                        label=f"{label} (min..p99.9)")
+    _size_axis(ax, data["bytes"])
+    ax.set_yscale("log")
+    ax.set_ylabel("latency (us)")
+    ax.set_title(f"{title}: latency vs. message size")
+    ax.legend()
+    fig.tight_layout()
+    return _save(fig, data, directory, "latency_vs_size")
+
+
+FIGURES = {"bw_vs_size": bw_vs_size, "latency_vs_size": latency_vs_size}
+"""Figure recipes by the names scenarios list under ``outputs``."""

@@ -1,0 +1,106 @@
+"""Run a scenario: build the testbed, run each workload size by size, collect tidy tables."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from models.verbs import Opcode, ibv_create_cq, ibv_create_qp
+from models.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint, bandwidth, read_latency, write_latency
+from sim.build import Testbed, build
+from sim.core.metrics import bandwidth_summary, latency_summary
+from sim.core.units import ps_to_us
+from sim.scenario.schema import Scenario, WorkloadSpec
+
+Progress = Callable[[int], None]
+"""Called with the number of operations just simulated."""
+
+SUMMARY_COLUMNS = {
+    "bw": ["bytes", "iterations", "bw_peak_Gbps", "bw_avg_Gbps", "bw_avg_MiBps", "msg_rate_Mpps"],
+    "lat": ["bytes", "iterations", "t_min_us", "t_max_us", "t_typical_us", "t_avg_us", "t_stdev_us", "p99_us",
+            "p99_9_us"],
+}
+"""perftest's columns for bandwidth and latency tests, in its order."""
+
+
+@dataclass
+class RunResult:
+    """Tables produced by one run."""
+
+    scenario: Scenario
+    seed: int
+    operations: pd.DataFrame
+    """One row per work request (times in ps)."""
+    summary: pd.DataFrame
+    """One row per (workload, size): perftest's columns."""
+    registrations: pd.DataFrame
+    """One row per buffer: registration mode and cost."""
+    testbed: Testbed
+
+
+def total_operations(scenario: Scenario) -> int:
+    """Work requests the scenario will simulate (for progress bars)."""
+    return sum(len(w.size_list()) * w.iterations for w in scenario.workload)
+
+
+def _endpoints(bed: Testbed, work: WorkloadSpec) -> tuple[Endpoint, Endpoint]:
+    src, dst = bed.registrations[work.from_], bed.registrations[work.to]
+    depth = max(work.tx_depth, 2)
+    ends = []
+    for reg in (src, dst):
+        ctx, pd_ = bed.contexts[reg.node], bed.pds[reg.node]
+        cq = ibv_create_cq(ctx, 2 * depth)
+        ends.append(Endpoint(ibv_create_qp(pd_, cq, depth), reg.mr))
+    ends[0].qp.connect(ends[1].qp)
+    return ends[0], ends[1]
+
+
+def _process(env, work: WorkloadSpec, src: Endpoint, dst: Endpoint, size: int):
+    inline = work.inline if work.inline is not None else (PERFTEST_WRITE_LAT_INLINE if work.kind == "write_lat"
+                                                           else 0)
+    if work.kind == "write_bw":
+        return bandwidth(env, Opcode.RDMA_WRITE, src, dst, size, work.iterations, work.tx_depth, inline)
+    if work.kind == "read_bw":
+        return bandwidth(env, Opcode.RDMA_READ, src, dst, size, work.iterations, work.tx_depth)
+    if work.kind == "write_lat":
+        return write_latency(env, src, dst, size, work.iterations, inline)
+    return read_latency(env, src, dst, size, work.iterations)
+
+
+def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress | None = None,
+                 *, trace: bool = False) -> RunResult:
+    """Simulate every workload of ``scenario`` and return its tables.
+
+    :raises sim.build.RegistrationFailed: a buffer could not be registered.
+    """
+    seed = scenario.seed if seed is None else seed
+    bed = build(scenario, seed, trace=trace)
+    env = bed.env
+    op_frames, summaries = [], []
+    for work in scenario.workload:
+        label = work.name or work.kind
+        src, dst = _endpoints(bed, work)
+        for size in work.size_list():
+            proc = env.process(_process(env, work, src, dst, size))
+            records = env.run(until=proc)
+            op_frames.append(pd.DataFrame({
+                "workload": label, "kind": work.kind, "bytes": size,
+                "iteration": range(work.iterations), "posted_ps": records.posted_ps,
+                "completed_ps": records.completed_ps, "latency_ps": records.latency_ps, "ok": records.ok}))
+            row = {"workload": label, "kind": work.kind, "bytes": size, "iterations": work.iterations,
+                   "errors": int((~records.ok).sum())}
+            if work.kind.endswith("_bw"):
+                row |= bandwidth_summary(size, records.posted_ps, records.completed_ps, work.tx_depth)
+            else:
+                row |= latency_summary(records.latency_ps)
+            summaries.append(row)
+            if progress:
+                progress(work.iterations)
+    registrations = pd.DataFrame([{
+        "buffer": r.buffer, "node": r.node, "bytes": r.size_bytes, "mode": r.mode,
+        "register_us": ps_to_us(r.mr.reg_ps), "pinned_bytes": r.size_bytes if r.mode == "pinned" else 0,
+    } for r in bed.registrations.values()])
+    return RunResult(scenario, seed, pd.concat(op_frames, ignore_index=True), pd.DataFrame(summaries),
+                     registrations, bed)

@@ -1,0 +1,60 @@
+"""Turn validated scenario objects into the frozen parameter objects the models take (presets + overrides)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from models.fabric import FabricParams
+from models.host import HostParams
+from models.nic import NicParams
+from models.pcie import PcieParams
+from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE, PCIE_PRESETS
+from models.verbs import Access
+from sim.core.units import parse_rate
+from sim.scenario.schema import FabricSpec, NodeSpec, Scenario
+
+
+def _overrides(spec, mapping: dict[str, str]) -> dict:
+    """Scenario keys that were set, renamed to parameter-object fields."""
+    return {field: getattr(spec, key) for key, field in mapping.items() if getattr(spec, key) is not None}
+
+
+def host_params(spec: NodeSpec) -> HostParams:
+    """Host parameters of a node."""
+    host = spec.host
+    limit = None if host.memlock_limit == "unlimited" else host.memlock_limit
+    return replace(HostParams(memlock_limit=limit, prefaulted=host.prefaulted),
+                   **_overrides(host, {"poll_period": "poll_period_ps"}))
+
+
+def pcie_params(spec: NodeSpec) -> PcieParams:
+    """PCIe link parameters of a node's NIC."""
+    pcie = spec.pcie
+    base = PCIE_PRESETS[pcie.preset or NIC_PCIE[spec.nic.preset]]
+    return PcieParams(**{**base, **_overrides(pcie, {"gen": "gen", "lanes": "lanes", "read_latency": "read_latency_ps",
+                                                      "write_latency": "write_latency_ps"}),
+                         "mps": pcie.mps, "mrrs": pcie.mrrs, "ecrc": pcie.ecrc})
+
+
+def nic_params(spec: NodeSpec) -> NicParams:
+    """NIC parameters of a node."""
+    nic = spec.nic
+    return NicParams(**{**NIC_PRESETS[nic.preset], **_overrides(nic, {
+        "doorbell": "doorbell_ps", "tx_process": "tx_process_ps", "tx_latency": "tx_latency_ps",
+        "rx_process": "rx_process_ps", "rx_latency": "rx_latency_ps", "blueflame": "blueflame",
+        "max_rd_atomic": "max_rd_atomic"})})
+
+
+def fabric_params(scenario: Scenario) -> FabricParams:
+    """Fabric parameters; the default rate is the slowest NIC preset's port rate."""
+    spec: FabricSpec = scenario.fabric
+    rate = spec.rate or min(parse_rate(NIC_RATE[n.nic.preset]) for n in scenario.nodes)
+    return FabricParams(rate_Bps=rate, latency_ps=spec.latency, mtu=spec.mtu, transport=spec.transport)
+
+
+def access_flags(names: list[str]) -> Access:
+    """ibv_access_flags from the scenario's names."""
+    flags = Access(0)
+    for name in names:
+        flags |= Access[name.upper()]
+    return flags

@@ -1,0 +1,204 @@
+"""The scenario file schema (pydantic, YAML boundary only): unknown keys are errors, units are parsed here.
+
+Field docstrings become the JSON Schema descriptions that ``rdmasim schema`` prints for editors.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from sim.core.units import UnitError, parse_rate, parse_size, parse_time
+
+
+def _unit(parser):
+    def parse(value):
+        if isinstance(value, float):
+            raise ValueError(f"expected a quantity with a unit (such as '4KiB' or '600ns'), got {value!r}")
+        try:
+            return parser(value)
+        except UnitError as exc:
+            raise ValueError(str(exc)) from None
+    return BeforeValidator(parse)
+
+
+Size = Annotated[int, _unit(parse_size), Field(json_schema_extra={"examples": ["4KiB", "64KB", 4096]})]
+Duration = Annotated[int, _unit(parse_time), Field(json_schema_extra={"examples": ["600ns", "1.5us"]})]
+Rate = Annotated[float, _unit(parse_rate), Field(json_schema_extra={"examples": ["400Gb/s", "55GB/s"]})]
+Name = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", max_length=64)]
+
+
+def _positive(value: int) -> int:
+    if value <= 0:
+        raise ValueError(f"must be positive, got {value}")
+    return value
+
+
+PositiveSize = Annotated[Size, AfterValidator(_positive)]
+
+
+class Strict(BaseModel):
+    """Base of every schema object: unknown keys are rejected, objects are immutable."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True)
+
+
+class HostSpec(Strict):
+    """The host process whose memory is registered."""
+
+    memlock_limit: PositiveSize | Literal["unlimited"] = "unlimited"
+    """RLIMIT_MEMLOCK (e.g. '64MiB'); 'unlimited' also stands for CAP_IPC_LOCK."""
+    prefaulted: bool = True
+    """Buffers are touched before registration (pinning then finds pages present)."""
+    poll_period: Duration | None = None
+    """One pass of the CPU's completion-polling loop (default 40ns)."""
+
+
+class PcieSpec(Strict):
+    """The NIC's PCIe link; a preset plus key-by-key overrides."""
+
+    preset: Literal["gen5x16", "gen4x16", "gen3x16", "gen3x8"] | None = None
+    """Link preset; default: the one the NIC preset ships with."""
+    gen: Annotated[int, Field(ge=1, le=6)] | None = None
+    """PCIe generation 1..6."""
+    lanes: Literal[1, 2, 4, 8, 16] | None = None
+    """Link width."""
+    mps: Literal[128, 256, 512, 1024, 2048, 4096] = 256
+    """Max payload size in bytes."""
+    mrrs: Literal[128, 256, 512, 1024, 2048, 4096] = 512
+    """Max read request size in bytes."""
+    ecrc: bool = False
+    """End-to-end CRC on every TLP."""
+    read_latency: Duration | None = None
+    """DMA read round trip (default 550ns)."""
+    write_latency: Duration | None = None
+    """Posted write flight to memory visibility (default 150ns)."""
+
+
+class NicSpec(Strict):
+    """The RDMA NIC; a preset plus key-by-key overrides."""
+
+    preset: Literal["connectx7", "connectx6", "connectx5"] = "connectx7"
+    """NIC preset (sets message rate, PCIe link and port rate)."""
+    doorbell: Duration | None = None
+    """CPU doorbell / BlueFlame write until the NIC sees it."""
+    tx_process: Duration | None = None
+    """Per-WQE send processing (1 / message rate)."""
+    tx_latency: Duration | None = None
+    """Send pipeline latency."""
+    rx_process: Duration | None = None
+    """Per-message receive processing."""
+    rx_latency: Duration | None = None
+    """Receive pipeline latency."""
+    blueflame: bool | None = None
+    """WQEs written with the doorbell (no WQE fetch by DMA)."""
+    max_rd_atomic: Annotated[int, Field(ge=1, le=256)] | None = None
+    """Outstanding RDMA READs per QP."""
+
+
+class NodeSpec(Strict):
+    """One server: a NIC on a PCIe link and a host process."""
+
+    name: Name
+    """Node name, used in references such as 'a.host'."""
+    nic: NicSpec = NicSpec()
+    pcie: PcieSpec = PcieSpec()
+    host: HostSpec = HostSpec()
+
+
+class FabricSpec(Strict):
+    """The network between the nodes, seen as one hop."""
+
+    rate: Rate | None = None
+    """Line rate per direction (default: the NIC preset's port rate)."""
+    latency: Duration = 300_000
+    """One-way latency: PHY, FEC, cable, switch (e.g. '300ns')."""
+    mtu: Literal[256, 512, 1024, 2048, 4096] = 4096
+    """Path MTU in bytes."""
+    transport: Literal["ib", "roce"] = "ib"
+    """InfiniBand or RoCEv2 (sets per-packet header bytes)."""
+
+
+Access = Literal["local_write", "remote_write", "remote_read", "remote_atomic", "relaxed_ordering"]
+
+
+class BufferSpec(Strict):
+    """A buffer in a node's memory and how it is registered."""
+
+    name: Name
+    """Buffer name, used by workloads."""
+    on: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*\.host$")]
+    """Where it lives: '<node>.host'."""
+    size: PositiveSize
+    """Size (e.g. '8MiB')."""
+    registration: Literal["pinned"] = Field("pinned", alias="register")
+    """Registration mode: 'pinned' (ibv_reg_mr)."""
+    access: list[Access] = ["local_write", "remote_write", "remote_read"]
+    """ibv_access_flags of the MR."""
+
+
+class SizeRange(Strict):
+    """Powers of two from ``from`` to ``to`` inclusive, like perftest's -a."""
+
+    from_: PositiveSize = Field(alias="from")
+    to: PositiveSize
+
+    def sizes(self) -> list[int]:
+        """The sizes in the range."""
+        out, size = [], self.from_
+        while size <= self.to:
+            out.append(size)
+            size *= 2
+        return out
+
+
+class WorkloadSpec(Strict):
+    """A perftest-like measurement between two buffers."""
+
+    kind: Literal["write_bw", "read_bw", "write_lat", "read_lat"]
+    """ib_write_bw, ib_read_bw, ib_write_lat or ib_read_lat."""
+    name: Name | None = None
+    """Label in the results (default: the kind)."""
+    from_: Name = Field(alias="from")
+    """Buffer on the requester (the node that posts)."""
+    to: Name
+    """Buffer on the responder."""
+    sizes: list[PositiveSize] | SizeRange
+    """Message sizes: a list, or {from: 2B, to: 8MiB} for powers of two."""
+    iterations: Annotated[int, Field(ge=1, le=100_000_000)] = 1000
+    """Operations per size (perftest -n)."""
+    tx_depth: Annotated[int, Field(ge=1, le=8192)] = 128
+    """Outstanding work requests for bandwidth tests (perftest -t)."""
+    inline: Annotated[int, Field(ge=0, le=1024)] | None = None
+    """Largest message sent inline (default: 220 for write_lat, else 0)."""
+
+    def size_list(self) -> list[int]:
+        """The message sizes, in order."""
+        return self.sizes.sizes() if isinstance(self.sizes, SizeRange) else list(self.sizes)
+
+
+class Scenario(Strict):
+    """A complete rdmasim scenario."""
+
+    schema_version: Literal[1] = Field(alias="schema")
+    """Scenario format version: 1."""
+    name: Name
+    """Scenario name (default results directory)."""
+    description: str = ""
+    seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
+    """Run seed: the same seed gives byte-identical results."""
+    engine: Literal["event"] = "event"
+    """Simulation engine."""
+    nodes: Annotated[list[NodeSpec], Field(min_length=2, max_length=1024)]
+    fabric: FabricSpec = FabricSpec()
+    buffers: Annotated[list[BufferSpec], Field(min_length=1)]
+    workload: Annotated[list[WorkloadSpec], Field(min_length=1)]
+    """One measurement or a list of them, run in order."""
+    outputs: list[Literal["bw_vs_size", "latency_vs_size"]] = ["bw_vs_size", "latency_vs_size"]
+    """Figures to draw."""
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _one_or_many(cls, value):
+        return [value] if isinstance(value, dict) else value

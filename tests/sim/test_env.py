@@ -1,0 +1,58 @@
+import pytest
+
+from sim.core import Environment, FifoServer, ServerPool
+from sim.core.env import RandomStreams, UniformDraws
+from sim.core.servers import claim_cut_through
+
+
+def test_streams_depend_on_seed_and_name_not_on_order():
+    first = RandomStreams(5)
+    a1 = first.stream("a").integers(1 << 40, size=4)
+    b1 = first.stream("b").integers(1 << 40, size=4)
+    second = RandomStreams(5)
+    b2 = second.stream("b").integers(1 << 40, size=4)
+    a2 = second.stream("a").integers(1 << 40, size=4)
+    assert (a1 == a2).all() and (b1 == b2).all() and not (a1 == b1).all()
+    assert not (RandomStreams(6).stream("a").integers(1 << 40, size=4) == a1).all()
+
+
+def test_uniform_draws_stay_in_range_and_repeat():
+    draws = [UniformDraws(RandomStreams(1).stream("x"), 40).next() for _ in range(3)]
+    assert draws[0] == draws[1] == draws[2]
+    seq = UniformDraws(RandomStreams(1).stream("x"), 40, block=8)
+    values = [seq.next() for _ in range(100)]
+    assert min(values) >= 0 and max(values) <= 40 and len(set(values)) > 10
+    assert UniformDraws(RandomStreams(1).stream("x"), 0).next() == 0
+
+
+def test_delays_must_be_integer_picoseconds():
+    env = Environment()
+    with pytest.raises(TypeError):
+        env.delay(1.5)
+    env.process((lambda: (yield env.delay(7)))())
+    env.run()
+    assert env.now == 7
+
+
+def test_fifo_server_recurrence():
+    s = FifoServer("s")
+    assert s.claim(0, 10) == (0, 10)
+    assert s.claim(5, 10) == (10, 20)
+    assert s.claim(30, 1) == (30, 31)
+    assert s.busy_ps == 21
+
+
+def test_cut_through_claim_waits_for_the_tail():
+    s = FifoServer("s")
+    assert claim_cut_through(s, 0, 10, 25) == (0, 25)
+    assert s.free_at == 25
+
+
+def test_server_pool_uses_the_earliest_free_server():
+    pool = ServerPool("p", 2)
+    assert pool.claim(0, 10) == (0, 10)
+    assert pool.claim(0, 4) == (0, 4)
+    assert pool.claim(1, 3) == (4, 7)
+    assert pool.claim(1, 1) == (7, 8)
+    with pytest.raises(ValueError):
+        ServerPool("none", 0)

@@ -1,0 +1,32 @@
+import numpy as np
+import pytest
+
+from sim.core.metrics import bandwidth_summary, latency_summary
+
+
+def test_latency_percentiles_follow_perftest_indexing():
+    lat = np.arange(1, 1001, dtype=np.int64) * 1_000_000  # 1..1000 us, shuffled
+    np.random.default_rng(0).shuffle(lat)
+    s = latency_summary(lat)
+    assert s["t_min_us"] == 1 and s["t_max_us"] == 1000
+    assert s["t_typical_us"] == 501  # element n // 2 of the sorted samples
+    assert s["p99_us"] == 991 and s["p99_9_us"] == 1000
+    assert s["t_avg_us"] == pytest.approx(500.5)
+
+
+def test_bandwidth_average_and_peak():
+    # 4 ops of 1000 B: posted at 0,0,10,10 ns, completed at 10,10,20,20 ns -> 4000 B in 20 ns
+    posted = np.array([0, 0, 10_000, 10_000])
+    done = np.array([10_000, 10_000, 20_000, 20_000])
+    s = bandwidth_summary(1000, posted, done, window=2)
+    assert s["bw_avg_Gbps"] == pytest.approx(4000 * 8 / 20e-9 / 1e9)
+    assert s["bw_peak_Gbps"] == pytest.approx(2000 * 8 / 10e-9 / 1e9)
+    assert s["msg_rate_Mpps"] == pytest.approx(4 / 0.02)
+
+
+def test_peak_is_never_below_average():
+    rng = np.random.default_rng(1)
+    posted = np.sort(rng.integers(0, 10**9, 500))
+    done = np.maximum.accumulate(posted + rng.integers(10**5, 10**7, 500))
+    s = bandwidth_summary(4096, posted, done, window=16)
+    assert s["bw_peak_Gbps"] >= s["bw_avg_Gbps"]
