@@ -11,7 +11,6 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-from rich.table import Table
 
 from sim.core.errors import ConfigError, SimError
 
@@ -29,28 +28,38 @@ def _load(path: Path):
     try:
         return load_scenario(path)
     except ConfigError as exc:
-        err.print(str(exc), markup=False, highlight=False)
+        typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
 
 
-def print_summary(summary, console: Console) -> None:
-    """Print the perftest-style tables, one per workload."""
-    from sim.run import SUMMARY_COLUMNS
+RULE = "-" * 100
+BW_HEADER = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+LAT_HEADER = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
+              "   99% percentile[usec]   99.9% percentile[usec]")
 
+
+def format_summary(summary) -> str:
+    """perftest's report layout (as with --report_gbits), one block per workload."""
+    blocks = []
     for label, rows in summary.groupby("workload", sort=False):
         kind = rows["kind"].iloc[0]
-        columns = SUMMARY_COLUMNS["bw" if kind.endswith("_bw") else "lat"]
-        table = Table(title=f"{label} ({kind})", title_justify="left")
-        for col in columns:
-            table.add_column(col.replace("_", " "), justify="right")
+        lines = [f" {label}: {kind}", RULE]
+        if kind.endswith("_bw"):
+            lines.append(BW_HEADER)
+            for r in rows.itertuples():
+                lines.append(f" {r.bytes:<10d} {r.iterations:<10d}     {r.bw_peak_Gbps:<18.2f} "
+                             f"{r.bw_avg_Gbps:<20.2f} {r.msg_rate_Mpps:.6f}")
+        else:
+            lines.append(LAT_HEADER)
+            for r in rows.itertuples():
+                lines.append(f" {r.bytes:<6d} {r.iterations:<10d}  {r.t_min_us:<14.2f} {r.t_max_us:<12.2f} "
+                             f"{r.t_typical_us:<18.2f} {r.t_avg_us:<16.2f} {r.t_stdev_us:<15.2f} "
+                             f"{r.p99_us:<22.2f} {r.p99_9_us:.2f}")
         if rows["errors"].any():
-            table.add_column("errors", justify="right")
-        for _, row in rows.iterrows():
-            cells = [f"{int(row[c])}" if c in ("bytes", "iterations") else f"{row[c]:.2f}" for c in columns]
-            if rows["errors"].any():
-                cells.append(str(int(row["errors"])))
-            table.add_row(*cells)
-        console.print(table)
+            lines.append(f" work requests completed in error: {int(rows['errors'].sum())}")
+        lines.append(RULE)
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
 
 
 @app.command()
@@ -72,11 +81,11 @@ def run(scenario: ScenarioPath,
         try:
             result = run_scenario(spec, seed, progress=lambda n: bar.advance(task, n))
         except SimError as exc:
-            err.print(f"{scenario}: run failed: {exc}", markup=False, highlight=False)
+            typer.echo(f"{scenario}: run failed: {exc}", err=True)
             raise typer.Exit(1) from None
     path = write_results(result, target, raw)
     if not quiet:
-        print_summary(result.summary, out)
+        sys.stdout.write(format_summary(result.summary) + "\n")
     err.print(f"wrote {path} ({time.perf_counter() - started:.1f} s)", highlight=False)
 
 

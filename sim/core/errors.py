@@ -32,8 +32,7 @@ class ConfigError(SimError):
         where = self.file
         if self.line is not None:
             where += f":{self.line}:{self.column or 1}"
-        key = f" {self.key}:" if self.key else ""
-        return f"{where}:{key} {self.reason}"
+        return f"{where} {self.key}: {self.reason}" if self.key else f"{where}: {self.reason}"
 
 
 class ConfigErrors(ConfigError):

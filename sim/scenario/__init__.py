@@ -1,0 +1,1 @@
+"""Scenario files: line-aware YAML loading, the schema, reference checks and resolution into parameters."""

@@ -1,0 +1,128 @@
+"""The command line end to end: exit codes, error locations, atomic results, determinism."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from sim.cli import app
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = """schema: 1
+name: tiny
+seed: 5
+nodes:
+  - {name: a}
+  - {name: b}
+buffers:
+  - {name: src, on: a.host, size: 64KiB}
+  - {name: dst, on: b.host, size: 64KiB}
+workload:
+  - {kind: write_bw, from: src, to: dst, sizes: [2B, 4KiB, 64KiB], iterations: 100}
+  - {kind: write_lat, from: src, to: dst, sizes: [2B, 64KiB], iterations: 50}
+"""
+runner = CliRunner()
+
+
+def _write(tmp_path: Path, text: str, name: str = "s.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_run_writes_every_output(tmp_path):
+    out = tmp_path / "res"
+    result = runner.invoke(app, ["run", str(_write(tmp_path, QUICK)), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "t_typical[usec]" in result.stdout and "BW average[Gb/sec]" in result.stdout
+    names = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert {"metrics.parquet", "summary.json", "manifest.json", "figures/bw_vs_size.png",
+            "figures/latency_vs_size.png", "figures/bw_vs_size.csv"} <= names
+    ops = pd.read_parquet(out / "metrics.parquet")
+    assert len(ops) == 3 * 100 + 2 * 50 and ops["ok"].all()
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["seed"] == 5 and manifest["versions"]["simpy"]
+    assert manifest["parameters"]["nodes"]["a"]["pcie"]["gen"] == 5
+    assert len(manifest["scenario_sha256"]) == 64
+
+
+def test_same_seed_gives_identical_bytes_and_another_seed_differs(tmp_path):
+    path = _write(tmp_path, QUICK)
+    for name, seed in (("one", "5"), ("two", "5"), ("three", "6")):
+        assert runner.invoke(app, ["run", str(path), "--out", str(tmp_path / name), "--seed", seed, "-q"]).exit_code == 0
+    read = lambda name, f: (tmp_path / name / f).read_bytes()
+    for f in ("metrics.parquet", "summary.json", "figures/bw_vs_size.png", "figures/latency_vs_size.pdf"):
+        assert read("one", f) == read("two", f)
+    assert read("one", "metrics.parquet") != read("three", "metrics.parquet")
+
+
+@pytest.mark.parametrize("mutation, where, words", [
+    (("  - {kind: write_bw", "  - {knd: write_bw"), ":11:", "workload[0]"),
+    (("size: 64KiB}\n  - {name: dst", "size: 64KIB}\n  - {name: dst"), ":8:", "buffers[0].size"),
+    (("on: b.host", "on: c.host"), ":9:", "no node named 'c'"),
+    (("to: dst, sizes: [2B, 4KiB", "to: dts, sizes: [2B, 4KiB"), ":11:", "did you mean 'dst'"),
+    (("seed: 5", "seed: -5"), ":3:", "seed"),
+    (("iterations: 100", "iterations: 100, tx_dpth: 4"), ":11:", "did you mean 'tx_depth'"),
+])
+def test_bad_scenarios_exit_2_with_location_and_write_nothing(tmp_path, mutation, where, words):
+    out = tmp_path / "res"
+    path = _write(tmp_path, QUICK.replace(*mutation))
+    for command in (["validate", str(path)], ["run", str(path), "--out", str(out)]):
+        result = runner.invoke(app, command)
+        assert result.exit_code == 2, result.output
+        assert f"{path}{where}" in result.stderr and words in result.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == [path]
+
+
+def test_registration_failure_exits_1_and_keeps_previous_results(tmp_path):
+    out = tmp_path / "res"
+    assert runner.invoke(app, ["run", str(_write(tmp_path, QUICK)), "--out", str(out), "-q"]).exit_code == 0
+    before = (out / "metrics.parquet").read_bytes()
+    tight = QUICK.replace("  - {name: a}", "  - {name: a, host: {memlock_limit: 16KiB}}")
+    result = runner.invoke(app, ["run", str(_write(tmp_path, tight, "t.yaml")), "--out", str(out)])
+    assert result.exit_code == 1 and "ENOMEM" in result.stderr and "RLIMIT_MEMLOCK" in result.stderr
+    assert (out / "metrics.parquet").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["res", "s.yaml", "t.yaml"]
+
+
+def test_schema_is_json_schema_with_descriptions():
+    result = runner.invoke(app, ["schema"])
+    schema = json.loads(result.stdout)
+    assert result.exit_code == 0 and schema["title"] == "Scenario"
+    assert "RLIMIT_MEMLOCK" in json.dumps(schema) and "from" in json.dumps(schema["$defs"]["WorkloadSpec"])
+
+
+def test_validate_accepts_every_shipped_scenario():
+    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        result = runner.invoke(app, ["validate", str(path)])
+        assert result.exit_code == 0, result.output
+
+
+def test_every_shipped_scenario_runs_at_smoke_size(tmp_path):
+    from sim.run import run_scenario
+    from sim.scenario.scenario_file import load_scenario
+
+    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        scenario, _ = load_scenario(path)
+        smoke = [w.model_copy(update={"iterations": min(w.iterations, 20)}) for w in scenario.workload]
+        summary = run_scenario(scenario.model_copy(update={"workload": smoke})).summary
+        assert (summary["errors"] == 0).all() and len(summary) > 0
+
+
+def test_help_lists_the_commands():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0 and all(c in result.stdout for c in ("run", "validate", "schema"))
+
+
+def test_python_dash_m_sim_runs(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "sim", "validate", str(_write(tmp_path, QUICK))],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert proc.returncode == 0 and "ok" in proc.stdout
