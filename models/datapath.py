@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Generator, NamedTuple
 
+from simpy import Timeout
+
 from models.fabric import AETH, RETH, Fabric
 from models.pcie import PcieLink
 from models.verbs import Access, Opcode, QpState, WcStatus, WorkCompletion
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
     from models.verbs import QueuePair, SendWR
 
 Stage = tuple[FifoServer | None, int, int, int, int, bool]
+_LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = int(Access.LOCAL_WRITE), int(Access.REMOTE_WRITE), int(Access.REMOTE_READ)
+"""Access bits as plain ints: IntFlag arithmetic is slow on the per-message path."""
 
 
 def walk(env, stages: list[Stage], head: int, tail: int) -> Generator:
@@ -41,8 +45,8 @@ def walk(env, stages: list[Stage], head: int, tail: int) -> Generator:
     """
     for server, service, head_ps, tail_ps, latency, eager in stages:
         if server is not None:
-            if head > env.now and not eager:
-                yield env.timeout(head - env.now)
+            if not eager and head > env._now:  # simpy's clock attribute, read directly in this hot loop
+                yield Timeout(env, head - env._now)
             start, finish = claim_cut_through(server, head, service, tail + tail_ps)
             head = start + head_ps
             tail = finish
@@ -155,7 +159,7 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
 
     status = WcStatus.SUCCESS
     local_mr = node.nic.lookup(wr.lkey)
-    local_need = Access.LOCAL_WRITE if wr.opcode is Opcode.RDMA_READ else Access(0)
+    local_need = _LOCAL_WRITE if wr.opcode is Opcode.RDMA_READ else 0
     if qp.state is QpState.ERR:
         status = WcStatus.WR_FLUSH_ERR
     elif local_mr is None or not local_mr.allows(wr.local_addr, wr.length, local_need):
@@ -166,7 +170,7 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
         return
 
     head, tail = yield from walk(env, stages.forward, t, t)
-    needed = Access.REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else Access.REMOTE_READ
+    needed = _REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else _REMOTE_READ
     if not _remote_ok(qp, wr, needed):
         status = WcStatus.REM_ACCESS_ERR
         qp.remote.to_error()  # the responder drops everything after the NAK
@@ -184,7 +188,7 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
     _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
 
 
-def _remote_ok(qp: QueuePair, wr: SendWR, needed: Access) -> bool:
+def _remote_ok(qp: QueuePair, wr: SendWR, needed: int) -> bool:
     """Responder-side check of the rkey, bounds and rights (and that the responder QP still works)."""
     mr = qp.remote.node.nic.lookup(wr.rkey)
     return (qp.remote.state is QpState.RTS and mr is not None

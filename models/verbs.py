@@ -99,10 +99,13 @@ class MemoryRegion:
     reg_ps: int
     valid: bool = True
 
-    def allows(self, addr: int, length: int, needed: Access) -> bool:
-        """True when ``[addr, addr+length)`` lies inside the MR and ``needed`` rights are granted."""
+    def __post_init__(self) -> None:
+        self._bits = int(self.access)
+
+    def allows(self, addr: int, length: int, needed: int) -> bool:
+        """True when ``[addr, addr+length)`` lies inside the MR and the ``needed`` access bits are granted."""
         return (self.valid and self.addr <= addr and addr + length <= self.addr + self.length
-                and (self.access & needed) == needed)
+                and (self._bits & needed) == needed)
 
 
 @dataclass(slots=True)
@@ -280,7 +283,7 @@ def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: i
     return QueuePair(pd, send_cq, max_send_wr, pd.context.node.nic.new_handle())
 
 
-def ibv_post_send(qp: QueuePair, wr: SendWR) -> simpy.Process:
+def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
     """Post one work request; its completion will be pushed to ``qp.send_cq``.
 
     :raises VerbsError: ``EINVAL`` when the QP is not connected or an inline READ / oversize inline is asked;
@@ -299,7 +302,7 @@ def ibv_post_send(qp: QueuePair, wr: SendWR) -> simpy.Process:
     qp.outstanding += 1
     qp.seq_of[id(wr)] = qp.posted_count
     qp.posted_count += 1
-    return qp.pd.context.env.process(run_work_request(qp, wr))
+    qp.pd.context.env.start(run_work_request(qp, wr))
 
 
 def ibv_poll_cq(cq: CompletionQueue, num_entries: int) -> list[WorkCompletion]:
