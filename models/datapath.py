@@ -26,7 +26,8 @@ from simpy import Timeout
 
 from models.fabric import AETH, RETH, Fabric
 from models.pcie import PcieLink
-from models.verbs import Access, Opcode, QpState, WcStatus, WorkCompletion
+from models.mr_backing import Fault
+from models.verbs import RNR_RETRY_INFINITE, Access, Opcode, QpState, WcStatus, WorkCompletion
 from sim.core.servers import FifoServer, claim_cut_through
 
 if TYPE_CHECKING:
@@ -164,16 +165,16 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
         status = WcStatus.WR_FLUSH_ERR
     elif local_mr is None or not local_mr.allows(wr.local_addr, wr.length, local_need):
         status = WcStatus.LOC_PROT_ERR
+    elif local_mr.backing is not None and wr.opcode is Opcode.RDMA_WRITE and not wr.inline:
+        t, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length, t, write=False)
     if status is not WcStatus.SUCCESS:
         _, done = yield from walk(env, stages.reply[-1:], t, t)
         _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
         return
 
     head, tail = yield from walk(env, stages.forward, t, t)
-    needed = _REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else _REMOTE_READ
-    if not _remote_ok(qp, wr, needed):
-        status = WcStatus.REM_ACCESS_ERR
-        qp.remote.to_error()  # the responder drops everything after the NAK
+    status, head, tail = yield from _responder_accepts(env, qp, wr, stages, head, tail)
+    if status is not WcStatus.SUCCESS:
         _, done = yield from walk(env, stages.reply, tail, tail)
     elif wr.opcode is Opcode.RDMA_WRITE:
         _, landed = yield from walk(env, stages.remote, head, tail)
@@ -183,9 +184,64 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
         issued = landed - qp.remote.node.pcie.params.write_latency_ps
         _, done = yield from walk(env, stages.reply, issued, issued)
     else:
-        _, done = yield from walk(env, stages.remote, head, tail)
-        _notify_landed(env, wr, done - stages.cqe_ps)
+        response, landing = stages.remote[:-1], stages.remote[-1:]
+        head, tail = yield from walk(env, response, head, tail)
+        if local_mr.backing is not None:  # the response is written through the local MR's translation
+            head, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length, head, write=True)
+            tail = max(tail, head)
+        if status is WcStatus.SUCCESS:
+            _, done = yield from walk(env, landing, head, tail)
+            _notify_landed(env, wr, done - stages.cqe_ps)
+        else:
+            _, done = yield from walk(env, stages.reply[-1:], head, head)
     _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
+
+
+def _responder_accepts(env, qp: QueuePair, wr: SendWR, stages: Plan, head: int, tail: int) -> Generator:
+    """The responder's key check and translation, with RNR NAK and retransmission while it faults.
+
+    Returns (status, head, tail) of the request as finally accepted (or rejected).
+    """
+    needed = _REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else _REMOTE_READ
+    retries = qp.rnr_retry
+    while True:
+        if not _remote_ok(qp, wr, needed):
+            qp.remote.to_error()  # the responder drops everything after the NAK
+            return WcStatus.REM_ACCESS_ERR, head, tail
+        mr = qp.remote.node.nic.lookup(wr.rkey)
+        if mr.backing is None:
+            return WcStatus.SUCCESS, head, tail
+        if head > env.now:
+            yield env.timeout(head - env.now)
+        answer = mr.backing.translate(head, wr.remote_addr - mr.addr, wr.length)
+        if answer is None:
+            return WcStatus.SUCCESS, head, tail
+        if not isinstance(answer, Fault):
+            qp.remote.to_error()
+            return WcStatus.REM_ACCESS_ERR, head, tail
+        env.trace.instant(qp.remote.node.nic.name, "PageFaulted", mr=mr.lkey, pages=answer.pages, rnr=True)
+        qp.rnr_naks += 1
+        if retries == 0:
+            return WcStatus.RNR_RETRY_EXC_ERR, head, tail
+        retries -= 1 if qp.rnr_retry != RNR_RETRY_INFINITE else 0
+        nak_at, _ = yield from walk(env, stages.reply[:-1], tail, tail)  # RNR NAK back to the requester
+        retry = nak_at + qp.remote.min_rnr_timer_ps
+        head, tail = yield from walk(env, stages.forward, retry, retry)
+
+
+def _translated(env, qp: QueuePair, mr, addr: int, length: int, t: int, *, write: bool) -> Generator:
+    """A requester-side NIC access through ``mr`` at ``t``: stall the send queue while the driver handles
+    page faults. Returns (time the access proceeds, status)."""
+    while True:
+        if t > env.now:
+            yield env.timeout(t - env.now)
+        answer = mr.backing.translate(t, addr - mr.addr, length)
+        if answer is None:
+            return t, WcStatus.SUCCESS
+        if not isinstance(answer, Fault):
+            return t, answer
+        env.trace.instant(qp.node.nic.name, "PageFaulted", mr=mr.lkey, pages=answer.pages, write=write)
+        t = max(t, answer.ready_ps)
 
 
 def _remote_ok(qp: QueuePair, wr: SendWR, needed: int) -> bool:

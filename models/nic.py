@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from models.mr_backing import OdpParams
 from sim.core import FifoServer, PS_PER_NS
 
 if TYPE_CHECKING:
@@ -43,6 +44,8 @@ class NicParams:
     """Largest send-queue depth a QP may be created with."""
     max_mr_size: int = 2**48
     """Largest memory region (bytes)."""
+    odp: OdpParams | None = OdpParams()
+    """On-demand paging support and its costs; None for a NIC without page faults (EFA-like)."""
 
 
 class Nic:

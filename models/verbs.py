@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING
 import simpy
 
 from sim.core import PS_PER_US, VerbsError
+from models.mr_backing import OdpBacking
 from sim.core.env import UniformDraws
 
 if TYPE_CHECKING:
     from models.fabric import Fabric
+    from models.mr_backing import MrBacking
     from models.node import Node
     from sim.core import Environment
 
@@ -45,6 +47,7 @@ class WcStatus(enum.Enum):
     LOC_PROT_ERR = 4
     WR_FLUSH_ERR = 5
     REM_ACCESS_ERR = 10
+    RNR_RETRY_EXC_ERR = 13
 
 
 class Opcode(enum.Enum):
@@ -61,6 +64,9 @@ class QpState(enum.Enum):
     RTS = "RTS"
     ERR = "ERR"
 
+
+RNR_RETRY_INFINITE = 7
+"""``rnr_retry`` value meaning unlimited retries (IB spec)."""
 
 REG_MR_FIXED_PS = 35 * PS_PER_US
 """uverbs ioctl + mkey creation per ibv_reg_mr; torchcomms measures register+deregister of 8 KB at 54.5 us,
@@ -98,6 +104,8 @@ class MemoryRegion:
     rkey: int
     reg_ps: int
     valid: bool = True
+    backing: MrBacking | None = None
+    """How pages reach the NIC; None for pinned host memory (always translatable)."""
 
     def __post_init__(self) -> None:
         self._bits = int(self.access)
@@ -188,6 +196,12 @@ class QueuePair:
     posted_count: int = 0
     next_completion: int = 0
     last_completion_ps: int = 0
+    min_rnr_timer_ps: int = 640 * PS_PER_US
+    """Responder attribute: how long a requester waits after an RNR NAK (IB encoding 12, perftest's value)."""
+    rnr_retry: int = RNR_RETRY_INFINITE
+    """Requester attribute: RNR retries before IBV_WC_RNR_RETRY_EXC_ERR; 7 means retry forever."""
+    rnr_naks: int = 0
+    """RNR NAKs this QP's requests received."""
 
     @property
     def node(self) -> Node:
@@ -222,6 +236,8 @@ def ibv_alloc_pd(context: Context) -> ProtectionDomain:
 def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> MemoryRegion:
     """Register host memory: check like rdma-core and ``ib_umem_get``, pin the pages, create the keys.
 
+    With ``ON_DEMAND`` nothing is pinned: the NIC faults pages in on first touch (ODP).
+
     :raises VerbsError: ``EINVAL`` for length 0, overflow or REMOTE_WRITE/REMOTE_ATOMIC without
         LOCAL_WRITE; ``EOPNOTSUPP`` for ON_DEMAND on a device without ODP; ``EFAULT`` for an unmapped range;
         ``ENOMEM`` past RLIMIT_MEMLOCK.
@@ -235,15 +251,22 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     if access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not access & Access.LOCAL_WRITE:
         raise VerbsError("EINVAL", "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE (ib_check_mr_access)",
                          call=call)
-    if access & Access.ON_DEMAND:
-        raise VerbsError("EOPNOTSUPP", "ON_DEMAND registration: this device model has no ODP support", call=call)
     nic = pd.context.node.nic
+    if access & Access.ON_DEMAND and nic.params.odp is None:
+        raise VerbsError("EOPNOTSUPP", "ON_DEMAND registration on a device without ODP (no IBK_ON_DEMAND_PAGING)",
+                         call=call)
     if length > nic.params.max_mr_size:
         raise VerbsError("EINVAL", f"length {length} exceeds the device's max_mr_size {nic.params.max_mr_size}",
                          call=call)
-    pin_ps = pd.context.node.host.pin(addr, length, call=call)
+    host = pd.context.node.host
+    if access & Access.ON_DEMAND:  # nothing pinned, nothing charged to RLIMIT_MEMLOCK
+        if not host.is_mapped(addr, length):
+            raise VerbsError("EFAULT", f"range 0x{addr:x}+{length} is not mapped", call=call)
+        cost, backing = 0, OdpBacking(length, host.params.page_size, nic.params.odp)
+    else:
+        cost, backing = host.pin(addr, length, call=call), None
     key = nic.new_key()
-    mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + pin_ps)
+    mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + cost, backing=backing)
     nic.mrs[key] = mr
     return mr
 
@@ -258,6 +281,8 @@ def ibv_dereg_mr(mr: MemoryRegion) -> int:
     node = mr.pd.context.node
     mr.valid = False
     del node.nic.mrs[mr.lkey]
+    if mr.backing is not None:
+        return DEREG_MR_FIXED_PS + mr.backing.release(mr.pd.context.env.now)
     return DEREG_MR_FIXED_PS + node.host.unpin(mr.addr, mr.length)
 
 

@@ -31,7 +31,6 @@ def bed():
     (0, 0, Access.LOCAL_WRITE, "EINVAL", "length 0"),
     (0, 4096, Access.REMOTE_WRITE, "EINVAL", "requires LOCAL_WRITE"),
     (0, 4096, Access.REMOTE_ATOMIC | Access.REMOTE_READ, "EINVAL", "requires LOCAL_WRITE"),
-    (0, 4096, Access.ON_DEMAND | Access.LOCAL_WRITE, "EOPNOTSUPP", "ODP"),
     (60 * 1024, 8192, Access.LOCAL_WRITE, "EFAULT", "not mapped"),
     (0, 2**64, Access.LOCAL_WRITE, "EINVAL", "overflows"),
 ])

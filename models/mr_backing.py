@@ -1,0 +1,135 @@
+"""How a memory region's pages reach the NIC, for every mode but pinned host memory.
+
+A pinned host MR is always translatable (its backing is ``None`` and costs nothing on the data path).
+The other modes answer, for each NIC access, one of:
+
+* ``None``: the NIC's translation is valid now;
+* :class:`Fault`: the translation is missing (never mapped, or zapped by an invalidation); the driver's fault
+  handler runs and the translation is valid from ``ready_ps`` on. A requester-side access stalls its send
+  queue until then; a responder-side access answers RNR NAK and the requester retries later;
+* a :class:`~models.verbs.WcStatus`: the access fails (the MR was torn down or revoked).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from sim.core import PS_PER_NS, PS_PER_US
+
+
+class Fault(NamedTuple):
+    """A NIC page fault; the handler makes the translation valid at ``ready_ps``."""
+
+    ready_ps: int
+    pages: int
+    """Pages the handler mapped."""
+
+
+class MrBacking:
+    """Base of the non-pinned registration modes (see the module docstring)."""
+
+    mode = "pinned"
+    pinned_bytes = 0
+    """Bytes this registration keeps pinned (reported per mode)."""
+
+    def translate(self, now_ps: int, offset: int, length: int):
+        """Answer a NIC access to ``[offset, offset+length)`` of the MR at ``now_ps``."""
+        raise NotImplementedError
+
+    def release(self, now_ps: int) -> int:
+        """Tear the backing down at deregistration; return the time it costs (ps)."""
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class OdpParams:
+    """On-demand paging costs (mlx5 ODP). No public measurement exists: unvalidated defaults."""
+
+    fault_ps: int = 20 * PS_PER_US
+    """Fixed cost of one NIC page fault: interrupt, work queue, hmm_range_fault, UMR post and completion."""
+    fault_page_ps: int = 250 * PS_PER_NS
+    """Per 4 KiB page faulted in and written to the MTT."""
+    fault_granularity: int = 64 * 1024
+    """The handler maps at least this aligned span around the faulting address (bytes)."""
+    invalidate_ps: int = 5 * PS_PER_US
+    """One mmu-notifier invalidation: UMR ZAP of the range and its completion."""
+
+
+class OdpBacking(MrBacking):
+    """``IBV_ACCESS_ON_DEMAND``: nothing pinned; pages mapped into the NIC when it first touches them and
+    zapped when the kernel moves them (mmu interval notifier)."""
+
+    mode = "odp"
+
+    def __init__(self, length: int, page_size: int, params: OdpParams) -> None:
+        self.page_size = page_size
+        self.params = params
+        self.mapped = np.zeros(-(-length // page_size), dtype=bool)
+        """Per page: present in the NIC's translation table."""
+        self.ready_ps = np.zeros(len(self.mapped), dtype=np.int64)
+        """Per page: when its most recent fault handling finishes."""
+        self.faults = 0
+        self.invalidations = 0
+
+    def _pages(self, offset: int, length: int) -> slice:
+        return slice(offset // self.page_size, -(-(offset + max(length, 1)) // self.page_size))
+
+    def translate(self, now_ps: int, offset: int, length: int):
+        span = self._pages(offset, length)
+        if self.mapped[span].all():
+            ready = int(self.ready_ps[span].max())
+            return None if ready <= now_ps else Fault(ready, 0)
+        grain = max(1, self.params.fault_granularity // self.page_size)
+        lo, hi = span.start // grain * grain, min(len(self.mapped), -(-span.stop // grain) * grain)
+        missing = int((~self.mapped[lo:hi]).sum())
+        ready = now_ps + self.params.fault_ps + missing * self.params.fault_page_ps
+        self.mapped[lo:hi] = True
+        self.ready_ps[lo:hi] = np.maximum(self.ready_ps[lo:hi], ready)
+        self.faults += 1
+        return Fault(ready, missing)
+
+    def invalidate(self, offset: int, length: int) -> int:
+        """The kernel moved (or unmapped) these pages: zap them; return the notifier's cost (ps)."""
+        span = self._pages(offset, length)
+        self.mapped[span] = False
+        self.invalidations += 1
+        return self.params.invalidate_ps
+
+
+@dataclass(frozen=True, slots=True)
+class PeerMemParams:
+    """Legacy peer-memory (nvidia-peermem) registration costs; unvalidated defaults."""
+
+    get_pages_ps: int = 30 * PS_PER_US
+    """nvidia_p2p_get_pages fixed cost."""
+    page_ps: int = 100 * PS_PER_NS
+    """Per 64 KiB GPU page pinned and DMA-mapped."""
+    gpu_page_size: int = 64 * 1024
+    """GPU page size of the p2p API (GPU_PAGE_SHIFT 16)."""
+
+
+class PeerMemBacking(MrBacking):
+    """GPU memory pinned through the GPU driver's peer-memory client for the MR's lifetime. When the GPU
+    driver reclaims the memory (cudaFree, process exit) its free callback tears the MR down; later accesses
+    complete in error, with no re-fault."""
+
+    mode = "peermem"
+
+    def __init__(self, length: int) -> None:
+        self.pinned_bytes = length
+        self.invalidated_at: int | None = None
+
+    def translate(self, now_ps: int, offset: int, length: int):
+        from models.verbs import WcStatus
+
+        if self.invalidated_at is not None and now_ps >= self.invalidated_at:
+            return WcStatus.LOC_PROT_ERR
+        return None
+
+    def reclaim(self, now_ps: int) -> None:
+        """The GPU driver's free callback: the MR's mkey is invalidated from ``now_ps`` on."""
+        self.invalidated_at = now_ps
+        self.pinned_bytes = 0

@@ -1,0 +1,98 @@
+"""On-demand paging: nothing pinned, faults on first touch, RNR NAK on the responder, invalidation re-faults."""
+
+import pytest
+
+from models.fabric import Fabric, FabricParams
+from models.host import HostParams
+from models.mr_backing import OdpParams
+from models.nic import NicParams
+from models.node import Node
+from models.pcie import PcieParams
+from models.verbs import (Access, Opcode, SendWR, WcStatus, ibv_alloc_pd, ibv_create_cq, ibv_create_qp,
+                          ibv_open_device, ibv_poll_cq, ibv_post_send, ibv_reg_mr)
+from sim.core import PS_PER_US, Environment, VerbsError
+
+RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
+ODP = OdpParams()
+
+
+def _bed(odp=ODP, memlock=None):
+    env = Environment(1)
+    fabric = Fabric(FabricParams())
+    out = []
+    for name in "ab":
+        node = Node.create(name, HostParams(memlock_limit=memlock, poll_period_ps=0), PcieParams(),
+                           NicParams(odp=odp))
+        fabric.attach(node.nic.name)
+        pd = ibv_alloc_pd(ibv_open_device(node, env, fabric))
+        out.append((node, pd, node.host.allocate("buf", 1 << 20)))
+    qps = [ibv_create_qp(pd, ibv_create_cq(pd.context, 64), 16) for _, pd, _ in out]
+    qps[0].connect(qps[1])
+    return env, out, qps
+
+
+def _write(env, qp, src, dst, size=4096, offset=0):
+    start = env.now
+    ibv_post_send(qp, SendWR(0, Opcode.RDMA_WRITE, src.addr + offset, size, src.lkey, dst.addr + offset, dst.rkey))
+    env.run()
+    (wc,) = ibv_poll_cq(qp.send_cq, 1)
+    return wc.status, wc.completed_ps - start
+
+
+def test_odp_pins_nothing_and_ignores_memlock():
+    env, out, _ = _bed(memlock=4096)
+    (node, pd, buf) = out[0]
+    mr = ibv_reg_mr(pd, buf.addr, buf.size, RW | Access.ON_DEMAND)
+    assert node.host.pinned_pages == 0 and mr.backing.mode == "odp"
+    with pytest.raises(VerbsError) as info:
+        ibv_reg_mr(pd, buf.addr, buf.size, RW)
+    assert info.value.errno == "ENOMEM"
+
+
+def test_odp_on_a_nic_without_page_faults_is_eopnotsupp():
+    _, out, _ = _bed(odp=None)
+    with pytest.raises(VerbsError) as info:
+        ibv_reg_mr(out[0][1], out[0][2].addr, 4096, RW | Access.ON_DEMAND)
+    assert info.value.errno == "EOPNOTSUPP" and "ODP" in str(info.value)
+
+
+def test_requester_fault_stalls_once_then_runs_at_full_speed():
+    env, out, (qa, _) = _bed()
+    src = ibv_reg_mr(out[0][1], out[0][2].addr, 1 << 20, RW | Access.ON_DEMAND)
+    dst = ibv_reg_mr(out[1][1], out[1][2].addr, 1 << 20, RW)
+    status, first = _write(env, qa, src, dst)
+    status2, second = _write(env, qa, src, dst)
+    assert status is status2 is WcStatus.SUCCESS
+    pages = ODP.fault_granularity // 4096
+    assert first - second == pytest.approx(ODP.fault_ps + pages * ODP.fault_page_ps, rel=0.01)
+    assert src.backing.faults == 1 and qa.rnr_naks == 0
+
+
+def test_responder_fault_costs_an_rnr_nak_round():
+    env, out, (qa, _) = _bed()
+    src = ibv_reg_mr(out[0][1], out[0][2].addr, 1 << 20, RW)
+    dst = ibv_reg_mr(out[1][1], out[1][2].addr, 1 << 20, RW | Access.ON_DEMAND)
+    status, first = _write(env, qa, src, dst)
+    _, second = _write(env, qa, src, dst)
+    assert status is WcStatus.SUCCESS and qa.rnr_naks == 1
+    assert first - second > qa.min_rnr_timer_ps and first - second < qa.min_rnr_timer_ps + 10 * PS_PER_US
+
+
+def test_invalidation_forces_a_new_fault():
+    env, out, (qa, _) = _bed()
+    src = ibv_reg_mr(out[0][1], out[0][2].addr, 1 << 20, RW | Access.ON_DEMAND)
+    dst = ibv_reg_mr(out[1][1], out[1][2].addr, 1 << 20, RW)
+    _write(env, qa, src, dst)
+    _, warm = _write(env, qa, src, dst)
+    assert src.backing.invalidate(0, 4096) > 0
+    _, again = _write(env, qa, src, dst)
+    assert again > warm + ODP.fault_ps and src.backing.faults == 2 and src.backing.invalidations == 1
+
+
+def test_rnr_retry_exhaustion_completes_in_error():
+    env, out, (qa, _) = _bed()
+    qa.rnr_retry = 0
+    src = ibv_reg_mr(out[0][1], out[0][2].addr, 1 << 20, RW)
+    dst = ibv_reg_mr(out[1][1], out[1][2].addr, 1 << 20, RW | Access.ON_DEMAND)
+    status, _ = _write(env, qa, src, dst)
+    assert status is WcStatus.RNR_RETRY_EXC_ERR
