@@ -213,7 +213,7 @@ def _responder_accepts(env, qp: QueuePair, wr: SendWR, stages: Plan, head: int, 
             return WcStatus.SUCCESS, head, tail
         if head > env.now:
             yield env.timeout(head - env.now)
-        answer = mr.backing.translate(head, wr.remote_addr - mr.addr, wr.length)
+        answer = mr.backing.translate(head, wr.remote_addr - mr.iova, wr.length)
         if answer is None:
             return WcStatus.SUCCESS, head, tail
         if not isinstance(answer, Fault):
@@ -235,7 +235,7 @@ def _translated(env, qp: QueuePair, mr, addr: int, length: int, t: int, *, write
     while True:
         if t > env.now:
             yield env.timeout(t - env.now)
-        answer = mr.backing.translate(t, addr - mr.addr, length)
+        answer = mr.backing.translate(t, addr - mr.iova, length)
         if answer is None:
             return t, WcStatus.SUCCESS
         if not isinstance(answer, Fault):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from models.dmabuf_mr import UmrParams
 from models.mr_backing import OdpParams
 from sim.core import FifoServer, PS_PER_NS
 
@@ -46,6 +47,10 @@ class NicParams:
     """Largest memory region (bytes)."""
     odp: OdpParams | None = OdpParams()
     """On-demand paging support and its costs; None for a NIC without page faults (EFA-like)."""
+    dmabuf: str | None = "dynamic"
+    """dma-buf MR support: ``dynamic`` (mlx5: move_notify + re-fault, needs ODP), ``pinned`` (EFA-like), None."""
+    umr: UmrParams = UmrParams()
+    """Cost of rewriting translation entries."""
 
 
 class Nic:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from models.dmabuf import DmaBufCore, FdTable
 from models.host import HostMemory, HostParams
 from models.nic import Nic, NicParams
 from models.pcie import PcieLink, PcieParams
@@ -17,6 +18,10 @@ class Node:
     host: HostMemory
     pcie: PcieLink
     nic: Nic
+    kernel: DmaBufCore | None = None
+    """The node's dma-buf subsystem (set when the node has exporters)."""
+    fds: FdTable = field(default_factory=lambda: FdTable("process"))
+    """The file descriptors of the process under test."""
 
     @classmethod
     def create(cls, name: str, host: HostParams, pcie: PcieParams, nic: NicParams) -> "Node":

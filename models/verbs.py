@@ -106,13 +106,20 @@ class MemoryRegion:
     valid: bool = True
     backing: MrBacking | None = None
     """How pages reach the NIC; None for pinned host memory (always translatable)."""
+    iova: int | None = None
+    """Address the keys are used with; defaults to ``addr`` (for a dma-buf MR ``addr`` is the offset)."""
+    mr_type: str = "MR"
+    """rdma-core's ``IBV_MR_TYPE_MR`` or ``IBV_MR_TYPE_DMABUF_MR`` (``"DMABUF_MR"``)."""
 
     def __post_init__(self) -> None:
         self._bits = int(self.access)
+        if self.iova is None:
+            self.iova = self.addr
 
     def allows(self, addr: int, length: int, needed: int) -> bool:
-        """True when ``[addr, addr+length)`` lies inside the MR and the ``needed`` access bits are granted."""
-        return (self.valid and self.addr <= addr and addr + length <= self.addr + self.length
+        """True when ``[addr, addr+length)`` (in the MR's iova space) lies inside the MR and the ``needed``
+        access bits are granted."""
+        return (self.valid and self.iova <= addr and addr + length <= self.iova + self.length
                 and (self._bits & needed) == needed)
 
 
@@ -244,13 +251,7 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     """
     call = "ibv_reg_mr"
     access = Access(access)
-    if length == 0:
-        raise VerbsError("EINVAL", "length 0 pins no pages (ib_umem_get: npages == 0)", call=call)
-    if addr < 0 or length < 0 or addr + length > 2**64:
-        raise VerbsError("EINVAL", f"addr 0x{addr:x} + length {length} overflows", call=call)
-    if access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not access & Access.LOCAL_WRITE:
-        raise VerbsError("EINVAL", "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE (ib_check_mr_access)",
-                         call=call)
+    _check_reg_args(addr, length, access, call)
     nic = pd.context.node.nic
     if access & Access.ON_DEMAND and nic.params.odp is None:
         raise VerbsError("EOPNOTSUPP", "ON_DEMAND registration on a device without ODP (no IBK_ON_DEMAND_PAGING)",
@@ -284,6 +285,57 @@ def ibv_dereg_mr(mr: MemoryRegion) -> int:
     if mr.backing is not None:
         return DEREG_MR_FIXED_PS + mr.backing.release(mr.pd.context.env.now)
     return DEREG_MR_FIXED_PS + node.host.unpin(mr.addr, mr.length)
+
+
+REREG_CHANGE_TRANSLATION, REREG_CHANGE_PD, REREG_CHANGE_ACCESS = 1, 2, 4
+"""``enum ibv_rereg_mr_flags``."""
+
+
+def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = None, addr: int = 0,
+                 length: int = 0, access: Access = Access(0)) -> int:
+    """Modify a host MR in place (new range and/or access rights; keys are kept); return the cost (ps).
+
+    :raises VerbsError: ``EINVAL`` for a dma-buf MR (rdma-core refuses anything but IBV_MR_TYPE_MR), unknown
+        flags, or any check :func:`ibv_reg_mr` would fail; ``ENOMEM``/``EFAULT`` when re-pinning fails.
+    """
+    call = "ibv_rereg_mr"
+    if mr.mr_type != "MR":
+        raise VerbsError("EINVAL", f"only IBV_MR_TYPE_MR can be re-registered, not {mr.mr_type} "
+                         "(IBV_REREG_MR_ERR_INPUT)", call=call)
+    if not flags or flags & ~(REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS):
+        raise VerbsError("EINVAL", f"flags {flags:#x}: need a combination of CHANGE_TRANSLATION, CHANGE_PD, "
+                         "CHANGE_ACCESS", call=call)
+    if mr.backing is not None:
+        raise VerbsError("EOPNOTSUPP", "re-registering an ODP MR in place is not modelled", call=call)
+    new_access = Access(access) if flags & REREG_CHANGE_ACCESS else mr.access
+    new_addr, new_length = (addr, length) if flags & REREG_CHANGE_TRANSLATION else (mr.addr, mr.length)
+    new_pd = pd if flags & REREG_CHANGE_PD else mr.pd
+    if new_pd is None or new_pd.context is not mr.pd.context:
+        raise VerbsError("EINVAL", "CHANGE_PD needs a PD of the same device", call=call)
+    _check_reg_args(new_addr, new_length, new_access, call)
+    host = mr.pd.context.node.host
+    cost = 0
+    if flags & REREG_CHANGE_TRANSLATION:
+        cost += host.unpin(mr.addr, mr.length)
+        try:
+            cost += host.pin(new_addr, new_length, call=call)
+        except VerbsError:
+            host.pin(mr.addr, mr.length, call=call)
+            raise
+    mr.addr, mr.iova, mr.length, mr.access, mr.pd = new_addr, new_addr, new_length, new_access, new_pd
+    mr._bits = int(new_access)
+    return REG_MR_FIXED_PS + cost
+
+
+def _check_reg_args(addr: int, length: int, access: Access, call: str) -> None:
+    """The argument checks ibv_reg_mr and ibv_rereg_mr share (ib_umem_get, ib_check_mr_access)."""
+    if length == 0:
+        raise VerbsError("EINVAL", "length 0 pins no pages (ib_umem_get: npages == 0)", call=call)
+    if addr < 0 or length < 0 or addr + length > 2**64:
+        raise VerbsError("EINVAL", f"addr 0x{addr:x} + length {length} overflows", call=call)
+    if access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not access & Access.LOCAL_WRITE:
+        raise VerbsError("EINVAL", "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE (ib_check_mr_access)",
+                         call=call)
 
 
 def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:

@@ -1,0 +1,159 @@
+"""dma-buf memory regions as the NIC drivers implement them, and ``ibv_reg_dmabuf_mr``.
+
+* ``dynamic`` (mlx5): the whole MR is mapped at registration; ``move_notify`` zaps all of the MR's
+  translations and unmaps before it returns; the next NIC access faults, and the handler re-maps the whole MR
+  under the lock after the exporter's fence and rewrites the MTT with a UMR.
+* ``pinned`` (EFA, irdma, bnxt_re...): pinned and mapped at registration; ``move_notify`` only warns;
+  after a revoke every access completes in error.
+
+Every NIC access through a mapping is checked with :func:`~models.dmabuf.check_dma`: DMA through a mapping
+made before the buffer moved is an :class:`~sim.core.InvariantViolation`. ``ignore_move_notify`` builds the
+deliberately broken importer that keeps its stale translations, to show why the protocol exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.core import PS_PER_NS, PS_PER_US, InvariantViolation, VerbsError
+
+from models.dmabuf import DmaBufAttachment, DmaBufAttachOps, FdTable, check_dma
+from models.mr_backing import Fault, MrBacking
+from models.umem_dmabuf import (IbUmemDmabuf, ib_umem_dmabuf_get, ib_umem_dmabuf_get_pinned,
+                                ib_umem_dmabuf_map_pages, ib_umem_dmabuf_release, ib_umem_dmabuf_unmap_pages)
+
+
+@dataclass(frozen=True, slots=True)
+class UmrParams:
+    """Cost of rewriting an MR's translation entries with a UMR WQE (unvalidated defaults)."""
+
+    fixed_ps: int = 5 * PS_PER_US
+    """Post the UMR, wait for its completion."""
+    entry_ps: int = 2 * PS_PER_NS
+    """Per 4 KiB MTT entry written (8 B each, DMA-read by the NIC)."""
+    reg_ioctl_ps: int = 25 * PS_PER_US
+    """uverbs ioctl and mkey creation of ``ibv_reg_dmabuf_mr`` (like ``ibv_reg_mr`` without pinning)."""
+
+
+class DmabufBacking(MrBacking):
+    """The NIC side of one dma-buf MR (see the module docstring)."""
+
+    def __init__(self, umem: IbUmemDmabuf, umr: UmrParams, mode: str, *, invariants: str = "raise") -> None:
+        self.umem = umem
+        self.umr = umr
+        self.mode = "dmabuf" if mode == "dynamic" else "dmabuf-pinned"
+        self.invariants = invariants
+        self.translation_valid = umem.sgt is not None
+        self.faults = 0
+        self.invalidations = 0
+        self.violations: list[str] = []
+        umem.private = self
+
+    @property
+    def pages(self) -> int:
+        """4 KiB pages of the MR (mlx5 dma-buf mkeys are fixed at PAGE_SIZE)."""
+        return -(-self.umem.length // 4096)
+
+    def move_notify(self, attach: DmaBufAttachment) -> None:
+        """mlx5_ib_dmabuf_invalidate_cb: runs in the exporter's task with the lock held."""
+        umem = self.umem
+        if umem.sgt is None or umem.private is None:
+            return
+        self.translation_valid = False  # UMR XLT ZAP: the NIC can no longer reach the old pages
+        ib_umem_dmabuf_unmap_pages(umem)
+        self.invalidations += 1
+
+    def translate(self, now_ps: int, offset: int, length: int):
+        from models.verbs import WcStatus
+
+        umem = self.umem
+        if umem.revoked or umem.private is None:
+            return WcStatus.LOC_PROT_ERR
+        if not self.translation_valid:
+            if self.mode != "dmabuf":
+                return WcStatus.LOC_PROT_ERR
+            return self._page_fault()
+        if now_ps < umem.ready_ps:  # a fault handler is still waiting for the exporter's fence
+            return Fault(umem.ready_ps, 0)
+        if umem.sgt is not None:
+            try:
+                check_dma(umem.sgt, now_ps)
+            except InvariantViolation as violation:
+                if self.invariants == "raise":
+                    raise
+                self.violations.append(str(violation))
+        return None
+
+    def _page_fault(self):
+        """A NIC access found the translation zapped: re-map, or complete the access in error."""
+        from models.verbs import WcStatus
+
+        try:
+            self.remap()
+        except VerbsError:
+            return WcStatus.LOC_PROT_ERR
+        self.faults += 1
+        return Fault(self.umem.ready_ps, self.pages)
+
+    def remap(self) -> None:
+        """pagefault_dmabuf_mr: lock, map the whole MR after the exporter's fences, rewrite the MTT, unlock.
+
+        :raises VerbsError: the map failed (revoked umem, exporter map error).
+        """
+        umem = self.umem
+        core = umem.attach.dmabuf.core
+        dev = umem.dev
+        with core.call(dev, "pagefault_dmabuf_mr", pages=self.pages):
+            umem.resv.lock(dev)
+            try:
+                ib_umem_dmabuf_map_pages(umem)
+                core.spend(dev, self.umr.fixed_ps + self.umr.entry_ps * self.pages)
+            finally:
+                umem.resv.unlock(dev)
+        self.translation_valid = True
+        umem.ready_ps = core.now_ps(dev)
+        core.env.trace.instant(dev, "MappingRestored", pages=self.pages, ready_ps=umem.ready_ps)
+
+    def release(self, now_ps: int) -> int:
+        """Deregistration: revoke the mkey under the lock, then release the umem (unmap, detach, put)."""
+        umem = self.umem
+        core = umem.attach.dmabuf.core
+        start = core.now_ps(umem.dev)
+        with core.call(umem.dev, "mlx5_umr_revoke_mr_with_lock"):
+            umem.resv.lock(umem.dev)
+            core.spend(umem.dev, self.umr.fixed_ps)
+            umem.private = None
+            self.translation_valid = False
+            umem.resv.unlock(umem.dev)
+        ib_umem_dmabuf_release(umem)
+        return core.now_ps(umem.dev) - start
+
+
+ALLOWED_ACCESS = 0x1 | 0x2 | 0x4 | 0x8 | (1 << 20)
+"""LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, RELAXED_ORDERING: all ibv_reg_dmabuf_mr accepts."""
+
+
+def register_dmabuf(nic, mode: str, umr: UmrParams, fdtable: FdTable, offset: int, length: int, fd: int,
+                    writable: bool, invariants: str = "raise") -> tuple[DmabufBacking, int]:
+    """The driver's ``reg_user_mr_dmabuf``: attach (and for ``pinned`` pin+map), or map the whole MR.
+
+    Returns the backing and the driver's time in ps.
+    """
+    dev = nic.name
+    if mode == "pinned":
+        umem = ib_umem_dmabuf_get_pinned(dev, offset, length, fdtable, fd, writable)
+        core = umem.attach.dmabuf.core
+        backing = DmabufBacking(umem, umr, mode, invariants=invariants)
+    else:
+        holder: list[DmabufBacking] = []
+        ops = DmaBufAttachOps(move_notify=lambda attach: holder[0].move_notify(attach), allow_peer2peer=True)
+        umem = ib_umem_dmabuf_get(dev, offset, length, fdtable, fd, writable, ops)
+        backing = DmabufBacking(umem, umr, mode, invariants=invariants)
+        holder.append(backing)
+        core = umem.attach.dmabuf.core
+        try:
+            backing.remap()  # mlx5_ib_init_dmabuf_mr: map the whole MR and enable the mkey
+        except VerbsError:
+            ib_umem_dmabuf_release(umem)
+            raise
+    return backing, core.now_ps(dev)

@@ -1,0 +1,178 @@
+"""The RDMA core's dma-buf importer (drivers/infiniband/core/umem_dmabuf.c, mainline semantics).
+
+``ib_umem_dmabuf_get`` attaches dynamically without mapping; ``ib_umem_dmabuf_get_pinned`` also pins and
+maps under the reservation lock; ``map_pages`` is idempotent and waits for the exporter's KERNEL fences with
+the lock held; ``revoke`` unmaps (and unpins) once; ``release`` revokes, detaches and drops the reference.
+Calls run in the NIC driver's context (its device name), or in the task that invoked them when called from
+a callback (``move_notify`` runs in the exporter's task, which holds the lock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from sim.core import ProtocolError, VerbsError
+
+from models.dmabuf import (DmaBufAttachment, DmaBufAttachOps, DmaDataDirection, FdTable, SgTable, dma_buf_detach,
+                           dma_buf_dynamic_attach, dma_buf_get, dma_buf_map_attachment, dma_buf_pin, dma_buf_put,
+                           dma_buf_unmap_attachment, dma_buf_unpin)
+from models.dmabuf.resv import DmaResvUsage, dma_resv_wait_timeout
+
+U64 = 2**64
+
+
+@dataclass(eq=False)
+class IbUmemDmabuf:
+    """``struct ib_umem_dmabuf``: the MR's view of an attached dma-buf range."""
+
+    attach: DmaBufAttachment
+    offset: int
+    length: int
+    writable: bool
+    sgt: SgTable | None = None
+    """The current mapping; None while unmapped or invalidated."""
+    ready_ps: int = 0
+    """When the last map's fence wait finished: the mapping's contents are valid from then on."""
+    pinned: bool = False
+    revoked: bool = False
+    private: Any = None
+    """The driver's MR (mlx5 clears it at deregistration so a late move_notify is ignored)."""
+    stats: dict = field(default_factory=lambda: {"maps": 0, "unmaps": 0})
+
+    @property
+    def dev(self) -> str:
+        """The importing device (the driver context)."""
+        return self.attach.dev
+
+    @property
+    def resv(self):
+        """The buffer's reservation lock."""
+        return self.attach.dmabuf.resv
+
+
+def _task(umem: IbUmemDmabuf) -> str:
+    """The running task: the caller of an enclosing call (a callback), else the NIC driver."""
+    return umem.attach.dmabuf.core.context(None, umem.dev)
+
+
+def _assert_held(umem: IbUmemDmabuf, call: str) -> str:
+    ctx = _task(umem)
+    if not umem.resv.is_held_by(ctx):
+        raise ProtocolError(f"{call}: lockdep: dma_resv_assert_held failed: {umem.resv.name} is held by "
+                            f"{umem.resv.holder or 'nobody'}, not {ctx}")
+    return ctx
+
+
+def ib_umem_dmabuf_get(dev: str, offset: int, size: int, fdtable: FdTable, fd: int, access_writable: bool,
+                       ops: DmaBufAttachOps | None) -> IbUmemDmabuf:
+    """Take a reference on the dma-buf behind ``fd`` and attach to it dynamically (no mapping yet).
+
+    :raises VerbsError: ``EINVAL`` for an overflowing range, missing move_notify, a range past the buffer
+        or length 0; ``EBADF``/``EINVAL`` from ``dma_buf_get``; the exporter's attach errno.
+    """
+    call = "ib_umem_dmabuf_get"
+    if offset < 0 or size < 0 or offset + size >= U64:
+        raise VerbsError("EINVAL", f"offset {offset} + size {size} overflows (check_add_overflow)", call=call)
+    if ops is None or ops.move_notify is None:
+        raise VerbsError("EINVAL", "importer ops without move_notify", call=call)
+    dmabuf = dma_buf_get(fdtable, fd, caller=dev)
+    if dmabuf.size < offset + size:
+        dma_buf_put(dmabuf, caller=dev)
+        raise VerbsError("EINVAL", f"range [{offset}, {offset + size}) runs past the dma-buf's {dmabuf.size} "
+                         "bytes", call=call)
+    if size == 0:
+        dma_buf_put(dmabuf, caller=dev)
+        raise VerbsError("EINVAL", "length 0: the umem spans no pages", call=call)
+    umem = IbUmemDmabuf(None, offset, size, access_writable)  # type: ignore[arg-type]
+    try:
+        umem.attach = dma_buf_dynamic_attach(dmabuf, dev, ops, umem, caller=dev)
+    except VerbsError:
+        dma_buf_put(dmabuf, caller=dev)
+        raise
+    return umem
+
+
+def ib_umem_dmabuf_map_pages(umem: IbUmemDmabuf) -> int:
+    """Map the buffer (if not mapped) and wait for the exporter's KERNEL fences; caller holds the lock.
+
+    Returns the time the fences have signaled (the mapping is usable from then on), in ps.
+
+    :raises ProtocolError: the lock is not held.
+    :raises VerbsError: ``EINVAL`` after revoke; the exporter's map errno.
+    """
+    call = "ib_umem_dmabuf_map_pages"
+    ctx = _assert_held(umem, call)
+    if umem.revoked:
+        raise VerbsError("EINVAL", "the umem was revoked", call=call)
+    core = umem.attach.dmabuf.core
+    if umem.sgt is None:
+        umem.sgt = dma_buf_map_attachment(umem.attach, DmaDataDirection.BIDIRECTIONAL, caller=ctx)
+        umem.stats["maps"] += 1
+    ready = dma_resv_wait_timeout(umem.resv, DmaResvUsage.KERNEL, now_ps=core.now_ps(ctx))
+    core.wait_until(ctx, ready)
+    umem.ready_ps = ready
+    return ready
+
+
+def ib_umem_dmabuf_unmap_pages(umem: IbUmemDmabuf) -> None:
+    """Drop the mapping (no-op when unmapped); caller holds the lock."""
+    ctx = _assert_held(umem, "ib_umem_dmabuf_unmap_pages")
+    if umem.sgt is None:
+        return
+    dma_buf_unmap_attachment(umem.attach, umem.sgt, DmaDataDirection.BIDIRECTIONAL, caller=ctx)
+    umem.sgt = None
+    umem.stats["unmaps"] += 1
+
+
+def _pinned_move_notify(attach: DmaBufAttachment) -> None:
+    attach.dmabuf.core.warn(attach.dev, "ib_umem_dmabuf_unsupported_move_notify: Invalidate callback should not "
+                            "be called when memory is pinned")
+
+
+PINNED_OPS = DmaBufAttachOps(move_notify=_pinned_move_notify, allow_peer2peer=True)
+"""``ib_umem_dmabuf_attach_pinned_ops``: a move_notify that only warns."""
+
+
+def ib_umem_dmabuf_get_pinned(dev: str, offset: int, size: int, fdtable: FdTable, fd: int,
+                              access_writable: bool) -> IbUmemDmabuf:
+    """Attach, pin and map under the lock (drivers without page faults: EFA, irdma, bnxt_re...).
+
+    :raises VerbsError: as :func:`ib_umem_dmabuf_get`, or the exporter's pin/map errno (then everything is
+        undone: unlock, release — which revokes, unmapping and unpinning once).
+    """
+    umem = ib_umem_dmabuf_get(dev, offset, size, fdtable, fd, access_writable, PINNED_OPS)
+    umem.resv.lock(dev)
+    try:
+        dma_buf_pin(umem.attach, caller=dev)
+        umem.pinned = True
+        ib_umem_dmabuf_map_pages(umem)
+    except VerbsError:
+        umem.resv.unlock(dev)
+        ib_umem_dmabuf_release(umem)
+        raise
+    umem.resv.unlock(dev)
+    return umem
+
+
+def ib_umem_dmabuf_revoke(umem: IbUmemDmabuf) -> None:
+    """Unmap and unpin once, then refuse further maps (takes the lock)."""
+    umem.resv.lock(umem.dev)
+    try:
+        if umem.revoked:
+            return
+        ib_umem_dmabuf_unmap_pages(umem)
+        if umem.pinned:
+            dma_buf_unpin(umem.attach, caller=umem.dev)
+            umem.pinned = False
+        umem.revoked = True
+    finally:
+        umem.resv.unlock(umem.dev)
+
+
+def ib_umem_dmabuf_release(umem: IbUmemDmabuf) -> None:
+    """Revoke, detach (which takes the lock itself) and drop the MR's dma-buf reference."""
+    ib_umem_dmabuf_revoke(umem)
+    dmabuf = umem.attach.dmabuf
+    dma_buf_detach(dmabuf, umem.attach, caller=umem.dev)
+    dma_buf_put(dmabuf, caller=umem.dev)

@@ -1,0 +1,413 @@
+"""Random legal and illegal dma-buf call sequences checked against a small reference model.
+
+Every example starts from the scenario the project is about (a movable VRAM buffer with an fd and a
+dynamically attached, mapped importer), with CONFIG_DMABUF_MOVE_NOTIFY on or off, then makes random calls
+with and without the reservation lock held. Each call must succeed exactly when the reference model says
+so, or raise the typed error (and errno) the model predicts. After every step: refcounts and release
+counts, lock holders, attachment and mapping lists, the fd table, exporter pin counts and the WARN log
+match the model; a pinned buffer never moved; a live mapping to a stale placement exists only for a
+notified dynamic importer, and ``check_dma`` flags exactly those.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from models.dmabuf import (DmaBufAttachOps, DmaBufCore, DmaBufOps, FdTable, KernelConfig, MovableExporter,
+                           Placement, StaticExporter, check_dma, dma_buf_attach, dma_buf_detach,
+                           dma_buf_dynamic_attach, dma_buf_export, dma_buf_fd, dma_buf_get,
+                           dma_buf_map_attachment, dma_buf_map_attachment_unlocked, dma_buf_move_notify,
+                           dma_buf_pin, dma_buf_put, dma_buf_unmap_attachment, dma_buf_unmap_attachment_unlocked,
+                           dma_buf_unpin)
+from sim.core import DeadlockError, Environment, InvariantViolation, ProtocolError, SimError, VerbsError
+
+DEVS = ("nic0", "nic1")
+APP = "app"
+MAX_FDS = 8
+PROTO, DEADLOCK = (ProtocolError, None), (DeadlockError, None)
+PICK = st.integers(0, 7)
+"""Index of the buffer, attachment or mapping a rule acts on (modulo how many exist)."""
+FD = st.integers(-1, MAX_FDS)
+"""fds are small, so random numbers hit open dma-buf fds, stdio (plain files) and closed fds alike."""
+RARELY = st.sampled_from([False, False, False, True])
+"""Hold the lock around calls that must not hold it, or drop a last reference, only sometimes."""
+KINDS = st.sampled_from(["static", "dynamic", "dynamic", "dynamic-no-p2p", "no-move-notify"])
+
+
+def errno(name: str) -> tuple[type, str]:
+    return (VerbsError, name)
+
+
+@dataclass(eq=False)
+class RefMap:
+    real: object
+    gen: int
+    pinned_on_map: bool
+    notified_at_map: int
+    unmapped: bool = False
+
+
+@dataclass(eq=False)
+class RefAttach:
+    buf: RefBuf
+    dev: str
+    dynamic: bool
+    unmap_on_notify: bool
+    real: object = None
+    pin_count: int = 0
+    notified: int = 0
+    seen: list = field(default_factory=list)
+    maps: list[RefMap] = field(default_factory=list)
+    detached: bool = False
+
+    def move_notify(self, attach) -> None:
+        """The importer's callback: record, and drop every mapping when it behaves like mlx5."""
+        self.seen.append(attach)
+        if self.unmap_on_notify:
+            for sgt in list(attach.mappings):
+                dma_buf_unmap_attachment(attach, sgt)
+
+    def live_maps(self) -> list[RefMap]:
+        return [m for m in self.maps if not m.unmapped]
+
+    def pinned(self) -> bool:
+        return self.pin_count > 0 or any(m.pinned_on_map for m in self.live_maps())
+
+
+@dataclass(eq=False)
+class RefBuf:
+    exporter: MovableExporter | StaticExporter
+    movable: bool
+    refcount: int = 1
+    released: bool = False
+    holder: str | None = None
+    gen: int = 0
+    atts: list[RefAttach] = field(default_factory=list)
+
+    @property
+    def real(self):
+        return self.exporter.dmabuf
+
+    def live_atts(self) -> list[RefAttach]:
+        return [a for a in self.atts if not a.detached]
+
+    def exporter_pins(self) -> int:
+        return sum(a.pin_count + sum(m.pinned_on_map for m in a.live_maps()) for a in self.atts)
+
+
+class DmaBufMachine(RuleBasedStateMachine):
+    @initialize(move_notify=st.booleans(), kind=st.sampled_from(["dynamic", "dynamic-no-p2p", "static"]),
+                unmap_on_notify=RARELY)
+    def setup(self, move_notify, kind, unmap_on_notify):
+        self.config = KernelConfig(move_notify_enabled=move_notify)
+        self.core = DmaBufCore(Environment(), self.config)
+        self.table = FdTable(APP, max_fds=MAX_FDS)
+        self.files: dict[int, RefBuf | str] = {0: "plain", 1: "plain", 2: "plain"}
+        self.bufs: list[RefBuf] = []
+        self.atts: list[RefAttach] = []
+        self.warns = 0
+        self.pinned_gen: dict[int, int] = {}
+        self.export("movable", Placement.VRAM, "", with_fd=True, hold=False)
+        self.attach(0, DEVS[0], kind, unmap_on_notify, hold=False, map_now=True)
+
+    # ---------------------------------------------------------------------------------------- helpers
+    def run(self, expected, call):
+        """Run ``call``; check it succeeded iff ``expected`` is None, else raised exactly that error."""
+        try:
+            result = call()
+        except SimError as err:
+            assert not isinstance(err, InvariantViolation), err
+            assert expected is not None, f"unexpected {err!r}"
+            assert type(err) is expected[0], f"expected {expected}, got {err!r}"
+            assert expected[1] is None or err.errno == expected[1], f"expected {expected}, got {err!r}"
+            return False, None
+        assert expected is None, f"expected {expected}, call succeeded"
+        return True, result
+
+    @contextmanager
+    def holding(self, buf: RefBuf, who: str, hold: bool):
+        """Hold ``buf``'s lock as ``who`` around a call when asked and the lock is free."""
+        took = hold and buf.holder is None
+        if took:
+            buf.real.resv.lock(who)
+            buf.holder = who
+        try:
+            yield
+        finally:
+            if took:
+                buf.real.resv.unlock(who)
+                buf.holder = None
+
+    def _put(self, buf: RefBuf, caller: str):
+        """Expected outcome of dma_buf_put by ``caller``."""
+        if buf.released:
+            return PROTO
+        if buf.holder == caller or (buf.refcount == 1 and buf.holder is not None):
+            return DEADLOCK
+        return None
+
+    def _apply_put(self, buf: RefBuf) -> None:
+        buf.refcount -= 1
+        if buf.refcount == 0:
+            buf.released = True
+            self.warns += bool(buf.live_atts())
+
+    def _attached(self, att: RefAttach) -> bool:
+        return not (att.buf.released or att.detached)
+
+    def _notify_all(self, buf: RefBuf) -> None:
+        for att in buf.live_atts():
+            if not att.dynamic:
+                continue
+            self.warns += att.pinned()
+            att.notified += 1
+            if att.unmap_on_notify:
+                for m in att.live_maps():
+                    m.unmapped = True
+
+    # ---------------------------------------------------------------------------------------- buffers / fds
+    @rule(kind=st.sampled_from(["movable", "static", "invalid"]), placement=st.sampled_from(Placement),
+          missing=st.sampled_from(["map_dma_buf", "unmap_dma_buf", "release", "pin", "unpin", "priv"]),
+          with_fd=st.booleans(), hold=RARELY)
+    def export(self, kind, placement, missing, with_fd, hold):
+        """Export a buffer (or fail to, with incomplete ops); optionally hand its reference to an fd."""
+        if kind == "invalid":
+            ops = dict(map_dma_buf=print, unmap_dma_buf=print, release=print)
+            if missing in ops:
+                ops[missing] = None
+            elif missing != "priv":
+                ops[missing] = print
+            self.run(errno("EINVAL"), lambda: dma_buf_export(self.core, DmaBufOps(**ops), 4096,
+                                                             priv=None if missing == "priv" else self,
+                                                             exp_name="bad"))
+            self.warns += 1
+            return
+        cls = MovableExporter if kind == "movable" else StaticExporter
+        buf = RefBuf(cls(self.core, 1 << 20, name=f"gpu{len(self.bufs)}", placement=placement), kind == "movable")
+        self.bufs.append(buf)
+        if not with_fd:
+            return
+        with self.holding(buf, APP, hold):
+            expected = DEADLOCK if buf.holder == APP else errno("EMFILE") if len(self.files) == MAX_FDS else None
+            ok, fd = self.run(expected, lambda: dma_buf_fd(buf.real, self.table))
+        if ok:
+            self.files[fd] = buf
+
+    @rule(fd=FD, dev=st.sampled_from(DEVS), hold=RARELY)
+    def get(self, fd, dev, hold):
+        file = self.files.get(fd)
+        if not isinstance(file, RefBuf):
+            self.run(errno("EBADF") if file is None else errno("EINVAL"), lambda: dma_buf_get(self.table, fd))
+            return
+        with self.holding(file, dev, hold):
+            expected = PROTO if file.released else DEADLOCK if file.holder == dev else None
+            ok, got = self.run(expected, lambda: dma_buf_get(self.table, fd, caller=dev))
+        if ok:
+            assert got is file.real
+            file.refcount += 1
+
+    @rule(fd=FD, release=RARELY)
+    def close(self, fd, release):
+        file = self.files.get(fd)
+        if isinstance(file, RefBuf) and file.refcount == 1 and not release:
+            return                  # let buffers live long enough to be attached, mapped and moved
+        expected = errno("EBADF") if file is None else None if file == "plain" else self._put(file, APP)
+        ok, _ = self.run(expected, lambda: self.table.close(fd))
+        if ok:
+            del self.files[fd]
+            if isinstance(file, RefBuf):
+                self._apply_put(file)
+
+    @rule(i=PICK, dev=st.sampled_from(DEVS), hold=RARELY, release=RARELY)
+    def put(self, i, dev, hold, release):
+        buf = self.bufs[i % len(self.bufs)]
+        if buf.refcount == 1 and not release:
+            return
+        with self.holding(buf, dev, hold):
+            ok, _ = self.run(self._put(buf, dev), lambda: dma_buf_put(buf.real, caller=dev))
+        if ok:
+            self._apply_put(buf)
+
+    @rule(i=PICK, who=st.sampled_from(DEVS + (APP, "gpu0")), right_owner=st.sampled_from([True, True, False]))
+    def lock_or_unlock(self, i, who, right_owner):
+        """Lock a free lock as ``who`` (and again: self-deadlock); unlock a held one as its owner or,
+        illegally, as ``who``."""
+        buf = self.bufs[i % len(self.bufs)]
+        if buf.holder is None:
+            self.run(None, lambda: buf.real.resv.lock(who))
+            buf.holder = who
+            self.run(DEADLOCK, lambda: buf.real.resv.lock(who))
+            return
+        who = buf.holder if right_owner else who
+        ok, _ = self.run(None if buf.holder == who else PROTO, lambda: buf.real.resv.unlock(who))
+        if ok:
+            buf.holder = None
+
+    # ---------------------------------------------------------------------------------------- importers
+    @rule(i=PICK, dev=st.sampled_from(DEVS), kind=KINDS, unmap_on_notify=st.booleans(), hold=RARELY,
+          map_now=st.booleans())
+    def attach(self, i, dev, kind, unmap_on_notify, hold, map_now):
+        """Attach (static, dynamic, dynamic without peer2peer, or ops lacking move_notify); optionally map
+        right away with the unlocked variant, as an RDMA driver does at registration."""
+        buf = self.bufs[i % len(self.bufs)]
+        att = RefAttach(buf, dev, kind != "static", unmap_on_notify)
+        ops = (None if kind == "static" else
+               DmaBufAttachOps(None if kind == "no-move-notify" else att.move_notify, kind == "dynamic"))
+        with self.holding(buf, dev, hold):
+            refused = not buf.movable and buf.real.placement is Placement.VRAM and kind != "dynamic"
+            expected = (errno("EINVAL") if kind == "no-move-notify" else PROTO if buf.released
+                        else DEADLOCK if buf.holder is not None else errno("ENOTSUPP") if refused else None)
+            call = (lambda: dma_buf_attach(buf.real, dev)) if ops is None else (
+                lambda: dma_buf_dynamic_attach(buf.real, dev, ops))
+            ok, att.real = self.run(expected, call)
+        self.warns += kind == "no-move-notify"
+        if not ok:
+            return
+        assert att.real.peer2peer is (kind == "dynamic")
+        buf.atts.append(att)
+        self.atts.append(att)
+        if map_now:
+            self.map(len(self.atts) - 1, hold=False, unlocked=True)
+
+    @precondition(lambda self: self.atts)
+    @rule(i=PICK, hold=st.booleans(), unpin=st.booleans())
+    def pin_or_unpin(self, i, hold, unpin):
+        att = self.atts[i % len(self.atts)]
+        buf = att.buf
+        with self.holding(buf, att.dev, hold):
+            if not self._attached(att):
+                expected = PROTO
+            else:
+                self.warns += not att.dynamic
+                expected = None if buf.holder == att.dev else PROTO
+            if expected is None and unpin and att.pin_count == 0:
+                self.warns += 1
+            call = dma_buf_unpin if unpin else dma_buf_pin
+            ok, _ = self.run(expected, lambda: call(att.real))
+        if ok and not (unpin and att.pin_count == 0):
+            att.pin_count += -1 if unpin else 1
+
+    @precondition(lambda self: self.atts)
+    @rule(i=PICK, hold=st.booleans(), unlocked=st.booleans())
+    def map(self, i, hold, unlocked):
+        att = self.atts[i % len(self.atts)]
+        buf = att.buf
+        with self.holding(buf, att.dev, hold):
+            expected = (PROTO if not self._attached(att)
+                        else (DEADLOCK if buf.holder is not None else None) if unlocked
+                        else None if buf.holder == att.dev else PROTO)
+            call = dma_buf_map_attachment_unlocked if unlocked else dma_buf_map_attachment
+            ok, sgt = self.run(expected, lambda: call(att.real))
+        if ok:
+            pinned = buf.movable and (not att.dynamic or not self.config.move_notify_enabled)
+            assert sgt.pinned_on_map is pinned and sgt.generation == buf.gen
+            att.maps.append(RefMap(sgt, buf.gen, pinned, att.notified))
+
+    @precondition(lambda self: any(a.maps for a in self.atts))
+    @rule(i=PICK, j=PICK, hold=st.booleans(), unlocked=st.booleans())
+    def unmap(self, i, j, hold, unlocked):
+        """Unmap one of an attachment's mappings, live or already unmapped."""
+        mapped = [a for a in self.atts if a.maps]
+        att = mapped[i % len(mapped)]
+        m, buf = att.maps[j % len(att.maps)], att.buf
+        with self.holding(buf, att.dev, hold):
+            expected = (PROTO if not self._attached(att)
+                        else DEADLOCK if unlocked and buf.holder is not None    # locks before looking at sgt
+                        else PROTO if m.unmapped or not unlocked and buf.holder != att.dev else None)
+            call = dma_buf_unmap_attachment_unlocked if unlocked else dma_buf_unmap_attachment
+            ok, _ = self.run(expected, lambda: call(att.real, m.real))
+        if ok:
+            m.unmapped = True
+
+    @precondition(lambda self: self.atts)
+    @rule(i=PICK, hold=RARELY)
+    def detach(self, i, hold):
+        att = self.atts[i % len(self.atts)]
+        buf = att.buf
+        with self.holding(buf, att.dev, hold):
+            expected = (PROTO if not self._attached(att) else DEADLOCK if buf.holder is not None
+                        else PROTO if att.live_maps() or att.pin_count else None)
+            ok, _ = self.run(expected, lambda: dma_buf_detach(buf.real, att.real))
+        if ok:
+            att.detached = True
+
+    # ---------------------------------------------------------------------------------------- exporter
+    @rule(i=PICK, dst=st.sampled_from(Placement), notify_only=RARELY, hold=RARELY)
+    def move(self, i, dst, notify_only, hold):
+        """``MovableExporter.move`` (which locks itself), or a bare ``dma_buf_move_notify`` under the lock."""
+        buf = self.bufs[i % len(self.bufs)]
+        ctx = buf.exporter.name
+        if notify_only:
+            with self.holding(buf, ctx, not hold):      # usually legal: the exporter holds the lock
+                expected = PROTO if buf.released else None if buf.holder == ctx else PROTO
+                ok, _ = self.run(expected, lambda: dma_buf_move_notify(buf.real, caller=ctx))
+            if ok:
+                self._notify_all(buf)
+            return
+        if not buf.movable:
+            return
+        with self.holding(buf, ctx, hold):
+            expected = (PROTO if buf.released else DEADLOCK if buf.holder is not None
+                        else errno("EBUSY") if buf.exporter_pins() else None)
+            ok, fence = self.run(expected, lambda: buf.exporter.move(dst))
+        if ok:
+            self._notify_all(buf)
+            buf.gen += 1
+            assert buf.real.placement is dst and fence.signaled_at_ps > self.core.now_ps(ctx)
+
+    # ---------------------------------------------------------------------------------------- invariants
+    @invariant()
+    def matches_reference(self):
+        assert len(self.core.warnings) == self.warns
+        assert self.table.files.keys() == self.files.keys()
+        for fd, file in self.files.items():
+            assert self.table.files[fd] is file.real if isinstance(file, RefBuf) else not hasattr(
+                self.table.files[fd], "ino")
+        for buf in self.bufs:
+            real = buf.real
+            assert real.refcount == buf.refcount >= 0
+            assert real.released is buf.released and buf.exporter.release_calls == int(buf.released)
+            assert real.resv.holder == buf.holder and real.generation == buf.gen
+            assert real.attachments == [a.real for a in buf.live_atts()]
+            for att in buf.atts:
+                assert (att.real.pin_count, len(att.seen), att.real.detached) == (att.pin_count, att.notified,
+                                                                                  att.detached)
+                assert att.real.mappings == [m.real for m in att.live_maps()]
+
+    @invariant()
+    def pinned_buffers_never_move(self):
+        for i, buf in enumerate(self.bufs):
+            if not buf.movable:
+                continue
+            assert buf.exporter.pin_count == buf.exporter_pins()
+            if buf.exporter.pin_count:
+                assert self.pinned_gen.setdefault(i, buf.real.generation) == buf.real.generation
+            else:
+                self.pinned_gen.pop(i, None)
+
+    @invariant()
+    def stale_mappings_only_for_notified_importers(self):
+        for att in self.atts:
+            if att.buf.released:
+                continue
+            for m in att.live_maps():
+                if m.gen == att.buf.gen:
+                    check_dma(m.real)
+                    continue
+                assert att.dynamic and att.notified > m.notified_at_map
+                try:
+                    check_dma(m.real)
+                except InvariantViolation as err:
+                    assert "stale mapping" in str(err)
+                else:
+                    raise AssertionError("check_dma missed a stale mapping")
+
+
+DmaBufMachine.TestCase.settings = settings(max_examples=400, stateful_step_count=50, deadline=None,
+                                           suppress_health_check=[HealthCheck.too_slow])
+TestDmaBufStateful = DmaBufMachine.TestCase
