@@ -50,6 +50,14 @@ class DmabufBacking(MrBacking):
         umem.private = self
 
     @property
+    def pinned_bytes(self) -> int:
+        """The MR's bytes the exporter cannot move: pinned by the importer, or pinned on map because
+        CONFIG_DMABUF_MOVE_NOTIFY is off."""
+        umem = self.umem
+        pinned = umem.pinned or (umem.sgt is not None and umem.sgt.pinned_on_map)
+        return umem.length if pinned and not umem.revoked else 0
+
+    @property
     def pages(self) -> int:
         """4 KiB pages of the MR (mlx5 dma-buf mkeys are fixed at PAGE_SIZE)."""
         return -(-self.umem.length // 4096)

@@ -17,15 +17,42 @@ from sim.core import VerbsError
 PAGE_MASK = 4096 - 1
 
 
+MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT = 1
+"""``mlx5dv_reg_dmabuf_mr`` access flag selecting the pinned (data-direct) path."""
+
+
 def ibv_reg_dmabuf_mr(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int, access: Access,
                       *, invariants: str = "raise") -> MemoryRegion:
-    """Register ``[offset, offset+length)`` of the dma-buf behind ``fd`` in the process's fd table.
+    """Register ``[offset, offset+length)`` of the dma-buf behind ``fd`` in the process's fd table, the way the
+    device's driver does it (mlx5: dynamic; EFA-like: pinned).
 
     ``invariants="record"`` keeps DMA-safety violations in ``mr.backing.violations`` instead of raising.
 
     :raises VerbsError: see the module docstring for the order of checks.
     """
-    call = "ibv_reg_dmabuf_mr"
+    return _reg_dmabuf(pd, offset, length, iova, fd, access, pd.context.node.nic.params.dmabuf, invariants,
+                       "ibv_reg_dmabuf_mr")
+
+
+def mlx5dv_reg_dmabuf_mr(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int, access: Access,
+                         mlx5_access: int, *, invariants: str = "raise") -> MemoryRegion:
+    """mlx5 direct verb: ``mlx5_access`` 0 is :func:`ibv_reg_dmabuf_mr`; DATA_DIRECT pins the buffer.
+
+    :raises VerbsError: ``EINVAL`` for unknown mlx5_access bits; with DATA_DIRECT, ``EOPNOTSUPP`` for an iova
+        that is not page aligned; otherwise as :func:`ibv_reg_dmabuf_mr`.
+    """
+    call = "mlx5dv_reg_dmabuf_mr"
+    if mlx5_access & ~MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT:
+        raise VerbsError("EINVAL", f"unknown mlx5_access bits {mlx5_access:#x}", call=call)
+    if not mlx5_access:
+        return ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access, invariants=invariants)
+    if iova & PAGE_MASK:
+        raise VerbsError("EOPNOTSUPP", f"data-direct needs a page-aligned iova, got 0x{iova:x}", call=call)
+    return _reg_dmabuf(pd, offset, length, iova, fd, access, "pinned", invariants, call)
+
+
+def _reg_dmabuf(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int, access: Access, mode: str,
+                invariants: str, call: str) -> MemoryRegion:
     node = pd.context.node
     nic = node.nic
     if nic.params.dmabuf is None:
@@ -39,12 +66,12 @@ def ibv_reg_dmabuf_mr(pd: ProtectionDomain, offset: int, length: int, iova: int,
     if access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not access & Access.LOCAL_WRITE:
         raise VerbsError("EINVAL", "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE (ib_check_mr_access)",
                          call=call)
-    if nic.params.dmabuf == "dynamic" and nic.params.odp is None:
+    if mode == "dynamic" and nic.params.odp is None:
         raise VerbsError("EOPNOTSUPP", "mlx5 dynamic dma-buf MRs need on-demand paging", call=call)
     if length > nic.params.max_mr_size:
         raise VerbsError("EINVAL", f"length {length} exceeds the device's max_mr_size", call=call)
     start = max(pd.context.env.now, node.kernel.now_ps(nic.name)) if node.kernel else pd.context.env.now
-    backing, done = register_dmabuf(nic, nic.params.dmabuf, nic.params.umr, node.fds, offset, length, fd,
+    backing, done = register_dmabuf(nic, mode, nic.params.umr, node.fds, offset, length, fd,
                                     bool(access & Access.LOCAL_WRITE), invariants)
     key = nic.new_key()
     mr = MemoryRegion(pd, offset, length, Access(access), key, key, nic.params.umr.reg_ioctl_ps + done - start,

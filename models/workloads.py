@@ -45,7 +45,7 @@ class OpRecords:
 
 def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
         landed: simpy.Event | None = None) -> SendWR:
-    return SendWR(wr_id, opcode, src.mr.addr, size, src.mr.lkey, dst.mr.addr, dst.mr.rkey, inline, landed)
+    return SendWR(wr_id, opcode, src.mr.iova, size, src.mr.lkey, dst.mr.iova, dst.mr.rkey, inline, landed)
 
 
 def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iterations: int,

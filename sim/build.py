@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from models.dmabuf import DmaBufCore, KernelConfig
 from models.fabric import Fabric
-from models.host import HostBuffer
+from models.gpu_export import Gpu, GpuAllocation
 from models.node import Node
-from models.verbs import (Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device, ibv_reg_mr)
+from models.peermem import ibv_reg_mr_peermem
+from models.presets import GPU_PRESETS
+from models.verbs import (Access, Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device,
+                          ibv_reg_mr)
+from models.verbs_dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
 from sim.core import Environment, SimError
 from sim.scenario.resolve import access_flags, fabric_params, host_params, nic_params, pcie_params
-from sim.scenario.schema import Scenario
+from sim.scenario.schema import BufferSpec, Scenario
 
 
 @dataclass
@@ -22,19 +27,24 @@ class Registration:
     size_bytes: int
     mode: str
     mr: MemoryRegion
+    location: str
+    """'host' or the GPU's name."""
 
 
 @dataclass
 class Testbed:
-    """Everything a run needs: the clock, the nodes, their opened devices and the registered buffers."""
+    """Everything a run needs: the clock, the nodes, their opened devices, GPUs and registered buffers."""
 
     env: Environment
     fabric: Fabric
     nodes: dict[str, Node]
     contexts: dict[str, Context]
     pds: dict[str, ProtectionDomain]
-    buffers: dict[str, HostBuffer] = field(default_factory=dict)
+    gpus: dict[str, Gpu] = field(default_factory=dict)
+    """By '<node>.<gpu>'."""
     registrations: dict[str, Registration] = field(default_factory=dict)
+    qps: list = field(default_factory=list)
+    """Every QP the workloads created."""
 
 
 class RegistrationFailed(SimError):
@@ -42,27 +52,66 @@ class RegistrationFailed(SimError):
 
 
 def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
-    """Create the nodes, open their devices, allocate and register every buffer.
+    """Create the nodes, GPUs and devices; allocate and register every buffer, advancing the clock by the
+    registration times (the setup runs before the workloads, as in a real program).
 
     :raises RegistrationFailed: a buffer's registration failed (e.g. ENOMEM past RLIMIT_MEMLOCK).
     """
     env = Environment(seed, trace=trace)
     fabric = Fabric(fabric_params(scenario))
-    nodes, contexts, pds = {}, {}, {}
+    bed = Testbed(env, fabric, {}, {}, {})
     for spec in scenario.nodes:
         node = Node.create(spec.name, host_params(spec), pcie_params(spec), nic_params(spec))
+        node.kernel = DmaBufCore(env, KernelConfig(move_notify_enabled=spec.kernel.dmabuf_move_notify))
         fabric.attach(node.nic.name)
-        nodes[spec.name] = node
-        contexts[spec.name] = ibv_open_device(node, env, fabric)
-        pds[spec.name] = ibv_alloc_pd(contexts[spec.name])
-    bed = Testbed(env, fabric, nodes, contexts, pds)
+        bed.nodes[spec.name] = node
+        bed.contexts[spec.name] = ibv_open_device(node, env, fabric)
+        bed.pds[spec.name] = ibv_alloc_pd(bed.contexts[spec.name])
+        for i, gspec in enumerate(spec.gpus):
+            name = gspec.name or f"gpu{i}"
+            preset = GPU_PRESETS[gspec.preset]
+            bed.gpus[f"{spec.name}.{name}"] = Gpu(f"{spec.name}.{name}", gspec.exporter or preset["vendor"],
+                                                  gspec.memory or preset["capacity"], node.kernel)
     for i, spec in enumerate(scenario.buffers):
-        node_name = spec.on.split(".")[0]
-        buf = nodes[node_name].host.allocate(spec.name, spec.size)
         try:
-            mr = ibv_reg_mr(pds[node_name], buf.addr, buf.size, access_flags(spec.access))
+            reg = _register(bed, spec, scenario.invariants)
         except SimError as exc:
-            raise RegistrationFailed(f"buffers[{i}] '{spec.name}' on {spec.on}: {exc}") from exc
-        bed.buffers[spec.name] = buf
-        bed.registrations[spec.name] = Registration(spec.name, node_name, spec.size, spec.registration, mr)
+            raise RegistrationFailed(f"buffers[{i}] '{spec.name}' on {spec.on} ({spec.registration}): {exc}") from exc
+        bed.registrations[spec.name] = reg
+        env.run(until=env.now + reg.mr.reg_ps)
     return bed
+
+
+def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:
+    node_name, place = spec.on.split(".")
+    node, pd = bed.nodes[node_name], bed.pds[node_name]
+    access = access_flags(spec.access)
+    if place == "host":
+        buf = node.host.allocate(spec.name, spec.size)
+        if spec.registration == "odp":
+            access |= Access.ON_DEMAND
+        mr = ibv_reg_mr(pd, buf.addr, buf.size, access)
+        return Registration(spec.name, node_name, spec.size, spec.registration, mr, "host")
+    gpu = bed.gpus[spec.on]
+    alloc = gpu.malloc(spec.name, spec.size)
+    if spec.registration == "peermem":
+        mr = ibv_reg_mr_peermem(pd, alloc, 0, spec.size, access)
+    else:
+        mr = _register_dmabuf(node, pd, gpu, alloc, spec, access, invariants)
+    return Registration(spec.name, node_name, spec.size, spec.registration, mr, place)
+
+
+def _register_dmabuf(node: Node, pd: ProtectionDomain, gpu: Gpu, alloc: GpuAllocation, spec: BufferSpec,
+                     access: Access, invariants: str) -> MemoryRegion:
+    """perftest's sequence: export the range as a dma-buf fd, register it, close the fd."""
+    start = node.kernel.now_ps(gpu.name)
+    fd = gpu.export(alloc, node.fds)
+    export_ps = node.kernel.now_ps(gpu.name) - start
+    if spec.registration == "dmabuf-pinned" and node.nic.params.dmabuf != "pinned":
+        mr = mlx5dv_reg_dmabuf_mr(pd, 0, spec.size, alloc.addr, fd, access, MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT,
+                                  invariants=invariants)
+    else:
+        mr = ibv_reg_dmabuf_mr(pd, 0, spec.size, alloc.addr, fd, access, invariants=invariants)
+    node.fds.close(fd)
+    mr.reg_ps += export_ps
+    return mr

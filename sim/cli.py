@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Annotated, Optional
 
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -23,10 +24,10 @@ ScenarioPath = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_d
 
 
 def _load(path: Path):
-    from sim.scenario.scenario_file import load_scenario
+    from sim.scenario.scenario_file import load_scenario_variants
 
     try:
-        return load_scenario(path)
+        return load_scenario_variants(path)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
@@ -41,9 +42,9 @@ LAT_HEADER = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec
 def format_summary(summary) -> str:
     """perftest's report layout (as with --report_gbits), one block per workload."""
     blocks = []
-    for label, rows in summary.groupby("workload", sort=False):
+    for (variant, label), rows in summary.groupby(["variant", "workload"], sort=False):
         kind = rows["kind"].iloc[0]
-        lines = [f" {label}: {kind}", RULE]
+        lines = [f" {label}: {kind}" + ("" if variant == "base" else f" [{variant}]"), RULE]
         if kind.endswith("_bw"):
             lines.append(BW_HEADER)
             for r in rows.itertuples():
@@ -72,29 +73,42 @@ def run(scenario: ScenarioPath,
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
 
-    spec, raw = _load(scenario)
+    spec, raw, variants = _load(scenario)
     target = out_dir or Path("results") / spec.name
     started = time.perf_counter()
+    results, failures = [], []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} ops"),
                   TimeRemainingColumn(), console=err, disable=not err.is_terminal, transient=True) as bar:
-        task = bar.add_task(spec.name, total=total_operations(spec))
-        try:
-            result = run_scenario(spec, seed, progress=lambda n: bar.advance(task, n))
-        except SimError as exc:
-            typer.echo(f"{scenario}: run failed: {exc}", err=True)
-            raise typer.Exit(1) from None
-    path = write_results(result, target, raw)
+        task = bar.add_task(spec.name, total=sum(total_operations(v) for _, v in variants))
+        for name, variant in variants:
+            try:
+                results.append(run_scenario(variant, seed, progress=lambda n: bar.advance(task, n), variant=name))
+            except SimError as exc:
+                label = "" if name == "base" else f" variant '{name}'"
+                failures.append(f"{scenario}:{label} run failed: {exc}")
+    for message in failures:
+        typer.echo(message, err=True)
+    if not results:
+        raise typer.Exit(1)
+    path = write_results(results, target, raw)
     if not quiet:
-        sys.stdout.write(format_summary(result.summary) + "\n")
+        from sim.compare import comparison_table
+
+        summary = pd.concat([r.summary for r in results], ignore_index=True)
+        sys.stdout.write(format_summary(summary) + "\n")
+        if len(variants) > 1:
+            sys.stdout.write("\n" + comparison_table(results).to_string(index=False) + "\n")
     err.print(f"wrote {path} ({time.perf_counter() - started:.1f} s)", highlight=False)
+    if failures:
+        raise typer.Exit(1)
 
 
 @app.command()
 def validate(scenario: ScenarioPath) -> None:
     """Check a scenario file; print every problem as FILE:LINE:COL key: reason (exit 2 if any)."""
-    spec, _ = _load(scenario)
+    spec, _, variants = _load(scenario)
     out.print(f"{scenario}: ok ({spec.name}: {len(spec.nodes)} nodes, {len(spec.buffers)} buffers, "
-              f"{len(spec.workload)} workloads)", highlight=False)
+              f"{len(spec.workload)} workloads, {len(variants)} variant(s))", highlight=False)
 
 
 @app.command()

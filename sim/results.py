@@ -1,9 +1,10 @@
 """Write a run's results directory atomically: everything lands in a sibling temporary directory that
 replaces the target only once complete, so a failed run leaves no half-written directory.
 
-Layout: ``metrics.parquet`` (one row per work request), ``summary.json`` (perftest rows and registration
-costs), ``manifest.json`` (resolved scenario, resolved parameters, seed, scenario hash, package versions)
-and ``figures/*.png|pdf|csv``.
+Layout: ``metrics.parquet`` (one row per work request, all variants), ``summary.json`` (perftest rows,
+registration costs, events, protocol counters and, with several variants, the comparison table),
+``manifest.json`` (resolved scenario and parameters, seed, scenario hash, package versions) and
+``figures/*.png|pdf|csv``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
+import pandas as pd
+
 from sim import __version__
-from sim.plot.figures import FIGURES
+from sim.compare import bandwidth_timeline, comparison_table, event_times
+from sim.plot import figures
 from sim.run import RunResult
 
 PACKAGES = ("numpy", "simpy", "pandas", "pyarrow", "pydantic", "matplotlib", "networkx")
@@ -33,47 +37,77 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def manifest(result: RunResult, scenario_bytes: bytes | None) -> dict:
-    """Everything needed to reproduce the run."""
+def _parameters(result: RunResult) -> dict:
     bed = result.testbed
     return {
+        "fabric": dataclasses.asdict(bed.fabric.params),
+        "nodes": {name: {"host": dataclasses.asdict(n.host.params), "pcie": dataclasses.asdict(n.pcie.params),
+                         "nic": dataclasses.asdict(n.nic.params)} for name, n in bed.nodes.items()},
+        "gpus": {name: {"vendor": g.vendor, "capacity": g.capacity} for name, g in bed.gpus.items()},
+    }
+
+
+def manifest(results: list[RunResult], scenario_bytes: bytes | None) -> dict:
+    """Everything needed to reproduce the run."""
+    first = results[0]
+    return {
         "rdmasim_manifest": 1,
-        "scenario": result.scenario.model_dump(mode="json", by_alias=True),
+        "scenario": first.scenario.model_dump(mode="json", by_alias=True),
         "scenario_sha256": hashlib.sha256(scenario_bytes).hexdigest() if scenario_bytes is not None else None,
-        "seed": result.seed,
-        "parameters": {
-            "fabric": dataclasses.asdict(bed.fabric.params),
-            "nodes": {name: {"host": dataclasses.asdict(n.host.params), "pcie": dataclasses.asdict(n.pcie.params),
-                             "nic": dataclasses.asdict(n.nic.params)} for name, n in bed.nodes.items()},
-        },
+        "seed": first.seed,
+        "variants": {r.variant: _parameters(r) for r in results},
         "versions": package_versions(),
     }
 
 
-def _records(frame) -> list[dict]:
+def _records(frame: pd.DataFrame) -> list[dict]:
     return json.loads(frame.to_json(orient="records", double_precision=15))
 
 
-def write_results(result: RunResult, out_dir: str | os.PathLike, scenario_bytes: bytes | None = None) -> Path:
-    """Write every output of ``result`` into ``out_dir``, replacing it atomically; return the path."""
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    return pd.concat(frames, ignore_index=True)
+
+
+def write_results(results: RunResult | list[RunResult], out_dir: str | os.PathLike,
+                  scenario_bytes: bytes | None = None) -> Path:
+    """Write every output of ``results`` (one per variant) into ``out_dir``, replacing it atomically."""
+    results = [results] if isinstance(results, RunResult) else results
     target = Path(out_dir).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
-        result.operations.to_parquet(staging / "metrics.parquet", index=False)
-        summary = {"scenario": result.scenario.name, "seed": result.seed,
-                   "results": _records(result.summary), "registrations": _records(result.registrations)}
-        (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-        (staging / "manifest.json").write_text(json.dumps(manifest(result, scenario_bytes), indent=1) + "\n")
-        for name in result.scenario.outputs:
-            kind = "_bw" if name == "bw_vs_size" else "_lat"
-            if result.summary["kind"].str.endswith(kind).any():
-                FIGURES[name](result.summary, staging / "figures", result.scenario.name)
+        _write(results, staging, scenario_bytes)
         _replace_dir(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None) -> None:
+    scenario = results[0].scenario
+    operations = _concat([r.operations for r in results])
+    summary_rows = _concat([r.summary for r in results])
+    events = _concat([event_times(r) for r in results])
+    operations.to_parquet(staging / "metrics.parquet", index=False)
+    summary = {"scenario": scenario.name, "seed": results[0].seed, "results": _records(summary_rows),
+               "registrations": _records(_concat([r.registrations for r in results])),
+               "events": _records(events),
+               "counters": {r.variant: r.counters for r in results}}
+    if len(results) > 1 or len(events):
+        summary["comparison"] = _records(comparison_table(results))
+    (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (staging / "manifest.json").write_text(json.dumps(manifest(results, scenario_bytes), indent=1) + "\n")
+    out = staging / "figures"
+    kinds = summary_rows["kind"]
+    if "bw_vs_size" in scenario.outputs and kinds.str.endswith("_bw").any():
+        figures.bw_vs_size(summary_rows, out, scenario.name)
+    if "latency_vs_size" in scenario.outputs and kinds.str.endswith("_lat").any():
+        figures.latency_vs_size(summary_rows, out, scenario.name)
+    if "bw_over_time" in scenario.outputs and kinds.str.endswith("_bw").any():
+        figures.bw_over_time(_concat([bandwidth_timeline(r) for r in results]), events, out, scenario.name)
+    if "latency_cdf" in scenario.outputs:
+        figures.latency_cdf(operations, out, scenario.name)
 
 
 def _replace_dir(staging: Path, target: Path) -> None:

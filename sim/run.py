@@ -10,6 +10,7 @@ import pandas as pd
 from models.verbs import Opcode, ibv_create_cq, ibv_create_qp
 from models.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint, bandwidth, read_latency, write_latency
 from sim.build import Testbed, build
+from sim.events import schedule_events
 from sim.core.metrics import bandwidth_summary, latency_summary
 from sim.core.units import ps_to_us
 from sim.scenario.schema import Scenario, WorkloadSpec
@@ -38,6 +39,18 @@ class RunResult:
     registrations: pd.DataFrame
     """One row per buffer: registration mode and cost."""
     testbed: Testbed
+    variant: str = "base"
+    events: pd.DataFrame | None = None
+    """One row per scenario event: time, target, outcome."""
+    counters: dict | None = None
+    """Protocol activity: invalidations, re-faults, RNR NAKs, evictions, failed allocations, violations."""
+
+
+def pinned_bytes(reg) -> int:
+    """Bytes a registration keeps pinned: host pages for ``pinned``, GPU pages for ``peermem``,
+    ``dmabuf-pinned`` (and ``dmabuf`` pinned on map), nothing for ``odp``."""
+    backing = reg.mr.backing
+    return reg.size_bytes if backing is None else backing.pinned_bytes
 
 
 def total_operations(scenario: Scenario) -> int:
@@ -54,6 +67,7 @@ def _endpoints(bed: Testbed, work: WorkloadSpec) -> tuple[Endpoint, Endpoint]:
         cq = ibv_create_cq(ctx, 2 * depth)
         ends.append(Endpoint(ibv_create_qp(pd_, cq, depth), reg.mr))
     ends[0].qp.connect(ends[1].qp)
+    bed.qps.extend(e.qp for e in ends)
     return ends[0], ends[1]
 
 
@@ -70,14 +84,16 @@ def _process(env, work: WorkloadSpec, src: Endpoint, dst: Endpoint, size: int):
 
 
 def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress | None = None,
-                 *, trace: bool = False) -> RunResult:
-    """Simulate every workload of ``scenario`` and return its tables.
+                 *, trace: bool = False, variant: str = "base") -> RunResult:
+    """Simulate every workload of ``scenario`` (with its events) and return its tables.
 
     :raises sim.build.RegistrationFailed: a buffer could not be registered.
     """
     seed = scenario.seed if seed is None else seed
     bed = build(scenario, seed, trace=trace)
     env = bed.env
+    event_log: list[dict] = []
+    schedule_events(bed, scenario, env.now, event_log)
     op_frames, summaries = [], []
     for work in scenario.workload:
         label = work.name or work.kind
@@ -86,11 +102,11 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
             proc = env.process(_process(env, work, src, dst, size))
             records = env.run(until=proc)
             op_frames.append(pd.DataFrame({
-                "workload": label, "kind": work.kind, "bytes": size,
+                "variant": variant, "workload": label, "kind": work.kind, "bytes": size,
                 "iteration": range(work.iterations), "posted_ps": records.posted_ps,
                 "completed_ps": records.completed_ps, "latency_ps": records.latency_ps, "ok": records.ok}))
-            row = {"workload": label, "kind": work.kind, "bytes": size, "iterations": work.iterations,
-                   "errors": int((~records.ok).sum())}
+            row = {"variant": variant, "workload": label, "kind": work.kind, "bytes": size,
+                   "iterations": work.iterations, "errors": int((~records.ok).sum())}
             if work.kind.endswith("_bw"):
                 row |= bandwidth_summary(size, records.posted_ps, records.completed_ps, work.tx_depth)
             else:
@@ -99,8 +115,25 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
             if progress:
                 progress(work.iterations)
     registrations = pd.DataFrame([{
-        "buffer": r.buffer, "node": r.node, "bytes": r.size_bytes, "mode": r.mode,
-        "register_us": ps_to_us(r.mr.reg_ps), "pinned_bytes": r.size_bytes if r.mode == "pinned" else 0,
+        "variant": variant, "buffer": r.buffer, "node": r.node, "location": r.location, "bytes": r.size_bytes,
+        "mode": r.mode, "register_us": ps_to_us(r.mr.reg_ps), "pinned_bytes": pinned_bytes(r),
     } for r in bed.registrations.values()])
+    events = pd.DataFrame(event_log, columns=["time_ps", "kind", "target", "bytes", "evicted", "outcome"])
+    events.insert(0, "variant", variant)
     return RunResult(scenario, seed, pd.concat(op_frames, ignore_index=True), pd.DataFrame(summaries),
-                     registrations, bed)
+                     registrations, bed, variant, events, protocol_counters(bed))
+
+
+def protocol_counters(bed: Testbed) -> dict[str, int]:
+    """What the registration protocol did during the run, summed over MRs, QPs and GPUs."""
+    mrs = [r.mr for r in bed.registrations.values()]
+    backings = [mr.backing for mr in mrs if mr.backing is not None]
+    return {
+        "invalidations": sum(getattr(b, "invalidations", 0) for b in backings),
+        "refaults": sum(getattr(b, "faults", 0) for b in backings),
+        "rnr_naks": sum(qp.rnr_naks for qp in bed.qps),
+        "evictions": sum(g.evictions for g in bed.gpus.values()),
+        "failed_allocations": sum(g.failed_allocations for g in bed.gpus.values()),
+        "invariant_violations": sum(len(getattr(b, "violations", ())) for b in backings),
+        "kernel_warnings": sum(len(n.kernel.warnings) for n in bed.nodes.values()),
+    }

@@ -8,6 +8,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from sim.core.units import format_size  # noqa: E402
@@ -67,5 +68,45 @@ def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[
     return _save(fig, data, directory, "latency_vs_size")
 
 
-FIGURES = {"bw_vs_size": bw_vs_size, "latency_vs_size": latency_vs_size}
-"""Figure recipes by the names scenarios list under ``outputs``."""
+
+
+def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str) -> list[Path]:
+    """Delivered bandwidth over time per variant, with the scenario's events (``kind``, ``time_ms``) marked."""
+    fig, ax = plt.subplots(figsize=(8, 4.2))
+    for label, rows in timeline.groupby("variant", sort=False):
+        ax.plot(rows["time_ms"], rows["bw_Gbps"], label=label, lw=1.2)
+    for _, event in events.drop_duplicates(["kind", "time_ms"]).iterrows():
+        ax.axvline(event["time_ms"], color="grey", ls="--", lw=0.8)
+        ax.annotate(event["kind"], (event["time_ms"], 0), xytext=(3, 8), textcoords="offset points",
+                    rotation=90, fontsize=7, color="grey")
+    ax.set_xlabel("time since the first post (ms)")
+    ax.set_ylabel("delivered bandwidth (Gb/s)")
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{title}: bandwidth over time")
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, timeline, directory, "bw_over_time")
+
+
+def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[Path]:
+    """Per-operation latency per variant and workload: the CDF, and beside it the tail (1 - CDF, log scale)
+    where rare stalls show."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
+    curves = []
+    for (variant, workload), rows in operations[operations["ok"]].groupby(["variant", "workload"], sort=False):
+        lat = np.sort(rows["latency_ps"].to_numpy()) / 1e6
+        frac = np.arange(1, len(lat) + 1) / len(lat)
+        label = variant if operations["workload"].nunique() == 1 else f"{variant} / {workload}"
+        left.step(lat, frac, where="post", label=label)
+        right.step(lat, np.maximum(1 - frac + 1 / len(lat), 1e-9), where="post", label=label)
+        curves.append(pd.DataFrame({"variant": variant, "workload": workload, "latency_us": lat, "cdf": frac}))
+    left.set(xscale="log", xlabel="latency (us)", ylabel="fraction of operations", title="CDF")
+    right.set(xscale="log", yscale="log", xlabel="latency (us)", ylabel="fraction at least this slow",
+              title="tail")
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+    left.legend(fontsize=8)
+    fig.suptitle(f"{title}: latency per operation")
+    fig.tight_layout()
+    return _save(fig, pd.concat(curves, ignore_index=True), directory, "latency_cdf")

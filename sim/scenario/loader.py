@@ -1,6 +1,6 @@
 """Line-aware YAML loading: a file becomes plain data plus positions, then a validated pydantic model.
 
-Every problem is raised as :class:`~sim.core.errors.ConfigError`, rendered ``FILE:LINE:COL: key.path: reason``.
+Every problem is raised as :class:`~sim.core.errors.ConfigError`, rendered ``FILE:LINE:COL key.path: reason``.
 Values follow the YAML 1.2 core schema (mappings, lists, strings, integers, floats, booleans, null); timestamps
 stay strings and any other tag is refused, so no object is ever built from the file. Mapping keys are strings
 or integers. Anchors, aliases and ``<<`` merges work; a value reached through an alias is located at its
@@ -19,7 +19,7 @@ Examples
 ...     validate(Nic, data, positions, "nic.yaml")
 ... except ConfigError as e:
 ...     print(e)
-nic.yaml:2:1: prest: unknown key 'prest' (did you mean 'preset'?)
+nic.yaml:2:1 prest: unknown key 'prest' (did you mean 'preset'?)
 >>> os.unlink(f.name)
 """
 

@@ -8,6 +8,13 @@ from sim.scenario.schema import Scenario
 
 Problem = tuple[tuple, str]
 """A key path into the scenario and the reason it is wrong."""
+HOST_MODES = ("pinned", "odp")
+"""Registration modes of host memory; the others register GPU memory."""
+
+
+def gpu_places(scenario: Scenario) -> list[str]:
+    """'<node>.<gpu>' of every GPU (unnamed GPUs are gpu0, gpu1, ...)."""
+    return [f"{n.name}.{g.name or f'gpu{i}'}" for n in scenario.nodes for i, g in enumerate(n.gpus)]
 
 
 def _suggest(name: str, choices: list[str]) -> str:
@@ -29,11 +36,33 @@ def check_references(scenario: Scenario) -> list[Problem]:
     """Every broken reference in a schema-valid scenario, with the key path that holds it."""
     problems = _duplicates(scenario.nodes, "nodes") + _duplicates(scenario.buffers, "buffers")
     nodes = [n.name for n in scenario.nodes]
+    places = {f"{n.name}.host" for n in scenario.nodes} | set(gpu_places(scenario))
     buffers = {b.name: b for b in scenario.buffers}
     for i, buf in enumerate(scenario.buffers):
         node = buf.on.split(".")[0]
         if node not in nodes:
             problems.append((("buffers", i, "on"), f"no node named '{node}'{_suggest(node, nodes)}"))
+        elif buf.on not in places:
+            problems.append((("buffers", i, "on"), f"no memory named '{buf.on}'{_suggest(buf.on, sorted(places))}"))
+        elif buf.on.endswith(".host") and buf.registration not in HOST_MODES:
+            problems.append((("buffers", i, "register"), f"'{buf.registration}' registers GPU memory; "
+                             f"'{buf.name}' is host memory: use one of {', '.join(HOST_MODES)}"))
+        elif not buf.on.endswith(".host") and buf.registration in HOST_MODES:
+            problems.append((("buffers", i, "register"), f"GPU memory cannot be registered as '{buf.registration}': "
+                             "get_user_pages cannot pin or fault device memory (no struct pages); use dmabuf, "
+                             "dmabuf-pinned or peermem"))
+    for i, event in enumerate(scenario.events):
+        if event.kind == "gpu-memory-pressure":
+            if event.on not in gpu_places(scenario):
+                problems.append((("events", i, "on"), f"no GPU named '{event.on}'"
+                                 f"{_suggest(event.on, sorted(gpu_places(scenario)))}"))
+        elif event.buffer not in buffers:
+            problems.append((("events", i, "buffer"), f"no buffer named '{event.buffer}'"
+                             f"{_suggest(event.buffer, list(buffers))}"))
+        elif event.kind == "peermem-reclaim" and buffers[event.buffer].registration != "peermem":
+            problems.append((("events", i, "buffer"), f"'{event.buffer}' is not registered with peermem"))
+        elif event.kind == "host-page-migration" and not buffers[event.buffer].on.endswith(".host"):
+            problems.append((("events", i, "buffer"), f"'{event.buffer}' is not in host memory"))
     for i, work in enumerate(scenario.workload):
         ends = []
         for key, name in (("from", work.from_), ("to", work.to)):

@@ -9,12 +9,22 @@ from sim.core.errors import ConfigError, ConfigErrors
 from sim.scenario.loader import error_at, load_yaml, validate
 from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario
+from sim.scenario.variants import expand
 
 
 def load_scenario(path: str | os.PathLike) -> tuple[Scenario, bytes]:
     """Read and validate ``path``; return the scenario and the file's bytes (for the manifest hash).
 
     :raises ConfigError: any problem, located as FILE:LINE:COL key.path (ConfigErrors when several).
+    """
+    scenario, raw, _ = load_scenario_variants(path)
+    return scenario, raw
+
+
+def load_scenario_variants(path: str | os.PathLike) -> tuple[Scenario, bytes, list[tuple[str, Scenario]]]:
+    """Like :func:`load_scenario`, also expanding the variants (``[("base", scenario)]`` when none).
+
+    :raises ConfigError: as :func:`load_scenario`, or a variant that does not apply.
     """
     file = str(path)
     try:
@@ -28,4 +38,4 @@ def load_scenario(path: str | os.PathLike) -> tuple[Scenario, bytes]:
         raise problems[0]
     if problems:
         raise ConfigErrors(sorted(problems, key=lambda e: (e.line or 0, e.column or 0)))
-    return scenario, raw
+    return scenario, raw, expand(scenario, data, positions, file)

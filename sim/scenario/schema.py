@@ -5,7 +5,7 @@ Field docstrings become the JSON Schema descriptions that ``rdmasim schema`` pri
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
@@ -79,8 +79,8 @@ class PcieSpec(Strict):
 class NicSpec(Strict):
     """The RDMA NIC; a preset plus key-by-key overrides."""
 
-    preset: Literal["connectx7", "connectx6", "connectx5"] = "connectx7"
-    """NIC preset (sets message rate, PCIe link and port rate)."""
+    preset: Literal["connectx7", "connectx6", "connectx5", "efa"] = "connectx7"
+    """NIC preset (sets message rate, PCIe link, port rate, ODP and dma-buf support)."""
     doorbell: Duration | None = None
     """CPU doorbell / BlueFlame write until the NIC sees it."""
     tx_process: Duration | None = None
@@ -97,14 +97,37 @@ class NicSpec(Strict):
     """Outstanding RDMA READs per QP."""
 
 
+class GpuSpec(Strict):
+    """A GPU whose memory can be registered (peer-memory or dma-buf)."""
+
+    name: Name | None = None
+    """GPU name in references such as 'a.gpu0' (default gpu<index>)."""
+    preset: Literal["h200", "h100", "mi300x"] = "h200"
+    """GPU model (memory capacity, copy bandwidth)."""
+    exporter: Literal["nvidia", "amd"] | None = None
+    """dma-buf exporter behaviour: 'nvidia' (static, never moves memory) or 'amd' (dynamic, evicts unpinned
+    buffers to system memory under pressure); default by preset vendor."""
+    memory: PositiveSize | None = None
+    """Usable device memory (default: the preset's)."""
+
+
+class KernelSpec(Strict):
+    """Kernel build options of a node."""
+
+    dmabuf_move_notify: bool = False
+    """CONFIG_DMABUF_MOVE_NOTIFY: off (the default before 2026) pins dynamic importers' buffers on map."""
+
+
 class NodeSpec(Strict):
-    """One server: a NIC on a PCIe link and a host process."""
+    """One server: a NIC on a PCIe link, a host process, optional GPUs."""
 
     name: Name
     """Node name, used in references such as 'a.host'."""
     nic: NicSpec = NicSpec()
     pcie: PcieSpec = PcieSpec()
     host: HostSpec = HostSpec()
+    gpus: list[GpuSpec] = []
+    kernel: KernelSpec = KernelSpec()
 
 
 class FabricSpec(Strict):
@@ -121,6 +144,7 @@ class FabricSpec(Strict):
 
 
 Access = Literal["local_write", "remote_write", "remote_read", "remote_atomic", "relaxed_ordering"]
+RegisterMode = Literal["pinned", "odp", "peermem", "dmabuf", "dmabuf-pinned"]
 
 
 class BufferSpec(Strict):
@@ -128,12 +152,13 @@ class BufferSpec(Strict):
 
     name: Name
     """Buffer name, used by workloads."""
-    on: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*\.host$")]
-    """Where it lives: '<node>.host'."""
+    on: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*\.[A-Za-z][A-Za-z0-9_-]*$")]
+    """Where it lives: '<node>.host' or '<node>.<gpu>' (e.g. 'a.gpu0')."""
     size: PositiveSize
     """Size (e.g. '8MiB')."""
-    registration: Literal["pinned"] = Field("pinned", alias="register")
-    """Registration mode: 'pinned' (ibv_reg_mr)."""
+    registration: RegisterMode = Field("pinned", alias="register")
+    """How it is registered: pinned (ibv_reg_mr), odp (ON_DEMAND), peermem (legacy nvidia-peermem),
+    dmabuf (ibv_reg_dmabuf_mr, dynamic), dmabuf-pinned (ibv_reg_dmabuf_mr, pinned importer)."""
     access: list[Access] = ["local_write", "remote_write", "remote_read"]
     """ibv_access_flags of the MR."""
 
@@ -178,6 +203,51 @@ class WorkloadSpec(Strict):
         return self.sizes.sizes() if isinstance(self.sizes, SizeRange) else list(self.sizes)
 
 
+class EventBase(Strict):
+    at: Duration
+    """When it happens, counted from the start of the first workload (e.g. '2ms')."""
+
+
+class GpuPressureEvent(EventBase):
+    """Another job allocates GPU memory: the exporter must make room (evict) or the allocation fails."""
+
+    kind: Literal["gpu-memory-pressure"]
+    on: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*\.[A-Za-z][A-Za-z0-9_-]*$")]
+    """The GPU, e.g. 'a.gpu0'."""
+    allocate: PositiveSize
+    """Bytes the other job allocates."""
+    hold: Duration | None = None
+    """Free the allocation again after this long (default: keep it)."""
+
+
+class HostPageMigrationEvent(EventBase):
+    """The kernel migrates a buffer's host pages (compaction, NUMA balancing): ODP MRs are invalidated,
+    pinned pages cannot move."""
+
+    kind: Literal["host-page-migration"]
+    buffer: Name
+    """The host buffer whose pages move."""
+
+
+class PeerMemReclaimEvent(EventBase):
+    """The GPU driver reclaims memory registered through peer-memory (cudaFree, process exit)."""
+
+    kind: Literal["peermem-reclaim"]
+    buffer: Name
+
+
+Event = Annotated[GpuPressureEvent | HostPageMigrationEvent | PeerMemReclaimEvent, Field(discriminator="kind")]
+
+
+class Variant(Strict):
+    """One arm of a comparison: the scenario with some keys replaced."""
+
+    name: Name
+    set: dict[str, Any]
+    """Dotted key paths into the scenario and their values, e.g. {'buffers.src.register': 'dmabuf'}:
+    list items may be named by index or by their 'name'."""
+
+
 class Scenario(Strict):
     """A complete rdmasim scenario."""
 
@@ -195,7 +265,14 @@ class Scenario(Strict):
     buffers: Annotated[list[BufferSpec], Field(min_length=1)]
     workload: Annotated[list[WorkloadSpec], Field(min_length=1)]
     """One measurement or a list of them, run in order."""
-    outputs: list[Literal["bw_vs_size", "latency_vs_size"]] = ["bw_vs_size", "latency_vs_size"]
+    events: list[Event] = []
+    """Things that happen during the run (memory pressure, page migration, reclaim)."""
+    invariants: Literal["raise", "record"] = "raise"
+    """On a DMA-safety violation: stop with an error, or record it and keep going (teaching mode)."""
+    variants: list[Variant] = []
+    """Run the scenario once per variant and compare them (each variant's 'set' applied to this file)."""
+    outputs: list[Literal["bw_vs_size", "latency_vs_size", "bw_over_time", "latency_cdf"]] = [
+        "bw_vs_size", "latency_vs_size"]
     """Figures to draw."""
 
     @field_validator("workload", mode="before")

@@ -47,7 +47,7 @@ def test_run_writes_every_output(tmp_path):
     assert len(ops) == 3 * 100 + 2 * 50 and ops["ok"].all()
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["seed"] == 5 and manifest["versions"]["simpy"]
-    assert manifest["parameters"]["nodes"]["a"]["pcie"]["gen"] == 5
+    assert manifest["variants"]["base"]["nodes"]["a"]["pcie"]["gen"] == 5
     assert len(manifest["scenario_sha256"]) == 64
 
 

@@ -1,0 +1,41 @@
+"""Legacy peer-memory registration of GPU memory (MLNX_OFED PeerDirect, nvidia-peermem).
+
+``ibv_reg_mr`` on a GPU virtual address: the peer-memory client claims the range and the GPU driver pins its
+64 KiB pages (nvidia_p2p_get_pages) for the MR's lifetime; nothing is charged to RLIMIT_MEMLOCK. When the GPU
+driver reclaims the memory (cudaFree, process exit) its free callback invalidates the MR: later accesses
+complete in error, there is no re-fault.
+"""
+
+from __future__ import annotations
+
+from models.gpu_export import GpuAllocation
+from models.mr_backing import PeerMemBacking, PeerMemParams
+from models.verbs import REG_MR_FIXED_PS, Access, MemoryRegion, ProtectionDomain, _check_reg_args
+from sim.core import VerbsError
+
+
+def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, length: int, access: Access,
+                       params: PeerMemParams = PeerMemParams()) -> MemoryRegion:
+    """Register ``[alloc.addr + offset, +length)`` through the peer-memory client.
+
+    :raises VerbsError: as :func:`~models.verbs.ibv_reg_mr`; ``EFAULT`` for a range outside the allocation.
+    """
+    call = "ibv_reg_mr"
+    addr = alloc.addr + offset
+    _check_reg_args(addr, length, Access(access), call)
+    if offset < 0 or offset + length > alloc.size:
+        raise VerbsError("EFAULT", "range outside the GPU allocation: nvidia_p2p_get_pages fails", call=call)
+    nic = pd.context.node.nic
+    gpu_pages = -(-(offset % params.gpu_page_size + length) // params.gpu_page_size)
+    key = nic.new_key()
+    cost = REG_MR_FIXED_PS + params.get_pages_ps + gpu_pages * params.page_ps
+    backing = PeerMemBacking(length, alloc, f"{nic.name}:mr{key}")
+    mr = MemoryRegion(pd, addr, length, Access(access), key, key, cost, backing=backing)
+    nic.mrs[key] = mr
+    return mr
+
+
+def peermem_reclaim(mr: MemoryRegion, now_ps: int) -> None:
+    """The GPU driver's free callback for ``mr``'s pages: invalidate the MR and drop the pin."""
+    mr.backing.reclaim(now_ps)
+    mr.pd.context.env.trace.instant(mr.pd.context.node.nic.name, "PeerMemoryReclaimed", mr=mr.lkey)

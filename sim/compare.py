@@ -1,0 +1,55 @@
+"""Side-by-side comparison of registration modes: one row per variant of a scenario."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from sim.core.units import PS_PER_US
+from sim.run import RunResult
+
+
+def bandwidth_timeline(result: RunResult, bins: int = 100) -> pd.DataFrame:
+    """Delivered bandwidth over time: successful bytes completed per time bin of the bandwidth workloads."""
+    ops = result.operations
+    ops = ops[ops["kind"].str.endswith("_bw")]
+    if ops.empty:
+        return pd.DataFrame(columns=["variant", "time_ms", "bw_Gbps"])
+    start, end = int(ops["posted_ps"].min()), int(ops["completed_ps"].max())
+    edges = np.linspace(start, end + 1, bins + 1)
+    ok = ops[ops["ok"]]
+    delivered, _ = np.histogram(ok["completed_ps"], bins=edges, weights=ok["bytes"])
+    width_s = (edges[1] - edges[0]) / 1e12
+    return pd.DataFrame({"variant": result.variant, "time_ms": (edges[:-1] - start) / 1e9,
+                         "bw_Gbps": delivered * 8 / width_s / 1e9})
+
+
+def event_times(result: RunResult) -> pd.DataFrame:
+    """The run's events with their time in ms since the first post of the bandwidth workloads."""
+    ops = result.operations[result.operations["kind"].str.endswith("_bw")]
+    start = int(ops["posted_ps"].min()) if len(ops) else 0
+    events = result.events.copy()
+    events["time_ms"] = (events["time_ps"] - start) / 1e9
+    return events
+
+
+def comparison_table(results: list[RunResult]) -> pd.DataFrame:
+    """Per variant: registration time, steady-state bandwidth, latency percentiles, pinned bytes and the
+    protocol's activity (evictions, invalidations, re-faults, RNR NAKs, failed allocations)."""
+    rows = []
+    for result in results:
+        ops = result.operations[result.operations["ok"]]
+        lat_us = np.sort(ops["latency_ps"].to_numpy()) / PS_PER_US
+        bw = result.summary[result.summary["kind"].str.endswith("_bw")]
+        pct = (lambda q: float(lat_us[min(len(lat_us) - 1, int(len(lat_us) * q))]) if len(lat_us) else float("nan"))
+        rows.append({
+            "variant": result.variant,
+            "modes": ",".join(sorted(set(result.registrations["mode"]))),
+            "register_us": float(result.registrations["register_us"].sum()),
+            "bw_avg_Gbps": float(bw["bw_avg_Gbps"].mean()) if len(bw) else float("nan"),
+            "p50_us": pct(0.5), "p99_us": pct(0.99), "p99_9_us": pct(0.999),
+            "pinned_bytes": int(result.registrations["pinned_bytes"].sum()),
+            "errors": int(result.summary["errors"].sum()),
+            **result.counters,
+        })
+    return pd.DataFrame(rows)

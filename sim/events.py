@@ -1,0 +1,49 @@
+"""Scenario events (memory pressure, host page migration, peer-memory reclaim) as simpy processes.
+
+Each event fires at its ``at`` time counted from the start of the first workload and appends a row to the
+event log: what happened, to what, and the outcome.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+from models.peermem import peermem_reclaim
+from sim.build import Testbed
+from sim.scenario.schema import GpuPressureEvent, HostPageMigrationEvent, PeerMemReclaimEvent, Scenario
+
+
+def schedule_events(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dict]) -> None:
+    """Start one process per event of ``scenario``; rows go to ``log``."""
+    for event in scenario.events:
+        bed.env.process(_fire(bed, event, start_ps, log))
+
+
+def _fire(bed: Testbed, event, start_ps: int, log: list[dict]) -> Generator:
+    env = bed.env
+    yield env.timeout(max(0, start_ps + event.at - env.now))
+    row = {"time_ps": env.now, "kind": event.kind}
+    if isinstance(event, GpuPressureEvent):
+        gpu = bed.gpus[event.on]
+        evictions = gpu.evictions
+        ok = gpu.pressure(event.allocate)
+        log.append(row | {"target": event.on, "bytes": event.allocate, "evicted": gpu.evictions - evictions,
+                          "outcome": "allocated" if ok else "failed: no evictable memory"})
+        if ok and event.hold is not None:
+            yield env.timeout(event.hold)
+            gpu.release_pressure()
+            log.append({"time_ps": env.now, "kind": "gpu-memory-release", "target": event.on,
+                        "bytes": event.allocate, "evicted": 0, "outcome": "freed"})
+    elif isinstance(event, HostPageMigrationEvent):
+        mr = bed.registrations[event.buffer].mr
+        if mr.backing is not None and mr.backing.mode == "odp":
+            mr.backing.invalidate(0, mr.length)
+            outcome = "invalidated (ODP re-faults on next access)"
+        else:
+            outcome = "blocked: pages are pinned (long-term pin prevents migration)"
+        log.append(row | {"target": event.buffer, "bytes": mr.length, "evicted": 0, "outcome": outcome})
+    elif isinstance(event, PeerMemReclaimEvent):
+        reg = bed.registrations[event.buffer]
+        peermem_reclaim(reg.mr, env.now)
+        log.append(row | {"target": event.buffer, "bytes": reg.size_bytes, "evicted": 0,
+                          "outcome": "MR invalidated (later accesses fail)"})

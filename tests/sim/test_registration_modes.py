@@ -1,0 +1,95 @@
+"""Registration modes at the scenario level: pinned vs. dynamic under GPU memory pressure, reclaim, migration."""
+
+from pathlib import Path
+
+import pytest
+
+from sim.compare import comparison_table
+from sim.run import run_scenario
+from sim.scenario.scenario_file import load_scenario_variants
+from sim.scenario.schema import Scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def pin_vs_dmabuf():
+    _, _, variants = load_scenario_variants(ROOT / "scenarios" / "pin_vs_dmabuf.yaml")
+    results = [run_scenario(v, variant=name) for name, v in variants]
+    return {r.variant: r for r in results}, comparison_table(results).set_index("variant")
+
+
+def test_only_the_dynamic_dmabuf_mr_lets_the_exporter_evict(pin_vs_dmabuf):
+    _, table = pin_vs_dmabuf
+    assert table.loc["dmabuf", "evictions"] == 1 and table.loc["dmabuf", "failed_allocations"] == 0
+    for pinned in ("peermem", "dmabuf-pinned", "dmabuf-no-move-notify"):
+        assert table.loc[pinned, "evictions"] == 0 and table.loc[pinned, "failed_allocations"] == 1
+        assert table.loc[pinned, "pinned_bytes"] == 2 * 2**30  # GPU buffer + the pinned host destination
+    assert table.loc["dmabuf", "pinned_bytes"] == 2**30
+
+
+def test_eviction_costs_one_invalidation_one_refault_and_a_stall_of_the_copy(pin_vs_dmabuf):
+    results, table = pin_vs_dmabuf
+    row = table.loc["dmabuf"]
+    assert row["invalidations"] == 1 and row["refaults"] == 1 and row["errors"] == 0
+    copy_us = 2**30 / 55.4e9 * 1e6
+    assert row["p99_9_us"] > copy_us
+    assert table.loc["peermem", "p99_9_us"] < 1000
+    assert row["bw_avg_Gbps"] < 0.85 * table.loc["peermem", "bw_avg_Gbps"]
+    counters = results["dmabuf"].testbed.registrations["src"].mr.backing
+    assert counters.umem.attach.dmabuf.placement.value == "SYSTEM"
+
+
+def test_no_invariant_violation_and_the_pinned_importer_never_warns(pin_vs_dmabuf):
+    _, table = pin_vs_dmabuf
+    assert (table["invariant_violations"] == 0).all() and (table["kernel_warnings"] == 0).all()
+
+
+def _base(**changes):
+    data = {"schema": 1, "name": "m", "seed": 1,
+            "nodes": [{"name": "a", "gpus": [{"preset": "h200"}]}, {"name": "b"}],
+            "buffers": [{"name": "src", "on": "a.gpu0", "size": "4MiB", "register": "peermem"},
+                        {"name": "dst", "on": "b.host", "size": "4MiB"}],
+            "workload": [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["64KiB"], "iterations": 400}]}
+    data.update(changes)
+    return Scenario.model_validate(data)
+
+
+def test_peermem_reclaim_turns_later_accesses_into_errors():
+    scn = _base(events=[{"at": "100us", "kind": "peermem-reclaim", "buffer": "src"}])
+    result = run_scenario(scn)
+    ops = result.operations
+    assert ops["ok"].iloc[0] and not ops["ok"].iloc[-1]
+    assert result.events["outcome"].iloc[0].startswith("MR invalidated")
+    assert result.registrations.set_index("buffer").loc["src", "pinned_bytes"] == 0
+
+
+@pytest.mark.parametrize("mode, outcome, refaults", [("odp", "invalidated", 2), ("pinned", "blocked", 0)])
+def test_host_page_migration_refaults_odp_and_is_blocked_by_pins(mode, outcome, refaults):
+    scn = _base(buffers=[{"name": "src", "on": "a.host", "size": "4MiB", "register": mode},
+                         {"name": "dst", "on": "b.host", "size": "4MiB"}],
+                events=[{"at": "100us", "kind": "host-page-migration", "buffer": "src"}])
+    result = run_scenario(scn)
+    assert result.events["outcome"].iloc[0].startswith(outcome)
+    assert result.counters["refaults"] == refaults and result.operations["ok"].all()
+
+
+def test_nvidia_exporter_never_evicts_so_pressure_fails_even_for_dmabuf():
+    scn = _base(buffers=[{"name": "src", "on": "a.gpu0", "size": "4MiB", "register": "dmabuf"},
+                         {"name": "dst", "on": "b.host", "size": "4MiB"}],
+                events=[{"at": "10us", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "143770MiB"}])
+    result = run_scenario(scn)
+    assert result.counters["failed_allocations"] == 1 and result.counters["evictions"] == 0
+    assert result.counters["invalidations"] == 0 and result.operations["ok"].all()
+
+
+def test_registration_cost_and_pinned_bytes_per_mode():
+    costs = {}
+    for mode in ("peermem", "dmabuf", "dmabuf-pinned"):
+        scn = _base(buffers=[{"name": "src", "on": "a.gpu0", "size": "1GiB", "register": mode},
+                             {"name": "dst", "on": "b.host", "size": "4MiB"}],
+                    workload=[{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 10}])
+        reg = run_scenario(scn).registrations.set_index("buffer").loc["src"]
+        costs[mode] = reg["register_us"]
+        assert reg["pinned_bytes"] == (0 if mode == "dmabuf" else 2**30)
+    assert all(cost > 18 for cost in costs.values())  # the dma-buf export alone takes 18 us
