@@ -219,7 +219,7 @@ def _responder_accepts(env, qp: QueuePair, wr: SendWR, stages: Plan, head: int, 
         if not isinstance(answer, Fault):
             qp.remote.to_error()
             return WcStatus.REM_ACCESS_ERR, head, tail
-        env.trace.instant(qp.remote.node.nic.name, "PageFaulted", mr=mr.lkey, pages=answer.pages, rnr=True)
+        env.trace.instant(f"{qp.remote.node.nic.name}.hw", "RnrNakSent", mr=mr.lkey, retry_at_ps=answer.ready_ps)
         qp.rnr_naks += 1
         if retries == 0:
             return WcStatus.RNR_RETRY_EXC_ERR, head, tail
@@ -240,7 +240,7 @@ def _translated(env, qp: QueuePair, mr, addr: int, length: int, t: int, *, write
             return t, WcStatus.SUCCESS
         if not isinstance(answer, Fault):
             return t, answer
-        env.trace.instant(qp.node.nic.name, "PageFaulted", mr=mr.lkey, pages=answer.pages, write=write)
+        env.trace.instant(f"{qp.node.nic.name}.hw", "AccessStalled", mr=mr.lkey, until_ps=answer.ready_ps, write=write)
         t = max(t, answer.ready_ps)
 
 

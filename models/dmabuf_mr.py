@@ -46,6 +46,8 @@ class DmabufBacking(MrBacking):
         self.translation_valid = umem.sgt is not None
         self.faults = 0
         self.invalidations = 0
+        self.zapped_at_ps = 0
+        """When the last move_notify finished zapping (on the exporter's timeline)."""
         self.violations: list[str] = []
         umem.private = self
 
@@ -69,6 +71,7 @@ class DmabufBacking(MrBacking):
             return
         self.translation_valid = False  # UMR XLT ZAP: the NIC can no longer reach the old pages
         ib_umem_dmabuf_unmap_pages(umem)
+        self.zapped_at_ps = umem.attach.dmabuf.core.now_ps(umem.attach.dmabuf.core.context(None, umem.dev))
         self.invalidations += 1
 
     def translate(self, now_ps: int, offset: int, length: int):
@@ -78,6 +81,10 @@ class DmabufBacking(MrBacking):
         if umem.revoked or umem.private is None:
             return WcStatus.LOC_PROT_ERR
         if not self.translation_valid:
+            if now_ps < self.zapped_at_ps:
+                # the zap is still in progress on the exporter's timeline: the NIC reaches the old pages,
+                # which hold the data until the exporter copies them after move_notify returns
+                return None
             if self.mode != "dmabuf":
                 return WcStatus.LOC_PROT_ERR
             return self._page_fault()
@@ -96,6 +103,8 @@ class DmabufBacking(MrBacking):
         """A NIC access found the translation zapped: re-map, or complete the access in error."""
         from models.verbs import WcStatus
 
+        core = self.umem.attach.dmabuf.core
+        core.instant(self.umem.dev, "PageFaulted", reason="translation zapped by move_notify")
         try:
             self.remap()
         except VerbsError:
@@ -120,7 +129,7 @@ class DmabufBacking(MrBacking):
                 umem.resv.unlock(dev)
         self.translation_valid = True
         umem.ready_ps = core.now_ps(dev)
-        core.env.trace.instant(dev, "MappingRestored", pages=self.pages, ready_ps=umem.ready_ps)
+        core.instant(dev, "MappingRestored", pages=self.pages, ready_ps=umem.ready_ps)
 
     def release(self, now_ps: int) -> int:
         """Deregistration: revoke the mkey under the lock, then release the umem (unmap, detach, put)."""

@@ -91,9 +91,10 @@ class Gpu:
             raise CudaError("CUDA_ERROR_INVALID_VALUE", "the range runs past the allocation", call=call)
         cls = StaticExporter if self.vendor == "nvidia" else MovableExporter
         kwargs = {} if cls is StaticExporter else {"copy": self.copy}
-        alloc.exporter = cls(self.core, size, name=f"{self.name}", placement=Placement.VRAM, **kwargs)
-        self.core.spend(self.name, EXPORT_PS)
-        return dma_buf_fd(alloc.exporter.dmabuf, fdtable)
+        with self.core.call(self.name, call, allocation=alloc.name, bytes=size):
+            alloc.exporter = cls(self.core, size, name=f"{self.name}", placement=Placement.VRAM, **kwargs)
+            self.core.spend(self.name, EXPORT_PS)
+            return dma_buf_fd(alloc.exporter.dmabuf, fdtable)
 
     def _evictable(self) -> list[GpuAllocation]:
         return [a for a in self.allocations.values()
@@ -102,6 +103,10 @@ class Gpu:
 
     def pressure(self, size: int) -> bool:
         """Another job allocates ``size`` bytes: evict movable buffers until it fits; False if it cannot."""
+        with self.core.call(self.name, "gpu_memory_pressure", bytes=size):
+            return self._make_room(size)
+
+    def _make_room(self, size: int) -> bool:
         rounded = -(-size // (2 << 20)) * (2 << 20)
         for alloc in self._evictable():
             if self.used + rounded <= self.capacity:
@@ -114,11 +119,11 @@ class Gpu:
             self.evictions += 1
         if self.used + rounded > self.capacity:
             self.failed_allocations += 1
-            self.core.env.trace.instant(self.name, "AllocationFailed", bytes=size, free=self.capacity - self.used)
+            self.core.instant(self.name, "AllocationFailed", bytes=size, free=self.capacity - self.used)
             return False
         self.used += rounded
         self.pressure_bytes.append(rounded)
-        self.core.env.trace.instant(self.name, "MemoryAllocated", bytes=size, free=self.capacity - self.used)
+        self.core.instant(self.name, "MemoryAllocated", bytes=size, free=self.capacity - self.used)
         return True
 
     def release_pressure(self) -> None:

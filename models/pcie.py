@@ -1,10 +1,9 @@
-"""A PCIe link at TLP granularity (first version): encoding, lanes, MPS/MRRS, TLP and DLLP overheads.
+"""A PCIe link at TLP granularity: encoding, lanes, MPS/MRRS/RCB, TLP and DLLP overheads, read tags.
 
-Constants and formulas restate the pcie-model of Neugebauer et al. (SIGCOMM'18) as digested in the
-project's reference: raw rate = lanes x GT/s x encoding; the TLP layer loses ACK and flow-control DLLPs
-and SKIP ordered sets; a DMA write pays a 24 B MWr overhead (64-bit address) per MPS-sized TLP; a DMA
-read pays a 24 B MRd per MRRS-sized request upstream and a 20 B CplD header per MPS-sized completion
-downstream. Each direction of the link is its own FIFO server.
+Rates and byte counts come from :mod:`models.pcie_closed_form` (pcie-model of Neugebauer et al., SIGCOMM'18,
+restated); :mod:`models.pcie_tlp` checks them TLP by TLP. Each direction of the link is its own FIFO server.
+The event engine's link models neither the read-tag limit (it would need the data path to hold a tag from
+request to last completion) nor unaligned starts: its transfers are aligned.
 """
 
 from __future__ import annotations
@@ -12,40 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from models import pcie_closed_form as cf
+from models.pcie_closed_form import (CPLD_HEADER, DLLP_FRAMING, DLLP_SIZE, ECRC, ENCODING, GT_PER_S,  # noqa: F401
+                                     SKIP_BYTES, SKIP_INTERVAL)
 from sim.core import FifoServer, PS_PER_NS, transfer_ps
 
-GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
-"""Transfer rate per lane by generation (GT/s)."""
-ENCODING = {1: 0.8, 2: 0.8, 3: 128 / 130, 4: 128 / 130, 5: 128 / 130, 6: 242 / 256}
-"""Line-code efficiency: 8b/10b, 128b/130b, Gen6 FLIT mode as in pcie-model."""
-
-DLLP_FRAMING = 8
-"""Sequence number, LCRC and framing charged to every TLP (bytes)."""
-MWR_HEADER_64 = 16
-MRD_HEADER_64 = 16
-CPLD_HEADER = 12
-ECRC = 4
-DLLP_SIZE = 8
-"""ACK and flow-control update DLLPs (bytes)."""
-SKIP_BYTES, SKIP_INTERVAL = 4, 1538
-
-_ACK_INTERVAL_X16 = {128: 144, 256: 168, 512: 182, 1024: 246, 2048: 374, 4096: 630}
-_ACK_INTERVAL_X8 = {128: 163, 256: 203, 512: 182, 1024: 246, 2048: 374, 4096: 630}
-"""Bytes between ACK (and FC-update) DLLPs, PCIe Base Spec 5.0 tables 3-7..3-9 as used by pcie-model."""
+MWR_HEADER_64 = MRD_HEADER_64 = cf.REQUEST_HEADER[True]
+"""4DW MWr/MRd header with a 64-bit address (bytes)."""
 
 
 @dataclass(frozen=True)
 class PcieParams:
-    """One PCIe link between a device and its upstream port."""
+    """One PCIe link between a device and its upstream port.
+
+    :raises ValueError: on a generation, width, MPS, MRRS, RCB or tag count PCIe does not have.
+    """
 
     gen: int = 5
     """Generation 1..6."""
     lanes: int = 16
     """Link width: 1, 2, 4, 8 or 16."""
     mps: int = 256
-    """Max payload size (bytes)."""
+    """Max payload size (bytes); x86 servers typically negotiate 256 (pcie-model default)."""
     mrrs: int = 512
-    """Max read request size (bytes)."""
+    """Max read request size (bytes); pcie-model's default 512."""
     ecrc: bool = False
     """End-to-end CRC digest on every TLP."""
     read_latency_ps: int = 550 * PS_PER_NS
@@ -53,33 +42,48 @@ class PcieParams:
     write_latency_ps: int = 150 * PS_PER_NS
     """Posted-write flight from device to memory visibility (one-way, about half a read round trip less the
     memory access)."""
+    rcb: int = 64
+    """Read completion boundary of the completer (bytes): 64 on root complexes (cache line), pcie-model default."""
+    rcb_chunks: bool = False
+    """The completer returns one CplD per RCB block instead of MPS-sized ones (seen on older chipsets,
+    pcie-model ``rcb_chunks``)."""
+    read_tags: int | None = 256
+    """Outstanding MRd requests the device may have (8-bit Extended Tags: 256; 10-bit tags of Gen4+ allow
+    768); None: unlimited, as pcie-model assumes."""
+    addr64: bool = True
+    """64-bit addresses (4DW MWr/MRd headers) rather than 32-bit ones (3DW)."""
+
+    def __post_init__(self) -> None:
+        if self.gen not in GT_PER_S or self.lanes not in (1, 2, 4, 8, 16):
+            raise ValueError(f"PcieParams: no PCIe Gen{self.gen} x{self.lanes} link (gen 1..6, lanes 1..16)")
+        if self.mps not in cf.MPS_CHOICES or self.mrrs not in cf.MPS_CHOICES:
+            raise ValueError(f"PcieParams: mps {self.mps} and mrrs {self.mrrs} must be one of {cf.MPS_CHOICES}")
+        if self.rcb not in (64, 128, 256, 512) or self.rcb > self.mps:
+            raise ValueError(f"PcieParams: rcb {self.rcb} must be 64..512 and at most mps {self.mps}")
+        if self.read_tags is not None and self.read_tags < 1:
+            raise ValueError(f"PcieParams: read_tags {self.read_tags} must be at least 1 (or None: unlimited)")
 
     @cached_property
     def raw_Bps(self) -> float:
         """Raw rate per direction after line coding (bytes/s)."""
-        return self.lanes * GT_PER_S[self.gen] * 1e9 * ENCODING[self.gen] / 8
+        return cf.raw_Bps(self.gen, self.lanes)
 
     @cached_property
     def tlp_Bps(self) -> float:
         """Rate left for TLPs after ACK/FC DLLPs and SKIP ordered sets (bytes/s)."""
-        table = _ACK_INTERVAL_X16 if self.lanes >= 16 else _ACK_INTERVAL_X8
-        interval = table[self.mps]
-        return self.raw_Bps * (1 - (DLLP_SIZE / interval + DLLP_SIZE / interval + SKIP_BYTES / SKIP_INTERVAL))
+        return cf.tlp_Bps(self.gen, self.lanes, self.mps)
 
     def write_wire_bytes(self, nbytes: int) -> int:
         """Bytes on the link for a posted DMA write of ``nbytes`` (payload + per-TLP overhead)."""
-        tlps = max(1, -(-nbytes // self.mps))
-        return nbytes + tlps * (DLLP_FRAMING + MWR_HEADER_64 + (ECRC if self.ecrc else 0))
+        return cf.write_wire_bytes(self, nbytes)
 
     def read_completion_bytes(self, nbytes: int) -> int:
         """Bytes flowing back to the requester for a DMA read of ``nbytes`` (data + CplD overheads)."""
-        cpls = max(1, -(-nbytes // self.mps))
-        return nbytes + cpls * (DLLP_FRAMING + CPLD_HEADER + (ECRC if self.ecrc else 0))
+        return cf.read_completion_wire_bytes(self, nbytes)
 
     def read_request_bytes(self, nbytes: int) -> int:
         """Bytes of MRd requests sent by the requester for a DMA read of ``nbytes``."""
-        reqs = max(1, -(-nbytes // self.mrrs))
-        return reqs * (DLLP_FRAMING + MRD_HEADER_64 + (ECRC if self.ecrc else 0))
+        return cf.read_request_wire_bytes(self, nbytes)
 
     def write_ps(self, nbytes: int) -> int:
         """Link occupancy of a DMA write of ``nbytes`` (ps)."""
@@ -95,11 +99,12 @@ class PcieParams:
 
     def write_efficiency(self, nbytes: int) -> float:
         """Effective DMA-write bandwidth for back-to-back ``nbytes`` writes (bytes/s)."""
-        return self.tlp_Bps * nbytes / self.write_wire_bytes(nbytes)
+        return cf.write_Bps(self, nbytes)
 
     def read_efficiency(self, nbytes: int) -> float:
-        """Effective DMA-read bandwidth limited by the completion direction (bytes/s)."""
-        return self.tlp_Bps * nbytes / self.read_completion_bytes(nbytes)
+        """Effective DMA-read bandwidth for back-to-back ``nbytes`` reads, limited by the busier direction of
+        the link (tags unlimited, like the event engine) (bytes/s)."""
+        return cf.read_link_Bps(self, nbytes)
 
 
 class PcieLink:

@@ -70,11 +70,13 @@ def _reg_dmabuf(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: i
         raise VerbsError("EOPNOTSUPP", "mlx5 dynamic dma-buf MRs need on-demand paging", call=call)
     if length > nic.params.max_mr_size:
         raise VerbsError("EINVAL", f"length {length} exceeds the device's max_mr_size", call=call)
-    start = max(pd.context.env.now, node.kernel.now_ps(nic.name)) if node.kernel else pd.context.env.now
-    backing, done = register_dmabuf(nic, mode, nic.params.umr, node.fds, offset, length, fd,
-                                    bool(access & Access.LOCAL_WRITE), invariants)
+    start = node.kernel.now_ps(nic.name)
+    with node.kernel.call(nic.name, call, offset=offset, length=length, fd=fd, mode=mode):
+        node.kernel.spend(nic.name, nic.params.umr.reg_ioctl_ps)
+        backing, done = register_dmabuf(nic, mode, nic.params.umr, node.fds, offset, length, fd,
+                                        bool(access & Access.LOCAL_WRITE), invariants)
     key = nic.new_key()
-    mr = MemoryRegion(pd, offset, length, Access(access), key, key, nic.params.umr.reg_ioctl_ps + done - start,
+    mr = MemoryRegion(pd, offset, length, Access(access), key, key, done - start,
                       backing=backing, iova=iova, mr_type="DMABUF_MR")
     nic.mrs[key] = mr
     return mr

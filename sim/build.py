@@ -45,6 +45,8 @@ class Testbed:
     registrations: dict[str, Registration] = field(default_factory=dict)
     qps: list = field(default_factory=list)
     """Every QP the workloads created."""
+    started_ps: int = 0
+    """When setup (registration) ended and the workloads began."""
 
 
 class RegistrationFailed(SimError):
@@ -78,7 +80,8 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
         except SimError as exc:
             raise RegistrationFailed(f"buffers[{i}] '{spec.name}' on {spec.on} ({spec.registration}): {exc}") from exc
         bed.registrations[spec.name] = reg
-        env.run(until=env.now + reg.mr.reg_ps)
+        env.run(until=max(env.now + reg.mr.reg_ps, *(n.kernel.now_ps(n.nic.name) for n in bed.nodes.values())))
+    bed.started_ps = env.now
     return bed
 
 
@@ -104,14 +107,17 @@ def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:
 def _register_dmabuf(node: Node, pd: ProtectionDomain, gpu: Gpu, alloc: GpuAllocation, spec: BufferSpec,
                      access: Access, invariants: str) -> MemoryRegion:
     """perftest's sequence: export the range as a dma-buf fd, register it, close the fd."""
-    start = node.kernel.now_ps(gpu.name)
+    kernel = node.kernel
+    start = kernel.now_ps(gpu.name)
     fd = gpu.export(alloc, node.fds)
-    export_ps = node.kernel.now_ps(gpu.name) - start
+    export_ps = kernel.now_ps(gpu.name) - start
+    kernel.wait_until(node.nic.name, kernel.now_ps(gpu.name))  # one thread: export, then register, then close
     if spec.registration == "dmabuf-pinned" and node.nic.params.dmabuf != "pinned":
         mr = mlx5dv_reg_dmabuf_mr(pd, 0, spec.size, alloc.addr, fd, access, MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT,
                                   invariants=invariants)
     else:
         mr = ibv_reg_dmabuf_mr(pd, 0, spec.size, alloc.addr, fd, access, invariants=invariants)
+    kernel.wait_until(node.fds.owner, kernel.now_ps(node.nic.name))
     node.fds.close(fd)
     mr.reg_ps += export_ps
     return mr

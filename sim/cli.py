@@ -68,7 +68,9 @@ def run(scenario: ScenarioPath,
         out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results directory "
                                                         "(default: results/<scenario name>).")] = None,
         seed: Annotated[Optional[int], typer.Option(help="Override the scenario's seed.", min=0)] = None,
-        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the tables.")] = False) -> None:
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the tables.")] = False,
+        trace: Annotated[bool, typer.Option("--trace", help="Also write trace.json (Chrome/Perfetto format: "
+                                                             "open in ui.perfetto.dev).")] = False) -> None:
     """Run a scenario: print perftest-style tables; write metrics, summary, manifest and figures."""
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
@@ -82,7 +84,8 @@ def run(scenario: ScenarioPath,
         task = bar.add_task(spec.name, total=sum(total_operations(v) for _, v in variants))
         for name, variant in variants:
             try:
-                results.append(run_scenario(variant, seed, progress=lambda n: bar.advance(task, n), variant=name))
+                results.append(run_scenario(variant, seed, progress=lambda n: bar.advance(task, n), variant=name,
+                                            trace=trace))
             except SimError as exc:
                 label = "" if name == "base" else f" variant '{name}'"
                 failures.append(f"{scenario}:{label} run failed: {exc}")
@@ -90,7 +93,7 @@ def run(scenario: ScenarioPath,
         typer.echo(message, err=True)
     if not results:
         raise typer.Exit(1)
-    path = write_results(results, target, raw)
+    path = write_results(results, target, raw, trace=trace)
     if not quiet:
         from sim.compare import comparison_table
 
@@ -101,6 +104,29 @@ def run(scenario: ScenarioPath,
     err.print(f"wrote {path} ({time.perf_counter() - started:.1f} s)", highlight=False)
     if failures:
         raise typer.Exit(1)
+
+
+@app.command()
+def explain(scenario: ScenarioPath,
+            variant: Annotated[Optional[str], typer.Option(help="Which variant to explain (default: the "
+                                                                "first).")] = None) -> None:
+    """Print the protocol timeline of the registrations and of the first eviction: who calls what, holding
+    which lock, at what simulated time."""
+    from sim.explain import explain as timeline
+    from sim.run import run_scenario
+
+    _, _, variants = _load(scenario)
+    names = [name for name, _ in variants]
+    if variant is not None and variant not in names:
+        typer.echo(f"{scenario}: no variant named '{variant}' (variants: {', '.join(names)})", err=True)
+        raise typer.Exit(2)
+    name, spec = next((n, v) for n, v in variants if variant in (None, n))
+    try:
+        result = run_scenario(spec, trace=True, variant=name)
+    except SimError as exc:
+        typer.echo(f"{scenario}: run failed: {exc}", err=True)
+        raise typer.Exit(1) from None
+    sys.stdout.write(timeline(result) + "\n")
 
 
 @app.command()

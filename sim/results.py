@@ -22,6 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from sim import __version__
+from sim.core.trace import write_chrome_trace
 from sim.compare import bandwidth_timeline, comparison_table, event_times
 from sim.plot import figures
 from sim.run import RunResult
@@ -69,14 +70,17 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def write_results(results: RunResult | list[RunResult], out_dir: str | os.PathLike,
-                  scenario_bytes: bytes | None = None) -> Path:
-    """Write every output of ``results`` (one per variant) into ``out_dir``, replacing it atomically."""
+                  scenario_bytes: bytes | None = None, *, trace: bool = False) -> Path:
+    """Write every output of ``results`` (one per variant) into ``out_dir``, replacing it atomically;
+    ``trace`` adds ``trace.json`` (runs made with ``trace=True``), one trace process per variant."""
     results = [results] if isinstance(results, RunResult) else results
     target = Path(out_dir).resolve()
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
     try:
         _write(results, staging, scenario_bytes)
+        if trace:
+            write_chrome_trace(str(staging / "trace.json"), [(r.variant, r.testbed.env.trace) for r in results])
         _replace_dir(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -102,18 +102,22 @@ class DmaBufCore:
     @contextmanager
     def call(self, ctx: str, name: str, **args: Any) -> Iterator[None]:
         """Run a call in ``ctx``: nested calls and callbacks default to it; on success trace it as a slice."""
-        start = self.now_ps(ctx)
+        handle = self.env.trace.begin(ctx, name, self.now_ps(ctx), **args)
         self._tasks.append(ctx)
         try:
             yield
         finally:
             self._tasks.pop()
-        self.env.trace.slice(ctx, name, start, self.now_ps(ctx), **args)
+            self.env.trace.end(handle, self.now_ps(ctx))
 
     def warn(self, ctx: str, message: str) -> None:
         """Record a WARN splat that lets the call continue."""
         self.warnings.append(message)
-        self.env.trace.instant(ctx, "KernelWarned", message=message)
+        self.instant(ctx, "KernelWarned", message=message)
+
+    def instant(self, ctx: str, name: str, **args: Any) -> None:
+        """Trace event ``name`` on ``ctx``'s track at the time ``ctx`` has reached."""
+        self.env.trace.instant(ctx, name, at_ps=self.now_ps(ctx), **args)
 
     def next_ino(self) -> int:
         """A fresh inode number for an exported buffer's file (1, 2, ...)."""

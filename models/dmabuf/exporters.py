@@ -110,7 +110,7 @@ class MovableExporter(_Exporter):
                 buf.placement, buf.generation = dst, buf.generation + 1
                 fence = DmaFence(f"{ctx}.move", buf.generation, start + self.copy.copy_ps(buf.size, src, dst))
                 dma_resv_add_fence(buf.resv, fence, DmaResvUsage.KERNEL, holder=ctx)
-                self.core.env.trace.instant(ctx, "BufferMoved", dmabuf=buf.name, src=src.value, dst=dst.value,
+                self.core.instant(ctx, "BufferMoved", dmabuf=buf.name, src=src.value, dst=dst.value,
                                             copy_done_ps=fence.signaled_at_ps)
             finally:
                 buf.resv.unlock(ctx)

@@ -93,7 +93,7 @@ def dma_buf_export(core: DmaBufCore, ops: DmaBufOps | None, size: int, *, priv: 
     with core.call(exp_name, call, size=size):
         core.spend(exp_name, core.costs.export_ps)
         ino = core.next_ino()
-        return DmaBuf(core, ops, size, priv, exp_name, ino, DmaResv(f"dmabuf{ino}.resv"))
+        return DmaBuf(core, ops, size, priv, exp_name, ino, DmaResv(f"dmabuf{ino}.resv", core=core))
 
 
 def dma_buf_dynamic_attach(dmabuf: DmaBuf | None, dev: str, importer_ops: DmaBufAttachOps | None,
@@ -343,7 +343,7 @@ def dma_buf_move_notify(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
             if attach.pinned:
                 core.warn(ctx, f"{call}: {attach.dev} has {dmabuf.name} pinned; pinned buffers must not move")
             core.spend(ctx, core.costs.move_notify_ps)
-            core.env.trace.instant(ctx, "MappingInvalidated", dmabuf=dmabuf.name, dev=attach.dev,
+            core.instant(ctx, "MappingInvalidated", dmabuf=dmabuf.name, dev=attach.dev,
                                    live_mappings=len(attach.mappings))
             attach.importer_ops.move_notify(attach)
 
@@ -373,7 +373,7 @@ def dma_buf_put(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
                       f"with {len(dmabuf.attachments)} attachment(s)")
         dmabuf.released = True
         dmabuf.ops.release(dmabuf)
-        core.env.trace.instant(ctx, "BufferReleased", dmabuf=dmabuf.name)
+        core.instant(ctx, "BufferReleased", dmabuf=dmabuf.name)
 
 
 def dma_buf_fd(dmabuf: DmaBuf, fdtable: FdTable, *, caller: str | None = None) -> int:

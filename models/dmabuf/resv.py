@@ -14,8 +14,13 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sim.core import DeadlockError, ProtocolError, VerbsError
+
+
+if TYPE_CHECKING:
+    from models.dmabuf.core import DmaBufCore
 
 
 class DmaResvUsage(enum.IntEnum):
@@ -54,6 +59,11 @@ class DmaResv:
     name: str
     holder: str | None = None
     fences: list[tuple[DmaFence, DmaResvUsage]] = field(default_factory=list)
+    core: DmaBufCore | None = None
+    """The dma-buf core whose per-context clocks the lock orders: a context that takes the lock continues no
+    earlier than the previous holder released it. Lock and unlock are traced on the holder's track."""
+    free_at_ps: int = 0
+    """When the last holder released the lock (ps)."""
 
     def lock(self, holder: str) -> None:
         """``dma_resv_lock``.
@@ -67,6 +77,9 @@ class DmaResv:
             raise DeadlockError(f"{self.name}: {holder} would wait forever: held by {self.holder} and "
                                 "synchronous calls cannot block")
         self.holder = holder
+        if self.core is not None:
+            self.core.wait_until(holder, self.free_at_ps)
+            self.core.instant(holder, "LockAcquired", lock=self.name)
 
     def unlock(self, holder: str) -> None:
         """``dma_resv_unlock``.
@@ -77,6 +90,9 @@ class DmaResv:
             raise ProtocolError(f"{self.name}: unlocked by {holder} but held by {self.holder or 'nobody'} "
                                 "(only the owner may release a ww_mutex)")
         self.holder = None
+        if self.core is not None:
+            self.free_at_ps = self.core.now_ps(holder)
+            self.core.instant(holder, "LockReleased", lock=self.name)
 
     def is_held_by(self, holder: str) -> bool:
         """True when ``holder`` owns the lock (what lockdep's ``dma_resv_assert_held`` checks)."""

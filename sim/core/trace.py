@@ -29,11 +29,18 @@ class NullTrace:
 
     enabled = False
 
-    def instant(self, component: str, name: str, **args: Any) -> None:
+    def instant(self, component: str, name: str, *, at_ps: int | None = None, **args: Any) -> None:
         """Ignore an instant event."""
 
     def slice(self, component: str, name: str, start_ps: int, end_ps: int, **args: Any) -> None:
         """Ignore a slice."""
+
+    def begin(self, component: str, name: str, start_ps: int, **args: Any) -> int:
+        """Ignore the start of a slice."""
+        return -1
+
+    def end(self, handle: int, end_ps: int) -> None:
+        """Ignore the end of a slice."""
 
 
 class TraceRecorder(NullTrace):
@@ -45,35 +52,52 @@ class TraceRecorder(NullTrace):
         self._env = env
         self.events: list[TraceEvent] = []
 
-    def instant(self, component: str, name: str, **args: Any) -> None:
-        """Record ``name`` happening now on ``component``'s track."""
-        self.events.append(TraceEvent(self._env.now, component, name, None, args))
+    def instant(self, component: str, name: str, *, at_ps: int | None = None, **args: Any) -> None:
+        """Record ``name`` happening on ``component``'s track now (or at ``at_ps``)."""
+        self.events.append(TraceEvent(self._env.now if at_ps is None else at_ps, component, name, None, args))
 
     def slice(self, component: str, name: str, start_ps: int, end_ps: int, **args: Any) -> None:
         """Record ``name`` busy on ``component`` from ``start_ps`` to ``end_ps``."""
         self.events.append(TraceEvent(start_ps, component, name, end_ps - start_ps, args))
 
-    def to_chrome(self) -> dict[str, Any]:
-        """The trace in Chrome's JSON format (timestamps in microseconds), one thread per component."""
+    def begin(self, component: str, name: str, start_ps: int, **args: Any) -> int:
+        """Open a slice (so events inside it are recorded after it); :meth:`end` closes it."""
+        self.events.append(TraceEvent(start_ps, component, name, 0, args))
+        return len(self.events) - 1
+
+    def end(self, handle: int, end_ps: int) -> None:
+        """Close the slice opened as ``handle`` at ``end_ps``."""
+        event = self.events[handle]
+        self.events[handle] = TraceEvent(event.time_ps, event.component, event.name, end_ps - event.time_ps,
+                                         event.args)
+
+    def to_chrome(self, pid: int = 1, process: str = "rdmasim") -> list[dict[str, Any]]:
+        """The events in Chrome's JSON trace format (timestamps in microseconds), one thread per component,
+        all under process ``pid`` named ``process``."""
         tracks: dict[str, int] = {}
         out: list[dict[str, Any]] = []
         for event in sorted(self.events, key=lambda e: (e.time_ps, e.component)):
             tid = tracks.setdefault(event.component, len(tracks) + 1)
-            record: dict[str, Any] = {"name": event.name, "pid": 1, "tid": tid, "ts": event.time_ps / 1e6,
+            record: dict[str, Any] = {"name": event.name, "pid": pid, "tid": tid, "ts": event.time_ps / 1e6,
                                       "args": _jsonable(event.args)}
             if event.dur_ps is None:
                 record.update(ph="i", s="t")
             else:
                 record.update(ph="X", dur=event.dur_ps / 1e6)
             out.append(record)
-        meta = [{"name": "thread_name", "ph": "M", "pid": 1, "tid": tid, "args": {"name": name}}
-                for name, tid in tracks.items()]
-        return {"traceEvents": meta + out, "displayTimeUnit": "ns"}
+        meta = [{"name": "process_name", "ph": "M", "pid": pid, "args": {"name": process}}]
+        meta += [{"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}}
+                 for name, tid in tracks.items()]
+        return meta + out
 
-    def write_chrome(self, path: str) -> None:
-        """Write :meth:`to_chrome` to ``path``."""
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump(self.to_chrome(), handle, indent=None, separators=(",", ":"))
+
+def write_chrome_trace(path: str, recorders: list[tuple[str, TraceRecorder]]) -> None:
+    """Write one Chrome/Perfetto trace file holding each ``(process name, recorder)`` as its own process."""
+    events: list[dict[str, Any]] = []
+    for pid, (process, recorder) in enumerate(recorders, start=1):
+        events += recorder.to_chrome(pid, process)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({"traceEvents": events, "displayTimeUnit": "ns"}, handle, separators=(",", ":"))
 
 
 def _jsonable(args: dict[str, Any]) -> dict[str, Any]:

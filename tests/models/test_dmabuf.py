@@ -389,14 +389,18 @@ def test_static_importer_map_waits_kernel_fences_dynamic_does_not():
                            holder="gpu0")
         dma_resv_add_fence(gpu.dmabuf.resv, DmaFence("render", 1, 900 * PS_PER_US), DmaResvUsage.READ,
                            holder="gpu0")
-    static = dma_buf_map_attachment_unlocked(dma_buf_attach(gpu.dmabuf, "ahci"))
-    assert core.now_ps("ahci") == 50 * PS_PER_US == static.ready_at_ps
-    check_dma(static, now_ps=core.now_ps("ahci"))
     dynamic = dma_buf_map_attachment_unlocked(dma_buf_dynamic_attach(gpu.dmabuf, NIC, Importer().ops))
     assert core.now_ps(NIC) < 50 * PS_PER_US and dynamic.ready_at_ps == 50 * PS_PER_US
     with pytest.raises(InvariantViolation, match="KERNEL fences"):
         check_dma(dynamic, now_ps=core.now_ps(NIC))
     check_dma(dynamic, now_ps=50 * PS_PER_US)
+    static = dma_buf_map_attachment_unlocked(dma_buf_attach(gpu.dmabuf, "ahci"))
+    assert core.now_ps("ahci") == 50 * PS_PER_US == static.ready_at_ps
+    check_dma(static, now_ps=core.now_ps("ahci"))
+    # the static importer waited with the lock held: whoever locks next continues no earlier than that
+    gpu.dmabuf.resv.lock(NIC)
+    assert core.now_ps(NIC) == 50 * PS_PER_US
+    gpu.dmabuf.resv.unlock(NIC)
 
 
 # ------------------------------------------------------------------------------------------------ unmap / detach
@@ -562,7 +566,9 @@ def test_calls_are_traced_as_slices_with_their_cost_and_events_as_instants():
     assert mapped.time_ps == costs.attach_ps and core.now_ps(NIC) == costs.attach_ps + mapped.dur_ps
     assert by_name["MappingInvalidated"].dur_ps is None and by_name["MappingInvalidated"].args["dev"] == NIC
     assert by_name["BufferMoved"].args["dst"] == "SYSTEM" and sgt.nbytes == MiB
-    assert by_name["MovableExporter.move"].dur_ps == costs.move_notify_ps
+    move = by_name["MovableExporter.move"]
+    waited_for_lock = mapped.time_ps + mapped.dur_ps - move.time_ps  # the map held the lock until then
+    assert waited_for_lock > 0 and move.dur_ps == waited_for_lock + costs.move_notify_ps
 
 
 def test_context_clocks_run_ahead_of_env_now_independently_and_follow_it():

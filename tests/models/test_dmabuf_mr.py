@@ -49,6 +49,12 @@ class Bed:
         self.env.run(until=self.env.now + mr.reg_ps)  # the registering process blocks for the call
         return mr
 
+    def move(self):
+        """The exporter evicts the buffer; the clock advances past its move_notify (the zap)."""
+        fence = self.gpu.move(Placement.SYSTEM)
+        self.env.run(until=self.nodes[1].kernel.now_ps("b.gpu0") + 1)
+        return fence
+
     def write(self, dst, size=4096, at=None):
         if at is not None:
             self.env.run(until=at)
@@ -117,7 +123,7 @@ def test_move_notify_zaps_then_the_next_access_refaults_after_the_fence():
     bed = Bed()
     mr = bed.reg()
     _, warm = bed.write(mr)
-    fence = bed.gpu.move(Placement.SYSTEM)
+    fence = bed.move()
     assert not mr.backing.translation_valid and mr.backing.umem.sgt is None
     assert mr.backing.invalidations == 1
     status, cold = bed.write(mr)
@@ -142,7 +148,7 @@ def test_requester_side_refault_stalls_until_the_copy_is_done():
         return wc.status, wc.completed_ps - start
 
     _, warm = write_from_gpu()
-    fence = bed.gpu.move(Placement.SYSTEM)
+    fence = bed.move()
     status, cold = write_from_gpu()
     copy_left = fence.signaled_at_ps - bed.env.now
     assert status is WcStatus.SUCCESS and qb.rnr_naks == 0
@@ -154,7 +160,7 @@ def test_broken_importer_that_ignores_move_notify_trips_the_invariant_checker():
     bed = Bed()
     mr = bed.reg()
     mr.backing.move_notify = lambda attach: None  # keeps its stale translations
-    bed.gpu.move(Placement.SYSTEM)
+    bed.move()
     with pytest.raises(InvariantViolation) as info:
         bed.write(mr)
     assert "stale mapping" in str(info.value)
@@ -164,7 +170,7 @@ def test_broken_importer_in_record_mode_keeps_running_and_lists_violations():
     bed = Bed()
     mr = bed.reg(invariants="record")
     mr.backing.move_notify = lambda attach: None
-    bed.gpu.move(Placement.SYSTEM)
+    bed.move()
     assert bed.write(mr)[0] is WcStatus.SUCCESS
     assert len(mr.backing.violations) == 1 and "stale mapping" in mr.backing.violations[0]
 

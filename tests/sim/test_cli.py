@@ -126,3 +126,45 @@ def test_python_dash_m_sim_runs(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "sim", "validate", str(_write(tmp_path, QUICK))],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0 and "ok" in proc.stdout
+
+
+PRESSURE = ROOT / "scenarios" / "pin_vs_dmabuf.yaml"
+
+
+def test_explain_shows_registration_and_eviction_with_locks_in_time_order():
+    result = runner.invoke(app, ["explain", str(PRESSURE), "--variant", "dmabuf"])
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    order = ["cuMemGetHandleForAddressRange", "ibv_reg_dmabuf_mr", "dma_buf_dynamic_attach", "pagefault_dmabuf_mr",
+             "gpu_memory_pressure", "lock dmabuf1.resv", "dma_buf_move_notify", "MappingInvalidated",
+             "BufferMoved", "unlock dmabuf1.resv", "PageFaulted", "MappingRestored"]
+    at = 0
+    for word in order:  # each appears after the previous one
+        at = text.index(word, at) + len(word)
+    times = [float(line.split()[0]) for line in text.splitlines() if line.endswith(("]", ")")) and " us " in line]
+    assert times == sorted(times) and len(times) > 10
+    second = text.split("First memory event")[1]
+    assert "holds dmabuf1.resv" in second
+
+
+def test_explain_of_a_pinned_variant_says_nothing_moved():
+    result = runner.invoke(app, ["explain", str(PRESSURE), "--variant", "peermem"])
+    assert result.exit_code == 0 and "AllocationFailed" in result.stdout and "BufferMoved" not in result.stdout
+
+
+def test_explain_rejects_an_unknown_variant():
+    result = runner.invoke(app, ["explain", str(PRESSURE), "--variant", "nope"])
+    assert result.exit_code == 2 and "no variant named 'nope'" in result.stderr
+
+
+def test_trace_is_chrome_json_with_one_process_per_variant_and_named_tracks(tmp_path):
+    out = tmp_path / "res"
+    assert runner.invoke(app, ["run", str(PRESSURE), "--out", str(out), "--trace", "-q"]).exit_code == 0
+    events = json.loads((out / "trace.json").read_text())["traceEvents"]
+    processes = {e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert processes == {"peermem", "dmabuf", "dmabuf-pinned", "dmabuf-no-move-notify"}
+    threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    assert {"a.nic", "a.gpu0", "a.nic.hw"} <= threads
+    slices = [e for e in events if e.get("ph") == "X"]
+    assert all(e["dur"] >= 0 for e in slices) and any(e["name"] == "dma_buf_move_notify" for e in slices)
+    assert any(e.get("ph") == "i" and e["name"] == "MappingInvalidated" for e in events)
