@@ -26,6 +26,7 @@ from simpy import Timeout
 
 from models.fabric import AETH, RETH, Fabric
 from models.pcie import PcieLink
+from models.memory_data import mr_bytes
 from models.mr_backing import Fault
 from models.verbs import RNR_RETRY_INFINITE, Access, Opcode, QpState, WcStatus, WorkCompletion
 from sim.core.servers import FifoServer, claim_cut_through
@@ -172,11 +173,13 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
         _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
         return
 
+    payload = _read_payload(env, local_mr, wr) if wr.opcode is Opcode.RDMA_WRITE else None
     head, tail = yield from walk(env, stages.forward, t, t)
     status, head, tail = yield from _responder_accepts(env, qp, wr, stages, head, tail)
     if status is not WcStatus.SUCCESS:
         _, done = yield from walk(env, stages.reply, tail, tail)
     elif wr.opcode is Opcode.RDMA_WRITE:
+        _write_payload(env, qp.remote.node.nic.lookup(wr.rkey), wr.remote_addr, payload)
         _, landed = yield from walk(env, stages.remote, head, tail)
         _notify_landed(env, wr, landed)
         # The responder acknowledges once the last TLP is on its PCIe link: a full receive path backs up
@@ -184,17 +187,32 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
         issued = landed - qp.remote.node.pcie.params.write_latency_ps
         _, done = yield from walk(env, stages.reply, issued, issued)
     else:
+        payload = _read_payload(env, qp.remote.node.nic.lookup(wr.rkey), wr, remote=True)
         response, landing = stages.remote[:-1], stages.remote[-1:]
         head, tail = yield from walk(env, response, head, tail)
         if local_mr.backing is not None:  # the response is written through the local MR's translation
             head, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length, head, write=True)
             tail = max(tail, head)
         if status is WcStatus.SUCCESS:
+            _write_payload(env, local_mr, wr.local_addr, payload)
             _, done = yield from walk(env, landing, head, tail)
             _notify_landed(env, wr, done - stages.cqe_ps)
         else:
             _, done = yield from walk(env, stages.reply[-1:], head, head)
     _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
+
+
+def _read_payload(env, mr, wr: SendWR, *, remote: bool = False):
+    """Data mode: the bytes the NIC reads through ``mr``'s translation now (None when data mode is off)."""
+    if not env.data_mode:
+        return None
+    return mr_bytes(mr, wr.remote_addr if remote else wr.local_addr, wr.length).copy()
+
+
+def _write_payload(env, mr, addr: int, payload) -> None:
+    """Data mode: the NIC writes ``payload`` through ``mr``'s translation now."""
+    if payload is not None:
+        mr_bytes(mr, addr, len(payload))[:] = payload
 
 
 def _responder_accepts(env, qp: QueuePair, wr: SendWR, stages: Plan, head: int, tail: int) -> Generator:

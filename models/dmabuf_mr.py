@@ -38,8 +38,11 @@ class UmrParams:
 class DmabufBacking(MrBacking):
     """The NIC side of one dma-buf MR (see the module docstring)."""
 
-    def __init__(self, umem: IbUmemDmabuf, umr: UmrParams, mode: str, *, invariants: str = "raise") -> None:
+    def __init__(self, umem: IbUmemDmabuf, umr: UmrParams, mode: str, *, invariants: str = "raise",
+                 broken: bool = False) -> None:
         self.umem = umem
+        self.broken = broken
+        """Ignore move_notify (the deliberately broken importer)."""
         self.umr = umr
         self.mode = "dmabuf" if mode == "dynamic" else "dmabuf-pinned"
         self.invariants = invariants
@@ -68,6 +71,10 @@ class DmabufBacking(MrBacking):
         """mlx5_ib_dmabuf_invalidate_cb: runs in the exporter's task with the lock held."""
         umem = self.umem
         if umem.sgt is None or umem.private is None:
+            return
+        if self.broken:
+            umem.attach.dmabuf.core.warn(umem.dev, "move_notify ignored: this importer is deliberately broken "
+                                         "and keeps its translations to the old pages")
             return
         self.translation_valid = False  # UMR XLT ZAP: the NIC can no longer reach the old pages
         ib_umem_dmabuf_unmap_pages(umem)
@@ -165,7 +172,7 @@ def register_dmabuf(nic, mode: str, umr: UmrParams, fdtable: FdTable, offset: in
         holder: list[DmabufBacking] = []
         ops = DmaBufAttachOps(move_notify=lambda attach: holder[0].move_notify(attach), allow_peer2peer=True)
         umem = ib_umem_dmabuf_get(dev, offset, length, fdtable, fd, writable, ops)
-        backing = DmabufBacking(umem, umr, mode, invariants=invariants)
+        backing = DmabufBacking(umem, umr, mode, invariants=invariants, broken=nic.params.ignore_move_notify)
         holder.append(backing)
         core = umem.attach.dmabuf.core
         try:

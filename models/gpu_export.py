@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from sim.core import PS_PER_US, SimError, VerbsError
 
 from models.dmabuf import CopyParams, DmaBufCore, MovableExporter, Placement, StaticExporter, dma_buf_fd
@@ -21,6 +23,8 @@ EXPORT_PS = 18 * PS_PER_US
 """cuMemGetHandleForAddressRange(DMA_BUF_FD): 17-20 us regardless of size (h200_dmabuf_export.json)."""
 GPU_PAGE = 4096
 """Alignment the export requires (the host page size)."""
+NEW_OWNER_BYTE = 0xEE
+"""Data mode: what the job that took over evicted VRAM writes there (so stale reads are recognisable)."""
 
 
 class CudaError(SimError):
@@ -41,6 +45,8 @@ class GpuAllocation:
     exporter: MovableExporter | StaticExporter | None = None
     pinned_by: set[str] = field(default_factory=set)
     """Who pins it in VRAM (peer-memory registrations)."""
+    data: np.ndarray | None = None
+    """Data mode: the allocation's bytes (None when off)."""
 
 
 @dataclass(eq=False)
@@ -93,6 +99,8 @@ class Gpu:
         kwargs = {} if cls is StaticExporter else {"copy": self.copy}
         with self.core.call(self.name, call, allocation=alloc.name, bytes=size):
             alloc.exporter = cls(self.core, size, name=f"{self.name}", placement=Placement.VRAM, **kwargs)
+            if alloc.data is not None:
+                alloc.exporter.storage[0] = alloc.data[offset:offset + size]
             self.core.spend(self.name, EXPORT_PS)
             return dma_buf_fd(alloc.exporter.dmabuf, fdtable)
 
@@ -111,10 +119,13 @@ class Gpu:
         for alloc in self._evictable():
             if self.used + rounded <= self.capacity:
                 break
+            vacated = alloc.exporter.storage.get(alloc.exporter.dmabuf.generation)
             try:
                 alloc.exporter.move(Placement.SYSTEM)
             except VerbsError:  # pinned by an importer (pinned dma-buf MR or pin-on-map): cannot move
                 continue
+            if vacated is not None:
+                vacated[:] = NEW_OWNER_BYTE  # the memory's new owner writes its own data there
             self.used -= -(-alloc.size // (2 << 20)) * (2 << 20)
             self.evictions += 1
         if self.used + rounded > self.capacity:

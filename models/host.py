@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from sim.core import PS_PER_NS, PS_PER_US, VerbsError
 
 
@@ -79,6 +81,8 @@ class HostMemory:
         self._next = self._BASE
         self.buffers: dict[str, HostBuffer] = {}
         self.pinned_pages = 0
+        self.data: dict[str, np.ndarray] = {}
+        """Data mode: each buffer's bytes, by name (empty when off)."""
 
     def allocate(self, name: str, size: int) -> HostBuffer:
         """mmap-like allocation of ``size`` bytes, page aligned, with a guard page after it."""

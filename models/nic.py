@@ -51,6 +51,9 @@ class NicParams:
     """dma-buf MR support: ``dynamic`` (mlx5: move_notify + re-fault, needs ODP), ``pinned`` (EFA-like), None."""
     umr: UmrParams = UmrParams()
     """Cost of rewriting translation entries."""
+    ignore_move_notify: bool = False
+    """Deliberately broken dma-buf importer that keeps its translations after move_notify (teaching only:
+    the invariant checker catches its DMA through stale mappings)."""
 
 
 class Nic:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from models.dmabuf import DmaBufCore, KernelConfig
 from models.fabric import Fabric
 from models.gpu_export import Gpu, GpuAllocation
@@ -29,6 +31,17 @@ class Registration:
     mr: MemoryRegion
     location: str
     """'host' or the GPU's name."""
+    allocation: GpuAllocation | None = None
+    """The GPU allocation behind a GPU buffer."""
+
+    def current_bytes(self) -> np.ndarray:
+        """Data mode: the buffer's true contents now (where the exporter keeps it, not a stale mapping)."""
+        if self.allocation is None:
+            return self.mr.pd.context.node.host.data[self.buffer]
+        exporter = self.allocation.exporter
+        if exporter is not None and exporter.storage:
+            return exporter.storage[exporter.dmabuf.generation]
+        return self.allocation.data
 
 
 @dataclass
@@ -59,7 +72,7 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
 
     :raises RegistrationFailed: a buffer's registration failed (e.g. ENOMEM past RLIMIT_MEMLOCK).
     """
-    env = Environment(seed, trace=trace)
+    env = Environment(seed, trace=trace, data=scenario.data)
     fabric = Fabric(fabric_params(scenario))
     bed = Testbed(env, fabric, {}, {}, {})
     for spec in scenario.nodes:
@@ -89,19 +102,25 @@ def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:
     node_name, place = spec.on.split(".")
     node, pd = bed.nodes[node_name], bed.pds[node_name]
     access = access_flags(spec.access)
+    fill = (lambda: bed.env.rng(f"data.{spec.name}").integers(0, 256, spec.size, dtype=np.uint8)) \
+        if bed.env.data_mode else None
     if place == "host":
         buf = node.host.allocate(spec.name, spec.size)
+        if fill:
+            node.host.data[spec.name] = fill()
         if spec.registration == "odp":
             access |= Access.ON_DEMAND
         mr = ibv_reg_mr(pd, buf.addr, buf.size, access)
         return Registration(spec.name, node_name, spec.size, spec.registration, mr, "host")
     gpu = bed.gpus[spec.on]
     alloc = gpu.malloc(spec.name, spec.size)
+    if fill:
+        alloc.data = fill()
     if spec.registration == "peermem":
         mr = ibv_reg_mr_peermem(pd, alloc, 0, spec.size, access)
     else:
         mr = _register_dmabuf(node, pd, gpu, alloc, spec, access, invariants)
-    return Registration(spec.name, node_name, spec.size, spec.registration, mr, place)
+    return Registration(spec.name, node_name, spec.size, spec.registration, mr, place, alloc)
 
 
 def _register_dmabuf(node: Node, pd: ProtectionDomain, gpu: Gpu, alloc: GpuAllocation, spec: BufferSpec,

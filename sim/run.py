@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from models.verbs import Opcode, ibv_create_cq, ibv_create_qp
@@ -118,10 +119,30 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
         "variant": variant, "buffer": r.buffer, "node": r.node, "location": r.location, "bytes": r.size_bytes,
         "mode": r.mode, "register_us": ps_to_us(r.mr.reg_ps), "pinned_bytes": pinned_bytes(r),
     } for r in bed.registrations.values()])
+    counters = protocol_counters(bed)
+    if scenario.data:
+        counters |= verify_data(bed, scenario)
     events = pd.DataFrame(event_log, columns=["time_ps", "kind", "target", "bytes", "evicted", "outcome"])
     events.insert(0, "variant", variant)
     return RunResult(scenario, seed, pd.concat(op_frames, ignore_index=True), pd.DataFrame(summaries),
-                     registrations, bed, variant, events, protocol_counters(bed))
+                     registrations, bed, variant, events, counters)
+
+
+def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:
+    """Data mode: compare every workload's destination bytes with its source's (the largest message's span).
+
+    WRITE workloads copy ``from`` into ``to``, READ workloads ``to`` into ``from``.
+    """
+    checked = mismatched = 0
+    for work in scenario.workload:
+        span = max(work.size_list())
+        src, dst = bed.registrations[work.from_], bed.registrations[work.to]
+        if work.kind.startswith("read"):
+            src, dst = dst, src
+        expected, got = src.current_bytes()[:span], dst.current_bytes()[:span]
+        checked += span
+        mismatched += int(np.count_nonzero(expected != got))
+    return {"data_checked_bytes": checked, "data_mismatched_bytes": mismatched}
 
 
 def protocol_counters(bed: Testbed) -> dict[str, int]:

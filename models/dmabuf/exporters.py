@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from sim.core import PS_PER_US, ProtocolError, VerbsError, transfer_ps
 
 from models.dmabuf.core import (DmaBuf, DmaBufAttachment, DmaBufCore, DmaBufOps, DmaDataDirection,
@@ -47,6 +49,9 @@ class _Exporter:
         """How many times the core called ``release`` (must end at exactly 1)."""
         self.dmabuf: DmaBuf = dma_buf_export(core, ops, size, priv=self, exp_name=name)
         self.dmabuf.placement = placement
+        self.storage: dict[int, np.ndarray] = {}
+        """Data mode: the bytes of each placement generation the buffer has had (empty when off). A stale
+        mapping still reaches its generation's array, whatever now lives there."""
 
     def _map(self, attach: DmaBufAttachment, direction: DmaDataDirection) -> Segments:
         buf = self.dmabuf
@@ -107,6 +112,8 @@ class MovableExporter(_Exporter):
                 dma_buf_move_notify(buf)
                 src = buf.placement
                 start = dma_resv_wait_timeout(buf.resv, DmaResvUsage.BOOKKEEP, now_ps=self.core.now_ps(ctx))
+                if buf.generation in self.storage:  # data mode: the copy engine moves the bytes
+                    self.storage[buf.generation + 1] = self.storage[buf.generation].copy()
                 buf.placement, buf.generation = dst, buf.generation + 1
                 fence = DmaFence(f"{ctx}.move", buf.generation, start + self.copy.copy_ps(buf.size, src, dst))
                 dma_resv_add_fence(buf.resv, fence, DmaResvUsage.KERNEL, holder=ctx)

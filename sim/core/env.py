@@ -43,12 +43,14 @@ class Environment(simpy.Environment):
 
     :param seed: run seed; every random stream derives from it.
     :param trace: record protocol and data-path events (slower); off gives a no-op recorder.
+    :param data: data mode: memory holds real bytes and DMA moves them (slower; for correctness demos).
     """
 
-    def __init__(self, seed: int = 0, *, trace: bool = False) -> None:
+    def __init__(self, seed: int = 0, *, trace: bool = False, data: bool = False) -> None:
         super().__init__(initial_time=0)
         self.streams = RandomStreams(seed)
         self.trace: TraceRecorder | NullTrace = TraceRecorder(self) if trace else NullTrace()
+        self.data_mode = data
 
     def rng(self, component: str) -> np.random.Generator:
         """The random stream of ``component``."""

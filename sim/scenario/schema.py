@@ -95,6 +95,9 @@ class NicSpec(Strict):
     """WQEs written with the doorbell (no WQE fetch by DMA)."""
     max_rd_atomic: Annotated[int, Field(ge=1, le=256)] | None = None
     """Outstanding RDMA READs per QP."""
+    ignore_move_notify: bool = False
+    """Teaching only: a deliberately broken dma-buf importer that keeps its translations after move_notify.
+    Combine with 'invariants: record' and 'data: true' to see the stale bytes it delivers."""
 
 
 class GpuSpec(Strict):
@@ -267,6 +270,9 @@ class Scenario(Strict):
     """One measurement or a list of them, run in order."""
     events: list[Event] = []
     """Things that happen during the run (memory pressure, page migration, reclaim)."""
+    data: bool = False
+    """Data mode: buffers hold real (seeded random) bytes that RDMA and evictions move; the run checks that
+    every destination ends up equal to its source (slower; for correctness demonstrations)."""
     invariants: Literal["raise", "record"] = "raise"
     """On a DMA-safety violation: stop with an error, or record it and keep going (teaching mode)."""
     variants: list[Variant] = []
