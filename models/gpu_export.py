@@ -17,6 +17,7 @@ import numpy as np
 
 from sim.core import PS_PER_US, SimError, VerbsError
 
+from models.versions import NVIDIA_DMABUF_EXPORT, Version
 from models.dmabuf import CopyParams, DmaBufCore, MovableExporter, Placement, StaticExporter, dma_buf_fd
 
 EXPORT_PS = 18 * PS_PER_US
@@ -58,6 +59,8 @@ class Gpu:
     capacity: int
     core: DmaBufCore
     copy: CopyParams = CopyParams()
+    driver: str = "580"
+    """Driver version (NVIDIA: dma-buf export needs 515+)."""
     allocations: dict[str, GpuAllocation] = field(default_factory=dict)
     used: int = 0
     pressure_bytes: list[int] = field(default_factory=list)
@@ -89,6 +92,9 @@ class Gpu:
         """
         call = "cuMemGetHandleForAddressRange"
         size = alloc.size - offset if size is None else size
+        if self.vendor == "nvidia" and Version.parse(self.driver) < NVIDIA_DMABUF_EXPORT:
+            raise CudaError("CUDA_ERROR_NOT_SUPPORTED", f"driver {self.driver} cannot export dma-bufs (needs the "
+                            "open kernel modules 515+ and CUDA 11.7+)", call=call)
         if flags:
             raise CudaError("CUDA_ERROR_NOT_SUPPORTED", f"flags {flags:#x}: only 0 is supported here", call=call)
         if size == 0 or size % GPU_PAGE or offset % GPU_PAGE:

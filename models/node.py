@@ -22,6 +22,8 @@ class Node:
     """The node's dma-buf subsystem (set when the node has exporters)."""
     fds: FdTable = field(default_factory=lambda: FdTable("process"))
     """The file descriptors of the process under test."""
+    rdma_core: str = "57"
+    """rdma-core (libibverbs) version of the process under test."""
 
     @classmethod
     def create(cls, name: str, host: HostParams, pcie: PcieParams, nic: NicParams) -> "Node":

@@ -109,7 +109,12 @@ def ib_umem_dmabuf_map_pages(umem: IbUmemDmabuf) -> int:
     if umem.sgt is None:
         umem.sgt = dma_buf_map_attachment(umem.attach, DmaDataDirection.BIDIRECTIONAL, caller=ctx)
         umem.stats["maps"] += 1
-    ready = dma_resv_wait_timeout(umem.resv, DmaResvUsage.KERNEL, now_ps=core.now_ps(ctx))
+    if core.config.behaviour.waits_kernel_fences:
+        wait, usage = "dma_resv_wait_timeout(KERNEL)", DmaResvUsage.KERNEL
+    else:  # 5.12-5.18: dma_fence_wait(dma_resv_excl_fence(resv))
+        wait, usage = "dma_fence_wait(excl)", DmaResvUsage.WRITE
+    ready = dma_resv_wait_timeout(umem.resv, usage, now_ps=core.now_ps(ctx))
+    core.instant(ctx, "FencesWaited", wait=wait, until_ps=max(ready, core.now_ps(ctx)))
     core.wait_until(ctx, ready)
     umem.ready_ps = ready
     return ready
@@ -142,6 +147,10 @@ def ib_umem_dmabuf_get_pinned(dev: str, offset: int, size: int, fdtable: FdTable
         undone: unlock, release — which revokes, unmapping and unpinning once).
     """
     umem = ib_umem_dmabuf_get(dev, offset, size, fdtable, fd, access_writable, PINNED_OPS)
+    if not umem.attach.dmabuf.core.config.behaviour.has_pinned_dmabuf:
+        ib_umem_dmabuf_release(umem)
+        raise VerbsError("EOPNOTSUPP", f"kernel {umem.attach.dmabuf.core.config.version} has no pinned dma-buf "
+                         "umems (ib_umem_dmabuf_get_pinned, added in 5.16)", call="ib_umem_dmabuf_get_pinned")
     umem.resv.lock(dev)
     try:
         dma_buf_pin(umem.attach, caller=dev)
@@ -156,7 +165,13 @@ def ib_umem_dmabuf_get_pinned(dev: str, offset: int, size: int, fdtable: FdTable
 
 
 def ib_umem_dmabuf_revoke(umem: IbUmemDmabuf) -> None:
-    """Unmap and unpin once, then refuse further maps (takes the lock)."""
+    """Unmap and unpin once, then refuse further maps (takes the lock).
+
+    :raises ProtocolError: the kernel predates 6.12 (no revoke).
+    """
+    if not umem.attach.dmabuf.core.config.behaviour.has_revoke:
+        raise ProtocolError(f"ib_umem_dmabuf_revoke does not exist in kernel "
+                            f"{umem.attach.dmabuf.core.config.version} (added in 6.12)")
     umem.resv.lock(umem.dev)
     try:
         if umem.revoked:
@@ -171,8 +186,19 @@ def ib_umem_dmabuf_revoke(umem: IbUmemDmabuf) -> None:
 
 
 def ib_umem_dmabuf_release(umem: IbUmemDmabuf) -> None:
-    """Revoke, detach (which takes the lock itself) and drop the MR's dma-buf reference."""
-    ib_umem_dmabuf_revoke(umem)
+    """Revoke (before 6.12: lock, unmap, unpin, unlock), detach (which takes the lock itself) and drop the
+    MR's dma-buf reference."""
     dmabuf = umem.attach.dmabuf
+    if dmabuf.core.config.behaviour.has_revoke:
+        ib_umem_dmabuf_revoke(umem)
+    else:
+        umem.resv.lock(umem.dev)
+        try:
+            ib_umem_dmabuf_unmap_pages(umem)
+            if umem.pinned:
+                dma_buf_unpin(umem.attach, caller=umem.dev)
+                umem.pinned = False
+        finally:
+            umem.resv.unlock(umem.dev)
     dma_buf_detach(dmabuf, umem.attach, caller=umem.dev)
     dma_buf_put(dmabuf, caller=umem.dev)

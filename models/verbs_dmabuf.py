@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from models.dmabuf_mr import ALLOWED_ACCESS, register_dmabuf
 from models.verbs import Access, MemoryRegion, ProtectionDomain
+from models.versions import RDMA_CORE_DMABUF, RDMA_CORE_MLX5DV_DMABUF, Version
 from sim.core import VerbsError
 
 PAGE_MASK = 4096 - 1
@@ -55,6 +56,11 @@ def _reg_dmabuf(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: i
                 invariants: str, call: str) -> MemoryRegion:
     node = pd.context.node
     nic = node.nic
+    if Version.parse(node.rdma_core) < (RDMA_CORE_MLX5DV_DMABUF if call.startswith("mlx5dv") else RDMA_CORE_DMABUF):
+        raise VerbsError("EOPNOTSUPP", f"rdma-core v{node.rdma_core} has no {call}", call=call)
+    if not node.kernel.config.behaviour.has_dmabuf_mr:
+        raise VerbsError("EOPNOTSUPP", f"kernel {node.kernel.config.version} has no UVERBS_METHOD_REG_DMABUF_MR "
+                         "(dma-buf MRs arrived in 5.12)", call=call)
     if nic.params.dmabuf is None:
         raise VerbsError("EOPNOTSUPP", "the device has no reg_user_mr_dmabuf (rdma-core: 'OFED stack does not "
                          "support DMA-BUF')", call=call)

@@ -14,6 +14,7 @@ from models.peermem import ibv_reg_mr_peermem
 from models.presets import GPU_PRESETS
 from models.verbs import (Access, Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device,
                           ibv_reg_mr)
+from models.versions import KernelBehaviour, Version
 from models.verbs_dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
 from sim.core import Environment, SimError
 from sim.scenario.resolve import access_flags, fabric_params, host_params, nic_params, pcie_params
@@ -77,7 +78,8 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
     bed = Testbed(env, fabric, {}, {}, {})
     for spec in scenario.nodes:
         node = Node.create(spec.name, host_params(spec), pcie_params(spec), nic_params(spec))
-        node.kernel = DmaBufCore(env, KernelConfig(move_notify_enabled=spec.kernel.dmabuf_move_notify))
+        node.kernel = DmaBufCore(env, kernel_config(spec))
+        node.rdma_core = spec.rdma_core
         fabric.attach(node.nic.name)
         bed.nodes[spec.name] = node
         bed.contexts[spec.name] = ibv_open_device(node, env, fabric)
@@ -86,7 +88,8 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
             name = gspec.name or f"gpu{i}"
             preset = GPU_PRESETS[gspec.preset]
             bed.gpus[f"{spec.name}.{name}"] = Gpu(f"{spec.name}.{name}", gspec.exporter or preset["vendor"],
-                                                  gspec.memory or preset["capacity"], node.kernel)
+                                                  gspec.memory or preset["capacity"], node.kernel,
+                                                  driver=gspec.driver)
     for i, spec in enumerate(scenario.buffers):
         try:
             reg = _register(bed, spec, scenario.invariants)
@@ -96,6 +99,13 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
         env.run(until=max(env.now + reg.mr.reg_ps, *(n.kernel.now_ps(n.nic.name) for n in bed.nodes.values())))
     bed.started_ps = env.now
     return bed
+
+
+def kernel_config(spec) -> KernelConfig:
+    """A node's kernel: its version, and CONFIG_DMABUF_MOVE_NOTIFY (set, or the version's default)."""
+    behaviour = KernelBehaviour(Version.parse(spec.kernel.version))
+    enabled = behaviour.move_notify_always_on or bool(spec.kernel.dmabuf_move_notify)
+    return KernelConfig(move_notify_enabled=enabled, version=spec.kernel.version)
 
 
 def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:

@@ -129,6 +129,17 @@ def explain(scenario: ScenarioPath,
     sys.stdout.write(timeline(result) + "\n")
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
+def perftest(ctx: typer.Context) -> None:
+    """Run a perftest command line in the simulator: ib_write_bw, ib_read_bw, ib_write_lat or ib_read_lat
+    with perftest's options (rdmasim perftest ib_write_bw --help lists them)."""
+    from sim.perftest import run_perftest
+
+    code, text = run_perftest(ctx.args)
+    typer.echo(text, err=code == 2)
+    raise typer.Exit(code)
+
+
 @app.command()
 def validate(scenario: ScenarioPath) -> None:
     """Check a scenario file; print every problem as FILE:LINE:COL key: reason (exit 2 if any)."""

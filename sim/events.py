@@ -19,6 +19,16 @@ def schedule_events(bed: Testbed, scenario: Scenario, start_ps: int, log: list[d
         bed.env.process(_fire(bed, event, start_ps, log))
 
 
+def log_unreached(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dict]) -> None:
+    """Add a row for each event the run ended before (so it is never silently dropped)."""
+    for event in scenario.events:
+        if start_ps + event.at > bed.env.now:
+            log.append({"time_ps": start_ps + event.at, "kind": event.kind,
+                        "target": getattr(event, "on", None) or getattr(event, "buffer", None), "bytes": 0,
+                        "evicted": 0, "outcome": f"not reached: the workloads ended at "
+                                                 f"{(bed.env.now - start_ps) / 1e6:.3f} us"})
+
+
 def _fire(bed: Testbed, event, start_ps: int, log: list[dict]) -> Generator:
     env = bed.env
     yield env.timeout(max(0, start_ps + event.at - env.now))

@@ -11,7 +11,7 @@ import pandas as pd
 from models.verbs import Opcode, ibv_create_cq, ibv_create_qp
 from models.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint, bandwidth, read_latency, write_latency
 from sim.build import Testbed, build
-from sim.events import schedule_events
+from sim.events import log_unreached, schedule_events
 from sim.core.metrics import bandwidth_summary, latency_summary
 from sim.core.units import ps_to_us
 from sim.scenario.schema import Scenario, WorkloadSpec
@@ -94,7 +94,8 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     bed = build(scenario, seed, trace=trace)
     env = bed.env
     event_log: list[dict] = []
-    schedule_events(bed, scenario, env.now, event_log)
+    started = env.now
+    schedule_events(bed, scenario, started, event_log)
     op_frames, summaries = [], []
     for work in scenario.workload:
         label = work.name or work.kind
@@ -119,6 +120,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
         "variant": variant, "buffer": r.buffer, "node": r.node, "location": r.location, "bytes": r.size_bytes,
         "mode": r.mode, "register_us": ps_to_us(r.mr.reg_ps), "pinned_bytes": pinned_bytes(r),
     } for r in bed.registrations.values()])
+    log_unreached(bed, scenario, started, event_log)
     counters = protocol_counters(bed)
     if scenario.data:
         counters |= verify_data(bed, scenario)

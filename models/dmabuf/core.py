@@ -20,14 +20,22 @@ from typing import Any
 from sim.core import PS_PER_NS, PS_PER_US, Environment, InvariantViolation
 
 from models.dmabuf.resv import DmaResv
+from models.versions import DEFAULT_KERNEL, KernelBehaviour, Version
 
 
 @dataclass(frozen=True, slots=True)
 class KernelConfig:
-    """Kernel build options the dma-buf core depends on."""
+    """The kernel version and build options the dma-buf core depends on."""
 
     move_notify_enabled: bool = False
     """``CONFIG_DMABUF_MOVE_NOTIFY``: off (default before 2026) pins buffers on map even for dynamic importers."""
+    version: str = DEFAULT_KERNEL
+    """Kernel version; dates the behaviours listed in :mod:`models.versions`."""
+
+    @property
+    def behaviour(self) -> KernelBehaviour:
+        """The dated behaviours of this kernel."""
+        return KernelBehaviour(Version.parse(self.version))
 
 
 @dataclass(frozen=True, slots=True)

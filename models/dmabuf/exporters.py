@@ -116,7 +116,8 @@ class MovableExporter(_Exporter):
                     self.storage[buf.generation + 1] = self.storage[buf.generation].copy()
                 buf.placement, buf.generation = dst, buf.generation + 1
                 fence = DmaFence(f"{ctx}.move", buf.generation, start + self.copy.copy_ps(buf.size, src, dst))
-                dma_resv_add_fence(buf.resv, fence, DmaResvUsage.KERNEL, holder=ctx)
+                usage = DmaResvUsage.KERNEL if self.core.config.behaviour.waits_kernel_fences else DmaResvUsage.WRITE
+                dma_resv_add_fence(buf.resv, fence, usage, holder=ctx)  # before 5.19: the exclusive fence
                 self.core.instant(ctx, "BufferMoved", dmabuf=buf.name, src=src.value, dst=dst.value,
                                             copy_done_ps=fence.signaled_at_ps)
             finally:

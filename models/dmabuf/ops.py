@@ -65,6 +65,13 @@ def _check_attached(attach: DmaBufAttachment, call: str) -> None:
                             f"{attach.dmabuf.name} was detached")
 
 
+def _lock_required(attach: DmaBufAttachment) -> bool:
+    """Map and unmap need the lock: always from 6.2; before, only when importer or exporter is dynamic."""
+    dmabuf = attach.dmabuf
+    return (dmabuf.core.config.behaviour.static_importers_lock or attach.importer_ops is not None
+            or dmabuf.ops.pin is not None)
+
+
 def dma_buf_is_dynamic(dmabuf: DmaBuf) -> bool:
     """The exporter can pin, so it may move the buffer while unpinned."""
     return dmabuf.ops.pin is not None
@@ -233,7 +240,8 @@ def dma_buf_map_attachment(attach: DmaBufAttachment,
     core = dmabuf.core
     ctx = core.context(caller, attach.dev)
     with core.call(ctx, call, dmabuf=dmabuf.name, dev=attach.dev, bytes=dmabuf.size):
-        _assert_held(dmabuf.resv, ctx, call, IMPORTER_HOLDS)
+        if _lock_required(attach):
+            _assert_held(dmabuf.resv, ctx, call, IMPORTER_HOLDS)
         pin = dma_buf_pin_on_map(attach)
         if pin:
             try:
@@ -277,7 +285,8 @@ def dma_buf_unmap_attachment(attach: DmaBufAttachment, sgt: SgTable,
     core = dmabuf.core
     ctx = core.context(caller, attach.dev)
     with core.call(ctx, call, dmabuf=dmabuf.name, dev=attach.dev):
-        _assert_held(dmabuf.resv, ctx, call, IMPORTER_HOLDS)
+        if _lock_required(attach):
+            _assert_held(dmabuf.resv, ctx, call, IMPORTER_HOLDS)
         dmabuf.ops.unmap_dma_buf(attach, sgt, direction)
         sgt.unmapped = True
         attach.mappings.remove(sgt)
@@ -331,7 +340,8 @@ def dma_buf_move_notify(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
 
     :raises ProtocolError: the caller (default: the exporter) does not hold the lock; released buffer.
     """
-    call = "dma_buf_move_notify"
+    call = ("dma_buf_invalidate_mappings" if dmabuf.core.config.behaviour.invalidate_name == "invalidate_mappings"
+            else "dma_buf_move_notify")
     _check_alive(dmabuf, call)
     core = dmabuf.core
     ctx = core.context(caller, dmabuf.exp_name)
@@ -344,7 +354,7 @@ def dma_buf_move_notify(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
                 core.warn(ctx, f"{call}: {attach.dev} has {dmabuf.name} pinned; pinned buffers must not move")
             core.spend(ctx, core.costs.move_notify_ps)
             core.instant(ctx, "MappingInvalidated", dmabuf=dmabuf.name, dev=attach.dev,
-                                   live_mappings=len(attach.mappings))
+                         callback=core.config.behaviour.invalidate_name, live_mappings=len(attach.mappings))
             attach.importer_ops.move_notify(attach)
 
 

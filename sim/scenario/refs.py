@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 
+from models.versions import KernelBehaviour, Version
 from sim.scenario.schema import Scenario
 
 Problem = tuple[tuple, str]
@@ -51,6 +52,11 @@ def check_references(scenario: Scenario) -> list[Problem]:
             problems.append((("buffers", i, "register"), f"GPU memory cannot be registered as '{buf.registration}': "
                              "get_user_pages cannot pin or fault device memory (no struct pages); use dmabuf, "
                              "dmabuf-pinned or peermem"))
+    for i, node in enumerate(scenario.nodes):
+        behaviour = KernelBehaviour(Version.parse(node.kernel.version))
+        if behaviour.move_notify_always_on and node.kernel.dmabuf_move_notify is False:
+            problems.append((("nodes", i, "kernel", "dmabuf_move_notify"), f"kernel {node.kernel.version} always "
+                             "builds CONFIG_DMABUF_MOVE_NOTIFY (since 7.0); it cannot be turned off"))
     for i, event in enumerate(scenario.events):
         if event.kind == "gpu-memory-pressure":
             if event.on not in gpu_places(scenario):

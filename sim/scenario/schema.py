@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
+from models.versions import DEFAULT_KERNEL, Version
 from sim.core.units import UnitError, parse_rate, parse_size, parse_time
 
 
@@ -112,13 +113,29 @@ class GpuSpec(Strict):
     buffers to system memory under pressure); default by preset vendor."""
     memory: PositiveSize | None = None
     """Usable device memory (default: the preset's)."""
+    driver: VersionText = "580"
+    """GPU driver version (NVIDIA: dma-buf export needs the open kernel modules 515+)."""
+
+
+def _version(value):
+    try:
+        Version.parse(value)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+    return str(value)
+
+
+VersionText = Annotated[str, BeforeValidator(_version)]
 
 
 class KernelSpec(Strict):
-    """Kernel build options of a node."""
+    """Kernel version and build options of a node."""
 
-    dmabuf_move_notify: bool = False
-    """CONFIG_DMABUF_MOVE_NOTIFY: off (the default before 2026) pins dynamic importers' buffers on map."""
+    version: VersionText = DEFAULT_KERNEL
+    """Linux version (e.g. '5.15', '6.8'); dates dma-buf and RDMA behaviours (see `rdmasim explain`)."""
+    dmabuf_move_notify: bool | None = None
+    """CONFIG_DMABUF_MOVE_NOTIFY: off pins dynamic importers' buffers on map. Default: off before 7.0, where it
+    became unconditional."""
 
 
 class NodeSpec(Strict):
@@ -131,6 +148,8 @@ class NodeSpec(Strict):
     host: HostSpec = HostSpec()
     gpus: list[GpuSpec] = []
     kernel: KernelSpec = KernelSpec()
+    rdma_core: VersionText = "57"
+    """rdma-core (libibverbs) version: ibv_reg_dmabuf_mr needs v34+, mlx5dv_reg_dmabuf_mr v55+."""
 
 
 class FabricSpec(Strict):

@@ -168,3 +168,12 @@ def test_trace_is_chrome_json_with_one_process_per_variant_and_named_tracks(tmp_
     slices = [e for e in events if e.get("ph") == "X"]
     assert all(e["dur"] >= 0 for e in slices) and any(e["name"] == "dma_buf_move_notify" for e in slices)
     assert any(e.get("ph") == "i" and e["name"] == "MappingInvalidated" for e in events)
+
+
+def test_perftest_front_end_is_wired_into_the_cli():
+    result = runner.invoke(app, ["perftest", "ib_write_bw", "-s", "4096", "-n", "200", "--use_cuda=0",
+                                 "--use_cuda_dmabuf"])
+    assert result.exit_code == 0, result.output
+    assert "BW average[Gb/sec]" in result.stdout and "4096" in result.stdout
+    bad = runner.invoke(app, ["perftest", "ib_write_bw", "--run_infinitely"])
+    assert bad.exit_code == 2 and "--run_infinitely" in bad.stderr

@@ -1,0 +1,282 @@
+"""``rdmasim perftest``: run a perftest command line (ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat) in the
+simulator.
+
+The command line is parsed with perftest's option names, defaults and checks (linux-rdma/perftest
+``src/perftest_parameters.c``), turned into the equivalent two-node scenario -- client ``a`` posts, server ``b``
+responds from pinned host memory -- and reported in perftest's layout. ``--dump-scenario`` prints that scenario
+as YAML instead of running it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+from dataclasses import dataclass
+
+import yaml
+
+from models.nic import NicParams
+from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
+from sim.core.errors import SimError
+from sim.core.units import format_size
+from sim.scenario.schema import Scenario
+
+TESTS = {"ib_write_bw": "write_bw", "ib_read_bw": "read_bw", "ib_write_lat": "write_lat", "ib_read_lat": "read_lat"}
+"""perftest binaries rdmasim runs, and the workload kind each becomes."""
+NUMBER = r"\d+"
+DEVICES = {f"mlx5_{NUMBER}": "connectx7", f"efa_{NUMBER}": "efa"}
+"""perftest ``-d`` device names (regular expressions) and the NIC preset simulated for them."""
+MAX_SIZE = 2**23
+"""Largest size of ``-a`` (perftest's MAX_SIZE)."""
+LAT_WRITE_INLINE = {"connectx7": 220, "efa": 32}
+"""perftest's default inline size of ib_write_lat by device (DEF_INLINE_WRITE for mlx5; 32 for EFA)."""
+REGISTRATION = {
+    "pinned": "ibv_reg_mr, pages pinned",
+    "odp": "ibv_reg_mr with IBV_ACCESS_ON_DEMAND, nothing pinned",
+    "peermem": "ibv_reg_mr through nvidia-peermem, GPU pages pinned",
+    "dmabuf": "cuMemGetHandleForAddressRange + ibv_reg_dmabuf_mr",
+    "dmabuf-pinned": "cuMemGetHandleForAddressRange + mlx5dv_reg_dmabuf_mr(DATA_DIRECT)",
+}
+"""How the client's buffer is registered in each scenario mode, in verbs calls."""
+
+
+class UsageError(SimError):
+    """A perftest command line rdmasim cannot run (exit code 2); the message names the option."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(message)
+
+
+def _ranged(low: int, high: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} must be between {low} and {high}, got {value}")
+        return value
+    return parse
+
+
+def _size(text: str) -> int:
+    """perftest's ``-s``: an integer (C notation) with an optional K or M suffix."""
+    factor = {"K": 2**10, "M": 2**20}.get(text[-1:], 1)
+    return _ranged(1, 2**31 - 1, "Message size")(text[:-1] if factor > 1 else text) * factor
+
+
+def _parser(test: str) -> argparse.ArgumentParser:
+    bw = TESTS[test].endswith("_bw")
+    p = _Parser(prog=f"rdmasim perftest {test}", add_help=False, allow_abbrev=False,
+                description=f"Simulate perftest's {test}: client a posts to server b (pinned host memory).")
+    add = p.add_argument
+    add("server", nargs="?", help="Server address: accepted, ignored (rdmasim simulates both sides).")
+    add("-h", "--help", action="store_true", help="Show this help.")
+    add("-s", "--size", type=_size, default=65536 if bw else 2,
+        help=f"Size of message to exchange, K/M suffixes allowed (default {65536 if bw else 2}).")
+    add("-n", "--iters", type=_ranged(5, 100_000_000, "Iteration num"),
+        default=5000 if test == "ib_write_bw" else 1000,
+        help=f"Number of exchanges (at least 5, default {5000 if test == 'ib_write_bw' else 1000}).")
+    add("-a", "--all", action="store_true", help="Run sizes from 2 till 2^23.")
+    add("-d", "--ib-dev", default="mlx5_0", metavar="DEV",
+        help="Use IB device DEV (default mlx5_0): mlx5_<N> simulates a connectx7, efa_<N> an EFA-like NIC.")
+    add("-x", "--gid-index", type=_ranged(0, 64, "Gid index"), metavar="INDEX",
+        help="Accepted, no effect: the simulated fabric needs no GID.")
+    add("-q", "--qp", type=_ranged(1, 16384, "num of Qps"), default=1,
+        help="Number of QPs: only 1 (rdmasim's workloads drive one QP).")
+    add("-t", "--tx-depth", type=_ranged(1, 15000, "Tx depth"), default=128 if bw else 1,
+        help=f"Size of tx queue (default {128 if bw else 1}; latency tests keep one message in flight).")
+    add("-I", "--inline_size", type=_ranged(0, 1024, "Max inline"), metavar="SIZE",
+        help="Max size of message to be sent inline (default: 220 for ib_write_lat on mlx5, else 0).")
+    add("-m", "--mtu", type=int, choices=[256, 512, 1024, 2048, 4096], default=4096, help="MTU size (default 4096).")
+    add("-F", "--CPU-freq", action="store_true", help="Accepted, no effect: a simulation has no CPU frequency.")
+    add("-D", "--duration", type=int, help="Not supported: a simulated run is sized by -n/--iters.")
+    add("--report_gbits", action="store_true", help="Accepted: rdmasim always reports Gb/s.")
+    add("--use_cuda", nargs="?", const=0, type=_ranged(0, 15, "CUDA device"), metavar="ID",
+        help="Client buffer in GPU ID's memory (default 0), registered through legacy peer memory "
+             "(nvidia-peermem) unless --use_cuda_dmabuf.")
+    add("--use_cuda_dmabuf", action="store_true",
+        help="Export the GPU buffer with cuMemGetHandleForAddressRange and register it with ibv_reg_dmabuf_mr "
+             "(requires --use_cuda).")
+    add("--use_data_direct", action="store_true",
+        help="Register the dma-buf with mlx5dv_reg_dmabuf_mr(DATA_DIRECT): a pinned importer "
+             "(requires --use_cuda_dmabuf).")
+    add("--mmap", metavar="FILE", help="Client buffer from an mmap'd file (host memory, plain ibv_reg_mr); "
+                                       "the file is not opened.")
+    add("--odp", action="store_true", help="Register the client's host buffer with On Demand Paging.")
+    add("--dump-scenario", action="store_true", help="Print the equivalent scenario YAML instead of running it.")
+    return p
+
+
+@dataclass(frozen=True)
+class _Command:
+    test: str
+    args: argparse.Namespace
+    data: dict
+    """The equivalent scenario, as YAML-ready data."""
+
+
+def _test(argv: list[str]) -> str:
+    if not argv or argv[0] not in TESTS:
+        given = f"unknown test '{argv[0]}'" if argv else "no test given"
+        raise UsageError(f"{given}; rdmasim perftest runs {', '.join(TESTS)}")
+    return argv[0]
+
+
+def _parse(argv: list[str]) -> _Command:
+    test = _test(argv)
+    args, extra = _parser(test).parse_known_args(argv[1:])
+    flags = [a.split("=")[0] for a in extra if a.startswith("-")]
+    if flags:
+        raise UsageError(f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} not supported by rdmasim "
+                         f"perftest (see rdmasim perftest {test} --help)")
+    if extra:
+        raise UsageError(f"unexpected argument(s): {' '.join(extra)}")
+    return _Command(test, args, _scenario_data(test, args, [a for a in argv if a != "--dump-scenario"]))
+
+
+def _nic_preset(device: str) -> str:
+    for pattern, preset in DEVICES.items():
+        if re.fullmatch(pattern, device):
+            return preset
+    known = ", ".join(f"{pattern.replace(NUMBER, '<N>')} ({preset})" for pattern, preset in DEVICES.items())
+    raise UsageError(f"-d/--ib-dev: unknown device '{device}'; known devices: {known}")
+
+
+def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> None:
+    """perftest's cross-option checks, and the limits of what rdmasim models."""
+    if args.duration is not None:
+        raise UsageError("-D/--duration is not supported by rdmasim perftest: a simulated run is sized by "
+                         "iterations; use -n/--iters")
+    if args.qp != 1:
+        raise UsageError(f"-q/--qp {args.qp}: rdmasim's workloads drive one QP per test; only -q 1 is supported")
+    if args.use_cuda_dmabuf and args.use_cuda is None:
+        raise UsageError("--use_cuda_dmabuf: CUDA DMA-BUF cannot be used without CUDA (add --use_cuda)")
+    if args.use_data_direct and not args.use_cuda_dmabuf:
+        raise UsageError("--use_data_direct: DMABUF must be enabled in order to use Data Direct "
+                         "(add --use_cuda_dmabuf)")
+    if args.use_data_direct and preset != "connectx7":
+        raise UsageError(f"--use_data_direct: Data Direct is not supported on {args.ib_dev} ({preset})")
+    if args.use_cuda is not None and args.mmap:
+        raise UsageError("--use_cuda with --mmap: Can't use multiple memory types")
+    if args.use_cuda is not None and args.odp:
+        raise UsageError("--odp with --use_cuda: rdmasim registers GPU memory only through peer memory or dma-buf")
+    if args.inline_size is not None and kind.startswith("read"):
+        raise UsageError("-I/--inline_size: Inline feature not available on READ/Atomic verbs")
+    if args.inline_size is not None and args.inline_size > nic.max_inline:
+        raise UsageError(f"-I/--inline_size {args.inline_size}: the simulated {preset} carries at most "
+                         f"{nic.max_inline} B inline (perftest would fail to create the QP)")
+    if kind.endswith("_bw") and args.tx_depth > nic.max_qp_wr:
+        raise UsageError(f"-t/--tx-depth {args.tx_depth}: the simulated {preset}'s max_qp_wr is {nic.max_qp_wr}")
+
+
+def _round_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict:
+    kind = TESTS[test]
+    preset = _nic_preset(args.ib_dev)
+    _check(args, kind, preset, NicParams(**NIC_PRESETS[preset]))
+    client = {"name": "a", "nic": {"preset": preset}}
+    if args.use_cuda is None:
+        place, mode, page = "a.host", "odp" if args.odp else "pinned", 4096
+    else:
+        gpu = f"gpu{args.use_cuda}"
+        client["gpus"] = [{"name": gpu, "preset": "h200"}]
+        place, page = f"a.{gpu}", 2**16  # perftest rounds cuMemAlloc to ACCEL_PAGE_SIZE (64 KiB)
+        mode = "dmabuf-pinned" if args.use_data_direct else "dmabuf" if args.use_cuda_dmabuf else "peermem"
+    buffer = format_size(_round_up(MAX_SIZE if args.all else args.size, page))
+    work = {"kind": kind, "name": test, "from": "local", "to": "remote",
+            "sizes": {"from": "2B", "to": format_size(MAX_SIZE)} if args.all else [format_size(args.size)],
+            "iterations": args.iters}
+    if kind.endswith("_bw"):
+        work["tx_depth"] = args.tx_depth
+    if kind.startswith("write"):  # perftest: no default inline for CUDA memory or bandwidth tests
+        default = LAT_WRITE_INLINE[preset] if kind == "write_lat" and args.use_cuda is None else 0
+        work["inline"] = default if args.inline_size is None else args.inline_size
+    return {
+        "schema": 1, "name": test, "description": f"rdmasim perftest {shlex.join(argv)}",
+        "nodes": [client, {"name": "b", "nic": {"preset": preset}}],
+        "fabric": {"rate": NIC_RATE[preset], "mtu": args.mtu, "transport": "ib"},
+        "buffers": [{"name": "local", "on": place, "size": buffer, "register": mode},
+                    {"name": "remote", "on": "b.host", "size": buffer, "register": "pinned"}],
+        "workload": [work],
+        "outputs": ["bw_vs_size" if kind.endswith("_bw") else "latency_vs_size"],
+    }
+
+
+def perftest_scenario(argv: list[str]) -> Scenario:
+    """The scenario a perftest command line (``["ib_write_bw", "-s", "4K", ...]``) stands for.
+
+    :raises UsageError: unknown test or device, an unsupported option, or options perftest rejects.
+    """
+    return Scenario.model_validate(_parse(argv).data)
+
+
+def _dump(cmd: _Command) -> str:
+    return (f"# Equivalent of: {cmd.data['description']}\n# Run it with: rdmasim run FILE\n"
+            + yaml.safe_dump(cmd.data, sort_keys=False, default_flow_style=None, width=120))
+
+
+def _header(cmd: _Command, result) -> str:
+    from sim.cli import RULE
+
+    args, kind = cmd.args, TESTS[cmd.test]
+    buf = cmd.data["buffers"][0]
+    params = result.testbed.nodes["a"].nic.params
+    verb = "RDMA_Write" if kind.startswith("write") else "RDMA_Read"
+    memory = (f"CUDA device {args.use_cuda} ({buf['on']}, h200)" if args.use_cuda is not None
+              else f"mmap'd file {args.mmap} (host)" if args.mmap else "host")
+    reg_us = result.registrations.set_index("buffer").loc["local", "register_us"]
+    preset = cmd.data["nodes"][0]["nic"]["preset"]
+    return "\n".join([
+        RULE, f"                    {verb} {'BW' if kind.endswith('_bw') else 'Latency'} Test",
+        f" Dual-port       : OFF\t\tDevice         : {args.ib_dev}",
+        " Number of qps   : 1\t\tTransport type : IB",
+        " Connection type : RC\t\tUsing SRQ      : OFF",
+        f" TX depth        : {args.tx_depth}",
+        f" Mtu             : {args.mtu}[B]",
+        " Link type       : IB",
+        f" Max inline data : {cmd.data['workload'][0]['inline']}[B]" if verb == "RDMA_Write"
+        else f" Outstand reads  : {params.max_rd_atomic}",
+        " rdma_cm QPs\t : OFF",
+        " Data ex. method : Ethernet",
+        f" Memory type     : {memory}",
+        f" Registration    : {buf['register']} ({REGISTRATION[buf['register']]}): {reg_us:.2f}[usec]",
+        f" Simulated NIC   : {preset}, {NIC_RATE[preset]}, PCIe {NIC_PCIE[preset]}",
+        RULE])
+
+
+def run_perftest(argv: list[str]) -> tuple[int, str]:
+    """Run a perftest command line in the simulator; return the exit code and the text to print.
+
+    Exit codes: 0 success (or ``--help``), 1 the simulation failed or work requests completed in error,
+    2 the command line is not one rdmasim can run (the message says why).
+
+    Examples
+    --------
+    >>> run_perftest(["ib_write_bw", "-s", "64K", "--run_infinitely"])
+    (2, 'rdmasim perftest: --run_infinitely is not supported by rdmasim perftest (see ...)')
+    """
+    from sim.cli import format_summary
+    from sim.run import run_scenario
+
+    try:
+        if argv[:1] in (["-h"], ["--help"]):
+            return 0, f"usage: rdmasim perftest {{{','.join(TESTS)}}} [options]  (TEST --help for the options)"
+        if any(a in ("-h", "--help") for a in argv[1:]):
+            return 0, _parser(_test(argv)).format_help()
+        cmd = _parse(argv)
+    except UsageError as exc:
+        return 2, f"rdmasim perftest: {exc}"
+    if cmd.args.dump_scenario:
+        return 0, _dump(cmd)
+    try:
+        result = run_scenario(Scenario.model_validate(cmd.data))
+    except SimError as exc:
+        return 1, f"rdmasim perftest: run failed: {exc}"
+    return int(result.summary["errors"].any()), _header(cmd, result) + "\n" + format_summary(result.summary)

@@ -1,0 +1,143 @@
+"""Each dated kernel / rdma-core / driver behaviour, checked on both sides of its version."""
+
+import pytest
+
+from models.dmabuf import (DmaBufCore, DmaResvUsage, KernelConfig, MovableExporter, Placement, StaticExporter,
+                           dma_buf_attach, dma_buf_map_attachment, dma_buf_unmap_attachment)
+from models.gpu_export import CudaError, Gpu
+from models.umem_dmabuf import ib_umem_dmabuf_revoke
+from models.versions import KernelBehaviour, Version
+from sim.core import Environment, ProtocolError, VerbsError
+from sim.run import run_scenario
+from sim.scenario.schema import Scenario
+
+
+def test_versions_compare_numerically():
+    assert Version.parse("6.2") < Version.parse("6.12") < Version.parse("7.0")
+    assert Version.parse("v34") == Version.parse("34") and str(Version.parse("5.19")) == "5.19"
+    with pytest.raises(ValueError):
+        Version.parse("six")
+
+
+@pytest.mark.parametrize("prop, before, after", [
+    ("has_dmabuf_mr", "5.11", "5.12"), ("has_pinned_dmabuf", "5.15", "5.16"),
+    ("waits_kernel_fences", "5.18", "5.19"), ("static_importers_lock", "6.1", "6.2"),
+    ("has_revoke", "6.11", "6.12"), ("move_notify_always_on", "6.18", "7.0"),
+])
+def test_each_behaviour_switches_at_its_version(prop, before, after):
+    assert not getattr(KernelBehaviour(Version.parse(before)), prop)
+    assert getattr(KernelBehaviour(Version.parse(after)), prop)
+
+
+def _scenario(kernel="6.18", register="dmabuf", rdma_core="57", driver="580", move_notify=None, gpu="mi300x"):
+    kernel_spec = {"version": kernel} | ({} if move_notify is None else {"dmabuf_move_notify": move_notify})
+    return Scenario.model_validate({
+        "schema": 1, "name": "v", "seed": 1,
+        "nodes": [{"name": "a", "gpus": [{"preset": gpu, "driver": driver}], "kernel": kernel_spec,
+                   "rdma_core": rdma_core}, {"name": "b"}],
+        "buffers": [{"name": "g", "on": "a.gpu0", "size": "4MiB", "register": register},
+                    {"name": "h", "on": "b.host", "size": "4MiB"}],
+        "workload": [{"kind": "write_bw", "from": "g", "to": "h", "sizes": ["4KiB"], "iterations": 1000}],
+        "events": [{"at": "1us", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "196606MiB"}]})
+
+
+@pytest.mark.parametrize("kernel, ok", [("5.11", False), ("5.12", True)])
+def test_dmabuf_mrs_arrive_in_5_12(kernel, ok):
+    if ok:
+        assert run_scenario(_scenario(kernel)).summary["errors"].sum() == 0
+    else:
+        with pytest.raises(Exception, match="EOPNOTSUPP.*5.12"):
+            run_scenario(_scenario(kernel))
+
+
+@pytest.mark.parametrize("kernel, ok", [("5.15", False), ("5.16", True)])
+def test_pinned_importer_arrives_in_5_16(kernel, ok):
+    if ok:
+        assert run_scenario(_scenario(kernel, "dmabuf-pinned")).registrations["pinned_bytes"].iloc[0] == 4 << 20
+    else:
+        with pytest.raises(Exception, match="EOPNOTSUPP.*5.16"):
+            run_scenario(_scenario(kernel, "dmabuf-pinned"))
+
+
+@pytest.mark.parametrize("kernel, wait, usage", [("5.18", "dma_fence_wait(excl)", DmaResvUsage.WRITE),
+                                                 ("5.19", "dma_resv_wait_timeout(KERNEL)", DmaResvUsage.KERNEL)])
+def test_fence_wait_kind_changes_in_5_19(kernel, wait, usage):
+    scn = _scenario(kernel, move_notify=True)
+    result = run_scenario(scn, trace=True)
+    waits = {e.args["wait"] for e in result.testbed.env.trace.events if e.name == "FencesWaited"}
+    assert waits == {wait}
+    dmabuf = result.testbed.registrations["g"].mr.backing.umem.attach.dmabuf
+    assert {u for _, u in dmabuf.resv.fences} == {usage}
+    assert result.counters["refaults"] == 1 and result.summary["errors"].sum() == 0
+
+
+@pytest.mark.parametrize("kernel, needs_lock", [("6.1", False), ("6.2", True)])
+def test_static_importers_map_under_the_lock_from_6_2(kernel, needs_lock):
+    core = DmaBufCore(Environment(), KernelConfig(version=kernel))
+    gpu = StaticExporter(core, 1 << 20, placement=Placement.SYSTEM)
+    attach = dma_buf_attach(gpu.dmabuf, "ahci")
+    if needs_lock:
+        with pytest.raises(ProtocolError, match="dma_resv_assert_held"):
+            dma_buf_map_attachment(attach)
+    else:
+        dma_buf_unmap_attachment(attach, dma_buf_map_attachment(attach))
+
+
+@pytest.mark.parametrize("kernel, has_revoke", [("6.11", False), ("6.12", True)])
+def test_revoke_exists_from_6_12_and_release_works_either_way(kernel, has_revoke):
+    result = run_scenario(_scenario(kernel, "dmabuf-pinned"))
+    umem = result.testbed.registrations["g"].mr.backing.umem
+    if has_revoke:
+        ib_umem_dmabuf_revoke(umem)
+        assert umem.revoked and not umem.pinned
+    else:
+        with pytest.raises(ProtocolError, match="6.12"):
+            ib_umem_dmabuf_revoke(umem)
+    from models.verbs import ibv_dereg_mr
+    ibv_dereg_mr(result.testbed.registrations["g"].mr)
+    assert not umem.attach.dmabuf.attachments and umem.attach.dmabuf.priv.pin_count == 0
+
+
+@pytest.mark.parametrize("kernel, evicts", [("6.18", False), ("7.0", True)])
+def test_move_notify_default_off_until_7_0(kernel, evicts):
+    counters = run_scenario(_scenario(kernel)).counters
+    assert (counters["evictions"], counters["failed_allocations"]) == ((1, 0) if evicts else (0, 1))
+
+
+def test_move_notify_cannot_be_disabled_on_7_0():
+    from sim.scenario.refs import check_references
+
+    problems = check_references(_scenario("7.0", move_notify=False))
+    assert problems and "cannot be turned off" in problems[0][1]
+
+
+@pytest.mark.parametrize("kernel, name", [("7.0", "dma_buf_move_notify"), ("7.1", "dma_buf_invalidate_mappings")])
+def test_move_notify_is_renamed_invalidate_mappings_in_7_1(kernel, name):
+    result = run_scenario(_scenario(kernel), trace=True)
+    names = {e.name for e in result.testbed.env.trace.events}
+    assert name in names and ({"dma_buf_move_notify", "dma_buf_invalidate_mappings"} - {name}).isdisjoint(names)
+    callbacks = {e.args["callback"] for e in result.testbed.env.trace.events if e.name == "MappingInvalidated"}
+    assert callbacks == {"invalidate_mappings" if kernel == "7.1" else "move_notify"}
+
+
+@pytest.mark.parametrize("rdma_core, register, ok", [("33", "dmabuf", False), ("34", "dmabuf", True),
+                                                     ("54", "dmabuf-pinned", False), ("55", "dmabuf-pinned", True)])
+def test_rdma_core_versions(rdma_core, register, ok):
+    scn = _scenario(register=register, rdma_core=rdma_core)
+    if ok:
+        run_scenario(scn)
+    else:
+        with pytest.raises(Exception, match=f"EOPNOTSUPP: rdma-core v{rdma_core} has no"):
+            run_scenario(scn)
+
+
+@pytest.mark.parametrize("driver, ok", [("510", False), ("515", True)])
+def test_nvidia_dmabuf_export_needs_driver_515(driver, ok):
+    gpu = Gpu("g", "nvidia", 1 << 30, DmaBufCore(Environment()), driver=driver)
+    alloc = gpu.malloc("x", 1 << 20)
+    from models.dmabuf import FdTable
+    if ok:
+        assert gpu.export(alloc, FdTable()) >= 3
+    else:
+        with pytest.raises(CudaError, match="CUDA_ERROR_NOT_SUPPORTED"):
+            gpu.export(alloc, FdTable())
