@@ -1,0 +1,415 @@
+"""Unified (managed) memory: per-4 KiB-page residency, fault batches, tree prefetch, LRU eviction.
+
+State lives in numpy arrays, never in per-page objects: ``on_gpu`` (bool, one byte per 4 KiB page),
+``to_gpu_count`` (uint16 migrations into the GPU per page, for thrashing), and per 2 MiB VA block the
+resident page count and an LRU stamp. 141 GB of managed memory costs ~100 MB of state.
+
+GPU accesses (an array of page indices, in the order the GPU issues them) are processed batch by batch,
+following NVIDIA's UVM driver (numbers.md 3.3): the GPU runs ahead collecting faults until ``fault_batch``
+(256) distinct non-resident pages are pending, then the batch is serviced: for each 2 MiB VA block the
+faulted pages are rounded out to migration chunks (64 KiB, the GPU big page, or whole 2 MiB blocks), the
+prefetcher adds every region of the tree 64 KiB .. 2 MiB that contains a fault and whose resident-or-faulted
+share exceeds 51 %, room is made by evicting least recently used VA blocks to the host, and the pages
+migrate. CPU accesses fault GPU-resident pages back one fault at a time with the same chunk and tree rule.
+
+Time of one batch = ``batch_ps + blocks * va_block_ps + bytes / fault_migrate_Bps`` (+ eviction); a GPU
+access call with faults adds ``fault_latency_ps`` once; resident accesses cost ``bytes / hbm_Bps``.
+The H200 constants are fitted to measurements on our H200 (models/data/h200_managed_memory.json, fit in
+calib/gpu_um/fit_um.py); eviction costs are assumptions (oversubscription was not measured: it can hang
+a shared GPU).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+
+from sim.core import PS_PER_NS, PS_PER_US, InvariantViolation, ProtocolError, transfer_ps
+
+from models.gpu.device_memory import GpuOutOfMemory
+
+KiB, MiB = 1 << 10, 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class UvmParams:
+    """Unified-memory geometry and costs (sizes in bytes, times in integer ps, rates in B/s).
+
+    Defaults are the H200 fit (:func:`models.gpu.um_calibration.fit`, calib/gpu_um/fit_um.py) to
+    models/data/h200_managed_memory.json; the geometry follows the UVM driver (numbers.md 3.3).
+    """
+
+    page_size: int = 4 * KiB
+    """Residency granularity (the host base page)."""
+    va_block: int = 2 * MiB
+    """UVM VA block: unit of fault servicing, LRU and eviction (``UVM_VA_BLOCK_SIZE``)."""
+    chunk: int = 64 * KiB
+    """Migration unit of one fault (GPU big page; measured: one touch per 64 KiB migrates everything, one
+    per 2 MiB leaves the rest on the host). ``va_block`` moves whole blocks."""
+    fault_batch: int = 256
+    """Distinct faulting pages serviced together (``uvm_perf_fault_batch_count``)."""
+    prefetch_threshold_pct: int = 51
+    """A tree region is prefetched when more than this % of it is resident or faulted."""
+    prefetch: bool = True
+    """Enable the tree prefetcher."""
+    fault_latency_ps: int = 82_587 * PS_PER_NS
+    """Once per GPU access call that faults: launch, fault raised, UVM woken."""
+    batch_ps: int = 63_998 * PS_PER_NS
+    """Fixed cost of one fault batch (fetch, sort, replay)."""
+    va_block_ps: int = 13_136 * PS_PER_NS
+    """Per VA block serviced in a batch (block lock, page tables, host unmap and DMA mapping)."""
+    fault_migrate_Bps: float = 18.66e9
+    """Host -> GPU copy rate on the fault path."""
+    cpu_fault_ps: int = 25_958 * PS_PER_NS
+    """One CPU fault on a GPU-resident page (fixed part)."""
+    cpu_migrate_Bps: float = 10.46e9
+    """GPU -> host copy rate on the CPU-fault path."""
+    prefetch_call_ps: int = 63_233 * PS_PER_NS
+    """Fixed cost of one cudaMemPrefetchAsync."""
+    prefetch_to_gpu_Bps: float = 50.98e9
+    """Explicit prefetch rate host -> GPU."""
+    prefetch_to_host_Bps: float = 14.13e9
+    """Explicit prefetch rate GPU -> host (host pages are allocated on the way)."""
+    evict_block_ps: int = 13_136 * PS_PER_NS
+    """Per VA block evicted: assumed equal to ``va_block_ps`` (oversubscription not measured)."""
+    evict_Bps: float = 14.13e9
+    """GPU -> host rate of eviction: assumed equal to ``prefetch_to_host_Bps`` (not measured)."""
+
+
+UVM_PRESETS: dict[str, UvmParams] = {"h200": UvmParams()}
+"""H100 and MI300X presets reuse the H200 fit (same PCIe Gen5 x16 link; driver behaviour not measured)."""
+
+
+@dataclass(slots=True)
+class UvmStats:
+    """Counters of one call (or, summed, of a run): pages are 4 KiB, times integer ps."""
+
+    accesses: int = 0
+    faults: int = 0
+    """Distinct faulting pages on the GPU (summed over batches)."""
+    batches: int = 0
+    blocks_serviced: int = 0
+    """VA blocks serviced, summed over batches."""
+    pages_to_gpu: int = 0
+    """Pages migrated host -> GPU by faults (including those the prefetcher added)."""
+    pages_prefetched: int = 0
+    """Of ``pages_to_gpu``, those the tree prefetcher added beyond the faulted chunks."""
+    pages_evicted: int = 0
+    blocks_evicted: int = 0
+    cpu_faults: int = 0
+    pages_to_host: int = 0
+    """Pages migrated GPU -> host by CPU faults."""
+    pages_explicit_to_gpu: int = 0
+    pages_explicit_to_host: int = 0
+    fault_ps: int = 0
+    """Fault servicing: latency, batches, VA blocks."""
+    migrate_ps: int = 0
+    """Copies of the fault path."""
+    evict_ps: int = 0
+    cpu_fault_ps: int = 0
+    prefetch_ps: int = 0
+    compute_ps: int = 0
+
+    @property
+    def total_ps(self) -> int:
+        """All time, serialised (faults stall the accessing warps)."""
+        return (self.fault_ps + self.migrate_ps + self.evict_ps + self.cpu_fault_ps + self.prefetch_ps
+                + self.compute_ps)
+
+    def add(self, other: UvmStats) -> None:
+        """Accumulate ``other`` into this record."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def as_dict(self, page_size: int = 4 * KiB) -> dict:
+        """Counters plus bytes each way and times in µs: one flat row for pandas."""
+        row = asdict(self)
+        row.update(bytes_to_gpu=(self.pages_to_gpu + self.pages_explicit_to_gpu) * page_size,
+                   bytes_to_host=(self.pages_to_host + self.pages_evicted + self.pages_explicit_to_host)
+                   * page_size, total_ps=self.total_ps)
+        row.update({k[:-3] + "_us": v / PS_PER_US for k, v in list(row.items()) if k.endswith("_ps")})
+        return row
+
+
+def _tree_regions(occupied: np.ndarray, wanted: np.ndarray, first_level: int, threshold_pct: int,
+                  chunk_pages: int) -> np.ndarray:
+    """Chunks of every tree region (``first_level`` chunks .. whole block) that holds a wanted chunk and
+    whose occupied share exceeds ``threshold_pct``.
+
+    :param occupied: (blocks, chunks) int, pages of each chunk resident on the target or faulted.
+    :param wanted: (blocks, chunks) bool, chunks holding a fault.
+    :param first_level: size of the smallest region, in chunks.
+    :param chunk_pages: pages per chunk.
+    """
+    k, n = wanted.shape
+    chosen = np.zeros_like(wanted)
+    size = first_level
+    while size <= n:
+        count = occupied.reshape(k, n // size, size).sum(axis=2)
+        hit = wanted.reshape(k, n // size, size).any(axis=2)
+        chosen |= np.repeat(hit & (count * 100 > threshold_pct * size * chunk_pages), size, axis=1)
+        size *= 2
+    return chosen
+
+
+class ManagedMemory:
+    """One cudaMallocManaged range on one GPU, resident on the host until touched by the GPU.
+
+    :param nbytes: size of the range (rounded up to whole VA blocks).
+    :param params: geometry and costs; default the H200 fit.
+    :param gpu_capacity: bytes of GPU memory this range may occupy (oversubscribed when below ``nbytes``);
+        default unlimited.
+    :param hbm_Bps: rate of accesses that hit GPU-resident pages (bytes per second).
+    :param name: trace track.
+    :param trace: a trace recorder (``env.trace``); None: off.
+    """
+
+    def __init__(self, nbytes: int, params: UvmParams | None = None, *, gpu_capacity: int | None = None,
+                 hbm_Bps: float = 4.8e12, name: str = "gpu0.uvm", trace=None) -> None:
+        self.params = p = params or UvmParams()
+        if p.va_block % p.chunk or p.chunk % p.page_size:
+            raise ValueError(f"{name}: chunk must divide the VA block and be a multiple of the page size")
+        self.ppb, self.ppc = p.va_block // p.page_size, p.chunk // p.page_size
+        self.n_blocks = -(-nbytes // p.va_block)
+        self.n_pages = self.n_blocks * self.ppb
+        self.on_gpu = np.zeros(self.n_pages, dtype=bool)
+        self.to_gpu_count = np.zeros(self.n_pages, dtype=np.uint16)
+        self.block_resident = np.zeros(self.n_blocks, dtype=np.int32)
+        self.block_last_use = np.zeros(self.n_blocks, dtype=np.int64)
+        self.capacity_pages = self.n_pages if gpu_capacity is None else gpu_capacity // p.page_size
+        self.resident_pages = 0
+        self.hbm_Bps, self.name, self.trace = hbm_Bps, name, trace
+        self.totals = UvmStats()
+        self._stamp = 0
+
+    # -- inspection ---------------------------------------------------------------------------------------
+    def state_nbytes(self) -> int:
+        """Bytes of numpy state (residency, counters, per-block arrays)."""
+        return sum(a.nbytes for a in (self.on_gpu, self.to_gpu_count, self.block_resident, self.block_last_use))
+
+    def thrashed_pages(self) -> int:
+        """Pages migrated into the GPU more than once."""
+        return int(np.count_nonzero(self.to_gpu_count > 1))
+
+    def resident_bytes(self) -> int:
+        """Bytes resident on the GPU now."""
+        return self.resident_pages * self.params.page_size
+
+    def check(self) -> None:
+        """Verify the residency bookkeeping.
+
+        :raises InvariantViolation: per-block counts disagree with the page array, or capacity exceeded.
+        """
+        per_block = np.count_nonzero(self.on_gpu.reshape(self.n_blocks, self.ppb), axis=1)
+        if not np.array_equal(per_block, self.block_resident) or per_block.sum() != self.resident_pages:
+            raise InvariantViolation(f"{self.name}: resident page counts disagree with the residency array")
+        if self.resident_pages > self.capacity_pages:
+            raise InvariantViolation(f"{self.name}: {self.resident_pages} pages resident, capacity "
+                                     f"{self.capacity_pages}")
+
+    # -- helpers ------------------------------------------------------------------------------------------
+    def _check_pages(self, pages: np.ndarray, call: str) -> np.ndarray:
+        pages = np.asarray(pages, dtype=np.int64)
+        if pages.size and (pages.min() < 0 or pages.max() >= self.n_pages):
+            raise ProtocolError(f"{self.name}.{call}: page index outside the managed range [0, {self.n_pages})")
+        return pages
+
+    def _use(self, pages: np.ndarray) -> None:
+        self._stamp += 1
+        self.block_last_use[pages // self.ppb] = self._stamp
+
+    def _set_blocks(self, blocks: np.ndarray, new: np.ndarray) -> None:
+        """Set the residency of whole ``blocks`` to ``new`` (k, ppb) and keep the counters in step."""
+        view = self.on_gpu.reshape(self.n_blocks, self.ppb)
+        rows, cols = np.nonzero(new & ~view[blocks])
+        counts = np.count_nonzero(new, axis=1).astype(np.int32)
+        self.resident_pages += int(counts.sum() - self.block_resident[blocks].sum())
+        self.block_resident[blocks] = counts
+        view[blocks] = new
+        self.to_gpu_count[blocks[rows] * self.ppb + cols] += 1
+
+    def _make_room(self, pages_needed: int, keep: np.ndarray, stats: UvmStats) -> None:
+        """Evict least recently used VA blocks (never those in ``keep``) until ``pages_needed`` fit."""
+        short = pages_needed - (self.capacity_pages - self.resident_pages)
+        if short <= 0:
+            return
+        candidates = np.flatnonzero(self.block_resident > 0)
+        candidates = candidates[~np.isin(candidates, keep)]
+        order = candidates[np.argsort(self.block_last_use[candidates], kind="stable")]
+        enough = np.searchsorted(np.cumsum(self.block_resident[order]), short) + 1
+        if enough > order.size:
+            raise GpuOutOfMemory(pages_needed * self.params.page_size, (self.capacity_pages - self.resident_pages)
+                                 * self.params.page_size, 0, call=f"{self.name}: fault batch")
+        victims = order[:enough]
+        pages = int(self.block_resident[victims].sum())
+        self._set_blocks(victims, np.zeros((victims.size, self.ppb), dtype=bool))
+        p = self.params
+        stats.blocks_evicted += victims.size
+        stats.pages_evicted += pages
+        stats.evict_ps += victims.size * p.evict_block_ps + transfer_ps(pages * p.page_size, p.evict_Bps)
+        if self.trace is not None and self.trace.enabled:
+            self.trace.instant(self.name, "BlocksEvicted", blocks=victims.size, pages=pages)
+
+    def _wanted(self, blocks: np.ndarray, pages: np.ndarray) -> np.ndarray:
+        """(k, chunks) mask of the migration chunks holding ``pages`` (which lie in ``blocks``, sorted)."""
+        rows = np.searchsorted(blocks, pages // self.ppb)
+        chunks = np.zeros((blocks.size, self.ppb // self.ppc), dtype=bool)
+        chunks[rows, (pages % self.ppb) // self.ppc] = True
+        return chunks
+
+    def _expand(self, present: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+        """(k, ppb) pages that should end up on the target: the wanted chunks plus the tree prefetch.
+
+        ``present`` (k, ppb) marks pages already on the target."""
+        p = self.params
+        if p.prefetch:
+            k, n = wanted.shape
+            occupied = np.where(wanted, self.ppc, np.count_nonzero(present.reshape(k, n, self.ppc), axis=2))
+            first = max(1, (64 * KiB // p.page_size) // self.ppc)
+            wanted = wanted | _tree_regions(occupied, wanted, min(first, n), p.prefetch_threshold_pct, self.ppc)
+        return np.repeat(wanted, self.ppc, axis=1)
+
+    # -- GPU faults ---------------------------------------------------------------------------------------
+    def _service_batch(self, faulted: np.ndarray, stats: UvmStats) -> None:
+        p = self.params
+        blocks = np.unique(faulted // self.ppb)
+        resident = self.on_gpu.reshape(self.n_blocks, self.ppb)[blocks]
+        wanted = self._wanted(blocks, faulted)
+        faulted_pages = np.repeat(wanted, self.ppc, axis=1) & ~resident
+        migrate = self._expand(resident, wanted) & ~resident
+        room = self.capacity_pages - int(self.block_resident[blocks].sum())  # evicting every other block
+        if np.count_nonzero(migrate) > room:
+            migrate = faulted_pages  # no room to prefetch
+        n_migrate, n_faulted = int(np.count_nonzero(migrate)), int(np.count_nonzero(faulted_pages))
+        if n_migrate <= room:
+            self._make_room(n_migrate, blocks, stats)
+            self._set_blocks(blocks, resident | migrate)
+        else:  # one VA block at a time, evicting earlier blocks of this batch if need be
+            view = self.on_gpu.reshape(self.n_blocks, self.ppb)
+            for i in range(blocks.size):
+                one = blocks[i:i + 1]
+                self._make_room(int(np.count_nonzero(migrate[i])), one, stats)
+                self._set_blocks(one, view[one] | migrate[i:i + 1])
+        stats.batches += 1
+        stats.faults += faulted.size
+        stats.blocks_serviced += blocks.size
+        stats.pages_to_gpu += n_migrate
+        stats.pages_prefetched += n_migrate - n_faulted
+        stats.fault_ps += p.batch_ps + blocks.size * p.va_block_ps
+        stats.migrate_ps += transfer_ps(n_migrate * p.page_size, p.fault_migrate_Bps)
+        if self.trace is not None and self.trace.enabled:
+            self.trace.instant(self.name, "FaultBatchServiced", faults=faulted.size, blocks=blocks.size,
+                               pages_migrated=n_migrate)
+
+    def gpu_access(self, pages, *, bytes_per_access: int = 4 * KiB) -> UvmStats:
+        """The GPU accesses ``pages`` (4 KiB page indices, in issue order); returns this call's counters.
+
+        :param bytes_per_access: bytes each access reads or writes (its HBM time once resident).
+        :raises ProtocolError: a page index outside the range.
+        :raises GpuOutOfMemory: one batch needs more pages than the GPU capacity can ever hold.
+        """
+        pages = self._check_pages(pages, "gpu_access")
+        batch = self.params.fault_batch
+        stats = UvmStats(accesses=pages.size)
+        stats.compute_ps = transfer_ps(pages.size * bytes_per_access, self.hbm_Bps)
+        pos, window = 0, 4 * batch
+        while pos < pages.size:
+            end = min(pages.size, pos + window)
+            span = pages[pos:end]
+            miss = np.flatnonzero(~self.on_gpu[span])
+            if miss.size == 0:
+                self._use(span)
+                pos, window = end, window * 2
+                continue
+            unique, first = np.unique(span[miss], return_index=True)
+            if unique.size < batch and end < pages.size:
+                window *= 2
+                continue
+            if unique.size > batch:
+                order = np.argsort(first, kind="stable")
+                end = pos + int(miss[first[order[batch]]])
+                unique = np.sort(unique[order[:batch]])
+            self._use(pages[pos:end])
+            self._service_batch(unique, stats)
+            window = max(4 * batch, 2 * (end - pos))
+            pos = end
+        if stats.batches:
+            stats.fault_ps += self.params.fault_latency_ps
+        self.totals.add(stats)
+        return stats
+
+    # -- CPU faults ---------------------------------------------------------------------------------------
+    def cpu_access(self, pages) -> UvmStats:
+        """The CPU accesses ``pages`` in order; GPU-resident ones fault back to the host one fault at a time.
+
+        :raises ProtocolError: a page index outside the range.
+        """
+        pages = self._check_pages(pages, "cpu_access")
+        p = self.params
+        stats = UvmStats(accesses=pages.size)
+        pos, window = 0, 64
+        while pos < pages.size:
+            span = pages[pos:pos + window]
+            hit = np.flatnonzero(self.on_gpu[span])
+            if hit.size == 0:
+                pos, window = pos + span.size, window * 2
+                continue
+            pos += int(hit[0])
+            window = max(64, 2 * int(hit[0]))
+            page = pages[pos:pos + 1]
+            block = page // self.ppb
+            on_host = ~self.on_gpu.reshape(self.n_blocks, self.ppb)[block]
+            moved = self._expand(on_host, self._wanted(block, page)) & ~on_host
+            self._set_blocks(block, ~(on_host | moved))
+            n = int(moved.sum())
+            stats.cpu_faults += 1
+            stats.pages_to_host += n
+            stats.cpu_fault_ps += p.cpu_fault_ps + transfer_ps(n * p.page_size, p.cpu_migrate_Bps)
+        self.totals.add(stats)
+        return stats
+
+    # -- explicit prefetch --------------------------------------------------------------------------------
+    def prefetch(self, first_page: int, n_pages: int, *, to: str = "gpu") -> UvmStats:
+        """cudaMemPrefetchAsync of pages ``[first_page, first_page + n_pages)`` to ``"gpu"`` or ``"host"``.
+
+        Prefetching more than the GPU capacity evicts least recently used blocks, earlier parts of the
+        same range included, so the range's tail ends up resident.
+
+        :raises ProtocolError: range outside the allocation or unknown target.
+        """
+        if to not in ("gpu", "host") or first_page < 0 or n_pages < 0 or first_page + n_pages > self.n_pages:
+            raise ProtocolError(f"{self.name}.prefetch: bad range [{first_page}, +{n_pages}) or target {to!r}")
+        p = self.params
+        stats = UvmStats()
+        lo, hi = first_page, first_page + n_pages
+        step = min(4096, max(1, self.capacity_pages // self.ppb) if to == "gpu" else self.n_blocks)  # <= 8 GiB
+        for b0 in range(lo // self.ppb, -(-hi // self.ppb), step):
+            blocks = np.arange(b0, min(b0 + step, -(-hi // self.ppb)))
+            index = blocks[:, None] * self.ppb + np.arange(self.ppb)
+            in_range = (index >= lo) & (index < hi)
+            current = self.on_gpu.reshape(self.n_blocks, self.ppb)[blocks]
+            if to == "gpu":
+                moved = in_range & ~current
+                self._stamp += 1
+                self.block_last_use[blocks] = self._stamp
+                self._make_room(int(moved.sum()), blocks, stats)
+                self._set_blocks(blocks, current | moved)
+                stats.pages_explicit_to_gpu += int(moved.sum())
+            else:
+                moved = in_range & current
+                self._set_blocks(blocks, current & ~moved)
+                stats.pages_explicit_to_host += int(moved.sum())
+        rate = p.prefetch_to_gpu_Bps if to == "gpu" else p.prefetch_to_host_Bps
+        moved_pages = stats.pages_explicit_to_gpu + stats.pages_explicit_to_host
+        stats.prefetch_ps = p.prefetch_call_ps + transfer_ps(moved_pages * p.page_size, rate)
+        self.totals.add(stats)
+        return stats
+
+    def set_gpu_capacity(self, nbytes: int) -> UvmStats:
+        """Change the GPU memory available to this range (memory pressure); evicts LRU blocks to fit."""
+        self.capacity_pages = nbytes // self.params.page_size
+        stats = UvmStats()
+        self._make_room(0, np.empty(0, dtype=np.int64), stats)
+        self.totals.add(stats)
+        return stats

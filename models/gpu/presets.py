@@ -1,0 +1,74 @@
+"""GPU presets: data with a cited source, overridable key by key (``gpu_params("h200", hbm_bytes=...)``).
+
+``SOURCES`` names where each number comes from; "measured" means our H200 host (models/data/README.md),
+"datasheet" the vendor figure as collected in shared/reference/numbers.md section 3.1, "recalled" a figure
+not verified from a stored source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class GpuParams:
+    """One GPU's memory system (sizes in bytes, rates in bytes per second)."""
+
+    name: str
+    """Preset name."""
+    hbm_bytes: int
+    """Device memory the allocator may hand out (usable, not raw stack capacity)."""
+    hbm_bw_Bps: float
+    """Peak HBM bandwidth (read + write traffic)."""
+    pcie: str
+    """Host link, a key of ``models.presets.PCIE_PRESETS`` (``"gen5x16"``)."""
+    page_sizes: tuple[int, ...] = (64 * KiB, 2 * MiB)
+    """GPU page-table page sizes (small/big pages; the allocator's granularity is the largest)."""
+    alloc_granularity: int = 2 * MiB
+    """cudaMalloc-like allocation granularity: every allocation is rounded up to this."""
+    bar1_bytes: int | None = None
+    """Size of the BAR that exposes device memory to peers (GPUDirect RDMA window); None: unknown."""
+    copy_preset: str = "h200"
+    """Key of ``models.gpu.copy_engine.COPY_PRESETS`` for host <-> device copies."""
+    uvm_preset: str = "h200"
+    """Key of ``models.gpu.managed.UVM_PRESETS`` for unified memory."""
+
+
+GPU_PRESETS: dict[str, dict] = {
+    "h200": {"hbm_bytes": 143771 * MiB, "hbm_bw_Bps": 4.8e12, "pcie": "gen5x16", "bar1_bytes": 256 * GiB},
+    "h100": {"hbm_bytes": 80 * GiB, "hbm_bw_Bps": 3.35e12, "pcie": "gen5x16", "bar1_bytes": 128 * GiB},
+    "mi300x": {"hbm_bytes": 192 * GiB, "hbm_bw_Bps": 5.3e12, "pcie": "gen5x16",
+               "page_sizes": (4 * KiB, 64 * KiB, 2 * MiB)},
+}
+
+SOURCES = {
+    "h200": "hbm_bytes: measured, nvidia-smi memory.total 143771 MiB (models/data/h200_host.json); bar1_bytes: "
+            "measured, BAR1 Total 262144 MiB (same file); PCIe Gen5 x16 current = max (same file); 4.8 TB/s: "
+            "datasheet (numbers.md 3.1); measured device-to-device copy 4250 GB/s read+write "
+            "(models/data/h200_copy_bw.json); pages 64 KiB / 2 MiB: NVIDIA big/huge GPU pages.",
+    "h100": "80 GB HBM3 at 3.35 TB/s: datasheet (numbers.md 3.1), taken as 80 GiB of stacks (5 x 16 GiB) with "
+            "no reserve; BAR1 128 GiB: commonly reported, NOT verified (numbers.md 3.1); PCIe Gen5 x16: "
+            "numbers.md 3.1. Copy and UVM costs reuse the H200 fit (same link and driver).",
+    "mi300x": "192 GB HBM3 (8 x 24 GiB stacks) at 5.3 TB/s, PCIe Gen5 x16: AMD Instinct MI300X datasheet, "
+              "recalled, NOT verified from a stored source; BAR size unknown (resizable BAR); 4 KiB / 64 KiB / "
+              "2 MiB GPU page fragments: amdgpu VM, recalled. Copy and UVM costs reuse the H200 fit "
+              "(same link; HMM-based migration on AMD is not separately calibrated).",
+}
+
+
+def gpu_params(preset: str, **overrides) -> GpuParams:
+    """The parameters of ``preset`` with ``overrides`` applied key by key.
+
+    :raises KeyError: unknown preset (the message lists the known ones).
+    :raises TypeError: an override names no field.
+
+    >>> gpu_params("h200").hbm_bytes // MiB
+    143771
+    >>> gpu_params("h100", hbm_bytes=40 * GiB).hbm_bytes // GiB
+    40
+    """
+    if preset not in GPU_PRESETS:
+        raise KeyError(f"unknown GPU preset {preset!r}; known: {', '.join(sorted(GPU_PRESETS))}")
+    return replace(GpuParams(name=preset, **GPU_PRESETS[preset]), **overrides)

@@ -1,0 +1,170 @@
+"""The managed-memory measurements as model experiments, and the least-squares fit of the UVM costs.
+
+Each measured item of ``models/data/h200_managed_memory.json`` (calib/gpu_um/measure_um.py) becomes a
+:class:`Case`: the same access order replayed on :class:`~models.gpu.managed.ManagedMemory`. The GPU
+kernels map to patterns as follows: the grid-stride read sweeps pages in order (:func:`sequential`); the
+one-touch-per-thread kernels launch every thread block at once, so their warps reach the fault buffer in
+arbitrary order (:func:`concurrent_warps`, fixed seed). Counts (batches, VA blocks, pages, faults) do not
+depend on the time constants, so :func:`fit` is a linear least squares of the relative error against the
+geometric mean of the runs' medians.
+
+Roles: ``fit`` cases (grid-stride first touch, sparse touches, VA-block sweeps, prefetches, CPU reads)
+set the constants; ``check`` cases (touching the first M pages of every block, and reads that follow a
+partial touch) test the prefetch tree without being fitted; ``empty`` cases are reads after a touch that
+the prefetcher completed (measured time ~ the resident kernel, the model migrates nothing).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from collections.abc import Callable
+
+import numpy as np
+
+from sim.core import PS_PER_S
+
+from models.gpu.managed import UVM_PRESETS, ManagedMemory, UvmParams, UvmStats
+from models.gpu.workloads import block_heads, concurrent_warps, sequential, strided
+
+KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
+DATA = Path(__file__).resolve().parents[1] / "data" / "h200_managed_memory.json"
+PAGE = 4 * KiB
+SPAN = GiB
+"""Buffer of the sparse, block and CPU experiments."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured item: ``measured_s`` holds each run's median; ``model`` replays it (returns stats)."""
+
+    name: str
+    group: str
+    """``gpu``, ``cpu`` or ``prefetch``: which constants it constrains."""
+    role: str
+    """``fit``, ``check`` or ``empty`` (see the module docstring)."""
+    measured_s: tuple[float, ...]
+    model: Callable[[UvmParams], UvmStats]
+
+    @property
+    def center_s(self) -> float:
+        """Geometric mean of the runs' medians."""
+        return float(np.exp(np.mean(np.log(self.measured_s))))
+
+
+def _warps(pattern: np.ndarray) -> np.ndarray:
+    return concurrent_warps(pattern, rng=np.random.default_rng(0))
+
+
+def _gpu(size: int, pattern: np.ndarray, *, bytes_per_access: int, then_read: bool = False):
+    def replay(params: UvmParams) -> UvmStats:
+        mm = ManagedMemory(size, params)
+        stats = mm.gpu_access(pattern, bytes_per_access=bytes_per_access)
+        return mm.gpu_access(sequential(mm.n_pages)) if then_read else stats
+    return replay
+
+
+def _prefetch(size: int, to: str):
+    def replay(params: UvmParams) -> UvmStats:
+        mm = ManagedMemory(size, params)
+        if to == "host":
+            mm.prefetch(0, mm.n_pages, to="gpu")
+        return mm.prefetch(0, mm.n_pages, to=to)
+    return replay
+
+
+def _cpu(stride: int, *, then_read: bool):
+    def replay(params: UvmParams) -> UvmStats:
+        mm = ManagedMemory(SPAN, params)
+        mm.prefetch(0, mm.n_pages, to="gpu")
+        stats = mm.cpu_access(strided(mm.n_pages, stride // PAGE))
+        return mm.cpu_access(sequential(mm.n_pages)) if then_read else stats
+    return replay
+
+
+def load_cases(path: Path = DATA) -> list[Case]:
+    """Every measured item as a :class:`Case` (items absent from a run are skipped for that run)."""
+    runs = json.loads(Path(path).read_text())["runs"]
+    found: dict[str, tuple[str, str, Callable, list[float]]] = {}
+
+    def add(name: str, group: str, model: Callable, seconds: float, role: str = "fit") -> None:
+        found.setdefault(name, (group, role, model, []))[3].append(seconds)
+
+    for run in runs:
+        for item in run["first_touch"]:
+            n = item["bytes"]
+            add(f"first_touch {n // MiB}MiB", "gpu", _gpu(n, sequential(n // PAGE), bytes_per_access=PAGE),
+                item["faulted"]["median_s"])
+        for item in run["sparse"]:
+            st = item["stride"]
+            pattern = _warps(strided(SPAN // PAGE, st // PAGE))
+            add(f"sparse {st // KiB}KiB", "gpu", _gpu(SPAN, pattern, bytes_per_access=4), item["faulted"]["median_s"])
+            if "then" in item:
+                add(f"sparse {st // KiB}KiB then read", "gpu",
+                    _gpu(SPAN, pattern, bytes_per_access=4, then_read=True),
+                    item["then"]["followup_read_all"]["median_s"], "check" if st == 2 * MiB else "empty")
+        for item in run["blocks"]:
+            k = item["va_blocks"]
+            add(f"blocks {k}", "gpu", _gpu(SPAN, strided(k * 512, 512), bytes_per_access=4),
+                item["faulted"]["median_s"])
+        for item in run.get("block_heads", []):
+            m = item["pages_per_block"]
+            pattern = _warps(block_heads(SPAN // (2 * MiB), m))
+            add(f"heads {m}", "gpu", _gpu(SPAN, pattern, bytes_per_access=4), item["touch"]["median_s"], "check")
+            add(f"heads {m} then read", "gpu", _gpu(SPAN, pattern, bytes_per_access=4, then_read=True),
+                item["followup_read_all"]["median_s"], "empty" if m >= 384 else "check")  # 75 %: completed
+        for item in run["prefetch"]:
+            n = item["bytes"]
+            add(f"prefetch to gpu {n // MiB}MiB", "prefetch", _prefetch(n, "gpu"), item["h2d"]["median_s"])
+            add(f"prefetch to host {n // MiB}MiB", "prefetch", _prefetch(n, "host"), item["d2h"]["median_s"])
+        for item in run["cpu_fault_back"]:
+            st = item["stride"]
+            add(f"cpu {st // KiB}KiB", "cpu", _cpu(st, then_read=False), item["gpu_resident"]["read"]["median_s"])
+            if "followup_4k_read" in item["gpu_resident"]:
+                add(f"cpu {st // KiB}KiB then read", "cpu", _cpu(st, then_read=True),
+                    item["gpu_resident"]["followup_4k_read"]["median_s"], "check" if st == 2 * MiB else "empty")
+    return [Case(name, group, role, tuple(seconds), model) for name, (group, role, model, seconds) in found.items()]
+
+
+def _features(group: str, stats: UvmStats) -> list[float]:
+    """Per-case multipliers of the fitted constants (seconds per unit)."""
+    if group == "gpu":
+        return [1.0 if stats.batches else 0.0, stats.batches, stats.blocks_serviced, stats.pages_to_gpu * PAGE]
+    if group == "cpu":
+        return [stats.cpu_faults, stats.pages_to_host * PAGE]
+    return [1.0, stats.pages_explicit_to_gpu * PAGE, stats.pages_explicit_to_host * PAGE]
+
+
+def fit(cases: list[Case], base: UvmParams | None = None) -> UvmParams:
+    """Fit the time constants of every group to ``cases`` (relative least squares); geometry from ``base``.
+
+    Eviction constants are not measured: they follow ``va_block_ps`` and ``prefetch_to_host_Bps``.
+    """
+    base = base or UVM_PRESETS["h200"]
+    solved: dict[str, np.ndarray] = {}
+    for group in ("gpu", "cpu", "prefetch"):
+        chosen = [c for c in cases if c.group == group and c.role == "fit"]
+        stats = [c.model(base) for c in chosen]
+        design = np.array([_features(group, s) for s in stats], dtype=float)
+        target = np.array([c.center_s - s.compute_ps / PS_PER_S for c, s in zip(chosen, stats)])
+        weight = 1.0 / np.array([c.center_s for c in chosen])
+        solved[group], *_ = np.linalg.lstsq(design * weight[:, None], target * weight, rcond=None)
+    g, c, p = solved["gpu"], solved["cpu"], solved["prefetch"]
+    ps = lambda seconds: max(0, round(seconds * PS_PER_S))  # noqa: E731 - local unit conversion
+    return replace(base, fault_latency_ps=ps(g[0]), batch_ps=ps(g[1]), va_block_ps=ps(g[2]),
+                   fault_migrate_Bps=1.0 / g[3], cpu_fault_ps=ps(c[0]), cpu_migrate_Bps=1.0 / c[1],
+                   prefetch_call_ps=ps(p[0]), prefetch_to_gpu_Bps=1.0 / p[1], prefetch_to_host_Bps=1.0 / p[2],
+                   evict_block_ps=ps(g[2]), evict_Bps=1.0 / p[2])
+
+
+def compare(cases: list[Case], params: UvmParams) -> list[dict]:
+    """Model vs measured per case: rows with ``model_ms``, ``measured_ms`` (geometric mean of the runs),
+    ``runs_ms`` (each run's median) and ``error`` (model / measured - 1)."""
+    rows = []
+    for case in cases:
+        model_s = case.model(params).total_ps / PS_PER_S
+        rows.append({"case": case.name, "group": case.group, "role": case.role, "model_ms": model_s * 1e3,
+                     "measured_ms": case.center_s * 1e3, "runs_ms": [round(s * 1e3, 3) for s in case.measured_s],
+                     "error": model_s / case.center_s - 1.0})
+    return rows

@@ -1,0 +1,68 @@
+"""The managed-memory model against the H200 measurements (models/data/h200_managed_memory.json)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+import pytest
+
+from models.gpu.managed import UVM_PRESETS
+from models.gpu.um_calibration import compare, fit, load_cases
+
+TOLERANCE = 0.25
+HALF_RESIDENT = {"heads 192 then read", "heads 256 then read", "heads 288 then read"}
+"""Completing blocks that a partial touch left half resident: the model is 1.5-2.1x too slow (documented in
+calib/gpu_um/README.md: warps run ahead past resident pages, so real batches span many blocks)."""
+
+
+@pytest.fixture(scope="module")
+def cases():
+    return load_cases()
+
+
+@pytest.fixture(scope="module")
+def rows(cases):
+    return {row["case"]: row for row in compare(cases, UVM_PRESETS["h200"])}
+
+
+def test_preset_is_the_fit(cases):
+    fitted, preset = fit(cases), UVM_PRESETS["h200"]
+    for f in fields(preset):
+        assert getattr(preset, f.name) == pytest.approx(getattr(fitted, f.name), rel=2e-3), f.name
+
+
+def test_every_fitted_measurement_within_25_percent(cases, rows):
+    fitted = [c.name for c in cases if c.role == "fit"]
+    assert len(fitted) == 25
+    bad = {n: round(rows[n]["error"], 3) for n in fitted if abs(rows[n]["error"]) > TOLERANCE}
+    assert not bad
+
+
+def test_prefetch_tree_checks(cases, rows):
+    """Touching the first M pages of every block, and the reads after it, were not fitted."""
+    checks = [c.name for c in cases if c.role == "check"]
+    assert len(checks) == 11
+    for name in checks:
+        error = rows[name]["error"]
+        if name in HALF_RESIDENT:
+            assert 0.3 < error < 1.2, (name, error)
+        else:
+            assert abs(error) <= TOLERANCE, (name, error)
+
+
+def test_completed_blocks_leave_nothing_to_migrate(cases, rows):
+    """Where the measured follow-up read costs about as much as a resident read, the model migrates nothing."""
+    empty = [c for c in cases if c.role == "empty"]
+    assert {c.name for c in empty} == {"sparse 4KiB then read", "sparse 64KiB then read", "heads 384 then read",
+                                       "cpu 4KiB then read", "cpu 64KiB then read"}
+    full = {"gpu": rows["first_touch 1024MiB"]["measured_ms"], "cpu": rows["cpu 4KiB"]["measured_ms"]}
+    for case in empty:
+        stats = case.model(UVM_PRESETS["h200"])
+        assert stats.pages_to_gpu == stats.pages_to_host == 0
+        assert rows[case.name]["measured_ms"] < 0.02 * full[case.group]
+
+
+def test_threshold_shape_matches_the_hardware(rows):
+    """Below 51 % of a block the rest stays on the host; at 75 % the prefetcher completed every block."""
+    follow = {m: rows[f"heads {m} then read"]["measured_ms"] for m in (64, 192, 256, 384)}
+    assert follow[64] > follow[192] > 0.2 * rows["first_touch 1024MiB"]["measured_ms"] > 10 * follow[384]
