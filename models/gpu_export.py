@@ -4,9 +4,12 @@
   (models/data/h200_dmabuf_export.json): start and size 4 KiB-aligned, nonzero, inside one allocation, device
   memory only, flags 0, about 18 us per export. Memory pressure cannot evict anything: the allocation fails.
 * ``amd``: a dynamic exporter (amdgpu/TTM-like): under memory pressure it evicts unpinned buffers from VRAM
-  to system memory, least recently exported first: lock, ``move_notify`` to every dynamic attachment, copy at
-  the calibrated bandwidth, publish a fence, unlock. Pinned buffers cannot move: the allocation that needed
-  the room evicts something else or fails.
+  to system memory, least recently used first: lock, ``move_notify`` to every dynamic attachment, copy at
+  the calibrated bandwidth, publish a fence. Pinned buffers cannot move: the allocation that needed the room
+  evicts something else or fails.
+
+VRAM is :class:`models.gpu.DeviceMemory` (2 MiB granularity, fragmentation, eviction hooks); a pin taken
+through the exporter (``dma_buf_pin``, pin-on-map) or by a peer-memory registration pins the allocation there.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.core import PS_PER_US, SimError, VerbsError
+from sim.core import PS_PER_US, SimError
 
+from models.dmabuf import (CopyParams, DmaBufAttachment, DmaBufCore, MovableExporter, Placement, StaticExporter,
+                           dma_buf_fd)
+from models.gpu import COPY_PRESETS, Allocation, CopyEngines, DeviceMemory, GpuOutOfMemory, GpuParams
 from models.versions import NVIDIA_DMABUF_EXPORT, Version
-from models.dmabuf import CopyParams, DmaBufCore, MovableExporter, Placement, StaticExporter, dma_buf_fd
 
 EXPORT_PS = 18 * PS_PER_US
 """cuMemGetHandleForAddressRange(DMA_BUF_FD): 17-20 us regardless of size (h200_dmabuf_export.json)."""
@@ -38,49 +43,83 @@ class CudaError(SimError):
 
 @dataclass(eq=False)
 class GpuAllocation:
-    """A cudaMalloc/hipMalloc allocation: device virtual address range."""
+    """A cudaMalloc/hipMalloc allocation: a device virtual address range backed by a VRAM allocation."""
 
     name: str
     addr: int
     size: int
+    vram: Allocation
+    memory: DeviceMemory
     exporter: MovableExporter | StaticExporter | None = None
     pinned_by: set[str] = field(default_factory=set)
-    """Who pins it in VRAM (peer-memory registrations)."""
+    """Who pins it in VRAM (peer-memory registrations, dma-buf pins)."""
     data: np.ndarray | None = None
     """Data mode: the allocation's bytes (None when off)."""
 
+    def pin(self, owner: str) -> None:
+        """``owner`` pins the allocation in VRAM (it can no longer be evicted)."""
+        self.memory.pin(self.vram)
+        self.pinned_by.add(owner)
 
-@dataclass(eq=False)
+    def unpin(self, owner: str) -> None:
+        """``owner`` drops its pin."""
+        if owner in self.pinned_by:
+            self.pinned_by.discard(owner)
+            self.memory.unpin(self.vram)
+
+
+class AmdgpuExporter(MovableExporter):
+    """A movable exporter whose pins pin the allocation in VRAM, so memory pressure cannot evict it."""
+
+    def __init__(self, core: DmaBufCore, alloc: GpuAllocation, size: int, **kwargs) -> None:
+        self.alloc = alloc
+        super().__init__(core, size, **kwargs)
+
+    def _pin(self, attach: DmaBufAttachment) -> None:
+        super()._pin(attach)
+        self.alloc.pin(f"{attach.dev}:dma_buf_pin{self.pin_count}")
+
+    def _unpin(self, attach: DmaBufAttachment) -> None:
+        self.alloc.unpin(f"{attach.dev}:dma_buf_pin{self.pin_count}")
+        super()._unpin(attach)
+
+
 class Gpu:
-    """One GPU: VRAM capacity and usage, its allocations, and its dma-buf exporter profile."""
+    """One GPU: its VRAM allocator, copy engines, allocations and dma-buf exporter profile.
 
-    name: str
-    vendor: str
-    capacity: int
-    core: DmaBufCore
-    copy: CopyParams = CopyParams()
-    driver: str = "580"
-    """Driver version (NVIDIA: dma-buf export needs 515+)."""
-    allocations: dict[str, GpuAllocation] = field(default_factory=dict)
-    used: int = 0
-    pressure_bytes: list[int] = field(default_factory=list)
-    """Sizes of the competing allocations currently held."""
-    evictions: int = 0
-    failed_allocations: int = 0
-    _next_addr: int = 0x7000_0000_0000
+    :param name: '<node>.<gpu>', also the exporter's context.
+    :param vendor: ``nvidia`` (static exporter) or ``amd`` (dynamic exporter).
+    :param params: the GPU preset (capacity, granularity, copy calibration).
+    :param core: the node's dma-buf core.
+    :param capacity: usable VRAM override (bytes).
+    :param driver: driver version (NVIDIA: dma-buf export needs 515+).
+    """
+
+    def __init__(self, name: str, vendor: str, params: GpuParams, core: DmaBufCore, *, capacity: int | None = None,
+                 driver: str = "580") -> None:
+        self.name, self.vendor, self.core, self.driver = name, vendor, core, driver
+        self.memory = DeviceMemory(capacity or params.hbm_bytes, granularity=params.alloc_granularity, name=name,
+                                   trace=core.env.trace)
+        self.copy = CopyParams(CopyEngines(COPY_PRESETS[params.copy_preset]))
+        self.allocations: dict[str, GpuAllocation] = {}
+        self.pressure_allocations: list[tuple[Allocation, ...]] = []
+        """The competing job's allocations, oldest first."""
+        self.evictions = self.failed_allocations = 0
+        self._next_addr = 0x7000_0000_0000
+
+    @property
+    def capacity(self) -> int:
+        """Usable VRAM (bytes)."""
+        return self.memory.capacity
 
     def malloc(self, name: str, size: int) -> GpuAllocation:
-        """Allocate ``size`` bytes of VRAM (2 MiB granularity).
+        """Allocate ``size`` bytes of VRAM.
 
-        :raises CudaError: CUDA_ERROR_OUT_OF_MEMORY when it does not fit.
+        :raises GpuOutOfMemory: no contiguous run is free.
         """
-        rounded = -(-size // (2 << 20)) * (2 << 20)
-        if self.used + rounded > self.capacity:
-            raise CudaError("CUDA_ERROR_OUT_OF_MEMORY", f"{rounded} bytes requested, "
-                            f"{self.capacity - self.used} free", call=f"{self.name}.malloc")
-        alloc = GpuAllocation(name, self._next_addr, size)
-        self._next_addr += rounded + (2 << 20)
-        self.used += rounded
+        vram = self.memory.malloc(size, tag=name)
+        alloc = GpuAllocation(name, self._next_addr, size, vram, self.memory)
+        self._next_addr += vram.size + self.memory.granularity
         self.allocations[name] = alloc
         return alloc
 
@@ -101,49 +140,44 @@ class Gpu:
             raise CudaError("CUDA_ERROR_INVALID_VALUE", "start and size must be nonzero multiples of 4 KiB", call=call)
         if offset + size > alloc.size:
             raise CudaError("CUDA_ERROR_INVALID_VALUE", "the range runs past the allocation", call=call)
-        cls = StaticExporter if self.vendor == "nvidia" else MovableExporter
-        kwargs = {} if cls is StaticExporter else {"copy": self.copy}
         with self.core.call(self.name, call, allocation=alloc.name, bytes=size):
-            alloc.exporter = cls(self.core, size, name=f"{self.name}", placement=Placement.VRAM, **kwargs)
+            if self.vendor == "nvidia":
+                alloc.exporter = StaticExporter(self.core, size, name=self.name, placement=Placement.VRAM)
+            else:
+                alloc.exporter = AmdgpuExporter(self.core, alloc, size, name=self.name, placement=Placement.VRAM,
+                                                copy=self.copy)
+                self.memory.register_evictable(alloc.vram, lambda _vram: self._evict(alloc))
             if alloc.data is not None:
                 alloc.exporter.storage[0] = alloc.data[offset:offset + size]
             self.core.spend(self.name, EXPORT_PS)
             return dma_buf_fd(alloc.exporter.dmabuf, fdtable)
 
-    def _evictable(self) -> list[GpuAllocation]:
-        return [a for a in self.allocations.values()
-                if isinstance(a.exporter, MovableExporter) and a.exporter.dmabuf.placement is Placement.VRAM
-                and not a.pinned_by and not a.exporter.dmabuf.released]
+    def _evict(self, alloc: GpuAllocation) -> int:
+        """The allocator's eviction callback: move the buffer to system memory; return the copy's time (ps)."""
+        exporter = alloc.exporter
+        vacated = exporter.storage.get(exporter.dmabuf.generation)
+        fence = exporter.move(Placement.SYSTEM)
+        if vacated is not None:
+            vacated[:] = NEW_OWNER_BYTE  # the memory's new owner writes its own data there
+        self.evictions += 1
+        return max(0, fence.signaled_at_ps - self.core.env.now)
 
     def pressure(self, size: int) -> bool:
         """Another job allocates ``size`` bytes: evict movable buffers until it fits; False if it cannot."""
         with self.core.call(self.name, "gpu_memory_pressure", bytes=size):
-            return self._make_room(size)
-
-    def _make_room(self, size: int) -> bool:
-        rounded = -(-size // (2 << 20)) * (2 << 20)
-        for alloc in self._evictable():
-            if self.used + rounded <= self.capacity:
-                break
-            vacated = alloc.exporter.storage.get(alloc.exporter.dmabuf.generation)
             try:
-                alloc.exporter.move(Placement.SYSTEM)
-            except VerbsError:  # pinned by an importer (pinned dma-buf MR or pin-on-map): cannot move
-                continue
-            if vacated is not None:
-                vacated[:] = NEW_OWNER_BYTE  # the memory's new owner writes its own data there
-            self.used -= -(-alloc.size // (2 << 20)) * (2 << 20)
-            self.evictions += 1
-        if self.used + rounded > self.capacity:
-            self.failed_allocations += 1
-            self.core.instant(self.name, "AllocationFailed", bytes=size, free=self.capacity - self.used)
-            return False
-        self.used += rounded
-        self.pressure_bytes.append(rounded)
-        self.core.instant(self.name, "MemoryAllocated", bytes=size, free=self.capacity - self.used)
-        return True
+                result = self.memory.apply_pressure(size)
+            except GpuOutOfMemory:
+                self.failed_allocations += 1
+                self.core.instant(self.name, "AllocationFailed", bytes=size,
+                                  free=self.memory.capacity - self.memory.used)
+                return False
+            self.pressure_allocations.append(result.allocations)
+            self.core.instant(self.name, "MemoryAllocated", bytes=size, free=self.memory.capacity - self.memory.used)
+            return True
 
     def release_pressure(self) -> None:
         """The competing job frees its oldest allocation."""
-        if self.pressure_bytes:
-            self.used -= self.pressure_bytes.pop(0)
+        if self.pressure_allocations:
+            for vram in self.pressure_allocations.pop(0):
+                self.memory.free(vram)

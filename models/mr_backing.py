@@ -124,7 +124,7 @@ class PeerMemBacking(MrBacking):
         """The GPU allocation whose pages are pinned (it records ``pin_owner`` among its pinners)."""
         self.pin_owner = pin_owner
         self.invalidated_at: int | None = None
-        allocation.pinned_by.add(pin_owner)
+        allocation.pin(pin_owner)
 
     def translate(self, now_ps: int, offset: int, length: int):
         from models.verbs import WcStatus
@@ -137,7 +137,7 @@ class PeerMemBacking(MrBacking):
         """The GPU driver's free callback: the MR's mkey is invalidated from ``now_ps`` on, the pin dropped."""
         self.invalidated_at = now_ps
         self.pinned_bytes = 0
-        self.allocation.pinned_by.discard(self.pin_owner)
+        self.allocation.unpin(self.pin_owner)
 
     def release(self, now_ps: int) -> int:
         """Deregistration: put the GPU pages back (nvidia_p2p_put_pages)."""

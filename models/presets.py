@@ -41,10 +41,5 @@ SOURCES = {
             "read round trip 550 ns: pcie-bench data, Xeon E5 64 B DMA read median.",
 }
 
-GPU_PRESETS: dict[str, dict] = {
-    "h200": {"vendor": "nvidia", "capacity": 143771 * 2**20},
-    "h100": {"vendor": "nvidia", "capacity": 81559 * 2**20},
-    "mi300x": {"vendor": "amd", "capacity": 192 * 2**30},
-}
-"""GPU memory and exporter vendor. H200: 143771 MiB usable as measured (models/data/h200_host.json); H100 SXM
-80 GB HBM3 (81559 MiB usable as nvidia-smi reports it); MI300X: 192 GB HBM3 (AMD datasheet)."""
+GPU_VENDOR = {"h200": "nvidia", "h100": "nvidia", "mi300x": "amd"}
+"""Which dma-buf exporter profile each GPU preset (models.gpu.presets) gets by default."""

@@ -11,7 +11,8 @@ from models.fabric import Fabric
 from models.gpu_export import Gpu, GpuAllocation
 from models.node import Node
 from models.peermem import ibv_reg_mr_peermem
-from models.presets import GPU_PRESETS
+from models.gpu import gpu_params
+from models.presets import GPU_VENDOR
 from models.verbs import (Access, Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device,
                           ibv_reg_mr)
 from models.versions import KernelBehaviour, Version
@@ -85,11 +86,9 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
         bed.contexts[spec.name] = ibv_open_device(node, env, fabric)
         bed.pds[spec.name] = ibv_alloc_pd(bed.contexts[spec.name])
         for i, gspec in enumerate(spec.gpus):
-            name = gspec.name or f"gpu{i}"
-            preset = GPU_PRESETS[gspec.preset]
-            bed.gpus[f"{spec.name}.{name}"] = Gpu(f"{spec.name}.{name}", gspec.exporter or preset["vendor"],
-                                                  gspec.memory or preset["capacity"], node.kernel,
-                                                  driver=gspec.driver)
+            name = f"{spec.name}.{gspec.name or f'gpu{i}'}"
+            bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], gpu_params(gspec.preset),
+                                 node.kernel, capacity=gspec.memory, driver=gspec.driver)
     for i, spec in enumerate(scenario.buffers):
         try:
             reg = _register(bed, spec, scenario.invariants)

@@ -7,15 +7,16 @@ for its callbacks beyond what the core charges; only the copy of a move takes ti
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.core import PS_PER_US, ProtocolError, VerbsError, transfer_ps
+from sim.core import ProtocolError, VerbsError
 
 from models.dmabuf.core import (DmaBuf, DmaBufAttachment, DmaBufCore, DmaBufOps, DmaDataDirection,
                                 Placement, Segments, SgTable)
 from models.dmabuf.ops import dma_buf_export, dma_buf_move_notify
+from models.gpu.copy_engine import CopyEngines
 from models.dmabuf.resv import DmaFence, DmaResvUsage, dma_resv_add_fence, dma_resv_wait_timeout
 
 _BASE = {Placement.VRAM: 0x3800_0000_0000, Placement.SYSTEM: 0x1_0000_0000}
@@ -24,19 +25,15 @@ _BASE = {Placement.VRAM: 0x3800_0000_0000, Placement.SYSTEM: 0x1_0000_0000}
 
 @dataclass(frozen=True, slots=True)
 class CopyParams:
-    """Copy-engine timing of a move (models/data/h200_copy_bw.json, pinned memory)."""
+    """Copy-engine timing of a move, from the calibrated H200 copy engines (:mod:`models.gpu.copy_engine`)."""
 
-    setup_ps: int = 12 * PS_PER_US
-    """Fixed cost per copy: 4 KiB..256 KiB copies all take ~13 us."""
-    pcie_rate_Bps: float = 55.4e9
-    """VRAM <-> system memory: 55.4 GB/s at 1 GiB (also used for system-to-system moves)."""
-    vram_rate_Bps: float = 2.125e12
-    """VRAM -> VRAM relocation: 4250 GB/s of read+write traffic, so half of it copied."""
+    engines: CopyEngines = field(default_factory=CopyEngines)
 
     def copy_ps(self, nbytes: int, src: Placement, dst: Placement) -> int:
-        """Time to copy ``nbytes`` from ``src`` to ``dst`` (ps)."""
-        local = src is dst is Placement.VRAM
-        return self.setup_ps + transfer_ps(nbytes, self.vram_rate_Bps if local else self.pcie_rate_Bps)
+        """Time to copy ``nbytes`` from ``src`` to ``dst`` on an idle engine (ps)."""
+        if src is dst is Placement.VRAM:
+            return self.engines.copy_ps(nbytes, "d2d")
+        return self.engines.copy_ps(nbytes, "d2h" if src is Placement.VRAM else "h2d")
 
 
 class _Exporter:

@@ -546,7 +546,8 @@ def test_move_fence_times_copy_after_notify_and_after_previous_fences():
     assert first.signaled_at_ps == start + costs.move_notify_ps + copy
     assert core.now_ps("gpu0") == start + costs.move_notify_ps      # the CPU does not wait for the copy
     second = gpu.move(Placement.VRAM)
-    assert second.signaled_at_ps == first.signaled_at_ps + copy       # queued behind the first copy
+    back = gpu.copy.copy_ps(256 * MiB, Placement.SYSTEM, Placement.VRAM)
+    assert second.signaled_at_ps == first.signaled_at_ps + back       # queued behind the first copy
     assert dma_resv_wait_timeout(gpu.dmabuf.resv, DmaResvUsage.KERNEL, now_ps=0) == second.signaled_at_ps
     assert copy > 256 * MiB / 56e9 * 1e12                             # 55.4 GB/s plus setup
 

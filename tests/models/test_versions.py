@@ -4,6 +4,7 @@ import pytest
 
 from models.dmabuf import (DmaBufCore, DmaResvUsage, KernelConfig, MovableExporter, Placement, StaticExporter,
                            dma_buf_attach, dma_buf_map_attachment, dma_buf_unmap_attachment)
+from models.gpu import gpu_params
 from models.gpu_export import CudaError, Gpu
 from models.umem_dmabuf import ib_umem_dmabuf_revoke
 from models.versions import KernelBehaviour, Version
@@ -133,7 +134,7 @@ def test_rdma_core_versions(rdma_core, register, ok):
 
 @pytest.mark.parametrize("driver, ok", [("510", False), ("515", True)])
 def test_nvidia_dmabuf_export_needs_driver_515(driver, ok):
-    gpu = Gpu("g", "nvidia", 1 << 30, DmaBufCore(Environment()), driver=driver)
+    gpu = Gpu("g", "nvidia", gpu_params("h200"), DmaBufCore(Environment()), capacity=1 << 30, driver=driver)
     alloc = gpu.malloc("x", 1 << 20)
     from models.dmabuf import FdTable
     if ok:
