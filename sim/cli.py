@@ -148,6 +148,17 @@ def validate(scenario: ScenarioPath) -> None:
               f"{len(spec.workload)} workloads, {len(variants)} variant(s))", highlight=False)
 
 
+@app.command("calibrate")
+def calibrate_cmd() -> None:
+    """Simulate every calibration measurement (H200 copies and pinning; published PCIe, IOMMU and MTT
+    anchors) and print simulated vs. measured with the error; exit 1 if a required row is out of tolerance."""
+    from sim.calibrate import calibrate, format_calibration
+
+    table = calibrate()
+    typer.echo(format_calibration(table))
+    raise typer.Exit(int(not table.loc[table.required, "passed"].all()))
+
+
 @app.command()
 def schema() -> None:
     """Print the scenario JSON Schema (for editor completion and validation)."""

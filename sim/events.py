@@ -10,13 +10,23 @@ from collections.abc import Generator
 
 from models.peermem import peermem_reclaim
 from sim.build import Testbed
-from sim.scenario.schema import GpuPressureEvent, HostPageMigrationEvent, PeerMemReclaimEvent, Scenario
+from sim.scenario.schema import (GpuJobGrowthEvent, GpuPressureEvent, HostPageMigrationEvent, PeerMemReclaimEvent,
+                                 Scenario)
 
 
 def schedule_events(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dict]) -> None:
     """Start one process per event of ``scenario``; rows go to ``log``."""
     for event in scenario.events:
         bed.env.process(_fire(bed, event, start_ps, log))
+
+
+def _allocate(gpu, nbytes: int, row: dict, log: list[dict]) -> bool:
+    """One competing allocation on ``gpu``; log it with the evictions it caused and the VRAM in use after."""
+    evictions = gpu.evictions
+    ok = gpu.pressure(nbytes)
+    log.append(row | {"target": gpu.name, "bytes": nbytes, "evicted": gpu.evictions - evictions,
+                      "outcome": "allocated" if ok else "failed: no evictable memory", "gpu_used": gpu.memory.used})
+    return ok
 
 
 def log_unreached(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dict]) -> None:
@@ -35,15 +45,19 @@ def _fire(bed: Testbed, event, start_ps: int, log: list[dict]) -> Generator:
     row = {"time_ps": env.now, "kind": event.kind}
     if isinstance(event, GpuPressureEvent):
         gpu = bed.gpus[event.on]
-        evictions = gpu.evictions
-        ok = gpu.pressure(event.allocate)
-        log.append(row | {"target": event.on, "bytes": event.allocate, "evicted": gpu.evictions - evictions,
-                          "outcome": "allocated" if ok else "failed: no evictable memory"})
+        ok = _allocate(gpu, event.allocate, row, log)
         if ok and event.hold is not None:
             yield env.timeout(event.hold)
             gpu.release_pressure()
             log.append({"time_ps": env.now, "kind": "gpu-memory-release", "target": event.on,
-                        "bytes": event.allocate, "evicted": 0, "outcome": "freed"})
+                        "bytes": event.allocate, "evicted": 0, "outcome": "freed", "gpu_used": gpu.memory.used})
+    elif isinstance(event, GpuJobGrowthEvent):
+        gpu = bed.gpus[event.on]
+        for step in range(event.steps):
+            if step:
+                yield env.timeout(event.every)
+            if not _allocate(gpu, event.step, {"time_ps": env.now, "kind": event.kind}, log):
+                break
     elif isinstance(event, HostPageMigrationEvent):
         mr = bed.registrations[event.buffer].mr
         if mr.backing is not None and mr.backing.mode == "odp":

@@ -110,6 +110,8 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
         figures.latency_vs_size(summary_rows, out, scenario.name)
     if "bw_over_time" in scenario.outputs and kinds.str.endswith("_bw").any():
         figures.bw_over_time(_concat([bandwidth_timeline(r) for r in results]), events, out, scenario.name)
+    if "gpu_memory" in scenario.outputs and kinds.str.endswith("_bw").any():
+        figures.gpu_memory(_concat([bandwidth_timeline(r) for r in results]), events, out, scenario.name)
     if "latency_cdf" in scenario.outputs:
         figures.latency_cdf(operations, out, scenario.name)
 

@@ -95,6 +95,9 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     env = bed.env
     event_log: list[dict] = []
     started = env.now
+    for gpu in bed.gpus.values():
+        event_log.append({"time_ps": started, "kind": "workloads-start", "target": gpu.name, "bytes": 0,
+                          "evicted": 0, "outcome": "baseline", "gpu_used": gpu.memory.used})
     schedule_events(bed, scenario, started, event_log)
     op_frames, summaries = [], []
     for work in scenario.workload:
@@ -124,7 +127,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     counters = protocol_counters(bed)
     if scenario.data:
         counters |= verify_data(bed, scenario)
-    events = pd.DataFrame(event_log, columns=["time_ps", "kind", "target", "bytes", "evicted", "outcome"])
+    events = pd.DataFrame(event_log, columns=["time_ps", "kind", "target", "bytes", "evicted", "outcome", "gpu_used"])
     events.insert(0, "variant", variant)
     return RunResult(scenario, seed, pd.concat(op_frames, ignore_index=True), pd.DataFrame(summaries),
                      registrations, bed, variant, events, counters)

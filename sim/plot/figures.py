@@ -110,3 +110,27 @@ def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[P
     fig.suptitle(f"{title}: latency per operation")
     fig.tight_layout()
     return _save(fig, pd.concat(curves, ignore_index=True), directory, "latency_cdf")
+
+
+def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str) -> list[Path]:
+    """Delivered bandwidth (top) and VRAM in use (bottom) over time, per variant: what memory pressure does to
+    an RDMA stream out of GPU memory."""
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for label, rows in timeline.groupby("variant", sort=False):
+        top.plot(rows["time_ms"], rows["bw_Gbps"], label=label, lw=1.2)
+    used = events.dropna(subset=["gpu_used"]).sort_values("time_ms")
+    for label, rows in used.groupby("variant", sort=False):
+        end = timeline[timeline["variant"] == label]["time_ms"].max()
+        times = list(rows["time_ms"]) + [end]
+        values = list(rows["gpu_used"] / 2**30) + [rows["gpu_used"].iloc[-1] / 2**30]
+        bottom.step(times, values, where="post", label=label)
+    top.set(ylabel="delivered bandwidth (Gb/s)", title=f"{title}: bandwidth and GPU memory over time")
+    top.set_ylim(bottom=0)
+    bottom.set(xlabel="time since the first post (ms)", ylabel="VRAM in use (GiB)")
+    bottom.set_ylim(bottom=0)
+    for ax in (top, bottom):
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    data = used[["variant", "time_ms", "kind", "gpu_used", "outcome"]]
+    return _save(fig, data, directory, "gpu_memory")

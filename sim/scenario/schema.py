@@ -242,6 +242,20 @@ class GpuPressureEvent(EventBase):
     """Free the allocation again after this long (default: keep it)."""
 
 
+class GpuJobGrowthEvent(EventBase):
+    """A training-like job on the GPU grows its working set step by step (each step a new allocation)."""
+
+    kind: Literal["gpu-job-grows"]
+    on: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*\.[A-Za-z][A-Za-z0-9_-]*$")]
+    """The GPU, e.g. 'a.gpu0'."""
+    step: PositiveSize
+    """Bytes added at each step."""
+    every: Duration
+    """Time between steps."""
+    steps: Annotated[int, Field(ge=1, le=10_000)]
+    """Number of steps."""
+
+
 class HostPageMigrationEvent(EventBase):
     """The kernel migrates a buffer's host pages (compaction, NUMA balancing): ODP MRs are invalidated,
     pinned pages cannot move."""
@@ -258,7 +272,8 @@ class PeerMemReclaimEvent(EventBase):
     buffer: Name
 
 
-Event = Annotated[GpuPressureEvent | HostPageMigrationEvent | PeerMemReclaimEvent, Field(discriminator="kind")]
+Event = Annotated[GpuPressureEvent | GpuJobGrowthEvent | HostPageMigrationEvent | PeerMemReclaimEvent,
+                  Field(discriminator="kind")]
 
 
 class Variant(Strict):
@@ -296,7 +311,7 @@ class Scenario(Strict):
     """On a DMA-safety violation: stop with an error, or record it and keep going (teaching mode)."""
     variants: list[Variant] = []
     """Run the scenario once per variant and compare them (each variant's 'set' applied to this file)."""
-    outputs: list[Literal["bw_vs_size", "latency_vs_size", "bw_over_time", "latency_cdf"]] = [
+    outputs: list[Literal["bw_vs_size", "latency_vs_size", "bw_over_time", "latency_cdf", "gpu_memory"]] = [
         "bw_vs_size", "latency_vs_size"]
     """Figures to draw."""
 

@@ -177,3 +177,9 @@ def test_perftest_front_end_is_wired_into_the_cli():
     assert "BW average[Gb/sec]" in result.stdout and "4096" in result.stdout
     bad = runner.invoke(app, ["perftest", "ib_write_bw", "--run_infinitely"])
     assert bad.exit_code == 2 and "--run_infinitely" in bad.stderr
+
+
+def test_calibrate_command_reports_every_required_row_passing():
+    result = runner.invoke(app, ["calibrate"])
+    assert result.exit_code == 0, result.output[-2000:]
+    assert "0 failed" in result.stdout and "pinning_cost" in result.stdout and "copy_bw" in result.stdout

@@ -60,7 +60,7 @@ def test_peermem_reclaim_turns_later_accesses_into_errors():
     result = run_scenario(scn)
     ops = result.operations
     assert ops["ok"].iloc[0] and not ops["ok"].iloc[-1]
-    assert result.events["outcome"].iloc[0].startswith("MR invalidated")
+    assert result.events.set_index("kind").loc["peermem-reclaim", "outcome"].startswith("MR invalidated")
     assert result.registrations.set_index("buffer").loc["src", "pinned_bytes"] == 0
 
 
@@ -70,7 +70,7 @@ def test_host_page_migration_refaults_odp_and_is_blocked_by_pins(mode, outcome, 
                          {"name": "dst", "on": "b.host", "size": "4MiB"}],
                 events=[{"at": "100us", "kind": "host-page-migration", "buffer": "src"}])
     result = run_scenario(scn)
-    assert result.events["outcome"].iloc[0].startswith(outcome)
+    assert result.events.set_index("kind").loc["host-page-migration", "outcome"].startswith(outcome)
     assert result.counters["refaults"] == refaults and result.operations["ok"].all()
 
 
@@ -93,3 +93,35 @@ def test_registration_cost_and_pinned_bytes_per_mode():
         costs[mode] = reg["register_us"]
         assert reg["pinned_bytes"] == (0 if mode == "dmabuf" else 2**30)
     assert all(cost > 18 for cost in costs.values())  # the dma-buf export alone takes 18 us
+
+
+@pytest.fixture(scope="module")
+def gpu_pressure():
+    _, _, variants = load_scenario_variants(ROOT / "scenarios" / "gpu_pressure.yaml")
+    return {name: run_scenario(v, variant=name) for name, v in variants}
+
+
+def test_growing_job_evicts_only_the_dynamic_buffer(gpu_pressure):
+    dyn, pinned = gpu_pressure["dmabuf"], gpu_pressure["peermem"]
+    grows = dyn.events[dyn.events["kind"] == "gpu-job-grows"]
+    assert grows["evicted"].sum() == 1 and (grows["gpu_used"] <= 16 * 2**30).all()
+    pinned_grows = pinned.events[pinned.events["kind"] == "gpu-job-grows"]
+    assert pinned_grows["outcome"].iloc[-1].startswith("failed") and pinned_grows["evicted"].sum() == 0
+    # the dynamic job got further: one more step succeeded because the RDMA buffer left VRAM
+    assert (grows["outcome"] == "allocated").sum() == (pinned_grows["outcome"] == "allocated").sum() + 1
+
+
+def test_responder_side_refault_costs_rnr_naks_while_the_copy_runs(gpu_pressure):
+    counters = gpu_pressure["dmabuf"].counters
+    copy_ms = 2 * 2**30 / 55.4e9 * 1e3
+    assert counters["refaults"] == 1 and counters["rnr_naks"] > 16
+    ops = gpu_pressure["dmabuf"].operations
+    assert ops["latency_ps"].max() / 1e9 > copy_ms and ops["ok"].all()
+
+
+def test_gpu_memory_figure_is_written(gpu_pressure, tmp_path):
+    from sim.results import write_results
+
+    out = write_results(list(gpu_pressure.values()), tmp_path / "res")
+    csv = (out / "figures" / "gpu_memory.csv").read_text()
+    assert (out / "figures" / "gpu_memory.png").stat().st_size > 10_000 and "gpu-job-grows" in csv

@@ -1,0 +1,54 @@
+"""The calibration report: every measured point simulated, tolerances enforced."""
+
+import pandas as pd
+import pytest
+
+from sim.calibrate import COLUMNS, calibrate, format_calibration
+
+
+@pytest.fixture(scope="module")
+def report() -> pd.DataFrame:
+    return calibrate()
+
+
+def test_every_required_row_passes(report):
+    failed = report[report.required & ~report.passed]
+    assert failed.empty, failed[["experiment", "case", "x", "sim", "measured", "err"]].to_string()
+
+
+def test_required_tolerances_and_ranges(report):
+    copies = report[(report.experiment == "copy_bw") & report.required]
+    assert set(copies.case) == {"pinned h2d", "pinned d2h"}
+    assert copies.x.min() == 64 << 10 and copies.x.max() == 1 << 30 and len(copies) == 16
+    assert (copies.tolerance == 0.10).all() and (copies.err.abs() <= 0.10).all()
+    pins = report[(report.experiment == "pinning_cost") & report.required]
+    assert pins.x.min() == 64 << 10 and pins.x.max() == 4 << 30 and len(pins) == 12
+    assert (pins.err_median.abs() <= 0.20).all()  # against the median alone, as tests/models/test_host.py
+
+
+def test_published_anchors_are_reproduced(report):
+    topo = report[report.experiment == "topology"].set_index("case")
+    assert 0.4 < topo.loc["GPU/host bandwidth ratio", "sim"] < 0.6  # GPU through the CPU: about half
+    mtt = report[report.experiment == "mtt_cache"]
+    assert (mtt[mtt.x > 4 << 30].sim < 6.5).all() and (mtt[mtt.x <= 4 << 30].sim > 9).all()
+    iommu = report[(report.experiment == "iommu") & (report.unit == "Gb/s")].set_index(["case", "x"])
+    small = iommu.loc["64 B random reads, 4 KiB pages"]
+    assert small.loc[256 << 10, "sim"] > 27 and small.loc[64 << 20, "sim"] < 11  # most throughput lost
+    assert (iommu.loc["64 B random reads, 2 MiB pages"].sim > 27).all()  # superpages: no drop
+    assert (report[report.note.str.startswith("anchor")].err.abs() <= 0.10).all()
+
+
+def test_report_is_deterministic_and_formatted(report):
+    assert list(report.columns) == COLUMNS
+    pd.testing.assert_frame_equal(report, calibrate())
+    text = format_calibration(report)
+    assert f"{len(report)} rows, {int(report.required.sum())} required, 0 failed" in text
+    assert text.count("\n") == len(report) + 3 + 1 + report.experiment.nunique()
+    assert "FAIL" not in text
+
+
+def test_a_failing_required_row_is_reported(report):
+    broken = report.copy()
+    broken.loc[0, ["required", "passed"]] = [True, False]
+    text = format_calibration(broken)
+    assert "1 failed" in text and "FAIL" in text
