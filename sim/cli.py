@@ -148,6 +148,25 @@ def validate(scenario: ScenarioPath) -> None:
               f"{len(spec.workload)} workloads, {len(variants)} variant(s))", highlight=False)
 
 
+@app.command()
+def repro(manifest: Annotated[Path, typer.Argument(help="A results directory's manifest.json.",
+                                                  show_default=False)]) -> None:
+    """Re-run a result from its manifest (scenario, variants, seed) and check its outputs are bit-identical;
+    exit 1 if they differ."""
+    from sim.repro import reproduce
+
+    try:
+        identical, lines = reproduce(manifest)
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    except SimError as exc:
+        typer.echo(f"{manifest}: re-run failed: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo("\n".join(lines))
+    raise typer.Exit(0 if identical else 1)
+
+
 @app.command("calibrate")
 def calibrate_cmd() -> None:
     """Simulate every calibration measurement (H200 copies and pinning; published PCIe, IOMMU and MTT

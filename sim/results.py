@@ -55,10 +55,20 @@ def manifest(results: list[RunResult], scenario_bytes: bytes | None) -> dict:
         "rdmasim_manifest": 1,
         "scenario": first.scenario.model_dump(mode="json", by_alias=True),
         "scenario_sha256": hashlib.sha256(scenario_bytes).hexdigest() if scenario_bytes is not None else None,
+        "scenario_text": scenario_bytes.decode("utf-8") if scenario_bytes is not None else None,
         "seed": first.seed,
         "variants": {r.variant: _parameters(r) for r in results},
         "versions": package_versions(),
     }
+
+
+REPRODUCIBLE = ("metrics.parquet", "summary.json")
+"""Outputs whose bytes a re-run from the manifest must reproduce exactly."""
+
+
+def file_sha256(path: Path) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -101,7 +111,9 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
     if len(results) > 1 or len(events):
         summary["comparison"] = _records(comparison_table(results))
     (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (staging / "manifest.json").write_text(json.dumps(manifest(results, scenario_bytes), indent=1) + "\n")
+    record = manifest(results, scenario_bytes)
+    record["outputs_sha256"] = {name: file_sha256(staging / name) for name in REPRODUCIBLE}
+    (staging / "manifest.json").write_text(json.dumps(record, indent=1) + "\n")
     out = staging / "figures"
     kinds = summary_rows["kind"]
     if "bw_vs_size" in scenario.outputs and kinds.str.endswith("_bw").any():

@@ -12,6 +12,7 @@ from models.verbs import Opcode, ibv_create_cq, ibv_create_qp
 from models.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint, bandwidth, read_latency, write_latency
 from sim.build import Testbed, build
 from sim.events import log_unreached, schedule_events
+from sim.core.errors import DeadlockError
 from sim.core.metrics import bandwidth_summary, latency_summary
 from sim.core.units import ps_to_us
 from sim.scenario.schema import Scenario, WorkloadSpec
@@ -105,7 +106,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
         src, dst = _endpoints(bed, work)
         for size in work.size_list():
             proc = env.process(_process(env, work, src, dst, size))
-            records = env.run(until=proc)
+            records = _run_until(env, proc, bed, f"workload '{label}' at {size} bytes")
             op_frames.append(pd.DataFrame({
                 "variant": variant, "workload": label, "kind": work.kind, "bytes": size,
                 "iteration": range(work.iterations), "posted_ps": records.posted_ps,
@@ -131,6 +132,20 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     events.insert(0, "variant", variant)
     return RunResult(scenario, seed, pd.concat(op_frames, ignore_index=True), pd.DataFrame(summaries),
                      registrations, bed, variant, events, counters)
+
+
+def _run_until(env, proc, bed: Testbed, what: str):
+    """Run until ``proc`` ends; a simulation that runs out of events first is a deadlock, reported with the
+    components still waiting."""
+    try:
+        return env.run(until=proc)
+    except RuntimeError as exc:
+        if "No scheduled events left" not in str(exc):
+            raise
+        waiting = [f"QP {qp.qp_num} on {qp.node.name} ({qp.outstanding} work requests outstanding, "
+                   f"{len(qp.send_cq.entries)} completions unpolled)" for qp in bed.qps if qp.outstanding]
+        raise DeadlockError(f"{what}: the simulation has nothing left to do but the workload still waits; "
+                            f"waiting: {'; '.join(waiting) or 'the workload process only'}") from None
 
 
 def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:

@@ -1,0 +1,62 @@
+"""Reproducibility from the manifest, and the watchdog that turns a stalled simulation into a DeadlockError."""
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.core import DeadlockError
+from sim.run import run_scenario
+from sim.scenario.schema import Scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("r") / "res"
+    assert runner.invoke(app, ["run", str(ROOT / "scenarios" / "pin_vs_dmabuf.yaml"), "--out", str(out), "-q",
+                               "--seed", "9"]).exit_code == 0
+    return out
+
+
+def test_repro_reproduces_every_output_bit_for_bit(results):
+    result = runner.invoke(app, ["repro", str(results / "manifest.json")])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("identical") == 2
+    manifest = json.loads((results / "manifest.json").read_text())
+    assert manifest["seed"] == 9 and set(manifest["outputs_sha256"]) == {"metrics.parquet", "summary.json"}
+
+
+def test_repro_detects_a_changed_result(results, tmp_path):
+    manifest = json.loads((results / "manifest.json").read_text())
+    manifest["outputs_sha256"]["metrics.parquet"] = "0" * 64
+    tampered = tmp_path / "manifest.json"
+    tampered.write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["repro", str(tampered)])
+    assert result.exit_code == 1 and "metrics.parquet: DIFFERENT" in result.stdout
+
+
+def test_repro_of_something_else_is_a_clear_error(tmp_path):
+    bogus = tmp_path / "manifest.json"
+    bogus.write_text("{}")
+    result = runner.invoke(app, ["repro", str(bogus)])
+    assert result.exit_code == 2 and "not a reproducible rdmasim manifest" in result.stderr
+
+
+def test_a_stalled_simulation_is_a_deadlock_error_naming_the_waiters(monkeypatch):
+    import models.workloads as workloads
+
+    def never_completes(env, src, dst, size, iterations):
+        yield env.event()  # waits for something nobody will ever trigger
+    monkeypatch.setattr("sim.run.read_latency", never_completes)
+    scn = Scenario.model_validate({
+        "schema": 1, "name": "stuck", "nodes": [{"name": "a"}, {"name": "b"}],
+        "buffers": [{"name": "x", "on": "a.host", "size": "4KiB"}, {"name": "y", "on": "b.host", "size": "4KiB"}],
+        "workload": [{"kind": "read_lat", "from": "x", "to": "y", "sizes": [8], "iterations": 3}]})
+    with pytest.raises(DeadlockError, match="workload 'read_lat' at 8 bytes: the simulation has nothing left"):
+        run_scenario(scn)
+    assert workloads.read_latency is not never_completes
