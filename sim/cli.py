@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from enum import Enum
 import time
 from pathlib import Path
 from typing import Annotated, Optional
@@ -17,7 +18,6 @@ from sim.core.errors import ConfigError, SimError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="rdmasim: simulate RDMA memory registration, NICs, PCIe and GPU memory.")
-out = Console()
 err = Console(stderr=True)
 
 ScenarioPath = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_default=False)]
@@ -101,7 +101,7 @@ def run(scenario: ScenarioPath,
         sys.stdout.write(format_summary(summary) + "\n")
         if len(variants) > 1:
             sys.stdout.write("\n" + comparison_table(results).to_string(index=False) + "\n")
-    err.print(f"wrote {path} ({time.perf_counter() - started:.1f} s)", highlight=False)
+    typer.echo(f"wrote {path} ({time.perf_counter() - started:.1f} s)", err=True)
     if failures:
         raise typer.Exit(1)
 
@@ -144,8 +144,65 @@ def perftest(ctx: typer.Context) -> None:
 def validate(scenario: ScenarioPath) -> None:
     """Check a scenario file; print every problem as FILE:LINE:COL key: reason (exit 2 if any)."""
     spec, _, variants = _load(scenario)
-    out.print(f"{scenario}: ok ({spec.name}: {len(spec.nodes)} nodes, {len(spec.buffers)} buffers, "
-              f"{len(spec.workload)} workloads, {len(variants)} variant(s))", highlight=False)
+    typer.echo(f"{scenario}: ok ({spec.name}: {len(spec.nodes)} nodes, {len(spec.buffers)} buffers, "
+               f"{len(spec.workload)} workloads, {len(variants)} variant(s))")
+
+
+class Executor(str, Enum):
+    """Where sweep runs execute."""
+
+    serial = "serial"
+    processes = "processes"
+    dask = "dask"
+
+
+@app.command()
+def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_default=False)],
+          out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results directory (default: "
+                                                          "results/<sweep name>).")] = None,
+          executor: Annotated[Executor, typer.Option(help="Where runs execute.")] = Executor.serial,
+          workers: Annotated[Optional[int], typer.Option(min=1, help="Worker processes (default: one per "
+                                                                     "CPU).")] = None,
+          scheduler: Annotated[Optional[str], typer.Option(help="A running dask scheduler, e.g. "
+                                                                "tcp://host:8786 (implies --executor dask).")] = None
+          ) -> None:
+    """Run a parameter sweep; each finished run is stored at once, so running it again resumes."""
+    from sim.sweep import load_sweep, run_sweep
+
+    try:
+        target = out_dir or Path("results") / load_sweep(file).sweep.name
+        result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
+                           scheduler=scheduler)
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    shown = [c for c in result.table.columns if c in ("run", "variant", "status", "bytes", "bw_avg_Gbps",
+             "t_typical_us", "p99_9_us", "pinned_bytes", "evictions") or "." in c]
+    sys.stdout.write(result.table[shown].to_string(index=False) + "\n")
+    typer.echo(f"wrote {target}: {result.ran} runs simulated, {result.skipped} already stored, "
+               f"{result.failed} failed", err=True)
+
+
+@app.command()
+def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdmasim run` or `rdmasim sweep`.",
+                                                 show_default=False)],
+         recipe: Annotated[str, typer.Option(help="bw_vs_size, latency_cdf, timeline, mode_comparison or "
+                                                  "heatmap.")],
+         out_dir: Annotated[Optional[Path], typer.Option("--out", help="Figures directory (default: "
+                                                         "RESULTS/figures).")] = None,
+         metric: Annotated[Optional[str], typer.Option(help="heatmap: the column shown.")] = None,
+         by: Annotated[Optional[list[str]], typer.Option(help="Sweep axis: twice for heatmap, once for "
+                                                              "mode_comparison.")] = None) -> None:
+    """Draw a figure from a results directory: PNG, PDF and the CSV of the plotted numbers."""
+    from sim.plot.recipes import plot as draw
+
+    try:
+        paths = draw(results, recipe, out_dir, metric=metric, by=by or ())
+    except SimError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+    for path in paths:
+        typer.echo(str(path))
 
 
 @app.command()

@@ -10,7 +10,9 @@ from collections.abc import Generator
 
 from models.peermem import peermem_reclaim
 from sim.build import Testbed
-from sim.scenario.schema import (GpuJobGrowthEvent, GpuPressureEvent, HostPageMigrationEvent, PeerMemReclaimEvent,
+from sim import faults
+from sim.scenario.schema import (EvictionStormEvent, GpuJobGrowthEvent, GpuPressureEvent, HostPageMigrationEvent,
+                                 LinkFlapEvent, NicResetEvent, PeerMemReclaimEvent, ProcessExitEvent, QpErrorEvent,
                                  Scenario)
 
 
@@ -34,7 +36,8 @@ def log_unreached(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dic
     for event in scenario.events:
         if start_ps + event.at > bed.env.now:
             log.append({"time_ps": start_ps + event.at, "kind": event.kind,
-                        "target": getattr(event, "on", None) or getattr(event, "buffer", None), "bytes": 0,
+                        "target": getattr(event, "on", None) or getattr(event, "buffer", None)
+                        or getattr(event, "node", None), "bytes": 0,
                         "evicted": 0, "outcome": f"not reached: the workloads ended at "
                                                  f"{(bed.env.now - start_ps) / 1e6:.3f} us"})
 
@@ -66,6 +69,16 @@ def _fire(bed: Testbed, event, start_ps: int, log: list[dict]) -> Generator:
         else:
             outcome = "blocked: pages are pinned (long-term pin prevents migration)"
         log.append(row | {"target": event.buffer, "bytes": mr.length, "evicted": 0, "outcome": outcome})
+    elif isinstance(event, (QpErrorEvent, NicResetEvent, ProcessExitEvent)):
+        action = {"qp-error": faults.qp_error, "nic-reset": faults.nic_reset, "process-exit": faults.process_exit}
+        log.append(row | {"target": event.node, "bytes": 0, "evicted": 0,
+                          "outcome": action[event.kind](bed, event.node)})
+    elif isinstance(event, LinkFlapEvent):
+        log.append(row | {"target": event.node, "bytes": 0, "evicted": 0,
+                          "outcome": faults.link_flap(bed, event.node, event.duration)})
+    elif isinstance(event, EvictionStormEvent):
+        yield from faults.eviction_storm(bed, event.on, event.count, event.every, lambda outcome: log.append(
+            row | {"target": event.on, "bytes": 0, "evicted": 0, "outcome": outcome}))
     elif isinstance(event, PeerMemReclaimEvent):
         reg = bed.registrations[event.buffer]
         peermem_reclaim(reg.mr, env.now)

@@ -12,7 +12,7 @@ from models.verbs import Opcode, ibv_create_cq, ibv_create_qp
 from models.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint, bandwidth, read_latency, write_latency
 from sim.build import Testbed, build
 from sim.events import log_unreached, schedule_events
-from sim.core.errors import DeadlockError
+from sim.core.errors import DeadlockError, InvariantViolation
 from sim.core.metrics import bandwidth_summary, latency_summary
 from sim.core.units import ps_to_us
 from sim.scenario.schema import Scenario, WorkloadSpec
@@ -124,7 +124,9 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
         "variant": variant, "buffer": r.buffer, "node": r.node, "location": r.location, "bytes": r.size_bytes,
         "mode": r.mode, "register_us": ps_to_us(r.mr.reg_ps), "pinned_bytes": pinned_bytes(r),
     } for r in bed.registrations.values()])
+    drain(bed)
     log_unreached(bed, scenario, started, event_log)
+    check_completions(bed)
     counters = protocol_counters(bed)
     if scenario.data:
         counters |= verify_data(bed, scenario)
@@ -146,6 +148,25 @@ def _run_until(env, proc, bed: Testbed, what: str):
                    f"{len(qp.send_cq.entries)} completions unpolled)" for qp in bed.qps if qp.outstanding]
         raise DeadlockError(f"{what}: the simulation has nothing left to do but the workload still waits; "
                             f"waiting: {'; '.join(waiting) or 'the workload process only'}") from None
+
+
+def drain(bed: Testbed) -> None:
+    """Let work requests still in flight when the last workload returned complete (a ping-pong's last write
+    is acknowledged after its data landed)."""
+    env = bed.env
+    while any(qp.outstanding for qp in bed.qps) and env.peek() != float("inf"):
+        env.step()
+
+
+def check_completions(bed: Testbed) -> None:
+    """Every posted work request yielded exactly one completion, in order.
+
+    :raises InvariantViolation: a QP has work requests without a completion.
+    """
+    for qp in bed.qps:
+        if qp.next_completion != qp.posted_count or qp.outstanding:
+            raise InvariantViolation(f"QP {qp.qp_num} on {qp.node.name}: {qp.posted_count} work requests posted, "
+                                     f"{qp.next_completion} completed, {qp.outstanding} outstanding at the end")
 
 
 def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:

@@ -69,3 +69,9 @@ class FdTable:
         if isinstance(file, DmaBuf):
             dma_buf_put(file, caller=self.owner)
         del self.files[fd]
+
+    def close_all(self) -> None:
+        """Process exit: close every descriptor above the standard three, lowest first."""
+        for fd in sorted(self.files):
+            if fd > 2:
+                self.close(fd)

@@ -25,7 +25,8 @@ def _size_axis(ax, sizes) -> None:
     ax.grid(True, which="major", alpha=0.3)
 
 
-def _save(fig, data: pd.DataFrame, directory: Path, name: str) -> list[Path]:
+def save(fig, data: pd.DataFrame, directory: Path, name: str) -> list[Path]:
+    """Write ``fig`` as ``name``.png and .pdf (deterministic metadata) and ``data`` as ``name``.csv."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = [directory / f"{name}.png", directory / f"{name}.pdf", directory / f"{name}.csv"]
     fig.savefig(paths[0], dpi=120, metadata={"Software": None})
@@ -47,7 +48,7 @@ def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]
     ax.set_title(f"{title}: bandwidth vs. message size")
     ax.legend()
     fig.tight_layout()
-    return _save(fig, data, directory, "bw_vs_size")
+    return save(fig, data, directory, "bw_vs_size")
 
 
 def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]:
@@ -65,7 +66,7 @@ def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[
     ax.set_title(f"{title}: latency vs. message size")
     ax.legend()
     fig.tight_layout()
-    return _save(fig, data, directory, "latency_vs_size")
+    return save(fig, data, directory, "latency_vs_size")
 
 
 
@@ -86,7 +87,7 @@ def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, 
     ax.legend(fontsize=8)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
-    return _save(fig, timeline, directory, "bw_over_time")
+    return save(fig, timeline, directory, "bw_over_time")
 
 
 def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[Path]:
@@ -109,7 +110,7 @@ def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[P
     left.legend(fontsize=8)
     fig.suptitle(f"{title}: latency per operation")
     fig.tight_layout()
-    return _save(fig, pd.concat(curves, ignore_index=True), directory, "latency_cdf")
+    return save(fig, pd.concat(curves, ignore_index=True), directory, "latency_cdf")
 
 
 def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str) -> list[Path]:
@@ -133,4 +134,4 @@ def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, ti
         ax.legend(fontsize=8)
     fig.tight_layout()
     data = used[["variant", "time_ms", "kind", "gpu_used", "outcome"]]
-    return _save(fig, data, directory, "gpu_memory")
+    return save(fig, data, directory, "gpu_memory")

@@ -17,7 +17,7 @@ import pandas as pd  # noqa: E402
 
 from models import pcie_closed_form as cf  # noqa: E402
 from models.pcie import PcieParams  # noqa: E402
-from sim.plot.figures import _save  # noqa: E402
+from sim.plot.figures import save  # noqa: E402
 
 SIZES = [n for n in range(1, 4097) if n % 32 in (0, 1)]
 """Transfer sizes (bytes): every multiple of 32 and the byte after it, so each MPS step shows."""
@@ -44,7 +44,7 @@ def _figure(data: pd.DataFrame, directory: Path, name: str, title: str) -> list[
     axes[1].legend(fontsize=8, loc="lower right")
     fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, data, directory, name)
+    return save(fig, data, directory, name)
 
 
 def pcie_efficiency_figures(directory: Path) -> list[Path]:

@@ -58,7 +58,10 @@ def check_references(scenario: Scenario) -> list[Problem]:
             problems.append((("nodes", i, "kernel", "dmabuf_move_notify"), f"kernel {node.kernel.version} always "
                              "builds CONFIG_DMABUF_MOVE_NOTIFY (since 7.0); it cannot be turned off"))
     for i, event in enumerate(scenario.events):
-        if event.kind in ("gpu-memory-pressure", "gpu-job-grows"):
+        if event.kind in ("qp-error", "nic-reset", "process-exit", "link-flap"):
+            if event.node not in nodes:
+                problems.append((("events", i, "node"), f"no node named '{event.node}'{_suggest(event.node, nodes)}"))
+        elif event.kind in ("gpu-memory-pressure", "gpu-job-grows", "eviction-storm"):
             if event.on not in gpu_places(scenario):
                 problems.append((("events", i, "on"), f"no GPU named '{event.on}'"
                                  f"{_suggest(event.on, sorted(gpu_places(scenario)))}"))

@@ -272,7 +272,50 @@ class PeerMemReclaimEvent(EventBase):
     buffer: Name
 
 
-Event = Annotated[GpuPressureEvent | GpuJobGrowthEvent | HostPageMigrationEvent | PeerMemReclaimEvent,
+NodeRef = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")]
+
+
+class QpErrorEvent(EventBase):
+    """Every QP of a node moves to the error state: outstanding and later work requests are flushed."""
+
+    kind: Literal["qp-error"]
+    node: NodeRef
+
+
+class NicResetEvent(EventBase):
+    """The node's NIC resets (fatal error): its QPs fail and every MR's hardware key is lost."""
+
+    kind: Literal["nic-reset"]
+    node: NodeRef
+
+
+class ProcessExitEvent(EventBase):
+    """The process on a node exits without deregistering: the kernel tears its MRs down (for dma-buf MRs:
+    revoke, unmap, detach, put) and its QPs die."""
+
+    kind: Literal["process-exit"]
+    node: NodeRef
+
+
+class EvictionStormEvent(EventBase):
+    """The GPU's exporter moves every movable dma-buf back and forth ``count`` times, every ``every``."""
+
+    kind: Literal["eviction-storm"]
+    on: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*\.[A-Za-z][A-Za-z0-9_-]*$")]
+    count: Annotated[int, Field(ge=1, le=100_000)]
+    every: Duration
+
+
+class LinkFlapEvent(EventBase):
+    """The node's network link goes down for ``duration``: its ports carry nothing meanwhile."""
+
+    kind: Literal["link-flap"]
+    node: NodeRef
+    duration: Duration
+
+
+Event = Annotated[GpuPressureEvent | GpuJobGrowthEvent | HostPageMigrationEvent | PeerMemReclaimEvent
+                  | QpErrorEvent | NicResetEvent | ProcessExitEvent | EvictionStormEvent | LinkFlapEvent,
                   Field(discriminator="kind")]
 
 

@@ -15,7 +15,7 @@ from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario
 
 
-def _step(node: Any, key: str) -> Any:
+def step(node: Any, key: str) -> Any:
     """The child of ``node`` named by one path component, or KeyError."""
     if isinstance(node, list):
         if key.isdigit() and int(key) < len(node):
@@ -38,11 +38,11 @@ def apply_set(data: dict, path: str, value: Any) -> dict:
     parts = path.split(".")
     node = out
     for part in parts[:-1]:
-        index = _step(node, part)
+        index = step(node, part)
         if isinstance(node, dict) and index not in node:
             raise KeyError(f"no key '{part}'")
         node = node[index]
-    node[_step(node, parts[-1])] = copy.deepcopy(value)
+    node[step(node, parts[-1])] = copy.deepcopy(value)
     return out
 
 

@@ -183,3 +183,17 @@ def test_calibrate_command_reports_every_required_row_passing():
     result = runner.invoke(app, ["calibrate"])
     assert result.exit_code == 0, result.output[-2000:]
     assert "0 failed" in result.stdout and "pinning_cost" in result.stdout and "copy_bw" in result.stdout
+
+
+def test_sweep_and_plot_commands(tmp_path):
+    sweep_file = ROOT / "scenarios" / "sweeps" / "msg_size_x_mode.yaml"
+    out = tmp_path / "sweep"
+    first = runner.invoke(app, ["sweep", str(sweep_file), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    assert "9 runs simulated, 0 already stored" in first.stderr
+    again = runner.invoke(app, ["sweep", str(sweep_file), "--out", str(out)])
+    assert "0 runs simulated, 9 already stored" in again.stderr
+    figure = runner.invoke(app, ["plot", str(out), "--recipe", "mode_comparison", "--by", "variant"])
+    assert figure.exit_code == 0 and "mode_comparison.png" in figure.stdout
+    unknown = runner.invoke(app, ["plot", str(out), "--recipe", "pie"])
+    assert unknown.exit_code == 2 and "heatmap" in unknown.stderr

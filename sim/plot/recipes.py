@@ -1,0 +1,233 @@
+"""Figures by recipe from a results directory written by ``rdmasim run`` (``metrics.parquet`` and
+``summary.json``) or by a sweep (``sweep.json`` and ``runs/``); each saved as PNG and PDF with its CSV.
+
+Recipes: ``bw_vs_size``, ``latency_cdf`` and ``timeline`` (bandwidth over time with the scenario's events;
+both need per-operation metrics, so ``rdmasim run`` results), ``mode_comparison`` (bandwidth, p99.9 latency,
+registration time and pinned memory per variant) and ``heatmap`` (a metric over two axes of a sweep).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from sim.compare import bandwidth_timeline, comparison_table  # noqa: E402
+from sim.core.errors import SimError  # noqa: E402
+from sim.plot import figures  # noqa: E402
+from sim.plot.figures import save  # noqa: E402
+from sim.sweep.store import read_table  # noqa: E402
+
+RECIPES = ("bw_vs_size", "latency_cdf", "timeline", "mode_comparison", "heatmap")
+COMPARED = {"bw_avg_Gbps": "average bandwidth (Gb/s)", "p99_9_us": "p99.9 latency (us)",
+            "register_ms": "registration time (ms)", "pinned_GiB": "pinned memory (GiB)"}
+"""The mode comparison's panels: column -> axis label."""
+
+
+class RecipeError(SimError):
+    """A recipe that does not exist or does not apply to the results directory given."""
+
+
+@dataclass(frozen=True)
+class _RunDir:
+    """Results of ``rdmasim run``."""
+
+    title: str
+    operations: pd.DataFrame
+    summary: pd.DataFrame
+    registrations: pd.DataFrame
+    events: pd.DataFrame
+    counters: dict
+
+    def variants(self) -> list[SimpleNamespace]:
+        """Per variant, the fields of a :class:`sim.run.RunResult` that :mod:`sim.compare` reads."""
+        pick = lambda frame, v: frame[frame["variant"] == v]  # noqa: E731
+        return [SimpleNamespace(variant=v, operations=pick(self.operations, v), summary=pick(self.summary, v),
+                                registrations=pick(self.registrations, v), counters=c)
+                for v, c in self.counters.items()]
+
+
+@dataclass(frozen=True)
+class _SweepDir:
+    """Results of a sweep: its table (finished runs only) and its axes in order."""
+
+    title: str
+    table: pd.DataFrame
+    axes: list[str]
+
+    def ok(self, kinds: str = "") -> pd.DataFrame:
+        """Rows of runs that did not fail, of workloads whose kind ends with ``kinds``."""
+        table = self.table[self.table["status"] == "ok"]
+        table = table[table["kind"].str.endswith(kinds)] if len(table) else table
+        if table.empty:
+            what = f"run with a {kinds[1:]} workload" if kinds else "run"
+            raise RecipeError(f"sweep '{self.title}': no {what} finished")
+        return table
+
+
+def _load(results_dir: Path) -> _RunDir | _SweepDir:
+    if (results_dir / "sweep.json").is_file():
+        record = json.loads((results_dir / "sweep.json").read_text())
+        return _SweepDir(record["name"], read_table(results_dir), record["axes"])
+    if not ((results_dir / "summary.json").is_file() and (results_dir / "metrics.parquet").is_file()):
+        raise RecipeError(f"{results_dir}: not a results directory (expected summary.json and metrics.parquet "
+                          "from `rdmasim run`, or sweep.json from a sweep)")
+    summary = json.loads((results_dir / "summary.json").read_text())
+    events = pd.DataFrame(summary["events"]) if summary["events"] else pd.DataFrame(columns=["kind", "time_ms"])
+    return _RunDir(summary["scenario"], pd.read_parquet(results_dir / "metrics.parquet"),
+                   pd.DataFrame(summary["results"]), pd.DataFrame(summary["registrations"]), events,
+                   summary["counters"])
+
+
+def _needs_run(results, recipe: str) -> _RunDir:
+    if not isinstance(results, _RunDir):
+        raise RecipeError(f"recipe '{recipe}' needs per-operation metrics: plot the results of `rdmasim run`; "
+                          "a sweep keeps one row per run")
+    return results
+
+
+def _restates_size(table: pd.DataFrame, column: str) -> bool:
+    """Whether a column's values and the message sizes determine each other (e.g. the axis that sets it)."""
+    return (table.groupby(column)["bytes"].nunique().max() == 1
+            and table.groupby("bytes")[column].nunique().max() == 1)
+
+
+def bw_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
+    """Average bandwidth against message size; a sweep's runs averaged per series (its other axes)."""
+    if isinstance(results, _RunDir):
+        data = results.summary[results.summary["kind"].str.endswith("_bw")].copy()
+        if data["variant"].nunique() > 1:
+            data["workload"] = data["variant"] + " / " + data["workload"]
+    else:
+        ok = results.ok("_bw")
+        series = [c for c in dict.fromkeys(["variant", *results.axes, "workload"])
+                  if ok[c].nunique() > 1 and not _restates_size(ok, c)]
+        label = ok[series].astype(str).agg(" / ".join, axis=1) if series else pd.Series("all", index=ok.index)
+        data = (ok.assign(workload=label).groupby(["workload", "kind", "bytes"], sort=False)
+                [["bw_avg_Gbps", "bw_peak_Gbps"]].mean().reset_index())
+    if data.empty:
+        raise RecipeError(f"{results.title}: no bandwidth workload to plot")
+    return figures.bw_vs_size(data, out, results.title)
+
+
+def latency_cdf(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
+    """Per-operation latency CDF and tail per variant and workload."""
+    return figures.latency_cdf(_needs_run(results, "latency_cdf").operations, out, results.title)
+
+
+def timeline(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
+    """Delivered bandwidth over time per variant, the scenario's events marked."""
+    run = _needs_run(results, "timeline")
+    curves = pd.concat([bandwidth_timeline(v) for v in run.variants()], ignore_index=True)
+    if curves.empty:
+        raise RecipeError(f"{run.title}: no bandwidth workload to plot over time")
+    return figures.bw_over_time(curves, run.events, out, run.title)
+
+
+def mode_comparison(results: _RunDir | _SweepDir, out: Path, by: str = "variant") -> list[Path]:
+    """Bars per variant (or per value of the sweep axis ``by``): bandwidth, p99.9 latency, registration time,
+    pinned bytes; a sweep's runs are averaged per bar."""
+    if isinstance(results, _RunDir):
+        table = comparison_table(results.variants()).assign(runs=1)
+    else:
+        ok = results.ok()
+        _check_axes(results, [by])
+        table = ok.groupby(by, sort=False).agg(
+            bw_avg_Gbps=("bw_avg_Gbps", "mean"), p99_9_us=("p99_9_us", "mean"), register_us=("register_us", "mean"),
+            pinned_bytes=("pinned_bytes", "mean"), runs=("run", "nunique")).reset_index()
+        table = table.rename(columns={by: "variant"}).astype({"variant": str})
+    data = pd.DataFrame({"variant": table["variant"], "bw_avg_Gbps": table["bw_avg_Gbps"],
+                         "p99_9_us": table["p99_9_us"], "register_ms": table["register_us"] / 1e3,
+                         "pinned_GiB": table["pinned_bytes"] / 2**30, "runs": table["runs"]})
+    fig, axes = plt.subplots(1, len(COMPARED), figsize=(3.2 * len(COMPARED), 4))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    for ax, (column, label) in zip(axes, COMPARED.items()):
+        bars = ax.bar(data["variant"], data[column], color=[colors[i % len(colors)] for i in range(len(data))])
+        ax.bar_label(bars, fmt="%.4g", fontsize=7)
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(axis="x", rotation=30, labelsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+    mean = " (mean over runs)" if isinstance(results, _SweepDir) else ""
+    fig.suptitle(f"{results.title}: " + ("registration modes" if by == "variant" else f"by {by}") + mean)
+    fig.tight_layout()
+    return save(fig, data, out, "mode_comparison")
+
+
+def _check_axes(results: _SweepDir, names: list[str]) -> None:
+    known = list(dict.fromkeys(["variant", *results.axes]))
+    for name in names:
+        if name not in known:
+            raise RecipeError(f"no axis '{name}' in sweep '{results.title}' (axes: {', '.join(known)})")
+
+
+def heatmap(results: _RunDir | _SweepDir, out: Path, metric: str | None = None,
+            by: tuple[str, str] | None = None) -> list[Path]:
+    """Mean of ``metric`` (default: average bandwidth, else typical latency) over two sweep axes ``by``
+    (default: the first two) as a colour grid with the values written in; a cell averages its runs
+    (repetitions, other axes)."""
+    if not isinstance(results, _SweepDir):
+        raise RecipeError("recipe 'heatmap' needs the results of a sweep")
+    if by is None and len(results.axes) < 2:
+        raise RecipeError(f"sweep '{results.title}' has {len(results.axes)} axes: a heatmap needs two")
+    y, x = by or results.axes[:2]
+    _check_axes(results, [y, x])
+    ok = results.ok()
+    numeric = [c for c in ok.columns if pd.api.types.is_numeric_dtype(ok[c]) and c not in ("run", "seed")]
+    metric = metric or next(m for m in ("bw_avg_Gbps", "t_typical_us", "p99_9_us") if m in numeric)
+    if metric not in numeric:
+        raise RecipeError(f"no metric '{metric}' (metrics: {', '.join(numeric)})")
+    rows, cols = list(dict.fromkeys(ok[y])), list(dict.fromkeys(ok[x]))
+    data = (ok.groupby([y, x], sort=False).agg(value=(metric, "mean"), runs=("run", "nunique"))
+            .reset_index().rename(columns={"value": metric}))
+    grid = np.full((len(rows), len(cols)), np.nan)
+    for row in data.itertuples(index=False):
+        grid[rows.index(row[0]), cols.index(row[1])] = row[2]
+    fig, ax = plt.subplots(figsize=(1.4 * len(cols) + 3, 0.6 * len(rows) + 2.2))
+    image = ax.imshow(grid, cmap="viridis", aspect="auto")
+    for (i, j), value in np.ndenumerate(grid):
+        if not np.isnan(value):
+            ax.text(j, i, f"{value:.4g}", ha="center", va="center", fontsize=8,
+                    color="white" if value < np.nanmean(grid) else "black")
+    ax.set_xticks(range(len(cols)), [str(c) for c in cols], rotation=30)
+    ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+    ax.set(xlabel=x, ylabel=y, title=f"{results.title}: {metric}")
+    fig.colorbar(image, ax=ax, label=metric)
+    fig.tight_layout()
+    return save(fig, data, out, f"heatmap_{metric}")
+
+
+def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | None = None, *,
+         metric: str | None = None, by: Sequence[str] = ()) -> list[Path]:
+    """Draw ``recipe`` from ``results_dir`` into ``out`` (default: ``results_dir/figures``); return the PNG,
+    PDF and CSV paths. For a sweep, ``by`` names the axis a mode comparison groups by (default: variant) or
+    the two axes of a heatmap (default: the first two), and ``metric`` a heatmap's column.
+
+    :raises RecipeError: an unknown recipe (the message lists them), a directory that holds no results, or a
+        recipe that needs what the directory lacks.
+    """
+    if recipe not in RECIPES:
+        raise RecipeError(f"unknown recipe {recipe!r} (recipes: {', '.join(RECIPES)})")
+    by = [by] if isinstance(by, str) else list(by)
+    results = _load(Path(results_dir))
+    target = Path(out) if out is not None else Path(results_dir) / "figures"
+    if recipe == "heatmap":
+        if len(by) not in (0, 2):
+            raise RecipeError("recipe 'heatmap' takes two axes")
+        return heatmap(results, target, metric, tuple(by) or None)
+    if recipe == "mode_comparison":
+        if len(by) > 1:
+            raise RecipeError("recipe 'mode_comparison' groups by one axis")
+        return mode_comparison(results, target, *by)
+    if by or metric:
+        raise RecipeError(f"recipe '{recipe}' takes no axes and no metric")
+    return {"bw_vs_size": bw_vs_size, "latency_cdf": latency_cdf, "timeline": timeline}[recipe](results, target)

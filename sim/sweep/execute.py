@@ -1,0 +1,84 @@
+"""Run a sweep's runs: the per-run task and the executors that dispatch it (serial, processes, dask).
+
+Every executor yields ``(run, table)`` pairs as runs finish, in whatever order they finish; the table depends
+only on the run (its seed is fixed in the plan), never on the executor.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+from collections.abc import Callable, Iterator
+
+import pandas as pd
+
+from sim.compare import comparison_table
+from sim.core.errors import SimError
+from sim.run import run_scenario
+from sim.sweep.plan import RunSpec
+
+Finished = Iterator[tuple[RunSpec, pd.DataFrame]]
+
+
+def execute(run: RunSpec) -> pd.DataFrame:
+    """Simulate one run; one row per (workload, size): perftest's summary columns, latency percentiles,
+    registration time, pinned bytes and protocol counters. A run that fails the way a simulation can
+    (e.g. a registration refused with ENOMEM) gives one row with ``status`` 'failed' and the message."""
+    try:
+        result = run_scenario(run.scenario, run.seed, variant=run.variant)
+    except SimError as exc:
+        return pd.DataFrame([{"key": run.key, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}])
+    rows = []
+    ops = result.operations
+    for perftest in result.summary.to_dict("records"):
+        mine = ops[(ops["workload"] == perftest["workload"]) & (ops["bytes"] == perftest["bytes"])]
+        part = dataclasses.replace(result, operations=mine, summary=pd.DataFrame([perftest]))
+        extra = comparison_table([part]).iloc[0].to_dict()
+        rows.append({"key": run.key, "status": "ok", "error": None, **perftest,
+                     **{k: v for k, v in extra.items() if k not in perftest}})
+    return pd.DataFrame(rows).drop(columns="variant")
+
+
+def serial(runs: list[RunSpec], workers: int | None = None, scheduler: str | None = None) -> Finished:
+    """Run in this process, in order."""
+    for run in runs:
+        yield run, execute(run)
+
+
+def processes(runs: list[RunSpec], workers: int | None = None, scheduler: str | None = None) -> Finished:
+    """Run on a local process pool (``workers`` processes, default: one per CPU)."""
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers)
+    try:
+        futures = {pool.submit(execute, run): run for run in runs}
+        for future in concurrent.futures.as_completed(futures):
+            yield futures[future], future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def dask(runs: list[RunSpec], workers: int | None = None, scheduler: str | None = None) -> Finished:
+    """Run on dask.distributed: the cluster at ``scheduler`` (e.g. ``tcp://host:8786``, its workers able to
+    import rdmasim), else a LocalCluster of ``workers`` single-threaded processes (default: one per CPU)."""
+    from distributed import Client, LocalCluster, as_completed
+
+    cluster = None
+    if scheduler is None:
+        cluster = LocalCluster(n_workers=workers or os.cpu_count(), threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+    try:
+        with Client(scheduler or cluster) as client:
+            futures = {client.submit(execute, run, key=f"rdmasim-run-{run.index}-{run.key}", pure=False): run
+                       for run in runs}
+            try:
+                for future in as_completed(futures):
+                    yield futures[future], future.result()
+            finally:
+                client.cancel(list(futures))
+    finally:
+        if cluster is not None:
+            cluster.close()
+
+
+EXECUTORS: dict[str, Callable[..., Finished]] = {"serial": serial, "processes": processes, "dask": dask}
+"""Executor name -> function ``(runs, workers, scheduler)`` yielding finished runs."""

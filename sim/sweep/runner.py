@@ -1,0 +1,71 @@
+"""``run_sweep``: plan a sweep, skip the runs already stored, dispatch the others, stream results to disk."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from sim.sweep.execute import EXECUTORS
+from sim.sweep.plan import load_sweep
+from sim.sweep.store import partition_path, read_table, sweep_record, write_json, write_partition, write_summary
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What a sweep left in its results directory."""
+
+    out_dir: Path
+    table: pd.DataFrame
+    """One row per run and (workload, message size); see :func:`sim.sweep.store.read_table`."""
+    ran: int
+    """Runs simulated by this call."""
+    skipped: int
+    """Runs whose results were already stored (a resumed sweep)."""
+
+    @property
+    def failed(self) -> int:
+        """Runs recorded as failed."""
+        return int(self.table.loc[self.table["status"] == "failed", "run"].nunique())
+
+
+def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str = "serial",
+              workers: int | None = None, scheduler: str | None = None, progress: bool = True) -> SweepResult:
+    """Run every run of the sweep file ``path`` not yet stored in ``out_dir``; each finished run is stored
+    at once, so an interrupted sweep resumes where it stopped.
+
+    ``executor`` is ``serial``, ``processes`` (``workers`` local processes) or ``dask`` (the cluster at
+    ``scheduler``, e.g. ``tcp://host:8786``, else a LocalCluster of ``workers`` processes). Results do not
+    depend on the executor. The progress bar (with ETA) shows only on a terminal.
+
+    :raises ConfigError: the sweep or its base scenario is invalid (nothing runs).
+    :raises ValueError: an unknown executor, or a scheduler without the dask executor.
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r} (executors: {', '.join(EXECUTORS)})")
+    if scheduler is not None and executor != "dask":
+        raise ValueError("a scheduler address needs executor='dask'")
+    plan = load_sweep(path)
+    out = Path(out_dir)
+    write_json(out / "sweep.json", sweep_record(plan))
+    todo = {}
+    for run in plan.runs:
+        if run.key not in todo and not partition_path(out, run.key).exists():
+            todo[run.key] = run
+    skipped = sum(run.key not in todo for run in plan.runs)
+    console = Console(stderr=True)
+    columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
+               TimeRemainingColumn())
+    with Progress(*columns, console=console, disable=not (progress and console.is_terminal)) as bar:
+        label = plan.sweep.name + (f" ({skipped} done before)" if skipped else "")
+        task = bar.add_task(label, total=len(todo))
+        for run, table in EXECUTORS[executor](list(todo.values()), workers, scheduler):
+            write_partition(out, run.key, table)
+            bar.advance(task)
+    table = read_table(out)
+    write_summary(out, table)
+    return SweepResult(out, table, len(todo), skipped)

@@ -1,0 +1,109 @@
+"""A sweep's results directory, written while the sweep runs and readable at any point of it.
+
+Layout: ``sweep.json`` (the resolved runs: index, repetition, seed, variant, axis values, key; hashes of the
+sweep and base files; package versions), ``runs/<key>.parquet`` (one file per finished run, written to a
+temporary file and renamed, so a file that exists is complete) and, once the sweep ends,
+``summary.parquet`` and ``summary.csv`` (:func:`read_table`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.results import package_versions
+from sim.sweep.plan import VARIANT, SweepPlan
+
+RUN_COLUMNS = ["run", "repetition", "seed", "variant"]
+"""Columns that say which run a row belongs to; the axis columns follow them, then the run's results."""
+
+
+def partition_path(out_dir: str | os.PathLike, key: str) -> Path:
+    """Where the results of the run with ``key`` are stored."""
+    return Path(out_dir) / "runs" / f"{key}.parquet"
+
+
+def _atomic(path: Path, write) -> None:
+    """Call ``write(temporary path)``, then rename the result onto ``path`` (names starting with '.' are
+    skipped by Parquet dataset readers)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def write_partition(out_dir: str | os.PathLike, key: str, table: pd.DataFrame) -> Path:
+    """Store one finished run's table atomically."""
+    path = partition_path(out_dir, key)
+    _atomic(path, lambda tmp: table.to_parquet(tmp, index=False))
+    return path
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write ``data`` as indented JSON, atomically."""
+    _atomic(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1) + "\n"))
+
+
+def sweep_record(plan: SweepPlan) -> dict:
+    """The content of ``sweep.json``."""
+    return {
+        "rdmasim_sweep": 1, "name": plan.sweep.name, "file": plan.file, "base": plan.base_file,
+        "sweep_sha256": plan.sweep_sha256, "base_sha256": plan.base_sha256, "seed": plan.seed,
+        "repetitions": plan.sweep.repetitions, "axes": plan.axes,
+        "runs": [{"run": r.index, "repetition": r.repetition, "seed": r.seed, "variant": r.variant,
+                  "axes": r.axes, "key": r.key} for r in plan.runs],
+        "versions": package_versions(),
+    }
+
+
+def _axis_column(values: list) -> list:
+    """One type per axis column, as Parquet needs: numbers, strings or booleans as they are, ints mixed with
+    floats as floats, anything else as its JSON text."""
+    kinds = {type(v) for v in values}
+    if kinds <= {int, float} and float in kinds:
+        return [float(v) for v in values]
+    if len(kinds) == 1 and kinds <= {int, float, str, bool}:
+        return values
+    return [v if isinstance(v, str) else json.dumps(v, sort_keys=True) for v in values]
+
+
+def read_table(out_dir: str | os.PathLike) -> pd.DataFrame:
+    """The sweep's table so far: one row per finished run and (workload, message size), ordered by run; a
+    failed run is one row with ``status`` 'failed' and its ``error``.
+
+    :raises FileNotFoundError: ``out_dir`` holds no ``sweep.json``.
+    """
+    record = json.loads((Path(out_dir) / "sweep.json").read_text())
+    axes = [a for a in record["axes"] if a != VARIANT]
+    cache: dict[str, pd.DataFrame] = {}
+    frames = []
+    for run in record["runs"]:
+        path = partition_path(out_dir, run["key"])
+        if run["key"] not in cache and path.exists():
+            cache[run["key"]] = pd.read_parquet(path)
+        if run["key"] in cache:
+            results = cache[run["key"]]
+            ids = pd.DataFrame({"run": run["run"], "repetition": run["repetition"], "seed": run["seed"],
+                                "variant": run["variant"]}, index=results.index)
+            frames.append(pd.concat([ids, results], axis=1))
+    if not frames:
+        return pd.DataFrame(columns=RUN_COLUMNS + axes + ["key", "status", "error"])
+    table = pd.concat(frames, ignore_index=True)
+    values = {run["run"]: run["axes"] for run in record["runs"]}
+    for i, axis in enumerate(axes):
+        table.insert(len(RUN_COLUMNS) + i, axis, _axis_column([values[r][axis] for r in table["run"]]))
+    return table
+
+
+def write_summary(out_dir: str | os.PathLike, table: pd.DataFrame) -> None:
+    """Store the final table as ``summary.parquet`` and ``summary.csv``."""
+    out = Path(out_dir)
+    _atomic(out / "summary.parquet", lambda tmp: table.to_parquet(tmp, index=False))
+    _atomic(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
