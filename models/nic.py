@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from models.dmabuf_mr import UmrParams
 from models.mr_backing import OdpParams
-from sim.core import FifoServer, PS_PER_NS
+from sim.core import PS_PER_NS, FifoServer, VerbsError
 
 if TYPE_CHECKING:
     from models.verbs import MemoryRegion
@@ -51,6 +51,9 @@ class NicParams:
     """dma-buf MR support: ``dynamic`` (mlx5: move_notify + re-fault, needs ODP), ``pinned`` (EFA-like), None."""
     umr: UmrParams = UmrParams()
     """Cost of rewriting translation entries."""
+    max_translations: int | None = None
+    """Translation entries (4 KiB pages) the NIC can hold over all MRs; None: not limited in the model.
+    AMD Pensando ionic: about 2**20 (numbers.md 2.1); mlx5 limits are not published."""
     ignore_move_notify: bool = False
     """Deliberately broken dma-buf importer that keeps its translations after move_notify (teaching only:
     the invariant checker catches its DMA through stale mappings)."""
@@ -69,12 +72,31 @@ class Nic:
         self.mrs: dict[int, MemoryRegion] = {}
         self._next_key = 0x100
         self._next_handle = 0
+        self.translations = 0
+        """Translation entries held by registered MRs."""
 
     def new_key(self) -> int:
         """A fresh memory key (lkey == rkey, as mlx5 hands out for user MRs)."""
         key = self._next_key
         self._next_key += 0x100
         return key
+
+    def reserve_translations(self, nbytes: int, *, call: str) -> int:
+        """Reserve the translation entries of an ``nbytes`` MR (4 KiB pages); return how many.
+
+        :raises VerbsError: ``ENOMEM`` when the NIC's translation table would overflow.
+        """
+        pages = -(-nbytes // 4096)
+        limit = self.params.max_translations
+        if limit is not None and self.translations + pages > limit:
+            raise VerbsError("ENOMEM", f"{self.name}: translation table full ({self.translations} of {limit} "
+                             f"entries used, {pages} more needed)", call=call)
+        self.translations += pages
+        return pages
+
+    def release_translations(self, nbytes: int) -> None:
+        """Give back the entries of an ``nbytes`` MR."""
+        self.translations -= -(-nbytes // 4096)
 
     def new_handle(self) -> int:
         """A fresh object number (PD handle, QP number)."""

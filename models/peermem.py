@@ -26,6 +26,7 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
     if offset < 0 or offset + length > alloc.size:
         raise VerbsError("EFAULT", "range outside the GPU allocation: nvidia_p2p_get_pages fails", call=call)
     nic = pd.context.node.nic
+    nic.reserve_translations(length, call=call)
     gpu_pages = -(-(offset % params.gpu_page_size + length) // params.gpu_page_size)
     key = nic.new_key()
     cost = REG_MR_FIXED_PS + params.get_pages_ps + gpu_pages * params.page_ps

@@ -104,6 +104,9 @@ class MemoryRegion:
     rkey: int
     reg_ps: int
     valid: bool = True
+    """The NIC's key works (false after deregistration or a NIC reset)."""
+    registered: bool = True
+    """The kernel object exists (until ibv_dereg_mr)."""
     backing: MrBacking | None = None
     """How pages reach the NIC; None for pinned host memory (always translatable)."""
     iova: int | None = None
@@ -260,16 +263,26 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
         raise VerbsError("EINVAL", f"length {length} exceeds the device's max_mr_size {nic.params.max_mr_size}",
                          call=call)
     host = pd.context.node.host
-    if access & Access.ON_DEMAND:  # nothing pinned, nothing charged to RLIMIT_MEMLOCK
-        if not host.is_mapped(addr, length):
-            raise VerbsError("EFAULT", f"range 0x{addr:x}+{length} is not mapped", call=call)
-        cost, backing = 0, OdpBacking(length, host.params.page_size, nic.params.odp)
-    else:
-        cost, backing = host.pin(addr, length, call=call), None
+    nic.reserve_translations(length, call=call)
+    try:
+        cost, backing = _back_host_mr(pd, addr, length, access, call)
+    except VerbsError:
+        nic.release_translations(length)
+        raise
     key = nic.new_key()
     mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + cost, backing=backing)
     nic.mrs[key] = mr
     return mr
+
+
+def _back_host_mr(pd: ProtectionDomain, addr: int, length: int, access: Access, call: str):
+    """Pin the range (or prepare ODP); return (cost ps, backing)."""
+    host, nic = pd.context.node.host, pd.context.node.nic
+    if access & Access.ON_DEMAND:  # nothing pinned, nothing charged to RLIMIT_MEMLOCK
+        if not host.is_mapped(addr, length):
+            raise VerbsError("EFAULT", f"range 0x{addr:x}+{length} is not mapped", call=call)
+        return 0, OdpBacking(length, host.params.page_size, nic.params.odp)
+    return host.pin(addr, length, call=call), None
 
 
 def ibv_dereg_mr(mr: MemoryRegion) -> int:
@@ -277,11 +290,12 @@ def ibv_dereg_mr(mr: MemoryRegion) -> int:
 
     :raises VerbsError: ``EINVAL`` when the MR was already deregistered.
     """
-    if not mr.valid:
+    if not mr.registered:
         raise VerbsError("EINVAL", "MR already deregistered", call="ibv_dereg_mr")
     node = mr.pd.context.node
-    mr.valid = False
-    del node.nic.mrs[mr.lkey]
+    mr.valid = mr.registered = False
+    node.nic.mrs.pop(mr.lkey, None)  # gone already after a NIC reset
+    node.nic.release_translations(mr.length)
     if mr.backing is not None:
         return DEREG_MR_FIXED_PS + mr.backing.release(mr.pd.context.env.now)
     return DEREG_MR_FIXED_PS + node.host.unpin(mr.addr, mr.length)

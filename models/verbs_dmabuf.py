@@ -76,6 +76,18 @@ def _reg_dmabuf(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: i
         raise VerbsError("EOPNOTSUPP", "mlx5 dynamic dma-buf MRs need on-demand paging", call=call)
     if length > nic.params.max_mr_size:
         raise VerbsError("EINVAL", f"length {length} exceeds the device's max_mr_size", call=call)
+    nic.reserve_translations(length, call=call)
+    try:
+        return _register(pd, offset, length, iova, fd, access, mode, invariants, call)
+    except BaseException:
+        nic.release_translations(length)
+        raise
+
+
+def _register(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int, access: Access, mode: str,
+              invariants: str, call: str) -> MemoryRegion:
+    node = pd.context.node
+    nic = node.nic
     start = node.kernel.now_ps(nic.name)
     with node.kernel.call(nic.name, call, offset=offset, length=length, fd=fd, mode=mode):
         node.kernel.spend(nic.name, nic.params.umr.reg_ioctl_ps)

@@ -38,7 +38,7 @@ def process_exit(bed: Testbed, node: str) -> str:
     outcome = qp_error(bed, node)
     freed = 0
     for reg in bed.registrations.values():
-        if reg.node == node and reg.mr.valid:
+        if reg.node == node and reg.mr.registered:
             ibv_dereg_mr(reg.mr)
             freed += 1
     bed.nodes[node].fds.close_all()

@@ -108,7 +108,8 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
             proc = env.process(_process(env, work, src, dst, size))
             records = _run_until(env, proc, bed, f"workload '{label}' at {size} bytes")
             op_frames.append(pd.DataFrame({
-                "variant": variant, "workload": label, "kind": work.kind, "bytes": size,
+                "variant": _label(variant, work.iterations), "workload": _label(label, work.iterations),
+                "kind": _label(work.kind, work.iterations), "bytes": size,
                 "iteration": range(work.iterations), "posted_ps": records.posted_ps,
                 "completed_ps": records.completed_ps, "latency_ps": records.latency_ps, "ok": records.ok}))
             row = {"variant": variant, "workload": label, "kind": work.kind, "bytes": size,
@@ -132,8 +133,16 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
         counters |= verify_data(bed, scenario)
     events = pd.DataFrame(event_log, columns=["time_ps", "kind", "target", "bytes", "evicted", "outcome", "gpu_used"])
     events.insert(0, "variant", variant)
-    return RunResult(scenario, seed, pd.concat(op_frames, ignore_index=True), pd.DataFrame(summaries),
+    operations = pd.concat(op_frames, ignore_index=True)
+    for column in ("variant", "workload", "kind"):  # concat of differing categories falls back to strings
+        operations[column] = operations[column].astype("category")
+    return RunResult(scenario, seed, operations, pd.DataFrame(summaries),
                      registrations, bed, variant, events, counters)
+
+
+def _label(text: str, rows: int) -> pd.Categorical:
+    """A constant text column stored as a category (one byte per row, not one string object)."""
+    return pd.Categorical.from_codes(np.zeros(rows, dtype=np.int8), categories=[text])
 
 
 def _run_until(env, proc, bed: Testbed, what: str):

@@ -42,7 +42,8 @@ def nic_params(spec: NodeSpec) -> NicParams:
     return NicParams(**{**NIC_PRESETS[nic.preset], **_overrides(nic, {
         "doorbell": "doorbell_ps", "tx_process": "tx_process_ps", "tx_latency": "tx_latency_ps",
         "rx_process": "rx_process_ps", "rx_latency": "rx_latency_ps", "blueflame": "blueflame",
-        "max_rd_atomic": "max_rd_atomic"}), "ignore_move_notify": nic.ignore_move_notify})
+        "max_rd_atomic": "max_rd_atomic", "max_translations": "max_translations"}),
+        "ignore_move_notify": nic.ignore_move_notify})
 
 
 def fabric_params(scenario: Scenario) -> FabricParams:

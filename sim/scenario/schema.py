@@ -96,6 +96,8 @@ class NicSpec(Strict):
     """WQEs written with the doorbell (no WQE fetch by DMA)."""
     max_rd_atomic: Annotated[int, Field(ge=1, le=256)] | None = None
     """Outstanding RDMA READs per QP."""
+    max_translations: Annotated[int, Field(ge=1)] | None = None
+    """Translation entries (4 KiB pages) the NIC holds over all MRs; registrations past it fail with ENOMEM."""
     ignore_move_notify: bool = False
     """Teaching only: a deliberately broken dma-buf importer that keeps its translations after move_notify.
     Combine with 'invariants: record' and 'data: true' to see the stale bytes it delivers."""

@@ -160,3 +160,20 @@ def test_deregistered_rkey_is_rejected(bed):
     ibv_post_send(qa, SendWR(0, Opcode.RDMA_WRITE, la.addr, 64, la.lkey, rb.addr, rb.rkey))
     env.run()
     assert ibv_poll_cq(qa.send_cq, 1)[0].status is WcStatus.REM_ACCESS_ERR
+
+
+def test_nic_translation_table_capacity_is_enomem_and_freed_on_dereg():
+    env = Environment(1)
+    fabric = Fabric(FabricParams())
+    node = Node.create("a", HostParams(), PcieParams(), NicParams(max_translations=64))
+    fabric.attach(node.nic.name)
+    pd = ibv_alloc_pd(ibv_open_device(node, env, fabric))
+    buf = node.host.allocate("b", 1 << 20)
+    first = ibv_reg_mr(pd, buf.addr, 48 * 4096, RW)
+    with pytest.raises(VerbsError) as info:
+        ibv_reg_mr(pd, buf.addr, 17 * 4096, RW)
+    assert info.value.errno == "ENOMEM" and "translation table full" in str(info.value)
+    assert node.host.pinned_pages == 48  # the failed registration pinned nothing
+    ibv_dereg_mr(first)
+    ibv_reg_mr(pd, buf.addr, 64 * 4096, RW)
+    assert node.nic.translations == 64
