@@ -295,6 +295,19 @@ def dma_buf_unmap_attachment(attach: DmaBufAttachment, sgt: SgTable,
         core.spend(ctx, core.costs.unmap_ps + core.costs.unmap_page_ps * core.costs.pages(sgt.nbytes))
 
 
+def _locked(attach: DmaBufAttachment, call: str, caller: str | None, action):
+    """Run ``action(ctx)`` with the reservation lock taken and dropped around it (the ``_unlocked`` calls)."""
+    _check_attached(attach, call)
+    resv, core = attach.dmabuf.resv, attach.dmabuf.core
+    ctx = core.context(caller, attach.dev)
+    _lock(resv, ctx, call)
+    resv.lock(ctx)
+    try:
+        return action(ctx)
+    finally:
+        resv.unlock(ctx)
+
+
 def dma_buf_map_attachment_unlocked(attach: DmaBufAttachment,
                                     direction: DmaDataDirection = DmaDataDirection.BIDIRECTIONAL, *,
                                     caller: str | None = None) -> SgTable:
@@ -302,16 +315,8 @@ def dma_buf_map_attachment_unlocked(attach: DmaBufAttachment,
 
     :raises DeadlockError: the lock is held (by the caller: self-deadlock).
     """
-    call = "dma_buf_map_attachment_unlocked"
-    _check_attached(attach, call)
-    resv, core = attach.dmabuf.resv, attach.dmabuf.core
-    ctx = core.context(caller, attach.dev)
-    _lock(resv, ctx, call)
-    resv.lock(ctx)
-    try:
-        return dma_buf_map_attachment(attach, direction, caller=ctx)
-    finally:
-        resv.unlock(ctx)
+    return _locked(attach, "dma_buf_map_attachment_unlocked", caller,
+                   lambda ctx: dma_buf_map_attachment(attach, direction, caller=ctx))
 
 
 def dma_buf_unmap_attachment_unlocked(attach: DmaBufAttachment, sgt: SgTable,
@@ -321,16 +326,8 @@ def dma_buf_unmap_attachment_unlocked(attach: DmaBufAttachment, sgt: SgTable,
 
     :raises DeadlockError: the lock is held (by the caller: self-deadlock).
     """
-    call = "dma_buf_unmap_attachment_unlocked"
-    _check_attached(attach, call)
-    resv, core = attach.dmabuf.resv, attach.dmabuf.core
-    ctx = core.context(caller, attach.dev)
-    _lock(resv, ctx, call)
-    resv.lock(ctx)
-    try:
-        dma_buf_unmap_attachment(attach, sgt, direction, caller=ctx)
-    finally:
-        resv.unlock(ctx)
+    _locked(attach, "dma_buf_unmap_attachment_unlocked", caller,
+            lambda ctx: dma_buf_unmap_attachment(attach, sgt, direction, caller=ctx))
 
 
 def dma_buf_move_notify(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
