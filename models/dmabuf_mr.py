@@ -101,9 +101,10 @@ class DmabufBacking(MrBacking):
             try:
                 check_dma(umem.sgt, now_ps)
             except InvariantViolation as violation:
+                message = f"{violation} (at {now_ps / 1e6:.3f} us, offset {offset} of the MR, {length} bytes)"
                 if self.invariants == "raise":
-                    raise
-                self.violations.append(str(violation))
+                    raise InvariantViolation(message) from None
+                self.violations.append(message)
         return None
 
     def _page_fault(self):

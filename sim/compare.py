@@ -34,21 +34,25 @@ def event_times(result: RunResult) -> pd.DataFrame:
 
 
 def comparison_table(results: list[RunResult]) -> pd.DataFrame:
-    """Per variant: registration time, steady-state bandwidth, latency percentiles, pinned bytes and the
-    protocol's activity (evictions, invalidations, re-faults, RNR NAKs, failed allocations)."""
+    """Per variant: registration time and pinned bytes (all buffers, and GPU buffers alone), steady-state
+    bandwidth, latency percentiles and the protocol's activity (evictions, invalidations, re-faults, RNR NAKs,
+    failed allocations)."""
     rows = []
     for result in results:
         ops = result.operations[result.operations["ok"]]
         lat_us = np.sort(ops["latency_ps"].to_numpy()) / PS_PER_US
         bw = result.summary[result.summary["kind"].str.endswith("_bw")]
+        gpu = result.registrations[result.registrations["location"] != "host"]
         pct = (lambda q: float(lat_us[min(len(lat_us) - 1, int(len(lat_us) * q))]) if len(lat_us) else float("nan"))
         rows.append({
             "variant": result.variant,
             "modes": ",".join(sorted(set(result.registrations["mode"]))),
             "register_us": float(result.registrations["register_us"].sum()),
+            "gpu_register_us": float(gpu["register_us"].sum()),
             "bw_avg_Gbps": float(bw["bw_avg_Gbps"].mean()) if len(bw) else float("nan"),
             "p50_us": pct(0.5), "p99_us": pct(0.99), "p99_9_us": pct(0.999),
             "pinned_bytes": int(result.registrations["pinned_bytes"].sum()),
+            "gpu_pinned_bytes": int(gpu["pinned_bytes"].sum()),
             "errors": int(result.summary["errors"].sum()),
             **result.counters,
         })

@@ -115,7 +115,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
             row = {"variant": variant, "workload": label, "kind": work.kind, "bytes": size,
                    "iterations": work.iterations, "errors": int((~records.ok).sum())}
             if work.kind.endswith("_bw"):
-                row |= bandwidth_summary(size, records.posted_ps, records.completed_ps, work.tx_depth)
+                row |= bandwidth_summary(size, records.posted_ps, records.completed_ps, work.tx_depth, records.ok)
             else:
                 row |= latency_summary(records.latency_ps)
             summaries.append(row)

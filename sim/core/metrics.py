@@ -35,10 +35,11 @@ def latency_summary(latency_ps: np.ndarray) -> dict[str, float]:
 
 
 def bandwidth_summary(size_bytes: int, posted_ps: np.ndarray, completed_ps: np.ndarray,
-                      window: int) -> dict[str, float]:
+                      window: int, ok: np.ndarray | None = None) -> dict[str, float]:
     """perftest bandwidth columns.
 
-    ``bw_avg`` is all bytes over the time from the first post to the last completion (perftest's
+    Only operations that succeeded (``ok``, default all) carry bytes; failed ones still count in the elapsed
+    time. ``bw_avg`` is those bytes over the time from the first post to the last completion (perftest's
     average). ``bw_peak`` is perftest's best rate over a run of consecutive operations (post of the first
     to completion of the last), searched over runs of ``window``, 2x``window``, 4x``window``... operations
     and the whole test, so it is never below the average. Rates are reported in Gb/s (1e9 bit/s) and in MiB/s
@@ -49,13 +50,15 @@ def bandwidth_summary(size_bytes: int, posted_ps: np.ndarray, completed_ps: np.n
     n = len(posted)
     if n == 0:
         raise ValueError("bandwidth summary of zero operations")
+    good = np.ones(n, dtype=bool) if ok is None else np.asarray(ok, dtype=bool)
     elapsed = int(completed.max() - posted.min())
-    avg_Bps = size_bytes * n * PS_PER_S / elapsed
+    avg_Bps = size_bytes * int(good.sum()) * PS_PER_S / elapsed
     done_by = np.maximum.accumulate(completed)
+    delivered = np.concatenate(([0], np.cumsum(good)))
     best_Bps, w = avg_Bps, max(1, window)
     while w < n:
-        span = int((done_by[w - 1:] - posted[: n - w + 1]).min())
-        best_Bps = max(best_Bps, size_bytes * w * PS_PER_S / max(span, 1))
+        spans = np.maximum(done_by[w - 1:] - posted[: n - w + 1], 1)
+        best_Bps = max(best_Bps, float((size_bytes * (delivered[w:] - delivered[:-w]) * PS_PER_S / spans).max()))
         w *= 2
     peak_Bps = best_Bps
     return {

@@ -4,14 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from sim.core.units import format_size  # noqa: E402
+from sim.core.units import format_size
 
 PDF_METADATA = {"CreationDate": None, "ModDate": None, "Producer": "rdmasim"}
 """Fixed PDF metadata so the same run gives the same bytes."""

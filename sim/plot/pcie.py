@@ -9,15 +9,12 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from models import pcie_closed_form as cf  # noqa: E402
-from models.pcie import PcieParams  # noqa: E402
-from sim.plot.figures import save  # noqa: E402
+from models import pcie_closed_form as cf
+from models.pcie import PcieParams
+from sim.plot.figures import save
 
 SIZES = [n for n in range(1, 4097) if n % 32 in (0, 1)]
 """Transfer sizes (bytes): every multiple of 32 and the byte after it, so each MPS step shows."""

@@ -15,18 +15,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from sim.compare import bandwidth_timeline, comparison_table  # noqa: E402
-from sim.core.errors import SimError  # noqa: E402
-from sim.plot import figures  # noqa: E402
-from sim.plot.figures import save  # noqa: E402
-from sim.sweep.store import read_table  # noqa: E402
+from sim.compare import bandwidth_timeline, comparison_table
+from sim.core.errors import SimError
+from sim.plot import figures
+from sim.plot.figures import save
+from sim.sweep.store import read_table
 
 RECIPES = ("bw_vs_size", "latency_cdf", "timeline", "mode_comparison", "heatmap")
 COMPARED = {"bw_avg_Gbps": "average bandwidth (Gb/s)", "p99_9_us": "p99.9 latency (us)",

@@ -135,7 +135,7 @@ def test_explain_shows_registration_and_eviction_with_locks_in_time_order():
     result = runner.invoke(app, ["explain", str(PRESSURE), "--variant", "dmabuf"])
     assert result.exit_code == 0, result.output
     text = result.stdout
-    order = ["cuMemGetHandleForAddressRange", "ibv_reg_dmabuf_mr", "dma_buf_dynamic_attach", "pagefault_dmabuf_mr",
+    order = ["hipMemGetHandleForAddressRange", "ibv_reg_dmabuf_mr", "dma_buf_dynamic_attach", "pagefault_dmabuf_mr",
              "gpu_memory_pressure", "lock dmabuf1.resv", "dma_buf_move_notify", "MappingInvalidated",
              "BufferMoved", "unlock dmabuf1.resv", "PageFaulted", "MappingRestored"]
     at = 0

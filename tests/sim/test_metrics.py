@@ -30,3 +30,13 @@ def test_peak_is_never_below_average():
     done = np.maximum.accumulate(posted + rng.integers(10**5, 10**7, 500))
     s = bandwidth_summary(4096, posted, done, window=16)
     assert s["bw_peak_Gbps"] >= s["bw_avg_Gbps"]
+
+
+def test_failed_operations_carry_no_bytes():
+    posted = np.array([0, 0, 10_000, 10_000])
+    done = np.array([10_000, 10_000, 20_000, 20_000])
+    half = bandwidth_summary(1000, posted, done, window=2, ok=np.array([True, True, False, False]))
+    full = bandwidth_summary(1000, posted, done, window=2)
+    assert half["bw_avg_Gbps"] == pytest.approx(full["bw_avg_Gbps"] / 2)
+    assert bandwidth_summary(1000, posted, done, window=2, ok=np.zeros(4, bool))["bw_avg_Gbps"] == 0
+    assert half["msg_rate_Mpps"] == full["msg_rate_Mpps"]

@@ -125,3 +125,17 @@ def test_gpu_memory_figure_is_written(gpu_pressure, tmp_path):
     out = write_results(list(gpu_pressure.values()), tmp_path / "res")
     csv = (out / "figures" / "gpu_memory.csv").read_text()
     assert (out / "figures" / "gpu_memory.png").stat().st_size > 10_000 and "gpu-job-grows" in csv
+
+
+def test_exporting_an_amd_buffer_twice_shares_one_dmabuf_that_eviction_moves():
+    from models.dmabuf import DmaBufCore, FdTable, dma_buf_get
+    from models.gpu import gpu_params
+    from models.gpu_export import Gpu
+    from sim.core import Environment
+
+    gpu = Gpu("g", "amd", gpu_params("mi300x"), DmaBufCore(Environment()), capacity=64 << 20)
+    alloc = gpu.malloc("x", 32 << 20)
+    fds = FdTable()
+    first, second = gpu.export(alloc, fds), gpu.export(alloc, fds)
+    assert dma_buf_get(fds, first) is dma_buf_get(fds, second)
+    assert gpu.pressure(48 << 20) and alloc.exporter.dmabuf.placement.value == "SYSTEM"
