@@ -27,7 +27,10 @@ from simpy import Timeout
 from models.fabric import AETH, RETH, Fabric
 from models.pcie import PcieLink
 from models.memory_data import mr_bytes
-from models.mr_backing import Fault
+from models.mr_backing import Fault, PeerMemBacking
+from models.dmabuf import Placement
+from models.dmabuf_mr import DmabufBacking
+from models.topology import dma_read_stages, dma_write_stages
 from models.verbs import RNR_RETRY_INFINITE, Access, Opcode, QpState, WcStatus, WorkCompletion
 from sim.core.servers import FifoServer, claim_cut_through
 
@@ -112,12 +115,41 @@ class Plan(NamedTuple):
     reply: list[Stage]
     """ACK or NAK back to the requester and its CQE write."""
     cqe_ps: int
-    """Time the CQE adds to the requester's PCIe write of a READ response."""
+    """Time the CQE adds after a READ response has landed."""
+    landing: int
+    """READ: how many of ``remote``'s last stages write the response (and the CQE) at the requester."""
 
 
-def plan(qp: QueuePair, opcode: Opcode, n: int, inline: bool) -> Plan:
-    """Build (or fetch from the QP's cache) the stages a work request crosses."""
-    key = (opcode, n, inline)
+def memory_target(mr) -> str | None:
+    """Where a NIC access through ``mr`` goes in its node's PCIe topology: ``gpu0`` for a GPU buffer in VRAM,
+    ``mem0`` for host memory; None when the node has no topology (the NIC's own link reaches host memory)."""
+    if mr is None or mr.pd.context.node.topology is None:
+        return None
+    backing = mr.backing
+    if isinstance(backing, DmabufBacking):
+        return "gpu0" if backing.umem.attach.dmabuf.placement is Placement.VRAM else "mem0"
+    return "gpu0" if isinstance(backing, PeerMemBacking) else "mem0"
+
+
+def node_dma_read(node, target: str | None, nbytes: int) -> list[Stage]:
+    """The NIC of ``node`` reads ``nbytes`` of ``target`` (see :func:`memory_target`)."""
+    if target is None:
+        return dma_read(node.pcie, nbytes)
+    return dma_read_stages(node.topology, "nic0", target, nbytes)
+
+
+def node_dma_write(node, target: str | None, nbytes: int) -> list[Stage]:
+    """The NIC of ``node`` writes ``nbytes`` to ``target``."""
+    if target is None:
+        return dma_write(node.pcie, nbytes)
+    return dma_write_stages(node.topology, "nic0", target, nbytes)
+
+
+def plan(qp: QueuePair, opcode: Opcode, n: int, inline: bool, local: str | None = None,
+         remote_target: str | None = None) -> Plan:
+    """Build (or fetch from the QP's cache) the stages a work request crosses; ``local`` and
+    ``remote_target`` are the :func:`memory_target` of its two MRs."""
+    key = (opcode, n, inline, local, remote_target)
     cached = qp.plans.get(key)
     if cached is not None:
         return cached
@@ -129,16 +161,22 @@ def plan(qp: QueuePair, opcode: Opcode, n: int, inline: bool) -> Plan:
     to_engine = ([] if nic.params.blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
     reply = [delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic),
              *dma_write(node.pcie, nic.params.cqe_bytes)]
+    cqe_ps = node.pcie.params.write_ps(nic.params.cqe_bytes)
     if opcode is Opcode.RDMA_WRITE:
-        forward = [] if inline else dma_read(node.pcie, n)
+        forward = [] if inline else node_dma_read(node, local, n)
         forward += [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH), rx_engine(pnic)]
-        remote = dma_write(peer.pcie, n)
+        remote = node_dma_write(peer, remote_target, n)
     else:
         forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, RETH), rx_engine(pnic)]
-        remote = [*dma_read(peer.pcie, n), delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, n, AETH),
-                  rx_engine(nic), *dma_write(node.pcie, n + nic.params.cqe_bytes)]
-    result = qp.plans[key] = Plan(to_engine, forward, remote, reply,
-                                  node.pcie.params.write_ps(nic.params.cqe_bytes))
+        if local is None:  # data and CQE stream to host memory over the NIC's link as one write
+            landing = dma_write(node.pcie, n + nic.params.cqe_bytes)
+        else:
+            landing = [*node_dma_write(node, local, n), *dma_write(node.pcie, nic.params.cqe_bytes)]
+            cqe_ps += node.pcie.params.write_latency_ps
+        remote = [*node_dma_read(peer, remote_target, n), delay(pnic.params.tx_latency_ps),
+                  *wire(pnic, nic, fabric, n, AETH), rx_engine(nic), *landing]
+    result = qp.plans[key] = Plan(to_engine, forward, remote, reply, cqe_ps,
+                                  len(landing) if opcode is Opcode.RDMA_READ else 0)
     return result
 
 
@@ -148,7 +186,8 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
     node = qp.node
     posted = env.now
     poll_ps = qp.poll_delays.next()
-    stages = plan(qp, wr.opcode, wr.length, wr.inline)
+    stages = plan(qp, wr.opcode, wr.length, wr.inline, memory_target(node.nic.lookup(wr.lkey)),
+                  memory_target(qp.remote.node.nic.lookup(wr.rkey)))
     t = posted + node.nic.params.doorbell_ps
     t, _ = yield from walk(env, stages.to_engine, t, t)
     read_slot = None
@@ -188,7 +227,8 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
         _, done = yield from walk(env, stages.reply, issued, issued)
     else:
         payload = _read_payload(env, qp.remote.node.nic.lookup(wr.rkey), wr, remote=True)
-        response, landing = stages.remote[:-1], stages.remote[-1:]
+        split = len(stages.remote) - stages.landing
+        response, landing = stages.remote[:split], stages.remote[split:]
         head, tail = yield from walk(env, response, head, tail)
         if local_mr.backing is not None:  # the response is written through the local MR's translation
             head, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length, head, write=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import networkx as nx
+
 from models.dmabuf import DmaBufCore, FdTable
 from models.host import HostMemory, HostParams
 from models.nic import Nic, NicParams
@@ -24,6 +26,9 @@ class Node:
     """The file descriptors of the process under test."""
     rdma_core: str = "57"
     """rdma-core (libibverbs) version of the process under test."""
+    topology: nx.Graph | None = None
+    """The PCIe topology of a node with a GPU (models.topology: nic0, gpu0, sockets, switch); None: the NIC
+    alone, its link reaching host memory."""
 
     @classmethod
     def create(cls, name: str, host: HostParams, pcie: PcieParams, nic: NicParams) -> "Node":

@@ -175,6 +175,12 @@ def build_topology(layout: str = "switch", *, nic: PcieParams = PcieParams(), gp
     return g
 
 
+def nic_link(graph: nx.Graph, nic: str = "nic0") -> PcieLink:
+    """The NIC's own PCIe link in ``graph`` (doorbells, WQE fetches and CQE writes use it too)."""
+    (edge,) = graph.edges(nic, data="link")
+    return edge[2]
+
+
 def route(graph: nx.Graph, src: str, dst: str) -> list[Hop]:
     """The hops from ``src`` to ``dst`` (shortest path), in order.
 

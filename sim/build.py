@@ -12,7 +12,9 @@ from models.gpu_export import Gpu, GpuAllocation
 from models.node import Node
 from models.peermem import ibv_reg_mr_peermem
 from models.gpu import gpu_params
-from models.presets import GPU_VENDOR
+from models.pcie import PcieParams
+from models.presets import GPU_VENDOR, PCIE_PRESETS
+from models.topology import build_topology, nic_link
 from models.verbs import (Access, Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device,
                           ibv_reg_mr)
 from models.versions import KernelBehaviour, Version
@@ -87,8 +89,12 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
         bed.pds[spec.name] = ibv_alloc_pd(bed.contexts[spec.name])
         for i, gspec in enumerate(spec.gpus):
             name = f"{spec.name}.{gspec.name or f'gpu{i}'}"
-            bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], gpu_params(gspec.preset),
-                                 node.kernel, capacity=gspec.memory, driver=gspec.driver)
+            params = gpu_params(gspec.preset)
+            bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], params, node.kernel,
+                                 capacity=gspec.memory, driver=gspec.driver)
+            node.topology = build_topology(spec.topology, nic=node.pcie.params,
+                                           gpu=PcieParams(**PCIE_PRESETS[params.pcie]))
+            node.pcie = nic_link(node.topology)
     for i, spec in enumerate(scenario.buffers):
         try:
             reg = _register(bed, spec, scenario.invariants)

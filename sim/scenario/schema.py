@@ -148,7 +148,11 @@ class NodeSpec(Strict):
     nic: NicSpec = NicSpec()
     pcie: PcieSpec = PcieSpec()
     host: HostSpec = HostSpec()
-    gpus: list[GpuSpec] = []
+    gpus: Annotated[list[GpuSpec], Field(max_length=1)] = []
+    """The node's GPU (one per node in this version)."""
+    topology: Literal["switch", "root_complex", "cross_socket"] = "switch"
+    """Where the GPU sits relative to the NIC: under one PCIe switch, on another root port of the same socket
+    (peer-to-peer through the CPU root complex), or on the other socket."""
     kernel: KernelSpec = KernelSpec()
     rdma_core: VersionText = "57"
     """rdma-core (libibverbs) version: ibv_reg_dmabuf_mr needs v34+, mlx5dv_reg_dmabuf_mr v55+."""
