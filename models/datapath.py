@@ -186,8 +186,14 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
     node = qp.node
     posted = env.now
     poll_ps = qp.poll_delays.next()
-    stages = plan(qp, wr.opcode, wr.length, wr.inline, memory_target(node.nic.lookup(wr.lkey)),
-                  memory_target(qp.remote.node.nic.lookup(wr.rkey)))
+    peer = qp.remote.node
+    if node.topology is None and peer.topology is None:
+        stages = plan(qp, wr.opcode, wr.length, wr.inline)
+    else:
+        stages = plan(qp, wr.opcode, wr.length, wr.inline, memory_target(node.nic.lookup(wr.lkey)),
+                      memory_target(peer.nic.lookup(wr.rkey)))
+    translating = node.nic.mtt is not None or node.iommu is not None or peer.nic.mtt is not None \
+        or peer.iommu is not None
     t = posted + node.nic.params.doorbell_ps
     t, _ = yield from walk(env, stages.to_engine, t, t)
     read_slot = None
@@ -213,12 +219,19 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
         return
 
     payload = _read_payload(env, local_mr, wr) if wr.opcode is Opcode.RDMA_WRITE else None
+    if translating and wr.opcode is Opcode.RDMA_WRITE and not wr.inline:
+        t = yield from _translate_first(env, node, local_mr, wr.local_addr, wr.length, t, write=False)
     head, tail = yield from walk(env, stages.forward, t, t)
     status, head, tail = yield from _responder_accepts(env, qp, wr, stages, head, tail)
+    remote_mr = peer.nic.lookup(wr.rkey)
+    if translating and status is WcStatus.SUCCESS:
+        ready = yield from _translate_first(env, peer, remote_mr, wr.remote_addr, wr.length, head,
+                                            write=wr.opcode is Opcode.RDMA_WRITE)
+        head, tail = ready, max(tail, ready)
     if status is not WcStatus.SUCCESS:
         _, done = yield from walk(env, stages.reply, tail, tail)
     elif wr.opcode is Opcode.RDMA_WRITE:
-        _write_payload(env, qp.remote.node.nic.lookup(wr.rkey), wr.remote_addr, payload)
+        _write_payload(env, remote_mr, wr.remote_addr, payload)
         _, landed = yield from walk(env, stages.remote, head, tail)
         _notify_landed(env, wr, landed)
         # The responder acknowledges once the last TLP is on its PCIe link: a full receive path backs up
@@ -235,11 +248,43 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
             tail = max(tail, head)
         if status is WcStatus.SUCCESS:
             _write_payload(env, local_mr, wr.local_addr, payload)
+            if translating:
+                head = yield from _translate_first(env, node, local_mr, wr.local_addr, wr.length, head, write=True)
+                tail = max(tail, head)
             _, done = yield from walk(env, landing, head, tail)
             _notify_landed(env, wr, done - stages.cqe_ps)
         else:
             _, done = yield from walk(env, stages.reply[-1:], head, head)
     _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
+
+
+def translation_stages(node, mr, addr: int, length: int, *, write: bool) -> list[Stage]:
+    """What translating one access costs before its data moves: NIC MPT/MTT cache misses (DMA reads of the
+    entries), the deep-MR walk of a large MR the NIC writes, and IO-TLB misses of host-memory DMA. Empty when
+    the node models neither (the default)."""
+    stages: list[Stage] = []
+    mtt = node.nic.mtt
+    if mtt is not None:
+        access = mtt.access(mr.lkey, mr.length, 4096, addr - mr.iova, length, write=write)
+        if access.mpt_miss:
+            stages += dma_read(node.pcie, mtt.params.mpt_bytes)
+        if access.mtt_misses:
+            stages += dma_read(node.pcie, access.mtt_misses * mtt.params.line_bytes)
+        stages += mtt.walk_stage(access)
+    if node.iommu is not None and memory_target(mr) != "gpu0":
+        stages += node.iommu.stages(mr.addr + addr - mr.iova, length)
+    return stages
+
+
+def _translate_first(env, node, mr, addr: int, length: int, t: int, *, write: bool) -> Generator:
+    """Walk the translation stages of an access starting at ``t``; return when the data may move."""
+    if mr is None or (node.nic.mtt is None and node.iommu is None):
+        return t
+    extra = translation_stages(node, mr, addr, length, write=write)
+    if not extra:
+        return t
+    ready, _ = yield from walk(env, extra, t, t)
+    return ready
 
 
 def _read_payload(env, mr, wr: SendWR, *, remote: bool = False):

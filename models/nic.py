@@ -14,6 +14,7 @@ from models.mr_backing import OdpParams
 from sim.core import PS_PER_NS, FifoServer, VerbsError
 
 if TYPE_CHECKING:
+    from models.mtt_cache import MttCache
     from models.verbs import MemoryRegion
 
 
@@ -70,6 +71,8 @@ class Nic:
         self.tx_port = FifoServer(f"{name}.tx_port")
         self.rx_port = FifoServer(f"{name}.rx_port")
         self.mrs: dict[int, MemoryRegion] = {}
+        self.mtt: MttCache | None = None
+        """The MPT/MTT translation caches when modelled (off by default: every translation hits)."""
         self._next_key = 0x100
         self._next_handle = 0
         self.translations = 0

@@ -8,6 +8,7 @@ import networkx as nx
 
 from models.dmabuf import DmaBufCore, FdTable
 from models.host import HostMemory, HostParams
+from models.iommu import Iommu
 from models.nic import Nic, NicParams
 from models.pcie import PcieLink, PcieParams
 
@@ -26,6 +27,8 @@ class Node:
     """The file descriptors of the process under test."""
     rdma_core: str = "57"
     """rdma-core (libibverbs) version of the process under test."""
+    iommu: Iommu | None = None
+    """The host's IOMMU when modelled (off by default: DMA addresses are physical)."""
     topology: nx.Graph | None = None
     """The PCIe topology of a node with a GPU (models.topology: nic0, gpu0, sockets, switch); None: the NIC
     alone, its link reaching host memory."""

@@ -14,6 +14,8 @@ from models.peermem import ibv_reg_mr_peermem
 from models.gpu import gpu_params
 from models.pcie import PcieParams
 from models.presets import GPU_VENDOR, PCIE_PRESETS
+from models.iommu import IOMMU_PRESETS, Iommu, IommuParams
+from models.mtt_cache import MTT_PRESETS, MttCache, MttParams
 from models.topology import build_topology, nic_link
 from models.verbs import (Access, Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device,
                           ibv_reg_mr)
@@ -83,6 +85,10 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
         node = Node.create(spec.name, host_params(spec), pcie_params(spec), nic_params(spec))
         node.kernel = DmaBufCore(env, kernel_config(spec))
         node.rdma_core = spec.rdma_core
+        if spec.iommu != "off":
+            node.iommu = Iommu(IommuParams(**IOMMU_PRESETS[spec.iommu]), name=f"{spec.name}.iommu")
+        if spec.nic.translation_cache:
+            node.nic.mtt = MttCache(MttParams(**MTT_PRESETS[spec.nic.preset]), name=node.nic.name)
         fabric.attach(node.nic.name)
         bed.nodes[spec.name] = node
         bed.contexts[spec.name] = ibv_open_device(node, env, fabric)

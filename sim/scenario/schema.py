@@ -96,6 +96,9 @@ class NicSpec(Strict):
     """WQEs written with the doorbell (no WQE fetch by DMA)."""
     max_rd_atomic: Annotated[int, Field(ge=1, le=256)] | None = None
     """Outstanding RDMA READs per QP."""
+    translation_cache: bool = False
+    """Model the NIC's MPT/MTT translation caches (misses cost PCIe reads; MRs past 4 GiB of 4 KiB pages
+    need a second translation level when the NIC writes them: the large-MR cliff)."""
     max_translations: Annotated[int, Field(ge=1)] | None = None
     """Translation entries (4 KiB pages) the NIC holds over all MRs; registrations past it fail with ENOMEM."""
     ignore_move_notify: bool = False
@@ -154,6 +157,8 @@ class NodeSpec(Strict):
     """Where the GPU sits relative to the NIC: under one PCIe switch, on another root port of the same socket
     (peer-to-peer through the CPU root complex), or on the other socket."""
     kernel: KernelSpec = KernelSpec()
+    iommu: Literal["off", "vtd", "vtd_superpages"] = "off"
+    """The host IOMMU: off, VT-d with 4 KiB pages (an IO-TLB of 256 KiB reach), or with 2 MiB superpages."""
     rdma_core: VersionText = "57"
     """rdma-core (libibverbs) version: ibv_reg_dmabuf_mr needs v34+, mlx5dv_reg_dmabuf_mr v55+."""
 
