@@ -48,11 +48,14 @@ def walk(env, stages: list[Stage], head: int, tail: int) -> Generator:
 
     Returns (head, tail) times at the far end of the last stage.
     """
+    tracing = env.trace.enabled
     for server, service, head_ps, tail_ps, latency, eager in stages:
         if server is not None:
             if not eager and head > env._now:  # simpy's clock attribute, read directly in this hot loop
                 yield Timeout(env, head - env._now)
             start, finish = claim_cut_through(server, head, service, tail + tail_ps)
+            if tracing:
+                env.trace.slice(server.name, "busy", start, finish)
             head = start + head_ps
             tail = finish
         head += latency
@@ -382,6 +385,9 @@ def _complete_at(env, qp: QueuePair, wr: SendWR, status: WcStatus, posted: int, 
             qp.to_error()
         wc = WorkCompletion(wr.wr_id, status, wr.opcode, wr.length if status is WcStatus.SUCCESS else 0,
                             qp.qp_num, posted, seen)
+        if env.trace.enabled:
+            env.trace.slice(f"{qp.node.name}.qp{qp.qp_num}", wr.opcode.value, posted, seen, wr_id=wr.wr_id,
+                            bytes=wr.length, status=status.name)
         env.timeout(seen - env.now).callbacks.append(lambda _event, wc=wc: _deliver(qp, wc))
 
 

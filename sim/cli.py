@@ -225,13 +225,21 @@ def repro(manifest: Annotated[Path, typer.Argument(help="A results directory's m
 
 
 @app.command("calibrate")
-def calibrate_cmd() -> None:
+def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also draw the PCIe efficiency figures "
+                                                                        "(MPS sawtooth, reads vs. writes, per "
+                                                                        "generation) into this directory.")] = None
+                  ) -> None:
     """Simulate every calibration measurement (H200 copies and pinning; published PCIe, IOMMU and MTT
     anchors) and print simulated vs. measured with the error; exit 1 if a required row is out of tolerance."""
     from sim.calibrate import calibrate, format_calibration
 
     table = calibrate()
     typer.echo(format_calibration(table))
+    if figures is not None:
+        from sim.plot.pcie import pcie_efficiency_figures
+
+        for path in pcie_efficiency_figures(figures):
+            typer.echo(str(path))
     raise typer.Exit(int(not table.loc[table.required, "passed"].all()))
 
 

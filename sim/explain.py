@@ -11,6 +11,8 @@ from sim.core.trace import TraceEvent
 from sim.run import RunResult
 
 LOCK_EVENTS = ("LockAcquired", "LockReleased")
+DATA_PATH = ("busy", "RDMA_WRITE", "RDMA_READ")
+"""Per-resource and per-work-request slices: in the trace file, not in the protocol timeline."""
 DISRUPTIONS = ("gpu_memory_pressure", "PeerMemoryReclaimed")
 WINDOW_PS = 5_000_000_000
 """How long after the first disruption to keep listing events when nothing restores the mapping (5 ms)."""
@@ -62,7 +64,8 @@ def _render(events: list[TraceEvent], title: str) -> list[str]:
 def explain(result: RunResult) -> str:
     """The registration and first-disruption timelines of a traced run (``run_scenario(..., trace=True)``)."""
     bed = result.testbed
-    events = sorted(bed.env.trace.events, key=lambda e: e.time_ps)  # stable: ties keep their causal order
+    events = sorted((e for e in bed.env.trace.events if e.name not in DATA_PATH),
+                    key=lambda e: e.time_ps)  # stable: ties keep their causal order
     setup = [e for e in events if e.time_ps < bed.started_ps]
     regs = ", ".join(f"'{r.buffer}' ({r.mode} on {r.node}.{r.location})" for r in bed.registrations.values())
     lines = _render(setup, f"Registration of {regs}")

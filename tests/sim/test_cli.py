@@ -164,7 +164,9 @@ def test_trace_is_chrome_json_with_one_process_per_variant_and_named_tracks(tmp_
     processes = {e["args"]["name"] for e in events if e["name"] == "process_name"}
     assert processes == {"peermem", "dmabuf", "dmabuf-pinned", "dmabuf-no-move-notify"}
     threads = {e["args"]["name"] for e in events if e["name"] == "thread_name"}
-    assert {"a.nic", "a.gpu0", "a.nic.hw"} <= threads
+    assert {"a.nic", "a.gpu0", "a.nic.hw", "a.nic.tx_port", "b.nic.rx_engine"} <= threads
+    assert any(t.endswith(".up") for t in threads) and any(t.endswith(".down") for t in threads)  # link directions
+    assert any(t.startswith("a.qp") for t in threads)  # one slice per work request, post to completion
     slices = [e for e in events if e.get("ph") == "X"]
     assert all(e["dur"] >= 0 for e in slices) and any(e["name"] == "dma_buf_move_notify" for e in slices)
     assert any(e.get("ph") == "i" and e["name"] == "MappingInvalidated" for e in events)
@@ -179,8 +181,9 @@ def test_perftest_front_end_is_wired_into_the_cli():
     assert bad.exit_code == 2 and "--run_infinitely" in bad.stderr
 
 
-def test_calibrate_command_reports_every_required_row_passing():
-    result = runner.invoke(app, ["calibrate"])
+def test_calibrate_command_reports_every_required_row_passing(tmp_path):
+    result = runner.invoke(app, ["calibrate", "--figures", str(tmp_path)])
+    assert (tmp_path / "pcie_bw_vs_mps.png").stat().st_size > 10_000
     assert result.exit_code == 0, result.output[-2000:]
     assert "0 failed" in result.stdout and "pinning_cost" in result.stdout and "copy_bw" in result.stdout
 
