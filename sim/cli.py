@@ -16,11 +16,11 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sim.core.errors import ConfigError, SimError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="rdmasim: simulate RDMA memory registration, NICs, PCIe and GPU memory.")
 err = Console(stderr=True)
 
-ScenarioPath = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_default=False)]
+ScenarioPath = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_default=False, metavar="FILE")]
 
 
 def _load(path: Path):
