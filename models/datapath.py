@@ -123,14 +123,15 @@ class Plan(NamedTuple):
     """READ: how many of ``remote``'s last stages write the response (and the CQE) at the requester."""
 
 
-def memory_target(mr) -> str | None:
-    """Where a NIC access through ``mr`` goes in its node's PCIe topology: ``gpu0`` for a GPU buffer in VRAM,
-    ``mem0`` for host memory; None when the node has no topology (the NIC's own link reaches host memory)."""
+def memory_target(mr, now_ps: int) -> str | None:
+    """Where a NIC access through ``mr`` goes at ``now_ps`` in its node's PCIe topology: ``gpu0`` for a GPU
+    buffer the NIC reaches in VRAM, ``mem0`` for host memory; None when the node has no topology (the NIC's own
+    link reaches host memory)."""
     if mr is None or mr.pd.context.node.topology is None:
         return None
     backing = mr.backing
     if isinstance(backing, DmabufBacking):
-        return "gpu0" if backing.umem.attach.dmabuf.placement is Placement.VRAM else "mem0"
+        return "gpu0" if backing.reached_placement(now_ps) is Placement.VRAM else "mem0"
     return "gpu0" if isinstance(backing, PeerMemBacking) else "mem0"
 
 
@@ -193,8 +194,8 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
     if node.topology is None and peer.topology is None:
         stages = plan(qp, wr.opcode, wr.length, wr.inline)
     else:
-        stages = plan(qp, wr.opcode, wr.length, wr.inline, memory_target(node.nic.lookup(wr.lkey)),
-                      memory_target(peer.nic.lookup(wr.rkey)))
+        stages = plan(qp, wr.opcode, wr.length, wr.inline, memory_target(node.nic.lookup(wr.lkey), posted),
+                      memory_target(peer.nic.lookup(wr.rkey), posted))
     translating = node.nic.mtt is not None or node.iommu is not None or peer.nic.mtt is not None \
         or peer.iommu is not None
     t = posted + node.nic.params.doorbell_ps
@@ -261,7 +262,7 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
     _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
 
 
-def translation_stages(node, mr, addr: int, length: int, *, write: bool) -> list[Stage]:
+def translation_stages(node, mr, addr: int, length: int, now_ps: int, *, write: bool) -> list[Stage]:
     """What translating one access costs before its data moves: NIC MPT/MTT cache misses (DMA reads of the
     entries), the deep-MR walk of a large MR the NIC writes, and IO-TLB misses of host-memory DMA. Empty when
     the node models neither (the default)."""
@@ -274,7 +275,7 @@ def translation_stages(node, mr, addr: int, length: int, *, write: bool) -> list
         if access.mtt_misses:
             stages += dma_read(node.pcie, access.mtt_misses * mtt.params.line_bytes)
         stages += mtt.walk_stage(access)
-    if node.iommu is not None and memory_target(mr) != "gpu0":
+    if node.iommu is not None and memory_target(mr, now_ps) != "gpu0":
         stages += node.iommu.stages(mr.addr + addr - mr.iova, length)
     return stages
 
@@ -283,7 +284,7 @@ def _translate_first(env, node, mr, addr: int, length: int, t: int, *, write: bo
     """Walk the translation stages of an access starting at ``t``; return when the data may move."""
     if mr is None or (node.nic.mtt is None and node.iommu is None):
         return t
-    extra = translation_stages(node, mr, addr, length, write=write)
+    extra = translation_stages(node, mr, addr, length, t, write=write)
     if not extra:
         return t
     ready, _ = yield from walk(env, extra, t, t)

@@ -51,15 +51,18 @@ class DmabufBacking(MrBacking):
         self.invalidations = 0
         self.zapped_at_ps = 0
         """When the last move_notify finished zapping (on the exporter's timeline)."""
+        self.zapped_placement = None
+        """Where the zapped translations pointed (the NIC reaches it until ``zapped_at_ps``)."""
         self.violations: list[str] = []
         umem.private = self
 
     @property
     def pinned_bytes(self) -> int:
-        """The MR's bytes the exporter cannot move: pinned by the importer, or pinned on map because
-        CONFIG_DMABUF_MOVE_NOTIFY is off."""
+        """The MR's bytes the exporter cannot move: pinned by the importer, pinned on map because
+        CONFIG_DMABUF_MOVE_NOTIFY is off, or exported by a static exporter that never moves memory."""
         umem = self.umem
-        pinned = umem.pinned or (umem.sgt is not None and umem.sgt.pinned_on_map)
+        static = umem.attach.dmabuf.ops.pin is None  # a static exporter (NVIDIA) never moves its memory
+        pinned = umem.pinned or static or (umem.sgt is not None and umem.sgt.pinned_on_map)
         return umem.length if pinned and not umem.revoked else 0
 
     @property
@@ -77,9 +80,19 @@ class DmabufBacking(MrBacking):
                                          "and keeps its translations to the old pages")
             return
         self.translation_valid = False  # UMR XLT ZAP: the NIC can no longer reach the old pages
+        self.zapped_placement = umem.sgt.placement
         ib_umem_dmabuf_unmap_pages(umem)
         self.zapped_at_ps = umem.attach.dmabuf.core.now_ps(umem.attach.dmabuf.core.context(None, umem.dev))
         self.invalidations += 1
+
+    def reached_placement(self, now_ps: int):
+        """Where the NIC's accesses land now: the mapping's placement, or until a zap completes the old one."""
+        umem = self.umem
+        if umem.sgt is not None:
+            return umem.sgt.placement
+        if self.zapped_placement is not None and now_ps < self.zapped_at_ps:
+            return self.zapped_placement
+        return umem.attach.dmabuf.placement
 
     def translate(self, now_ps: int, offset: int, length: int):
         from models.verbs import WcStatus

@@ -58,8 +58,10 @@ class RootComplexParams:
     """Same for completions of P2P reads (the anchor mixes reads and writes: unvalidated split)."""
     p2p_read_supported: bool = True
     """False: P2P reads through this root complex fail (Intel client CPUs, open-gpu-kernel-modules #1253)."""
-    p2p_latency_ps: int = 100 * PS_PER_NS
-    """One-way latency of forwarding a TLP port to port inside the CPU (unvalidated default)."""
+    p2p_latency_ps: int = 250 * PS_PER_NS
+    """One-way latency of forwarding a TLP port to port inside the CPU: an unvalidated default, chosen above a
+    switch's cut-through hop because the TLP crosses the CPU's internal fabric (NCCL #465: "CPUs are very, very
+    bad PCI switches")."""
 
 
 @dataclass(frozen=True, slots=True)

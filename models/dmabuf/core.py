@@ -109,7 +109,8 @@ class DmaBufCore:
 
     @contextmanager
     def call(self, ctx: str, name: str, **args: Any) -> Iterator[None]:
-        """Run a call in ``ctx``: nested calls and callbacks default to it; on success trace it as a slice."""
+        """Run a call in ``ctx``: nested calls and callbacks default to it; it is traced as a slice whether it
+        succeeds or fails (a failing kernel call still takes the time it spent)."""
         handle = self.env.trace.begin(ctx, name, self.now_ps(ctx), **args)
         self._tasks.append(ctx)
         try:

@@ -91,7 +91,7 @@ def test_registration_cost_and_pinned_bytes_per_mode():
                     workload=[{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 10}])
         reg = run_scenario(scn).registrations.set_index("buffer").loc["src"]
         costs[mode] = reg["register_us"]
-        assert reg["pinned_bytes"] == (0 if mode == "dmabuf" else 2**30)
+        assert reg["pinned_bytes"] == 2**30  # on an NVIDIA GPU even the dynamic MR's buffer never moves
     assert all(cost > 18 for cost in costs.values())  # the dma-buf export alone takes 18 us
 
 
