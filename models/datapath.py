@@ -215,17 +215,25 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
         status = WcStatus.WR_FLUSH_ERR
     elif local_mr is None or not local_mr.allows(wr.local_addr, wr.length, local_need):
         status = WcStatus.LOC_PROT_ERR
-    elif local_mr.backing is not None and wr.opcode is Opcode.RDMA_WRITE and not wr.inline:
-        t, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length, t, write=False)
+    forward = stages.forward
+    reads_source = wr.opcode is Opcode.RDMA_WRITE and not wr.inline
+    if status is WcStatus.SUCCESS and reads_source and local_mr.backing is not None:
+        # The NIC translates the source when its DMA engine reaches this WQE, i.e. when the first read
+        # request goes out behind the earlier WQEs' requests: claim that stage, then translate at its start.
+        first, forward = forward[:1], forward[1:]
+        issued, _ = yield from walk(env, first, t, t)
+        t, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length, issued - first[0][2],
+                                           write=False)
+        t = max(t, issued)
     if status is not WcStatus.SUCCESS:
         _, done = yield from walk(env, stages.reply[-1:], t, t)
         _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
         return
 
     payload = _read_payload(env, local_mr, wr) if wr.opcode is Opcode.RDMA_WRITE else None
-    if translating and wr.opcode is Opcode.RDMA_WRITE and not wr.inline:
+    if translating and reads_source:
         t = yield from _translate_first(env, node, local_mr, wr.local_addr, wr.length, t, write=False)
-    head, tail = yield from walk(env, stages.forward, t, t)
+    head, tail = yield from walk(env, forward, t, t)
     status, head, tail = yield from _responder_accepts(env, qp, wr, stages, head, tail)
     remote_mr = peer.nic.lookup(wr.rkey)
     if translating and status is WcStatus.SUCCESS:
