@@ -218,12 +218,13 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
     forward = stages.forward
     reads_source = wr.opcode is Opcode.RDMA_WRITE and not wr.inline
     if status is WcStatus.SUCCESS and reads_source and local_mr.backing is not None:
-        # The NIC translates the source when its DMA engine reaches this WQE, i.e. when the first read
-        # request goes out behind the earlier WQEs' requests: claim that stage, then translate at its start.
+        # The NIC translates the source when it issues the payload's first read request, behind the earlier
+        # WQEs' requests (read tags are not limited here: see models.pcie_tlp for the tag model).
         first, forward = forward[:1], forward[1:]
         issued, _ = yield from walk(env, first, t, t)
-        t, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length, issued - first[0][2],
-                                           write=False)
+        t, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length,
+                                           max(issued - first[0][2], qp.sq_stalled_until), write=False)
+        qp.sq_stalled_until = t  # a page fault stalls the send queue: later WQEs wait behind it
         t = max(t, issued)
     if status is not WcStatus.SUCCESS:
         _, done = yield from walk(env, stages.reply[-1:], t, t)

@@ -212,6 +212,8 @@ class QueuePair:
     """Requester attribute: RNR retries before IBV_WC_RNR_RETRY_EXC_ERR; 7 means retry forever."""
     rnr_naks: int = 0
     """RNR NAKs this QP's requests received."""
+    sq_stalled_until: int = 0
+    """A requester-side page fault stalls the send queue until then: later WQEs are translated no earlier."""
 
     @property
     def node(self) -> Node:
