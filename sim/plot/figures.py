@@ -33,11 +33,20 @@ def save(fig, data: pd.DataFrame, directory: Path, name: str) -> list[Path]:
     return paths
 
 
+def _curves(data: pd.DataFrame):
+    """One curve per (variant, workload), labelled by what differs: the workload, the variant, or both."""
+    variants, workloads = data["variant"].nunique() > 1, data["workload"].nunique() > 1
+    for (variant, workload), rows in data.groupby(["variant", "workload"], sort=False, observed=True):
+        label = " / ".join(part for part, shown in ((variant, variants), (workload, workloads)) if shown)
+        yield label or workload, rows
+
+
 def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]:
     """Average bandwidth (Gb/s) against message size, one line per bandwidth workload."""
-    data = summary[summary["kind"].str.endswith("_bw")][["workload", "bytes", "bw_avg_Gbps", "bw_peak_Gbps"]]
+    data = summary[summary["kind"].str.endswith("_bw")][["variant", "workload", "bytes", "bw_avg_Gbps",
+                                                          "bw_peak_Gbps"]]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, rows in data.groupby("workload", sort=False):
+    for label, rows in _curves(data):
         ax.plot(rows["bytes"], rows["bw_avg_Gbps"], marker="o", ms=3, label=label)
     _size_axis(ax, data["bytes"])
     ax.set_ylabel("average bandwidth (Gb/s)")
@@ -51,9 +60,9 @@ def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]
 def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]:
     """Typical latency (us) against message size with the p99-p99.9 band, one line per latency workload."""
     data = summary[summary["kind"].str.endswith("_lat")][
-        ["workload", "bytes", "t_typical_us", "t_min_us", "p99_us", "p99_9_us"]]
+        ["variant", "workload", "bytes", "t_typical_us", "t_min_us", "p99_us", "p99_9_us"]]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, rows in data.groupby("workload", sort=False):
+    for label, rows in _curves(data):
         line, = ax.plot(rows["bytes"], rows["t_typical_us"], marker="o", ms=3, label=f"{label} (typical)")
         ax.fill_between(rows["bytes"], rows["t_min_us"], rows["p99_9_us"], color=line.get_color(), alpha=0.2,
                         label=f"{label} (min..p99.9)")

@@ -28,3 +28,21 @@ def test_gpu_through_the_root_complex_gets_about_half_of_host_memory(kind):
 
 def test_host_memory_behind_a_switch_crosses_the_uplink_but_keeps_line_rate():
     assert _bw("switch", "a.host", "pinned") == pytest.approx(_bw("root_complex", "a.host", "pinned"), rel=0.03)
+
+
+def test_gpu_topology_scenario_figures_draw_one_curve_per_variant(tmp_path):
+    from pathlib import Path
+
+    import pandas as pd
+
+    from sim.results import write_results
+    from sim.scenario.scenario_file import load_scenario_variants
+
+    _, _, variants = load_scenario_variants(Path(__file__).resolve().parents[2] / "scenarios" / "gpu_topology.yaml")
+    small = [(name, v.model_copy(update={"workload": [w.model_copy(update={"iterations": 30}) for w in v.workload]}))
+             for name, v in variants]
+    out = write_results([run_scenario(v, variant=name) for name, v in small], tmp_path / "r")
+    curves = pd.read_csv(out / "figures" / "bw_vs_size.csv")
+    assert set(curves["variant"]) == {"gpu-behind-switch", "gpu-via-root-complex", "gpu-other-socket", "host-memory"}
+    at_8mib = curves[curves["bytes"] == 8 << 20].set_index("variant")["bw_avg_Gbps"]
+    assert at_8mib["gpu-via-root-complex"] < 0.55 * at_8mib["host-memory"]
