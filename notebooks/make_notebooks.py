@@ -426,7 +426,8 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     print(f"host pages pinned: {node.host.pinned_pages}; dma-buf references: {dmabuf.refcount} (the fd's and the MR's)")
 
     assert mr.mr_type == "DMABUF_MR" and mr.addr == 0 and mr.iova == alloc.addr
-    assert node.host.pinned_pages == 0 and mr.backing.pinned_bytes == 0
+    # nothing pinned in host memory; the buffer still never moves, because NVIDIA's exporter is static
+    assert node.host.pinned_pages == 0 and mr.backing.pinned_bytes == 64 * MiB
     assert mr.backing.translation_valid and dmabuf.refcount == 2
     """),
     md("""
