@@ -200,3 +200,12 @@ def test_sweep_and_plot_commands(tmp_path):
     assert figure.exit_code == 0 and "mode_comparison.png" in figure.stdout
     unknown = runner.invoke(app, ["plot", str(out), "--recipe", "pie"])
     assert unknown.exit_code == 2 and "heatmap" in unknown.stderr
+
+
+def test_the_readme_scenario_example_is_valid(tmp_path):
+    text = (ROOT / "README.md").read_text()
+    example = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    path = _write(tmp_path, example)
+    assert runner.invoke(app, ["validate", str(path)]).exit_code == 0
+    commands = text.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
+    assert len(commands) == 2 and "scenarios/quickstart.yaml" in commands[0] and "pytest" in commands[1]
