@@ -35,6 +35,8 @@ def save(fig, data: pd.DataFrame, directory: Path, name: str) -> list[Path]:
 
 def _curves(data: pd.DataFrame):
     """One curve per (variant, workload), labelled by what differs: the workload, the variant, or both."""
+    if "variant" not in data:
+        data = data.assign(variant="base")
     variants, workloads = data["variant"].nunique() > 1, data["workload"].nunique() > 1
     for (variant, workload), rows in data.groupby(["variant", "workload"], sort=False, observed=True):
         label = " / ".join(part for part, shown in ((variant, variants), (workload, workloads)) if shown)
@@ -43,8 +45,8 @@ def _curves(data: pd.DataFrame):
 
 def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]:
     """Average bandwidth (Gb/s) against message size, one line per bandwidth workload."""
-    data = summary[summary["kind"].str.endswith("_bw")][["variant", "workload", "bytes", "bw_avg_Gbps",
-                                                          "bw_peak_Gbps"]]
+    columns = [c for c in ("variant", "workload", "bytes", "bw_avg_Gbps", "bw_peak_Gbps") if c in summary]
+    data = summary[summary["kind"].str.endswith("_bw")][columns]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, rows in _curves(data):
         ax.plot(rows["bytes"], rows["bw_avg_Gbps"], marker="o", ms=3, label=label)
@@ -59,8 +61,9 @@ def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]
 
 def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]:
     """Typical latency (us) against message size with the p99-p99.9 band, one line per latency workload."""
-    data = summary[summary["kind"].str.endswith("_lat")][
-        ["variant", "workload", "bytes", "t_typical_us", "t_min_us", "p99_us", "p99_9_us"]]
+    columns = [c for c in ("variant", "workload", "bytes", "t_typical_us", "t_min_us", "p99_us", "p99_9_us")
+               if c in summary]
+    data = summary[summary["kind"].str.endswith("_lat")][columns]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     for label, rows in _curves(data):
         line, = ax.plot(rows["bytes"], rows["t_typical_us"], marker="o", ms=3, label=f"{label} (typical)")

@@ -102,9 +102,7 @@ def _restates_size(table: pd.DataFrame, column: str) -> bool:
 def bw_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
     """Average bandwidth against message size; a sweep's runs averaged per series (its other axes)."""
     if isinstance(results, _RunDir):
-        data = results.summary[results.summary["kind"].str.endswith("_bw")].copy()
-        if data["variant"].nunique() > 1:
-            data["workload"] = data["variant"] + " / " + data["workload"]
+        data = results.summary[results.summary["kind"].str.endswith("_bw")]  # one curve per variant and workload
     else:
         ok = results.ok("_bw")
         series = [c for c in dict.fromkeys(["variant", *results.axes, "workload"])
