@@ -33,6 +33,14 @@ def _load(path: Path):
         raise typer.Exit(2) from None
 
 
+class Engine(str, Enum):
+    """The scenario's ``engine`` choices."""
+
+    event = "event"
+    fast = "fast"
+    auto = "auto"
+
+
 RULE = "-" * 100
 BW_HEADER = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
 LAT_HEADER = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
@@ -70,7 +78,10 @@ def run(scenario: ScenarioPath,
         seed: Annotated[Optional[int], typer.Option(help="Override the scenario's seed.", min=0)] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the tables.")] = False,
         trace: Annotated[bool, typer.Option("--trace", help="Also write trace.json (Chrome/Perfetto format: "
-                                                             "open in ui.perfetto.dev).")] = False) -> None:
+                                                             "open in ui.perfetto.dev).")] = False,
+        engine: Annotated[Optional[Engine], typer.Option(
+            help="Override the scenario's engine (auto says on stderr why it falls back to event).")] = None,
+        ) -> None:
     """Run a scenario: print perftest-style tables; write metrics, summary, manifest and figures."""
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
@@ -84,8 +95,11 @@ def run(scenario: ScenarioPath,
         task = bar.add_task(spec.name, total=sum(total_operations(v) for _, v in variants))
         for name, variant in variants:
             try:
+                if engine is not None:
+                    variant = variant.model_copy(update={"engine": engine.value})
                 results.append(run_scenario(variant, seed, progress=lambda n: bar.advance(task, n), variant=name,
-                                            trace=trace))
+                                            trace=trace, notice=lambda line: err.print(line, soft_wrap=True,
+                                                                                       highlight=False)))
             except SimError as exc:
                 label = "" if name == "base" else f" variant '{name}'"
                 failures.append(f"{scenario}:{label} run failed: {exc}")

@@ -86,20 +86,24 @@ def _process(env, work: WorkloadSpec, src: Endpoint, dst: Endpoint, size: int):
 
 
 def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress | None = None,
-                 *, trace: bool = False, variant: str = "base") -> RunResult:
+                 *, trace: bool = False, variant: str = "base",
+                 notice: Callable[[str], None] | None = None) -> RunResult:
     """Simulate every workload of ``scenario`` (with its events) and return its tables.
+
+    ``scenario.engine`` picks the engine: ``fast`` and ``auto`` hand the run to :mod:`sim.fast_plan`; when
+    ``auto`` cannot use it, ``notice`` (default: a line on stderr) is told why and the event engine runs.
 
     :raises sim.build.RegistrationFailed: a buffer could not be registered.
     """
     seed = scenario.seed if seed is None else seed
-    bed = build(scenario, seed, trace=trace)
+    if scenario.engine != "event":
+        from sim.fast_plan import run_fast
+
+        result = run_fast(scenario, seed, progress, trace=trace, variant=variant, notice=notice)
+        if result is not None:
+            return result
+    bed, started, event_log = setup_run(scenario, seed, trace)
     env = bed.env
-    event_log: list[dict] = []
-    started = env.now
-    for gpu in bed.gpus.values():
-        event_log.append({"time_ps": started, "kind": "workloads-start", "target": gpu.name, "bytes": 0,
-                          "evicted": 0, "outcome": "baseline", "gpu_used": gpu.memory.used})
-    schedule_events(bed, scenario, started, event_log)
     op_frames, summaries = [], []
     for work in scenario.workload:
         label = work.name or work.kind
@@ -107,20 +111,46 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
         for size in work.size_list():
             proc = env.process(_process(env, work, src, dst, size))
             records = _run_until(env, proc, bed, f"workload '{label}' at {size} bytes")
-            op_frames.append(pd.DataFrame({
-                "variant": _label(variant, work.iterations), "workload": _label(label, work.iterations),
-                "kind": _label(work.kind, work.iterations), "bytes": size,
-                "iteration": range(work.iterations), "posted_ps": records.posted_ps,
-                "completed_ps": records.completed_ps, "latency_ps": records.latency_ps, "ok": records.ok}))
-            row = {"variant": variant, "workload": label, "kind": work.kind, "bytes": size,
-                   "iterations": work.iterations, "errors": int((~records.ok).sum())}
-            if work.kind.endswith("_bw"):
-                row |= bandwidth_summary(size, records.posted_ps, records.completed_ps, work.tx_depth, records.ok)
-            else:
-                row |= latency_summary(records.latency_ps)
+            frame, row = workload_tables(work, size, records, variant)
+            op_frames.append(frame)
             summaries.append(row)
             if progress:
                 progress(work.iterations)
+    return finish_run(scenario, seed, bed, variant, started, event_log, op_frames, summaries)
+
+
+def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testbed, int, list[dict]]:
+    """Build the testbed and start the scenario's events; returns it, the workloads' start and the event log."""
+    bed = build(scenario, seed, trace=trace)
+    event_log: list[dict] = []
+    started = bed.env.now
+    for gpu in bed.gpus.values():
+        event_log.append({"time_ps": started, "kind": "workloads-start", "target": gpu.name, "bytes": 0,
+                          "evicted": 0, "outcome": "baseline", "gpu_used": gpu.memory.used})
+    schedule_events(bed, scenario, started, event_log)
+    return bed, started, event_log
+
+
+def workload_tables(work: WorkloadSpec, size: int, records, variant: str) -> tuple[pd.DataFrame, dict]:
+    """The per-operation rows and the perftest summary row of one (workload, size)."""
+    label = work.name or work.kind
+    frame = pd.DataFrame({
+        "variant": _label(variant, work.iterations), "workload": _label(label, work.iterations),
+        "kind": _label(work.kind, work.iterations), "bytes": size,
+        "iteration": range(work.iterations), "posted_ps": records.posted_ps,
+        "completed_ps": records.completed_ps, "latency_ps": records.latency_ps, "ok": records.ok})
+    row = {"variant": variant, "workload": label, "kind": work.kind, "bytes": size,
+           "iterations": work.iterations, "errors": int((~records.ok).sum())}
+    if work.kind.endswith("_bw"):
+        row |= bandwidth_summary(size, records.posted_ps, records.completed_ps, work.tx_depth, records.ok)
+    else:
+        row |= latency_summary(records.latency_ps)
+    return frame, row
+
+
+def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, started: int, event_log: list[dict],
+               op_frames: list[pd.DataFrame], summaries: list[dict]) -> RunResult:
+    """Registrations, end-of-run checks, counters and the event table: the run's :class:`RunResult`."""
     registrations = pd.DataFrame([{
         "variant": variant, "buffer": r.buffer, "node": r.node, "location": r.location, "bytes": r.size_bytes,
         "mode": r.mode, "register_us": ps_to_us(r.mr.reg_ps), "pinned_bytes": pinned_bytes(r),

@@ -349,8 +349,9 @@ class Scenario(Strict):
     description: str = ""
     seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
     """Run seed: the same seed gives byte-identical results."""
-    engine: Literal["event"] = "event"
-    """Simulation engine."""
+    engine: Literal["event", "fast", "auto"] = "event"
+    """Simulation engine: 'event' (simpy, every work request), 'fast' (vectorized core, same answers, for
+    perftest workloads over pinned host memory) or 'auto' (fast when the scenario allows it, else event)."""
     nodes: Annotated[list[NodeSpec], Field(min_length=2, max_length=1024)]
     fabric: FabricSpec = FabricSpec()
     buffers: Annotated[list[BufferSpec], Field(min_length=1)]

@@ -1,0 +1,182 @@
+"""Benchmark of the vectorized core, one command: ``python bench/fast_core.py``.
+
+Measured side by side in one run and printed with their ratios:
+
+* the quickstart's ``write_bw`` at 4 KiB on the event engine, on the fast engine (end to end: testbed, solve,
+  tables) and on the fast core alone (the solve), after checking that both engines give identical tables;
+* a 6-stage windowed pipeline (the same recurrences, no shared server) on the fast core and as a
+  numba-compiled scalar loop (skipped with a message when numba is absent), after checking they agree;
+* memory: 100 M operations of that pipeline solved block by block in a separate process, peak RSS reported.
+
+Machines are shared and noisy: each figure is the best of ``--repeats`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim.fast import Claim, Delay, Group, Rebase, Server, UniformSeries, Wake, solve  # noqa: E402
+from sim.fast_plan import pipelines  # noqa: E402
+from sim.run import run_scenario, setup_run  # noqa: E402
+from sim.scenario.scenario_file import load_scenario  # noqa: E402
+
+TARGETS = {"6-stage fast core ops/s": 20e6, "fast/event": 200.0, "fast/numba": 0.5}
+STAGES = ((0, 3_000, 3_000, 3_000, 0, True), (1, 70_000, 24_000, 24_000, 550_000, False),
+          (2, 75_000, 1_500, 1_500, 150_000, True), (3, 82_800, 0, 0, 300_000, False),
+          (4, 77_000, 5_800, 0, 0, True), (5, 3_000, 3_000, 3_000, 150_000, True))
+"""(server, service, head, tail, latency, eager) in ps: a WRITE-like path whose wire stage is the bottleneck."""
+WINDOW, DOORBELL, POLL = 128, 200_000, 40_000
+
+
+def best(repeats: int, run) -> float:
+    """Shortest wall time of ``repeats`` calls (s)."""
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def quickstart(iterations: int, engine: str):
+    scenario, _ = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
+    work = scenario.workload[0].model_copy(update={"sizes": [4096], "iterations": iterations})
+    return scenario.model_copy(update={"workload": [work], "engine": engine})
+
+
+def core_only(iterations: int) -> float:
+    """Time of the fast core's solve alone on the quickstart write_bw 4 KiB (testbed built beforehand)."""
+    scenario = quickstart(iterations, "fast")
+    bed, started, _ = setup_run(scenario, scenario.seed)
+    servers, groups, _ = pipelines(scenario, bed)
+    begin = time.perf_counter()
+    for _ in solve(servers, groups, started):
+        pass
+    return time.perf_counter() - begin
+
+
+class Polls:
+    """Per-operation poll delays drawn like the event engine's, released as blocks finish."""
+
+    def __init__(self, seed: int) -> None:
+        self.series = UniformSeries(np.random.default_rng(seed), POLL)
+
+    def __call__(self, lo: int, hi: int) -> np.ndarray:
+        return self.series.take(lo, hi)
+
+    def finished(self, lo: int) -> None:
+        self.series.release(lo)
+
+
+def six_stage(ops: int, seed: int = 1) -> tuple[list[Server], list[Group]]:
+    steps = (Delay(DOORBELL), *(Claim(*stage) for stage in STAGES), Rebase(True), Delay(draws="poll"), Wake())
+    return [Server(f"s{i}") for i in range(len(STAGES))], [Group(steps, ops, WINDOW, {"poll": Polls(seed)})]
+
+
+def six_stage_fast(ops: int) -> np.ndarray | None:
+    servers, groups = six_stage(ops)
+    done = [piece.done for piece in solve(servers, groups)]
+    return np.concatenate(done)
+
+
+def numba_loop():
+    """The same recurrence as a compiled scalar loop (None without numba)."""
+    try:
+        from numba import njit
+    except ImportError:
+        return None
+
+    @njit(cache=False)
+    def loop(stages, polls, window, doorbell):
+        n = len(polls)
+        free = np.zeros(len(stages), np.int64)
+        done = np.empty(n, np.int64)
+        for i in range(n):
+            post = 0 if i < window else done[i - window]
+            head = tail = post + doorbell
+            for k in range(len(stages)):
+                start = max(head, free[stages[k, 0]])
+                finish = max(start + stages[k, 1], tail + stages[k, 3])
+                free[stages[k, 0]] = finish
+                head, tail = start + stages[k, 2] + stages[k, 4], finish + stages[k, 4]
+            end = tail + polls[i]
+            done[i] = end if i == 0 else max(end, done[i - 1])
+        return done
+
+    table = np.array([stage[:5] for stage in STAGES], np.int64)
+    return lambda polls: loop(table, polls, WINDOW, DOORBELL)
+
+
+def memory_check(ops: int) -> None:
+    """Solve ``ops`` operations of the 6-stage pipeline keeping nothing; print time and peak RSS."""
+    servers, groups = six_stage(ops)
+    count = 0
+    started = time.perf_counter()
+    for piece in solve(servers, groups):
+        count += len(piece.done)
+    elapsed = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"{count} {elapsed} {peak}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--event-ops", type=int, default=100_000, help="WRITEs for the event engine")
+    parser.add_argument("--fast-ops", type=int, default=2_000_000, help="WRITEs for the fast engine")
+    parser.add_argument("--pipeline-ops", type=int, default=5_000_000, help="operations of the 6-stage pipeline")
+    parser.add_argument("--memory-ops", type=int, default=100_000_000, help="operations of the memory check")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--memory-check", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.memory_check:
+        return memory_check(args.memory_check)
+
+    event, fast = (run_scenario(quickstart(args.event_ops, e)) for e in ("event", "fast"))
+    pd.testing.assert_frame_equal(event.operations, fast.operations)
+    rates = {"event engine": args.event_ops / best(1, lambda: run_scenario(quickstart(args.event_ops, "event"))),
+             "fast engine (end to end)": args.fast_ops / best(args.repeats, lambda: run_scenario(
+                 quickstart(args.fast_ops, "fast"))),
+             "fast core (solve only)": args.fast_ops / min(core_only(args.fast_ops) for _ in range(args.repeats))}
+    print(f"quickstart write_bw 4 KiB ({args.event_ops:,} WRITEs identical on both engines):")
+    for name, rate in rates.items():
+        print(f"  {name:28s} {rate:14,.0f} simulated WRITEs/s")
+    print(f"  fast core / event engine     {rates['fast core (solve only)'] / rates['event engine']:14,.1f} x"
+          f"   (target {TARGETS['fast/event']:.0f} x)")
+    print(f"  fast end to end / event      {rates['fast engine (end to end)'] / rates['event engine']:14,.1f} x")
+
+    n = args.pipeline_ops
+    fast_rate = n / best(args.repeats, lambda: six_stage_fast(n))
+    print(f"6-stage pipeline, window {WINDOW} ({n:,} operations):")
+    target = TARGETS["6-stage fast core ops/s"]
+    print(f"  fast core                    {fast_rate:14,.0f} ops/s   (target {target:,.0f})")
+    compiled = numba_loop()
+    if compiled is None:
+        print("  numba scalar loop            skipped: numba is not installed (pip install numba)")
+    else:
+        polls = UniformSeries(np.random.default_rng(1), POLL).take(0, n)
+        if not np.array_equal(compiled(polls[:10_000]), six_stage_fast(10_000)):
+            raise SystemExit("numba loop and fast core disagree")
+        numba_rate = n / best(args.repeats, lambda: compiled(polls))
+        print(f"  numba scalar loop            {numba_rate:14,.0f} ops/s")
+        print(f"  fast core / numba loop       {fast_rate / numba_rate:14,.2f} x   (target {TARGETS['fast/numba']})")
+
+    out = subprocess.run([sys.executable, __file__, "--memory-check", str(args.memory_ops)], capture_output=True,
+                         text=True, check=True).stdout.split()
+    count, elapsed, peak = int(out[0]), float(out[1]), float(out[2])
+    print(f"memory: {count:,} operations in blocks in {elapsed:.1f} s ({count / elapsed:,.0f} ops/s), "
+          f"peak RSS {peak:.2f} GiB (limit 2 GiB)")
+
+
+if __name__ == "__main__":
+    main()

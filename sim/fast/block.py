@@ -1,0 +1,269 @@
+"""One block of operations: passes until the guesses hold, then what to keep and what to carry over.
+
+Guesses (see :mod:`sim.fast.solver`) come from the last pass: each operation's completion is the later of
+its post plus its *idle latency* (its time through the pipeline with every server free, from a first pass
+that takes them so) and, where the pass saw it queue, the completion the pass computed; posts follow
+completions along the window's lanes. Gate releases are guessed the same way along the gate's lanes, and the
+claims of later positions on a shared server move with their operation's post where they did not queue.
+For the first guess of a block, a group whose previous block was saturated (nearly every operation queued)
+is assumed to keep completing at that block's pace.
+
+Typical pass counts: a saturated (bandwidth-bound) stream agrees after one pass plus the verifying one, a
+latency-bound stream likewise; a stream whose rounds interact through a shared server (a small message's
+completion entry delaying the next round's read requests on a PCIe link) advances by about one round per
+pass. Times are int64 ps.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.fast.merge import concat
+from sim.fast.server import pool, running_max
+from sim.fast.sweep import NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut
+
+NEVER = np.iinfo(np.int64).max
+LOW = -(1 << 62)
+"""Minus infinity for guesses."""
+
+
+def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[int, int], max_passes: int):
+    """Solve the operations of ``spans`` ((group, lo, hi) triples) and update ``carry`` for the kept ones.
+
+    Returns (slice outputs, operations kept per slice, whether the passes agreed, earliest undecidable tie).
+    """
+    shared = _shared_servers(problem, spans, carry)
+    slices = _slices_in(problem, spans, history, start, shared)
+    run = Pass(problem, slices, carry, shared, {}, idle=True)
+    previous, memo = _guess(problem, slices, run.run(), run, idle=True), None
+    for _ in range(max_passes):
+        run = Pass(problem, slices, carry, shared, previous, memo)
+        outs = run.run()
+        disagree = _disagreement(problem, slices, outs, run)
+        if disagree == NEVER:
+            break
+        previous, memo = _guess(problem, slices, outs, run), run.memo
+    future = _next_post(problem, spans, outs, history)
+    horizon = min(future, disagree)
+    # Without shared servers or drawn delays before claims, later operations never come first anywhere.
+    alone = not shared and not any(problem.varied[g][k] for g, _, _ in spans for k in problem.claim_steps[g])
+    kept = _kept(spans, outs, horizon, everything=disagree == NEVER and alone)
+    tie = run.tie if run.tie is not None and run.tie < horizon else None
+    _carry_over(problem, spans, outs, kept, run, carry, shared, future)
+    for piece, out, n in zip(slices, outs, kept):
+        if n > 1 and (out.done[:n] > out.post[:n] + piece.idle_done[:n]).mean() >= 0.99:
+            out.pace = (int(out.done[n - 1]), int(out.done[n - 1] - out.done[0]) // (n - 1))
+    return outs, kept, disagree == NEVER, tie
+
+
+def _shared_servers(problem, spans, carry: list[Carry]) -> dict[int, list[int]]:
+    """Servers this block claims from more than one pipeline position (pending claims included), with the
+    positions in the order a pass reaches them."""
+    positions: dict[int, list[int]] = {}
+    for g, _, _ in spans:
+        for k, claim in enumerate(problem.claims[g]):
+            positions.setdefault(claim.server, []).append(problem.pos_base[g] + problem.claim_steps[g][k])
+    shared = {}
+    for server, mine in positions.items():
+        pending = carry[server].pending
+        others = set() if pending is None else set(np.unique(pending.pos).tolist())
+        if len(mine) > 1 or not others <= {mine[0]}:
+            shared[server] = mine
+    return shared
+
+
+def _slices_in(problem, spans, history, start, shared) -> list[SliceIn]:
+    """The slices' known inputs, with placeholder guesses."""
+    slices = []
+    for i, (g, lo, hi) in enumerate(spans):
+        group, hist, m = problem.groups[g], history.get(g), hi - lo
+        back = min(lo, group.window)
+        empty = np.empty(0, np.int64)
+        gate_input = {}
+        for label, slots in problem.gates[g].items():
+            given = np.full(m, NO_RELEASE, np.int64)
+            index = np.arange(lo, min(hi, lo + slots)) - slots
+            past = index >= 0
+            if past.any():
+                released = hist.released[label]
+                given[: len(index)][past] = released[index[past] - lo + len(released)]
+            gate_input[label] = given
+        inside = max(0, m - group.window)
+        slices.append(SliceIn(
+            g, lo, hi, problem.seq_base[g] + lo, start.get(g) if (lo or not i) else None,
+            hist.done[len(hist.done) - back:] if back else empty,
+            hist.created[len(hist.created) - back:] if back else empty,
+            np.zeros(inside, np.int64), np.zeros(inside, np.int64), gate_input,
+            {name: np.asarray(draw(lo, hi), np.int64) for name, draw in group.draws.items()},
+            [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
+            pace=hist.pace if hist is not None else None))
+    return slices
+
+
+def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle: bool = False) -> dict[int, Record]:
+    """Set every slice's guesses from a pass (the first, idle pass also gives the idle latencies); returns
+    the shared positions' claims for the next pass."""
+    moved = {}
+    for piece, out in zip(slices, outs):
+        window, m = problem.groups[piece.group].window, piece.hi - piece.lo
+        if piece.idle_done is None:
+            piece.idle_done = out.done - out.post
+            piece.idle_gate = {k: (out.gate_in[k] - out.post, out.released[k] - out.gate_out[k])
+                               for k in problem.gates[piece.group]}
+            piece.idle_claim = {pos: out.records[pos].head - out.post for pos in piece.shared}
+        post = out.post
+        if m > window:
+            queued = np.where(out.done > out.post + piece.idle_done, out.done, LOW)
+            if idle and piece.pace is not None:  # a saturated group keeps its pace: start from it
+                last, period = piece.pace
+                queued = last + period * np.arange(1, m + 1, dtype=np.int64)
+            done = running_max(_lag_scan(out.post[:window], piece.idle_done, queued, window))
+            piece.guess_post = done[: m - window]
+            piece.guess_created = (out.next_created - out.done)[: m - window] + piece.guess_post
+            post = np.concatenate((out.post[:window], piece.guess_post))
+        for label, slots in problem.gates[piece.group].items():
+            if m > slots:
+                to_gate, after = piece.idle_gate[label]
+                released = out.released[label]
+                queued = np.where(released > out.gate_out[label] + after, released, LOW)
+                floor = np.maximum(np.maximum(out.gate_in[label], post + to_gate) + after, queued)
+                given = piece.gate_input[label]
+                first = np.where(given[:slots] == NO_RELEASE, LOW, given[:slots])
+                given[slots:] = _lag_scan(first, after, floor, slots)[: m - slots]
+        for pos in piece.shared:
+            now, used, alone = out.records[pos], run.used.get(pos), piece.idle_claim[pos]
+            shift = np.where(now.head > out.post + alone, np.maximum(post + alone - now.head, 0), post - out.post)
+            rec = Record(now.server, pos, now.seq0, now.wake + shift, now.created + shift, now.head + shift,
+                         now.not_before + shift, now.service)
+            moved[pos] = used if used is not None and rec.same_inputs(used) else rec
+    return moved
+
+
+def _lag_scan(first: np.ndarray, add: np.ndarray, floor: np.ndarray, lag: int) -> np.ndarray:
+    """``d_i = max(d_{i-lag} + add_i, floor_i)``, with ``d_{i-lag}`` for ``i < lag`` given by ``first``
+    (missing ones: minus infinity); solved along the ``lag`` lanes at once (lanes as contiguous rows)."""
+    m = len(add)
+    head = min(m, len(first))
+    if (floor[:head] >= first[:head] + add[:head]).all() and (floor[lag:] >= floor[:-lag] + add[lag:]).all():
+        return floor  # the floors already satisfy the recurrence (every operation queued)
+    rows = -(-m // lag)
+    grid_add = np.zeros(rows * lag, np.int64)
+    grid_add[:m] = add
+    grid_floor = np.full(rows * lag, LOW, np.int64)
+    grid_floor[:m] = floor
+    cum = np.cumsum(grid_add.reshape(rows, lag).T, axis=1)
+    z = np.ascontiguousarray(grid_floor.reshape(rows, lag).T) - cum
+    start = np.full(lag, LOW, np.int64)
+    start[: len(first)] = first
+    np.maximum(z[:, 0], start, out=z[:, 0])
+    np.maximum.accumulate(z, axis=1, out=z)
+    z += cum
+    return z.T.reshape(-1)[:m]
+
+
+def _first_difference(old: np.ndarray, new: np.ndarray) -> int:
+    """Earliest time at which two non-decreasing series differ (:data:`NEVER` if equal)."""
+    if old is new or np.array_equal(old, new):
+        return NEVER
+    k = int(np.argmax(old != new))
+    return int(min(old[k], new[k]))
+
+
+def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass) -> int:
+    """Earliest time at which a pass's guesses differ from what it computed (:data:`NEVER` if nowhere)."""
+    t = NEVER
+    for piece, out in zip(slices, outs):
+        window, m = problem.groups[piece.group].window, piece.hi - piece.lo
+        inside = max(0, m - window)
+        t = min(t, _first_difference(piece.guess_post, out.done[:inside]))
+        wrong = piece.guess_created != out.next_created[:inside] if problem.keyed else np.zeros(0, bool)
+        if wrong.any():
+            k = int(np.argmax(wrong))
+            t = min(t, int(piece.guess_post[k]), int(out.done[k]))
+        for label, slots in problem.gates[piece.group].items():
+            if m > slots:
+                t = min(t, _first_difference(piece.gate_input[label][slots:], out.released[label][: m - slots]))
+    for pos, used in run.used.items():
+        now = run.current[pos]
+        if used is None:
+            t = min(t, int(now.wake[0])) if len(now.wake) else t
+        elif not now.same_inputs(used):
+            differ = ((now.wake != used.wake) | (now.created != used.created) | (now.head != used.head)
+                      | (now.not_before != used.not_before))
+            k = int(np.argmax(differ))
+            t = min(t, int(now.wake[k]), int(used.wake[k]))
+    return t
+
+
+def _next_post(problem, spans, outs: list[SliceOut], history: dict) -> int:
+    """The post time of the first operation after the block: no claim of a later operation comes earlier."""
+    g, lo, hi = spans[-1]
+    out, group = outs[-1], problem.groups[g]
+    if hi == group.ops:
+        return int(out.done[-1]) if g + 1 < len(problem.groups) else NEVER
+    if hi < group.window:
+        return int(out.post[0])
+    source = hi - group.window
+    if source >= lo:
+        return int(out.done[source - lo])
+    done = history[g].done
+    return int(done[len(done) - (lo - source)])
+
+
+def _kept(spans, outs: list[SliceOut], horizon: int, everything: bool) -> list[int]:
+    """Operations kept per slice: a prefix of the block whose every claim precedes ``horizon``."""
+    kept = []
+    for (_, lo, hi), out in zip(spans, outs):
+        late = out.last_wake >= horizon
+        n = hi - lo if everything or not late.any() else int(np.argmax(late))
+        kept.append(n)
+        if n < hi - lo:
+            break
+    return kept + [0] * (len(spans) - len(kept))
+
+
+def _carry_over(problem, spans, outs, kept, run: Pass, carry: list[Carry], shared, future: int) -> None:
+    """Server states for the next block: free times up to the next block's earliest possible claim
+    (``limit``), and the kept operations' claims after it (pending, in key order)."""
+    left = next(((i, n) for i, ((_, lo, hi), n) in enumerate(zip(spans, kept)) if n < hi - lo), None)
+    if left is None:
+        limit, seq_left = future, NEVER
+    else:
+        i, n = left
+        g, lo, _ = spans[i]
+        window, out = problem.groups[g].window, outs[i]
+        limit = int(out.done[n - window]) if n >= window else int(out.post[n])
+        seq_left = problem.seq_base[g] + lo + n
+    records: dict[int, list[Record]] = {}
+    for rec in run.current.values():
+        records.setdefault(rec.server, []).append(rec)
+    for server, state in enumerate(carry):
+        if server in run.merged:
+            claims, order = run.merged[server]
+            _settle(state, claims, order, limit, seq_left)
+        elif problem.servers[server].count > 1:
+            for rec in records.get(server, []):
+                n = max(0, min(len(rec.wake), seq_left - rec.seq0))
+                state.free = pool(rec.head[:n], rec.service, rec.not_before[:n], state.free)[2]
+        elif records.get(server):
+            (rec,) = records[server]
+            n = max(0, min(len(rec.wake), seq_left - rec.seq0))
+            k = int(np.searchsorted(rec.wake[:n], limit))
+            if k:  # everything before (pending claims included) is over by then
+                state.free_at, state.pending = int(rec.finish[k - 1]), None
+            if k < n:
+                tail = rec.claims(k, n)
+                state.pending = tail if state.pending is None else concat([state.pending, tail])
+        elif state.pending is not None:
+            _settle(state, state.pending, np.arange(len(state.pending)), limit, seq_left)
+
+
+def _settle(state: Carry, claims, order: np.ndarray, limit: int, seq_left: int) -> None:
+    """Fold the kept operations' claims (``claims`` served in ``order``, finish times known) that precede
+    ``limit`` into ``state.free_at`` and keep their later ones as pending; claims of operations not kept are
+    dropped (the next block solves them again)."""
+    kept = order[claims.seq[order] < seq_left]
+    k = int(np.searchsorted(claims.wake[kept], limit))
+    if k:
+        state.free_at = int(claims.finish[kept[k - 1]])
+    state.pending = claims.take(kept[k:]) if k < len(kept) else None

@@ -1,0 +1,64 @@
+"""Per-operation random values as arrays, the same numbers the event engine draws one at a time.
+
+:class:`UniformSeries` reproduces :class:`sim.core.env.UniformDraws` (integers uniform in ``[0, high]``,
+generated in blocks from one named stream) as a sliding window over the sequence, so a solver can ask for a
+range again while it re-solves a block and memory stays bounded.
+
+>>> import numpy as np
+>>> from sim.core.env import UniformDraws
+>>> one = UniformDraws(np.random.default_rng(3), 40)
+>>> series = UniformSeries(np.random.default_rng(3), 40)
+>>> series.take(0, 5).tolist() == [one.next() for _ in range(5)]
+True
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+from sim.core.env import UniformDraws
+
+BLOCK = inspect.signature(UniformDraws).parameters["block"].default
+"""Draws per generator call, as :class:`~sim.core.env.UniformDraws` makes them (the sequence depends on it)."""
+
+
+class UniformSeries:
+    """Draws ``0..`` of a :class:`~sim.core.env.UniformDraws` sequence, kept from the oldest still needed."""
+
+    def __init__(self, rng: np.random.Generator, high: int, block: int = BLOCK) -> None:
+        self._rng, self._high, self._block = rng, int(high), block
+        self._values = np.empty(0, np.int64)
+        self._first = 0
+        """Index of ``_values[0]`` in the sequence (a multiple of ``block``)."""
+
+    @classmethod
+    def following(cls, draws: UniformDraws) -> UniformSeries:
+        """The series ``draws`` will hand out (it must not have handed out any yet: the stream is shared)."""
+        if draws._buffer or draws._index:
+            raise ValueError("UniformDraws already drawn from: its series no longer starts at its first draw")
+        return cls(draws._rng, draws._high, draws._block)
+
+    def take(self, lo: int, hi: int, step: int = 1) -> np.ndarray:
+        """Draws ``lo, lo + step, ...`` below ``hi`` (int64).
+
+        :raises IndexError: a draw before one already released by :meth:`release`.
+        """
+        if lo < self._first:
+            raise IndexError(f"draw {lo} was released (kept from {self._first})")
+        if self._high == 0:
+            return np.zeros(len(range(lo, hi, step)), np.int64)
+        missing = hi - (self._first + len(self._values))
+        if missing > 0:
+            blocks = -(-missing // self._block)
+            fresh = [self._rng.integers(0, self._high + 1, size=self._block) for _ in range(blocks)]
+            self._values = np.concatenate([self._values, *fresh]).astype(np.int64, copy=False)
+        return self._values[lo - self._first:hi - self._first:step]
+
+    def release(self, lo: int) -> None:
+        """Draws before ``lo`` will not be asked for again."""
+        drop = (lo - self._first) // self._block * self._block
+        if drop > 0:
+            self._values = self._values[drop:].copy()
+            self._first += drop

@@ -1,0 +1,182 @@
+"""Array solvers for FIFO service centres: the recurrences of :mod:`sim.core.servers` over many jobs at once.
+
+Jobs are given in service order; every time is an integer number of picoseconds (int64 arrays).
+
+* :func:`cut_through` — one server: ``start_i = max(head_i, finish_{i-1})`` and
+  ``finish_i = max(start_i + service_i, not_before_i)``, as :func:`sim.core.servers.claim_cut_through`.
+  Exact in closed form: with ``S_i = service_0 + ... + service_i`` and ``c_i = max(head_i + service_i,
+  not_before_i)``, ``finish_i = S_i + max(free_at, max_{j<=i}(c_j - S_j))`` (a cumulative sum and a running
+  maximum). Most servers are idle most of the time, so the pass-through answer (``start = head``) is tried
+  and checked first; it is cheaper than the running maximum.
+* Stall intervals ``[s, e)``: a job that would start inside one starts at ``e`` instead (service already
+  under way is not interrupted). The recurrence is then only piecewise of that form; it is solved exactly
+  block by block: the stall-free solution up to the first job that would start in a stall, that job moved to
+  the stall's end, and again from the next job.
+* :func:`pool` — ``k`` identical servers fed by one queue, each job taking the server that frees first
+  (:class:`sim.core.servers.ServerPool`, plus the cut-through ``not_before``). Exact as ``k`` interleaved
+  single-server lanes (``start_i = max(head_i, finish_{i-k})``) while finish times come out non-decreasing,
+  which equal service times guarantee; from the first job where they do not, jobs are served one by one with
+  a heap for a block, then the lanes are tried again.
+
+>>> start, finish = cut_through(np.array([0, 1, 10]), 4, np.array([0, 0, 0]))
+>>> start.tolist(), finish.tolist()
+([0, 4, 10], [4, 8, 14])
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+BLOCK = 4096
+"""Jobs per block of the piecewise (stall) and job-by-job (pool) fallbacks."""
+
+
+def cut_through(head: np.ndarray, service, not_before: np.ndarray, free_at: int = 0,
+                stalls: np.ndarray | None = None, queued: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Serve jobs in the given order on one cut-through FIFO server; return (start, finish) arrays (ps).
+
+    :param head: time each job's head arrives (ps).
+    :param service: occupancy of each job (ps): a scalar or an array.
+    :param not_before: earliest finish of each job (its tail's arrival plus the tail's own time, ps).
+    :param free_at: when the server is free of earlier work (ps).
+    :param stalls: ``[start, end)`` rows (ps) sorted by start, during which no job may start.
+    :param queued: expect a queue (skip the pass-through attempt; the answer is the same).
+    """
+    head = np.asarray(head, dtype=np.int64)
+    not_before = np.asarray(not_before, dtype=np.int64)
+    if stalls is None or len(stalls) == 0:
+        return _solve(head, service, not_before, int(free_at), queued)
+    return _stalled(head, service, not_before, int(free_at), _coalesced(np.asarray(stalls, dtype=np.int64)))
+
+
+def _coalesced(stalls: np.ndarray) -> np.ndarray:
+    """Intervals that touch or overlap joined into one (a job moved to one's end would be inside the next)."""
+    keep = np.ones(len(stalls), bool)
+    keep[1:] = stalls[1:, 0] > np.maximum.accumulate(stalls[:-1, 1])
+    group = np.cumsum(keep) - 1
+    ends = np.zeros(int(group[-1]) + 1, np.int64)
+    np.maximum.at(ends, group, stalls[:, 1])
+    return np.column_stack((stalls[keep, 0], ends))
+
+
+def finish_times(head: np.ndarray, service, not_before: np.ndarray, free_at: int,
+                 queued: bool = False) -> np.ndarray:
+    """The finish times of :func:`cut_through` without stalls (a new array)."""
+    done = np.maximum(head + service, not_before)
+    if len(done) == 0 or (not queued and head[0] >= free_at and (head[1:] >= done[:-1]).all()):
+        return done  # never queued: every job starts when its head arrives
+    if np.ndim(service) == 0:
+        cum = np.arange(1, len(done) + 1, dtype=np.int64)
+        cum *= service
+    else:
+        cum = np.cumsum(service, dtype=np.int64)
+    done -= cum
+    if done[0] < free_at:
+        done[0] = free_at
+    np.maximum.accumulate(done, out=done)
+    done += cum
+    return done
+
+
+def running_max(values: np.ndarray, steps: int = 4) -> np.ndarray:
+    """``out_i = max(values_0..values_i)`` (a new array). Nearly sorted data (completions delivered in order
+    after small random delays) is fixed by a few neighbour steps, cheaper than a full running maximum."""
+    out = values.copy()
+    for _ in range(steps):
+        if not (out[1:] < out[:-1]).any():
+            return out
+        np.maximum(out[1:], out[:-1], out=out[1:])
+    return np.maximum.accumulate(out, out=out)
+
+
+def _solve(head, service, not_before, free_at, queued=False):
+    finish = finish_times(head, service, not_before, free_at, queued)
+    start = np.empty_like(head)
+    if len(head):
+        start[0] = max(int(head[0]), free_at)
+        np.maximum(head[1:], finish[:-1], out=start[1:])
+    return start, finish
+
+
+def _stalled(head, service, not_before, free_at, stalls):
+    """The piecewise exact solution with stall intervals (see the module docstring)."""
+    n = len(head)
+    start, finish = np.empty(n, np.int64), np.empty(n, np.int64)
+    begins, ends = stalls[:, 0], stalls[:, 1]
+    lo = 0
+    while lo < n:
+        hi = min(n, lo + BLOCK)
+        part = service if np.ndim(service) == 0 else service[lo:hi]
+        s, f = _solve(head[lo:hi], part, not_before[lo:hi], free_at)
+        k = np.searchsorted(begins, s, side="right") - 1
+        inside = (k >= 0) & (s < ends[np.maximum(k, 0)])
+        cut = int(np.argmax(inside)) if inside.any() else hi - lo
+        start[lo:lo + cut], finish[lo:lo + cut] = s[:cut], f[:cut]
+        if cut < hi - lo:  # this job would start inside a stall: it starts at the stall's end
+            j = lo + cut
+            one = int(service if np.ndim(service) == 0 else service[j])
+            start[j] = ends[k[cut]]
+            finish[j] = max(int(start[j]) + one, int(not_before[j]))
+            cut += 1
+        lo += cut
+        free_at = int(finish[lo - 1])
+    return start, finish
+
+
+def pool(head: np.ndarray, service, not_before: np.ndarray,
+         free: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Serve jobs in the given order on ``len(free)`` identical FIFO servers.
+
+    :param free: when each server becomes free (ps).
+    :returns: (start, finish, sorted free times of the servers afterwards).
+    """
+    head = np.asarray(head, dtype=np.int64)
+    not_before = np.asarray(not_before, dtype=np.int64)
+    n, k = len(head), len(free)
+    svc = np.broadcast_to(np.asarray(service, dtype=np.int64), (n,))
+    state = np.sort(np.asarray(free, dtype=np.int64))
+    start, finish = np.empty(n, np.int64), np.empty(n, np.int64)
+    lo = 0
+    while lo < n:
+        s, f = _lanes(head[lo:], svc[lo:], not_before[lo:], state)
+        seq = np.concatenate((state, f))
+        bad = np.flatnonzero(seq[1:] < seq[:-1])
+        good = len(f) if len(bad) == 0 else int(bad[0]) - k + 2  # jobs served from a sorted history
+        start[lo:lo + good], finish[lo:lo + good] = s[:good], f[:good]
+        state = np.sort(seq[max(0, good - 1):good + k])[-k:]
+        lo += good
+        if good < len(f):
+            lo, state = _heap_block(head, svc, not_before, state, lo, start, finish)
+    return start, finish, state.tolist()
+
+
+def _lanes(head, service, not_before, state):
+    """``start_i = max(head_i, finish_{i-k})``: ``k`` single-server lanes solved together (exact when finish
+    times are non-decreasing)."""
+    n, k = len(head), len(state)
+    rows = -(-n // k)
+
+    def grid(a):
+        return np.concatenate((a, np.zeros(rows * k - n, np.int64))).reshape(rows, k)
+
+    h, s, nb = grid(head), grid(service), grid(not_before)
+    cum = np.cumsum(s, axis=0)
+    done = np.maximum(h + s, nb) - cum
+    done[0] = np.maximum(done[0], state)
+    np.maximum.accumulate(done, axis=0, out=done)
+    done += cum
+    begin = np.maximum(h, np.vstack((state[None, :], done[:-1])))
+    return begin.reshape(-1)[:n], done.reshape(-1)[:n]
+
+
+def _heap_block(head, svc, not_before, state, lo, start, finish):
+    """Serve up to :data:`BLOCK` jobs one by one from ``lo``; return the next job and the sorted state."""
+    free = state.tolist()
+    heapq.heapify(free)
+    for j in range(lo, min(len(head), lo + BLOCK)):
+        begin = max(int(head[j]), free[0])
+        start[j], finish[j] = begin, max(begin + int(svc[j]), int(not_before[j]))
+        heapq.heapreplace(free, int(finish[j]))
+    return min(len(head), lo + BLOCK), np.sort(np.asarray(free, np.int64))

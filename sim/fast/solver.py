@@ -1,0 +1,163 @@
+"""Solve streams of operations through FIFO pipelines, block by block, exactly.
+
+A block of consecutive operations is solved by repeated passes (:class:`sim.fast.sweep.Pass`). Each pass
+takes guesses for what the block itself determines later (posts released by completions ``window``
+operations back, gate releases, claims of later pipeline positions on shared servers) and recomputes them.
+When a pass reproduces its guesses exactly, the block's answer is the unique consistent one, i.e. what a
+step-by-step simulation in event order gives: every value depends only on values no later than itself, so
+the consistent solution is unique. How guesses are made: :mod:`sim.fast.block`.
+
+Operations at the end of a block may still be overtaken on a shared server by claims of the next block's
+operations; the block keeps only operations all of whose claims precede the earliest claim the next block
+can make (its first post), and the next block starts at the first one it did not keep; what a server still
+owes kept operations after that time is carried over as pending claims. When passes do not agree within
+``max_passes``, the operations whose every claim precedes the earliest disagreement are kept (a pass is
+right up to there) and blocks shrink, so every block makes progress.
+
+Nothing is approximated. Two limits are checked instead of assumed: a gate and the claim that releases it, and
+a pool of servers, may not follow a drawn (per-operation) delay (:class:`ValueError` up front); and two claims
+of different pipeline positions on one server with equal event keys are refused (:class:`UndecidableOrder`),
+since the order the event engine makes them in depends on events further back than the keys record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.core.errors import SimError
+from sim.fast.block import solve_block
+from sim.fast.steps import Claim, Gate, Group, Server, after_draws, walk_order
+from sim.fast.sweep import Carry, SliceOut
+
+
+class UndecidableOrder(SimError):
+    """Two claims on one server have the same event key, so the order the event engine made them in is not
+    known to the vectorized core."""
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Final times of operations ``lo..lo+len(post)-1`` of group ``group`` (ps)."""
+
+    group: int
+    lo: int
+    post: np.ndarray
+    done: np.ndarray
+
+
+@dataclass
+class _History:
+    """Final values of a group's latest operations, as later posts and gates need them."""
+
+    done: np.ndarray
+    created: np.ndarray
+    released: dict[str, np.ndarray]
+    pace: tuple[int, int] | None = None
+
+
+class Problem:
+    """Groups and servers with every pipeline position numbered (see :func:`solve`)."""
+
+    def __init__(self, servers: Sequence[Server], groups: Sequence[Group]) -> None:
+        self.servers, self.groups = list(servers), list(groups)
+        walks = [walk_order(g.steps) for g in self.groups]
+        self.claim_steps = [[k for k, s in enumerate(w) if isinstance(s, Claim)] for w in walks]
+        """Per group: the walk-order index of each claim (a pipeline position is group base + index)."""
+        self.claims = [[w[k] for k in ks] for w, ks in zip(walks, self.claim_steps)]
+        self.step_server = [{k: w[k].server for k in ks} for w, ks in zip(walks, self.claim_steps)]
+        self.varied = [after_draws(g.steps) for g in self.groups]
+        """Per group and walk step: a drawn delay comes before it (its operations may arrive out of order)."""
+        positions = {}
+        for g, ks in enumerate(self.claim_steps):
+            for k in ks:
+                positions.setdefault(self.step_server[g][k], set()).add((g, k))
+        self.keyed = any(len(p) > 1 for p in positions.values()) or any(
+            self.varied[g][k] for g, ks in enumerate(self.claim_steps) for k in ks)
+        """Whether event keys can matter (some server has several positions, or a claim follows a drawn delay);
+        when not, passes skip their bookkeeping."""
+        self.pos_base = np.cumsum([0] + [len(w) for w in walks]).tolist()
+        self.seq_base = np.cumsum([0] + [g.ops for g in self.groups]).tolist()
+        self.gates = [{s.release: s.slots for s in w if isinstance(s, Gate)} for w in walks]
+        self.keep = max([g.window for g in self.groups] + [s for gates in self.gates for s in gates.values()] + [1])
+        """How many of a group's latest final values later posts and gates may need."""
+        for i, server in enumerate(self.servers):
+            uses = [(g, k) for g, ks in enumerate(self.claim_steps) for k in ks if self.step_server[g][k] == i]
+            if server.count > 1 and (len(uses) > 1 or server.stalls or any(self.varied[g][k] for g, k in uses)):
+                raise ValueError(f"server {server.name}: a pool of {server.count} may serve one pipeline position "
+                                 "of one group, without stalls and before any drawn delay")
+        for g, (group, walk) in enumerate(zip(self.groups, walks)):
+            labels = {c.label for c in self.claims[g]}
+            if set(self.gates[g]) - labels or group.window < 1:
+                raise ValueError(f"group {g}: the window must be at least 1 and every gate needs its labelled claim")
+            if any(self.varied[g][k] for k, s in enumerate(walk)
+                   if isinstance(s, Gate) or (isinstance(s, Claim) and s.label in self.gates[g])):
+                raise ValueError(f"group {g}: a gate and its release must come before any drawn delay (after one, "
+                                 "operations may reach them out of order)")
+
+
+def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0, block: int = 32768,
+          max_passes: int = 8) -> Iterator[Finished]:
+    """Solve every operation of ``groups`` (run one after the other from ``start_ps``) through ``servers``.
+
+    Yields :class:`Finished` pieces in operation order; memory stays proportional to ``block``.
+
+    :raises UndecidableOrder: two pipeline positions claim a server with equal event keys.
+    """
+    problem = Problem(servers, groups)
+    carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
+    history: dict[int, _History] = {}
+    start = {0: int(start_ps)}
+    smallest = 2 * problem.keep
+    group, lo, size, passes, reach = 0, 0, max(block, smallest), max_passes, 1
+    while group < len(problem.groups):
+        spans = _slices(problem, group, lo, size, reach)
+        outs, kept, agreed, tie = solve_block(problem, spans, carry, history, start, passes)
+        if tie is not None:
+            raise UndecidableOrder(f"two pipeline positions claim one server at {tie} ps with equal event keys: "
+                                   "the order the event engine makes them in is not decidable here")
+        if not kept[0]:  # nothing final: more passes if they disagreed, else a longer block
+            passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, size * 2, reach + 1)
+            continue
+        size = max(smallest, size * 2 if agreed else size // 2)
+        size, passes, reach = min(size, max(block, smallest)), max_passes, 1
+        for (g, first, _), out, n in zip(spans, outs, kept):
+            if not n:
+                break
+            yield Finished(g, first, out.post[:n], out.done[:n])
+            _remember(problem, history, g, out, n)
+            for draws in problem.groups[g].draws.values():
+                if hasattr(draws, "finished"):
+                    draws.finished(first + n)
+            group, lo = g, first + n
+            if lo == problem.groups[g].ops:
+                start[g + 1] = int(out.done[n - 1])
+                history.pop(g, None)
+                group, lo = g + 1, 0
+
+
+def _slices(problem: Problem, group: int, lo: int, size: int, reach: int) -> list[tuple[int, int, int]]:
+    """Up to ``size`` operations from ``(group, lo)`` on, within ``reach`` groups: normally one; more when a
+    group's end cannot be final before the next group's operations are solved with it (its side chains
+    still claim servers then). Many groups at once would make every shared server serve all their positions."""
+    out = []
+    while size > 0 and group < len(problem.groups) and len(out) < reach:
+        hi = min(problem.groups[group].ops, lo + size)
+        out.append((group, lo, hi))
+        size -= hi - lo
+        group, lo = group + 1, 0
+    return out
+
+
+def _remember(problem: Problem, history: dict[int, _History], group: int, out: SliceOut, n: int) -> None:
+    """Append the kept operations' values to the group's history (its latest ``problem.keep``)."""
+    old = history.get(group)
+
+    def tail(previous, new):
+        return (new if previous is None else np.concatenate((previous, new)))[-problem.keep:]
+
+    history[group] = _History(
+        tail(old and old.done, out.done[:n]), tail(old and old.created, out.next_created[:n]),
+        {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()}, out.pace)

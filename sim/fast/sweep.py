@@ -1,0 +1,337 @@
+"""One pass over a block of operations: every step of every operation, given guesses for what comes later.
+
+A block is a run of consecutive operations cut into slices of one group each. Values an operation needs from
+later in the same block (its post, released by the completion ``window`` operations earlier; a gate's
+release by a later claim; the claims of later pipeline positions on a shared server) are taken from the
+caller's guesses; :mod:`sim.fast.block` repeats passes with better guesses until they equal what a pass
+computes. A step whose inputs are the very arrays it had in the previous pass returns its previous outputs,
+and a claim whose result did not change returns the previous arrays, so a pass only recomputes what its new
+guesses disturb.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from sim.fast.merge import Claims, Joined, key_order
+from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Wait, Wake
+from sim.fast.server import cut_through, pool, running_max
+
+NO_RELEASE = -1
+"""Gate input of an operation that needs no earlier release (times are never negative)."""
+
+
+@dataclass
+class Record:
+    """The claims one pipeline position made in one slice, in operation order (arrays, ps)."""
+
+    server: int
+    pos: int
+    seq0: int
+    """Sequence number of the slice's first operation."""
+    wake: np.ndarray
+    created: np.ndarray
+    head: np.ndarray
+    not_before: np.ndarray
+    service: int
+    start: np.ndarray | None = None
+    finish: np.ndarray | None = None
+
+    def claims(self, lo: int = 0, hi: int | None = None) -> Claims:
+        """Operations ``lo..hi-1`` of the slice as :class:`Claims`."""
+        hi = len(self.wake) if hi is None else hi
+        n = hi - lo
+        return Claims(self.wake[lo:hi], self.created[lo:hi], self.head[lo:hi], self.not_before[lo:hi],
+                      np.full(n, self.service, np.int64), np.full(n, self.pos, np.int64),
+                      np.arange(self.seq0 + lo, self.seq0 + hi, dtype=np.int64),
+                      None if self.finish is None else self.finish[lo:hi])
+
+    def same_inputs(self, other: Record | None) -> bool:
+        """True when ``other`` made the same claims (keys and arrival times)."""
+        return other is not None and all(a is b or np.array_equal(a, b) for a, b in (
+            (self.wake, other.wake), (self.created, other.created), (self.head, other.head),
+            (self.not_before, other.not_before)))
+
+
+@dataclass
+class SliceIn:
+    """What a pass needs to know about one slice (operations ``lo..hi-1`` of one group)."""
+
+    group: int
+    lo: int
+    hi: int
+    seq0: int
+    start: int | None
+    """The group's start (its first posts); None: the previous slice's last completion."""
+    hist_done: np.ndarray
+    """Completions of operations ``max(0, lo - window)..lo-1`` (final)."""
+    hist_created: np.ndarray
+    """Creation times of the events that post the operations those completions release."""
+    guess_post: np.ndarray
+    """Guessed posts of operations ``lo + window..hi-1``."""
+    guess_created: np.ndarray
+    gate_input: dict[str, np.ndarray]
+    """Per gate label: release time of operation ``i - slots`` for each operation, or :data:`NO_RELEASE`."""
+    draws: dict[str, np.ndarray]
+    shared: list[int] = field(default_factory=list)
+    """The slice's positions on shared servers."""
+    idle_done: np.ndarray | None = None
+    """Each operation's post-to-completion time when every server is free."""
+    idle_gate: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """Per gate, with every server free: post-to-gate and gate-to-release times."""
+    idle_claim: dict[int, np.ndarray] = field(default_factory=dict)
+    """Per position on a shared server, with every server free: post-to-arrival times."""
+    pace: tuple[int, int] | None = None
+    """The group's last completion and its completions' mean spacing, when they were all queued (ps)."""
+
+
+@dataclass
+class SliceOut:
+    """What a pass computed for one slice."""
+
+    post: np.ndarray
+    done: np.ndarray
+    """Completion of each operation (in order: never before the previous one's)."""
+    next_created: np.ndarray
+    """Creation time of the event that posts the operation this completion releases."""
+    last_wake: np.ndarray
+    """The latest time each operation claimed anything."""
+    released: dict[str, np.ndarray] = field(default_factory=dict)
+    records: dict[int, Record] = field(default_factory=dict)
+    gate_in: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per gate: when each operation reached it."""
+    gate_out: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per gate: when each operation passed it."""
+    pace: tuple[int, int] | None = None
+    """Last kept completion and mean spacing, when nearly every kept operation queued somewhere (ps)."""
+
+
+@dataclass
+class Carry:
+    """A server's state between blocks: free from ``free_at`` on, except for ``pending`` claims of finished
+    operations that come after the next block's earliest possible claim (in key order)."""
+
+    free_at: int = 0
+    pending: Claims | None = None
+    free: list[int] | None = None
+    """Free times of a multi-server pool."""
+
+
+class Pass:
+    """One pass over a block (see the module docstring); ``idle`` takes every server as free."""
+
+    def __init__(self, problem, slices: list[SliceIn], carry: list[Carry], shared: dict[int, list[int]],
+                 previous: dict[int, Record], memo: dict | None = None, idle: bool = False) -> None:
+        self.problem, self.slices, self.carry, self.shared = problem, slices, carry, shared
+        self.previous, self.idle, self.old_memo = previous, idle, memo or {}
+        self.memo: dict = {}
+        self.hints: dict[int, bool] = self.old_memo.get("queued", {})
+        """Per position: whether its server queued in the previous pass (then the solver goes straight to
+        the running maximum)."""
+        self.memo["queued"] = self.hints
+        self.current: dict[int, Record] = {}
+        self.used: dict[int, Record | None] = {}
+        """Records of later positions taken from the guesses (None: there was none)."""
+        self.merged: dict[int, tuple[Claims, np.ndarray]] = {}
+        """Per shared server: all its claims (pending ones first) and their service order, as last served."""
+        self.tie: int | None = None
+
+    def run(self) -> list[SliceOut]:
+        """Walk every slice; returns their outputs."""
+        outs: list[SliceOut] = []
+        for index, piece in enumerate(self.slices):
+            group = self.problem.groups[piece.group]
+            start = piece.start if piece.start is not None else int(outs[-1].done[-1])
+            post, created = self._posts(piece, group.window, start)
+            self.slice, self.index, self.step = piece, index, 0
+            self.out = SliceOut(post, post, created, np.full(len(post), -1, np.int64))
+            head, created = self._chain(group.steps, (post, post, post, created))
+            done = head
+            if not self.idle:
+                if piece.lo and head[0] < piece.hist_done[-1]:
+                    head = head.copy()
+                    head[0] = piece.hist_done[-1]
+                done = running_max(head)
+            self.out.done, self.out.next_created = done, np.where(done == head, created, done)
+            outs.append(self.out)
+        return outs
+
+    @staticmethod
+    def _posts(piece: SliceIn, window: int, start: int) -> tuple[np.ndarray, np.ndarray]:
+        """Posts of the slice (the group's start, then completions ``window`` earlier: known, then guessed)
+        and the creation times of the events that post them."""
+        first = max(0, min(window, piece.hi) - piece.lo)
+        known = max(0, min(piece.hi, piece.lo + window) - max(piece.lo, window))
+        begin = np.full(first, start, np.int64)
+        return (np.concatenate((begin, piece.hist_done[:known], piece.guess_post)),
+                np.concatenate((begin, piece.hist_created[:known], piece.guess_created)))
+
+    def _chain(self, steps, state):
+        """Walk ``steps`` from ``state`` = (head, tail, wake, created); returns the final head and created."""
+        last = None
+        for step in steps:
+            key = (self.index, self.step)
+            self.step += 1
+            if isinstance(step, Fork):
+                self._chain(step.steps, state)
+                continue
+            old = self.old_memo.get(key)
+            if isinstance(step, Claim):
+                state = self._claim(step, state, old, key)
+                last = state[2]
+                continue
+            if isinstance(step, Gate):  # recomputed every pass: what it saw is kept for guessing
+                state = self._gate(step, *state[:3])
+                continue
+            if old is not None and all(a is b for a, b in zip(old[0], state)):
+                new = old[1]
+            else:
+                new = self._step(step, state)
+            self.memo[key] = (state, new)
+            state = new
+        if last is not None:
+            np.maximum(self.out.last_wake, last, out=self.out.last_wake)
+        return state[0], state[3]
+
+    def _step(self, step, state):
+        head, tail, wake, created = state
+        if isinstance(step, Delay):
+            extra = step.ps if step.draws is None else self.slice.draws[step.draws] + step.ps
+            return head + extra, tail + extra, wake, created
+        if isinstance(step, Rebase):
+            base = (tail if step.from_tail else head) + step.offset_ps
+            return base, base, wake, created
+        if isinstance(step, Wake):
+            return head, tail, head, head
+        t = wake + self.slice.draws[step.draws]  # Wait
+        return t, t, t, wake
+
+    def _gate(self, gate: Gate, t, _, wake):
+        """Wait for a slot: granted when the process asks (at ``wake``) or at the release of operation
+        ``i - slots``; the process goes on at ``t`` or at the grant, whichever is later."""
+        self.out.gate_in[gate.release] = self.out.gate_out[gate.release] = t
+        if self.idle:
+            return t, t, t, np.where(t > wake, wake, t)
+        granted = np.maximum(wake, self.slice.gate_input[gate.release])
+        later = granted >= t
+        go = self.out.gate_out[gate.release] = np.where(later, granted, t)
+        return go, go, go, np.where(later, granted, wake)
+
+    def _claim(self, step: Claim, state, old, key):
+        head, tail, wake, created = state
+        pos = self.problem.pos_base[self.slice.group] + key[1]
+        shared = step.server in self.shared
+        if not step.eager:  # the process sleeps until the head arrives, woken by an event created before
+            created = np.where(head > wake, wake, created) if self.problem.keyed else created
+            wake = head
+        # Only a shared server's order depends on event keys: elsewhere head and tail decide the result.
+        inputs = (head, tail, wake, created, self._others(step.server, pos)) if shared else (head, tail)
+        if old is not None and len(old[0]) == len(inputs) and all(a is b for a, b in zip(old[0], inputs)):
+            _, prior, out, merged = old
+            rec = Record(step.server, pos, self.slice.seq0, wake, created, head, prior.not_before,
+                         step.service_ps, prior.start, prior.finish) if not shared else prior
+            if merged is not None:
+                self.merged[step.server] = merged
+        else:
+            not_before = tail + step.tail_ps if step.tail_ps else tail
+            rec = Record(step.server, pos, self.slice.seq0, wake, created, head, not_before, step.service_ps)
+            self._serve(step, rec)
+            prior = None if old is None else old[1]
+            if prior is not None and np.array_equal(rec.start, prior.start) and np.array_equal(rec.finish,
+                                                                                               prior.finish):
+                rec.start, rec.finish, out = prior.start, prior.finish, old[2]  # later steps are reused
+            else:
+                out = (rec.start + (step.head_ps + step.latency_ps),
+                       rec.finish + step.latency_ps if step.latency_ps else rec.finish)
+        self.memo[key] = (inputs, rec, out, self.merged.get(step.server))
+        self.current[pos] = rec
+        self.out.records[pos] = rec
+        if step.label is not None:
+            self.out.released[step.label] = rec.wake
+        return out[0], out[1], rec.wake, rec.created
+
+    def _others(self, server: int, pos: int) -> tuple:
+        """The other positions' records a shared server's claim is served with (compared by identity)."""
+        if server not in self.shared:
+            return ()
+        out = []
+        for other in self.shared[server]:
+            if other == pos:
+                continue
+            if other in self.current:
+                out.append(self.current[other])
+            else:
+                out.append(self.previous.get(other))
+                self.used[other] = out[-1]
+        return tuple(out)
+
+    def _serve(self, step: Claim, rec: Record) -> None:
+        server = self.problem.servers[step.server]
+        state = self.carry[step.server]
+        if self.idle:
+            rec.start, rec.finish = rec.head, np.maximum(rec.head + step.service_ps, rec.not_before)
+        elif step.server in self.shared or (
+                self.problem.varied[self.slice.group][rec.pos - self.problem.pos_base[self.slice.group]]
+                and _out_of_order(rec, state.pending)):
+            self._merge(step.server, rec)
+        elif server.count > 1:
+            rec.start, rec.finish, _ = pool(rec.head, step.service_ps, rec.not_before, state.free)
+        else:
+            free_at = state.free_at if state.pending is None else int(state.pending.finish[-1])
+            queued = self.hints.get(rec.pos, False)
+            rec.start, rec.finish = cut_through(rec.head, step.service_ps, rec.not_before, free_at,
+                                                np.asarray(server.stalls) if server.stalls else None, queued)
+            self.hints[rec.pos] = bool(rec.start[0] > rec.head[0]) or not np.array_equal(rec.start, rec.head)
+
+    def _merge(self, server: int, rec: Record) -> None:
+        """Serve the claims of every position on ``server`` in key order; sets ``rec``'s results. When an
+        earlier position of this pass served the same claims (this position's guessed ones were right), its
+        result is reused."""
+        state = self.carry[server]
+        parts = [] if state.pending is None else [state.pending]
+        mine = 0
+        for pos in self.shared.get(server, [rec.pos]):
+            if pos == rec.pos:
+                mine = sum(len(p.wake) for p in parts)
+                parts.append(rec)
+            else:
+                other = self.current.get(pos, self.used.get(pos))
+                if other is not None:
+                    parts.append(other)
+        n = len(rec.wake)
+        before = self.merged.get(server)
+        if before is not None and _same_parts(before[0].parts, parts, rec):
+            claims, order = before
+        else:
+            claims = Joined(parts)
+            order, tie = key_order(claims)
+            if tie is not None:
+                self.tie = tie if self.tie is None else min(self.tie, tie)
+            stalls = self.problem.servers[server].stalls
+            service = claims.service if len(parts) > 1 or isinstance(parts[0], Claims) else rec.service
+            queued = self.hints.get(("merged", server), False)
+            s, f = cut_through(claims.head[order], service if np.ndim(service) == 0 else service[order],
+                               claims.not_before[order], state.free_at, np.asarray(stalls) if stalls else None,
+                               queued)
+            self.hints[("merged", server)] = not np.array_equal(s, claims.head[order])
+            claims.start, claims.finish = np.empty_like(s), np.empty_like(f)
+            claims.start[order], claims.finish[order] = s, f
+            self.merged[server] = (claims, order)
+        rec.start, rec.finish = claims.start[mine:mine + n], claims.finish[mine:mine + n]
+
+
+def _same_parts(old: list, new: list, rec: Record) -> bool:
+    """Whether ``new`` holds the same claims as ``old``, ``rec`` standing in for a guess it equals."""
+    return len(old) == len(new) and all(a is b or (b is rec and isinstance(a, Record) and rec.same_inputs(a))
+                                        for a, b in zip(old, new))
+
+
+def _out_of_order(rec: Record, pending: Claims | None) -> bool:
+    """True when a position's claims are not in event-key order (then they are served sorted by key)."""
+    wake, created = rec.wake, rec.created
+    if pending is not None and len(wake) and (wake[0], created[0]) < (pending.wake[-1], pending.created[-1]):
+        return True
+    back = wake[1:] < wake[:-1]
+    return bool(back.any() or ((wake[1:] == wake[:-1]) & (created[1:] < created[:-1])).any())

@@ -1,0 +1,79 @@
+"""Straightforward scalar references for the vectorized core: one operation at a time, one step at a time.
+
+:func:`run_pipelines` handles pipelines whose servers are each claimed from one pipeline position (so every
+server serves operations in operation order): the recurrences of :mod:`sim.core.servers`, posts released by
+the completion ``window`` operations back, gates, forks, waits. Pools are served with a heap, stalls by
+moving a start out of a stall interval.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from sim.fast.steps import Claim, Delay, Fork, Gate, Group, Rebase, Server, Wait, Wake
+
+
+def run_pipelines(servers: list[Server], groups: list[Group], start_ps: int = 0):
+    """Posts and completions of every operation of every group, as lists of ints."""
+    free = [[0] * s.count if s.count > 1 else 0 for s in servers]
+    posts_all, done_all = [], []
+    begin = start_ps
+    for group in groups:
+        draws = {name: [int(x) for x in d(0, group.ops)] for name, d in group.draws.items()}
+        posts, done, released = [], [], {}
+        for i in range(group.ops):
+            post = begin if i < group.window else done[i - group.window]
+            ctx = {"i": i, "draws": draws, "released": released, "free": free, "servers": servers}
+            end = _walk(group.steps, post, post, ctx)
+            completed = end if i == 0 else max(end, done[-1])
+            posts.append(post)
+            done.append(completed)
+        posts_all.append(posts)
+        done_all.append(done)
+        begin = done[-1]
+    return posts_all, done_all
+
+
+def _walk(steps, head: int, tail: int, ctx, wake: int | None = None) -> int:
+    i = ctx["i"]
+    wake = head if wake is None else wake
+    for step in steps:
+        if isinstance(step, Claim):
+            if not step.eager:
+                wake = head
+            start, finish = _claim(ctx, step.server, head, step.service_ps, tail + step.tail_ps)
+            if step.label is not None:
+                ctx["released"].setdefault(step.label, {})[i] = wake
+            head, tail = start + step.head_ps + step.latency_ps, finish + step.latency_ps
+        elif isinstance(step, Delay):
+            extra = step.ps + (ctx["draws"][step.draws][i] if step.draws else 0)
+            head, tail = head + extra, tail + extra
+        elif isinstance(step, Rebase):
+            head = tail = (tail if step.from_tail else head) + step.offset_ps
+        elif isinstance(step, Wake):
+            wake = head
+        elif isinstance(step, Wait):
+            wake = head = tail = wake + ctx["draws"][step.draws][i]
+        elif isinstance(step, Gate):
+            source = ctx["released"].get(step.release, {}).get(i - step.slots)
+            granted = wake if source is None else max(wake, source)
+            head = tail = wake = max(head, granted)
+        elif isinstance(step, Fork):
+            _walk(step.steps, head, tail, ctx, wake)
+    return head
+
+
+def _claim(ctx, index: int, head: int, service: int, not_before: int) -> tuple[int, int]:
+    server, free = ctx["servers"][index], ctx["free"]
+    if server.count > 1:
+        start = max(head, free[index][0])
+        finish = max(start + service, not_before)
+        heapq.heapreplace(free[index], finish)
+        return start, finish
+    start = max(head, free[index])
+    for a, b in server.stalls:
+        if a <= start < b:
+            start = b
+    finish = max(start + service, not_before)
+    free[index] = finish
+    return start, finish

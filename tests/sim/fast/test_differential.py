@@ -1,0 +1,147 @@
+"""The vectorized core against the event engine on real scenarios: every posted and completed time (integer
+ps), every per-operation row and every summary row identical; engine selection and the command line."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from sim.cli import app
+from sim.fast_plan import OutsideDomain, outside_domain, slow_for_fast
+from sim.run import run_scenario
+from sim.scenario.schema import Scenario
+from tests.conftest import scenario_dict
+
+PRESETS = {
+    "cx7-gen5-400G": ({"preset": "connectx7"}, {}, {"rate": "400Gb/s"}),
+    "cx6-gen4-200G-mps512": ({"preset": "connectx6"}, {"mps": 512}, {"rate": "200Gb/s", "latency": "1us"}),
+    "cx5-gen3x8-100G-roce": ({"preset": "connectx5"}, {"preset": "gen3x8", "mps": 128, "mrrs": 256},
+                             {"rate": "100Gb/s", "transport": "roce", "mtu": 1024}),
+    "efa-gen4-400G-nopoll": ({"preset": "efa"}, {}, {"rate": "400Gb/s", "latency": "0ns"}),
+}
+
+
+def both(data: dict) -> tuple:
+    """The run under each engine (operations and summary tables)."""
+    out = []
+    for engine in ("event", "fast"):
+        result = run_scenario(Scenario.model_validate({**data, "engine": engine}))
+        out.append((result.operations, result.summary))
+    return tuple(out)
+
+
+def assert_same(data: dict) -> None:
+    (ops_event, sum_event), (ops_fast, sum_fast) = both(data)
+    pd.testing.assert_frame_equal(ops_fast, ops_event)
+    pd.testing.assert_frame_equal(sum_fast, sum_event)
+
+
+def two_nodes(preset: str, poll: str = "40ns", **nic) -> dict:
+    nic_spec, pcie, fabric = copy.deepcopy(PRESETS[preset])
+    node = {"nic": nic_spec | nic, "pcie": pcie, "host": {"poll_period": "0ns" if "nopoll" in preset else poll}}
+    return {"nodes": [{"name": "a", **node}, {"name": "b", **node}], "fabric": fabric}
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.parametrize("kind", ["write_bw", "read_bw"])
+def test_bandwidth_equals_event_engine(preset, kind):
+    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": sizes, "iterations": n, "tx_depth": depth}
+            for sizes, n, depth in (([1, 64, 220, 4096], 2500, 128), ([16384, 65536], 1200, 16),
+                                    ([2, 1 << 20], 150, 1), ([256, 4096], 4000, 512), ([512], 3000, 2))]
+    assert_same(scenario_dict(seed=11, workload=work, **two_nodes(preset)))
+
+
+@pytest.mark.parametrize("preset", ["cx7-gen5-400G", "cx5-gen3x8-100G-roce"])
+def test_latency_workloads_equal_event_engine(preset):
+    work = [{"kind": "write_lat", "from": "src", "to": "dst", "sizes": [2, 220, 221, 4096, 1 << 20], "iterations": 150},
+            {"kind": "read_lat", "from": "src", "to": "dst", "sizes": [2, 4096, 1 << 20], "iterations": 150},
+            {"kind": "write_lat", "from": "src", "to": "dst", "sizes": [64], "iterations": 200, "inline": 0}]
+    assert_same(scenario_dict(seed=4, workload=work, **two_nodes(preset)))
+
+
+def test_inline_writes_and_mixed_workloads_equal_event_engine():
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [64, 220, 512], "iterations": 800,
+             "tx_depth": 64, "inline": 220},
+            {"kind": "write_lat", "from": "src", "to": "dst", "sizes": [2, 8192], "iterations": 100},
+            {"kind": "read_bw", "from": "src", "to": "dst", "sizes": [2048], "iterations": 900, "tx_depth": 256},
+            {"kind": "read_lat", "from": "dst", "to": "src", "sizes": [64], "iterations": 100}]
+    assert_same(scenario_dict(seed=9, workload=work, **two_nodes("cx7-gen5-400G", poll="7ns")))
+
+
+def test_blueflame_off_is_exact_on_the_fast_engine():
+    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [64, 4096], "iterations": 300, "tx_depth": 32}
+            for kind in ("write_bw", "read_bw", "write_lat")]
+    assert_same(scenario_dict(workload=work, **two_nodes("cx6-gen4-200G-mps512", blueflame=False)))
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nic=st.sampled_from(["connectx7", "connectx6", "connectx5"]), mps=st.sampled_from([128, 256, 512]),
+       rate=st.sampled_from(["100Gb/s", "200Gb/s", "400Gb/s"]), latency=st.integers(0, 2000),
+       poll=st.sampled_from(["0ns", "7ns", "40ns"]), kind=st.sampled_from(["write_bw", "read_bw", "write_lat",
+                                                                           "read_lat"]),
+       sizes=st.lists(st.sampled_from([1, 64, 220, 4096, 65536]), min_size=1, max_size=3, unique=True),
+       iterations=st.integers(1, 400), depth=st.sampled_from([1, 2, 16, 128, 1024]), seed=st.integers(0, 99))
+def test_random_scenarios_equal_event_engine(nic, mps, rate, latency, poll, kind, sizes, iterations, depth, seed):
+    node = {"nic": {"preset": nic}, "pcie": {"mps": mps}, "host": {"poll_period": poll}}
+    work = {"kind": kind, "from": "src", "to": "dst", "sizes": sizes, "iterations": iterations, "tx_depth": depth}
+    assert_same(scenario_dict(seed=seed, nodes=[{"name": "a", **node}, {"name": "b", **node}],
+                              fabric={"rate": rate, "latency": f"{latency}ns"}, workload=[work]))
+
+
+def test_domain_reasons():
+    plain = Scenario.model_validate(scenario_dict())
+    assert outside_domain(plain) is None and slow_for_fast(plain) is None
+    assert "trace" in outside_domain(plain, trace=True)
+    assert "data mode" in outside_domain(Scenario.model_validate(scenario_dict(data=True)))
+    odp = scenario_dict()
+    odp["buffers"][0]["register"] = "odp"
+    assert "pinned host memory" in outside_domain(Scenario.model_validate(odp))
+    inline = scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [512],
+                                      "inline": 1024}])
+    assert "max_inline" in outside_domain(Scenario.model_validate(inline))
+    off = Scenario.model_validate(scenario_dict(**two_nodes("cx7-gen5-400G", blueflame=False)))
+    assert outside_domain(off) is None and "blueflame off" in slow_for_fast(off)
+
+
+def test_auto_says_why_and_runs_the_event_engine():
+    data = scenario_dict(engine="auto", **two_nodes("cx7-gen5-400G", blueflame=False))
+    lines = []
+    auto = run_scenario(Scenario.model_validate(data), notice=lines.append)
+    event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    assert len(lines) == 1 and "using the event engine" in lines[0] and "blueflame off" in lines[0]
+    pd.testing.assert_frame_equal(auto.operations, event.operations)
+    quiet = []
+    run_scenario(Scenario.model_validate(scenario_dict(engine="auto")), notice=quiet.append)
+    assert quiet == []
+
+
+def test_fast_refuses_a_scenario_outside_its_domain():
+    data = scenario_dict(engine="fast", data=True)
+    with pytest.raises(OutsideDomain, match="engine fast: data mode"):
+        run_scenario(Scenario.model_validate(data))
+
+
+def test_cli_engine_option(tmp_path):
+    text = """schema: 1
+name: tiny
+nodes: [{name: a, nic: {blueflame: false}}, {name: b}]
+buffers: [{name: src, on: a.host, size: 64KiB}, {name: dst, on: b.host, size: 64KiB}]
+workload:
+  - {kind: write_bw, from: src, to: dst, sizes: [2B, 4KiB], iterations: 200}
+  - {kind: read_lat, from: src, to: dst, sizes: [64KiB], iterations: 50}
+"""
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    runner = CliRunner()
+    for engine in ("event", "fast", "auto"):
+        result = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / engine), "--engine", engine, "-q"])
+        assert result.exit_code == 0, result.output
+        assert ("using the event engine" in result.output) == (engine == "auto")
+    metrics = [(tmp_path / e / "metrics.parquet").read_bytes() for e in ("event", "fast", "auto")]
+    assert metrics[0] == metrics[1] == metrics[2]
+    assert runner.invoke(app, ["run", str(path), "--engine", "warp"]).exit_code == 2
