@@ -40,6 +40,16 @@ def execute(run: RunSpec) -> pd.DataFrame:
     return pd.DataFrame(rows).drop(columns="variant")
 
 
+BATCHES_PER_WORKER = 6
+"""Dask tasks carry several runs each (about this many tasks per worker thread): fewer scheduler round trips,
+while finished batches still stream to disk as they complete."""
+
+
+def execute_batch(runs: list[RunSpec]) -> list[pd.DataFrame]:
+    """:func:`execute` for each run of a batch, in order."""
+    return [execute(run) for run in runs]
+
+
 def serial(runs: list[RunSpec], workers: int | None = None, scheduler: str | None = None) -> Finished:
     """Run in this process, in order."""
     for run in runs:
@@ -68,11 +78,14 @@ def dask(runs: list[RunSpec], workers: int | None = None, scheduler: str | None 
                                dashboard_address=None)
     try:
         with Client(scheduler or cluster) as client:
-            futures = {client.submit(execute, run, key=f"rdmasim-run-{run.index}-{run.key}", pure=False): run
-                       for run in runs}
+            slots = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()) or 1
+            size = max(1, len(runs) // (slots * BATCHES_PER_WORKER))
+            batches = [runs[i:i + size] for i in range(0, len(runs), size)]
+            futures = {client.submit(execute_batch, batch, key=f"rdmasim-runs-{batch[0].index}-{batch[0].key}",
+                                     pure=False): batch for batch in batches}
             try:
                 for future in as_completed(futures):
-                    yield futures[future], future.result()
+                    yield from zip(futures[future], future.result())
             finally:
                 client.cancel(list(futures))
     finally:
