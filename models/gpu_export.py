@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.core import PS_PER_US, SimError
+from sim.core import SimError
 
 from models.dmabuf import (CopyParams, DmaBufAttachment, DmaBufCore, MovableExporter, Placement, StaticExporter,
                            dma_buf_fd)

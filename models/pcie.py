@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from models import pcie_closed_form as cf
-from models.pcie_closed_form import (CPLD_HEADER, DLLP_FRAMING, DLLP_SIZE, ECRC, ENCODING, GT_PER_S,  # noqa: F401
-                                     SKIP_BYTES, SKIP_INTERVAL)
+from models.pcie_closed_form import GT_PER_S
 from sim.core import FifoServer, PS_PER_NS, transfer_ps
 
 MWR_HEADER_64 = MRD_HEADER_64 = cf.REQUEST_HEADER[True]

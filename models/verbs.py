@@ -264,7 +264,6 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     if length > nic.params.max_mr_size:
         raise VerbsError("EINVAL", f"length {length} exceeds the device's max_mr_size {nic.params.max_mr_size}",
                          call=call)
-    host = pd.context.node.host
     nic.reserve_translations(length, call=call)
     try:
         cost, backing = _back_host_mr(pd, addr, length, access, call)

@@ -44,10 +44,6 @@ class DmaFence:
     seqno: int
     signaled_at_ps: int
 
-    def is_signaled(self, now_ps: int) -> bool:
-        """``dma_fence_is_signaled`` at time ``now_ps``."""
-        return self.signaled_at_ps <= now_ps
-
 
 @dataclass(eq=False)
 class DmaResv:

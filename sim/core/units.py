@@ -118,10 +118,6 @@ def ps_to_us(ps: int | float) -> float:
     return ps / PS_PER_US
 
 
-def ps_to_s(ps: int | float) -> float:
-    """Picoseconds to seconds (float, for output columns)."""
-    return ps / PS_PER_S
-
 
 def format_size(nbytes: int) -> str:
     """Render bytes with the largest exact binary unit: ``4096 -> '4KiB'``, ``1000 -> '1000B'``."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.fast.merge import Claims, Joined, key_order
-from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Wait, Wake
+from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Wake
 from sim.fast.server import cut_through, pool, running_max
 
 NO_RELEASE = -1
