@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Generator, NamedTuple
 from simpy import Timeout
 
 from models.fabric import AETH, RETH, Fabric
-from models.pcie import PcieLink
+from models.pcie import PcieLink, read_tags
 from models.memory_data import mr_bytes
 from models.mr_backing import Fault, PeerMemBacking
 from models.dmabuf import Placement
@@ -64,14 +64,17 @@ def walk(env, stages: list[Stage], head: int, tail: int) -> Generator:
 
 
 def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
-    """Device reads ``nbytes`` of host memory: MRd requests up, the round trip, CplD completions down."""
+    """Device reads ``nbytes`` of host memory: read tags, MRd requests up, the round trip, CplD completions
+    down."""
     p = link.params
     request = p.read_request_ps(min(nbytes, p.mrrs))
     completion = p.read_return_ps(min(nbytes, p.mps))
+    tags = read_tags(link, nbytes, p.read_latency_ps)
     return [
+        *([tags[0]] if tags else []),
         (link.up, p.read_request_ps(nbytes), request, request, 0, False),
         delay(p.read_latency_ps),
-        (link.down, p.read_return_ps(nbytes), completion, completion, 0, True),
+        (link.down, tags[1] if tags else p.read_return_ps(nbytes), completion, completion, 0, True),
     ]
 
 
@@ -95,10 +98,10 @@ def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0) 
             (dst.rx_port, total - first, first, 0, 0, fabric.point_to_point)]
 
 
-def rx_engine(nic: Nic) -> Stage:
-    """The receive engine's processing and key check."""
+def rx_engine(nic: Nic, qp_num: int) -> Stage:
+    """Processing and key check by the receive engine of QP ``qp_num`` on ``nic``."""
     p = nic.params
-    return (nic.rx_engine, p.rx_process_ps, p.rx_process_ps, p.rx_process_ps, p.rx_latency_ps, True)
+    return (nic.rx_engine(qp_num), p.rx_process_ps, p.rx_process_ps, p.rx_process_ps, p.rx_latency_ps, True)
 
 
 def delay(ps: int) -> Stage:
@@ -121,6 +124,9 @@ class Plan(NamedTuple):
     """Time the CQE adds after a READ response has landed."""
     landing: int
     """READ: how many of ``remote``'s last stages write the response (and the CQE) at the requester."""
+    issue: int
+    """WRITE from memory: how many of ``forward``'s first stages issue the payload's first read request (its
+    read tags and its request's first hop)."""
 
 
 def memory_target(mr, now_ps: int) -> str | None:
@@ -161,26 +167,29 @@ def plan(qp: QueuePair, opcode: Opcode, n: int, inline: bool, local: str | None 
     nic, pnic = node.nic, peer.nic
     fabric: Fabric = qp.pd.context.fabric
     process = nic.params.tx_process_ps
-    engine = (nic.tx_engine, process, process, process, 0, nic.params.blueflame)
+    engine = (nic.tx_engine(qp.qp_num), process, process, process, 0, nic.params.blueflame)
     to_engine = ([] if nic.params.blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
-    reply = [delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic),
+    reply = [delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num),
              *dma_write(node.pcie, nic.params.cqe_bytes)]
     cqe_ps = node.pcie.params.write_ps(nic.params.cqe_bytes)
     if opcode is Opcode.RDMA_WRITE:
         forward = [] if inline else node_dma_read(node, local, n)
-        forward += [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH), rx_engine(pnic)]
+        forward += [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH),
+                    rx_engine(pnic, qp.remote.qp_num)]
         remote = node_dma_write(peer, remote_target, n)
     else:
-        forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, RETH), rx_engine(pnic)]
+        forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, RETH),
+                   rx_engine(pnic, qp.remote.qp_num)]
         if local is None:  # data and CQE stream to host memory over the NIC's link as one write
             landing = dma_write(node.pcie, n + nic.params.cqe_bytes)
         else:
             landing = [*node_dma_write(node, local, n), *dma_write(node.pcie, nic.params.cqe_bytes)]
             cqe_ps += node.pcie.params.write_latency_ps
         remote = [*node_dma_read(peer, remote_target, n), delay(pnic.params.tx_latency_ps),
-                  *wire(pnic, nic, fabric, n, AETH), rx_engine(nic), *landing]
+                  *wire(pnic, nic, fabric, n, AETH), rx_engine(nic, qp.qp_num), *landing]
+    issue = 1 + (forward[0][0] is node.pcie.tags) if opcode is Opcode.RDMA_WRITE and not inline else 0
     result = qp.plans[key] = Plan(to_engine, forward, remote, reply, cqe_ps,
-                                  len(landing) if opcode is Opcode.RDMA_READ else 0)
+                                  len(landing) if opcode is Opcode.RDMA_READ else 0, issue)
     return result
 
 
@@ -218,12 +227,12 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
     forward = stages.forward
     reads_source = wr.opcode is Opcode.RDMA_WRITE and not wr.inline
     if status is WcStatus.SUCCESS and reads_source and local_mr.backing is not None:
-        # The NIC translates the source when it issues the payload's first read request, behind the earlier
-        # WQEs' requests (read tags are not limited here: see models.pcie_tlp for the tag model).
-        first, forward = forward[:1], forward[1:]
+        # The NIC translates the source when it issues the payload's first read request, once it has a read
+        # tag and the earlier WQEs' requests are on the link.
+        first, forward = forward[:stages.issue], forward[stages.issue:]
         issued, _ = yield from walk(env, first, t, t)
         t, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length,
-                                           max(issued - first[0][2], qp.sq_stalled_until), write=False)
+                                           max(issued - first[-1][2], qp.sq_stalled_until), write=False)
         qp.sq_stalled_until = t  # a page fault stalls the send queue: later WQEs wait behind it
         t = max(t, issued)
     if status is not WcStatus.SUCCESS:

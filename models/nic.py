@@ -1,7 +1,12 @@
 """The RDMA NIC: doorbells, WQE fetch, a processing pipeline that caps the message rate, ports, and the
 memory-key table that every access is checked against.
 
-First version: one processing engine per direction, whole-message cut-through through each resource.
+Each direction has ``tx_engines`` / ``rx_engines`` processing engines, each a FIFO server with its own per-WQE
+(per-message) time; a QP is bound to one engine per direction (QP number modulo the count), so a QP's work
+requests stay in order and one QP gets one engine's message rate while several QPs spread over all of them
+(NICs process a QP on one processing unit: Kalia et al., ATC'16, "Design Guidelines for High Performance
+RDMA Systems", §3.3 and §4). Vendors publish only the aggregate message rate, so the presets have one engine
+at that rate. Messages stream whole and cut-through through each resource.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ class NicParams:
     """CPU MMIO doorbell (or BlueFlame WQE write) until the NIC sees it: uncached store + PCIe flight."""
     tx_process_ps: int = 4 * PS_PER_NS
     """Send-side per-WQE processing: the message-rate cap of one engine (4 ns = 250 M msg/s)."""
+    tx_engines: int = 1
+    """Send processing engines; a QP uses one (its number modulo the count)."""
+    rx_engines: int = 1
+    """Receive processing engines; a QP's incoming messages use one (its number modulo the count)."""
     tx_latency_ps: int = 150 * PS_PER_NS
     """Send pipeline latency from WQE (or payload) ready to first bit on the wire."""
     rx_process_ps: int = 4 * PS_PER_NS
@@ -66,8 +75,8 @@ class Nic:
     def __init__(self, name: str, params: NicParams) -> None:
         self.name = name
         self.params = params
-        self.tx_engine = FifoServer(f"{name}.tx_engine")
-        self.rx_engine = FifoServer(f"{name}.rx_engine")
+        self.tx_engines = _engines(f"{name}.tx_engine", params.tx_engines)
+        self.rx_engines = _engines(f"{name}.rx_engine", params.rx_engines)
         self.tx_port = FifoServer(f"{name}.tx_port")
         self.rx_port = FifoServer(f"{name}.rx_port")
         self.mrs: dict[int, MemoryRegion] = {}
@@ -77,6 +86,14 @@ class Nic:
         self._next_handle = 0
         self.translations = 0
         """Translation entries held by registered MRs."""
+
+    def tx_engine(self, qp_num: int) -> FifoServer:
+        """The send engine that processes QP ``qp_num``'s work requests."""
+        return self.tx_engines[qp_num % len(self.tx_engines)]
+
+    def rx_engine(self, qp_num: int) -> FifoServer:
+        """The receive engine that processes messages arriving for QP ``qp_num``."""
+        return self.rx_engines[qp_num % len(self.rx_engines)]
 
     def new_key(self) -> int:
         """A fresh memory key (lkey == rkey, as mlx5 hands out for user MRs)."""
@@ -109,3 +126,13 @@ class Nic:
     def lookup(self, key: int) -> MemoryRegion | None:
         """The MR owning ``key``, or None when the key is invalid (never registered or deregistered)."""
         return self.mrs.get(key)
+
+
+def _engines(name: str, count: int) -> list[FifoServer]:
+    """``count`` engines named ``name`` (one) or ``name0``, ``name1``... (several).
+
+    :raises ValueError: fewer than one engine.
+    """
+    if count < 1:
+        raise ValueError(f"{name}: a NIC needs at least one engine per direction, got {count}")
+    return [FifoServer(name if count == 1 else f"{name}{i}") for i in range(count)]

@@ -2,8 +2,13 @@
 
 Rates and byte counts come from :mod:`models.pcie_closed_form` (pcie-model of Neugebauer et al., SIGCOMM'18,
 restated); :mod:`models.pcie_tlp` checks them TLP by TLP. Each direction of the link is its own FIFO server.
-The event engine's link models neither the read-tag limit (it would need the data path to hold a tag from
-request to last completion) nor unaligned starts: its transfers are aligned.
+
+The event engine streams whole messages, so it holds read tags as a fluid resource (:func:`read_tags`): by
+Little's law ``tags`` requests in flight, each held for its round trip, serve at most ``tags`` requests per
+round trip, so a read occupies the device's tag pool for its requests' summed round trips / ``tags``. A tag
+also stays held while its completions queue on the link, so a read occupies the pool at least as long as its
+completions occupy the device's link: queued reads then issue their requests as tags come back, not all at
+once. The engine's transfers are aligned (unaligned starts are in the closed form and the TLP model).
 """
 
 from __future__ import annotations
@@ -108,10 +113,34 @@ class PcieParams:
 
 class PcieLink:
     """The two directions of one link as separate FIFO servers: ``up`` (device to host: DMA writes, read
-    requests) and ``down`` (host to device: read completions, MMIO doorbells)."""
+    requests) and ``down`` (host to device: read completions, MMIO doorbells); ``tags``, the read tags of the
+    device below the link (see :func:`read_tags`)."""
 
     def __init__(self, name: str, params: PcieParams) -> None:
         self.name = name
         self.params = params
         self.up = FifoServer(f"{name}.up")
         self.down = FifoServer(f"{name}.down")
+        self.tags = FifoServer(f"{name}.tags")
+
+
+def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[tuple, int] | None:
+    """How a DMA read of ``nbytes`` by the device below ``link`` holds its read tags, whose route has a read
+    latency of ``round_trip_ps``: the tag-pool stage (see :mod:`models.datapath`) and the least time its
+    completions take on the device's link (ps). None when tags are unlimited.
+
+    The pool serves the read for max(its requests' summed round trips / ``read_tags``, its completions' link
+    time), which spaces consecutive reads; the stage only delays the read's start (the negative delay takes
+    the service back off head and tail, so the request TLPs are not stretched over the tag time). Within the
+    read, the last completion cannot arrive before the summed round trips / ``read_tags`` have passed since
+    the start, which lengthens the completions on a tag-limited read.
+    """
+    p = link.params
+    if p.read_tags is None:
+        return None
+    total = cf.read_tag_hold_ps(p, nbytes, round_trip_ps)
+    hold = -(-int(total + 0.5) // p.read_tags)
+    completions = p.read_return_ps(nbytes)
+    service = max(hold, completions)
+    first_request = p.read_request_ps(min(nbytes, p.mrrs))
+    return (link.tags, service, service, 0, -service, False), max(completions, hold - first_request - round_trip_ps)

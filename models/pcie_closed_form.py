@@ -172,6 +172,13 @@ def _round_trip_ps(p: PcieParams, addr: int, nbytes: int) -> float:
     return wire / p.tlp_Bps * 1e12 + p.read_latency_ps
 
 
+def read_tag_hold_ps(p: PcieParams, nbytes: int, latency_ps: int, addr: int = 0) -> float:
+    """Summed round trips of a DMA read's requests on an otherwise idle link whose read latency is
+    ``latency_ps``: how long the read holds one tag in all (ps)."""
+    wire = read_request_wire_bytes(p, nbytes, addr) + read_completion_wire_bytes(p, nbytes, addr)
+    return read_requests(p, nbytes, addr) * latency_ps + wire / p.tlp_Bps * 1e12
+
+
 def read_tag_Bps(p: PcieParams, nbytes: int, addr: int = 0) -> float:
     """Bandwidth allowed by ``read_tags`` outstanding requests (bytes/s; infinite when unlimited).
 

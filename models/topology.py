@@ -12,7 +12,7 @@ one-way latency once per direction (twice for a read). Bandwidth is the minimum 
 stages in series); a root complex forwarding peer-to-peer (device to device, "CPUs are very, very bad PCI
 switches", NCCL #465) runs at ``p2p_*_factor`` x the PCIe link feeding it, and may refuse P2P reads
 (Intel client CPUs: writes only, open-gpu-kernel-modules #1253). A switch forwards peer-to-peer at link
-rate. The read-tag limit is not applied here (as in the event engine's links).
+rate. A read holds the reading device's tags (:func:`models.pcie.read_tags`) for its route's round trip.
 
 Examples
 --------
@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import networkx as nx
 
-from models.pcie import PcieLink, PcieParams
+from models.pcie import PcieLink, PcieParams, read_tags
 from sim.core import FifoServer, PS_PER_NS, PS_PER_S, SimError, transfer_ps
 
 if TYPE_CHECKING:
@@ -177,9 +177,10 @@ def build_topology(layout: str = "switch", *, nic: PcieParams = PcieParams(), gp
     return g
 
 
-def nic_link(graph: nx.Graph, nic: str = "nic0") -> PcieLink:
-    """The NIC's own PCIe link in ``graph`` (doorbells, WQE fetches and CQE writes use it too)."""
-    (edge,) = graph.edges(nic, data="link")
+def device_link(graph: nx.Graph, device: str = "nic0") -> PcieLink:
+    """A device's own PCIe link in ``graph`` (its only edge; for the NIC, doorbells, WQE fetches and CQE
+    writes use it too)."""
+    (edge,) = graph.edges(device, data="link")
     return edge[2]
 
 
@@ -210,12 +211,6 @@ def route(graph: nx.Graph, src: str, dst: str) -> list[Hop]:
     return hops
 
 
-def _device_link(graph: nx.Graph, device: str) -> PcieParams:
-    """The PCIe link parameters of a device (its only edge)."""
-    (edge,) = graph.edges(device, data="link")
-    return edge[2].params
-
-
 def _stages(hops: list[Hop], nbytes: int, pcie, factor: str, socket_bytes: int) -> list[Stage]:
     """Cut-through stages over ``hops``. ``pcie(params, n)`` is a PCIe link's occupancy for ``n`` bytes; the
     socket link carries ``socket_bytes`` at its rate (64 B head); a p2p hop serves at ``factor`` x the PCIe
@@ -239,7 +234,7 @@ def dma_write_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[S
     ``src`` to ``dst``; the flight latency rides on the last stage."""
     hops = route(graph, src, dst)
     stages = _stages(hops, nbytes, PcieParams.write_ps, "p2p_write_factor", nbytes)
-    flight = _device_link(graph, src).write_latency_ps + sum(h.latency_ps for h in hops)
+    flight = device_link(graph, src).params.write_latency_ps + sum(h.latency_ps for h in hops)
     stages[-1] = (*stages[-1][:4], flight, False)
     return stages
 
@@ -255,12 +250,17 @@ def dma_read_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[St
     if refusing:
         raise PeerToPeerError(f"{src} cannot read {dst}: root complex {refusing[0]} forwards peer-to-peer "
                               "writes only (p2p_read_supported=False)")
-    link = _device_link(graph, src)
+    link = device_link(graph, src)
     requests = _stages([h for h in to if h.kind != "p2p"], nbytes, PcieParams.read_request_ps, "p2p_read_factor",
-                       link.read_request_bytes(nbytes))
-    round_trip = link.read_latency_ps + 2 * sum(h.latency_ps for h in to)
-    return [*requests, (None, 0, 0, 0, round_trip, False),
-            *_stages(back, nbytes, PcieParams.read_return_ps, "p2p_read_factor", nbytes)]
+                       link.params.read_request_bytes(nbytes))
+    round_trip = link.params.read_latency_ps + 2 * sum(h.latency_ps for h in to)
+    completions = _stages(back, nbytes, PcieParams.read_return_ps, "p2p_read_factor", nbytes)
+    tags = read_tags(link, nbytes, round_trip)
+    if tags is None:
+        return [*requests, (None, 0, 0, 0, round_trip, False), *completions]
+    pool, last_hop_ps = tags  # a tag-limited read's completions stream no faster into the device
+    completions[-1] = (completions[-1][0], max(completions[-1][1], last_hop_ps), *completions[-1][2:])
+    return [pool, *requests, (None, 0, 0, 0, round_trip, False), *completions]
 
 
 def dma_path(graph: nx.Graph, src: str, dst: str, nbytes: int) -> DmaPath:
@@ -276,5 +276,7 @@ def dma_path(graph: nx.Graph, src: str, dst: str, nbytes: int) -> DmaPath:
     def rate(stages):
         return nbytes * PS_PER_S / max(s[1] for s in stages)
 
-    return DmaPath(rate(read) if read else 0.0, rate(write), sum(s[4] for s in read) if read else None,
+    tags = device_link(graph, src).tags  # its stage's negative delay shapes a tail, it is no latency
+    return DmaPath(rate(read) if read else 0.0, rate(write),
+                   sum(s[4] for s in read if s[0] is not tags) if read else None,
                    sum(s[4] for s in write), graph.nodes[dst]["kind"] != "memory")

@@ -5,6 +5,7 @@ way perftest prints them:
 
 * ``write_bw`` / ``read_bw``: keep ``tx_depth`` work requests in flight (READs are further capped by the
   QP's max_rd_atomic), repost as completions are polled; times are post and completion of each request.
+  Several QPs stream at once with :func:`concurrent` (perftest -q).
 * ``write_lat``: ping-pong like ib_write_lat: the requester writes, the responder's CPU sees the last byte
   land and writes back; one iteration is one round trip and its latency is half of it.
 * ``read_lat``: one READ at a time like ib_read_lat; latency is post to polled completion.
@@ -41,6 +42,8 @@ class OpRecords:
     latency_ps: np.ndarray
     ok: np.ndarray
     """True where the work request completed with IBV_WC_SUCCESS."""
+    qp: np.ndarray | None = None
+    """Which of several concurrent QPs posted each one (None: a single QP)."""
 
 
 def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
@@ -68,6 +71,17 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
             ok[wc.wr_id] = wc.status is WcStatus.SUCCESS
             done += 1
     return OpRecords(posted, completed, completed - posted, ok)
+
+
+def concurrent(env, streams: list[Generator]) -> Generator:
+    """simpy process running one bandwidth process per QP at once (perftest -q); returns their
+    :class:`OpRecords` one after the other, each operation tagged with its QP's index."""
+    processes = [env.process(stream) for stream in streams]
+    yield env.all_of(processes)
+    parts = [p.value for p in processes]
+    return OpRecords(*(np.concatenate([getattr(r, f) for r in parts]) for f in ("posted_ps", "completed_ps",
+                                                                                "latency_ps", "ok")),
+                     np.repeat(np.arange(len(parts)), [len(r.ok) for r in parts]))
 
 
 def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, inline: int) -> Generator:

@@ -16,7 +16,7 @@ from models.pcie import PcieParams
 from models.presets import GPU_VENDOR, PCIE_PRESETS
 from models.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.mtt_cache import MTT_PRESETS, MttCache, MttParams
-from models.topology import build_topology, nic_link
+from models.topology import build_topology, device_link
 from models.verbs import (Access, Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device,
                           ibv_reg_mr)
 from models.versions import KernelBehaviour, Version
@@ -100,7 +100,7 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
                                  capacity=gspec.memory, driver=gspec.driver)
             node.topology = build_topology(spec.topology, nic=node.pcie.params,
                                            gpu=PcieParams(**PCIE_PRESETS[params.pcie]))
-            node.pcie = nic_link(node.topology)
+            node.pcie = device_link(node.topology)
     for i, spec in enumerate(scenario.buffers):
         try:
             reg = _register(bed, spec, scenario.invariants)

@@ -51,6 +51,9 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
     buffers = {b.name: b for b in scenario.buffers}
     nodes = {n.name: n for n in scenario.nodes}
     for work in scenario.workload:
+        if work.qps > 1:
+            return (f"workload '{work.name or work.kind}' streams {work.qps} QPs at once: the vectorized core "
+                    "solves one stream at a time")
         for name in (work.from_, work.to):
             spec = buffers[name]
             if spec.registration != "pinned" or not spec.on.endswith(".host"):
@@ -120,7 +123,7 @@ def pipelines(scenario: Scenario, bed) -> tuple[list[Server], list[Group], list[
     names: list[Server] = []
     groups, labels = [], []
     for work in scenario.workload:
-        src, dst = _endpoints(bed, work)
+        ((src, dst),) = _endpoints(bed, work)
         for group, size in _groups(work, src.qp, dst.qp, servers, names):
             groups.append(group)
             labels.append((work, size))

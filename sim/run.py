@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 from models.verbs import Opcode, ibv_create_cq, ibv_create_qp
-from models.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint, bandwidth, read_latency, write_latency
+from models.workloads import (PERFTEST_WRITE_LAT_INLINE, Endpoint, bandwidth, concurrent, read_latency,
+                              write_latency)
 from sim.build import Testbed, build
 from sim.events import log_unreached, schedule_events
 from sim.core.errors import DeadlockError, InvariantViolation
@@ -57,29 +58,35 @@ def pinned_bytes(reg) -> int:
 
 def total_operations(scenario: Scenario) -> int:
     """Work requests the scenario will simulate (for progress bars)."""
-    return sum(len(w.size_list()) * w.iterations for w in scenario.workload)
+    return sum(len(w.size_list()) * w.iterations * w.qps for w in scenario.workload)
 
 
-def _endpoints(bed: Testbed, work: WorkloadSpec) -> tuple[Endpoint, Endpoint]:
+def _endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint]]:
+    """The workload's ``qps`` connected QP pairs (requester end, responder end), each with its own CQs."""
     src, dst = bed.registrations[work.from_], bed.registrations[work.to]
     depth = max(work.tx_depth, 2)
-    ends = []
-    for reg in (src, dst):
-        ctx, pd_ = bed.contexts[reg.node], bed.pds[reg.node]
-        cq = ibv_create_cq(ctx, 2 * depth)
-        ends.append(Endpoint(ibv_create_qp(pd_, cq, depth), reg.mr))
-    ends[0].qp.connect(ends[1].qp)
-    bed.qps.extend(e.qp for e in ends)
-    return ends[0], ends[1]
+    pairs = []
+    for _ in range(work.qps):
+        ends = []
+        for reg in (src, dst):
+            ctx, pd_ = bed.contexts[reg.node], bed.pds[reg.node]
+            cq = ibv_create_cq(ctx, 2 * depth)
+            ends.append(Endpoint(ibv_create_qp(pd_, cq, depth), reg.mr))
+        ends[0].qp.connect(ends[1].qp)
+        bed.qps.extend(e.qp for e in ends)
+        pairs.append((ends[0], ends[1]))
+    return pairs
 
 
-def _process(env, work: WorkloadSpec, src: Endpoint, dst: Endpoint, size: int):
+def _process(env, work: WorkloadSpec, pairs: list[tuple[Endpoint, Endpoint]], size: int):
     inline = work.inline if work.inline is not None else (PERFTEST_WRITE_LAT_INLINE if work.kind == "write_lat"
                                                            else 0)
-    if work.kind == "write_bw":
-        return bandwidth(env, Opcode.RDMA_WRITE, src, dst, size, work.iterations, work.tx_depth, inline)
-    if work.kind == "read_bw":
-        return bandwidth(env, Opcode.RDMA_READ, src, dst, size, work.iterations, work.tx_depth)
+    if work.kind.endswith("_bw"):
+        opcode = Opcode.RDMA_WRITE if work.kind == "write_bw" else Opcode.RDMA_READ
+        streams = [bandwidth(env, opcode, src, dst, size, work.iterations, work.tx_depth, inline)
+                   for src, dst in pairs]
+        return streams[0] if len(streams) == 1 else concurrent(env, streams)
+    ((src, dst),) = pairs
     if work.kind == "write_lat":
         return write_latency(env, src, dst, size, work.iterations, inline)
     return read_latency(env, src, dst, size, work.iterations)
@@ -107,15 +114,15 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     op_frames, summaries = [], []
     for work in scenario.workload:
         label = work.name or work.kind
-        src, dst = _endpoints(bed, work)
+        pairs = _endpoints(bed, work)
         for size in work.size_list():
-            proc = env.process(_process(env, work, src, dst, size))
+            proc = env.process(_process(env, work, pairs, size))
             records = _run_until(env, proc, bed, f"workload '{label}' at {size} bytes")
             frame, row = workload_tables(work, size, records, variant)
             op_frames.append(frame)
             summaries.append(row)
             if progress:
-                progress(work.iterations)
+                progress(work.iterations * work.qps)
     return finish_run(scenario, seed, bed, variant, started, event_log, op_frames, summaries)
 
 
@@ -133,16 +140,19 @@ def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testb
 
 def workload_tables(work: WorkloadSpec, size: int, records, variant: str) -> tuple[pd.DataFrame, dict]:
     """The per-operation rows and the perftest summary row of one (workload, size)."""
-    label = work.name or work.kind
+    label, rows = work.name or work.kind, len(records.ok)
+    qp = np.zeros(rows, dtype=np.int64) if records.qp is None else records.qp
     frame = pd.DataFrame({
-        "variant": _label(variant, work.iterations), "workload": _label(label, work.iterations),
-        "kind": _label(work.kind, work.iterations), "bytes": size,
-        "iteration": range(work.iterations), "posted_ps": records.posted_ps,
-        "completed_ps": records.completed_ps, "latency_ps": records.latency_ps, "ok": records.ok})
+        "variant": _label(variant, rows), "workload": _label(label, rows), "kind": _label(work.kind, rows),
+        "bytes": size, "qp": qp, "iteration": np.tile(np.arange(work.iterations), work.qps),
+        "posted_ps": records.posted_ps, "completed_ps": records.completed_ps, "latency_ps": records.latency_ps,
+        "ok": records.ok})
     row = {"variant": variant, "workload": label, "kind": work.kind, "bytes": size,
            "iterations": work.iterations, "errors": int((~records.ok).sum())}
     if work.kind.endswith("_bw"):
-        row |= bandwidth_summary(size, records.posted_ps, records.completed_ps, work.tx_depth, records.ok)
+        order = np.argsort(records.posted_ps, kind="stable")  # every QP's operations in posting order
+        row |= bandwidth_summary(size, records.posted_ps[order], records.completed_ps[order],
+                                 work.tx_depth * work.qps, records.ok[order])
     else:
         row |= latency_summary(records.latency_ps)
     return frame, row

@@ -31,9 +31,10 @@ def pcie_params(spec: NodeSpec) -> PcieParams:
     """PCIe link parameters of a node's NIC."""
     pcie = spec.pcie
     base = PCIE_PRESETS[pcie.preset or NIC_PCIE[spec.nic.preset]]
+    tags = {} if pcie.read_tags is None else {"read_tags": None if pcie.read_tags == "unlimited" else pcie.read_tags}
     return PcieParams(**{**base, **_overrides(pcie, {"gen": "gen", "lanes": "lanes", "read_latency": "read_latency_ps",
                                                       "write_latency": "write_latency_ps"}),
-                         "mps": pcie.mps, "mrrs": pcie.mrrs, "ecrc": pcie.ecrc})
+                         "mps": pcie.mps, "mrrs": pcie.mrrs, "ecrc": pcie.ecrc, **tags})
 
 
 def nic_params(spec: NodeSpec) -> NicParams:
@@ -42,6 +43,7 @@ def nic_params(spec: NodeSpec) -> NicParams:
     return NicParams(**{**NIC_PRESETS[nic.preset], **_overrides(nic, {
         "doorbell": "doorbell_ps", "tx_process": "tx_process_ps", "tx_latency": "tx_latency_ps",
         "rx_process": "rx_process_ps", "rx_latency": "rx_latency_ps", "blueflame": "blueflame",
+        "tx_engines": "tx_engines", "rx_engines": "rx_engines",
         "max_rd_atomic": "max_rd_atomic", "max_translations": "max_translations"}),
         "ignore_move_notify": nic.ignore_move_notify})
 

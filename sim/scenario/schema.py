@@ -75,6 +75,9 @@ class PcieSpec(Strict):
     """DMA read round trip (default 550ns)."""
     write_latency: Duration | None = None
     """Posted write flight to memory visibility (default 150ns)."""
+    read_tags: Annotated[int, Field(ge=1, le=1024)] | Literal["unlimited"] | None = None
+    """Outstanding DMA read requests the NIC may have (default 256, 8-bit extended tags; PCIe Gen4+ 10-bit
+    tags allow 768; 'unlimited' as pcie-model assumes): read bandwidth <= tags x request size / round trip."""
 
 
 class NicSpec(Strict):
@@ -92,6 +95,10 @@ class NicSpec(Strict):
     """Per-message receive processing."""
     rx_latency: Duration | None = None
     """Receive pipeline latency."""
+    tx_engines: Annotated[int, Field(ge=1, le=256)] | None = None
+    """Send processing engines, each taking 'tx_process' per WQE; a QP is bound to one (default 1)."""
+    rx_engines: Annotated[int, Field(ge=1, le=256)] | None = None
+    """Receive processing engines, each taking 'rx_process' per message; a QP is bound to one (default 1)."""
     blueflame: bool | None = None
     """WQEs written with the doorbell (no WQE fetch by DMA)."""
     max_rd_atomic: Annotated[int, Field(ge=1, le=256)] | None = None
@@ -230,6 +237,17 @@ class WorkloadSpec(Strict):
     """Outstanding work requests for bandwidth tests (perftest -t)."""
     inline: Annotated[int, Field(ge=0, le=1024)] | None = None
     """Largest message sent inline (default: 220 for write_lat, else 0)."""
+    qps: Annotated[int, Field(ge=1, le=1024)] = 1
+    """QP pairs streaming at once, each with its own tx_depth window and 'iterations' operations per size
+    (perftest -q; bandwidth tests only)."""
+
+    @field_validator("qps")
+    @classmethod
+    def _qps_stream_bandwidth(cls, qps: int, info):
+        kind = info.data.get("kind")
+        if qps > 1 and kind not in ("write_bw", "read_bw"):
+            raise ValueError(f"{kind} measures one QP (perftest's latency tests have no -q); qps must be 1")
+        return qps
 
     def size_list(self) -> list[int]:
         """The message sizes, in order."""

@@ -4,6 +4,7 @@ the sum of the stage latencies."""
 import pytest
 
 from models.fabric import AETH, RETH
+from models.pcie_closed_form import read_Bps, read_tag_Bps
 from sim.run import run_scenario
 from sim.scenario.resolve import fabric_params, nic_params, pcie_params
 
@@ -32,6 +33,32 @@ def test_large_write_bandwidth_is_min_of_wire_and_pcie(make_scenario, config, si
     expected_Bps = min(fabric_params(scn).efficiency(size, RETH), link.read_efficiency(size),
                        link.write_efficiency(size))
     assert result.summary["bw_avg_Gbps"].iloc[0] == pytest.approx(expected_Bps * 8 / 1e9, rel=0.01)
+
+
+@pytest.mark.parametrize("tags", [4, 16])
+def test_write_bandwidth_is_bound_by_the_requesters_read_tags(make_scenario, tags):
+    n = 65536
+    scn = _scenario(make_scenario, {"preset": "connectx7"}, {"read_tags": tags}, "400Gb/s",
+                    {"kind": "write_bw", "from": "src", "to": "dst", "sizes": [n], "iterations": 300})
+    link = pcie_params(scn.nodes[0])
+    assert link.read_tags == tags and read_tag_Bps(link, n) < fabric_params(scn).efficiency(n, RETH)
+    result = run_scenario(scn)
+    assert result.summary["bw_avg_Gbps"].iloc[0] == pytest.approx(read_Bps(link, n) * 8 / 1e9, rel=0.01)
+
+
+def test_unlimited_read_tags_leave_the_wire_as_the_bound(make_scenario):
+    def bandwidth(tags):
+        scn = _scenario(make_scenario, {"preset": "connectx7"}, {"read_tags": tags, "read_latency": "2us"},
+                        "400Gb/s", {"kind": "write_bw", "from": "src", "to": "dst", "sizes": [65536],
+                                    "iterations": 300})
+        return scn, run_scenario(scn).summary["bw_avg_Gbps"].iloc[0]
+
+    scn, unlimited = bandwidth("unlimited")
+    assert pcie_params(scn.nodes[0]).read_tags is None
+    assert unlimited == pytest.approx(fabric_params(scn).efficiency(65536, RETH) * 8 / 1e9, rel=0.01)
+    scn, limited = bandwidth(64)
+    assert limited == pytest.approx(read_tag_Bps(pcie_params(scn.nodes[0]), 65536) * 8 / 1e9, rel=0.01)
+    assert limited < unlimited / 2
 
 
 def test_pcie_bound_and_wire_bound_cases_both_exist(make_scenario):

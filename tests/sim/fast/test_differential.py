@@ -73,6 +73,16 @@ def test_inline_writes_and_mixed_workloads_equal_event_engine():
     assert_same(scenario_dict(seed=9, workload=work, **two_nodes("cx7-gen5-400G", poll="7ns")))
 
 
+@pytest.mark.parametrize("tags", [2, 16])
+def test_read_tags_and_several_engines_equal_event_engine(tags):
+    nodes = two_nodes("cx6-gen4-200G-mps512", tx_engines=3, rx_engines=2)
+    for node in nodes["nodes"]:
+        node["pcie"] = {**node["pcie"], "read_tags": tags, "read_latency": "900ns"}
+    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [64, 4096, 65536], "iterations": 600,
+             "tx_depth": 64} for kind in ("write_bw", "read_bw", "write_lat", "read_lat")]
+    assert_same(scenario_dict(workload=work, **nodes))
+
+
 def test_blueflame_off_is_exact_on_the_fast_engine():
     work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [64, 4096], "iterations": 300, "tx_depth": 32}
             for kind in ("write_bw", "read_bw", "write_lat")]
@@ -104,6 +114,8 @@ def test_domain_reasons():
     inline = scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [512],
                                       "inline": 1024}])
     assert "max_inline" in outside_domain(Scenario.model_validate(inline))
+    several = scenario_dict(workload=[{"kind": "read_bw", "from": "src", "to": "dst", "sizes": [512], "qps": 3}])
+    assert "3 QPs at once" in outside_domain(Scenario.model_validate(several))
     off = Scenario.model_validate(scenario_dict(**two_nodes("cx7-gen5-400G", blueflame=False)))
     assert outside_domain(off) is None and "blueflame off" in slow_for_fast(off)
 
