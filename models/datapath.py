@@ -25,13 +25,14 @@ from typing import TYPE_CHECKING, Generator, NamedTuple
 from simpy import Timeout
 
 from models.fabric import AETH, RETH, Fabric
-from models.pcie import PcieLink, read_tags
+from models.pcie import PcieLink, PcieParams, read_tags
 from models.memory_data import mr_bytes
 from models.mr_backing import Fault, PeerMemBacking
 from models.dmabuf import Placement
 from models.dmabuf_mr import DmabufBacking
 from models.topology import dma_read_stages, dma_write_stages
 from models.verbs import RNR_RETRY_INFINITE, Access, Opcode, QpState, WcStatus, WorkCompletion
+from sim.core import PS_PER_S, Environment
 from sim.core.servers import FifoServer, claim_cut_through
 
 if TYPE_CHECKING:
@@ -76,6 +77,23 @@ def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
         delay(p.read_latency_ps),
         (link.down, tags[1] if tags else p.read_return_ps(nbytes), completion, completion, 0, True),
     ]
+
+
+def dma_read_stream_Bps(params: PcieParams, nbytes: int, reads: int = 300) -> float:
+    """Steady-state rate of back-to-back DMA reads of ``nbytes`` through the event engine's stages (a device
+    with ``reads`` of them queued at once), over the second half of them (bytes/s)."""
+    env, link, done = Environment(), PcieLink("stream", params), []
+
+    def one() -> Generator:
+        _, tail = yield from walk(env, dma_read(link, nbytes), 0, 0)
+        done.append(tail)
+
+    for _ in range(reads):
+        env.process(one())
+    env.run()
+    done.sort()
+    half = reads // 2
+    return (reads - 1 - half) * nbytes * PS_PER_S / (done[-1] - done[half])
 
 
 def dma_write(link: PcieLink, nbytes: int) -> list[Stage]:

@@ -24,8 +24,10 @@ Sizes are bytes, rates bytes/s per direction, times ps. Sources: ``reference/num
   link-limited B = T x n / max(Q, C) (pcie-model's RX/TX min logic). Reads are non-posted: each MRd holds one
   of ``read_tags`` tags for its round trip (request serialisation + ``read_latency_ps`` + its completions),
   so B <= tags x n / sum of round trips. Read B = min of the two.
-* **Mixed**: the device reads n and writes n per transaction: B = T x n / max(W + Q, C) each way (no tag
-  limit, as pcie-model).
+* **Mixed**: the device reads n and writes n per transaction: B = T x n / max(W + Q, C) each way (pcie-model),
+  and no more than the read tags allow. Exact while a transfer is one read request; past that, a device that
+  issues each transaction's writes behind its reads on one in-order queue (as :mod:`models.pcie_tlp` does)
+  idles the link while the next reads wait for tags, which this bound does not see.
 """
 
 from __future__ import annotations
@@ -206,6 +208,8 @@ def read_Bps(p: PcieParams, nbytes: int, addr: int = 0) -> float:
 
 
 def read_write_Bps(p: PcieParams, nbytes: int, addr: int = 0) -> float:
-    """Bandwidth each way when every transaction reads ``nbytes`` and writes ``nbytes`` (bytes/s)."""
+    """Bandwidth each way when every transaction reads ``nbytes`` and writes ``nbytes``: the busier direction
+    of the link, or the read tags (bytes/s)."""
     up = write_wire_bytes(p, nbytes, addr) + read_request_wire_bytes(p, nbytes, addr)
-    return p.tlp_Bps * nbytes / max(up, read_completion_wire_bytes(p, nbytes, addr))
+    link = p.tlp_Bps * nbytes / max(up, read_completion_wire_bytes(p, nbytes, addr))
+    return min(link, read_tag_Bps(p, nbytes, addr))

@@ -85,8 +85,8 @@ def _parser(test: str) -> argparse.ArgumentParser:
         help="Use IB device DEV (default mlx5_0): mlx5_<N> simulates a connectx7, efa_<N> an EFA-like NIC.")
     add("-x", "--gid-index", type=_ranged(0, 64, "Gid index"), metavar="INDEX",
         help="Accepted, no effect: the simulated fabric needs no GID.")
-    add("-q", "--qp", type=_ranged(1, 16384, "num of Qps"), default=1,
-        help="Number of QPs: only 1 (rdmasim's workloads drive one QP).")
+    add("-q", "--qp", type=_ranged(1, 1024, "num of Qps"), default=1,
+        help="Number of QPs streaming at once, each with its own tx depth and -n exchanges (bandwidth tests).")
     add("-t", "--tx-depth", type=_ranged(1, 15000, "Tx depth"), default=128 if bw else 1,
         help=f"Size of tx queue (default {128 if bw else 1}; latency tests keep one message in flight).")
     add("-I", "--inline_size", type=_ranged(0, 1024, "Max inline"), metavar="SIZE",
@@ -151,8 +151,8 @@ def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> 
     if args.duration is not None:
         raise UsageError("-D/--duration is not supported by rdmasim perftest: a simulated run is sized by "
                          "iterations; use -n/--iters")
-    if args.qp != 1:
-        raise UsageError(f"-q/--qp {args.qp}: rdmasim's workloads drive one QP per test; only -q 1 is supported")
+    if args.qp != 1 and not kind.endswith("_bw"):
+        raise UsageError(f"-q/--qp {args.qp}: multiple QPs are available in bandwidth tests only")
     if args.use_cuda_dmabuf and args.use_cuda is None:
         raise UsageError("--use_cuda_dmabuf: CUDA DMA-BUF cannot be used without CUDA (add --use_cuda)")
     if args.use_data_direct and not args.use_cuda_dmabuf:
@@ -195,6 +195,7 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
             "iterations": args.iters}
     if kind.endswith("_bw"):
         work["tx_depth"] = args.tx_depth
+        work["qps"] = args.qp
     if kind.startswith("write"):  # perftest: no default inline for CUDA memory or bandwidth tests
         default = LAT_WRITE_INLINE[preset] if kind == "write_lat" and args.use_cuda is None else 0
         work["inline"] = default if args.inline_size is None else args.inline_size
@@ -236,7 +237,7 @@ def _header(cmd: _Command, result) -> str:
     return "\n".join([
         RULE, f"                    {verb} {'BW' if kind.endswith('_bw') else 'Latency'} Test",
         f" Dual-port       : OFF\t\tDevice         : {args.ib_dev}",
-        " Number of qps   : 1\t\tTransport type : IB",
+        f" Number of qps   : {args.qp}\t\tTransport type : IB",
         " Connection type : RC\t\tUsing SRQ      : OFF",
         f" TX depth        : {args.tx_depth}",
         f" Mtu             : {args.mtu}[B]",

@@ -4,11 +4,11 @@ the TLP-level model and the closed form do, and paces queued reads instead of is
 import pytest
 
 from models import pcie_closed_form as cf
-from models.datapath import dma_read, walk
+from models.datapath import dma_read, dma_read_stream_Bps, walk
 from models.pcie import PcieLink, PcieParams, read_tags
 from models.pcie_tlp import simulate_stream
 from models.topology import build_topology, dma_path, dma_read_stages
-from sim.core import PS_PER_NS, PS_PER_S, Environment
+from sim.core import PS_PER_NS, Environment
 
 CASES = {
     "gen5x16-256tags-64B": (dict(gen=5), 64),
@@ -42,8 +42,7 @@ def _reads(link: PcieLink, n: int, count: int) -> list[tuple[int, int]]:
 def test_stream_of_reads_matches_the_tlp_model_and_the_closed_form(case):
     params, n = CASES[case]
     p = PcieParams(**params)
-    done = [d for _, d in _reads(PcieLink("l", p), n, 300)]
-    engine_Bps = 150 * n * PS_PER_S / (done[-1] - done[149])
+    engine_Bps = dma_read_stream_Bps(p, n)
     assert engine_Bps == pytest.approx(simulate_stream(p, "read", n).Bps, rel=0.01)
     assert engine_Bps == pytest.approx(cf.read_Bps(p, n), rel=0.01)
 

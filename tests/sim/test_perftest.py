@@ -43,6 +43,16 @@ def test_flags_map_to_scenario_fields():
     assert scenario.fabric.mtu == 2048 and [n.nic.preset for n in scenario.nodes] == ["connectx7"] * 2
     assert bufs["local"].size >= 4096
     assert perftest_scenario(["ib_write_bw", "--size=1M"]).workload[0].size_list() == [2**20]
+    assert perftest_scenario(["ib_read_bw", "-q", "4"]).workload[0].qps == 4
+
+
+def test_several_qps_report_their_count_and_share_the_nic():
+    code, text = run_perftest(["ib_write_bw", "-s", "64", "-n", "3000", "-q", "3"])
+    assert code == 0, text
+    assert "Number of qps   : 3" in text
+    bytes_, iters, _, average, _ = _numbers(text, 64)
+    code, one = run_perftest(["ib_write_bw", "-s", "64", "-n", "3000"])
+    assert (bytes_, iters) == (64, 3000) and average > _numbers(one, 64)[3]
 
 
 @pytest.mark.parametrize("flag", ["-a", "--all"])
@@ -76,8 +86,8 @@ def test_memory_flags_pick_placement_and_registration(flags, on, mode):
     (["ib_write_bw", "--use_cuda", "--mmap=f"], "multiple memory types"),
     (["ib_write_bw", "--run_infinitely"], "--run_infinitely is not supported by rdmasim perftest"),
     (["ib_write_bw", "-p", "18515", "--port=1", "-R"], "-p, --port, -R are not supported"),
-    (["ib_write_bw", "-q", "4"], "-q/--qp 4"),
-    (["ib_write_lat", "--qp=2"], "only -q 1"),
+    (["ib_write_lat", "--qp=2"], "bandwidth tests only"),
+    (["ib_read_bw", "-q", "2000"], "num of Qps"),
     (["ib_write_bw", "-D", "5"], "-n/--iters"),
     (["ib_write_bw", "-d", "mlx4_0"], "known devices: mlx5_<N> (connectx7)"),
     (["ib_read_bw", "-I", "64"], "Inline feature not available on READ"),
