@@ -6,6 +6,7 @@ event engine's (same recurrences, same tie rules, integer picoseconds); see :mod
 * :mod:`sim.fast.server` — one server over many jobs (cumulative sum and running maximum; stall intervals;
   pools of identical servers);
 * :mod:`sim.fast.steps` — what an operation does (:class:`Claim`, :class:`Delay`, :class:`Gate`...);
+* :mod:`sim.fast.spacing` — claims proven from the pipeline's shape never to wait for their server;
 * :func:`solve` — whole streams, block by block, exact.
 
 >>> import numpy as np

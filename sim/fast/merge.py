@@ -103,7 +103,7 @@ def key_order(claims: Claims | Joined) -> tuple[np.ndarray, int | None]:
     there are none).
     """
     order = np.argsort(claims.wake, kind="stable")
-    wake = claims.wake[order]
+    wake = np.take(claims.wake, order)
     equal = wake[1:] == wake[:-1]
     if not equal.any():
         return order, None

@@ -25,12 +25,15 @@ Jobs are given in service order; every time is an integer number of picoseconds 
 
 from __future__ import annotations
 
+import functools
 import heapq
 
 import numpy as np
 
 BLOCK = 4096
 """Jobs per block of the piecewise (stall) and job-by-job (pool) fallbacks."""
+CHUNK = 128
+"""Values per chunk of :func:`prefix_max`."""
 
 
 def cut_through(head: np.ndarray, service, not_before: np.ndarray, free_at: int = 0,
@@ -44,11 +47,19 @@ def cut_through(head: np.ndarray, service, not_before: np.ndarray, free_at: int 
     :param stalls: ``[start, end)`` rows (ps) sorted by start, during which no job may start.
     :param queued: expect a queue (skip the pass-through attempt; the answer is the same).
     """
+    return serve(head, service, not_before, free_at, stalls, queued)[:2]
+
+
+def serve(head: np.ndarray, service, not_before: np.ndarray, free_at: int = 0, stalls: np.ndarray | None = None,
+          queued: bool = False) -> tuple[np.ndarray, np.ndarray, bool]:
+    """:func:`cut_through`, also telling whether the running maximum was needed (some job may have queued;
+    a hint for the next call with similar jobs)."""
     head = np.asarray(head, dtype=np.int64)
     not_before = np.asarray(not_before, dtype=np.int64)
     if stalls is None or len(stalls) == 0:
         return _solve(head, service, not_before, int(free_at), queued)
-    return _stalled(head, service, not_before, int(free_at), _coalesced(np.asarray(stalls, dtype=np.int64)))
+    start, finish = _stalled(head, service, not_before, int(free_at), _coalesced(np.asarray(stalls, dtype=np.int64)))
+    return start, finish, True
 
 
 def _coalesced(stalls: np.ndarray) -> np.ndarray:
@@ -62,22 +73,55 @@ def _coalesced(stalls: np.ndarray) -> np.ndarray:
 
 
 def finish_times(head: np.ndarray, service, not_before: np.ndarray, free_at: int,
-                 queued: bool = False) -> np.ndarray:
-    """The finish times of :func:`cut_through` without stalls (a new array)."""
-    done = np.maximum(head + service, not_before)
+                 queued: bool = False) -> tuple[np.ndarray, bool]:
+    """The finish times of :func:`cut_through` without stalls (a new array), and whether the running maximum
+    was needed."""
+    done = head + service
+    np.maximum(done, not_before, out=done)
     if len(done) == 0 or (not queued and head[0] >= free_at and (head[1:] >= done[:-1]).all()):
-        return done  # never queued: every job starts when its head arrives
-    if np.ndim(service) == 0:
-        cum = np.arange(1, len(done) + 1, dtype=np.int64)
-        cum *= service
-    else:
-        cum = np.cumsum(service, dtype=np.int64)
+        return done, False  # never queued: every job starts when its head arrives
+    cum = ramp(len(done), service) if np.ndim(service) == 0 else np.cumsum(service, dtype=np.int64)
     done -= cum
     if done[0] < free_at:
         done[0] = free_at
-    np.maximum.accumulate(done, out=done)
+    prefix_max(done)
     done += cum
-    return done
+    return done, True
+
+
+@functools.lru_cache(maxsize=32)
+def ramp(n: int, step: int) -> np.ndarray:
+    """``step, 2 step, ..., n step`` (read-only int64): the cumulative sum of a constant service time."""
+    out = np.arange(1, n + 1, dtype=np.int64)
+    out *= step
+    out.flags.writeable = False
+    return out
+
+
+def prefix_max(values: np.ndarray, width: int = CHUNK) -> np.ndarray:
+    """``values_i = max(values_0..values_i)`` in place (returned). A running maximum is a slow sequential
+    loop, so it runs only over chunks of ``width`` values that hold a new maximum; a chunk without one is
+    filled with the maximum before it (fast when a server stays busy: its ``c_j - S_j`` keep falling)."""
+    rows = len(values) // width
+    if rows < 2:
+        return np.maximum.accumulate(values, out=values)
+    body = values[:rows * width].reshape(rows, width)
+    maxima = body.max(axis=1)
+    before = np.maximum.accumulate(maxima)
+    fresh = np.flatnonzero(maxima[1:] > before[:-1]) + 1
+    if 2 * len(fresh) > rows:  # mostly rising: plain loop
+        return np.maximum.accumulate(values, out=values)
+    np.maximum.accumulate(body[0], out=body[0])
+    sub = body[fresh]
+    np.maximum(sub[:, 0], before[fresh - 1], out=sub[:, 0])
+    np.maximum.accumulate(sub.reshape(-1), out=sub.reshape(-1))  # earlier rows never exceed a row's seed
+    body[1:] = before[:-1, None]
+    body[fresh] = sub
+    rest = values[rows * width:]
+    if len(rest):
+        rest[0] = max(rest[0], before[-1])
+        np.maximum.accumulate(rest, out=rest)
+    return values
 
 
 def running_max(values: np.ndarray, steps: int = 4) -> np.ndarray:
@@ -88,16 +132,16 @@ def running_max(values: np.ndarray, steps: int = 4) -> np.ndarray:
         if not (out[1:] < out[:-1]).any():
             return out
         np.maximum(out[1:], out[:-1], out=out[1:])
-    return np.maximum.accumulate(out, out=out)
+    return prefix_max(out)
 
 
 def _solve(head, service, not_before, free_at, queued=False):
-    finish = finish_times(head, service, not_before, free_at, queued)
+    finish, queued = finish_times(head, service, not_before, free_at, queued)
     start = np.empty_like(head)
     if len(head):
         start[0] = max(int(head[0]), free_at)
         np.maximum(head[1:], finish[:-1], out=start[1:])
-    return start, finish
+    return start, finish, queued
 
 
 def _stalled(head, service, not_before, free_at, stalls):
@@ -109,7 +153,7 @@ def _stalled(head, service, not_before, free_at, stalls):
     while lo < n:
         hi = min(n, lo + BLOCK)
         part = service if np.ndim(service) == 0 else service[lo:hi]
-        s, f = _solve(head[lo:hi], part, not_before[lo:hi], free_at)
+        s, f, _ = _solve(head[lo:hi], part, not_before[lo:hi], free_at)
         k = np.searchsorted(begins, s, side="right") - 1
         inside = (k >= 0) & (s < ends[np.maximum(k, 0)])
         cut = int(np.argmax(inside)) if inside.any() else hi - lo

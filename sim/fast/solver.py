@@ -29,6 +29,7 @@ import numpy as np
 
 from sim.core.errors import SimError
 from sim.fast.block import solve_block
+from sim.fast.spacing import never_queue
 from sim.fast.steps import Claim, Gate, Group, Server, after_draws, walk_order
 from sim.fast.sweep import Carry, SliceOut
 
@@ -74,6 +75,9 @@ class Problem:
         for g, ks in enumerate(self.claim_steps):
             for k in ks:
                 positions.setdefault(self.step_server[g][k], set()).add((g, k))
+        self.calm = [never_queue(g.steps, lambda i: len(positions[i]) == 1 and self.servers[i].count == 1
+                                 and not self.servers[i].stalls) for g in self.groups]
+        """Per group: walk-order indices of the claims that never queue, save perhaps the first of a block."""
         self.keyed = any(len(p) > 1 for p in positions.values()) or any(
             self.varied[g][k] for g, ks in enumerate(self.claim_steps) for k in ks)
         """Whether event keys can matter (some server has several positions, or a claim follows a drawn delay);
@@ -98,7 +102,7 @@ class Problem:
                                  "operations may reach them out of order)")
 
 
-def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0, block: int = 32768,
+def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0, block: int = 16384,
           max_passes: int = 8) -> Iterator[Finished]:
     """Solve every operation of ``groups`` (run one after the other from ``start_ps``) through ``servers``.
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from sim.fast.merge import Claims, Joined, key_order
 from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Wake
-from sim.fast.server import cut_through, pool, running_max
+from sim.fast.server import pool, running_max, serve
 
 NO_RELEASE = -1
 """Gate input of an operation that needs no earlier release (times are never negative)."""
@@ -128,8 +128,8 @@ class Pass:
         self.previous, self.idle, self.old_memo = previous, idle, memo or {}
         self.memo: dict = {}
         self.hints: dict[int, bool] = self.old_memo.get("queued", {})
-        """Per position: whether its server queued in the previous pass (then the solver goes straight to
-        the running maximum)."""
+        """Per position: whether its server needed the running maximum in an earlier pass of this block (then
+        the solver goes straight to it)."""
         self.memo["queued"] = self.hints
         self.current: dict[int, Record] = {}
         self.used: dict[int, Record | None] = {}
@@ -270,20 +270,19 @@ class Pass:
     def _serve(self, step: Claim, rec: Record) -> None:
         server = self.problem.servers[step.server]
         state = self.carry[step.server]
-        if self.idle:
+        walk = rec.pos - self.problem.pos_base[self.slice.group]
+        free_at = state.free_at if state.pending is None else int(state.pending.finish[-1])
+        if self.idle or (walk in self.problem.calm[self.slice.group] and rec.head[0] >= free_at):
             rec.start, rec.finish = rec.head, np.maximum(rec.head + step.service_ps, rec.not_before)
-        elif step.server in self.shared or (
-                self.problem.varied[self.slice.group][rec.pos - self.problem.pos_base[self.slice.group]]
-                and _out_of_order(rec, state.pending)):
+        elif step.server in self.shared or (self.problem.varied[self.slice.group][walk]
+                                            and _out_of_order(rec, state.pending)):
             self._merge(step.server, rec)
         elif server.count > 1:
             rec.start, rec.finish, _ = pool(rec.head, step.service_ps, rec.not_before, state.free)
         else:
-            free_at = state.free_at if state.pending is None else int(state.pending.finish[-1])
-            queued = self.hints.get(rec.pos, False)
-            rec.start, rec.finish = cut_through(rec.head, step.service_ps, rec.not_before, free_at,
-                                                np.asarray(server.stalls) if server.stalls else None, queued)
-            self.hints[rec.pos] = bool(rec.start[0] > rec.head[0]) or not np.array_equal(rec.start, rec.head)
+            rec.start, rec.finish, self.hints[rec.pos] = serve(
+                rec.head, step.service_ps, rec.not_before, free_at,
+                np.asarray(server.stalls) if server.stalls else None, self.hints.get(rec.pos, False))
 
     def _merge(self, server: int, rec: Record) -> None:
         """Serve the claims of every position on ``server`` in key order; sets ``rec``'s results. When an
@@ -311,11 +310,10 @@ class Pass:
                 self.tie = tie if self.tie is None else min(self.tie, tie)
             stalls = self.problem.servers[server].stalls
             service = claims.service if len(parts) > 1 or isinstance(parts[0], Claims) else rec.service
-            queued = self.hints.get(("merged", server), False)
-            s, f = cut_through(claims.head[order], service if np.ndim(service) == 0 else service[order],
-                               claims.not_before[order], state.free_at, np.asarray(stalls) if stalls else None,
-                               queued)
-            self.hints[("merged", server)] = not np.array_equal(s, claims.head[order])
+            s, f, self.hints[("merged", server)] = serve(
+                np.take(claims.head, order), service if np.ndim(service) == 0 else np.take(service, order),
+                np.take(claims.not_before, order), state.free_at, np.asarray(stalls) if stalls else None,
+                self.hints.get(("merged", server), False))
             claims.start, claims.finish = np.empty_like(s), np.empty_like(f)
             claims.start[order], claims.finish[order] = s, f
             self.merged[server] = (claims, order)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from sim.core.env import UniformDraws
 from sim.core.servers import FifoServer, ServerPool, claim_cut_through
 from sim.fast import UniformSeries, cut_through, pool
-from sim.fast.server import running_max
+from sim.fast.server import prefix_max, running_max
 
 
 @st.composite
@@ -94,3 +94,15 @@ def test_uniform_series_refuses_a_stream_already_drawn_from():
     draws.next()
     with pytest.raises(ValueError, match="already drawn"):
         UniformSeries.following(draws)
+
+
+@given(st.lists(st.integers(-1000, 1000), min_size=1, max_size=400), st.integers(-3, 3), st.integers(1, 9))
+def test_prefix_max(values, drift, width):
+    """Chunks of ``width`` values: rising, falling and flat streams, so every chunk kind is exercised."""
+    values = np.cumsum(np.asarray(values, np.int64) + drift * 500)
+    assert prefix_max(values.copy(), width).tolist() == np.maximum.accumulate(values).tolist()
+
+
+def test_prefix_max_carries_the_maximum_into_a_chunk_that_starts_lower():
+    values = np.array([10, 0, 5, 20, 1, 1, 1, 1], np.int64)
+    assert prefix_max(values, 2).tolist() == [10, 10, 10, 20, 20, 20, 20, 20]
