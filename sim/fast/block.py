@@ -6,12 +6,14 @@ that takes them so) and, where the pass saw it queue, the completion the pass co
 completions along the window's lanes. Gate releases are guessed the same way along the gate's lanes, and the
 claims of later positions on a shared server move with their operation's post where they did not queue.
 For the first guess of a block, a group whose previous block was saturated (nearly every operation queued)
-is assumed to keep completing at that block's pace.
+is assumed to keep its pace: its operations end at that block's spacing plus their own drawn delays after the
+last claim, and its claims on shared servers keep their spacing too (:class:`sim.fast.sweep.Pace`). Such a
+block needs no pass over free servers where the idle latencies are known constants (:func:`_paced`).
 
-Typical pass counts: a saturated (bandwidth-bound) stream agrees after one pass plus the verifying one, a
-latency-bound stream likewise; a stream whose rounds interact through a shared server (a small message's
-completion entry delaying the next round's read requests on a PCIe link) advances by about one round per
-pass. Times are int64 ps.
+Typical pass counts: a saturated (bandwidth-bound) stream agrees after its first pass from the second block
+on; a latency-bound stream after one pass over free servers plus the verifying one; a stream whose rounds
+interact through a shared server (a small message's completion entry delaying the next round's read requests
+on a PCIe link) advances by about one round per pass. Times are int64 ps.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import numpy as np
 
 from sim.fast.merge import concat
 from sim.fast.server import pool, running_max
-from sim.fast.sweep import NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut
+from sim.fast.sweep import NO_RELEASE, Carry, Pace, Pass, Record, SliceIn, SliceOut
 
 NEVER = np.iinfo(np.int64).max
 LOW = -(1 << 62)
@@ -34,8 +36,13 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     """
     shared = _shared_servers(problem, spans, carry)
     slices = _slices_in(problem, spans, history, start, shared)
-    run = Pass(problem, slices, carry, shared, {}, idle=True)
-    previous, memo = _guess(problem, slices, run.run(), run, idle=True), None
+    if all(_paced(problem, piece) for piece in slices):
+        previous, memo = {}, None
+        for piece in slices:
+            previous.update(_guess_from_pace(problem, piece))
+    else:
+        run = Pass(problem, slices, carry, shared, {}, idle=True)
+        previous, memo = _guess(problem, slices, run.run(), run, idle=True), None
     for _ in range(max_passes):
         run = Pass(problem, slices, carry, shared, previous, memo)
         outs = run.run()
@@ -52,7 +59,11 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     _carry_over(problem, spans, outs, kept, run, carry, shared, future)
     for piece, out, n in zip(slices, outs, kept):
         if n > 1 and (out.done[:n] > out.post[:n] + piece.idle_done[:n]).mean() >= 0.99:
-            out.pace = (int(out.done[n - 1]), int(out.done[n - 1] - out.done[0]) // (n - 1))
+            end = _ends(problem, piece, out.head[:n], n) if problem.tail_draws[piece.group] is not None else out.done
+            last, period = Pace.of([end], n)
+            claims = {pos: Pace.of([r.wake, r.created, r.head, r.not_before], n)
+                      for pos, r in out.records.items() if pos in piece.shared}
+            out.pace = Pace((int(last[0]), int(period[0])), claims)
     return outs, kept, disagree == NEVER, tie
 
 
@@ -100,6 +111,36 @@ def _slices_in(problem, spans, history, start, shared) -> list[SliceIn]:
     return slices
 
 
+def _paced(problem, piece: SliceIn) -> bool:
+    """Whether a slice's first guesses can come from its group's pace alone, without a pass over free servers:
+    the group queued throughout its last block and has no gates; its idle latencies are known (a constant
+    plus its last drawn delays, and a constant to each shared position); where event keys matter its chain
+    ends with a wake; and the slice's first posts are completions of earlier blocks."""
+    g = piece.group
+    window, pace, idle_claims = problem.groups[g].window, piece.pace, problem.idle_claims.get(g, {})
+    return (pace is not None and g in problem.idle_base and not problem.gates[g]
+            and (not problem.keyed or problem.ends_awake[g])
+            and all(pos in pace.claims and pos in idle_claims for pos in piece.shared)
+            and piece.lo >= window and piece.hi - piece.lo > window)
+
+
+def _guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
+    """Set a :func:`_paced` slice's idle latencies and first guesses: every operation ends at the group's
+    pace plus its own last drawn delays unless the window holds it back further, and its claims on shared
+    servers keep their pace. Returns those claims."""
+    g, m = piece.group, piece.hi - piece.lo
+    window = problem.groups[g].window
+    piece.idle_done = problem.idle_base[g] - _ends(problem, piece, 0, m)
+    piece.idle_claim = {pos: np.full(m, problem.idle_claims[g][pos], np.int64) for pos in piece.shared}
+    queued = Pace.ahead(*piece.pace.end, m) - _ends(problem, piece, 0, m)
+    queued[0] = max(queued[0], piece.hist_done[-1])
+    done = running_max(_lag_scan(piece.hist_done[-window:], piece.idle_done, queued, window))
+    piece.guess_post = done[: m - window]
+    piece.guess_created = piece.guess_post  # a completion's event is created then (or keys play no part)
+    return {pos: Record(problem.claim_at[pos].server, pos, piece.seq0, *Pace.ahead(*piece.pace.claims[pos], m),
+                        problem.claim_at[pos].service_ps) for pos in piece.shared}
+
+
 def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle: bool = False) -> dict[int, Record]:
     """Set every slice's guesses from a pass (the first, idle pass also gives the idle latencies); returns
     the shared positions' claims for the next pass."""
@@ -107,16 +148,28 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
     for piece, out in zip(slices, outs):
         window, m = problem.groups[piece.group].window, piece.hi - piece.lo
         if piece.idle_done is None:
+            g = piece.group
             piece.idle_done = out.done - out.post
+            base = piece.idle_done + _ends(problem, piece, 0, m) if problem.tail_draws[piece.group] is not None \
+                else piece.idle_done
+            if m and problem.tail_draws[piece.group] is not None and not any(problem.varied[g][k] for k in problem.claim_steps[g]) \
+                    and (base == base[0]).all():
+                problem.idle_base[piece.group] = int(base[0])
             piece.idle_gate = {k: (out.gate_in[k] - out.post, out.released[k] - out.gate_out[k])
                                for k in problem.gates[piece.group]}
             piece.idle_claim = {pos: out.records[pos].head - out.post for pos in piece.shared}
+            if m and not any(problem.varied[g][k] for k in problem.claim_steps[g]):
+                problem.idle_claims.setdefault(g, {}).update(
+                    {pos: int(v[0]) for pos, v in piece.idle_claim.items() if (v == v[0]).all()})
         post = out.post
         if m > window:
             queued = np.where(out.done > out.post + piece.idle_done, out.done, LOW)
             if idle and piece.pace is not None:  # a saturated group keeps its pace: start from it
-                last, period = piece.pace
-                queued = last + period * np.arange(1, m + 1, dtype=np.int64)
+                queued = Pace.ahead(*piece.pace.end, m)
+                if problem.tail_draws[piece.group] is not None:
+                    queued -= _ends(problem, piece, 0, m)  # plus this block's drawn delays
+                    if len(piece.hist_done):
+                        queued[0] = max(queued[0], piece.hist_done[-1])
             done = running_max(_lag_scan(out.post[:window], piece.idle_done, queued, window))
             piece.guess_post = done[: m - window]
             piece.guess_created = (out.next_created - out.done)[: m - window] + piece.guess_post
@@ -132,11 +185,24 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                 given[slots:] = _lag_scan(first, after, floor, slots)[: m - slots]
         for pos in piece.shared:
             now, used, alone = out.records[pos], run.used.get(pos), piece.idle_claim[pos]
+            steady = piece.pace.claims.get(pos) if idle and piece.pace is not None else None
+            if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
+                rec = Record(now.server, pos, now.seq0, *Pace.ahead(*steady, m), now.service)
+                moved[pos] = rec
+                continue
             shift = np.where(now.head > out.post + alone, np.maximum(post + alone - now.head, 0), post - out.post)
             rec = Record(now.server, pos, now.seq0, now.wake + shift, now.created + shift, now.head + shift,
                          now.not_before + shift, now.service)
             moved[pos] = used if used is not None and rec.same_inputs(used) else rec
     return moved
+
+
+def _ends(problem, piece: SliceIn, head, n: int) -> np.ndarray:
+    """``head`` less the drawn delays after the group's last claim, for the slice's first ``n`` operations
+    (``head`` 0: minus their sum)."""
+    for name in problem.tail_draws[piece.group]:
+        head = head - piece.draws[name][:n]
+    return head
 
 
 def _lag_scan(first: np.ndarray, add: np.ndarray, floor: np.ndarray, lag: int) -> np.ndarray:

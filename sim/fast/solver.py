@@ -30,8 +30,8 @@ import numpy as np
 from sim.core.errors import SimError
 from sim.fast.block import solve_block
 from sim.fast.spacing import never_queue
-from sim.fast.steps import Claim, Gate, Group, Server, after_draws, walk_order
-from sim.fast.sweep import Carry, SliceOut
+from sim.fast.steps import Claim, Gate, Group, Server, Wake, after_draws, tail_draws, walk_order
+from sim.fast.sweep import Carry, Pace, SliceOut
 
 
 class UndecidableOrder(SimError):
@@ -56,7 +56,7 @@ class _History:
     done: np.ndarray
     created: np.ndarray
     released: dict[str, np.ndarray]
-    pace: tuple[int, int] | None = None
+    pace: Pace | None = None
 
 
 class Problem:
@@ -69,6 +69,11 @@ class Problem:
         """Per group: the walk-order index of each claim (a pipeline position is group base + index)."""
         self.claims = [[w[k] for k in ks] for w, ks in zip(walks, self.claim_steps)]
         self.step_server = [{k: w[k].server for k in ks} for w, ks in zip(walks, self.claim_steps)]
+        self.tail_draws = [tail_draws(g.steps) for g in self.groups]
+        """Per group: the drawn delays after its last claim (see :func:`sim.fast.steps.tail_draws`)."""
+        self.idle_base: dict[int, int] = {}
+        """Per group, once seen: its operations' time through the pipeline with every server free, less their
+        last drawn delays, where that is one constant (ps)."""
         self.varied = [after_draws(g.steps) for g in self.groups]
         """Per group and walk step: a drawn delay comes before it (its operations may arrive out of order)."""
         positions = {}
@@ -83,6 +88,14 @@ class Problem:
         """Whether event keys can matter (some server has several positions, or a claim follows a drawn delay);
         when not, passes skip their bookkeeping."""
         self.pos_base = np.cumsum([0] + [len(w) for w in walks]).tolist()
+        self.claim_at = {self.pos_base[g] + k: w[k] for g, (w, ks) in enumerate(zip(walks, self.claim_steps))
+                         for k in ks}
+        """The claim at each pipeline position."""
+        self.ends_awake = [bool(g.steps) and isinstance(g.steps[-1], Wake) for g in self.groups]
+        """Per group: its main chain ends with a wake (then a completion's event is created at the completion)."""
+        self.idle_claims: dict[int, dict[int, int]] = {}
+        """Per group and shared position, once seen: the time from post to the claim with every server free,
+        where that is one constant (ps)."""
         self.seq_base = np.cumsum([0] + [g.ops for g in self.groups]).tolist()
         self.gates = [{s.release: s.slots for s in w if isinstance(s, Gate)} for w in walks]
         self.keep = max([g.window for g in self.groups] + [s for gates in self.gates for s in gates.values()] + [1])

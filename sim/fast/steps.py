@@ -136,3 +136,13 @@ def walk_order(steps: tuple[Step, ...]) -> list[Step]:
         if isinstance(step, Fork):
             out.extend(walk_order(step.steps))
     return out
+
+
+def tail_draws(steps: tuple[Step, ...]) -> tuple[str, ...] | None:
+    """The drawn delays after the last claim of the main chain, when only delays, rebases and wakes follow it
+    (then an operation's end is the last claim's output plus their sum); None otherwise."""
+    last = max((k for k, s in enumerate(steps) if isinstance(s, Claim)), default=None)
+    after = steps[last + 1:] if last is not None else ()
+    if last is None or not all(isinstance(s, (Delay, Rebase, Wake)) for s in after):
+        return None
+    return tuple(s.draws for s in after if isinstance(s, Delay) and s.draws is not None)

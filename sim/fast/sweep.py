@@ -55,6 +55,29 @@ class Record:
             (self.not_before, other.not_before)))
 
 
+@dataclass(frozen=True)
+class Pace:
+    """A group that queued throughout its last block: the last kept operation's values and their mean spacing
+    per operation, which a saturated stream keeps (ps)."""
+
+    end: tuple[int, int]
+    """The operation's end: its completion or, where the group's last drawn delays follow its last claim, the
+    completion less them."""
+    claims: dict[int, tuple[np.ndarray, np.ndarray]]
+    """Per shared position: (wake, created, head, not_before) of the last claim, and their spacings."""
+
+    @staticmethod
+    def of(series: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+        """Last values and mean spacings of the first ``n`` (> 1) elements of each of ``series``."""
+        last = np.array([int(x[n - 1]) for x in series], np.int64)
+        return last, (last - np.array([int(x[0]) for x in series], np.int64)) // (n - 1)
+
+    @staticmethod
+    def ahead(last, period, m: int) -> np.ndarray:
+        """The next ``m`` values of series ending at ``last`` with spacing ``period`` (one row per series)."""
+        return np.asarray(last)[..., None] + np.multiply.outer(np.asarray(period), np.arange(1, m + 1, dtype=np.int64))
+
+
 @dataclass
 class SliceIn:
     """What a pass needs to know about one slice (operations ``lo..hi-1`` of one group)."""
@@ -83,8 +106,8 @@ class SliceIn:
     """Per gate, with every server free: post-to-gate and gate-to-release times."""
     idle_claim: dict[int, np.ndarray] = field(default_factory=dict)
     """Per position on a shared server, with every server free: post-to-arrival times."""
-    pace: tuple[int, int] | None = None
-    """The group's last completion and its completions' mean spacing, when they were all queued (ps)."""
+    pace: Pace | None = None
+    """The group's steady state, when it queued throughout its last block."""
 
 
 @dataclass
@@ -104,8 +127,10 @@ class SliceOut:
     """Per gate: when each operation reached it."""
     gate_out: dict[str, np.ndarray] = field(default_factory=dict)
     """Per gate: when each operation passed it."""
-    pace: tuple[int, int] | None = None
-    """Last kept completion and mean spacing, when nearly every kept operation queued somewhere (ps)."""
+    pace: Pace | None = None
+    """The kept operations' steady state, when nearly every one of them queued somewhere."""
+    head: np.ndarray | None = None
+    """Each operation's end before completions are put in order (a completion waits for the previous one)."""
 
 
 @dataclass
@@ -154,7 +179,8 @@ class Pass:
                     head = head.copy()
                     head[0] = piece.hist_done[-1]
                 done = running_max(head)
-            self.out.done, self.out.next_created = done, np.where(done == head, created, done)
+            self.out.done, self.out.head = done, head
+            self.out.next_created = np.where(done == head, created, done)
             outs.append(self.out)
         return outs
 

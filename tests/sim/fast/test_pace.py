@@ -1,0 +1,73 @@
+"""Saturated streams over many blocks: after the first block the solver guesses from the group's pace (ends,
+and claims on shared servers) and skips the pass over free servers; the answers stay exact and one pass per
+block suffices."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import sim.fast.block as block_module
+from sim.fast import Claim, Delay, Group, Rebase, Server, Wake
+from scalar_reference import run_pipelines
+from simpy_reference import run_simpy
+from test_pipelines import series, solve_all
+
+BLOCK = 1024
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """Counts the passes the solver runs."""
+    count = [0]
+    run = block_module.Pass.run
+
+    def counted(self):
+        count[0] += 1
+        return run(self)
+
+    monkeypatch.setattr(block_module.Pass, "run", counted)
+    return count
+
+
+def _polls(ops: int, high: int, seed: int = 3):
+    return series(np.random.default_rng(seed).integers(0, high, ops))
+
+
+def test_a_saturated_stream_needs_one_pass_per_block(passes):
+    ops = 16 * BLOCK
+    steps = (Delay(200_000), Claim(0, 3_000, 3_000, 3_000, eager=True), Claim(1, 70_000, 24_000, 24_000, 550_000),
+             Claim(2, 82_800, 0, 0, 300_000), Claim(3, 77_000, 5_800, 0, 0, True), Rebase(True),
+             Delay(draws="poll"), Wake())
+    servers = [Server(f"s{i}") for i in range(4)]
+    group = Group(steps, ops, 128, {"poll": _polls(ops, 40_000)})
+    assert solve_all(servers, [group], block=BLOCK) == run_pipelines(servers, [group])
+    blocks = ops // BLOCK
+    assert passes[0] <= blocks + 4  # the first blocks learn the pace; then one pass each
+
+
+@pytest.mark.parametrize("responder", [False, True])
+def test_a_saturated_stream_with_a_shared_server_keeps_its_claims_pace(passes, responder):
+    """A WRITE's shape: read requests and, after the wire, the completion entry share the PCIe up link. With a
+    responder stage after the wire (as a WRITE has), the completion entry's event keys keep the pace too."""
+    ops = 8 * BLOCK
+    back = (Claim(3, 1_000, 1_000, 1_000, 200_000),) if responder else ()
+    steps = (Delay(1_000), Claim(0, 1_500, 1_500, 1_500), Delay(550_000), Claim(1, 75_000, 1_500, 1_500, eager=True),
+             Claim(2, 82_800, 0, 0, 300_000), *back, Delay(400_000), Claim(0, 1_500, 1_500, 1_500, 150_000),
+             Rebase(True), Delay(draws="poll"), Wake())
+    servers = [Server("up"), Server("down"), Server("wire"), Server("responder")]
+    group = Group(steps, ops, 128, {"poll": _polls(ops, 40_000, seed=5)})
+    assert solve_all(servers, [group], block=BLOCK) == run_simpy(servers, [group])
+    if responder:
+        assert passes[0] <= 1.2 * ops // BLOCK + 4  # blocks keep the operations done before the next can claim
+
+
+def test_a_stream_that_stops_queueing_is_still_exact(passes):
+    ops = 6 * BLOCK
+    polls = np.random.default_rng(8).integers(0, 40_000, ops)
+    polls[3 * BLOCK:] += 5_000_000  # the host polls slowly from here on: the window, not the wire, sets the pace
+    steps = (Delay(1_000), Claim(0, 2_000, 2_000, 2_000), Claim(1, 82_800, 0, 0, 300_000), Rebase(True),
+             Delay(draws="poll"), Wake())
+    servers = [Server("a"), Server("b")]
+    group = Group(steps, ops, 64, {"poll": series(polls)})
+    assert solve_all(servers, [group], block=BLOCK) == run_pipelines(servers, [group])
