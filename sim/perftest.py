@@ -104,6 +104,9 @@ def _parser(test: str) -> argparse.ArgumentParser:
     add("--use_data_direct", action="store_true",
         help="Register the dma-buf with mlx5dv_reg_dmabuf_mr(DATA_DIRECT): a pinned importer "
              "(requires --use_cuda_dmabuf).")
+    add("--gpu-topology", choices=["switch", "root_complex", "cross_socket"], default="switch",
+        help="rdmasim only: where the --use_cuda GPU sits relative to the NIC: under one PCIe switch (nvidia-smi "
+             "topo PIX, default), on another root port of the CPU (PHB/NODE) or on the other socket (SYS).")
     add("--mmap", metavar="FILE", help="Client buffer from an mmap'd file (host memory, plain ibv_reg_mr); "
                                        "the file is not opened.")
     add("--odp", action="store_true", help="Register the client's host buffer with On Demand Paging.")
@@ -162,6 +165,8 @@ def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> 
         raise UsageError(f"--use_data_direct: Data Direct is not supported on {args.ib_dev} ({preset})")
     if args.use_cuda is not None and args.mmap:
         raise UsageError("--use_cuda with --mmap: Can't use multiple memory types")
+    if args.gpu_topology != "switch" and args.use_cuda is None:
+        raise UsageError("--gpu-topology: places the --use_cuda GPU; add --use_cuda")
     if args.use_cuda is not None and args.odp:
         raise UsageError("--odp with --use_cuda: rdmasim registers GPU memory only through peer memory or dma-buf")
     if args.inline_size is not None and kind.startswith("read"):
@@ -187,6 +192,7 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
     else:
         gpu = f"gpu{args.use_cuda}"
         client["gpus"] = [{"name": gpu, "preset": "h200"}]
+        client["topology"] = args.gpu_topology
         place, page = f"a.{gpu}", 2**16  # perftest rounds cuMemAlloc to ACCEL_PAGE_SIZE (64 KiB)
         mode = "dmabuf-pinned" if args.use_data_direct else "dmabuf" if args.use_cuda_dmabuf else "peermem"
     buffer = format_size(_round_up(MAX_SIZE if args.all else args.size, page))
@@ -230,7 +236,7 @@ def _header(cmd: _Command, result) -> str:
     buf = cmd.data["buffers"][0]
     params = result.testbed.nodes["a"].nic.params
     verb = "RDMA_Write" if kind.startswith("write") else "RDMA_Read"
-    memory = (f"CUDA device {args.use_cuda} ({buf['on']}, h200)" if args.use_cuda is not None
+    memory = (f"CUDA device {args.use_cuda} ({buf['on']}, h200, {args.gpu_topology})" if args.use_cuda is not None
               else f"mmap'd file {args.mmap} (host)" if args.mmap else "host")
     reg_us = result.registrations.set_index("buffer").loc["local", "register_us"]
     preset = cmd.data["nodes"][0]["nic"]["preset"]

@@ -55,6 +55,17 @@ def test_several_qps_report_their_count_and_share_the_nic():
     assert (bytes_, iters) == (64, 3000) and average > _numbers(one, 64)[3]
 
 
+def test_gpu_topology_places_the_gpu_and_halves_the_bandwidth_through_the_root_complex():
+    assert perftest_scenario(["ib_write_bw", "--use_cuda", "--gpu-topology", "cross_socket"]).nodes[0].topology == \
+        "cross_socket"
+    rates = {}
+    for place in ("switch", "root_complex"):
+        code, text = run_perftest(["ib_write_bw", "-s", "1M", "-n", "200", "--use_cuda", "--gpu-topology", place])
+        assert code == 0 and f"(a.gpu0, h200, {place})" in text, text
+        rates[place] = _numbers(text, 1 << 20)[3]
+    assert 0.4 < rates["root_complex"] / rates["switch"] < 0.55
+
+
 @pytest.mark.parametrize("flag", ["-a", "--all"])
 def test_all_sizes_are_2_to_8mib(flag):
     _, work, bufs = _work(["ib_write_lat", flag, "-s", "64"])
@@ -87,6 +98,7 @@ def test_memory_flags_pick_placement_and_registration(flags, on, mode):
     (["ib_write_bw", "--run_infinitely"], "--run_infinitely is not supported by rdmasim perftest"),
     (["ib_write_bw", "-p", "18515", "--port=1", "-R"], "-p, --port, -R are not supported"),
     (["ib_write_lat", "--qp=2"], "bandwidth tests only"),
+    (["ib_write_bw", "--gpu-topology", "root_complex"], "add --use_cuda"),
     (["ib_read_bw", "-q", "2000"], "num of Qps"),
     (["ib_write_bw", "-D", "5"], "-n/--iters"),
     (["ib_write_bw", "-d", "mlx4_0"], "known devices: mlx5_<N> (connectx7)"),
@@ -137,7 +149,7 @@ def test_gpu_dmabuf_latency_report():
     code, text = run_perftest(["ib_read_lat", "--use_cuda=0", "--use_cuda_dmabuf", "-n", "100", "-s", "4K"])
     assert code == 0, text
     assert "RDMA_Read Latency Test" in text and "Outstand reads  : 16" in text and LAT_HEADER in text
-    assert "ibv_reg_dmabuf_mr" in text and "CUDA device 0 (a.gpu0, h200)" in text
+    assert "ibv_reg_dmabuf_mr" in text and "CUDA device 0 (a.gpu0, h200, switch)" in text
     t_min, t_typical = _numbers(text, 4096)[2], _numbers(text, 4096)[4]
     assert 0 < t_min <= t_typical
 
