@@ -23,6 +23,7 @@ from sim.core import SimError
 from models.dmabuf import (CopyParams, DmaBufAttachment, DmaBufCore, MovableExporter, Placement, StaticExporter,
                            dma_buf_fd)
 from models.gpu import COPY_PRESETS, Allocation, CopyEngines, DeviceMemory, GpuOutOfMemory, GpuParams
+from models.gpu.managed import ManagedMemory
 from models.versions import NVIDIA_DMABUF_EXPORT, Version
 
 EXPORT_PS = 15_400_000
@@ -185,6 +186,38 @@ class Gpu:
             self.pressure_allocations.append(result.allocations)
             self.core.instant(self.name, "MemoryAllocated", bytes=size, free=self.memory.capacity - self.memory.used)
             return True
+
+    def managed(self, name: str, size: int) -> tuple[ManagedMemory, list[Allocation]]:
+        """A cudaMallocManaged range of ``size`` bytes on this GPU. Its faults take VRAM from the allocator as
+        they need it, in VA blocks, making room as any allocation does: the ``amd`` profile evicts movable
+        (unpinned dma-buf) buffers, while on ``nvidia`` only free memory is taken and the range then evicts
+        its own pages (UVM oversubscription). Returns the range and the list of its VRAM allocations, which
+        grows as it faults (free them with :meth:`free_managed`)."""
+        taken: list[Allocation] = []
+
+        def grow(nbytes: int) -> tuple[int, int]:
+            granted = spent = 0
+            block = mm.params.va_block
+            while granted < nbytes:
+                try:
+                    _, cost = self.memory.make_room(block, call=f"{self.name}: managed-memory fault")
+                except GpuOutOfMemory:
+                    break
+                taken.append(self.memory.malloc(block, pinned=True, tag=name))
+                granted, spent = granted + block, spent + cost
+            if granted:
+                self.core.instant(self.name, "ManagedMemoryGrew", range=name, bytes=granted,
+                                  free=self.memory.capacity - self.memory.used)
+            return granted, spent
+
+        mm = ManagedMemory(size, gpu_capacity=0, grow=grow, name=f"{self.name}.{name}", trace=self.core.env.trace)
+        return mm, taken
+
+    def free_managed(self, taken: list[Allocation]) -> None:
+        """cudaFree of a managed range: its VRAM goes back to the allocator."""
+        for vram in taken:
+            self.memory.free(vram)
+        taken.clear()
 
     def release_pressure(self) -> None:
         """The competing job frees its oldest allocation."""

@@ -1,4 +1,5 @@
-"""Scenario events (memory pressure, host page migration, peer-memory reclaim) as simpy processes.
+"""Scenario events (memory pressure, managed-memory jobs, host page migration, peer-memory reclaim, faults) as
+simpy processes.
 
 Each event fires at its ``at`` time counted from the start of the first workload and appends a row to the
 event log: what happened, to what, and the outcome.
@@ -8,12 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Generator
 
+from models.gpu import GpuOutOfMemory
+from models.gpu.managed import UvmStats
+from models.gpu.workloads import sequential
 from models.peermem import peermem_reclaim
 from sim.build import Testbed
 from sim import faults
+from sim.core import PS_PER_MS, format_size
 from sim.scenario.schema import (EvictionStormEvent, GpuJobGrowthEvent, GpuPressureEvent, HostPageMigrationEvent,
-                                 LinkFlapEvent, NicResetEvent, PeerMemReclaimEvent, ProcessExitEvent, QpErrorEvent,
-                                 Scenario)
+                                 LinkFlapEvent, ManagedJobEvent, NicResetEvent, PeerMemReclaimEvent, ProcessExitEvent,
+                                 QpErrorEvent, Scenario)
+
+SWEEP_CHUNK = 16384
+"""Pages a managed job touches between two steps of simulated time (64 MiB of 4 KiB pages)."""
 
 
 def schedule_events(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dict]) -> None:
@@ -42,6 +50,40 @@ def log_unreached(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dic
                                                  f"{(bed.env.now - start_ps) / 1e6:.3f} us"})
 
 
+def _managed_job(bed: Testbed, event: ManagedJobEvent, row: dict, log: list[dict]) -> Generator:
+    """Sweep a managed range on the GPU :data:`SWEEP_CHUNK` at a time, each piece taking the time its faults,
+    migrations and evictions take (a progress row whenever VRAM in use changed); log the outcome, then free
+    the range."""
+    env, gpu = bed.env, bed.gpus[event.on]
+    mm, taken = gpu.managed(f"managed-job@{row['time_ps']}", event.size)
+    evictions, totals = gpu.evictions, UvmStats()
+    pages = sequential(mm.n_pages, repetitions=event.passes)
+    entry = row | {"target": gpu.name, "bytes": event.size, "evicted": 0, "gpu_used": gpu.memory.used,
+                   "outcome": "still running when the workloads ended"}
+    log.append(entry)  # completed below when the job ends
+    outcome, used = "done", gpu.memory.used
+    for lo in range(0, len(pages), SWEEP_CHUNK):
+        try:
+            stats = mm.gpu_access(pages[lo:lo + SWEEP_CHUNK])
+        except GpuOutOfMemory as exc:
+            outcome = f"failed: {exc}"
+            break
+        totals.add(stats)
+        if gpu.memory.used != used:  # VRAM in use over time (taken as this piece's faults begin), for figures
+            used = gpu.memory.used
+            log.append({"time_ps": env.now, "kind": "managed-job-faults", "target": gpu.name,
+                        "bytes": totals.pages_to_gpu * mm.params.page_size, "evicted": gpu.evictions - evictions,
+                        "outcome": "migrated so far", "gpu_used": gpu.memory.used})
+        yield env.timeout(stats.total_ps)
+    entry.update(evicted=gpu.evictions - evictions,
+                 outcome=f"{outcome}: {event.passes} sweep(s) in {(env.now - row['time_ps']) / PS_PER_MS:.3f} ms, "
+                         f"{format_size(totals.pages_to_gpu * mm.params.page_size)} migrated to the GPU, "
+                         f"{format_size(totals.pages_evicted * mm.params.page_size)} of its own pages evicted")
+    gpu.free_managed(taken)
+    log.append({"time_ps": env.now, "kind": "managed-job-end", "target": gpu.name, "bytes": event.size,
+                "evicted": 0, "outcome": "freed", "gpu_used": gpu.memory.used})
+
+
 def _fire(bed: Testbed, event, start_ps: int, log: list[dict]) -> Generator:
     env = bed.env
     yield env.timeout(max(0, start_ps + event.at - env.now))
@@ -61,6 +103,8 @@ def _fire(bed: Testbed, event, start_ps: int, log: list[dict]) -> Generator:
                 yield env.timeout(event.every)
             if not _allocate(gpu, event.step, {"time_ps": env.now, "kind": event.kind}, log):
                 break
+    elif isinstance(event, ManagedJobEvent):
+        yield from _managed_job(bed, event, row, log)
     elif isinstance(event, HostPageMigrationEvent):
         mr = bed.registrations[event.buffer].mr
         if mr.backing is not None and mr.backing.mode == "odp":

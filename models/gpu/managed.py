@@ -21,6 +21,7 @@ a shared GPU).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
 import numpy as np
@@ -163,10 +164,14 @@ class ManagedMemory:
     :param hbm_Bps: rate of accesses that hit GPU-resident pages (bytes per second).
     :param name: trace track.
     :param trace: a trace recorder (``env.trace``); None: off.
+    :param grow: asked for ``n`` more bytes of GPU memory when a fault batch would not fit (before the range
+        evicts its own pages); returns the bytes granted (whole VA blocks, possibly 0) and the time it took
+        (ps: making room may mean evicting another owner's memory). None: ``gpu_capacity`` is fixed.
     """
 
     def __init__(self, nbytes: int, params: UvmParams | None = None, *, gpu_capacity: int | None = None,
-                 hbm_Bps: float = 4.8e12, name: str = "gpu0.uvm", trace=None) -> None:
+                 hbm_Bps: float = 4.8e12, name: str = "gpu0.uvm", trace=None,
+                 grow: Callable[[int], tuple[int, int]] | None = None) -> None:
         self.params = p = params or UvmParams()
         if p.va_block % p.chunk or p.chunk % p.page_size:
             raise ValueError(f"{name}: chunk must divide the VA block and be a multiple of the page size")
@@ -179,7 +184,7 @@ class ManagedMemory:
         self.block_last_use = np.zeros(self.n_blocks, dtype=np.int64)
         self.capacity_pages = self.n_pages if gpu_capacity is None else gpu_capacity // p.page_size
         self.resident_pages = 0
-        self.hbm_Bps, self.name, self.trace = hbm_Bps, name, trace
+        self.hbm_Bps, self.name, self.trace, self.grow = hbm_Bps, name, trace, grow
         self.totals = UvmStats()
         self._stamp = 0
 
@@ -251,6 +256,16 @@ class ManagedMemory:
         if self.trace is not None and self.trace.enabled:
             self.trace.instant(self.name, "BlocksEvicted", blocks=victims.size, pages=pages)
 
+    def _ask_for_memory(self, pages_needed: int, stats: UvmStats) -> None:
+        """Before evicting its own pages, ask :attr:`grow` for the GPU memory ``pages_needed`` lack (in whole
+        VA blocks, never beyond the range's size); its time counts as eviction time."""
+        short = min(pages_needed - (self.capacity_pages - self.resident_pages), self.n_pages - self.capacity_pages)
+        if self.grow is None or short <= 0:
+            return
+        granted, spent = self.grow(-(-short // self.ppb) * self.params.va_block)
+        self.capacity_pages += granted // self.params.page_size
+        stats.evict_ps += spent
+
     def _wanted(self, blocks: np.ndarray, pages: np.ndarray) -> np.ndarray:
         """(k, chunks) mask of the migration chunks holding ``pages`` (which lie in ``blocks``, sorted)."""
         rows = np.searchsorted(blocks, pages // self.ppb)
@@ -278,6 +293,7 @@ class ManagedMemory:
         wanted = self._wanted(blocks, faulted)
         faulted_pages = np.repeat(wanted, self.ppc, axis=1) & ~resident
         migrate = self._expand(resident, wanted) & ~resident
+        self._ask_for_memory(int(np.count_nonzero(migrate)), stats)
         room = self.capacity_pages - int(self.block_resident[blocks].sum())  # evicting every other block
         if np.count_nonzero(migrate) > room:
             migrate = faulted_pages  # no room to prefetch

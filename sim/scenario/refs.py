@@ -61,7 +61,7 @@ def check_references(scenario: Scenario) -> list[Problem]:
         if event.kind in ("qp-error", "nic-reset", "process-exit", "link-flap"):
             if event.node not in nodes:
                 problems.append((("events", i, "node"), f"no node named '{event.node}'{_suggest(event.node, nodes)}"))
-        elif event.kind in ("gpu-memory-pressure", "gpu-job-grows", "eviction-storm"):
+        elif event.kind in ("gpu-memory-pressure", "gpu-job-grows", "managed-job", "eviction-storm"):
             if event.on not in gpu_places(scenario):
                 problems.append((("events", i, "on"), f"no GPU named '{event.on}'"
                                  f"{_suggest(event.on, sorted(gpu_places(scenario)))}"))

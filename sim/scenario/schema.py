@@ -285,6 +285,20 @@ class GpuJobGrowthEvent(EventBase):
     """Number of steps."""
 
 
+class ManagedJobEvent(EventBase):
+    """A job on the GPU sweeps a cudaMallocManaged range: its page faults take VRAM as they go (evicting
+    movable dma-buf buffers on a dynamic exporter; on nvidia only free memory, then it evicts its own
+    pages), and the job frees the range when it ends."""
+
+    kind: Literal["managed-job"]
+    on: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*\.[A-Za-z][A-Za-z0-9_-]*$")]
+    """The GPU, e.g. 'a.gpu0'."""
+    size: PositiveSize
+    """Bytes of the managed range."""
+    passes: Annotated[int, Field(ge=1, le=1000)] = 1
+    """Sequential sweeps over the whole range (each page touched once per sweep)."""
+
+
 class HostPageMigrationEvent(EventBase):
     """The kernel migrates a buffer's host pages (compaction, NUMA balancing): ODP MRs are invalidated,
     pinned pages cannot move."""
@@ -343,7 +357,7 @@ class LinkFlapEvent(EventBase):
     duration: Duration
 
 
-Event = Annotated[GpuPressureEvent | GpuJobGrowthEvent | HostPageMigrationEvent | PeerMemReclaimEvent
+Event = Annotated[GpuPressureEvent | GpuJobGrowthEvent | ManagedJobEvent | HostPageMigrationEvent | PeerMemReclaimEvent
                   | QpErrorEvent | NicResetEvent | ProcessExitEvent | EvictionStormEvent | LinkFlapEvent,
                   Field(discriminator="kind")]
 
