@@ -929,6 +929,32 @@ NOTEBOOKS["05_pcie_efficiency.ipynb"] = [
     assert agreement["rel_diff"].max() < 1e-3
     """),
     md("""
+    ### Tags in the event engine
+    The event engine moves whole messages, not TLPs, so it holds the tags as a pool (`models.pcie.read_tags`):
+    a read occupies it for its requests' summed round trips / tags, and at least as long as its completions
+    take on the link. Streaming reads through the engine's stages traces Little's law: bandwidth grows with
+    the tags until the link is the limit, and a longer round trip needs proportionally more tags.
+    """),
+    code("""
+    from models.datapath import dma_read_stream_Bps
+
+    counts = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for latency_ns in (550, 2000):
+        p = replace(link, read_latency_ps=latency_ns * 1000)
+        engine = [dma_read_stream_Bps(replace(p, read_tags=t), 4096) / GB for t in counts]
+        tlp = [simulate_stream(replace(p, read_tags=t), "read", 4096).Bps / GB for t in counts]
+        ax.plot(counts, engine, marker="o", label=f"event engine, {latency_ns} ns")
+        ax.plot(counts, tlp, ls=":", color="black", lw=0.8)
+        assert max(abs(e / t - 1) for e, t in zip(engine, tlp)) < 0.01   # the pool vs tag-by-tag: within 1 %
+        print(f"{latency_ns} ns: " + ", ".join(f"{t} tags {e:.1f}" for t, e in zip(counts, engine)) + " GB/s")
+    ax.set(xscale="log", xticks=counts, xticklabels=counts, xlabel="read tags", ylabel="4 KiB DMA reads (GB/s)",
+           title="Read bandwidth vs. tags (dotted: TLP-by-TLP)", ylim=(0, None))
+    ax.legend(fontsize=8)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    """),
+    md("""
     ## Generations: what a 400 Gb/s NIC needs
     A 400 Gb/s port moves 50 GB/s. Each PCIe generation doubles the transfer rate per lane; Gen3 also changed
     the line code from 8b/10b to 128b/130b, and Gen6 moves to FLIT mode (242/256 here, as pcie-model has it).
