@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.fast.merge import concat
-from sim.fast.server import pool, running_max
+from sim.fast.server import pool, prefix_max, running_max
 from sim.fast.sweep import NO_RELEASE, Carry, Pace, Pass, Record, SliceIn, SliceOut
 
 NEVER = np.iinfo(np.int64).max
@@ -58,10 +58,12 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     tie = run.tie if run.tie is not None and run.tie < horizon else None
     _carry_over(problem, spans, outs, kept, run, carry, shared, future)
     for piece, out, n in zip(slices, outs, kept):
-        if n > 1 and (out.done[:n] > out.post[:n] + piece.idle_done[:n]).mean() >= 0.99:
-            end = _ends(problem, piece, out.head[:n], n) if problem.tail_draws[piece.group] is not None else out.done
+        if n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n:
+            at = [0, n - 1]
+            end = _ends(problem, piece, out.head[at], at) if problem.tail_draws[piece.group] is not None \
+                else out.done[at]
             last, period = Pace.of([end], n)
-            claims = {pos: Pace.of([r.wake, r.created, r.head, r.not_before], n)
+            claims = {pos: Pace.of([r.wake[:n], r.created[:n], r.head[:n], r.not_before[:n]], n)
                       for pos, r in out.records.items() if pos in piece.shared}
             out.pace = Pace((int(last[0]), int(period[0])), claims)
     return outs, kept, disagree == NEVER, tie
@@ -77,8 +79,7 @@ def _shared_servers(problem, spans, carry: list[Carry]) -> dict[int, list[int]]:
     shared = {}
     for server, mine in positions.items():
         pending = carry[server].pending
-        others = set() if pending is None else set(np.unique(pending.pos).tolist())
-        if len(mine) > 1 or not others <= {mine[0]}:
+        if len(mine) > 1 or (pending is not None and (pending.pos != mine[0]).any()):
             shared[server] = mine
     return shared
 
@@ -99,12 +100,12 @@ def _slices_in(problem, spans, history, start, shared) -> list[SliceIn]:
                 released = hist.released[label]
                 given[: len(index)][past] = released[index[past] - lo + len(released)]
             gate_input[label] = given
-        inside = max(0, m - group.window)
+        placeholder = np.zeros(max(0, m - group.window), np.int64)  # guessed posts and creations
         slices.append(SliceIn(
             g, lo, hi, problem.seq_base[g] + lo, start.get(g) if (lo or not i) else None,
             hist.done[len(hist.done) - back:] if back else empty,
             hist.created[len(hist.created) - back:] if back else empty,
-            np.zeros(inside, np.int64), np.zeros(inside, np.int64), gate_input,
+            placeholder, placeholder, gate_input,
             {name: np.asarray(draw(lo, hi), np.int64) for name, draw in group.draws.items()},
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
             pace=hist.pace if hist is not None else None))
@@ -130,9 +131,11 @@ def _guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     servers keep their pace. Returns those claims."""
     g, m = piece.group, piece.hi - piece.lo
     window = problem.groups[g].window
-    piece.idle_done = problem.idle_base[g] - _ends(problem, piece, 0, m)
+    ends = _ends(problem, piece, 0)
+    piece.idle_done = problem.idle_base[g] - ends
     piece.idle_claim = {pos: np.full(m, problem.idle_claims[g][pos], np.int64) for pos in piece.shared}
-    queued = Pace.ahead(*piece.pace.end, m) - _ends(problem, piece, 0, m)
+    queued = Pace.ahead(*piece.pace.end, m)
+    queued -= ends
     queued[0] = max(queued[0], piece.hist_done[-1])
     done = running_max(_lag_scan(piece.hist_done[-window:], piece.idle_done, queued, window))
     piece.guess_post = done[: m - window]
@@ -150,7 +153,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
         if piece.idle_done is None:
             g = piece.group
             piece.idle_done = out.done - out.post
-            base = piece.idle_done + _ends(problem, piece, 0, m) if problem.tail_draws[piece.group] is not None \
+            base = piece.idle_done + _ends(problem, piece, 0) if problem.tail_draws[piece.group] is not None \
                 else piece.idle_done
             if m and problem.tail_draws[piece.group] is not None and not any(problem.varied[g][k] for k in problem.claim_steps[g]) \
                     and (base == base[0]).all():
@@ -167,7 +170,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             if idle and piece.pace is not None:  # a saturated group keeps its pace: start from it
                 queued = Pace.ahead(*piece.pace.end, m)
                 if problem.tail_draws[piece.group] is not None:
-                    queued -= _ends(problem, piece, 0, m)  # plus this block's drawn delays
+                    queued -= _ends(problem, piece, 0)  # plus this block's drawn delays
                     if len(piece.hist_done):
                         queued[0] = max(queued[0], piece.hist_done[-1])
             done = running_max(_lag_scan(out.post[:window], piece.idle_done, queued, window))
@@ -197,11 +200,11 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
     return moved
 
 
-def _ends(problem, piece: SliceIn, head, n: int) -> np.ndarray:
-    """``head`` less the drawn delays after the group's last claim, for the slice's first ``n`` operations
-    (``head`` 0: minus their sum)."""
+def _ends(problem, piece: SliceIn, head, at=slice(None)) -> np.ndarray:
+    """``head`` less the drawn delays after the group's last claim, for the slice's operations ``at`` (an
+    index; ``head`` 0: minus their sum)."""
     for name in problem.tail_draws[piece.group]:
-        head = head - piece.draws[name][:n]
+        head = head - piece.draws[name][at]
     return head
 
 
@@ -222,7 +225,7 @@ def _lag_scan(first: np.ndarray, add: np.ndarray, floor: np.ndarray, lag: int) -
     start = np.full(lag, LOW, np.int64)
     start[: len(first)] = first
     np.maximum(z[:, 0], start, out=z[:, 0])
-    np.maximum.accumulate(z, axis=1, out=z)
+    prefix_max(z, axis=1)
     z += cum
     return z.T.reshape(-1)[:m]
 
@@ -280,8 +283,8 @@ def _kept(spans, outs: list[SliceOut], horizon: int, everything: bool) -> list[i
     """Operations kept per slice: a prefix of the block whose every claim precedes ``horizon``."""
     kept = []
     for (_, lo, hi), out in zip(spans, outs):
-        late = out.last_wake >= horizon
-        n = hi - lo if everything or not late.any() else int(np.argmax(late))
+        late = None if everything or out.last_wake is None else out.last_wake >= horizon
+        n = hi - lo if late is None or not late.any() else int(np.argmax(late))
         kept.append(n)
         if n < hi - lo:
             break
@@ -314,6 +317,9 @@ def _carry_over(problem, spans, outs, kept, run: Pass, carry: list[Carry], share
         elif records.get(server):
             (rec,) = records[server]
             n = max(0, min(len(rec.wake), seq_left - rec.seq0))
+            if server in problem.in_order:  # no later claim can come before these: only their end matters
+                state.free_at = int(rec.finish[n - 1]) if n else state.free_at
+                continue
             k = int(np.searchsorted(rec.wake[:n], limit))
             if k:  # everything before (pending claims included) is over by then
                 state.free_at, state.pending = int(rec.finish[k - 1]), None

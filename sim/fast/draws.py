@@ -32,6 +32,8 @@ class UniformSeries:
         self._values = np.empty(0, np.int64)
         self._first = 0
         """Index of ``_values[0]`` in the sequence (a multiple of ``block``)."""
+        self._kept = 0
+        """Index of the first draw that may still be asked for (a multiple of ``block``)."""
 
     @classmethod
     def following(cls, draws: UniformDraws) -> UniformSeries:
@@ -45,20 +47,18 @@ class UniformSeries:
 
         :raises IndexError: a draw before one already released by :meth:`release`.
         """
-        if lo < self._first:
-            raise IndexError(f"draw {lo} was released (kept from {self._first})")
+        if lo < self._kept:
+            raise IndexError(f"draw {lo} was released (kept from {self._kept})")
         if self._high == 0:
             return np.zeros(len(range(lo, hi, step)), np.int64)
         missing = hi - (self._first + len(self._values))
-        if missing > 0:
-            blocks = -(-missing // self._block)
-            fresh = [self._rng.integers(0, self._high + 1, size=self._block) for _ in range(blocks)]
-            self._values = np.concatenate([self._values, *fresh]).astype(np.int64, copy=False)
+        if missing > 0:  # one call draws the same numbers as one call per block
+            fresh = self._rng.integers(0, self._high + 1, size=-(-missing // self._block) * self._block)
+            kept = min(self._kept, self._first + len(self._values))
+            self._values = np.concatenate((self._values[kept - self._first:], fresh)).astype(np.int64, copy=False)
+            self._first = kept
         return self._values[lo - self._first:hi - self._first:step]
 
     def release(self, lo: int) -> None:
-        """Draws before ``lo`` will not be asked for again."""
-        drop = (lo - self._first) // self._block * self._block
-        if drop > 0:
-            self._values = self._values[drop:].copy()
-            self._first += drop
+        """Draws before ``lo`` will not be asked for again (their blocks are dropped when more are drawn)."""
+        self._kept = max(self._kept, lo // self._block * self._block)

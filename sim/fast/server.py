@@ -32,8 +32,8 @@ import numpy as np
 
 BLOCK = 4096
 """Jobs per block of the piecewise (stall) and job-by-job (pool) fallbacks."""
-CHUNK = 128
-"""Values per chunk of :func:`prefix_max`."""
+SIGN = np.int64(-(1 << 63))
+"""The int64 sign bit. Adding it (wrapping) maps int64 order onto uint64 order."""
 
 
 def cut_through(head: np.ndarray, service, not_before: np.ndarray, free_at: int = 0,
@@ -65,7 +65,7 @@ def serve(head: np.ndarray, service, not_before: np.ndarray, free_at: int = 0, s
 def _coalesced(stalls: np.ndarray) -> np.ndarray:
     """Intervals that touch or overlap joined into one (a job moved to one's end would be inside the next)."""
     keep = np.ones(len(stalls), bool)
-    keep[1:] = stalls[1:, 0] > np.maximum.accumulate(stalls[:-1, 1])
+    keep[1:] = stalls[1:, 0] > running_max(stalls[:-1, 1])
     group = np.cumsum(keep) - 1
     ends = np.zeros(int(group[-1]) + 1, np.int64)
     np.maximum.at(ends, group, stalls[:, 1])
@@ -80,63 +80,59 @@ def finish_times(head: np.ndarray, service, not_before: np.ndarray, free_at: int
     np.maximum(done, not_before, out=done)
     if len(done) == 0 or (not queued and head[0] >= free_at and (head[1:] >= done[:-1]).all()):
         return done, False  # never queued: every job starts when its head arrives
-    cum = ramp(len(done), service) if np.ndim(service) == 0 else np.cumsum(service, dtype=np.int64)
-    done -= cum
-    if done[0] < free_at:
-        done[0] = free_at
-    prefix_max(done)
-    done += cum
+    scalar = np.ndim(service) == 0
+    first = free_at + (service if scalar else int(service[0]))
+    if done[0] < first:  # the first job starts once the server is free
+        done[0] = first
+    shift = _flipped_ramp(len(done), service) if scalar else np.cumsum(service, dtype=np.int64) ^ SIGN
+    done -= shift  # c_j - S_j, its sign bit flipped: as unsigned integers they keep their order
+    flipped = done.view(np.uint64)
+    np.fmax.accumulate(flipped, out=flipped)  # with numpy 2, faster on unsigned than on signed integers
+    done += shift
     return done, True
 
 
 @functools.lru_cache(maxsize=32)
 def ramp(n: int, step: int) -> np.ndarray:
-    """``step, 2 step, ..., n step`` (read-only int64): the cumulative sum of a constant service time."""
+    """``step, 2 step, ..., n step`` (read-only int64), e.g. the cumulative sum of a constant service time."""
     out = np.arange(1, n + 1, dtype=np.int64)
     out *= step
     out.flags.writeable = False
     return out
 
 
-def prefix_max(values: np.ndarray, width: int = CHUNK) -> np.ndarray:
-    """``values_i = max(values_0..values_i)`` in place (returned). A running maximum is a slow sequential
-    loop, so it runs only over chunks of ``width`` values that hold a new maximum; a chunk without one is
-    filled with the maximum before it (fast when a server stays busy: its ``c_j - S_j`` keep falling)."""
-    rows = len(values) // width
-    if rows < 2:
-        return np.maximum.accumulate(values, out=values)
-    body = values[:rows * width].reshape(rows, width)
-    maxima = body.max(axis=1)
-    before = np.maximum.accumulate(maxima)
-    fresh = np.flatnonzero(maxima[1:] > before[:-1]) + 1
-    if 2 * len(fresh) > rows:  # mostly rising: plain loop
-        return np.maximum.accumulate(values, out=values)
-    np.maximum.accumulate(body[0], out=body[0])
-    sub = body[fresh]
-    np.maximum(sub[:, 0], before[fresh - 1], out=sub[:, 0])
-    np.maximum.accumulate(sub.reshape(-1), out=sub.reshape(-1))  # earlier rows never exceed a row's seed
-    body[1:] = before[:-1, None]
-    body[fresh] = sub
-    rest = values[rows * width:]
-    if len(rest):
-        rest[0] = max(rest[0], before[-1])
-        np.maximum.accumulate(rest, out=rest)
-    return values
+@functools.lru_cache(maxsize=32)
+def _flipped_ramp(n: int, step: int) -> np.ndarray:
+    """:func:`ramp` with the sign bit flipped (read-only int64; wrapping arithmetic)."""
+    out = ramp(n, step) ^ SIGN
+    out.flags.writeable = False
+    return out
+
+
+def prefix_max(values: np.ndarray, axis: int = -1) -> np.ndarray:
+    """``values_i = max(values_0..values_i)`` along ``axis``, in place (returned). For integers ``fmax`` is
+    ``maximum`` (no NaN to skip), and with numpy 2 its accumulation runs several times faster."""
+    return np.fmax.accumulate(values, axis=axis, out=values)
 
 
 def running_max(values: np.ndarray, steps: int = 4) -> np.ndarray:
-    """``out_i = max(values_0..values_i)`` (a new array). Nearly sorted data (completions delivered in order
-    after small random delays) is fixed by a few neighbour steps, cheaper than a full running maximum."""
+    """``out_i = max(values_0..values_i)``: ``values`` itself when already non-decreasing, else a new array.
+    Nearly sorted data (completions delivered in order after small random delays) is fixed by a few
+    neighbour steps, cheaper than a full running maximum."""
+    if not (values[1:] < values[:-1]).any():
+        return values
     out = values.copy()
     for _ in range(steps):
+        np.maximum(out[1:], out[:-1], out=out[1:])
         if not (out[1:] < out[:-1]).any():
             return out
-        np.maximum(out[1:], out[:-1], out=out[1:])
     return prefix_max(out)
 
 
 def _solve(head, service, not_before, free_at, queued=False):
     finish, queued = finish_times(head, service, not_before, free_at, queued)
+    if not queued:
+        return head, finish, queued
     start = np.empty_like(head)
     if len(head):
         start[0] = max(int(head[0]), free_at)
@@ -209,7 +205,7 @@ def _lanes(head, service, not_before, state):
     cum = np.cumsum(s, axis=0)
     done = np.maximum(h + s, nb) - cum
     done[0] = np.maximum(done[0], state)
-    np.maximum.accumulate(done, axis=0, out=done)
+    prefix_max(done, axis=0)
     done += cum
     begin = np.maximum(h, np.vstack((state[None, :], done[:-1])))
     return begin.reshape(-1)[:n], done.reshape(-1)[:n]

@@ -83,6 +83,10 @@ class Problem:
         self.calm = [never_queue(g.steps, lambda i: len(positions[i]) == 1 and self.servers[i].count == 1
                                  and not self.servers[i].stalls) for g in self.groups]
         """Per group: walk-order indices of the claims that never queue, save perhaps the first of a block."""
+        self.in_order = {i for i, p in positions.items() if len(p) == 1 and self.servers[i].count == 1
+                         and not any(self.varied[g][k] for g, k in p)}
+        """Servers claimed from one pipeline position, in operation order (no drawn delay before it): a later
+        block's claims on them never precede an earlier block's, so only when the kept ones end is carried over."""
         self.keyed = any(len(p) > 1 for p in positions.values()) or any(
             self.varied[g][k] for g, ks in enumerate(self.claim_steps) for k in ks)
         """Whether event keys can matter (some server has several positions, or a claim follows a drawn delay);
@@ -173,7 +177,8 @@ def _remember(problem: Problem, history: dict[int, _History], group: int, out: S
     old = history.get(group)
 
     def tail(previous, new):
-        return (new if previous is None else np.concatenate((previous, new)))[-problem.keep:]
+        new = new[-problem.keep:]
+        return new if previous is None else np.concatenate((previous, new))[-problem.keep:]
 
     history[group] = _History(
         tail(old and old.done, out.done[:n]), tail(old and old.created, out.next_created[:n]),

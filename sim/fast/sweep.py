@@ -17,7 +17,7 @@ import numpy as np
 
 from sim.fast.merge import Claims, Joined, key_order
 from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Wake
-from sim.fast.server import pool, running_max, serve
+from sim.fast.server import pool, ramp, running_max, serve
 
 NO_RELEASE = -1
 """Gate input of an operation that needs no earlier release (times are never negative)."""
@@ -68,14 +68,15 @@ class Pace:
 
     @staticmethod
     def of(series: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
-        """Last values and mean spacings of the first ``n`` (> 1) elements of each of ``series``."""
-        last = np.array([int(x[n - 1]) for x in series], np.int64)
+        """Last values and mean spacings of each of ``series``, whose first and last elements are those of
+        operations ``n - 1`` (> 0) apart."""
+        last = np.array([int(x[-1]) for x in series], np.int64)
         return last, (last - np.array([int(x[0]) for x in series], np.int64)) // (n - 1)
 
     @staticmethod
     def ahead(last, period, m: int) -> np.ndarray:
         """The next ``m`` values of series ending at ``last`` with spacing ``period`` (one row per series)."""
-        return np.asarray(last)[..., None] + np.multiply.outer(np.asarray(period), np.arange(1, m + 1, dtype=np.int64))
+        return np.asarray(last)[..., None] + np.multiply.outer(np.asarray(period), ramp(m, 1))
 
 
 @dataclass
@@ -118,9 +119,10 @@ class SliceOut:
     done: np.ndarray
     """Completion of each operation (in order: never before the previous one's)."""
     next_created: np.ndarray
-    """Creation time of the event that posts the operation this completion releases."""
-    last_wake: np.ndarray
-    """The latest time each operation claimed anything."""
+    """Creation time of the event that posts the operation this completion releases (the completion itself
+    where event keys play no part: :attr:`sim.fast.solver.Problem.keyed`)."""
+    last_wake: np.ndarray | None
+    """The latest time each operation claimed anything (None: the group claims nothing)."""
     released: dict[str, np.ndarray] = field(default_factory=dict)
     records: dict[int, Record] = field(default_factory=dict)
     gate_in: dict[str, np.ndarray] = field(default_factory=dict)
@@ -166,12 +168,14 @@ class Pass:
     def run(self) -> list[SliceOut]:
         """Walk every slice; returns their outputs."""
         outs: list[SliceOut] = []
+        keyed = self.problem.keyed
         for index, piece in enumerate(self.slices):
             group = self.problem.groups[piece.group]
             start = piece.start if piece.start is not None else int(outs[-1].done[-1])
-            post, created = self._posts(piece, group.window, start)
+            post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
+            created = _posts(piece, group.window, start, piece.hist_created, piece.guess_created) if keyed else post
             self.slice, self.index, self.step = piece, index, 0
-            self.out = SliceOut(post, post, created, np.full(len(post), -1, np.int64))
+            self.out = SliceOut(post, post, created, None)
             head, created = self._chain(group.steps, (post, post, post, created))
             done = head
             if not self.idle:
@@ -180,19 +184,9 @@ class Pass:
                     head[0] = piece.hist_done[-1]
                 done = running_max(head)
             self.out.done, self.out.head = done, head
-            self.out.next_created = np.where(done == head, created, done)
+            self.out.next_created = np.where(done == head, created, done) if keyed else done
             outs.append(self.out)
         return outs
-
-    @staticmethod
-    def _posts(piece: SliceIn, window: int, start: int) -> tuple[np.ndarray, np.ndarray]:
-        """Posts of the slice (the group's start, then completions ``window`` earlier: known, then guessed)
-        and the creation times of the events that post them."""
-        first = max(0, min(window, piece.hi) - piece.lo)
-        known = max(0, min(piece.hi, piece.lo + window) - max(piece.lo, window))
-        begin = np.full(first, start, np.int64)
-        return (np.concatenate((begin, piece.hist_done[:known], piece.guess_post)),
-                np.concatenate((begin, piece.hist_created[:known], piece.guess_created)))
 
     def _chain(self, steps, state):
         """Walk ``steps`` from ``state`` = (head, tail, wake, created); returns the final head and created."""
@@ -218,16 +212,18 @@ class Pass:
             self.memo[key] = (state, new)
             state = new
         if last is not None:
-            np.maximum(self.out.last_wake, last, out=self.out.last_wake)
+            mine = self.out.last_wake
+            self.out.last_wake = last if mine is None else np.maximum(mine, last)
         return state[0], state[3]
 
     def _step(self, step, state):
         head, tail, wake, created = state
         if isinstance(step, Delay):
-            extra = step.ps if step.draws is None else self.slice.draws[step.draws] + step.ps
-            return head + extra, tail + extra, wake, created
+            extra = step.ps if step.draws is None else _plus(self.slice.draws[step.draws], step.ps)
+            moved = _plus(head, extra)
+            return moved, moved if tail is head else _plus(tail, extra), wake, created
         if isinstance(step, Rebase):
-            base = (tail if step.from_tail else head) + step.offset_ps
+            base = _plus(tail if step.from_tail else head, step.offset_ps)
             return base, base, wake, created
         if isinstance(step, Wake):
             return head, tail, head, head
@@ -261,7 +257,7 @@ class Pass:
             if merged is not None:
                 self.merged[step.server] = merged
         else:
-            not_before = tail + step.tail_ps if step.tail_ps else tail
+            not_before = _plus(tail, step.tail_ps)
             rec = Record(step.server, pos, self.slice.seq0, wake, created, head, not_before, step.service_ps)
             self._serve(step, rec)
             prior = None if old is None else old[1]
@@ -269,8 +265,7 @@ class Pass:
                                                                                                prior.finish):
                 rec.start, rec.finish, out = prior.start, prior.finish, old[2]  # later steps are reused
             else:
-                out = (rec.start + (step.head_ps + step.latency_ps),
-                       rec.finish + step.latency_ps if step.latency_ps else rec.finish)
+                out = (_plus(rec.start, step.head_ps + step.latency_ps), _plus(rec.finish, step.latency_ps))
         self.memo[key] = (inputs, rec, out, self.merged.get(step.server))
         self.current[pos] = rec
         self.out.records[pos] = rec
@@ -299,7 +294,8 @@ class Pass:
         walk = rec.pos - self.problem.pos_base[self.slice.group]
         free_at = state.free_at if state.pending is None else int(state.pending.finish[-1])
         if self.idle or (walk in self.problem.calm[self.slice.group] and rec.head[0] >= free_at):
-            rec.start, rec.finish = rec.head, np.maximum(rec.head + step.service_ps, rec.not_before)
+            rec.start, rec.finish = rec.head, rec.head + step.service_ps
+            np.maximum(rec.finish, rec.not_before, out=rec.finish)
         elif step.server in self.shared or (self.problem.varied[self.slice.group][walk]
                                             and _out_of_order(rec, state.pending)):
             self._merge(step.server, rec)
@@ -344,6 +340,21 @@ class Pass:
             claims.start[order], claims.finish[order] = s, f
             self.merged[server] = (claims, order)
         rec.start, rec.finish = claims.start[mine:mine + n], claims.finish[mine:mine + n]
+
+
+def _posts(piece: SliceIn, window: int, start: int, known: np.ndarray, guessed: np.ndarray) -> np.ndarray:
+    """Per operation of the slice, what posts it: the group's ``start`` for the group's first ``window``
+    operations, then ``known`` values from earlier blocks (completions ``window`` operations back, or when
+    their events were created), then ``guessed`` ones."""
+    first = max(0, min(window, piece.hi) - piece.lo)
+    count = max(0, min(piece.hi, piece.lo + window) - max(piece.lo, window))
+    return np.concatenate((np.full(first, start, np.int64), known[:count], guessed))
+
+
+def _plus(times: np.ndarray, extra) -> np.ndarray:
+    """``times + extra`` (ps); ``times`` itself when ``extra`` is the scalar 0 (arrays are never changed in
+    place, so steps may share them)."""
+    return times if not isinstance(extra, np.ndarray) and extra == 0 else times + extra
 
 
 def _same_parts(old: list, new: list, rec: Record) -> bool:

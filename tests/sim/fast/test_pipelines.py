@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from sim.fast import Claim, Delay, Fork, Gate, Group, Rebase, Server, UndecidableOrder, Wait, Wake, solve
+from sim.fast.solver import Problem
 from scalar_reference import run_pipelines
 from simpy_reference import run_simpy
 
@@ -123,3 +124,18 @@ def test_large_windows_and_small_blocks_agree_with_one_block():
     servers = [Server("a"), Server("b"), Server("c")]
     assert solve_all(servers, [group], block=1) == solve_all(servers, [group], block=1 << 20)
     assert solve_all(servers, [group], block=700) == run_simpy(servers, [group])
+
+
+def test_a_group_without_claims_completes_after_its_delays():
+    group = Group((Delay(5), Delay(draws="poll")), ops=6, window=2, draws={"poll": series([9, 0, 0, 30, 0, 0])})
+    assert solve_all([], [group], block=4) == ([[0, 0, 14, 14, 19, 49]], [[14, 14, 19, 49, 49, 54]])
+
+
+def test_only_a_lone_position_claiming_in_operation_order_carries_its_server_as_a_free_time():
+    """Claims of one position with no drawn delay before it come in key order; a shared server, a pool and
+    a claim after a drawn delay keep their pending claims between blocks."""
+    steps = (Delay(10), Claim(0, 5), Claim(1, 5), Claim(1, 7), Claim(3, 9), Delay(draws="poll"), Claim(2, 5),
+             Rebase(True), Wake())
+    servers = [Server("lone"), Server("shared"), Server("after a draw"), Server("pool", count=2)]
+    assert Problem(servers, [Group(steps, 4, 2, {"poll": series([0, 3, 1, 2])})]).in_order == {0}
+
