@@ -27,7 +27,18 @@ SWEEP_CHUNK = 16384
 def schedule_events(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dict]) -> None:
     """Start one process per event of ``scenario``; rows go to ``log``."""
     for event in scenario.events:
-        bed.env.process(_fire(bed, event, start_ps, log))
+        if isinstance(event, LinkFlapEvent):  # known in advance: the ports stall in that interval
+            outcome = faults.link_flap(bed, event.node, start_ps + event.at, event.duration)
+            bed.env.process(_log_at(bed, start_ps + event.at, {
+                "kind": event.kind, "target": event.node, "bytes": 0, "evicted": 0, "outcome": outcome}, log))
+        else:
+            bed.env.process(_fire(bed, event, start_ps, log))
+
+
+def _log_at(bed: Testbed, at_ps: int, row: dict, log: list[dict]) -> Generator:
+    """Add ``row`` to the event log at ``at_ps``."""
+    yield bed.env.timeout(max(0, at_ps - bed.env.now))
+    log.append({"time_ps": bed.env.now, **row})
 
 
 def _allocate(gpu, nbytes: int, row: dict, log: list[dict]) -> bool:
@@ -117,9 +128,6 @@ def _fire(bed: Testbed, event, start_ps: int, log: list[dict]) -> Generator:
         action = {"qp-error": faults.qp_error, "nic-reset": faults.nic_reset, "process-exit": faults.process_exit}
         log.append(row | {"target": event.node, "bytes": 0, "evicted": 0,
                           "outcome": action[event.kind](bed, event.node)})
-    elif isinstance(event, LinkFlapEvent):
-        log.append(row | {"target": event.node, "bytes": 0, "evicted": 0,
-                          "outcome": faults.link_flap(bed, event.node, event.duration)})
     elif isinstance(event, EvictionStormEvent):
         yield from faults.eviction_storm(bed, event.on, event.count, event.every, lambda outcome: log.append(
             row | {"target": event.on, "bytes": 0, "evicted": 0, "outcome": outcome}))

@@ -65,10 +65,10 @@ def eviction_storm(bed: Testbed, gpu_name: str, count: int, every_ps: int, log_r
     log_row(f"{moved} moves, {refused} refused (pinned)")
 
 
-def link_flap(bed: Testbed, node: str, duration_ps: int) -> str:
-    """The node's link carries nothing for ``duration_ps``: both its ports are held busy until it is back."""
+def link_flap(bed: Testbed, node: str, start_ps: int, duration_ps: int) -> str:
+    """The node's link carries nothing in ``[start_ps, start_ps + duration_ps)``: both its ports stall then
+    (set in advance, so frames queued before the flap wait for the link too)."""
     nic = bed.nodes[node].nic
-    back = bed.env.now + duration_ps
     for port in (nic.tx_port, nic.rx_port):
-        port.free_at = max(port.free_at, back)
+        port.add_stall(start_ps, start_ps + duration_ps)
     return f"link down for {duration_ps / 1e6:.3f} us"

@@ -11,18 +11,36 @@ import heapq
 
 
 class FifoServer:
-    """One server, first come first served; ``busy_ps`` accumulates service time for utilisation."""
+    """One server, first come first served; ``busy_ps`` accumulates service time for utilisation.
 
-    __slots__ = ("name", "free_at", "busy_ps")
+    ``stalls`` are ``[start, end)`` intervals (ps) in which no job starts (a link that is down): a job that
+    would start inside one starts at its end; work already started is not interrupted. They are known in
+    advance, so a claim made before a stall still respects it (the vectorized core's rule too).
+    """
+
+    __slots__ = ("name", "free_at", "busy_ps", "stalls")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.free_at = 0
         self.busy_ps = 0
+        self.stalls: tuple[tuple[int, int], ...] = ()
+
+    def add_stall(self, start: int, end: int) -> None:
+        """No job starts in ``[start, end)`` (ps); intervals that touch or overlap are joined."""
+        joined: list[tuple[int, int]] = []
+        for s, e in sorted((*self.stalls, (int(start), int(end)))):
+            if joined and s <= joined[-1][1]:
+                joined[-1] = (joined[-1][0], max(joined[-1][1], e))
+            else:
+                joined.append((s, e))
+        self.stalls = tuple(joined)
 
     def claim(self, arrival: int, service: int) -> tuple[int, int]:
         """Serve a job arriving at ``arrival`` needing ``service`` ps; return its (start, finish)."""
         start = arrival if arrival > self.free_at else self.free_at
+        if self.stalls:
+            start = after_stalls(self.stalls, start)
         finish = start + service
         self.free_at = finish
         self.busy_ps += service
@@ -55,13 +73,25 @@ def claim_cut_through(server: FifoServer, arrival: int, service: int, not_before
     """Claim ``server`` for a message streamed through it cut-through style.
 
     The head arrives at ``arrival``; the message occupies the server for ``service`` ps but cannot finish
-    before ``not_before`` (its tail has not arrived yet). The server stays busy until the finish.
-    Returns (start, finish).
+    before ``not_before`` (its tail has not arrived yet). The server stays busy until the finish; it starts
+    nothing inside its stall intervals. Returns (start, finish).
     """
     start = arrival if arrival > server.free_at else server.free_at
+    if server.stalls:
+        start = after_stalls(server.stalls, start)
     finish = start + service
     if not_before > finish:
         finish = not_before
     server.busy_ps += finish - start
     server.free_at = finish
     return start, finish
+
+
+def after_stalls(stalls: tuple[tuple[int, int], ...], t: int) -> int:
+    """``t``, or the end of the (sorted, disjoint) stall interval that contains it."""
+    for start, end in stalls:
+        if start <= t < end:
+            return end
+        if start > t:
+            break
+    return t

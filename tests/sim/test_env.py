@@ -56,3 +56,15 @@ def test_server_pool_uses_the_earliest_free_server():
     assert pool.claim(1, 1) == (7, 8)
     with pytest.raises(ValueError):
         ServerPool("none", 0)
+
+
+def test_a_stall_delays_only_jobs_that_would_start_inside_it():
+    s = FifoServer("port")
+    s.add_stall(100, 200)
+    s.add_stall(200, 250)  # touching intervals join: a job moved to 200 would be inside the second
+    s.add_stall(400, 450)
+    assert s.stalls == ((100, 250), (400, 450))
+    assert claim_cut_through(s, 0, 150, 0) == (0, 150)  # started before the stall: not interrupted
+    assert claim_cut_through(s, 150, 10, 0) == (250, 260)  # free at 150, inside the stall: waits for its end
+    assert claim_cut_through(s, 300, 10, 0) == (300, 310)
+    assert s.claim(420, 5) == (450, 455)

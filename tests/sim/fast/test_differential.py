@@ -83,6 +83,23 @@ def test_read_tags_and_several_engines_equal_event_engine(tags):
     assert_same(scenario_dict(workload=work, **nodes))
 
 
+def test_link_flaps_are_stall_intervals_on_both_engines():
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [4096, 65536], "iterations": 3000},
+            {"kind": "write_lat", "from": "src", "to": "dst", "sizes": [64], "iterations": 300},
+            {"kind": "read_bw", "from": "src", "to": "dst", "sizes": [4096], "iterations": 2000}]
+    flaps = [{"at": "100us", "kind": "link-flap", "node": "a", "duration": "50us"},
+             {"at": "2ms", "kind": "link-flap", "node": "b", "duration": "300us"},
+             {"at": "900ms", "kind": "link-flap", "node": "b", "duration": "1us"}]  # after the run: not reached
+    data = scenario_dict(workload=work, events=flaps)
+    results = [run_scenario(Scenario.model_validate({**data, "engine": engine})) for engine in ("event", "fast")]
+    for table in ("operations", "summary", "events"):
+        pd.testing.assert_frame_equal(getattr(results[1], table), getattr(results[0], table))
+    assert list(results[1].events["outcome"].str.split(":").str[0]) == [
+        "link down for 50.000 us", "link down for 300.000 us", "not reached"]
+    calm = run_scenario(Scenario.model_validate({**data, "events": [], "engine": "fast"}))
+    assert results[1].operations["completed_ps"].max() > calm.operations["completed_ps"].max() + 200_000_000
+
+
 def test_blueflame_off_is_exact_on_the_fast_engine():
     work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [64, 4096], "iterations": 300, "tx_depth": 32}
             for kind in ("write_bw", "read_bw", "write_lat")]
@@ -114,6 +131,8 @@ def test_domain_reasons():
     inline = scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [512],
                                       "inline": 1024}])
     assert "max_inline" in outside_domain(Scenario.model_validate(inline))
+    pressure = scenario_dict(events=[{"at": "1ms", "kind": "qp-error", "node": "a"}])
+    assert "'qp-error'" in outside_domain(Scenario.model_validate(pressure))
     several = scenario_dict(workload=[{"kind": "read_bw", "from": "src", "to": "dst", "sizes": [512], "qps": 3}])
     assert "3 QPs at once" in outside_domain(Scenario.model_validate(several))
     off = Scenario.model_validate(scenario_dict(**two_nodes("cx7-gen5-400G", blueflame=False)))
