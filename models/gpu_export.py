@@ -200,7 +200,11 @@ class Gpu:
             block = mm.params.va_block
             while granted < nbytes:
                 try:
-                    _, cost = self.memory.make_room(block, call=f"{self.name}: managed-memory fault")
+                    if self.memory.largest_free() >= block:
+                        cost = 0
+                    else:  # the faults need another owner's memory
+                        with self.core.call(self.name, "managed_memory_pressure", range=name, bytes=block):
+                            _, cost = self.memory.make_room(block, call=f"{self.name}: managed-memory fault")
                 except GpuOutOfMemory:
                     break
                 taken.append(self.memory.malloc(block, pinned=True, tag=name))

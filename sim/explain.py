@@ -13,7 +13,7 @@ from sim.run import RunResult
 LOCK_EVENTS = ("LockAcquired", "LockReleased")
 DATA_PATH = ("busy", "RDMA_WRITE", "RDMA_READ")
 """Per-resource and per-work-request slices: in the trace file, not in the protocol timeline."""
-DISRUPTIONS = ("gpu_memory_pressure", "PeerMemoryReclaimed")
+DISRUPTIONS = ("gpu_memory_pressure", "managed_memory_pressure", "PeerMemoryReclaimed")
 WINDOW_PS = 5_000_000_000
 """How long after the first disruption to keep listing events when nothing restores the mapping (5 ms)."""
 
