@@ -14,8 +14,10 @@ posting rule:
   B's WRITE until it lands at A, A's poll delay; each WRITE's acknowledgement and completion entry run in a
   side chain (they still occupy links and engines).
 
-Tables and summaries come from :mod:`sim.run`'s own code. The domain is pinned host memory, one QP per
-workload, no scenario events but link flaps (stall intervals of the ports), no data mode or tracing;
+Tables and summaries come from :mod:`sim.run`'s own code. The domain is host and GPU memory registered
+without page faults (pinned, peer memory, dma-buf: with no scenario events a dma-buf never moves), no
+translation caches, one QP per workload, no scenario events but link flaps (stall intervals of the ports),
+no data mode or tracing;
 ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches make every work request wait on the
 previous one's payload on the PCIe link (exact but solved a round at a time).
 """
@@ -27,11 +29,12 @@ from collections.abc import Callable
 
 import numpy as np
 
-from models.datapath import plan
+from models.datapath import memory_target, plan
 from models.verbs import Opcode
-from models.workloads import PERFTEST_WRITE_LAT_INLINE, OpRecords
+from models.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint, OpRecords
 from sim.core.errors import SimError
-from sim.fast import Claim, Delay, Fork, Gate, Group, Rebase, Server, UndecidableOrder, UniformSeries, Wait, Wake
+from sim.fast import (Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, UndecidableOrder, UniformSeries, Wait,
+                      Wake)
 from sim.fast import solve
 from sim.run import Progress, RunResult, _endpoints, finish_run, setup_run, workload_tables
 from sim.scenario.resolve import nic_params
@@ -51,6 +54,10 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
     for event in scenario.events:
         if event.kind != "link-flap":
             return f"scenario event '{event.kind}' (memory pressure, migration, reclaim, faults) needs the event engine"
+    for node in scenario.nodes:
+        if node.nic.translation_cache or node.iommu != "off":
+            return (f"node {node.name} models translation caches (NIC MTT or IOMMU), whose hits depend on "
+                    "each access's history: the event engine simulates them")
     buffers = {b.name: b for b in scenario.buffers}
     nodes = {n.name: n for n in scenario.nodes}
     for work in scenario.workload:
@@ -59,9 +66,8 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
                     "solves one stream at a time")
         for name in (work.from_, work.to):
             spec = buffers[name]
-            if spec.registration != "pinned" or not spec.on.endswith(".host"):
-                return (f"buffer '{name}' is {spec.registration} on {spec.on}: the vectorized core covers pinned "
-                        "host memory only")
+            if spec.registration == "odp":
+                return (f"buffer '{name}' is registered with ODP: its page faults need the event engine")
         inline = _inline(work)
         for name in (work.from_, work.to) if work.kind == "write_lat" else (work.from_,):
             limit = nic_params(nodes[buffers[name].on.split(".")[0]]).max_inline
@@ -138,7 +144,7 @@ def pipelines(scenario: Scenario, bed) -> tuple[list[Server], list[Group], list[
     groups, labels = [], []
     for work in scenario.workload:
         ((src, dst),) = _endpoints(bed, work)
-        for group, size in _groups(work, src.qp, dst.qp, servers, names):
+        for group, size in _groups(work, src, dst, servers, names):
             groups.append(group)
             labels.append((work, size))
     return names, groups, labels
@@ -169,8 +175,15 @@ class _Draws:
         self.series.release(self.stride * (self.first + lo))
 
 
-def _groups(work: WorkloadSpec, qp, peer, servers: dict[int, int], names: list[Server]):
-    """One :class:`Group` per size of ``work`` (posted from ``qp`` to ``peer``), with its size."""
+def _groups(work: WorkloadSpec, src: Endpoint, dst: Endpoint, servers: dict[int, int], names: list[Server]):
+    """One :class:`Group` per size of ``work`` (posted from ``src``'s QP to ``dst``'s), with its size.
+
+    An MR with a translation to check (GPU memory through peer memory or a dma-buf) adds the sleeps of
+    :func:`models.datapath.run_work_request`'s translations, which never fault here (no scenario events): the
+    requester's at its payload's first read request, the responder's when the request arrives, the READ
+    requester's before the response lands.
+    """
+    qp, peer = src.qp, dst.qp
 
     def steps(stages, label: str | None = None) -> list:
         out = []
@@ -185,19 +198,32 @@ def _groups(work: WorkloadSpec, qp, peer, servers: dict[int, int], names: list[S
                              label if k == len(stages) - 1 else None))
         return out
 
-    def write(q, size: int, inline: bool, fork: bool) -> list:
+    def stages_of(q, local: Endpoint, remote: Endpoint, opcode: Opcode, size: int, inline: bool):
+        now = q.pd.context.env.now
+        return plan(q, opcode, size, inline, memory_target(local.mr, now), memory_target(remote.mr, now))
+
+    def checked(end: Endpoint) -> list:
+        """The sleep of a translation that holds (an access through an MR with a backing)."""
+        return [Sleep()] if end.mr.backing is not None else []
+
+    def write(q, local: Endpoint, remote: Endpoint, size: int, inline: bool, fork: bool) -> list:
         """A WRITE from post to landing, its acknowledgement and completion entry after it or forked."""
-        p = plan(q, Opcode.RDMA_WRITE, size, inline)
+        p = stages_of(q, local, remote, Opcode.RDMA_WRITE, size, inline)
+        forward = steps(p.forward)
+        if p.issue and local.mr.backing is not None:  # translated when its first read request is issued
+            forward[p.issue:p.issue] = [Sleep(p.forward[p.issue - 1][2]), Rebase(False)]
         ack = [Rebase(True, -q.remote.node.pcie.params.write_latency_ps), *steps(p.reply)]
-        head = [Delay(q.node.nic.params.doorbell_ps), *steps(p.to_engine), Rebase(False), *steps(p.forward),
-                *steps(p.remote)]
+        head = [Delay(q.node.nic.params.doorbell_ps), *steps(p.to_engine), Rebase(False), *forward,
+                *checked(remote), *steps(p.remote)]
         return head + [Fork(tuple(ack)), Rebase(True)] if fork else head + ack + [Rebase(True)]
 
     def read(size: int) -> list:
-        p = plan(qp, Opcode.RDMA_READ, size, False)
+        p = stages_of(qp, src, dst, Opcode.RDMA_READ, size, False)
+        split = len(p.remote) - p.landing
         return [Delay(qp.node.nic.params.doorbell_ps), *steps(p.to_engine), Rebase(False),
-                Gate(qp.node.nic.params.max_rd_atomic, "landing"), *steps(p.forward),
-                *steps(p.remote[:-1]), *steps(p.remote[-1:], "landing"), Rebase(True)]
+                Gate(qp.node.nic.params.max_rd_atomic, "landing"), *steps(p.forward), *checked(dst),
+                *steps(p.remote[:split]), *checked(src), *steps(p.remote[split:-1]),
+                *steps(p.remote[-1:], "landing"), Rebase(True)]
 
     mine = UniformSeries.following(qp.poll_delays)
     theirs = UniformSeries.following(peer.poll_delays) if work.kind == "write_lat" else None
@@ -205,12 +231,12 @@ def _groups(work: WorkloadSpec, qp, peer, servers: dict[int, int], names: list[S
     for size in work.size_list():
         if work.kind == "write_lat":
             fits = size <= inline
-            chain = [*write(qp, size, fits, True), Wake(), Wait("peer_poll"), *write(peer, size, fits, True), Wake(),
-                     Wait("poll")]
+            chain = [*write(qp, src, dst, size, fits, True), Wake(), Wait("peer_poll"),
+                     *write(peer, dst, src, size, fits, True), Wake(), Wait("poll")]
             draws = {"peer_poll": _Draws(theirs, first, 2), "poll": _Draws(mine, first, 2, 1)}
             window = 1
         else:
-            body = write(qp, size, size <= inline, False) if work.kind == "write_bw" else read(size)
+            body = write(qp, src, dst, size, size <= inline, False) if work.kind == "write_bw" else read(size)
             chain = [*body, Delay(draws="poll"), Wake()]
             draws = {"poll": _Draws(mine, first)}
             window = 1 if work.kind == "read_lat" else work.tx_depth

@@ -19,7 +19,7 @@ event engine's (same recurrences, same tie rules, integer picoseconds); see :mod
 from sim.fast.draws import UniformSeries
 from sim.fast.server import cut_through, pool
 from sim.fast.solver import Finished, UndecidableOrder, solve
-from sim.fast.steps import Claim, Delay, Fork, Gate, Group, Rebase, Server, Wait, Wake
+from sim.fast.steps import Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, Wait, Wake
 
-__all__ = ["Claim", "Delay", "Finished", "Fork", "Gate", "Group", "Rebase", "Server", "UndecidableOrder",
+__all__ = ["Claim", "Delay", "Finished", "Fork", "Gate", "Group", "Rebase", "Server", "Sleep", "UndecidableOrder",
            "UniformSeries", "Wait", "Wake", "cut_through", "pool", "solve"]

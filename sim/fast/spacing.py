@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Step, Wake
+from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Sleep, Step, Wake
 
 Bounds = tuple[int, int, int] | None
 """(gap, tails, lead) in ps, or None: nothing known."""
@@ -46,7 +46,7 @@ def _walk(steps, bounds: Bounds, alone, proven: set[int], index: list[int], vari
             bounds = None if varied else _claim(step, bounds, alone(step.server), proven, here)
         elif isinstance(step, Rebase):
             bounds = None if bounds is None else (bounds[1] if step.from_tail else bounds[0],) * 3
-        elif not (isinstance(step, Wake) or (isinstance(step, Delay) and step.draws is None)):
+        elif not (isinstance(step, (Wake, Sleep)) or (isinstance(step, Delay) and step.draws is None)):
             bounds = None  # drawn delays, waits and gates
             varied = varied or not isinstance(step, Gate)
 

@@ -80,6 +80,14 @@ class Wake:
 
 
 @dataclass(frozen=True)
+class Sleep:
+    """The process sleeps until ``back_ps`` before the head when that is later than its last wake (woken by a
+    timeout created at that wake, as a claim's own sleep is); head and tail stay."""
+
+    back_ps: int = 0
+
+
+@dataclass(frozen=True)
 class Wait:
     """The process sleeps for a per-operation time (``draws``) from when it last woke; head = tail = then."""
 
@@ -103,7 +111,7 @@ class Fork:
     steps: tuple[Step, ...]
 
 
-Step = Union[Claim, Delay, Rebase, Wake, Wait, Gate, Fork]
+Step = Union[Claim, Delay, Rebase, Wake, Sleep, Wait, Gate, Fork]
 
 
 @dataclass(frozen=True)

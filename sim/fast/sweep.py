@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.fast.merge import Claims, Joined, key_order
-from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Wake
+from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Sleep, Wake
 from sim.fast.server import pool, ramp, running_max, serve
 
 NO_RELEASE = -1
@@ -227,6 +227,11 @@ class Pass:
             return base, base, wake, created
         if isinstance(step, Wake):
             return head, tail, head, head
+        if isinstance(step, Sleep):
+            until = _plus(head, -step.back_ps)
+            if self.problem.keyed:
+                created = np.where(until > wake, wake, created)
+            return head, tail, np.maximum(until, wake), created
         t = wake + self.slice.draws[step.draws]  # Wait
         return t, t, t, wake
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 
-from sim.fast.steps import Claim, Delay, Fork, Gate, Group, Rebase, Server, Wait, Wake
+from sim.fast.steps import Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, Wait, Wake
 
 
 def run_pipelines(servers: list[Server], groups: list[Group], start_ps: int = 0):
@@ -52,6 +52,8 @@ def _walk(steps, head: int, tail: int, ctx, wake: int | None = None) -> int:
             head = tail = (tail if step.from_tail else head) + step.offset_ps
         elif isinstance(step, Wake):
             wake = head
+        elif isinstance(step, Sleep):
+            wake = max(wake, head - step.back_ps)
         elif isinstance(step, Wait):
             wake = head = tail = wake + ctx["draws"][step.draws][i]
         elif isinstance(step, Gate):

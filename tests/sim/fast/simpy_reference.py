@@ -13,7 +13,7 @@ import simpy
 
 from models.datapath import walk
 from sim.core import Environment, FifoServer
-from sim.fast.steps import Claim, Delay, Fork, Gate, Group, Rebase, Server, Wake
+from sim.fast.steps import Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, Wake
 
 
 def run_simpy(servers: list[Server], groups: list[Group], start_ps: int = 0):
@@ -92,6 +92,9 @@ def _operation(env, fifo, steps, i, draws, gates, complete, head=None, tail=None
                 yield env.timeout(head - env.now)
             yield request
             head = tail = env.now
+        elif isinstance(step, Sleep):  # models.datapath's translation of an access that does not fault
+            if head - step.back_ps > env.now:
+                yield env.timeout(head - step.back_ps - env.now)
         elif isinstance(step, Fork):
             env.start(_operation(env, fifo, step.steps, i, draws, gates, complete, head, tail, main=False))
         elif isinstance(step, Wake) and main:

@@ -83,6 +83,24 @@ def test_read_tags_and_several_engines_equal_event_engine(tags):
     assert_same(scenario_dict(workload=work, **nodes))
 
 
+@pytest.mark.parametrize("layout", ["switch", "root_complex", "cross_socket"])
+@pytest.mark.parametrize("mode", ["peermem", "dmabuf", "dmabuf-pinned"])
+def test_gpu_buffers_equal_event_engine(layout, mode):
+    """GPU memory over each PCIe layout: a WRITE's source, a READ's target and both ends of the latency tests
+    are translated through the MR's backing (the requester's sleep at its first read request, the
+    responder's when the request arrives, the READ requester's before the response lands)."""
+    gpu = "h200" if mode == "peermem" else "mi300x"
+    nodes = [{"name": n, "gpus": [{"preset": gpu}], "topology": layout} for n in ("a", "b")]
+    buffers = [{"name": "src", "on": "a.gpu0", "size": "4MiB", "register": mode},
+               {"name": "dst", "on": "b.gpu0", "size": "4MiB", "register": mode},
+               {"name": "host", "on": "b.host", "size": "4MiB"}]
+    work = [{"kind": kind, "from": "src", "to": to, "sizes": [64, 4096, 1 << 20], "iterations": 500, "tx_depth": 32}
+            for kind in ("write_bw", "read_bw") for to in ("dst", "host")]
+    work += [{"kind": kind, "from": "src", "to": "dst", "sizes": [8, 65536], "iterations": 80}
+             for kind in ("write_lat", "read_lat")]
+    assert_same(scenario_dict(seed=6, nodes=nodes, buffers=buffers, workload=work))
+
+
 def test_link_flaps_are_stall_intervals_on_both_engines():
     work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [4096, 65536], "iterations": 3000},
             {"kind": "write_lat", "from": "src", "to": "dst", "sizes": [64], "iterations": 300},
@@ -127,7 +145,9 @@ def test_domain_reasons():
     assert "data mode" in outside_domain(Scenario.model_validate(scenario_dict(data=True)))
     odp = scenario_dict()
     odp["buffers"][0]["register"] = "odp"
-    assert "pinned host memory" in outside_domain(Scenario.model_validate(odp))
+    assert "ODP" in outside_domain(Scenario.model_validate(odp))
+    cached = scenario_dict(nodes=[{"name": "a", "iommu": "vtd"}, {"name": "b"}])
+    assert "translation caches" in outside_domain(Scenario.model_validate(cached))
     inline = scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [512],
                                       "inline": 1024}])
     assert "max_inline" in outside_domain(Scenario.model_validate(inline))

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
-from sim.fast import Claim, Delay, Fork, Gate, Group, Rebase, Server, UndecidableOrder, Wait, Wake, solve
+from sim.fast import Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, UndecidableOrder, Wait, Wake, solve
 from sim.fast.solver import Problem
 from scalar_reference import run_pipelines
 from simpy_reference import run_simpy
@@ -55,9 +55,11 @@ def group(draw, servers: list[int], gate: bool, fork: bool, wait: bool, drawn: b
             steps += [Rebase(False), Gate(slots, "release")]
         steps.append(draw(claim(server, "release" if gate and k == len(order) - 1 else None)))
         varied = drawn and (not gate or k == len(order) - 1)  # a gate's release may not follow a drawn delay
-        extra = draw(st.sampled_from(["none", "delay", "draw", "rebase"] if varied else ["none", "delay", "rebase"]))
+        extra = draw(st.sampled_from(["none", "delay", "draw", "rebase", "sleep"] if varied
+                                     else ["none", "delay", "rebase", "sleep"]))
         steps += {"none": [], "delay": [Delay(draw(st.integers(0, 100_000)))], "draw": [Delay(5, "poll")],
-                  "rebase": [Rebase(draw(st.booleans()), draw(st.integers(0, 10_000)))]}[extra]
+                  "rebase": [Rebase(draw(st.booleans()), draw(st.integers(0, 10_000)))],
+                  "sleep": [Sleep(draw(st.integers(0, 5_000)))]}[extra]
         if fork and k == 0:
             steps.append(Fork((Delay(draw(st.integers(0, 50_000))), draw(claim(order[-1])))))
     if wait and drawn:
