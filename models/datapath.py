@@ -262,8 +262,10 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
     if translating and reads_source:
         t = yield from _translate_first(env, node, local_mr, wr.local_addr, wr.length, t, write=False)
     head, tail = yield from walk(env, forward, t, t)
-    status, head, tail = yield from _responder_accepts(env, qp, wr, stages, head, tail)
     remote_mr = peer.nic.lookup(wr.rkey)
+    needed = _REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else _REMOTE_READ
+    if remote_mr is None or remote_mr.backing is not None or not _remote_ok(qp, wr, needed):
+        status, head, tail = yield from _responder_accepts(env, qp, wr, stages, head, tail)
     if translating and status is WcStatus.SUCCESS:
         ready = yield from _translate_first(env, peer, remote_mr, wr.remote_addr, wr.length, head,
                                             write=wr.opcode is Opcode.RDMA_WRITE)
