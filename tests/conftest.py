@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 
+from sim.compare import comparison_table
+from sim.run import run_scenario
+from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
+
+ROOT = Path(__file__).resolve().parents[1]
 
 BASE = {
     "schema": 1,
@@ -29,3 +35,10 @@ def scenario_dict(**changes) -> dict:
 def make_scenario():
     """Build a validated Scenario from keyword overrides of the base scenario."""
     return lambda **changes: Scenario.model_validate(scenario_dict(**changes))
+
+
+def run_shipped_variants(name: str):
+    """Every variant of ``scenarios/<name>`` run: the results by variant name and their comparison table."""
+    _, _, variants = load_scenario_variants(ROOT / "scenarios" / name)
+    results = [run_scenario(v, variant=variant) for variant, v in variants]
+    return {r.variant: r for r in results}, comparison_table(results).set_index("variant")

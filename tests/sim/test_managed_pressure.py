@@ -6,19 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from sim.compare import comparison_table
 from sim.core.errors import ConfigError, ConfigErrors
-from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
+from tests.conftest import run_shipped_variants
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def managed():
-    _, _, variants = load_scenario_variants(ROOT / "scenarios" / "managed_pressure.yaml")
-    results = [run_scenario(v, variant=name) for name, v in variants]
-    return {r.variant: r for r in results}, comparison_table(results).set_index("variant")
+    return run_shipped_variants("managed_pressure.yaml")
 
 
 def _job(result) -> str:

@@ -4,19 +4,17 @@ from pathlib import Path
 
 import pytest
 
-from sim.compare import comparison_table
 from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
+from tests.conftest import run_shipped_variants
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def pin_vs_dmabuf():
-    _, _, variants = load_scenario_variants(ROOT / "scenarios" / "pin_vs_dmabuf.yaml")
-    results = [run_scenario(v, variant=name) for name, v in variants]
-    return {r.variant: r for r in results}, comparison_table(results).set_index("variant")
+    return run_shipped_variants("pin_vs_dmabuf.yaml")
 
 
 def test_only_the_dynamic_dmabuf_mr_lets_the_exporter_evict(pin_vs_dmabuf):
