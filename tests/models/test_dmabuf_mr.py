@@ -12,7 +12,7 @@ from models.pcie import PcieParams
 from models.verbs import (Access, Opcode, SendWR, WcStatus, ibv_alloc_pd, ibv_create_cq, ibv_create_qp,
                           ibv_dereg_mr, ibv_open_device, ibv_poll_cq, ibv_post_send, ibv_reg_mr, ibv_rereg_mr)
 from models.verbs_dmabuf import ibv_reg_dmabuf_mr
-from sim.core import PS_PER_US, Environment, InvariantViolation, VerbsError
+from sim.core import Environment, InvariantViolation, VerbsError
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 SIZE = 1 << 20

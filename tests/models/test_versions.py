@@ -2,13 +2,13 @@
 
 import pytest
 
-from models.dmabuf import (DmaBufCore, DmaResvUsage, KernelConfig, MovableExporter, Placement, StaticExporter,
+from models.dmabuf import (DmaBufCore, DmaResvUsage, KernelConfig, Placement, StaticExporter,
                            dma_buf_attach, dma_buf_map_attachment, dma_buf_unmap_attachment)
 from models.gpu import gpu_params
 from models.gpu_export import CudaError, Gpu
 from models.umem_dmabuf import ib_umem_dmabuf_revoke
 from models.versions import KernelBehaviour, Version
-from sim.core import Environment, ProtocolError, VerbsError
+from sim.core import Environment, ProtocolError
 from sim.run import run_scenario
 from sim.scenario.schema import Scenario
 
