@@ -4,9 +4,9 @@ memory-key table that every access is checked against.
 Each direction has ``tx_engines`` / ``rx_engines`` processing engines, each a FIFO server with its own per-WQE
 (per-message) time; a QP is bound to one engine per direction (QP number modulo the count), so a QP's work
 requests stay in order and one QP gets one engine's message rate while several QPs spread over all of them
-(NICs process a QP on one processing unit: Kalia et al., ATC'16, "Design Guidelines for High Performance
-RDMA Systems", §3.3 and §4). Vendors publish only the aggregate message rate, so the presets have one engine
-at that rate. Messages stream whole and cut-through through each resource.
+(a modelling choice for in-order processing per QP; it is why message-rate tests use several QPs, perftest's
+``-q``). Vendors publish only the aggregate message rate, so the presets have one engine at that rate.
+Messages stream whole and cut-through through each resource.
 """
 
 from __future__ import annotations
