@@ -130,12 +130,23 @@ def test_blueflame_off_is_exact_on_the_fast_engine():
        poll=st.sampled_from(["0ns", "7ns", "40ns"]), kind=st.sampled_from(["write_bw", "read_bw", "write_lat",
                                                                            "read_lat"]),
        sizes=st.lists(st.sampled_from([1, 64, 220, 4096, 65536]), min_size=1, max_size=3, unique=True),
-       iterations=st.integers(1, 400), depth=st.sampled_from([1, 2, 16, 128, 1024]), seed=st.integers(0, 99))
-def test_random_scenarios_equal_event_engine(nic, mps, rate, latency, poll, kind, sizes, iterations, depth, seed):
-    node = {"nic": {"preset": nic}, "pcie": {"mps": mps}, "host": {"poll_period": poll}}
+       iterations=st.integers(1, 400), depth=st.sampled_from([1, 2, 16, 128, 1024]), seed=st.integers(0, 99),
+       tags=st.sampled_from([1, 4, 32, 256, "unlimited"]), engines=st.integers(1, 3),
+       place=st.sampled_from(["host", "switch", "root_complex", "cross_socket"]),
+       mode=st.sampled_from(["peermem", "dmabuf", "dmabuf-pinned"]))
+def test_random_scenarios_equal_event_engine(nic, mps, rate, latency, poll, kind, sizes, iterations, depth, seed,
+                                             tags, engines, place, mode):
+    node = {"nic": {"preset": nic, "tx_engines": engines, "rx_engines": engines},
+            "pcie": {"mps": mps, "read_tags": tags}, "host": {"poll_period": poll}}
+    nodes = [{"name": "a", **node}, {"name": "b", **node}]
+    buffers = None
+    if place != "host":  # the requester's buffer in GPU memory behind that layout
+        nodes[0] |= {"gpus": [{"preset": "h200" if mode == "peermem" else "mi300x"}], "topology": place}
+        buffers = [{"name": "src", "on": "a.gpu0", "size": "8MiB", "register": mode},
+                   {"name": "dst", "on": "b.host", "size": "8MiB"}]
     work = {"kind": kind, "from": "src", "to": "dst", "sizes": sizes, "iterations": iterations, "tx_depth": depth}
-    assert_same(scenario_dict(seed=seed, nodes=[{"name": "a", **node}, {"name": "b", **node}],
-                              fabric={"rate": rate, "latency": f"{latency}ns"}, workload=[work]))
+    data = scenario_dict(seed=seed, nodes=nodes, fabric={"rate": rate, "latency": f"{latency}ns"}, workload=[work])
+    assert_same(data | ({"buffers": buffers} if buffers else {}))
 
 
 def test_domain_reasons():
