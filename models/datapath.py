@@ -20,6 +20,7 @@ engine fed by BlueFlame doorbells (each arrives a fixed delay after its post, an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Generator, NamedTuple
 
 from simpy import Timeout
@@ -79,21 +80,27 @@ def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
     ]
 
 
-def dma_read_stream_Bps(params: PcieParams, nbytes: int, reads: int = 300) -> float:
-    """Steady-state rate of back-to-back DMA reads of ``nbytes`` through the event engine's stages (a device
-    with ``reads`` of them queued at once), over the second half of them (bytes/s)."""
-    env, link, done = Environment(), PcieLink("stream", params), []
+def stream_Bps(stages_of: Callable[[], list[Stage]], nbytes: int, messages: int = 300) -> float:
+    """Steady-state rate of back-to-back messages of ``nbytes`` through the stages ``stages_of()`` gives (all
+    ``messages`` queued at once, each a process walking them), over the second half of them (bytes/s)."""
+    env, done = Environment(), []
 
     def one() -> Generator:
-        _, tail = yield from walk(env, dma_read(link, nbytes), 0, 0)
+        _, tail = yield from walk(env, stages_of(), 0, 0)
         done.append(tail)
 
-    for _ in range(reads):
+    for _ in range(messages):
         env.process(one())
     env.run()
     done.sort()
-    half = reads // 2
-    return (reads - 1 - half) * nbytes * PS_PER_S / (done[-1] - done[half])
+    half = messages // 2
+    return (messages - 1 - half) * nbytes * PS_PER_S / (done[-1] - done[half])
+
+
+def dma_read_stream_Bps(params: PcieParams, nbytes: int, reads: int = 300) -> float:
+    """:func:`stream_Bps` of DMA reads of ``nbytes`` over one link with ``params`` (bytes/s)."""
+    link = PcieLink("stream", params)
+    return stream_Bps(lambda: dma_read(link, nbytes), nbytes, reads)
 
 
 def dma_write(link: PcieLink, nbytes: int) -> list[Stage]:

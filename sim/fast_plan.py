@@ -17,9 +17,8 @@ posting rule:
 Tables and summaries come from :mod:`sim.run`'s own code. The domain is host and GPU memory registered
 without page faults (pinned, peer memory, dma-buf: with no scenario events a dma-buf never moves), no
 translation caches, one QP per workload, no scenario events but link flaps (stall intervals of the ports),
-no data mode or tracing;
-``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches make every work request wait on the
-previous one's payload on the PCIe link (exact but solved a round at a time).
+no data mode or tracing; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches make every work
+request wait on the previous one's payload on the PCIe link (exact but solved a round at a time).
 """
 
 from __future__ import annotations

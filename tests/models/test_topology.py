@@ -1,13 +1,15 @@
 """Topology: routes, shared links, P2P through a switch vs the CPU, cross-socket penalties, and the event
 engine walking the route's stages against the closed form."""
 
+import itertools
+
 import pytest
 
-from models.datapath import walk
+from models.datapath import stream_Bps
 from models.pcie import PcieLink, PcieParams
 from models.topology import (LAYOUTS, PeerToPeerError, RootComplexParams, SocketLinkParams, SwitchParams,
                              build_topology, dma_path, dma_read_stages, dma_write_stages, route)
-from sim.core import Environment, PS_PER_NS, PS_PER_S
+from sim.core import PS_PER_NS
 
 MiB = 1 << 20
 
@@ -85,28 +87,13 @@ def test_unknown_layout_and_nodes_are_rejected():
         route(build_topology(), "nic0", "gpu7")
 
 
-def _event_engine_Bps(stages_of, messages: int, n: int) -> float:
-    """Back-to-back messages, each a process walking the stages; return delivered bytes/s."""
-    env = Environment(1)
-    done = []
-
-    def one():
-        _, tail = yield from walk(env, stages_of(), 0, 0)
-        done.append(tail)
-
-    for _ in range(messages):
-        env.process(one())
-    env.run()
-    return (messages - 1) * n * PS_PER_S / (max(done) - min(done))
-
-
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("n", [4096, MiB])
 def test_event_engine_matches_the_closed_form(layout, n):
     g = build_topology(layout)
     path = dma_path(g, "nic0", "gpu0", n)
-    write = _event_engine_Bps(lambda: dma_write_stages(g, "nic0", "gpu0", n), 200, n)
-    read = _event_engine_Bps(lambda: dma_read_stages(g, "nic0", "gpu0", n), 200, n)
+    write = stream_Bps(lambda: dma_write_stages(g, "nic0", "gpu0", n), n, 200)
+    read = stream_Bps(lambda: dma_read_stages(g, "nic0", "gpu0", n), n, 200)
     assert write == pytest.approx(path.write_Bps, rel=0.01)
     assert read == pytest.approx(path.read_Bps, rel=0.01)
 
@@ -114,17 +101,8 @@ def test_event_engine_matches_the_closed_form(layout, n):
 def test_two_flows_share_the_switch_uplink():
     g = build_topology("switch")
     n = MiB
-    alone = _event_engine_Bps(lambda: dma_write_stages(g, "nic0", "mem0", n), 100, n)
+    alone = stream_Bps(lambda: dma_write_stages(g, "nic0", "mem0", n), n, 100)
     g = build_topology("switch")
-    flows = [lambda: dma_write_stages(g, "nic0", "mem0", n), lambda: dma_write_stages(g, "gpu0", "mem0", n)]
-    env, done = Environment(1), []
-
-    def one(stages):
-        _, tail = yield from walk(env, stages, 0, 0)
-        done.append(tail)
-
-    for i in range(200):
-        env.process(one(flows[i % 2]()))
-    env.run()
-    together = 199 * n * PS_PER_S / (max(done) - min(done))
+    sources = itertools.cycle(["nic0", "gpu0"])  # the messages alternate between the two sources
+    together = stream_Bps(lambda: dma_write_stages(g, next(sources), "mem0", n), n, 200)
     assert together == pytest.approx(alone, rel=0.01)  # two sources, one uplink: the sum stays at its rate
