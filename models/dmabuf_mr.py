@@ -85,6 +85,12 @@ class DmabufBacking(MrBacking):
         self.zapped_at_ps = umem.attach.dmabuf.core.now_ps(umem.attach.dmabuf.core.context(None, umem.dev))
         self.invalidations += 1
 
+    def epoch(self) -> tuple:
+        umem = self.umem
+        dmabuf = umem.attach.dmabuf
+        return (self.invalidations, self.translation_valid, umem.revoked, umem.private is None, umem.ready_ps,
+                dmabuf.generation, dmabuf.released)
+
     def reached_placement(self, now_ps: int):
         """Where the NIC's accesses land now: the mapping's placement, or until a zap completes the old one."""
         umem = self.umem

@@ -43,6 +43,11 @@ class MrBacking:
         """Tear the backing down at deregistration; return the time it costs (ps)."""
         return 0
 
+    def epoch(self) -> tuple:
+        """A value that changes whenever the answers of :meth:`translate` (or where the NIC's accesses land)
+        may have changed: comparing it across a stretch of time tells whether anything moved the MR."""
+        return ()
+
 
 @dataclass(frozen=True, slots=True)
 class OdpParams:
@@ -132,6 +137,9 @@ class PeerMemBacking(MrBacking):
         if self.invalidated_at is not None and now_ps >= self.invalidated_at:
             return WcStatus.LOC_PROT_ERR
         return None
+
+    def epoch(self) -> tuple:
+        return (self.invalidated_at,)
 
     def reclaim(self, now_ps: int) -> None:
         """The GPU driver's free callback: the MR's mkey is invalidated from ``now_ps`` on, the pin dropped."""

@@ -15,10 +15,17 @@ posting rule:
   side chain (they still occupy links and engines).
 
 Tables and summaries come from :mod:`sim.run`'s own code. The domain is host and GPU memory registered
-without page faults (pinned, peer memory, dma-buf: with no scenario events a dma-buf never moves), no
-translation caches, one QP per workload, no scenario events but link flaps (stall intervals of the ports),
-no data mode or tracing; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches make every work
-request wait on the previous one's payload on the PCIe link (exact but solved a round at a time).
+without page faults (pinned, peer memory, dma-buf), no translation caches, one QP per workload, no data mode
+or tracing; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches make every work request wait
+on the previous one's payload on the PCIe link (exact but solved a round at a time).
+
+Scenario events run on the testbed's own clock after the solve, up to the workloads' end, and write the same
+event table. Link flaps are stall intervals of the ports, known in advance. Every other event acts on the
+data path only through the workloads' MRs and QPs (it shares no server with them and reads no access
+history), so :func:`exposed` compares what the data path reads of them before and after: an event that left
+them alone (memory pressure that evicts other buffers or fails, a managed-memory job, a migration the pin
+blocks, a fault on another node or after the end) changes nothing the event engine would have seen; one that
+moved, invalidated or broke them sends the run back to the event engine, with the names of what changed.
 """
 
 from __future__ import annotations
@@ -50,9 +57,6 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
         return "a trace records the event engine's individual events"
     if scenario.data:
         return "data mode moves real bytes, which only the event engine does"
-    for event in scenario.events:
-        if event.kind != "link-flap":
-            return f"scenario event '{event.kind}' (memory pressure, migration, reclaim, faults) needs the event engine"
     for node in scenario.nodes:
         if node.nic.translation_cache or node.iommu != "off":
             return (f"node {node.name} models translation caches (NIC MTT or IOMMU), whose hits depend on "
@@ -102,6 +106,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         return decline(reason)
     bed, started, event_log = setup_run(scenario, seed, trace)
     servers, groups, labels = pipelines(scenario, bed)
+    before = exposed(bed, scenario)
     posted = [[] for _ in groups]
     completed = [[] for _ in groups]
     try:
@@ -115,6 +120,10 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             raise
         return decline(str(exc))
     _advance(bed, int(completed[-1][-1][-1]))
+    moved = [name for name, state in exposed(bed, scenario).items() if state != before[name]]
+    if moved:
+        return decline(f"scenario events changed {', '.join(moved)} while the workloads ran (a move, "
+                       "invalidation, reclaim or error the data path sees): the event engine simulates that")
     op_frames, summaries = [], []
     for (work, size), post, done in zip(labels, posted, completed):
         post, done = np.concatenate(post), np.concatenate(done)
@@ -123,6 +132,23 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         op_frames.append(frame)
         summaries.append(row)
     return finish_run(scenario, seed, bed, variant, started, event_log, op_frames, summaries)
+
+
+def exposed(bed, scenario: Scenario) -> dict[str, tuple]:
+    """What the workloads' data path reads of their MRs and QPs, by name: each MR's key state and its
+    backing's :meth:`~models.mr_backing.MrBacking.epoch`, each QP's state. Scenario events do not depend on
+    the workloads (no shared server, no access history), so when this is the same after the events ran as
+    before, the event engine's run would have seen none of them."""
+    names = {name for work in scenario.workload for name in (work.from_, work.to)}
+    state = {}
+    for name in sorted(names):
+        mr = bed.registrations[name].mr
+        nic = mr.pd.context.node.nic
+        state[f"buffer '{name}'"] = (mr.valid, mr.registered, nic.lookup(mr.lkey) is mr,
+                                     mr.backing.epoch() if mr.backing is not None else ())
+    for qp in bed.qps:
+        state[f"QP {qp.qp_num} on {qp.node.name}"] = (qp.state,)
+    return state
 
 
 def _advance(bed, end_ps: int) -> None:
@@ -178,7 +204,7 @@ def _groups(work: WorkloadSpec, src: Endpoint, dst: Endpoint, servers: dict[int,
     """One :class:`Group` per size of ``work`` (posted from ``src``'s QP to ``dst``'s), with its size.
 
     An MR with a translation to check (GPU memory through peer memory or a dma-buf) adds the sleeps of
-    :func:`models.datapath.run_work_request`'s translations, which never fault here (no scenario events): the
+    :func:`models.datapath.run_work_request`'s translations, which never fault here (nothing moves them): the
     requester's at its payload's first read request, the responder's when the request arrives, the READ
     requester's before the response lands.
     """

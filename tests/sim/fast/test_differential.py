@@ -118,6 +118,64 @@ def test_link_flaps_are_stall_intervals_on_both_engines():
     assert results[1].operations["completed_ps"].max() > calm.operations["completed_ps"].max() + 200_000_000
 
 
+def same_runs(data: dict) -> list:
+    """The run under each engine; every table and counter identical."""
+    results = [run_scenario(Scenario.model_validate({**data, "engine": engine})) for engine in ("event", "fast")]
+    for table in ("operations", "summary", "events", "registrations"):
+        pd.testing.assert_frame_equal(getattr(results[1], table), getattr(results[0], table))
+    assert results[1].counters == results[0].counters
+    return results
+
+
+def test_events_that_leave_the_workloads_alone_run_on_the_fast_engine():
+    """Memory pressure that evicts only what the workloads do not use (or fails: nothing movable), a managed
+    job, an eviction storm, host page migration blocked by the pin, faults after the run: same rows."""
+    nodes = [{"name": "a", "gpus": [{"preset": "mi300x", "memory": "8GiB"}], "topology": "switch",
+              "kernel": {"dmabuf_move_notify": True}}, {"name": "b"}]
+    buffers = [{"name": "src", "on": "a.gpu0", "size": "1GiB", "register": "dmabuf-pinned"},
+               {"name": "spare", "on": "a.gpu0", "size": "1GiB", "register": "dmabuf"},
+               {"name": "dst", "on": "b.host", "size": "1GiB"}]
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [65536], "iterations": 3000, "tx_depth": 32},
+            {"kind": "read_lat", "from": "dst", "to": "src", "sizes": [4096], "iterations": 300}]
+    events = [{"at": "200us", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "7GiB", "hold": "1ms"},
+              {"at": "300us", "kind": "eviction-storm", "on": "a.gpu0", "count": 3, "every": "100us"},
+              {"at": "400us", "kind": "host-page-migration", "buffer": "dst"},
+              {"at": "1500us", "kind": "managed-job", "on": "a.gpu0", "size": "64MiB"},
+              {"at": "900ms", "kind": "qp-error", "node": "a"}]
+    event, fast = same_runs(scenario_dict(seed=5, nodes=nodes, buffers=buffers, workload=work, events=events))
+    assert fast.counters["evictions"] == 1 and fast.counters["invalidations"] == 1  # 'spare' zapped once
+    assert fast.operations["ok"].all()
+    outcomes = dict(zip(fast.events["kind"], fast.events["outcome"]))
+    assert outcomes["eviction-storm"] == "3 moves, 3 refused (pinned)"
+    assert outcomes["host-page-migration"].startswith("blocked") and "managed-job-faults" in outcomes
+    assert outcomes["qp-error"].startswith("not reached")
+
+
+@pytest.mark.parametrize("event", [
+    {"at": "100us", "kind": "qp-error", "node": "b"},
+    {"at": "100us", "kind": "peermem-reclaim", "buffer": "src"},
+    {"at": "100us", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "7.5GiB"}])
+def test_events_that_reach_the_workloads_need_the_event_engine(event):
+    """A QP error, a peer-memory reclaim and an eviction of a dma-buf the stream reads: auto says which buffer
+    or QP changed and runs the event engine; fast refuses."""
+    nodes = [{"name": "a", "gpus": [{"preset": "h200" if "buffer" in event else "mi300x", "memory": "8GiB"}],
+              "kernel": {"dmabuf_move_notify": True}}, {"name": "b"}]
+    buffers = [{"name": "src", "on": "a.gpu0", "size": "1GiB",
+                "register": "peermem" if "buffer" in event else "dmabuf"},
+               {"name": "dst", "on": "b.host", "size": "1GiB"}]
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [65536], "iterations": 2000}]
+    data = scenario_dict(nodes=nodes, buffers=buffers, workload=work, events=[event], engine="auto")
+    lines = []
+    auto = run_scenario(Scenario.model_validate(data), notice=lines.append)
+    event_run = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    changed = "QP 2 on b" if event["kind"] == "qp-error" else "buffer 'src'"
+    assert len(lines) == 1 and f"scenario events changed {changed}" in lines[0]
+    pd.testing.assert_frame_equal(auto.operations, event_run.operations)
+    assert not auto.operations["ok"].all() or auto.counters["invalidations"] == 1
+    with pytest.raises(OutsideDomain, match=f"engine fast: scenario events changed {changed}"):
+        run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
+
+
 def test_blueflame_off_is_exact_on_the_fast_engine():
     work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [64, 4096], "iterations": 300, "tx_depth": 32}
             for kind in ("write_bw", "read_bw", "write_lat")]
@@ -162,8 +220,8 @@ def test_domain_reasons():
     inline = scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [512],
                                       "inline": 1024}])
     assert "max_inline" in outside_domain(Scenario.model_validate(inline))
-    pressure = scenario_dict(events=[{"at": "1ms", "kind": "qp-error", "node": "a"}])
-    assert "'qp-error'" in outside_domain(Scenario.model_validate(pressure))
+    fault = scenario_dict(events=[{"at": "1ms", "kind": "qp-error", "node": "a"}])
+    assert outside_domain(Scenario.model_validate(fault)) is None  # decided once the events have run
     several = scenario_dict(workload=[{"kind": "read_bw", "from": "src", "to": "dst", "sizes": [512], "qps": 3}])
     assert "3 QPs at once" in outside_domain(Scenario.model_validate(several))
     off = Scenario.model_validate(scenario_dict(**two_nodes("cx7-gen5-400G", blueflame=False)))
