@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sim.fast import Claim, Delay, Group, Rebase, Server, UniformSeries, Wake, solve  # noqa: E402
-from sim.fast_plan import pipelines  # noqa: E402
+from sim.fast_plan import pipelines, streams  # noqa: E402
 from sim.run import run_scenario, setup_run  # noqa: E402
 from sim.scenario.scenario_file import load_scenario  # noqa: E402
 
@@ -59,7 +59,7 @@ def core_only(iterations: int) -> float:
     """Time of the fast core's solve alone on the quickstart write_bw 4 KiB (testbed built beforehand)."""
     scenario = quickstart(iterations, "fast")
     bed, started, _ = setup_run(scenario, scenario.seed)
-    servers, groups, _ = pipelines(scenario, bed)
+    servers, groups, _ = pipelines(streams(scenario, bed))
     begin = time.perf_counter()
     for _ in solve(servers, groups, started):
         pass

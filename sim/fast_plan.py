@@ -19,19 +19,18 @@ without page faults (pinned, peer memory, dma-buf), no translation caches, one Q
 or tracing; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches make every work request wait
 on the previous one's payload on the PCIe link (exact but solved a round at a time).
 
-Scenario events run on the testbed's own clock after the solve, up to the workloads' end, and write the same
-event table. Link flaps are stall intervals of the ports, known in advance. Every other event acts on the
-data path only through the workloads' MRs and QPs (it shares no server with them and reads no access
-history), so :func:`exposed` compares what the data path reads of them before and after: an event that left
-them alone (memory pressure that evicts other buffers or fails, a managed-memory job, a migration the pin
-blocks, a fault on another node or after the end) changes nothing the event engine would have seen; one that
-moved, invalidated or broke them sends the run back to the event engine, with the names of what changed.
+Scenario events run on the testbed's own clock, following the solve (:mod:`sim.fast_events`): link flaps
+are stall intervals of the ports, known in advance; an event that leaves the workloads' MRs and QPs alone
+changes nothing the event engine would have seen; a dma-buf the workloads read from that the exporter moves
+is followed (its re-fault holds the accesses, operations posted after the zap take the new route, and the
+run is solved again with that); anything else sends the run back to the event engine, saying what changed.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,10 +40,15 @@ from models.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint, OpRecords
 from sim.core.errors import SimError
 from sim.fast import (Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, UndecidableOrder, UniformSeries, Wait,
                       Wake)
-from sim.fast import solve
+from sim.fast import Finished, solve
+from sim.fast_events import Move, Solved, Watch
 from sim.run import Progress, RunResult, _endpoints, finish_run, setup_run, workload_tables
 from sim.scenario.resolve import nic_params
 from sim.scenario.schema import Scenario, WorkloadSpec
+
+
+MAX_MOVES = 16
+"""Moves of the workloads' source buffers the vectorized core follows in one run (each costs a solve)."""
 
 
 class OutsideDomain(SimError):
@@ -105,74 +109,103 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     if reason:
         return decline(reason)
     bed, started, event_log = setup_run(scenario, seed, trace)
-    servers, groups, labels = pipelines(scenario, bed)
-    before = exposed(bed, scenario)
-    posted = [[] for _ in groups]
-    completed = [[] for _ in groups]
+    ends, watch = streams(scenario, bed), Watch(bed, scenario)
+    solved = None
     try:
-        for piece in solve(servers, groups, started):
-            posted[piece.group].append(piece.post)
-            completed[piece.group].append(piece.done)
-            if progress:
-                progress(len(piece.post))
+        for _ in range(MAX_MOVES + 1):
+            solved = _solve(pipelines(ends, watch.moves, solved and solved.posts), started,
+                            progress if solved is None else None)
+            reason = watch.confirm(solved, ends)
+            end = max(int(d[-1]) for d in solved.done.values())
+            changed = watch.advance(end) if not reason else []
+            if not changed:
+                watch.clock(end)
+                break
+            reason = watch.fold(changed, solved, ends)
+            if reason:
+                break
+        else:
+            reason = f"the workloads' buffers moved more than {MAX_MOVES} times"
     except UndecidableOrder as exc:
         if scenario.engine == "fast":
             raise
-        return decline(str(exc))
-    _advance(bed, int(completed[-1][-1][-1]))
-    moved = [name for name, state in exposed(bed, scenario).items() if state != before[name]]
-    if moved:
-        return decline(f"scenario events changed {', '.join(moved)} while the workloads ran (a move, "
-                       "invalidation, reclaim or error the data path sees): the event engine simulates that")
+        reason = str(exc)
+    if reason:
+        return decline(f"{reason}: the event engine simulates that")
     op_frames, summaries = [], []
-    for (work, size), post, done in zip(labels, posted, completed):
-        post, done = np.concatenate(post), np.concatenate(done)
-        latency = (done - post) // 2 if work.kind == "write_lat" else done - post
-        frame, row = workload_tables(work, size, OpRecords(post, done, latency, np.ones(len(post), bool)), variant)
-        op_frames.append(frame)
-        summaries.append(row)
+    for k, end in enumerate(ends):
+        for size in end.work.size_list():
+            post, done = solved.posts[k, size], solved.done[k, size]
+            latency = (done - post) // 2 if end.work.kind == "write_lat" else done - post
+            frame, row = workload_tables(end.work, size, OpRecords(post, done, latency, np.ones(len(post), bool)),
+                                         variant)
+            op_frames.append(frame)
+            summaries.append(row)
     return finish_run(scenario, seed, bed, variant, started, event_log, op_frames, summaries)
 
 
-def exposed(bed, scenario: Scenario) -> dict[str, tuple]:
-    """What the workloads' data path reads of their MRs and QPs, by name: each MR's key state and its
-    backing's :meth:`~models.mr_backing.MrBacking.epoch`, each QP's state. Scenario events do not depend on
-    the workloads (no shared server, no access history), so when this is the same after the events ran as
-    before, the event engine's run would have seen none of them."""
-    names = {name for work in scenario.workload for name in (work.from_, work.to)}
-    state = {}
-    for name in sorted(names):
-        mr = bed.registrations[name].mr
-        nic = mr.pd.context.node.nic
-        state[f"buffer '{name}'"] = (mr.valid, mr.registered, nic.lookup(mr.lkey) is mr,
-                                     mr.backing.epoch() if mr.backing is not None else ())
-    for qp in bed.qps:
-        state[f"QP {qp.qp_num} on {qp.node.name}"] = (qp.state,)
-    return state
+def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None) -> Solved:
+    """Solve ``pipes`` from ``start_ps``: every operation's times by (workload index, size)."""
+    parts: dict[tuple[int, int], list[Finished]] = {}
+    for piece in solve(pipes.servers, pipes.groups, start_ps):
+        k, _, size = pipes.labels[piece.group]
+        parts.setdefault((k, size), []).append(piece)
+        if progress:
+            progress(len(piece.post))
+
+    def joined(field: str) -> dict[tuple[int, int], np.ndarray]:
+        return {key: np.concatenate([getattr(p, field) for p in pieces]) for key, pieces in parts.items()}
+
+    marks = {key: np.concatenate([p.marks["local"] for p in pieces]) for key, pieces in parts.items()
+             if "local" in pieces[0].marks}
+    return Solved(joined("post"), joined("done"), marks)
 
 
-def _advance(bed, end_ps: int) -> None:
-    """Run the clock to the workloads' end, as the event engine's run ends: the scenario's events due by then
-    (all scheduled before the workloads' last step, so processed first at a tie) write their rows."""
-    env = bed.env
-    if end_ps > env.now:
-        env.run(until=end_ps)
-    while env.peek() == end_ps:
-        env.step()
+class Stream(NamedTuple):
+    """One workload on the testbed: its requester and responder ends and where their MRs' accesses went
+    when the workloads started (:func:`models.datapath.memory_target`)."""
+
+    work: WorkloadSpec
+    src: Endpoint
+    dst: Endpoint
+    targets: tuple[str | None, str | None]
 
 
-def pipelines(scenario: Scenario, bed) -> tuple[list[Server], list[Group], list[tuple[WorkloadSpec, int]]]:
-    """The servers, the groups (one per workload and size, in run order) and each group's (workload, size)
-    for ``scenario`` on ``bed``; creates the workloads' QPs as the event engine does."""
+class Pipelines(NamedTuple):
+    """What :func:`sim.fast.solve` takes, and each group's workload and message size."""
+
+    servers: list[Server]
+    groups: list[Group]
+    labels: list[tuple[int, WorkloadSpec, int]]
+    """Per group: its workload's index, the workload and the size (a stream split where its buffer moved
+    has several groups)."""
+
+
+def streams(scenario: Scenario, bed) -> list[Stream]:
+    """The scenario's workloads on ``bed``; creates their QPs as the event engine does."""
+    out = []
+    for work in scenario.workload:
+        ((src, dst),) = _endpoints(bed, work)
+        now = bed.env.now
+        out.append(Stream(work, src, dst, (memory_target(src.mr, now), memory_target(dst.mr, now))))
+    return out
+
+
+def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
+              posts: dict[tuple[int, int], np.ndarray] | None = None) -> Pipelines:
+    """The servers and groups of ``ends`` in run order. ``moves`` of a buffer a workload reads from (its
+    ``from``) hold its translations in each move's re-fault interval and send the operations posted after
+    each move's zap to where the buffer went: the first such operation of each (workload, size) is found in
+    ``posts`` (the previous solve's posts, exact up to there)."""
     servers: dict[int, int] = {}
     names: list[Server] = []
     groups, labels = [], []
-    for work in scenario.workload:
-        ((src, dst),) = _endpoints(bed, work)
-        for group, size in _groups(work, src, dst, servers, names):
+    for k, end in enumerate(ends):
+        mine = (moves or {}).get(end.work.from_, [])
+        for group, size in _groups(end, servers, names, mine, {s: p for (w, s), p in (posts or {}).items() if w == k}):
             groups.append(group)
-            labels.append((work, size))
-    return names, groups, labels
+            labels.append((k, end.work, size))
+    return Pipelines(names, groups, labels)
 
 
 def _stderr(message: str) -> None:
@@ -200,15 +233,19 @@ class _Draws:
         self.series.release(self.stride * (self.first + lo))
 
 
-def _groups(work: WorkloadSpec, src: Endpoint, dst: Endpoint, servers: dict[int, int], names: list[Server]):
-    """One :class:`Group` per size of ``work`` (posted from ``src``'s QP to ``dst``'s), with its size.
+def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: list[Move],
+            posts: dict[int, np.ndarray]):
+    """The :class:`Group` s of each size of ``end.work`` (posted from ``src``'s QP to ``dst``'s), with the size.
 
     An MR with a translation to check (GPU memory through peer memory or a dma-buf) adds the sleeps of
-    :func:`models.datapath.run_work_request`'s translations, which never fault here (nothing moves them): the
-    requester's at its payload's first read request, the responder's when the request arrives, the READ
-    requester's before the response lands.
+    :func:`models.datapath.run_work_request`'s translations: the requester's at its payload's first read
+    request (labelled ``local``, held in the re-fault intervals of ``moves``), the responder's when the
+    request arrives, the READ requester's before the response lands (labelled ``local`` too). A size whose
+    operations were posted on both sides of a move's zap is split into groups that continue one stream.
     """
+    work, src, dst = end.work, end.src, end.dst
     qp, peer = src.qp, dst.qp
+    holds = tuple((m.zapped_ps, m.ready_ps) for m in moves if m.ready_ps is not None)
 
     def steps(stages, label: str | None = None) -> list:
         out = []
@@ -223,47 +260,54 @@ def _groups(work: WorkloadSpec, src: Endpoint, dst: Endpoint, servers: dict[int,
                              label if k == len(stages) - 1 else None))
         return out
 
-    def stages_of(q, local: Endpoint, remote: Endpoint, opcode: Opcode, size: int, inline: bool):
-        now = q.pd.context.env.now
-        return plan(q, opcode, size, inline, memory_target(local.mr, now), memory_target(remote.mr, now))
+    def checked(mr, label: str | None = None) -> list:
+        """The sleep of a translation through an MR with a backing (the local one: held while re-faulted)."""
+        return [Sleep(0, holds, label) if label else Sleep()] if mr.backing is not None else []
 
-    def checked(end: Endpoint) -> list:
-        """The sleep of a translation that holds (an access through an MR with a backing)."""
-        return [Sleep()] if end.mr.backing is not None else []
-
-    def write(q, local: Endpoint, remote: Endpoint, size: int, inline: bool, fork: bool) -> list:
+    def write(q, local: Endpoint, remote: Endpoint, targets, size: int, inline: bool, fork: bool) -> list:
         """A WRITE from post to landing, its acknowledgement and completion entry after it or forked."""
-        p = stages_of(q, local, remote, Opcode.RDMA_WRITE, size, inline)
+        p = plan(q, Opcode.RDMA_WRITE, size, inline, *targets)
         forward = steps(p.forward)
         if p.issue and local.mr.backing is not None:  # translated when its first read request is issued
-            forward[p.issue:p.issue] = [Sleep(p.forward[p.issue - 1][2]), Rebase(False)]
+            back = p.forward[p.issue - 1][2]
+            forward[p.issue:p.issue] = [Sleep(back, holds, "local") if q is qp else Sleep(back), Rebase(False)]
         ack = [Rebase(True, -q.remote.node.pcie.params.write_latency_ps), *steps(p.reply)]
         head = [Delay(q.node.nic.params.doorbell_ps), *steps(p.to_engine), Rebase(False), *forward,
-                *checked(remote), *steps(p.remote)]
+                *checked(remote.mr), *steps(p.remote)]
         return head + [Fork(tuple(ack)), Rebase(True)] if fork else head + ack + [Rebase(True)]
 
-    def read(size: int) -> list:
-        p = stages_of(qp, src, dst, Opcode.RDMA_READ, size, False)
+    def read(target: str | None, size: int) -> list:
+        p = plan(qp, Opcode.RDMA_READ, size, False, target, end.targets[1])
         split = len(p.remote) - p.landing
         return [Delay(qp.node.nic.params.doorbell_ps), *steps(p.to_engine), Rebase(False),
-                Gate(qp.node.nic.params.max_rd_atomic, "landing"), *steps(p.forward), *checked(dst),
-                *steps(p.remote[:split]), *checked(src), *steps(p.remote[split:-1]),
+                Gate(qp.node.nic.params.max_rd_atomic, "landing"), *steps(p.forward), *checked(dst.mr),
+                *steps(p.remote[:split]), *checked(src.mr, "local"), *steps(p.remote[split:-1]),
                 *steps(p.remote[-1:], "landing"), Rebase(True)]
 
     mine = UniformSeries.following(qp.poll_delays)
     theirs = UniformSeries.following(peer.poll_delays) if work.kind == "write_lat" else None
     inline, first = _inline(work), 0
     for size in work.size_list():
-        if work.kind == "write_lat":
+        if work.kind == "write_lat":  # (moves of its buffers never reach here: each end is also a responder)
             fits = size <= inline
-            chain = [*write(qp, src, dst, size, fits, True), Wake(), Wait("peer_poll"),
-                     *write(peer, dst, src, size, fits, True), Wake(), Wait("poll")]
+            chain = [*write(qp, src, dst, end.targets, size, fits, True), Wake(), Wait("peer_poll"),
+                     *write(peer, dst, src, end.targets[::-1], size, fits, True), Wake(), Wait("poll")]
             draws = {"peer_poll": _Draws(theirs, first, 2), "poll": _Draws(mine, first, 2, 1)}
-            window = 1
+            yield Group(tuple(chain), work.iterations, 1, draws), size
         else:
-            body = write(qp, src, dst, size, size <= inline, False) if work.kind == "write_bw" else read(size)
-            chain = [*body, Delay(draws="poll"), Wake()]
             draws = {"poll": _Draws(mine, first)}
             window = 1 if work.kind == "read_lat" else work.tx_depth
-        yield Group(tuple(chain), work.iterations, window, draws), size
+            for lo, hi, target in _segments(end.targets[0], moves, posts.get(size), work.iterations):
+                body = (write(qp, src, dst, (target, end.targets[1]), size, size <= inline, False)
+                        if work.kind == "write_bw" else read(target, size))
+                yield Group((*body, Delay(draws="poll"), Wake()), hi, window, draws, lo), size
         first += work.iterations
+
+
+def _segments(target: str | None, moves: list[Move], posts: np.ndarray | None, ops: int):
+    """``(lo, hi, target)`` runs of operations by where their source is when they are posted."""
+    cuts = [(0, target)] + [(int(np.searchsorted(posts, m.zapped_ps)), m.target) for m in moves]
+    cuts.append((ops, None))
+    for (lo, where), (hi, _) in zip(cuts, cuts[1:]):
+        if hi > lo:
+            yield lo, hi, where

@@ -50,10 +50,14 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
         if disagree == NEVER:
             break
         previous, memo = _guess(problem, slices, outs, run), run.memo
-    future = _next_post(problem, spans, outs, history)
+    future = _next_post(problem, spans, slices, outs)
     horizon = min(future, disagree)
-    # Without shared servers or drawn delays before claims, later operations never come first anywhere.
-    alone = not shared and not any(problem.varied[g][k] for g, _, _ in spans for k in problem.claim_steps[g])
+    # Without shared servers or drawn delays before claims, later operations never come first anywhere (unless
+    # they take other steps: a continuation starts after the block).
+    g, _, hi = spans[-1]
+    switching = hi == problem.groups[g].ops and g + 1 < len(problem.groups) and problem.groups[g + 1].first
+    alone = not switching and not shared and not any(problem.varied[g][k] for g, _, _ in spans
+                                                     for k in problem.claim_steps[g])
     kept = _kept(spans, outs, horizon, everything=disagree == NEVER and alone)
     tie = run.tie if run.tie is not None and run.tie < horizon else None
     _carry_over(problem, spans, outs, kept, run, carry, shared, future)
@@ -101,14 +105,15 @@ def _slices_in(problem, spans, history, start, shared) -> list[SliceIn]:
                 given[: len(index)][past] = released[index[past] - lo + len(released)]
             gate_input[label] = given
         placeholder = np.zeros(max(0, m - group.window), np.int64)  # guessed posts and creations
+        joined = bool(i and group.first) and group.first == lo and spans[i - 1][0] == g - 1
         slices.append(SliceIn(
             g, lo, hi, problem.seq_base[g] + lo, start.get(g) if (lo or not i) else None,
-            hist.done[len(hist.done) - back:] if back else empty,
-            hist.created[len(hist.created) - back:] if back else empty,
+            hist.done[len(hist.done) - back:] if back and hist is not None else empty,
+            hist.created[len(hist.created) - back:] if back and hist is not None else empty,
             placeholder, placeholder, gate_input,
             {name: np.asarray(draw(lo, hi), np.int64) for name, draw in group.draws.items()},
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
-            pace=hist.pace if hist is not None else None))
+            pace=hist.pace if hist is not None else None, joined=joined))
     return slices
 
 
@@ -119,7 +124,7 @@ def _paced(problem, piece: SliceIn) -> bool:
     ends with a wake; and the slice's first posts are completions of earlier blocks."""
     g = piece.group
     window, pace, idle_claims = problem.groups[g].window, piece.pace, problem.idle_claims.get(g, {})
-    return (pace is not None and g in problem.idle_base and not problem.gates[g]
+    return (pace is not None and not piece.joined and g in problem.idle_base and not problem.gates[g]
             and (not problem.keyed or problem.ends_awake[g])
             and all(pos in pace.claims and pos in idle_claims for pos in piece.shared)
             and piece.lo >= window and piece.hi - piece.lo > window)
@@ -264,18 +269,18 @@ def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pas
     return t
 
 
-def _next_post(problem, spans, outs: list[SliceOut], history: dict) -> int:
+def _next_post(problem, spans, slices: list[SliceIn], outs: list[SliceOut]) -> int:
     """The post time of the first operation after the block: no claim of a later operation comes earlier."""
     g, lo, hi = spans[-1]
     out, group = outs[-1], problem.groups[g]
-    if hi == group.ops:
+    if hi == group.ops and not (g + 1 < len(problem.groups) and problem.groups[g + 1].first):
         return int(out.done[-1]) if g + 1 < len(problem.groups) else NEVER
     if hi < group.window:
         return int(out.post[0])
     source = hi - group.window
     if source >= lo:
         return int(out.done[source - lo])
-    done = history[g].done
+    done = slices[-1].hist_done
     return int(done[len(done) - (lo - source)])
 
 

@@ -14,6 +14,7 @@ True
 
 from __future__ import annotations
 
+import copy
 import inspect
 
 import numpy as np
@@ -37,10 +38,11 @@ class UniformSeries:
 
     @classmethod
     def following(cls, draws: UniformDraws) -> UniformSeries:
-        """The series ``draws`` will hand out (it must not have handed out any yet: the stream is shared)."""
+        """The series ``draws`` will hand out (it must not have handed out any yet), from a copy of its stream:
+        ``draws`` itself is left as it was, so the series can be made again."""
         if draws._buffer or draws._index:
             raise ValueError("UniformDraws already drawn from: its series no longer starts at its first draw")
-        return cls(draws._rng, draws._high, draws._block)
+        return cls(copy.deepcopy(draws._rng), draws._high, draws._block)
 
     def take(self, lo: int, hi: int, step: int = 1) -> np.ndarray:
         """Draws ``lo, lo + step, ...`` below ``hi`` (int64).

@@ -14,8 +14,9 @@ owes kept operations after that time is carried over as pending claims. When pas
 ``max_passes``, the operations whose every claim precedes the earliest disagreement are kept (a pass is
 right up to there) and blocks shrink, so every block makes progress.
 
-Nothing is approximated. Two limits are checked instead of assumed: a gate and the claim that releases it, and
-a pool of servers, may not follow a drawn (per-operation) delay (:class:`ValueError` up front); and two claims
+Nothing is approximated. Three limits are checked instead of assumed: a gate and the claim that releases it,
+and a pool of servers, may not follow a drawn (per-operation) delay, and a stream that changes its steps may
+not have gates (their releases could come out of operation order) (:class:`ValueError` up front); and two claims
 of different pipeline positions on one server with equal event keys are refused (:class:`UndecidableOrder`),
 since the order the event engine makes them in depends on events further back than the keys record.
 """
@@ -47,6 +48,8 @@ class Finished:
     lo: int
     post: np.ndarray
     done: np.ndarray
+    marks: dict[str, np.ndarray]
+    """Per labelled :class:`~sim.fast.steps.Sleep`: each operation's wake there."""
 
 
 @dataclass
@@ -100,7 +103,9 @@ class Problem:
         self.idle_claims: dict[int, dict[int, int]] = {}
         """Per group and shared position, once seen: the time from post to the claim with every server free,
         where that is one constant (ps)."""
-        self.seq_base = np.cumsum([0] + [g.ops for g in self.groups]).tolist()
+        firsts = [g.first for g in self.groups] + [0]
+        self.seq_base = (np.cumsum([0] + [g.ops - g.first for g in self.groups]) - firsts).tolist()
+        """Per group: the event-sequence number of its operation 0 (a continuation's numbers follow on)."""
         self.gates = [{s.release: s.slots for s in w if isinstance(s, Gate)} for w in walks]
         self.keep = max([g.window for g in self.groups] + [s for gates in self.gates for s in gates.values()] + [1])
         """How many of a group's latest final values later posts and gates may need."""
@@ -110,6 +115,12 @@ class Problem:
                 raise ValueError(f"server {server.name}: a pool of {server.count} may serve one pipeline position "
                                  "of one group, without stalls and before any drawn delay")
         for g, (group, walk) in enumerate(zip(self.groups, walks)):
+            before = self.groups[g - 1] if g else None
+            if group.first and (before is None or before.ops != group.first or before.window != group.window
+                                or self.gates[g - 1] or self.gates[g] or group.ops <= group.first):
+                raise ValueError(f"group {g} continues from operation {group.first}: the previous group must end "
+                                 "there with the same window, neither may have gates (releases from two step lists "
+                                 "may come out of operation order), and it must have operations of its own")
             labels = {c.label for c in self.claims[g]}
             if set(self.gates[g]) - labels or group.window < 1:
                 raise ValueError(f"group {g}: the window must be at least 1 and every gate needs its labelled claim")
@@ -130,7 +141,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     problem = Problem(servers, groups)
     carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
     history: dict[int, _History] = {}
-    start = {0: int(start_ps)}
+    start = _starts(problem, 0, int(start_ps))
     smallest = 2 * problem.keep
     group, lo, size, passes, reach = 0, 0, max(block, smallest), max_passes, 1
     while group < len(problem.groups):
@@ -147,16 +158,19 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
         for (g, first, _), out, n in zip(spans, outs, kept):
             if not n:
                 break
-            yield Finished(g, first, out.post[:n], out.done[:n])
+            yield Finished(g, first, out.post[:n], out.done[:n], {k: v[:n] for k, v in out.marks.items()})
             _remember(problem, history, g, out, n)
             for draws in problem.groups[g].draws.values():
                 if hasattr(draws, "finished"):
                     draws.finished(first + n)
             group, lo = g, first + n
             if lo == problem.groups[g].ops:
-                start[g + 1] = int(out.done[n - 1])
-                history.pop(g, None)
-                group, lo = g + 1, 0
+                done = history.pop(g, None)
+                if g + 1 < len(problem.groups) and problem.groups[g + 1].first:  # the stream goes on
+                    history[g + 1] = _History(done.done, done.created, done.released)
+                else:
+                    start.update(_starts(problem, g + 1, int(out.done[n - 1])))
+                group, lo = g + 1, problem.groups[g + 1].first if g + 1 < len(problem.groups) else 0
 
 
 def _slices(problem: Problem, group: int, lo: int, size: int, reach: int) -> list[tuple[int, int, int]]:
@@ -168,7 +182,17 @@ def _slices(problem: Problem, group: int, lo: int, size: int, reach: int) -> lis
         hi = min(problem.groups[group].ops, lo + size)
         out.append((group, lo, hi))
         size -= hi - lo
-        group, lo = group + 1, 0
+        group += 1
+        lo = problem.groups[group].first if group < len(problem.groups) else 0
+    return out
+
+
+def _starts(problem: Problem, group: int, start_ps: int) -> dict[int, int]:
+    """The start of ``group``'s stream: its own and that of every group continuing it (ps)."""
+    out = {group: start_ps}
+    while group + 1 < len(problem.groups) and problem.groups[group + 1].first:
+        group += 1
+        out[group] = start_ps
     return out
 
 

@@ -46,6 +46,8 @@ def _walk(steps, bounds: Bounds, alone, proven: set[int], index: list[int], vari
             bounds = None if varied else _claim(step, bounds, alone(step.server), proven, here)
         elif isinstance(step, Rebase):
             bounds = None if bounds is None else (bounds[1] if step.from_tail else bounds[0],) * 3
+        elif isinstance(step, Sleep) and step.holds:
+            bounds = None  # a hold releases operations together (in their order)
         elif not (isinstance(step, (Wake, Sleep)) or (isinstance(step, Delay) and step.draws is None)):
             bounds = None  # drawn delays, waits and gates
             varied = varied or not isinstance(step, Gate)

@@ -7,7 +7,9 @@ process that walks it: the time it last woke (``wake``) and when the event that 
 does (earlier time first, then earlier-created event first).
 
 Operations of a :class:`Group` are posted with a window: the first ``window`` at the group's start (the
-previous group's last completion), each later one when operation ``i - window`` completes. An operation
+previous group's last completion), each later one when operation ``i - window`` completes. A group may
+continue the previous group's stream with other steps from some operation on (:attr:`Group.first`): a route
+that changes mid-stream. An operation
 completes at the head time its main chain ends with (a :class:`Rebase` from the tail makes that the last
 byte), in order: a completion waits for the previous one.
 """
@@ -82,9 +84,16 @@ class Wake:
 @dataclass(frozen=True)
 class Sleep:
     """The process sleeps until ``back_ps`` before the head when that is later than its last wake (woken by a
-    timeout created at that wake, as a claim's own sleep is); head and tail stay."""
+    timeout created at that wake, as a claim's own sleep is); head and tail stay.
+
+    Where it then wakes inside one of ``holds`` (sorted, disjoint ``[start, end)`` intervals, ps), it sleeps on
+    until that interval's end (a timeout created at that wake), and head and tail move to at least the end:
+    an access that finds its translation being rebuilt waits for it."""
 
     back_ps: int = 0
+    holds: tuple[tuple[int, int], ...] = ()
+    label: str | None = None
+    """Name under which each operation's wake here (before any hold) is reported (:attr:`Finished.marks`)."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +131,10 @@ class Group:
     ops: int
     window: int
     draws: Mapping[str, Draws] = field(default_factory=dict)
+    first: int = 0
+    """Number of the group's first operation. Above 0 the group continues the previous group's stream, whose
+    ``first`` operations came before (``ops`` counts from the stream's start): its operations are posted by
+    that stream's completions and complete after it. Neither group may have gates."""
 
 
 def after_draws(steps: tuple[Step, ...], varied: bool = False) -> list[bool]:

@@ -109,6 +109,9 @@ class SliceIn:
     """Per position on a shared server, with every server free: post-to-arrival times."""
     pace: Pace | None = None
     """The group's steady state, when it queued throughout its last block."""
+    joined: bool = False
+    """The slice continues the previous slice's stream in the same block (:attr:`sim.fast.steps.Group.first`):
+    each pass completes its history with that slice's values."""
 
 
 @dataclass
@@ -124,6 +127,8 @@ class SliceOut:
     last_wake: np.ndarray | None
     """The latest time each operation claimed anything (None: the group claims nothing)."""
     released: dict[str, np.ndarray] = field(default_factory=dict)
+    marks: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per labelled :class:`Sleep`: each operation's wake there."""
     records: dict[int, Record] = field(default_factory=dict)
     gate_in: dict[str, np.ndarray] = field(default_factory=dict)
     """Per gate: when each operation reached it."""
@@ -171,6 +176,8 @@ class Pass:
         keyed = self.problem.keyed
         for index, piece in enumerate(self.slices):
             group = self.problem.groups[piece.group]
+            if piece.joined:
+                _join(self.problem, self.slices[index - 1], outs[-1], piece)
             start = piece.start if piece.start is not None else int(outs[-1].done[-1])
             post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
             created = _posts(piece, group.window, start, piece.hist_created, piece.guess_created) if keyed else post
@@ -205,7 +212,7 @@ class Pass:
             if isinstance(step, Gate):  # recomputed every pass: what it saw is kept for guessing
                 state = self._gate(step, *state[:3])
                 continue
-            if old is not None and all(a is b for a, b in zip(old[0], state)):
+            if old is not None and all(a is b for a, b in zip(old[0], state)) and not isinstance(step, Sleep):
                 new = old[1]
             else:
                 new = self._step(step, state)
@@ -231,7 +238,16 @@ class Pass:
             until = _plus(head, -step.back_ps)
             if self.problem.keyed:
                 created = np.where(until > wake, wake, created)
-            return head, tail, np.maximum(until, wake), created
+            wake = np.maximum(until, wake)
+            if step.label is not None:
+                self.out.marks[step.label] = wake
+            for begin, end in () if self.idle else step.holds:  # idle times stay lower bounds: no holds
+                held = (wake >= begin) & (wake < end)
+                if held.any():
+                    created = np.where(held, wake, created)
+                    wake = np.where(held, end, wake)
+                    head, tail = np.where(held, np.maximum(head, end), head), np.where(held, np.maximum(tail, end), tail)
+            return head, tail, wake, created
         t = wake + self.slice.draws[step.draws]  # Wait
         return t, t, t, wake
 
@@ -345,6 +361,14 @@ class Pass:
             claims.start[order], claims.finish[order] = s, f
             self.merged[server] = (claims, order)
         rec.start, rec.finish = claims.start[mine:mine + n], claims.finish[mine:mine + n]
+
+
+def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
+    """Complete a joined slice's history (completions and their events' creations) with the values this pass
+    computed for the slice it continues."""
+    back = min(piece.lo, problem.groups[piece.group].window)
+    piece.hist_done = np.concatenate((previous.hist_done, out.done))[-back:]
+    piece.hist_created = np.concatenate((previous.hist_created, out.next_created))[-back:]
 
 
 def _posts(piece: SliceIn, window: int, start: int, known: np.ndarray, guessed: np.ndarray) -> np.ndarray:

@@ -14,23 +14,24 @@ from sim.fast.steps import Claim, Delay, Fork, Gate, Group, Rebase, Server, Slee
 
 
 def run_pipelines(servers: list[Server], groups: list[Group], start_ps: int = 0):
-    """Posts and completions of every operation of every group, as lists of ints."""
+    """Posts and completions of every operation of every group, as lists of ints (a group continuing a
+    stream, ``first`` > 0, is posted by that stream's completions)."""
     free = [[0] * s.count if s.count > 1 else 0 for s in servers]
     posts_all, done_all = [], []
-    begin = start_ps
+    begin, done, released = start_ps, [], {}
     for group in groups:
+        if not group.first:
+            begin, done, released = (done[-1] if done else begin), [], {}
         draws = {name: [int(x) for x in d(0, group.ops)] for name, d in group.draws.items()}
-        posts, done, released = [], [], {}
-        for i in range(group.ops):
+        posts = []
+        for i in range(group.first, group.ops):
             post = begin if i < group.window else done[i - group.window]
             ctx = {"i": i, "draws": draws, "released": released, "free": free, "servers": servers}
             end = _walk(group.steps, post, post, ctx)
-            completed = end if i == 0 else max(end, done[-1])
+            done.append(end if i == 0 else max(end, done[-1]))
             posts.append(post)
-            done.append(completed)
         posts_all.append(posts)
-        done_all.append(done)
-        begin = done[-1]
+        done_all.append(done[group.first:])
     return posts_all, done_all
 
 
@@ -54,6 +55,9 @@ def _walk(steps, head: int, tail: int, ctx, wake: int | None = None) -> int:
             wake = head
         elif isinstance(step, Sleep):
             wake = max(wake, head - step.back_ps)
+            for begin, end in step.holds:
+                if begin <= wake < end:
+                    wake, head, tail = end, max(head, end), max(tail, end)
         elif isinstance(step, Wait):
             wake = head = tail = wake + ctx["draws"][step.draws][i]
         elif isinstance(step, Gate):

@@ -22,17 +22,29 @@ def run_simpy(servers: list[Server], groups: list[Group], start_ps: int = 0):
     fifo = [FifoServer(s.name) for s in servers]
     if start_ps:
         env.run(until=start_ps)
-    results = []
+    posts, dones = [], []
+    streams: list[list[Group]] = []
     for group in groups:
-        proc = env.process(_poster(env, fifo, group))
-        results.append(env.run(until=proc))
-    return [r[0] for r in results], [r[1] for r in results]
+        if group.first:
+            streams[-1].append(group)  # continues the stream
+        else:
+            streams.append([group])
+    for stream in streams:
+        proc = env.process(_poster(env, fifo, stream))
+        posted, completed = env.run(until=proc)
+        for group in stream:
+            posts.append(posted[group.first:group.ops])
+            dones.append(completed[group.first:group.ops])
+    return posts, dones
 
 
-def _poster(env, fifo, group: Group):
+def _poster(env, fifo, stream: list[Group]):
+    """One stream of operations: each group's steps from its ``first`` operation on."""
+    group = stream[-1]
     n, window = group.ops, group.window
     draws = {name: [int(x) for x in d(0, n)] for name, d in group.draws.items()}
     gates = {s.release: simpy.Resource(env, capacity=s.slots) for s in group.steps if isinstance(s, Gate)}
+    steps_of = [next(g for g in reversed(stream) if g.first <= i).steps for i in range(n)]
     posted, completed = [0] * n, [0] * n
     state = {"outstanding": 0, "next": 0, "last": 0, "finished": {}, "entries": 0, "waiter": None}
 
@@ -58,7 +70,7 @@ def _poster(env, fifo, group: Group):
         while issued < n and state["outstanding"] < window:
             posted[issued] = env.now
             state["outstanding"] += 1
-            env.start(_operation(env, fifo, group.steps, issued, draws, gates, complete))
+            env.start(_operation(env, fifo, steps_of[issued], issued, draws, gates, complete))
             issued += 1
         if state["entries"]:
             ev = simpy.Event(env)
@@ -92,9 +104,13 @@ def _operation(env, fifo, steps, i, draws, gates, complete, head=None, tail=None
                 yield env.timeout(head - env.now)
             yield request
             head = tail = env.now
-        elif isinstance(step, Sleep):  # models.datapath's translation of an access that does not fault
+        elif isinstance(step, Sleep):  # models.datapath's translation of an access (held while re-mapped)
             if head - step.back_ps > env.now:
                 yield env.timeout(head - step.back_ps - env.now)
+            for begin, end in step.holds:
+                if begin <= env.now < end:
+                    yield env.timeout(end - env.now)
+                    head, tail = max(head, end), max(tail, end)
         elif isinstance(step, Fork):
             env.start(_operation(env, fifo, step.steps, i, draws, gates, complete, head, tail, main=False))
         elif isinstance(step, Wake) and main:

@@ -41,9 +41,21 @@ def claim(draw, server: int, label: str | None = None):
 
 
 @st.composite
-def group(draw, servers: list[int], gate: bool, fork: bool, wait: bool, drawn: bool = True):
+def holds(draw):
+    """Sorted, disjoint hold intervals within the first few simulated milliseconds."""
+    out, end = [], -1
+    for begin in sorted(draw(st.lists(st.integers(0, 3_000_000), max_size=3))):
+        if begin > end:
+            end = begin + draw(st.sampled_from([1, 30_000, 500_000]))
+            out.append((begin, end))
+    return tuple(out)
+
+
+@st.composite
+def group(draw, servers: list[int], gate: bool, fork: bool, wait: bool, drawn: bool = True, held: bool = False):
     """A window-posted group: claims on ``servers`` (drawn with repetition when servers repeat), delays
-    (``drawn``: some per operation), maybe a gate, a fork and a wait, ending as a bandwidth workload ends."""
+    (``drawn``: some per operation), maybe a gate, a fork and a wait, ending as a bandwidth workload ends;
+    ``held``: sleeps with hold intervals, one right after the first claim."""
     ops = draw(st.integers(1, 250))
     draws = {"poll": draw(st.lists(st.integers(0, 40_000), min_size=ops, max_size=ops)),
              "sleep": draw(st.lists(st.integers(0, 30_000), min_size=ops, max_size=ops))}
@@ -59,7 +71,9 @@ def group(draw, servers: list[int], gate: bool, fork: bool, wait: bool, drawn: b
                                      else ["none", "delay", "rebase", "sleep"]))
         steps += {"none": [], "delay": [Delay(draw(st.integers(0, 100_000)))], "draw": [Delay(5, "poll")],
                   "rebase": [Rebase(draw(st.booleans()), draw(st.integers(0, 10_000)))],
-                  "sleep": [Sleep(draw(st.integers(0, 5_000)))]}[extra]
+                  "sleep": [Sleep(draw(st.integers(0, 5_000)), draw(holds()) if held else ())]}[extra]
+        if held and k == 0:
+            steps.append(Sleep(draw(st.integers(0, 5_000)), draw(holds()), "held"))
         if fork and k == 0:
             steps.append(Fork((Delay(draw(st.integers(0, 50_000))), draw(claim(order[-1])))))
     if wait and drawn:
@@ -90,6 +104,57 @@ def test_unshared_groups_one_after_the_other(data):
     groups = [data.draw(group([0, 1], gate=False, fork=False, wait=False, drawn=False)),
               data.draw(group([2, 3], gate=True, fork=False, wait=False, drawn=False))]
     assert solve_all(servers, groups) == run_pipelines(servers, groups)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_holds_equal_the_scalar_loop(data):
+    """Accesses held while a translation is rebuilt: operations waking inside a hold go on at its end."""
+    servers = [Server(f"s{i}") for i in range(6)]
+    groups = [data.draw(group(mine, gate=data.draw(st.booleans()), fork=False, wait=False, drawn=False, held=True))
+              for mine in ([0, 1, 2], [3, 4, 5])[:data.draw(st.integers(1, 2))]]
+    assert solve_all(servers, groups) == run_pipelines(servers, groups)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_stream_that_changes_its_steps_equals_simpy(data):
+    """A stream whose operations from some number on take other steps (a route that changes) on shared
+    servers: the window and in-order completion carry across, and the two step lists' claims interleave in
+    event order."""
+    count = data.draw(st.integers(1, 3))
+    servers = [Server(f"s{i}") for i in range(count)]
+    fork, held = data.draw(st.booleans()), data.draw(st.booleans())
+    before, after = (data.draw(group(data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=4)),
+                                     False, fork, wait=False, drawn=False, held=held)) for _ in range(2))
+    assume(before.ops > 1)
+    switch = data.draw(st.integers(1, before.ops - 1))
+    groups = [Group(before.steps, switch, before.window, before.draws),
+              Group(after.steps, before.ops, before.window, before.draws, first=switch)]
+    if data.draw(st.booleans()):
+        groups.append(after)
+    try:
+        fast = solve_all(servers, groups, 11)
+    except UndecidableOrder:
+        assume(False)
+    assert fast == run_simpy(servers, groups, 11)
+
+
+def test_marks_report_the_wake_before_a_hold():
+    steps = (Claim(0, 100), Sleep(30, ((150, 1000),), "translate"), Rebase(False), Claim(1, 10), Rebase(True))
+    group = Group(steps, 4, 4)
+    (piece,) = solve([Server("a"), Server("b")], [group])
+    assert piece.marks["translate"].tolist() == [0, 70, 170, 270]  # each claim's start less 30
+    assert piece.done.tolist() == [10, 110, 1010, 1020]
+
+
+def test_a_continuation_must_follow_its_stream():
+    steps = (Claim(0, 100), Rebase(True))
+    gated = (Gate(1, "x"), Claim(0, 100, label="x"), Rebase(True))
+    for groups in ([Group(steps, 5, 2, first=3)], [Group(steps, 3, 2), Group(steps, 5, 4, first=3)],
+                   [Group(steps, 3, 2), Group(steps, 3, 2, first=3)], [Group(gated, 3, 2), Group(gated, 5, 2, first=3)]):
+        with pytest.raises(ValueError, match="continues from operation 3"):
+            list(solve([Server("a")], groups))
 
 
 @SETTINGS

@@ -81,8 +81,10 @@ def test_running_max(values):
 def test_uniform_series_replays_uniform_draws(high):
     one = UniformDraws(np.random.default_rng(9), high, block=64)
     reference = np.array([one.next() for _ in range(1000)])
-    series = UniformSeries.following(UniformDraws(np.random.default_rng(9), high, block=64))
+    source = UniformDraws(np.random.default_rng(9), high, block=64)
+    series = UniformSeries.following(source)
     assert series.take(0, 300).tolist() == reference[:300].tolist()
+    assert [source.next() for _ in range(5)] == reference[:5].tolist()  # the source is left as it was
     series.release(250)
     assert series.take(251, 1000, 2).tolist() == reference[251::2].tolist()
     with pytest.raises(IndexError, match="released"):

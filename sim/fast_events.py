@@ -1,0 +1,149 @@
+"""Scenario events under the vectorized core: the testbed's clock follows a solved run, and a move of a
+buffer the workloads read from is folded into the next solve.
+
+Events run on the testbed's own environment, the same processes as under the event engine, once the
+workloads are solved. They act on the data path only through the workloads' MRs and QPs (they share no
+server with it and read no access history), so :class:`Watch` steps the clock and compares what the data path
+reads of those (:func:`exposed`) after every event. Nothing changed: the event engine's run would have seen
+none of it. A dma-buf MR the workloads read from that ``move_notify`` zapped is a :class:`Move`: the first
+access after the zap finds the translation gone and re-faults (the watch makes that very call on the testbed,
+at that access's time from the solve, which only earlier operations decide), accesses until the re-fault is
+done wait for it, and operations posted from the zap on reach the buffer where it went. Anything else the
+event engine simulates: responder-side faults answer RNR NAKs and retry, and a READ stream would carry its
+``max_rd_atomic`` slots across two routes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from models.datapath import memory_target
+from models.dmabuf_mr import DmabufBacking
+from models.mr_backing import Fault
+from sim.scenario.schema import Scenario
+
+
+@dataclass(frozen=True)
+class Move:
+    """A move of a workload's source buffer: its translation was zapped at ``zapped_ps``; operations posted
+    from then on reach ``target`` (:func:`models.datapath.memory_target`); the first access after the zap,
+    at ``faulted_ps``, re-faulted and accesses wait until ``ready_ps`` (both None: no access came after it)."""
+
+    zapped_ps: int
+    target: str | None
+    faulted_ps: int | None
+    ready_ps: int | None
+
+
+@dataclass(frozen=True)
+class Solved:
+    """A solve's per-operation times by (workload index, size): posts, completions and the wake at the
+    source's translation (``local`` marks; absent where the source is not read)."""
+
+    posts: dict[tuple[int, int], np.ndarray]
+    done: dict[tuple[int, int], np.ndarray]
+    marks: dict[tuple[int, int], np.ndarray]
+
+
+def exposed(bed, scenario: Scenario) -> dict[str, tuple]:
+    """What the workloads' data path reads of their MRs and QPs, by name: each MR's key state and its
+    backing's :meth:`~models.mr_backing.MrBacking.epoch`, each QP's state."""
+    names = {name for work in scenario.workload for name in (work.from_, work.to)}
+    state = {}
+    for name in sorted(names):
+        mr = bed.registrations[name].mr
+        nic = mr.pd.context.node.nic
+        state[f"buffer '{name}'"] = (mr.valid, mr.registered, nic.lookup(mr.lkey) is mr,
+                                     mr.backing.epoch() if mr.backing is not None else ())
+    for qp in bed.qps:
+        state[f"QP {qp.qp_num} on {qp.node.name}"] = (qp.state,)
+    return state
+
+
+class Watch:
+    """The testbed's clock following solved runs, with the moves found so far by buffer name."""
+
+    def __init__(self, bed, scenario: Scenario) -> None:
+        self.bed, self.scenario = bed, scenario
+        self.base = exposed(bed, scenario)
+        self.moves: dict[str, list[Move]] = {}
+
+    def changed(self) -> list[str]:
+        """Names whose state differs from the last accepted one."""
+        now = exposed(self.bed, self.scenario)
+        return [name for name in now if now[name] != self.base[name]]
+
+    def advance(self, until_ps: int, inclusive: bool = True) -> list[str]:
+        """Step the events due up to ``until_ps`` (at it too when ``inclusive``, as the event engine's run
+        ends: its events were scheduled before the workloads' last step); stop at the first that changed what
+        the data path sees and return those names (empty: none did)."""
+        env = self.bed.env
+        while env.peek() < until_ps or (inclusive and env.peek() == until_ps):
+            env.step()
+            changed = self.changed()
+            if changed:
+                return changed
+        return []
+
+    def clock(self, at_ps: int) -> None:
+        """Move the clock to ``at_ps`` (no event is due before it)."""
+        env = self.bed.env
+        if env.now < at_ps:
+            env.timeout(at_ps - env.now)
+            env.step()
+
+    def fold(self, changed: list[str], solved: Solved, streams) -> str | None:
+        """Accept ``changed`` as a :class:`Move` of a source buffer (making its re-fault on the testbed);
+        return why not otherwise."""
+        env = self.bed.env
+        name = changed[0][len("buffer '"):-1] if len(changed) == 1 and changed[0].startswith("buffer") else None
+        backing = self.bed.registrations[name].mr.backing if name else None
+        if not isinstance(backing, DmabufBacking) or backing.mode != "dmabuf" or backing.translation_valid \
+                or backing.umem.revoked or backing.zapped_at_ps <= env.now:
+            return f"scenario events changed {', '.join(changed)} at {env.now / 1e6:.3f} us"
+        zapped = backing.zapped_at_ps
+        self.base = exposed(self.bed, self.scenario)  # the zap itself is accepted from here on
+        for k, end in enumerate(streams):
+            reads = end.work.from_ == name and end.work.kind != "write_lat"
+            for (w, size), done in solved.done.items():
+                if w == k and not reads and name in (end.work.from_, end.work.to) and done[-1] >= zapped:
+                    return (f"buffer '{name}' moved while workload '{end.work.name or end.work.kind}' still "
+                            "reaches it as a responder (RNR NAKs and retries)")
+                if w == k and reads and end.work.kind != "write_bw" and 0 < np.searchsorted(
+                        solved.posts[w, size], zapped) < len(done):
+                    return (f"buffer '{name}' moved in the middle of READ workload "
+                            f"'{end.work.name or end.work.kind}' at {size} bytes (its max_rd_atomic slots "
+                            "would span two routes)")
+        first = _first_access(solved, streams, name, zapped)
+        at = ready = None
+        if first is not None:
+            at, size = first
+            if self.advance(at, inclusive=False) or env.peek() == at:
+                return f"scenario events act on buffer '{name}' again, or at {at} ps exactly, before its re-fault"
+            self.clock(at)
+            answer = backing.translate(at, 0, size)
+            if not isinstance(answer, Fault):
+                return f"buffer '{name}': the access at {at} ps after its move did not re-fault ({answer})"
+            ready = answer.ready_ps
+        target = memory_target(self.bed.registrations[name].mr, zapped)
+        self.moves.setdefault(name, []).append(Move(zapped, target, at, ready))
+        self.base = exposed(self.bed, self.scenario)
+        return None
+
+    def confirm(self, solved: Solved, streams) -> str | None:
+        """Why ``solved`` contradicts a move's re-fault (its first access after the zap came at another time)."""
+        for name, moves in self.moves.items():
+            for move in moves:
+                first = _first_access(solved, streams, name, move.zapped_ps)
+                if (first and first[0]) != move.faulted_ps:
+                    return f"buffer '{name}': the run with its move reached it first at another time"
+        return None
+
+
+def _first_access(solved: Solved, streams, name: str, zapped_ps: int) -> tuple[int, int] | None:
+    """The earliest translation of buffer ``name`` as a source at or after ``zapped_ps``, and its size."""
+    first = [(int(m[after].min()), size) for (w, size), m in solved.marks.items()
+             if streams[w].work.from_ == name and (after := m >= zapped_ps).any()]
+    return min(first) if first else None
