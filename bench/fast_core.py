@@ -6,7 +6,9 @@ Measured side by side in one run and printed with their ratios:
   tables) and on the fast core alone (the solve), after checking that both engines give identical tables;
 * a 6-stage windowed pipeline (the same recurrences, no shared server) on the fast core and as a
   numba-compiled scalar loop (skipped with a message when numba is absent), after checking they agree;
-* memory: 100 M operations of that pipeline solved block by block in a separate process, peak RSS reported.
+* memory: 100 M operations of that pipeline solved block by block in a separate process, peak RSS reported;
+* an evicted source: ``scenarios/pin_vs_dmabuf.yaml``'s dynamic dma-buf variant (the exporter moves the buffer
+  the WRITEs read from) on both engines, identical tables and counters, WRITEs per second of each.
 
 Machines are shared and noisy: each figure is the best of ``--repeats`` runs.
 """
@@ -29,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from sim.fast import Claim, Delay, Group, Rebase, Server, UniformSeries, Wake, solve  # noqa: E402
 from sim.fast_plan import pipelines, streams  # noqa: E402
 from sim.run import run_scenario, setup_run  # noqa: E402
-from sim.scenario.scenario_file import load_scenario  # noqa: E402
+from sim.scenario.scenario_file import load_scenario, load_scenario_variants  # noqa: E402
 
 TARGETS = {"6-stage fast core ops/s": 20e6, "fast/event": 200.0, "fast/numba": 0.5}
 STAGES = ((0, 3_000, 3_000, 3_000, 0, True), (1, 70_000, 24_000, 24_000, 550_000, False),
@@ -52,6 +54,14 @@ def best(repeats: int, run) -> float:
 def quickstart(iterations: int, engine: str):
     scenario, _ = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
     work = scenario.workload[0].model_copy(update={"sizes": [4096], "iterations": iterations})
+    return scenario.model_copy(update={"workload": [work], "engine": engine})
+
+
+def evicted(iterations: int, engine: str):
+    """``pin_vs_dmabuf``'s ``dmabuf`` variant with ``iterations`` 1 MiB WRITEs on ``engine``."""
+    _, _, variants = load_scenario_variants(ROOT / "scenarios" / "pin_vs_dmabuf.yaml")
+    scenario = dict(variants)["dmabuf"]
+    work = scenario.workload[0].model_copy(update={"iterations": iterations})
     return scenario.model_copy(update={"workload": [work], "engine": engine})
 
 
@@ -136,6 +146,7 @@ def main() -> None:
     parser.add_argument("--fast-ops", type=int, default=2_000_000, help="WRITEs for the fast engine")
     parser.add_argument("--pipeline-ops", type=int, default=5_000_000, help="operations of the 6-stage pipeline")
     parser.add_argument("--memory-ops", type=int, default=100_000_000, help="operations of the memory check")
+    parser.add_argument("--evicted-ops", type=int, default=100_000, help="WRITEs of the evicted-source run")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--memory-check", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -170,6 +181,20 @@ def main() -> None:
         numba_rate = n / best(args.repeats, lambda: compiled(polls))
         print(f"  numba scalar loop            {numba_rate:14,.0f} ops/s")
         print(f"  fast core / numba loop       {fast_rate / numba_rate:14,.2f} x   (target {TARGETS['fast/numba']})")
+
+    n = args.evicted_ops
+    event, fast = (run_scenario(evicted(n, e), notice=print) for e in ("event", "fast"))
+    pd.testing.assert_frame_equal(event.operations, fast.operations)
+    pd.testing.assert_frame_equal(event.events, fast.events)
+    if event.counters != fast.counters:
+        raise SystemExit(f"counters differ: {event.counters} vs {fast.counters}")
+    seconds = {e: best(1 if e == "event" else args.repeats, lambda e=e: run_scenario(evicted(n, e)))
+               for e in ("event", "fast")}
+    print(f"evicted source: pin_vs_dmabuf dmabuf, {n:,} WRITEs of 1 MiB, {fast.counters['refaults']} re-fault(s), "
+          "identical on both engines:")
+    for e, t in seconds.items():
+        print(f"  {e} engine (end to end)      {n / t:14,.0f} simulated WRITEs/s")
+    print(f"  fast / event                 {seconds['event'] / seconds['fast']:14,.1f} x")
 
     out = subprocess.run([sys.executable, __file__, "--memory-check", str(args.memory_ops)], capture_output=True,
                          text=True, check=True).stdout.split()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.fast.merge import concat
+from sim.fast.merge import DEPTH, UNKNOWN, concat
 from sim.fast.server import pool, prefix_max, running_max
 from sim.fast.sweep import NO_RELEASE, Carry, Pace, Pass, Record, SliceIn, SliceOut
 
@@ -60,6 +60,9 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
                                                      for k in problem.claim_steps[g])
     kept = _kept(spans, outs, horizon, everything=disagree == NEVER and alone)
     tie = run.tie if run.tie is not None and run.tie < horizon else None
+    if tie is not None and not problem.origins:  # equal keys: solve the block again following origins
+        problem.origins = True
+        return solve_block(problem, spans, carry, history, start, max_passes)
     _carry_over(problem, spans, outs, kept, run, carry, shared, future)
     for piece, out, n in zip(slices, outs, kept):
         if n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n:
@@ -145,8 +148,14 @@ def _guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     done = running_max(_lag_scan(piece.hist_done[-window:], piece.idle_done, queued, window))
     piece.guess_post = done[: m - window]
     piece.guess_created = piece.guess_post  # a completion's event is created then (or keys play no part)
-    return {pos: Record(problem.claim_at[pos].server, pos, piece.seq0, *Pace.ahead(*piece.pace.claims[pos], m),
-                        problem.claim_at[pos].service_ps) for pos in piece.shared}
+    return {pos: _paced_record(problem.claim_at[pos].server, pos, piece.seq0, piece.pace.claims[pos], m,
+                               problem.claim_at[pos].service_ps) for pos in piece.shared}
+
+
+def _paced_record(server: int, pos: int, seq0: int, steady, m: int, service: int) -> Record:
+    """The next ``m`` claims of a position that keep their pace ``steady`` (last values and spacings of wake,
+    created, head and not_before; origins are not guessed)."""
+    return Record(server, pos, seq0, *Pace.ahead(*steady, m), service, np.full((m, DEPTH), UNKNOWN, np.int64))
 
 
 def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle: bool = False) -> dict[int, Record]:
@@ -195,12 +204,12 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             now, used, alone = out.records[pos], run.used.get(pos), piece.idle_claim[pos]
             steady = piece.pace.claims.get(pos) if idle and piece.pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
-                rec = Record(now.server, pos, now.seq0, *Pace.ahead(*steady, m), now.service)
+                rec = _paced_record(now.server, pos, now.seq0, steady, m, now.service)
                 moved[pos] = rec
                 continue
             shift = np.where(now.head > out.post + alone, np.maximum(post + alone - now.head, 0), post - out.post)
             rec = Record(now.server, pos, now.seq0, now.wake + shift, now.created + shift, now.head + shift,
-                         now.not_before + shift, now.service)
+                         now.not_before + shift, now.service, None if now.origin is None else np.where(now.origin == UNKNOWN, UNKNOWN, now.origin + shift[:, None]))
             moved[pos] = used if used is not None and rec.same_inputs(used) else rec
     return moved
 
@@ -261,9 +270,11 @@ def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pas
         now = run.current[pos]
         if used is None:
             t = min(t, int(now.wake[0])) if len(now.wake) else t
-        elif not now.same_inputs(used):
+        elif not now.same_inputs(used) or (run.by_origin and not np.array_equal(now.origin, used.origin)):
             differ = ((now.wake != used.wake) | (now.created != used.created) | (now.head != used.head)
                       | (now.not_before != used.not_before))
+            if run.by_origin:
+                differ |= (now.origin != used.origin).any(axis=1)
             k = int(np.argmax(differ))
             t = min(t, int(now.wake[k]), int(used.wake[k]))
     return t
@@ -313,7 +324,7 @@ def _carry_over(problem, spans, outs, kept, run: Pass, carry: list[Carry], share
         records.setdefault(rec.server, []).append(rec)
     for server, state in enumerate(carry):
         if server in run.merged:
-            claims, order = run.merged[server]
+            claims, order, _ = run.merged[server]
             _settle(state, claims, order, limit, seq_left)
         elif problem.servers[server].count > 1:
             for rec in records.get(server, []):

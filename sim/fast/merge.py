@@ -3,8 +3,10 @@
 The event engine claims a server while processing an event, so claims are ordered by the key of that event:
 the time it fires (``wake``), then the time it was created (``created``: an event created earlier has a
 lower sequence number). Claims of one position come in operation order. Two claims of different positions
-with equal keys were made in an order that the key does not decide (it depends on events further back);
-the solver reports the earliest such time so that a caller can refuse the answer.
+with equal keys were made in the order their creators ran, which the events further back decide: the claims'
+origins (the creation times of the events that woke their creators, and so on, :data:`DEPTH` deep), where the
+solver follows them. Where those do not tell them apart either, the solver reports the earliest such time so
+that a caller can refuse the answer.
 """
 
 from __future__ import annotations
@@ -12,6 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+UNKNOWN = -1
+"""An origin the core did not follow (times are never negative)."""
+DEPTH = 4
+"""Origins kept per claim: the creation times of the events further back in its creator's history."""
 
 
 @dataclass
@@ -27,9 +34,13 @@ class Claims:
     """Pipeline position of each claim."""
     seq: np.ndarray
     """Operation sequence number of each claim."""
+    origin: np.ndarray | None
+    """Per claim (rows of :data:`DEPTH`; None: not followed): when the event that woke the process creating the claim's event was
+    created, then the one that woke that process's creator, and so on (:data:`UNKNOWN` from where the core
+    did not follow them). Orders equal keys of different positions."""
     finish: np.ndarray | None = None
 
-    FIELDS = ("wake", "created", "head", "not_before", "service", "pos", "seq", "finish")
+    FIELDS = ("wake", "created", "head", "not_before", "service", "pos", "seq", "origin", "finish")
 
     def __len__(self) -> int:
         return len(self.wake)
@@ -71,9 +82,11 @@ class Joined:
 
     @staticmethod
     def _part(part, name: str) -> np.ndarray:
+        n = len(part.wake)
+        if name == "origin" and part.origin is None:
+            return np.full((n, DEPTH), UNKNOWN, np.int64)
         if isinstance(part, Claims):
             return getattr(part, name)
-        n = len(part.wake)
         if name == "seq":
             return np.arange(part.seq0, part.seq0 + n, dtype=np.int64)
         if name in ("service", "pos"):
@@ -87,7 +100,7 @@ class Joined:
         local = index - bounds[part]
         fields = []
         for name in Claims.FIELDS[:-1]:
-            out = np.empty(len(index), np.int64)
+            out = np.empty((len(index), DEPTH) if name == "origin" else len(index), np.int64)
             for k, p in enumerate(self.parts):
                 mine = part == k
                 if mine.any():
@@ -96,21 +109,41 @@ class Joined:
         return Claims(*fields, None if self.finish is None else self.finish[index])
 
 
-def key_order(claims: Claims | Joined) -> tuple[np.ndarray, int | None]:
+def key_order(claims: Claims | Joined) -> tuple[np.ndarray, int | None, bool]:
     """The service order of ``claims`` (given grouped by position, each position in operation order).
 
-    Returns the order and the earliest wake of two claims of different positions with equal keys (None if
-    there are none).
+    Returns the order, the earliest wake of two claims of different positions with equal keys that their
+    origins do not tell apart (None if there are none), and whether origins decided any order.
     """
     order = np.argsort(claims.wake, kind="stable")
     wake = np.take(claims.wake, order)
     equal = wake[1:] == wake[:-1]
     if not equal.any():
-        return order, None
+        return order, None, False
     pos = claims.pos[order]
     if not (equal & (pos[1:] != pos[:-1])).any():
-        return order, None
+        return order, None, False
     order = np.lexsort((np.arange(len(claims)), claims.created, claims.wake))
     wake, created, pos = claims.wake[order], claims.created[order], claims.pos[order]
-    tied = (wake[1:] == wake[:-1]) & (created[1:] == created[:-1]) & (pos[1:] != pos[:-1])
-    return order, (int(wake[1:][tied].min()) if tied.any() else None)
+    same = (wake[1:] == wake[:-1]) & (created[1:] == created[:-1])
+    if not (same & (pos[1:] != pos[:-1])).any():
+        return order, None, False
+    # Equal keys from different positions: the events were created in the order their creators ran, which
+    # the creators' own keys decide (their origins), when the core followed them and they differ.
+    first = np.flatnonzero(np.concatenate(([True], ~same)))
+    last = np.append(first[1:], len(order))
+    origin, tie, decided = claims.origin[order], None, False
+    for a, b in zip(first[last - first > 1], last[last - first > 1]):
+        if (pos[a:b] == pos[a]).all():
+            continue
+        rank = np.lexsort(origin[a:b].T[::-1])
+        rows = origin[a:b][rank]
+        differ = rows[1:] != rows[:-1]
+        where = differ.argmax(axis=1)  # unknown origins are a suffix: the first difference must be known
+        pairs = np.arange(len(where))
+        if not (differ.any(axis=1) & (rows[:-1][pairs, where] != UNKNOWN) & (rows[1:][pairs, where] != UNKNOWN)).all():
+            tie = int(wake[a]) if tie is None else min(tie, int(wake[a]))
+            continue
+        order[a:b] = order[a:b][rank]
+        decided = True
+    return order, tie, decided

@@ -17,8 +17,9 @@ right up to there) and blocks shrink, so every block makes progress.
 Nothing is approximated. Three limits are checked instead of assumed: a gate and the claim that releases it,
 and a pool of servers, may not follow a drawn (per-operation) delay, and a stream that changes its steps may
 not have gates (their releases could come out of operation order) (:class:`ValueError` up front); and two claims
-of different pipeline positions on one server with equal event keys are refused (:class:`UndecidableOrder`),
-since the order the event engine makes them in depends on events further back than the keys record.
+of different pipeline positions on one server with equal event keys are ordered by their origins (the events
+further back, :mod:`sim.fast.merge`; passes follow them from the first block that needs them) or, where those
+are equal or not followed, refused (:class:`UndecidableOrder`).
 """
 
 from __future__ import annotations
@@ -90,6 +91,9 @@ class Problem:
                          and not any(self.varied[g][k] for g, k in p)}
         """Servers claimed from one pipeline position, in operation order (no drawn delay before it): a later
         block's claims on them never precede an earlier block's, so only when the kept ones end is carried over."""
+        self.origins = False
+        """Whether passes follow origins (:attr:`sim.fast.merge.Claims.origin`): switched on, from the block
+        where it happens, when two positions' claims first have equal keys."""
         self.keyed = any(len(p) > 1 for p in positions.values()) or any(
             self.varied[g][k] for g, ks in enumerate(self.claim_steps) for k in ks)
         """Whether event keys can matter (some server has several positions, or a claim follows a drawn delay);
@@ -136,7 +140,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
 
     Yields :class:`Finished` pieces in operation order; memory stays proportional to ``block``.
 
-    :raises UndecidableOrder: two pipeline positions claim a server with equal event keys.
+    :raises UndecidableOrder: two pipeline positions claim a server with equal event keys and origins.
     """
     problem = Problem(servers, groups)
     carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
@@ -148,8 +152,8 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
         spans = _slices(problem, group, lo, size, reach)
         outs, kept, agreed, tie = solve_block(problem, spans, carry, history, start, passes)
         if tie is not None:
-            raise UndecidableOrder(f"two pipeline positions claim one server at {tie} ps with equal event keys: "
-                                   "the order the event engine makes them in is not decidable here")
+            raise UndecidableOrder(f"two pipeline positions claim one server at {tie} ps with equal event keys and "
+                                   "origins: the order the event engine makes them in is not decidable here")
         if not kept[0]:  # nothing final: more passes if they disagreed, else a longer block
             passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, size * 2, reach + 1)
             continue

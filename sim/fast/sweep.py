@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.fast.merge import Claims, Joined, key_order
+from sim.fast.merge import DEPTH, UNKNOWN, Claims, Joined, key_order
 from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Sleep, Wake
 from sim.fast.server import pool, ramp, running_max, serve
 
@@ -36,6 +36,8 @@ class Record:
     head: np.ndarray
     not_before: np.ndarray
     service: int
+    origin: np.ndarray | None
+    """Per claim: its origins (:attr:`sim.fast.merge.Claims.origin`); None where passes do not follow them."""
     start: np.ndarray | None = None
     finish: np.ndarray | None = None
 
@@ -46,6 +48,7 @@ class Record:
         return Claims(self.wake[lo:hi], self.created[lo:hi], self.head[lo:hi], self.not_before[lo:hi],
                       np.full(n, self.service, np.int64), np.full(n, self.pos, np.int64),
                       np.arange(self.seq0 + lo, self.seq0 + hi, dtype=np.int64),
+                      None if self.origin is None else self.origin[lo:hi],
                       None if self.finish is None else self.finish[lo:hi])
 
     def same_inputs(self, other: Record | None) -> bool:
@@ -167,8 +170,11 @@ class Pass:
         self.used: dict[int, Record | None] = {}
         """Records of later positions taken from the guesses (None: there was none)."""
         self.merged: dict[int, tuple[Claims, np.ndarray]] = {}
-        """Per shared server: all its claims (pending ones first) and their service order, as last served."""
+        """Per shared server: all its claims (pending ones first), their service order and whether origins
+        decided part of it, as last served."""
         self.tie: int | None = None
+        self.by_origin = False
+        """Whether origins decided the order of some equal keys (then guessed origins must be right too)."""
 
     def run(self) -> list[SliceOut]:
         """Walk every slice; returns their outputs."""
@@ -183,7 +189,8 @@ class Pass:
             created = _posts(piece, group.window, start, piece.hist_created, piece.guess_created) if keyed else post
             self.slice, self.index, self.step = piece, index, 0
             self.out = SliceOut(post, post, created, None)
-            head, created = self._chain(group.steps, (post, post, post, created))
+            origin = _unknown(len(post)) if self.problem.origins else None
+            head, created = self._chain(group.steps, (post, post, post, created, origin))
             done = head
             if not self.idle:
                 if piece.lo and head[0] < piece.hist_done[-1]:
@@ -196,7 +203,8 @@ class Pass:
         return outs
 
     def _chain(self, steps, state):
-        """Walk ``steps`` from ``state`` = (head, tail, wake, created); returns the final head and created."""
+        """Walk ``steps`` from ``state`` = (head, tail, wake, created, origin); returns the final head and
+        created."""
         last = None
         for step in steps:
             key = (self.index, self.step)
@@ -210,13 +218,15 @@ class Pass:
                 last = state[2]
                 continue
             if isinstance(step, Gate):  # recomputed every pass: what it saw is kept for guessing
-                state = self._gate(step, *state[:3])
+                state = self._gate(step, state[0], *state[2:])
                 continue
-            if old is not None and all(a is b for a, b in zip(old[0], state)) and not isinstance(step, Sleep):
+            if old is not None and all(a is b for a, b in zip(old[0], state)):
                 new = old[1]
+                if old[2] is not None:
+                    self.out.marks[step.label] = old[2]
             else:
                 new = self._step(step, state)
-            self.memo[key] = (state, new)
+            self.memo[key] = (state, new, self.out.marks.get(step.label) if isinstance(step, Sleep) else None)
             state = new
         if last is not None:
             mine = self.out.last_wake
@@ -224,62 +234,66 @@ class Pass:
         return state[0], state[3]
 
     def _step(self, step, state):
-        head, tail, wake, created = state
+        head, tail, wake, created, origin = state
         if isinstance(step, Delay):
             extra = step.ps if step.draws is None else _plus(self.slice.draws[step.draws], step.ps)
             moved = _plus(head, extra)
-            return moved, moved if tail is head else _plus(tail, extra), wake, created
+            return moved, moved if tail is head else _plus(tail, extra), wake, created, origin
         if isinstance(step, Rebase):
             base = _plus(tail if step.from_tail else head, step.offset_ps)
-            return base, base, wake, created
+            return base, base, wake, created, origin
         if isinstance(step, Wake):
-            return head, tail, head, head
+            return head, tail, head, head, None if origin is None else _unknown(len(head))
         if isinstance(step, Sleep):
             until = _plus(head, -step.back_ps)
             if self.problem.keyed:
-                created = np.where(until > wake, wake, created)
+                origin, created = _slept(until > wake, wake, created, origin)
             wake = np.maximum(until, wake)
             if step.label is not None:
                 self.out.marks[step.label] = wake
             for begin, end in () if self.idle else step.holds:  # idle times stay lower bounds: no holds
                 held = (wake >= begin) & (wake < end)
                 if held.any():
-                    created = np.where(held, wake, created)
+                    origin, created = _slept(held, wake, created, origin)
                     wake = np.where(held, end, wake)
                     head, tail = np.where(held, np.maximum(head, end), head), np.where(held, np.maximum(tail, end), tail)
-            return head, tail, wake, created
+            return head, tail, wake, created, origin
         t = wake + self.slice.draws[step.draws]  # Wait
-        return t, t, t, wake
+        return t, t, t, wake, _deeper(created, origin)
 
-    def _gate(self, gate: Gate, t, _, wake):
+    def _gate(self, gate: Gate, t, wake, created, origin):
         """Wait for a slot: granted when the process asks (at ``wake``) or at the release of operation
-        ``i - slots``; the process goes on at ``t`` or at the grant, whichever is later."""
+        ``i - slots``; the process goes on at ``t`` or at the grant, whichever is later (woken by the
+        releasing process then: an origin not followed)."""
         self.out.gate_in[gate.release] = self.out.gate_out[gate.release] = t
         if self.idle:
-            return t, t, t, np.where(t > wake, wake, t)
+            return t, t, t, np.where(t > wake, wake, t), None if origin is None else _unknown(len(t))
         granted = np.maximum(wake, self.slice.gate_input[gate.release])
         later = granted >= t
         go = self.out.gate_out[gate.release] = np.where(later, granted, t)
-        return go, go, go, np.where(later, granted, wake)
+        deeper = None if origin is None else np.where(later[:, None], UNKNOWN, _deeper(created, origin))
+        return go, go, go, np.where(later, granted, wake), deeper
 
     def _claim(self, step: Claim, state, old, key):
-        head, tail, wake, created = state
+        head, tail, wake, created, origin = state
         pos = self.problem.pos_base[self.slice.group] + key[1]
         shared = step.server in self.shared
         if not step.eager:  # the process sleeps until the head arrives, woken by an event created before
-            created = np.where(head > wake, wake, created) if self.problem.keyed else created
+            if self.problem.keyed:
+                origin, created = _slept(head > wake, wake, created, origin)
             wake = head
         # Only a shared server's order depends on event keys: elsewhere head and tail decide the result.
-        inputs = (head, tail, wake, created, self._others(step.server, pos)) if shared else (head, tail)
+        inputs = (head, tail, wake, created, origin, self._others(step.server, pos)) if shared else (head, tail)
         if old is not None and len(old[0]) == len(inputs) and all(a is b for a, b in zip(old[0], inputs)):
             _, prior, out, merged = old
             rec = Record(step.server, pos, self.slice.seq0, wake, created, head, prior.not_before,
-                         step.service_ps, prior.start, prior.finish) if not shared else prior
+                         step.service_ps, origin, prior.start, prior.finish) if not shared else prior
             if merged is not None:
                 self.merged[step.server] = merged
+                self.by_origin |= merged[2]
         else:
             not_before = _plus(tail, step.tail_ps)
-            rec = Record(step.server, pos, self.slice.seq0, wake, created, head, not_before, step.service_ps)
+            rec = Record(step.server, pos, self.slice.seq0, wake, created, head, not_before, step.service_ps, origin)
             self._serve(step, rec)
             prior = None if old is None else old[1]
             if prior is not None and np.array_equal(rec.start, prior.start) and np.array_equal(rec.finish,
@@ -292,7 +306,7 @@ class Pass:
         self.out.records[pos] = rec
         if step.label is not None:
             self.out.released[step.label] = rec.wake
-        return out[0], out[1], rec.wake, rec.created
+        return out[0], out[1], rec.wake, rec.created, rec.origin
 
     def _others(self, server: int, pos: int) -> tuple:
         """The other positions' records a shared server's claim is served with (compared by identity)."""
@@ -344,13 +358,14 @@ class Pass:
                     parts.append(other)
         n = len(rec.wake)
         before = self.merged.get(server)
-        if before is not None and _same_parts(before[0].parts, parts, rec):
-            claims, order = before
+        if before is not None and not before[2] and _same_parts(before[0].parts, parts, rec):
+            claims, order, _ = before
         else:
             claims = Joined(parts)
-            order, tie = key_order(claims)
+            order, tie, decided = key_order(claims)
             if tie is not None:
                 self.tie = tie if self.tie is None else min(self.tie, tie)
+            self.by_origin |= decided
             stalls = self.problem.servers[server].stalls
             service = claims.service if len(parts) > 1 or isinstance(parts[0], Claims) else rec.service
             s, f, self.hints[("merged", server)] = serve(
@@ -359,8 +374,27 @@ class Pass:
                 self.hints.get(("merged", server), False))
             claims.start, claims.finish = np.empty_like(s), np.empty_like(f)
             claims.start[order], claims.finish[order] = s, f
-            self.merged[server] = (claims, order)
+            self.merged[server] = (claims, order, decided)
         rec.start, rec.finish = claims.start[mine:mine + n], claims.finish[mine:mine + n]
+
+
+def _slept(asleep: np.ndarray, wake: np.ndarray, created: np.ndarray, origin: np.ndarray):
+    """(origin, created) after a process that woke at ``wake`` (by an event created at ``created``) sleeps
+    where ``asleep``: its next event is created at ``wake``, by a process whose own event was created at
+    ``created``."""
+    if origin is not None:
+        origin = np.where(asleep[:, None], _deeper(created, origin), origin)
+    return origin, np.where(asleep, wake, created)
+
+
+def _deeper(created: np.ndarray, origin: np.ndarray | None) -> np.ndarray | None:
+    """Origins one event further on: ``created`` first, the deepest one dropped (None: not followed)."""
+    return None if origin is None else np.concatenate((created[:, None], origin[:, :-1]), axis=1)
+
+
+def _unknown(n: int) -> np.ndarray:
+    """Origins of ``n`` processes woken by events the core does not follow."""
+    return np.full((n, DEPTH), UNKNOWN, np.int64)
 
 
 def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
