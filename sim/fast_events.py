@@ -40,11 +40,11 @@ class Move:
 @dataclass(frozen=True)
 class Solved:
     """A solve's per-operation times by (workload index, size): posts, completions and the wake at the
-    source's translation (``local`` marks; absent where the source is not read)."""
+    source's translation (``local`` marks; absent where the source is not read) and other marks."""
 
     posts: dict[tuple[int, int], np.ndarray]
     done: dict[tuple[int, int], np.ndarray]
-    marks: dict[tuple[int, int], np.ndarray]
+    marks: dict[tuple[int, int], dict[str, np.ndarray]]
 
 
 def exposed(bed, scenario: Scenario) -> dict[str, tuple]:
@@ -144,6 +144,6 @@ class Watch:
 
 def _first_access(solved: Solved, streams, name: str, zapped_ps: int) -> tuple[int, int] | None:
     """The earliest translation of buffer ``name`` as a source at or after ``zapped_ps``, and its size."""
-    first = [(int(m[after].min()), size) for (w, size), m in solved.marks.items()
-             if streams[w].work.from_ == name and (after := m >= zapped_ps).any()]
+    first = [(int(m["local"][after].min()), size) for (w, size), m in solved.marks.items()
+             if streams[w].work.from_ == name and "local" in m and (after := m["local"] >= zapped_ps).any()]
     return min(first) if first else None

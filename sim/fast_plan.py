@@ -116,7 +116,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             solved = _solve(pipelines(ends, watch.moves, solved and solved.posts), started,
                             progress if solved is None else None)
             reason = watch.confirm(solved, ends)
-            end = max(int(d[-1]) for d in solved.done.values())
+            end = _settled(ends, solved)
             changed = watch.advance(end) if not reason else []
             if not changed:
                 watch.clock(end)
@@ -156,9 +156,23 @@ def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None) -> Solved
     def joined(field: str) -> dict[tuple[int, int], np.ndarray]:
         return {key: np.concatenate([getattr(p, field) for p in pieces]) for key, pieces in parts.items()}
 
-    marks = {key: np.concatenate([p.marks["local"] for p in pieces]) for key, pieces in parts.items()
-             if "local" in pieces[0].marks}
+    marks = {key: {label: np.concatenate([p.marks[label] for p in pieces]) for label in pieces[0].marks}
+             for key, pieces in parts.items()}
     return Solved(joined("post"), joined("done"), marks)
+
+
+def _settled(ends: list[Stream], solved: Solved) -> int:
+    """When the event engine's run ends: the last completion or, after a ping-pong, the acknowledgement of
+    its last WRITEs seen by their pollers, whichever is later (:func:`sim.run.drain` waits for it) (ps)."""
+    end = max(int(d[-1]) for d in solved.done.values())
+    k, last = len(ends) - 1, ends[-1]
+    if last.work.kind == "write_lat":
+        size, n = last.work.size_list()[-1], sum(last.work.iterations for _ in last.work.size_list())
+        marks = solved.marks[k, size]
+        for label, qp, phase in (("acked", last.src.qp, 0), ("peer_acked", last.dst.qp, 1)):
+            poll = int(UniformSeries.following(qp.poll_delays).take(2 * (n - 1) + phase, 2 * n)[0])
+            end = max(end, int(marks[label][-1]) + poll)
+    return end
 
 
 class Stream(NamedTuple):
@@ -272,6 +286,8 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             back = p.forward[p.issue - 1][2]
             forward[p.issue:p.issue] = [Sleep(back, holds, "local") if q is qp else Sleep(back), Rebase(False)]
         ack = [Rebase(True, -q.remote.node.pcie.params.write_latency_ps), *steps(p.reply)]
+        if fork:  # when a ping-pong's WRITE is acknowledged (its completion entry written)
+            ack += [Rebase(True), Sleep(0, label="acked" if q is qp else "peer_acked")]
         head = [Delay(q.node.nic.params.doorbell_ps), *steps(p.to_engine), Rebase(False), *forward,
                 *checked(remote.mr), *steps(p.remote)]
         return head + [Fork(tuple(ack)), Rebase(True)] if fork else head + ack + [Rebase(True)]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.fast_plan import OutsideDomain, outside_domain, slow_for_fast
-from sim.run import run_scenario
+from sim.run import run_scenario, setup_run
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 
@@ -210,6 +210,20 @@ def test_a_source_buffer_the_exporter_moves_is_followed_exactly(events, moves, s
     assert fast.counters["rnr_naks"] == 0
     latency = fast.operations["latency_ps"]
     assert latency.max() > 40 * latency.median()  # the 1 GiB copy (about 20 ms) shows in the worst latency
+
+
+def test_an_event_before_a_ping_pongs_last_acknowledgement_is_reached_on_both_engines():
+    """The event engine's run ends once the last WRITEs of a ping-pong are acknowledged and polled, after the
+    last iteration completed: an event in between is reached (not "not reached") on both engines."""
+    data = scenario_dict(workload=[{"kind": "write_lat", "from": "src", "to": "dst", "sizes": [65536],
+                                    "iterations": 50}])
+    probe = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    last, end = int(probe.operations["completed_ps"].max()), probe.testbed.env.now
+    assert end > last  # the acknowledgements come later
+    begin = setup_run(Scenario.model_validate(data), data["seed"])[1]  # when the workloads start
+    flap = {"at": f"{(last + end) // 2 - begin}ps", "kind": "link-flap", "node": "b", "duration": "1ns"}
+    event, fast = same_runs({**data, "events": [flap]})
+    assert fast.events["outcome"].tolist() == ["link down for 0.001 us"]
 
 
 def test_blueflame_off_is_exact_on_the_fast_engine():
