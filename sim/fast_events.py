@@ -9,8 +9,7 @@ none of it. A dma-buf MR the workloads read from that ``move_notify`` zapped is 
 access after the zap finds the translation gone and re-faults (the watch makes that very call on the testbed,
 at that access's time from the solve, which only earlier operations decide), accesses until the re-fault is
 done wait for it, and operations posted from the zap on reach the buffer where it went. Anything else the
-event engine simulates: responder-side faults answer RNR NAKs and retry, and a READ stream would carry its
-``max_rd_atomic`` slots across two routes.
+event engine simulates, such as responder-side faults, which answer RNR NAKs and retry.
 """
 
 from __future__ import annotations
@@ -105,17 +104,12 @@ class Watch:
             return f"scenario events changed {', '.join(changed)} at {env.now / 1e6:.3f} us"
         zapped = backing.zapped_at_ps
         self.base = exposed(self.bed, self.scenario)  # the zap itself is accepted from here on
-        for k, end in enumerate(streams):
-            reads = end.work.from_ == name and end.work.kind != "write_lat"
-            for (w, size), done in solved.done.items():
-                if w == k and not reads and name in (end.work.from_, end.work.to) and done[-1] >= zapped:
-                    return (f"buffer '{name}' moved while workload '{end.work.name or end.work.kind}' still "
-                            "reaches it as a responder (RNR NAKs and retries)")
-                if w == k and reads and end.work.kind != "write_bw" and 0 < np.searchsorted(
-                        solved.posts[w, size], zapped) < len(done):
-                    return (f"buffer '{name}' moved in the middle of READ workload "
-                            f"'{end.work.name or end.work.kind}' at {size} bytes (its max_rd_atomic slots "
-                            "would span two routes)")
+        for (k, _), done in solved.done.items():
+            work = streams[k].work
+            responder = name == work.to or (name == work.from_ and work.kind == "write_lat")
+            if responder and done[-1] >= zapped:
+                return (f"buffer '{name}' moved while workload '{work.name or work.kind}' still reaches it as a "
+                        "responder (RNR NAKs and retries)")
         first = _first_access(solved, streams, name, zapped)
         at = ready = None
         if first is not None:
@@ -133,7 +127,14 @@ class Watch:
         return None
 
     def confirm(self, solved: Solved, streams) -> str | None:
-        """Why ``solved`` contradicts a move's re-fault (its first access after the zap came at another time)."""
+        """Why ``solved`` may not stand: a move's first access after the zap came at another time than its
+        re-fault was made for, or READ responses landed out of order across a move (a READ's max_rd_atomic slot
+        goes back when its response lands, and the core passes READ ``i`` at the landing of READ
+        ``i - max_rd_atomic``, which is the slots' answer only while they land in order)."""
+        for (k, size), marks in solved.marks.items():
+            if "landing" in marks and (np.diff(marks["landing"]) < 0).any():
+                return (f"the responses of READ workload '{streams[k].work.name or streams[k].work.kind}' at "
+                        f"{size} bytes landed out of order across a move of its buffer")
         for name, moves in self.moves.items():
             for move in moves:
                 first = _first_access(solved, streams, name, move.zapped_ps)

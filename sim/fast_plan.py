@@ -49,6 +49,15 @@ from sim.scenario.schema import Scenario, WorkloadSpec
 
 MAX_MOVES = 16
 """Moves of the workloads' source buffers the vectorized core follows in one run (each costs a solve)."""
+CRAWL_BLOCKS, CRAWL_OPS = 32, 100
+"""``engine: auto`` hands a run to the event engine once this many blocks were cut short (their operations'
+claims overlap the next block's) keeping fewer than this many operations each on average: passes that advance
+a few operations at a time cost more than simulating them (rounds that interact through a shared PCIe link
+under a READ's max_rd_atomic gate do that)."""
+
+
+class _Crawling(Exception):
+    """The solve advances so few operations per block that the event engine is faster."""
 
 
 class OutsideDomain(SimError):
@@ -114,7 +123,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     try:
         for _ in range(MAX_MOVES + 1):
             solved = _solve(pipelines(ends, watch.moves, solved and solved.posts), started,
-                            progress if solved is None else None)
+                            progress if solved is None else None, crawl=scenario.engine == "auto")
             reason = watch.confirm(solved, ends)
             end = _settled(ends, solved)
             changed = watch.advance(end) if not reason else []
@@ -130,6 +139,9 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         if scenario.engine == "fast":
             raise
         reason = str(exc)
+    except _Crawling as exc:
+        return decline(f"the vectorized core keeps only about {exc} operations per block here (rounds interact "
+                       "through a shared link): the event engine is faster")
     if reason:
         return decline(f"{reason}: the event engine simulates that")
     op_frames, summaries = [], []
@@ -144,14 +156,22 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     return finish_run(scenario, seed, bed, variant, started, event_log, op_frames, summaries)
 
 
-def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None) -> Solved:
-    """Solve ``pipes`` from ``start_ps``: every operation's times by (workload index, size)."""
+def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bool = False) -> Solved:
+    """Solve ``pipes`` from ``start_ps``: every operation's times by (workload index, size).
+
+    :raises _Crawling: ``crawl`` and blocks cut short keep too few operations (:data:`CRAWL_OPS`).
+    """
     parts: dict[tuple[int, int], list[Finished]] = {}
+    short: list[int] = []
     for piece in solve(pipes.servers, pipes.groups, start_ps):
         k, _, size = pipes.labels[piece.group]
         parts.setdefault((k, size), []).append(piece)
         if progress:
             progress(len(piece.post))
+        if crawl and piece.lo + len(piece.post) < pipes.groups[piece.group].ops:
+            short.append(len(piece.post))
+            if len(short) >= CRAWL_BLOCKS and sum(short) < CRAWL_OPS * len(short):
+                raise _Crawling(sum(short) // len(short))
 
     def joined(field: str) -> dict[tuple[int, int], np.ndarray]:
         return {key: np.concatenate([getattr(p, field) for p in pieces]) for key, pieces in parts.items()}

@@ -103,7 +103,7 @@ def _slices_in(problem, spans, history, start, shared) -> list[SliceIn]:
             given = np.full(m, NO_RELEASE, np.int64)
             index = np.arange(lo, min(hi, lo + slots)) - slots
             past = index >= 0
-            if past.any():
+            if past.any() and hist is not None:  # a joined slice's come from the slice it continues
                 released = hist.released[label]
                 given[: len(index)][past] = released[index[past] - lo + len(released)]
             gate_input[label] = given
@@ -116,7 +116,9 @@ def _slices_in(problem, spans, history, start, shared) -> list[SliceIn]:
             placeholder, placeholder, gate_input,
             {name: np.asarray(draw(lo, hi), np.int64) for name, draw in group.draws.items()},
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
-            pace=hist.pace if hist is not None else None, joined=joined))
+            pace=hist.pace if hist is not None else None,
+            hist_released={label: hist.released[label] if hist is not None else empty for label in problem.gates[g]},
+            joined=joined))
     return slices
 
 

@@ -14,12 +14,14 @@ owes kept operations after that time is carried over as pending claims. When pas
 ``max_passes``, the operations whose every claim precedes the earliest disagreement are kept (a pass is
 right up to there) and blocks shrink, so every block makes progress.
 
-Nothing is approximated. Three limits are checked instead of assumed: a gate and the claim that releases it,
-and a pool of servers, may not follow a drawn (per-operation) delay, and a stream that changes its steps may
-not have gates (their releases could come out of operation order) (:class:`ValueError` up front); and two claims
+Nothing is approximated. Two limits are checked instead of assumed: a gate and the claim that releases it,
+and a pool of servers, may not follow a drawn (per-operation) delay (:class:`ValueError` up front); and two claims
 of different pipeline positions on one server with equal event keys are ordered by their origins (the events
 further back, :mod:`sim.fast.merge`; passes follow them from the first block that needs them) or, where those
-are equal or not followed, refused (:class:`UndecidableOrder`).
+are equal or not followed, refused (:class:`UndecidableOrder`). One is left to the caller: a gate passes
+operation ``i`` at the release of operation ``i - slots``, which is the FIFO semaphore's answer while releases
+come in operation order; one step list's releases always do (one position, before any drawn delay), a stream
+that changes its steps must check them (:attr:`Finished.marks` has each labelled claim's time).
 """
 
 from __future__ import annotations
@@ -50,7 +52,8 @@ class Finished:
     post: np.ndarray
     done: np.ndarray
     marks: dict[str, np.ndarray]
-    """Per labelled :class:`~sim.fast.steps.Sleep`: each operation's wake there."""
+    """Per label: each operation's wake at that :class:`~sim.fast.steps.Sleep`, or when it made that
+    :class:`~sim.fast.steps.Claim`."""
 
 
 @dataclass
@@ -121,10 +124,9 @@ class Problem:
         for g, (group, walk) in enumerate(zip(self.groups, walks)):
             before = self.groups[g - 1] if g else None
             if group.first and (before is None or before.ops != group.first or before.window != group.window
-                                or self.gates[g - 1] or self.gates[g] or group.ops <= group.first):
+                                or self.gates[g - 1] != self.gates[g] or group.ops <= group.first):
                 raise ValueError(f"group {g} continues from operation {group.first}: the previous group must end "
-                                 "there with the same window, neither may have gates (releases from two step lists "
-                                 "may come out of operation order), and it must have operations of its own")
+                                 "there, with the same window and gates, and it must have operations of its own")
             labels = {c.label for c in self.claims[g]}
             if set(self.gates[g]) - labels or group.window < 1:
                 raise ValueError(f"group {g}: the window must be at least 1 and every gate needs its labelled claim")

@@ -134,7 +134,7 @@ class Group:
     first: int = 0
     """Number of the group's first operation. Above 0 the group continues the previous group's stream, whose
     ``first`` operations came before (``ops`` counts from the stream's start): its operations are posted by
-    that stream's completions and complete after it. Neither group may have gates."""
+    that stream's completions, pass its gates after that stream's releases and complete after it."""
 
 
 def after_draws(steps: tuple[Step, ...], varied: bool = False) -> list[bool]:

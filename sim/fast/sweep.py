@@ -112,6 +112,8 @@ class SliceIn:
     """Per position on a shared server, with every server free: post-to-arrival times."""
     pace: Pace | None = None
     """The group's steady state, when it queued throughout its last block."""
+    hist_released: dict[str, np.ndarray] = field(default_factory=dict)
+    """Per gate label: the latest releases before the slice (final)."""
     joined: bool = False
     """The slice continues the previous slice's stream in the same block (:attr:`sim.fast.steps.Group.first`):
     each pass completes its history with that slice's values."""
@@ -131,7 +133,7 @@ class SliceOut:
     """The latest time each operation claimed anything (None: the group claims nothing)."""
     released: dict[str, np.ndarray] = field(default_factory=dict)
     marks: dict[str, np.ndarray] = field(default_factory=dict)
-    """Per labelled :class:`Sleep`: each operation's wake there."""
+    """Per label: each operation's wake at that :class:`Sleep`, or when it made that :class:`Claim`."""
     records: dict[int, Record] = field(default_factory=dict)
     gate_in: dict[str, np.ndarray] = field(default_factory=dict)
     """Per gate: when each operation reached it."""
@@ -193,11 +195,13 @@ class Pass:
             head, created = self._chain(group.steps, (post, post, post, created, origin))
             done = head
             if not self.idle:
-                if piece.lo and head[0] < piece.hist_done[-1]:
-                    head = head.copy()
-                    head[0] = piece.hist_done[-1]
-                done = running_max(head)
+                ordered = head
+                if piece.lo and head[0] < piece.hist_done[-1]:  # after the previous block's last completion
+                    ordered = head.copy()
+                    ordered[0] = piece.hist_done[-1]
+                done = running_max(ordered)
             self.out.done, self.out.head = done, head
+            # a completion held back by an earlier one is seen when that one is: its event is created then
             self.out.next_created = np.where(done == head, created, done) if keyed else done
             outs.append(self.out)
         return outs
@@ -305,7 +309,7 @@ class Pass:
         self.current[pos] = rec
         self.out.records[pos] = rec
         if step.label is not None:
-            self.out.released[step.label] = rec.wake
+            self.out.released[step.label] = self.out.marks[step.label] = rec.wake
         return out[0], out[1], rec.wake, rec.created, rec.origin
 
     def _others(self, server: int, pos: int) -> tuple:
@@ -398,11 +402,17 @@ def _unknown(n: int) -> np.ndarray:
 
 
 def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
-    """Complete a joined slice's history (completions and their events' creations) with the values this pass
-    computed for the slice it continues."""
+    """Complete a joined slice's history (completions, their events' creations, gate releases) with the values
+    this pass computed for the slice it continues."""
     back = min(piece.lo, problem.groups[piece.group].window)
     piece.hist_done = np.concatenate((previous.hist_done, out.done))[-back:]
     piece.hist_created = np.concatenate((previous.hist_created, out.next_created))[-back:]
+    for label, slots in problem.gates[piece.group].items():
+        released = np.concatenate((previous.hist_released[label], out.released[label]))[-problem.keep:]
+        index = np.arange(piece.lo, min(piece.hi, piece.lo + slots)) - slots
+        past = index >= 0
+        piece.gate_input[label][: len(index)][past] = released[index[past] - piece.lo + len(released)]
+        piece.hist_released[label] = released
 
 
 def _posts(piece: SliceIn, window: int, start: int, known: np.ndarray, guessed: np.ndarray) -> np.ndarray:

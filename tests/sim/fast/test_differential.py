@@ -160,10 +160,10 @@ PRESSURE = {"at": "100us", "kind": "gpu-memory-pressure", "on": "a.gpu0", "alloc
     ({"at": "100us", "kind": "peermem-reclaim", "buffer": "src"}, "write_bw", "src",
      "scenario events changed buffer 'src'"),
     (PRESSURE, "write_bw", "dst", "buffer 'src' moved while workload 'write_bw' still reaches it as a responder"),
-    (PRESSURE, "read_bw", "src", "buffer 'src' moved in the middle of READ workload 'read_bw' at 1048576 bytes")])
+    (PRESSURE, "read_bw", "dst", "buffer 'src' moved while workload 'read_bw' still reaches it as a responder")])
 def test_events_that_reach_the_workloads_need_the_event_engine(event, kind, source, says):
-    """A QP error, a peer-memory reclaim, a dma-buf moved under a stream's responder (RNR NAKs and retries)
-    and under a READ stream's landing: auto says what changed and runs the event engine; fast refuses."""
+    """A QP error, a peer-memory reclaim and a dma-buf moved under a stream's responder (RNR NAKs and
+    retries), for WRITEs and READs: auto says what changed and runs the event engine; fast refuses."""
     nodes = [{"name": "a", "gpus": [{"preset": "h200" if "buffer" in event else "mi300x", "memory": "8GiB"}],
               "kernel": {"dmabuf_move_notify": True}}, {"name": "b"}]
     buffers = [{"name": "src", "on": "a.gpu0", "size": "1GiB",
@@ -182,30 +182,37 @@ def test_events_that_reach_the_workloads_need_the_event_engine(event, kind, sour
         run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
 
 
-def pin_vs_dmabuf(events: list[dict], iterations: int, size: str = "1MiB", depth: int = 16) -> dict:
+def pin_vs_dmabuf(events: list[dict], iterations: int, size: str = "1MiB", depth: int = 16,
+                  kind: str = "write_bw") -> dict:
     """``scenarios/pin_vs_dmabuf.yaml``'s dynamic dma-buf variant with other events (and messages)."""
     nodes = [{"name": "a", "nic": {"preset": "connectx7"}, "gpus": [{"preset": "mi300x", "memory": "8GiB"}],
               "kernel": {"dmabuf_move_notify": True}}, {"name": "b", "nic": {"preset": "connectx7"}}]
     buffers = [{"name": "src", "on": "a.gpu0", "size": "1GiB", "register": "dmabuf"},
                {"name": "dst", "on": "b.host", "size": "1GiB"}]
-    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [size], "iterations": iterations,
+    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [size], "iterations": iterations,
              "tx_depth": depth}]
     return scenario_dict(nodes=nodes, buffers=buffers, workload=work, events=events,
                          fabric={"rate": "400Gb/s", "latency": "300ns"})
 
 
-@pytest.mark.parametrize("events, moves, size, depth", [
-    ([{"at": "20ms", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "7.5GiB", "hold": "30ms"}], 1,
-     "1MiB", 16),
-    ([{"at": "5ms", "kind": "eviction-storm", "on": "a.gpu0", "count": 3, "every": "40ms"}], 3, "1MiB", 16),
-    ([{"at": "100us", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "7.5GiB"}], 1, "64KiB", 128)])
-def test_a_source_buffer_the_exporter_moves_is_followed_exactly(events, moves, size, depth):
-    """move_notify zaps the MR a WRITE stream reads from: the first access after the zap re-faults, accesses
-    wait for the copy and the re-map, and WRITEs posted after the zap read from where the buffer went. The
-    vectorized core follows each move (one more solve each) with the event engine's every time and row. (In
-    the last case, WRITEs of the two routes reach the NIC's link at the same instants, woken by events created
-    at the same instants: the events further back decide their order.)"""
-    event, fast = same_runs(pin_vs_dmabuf(events, 12000, size, depth))
+PRESSURE_HELD = {"at": "20ms", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "7.5GiB", "hold": "30ms"}
+
+
+@pytest.mark.parametrize("events, moves, size, depth, kind", [
+    ([PRESSURE_HELD], 1, "1MiB", 16, "write_bw"),
+    ([{"at": "5ms", "kind": "eviction-storm", "on": "a.gpu0", "count": 3, "every": "40ms"}], 3, "1MiB", 16,
+     "write_bw"),
+    ([{"at": "100us", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "7.5GiB"}], 1, "64KiB", 128,
+     "write_bw"),
+    ([PRESSURE_HELD], 1, "1MiB", 16, "read_bw")])
+def test_a_source_buffer_the_exporter_moves_is_followed_exactly(events, moves, size, depth, kind):
+    """move_notify zaps the MR a WRITE stream reads from (or READ responses land in): the first access after
+    the zap re-faults, accesses wait for the copy and the re-map, and operations posted after the zap reach the
+    buffer where it went. The vectorized core follows each move (one more solve each) with the event engine's
+    every time and row. (In the third case, WRITEs of the two routes reach the NIC's link at the same instants,
+    woken by events created at the same instants: the events further back decide their order; in the last,
+    the READs' max_rd_atomic slots carry across the two routes, their responses landing in order.)"""
+    event, fast = same_runs(pin_vs_dmabuf(events, 12000, size, depth, kind))
     assert fast.counters["invalidations"] == fast.counters["refaults"] == moves
     assert fast.counters["rnr_naks"] == 0
     latency = fast.operations["latency_ps"]
@@ -288,6 +295,20 @@ def test_auto_says_why_and_runs_the_event_engine():
     quiet = []
     run_scenario(Scenario.model_validate(scenario_dict(engine="auto")), notice=quiet.append)
     assert quiet == []
+
+
+def test_auto_hands_a_crawling_solve_to_the_event_engine():
+    """READs of 64 KiB landing through a GPU node's PCIe switch: the responses' data and completion entries share
+    the NIC's link under max_rd_atomic, and blocks keep only a round or so each; auto notices and runs the
+    event engine (engine: fast keeps solving, to the same answer)."""
+    nodes = [{"name": "a", "gpus": [{"preset": "mi300x"}]}, {"name": "b"}]
+    work = [{"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["64KiB"], "iterations": 3000, "tx_depth": 16}]
+    data = scenario_dict(nodes=nodes, workload=work, engine="auto")
+    lines = []
+    auto = run_scenario(Scenario.model_validate(data), notice=lines.append)
+    assert len(lines) == 1 and "operations per block here" in lines[0] and "the event engine is faster" in lines[0]
+    fast = run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
+    pd.testing.assert_frame_equal(fast.operations, auto.operations)
 
 
 def test_fast_refuses_a_scenario_outside_its_domain():
