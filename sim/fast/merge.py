@@ -100,6 +100,9 @@ class Joined:
         local = index - bounds[part]
         fields = []
         for name in Claims.FIELDS[:-1]:
+            if name == "origin" and all(p.origin is None for p in self.parts):
+                fields.append(None)  # not followed
+                continue
             out = np.empty((len(index), DEPTH) if name == "origin" else len(index), np.int64)
             for k, p in enumerate(self.parts):
                 mine = part == k
