@@ -46,19 +46,28 @@ class Solved:
     marks: dict[tuple[int, int], dict[str, np.ndarray]]
 
 
-def exposed(bed, scenario: Scenario) -> dict[str, tuple]:
-    """What the workloads' data path reads of their MRs and QPs, by name: each MR's key state and its
-    backing's :meth:`~models.mr_backing.MrBacking.epoch`, each QP's state."""
+Item = tuple[str, str]
+"""What :func:`exposed` watches: ``("buffer", name)`` or ``("QP", "<number> on <node>")``."""
+
+
+def exposed(bed, scenario: Scenario) -> dict[Item, tuple]:
+    """What the workloads' data path reads of their MRs and QPs: each MR's key state and its backing's
+    :meth:`~models.mr_backing.MrBacking.epoch`, each QP's state."""
     names = {name for work in scenario.workload for name in (work.from_, work.to)}
     state = {}
     for name in sorted(names):
         mr = bed.registrations[name].mr
         nic = mr.pd.context.node.nic
-        state[f"buffer '{name}'"] = (mr.valid, mr.registered, nic.lookup(mr.lkey) is mr,
-                                     mr.backing.epoch() if mr.backing is not None else ())
+        state["buffer", name] = (mr.valid, mr.registered, nic.lookup(mr.lkey) is mr,
+                                 mr.backing.epoch() if mr.backing is not None else ())
     for qp in bed.qps:
-        state[f"QP {qp.qp_num} on {qp.node.name}"] = (qp.state,)
+        state["QP", f"{qp.qp_num} on {qp.node.name}"] = (qp.state,)
     return state
+
+
+def describe(items: list[Item]) -> str:
+    """``buffer 'src', QP 2 on b``."""
+    return ", ".join(f"buffer '{name}'" if kind == "buffer" else f"QP {name}" for kind, name in items)
 
 
 class Watch:
@@ -69,15 +78,15 @@ class Watch:
         self.base = exposed(bed, scenario)
         self.moves: dict[str, list[Move]] = {}
 
-    def changed(self) -> list[str]:
-        """Names whose state differs from the last accepted one."""
+    def changed(self) -> list[Item]:
+        """What differs from the last accepted state."""
         now = exposed(self.bed, self.scenario)
         return [name for name in now if now[name] != self.base[name]]
 
-    def advance(self, until_ps: int, inclusive: bool = True) -> list[str]:
+    def advance(self, until_ps: int, inclusive: bool = True) -> list[Item]:
         """Step the events due up to ``until_ps`` (at it too when ``inclusive``, as the event engine's run
         ends: its events were scheduled before the workloads' last step); stop at the first that changed what
-        the data path sees and return those names (empty: none did)."""
+        the data path sees and return what it changed (empty: none did)."""
         env = self.bed.env
         while env.peek() < until_ps or (inclusive and env.peek() == until_ps):
             env.step()
@@ -93,15 +102,15 @@ class Watch:
             env.timeout(at_ps - env.now)
             env.step()
 
-    def fold(self, changed: list[str], solved: Solved, streams) -> str | None:
+    def fold(self, changed: list[Item], solved: Solved, streams) -> str | None:
         """Accept ``changed`` as a :class:`Move` of a source buffer (making its re-fault on the testbed);
         return why not otherwise."""
         env = self.bed.env
-        name = changed[0][len("buffer '"):-1] if len(changed) == 1 and changed[0].startswith("buffer") else None
+        name = changed[0][1] if len(changed) == 1 and changed[0][0] == "buffer" else None
         backing = self.bed.registrations[name].mr.backing if name else None
         if not isinstance(backing, DmabufBacking) or backing.mode != "dmabuf" or backing.translation_valid \
                 or backing.umem.revoked or backing.zapped_at_ps <= env.now:
-            return f"scenario events changed {', '.join(changed)} at {env.now / 1e6:.3f} us"
+            return f"scenario events changed {describe(changed)} at {env.now / 1e6:.3f} us"
         zapped = backing.zapped_at_ps
         self.base = exposed(self.bed, self.scenario)  # the zap itself is accepted from here on
         for (k, _), done in solved.done.items():

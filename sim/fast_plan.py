@@ -36,13 +36,13 @@ import numpy as np
 
 from models.datapath import memory_target, plan
 from models.verbs import Opcode
-from models.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint, OpRecords
+from models.workloads import Endpoint, OpRecords
 from sim.core.errors import SimError
 from sim.fast import (Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, UndecidableOrder, UniformSeries, Wait,
                       Wake)
 from sim.fast import Finished, solve
 from sim.fast_events import Move, Solved, Watch
-from sim.run import Progress, RunResult, _endpoints, finish_run, setup_run, workload_tables
+from sim.run import Progress, RunResult, _endpoints, finish_run, inline_threshold, setup_run, workload_tables
 from sim.scenario.resolve import nic_params
 from sim.scenario.schema import Scenario, WorkloadSpec
 
@@ -84,7 +84,7 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
             spec = buffers[name]
             if spec.registration == "odp":
                 return (f"buffer '{name}' is registered with ODP: its page faults need the event engine")
-        inline = _inline(work)
+        inline = inline_threshold(work)
         for name in (work.from_, work.to) if work.kind == "write_lat" else (work.from_,):
             limit = nic_params(nodes[buffers[name].on.split(".")[0]]).max_inline
             if work.kind.startswith("write") and any(limit < s <= inline for s in work.size_list()):
@@ -164,7 +164,7 @@ def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bo
     parts: dict[tuple[int, int], list[Finished]] = {}
     short: list[int] = []
     for piece in solve(pipes.servers, pipes.groups, start_ps):
-        k, _, size = pipes.labels[piece.group]
+        k, size = pipes.labels[piece.group]
         parts.setdefault((k, size), []).append(piece)
         if progress:
             progress(len(piece.post))
@@ -187,7 +187,8 @@ def _settled(ends: list[Stream], solved: Solved) -> int:
     end = max(int(d[-1]) for d in solved.done.values())
     k, last = len(ends) - 1, ends[-1]
     if last.work.kind == "write_lat":
-        size, n = last.work.size_list()[-1], sum(last.work.iterations for _ in last.work.size_list())
+        sizes = last.work.size_list()
+        size, n = sizes[-1], last.work.iterations * len(sizes)  # the last operation is number n - 1
         marks = solved.marks[k, size]
         for label, qp, phase in (("acked", last.src.qp, 0), ("peer_acked", last.dst.qp, 1)):
             poll = int(UniformSeries.following(qp.poll_delays).take(2 * (n - 1) + phase, 2 * n)[0])
@@ -210,9 +211,9 @@ class Pipelines(NamedTuple):
 
     servers: list[Server]
     groups: list[Group]
-    labels: list[tuple[int, WorkloadSpec, int]]
-    """Per group: its workload's index, the workload and the size (a stream split where its buffer moved
-    has several groups)."""
+    labels: list[tuple[int, int]]
+    """Per group: its workload's index and the message size (a stream split where its buffer moved has
+    several groups)."""
 
 
 def streams(scenario: Scenario, bed) -> list[Stream]:
@@ -238,19 +239,12 @@ def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
         mine = (moves or {}).get(end.work.from_, [])
         for group, size in _groups(end, servers, names, mine, {s: p for (w, s), p in (posts or {}).items() if w == k}):
             groups.append(group)
-            labels.append((k, end.work, size))
+            labels.append((k, size))
     return Pipelines(names, groups, labels)
 
 
 def _stderr(message: str) -> None:
     print(message, file=sys.stderr)
-
-
-def _inline(work: WorkloadSpec) -> int:
-    """The workload's inline threshold (the rule of :func:`sim.run._process`)."""
-    if work.inline is not None:
-        return work.inline
-    return PERFTEST_WRITE_LAT_INLINE if work.kind == "write_lat" else 0
 
 
 class _Draws:
@@ -322,7 +316,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
 
     mine = UniformSeries.following(qp.poll_delays)
     theirs = UniformSeries.following(peer.poll_delays) if work.kind == "write_lat" else None
-    inline, first = _inline(work), 0
+    inline, first = inline_threshold(work), 0
     for size in work.size_list():
         if work.kind == "write_lat":  # (moves of its buffers never reach here: each end is also a responder)
             fits = size <= inline

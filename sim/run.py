@@ -78,9 +78,16 @@ def _endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoin
     return pairs
 
 
+def inline_threshold(work: WorkloadSpec) -> int:
+    """The largest WRITE the workload posts inline (bytes): its ``inline``, else perftest's default (only
+    ``ib_write_lat`` inlines by default)."""
+    if work.inline is not None:
+        return work.inline
+    return PERFTEST_WRITE_LAT_INLINE if work.kind == "write_lat" else 0
+
+
 def _process(env, work: WorkloadSpec, pairs: list[tuple[Endpoint, Endpoint]], size: int):
-    inline = work.inline if work.inline is not None else (PERFTEST_WRITE_LAT_INLINE if work.kind == "write_lat"
-                                                           else 0)
+    inline = inline_threshold(work)
     if work.kind.endswith("_bw"):
         opcode = Opcode.RDMA_WRITE if work.kind == "write_bw" else Opcode.RDMA_READ
         streams = [bandwidth(env, opcode, src, dst, size, work.iterations, work.tx_depth, inline)

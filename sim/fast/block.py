@@ -55,7 +55,7 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     # Without shared servers or drawn delays before claims, later operations never come first anywhere (unless
     # they take other steps: a continuation starts after the block).
     g, _, hi = spans[-1]
-    switching = hi == problem.groups[g].ops and g + 1 < len(problem.groups) and problem.groups[g + 1].first
+    switching = hi == problem.groups[g].ops and problem.continued[g]
     alone = not switching and not shared and not any(problem.varied[g][k] for g, _, _ in spans
                                                      for k in problem.claim_steps[g])
     kept = _kept(spans, outs, horizon, everything=disagree == NEVER and alone)
@@ -210,8 +210,10 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                 moved[pos] = rec
                 continue
             shift = np.where(now.head > out.post + alone, np.maximum(post + alone - now.head, 0), post - out.post)
+            origin = (None if now.origin is None
+                      else np.where(now.origin == UNKNOWN, UNKNOWN, now.origin + shift[:, None]))
             rec = Record(now.server, pos, now.seq0, now.wake + shift, now.created + shift, now.head + shift,
-                         now.not_before + shift, now.service, None if now.origin is None else np.where(now.origin == UNKNOWN, UNKNOWN, now.origin + shift[:, None]))
+                         now.not_before + shift, now.service, origin)
             moved[pos] = used if used is not None and rec.same_inputs(used) else rec
     return moved
 
@@ -286,7 +288,7 @@ def _next_post(problem, spans, slices: list[SliceIn], outs: list[SliceOut]) -> i
     """The post time of the first operation after the block: no claim of a later operation comes earlier."""
     g, lo, hi = spans[-1]
     out, group = outs[-1], problem.groups[g]
-    if hi == group.ops and not (g + 1 < len(problem.groups) and problem.groups[g + 1].first):
+    if hi == group.ops and not problem.continued[g]:
         return int(out.done[-1]) if g + 1 < len(problem.groups) else NEVER
     if hi < group.window:
         return int(out.post[0])

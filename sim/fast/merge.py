@@ -35,9 +35,9 @@ class Claims:
     seq: np.ndarray
     """Operation sequence number of each claim."""
     origin: np.ndarray | None
-    """Per claim (rows of :data:`DEPTH`; None: not followed): when the event that woke the process creating the claim's event was
-    created, then the one that woke that process's creator, and so on (:data:`UNKNOWN` from where the core
-    did not follow them). Orders equal keys of different positions."""
+    """Per claim (rows of :data:`DEPTH`; None: not followed): when the event that woke the process creating
+    the claim's event was created, then the one that woke that process's creator, and so on (:data:`UNKNOWN`
+    from where the core did not follow them). Orders equal keys of different positions."""
     finish: np.ndarray | None = None
 
     FIELDS = ("wake", "created", "head", "not_before", "service", "pos", "seq", "origin", "finish")
@@ -144,7 +144,8 @@ def key_order(claims: Claims | Joined) -> tuple[np.ndarray, int | None, bool]:
         differ = rows[1:] != rows[:-1]
         where = differ.argmax(axis=1)  # unknown origins are a suffix: the first difference must be known
         pairs = np.arange(len(where))
-        if not (differ.any(axis=1) & (rows[:-1][pairs, where] != UNKNOWN) & (rows[1:][pairs, where] != UNKNOWN)).all():
+        known = (rows[:-1][pairs, where] != UNKNOWN) & (rows[1:][pairs, where] != UNKNOWN)
+        if not (differ.any(axis=1) & known).all():
             tie = int(wake[a]) if tie is None else min(tie, int(wake[a]))
             continue
         order[a:b] = order[a:b][rank]

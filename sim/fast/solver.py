@@ -110,6 +110,8 @@ class Problem:
         self.idle_claims: dict[int, dict[int, int]] = {}
         """Per group and shared position, once seen: the time from post to the claim with every server free,
         where that is one constant (ps)."""
+        self.continued = [bool(later.first) for later in self.groups[1:]] + [False]
+        """Per group: the next group continues its stream (:attr:`sim.fast.steps.Group.first`)."""
         firsts = [g.first for g in self.groups] + [0]
         self.seq_base = (np.cumsum([0] + [g.ops - g.first for g in self.groups]) - firsts).tolist()
         """Per group: the event-sequence number of its operation 0 (a continuation's numbers follow on)."""
@@ -172,7 +174,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
             group, lo = g, first + n
             if lo == problem.groups[g].ops:
                 done = history.pop(g, None)
-                if g + 1 < len(problem.groups) and problem.groups[g + 1].first:  # the stream goes on
+                if problem.continued[g]:  # the stream goes on
                     history[g + 1] = _History(done.done, done.created, done.released)
                 else:
                     start.update(_starts(problem, g + 1, int(out.done[n - 1])))
@@ -196,7 +198,7 @@ def _slices(problem: Problem, group: int, lo: int, size: int, reach: int) -> lis
 def _starts(problem: Problem, group: int, start_ps: int) -> dict[int, int]:
     """The start of ``group``'s stream: its own and that of every group continuing it (ps)."""
     out = {group: start_ps}
-    while group + 1 < len(problem.groups) and problem.groups[group + 1].first:
+    while group < len(problem.groups) and problem.continued[group]:
         group += 1
         out[group] = start_ps
     return out

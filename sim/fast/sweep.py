@@ -260,7 +260,8 @@ class Pass:
                 if held.any():
                     origin, created = _slept(held, wake, created, origin)
                     wake = np.where(held, end, wake)
-                    head, tail = np.where(held, np.maximum(head, end), head), np.where(held, np.maximum(tail, end), tail)
+                    head = np.where(held, np.maximum(head, end), head)
+                    tail = np.where(held, np.maximum(tail, end), tail)
             return head, tail, wake, created, origin
         t = wake + self.slice.draws[step.draws]  # Wait
         return t, t, t, wake, _deeper(created, origin)

@@ -27,19 +27,13 @@ PRESETS = {
 }
 
 
-def both(data: dict) -> tuple:
-    """The run under each engine (operations and summary tables)."""
-    out = []
-    for engine in ("event", "fast"):
-        result = run_scenario(Scenario.model_validate({**data, "engine": engine}))
-        out.append((result.operations, result.summary))
-    return tuple(out)
-
-
-def assert_same(data: dict) -> None:
-    (ops_event, sum_event), (ops_fast, sum_fast) = both(data)
-    pd.testing.assert_frame_equal(ops_fast, ops_event)
-    pd.testing.assert_frame_equal(sum_fast, sum_event)
+def same_runs(data: dict) -> list:
+    """The run under each engine; every table and counter identical."""
+    results = [run_scenario(Scenario.model_validate({**data, "engine": engine})) for engine in ("event", "fast")]
+    for table in ("operations", "summary", "events", "registrations"):
+        pd.testing.assert_frame_equal(getattr(results[1], table), getattr(results[0], table))
+    assert results[1].counters == results[0].counters
+    return results
 
 
 def two_nodes(preset: str, poll: str = "40ns", **nic) -> dict:
@@ -54,7 +48,7 @@ def test_bandwidth_equals_event_engine(preset, kind):
     work = [{"kind": kind, "from": "src", "to": "dst", "sizes": sizes, "iterations": n, "tx_depth": depth}
             for sizes, n, depth in (([1, 64, 220, 4096], 2500, 128), ([16384, 65536], 1200, 16),
                                     ([2, 1 << 20], 150, 1), ([256, 4096], 4000, 512), ([512], 3000, 2))]
-    assert_same(scenario_dict(seed=11, workload=work, **two_nodes(preset)))
+    same_runs(scenario_dict(seed=11, workload=work, **two_nodes(preset)))
 
 
 @pytest.mark.parametrize("preset", ["cx7-gen5-400G", "cx5-gen3x8-100G-roce"])
@@ -62,7 +56,7 @@ def test_latency_workloads_equal_event_engine(preset):
     work = [{"kind": "write_lat", "from": "src", "to": "dst", "sizes": [2, 220, 221, 4096, 1 << 20], "iterations": 150},
             {"kind": "read_lat", "from": "src", "to": "dst", "sizes": [2, 4096, 1 << 20], "iterations": 150},
             {"kind": "write_lat", "from": "src", "to": "dst", "sizes": [64], "iterations": 200, "inline": 0}]
-    assert_same(scenario_dict(seed=4, workload=work, **two_nodes(preset)))
+    same_runs(scenario_dict(seed=4, workload=work, **two_nodes(preset)))
 
 
 def test_inline_writes_and_mixed_workloads_equal_event_engine():
@@ -71,7 +65,7 @@ def test_inline_writes_and_mixed_workloads_equal_event_engine():
             {"kind": "write_lat", "from": "src", "to": "dst", "sizes": [2, 8192], "iterations": 100},
             {"kind": "read_bw", "from": "src", "to": "dst", "sizes": [2048], "iterations": 900, "tx_depth": 256},
             {"kind": "read_lat", "from": "dst", "to": "src", "sizes": [64], "iterations": 100}]
-    assert_same(scenario_dict(seed=9, workload=work, **two_nodes("cx7-gen5-400G", poll="7ns")))
+    same_runs(scenario_dict(seed=9, workload=work, **two_nodes("cx7-gen5-400G", poll="7ns")))
 
 
 @pytest.mark.parametrize("tags", [2, 16])
@@ -81,7 +75,7 @@ def test_read_tags_and_several_engines_equal_event_engine(tags):
         node["pcie"] = {**node["pcie"], "read_tags": tags, "read_latency": "900ns"}
     work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [64, 4096, 65536], "iterations": 600,
              "tx_depth": 64} for kind in ("write_bw", "read_bw", "write_lat", "read_lat")]
-    assert_same(scenario_dict(workload=work, **nodes))
+    same_runs(scenario_dict(workload=work, **nodes))
 
 
 @pytest.mark.parametrize("layout", ["switch", "root_complex", "cross_socket"])
@@ -99,7 +93,7 @@ def test_gpu_buffers_equal_event_engine(layout, mode):
             for kind in ("write_bw", "read_bw") for to in ("dst", "host")]
     work += [{"kind": kind, "from": "src", "to": "dst", "sizes": [8, 65536], "iterations": 80}
              for kind in ("write_lat", "read_lat")]
-    assert_same(scenario_dict(seed=6, nodes=nodes, buffers=buffers, workload=work))
+    same_runs(scenario_dict(seed=6, nodes=nodes, buffers=buffers, workload=work))
 
 
 def test_link_flaps_are_stall_intervals_on_both_engines():
@@ -110,22 +104,11 @@ def test_link_flaps_are_stall_intervals_on_both_engines():
              {"at": "2ms", "kind": "link-flap", "node": "b", "duration": "300us"},
              {"at": "900ms", "kind": "link-flap", "node": "b", "duration": "1us"}]  # after the run: not reached
     data = scenario_dict(workload=work, events=flaps)
-    results = [run_scenario(Scenario.model_validate({**data, "engine": engine})) for engine in ("event", "fast")]
-    for table in ("operations", "summary", "events"):
-        pd.testing.assert_frame_equal(getattr(results[1], table), getattr(results[0], table))
+    results = same_runs(data)
     assert list(results[1].events["outcome"].str.split(":").str[0]) == [
         "link down for 50.000 us", "link down for 300.000 us", "not reached"]
     calm = run_scenario(Scenario.model_validate({**data, "events": [], "engine": "fast"}))
     assert results[1].operations["completed_ps"].max() > calm.operations["completed_ps"].max() + 200_000_000
-
-
-def same_runs(data: dict) -> list:
-    """The run under each engine; every table and counter identical."""
-    results = [run_scenario(Scenario.model_validate({**data, "engine": engine})) for engine in ("event", "fast")]
-    for table in ("operations", "summary", "events", "registrations"):
-        pd.testing.assert_frame_equal(getattr(results[1], table), getattr(results[0], table))
-    assert results[1].counters == results[0].counters
-    return results
 
 
 def test_events_that_leave_the_workloads_alone_run_on_the_fast_engine():
@@ -236,7 +219,7 @@ def test_an_event_before_a_ping_pongs_last_acknowledgement_is_reached_on_both_en
 def test_blueflame_off_is_exact_on_the_fast_engine():
     work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [64, 4096], "iterations": 300, "tx_depth": 32}
             for kind in ("write_bw", "read_bw", "write_lat")]
-    assert_same(scenario_dict(workload=work, **two_nodes("cx6-gen4-200G-mps512", blueflame=False)))
+    same_runs(scenario_dict(workload=work, **two_nodes("cx6-gen4-200G-mps512", blueflame=False)))
 
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -261,7 +244,7 @@ def test_random_scenarios_equal_event_engine(nic, mps, rate, latency, poll, kind
                    {"name": "dst", "on": "b.host", "size": "8MiB"}]
     work = {"kind": kind, "from": "src", "to": "dst", "sizes": sizes, "iterations": iterations, "tx_depth": depth}
     data = scenario_dict(seed=seed, nodes=nodes, fabric={"rate": rate, "latency": f"{latency}ns"}, workload=[work])
-    assert_same(data | ({"buffers": buffers} if buffers else {}))
+    same_runs(data | ({"buffers": buffers} if buffers else {}))
 
 
 def test_domain_reasons():

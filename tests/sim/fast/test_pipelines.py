@@ -163,7 +163,8 @@ def test_a_continuation_must_follow_its_stream():
     steps = (Claim(0, 100), Rebase(True))
     gated = (Gate(1, "x"), Claim(0, 100, label="x"), Rebase(True))
     for groups in ([Group(steps, 5, 2, first=3)], [Group(steps, 3, 2), Group(steps, 5, 4, first=3)],
-                   [Group(steps, 3, 2), Group(steps, 3, 2, first=3)], [Group(steps, 3, 2), Group(gated, 5, 2, first=3)]):
+                   [Group(steps, 3, 2), Group(steps, 3, 2, first=3)],
+                   [Group(steps, 3, 2), Group(gated, 5, 2, first=3)]):
         with pytest.raises(ValueError, match="continues from operation 3"):
             list(solve([Server("a")], groups))
 
