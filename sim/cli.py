@@ -220,10 +220,11 @@ def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdm
 
 
 @app.command()
-def repro(manifest: Annotated[Path, typer.Argument(help="A results directory's manifest.json.",
-                                                  show_default=False)]) -> None:
-    """Re-run a result from its manifest (scenario, variants, seed) and check its outputs are bit-identical;
-    exit 1 if they differ."""
+def repro(manifest: Annotated[Path, typer.Argument(help="A results directory, or its manifest.json.",
+                                                  show_default=False, metavar="PATH")]) -> None:
+    """Verify a results directory against its manifest (the manifest's own consistency, the files' hashes),
+    re-run it (every variant, the recorded seed and engine) and check its outputs are bit-identical to both;
+    exit 1 if anything differs, 2 if the manifest is malformed."""
     from sim.repro import reproduce
 
     try:
