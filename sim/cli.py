@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import Enum
 import time
@@ -16,7 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sim.core.errors import ConfigError, SimError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="rdmasim: simulate RDMA memory registration, NICs, PCIe and GPU memory.")
 err = Console(stderr=True)
 
@@ -266,6 +267,18 @@ def schema() -> None:
     sys.stdout.write(json.dumps(Scenario.model_json_schema(by_alias=True), indent=1) + "\n")
 
 
+INTERNAL_ERROR = 70
+"""Exit status of an unexpected exception (EX_SOFTWARE): a bug in rdmasim, not a problem with the input."""
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. An unexpected exception is a bug: it is reported in one line with exit
+    status 70, and ``RDMASIM_TRACEBACK=1`` shows its traceback."""
+    try:
+        app()
+    except Exception as exc:
+        if os.environ.get("RDMASIM_TRACEBACK"):
+            raise
+        typer.echo(f"rdmasim: internal error: {type(exc).__name__}: {exc} (a bug in rdmasim, not in the input; "
+                   "run again with RDMASIM_TRACEBACK=1 to see where)", err=True)
+        raise SystemExit(INTERNAL_ERROR) from None
