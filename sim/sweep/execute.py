@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Iterator
 
@@ -22,8 +23,8 @@ Finished = Iterator[tuple[RunSpec, pd.DataFrame]]
 
 
 def execute(run: RunSpec) -> pd.DataFrame:
-    """Simulate one run; one row per (workload, size): perftest's summary columns, latency percentiles,
-    registration time, pinned bytes and protocol counters. A run that fails the way a simulation can
+    """Simulate one run; one row per (workload, size): perftest's summary columns (``errors_by_status`` as
+    JSON text), latency percentiles, registration time, pinned bytes and protocol counters. A run that fails the way a simulation can
     (e.g. a registration refused with ENOMEM) gives one row with ``status`` 'failed' and the message."""
     try:
         result = run_scenario(run.scenario, run.seed, variant=run.variant)
@@ -35,6 +36,7 @@ def execute(run: RunSpec) -> pd.DataFrame:
         mine = ops[(ops["workload"] == perftest["workload"]) & (ops["bytes"] == perftest["bytes"])]
         part = dataclasses.replace(result, operations=mine, summary=pd.DataFrame([perftest]))
         extra = comparison_table([part]).iloc[0].to_dict()
+        perftest["errors_by_status"] = json.dumps(perftest["errors_by_status"])  # Parquet needs one type
         rows.append({"key": run.key, "status": "ok", "error": None, **perftest,
                      **{k: v for k, v in extra.items() if k not in perftest}})
     return pd.DataFrame(rows).drop(columns="variant")
