@@ -223,23 +223,31 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
           workers: Annotated[Optional[int], typer.Option(min=1, help="Worker processes (default: one per "
                                                                      "CPU).")] = None,
           scheduler: Annotated[Optional[str], typer.Option(help="A running dask scheduler, e.g. "
-                                                                "tcp://host:8786 (implies --executor dask).")] = None
+                                                                "tcp://host:8786 (implies --executor dask).")] = None,
+          retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also run again the runs stored as "
+                                                     "failed (a resumed sweep skips them otherwise).")] = False
           ) -> None:
-    """Run a parameter sweep; each finished run is stored at once, so running it again resumes."""
+    """Run a parameter sweep; each finished run (failed or not) is stored at once, so running it again resumes."""
     from sim.sweep import load_sweep, run_sweep
 
     try:
         target = out_dir or Path("results") / load_sweep(file).sweep.name
         result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
-                           scheduler=scheduler)
+                           scheduler=scheduler, retry_failed=retry_failed)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
     shown = [c for c in result.table.columns if c in ("run", "variant", "status", "bytes", "bw_avg_Gbps",
              "t_typical_us", "p99_9_us", "pinned_bytes", "evictions") or "." in c]
     sys.stdout.write(result.table[shown].to_string(index=False) + "\n")
-    typer.echo(f"wrote {target}: {result.ran} runs simulated, {result.skipped} already stored, "
-               f"{result.failed} failed", err=True)
+    for path in result.damaged:
+        typer.echo(f"{path}: unreadable (empty or cut short): its run was simulated again", err=True)
+    for row in result.table[result.table["status"] == "failed"].itertuples():
+        typer.echo(f"{target}: run {row.run} failed: {row.error}", err=True)
+    retried = f" ({result.retried} of them failed before)" if result.retried else ""
+    hint = " (--retry-failed runs them again)" if result.failed and not retry_failed else ""
+    typer.echo(f"wrote {target}: {result.ran} runs simulated{retried}, {result.skipped} already stored, "
+               f"{result.failed} failed{hint}", err=True)
 
 
 @app.command()
