@@ -28,7 +28,7 @@ NO_DATA = "no successful work requests"
 """What a figure says across its middle when nothing it would plot succeeded."""
 
 
-def _measured(axes, values) -> bool:
+def measured(axes, values) -> bool:
     """True when ``values`` holds a finite number; else write :data:`NO_DATA` across each of ``axes``."""
     if np.isfinite(np.asarray(values, dtype=float)).any():
         return True
@@ -69,7 +69,7 @@ def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]
     ax.set_ylabel("average bandwidth (Gb/s)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"{title}: bandwidth vs. message size")
-    if _measured([ax], data["bw_avg_Gbps"]):
+    if measured([ax], data["bw_avg_Gbps"]):
         ax.legend()
     fig.tight_layout()
     return save(fig, data, directory, "bw_vs_size")
@@ -86,7 +86,7 @@ def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[
         ax.fill_between(rows["bytes"], rows["t_min_us"], rows["p99_9_us"], color=line.get_color(), alpha=0.2,
                         label=f"{label} (min..p99.9)")
     _size_axis(ax, data["bytes"])
-    if _measured([ax], data["t_typical_us"]):
+    if measured([ax], data["t_typical_us"]):
         ax.set_yscale("log")
         ax.legend()
     ax.set_ylabel("latency (us)")
@@ -135,7 +135,7 @@ def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[P
     data = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=CDF_COLUMNS)
     left.set(xlabel="latency (us)", ylabel="fraction of operations", title="CDF")
     right.set(xlabel="latency (us)", ylabel="fraction at least this slow", title="tail")
-    if _measured([left, right], data["latency_us"]):
+    if measured([left, right], data["latency_us"]):
         left.set(xscale="log")
         right.set(xscale="log", yscale="log")
         left.legend(fontsize=8)

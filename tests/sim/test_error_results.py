@@ -159,3 +159,17 @@ def test_a_figure_without_successful_work_requests_says_so(tmp_path, monkeypatch
     success = run_scenario(_scenario(ALL_FAIL.split("events:")[0]))
     getattr(figures, draw)(success.operations if draw == "latency_cdf" else success.summary, tmp_path, "ok")
     assert not [t for ax in drawn[1].axes for t in ax.texts]
+
+
+def test_the_mode_comparison_recipe_marks_the_panels_nothing_was_measured_for(tmp_path, monkeypatch):
+    import sim.plot.recipes as recipes
+    from sim.results import write_results
+
+    out = write_results(run_scenario(_scenario(ALL_FAIL)), tmp_path / "res")
+    drawn = []
+    monkeypatch.setattr(recipes, "save", lambda fig, *a: (drawn.append(fig), figures.save(fig, *a))[1])
+    recipes.plot(out, "mode_comparison", tmp_path / "figs")
+    notes = {ax.get_title(): [t.get_text() for t in ax.texts if t.get_text() == figures.NO_DATA]
+             for ax in drawn[0].axes}
+    assert notes["average bandwidth (Gb/s)"] and notes["p99.9 latency (us)"]
+    assert not notes["registration time (ms)"] and not notes["pinned memory (GiB)"]
