@@ -46,6 +46,9 @@ BW_HEADER = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   
 LAT_HEADER = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
               "   99% percentile[usec]   99.9% percentile[usec]")
 
+NOTHING_MEASURED = "no work request succeeded: nothing measured"
+"""Printed in place of a row's rates or latencies when none of its work requests succeeded."""
+
 
 def format_summary(summary) -> str:
     """perftest's report layout (as with --report_gbits), one block per workload; a size where no work request
@@ -74,9 +77,6 @@ def format_summary(summary) -> str:
     return "\n".join(blocks)
 
 
-NOTHING_MEASURED = "no work request succeeded: nothing measured"
-
-
 def _error_counts(by_status) -> str:
     """Summary rows' ``errors_by_status`` added up, most frequent first: '97 IBV_WC_WR_FLUSH_ERR, 3 ...'."""
     total: dict[str, int] = {}
@@ -103,8 +103,12 @@ def strict_failures(results) -> list[str]:
     summary = pd.concat([r.summary for r in results], ignore_index=True)
     errors = int(summary["errors"].sum())
     failed = sum(sum(event_failed(o) for o in r.events["outcome"]) for r in results)
-    return ([f"{errors} work requests completed in error ({_error_counts(summary['errors_by_status'])})"]
-            * bool(errors) + [f"{failed} event(s) failed"] * bool(failed))
+    reasons = []
+    if errors:
+        reasons.append(f"{errors} work requests completed in error ({_error_counts(summary['errors_by_status'])})")
+    if failed:
+        reasons.append(f"{failed} event(s) failed")
+    return reasons
 
 
 @app.command()
@@ -229,6 +233,7 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
           ) -> None:
     """Run a parameter sweep; each finished run (failed or not) is stored at once, so running it again resumes."""
     from sim.sweep import load_sweep, run_sweep
+    from sim.sweep.store import FAILED
 
     try:
         target = out_dir or Path("results") / load_sweep(file).sweep.name
@@ -242,7 +247,7 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
     sys.stdout.write(result.table[shown].to_string(index=False) + "\n")
     for path in result.damaged:
         typer.echo(f"{path}: unreadable (empty or cut short): its run was simulated again", err=True)
-    for row in result.table[result.table["status"] == "failed"].itertuples():
+    for row in result.table[result.table["status"] == FAILED].itertuples():
         typer.echo(f"{target}: run {row.run} failed: {row.error}", err=True)
     retried = f" ({result.retried} of them failed before)" if result.retried else ""
     hint = " (--retry-failed runs them again)" if result.failed and not retry_failed else ""
