@@ -47,9 +47,13 @@ BW_HEADER = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   
 LAT_HEADER = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
               "   99% percentile[usec]   99.9% percentile[usec]")
 
+NOTHING_MEASURED = "no work request succeeded: nothing measured"
+"""Printed in place of a row's rates or latencies when none of its work requests succeeded."""
+
 
 def format_summary(summary) -> str:
-    """perftest's report layout (as with --report_gbits), one block per workload."""
+    """perftest's report layout (as with --report_gbits), one block per workload; a size where no work request
+    succeeded says so instead of printing rates, and errors are counted per ``ibv_wc_status``."""
     blocks = []
     for (variant, label), rows in summary.groupby(["variant", "workload"], sort=False):
         kind = rows["kind"].iloc[0]
@@ -57,19 +61,55 @@ def format_summary(summary) -> str:
         if kind.endswith("_bw"):
             lines.append(BW_HEADER)
             for r in rows.itertuples():
-                lines.append(f" {r.bytes:<10d} {r.iterations:<10d}     {r.bw_peak_Gbps:<18.2f} "
-                             f"{r.bw_avg_Gbps:<20.2f} {r.msg_rate_Mpps:.6f}")
+                lines.append(f" {r.bytes:<10d} {r.iterations:<10d}     " + (
+                    NOTHING_MEASURED if pd.isna(r.bw_avg_Gbps) else
+                    f"{r.bw_peak_Gbps:<18.2f} {r.bw_avg_Gbps:<20.2f} {r.msg_rate_Mpps:.6f}"))
         else:
             lines.append(LAT_HEADER)
             for r in rows.itertuples():
-                lines.append(f" {r.bytes:<6d} {r.iterations:<10d}  {r.t_min_us:<14.2f} {r.t_max_us:<12.2f} "
-                             f"{r.t_typical_us:<18.2f} {r.t_avg_us:<16.2f} {r.t_stdev_us:<15.2f} "
-                             f"{r.p99_us:<22.2f} {r.p99_9_us:.2f}")
+                lines.append(f" {r.bytes:<6d} {r.iterations:<10d}  " + (
+                    NOTHING_MEASURED if pd.isna(r.t_typical_us) else
+                    f"{r.t_min_us:<14.2f} {r.t_max_us:<12.2f} {r.t_typical_us:<18.2f} {r.t_avg_us:<16.2f} "
+                    f"{r.t_stdev_us:<15.2f} {r.p99_us:<22.2f} {r.p99_9_us:.2f}"))
         if rows["errors"].any():
-            lines.append(f" work requests completed in error: {int(rows['errors'].sum())}")
+            lines.append(f" work requests completed in error: {_error_counts(rows['errors_by_status'])}")
         lines.append(RULE)
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
+
+
+def _error_counts(by_status) -> str:
+    """Summary rows' ``errors_by_status`` added up, most frequent first: '97 IBV_WC_WR_FLUSH_ERR, 3 ...'."""
+    total: dict[str, int] = {}
+    for counts in by_status:
+        for name, n in counts.items():
+            total[name] = total.get(name, 0) + n
+    return ", ".join(f"{n} {name}" for name, n in sorted(total.items(), key=lambda item: -item[1]))
+
+
+def format_events(events) -> str:
+    """The scenario events' outcomes, one line each: time since the first post (ms), variant, kind, target."""
+    from sim.events import BOOKKEEPING_KINDS
+
+    shown = events[~events["kind"].isin(BOOKKEEPING_KINDS)]
+    lines = [f" {r.time_ms:10.3f} ms  " + ("" if r.variant == "base" else f"[{r.variant}] ")
+             + f"{r.kind} on {r.target}: {r.outcome}" for r in shown.itertuples()]
+    return "\n".join([" events:", *lines]) if lines else ""
+
+
+def strict_failures(results) -> list[str]:
+    """What ``--strict`` refuses in finished runs: completions other than IBV_WC_SUCCESS, failed events."""
+    from sim.events import event_failed
+
+    summary = pd.concat([r.summary for r in results], ignore_index=True)
+    errors = int(summary["errors"].sum())
+    failed = sum(sum(event_failed(o) for o in r.events["outcome"]) for r in results)
+    reasons = []
+    if errors:
+        reasons.append(f"{errors} work requests completed in error ({_error_counts(summary['errors_by_status'])})")
+    if failed:
+        reasons.append(f"{failed} event(s) failed")
+    return reasons
 
 
 @app.command()
@@ -82,8 +122,11 @@ def run(scenario: ScenarioPath,
                                                              "open in ui.perfetto.dev).")] = False,
         engine: Annotated[Optional[Engine], typer.Option(
             help="Override the scenario's engine (auto says on stderr why it falls back to event).")] = None,
+        strict: Annotated[bool, typer.Option("--strict", help="Exit 1 (after writing the results) if any work "
+                                             "request completed in error or any event failed.")] = False,
         ) -> None:
-    """Run a scenario: print perftest-style tables; write metrics, summary, manifest and figures."""
+    """Run a scenario: print perftest-style tables and the events' outcomes; write metrics, summary, manifest
+    and figures."""
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
 
@@ -110,14 +153,20 @@ def run(scenario: ScenarioPath,
         raise typer.Exit(1)
     path = write_results(results, target, raw, trace=trace)
     if not quiet:
-        from sim.compare import comparison_table
+        from sim.compare import comparison_table, event_times
 
         summary = pd.concat([r.summary for r in results], ignore_index=True)
         sys.stdout.write(format_summary(summary) + "\n")
+        events = format_events(pd.concat([event_times(r) for r in results], ignore_index=True))
+        if events:
+            sys.stdout.write(events + "\n")
         if len(variants) > 1:
             sys.stdout.write("\n" + comparison_table(results).to_string(index=False) + "\n")
     typer.echo(f"wrote {path} ({time.perf_counter() - started:.1f} s)", err=True)
-    if failures:
+    refused = strict_failures(results) if strict else []
+    for reason in refused:
+        typer.echo(f"{scenario}: --strict: {reason}", err=True)
+    if failures or refused:
         raise typer.Exit(1)
 
 
@@ -179,23 +228,32 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
           workers: Annotated[Optional[int], typer.Option(min=1, help="Worker processes (default: one per "
                                                                      "CPU).")] = None,
           scheduler: Annotated[Optional[str], typer.Option(help="A running dask scheduler, e.g. "
-                                                                "tcp://host:8786 (implies --executor dask).")] = None
+                                                                "tcp://host:8786 (implies --executor dask).")] = None,
+          retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also run again the runs stored as "
+                                                     "failed (a resumed sweep skips them otherwise).")] = False
           ) -> None:
-    """Run a parameter sweep; each finished run is stored at once, so running it again resumes."""
+    """Run a parameter sweep; each finished run (failed or not) is stored at once, so running it again resumes."""
     from sim.sweep import load_sweep, run_sweep
+    from sim.sweep.store import FAILED
 
     try:
         target = out_dir or Path("results") / load_sweep(file).sweep.name
         result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
-                           scheduler=scheduler)
+                           scheduler=scheduler, retry_failed=retry_failed)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
     shown = [c for c in result.table.columns if c in ("run", "variant", "status", "bytes", "bw_avg_Gbps",
              "t_typical_us", "p99_9_us", "pinned_bytes", "evictions") or "." in c]
     sys.stdout.write(result.table[shown].to_string(index=False) + "\n")
-    typer.echo(f"wrote {target}: {result.ran} runs simulated, {result.skipped} already stored, "
-               f"{result.failed} failed", err=True)
+    for path in result.damaged:
+        typer.echo(f"{path}: unreadable (empty or cut short): its run was simulated again", err=True)
+    for row in result.table[result.table["status"] == FAILED].itertuples():
+        typer.echo(f"{target}: run {row.run} failed: {row.error}", err=True)
+    retried = f" ({result.retried} of them failed before)" if result.retried else ""
+    hint = " (--retry-failed runs them again)" if result.failed and not retry_failed else ""
+    typer.echo(f"wrote {target}: {result.ran} runs simulated{retried}, {result.skipped} already stored, "
+               f"{result.failed} failed{hint}", err=True)
 
 
 @app.command()

@@ -36,7 +36,7 @@ import numpy as np
 
 from models.datapath import memory_target, plan
 from models.verbs import Opcode
-from models.workloads import Endpoint, OpRecords
+from models.workloads import Endpoint, OpRecords, succeeded
 from sim.core.errors import SimError
 from sim.fast import (Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, UndecidableOrder, UniformSeries, Wait,
                       Wake)
@@ -149,7 +149,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         for size in end.work.size_list():
             post, done = solved.posts[k, size], solved.done[k, size]
             latency = (done - post) // 2 if end.work.kind == "write_lat" else done - post
-            frame, row = workload_tables(end.work, size, OpRecords(post, done, latency, np.ones(len(post), bool)),
+            frame, row = workload_tables(end.work, size, OpRecords(post, done, latency, succeeded(len(post))),
                                          variant)
             op_frames.append(frame)
             summaries.append(row)

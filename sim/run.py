@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models.verbs import Opcode, ibv_create_cq, ibv_create_qp
+from models.verbs import WC_STATUS_NAMES, Opcode, WcStatus, ibv_create_cq, ibv_create_qp
 from models.workloads import (PERFTEST_WRITE_LAT_INLINE, Endpoint, bandwidth, concurrent, read_latency,
                               write_latency)
 from sim.build import Testbed, build
@@ -146,22 +146,30 @@ def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testb
 
 
 def workload_tables(work: WorkloadSpec, size: int, records, variant: str) -> tuple[pd.DataFrame, dict]:
-    """The per-operation rows and the perftest summary row of one (workload, size)."""
-    label, rows = work.name or work.kind, len(records.ok)
+    """The per-operation rows and the perftest summary row of one (workload, size).
+
+    Each row's ``status`` is its completion's ``ibv_wc_status`` name (``ok``: it is IBV_WC_SUCCESS); the summary
+    row counts the ``errors`` and, in ``errors_by_status``, how many completed with each error status. Only
+    work requests that succeeded are measured (a row where none did has NaN in perftest's columns).
+    """
+    label, rows, ok = work.name or work.kind, len(records.status), records.ok
     qp = np.zeros(rows, dtype=np.int64) if records.qp is None else records.qp
     frame = pd.DataFrame({
         "variant": _label(variant, rows), "workload": _label(label, rows), "kind": _label(work.kind, rows),
         "bytes": size, "qp": qp, "iteration": np.tile(np.arange(work.iterations), work.qps),
         "posted_ps": records.posted_ps, "completed_ps": records.completed_ps, "latency_ps": records.latency_ps,
-        "ok": records.ok})
+        "ok": ok, "status": pd.Categorical.from_codes(records.status, categories=WC_STATUS_NAMES)})
+    counts = np.bincount(records.status, minlength=len(WC_STATUS_NAMES))
     row = {"variant": variant, "workload": label, "kind": work.kind, "bytes": size,
-           "iterations": work.iterations, "errors": int((~records.ok).sum())}
+           "iterations": work.iterations, "errors": int((~ok).sum()),
+           "errors_by_status": {WC_STATUS_NAMES[v]: int(n) for v, n in enumerate(counts)
+                                if n and v != WcStatus.SUCCESS.value}}
     if work.kind.endswith("_bw"):
         order = np.argsort(records.posted_ps, kind="stable")  # every QP's operations in posting order
         row |= bandwidth_summary(size, records.posted_ps[order], records.completed_ps[order],
-                                 work.tx_depth * work.qps, records.ok[order])
+                                 work.tx_depth * work.qps, ok[order])
     else:
-        row |= latency_summary(records.latency_ps)
+        row |= latency_summary(records.latency_ps[ok])
     return frame, row
 
 
