@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import contextmanager
 from enum import Enum
 import time
 from pathlib import Path
@@ -71,10 +72,29 @@ def format_summary(summary) -> str:
     return "\n".join(blocks)
 
 
+OutOption = Annotated[Optional[str], typer.Option("--out", show_default=False, help="Results directory "
+                                                "(default: results/<name>): a new or empty directory, or "
+                                                "earlier results with --force.")]
+ForceOption = Annotated[bool, typer.Option("--force", help="Replace the earlier rdmasim results in --out (only "
+                                                           "if every file there is one rdmasim wrote).")]
+
+
+@contextmanager
+def _output_refused():
+    """Turn an output path sim.outdir refuses into its one-line message and exit code 2."""
+    from sim.outdir import OutputError
+
+    try:
+        yield
+    except OutputError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def run(scenario: ScenarioPath,
-        out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results directory "
-                                                        "(default: results/<scenario name>).")] = None,
+        out_dir: OutOption = None,
+        force: ForceOption = False,
         seed: Annotated[Optional[int], typer.Option(help="Override the scenario's seed.", min=0)] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the tables.")] = False,
         trace: Annotated[bool, typer.Option("--trace", help="Also write trace.json (Chrome/Perfetto format: "
@@ -82,12 +102,16 @@ def run(scenario: ScenarioPath,
         engine: Annotated[Optional[Engine], typer.Option(
             help="Override the scenario's engine (auto says on stderr why it falls back to event).")] = None,
         ) -> None:
-    """Run a scenario: print perftest-style tables; write metrics, summary, manifest and figures."""
+    """Run a scenario: print perftest-style tables; write metrics, summary, manifest and figures (nothing if
+    a variant fails)."""
+    from sim.outdir import RUN, claim
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
 
     spec, raw, variants = _load(scenario)
-    target = out_dir or Path("results") / spec.name
+    target = Path("results") / spec.name if out_dir is None else out_dir
+    with _output_refused():
+        claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} ops"),
@@ -103,11 +127,13 @@ def run(scenario: ScenarioPath,
             except SimError as exc:
                 label = "" if name == "base" else f" variant '{name}'"
                 failures.append(f"{scenario}:{label} run failed: {exc}")
-    for message in failures:
-        typer.echo(message, err=True)
-    if not results:
+    if failures:
+        for message in failures:
+            typer.echo(message, err=True)
+        typer.echo(f"{scenario}: wrote nothing ({len(failures)} of {len(variants)} variant(s) failed)", err=True)
         raise typer.Exit(1)
-    path = write_results(results, target, raw, trace=trace)
+    with _output_refused():
+        path = write_results(results, target, raw, trace=trace, force=force)
     if not quiet:
         from sim.compare import comparison_table
 
@@ -116,8 +142,6 @@ def run(scenario: ScenarioPath,
         if len(variants) > 1:
             sys.stdout.write("\n" + comparison_table(results).to_string(index=False) + "\n")
     typer.echo(f"wrote {path} ({time.perf_counter() - started:.1f} s)", err=True)
-    if failures:
-        raise typer.Exit(1)
 
 
 @app.command()
@@ -172,8 +196,10 @@ class Executor(str, Enum):
 
 @app.command()
 def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_default=False)],
-          out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results directory (default: "
-                                                          "results/<sweep name>).")] = None,
+          out_dir: OutOption = None,
+          force: Annotated[bool, typer.Option("--force", help="Replace the results of another sweep or run in "
+                                                              "--out (a sweep resumes into its own without it).")
+                           ] = False,
           executor: Annotated[Executor, typer.Option(help="Where runs execute.")] = Executor.serial,
           workers: Annotated[Optional[int], typer.Option(min=1, help="Worker processes (default: one per "
                                                                      "CPU).")] = None,
@@ -184,9 +210,10 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
     from sim.sweep import load_sweep, run_sweep
 
     try:
-        target = out_dir or Path("results") / load_sweep(file).sweep.name
-        result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
-                           scheduler=scheduler)
+        target = Path("results") / load_sweep(file).sweep.name if out_dir is None else out_dir
+        with _output_refused():
+            result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
+                               scheduler=scheduler, force=force)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
@@ -202,8 +229,11 @@ def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdm
                                                  show_default=False)],
          recipe: Annotated[str, typer.Option(help="bw_vs_size, latency_cdf, timeline, mode_comparison or "
                                                   "heatmap.")],
-         out_dir: Annotated[Optional[Path], typer.Option("--out", help="Figures directory (default: "
-                                                         "RESULTS/figures).")] = None,
+         out_dir: Annotated[Optional[str], typer.Option("--out", show_default=False, help="Figures directory "
+                                                        "(default: RESULTS/figures): new, empty or rdmasim's.")
+                            ] = None,
+         force: Annotated[bool, typer.Option("--force", help="Replace figures of the same name drawn "
+                                                             "before.")] = False,
          metric: Annotated[Optional[str], typer.Option(help="heatmap: the column shown.")] = None,
          by: Annotated[Optional[list[str]], typer.Option(help="Sweep axis: twice for heatmap, once for "
                                                               "mode_comparison.")] = None) -> None:
@@ -211,7 +241,7 @@ def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdm
     from sim.plot.recipes import plot as draw
 
     try:
-        paths = draw(results, recipe, out_dir, metric=metric, by=by or ())
+        paths = draw(results, recipe, out_dir, metric=metric, by=by or (), force=force)
     except SimError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
