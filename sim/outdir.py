@@ -129,6 +129,13 @@ def claim(out: str | os.PathLike, kind: str, *, force: bool = False, sweep: str 
     if text == "":
         raise OutputError("output path is empty: name a directory, e.g. --out results/mine")
     given = Path(text)
+    try:
+        return _claim(given, kind, force, sweep)
+    except OSError as exc:
+        raise _refuse(given, f"cannot be checked: {exc.strerror or exc}") from None
+
+
+def _claim(given: Path, kind: str, force: bool, sweep: str | None) -> Claim:
     if given.is_symlink():
         raise _refuse(given, f"is a symbolic link (to {os.readlink(given)}); rdmasim does not write through links: "
                              "name the directory itself")
