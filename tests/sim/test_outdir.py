@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
 import subprocess
 import sys
@@ -183,7 +184,7 @@ def test_staging_left_by_a_killed_run_is_removed_by_the_next_run_and_nothing_els
     assert killed.returncode == 9 and left.parent == work and (left / outdir.STAGING_MARKER).is_file()
     live = work / f".res.rdmasim-staging-{os.getpid()}-00ff"  # a run still going (this process)
     live.mkdir()
-    (live / outdir.STAGING_MARKER).write_text(json.dumps({"pid": os.getpid(), "host": os.uname().nodename,
+    (live / outdir.STAGING_MARKER).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
                                                           "kind": "run"}))
     unmarked = work / f".res.rdmasim-staging-{_dead_pid()}-0abc"  # looks like one, carries no marker
     unmarked.mkdir()
@@ -275,3 +276,20 @@ def test_plot_heatmap_with_one_axis_twice_and_a_damaged_sweep_name_the_problem(w
     assert junk.exit_code == 2 and junk.stderr.startswith("sw: not a sweep's results directory")
     assert str(partition.relative_to(work)) in junk.stderr and len(junk.stderr.strip().splitlines()) == 1
     assert _snapshot(work) == before
+
+
+def test_a_directory_made_while_a_run_writes_is_not_written_over(work, monkeypatch):
+    import sim.results
+
+    real = sim.results._write
+
+    def meanwhile(results, staging, scenario_bytes):
+        real(results, staging, scenario_bytes)
+        (work / "res").mkdir()
+        (work / "res" / "theirs.txt").write_text("made during the run\n")
+
+    monkeypatch.setattr(sim.results, "_write", meanwhile)
+    result = _run("run", "s.yaml", "--out", "res", "-q")
+    assert result.exit_code == 2 and "is a non-empty directory that rdmasim did not write" in result.stderr
+    assert sorted(p.name for p in (work / "res").iterdir()) == ["theirs.txt"]
+    assert not [p for p in work.iterdir() if "rdmasim-" in p.name]
