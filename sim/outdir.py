@@ -22,6 +22,8 @@ import re
 import secrets
 import shutil
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,7 +178,32 @@ def _sweep_name(path: Path) -> str | None:
     return json.loads((path / MARKERS[SWEEP][0]).read_text(encoding="utf-8")).get("name")
 
 
-def staging(target: Claim) -> Path:
+@contextmanager
+def staged(out: str | os.PathLike, kind: str, *, force: bool = False) -> Iterator[tuple[Path, Claim]]:
+    """Claim ``out`` for an output of ``kind`` and yield a staging directory to fill (and the claim); when the
+    block ends, publish it, claimed again so that a directory made meanwhile is not written over. On any error
+    the staging directory is removed and nothing is published.
+
+    :raises OutputError: ``out`` is refused (before the block runs or at its end), a figure of the same name
+        exists and ``force`` is not given, or writing failed (the message says why).
+    """
+    target = claim(out, kind, force=force)
+    try:
+        path = _staging(target)
+    except OSError as exc:
+        raise _refuse(target.path, f"cannot stage the output next to it: {exc}") from None
+    try:
+        yield path, target
+        _publish(path, claim(out, kind, force=force), force=force)
+    except OSError as exc:
+        _discard(path)
+        raise _refuse(target.path, f"writing failed: {exc}") from None
+    except BaseException:
+        _discard(path)
+        raise
+
+
+def _staging(target: Claim) -> Path:
     """A new staging directory next to ``target``'s path, with ordinary permissions (0o777 less the umask);
     figures drawn elsewhere than a results directory's ``figures/`` get their marker file."""
     path = target.path.parent / f".{target.path.name}.rdmasim-staging-{os.getpid()}-{secrets.token_hex(4)}"
@@ -195,19 +222,16 @@ def _mark(directory: Path, kind: str) -> None:
     (directory / STAGING_MARKER).write_text(json.dumps(record) + "\n")
 
 
-def discard(staged: Path) -> None:
+def _discard(staged: Path) -> None:
     """Remove a staging directory (everything in it was written by this process)."""
     shutil.rmtree(staged, ignore_errors=True)
 
 
-def publish(staged: Path, target: Claim, *, force: bool = False) -> None:
+def _publish(staged: Path, target: Claim, *, force: bool = False) -> None:
     """Move a complete staging directory's files to ``target``: a rename onto a new path; into an empty
     directory, file by file (marker first, so an interrupted move leaves a directory rdmasim recognises); into
     a figures directory, file by file, replacing a figure drawn before only with ``force``; over earlier
-    results (claimed with ``force``), by renaming them aside, then deleting what rdmasim wrote of them.
-
-    :raises OutputError: a figure of the same name exists and ``force`` is not given, or it is not a file.
-    """
+    results (claimed with ``force``), by renaming them aside, then deleting what rdmasim wrote of them."""
     path = target.path
     if target.found == FIGURES:
         for entry in sorted(staged.iterdir()):

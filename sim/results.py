@@ -83,19 +83,13 @@ def write_results(results: RunResult | list[RunResult], out_dir: str | os.PathLi
     :func:`sim.outdir.claim` (``force``: replace an earlier results directory) and published only once
     complete; ``trace`` adds ``trace.json`` (runs made with ``trace=True``), one trace process per variant.
 
-    :raises OutputError: ``out_dir`` may not be written (nothing is).
+    :raises OutputError: ``out_dir`` may not be written, or writing failed (nothing is published).
     """
     results = [results] if isinstance(results, RunResult) else results
-    target = outdir.claim(out_dir, outdir.RUN, force=force)
-    staging = outdir.staging(target)
-    try:
+    with outdir.staged(out_dir, outdir.RUN, force=force) as (staging, target):
         _write(results, staging, scenario_bytes)
         if trace:
             write_chrome_trace(str(staging / "trace.json"), [(r.variant, r.testbed.env.trace) for r in results])
-        outdir.publish(staging, outdir.claim(out_dir, outdir.RUN, force=force))
-    except BaseException:
-        outdir.discard(staging)
-        raise
     return target.path
 
 

@@ -243,14 +243,9 @@ def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | N
         raise RecipeError(f"unknown recipe {recipe!r} (recipes: {', '.join(RECIPES)})")
     by = [by] if isinstance(by, str) else list(by)
     results = _load(Path(results_dir))
-    target = outdir.claim(Path(results_dir) / "figures" if out is None else out, outdir.FIGURES, force=force)
-    staging = outdir.staging(target)
-    try:
+    with outdir.staged(Path(results_dir) / "figures" if out is None else out, outdir.FIGURES,
+                       force=force) as (staging, target):
         paths = _draw(results, recipe, staging, metric, by)
-        outdir.publish(staging, target, force=force)
-    except BaseException:
-        outdir.discard(staging)
-        raise
     return [target.path / p.name for p in paths]
 
 

@@ -176,9 +176,9 @@ def _dead_pid() -> int:
 def test_staging_left_by_a_killed_run_is_removed_by_the_next_run_and_nothing_else(work):
     killed = subprocess.run([sys.executable, "-c", (
         "import os, sys; from sim import outdir\n"
-        "staged = outdir.staging(outdir.claim('res', outdir.RUN))\n"
-        "(staged / 'metrics.parquet').write_bytes(b'half')\n"
-        "print(staged); sys.stdout.flush(); os._exit(9)")], capture_output=True, text=True, cwd=work,
+        "with outdir.staged('res', outdir.RUN) as (staging, _):\n"
+        "    (staging / 'metrics.parquet').write_bytes(b'half')\n"
+        "    print(staging); sys.stdout.flush(); os._exit(9)")], capture_output=True, text=True, cwd=work,
         env={**os.environ, "PYTHONPATH": str(ROOT)})
     left = Path(killed.stdout.strip())
     assert killed.returncode == 9 and left.parent == work and (left / outdir.STAGING_MARKER).is_file()
@@ -293,3 +293,20 @@ def test_a_directory_made_while_a_run_writes_is_not_written_over(work, monkeypat
     assert result.exit_code == 2 and "is a non-empty directory that rdmasim did not write" in result.stderr
     assert sorted(p.name for p in (work / "res").iterdir()) == ["theirs.txt"]
     assert not [p for p in work.iterdir() if "rdmasim-" in p.name]
+
+
+def test_a_failed_write_is_one_line_and_leaves_no_staging(work, monkeypatch):
+    import errno
+
+    import sim.results
+
+    def disk_full(results, staging, scenario_bytes):
+        (staging / "metrics.parquet").write_bytes(b"part")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(sim.results, "_write", disk_full)
+    before = _snapshot(work)
+    result = _run("run", "s.yaml", "--out", "res", "-q")
+    assert result.exit_code == 2
+    assert result.stderr == f"{work / 'res'}: writing failed: [Errno 28] No space left on device\n"
+    assert _snapshot(work) == before
