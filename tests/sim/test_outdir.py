@@ -310,3 +310,10 @@ def test_a_failed_write_is_one_line_and_leaves_no_staging(work, monkeypatch):
     assert result.exit_code == 2
     assert result.stderr == f"{work / 'res'}: writing failed: [Errno 28] No space left on device\n"
     assert _snapshot(work) == before
+
+
+def test_a_link_above_the_output_directory_is_an_ordinary_folder(work):
+    before = _snapshot(work)
+    assert _run("run", "s.yaml", "--out", "link/res", "-q").exit_code == 0
+    assert outdir.owner(work / "target" / "res") == "run"
+    assert _snapshot(work, skip=work / "target" / "res") == before
