@@ -243,8 +243,9 @@ def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | N
         raise RecipeError(f"unknown recipe {recipe!r} (recipes: {', '.join(RECIPES)})")
     by = [by] if isinstance(by, str) else list(by)
     results = _load(Path(results_dir))
-    with outdir.staged(Path(results_dir) / "figures" if out is None else out, outdir.FIGURES,
-                       force=force) as (staging, target):
+    with (outdir.staged(Path(results_dir) / "figures" if out is None else out, outdir.FIGURES,
+                        force=force) as (staging, target),
+          _unreadable(Path(results_dir), "results as rdmasim writes them")):  # e.g. a column missing
         paths = _draw(results, recipe, staging, metric, by)
     return [target.path / p.name for p in paths]
 

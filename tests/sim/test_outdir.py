@@ -256,11 +256,14 @@ def test_plot_adds_figures_and_replaces_one_only_with_force(work):
     (lambda d: (d / "summary.json").write_text('{"scenario": "x"}'), "summary.json: not the summary.json of "
                                                                       "`rdmasim run`: no key 'events'"),
     (lambda d: (d / "metrics.parquet").write_bytes(b"PAR1 junk junk PAR1"), "metrics.parquet: not the metrics"),
+    (lambda d: (d / "summary.json").write_text(json.dumps({**json.loads((d / "summary.json").read_text()),
+                                                           "results": [{}]})),
+     "earlier: not results as rdmasim writes them: no key 'kind'"),
 ])
 def test_plot_on_damaged_results_names_the_file(work, damage, words):
     damage(_earlier_run(work))
     before = _snapshot(work)
-    result = _run("plot", "earlier", "--recipe", "latency_cdf", "--out", "figs")
+    result = _run("plot", "earlier", "--recipe", "bw_vs_size", "--out", "figs")
     assert result.exit_code == 2 and words in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert _snapshot(work) == before
 
