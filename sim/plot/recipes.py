@@ -243,11 +243,11 @@ def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | N
         raise RecipeError(f"unknown recipe {recipe!r} (recipes: {', '.join(RECIPES)})")
     by = [by] if isinstance(by, str) else list(by)
     results = _load(Path(results_dir))
-    with (outdir.staged(Path(results_dir) / "figures" if out is None else out, outdir.FIGURES,
-                        force=force) as (staging, target),
-          _unreadable(Path(results_dir), "results as rdmasim writes them")):  # e.g. a column missing
+    target = Path(results_dir) / "figures" if out is None else out
+    with (_unreadable(Path(results_dir), "results as rdmasim writes them"),  # e.g. a column missing
+          outdir.staged(target, outdir.FIGURES, force=force) as (staging, claimed)):
         paths = _draw(results, recipe, staging, metric, by)
-    return [target.path / p.name for p in paths]
+    return [claimed.path / p.name for p in paths]
 
 
 def _draw(results: _RunDir | _SweepDir, recipe: str, out: Path, metric: str | None, by: list[str]) -> list[Path]:
