@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 from enum import Enum
 import time
 from pathlib import Path
@@ -112,10 +113,29 @@ def strict_failures(results) -> list[str]:
     return reasons
 
 
+OutOption = Annotated[Optional[str], typer.Option("--out", show_default=False, help="Results directory "
+                                                "(default: results/<name>): a new or empty directory, or "
+                                                "earlier results with --force.")]
+ForceOption = Annotated[bool, typer.Option("--force", help="Replace the earlier rdmasim results in --out (only "
+                                                           "if every file there is one rdmasim wrote).")]
+
+
+@contextmanager
+def _output_refused():
+    """Turn an output path sim.outdir refuses into its one-line message and exit code 2."""
+    from sim.outdir import OutputError
+
+    try:
+        yield
+    except OutputError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def run(scenario: ScenarioPath,
-        out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results directory "
-                                                        "(default: results/<scenario name>).")] = None,
+        out_dir: OutOption = None,
+        force: ForceOption = False,
         seed: Annotated[Optional[int], typer.Option(help="Override the scenario's seed.", min=0)] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the tables.")] = False,
         trace: Annotated[bool, typer.Option("--trace", help="Also write trace.json (Chrome/Perfetto format: "
@@ -126,12 +146,15 @@ def run(scenario: ScenarioPath,
                                              "request completed in error or any event failed.")] = False,
         ) -> None:
     """Run a scenario: print perftest-style tables and the events' outcomes; write metrics, summary, manifest
-    and figures."""
+    and figures (nothing if a variant fails)."""
+    from sim.outdir import RUN, claim
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
 
     spec, raw, variants = _load(scenario)
-    target = out_dir or Path("results") / spec.name
+    target = Path("results") / spec.name if out_dir is None else out_dir
+    with _output_refused():
+        claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} ops"),
@@ -147,11 +170,13 @@ def run(scenario: ScenarioPath,
             except SimError as exc:
                 label = "" if name == "base" else f" variant '{name}'"
                 failures.append(f"{scenario}:{label} run failed: {exc}")
-    for message in failures:
-        typer.echo(message, err=True)
-    if not results:
+    if failures:
+        for message in failures:
+            typer.echo(message, err=True)
+        typer.echo(f"{scenario}: wrote nothing ({len(failures)} of {len(variants)} variant(s) failed)", err=True)
         raise typer.Exit(1)
-    path = write_results(results, target, raw, trace=trace)
+    with _output_refused():
+        path = write_results(results, target, raw, trace=trace, force=force)
     if not quiet:
         from sim.compare import comparison_table, event_times
 
@@ -166,7 +191,7 @@ def run(scenario: ScenarioPath,
     refused = strict_failures(results) if strict else []
     for reason in refused:
         typer.echo(f"{scenario}: --strict: {reason}", err=True)
-    if failures or refused:
+    if refused:
         raise typer.Exit(1)
 
 
@@ -222,8 +247,10 @@ class Executor(str, Enum):
 
 @app.command()
 def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_default=False)],
-          out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results directory (default: "
-                                                          "results/<sweep name>).")] = None,
+          out_dir: OutOption = None,
+          force: Annotated[bool, typer.Option("--force", help="Replace the results of another sweep or run in "
+                                                              "--out (a sweep resumes into its own without it).")
+                           ] = False,
           executor: Annotated[Executor, typer.Option(help="Where runs execute.")] = Executor.serial,
           workers: Annotated[Optional[int], typer.Option(min=1, help="Worker processes (default: one per "
                                                                      "CPU).")] = None,
@@ -237,9 +264,10 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
     from sim.sweep.store import FAILED
 
     try:
-        target = out_dir or Path("results") / load_sweep(file).sweep.name
-        result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
-                           scheduler=scheduler, retry_failed=retry_failed)
+        target = Path("results") / load_sweep(file).sweep.name if out_dir is None else out_dir
+        with _output_refused():
+            result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
+                               scheduler=scheduler, retry_failed=retry_failed, force=force)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
@@ -261,8 +289,11 @@ def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdm
                                                  show_default=False)],
          recipe: Annotated[str, typer.Option(help="bw_vs_size, latency_cdf, timeline, mode_comparison or "
                                                   "heatmap.")],
-         out_dir: Annotated[Optional[Path], typer.Option("--out", help="Figures directory (default: "
-                                                         "RESULTS/figures).")] = None,
+         out_dir: Annotated[Optional[str], typer.Option("--out", show_default=False, help="Figures directory "
+                                                        "(default: RESULTS/figures): new, empty or rdmasim's.")
+                            ] = None,
+         force: Annotated[bool, typer.Option("--force", help="Replace figures of the same name drawn "
+                                                             "before.")] = False,
          metric: Annotated[Optional[str], typer.Option(help="heatmap: the column shown.")] = None,
          by: Annotated[Optional[list[str]], typer.Option(help="Sweep axis: twice for heatmap, once for "
                                                               "mode_comparison.")] = None) -> None:
@@ -270,7 +301,7 @@ def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdm
     from sim.plot.recipes import plot as draw
 
     try:
-        paths = draw(results, recipe, out_dir, metric=metric, by=by or ())
+        paths = draw(results, recipe, out_dir, metric=metric, by=by or (), force=force)
     except SimError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
