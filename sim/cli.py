@@ -332,19 +332,28 @@ def repro(manifest: Annotated[Path, typer.Argument(help="A results directory, or
 @app.command("calibrate")
 def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also draw the PCIe efficiency figures "
                                                                         "(MPS sawtooth, reads vs. writes, per "
-                                                                        "generation) into this directory.")] = None
+                                                                        "generation) into this directory (new, "
+                                                                        "empty or of figures rdmasim drew).")] = None,
+                  force: Annotated[bool, typer.Option("--force", help="Replace figures of the same names drawn "
+                                                                      "before in --figures.")] = False
                   ) -> None:
     """Simulate every calibration measurement (H200 copies and pinning; published PCIe, IOMMU and MTT
     anchors) and print simulated vs. measured with the error; exit 1 if a required row is out of tolerance."""
     from sim.calibrate import calibrate, format_calibration
+    from sim.outdir import FIGURES, claim, staged
 
+    if figures is not None:
+        with _output_refused():
+            claim(figures, FIGURES, force=force)
     table = calibrate()
     typer.echo(format_calibration(table))
     if figures is not None:
         from sim.plot.pcie import pcie_efficiency_figures
 
-        for path in pcie_efficiency_figures(figures):
-            typer.echo(str(path))
+        with _output_refused(), staged(figures, FIGURES, force=force) as (staging, target):
+            drawn = pcie_efficiency_figures(staging)
+        for path in drawn:
+            typer.echo(str(target.path / path.name))
     raise typer.Exit(int(not table.loc[table.required, "passed"].all()))
 
 

@@ -325,3 +325,17 @@ def test_a_link_above_the_output_directory_is_an_ordinary_folder(work):
     assert _run("run", "s.yaml", "--out", "link/res", "-q").exit_code == 0
     assert outdir.owner(work / "target" / "res") == "run"
     assert _snapshot(work, skip=work / "target" / "res") == before
+
+
+def test_calibrate_figures_into_a_file_or_foreign_folder_is_refused_before_calibrating(work, monkeypatch):
+    import sim.calibrate
+
+    def never(*args, **kwargs):
+        raise AssertionError("calibrated although the output was refused")
+    monkeypatch.setattr(sim.calibrate, "calibrate", never)
+    before = _snapshot(work)
+    for out, words in [("file.txt", "exists and is not a directory"),
+                       ("sub", "is a non-empty directory that rdmasim did not write")]:
+        result = _run("calibrate", "--figures", out)
+        assert result.exit_code == 2 and words in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert _snapshot(work) == before
