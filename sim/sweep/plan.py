@@ -100,7 +100,7 @@ def run_key(scenario: Scenario, variant: str) -> str:
 
 
 def _sample(dist: Distribution, rng: np.random.Generator) -> Any:
-    """One draw; quantities come back as the schema reads them (bytes, picoseconds, '<x>B/s')."""
+    """One draw; quantities come back as the schema reads them ('<n>B', '<n>ps', '<x>B/s')."""
     if dist.choice is not None:
         return dist.choice[int(rng.integers(len(dist.choice)))]
     if dist.randint is not None:
@@ -112,8 +112,9 @@ def _sample(dist: Distribution, rng: np.random.Generator) -> Any:
     else:
         bounds = dist.loguniform
         value = float(math.exp(rng.uniform(math.log(bounds.low), math.log(bounds.high))))
-    if bounds.kind in ("size", "time"):
-        return int(round(value))
+    units = {"size": "B", "time": "ps"}
+    if bounds.kind in units:
+        return f"{int(round(value))}{units[bounds.kind]}"
     return f"{value:.6g}B/s" if bounds.kind == "rate" else value
 
 
