@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
-                      field_validator)
+                      WithJsonSchema, field_validator)
 
 from models.versions import DEFAULT_KERNEL, Version
 from sim.core.units import PS_PER_S, UnitError, format_size, format_time, parse_rate, parse_size, parse_time
@@ -33,9 +33,14 @@ def _at_most(limit: int, render, why: str):
     return AfterValidator(check)
 
 
-Size = Annotated[int, _unit(parse_size), Field(json_schema_extra={"examples": ["4KiB", "64KB", "4096B"]})]
-Duration = Annotated[int, _unit(parse_time), Field(json_schema_extra={"examples": ["600ns", "1.5us"]})]
-Rate = Annotated[float, _unit(parse_rate), Field(json_schema_extra={"examples": ["400Gb/s", "55GB/s"]})]
+def _quantity(*examples: str) -> WithJsonSchema:
+    """Editors see a quantity as what the file holds: a string with a unit."""
+    return WithJsonSchema({"type": "string", "examples": list(examples)})
+
+
+Size = Annotated[int, _unit(parse_size), _quantity("4KiB", "64KB", "4096B")]
+Duration = Annotated[int, _unit(parse_time), _quantity("600ns", "1.5us")]
+Rate = Annotated[float, _unit(parse_rate), _quantity("400Gb/s", "55GB/s")]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", max_length=64)]
 Latency = Annotated[Duration, _at_most(PS_PER_S, format_time, "no hardware latency comes near a second")]
 """A latency of the hardware (a one-way flight, a pipeline stage, a poll)."""
@@ -203,7 +208,7 @@ class FabricSpec(Strict):
 
     rate: Rate | None = None
     """Line rate per direction (default: the NIC preset's port rate)."""
-    latency: Latency = 300_000
+    latency: Latency = Field("300ns", validate_default=True)
     """One-way latency: PHY, FEC, cable, switch (e.g. '300ns')."""
     mtu: Literal[256, 512, 1024, 2048, 4096] = 4096
     """Path MTU in bytes."""
