@@ -36,7 +36,7 @@ MAX_SIZE_B = 2**48
 MIN_RATE_BPS = 1e6 / 8
 """1 Mb/s, a thousand times slower than any NIC or PCIe link, so a message's time stays inside the clock."""
 MAX_RATE_BPS = 1e14 / 8
-"""100 Tb/s, sixty times the fastest port built, so per-byte times stay above float precision."""
+"""100 Tb/s, sixty times the fastest port built (1.6 Tb/s): beyond it a rate is a typing slip, not a link."""
 
 _SIZE_UNITS = {
     "B": 1,
@@ -140,9 +140,12 @@ def ps_to_us(ps: int | float) -> float:
 
 
 def _format_bits(rate_Bps: float) -> str:
+    """A rate in bits per second with the largest decimal prefix: ``1.25e13 -> '100Tb/s'``."""
     bits = rate_Bps * 8
-    prefix = next(p for p in "TGMK " if bits >= _RATE_PREFIX[p.strip()] or p == " ").strip()
-    return f"{bits / _RATE_PREFIX[prefix]:g}{prefix}b/s"
+    for prefix in ("T", "G", "M", "K"):
+        if bits >= _RATE_PREFIX[prefix]:
+            return f"{bits / _RATE_PREFIX[prefix]:g}{prefix}b/s"
+    return f"{bits:g}b/s"
 
 
 def format_time(ps: int) -> str:

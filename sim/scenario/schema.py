@@ -73,9 +73,9 @@ MessageSize = Annotated[PositiveSize, _at_most(MAX_MESSAGE_B, format_size,
 class Strict(BaseModel):
     """Base of every schema object: unknown keys are rejected, objects are immutable."""
 
+    # strict: a count is an integer, never a boolean, a float or a numeric string
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True,
                               strict=True)
-    """Strict: a count is an integer (not a boolean, a float or a string)."""
 
 
 class HostSpec(Strict):
