@@ -24,6 +24,15 @@ BASE = {
 }
 
 
+def tiny_yaml(*workload: str, name: str = "tiny", seed: int = 5, tail: str = "") -> str:
+    """The text of a two-node scenario file: nodes a and b, 64 KiB pinned host buffers src (on a) and dst (on
+    b), the ``workload`` items (YAML flow mappings) and any further top-level ``tail`` text."""
+    items = "".join(f"  - {item}\n" for item in workload)
+    return (f"schema: 1\nname: {name}\nseed: {seed}\nnodes:\n  - {{name: a}}\n  - {{name: b}}\nbuffers:\n"
+            "  - {name: src, on: a.host, size: 64KiB}\n  - {name: dst, on: b.host, size: 64KiB}\n"
+            f"workload:\n{items}{tail}")
+
+
 def scenario_dict(**changes) -> dict:
     """A copy of the base scenario with top-level keys replaced."""
     data = copy.deepcopy(BASE)

@@ -10,21 +10,11 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.cli import app
+from tests.conftest import tiny_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-QUICK = """schema: 1
-name: tiny
-seed: 5
-nodes:
-  - {name: a}
-  - {name: b}
-buffers:
-  - {name: src, on: a.host, size: 64KiB}
-  - {name: dst, on: b.host, size: 64KiB}
-workload:
-  - {kind: write_bw, from: src, to: dst, sizes: [2B, 4KiB, 64KiB], iterations: 100}
-  - {kind: write_lat, from: src, to: dst, sizes: [2B, 64KiB], iterations: 50}
-"""
+QUICK = tiny_yaml("{kind: write_bw, from: src, to: dst, sizes: [2B, 4KiB, 64KiB], iterations: 100}",
+                  "{kind: write_lat, from: src, to: dst, sizes: [2B, 64KiB], iterations: 50}")
 runner = CliRunner()
 
 

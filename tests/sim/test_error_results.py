@@ -15,23 +15,12 @@ from sim.cli import app, format_summary
 from sim.plot import figures
 from sim.run import run_scenario
 from sim.scenario.schema import Scenario
+from tests.conftest import tiny_yaml
 
-ALL_FAIL = """schema: 1
-name: all-fail
-seed: 2
-nodes:
-  - {name: a}
-  - {name: b}
-buffers:
-  - {name: src, on: a.host, size: 64KiB}
-  - {name: dst, on: b.host, size: 64KiB}
-workload:
-  - {kind: write_bw, from: src, to: dst, sizes: [4KiB, 8KiB], iterations: 100}
-  - {kind: read_lat, from: src, to: dst, sizes: [4KiB], iterations: 20}
-events:
-  - {at: 0ns, kind: process-exit, node: a}
-outputs: [bw_vs_size, latency_vs_size, latency_cdf, bw_over_time]
-"""
+ALL_FAIL = tiny_yaml("{kind: write_bw, from: src, to: dst, sizes: [4KiB, 8KiB], iterations: 100}",
+                     "{kind: read_lat, from: src, to: dst, sizes: [4KiB], iterations: 20}", name="all-fail", seed=2,
+                     tail="events:\n  - {at: 0ns, kind: process-exit, node: a}\n"
+                          "outputs: [bw_vs_size, latency_vs_size, latency_cdf, bw_over_time]\n")
 
 PRESSURE = """schema: 1
 name: pressure

@@ -17,20 +17,10 @@ from typer.testing import CliRunner
 
 from sim import outdir
 from sim.cli import app
+from tests.conftest import tiny_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIO = """schema: 1
-name: tiny
-seed: 5
-nodes:
-  - {name: a}
-  - {name: b}
-buffers:
-  - {name: src, on: a.host, size: 64KiB}
-  - {name: dst, on: b.host, size: 64KiB}
-workload:
-  - {kind: write_bw, name: bw, from: src, to: dst, sizes: [4KiB], iterations: 40}
-"""
+SCENARIO = tiny_yaml("{kind: write_bw, name: bw, from: src, to: dst, sizes: [4KiB], iterations: 40}")
 SWEEP = """schema: 1
 kind: sweep
 name: tiny-sweep

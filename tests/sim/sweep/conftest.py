@@ -5,19 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from tests.conftest import tiny_yaml
 
-BASE = """schema: 1
-name: tiny
-seed: 5
-nodes:
-  - {name: a}
-  - {name: b}
-buffers:
-  - {name: src, on: a.host, size: 64KiB}
-  - {name: dst, on: b.host, size: 64KiB}
-workload:
-  - {kind: write_bw, name: bw, from: src, to: dst, sizes: [4KiB], iterations: 50}
-"""
+BASE = tiny_yaml("{kind: write_bw, name: bw, from: src, to: dst, sizes: [4KiB], iterations: 50}")
 
 SWEEP = """schema: 1
 kind: sweep
