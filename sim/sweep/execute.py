@@ -15,6 +15,7 @@ import pandas as pd
 
 from sim.compare import comparison_table
 from sim.core.errors import SimError
+from sim.operations import OperationTable
 from sim.run import run_scenario
 from sim.sweep.plan import RunSpec
 
@@ -33,7 +34,7 @@ def execute(run: RunSpec) -> pd.DataFrame:
     ops = result.operations
     for perftest in result.summary.to_dict("records"):
         mine = ops[(ops["workload"] == perftest["workload"]) & (ops["bytes"] == perftest["bytes"])]
-        part = dataclasses.replace(result, operations=mine, summary=pd.DataFrame([perftest]))
+        part = dataclasses.replace(result, table=OperationTable.of(mine), summary=pd.DataFrame([perftest]))
         extra = comparison_table([part]).iloc[0].to_dict()
         rows.append({"key": run.key, "status": "ok", "error": None, **perftest,
                      **{k: v for k, v in extra.items() if k not in perftest}})
