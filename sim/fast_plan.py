@@ -196,9 +196,8 @@ def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bo
         k, size = pipes.labels[piece.group]
         if rows is not None:
             rows(k, size, piece)
-            piece = Finished(piece.group, piece.lo, piece.post[-1:], piece.done[-1:],
-                             {label: v[-1:] for label, v in piece.marks.items()})
-            parts[k, size] = [piece]
+            parts[k, size] = [Finished(piece.group, piece.lo, piece.post[-1:], piece.done[-1:],
+                                       {label: v[-1:] for label, v in piece.marks.items()})]
         else:
             parts.setdefault((k, size), []).append(piece)
         if progress:

@@ -104,8 +104,9 @@ class OperationTable:
         if not self.spooled:
             yield self.frame(columns)
             return
-        for batch in pq.ParquetFile(self.path).iter_batches(batch_size=ROW_GROUP_ROWS, columns=columns):
-            yield batch.to_pandas()
+        file = pq.ParquetFile(self.path)
+        for group in range(file.num_row_groups):  # iter_batches holds what it read until it ends
+            yield file.read_row_group(group, columns=columns).to_pandas()
 
     def arrow_batches(self) -> Iterator[pa.Table]:
         """The table as Arrow tables of at most :data:`ROW_GROUP_ROWS` rows, in the spool's schema."""

@@ -68,8 +68,9 @@ REPRODUCIBLE = ("metrics.parquet", "summary.json")
 
 
 def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """Hex SHA-256 of a file's bytes (read a buffer at a time)."""
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
 
 
 LATENCY_CDF_COLUMNS = ["variant", "workload", "latency_ps", "ok"]
