@@ -7,7 +7,8 @@ set fits the last-level cache and a dearer one beyond it.
 
 Host memory is a capacity: a buffer's pages become resident when they are pinned or, in data mode, filled,
 and resident pages beyond the node's memory fail as ``pin_user_pages`` does when it cannot fault a page in
-(``ENOMEM``).
+(``ENOMEM``). A managed (unified) range is backed by host memory where the GPU does not hold it, so one larger
+than the GPU's memory and the host's free memory together is refused when it is allocated.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.core import PS_PER_NS, PS_PER_US, VerbsError
+from sim.core import PS_PER_NS, PS_PER_US, SimError, VerbsError
 
 
 DGX_H200_MEMORY = 2 * 2**40
@@ -66,6 +67,12 @@ class HostParams:
 CUDA_HOST_REGISTER_FIXED_PS = 45 * PS_PER_US
 """cudaHostRegister's fixed cost (CUDA bookkeeping), from the small-size rows; used only to compare the pin
 model with the measurement."""
+
+
+class ManagedAllocationFailed(SimError):
+    """cudaMallocManaged refused a range (``cudaErrorMemoryAllocation``): no memory could ever back it."""
+
+    errno = "ENOMEM"
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +131,17 @@ class HostMemory:
             raise VerbsError("ENOMEM", f"buffer {name!r} needs {need} bytes of {self.node}'s host memory but "
                              f"{self.params.memory - used} of {self.params.memory} are free", call=call)
         self.resident.add(name)
+
+    def back_managed(self, size: int, gpu_bytes: int, *, call: str = "cudaMallocManaged") -> None:
+        """Check that a managed range of ``size`` bytes fits the GPU's ``gpu_bytes`` and this node's free memory.
+
+        :raises ManagedAllocationFailed: it does not.
+        """
+        free = self.params.memory - self.resident_bytes()
+        if size > gpu_bytes + free:
+            raise ManagedAllocationFailed(f"{call}: cudaErrorMemoryAllocation: a managed range of {size} bytes "
+                                          f"exceeds the GPU's {gpu_bytes} bytes and {self.node}'s {free} free "
+                                          "bytes of host memory together")
 
     def fill(self, name: str, make) -> None:
         """Data mode: fault buffer ``name`` in and keep the bytes ``make()`` returns as its contents.

@@ -51,3 +51,17 @@ def test_data_mode_past_the_node_memory_fails_with_enomem_not_memory_error(tmp_p
     with pytest.raises(RegistrationFailed) as info:
         _build(tmp_path, "2MiB", "64KiB", host=", host: {memory: 1MiB}", extra="data: true\n")
     assert "buffers[0] 'src'" in str(info.value) and info.value.__cause__.errno == "ENOMEM"
+
+
+def test_a_managed_range_beyond_gpu_and_host_memory_fails_as_an_event_outcome():
+    from sim.run import run_scenario
+    from sim.scenario.scenario_file import load_scenario_variants
+
+    _, _, variants = load_scenario_variants("scenarios/managed_pressure.yaml")
+    base = variants[0][1]
+    work = base.workload[0].model_copy(update={"iterations": 200})
+    job = base.events[0].model_copy(update={"size": 4 * 2**40, "at": 1})
+    result = run_scenario(base.model_copy(update={"workload": [work], "events": [job]}))
+    outcome = result.events.loc[result.events["kind"] == "managed-job", "outcome"].item()
+    assert outcome.startswith("failed: cudaMallocManaged: cudaErrorMemoryAllocation") and "4398046511104" in outcome
+    assert result.counters["evictions"] == 0 and result.operations["ok"].all()
