@@ -1,8 +1,8 @@
 """Measure the per-operation and per-byte memory costs that :mod:`sim.budget` estimates with, one command:
 ``python bench/memory_costs.py``.
 
-Each shape runs in its own process after a 10-iteration warm-up of the same shape; the peak RSS above the
-warm process (``resource.getrusage``) is divided by the operations (or bytes) and printed beside the
+Each shape runs in its own process after a 10-iteration warm-up of the same shape; the peak RSS
+(``resource.getrusage``) above the warm process's RSS before the run is divided by the operations (or bytes) and printed beside the
 constant :mod:`sim.budget` uses, with the estimate of the whole run beside its measured peak.
 """
 
@@ -68,7 +68,7 @@ def measure(name: str) -> dict:
     run_scenario(scenario(engine, kind, 10, {**extra, "data": 4096 if extra.get("data") else None,
                                              "managed": 2**21 if extra.get("managed") else None}))
     gc.collect()
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    before = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:")) * 1024
     result = run_scenario(full)
     with tempfile.TemporaryDirectory() as scratch:
         write_results(result, Path(scratch) / "out")

@@ -40,14 +40,41 @@ class Access(enum.IntFlag):
 
 
 class WcStatus(enum.Enum):
-    """``enum ibv_wc_status`` values a work completion can carry."""
+    """``enum ibv_wc_status`` (libibverbs/verbs.h), with rdma-core's values."""
 
     SUCCESS = 0
     LOC_LEN_ERR = 1
+    LOC_QP_OP_ERR = 2
+    LOC_EEC_OP_ERR = 3
     LOC_PROT_ERR = 4
     WR_FLUSH_ERR = 5
+    MW_BIND_ERR = 6
+    BAD_RESP_ERR = 7
+    LOC_ACCESS_ERR = 8
+    REM_INV_REQ_ERR = 9
     REM_ACCESS_ERR = 10
+    REM_OP_ERR = 11
+    RETRY_EXC_ERR = 12
     RNR_RETRY_EXC_ERR = 13
+    LOC_RDD_VIOL_ERR = 14
+    REM_INV_RD_REQ_ERR = 15
+    REM_ABORT_ERR = 16
+    INV_EECN_ERR = 17
+    INV_EEC_STATE_ERR = 18
+    FATAL_ERR = 19
+    RESP_TIMEOUT_ERR = 20
+    GENERAL_ERR = 21
+    TM_ERR = 22
+    TM_RNDV_INCOMPLETE = 23
+
+    @property
+    def ibv_name(self) -> str:
+        """The C enumerator's name, e.g. ``IBV_WC_WR_FLUSH_ERR``."""
+        return f"IBV_WC_{self.name}"
+
+
+WC_STATUS_NAMES = [s.ibv_name for s in WcStatus]
+"""Every status's C name, indexed by its value (the values run 0..23 without gaps)."""
 
 
 class Opcode(enum.Enum):

@@ -33,6 +33,10 @@ class Endpoint:
     mr: MemoryRegion
 
 
+SUCCESS = WcStatus.SUCCESS.value
+"""IBV_WC_SUCCESS's value, as the status arrays hold it."""
+
+
 @dataclass
 class OpRecords:
     """Per-operation results of one (workload, size) run."""
@@ -40,10 +44,20 @@ class OpRecords:
     posted_ps: np.ndarray
     completed_ps: np.ndarray
     latency_ps: np.ndarray
-    ok: np.ndarray
-    """True where the work request completed with IBV_WC_SUCCESS."""
+    status: np.ndarray
+    """Each work completion's ``ibv_wc_status`` value (:class:`~models.verbs.WcStatus`, uint8)."""
     qp: np.ndarray | None = None
     """Which of several concurrent QPs posted each one (None: a single QP)."""
+
+    @property
+    def ok(self) -> np.ndarray:
+        """True where the work request completed with IBV_WC_SUCCESS."""
+        return self.status == SUCCESS
+
+
+def succeeded(iterations: int) -> np.ndarray:
+    """A status array of ``iterations`` IBV_WC_SUCCESS values (each kept until its completion says otherwise)."""
+    return np.full(iterations, SUCCESS, dtype=np.uint8)
 
 
 def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
@@ -56,7 +70,7 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
     """simpy process of ib_write_bw / ib_read_bw for one message size; returns :class:`OpRecords`."""
     posted = np.zeros(iterations, dtype=np.int64)
     completed = np.zeros(iterations, dtype=np.int64)
-    ok = np.zeros(iterations, dtype=bool)
+    status = succeeded(iterations)
     use_inline = opcode is Opcode.RDMA_WRITE and size <= inline
     qp, cq = src.qp, src.qp.send_cq
     next_id = done = 0
@@ -68,9 +82,9 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
         yield cq.wait()
         for wc in ibv_poll_cq(cq, 64):
             completed[wc.wr_id] = wc.completed_ps
-            ok[wc.wr_id] = wc.status is WcStatus.SUCCESS
+            status[wc.wr_id] = wc.status.value
             done += 1
-    return OpRecords(posted, completed, completed - posted, ok)
+    return OpRecords(posted, completed, completed - posted, status)
 
 
 def concurrent(env, streams: list[Generator]) -> Generator:
@@ -80,15 +94,15 @@ def concurrent(env, streams: list[Generator]) -> Generator:
     yield env.all_of(processes)
     parts = [p.value for p in processes]
     return OpRecords(*(np.concatenate([getattr(r, f) for r in parts]) for f in ("posted_ps", "completed_ps",
-                                                                                "latency_ps", "ok")),
-                     np.repeat(np.arange(len(parts)), [len(r.ok) for r in parts]))
+                                                                                "latency_ps", "status")),
+                     np.repeat(np.arange(len(parts)), [len(r.status) for r in parts]))
 
 
 def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, inline: int) -> Generator:
     """simpy process of ib_write_lat (ping-pong) for one size; latency is half the round trip."""
     posted = np.zeros(iterations, dtype=np.int64)
     completed = np.zeros(iterations, dtype=np.int64)
-    ok = np.ones(iterations, dtype=bool)
+    status = succeeded(iterations)
     use_inline = size <= inline
     for i in range(iterations):
         posted[i] = env.now
@@ -96,19 +110,20 @@ def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
             landed = simpy.Event(env)
             ibv_post_send(a.qp, _wr(i, Opcode.RDMA_WRITE, a, b, size, use_inline, landed))
             if (yield landed) is None:
-                ok[i] = False
                 yield a.qp.send_cq.wait()
             yield env.timeout(b.qp.poll_delays.next())
-            ok[i] &= _drain(a.qp)
+            failed = _drain(a.qp)
+            if status[i] == SUCCESS:
+                status[i] = failed
         completed[i] = env.now
-    return OpRecords(posted, completed, (completed - posted) // 2, ok)
+    return OpRecords(posted, completed, (completed - posted) // 2, status)
 
 
 def read_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int) -> Generator:
     """simpy process of ib_read_lat for one size."""
     posted = np.zeros(iterations, dtype=np.int64)
     completed = np.zeros(iterations, dtype=np.int64)
-    ok = np.zeros(iterations, dtype=bool)
+    status = succeeded(iterations)
     cq = src.qp.send_cq
     for i in range(iterations):
         posted[i] = env.now
@@ -116,10 +131,11 @@ def read_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int) 
         yield cq.wait()
         (wc,) = ibv_poll_cq(cq, 1)
         completed[i] = wc.completed_ps
-        ok[i] = wc.status is WcStatus.SUCCESS
-    return OpRecords(posted, completed, completed - posted, ok)
+        status[i] = wc.status.value
+    return OpRecords(posted, completed, completed - posted, status)
 
 
-def _drain(qp: QueuePair) -> bool:
-    """Poll whatever completions the ping-pong produced; False if any failed."""
-    return all(wc.status is WcStatus.SUCCESS for wc in ibv_poll_cq(qp.send_cq, qp.send_cq.cqe))
+def _drain(qp: QueuePair) -> int:
+    """Poll whatever completions the ping-pong produced; the first error's status value, else success's."""
+    failed = [wc.status.value for wc in ibv_poll_cq(qp.send_cq, qp.send_cq.cqe) if wc.status is not WcStatus.SUCCESS]
+    return failed[0] if failed else SUCCESS

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from enum import Enum
 import time
@@ -16,7 +17,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sim.core.errors import ConfigError, SimError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="rdmasim: simulate RDMA memory registration, NICs, PCIe and GPU memory.")
 err = Console(stderr=True)
 
@@ -46,9 +47,13 @@ BW_HEADER = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   
 LAT_HEADER = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
               "   99% percentile[usec]   99.9% percentile[usec]")
 
+NOTHING_MEASURED = "no work request succeeded: nothing measured"
+"""Printed in place of a row's rates or latencies when none of its work requests succeeded."""
+
 
 def format_summary(summary) -> str:
-    """perftest's report layout (as with --report_gbits), one block per workload."""
+    """perftest's report layout (as with --report_gbits), one block per workload; a size where no work request
+    succeeded says so instead of printing rates, and errors are counted per ``ibv_wc_status``."""
     blocks = []
     for (variant, label), rows in summary.groupby(["variant", "workload"], sort=False):
         kind = rows["kind"].iloc[0]
@@ -56,19 +61,55 @@ def format_summary(summary) -> str:
         if kind.endswith("_bw"):
             lines.append(BW_HEADER)
             for r in rows.itertuples():
-                lines.append(f" {r.bytes:<10d} {r.iterations:<10d}     {r.bw_peak_Gbps:<18.2f} "
-                             f"{r.bw_avg_Gbps:<20.2f} {r.msg_rate_Mpps:.6f}")
+                lines.append(f" {r.bytes:<10d} {r.iterations:<10d}     " + (
+                    NOTHING_MEASURED if pd.isna(r.bw_avg_Gbps) else
+                    f"{r.bw_peak_Gbps:<18.2f} {r.bw_avg_Gbps:<20.2f} {r.msg_rate_Mpps:.6f}"))
         else:
             lines.append(LAT_HEADER)
             for r in rows.itertuples():
-                lines.append(f" {r.bytes:<6d} {r.iterations:<10d}  {r.t_min_us:<14.2f} {r.t_max_us:<12.2f} "
-                             f"{r.t_typical_us:<18.2f} {r.t_avg_us:<16.2f} {r.t_stdev_us:<15.2f} "
-                             f"{r.p99_us:<22.2f} {r.p99_9_us:.2f}")
+                lines.append(f" {r.bytes:<6d} {r.iterations:<10d}  " + (
+                    NOTHING_MEASURED if pd.isna(r.t_typical_us) else
+                    f"{r.t_min_us:<14.2f} {r.t_max_us:<12.2f} {r.t_typical_us:<18.2f} {r.t_avg_us:<16.2f} "
+                    f"{r.t_stdev_us:<15.2f} {r.p99_us:<22.2f} {r.p99_9_us:.2f}"))
         if rows["errors"].any():
-            lines.append(f" work requests completed in error: {int(rows['errors'].sum())}")
+            lines.append(f" work requests completed in error: {_error_counts(rows['errors_by_status'])}")
         lines.append(RULE)
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
+
+
+def _error_counts(by_status) -> str:
+    """Summary rows' ``errors_by_status`` added up, most frequent first: '97 IBV_WC_WR_FLUSH_ERR, 3 ...'."""
+    total: dict[str, int] = {}
+    for counts in by_status:
+        for name, n in counts.items():
+            total[name] = total.get(name, 0) + n
+    return ", ".join(f"{n} {name}" for name, n in sorted(total.items(), key=lambda item: -item[1]))
+
+
+def format_events(events) -> str:
+    """The scenario events' outcomes, one line each: time since the first post (ms), variant, kind, target."""
+    from sim.events import BOOKKEEPING_KINDS
+
+    shown = events[~events["kind"].isin(BOOKKEEPING_KINDS)]
+    lines = [f" {r.time_ms:10.3f} ms  " + ("" if r.variant == "base" else f"[{r.variant}] ")
+             + f"{r.kind} on {r.target}: {r.outcome}" for r in shown.itertuples()]
+    return "\n".join([" events:", *lines]) if lines else ""
+
+
+def strict_failures(results) -> list[str]:
+    """What ``--strict`` refuses in finished runs: completions other than IBV_WC_SUCCESS, failed events."""
+    from sim.events import event_failed
+
+    summary = pd.concat([r.summary for r in results], ignore_index=True)
+    errors = int(summary["errors"].sum())
+    failed = sum(sum(event_failed(o) for o in r.events["outcome"]) for r in results)
+    reasons = []
+    if errors:
+        reasons.append(f"{errors} work requests completed in error ({_error_counts(summary['errors_by_status'])})")
+    if failed:
+        reasons.append(f"{failed} event(s) failed")
+    return reasons
 
 
 @app.command()
@@ -81,11 +122,14 @@ def run(scenario: ScenarioPath,
                                                              "open in ui.perfetto.dev).")] = False,
         engine: Annotated[Optional[Engine], typer.Option(
             help="Override the scenario's engine (auto says on stderr why it falls back to event).")] = None,
+        strict: Annotated[bool, typer.Option("--strict", help="Exit 1 (after writing the results) if any work "
+                                             "request completed in error or any event failed.")] = False,
         memory_budget: Annotated[Optional[str], typer.Option(
             "--memory-budget", help="Refuse a run estimated to need more memory than this (e.g. '8GiB'; "
                                     "default: the memory available now).", metavar="SIZE")] = None,
         ) -> None:
-    """Run a scenario: print perftest-style tables; write metrics, summary, manifest and figures."""
+    """Run a scenario: print perftest-style tables and the events' outcomes; write metrics, summary, manifest
+    and figures."""
     from sim import budget
     from sim.core.units import UnitError
     from sim.results import write_results
@@ -123,14 +167,20 @@ def run(scenario: ScenarioPath,
         raise typer.Exit(1)
     path = write_results(results, target, raw, trace=trace)
     if not quiet:
-        from sim.compare import comparison_table
+        from sim.compare import comparison_table, event_times
 
         summary = pd.concat([r.summary for r in results], ignore_index=True)
         sys.stdout.write(format_summary(summary) + "\n")
+        events = format_events(pd.concat([event_times(r) for r in results], ignore_index=True))
+        if events:
+            sys.stdout.write(events + "\n")
         if len(variants) > 1:
             sys.stdout.write("\n" + comparison_table(results).to_string(index=False) + "\n")
     typer.echo(f"wrote {path} ({time.perf_counter() - started:.1f} s)", err=True)
-    if failures:
+    refused = strict_failures(results) if strict else []
+    for reason in refused:
+        typer.echo(f"{scenario}: --strict: {reason}", err=True)
+    if failures or refused:
         raise typer.Exit(1)
 
 
@@ -192,23 +242,32 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
           workers: Annotated[Optional[int], typer.Option(min=1, help="Worker processes (default: one per "
                                                                      "CPU).")] = None,
           scheduler: Annotated[Optional[str], typer.Option(help="A running dask scheduler, e.g. "
-                                                                "tcp://host:8786 (implies --executor dask).")] = None
+                                                                "tcp://host:8786 (implies --executor dask).")] = None,
+          retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also run again the runs stored as "
+                                                     "failed (a resumed sweep skips them otherwise).")] = False
           ) -> None:
-    """Run a parameter sweep; each finished run is stored at once, so running it again resumes."""
+    """Run a parameter sweep; each finished run (failed or not) is stored at once, so running it again resumes."""
     from sim.sweep import load_sweep, run_sweep
+    from sim.sweep.store import FAILED
 
     try:
         target = out_dir or Path("results") / load_sweep(file).sweep.name
         result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
-                           scheduler=scheduler)
+                           scheduler=scheduler, retry_failed=retry_failed)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
     shown = [c for c in result.table.columns if c in ("run", "variant", "status", "bytes", "bw_avg_Gbps",
              "t_typical_us", "p99_9_us", "pinned_bytes", "evictions") or "." in c]
     sys.stdout.write(result.table[shown].to_string(index=False) + "\n")
-    typer.echo(f"wrote {target}: {result.ran} runs simulated, {result.skipped} already stored, "
-               f"{result.failed} failed", err=True)
+    for path in result.damaged:
+        typer.echo(f"{path}: unreadable (empty or cut short): its run was simulated again", err=True)
+    for row in result.table[result.table["status"] == FAILED].itertuples():
+        typer.echo(f"{target}: run {row.run} failed: {row.error}", err=True)
+    retried = f" ({result.retried} of them failed before)" if result.retried else ""
+    hint = " (--retry-failed runs them again)" if result.failed and not retry_failed else ""
+    typer.echo(f"wrote {target}: {result.ran} runs simulated{retried}, {result.skipped} already stored, "
+               f"{result.failed} failed{hint}", err=True)
 
 
 @app.command()
@@ -234,10 +293,11 @@ def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdm
 
 
 @app.command()
-def repro(manifest: Annotated[Path, typer.Argument(help="A results directory's manifest.json.",
-                                                  show_default=False)]) -> None:
-    """Re-run a result from its manifest (scenario, variants, seed) and check its outputs are bit-identical;
-    exit 1 if they differ."""
+def repro(manifest: Annotated[Path, typer.Argument(help="A results directory, or its manifest.json.",
+                                                  show_default=False, metavar="PATH")]) -> None:
+    """Verify a results directory against its manifest (the manifest's own consistency, the files' hashes),
+    re-run it (every variant, the recorded seed and engine) and check its outputs are bit-identical to both;
+    exit 1 if anything differs, 2 if the manifest is malformed."""
     from sim.repro import reproduce
 
     try:
@@ -279,6 +339,18 @@ def schema() -> None:
     sys.stdout.write(json.dumps(Scenario.model_json_schema(by_alias=True), indent=1) + "\n")
 
 
+INTERNAL_ERROR = 70
+"""Exit status of an unexpected exception (EX_SOFTWARE): a bug in rdmasim, not a problem with the input."""
+
+
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. An unexpected exception is a bug: it is reported in one line with exit
+    status 70, and ``RDMASIM_TRACEBACK=1`` shows its traceback."""
+    try:
+        app()
+    except Exception as exc:
+        if os.environ.get("RDMASIM_TRACEBACK"):
+            raise
+        typer.echo(f"rdmasim: internal error: {type(exc).__name__}: {exc} (a bug in rdmasim, not in the input; "
+                   "run again with RDMASIM_TRACEBACK=1 to see where)", err=True)
+        raise SystemExit(INTERNAL_ERROR) from None

@@ -21,6 +21,15 @@ from sim.scenario.schema import (EvictionStormEvent, GpuJobGrowthEvent, GpuPress
                                  LinkFlapEvent, ManagedJobEvent, NicResetEvent, PeerMemReclaimEvent, ProcessExitEvent,
                                  QpErrorEvent, Scenario)
 
+BOOKKEEPING_KINDS = ("workloads-start", "managed-job-faults")
+"""Event-log rows kept for the VRAM-over-time figure (the baseline, a managed job's progress), not outcomes."""
+
+
+def event_failed(outcome: str) -> bool:
+    """Whether an event-log outcome says the event could not do what it asked (``failed: ...``)."""
+    return outcome.startswith("failed")
+
+
 SWEEP_CHUNK = 16384
 """Pages a managed job touches between two steps of simulated time (64 MiB of 4 KiB pages)."""
 

@@ -39,7 +39,7 @@ import numpy as np
 
 from models.datapath import memory_target, plan
 from models.verbs import Opcode
-from models.workloads import Endpoint, OpRecords
+from models.workloads import Endpoint, OpRecords, succeeded
 from sim.core.errors import SimError
 from sim.fast import (Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, UndecidableOrder, UniformSeries, Wait,
                       Wake)
@@ -163,11 +163,11 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries)
 
 
-def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray, first: int = 0) -> OpRecords:
+def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray) -> OpRecords:
     """The records of operations solved with posts ``post`` and completions ``done`` (all succeed; a ping-pong
     iteration's latency is half its round trip)."""
     latency = (done - post) // 2 if work.kind == "write_lat" else done - post
-    return OpRecords(post, done, latency, np.ones(len(post), bool))
+    return OpRecords(post, done, latency, succeeded(len(post)))
 
 
 class _Rows:

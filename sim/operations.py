@@ -24,7 +24,8 @@ import pyarrow.parquet as pq
 ROW_GROUP_ROWS = 1 << 20
 """Rows per spooled row group (pyarrow's default row-group size, about 60 MiB of operation rows)."""
 LABELS = ("variant", "workload", "kind")
-"""Text columns, stored as categories in memory and dictionary-encoded in Parquet."""
+"""Text columns stored as categories in memory (joining tables of differing labels turns them into text, which
+:func:`_joined` makes categories again); every categorical column is dictionary-encoded in Parquet."""
 
 
 def scratch_dir(prefix: str) -> str:
@@ -128,12 +129,12 @@ def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def arrow_table(frame: pd.DataFrame) -> pa.Table:
-    """``frame`` as an Arrow table with dictionary-encoded label columns (int32 indices) and no pandas
-    metadata, so every row group of a streamed file has one schema."""
+    """``frame`` as an Arrow table with dictionary-encoded label and categorical columns (int32 indices) and no
+    pandas metadata, so every row group of a streamed file has one schema."""
     columns = {}
     for name in frame.columns:
         values = frame[name]
-        if name in LABELS:
+        if name in LABELS or isinstance(values.dtype, pd.CategoricalDtype):
             labels = values.astype("category")
             columns[name] = pa.DictionaryArray.from_arrays(
                 pa.array(labels.cat.codes.to_numpy().astype(np.int32)),

@@ -39,7 +39,8 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def _parameters(result: RunResult) -> dict:
+def run_parameters(result: RunResult) -> dict:
+    """The resolved parameters of a run's testbed: fabric, each node's host, PCIe link and NIC, each GPU."""
     bed = result.testbed
     return {
         "fabric": dataclasses.asdict(bed.fabric.params),
@@ -58,7 +59,7 @@ def manifest(results: list[RunResult], scenario_bytes: bytes | None) -> dict:
         "scenario_sha256": hashlib.sha256(scenario_bytes).hexdigest() if scenario_bytes is not None else None,
         "scenario_text": scenario_bytes.decode("utf-8") if scenario_bytes is not None else None,
         "seed": first.seed,
-        "variants": {r.variant: _parameters(r) for r in results},
+        "variants": {r.variant: run_parameters(r) for r in results},
         "versions": package_versions(),
     }
 

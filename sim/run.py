@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models.verbs import Opcode, ibv_create_cq, ibv_create_qp
+from models.verbs import WC_STATUS_NAMES, Opcode, WcStatus, ibv_create_cq, ibv_create_qp
 from models.workloads import (PERFTEST_WRITE_LAT_INLINE, Endpoint, bandwidth, concurrent, read_latency,
                               write_latency)
 from sim.build import Testbed, build
@@ -152,33 +152,45 @@ def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testb
 
 
 def workload_tables(work: WorkloadSpec, size: int, records, variant: str) -> tuple[pd.DataFrame, dict]:
-    """The per-operation rows and the perftest summary row of one (workload, size)."""
-    stats = records.latency_ps
+    """The per-operation rows and the perftest summary row of one (workload, size) (see :func:`operation_rows`
+    and :func:`summary_row`)."""
+    stats = records.latency_ps[records.ok]
     if work.kind.endswith("_bw"):
         order = np.argsort(records.posted_ps, kind="stable")  # every QP's operations in posting order
         stats = OpColumns(records.posted_ps[order], records.completed_ps[order], records.ok[order])
     return (operation_rows(work, size, records, variant),
-            summary_row(work, size, variant, int((~records.ok).sum()), stats))
+            summary_row(work, size, variant, status_counts(records), stats))
 
 
 def operation_rows(work: WorkloadSpec, size: int, records, variant: str, first: int = 0) -> pd.DataFrame:
     """The per-operation rows of ``records`` of one (workload, size); ``first`` is the first record's
-    iteration (a piece of a stream)."""
-    label, rows = work.name or work.kind, len(records.ok)
+    iteration (a piece of a stream). Each row's ``status`` is its completion's ``ibv_wc_status`` name (``ok``:
+    it is IBV_WC_SUCCESS)."""
+    label, rows = work.name or work.kind, len(records.status)
     qp = np.zeros(rows, dtype=np.int64) if records.qp is None else records.qp
     return pd.DataFrame({
         "variant": _label(variant, rows), "workload": _label(label, rows), "kind": _label(work.kind, rows),
         "bytes": size, "qp": qp, "iteration": np.tile(np.arange(first, first + rows // work.qps), work.qps),
         "posted_ps": records.posted_ps, "completed_ps": records.completed_ps, "latency_ps": records.latency_ps,
-        "ok": records.ok})
+        "ok": records.ok, "status": pd.Categorical.from_codes(records.status, categories=WC_STATUS_NAMES)})
 
 
-def summary_row(work: WorkloadSpec, size: int, variant: str, errors: int, stats) -> dict:
-    """perftest's summary of one (workload, size): ``stats`` holds its operations in posting order
-    (:class:`~sim.core.metrics.OpColumns` or :class:`~sim.core.metrics.OpSpool`) for a bandwidth workload,
-    its latencies (ps) for a latency workload."""
+def status_counts(records) -> np.ndarray:
+    """How many of ``records`` completed with each ``ibv_wc_status`` value."""
+    return np.bincount(records.status, minlength=len(WC_STATUS_NAMES))
+
+
+def summary_row(work: WorkloadSpec, size: int, variant: str, counts: np.ndarray, stats) -> dict:
+    """perftest's summary of one (workload, size) whose completions have :func:`status_counts` ``counts``:
+    ``stats`` holds its operations in posting order (:class:`~sim.core.metrics.OpColumns` or
+    :class:`~sim.core.metrics.OpSpool`) for a bandwidth workload, the latencies (ps) of those that succeeded
+    for a latency workload. The row counts the ``errors`` and, in ``errors_by_status``, how many completed
+    with each error status. Only work requests that succeeded are measured (a row where none did has NaN in
+    perftest's columns)."""
+    success = WcStatus.SUCCESS.value
     row = {"variant": variant, "workload": work.name or work.kind, "kind": work.kind, "bytes": size,
-           "iterations": work.iterations, "errors": errors}
+           "iterations": work.iterations, "errors": int(counts.sum() - counts[success]),
+           "errors_by_status": {WC_STATUS_NAMES[v]: int(n) for v, n in enumerate(counts) if n and v != success}}
     if work.kind.endswith("_bw"):
         return row | bandwidth_of(size, stats, work.tx_depth * work.qps)
     return row | latency_summary(stats)
@@ -192,7 +204,7 @@ class _Stream:
     size: int
     spool: OpSpool | None
     latencies: list[np.ndarray]
-    errors: int = 0
+    counts: np.ndarray
 
 
 class StreamedSummaries:
@@ -213,20 +225,20 @@ class StreamedSummaries:
                 directory = scratch_dir("rdmasim-bandwidth-")
                 spool = OpSpool(directory)
                 spool_finalizer(spool, directory)
-            self._open = _Stream(work, size, spool, [])
+            self._open = _Stream(work, size, spool, [], np.zeros(len(WC_STATUS_NAMES), dtype=np.int64))
         stream = self._open
         if stream.spool is not None:
             stream.spool.add(records.posted_ps, records.completed_ps, records.ok)
         else:
-            stream.latencies.append(records.latency_ps)
-        stream.errors += int((~records.ok).sum())
+            stream.latencies.append(records.latency_ps[records.ok])
+        stream.counts += status_counts(records)
 
     def finish(self) -> list[dict]:
         """End the current stream: its summary row joins :attr:`rows`; returns them."""
         stream, self._open = self._open, None
         if stream is not None:
             stats = stream.spool if stream.spool is not None else np.concatenate(stream.latencies)
-            self.rows.append(summary_row(stream.work, stream.size, self.variant, stream.errors, stats))
+            self.rows.append(summary_row(stream.work, stream.size, self.variant, stream.counts, stats))
             if stream.spool is not None:
                 stream.spool.close()
         return self.rows

@@ -10,16 +10,18 @@ import numpy as np
 from sim.core.units import PS_PER_S, PS_PER_US
 
 MIB = 2**20
+LATENCY_COLUMNS = ("t_min_us", "t_max_us", "t_typical_us", "t_avg_us", "t_stdev_us", "p99_us", "p99_9_us")
+BANDWIDTH_COLUMNS = ("bw_peak_Gbps", "bw_avg_Gbps", "bw_avg_MiBps", "msg_rate_Mpps")
 
 
 def latency_summary(latency_ps: np.ndarray) -> dict[str, float]:
     """perftest latency columns in microseconds.
 
     Percentiles use perftest's rule: sort, then take element ``int(n * q)`` (``t_typical`` is the median
-    element ``n // 2``).
+    element ``n // 2``). Zero samples (no work request succeeded) measure nothing: every column is NaN.
     """
     if len(latency_ps) == 0:
-        raise ValueError("latency summary of zero samples")
+        return dict.fromkeys(LATENCY_COLUMNS, float("nan"))
     ordered = np.sort(np.asarray(latency_ps, dtype=np.int64))
     n = len(ordered)
     us = ordered / PS_PER_US
@@ -135,10 +137,13 @@ def bandwidth_of(size_bytes: int, ops: OpColumns | OpSpool, window: int, chunk: 
     the first to completion of the last), searched over runs of ``window``, 2x``window``, 4x``window``...
     operations and the whole test, so it is never below the average. Rates are reported in Gb/s (1e9 bit/s)
     and in MiB/s (perftest's "MB/sec"); ``msg_rate_Mpps`` is operations per microsecond at the average rate.
+    When no operation succeeded nothing was measured: every column is NaN.
     """
     n = ops.n
     if n == 0:
         raise ValueError("bandwidth summary of zero operations")
+    if not ops.good:
+        return dict.fromkeys(BANDWIDTH_COLUMNS, float("nan"))
     elapsed = ops.last_done_ps - ops.first_post_ps
     avg_Bps = size_bytes * ops.good * PS_PER_S / elapsed
     best_Bps, w = avg_Bps, max(1, window)

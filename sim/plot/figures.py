@@ -15,11 +15,26 @@ PDF_METADATA = {"CreationDate": None, "ModDate": None, "Producer": "rdmasim"}
 
 
 def _size_axis(ax, sizes) -> None:
+    if not np.isfinite(ax.dataLim.x0):  # nothing plotted: the log axis still needs limits, around the sizes
+        ax.set_xlim(min(sizes) / 2, max(sizes) * 2)
     ax.set_xscale("log", base=2)
     ticks = sorted(set(sizes))[:: max(1, len(set(sizes)) // 8)]
     ax.set_xticks(ticks, [format_size(int(t)) for t in ticks], rotation=30)
     ax.set_xlabel("message size")
     ax.grid(True, which="major", alpha=0.3)
+
+
+NO_DATA = "no successful work requests"
+"""What a figure says across its middle when nothing it would plot succeeded."""
+
+
+def measured(axes, values) -> bool:
+    """True when ``values`` holds a finite number; else write :data:`NO_DATA` across each of ``axes``."""
+    if np.isfinite(np.asarray(values, dtype=float)).any():
+        return True
+    for ax in axes:
+        ax.text(0.5, 0.5, NO_DATA, ha="center", va="center", transform=ax.transAxes, color="grey")
+    return False
 
 
 def save(fig, data: pd.DataFrame, directory: Path, name: str) -> list[Path]:
@@ -54,7 +69,8 @@ def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]
     ax.set_ylabel("average bandwidth (Gb/s)")
     ax.set_ylim(bottom=0)
     ax.set_title(f"{title}: bandwidth vs. message size")
-    ax.legend()
+    if measured([ax], data["bw_avg_Gbps"]):
+        ax.legend()
     fig.tight_layout()
     return save(fig, data, directory, "bw_vs_size")
 
@@ -70,10 +86,11 @@ def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[
         ax.fill_between(rows["bytes"], rows["t_min_us"], rows["p99_9_us"], color=line.get_color(), alpha=0.2,
                         label=f"{label} (min..p99.9)")
     _size_axis(ax, data["bytes"])
-    ax.set_yscale("log")
+    if measured([ax], data["t_typical_us"]):
+        ax.set_yscale("log")
+        ax.legend()
     ax.set_ylabel("latency (us)")
     ax.set_title(f"{title}: latency vs. message size")
-    ax.legend()
     fig.tight_layout()
     return save(fig, data, directory, "latency_vs_size")
 
@@ -99,6 +116,10 @@ def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, 
     return save(fig, timeline, directory, "bw_over_time")
 
 
+CDF_COLUMNS = ["variant", "workload", "latency_us", "cdf"]
+"""The latency CDF's CSV columns."""
+
+
 def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[Path]:
     """Per-operation latency per variant and workload: the CDF, and beside it the tail (1 - CDF, log scale)
     where rare stalls show."""
@@ -111,15 +132,18 @@ def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[P
         left.step(lat, frac, where="post", label=label)
         right.step(lat, np.maximum(1 - frac + 1 / len(lat), 1e-9), where="post", label=label)
         curves.append(pd.DataFrame({"variant": variant, "workload": workload, "latency_us": lat, "cdf": frac}))
-    left.set(xscale="log", xlabel="latency (us)", ylabel="fraction of operations", title="CDF")
-    right.set(xscale="log", yscale="log", xlabel="latency (us)", ylabel="fraction at least this slow",
-              title="tail")
+    data = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=CDF_COLUMNS)
+    left.set(xlabel="latency (us)", ylabel="fraction of operations", title="CDF")
+    right.set(xlabel="latency (us)", ylabel="fraction at least this slow", title="tail")
+    if measured([left, right], data["latency_us"]):
+        left.set(xscale="log")
+        right.set(xscale="log", yscale="log")
+        left.legend(fontsize=8)
     for ax in (left, right):
         ax.grid(True, alpha=0.3)
-    left.legend(fontsize=8)
     fig.suptitle(f"{title}: latency per operation")
     fig.tight_layout()
-    return save(fig, pd.concat(curves, ignore_index=True), directory, "latency_cdf")
+    return save(fig, data, directory, "latency_cdf")
 
 
 def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str) -> list[Path]:
@@ -140,7 +164,8 @@ def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, ti
     bottom.set_ylim(bottom=0)
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.get_legend_handles_labels()[0]:  # a testbed without GPUs draws no memory curve
+            ax.legend(fontsize=8)
     fig.tight_layout()
     data = used[["variant", "time_ms", "kind", "gpu_used", "outcome"]]
     return save(fig, data, directory, "gpu_memory")

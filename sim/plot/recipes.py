@@ -151,6 +151,7 @@ def mode_comparison(results: _RunDir | _SweepDir, out: Path, by: str = "variant"
     for ax, (column, label) in zip(axes, COMPARED.items()):
         bars = ax.bar(data["variant"], data[column], color=[colors[i % len(colors)] for i in range(len(data))])
         ax.bar_label(bars, fmt="%.4g", fontsize=7)
+        figures.measured([ax], data[column])
         ax.set_title(label, fontsize=9)
         ax.tick_params(axis="x", rotation=30, labelsize=8)
         ax.grid(True, axis="y", alpha=0.3)

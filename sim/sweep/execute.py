@@ -8,34 +8,48 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import json
 import os
 from collections.abc import Callable, Iterator
 
 import pandas as pd
 
 from sim.compare import comparison_table
-from sim.core.errors import SimError
 from sim.operations import OperationTable
 from sim.run import run_scenario
+from sim.sweep.orphans import die_with_parent
 from sim.sweep.plan import RunSpec
+from sim.sweep.store import FAILED
 
 Finished = Iterator[tuple[RunSpec, pd.DataFrame]]
 
 
 def execute(run: RunSpec) -> pd.DataFrame:
-    """Simulate one run; one row per (workload, size): perftest's summary columns, latency percentiles,
-    registration time, pinned bytes and protocol counters. A run that fails the way a simulation can
-    (e.g. a registration refused with ENOMEM) gives one row with ``status`` 'failed' and the message."""
+    """Simulate one run; one row per (workload, size): perftest's summary columns (``errors_by_status`` as
+    JSON text), latency percentiles, registration time, pinned bytes and protocol counters. A run that fails
+    in any way (a registration refused with ENOMEM, or a point whose values the engine cannot hold) gives
+    :func:`failed`'s row instead, so the sweep goes on."""
     try:
-        result = run_scenario(run.scenario, run.seed, variant=run.variant)
-    except SimError as exc:
-        return pd.DataFrame([{"key": run.key, "status": "failed", "error": f"{type(exc).__name__}: {exc}"}])
+        return _tables(run)
+    except Exception as exc:  # whatever one point raises is that point's result, not the sweep's end
+        return failed(run, exc)
+
+
+def failed(run: RunSpec, exc: BaseException) -> pd.DataFrame:
+    """The stored result of a run that raised ``exc``: one row with ``status`` :data:`FAILED` and the error's
+    type and message."""
+    return pd.DataFrame([{"key": run.key, "status": FAILED, "error": f"{type(exc).__name__}: {exc}"}])
+
+
+def _tables(run: RunSpec) -> pd.DataFrame:
+    result = run_scenario(run.scenario, run.seed, variant=run.variant)
     rows = []
     ops = result.operations
     for perftest in result.summary.to_dict("records"):
         mine = ops[(ops["workload"] == perftest["workload"]) & (ops["bytes"] == perftest["bytes"])]
         part = dataclasses.replace(result, table=OperationTable.of(mine), summary=pd.DataFrame([perftest]))
         extra = comparison_table([part]).iloc[0].to_dict()
+        perftest["errors_by_status"] = json.dumps(perftest["errors_by_status"])  # Parquet needs one type
         rows.append({"key": run.key, "status": "ok", "error": None, **perftest,
                      **{k: v for k, v in extra.items() if k not in perftest}})
     return pd.DataFrame(rows).drop(columns="variant")
@@ -58,19 +72,24 @@ def serial(runs: list[RunSpec], workers: int | None = None, scheduler: str | Non
 
 
 def processes(runs: list[RunSpec], workers: int | None = None, scheduler: str | None = None) -> Finished:
-    """Run on a local process pool (``workers`` processes, default: one per CPU)."""
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers)
+    """Run on a local process pool (``workers`` processes, default: one per CPU) whose workers end when this
+    process does, however it ends. A worker that dies (killed, out of memory) breaks the pool: the runs not
+    finished by then come back as failed with that error (a resumed sweep with ``retry_failed`` runs them)."""
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent,
+                                                  initargs=(os.getpid(),))
     try:
         futures = {pool.submit(execute, run): run for run in runs}
         for future in concurrent.futures.as_completed(futures):
-            yield futures[future], future.result()
+            run, exc = futures[future], future.exception()
+            yield run, future.result() if exc is None else failed(run, exc)
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
 def dask(runs: list[RunSpec], workers: int | None = None, scheduler: str | None = None) -> Finished:
     """Run on dask.distributed: the cluster at ``scheduler`` (e.g. ``tcp://host:8786``, its workers able to
-    import rdmasim), else a LocalCluster of ``workers`` single-threaded processes (default: one per CPU)."""
+    import rdmasim), else a LocalCluster of ``workers`` single-threaded processes (default: one per CPU), which
+    end with this process however it ends (distributed's worker processes watch their parent)."""
     from distributed import Client, LocalCluster, as_completed
 
     cluster = None

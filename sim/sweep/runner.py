@@ -11,8 +11,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sim.sweep.execute import EXECUTORS
-from sim.sweep.plan import load_sweep
-from sim.sweep.store import partition_path, read_table, sweep_record, write_json, write_partition, write_summary
+from sim.sweep.plan import RunSpec, load_sweep
+from sim.sweep.store import (FAILED, partition_path, read_partition, read_table, sweep_record, write_json,
+                             write_partition, write_summary)
 
 
 @dataclass(frozen=True)
@@ -26,17 +27,25 @@ class SweepResult:
     """Runs simulated by this call."""
     skipped: int
     """Runs whose results were already stored (a resumed sweep)."""
+    damaged: tuple[Path, ...] = ()
+    """Stored partitions that could not be read (empty, cut short), so their runs were simulated again."""
+    retried: int = 0
+    """Runs stored as failed that this call simulated again (``retry_failed``)."""
 
     @property
     def failed(self) -> int:
         """Runs recorded as failed."""
-        return int(self.table.loc[self.table["status"] == "failed", "run"].nunique())
+        return int(self.table.loc[self.table["status"] == FAILED, "run"].nunique())
 
 
 def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str = "serial",
-              workers: int | None = None, scheduler: str | None = None, progress: bool = True) -> SweepResult:
+              workers: int | None = None, scheduler: str | None = None, progress: bool = True,
+              retry_failed: bool = False) -> SweepResult:
     """Run every run of the sweep file ``path`` not yet stored in ``out_dir``; each finished run is stored
     at once, so an interrupted sweep resumes where it stopped.
+
+    A run that fails is stored as failed with its error and the sweep goes on; a resumed sweep skips it unless
+    ``retry_failed``. A stored partition that cannot be read is run again (listed in ``damaged``).
 
     ``executor`` is ``serial``, ``processes`` (``workers`` local processes) or ``dask`` (the cluster at
     ``scheduler``, e.g. ``tcp://host:8786``, else a LocalCluster of ``workers`` processes). Results do not
@@ -52,10 +61,7 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
     plan = load_sweep(path)
     out = Path(out_dir)
     write_json(out / "sweep.json", sweep_record(plan))
-    todo = {}
-    for run in plan.runs:
-        if run.key not in todo and not partition_path(out, run.key).exists():
-            todo[run.key] = run
+    todo, damaged, retried = _to_do(plan.runs, out, retry_failed)
     skipped = sum(run.key not in todo for run in plan.runs)
     console = Console(stderr=True)
     columns = (TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
@@ -68,4 +74,24 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
             bar.advance(task)
     table = read_table(out)
     write_summary(out, table)
-    return SweepResult(out, table, len(todo), skipped)
+    return SweepResult(out, table, len(todo), skipped, damaged, retried)
+
+
+def _to_do(runs: list[RunSpec], out: Path, retry_failed: bool
+           ) -> tuple[dict[str, RunSpec], tuple[Path, ...], int]:
+    """The runs to simulate, by key (those without a readable partition, and with ``retry_failed`` those
+    stored as failed); the unreadable partitions; how many failed runs are retried."""
+    todo: dict[str, RunSpec] = {}
+    damaged, retried = [], 0
+    for run in runs:
+        if run.key in todo:
+            continue
+        stored = read_partition(out, run.key)
+        if stored is None:
+            todo[run.key] = run
+            if partition_path(out, run.key).exists():
+                damaged.append(partition_path(out, run.key))
+        elif retry_failed and (stored["status"] == FAILED).any():
+            todo[run.key] = run
+            retried += 1
+    return todo, tuple(damaged), retried

@@ -1,8 +1,9 @@
 """A sweep's results directory, written while the sweep runs and readable at any point of it.
 
 Layout: ``sweep.json`` (the resolved runs: index, repetition, seed, variant, axis values, key; hashes of the
-sweep and base files; package versions), ``runs/<key>.parquet`` (one file per finished run, written to a
-temporary file and renamed, so a file that exists is complete) and, once the sweep ends,
+sweep and base files; package versions), ``runs/<key>.parquet`` (one file per finished run, failed or not,
+written to a temporary file, flushed to disk and renamed, so a file that exists is complete; one that cannot
+be read anyway, e.g. after a crash of the machine, counts as not stored) and, once the sweep ends,
 ``summary.parquet`` and ``summary.csv`` (:func:`read_table`).
 """
 
@@ -14,10 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from sim.results import package_versions
 from sim.sweep.plan import VARIANT, SweepPlan
 
+FAILED = "failed"
+"""The ``status`` of a run that raised instead of finishing (its ``error`` says what); finished runs are 'ok'."""
 RUN_COLUMNS = ["run", "repetition", "seed", "variant"]
 """Columns that say which run a row belongs to; the axis columns follow them, then the run's results."""
 
@@ -28,15 +32,27 @@ def partition_path(out_dir: str | os.PathLike, key: str) -> Path:
 
 
 def _atomic(path: Path, write) -> None:
-    """Call ``write(temporary path)``, then rename the result onto ``path`` (names starting with '.' are
+    """Call ``write(temporary path)``, flush it to disk, then rename it onto ``path`` and flush the directory,
+    so that after a crash ``path`` holds the old content or the new, never a part (names starting with '.' are
     skipped by Parquet dataset readers)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         write(temporary)
+        _fsync(temporary)
         os.replace(temporary, path)
+        _fsync(path.parent)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's or a directory's content to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_partition(out_dir: str | os.PathLike, key: str, table: pd.DataFrame) -> Path:
@@ -44,6 +60,19 @@ def write_partition(out_dir: str | os.PathLike, key: str, table: pd.DataFrame) -
     path = partition_path(out_dir, key)
     _atomic(path, lambda tmp: table.to_parquet(tmp, index=False))
     return path
+
+
+def read_partition(out_dir: str | os.PathLike, key: str) -> pd.DataFrame | None:
+    """The stored table of the run with ``key``; None if there is none or its file cannot be read (empty, cut
+    short, not Parquet, without a ``status`` column): either way the run is still to do."""
+    path = partition_path(out_dir, key)
+    if not path.is_file():
+        return None
+    try:
+        table = pd.read_parquet(path)
+    except (OSError, pa.ArrowException):
+        return None
+    return table if "status" in table else None
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -76,20 +105,19 @@ def _axis_column(values: list) -> list:
 
 def read_table(out_dir: str | os.PathLike) -> pd.DataFrame:
     """The sweep's table so far: one row per finished run and (workload, message size), ordered by run; a
-    failed run is one row with ``status`` 'failed' and its ``error``.
+    failed run is one row with ``status`` :data:`FAILED` and its ``error``; an unreadable partition is left out.
 
     :raises FileNotFoundError: ``out_dir`` holds no ``sweep.json``.
     """
     record = json.loads((Path(out_dir) / "sweep.json").read_text())
     axes = [a for a in record["axes"] if a != VARIANT]
-    cache: dict[str, pd.DataFrame] = {}
+    cache: dict[str, pd.DataFrame | None] = {}
     frames = []
     for run in record["runs"]:
-        path = partition_path(out_dir, run["key"])
-        if run["key"] not in cache and path.exists():
-            cache[run["key"]] = pd.read_parquet(path)
-        if run["key"] in cache:
-            results = cache[run["key"]]
+        if run["key"] not in cache:
+            cache[run["key"]] = read_partition(out_dir, run["key"])
+        results = cache[run["key"]]
+        if results is not None:
             ids = pd.DataFrame({"run": run["run"], "repetition": run["repetition"], "seed": run["seed"],
                                 "variant": run["variant"]}, index=results.index)
             frames.append(pd.concat([ids, results], axis=1))

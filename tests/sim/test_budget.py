@@ -91,7 +91,7 @@ variants = load_scenario_variants(sys.argv[1])[2]
 small = load_scenario_variants(sys.argv[2])[2]
 run_scenario(small[0][1])
 gc.collect()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+before = next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmRSS:")) * 1024
 results = [run_scenario(v, variant=name) for name, v in variants]
 with tempfile.TemporaryDirectory() as scratch:
     write_results(results, pathlib.Path(scratch) / "out")

@@ -208,3 +208,22 @@ def test_the_readme_scenario_example_is_valid(tmp_path):
     assert runner.invoke(app, ["validate", str(path)]).exit_code == 0
     commands = text.split("```bash\n", 1)[1].split("```", 1)[0].strip().splitlines()
     assert len(commands) == 2 and "scenarios/quickstart.yaml" in commands[0] and "pytest" in commands[1]
+
+
+def test_an_unexpected_exception_is_one_line_and_exit_70_unless_the_traceback_is_asked_for(monkeypatch, capsys):
+    import sim.cli
+    import sim.scenario.scenario_file
+
+    def broken(path):
+        raise ZeroDivisionError("simulated bug")
+    monkeypatch.setattr(sim.scenario.scenario_file, "load_scenario_variants", broken)
+    monkeypatch.setattr("sys.argv", ["rdmasim", "validate", "x.yaml"])
+    monkeypatch.delenv("RDMASIM_TRACEBACK", raising=False)
+    with pytest.raises(SystemExit) as stop:
+        sim.cli.main()
+    err = capsys.readouterr().err
+    assert stop.value.code == sim.cli.INTERNAL_ERROR == 70
+    assert err.count("\n") == 1 and "internal error: ZeroDivisionError: simulated bug" in err and "Traceback" not in err
+    monkeypatch.setenv("RDMASIM_TRACEBACK", "1")
+    with pytest.raises(ZeroDivisionError):
+        sim.cli.main()

@@ -38,5 +38,12 @@ def test_failed_operations_carry_no_bytes():
     half = bandwidth_summary(1000, posted, done, window=2, ok=np.array([True, True, False, False]))
     full = bandwidth_summary(1000, posted, done, window=2)
     assert half["bw_avg_Gbps"] == pytest.approx(full["bw_avg_Gbps"] / 2)
-    assert bandwidth_summary(1000, posted, done, window=2, ok=np.zeros(4, bool))["bw_avg_Gbps"] == 0
     assert half["msg_rate_Mpps"] == full["msg_rate_Mpps"]
+
+
+def test_nothing_succeeded_measures_nothing():
+    posted, done = np.array([0, 10_000]), np.array([10_000, 20_000])
+    none = bandwidth_summary(1000, posted, done, window=2, ok=np.zeros(2, bool))
+    assert set(none) == set(bandwidth_summary(1000, posted, done, window=2)) and np.isnan(list(none.values())).all()
+    empty = latency_summary(np.array([], dtype=np.int64))
+    assert set(empty) == set(latency_summary(posted)) and np.isnan(list(empty.values())).all()

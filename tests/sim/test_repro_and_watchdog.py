@@ -37,14 +37,14 @@ def test_repro_detects_a_changed_result(results, tmp_path):
     tampered = tmp_path / "manifest.json"
     tampered.write_text(json.dumps(manifest))
     result = runner.invoke(app, ["repro", str(tampered)])
-    assert result.exit_code == 1 and "metrics.parquet: DIFFERENT" in result.stdout
+    assert result.exit_code == 1 and "metrics.parquet: re-run DIFFERENT from the manifest" in result.stdout
 
 
 def test_repro_of_something_else_is_a_clear_error(tmp_path):
     bogus = tmp_path / "manifest.json"
     bogus.write_text("{}")
     result = runner.invoke(app, ["repro", str(bogus)])
-    assert result.exit_code == 2 and "not a reproducible rdmasim manifest" in result.stderr
+    assert result.exit_code == 2 and "not an rdmasim manifest" in result.stderr
 
 
 def test_a_stalled_simulation_is_a_deadlock_error_naming_the_waiters(monkeypatch):

@@ -1,0 +1,186 @@
+"""Sweeps that survive bad points, damaged partitions, a crash between write and rename, and a killed parent."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import sim.sweep.execute as execute_module
+from sim.sweep import load_sweep, run_sweep
+from sim.sweep.store import partition_path, write_partition
+
+LATENCIES = ("schema: 1\nkind: sweep\nname: latencies\nbase: base.yaml\n"
+             "grid:\n  fabric.latency: [300ns, 1us, 2us]\n")
+
+
+def _failing_at(monkeypatch, bad, exc: BaseException) -> None:
+    """Make the simulation of run ``bad`` raise ``exc``, as a point whose values the engine cannot hold does."""
+    real = execute_module.run_scenario
+
+    def run_scenario(scenario, seed, **kwargs):
+        if scenario == bad.scenario:
+            raise exc
+        return real(scenario, seed, **kwargs)
+
+    monkeypatch.setattr(execute_module, "run_scenario", run_scenario)
+
+
+@pytest.mark.parametrize("exc", [MemoryError("cannot allocate"), OverflowError("Python int too large to convert"),
+                                 ValueError("bad point")])
+def test_a_point_that_raises_is_stored_as_failed_and_the_sweep_goes_on(write_sweep, tmp_path, monkeypatch, exc):
+    path = write_sweep(LATENCIES)
+    bad = load_sweep(path).runs[1]
+    _failing_at(monkeypatch, bad, exc)
+    result = run_sweep(path, tmp_path / "out", progress=False)
+    assert (result.ran, result.failed) == (3, 1)
+    table = result.table.set_index("run")
+    assert table.loc[1, "status"] == "failed" and table.loc[1, "error"] == f"{type(exc).__name__}: {exc}"
+    assert (table.loc[[0, 2], "status"] == "ok").all() and (table.loc[[0, 2], "bw_avg_Gbps"] > 0).all()
+    assert pd.read_parquet(partition_path(tmp_path / "out", bad.key))["status"].tolist() == ["failed"]
+
+    resumed = run_sweep(path, tmp_path / "out", progress=False)
+    assert (resumed.ran, resumed.skipped, resumed.failed, resumed.retried) == (0, 3, 1, 0)
+    monkeypatch.undo()  # the point runs now: only --retry-failed finds out
+    retried = run_sweep(path, tmp_path / "out", progress=False, retry_failed=True)
+    assert (retried.ran, retried.skipped, retried.failed, retried.retried) == (1, 2, 0, 1)
+    assert retried.table.set_index("run").loc[1, "bw_avg_Gbps"] > 0
+
+
+def _worker_dies_at_the_second_run(run):
+    if run.index == 1:
+        os._exit(1)  # as the kernel's OOM killer would end it
+    return REAL_EXECUTE(run)
+
+
+REAL_EXECUTE = execute_module.execute
+
+
+def test_a_worker_that_dies_fails_the_runs_it_breaks_and_the_sweep_still_ends(write_sweep, tmp_path, monkeypatch):
+    path = write_sweep(LATENCIES)
+    monkeypatch.setattr(execute_module, "execute", _worker_dies_at_the_second_run)
+    result = run_sweep(path, tmp_path / "out", executor="processes", workers=1, progress=False)
+    table = result.table.set_index("run")
+    assert result.ran == 3 and table.loc[1, "status"] == "failed"
+    assert table.loc[1, "error"].startswith("BrokenProcessPool: ")
+    monkeypatch.undo()
+    retried = run_sweep(path, tmp_path / "out", progress=False, retry_failed=True)
+    assert retried.retried == result.failed and retried.failed == 0
+
+
+def test_the_cli_reports_failed_points_and_retries_them(write_sweep, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    path = write_sweep(LATENCIES)
+    _failing_at(monkeypatch, load_sweep(path).runs[2], OverflowError("too large"))
+    out = tmp_path / "out"
+    first = CliRunner().invoke(app, ["sweep", str(path), "--out", str(out)])
+    assert first.exit_code == 0, first.output
+    assert "run 2 failed: OverflowError: too large" in first.output and "1 failed (--retry-failed" in first.output
+    monkeypatch.undo()
+    again = CliRunner().invoke(app, ["sweep", str(path), "--out", str(out), "--retry-failed"])
+    assert again.exit_code == 0 and "1 runs simulated (1 of them failed before)" in again.output
+    assert "0 failed" in again.output
+
+
+def test_unreadable_partitions_are_run_again_and_reported(write_sweep, tmp_path):
+    path = write_sweep(LATENCIES)
+    out = tmp_path / "out"
+    run_sweep(path, out, progress=False)
+    keys = [run.key for run in load_sweep(path).runs]
+    original = {key: partition_path(out, key).read_bytes() for key in keys}
+    partition_path(out, keys[0]).write_bytes(b"")  # a crash before the data reached the disk
+    partition_path(out, keys[2]).write_bytes(original[keys[2]][: len(original[keys[2]]) // 2])  # cut short
+    resumed = run_sweep(path, out, progress=False)
+    assert (resumed.ran, resumed.skipped) == (2, 1)
+    assert set(resumed.damaged) == {partition_path(out, keys[0]), partition_path(out, keys[2])}
+    assert {key: partition_path(out, key).read_bytes() for key in keys} == original
+    assert len(resumed.table) == 3 and (resumed.table["status"] == "ok").all()
+
+
+def test_a_partition_is_on_disk_before_it_is_renamed_and_the_rename_after(tmp_path, monkeypatch):
+    calls = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (calls.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                 real_fsync(fd)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (calls.append(("replace", str(a), str(b))), real_replace(a, b)))
+    path = write_partition(tmp_path, "k", pd.DataFrame({"key": ["k"], "status": ["ok"]}))
+    (_, synced), (_, moved, target), (_, directory) = calls
+    assert synced == moved and Path(moved).name.startswith(".") and target == str(path)
+    assert directory == str(path.parent)
+
+
+SWEEP_THEN_HANG = """
+import sys, time, types
+import sim.sweep.execute
+import sim.sweep.orphans
+
+def hang(*runs):
+    time.sleep(300)
+
+if __name__ == "__main__":
+    sim.sweep.execute.execute = sim.sweep.execute.execute_batch = hang
+    if sys.argv[3] == "watcher":  # no prctl: only the portable watcher thread
+        sim.sweep.orphans.sys = types.SimpleNamespace(platform="other")
+    from sim.sweep import run_sweep
+    run_sweep(sys.argv[1], sys.argv[2], executor="dask" if sys.argv[3] == "dask" else "processes", workers=2,
+              progress=False)
+"""
+CHILDREN = {"prctl": 2, "watcher": 2, "dask": 3}
+"""Processes each guard's sweep starts: the pool's two workers (dask: and multiprocessing's resource tracker)."""
+
+
+def _children(pid: int) -> list[int]:
+    """Live processes whose parent is ``pid`` (Linux /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))) and stat[1] != "Z" and int(stat[2]) == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _stat(pid: int) -> list[str] | None:
+    """State and parent of ``pid`` (fields 3 and 4 of /proc/PID/stat, after the command name), None if gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return [str(pid), *text[text.rindex(")") + 2:].split()[:2]]
+
+
+def _wait(condition, deadline_s: float = 30) -> bool:
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the workers through /proc")
+@pytest.mark.parametrize("guard", ["prctl", "watcher", "dask"])
+def test_killing_the_parent_of_a_sweep_leaves_no_worker(write_sweep, tmp_path, guard):
+    path = write_sweep(LATENCIES)
+    script = tmp_path / "hang.py"  # a file, not -c: dask's spawned workers import the main module again
+    script.write_text(SWEEP_THEN_HANG)
+    parent = subprocess.Popen([sys.executable, str(script), str(path), str(tmp_path / "out"), guard])
+    workers: list[int] = []
+    try:
+        assert _wait(lambda: len(_children(parent.pid)) == CHILDREN[guard], 60), "the workers did not start"
+        workers = _children(parent.pid)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        assert _wait(lambda: all(_stat(w) is None or _stat(w)[1] == "Z" for w in workers)), "a worker survived"
+    finally:
+        parent.kill()
+        for worker in workers:
+            if _stat(worker) is not None:
+                os.kill(worker, signal.SIGKILL)
