@@ -22,32 +22,32 @@ from sim.scenario.schema import ManagedJobEvent, Scenario
 
 EVENT_BYTES_PER_OP = 800
 """Event engine, per work request of the (workload, size) being simulated: its records and simpy state.
-Measured (``bench/memory_costs.py``, whole run and write above a warm interpreter) 273 B/op for write_bw 4 KiB
-x 400k, 612 B/op for write_lat x 100k and 751 B/op for 64 QPs x 2000 iterations."""
+Measured (``bench/memory_costs.py``: peak RSS of the run and its write above the warm process) 377 B/op for
+write_bw 4 KiB x 400k, 527 B/op for write_lat x 100k and 706 B/op for 64 QPs x 2000 iterations."""
 HELD_SOLVE_BYTES_PER_OP = 200
 """Vectorized core with scenario events, per operation of the run: the whole solve (posts, completions,
 marks) and the tables built from it. Measured 146 B/op (write_bw 4 KiB x 2M with a link flap)."""
 LATENCY_BYTES_PER_OP = 150
 """A latency workload's samples of one size on the vectorized core (pieces, joined, sorted, in us).
-Measured 95 B/op (write_lat x 4M)."""
+Measured 97 B/op (write_lat x 4M)."""
 ROW_BYTES = 160
 """An operation row held in memory (a run's table below one row group, with the copies joining makes).
 Measured 125 B/row (fast write_bw x 1M, fixed costs included)."""
 FIXED_BYTES = 400 * 2**20
 """A run's fixed cost beyond the interpreter: the row group being spooled, solver blocks, Parquet buffers.
-Measured 273 MiB for a streamed write_bw 4 KiB x 20M (flat over the run)."""
+Measured 284 MiB for a streamed write_bw 4 KiB x 20M (flat over the run)."""
 COMPARISON_BYTES_PER_OP = 24
 """The comparison table's latencies per operation: the successful ones, their sorted copy and microseconds
 (three 8-byte arrays; inside the link-flap measurement above)."""
 LATENCY_CDF_BYTES_PER_OP = 800
 """The latency CDF figure per operation: latencies read back, the sorted curve, its CSV rows and the plotted
-step paths. Measured 565 B/op (write_bw 4 KiB x 2M with the figure, the run's own costs included)."""
+step paths. Measured 562 B/op (write_bw 4 KiB x 2M with the figure, the run's own costs included)."""
 DATA_BYTES_PER_BYTE = 2
 """Data mode per buffer byte: its contents and one copy (a move's new generation, or the generator's).
 Measured 1.02 B/byte (two 512 MiB buffers)."""
 MANAGED_PAGE_BYTES, MANAGED_ACCESS_BYTES = 8, 16
 """A managed range per 4 KiB page: its state (residency flag, migration count), and per page and pass its
-access sequence with the fault batches' temporaries. Measured 18 B/page (16 GiB, one pass)."""
+access sequence with the fault batches' temporaries. Measured 17 B/page (16 GiB, one pass)."""
 MANAGED_PAGE = 4096
 
 
