@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from contextlib import contextmanager
 from enum import Enum
 import time
 from pathlib import Path
@@ -112,10 +113,29 @@ def strict_failures(results) -> list[str]:
     return reasons
 
 
+OutOption = Annotated[Optional[str], typer.Option("--out", show_default=False, help="Results directory "
+                                                "(default: results/<name>): a new or empty directory, or "
+                                                "earlier results with --force.")]
+ForceOption = Annotated[bool, typer.Option("--force", help="Replace the earlier rdmasim results in --out (only "
+                                                           "if every file there is one rdmasim wrote).")]
+
+
+@contextmanager
+def _output_refused():
+    """Turn an output path sim.outdir refuses into its one-line message and exit code 2."""
+    from sim.outdir import OutputError
+
+    try:
+        yield
+    except OutputError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def run(scenario: ScenarioPath,
-        out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results directory "
-                                                        "(default: results/<scenario name>).")] = None,
+        out_dir: OutOption = None,
+        force: ForceOption = False,
         seed: Annotated[Optional[int], typer.Option(help="Override the scenario's seed.", min=0)] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the tables.")] = False,
         trace: Annotated[bool, typer.Option("--trace", help="Also write trace.json (Chrome/Perfetto format: "
@@ -129,9 +149,10 @@ def run(scenario: ScenarioPath,
                                     "default: the memory available now).", metavar="SIZE")] = None,
         ) -> None:
     """Run a scenario: print perftest-style tables and the events' outcomes; write metrics, summary, manifest
-    and figures."""
+    and figures (nothing if a variant fails)."""
     from sim import budget
     from sim.core.units import UnitError
+    from sim.outdir import RUN, claim
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
 
@@ -147,7 +168,9 @@ def run(scenario: ScenarioPath,
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
-    target = out_dir or Path("results") / spec.name
+    target = Path("results") / spec.name if out_dir is None else out_dir
+    with _output_refused():
+        claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} ops"),
@@ -161,11 +184,13 @@ def run(scenario: ScenarioPath,
             except SimError as exc:
                 label = "" if name == "base" else f" variant '{name}'"
                 failures.append(f"{scenario}:{label} run failed: {exc}")
-    for message in failures:
-        typer.echo(message, err=True)
-    if not results:
+    if failures:
+        for message in failures:
+            typer.echo(message, err=True)
+        typer.echo(f"{scenario}: wrote nothing ({len(failures)} of {len(variants)} variant(s) failed)", err=True)
         raise typer.Exit(1)
-    path = write_results(results, target, raw, trace=trace)
+    with _output_refused():
+        path = write_results(results, target, raw, trace=trace, force=force)
     if not quiet:
         from sim.compare import comparison_table, event_times
 
@@ -180,7 +205,7 @@ def run(scenario: ScenarioPath,
     refused = strict_failures(results) if strict else []
     for reason in refused:
         typer.echo(f"{scenario}: --strict: {reason}", err=True)
-    if failures or refused:
+    if refused:
         raise typer.Exit(1)
 
 
@@ -236,8 +261,10 @@ class Executor(str, Enum):
 
 @app.command()
 def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_default=False)],
-          out_dir: Annotated[Optional[Path], typer.Option("--out", help="Results directory (default: "
-                                                          "results/<sweep name>).")] = None,
+          out_dir: OutOption = None,
+          force: Annotated[bool, typer.Option("--force", help="Replace the results of another sweep or run in "
+                                                              "--out (a sweep resumes into its own without it).")
+                           ] = False,
           executor: Annotated[Executor, typer.Option(help="Where runs execute.")] = Executor.serial,
           workers: Annotated[Optional[int], typer.Option(min=1, help="Worker processes (default: one per "
                                                                      "CPU).")] = None,
@@ -251,9 +278,10 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
     from sim.sweep.store import FAILED
 
     try:
-        target = out_dir or Path("results") / load_sweep(file).sweep.name
-        result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
-                           scheduler=scheduler, retry_failed=retry_failed)
+        target = Path("results") / load_sweep(file).sweep.name if out_dir is None else out_dir
+        with _output_refused():
+            result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
+                               scheduler=scheduler, retry_failed=retry_failed, force=force)
     except ConfigError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
@@ -275,8 +303,11 @@ def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdm
                                                  show_default=False)],
          recipe: Annotated[str, typer.Option(help="bw_vs_size, latency_cdf, timeline, mode_comparison or "
                                                   "heatmap.")],
-         out_dir: Annotated[Optional[Path], typer.Option("--out", help="Figures directory (default: "
-                                                         "RESULTS/figures).")] = None,
+         out_dir: Annotated[Optional[str], typer.Option("--out", show_default=False, help="Figures directory "
+                                                        "(default: RESULTS/figures): new, empty or rdmasim's.")
+                            ] = None,
+         force: Annotated[bool, typer.Option("--force", help="Replace figures of the same name drawn "
+                                                             "before.")] = False,
          metric: Annotated[Optional[str], typer.Option(help="heatmap: the column shown.")] = None,
          by: Annotated[Optional[list[str]], typer.Option(help="Sweep axis: twice for heatmap, once for "
                                                               "mode_comparison.")] = None) -> None:
@@ -284,7 +315,7 @@ def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdm
     from sim.plot.recipes import plot as draw
 
     try:
-        paths = draw(results, recipe, out_dir, metric=metric, by=by or ())
+        paths = draw(results, recipe, out_dir, metric=metric, by=by or (), force=force)
     except SimError as exc:
         typer.echo(str(exc), err=True)
         raise typer.Exit(2) from None
@@ -315,19 +346,28 @@ def repro(manifest: Annotated[Path, typer.Argument(help="A results directory, or
 @app.command("calibrate")
 def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also draw the PCIe efficiency figures "
                                                                         "(MPS sawtooth, reads vs. writes, per "
-                                                                        "generation) into this directory.")] = None
+                                                                        "generation) into this directory (new, "
+                                                                        "empty or of figures rdmasim drew).")] = None,
+                  force: Annotated[bool, typer.Option("--force", help="Replace figures of the same names drawn "
+                                                                      "before in --figures.")] = False
                   ) -> None:
     """Simulate every calibration measurement (H200 copies and pinning; published PCIe, IOMMU and MTT
     anchors) and print simulated vs. measured with the error; exit 1 if a required row is out of tolerance."""
     from sim.calibrate import calibrate, format_calibration
+    from sim.outdir import FIGURES, claim, staged
 
+    if figures is not None:
+        with _output_refused():
+            claim(figures, FIGURES, force=force)
     table = calibrate()
     typer.echo(format_calibration(table))
     if figures is not None:
         from sim.plot.pcie import pcie_efficiency_figures
 
-        for path in pcie_efficiency_figures(figures):
-            typer.echo(str(path))
+        with _output_refused(), staged(figures, FIGURES, force=force) as (staging, target):
+            drawn = pcie_efficiency_figures(staging)
+        for path in drawn:
+            typer.echo(str(target.path / path.name))
     raise typer.Exit(int(not table.loc[table.required, "passed"].all()))
 
 

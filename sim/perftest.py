@@ -18,6 +18,7 @@ import yaml
 
 from models.nic import NicParams
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
+from sim import outdir
 from sim.core.errors import SimError
 from sim.core.units import format_size
 from sim.scenario.schema import Scenario
@@ -111,6 +112,10 @@ def _parser(test: str) -> argparse.ArgumentParser:
                                        "the file is not opened.")
     add("--odp", action="store_true", help="Register the client's host buffer with On Demand Paging.")
     add("--dump-scenario", action="store_true", help="Print the equivalent scenario YAML instead of running it.")
+    add("--out", metavar="DIR", help="rdmasim only: also write the results directory of the equivalent scenario "
+                                      "(as rdmasim run does): a new or empty directory, or earlier results with "
+                                      "--force.")
+    add("--force", action="store_true", help="rdmasim only: let --out replace earlier rdmasim results.")
     return p
 
 
@@ -138,7 +143,21 @@ def _parse(argv: list[str]) -> _Command:
                          f"perftest (see rdmasim perftest {test} --help)")
     if extra:
         raise UsageError(f"unexpected argument(s): {' '.join(extra)}")
-    return _Command(test, args, _scenario_data(test, args, [a for a in argv if a != "--dump-scenario"]))
+    return _Command(test, args, _scenario_data(test, args, _without_rdmasim_output(argv)))
+
+
+OUTPUT_OPTIONS = ("--dump-scenario", "--out", "--force")
+"""rdmasim's options that choose where results go; they leave the scenario alone."""
+
+
+def _without_rdmasim_output(argv: list[str]) -> list[str]:
+    """``argv`` less the output options (``--out DIR`` or ``--out=DIR``), as the scenario's description."""
+    kept, value_next = [], False
+    for arg in argv:
+        if not value_next and arg.split("=")[0] not in OUTPUT_OPTIONS:
+            kept.append(arg)
+        value_next = not value_next and arg == "--out"
+    return kept
 
 
 def _nic_preset(device: str) -> str:
@@ -270,6 +289,7 @@ def run_perftest(argv: list[str]) -> tuple[int, str]:
     (2, 'rdmasim perftest: --run_infinitely is not supported by rdmasim perftest (see ...)')
     """
     from sim.cli import format_summary
+    from sim.results import write_results
     from sim.run import run_scenario
 
     try:
@@ -283,7 +303,15 @@ def run_perftest(argv: list[str]) -> tuple[int, str]:
     if cmd.args.dump_scenario:
         return 0, _dump(cmd)
     try:
+        if cmd.args.out is not None:
+            outdir.claim(cmd.args.out, outdir.RUN, force=cmd.args.force)
         result = run_scenario(Scenario.model_validate(cmd.data))
+        report = _header(cmd, result) + "\n" + format_summary(result.summary)
+        if cmd.args.out is not None:
+            path = write_results(result, cmd.args.out, _dump(cmd).encode("utf-8"), force=cmd.args.force)
+            report += f"\nwrote {path}"
+    except outdir.OutputError as exc:
+        return 2, f"rdmasim perftest: {exc}"
     except SimError as exc:
         return 1, f"rdmasim perftest: run failed: {exc}"
-    return int(result.summary["errors"].any()), _header(cmd, result) + "\n" + format_summary(result.summary)
+    return int(result.summary["errors"].any()), report

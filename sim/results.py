@@ -1,5 +1,5 @@
-"""Write a run's results directory atomically: everything lands in a sibling temporary directory that
-replaces the target only once complete, so a failed run leaves no half-written directory.
+"""Write a run's results directory atomically: everything lands in a staging directory next to the target
+(:mod:`sim.outdir`) that is published only once complete, so a failed run leaves no half-written directory.
 
 Layout: ``metrics.parquet`` (one row per work request, all variants), ``summary.json`` (perftest rows,
 registration costs, events, protocol counters and, with several variants, the comparison table),
@@ -14,14 +14,12 @@ import hashlib
 import json
 import os
 import platform
-import shutil
-import tempfile
 from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
 
-from sim import __version__
+from sim import __version__, outdir
 from sim.core.trace import write_chrome_trace
 from sim.compare import bandwidth_timeline, comparison_table, event_times
 from sim.operations import write_operations
@@ -87,22 +85,19 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def write_results(results: RunResult | list[RunResult], out_dir: str | os.PathLike,
-                  scenario_bytes: bytes | None = None, *, trace: bool = False) -> Path:
-    """Write every output of ``results`` (one per variant) into ``out_dir``, replacing it atomically;
-    ``trace`` adds ``trace.json`` (runs made with ``trace=True``), one trace process per variant."""
+                  scenario_bytes: bytes | None = None, *, trace: bool = False, force: bool = False) -> Path:
+    """Write every output of ``results`` (one per variant) into ``out_dir``, claimed by
+    :func:`sim.outdir.claim` (``force``: replace an earlier results directory) and published only once
+    complete; ``trace`` adds ``trace.json`` (runs made with ``trace=True``), one trace process per variant.
+
+    :raises OutputError: ``out_dir`` may not be written, or writing failed (nothing is published).
+    """
     results = [results] if isinstance(results, RunResult) else results
-    target = Path(out_dir).resolve()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
-    try:
+    with outdir.staged(out_dir, outdir.RUN, force=force) as (staging, target):
         _write(results, staging, scenario_bytes)
         if trace:
             write_chrome_trace(str(staging / "trace.json"), [(r.variant, r.testbed.env.trace) for r in results])
-        _replace_dir(staging, target)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    return target
+    return target.path
 
 
 def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None) -> None:
@@ -132,14 +127,3 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
         figures.gpu_memory(_concat([bandwidth_timeline(r) for r in results]), events, out, scenario.name)
     if "latency_cdf" in scenario.outputs:
         figures.latency_cdf(_concat([r.table.frame(LATENCY_CDF_COLUMNS) for r in results]), out, scenario.name)
-
-
-def _replace_dir(staging: Path, target: Path) -> None:
-    """Swap ``staging`` into ``target``; an existing target is moved aside first and removed after."""
-    old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        os.replace(target, old)
-    os.replace(staging, target)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

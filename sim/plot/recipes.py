@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +19,9 @@ from types import SimpleNamespace
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from pyarrow import ArrowException
 
+from sim import outdir
 from sim.compare import bandwidth_timeline, comparison_table
 from sim.core.errors import SimError
 from sim.operations import OperationTable
@@ -75,17 +78,38 @@ class _SweepDir:
 
 
 def _load(results_dir: Path) -> _RunDir | _SweepDir:
+    """Read a run's or a sweep's results directory.
+
+    :raises RecipeError: it holds neither, or a file in it cannot be read as rdmasim wrote it (named).
+    """
     if (results_dir / "sweep.json").is_file():
-        record = json.loads((results_dir / "sweep.json").read_text())
-        return _SweepDir(record["name"], read_table(results_dir), record["axes"])
+        with _unreadable(results_dir, "a sweep's results directory (sweep.json, runs/)"):
+            record = json.loads((results_dir / "sweep.json").read_text())
+            return _SweepDir(record["name"], read_table(results_dir), record["axes"])
     if not ((results_dir / "summary.json").is_file() and (results_dir / "metrics.parquet").is_file()):
         raise RecipeError(f"{results_dir}: not a results directory (expected summary.json and metrics.parquet "
                           "from `rdmasim run`, or sweep.json from a sweep)")
-    summary = json.loads((results_dir / "summary.json").read_text())
-    events = pd.DataFrame(summary["events"]) if summary["events"] else pd.DataFrame(columns=["kind", "time_ms"])
-    return _RunDir(summary["scenario"], pd.read_parquet(results_dir / "metrics.parquet"),
-                   pd.DataFrame(summary["results"]), pd.DataFrame(summary["registrations"]), events,
-                   summary["counters"])
+    with _unreadable(results_dir / "summary.json", "the summary.json of `rdmasim run`"):
+        summary = json.loads((results_dir / "summary.json").read_text())
+        events = (pd.DataFrame(summary["events"]) if summary["events"]
+                  else pd.DataFrame(columns=["kind", "time_ms"]))
+        tables = [pd.DataFrame(summary[key]) for key in ("results", "registrations")]
+        title, counters = str(summary["scenario"]), dict(summary["counters"])
+    with _unreadable(results_dir / "metrics.parquet", "the metrics.parquet of `rdmasim run`"):
+        operations = pd.read_parquet(results_dir / "metrics.parquet")
+    return _RunDir(title, operations, *tables, events, counters)
+
+
+@contextmanager
+def _unreadable(path: Path, what: str):
+    """Report a file that cannot be read as ``what`` as a RecipeError naming it (and the missing key)."""
+    try:
+        yield
+    except KeyError as exc:
+        raise RecipeError(f"{path}: not {what}: no key {exc}") from None
+    except (OSError, ValueError, TypeError, AttributeError, ArrowException) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RecipeError(f"{path}: not {what}: {reason}") from None
 
 
 def _needs_run(results, recipe: str) -> _RunDir:
@@ -179,6 +203,8 @@ def heatmap(results: _RunDir | _SweepDir, out: Path, metric: str | None = None,
         raise RecipeError(f"sweep '{results.title}' has {len(results.axes)} axes: a heatmap needs two")
     y, x = by or results.axes[:2]
     _check_axes(results, [y, x])
+    if y == x:
+        raise RecipeError(f"recipe 'heatmap' needs two different axes, got '{y}' twice")
     ok = results.ok()
     numeric = [c for c in ok.columns if pd.api.types.is_numeric_dtype(ok[c]) and c not in ("run", "seed")]
     metric = metric or next(m for m in ("bw_avg_Gbps", "t_typical_us", "p99_9_us") if m in numeric)
@@ -205,27 +231,37 @@ def heatmap(results: _RunDir | _SweepDir, out: Path, metric: str | None = None,
 
 
 def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | None = None, *,
-         metric: str | None = None, by: Sequence[str] = ()) -> list[Path]:
+         metric: str | None = None, by: Sequence[str] = (), force: bool = False) -> list[Path]:
     """Draw ``recipe`` from ``results_dir`` into ``out`` (default: ``results_dir/figures``); return the PNG,
     PDF and CSV paths. For a sweep, ``by`` names the axis a mode comparison groups by (default: variant) or
-    the two axes of a heatmap (default: the first two), and ``metric`` a heatmap's column.
+    the two axes of a heatmap (default: the first two), and ``metric`` a heatmap's column. ``out`` is claimed
+    by :func:`sim.outdir.claim` (new, empty or rdmasim's figures); ``force`` replaces figures of the same name.
 
-    :raises RecipeError: an unknown recipe (the message lists them), a directory that holds no results, or a
-        recipe that needs what the directory lacks.
+    :raises RecipeError: an unknown recipe (the message lists them), a directory that holds no results or a
+        file in it that cannot be read, or a recipe that needs what the directory lacks.
+    :raises OutputError: ``out`` may not be written, or holds a figure of the same name and ``force`` is not
+        given (nothing is written).
     """
     if recipe not in RECIPES:
         raise RecipeError(f"unknown recipe {recipe!r} (recipes: {', '.join(RECIPES)})")
     by = [by] if isinstance(by, str) else list(by)
     results = _load(Path(results_dir))
-    target = Path(out) if out is not None else Path(results_dir) / "figures"
+    target = Path(results_dir) / "figures" if out is None else out
+    with (_unreadable(Path(results_dir), "results as rdmasim writes them"),  # e.g. a column missing
+          outdir.staged(target, outdir.FIGURES, force=force) as (staging, claimed)):
+        paths = _draw(results, recipe, staging, metric, by)
+    return [claimed.path / p.name for p in paths]
+
+
+def _draw(results: _RunDir | _SweepDir, recipe: str, out: Path, metric: str | None, by: list[str]) -> list[Path]:
     if recipe == "heatmap":
         if len(by) not in (0, 2):
             raise RecipeError("recipe 'heatmap' takes two axes")
-        return heatmap(results, target, metric, tuple(by) or None)
+        return heatmap(results, out, metric, tuple(by) or None)
     if recipe == "mode_comparison":
         if len(by) > 1:
             raise RecipeError("recipe 'mode_comparison' groups by one axis")
-        return mode_comparison(results, target, *by)
+        return mode_comparison(results, out, *by)
     if by or metric:
         raise RecipeError(f"recipe '{recipe}' takes no axes and no metric")
-    return {"bw_vs_size": bw_vs_size, "latency_cdf": latency_cdf, "timeline": timeline}[recipe](results, target)
+    return {"bw_vs_size": bw_vs_size, "latency_cdf": latency_cdf, "timeline": timeline}[recipe](results, out)

@@ -10,6 +10,7 @@ import pandas as pd
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+from sim import outdir
 from sim.sweep.execute import EXECUTORS
 from sim.sweep.plan import RunSpec, load_sweep
 from sim.sweep.store import (FAILED, partition_path, read_partition, read_table, sweep_record, write_json,
@@ -40,9 +41,11 @@ class SweepResult:
 
 def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str = "serial",
               workers: int | None = None, scheduler: str | None = None, progress: bool = True,
-              retry_failed: bool = False) -> SweepResult:
+              retry_failed: bool = False, force: bool = False) -> SweepResult:
     """Run every run of the sweep file ``path`` not yet stored in ``out_dir``; each finished run is stored
-    at once, so an interrupted sweep resumes where it stopped.
+    at once, so an interrupted sweep resumes where it stopped. ``out_dir`` is claimed by
+    :func:`sim.outdir.claim`: new, empty, this sweep's (resumed) or, with ``force``, another sweep's or run's
+    results (replaced).
 
     A run that fails is stored as failed with its error and the sweep goes on; a resumed sweep skips it unless
     ``retry_failed``. A stored partition that cannot be read is run again (listed in ``damaged``).
@@ -52,6 +55,7 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
     depend on the executor. The progress bar (with ETA) shows only on a terminal.
 
     :raises ConfigError: the sweep or its base scenario is invalid (nothing runs).
+    :raises OutputError: ``out_dir`` may not be written (nothing runs).
     :raises ValueError: an unknown executor, or a scheduler without the dask executor.
     """
     if executor not in EXECUTORS:
@@ -59,7 +63,10 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
     if scheduler is not None and executor != "dask":
         raise ValueError("a scheduler address needs executor='dask'")
     plan = load_sweep(path)
-    out = Path(out_dir)
+    target = outdir.claim(out_dir, outdir.SWEEP, force=force, sweep=plan.sweep.name)
+    if target.replace:
+        outdir.remove_owned(target.path, target.found)
+    out = target.path
     write_json(out / "sweep.json", sweep_record(plan))
     todo, damaged, retried = _to_do(plan.runs, out, retry_failed)
     skipped = sum(run.key not in todo for run in plan.runs)

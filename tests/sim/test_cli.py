@@ -83,7 +83,7 @@ def test_registration_failure_exits_1_and_keeps_previous_results(tmp_path):
     assert runner.invoke(app, ["run", str(_write(tmp_path, QUICK)), "--out", str(out), "-q"]).exit_code == 0
     before = (out / "metrics.parquet").read_bytes()
     tight = QUICK.replace("  - {name: a}", "  - {name: a, host: {memlock_limit: 16KiB}}")
-    result = runner.invoke(app, ["run", str(_write(tmp_path, tight, "t.yaml")), "--out", str(out)])
+    result = runner.invoke(app, ["run", str(_write(tmp_path, tight, "t.yaml")), "--out", str(out), "--force"])
     assert result.exit_code == 1 and "ENOMEM" in result.stderr and "RLIMIT_MEMLOCK" in result.stderr
     assert (out / "metrics.parquet").read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["res", "s.yaml", "t.yaml"]

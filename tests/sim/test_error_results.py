@@ -4,7 +4,6 @@ event outcomes on every run, --strict."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

@@ -1,0 +1,288 @@
+"""Claim an output directory: the one rule for what rdmasim may write over.
+
+An output path (``--out`` of run, sweep, plot and perftest) may be a directory that does not exist yet (it is
+created), an empty directory (it is filled), or a directory rdmasim wrote before, recognised by its marker file:
+``manifest.json`` with key ``rdmasim_manifest`` (a run), ``sweep.json`` with ``rdmasim_sweep`` (a sweep) or
+``figures.json`` with ``rdmasim_figures`` (figures drawn by ``plot``; a results directory's ``figures/`` counts
+as one too). Replacing earlier results needs ``force``, and even then only when every file in the directory is
+one rdmasim writes there: a foreign file is named and the directory left alone. A sweep resumes into its own
+directory without ``force``. Everything else is refused before any work: the empty path, ``/``, a symbolic
+link (never followed), a file, a non-empty directory without a marker.
+
+Results are written into a staging directory next to the target (``.NAME.rdmasim-staging-PID-TOKEN`` holding a
+``.rdmasim-staging`` marker) and published by a rename; staging directories left by a killed process are
+removed by the next claim in the same parent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.core.errors import SimError
+
+RUN, SWEEP, FIGURES = "run", "sweep", "figures"
+MARKERS = {RUN: ("manifest.json", "rdmasim_manifest"), SWEEP: ("sweep.json", "rdmasim_sweep"),
+           FIGURES: ("figures.json", "rdmasim_figures")}
+"""Per kind of output directory: its marker file and the key the marker's JSON object carries."""
+
+STAGING_MARKER = ".rdmasim-staging"
+"""File in a staging directory: JSON with the owning process's pid, host and the kind of output staged."""
+_STAGING_NAME = re.compile(r"\..+\.rdmasim-(?:staging|old)-(?P<pid>\d+)-[0-9a-f]+")
+
+_FIGURE = (r"(?:bw_vs_size|latency_vs_size|bw_over_time|latency_cdf|gpu_memory|mode_comparison|heatmap_[\w.]+"
+           r"|pcie_bw_vs_mps|pcie_bw_vs_gen)")
+_FIGURE_FILE = rf"{_FIGURE}\.(?:png|pdf|csv)"
+_MARKER = re.escape(STAGING_MARKER)
+_TEMPORARY = r"\.[^/]+\.tmp-\d+"  # sim.sweep.store's atomic writes
+OWNED = {
+    RUN: re.compile(rf"manifest\.json|metrics\.parquet|summary\.json|trace\.json|figures|figures/{_FIGURE_FILE}"
+                    rf"|{_MARKER}"),
+    SWEEP: re.compile(rf"sweep\.json|summary\.parquet|summary\.csv|runs|runs/[^/]+\.parquet|(?:runs/)?{_TEMPORARY}"
+                      rf"|figures|figures/{_FIGURE_FILE}|figures/figures\.json|{_MARKER}"),
+    FIGURES: re.compile(rf"figures\.json|{_FIGURE_FILE}|{_MARKER}"),
+}
+"""Per kind: the relative paths of the files and folders rdmasim writes in such a directory."""
+
+
+class OutputError(SimError):
+    """An output path rdmasim will not write to (exit code 2); the message names the path and why."""
+
+
+@dataclass(frozen=True)
+class Claim:
+    """An output path checked for writing."""
+
+    path: Path
+    """Absolute path (its last component not followed)."""
+    kind: str
+    """What will be written: RUN, SWEEP or FIGURES."""
+    found: str | None
+    """What the directory holds now: None (missing or empty) or the kind of the earlier rdmasim output."""
+    replace: bool = False
+    """Whether the earlier output is replaced (``force``); else it is resumed or added to."""
+
+
+def owner(directory: Path) -> str | None:
+    """The kind of rdmasim output ``directory`` holds, from its marker file; None if it holds none."""
+    for kind, (name, key) in MARKERS.items():
+        marker = directory / name
+        if marker.is_file() and not marker.is_symlink():
+            try:
+                record = json.loads(marker.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(record, dict) and key in record:
+                return kind
+    if directory.name == "figures" and owner(directory.parent) in (RUN, SWEEP):
+        return FIGURES
+    return None
+
+
+def foreign_files(directory: Path, kind: str) -> list[Path]:
+    """Entries under ``directory`` that rdmasim does not write in an output of ``kind`` (links included:
+    they are never followed), sorted."""
+    foreign = []
+    for root, dirs, files in os.walk(directory):
+        for name in [*dirs, *files]:
+            path = Path(root) / name
+            if path.is_symlink() or not OWNED[kind].fullmatch(path.relative_to(directory).as_posix()):
+                foreign.append(path)
+        dirs[:] = [d for d in dirs if Path(root, d) not in foreign]
+    return sorted(foreign)
+
+
+def remove_owned(directory: Path, kind: str) -> None:
+    """Delete the files rdmasim writes in an output of ``kind`` under ``directory``, then its folders left
+    empty (``directory`` included); anything else, and the folders holding it, stay where they are."""
+    owned = lambda path: OWNED[kind].fullmatch(path.relative_to(directory).as_posix())  # noqa: E731
+    for root, dirs, files in os.walk(directory, topdown=False):
+        for name in files:
+            path = Path(root) / name
+            if not path.is_symlink() and owned(path):
+                path.unlink()
+        for path in [Path(root) / d for d in dirs if not Path(root, d).is_symlink()] + [Path(root)]:
+            if path == directory or owned(path):
+                try:
+                    path.rmdir()
+                except OSError:  # not empty: it holds something rdmasim did not write
+                    pass
+
+
+def _refuse(path: Path, why: str) -> OutputError:
+    return OutputError(f"{path}: {why}")
+
+
+def claim(out: str | os.PathLike, kind: str, *, force: bool = False, sweep: str | None = None) -> Claim:
+    """Check that an output of ``kind`` may be written at ``out``; remove staging directories that killed
+    processes left next to it. ``sweep`` is the name of the sweep about to run (it resumes into its own
+    directory). Creates and deletes nothing else.
+
+    :raises OutputError: the path is refused; the message says why and what to do.
+    """
+    text = os.fspath(out)
+    if text == "":
+        raise OutputError("output path is empty: name a directory, e.g. --out results/mine")
+    given = Path(text)
+    try:
+        return _claim(given, kind, force, sweep)
+    except OSError as exc:
+        raise _refuse(given, f"cannot be checked: {exc.strerror or exc}") from None
+
+
+def _claim(given: Path, kind: str, force: bool, sweep: str | None) -> Claim:
+    if given.is_symlink():
+        raise _refuse(given, f"is a symbolic link (to {os.readlink(given)}); rdmasim does not write through links: "
+                             "name the directory itself")
+    path = given.resolve() if given.name in ("", ".", "..") else given.parent.resolve() / given.name
+    if path == Path(path.anchor):
+        raise _refuse(path, "is the root directory; name a directory of its own")
+    if path.exists() and not path.is_dir():
+        raise _refuse(path, "exists and is not a directory; rdmasim writes a directory there and replaces no file")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise _refuse(path, f"cannot be created: {parent} is not a writable directory")
+    _remove_stale_staging(path.parent)
+    if not path.exists() or not any(path.iterdir()):
+        return Claim(path, kind, None)
+    found = owner(path)
+    if found is None:
+        marker = MARKERS[kind][0]
+        raise _refuse(path, f"is a non-empty directory that rdmasim did not write (no {marker}); name a new or "
+                            "empty directory")
+    if kind == FIGURES and found != FIGURES:
+        raise _refuse(path, f"holds the results of a {found}; draw figures into its figures/ or another directory")
+    if found == kind == SWEEP and _sweep_name(path) == sweep or found == kind == FIGURES:
+        return Claim(path, kind, found)
+    if not force:
+        what = f"sweep '{_sweep_name(path)}'" if found == SWEEP else found
+        raise _refuse(path, f"holds the results of an earlier {what} ({MARKERS[found][0]}); add --force to "
+                            "replace them")
+    foreign = foreign_files(path, found)
+    if foreign:
+        raise _refuse(path, f"--force replaces only what rdmasim wrote, and {foreign[0]} is not its: move it "
+                            "elsewhere first")
+    return Claim(path, kind, found, replace=True)
+
+
+def _sweep_name(path: Path) -> str | None:
+    return json.loads((path / MARKERS[SWEEP][0]).read_text(encoding="utf-8")).get("name")
+
+
+@contextmanager
+def staged(out: str | os.PathLike, kind: str, *, force: bool = False) -> Iterator[tuple[Path, Claim]]:
+    """Claim ``out`` for an output of ``kind`` and yield a staging directory to fill (and the claim); when the
+    block ends, publish it, claimed again so that a directory made meanwhile is not written over. On any error
+    the staging directory is removed and nothing is published.
+
+    :raises OutputError: ``out`` is refused (before the block runs or at its end), a figure of the same name
+        exists and ``force`` is not given, or writing failed (the message says why).
+    """
+    target = claim(out, kind, force=force)
+    try:
+        path = _staging(target)
+    except OSError as exc:
+        raise _refuse(target.path, f"cannot stage the output next to it: {exc}") from None
+    try:
+        yield path, target
+        _publish(path, claim(out, kind, force=force), force=force)
+    except OSError as exc:
+        _discard(path)
+        raise _refuse(target.path, f"writing failed: {exc}") from None
+    except BaseException:
+        _discard(path)
+        raise
+
+
+def _staging(target: Claim) -> Path:
+    """A new staging directory next to ``target``'s path, with ordinary permissions (0o777 less the umask);
+    figures drawn elsewhere than a results directory's ``figures/`` get their marker file."""
+    path = target.path.parent / f".{target.path.name}.rdmasim-staging-{os.getpid()}-{secrets.token_hex(4)}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir()
+    _mark(path, target.kind)
+    if target.kind == FIGURES and target.found is None and not (target.path.name == "figures"
+                                                                and owner(target.path.parent) in (RUN, SWEEP)):
+        name, key = MARKERS[FIGURES]
+        (path / name).write_text(json.dumps({key: 1}) + "\n")
+    return path
+
+
+def _mark(directory: Path, kind: str) -> None:
+    record = {"pid": os.getpid(), "host": socket.gethostname(), "kind": kind}
+    (directory / STAGING_MARKER).write_text(json.dumps(record) + "\n")
+
+
+def _discard(staged: Path) -> None:
+    """Remove a staging directory (everything in it was written by this process)."""
+    shutil.rmtree(staged, ignore_errors=True)
+
+
+def _publish(staged: Path, target: Claim, *, force: bool = False) -> None:
+    """Move a complete staging directory's files to ``target``: a rename onto a new path; into an empty
+    directory, file by file (marker first, so an interrupted move leaves a directory rdmasim recognises); into
+    a figures directory, file by file, replacing a figure drawn before only with ``force``; over earlier
+    results (claimed with ``force``), by renaming them aside, then deleting what rdmasim wrote of them."""
+    path = target.path
+    if target.found == FIGURES:
+        for entry in sorted(staged.iterdir()):
+            there = path / entry.name
+            if entry.name in (STAGING_MARKER, MARKERS[FIGURES][0]) or not (there.exists() or there.is_symlink()):
+                continue
+            if there.is_symlink() or not there.is_file():
+                raise _refuse(there, "is in the way of a figure and is not a file rdmasim wrote; move it elsewhere")
+            if not force:
+                raise _refuse(there, "exists (drawn before); add --force to replace it")
+    (staged / STAGING_MARKER).unlink()
+    if not path.exists():
+        os.rename(staged, path)
+    elif not target.replace:
+        marker = MARKERS[target.kind][0]
+        for entry in sorted(staged.iterdir(), key=lambda p: p.name != marker):
+            os.replace(entry, path / entry.name)
+        staged.rmdir()
+    else:
+        old = path.parent / f".{path.name}.rdmasim-old-{os.getpid()}-{secrets.token_hex(4)}"
+        _mark(path, target.found)
+        os.rename(path, old)
+        os.rename(staged, path)
+        remove_owned(old, target.found)
+
+
+def _remove_stale_staging(parent: Path) -> None:
+    """Remove the staging directories in ``parent`` whose process, on this host, is gone."""
+    if not parent.is_dir():
+        return
+    for entry in parent.iterdir():
+        match = _STAGING_NAME.fullmatch(entry.name)
+        marker = entry / STAGING_MARKER
+        if not (match and entry.is_dir() and not entry.is_symlink() and marker.is_file()):
+            continue
+        try:
+            record = json.loads(marker.read_text())
+            ours = record["host"] == socket.gethostname() and record["pid"] == int(match["pid"])
+            kind = record["kind"] if record["kind"] in OWNED else None
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if ours and kind and not _alive(record["pid"]):
+            remove_owned(entry, kind)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
