@@ -27,6 +27,7 @@ SHAPES = {
     "fast write_bw 4KiB x 2M, link flap": ("fast", "write_bw", 2_000_000, {"flap": True}),
     "fast write_bw 4KiB x 20M": ("fast", "write_bw", 20_000_000, {}),
     "fast write_bw 4KiB x 2M, latency_cdf": ("fast", "write_bw", 2_000_000, {"outputs": ["latency_cdf"]}),
+    "event write_bw 4KiB x 40k, traced": ("event", "write_bw", 40_000, {"trace": True}),
     "data mode, 2 x 512MiB buffers": ("event", "write_bw", 100, {"data": 512 * 2**20}),
     "managed job of 16GiB (managed_pressure)": ("event", "read_bw", 2000, {"managed": 16 * 2**30}),
 }
@@ -66,15 +67,17 @@ def measure(name: str) -> dict:
     engine, kind, iterations, extra = SHAPES[name]
     full = scenario(engine, kind, iterations, extra)
     run_scenario(scenario(engine, kind, 10, {**extra, "data": 4096 if extra.get("data") else None,
-                                             "managed": 2**21 if extra.get("managed") else None}))
+                                             "managed": 2**21 if extra.get("managed") else None}),
+                 trace=bool(extra.get("trace")))
     gc.collect()
     before = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("VmRSS:")) * 1024
-    result = run_scenario(full)
+    trace = bool(extra.get("trace"))
+    result = run_scenario(full, trace=trace)
     with tempfile.TemporaryDirectory() as scratch:
-        write_results(result, Path(scratch) / "out")
+        write_results(result, Path(scratch) / "out", trace=trace)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
     ops = sum(len(w.size_list()) * w.iterations * w.qps for w in full.workload)
-    return {"peak": peak, "ops": ops, "estimate": estimate([("base", full)]).bytes}
+    return {"peak": peak, "ops": ops, "estimate": estimate([("base", full)], trace).bytes}
 
 
 def main() -> None:

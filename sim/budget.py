@@ -49,6 +49,9 @@ MANAGED_PAGE_BYTES, MANAGED_ACCESS_BYTES = 8, 16
 """A managed range per 4 KiB page: its state (residency flag, migration count), and per page and pass its
 access sequence with the fault batches' temporaries. Measured 17 B/page (16 GiB, one pass)."""
 MANAGED_PAGE = 4096
+TRACE_BYTES_PER_OP = 12_000
+"""``--trace``, per work request of the run: its trace events, kept until ``trace.json`` is written.
+Measured 10.0 KiB/op (write_bw 4 KiB x 20k) and 9.2 KiB/op (x 80k), the run and its write included."""
 
 
 @dataclass(frozen=True)
@@ -75,14 +78,15 @@ def _engines(scenario: Scenario) -> set[str]:
     return {"fast"} if scenario.engine == "fast" else {"fast", "event"}
 
 
-def _peak(scenario: Scenario) -> dict[tuple, int]:
-    """Bytes one variant holds at its peak while it runs, by the key that drives each part."""
+def _peak(scenario: Scenario, trace: bool) -> dict[tuple, int]:
+    """Bytes one variant holds at its peak while it runs (``trace``: on the event engine, which records it),
+    by the key that drives each part."""
     parts: dict[tuple, int] = {}
 
     def add(key: tuple, nbytes: int) -> None:
         parts[key] = parts.get(key, 0) + nbytes
 
-    engines = _engines(scenario)
+    engines = {"event"} if trace else _engines(scenario)
     for i, work in enumerate(scenario.workload):
         stream = work.iterations * work.qps
         options = [stream * LATENCY_BYTES_PER_OP if work.kind.endswith("_lat") else 0]
@@ -101,12 +105,13 @@ def _peak(scenario: Scenario) -> dict[tuple, int]:
     return parts
 
 
-def _kept(scenario: Scenario, compared: bool) -> dict[tuple, int]:
-    """Bytes a finished variant keeps until the results are written, and what the outputs read back of it
-    (``compared``: the results get a comparison table)."""
+def _kept(scenario: Scenario, compared: bool, trace: bool) -> dict[tuple, int]:
+    """Bytes a finished variant keeps until the results are written (its trace with ``trace``), and what the
+    outputs read back of it (``compared``: the results get a comparison table)."""
     parts: dict[tuple, int] = {}
     reads = ((COMPARISON_BYTES_PER_OP if compared or scenario.events else 0)
-             + (LATENCY_CDF_BYTES_PER_OP if "latency_cdf" in scenario.outputs else 0))
+             + (LATENCY_CDF_BYTES_PER_OP if "latency_cdf" in scenario.outputs else 0)
+             + (TRACE_BYTES_PER_OP if trace else 0))
     for i, work in enumerate(scenario.workload):
         ops = len(work.size_list()) * work.iterations * work.qps
         key = _driver(work, i)
@@ -114,12 +119,13 @@ def _kept(scenario: Scenario, compared: bool) -> dict[tuple, int]:
     return parts
 
 
-def estimate(variants: list[tuple[str, Scenario]]) -> Estimate:
-    """The memory and work of running every variant and writing their results (see the module's text)."""
-    peaks = [_peak(v) for _, v in variants]
+def estimate(variants: list[tuple[str, Scenario]], trace: bool = False) -> Estimate:
+    """The memory and work of running every variant and writing their results (see the module's text);
+    ``trace``: the runs record a trace (``--trace``), kept for every variant until it is written."""
+    peaks = [_peak(v, trace) for _, v in variants]
     kept: dict[tuple, int] = {}
     for _, scenario in variants:
-        for key, nbytes in _kept(scenario, len(variants) > 1).items():
+        for key, nbytes in _kept(scenario, len(variants) > 1, trace).items():
             kept[key] = kept.get(key, 0) + nbytes
     worst = max(peaks, key=lambda p: sum(p.values()))
     parts = {key: kept.get(key, 0) + worst.get(key, 0) for key in {*kept, *worst}}
@@ -157,12 +163,12 @@ def gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.1f}GiB"
 
 
-def check(file: str, variants: list[tuple[str, Scenario]], budget: int) -> Estimate:
-    """The run's :class:`Estimate`, when it fits ``budget`` bytes.
+def check(file: str, variants: list[tuple[str, Scenario]], budget: int, trace: bool = False) -> Estimate:
+    """The run's :class:`Estimate` (``trace``: see :func:`estimate`), when it fits ``budget`` bytes.
 
     :raises ConfigError: it does not fit, located at the key that drives the estimate.
     """
-    need = estimate(variants)
+    need = estimate(variants, trace)
     if need.bytes <= budget:
         return need
     from sim.scenario.loader import error_at, load_yaml

@@ -161,7 +161,7 @@ def run(scenario: ScenarioPath,
         variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
     try:
         limit = budget.available_memory() if memory_budget is None else budget.parse_budget(memory_budget)
-        budget.check(str(scenario), variants, limit)
+        budget.check(str(scenario), variants, limit, trace)
     except UnitError as exc:
         typer.echo(f"--memory-budget {memory_budget!r}: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -114,3 +114,13 @@ def test_a_run_peaks_below_its_estimate(tmp_path, shape):
                          check=True, cwd=ROOT)
     measured = json.loads(out.stdout)
     assert 0 < measured["peak"] < measured["estimate"]
+
+
+def test_a_trace_is_counted_for_every_work_request(tmp_path):
+    _, variants = _variants(tmp_path, iterations=100_000)
+    plain, traced = estimate(variants), estimate(variants, trace=True)
+    assert traced.bytes - plain.bytes > 100_000 * 4096 and traced.key == ("workload", 0, "iterations")
+    path, _ = _variants(tmp_path, iterations=100_000)
+    result = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "out"), "--trace",
+                                 "--memory-budget", f"{(plain.bytes + traced.bytes) // 2}B"])
+    assert result.exit_code == 2 and "workload[0].iterations: run needs about" in result.stderr
