@@ -77,3 +77,12 @@ def test_spool_refuses_operations_out_of_posting_order(tmp_path):
     with pytest.raises(ValueError, match="posting order"):
         spool.add(np.array([15]), np.array([50]), np.ones(1, bool))
     spool.close()
+
+
+def test_a_spooled_run_writes_the_same_bytes_twice(monkeypatch, tmp_path):
+    monkeypatch.setattr(sim.operations, "ROW_GROUP_ROWS", 250)
+    scenario = _quickstart("fast", 400)
+    first = write_results(run_scenario(scenario), tmp_path / "first")
+    second = write_results(run_scenario(scenario), tmp_path / "second")
+    assert (first / "metrics.parquet").read_bytes() == (second / "metrics.parquet").read_bytes()
+    assert pd.read_parquet(first / "metrics.parquet")["iteration"].tolist() == [*range(400)] * 4
