@@ -2,8 +2,8 @@
 ``python bench/memory_costs.py``.
 
 Each shape runs in its own process after a 10-iteration warm-up of the same shape; the peak RSS
-(``resource.getrusage``) above the warm process's RSS before the run is divided by the operations (or bytes) and printed beside the
-constant :mod:`sim.budget` uses, with the estimate of the whole run beside its measured peak.
+(``resource.getrusage``) above the warm process's RSS before the run, per operation, is printed with the
+estimate :mod:`sim.budget` makes of the whole run beside it.
 """
 
 from __future__ import annotations
