@@ -35,6 +35,16 @@ def _load(path: Path):
         raise typer.Exit(2) from None
 
 
+def _seed(value: Optional[int]) -> Optional[int]:
+    """``--seed`` follows the scenario's ``seed`` rule."""
+    from sim.scenario.schema import check_seed
+
+    try:
+        return None if value is None else check_seed(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 class Engine(str, Enum):
     """The scenario's ``engine`` choices."""
 
@@ -136,7 +146,8 @@ def _output_refused():
 def run(scenario: ScenarioPath,
         out_dir: OutOption = None,
         force: ForceOption = False,
-        seed: Annotated[Optional[int], typer.Option(help="Override the scenario's seed.", min=0)] = None,
+        seed: Annotated[Optional[int], typer.Option(help="Override the scenario's seed (0 <= seed < 2**63).",
+                                                    callback=_seed)] = None,
         quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the tables.")] = False,
         trace: Annotated[bool, typer.Option("--trace", help="Also write trace.json (Chrome/Perfetto format: "
                                                              "open in ui.perfetto.dev).")] = False,

@@ -21,7 +21,8 @@ from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
 from sim import outdir
 from sim.core.errors import SimError
 from sim.core.units import format_size
-from sim.scenario.schema import Scenario
+from sim.scenario.refs import check_references
+from sim.scenario.schema import MAX_MESSAGE_B, Scenario
 
 TESTS = {"ib_write_bw": "write_bw", "ib_read_bw": "read_bw", "ib_write_lat": "write_lat", "ib_read_lat": "read_lat"}
 """perftest binaries rdmasim runs, and the workload kind each becomes."""
@@ -64,9 +65,12 @@ def _ranged(low: int, high: int, what: str):
 
 
 def _size(text: str) -> int:
-    """perftest's ``-s``: an integer (C notation) with an optional K or M suffix."""
+    """perftest's ``-s``: an integer (C notation) with an optional K or M suffix, at most one RDMA message."""
     factor = {"K": 2**10, "M": 2**20}.get(text[-1:], 1)
-    return _ranged(1, 2**31 - 1, "Message size")(text[:-1] if factor > 1 else text) * factor
+    size = _ranged(1, MAX_MESSAGE_B, "Message size")(text[:-1] if factor > 1 else text) * factor
+    if size > MAX_MESSAGE_B:
+        raise argparse.ArgumentTypeError(f"Message size must be between 1 and {MAX_MESSAGE_B}, got {size}")
+    return size
 
 
 def _parser(test: str) -> argparse.ArgumentParser:
@@ -240,7 +244,16 @@ def perftest_scenario(argv: list[str]) -> Scenario:
 
     :raises UsageError: unknown test or device, an unsupported option, or options perftest rejects.
     """
-    return Scenario.model_validate(_parse(argv).data)
+    return _scenario(_parse(argv))
+
+
+def _scenario(cmd: _Command) -> Scenario:
+    """The command's scenario, checked as a scenario file is (the options' product must fit the run)."""
+    scenario = Scenario.model_validate(cmd.data)
+    problems = check_references(scenario)
+    if problems:
+        raise UsageError(f"-n/-s/-q: {problems[0][1]}")
+    return scenario
 
 
 def _dump(cmd: _Command) -> str:
@@ -298,6 +311,7 @@ def run_perftest(argv: list[str]) -> tuple[int, str]:
         if any(a in ("-h", "--help") for a in argv[1:]):
             return 0, _parser(_test(argv)).format_help()
         cmd = _parse(argv)
+        scenario = _scenario(cmd)
     except UsageError as exc:
         return 2, f"rdmasim perftest: {exc}"
     if cmd.args.dump_scenario:
@@ -305,7 +319,7 @@ def run_perftest(argv: list[str]) -> tuple[int, str]:
     try:
         if cmd.args.out is not None:
             outdir.claim(cmd.args.out, outdir.RUN, force=cmd.args.force)
-        result = run_scenario(Scenario.model_validate(cmd.data))
+        result = run_scenario(scenario)
         report = _header(cmd, result) + "\n" + format_summary(result.summary)
         if cmd.args.out is not None:
             path = write_results(result, cmd.args.out, _dump(cmd).encode("utf-8"), force=cmd.args.force)

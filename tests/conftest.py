@@ -20,7 +20,7 @@ BASE = {
     "seed": 3,
     "nodes": [{"name": "a"}, {"name": "b"}],
     "buffers": [{"name": "src", "on": "a.host", "size": "8MiB"}, {"name": "dst", "on": "b.host", "size": "8MiB"}],
-    "workload": [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [4096], "iterations": 50}],
+    "workload": [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 50}],
 }
 
 

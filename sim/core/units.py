@@ -27,85 +27,106 @@ PS_PER_US = 1_000_000
 PS_PER_MS = 1_000_000_000
 PS_PER_S = 1_000_000_000_000
 
+MAX_CLOCK_PS = 2**63 - 1
+"""The engines' clock is int64 picoseconds: about 106 days of simulated time."""
+MAX_DURATION_PS = 86_400 * PS_PER_S
+"""One day: no duration or time a scenario names is longer, so sums of a few stay far inside the clock."""
+MAX_SIZE_B = 2**48
+"""256 TiB, x86-64's 48-bit virtual address space: no buffer or allocation is larger."""
+MIN_RATE_BPS = 1e6 / 8
+"""1 Mb/s, a thousand times slower than any NIC or PCIe link, so a message's time stays inside the clock."""
+MAX_RATE_BPS = 1e14 / 8
+"""100 Tb/s, sixty times the fastest port built (1.6 Tb/s): beyond it a rate is a typing slip, not a link."""
+
 _SIZE_UNITS = {
-    "": 1, "B": 1,
+    "B": 1,
     "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
     "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40,
 }
 _TIME_UNITS = {"ps": 1, "ns": PS_PER_NS, "us": PS_PER_US, "µs": PS_PER_US, "ms": PS_PER_MS, "s": PS_PER_S}
 _RATE_PREFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
-_NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?)"
+# At most 30 digits and a 3-digit exponent: every number a quantity needs, none that is costly to evaluate.
+_NUMBER = r"(?P<num>[0-9]{1,30}(?:\.[0-9]{0,30})?(?:[eE][+-]?[0-9]{1,3})?)"
+_BARE_RE = re.compile(rf"^\s*[+-]?{_NUMBER}\s*$")
 _SIZE_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-z]*)\s*$")
 _TIME_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>ps|ns|us|µs|ms|s)\s*$")
 _RATE_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<prefix>Ki|Mi|Gi|[KMGT]?)(?P<unit>b|B)(?:/s|ps)\s*$")
 
 
 class UnitError(ValueError):
-    """A quantity could not be parsed; the message names the accepted forms."""
+    """A quantity could not be parsed or lies outside its bounds; the message names the accepted forms."""
 
 
-def _exact(num: str) -> Fraction:
-    return Fraction(num)
+class BoundError(UnitError):
+    """A well-formed quantity outside its dimension's bounds; the message names the bound."""
 
 
-def parse_size(value: str | int) -> int:
-    """Parse a size into integer bytes; a bare integer is bytes.
+def _text(value: object, example_unit: str, what: str) -> str:
+    """``value`` as the text of a quantity; a number without a unit (or a non-string) is refused."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) or _BARE_RE.match(str(value)):
+        number = str(value).strip()
+        raise UnitError(f"{number}: give a unit, e.g. '{number}{example_unit}'")
+    if not isinstance(value, str):
+        raise UnitError(f"expected {what}, got {value!r}")
+    return value
 
-    :raises UnitError: unknown unit, negative or fractional byte count.
+
+def _within(exact: Fraction, low: int | float, high: int | float, value: str, what: str, shown) -> None:
+    """Refuse ``exact`` outside ``low .. high``, naming the bound (rendered by ``shown``) it crosses."""
+    if exact < Fraction(low):
+        raise BoundError(f"{what} {value!r} is below the minimum of {shown(low)}")
+    if exact > Fraction(high):
+        raise BoundError(f"{what} {value!r} is above the maximum of {shown(high)}")
+
+
+def parse_size(value: str) -> int:
+    """Parse a size with a unit into integer bytes, ``0 .. MAX_SIZE_B``.
+
+    :raises UnitError: a missing or unknown unit, a negative, fractional or too large byte count.
     """
-    if isinstance(value, bool):
-        raise UnitError(f"expected a size such as '4KiB', got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise UnitError(f"size must not be negative, got {value}")
-        return value
-    match = _SIZE_RE.match(str(value))
+    text = _text(value, "B", "a size such as '4KiB'")
+    match = _SIZE_RE.match(text)
     if not match or match["unit"] not in _SIZE_UNITS:
-        raise UnitError(f"expected a size such as '4KiB', '64KB' or '4096', got {value!r} "
-                        f"(units: {', '.join(u for u in _SIZE_UNITS if u)})")
-    exact = _exact(match["num"]) * _SIZE_UNITS[match["unit"]]
+        raise UnitError(f"expected a size such as '4KiB', '64KB' or '4096B', got {value!r} "
+                        f"(units: {', '.join(_SIZE_UNITS)})")
+    exact = Fraction(match["num"]) * _SIZE_UNITS[match["unit"]]
+    _within(exact, 0, MAX_SIZE_B, text, "size", format_size)
     if exact.denominator != 1:
         raise UnitError(f"size {value!r} is not a whole number of bytes")
     return int(exact)
 
 
-def parse_time(value: str | int) -> int:
-    """Parse a duration into integer picoseconds; a bare integer is picoseconds.
+def parse_time(value: str) -> int:
+    """Parse a duration with a unit into integer picoseconds, ``0 .. MAX_DURATION_PS``.
 
-    :raises UnitError: unknown unit, negative or sub-picosecond value.
+    :raises UnitError: a missing or unknown unit, a negative, sub-picosecond or too long value.
     """
-    if isinstance(value, bool):
-        raise UnitError(f"expected a duration such as '600ns', got {value!r}")
-    if isinstance(value, int):
-        if value < 0:
-            raise UnitError(f"duration must not be negative, got {value}")
-        return value
-    match = _TIME_RE.match(str(value))
+    text = _text(value, "ns", "a duration such as '600ns'")
+    match = _TIME_RE.match(text)
     if not match:
         raise UnitError(f"expected a duration such as '600ns', '1.5us' or '2ms', got {value!r} "
                         f"(units: {', '.join(_TIME_UNITS)})")
-    exact = _exact(match["num"]) * _TIME_UNITS[match["unit"]]
+    exact = Fraction(match["num"]) * _TIME_UNITS[match["unit"]]
+    _within(exact, 0, MAX_DURATION_PS, text, "duration", format_time)
     if exact.denominator != 1:
         raise UnitError(f"duration {value!r} is finer than one picosecond")
     return int(exact)
 
 
 def parse_rate(value: str) -> float:
-    """Parse a data rate into bytes per second (``b`` = bit, ``B`` = byte).
+    """Parse a data rate into bytes per second (``b`` = bit, ``B`` = byte), ``MIN_RATE_BPS .. MAX_RATE_BPS``.
 
-    :raises UnitError: unknown unit or a zero rate.
+    :raises UnitError: a missing or unknown unit, or a rate outside the bounds.
     """
-    match = _RATE_RE.match(str(value))
+    text = _text(value, "Gb/s", "a rate such as '400Gb/s'")
+    match = _RATE_RE.match(text)
     if not match:
         raise UnitError(f"expected a rate such as '400Gb/s' or '55GB/s', got {value!r} "
                         "(b = bit, B = byte; prefixes K M G T Ki Mi Gi)")
-    per_second = float(_exact(match["num"]) * _RATE_PREFIX[match["prefix"]])
-    if match["unit"] == "b":
-        per_second /= 8
-    if per_second <= 0:
-        raise UnitError(f"rate must be positive, got {value!r}")
-    return per_second
+    exact = Fraction(match["num"]) * _RATE_PREFIX[match["prefix"]] / (8 if match["unit"] == "b" else 1)
+    _within(exact, MIN_RATE_BPS, MAX_RATE_BPS, text, "rate", _format_bits)
+    return float(exact)
 
 
 def transfer_ps(nbytes: int, rate_Bps: float) -> int:
@@ -117,6 +138,22 @@ def ps_to_us(ps: int | float) -> float:
     """Picoseconds to microseconds (float, for output columns)."""
     return ps / PS_PER_US
 
+
+def _format_bits(rate_Bps: float) -> str:
+    """A rate in bits per second with the largest decimal prefix: ``1.25e13 -> '100Tb/s'``."""
+    bits = rate_Bps * 8
+    for prefix in ("T", "G", "M", "K"):
+        if bits >= _RATE_PREFIX[prefix]:
+            return f"{bits / _RATE_PREFIX[prefix]:g}{prefix}b/s"
+    return f"{bits:g}b/s"
+
+
+def format_time(ps: int) -> str:
+    """Render picoseconds with the largest unit that keeps a short number: ``86_400 * PS_PER_S -> '86400s'``."""
+    for unit in ("s", "ms", "us", "ns"):
+        if ps >= _TIME_UNITS[unit]:
+            return f"{ps / _TIME_UNITS[unit]:g}{unit}"
+    return f"{ps}ps"
 
 
 def format_size(nbytes: int) -> str:

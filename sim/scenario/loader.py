@@ -30,6 +30,7 @@ import difflib
 import math
 import os
 import re
+import stat
 from collections.abc import Mapping, Sequence, Set
 from types import UnionType
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
@@ -37,14 +38,22 @@ from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 import pydantic
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
-from ruamel.yaml.events import CollectionEndEvent, CollectionStartEvent
+from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.reader import ReaderError
 
 from sim.core.errors import ConfigError, ConfigErrors
+from sim.core.units import UnitError, format_size, parse_size
 
 MAX_DEPTH = 50
-MAX_NODES = 1_000_000
+"""Deepest nesting of mappings and lists (a scenario needs five)."""
+MAX_NODES = 100_000
+"""Most values (keys included) in a file, counted while it is parsed and again as aliases are expanded: a
+scenario of 1024 nodes with every key of every node set has 86,053 (in 700 KB)."""
+SIZE_LIMIT_ENV = "RDMASIM_MAX_YAML_SIZE"
+"""Environment variable that raises (or lowers) the file-size limit, e.g. ``RDMASIM_MAX_YAML_SIZE=16MiB``."""
+DEFAULT_SIZE_LIMIT = 2**20
+"""1 MiB: room for 1024 nodes with every key set, five hundred times the largest shipped scenario."""
 
 KeyPath = tuple[str | int, ...]
 Position = tuple[int, int]
@@ -105,20 +114,73 @@ def error_at(positions: PositionMap, path: Sequence[str | int], reason: str, fil
 def load_yaml(path: str | os.PathLike) -> tuple[Any, PositionMap]:
     """Read a YAML file whose top level is a mapping; return plain dicts/lists/scalars and their positions.
 
-    :raises ConfigError: unreadable file, invalid UTF-8, YAML syntax, a non-standard tag, a duplicate key, an
-        empty file or a top level that is not a mapping, nesting deeper than ``MAX_DEPTH`` or more than
-        ``MAX_NODES`` values once aliases are expanded.
+    :raises ConfigError: as :func:`read_yaml_file` and :func:`parse_yaml`.
+    """
+    return parse_yaml(read_yaml_file(path), os.fsdecode(path))
+
+
+def size_limit() -> int:
+    """The largest YAML file read, in bytes: ``$RDMASIM_MAX_YAML_SIZE`` (a size such as '16MiB') or 1 MiB.
+
+    :raises ConfigError: the variable is not a size.
+    """
+    text = os.environ.get(SIZE_LIMIT_ENV)
+    if text is None:
+        return DEFAULT_SIZE_LIMIT
+    try:
+        return parse_size(text)
+    except UnitError as exc:
+        raise ConfigError(str(exc), file=f"${SIZE_LIMIT_ENV}") from None
+
+
+_FILE_KINDS = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device",
+               stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
+
+
+def _check_regular(mode: int, size: int, limit: int, file: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _FILE_KINDS.items() if test(mode)), "a special file")
+        raise ConfigError(f"{kind}, not a regular file; rdmasim reads YAML only from regular files", file=file)
+    if size > limit:
+        raise ConfigError(f"file is {size:,} bytes, above the {format_size(limit)} limit for YAML files "
+                          f"(raise it with {SIZE_LIMIT_ENV}, e.g. {SIZE_LIMIT_ENV}=16MiB)", file=file)
+
+
+def read_yaml_file(path: str | os.PathLike) -> bytes:
+    """The bytes of a regular file of at most :func:`size_limit` bytes; anything else is refused unread.
+
+    The path is checked with ``stat`` before it is opened (a FIFO or device is never opened) and again on the
+    open descriptor, which is opened non-blocking (a file replaced by a FIFO in between cannot block).
+
+    :raises ConfigError: the file is missing or unreadable, not a regular file, or larger than the limit.
     """
     file = os.fsdecode(path)
+    limit = size_limit()
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        info = os.stat(path)
+        _check_regular(info.st_mode, info.st_size, limit, file)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            _check_regular(info.st_mode, info.st_size, limit, file)
+            raw = f.read(limit + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror or exc}", file=file) from None
+    _check_regular(stat.S_IFREG, len(raw), limit, file)  # the file grew while it was read
+    return raw
+
+
+def parse_yaml(raw: bytes, file: str) -> tuple[Any, PositionMap]:
+    """Parse the bytes of a YAML file (named ``file`` in errors) as :func:`load_yaml` does.
+
+    :raises ConfigError: invalid UTF-8, YAML syntax, a non-standard tag, a duplicate key, an empty file or a
+        top level that is not a mapping, nesting deeper than ``MAX_DEPTH`` or more than ``MAX_NODES`` values
+        (counted while parsing, and again once aliases are expanded).
+    """
     text = _decode(raw, file)
     yaml = YAML(typ="rt")
     try:
-        _check_depth(yaml.parse(text), file)
+        _check_events(yaml.parse(text), file)
         root = yaml.compose(text)
     except ReaderError as exc:
         line, column = _line_col(text, exc.position)
@@ -153,18 +215,25 @@ def _line_col(text: str, index: int) -> Position:
     return text.count("\n", 0, index) + 1, index - text.rfind("\n", 0, index)
 
 
-def _check_depth(events, file: str) -> None:
-    """Refuse deep nesting from the event stream, before ruamel's recursive composer sees it."""
-    depth = 0
+def _check_events(events, file: str) -> None:
+    """Refuse deep nesting and too many values from the event stream, before anything is composed."""
+    depth = count = 0
     for event in events:
+        if isinstance(event, (CollectionStartEvent, ScalarEvent, AliasEvent)):
+            count += 1
+            if count > MAX_NODES:
+                raise _event_error(event, f"more than {MAX_NODES:,} values", file)
         if isinstance(event, CollectionStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
-                mark = event.start_mark
-                raise ConfigError(f"nesting deeper than {MAX_DEPTH} levels", file=file, line=mark.line + 1,
-                                  column=mark.column + 1)
+                raise _event_error(event, f"nesting deeper than {MAX_DEPTH} levels", file)
         elif isinstance(event, CollectionEndEvent):
             depth -= 1
+
+
+def _event_error(event, reason: str, file: str) -> ConfigError:
+    mark = event.start_mark
+    return ConfigError(reason, file=file, line=mark.line + 1, column=mark.column + 1)
 
 
 def _syntax_error(exc: MarkedYAMLError, file: str) -> ConfigError:
@@ -414,7 +483,8 @@ def _collapse(hits: list[_Hit]) -> list[_Hit]:
 _KIND = {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
          list: "a list", dict: "a mapping"}
 _EXPECTED = {"model_type": "a mapping", "model_attributes_type": "a mapping", "dict_type": "a mapping",
-             "list_type": "a list"}
+             "list_type": "a list", "int_type": "an integer", "bool_type": "a boolean", "float_type": "a number",
+             "string_type": "a string"}
 
 
 def _suggest(word: str, choices: list[str], label: str) -> str:
@@ -448,7 +518,9 @@ def _to_config_error(hit: _Hit, positions: PositionMap, file: str) -> ConfigErro
         expected = re.findall(r"'([^']*)'", ctx["expected_tags"])
         reason = f"unknown {disc[1]} {ctx['tag']!r}" + _suggest(str(ctx["tag"]), expected, "expected one of")
         return error_at(positions, path + (disc[1],) if _has(hit.node, disc[1]) else path, reason, file)
-    if kind in _EXPECTED:
+    if kind == "too_short":
+        reason = f"needs at least {ctx['min_length']} item(s), got {ctx['actual_length']}"
+    elif kind in _EXPECTED:
         reason = f"expected {_EXPECTED[kind]}, not {_KIND.get(type(hit.error['input']), 'a value')}"
     else:
         reason = re.sub(r"^(Value error|Assertion failed), ", "", hit.error["msg"])

@@ -1,10 +1,12 @@
-"""Cross-reference checks the schema cannot express: names unique, references resolve, sizes fit."""
+"""Cross-reference checks the schema cannot express: names unique, references resolve, sizes and the run's
+simulated time fit."""
 
 from __future__ import annotations
 
 import difflib
 
 from models.versions import KernelBehaviour, Version
+from sim.scenario.horizon import check_horizon
 from sim.scenario.schema import Scenario
 
 Problem = tuple[tuple, str]
@@ -35,7 +37,8 @@ def _duplicates(items, section: str) -> list[Problem]:
 
 def check_references(scenario: Scenario) -> list[Problem]:
     """Every broken reference in a schema-valid scenario, with the key path that holds it."""
-    problems = _duplicates(scenario.nodes, "nodes") + _duplicates(scenario.buffers, "buffers")
+    problems = (_duplicates(scenario.nodes, "nodes") + _duplicates(scenario.buffers, "buffers")
+                + _duplicates(scenario.variants, "variants"))
     nodes = [n.name for n in scenario.nodes]
     places = {f"{n.name}.host" for n in scenario.nodes} | set(gpu_places(scenario))
     buffers = {b.name: b for b in scenario.buffers}
@@ -88,4 +91,4 @@ def check_references(scenario: Scenario) -> list[Problem]:
                 if largest > buf.size:
                     problems.append((("workload", i, "sizes"), f"message size {largest} does not fit buffer "
                                      f"'{buf.name}' ({buf.size} bytes, referenced by '{key}')"))
-    return problems
+    return problems or check_horizon(scenario)

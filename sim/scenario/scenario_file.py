@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from sim.core.errors import ConfigError, ConfigErrors
-from sim.scenario.loader import error_at, load_yaml, validate
+from sim.scenario.loader import error_at, parse_yaml, read_yaml_file, validate
 from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario
 from sim.scenario.variants import expand
@@ -27,11 +26,8 @@ def load_scenario_variants(path: str | os.PathLike) -> tuple[Scenario, bytes, li
     :raises ConfigError: as :func:`load_scenario`, or a variant that does not apply.
     """
     file = str(path)
-    try:
-        raw = Path(path).read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read scenario: {exc.strerror}", file=file) from None
-    data, positions = load_yaml(path)
+    raw = read_yaml_file(path)
+    data, positions = parse_yaml(raw, file)
     scenario = validate(Scenario, data, positions, file)
     problems = [error_at(positions, key, reason, file) for key, reason in check_references(scenario)]
     if len(problems) == 1:

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
+                      WithJsonSchema, field_validator)
 
 from models.versions import DEFAULT_KERNEL, Version
-from sim.core.units import UnitError, parse_rate, parse_size, parse_time
+from sim.core.units import PS_PER_S, UnitError, format_size, format_time, parse_rate, parse_size, parse_time
 
 
 def _unit(parser):
     def parse(value):
-        if isinstance(value, float):
-            raise ValueError(f"expected a quantity with a unit (such as '4KiB' or '600ns'), got {value!r}")
         try:
             return parser(value)
         except UnitError as exc:
@@ -24,10 +23,40 @@ def _unit(parser):
     return BeforeValidator(parse)
 
 
-Size = Annotated[int, _unit(parse_size), Field(json_schema_extra={"examples": ["4KiB", "64KB", 4096]})]
-Duration = Annotated[int, _unit(parse_time), Field(json_schema_extra={"examples": ["600ns", "1.5us"]})]
-Rate = Annotated[float, _unit(parse_rate), Field(json_schema_extra={"examples": ["400Gb/s", "55GB/s"]})]
+def _at_most(limit: int, render, why: str):
+    """A per-key upper bound tighter than its dimension's (``render`` writes a value with its unit, ``why``
+    says what the key cannot exceed)."""
+    def check(value: int) -> int:
+        if value > limit:
+            raise ValueError(f"{render(value)} is above the maximum of {render(limit)}: {why}")
+        return value
+    return AfterValidator(check)
+
+
+def _quantity(*examples: str) -> WithJsonSchema:
+    """Editors see a quantity as what the file holds: a string with a unit."""
+    return WithJsonSchema({"type": "string", "examples": list(examples)})
+
+
+Size = Annotated[int, _unit(parse_size), _quantity("4KiB", "64KB", "4096B")]
+Duration = Annotated[int, _unit(parse_time), _quantity("600ns", "1.5us")]
+Rate = Annotated[float, _unit(parse_rate), _quantity("400Gb/s", "55GB/s")]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", max_length=64)]
+Latency = Annotated[Duration, _at_most(PS_PER_S, format_time, "no hardware latency comes near a second")]
+"""A latency of the hardware (a one-way flight, a pipeline stage, a poll)."""
+MAX_MESSAGE_B = 2**31
+"""InfiniBand's largest message (2^31 bytes; what ibv_query_port reports as max_msg_sz on mlx5)."""
+SEED_LIMIT = 2**63
+"""Seeds are below 2**63: numpy's SeedSequence and the manifests store them as signed 64-bit integers."""
+Seed = Annotated[int, Field(ge=0, lt=SEED_LIMIT)]
+
+
+def check_seed(value: int) -> int:
+    """``value`` if it is a :data:`Seed` (for seeds given on a command line), else ValueError."""
+    try:
+        return TypeAdapter(Seed).validate_python(value, strict=True)
+    except ValidationError:
+        raise ValueError(f"a seed is an integer with 0 <= seed < 2**63, got {value!r}") from None
 
 
 def _positive(value: int) -> int:
@@ -37,12 +66,16 @@ def _positive(value: int) -> int:
 
 
 PositiveSize = Annotated[Size, AfterValidator(_positive)]
+MessageSize = Annotated[PositiveSize, _at_most(MAX_MESSAGE_B, format_size,
+                                                     "an RDMA message is at most 2^31 bytes")]
 
 
 class Strict(BaseModel):
     """Base of every schema object: unknown keys are rejected, objects are immutable."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True)
+    # strict: a count is an integer, never a boolean, a float or a numeric string
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True,
+                              strict=True)
 
 
 class HostSpec(Strict):
@@ -55,7 +88,7 @@ class HostSpec(Strict):
     """RLIMIT_MEMLOCK (e.g. '64MiB'); 'unlimited' also stands for CAP_IPC_LOCK."""
     prefaulted: bool = True
     """Buffers are touched before registration (pinning then finds pages present)."""
-    poll_period: Duration | None = None
+    poll_period: Latency | None = None
     """One pass of the CPU's completion-polling loop (default 40ns)."""
 
 
@@ -74,9 +107,9 @@ class PcieSpec(Strict):
     """Max read request size in bytes."""
     ecrc: bool = False
     """End-to-end CRC on every TLP."""
-    read_latency: Duration | None = None
+    read_latency: Latency | None = None
     """DMA read round trip (default 550ns)."""
-    write_latency: Duration | None = None
+    write_latency: Latency | None = None
     """Posted write flight to memory visibility (default 150ns)."""
     read_tags: Annotated[int, Field(ge=1, le=1024)] | Literal["unlimited"] | None = None
     """Outstanding DMA read requests the NIC may have (default 256, 8-bit extended tags; PCIe Gen4+ 10-bit
@@ -88,15 +121,15 @@ class NicSpec(Strict):
 
     preset: Literal["connectx7", "connectx6", "connectx5", "efa"] = "connectx7"
     """NIC preset (sets message rate, PCIe link, port rate, ODP and dma-buf support)."""
-    doorbell: Duration | None = None
+    doorbell: Latency | None = None
     """CPU doorbell / BlueFlame write until the NIC sees it."""
-    tx_process: Duration | None = None
+    tx_process: Latency | None = None
     """Per-WQE send processing (1 / message rate)."""
-    tx_latency: Duration | None = None
+    tx_latency: Latency | None = None
     """Send pipeline latency."""
-    rx_process: Duration | None = None
+    rx_process: Latency | None = None
     """Per-message receive processing."""
-    rx_latency: Duration | None = None
+    rx_latency: Latency | None = None
     """Receive pipeline latency."""
     tx_engines: Annotated[int, Field(ge=1, le=256)] | None = None
     """Send processing engines, each taking 'tx_process' per WQE; a QP is bound to one (default 1)."""
@@ -178,7 +211,7 @@ class FabricSpec(Strict):
 
     rate: Rate | None = None
     """Line rate per direction (default: the NIC preset's port rate)."""
-    latency: Duration = 300_000
+    latency: Latency = Field("300ns", validate_default=True)
     """One-way latency: PHY, FEC, cable, switch (e.g. '300ns')."""
     mtu: Literal[256, 512, 1024, 2048, 4096] = 4096
     """Path MTU in bytes."""
@@ -209,8 +242,17 @@ class BufferSpec(Strict):
 class SizeRange(Strict):
     """Powers of two from ``from`` to ``to`` inclusive, like perftest's -a."""
 
-    from_: PositiveSize = Field(alias="from")
-    to: PositiveSize
+    from_: MessageSize = Field(alias="from")
+    to: MessageSize
+
+    @field_validator("to")
+    @classmethod
+    def _ordered(cls, to: int, info):
+        start = info.data.get("from_")
+        if start is not None and start > to:
+            raise ValueError(f"the range ends below its start ('from' is {format_size(start)}, 'to' "
+                             f"{format_size(to)})")
+        return to
 
     def sizes(self) -> list[int]:
         """The sizes in the range."""
@@ -232,7 +274,7 @@ class WorkloadSpec(Strict):
     """Buffer on the requester (the node that posts)."""
     to: Name
     """Buffer on the responder."""
-    sizes: list[PositiveSize] | SizeRange
+    sizes: Annotated[list[MessageSize], Field(min_length=1)] | SizeRange
     """Message sizes: a list, or {from: 2B, to: 8MiB} for powers of two."""
     iterations: Annotated[int, Field(ge=1, le=100_000_000)] = 1000
     """Operations per size (perftest -n)."""
@@ -261,6 +303,10 @@ class EventBase(Strict):
     at: Duration
     """When it happens, counted from the start of the first workload (e.g. '2ms')."""
 
+    def last_ps(self) -> int:
+        """When its last scheduled action happens (ps after the first workload starts)."""
+        return self.at
+
 
 class GpuPressureEvent(EventBase):
     """Another job allocates GPU memory: the exporter must make room (evict) or the allocation fails."""
@@ -272,6 +318,9 @@ class GpuPressureEvent(EventBase):
     """Bytes the other job allocates."""
     hold: Duration | None = None
     """Free the allocation again after this long (default: keep it)."""
+
+    def last_ps(self) -> int:  # noqa: D102 - see EventBase
+        return self.at + (self.hold or 0)
 
 
 class GpuJobGrowthEvent(EventBase):
@@ -286,6 +335,9 @@ class GpuJobGrowthEvent(EventBase):
     """Time between steps."""
     steps: Annotated[int, Field(ge=1, le=10_000)]
     """Number of steps."""
+
+    def last_ps(self) -> int:  # noqa: D102 - see EventBase
+        return self.at + self.every * self.steps
 
 
 class ManagedJobEvent(EventBase):
@@ -351,6 +403,9 @@ class EvictionStormEvent(EventBase):
     count: Annotated[int, Field(ge=1, le=100_000)]
     every: Duration
 
+    def last_ps(self) -> int:  # noqa: D102 - see EventBase
+        return self.at + self.every * self.count
+
 
 class LinkFlapEvent(EventBase):
     """The node's network link goes down for ``duration``: its ports carry nothing meanwhile."""
@@ -358,6 +413,9 @@ class LinkFlapEvent(EventBase):
     kind: Literal["link-flap"]
     node: NodeRef
     duration: Duration
+
+    def last_ps(self) -> int:  # noqa: D102 - see EventBase
+        return self.at + self.duration
 
 
 Event = Annotated[GpuPressureEvent | GpuJobGrowthEvent | ManagedJobEvent | HostPageMigrationEvent | PeerMemReclaimEvent
@@ -382,7 +440,7 @@ class Scenario(Strict):
     name: Name
     """Scenario name (default results directory)."""
     description: str = ""
-    seed: Annotated[int, Field(ge=0, lt=2**63)] = 0
+    seed: Seed = 0
     """Run seed: the same seed gives byte-identical results."""
     engine: Literal["event", "fast", "auto"] = "event"
     """Simulation engine: 'event' (simpy, every work request), 'fast' (vectorized core, same answers, for

@@ -24,7 +24,7 @@ import numpy as np
 
 from sim import __version__
 from sim.core.errors import ConfigError, ConfigErrors
-from sim.scenario.loader import KeyPath, PositionMap, error_at, format_path, load_yaml, validate
+from sim.scenario.loader import KeyPath, PositionMap, error_at, format_path, parse_yaml, read_yaml_file, validate
 from sim.scenario.refs import check_references
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario, Variant
@@ -100,7 +100,7 @@ def run_key(scenario: Scenario, variant: str) -> str:
 
 
 def _sample(dist: Distribution, rng: np.random.Generator) -> Any:
-    """One draw; quantities come back as the schema reads them (bytes, picoseconds, '<x>B/s')."""
+    """One draw; quantities come back as the schema reads them ('<n>B', '<n>ps', '<x>B/s')."""
     if dist.choice is not None:
         return dist.choice[int(rng.integers(len(dist.choice)))]
     if dist.randint is not None:
@@ -112,8 +112,9 @@ def _sample(dist: Distribution, rng: np.random.Generator) -> Any:
     else:
         bounds = dist.loguniform
         value = float(math.exp(rng.uniform(math.log(bounds.low), math.log(bounds.high))))
-    if bounds.kind in ("size", "time"):
-        return int(round(value))
+    units = {"size": "B", "time": "ps"}
+    if bounds.kind in units:
+        return f"{int(round(value))}{units[bounds.kind]}"
     return f"{value:.6g}B/s" if bounds.kind == "rate" else value
 
 
@@ -247,13 +248,14 @@ def load_sweep(path: str | os.PathLike) -> SweepPlan:
         axis naming it, a value the scenario schema rejects at that value), or in the base file for its own.
     """
     file = os.fsdecode(path)
-    data, positions = load_yaml(path)
+    raw = read_yaml_file(path)
+    data, positions = parse_yaml(raw, file)
     sweep = validate(Sweep, data, positions, file)
     base_file = os.fspath(Path(file).parent / sweep.base)
     if not Path(base_file).is_file():
         raise error_at(positions, ("base",), f"no scenario file {base_file}", file)
     base, base_raw, _ = load_scenario_variants(base_file)
-    base_data, base_positions = load_yaml(base_file)
+    base_data, base_positions = parse_yaml(base_raw, base_file)
     base_data.pop("variants", None)
     files = _Files(file, positions, base_file, base_positions)
     _check_paths(sweep, base_data, positions, file)
@@ -284,4 +286,4 @@ def load_sweep(path: str | os.PathLike) -> SweepPlan:
             resolved = scenario.model_copy(update={"seed": seed})
             runs.append(RunSpec(len(runs), repetition, variant, axes, seed, run_key(resolved, variant), resolved))
     return SweepPlan(sweep, file, base_file, sweep.seed, [v.path for factor in factors for v in factor[0]], runs,
-                     hashlib.sha256(Path(file).read_bytes()).hexdigest(), hashlib.sha256(base_raw).hexdigest())
+                     hashlib.sha256(raw).hexdigest(), hashlib.sha256(base_raw).hexdigest())

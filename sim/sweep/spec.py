@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
-from sim.core.units import UnitError, parse_rate, parse_size, parse_time
-from sim.scenario.schema import Name, Strict
+from sim.core.units import BoundError, UnitError, parse_rate, parse_size, parse_time
+from sim.scenario.schema import Name, Seed, Strict
 
 _PARSERS = {"size": parse_size, "time": parse_time, "rate": parse_rate}
 
@@ -40,6 +40,8 @@ def _quantity(value: Any) -> tuple[str, float]:
     for kind, parser in _PARSERS.items():
         try:
             return kind, parser(value)
+        except BoundError as exc:
+            raise ValueError(str(exc)) from None
         except UnitError:
             pass
     raise ValueError(f"expected a number or a size, duration or rate with a unit, got {value!r}")
@@ -106,7 +108,7 @@ class Sweep(Strict):
     description: str = ""
     base: Annotated[str, Field(min_length=1)]
     """The scenario file swept, relative to this file."""
-    seed: Annotated[int, Field(ge=0, lt=2**63)] | None = None
+    seed: Seed | None = None
     """Sweep seed (default: the base scenario's): random axes and every run's seed derive from it."""
     repetitions: Annotated[int, Field(ge=1, le=100_000)] = 1
     """Runs per point, each with its own seed."""

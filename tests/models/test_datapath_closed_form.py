@@ -27,7 +27,7 @@ def _scenario(make_scenario, nic, pcie, rate, workload, **fabric):
 def test_large_write_bandwidth_is_min_of_wire_and_pcie(make_scenario, config, size):
     nic, pcie, rate = CONFIGS[config]
     scn = _scenario(make_scenario, nic, pcie, rate,
-                    {"kind": "write_bw", "from": "src", "to": "dst", "sizes": [size], "iterations": 300})
+                    {"kind": "write_bw", "from": "src", "to": "dst", "sizes": [f"{size}B"], "iterations": 300})
     result = run_scenario(scn)
     link = pcie_params(scn.nodes[0])
     expected_Bps = min(fabric_params(scn).efficiency(size, RETH), link.read_efficiency(size),
@@ -39,7 +39,7 @@ def test_large_write_bandwidth_is_min_of_wire_and_pcie(make_scenario, config, si
 def test_write_bandwidth_is_bound_by_the_requesters_read_tags(make_scenario, tags):
     n = 65536
     scn = _scenario(make_scenario, {"preset": "connectx7"}, {"read_tags": tags}, "400Gb/s",
-                    {"kind": "write_bw", "from": "src", "to": "dst", "sizes": [n], "iterations": 300})
+                    {"kind": "write_bw", "from": "src", "to": "dst", "sizes": [f"{n}B"], "iterations": 300})
     link = pcie_params(scn.nodes[0])
     assert link.read_tags == tags and read_tag_Bps(link, n) < fabric_params(scn).efficiency(n, RETH)
     result = run_scenario(scn)
@@ -49,7 +49,7 @@ def test_write_bandwidth_is_bound_by_the_requesters_read_tags(make_scenario, tag
 def test_unlimited_read_tags_leave_the_wire_as_the_bound(make_scenario):
     def bandwidth(tags):
         scn = _scenario(make_scenario, {"preset": "connectx7"}, {"read_tags": tags, "read_latency": "2us"},
-                        "400Gb/s", {"kind": "write_bw", "from": "src", "to": "dst", "sizes": [65536],
+                        "400Gb/s", {"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["64KiB"],
                                     "iterations": 300})
         return scn, run_scenario(scn).summary["bw_avg_Gbps"].iloc[0]
 
@@ -63,9 +63,9 @@ def test_unlimited_read_tags_leave_the_wire_as_the_bound(make_scenario):
 
 def test_pcie_bound_and_wire_bound_cases_both_exist(make_scenario):
     fab = fabric_params(_scenario(make_scenario, {}, {}, "400Gb/s", {"kind": "write_bw", "from": "src", "to": "dst",
-                                                                     "sizes": [1]}))
+                                                                     "sizes": ["1B"]}))
     gen4 = pcie_params(_scenario(make_scenario, {}, {"preset": "gen4x16"}, "400Gb/s",
-                                 {"kind": "write_bw", "from": "src", "to": "dst", "sizes": [1]}).nodes[0])
+                                 {"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["1B"]}).nodes[0])
     assert gen4.write_efficiency(1 << 20) < fab.efficiency(1 << 20, RETH)
 
 
@@ -73,7 +73,7 @@ def test_pcie_bound_and_wire_bound_cases_both_exist(make_scenario):
 def test_small_write_latency_is_sum_of_stage_latencies(make_scenario, config):
     nic, pcie, rate = CONFIGS[config]
     scn = _scenario(make_scenario, nic, pcie, rate,
-                    {"kind": "write_lat", "from": "src", "to": "dst", "sizes": [2], "iterations": 20})
+                    {"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["2B"], "iterations": 20})
     n, link, fab = nic_params(scn.nodes[0]), pcie_params(scn.nodes[0]), fabric_params(scn)
     one_way = (n.doorbell_ps + n.tx_process_ps + n.tx_latency_ps + fab.latency_ps + fab.serialize_ps(2, RETH)
                + n.rx_process_ps + n.rx_latency_ps + link.write_ps(2) + link.write_latency_ps)
@@ -84,7 +84,7 @@ def test_small_write_latency_is_sum_of_stage_latencies(make_scenario, config):
 
 def test_small_read_latency_is_sum_of_stage_latencies(make_scenario):
     scn = _scenario(make_scenario, {"preset": "connectx7"}, {}, "400Gb/s",
-                    {"kind": "read_lat", "from": "src", "to": "dst", "sizes": [2], "iterations": 20})
+                    {"kind": "read_lat", "from": "src", "to": "dst", "sizes": ["2B"], "iterations": 20})
     n, link, fab = nic_params(scn.nodes[0]), pcie_params(scn.nodes[0]), fabric_params(scn)
     request = n.doorbell_ps + n.tx_process_ps + n.tx_latency_ps + fab.latency_ps + fab.serialize_ps(0, RETH)
     responder = (n.rx_process_ps + n.rx_latency_ps + link.read_request_ps(2) + link.read_latency_ps
@@ -96,13 +96,14 @@ def test_small_read_latency_is_sum_of_stage_latencies(make_scenario):
 
 
 def test_polling_adds_jitter_bounded_by_the_poll_period(make_scenario):
-    scn = make_scenario(workload=[{"kind": "write_lat", "from": "src", "to": "dst", "sizes": [2], "iterations": 500}])
+    scn = make_scenario(workload=[{"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["2B"],
+                                   "iterations": 500}])
     jittery = run_scenario(scn).summary.iloc[0]
     assert 0 < jittery["t_stdev_us"] and jittery["t_max_us"] - jittery["t_min_us"] <= 0.040 + 1e-9
 
 
 def test_read_bandwidth_is_capped_by_outstanding_reads(make_scenario):
-    base = {"kind": "read_bw", "from": "src", "to": "dst", "sizes": [4096], "iterations": 400, "tx_depth": 128}
+    base = {"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 400, "tx_depth": 128}
 
     def bw(max_rd_atomic):
         scn = make_scenario(nodes=[{"name": "a", "nic": {"max_rd_atomic": max_rd_atomic}}, {"name": "b"}],

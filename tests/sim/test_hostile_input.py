@@ -1,6 +1,8 @@
 """Hostile scenario input: mutations of every shipped scenario give a located ConfigError (exit 2) or a
-valid scenario; never a traceback, never a results directory."""
+valid scenario that runs; never a traceback, never a file outside the results directory."""
 
+import re
+import tempfile
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +16,9 @@ from sim.scenario.scenario_file import load_scenario_variants
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))
 TEXTS = {p.name: p.read_text() for p in SHIPPED}
-NASTY = ["-1", "0", "1e309", "99999999999999999999999999", "4 KiB", "4kib", "4KiBB", "-4KiB", "null", "[]", "{}",
+NASTY = ["-1", "0", "300", "4096", "true", "1e7s", "1e400s", "1e-30Gb/s", "4KB/s", "1e400Gb/s",
+         "{from: 8KiB, to: 4KiB}", "100Tb/s", "1Mb/s", "1s", "86400s", "2GiB", "256TiB", "9223372036854775808",
+         "1e309", "99999999999999999999999999", "4 KiB", "4kib", "4KiBB", "-4KiB", "null", "[]", "{}",
          "!!python/object/apply:os.system ['true']", "&a [*a]", "'\\x00'", "yes", "0x10", "1.5", "~", "\"\"",
          "1000TiB", "400Gbps", "600 ns", "2 ms", "h200", "pinned", "dmabuf-pinned", "a.gpu9", "zz.host"]
 
@@ -53,6 +57,54 @@ def test_mutated_scenarios_load_or_fail_with_a_located_config_error(tmp_path, na
     except ConfigError as exc:
         for error in getattr(exc, "errors", [exc]):
             assert error.file == str(path) and error.line is not None and error.line >= 1
+
+
+def _shrunk(text: str) -> str:
+    """A shipped scenario made cheap to run: few iterations, small messages, no figures."""
+    text = re.sub(r"iterations: [0-9]+", "iterations: 5", text)
+    text = re.sub(r"(sizes: \{from: [0-9]+[KMG]?i?B), to: [0-9]+[KMG]iB\}", r"\1, to: 64KiB}", text)
+    text = text.replace("sizes: [1MiB]", "sizes: [64KiB]")
+    return re.sub(r"^outputs: .*$", "outputs: []", text, flags=re.M)
+
+
+SHRUNK = {name: _shrunk(text) for name, text in TEXTS.items()}
+
+
+def test_the_shrunk_scenarios_still_run_every_variant(tmp_path):
+    for name, text in SHRUNK.items():
+        assert text != TEXTS[name] and "iterations: 5" in text
+        path = tmp_path / name
+        path.write_text(text)
+        result = CliRunner().invoke(app, ["run", str(path), "--out", str(tmp_path / name[:-5]), "-q"])
+        assert result.exit_code == 0, result.output
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(sorted(SHRUNK)), data=st.data())
+def test_mutated_scenarios_validate_and_run_or_stop_with_a_located_error(name, data):
+    text = _mutate(SHRUNK[name], data)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        path = root / name
+        path.write_bytes(text.encode("utf-8", "surrogateescape"))
+        runner = CliRunner()
+        checked = runner.invoke(app, ["validate", str(path)])
+        ran = runner.invoke(app, ["run", str(path), "--out", str(root / "out"), "-q"])
+        for result in (checked, ran):
+            assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+            assert "Traceback" not in result.output
+        assert checked.exit_code in (0, 2) and ran.exit_code in (0, 1, 2)
+        if checked.exit_code == 2:  # every line a located error in this file, and the run refuses the same way
+            assert ran.exit_code == 2 and ran.stderr == checked.stderr
+            assert all(re.match(rf"{re.escape(str(path))}:[0-9]+:[0-9]+[ :]", line)
+                       for line in checked.stderr.splitlines()), checked.stderr
+        elif ran.exit_code == 1:  # a valid scenario whose simulation fails: one line per failed run
+            assert all(line.startswith((f"{path}:", "wrote ")) for line in ran.stderr.splitlines()), ran.stderr
+            assert "run failed: " in ran.stderr
+        else:
+            assert ran.exit_code == 0, ran.output
+        outside = {p.name for p in root.iterdir()} - {"out"}
+        assert outside == {name}
 
 
 def test_cli_on_a_broken_file_exits_2_and_writes_nothing(tmp_path):

@@ -16,7 +16,7 @@ def _message_rate(make_scenario, engines: int, qps: int, kind: str = "write_bw")
     nic = {"tx_process": f"{PROCESS_NS}ns", "tx_engines": engines, "rx_engines": engines}
     node = {"nic": nic, "host": {"poll_period": "0ns"}}
     scn = make_scenario(nodes=[{"name": "a", **node}, {"name": "b", **node}],
-                        workload=[{"kind": kind, "from": "src", "to": "dst", "sizes": [64], "iterations": ITERATIONS,
+                        workload=[{"kind": kind, "from": "src", "to": "dst", "sizes": ["64B"], "iterations": ITERATIONS,
                                    "tx_depth": 512, "inline": 64 if kind == "write_bw" else None, "qps": qps}])
     result = run_scenario(scn)
     return result.summary["msg_rate_Mpps"].iloc[0], result
@@ -54,7 +54,7 @@ def test_qps_is_refused_for_latency_tests(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("schema: 1\nname: t\nnodes: [{name: a}, {name: b}]\n"
                     "buffers:\n  - {name: src, on: a.host, size: 1MiB}\n  - {name: dst, on: b.host, size: 1MiB}\n"
-                    "workload:\n  - {kind: write_lat, from: src, to: dst, sizes: [8], qps: 2}\n")
+                    "workload:\n  - {kind: write_lat, from: src, to: dst, sizes: [8B], qps: 2}\n")
     data, positions = load_yaml(path)
     with pytest.raises(ConfigErrors) as info:
         validate(Scenario, data, positions, str(path))

@@ -56,7 +56,7 @@ def test_a_stalled_simulation_is_a_deadlock_error_naming_the_waiters(monkeypatch
     scn = Scenario.model_validate({
         "schema": 1, "name": "stuck", "nodes": [{"name": "a"}, {"name": "b"}],
         "buffers": [{"name": "x", "on": "a.host", "size": "4KiB"}, {"name": "y", "on": "b.host", "size": "4KiB"}],
-        "workload": [{"kind": "read_lat", "from": "x", "to": "y", "sizes": [8], "iterations": 3}]})
+        "workload": [{"kind": "read_lat", "from": "x", "to": "y", "sizes": ["8B"], "iterations": 3}]})
     with pytest.raises(DeadlockError, match="workload 'read_lat' at 8 bytes: the simulation has nothing left"):
         run_scenario(scn)
     assert workloads.read_latency is not never_completes

@@ -45,7 +45,8 @@ def two_nodes(preset: str, poll: str = "40ns", **nic) -> dict:
 @pytest.mark.parametrize("preset", PRESETS)
 @pytest.mark.parametrize("kind", ["write_bw", "read_bw"])
 def test_bandwidth_equals_event_engine(preset, kind):
-    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": sizes, "iterations": n, "tx_depth": depth}
+    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [f"{s}B" for s in sizes], "iterations": n,
+             "tx_depth": depth}
             for sizes, n, depth in (([1, 64, 220, 4096], 2500, 128), ([16384, 65536], 1200, 16),
                                     ([2, 1 << 20], 150, 1), ([256, 4096], 4000, 512), ([512], 3000, 2))]
     same_runs(scenario_dict(seed=11, workload=work, **two_nodes(preset)))
@@ -53,18 +54,19 @@ def test_bandwidth_equals_event_engine(preset, kind):
 
 @pytest.mark.parametrize("preset", ["cx7-gen5-400G", "cx5-gen3x8-100G-roce"])
 def test_latency_workloads_equal_event_engine(preset):
-    work = [{"kind": "write_lat", "from": "src", "to": "dst", "sizes": [2, 220, 221, 4096, 1 << 20], "iterations": 150},
-            {"kind": "read_lat", "from": "src", "to": "dst", "sizes": [2, 4096, 1 << 20], "iterations": 150},
-            {"kind": "write_lat", "from": "src", "to": "dst", "sizes": [64], "iterations": 200, "inline": 0}]
+    work = [{"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["2B", "220B", "221B", "4KiB", "1MiB"],
+             "iterations": 150},
+            {"kind": "read_lat", "from": "src", "to": "dst", "sizes": ["2B", "4KiB", "1MiB"], "iterations": 150},
+            {"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["64B"], "iterations": 200, "inline": 0}]
     same_runs(scenario_dict(seed=4, workload=work, **two_nodes(preset)))
 
 
 def test_inline_writes_and_mixed_workloads_equal_event_engine():
-    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [64, 220, 512], "iterations": 800,
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["64B", "220B", "512B"], "iterations": 800,
              "tx_depth": 64, "inline": 220},
-            {"kind": "write_lat", "from": "src", "to": "dst", "sizes": [2, 8192], "iterations": 100},
-            {"kind": "read_bw", "from": "src", "to": "dst", "sizes": [2048], "iterations": 900, "tx_depth": 256},
-            {"kind": "read_lat", "from": "dst", "to": "src", "sizes": [64], "iterations": 100}]
+            {"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["2B", "8KiB"], "iterations": 100},
+            {"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["2KiB"], "iterations": 900, "tx_depth": 256},
+            {"kind": "read_lat", "from": "dst", "to": "src", "sizes": ["64B"], "iterations": 100}]
     same_runs(scenario_dict(seed=9, workload=work, **two_nodes("cx7-gen5-400G", poll="7ns")))
 
 
@@ -73,7 +75,7 @@ def test_read_tags_and_several_engines_equal_event_engine(tags):
     nodes = two_nodes("cx6-gen4-200G-mps512", tx_engines=3, rx_engines=2)
     for node in nodes["nodes"]:
         node["pcie"] = {**node["pcie"], "read_tags": tags, "read_latency": "900ns"}
-    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [64, 4096, 65536], "iterations": 600,
+    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": ["64B", "4KiB", "64KiB"], "iterations": 600,
              "tx_depth": 64} for kind in ("write_bw", "read_bw", "write_lat", "read_lat")]
     same_runs(scenario_dict(workload=work, **nodes))
 
@@ -89,17 +91,17 @@ def test_gpu_buffers_equal_event_engine(layout, mode):
     buffers = [{"name": "src", "on": "a.gpu0", "size": "4MiB", "register": mode},
                {"name": "dst", "on": "b.gpu0", "size": "4MiB", "register": mode},
                {"name": "host", "on": "b.host", "size": "4MiB"}]
-    work = [{"kind": kind, "from": "src", "to": to, "sizes": [64, 4096, 1 << 20], "iterations": 500, "tx_depth": 32}
+    work = [{"kind": kind, "from": "src", "to": to, "sizes": ["64B", "4KiB", "1MiB"], "iterations": 500, "tx_depth": 32}
             for kind in ("write_bw", "read_bw") for to in ("dst", "host")]
-    work += [{"kind": kind, "from": "src", "to": "dst", "sizes": [8, 65536], "iterations": 80}
+    work += [{"kind": kind, "from": "src", "to": "dst", "sizes": ["8B", "64KiB"], "iterations": 80}
              for kind in ("write_lat", "read_lat")]
     same_runs(scenario_dict(seed=6, nodes=nodes, buffers=buffers, workload=work))
 
 
 def test_link_flaps_are_stall_intervals_on_both_engines():
-    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [4096, 65536], "iterations": 3000},
-            {"kind": "write_lat", "from": "src", "to": "dst", "sizes": [64], "iterations": 300},
-            {"kind": "read_bw", "from": "src", "to": "dst", "sizes": [4096], "iterations": 2000}]
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["4KiB", "64KiB"], "iterations": 3000},
+            {"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["64B"], "iterations": 300},
+            {"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 2000}]
     flaps = [{"at": "100us", "kind": "link-flap", "node": "a", "duration": "50us"},
              {"at": "2ms", "kind": "link-flap", "node": "b", "duration": "300us"},
              {"at": "900ms", "kind": "link-flap", "node": "b", "duration": "1us"}]  # after the run: not reached
@@ -119,8 +121,8 @@ def test_events_that_leave_the_workloads_alone_run_on_the_fast_engine():
     buffers = [{"name": "src", "on": "a.gpu0", "size": "1GiB", "register": "dmabuf-pinned"},
                {"name": "spare", "on": "a.gpu0", "size": "1GiB", "register": "dmabuf"},
                {"name": "dst", "on": "b.host", "size": "1GiB"}]
-    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [65536], "iterations": 3000, "tx_depth": 32},
-            {"kind": "read_lat", "from": "dst", "to": "src", "sizes": [4096], "iterations": 300}]
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["64KiB"], "iterations": 3000, "tx_depth": 32},
+            {"kind": "read_lat", "from": "dst", "to": "src", "sizes": ["4KiB"], "iterations": 300}]
     events = [{"at": "200us", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "7GiB", "hold": "1ms"},
               {"at": "300us", "kind": "eviction-storm", "on": "a.gpu0", "count": 3, "every": "100us"},
               {"at": "400us", "kind": "host-page-migration", "buffer": "dst"},
@@ -205,7 +207,7 @@ def test_a_source_buffer_the_exporter_moves_is_followed_exactly(events, moves, s
 def test_an_event_before_a_ping_pongs_last_acknowledgement_is_reached_on_both_engines():
     """The event engine's run ends once the last WRITEs of a ping-pong are acknowledged and polled, after the
     last iteration completed: an event in between is reached (not "not reached") on both engines."""
-    data = scenario_dict(workload=[{"kind": "write_lat", "from": "src", "to": "dst", "sizes": [65536],
+    data = scenario_dict(workload=[{"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["64KiB"],
                                     "iterations": 50}])
     probe = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
     last, end = int(probe.operations["completed_ps"].max()), probe.testbed.env.now
@@ -217,7 +219,7 @@ def test_an_event_before_a_ping_pongs_last_acknowledgement_is_reached_on_both_en
 
 
 def test_blueflame_off_is_exact_on_the_fast_engine():
-    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [64, 4096], "iterations": 300, "tx_depth": 32}
+    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": ["64B", "4KiB"], "iterations": 300, "tx_depth": 32}
             for kind in ("write_bw", "read_bw", "write_lat")]
     same_runs(scenario_dict(workload=work, **two_nodes("cx6-gen4-200G-mps512", blueflame=False)))
 
@@ -242,7 +244,8 @@ def test_random_scenarios_equal_event_engine(nic, mps, rate, latency, poll, kind
         nodes[0] |= {"gpus": [{"preset": "h200" if mode == "peermem" else "mi300x"}], "topology": place}
         buffers = [{"name": "src", "on": "a.gpu0", "size": "8MiB", "register": mode},
                    {"name": "dst", "on": "b.host", "size": "8MiB"}]
-    work = {"kind": kind, "from": "src", "to": "dst", "sizes": sizes, "iterations": iterations, "tx_depth": depth}
+    work = {"kind": kind, "from": "src", "to": "dst", "sizes": [f"{s}B" for s in sizes], "iterations": iterations,
+            "tx_depth": depth}
     data = scenario_dict(seed=seed, nodes=nodes, fabric={"rate": rate, "latency": f"{latency}ns"}, workload=[work])
     same_runs(data | ({"buffers": buffers} if buffers else {}))
 
@@ -257,12 +260,12 @@ def test_domain_reasons():
     assert "ODP" in outside_domain(Scenario.model_validate(odp))
     cached = scenario_dict(nodes=[{"name": "a", "iommu": "vtd"}, {"name": "b"}])
     assert "translation caches" in outside_domain(Scenario.model_validate(cached))
-    inline = scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst", "sizes": [512],
+    inline = scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["512B"],
                                       "inline": 1024}])
     assert "max_inline" in outside_domain(Scenario.model_validate(inline))
     fault = scenario_dict(events=[{"at": "1ms", "kind": "qp-error", "node": "a"}])
     assert outside_domain(Scenario.model_validate(fault)) is None  # decided once the events have run
-    several = scenario_dict(workload=[{"kind": "read_bw", "from": "src", "to": "dst", "sizes": [512], "qps": 3}])
+    several = scenario_dict(workload=[{"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["512B"], "qps": 3}])
     assert "3 QPs at once" in outside_domain(Scenario.model_validate(several))
     off = Scenario.model_validate(scenario_dict(**two_nodes("cx7-gen5-400G", blueflame=False)))
     assert outside_domain(off) is None and "blueflame off" in slow_for_fast(off)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from sim.core.errors import ConfigError
-from sim.core.units import parse_rate
+from sim.core.units import parse_rate, parse_size, parse_time
 from sim.sweep import load_sweep
 from sim.sweep.plan import run_seed
 
@@ -121,10 +121,10 @@ def test_errors_of_the_base_file_are_located_there(write_sweep, base_text):
 
 
 @pytest.mark.parametrize("spec, check", [
-    ({"uniform": ["1us", "2us"]}, lambda v: isinstance(v, int) and 10**6 <= v <= 2 * 10**6),
-    ({"loguniform": ["4KiB", "1MiB"]}, lambda v: isinstance(v, int) and 4096 <= v <= 2**20),
+    ({"uniform": ["1us", "2us"]}, lambda v: v.endswith("ps") and 10**6 <= parse_time(v) <= 2 * 10**6),
+    ({"loguniform": ["4KiB", "1MiB"]}, lambda v: v.endswith("B") and 4096 <= parse_size(v) <= 2**20),
     ({"uniform": [0.5, 1]}, lambda v: isinstance(v, float) and 0.5 <= v <= 1),
-    ({"randint": ["4KiB", "8KiB"]}, lambda v: isinstance(v, int) and 4096 <= v <= 8192),
+    ({"randint": ["4KiB", "8KiB"]}, lambda v: v.endswith("B") and 4096 <= parse_size(v) <= 8192),
     ({"choice": ["pinned", {"a": 1}]}, lambda v: v in ("pinned", {"a": 1})),
 ])
 def test_distributions_draw_values_the_schema_reads(spec, check):
