@@ -40,7 +40,7 @@ def _variants(tmp_path: Path, engine="fast", size="64KiB", iterations=1000, qps=
     ({"engine": "event", "iterations": 10**7}, ("workload", 0, "iterations")),
     ({"engine": "event", "iterations": 1000, "qps": 1024}, ("workload", 0, "qps")),
     ({"size": "16GiB", "extra": "data: true\n"}, ("buffers", 0, "size")),
-    ({"extra": "events:\n  - {at: 1us, kind: managed-job, on: a.gpu0, size: 1024TiB}\n"}, ("events", 0, "size")),
+    ({"extra": "events:\n  - {at: 1us, kind: managed-job, on: a.gpu0, size: 256TiB}\n"}, ("events", 0, "size")),
 ])
 def test_the_estimate_names_the_key_that_drives_it(tmp_path, shape, key):
     _, variants = _variants(tmp_path, **shape)
