@@ -4,6 +4,11 @@ Pinning cost follows the shape measured on an H200 host (``models/data/h200_pinn
 cudaHostRegister, which pins with pin_user_pages like ``ib_umem_get``): a per-page cost for pages already
 present, and for pages that must first be faulted in and zeroed a cheaper per-page cost while the working
 set fits the last-level cache and a dearer one beyond it.
+
+Host memory is a capacity: a buffer's pages become resident when they are pinned or, in data mode, filled,
+and resident pages beyond the node's memory fail as ``pin_user_pages`` does when it cannot fault a page in
+(``ENOMEM``). A managed (unified) range is backed by host memory where the GPU does not hold it, so one larger
+than the GPU's memory and the host's free memory together is refused when it is allocated.
 """
 
 from __future__ import annotations
@@ -12,7 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.core import PS_PER_NS, PS_PER_US, VerbsError
+from sim.core import PS_PER_NS, PS_PER_US, SimError, VerbsError
+
+
+DGX_H200_MEMORY = 2 * 2**40
+"""System memory of an NVIDIA DGX H200 (bytes): the datasheet's "2TB" (32 x 64 GB DDR5 DIMMs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +30,8 @@ class HostParams:
 
     page_size: int = 4096
     """Base page size in bytes (x86-64: 4 KiB)."""
+    memory: int = DGX_H200_MEMORY
+    """Physical memory the node's buffers can occupy, in bytes (default: a DGX H200's)."""
     memlock_limit: int | None = None
     """RLIMIT_MEMLOCK in bytes; ``None`` is unlimited (or CAP_IPC_LOCK)."""
     prefaulted: bool = True
@@ -58,6 +69,12 @@ CUDA_HOST_REGISTER_FIXED_PS = 45 * PS_PER_US
 model with the measurement."""
 
 
+class ManagedAllocationFailed(SimError):
+    """cudaMallocManaged refused a range (``cudaErrorMemoryAllocation``): no memory could ever back it."""
+
+    errno = "ENOMEM"
+
+
 @dataclass(frozen=True, slots=True)
 class HostBuffer:
     """A range of a process's virtual address space (page aligned start)."""
@@ -81,6 +98,8 @@ class HostMemory:
         self._next = self._BASE
         self.buffers: dict[str, HostBuffer] = {}
         self.pinned_pages = 0
+        self.resident: set[str] = set()
+        """Buffers whose pages are resident (pinned or filled), by name."""
         self.data: dict[str, np.ndarray] = {}
         """Data mode: each buffer's bytes, by name (empty when off)."""
 
@@ -94,9 +113,51 @@ class HostMemory:
         self.buffers[name] = buf
         return buf
 
+    def resident_bytes(self) -> int:
+        """Bytes of the resident buffers, in whole pages."""
+        page = self.params.page_size
+        return sum(-(-self.buffers[name].size // page) * page for name in self.resident)
+
+    def make_resident(self, name: str, *, call: str) -> None:
+        """Fault buffer ``name``'s pages in (once): the node's memory must hold them.
+
+        :raises VerbsError: ``ENOMEM`` when they do not fit beside the resident buffers.
+        """
+        if name in self.resident:
+            return
+        page, used = self.params.page_size, self.resident_bytes()
+        need = -(-self.buffers[name].size // page) * page
+        if used + need > self.params.memory:
+            raise VerbsError("ENOMEM", f"buffer {name!r} needs {need} bytes of {self.node}'s host memory but "
+                             f"{self.params.memory - used} of {self.params.memory} are free", call=call)
+        self.resident.add(name)
+
+    def back_managed(self, size: int, gpu_bytes: int, *, call: str = "cudaMallocManaged") -> None:
+        """Check that a managed range of ``size`` bytes fits the GPU's ``gpu_bytes`` and this node's free memory.
+
+        :raises ManagedAllocationFailed: it does not.
+        """
+        free = self.params.memory - self.resident_bytes()
+        if size > gpu_bytes + free:
+            raise ManagedAllocationFailed(f"{call}: cudaErrorMemoryAllocation: a managed range of {size} bytes "
+                                          f"exceeds the GPU's {gpu_bytes} bytes and {self.node}'s {free} free "
+                                          "bytes of host memory together")
+
+    def fill(self, name: str, make) -> None:
+        """Data mode: fault buffer ``name`` in and keep the bytes ``make()`` returns as its contents.
+
+        :raises VerbsError: ``ENOMEM`` from :meth:`make_resident`, before ``make`` runs.
+        """
+        self.make_resident(name, call="page fault")
+        self.data[name] = make()
+
+    def _buffer_at(self, addr: int, length: int) -> HostBuffer | None:
+        return next((b for b in self.buffers.values() if b.addr <= addr and addr + length <= b.addr + b.size),
+                    None)
+
     def is_mapped(self, addr: int, length: int) -> bool:
         """True when ``[addr, addr+length)`` lies inside one allocated buffer."""
-        return any(b.addr <= addr and addr + length <= b.addr + b.size for b in self.buffers.values())
+        return self._buffer_at(addr, length) is not None
 
     def pages_spanned(self, addr: int, length: int) -> int:
         """Number of base pages touched by ``[addr, addr+length)``."""
@@ -106,9 +167,11 @@ class HostMemory:
     def pin(self, addr: int, length: int, *, call: str) -> int:
         """Pin a range like ``ib_umem_get``: charge RLIMIT_MEMLOCK, return the time it takes (ps).
 
-        :raises VerbsError: ``EFAULT`` for an unmapped range, ``ENOMEM`` past RLIMIT_MEMLOCK.
+        :raises VerbsError: ``EFAULT`` for an unmapped range, ``ENOMEM`` past RLIMIT_MEMLOCK or past the
+            node's memory.
         """
-        if not self.is_mapped(addr, length):
+        buffer = self._buffer_at(addr, length)
+        if buffer is None:
             raise VerbsError("EFAULT", f"range 0x{addr:x}+{length} is not mapped in {self.node}'s address space"
                              " (pin_user_pages fails)", call=call)
         pages = self.pages_spanned(addr, length)
@@ -116,6 +179,7 @@ class HostMemory:
         if limit is not None and (self.pinned_pages + pages) * self.params.page_size > limit:
             raise VerbsError("ENOMEM", f"pinning {pages} pages would exceed RLIMIT_MEMLOCK ({limit} bytes; "
                              f"{self.pinned_pages} pages already pinned)", call=call)
+        self.make_resident(buffer.name, call=call)
         self.pinned_pages += pages
         return self.params.pin_cost_ps(pages * self.params.page_size)
 

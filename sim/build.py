@@ -128,7 +128,7 @@ def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:
     if place == "host":
         buf = node.host.allocate(spec.name, spec.size)
         if fill:
-            node.host.data[spec.name] = fill()
+            node.host.fill(spec.name, fill)
         if spec.registration == "odp":
             access |= Access.ON_DEMAND
         mr = ibv_reg_mr(pd, buf.addr, buf.size, access)

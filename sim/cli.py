@@ -155,14 +155,30 @@ def run(scenario: ScenarioPath,
             help="Override the scenario's engine (auto says on stderr why it falls back to event).")] = None,
         strict: Annotated[bool, typer.Option("--strict", help="Exit 1 (after writing the results) if any work "
                                              "request completed in error or any event failed.")] = False,
+        memory_budget: Annotated[Optional[str], typer.Option(
+            "--memory-budget", help="Refuse a run estimated to need more memory than this (e.g. '8GiB'; "
+                                    "default: the memory available now).", metavar="SIZE")] = None,
         ) -> None:
     """Run a scenario: print perftest-style tables and the events' outcomes; write metrics, summary, manifest
     and figures (nothing if a variant fails)."""
+    from sim import budget
+    from sim.core.units import UnitError
     from sim.outdir import RUN, claim
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
 
     spec, raw, variants = _load(scenario)
+    if engine is not None:
+        variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
+    try:
+        limit = budget.available_memory() if memory_budget is None else budget.parse_budget(memory_budget)
+        budget.check(str(scenario), variants, limit, trace)
+    except UnitError as exc:
+        typer.echo(f"--memory-budget {memory_budget!r}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
     target = Path("results") / spec.name if out_dir is None else out_dir
     with _output_refused():
         claim(target, RUN, force=force)
@@ -173,8 +189,6 @@ def run(scenario: ScenarioPath,
         task = bar.add_task(spec.name, total=sum(total_operations(v) for _, v in variants))
         for name, variant in variants:
             try:
-                if engine is not None:
-                    variant = variant.model_copy(update={"engine": engine.value})
                 results.append(run_scenario(variant, seed, progress=lambda n: bar.advance(task, n), variant=name,
                                             trace=trace, notice=lambda line: err.print(line, soft_wrap=True,
                                                                                        highlight=False)))

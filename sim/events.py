@@ -12,6 +12,7 @@ from collections.abc import Generator
 from models.gpu import GpuOutOfMemory
 from models.gpu.managed import UvmStats
 from models.gpu.workloads import sequential
+from models.host import ManagedAllocationFailed
 from models.peermem import peermem_reclaim
 from sim.build import Testbed
 from sim import faults
@@ -75,6 +76,12 @@ def _managed_job(bed: Testbed, event: ManagedJobEvent, row: dict, log: list[dict
     migrations and evictions take (a progress row whenever VRAM in use changed); log the outcome, then free
     the range."""
     env, gpu = bed.env, bed.gpus[event.on]
+    try:
+        bed.nodes[event.on.split(".")[0]].host.back_managed(event.size, gpu.capacity)
+    except ManagedAllocationFailed as exc:
+        log.append(row | {"target": gpu.name, "bytes": event.size, "evicted": 0, "gpu_used": gpu.memory.used,
+                          "outcome": f"failed: {exc}"})
+        return
     mm, taken = gpu.managed(f"managed-job@{row['time_ps']}", event.size)
     evictions, totals = gpu.evictions, UvmStats()
     pages = sequential(mm.n_pages, repetitions=event.passes)

@@ -14,7 +14,10 @@ posting rule:
   B's WRITE until it lands at A, A's poll delay; each WRITE's acknowledgement and completion entry run in a
   side chain (they still occupy links and engines).
 
-Tables and summaries come from :mod:`sim.run`'s own code. The domain is host and GPU memory registered
+Tables and summaries come from :mod:`sim.run`'s own code. Without scenario events nothing can move, so the
+solved pieces go straight to the run's operation table and summaries (:class:`sim.run.StreamedSummaries`)
+and memory stays bounded whatever the iterations; with events the solve is kept whole, as a move re-solves
+from the posts of the one before. The domain is host and GPU memory registered
 without page faults (pinned, peer memory, dma-buf), no translation caches, one QP per workload, no data mode
 or tracing; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches make every work request wait
 on the previous one's payload on the PCIe link (exact but solved a round at a time).
@@ -42,7 +45,9 @@ from sim.fast import (Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, Un
                       Wake)
 from sim.fast import Finished, solve
 from sim.fast_events import Move, Solved, Watch
-from sim.run import Progress, RunResult, _endpoints, finish_run, inline_threshold, setup_run, workload_tables
+from sim.operations import OperationTable
+from sim.run import (Progress, RunResult, StreamedSummaries, _endpoints, finish_run, inline_threshold,
+                     operation_rows, setup_run, workload_tables)
 from sim.scenario.resolve import nic_params
 from sim.scenario.schema import Scenario, WorkloadSpec
 
@@ -119,11 +124,13 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         return decline(reason)
     bed, started, event_log = setup_run(scenario, seed, trace)
     ends, watch = streams(scenario, bed), Watch(bed, scenario)
+    table, sink = OperationTable(), None if scenario.events else StreamedSummaries(variant)
     solved = None
     try:
         for _ in range(MAX_MOVES + 1):
             solved = _solve(pipelines(ends, watch.moves, solved and solved.posts), started,
-                            progress if solved is None else None, crawl=scenario.engine == "auto")
+                            progress if solved is None else None, crawl=scenario.engine == "auto",
+                            rows=sink and _Rows(ends, table, sink))
             reason = watch.confirm(solved, ends)
             end = _settled(ends, solved)
             changed = watch.advance(end) if not reason else []
@@ -144,20 +151,42 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
                        "through a shared link): the event engine is faster")
     if reason:
         return decline(f"{reason}: the event engine simulates that")
-    op_frames, summaries = [], []
+    if sink is not None:
+        return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish())
+    summaries = []
     for k, end in enumerate(ends):
         for size in end.work.size_list():
-            post, done = solved.posts[k, size], solved.done[k, size]
-            latency = (done - post) // 2 if end.work.kind == "write_lat" else done - post
-            frame, row = workload_tables(end.work, size, OpRecords(post, done, latency, succeeded(len(post))),
-                                         variant)
-            op_frames.append(frame)
+            frame, row = workload_tables(end.work, size, records(end.work, solved.posts[k, size],
+                                                                 solved.done[k, size]), variant)
+            table.append(frame)
             summaries.append(row)
-    return finish_run(scenario, seed, bed, variant, started, event_log, op_frames, summaries)
+    return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries)
 
 
-def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bool = False) -> Solved:
-    """Solve ``pipes`` from ``start_ps``: every operation's times by (workload index, size).
+def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray) -> OpRecords:
+    """The records of operations solved with posts ``post`` and completions ``done`` (all succeed; a ping-pong
+    iteration's latency is half its round trip)."""
+    latency = (done - post) // 2 if work.kind == "write_lat" else done - post
+    return OpRecords(post, done, latency, succeeded(len(post)))
+
+
+class _Rows:
+    """Solved pieces straight into a run's operation table and summaries."""
+
+    def __init__(self, ends: list[Stream], table: OperationTable, sink: StreamedSummaries) -> None:
+        self.ends, self.table, self.sink = ends, table, sink
+
+    def __call__(self, k: int, size: int, piece: Finished) -> None:
+        work = self.ends[k].work
+        done = records(work, piece.post, piece.done)
+        self.table.append(operation_rows(work, size, done, self.sink.variant, piece.lo))
+        self.sink.add(work, size, done)
+
+
+def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bool = False,
+           rows: Callable[[int, int, Finished], None] | None = None) -> Solved:
+    """Solve ``pipes`` from ``start_ps``: every operation's times by (workload index, size); with ``rows``
+    each piece goes to it instead and only each (workload, size)'s last operation is kept.
 
     :raises _Crawling: ``crawl`` and blocks cut short keep too few operations (:data:`CRAWL_OPS`).
     """
@@ -165,7 +194,12 @@ def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bo
     short: list[int] = []
     for piece in solve(pipes.servers, pipes.groups, start_ps):
         k, size = pipes.labels[piece.group]
-        parts.setdefault((k, size), []).append(piece)
+        if rows is not None:
+            rows(k, size, piece)
+            parts[k, size] = [Finished(piece.group, piece.lo, piece.post[-1:], piece.done[-1:],
+                                       {label: v[-1:] for label, v in piece.marks.items()})]
+        else:
+            parts.setdefault((k, size), []).append(piece)
         if progress:
             progress(len(piece.post))
         if crawl and piece.lo + len(piece.post) < pipes.groups[piece.group].ops:

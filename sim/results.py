@@ -22,6 +22,7 @@ import pandas as pd
 from sim import __version__, outdir
 from sim.core.trace import write_chrome_trace
 from sim.compare import bandwidth_timeline, comparison_table, event_times
+from sim.operations import write_operations
 from sim.plot import figures
 from sim.run import RunResult
 
@@ -66,8 +67,13 @@ REPRODUCIBLE = ("metrics.parquet", "summary.json")
 
 
 def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    """Hex SHA-256 of a file's bytes (read a buffer at a time)."""
+    with open(path, "rb") as file:
+        return hashlib.file_digest(file, "sha256").hexdigest()
+
+
+LATENCY_CDF_COLUMNS = ["variant", "workload", "latency_ps", "ok"]
+"""What :func:`sim.plot.figures.latency_cdf` reads of the operations."""
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -96,10 +102,9 @@ def write_results(results: RunResult | list[RunResult], out_dir: str | os.PathLi
 
 def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None) -> None:
     scenario = results[0].scenario
-    operations = _concat([r.operations for r in results])
     summary_rows = _concat([r.summary for r in results])
     events = _concat([event_times(r) for r in results])
-    operations.to_parquet(staging / "metrics.parquet", index=False)
+    write_operations([r.table for r in results], staging / "metrics.parquet")
     summary = {"scenario": scenario.name, "seed": results[0].seed, "results": _records(summary_rows),
                "registrations": _records(_concat([r.registrations for r in results])),
                "events": _records(events),
@@ -121,4 +126,4 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
     if "gpu_memory" in scenario.outputs and kinds.str.endswith("_bw").any():
         figures.gpu_memory(_concat([bandwidth_timeline(r) for r in results]), events, out, scenario.name)
     if "latency_cdf" in scenario.outputs:
-        figures.latency_cdf(operations, out, scenario.name)
+        figures.latency_cdf(_concat([r.table.frame(LATENCY_CDF_COLUMNS) for r in results]), out, scenario.name)

@@ -38,32 +38,121 @@ def latency_summary(latency_ps: np.ndarray) -> dict[str, float]:
 
 def bandwidth_summary(size_bytes: int, posted_ps: np.ndarray, completed_ps: np.ndarray,
                       window: int, ok: np.ndarray | None = None) -> dict[str, float]:
-    """perftest bandwidth columns.
+    """perftest bandwidth columns of operations in posting order (see :func:`bandwidth_of`).
 
     Only operations that succeeded (``ok``, default all) carry bytes; failed ones still count in the elapsed
-    time. ``bw_avg`` is those bytes over the time from the first post to the last completion (perftest's
-    average). ``bw_peak`` is perftest's best rate over a run of consecutive operations (post of the first
-    to completion of the last), searched over runs of ``window``, 2x``window``, 4x``window``... operations
-    and the whole test, so it is never below the average. Rates are reported in Gb/s (1e9 bit/s) and in MiB/s
-    (perftest's "MB/sec"); ``msg_rate_Mpps`` is operations per microsecond at the average rate. When no
-    operation succeeded nothing was measured: every column is NaN.
+    time.
     """
     posted = np.asarray(posted_ps, dtype=np.int64)
-    completed = np.asarray(completed_ps, dtype=np.int64)
-    n = len(posted)
+    good = np.ones(len(posted), dtype=bool) if ok is None else np.asarray(ok, dtype=bool)
+    return bandwidth_of(size_bytes, OpColumns(posted, np.asarray(completed_ps, dtype=np.int64), good), window)
+
+
+class OpColumns:
+    """Operations in posting order held as arrays: the reads :func:`bandwidth_of` makes."""
+
+    def __init__(self, posted_ps: np.ndarray, completed_ps: np.ndarray, ok: np.ndarray) -> None:
+        self.n, self._posted = len(posted_ps), posted_ps
+        self.first_post_ps = int(posted_ps.min()) if self.n else None
+        self.last_done_ps = int(completed_ps.max()) if self.n else None
+        self._done_by = np.maximum.accumulate(completed_ps)
+        self._delivered = np.concatenate(([0], np.cumsum(ok)))
+        self.good = int(self._delivered[-1])
+
+    def posted(self, lo: int, hi: int) -> np.ndarray:
+        """Posting times of operations ``lo..hi-1`` (ps)."""
+        return self._posted[lo:hi]
+
+    def done_by(self, lo: int, hi: int) -> np.ndarray:
+        """For operations ``lo..hi-1``: the latest completion up to each (ps)."""
+        return self._done_by[lo:hi]
+
+    def delivered(self, lo: int, hi: int) -> np.ndarray:
+        """Successful operations before each index ``lo..hi-1`` (index ``n``: all of them)."""
+        return self._delivered[lo:hi]
+
+
+class OpSpool:
+    """Operations in posting order appended piece by piece to raw int64 files under ``directory`` (the same
+    reads as :class:`OpColumns`), so :func:`bandwidth_of` over any number of operations holds one chunk at
+    a time in memory."""
+
+    def __init__(self, directory: str) -> None:
+        self.n, self.good, self.first_post_ps, self.last_done_ps, self._last_post = 0, 0, None, None, None
+        self._files = {name: open(f"{directory}/{name}.i64", "w+b") for name in ("posted", "done_by", "delivered")}
+        np.zeros(1, dtype=np.int64).tofile(self._files["delivered"])
+
+    def add(self, posted_ps: np.ndarray, completed_ps: np.ndarray, ok: np.ndarray) -> None:
+        """Append operations that follow the ones added so far in posting order.
+
+        :raises ValueError: a post earlier than the one before it.
+        """
+        if len(posted_ps) == 0:
+            return
+        if (np.diff(posted_ps) < 0).any() or (self._last_post is not None and int(posted_ps[0]) < self._last_post):
+            raise ValueError("operations are not appended in posting order")
+        done_by = np.maximum.accumulate(completed_ps)
+        if self.last_done_ps is not None:
+            np.maximum(done_by, self.last_done_ps, out=done_by)
+        for name, values in (("posted", posted_ps), ("done_by", done_by),
+                             ("delivered", self.good + np.cumsum(ok, dtype=np.int64))):
+            self._files[name].seek(0, 2)
+            np.asarray(values, dtype=np.int64).tofile(self._files[name])
+        self.n, self.good = self.n + len(posted_ps), self.good + int(np.count_nonzero(ok))
+        self.first_post_ps = int(posted_ps[0]) if self.first_post_ps is None else self.first_post_ps
+        self.last_done_ps, self._last_post = int(done_by[-1]), int(posted_ps[-1])
+
+    def _read(self, name: str, lo: int, hi: int) -> np.ndarray:
+        file = self._files[name]
+        file.seek(lo * 8)
+        return np.fromfile(file, dtype=np.int64, count=hi - lo)
+
+    def posted(self, lo: int, hi: int) -> np.ndarray:
+        """As :meth:`OpColumns.posted`."""
+        return self._read("posted", lo, hi)
+
+    def done_by(self, lo: int, hi: int) -> np.ndarray:
+        """As :meth:`OpColumns.done_by`."""
+        return self._read("done_by", lo, hi)
+
+    def delivered(self, lo: int, hi: int) -> np.ndarray:
+        """As :meth:`OpColumns.delivered`."""
+        return self._read("delivered", lo, hi)
+
+    def close(self) -> None:
+        """Close the files (their directory is the caller's to remove)."""
+        for file in self._files.values():
+            file.close()
+
+
+CHUNK = 1 << 20
+"""Operations :func:`bandwidth_of` reads at once (a few 8 MiB arrays)."""
+
+
+def bandwidth_of(size_bytes: int, ops: OpColumns | OpSpool, window: int, chunk: int = CHUNK) -> dict[str, float]:
+    """perftest bandwidth columns of ``ops`` (posting order), read ``chunk`` operations at a time.
+
+    ``bw_avg`` is the successful operations' bytes over the time from the first post to the last completion
+    (perftest's average). ``bw_peak`` is perftest's best rate over a run of consecutive operations (post of
+    the first to completion of the last), searched over runs of ``window``, 2x``window``, 4x``window``...
+    operations and the whole test, so it is never below the average. Rates are reported in Gb/s (1e9 bit/s)
+    and in MiB/s (perftest's "MB/sec"); ``msg_rate_Mpps`` is operations per microsecond at the average rate.
+    When no operation succeeded nothing was measured: every column is NaN.
+    """
+    n = ops.n
     if n == 0:
         raise ValueError("bandwidth summary of zero operations")
-    good = np.ones(n, dtype=bool) if ok is None else np.asarray(ok, dtype=bool)
-    if not good.any():
+    if not ops.good:
         return dict.fromkeys(BANDWIDTH_COLUMNS, float("nan"))
-    elapsed = int(completed.max() - posted.min())
-    avg_Bps = size_bytes * int(good.sum()) * PS_PER_S / elapsed
-    done_by = np.maximum.accumulate(completed)
-    delivered = np.concatenate(([0], np.cumsum(good)))
+    elapsed = ops.last_done_ps - ops.first_post_ps
+    avg_Bps = size_bytes * ops.good * PS_PER_S / elapsed
     best_Bps, w = avg_Bps, max(1, window)
     while w < n:
-        spans = np.maximum(done_by[w - 1:] - posted[: n - w + 1], 1)
-        best_Bps = max(best_Bps, float((size_bytes * (delivered[w:] - delivered[:-w]) * PS_PER_S / spans).max()))
+        for lo in range(0, n - w + 1, chunk):
+            hi = min(lo + chunk, n - w + 1)
+            spans = np.maximum(ops.done_by(lo + w - 1, hi + w - 1) - ops.posted(lo, hi), 1)
+            delivered = ops.delivered(lo + w, hi + w) - ops.delivered(lo, hi)
+            best_Bps = max(best_Bps, float((size_bytes * delivered * PS_PER_S / spans).max()))
         w *= 2
     peak_Bps = best_Bps
     return {

@@ -24,6 +24,7 @@ from pyarrow import ArrowException
 from sim import outdir
 from sim.compare import bandwidth_timeline, comparison_table
 from sim.core.errors import SimError
+from sim.operations import OperationTable
 from sim.plot import figures
 from sim.plot.figures import save
 from sim.sweep.store import read_table
@@ -52,7 +53,8 @@ class _RunDir:
     def variants(self) -> list[SimpleNamespace]:
         """Per variant, the fields of a :class:`sim.run.RunResult` that :mod:`sim.compare` reads."""
         pick = lambda frame, v: frame[frame["variant"] == v]  # noqa: E731
-        return [SimpleNamespace(variant=v, operations=pick(self.operations, v), summary=pick(self.summary, v),
+        return [SimpleNamespace(variant=v, table=OperationTable.of(pick(self.operations, v)),
+                                summary=pick(self.summary, v),
                                 registrations=pick(self.registrations, v), counters=c)
                 for v, c in self.counters.items()]
 

@@ -24,7 +24,7 @@ def host_params(spec: NodeSpec) -> HostParams:
     host = spec.host
     limit = None if host.memlock_limit == "unlimited" else host.memlock_limit
     return replace(HostParams(memlock_limit=limit, prefaulted=host.prefaulted),
-                   **_overrides(host, {"poll_period": "poll_period_ps"}))
+                   **_overrides(host, {"poll_period": "poll_period_ps", "memory": "memory"}))
 
 
 def pcie_params(spec: NodeSpec) -> PcieParams:

@@ -81,6 +81,9 @@ class Strict(BaseModel):
 class HostSpec(Strict):
     """The host process whose memory is registered."""
 
+    memory: PositiveSize | None = None
+    """The node's physical memory for buffers (default 2TiB, a DGX H200's); pinning or filling beyond it
+    fails with ENOMEM."""
     memlock_limit: PositiveSize | Literal["unlimited"] = "unlimited"
     """RLIMIT_MEMLOCK (e.g. '64MiB'); 'unlimited' also stands for CAP_IPC_LOCK."""
     prefaulted: bool = True

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 import pandas as pd
 
 from sim.compare import comparison_table
+from sim.operations import OperationTable
 from sim.run import run_scenario
 from sim.sweep.orphans import die_with_parent
 from sim.sweep.plan import RunSpec
@@ -46,7 +47,7 @@ def _tables(run: RunSpec) -> pd.DataFrame:
     ops = result.operations
     for perftest in result.summary.to_dict("records"):
         mine = ops[(ops["workload"] == perftest["workload"]) & (ops["bytes"] == perftest["bytes"])]
-        part = dataclasses.replace(result, operations=mine, summary=pd.DataFrame([perftest]))
+        part = dataclasses.replace(result, table=OperationTable.of(mine), summary=pd.DataFrame([perftest]))
         extra = comparison_table([part]).iloc[0].to_dict()
         perftest["errors_by_status"] = json.dumps(perftest["errors_by_status"])  # Parquet needs one type
         rows.append({"key": run.key, "status": "ok", "error": None, **perftest,

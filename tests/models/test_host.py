@@ -46,3 +46,23 @@ def test_pinning_an_unmapped_range_is_efault():
 def test_pages_spanned_counts_partial_pages():
     mem = HostMemory("a", HostParams())
     assert mem.pages_spanned(4095, 2) == 2 and mem.pages_spanned(4096, 4096) == 1
+
+
+def test_pinning_beyond_the_node_memory_is_enomem():
+    mem = HostMemory("a", HostParams(memory=1 << 20))
+    small, big = mem.allocate("small", 512 * 1024), mem.allocate("big", 768 * 1024)
+    mem.pin(small.addr, small.size, call="ibv_reg_mr")
+    mem.pin(small.addr, 4096, call="ibv_reg_mr")  # already resident: counted once
+    with pytest.raises(VerbsError) as info:
+        mem.pin(big.addr, big.size, call="ibv_reg_mr")
+    assert info.value.errno == "ENOMEM" and "'big'" in info.value.rule and info.value.call == "ibv_reg_mr"
+    assert mem.resident_bytes() == 512 * 1024
+
+
+def test_data_beyond_the_node_memory_is_enomem_before_it_is_made():
+    mem = HostMemory("a", HostParams(memory=1 << 20))
+    mem.allocate("big", 2 << 20)
+    made = []
+    with pytest.raises(VerbsError) as info:
+        mem.fill("big", lambda: made.append(1))
+    assert info.value.errno == "ENOMEM" and not made and "big" not in mem.data
