@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from sim.core.errors import ConfigError, ConfigErrors
+from sim.core.errors import ConfigErrors
 from sim.scenario.loader import error_at, parse_yaml, read_yaml_file, validate
 from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario
