@@ -3,13 +3,15 @@ spooled beyond that to a Parquet file, a row group at a time, while the run prod
 
 A table that never reached a row group stays a pandas frame, so small runs write exactly the bytes a
 one-shot ``DataFrame.to_parquet`` writes. A spooled table lives in a directory under the system's temporary
-directory (``TMPDIR``), removed when the table is garbage collected; readers take it a batch at a time
+directory (``TMPDIR``), removed when the table is garbage collected (the spool of a killed run, by the next run
+that spools); readers take it a batch at a time
 (:meth:`OperationTable.batches`) or as a whole frame when they ask for one.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 import weakref
@@ -21,6 +23,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sim.core.process import pid_alive
+
 ROW_GROUP_ROWS = 1 << 20
 """Rows per spooled row group (pyarrow's default row-group size, about 60 MiB of operation rows)."""
 LABELS = ("variant", "workload", "kind")
@@ -28,9 +32,28 @@ LABELS = ("variant", "workload", "kind")
 :func:`_joined` makes categories again); every categorical column is dictionary-encoded in Parquet."""
 
 
-def scratch_dir(prefix: str) -> str:
-    """A new private directory under ``TMPDIR`` for spooled data."""
-    return tempfile.mkdtemp(prefix=prefix)
+SPOOL_NAME = re.compile(r"rdmasim-spool-[a-z]+-(?P<pid>\d+)-[^/]+")
+"""Spool directories under ``TMPDIR``: ``rdmasim-spool-<what>-<pid>-<random>``."""
+
+
+def scratch_dir(what: str) -> str:
+    """A new private directory under ``TMPDIR`` for spooled data of ``what`` (a lowercase word), named after
+    this process. Spool directories of this user's rdmasim processes that are gone (killed before they could
+    remove them) are removed first."""
+    remove_stale_spools(Path(tempfile.gettempdir()))
+    return tempfile.mkdtemp(prefix=f"rdmasim-spool-{what}-{os.getpid()}-")
+
+
+def remove_stale_spools(root: Path) -> None:
+    """Remove the spool directories in ``root`` that belong to this user and to a process no longer running."""
+    for entry in root.glob("rdmasim-spool-*"):
+        match = SPOOL_NAME.fullmatch(entry.name)
+        try:
+            ours = match and entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if ours and not pid_alive(int(match["pid"])):
+            shutil.rmtree(entry, ignore_errors=True)
 
 
 def spool_finalizer(owner, directory: str) -> None:
@@ -75,7 +98,7 @@ class OperationTable:
         group, rest = held.iloc[:rows], held.iloc[rows:]
         table = arrow_table(group)
         if self._writer is None:
-            directory = scratch_dir("rdmasim-operations-")
+            directory = scratch_dir("operations")
             spool_finalizer(self, directory)
             self.path = Path(directory) / "operations.parquet"
             self._writer = pq.ParquetWriter(self.path, table.schema)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.core.errors import SimError
+from sim.core.process import pid_alive
 
 RUN, SWEEP, FIGURES = "run", "sweep", "figures"
 MARKERS = {RUN: ("manifest.json", "rdmasim_manifest"), SWEEP: ("sweep.json", "rdmasim_sweep"),
@@ -274,15 +275,5 @@ def _remove_stale_staging(parent: Path) -> None:
             kind = record["kind"] if record["kind"] in OWNED else None
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if ours and kind and not _alive(record["pid"]):
+        if ours and kind and not pid_alive(record["pid"]):
             remove_owned(entry, kind)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process
-        return True
-    return True

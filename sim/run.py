@@ -222,7 +222,7 @@ class StreamedSummaries:
             self.finish()
             spool = None
             if work.kind.endswith("_bw"):
-                directory = scratch_dir("rdmasim-bandwidth-")
+                directory = scratch_dir("bandwidth")
                 spool = OpSpool(directory)
                 spool_finalizer(spool, directory)
             self._open = _Stream(work, size, spool, [], np.zeros(len(WC_STATUS_NAMES), dtype=np.int64))

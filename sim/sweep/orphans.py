@@ -9,6 +9,8 @@ import sys
 import threading
 import time
 
+from sim.core.process import pid_alive
+
 PR_SET_PDEATHSIG = 1
 """prctl(2) option (linux/prctl.h): the signal the kernel sends this process when its parent exits."""
 WATCH_INTERVAL_S = 0.5
@@ -26,20 +28,9 @@ def die_with_parent(parent_pid: int) -> None:
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     parent = os.getppid()
-    if not _alive(parent_pid):
+    if not pid_alive(parent_pid):
         os._exit(1)
     threading.Thread(target=_watch, args=(parent,), name="rdmasim-parent-watch", daemon=True).start()
-
-
-def _alive(pid: int) -> bool:
-    """Whether a process ``pid`` exists (signal 0 checks without sending anything)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # it exists, owned by someone else
-        pass
-    return True
 
 
 def _watch(parent: int) -> None:

@@ -1,6 +1,8 @@
 """The per-operation table spooled to Parquet row groups: the same rows, summaries and results as in memory."""
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -86,3 +88,23 @@ def test_a_spooled_run_writes_the_same_bytes_twice(monkeypatch, tmp_path):
     second = write_results(run_scenario(scenario), tmp_path / "second")
     assert (first / "metrics.parquet").read_bytes() == (second / "metrics.parquet").read_bytes()
     assert pd.read_parquet(first / "metrics.parquet")["iteration"].tolist() == [*range(400)] * 4
+
+
+def test_a_killed_runs_spool_is_removed_by_the_next_spool_and_nothing_else(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import tempfile
+
+    from sim.operations import scratch_dir
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, alive = int(gone.stdout), os.getpid()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for name in (f"rdmasim-spool-operations-{dead}-x1", f"rdmasim-spool-bandwidth-{alive}-x2", "rdmasim-spool-notes"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "data").write_bytes(b"kept?")
+    (tmp_path / "mine.txt").write_text("a user's file\n")
+    made = Path(scratch_dir("operations"))
+    assert made.parent == tmp_path and made.name.startswith(f"rdmasim-spool-operations-{alive}-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [made.name, f"rdmasim-spool-bandwidth-{alive}-x2", "rdmasim-spool-notes", "mine.txt"])
