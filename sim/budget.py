@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from sim.core.errors import ConfigError
+from sim.core.errors import ConfigError, SimError
 from sim.core.units import UnitError, parse_size
 from sim.operations import ROW_GROUP_ROWS
 from sim.scenario.schema import ManagedJobEvent, Scenario
@@ -163,18 +163,39 @@ def gib(nbytes: int) -> str:
     return f"{nbytes / 2**30:.1f}GiB"
 
 
+def over_budget(need: Estimate, budget: int) -> str | None:
+    """Why a run of estimate ``need`` does not fit ``budget`` bytes; None when it fits."""
+    if need.bytes <= budget:
+        return None
+    return f"run needs about {gib(need.bytes)} (budget {gib(budget)}) for {need.operations:,} operations"
+
+
+class OverBudget(SimError):
+    """A run estimated to need more memory than it may use (a sweep stores it as a failed run)."""
+
+
+def refuse_over_budget(variants: list[tuple[str, Scenario]], budget: int) -> None:
+    """Refuse, before simulating, variants that would not fit ``budget`` bytes.
+
+    :raises OverBudget: the estimate does not fit.
+    """
+    short = over_budget(estimate(variants), budget)
+    if short:
+        raise OverBudget(f"{short}: not run")
+
+
 def check(file: str, variants: list[tuple[str, Scenario]], budget: int, trace: bool = False) -> Estimate:
     """The run's :class:`Estimate` (``trace``: see :func:`estimate`), when it fits ``budget`` bytes.
 
     :raises ConfigError: it does not fit, located at the key that drives the estimate.
     """
     need = estimate(variants, trace)
-    if need.bytes <= budget:
+    short = over_budget(need, budget)
+    if short is None:
         return need
     from sim.scenario.loader import error_at, load_yaml
 
-    reason = (f"run needs about {gib(need.bytes)} (budget {gib(budget)}) for {need.operations:,} operations; "
-              "--memory-budget SIZE sets the budget")
+    reason = f"{short}; --memory-budget SIZE sets the budget"
     try:
         _, positions = load_yaml(file)
     except ConfigError:  # the file changed since it was validated: say where without a line

@@ -123,7 +123,7 @@ def strict_failures(results) -> list[str]:
     return reasons
 
 
-OutOption = Annotated[Optional[str], typer.Option("--out", show_default=False, help="Results directory "
+OutOption = Annotated[Optional[str], typer.Option("--out", show_default=False, metavar="DIR", help="Results directory "
                                                 "(default: results/<name>): a new or empty directory, or "
                                                 "earlier results with --force.")]
 ForceOption = Annotated[bool, typer.Option("--force", help="Replace the earlier rdmasim results in --out (only "
@@ -184,7 +184,8 @@ def run(scenario: ScenarioPath,
         claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,}/{task.total:,} ops"),
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                  TextColumn("{task.completed:,}/{task.total:,} ops"),
                   TimeRemainingColumn(), console=err, disable=not err.is_terminal, transient=True) as bar:
         task = bar.add_task(spec.name, total=sum(total_operations(v) for _, v in variants))
         for name, variant in variants:
@@ -262,6 +263,10 @@ def validate(scenario: ScenarioPath) -> None:
                f"{len(spec.workload)} workloads, {len(variants)} variant(s))")
 
 
+MAX_WORKERS = 1024
+"""Most sweep worker processes one command may start (beyond it a machine runs out of processes, not CPUs)."""
+
+
 class Executor(str, Enum):
     """Where sweep runs execute."""
 
@@ -277,8 +282,8 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
                                                               "--out (a sweep resumes into its own without it).")
                            ] = False,
           executor: Annotated[Executor, typer.Option(help="Where runs execute.")] = Executor.serial,
-          workers: Annotated[Optional[int], typer.Option(min=1, help="Worker processes (default: one per "
-                                                                     "CPU).")] = None,
+          workers: Annotated[Optional[int], typer.Option(min=1, max=MAX_WORKERS, help="Worker processes "
+                                                         "(default: one per CPU).")] = None,
           scheduler: Annotated[Optional[str], typer.Option(help="A running dask scheduler, e.g. "
                                                                 "tcp://host:8786 (implies --executor dask).")] = None,
           retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also run again the runs stored as "

@@ -18,7 +18,7 @@ import yaml
 
 from models.nic import NicParams
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
-from sim import outdir
+from sim import budget, outdir
 from sim.core.errors import SimError
 from sim.core.units import format_size
 from sim.scenario.refs import check_references
@@ -248,11 +248,15 @@ def perftest_scenario(argv: list[str]) -> Scenario:
 
 
 def _scenario(cmd: _Command) -> Scenario:
-    """The command's scenario, checked as a scenario file is (the options' product must fit the run)."""
+    """The command's scenario, checked as a scenario file is (the options' product must fit the run and the
+    memory available)."""
     scenario = Scenario.model_validate(cmd.data)
     problems = check_references(scenario)
     if problems:
         raise UsageError(f"-n/-s/-q: {problems[0][1]}")
+    short = budget.over_budget(budget.estimate([("base", scenario)]), budget.available_memory())
+    if short:
+        raise UsageError(f"-n/-a/-q: the {short}, the memory available now; ask for fewer exchanges or sizes")
     return scenario
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 
 import pandas as pd
 
+from sim import budget
 from sim.compare import comparison_table
 from sim.operations import OperationTable
 from sim.run import run_scenario
@@ -42,6 +43,7 @@ def failed(run: RunSpec, exc: BaseException) -> pd.DataFrame:
 
 
 def _tables(run: RunSpec) -> pd.DataFrame:
+    budget.refuse_over_budget([(run.variant, run.scenario)], budget.available_memory())
     result = run_scenario(run.scenario, run.seed, variant=run.variant)
     rows = []
     ops = result.operations

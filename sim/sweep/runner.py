@@ -13,8 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from sim import outdir
 from sim.sweep.execute import EXECUTORS
 from sim.sweep.plan import RunSpec, load_sweep
-from sim.sweep.store import (FAILED, partition_path, read_partition, read_table, sweep_record, write_json,
-                             write_partition, write_summary)
+from sim.sweep.store import (FAILED, partition_path, read_partition, read_table, remove_stale_temporaries,
+                             sweep_record, write_json, write_partition, write_summary)
 
 
 @dataclass(frozen=True)
@@ -67,6 +67,7 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
     if target.replace:
         outdir.remove_owned(target.path, target.found)
     out = target.path
+    remove_stale_temporaries(out)
     write_json(out / "sweep.json", sweep_record(plan))
     todo, damaged, retried = _to_do(plan.runs, out, retry_failed)
     skipped = sum(run.key not in todo for run in plan.runs)

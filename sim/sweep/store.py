@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
+from sim.core.process import pid_alive
 from sim.results import package_versions
 from sim.sweep.plan import VARIANT, SweepPlan
 
@@ -44,6 +46,23 @@ def _atomic(path: Path, write) -> None:
         _fsync(path.parent)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+_TEMPORARY = re.compile(r"\..+\.tmp-(?P<pid>\d+)")
+"""The name :func:`_atomic` gives a file while it is written: ``.<name>.tmp-<pid>``."""
+
+
+def remove_stale_temporaries(out_dir: str | os.PathLike) -> list[Path]:
+    """Remove the half-written files that a killed sweep process left in ``out_dir`` and its ``runs/``
+    (temporaries of processes no longer running); returns them."""
+    removed = []
+    for folder in (Path(out_dir), Path(out_dir) / "runs"):
+        for entry in folder.glob(".*.tmp-*") if folder.is_dir() else ():
+            match = _TEMPORARY.fullmatch(entry.name)
+            if match and entry.is_file() and not entry.is_symlink() and not pid_alive(int(match["pid"])):
+                entry.unlink(missing_ok=True)
+                removed.append(entry)
+    return removed
 
 
 def _fsync(path: Path) -> None:

@@ -43,7 +43,8 @@ def test_run_writes_every_output(tmp_path):
 def test_same_seed_gives_identical_bytes_and_another_seed_differs(tmp_path):
     path = _write(tmp_path, QUICK)
     for name, seed in (("one", "5"), ("two", "5"), ("three", "6")):
-        assert runner.invoke(app, ["run", str(path), "--out", str(tmp_path / name), "--seed", seed, "-q"]).exit_code == 0
+        args = ["run", str(path), "--out", str(tmp_path / name), "--seed", seed, "-q"]
+        assert runner.invoke(app, args).exit_code == 0
     read = lambda name, f: (tmp_path / name / f).read_bytes()
     for f in ("metrics.parquet", "summary.json", "figures/bw_vs_size.png", "figures/latency_vs_size.pdf"):
         assert read("one", f) == read("two", f)

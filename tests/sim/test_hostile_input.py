@@ -123,6 +123,6 @@ def test_results_directory_holds_only_known_names(tmp_path):
                      .replace("iterations: 1000", "iterations: 20").replace("to: 8MiB", "to: 64KiB"))
     assert CliRunner().invoke(app, ["run", str(small), "--out", str(out), "-q", "--trace"]).exit_code == 0
     names = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")}
+    figures = {f"out/figures/{f}.{e}" for f in ("bw_vs_size", "latency_vs_size") for e in ("png", "pdf", "csv")}
     assert names <= {"q.yaml", "out", "out/metrics.parquet", "out/summary.json", "out/manifest.json",
-                     "out/trace.json", "out/figures"} | {f"out/figures/{f}.{e}" for f in ("bw_vs_size", "latency_vs_size")
-                                                        for e in ("png", "pdf", "csv")}
+                     "out/trace.json", "out/figures"} | figures

@@ -166,3 +166,13 @@ def test_dump_scenario_loads_through_the_real_loader(argv, tmp_path):
     path.write_text(text)
     loaded, _ = load_scenario(path)
     assert loaded == perftest_scenario(argv)
+
+
+def test_a_command_line_over_the_memory_available_is_refused_before_running(monkeypatch):
+    import sim.budget
+
+    monkeypatch.setattr(sim.budget, "available_memory", lambda: 2**30)
+    code, text = run_perftest(["ib_write_bw", "-a", "-n", "10000000"])
+    assert code == 2 and text.startswith("rdmasim perftest: -n/-a/-q: the run needs about")
+    assert "(budget 1.0GiB) for 230,000,000 operations" in text
+    assert run_perftest(["ib_write_bw", "-s", "4K", "-n", "20"])[0] == 0

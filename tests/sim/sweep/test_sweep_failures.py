@@ -184,3 +184,43 @@ def test_killing_the_parent_of_a_sweep_leaves_no_worker(write_sweep, tmp_path, g
         for worker in workers:
             if _stat(worker) is not None:
                 os.kill(worker, signal.SIGKILL)
+
+
+def test_a_point_over_the_memory_available_is_stored_as_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    import sim.budget
+    from sim.sweep import run_sweep
+    from tests.conftest import tiny_yaml
+
+    (tmp_path / "base.yaml").write_text(tiny_yaml(
+        "{kind: write_bw, name: bw, from: src, to: dst, sizes: [4KiB], iterations: 20}"))
+    (tmp_path / "sw.yaml").write_text("schema: 1\nkind: sweep\nname: big-points\nbase: base.yaml\n"
+                                      "grid:\n  workload.bw.iterations: [20, 40000000]\n")
+    monkeypatch.setattr(sim.budget, "available_memory", lambda: 2**30)
+    result = run_sweep(tmp_path / "sw.yaml", tmp_path / "out", progress=False)
+    table = result.table.set_index("workload.bw.iterations")
+    assert table.loc[20, "status"] == "ok" and table.loc[40000000, "status"] == "failed"
+    assert table.loc[40000000, "error"].startswith("OverBudget: run needs about") and "budget 1.0GiB" in \
+        table.loc[40000000, "error"]
+
+
+def test_half_written_files_of_a_killed_sweep_are_removed_when_it_resumes(tmp_path):
+    import subprocess
+    import sys
+
+    from sim.sweep import run_sweep
+    from tests.conftest import tiny_yaml
+
+    (tmp_path / "base.yaml").write_text(tiny_yaml(
+        "{kind: write_bw, name: bw, from: src, to: dst, sizes: [4KiB], iterations: 20}"))
+    (tmp_path / "sw.yaml").write_text("schema: 1\nkind: sweep\nname: resumed\nbase: base.yaml\n"
+                                      "grid:\n  workload.bw.tx_depth: [4, 8]\n")
+    out = tmp_path / "out"
+    run_sweep(tmp_path / "sw.yaml", out, progress=False)
+    gone = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                              text=True).stdout)
+    left = [out / "runs" / f".abc.parquet.tmp-{gone}", out / f".summary.csv.tmp-{gone}"]
+    live = out / "runs" / f".def.parquet.tmp-{os.getpid()}"
+    for path in [*left, live]:
+        path.write_bytes(b"half")
+    run_sweep(tmp_path / "sw.yaml", out, progress=False)
+    assert not any(p.exists() for p in left) and live.read_bytes() == b"half"
