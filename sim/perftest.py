@@ -88,6 +88,8 @@ def _parser(test: str) -> argparse.ArgumentParser:
     add("-a", "--all", action="store_true", help="Run sizes from 2 till 2^23.")
     add("-d", "--ib-dev", default="mlx5_0", metavar="DEV",
         help="Use IB device DEV (default mlx5_0): mlx5_<N> simulates a connectx7, efa_<N> an EFA-like NIC.")
+    add("-i", "--ib-port", type=_ranged(1, 1, "IB port (the simulated NIC has one port)"), default=1,
+        metavar="PORT", help="Use port PORT of the IB device (default 1, the simulated NIC's only port).")
     add("-x", "--gid-index", type=_ranged(0, 64, "Gid index"), metavar="INDEX",
         help="Accepted, no effect: the simulated fabric needs no GID.")
     add("-q", "--qp", type=_ranged(1, 1024, "num of Qps"), default=1,

@@ -176,3 +176,11 @@ def test_a_command_line_over_the_memory_available_is_refused_before_running(monk
     assert code == 2 and text.startswith("rdmasim perftest: -n/-a/-q: the run needs about")
     assert "(budget 1.0GiB) for 230,000,000 operations" in text
     assert run_perftest(["ib_write_bw", "-s", "4K", "-n", "20"])[0] == 0
+
+
+def test_perftests_readme_line_with_an_ib_port_runs_and_another_port_is_refused():
+    code, text = run_perftest(["ib_write_bw", "-d", "mlx5_0", "-i", "1", "-F", "--report_gbits", "-s", "64K",
+                               "-n", "20"])
+    assert code == 0 and BW_HEADER in text
+    code, text = run_perftest(["ib_write_bw", "-i", "2"])
+    assert code == 2 and "-i/--ib-port" in text and "one port" in text
