@@ -106,6 +106,8 @@ def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, 
         ax.axvline(event["time_ms"], color="grey", ls="--", lw=0.8)
         ax.annotate(event["kind"], (event["time_ms"], 0), xytext=(3, 8), textcoords="offset points",
                     rotation=90, fontsize=7, color="grey")
+    delivered = timeline["bw_Gbps"].to_numpy(dtype=float)
+    measured([ax], np.where(delivered > 0, delivered, np.nan))  # nothing delivered: no work request succeeded
     ax.set_xlabel("time since the first post (ms)")
     ax.set_ylabel("delivered bandwidth (Gb/s)")
     ax.set_ylim(bottom=0)

@@ -161,3 +161,16 @@ def test_the_mode_comparison_recipe_marks_the_panels_nothing_was_measured_for(tm
              for ax in drawn[0].axes}
     assert notes["average bandwidth (Gb/s)"] and notes["p99.9 latency (us)"]
     assert not notes["registration time (ms)"] and not notes["pinned memory (GiB)"]
+
+
+def test_bandwidth_over_time_says_so_when_nothing_was_delivered(tmp_path, monkeypatch):
+    from sim.compare import bandwidth_timeline, event_times
+
+    drawn = []
+    real_save = figures.save
+    monkeypatch.setattr(figures, "save", lambda fig, *a: (drawn.append(fig), real_save(fig, *a))[1])
+    for text in (ALL_FAIL, ALL_FAIL.split("events:")[0]):
+        result = run_scenario(_scenario(text))
+        figures.bw_over_time(bandwidth_timeline(result), event_times(result), tmp_path, "t")
+    notes = [[t.get_text() for t in fig.axes[0].texts if t.get_text() == figures.NO_DATA] for fig in drawn]
+    assert notes == [[figures.NO_DATA], []]
