@@ -142,6 +142,28 @@ def _output_refused():
         raise typer.Exit(2) from None
 
 
+MemoryBudgetOption = Annotated[Optional[str], typer.Option(
+    "--memory-budget", help="Refuse a run estimated to need more memory than this (e.g. '8GiB'; default: the "
+                            "memory available now).", metavar="SIZE")]
+
+
+def _check_budget(scenario: Path, variants, memory_budget: str | None, trace: bool) -> None:
+    """Stop with exit 2 before simulating ``variants`` when their estimated memory exceeds ``--memory-budget``
+    (default: the memory available now)."""
+    from sim import budget
+    from sim.core.units import UnitError
+
+    try:
+        limit = budget.available_memory() if memory_budget is None else budget.parse_budget(memory_budget)
+        budget.check(str(scenario), variants, limit, trace)
+    except UnitError as exc:
+        typer.echo(f"--memory-budget {memory_budget!r}: {exc}", err=True)
+        raise typer.Exit(2) from None
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+
+
 @app.command()
 def run(scenario: ScenarioPath,
         out_dir: OutOption = None,
@@ -155,14 +177,10 @@ def run(scenario: ScenarioPath,
             help="Override the scenario's engine (auto says on stderr why it falls back to event).")] = None,
         strict: Annotated[bool, typer.Option("--strict", help="Exit 1 (after writing the results) if any work "
                                              "request completed in error or any event failed.")] = False,
-        memory_budget: Annotated[Optional[str], typer.Option(
-            "--memory-budget", help="Refuse a run estimated to need more memory than this (e.g. '8GiB'; "
-                                    "default: the memory available now).", metavar="SIZE")] = None,
+        memory_budget: MemoryBudgetOption = None,
         ) -> None:
     """Run a scenario: print perftest-style tables and the events' outcomes; write metrics, summary, manifest
     and figures (nothing if a variant fails)."""
-    from sim import budget
-    from sim.core.units import UnitError
     from sim.outdir import RUN, claim
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
@@ -170,15 +188,7 @@ def run(scenario: ScenarioPath,
     spec, raw, variants = _load(scenario)
     if engine is not None:
         variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
-    try:
-        limit = budget.available_memory() if memory_budget is None else budget.parse_budget(memory_budget)
-        budget.check(str(scenario), variants, limit, trace)
-    except UnitError as exc:
-        typer.echo(f"--memory-budget {memory_budget!r}: {exc}", err=True)
-        raise typer.Exit(2) from None
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+    _check_budget(scenario, variants, memory_budget, trace)
     target = Path("results") / spec.name if out_dir is None else out_dir
     with _output_refused():
         claim(target, RUN, force=force)
@@ -224,7 +234,8 @@ def run(scenario: ScenarioPath,
 @app.command()
 def explain(scenario: ScenarioPath,
             variant: Annotated[Optional[str], typer.Option(help="Which variant to explain (default: the "
-                                                                "first).")] = None) -> None:
+                                                                "first).")] = None,
+            memory_budget: MemoryBudgetOption = None) -> None:
     """Print the protocol timeline of the registrations and of the first eviction: who calls what, holding
     which lock, at what simulated time."""
     from sim.explain import explain as timeline
@@ -236,6 +247,7 @@ def explain(scenario: ScenarioPath,
         typer.echo(f"{scenario}: no variant named '{variant}' (variants: {', '.join(names)})", err=True)
         raise typer.Exit(2)
     name, spec = next((n, v) for n, v in variants if variant in (None, n))
+    _check_budget(scenario, [(name, spec)], memory_budget, trace=True)
     try:
         result = run_scenario(spec, trace=True, variant=name)
     except SimError as exc:

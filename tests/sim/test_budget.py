@@ -124,3 +124,16 @@ def test_a_trace_is_counted_for_every_work_request(tmp_path):
     result = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "out"), "--trace",
                                  "--memory-budget", f"{(plain.bytes + traced.bytes) // 2}B"])
     assert result.exit_code == 2 and "workload[0].iterations: run needs about" in result.stderr
+
+
+def test_explain_checks_the_memory_estimate_of_its_traced_run(tmp_path):
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+    from tests.conftest import tiny_yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(tiny_yaml("{kind: write_bw, from: src, to: dst, sizes: [4KiB], iterations: 1000000}"))
+    refused = CliRunner().invoke(app, ["explain", str(path), "--memory-budget", "64MiB"])
+    assert refused.exit_code == 2 and refused.stderr.startswith(f"{path}:11:69 ")
+    assert "workload[0].iterations: run needs about" in refused.stderr and "(budget 0.1GiB)" in refused.stderr
