@@ -5,4 +5,5 @@
 plot) composes them.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+"""The package version, recorded in every manifest (pyproject.toml reads it from here)."""
