@@ -770,8 +770,9 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
     Here node b *reads* continuously from a 2 GiB buffer on node a's GPU (16 GiB usable) while, from 10 ms on, a
     training job allocates 1.5 GiB every 5 ms. With a pinned registration the job stops at its first failed
     allocation; with the dynamic one the exporter evicts the RDMA buffer once, which buys the job one more step.
-    Because node a's NIC is the *responder*, its fault is answered with RNR NAKs: the reader retries every
-    `min_rnr_timer` (640 µs) until the mapping is back.
+    Because node a's NIC is the *responder*, the simulator answers its fault with RNR NAKs (a modelling choice,
+    after mlx5's responder page faults on ODP MRs): the reader retries every `min_rnr_timer` (640 µs) until the
+    mapping is back.
     """),
     code("""
     growth = run_variants("gpu_pressure.yaml")
@@ -805,9 +806,10 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
     * Pinned registrations (peer-memory, pinned dma-buf, dma-buf without `CONFIG_DMABUF_MOVE_NOTIFY`) stream at
       line rate (397 Gb/s) with a flat latency tail, and keep the GPU buffer pinned: the competing 7.5 GiB
       allocation fails.
-    * The dynamic dma-buf registration pins nothing on the GPU; the exporter evicts the buffer, the allocation
-      succeeds, and the 16 writes in flight stall for the 1 GiB copy (19.4 ms) plus the re-map: p99 is
-      unchanged, p99.9 is 20 ms, and average bandwidth drops to 304 Gb/s (the run takes 82 ms instead of 63).
+    * The dynamic dma-buf registration keeps nothing pinned on this dynamic (amd-like) exporter: the exporter
+      evicts the buffer, the allocation succeeds, and the 16 writes in flight stall for the 1 GiB copy (19.4 ms)
+      plus the re-map: p99 is unchanged, p99.9 is 20 ms, and average bandwidth drops to 304 Gb/s (the run takes
+      82 ms instead of 63).
     * After the eviction the stream continues at full rate from system memory.
     * With a growing job, the dynamic registration lets the job allocate one more 1.5 GiB step; on the
       responder side the re-fault shows up as RNR NAKs.
