@@ -25,6 +25,20 @@ err = Console(stderr=True)
 ScenarioPath = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_default=False, metavar="FILE")]
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from sim import __version__
+
+        typer.echo(f"rdmasim {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                                   help="Print rdmasim's version and exit.")] = False) -> None:
+    pass
+
+
 def _load(path: Path):
     from sim.scenario.scenario_file import load_scenario_variants
 
@@ -268,11 +282,27 @@ def perftest(ctx: typer.Context) -> None:
 
 
 @app.command()
-def validate(scenario: ScenarioPath) -> None:
-    """Check a scenario file; print every problem as FILE:LINE:COL key: reason (exit 2 if any)."""
-    spec, _, variants = _load(scenario)
-    typer.echo(f"{scenario}: ok ({spec.name}: {len(spec.nodes)} nodes, {len(spec.buffers)} buffers, "
-               f"{len(spec.workload)} workloads, {len(variants)} variant(s))")
+def validate(scenario: Annotated[Path, typer.Argument(help="Scenario or sweep YAML file.", show_default=False,
+                                                     metavar="FILE")]) -> None:
+    """Check a scenario or sweep file; print every problem as FILE:LINE:COL key: reason (exit 2 if any)."""
+    from sim.scenario.scenario_file import SweepFileGiven, load_scenario_variants
+    from sim.sweep import load_sweep
+
+    try:
+        spec, _, variants = load_scenario_variants(scenario)
+        typer.echo(f"{scenario}: ok ({spec.name}: {len(spec.nodes)} nodes, {len(spec.buffers)} buffers, "
+                   f"{len(spec.workload)} workloads, {len(variants)} variant(s))")
+    except SweepFileGiven:
+        try:
+            plan = load_sweep(scenario)
+        except ConfigError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(2) from None
+        typer.echo(f"{scenario}: ok (sweep {plan.sweep.name}: {len(plan.runs)} runs over "
+                   f"{', '.join(plan.axes) or 'no axes'}; base {plan.base_file})")
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
 
 
 MAX_WORKERS = 1024
@@ -400,11 +430,15 @@ def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also dra
 
 
 @app.command()
-def schema() -> None:
-    """Print the scenario JSON Schema (for editor completion and validation)."""
+def schema(sweep: Annotated[bool, typer.Option("--sweep", help="The sweep file's schema instead.")] = False
+           ) -> None:
+    """Print the scenario (or sweep file) JSON Schema, for editors' YAML language servers: sizes, durations and
+    rates are strings with units."""
     from sim.scenario.schema import Scenario
+    from sim.sweep.spec import Sweep
 
-    sys.stdout.write(json.dumps(Scenario.model_json_schema(by_alias=True), indent=1) + "\n")
+    model = Sweep if sweep else Scenario
+    sys.stdout.write(json.dumps(model.model_json_schema(by_alias=True), indent=1) + "\n")
 
 
 INTERNAL_ERROR = 70

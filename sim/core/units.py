@@ -47,11 +47,21 @@ _TIME_UNITS = {"ps": 1, "ns": PS_PER_NS, "us": PS_PER_US, "µs": PS_PER_US, "ms"
 _RATE_PREFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
 
 # At most 30 digits and a 3-digit exponent: every number a quantity needs, none that is costly to evaluate.
-_NUMBER = r"(?P<num>[0-9]{1,30}(?:\.[0-9]{0,30})?(?:[eE][+-]?[0-9]{1,3})?)"
+_DIGITS = r"[0-9]{1,30}(?:\.[0-9]{0,30})?(?:[eE][+-]?[0-9]{1,3})?"
+_NUMBER = rf"(?P<num>{_DIGITS})"
 _BARE_RE = re.compile(rf"^\s*[+-]?{_NUMBER}\s*$")
 _SIZE_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>[A-Za-z]*)\s*$")
-_TIME_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>ps|ns|us|µs|ms|s)\s*$")
-_RATE_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<prefix>Ki|Mi|Gi|[KMGT]?)(?P<unit>b|B)(?:/s|ps)\s*$")
+_TIME_UNIT = "|".join(_TIME_UNITS)
+_RATE_PREFIXES = "Ki|Mi|Gi|[KMGT]?"
+_TIME_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<unit>{_TIME_UNIT})\s*$")
+_RATE_RE = re.compile(rf"^\s*{_NUMBER}\s*(?P<prefix>{_RATE_PREFIXES})(?P<unit>b|B)(?:/s|ps)\s*$")
+
+SIZE_PATTERN = rf"^\s*{_DIGITS}\s*(?:{'|'.join(_SIZE_UNITS)})\s*$"
+"""The sizes the parser accepts, as a JSON Schema (ECMA-262) pattern, for editors."""
+TIME_PATTERN = rf"^\s*{_DIGITS}\s*(?:{_TIME_UNIT})\s*$"
+"""The durations the parser accepts, as a JSON Schema pattern."""
+RATE_PATTERN = rf"^\s*{_DIGITS}\s*(?:{_RATE_PREFIXES})[bB](?:/s|ps)\s*$"
+"""The rates the parser accepts, as a JSON Schema pattern."""
 
 
 class UnitError(ValueError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from sim.core.errors import ConfigErrors
+from sim.core.errors import ConfigError, ConfigErrors
 from sim.scenario.loader import error_at, parse_yaml, read_yaml_file, validate
 from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario
@@ -20,14 +20,27 @@ def load_scenario(path: str | os.PathLike) -> tuple[Scenario, bytes]:
     return scenario, raw
 
 
+SWEEP_KIND = "sweep"
+"""The top-level ``kind`` of a sweep file; a scenario file has no ``kind``."""
+
+
+class SweepFileGiven(ConfigError):
+    """A sweep file was given where a scenario file is expected."""
+
+
 def load_scenario_variants(path: str | os.PathLike) -> tuple[Scenario, bytes, list[tuple[str, Scenario]]]:
     """Like :func:`load_scenario`, also expanding the variants (``[("base", scenario)]`` when none).
 
     :raises ConfigError: as :func:`load_scenario`, or a variant that does not apply.
+    :raises SweepFileGiven: ``path`` is a sweep file (``kind: sweep``).
     """
     file = str(path)
     raw = read_yaml_file(path)
     data, positions = parse_yaml(raw, file)
+    if data.get("kind") == SWEEP_KIND:
+        line, column = positions.locate(("kind",))
+        raise SweepFileGiven(f"a sweep file, not a scenario: run it with `rdmasim sweep {file}`", file=file,
+                             line=line, column=column, key="kind")
     scenario = validate(Scenario, data, positions, file)
     problems = [error_at(positions, key, reason, file) for key, reason in check_references(scenario)]
     if len(problems) == 1:

@@ -11,7 +11,8 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       WithJsonSchema, field_validator)
 
 from models.versions import DEFAULT_KERNEL, Version
-from sim.core.units import PS_PER_S, UnitError, format_size, format_time, parse_rate, parse_size, parse_time
+from sim.core.units import (PS_PER_S, RATE_PATTERN, SIZE_PATTERN, TIME_PATTERN, UnitError, format_size, format_time,
+                            parse_rate, parse_size, parse_time)
 
 
 def _unit(parser):
@@ -33,14 +34,14 @@ def _at_most(limit: int, render, why: str):
     return AfterValidator(check)
 
 
-def _quantity(*examples: str) -> WithJsonSchema:
-    """Editors see a quantity as what the file holds: a string with a unit."""
-    return WithJsonSchema({"type": "string", "examples": list(examples)})
+def _quantity(pattern: str, *examples: str) -> WithJsonSchema:
+    """Editors see a quantity as what the file holds: a string with a unit, matching the parser's ``pattern``."""
+    return WithJsonSchema({"type": "string", "pattern": pattern, "examples": list(examples)})
 
 
-Size = Annotated[int, _unit(parse_size), _quantity("4KiB", "64KB", "4096B")]
-Duration = Annotated[int, _unit(parse_time), _quantity("600ns", "1.5us")]
-Rate = Annotated[float, _unit(parse_rate), _quantity("400Gb/s", "55GB/s")]
+Size = Annotated[int, _unit(parse_size), _quantity(SIZE_PATTERN, "4KiB", "64KB", "4096B")]
+Duration = Annotated[int, _unit(parse_time), _quantity(TIME_PATTERN, "600ns", "1.5us")]
+Rate = Annotated[float, _unit(parse_rate), _quantity(RATE_PATTERN, "400Gb/s", "55GB/s")]
 Name = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$", max_length=64)]
 Latency = Annotated[Duration, _at_most(PS_PER_S, format_time, "no hardware latency comes near a second")]
 """A latency of the hardware (a one-way flight, a pipeline stage, a poll)."""

@@ -26,7 +26,7 @@ from sim import __version__
 from sim.core.errors import ConfigError, ConfigErrors
 from sim.scenario.loader import KeyPath, PositionMap, error_at, format_path, parse_yaml, read_yaml_file, validate
 from sim.scenario.refs import check_references
-from sim.scenario.scenario_file import load_scenario_variants
+from sim.scenario.scenario_file import SWEEP_KIND, load_scenario_variants
 from sim.scenario.schema import Scenario, Variant
 from sim.scenario.variants import step, apply_set
 from sim.sweep.spec import Distribution, Sweep
@@ -250,6 +250,9 @@ def load_sweep(path: str | os.PathLike) -> SweepPlan:
     file = os.fsdecode(path)
     raw = read_yaml_file(path)
     data, positions = parse_yaml(raw, file)
+    if data.get("kind") != SWEEP_KIND and "nodes" in data:
+        raise error_at(positions, (), f"a scenario file, not a sweep (it has no 'kind: {SWEEP_KIND}'): run it with "
+                       f"`rdmasim run {file}`, or name it as the 'base' of a sweep file", file)
     sweep = validate(Sweep, data, positions, file)
     base_file = os.fspath(Path(file).parent / sweep.base)
     if not Path(base_file).is_file():

@@ -218,3 +218,23 @@ def test_an_unexpected_exception_is_one_line_and_exit_70_unless_the_traceback_is
     monkeypatch.setenv("RDMASIM_TRACEBACK", "1")
     with pytest.raises(ZeroDivisionError):
         sim.cli.main()
+
+
+def test_version_prints_the_package_version():
+    from sim import __version__
+
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0 and result.stdout == f"rdmasim {__version__}\n"
+
+
+def test_validate_checks_sweep_files_and_run_and_sweep_say_which_file_is_which():
+    sweep_file = ROOT / "scenarios" / "sweeps" / "msg_size_x_mode.yaml"
+    scenario_file = ROOT / "scenarios" / "quickstart.yaml"
+    checked = runner.invoke(app, ["validate", str(sweep_file)])
+    assert checked.exit_code == 0 and "ok (sweep msg-size-x-mode: 9 runs over variant" in checked.stdout
+    as_run = runner.invoke(app, ["run", str(sweep_file)])
+    assert as_run.exit_code == 2 and "kind: a sweep file, not a scenario: run it with `rdmasim sweep" in as_run.stderr
+    assert len(as_run.stderr.strip().splitlines()) == 1
+    as_sweep = runner.invoke(app, ["sweep", str(scenario_file)])
+    assert as_sweep.exit_code == 2 and "a scenario file, not a sweep" in as_sweep.stderr
+    assert len(as_sweep.stderr.strip().splitlines()) == 1
