@@ -359,7 +359,7 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
 @app.command()
 def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdmasim run` or `rdmasim sweep`.",
                                                  show_default=False)],
-         recipe: Annotated[str, typer.Option(help="bw_vs_size, latency_cdf, timeline, mode_comparison or "
+         recipe: Annotated[str, typer.Option(help="bw_vs_size, latency_cdf, bw_over_time, mode_comparison or "
                                                   "heatmap.")],
          out_dir: Annotated[Optional[str], typer.Option("--out", show_default=False, help="Figures directory "
                                                         "(default: RESULTS/figures): new, empty or rdmasim's.")

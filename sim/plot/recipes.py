@@ -1,8 +1,8 @@
 """Figures by recipe from a results directory written by ``rdmasim run`` (``metrics.parquet`` and
 ``summary.json``) or by a sweep (``sweep.json`` and ``runs/``); each saved as PNG and PDF with its CSV.
 
-Recipes: ``bw_vs_size``, ``latency_cdf`` and ``timeline`` (bandwidth over time with the scenario's events;
-both need per-operation metrics, so ``rdmasim run`` results), ``mode_comparison`` (bandwidth, p99.9 latency,
+Recipes (named as the scenario's ``outputs``): ``bw_vs_size``, ``latency_cdf`` and ``bw_over_time`` (bandwidth
+over time with the scenario's events; both need per-operation metrics, so ``rdmasim run`` results), ``mode_comparison`` (bandwidth, p99.9 latency,
 registration time and pinned memory per variant) and ``heatmap`` (a metric over two axes of a sweep).
 """
 
@@ -29,7 +29,7 @@ from sim.plot import figures
 from sim.plot.figures import save
 from sim.sweep.store import read_table
 
-RECIPES = ("bw_vs_size", "latency_cdf", "timeline", "mode_comparison", "heatmap")
+RECIPES = ("bw_vs_size", "latency_cdf", "bw_over_time", "mode_comparison", "heatmap")
 COMPARED = {"bw_avg_Gbps": "average bandwidth (Gb/s)", "p99_9_us": "p99.9 latency (us)",
             "register_ms": "registration time (ms)", "pinned_GiB": "pinned memory (GiB)"}
 """The mode comparison's panels: column -> axis label."""
@@ -146,9 +146,9 @@ def latency_cdf(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
     return figures.latency_cdf(_needs_run(results, "latency_cdf").operations, out, results.title)
 
 
-def timeline(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
+def bw_over_time(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
     """Delivered bandwidth over time per variant, the scenario's events marked."""
-    run = _needs_run(results, "timeline")
+    run = _needs_run(results, "bw_over_time")
     curves = pd.concat([bandwidth_timeline(v) for v in run.variants()], ignore_index=True)
     if curves.empty:
         raise RecipeError(f"{run.title}: no bandwidth workload to plot over time")
@@ -264,4 +264,4 @@ def _draw(results: _RunDir | _SweepDir, recipe: str, out: Path, metric: str | No
         return mode_comparison(results, out, *by)
     if by or metric:
         raise RecipeError(f"recipe '{recipe}' takes no axes and no metric")
-    return {"bw_vs_size": bw_vs_size, "latency_cdf": latency_cdf, "timeline": timeline}[recipe](results, out)
+    return {"bw_vs_size": bw_vs_size, "latency_cdf": latency_cdf, "bw_over_time": bw_over_time}[recipe](results, out)

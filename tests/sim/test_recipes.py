@@ -68,7 +68,7 @@ def test_latency_cdf_plots_every_operation(run_dir, tmp_path):
 
 def test_timeline_plots_bandwidth_over_time_with_events(run_dir, tmp_path):
     out, results = run_dir
-    paths = plot(out, "timeline", tmp_path)
+    paths = plot(out, "bw_over_time", tmp_path)
     data = _files(paths, "bw_over_time")
     expected = pd.concat([bandwidth_timeline(r) for r in results], ignore_index=True)
     np.testing.assert_allclose(data["bw_Gbps"], expected["bw_Gbps"], rtol=1e-12)
@@ -124,7 +124,7 @@ def test_the_same_results_give_the_same_figure_bytes(sweep_dir, tmp_path):
     ("run", "scatter", {}, "unknown recipe 'scatter' (recipes: " + ", ".join(RECIPES) + ")"),
     ("run", "heatmap", {}, "needs the results of a sweep"),
     ("sweep", "latency_cdf", {}, "needs per-operation metrics"),
-    ("sweep", "timeline", {}, "needs per-operation metrics"),
+    ("sweep", "bw_over_time", {}, "needs per-operation metrics"),
     ("sweep", "heatmap", {"metric": "nope"}, "no metric 'nope' (metrics: "),
     ("sweep", "heatmap", {"by": ["variant", "nope"]}, "no axis 'nope'"),
     ("sweep", "heatmap", {"by": ["variant"]}, "takes two axes"),
