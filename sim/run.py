@@ -67,12 +67,12 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
 
 
 def _run_until(env, proc, bed: Testbed, what: str):
-    """Run until ``proc`` ends; a simulation that runs out of events first is a deadlock, reported with the
-    components still waiting."""
+    """Run until ``proc`` ends; a simulation that runs out of events first (``env.run`` raises RuntimeError with
+    ``proc`` untriggered and nothing scheduled) is a deadlock, reported with the components still waiting."""
     try:
         return env.run(until=proc)
-    except RuntimeError as exc:
-        if "No scheduled events left" not in str(exc):
+    except RuntimeError:
+        if proc.triggered or env.peek() != float("inf"):
             raise
         waiting = [f"QP {qp.qp_num} on {qp.node.name} ({qp.outstanding} work requests outstanding, "
                    f"{len(qp.send_cq.entries)} completions unpolled)" for qp in bed.qps if qp.outstanding]
