@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from sim.fast import Claim, Delay, Group, Rebase, Server, UniformSeries, Wake, solve  # noqa: E402
 from sim.fast_plan import pipelines, streams  # noqa: E402
-from sim.run import run_scenario, setup_run  # noqa: E402
+from sim.harness import setup_run  # noqa: E402
+from sim.run import run_scenario  # noqa: E402
 from sim.scenario.scenario_file import load_scenario, load_scenario_variants  # noqa: E402
 
 TARGETS = {"6-stage fast core ops/s": 20e6, "fast/event": 200.0, "fast/numba": 0.5}

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sim.core.errors import ConfigError, SimError
+from sim.perftest_report import error_counts, format_summary
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
                   help="rdmasim: simulate RDMA memory registration, NICs, PCIe and GPU memory.")
@@ -67,51 +68,6 @@ class Engine(str, Enum):
     auto = "auto"
 
 
-RULE = "-" * 100
-BW_HEADER = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
-LAT_HEADER = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
-              "   99% percentile[usec]   99.9% percentile[usec]")
-
-NOTHING_MEASURED = "no work request succeeded: nothing measured"
-"""Printed in place of a row's rates or latencies when none of its work requests succeeded."""
-
-
-def format_summary(summary) -> str:
-    """perftest's report layout (as with --report_gbits), one block per workload; a size where no work request
-    succeeded says so instead of printing rates, and errors are counted per ``ibv_wc_status``."""
-    blocks = []
-    for (variant, label), rows in summary.groupby(["variant", "workload"], sort=False):
-        kind = rows["kind"].iloc[0]
-        lines = [f" {label}: {kind}" + ("" if variant == "base" else f" [{variant}]"), RULE]
-        if kind.endswith("_bw"):
-            lines.append(BW_HEADER)
-            for r in rows.itertuples():
-                lines.append(f" {r.bytes:<10d} {r.iterations:<10d}     " + (
-                    NOTHING_MEASURED if pd.isna(r.bw_avg_Gbps) else
-                    f"{r.bw_peak_Gbps:<18.2f} {r.bw_avg_Gbps:<20.2f} {r.msg_rate_Mpps:.6f}"))
-        else:
-            lines.append(LAT_HEADER)
-            for r in rows.itertuples():
-                lines.append(f" {r.bytes:<6d} {r.iterations:<10d}  " + (
-                    NOTHING_MEASURED if pd.isna(r.t_typical_us) else
-                    f"{r.t_min_us:<14.2f} {r.t_max_us:<12.2f} {r.t_typical_us:<18.2f} {r.t_avg_us:<16.2f} "
-                    f"{r.t_stdev_us:<15.2f} {r.p99_us:<22.2f} {r.p99_9_us:.2f}"))
-        if rows["errors"].any():
-            lines.append(f" work requests completed in error: {_error_counts(rows['errors_by_status'])}")
-        lines.append(RULE)
-        blocks.append("\n".join(lines))
-    return "\n".join(blocks)
-
-
-def _error_counts(by_status) -> str:
-    """Summary rows' ``errors_by_status`` added up, most frequent first: '97 IBV_WC_WR_FLUSH_ERR, 3 ...'."""
-    total: dict[str, int] = {}
-    for counts in by_status:
-        for name, n in counts.items():
-            total[name] = total.get(name, 0) + n
-    return ", ".join(f"{n} {name}" for name, n in sorted(total.items(), key=lambda item: -item[1]))
-
-
 def format_events(events) -> str:
     """The scenario events' outcomes, one line each: time since the first post (ms), variant, kind, target."""
     from sim.events import BOOKKEEPING_KINDS
@@ -131,7 +87,7 @@ def strict_failures(results) -> list[str]:
     failed = sum(sum(event_failed(o) for o in r.events["outcome"]) for r in results)
     reasons = []
     if errors:
-        reasons.append(f"{errors} work requests completed in error ({_error_counts(summary['errors_by_status'])})")
+        reasons.append(f"{errors} work requests completed in error ({error_counts(summary['errors_by_status'])})")
     if failed:
         reasons.append(f"{failed} event(s) failed")
     return reasons

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.units import PS_PER_US
-from sim.run import RunResult
+from sim.tables import RunResult
 
 
 def _bandwidth_batches(result: RunResult, columns: list[str]):

@@ -8,7 +8,7 @@ the acting component, the locks it holds, and the call (as a nested slice) or th
 from __future__ import annotations
 
 from sim.core.trace import TraceEvent
-from sim.run import RunResult
+from sim.tables import RunResult
 
 LOCK_EVENTS = ("LockAcquired", "LockReleased")
 DATA_PATH = ("busy", "RDMA_WRITE", "RDMA_READ")

@@ -1,6 +1,6 @@
 """Run a scenario's perftest workloads on the vectorized core (:mod:`sim.fast`) instead of the event engine.
 
-The testbed is built exactly as for the event engine (:func:`sim.run.setup_run`: same registrations, same
+The testbed is built exactly as for the event engine (:func:`sim.harness.setup_run`: same registrations, same
 QPs, same random streams, the same stall intervals of link flaps on the ports); each (workload, size)
 becomes a :class:`sim.fast.Group` whose steps are the stage lists of :func:`models.datapath.plan`, strung
 together the way :func:`models.datapath.run_work_request` walks them, and whose window is the workload's
@@ -14,10 +14,10 @@ posting rule:
   B's WRITE until it lands at A, A's poll delay; each WRITE's acknowledgement and completion entry run in a
   side chain (they still occupy links and engines).
 
-Tables and summaries come from :mod:`sim.run`'s own code. Without scenario events nothing can move, so the
-solved pieces go straight to the run's operation table and summaries (:class:`sim.run.StreamedSummaries`)
-and memory stays bounded whatever the iterations; with events the solve is kept whole, as a move re-solves
-from the posts of the one before. The domain is host and GPU memory registered
+Tables and summaries come from the event engine's own code (:mod:`sim.tables`). Without scenario events
+nothing can move, so the solved pieces go straight to the run's operation table and summaries
+(:class:`sim.tables.StreamedSummaries`) and memory stays bounded whatever the iterations; with events the
+solve is kept whole, as a move re-solves from the posts of the one before. The domain is host and GPU memory registered
 without page faults (pinned, peer memory, dma-buf), no translation caches, one QP per workload, no data mode
 or tracing; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches make every work request wait
 on the previous one's payload on the PCIe link (exact but solved a round at a time).
@@ -45,11 +45,11 @@ from sim.fast import (Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, Un
                       Wake)
 from sim.fast import Finished, solve
 from sim.fast_events import Move, Solved, Watch
+from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run
 from sim.operations import OperationTable
-from sim.run import (Progress, RunResult, StreamedSummaries, _endpoints, finish_run, inline_threshold,
-                     operation_rows, setup_run, workload_tables)
 from sim.scenario.resolve import nic_params
 from sim.scenario.schema import Scenario, WorkloadSpec
+from sim.tables import RunResult, StreamedSummaries, operation_rows, workload_tables
 
 
 MAX_MOVES = 16
@@ -217,7 +217,7 @@ def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bo
 
 def _settled(ends: list[Stream], solved: Solved) -> int:
     """When the event engine's run ends: the last completion or, after a ping-pong, the acknowledgement of
-    its last WRITEs seen by their pollers, whichever is later (:func:`sim.run.drain` waits for it) (ps)."""
+    its last WRITEs seen by their pollers, whichever is later (:func:`sim.harness.drain` waits for it) (ps)."""
     end = max(int(d[-1]) for d in solved.done.values())
     k, last = len(ends) - 1, ends[-1]
     if last.work.kind == "write_lat":
@@ -254,7 +254,7 @@ def streams(scenario: Scenario, bed) -> list[Stream]:
     """The scenario's workloads on ``bed``; creates their QPs as the event engine does."""
     out = []
     for work in scenario.workload:
-        ((src, dst),) = _endpoints(bed, work)
+        ((src, dst),) = endpoints(bed, work)
         now = bed.env.now
         out.append(Stream(work, src, dst, (memory_target(src.mr, now), memory_target(dst.mr, now))))
     return out

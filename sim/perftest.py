@@ -21,6 +21,7 @@ from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
 from sim import budget, outdir
 from sim.core.errors import SimError
 from sim.core.units import format_size
+from sim.perftest_report import RULE, format_summary
 from sim.scenario.refs import check_references
 from sim.scenario.schema import MAX_MESSAGE_B, Scenario
 
@@ -268,8 +269,6 @@ def _dump(cmd: _Command) -> str:
 
 
 def _header(cmd: _Command, result) -> str:
-    from sim.cli import RULE
-
     args, kind = cmd.args, TESTS[cmd.test]
     buf = cmd.data["buffers"][0]
     params = result.testbed.nodes["a"].nic.params
@@ -307,7 +306,6 @@ def run_perftest(argv: list[str]) -> tuple[int, str]:
     >>> run_perftest(["ib_write_bw", "-s", "64K", "--run_infinitely"])
     (2, 'rdmasim perftest: --run_infinitely is not supported by rdmasim perftest (see ...)')
     """
-    from sim.cli import format_summary
     from sim.results import write_results
     from sim.run import run_scenario
 

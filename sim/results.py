@@ -24,7 +24,7 @@ from sim.core.trace import write_chrome_trace
 from sim.compare import bandwidth_timeline, comparison_table, event_times
 from sim.operations import write_operations
 from sim.plot import figures
-from sim.run import RunResult
+from sim.tables import RunResult
 
 PACKAGES = ("numpy", "simpy", "pandas", "pyarrow", "pydantic", "matplotlib", "networkx")
 

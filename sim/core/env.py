@@ -65,8 +65,8 @@ class Environment(simpy.Environment):
         """
 
         def resume(event) -> None:
-            value = None if event is None else event._value
-            ok = True if event is None else event._ok
+            value = None if event is None else event.value
+            ok = True if event is None else event.ok
             while True:
                 try:
                     target = generator.send(value) if ok else generator.throw(value)
@@ -75,7 +75,7 @@ class Environment(simpy.Environment):
                 if target.callbacks is not None:
                     target.callbacks.append(resume)
                     return
-                value, ok = target._value, target._ok  # already processed: continue at once
+                value, ok = target.value, target.ok  # already processed: continue at once
 
         resume(None)
 
@@ -86,27 +86,37 @@ class Environment(simpy.Environment):
         return simpy.Timeout(self, ps)
 
 
+DRAW_BLOCK = 4096
+"""Draws :class:`UniformDraws` takes from its stream per generator call by default."""
+
+
 class UniformDraws:
-    """Integers drawn uniformly from ``[0, high]`` in blocks, handed out one at a time (cheap per draw).
+    """Integers drawn uniformly from ``[0, high]`` in blocks of ``block``, handed out one at a time (cheap per
+    draw). ``rng``, ``high`` and ``block`` are read-only.
 
     The sequence depends only on the stream and the order of :meth:`next` calls.
     """
 
-    __slots__ = ("_rng", "_high", "_block", "_buffer", "_index")
+    __slots__ = ("rng", "high", "block", "_buffer", "_index")
 
-    def __init__(self, rng: np.random.Generator, high: int, block: int = 4096) -> None:
-        self._rng = rng
-        self._high = int(high)
-        self._block = block
+    def __init__(self, rng: np.random.Generator, high: int, block: int = DRAW_BLOCK) -> None:
+        self.rng = rng
+        self.high = int(high)
+        self.block = block
         self._buffer: list[int] = []
         self._index = 0
+
+    @property
+    def started(self) -> bool:
+        """Whether a block was drawn from the stream yet (``rng`` is no longer at the sequence's start)."""
+        return bool(self._buffer or self._index)
 
     def next(self) -> int:
         """The next draw."""
         if self._index == len(self._buffer):
-            if self._high == 0:
+            if self.high == 0:
                 return 0
-            self._buffer = self._rng.integers(0, self._high + 1, size=self._block).tolist()
+            self._buffer = self.rng.integers(0, self.high + 1, size=self.block).tolist()
             self._index = 0
         value = self._buffer[self._index]
         self._index += 1

@@ -7,7 +7,7 @@ completions along the window's lanes. Gate releases are guessed the same way alo
 claims of later positions on a shared server move with their operation's post where they did not queue.
 For the first guess of a block, a group whose previous block was saturated (nearly every operation queued)
 is assumed to keep its pace: its operations end at that block's spacing plus their own drawn delays after the
-last claim, and its claims on shared servers keep their spacing too (:class:`sim.fast.sweep.Pace`). Such a
+last claim, and its claims on shared servers keep their spacing too (:class:`sim.fast.block_pass.Pace`). Such a
 block needs no pass over free servers where the idle latencies are known constants (:func:`_paced`).
 
 Typical pass counts: a saturated (bandwidth-bound) stream agrees after its first pass from the second block
@@ -22,7 +22,7 @@ import numpy as np
 
 from sim.fast.merge import DEPTH, UNKNOWN, concat
 from sim.fast.server import pool, prefix_max, running_max
-from sim.fast.sweep import NO_RELEASE, Carry, Pace, Pass, Record, SliceIn, SliceOut
+from sim.fast.block_pass import NO_RELEASE, Carry, Pace, Pass, Record, SliceIn, SliceOut
 
 NEVER = np.iinfo(np.int64).max
 LOW = -(1 << 62)
@@ -171,8 +171,8 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             piece.idle_done = out.done - out.post
             base = piece.idle_done + _ends(problem, piece, 0) if problem.tail_draws[piece.group] is not None \
                 else piece.idle_done
-            if m and problem.tail_draws[piece.group] is not None and not any(problem.varied[g][k] for k in problem.claim_steps[g]) \
-                    and (base == base[0]).all():
+            if m and problem.tail_draws[piece.group] is not None \
+                    and not any(problem.varied[g][k] for k in problem.claim_steps[g]) and (base == base[0]).all():
                 problem.idle_base[piece.group] = int(base[0])
             piece.idle_gate = {k: (out.gate_in[k] - out.post, out.released[k] - out.gate_out[k])
                                for k in problem.gates[piece.group]}

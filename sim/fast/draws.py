@@ -15,20 +15,16 @@ True
 from __future__ import annotations
 
 import copy
-import inspect
 
 import numpy as np
 
-from sim.core.env import UniformDraws
-
-BLOCK = inspect.signature(UniformDraws).parameters["block"].default
-"""Draws per generator call, as :class:`~sim.core.env.UniformDraws` makes them (the sequence depends on it)."""
+from sim.core.env import DRAW_BLOCK, UniformDraws
 
 
 class UniformSeries:
     """Draws ``0..`` of a :class:`~sim.core.env.UniformDraws` sequence, kept from the oldest still needed."""
 
-    def __init__(self, rng: np.random.Generator, high: int, block: int = BLOCK) -> None:
+    def __init__(self, rng: np.random.Generator, high: int, block: int = DRAW_BLOCK) -> None:
         self._rng, self._high, self._block = rng, int(high), block
         self._values = np.empty(0, np.int64)
         self._first = 0
@@ -40,9 +36,9 @@ class UniformSeries:
     def following(cls, draws: UniformDraws) -> UniformSeries:
         """The series ``draws`` will hand out (it must not have handed out any yet), from a copy of its stream:
         ``draws`` itself is left as it was, so the series can be made again."""
-        if draws._buffer or draws._index:
+        if draws.started:
             raise ValueError("UniformDraws already drawn from: its series no longer starts at its first draw")
-        return cls(copy.deepcopy(draws._rng), draws._high, draws._block)
+        return cls(copy.deepcopy(draws.rng), draws.high, draws.block)
 
     def take(self, lo: int, hi: int, step: int = 1) -> np.ndarray:
         """Draws ``lo, lo + step, ...`` below ``hi`` (int64).

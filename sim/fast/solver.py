@@ -1,6 +1,6 @@
 """Solve streams of operations through FIFO pipelines, block by block, exactly.
 
-A block of consecutive operations is solved by repeated passes (:class:`sim.fast.sweep.Pass`). Each pass
+A block of consecutive operations is solved by repeated passes (:class:`sim.fast.block_pass.Pass`). Each pass
 takes guesses for what the block itself determines later (posts released by completions ``window``
 operations back, gate releases, claims of later pipeline positions on shared servers) and recomputes them.
 When a pass reproduces its guesses exactly, the block's answer is the unique consistent one, i.e. what a
@@ -35,7 +35,7 @@ from sim.core.errors import SimError
 from sim.fast.block import solve_block
 from sim.fast.spacing import never_queue
 from sim.fast.steps import Claim, Gate, Group, Server, Wake, after_draws, tail_draws, walk_order
-from sim.fast.sweep import Carry, Pace, SliceOut
+from sim.fast.block_pass import Carry, Pace, SliceOut
 
 
 class UndecidableOrder(SimError):

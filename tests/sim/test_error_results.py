@@ -11,7 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from models.verbs import WC_STATUS_NAMES, WcStatus
-from sim.cli import app, format_summary
+from sim.cli import app
+from sim.perftest_report import format_summary
 from sim.plot import figures
 from sim.run import run_scenario
 from sim.scenario.schema import Scenario

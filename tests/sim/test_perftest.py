@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.cli import BW_HEADER, LAT_HEADER
 from sim.perftest import UsageError, perftest_scenario, run_perftest
+from sim.perftest_report import BW_HEADER, LAT_HEADER
 from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
 

@@ -47,16 +47,30 @@ def test_repro_of_something_else_is_a_clear_error(tmp_path):
     assert result.exit_code == 2 and "not an rdmasim manifest" in result.stderr
 
 
+def _read_lat() -> Scenario:
+    """Two hosts, one read_lat workload of three 8-byte READs."""
+    return Scenario.model_validate({
+        "schema": 1, "name": "read_lat", "nodes": [{"name": "a"}, {"name": "b"}],
+        "buffers": [{"name": "x", "on": "a.host", "size": "4KiB"}, {"name": "y", "on": "b.host", "size": "4KiB"}],
+        "workload": [{"kind": "read_lat", "from": "x", "to": "y", "sizes": ["8B"], "iterations": 3}]})
+
+
 def test_a_stalled_simulation_is_a_deadlock_error_naming_the_waiters(monkeypatch):
     import models.workloads as workloads
 
     def never_completes(env, src, dst, size, iterations):
         yield env.event()  # waits for something nobody will ever trigger
     monkeypatch.setattr("sim.run.read_latency", never_completes)
-    scn = Scenario.model_validate({
-        "schema": 1, "name": "stuck", "nodes": [{"name": "a"}, {"name": "b"}],
-        "buffers": [{"name": "x", "on": "a.host", "size": "4KiB"}, {"name": "y", "on": "b.host", "size": "4KiB"}],
-        "workload": [{"kind": "read_lat", "from": "x", "to": "y", "sizes": ["8B"], "iterations": 3}]})
     with pytest.raises(DeadlockError, match="workload 'read_lat' at 8 bytes: the simulation has nothing left"):
-        run_scenario(scn)
+        run_scenario(_read_lat())
     assert workloads.read_latency is not never_completes
+
+
+def test_a_workload_that_fails_is_not_mistaken_for_a_deadlock(monkeypatch):
+    """The workload's own RuntimeError, raised as the last event, reaches the caller unchanged."""
+    def fails(env, src, dst, size, iterations):
+        yield env.timeout(1)
+        raise RuntimeError("the workload broke")
+    monkeypatch.setattr("sim.run.read_latency", fails)
+    with pytest.raises(RuntimeError, match="the workload broke"):
+        run_scenario(_read_lat())

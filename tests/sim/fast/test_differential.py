@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.fast_plan import OutsideDomain, outside_domain, slow_for_fast
-from sim.run import run_scenario, setup_run
+from sim.harness import setup_run
+from sim.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 

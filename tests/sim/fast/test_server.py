@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.core.env import UniformDraws
+from sim.core.env import DRAW_BLOCK, UniformDraws
 from sim.core.servers import FifoServer, ServerPool, claim_cut_through
 from sim.fast import UniformSeries, cut_through, pool
 from sim.fast.server import prefix_max, running_max
@@ -89,6 +89,19 @@ def test_uniform_series_replays_uniform_draws(high):
     assert series.take(251, 1000, 2).tolist() == reference[251::2].tolist()
     with pytest.raises(IndexError, match="released"):
         series.take(10, 20)
+
+
+def test_uniform_series_replays_uniform_draws_in_default_blocks():
+    n = 2 * DRAW_BLOCK + 3  # across two refills of the draws' buffer
+    one = UniformDraws(np.random.default_rng(4), 40)
+    assert UniformSeries(np.random.default_rng(4), 40).take(0, n).tolist() == [one.next() for _ in range(n)]
+
+
+def test_uniform_draws_say_whether_they_started():
+    draws = UniformDraws(np.random.default_rng(1), 40)
+    assert not draws.started
+    draws.next()
+    assert draws.started
 
 
 def test_uniform_series_refuses_a_stream_already_drawn_from():

@@ -1,0 +1,126 @@
+"""What both engines do around the simulation of a scenario's workloads: build the testbed and start its
+events, connect each workload's QPs; once the workloads return, let what is in flight complete, check every
+work request completed, count the protocol's activity and assemble the :class:`~sim.tables.RunResult`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from models.verbs import ibv_create_cq, ibv_create_qp
+from models.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
+from sim.build import Testbed, build
+from sim.core.errors import InvariantViolation
+from sim.events import log_unreached, schedule_events
+from sim.operations import OperationTable
+from sim.scenario.schema import Scenario, WorkloadSpec
+from sim.tables import RunResult, registrations_table
+
+Progress = Callable[[int], None]
+"""Called with the number of operations just simulated."""
+
+
+def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testbed, int, list[dict]]:
+    """Build the testbed and start the scenario's events; returns it, the workloads' start and the event log."""
+    bed = build(scenario, seed, trace=trace)
+    event_log: list[dict] = []
+    started = bed.env.now
+    for gpu in bed.gpus.values():
+        event_log.append({"time_ps": started, "kind": "workloads-start", "target": gpu.name, "bytes": 0,
+                          "evicted": 0, "outcome": "baseline", "gpu_used": gpu.memory.used})
+    schedule_events(bed, scenario, started, event_log)
+    return bed, started, event_log
+
+
+def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint]]:
+    """The workload's ``qps`` connected QP pairs (requester end, responder end), each with its own CQs."""
+    src, dst = bed.registrations[work.from_], bed.registrations[work.to]
+    depth = max(work.tx_depth, 2)
+    pairs = []
+    for _ in range(work.qps):
+        ends = []
+        for reg in (src, dst):
+            ctx, pd_ = bed.contexts[reg.node], bed.pds[reg.node]
+            cq = ibv_create_cq(ctx, 2 * depth)
+            ends.append(Endpoint(ibv_create_qp(pd_, cq, depth), reg.mr))
+        ends[0].qp.connect(ends[1].qp)
+        bed.qps.extend(e.qp for e in ends)
+        pairs.append((ends[0], ends[1]))
+    return pairs
+
+
+def inline_threshold(work: WorkloadSpec) -> int:
+    """The largest WRITE the workload posts inline (bytes): its ``inline``, else perftest's default (only
+    ``ib_write_lat`` inlines by default)."""
+    if work.inline is not None:
+        return work.inline
+    return PERFTEST_WRITE_LAT_INLINE if work.kind == "write_lat" else 0
+
+
+def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, started: int, event_log: list[dict],
+               table: OperationTable, summaries: list[dict]) -> RunResult:
+    """Registrations, end-of-run checks, counters and the event table: the run's :class:`RunResult`."""
+    registrations = registrations_table(bed, variant)
+    drain(bed)
+    log_unreached(bed, scenario, started, event_log)
+    check_completions(bed)
+    counters = protocol_counters(bed)
+    if scenario.data:
+        counters |= verify_data(bed, scenario)
+    events = pd.DataFrame(event_log, columns=["time_ps", "kind", "target", "bytes", "evicted", "outcome", "gpu_used"])
+    events.insert(0, "variant", variant)
+    return RunResult(scenario, seed, table.close(), pd.DataFrame(summaries),
+                     registrations, bed, variant, events, counters)
+
+
+def drain(bed: Testbed) -> None:
+    """Let work requests still in flight when the last workload returned complete (a ping-pong's last write
+    is acknowledged after its data landed)."""
+    env = bed.env
+    while any(qp.outstanding for qp in bed.qps) and env.peek() != float("inf"):
+        env.step()
+
+
+def check_completions(bed: Testbed) -> None:
+    """Every posted work request yielded exactly one completion, in order.
+
+    :raises InvariantViolation: a QP has work requests without a completion.
+    """
+    for qp in bed.qps:
+        if qp.next_completion != qp.posted_count or qp.outstanding:
+            raise InvariantViolation(f"QP {qp.qp_num} on {qp.node.name}: {qp.posted_count} work requests posted, "
+                                     f"{qp.next_completion} completed, {qp.outstanding} outstanding at the end")
+
+
+def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:
+    """Data mode: compare every workload's destination bytes with its source's (the largest message's span).
+
+    WRITE workloads copy ``from`` into ``to``, READ workloads ``to`` into ``from``.
+    """
+    checked = mismatched = 0
+    for work in scenario.workload:
+        span = max(work.size_list())
+        src, dst = bed.registrations[work.from_], bed.registrations[work.to]
+        if work.kind.startswith("read"):
+            src, dst = dst, src
+        expected, got = src.current_bytes()[:span], dst.current_bytes()[:span]
+        checked += span
+        mismatched += int(np.count_nonzero(expected != got))
+    return {"data_checked_bytes": checked, "data_mismatched_bytes": mismatched}
+
+
+def protocol_counters(bed: Testbed) -> dict[str, int]:
+    """What the registration protocol did during the run, summed over MRs, QPs and GPUs."""
+    mrs = [r.mr for r in bed.registrations.values()]
+    backings = [mr.backing for mr in mrs if mr.backing is not None]
+    return {
+        "invalidations": sum(getattr(b, "invalidations", 0) for b in backings),
+        "refaults": sum(getattr(b, "faults", 0) for b in backings),
+        "rnr_naks": sum(qp.rnr_naks for qp in bed.qps),
+        "evictions": sum(g.evictions for g in bed.gpus.values()),
+        "failed_allocations": sum(g.failed_allocations for g in bed.gpus.values()),
+        "invariant_violations": sum(len(getattr(b, "violations", ())) for b in backings),
+        "kernel_warnings": sum(len(n.kernel.warnings) for n in bed.nodes.values()),
+    }
