@@ -48,7 +48,7 @@ def test_repro_of_something_else_is_a_clear_error(tmp_path):
 
 
 def test_a_stalled_simulation_is_a_deadlock_error_naming_the_waiters(monkeypatch):
-    import models.workloads as workloads
+    import models.verbs.workloads as workloads
 
     def never_completes(env, src, dst, size, iterations):
         yield env.event()  # waits for something nobody will ever trigger

@@ -7,7 +7,7 @@ The other modes answer, for each NIC access, one of:
 * :class:`Fault`: the translation is missing (never mapped, or zapped by an invalidation); the driver's fault
   handler runs and the translation is valid from ``ready_ps`` on. A requester-side access stalls its send
   queue until then; a responder-side access answers RNR NAK and the requester retries later;
-* a :class:`~models.verbs.WcStatus`: the access fails (the MR was torn down or revoked).
+* a :class:`~models.verbs.verbs.WcStatus`: the access fails (the MR was torn down or revoked).
 """
 
 from __future__ import annotations
@@ -132,7 +132,7 @@ class PeerMemBacking(MrBacking):
         allocation.pin(pin_owner)
 
     def translate(self, now_ps: int, offset: int, length: int):
-        from models.verbs import WcStatus
+        from models.verbs.verbs import WcStatus
 
         if self.invalidated_at is not None and now_ps >= self.invalidated_at:
             return WcStatus.LOC_PROT_ERR

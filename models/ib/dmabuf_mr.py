@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from sim.core import PS_PER_NS, PS_PER_US, InvariantViolation, VerbsError
 
 from models.dmabuf import DmaBufAttachment, DmaBufAttachOps, FdTable, check_dma
-from models.mr_backing import Fault, MrBacking
-from models.umem_dmabuf import (IbUmemDmabuf, ib_umem_dmabuf_get, ib_umem_dmabuf_get_pinned,
+from models.ib.mr_backing import Fault, MrBacking
+from models.ib.umem_dmabuf import (IbUmemDmabuf, ib_umem_dmabuf_get, ib_umem_dmabuf_get_pinned,
                                 ib_umem_dmabuf_map_pages, ib_umem_dmabuf_release, ib_umem_dmabuf_unmap_pages)
 
 
@@ -101,7 +101,7 @@ class DmabufBacking(MrBacking):
         return umem.attach.dmabuf.placement
 
     def translate(self, now_ps: int, offset: int, length: int):
-        from models.verbs import WcStatus
+        from models.verbs.verbs import WcStatus
 
         umem = self.umem
         if umem.revoked or umem.private is None:
@@ -128,7 +128,7 @@ class DmabufBacking(MrBacking):
 
     def _page_fault(self):
         """A NIC access found the translation zapped: re-map, or complete the access in error."""
-        from models.verbs import WcStatus
+        from models.verbs.verbs import WcStatus
 
         core = self.umem.attach.dmabuf.core
         core.instant(self.umem.dev, "PageFaulted", reason="translation zapped by move_notify")

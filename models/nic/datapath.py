@@ -26,19 +26,19 @@ from typing import TYPE_CHECKING, Generator, NamedTuple
 from simpy import Timeout
 
 from models.fabric import AETH, RETH, Fabric
-from models.pcie import PcieLink, PcieParams, read_tags
-from models.memory_data import mr_bytes
-from models.mr_backing import Fault, PeerMemBacking
+from models.pcie.link import PcieLink, PcieParams, read_tags
+from models.ib.memory_data import mr_bytes
+from models.ib.mr_backing import Fault, PeerMemBacking
 from models.dmabuf import Placement
-from models.dmabuf_mr import DmabufBacking
-from models.topology import dma_read_stages, dma_write_stages
-from models.verbs import RNR_RETRY_INFINITE, Access, Opcode, QpState, WcStatus, WorkCompletion
+from models.ib.dmabuf_mr import DmabufBacking
+from models.pcie.topology import dma_read_stages, dma_write_stages
+from models.verbs.verbs import RNR_RETRY_INFINITE, Access, Opcode, QpState, WcStatus, WorkCompletion
 from sim.core import PS_PER_S, Environment
 from sim.core.servers import FifoServer, claim_cut_through
 
 if TYPE_CHECKING:
-    from models.nic import Nic
-    from models.verbs import QueuePair, SendWR
+    from models.nic.nic import Nic
+    from models.verbs.verbs import QueuePair, SendWR
 
 Stage = tuple[FifoServer | None, int, int, int, int, bool]
 _LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = int(Access.LOCAL_WRITE), int(Access.REMOTE_WRITE), int(Access.REMOTE_READ)

@@ -26,7 +26,7 @@ Sizes are bytes, rates bytes/s per direction, times ps. Sources: ``reference/num
   so B <= tags x n / sum of round trips. Read B = min of the two.
 * **Mixed**: the device reads n and writes n per transaction: B = T x n / max(W + Q, C) each way (pcie-model),
   and no more than the read tags allow. Exact while a transfer is one read request; past that, a device that
-  issues each transaction's writes behind its reads on one in-order queue (as :mod:`models.pcie_tlp` does)
+  issues each transaction's writes behind its reads on one in-order queue (as :mod:`models.pcie.tlp` does)
   idles the link while the next reads wait for tags, which this bound does not see.
 """
 
@@ -36,7 +36,7 @@ from math import gcd
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from models.pcie import PcieParams
+    from models.pcie.link import PcieParams
 
 GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 """Transfer rate per lane by generation (GT/s)."""

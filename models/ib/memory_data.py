@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.dmabuf_mr import DmabufBacking
-from models.mr_backing import PeerMemBacking
-from models.verbs import MemoryRegion
+from models.ib.dmabuf_mr import DmabufBacking
+from models.ib.mr_backing import PeerMemBacking
+from models.verbs.verbs import MemoryRegion
 
 
 def mr_bytes(mr: MemoryRegion, addr: int, length: int) -> np.ndarray:

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 import simpy
 
 from sim.core import PS_PER_US, VerbsError
-from models.mr_backing import OdpBacking
+from models.ib.mr_backing import OdpBacking
 from sim.core.env import UniformDraws
 
 if TYPE_CHECKING:
     from models.fabric import Fabric
-    from models.mr_backing import MrBacking
+    from models.ib.mr_backing import MrBacking
     from models.node import Node
     from sim.core import Environment
 
@@ -408,7 +408,7 @@ def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
     :raises VerbsError: ``EINVAL`` when the QP is not connected or an inline READ / oversize inline is asked;
         ``ENOMEM`` when the send queue is full.
     """
-    from models.datapath import run_work_request
+    from models.nic.datapath import run_work_request
 
     call = "ibv_post_send"
     if qp.state is QpState.RESET:

@@ -30,7 +30,7 @@ import numpy as np
 from sim.core import FifoServer, PS_PER_NS, PS_PER_S
 
 if TYPE_CHECKING:
-    from models.datapath import Stage
+    from models.nic.datapath import Stage
 
 
 @dataclass(frozen=True, slots=True)

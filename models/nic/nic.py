@@ -14,13 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from models.dmabuf_mr import UmrParams
-from models.mr_backing import OdpParams
+from models.ib.dmabuf_mr import UmrParams
+from models.ib.mr_backing import OdpParams
 from sim.core import PS_PER_NS, FifoServer, VerbsError
 
 if TYPE_CHECKING:
-    from models.mtt_cache import MttCache
-    from models.verbs import MemoryRegion
+    from models.nic.mtt_cache import MttCache
+    from models.verbs.verbs import MemoryRegion
 
 
 @dataclass(frozen=True, slots=True)
