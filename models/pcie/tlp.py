@@ -22,12 +22,10 @@ streams run up to about 0.5 % faster than the closed form, which charges every b
 from __future__ import annotations
 
 from math import gcd
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 from models.pcie.closed_form import DLLP_FRAMING, DLLP_SIZE, ECRC, SKIP_BYTES, SKIP_INTERVAL, dllp_interval
-
-if TYPE_CHECKING:
-    from models.pcie.link import PcieParams
+from models.pcie.link import PcieParams
 
 OPS = ("write", "read", "read_write")
 """Stream kinds: posted writes, non-posted reads, or one read and one write of the size per transaction."""
