@@ -48,8 +48,9 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     from models.nic.nic import NicParams
     from models.node import Node
     from models.pcie.link import PcieParams
-    from models.verbs.verbs import (DEREG_MR_FIXED_PS, REG_MR_FIXED_PS, Access, ibv_alloc_pd, ibv_dereg_mr,
-                              ibv_open_device, ibv_reg_mr)
+    from models.nic.wqe import Access
+    from models.verbs.verbs import (DEREG_MR_FIXED_PS, REG_MR_FIXED_PS, ibv_alloc_pd, ibv_dereg_mr, ibv_open_device,
+                                    ibv_reg_mr)
     from sim.core import PS_PER_US, Environment, VerbsError
 
     KiB, MiB = 1 << 10, 1 << 20
@@ -164,7 +165,8 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     code("""
     import pandas as pd
 
-    from models.verbs.verbs import Opcode, SendWR, ibv_create_cq, ibv_create_qp, ibv_poll_cq, ibv_post_send
+    from models.nic.wqe import Opcode, SendWR
+    from models.verbs.verbs import ibv_create_cq, ibv_create_qp, ibv_poll_cq, ibv_post_send
 
 
     def post_two(opcode, remote_access=RW, remote_offset=0, length=PAGE, lkey_delta=0, dereg_remote=False):
@@ -321,7 +323,8 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     from models.nic.nic import NicParams
     from models.node import Node
     from models.pcie.link import PcieParams
-    from models.verbs.verbs import Access, ibv_alloc_pd, ibv_open_device
+    from models.nic.wqe import Access
+    from models.verbs.verbs import ibv_alloc_pd, ibv_open_device
     from sim.core import PS_PER_US, Environment, VerbsError
 
     MiB, GiB = 1 << 20, 1 << 30

@@ -17,8 +17,8 @@ from models.presets import GPU_VENDOR, PCIE_PRESETS
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
 from models.pcie.topology import build_topology, device_link
-from models.verbs.verbs import (Access, Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device,
-                          ibv_reg_mr)
+from models.nic.wqe import Access
+from models.verbs.verbs import Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device, ibv_reg_mr
 from models.versions import KernelBehaviour, Version
 from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
 from sim.core import Environment, SimError

@@ -20,7 +20,7 @@ import numpy as np
 
 from models.nic.datapath import memory_target
 from models.ib.dmabuf_mr import DmabufBacking
-from models.ib.mr_backing import Fault
+from models.nic.translation import Fault
 from sim.scenario.schema import Scenario
 
 
@@ -52,7 +52,7 @@ Item = tuple[str, str]
 
 def exposed(bed, scenario: Scenario) -> dict[Item, tuple]:
     """What the workloads' data path reads of their MRs and QPs: each MR's key state and its backing's
-    :meth:`~models.ib.mr_backing.MrBacking.epoch`, each QP's state."""
+    :meth:`~models.nic.translation.MrBacking.epoch`, each QP's state."""
     names = {name for work in scenario.workload for name in (work.from_, work.to)}
     state = {}
     for name in sorted(names):

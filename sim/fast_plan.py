@@ -38,7 +38,7 @@ from typing import NamedTuple
 import numpy as np
 
 from models.nic.datapath import memory_target, plan
-from models.verbs.verbs import Opcode
+from models.nic.wqe import Opcode
 from models.verbs.workloads import Endpoint, OpRecords, succeeded
 from sim.core.errors import SimError
 from sim.fast import (Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, UndecidableOrder, UniformSeries, Wait,

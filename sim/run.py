@@ -8,9 +8,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models.verbs.verbs import WC_STATUS_NAMES, Opcode, WcStatus, ibv_create_cq, ibv_create_qp
+from models.nic.wqe import WC_STATUS_NAMES, Opcode, WcStatus
+from models.verbs.verbs import ibv_create_cq, ibv_create_qp
 from models.verbs.workloads import (PERFTEST_WRITE_LAT_INLINE, Endpoint, bandwidth, concurrent, read_latency,
-                              write_latency)
+                                    write_latency)
 from sim.build import Testbed, build
 from sim.events import log_unreached, schedule_events
 from sim.core.errors import DeadlockError, InvariantViolation

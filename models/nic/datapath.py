@@ -21,26 +21,20 @@ engine fed by BlueFlame doorbells (each arrives a fixed delay after its post, an
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generator, NamedTuple
+from typing import Generator, NamedTuple
 
 from simpy import Timeout
 
 from models.fabric import AETH, RETH, Fabric
+from models.nic.nic import Nic
+from models.nic.translation import Fault, mr_bytes
+from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WcStatus, WorkCompletion
 from models.pcie.link import PcieLink, PcieParams, read_tags
-from models.ib.memory_data import mr_bytes
-from models.ib.mr_backing import Fault, PeerMemBacking
-from models.dmabuf import Placement
-from models.ib.dmabuf_mr import DmabufBacking
+from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
-from models.verbs.verbs import RNR_RETRY_INFINITE, Access, Opcode, QpState, WcStatus, WorkCompletion
 from sim.core import PS_PER_S, Environment
-from sim.core.servers import FifoServer, claim_cut_through
+from sim.core.servers import claim_cut_through
 
-if TYPE_CHECKING:
-    from models.nic.nic import Nic
-    from models.verbs.verbs import QueuePair, SendWR
-
-Stage = tuple[FifoServer | None, int, int, int, int, bool]
 _LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = int(Access.LOCAL_WRITE), int(Access.REMOTE_WRITE), int(Access.REMOTE_READ)
 """Access bits as plain ints: IntFlag arithmetic is slow on the per-message path."""
 
@@ -160,10 +154,7 @@ def memory_target(mr, now_ps: int) -> str | None:
     link reaches host memory)."""
     if mr is None or mr.pd.context.node.topology is None:
         return None
-    backing = mr.backing
-    if isinstance(backing, DmabufBacking):
-        return "gpu0" if backing.reached_placement(now_ps) is Placement.VRAM else "mem0"
-    return "gpu0" if isinstance(backing, PeerMemBacking) else "mem0"
+    return "mem0" if mr.backing is None else mr.backing.target(now_ps)
 
 
 def node_dma_read(node, target: str | None, nbytes: int) -> list[Stage]:
@@ -180,7 +171,7 @@ def node_dma_write(node, target: str | None, nbytes: int) -> list[Stage]:
     return dma_write_stages(node.topology, "nic0", target, nbytes)
 
 
-def plan(qp: QueuePair, opcode: Opcode, n: int, inline: bool, local: str | None = None,
+def plan(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None,
          remote_target: str | None = None) -> Plan:
     """Build (or fetch from the QP's cache) the stages a work request crosses; ``local`` and
     ``remote_target`` are the :func:`memory_target` of its two MRs."""
@@ -218,8 +209,9 @@ def plan(qp: QueuePair, opcode: Opcode, n: int, inline: bool, local: str | None 
     return result
 
 
-def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
-    """simpy process: carry one RDMA WRITE or READ from doorbell to the polled completion."""
+def run_work_request(qp, wr: SendWR) -> Generator:
+    """simpy process: carry one RDMA WRITE or READ from doorbell to the polled completion on ``qp`` (a
+    connected :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates)."""
     env = qp.pd.context.env
     node = qp.node
     posted = env.now
@@ -349,7 +341,7 @@ def _write_payload(env, mr, addr: int, payload) -> None:
         mr_bytes(mr, addr, len(payload))[:] = payload
 
 
-def _responder_accepts(env, qp: QueuePair, wr: SendWR, stages: Plan, head: int, tail: int) -> Generator:
+def _responder_accepts(env, qp, wr: SendWR, stages: Plan, head: int, tail: int) -> Generator:
     """The responder's key check and translation, with RNR NAK and retransmission while it faults.
 
     Returns (status, head, tail) of the request as finally accepted (or rejected).
@@ -381,7 +373,7 @@ def _responder_accepts(env, qp: QueuePair, wr: SendWR, stages: Plan, head: int, 
         head, tail = yield from walk(env, stages.forward, retry, retry)
 
 
-def _translated(env, qp: QueuePair, mr, addr: int, length: int, t: int, *, write: bool) -> Generator:
+def _translated(env, qp, mr, addr: int, length: int, t: int, *, write: bool) -> Generator:
     """A requester-side NIC access through ``mr`` at ``t``: stall the send queue while the driver handles
     page faults. Returns (time the access proceeds, status)."""
     while True:
@@ -396,7 +388,7 @@ def _translated(env, qp: QueuePair, mr, addr: int, length: int, t: int, *, write
         t = max(t, answer.ready_ps)
 
 
-def _remote_ok(qp: QueuePair, wr: SendWR, needed: int) -> bool:
+def _remote_ok(qp, wr: SendWR, needed: int) -> bool:
     """Responder-side check of the rkey, bounds and rights (and that the responder QP still works)."""
     mr = qp.remote.node.nic.lookup(wr.rkey)
     return (qp.remote.state is QpState.RTS and mr is not None
@@ -409,7 +401,7 @@ def _notify_landed(env, wr: SendWR, landed: int) -> None:
         env.timeout(landed - env.now).callbacks.append(lambda _event: signal.succeed(landed))
 
 
-def _complete_at(env, qp: QueuePair, wr: SendWR, status: WcStatus, posted: int, seen: int, read_slot) -> None:
+def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, read_slot) -> None:
     """Finish a work request whose CQE the polling CPU would notice at ``seen``.
 
     RC completions are delivered in posting order: a completion waits for every earlier one. The first
@@ -437,6 +429,6 @@ def _complete_at(env, qp: QueuePair, wr: SendWR, status: WcStatus, posted: int, 
         env.timeout(seen - env.now).callbacks.append(lambda _event, wc=wc: _deliver(qp, wc))
 
 
-def _deliver(qp: QueuePair, wc: WorkCompletion) -> None:
+def _deliver(qp, wc: WorkCompletion) -> None:
     qp.outstanding -= 1
     qp.send_cq.push(wc)

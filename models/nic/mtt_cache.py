@@ -25,15 +25,13 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from models.pcie.iommu import LruCache
+from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_S
-
-if TYPE_CHECKING:
-    from models.nic.datapath import Stage
 
 
 @dataclass(frozen=True, slots=True)

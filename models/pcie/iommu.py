@@ -23,14 +23,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_NS, PS_PER_S
-
-if TYPE_CHECKING:
-    from models.nic.datapath import Stage
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,15 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import networkx as nx
 
 from models.pcie.link import PcieLink, PcieParams, read_tags
+from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_NS, PS_PER_S, SimError, transfer_ps
-
-if TYPE_CHECKING:
-    from models.nic.datapath import Stage
 
 LAYOUTS = ("switch", "root_complex", "cross_socket")
 """Preset layouts of :func:`build_topology`."""

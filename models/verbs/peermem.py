@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from models.dmabuf.gpu_export import GpuAllocation
 from models.ib.mr_backing import PeerMemBacking, PeerMemParams
-from models.verbs.verbs import REG_MR_FIXED_PS, Access, MemoryRegion, ProtectionDomain, _check_reg_args
+from models.nic.wqe import Access
+from models.verbs.verbs import REG_MR_FIXED_PS, MemoryRegion, ProtectionDomain, _check_reg_args
 from sim.core import VerbsError
 
 

@@ -9,7 +9,7 @@ from models.host import HostParams
 from models.nic.nic import NicParams
 from models.pcie.link import PcieParams
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE, PCIE_PRESETS
-from models.verbs.verbs import Access
+from models.nic.wqe import Access
 from sim.core.units import parse_rate
 from sim.scenario.schema import FabricSpec, NodeSpec, Scenario
 

@@ -8,7 +8,7 @@ import pytest
 from models.nic.datapath import stream_Bps
 from models.pcie.link import PcieLink, PcieParams
 from models.pcie.topology import (LAYOUTS, PeerToPeerError, RootComplexParams, SocketLinkParams, SwitchParams,
-                             build_topology, dma_path, dma_read_stages, dma_write_stages, route)
+                                  build_topology, dma_path, dma_read_stages, dma_write_stages, route)
 from sim.core import PS_PER_NS
 
 MiB = 1 << 20

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from models.verbs.verbs import WC_STATUS_NAMES, WcStatus
+from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim.cli import app, format_summary
 from sim.plot import figures
 from sim.run import run_scenario
