@@ -2,7 +2,8 @@
 
 A message streams through each resource cut-through style: its head enters a resource when the resource
 is free, it occupies the resource for its whole service time, and it cannot leave before its tail has
-arrived and been served. A stage is ``(server, service_ps, head_ps, tail_ps, latency_ps, eager)``:
+arrived and been served. A :class:`~models.pcie.stage.Stage` is ``(server, service_ps, head_ps, tail_ps,
+latency_ps, eager)``:
 ``head_ps`` is the store-and-forward delay of the first unit (a packet must be received whole before the
 NIC uses it; a transmit port puts the first bit on the wire at once), ``tail_ps`` the time the last unit
 still needs after it arrives, ``latency_ps`` a pure delay after the resource. ``server`` None makes a
@@ -68,9 +69,9 @@ def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
     tags = read_tags(link, nbytes, p.read_latency_ps)
     return [
         *([tags[0]] if tags else []),
-        (link.up, p.read_request_ps(nbytes), request, request, 0, False),
+        Stage(link.up, p.read_request_ps(nbytes), request, request, 0, False),
         delay(p.read_latency_ps),
-        (link.down, tags[1] if tags else p.read_return_ps(nbytes), completion, completion, 0, True),
+        Stage(link.down, tags[1] if tags else p.read_return_ps(nbytes), completion, completion, 0, True),
     ]
 
 
@@ -101,7 +102,7 @@ def dma_write(link: PcieLink, nbytes: int) -> list[Stage]:
     """Device writes ``nbytes`` to host memory with posted MWr TLPs."""
     p = link.params
     tlp = p.write_ps(min(nbytes, p.mps))
-    return [(link.up, p.write_ps(nbytes), tlp, tlp, p.write_latency_ps, False)]
+    return [Stage(link.up, p.write_ps(nbytes), tlp, tlp, p.write_latency_ps, False)]
 
 
 def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0) -> list[Stage]:
@@ -113,19 +114,19 @@ def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0) 
     p = fabric.params
     total = p.serialize_ps(nbytes, first_extra)
     first = p.first_packet_ps(nbytes, first_extra)
-    return [(src.tx_port, total, 0, 0, p.latency_ps, False),
-            (dst.rx_port, total - first, first, 0, 0, fabric.point_to_point)]
+    return [Stage(src.tx_port, total, 0, 0, p.latency_ps, False),
+            Stage(dst.rx_port, total - first, first, 0, 0, fabric.point_to_point)]
 
 
 def rx_engine(nic: Nic, qp_num: int) -> Stage:
     """Processing and key check by the receive engine of QP ``qp_num`` on ``nic``."""
     p = nic.params
-    return (nic.rx_engine(qp_num), p.rx_process_ps, p.rx_process_ps, p.rx_process_ps, p.rx_latency_ps, True)
+    return Stage(nic.rx_engine(qp_num), p.rx_process_ps, p.rx_process_ps, p.rx_process_ps, p.rx_latency_ps, True)
 
 
 def delay(ps: int) -> Stage:
     """A pure delay."""
-    return (None, 0, 0, 0, ps, False)
+    return Stage(None, 0, 0, 0, ps, False)
 
 
 class Plan(NamedTuple):
@@ -183,7 +184,7 @@ def plan(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None,
     nic, pnic = node.nic, peer.nic
     fabric: Fabric = qp.pd.context.fabric
     process = nic.params.tx_process_ps
-    engine = (nic.tx_engine(qp.qp_num), process, process, process, 0, nic.params.blueflame)
+    engine = Stage(nic.tx_engine(qp.qp_num), process, process, process, 0, nic.params.blueflame)
     to_engine = ([] if nic.params.blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
     reply = [delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num),
              *dma_write(node.pcie, nic.params.cqe_bytes)]
@@ -249,7 +250,7 @@ def run_work_request(qp, wr: SendWR) -> Generator:
         first, forward = forward[:stages.issue], forward[stages.issue:]
         issued, _ = yield from walk(env, first, t, t)
         t, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length,
-                                           max(issued - first[-1][2], qp.sq_stalled_until), write=False)
+                                           max(issued - first[-1].head_ps, qp.sq_stalled_until), write=False)
         qp.sq_stalled_until = t  # a page fault stalls the send queue: later WQEs wait behind it
         t = max(t, issued)
     if status is not WcStatus.SUCCESS:

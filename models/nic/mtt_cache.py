@@ -124,7 +124,7 @@ class MttCache:
         if not access.deep_pages:
             return []
         walk = self.params.deep_walk_ps
-        return [(self.walker, access.deep_pages * walk, walk, 0, 0, False)]
+        return [Stage(self.walker, access.deep_pages * walk, walk, 0, 0, False)]
 
 
 def stream_Bps(params: MttParams, mr_size: int, page_size: int, *, base_Bps: float, write: bool) -> float:

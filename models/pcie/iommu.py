@@ -123,7 +123,7 @@ class Iommu:
         if not misses:
             return []
         walk = self.params.walk_ps
-        return [(self.walker, misses * walk, walk, 0, self.params.miss_ps - walk, False)]
+        return [Stage(self.walker, misses * walk, walk, 0, self.params.miss_ps - walk, False)]
 
 
 def stream_Bps(params: IommuParams, addrs, size: int, *, base_Bps: float,

@@ -18,6 +18,7 @@ from functools import cached_property
 
 from models.pcie import closed_form as cf
 from models.pcie.closed_form import GT_PER_S
+from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_NS, transfer_ps
 
 MWR_HEADER_64 = MRD_HEADER_64 = cf.REQUEST_HEADER[True]
@@ -124,7 +125,7 @@ class PcieLink:
         self.tags = FifoServer(f"{name}.tags")
 
 
-def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[tuple, int] | None:
+def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[Stage, int] | None:
     """How a DMA read of ``nbytes`` by the device below ``link`` holds its read tags, whose route has a read
     latency of ``round_trip_ps``: the tag-pool stage (see :mod:`models.nic.datapath`) and the least time its
     completions take on the device's link (ps). None when tags are unlimited.
@@ -143,4 +144,5 @@ def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[tuple, i
     completions = p.read_return_ps(nbytes)
     service = max(hold, completions)
     first_request = p.read_request_ps(min(nbytes, p.mrrs))
-    return (link.tags, service, service, 0, -service, False), max(completions, hold - first_request - round_trip_ps)
+    pool = Stage(link.tags, service, service, 0, -service, False)
+    return pool, max(completions, hold - first_request - round_trip_ps)

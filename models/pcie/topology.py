@@ -223,17 +223,17 @@ def _stages(hops: list[Hop], nbytes: int, pcie, factor: str, socket_bytes: int) 
         else:
             f = getattr(p, factor)
             s, first = int(feed[0] / f + 0.5), int(feed[1] / f + 0.5)
-        stages.append((h.server, s, first, first, 0, False))
+        stages.append(Stage(h.server, s, first, first, 0, False))
     return stages
 
 
 def dma_write_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[Stage]:
-    """Stages (the tuples of :mod:`models.nic.datapath`) of a posted DMA write of ``nbytes`` from device
+    """Stages (:class:`~models.pcie.stage.Stage`) of a posted DMA write of ``nbytes`` from device
     ``src`` to ``dst``; the flight latency rides on the last stage."""
     hops = route(graph, src, dst)
     stages = _stages(hops, nbytes, PcieParams.write_ps, "p2p_write_factor", nbytes)
     flight = device_link(graph, src).params.write_latency_ps + sum(h.latency_ps for h in hops)
-    stages[-1] = (*stages[-1][:4], flight, False)
+    stages[-1] = stages[-1]._replace(latency_ps=flight, eager=False)
     return stages
 
 
@@ -255,10 +255,10 @@ def dma_read_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[St
     completions = _stages(back, nbytes, PcieParams.read_return_ps, "p2p_read_factor", nbytes)
     tags = read_tags(link, nbytes, round_trip)
     if tags is None:
-        return [*requests, (None, 0, 0, 0, round_trip, False), *completions]
+        return [*requests, Stage(None, 0, 0, 0, round_trip, False), *completions]
     pool, last_hop_ps = tags  # a tag-limited read's completions stream no faster into the device
     completions[-1] = (completions[-1][0], max(completions[-1][1], last_hop_ps), *completions[-1][2:])
-    return [pool, *requests, (None, 0, 0, 0, round_trip, False), *completions]
+    return [pool, *requests, Stage(None, 0, 0, 0, round_trip, False), *completions]
 
 
 def dma_path(graph: nx.Graph, src: str, dst: str, nbytes: int) -> DmaPath:
