@@ -8,9 +8,9 @@ import networkx as nx
 
 from models.dmabuf import DmaBufCore, FdTable
 from models.host import HostMemory, HostParams
-from models.iommu import Iommu
-from models.nic import Nic, NicParams
-from models.pcie import PcieLink, PcieParams
+from models.pcie.iommu import Iommu
+from models.nic.nic import Nic, NicParams
+from models.pcie.link import PcieLink, PcieParams
 
 
 @dataclass
@@ -30,7 +30,7 @@ class Node:
     iommu: Iommu | None = None
     """The host's IOMMU when modelled (off by default: DMA addresses are physical)."""
     topology: nx.Graph | None = None
-    """The PCIe topology of a node with a GPU (models.topology: nic0, gpu0, sockets, switch); None: the NIC
+    """The PCIe topology of a node with a GPU (models.pcie.topology: nic0, gpu0, sockets, switch); None: the NIC
     alone, its link reaching host memory."""
 
     @classmethod

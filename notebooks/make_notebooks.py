@@ -39,17 +39,18 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     and an `rkey` for the peer), which access-flag combinations rdma-core refuses and with which errno, how
     `RLIMIT_MEMLOCK` limits pinning, what happens when a work request breaks the rules (a *completion* in error,
     not an exception), and what pinning costs: the model is fitted to `cudaHostRegister` measured on an H200
-    host (`models/data/h200_pinning_cost.json`). We call the verbs API of `models.verbs` directly on two
+    host (`models/data/h200_pinning_cost.json`). We call the verbs API of `models.verbs.verbs` directly on two
     simulated nodes.
     """),
     code("""
     from models.fabric import Fabric, FabricParams
     from models.host import HostParams
-    from models.nic import NicParams
+    from models.nic.nic import NicParams
     from models.node import Node
-    from models.pcie import PcieParams
-    from models.verbs import (DEREG_MR_FIXED_PS, REG_MR_FIXED_PS, Access, ibv_alloc_pd, ibv_dereg_mr,
-                              ibv_open_device, ibv_reg_mr)
+    from models.pcie.link import PcieParams
+    from models.nic.wqe import Access
+    from models.verbs.verbs import (DEREG_MR_FIXED_PS, REG_MR_FIXED_PS, ibv_alloc_pd, ibv_dereg_mr, ibv_open_device,
+                                    ibv_reg_mr)
     from sim.core import PS_PER_US, Environment, VerbsError
 
     KiB, MiB = 1 << 10, 1 << 20
@@ -164,7 +165,8 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     code("""
     import pandas as pd
 
-    from models.verbs import Opcode, SendWR, ibv_create_cq, ibv_create_qp, ibv_poll_cq, ibv_post_send
+    from models.nic.wqe import Opcode, SendWR
+    from models.verbs.verbs import ibv_create_cq, ibv_create_qp, ibv_poll_cq, ibv_post_send
 
 
     def post_two(opcode, remote_access=RW, remote_offset=0, length=PAGE, lkey_delta=0, dereg_remote=False):
@@ -316,12 +318,13 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     from models.dmabuf import DmaBufCore, KernelConfig, dma_buf_is_dynamic
     from models.fabric import Fabric, FabricParams
     from models.gpu import gpu_params
-    from models.gpu_export import EXPORT_PS, CudaError, Gpu
+    from models.dmabuf.gpu_export import EXPORT_PS, CudaError, Gpu
     from models.host import HostParams
-    from models.nic import NicParams
+    from models.nic.nic import NicParams
     from models.node import Node
-    from models.pcie import PcieParams
-    from models.verbs import Access, ibv_alloc_pd, ibv_open_device
+    from models.pcie.link import PcieParams
+    from models.nic.wqe import Access
+    from models.verbs.verbs import ibv_alloc_pd, ibv_open_device
     from sim.core import PS_PER_US, Environment, VerbsError
 
     MiB, GiB = 1 << 20, 1 << 30
@@ -418,7 +421,7 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     *offset* in the dma-buf, while the keys are used with the `iova` the caller chose.
     """),
     code("""
-    from models.verbs_dmabuf import ibv_reg_dmabuf_mr
+    from models.verbs.dmabuf import ibv_reg_dmabuf_mr
 
     mr = ibv_reg_dmabuf_mr(pd_, 0, 64 * MiB, alloc.addr, fd, RW)
     print(f"mr_type {mr.mr_type}, addr (offset) {mr.addr}, iova 0x{mr.iova:x}, lkey 0x{mr.lkey:x}, "
@@ -827,9 +830,9 @@ NOTEBOOKS["05_pcie_efficiency.ipynb"] = [
     **What this notebook teaches.** Why a PCIe Gen5 x16 link that signals 64 GB/s delivers about 52 GB/s of DMA
     payload, why the bandwidth curve against transfer size is a sawtooth, why small DMA reads are slower than
     writes, which link generation a 400 Gb/s NIC needs, and what a GPU-to-NIC path costs through a PCIe switch,
-    through the CPU's root complex, or across sockets. Numbers come from `models.pcie_closed_form` (the
-    pcie-model formulas of Neugebauer et al., SIGCOMM'18), checked TLP by TLP against `models.pcie_tlp`, and from
-    `models.topology`.
+    through the CPU's root complex, or across sockets. Numbers come from `models.pcie.closed_form` (the
+    pcie-model formulas of Neugebauer et al., SIGCOMM'18), checked TLP by TLP against `models.pcie.tlp`, and from
+    `models.pcie.topology`.
     """),
     code("""
     from dataclasses import replace
@@ -838,8 +841,8 @@ NOTEBOOKS["05_pcie_efficiency.ipynb"] = [
     import numpy as np
     import pandas as pd
 
-    from models import pcie_closed_form as cf
-    from models.pcie import PcieParams
+    from models.pcie import closed_form as cf
+    from models.pcie.link import PcieParams
 
     GB = 1e9
     link = PcieParams()                 # Gen5 x16, MPS 256, MRRS 512, 64-bit addresses, 256 read tags, 550 ns reads
@@ -911,12 +914,12 @@ NOTEBOOKS["05_pcie_efficiency.ipynb"] = [
     """),
     md("""
     ### The closed form against a TLP-by-TLP simulation
-    `models.pcie_tlp.simulate_stream` cuts each transfer into TLPs by the spec's rules, sends them on two link
+    `models.pcie.tlp.simulate_stream` cuts each transfer into TLPs by the spec's rules, sends them on two link
     directions with ACK/FC DLLPs and SKIPs interleaved, holds a tag per read request, and measures the steady
     state. The two agree within 0.1 % at every power of two and its neighbours up to 4 KiB.
     """),
     code("""
-    from models.pcie_tlp import simulate_stream
+    from models.pcie.tlp import simulate_stream
 
     check = sorted({n for k in range(13) for n in (2**k - 1, 2**k, 2**k + 1) if 1 <= n <= 4096})
     rows = []
@@ -932,13 +935,13 @@ NOTEBOOKS["05_pcie_efficiency.ipynb"] = [
     """),
     md("""
     ### Tags in the event engine
-    The event engine moves whole messages, not TLPs, so it holds the tags as a pool (`models.pcie.read_tags`):
+    The event engine moves whole messages, not TLPs, so it holds the tags as a pool (`models.pcie.link.read_tags`):
     a read occupies it for its requests' summed round trips / tags, and at least as long as its completions
     take on the link. Streaming reads through the engine's stages traces Little's law: bandwidth grows with
     the tags until the link is the limit, and a longer round trip needs proportionally more tags.
     """),
     code("""
-    from models.datapath import dma_read_stream_Bps
+    from models.nic.datapath import dma_read_stream_Bps
 
     counts = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -986,7 +989,7 @@ NOTEBOOKS["05_pcie_efficiency.ipynb"] = [
     """),
     md("""
     ## Topology: where the GPU sits relative to the NIC
-    `models.topology.build_topology` builds a two-socket host with `nic0` and `gpu0` under one PCIe switch, on
+    `models.pcie.topology.build_topology` builds a two-socket host with `nic0` and `gpu0` under one PCIe switch, on
     two root ports of one CPU, or on different sockets. `dma_path` gives the bandwidth of back-to-back 1 MiB DMAs
     from the NIC (the slowest hop) and their latency (the sum of the hops' delays). A switch forwards
     peer-to-peer at link rate but adds 110 ns each way (so the NIC's reads of host memory behind it take 770
@@ -994,7 +997,7 @@ NOTEBOOKS["05_pcie_efficiency.ipynb"] = [
     Intel client root complexes do not forward P2P reads at all.
     """),
     code("""
-    from models.topology import LAYOUTS, RootComplexParams, build_topology, dma_path
+    from models.pcie.topology import LAYOUTS, RootComplexParams, build_topology, dma_path
 
     rows = []
     graphs = {layout: build_topology(layout) for layout in LAYOUTS}
@@ -1056,7 +1059,7 @@ NOTEBOOKS["06_why_move_notify_exists.ipynb"] = [
     import numpy as np
     import pandas as pd
 
-    from models.gpu_export import NEW_OWNER_BYTE
+    from models.dmabuf.gpu_export import NEW_OWNER_BYTE
     from sim.core import InvariantViolation
     from sim.run import run_scenario
     from sim.scenario.schema import Scenario

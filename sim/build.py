@@ -8,19 +8,19 @@ import numpy as np
 
 from models.dmabuf import DmaBufCore, KernelConfig
 from models.fabric import Fabric
-from models.gpu_export import Gpu, GpuAllocation
+from models.dmabuf.gpu_export import Gpu, GpuAllocation
 from models.node import Node
-from models.peermem import ibv_reg_mr_peermem
+from models.verbs.peermem import ibv_reg_mr_peermem
 from models.gpu import gpu_params
-from models.pcie import PcieParams
+from models.pcie.link import PcieParams
 from models.presets import GPU_VENDOR, PCIE_PRESETS
-from models.iommu import IOMMU_PRESETS, Iommu, IommuParams
-from models.mtt_cache import MTT_PRESETS, MttCache, MttParams
-from models.topology import build_topology, device_link
-from models.verbs import (Access, Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device,
-                          ibv_reg_mr)
+from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
+from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
+from models.pcie.topology import build_topology, device_link
+from models.nic.wqe import Access
+from models.verbs.verbs import Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device, ibv_reg_mr
 from models.versions import KernelBehaviour, Version
-from models.verbs_dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
+from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
 from sim.core import Environment, SimError
 from sim.scenario.resolve import access_flags, fabric_params, host_params, nic_params, pcie_params
 from sim.scenario.schema import BufferSpec, Scenario

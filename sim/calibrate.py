@@ -9,14 +9,14 @@ Rows (``experiment``):
 * ``pinning_cost``: cudaHostRegister (``h200_pinning_cost.json``) as ``HostParams.pin_cost_ps`` +
   ``CUDA_HOST_REGISTER_FIXED_PS``. Required: 64 KiB..4 GiB, +-20 % of the median.
 * ``topology``: perftest #241, ib_write_bw 32 MiB host vs GPU buffers with NIC and GPU on different
-  sockets (SYS): :func:`models.topology.dma_path` and the wire. The A30 is PCIe Gen4 x16; the NIC is not
+  sockets (SYS): :func:`models.pcie.topology.dma_path` and the wire. The A30 is PCIe Gen4 x16; the NIC is not
   named (IB, ~23000 MiB/s: taken as 200 Gb/s on Gen4 x16).
 * ``mtt_cache``: LMCache PR #4432, RDMA READ into one destination MR vs 3.5 GiB slices (4 KiB pages):
-  :func:`models.mtt_cache.stream_Bps` from the sliced rate.
+  :func:`models.nic.mtt_cache.stream_Bps` from the sliced rate.
 * ``iommu``: pcie-bench window sweeps of random DMA reads (``pciebench_iommu_window_sweep.json``):
-  :func:`models.iommu.stream_Bps` and per-access latencies from the exact LRU IO-TLB.
+  :func:`models.pcie.iommu.stream_Bps` and per-access latencies from the exact LRU IO-TLB.
 * ``read_tags``: pcie-bench DMA reads of 64 B .. 2 KiB on Gen3 x8 (``pciebench_dma_read_sizes.json``),
-  streamed through the event engine's stages (:func:`models.datapath.dma_read_stream_Bps`). The link alone
+  streamed through the event engine's stages (:func:`models.nic.datapath.dma_read_stream_Bps`). The link alone
   would carry 64 B reads 38 % faster than measured; :data:`PCIEBENCH_READ_TAGS` outstanding reads, fitted at
   64 B, account for it. Larger reads are link-limited (predictions, +-15 %).
 
@@ -42,12 +42,12 @@ import pandas as pd
 from models.fabric import FabricParams
 from models.gpu.copy_engine import CopyEngines
 from models.host import CUDA_HOST_REGISTER_FIXED_PS, HostParams
-from models.iommu import Iommu, IommuParams, random_addresses, stream_Bps as iommu_Bps
-from models.mtt_cache import MttParams, stream_Bps as mtt_Bps
-from models.datapath import dma_read_stream_Bps
-from models.pcie import PcieParams
-from models.pcie_closed_form import read_link_Bps
-from models.topology import build_topology, dma_path
+from models.pcie.iommu import Iommu, IommuParams, random_addresses, stream_Bps as iommu_Bps
+from models.nic.mtt_cache import MttParams, stream_Bps as mtt_Bps
+from models.nic.datapath import dma_read_stream_Bps
+from models.pcie.link import PcieParams
+from models.pcie.closed_form import read_link_Bps
+from models.pcie.topology import build_topology, dma_path
 from sim.core import PS_PER_MS, PS_PER_NS
 
 DATA = Path(__file__).resolve().parents[1] / "models" / "data"

@@ -13,7 +13,7 @@ from models.gpu import GpuOutOfMemory
 from models.gpu.managed import UvmStats
 from models.gpu.workloads import sequential
 from models.host import ManagedAllocationFailed
-from models.peermem import peermem_reclaim
+from models.verbs.peermem import peermem_reclaim
 from sim.build import Testbed
 from sim import faults
 from sim.core import PS_PER_MS, format_size

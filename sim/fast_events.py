@@ -18,16 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.datapath import memory_target
-from models.dmabuf_mr import DmabufBacking
-from models.mr_backing import Fault
+from models.nic.datapath import memory_target
+from models.ib.dmabuf_mr import DmabufBacking
+from models.nic.translation import Fault
 from sim.scenario.schema import Scenario
 
 
 @dataclass(frozen=True)
 class Move:
     """A move of a workload's source buffer: its translation was zapped at ``zapped_ps``; operations posted
-    from then on reach ``target`` (:func:`models.datapath.memory_target`); the first access after the zap,
+    from then on reach ``target`` (:func:`models.nic.datapath.memory_target`); the first access after the zap,
     at ``faulted_ps``, re-faulted and accesses wait until ``ready_ps`` (both None: no access came after it)."""
 
     zapped_ps: int
@@ -52,7 +52,7 @@ Item = tuple[str, str]
 
 def exposed(bed, scenario: Scenario) -> dict[Item, tuple]:
     """What the workloads' data path reads of their MRs and QPs: each MR's key state and its backing's
-    :meth:`~models.mr_backing.MrBacking.epoch`, each QP's state."""
+    :meth:`~models.nic.translation.MrBacking.epoch`, each QP's state."""
     names = {name for work in scenario.workload for name in (work.from_, work.to)}
     state = {}
     for name in sorted(names):

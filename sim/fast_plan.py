@@ -2,8 +2,8 @@
 
 The testbed is built exactly as for the event engine (:func:`sim.harness.setup_run`: same registrations, same
 QPs, same random streams, the same stall intervals of link flaps on the ports); each (workload, size)
-becomes a :class:`sim.fast.Group` whose steps are the stage lists of :func:`models.datapath.plan`, strung
-together the way :func:`models.datapath.run_work_request` walks them, and whose window is the workload's
+becomes a :class:`sim.fast.Group` whose steps are the stage lists of :func:`models.nic.datapath.plan`, strung
+together the way :func:`models.nic.datapath.run_work_request` walks them, and whose window is the workload's
 posting rule:
 
 * ``write_bw`` / ``read_bw``: ``tx_depth`` outstanding; a completion is seen after the CPU's poll delay and
@@ -37,9 +37,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.datapath import memory_target, plan
-from models.verbs import Opcode
-from models.workloads import Endpoint, OpRecords, succeeded
+from models.nic.datapath import memory_target, plan
+from models.nic.wqe import Opcode
+from models.verbs.workloads import Endpoint, OpRecords, succeeded
 from sim.core.errors import SimError
 from sim.fast import (Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, UndecidableOrder, UniformSeries, Wait,
                       Wake)
@@ -232,7 +232,7 @@ def _settled(ends: list[Stream], solved: Solved) -> int:
 
 class Stream(NamedTuple):
     """One workload on the testbed: its requester and responder ends and where their MRs' accesses went
-    when the workloads started (:func:`models.datapath.memory_target`)."""
+    when the workloads started (:func:`models.nic.datapath.memory_target`)."""
 
     work: WorkloadSpec
     src: Endpoint
@@ -300,7 +300,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
     """The :class:`Group` s of each size of ``end.work`` (posted from ``src``'s QP to ``dst``'s), with the size.
 
     An MR with a translation to check (GPU memory through peer memory or a dma-buf) adds the sleeps of
-    :func:`models.datapath.run_work_request`'s translations: the requester's at its payload's first read
+    :func:`models.nic.datapath.run_work_request`'s translations: the requester's at its payload's first read
     request (labelled ``local``, held in the re-fault intervals of ``moves``), the responder's when the
     request arrives, the READ requester's before the response lands (labelled ``local`` too). A size whose
     operations were posted on both sides of a move's zap is split into groups that continue one stream.

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Generator
 
 from models.dmabuf import Placement
-from models.gpu_export import AmdgpuExporter
-from models.verbs import ibv_dereg_mr
+from models.dmabuf.gpu_export import AmdgpuExporter
+from models.verbs.verbs import ibv_dereg_mr
 from sim.build import Testbed
 from sim.core import VerbsError
 

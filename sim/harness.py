@@ -9,8 +9,8 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from models.verbs import ibv_create_cq, ibv_create_qp
-from models.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
+from models.verbs.verbs import ibv_create_cq, ibv_create_qp
+from models.verbs.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
 from sim.build import Testbed, build
 from sim.core.errors import InvariantViolation
 from sim.events import log_unreached, schedule_events

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import yaml
 
-from models.nic import NicParams
+from models.nic.nic import NicParams
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
 from sim import budget, outdir
 from sim.core.errors import SimError

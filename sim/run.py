@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from models.verbs import Opcode
-from models.workloads import Endpoint, bandwidth, concurrent, read_latency, write_latency
+from models.nic.wqe import Opcode
+from models.verbs.workloads import Endpoint, bandwidth, concurrent, read_latency, write_latency
 from sim.build import Testbed
 from sim.core.errors import DeadlockError
 from sim.fast_plan import run_fast

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from models.verbs import WC_STATUS_NAMES, WcStatus
+from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim.build import Registration, Testbed
 from sim.core.metrics import OpColumns, OpSpool, bandwidth_of, latency_summary
 from sim.core.units import ps_to_us

@@ -1,17 +1,18 @@
 """A process's file descriptor table holding dma-buf files and plain files.
 
 fds 0, 1 and 2 start open on plain files (stdin, stdout, stderr); new fds take the lowest free number,
-like Linux. Closing a dma-buf fd drops the reference the fd held.
+like Linux. Closing an fd runs its file's release (``f_op->release``): for a dma-buf, dropping the reference the
+fd held.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sim.core import VerbsError
 
 from models.dmabuf.core import DmaBuf
-from models.dmabuf.ops import dma_buf_put
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,9 +34,12 @@ class FdTable:
         self.max_fds = max_fds
         self.files: dict[int, DmaBuf | PlainFile] = {0: PlainFile("stdin"), 1: PlainFile("stdout"),
                                                      2: PlainFile("stderr")}
+        self.releases: dict[int, Callable[[str], None]] = {}
+        """What closing an fd runs, called with the owner (the file's ``f_op->release``); absent: nothing."""
 
-    def install(self, file: DmaBuf | PlainFile) -> int:
-        """Put ``file`` at the lowest free fd and return it (``get_unused_fd_flags`` + ``fd_install``).
+    def install(self, file: DmaBuf | PlainFile, release: Callable[[str], None] | None = None) -> int:
+        """Put ``file`` at the lowest free fd and return it (``get_unused_fd_flags`` + ``fd_install``);
+        closing the fd calls ``release(owner)``.
 
         :raises VerbsError: ``EMFILE`` when all ``max_fds`` fds are open.
         """
@@ -44,6 +48,8 @@ class FdTable:
             raise VerbsError("EMFILE", f"{self.owner} has all {self.max_fds} fds open (RLIMIT_NOFILE)",
                              call="get_unused_fd_flags")
         self.files[fd] = file
+        if release is not None:
+            self.releases[fd] = release
         return fd
 
     def open(self, name: str) -> int:
@@ -60,15 +66,18 @@ class FdTable:
         return self.files[fd]
 
     def close(self, fd: int) -> None:
-        """Close ``fd``; for a dma-buf, drop the fd's reference as :func:`dma_buf_put` in the owner's context.
+        """Close ``fd``, running its release in the owner's context (for a dma-buf fd:
+        :func:`~models.dmabuf.ops.dma_buf_put`).
 
         :raises VerbsError: ``EBADF`` when ``fd`` is not open.
-        :raises ProtocolError, DeadlockError: as :func:`dma_buf_put` (the fd then stays open).
+        :raises ProtocolError, DeadlockError: as the release (the fd then stays open).
         """
-        file = self.fget(fd, "close")
-        if isinstance(file, DmaBuf):
-            dma_buf_put(file, caller=self.owner)
+        self.fget(fd, "close")
+        release = self.releases.get(fd)
+        if release is not None:
+            release(self.owner)
         del self.files[fd]
+        self.releases.pop(fd, None)
 
     def close_all(self) -> None:
         """Process exit: close every descriptor above the standard three, lowest first."""

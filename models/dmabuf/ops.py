@@ -13,16 +13,14 @@ Each optional ``caller`` names the context making the call (see :mod:`models.dma
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sim.core import DeadlockError, ProtocolError, VerbsError
 
 from models.dmabuf.core import (DmaBuf, DmaBufAttachment, DmaBufAttachOps, DmaBufCore, DmaBufOps,
                                 DmaDataDirection, SgTable)
+from models.dmabuf.fd import FdTable
 from models.dmabuf.resv import DmaResv, DmaResvUsage, dma_resv_wait_timeout
-
-if TYPE_CHECKING:
-    from models.dmabuf.fd import FdTable
 
 IMPORTER_HOLDS = ("dma-buf locking convention: importers hold the reservation lock while they call "
                   "dma_buf_pin, dma_buf_unpin, dma_buf_map_attachment and dma_buf_unmap_attachment")
@@ -396,7 +394,7 @@ def dma_buf_fd(dmabuf: DmaBuf, fdtable: FdTable, *, caller: str | None = None) -
     _assert_not_held(dmabuf.resv, ctx, call)
     with dmabuf.core.call(ctx, call, dmabuf=dmabuf.name):
         dmabuf.core.spend(ctx, dmabuf.core.costs.file_op_ps)
-        return fdtable.install(dmabuf)
+        return fdtable.install(dmabuf, lambda owner: dma_buf_put(dmabuf, caller=owner))
 
 
 def dma_buf_get(fdtable: FdTable, fd: int, *, caller: str | None = None) -> DmaBuf:

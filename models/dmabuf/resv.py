@@ -14,13 +14,22 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from sim.core import DeadlockError, ProtocolError, VerbsError
 
 
-if TYPE_CHECKING:
-    from models.dmabuf.core import DmaBufCore
+class ContextClocks(Protocol):
+    """Per-context clocks a lock orders (:class:`~models.dmabuf.core.DmaBufCore` keeps them)."""
+
+    def now_ps(self, ctx: str) -> int:
+        """The time context ``ctx`` is at (ps)."""
+
+    def wait_until(self, ctx: str, time_ps: int) -> None:
+        """Make ``ctx`` idle until ``time_ps``."""
+
+    def instant(self, ctx: str, name: str, **args: Any) -> None:
+        """Trace event ``name`` on ``ctx``'s track."""
 
 
 class DmaResvUsage(enum.IntEnum):
@@ -55,7 +64,7 @@ class DmaResv:
     name: str
     holder: str | None = None
     fences: list[tuple[DmaFence, DmaResvUsage]] = field(default_factory=list)
-    core: DmaBufCore | None = None
+    core: ContextClocks | None = None
     """The dma-buf core whose per-context clocks the lock orders: a context that takes the lock continues no
     earlier than the previous holder released it. Lock and unlock are traced on the holder's track."""
     free_at_ps: int = 0

@@ -1,7 +1,7 @@
 """PCIe DMA efficiency figures: bandwidth against transfer size, the MPS sawtooth, per MPS and per generation.
 
-Values come from :mod:`models.pcie_closed_form` (which the TLP-level simulation matches to 0.1 %); reads include
-the default 256-tag limit and 550 ns read round trip of :class:`models.pcie.PcieParams`.
+Values come from :mod:`models.pcie.closed_form` (which the TLP-level simulation matches to 0.1 %); reads include
+the default 256-tag limit and 550 ns read round trip of :class:`models.pcie.link.PcieParams`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 
-from models import pcie_closed_form as cf
-from models.pcie import PcieParams
+from models.pcie import closed_form as cf
+from models.pcie.link import PcieParams
 from sim.plot.figures import save
 
 SIZES = [n for n in range(1, 4097) if n % 32 in (0, 1)]

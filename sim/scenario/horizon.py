@@ -10,7 +10,7 @@ placed. Workloads run one after another; the estimate of the run must stay below
 
 from __future__ import annotations
 
-from models.pcie import PcieParams
+from models.pcie.link import PcieParams
 from sim.core.units import MAX_CLOCK_PS, PS_PER_S, transfer_ps
 from sim.scenario.resolve import fabric_params, host_params, nic_params, pcie_params
 from sim.scenario.schema import NodeSpec, Scenario, WorkloadSpec

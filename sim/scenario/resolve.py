@@ -6,10 +6,10 @@ from dataclasses import replace
 
 from models.fabric import FabricParams
 from models.host import HostParams
-from models.nic import NicParams
-from models.pcie import PcieParams
+from models.nic.nic import NicParams
+from models.pcie.link import PcieParams
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE, PCIE_PRESETS
-from models.verbs import Access
+from models.nic.wqe import Access
 from sim.core.units import parse_rate
 from sim.scenario.schema import FabricSpec, NodeSpec, Scenario
 

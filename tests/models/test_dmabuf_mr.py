@@ -5,13 +5,14 @@ import pytest
 from models.dmabuf import DmaBufCore, KernelConfig, MovableExporter, Placement, StaticExporter, dma_buf_fd
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
-from models.mr_backing import OdpParams
-from models.nic import NicParams
+from models.nic.nic import OdpParams
+from models.nic.nic import NicParams
 from models.node import Node
-from models.pcie import PcieParams
-from models.verbs import (Access, Opcode, SendWR, WcStatus, ibv_alloc_pd, ibv_create_cq, ibv_create_qp,
-                          ibv_dereg_mr, ibv_open_device, ibv_poll_cq, ibv_post_send, ibv_reg_mr, ibv_rereg_mr)
-from models.verbs_dmabuf import ibv_reg_dmabuf_mr
+from models.pcie.link import PcieParams
+from models.nic.wqe import Access, Opcode, SendWR, WcStatus
+from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_dereg_mr, ibv_open_device, ibv_poll_cq,
+                                ibv_post_send, ibv_reg_mr, ibv_rereg_mr)
+from models.verbs.dmabuf import ibv_reg_dmabuf_mr
 from sim.core import Environment, InvariantViolation, VerbsError
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
@@ -195,7 +196,7 @@ def test_without_config_move_notify_the_dynamic_mr_is_pinned_on_map():
 
 
 def test_access_after_revoke_completes_in_error():
-    from models.umem_dmabuf import ib_umem_dmabuf_revoke
+    from models.ib.umem_dmabuf import ib_umem_dmabuf_revoke
 
     bed = Bed(dmabuf="pinned", odp=None)
     mr = bed.reg()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from models.iommu import IOMMU_PRESETS, Iommu, IommuParams, LruCache, random_addresses, stream_Bps
+from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams, LruCache, random_addresses, stream_Bps
 from sim.core import PS_PER_NS
 
 DATA = json.loads((Path(__file__).parents[2] / "models/data/pciebench_iommu_window_sweep.json").read_text())

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from models.datapath import walk
-from models.mtt_cache import (MTT_PRESETS, MttAccess, MttCache, MttParams, stream_Bps, translation_depth)
+from models.nic.datapath import walk
+from models.nic.mtt_cache import (MTT_PRESETS, MttAccess, MttCache, MttParams, stream_Bps, translation_depth)
 from models.presets import NIC_PRESETS
 from sim.core import Environment, FifoServer, PS_PER_S, transfer_ps
 

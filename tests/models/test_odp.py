@@ -4,12 +4,13 @@ import pytest
 
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
-from models.mr_backing import OdpParams
-from models.nic import NicParams
+from models.nic.nic import OdpParams
+from models.nic.nic import NicParams
 from models.node import Node
-from models.pcie import PcieParams
-from models.verbs import (Access, Opcode, SendWR, WcStatus, ibv_alloc_pd, ibv_create_cq, ibv_create_qp,
-                          ibv_open_device, ibv_poll_cq, ibv_post_send, ibv_reg_mr)
+from models.pcie.link import PcieParams
+from models.nic.wqe import Access, Opcode, SendWR, WcStatus
+from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_open_device, ibv_poll_cq, ibv_post_send,
+                                ibv_reg_mr)
 from sim.core import PS_PER_US, Environment, VerbsError
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ

@@ -6,8 +6,8 @@ from math import ceil
 
 import pytest
 
-from models import pcie_closed_form as cf
-from models.pcie import PcieParams
+from models.pcie import closed_form as cf
+from models.pcie.link import PcieParams
 from sim.core import transfer_ps
 
 GEN5 = PcieParams(gen=5, lanes=16, mps=256)

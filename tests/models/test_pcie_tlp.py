@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models import pcie_closed_form as cf
-from models.pcie import PcieParams
-from models.pcie_tlp import completion_tlps, read_tlps, simulate_stream, write_tlps
+from models.pcie import closed_form as cf
+from models.pcie.link import PcieParams
+from models.pcie.tlp import completion_tlps, read_tlps, simulate_stream, write_tlps
 
 TOLERANCE = 1e-3
 GEN5 = PcieParams()

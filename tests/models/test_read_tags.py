@@ -3,11 +3,11 @@ the TLP-level model and the closed form do, and paces queued reads instead of is
 
 import pytest
 
-from models import pcie_closed_form as cf
-from models.datapath import dma_read, dma_read_stream_Bps, walk
-from models.pcie import PcieLink, PcieParams, read_tags
-from models.pcie_tlp import simulate_stream
-from models.topology import build_topology, dma_path, dma_read_stages
+from models.pcie import closed_form as cf
+from models.nic.datapath import dma_read, dma_read_stream_Bps, walk
+from models.pcie.link import PcieLink, PcieParams, read_tags
+from models.pcie.tlp import simulate_stream
+from models.pcie.topology import build_topology, dma_path, dma_read_stages
 from sim.core import PS_PER_NS, Environment
 
 CASES = {

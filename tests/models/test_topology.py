@@ -5,10 +5,10 @@ import itertools
 
 import pytest
 
-from models.datapath import stream_Bps
-from models.pcie import PcieLink, PcieParams
-from models.topology import (LAYOUTS, PeerToPeerError, RootComplexParams, SocketLinkParams, SwitchParams,
-                             build_topology, dma_path, dma_read_stages, dma_write_stages, route)
+from models.nic.datapath import stream_Bps
+from models.pcie.link import PcieLink, PcieParams
+from models.pcie.topology import (LAYOUTS, PeerToPeerError, RootComplexParams, SocketLinkParams, SwitchParams,
+                                  build_topology, dma_path, dma_read_stages, dma_write_stages, route)
 from sim.core import PS_PER_NS
 
 MiB = 1 << 20

@@ -8,12 +8,13 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from models.dmabuf import DmaBufCore, KernelConfig, MovableExporter, Placement, dma_buf_fd
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
-from models.nic import NicParams
+from models.nic.nic import NicParams
 from models.node import Node
-from models.pcie import PcieParams
-from models.verbs import (Access, Opcode, SendWR, WcStatus, ibv_alloc_pd, ibv_create_cq, ibv_create_qp,
-                          ibv_dereg_mr, ibv_open_device, ibv_poll_cq, ibv_post_send, ibv_reg_mr)
-from models.verbs_dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
+from models.pcie.link import PcieParams
+from models.nic.wqe import Access, Opcode, SendWR, WcStatus
+from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_dereg_mr, ibv_open_device, ibv_poll_cq,
+                                ibv_post_send, ibv_reg_mr)
+from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
 from sim.core import Environment, VerbsError
 
 SIZE = 256 * 1024

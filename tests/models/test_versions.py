@@ -5,8 +5,8 @@ import pytest
 from models.dmabuf import (DmaBufCore, DmaResvUsage, KernelConfig, Placement, StaticExporter,
                            dma_buf_attach, dma_buf_map_attachment, dma_buf_unmap_attachment)
 from models.gpu import gpu_params
-from models.gpu_export import CudaError, Gpu
-from models.umem_dmabuf import ib_umem_dmabuf_revoke
+from models.dmabuf.gpu_export import CudaError, Gpu
+from models.ib.umem_dmabuf import ib_umem_dmabuf_revoke
 from models.versions import KernelBehaviour, Version
 from sim.core import Environment, ProtocolError
 from sim.run import run_scenario
@@ -94,7 +94,7 @@ def test_revoke_exists_from_6_12_and_release_works_either_way(kernel, has_revoke
     else:
         with pytest.raises(ProtocolError, match="6.12"):
             ib_umem_dmabuf_revoke(umem)
-    from models.verbs import ibv_dereg_mr
+    from models.verbs.verbs import ibv_dereg_mr
     ibv_dereg_mr(result.testbed.registrations["g"].mr)
     assert not umem.attach.dmabuf.attachments and umem.attach.dmabuf.priv.pin_count == 0
 

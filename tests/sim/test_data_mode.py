@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from models.gpu_export import NEW_OWNER_BYTE
+from models.dmabuf.gpu_export import NEW_OWNER_BYTE
 from sim.core import InvariantViolation
 from sim.run import run_scenario
 from sim.scenario.schema import Scenario

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from models.verbs import WC_STATUS_NAMES, WcStatus
+from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim.cli import app
 from sim.perftest_report import format_summary
 from sim.plot import figures

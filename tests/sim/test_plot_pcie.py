@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from models.pcie_closed_form import MPS_CHOICES
+from models.pcie.closed_form import MPS_CHOICES
 from sim.plot.pcie import pcie_efficiency_figures
 
 

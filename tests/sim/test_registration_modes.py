@@ -128,7 +128,7 @@ def test_gpu_memory_figure_is_written(gpu_pressure, tmp_path):
 def test_exporting_an_amd_buffer_twice_shares_one_dmabuf_that_eviction_moves():
     from models.dmabuf import DmaBufCore, FdTable, dma_buf_get
     from models.gpu import gpu_params
-    from models.gpu_export import Gpu
+    from models.dmabuf.gpu_export import Gpu
     from sim.core import Environment
 
     gpu = Gpu("g", "amd", gpu_params("mi300x"), DmaBufCore(Environment()), capacity=64 << 20)

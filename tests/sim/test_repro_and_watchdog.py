@@ -56,7 +56,7 @@ def _read_lat() -> Scenario:
 
 
 def test_a_stalled_simulation_is_a_deadlock_error_naming_the_waiters(monkeypatch):
-    import models.workloads as workloads
+    import models.verbs.workloads as workloads
 
     def never_completes(env, src, dst, size, iterations):
         yield env.event()  # waits for something nobody will ever trigger

@@ -8,7 +8,7 @@ from models.dmabuf import DmaBufCore, FdTable
 from models.gpu import GpuOutOfMemory, gpu_params
 from models.gpu.managed import ManagedMemory
 from models.gpu.workloads import sequential
-from models.gpu_export import Gpu
+from models.dmabuf.gpu_export import Gpu
 from sim.core import Environment
 
 MiB = 1 << 20

@@ -1,6 +1,6 @@
 """The step language of :mod:`sim.fast.steps` run by the event engine's own machinery: simpy, FifoServers
-claimed by :func:`models.datapath.walk`, a FIFO semaphore for gates, and the bandwidth workload's posting
-loop with in-order completion delivery (as :mod:`models.workloads` and :mod:`models.datapath` do it).
+claimed by :func:`models.nic.datapath.walk`, a FIFO semaphore for gates, and the bandwidth workload's posting
+loop with in-order completion delivery (as :mod:`models.verbs.workloads` and :mod:`models.nic.datapath` do it).
 
 Covers window-posted groups whose main chain ends ``Rebase(True), Delay(draws=...), Wake()`` (the completion
 is seen at that time and wakes the poster), any servers shared between positions, eager claims, gates and
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import simpy
 
-from models.datapath import walk
+from models.nic.datapath import walk
 from sim.core import Environment, FifoServer
 from sim.fast.steps import Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, Wake
 
@@ -56,7 +56,7 @@ def _poster(env, fifo, stream: list[Group]):
             waiter, state["waiter"] = state["waiter"], None
             waiter.succeed()
 
-    def complete(i: int, seen: int) -> None:  # models.datapath._complete_at: in order
+    def complete(i: int, seen: int) -> None:  # models.nic.datapath._complete_at: in order
         state["finished"][i] = seen
         while state["next"] in state["finished"]:
             k = state["next"]
@@ -98,13 +98,13 @@ def _operation(env, fifo, steps, i, draws, gates, complete, head=None, tail=None
             head, tail = head + extra, tail + extra
         elif isinstance(step, Rebase):
             head = tail = (tail if step.from_tail else head) + step.offset_ps
-        elif isinstance(step, Gate):  # models.datapath.run_work_request's read slot
+        elif isinstance(step, Gate):  # models.nic.datapath.run_work_request's read slot
             slots[step.release] = request = gates[step.release].request()
             if head > env.now:
                 yield env.timeout(head - env.now)
             yield request
             head = tail = env.now
-        elif isinstance(step, Sleep):  # models.datapath's translation of an access (held while re-mapped)
+        elif isinstance(step, Sleep):  # models.nic.datapath's translation of an access (held while re-mapped)
             if head - step.back_ps > env.now:
                 yield env.timeout(head - step.back_ps - env.now)
             for begin, end in step.holds:

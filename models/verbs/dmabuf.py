@@ -10,8 +10,9 @@ errno. dma-buf MRs are not charged to RLIMIT_MEMLOCK. rdma-core sets ``mr.addr``
 
 from __future__ import annotations
 
-from models.dmabuf_mr import ALLOWED_ACCESS, register_dmabuf
-from models.verbs import Access, MemoryRegion, ProtectionDomain
+from models.ib.dmabuf_mr import ALLOWED_ACCESS, register_dmabuf
+from models.nic.wqe import Access
+from models.verbs.verbs import MemoryRegion, ProtectionDomain
 from models.versions import RDMA_CORE_DMABUF, RDMA_CORE_MLX5DV_DMABUF, Version
 from sim.core import VerbsError
 

@@ -9,7 +9,7 @@ keeps the 4 KiB rule), so an unaligned start costs extra TLPs.
 The link is two independent directions that send TLPs first come first served at the raw rate, in *byte
 times* (one byte at the raw rate). Each direction counts the bytes it has sent (TLPs, DLLPs, SKIPs) and, after
 the TLP in which a due point falls, sends the ACK and FC-update DLLPs (8 B each, one pair every Ack = FC bytes)
-and a 4 B SKIP every 1538 bytes, as :mod:`models.pcie_closed_form` charges them. A read request waits for a
+and a 4 B SKIP every 1538 bytes, as :mod:`models.pcie.closed_form` charges them. A read request waits for a
 free tag (``read_tags``; request j reuses request j - tags's); its completions leave the host
 ``read_latency_ps`` after the request arrived, and the tag is free again when its last completion has arrived.
 
@@ -22,12 +22,10 @@ streams run up to about 0.5 % faster than the closed form, which charges every b
 from __future__ import annotations
 
 from math import gcd
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
-from models.pcie_closed_form import DLLP_FRAMING, DLLP_SIZE, ECRC, SKIP_BYTES, SKIP_INTERVAL, dllp_interval
-
-if TYPE_CHECKING:
-    from models.pcie import PcieParams
+from models.pcie.closed_form import DLLP_FRAMING, DLLP_SIZE, ECRC, SKIP_BYTES, SKIP_INTERVAL, dllp_interval
+from models.pcie.link import PcieParams
 
 OPS = ("write", "read", "read_write")
 """Stream kinds: posted writes, non-posted reads, or one read and one write of the size per transaction."""

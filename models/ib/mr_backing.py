@@ -4,63 +4,23 @@ A pinned host MR is always translatable (its backing is ``None`` and costs nothi
 The other modes answer, for each NIC access, one of:
 
 * ``None``: the NIC's translation is valid now;
-* :class:`Fault`: the translation is missing (never mapped, or zapped by an invalidation); the driver's fault
-  handler runs and the translation is valid from ``ready_ps`` on. A requester-side access stalls its send
-  queue until then; a responder-side access answers RNR NAK and the requester retries later;
-* a :class:`~models.verbs.WcStatus`: the access fails (the MR was torn down or revoked).
+* :class:`~models.nic.translation.Fault`: the translation is missing (never mapped, or zapped by an
+  invalidation); the driver's fault handler runs and the translation is valid from ``ready_ps`` on. A
+  requester-side access stalls its send queue until then; a responder-side access answers RNR NAK and the
+  requester retries later;
+* a :class:`~models.nic.wqe.WcStatus`: the access fails (the MR was torn down or revoked).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
+from models.nic.nic import OdpParams
+from models.nic.translation import Fault, MrBacking
+from models.nic.wqe import WcStatus
 from sim.core import PS_PER_NS, PS_PER_US
-
-
-class Fault(NamedTuple):
-    """A NIC page fault; the handler makes the translation valid at ``ready_ps``."""
-
-    ready_ps: int
-    pages: int
-    """Pages the handler mapped."""
-
-
-class MrBacking:
-    """Base of the non-pinned registration modes (see the module docstring)."""
-
-    mode = "pinned"
-    pinned_bytes = 0
-    """Bytes this registration keeps pinned (reported per mode)."""
-
-    def translate(self, now_ps: int, offset: int, length: int):
-        """Answer a NIC access to ``[offset, offset+length)`` of the MR at ``now_ps``."""
-        raise NotImplementedError
-
-    def release(self, now_ps: int) -> int:
-        """Tear the backing down at deregistration; return the time it costs (ps)."""
-        return 0
-
-    def epoch(self) -> tuple:
-        """A value that changes whenever the answers of :meth:`translate` (or where the NIC's accesses land)
-        may have changed: comparing it across a stretch of time tells whether anything moved the MR."""
-        return ()
-
-
-@dataclass(frozen=True, slots=True)
-class OdpParams:
-    """On-demand paging costs (mlx5 ODP). No public measurement exists: unvalidated defaults."""
-
-    fault_ps: int = 20 * PS_PER_US
-    """Fixed cost of one NIC page fault: interrupt, work queue, hmm_range_fault, UMR post and completion."""
-    fault_page_ps: int = 250 * PS_PER_NS
-    """Per 4 KiB page faulted in and written to the MTT."""
-    fault_granularity: int = 64 * 1024
-    """The handler maps at least this aligned span around the faulting address (bytes)."""
-    invalidate_ps: int = 5 * PS_PER_US
-    """One mmu-notifier invalidation: UMR ZAP of the range and its completion."""
 
 
 class OdpBacking(MrBacking):
@@ -132,14 +92,18 @@ class PeerMemBacking(MrBacking):
         allocation.pin(pin_owner)
 
     def translate(self, now_ps: int, offset: int, length: int):
-        from models.verbs import WcStatus
-
         if self.invalidated_at is not None and now_ps >= self.invalidated_at:
             return WcStatus.LOC_PROT_ERR
         return None
 
     def epoch(self) -> tuple:
         return (self.invalidated_at,)
+
+    def target(self, now_ps: int) -> str:
+        return "gpu0"
+
+    def reached_bytes(self, mr):
+        return self.allocation.data, mr.addr - self.allocation.addr
 
     def reclaim(self, now_ps: int) -> None:
         """The GPU driver's free callback: the MR's mkey is invalidated from ``now_ps`` on, the pin dropped."""

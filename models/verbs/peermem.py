@@ -8,9 +8,10 @@ complete in error, there is no re-fault.
 
 from __future__ import annotations
 
-from models.gpu_export import GpuAllocation
-from models.mr_backing import PeerMemBacking, PeerMemParams
-from models.verbs import REG_MR_FIXED_PS, Access, MemoryRegion, ProtectionDomain, _check_reg_args
+from models.dmabuf.gpu_export import GpuAllocation
+from models.ib.mr_backing import PeerMemBacking, PeerMemParams
+from models.nic.wqe import Access
+from models.verbs.verbs import REG_MR_FIXED_PS, MemoryRegion, ProtectionDomain, _check_reg_args
 from sim.core import VerbsError
 
 
@@ -18,7 +19,7 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
                        params: PeerMemParams = PeerMemParams()) -> MemoryRegion:
     """Register ``[alloc.addr + offset, +length)`` through the peer-memory client.
 
-    :raises VerbsError: as :func:`~models.verbs.ibv_reg_mr`; ``EFAULT`` for a range outside the allocation.
+    :raises VerbsError: as :func:`~models.verbs.verbs.ibv_reg_mr`; ``EFAULT`` for a range outside the allocation.
     """
     call = "ibv_reg_mr"
     addr = alloc.addr + offset

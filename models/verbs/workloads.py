@@ -19,7 +19,8 @@ from typing import Generator
 import numpy as np
 import simpy
 
-from models.verbs import MemoryRegion, Opcode, QueuePair, SendWR, WcStatus, ibv_poll_cq, ibv_post_send
+from models.nic.wqe import Opcode, SendWR, WcStatus
+from models.verbs.verbs import MemoryRegion, QueuePair, ibv_poll_cq, ibv_post_send
 
 PERFTEST_WRITE_LAT_INLINE = 220
 """perftest's default inline size for ib_write_lat on mlx5."""
@@ -45,7 +46,7 @@ class OpRecords:
     completed_ps: np.ndarray
     latency_ps: np.ndarray
     status: np.ndarray
-    """Each work completion's ``ibv_wc_status`` value (:class:`~models.verbs.WcStatus`, uint8)."""
+    """Each work completion's ``ibv_wc_status`` value (:class:`~models.nic.wqe.WcStatus`, uint8)."""
     qp: np.ndarray | None = None
     """Which of several concurrent QPs posted each one (None: a single QP)."""
 

@@ -1,7 +1,7 @@
 """A PCIe link at TLP granularity: encoding, lanes, MPS/MRRS/RCB, TLP and DLLP overheads, read tags.
 
-Rates and byte counts come from :mod:`models.pcie_closed_form` (pcie-model of Neugebauer et al., SIGCOMM'18,
-restated); :mod:`models.pcie_tlp` checks them TLP by TLP. Each direction of the link is its own FIFO server.
+Rates and byte counts come from :mod:`models.pcie.closed_form` (pcie-model of Neugebauer et al., SIGCOMM'18,
+restated); :mod:`models.pcie.tlp` checks them TLP by TLP. Each direction of the link is its own FIFO server.
 
 The event engine streams whole messages, so it holds read tags as a fluid resource (:func:`read_tags`): by
 Little's law ``tags`` requests in flight, each held for its round trip, serve at most ``tags`` requests per
@@ -16,8 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
-from models import pcie_closed_form as cf
-from models.pcie_closed_form import GT_PER_S
+from models.pcie import closed_form as cf
+from models.pcie.closed_form import GT_PER_S
+from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_NS, transfer_ps
 
 MWR_HEADER_64 = MRD_HEADER_64 = cf.REQUEST_HEADER[True]
@@ -124,9 +125,9 @@ class PcieLink:
         self.tags = FifoServer(f"{name}.tags")
 
 
-def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[tuple, int] | None:
+def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[Stage, int] | None:
     """How a DMA read of ``nbytes`` by the device below ``link`` holds its read tags, whose route has a read
-    latency of ``round_trip_ps``: the tag-pool stage (see :mod:`models.datapath`) and the least time its
+    latency of ``round_trip_ps``: the tag-pool stage (see :mod:`models.nic.datapath`) and the least time its
     completions take on the device's link (ps). None when tags are unlimited.
 
     The pool serves the read for max(its requests' summed round trips / ``read_tags``, its completions' link
@@ -143,4 +144,5 @@ def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[tuple, i
     completions = p.read_return_ps(nbytes)
     service = max(hold, completions)
     first_request = p.read_request_ps(min(nbytes, p.mrrs))
-    return (link.tags, service, service, 0, -service, False), max(completions, hold - first_request - round_trip_ps)
+    pool = Stage(link.tags, service, service, 0, -service, False)
+    return pool, max(completions, hold - first_request - round_trip_ps)

@@ -26,17 +26,14 @@ Sizes are bytes, rates bytes/s per direction, times ps. Sources: ``reference/num
   so B <= tags x n / sum of round trips. Read B = min of the two.
 * **Mixed**: the device reads n and writes n per transaction: B = T x n / max(W + Q, C) each way (pcie-model),
   and no more than the read tags allow. Exact while a transfer is one read request; past that, a device that
-  issues each transaction's writes behind its reads on one in-order queue (as :mod:`models.pcie_tlp` does)
+  issues each transaction's writes behind its reads on one in-order queue (as :mod:`models.pcie.tlp` does)
   idles the link while the next reads wait for tags, which this bound does not see.
 """
 
 from __future__ import annotations
 
 from math import gcd
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from models.pcie import PcieParams
+from typing import Protocol
 
 GT_PER_S = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 """Transfer rate per lane by generation (GT/s)."""
@@ -57,6 +54,24 @@ SKIP_BYTES, SKIP_INTERVAL = 4, 1538
 """A SKIP ordered set of 4 B every 1538 B of link time (clock compensation)."""
 
 MPS_CHOICES = (128, 256, 512, 1024, 2048, 4096)
+
+
+class LinkParams(Protocol):
+    """The link parameters the formulas read (:class:`~models.pcie.link.PcieParams` has them)."""
+
+    mps: int
+    mrrs: int
+    rcb: int
+    rcb_chunks: bool
+    ecrc: bool
+    addr64: bool
+    read_latency_ps: int
+    read_tags: int | None
+
+    @property
+    def tlp_Bps(self) -> float:
+        """Rate left for TLPs after DLLPs and SKIP ordered sets (bytes/s)."""
+
 _DLLP_INTERVAL = {
     1: {1: (237, 416, 559, 1071, 2095, 4143), 2: (128, 217, 289, 545, 1057, 2081),
         4: (73, 118, 154, 282, 538, 1050), 8: (67, 107, 86, 150, 278, 534), 16: (48, 72, 86, 150, 278, 534)},
@@ -105,17 +120,17 @@ def _blocks(addr: int, nbytes: int, size: int) -> int:
     return max(1, -(-(addr % size + nbytes) // size))
 
 
-def write_tlps(p: PcieParams, nbytes: int, addr: int = 0) -> int:
+def write_tlps(p: LinkParams, nbytes: int, addr: int = 0) -> int:
     """MWr TLPs of a DMA write."""
     return _blocks(addr, nbytes, p.mps)
 
 
-def read_requests(p: PcieParams, nbytes: int, addr: int = 0) -> int:
+def read_requests(p: LinkParams, nbytes: int, addr: int = 0) -> int:
     """MRd requests of a DMA read."""
     return _blocks(addr, nbytes, p.mrrs)
 
 
-def _request_completions(p: PcieParams, addr: int, nbytes: int) -> int:
+def _request_completions(p: LinkParams, addr: int, nbytes: int) -> int:
     """CplDs answering one request; only the first may start off an RCB boundary."""
     if p.rcb_chunks:
         return _blocks(addr, nbytes, p.rcb)
@@ -125,7 +140,7 @@ def _request_completions(p: PcieParams, addr: int, nbytes: int) -> int:
     return 1 + -(-(addr + nbytes - first_end) // p.mps)
 
 
-def _request_split(p: PcieParams, nbytes: int, addr: int) -> tuple[int, int, int]:
+def _request_split(p: LinkParams, nbytes: int, addr: int) -> tuple[int, int, int]:
     """A read's requests: the first one's length, how many full MRRS ones follow, the last one's length
     (0: none)."""
     first = min(nbytes, p.mrrs - addr % p.mrrs)
@@ -133,40 +148,40 @@ def _request_split(p: PcieParams, nbytes: int, addr: int) -> tuple[int, int, int
     return first, full, last
 
 
-def read_completions(p: PcieParams, nbytes: int, addr: int = 0) -> int:
+def read_completions(p: LinkParams, nbytes: int, addr: int = 0) -> int:
     """CplD TLPs returning a DMA read: the first request may be unaligned, the rest start MRRS-aligned."""
     first, full, last = _request_split(p, nbytes, addr)
     count = _request_completions(p, addr, first) + full * _request_completions(p, 0, p.mrrs)
     return count + (_request_completions(p, 0, last) if last else 0)
 
 
-def write_wire_bytes(p: PcieParams, nbytes: int, addr: int = 0) -> int:
+def write_wire_bytes(p: LinkParams, nbytes: int, addr: int = 0) -> int:
     """Bytes of MWr TLPs on the link for a DMA write."""
     return nbytes + write_tlps(p, nbytes, addr) * request_overhead(p.addr64, p.ecrc)
 
 
-def read_request_wire_bytes(p: PcieParams, nbytes: int, addr: int = 0) -> int:
+def read_request_wire_bytes(p: LinkParams, nbytes: int, addr: int = 0) -> int:
     """Bytes of MRd TLPs (device -> host) for a DMA read."""
     return read_requests(p, nbytes, addr) * request_overhead(p.addr64, p.ecrc)
 
 
-def read_completion_wire_bytes(p: PcieParams, nbytes: int, addr: int = 0) -> int:
+def read_completion_wire_bytes(p: LinkParams, nbytes: int, addr: int = 0) -> int:
     """Bytes of CplD TLPs (host -> device) for a DMA read."""
     return nbytes + read_completions(p, nbytes, addr) * completion_overhead(p.ecrc)
 
 
-def write_Bps(p: PcieParams, nbytes: int, addr: int = 0) -> float:
+def write_Bps(p: LinkParams, nbytes: int, addr: int = 0) -> float:
     """Bandwidth of back-to-back DMA writes of ``nbytes`` (bytes/s)."""
     return p.tlp_Bps * nbytes / write_wire_bytes(p, nbytes, addr)
 
 
-def read_link_Bps(p: PcieParams, nbytes: int, addr: int = 0) -> float:
+def read_link_Bps(p: LinkParams, nbytes: int, addr: int = 0) -> float:
     """Bandwidth of back-to-back DMA reads limited by the link alone, unlimited tags (bytes/s)."""
     busiest = max(read_request_wire_bytes(p, nbytes, addr), read_completion_wire_bytes(p, nbytes, addr))
     return p.tlp_Bps * nbytes / busiest
 
 
-def _round_trip_ps(p: PcieParams, addr: int, nbytes: int) -> float:
+def _round_trip_ps(p: LinkParams, addr: int, nbytes: int) -> float:
     """How long one MRd of ``nbytes`` holds its tag on an otherwise idle link: its own serialisation, the
     read latency and its completions' serialisation (ps)."""
     wire = request_overhead(p.addr64, p.ecrc) + nbytes + _request_completions(p, addr, nbytes) * \
@@ -174,14 +189,14 @@ def _round_trip_ps(p: PcieParams, addr: int, nbytes: int) -> float:
     return wire / p.tlp_Bps * 1e12 + p.read_latency_ps
 
 
-def read_tag_hold_ps(p: PcieParams, nbytes: int, latency_ps: int, addr: int = 0) -> float:
+def read_tag_hold_ps(p: LinkParams, nbytes: int, latency_ps: int, addr: int = 0) -> float:
     """Summed round trips of a DMA read's requests on an otherwise idle link whose read latency is
     ``latency_ps``: how long the read holds one tag in all (ps)."""
     wire = read_request_wire_bytes(p, nbytes, addr) + read_completion_wire_bytes(p, nbytes, addr)
     return read_requests(p, nbytes, addr) * latency_ps + wire / p.tlp_Bps * 1e12
 
 
-def read_tag_Bps(p: PcieParams, nbytes: int, addr: int = 0) -> float:
+def read_tag_Bps(p: LinkParams, nbytes: int, addr: int = 0) -> float:
     """Bandwidth allowed by ``read_tags`` outstanding requests (bytes/s; infinite when unlimited).
 
     Request j reuses the tag of request j - tags, so with ``k`` requests per read and g = gcd(tags, k) the
@@ -202,12 +217,12 @@ def read_tag_Bps(p: PcieParams, nbytes: int, addr: int = 0) -> float:
     return p.read_tags / g * nbytes / max(class_ps) * 1e12
 
 
-def read_Bps(p: PcieParams, nbytes: int, addr: int = 0) -> float:
+def read_Bps(p: LinkParams, nbytes: int, addr: int = 0) -> float:
     """Bandwidth of back-to-back DMA reads: link- or tag-limited, whichever is lower (bytes/s)."""
     return min(read_link_Bps(p, nbytes, addr), read_tag_Bps(p, nbytes, addr))
 
 
-def read_write_Bps(p: PcieParams, nbytes: int, addr: int = 0) -> float:
+def read_write_Bps(p: LinkParams, nbytes: int, addr: int = 0) -> float:
     """Bandwidth each way when every transaction reads ``nbytes`` and writes ``nbytes``: the busier direction
     of the link, or the read tags (bytes/s)."""
     up = write_wire_bytes(p, nbytes, addr) + read_request_wire_bytes(p, nbytes, addr)

@@ -2,7 +2,8 @@
 
 A message streams through each resource cut-through style: its head enters a resource when the resource
 is free, it occupies the resource for its whole service time, and it cannot leave before its tail has
-arrived and been served. A stage is ``(server, service_ps, head_ps, tail_ps, latency_ps, eager)``:
+arrived and been served. A :class:`~models.pcie.stage.Stage` is ``(server, service_ps, head_ps, tail_ps,
+latency_ps, eager)``:
 ``head_ps`` is the store-and-forward delay of the first unit (a packet must be received whole before the
 NIC uses it; a transmit port puts the first bit on the wire at once), ``tail_ps`` the time the last unit
 still needs after it arrives, ``latency_ps`` a pure delay after the resource. ``server`` None makes a
@@ -21,26 +22,20 @@ engine fed by BlueFlame doorbells (each arrives a fixed delay after its post, an
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Generator, NamedTuple
+from typing import Generator, NamedTuple
 
 from simpy import Timeout
 
 from models.fabric import AETH, RETH, Fabric
-from models.pcie import PcieLink, PcieParams, read_tags
-from models.memory_data import mr_bytes
-from models.mr_backing import Fault, PeerMemBacking
-from models.dmabuf import Placement
-from models.dmabuf_mr import DmabufBacking
-from models.topology import dma_read_stages, dma_write_stages
-from models.verbs import RNR_RETRY_INFINITE, Access, Opcode, QpState, WcStatus, WorkCompletion
+from models.nic.nic import Nic
+from models.nic.translation import Fault, mr_bytes
+from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WcStatus, WorkCompletion
+from models.pcie.link import PcieLink, PcieParams, read_tags
+from models.pcie.stage import Stage
+from models.pcie.topology import dma_read_stages, dma_write_stages
 from sim.core import PS_PER_S, Environment
-from sim.core.servers import FifoServer, claim_cut_through
+from sim.core.servers import claim_cut_through
 
-if TYPE_CHECKING:
-    from models.nic import Nic
-    from models.verbs import QueuePair, SendWR
-
-Stage = tuple[FifoServer | None, int, int, int, int, bool]
 _LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = int(Access.LOCAL_WRITE), int(Access.REMOTE_WRITE), int(Access.REMOTE_READ)
 """Access bits as plain ints: IntFlag arithmetic is slow on the per-message path."""
 
@@ -74,9 +69,9 @@ def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
     tags = read_tags(link, nbytes, p.read_latency_ps)
     return [
         *([tags[0]] if tags else []),
-        (link.up, p.read_request_ps(nbytes), request, request, 0, False),
+        Stage(link.up, p.read_request_ps(nbytes), request, request, 0, False),
         delay(p.read_latency_ps),
-        (link.down, tags[1] if tags else p.read_return_ps(nbytes), completion, completion, 0, True),
+        Stage(link.down, tags[1] if tags else p.read_return_ps(nbytes), completion, completion, 0, True),
     ]
 
 
@@ -107,7 +102,7 @@ def dma_write(link: PcieLink, nbytes: int) -> list[Stage]:
     """Device writes ``nbytes`` to host memory with posted MWr TLPs."""
     p = link.params
     tlp = p.write_ps(min(nbytes, p.mps))
-    return [(link.up, p.write_ps(nbytes), tlp, tlp, p.write_latency_ps, False)]
+    return [Stage(link.up, p.write_ps(nbytes), tlp, tlp, p.write_latency_ps, False)]
 
 
 def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0) -> list[Stage]:
@@ -119,19 +114,19 @@ def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0) 
     p = fabric.params
     total = p.serialize_ps(nbytes, first_extra)
     first = p.first_packet_ps(nbytes, first_extra)
-    return [(src.tx_port, total, 0, 0, p.latency_ps, False),
-            (dst.rx_port, total - first, first, 0, 0, fabric.point_to_point)]
+    return [Stage(src.tx_port, total, 0, 0, p.latency_ps, False),
+            Stage(dst.rx_port, total - first, first, 0, 0, fabric.point_to_point)]
 
 
 def rx_engine(nic: Nic, qp_num: int) -> Stage:
     """Processing and key check by the receive engine of QP ``qp_num`` on ``nic``."""
     p = nic.params
-    return (nic.rx_engine(qp_num), p.rx_process_ps, p.rx_process_ps, p.rx_process_ps, p.rx_latency_ps, True)
+    return Stage(nic.rx_engine(qp_num), p.rx_process_ps, p.rx_process_ps, p.rx_process_ps, p.rx_latency_ps, True)
 
 
 def delay(ps: int) -> Stage:
     """A pure delay."""
-    return (None, 0, 0, 0, ps, False)
+    return Stage(None, 0, 0, 0, ps, False)
 
 
 class Plan(NamedTuple):
@@ -160,10 +155,7 @@ def memory_target(mr, now_ps: int) -> str | None:
     link reaches host memory)."""
     if mr is None or mr.pd.context.node.topology is None:
         return None
-    backing = mr.backing
-    if isinstance(backing, DmabufBacking):
-        return "gpu0" if backing.reached_placement(now_ps) is Placement.VRAM else "mem0"
-    return "gpu0" if isinstance(backing, PeerMemBacking) else "mem0"
+    return "mem0" if mr.backing is None else mr.backing.target(now_ps)
 
 
 def node_dma_read(node, target: str | None, nbytes: int) -> list[Stage]:
@@ -180,7 +172,7 @@ def node_dma_write(node, target: str | None, nbytes: int) -> list[Stage]:
     return dma_write_stages(node.topology, "nic0", target, nbytes)
 
 
-def plan(qp: QueuePair, opcode: Opcode, n: int, inline: bool, local: str | None = None,
+def plan(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None,
          remote_target: str | None = None) -> Plan:
     """Build (or fetch from the QP's cache) the stages a work request crosses; ``local`` and
     ``remote_target`` are the :func:`memory_target` of its two MRs."""
@@ -192,7 +184,7 @@ def plan(qp: QueuePair, opcode: Opcode, n: int, inline: bool, local: str | None 
     nic, pnic = node.nic, peer.nic
     fabric: Fabric = qp.pd.context.fabric
     process = nic.params.tx_process_ps
-    engine = (nic.tx_engine(qp.qp_num), process, process, process, 0, nic.params.blueflame)
+    engine = Stage(nic.tx_engine(qp.qp_num), process, process, process, 0, nic.params.blueflame)
     to_engine = ([] if nic.params.blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
     reply = [delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num),
              *dma_write(node.pcie, nic.params.cqe_bytes)]
@@ -218,8 +210,9 @@ def plan(qp: QueuePair, opcode: Opcode, n: int, inline: bool, local: str | None 
     return result
 
 
-def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
-    """simpy process: carry one RDMA WRITE or READ from doorbell to the polled completion."""
+def run_work_request(qp, wr: SendWR) -> Generator:
+    """simpy process: carry one RDMA WRITE or READ from doorbell to the polled completion on ``qp`` (a
+    connected :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates)."""
     env = qp.pd.context.env
     node = qp.node
     posted = env.now
@@ -257,7 +250,7 @@ def run_work_request(qp: QueuePair, wr: SendWR) -> Generator:
         first, forward = forward[:stages.issue], forward[stages.issue:]
         issued, _ = yield from walk(env, first, t, t)
         t, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length,
-                                           max(issued - first[-1][2], qp.sq_stalled_until), write=False)
+                                           max(issued - first[-1].head_ps, qp.sq_stalled_until), write=False)
         qp.sq_stalled_until = t  # a page fault stalls the send queue: later WQEs wait behind it
         t = max(t, issued)
     if status is not WcStatus.SUCCESS:
@@ -349,7 +342,7 @@ def _write_payload(env, mr, addr: int, payload) -> None:
         mr_bytes(mr, addr, len(payload))[:] = payload
 
 
-def _responder_accepts(env, qp: QueuePair, wr: SendWR, stages: Plan, head: int, tail: int) -> Generator:
+def _responder_accepts(env, qp, wr: SendWR, stages: Plan, head: int, tail: int) -> Generator:
     """The responder's key check and translation, with RNR NAK and retransmission while it faults.
 
     Returns (status, head, tail) of the request as finally accepted (or rejected).
@@ -381,7 +374,7 @@ def _responder_accepts(env, qp: QueuePair, wr: SendWR, stages: Plan, head: int, 
         head, tail = yield from walk(env, stages.forward, retry, retry)
 
 
-def _translated(env, qp: QueuePair, mr, addr: int, length: int, t: int, *, write: bool) -> Generator:
+def _translated(env, qp, mr, addr: int, length: int, t: int, *, write: bool) -> Generator:
     """A requester-side NIC access through ``mr`` at ``t``: stall the send queue while the driver handles
     page faults. Returns (time the access proceeds, status)."""
     while True:
@@ -396,7 +389,7 @@ def _translated(env, qp: QueuePair, mr, addr: int, length: int, t: int, *, write
         t = max(t, answer.ready_ps)
 
 
-def _remote_ok(qp: QueuePair, wr: SendWR, needed: int) -> bool:
+def _remote_ok(qp, wr: SendWR, needed: int) -> bool:
     """Responder-side check of the rkey, bounds and rights (and that the responder QP still works)."""
     mr = qp.remote.node.nic.lookup(wr.rkey)
     return (qp.remote.state is QpState.RTS and mr is not None
@@ -409,7 +402,7 @@ def _notify_landed(env, wr: SendWR, landed: int) -> None:
         env.timeout(landed - env.now).callbacks.append(lambda _event: signal.succeed(landed))
 
 
-def _complete_at(env, qp: QueuePair, wr: SendWR, status: WcStatus, posted: int, seen: int, read_slot) -> None:
+def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, read_slot) -> None:
     """Finish a work request whose CQE the polling CPU would notice at ``seen``.
 
     RC completions are delivered in posting order: a completion waits for every earlier one. The first
@@ -437,6 +430,6 @@ def _complete_at(env, qp: QueuePair, wr: SendWR, status: WcStatus, posted: int, 
         env.timeout(seen - env.now).callbacks.append(lambda _event, wc=wc: _deliver(qp, wc))
 
 
-def _deliver(qp: QueuePair, wc: WorkCompletion) -> None:
+def _deliver(qp, wc: WorkCompletion) -> None:
     qp.outstanding -= 1
     qp.send_cq.push(wc)

@@ -23,14 +23,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_NS, PS_PER_S
-
-if TYPE_CHECKING:
-    from models.datapath import Stage
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +123,7 @@ class Iommu:
         if not misses:
             return []
         walk = self.params.walk_ps
-        return [(self.walker, misses * walk, walk, 0, self.params.miss_ps - walk, False)]
+        return [Stage(self.walker, misses * walk, walk, 0, self.params.miss_ps - walk, False)]
 
 
 def stream_Bps(params: IommuParams, addrs, size: int, *, base_Bps: float,

@@ -1,18 +1,18 @@
 """PCIe topology as a networkx graph: sockets (root complex + memory), PCIe switches, GPUs and NICs.
 
 Nodes carry ``kind`` (``root_complex``, ``memory``, ``switch``, ``gpu``, ``nic``) and ``params``; edges carry
-``link``: a :class:`~models.pcie.PcieLink` (with ``upstream``, the end nearer the CPU, so a hop towards it
+``link``: a :class:`~models.pcie.link.PcieLink` (with ``upstream``, the end nearer the CPU, so a hop towards it
 claims ``link.up`` and a hop away from it ``link.down``), a :class:`SocketLink`, or None (a socket to its
 memory). Links are objects shared by every route through them, so concurrent flows queue on the same
 :class:`~sim.core.FifoServer` per direction.
 
-Latency: a device's own :class:`~models.pcie.PcieParams` give the read round trip and write flight to the
+Latency: a device's own :class:`~models.pcie.link.PcieParams` give the read round trip and write flight to the
 memory of its own socket; each switch, socket-link crossing and root-complex peer-to-peer forward adds its
 one-way latency once per direction (twice for a read). Bandwidth is the minimum over the hops (FIFO
 stages in series); a root complex forwarding peer-to-peer (device to device, "CPUs are very, very bad PCI
 switches", NCCL #465) runs at ``p2p_*_factor`` x the PCIe link feeding it, and may refuse P2P reads
 (Intel client CPUs: writes only, open-gpu-kernel-modules #1253). A switch forwards peer-to-peer at link
-rate. A read holds the reading device's tags (:func:`models.pcie.read_tags`) for its route's round trip.
+rate. A read holds the reading device's tags (:func:`models.pcie.link.read_tags`) for its route's round trip.
 
 Examples
 --------
@@ -28,15 +28,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import pairwise
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import networkx as nx
 
-from models.pcie import PcieLink, PcieParams, read_tags
+from models.pcie.link import PcieLink, PcieParams, read_tags
+from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_NS, PS_PER_S, SimError, transfer_ps
-
-if TYPE_CHECKING:
-    from models.datapath import Stage
 
 LAYOUTS = ("switch", "root_complex", "cross_socket")
 """Preset layouts of :func:`build_topology`."""
@@ -225,17 +223,17 @@ def _stages(hops: list[Hop], nbytes: int, pcie, factor: str, socket_bytes: int) 
         else:
             f = getattr(p, factor)
             s, first = int(feed[0] / f + 0.5), int(feed[1] / f + 0.5)
-        stages.append((h.server, s, first, first, 0, False))
+        stages.append(Stage(h.server, s, first, first, 0, False))
     return stages
 
 
 def dma_write_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[Stage]:
-    """Stages (the tuples of :mod:`models.datapath`) of a posted DMA write of ``nbytes`` from device
+    """Stages (:class:`~models.pcie.stage.Stage`) of a posted DMA write of ``nbytes`` from device
     ``src`` to ``dst``; the flight latency rides on the last stage."""
     hops = route(graph, src, dst)
     stages = _stages(hops, nbytes, PcieParams.write_ps, "p2p_write_factor", nbytes)
     flight = device_link(graph, src).params.write_latency_ps + sum(h.latency_ps for h in hops)
-    stages[-1] = (*stages[-1][:4], flight, False)
+    stages[-1] = stages[-1]._replace(latency_ps=flight, eager=False)
     return stages
 
 
@@ -257,10 +255,10 @@ def dma_read_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[St
     completions = _stages(back, nbytes, PcieParams.read_return_ps, "p2p_read_factor", nbytes)
     tags = read_tags(link, nbytes, round_trip)
     if tags is None:
-        return [*requests, (None, 0, 0, 0, round_trip, False), *completions]
+        return [*requests, Stage(None, 0, 0, 0, round_trip, False), *completions]
     pool, last_hop_ps = tags  # a tag-limited read's completions stream no faster into the device
     completions[-1] = (completions[-1][0], max(completions[-1][1], last_hop_ps), *completions[-1][2:])
-    return [pool, *requests, (None, 0, 0, 0, round_trip, False), *completions]
+    return [pool, *requests, Stage(None, 0, 0, 0, round_trip, False), *completions]
 
 
 def dma_path(graph: nx.Graph, src: str, dst: str, nbytes: int) -> DmaPath:

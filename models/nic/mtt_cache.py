@@ -2,7 +2,7 @@
 caches of limited size, and the deep-translation cliff of very large MRs.
 
 * **Caches.** The NIC keeps recently used MPT contexts and MTT lines (``mtt_line_entries`` consecutive
-  entries fetched together) in exact LRU caches (:class:`~models.iommu.LruCache`). Every miss is one more
+  entries fetched together) in exact LRU caches (:class:`~models.pcie.iommu.LruCache`). Every miss is one more
   PCIe DMA read by the NIC (``mpt_bytes`` or an MTT line) before the data moves.
 * **Cliff.** RDMA READ into one destination MR larger than ~4 GiB of 4 KiB pages runs at 6.0 instead of
   9.3 GB/s on 100 GbE mlx5 (LMCache PR #4432): a step, not a slope (5.9 and 24 GiB MRs are equally slow,
@@ -25,15 +25,13 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
-from models.iommu import LruCache
+from models.pcie.iommu import LruCache
+from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_S
-
-if TYPE_CHECKING:
-    from models.datapath import Stage
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +124,7 @@ class MttCache:
         if not access.deep_pages:
             return []
         walk = self.params.deep_walk_ps
-        return [(self.walker, access.deep_pages * walk, walk, 0, 0, False)]
+        return [Stage(self.walker, access.deep_pages * walk, walk, 0, 0, False)]
 
 
 def stream_Bps(params: MttParams, mr_size: int, page_size: int, *, base_Bps: float, write: bool) -> float:

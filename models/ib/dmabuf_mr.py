@@ -13,26 +13,14 @@ deliberately broken importer that keeps its stale translations, to show why the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from sim.core import InvariantViolation, VerbsError
 
-from sim.core import PS_PER_NS, PS_PER_US, InvariantViolation, VerbsError
-
-from models.dmabuf import DmaBufAttachment, DmaBufAttachOps, FdTable, check_dma
-from models.mr_backing import Fault, MrBacking
-from models.umem_dmabuf import (IbUmemDmabuf, ib_umem_dmabuf_get, ib_umem_dmabuf_get_pinned,
-                                ib_umem_dmabuf_map_pages, ib_umem_dmabuf_release, ib_umem_dmabuf_unmap_pages)
-
-
-@dataclass(frozen=True, slots=True)
-class UmrParams:
-    """Cost of rewriting an MR's translation entries with a UMR WQE (unvalidated defaults)."""
-
-    fixed_ps: int = 5 * PS_PER_US
-    """Post the UMR, wait for its completion."""
-    entry_ps: int = 2 * PS_PER_NS
-    """Per 4 KiB MTT entry written (8 B each, DMA-read by the NIC)."""
-    reg_ioctl_ps: int = 25 * PS_PER_US
-    """uverbs ioctl and mkey creation of ``ibv_reg_dmabuf_mr`` (like ``ibv_reg_mr`` without pinning)."""
+from models.dmabuf import DmaBufAttachment, DmaBufAttachOps, FdTable, Placement, check_dma
+from models.nic.nic import UmrParams
+from models.nic.translation import Fault, MrBacking
+from models.nic.wqe import WcStatus
+from models.ib.umem_dmabuf import (IbUmemDmabuf, ib_umem_dmabuf_get, ib_umem_dmabuf_get_pinned,
+                                   ib_umem_dmabuf_map_pages, ib_umem_dmabuf_release, ib_umem_dmabuf_unmap_pages)
 
 
 class DmabufBacking(MrBacking):
@@ -100,9 +88,15 @@ class DmabufBacking(MrBacking):
             return self.zapped_placement
         return umem.attach.dmabuf.placement
 
-    def translate(self, now_ps: int, offset: int, length: int):
-        from models.verbs import WcStatus
+    def target(self, now_ps: int) -> str:
+        return "gpu0" if self.reached_placement(now_ps) is Placement.VRAM else "mem0"
 
+    def reached_bytes(self, mr):
+        umem = self.umem
+        generation = umem.sgt.generation if umem.sgt is not None else umem.attach.dmabuf.generation
+        return umem.attach.dmabuf.priv.storage[generation], umem.offset
+
+    def translate(self, now_ps: int, offset: int, length: int):
         umem = self.umem
         if umem.revoked or umem.private is None:
             return WcStatus.LOC_PROT_ERR
@@ -128,8 +122,6 @@ class DmabufBacking(MrBacking):
 
     def _page_fault(self):
         """A NIC access found the translation zapped: re-map, or complete the access in error."""
-        from models.verbs import WcStatus
-
         core = self.umem.attach.dmabuf.core
         core.instant(self.umem.dev, "PageFaulted", reason="translation zapped by move_notify")
         try:

@@ -12,15 +12,36 @@ Messages stream whole and cut-through through each resource.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any
 
-from models.dmabuf_mr import UmrParams
-from models.mr_backing import OdpParams
-from sim.core import PS_PER_NS, FifoServer, VerbsError
+from models.nic.mtt_cache import MttCache
+from sim.core import PS_PER_NS, PS_PER_US, FifoServer, VerbsError
 
-if TYPE_CHECKING:
-    from models.mtt_cache import MttCache
-    from models.verbs import MemoryRegion
+
+@dataclass(frozen=True, slots=True)
+class OdpParams:
+    """On-demand paging costs (mlx5 ODP). No public measurement exists: unvalidated defaults."""
+
+    fault_ps: int = 20 * PS_PER_US
+    """Fixed cost of one NIC page fault: interrupt, work queue, hmm_range_fault, UMR post and completion."""
+    fault_page_ps: int = 250 * PS_PER_NS
+    """Per 4 KiB page faulted in and written to the MTT."""
+    fault_granularity: int = 64 * 1024
+    """The handler maps at least this aligned span around the faulting address (bytes)."""
+    invalidate_ps: int = 5 * PS_PER_US
+    """One mmu-notifier invalidation: UMR ZAP of the range and its completion."""
+
+
+@dataclass(frozen=True, slots=True)
+class UmrParams:
+    """Cost of rewriting an MR's translation entries with a UMR WQE (unvalidated defaults)."""
+
+    fixed_ps: int = 5 * PS_PER_US
+    """Post the UMR, wait for its completion."""
+    entry_ps: int = 2 * PS_PER_NS
+    """Per 4 KiB MTT entry written (8 B each, DMA-read by the NIC)."""
+    reg_ioctl_ps: int = 25 * PS_PER_US
+    """uverbs ioctl and mkey creation of ``ibv_reg_dmabuf_mr`` (like ``ibv_reg_mr`` without pinning)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +100,8 @@ class Nic:
         self.rx_engines = _engines(f"{name}.rx_engine", params.rx_engines)
         self.tx_port = FifoServer(f"{name}.tx_port")
         self.rx_port = FifoServer(f"{name}.rx_port")
-        self.mrs: dict[int, MemoryRegion] = {}
+        self.mrs: dict[int, Any] = {}
+        """The registered MRs (:class:`~models.verbs.verbs.MemoryRegion`) by key."""
         self.mtt: MttCache | None = None
         """The MPT/MTT translation caches when modelled (off by default: every translation hits)."""
         self._next_key = 0x100
@@ -123,7 +145,7 @@ class Nic:
         self._next_handle += 1
         return self._next_handle
 
-    def lookup(self, key: int) -> MemoryRegion | None:
+    def lookup(self, key: int) -> Any:
         """The MR owning ``key``, or None when the key is invalid (never registered or deregistered)."""
         return self.mrs.get(key)
 

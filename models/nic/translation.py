@@ -1,0 +1,67 @@
+"""What a NIC access through a memory region reaches: the interface of an MR's backing and the bytes behind it.
+
+A pinned host MR has no backing (always translatable, its bytes in the process's host buffer); the other
+registration modes (:mod:`models.ib`) subclass :class:`MrBacking`. Data mode: host memory keeps one array per
+buffer (``HostMemory.data``), a GPU allocation its ``data``, an exported dma-buf its exporter's ``storage``
+(one array per placement generation); a backing says which array the NIC reaches now, so an importer that
+ignored ``move_notify`` still reads and writes the old generation's array — stale bytes, not the buffer's.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+
+class Fault(NamedTuple):
+    """A NIC page fault; the handler makes the translation valid at ``ready_ps``."""
+
+    ready_ps: int
+    pages: int
+    """Pages the handler mapped."""
+
+
+class MrBacking:
+    """Base of the non-pinned registration modes (see :mod:`models.ib.mr_backing`)."""
+
+    mode = "pinned"
+    pinned_bytes = 0
+    """Bytes this registration keeps pinned (reported per mode)."""
+
+    def translate(self, now_ps: int, offset: int, length: int):
+        """Answer a NIC access to ``[offset, offset+length)`` of the MR at ``now_ps``: None (valid), a
+        :class:`Fault` or a :class:`~models.nic.wqe.WcStatus` (the access fails)."""
+        raise NotImplementedError
+
+    def release(self, now_ps: int) -> int:
+        """Tear the backing down at deregistration; return the time it costs (ps)."""
+        return 0
+
+    def epoch(self) -> tuple:
+        """A value that changes whenever the answers of :meth:`translate` (or where the NIC's accesses land)
+        may have changed: comparing it across a stretch of time tells whether anything moved the MR."""
+        return ()
+
+    def target(self, now_ps: int) -> str:
+        """Where the NIC's accesses land at ``now_ps`` in a node's PCIe topology: ``mem0`` (host memory) or
+        ``gpu0`` (VRAM)."""
+        return "mem0"
+
+    def reached_bytes(self, mr) -> tuple[np.ndarray, int] | None:
+        """Data mode: the array the NIC reaches through ``mr`` now and the index of the MR's first byte in it;
+        None for the process's host buffer."""
+        return None
+
+
+def mr_bytes(mr, addr: int, length: int) -> np.ndarray:
+    """A writable view of ``[addr, addr+length)`` (in the MR's iova space) of
+    :class:`~models.verbs.verbs.MemoryRegion` ``mr`` as the NIC reaches it now."""
+    offset = addr - mr.iova
+    reached = mr.backing.reached_bytes(mr) if mr.backing is not None else None
+    if reached is None:
+        host = mr.pd.context.node.host
+        buf = next(b for b in host.buffers.values() if b.addr <= mr.addr < b.addr + b.size)
+        reached = host.data[buf.name], mr.addr - buf.addr
+    array, base = reached
+    return array[base + offset: base + offset + length]
