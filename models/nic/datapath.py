@@ -48,8 +48,8 @@ def walk(env, stages: list[Stage], head: int, tail: int) -> Generator:
     tracing = env.trace.enabled
     for server, service, head_ps, tail_ps, latency, eager in stages:
         if server is not None:
-            if not eager and head > env._now:  # simpy's clock attribute, read directly in this hot loop
-                yield Timeout(env, head - env._now)
+            if not eager and head > (now := env.now):
+                yield Timeout(env, head - now)
             start, finish = claim_cut_through(server, head, service, tail + tail_ps)
             if tracing:
                 env.trace.slice(server.name, "busy", start, finish)

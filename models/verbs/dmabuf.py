@@ -11,6 +11,7 @@ errno. dma-buf MRs are not charged to RLIMIT_MEMLOCK. rdma-core sets ``mr.addr``
 from __future__ import annotations
 
 from models.ib.dmabuf_mr import ALLOWED_ACCESS, register_dmabuf
+from models.ib.mr_checks import check_max_mr_size, ib_check_mr_access
 from models.nic.wqe import Access
 from models.verbs.verbs import MemoryRegion, ProtectionDomain
 from models.versions import RDMA_CORE_DMABUF, RDMA_CORE_MLX5DV_DMABUF, Version
@@ -70,13 +71,10 @@ def _reg_dmabuf(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: i
     if int(access) & ~ALLOWED_ACCESS:
         raise VerbsError("EINVAL", f"access {Access(access)!r}: only LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, "
                          "REMOTE_ATOMIC and RELAXED_ORDERING are allowed for dma-buf MRs", call=call)
-    if access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not access & Access.LOCAL_WRITE:
-        raise VerbsError("EINVAL", "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE (ib_check_mr_access)",
-                         call=call)
+    ib_check_mr_access(access, call)
     if mode == "dynamic" and nic.params.odp is None:
         raise VerbsError("EOPNOTSUPP", "mlx5 dynamic dma-buf MRs need on-demand paging", call=call)
-    if length > nic.params.max_mr_size:
-        raise VerbsError("EINVAL", f"length {length} exceeds the device's max_mr_size", call=call)
+    check_max_mr_size(nic.params.max_mr_size, length, call)
     nic.reserve_translations(length, call=call)
     try:
         return _register(pd, offset, length, iova, fd, access, mode, invariants, call)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from models.dmabuf.gpu_export import GpuAllocation
 from models.ib.mr_backing import PeerMemBacking, PeerMemParams
 from models.nic.wqe import Access
-from models.verbs.verbs import REG_MR_FIXED_PS, MemoryRegion, ProtectionDomain, _check_reg_args
+from models.verbs.verbs import REG_MR_FIXED_PS, MemoryRegion, ProtectionDomain, check_reg_args
 from sim.core import VerbsError
 
 
@@ -23,7 +23,7 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
     """
     call = "ibv_reg_mr"
     addr = alloc.addr + offset
-    _check_reg_args(addr, length, Access(access), call)
+    check_reg_args(addr, length, Access(access), call)
     if offset < 0 or offset + length > alloc.size:
         raise VerbsError("EFAULT", "range outside the GPU allocation: nvidia_p2p_get_pages fails", call=call)
     nic = pd.context.node.nic

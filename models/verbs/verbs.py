@@ -14,6 +14,7 @@ import simpy
 
 from models.fabric import Fabric
 from models.ib.mr_backing import OdpBacking
+from models.ib.mr_checks import check_max_mr_size, ib_check_mr_access
 from models.nic.datapath import run_work_request
 from models.nic.translation import MrBacking
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WorkCompletion
@@ -72,6 +73,11 @@ class MemoryRegion:
         self._bits = int(self.access)
         if self.iova is None:
             self.iova = self.addr
+
+    def change_access(self, access: Access) -> None:
+        """Grant ``access`` from now on (``ibv_rereg_mr`` with ``IBV_REREG_MR_CHANGE_ACCESS``)."""
+        self.access = access
+        self._bits = int(access)
 
     def allows(self, addr: int, length: int, needed: int) -> bool:
         """True when ``[addr, addr+length)`` (in the MR's iova space) lies inside the MR and the ``needed``
@@ -181,14 +187,12 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     """
     call = "ibv_reg_mr"
     access = Access(access)
-    _check_reg_args(addr, length, access, call)
+    check_reg_args(addr, length, access, call)
     nic = pd.context.node.nic
     if access & Access.ON_DEMAND and nic.params.odp is None:
         raise VerbsError("EOPNOTSUPP", "ON_DEMAND registration on a device without ODP (no IBK_ON_DEMAND_PAGING)",
                          call=call)
-    if length > nic.params.max_mr_size:
-        raise VerbsError("EINVAL", f"length {length} exceeds the device's max_mr_size {nic.params.max_mr_size}",
-                         call=call)
+    check_max_mr_size(nic.params.max_mr_size, length, call)
     nic.reserve_translations(length, call=call)
     try:
         cost, backing = _back_host_mr(pd, addr, length, access, call)
@@ -252,7 +256,7 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     new_pd = pd if flags & REREG_CHANGE_PD else mr.pd
     if new_pd is None or new_pd.context is not mr.pd.context:
         raise VerbsError("EINVAL", "CHANGE_PD needs a PD of the same device", call=call)
-    _check_reg_args(new_addr, new_length, new_access, call)
+    check_reg_args(new_addr, new_length, new_access, call)
     host = mr.pd.context.node.host
     cost = 0
     if flags & REREG_CHANGE_TRANSLATION:
@@ -262,20 +266,18 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
         except VerbsError:
             host.pin(mr.addr, mr.length, call=call)
             raise
-    mr.addr, mr.iova, mr.length, mr.access, mr.pd = new_addr, new_addr, new_length, new_access, new_pd
-    mr._bits = int(new_access)
+    mr.addr, mr.iova, mr.length, mr.pd = new_addr, new_addr, new_length, new_pd
+    mr.change_access(new_access)
     return REG_MR_FIXED_PS + cost
 
 
-def _check_reg_args(addr: int, length: int, access: Access, call: str) -> None:
-    """The argument checks ibv_reg_mr and ibv_rereg_mr share (ib_umem_get, ib_check_mr_access)."""
+def check_reg_args(addr: int, length: int, access: Access, call: str) -> None:
+    """The argument checks of registering host or peer memory (ib_umem_get's range, ib_check_mr_access)."""
     if length == 0:
         raise VerbsError("EINVAL", "length 0 pins no pages (ib_umem_get: npages == 0)", call=call)
     if addr < 0 or length < 0 or addr + length > 2**64:
         raise VerbsError("EINVAL", f"addr 0x{addr:x} + length {length} overflows", call=call)
-    if access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not access & Access.LOCAL_WRITE:
-        raise VerbsError("EINVAL", "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE (ib_check_mr_access)",
-                         call=call)
+    ib_check_mr_access(access, call)
 
 
 def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:
