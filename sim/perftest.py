@@ -10,11 +10,12 @@ as YAML instead of running it.
 from __future__ import annotations
 
 import argparse
+import io
 import re
 import shlex
 from dataclasses import dataclass
 
-import yaml
+from ruamel.yaml import YAML
 
 from models.nic.nic import NicParams
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
@@ -265,7 +266,16 @@ def _scenario(cmd: _Command) -> Scenario:
 
 def _dump(cmd: _Command) -> str:
     return (f"# Equivalent of: {cmd.data['description']}\n# Run it with: rdmasim run FILE\n"
-            + yaml.safe_dump(cmd.data, sort_keys=False, default_flow_style=None, width=120))
+            + _yaml_text(cmd.data))
+
+
+def _yaml_text(data: dict) -> str:
+    """``data`` as YAML 1.2 (what the scenario loader reads), nested mappings of scalars in flow style."""
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style, yaml.width = None, 120
+    out = io.StringIO()
+    yaml.dump(data, out)
+    return out.getvalue()
 
 
 def _header(cmd: _Command, result) -> str:
