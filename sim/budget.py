@@ -193,7 +193,7 @@ def check(file: str, variants: list[tuple[str, Scenario]], budget: int, trace: b
     short = over_budget(need, budget)
     if short is None:
         return need
-    from sim.scenario.loader import error_at, load_yaml
+    from sim.scenario.yaml_reader import error_at, load_yaml
 
     reason = f"{short}; --memory-budget SIZE sets the budget"
     try:

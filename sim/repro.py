@@ -27,7 +27,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from sim.core.errors import ConfigError
 from sim.results import REPRODUCIBLE, file_sha256, package_versions, run_parameters, write_results
 from sim.run import run_scenario
-from sim.scenario.loader import load_yaml, validate
+from sim.scenario.loader import validate
+from sim.scenario.yaml_reader import load_yaml
 from sim.scenario.scenario_file import load_scenario_variants
 
 MANIFEST = "manifest.json"

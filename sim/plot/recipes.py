@@ -2,8 +2,9 @@
 ``summary.json``) or by a sweep (``sweep.json`` and ``runs/``); each saved as PNG and PDF with its CSV.
 
 Recipes (named as the scenario's ``outputs``): ``bw_vs_size``, ``latency_cdf`` and ``bw_over_time`` (bandwidth
-over time with the scenario's events; both need per-operation metrics, so ``rdmasim run`` results), ``mode_comparison`` (bandwidth, p99.9 latency,
-registration time and pinned memory per variant) and ``heatmap`` (a metric over two axes of a sweep).
+over time with the scenario's events; both need per-operation metrics, so ``rdmasim run`` results),
+``mode_comparison`` (bandwidth, p99.9 latency, registration time and pinned memory per variant) and ``heatmap``
+(a metric over two axes of a sweep).
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from sim.core.errors import ConfigError, ConfigErrors
-from sim.scenario.loader import error_at, parse_yaml, read_yaml_file, validate
+from sim.scenario.loader import validate
+from sim.scenario.yaml_reader import error_at, parse_yaml, read_yaml_file
 from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario
 from sim.scenario.variants import expand

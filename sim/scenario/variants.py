@@ -10,7 +10,8 @@ import copy
 from typing import Any
 
 from sim.core.errors import ConfigError, ConfigErrors
-from sim.scenario.loader import PositionMap, error_at, validate
+from sim.scenario.loader import validate
+from sim.scenario.yaml_reader import PositionMap, error_at
 from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario
 

@@ -24,7 +24,8 @@ import numpy as np
 
 from sim import __version__
 from sim.core.errors import ConfigError, ConfigErrors
-from sim.scenario.loader import KeyPath, PositionMap, error_at, format_path, parse_yaml, read_yaml_file, validate
+from sim.scenario.loader import validate
+from sim.scenario.yaml_reader import KeyPath, PositionMap, error_at, format_path, parse_yaml, read_yaml_file
 from sim.scenario.refs import check_references
 from sim.scenario.scenario_file import SWEEP_KIND, load_scenario_variants
 from sim.scenario.schema import Scenario, Variant

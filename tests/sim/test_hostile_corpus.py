@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.scenario.loader import DEFAULT_SIZE_LIMIT, MAX_NODES, SIZE_LIMIT_ENV
+from sim.scenario.yaml_reader import DEFAULT_SIZE_LIMIT, MAX_NODES, SIZE_LIMIT_ENV
 
 BASE = """schema: 1
 name: hostile

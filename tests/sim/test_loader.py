@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from ruamel.yaml import YAML
 
 from sim.core.errors import ConfigError, ConfigErrors
-from sim.scenario.loader import MAX_DEPTH, MAX_NODES, PositionMap, error_at, format_path, load_yaml, validate
+from sim.scenario.loader import validate
+from sim.scenario.yaml_reader import MAX_DEPTH, MAX_NODES, PositionMap, error_at, format_path, load_yaml
 
 
 class Strict(BaseModel):

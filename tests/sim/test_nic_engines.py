@@ -5,7 +5,8 @@ import pytest
 
 from sim.core import PS_PER_S
 from sim.run import run_scenario
-from sim.scenario.loader import load_yaml, validate
+from sim.scenario.loader import validate
+from sim.scenario.yaml_reader import load_yaml
 from sim.core.errors import ConfigErrors
 from sim.scenario.schema import Scenario
 
