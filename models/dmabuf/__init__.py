@@ -27,8 +27,10 @@ from models.dmabuf.ops import (dma_buf_attach, dma_buf_attachment_is_dynamic, dm
                                dma_buf_dynamic_attach, dma_buf_export, dma_buf_fd, dma_buf_get,
                                dma_buf_is_dynamic, dma_buf_map_attachment, dma_buf_map_attachment_unlocked,
                                dma_buf_move_notify, dma_buf_pin, dma_buf_pin_on_map, dma_buf_put,
-                               dma_buf_unmap_attachment, dma_buf_unmap_attachment_unlocked, dma_buf_unpin)
-from models.dmabuf.resv import DmaFence, DmaResv, DmaResvUsage, dma_resv_add_fence, dma_resv_wait_timeout
+                               dma_buf_unmap_attachment, dma_buf_unmap_attachment_unlocked, dma_buf_unpin,
+                               get_dma_buf)
+from models.dmabuf.resv import (DmaFence, DmaResv, DmaResvUsage, dma_resv_add_fence, dma_resv_assert_held,
+                                dma_resv_wait_timeout)
 
 __all__ = [
     "CopyParams", "DmaBuf", "DmaBufAttachment", "DmaBufAttachOps", "DmaBufCore", "DmaBufCosts", "DmaBufOps",
@@ -38,5 +40,5 @@ __all__ = [
     "dma_buf_fd", "dma_buf_get", "dma_buf_is_dynamic", "dma_buf_map_attachment",
     "dma_buf_map_attachment_unlocked", "dma_buf_move_notify", "dma_buf_pin", "dma_buf_pin_on_map",
     "dma_buf_put", "dma_buf_unmap_attachment", "dma_buf_unmap_attachment_unlocked", "dma_buf_unpin",
-    "dma_resv_add_fence", "dma_resv_wait_timeout",
+    "dma_resv_add_fence", "dma_resv_assert_held", "dma_resv_wait_timeout", "get_dma_buf",
 ]

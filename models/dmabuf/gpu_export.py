@@ -21,7 +21,7 @@ import numpy as np
 from sim.core import SimError
 
 from models.dmabuf import (CopyParams, DmaBufAttachment, DmaBufCore, MovableExporter, Placement, StaticExporter,
-                           dma_buf_fd)
+                           dma_buf_fd, get_dma_buf)
 from models.gpu import COPY_PRESETS, Allocation, CopyEngines, DeviceMemory, GpuOutOfMemory, GpuParams
 from models.gpu.managed import ManagedMemory
 from models.versions import NVIDIA_DMABUF_EXPORT, Version
@@ -149,7 +149,7 @@ class Gpu:
             raise CudaError("CUDA_ERROR_INVALID_VALUE", "the range runs past the allocation", call=call)
         with self.core.call(self.name, call, allocation=alloc.name, bytes=size):
             if isinstance(alloc.exporter, AmdgpuExporter) and not alloc.exporter.dmabuf.released:
-                alloc.exporter.dmabuf.refcount += 1  # get_dma_buf: the buffer object's dma-buf is exported again
+                get_dma_buf(alloc.exporter.dmabuf)  # the buffer object's dma-buf is exported again
                 self.core.spend(self.name, EXPORT_PS)
                 return dma_buf_fd(alloc.exporter.dmabuf, fdtable)
             if self.vendor == "nvidia":

@@ -20,7 +20,7 @@ from sim.core import DeadlockError, ProtocolError, VerbsError
 from models.dmabuf.core import (DmaBuf, DmaBufAttachment, DmaBufAttachOps, DmaBufCore, DmaBufOps,
                                 DmaDataDirection, SgTable)
 from models.dmabuf.fd import FdTable
-from models.dmabuf.resv import DmaResv, DmaResvUsage, dma_resv_wait_timeout
+from models.dmabuf.resv import DmaResv, DmaResvUsage, dma_resv_assert_held, dma_resv_wait_timeout
 
 IMPORTER_HOLDS = ("dma-buf locking convention: importers hold the reservation lock while they call "
                   "dma_buf_pin, dma_buf_unpin, dma_buf_map_attachment and dma_buf_unmap_attachment")
@@ -29,12 +29,6 @@ CALLER_MUST_NOT_HOLD = ("dma-buf locking convention: attach, detach, export, fd,
                         "calls take the reservation lock themselves (or may), so the caller must not hold it")
 RELEASE_UNLOCKED = ("dma-buf locking convention: the exporter's release callback runs without the "
                     "reservation lock and may take it")
-
-
-def _assert_held(resv: DmaResv, ctx: str, call: str, rule: str) -> None:
-    if not resv.is_held_by(ctx):
-        raise ProtocolError(f"{call}: lockdep: dma_resv_assert_held failed: {resv.name} is held by "
-                            f"{resv.holder or 'nobody'}, not {ctx}; rule: {rule}")
 
 
 def _assert_not_held(resv: DmaResv, ctx: str, call: str) -> None:
@@ -188,7 +182,7 @@ def dma_buf_pin(attach: DmaBufAttachment, *, caller: str | None = None) -> None:
         if attach.importer_ops is None:
             core.warn(ctx, f"{call}: WARN_ON(!attach->importer_ops): static importer {attach.dev} pins; "
                       "only dynamic importers may pin")
-        _assert_held(resv, ctx, call, IMPORTER_HOLDS)
+        dma_resv_assert_held(resv, ctx, call, IMPORTER_HOLDS)
         if attach.dmabuf.ops.pin is not None:
             attach.dmabuf.ops.pin(attach)
         attach.pin_count += 1
@@ -207,7 +201,7 @@ def dma_buf_unpin(attach: DmaBufAttachment, *, caller: str | None = None) -> Non
     with core.call(ctx, call, dmabuf=attach.dmabuf.name, dev=attach.dev):
         if attach.importer_ops is None:
             core.warn(ctx, f"{call}: WARN_ON(!attach->importer_ops): static importer {attach.dev} unpins")
-        _assert_held(resv, ctx, call, IMPORTER_HOLDS)
+        dma_resv_assert_held(resv, ctx, call, IMPORTER_HOLDS)
         if attach.pin_count == 0:
             core.warn(ctx, f"{call}: WARN_ON_ONCE: {attach.dev} unpins {attach.dmabuf.name} without a pin")
             return
@@ -239,7 +233,7 @@ def dma_buf_map_attachment(attach: DmaBufAttachment,
     ctx = core.context(caller, attach.dev)
     with core.call(ctx, call, dmabuf=dmabuf.name, dev=attach.dev, bytes=dmabuf.size):
         if _lock_required(attach):
-            _assert_held(dmabuf.resv, ctx, call, IMPORTER_HOLDS)
+            dma_resv_assert_held(dmabuf.resv, ctx, call, IMPORTER_HOLDS)
         pin = dma_buf_pin_on_map(attach)
         if pin:
             try:
@@ -284,7 +278,7 @@ def dma_buf_unmap_attachment(attach: DmaBufAttachment, sgt: SgTable,
     ctx = core.context(caller, attach.dev)
     with core.call(ctx, call, dmabuf=dmabuf.name, dev=attach.dev):
         if _lock_required(attach):
-            _assert_held(dmabuf.resv, ctx, call, IMPORTER_HOLDS)
+            dma_resv_assert_held(dmabuf.resv, ctx, call, IMPORTER_HOLDS)
         dmabuf.ops.unmap_dma_buf(attach, sgt, direction)
         sgt.unmapped = True
         attach.mappings.remove(sgt)
@@ -341,7 +335,7 @@ def dma_buf_move_notify(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
     core = dmabuf.core
     ctx = core.context(caller, dmabuf.exp_name)
     with core.call(ctx, call, dmabuf=dmabuf.name):
-        _assert_held(dmabuf.resv, ctx, call, EXPORTER_HOLDS)
+        dma_resv_assert_held(dmabuf.resv, ctx, call, EXPORTER_HOLDS)
         for attach in list(dmabuf.attachments):
             if attach.importer_ops is None:
                 continue
@@ -351,6 +345,12 @@ def dma_buf_move_notify(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
             core.instant(ctx, "MappingInvalidated", dmabuf=dmabuf.name, dev=attach.dev,
                          callback=core.config.behaviour.invalidate_name, live_mappings=len(attach.mappings))
             attach.importer_ops.move_notify(attach)
+
+
+def get_dma_buf(dmabuf: DmaBuf) -> None:
+    """Take a file reference on ``dmabuf`` (``get_file(&dmabuf->file)``: no lock, no cost); drop it with
+    :func:`dma_buf_put`."""
+    dmabuf.refcount += 1
 
 
 def dma_buf_put(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
@@ -413,5 +413,5 @@ def dma_buf_get(fdtable: FdTable, fd: int, *, caller: str | None = None) -> DmaB
     _assert_not_held(file.resv, ctx, call)
     with file.core.call(ctx, call, dmabuf=file.name, refcount=file.refcount + 1):
         file.core.spend(ctx, file.core.costs.file_op_ps)
-        file.refcount += 1
+        get_dma_buf(file)
         return file

@@ -104,6 +104,16 @@ class DmaResv:
         return self.holder == holder
 
 
+def dma_resv_assert_held(resv: DmaResv, holder: str, call: str, rule: str = "") -> None:
+    """lockdep's ``dma_resv_assert_held``: ``call`` needs ``holder`` to own ``resv``.
+
+    :raises ProtocolError: naming ``call``, the actual holder and ``rule`` (the convention broken).
+    """
+    if not resv.is_held_by(holder):
+        raise ProtocolError(f"{call}: lockdep: dma_resv_assert_held failed: {resv.name} is held by "
+                            f"{resv.holder or 'nobody'}, not {holder}" + (f"; rule: {rule}" if rule else ""))
+
+
 def dma_resv_add_fence(resv: DmaResv, fence: DmaFence, usage: DmaResvUsage, *, holder: str) -> None:
     """Publish ``fence`` with ``usage``; a fence of the same context and no stronger usage is replaced.
 
@@ -111,9 +121,7 @@ def dma_resv_add_fence(resv: DmaResv, fence: DmaFence, usage: DmaResvUsage, *, h
 
     :raises ProtocolError: ``holder`` does not hold the lock (lockdep ``dma_resv_assert_held``).
     """
-    if not resv.is_held_by(holder):
-        raise ProtocolError(f"dma_resv_add_fence: lockdep: dma_resv_assert_held: {resv.name} is held by "
-                            f"{resv.holder or 'nobody'}, not {holder}; fences are added under the lock")
+    dma_resv_assert_held(resv, holder, "dma_resv_add_fence", "fences are added under the lock")
     resv.fences = [(f, u) for f, u in resv.fences
                    if not (f.context == fence.context and u >= usage and f.seqno <= fence.seqno)]
     resv.fences.append((fence, usage))

@@ -17,8 +17,8 @@ from sim.core import InvariantViolation, VerbsError
 
 from models.dmabuf import DmaBufAttachment, DmaBufAttachOps, FdTable, Placement, check_dma
 from models.nic.nic import UmrParams
-from models.nic.translation import Fault, MrBacking
-from models.nic.wqe import WcStatus
+from models.nic.translation import DMABUF_MODE, DmabufImporter, Fault, MrBacking
+from models.nic.wqe import Access, WcStatus
 from models.ib.umem_dmabuf import (IbUmemDmabuf, ib_umem_dmabuf_get, ib_umem_dmabuf_get_pinned,
                                    ib_umem_dmabuf_map_pages, ib_umem_dmabuf_release, ib_umem_dmabuf_unmap_pages)
 
@@ -26,13 +26,13 @@ from models.ib.umem_dmabuf import (IbUmemDmabuf, ib_umem_dmabuf_get, ib_umem_dma
 class DmabufBacking(MrBacking):
     """The NIC side of one dma-buf MR (see the module docstring)."""
 
-    def __init__(self, umem: IbUmemDmabuf, umr: UmrParams, mode: str, *, invariants: str = "raise",
+    def __init__(self, umem: IbUmemDmabuf, umr: UmrParams, mode: DmabufImporter, *, invariants: str = "raise",
                  broken: bool = False) -> None:
         self.umem = umem
         self.broken = broken
         """Ignore move_notify (the deliberately broken importer)."""
         self.umr = umr
-        self.mode = "dmabuf" if mode == "dynamic" else "dmabuf-pinned"
+        self.mode = DMABUF_MODE[mode]
         self.invariants = invariants
         self.translation_valid = umem.sgt is not None
         self.faults = 0
@@ -165,11 +165,12 @@ class DmabufBacking(MrBacking):
         return core.now_ps(umem.dev) - start
 
 
-ALLOWED_ACCESS = 0x1 | 0x2 | 0x4 | 0x8 | (1 << 20)
-"""LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, REMOTE_ATOMIC, RELAXED_ORDERING: all ibv_reg_dmabuf_mr accepts."""
+ALLOWED_ACCESS = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
+                     | Access.RELAXED_ORDERING)
+"""All the access bits ibv_reg_dmabuf_mr accepts (mlx5_ib_reg_user_mr_dmabuf), as a plain int."""
 
 
-def register_dmabuf(nic, mode: str, umr: UmrParams, fdtable: FdTable, offset: int, length: int, fd: int,
+def register_dmabuf(nic, mode: DmabufImporter, umr: UmrParams, fdtable: FdTable, offset: int, length: int, fd: int,
                     writable: bool, invariants: str = "raise") -> tuple[DmabufBacking, int]:
     """The driver's ``reg_user_mr_dmabuf``: attach (and for ``pinned`` pin+map), or map the whole MR.
 

@@ -17,7 +17,7 @@ from sim.core import ProtocolError, VerbsError
 from models.dmabuf import (DmaBufAttachment, DmaBufAttachOps, DmaDataDirection, FdTable, SgTable, dma_buf_detach,
                            dma_buf_dynamic_attach, dma_buf_get, dma_buf_map_attachment, dma_buf_pin, dma_buf_put,
                            dma_buf_unmap_attachment, dma_buf_unpin)
-from models.dmabuf.resv import DmaResvUsage, dma_resv_wait_timeout
+from models.dmabuf.resv import DmaResvUsage, dma_resv_assert_held, dma_resv_wait_timeout
 
 U64 = 2**64
 
@@ -56,11 +56,10 @@ def _task(umem: IbUmemDmabuf) -> str:
     return umem.attach.dmabuf.core.context(None, umem.dev)
 
 
-def _assert_held(umem: IbUmemDmabuf, call: str) -> str:
+def _held_task(umem: IbUmemDmabuf, call: str) -> str:
+    """The running task, which must hold the buffer's reservation lock for ``call``."""
     ctx = _task(umem)
-    if not umem.resv.is_held_by(ctx):
-        raise ProtocolError(f"{call}: lockdep: dma_resv_assert_held failed: {umem.resv.name} is held by "
-                            f"{umem.resv.holder or 'nobody'}, not {ctx}")
+    dma_resv_assert_held(umem.resv, ctx, call)
     return ctx
 
 
@@ -102,7 +101,7 @@ def ib_umem_dmabuf_map_pages(umem: IbUmemDmabuf) -> int:
     :raises VerbsError: ``EINVAL`` after revoke; the exporter's map errno.
     """
     call = "ib_umem_dmabuf_map_pages"
-    ctx = _assert_held(umem, call)
+    ctx = _held_task(umem, call)
     if umem.revoked:
         raise VerbsError("EINVAL", "the umem was revoked", call=call)
     core = umem.attach.dmabuf.core
@@ -122,7 +121,7 @@ def ib_umem_dmabuf_map_pages(umem: IbUmemDmabuf) -> int:
 
 def ib_umem_dmabuf_unmap_pages(umem: IbUmemDmabuf) -> None:
     """Drop the mapping (no-op when unmapped); caller holds the lock."""
-    ctx = _assert_held(umem, "ib_umem_dmabuf_unmap_pages")
+    ctx = _held_task(umem, "ib_umem_dmabuf_unmap_pages")
     if umem.sgt is None:
         return
     dma_buf_unmap_attachment(umem.attach, umem.sgt, DmaDataDirection.BIDIRECTIONAL, caller=ctx)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.nic.mtt_cache import MttCache
+from models.nic.translation import DmabufImporter
 from sim.core import PS_PER_NS, PS_PER_US, FifoServer, VerbsError
 
 
@@ -78,7 +79,7 @@ class NicParams:
     """Largest memory region (bytes)."""
     odp: OdpParams | None = OdpParams()
     """On-demand paging support and its costs; None for a NIC without page faults (EFA-like)."""
-    dmabuf: str | None = "dynamic"
+    dmabuf: DmabufImporter | None = "dynamic"
     """dma-buf MR support: ``dynamic`` (mlx5: move_notify + re-fault, needs ODP), ``pinned`` (EFA-like), None."""
     umr: UmrParams = UmrParams()
     """Cost of rewriting translation entries."""

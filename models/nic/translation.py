@@ -9,9 +9,16 @@ ignored ``move_notify`` still reads and writes the old generation's array — st
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import numpy as np
+
+RegMode = Literal["pinned", "odp", "peermem", "dmabuf", "dmabuf-pinned"]
+"""How a buffer is registered: the scenario's ``register`` values and every :class:`MrBacking`'s ``mode``."""
+DmabufImporter = Literal["dynamic", "pinned"]
+"""How the driver imports a dma-buf (``NicParams.dmabuf``): dynamic (move_notify + re-fault) or pinned."""
+DMABUF_MODE: dict[str, RegMode] = {"dynamic": "dmabuf", "pinned": "dmabuf-pinned"}
+"""The registration mode each kind of dma-buf importer gives (the one place the two vocabularies meet)."""
 
 
 class Fault(NamedTuple):
@@ -25,7 +32,7 @@ class Fault(NamedTuple):
 class MrBacking:
     """Base of the non-pinned registration modes (see :mod:`models.ib.mr_backing`)."""
 
-    mode = "pinned"
+    mode: RegMode = "pinned"
     pinned_bytes = 0
     """Bytes this registration keeps pinned (reported per mode)."""
 

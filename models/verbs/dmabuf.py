@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from models.ib.dmabuf_mr import ALLOWED_ACCESS, register_dmabuf
 from models.ib.mr_checks import check_max_mr_size, ib_check_mr_access
+from models.nic.translation import DmabufImporter
 from models.nic.wqe import Access
 from models.verbs.verbs import MemoryRegion, ProtectionDomain
 from models.versions import RDMA_CORE_DMABUF, RDMA_CORE_MLX5DV_DMABUF, Version
@@ -54,7 +55,7 @@ def mlx5dv_reg_dmabuf_mr(pd: ProtectionDomain, offset: int, length: int, iova: i
     return _reg_dmabuf(pd, offset, length, iova, fd, access, "pinned", invariants, call)
 
 
-def _reg_dmabuf(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int, access: Access, mode: str,
+def _reg_dmabuf(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int, access: Access, mode: DmabufImporter,
                 invariants: str, call: str) -> MemoryRegion:
     node = pd.context.node
     nic = node.nic
@@ -83,7 +84,7 @@ def _reg_dmabuf(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: i
         raise
 
 
-def _register(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int, access: Access, mode: str,
+def _register(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int, access: Access, mode: DmabufImporter,
               invariants: str, call: str) -> MemoryRegion:
     node = pd.context.node
     nic = node.nic

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
                       WithJsonSchema, field_validator)
 
+from models.nic.translation import RegMode
 from models.versions import DEFAULT_KERNEL, Version
 from sim.core.units import (PS_PER_S, RATE_PATTERN, SIZE_PATTERN, TIME_PATTERN, UnitError, format_size, format_time,
                             parse_rate, parse_size, parse_time)
@@ -221,7 +222,7 @@ class FabricSpec(Strict):
 
 
 Access = Literal["local_write", "remote_write", "remote_read", "remote_atomic", "relaxed_ordering"]
-RegisterMode = Literal["pinned", "odp", "peermem", "dmabuf", "dmabuf-pinned"]
+RegisterMode = RegMode
 
 
 class BufferSpec(Strict):

@@ -1,0 +1,117 @@
+"""The contributor's page ``docs/contributing.md`` stays true: its rule table names functions that exist where it
+says, it names every kernel-named function of ``models/``, and the layers' imports point the way it says."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import pkgutil
+import re
+from pathlib import Path
+
+import networkx as nx
+import pytest
+
+import models
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "docs" / "contributing.md"
+ROW = re.compile(r"^\| (?P<kernel>[^|]+) \| (?P<ours>[^|]+) \| `(?P<module>[\w.]+)` \|$", re.M)
+KERNEL_NAMES = re.compile(r"^(ibv_|mlx5dv_|ib_|dma_buf_|dma_resv_|get_dma_buf$)")
+CORE = ("sim.core", "sim.fast")
+
+
+def table() -> list[tuple[str, str]]:
+    """(module, dotted name) for every function the rule table names."""
+    text = PAGE.read_text()
+    return [(m["module"], name) for m in ROW.finditer(text) for name in re.findall(r"`([\w.]+)`", m["ours"])]
+
+
+def test_the_table_is_on_the_page_and_linked():
+    assert len(table()) >= 40
+    for index in (ROOT / "README.md", ROOT / "docs" / "README.md"):
+        assert "contributing.md" in index.read_text(), index
+
+
+@pytest.mark.parametrize(("module", "name"), table())
+def test_each_function_lives_where_the_table_says(module, name):
+    owner = importlib.import_module(module)
+    obj = owner
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    if inspect.isfunction(obj):
+        assert obj.__module__ == module, f"{name} is defined in {obj.__module__}, not {module}"
+    else:
+        assert name in vars(owner) or name.split(".")[0] in vars(owner)
+
+
+def _model_modules() -> list[str]:
+    return [m.name for m in pkgutil.walk_packages(models.__path__, "models.")]
+
+
+def test_every_kernel_named_function_is_in_the_table():
+    listed = set(table())
+    missing = []
+    for module in _model_modules():
+        for name, obj in vars(importlib.import_module(module)).items():
+            if inspect.isfunction(obj) and obj.__module__ == module and KERNEL_NAMES.match(name):
+                if (module, name) not in listed:
+                    missing.append(f"{module}.{name}")
+    assert not missing, f"add to docs/contributing.md's rule table: {missing}"
+
+
+def _imports() -> dict[str, set[str]]:
+    """Every module of sim/ and models/ and every module it imports anywhere in its source (any depth)."""
+    found: dict[str, set[str]] = {}
+    for top in ("sim", "models"):
+        for path in (ROOT / top).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            package = name if parts[-1] == "__init__" else name.rpartition(".")[0]
+            targets = set()
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    targets.update(alias.name for alias in node.names)
+                elif isinstance(node, ast.ImportFrom):
+                    base = node.module or ""
+                    if node.level:
+                        base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + [base])
+                    targets.add(base.strip("."))
+            found[name] = {t for t in targets if t.split(".")[0] in ("sim", "models")}
+    return found
+
+
+def _within(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def test_the_arrows_point_one_way():
+    wrong = []
+    for module, targets in _imports().items():
+        for target in targets:
+            if _within(module, CORE) and not _within(target, CORE):
+                wrong.append(f"{module} -> {target}")
+            if module.startswith("models") and target.startswith("sim") and not _within(target, ("sim.core",)):
+                wrong.append(f"{module} -> {target}")
+    assert not wrong
+
+
+def _resolve(target: str, modules: set[str]) -> str | None:
+    """The module ``target`` names (``from pkg import name`` names ``pkg``)."""
+    while target and target not in modules:
+        target = target.rpartition(".")[0]
+    return target or None
+
+
+def test_no_import_circle():
+    imports = _imports()
+    graph = nx.DiGraph()
+    for module, targets in imports.items():
+        graph.add_node(module)
+        for target in targets:
+            found = _resolve(target, set(imports))
+            if found and found != module and not module.startswith(found + "."):
+                graph.add_edge(module, found)
+    circles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    assert not circles
