@@ -127,6 +127,7 @@ def _gpu_job_growth(bed: Testbed, event: GpuJobGrowthEvent, row: dict, log: list
 
 
 def _host_page_migration(bed: Testbed, event: HostPageMigrationEvent, row: dict, log: list[dict]) -> None:
+    """The kernel migrates the buffer's host pages."""
     mr = bed.registrations[event.buffer].mr
     log.append(row | {"target": event.buffer, "bytes": mr.length, "evicted": 0, "outcome": migrate_pages(mr)})
 
@@ -137,15 +138,18 @@ def _node_qps(bed: Testbed, node: str) -> list:
 
 
 def _qp_error(bed: Testbed, event: QpErrorEvent, row: dict, log: list[dict]) -> None:
+    """Every QP of the node moves to ERR."""
     log.append(row | {"target": event.node, "bytes": 0, "evicted": 0, "outcome": flush_qps(_node_qps(bed, event.node))})
 
 
 def _nic_reset(bed: Testbed, event: NicResetEvent, row: dict, log: list[dict]) -> None:
+    """The node's NIC hits a fatal error."""
     outcome = bed.nodes[event.node].nic.enter_error_state(_node_qps(bed, event.node))
     log.append(row | {"target": event.node, "bytes": 0, "evicted": 0, "outcome": outcome})
 
 
 def _process_exit(bed: Testbed, event: ProcessExitEvent, row: dict, log: list[dict]) -> None:
+    """The node's process exits holding its QPs and MRs."""
     mrs = [reg.mr for reg in bed.registrations.values() if reg.node == event.node]
     outcome = uverbs_destroy_ufile_hw(bed.nodes[event.node], _node_qps(bed, event.node), mrs)
     log.append(row | {"target": event.node, "bytes": 0, "evicted": 0, "outcome": outcome})
@@ -164,6 +168,7 @@ def _eviction_storm(bed: Testbed, event: EvictionStormEvent, row: dict, log: lis
 
 
 def _peermem_reclaim(bed: Testbed, event: PeerMemReclaimEvent, row: dict, log: list[dict]) -> None:
+    """The GPU driver reclaims a peer-memory MR's pages."""
     reg = bed.registrations[event.buffer]
     log.append(row | {"target": event.buffer, "bytes": reg.size_bytes, "evicted": 0,
                       "outcome": peermem_reclaim(reg.mr, bed.env.now)})
@@ -178,6 +183,7 @@ def _when_due(act: Callable[[Testbed, object, dict, list[dict]], Generator | Non
 
 
 def _fire(bed: Testbed, event, start_ps: int, log: list[dict], act) -> Generator:
+    """Wait for the event's time, then run ``act``."""
     yield bed.env.timeout(max(0, start_ps + event.at - bed.env.now))
     steps = act(bed, event, {"time_ps": bed.env.now, "kind": event.kind}, log)
     if steps is not None:
