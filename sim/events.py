@@ -2,24 +2,30 @@
 simpy processes.
 
 Each event fires at its ``at`` time counted from the start of the first workload and appends a row to the
-event log: what happened, to what, and the outcome.
+event log: what happened, to what, and the outcome. What an event does to the testbed is model code (the NIC,
+the kernel, the GPU driver); this module only schedules it, through :data:`SCHEDULERS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 
 from models.gpu import GpuOutOfMemory
 from models.gpu.managed import UvmStats
 from models.gpu.workloads import sequential
 from models.host import ManagedAllocationFailed
+from models.ib.mr_backing import migrate_pages
+from models.nic.nic import flush_qps
+from models.verbs.cleanup import uverbs_destroy_ufile_hw
 from models.verbs.peermem import peermem_reclaim
 from sim.build import Testbed
-from sim import faults
 from sim.core import PS_PER_MS, format_size
 from sim.scenario.schema import (EvictionStormEvent, GpuJobGrowthEvent, GpuPressureEvent, HostPageMigrationEvent,
                                  LinkFlapEvent, ManagedJobEvent, NicResetEvent, PeerMemReclaimEvent, ProcessExitEvent,
                                  QpErrorEvent, Scenario)
+
+Scheduler = Callable[[Testbed, object, int, list[dict]], None]
+"""Schedules one event of a scenario on a testbed: (testbed, event, start of the workloads (ps), event log)."""
 
 BOOKKEEPING_KINDS = ("workloads-start", "managed-job-faults")
 """Event-log rows kept for the VRAM-over-time figure (the baseline, a managed job's progress), not outcomes."""
@@ -32,17 +38,6 @@ def event_failed(outcome: str) -> bool:
 
 SWEEP_CHUNK = 16384
 """Pages a managed job touches between two steps of simulated time (64 MiB of 4 KiB pages)."""
-
-
-def schedule_events(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dict]) -> None:
-    """Start one process per event of ``scenario``; rows go to ``log``."""
-    for event in scenario.events:
-        if isinstance(event, LinkFlapEvent):  # known in advance: the ports stall in that interval
-            outcome = faults.link_flap(bed, event.node, start_ps + event.at, event.duration)
-            bed.env.process(_log_at(bed, start_ps + event.at, {
-                "kind": event.kind, "target": event.node, "bytes": 0, "evicted": 0, "outcome": outcome}, log))
-        else:
-            bed.env.process(_fire(bed, event, start_ps, log))
 
 
 def _log_at(bed: Testbed, at_ps: int, row: dict, log: list[dict]) -> Generator:
@@ -111,44 +106,113 @@ def _managed_job(bed: Testbed, event: ManagedJobEvent, row: dict, log: list[dict
                 "evicted": 0, "outcome": "freed", "gpu_used": gpu.memory.used})
 
 
-def _fire(bed: Testbed, event, start_ps: int, log: list[dict]) -> Generator:
-    env = bed.env
-    yield env.timeout(max(0, start_ps + event.at - env.now))
-    row = {"time_ps": env.now, "kind": event.kind}
-    if isinstance(event, GpuPressureEvent):
-        gpu = bed.gpus[event.on]
-        ok = _allocate(gpu, event.allocate, row, log)
-        if ok and event.hold is not None:
-            yield env.timeout(event.hold)
-            gpu.release_pressure()
-            log.append({"time_ps": env.now, "kind": "gpu-memory-release", "target": event.on,
-                        "bytes": event.allocate, "evicted": 0, "outcome": "freed", "gpu_used": gpu.memory.used})
-    elif isinstance(event, GpuJobGrowthEvent):
-        gpu = bed.gpus[event.on]
-        for step in range(event.steps):
-            if step:
-                yield env.timeout(event.every)
-            if not _allocate(gpu, event.step, {"time_ps": env.now, "kind": event.kind}, log):
-                break
-    elif isinstance(event, ManagedJobEvent):
-        yield from _managed_job(bed, event, row, log)
-    elif isinstance(event, HostPageMigrationEvent):
-        mr = bed.registrations[event.buffer].mr
-        if mr.backing is not None and mr.backing.mode == "odp":
-            mr.backing.invalidate(0, mr.length)
-            outcome = "invalidated (ODP re-faults on next access)"
-        else:
-            outcome = "blocked: pages are pinned (long-term pin prevents migration)"
-        log.append(row | {"target": event.buffer, "bytes": mr.length, "evicted": 0, "outcome": outcome})
-    elif isinstance(event, (QpErrorEvent, NicResetEvent, ProcessExitEvent)):
-        action = {"qp-error": faults.qp_error, "nic-reset": faults.nic_reset, "process-exit": faults.process_exit}
-        log.append(row | {"target": event.node, "bytes": 0, "evicted": 0,
-                          "outcome": action[event.kind](bed, event.node)})
-    elif isinstance(event, EvictionStormEvent):
-        yield from faults.eviction_storm(bed, event.on, event.count, event.every, lambda outcome: log.append(
-            row | {"target": event.on, "bytes": 0, "evicted": 0, "outcome": outcome}))
-    elif isinstance(event, PeerMemReclaimEvent):
-        reg = bed.registrations[event.buffer]
-        peermem_reclaim(reg.mr, env.now)
-        log.append(row | {"target": event.buffer, "bytes": reg.size_bytes, "evicted": 0,
-                          "outcome": "MR invalidated (later accesses fail)"})
+def _gpu_pressure(bed: Testbed, event: GpuPressureEvent, row: dict, log: list[dict]) -> Generator:
+    """A competing allocation, freed after ``hold`` when given."""
+    gpu = bed.gpus[event.on]
+    if _allocate(gpu, event.allocate, row, log) and event.hold is not None:
+        yield bed.env.timeout(event.hold)
+        gpu.release_pressure()
+        log.append({"time_ps": bed.env.now, "kind": "gpu-memory-release", "target": event.on,
+                    "bytes": event.allocate, "evicted": 0, "outcome": "freed", "gpu_used": gpu.memory.used})
+
+
+def _gpu_job_growth(bed: Testbed, event: GpuJobGrowthEvent, row: dict, log: list[dict]) -> Generator:
+    """``steps`` allocations ``every`` apart, until one fails."""
+    gpu = bed.gpus[event.on]
+    for step in range(event.steps):
+        if step:
+            yield bed.env.timeout(event.every)
+        if not _allocate(gpu, event.step, {"time_ps": bed.env.now, "kind": event.kind}, log):
+            break
+
+
+def _host_page_migration(bed: Testbed, event: HostPageMigrationEvent, row: dict, log: list[dict]) -> None:
+    """The kernel migrates the buffer's host pages."""
+    mr = bed.registrations[event.buffer].mr
+    log.append(row | {"target": event.buffer, "bytes": mr.length, "evicted": 0, "outcome": migrate_pages(mr)})
+
+
+def _node_qps(bed: Testbed, node: str) -> list:
+    """The testbed's QPs on ``node``."""
+    return [qp for qp in bed.qps if qp.node.name == node]
+
+
+def _qp_error(bed: Testbed, event: QpErrorEvent, row: dict, log: list[dict]) -> None:
+    """Every QP of the node moves to ERR."""
+    log.append(row | {"target": event.node, "bytes": 0, "evicted": 0, "outcome": flush_qps(_node_qps(bed, event.node))})
+
+
+def _nic_reset(bed: Testbed, event: NicResetEvent, row: dict, log: list[dict]) -> None:
+    """The node's NIC hits a fatal error."""
+    outcome = bed.nodes[event.node].nic.enter_error_state(_node_qps(bed, event.node))
+    log.append(row | {"target": event.node, "bytes": 0, "evicted": 0, "outcome": outcome})
+
+
+def _process_exit(bed: Testbed, event: ProcessExitEvent, row: dict, log: list[dict]) -> None:
+    """The node's process exits holding its QPs and MRs."""
+    mrs = [reg.mr for reg in bed.registrations.values() if reg.node == event.node]
+    outcome = uverbs_destroy_ufile_hw(bed.nodes[event.node], _node_qps(bed, event.node), mrs)
+    log.append(row | {"target": event.node, "bytes": 0, "evicted": 0, "outcome": outcome})
+
+
+def _eviction_storm(bed: Testbed, event: EvictionStormEvent, row: dict, log: list[dict]) -> Generator:
+    """Every movable exported buffer of the GPU moves ``count`` times, ``every`` apart; one row at the end."""
+    moved = refused = 0
+    for step in range(event.count):
+        if step:
+            yield bed.env.timeout(event.every)
+        moves, refusals = bed.gpus[event.on].swap_exported()
+        moved, refused = moved + moves, refused + refusals
+    log.append(row | {"target": event.on, "bytes": 0, "evicted": 0,
+                      "outcome": f"{moved} moves, {refused} refused (pinned)"})
+
+
+def _peermem_reclaim(bed: Testbed, event: PeerMemReclaimEvent, row: dict, log: list[dict]) -> None:
+    """The GPU driver reclaims a peer-memory MR's pages."""
+    reg = bed.registrations[event.buffer]
+    log.append(row | {"target": event.buffer, "bytes": reg.size_bytes, "evicted": 0,
+                      "outcome": peermem_reclaim(reg.mr, bed.env.now)})
+
+
+def _when_due(act: Callable[[Testbed, object, dict, list[dict]], Generator | None]) -> Scheduler:
+    """A scheduler starting a process that waits for the event's time, then runs ``act`` with the event's row
+    (``act`` returns the steps that take simulated time, or None when it acts at once)."""
+    def schedule(bed: Testbed, event, start_ps: int, log: list[dict]) -> None:
+        bed.env.process(_fire(bed, event, start_ps, log, act))
+    return schedule
+
+
+def _fire(bed: Testbed, event, start_ps: int, log: list[dict], act) -> Generator:
+    """Wait for the event's time, then run ``act``."""
+    yield bed.env.timeout(max(0, start_ps + event.at - bed.env.now))
+    steps = act(bed, event, {"time_ps": bed.env.now, "kind": event.kind}, log)
+    if steps is not None:
+        yield from steps
+
+
+def _link_flap(bed: Testbed, event: LinkFlapEvent, start_ps: int, log: list[dict]) -> None:
+    """Known in advance: the ports stall in that interval from now on; the row is logged at the event's time."""
+    outcome = bed.nodes[event.node].nic.link_down(start_ps + event.at, event.duration)
+    bed.env.process(_log_at(bed, start_ps + event.at, {
+        "kind": event.kind, "target": event.node, "bytes": 0, "evicted": 0, "outcome": outcome}, log))
+
+
+SCHEDULERS: dict[type, Scheduler] = {
+    GpuPressureEvent: _when_due(_gpu_pressure),
+    GpuJobGrowthEvent: _when_due(_gpu_job_growth),
+    ManagedJobEvent: _when_due(_managed_job),
+    HostPageMigrationEvent: _when_due(_host_page_migration),
+    QpErrorEvent: _when_due(_qp_error),
+    NicResetEvent: _when_due(_nic_reset),
+    ProcessExitEvent: _when_due(_process_exit),
+    EvictionStormEvent: _when_due(_eviction_storm),
+    PeerMemReclaimEvent: _when_due(_peermem_reclaim),
+    LinkFlapEvent: _link_flap,
+}
+"""The scheduler of each event class of the scenario schema."""
+
+
+def schedule_events(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dict]) -> None:
+    """Schedule every event of ``scenario`` in order; rows go to ``log``."""
+    for event in scenario.events:
+        SCHEDULERS[type(event)](bed, event, start_ps, log)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.core import SimError
+from sim.core import SimError, VerbsError
 
 from models.dmabuf import (CopyParams, DmaBufAttachment, DmaBufCore, MovableExporter, Placement, StaticExporter,
                            dma_buf_fd, get_dma_buf)
@@ -228,3 +228,19 @@ class Gpu:
         if self.pressure_allocations:
             for vram in self.pressure_allocations.pop(0):
                 self.memory.free(vram)
+
+    def swap_exported(self) -> tuple[int, int]:
+        """The driver moves every movable exported buffer still exported (amdgpu) to the other placement, VRAM
+        to system memory and back. Returns (moves, refusals: the buffer is pinned)."""
+        moved = refused = 0
+        for alloc in self.allocations.values():
+            exporter = alloc.exporter
+            if not isinstance(exporter, AmdgpuExporter) or exporter.dmabuf.released:
+                continue
+            target = Placement.SYSTEM if exporter.dmabuf.placement is Placement.VRAM else Placement.VRAM
+            try:
+                exporter.move(target)
+                moved += 1
+            except VerbsError:
+                refused += 1
+        return moved, refused

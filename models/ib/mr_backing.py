@@ -64,6 +64,16 @@ class OdpBacking(MrBacking):
         return self.params.invalidate_ps
 
 
+def migrate_pages(mr) -> str:
+    """The kernel migrates the host pages under ``mr`` (:class:`~models.verbs.verbs.MemoryRegion`, a host
+    buffer): an ODP MR's notifier zaps its translation (the NIC re-faults on next access); any other MR holds a
+    long-term pin and the migration fails. Returns the event-log outcome."""
+    if isinstance(mr.backing, OdpBacking):
+        mr.backing.invalidate(0, mr.length)
+        return "invalidated (ODP re-faults on next access)"
+    return "blocked: pages are pinned (long-term pin prevents migration)"
+
+
 @dataclass(frozen=True, slots=True)
 class PeerMemParams:
     """Legacy peer-memory (nvidia-peermem) registration costs; unvalidated defaults."""

@@ -150,6 +150,31 @@ class Nic:
         """The MR owning ``key``, or None when the key is invalid (never registered or deregistered)."""
         return self.mrs.get(key)
 
+    def enter_error_state(self, qps: list) -> str:
+        """A fatal NIC error (mlx5_enter_error_state): ``qps`` (this NIC's) fail and every hardware key is lost;
+        the MRs stay registered in the kernel until the process cleans up. Returns the event-log outcome."""
+        outcome = flush_qps(qps)
+        lost = len(self.mrs)
+        for mr in list(self.mrs.values()):
+            mr.valid = False
+        self.mrs.clear()
+        return f"{outcome}; {lost} memory keys lost"
+
+    def link_down(self, start_ps: int, duration_ps: int) -> str:
+        """The link carries nothing in ``[start_ps, start_ps + duration_ps)``: both ports stall then (set in
+        advance, so frames queued before the outage wait for the link too). Returns the event-log outcome."""
+        for port in (self.tx_port, self.rx_port):
+            port.add_stall(start_ps, start_ps + duration_ps)
+        return f"link down for {duration_ps / 1e6:.3f} us"
+
+
+def flush_qps(qps: list) -> str:
+    """Move each QP of ``qps`` (:class:`~models.verbs.verbs.QueuePair`) to ERR: the NIC flushes their outstanding
+    work requests. Returns the event-log outcome."""
+    for qp in qps:
+        qp.to_error()
+    return f"{len(qps)} QPs moved to ERR (outstanding work requests flushed)"
+
 
 def _engines(name: str, count: int) -> list[FifoServer]:
     """``count`` engines named ``name`` (one) or ``name0``, ``name1``... (several).

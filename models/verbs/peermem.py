@@ -37,7 +37,9 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
     return mr
 
 
-def peermem_reclaim(mr: MemoryRegion, now_ps: int) -> None:
-    """The GPU driver's free callback for ``mr``'s pages: invalidate the MR and drop the pin."""
+def peermem_reclaim(mr: MemoryRegion, now_ps: int) -> str:
+    """The GPU driver's free callback for ``mr``'s pages: invalidate the MR and drop the pin. Returns the
+    event-log outcome."""
     mr.backing.reclaim(now_ps)
     mr.pd.context.env.trace.instant(mr.pd.context.node.nic.name, "PeerMemoryReclaimed", mr=mr.lkey)
+    return "MR invalidated (later accesses fail)"
