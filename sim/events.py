@@ -56,14 +56,26 @@ def _allocate(gpu, nbytes: int, row: dict, log: list[dict]) -> bool:
 
 
 def log_unreached(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dict]) -> None:
-    """Add a row for each event the run ended before (so it is never silently dropped)."""
+    """Add a row for each event, or a growing job's steps, that the run ended before (so none is silently
+    dropped)."""
+    ran, ended = bed.env.now - start_ps, f"the workloads ended at {(bed.env.now - start_ps) / 1e6:.3f} us"
     for event in scenario.events:
-        if start_ps + event.at > bed.env.now:
+        if event.at > ran:
             log.append({"time_ps": start_ps + event.at, "kind": event.kind,
                         "target": getattr(event, "on", None) or getattr(event, "buffer", None)
-                        or getattr(event, "node", None), "bytes": 0,
-                        "evicted": 0, "outcome": f"not reached: the workloads ended at "
-                                                 f"{(bed.env.now - start_ps) / 1e6:.3f} us"})
+                        or getattr(event, "node", None), "bytes": 0, "evicted": 0, "outcome": f"not reached: {ended}"})
+        elif isinstance(event, GpuJobGrowthEvent) and not _stopped_by_failure(event, start_ps, log):
+            reached = min(event.steps, (ran - event.at) // event.every + 1)
+            if reached < event.steps:
+                log.append({"time_ps": start_ps + event.at + reached * event.every, "kind": event.kind,
+                            "target": event.on, "bytes": 0, "evicted": 0,
+                            "outcome": f"not reached: steps {reached + 1} to {event.steps} ({ended})"})
+
+
+def _stopped_by_failure(event: GpuJobGrowthEvent, start_ps: int, log: list[dict]) -> bool:
+    """Whether a growing job stopped early because one of its allocations failed."""
+    return any(row["kind"] == event.kind and row["target"] == event.on and row["time_ps"] >= start_ps + event.at
+               and event_failed(row["outcome"]) for row in log)
 
 
 def _managed_job(bed: Testbed, event: ManagedJobEvent, row: dict, log: list[dict]) -> Generator:
@@ -156,15 +168,18 @@ def _process_exit(bed: Testbed, event: ProcessExitEvent, row: dict, log: list[di
 
 
 def _eviction_storm(bed: Testbed, event: EvictionStormEvent, row: dict, log: list[dict]) -> Generator:
-    """Every movable exported buffer of the GPU moves ``count`` times, ``every`` apart; one row at the end."""
+    """Every movable exported buffer of the GPU moves ``count`` times, ``every`` apart. One row, brought up to
+    date after every step, so that a storm the run ends before finishing says how far it got."""
+    entry = row | {"target": event.on, "bytes": 0, "evicted": 0}
+    log.append(entry)
     moved = refused = 0
     for step in range(event.count):
         if step:
             yield bed.env.timeout(event.every)
         moves, refusals = bed.gpus[event.on].swap_exported()
         moved, refused = moved + moves, refused + refusals
-    log.append(row | {"target": event.on, "bytes": 0, "evicted": 0,
-                      "outcome": f"{moved} moves, {refused} refused (pinned)"})
+        unfinished = f" in {step + 1} of {event.count} steps (the run ended first)" if step + 1 < event.count else ""
+        entry["outcome"] = f"{moved} moves, {refused} refused (pinned){unfinished}"
 
 
 def _peermem_reclaim(bed: Testbed, event: PeerMemReclaimEvent, row: dict, log: list[dict]) -> None:

@@ -76,3 +76,26 @@ def test_fault_events_check_their_node():
 
     problems = check_references(_scenario([{"at": "1ms", "kind": "qp-error", "node": "z"}]))
     assert problems and problems[0][0] == ("events", 0, "node")
+
+
+def test_an_eviction_storm_the_run_outlasts_says_how_far_it_got():
+    storm = [{"at": "10us", "kind": "eviction-storm", "on": "a.gpu0", "count": 100000, "every": "100us"}]
+    result = run_scenario(_scenario(storm, iterations=300, size="1MiB"))
+    rows = result.events[result.events["kind"] == "eviction-storm"]
+    ran_us = (result.operations["completed_ps"].max() - result.operations["posted_ps"].min()) / 1e6
+    steps = int(rows["outcome"].iloc[0].split(" in ")[1].split(" of ")[0])
+    assert len(rows) == 1 and rows["outcome"].iloc[0].endswith(" of 100000 steps (the run ended first)")
+    assert rows["outcome"].iloc[0].startswith(f"{steps} moves, 0 refused")
+    assert abs(steps - (ran_us - 10) / 100) <= 2  # one step per 100 us while the workload ran
+
+
+def test_the_steps_of_a_growing_job_the_run_ended_before_are_named():
+    grows = [{"at": "10us", "kind": "gpu-job-grows", "on": "a.gpu0", "step": "1MiB", "every": "50us", "steps": 1000}]
+    result = run_scenario(_scenario(grows, iterations=300))
+    rows = result.events[result.events["kind"] == "gpu-job-grows"]
+    done = int((rows["outcome"] == "allocated").sum())
+    assert 0 < done < 1000 and rows["outcome"].iloc[-1].startswith(f"not reached: steps {done + 1} to 1000 (")
+    failing = [{**grows[0], "step": "4GiB"}]  # the third 4 GiB step cannot fit in 8 GiB: the job stops there
+    stopped = run_scenario(_scenario(failing, iterations=300)).events
+    assert not stopped["outcome"].str.startswith("not reached").any()
+    assert stopped["outcome"].str.startswith("failed").sum() == 1
