@@ -35,7 +35,8 @@ class IbvDeviceAttr:
     max_mr: int
     max_pd: int
     max_qp_rd_atom: int
-    """READs and atomics one QP may have outstanding as responder."""
+    """READs and atomics one QP may have outstanding as responder; the model gates only the initiator, and this
+    reports the same ``max_rd_atomic`` (mlx5 reports equal values for both)."""
     max_res_rd_atom: int
     max_qp_init_rd_atom: int
     """READs and atomics one QP may have outstanding as initiator (the model's ``max_rd_atomic`` gate)."""
