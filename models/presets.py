@@ -6,14 +6,24 @@ number comes from.
 
 from __future__ import annotations
 
+from models.nic.device import AtomicCap, DeviceAttrs, DeviceCap
 from sim.core import PS_PER_NS
 
+MLX5_LIMITS = {"max_rd_atomic": 16, "max_qp_wr": 32768, "max_mr_size": 2**64 - 1}
+"""What mlx5_ib_query_device reports on ConnectX-5 and later: max_qp_rd_atom 16, max_qp_wr 32768,
+max_mr_size ~0ull (``ibv_devinfo -v``, github.com/open-mpi/ompi/pull/6137)."""
+
 NIC_PRESETS: dict[str, dict] = {
-    "connectx7": {"tx_process_ps": 3 * PS_PER_NS, "rx_process_ps": 3 * PS_PER_NS, "max_rd_atomic": 16},
-    "connectx6": {"tx_process_ps": 4650, "rx_process_ps": 4650, "max_rd_atomic": 16},
-    "connectx5": {"tx_process_ps": 5 * PS_PER_NS, "rx_process_ps": 5 * PS_PER_NS, "max_rd_atomic": 16},
+    "connectx7": {"tx_process_ps": 3 * PS_PER_NS, "rx_process_ps": 3 * PS_PER_NS, **MLX5_LIMITS,
+                  "device": DeviceAttrs(fw_ver="28.0.0", vendor_part_id=4129)},
+    "connectx6": {"tx_process_ps": 4650, "rx_process_ps": 4650, **MLX5_LIMITS,
+                  "device": DeviceAttrs(fw_ver="20.0.0", vendor_part_id=4123)},
+    "connectx5": {"tx_process_ps": 5 * PS_PER_NS, "rx_process_ps": 5 * PS_PER_NS, **MLX5_LIMITS,
+                  "device": DeviceAttrs()},
     "efa": {"tx_process_ps": 10 * PS_PER_NS, "rx_process_ps": 10 * PS_PER_NS, "max_rd_atomic": 16,
-            "odp": None, "dmabuf": "pinned"},
+            "odp": None, "dmabuf": "pinned",
+            "device": DeviceAttrs(fw_ver="0.0.0", vendor_id=0x1D0F, vendor_part_id=0xEFA0, max_sge=2, max_sge_rd=1,
+                                  atomic_cap=AtomicCap.ATOMIC_NONE, cap_flags=DeviceCap(0))},
 }
 PCIE_PRESETS: dict[str, dict] = {
     "gen5x16": {"gen": 5, "lanes": 16},
@@ -34,6 +44,13 @@ SOURCES = {
     "connectx5": "100 Gb/s EDR, PCIe Gen3 x16, 200 M msg/s (vendor brief) -> 5 ns per WQE.",
     "efa": "EFA-like: no NIC page faults (no ODP), dma-buf MRs through ib_umem_dmabuf_get_pinned (efa_verbs.c); "
            "100 Gb/s; message rate not published: 10 ns per WQE is a placeholder.",
+    "device": "ibv_query_device: ConnectX-5 as ibv_devinfo -v prints it (vendor_part_id 4119, fw 16.23; "
+              "github.com/open-mpi/ompi/pull/6137; named cap flags from github.com/ofiwg/libfabric/issues/8256). "
+              "ConnectX-6 (4123) and ConnectX-7 (4129) are assumed to report the same limits (mlx5_ib_query_device "
+              "derives them from the same firmware caps; no public dump found); their fw_ver gives only the "
+              "firmware family (20 and 28). EFA: vendor 0x1d0f, part 0xefa0 (efa driver's PCI ids); its limits come "
+              "from the device and are not published: max_sge 2, max_sge_rd 1 are assumptions, no atomics, "
+              "max_qp_wr stays the model default 8192, the other limits are mlx5's.",
     "latencies": "doorbell 200 ns, send/receive pipelines 150 ns each and PCIe write flight 150 ns give about "
                  "0.65 us of NIC+PCIe time per one-way 2 B write, consistent with the vendors' 'sub-600 ns' "
                  "NIC latency; with a 300 ns fabric hop ib_write_lat 2 B is about 1 us.",

@@ -102,8 +102,9 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     ## Access flags and registration errors
     `ibv_reg_mr` checks its arguments the way rdma-core and `ib_umem_get` do. A remote peer may only write
     (or do atomics) where the local side may write too, so `REMOTE_WRITE`/`REMOTE_ATOMIC` without `LOCAL_WRITE`
-    is `EINVAL`; a read-only target (`REMOTE_READ` alone) is fine. Errors are `VerbsError` with the errno name
-    rdma-core would set.
+    is `EINVAL`; a read-only target (`REMOTE_READ` alone) is fine. The kernel's `ib_check_mr_access` also refuses
+    bits outside `IB_ACCESS_SUPPORTED` (`EINVAL`) and the FLUSH rights on a device without flush support
+    (`EOPNOTSUPP`). Errors are `VerbsError` with the errno name rdma-core would set.
     """),
     code("""
     def try_reg(pd_, addr, length, access):
@@ -121,6 +122,8 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
         "REMOTE_ATOMIC without LOCAL_WRITE": (pds[1], base, PAGE, Access.REMOTE_ATOMIC | Access.REMOTE_READ),
         "length 0": (pds[1], base, 0, Access.LOCAL_WRITE),
         "range runs past the buffer": (pds[1], base + 1 * MiB - PAGE, 2 * PAGE, Access.LOCAL_WRITE),
+        "bit 12, outside IB_ACCESS_SUPPORTED": (pds[1], base, PAGE, Access.LOCAL_WRITE | (1 << 12)),
+        "FLUSH_GLOBAL on a NIC without flush": (pds[1], base, PAGE, Access.LOCAL_WRITE | Access.FLUSH_GLOBAL),
     }
     _, _, no_odp_pds, no_odp_bufs = testbed(nic=NicParams(odp=None))
     cases["ON_DEMAND on a NIC without ODP"] = (no_odp_pds[0], no_odp_bufs[0].addr, PAGE,
@@ -129,7 +132,8 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     for case, (errno, message) in results.items():
         print(f"{case:<38} {errno:<11} {message}")
 
-    assert [errno for errno, _ in results.values()] == ["ok", "EINVAL", "EINVAL", "EINVAL", "EFAULT", "EOPNOTSUPP"]
+    assert [errno for errno, _ in results.values()] == ["ok", "EINVAL", "EINVAL", "EINVAL", "EFAULT", "EINVAL",
+                                                "EOPNOTSUPP", "EOPNOTSUPP"]
     assert all(message.startswith("ibv_reg_mr: ") for errno, message in results.values() if errno != "ok")
     """),
     md("""

@@ -3,19 +3,40 @@
 
 from __future__ import annotations
 
+from models.nic.device import DeviceCap
+from models.nic.nic import NicParams
+from models.nic.wqe import Access
 from sim.core import VerbsError
 
-from models.nic.wqe import Access
+IB_ACCESS_OPTIONAL = (((1 << 29) << 1) - 1) & ~((1 << 20) - 1)
+"""``IB_UVERBS_ACCESS_OPTIONAL_RANGE``: bits 20..29 (OPTIONAL_FIRST..OPTIONAL_LAST), which a driver may ignore."""
+IB_ACCESS_SUPPORTED = ((Access.FLUSH_PERSISTENT << 1) - 1) | IB_ACCESS_OPTIONAL
+"""``IB_ACCESS_SUPPORTED`` (include/rdma/ib_verbs.h, Linux 6.2 and later): every bit up to FLUSH_PERSISTENT and
+the optional range."""
+FLUSH_CAPS = ((Access.FLUSH_GLOBAL, DeviceCap.FLUSH_GLOBAL), (Access.FLUSH_PERSISTENT, DeviceCap.FLUSH_PERSISTENT))
+"""Each FLUSH access bit and the device capability it needs."""
 
 
-def ib_check_mr_access(access: int, call: str) -> None:
-    """``ib_check_mr_access`` (include/rdma/ib_verbs.h): remote write or atomic rights need local write too.
+def ib_check_mr_access(device: NicParams, access: int, call: str) -> None:
+    """``ib_check_mr_access`` (include/rdma/ib_verbs.h, Linux 6.2): remote write or atomic rights need local
+    write too; no bits outside ``IB_ACCESS_SUPPORTED``; ON_DEMAND needs ODP (``IBK_ON_DEMAND_PAGING``); FLUSH
+    rights need the device's ``IB_DEVICE_FLUSH_*`` capability.
 
-    :raises VerbsError: ``EINVAL``.
+    :raises VerbsError: ``EINVAL`` for the first two, ``EOPNOTSUPP`` for the last two.
     """
     if access & (Access.REMOTE_WRITE | Access.REMOTE_ATOMIC) and not access & Access.LOCAL_WRITE:
         raise VerbsError("EINVAL", "REMOTE_WRITE or REMOTE_ATOMIC requires LOCAL_WRITE (ib_check_mr_access)",
                          call=call)
+    if access & ~IB_ACCESS_SUPPORTED:
+        raise VerbsError("EINVAL", f"access bits {access & ~IB_ACCESS_SUPPORTED:#x} outside IB_ACCESS_SUPPORTED "
+                         f"({IB_ACCESS_SUPPORTED:#x}) (ib_check_mr_access)", call=call)
+    if access & Access.ON_DEMAND and device.odp is None:
+        raise VerbsError("EOPNOTSUPP", "ON_DEMAND registration on a device without ODP (no IBK_ON_DEMAND_PAGING)",
+                         call=call)
+    for bit, cap in FLUSH_CAPS:
+        if access & bit and not device.device.cap_flags & cap:
+            raise VerbsError("EOPNOTSUPP", f"IBV_ACCESS_{bit.name} on a device without IB_DEVICE_{cap.name} "
+                             "(ib_check_mr_access)", call=call)
 
 
 def check_max_mr_size(max_mr_size: int, length: int, call: str) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from models.nic.device import DeviceAttrs
 from models.nic.mtt_cache import MttCache
 from models.nic.translation import DmabufImporter
 from sim.core import PS_PER_NS, PS_PER_US, FifoServer, VerbsError
@@ -77,6 +78,8 @@ class NicParams:
     """Largest send-queue depth a QP may be created with."""
     max_mr_size: int = 2**48
     """Largest memory region (bytes)."""
+    device: DeviceAttrs = DeviceAttrs()
+    """Identity, object limits and capability bits the device reports (``ibv_query_device``)."""
     odp: OdpParams | None = OdpParams()
     """On-demand paging support and its costs; None for a NIC without page faults (EFA-like)."""
     dmabuf: DmabufImporter | None = "dynamic"

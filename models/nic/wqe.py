@@ -20,7 +20,10 @@ class Access(enum.IntFlag):
     ZERO_BASED = 1 << 5
     ON_DEMAND = 1 << 6
     HUGETLB = 1 << 7
+    FLUSH_GLOBAL = 1 << 8
+    FLUSH_PERSISTENT = 1 << 9
     RELAXED_ORDERING = 1 << 20
+    """The first of the optional bits (``IBV_ACCESS_OPTIONAL_FIRST``): a driver may ignore them."""
 
 
 class WcStatus(enum.Enum):

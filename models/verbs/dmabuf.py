@@ -72,7 +72,7 @@ def _reg_dmabuf(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: i
     if int(access) & ~ALLOWED_ACCESS:
         raise VerbsError("EINVAL", f"access {Access(access)!r}: only LOCAL_WRITE, REMOTE_WRITE, REMOTE_READ, "
                          "REMOTE_ATOMIC and RELAXED_ORDERING are allowed for dma-buf MRs", call=call)
-    ib_check_mr_access(access, call)
+    ib_check_mr_access(nic.params, access, call)
     if mode == "dynamic" and nic.params.odp is None:
         raise VerbsError("EOPNOTSUPP", "mlx5 dynamic dma-buf MRs need on-demand paging", call=call)
     check_max_mr_size(nic.params.max_mr_size, length, call)

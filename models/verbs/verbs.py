@@ -16,6 +16,7 @@ from models.fabric import Fabric
 from models.ib.mr_backing import OdpBacking
 from models.ib.mr_checks import check_max_mr_size, ib_check_mr_access
 from models.nic.datapath import run_work_request
+from models.nic.nic import NicParams
 from models.nic.translation import MrBacking
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WorkCompletion
 from models.node import Node
@@ -182,16 +183,14 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     With ``ON_DEMAND`` nothing is pinned: the NIC faults pages in on first touch (ODP).
 
     :raises VerbsError: ``EINVAL`` for length 0, overflow or REMOTE_WRITE/REMOTE_ATOMIC without
-        LOCAL_WRITE; ``EOPNOTSUPP`` for ON_DEMAND on a device without ODP; ``EFAULT`` for an unmapped range;
+        LOCAL_WRITE or access bits outside IB_ACCESS_SUPPORTED; ``EOPNOTSUPP`` for ON_DEMAND on a device without
+        ODP or FLUSH rights on a device without flush; ``EFAULT`` for an unmapped range;
         ``ENOMEM`` past RLIMIT_MEMLOCK.
     """
     call = "ibv_reg_mr"
     access = Access(access)
-    check_reg_args(addr, length, access, call)
     nic = pd.context.node.nic
-    if access & Access.ON_DEMAND and nic.params.odp is None:
-        raise VerbsError("EOPNOTSUPP", "ON_DEMAND registration on a device without ODP (no IBK_ON_DEMAND_PAGING)",
-                         call=call)
+    check_reg_args(nic.params, addr, length, access, call)
     check_max_mr_size(nic.params.max_mr_size, length, call)
     nic.reserve_translations(length, call=call)
     try:
@@ -256,7 +255,7 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     new_pd = pd if flags & REREG_CHANGE_PD else mr.pd
     if new_pd is None or new_pd.context is not mr.pd.context:
         raise VerbsError("EINVAL", "CHANGE_PD needs a PD of the same device", call=call)
-    check_reg_args(new_addr, new_length, new_access, call)
+    check_reg_args(mr.pd.context.node.nic.params, new_addr, new_length, new_access, call)
     host = mr.pd.context.node.host
     cost = 0
     if flags & REREG_CHANGE_TRANSLATION:
@@ -271,13 +270,14 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     return REG_MR_FIXED_PS + cost
 
 
-def check_reg_args(addr: int, length: int, access: Access, call: str) -> None:
-    """The argument checks of registering host or peer memory (ib_umem_get's range, ib_check_mr_access)."""
+def check_reg_args(device: NicParams, addr: int, length: int, access: Access, call: str) -> None:
+    """The argument checks of registering host or peer memory on ``device`` (ib_umem_get's range,
+    ib_check_mr_access)."""
     if length == 0:
         raise VerbsError("EINVAL", "length 0 pins no pages (ib_umem_get: npages == 0)", call=call)
     if addr < 0 or length < 0 or addr + length > 2**64:
         raise VerbsError("EINVAL", f"addr 0x{addr:x} + length {length} overflows", call=call)
-    ib_check_mr_access(access, call)
+    ib_check_mr_access(device, access, call)
 
 
 def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:

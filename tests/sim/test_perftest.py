@@ -104,7 +104,7 @@ def test_memory_flags_pick_placement_and_registration(flags, on, mode):
     (["ib_write_bw", "-d", "mlx4_0"], "known devices: mlx5_<N> (connectx7)"),
     (["ib_read_bw", "-I", "64"], "Inline feature not available on READ"),
     (["ib_write_lat", "-I", "512"], "at most 220 B inline"),
-    (["ib_write_bw", "-t", "9000"], "max_qp_wr"),
+    (["ib_write_bw", "-d", "efa_0", "-t", "9000"], "max_qp_wr"),
     (["ib_write_bw", "-n", "3"], "Iteration num must be between 5"),
     (["ib_write_bw", "-s", "big"], "Message size must be an integer"),
     (["ib_send_bw"], "ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat"),

@@ -1,0 +1,189 @@
+"""Device and port queries (``ibv_query_device``, ``ibv_query_device_ex``, ``ibv_query_port``): what the model
+uses, reported with libibverbs' field names. Limits the model enforces come from
+:class:`~models.nic.nic.NicParams`, the rest from its :class:`~models.nic.device.DeviceAttrs`; port rate, MTU and
+link layer from the fabric the context is attached to."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from models.nic.device import AtomicCap
+from models.verbs.verbs import Context
+from sim.core import VerbsError
+
+
+@dataclass(frozen=True, slots=True)
+class IbvDeviceAttr:
+    """``struct ibv_device_attr`` (the fields the model has an answer for)."""
+
+    fw_ver: str
+    vendor_id: int
+    vendor_part_id: int
+    hw_ver: int
+    max_mr_size: int
+    """Largest MR (bytes): ``ibv_reg_mr`` of a longer range fails with EINVAL."""
+    page_size_cap: int
+    max_qp: int
+    max_qp_wr: int
+    """Deepest send queue ``ibv_create_qp`` accepts."""
+    device_cap_flags: int
+    max_sge: int
+    max_sge_rd: int
+    max_cq: int
+    max_cqe: int
+    max_mr: int
+    max_pd: int
+    max_qp_rd_atom: int
+    """READs and atomics one QP may have outstanding as responder; the model gates only the initiator, and this
+    reports the same ``max_rd_atomic`` (mlx5 reports equal values for both)."""
+    max_res_rd_atom: int
+    max_qp_init_rd_atom: int
+    """READs and atomics one QP may have outstanding as initiator (the model's ``max_rd_atomic`` gate)."""
+    atomic_cap: AtomicCap
+    phys_port_cnt: int
+
+
+class OdpGeneralCaps(enum.IntFlag):
+    """``enum ibv_odp_general_caps``."""
+
+    SUPPORT = 1 << 0
+    SUPPORT_IMPLICIT = 1 << 1
+
+
+class OdpTransportCaps(enum.IntFlag):
+    """``enum ibv_odp_transport_cap_bits``."""
+
+    SEND = 1 << 0
+    RECV = 1 << 1
+    WRITE = 1 << 2
+    READ = 1 << 3
+    ATOMIC = 1 << 4
+    SRQ_RECV = 1 << 5
+
+
+@dataclass(frozen=True, slots=True)
+class IbvOdpCaps:
+    """``struct ibv_odp_caps``: what faults the model's ODP MRs take (RC WRITE and READ; no implicit ODP)."""
+
+    general_caps: OdpGeneralCaps
+    rc_odp_caps: OdpTransportCaps
+    uc_odp_caps: OdpTransportCaps
+    ud_odp_caps: OdpTransportCaps
+
+
+@dataclass(frozen=True, slots=True)
+class IbvDeviceAttrEx:
+    """``struct ibv_device_attr_ex`` (subset): the classic attributes, 64-bit capability flags, ODP caps."""
+
+    orig_attr: IbvDeviceAttr
+    device_cap_flags_ex: int
+    odp_caps: IbvOdpCaps
+
+
+class PortState(enum.IntEnum):
+    """``enum ibv_port_state``."""
+
+    NOP = 0
+    DOWN = 1
+    INIT = 2
+    ARMED = 3
+    ACTIVE = 4
+    ACTIVE_DEFER = 5
+
+
+class Mtu(enum.IntEnum):
+    """``enum ibv_mtu``."""
+
+    MTU_256 = 1
+    MTU_512 = 2
+    MTU_1024 = 3
+    MTU_2048 = 4
+    MTU_4096 = 5
+
+    @property
+    def nbytes(self) -> int:
+        """The MTU in payload bytes."""
+        return 128 << self.value
+
+
+class LinkLayer(enum.IntEnum):
+    """``IBV_LINK_LAYER_*``."""
+
+    UNSPECIFIED = 0
+    INFINIBAND = 1
+    ETHERNET = 2
+
+
+WIDTH_LANES = {1: 1, 2: 4, 4: 8, 8: 12, 16: 2}
+"""``ibv_port_attr.active_width`` code -> lanes (1X, 4X, 8X, 12X, 2X; ibv_devinfo's width_str)."""
+SPEED_DATA_GBPS = {1: 2.5, 2: 5.0, 4: 10.0, 8: 10.0, 16: 14.0, 32: 25.0, 64: 50.0, 128: 100.0}
+"""``active_speed`` code -> nominal data rate per lane (Gb/s): SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR."""
+
+
+@dataclass(frozen=True, slots=True)
+class IbvPortAttr:
+    """``struct ibv_port_attr`` (the fields the model has an answer for)."""
+
+    state: PortState
+    max_mtu: Mtu
+    active_mtu: Mtu
+    """The fabric's path MTU: the segment size of every message."""
+    link_layer: LinkLayer
+    active_width: int
+    """``IBV_WIDTH_*`` code; 0 when no IB width and speed give the fabric's rate."""
+    active_speed: int
+    """``IBV_SPEED_*`` code; 0 when no IB width and speed give the fabric's rate."""
+
+    @property
+    def rate_Gbps(self) -> float:
+        """Nominal data rate of the port (width x per-lane rate, as ``ibv_devinfo`` names it); 0 if unknown."""
+        return WIDTH_LANES.get(self.active_width, 0) * SPEED_DATA_GBPS.get(self.active_speed, 0.0)
+
+
+def ibv_query_device(context: Context) -> IbvDeviceAttr:
+    """The device's attributes: the limits the model enforces and the identity its preset carries."""
+    params = context.node.nic.params
+    dev = params.device
+    return IbvDeviceAttr(
+        fw_ver=dev.fw_ver, vendor_id=dev.vendor_id, vendor_part_id=dev.vendor_part_id, hw_ver=dev.hw_ver,
+        max_mr_size=params.max_mr_size, page_size_cap=dev.page_size_cap, max_qp=dev.max_qp,
+        max_qp_wr=params.max_qp_wr, device_cap_flags=int(dev.cap_flags) & 0xFFFFFFFF, max_sge=dev.max_sge,
+        max_sge_rd=dev.max_sge_rd, max_cq=dev.max_cq, max_cqe=dev.max_cqe, max_mr=dev.max_mr, max_pd=dev.max_pd,
+        max_qp_rd_atom=params.max_rd_atomic, max_res_rd_atom=dev.max_res_rd_atom,
+        max_qp_init_rd_atom=params.max_rd_atomic, atomic_cap=dev.atomic_cap, phys_port_cnt=1)
+
+
+def ibv_query_device_ex(context: Context) -> IbvDeviceAttrEx:
+    """:func:`ibv_query_device` plus the 64-bit capability flags and the ODP capabilities (none without ODP)."""
+    params = context.node.nic.params
+    none = OdpTransportCaps(0)
+    if params.odp is None:
+        odp = IbvOdpCaps(OdpGeneralCaps(0), none, none, none)
+    else:
+        odp = IbvOdpCaps(OdpGeneralCaps.SUPPORT, OdpTransportCaps.WRITE | OdpTransportCaps.READ, none, none)
+    return IbvDeviceAttrEx(ibv_query_device(context), int(params.device.cap_flags), odp)
+
+
+def ibv_query_port(context: Context, port_num: int) -> IbvPortAttr:
+    """Port ``port_num``'s attributes (every modelled device has one port, number 1).
+
+    :raises VerbsError: ``EINVAL`` for any other port number (``ib_query_port``: rdma_is_port_valid).
+    """
+    if port_num != 1:
+        raise VerbsError("EINVAL", f"port {port_num} does not exist: the device has port 1 only",
+                         call="ibv_query_port")
+    fabric = context.fabric.params
+    width, speed = width_and_speed(fabric.rate_Bps * 8 / 1e9)
+    link = LinkLayer.ETHERNET if fabric.transport == "roce" else LinkLayer.INFINIBAND
+    return IbvPortAttr(PortState.ACTIVE, Mtu.MTU_4096, Mtu(fabric.mtu.bit_length() - 8), link, width, speed)
+
+
+def width_and_speed(rate_Gbps: float) -> tuple[int, int]:
+    """The ``(active_width, active_speed)`` codes of a port running at ``rate_Gbps`` (4X preferred, as mlx5
+    reports 100/200/400 GbE and EDR/HDR/NDR); ``(0, 0)`` when no combination gives that rate."""
+    for width in (2, 1, 16, 4, 8):
+        for speed, lane in SPEED_DATA_GBPS.items():
+            if speed != 8 and WIDTH_LANES[width] * lane == rate_Gbps:
+                return width, speed
+    return 0, 0
