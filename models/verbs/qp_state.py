@@ -100,7 +100,7 @@ class QPAttr:
 
     qp_state: QpState = QpState.RESET
     cur_qp_state: QpState = QpState.RESET
-    path_mtu: int = PathMtu.MTU_256
+    path_mtu: int = 0
     qkey: int = 0
     rq_psn: int = 0
     sq_psn: int = 0
@@ -108,7 +108,6 @@ class QPAttr:
     qp_access_flags: int = 0
     ah_attr: AhAttr = field(default_factory=AhAttr)
     pkey_index: int = 0
-    sq_draining: int = 0
     max_rd_atomic: int = 0
     max_dest_rd_atomic: int = 0
     min_rnr_timer: int = 0
