@@ -72,10 +72,14 @@ class Opcode(enum.Enum):
 
 
 class QpState(enum.Enum):
-    """``enum ibv_qp_state`` (subset)."""
+    """``enum ibv_qp_state``."""
 
     RESET = "RESET"
+    INIT = "INIT"
+    RTR = "RTR"
     RTS = "RTS"
+    SQD = "SQD"
+    SQE = "SQE"
     ERR = "ERR"
 
 

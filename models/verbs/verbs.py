@@ -7,6 +7,7 @@ Failures raise :class:`~sim.core.VerbsError` with the errno rdma-core returns.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -20,6 +21,8 @@ from models.nic.nic import NicParams
 from models.nic.translation import MrBacking
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WorkCompletion
 from models.node import Node
+from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, apply_attrs, check_modify_qp,
+                                   rnr_timer_ps)
 from sim.core import PS_PER_US, Environment, VerbsError
 from sim.core.env import UniformDraws
 
@@ -119,13 +122,15 @@ class CompletionQueue:
 
 @dataclass(eq=False)
 class QueuePair:
-    """An RC ``struct ibv_qp``; :meth:`connect` stands for the INIT->RTR->RTS modify sequence."""
+    """An RC ``struct ibv_qp``: its attributes move through the state machine by :func:`ibv_modify_qp`;
+    :meth:`connect` is the RESET->INIT->RTR->RTS sequence perftest runs."""
 
     pd: ProtectionDomain
     send_cq: CompletionQueue
     max_send_wr: int
     qp_num: int
-    state: QpState = QpState.RESET
+    attr: QPAttr = field(default_factory=QPAttr)
+    """What ibv_modify_qp set (qp_state included); the data path reads its timers and limits from here."""
     remote: QueuePair | None = None
     outstanding: int = 0
     reads: simpy.Resource | None = None
@@ -138,33 +143,87 @@ class QueuePair:
     posted_count: int = 0
     next_completion: int = 0
     last_completion_ps: int = 0
-    min_rnr_timer_ps: int = 640 * PS_PER_US
-    """Responder attribute: how long a requester waits after an RNR NAK (IB encoding 12, perftest's value)."""
-    rnr_retry: int = RNR_RETRY_INFINITE
-    """Requester attribute: RNR retries before IBV_WC_RNR_RETRY_EXC_ERR; 7 means retry forever."""
     rnr_naks: int = 0
     """RNR NAKs this QP's requests received."""
     sq_stalled_until: int = 0
     """A requester-side page fault stalls the send queue until then: later WQEs are translated no earlier."""
+    qp_type: QpType = QpType.RC
 
     @property
     def node(self) -> Node:
         """The node this QP lives on."""
         return self.pd.context.node
 
+    @property
+    def state(self) -> QpState:
+        """``qp_state``."""
+        return self.attr.qp_state
+
+    @property
+    def min_rnr_timer_ps(self) -> int:
+        """Responder attribute: how long a requester waits after this QP sends an RNR NAK (ps)."""
+        return rnr_timer_ps(self.attr.min_rnr_timer)
+
+    @property
+    def rnr_retry(self) -> int:
+        """Requester attribute: RNR retries before IBV_WC_RNR_RETRY_EXC_ERR; 7 means retry forever."""
+        return self.attr.rnr_retry
+
     def connect(self, remote: QueuePair) -> None:
-        """Bring both QPs to RTS connected to each other."""
+        """Bring both QPs to RTS connected to each other, with the attributes perftest's ``ctx_connect`` sets
+        (PSNs 0 where perftest draws them at random, so that runs repeat)."""
         for qp, peer in ((self, remote), (remote, self)):
             qp.remote = peer
-            qp.state = QpState.RTS
-            env = qp.pd.context.env
-            qp.reads = simpy.Resource(env, capacity=qp.node.nic.params.max_rd_atomic)
-            qp.poll_delays = UniformDraws(env.rng(f"{qp.node.name}.cpu.qp{qp.qp_num}"),
-                                          qp.node.host.params.poll_period_ps)
+            rd_atomic = qp.node.nic.params.max_rd_atomic
+            mtu = PathMtu.at_most(qp.pd.context.fabric.params.mtu)
+            ibv_modify_qp(qp, QPAttr(qp_state=QpState.INIT, pkey_index=0, port_num=1, qp_access_flags=int(
+                Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC)), PERFTEST_TO_INIT)
+            ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTR, path_mtu=mtu, dest_qp_num=peer.qp_num, rq_psn=0,
+                                     max_dest_rd_atomic=rd_atomic, min_rnr_timer=PERFTEST_MIN_RNR_TIMER,
+                                     ah_attr=AhAttr(port_num=1)), PERFTEST_TO_RTR)
+            ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTS, timeout=PERFTEST_TIMEOUT, retry_cnt=7,
+                                     rnr_retry=RNR_RETRY_INFINITE, sq_psn=0, max_rd_atomic=rd_atomic),
+                          PERFTEST_TO_RTS)
 
     def to_error(self) -> None:
         """Move to the error state: outstanding and later work requests complete with WR_FLUSH_ERR."""
-        self.state = QpState.ERR
+        self.attr.qp_state = self.attr.cur_qp_state = QpState.ERR
+
+
+PERFTEST_TO_INIT = QpAttrMask.STATE | QpAttrMask.PKEY_INDEX | QpAttrMask.PORT | QpAttrMask.ACCESS_FLAGS
+PERFTEST_TO_RTR = (QpAttrMask.STATE | QpAttrMask.AV | QpAttrMask.PATH_MTU | QpAttrMask.DEST_QPN
+                   | QpAttrMask.RQ_PSN | QpAttrMask.MAX_DEST_RD_ATOMIC | QpAttrMask.MIN_RNR_TIMER)
+PERFTEST_TO_RTS = (QpAttrMask.STATE | QpAttrMask.TIMEOUT | QpAttrMask.RETRY_CNT | QpAttrMask.RNR_RETRY
+                   | QpAttrMask.SQ_PSN | QpAttrMask.MAX_QP_RD_ATOMIC)
+"""The masks perftest's ``ctx_modify_qp_to_init``/``_to_rtr``/``_to_rts`` pass for RC."""
+PERFTEST_MIN_RNR_TIMER = 12
+"""perftest's ``MIN_RNR_TIMER``: 0.64 ms."""
+PERFTEST_TIMEOUT = 14
+"""perftest's default ``qp_timeout``: 4.096 us * 2**14 = 67 ms."""
+
+
+def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
+    """Change the attributes of ``qp`` selected by ``attr_mask`` (``enum ibv_qp_attr_mask``), moving it to
+    ``attr.qp_state`` when ``IBV_QP_STATE`` is set; on error nothing changes.
+
+    :raises VerbsError: see :func:`~models.verbs.qp_state.check_modify_qp` (``EINVAL`` for an illegal
+        transition or attribute, ``EOPNOTSUPP`` for unknown mask bits).
+    """
+    new = check_modify_qp(qp.qp_type, qp.state, attr, attr_mask, qp.node.nic.params.max_rd_atomic)
+    before = qp.state
+    qp.attr = apply_attrs(qp.attr, attr, attr_mask, new)
+    if before is QpState.RTR and new is QpState.RTS:
+        env = qp.pd.context.env
+        # The send engine's READ/atomic slots; simpy needs one at least, so max_rd_atomic 0 still lets one through.
+        qp.reads = simpy.Resource(env, capacity=max(qp.attr.max_rd_atomic, 1))
+        if qp.poll_delays is None:
+            qp.poll_delays = UniformDraws(env.rng(f"{qp.node.name}.cpu.qp{qp.qp_num}"),
+                                          qp.node.host.params.poll_period_ps)
+
+
+def ibv_query_qp(qp: QueuePair, attr_mask: int) -> QPAttr:
+    """A copy of the attributes of ``qp`` (mlx5 fills every field whatever ``attr_mask`` selects)."""
+    return dataclasses.replace(qp.attr, ah_attr=dataclasses.replace(qp.attr.ah_attr))
 
 
 def ibv_open_device(node: Node, env: Environment, fabric: Fabric) -> Context:
@@ -305,12 +364,15 @@ def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: i
 def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
     """Post one work request; its completion will be pushed to ``qp.send_cq``.
 
-    :raises VerbsError: ``EINVAL`` when the QP is not connected or an inline READ / oversize inline is asked;
-        ``ENOMEM`` when the send queue is full.
+    :raises VerbsError: ``EINVAL`` when the QP is in RESET, INIT or RTR (mlx5's post_send) or an inline READ /
+        oversize inline is asked; ``EOPNOTSUPP`` in SQD or SQE (not modelled); ``ENOMEM`` when the send queue
+        is full.
     """
     call = "ibv_post_send"
-    if qp.state is QpState.RESET:
-        raise VerbsError("EINVAL", "QP is not in RTS (connect it first)", call=call)
+    if qp.state in (QpState.RESET, QpState.INIT, QpState.RTR):
+        raise VerbsError("EINVAL", f"QP is in {qp.state.value}, not RTS (connect it first)", call=call)
+    if qp.state in (QpState.SQD, QpState.SQE):
+        raise VerbsError("EOPNOTSUPP", f"posting to a QP in {qp.state.value} is not modelled", call=call)
     if qp.outstanding >= qp.max_send_wr:
         raise VerbsError("ENOMEM", f"send queue full ({qp.max_send_wr} outstanding work requests)", call=call)
     if wr.inline and (wr.opcode is Opcode.RDMA_READ or wr.length > qp.node.nic.params.max_inline):

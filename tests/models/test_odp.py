@@ -8,9 +8,10 @@ from models.nic.nic import OdpParams
 from models.nic.nic import NicParams
 from models.node import Node
 from models.pcie.link import PcieParams
-from models.nic.wqe import Access, Opcode, SendWR, WcStatus
-from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_open_device, ibv_poll_cq, ibv_post_send,
-                                ibv_reg_mr)
+from models.nic.wqe import Access, Opcode, QpState, SendWR, WcStatus
+from models.verbs.qp_state import QPAttr, QpAttrMask
+from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device,
+                                ibv_poll_cq, ibv_post_send, ibv_reg_mr)
 from sim.core import PS_PER_US, Environment, VerbsError
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
@@ -92,7 +93,10 @@ def test_invalidation_forces_a_new_fault():
 
 def test_rnr_retry_exhaustion_completes_in_error():
     env, out, (qa, _) = _bed()
-    qa.rnr_retry = 0
+    sqd, mask = QpAttrMask.STATE, QpAttrMask.STATE | QpAttrMask.RNR_RETRY
+    ibv_modify_qp(qa, QPAttr(qp_state=QpState.SQD), sqd)
+    ibv_modify_qp(qa, QPAttr(qp_state=QpState.SQD, rnr_retry=0), mask)
+    ibv_modify_qp(qa, QPAttr(qp_state=QpState.RTS), sqd)
     src = ibv_reg_mr(out[0][1], out[0][2].addr, 1 << 20, RW)
     dst = ibv_reg_mr(out[1][1], out[1][2].addr, 1 << 20, RW | Access.ON_DEMAND)
     status, _ = _write(env, qa, src, dst)
