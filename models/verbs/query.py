@@ -9,6 +9,7 @@ import enum
 from dataclasses import dataclass
 
 from models.nic.device import AtomicCap
+from models.verbs.qp_state import PathMtu
 from models.verbs.verbs import Context
 from sim.core import VerbsError
 
@@ -92,21 +93,6 @@ class PortState(enum.IntEnum):
     ACTIVE_DEFER = 5
 
 
-class Mtu(enum.IntEnum):
-    """``enum ibv_mtu``."""
-
-    MTU_256 = 1
-    MTU_512 = 2
-    MTU_1024 = 3
-    MTU_2048 = 4
-    MTU_4096 = 5
-
-    @property
-    def nbytes(self) -> int:
-        """The MTU in payload bytes."""
-        return 128 << self.value
-
-
 class LinkLayer(enum.IntEnum):
     """``IBV_LINK_LAYER_*``."""
 
@@ -126,8 +112,8 @@ class IbvPortAttr:
     """``struct ibv_port_attr`` (the fields the model has an answer for)."""
 
     state: PortState
-    max_mtu: Mtu
-    active_mtu: Mtu
+    max_mtu: PathMtu
+    active_mtu: PathMtu
     """The fabric's path MTU: the segment size of every message."""
     link_layer: LinkLayer
     active_width: int
@@ -176,7 +162,7 @@ def ibv_query_port(context: Context, port_num: int) -> IbvPortAttr:
     fabric = context.fabric.params
     width, speed = width_and_speed(fabric.rate_Bps * 8 / 1e9)
     link = LinkLayer.ETHERNET if fabric.transport == "roce" else LinkLayer.INFINIBAND
-    return IbvPortAttr(PortState.ACTIVE, Mtu.MTU_4096, Mtu(fabric.mtu.bit_length() - 8), link, width, speed)
+    return IbvPortAttr(PortState.ACTIVE, PathMtu.MTU_4096, PathMtu.at_most(fabric.mtu), link, width, speed)
 
 
 def width_and_speed(rate_Gbps: float) -> tuple[int, int]:

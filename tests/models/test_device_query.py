@@ -13,7 +13,8 @@ from models.nic.wqe import Access
 from models.node import Node
 from models.pcie.link import PcieParams
 from models.presets import NIC_PRESETS, NIC_RATE
-from models.verbs.query import (LinkLayer, Mtu, OdpGeneralCaps, OdpTransportCaps, ibv_query_device,
+from models.verbs.qp_state import PathMtu
+from models.verbs.query import (LinkLayer, OdpGeneralCaps, OdpTransportCaps, ibv_query_device,
                                 ibv_query_device_ex, ibv_query_port)
 from models.verbs.verbs import ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_open_device, ibv_reg_mr
 from sim.core import Environment, VerbsError
@@ -101,7 +102,7 @@ def test_query_port_follows_the_fabric(rate, transport, mtu, width, speed, link)
     fabric = FabricParams(rate_Bps=parse_rate(rate), mtu=mtu, transport=transport)
     port = ibv_query_port(_context(NicParams(), fabric), 1)
     assert (port.active_width, port.active_speed, port.link_layer) == (width, speed, link)
-    assert port.active_mtu.nbytes == mtu and port.max_mtu is Mtu.MTU_4096
+    assert port.active_mtu.nbytes == mtu and port.max_mtu is PathMtu.MTU_4096
     if width:
         assert port.rate_Gbps * 1e9 / 8 == fabric.rate_Bps
 
