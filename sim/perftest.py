@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ruamel.yaml import YAML
 
+from models.nic.device import PORT_NUM
 from models.nic.nic import NicParams
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
 from sim import budget, outdir
@@ -90,7 +91,8 @@ def _parser(test: str) -> argparse.ArgumentParser:
     add("-a", "--all", action="store_true", help="Run sizes from 2 till 2^23.")
     add("-d", "--ib-dev", default="mlx5_0", metavar="DEV",
         help="Use IB device DEV (default mlx5_0): mlx5_<N> simulates a connectx7, efa_<N> an EFA-like NIC.")
-    add("-i", "--ib-port", type=_ranged(1, 1, "IB port (the simulated NIC has one port)"), default=1,
+    add("-i", "--ib-port", type=_ranged(PORT_NUM, PORT_NUM, "IB port (the simulated NIC has one port)"),
+        default=PORT_NUM,
         metavar="PORT", help="Use port PORT of the IB device (default 1, the simulated NIC's only port).")
     add("-x", "--gid-index", type=_ranged(0, 64, "Gid index"), metavar="INDEX",
         help="Accepted, no effect: the simulated fabric needs no GID.")

@@ -8,6 +8,14 @@ import enum
 from dataclasses import dataclass
 
 
+PORT_NUM = 1
+"""The one port every modelled device has (InfiniBand ports are numbered from 1)."""
+
+
+def rdma_is_port_valid(port_num: int) -> bool:
+    """``rdma_is_port_valid`` (include/rdma/ib_verbs.h): whether the device has port ``port_num``."""
+    return port_num == PORT_NUM
+
 class DeviceCap(enum.IntFlag):
     """``enum ibv_device_cap_flags`` (libibverbs/verbs.h) and the 64-bit ``IB_UVERBS_DEVICE_*`` bits
     (include/uapi/rdma/ib_user_ioctl_verbs.h) that ``ibv_query_device_ex`` reports in ``device_cap_flags_ex``."""

@@ -14,6 +14,7 @@ import dataclasses
 import enum
 from dataclasses import dataclass, field
 
+from models.nic.device import PORT_NUM, rdma_is_port_valid
 from models.nic.wqe import QpState
 from sim.core import PS_PER_US, VerbsError
 
@@ -221,10 +222,10 @@ def check_modify_qp(qp_type: QpType, state: QpState, attr: QPAttr, mask: int, ma
 
 def _value_problem(attr: QPAttr, mask: int, max_rd_atomic: int) -> str | None:
     """The first attribute value the kernel or mlx5 refuses, or None."""
-    if mask & M.PORT and attr.port_num != 1:
-        return f"port_num {attr.port_num}: the device has port 1 only (rdma_is_port_valid)"
-    if mask & M.AV and attr.ah_attr.port_num != 1:
-        return f"ah_attr.port_num {attr.ah_attr.port_num}: the device has port 1 only (rdma_is_port_valid)"
+    if mask & M.PORT and not rdma_is_port_valid(attr.port_num):
+        return f"port_num {attr.port_num}: the device has port {PORT_NUM} only (rdma_is_port_valid)"
+    if mask & M.AV and not rdma_is_port_valid(attr.ah_attr.port_num):
+        return f"ah_attr.port_num {attr.ah_attr.port_num}: the device has port {PORT_NUM} only (rdma_is_port_valid)"
     if mask & M.PATH_MTU and attr.path_mtu not in set(PathMtu):
         return f"path_mtu {attr.path_mtu} is not an enum ibv_mtu value (1..5 for 256..4096 bytes)"
     if mask & M.MAX_QP_RD_ATOMIC and not 0 <= attr.max_rd_atomic <= max_rd_atomic:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from models.nic.device import AtomicCap
+from models.nic.device import PORT_NUM, AtomicCap, rdma_is_port_valid
 from models.verbs.qp_state import PathMtu
 from models.verbs.verbs import Context
 from sim.core import VerbsError
@@ -156,8 +156,8 @@ def ibv_query_port(context: Context, port_num: int) -> IbvPortAttr:
 
     :raises VerbsError: ``EINVAL`` for any other port number (``ib_query_port``: rdma_is_port_valid).
     """
-    if port_num != 1:
-        raise VerbsError("EINVAL", f"port {port_num} does not exist: the device has port 1 only",
+    if not rdma_is_port_valid(port_num):
+        raise VerbsError("EINVAL", f"port {port_num} does not exist: the device has port {PORT_NUM} only",
                          call="ibv_query_port")
     fabric = context.fabric.params
     width, speed = width_and_speed(fabric.rate_Bps * 8 / 1e9)
