@@ -43,11 +43,19 @@ _FIGURE = (r"(?:bw_vs_size|latency_vs_size|bw_over_time|latency_cdf|gpu_memory|m
            r"|pcie_bw_vs_mps|pcie_bw_vs_gen)")
 _FIGURE_FILE = rf"{_FIGURE}\.(?:png|pdf|csv)"
 _MARKER = re.escape(STAGING_MARKER)
-_TEMPORARY = r"\.[^/]+\.tmp-\d+"  # sim.sweep.store's atomic writes
+TEMPORARY_NAME = r"\.(?P<name>[^/]+)\.tmp-(?P<pid>\d+)"
+"""The name of a file rdmasim is writing in place of ``name``: ``.<name>.tmp-<pid>`` (a sweep's atomic writes)."""
+
+
+def temporary_name(name: str) -> str:
+    """The :data:`TEMPORARY_NAME` of ``name`` written by this process."""
+    return f".{name}.tmp-{os.getpid()}"
+
+
 OWNED = {
     RUN: re.compile(rf"manifest\.json|metrics\.parquet|summary\.json|trace\.json|figures|figures/{_FIGURE_FILE}"
                     rf"|{_MARKER}"),
-    SWEEP: re.compile(rf"sweep\.json|summary\.parquet|summary\.csv|runs|runs/[^/]+\.parquet|(?:runs/)?{_TEMPORARY}"
+    SWEEP: re.compile(rf"sweep\.json|summary\.parquet|summary\.csv|runs|runs/[^/]+\.parquet|(?:runs/)?{TEMPORARY_NAME}"
                       rf"|figures|figures/{_FIGURE_FILE}|figures/figures\.json|{_MARKER}"),
     FIGURES: re.compile(rf"figures\.json|{_FIGURE_FILE}|{_MARKER}"),
 }

@@ -19,6 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from sim.core.process import pid_alive
+from sim.outdir import TEMPORARY_NAME, temporary_name
 from sim.results import package_versions
 from sim.sweep.plan import VARIANT, SweepPlan
 
@@ -38,7 +39,7 @@ def _atomic(path: Path, write) -> None:
     so that after a crash ``path`` holds the old content or the new, never a part (names starting with '.' are
     skipped by Parquet dataset readers)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    temporary = path.with_name(temporary_name(path.name))
     try:
         write(temporary)
         _fsync(temporary)
@@ -48,17 +49,13 @@ def _atomic(path: Path, write) -> None:
         temporary.unlink(missing_ok=True)
 
 
-_TEMPORARY = re.compile(r"\..+\.tmp-(?P<pid>\d+)")
-"""The name :func:`_atomic` gives a file while it is written: ``.<name>.tmp-<pid>``."""
-
-
 def remove_stale_temporaries(out_dir: str | os.PathLike) -> list[Path]:
     """Remove the half-written files that a killed sweep process left in ``out_dir`` and its ``runs/``
     (temporaries of processes no longer running); returns them."""
     removed = []
     for folder in (Path(out_dir), Path(out_dir) / "runs"):
         for entry in folder.glob(".*.tmp-*") if folder.is_dir() else ():
-            match = _TEMPORARY.fullmatch(entry.name)
+            match = re.fullmatch(TEMPORARY_NAME, entry.name)
             if match and entry.is_file() and not entry.is_symlink() and not pid_alive(int(match["pid"])):
                 entry.unlink(missing_ok=True)
                 removed.append(entry)
