@@ -28,7 +28,7 @@ from sim.core.errors import ConfigError
 from sim.results import REPRODUCIBLE, file_sha256, package_versions, run_parameters, write_results
 from sim.run import run_scenario
 from sim.scenario.loader import validate
-from sim.scenario.yaml_reader import load_yaml
+from sim.scenario.yaml_reader import parse_yaml, read_yaml_file
 from sim.scenario.scenario_file import load_scenario_variants
 
 MANIFEST = "manifest.json"
@@ -78,9 +78,10 @@ def read_manifest(path: Path) -> Manifest:
 
     :raises ConfigError: unreadable, not JSON/YAML, or a field missing or of the wrong type (located).
     """
-    _, positions = load_yaml(path)
+    raw = read_yaml_file(path)
+    _, positions = parse_yaml(raw, str(path))
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(raw)
     except ValueError as exc:
         line, column = getattr(exc, "lineno", 1), getattr(exc, "colno", 1)
         raise ConfigError(f"not JSON: {getattr(exc, 'msg', exc)}", file=str(path), line=line, column=column) from None
