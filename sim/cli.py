@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sim.core.errors import ConfigError, SimError
+from sim.core.units import UnitError
+from sim.outdir import OutputError
 from sim.perftest_report import error_counts, format_summary
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
@@ -43,11 +45,8 @@ def _options(version: Annotated[bool, typer.Option("--version", is_eager=True, c
 def _load(path: Path):
     from sim.scenario.scenario_file import load_scenario_variants
 
-    try:
+    with _refused(ConfigError):
         return load_scenario_variants(path)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
 
 
 def _seed(value: Optional[int]) -> Optional[int]:
@@ -101,14 +100,13 @@ ForceOption = Annotated[bool, typer.Option("--force", help="Replace the earlier 
 
 
 @contextmanager
-def _output_refused():
-    """Turn an output path sim.outdir refuses into its one-line message and exit code 2."""
-    from sim.outdir import OutputError
-
+def _refused(*kinds: type[Exception], prefix: str = ""):
+    """Turn an input rdmasim refuses (an error of one of ``kinds``) into its one-line message, after ``prefix``,
+    and exit code 2."""
     try:
         yield
-    except OutputError as exc:
-        typer.echo(str(exc), err=True)
+    except kinds as exc:
+        typer.echo(f"{prefix}{exc}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -121,17 +119,11 @@ def _check_budget(scenario: Path, variants, memory_budget: str | None, trace: bo
     """Stop with exit 2 before simulating ``variants`` when their estimated memory exceeds ``--memory-budget``
     (default: the memory available now)."""
     from sim import budget
-    from sim.core.units import UnitError
 
-    try:
+    with _refused(UnitError, prefix=f"--memory-budget {memory_budget!r}: "):
         limit = budget.available_memory() if memory_budget is None else budget.parse_budget(memory_budget)
+    with _refused(ConfigError):
         budget.check(str(scenario), variants, limit, trace)
-    except UnitError as exc:
-        typer.echo(f"--memory-budget {memory_budget!r}: {exc}", err=True)
-        raise typer.Exit(2) from None
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -160,7 +152,7 @@ def run(scenario: ScenarioPath,
         variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
     _check_budget(scenario, variants, memory_budget, trace)
     target = Path("results") / spec.name if out_dir is None else out_dir
-    with _output_refused():
+    with _refused(OutputError):
         claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
@@ -181,7 +173,7 @@ def run(scenario: ScenarioPath,
             typer.echo(message, err=True)
         typer.echo(f"{scenario}: wrote nothing ({len(failures)} of {len(variants)} variant(s) failed)", err=True)
         raise typer.Exit(1)
-    with _output_refused():
+    with _refused(OutputError):
         path = write_results(results, target, raw, trace=trace, force=force)
     if not quiet:
         from sim.compare import comparison_table, event_times
@@ -244,21 +236,16 @@ def validate(scenario: Annotated[Path, typer.Argument(help="Scenario or sweep YA
     from sim.scenario.scenario_file import SweepFileGiven, load_scenario_variants
     from sim.sweep import load_sweep
 
-    try:
-        spec, _, variants = load_scenario_variants(scenario)
-        typer.echo(f"{scenario}: ok ({spec.name}: {len(spec.nodes)} nodes, {len(spec.buffers)} buffers, "
-                   f"{len(spec.workload)} workloads, {len(variants)} variant(s))")
-    except SweepFileGiven:
+    with _refused(ConfigError):
         try:
+            spec, _, variants = load_scenario_variants(scenario)
+        except SweepFileGiven:
             plan = load_sweep(scenario)
-        except ConfigError as exc:
-            typer.echo(str(exc), err=True)
-            raise typer.Exit(2) from None
-        typer.echo(f"{scenario}: ok (sweep {plan.sweep.name}: {len(plan.runs)} runs over "
-                   f"{', '.join(plan.axes) or 'no axes'}; base {plan.base_file})")
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+            typer.echo(f"{scenario}: ok (sweep {plan.sweep.name}: {len(plan.runs)} runs over "
+                       f"{', '.join(plan.axes) or 'no axes'}; base {plan.base_file})")
+            return
+    typer.echo(f"{scenario}: ok ({spec.name}: {len(spec.nodes)} nodes, {len(spec.buffers)} buffers, "
+               f"{len(spec.workload)} workloads, {len(variants)} variant(s))")
 
 
 MAX_WORKERS = 1024
@@ -291,14 +278,10 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
     from sim.sweep import load_sweep, run_sweep
     from sim.sweep.store import FAILED
 
-    try:
+    with _refused(ConfigError, OutputError):
         target = Path("results") / load_sweep(file).sweep.name if out_dir is None else out_dir
-        with _output_refused():
-            result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
-                               scheduler=scheduler, retry_failed=retry_failed, force=force)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
+                           scheduler=scheduler, retry_failed=retry_failed, force=force)
     shown = [c for c in result.table.columns if c in ("run", "variant", "status", "bytes", "bw_avg_Gbps",
              "t_typical_us", "p99_9_us", "pinned_bytes", "evictions") or "." in c]
     sys.stdout.write(result.table[shown].to_string(index=False) + "\n")
@@ -346,10 +329,8 @@ def repro(manifest: Annotated[Path, typer.Argument(help="A results directory, or
     from sim.repro import reproduce
 
     try:
-        identical, lines = reproduce(manifest)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+        with _refused(ConfigError):
+            identical, lines = reproduce(manifest)
     except SimError as exc:
         typer.echo(f"{manifest}: re-run failed: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -371,14 +352,14 @@ def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also dra
     from sim.outdir import FIGURES, claim, staged
 
     if figures is not None:
-        with _output_refused():
+        with _refused(OutputError):
             claim(figures, FIGURES, force=force)
     table = calibrate()
     typer.echo(format_calibration(table))
     if figures is not None:
         from sim.plot.pcie import pcie_efficiency_figures
 
-        with _output_refused(), staged(figures, FIGURES, force=force) as (staging, target):
+        with _refused(OutputError), staged(figures, FIGURES, force=force) as (staging, target):
             drawn = pcie_efficiency_figures(staging)
         for path in drawn:
             typer.echo(str(target.path / path.name))
