@@ -121,9 +121,11 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
         figures.bw_vs_size(summary_rows, out, scenario.name)
     if "latency_vs_size" in scenario.outputs and kinds.str.endswith("_lat").any():
         figures.latency_vs_size(summary_rows, out, scenario.name)
-    if "bw_over_time" in scenario.outputs and kinds.str.endswith("_bw").any():
-        figures.bw_over_time(_concat([bandwidth_timeline(r) for r in results]), events, out, scenario.name)
-    if "gpu_memory" in scenario.outputs and kinds.str.endswith("_bw").any():
-        figures.gpu_memory(_concat([bandwidth_timeline(r) for r in results]), events, out, scenario.name)
+    if {"bw_over_time", "gpu_memory"} & set(scenario.outputs) and kinds.str.endswith("_bw").any():
+        timeline = _concat([bandwidth_timeline(r) for r in results])  # one pass over the operations for both
+        if "bw_over_time" in scenario.outputs:
+            figures.bw_over_time(timeline, events, out, scenario.name)
+        if "gpu_memory" in scenario.outputs:
+            figures.gpu_memory(timeline, events, out, scenario.name)
     if "latency_cdf" in scenario.outputs:
         figures.latency_cdf(_concat([r.table.frame(LATENCY_CDF_COLUMNS) for r in results]), out, scenario.name)
