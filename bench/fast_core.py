@@ -28,7 +28,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.fast import Claim, Delay, Group, Rebase, Server, UniformSeries, Wake, solve  # noqa: E402
+from sim.core.steps import Claim, Delay, Rebase, Wake  # noqa: E402
+from sim.fast import Group, Server, UniformSeries, solve  # noqa: E402
 from sim.fast_plan import pipelines, streams  # noqa: E402
 from sim.harness import setup_run  # noqa: E402
 from sim.run import run_scenario  # noqa: E402

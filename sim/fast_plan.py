@@ -2,17 +2,14 @@
 
 The testbed is built exactly as for the event engine (:func:`sim.harness.setup_run`: same registrations, same
 QPs, same random streams, the same stall intervals of link flaps on the ports); each (workload, size)
-becomes a :class:`sim.fast.Group` whose steps are the stage lists of :func:`models.nic.datapath.plan`, strung
-together the way :func:`models.nic.datapath.run_work_request` walks them, and whose window is the workload's
-posting rule:
+becomes a :class:`sim.fast.Group` whose steps are the very steps the event engine runs,
+:func:`models.nic.datapath.path` (servers numbered, the requester's own translation held while a moved buffer
+is re-mapped), and whose window is the workload's posting rule:
 
-* ``write_bw`` / ``read_bw``: ``tx_depth`` outstanding; a completion is seen after the CPU's poll delay and
-  delivered in order, and the post it releases happens then (``ib_write_bw``'s loop). READs also pass the QP's
-  ``max_rd_atomic`` gate, released when the response's last write reaches the requester's PCIe link.
+* ``write_bw`` / ``read_bw``: ``tx_depth`` outstanding; a completion is delivered in order, and the post it
+  releases happens then (``ib_write_bw``'s loop).
 * ``read_lat``: one READ at a time (a window of one).
-* ``write_lat``: one ping-pong iteration is one operation: A's WRITE until it lands at B, B's poll delay,
-  B's WRITE until it lands at A, A's poll delay; each WRITE's acknowledgement and completion entry run in a
-  side chain (they still occupy links and engines).
+* ``write_lat``: one ping-pong iteration is one operation (:func:`models.verbs.workloads.ping_pong`).
 
 Tables and summaries come from the event engine's own code (:mod:`sim.tables`). Without scenario events
 nothing can move, so the solved pieces go straight to the run's operation table and summaries
@@ -32,18 +29,18 @@ run is solved again with that); anything else sends the run back to the event en
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
 
-from models.nic.datapath import memory_target, plan
+from models.nic.datapath import checked_accesses, memory_target, path
 from models.nic.wqe import Opcode
-from models.verbs.workloads import Endpoint, OpRecords, succeeded
+from models.verbs.workloads import Endpoint, OpRecords, ping_pong, succeeded
 from sim.core.errors import SimError
-from sim.fast import (Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, UndecidableOrder, UniformSeries, Wait,
-                      Wake)
-from sim.fast import Finished, solve
+from sim.core.steps import Check, Claim, Fork
+from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast_events import Move, Solved, Watch
 from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run
 from sim.operations import OperationTable
@@ -112,7 +109,6 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     (``notice`` is told why, default: one line on stderr).
 
     :raises OutsideDomain: ``engine: fast`` for a scenario outside the domain.
-    :raises sim.fast.UndecidableOrder: ``engine: fast`` and two claims whose order needs the event engine.
     """
     def decline(reason: str) -> None:
         if scenario.engine == "fast":
@@ -142,10 +138,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
                 break
         else:
             reason = f"the workloads' buffers moved more than {MAX_MOVES} times"
-    except UndecidableOrder as exc:
-        if scenario.engine == "fast":
-            raise
-        reason = str(exc)
+    except Unsolvable as exc:
+        return decline(f"the vectorized core does not solve these steps: {exc}")
     except _Crawling as exc:
         return decline(f"the vectorized core keeps only about {exc} operations per block here (rounds interact "
                        "through a shared link): the event engine is faster")
@@ -297,56 +291,32 @@ class _Draws:
 
 def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: list[Move],
             posts: dict[int, np.ndarray]):
-    """The :class:`Group` s of each size of ``end.work`` (posted from ``src``'s QP to ``dst``'s), with the size.
-
-    An MR with a translation to check (GPU memory through peer memory or a dma-buf) adds the sleeps of
-    :func:`models.nic.datapath.run_work_request`'s translations: the requester's at its payload's first read
-    request (labelled ``local``, held in the re-fault intervals of ``moves``), the responder's when the
-    request arrives, the READ requester's before the response lands (labelled ``local`` too). A size whose
-    operations were posted on both sides of a move's zap is split into groups that continue one stream.
+    """The :class:`Group` s of each size of ``end.work`` (posted from ``src``'s QP to ``dst``'s), with the size:
+    the steps of :func:`models.nic.datapath.path` with servers numbered, the requester's own translation
+    (labelled ``local``) held in the re-fault intervals of ``moves``. A size whose operations were posted on
+    both sides of a move's zap is split into groups that continue one stream.
     """
     work, src, dst = end.work, end.src, end.dst
     qp, peer = src.qp, dst.qp
     holds = tuple((m.zapped_ps, m.ready_ps) for m in moves if m.ready_ps is not None)
 
-    def steps(stages, label: str | None = None) -> list:
+    def indexed(steps, local: str | None = None) -> tuple:
         out = []
-        for k, (server, service, head, tail, latency, eager) in enumerate(stages):
-            if server is None:
-                out.append(Delay(latency))
-                continue
-            if id(server) not in servers:
-                servers[id(server)] = len(names)
-                names.append(Server(server.name, stalls=server.stalls))
-            out.append(Claim(servers[id(server)], service, head, tail, latency, eager,
-                             label if k == len(stages) - 1 else None))
-        return out
+        for step in steps:
+            if isinstance(step, Claim):
+                if id(step.server) not in servers:
+                    servers[id(step.server)] = len(names)
+                    names.append(Server(step.server.name, stalls=step.server.stalls))
+                step = replace(step, server=servers[id(step.server)])
+            elif isinstance(step, Check) and step.name == local:
+                step = replace(step, holds=holds, label="local")
+            elif isinstance(step, Fork):
+                step = Fork(indexed(step.steps))
+            out.append(step)
+        return tuple(out)
 
-    def checked(mr, label: str | None = None) -> list:
-        """The sleep of a translation through an MR with a backing (the local one: held while re-faulted)."""
-        return [Sleep(0, holds, label) if label else Sleep()] if mr.backing is not None else []
-
-    def write(q, local: Endpoint, remote: Endpoint, targets, size: int, inline: bool, fork: bool) -> list:
-        """A WRITE from post to landing, its acknowledgement and completion entry after it or forked."""
-        p = plan(q, Opcode.RDMA_WRITE, size, inline, *targets)
-        forward = steps(p.forward)
-        if p.issue and local.mr.backing is not None:  # translated when its first read request is issued
-            back = p.forward[p.issue - 1][2]
-            forward[p.issue:p.issue] = [Sleep(back, holds, "local") if q is qp else Sleep(back), Rebase(False)]
-        ack = [Rebase(True, -q.remote.node.pcie.params.write_latency_ps), *steps(p.reply)]
-        if fork:  # when a ping-pong's WRITE is acknowledged (its completion entry written)
-            ack += [Rebase(True), Sleep(0, label="acked" if q is qp else "peer_acked")]
-        head = [Delay(q.node.nic.params.doorbell_ps), *steps(p.to_engine), Rebase(False), *forward,
-                *checked(remote.mr), *steps(p.remote)]
-        return head + [Fork(tuple(ack)), Rebase(True)] if fork else head + ack + [Rebase(True)]
-
-    def read(target: str | None, size: int) -> list:
-        p = plan(qp, Opcode.RDMA_READ, size, False, target, end.targets[1])
-        split = len(p.remote) - p.landing
-        return [Delay(qp.node.nic.params.doorbell_ps), *steps(p.to_engine), Rebase(False),
-                Gate(qp.node.nic.params.max_rd_atomic, "landing"), *steps(p.forward), *checked(dst.mr),
-                *steps(p.remote[:split]), *checked(src.mr, "local"), *steps(p.remote[split:-1]),
-                *steps(p.remote[-1:], "landing"), Rebase(True)]
+    def steps_of(q, local: Endpoint, remote: Endpoint, opcode: Opcode, size: int, inline: bool, targets):
+        return path(q, opcode, size, inline, *targets, checked_accesses(q, local.mr, remote.mr)).steps
 
     mine = UniformSeries.following(qp.poll_delays)
     theirs = UniformSeries.following(peer.poll_delays) if work.kind == "write_lat" else None
@@ -354,17 +324,19 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
     for size in work.size_list():
         if work.kind == "write_lat":  # (moves of its buffers never reach here: each end is also a responder)
             fits = size <= inline
-            chain = [*write(qp, src, dst, end.targets, size, fits, True), Wake(), Wait("peer_poll"),
-                     *write(peer, dst, src, end.targets[::-1], size, fits, True), Wake(), Wait("poll")]
+            chain, _ = ping_pong(steps_of(qp, src, dst, Opcode.RDMA_WRITE, size, fits, end.targets),
+                                 steps_of(peer, dst, src, Opcode.RDMA_WRITE, size, fits, end.targets[::-1]))
             draws = {"peer_poll": _Draws(theirs, first, 2), "poll": _Draws(mine, first, 2, 1)}
-            yield Group(tuple(chain), work.iterations, 1, draws), size
+            yield Group(indexed(chain), work.iterations, 1, draws), size
         else:
             draws = {"poll": _Draws(mine, first)}
             window = 1 if work.kind == "read_lat" else work.tx_depth
+            opcode = Opcode.RDMA_WRITE if work.kind == "write_bw" else Opcode.RDMA_READ
+            local = "source" if opcode is Opcode.RDMA_WRITE else "response"
             for lo, hi, target in _segments(end.targets[0], moves, posts.get(size), work.iterations):
-                body = (write(qp, src, dst, (target, end.targets[1]), size, size <= inline, False)
-                        if work.kind == "write_bw" else read(target, size))
-                yield Group((*body, Delay(draws="poll"), Wake()), hi, window, draws, lo), size
+                body = steps_of(qp, src, dst, opcode, size, opcode is Opcode.RDMA_WRITE and size <= inline,
+                                (target, end.targets[1]))
+                yield Group(indexed(body, local), hi, window, draws, lo), size
         first += work.iterations
 
 

@@ -1,4 +1,4 @@
-"""The data path of one work request through host, PCIe, NIC and wire, as a chain of FIFO resources.
+"""The data path of one work request through host, PCIe, NIC and wire: the steps both engines run.
 
 A message streams through each resource cut-through style: its head enters a resource when the resource
 is free, it occupies the resource for its whole service time, and it cannot leave before its tail has
@@ -17,14 +17,18 @@ one segment), so claiming in that order is the same FIFO queue with fewer events
 PCIe link's downstream completions (fed only by its upstream read requests), a receive engine (fed only by
 its port), a receive port on a point-to-point fabric (fed only by the one peer's transmit port) and a send
 engine fed by BlueFlame doorbells (each arrives a fixed delay after its post, and posts come in time order).
+
+:func:`path` strings a work request's stages together with the doorbell, the READ slot gate, the
+acknowledgement, the completion and the poll into one step list (:mod:`sim.core.steps`): the event engine
+runs it (:mod:`sim.core.interpreter`), with :class:`WorkRequestRun` deciding at its checks what only run time
+knows (errors, page faults, RNR NAKs, translation caches, data mode); the vectorized core solves streams of
+the same lists.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Generator, NamedTuple
-
-from simpy import Timeout
+from typing import NamedTuple
 
 from models.fabric import AETH, RETH, Fabric
 from models.nic.nic import Nic
@@ -34,30 +38,11 @@ from models.pcie.link import PcieLink, PcieParams, read_tags
 from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
 from sim.core import PS_PER_S, Environment
-from sim.core.servers import claim_cut_through
+from sim.core.interpreter import Operation, compile_steps
+from sim.core.steps import Check, Claim, Delay, Gate, Mark, Rebase, Step, Wake
 
 _LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = int(Access.LOCAL_WRITE), int(Access.REMOTE_WRITE), int(Access.REMOTE_READ)
 """Access bits as plain ints: IntFlag arithmetic is slow on the per-message path."""
-
-
-def walk(env, stages: list[Stage], head: int, tail: int) -> Generator:
-    """Stream a message whose head and tail reach the first stage at ``head`` and ``tail``.
-
-    Returns (head, tail) times at the far end of the last stage.
-    """
-    tracing = env.trace.enabled
-    for server, service, head_ps, tail_ps, latency, eager in stages:
-        if server is not None:
-            if not eager and head > (now := env.now):
-                yield Timeout(env, head - now)
-            start, finish = claim_cut_through(server, head, service, tail + tail_ps)
-            if tracing:
-                env.trace.slice(server.name, "busy", start, finish)
-            head = start + head_ps
-            tail = finish
-        head += latency
-        tail += latency
-    return head, tail
 
 
 def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
@@ -77,19 +62,25 @@ def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
 
 def stream_Bps(stages_of: Callable[[], list[Stage]], nbytes: int, messages: int = 300) -> float:
     """Steady-state rate of back-to-back messages of ``nbytes`` through the stages ``stages_of()`` gives (all
-    ``messages`` queued at once, each a process walking them), over the second half of them (bytes/s)."""
+    ``messages`` queued at once, each an operation walking them), over the second half of them (bytes/s)."""
     env, done = Environment(), []
-
-    def one() -> Generator:
-        _, tail = yield from walk(env, stages_of(), 0, 0)
-        done.append(tail)
-
-    for _ in range(messages):
-        env.process(one())
+    for k in range(messages):
+        program = compile_steps((*stage_steps(stages_of()), Rebase(True), Wake()))
+        env.step_runner.start(Operation(program, k, _Finished(done)))
     env.run()
     done.sort()
     half = messages // 2
     return (messages - 1 - half) * nbytes * PS_PER_S / (done[-1] - done[half])
+
+
+class _Finished:
+    """Owner of operations that only report when they end (into ``done``, ps)."""
+
+    def __init__(self, done: list[int]) -> None:
+        self.done = done
+
+    def wake(self, op: Operation, head: int) -> None:
+        self.done.append(head)
 
 
 def dma_read_stream_Bps(params: PcieParams, nbytes: int, reads: int = 300) -> float:
@@ -129,26 +120,6 @@ def delay(ps: int) -> Stage:
     return Stage(None, 0, 0, 0, ps, False)
 
 
-class Plan(NamedTuple):
-    """The stage lists of one kind of work request on one QP (cached: they depend only on parameters)."""
-
-    to_engine: list[Stage]
-    """Doorbell through the send engine (with a WQE fetch when BlueFlame is off)."""
-    forward: list[Stage]
-    """Send engine to the responder's receive engine (payload read, wire, key check)."""
-    remote: list[Stage]
-    """Responder side: DMA write of WRITE data, or DMA read + response + requester write for READ."""
-    reply: list[Stage]
-    """ACK or NAK back to the requester and its CQE write."""
-    cqe_ps: int
-    """Time the CQE adds after a READ response has landed."""
-    landing: int
-    """READ: how many of ``remote``'s last stages write the response (and the CQE) at the requester."""
-    issue: int
-    """WRITE from memory: how many of ``forward``'s first stages issue the payload's first read request (its
-    read tags and its request's first hop)."""
-
-
 def memory_target(mr, now_ps: int) -> str | None:
     """Where a NIC access through ``mr`` goes at ``now_ps`` in its node's PCIe topology: ``gpu0`` for a GPU
     buffer the NIC reaches in VRAM, ``mem0`` for host memory; None when the node has no topology (the NIC's own
@@ -172,132 +143,269 @@ def node_dma_write(node, target: str | None, nbytes: int) -> list[Stage]:
     return dma_write_stages(node.topology, "nic0", target, nbytes)
 
 
-def plan(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None,
-         remote_target: str | None = None) -> Plan:
-    """Build (or fetch from the QP's cache) the stages a work request crosses; ``local`` and
-    ``remote_target`` are the :func:`memory_target` of its two MRs."""
-    key = (opcode, n, inline, local, remote_target)
+class Path(NamedTuple):
+    """The steps of one kind of work request on one QP, for both engines, with the pieces its run-time
+    decisions put in their place (cached per QP: they depend only on parameters)."""
+
+    steps: tuple[Step, ...]
+    """Doorbell to polled completion (:mod:`sim.core.steps`)."""
+    program: tuple
+    """``steps`` compiled for the event engine."""
+    after: dict[str, tuple[Step, ...]]
+    """The steps that follow each check."""
+    forward: tuple[Step, ...]
+    """Send engine to the responder's receive engine (retransmitted after an RNR NAK)."""
+    reply: tuple[Step, ...]
+    """ACK or NAK back to the requester and its CQE write."""
+    landed_back_ps: int
+    """How long before the end of the landing stages the payload is in memory (a READ's CQE write)."""
+
+
+COMPLETION = (Rebase(True), Delay(draws="poll"), Wake())
+"""The end of every work request: the CPU polls the completion a drawn poll delay after its CQE lands."""
+
+
+def stage_steps(stages: list[Stage], label: str | None = None) -> list[Step]:
+    """``stages`` as steps (the last claim labelled ``label``)."""
+    out: list[Step] = []
+    for k, (server, service, head, tail, latency, eager) in enumerate(stages):
+        if server is None:
+            out.append(Delay(latency))
+        else:
+            out.append(Claim(server, service, head, tail, latency, eager, label if k == len(stages) - 1 else None))
+    return out
+
+
+def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, remote_target: str | None = None,
+         checked: tuple[bool, bool, bool] = (False, False, False)) -> Path:
+    """Build (or fetch from the QP's cache) the path of a work request; ``local`` and ``remote_target`` are
+    the :func:`memory_target` of its two MRs, ``checked`` says whether the local MR and the remote MR have a
+    backing to translate through and whether every access is looked at (translation caches, data mode)."""
+    key = (opcode, n, inline, local, remote_target, checked)
     cached = qp.plans.get(key)
     if cached is not None:
         return cached
+    local_backing, remote_backing, every = checked
     node, peer = qp.node, qp.remote.node
     nic, pnic = node.nic, peer.nic
     fabric: Fabric = qp.pd.context.fabric
     process = nic.params.tx_process_ps
     engine = Stage(nic.tx_engine(qp.qp_num), process, process, process, 0, nic.params.blueflame)
     to_engine = ([] if nic.params.blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
-    reply = [delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num),
-             *dma_write(node.pcie, nic.params.cqe_bytes)]
-    cqe_ps = node.pcie.params.write_ps(nic.params.cqe_bytes)
+    reply = stage_steps([delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num),
+                         *dma_write(node.pcie, nic.params.cqe_bytes)])
+    responder = Check("responder", 0 if remote_backing else None)
+    steps: list[Step] = [Delay(nic.params.doorbell_ps), *stage_steps(to_engine), Rebase(False)]
     if opcode is Opcode.RDMA_WRITE:
-        forward = [] if inline else node_dma_read(node, local, n)
-        forward += [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH),
-                    rx_engine(pnic, qp.remote.qp_num)]
-        remote = node_dma_write(peer, remote_target, n)
+        source = [] if inline else node_dma_read(node, local, n)
+        forward = source + [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH),
+                            rx_engine(pnic, qp.remote.qp_num)]
+        steps.append(Check("requester"))
+        if source and (local_backing or every):
+            # The NIC translates the source when it issues the payload's first read request, once it has a read
+            # tag and the earlier WQEs' requests are on the link.
+            split = 1 + (forward[0][0] is node.pcie.tags) if local_backing else 0
+            steps += [*stage_steps(forward[:split]), Check("source", forward[split - 1].head_ps if split else None),
+                      *([Rebase(False)] if split else []), *stage_steps(forward[split:])]
+        else:
+            steps += stage_steps(forward)
+        # The responder acknowledges once the last TLP is on its PCIe link: a full receive path backs up into the
+        # fabric, so the requester's completions are paced by the slowest resource.
+        steps += [responder, *stage_steps(node_dma_write(peer, remote_target, n)), Mark("landed"),
+                  Rebase(True, -peer.pcie.params.write_latency_ps), *reply, *COMPLETION]
+        landed_back = 0
     else:
-        forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, RETH),
-                   rx_engine(pnic, qp.remote.qp_num)]
+        forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, RETH), rx_engine(pnic, qp.remote.qp_num)]
+        landed_back = node.pcie.params.write_ps(nic.params.cqe_bytes)
         if local is None:  # data and CQE stream to host memory over the NIC's link as one write
             landing = dma_write(node.pcie, n + nic.params.cqe_bytes)
         else:
             landing = [*node_dma_write(node, local, n), *dma_write(node.pcie, nic.params.cqe_bytes)]
-            cqe_ps += node.pcie.params.write_latency_ps
-        remote = [*node_dma_read(peer, remote_target, n), delay(pnic.params.tx_latency_ps),
-                  *wire(pnic, nic, fabric, n, AETH), rx_engine(nic, qp.qp_num), *landing]
-    issue = 1 + (forward[0][0] is node.pcie.tags) if opcode is Opcode.RDMA_WRITE and not inline else 0
-    result = qp.plans[key] = Plan(to_engine, forward, remote, reply, cqe_ps,
-                                  len(landing) if opcode is Opcode.RDMA_READ else 0, issue)
+            landed_back += node.pcie.params.write_latency_ps
+        response = [*node_dma_read(peer, remote_target, n), delay(pnic.params.tx_latency_ps),
+                    *wire(pnic, nic, fabric, n, AETH), rx_engine(nic, qp.qp_num)]
+        # The send engine stalls the QP at max_rd_atomic outstanding READs; a slot is free again once the
+        # response's last write reaches the requester's PCIe link.
+        steps += [Gate(max(qp.attr.max_rd_atomic, 1), READ_SLOT), Check("requester"), *stage_steps(forward),
+                  responder, *stage_steps(response),
+                  *([Check("response", 0 if local_backing else None)] if local_backing or every else []),
+                  *stage_steps(landing[:-1]), *stage_steps(landing[-1:], READ_SLOT), Mark("landed"), *COMPLETION]
+    steps = tuple(steps)
+    after = {s.name: steps[k + 1:] for k, s in enumerate(steps) if isinstance(s, Check)}
+    result = qp.plans[key] = Path(steps, compile_steps(steps), after, tuple(stage_steps(forward)), tuple(reply),
+                                  landed_back)
     return result
 
 
-def run_work_request(qp, wr: SendWR) -> Generator:
-    """simpy process: carry one RDMA WRITE or READ from doorbell to the polled completion on ``qp`` (a
-    connected :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates)."""
-    env = qp.pd.context.env
-    node = qp.node
-    posted = env.now
-    poll_ps = qp.poll_delays.next()
-    peer = qp.remote.node
+READ_SLOT = "landing"
+"""The gate of a QP's outstanding READs, released by the claim that lands a READ's response."""
+
+
+def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
+    """Which checks a work request on ``qp`` between ``local_mr`` and ``remote_mr`` makes at run time (the
+    ``checked`` of :func:`path`)."""
+    node, peer = qp.node, qp.remote.node
+    every = (qp.pd.context.env.data_mode or node.nic.mtt is not None or node.iommu is not None
+             or peer.nic.mtt is not None or peer.iommu is not None)
+    return (local_mr is not None and local_mr.backing is not None,
+            remote_mr is not None and remote_mr.pd.context.node is peer and remote_mr.backing is not None, every)
+
+
+def work_request_path(qp, wr: SendWR, now_ps: int) -> Path:
+    """The path ``wr`` posted on ``qp`` at ``now_ps`` takes."""
+    node, peer = qp.node, qp.remote.node
+    local_mr, remote_mr = node.nic.lookup(wr.lkey), peer.nic.lookup(wr.rkey)
+    checked = checked_accesses(qp, local_mr, remote_mr)
     if node.topology is None and peer.topology is None:
-        stages = plan(qp, wr.opcode, wr.length, wr.inline)
-    else:
-        stages = plan(qp, wr.opcode, wr.length, wr.inline, memory_target(node.nic.lookup(wr.lkey), posted),
-                      memory_target(peer.nic.lookup(wr.rkey), posted))
-    translating = node.nic.mtt is not None or node.iommu is not None or peer.nic.mtt is not None \
-        or peer.iommu is not None
-    t = posted + node.nic.params.doorbell_ps
-    t, _ = yield from walk(env, stages.to_engine, t, t)
-    read_slot = None
-    if wr.opcode is Opcode.RDMA_READ:  # the send engine stalls the QP at max_rd_atomic outstanding READs
-        read_slot = qp.reads.request()
-        if t > env.now:
-            yield env.timeout(t - env.now)
-        yield read_slot
-        t = env.now
+        return path(qp, wr.opcode, wr.length, wr.inline, checked=checked)
+    return path(qp, wr.opcode, wr.length, wr.inline, memory_target(local_mr, now_ps),
+                memory_target(remote_mr, now_ps), checked)
 
-    status = WcStatus.SUCCESS
-    local_mr = node.nic.lookup(wr.lkey)
-    local_need = _LOCAL_WRITE if wr.opcode is Opcode.RDMA_READ else 0
-    if qp.state is QpState.ERR:
-        status = WcStatus.WR_FLUSH_ERR
-    elif local_mr is None or not local_mr.allows(wr.local_addr, wr.length, local_need):
-        status = WcStatus.LOC_PROT_ERR
-    forward = stages.forward
-    reads_source = wr.opcode is Opcode.RDMA_WRITE and not wr.inline
-    if status is WcStatus.SUCCESS and reads_source and local_mr.backing is not None:
-        # The NIC translates the source when it issues the payload's first read request, once it has a read
-        # tag and the earlier WQEs' requests are on the link.
-        first, forward = forward[:stages.issue], forward[stages.issue:]
-        issued, _ = yield from walk(env, first, t, t)
-        t, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length,
-                                           max(issued - first[-1].head_ps, qp.sq_stalled_until), write=False)
-        qp.sq_stalled_until = t  # a page fault stalls the send queue: later WQEs wait behind it
-        t = max(t, issued)
-    if status is not WcStatus.SUCCESS:
-        _, done = yield from walk(env, stages.reply[-1:], t, t)
-        _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
-        return
 
-    payload = _read_payload(env, local_mr, wr) if wr.opcode is Opcode.RDMA_WRITE else None
-    if translating and reads_source:
-        t = yield from _translate_first(env, node, local_mr, wr.local_addr, wr.length, t, write=False)
-    head, tail = yield from walk(env, forward, t, t)
-    remote_mr = peer.nic.lookup(wr.rkey)
-    needed = _REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else _REMOTE_READ
-    if remote_mr is None or remote_mr.backing is not None or not _remote_ok(qp, wr, needed):
-        status, head, tail = yield from _responder_accepts(env, qp, wr, stages, head, tail)
-    if translating and status is WcStatus.SUCCESS:
-        ready = yield from _translate_first(env, peer, remote_mr, wr.remote_addr, wr.length, head,
-                                            write=wr.opcode is Opcode.RDMA_WRITE)
-        head, tail = ready, max(tail, ready)
-    if status is not WcStatus.SUCCESS:
-        _, done = yield from walk(env, stages.reply, tail, tail)
-    elif wr.opcode is Opcode.RDMA_WRITE:
-        _write_payload(env, remote_mr, wr.remote_addr, payload)
-        _, landed = yield from walk(env, stages.remote, head, tail)
-        _notify_landed(env, wr, landed)
-        # The responder acknowledges once the last TLP is on its PCIe link: a full receive path backs up
-        # into the fabric, so the requester's completions are paced by the slowest resource.
-        issued = landed - qp.remote.node.pcie.params.write_latency_ps
-        _, done = yield from walk(env, stages.reply, issued, issued)
-    else:
-        payload = _read_payload(env, qp.remote.node.nic.lookup(wr.rkey), wr, remote=True)
-        split = len(stages.remote) - stages.landing
-        response, landing = stages.remote[:split], stages.remote[split:]
-        head, tail = yield from walk(env, response, head, tail)
-        if local_mr.backing is not None:  # the response is written through the local MR's translation
-            head, status = yield from _translated(env, qp, local_mr, wr.local_addr, wr.length, head, write=True)
-            tail = max(tail, head)
-        if status is WcStatus.SUCCESS:
-            _write_payload(env, local_mr, wr.local_addr, payload)
-            if translating:
-                head = yield from _translate_first(env, node, local_mr, wr.local_addr, wr.length, head, write=True)
-                tail = max(tail, head)
-            _, done = yield from walk(env, landing, head, tail)
-            _notify_landed(env, wr, done - stages.cqe_ps)
+def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0) -> None:
+    """Start carrying one RDMA WRITE or READ from doorbell to the polled completion on ``qp`` (a connected
+    :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates); ``seq``
+    and ``offset`` are its operation number and position offset under the ordering rule."""
+    env = qp.pd.context.env
+    run = WorkRequestRun(qp, wr, work_request_path(qp, wr, env.now), env.now)
+    env.step_runner.start(Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads},
+                              offset))
+
+
+class WorkRequestRun:
+    """What the model decides while one work request runs: key and state checks, translations (page faults
+    stall the send queue; a responder-side fault sends an RNR NAK), data mode's bytes, landing and completion."""
+
+    __slots__ = ("qp", "wr", "path", "posted", "status", "payload", "retries", "resume", "local_mr")
+
+    def __init__(self, qp, wr: SendWR, path: Path, posted: int) -> None:
+        self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
+        self.status = WcStatus.SUCCESS
+        self.payload = None
+        self.retries = qp.rnr_retry
+        self.local_mr = None
+        """The local MR as the requester found it when it took up the WQE."""
+        self.resume: tuple[tuple, int] | None = None
+        """After translation stages: the steps the data goes on with, and its tail before them."""
+
+    def check(self, op: Operation, name: str, now: int, head: int, tail: int):
+        """See :class:`sim.core.interpreter.Model`."""
+        return getattr(self, "_" + name)(now, head, tail)
+
+    def _fail(self, status: WcStatus, at: int, reply: tuple[Step, ...]):
+        """End with ``status``: the rest replaced by ``reply`` from ``at``."""
+        self.status = status
+        return compile_steps((*reply, *COMPLETION)), at, at
+
+    def _requester(self, now: int, head: int, tail: int):
+        qp, wr = self.qp, self.wr
+        mr = self.local_mr = qp.node.nic.lookup(wr.lkey)
+        if qp.state is QpState.ERR:
+            return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.reply[-1:])
+        if mr is None or not mr.allows(wr.local_addr, wr.length, _LOCAL_WRITE if wr.opcode is Opcode.RDMA_READ else 0):
+            return self._fail(WcStatus.LOC_PROT_ERR, head, self.path.reply[-1:])
+        if wr.inline:
+            self.payload = _read_payload(qp.pd.context.env, mr, wr)
+        return None
+
+    def _source(self, now: int, head: int, tail: int):
+        qp, wr, mr = self.qp, self.wr, self.local_mr
+        if mr.backing is not None:
+            if qp.sq_stalled_until > now:  # a page fault stalls the send queue: later WQEs wait behind it
+                return qp.sq_stalled_until
+            held = self._translated(mr, wr.local_addr, now, write=False)
+            if held is not None:
+                return held if isinstance(held, int) else self._fail(held, now, self.path.reply[-1:])
+            qp.sq_stalled_until = now
+        self.payload = _read_payload(qp.pd.context.env, mr, wr)
+        return self._translation(qp.node, mr, wr.local_addr, wr.length, now, head, tail, self.path.after.get("source"),
+                                 write=False)
+
+    def _responder(self, now: int, head: int, tail: int):
+        qp, wr = self.qp, self.wr
+        needed = _REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else _REMOTE_READ
+        if not _remote_ok(qp, wr, needed):
+            qp.remote.to_error()  # the responder drops everything after the NAK
+            return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.reply)
+        peer = qp.remote.node
+        mr = peer.nic.lookup(wr.rkey)
+        if mr.backing is not None:
+            answer = mr.backing.translate(now, wr.remote_addr - mr.iova, wr.length)
+            if isinstance(answer, Fault):
+                return self._rnr_nak(mr, answer, tail)
+            if answer is not None:
+                qp.remote.to_error()
+                return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.reply)
+        env = qp.pd.context.env
+        if wr.opcode is Opcode.RDMA_WRITE:
+            _write_payload(mr, wr.remote_addr, self.payload)
         else:
-            _, done = yield from walk(env, stages.reply[-1:], head, head)
-    _complete_at(env, qp, wr, status, posted, done + poll_ps, read_slot)
+            self.payload = _read_payload(env, mr, wr, remote=True)
+        return self._translation(peer, mr, wr.remote_addr, wr.length, now, head, tail, self.path.after["responder"],
+                                 write=wr.opcode is Opcode.RDMA_WRITE)
+
+    def _rnr_nak(self, mr, fault: Fault, tail: int):
+        """The responder faulted: an RNR NAK goes back and the request is sent again after the responder's
+        min_rnr_timer, up to rnr_retry times (7: for ever)."""
+        qp = self.qp
+        qp.pd.context.env.trace.instant(f"{qp.remote.node.nic.name}.hw", "RnrNakSent", mr=mr.lkey,
+                                        retry_at_ps=fault.ready_ps)
+        qp.rnr_naks += 1
+        if self.retries == 0:
+            return self._fail(WcStatus.RNR_RETRY_EXC_ERR, tail, self.path.reply)
+        self.retries -= 1 if qp.rnr_retry != RNR_RETRY_INFINITE else 0
+        again = (*self.path.reply[:-1], Rebase(False), Delay(qp.remote.min_rnr_timer_ps), *self.path.forward,
+                 Check("responder", 0), *self.path.after["responder"])
+        return compile_steps(again), tail, tail
+
+    def _response(self, now: int, head: int, tail: int):
+        qp, wr, mr = self.qp, self.wr, self.local_mr
+        if mr.backing is not None:  # the response is written through the local MR's translation
+            held = self._translated(mr, wr.local_addr, now, write=True)
+            if held is not None:
+                return held if isinstance(held, int) else self._fail(held, now, self.path.reply[-1:])
+        _write_payload(mr, wr.local_addr, self.payload)
+        return self._translation(qp.node, mr, wr.local_addr, wr.length, now, head, tail, self.path.after["response"],
+                                 write=True)
+
+    def _translated(self, mr, addr: int, now: int, *, write: bool):
+        """A requester-side NIC access through ``mr`` at ``now``: None when it goes on, the time a page fault
+        holds it until, or the error status."""
+        answer = mr.backing.translate(now, addr - mr.iova, self.wr.length)
+        if answer is None:
+            return None
+        if not isinstance(answer, Fault):
+            return answer
+        self.qp.pd.context.env.trace.instant(f"{self.qp.node.nic.name}.hw", "AccessStalled", mr=mr.lkey,
+                                             until_ps=answer.ready_ps, write=write)
+        return answer.ready_ps
+
+    def _translation(self, node, mr, addr: int, length: int, now: int, head: int, tail: int, rest, *, write: bool):
+        """After an access is allowed: the NIC's translation-cache and IO-TLB stages (when the node models
+        them) run from ``head``; the data goes on with ``rest`` of the steps once they are done, its tail no
+        earlier than then. None when there are none."""
+        if rest is None or mr is None or (node.nic.mtt is None and node.iommu is None):
+            return None
+        extra = translation_stages(node, mr, addr, length, now, write=write)
+        if not extra:
+            return None
+        self.resume = (compile_steps(rest), tail)
+        return compile_steps((*stage_steps(extra), Check("translation_done"))), head, head
+
+    def _translation_done(self, now: int, head: int, tail: int):
+        program, before = self.resume
+        return program, head, max(before, head)
+
+    def mark(self, op: Operation, name: str, head: int, tail: int) -> None:
+        """The payload has landed (``name`` is ``landed``): a waiter on the work request learns when."""
+        if self.wr.landed is not None:
+            landed, signal = tail - self.path.landed_back_ps, self.wr.landed
+            env = self.qp.pd.context.env
+            env.timeout(landed - env.now).callbacks.append(lambda _event: signal.succeed(landed))
+
+    def wake(self, op: Operation, head: int) -> None:
+        """The CPU sees the completion at ``head``."""
+        _complete_at(self.qp.pd.context.env, self.qp, self.wr, self.status, self.posted, head)
 
 
 def translation_stages(node, mr, addr: int, length: int, now_ps: int, *, write: bool) -> list[Stage]:
@@ -318,17 +426,6 @@ def translation_stages(node, mr, addr: int, length: int, now_ps: int, *, write: 
     return stages
 
 
-def _translate_first(env, node, mr, addr: int, length: int, t: int, *, write: bool) -> Generator:
-    """Walk the translation stages of an access starting at ``t``; return when the data may move."""
-    if mr is None or (node.nic.mtt is None and node.iommu is None):
-        return t
-    extra = translation_stages(node, mr, addr, length, t, write=write)
-    if not extra:
-        return t
-    ready, _ = yield from walk(env, extra, t, t)
-    return ready
-
-
 def _read_payload(env, mr, wr: SendWR, *, remote: bool = False):
     """Data mode: the bytes the NIC reads through ``mr``'s translation now (None when data mode is off)."""
     if not env.data_mode:
@@ -336,57 +433,10 @@ def _read_payload(env, mr, wr: SendWR, *, remote: bool = False):
     return mr_bytes(mr, wr.remote_addr if remote else wr.local_addr, wr.length).copy()
 
 
-def _write_payload(env, mr, addr: int, payload) -> None:
+def _write_payload(mr, addr: int, payload) -> None:
     """Data mode: the NIC writes ``payload`` through ``mr``'s translation now."""
     if payload is not None:
         mr_bytes(mr, addr, len(payload))[:] = payload
-
-
-def _responder_accepts(env, qp, wr: SendWR, stages: Plan, head: int, tail: int) -> Generator:
-    """The responder's key check and translation, with RNR NAK and retransmission while it faults.
-
-    Returns (status, head, tail) of the request as finally accepted (or rejected).
-    """
-    needed = _REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else _REMOTE_READ
-    retries = qp.rnr_retry
-    while True:
-        if not _remote_ok(qp, wr, needed):
-            qp.remote.to_error()  # the responder drops everything after the NAK
-            return WcStatus.REM_ACCESS_ERR, head, tail
-        mr = qp.remote.node.nic.lookup(wr.rkey)
-        if mr.backing is None:
-            return WcStatus.SUCCESS, head, tail
-        if head > env.now:
-            yield env.timeout(head - env.now)
-        answer = mr.backing.translate(head, wr.remote_addr - mr.iova, wr.length)
-        if answer is None:
-            return WcStatus.SUCCESS, head, tail
-        if not isinstance(answer, Fault):
-            qp.remote.to_error()
-            return WcStatus.REM_ACCESS_ERR, head, tail
-        env.trace.instant(f"{qp.remote.node.nic.name}.hw", "RnrNakSent", mr=mr.lkey, retry_at_ps=answer.ready_ps)
-        qp.rnr_naks += 1
-        if retries == 0:
-            return WcStatus.RNR_RETRY_EXC_ERR, head, tail
-        retries -= 1 if qp.rnr_retry != RNR_RETRY_INFINITE else 0
-        nak_at, _ = yield from walk(env, stages.reply[:-1], tail, tail)  # RNR NAK back to the requester
-        retry = nak_at + qp.remote.min_rnr_timer_ps
-        head, tail = yield from walk(env, stages.forward, retry, retry)
-
-
-def _translated(env, qp, mr, addr: int, length: int, t: int, *, write: bool) -> Generator:
-    """A requester-side NIC access through ``mr`` at ``t``: stall the send queue while the driver handles
-    page faults. Returns (time the access proceeds, status)."""
-    while True:
-        if t > env.now:
-            yield env.timeout(t - env.now)
-        answer = mr.backing.translate(t, addr - mr.iova, length)
-        if answer is None:
-            return t, WcStatus.SUCCESS
-        if not isinstance(answer, Fault):
-            return t, answer
-        env.trace.instant(f"{qp.node.nic.name}.hw", "AccessStalled", mr=mr.lkey, until_ps=answer.ready_ps, write=write)
-        t = max(t, answer.ready_ps)
 
 
 def _remote_ok(qp, wr: SendWR, needed: int) -> bool:
@@ -396,20 +446,12 @@ def _remote_ok(qp, wr: SendWR, needed: int) -> bool:
             and mr.pd.context.node is qp.remote.node and mr.allows(wr.remote_addr, wr.length, needed))
 
 
-def _notify_landed(env, wr: SendWR, landed: int) -> None:
-    if wr.landed is not None:
-        signal = wr.landed
-        env.timeout(landed - env.now).callbacks.append(lambda _event: signal.succeed(landed))
-
-
-def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, read_slot) -> None:
+def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int) -> None:
     """Finish a work request whose CQE the polling CPU would notice at ``seen``.
 
     RC completions are delivered in posting order: a completion waits for every earlier one. The first
     error completion moves the QP to the error state; every later one is delivered as WR_FLUSH_ERR.
     """
-    if read_slot is not None:
-        qp.reads.release(read_slot)
     if wr.landed is not None and not wr.landed.triggered and status is not WcStatus.SUCCESS:
         wr.landed.succeed(None)  # the payload never landed: waiters learn it from the None value
     qp.finished[qp.seq_of.pop(id(wr))] = (wr, status, posted, seen)

@@ -114,3 +114,6 @@ class SendWR:
     inline: bool = False
     landed: simpy.Event | None = None
     """Optional event fired when the payload is visible in the destination memory."""
+    order: tuple[int, int] | None = None
+    """Operation number and step-position offset under the data path's ordering rule (None: the next number,
+    offset 0); a ping-pong's two WRITEs share one number (:func:`models.verbs.workloads.ping_pong`)."""

@@ -16,7 +16,7 @@ import simpy
 from models.fabric import Fabric
 from models.ib.mr_backing import OdpBacking
 from models.ib.mr_checks import check_max_mr_size, ib_check_mr_access
-from models.nic.datapath import run_work_request
+from models.nic.datapath import start_work_request
 from models.nic.nic import NicParams
 from models.nic.translation import MrBacking
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WorkCompletion
@@ -25,6 +25,7 @@ from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, 
                                    rnr_timer_ps)
 from sim.core import PS_PER_US, Environment, VerbsError
 from sim.core.env import UniformDraws
+from sim.core.interpreter import Semaphore
 
 
 REG_MR_FIXED_PS = 35 * PS_PER_US
@@ -133,7 +134,7 @@ class QueuePair:
     """What ibv_modify_qp set (qp_state included); the data path reads its timers and limits from here."""
     remote: QueuePair | None = None
     outstanding: int = 0
-    reads: simpy.Resource | None = None
+    reads: Semaphore | None = None
     poll_delays: UniformDraws | None = None
     plans: dict = field(default_factory=dict)
     seq_of: dict = field(default_factory=dict)
@@ -214,8 +215,8 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     qp.attr = apply_attrs(qp.attr, attr, attr_mask, new)
     if before is QpState.RTR and new is QpState.RTS:
         env = qp.pd.context.env
-        # The send engine's READ/atomic slots; simpy needs one at least, so max_rd_atomic 0 still lets one through.
-        qp.reads = simpy.Resource(env, capacity=max(qp.attr.max_rd_atomic, 1))
+        # The send engine's READ/atomic slots: max_rd_atomic 0 still lets one through.
+        qp.reads = Semaphore(max(qp.attr.max_rd_atomic, 1))
         if qp.poll_delays is None:
             qp.poll_delays = UniformDraws(env.rng(f"{qp.node.name}.cpu.qp{qp.qp_num}"),
                                           qp.node.host.params.poll_period_ps)
@@ -381,7 +382,8 @@ def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
     qp.outstanding += 1
     qp.seq_of[id(wr)] = qp.posted_count
     qp.posted_count += 1
-    qp.pd.context.env.start(run_work_request(qp, wr))
+    seq, offset = wr.order if wr.order is not None else (qp.pd.context.env.step_runner.number(), 0)
+    start_work_request(qp, wr, seq, offset)
 
 
 def ibv_poll_cq(cq: CompletionQueue, num_entries: int) -> list[WorkCompletion]:

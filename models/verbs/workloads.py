@@ -19,8 +19,10 @@ from typing import Generator
 import numpy as np
 import simpy
 
+from models.nic.datapath import work_request_path
 from models.nic.wqe import Opcode, SendWR, WcStatus
 from models.verbs.verbs import MemoryRegion, QueuePair, ibv_poll_cq, ibv_post_send
+from sim.core.steps import Check, Delay, Fork, Mark, Rebase, Step, Wait, Wake, walk_order
 
 PERFTEST_WRITE_LAT_INLINE = 220
 """perftest's default inline size for ib_write_lat on mlx5."""
@@ -62,8 +64,8 @@ def succeeded(iterations: int) -> np.ndarray:
 
 
 def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
-        landed: simpy.Event | None = None) -> SendWR:
-    return SendWR(wr_id, opcode, src.mr.iova, size, src.mr.lkey, dst.mr.iova, dst.mr.rkey, inline, landed)
+        landed: simpy.Event | None = None, order: tuple[int, int] | None = None) -> SendWR:
+    return SendWR(wr_id, opcode, src.mr.iova, size, src.mr.lkey, dst.mr.iova, dst.mr.rkey, inline, landed, order)
 
 
 def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iterations: int,
@@ -100,16 +102,21 @@ def concurrent(env, streams: list[Generator]) -> Generator:
 
 
 def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, inline: int) -> Generator:
-    """simpy process of ib_write_lat (ping-pong) for one size; latency is half the round trip."""
+    """simpy process of ib_write_lat (ping-pong) for one size; latency is half the round trip. Each
+    iteration's two WRITEs are one operation of :func:`ping_pong`'s chain under the ordering rule."""
     posted = np.zeros(iterations, dtype=np.int64)
     completed = np.zeros(iterations, dtype=np.int64)
     status = succeeded(iterations)
     use_inline = size <= inline
     for i in range(iterations):
         posted[i] = env.now
+        seq, offset = env.step_runner.number(), 0
         for a, b in ((src, dst), (dst, src)):
             landed = simpy.Event(env)
-            ibv_post_send(a.qp, _wr(i, Opcode.RDMA_WRITE, a, b, size, use_inline, landed))
+            wr = _wr(i, Opcode.RDMA_WRITE, a, b, size, use_inline, landed, (seq, offset))
+            if a is src:
+                offset = ping_pong_offset(work_request_path(a.qp, wr, env.now).steps)
+            ibv_post_send(a.qp, wr)
             if (yield landed) is None:
                 yield a.qp.send_cq.wait()
             yield env.timeout(b.qp.poll_delays.next())
@@ -118,6 +125,37 @@ def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
                 status[i] = failed
         completed[i] = env.now
     return OpRecords(posted, completed, (completed - posted) // 2, status)
+
+
+def ping_pong(there: tuple[Step, ...], back: tuple[Step, ...]) -> tuple[tuple[Step, ...], int]:
+    """One ib_write_lat iteration as one chain of steps: the WRITE ``there`` until it lands, the peer's poll
+    delay (``peer_poll``), the WRITE ``back`` until it lands, the requester's poll delay (``poll``); each
+    WRITE's acknowledgement and CQE write run in a side chain, whose end is reported as ``acked`` and
+    ``peer_acked``. Returns the chain and the position of ``back``'s first step in it (its steps' offset in
+    the event engine)."""
+    first = _half(there, "acked", "peer_poll")
+    return (*first, *_half(back, "peer_acked", "poll")), len(walk_order(first))
+
+
+def ping_pong_offset(there: tuple[Step, ...]) -> int:
+    """The position offset of the WRITE back in :func:`ping_pong`'s chain."""
+    return len(walk_order(_half(there, "acked", "peer_poll")))
+
+
+def _half(steps: tuple[Step, ...], acked: str, poll: str) -> tuple[Step, ...]:
+    """A WRITE until it lands (its acknowledgement forked, its end reported as ``acked``), then the poll delay
+    ``poll`` of the CPU that sees it land."""
+    head, ack = _landing(steps, acked)
+    return (*head, Fork(ack), Rebase(True), Wake(), Wait(poll))
+
+
+def _landing(steps: tuple[Step, ...], acked: str) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
+    """A WRITE's steps up to where its payload lands, and after it its acknowledgement up to its CQE write
+    (the poll after it left out), ending with a check labelled ``acked`` (when the CQE landed)."""
+    k = steps.index(Mark("landed"))
+    ack = steps[k + 1:]
+    cut = next(i for i, step in enumerate(ack) if isinstance(step, Delay) and step.draws is not None)
+    return steps[:k], (*ack[:cut], Check("acked", 0, label=acked))
 
 
 def read_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int) -> Generator:

@@ -1,7 +1,8 @@
 """The event kernel: a simpy environment whose clock counts integer picoseconds, with seeded streams.
 
-simpy stays untouched; behaviour lives in generator processes. This module adds what simpy lacks:
-an integer clock contract, per-component random streams and a trace recorder reachable from every model.
+simpy stays untouched; behaviour lives in generator processes, and the data path's step lists run on the
+environment's :class:`~sim.core.interpreter.StepRunner`. This module adds what simpy lacks: an integer clock
+contract, per-component random streams and a trace recorder reachable from every model.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hashlib
 import numpy as np
 import simpy
 
+from sim.core.interpreter import StepRunner
 from sim.core.trace import NullTrace, TraceRecorder
 
 
@@ -51,33 +53,12 @@ class Environment(simpy.Environment):
         self.streams = RandomStreams(seed)
         self.trace: TraceRecorder | NullTrace = TraceRecorder(self) if trace else NullTrace()
         self.data_mode = data
+        self.step_runner = StepRunner(self)
+        """Runs the data path's step lists in the ordering rule's order (:mod:`sim.core.interpreter`)."""
 
     def rng(self, component: str) -> np.random.Generator:
         """The random stream of ``component``."""
         return self.streams.stream(component)
-
-    def start(self, generator) -> None:
-        """Run ``generator`` as a process starting now, inside the caller's step.
-
-        A lighter form of :meth:`process` for the many short processes of a data path: no Initialize
-        event and no Process object. The generator yields simpy events exactly as a process does; a
-        failed event is thrown into it. Its return value is discarded.
-        """
-
-        def resume(event) -> None:
-            value = None if event is None else event.value
-            ok = True if event is None else event.ok
-            while True:
-                try:
-                    target = generator.send(value) if ok else generator.throw(value)
-                except StopIteration:
-                    return
-                if target.callbacks is not None:
-                    target.callbacks.append(resume)
-                    return
-                value, ok = target.value, target.ok  # already processed: continue at once
-
-        resume(None)
 
     def delay(self, ps: int) -> simpy.Timeout:
         """A timeout of ``ps`` integer picoseconds (rejects floats, which would break exact ordering)."""

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.fast.merge import DEPTH, UNKNOWN, concat
+from sim.fast.merge import concat
 from sim.fast.server import pool, prefix_max, running_max
 from sim.fast.block_pass import NO_RELEASE, Carry, Pace, Pass, Record, SliceIn, SliceOut
 
@@ -32,7 +32,7 @@ LOW = -(1 << 62)
 def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[int, int], max_passes: int):
     """Solve the operations of ``spans`` ((group, lo, hi) triples) and update ``carry`` for the kept ones.
 
-    Returns (slice outputs, operations kept per slice, whether the passes agreed, earliest undecidable tie).
+    Returns (slice outputs, operations kept per slice, whether the passes agreed).
     """
     shared = _shared_servers(problem, spans, carry)
     slices = _slices_in(problem, spans, history, start, shared)
@@ -59,10 +59,6 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     alone = not switching and not shared and not any(problem.varied[g][k] for g, _, _ in spans
                                                      for k in problem.claim_steps[g])
     kept = _kept(spans, outs, horizon, everything=disagree == NEVER and alone)
-    tie = run.tie if run.tie is not None and run.tie < horizon else None
-    if tie is not None and not problem.origins:  # equal keys: solve the block again following origins
-        problem.origins = True
-        return solve_block(problem, spans, carry, history, start, max_passes)
     _carry_over(problem, spans, outs, kept, run, carry, shared, future)
     for piece, out, n in zip(slices, outs, kept):
         if n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n:
@@ -70,10 +66,10 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
             end = _ends(problem, piece, out.head[at], at) if problem.tail_draws[piece.group] is not None \
                 else out.done[at]
             last, period = Pace.of([end], n)
-            claims = {pos: Pace.of([r.wake[:n], r.created[:n], r.head[:n], r.not_before[:n]], n)
+            claims = {pos: Pace.of([r.wake[:n], r.head[:n], r.not_before[:n]], n)
                       for pos, r in out.records.items() if pos in piece.shared}
             out.pace = Pace((int(last[0]), int(period[0])), claims)
-    return outs, kept, disagree == NEVER, tie
+    return outs, kept, disagree == NEVER
 
 
 def _shared_servers(problem, spans, carry: list[Carry]) -> dict[int, list[int]]:
@@ -107,13 +103,12 @@ def _slices_in(problem, spans, history, start, shared) -> list[SliceIn]:
                 released = hist.released[label]
                 given[: len(index)][past] = released[index[past] - lo + len(released)]
             gate_input[label] = given
-        placeholder = np.zeros(max(0, m - group.window), np.int64)  # guessed posts and creations
+        placeholder = np.zeros(max(0, m - group.window), np.int64)  # guessed posts
         joined = bool(i and group.first) and group.first == lo and spans[i - 1][0] == g - 1
         slices.append(SliceIn(
             g, lo, hi, problem.seq_base[g] + lo, start.get(g) if (lo or not i) else None,
             hist.done[len(hist.done) - back:] if back and hist is not None else empty,
-            hist.created[len(hist.created) - back:] if back and hist is not None else empty,
-            placeholder, placeholder, gate_input,
+            placeholder, gate_input,
             {name: np.asarray(draw(lo, hi), np.int64) for name, draw in group.draws.items()},
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
             pace=hist.pace if hist is not None else None,
@@ -125,12 +120,11 @@ def _slices_in(problem, spans, history, start, shared) -> list[SliceIn]:
 def _paced(problem, piece: SliceIn) -> bool:
     """Whether a slice's first guesses can come from its group's pace alone, without a pass over free servers:
     the group queued throughout its last block and has no gates; its idle latencies are known (a constant
-    plus its last drawn delays, and a constant to each shared position); where event keys matter its chain
-    ends with a wake; and the slice's first posts are completions of earlier blocks."""
+    plus its last drawn delays, and a constant to each shared position); and the slice's first posts are
+    completions of earlier blocks."""
     g = piece.group
     window, pace, idle_claims = problem.groups[g].window, piece.pace, problem.idle_claims.get(g, {})
     return (pace is not None and not piece.joined and g in problem.idle_base and not problem.gates[g]
-            and (not problem.keyed or problem.ends_awake[g])
             and all(pos in pace.claims and pos in idle_claims for pos in piece.shared)
             and piece.lo >= window and piece.hi - piece.lo > window)
 
@@ -149,15 +143,15 @@ def _guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     queued[0] = max(queued[0], piece.hist_done[-1])
     done = running_max(_lag_scan(piece.hist_done[-window:], piece.idle_done, queued, window))
     piece.guess_post = done[: m - window]
-    piece.guess_created = piece.guess_post  # a completion's event is created then (or keys play no part)
-    return {pos: _paced_record(problem.claim_at[pos].server, pos, piece.seq0, piece.pace.claims[pos], m,
-                               problem.claim_at[pos].service_ps) for pos in piece.shared}
+    return {pos: _paced_record(problem, pos, piece.seq0, piece.pace.claims[pos], m) for pos in piece.shared}
 
 
-def _paced_record(server: int, pos: int, seq0: int, steady, m: int, service: int) -> Record:
-    """The next ``m`` claims of a position that keep their pace ``steady`` (last values and spacings of wake,
-    created, head and not_before; origins are not guessed)."""
-    return Record(server, pos, seq0, *Pace.ahead(*steady, m), service, np.full((m, DEPTH), UNKNOWN, np.int64))
+def _paced_record(problem, pos: int, seq0: int, steady, m: int) -> Record:
+    """The next ``m`` claims of position ``pos`` that keep their pace ``steady`` (last values and spacings of
+    wake, head and not_before)."""
+    claim = problem.claim_at[pos]
+    wake, head, not_before = Pace.ahead(*steady, m)
+    return Record(claim.server, pos, seq0, wake, problem.wpos_at[pos], head, not_before, claim.service_ps)
 
 
 def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle: bool = False) -> dict[int, Record]:
@@ -191,7 +185,6 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                         queued[0] = max(queued[0], piece.hist_done[-1])
             done = running_max(_lag_scan(out.post[:window], piece.idle_done, queued, window))
             piece.guess_post = done[: m - window]
-            piece.guess_created = (out.next_created - out.done)[: m - window] + piece.guess_post
             post = np.concatenate((out.post[:window], piece.guess_post))
         for label, slots in problem.gates[piece.group].items():
             if m > slots:
@@ -206,14 +199,12 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             now, used, alone = out.records[pos], run.used.get(pos), piece.idle_claim[pos]
             steady = piece.pace.claims.get(pos) if idle and piece.pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
-                rec = _paced_record(now.server, pos, now.seq0, steady, m, now.service)
+                rec = _paced_record(problem, pos, now.seq0, steady, m)
                 moved[pos] = rec
                 continue
             shift = np.where(now.head > out.post + alone, np.maximum(post + alone - now.head, 0), post - out.post)
-            origin = (None if now.origin is None
-                      else np.where(now.origin == UNKNOWN, UNKNOWN, now.origin + shift[:, None]))
-            rec = Record(now.server, pos, now.seq0, now.wake + shift, now.created + shift, now.head + shift,
-                         now.not_before + shift, now.service, origin)
+            rec = Record(now.server, pos, now.seq0, now.wake + shift, now.wpos, now.head + shift,
+                         now.not_before + shift, now.service)
             moved[pos] = used if used is not None and rec.same_inputs(used) else rec
     return moved
 
@@ -263,10 +254,6 @@ def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pas
         window, m = problem.groups[piece.group].window, piece.hi - piece.lo
         inside = max(0, m - window)
         t = min(t, _first_difference(piece.guess_post, out.done[:inside]))
-        wrong = piece.guess_created != out.next_created[:inside] if problem.keyed else np.zeros(0, bool)
-        if wrong.any():
-            k = int(np.argmax(wrong))
-            t = min(t, int(piece.guess_post[k]), int(out.done[k]))
         for label, slots in problem.gates[piece.group].items():
             if m > slots:
                 t = min(t, _first_difference(piece.gate_input[label][slots:], out.released[label][: m - slots]))
@@ -274,11 +261,8 @@ def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pas
         now = run.current[pos]
         if used is None:
             t = min(t, int(now.wake[0])) if len(now.wake) else t
-        elif not now.same_inputs(used) or (run.by_origin and not np.array_equal(now.origin, used.origin)):
-            differ = ((now.wake != used.wake) | (now.created != used.created) | (now.head != used.head)
-                      | (now.not_before != used.not_before))
-            if run.by_origin:
-                differ |= (now.origin != used.origin).any(axis=1)
+        elif not now.same_inputs(used):
+            differ = (now.wake != used.wake) | (now.head != used.head) | (now.not_before != used.not_before)
             k = int(np.argmax(differ))
             t = min(t, int(now.wake[k]), int(used.wake[k]))
     return t
@@ -328,7 +312,7 @@ def _carry_over(problem, spans, outs, kept, run: Pass, carry: list[Carry], share
         records.setdefault(rec.server, []).append(rec)
     for server, state in enumerate(carry):
         if server in run.merged:
-            claims, order, _ = run.merged[server]
+            claims, order = run.merged[server]
             _settle(state, claims, order, limit, seq_left)
         elif problem.servers[server].count > 1:
             for rec in records.get(server, []):

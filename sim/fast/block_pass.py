@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.fast.merge import DEPTH, UNKNOWN, Claims, Joined, key_order
-from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Sleep, Wake
+from sim.core.interpreter import MODEL_EVENT
+from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Wake
+from sim.fast.merge import Claims, Joined, key_order
 from sim.fast.server import pool, ramp, running_max, serve
 
 NO_RELEASE = -1
@@ -32,12 +33,11 @@ class Record:
     seq0: int
     """Sequence number of the slice's first operation."""
     wake: np.ndarray
-    created: np.ndarray
+    wpos: int
+    """Position of the step whose time orders these claims (:mod:`sim.fast.merge`)."""
     head: np.ndarray
     not_before: np.ndarray
     service: int
-    origin: np.ndarray | None
-    """Per claim: its origins (:attr:`sim.fast.merge.Claims.origin`); None where passes do not follow them."""
     start: np.ndarray | None = None
     finish: np.ndarray | None = None
 
@@ -45,17 +45,15 @@ class Record:
         """Operations ``lo..hi-1`` of the slice as :class:`Claims`."""
         hi = len(self.wake) if hi is None else hi
         n = hi - lo
-        return Claims(self.wake[lo:hi], self.created[lo:hi], self.head[lo:hi], self.not_before[lo:hi],
+        return Claims(self.wake[lo:hi], np.full(n, self.wpos, np.int64), self.head[lo:hi], self.not_before[lo:hi],
                       np.full(n, self.service, np.int64), np.full(n, self.pos, np.int64),
                       np.arange(self.seq0 + lo, self.seq0 + hi, dtype=np.int64),
-                      None if self.origin is None else self.origin[lo:hi],
                       None if self.finish is None else self.finish[lo:hi])
 
     def same_inputs(self, other: Record | None) -> bool:
         """True when ``other`` made the same claims (keys and arrival times)."""
         return other is not None and all(a is b or np.array_equal(a, b) for a, b in (
-            (self.wake, other.wake), (self.created, other.created), (self.head, other.head),
-            (self.not_before, other.not_before)))
+            (self.wake, other.wake), (self.head, other.head), (self.not_before, other.not_before)))
 
 
 @dataclass(frozen=True)
@@ -67,7 +65,7 @@ class Pace:
     """The operation's end: its completion or, where the group's last drawn delays follow its last claim, the
     completion less them."""
     claims: dict[int, tuple[np.ndarray, np.ndarray]]
-    """Per shared position: (wake, created, head, not_before) of the last claim, and their spacings."""
+    """Per shared position: (wake, head, not_before) of the last claim, and their spacings."""
 
     @staticmethod
     def of(series: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -94,11 +92,8 @@ class SliceIn:
     """The group's start (its first posts); None: the previous slice's last completion."""
     hist_done: np.ndarray
     """Completions of operations ``max(0, lo - window)..lo-1`` (final)."""
-    hist_created: np.ndarray
-    """Creation times of the events that post the operations those completions release."""
     guess_post: np.ndarray
     """Guessed posts of operations ``lo + window..hi-1``."""
-    guess_created: np.ndarray
     gate_input: dict[str, np.ndarray]
     """Per gate label: release time of operation ``i - slots`` for each operation, or :data:`NO_RELEASE`."""
     draws: dict[str, np.ndarray]
@@ -126,14 +121,11 @@ class SliceOut:
     post: np.ndarray
     done: np.ndarray
     """Completion of each operation (in order: never before the previous one's)."""
-    next_created: np.ndarray
-    """Creation time of the event that posts the operation this completion releases (the completion itself
-    where event keys play no part: :attr:`sim.fast.solver.Problem.keyed`)."""
     last_wake: np.ndarray | None
     """The latest time each operation claimed anything (None: the group claims nothing)."""
     released: dict[str, np.ndarray] = field(default_factory=dict)
     marks: dict[str, np.ndarray] = field(default_factory=dict)
-    """Per label: each operation's wake at that :class:`Sleep`, or when it made that :class:`Claim`."""
+    """Per label: each operation's wake at that :class:`~sim.core.steps.Check`, or when it made that :class:`Claim`."""
     records: dict[int, Record] = field(default_factory=dict)
     gate_in: dict[str, np.ndarray] = field(default_factory=dict)
     """Per gate: when each operation reached it."""
@@ -172,27 +164,20 @@ class Pass:
         self.used: dict[int, Record | None] = {}
         """Records of later positions taken from the guesses (None: there was none)."""
         self.merged: dict[int, tuple[Claims, np.ndarray]] = {}
-        """Per shared server: all its claims (pending ones first), their service order and whether origins
-        decided part of it, as last served."""
-        self.tie: int | None = None
-        self.by_origin = False
-        """Whether origins decided the order of some equal keys (then guessed origins must be right too)."""
+        """Per shared server: all its claims (pending ones first) and their service order, as last served."""
 
     def run(self) -> list[SliceOut]:
         """Walk every slice; returns their outputs."""
         outs: list[SliceOut] = []
-        keyed = self.problem.keyed
         for index, piece in enumerate(self.slices):
             group = self.problem.groups[piece.group]
             if piece.joined:
                 _join(self.problem, self.slices[index - 1], outs[-1], piece)
             start = piece.start if piece.start is not None else int(outs[-1].done[-1])
             post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
-            created = _posts(piece, group.window, start, piece.hist_created, piece.guess_created) if keyed else post
             self.slice, self.index, self.step = piece, index, 0
-            self.out = SliceOut(post, post, created, None)
-            origin = _unknown(len(post)) if self.problem.origins else None
-            head, created = self._chain(group.steps, (post, post, post, created, origin))
+            self.out = SliceOut(post, post, None)
+            head = self._chain(group.steps, (post, post, post, MODEL_EVENT))
             done = head
             if not self.idle:
                 ordered = head
@@ -201,14 +186,11 @@ class Pass:
                     ordered[0] = piece.hist_done[-1]
                 done = running_max(ordered)
             self.out.done, self.out.head = done, head
-            # a completion held back by an earlier one is seen when that one is: its event is created then
-            self.out.next_created = np.where(done == head, created, done) if keyed else done
             outs.append(self.out)
         return outs
 
     def _chain(self, steps, state):
-        """Walk ``steps`` from ``state`` = (head, tail, wake, created, origin); returns the final head and
-        created."""
+        """Walk ``steps`` from ``state`` = (head, tail, wake, wpos); returns the final head."""
         last = None
         for step in steps:
             key = (self.index, self.step)
@@ -222,83 +204,74 @@ class Pass:
                 last = state[2]
                 continue
             if isinstance(step, Gate):  # recomputed every pass: what it saw is kept for guessing
-                state = self._gate(step, state[0], *state[2:])
+                state = self._gate(step, state[0], key[1])
                 continue
             if old is not None and all(a is b for a, b in zip(old[0], state)):
                 new = old[1]
                 if old[2] is not None:
                     self.out.marks[step.label] = old[2]
             else:
-                new = self._step(step, state)
-            self.memo[key] = (state, new, self.out.marks.get(step.label) if isinstance(step, Sleep) else None)
+                new = self._step(step, state, key[1])
+            self.memo[key] = (state, new, self.out.marks.get(step.label) if isinstance(step, Check) else None)
             state = new
         if last is not None:
             mine = self.out.last_wake
             self.out.last_wake = last if mine is None else np.maximum(mine, last)
-        return state[0], state[3]
+        return state[0]
 
-    def _step(self, step, state):
-        head, tail, wake, created, origin = state
+    def _step(self, step, state, index: int):
+        head, tail, wake, wpos = state
         if isinstance(step, Delay):
             extra = step.ps if step.draws is None else _plus(self.slice.draws[step.draws], step.ps)
             moved = _plus(head, extra)
-            return moved, moved if tail is head else _plus(tail, extra), wake, created, origin
+            return moved, moved if tail is head else _plus(tail, extra), wake, wpos
         if isinstance(step, Rebase):
             base = _plus(tail if step.from_tail else head, step.offset_ps)
-            return base, base, wake, created, origin
+            return base, base, wake, wpos
         if isinstance(step, Wake):
-            return head, tail, head, head, None if origin is None else _unknown(len(head))
-        if isinstance(step, Sleep):
-            until = _plus(head, -step.back_ps)
-            if self.problem.keyed:
-                origin, created = _slept(until > wake, wake, created, origin)
-            wake = np.maximum(until, wake)
+            return head, tail, head, MODEL_EVENT
+        if isinstance(step, Mark) or (isinstance(step, Check) and step.back_ps is None):
+            return state
+        if isinstance(step, Check):
+            wake = np.maximum(_plus(head, -step.back_ps), wake)
             if step.label is not None:
                 self.out.marks[step.label] = wake
             for begin, end in () if self.idle else step.holds:  # idle times stay lower bounds: no holds
                 held = (wake >= begin) & (wake < end)
                 if held.any():
-                    origin, created = _slept(held, wake, created, origin)
                     wake = np.where(held, end, wake)
                     head = np.where(held, np.maximum(head, end), head)
                     tail = np.where(held, np.maximum(tail, end), tail)
-            return head, tail, wake, created, origin
+            return head, tail, wake, index
         t = wake + self.slice.draws[step.draws]  # Wait
-        return t, t, t, wake, _deeper(created, origin)
+        return t, t, t, MODEL_EVENT
 
-    def _gate(self, gate: Gate, t, wake, created, origin):
-        """Wait for a slot: granted when the process asks (at ``wake``) or at the release of operation
-        ``i - slots``; the process goes on at ``t`` or at the grant, whichever is later (woken by the
-        releasing process then: an origin not followed)."""
+    def _gate(self, gate: Gate, t, index: int):
+        """Wait for a slot at ``t``: the release of operation ``i - slots``, or at once where it came before."""
         self.out.gate_in[gate.release] = self.out.gate_out[gate.release] = t
         if self.idle:
-            return t, t, t, np.where(t > wake, wake, t), None if origin is None else _unknown(len(t))
-        granted = np.maximum(wake, self.slice.gate_input[gate.release])
-        later = granted >= t
-        go = self.out.gate_out[gate.release] = np.where(later, granted, t)
-        deeper = None if origin is None else np.where(later[:, None], UNKNOWN, _deeper(created, origin))
-        return go, go, go, np.where(later, granted, wake), deeper
+            return t, t, t, index
+        go = self.out.gate_out[gate.release] = np.maximum(t, self.slice.gate_input[gate.release])
+        return go, go, go, index
 
     def _claim(self, step: Claim, state, old, key):
-        head, tail, wake, created, origin = state
+        head, tail, wake, wpos = state
         pos = self.problem.pos_base[self.slice.group] + key[1]
         shared = step.server in self.shared
-        if not step.eager:  # the process sleeps until the head arrives, woken by an event created before
-            if self.problem.keyed:
-                origin, created = _slept(head > wake, wake, created, origin)
-            wake = head
-        # Only a shared server's order depends on event keys: elsewhere head and tail decide the result.
-        inputs = (head, tail, wake, created, origin, self._others(step.server, pos)) if shared else (head, tail)
-        if old is not None and len(old[0]) == len(inputs) and all(a is b for a, b in zip(old[0], inputs)):
+        if not step.eager:  # made when the head arrives
+            wake, wpos = head, key[1]
+        # Only a shared server's order depends on the ordering keys: elsewhere head and tail decide the result.
+        inputs = (head, tail, wake, self._others(step.server, pos)) if shared else (head, tail)
+        if old is not None and len(old[0]) == len(inputs) and all(a is b for a, b in zip(old[0], inputs)) \
+                and old[1].wpos == wpos:
             _, prior, out, merged = old
-            rec = Record(step.server, pos, self.slice.seq0, wake, created, head, prior.not_before,
-                         step.service_ps, origin, prior.start, prior.finish) if not shared else prior
+            rec = Record(step.server, pos, self.slice.seq0, wake, wpos, head, prior.not_before,
+                         step.service_ps, prior.start, prior.finish) if not shared else prior
             if merged is not None:
                 self.merged[step.server] = merged
-                self.by_origin |= merged[2]
         else:
             not_before = _plus(tail, step.tail_ps)
-            rec = Record(step.server, pos, self.slice.seq0, wake, created, head, not_before, step.service_ps, origin)
+            rec = Record(step.server, pos, self.slice.seq0, wake, wpos, head, not_before, step.service_ps)
             self._serve(step, rec)
             prior = None if old is None else old[1]
             if prior is not None and np.array_equal(rec.start, prior.start) and np.array_equal(rec.finish,
@@ -311,7 +284,7 @@ class Pass:
         self.out.records[pos] = rec
         if step.label is not None:
             self.out.released[step.label] = self.out.marks[step.label] = rec.wake
-        return out[0], out[1], rec.wake, rec.created, rec.origin
+        return out[0], out[1], rec.wake, rec.wpos
 
     def _others(self, server: int, pos: int) -> tuple:
         """The other positions' records a shared server's claim is served with (compared by identity)."""
@@ -363,14 +336,11 @@ class Pass:
                     parts.append(other)
         n = len(rec.wake)
         before = self.merged.get(server)
-        if before is not None and not before[2] and _same_parts(before[0].parts, parts, rec):
-            claims, order, _ = before
+        if before is not None and _same_parts(before[0].parts, parts, rec):
+            claims, order = before
         else:
             claims = Joined(parts)
-            order, tie, decided = key_order(claims)
-            if tie is not None:
-                self.tie = tie if self.tie is None else min(self.tie, tie)
-            self.by_origin |= decided
+            order = key_order(claims)
             stalls = self.problem.servers[server].stalls
             service = claims.service if len(parts) > 1 or isinstance(parts[0], Claims) else rec.service
             s, f, self.hints[("merged", server)] = serve(
@@ -379,35 +349,15 @@ class Pass:
                 self.hints.get(("merged", server), False))
             claims.start, claims.finish = np.empty_like(s), np.empty_like(f)
             claims.start[order], claims.finish[order] = s, f
-            self.merged[server] = (claims, order, decided)
+            self.merged[server] = (claims, order)
         rec.start, rec.finish = claims.start[mine:mine + n], claims.finish[mine:mine + n]
 
 
-def _slept(asleep: np.ndarray, wake: np.ndarray, created: np.ndarray, origin: np.ndarray):
-    """(origin, created) after a process that woke at ``wake`` (by an event created at ``created``) sleeps
-    where ``asleep``: its next event is created at ``wake``, by a process whose own event was created at
-    ``created``."""
-    if origin is not None:
-        origin = np.where(asleep[:, None], _deeper(created, origin), origin)
-    return origin, np.where(asleep, wake, created)
-
-
-def _deeper(created: np.ndarray, origin: np.ndarray | None) -> np.ndarray | None:
-    """Origins one event further on: ``created`` first, the deepest one dropped (None: not followed)."""
-    return None if origin is None else np.concatenate((created[:, None], origin[:, :-1]), axis=1)
-
-
-def _unknown(n: int) -> np.ndarray:
-    """Origins of ``n`` processes woken by events the core does not follow."""
-    return np.full((n, DEPTH), UNKNOWN, np.int64)
-
-
 def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
-    """Complete a joined slice's history (completions, their events' creations, gate releases) with the values
-    this pass computed for the slice it continues."""
+    """Complete a joined slice's history (completions, gate releases) with the values this pass computed for
+    the slice it continues."""
     back = min(piece.lo, problem.groups[piece.group].window)
     piece.hist_done = np.concatenate((previous.hist_done, out.done))[-back:]
-    piece.hist_created = np.concatenate((previous.hist_created, out.next_created))[-back:]
     for label, slots in problem.gates[piece.group].items():
         released = np.concatenate((previous.hist_released[label], out.released[label]))[-problem.keep:]
         index = np.arange(piece.lo, min(piece.hi, piece.lo + slots)) - slots
@@ -419,7 +369,7 @@ def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
 def _posts(piece: SliceIn, window: int, start: int, known: np.ndarray, guessed: np.ndarray) -> np.ndarray:
     """Per operation of the slice, what posts it: the group's ``start`` for the group's first ``window``
     operations, then ``known`` values from earlier blocks (completions ``window`` operations back, or when
-    their events were created), then ``guessed`` ones."""
+    ), then ``guessed`` ones."""
     first = max(0, min(window, piece.hi) - piece.lo)
     count = max(0, min(piece.hi, piece.lo + window) - max(piece.lo, window))
     return np.concatenate((np.full(first, start, np.int64), known[:count], guessed))
@@ -438,9 +388,8 @@ def _same_parts(old: list, new: list, rec: Record) -> bool:
 
 
 def _out_of_order(rec: Record, pending: Claims | None) -> bool:
-    """True when a position's claims are not in event-key order (then they are served sorted by key)."""
-    wake, created = rec.wake, rec.created
-    if pending is not None and len(wake) and (wake[0], created[0]) < (pending.wake[-1], pending.created[-1]):
+    """True when a position's claims are not in key order (then they are served sorted by key)."""
+    wake = rec.wake
+    if pending is not None and len(wake) and (wake[0], rec.wpos) < (pending.wake[-1], pending.wpos[-1]):
         return True
-    back = wake[1:] < wake[:-1]
-    return bool(back.any() or ((wake[1:] == wake[:-1]) & (created[1:] < created[:-1])).any())
+    return bool((wake[1:] < wake[:-1]).any())

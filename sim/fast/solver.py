@@ -14,11 +14,12 @@ owes kept operations after that time is carried over as pending claims. When pas
 ``max_passes``, the operations whose every claim precedes the earliest disagreement are kept (a pass is
 right up to there) and blocks shrink, so every block makes progress.
 
-Nothing is approximated. Two limits are checked instead of assumed: a gate and the claim that releases it,
-and a pool of servers, may not follow a drawn (per-operation) delay (:class:`ValueError` up front); and two claims
-of different pipeline positions on one server with equal event keys are ordered by their origins (the events
-further back, :mod:`sim.fast.merge`; passes follow them from the first block that needs them) or, where those
-are equal or not followed, refused (:class:`UndecidableOrder`). One is left to the caller: a gate passes
+Nothing is approximated. Claims on one server are served in the ordering rule's order (:mod:`sim.fast.merge`),
+which is total. Two limits are checked instead of assumed (:class:`Unsolvable` up front): a gate and the claim
+that releases it, and a pool of servers, may not follow a drawn (per-operation) delay; and a gate must be
+followed by a positive delay and then by a step that waits (a release cannot let a claim through at its own
+picosecond, which the event engine would order after the releasing claim). One is left to the
+caller: a gate passes
 operation ``i`` at the release of operation ``i - slots``, which is the FIFO semaphore's answer while releases
 come in operation order; one step list's releases always do (one position, before any drawn delay), a stream
 that changes its steps must check them (:attr:`Finished.marks` has each labelled claim's time).
@@ -31,16 +32,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.core.errors import SimError
+from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, walk_order
 from sim.fast.block import solve_block
 from sim.fast.spacing import never_queue
-from sim.fast.steps import Claim, Gate, Group, Server, Wake, after_draws, tail_draws, walk_order
+from sim.fast.steps import Group, Server, after_draws, claim_wpos, tail_draws
 from sim.fast.block_pass import Carry, Pace, SliceOut
-
-
-class UndecidableOrder(SimError):
-    """Two claims on one server have the same event key, so the order the event engine made them in is not
-    known to the vectorized core."""
 
 
 @dataclass(frozen=True)
@@ -52,8 +48,8 @@ class Finished:
     post: np.ndarray
     done: np.ndarray
     marks: dict[str, np.ndarray]
-    """Per label: each operation's wake at that :class:`~sim.fast.steps.Sleep`, or when it made that
-    :class:`~sim.fast.steps.Claim`."""
+    """Per label: each operation's wake at that :class:`~sim.core.steps.Check`, or when it made that
+    :class:`~sim.core.steps.Claim`."""
 
 
 @dataclass
@@ -61,9 +57,12 @@ class _History:
     """Final values of a group's latest operations, as later posts and gates need them."""
 
     done: np.ndarray
-    created: np.ndarray
     released: dict[str, np.ndarray]
     pace: Pace | None = None
+
+
+class Unsolvable(ValueError):
+    """Step lists the vectorized core does not solve (the reason says which limit they pass)."""
 
 
 class Problem:
@@ -94,19 +93,13 @@ class Problem:
                          and not any(self.varied[g][k] for g, k in p)}
         """Servers claimed from one pipeline position, in operation order (no drawn delay before it): a later
         block's claims on them never precede an earlier block's, so only when the kept ones end is carried over."""
-        self.origins = False
-        """Whether passes follow origins (:attr:`sim.fast.merge.Claims.origin`): switched on, from the block
-        where it happens, when two positions' claims first have equal keys."""
-        self.keyed = any(len(p) > 1 for p in positions.values()) or any(
-            self.varied[g][k] for g, ks in enumerate(self.claim_steps) for k in ks)
-        """Whether event keys can matter (some server has several positions, or a claim follows a drawn delay);
-        when not, passes skip their bookkeeping."""
         self.pos_base = np.cumsum([0] + [len(w) for w in walks]).tolist()
         self.claim_at = {self.pos_base[g] + k: w[k] for g, (w, ks) in enumerate(zip(walks, self.claim_steps))
                          for k in ks}
         """The claim at each pipeline position."""
-        self.ends_awake = [bool(g.steps) and isinstance(g.steps[-1], Wake) for g in self.groups]
-        """Per group: its main chain ends with a wake (then a completion's event is created at the completion)."""
+        self.wpos_at = {self.pos_base[g] + k: w for g, group in enumerate(self.groups)
+                        for k, w in claim_wpos(group.steps).items()}
+        """The ordering position of each pipeline position's claims (:mod:`sim.fast.merge`)."""
         self.idle_claims: dict[int, dict[int, int]] = {}
         """Per group and shared position, once seen: the time from post to the claim with every server free,
         where that is one constant (ps)."""
@@ -121,20 +114,24 @@ class Problem:
         for i, server in enumerate(self.servers):
             uses = [(g, k) for g, ks in enumerate(self.claim_steps) for k in ks if self.step_server[g][k] == i]
             if server.count > 1 and (len(uses) > 1 or server.stalls or any(self.varied[g][k] for g, k in uses)):
-                raise ValueError(f"server {server.name}: a pool of {server.count} may serve one pipeline position "
+                raise Unsolvable(f"server {server.name}: a pool of {server.count} may serve one pipeline position "
                                  "of one group, without stalls and before any drawn delay")
         for g, (group, walk) in enumerate(zip(self.groups, walks)):
             before = self.groups[g - 1] if g else None
             if group.first and (before is None or before.ops != group.first or before.window != group.window
                                 or self.gates[g - 1] != self.gates[g] or group.ops <= group.first):
-                raise ValueError(f"group {g} continues from operation {group.first}: the previous group must end "
+                raise Unsolvable(f"group {g} continues from operation {group.first}: the previous group must end "
                                  "there, with the same window and gates, and it must have operations of its own")
             labels = {c.label for c in self.claims[g]}
             if set(self.gates[g]) - labels or group.window < 1:
-                raise ValueError(f"group {g}: the window must be at least 1 and every gate needs its labelled claim")
+                raise Unsolvable(f"group {g}: the window must be at least 1 and every gate needs its labelled claim")
+            if not _gates_delayed(group.steps):
+                raise Unsolvable(f"group {g}: a gate must be followed by a positive delay, then by a claim that is "
+                                 "not eager or a check with a time (what a release lets through at its own "
+                                 "picosecond would be ordered after the releasing claim, against the ordering rule)")
             if any(self.varied[g][k] for k, s in enumerate(walk)
                    if isinstance(s, Gate) or (isinstance(s, Claim) and s.label in self.gates[g])):
-                raise ValueError(f"group {g}: a gate and its release must come before any drawn delay (after one, "
+                raise Unsolvable(f"group {g}: a gate and its release must come before any drawn delay (after one, "
                                  "operations may reach them out of order)")
 
 
@@ -144,7 +141,6 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
 
     Yields :class:`Finished` pieces in operation order; memory stays proportional to ``block``.
 
-    :raises UndecidableOrder: two pipeline positions claim a server with equal event keys and origins.
     """
     problem = Problem(servers, groups)
     carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
@@ -154,10 +150,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     group, lo, size, passes, reach = 0, 0, max(block, smallest), max_passes, 1
     while group < len(problem.groups):
         spans = _slices(problem, group, lo, size, reach)
-        outs, kept, agreed, tie = solve_block(problem, spans, carry, history, start, passes)
-        if tie is not None:
-            raise UndecidableOrder(f"two pipeline positions claim one server at {tie} ps with equal event keys and "
-                                   "origins: the order the event engine makes them in is not decidable here")
+        outs, kept, agreed = solve_block(problem, spans, carry, history, start, passes)
         if not kept[0]:  # nothing final: more passes if they disagreed, else a longer block
             passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, size * 2, reach + 1)
             continue
@@ -175,7 +168,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
             if lo == problem.groups[g].ops:
                 done = history.pop(g, None)
                 if problem.continued[g]:  # the stream goes on
-                    history[g + 1] = _History(done.done, done.created, done.released)
+                    history[g + 1] = _History(done.done, done.released)
                 else:
                     start.update(_starts(problem, g + 1, int(out.done[n - 1])))
                 group, lo = g + 1, problem.groups[g + 1].first if g + 1 < len(problem.groups) else 0
@@ -213,5 +206,27 @@ def _remember(problem: Problem, history: dict[int, _History], group: int, out: S
         return new if previous is None else np.concatenate((previous, new))[-problem.keep:]
 
     history[group] = _History(
-        tail(old and old.done, out.done[:n]), tail(old and old.created, out.next_created[:n]),
+        tail(old and old.done, out.done[:n]),
         {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()}, out.pace)
+
+
+def _gates_delayed(steps) -> bool:
+    """Whether every gate in ``steps`` (forks included) is followed by a positive delay and then by a step that
+    waits (a claim that is not eager, a check with a time) before any other claim or check: what a release lets
+    through then reaches its next claim after the releasing claim, in time."""
+    after = None  # None: no gate pending; False: a gate, no positive delay yet; True: delayed
+    for step in steps:
+        if isinstance(step, Fork) and not _gates_delayed(step.steps):
+            return False
+        if isinstance(step, Gate):
+            after = False
+        elif after is None or isinstance(step, (Rebase, Mark, Fork)) or (isinstance(step, Check)
+                                                                        and step.back_ps is None):
+            continue
+        elif isinstance(step, Delay):
+            after = after or step.ps > 0
+        elif not after or (isinstance(step, Claim) and step.eager):
+            return False
+        else:
+            after = None
+    return True

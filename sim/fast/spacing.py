@@ -10,7 +10,7 @@ the first (``head_i >= finish_{i-1}``): it is served on arrival, ``start = head`
 checked against the server's state when solved). Per-operation draws, gates, pools and shared servers make
 no such promise: bounds are forgotten there.
 
->>> from sim.fast.steps import Claim
+>>> from sim.core.steps import Claim
 >>> sorted(never_queue((Claim(0, 80), Claim(1, 50, 10), Claim(2, 90)), lambda server: True))
 [1]
 """
@@ -19,14 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.fast.steps import Claim, Delay, Fork, Gate, Rebase, Sleep, Step, Wake
+from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wake
 
 Bounds = tuple[int, int, int] | None
 """(gap, tails, lead) in ps, or None: nothing known."""
 
 
 def never_queue(steps: tuple[Step, ...], alone: Callable[[int], bool]) -> set[int]:
-    """Walk-order indices (:func:`sim.fast.steps.walk_order`) of the claims that never wait for their server.
+    """Walk-order indices (:func:`sim.core.steps.walk_order`) of the claims that never wait for their server.
 
     :param alone: whether a server is one FIFO server without stalls, claimed from this one position only.
     """
@@ -46,9 +46,9 @@ def _walk(steps, bounds: Bounds, alone, proven: set[int], index: list[int], vari
             bounds = None if varied else _claim(step, bounds, alone(step.server), proven, here)
         elif isinstance(step, Rebase):
             bounds = None if bounds is None else (bounds[1] if step.from_tail else bounds[0],) * 3
-        elif isinstance(step, Sleep) and step.holds:
+        elif isinstance(step, Check) and step.holds:
             bounds = None  # a hold releases operations together (in their order)
-        elif not (isinstance(step, (Wake, Sleep)) or (isinstance(step, Delay) and step.draws is None)):
+        elif not (isinstance(step, (Wake, Check, Mark)) or (isinstance(step, Delay) and step.draws is None)):
             bounds = None  # drawn delays, waits and gates
             varied = varied or not isinstance(step, Gate)
 

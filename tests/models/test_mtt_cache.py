@@ -3,7 +3,9 @@
 import numpy as np
 import pytest
 
-from models.nic.datapath import walk
+from models.nic.datapath import stage_steps
+from sim.core.interpreter import Operation, compile_steps
+from sim.core.steps import Rebase, Wake
 from models.nic.mtt_cache import (MTT_PRESETS, MttAccess, MttCache, MttParams, stream_Bps, translation_depth)
 from models.presets import NIC_PRESETS
 from sim.core import Environment, FifoServer, PS_PER_S, transfer_ps
@@ -69,14 +71,11 @@ def test_deep_mr_write_stage_caps_a_pipelined_stream():
         env, done = Environment(1), []
         cache, link = MttCache(MttParams()), FifoServer("link")
 
-        def one(offset):
-            access = cache.access(1, mr_size, page, offset, n, write=True)
-            stages = cache.walk_stage(access) + [(link, transfer_ps(n, BASE), 0, 0, 0, False)]
-            _, tail = yield from walk(env, stages, 0, 0)
-            done.append(tail)
-
         for i in range(messages):
-            env.process(one(i * n))
+            access = cache.access(1, mr_size, page, i * n, n, write=True)
+            stages = cache.walk_stage(access) + [(link, transfer_ps(n, BASE), 0, 0, 0, False)]
+            env.step_runner.start(Operation(compile_steps((*stage_steps(stages), Rebase(True), Wake())), i,
+                                            _Done(done)))
         env.run()
         rate = (messages - 1) * n * PS_PER_S / (max(done) - min(done))
         assert rate == pytest.approx(stream_Bps(MttParams(), mr_size, page, base_Bps=BASE, write=True), rel=0.01)
@@ -85,3 +84,13 @@ def test_deep_mr_write_stage_caps_a_pipelined_stream():
 def test_params_are_validated():
     with pytest.raises(ValueError):
         MttParams(mtt_entries=100, mtt_line_entries=8)
+
+
+class _Done:
+    """Owner of operations that report when they end."""
+
+    def __init__(self, done: list[int]) -> None:
+        self.done = done
+
+    def wake(self, op, head: int) -> None:
+        self.done.append(head)

@@ -4,7 +4,9 @@ the TLP-level model and the closed form do, and paces queued reads instead of is
 import pytest
 
 from models.pcie import closed_form as cf
-from models.nic.datapath import dma_read, dma_read_stream_Bps, walk
+from models.nic.datapath import dma_read, dma_read_stream_Bps, stage_steps
+from sim.core.interpreter import Operation, compile_steps
+from sim.core.steps import Mark, Rebase, Wake
 from models.pcie.link import PcieLink, PcieParams, read_tags
 from models.pcie.tlp import simulate_stream
 from models.pcie.topology import build_topology, dma_path, dma_read_stages
@@ -24,18 +26,27 @@ def _reads(link: PcieLink, n: int, count: int) -> list[tuple[int, int]]:
     """``count`` reads of ``n`` bytes queued at time 0 (a deep send queue); (first request issued, last
     completion) of each, in ps."""
     env, out = Environment(1), []
-
-    def one():
+    for k in range(count):
         stages = dma_read(link, n)
         first = 2 if stages[0][0] is link.tags else 1  # through the first request's claim
-        issued, _ = yield from walk(env, stages[:first], 0, 0)
-        _, done = yield from walk(env, stages[first:], issued, issued)
-        out.append((issued, done))
-
-    for _ in range(count):
-        env.process(one())
+        steps = (*stage_steps(stages[:first]), Mark("issued"), Rebase(False), *stage_steps(stages[first:]),
+                 Rebase(True), Wake())
+        env.step_runner.start(Operation(compile_steps(steps), k, _Issued(out)))
     env.run()
     return sorted(out)
+
+
+class _Issued:
+    """Owner of a read: records (first request issued, last completion)."""
+
+    def __init__(self, out: list) -> None:
+        self.out, self.issued = out, 0
+
+    def mark(self, op, name: str, head: int, tail: int) -> None:
+        self.issued = head
+
+    def wake(self, op, head: int) -> None:
+        self.out.append((self.issued, head))
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import heapq
 
-from sim.fast.steps import Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, Wait, Wake
+from sim.core.steps import Check, Claim, Delay, Fork, Gate, Rebase, Wait, Wake
+from sim.fast.steps import Group, Server
 
 
 def run_pipelines(servers: list[Server], groups: list[Group], start_ps: int = 0):
@@ -53,7 +54,7 @@ def _walk(steps, head: int, tail: int, ctx, wake: int | None = None) -> int:
             head = tail = (tail if step.from_tail else head) + step.offset_ps
         elif isinstance(step, Wake):
             wake = head
-        elif isinstance(step, Sleep):
+        elif isinstance(step, Check) and step.back_ps is not None:
             wake = max(wake, head - step.back_ps)
             for begin, end in step.holds:
                 if begin <= wake < end:
@@ -62,8 +63,7 @@ def _walk(steps, head: int, tail: int, ctx, wake: int | None = None) -> int:
             wake = head = tail = wake + ctx["draws"][step.draws][i]
         elif isinstance(step, Gate):
             source = ctx["released"].get(step.release, {}).get(i - step.slots)
-            granted = wake if source is None else max(wake, source)
-            head = tail = wake = max(head, granted)
+            head = tail = wake = head if source is None else max(head, source)
         elif isinstance(step, Fork):
             _walk(step.steps, head, tail, ctx, wake)
     return head

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import sim.fast.block as block_module
-from sim.fast import Claim, Delay, Group, Rebase, Server, Wake
+from sim.core.steps import Claim, Delay, Rebase, Wake
+from sim.fast import Group, Server
 from scalar_reference import run_pipelines
-from simpy_reference import run_simpy
+from event_reference import run_events
 from test_pipelines import series, solve_all
 
 BLOCK = 1024
@@ -57,7 +58,7 @@ def test_a_saturated_stream_with_a_shared_server_keeps_its_claims_pace(passes, r
              Rebase(True), Delay(draws="poll"), Wake())
     servers = [Server("up"), Server("down"), Server("wire"), Server("responder")]
     group = Group(steps, ops, 128, {"poll": _polls(ops, 40_000, seed=5)})
-    assert solve_all(servers, [group], block=BLOCK) == run_simpy(servers, [group])
+    assert solve_all(servers, [group], block=BLOCK) == run_events(servers, [group])
     if responder:
         assert passes[0] <= 1.2 * ops // BLOCK + 4  # blocks keep the operations done before the next can claim
 

@@ -1,8 +1,9 @@
-"""Random pipelines: the array solver against a scalar loop of the same recurrences and against simpy.
+"""Random pipelines: the array solver against a scalar loop of the same recurrences and against the event
+engine's step interpreter.
 
 Both comparisons are exact (integer picoseconds). Pipelines whose servers each serve one position run
 against :mod:`scalar_reference` (pools and stall intervals included); pipelines that share servers between
-positions run against :mod:`simpy_reference`, which claims real FifoServers in simpy's event order.
+positions run against :mod:`event_reference`, which claims real FifoServers in the ordering rule's order.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
-from sim.fast import Claim, Delay, Fork, Gate, Group, Rebase, Server, Sleep, UndecidableOrder, Wait, Wake, solve
+from sim.core.steps import Check, Claim, Delay, Fork, Gate, Rebase, Wait, Wake
+from sim.fast import Group, Server, Unsolvable, solve
 from sim.fast.merge import Claims, key_order
 from sim.fast.solver import Problem
 from scalar_reference import run_pipelines
-from simpy_reference import run_simpy
+from event_reference import run_events
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -66,16 +68,17 @@ def group(draw, servers: list[int], gate: bool, fork: bool, wait: bool, drawn: b
     slots = draw(st.integers(1, 8)) if slots is None else slots
     for k, server in enumerate(order):
         if gate and k == 0:
-            steps += [Rebase(False), Gate(slots, "release")]
-        steps.append(draw(claim(server, "release" if gate and k == len(order) - 1 else None, eager)))
+            steps += [Rebase(False), Gate(slots, "release"), Delay(draw(st.integers(1, 20_000)))]
+        steps.append(draw(claim(server, "release" if gate and k == len(order) - 1 else None, eager and not
+                                (gate and k == 0))))
         varied = drawn and (not gate or k == len(order) - 1)  # a gate's release may not follow a drawn delay
         extra = draw(st.sampled_from(["none", "delay", "draw", "rebase", "sleep"] if varied
                                      else ["none", "delay", "rebase", "sleep"]))
         steps += {"none": [], "delay": [Delay(draw(st.integers(0, 100_000)))], "draw": [Delay(5, "poll")],
                   "rebase": [Rebase(draw(st.booleans()), draw(st.integers(0, 10_000)))],
-                  "sleep": [Sleep(draw(st.integers(0, 5_000)), draw(holds()) if held else ())]}[extra]
+                  "sleep": [Check(f"c{k}", draw(st.integers(0, 5_000)), draw(holds()) if held else ())]}[extra]
         if held and k == 0:
-            steps.append(Sleep(draw(st.integers(0, 5_000)), draw(holds()), "held"))
+            steps.append(Check("held", draw(st.integers(0, 5_000)), draw(holds()), "held"))
         if fork and k == 0:
             steps.append(Fork((Delay(draw(st.integers(0, 50_000))), draw(claim(order[-1], eager=eager)))))
     if wait and drawn:
@@ -120,10 +123,10 @@ def test_holds_equal_the_scalar_loop(data):
 
 @SETTINGS
 @given(data=st.data())
-def test_a_stream_that_changes_its_steps_equals_simpy(data):
+def test_a_stream_that_changes_its_steps_equals_the_event_engine(data):
     """A stream whose operations from some number on take other steps (a route that changes) on shared
     servers: the window, gates and in-order completion carry across, and the two step lists' claims interleave
-    in event order. (Claims are not eager: an eager claim needs a single feeder, which shared servers lack.)"""
+    in the ordering rule's order. (Claims are not eager: an eager claim needs a single feeder, which shared servers lack.)"""
     count = data.draw(st.integers(1, 3))
     servers = [Server(f"s{i}") for i in range(count)]
     gate, fork, held, slots = (data.draw(st.booleans()), data.draw(st.booleans()), data.draw(st.booleans()),
@@ -137,10 +140,7 @@ def test_a_stream_that_changes_its_steps_equals_simpy(data):
               Group(after.steps, before.ops, before.window, before.draws, first=switch)]
     if data.draw(st.booleans()):
         groups.append(after)
-    try:
-        pieces = list(solve(servers, groups, 11, block=64))
-    except UndecidableOrder:
-        assume(False)
+    pieces = list(solve(servers, groups, 11, block=64))
     if gate:  # the gate's answer is the FIFO semaphore's while the stream's releases come in order
         released = np.concatenate([p.marks["release"] for p in pieces if p.group < 2])
         assume((np.diff(released) >= 0).all())
@@ -148,11 +148,12 @@ def test_a_stream_that_changes_its_steps_equals_simpy(data):
     for piece in pieces:
         fast[0][piece.group] += piece.post.tolist()
         fast[1][piece.group] += piece.done.tolist()
-    assert fast == run_simpy(servers, groups, 11)
+    assert fast == run_events(servers, groups, 11)
 
 
 def test_marks_report_the_wake_before_a_hold():
-    steps = (Claim(0, 100), Sleep(30, ((150, 1000),), "translate"), Rebase(False), Claim(1, 10), Rebase(True))
+    steps = (Claim(0, 100), Check("translate", 30, ((150, 1000),), "translate"), Rebase(False), Claim(1, 10),
+             Rebase(True))
     group = Group(steps, 4, 4)
     (piece,) = solve([Server("a"), Server("b")], [group])
     assert piece.marks["translate"].tolist() == [0, 70, 170, 270]  # each claim's start less 30
@@ -161,7 +162,7 @@ def test_marks_report_the_wake_before_a_hold():
 
 def test_a_continuation_must_follow_its_stream():
     steps = (Claim(0, 100), Rebase(True))
-    gated = (Gate(1, "x"), Claim(0, 100, label="x"), Rebase(True))
+    gated = (Gate(1, "x"), Delay(1), Claim(0, 100, label="x"), Rebase(True))
     for groups in ([Group(steps, 5, 2, first=3)], [Group(steps, 3, 2), Group(steps, 5, 4, first=3)],
                    [Group(steps, 3, 2), Group(steps, 3, 2, first=3)],
                    [Group(steps, 3, 2), Group(gated, 5, 2, first=3)]):
@@ -171,40 +172,39 @@ def test_a_continuation_must_follow_its_stream():
 
 @SETTINGS
 @given(data=st.data())
-def test_shared_servers_equal_simpy(data):
+def test_shared_servers_equal_the_event_engine(data):
     count = data.draw(st.integers(1, 3))
     positions = data.draw(st.lists(st.integers(0, count - 1), min_size=2, max_size=6))
     servers = [Server(f"s{i}") for i in range(count)]
     groups = [data.draw(group(positions, gate=data.draw(st.booleans()), fork=data.draw(st.booleans()), wait=False))
               for _ in range(data.draw(st.integers(1, 2)))]
     note([{name: d(0, g.ops).tolist() for name, d in g.draws.items()} for g in groups])
-    try:
-        fast = solve_all(servers, groups, 11)
-    except UndecidableOrder:
-        assume(False)  # equal event keys from two positions: the core refuses rather than guess
-    assert fast == run_simpy(servers, groups, 11)
+    assert solve_all(servers, groups, 11) == run_events(servers, groups, 11)
 
 
-def test_equal_event_keys_from_two_positions_are_refused():
-    """Two operations posted together reach one server at one time from two positions, woken by events
-    created at one time: the order is simpy's event sequence, which the core does not know."""
-    steps = (Delay(10), Claim(0, 1), Claim(0, 1), Rebase(True), Delay(draws="poll"), Wake())
-    group = Group(steps, 2, 2, {"poll": series([0, 0])})
-    with pytest.raises(UndecidableOrder, match="equal event keys"):
-        solve_all([Server("link")], [group])
+def test_claims_at_one_picosecond_follow_the_ordering_rule():
+    """A side chain and the main chain reach server ``a`` at 10 ps from positions 2 and 4: position 2 goes
+    first, so the main chain waits for it (the other order would complete at 15 ps)."""
+    steps = (Fork((Delay(10), Claim(0, 5))), Claim(1, 10, 10), Claim(0, 5), Rebase(True), Wake())
+    servers, group = [Server("a"), Server("b")], Group(steps, 1, 1)
+    assert solve_all(servers, [group]) == run_events(servers, [group]) == ([[0]], [[20]])
 
 
-def test_equal_keys_are_ordered_by_their_origins():
-    """Two positions' claims with equal (wake, created): the one whose creator was woken by the earlier-created
-    event goes first; equal or unknown origins leave the order undecided."""
-    def claims(origins):
-        n = len(origins)
-        return Claims(np.full(n, 50), np.full(n, 40), np.full(n, 50), np.full(n, 50), np.full(n, 1),
-                      np.arange(n), np.arange(n), np.array(origins, np.int64))
-    order, tie, decided = key_order(claims([[30, 7, -1, -1], [30, 5, 9, -1], [20, -1, -1, -1]]))
-    assert order.tolist() == [2, 1, 0] and tie is None and decided
-    for origins in ([[30, 5, -1, -1], [30, 5, -1, -1]], [[30, -1, -1, -1], [30, 5, -1, -1]]):
-        assert key_order(claims(origins))[1] == 50
+def test_the_key_order_is_time_then_waiting_position_then_operation_then_position():
+    def claims(wake, wpos, seq, pos):
+        n = len(wake)
+        return Claims(np.array(wake), np.array(wpos), np.zeros(n, np.int64), np.zeros(n, np.int64),
+                      np.ones(n, np.int64), np.array(pos), np.array(seq))
+    order = key_order(claims([50, 50, 50, 40, 50], [3, 1, 1, 9, 1], [0, 2, 1, 5, 1], [3, 1, 1, 9, 2]))
+    assert order.tolist() == [3, 2, 4, 1, 0]
+
+
+def test_a_gate_must_let_its_operations_through_after_a_positive_delay_and_a_wait():
+    for steps in ((Gate(1, "x"), Claim(0, 100, label="x"), Rebase(True)),
+                  (Gate(1, "x"), Delay(0), Check("translate", 0), Claim(0, 100, label="x"), Rebase(True)),
+                  (Gate(1, "x"), Delay(5), Claim(0, 10, eager=True), Claim(0, 100, label="x"), Rebase(True))):
+        with pytest.raises(Unsolvable, match="positive delay"):
+            list(solve([Server("a")], [Group(steps, 3, 1)]))
 
 
 def test_large_windows_and_small_blocks_agree_with_one_block():
@@ -215,7 +215,7 @@ def test_large_windows_and_small_blocks_agree_with_one_block():
     group = Group(steps, 5000, 300, {"poll": series(polls)})
     servers = [Server("a"), Server("b"), Server("c")]
     assert solve_all(servers, [group], block=1) == solve_all(servers, [group], block=1 << 20)
-    assert solve_all(servers, [group], block=700) == run_simpy(servers, [group])
+    assert solve_all(servers, [group], block=700) == run_events(servers, [group])
 
 
 def test_a_group_without_claims_completes_after_its_delays():

@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from sim.fast import Claim, Delay, Fork, Gate, Group, Rebase, Server, Wait
+from sim.core.steps import Claim, Delay, Fork, Gate, Rebase, Wait
+from sim.fast import Group, Server
 from sim.fast.solver import Problem
 from sim.fast.spacing import never_queue
 from scalar_reference import run_pipelines

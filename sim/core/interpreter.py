@@ -1,0 +1,266 @@
+"""The event engine's data path: operations' step lists (:mod:`sim.core.steps`) run in the ordering rule's order.
+
+One :class:`StepRunner` per environment keeps the steps that wait for a time in a heap keyed by (time,
+position in the step list, operation number), so that claims reaching a server at the same picosecond are made
+in the rule's order whatever order simpy would create events in. Steps that need no time of their own (eager
+claims, delays, marks, inline checks) run within the step before them.
+
+The heap runs inside simpy: one timeout wakes it at its earliest time, and it then takes every step that
+comes before simpy's next event (model events at a picosecond go first), so that most steps cost a heap
+operation and no simpy event. While it runs ahead of simpy's clock, the models it calls are given the time
+explicitly; a :class:`~sim.core.steps.Check` runs with simpy's clock at its own time, as the model may look
+at or change state there.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from heapq import heappop, heappush
+from typing import Any, Protocol
+
+from sim.core.servers import claim_cut_through
+from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wait, Wake
+
+CLAIM, EAGER, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK = range(12)
+MODEL_EVENT = -1
+"""Ordering position of a model event (a :class:`Wake` or :class:`Wait`): before every step at its time."""
+
+
+class Model(Protocol):
+    """What an operation's owner decides and is told while the operation runs (times in ps)."""
+
+    def check(self, op: Operation, name: str, now: int, head: int, tail: int) -> Any:
+        """A :class:`~sim.core.steps.Check` at ``now``: None to go on; a time (int) to hold the operation until
+        and ask again then (head and tail move to at least it); or ``(program, head, tail)`` to run that
+        program (:func:`compile_steps`) instead of the rest, from that head and tail."""
+
+    def mark(self, op: Operation, name: str, head: int, tail: int) -> None:
+        """A :class:`~sim.core.steps.Mark` was reached."""
+
+    def wake(self, op: Operation, head: int) -> None:
+        """A :class:`~sim.core.steps.Wake` of the main chain at ``head`` (a work request's last step: the
+        completion is seen then)."""
+
+
+class Semaphore:
+    """A :class:`~sim.core.steps.Gate`'s slots: taken in arrival order, released by the labelled claim."""
+
+    __slots__ = ("capacity", "free", "waiting")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = self.free = capacity
+        self.waiting: deque = deque()
+
+
+def compile_steps(steps: tuple[Step, ...], base: int = 0) -> tuple:
+    """``steps`` as the interpreter's program: one tuple per step, opcode and position first."""
+    program, pos = [], base
+    for step in steps:
+        kind = type(step)
+        if kind is Claim:
+            program.append((EAGER if step.eager else CLAIM, pos, step.server, step.service_ps, step.head_ps,
+                            step.tail_ps, step.latency_ps, step.label))
+        elif kind is Delay:
+            program.append((DELAY, pos, step.ps) if step.draws is None else (DRAWN, pos, step.ps, step.draws))
+        elif kind is Rebase:
+            program.append((REBASE, pos, step.from_tail, step.offset_ps))
+        elif kind is Wake:
+            program.append((WAKE, pos))
+        elif kind is Check:
+            program.append((INLINE_CHECK if step.back_ps is None else CHECK, pos, step.name, step.back_ps or 0))
+        elif kind is Mark:
+            program.append((MARK, pos, step.name))
+        elif kind is Wait:
+            program.append((WAIT, pos, step.draws))
+        elif kind is Gate:
+            program.append((GATE, pos, step.release))
+        elif kind is Fork:
+            sub = compile_steps(step.steps, pos + 1)
+            program.append((FORK, pos, sub))
+            pos += _length(step.steps)
+        else:
+            raise TypeError(f"not a step: {step!r}")
+        pos += 1
+    return tuple(program)
+
+
+def _length(steps) -> int:
+    return sum(1 + (_length(s.steps) if isinstance(s, Fork) else 0) for s in steps)
+
+
+class Operation:
+    """One operation: its program, number, per-operation draws, gates and owner."""
+
+    __slots__ = ("program", "seq", "offset", "draws", "gates", "model", "held", "wait_from")
+
+    def __init__(self, program: tuple, seq: int, model: Model, draws: dict[str, int] | None = None,
+                 gates: dict[str, Semaphore] | None = None, offset: int = 0) -> None:
+        self.program, self.seq, self.model, self.offset = program, seq, model, offset
+        self.draws = draws or {}
+        self.gates = gates or {}
+        self.held: list[str] = []
+        """Labels of the gates whose slot the operation holds."""
+        self.wait_from = 0
+        """When the operation last waited (a :class:`Wait` counts from there)."""
+
+
+class _Chain:
+    """Where one chain of an operation is: its program, the next step, head and tail."""
+
+    __slots__ = ("op", "program", "at", "head", "tail", "main", "due")
+
+    def __init__(self, op: Operation, program: tuple, head: int, tail: int, main: bool) -> None:
+        self.op, self.program, self.at, self.head, self.tail, self.main = op, program, 0, head, tail, main
+        self.due = False
+        """Whether the step at ``at`` is the one its heap entry was for (it is taken, not waited for again)."""
+
+
+class StepRunner:
+    """Runs operations' programs on one environment (see the module docstring)."""
+
+    def __init__(self, env) -> None:
+        self.env = env
+        self.heap: list = []
+        self.count = 0
+        self.wakeups: set[int] = set()
+        """Times of the simpy timeouts that will wake the runner."""
+        self.running = False
+        self.tracing = env.trace.enabled
+        self.numbered = 0
+
+    def number(self) -> int:
+        """The next operation number (operations are numbered in posting order unless their owner says)."""
+        self.numbered += 1
+        return self.numbered - 1
+
+    def start(self, op: Operation) -> None:
+        """Run ``op`` from now (its steps up to the first that waits run at once)."""
+        now = self.env.now
+        op.wait_from = now
+        self._walk(_Chain(op, op.program, now, now, True), now)
+        if not self.running:
+            self._arm()
+
+    def _push(self, chain: _Chain, t: int, pos: int, due: bool, sync: bool = False) -> None:
+        """Take ``chain`` up again at ``t`` (the step at ``chain.at`` itself when ``due``), ordered by the step
+        list position ``pos`` (:data:`MODEL_EVENT` for a model event); ``sync``: with simpy's clock at ``t``."""
+        chain.due = due
+        key = pos if pos == MODEL_EVENT else pos + chain.op.offset
+        heappush(self.heap, (t, key, chain.op.seq, self.count, chain, sync))
+        self.count += 1
+
+    def _arm(self) -> None:
+        """Make sure a simpy timeout wakes the runner at its earliest step's time (one per time at most)."""
+        if self.heap:
+            t = self.heap[0][0]
+            if not self.wakeups or t < min(self.wakeups):
+                self.wakeups.add(t)
+                self.env.timeout(t - self.env.now).callbacks.append(self._fire)
+
+    def _fire(self, _event) -> None:
+        env, heap = self.env, self.heap
+        now = env.now
+        self.wakeups.discard(now)
+        self.running = True
+        try:
+            while heap:
+                entry = heap[0]
+                t = entry[0]
+                if t >= env.peek() or (entry[5] and t > now):
+                    break  # simpy goes first, or a check needs simpy's clock at its time
+                heappop(heap)
+                self._walk(entry[4], t)
+        finally:
+            self.running = False
+        self._arm()
+
+    def _walk(self, chain: _Chain, now: int) -> None:
+        """Take ``chain``'s steps from ``chain.at`` at time ``now`` until one waits or the chain ends."""
+        op, program = chain.op, chain.program
+        head, tail, at, due = chain.head, chain.tail, chain.at, chain.due
+        chain.due = False
+        end = len(program)
+        while at < end:
+            step = program[at]
+            code = step[0]
+            if code == CLAIM or code == EAGER:
+                if code == CLAIM and not due:
+                    chain.at, chain.head, chain.tail = at, head, tail
+                    self._push(chain, head, step[1], True)
+                    return
+                due = False
+                _, _, server, service, head_ps, tail_ps, latency, label = step
+                start, finish = claim_cut_through(server, head, service, tail + tail_ps)
+                if self.tracing:
+                    self.env.trace.slice(server.name, "busy", start, finish)
+                head, tail = start + head_ps + latency, finish + latency
+                if label is not None and label in op.held:
+                    self._release(op, label, now)
+            elif code == DELAY:
+                head, tail = head + step[2], tail + step[2]
+            elif code == DRAWN:
+                extra = step[2] + op.draws[step[3]]
+                head, tail = head + extra, tail + extra
+            elif code == REBASE:
+                head = tail = (tail if step[2] else head) + step[3]
+            elif code == CHECK or code == INLINE_CHECK:
+                if code == CHECK and not due:
+                    chain.at, chain.head, chain.tail = at, head, tail
+                    self._push(chain, max(now, head - step[3]), step[1], True, sync=True)
+                    return
+                due = False
+                outcome = op.model.check(op, step[2], now, head, tail)
+                if type(outcome) is int:  # held: asked again then
+                    chain.at, chain.head, chain.tail = at, max(head, outcome), max(tail, outcome)
+                    self._push(chain, max(now, outcome), step[1], True, sync=True)
+                    return
+                if outcome is not None:  # the rest replaced
+                    program, head, tail = outcome
+                    chain.program, end, at = program, len(program), 0
+                    continue
+            elif code == MARK:
+                op.model.mark(op, step[2], head, tail)
+            elif code == WAKE:
+                op.wait_from = head
+                if chain.main:
+                    op.model.wake(op, head)
+            elif code == WAIT:
+                if not due:
+                    chain.at, chain.head, chain.tail = at, head, tail
+                    self._push(chain, op.wait_from + op.draws[step[2]], MODEL_EVENT, True)
+                    return
+                due = False
+                head = tail = op.wait_from = now
+            elif code == GATE:  # asked for now (in the order operations get here), passed at the head time
+                gate = op.gates[step[2]]
+                chain.at, chain.head, chain.tail = at + 1, head, head
+                if gate.free:
+                    gate.free -= 1
+                    op.held.append(step[2])
+                    self._push(chain, head, step[1], False)
+                else:
+                    gate.waiting.append(chain)
+                return
+            else:  # FORK
+                self._walk(_Chain(op, step[2], head, tail, False), now)
+            at += 1
+        if chain.main:
+            self._end(op, now)
+
+    def _release(self, op: Operation, label: str, now: int) -> None:
+        """``op`` gives back its slot of gate ``label`` at ``now``: the next waiter passes then."""
+        op.held.remove(label)
+        gate = op.gates[label]
+        if gate.waiting:
+            chain = gate.waiting.popleft()
+            chain.op.held.append(label)
+            chain.head = chain.tail = go = max(now, chain.head)
+            self._push(chain, go, chain.program[chain.at - 1][1], False)
+        else:
+            gate.free += 1
+
+    def _end(self, op: Operation, now: int) -> None:
+        """The main chain is done: slots it still holds (it ended without their labelled claim, on an error
+        path) are given back."""
+        while op.held:
+            self._release(op, op.held[0], now)
