@@ -80,6 +80,11 @@ class KernelBehaviour:
         return self.version >= _v("6.2")
 
     @property
+    def has_mlx5_dmabuf_access_attr(self) -> bool:
+        """mlx5's ``MLX5_IB_ATTR_REG_DMABUF_MR_ACCESS_FLAGS`` attribute and its data-direct path exist (6.12+)."""
+        return self.version >= _v("6.12")
+
+    @property
     def has_revoke(self) -> bool:
         """``ib_umem_dmabuf_revoke`` exists (6.12+)."""
         return self.version >= _v("6.12")

@@ -31,6 +31,8 @@ class KernelConfig:
     """``CONFIG_DMABUF_MOVE_NOTIFY``: off (default before 2026) pins buffers on map even for dynamic importers."""
     version: str = DEFAULT_KERNEL
     """Kernel version; dates the behaviours listed in :mod:`models.versions`."""
+    on_demand_paging: bool = True
+    """``CONFIG_INFINIBAND_ON_DEMAND_PAGING`` (distribution kernels set it): mlx5 refuses dma-buf MRs without it."""
 
     @property
     def behaviour(self) -> KernelBehaviour:

@@ -165,11 +165,6 @@ class DmabufBacking(MrBacking):
         return core.now_ps(umem.dev) - start
 
 
-ALLOWED_ACCESS = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
-                     | Access.RELAXED_ORDERING)
-"""All the access bits ibv_reg_dmabuf_mr accepts (mlx5_ib_reg_user_mr_dmabuf), as a plain int."""
-
-
 def register_dmabuf(nic, mode: DmabufImporter, umr: UmrParams, fdtable: FdTable, offset: int, length: int, fd: int,
                     writable: bool, invariants: str = "raise") -> tuple[DmabufBacking, int]:
     """The driver's ``reg_user_mr_dmabuf``: attach (and for ``pinned`` pin+map), or map the whole MR.

@@ -140,16 +140,13 @@ PINNED_OPS = DmaBufAttachOps(move_notify=_pinned_move_notify, allow_peer2peer=Tr
 
 def ib_umem_dmabuf_get_pinned(dev: str, offset: int, size: int, fdtable: FdTable, fd: int,
                               access_writable: bool) -> IbUmemDmabuf:
-    """Attach, pin and map under the lock (drivers without page faults: EFA, irdma, bnxt_re...).
+    """Attach, pin and map under the lock (drivers without page faults: EFA, irdma, bnxt_re...). It exists from
+    5.16, as do its first callers (the uverbs handler refuses earlier kernels, :mod:`models.verbs.dmabuf`).
 
     :raises VerbsError: as :func:`ib_umem_dmabuf_get`, or the exporter's pin/map errno (then everything is
         undone: unlock, release — which revokes, unmapping and unpinning once).
     """
     umem = ib_umem_dmabuf_get(dev, offset, size, fdtable, fd, access_writable, PINNED_OPS)
-    if not umem.attach.dmabuf.core.config.behaviour.has_pinned_dmabuf:
-        ib_umem_dmabuf_release(umem)
-        raise VerbsError("EOPNOTSUPP", f"kernel {umem.attach.dmabuf.core.config.version} has no pinned dma-buf "
-                         "umems (ib_umem_dmabuf_get_pinned, added in 5.16)", call="ib_umem_dmabuf_get_pinned")
     umem.resv.lock(dev)
     try:
         dma_buf_pin(umem.attach, caller=dev)

@@ -23,19 +23,21 @@ def test_versions_compare_numerically():
 @pytest.mark.parametrize("prop, before, after", [
     ("has_dmabuf_mr", "5.11", "5.12"), ("has_pinned_dmabuf", "5.15", "5.16"),
     ("waits_kernel_fences", "5.18", "5.19"), ("static_importers_lock", "6.1", "6.2"),
-    ("has_revoke", "6.11", "6.12"), ("move_notify_always_on", "6.18", "7.0"),
+    ("has_revoke", "6.11", "6.12"), ("has_mlx5_dmabuf_access_attr", "6.11", "6.12"),
+    ("move_notify_always_on", "6.18", "7.0"),
 ])
 def test_each_behaviour_switches_at_its_version(prop, before, after):
     assert not getattr(KernelBehaviour(Version.parse(before)), prop)
     assert getattr(KernelBehaviour(Version.parse(after)), prop)
 
 
-def _scenario(kernel="6.18", register="dmabuf", rdma_core="57", driver="580", move_notify=None, gpu="mi300x"):
+def _scenario(kernel="6.18", register="dmabuf", rdma_core="57", driver="580", move_notify=None, gpu="mi300x",
+              nic="connectx7"):
     kernel_spec = {"version": kernel} | ({} if move_notify is None else {"dmabuf_move_notify": move_notify})
     return Scenario.model_validate({
         "schema": 1, "name": "v", "seed": 1,
         "nodes": [{"name": "a", "gpus": [{"preset": gpu, "driver": driver}], "kernel": kernel_spec,
-                   "rdma_core": rdma_core}, {"name": "b"}],
+                   "rdma_core": rdma_core, "nic": {"preset": nic}}, {"name": "b", "nic": {"preset": nic}}],
         "buffers": [{"name": "g", "on": "a.gpu0", "size": "4MiB", "register": register},
                     {"name": "h", "on": "b.host", "size": "4MiB"}],
         "workload": [{"kind": "write_bw", "from": "g", "to": "h", "sizes": ["4KiB"], "iterations": 1000}],
@@ -52,12 +54,23 @@ def test_dmabuf_mrs_arrive_in_5_12(kernel, ok):
 
 
 @pytest.mark.parametrize("kernel, ok", [("5.15", False), ("5.16", True)])
-def test_pinned_importer_arrives_in_5_16(kernel, ok):
+def test_efa_pinned_importer_arrives_in_5_16(kernel, ok):
+    scn = _scenario(kernel, "dmabuf-pinned", nic="efa")
     if ok:
-        assert run_scenario(_scenario(kernel, "dmabuf-pinned")).registrations["pinned_bytes"].iloc[0] == 4 << 20
+        assert run_scenario(scn).registrations["pinned_bytes"].iloc[0] == 4 << 20
     else:
         with pytest.raises(Exception, match="EOPNOTSUPP.*5.16"):
-            run_scenario(_scenario(kernel, "dmabuf-pinned"))
+            run_scenario(scn)
+
+
+@pytest.mark.parametrize("kernel, ok", [("6.11", False), ("6.12", True)])
+def test_mlx5_data_direct_arrives_in_6_12(kernel, ok):
+    scn = _scenario(kernel, "dmabuf-pinned")
+    if ok:
+        assert run_scenario(scn).registrations["pinned_bytes"].iloc[0] == 4 << 20
+    else:
+        with pytest.raises(Exception, match="EPROTONOSUPPORT.*6.12"):
+            run_scenario(scn)
 
 
 @pytest.mark.parametrize("kernel, wait, usage", [("5.18", "dma_fence_wait(excl)", DmaResvUsage.WRITE),
@@ -86,7 +99,7 @@ def test_static_importers_map_under_the_lock_from_6_2(kernel, needs_lock):
 
 @pytest.mark.parametrize("kernel, has_revoke", [("6.11", False), ("6.12", True)])
 def test_revoke_exists_from_6_12_and_release_works_either_way(kernel, has_revoke):
-    result = run_scenario(_scenario(kernel, "dmabuf-pinned"))
+    result = run_scenario(_scenario(kernel, "dmabuf-pinned", nic="efa"))
     umem = result.testbed.registrations["g"].mr.backing.umem
     if has_revoke:
         ib_umem_dmabuf_revoke(umem)
