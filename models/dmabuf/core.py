@@ -228,8 +228,11 @@ class DmaBufAttachment:
     mappings: list[SgTable] = field(default_factory=list)
     """Live (not yet unmapped) sg tables."""
     pin_count: int = 0
-    """Outstanding ``dma_buf_pin`` calls."""
+    """Outstanding ``dma_buf_pin`` calls (negative after an unpin too many)."""
     detached: bool = False
+    sgt: SgTable | None = None
+    """The sg table mapped at attach and cached (5.7 to 6.14, importer and exporter disagreeing on being
+    dynamic): maps return it, unmaps leave it, detach unmaps it."""
 
     @property
     def pinned(self) -> bool:

@@ -84,6 +84,11 @@ class MovableExporter(_Exporter):
         self.pin_count += 1
 
     def _unpin(self, attach: DmaBufAttachment) -> None:
+        """``ttm_bo_unpin``: an unpin of an unpinned buffer WARNs and changes nothing; any other drops a pin,
+        whichever attachment took it."""
+        if not self.pin_count:
+            self.core.warn(attach.dev, f"ttm_bo_unpin: WARN_ON_ONCE: {self.dmabuf.name} is not pinned")
+            return
         self.pin_count -= 1
 
     def move(self, dst: Placement) -> DmaFence:

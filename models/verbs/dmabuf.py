@@ -202,7 +202,8 @@ def _register(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int
         with node.kernel.call(nic.name, call, offset=offset, length=length, fd=fd, mode=mode):
             node.kernel.spend(nic.name, nic.params.umr.reg_ioctl_ps)
             backing, done = register_dmabuf(nic, mode, nic.params.umr, node.fds, offset, length, fd,
-                                            bool(access & Access.LOCAL_WRITE), invariants)
+                                            bool(access & Access.LOCAL_WRITE), node.kernel.config.behaviour,
+                                            invariants)
     except BaseException:
         nic.release_translations(length)
         raise

@@ -24,7 +24,7 @@ def test_versions_compare_numerically():
     ("has_dmabuf_mr", "5.11", "5.12"), ("has_pinned_dmabuf", "5.15", "5.16"),
     ("waits_kernel_fences", "5.18", "5.19"), ("static_importers_lock", "6.1", "6.2"),
     ("has_revoke", "6.11", "6.12"), ("has_mlx5_dmabuf_access_attr", "6.11", "6.12"),
-    ("move_notify_always_on", "6.18", "7.0"),
+    ("move_notify_always_on", "7.0", "7.1"), ("invalidate_optional", "7.0", "7.1"),
 ])
 def test_each_behaviour_switches_at_its_version(prop, before, after):
     assert not getattr(KernelBehaviour(Version.parse(before)), prop)
@@ -112,22 +112,23 @@ def test_revoke_exists_from_6_12_and_release_works_either_way(kernel, has_revoke
     assert not umem.attach.dmabuf.attachments and umem.attach.dmabuf.priv.pin_count == 0
 
 
-@pytest.mark.parametrize("kernel, evicts", [("6.18", False), ("7.0", True)])
-def test_move_notify_default_off_until_7_0(kernel, evicts):
+@pytest.mark.parametrize("kernel, evicts", [("7.0", False), ("7.1", True)])
+def test_move_notify_default_off_until_7_1(kernel, evicts):
     counters = run_scenario(_scenario(kernel)).counters
     assert (counters["evictions"], counters["failed_allocations"]) == ((1, 0) if evicts else (0, 1))
 
 
-def test_move_notify_cannot_be_disabled_on_7_0():
+@pytest.mark.parametrize("kernel, refused", [("7.0", False), ("7.1", True)])
+def test_move_notify_cannot_be_disabled_from_7_1(kernel, refused):
     from sim.scenario.refs import check_references
 
-    problems = check_references(_scenario("7.0", move_notify=False))
-    assert problems and "cannot be turned off" in problems[0][1]
+    problems = check_references(_scenario(kernel, move_notify=False))
+    assert bool(problems) is refused and all("cannot be turned off (since 7.1)" in p[1] for p in problems)
 
 
 @pytest.mark.parametrize("kernel, name", [("7.0", "dma_buf_move_notify"), ("7.1", "dma_buf_invalidate_mappings")])
 def test_move_notify_is_renamed_invalidate_mappings_in_7_1(kernel, name):
-    result = run_scenario(_scenario(kernel), trace=True)
+    result = run_scenario(_scenario(kernel, move_notify=True), trace=True)
     names = {e.name for e in result.testbed.env.trace.events}
     assert name in names and ({"dma_buf_move_notify", "dma_buf_invalidate_mappings"} - {name}).isdisjoint(names)
     callbacks = {e.args["callback"] for e in result.testbed.env.trace.events if e.name == "MappingInvalidated"}
