@@ -197,7 +197,7 @@ def dma_buf_detach(dmabuf: DmaBuf, attach: DmaBufAttachment, *, caller: str | No
         if dmabuf.ops.detach is not None:
             dmabuf.ops.detach(dmabuf, attach)
         core.spend(ctx, core.costs.detach_ps)
-    if attach.mappings or attach.pin_count:
+    if attach.mappings or attach.pin_count > 0:
         raise InvariantViolation(f"{call}: {attach.dev} detached from {dmabuf.name} with {len(attach.mappings)} "
                                  f"mapping(s) and {attach.pin_count} pin(s) left: the kernel frees the attachment "
                                  "and leaks them (unmap and unpin before detach)")

@@ -96,12 +96,18 @@ def ib_umem_dmabuf_get(dev: str, offset: int, size: int, fdtable: FdTable, fd: i
 
 
 def ib_umem_dmabuf_map_pages(umem: IbUmemDmabuf) -> int:
-    """Map the buffer (if not mapped) and wait for the exporter's KERNEL fences; caller holds the lock.
+    """Map the buffer (if not mapped) and wait for the exporter's KERNEL fences; caller holds the lock
+    (drivers/infiniband/core/umem_dmabuf.c: the 5.16 copy waits for the exclusive fence with
+    ``dma_fence_wait``; from 5.19, f30bceab16d1, ``dma_resv_wait_timeout(KERNEL, MAX_SCHEDULE_TIMEOUT)``).
+
+    On 5.19 the function returns that wait's value: ``MAX_SCHEDULE_TIMEOUT`` (``LONG_MAX``) narrowed to the
+    ``int`` return is -1, so every map, though done, reports ``-EPERM`` to its caller, with the sg table left
+    mapped. The fix of August 2022 (on v6.0-rc1) returns 0.
 
     Returns the time the fences have signaled (the mapping is usable from then on), in ps.
 
     :raises ProtocolError: the lock is not held.
-    :raises VerbsError: ``EINVAL`` after revoke; the exporter's map errno.
+    :raises VerbsError: ``EINVAL`` after revoke; the exporter's map errno; ``EPERM`` on 5.19.
     """
     call = "ib_umem_dmabuf_map_pages"
     ctx = _held_task(umem, call)
@@ -119,6 +125,9 @@ def ib_umem_dmabuf_map_pages(umem: IbUmemDmabuf) -> int:
     core.instant(ctx, "FencesWaited", wait=wait, until_ps=max(ready, core.now_ps(ctx)))
     core.wait_until(ctx, ready)
     umem.ready_ps = ready
+    if core.config.behaviour.map_pages_returns_wait_value:
+        raise VerbsError("EPERM", "returned dma_resv_wait_timeout()'s MAX_SCHEDULE_TIMEOUT as an int, -1 "
+                         f"(kernel {core.config.version}; fixed in 6.0)", call=call)
     return ready
 
 
@@ -147,19 +156,30 @@ def ib_umem_dmabuf_attach_pinned_ops(kernel: KernelBehaviour) -> DmaBufAttachOps
 def ib_umem_dmabuf_get_pinned(dev: str, offset: int, size: int, fdtable: FdTable, fd: int,
                               access_writable: bool, kernel: KernelBehaviour) -> IbUmemDmabuf:
     """Attach, pin and map under the lock (drivers without page faults: EFA, irdma, bnxt_re...). It exists from
-    5.16, as do its first callers (the uverbs handler refuses earlier kernels, :mod:`models.verbs.dmabuf`).
+    5.16 (1e4df4a21c5a), as do its first callers (the uverbs handler refuses earlier kernels,
+    :mod:`models.verbs.dmabuf`).
 
-    :raises VerbsError: as :func:`ib_umem_dmabuf_get`, or the exporter's pin/map errno (then everything is
-        undone: unlock, release — which revokes, unmapping and unpinning once).
+    A pin failure unlocks and releases. A map failure, from 5.16 to 6.19, unpins, unlocks and releases the umem,
+    whose release unpins again because ``pinned`` is still set (and unmaps only after both unpins); from 7.0
+    ("RDMA/umem: Fix double dma_buf_unpin in failure path") the release alone unmaps and unpins once.
+
+    :raises VerbsError: as :func:`ib_umem_dmabuf_get`, or the exporter's pin/map errno.
     """
     umem = ib_umem_dmabuf_get(dev, offset, size, fdtable, fd, access_writable,
                               ib_umem_dmabuf_attach_pinned_ops(kernel), kernel)
     umem.resv.lock(dev)
     try:
         dma_buf_pin(umem.attach, caller=dev)
-        umem.pinned = True
+    except VerbsError:
+        umem.resv.unlock(dev)
+        ib_umem_dmabuf_release(umem)
+        raise
+    umem.pinned = True
+    try:
         ib_umem_dmabuf_map_pages(umem)
     except VerbsError:
+        if kernel.pinned_map_failure_unpins_twice:
+            dma_buf_unpin(umem.attach, caller=dev)  # err_unpin; the release below unpins again
         umem.resv.unlock(dev)
         ib_umem_dmabuf_release(umem)
         raise

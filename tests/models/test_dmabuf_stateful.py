@@ -376,7 +376,7 @@ class DmaBufMachine(RuleBasedStateMachine):
             cached = att.cached() if self._attached(att) else None
             leaked = [m for m in att.live_maps() if m is not cached]
             expected = (PROTO if not self._attached(att) else DEADLOCK if buf.holder is not None
-                        else LEAK if leaked or att.pin_count else None)
+                        else LEAK if leaked or att.pin_count > 0 else None)
             ok, _ = self.run(expected, lambda: dma_buf_detach(buf.real, att.real))
         if ok:
             att.detached = True

@@ -8,7 +8,7 @@ from models.gpu import gpu_params
 from models.dmabuf.gpu_export import CudaError, Gpu
 from models.ib.umem_dmabuf import ib_umem_dmabuf_revoke
 from models.versions import KernelBehaviour, Version
-from sim.core import Environment, ProtocolError
+from sim.core import Environment, ProtocolError, VerbsError
 from sim.run import run_scenario
 from sim.scenario.schema import Scenario
 
@@ -23,6 +23,9 @@ def test_versions_compare_numerically():
 @pytest.mark.parametrize("prop, before, after", [
     ("has_dmabuf_mr", "5.11", "5.12"), ("has_pinned_dmabuf", "5.15", "5.16"),
     ("waits_kernel_fences", "5.18", "5.19"), ("static_importers_lock", "6.1", "6.2"),
+    ("maps_at_attach", "6.15", "6.14"), ("maps_at_attach", "5.6", "5.7"),
+    ("map_pages_returns_wait_value", "5.18", "5.19"), ("map_pages_returns_wait_value", "6.0", "5.19"),
+    ("pinned_map_failure_unpins_twice", "5.15", "5.16"), ("pinned_map_failure_unpins_twice", "7.0", "6.19"),
     ("has_revoke", "6.11", "6.12"), ("has_mlx5_dmabuf_access_attr", "6.11", "6.12"),
     ("move_notify_always_on", "7.0", "7.1"), ("invalidate_optional", "7.0", "7.1"),
 ])
@@ -74,8 +77,9 @@ def test_mlx5_data_direct_arrives_in_6_12(kernel, ok):
 
 
 @pytest.mark.parametrize("kernel, wait, usage", [("5.18", "dma_fence_wait(excl)", DmaResvUsage.WRITE),
-                                                 ("5.19", "dma_resv_wait_timeout(KERNEL)", DmaResvUsage.KERNEL)])
+                                                 ("6.0", "dma_resv_wait_timeout(KERNEL)", DmaResvUsage.KERNEL)])
 def test_fence_wait_kind_changes_in_5_19(kernel, wait, usage):
+    """5.19 itself waits the new way but reports every map as failed (the next test), so 6.0 shows the wait."""
     scn = _scenario(kernel, move_notify=True)
     result = run_scenario(scn, trace=True)
     waits = {e.args["wait"] for e in result.testbed.env.trace.events if e.name == "FencesWaited"}
@@ -156,3 +160,124 @@ def test_nvidia_dmabuf_export_needs_driver_515(driver, ok):
     else:
         with pytest.raises(CudaError, match="CUDA_ERROR_NOT_SUPPORTED"):
             gpu.export(alloc, FdTable())
+
+
+# --------------------------------------------------------------------------- historical behaviours of the RDMA core
+def _kernel(version):
+    from models.dmabuf import DmaBufCore, KernelConfig
+
+    config = KernelConfig(move_notify_enabled=True, version=version)
+    return DmaBufCore(Environment(), config), config.behaviour
+
+
+class _Unmappable:
+    """An exporter mixin whose map fails (``map_dma_buf`` returns NULL)."""
+
+    def _map(self, attach, direction):
+        return None
+
+
+def _fd(exporter):
+    from models.dmabuf import FdTable, dma_buf_fd
+
+    table = FdTable("app")
+    return table, dma_buf_fd(exporter.dmabuf, table)
+
+
+@pytest.mark.parametrize("version, maps_at_attach", [("6.14", True), ("6.15", False)])
+def test_a_dynamic_importer_of_a_static_exporter_is_mapped_at_attach_until_6_15(version, maps_at_attach):
+    from models.ib.umem_dmabuf import ib_umem_dmabuf_get, ib_umem_dmabuf_map_pages, ib_umem_dmabuf_unmap_pages
+    from models.dmabuf import DmaBufAttachOps
+
+    core, kernel = _kernel(version)
+    table, fd = _fd(StaticExporter(core, 1 << 20, placement=Placement.VRAM))
+    ops = DmaBufAttachOps(move_notify=lambda a: None, allow_peer2peer=True)
+    umem = ib_umem_dmabuf_get("mlx5_0", 0, 1 << 20, table, fd, True, ops, kernel)
+    assert (umem.attach.sgt is not None) is maps_at_attach and len(umem.attach.mappings) == int(maps_at_attach)
+    umem.resv.lock("mlx5_0")
+    ib_umem_dmabuf_map_pages(umem)
+    assert (umem.sgt is umem.attach.sgt) is maps_at_attach
+    ib_umem_dmabuf_unmap_pages(umem)
+    umem.resv.unlock("mlx5_0")
+    assert len(umem.attach.mappings) == int(maps_at_attach)  # the cached sg table outlives the unmap
+
+
+@pytest.mark.parametrize("version, fails_in", [("6.14", "get"), ("6.15", "map")])
+def test_a_map_error_surfaces_from_ib_umem_dmabuf_get_while_maps_happen_at_attach(version, fails_in):
+    from models.ib.umem_dmabuf import ib_umem_dmabuf_get, ib_umem_dmabuf_map_pages
+    from models.dmabuf import DmaBufAttachOps
+
+    class Broken(_Unmappable, StaticExporter):
+        pass
+
+    core, kernel = _kernel(version)
+    gpu = Broken(core, 1 << 20, placement=Placement.VRAM)
+    table, fd = _fd(gpu)
+    ops = DmaBufAttachOps(move_notify=lambda a: None, allow_peer2peer=True)
+    with pytest.raises(VerbsError, match="ENOMEM") as err:
+        umem = ib_umem_dmabuf_get("mlx5_0", 0, 1 << 20, table, fd, True, ops, kernel)
+        umem.resv.lock("mlx5_0")
+        ib_umem_dmabuf_map_pages(umem)
+    assert err.value.call == ("dma_buf_dynamic_attach" if fails_in == "get" else "dma_buf_map_attachment")
+    if fails_in == "get":
+        assert gpu.dmabuf.attachments == [] and gpu.dmabuf.refcount == 1  # undone: detached, reference dropped
+
+
+@pytest.mark.parametrize("version, fails", [("5.18", False), ("5.19", True), ("6.0", False)])
+def test_map_pages_reports_every_map_as_eperm_on_5_19(version, fails):
+    scn = _scenario(version, move_notify=True)
+    if fails:
+        with pytest.raises(Exception, match="ib_umem_dmabuf_map_pages: EPERM.*MAX_SCHEDULE_TIMEOUT"):
+            run_scenario(scn)
+    else:
+        assert run_scenario(scn).summary["errors"].sum() == 0
+
+
+@pytest.mark.parametrize("version, unpins", [("6.18", 2), ("7.0", 1)])
+def test_a_pinned_map_failure_unpins_twice_until_7_0(version, unpins):
+    from models.dmabuf import MovableExporter
+    from models.ib.umem_dmabuf import ib_umem_dmabuf_get_pinned
+
+    class Broken(_Unmappable, MovableExporter):
+        def _unpin(self, attach):
+            self.unpins += 1
+            super()._unpin(attach)
+
+    core, kernel = _kernel(version)
+    gpu = Broken(core, 1 << 20)
+    gpu.unpins = 0
+    table, fd = _fd(gpu)
+    with pytest.raises(VerbsError, match="ENOMEM"):
+        ib_umem_dmabuf_get_pinned("efa_0", 0, 1 << 20, table, fd, True, kernel)
+    assert gpu.unpins == unpins and gpu.pin_count == 0 and gpu.dmabuf.attachments == []
+    assert any("ttm_bo_unpin: WARN_ON_ONCE" in w for w in core.warnings) is (unpins == 2)
+
+
+def test_the_second_unpin_takes_another_importers_pin_and_lets_the_buffer_move_under_it():
+    from models.dmabuf import (DmaBufAttachOps, MovableExporter, check_dma, dma_buf_dynamic_attach,
+                               dma_buf_map_attachment, dma_buf_pin)
+    from models.ib.umem_dmabuf import ib_umem_dmabuf_get_pinned
+    from sim.core import InvariantViolation
+
+    class FailsOnce(MovableExporter):
+        """Its first map fails (the RDMA importer's), later ones work."""
+
+        def _map(self, attach, direction):
+            if attach.dev == "efa_0":
+                return None
+            return super()._map(attach, direction)
+
+    core, kernel = _kernel("6.18")
+    gpu = FailsOnce(core, 1 << 20)
+    other = dma_buf_dynamic_attach(gpu.dmabuf, "xe0", DmaBufAttachOps(move_notify=lambda a: None))
+    gpu.dmabuf.resv.lock("xe0")
+    dma_buf_pin(other)  # the other importer pins and maps: the buffer must stay put
+    sgt = dma_buf_map_attachment(other)
+    gpu.dmabuf.resv.unlock("xe0")
+    table, fd = _fd(gpu)
+    with pytest.raises(VerbsError, match="ENOMEM"):
+        ib_umem_dmabuf_get_pinned("efa_0", 0, 1 << 20, table, fd, True, kernel)
+    assert other.pin_count == 1 and gpu.pin_count == 0  # its pin went with the second unpin
+    gpu.move(Placement.SYSTEM)
+    with pytest.raises(InvariantViolation, match="stale mapping"):
+        check_dma(sgt)
