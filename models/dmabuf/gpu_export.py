@@ -62,6 +62,11 @@ class GpuAllocation:
     """Who pins it in VRAM (peer-memory registrations, dma-buf pins)."""
     data: np.ndarray | None = None
     """Data mode: the allocation's bytes (None when off)."""
+    exports: int = 0
+    """Exported dma-bufs not yet released: each holds the memory (NVIDIA duplicates its handles, amdgpu's
+    dma-buf holds a reference on the buffer object)."""
+    freed: bool = False
+    """cudaFree/hipFree was called: the VRAM goes back once no export holds it."""
 
     def pin(self, owner: str) -> None:
         """``owner`` pins the allocation in VRAM (it can no longer be evicted)."""
@@ -153,15 +158,35 @@ class Gpu:
                 self.core.spend(self.name, EXPORT_PS)
                 return dma_buf_fd(alloc.exporter.dmabuf, fdtable)
             if self.vendor == "nvidia":
-                alloc.exporter = StaticExporter(self.core, size, name=self.name, placement=Placement.VRAM)
+                alloc.exporter = StaticExporter(self.core, size, name=self.name, placement=Placement.VRAM,
+                                                driver=self.driver)
             else:
                 alloc.exporter = AmdgpuExporter(self.core, alloc, size, name=self.name, placement=Placement.VRAM,
                                                 copy=self.copy)
                 self.memory.register_evictable(alloc.vram, lambda _vram: self._evict(alloc))
+            alloc.exports += 1
+            alloc.exporter.on_release = lambda: self._export_released(alloc)
             if alloc.data is not None:
                 alloc.exporter.storage[0] = alloc.data[offset:offset + size]
             self.core.spend(self.name, EXPORT_PS)
             return dma_buf_fd(alloc.exporter.dmabuf, fdtable)
+
+    def free(self, alloc: GpuAllocation) -> None:
+        """cudaFree/hipFree of ``alloc``. An exported dma-buf keeps the memory: NVIDIA's export duplicates the
+        allocation's memory handles and drops them only when the dma-buf is released (``nv_dma_buf_create`` /
+        ``nv_dma_buf_release``, kernel-open/nvidia/nv-dmabuf.c at 595.45.04), so freeing the allocation neither
+        invalidates nor moves an exported buffer; the VRAM goes back with the last release."""
+        del self.allocations[alloc.name]
+        alloc.freed = True
+        if not alloc.exports:
+            self.memory.free(alloc.vram)
+
+    def _export_released(self, alloc: GpuAllocation) -> None:
+        """An exported dma-buf of ``alloc`` was released: give the VRAM back if it was the last holder of a
+        freed allocation."""
+        alloc.exports -= 1
+        if alloc.freed and not alloc.exports:
+            self.memory.free(alloc.vram)
 
     def _evict(self, alloc: GpuAllocation) -> int:
         """The allocator's eviction callback: move the buffer to system memory; return the copy's time (ps)."""

@@ -168,10 +168,11 @@ def test_attach_argument_errnos():
 
 
 @pytest.mark.parametrize("placement, importer, ok", [
-    (Placement.VRAM, None, False), (Placement.VRAM, Importer(p2p=False), False),
+    (Placement.VRAM, None, True), (Placement.VRAM, Importer(p2p=False), False),
     (Placement.VRAM, Importer(p2p=True), True), (Placement.SYSTEM, None, True),
 ])
 def test_static_exporter_attach_refusal_propagates_its_errno(placement, importer, ok):
+    """nv_dma_buf_attach refuses only a dynamic importer without peer2peer (a static one maps BAR1 PFNs)."""
     core = make_core()
     nv = StaticExporter(core, MiB, placement=placement)
     ops = importer.ops if importer else None
@@ -575,7 +576,7 @@ def test_the_exporter_attach_op_runs_before_the_lock_is_taken():
     gpu = StaticExporter(core, MiB, placement=Placement.VRAM)
     with held(gpu.dmabuf.resv, NIC):
         with pytest.raises(VerbsError, match="ENOTSUPP"):  # refused by nv_dma_buf_attach, not a deadlock
-            dma_buf_attach(gpu.dmabuf, NIC)
+            dma_buf_dynamic_attach(gpu.dmabuf, NIC, Importer(p2p=False).ops)
         with pytest.raises(DeadlockError, match="self-deadlock"):
             dma_buf_dynamic_attach(gpu.dmabuf, NIC, Importer(p2p=True).ops)
 

@@ -287,7 +287,8 @@ class DmaBufMachine(RuleBasedStateMachine):
                DmaBufAttachOps(None if kind == "no-move-notify" else att.move_notify, kind == "dynamic"))
         bad_ops = kind == "no-move-notify" and not self.behaviour.invalidate_optional
         with self.holding(buf, dev, hold):
-            refused = not buf.movable and buf.real.placement is Placement.VRAM and kind != "dynamic"
+            refused = not buf.movable and buf.real.placement is Placement.VRAM and kind in ("dynamic-no-p2p",
+                                                                                             "no-move-notify")
             expected = (errno("EINVAL") if bad_ops else PROTO if buf.released else errno("ENOTSUPP") if refused
                         else DEADLOCK if buf.holder is not None else None)  # the exporter's op runs unlocked
             call = (lambda: dma_buf_attach(buf.real, dev)) if ops is None else (
