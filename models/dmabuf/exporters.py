@@ -77,15 +77,17 @@ class MovableExporter(_Exporter):
     :param name: the exporter's context (lock holder, trace track).
     :param placement: initial placement.
     :param copy: copy-engine timing of moves.
+    :param attach: the exporter's attach op (none by default).
     """
 
     def __init__(self, core: DmaBufCore, size: int, *, name: str = "gpu0",
-                 placement: Placement = Placement.VRAM, copy: CopyParams = CopyParams()) -> None:
+                 placement: Placement = Placement.VRAM, copy: CopyParams = CopyParams(),
+                 attach: Callable[[DmaBuf, DmaBufAttachment], None] | None = None) -> None:
         self.pin_count = 0
         """Pins held by all attachments (explicit and on map)."""
         self.copy = copy
         ops = DmaBufOps(map_dma_buf=self._map, unmap_dma_buf=self._unmap, release=self._release,
-                        pin=self._pin, unpin=self._unpin)
+                        pin=self._pin, unpin=self._unpin, attach=attach)
         super().__init__(core, size, ops, name, placement)
 
     def _pin(self, attach: DmaBufAttachment) -> None:
@@ -119,19 +121,25 @@ class MovableExporter(_Exporter):
                 if self.pin_count:
                     raise VerbsError("EBUSY", f"{buf.name} is pinned {self.pin_count} time(s); pinned "
                                      "buffers never move", call=f"{ctx}.move")
-                dma_buf_move_notify(buf)
-                src = buf.placement
-                start = dma_resv_wait_timeout(buf.resv, DmaResvUsage.BOOKKEEP, now_ps=self.core.now_ps(ctx))
-                if buf.generation in self.storage:  # data mode: the copy engine moves the bytes
-                    self.storage[buf.generation + 1] = self.storage[buf.generation].copy()
-                buf.placement, buf.generation = dst, buf.generation + 1
-                fence = DmaFence(f"{ctx}.move", buf.generation, start + self.copy.copy_ps(buf.size, src, dst))
-                usage = DmaResvUsage.KERNEL if self.core.config.behaviour.waits_kernel_fences else DmaResvUsage.WRITE
-                dma_resv_add_fence(buf.resv, fence, usage, holder=ctx)  # before 5.19: the exclusive fence
-                self.core.instant(ctx, "BufferMoved", dmabuf=buf.name, src=src.value, dst=dst.value,
-                                            copy_done_ps=fence.signaled_at_ps)
+                return self._relocate(dst, ctx)
             finally:
                 buf.resv.unlock(ctx)
+
+    def _relocate(self, dst: Placement, ctx: str) -> DmaFence:
+        """Move the unpinned storage to ``dst`` with the lock held by ``ctx``: notify, switch placement, publish
+        the copy's fence; return it."""
+        buf = self.dmabuf
+        dma_buf_move_notify(buf, caller=ctx)
+        src = buf.placement
+        start = dma_resv_wait_timeout(buf.resv, DmaResvUsage.BOOKKEEP, now_ps=self.core.now_ps(ctx))
+        if buf.generation in self.storage:  # data mode: the copy engine moves the bytes
+            self.storage[buf.generation + 1] = self.storage[buf.generation].copy()
+        buf.placement, buf.generation = dst, buf.generation + 1
+        fence = DmaFence(f"{self.name}.move", buf.generation, start + self.copy.copy_ps(buf.size, src, dst))
+        usage = DmaResvUsage.KERNEL if self.core.config.behaviour.waits_kernel_fences else DmaResvUsage.WRITE
+        dma_resv_add_fence(buf.resv, fence, usage, holder=ctx)  # before 5.19: the exclusive fence
+        self.core.instant(ctx, "BufferMoved", dmabuf=buf.name, src=src.value, dst=dst.value,
+                          copy_done_ps=fence.signaled_at_ps)
         return fence
 
 
