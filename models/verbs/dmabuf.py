@@ -12,7 +12,7 @@ offset.
 from __future__ import annotations
 
 from models.ib.dmabuf_mr import register_dmabuf
-from models.ib.mr_checks import ib_check_mr_access
+from models.ib.mr_checks import efa_alloc_mr, ib_check_mr_access
 from models.nic.nic import Nic
 from models.nic.translation import DmabufImporter
 from models.nic.wqe import Access
@@ -165,30 +165,11 @@ def reg_user_mr_dmabuf_by_data_direct(pd: ProtectionDomain, offset: int, length:
     return _register(pd, offset, length, iova, fd, access, "pinned", invariants, call)
 
 
-EFA_ACCESS_OPTIONAL = ((1 << 30) - 1) & ~((1 << 20) - 1)
-"""``IB_ACCESS_OPTIONAL``: bits 20..29, which ``efa_alloc_mr`` drops before its check (RELAXED_ORDERING is one)."""
-
-
-def efa_alloc_mr(nic: Nic, access: Access, call: str) -> Access:
-    """``efa_alloc_mr`` (drivers/infiniband/hw/efa/efa_verbs.c, v5.16 onwards): drop the optional bits, then refuse
-    rights beyond LOCAL_WRITE and the remote rights the device's RDMA_READ/RDMA_WRITE capabilities allow. Runs
-    before the umem is got. Returns the rights the MR keeps.
-
-    :raises VerbsError: ``EOPNOTSUPP``.
-    """
-    supported = int(Access.LOCAL_WRITE | nic.params.remote_access)
-    kept = int(access) & ~EFA_ACCESS_OPTIONAL
-    if kept & ~supported:
-        raise VerbsError("EOPNOTSUPP", f"access {Access(kept)!r}: EFA supports only {Access(supported)!r} "
-                         "(efa_alloc_mr)", call=call)
-    return Access(kept)
-
-
 def efa_reg_user_mr_dmabuf(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int, access: Access,
                            mlx5_access: int, invariants: str, call: str) -> MemoryRegion:
     """``efa_reg_user_mr_dmabuf`` (drivers/infiniband/hw/efa/efa_verbs.c, v5.16 onwards): :func:`efa_alloc_mr`, then
     ``ib_umem_dmabuf_get_pinned``; the device has no ``max_mr_size`` check in the kernel."""
-    kept = efa_alloc_mr(pd.context.node.nic, access, call)
+    kept = efa_alloc_mr(pd.context.node.nic.params, access, call)
     return _register(pd, offset, length, iova, fd, kept, "pinned", invariants, call)
 
 

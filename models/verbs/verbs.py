@@ -15,7 +15,7 @@ import simpy
 
 from models.fabric import Fabric
 from models.ib.mr_backing import OdpBacking
-from models.ib.mr_checks import check_max_mr_size, ib_check_mr_access
+from models.ib.mr_checks import EFA_VENDOR_ID, check_max_mr_size, efa_alloc_mr, ib_check_mr_access
 from models.nic.datapath import run_work_request
 from models.nic.nic import NicParams
 from models.nic.translation import MrBacking
@@ -331,9 +331,11 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
 
 def check_reg_args(node: Node, addr: int, length: int, access: Access, call: str) -> None:
     """The argument checks of registering host or peer memory on ``node``'s NIC, in the kernel's order:
-    uverbs' :func:`ib_check_mr_access`, then :func:`ib_umem_get`'s (an ON_DEMAND range is not pinned, so it
-    needs no mlock rights)."""
+    uverbs' :func:`ib_check_mr_access`, EFA's :func:`~models.ib.mr_checks.efa_alloc_mr`, then :func:`ib_umem_get`'s
+    (an ON_DEMAND range is not pinned, so it needs no mlock rights)."""
     ib_check_mr_access(node.nic.params, access, call)
+    if node.nic.params.device.vendor_id == EFA_VENDOR_ID:  # efa_reg_mr: efa_alloc_mr before ib_umem_get
+        efa_alloc_mr(node.nic.params, access, call)
     ib_umem_get(node.host, addr, length, call, pins=not access & Access.ON_DEMAND)
 
 

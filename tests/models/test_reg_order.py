@@ -154,3 +154,19 @@ def test_ibv_reg_mr(case, pd_kw, addr_off, length, access, errno, words):
     assert (got, words in rule) == (errno, True), (case, rule)
     if got != "ok":
         assert pd.context.node.host.pinned_pages == 0
+
+
+@pytest.mark.parametrize("access, memlock, errno", [
+    (LW | Access.REMOTE_ATOMIC, 0, "EOPNOTSUPP"),   # efa_alloc_mr runs before ib_umem_get's EPERM
+    (Access.REMOTE_ATOMIC, None, "EINVAL"),         # after uverbs' ib_check_mr_access
+    (LW | Access.RELAXED_ORDERING, None, "ok"),      # optional: dropped
+])
+def test_ibv_reg_mr_on_efa(access, memlock, errno):
+    pd = _pd(nic=EFA, memlock=memlock)
+    buf = pd.context.node.host.allocate("buf", 1 << 20)
+    try:
+        ibv_reg_mr(pd, buf.addr, 4096, access)
+        got = "ok"
+    except VerbsError as err:
+        got = err.errno
+    assert got == errno
