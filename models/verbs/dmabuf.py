@@ -70,7 +70,7 @@ def _check_rdma_core(pd: ProtectionDomain, first: Version, call: str) -> None:
 
 
 def reg_user_mr_dmabuf(pd: ProtectionDomain):
-    """The device's ``ops.reg_user_mr_dmabuf``, or None: mlx5 from 5.12, EFA from 5.16 (commit 66f4817b5712,
+    """The device's ``ops.reg_user_mr_dmabuf``, or None: mlx5 from 5.12, EFA from 5.16 (the patch
     "RDMA/efa: Add support for dmabuf memory regions"), none before 5.12 (no ``REG_DMABUF_MR`` method)."""
     nic, behaviour = pd.context.node.nic, pd.context.node.kernel.config.behaviour
     if not behaviour.has_dmabuf_mr or nic.params.dmabuf is None:

@@ -340,8 +340,8 @@ def check_reg_args(node: Node, addr: int, length: int, access: Access, call: str
 
 
 def ib_umem_get(host, addr: int, length: int, call: str, *, pins: bool = True) -> None:
-    """The argument checks of ``ib_umem_get`` (drivers/infiniband/core/umem.c, read at torvalds/linux 0446cad9ca38;
-    the same checks in the same order through 6.18), before it charges RLIMIT_MEMLOCK and pins
+    """The argument checks of ``ib_umem_get`` (drivers/infiniband/core/umem.c, read at torvalds/linux 0446cad9ca38, a
+    5.x tree; later trees were not compared), before it charges RLIMIT_MEMLOCK and pins
     (:meth:`~models.host.Host.pin`): ``addr + length`` wraps past 2**64 or its page alignment does -> EINVAL (so
     ``addr + length == 2**64`` is refused); ``can_do_mlock()`` false (RLIMIT_MEMLOCK 0 without CAP_IPC_LOCK) ->
     EPERM; no pages -> EINVAL.
