@@ -281,3 +281,34 @@ def test_the_second_unpin_takes_another_importers_pin_and_lets_the_buffer_move_u
     gpu.move(Placement.SYSTEM)
     with pytest.raises(InvariantViolation, match="stale mapping"):
         check_dma(sgt)
+
+
+@pytest.mark.parametrize("version, warns", [("7.0", True), ("7.1", False)])
+def test_pinned_importers_drop_their_warning_stub_in_7_1(version, warns):
+    from models.dmabuf import MovableExporter, dma_buf_move_notify
+    from models.ib.umem_dmabuf import ib_umem_dmabuf_get_pinned
+
+    core, kernel = _kernel(version)
+    gpu = MovableExporter(core, 1 << 20)
+    table, fd = _fd(gpu)
+    umem = ib_umem_dmabuf_get_pinned("efa_0", 0, 1 << 20, table, fd, True, kernel)
+    assert (umem.attach.importer_ops.move_notify is not None) is warns
+    gpu.dmabuf.resv.lock("gpu0")
+    dma_buf_move_notify(gpu.dmabuf)  # an exporter that ignores the pin
+    gpu.dmabuf.resv.unlock("gpu0")
+    assert bool(core.warnings) is warns
+
+
+@pytest.mark.parametrize("version, refused", [("7.0", True), ("7.1", False)])
+def test_a_dynamic_importer_without_the_callback_attaches_from_7_1(version, refused):
+    from models.dmabuf import DmaBufAttachOps, MovableExporter, dma_buf_dynamic_attach
+
+    core, _ = _kernel(version)
+    gpu = MovableExporter(core, 1 << 20)
+    ops = DmaBufAttachOps(move_notify=None)
+    if refused:
+        with pytest.raises(VerbsError, match="EINVAL"):
+            dma_buf_dynamic_attach(gpu.dmabuf, "nic0", ops)
+        assert "WARN_ON" in core.warnings[-1]
+    else:
+        assert dma_buf_dynamic_attach(gpu.dmabuf, "nic0", ops).importer_ops is ops and core.warnings == []
