@@ -165,20 +165,21 @@ class HostMemory:
         return (addr + length + page - 1) // page - addr // page
 
     def pin(self, addr: int, length: int, *, call: str) -> int:
-        """Pin a range like ``ib_umem_get``: charge RLIMIT_MEMLOCK, return the time it takes (ps).
+        """Pin a range like ``ib_umem_get``: charge RLIMIT_MEMLOCK (``mm->pinned_vm``), then pin the pages; return
+        the time it takes (ps).
 
-        :raises VerbsError: ``EFAULT`` for an unmapped range, ``ENOMEM`` past RLIMIT_MEMLOCK or past the
-            node's memory.
+        :raises VerbsError: ``ENOMEM`` past RLIMIT_MEMLOCK (checked before any page is looked up), ``EFAULT`` for
+            an unmapped range, ``ENOMEM`` past the node's memory.
         """
-        buffer = self._buffer_at(addr, length)
-        if buffer is None:
-            raise VerbsError("EFAULT", f"range 0x{addr:x}+{length} is not mapped in {self.node}'s address space"
-                             " (pin_user_pages fails)", call=call)
         pages = self.pages_spanned(addr, length)
         limit = self.params.memlock_limit
         if limit is not None and (self.pinned_pages + pages) * self.params.page_size > limit:
             raise VerbsError("ENOMEM", f"pinning {pages} pages would exceed RLIMIT_MEMLOCK ({limit} bytes; "
                              f"{self.pinned_pages} pages already pinned)", call=call)
+        buffer = self._buffer_at(addr, length)
+        if buffer is None:
+            raise VerbsError("EFAULT", f"range 0x{addr:x}+{length} is not mapped in {self.node}'s address space"
+                             " (pin_user_pages fails)", call=call)
         self.make_resident(buffer.name, call=call)
         self.pinned_pages += pages
         return self.params.pin_cost_ps(pages * self.params.page_size)

@@ -1,16 +1,32 @@
 """Kernel, rdma-core and GPU-driver versions, and the behaviour each one dates.
 
-Sources: the version timeline of the project's protocol reference (kernel commits and rdma-core releases):
+Each boundary, with what was read to date it (commits in torvalds/linux as the code index and the mailing-list
+archives hold them):
 
 =========  ===============================================================================================
+5.7-6.14   ``dma_buf_attach`` maps (and pins) at attach time and caches the sg table when importer and exporter
+           disagree on being dynamic; removed by "dma-buf: stop mapping sg_tables on attach v2" (de68b17d5d07)
+           and "dma-buf: drop caching of sg_tables" (b72f66f22c0e), February 2025, merged for 6.15
 5.12       dma-buf MRs (``ib_umem_dmabuf``, ``UVERBS_METHOD_REG_DMABUF_MR``), dynamic importers only
-5.16       pinned dma-buf importers (``ib_umem_dmabuf_get_pinned``, EFA)
-5.19       importers wait for ``DMA_RESV_USAGE_KERNEL`` fences (before: the exclusive fence)
+5.16       pinned dma-buf importers (``ib_umem_dmabuf_get_pinned``, 1e4df4a21c5a; EFA's
+           ``reg_user_mr_dmabuf``, "RDMA/efa: Add support for dmabuf memory regions"); its map-failure path
+           unpins, then releases the umem, which unpins again
+5.19       importers wait for ``DMA_RESV_USAGE_KERNEL`` fences (before: the exclusive fence), and
+           ``ib_umem_dmabuf_map_pages`` returns ``dma_resv_wait_timeout()``'s value ("RDMA: use dma_resv_wait()
+           instead of extracting the fence", f30bceab16d1): every map reports a failure
+6.0        that return value fixed (Jason Gunthorpe, "ib_umem_dmabuf_map_pages() returns 0 on success", August
+           2022, on v6.0-rc1)
 6.2        dynamic locking convention: every importer maps and unmaps with the reservation lock held
            (before: static importers mapped without it)
-6.12       ``ib_umem_dmabuf_revoke`` (revoked umems refuse maps)
-7.0        ``CONFIG_DMABUF_MOVE_NOTIFY`` always built (before: a build option, default off)
-7.1        ``move_notify`` renamed ``invalidate_mappings`` (``dma_buf_invalidate_mappings``)
+6.12       ``ib_umem_dmabuf_revoke`` (revoked umems refuse maps); mlx5's data-direct path and its
+           ``MLX5_IB_ATTR_REG_DMABUF_MR_ACCESS_FLAGS`` attribute (rdma-core's kernel headers follow ec7ad6530909)
+7.0        the double unpin fixed ("RDMA/umem: Fix double dma_buf_unpin in failure path", Jacob Moroni, in the
+           RDMA pull for 7.0-rc1)
+7.1        Leon Romanovsky's "dmabuf-revoke" series (v5 of 2026-01-24; its first three patches, the rename and
+           "dma-buf: Always build with DMABUF_MOVE_NOTIFY", taken into drm-misc-next on 2026-01-27, after the
+           drm cut-off for 7.0): ``move_notify`` renamed ``invalidate_mappings``, ``CONFIG_DMABUF_MOVE_NOTIFY``
+           always built, and ``invalidate_mappings`` optional (the pinned importers' stub removed). No tagged
+           tree of 2026 could be read, so 7.1 rests on those dates
 =========  ===============================================================================================
 
 rdma-core: ``ibv_reg_dmabuf_mr`` from v34, ``mlx5dv_reg_dmabuf_mr`` (data-direct) from v55. NVIDIA driver:
@@ -65,6 +81,12 @@ class KernelBehaviour:
         return self.version >= _v("5.12")
 
     @property
+    def maps_at_attach(self) -> bool:
+        """``dma_buf_attach`` maps and caches the sg table when importer and exporter disagree on being dynamic
+        (5.7 to 6.14)."""
+        return _v("5.7") <= self.version < _v("6.15")
+
+    @property
     def has_pinned_dmabuf(self) -> bool:
         """``ib_umem_dmabuf_get_pinned`` exists (5.16+)."""
         return self.version >= _v("5.16")
@@ -75,9 +97,24 @@ class KernelBehaviour:
         return self.version >= _v("5.19")
 
     @property
+    def map_pages_returns_wait_value(self) -> bool:
+        """``ib_umem_dmabuf_map_pages`` returns ``dma_resv_wait_timeout()``'s value (5.19 only)."""
+        return _v("5.19") <= self.version < _v("6.0")
+
+    @property
+    def pinned_map_failure_unpins_twice(self) -> bool:
+        """``ib_umem_dmabuf_get_pinned`` unpins on a map failure and its release unpins again (5.16 to 6.19)."""
+        return _v("5.16") <= self.version < _v("7.0")
+
+    @property
     def static_importers_lock(self) -> bool:
         """Static importers must hold the reservation lock to map and unmap (6.2+)."""
         return self.version >= _v("6.2")
+
+    @property
+    def has_mlx5_dmabuf_access_attr(self) -> bool:
+        """mlx5's ``MLX5_IB_ATTR_REG_DMABUF_MR_ACCESS_FLAGS`` attribute and its data-direct path exist (6.12+)."""
+        return self.version >= _v("6.12")
 
     @property
     def has_revoke(self) -> bool:
@@ -86,8 +123,14 @@ class KernelBehaviour:
 
     @property
     def move_notify_always_on(self) -> bool:
-        """``CONFIG_DMABUF_MOVE_NOTIFY`` is no longer optional (7.0+)."""
-        return self.version >= _v("7.0")
+        """``CONFIG_DMABUF_MOVE_NOTIFY`` is no longer optional (7.1+)."""
+        return self.version >= MOVE_NOTIFY_ALWAYS_BUILT
+
+    @property
+    def invalidate_optional(self) -> bool:
+        """A dynamic importer may leave ``invalidate_mappings`` out (7.1+): attach no longer refuses it,
+        invalidation skips it, and the pinned RDMA importers drop their warning stub."""
+        return self.version >= _v("7.1")
 
     @property
     def invalidate_name(self) -> str:
@@ -95,6 +138,8 @@ class KernelBehaviour:
         return "invalidate_mappings" if self.version >= _v("7.1") else "move_notify"
 
 
+MOVE_NOTIFY_ALWAYS_BUILT = _v("7.1")
+"""The first kernel that always builds ``CONFIG_DMABUF_MOVE_NOTIFY``."""
 DEFAULT_KERNEL = "6.18"
 """The calibration host's kernel (models/data/h200_host.json)."""
 RDMA_CORE_DMABUF = _v("34")

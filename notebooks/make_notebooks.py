@@ -471,7 +471,7 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
         ("iova page offset != offset's, bad fd", {}, {"iova": 0x10001, "fd": BAD_FD}, "EINVAL", "page offsets"),
         ("ON_DEMAND bit, no LOCAL_WRITE", {}, {"access": Access.ON_DEMAND | Access.REMOTE_WRITE}, "EINVAL", "only LOCAL_WRITE"),
         ("REMOTE_WRITE without LOCAL_WRITE, bad fd", {}, {"access": Access.REMOTE_WRITE, "fd": BAD_FD}, "EINVAL", "requires LOCAL_WRITE"),
-        ("NIC without ODP (mlx5 dynamic), bad fd", {"nic": NicParams(odp=None)}, {"fd": BAD_FD}, "EOPNOTSUPP", "on-demand paging"),
+        ("kernel without CONFIG_INFINIBAND_ON_DEMAND_PAGING, bad fd", {"kernel": KernelConfig(on_demand_paging=False)}, {"fd": BAD_FD}, "EOPNOTSUPP", "ON_DEMAND_PAGING"),
         ("bad fd, length 0", {}, {"fd": BAD_FD, "length": 0}, "EBADF", "not open"),
         ("fd of a plain file", {}, {"fd": "plain"}, "EINVAL", "not a dma-buf"),
         ("range runs past the dma-buf", {}, {"offset": 4096}, "EINVAL", "past the dma-buf"),

@@ -16,7 +16,7 @@ from models.pcie.link import PcieParams
 from models.presets import GPU_VENDOR, PCIE_PRESETS
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
-from models.pcie.topology import build_topology, device_link
+from models.pcie.topology import build_topology, device_link, pci_p2pdma_distance
 from models.nic.wqe import Access
 from models.verbs.verbs import Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device, ibv_reg_mr
 from models.versions import KernelBehaviour, Version
@@ -101,6 +101,7 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
             node.topology = build_topology(spec.topology, nic=node.pcie.params,
                                            gpu=PcieParams(**PCIE_PRESETS[params.pcie]))
             node.pcie = device_link(node.topology)
+            bed.gpus[name].peer_distance = lambda dev, graph=node.topology: pci_p2pdma_distance(graph, "gpu0", "nic0")
     for i, spec in enumerate(scenario.buffers):
         try:
             reg = _register(bed, spec, scenario.invariants)

@@ -31,6 +31,8 @@ class KernelConfig:
     """``CONFIG_DMABUF_MOVE_NOTIFY``: off (default before 2026) pins buffers on map even for dynamic importers."""
     version: str = DEFAULT_KERNEL
     """Kernel version; dates the behaviours listed in :mod:`models.versions`."""
+    on_demand_paging: bool = True
+    """``CONFIG_INFINIBAND_ON_DEMAND_PAGING`` (distribution kernels set it): mlx5 refuses dma-buf MRs without it."""
 
     @property
     def behaviour(self) -> KernelBehaviour:
@@ -226,8 +228,11 @@ class DmaBufAttachment:
     mappings: list[SgTable] = field(default_factory=list)
     """Live (not yet unmapped) sg tables."""
     pin_count: int = 0
-    """Outstanding ``dma_buf_pin`` calls."""
+    """Outstanding ``dma_buf_pin`` calls (negative after an unpin too many)."""
     detached: bool = False
+    sgt: SgTable | None = None
+    """The sg table mapped at attach and cached (5.7 to 6.14, importer and exporter disagreeing on being
+    dynamic): maps return it, unmaps leave it, detach unmaps it."""
 
     @property
     def pinned(self) -> bool:

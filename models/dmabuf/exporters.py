@@ -7,6 +7,7 @@ for its callbacks beyond what the core charges; only the copy of a move takes ti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,9 +19,12 @@ from models.dmabuf.core import (DmaBuf, DmaBufAttachment, DmaBufCore, DmaBufOps,
 from models.dmabuf.ops import dma_buf_export, dma_buf_move_notify
 from models.gpu.copy_engine import CopyEngines
 from models.dmabuf.resv import DmaFence, DmaResvUsage, dma_resv_add_fence, dma_resv_wait_timeout
+from models.versions import Version
 
 _BASE = {Placement.VRAM: 0x3800_0000_0000, Placement.SYSTEM: 0x1_0000_0000}
 """First DMA address of each placement (VRAM through the GPU BAR, system memory through the IOMMU)."""
+_COHERENT_BASE = 0x40_0000_0000_0000
+"""First DMA address of GPU memory reached as pages over a coherent link (C2C) rather than through BAR1."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +48,8 @@ class _Exporter:
         self.name = name
         self.release_calls = 0
         """How many times the core called ``release`` (must end at exactly 1)."""
+        self.on_release: Callable[[], None] | None = None
+        """What the exporter's release also undoes (the GPU driver drops the memory handles the export took)."""
         self.dmabuf: DmaBuf = dma_buf_export(core, ops, size, priv=self, exp_name=name)
         self.dmabuf.placement = placement
         self.storage: dict[int, np.ndarray] = {}
@@ -59,6 +65,8 @@ class _Exporter:
 
     def _release(self, dmabuf: DmaBuf) -> None:
         self.release_calls += 1
+        if self.on_release is not None:
+            self.on_release()
 
 
 class MovableExporter(_Exporter):
@@ -69,21 +77,28 @@ class MovableExporter(_Exporter):
     :param name: the exporter's context (lock holder, trace track).
     :param placement: initial placement.
     :param copy: copy-engine timing of moves.
+    :param attach: the exporter's attach op (none by default).
     """
 
     def __init__(self, core: DmaBufCore, size: int, *, name: str = "gpu0",
-                 placement: Placement = Placement.VRAM, copy: CopyParams = CopyParams()) -> None:
+                 placement: Placement = Placement.VRAM, copy: CopyParams = CopyParams(),
+                 attach: Callable[[DmaBuf, DmaBufAttachment], None] | None = None) -> None:
         self.pin_count = 0
         """Pins held by all attachments (explicit and on map)."""
         self.copy = copy
         ops = DmaBufOps(map_dma_buf=self._map, unmap_dma_buf=self._unmap, release=self._release,
-                        pin=self._pin, unpin=self._unpin)
+                        pin=self._pin, unpin=self._unpin, attach=attach)
         super().__init__(core, size, ops, name, placement)
 
     def _pin(self, attach: DmaBufAttachment) -> None:
         self.pin_count += 1
 
     def _unpin(self, attach: DmaBufAttachment) -> None:
+        """``ttm_bo_unpin``: an unpin of an unpinned buffer WARNs and changes nothing; any other drops a pin,
+        whichever attachment took it."""
+        if not self.pin_count:
+            self.core.warn(attach.dev, f"ttm_bo_unpin: WARN_ON_ONCE: {self.dmabuf.name} is not pinned")
+            return
         self.pin_count -= 1
 
     def move(self, dst: Placement) -> DmaFence:
@@ -106,40 +121,85 @@ class MovableExporter(_Exporter):
                 if self.pin_count:
                     raise VerbsError("EBUSY", f"{buf.name} is pinned {self.pin_count} time(s); pinned "
                                      "buffers never move", call=f"{ctx}.move")
-                dma_buf_move_notify(buf)
-                src = buf.placement
-                start = dma_resv_wait_timeout(buf.resv, DmaResvUsage.BOOKKEEP, now_ps=self.core.now_ps(ctx))
-                if buf.generation in self.storage:  # data mode: the copy engine moves the bytes
-                    self.storage[buf.generation + 1] = self.storage[buf.generation].copy()
-                buf.placement, buf.generation = dst, buf.generation + 1
-                fence = DmaFence(f"{ctx}.move", buf.generation, start + self.copy.copy_ps(buf.size, src, dst))
-                usage = DmaResvUsage.KERNEL if self.core.config.behaviour.waits_kernel_fences else DmaResvUsage.WRITE
-                dma_resv_add_fence(buf.resv, fence, usage, holder=ctx)  # before 5.19: the exclusive fence
-                self.core.instant(ctx, "BufferMoved", dmabuf=buf.name, src=src.value, dst=dst.value,
-                                            copy_done_ps=fence.signaled_at_ps)
+                return self._relocate(dst, ctx)
             finally:
                 buf.resv.unlock(ctx)
+
+    def _relocate(self, dst: Placement, ctx: str) -> DmaFence:
+        """Move the unpinned storage to ``dst`` with the lock held by ``ctx``: notify, switch placement, publish
+        the copy's fence; return it."""
+        buf = self.dmabuf
+        dma_buf_move_notify(buf, caller=ctx)
+        src = buf.placement
+        start = dma_resv_wait_timeout(buf.resv, DmaResvUsage.BOOKKEEP, now_ps=self.core.now_ps(ctx))
+        if buf.generation in self.storage:  # data mode: the copy engine moves the bytes
+            self.storage[buf.generation + 1] = self.storage[buf.generation].copy()
+        buf.placement, buf.generation = dst, buf.generation + 1
+        fence = DmaFence(f"{self.name}.move", buf.generation, start + self.copy.copy_ps(buf.size, src, dst))
+        usage = DmaResvUsage.KERNEL if self.core.config.behaviour.waits_kernel_fences else DmaResvUsage.WRITE
+        dma_resv_add_fence(buf.resv, fence, usage, holder=ctx)  # before 5.19: the exclusive fence
+        self.core.instant(ctx, "BufferMoved", dmabuf=buf.name, src=src.value, dst=dst.value,
+                          copy_done_ps=fence.signaled_at_ps)
         return fence
 
 
-class StaticExporter(_Exporter):
-    """A static exporter (no pin/unpin, never moves), like NVIDIA's ``nv_dma_buf``.
+NVIDIA_DMABUF_ATTACH_OP = Version.parse("580")
+"""The first open-gpu-kernel-modules branch whose ``nv_dma_buf_ops`` has an attach op: every 580 release read
+(580.65.06 to 580.95.05) has it, no 575 one (575.51.02 to 575.64.05) does."""
 
-    Its attach refuses an importer that cannot reach peer memory while the buffer is in VRAM.
+
+class StaticExporter(_Exporter):
+    """A static exporter (no pin/unpin, never moves): NVIDIA's ``nv_dma_buf`` (kernel-open/nvidia/nv-dmabuf.c, read
+    at the 515.43.04, 575.64.05 and 580.65.06 tags and at 595.45.04).
+
+    From the 580 branch ``nv_dma_buf_attach`` refuses (ENOTSUPP) a peer whose PCI topology the driver does not support
+    (``nv_grdma_pci_topology_supported``: always supported on coherent platforms; on a chipset without P2P
+    support only behind a common PCIe switch), then a *dynamic* importer without peer2peer when the memory has no
+    struct pages (not coherent); a static importer is accepted. Before, there is no attach op: ``nv_dma_buf_map``
+    returns NULL for a dynamic importer without peer2peer, which the core reports as ENOMEM. Maps are BAR1 PFNs
+    (peer MMIO), or the memory's pages on a coherent platform.
 
     :param core: the dma-buf core to export through.
     :param size: buffer size in bytes.
     :param name: the exporter's context.
     :param placement: fixed placement.
+    :param driver: the driver version (selects the attach op).
+    :param coherent: a coherent platform (GPU memory with struct pages, reached over C2C): no peer2peer needed.
+    :param pci_topology_supported: the driver's topology verdict for a peer (by device name).
     """
 
     def __init__(self, core: DmaBufCore, size: int, *, name: str = "nvidia0",
-                 placement: Placement = Placement.VRAM) -> None:
-        ops = DmaBufOps(map_dma_buf=self._map, unmap_dma_buf=self._unmap, release=self._release,
-                        attach=self._attach)
+                 placement: Placement = Placement.VRAM, driver: str = "580", coherent: bool = False,
+                 pci_topology_supported: Callable[[str], bool] = lambda dev: True) -> None:
+        self.coherent = coherent
+        self.pci_topology_supported = pci_topology_supported
+        has_attach = Version.parse(driver) >= NVIDIA_DMABUF_ATTACH_OP
+        ops = DmaBufOps(map_dma_buf=self._map if has_attach else self._map_checking_peer2peer,
+                        unmap_dma_buf=self._unmap, release=self._release,
+                        attach=self._attach if has_attach else None)
         super().__init__(core, size, ops, name, placement)
 
+    def _needs_peer2peer(self, attach: DmaBufAttachment) -> bool:
+        """A dynamic importer without peer2peer cannot take memory without struct pages."""
+        return (self.dmabuf.placement is Placement.VRAM and not self.coherent and attach.importer_ops is not None
+                and not attach.peer2peer)
+
     def _attach(self, dmabuf: DmaBuf, attach: DmaBufAttachment) -> None:
-        if dmabuf.placement is Placement.VRAM and not attach.peer2peer:
+        """``nv_dma_buf_attach`` (580 and later)."""
+        call = "nv_dma_buf_attach"
+        if not self.coherent and not self.pci_topology_supported(attach.dev):
+            raise VerbsError("ENOTSUPP", f"PCI topology not supported for dma-buf between {self.name} and "
+                             f"{attach.dev}", call=call)
+        if self._needs_peer2peer(attach):
             raise VerbsError("ENOTSUPP", f"{attach.dev} cannot handle MMIO without struct page "
-                             "(allow_peer2peer unset)", call="nv_dma_buf_attach")
+                             "(a dynamic importer without allow_peer2peer)", call=call)
+
+    def _map_checking_peer2peer(self, attach: DmaBufAttachment, direction: DmaDataDirection) -> Segments | None:
+        """``nv_dma_buf_map`` before 580: NULL for a dynamic importer without peer2peer."""
+        return None if self._needs_peer2peer(attach) else self._map(attach, direction)
+
+    def _map(self, attach: DmaBufAttachment, direction: DmaDataDirection) -> Segments:
+        """BAR1 PFNs (peer MMIO), or on a coherent platform the memory's own pages."""
+        if self.coherent:
+            return ((_COHERENT_BASE + self.dmabuf.generation * self.dmabuf.size, self.dmabuf.size),)
+        return super()._map(attach, direction)

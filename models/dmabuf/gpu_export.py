@@ -14,14 +14,16 @@ through the exporter (``dma_buf_pin``, pin-on-map) or by a peer-memory registrat
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from sim.core import SimError, VerbsError
 
-from models.dmabuf import (CopyParams, DmaBufAttachment, DmaBufCore, MovableExporter, Placement, StaticExporter,
-                           dma_buf_fd, get_dma_buf)
+from models.dmabuf import (CopyParams, DmaBuf, DmaBufAttachment, DmaBufCore, DmaDataDirection, MovableExporter,
+                           Placement, StaticExporter, dma_buf_fd, get_dma_buf)
+from models.dmabuf.core import Segments
 from models.gpu import COPY_PRESETS, Allocation, CopyEngines, DeviceMemory, GpuOutOfMemory, GpuParams
 from models.gpu.managed import ManagedMemory
 from models.versions import NVIDIA_DMABUF_EXPORT, Version
@@ -62,6 +64,11 @@ class GpuAllocation:
     """Who pins it in VRAM (peer-memory registrations, dma-buf pins)."""
     data: np.ndarray | None = None
     """Data mode: the allocation's bytes (None when off)."""
+    exports: int = 0
+    """Exported dma-bufs not yet released: each holds the memory (NVIDIA duplicates its handles, amdgpu's
+    dma-buf holds a reference on the buffer object)."""
+    freed: bool = False
+    """cudaFree/hipFree was called: the VRAM goes back once no export holds it."""
 
     def pin(self, owner: str) -> None:
         """``owner`` pins the allocation in VRAM (it can no longer be evicted)."""
@@ -76,11 +83,36 @@ class GpuAllocation:
 
 
 class AmdgpuExporter(MovableExporter):
-    """A movable exporter whose pins pin the allocation in VRAM, so memory pressure cannot evict it."""
+    """A movable exporter whose pins pin the allocation in VRAM, so memory pressure cannot evict it; its attach
+    and map follow drivers/gpu/drm/amd/amdgpu/amdgpu_dma_buf.c (the 6.x copies in the code index).
 
-    def __init__(self, core: DmaBufCore, alloc: GpuAllocation, size: int, **kwargs) -> None:
+    :param peer_distance: ``pci_p2pdma_distance`` from the GPU to an importing device (by name), negative when
+        peer-to-peer DMA between them is not supported.
+    """
+
+    def __init__(self, core: DmaBufCore, alloc: GpuAllocation, size: int, *,
+                 peer_distance: Callable[[str], int] = lambda dev: 0, **kwargs) -> None:
         self.alloc = alloc
-        super().__init__(core, size, **kwargs)
+        self.peer_distance = peer_distance
+        self.prefers_vram = True
+        """``preferred_domains`` includes VRAM (hipMalloc's device memory)."""
+        super().__init__(core, size, attach=self._attach, **kwargs)
+
+    def _attach(self, dmabuf: DmaBuf, attach: DmaBufAttachment) -> None:
+        """``amdgpu_dma_buf_attach``: no peer-to-peer for an importer the buffer is not reachable from over XGMI
+        (never, for the model's importers: NICs) when ``pci_p2pdma_distance`` finds no path."""
+        if self.peer_distance(attach.dev) < 0:
+            attach.peer2peer = False
+
+    def _map(self, attach: DmaBufAttachment, direction: DmaDataDirection) -> Segments:
+        """``amdgpu_dma_buf_map``: an unpinned buffer is validated into GTT, or GTT or VRAM when it prefers VRAM
+        and the attachment is peer-to-peer, so a VRAM buffer mapped for a non-peer-to-peer attachment moves to
+        system memory first (notifying every dynamic importer) under the importer's lock. A pinned buffer's
+        placement is the pin's (not modelled here)."""
+        if (not self.pin_count and self.dmabuf.placement is Placement.VRAM
+                and not (self.prefers_vram and attach.peer2peer)):
+            self._relocate(Placement.SYSTEM, self.core.context(None, attach.dev))
+        return super()._map(attach, direction)
 
     def _pin(self, attach: DmaBufAttachment) -> None:
         super()._pin(attach)
@@ -113,6 +145,9 @@ class Gpu:
         """The competing job's allocations, oldest first."""
         self.evictions = self.failed_allocations = 0
         self._next_addr = 0x7000_0000_0000
+        self.peer_distance: Callable[[str], int] = lambda dev: 0
+        """``pci_p2pdma_distance`` from this GPU to a device (by name): the node's topology sets it; 0 (a common
+        switch) until then."""
 
     @property
     def capacity(self) -> int:
@@ -153,15 +188,35 @@ class Gpu:
                 self.core.spend(self.name, EXPORT_PS)
                 return dma_buf_fd(alloc.exporter.dmabuf, fdtable)
             if self.vendor == "nvidia":
-                alloc.exporter = StaticExporter(self.core, size, name=self.name, placement=Placement.VRAM)
+                alloc.exporter = StaticExporter(self.core, size, name=self.name, placement=Placement.VRAM,
+                                                driver=self.driver)
             else:
                 alloc.exporter = AmdgpuExporter(self.core, alloc, size, name=self.name, placement=Placement.VRAM,
-                                                copy=self.copy)
+                                                copy=self.copy, peer_distance=self.peer_distance)
                 self.memory.register_evictable(alloc.vram, lambda _vram: self._evict(alloc))
+            alloc.exports += 1
+            alloc.exporter.on_release = lambda: self._export_released(alloc)
             if alloc.data is not None:
                 alloc.exporter.storage[0] = alloc.data[offset:offset + size]
             self.core.spend(self.name, EXPORT_PS)
             return dma_buf_fd(alloc.exporter.dmabuf, fdtable)
+
+    def free(self, alloc: GpuAllocation) -> None:
+        """cudaFree/hipFree of ``alloc``. An exported dma-buf keeps the memory: NVIDIA's export duplicates the
+        allocation's memory handles and drops them only when the dma-buf is released (``nv_dma_buf_create`` /
+        ``nv_dma_buf_release``, kernel-open/nvidia/nv-dmabuf.c at 595.45.04), so freeing the allocation neither
+        invalidates nor moves an exported buffer; the VRAM goes back with the last release."""
+        del self.allocations[alloc.name]
+        alloc.freed = True
+        if not alloc.exports:
+            self.memory.free(alloc.vram)
+
+    def _export_released(self, alloc: GpuAllocation) -> None:
+        """An exported dma-buf of ``alloc`` was released: give the VRAM back if it was the last holder of a
+        freed allocation."""
+        alloc.exports -= 1
+        if alloc.freed and not alloc.exports:
+            self.memory.free(alloc.vram)
 
     def _evict(self, alloc: GpuAllocation) -> int:
         """The allocator's eviction callback: move the buffer to system memory; return the copy's time (ps)."""

@@ -6,6 +6,8 @@ Outcomes, as the kernel has them:
 * a broken locking rule or a call sequence the kernel only survives by luck (use after release, double
   unmap) raises :class:`~sim.core.ProtocolError`; taking a lock that is held raises
   :class:`~sim.core.DeadlockError`;
+* a call the kernel completes while silently leaking (detach with live mappings) does what the kernel does,
+  then raises :class:`~sim.core.InvariantViolation` naming the leak;
 * a WARN that lets the call go on is appended to ``core.warnings``.
 
 Each optional ``caller`` names the context making the call (see :mod:`models.dmabuf.core`).
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.core import DeadlockError, ProtocolError, VerbsError
+from sim.core import DeadlockError, InvariantViolation, ProtocolError, VerbsError
 
 from models.dmabuf.core import (DmaBuf, DmaBufAttachment, DmaBufAttachOps, DmaBufCore, DmaBufOps,
                                 DmaDataDirection, SgTable)
@@ -25,10 +27,8 @@ from models.dmabuf.resv import DmaResv, DmaResvUsage, dma_resv_assert_held, dma_
 IMPORTER_HOLDS = ("dma-buf locking convention: importers hold the reservation lock while they call "
                   "dma_buf_pin, dma_buf_unpin, dma_buf_map_attachment and dma_buf_unmap_attachment")
 EXPORTER_HOLDS = "dma-buf locking convention: the exporter holds the reservation lock while it calls dma_buf_move_notify"
-CALLER_MUST_NOT_HOLD = ("dma-buf locking convention: attach, detach, export, fd, get, put and the *_unlocked "
-                        "calls take the reservation lock themselves (or may), so the caller must not hold it")
-RELEASE_UNLOCKED = ("dma-buf locking convention: the exporter's release callback runs without the "
-                    "reservation lock and may take it")
+CALLER_MUST_NOT_HOLD = ("dma-buf locking convention: attach, detach and the *_unlocked calls take the reservation "
+                        "lock themselves, so the caller must not hold it")
 
 
 def _assert_not_held(resv: DmaResv, ctx: str, call: str) -> None:
@@ -115,17 +115,21 @@ def dma_buf_attach(dmabuf: DmaBuf | None, dev: str, *, caller: str | None = None
 
 def _attach(dmabuf: DmaBuf | None, dev: str, importer_ops: DmaBufAttachOps | None, importer_priv: Any,
             caller: str | None, call: str) -> DmaBufAttachment:
+    """``dma_buf_dynamic_attach`` (drivers/dma-buf/dma-buf.c, read in the 6.x mainline copies of the code index and
+    the 2025-2026 patches to it): the exporter's attach op runs unlocked, then the lock is taken around the list
+    insertion; from 5.7 to 6.14 a mismatch of dynamic importer and exporter also maps (and pins) the buffer here
+    and caches the sg table (:func:`_map_at_attach`)."""
     if dmabuf is None or not dev:
         raise VerbsError("EINVAL", "a buffer and an importing device are required", call=call)
     core = dmabuf.core
     ctx = core.context(caller, dev)
-    if importer_ops is not None and importer_ops.move_notify is None:
+    if (importer_ops is not None and importer_ops.move_notify is None
+            and not core.config.behaviour.invalidate_optional):
         rule = "dynamic importers must provide move_notify"
         core.warn(ctx, f"{call}: WARN_ON: {rule}")
         raise VerbsError("EINVAL", rule, call=call)
     _check_alive(dmabuf, call)
     with core.call(ctx, call, dmabuf=dmabuf.name, dev=dev, dynamic=importer_ops is not None):
-        _lock(dmabuf.resv, ctx, call)
         attach = DmaBufAttachment(dmabuf, dev, importer_ops, importer_priv,
                                   peer2peer=importer_ops is not None and importer_ops.allow_peer2peer)
         if dmabuf.ops.attach is not None:
@@ -134,17 +138,46 @@ def _attach(dmabuf: DmaBuf | None, dev: str, importer_ops: DmaBufAttachOps | Non
             except VerbsError as err:
                 raise VerbsError(err.errno, f"exporter {dmabuf.exp_name} refused the attachment: {err.rule}",
                                  call=call) from err
+        _lock(dmabuf.resv, ctx, call)
         core.spend(ctx, core.costs.attach_ps)
         dmabuf.attachments.append(attach)
+        if (core.config.behaviour.maps_at_attach
+                and dma_buf_attachment_is_dynamic(attach) != dma_buf_is_dynamic(dmabuf)):
+            _map_at_attach(attach, ctx, call)
         return attach
 
 
+def _map_at_attach(attach: DmaBufAttachment, ctx: str, call: str) -> None:
+    """5.7 to 6.14: map for a static importer of a dynamic exporter (pinning under the lock) or a dynamic importer
+    of a static exporter (unlocked), and cache the sg table in ``attach.sgt``. A map error undoes the attachment
+    and is the attach's errno (so ``ib_umem_dmabuf_get`` reports it)."""
+    dmabuf = attach.dmabuf
+    dynamic = dma_buf_is_dynamic(dmabuf)
+    if dynamic:
+        dmabuf.resv.lock(ctx)
+    try:
+        attach.sgt = _map_dma_buf(attach, DmaDataDirection.BIDIRECTIONAL, ctx, call, pin=dynamic)
+    except VerbsError:
+        dmabuf.attachments.remove(attach)
+        attach.detached = True
+        if dmabuf.ops.detach is not None:
+            dmabuf.ops.detach(dmabuf, attach)
+        raise
+    finally:
+        if dynamic:
+            dmabuf.resv.unlock(ctx)
+
+
 def dma_buf_detach(dmabuf: DmaBuf, attach: DmaBufAttachment, *, caller: str | None = None) -> None:
-    """Remove ``attach``; takes the lock itself.
+    """Remove ``attach`` (drivers/dma-buf/dma-buf.c): under the lock it unmaps the sg table cached at attach
+    (5.7 to 6.14, unpinning for a dynamic exporter) and unlinks the attachment; the exporter's detach op runs
+    after the unlock. It does not look for mappings or pins the importer still holds: they leak.
 
     :raises DeadlockError: the lock is held (by the caller: self-deadlock).
     :raises ProtocolError: released buffer, attachment of another buffer (the kernel WARNs and leaks it),
-        attachment already detached, or still mapped or pinned (the mapping and its pin would leak).
+        attachment already detached.
+    :raises InvariantViolation: after the detach is done, when the importer left mappings or pins behind (the
+        kernel's outcome: they leak, and the exporter keeps the buffer pinned).
     """
     call = "dma_buf_detach"
     _check_alive(dmabuf, call)
@@ -156,14 +189,18 @@ def dma_buf_detach(dmabuf: DmaBuf, attach: DmaBufAttachment, *, caller: str | No
     ctx = core.context(caller, attach.dev)
     with core.call(ctx, call, dmabuf=dmabuf.name, dev=attach.dev):
         _lock(dmabuf.resv, ctx, call)
-        if attach.mappings or attach.pin_count:
-            raise ProtocolError(f"{call}: {attach.dev} still has {len(attach.mappings)} mapping(s) and "
-                                f"{attach.pin_count} pin(s) on {dmabuf.name}; unmap and unpin before detach")
+        if attach.sgt is not None:
+            _unmap_dma_buf(attach, attach.sgt, attach.sgt.direction, ctx)
+            attach.sgt = None
         dmabuf.attachments.remove(attach)
         attach.detached = True
         if dmabuf.ops.detach is not None:
             dmabuf.ops.detach(dmabuf, attach)
         core.spend(ctx, core.costs.detach_ps)
+    if attach.mappings or attach.pin_count > 0:
+        raise InvariantViolation(f"{call}: {attach.dev} detached from {dmabuf.name} with {len(attach.mappings)} "
+                                 f"mapping(s) and {attach.pin_count} pin(s) left: the kernel frees the attachment "
+                                 "and leaks them (unmap and unpin before detach)")
 
 
 def dma_buf_pin(attach: DmaBufAttachment, *, caller: str | None = None) -> None:
@@ -190,7 +227,8 @@ def dma_buf_pin(attach: DmaBufAttachment, *, caller: str | None = None) -> None:
 
 
 def dma_buf_unpin(attach: DmaBufAttachment, *, caller: str | None = None) -> None:
-    """Drop one pin of ``attach``; an unpin without a pin WARNs and does nothing.
+    """Drop one pin of ``attach``: the core calls the exporter's unpin whatever the count (it keeps none, so an
+    extra unpin reaches the exporter; ``attach.pin_count`` goes negative to show it).
 
     :raises ProtocolError: the caller does not hold the lock; released buffer or detached attachment.
     """
@@ -202,9 +240,6 @@ def dma_buf_unpin(attach: DmaBufAttachment, *, caller: str | None = None) -> Non
         if attach.importer_ops is None:
             core.warn(ctx, f"{call}: WARN_ON(!attach->importer_ops): static importer {attach.dev} unpins")
         dma_resv_assert_held(resv, ctx, call, IMPORTER_HOLDS)
-        if attach.pin_count == 0:
-            core.warn(ctx, f"{call}: WARN_ON_ONCE: {attach.dev} unpins {attach.dmabuf.name} without a pin")
-            return
         if attach.dmabuf.ops.unpin is not None:
             attach.dmabuf.ops.unpin(attach)
         attach.pin_count -= 1
@@ -234,27 +269,38 @@ def dma_buf_map_attachment(attach: DmaBufAttachment,
     with core.call(ctx, call, dmabuf=dmabuf.name, dev=attach.dev, bytes=dmabuf.size):
         if _lock_required(attach):
             dma_resv_assert_held(dmabuf.resv, ctx, call, IMPORTER_HOLDS)
-        pin = dma_buf_pin_on_map(attach)
+        if attach.sgt is not None:  # cached at attach (5.7 to 6.14)
+            if direction is not attach.sgt.direction and attach.sgt.direction is not DmaDataDirection.BIDIRECTIONAL:
+                raise VerbsError("EBUSY", "the sg table cached at attach has another direction", call=call)
+            return attach.sgt
+        return _map_dma_buf(attach, direction, ctx, call, pin=dma_buf_pin_on_map(attach))
+
+
+def _map_dma_buf(attach: DmaBufAttachment, direction: DmaDataDirection, ctx: str, call: str, *,
+                 pin: bool) -> SgTable:
+    """Pin (when ``pin``) and call the exporter's map; a static importer waits for the KERNEL fences."""
+    dmabuf = attach.dmabuf
+    core = dmabuf.core
+    if pin:
+        try:
+            dmabuf.ops.pin(attach)
+        except VerbsError as err:
+            if err.errno == "EBUSY":
+                core.warn(ctx, f"{call}: WARN_ON_ONCE: exporter {dmabuf.exp_name} made the buffer "
+                          "inaccessible (pin -EBUSY) while an attachment needs it")
+            raise
+    segments = dmabuf.ops.map_dma_buf(attach, direction)
+    if segments is None:
         if pin:
-            try:
-                dmabuf.ops.pin(attach)
-            except VerbsError as err:
-                if err.errno == "EBUSY":
-                    core.warn(ctx, f"{call}: WARN_ON_ONCE: exporter {dmabuf.exp_name} made the buffer "
-                              "inaccessible (pin -EBUSY) while an attachment needs it")
-                raise
-        segments = dmabuf.ops.map_dma_buf(attach, direction)
-        if segments is None:
-            if pin:
-                dmabuf.ops.unpin(attach)
-            raise VerbsError("ENOMEM", f"exporter {dmabuf.exp_name} could not map {dmabuf.name}", call=call)
-        core.spend(ctx, core.costs.map_ps + core.costs.map_page_ps * core.costs.pages(dmabuf.size))
-        ready = dma_resv_wait_timeout(dmabuf.resv, DmaResvUsage.KERNEL, now_ps=core.now_ps(ctx))
-        if attach.importer_ops is None:
-            core.wait_until(ctx, ready)
-        sgt = SgTable(attach, direction, dmabuf.placement, dmabuf.generation, segments, ready, pin)
-        attach.mappings.append(sgt)
-        return sgt
+            dmabuf.ops.unpin(attach)
+        raise VerbsError("ENOMEM", f"exporter {dmabuf.exp_name} could not map {dmabuf.name}", call=call)
+    core.spend(ctx, core.costs.map_ps + core.costs.map_page_ps * core.costs.pages(dmabuf.size))
+    ready = dma_resv_wait_timeout(dmabuf.resv, DmaResvUsage.KERNEL, now_ps=core.now_ps(ctx))
+    if attach.importer_ops is None:
+        core.wait_until(ctx, ready)
+    sgt = SgTable(attach, direction, dmabuf.placement, dmabuf.generation, segments, ready, pin)
+    attach.mappings.append(sgt)
+    return sgt
 
 
 def dma_buf_unmap_attachment(attach: DmaBufAttachment, sgt: SgTable,
@@ -279,12 +325,21 @@ def dma_buf_unmap_attachment(attach: DmaBufAttachment, sgt: SgTable,
     with core.call(ctx, call, dmabuf=dmabuf.name, dev=attach.dev):
         if _lock_required(attach):
             dma_resv_assert_held(dmabuf.resv, ctx, call, IMPORTER_HOLDS)
-        dmabuf.ops.unmap_dma_buf(attach, sgt, direction)
-        sgt.unmapped = True
-        attach.mappings.remove(sgt)
-        if sgt.pinned_on_map:
-            dmabuf.ops.unpin(attach)
-        core.spend(ctx, core.costs.unmap_ps + core.costs.unmap_page_ps * core.costs.pages(sgt.nbytes))
+        if sgt is attach.sgt:  # cached at attach: unmapped only by detach
+            return
+        _unmap_dma_buf(attach, sgt, direction, ctx)
+
+
+def _unmap_dma_buf(attach: DmaBufAttachment, sgt: SgTable, direction: DmaDataDirection, ctx: str) -> None:
+    """Call the exporter's unmap and drop the pin the map took."""
+    dmabuf = attach.dmabuf
+    core = dmabuf.core
+    dmabuf.ops.unmap_dma_buf(attach, sgt, direction)
+    sgt.unmapped = True
+    attach.mappings.remove(sgt)
+    if sgt.pinned_on_map:
+        dmabuf.ops.unpin(attach)
+    core.spend(ctx, core.costs.unmap_ps + core.costs.unmap_page_ps * core.costs.pages(sgt.nbytes))
 
 
 def _locked(attach: DmaBufAttachment, call: str, caller: str | None, action):
@@ -323,9 +378,10 @@ def dma_buf_unmap_attachment_unlocked(attach: DmaBufAttachment, sgt: SgTable,
 
 
 def dma_buf_move_notify(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
-    """Tell every dynamic importer the buffer is about to move; static importers are skipped (they pin).
+    """Tell every dynamic importer the buffer is about to move; static importers are skipped (they pin), and from
+    7.1 so are importers without the op. The core does not look at pins: a pinned importer's own op decides.
 
-    Each notified importer costs ``move_notify_ps``; notifying one that holds a pin WARNs.
+    Each notified importer costs ``move_notify_ps``.
 
     :raises ProtocolError: the caller (default: the exporter) does not hold the lock; released buffer.
     """
@@ -337,10 +393,8 @@ def dma_buf_move_notify(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
     with core.call(ctx, call, dmabuf=dmabuf.name):
         dma_resv_assert_held(dmabuf.resv, ctx, call, EXPORTER_HOLDS)
         for attach in list(dmabuf.attachments):
-            if attach.importer_ops is None:
+            if attach.importer_ops is None or attach.importer_ops.move_notify is None:
                 continue
-            if attach.pinned:
-                core.warn(ctx, f"{call}: {attach.dev} has {dmabuf.name} pinned; pinned buffers must not move")
             core.spend(ctx, core.costs.move_notify_ps)
             core.instant(ctx, "MappingInvalidated", dmabuf=dmabuf.name, dev=attach.dev,
                          callback=core.config.behaviour.invalidate_name, live_mappings=len(attach.mappings))
@@ -354,20 +408,16 @@ def get_dma_buf(dmabuf: DmaBuf) -> None:
 
 
 def dma_buf_put(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
-    """Drop a file reference; the last one calls the exporter's ``release`` (a WARN if still attached).
+    """Drop a file reference (``fput``); the last one releases the buffer: the exporter's ``release`` (a WARN if
+    still attached). ``fput`` defers the release until the task leaves the kernel, so a put under the lock does
+    not deadlock; the model's exporters take no lock in ``release``, so it runs at once.
 
     :raises ProtocolError: the buffer was already released (use after free / refcount underflow).
-    :raises DeadlockError: ``caller`` holds the lock, or this is the last reference and anyone holds it
-        (release runs unlocked and may take it).
     """
     call = "dma_buf_put"
     _check_alive(dmabuf, call)
-    core, resv = dmabuf.core, dmabuf.resv
+    core = dmabuf.core
     ctx = core.context(caller, "task")
-    _assert_not_held(resv, ctx, call)
-    if dmabuf.refcount == 1 and resv.holder is not None:
-        raise DeadlockError(f"{call}: the last reference of {dmabuf.name} is dropped while {resv.holder} "
-                            f"holds {resv.name}; rule: {RELEASE_UNLOCKED}")
     with core.call(ctx, call, dmabuf=dmabuf.name, refcount=dmabuf.refcount - 1):
         core.spend(ctx, core.costs.file_op_ps)
         dmabuf.refcount -= 1
@@ -385,13 +435,11 @@ def dma_buf_fd(dmabuf: DmaBuf, fdtable: FdTable, *, caller: str | None = None) -
     """Install ``dmabuf`` in ``fdtable`` and return the fd; the fd takes over the caller's reference.
 
     :raises VerbsError: ``EMFILE`` when the table is full.
-    :raises DeadlockError: the caller (default: the table's owner) holds the lock.
     :raises ProtocolError: the buffer was released.
     """
     call = "dma_buf_fd"
     _check_alive(dmabuf, call)
     ctx = dmabuf.core.context(caller, fdtable.owner)
-    _assert_not_held(dmabuf.resv, ctx, call)
     with dmabuf.core.call(ctx, call, dmabuf=dmabuf.name):
         dmabuf.core.spend(ctx, dmabuf.core.costs.file_op_ps)
         return fdtable.install(dmabuf, lambda owner: dma_buf_put(dmabuf, caller=owner))
@@ -401,7 +449,6 @@ def dma_buf_get(fdtable: FdTable, fd: int, *, caller: str | None = None) -> DmaB
     """Take a new reference to the buffer behind ``fd``.
 
     :raises VerbsError: ``EBADF`` when ``fd`` is not open; ``EINVAL`` when it is not a dma-buf file.
-    :raises DeadlockError: the caller (default: the table's owner) holds the lock.
     :raises ProtocolError: the fd refers to a released buffer (a reference was dropped too often).
     """
     call = "dma_buf_get"
@@ -410,7 +457,6 @@ def dma_buf_get(fdtable: FdTable, fd: int, *, caller: str | None = None) -> DmaB
         raise VerbsError("EINVAL", f"fd {fd} is {file!r}, not a dma-buf file", call=call)
     _check_alive(file, call)
     ctx = file.core.context(caller, fdtable.owner)
-    _assert_not_held(file.resv, ctx, call)
     with file.core.call(ctx, call, dmabuf=file.name, refcount=file.refcount + 1):
         file.core.spend(ctx, file.core.costs.file_op_ps)
         get_dma_buf(file)

@@ -18,7 +18,8 @@ from sim.core import InvariantViolation, VerbsError
 from models.dmabuf import DmaBufAttachment, DmaBufAttachOps, FdTable, Placement, check_dma
 from models.nic.nic import UmrParams
 from models.nic.translation import DMABUF_MODE, DmabufImporter, Fault, MrBacking
-from models.nic.wqe import Access, WcStatus
+from models.nic.wqe import WcStatus
+from models.versions import KernelBehaviour
 from models.ib.umem_dmabuf import (IbUmemDmabuf, ib_umem_dmabuf_get, ib_umem_dmabuf_get_pinned,
                                    ib_umem_dmabuf_map_pages, ib_umem_dmabuf_release, ib_umem_dmabuf_unmap_pages)
 
@@ -165,26 +166,21 @@ class DmabufBacking(MrBacking):
         return core.now_ps(umem.dev) - start
 
 
-ALLOWED_ACCESS = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
-                     | Access.RELAXED_ORDERING)
-"""All the access bits ibv_reg_dmabuf_mr accepts (mlx5_ib_reg_user_mr_dmabuf), as a plain int."""
-
-
 def register_dmabuf(nic, mode: DmabufImporter, umr: UmrParams, fdtable: FdTable, offset: int, length: int, fd: int,
-                    writable: bool, invariants: str = "raise") -> tuple[DmabufBacking, int]:
+                    writable: bool, kernel: KernelBehaviour, invariants: str = "raise") -> tuple[DmabufBacking, int]:
     """The driver's ``reg_user_mr_dmabuf``: attach (and for ``pinned`` pin+map), or map the whole MR.
 
     Returns the backing and the driver's time in ps.
     """
     dev = nic.name
     if mode == "pinned":
-        umem = ib_umem_dmabuf_get_pinned(dev, offset, length, fdtable, fd, writable)
+        umem = ib_umem_dmabuf_get_pinned(dev, offset, length, fdtable, fd, writable, kernel)
         core = umem.attach.dmabuf.core
         backing = DmabufBacking(umem, umr, mode, invariants=invariants)
     else:
         holder: list[DmabufBacking] = []
         ops = DmaBufAttachOps(move_notify=lambda attach: holder[0].move_notify(attach), allow_peer2peer=True)
-        umem = ib_umem_dmabuf_get(dev, offset, length, fdtable, fd, writable, ops)
+        umem = ib_umem_dmabuf_get(dev, offset, length, fdtable, fd, writable, ops, kernel)
         backing = DmabufBacking(umem, umr, mode, invariants=invariants, broken=nic.params.ignore_move_notify)
         holder.append(backing)
         core = umem.attach.dmabuf.core

@@ -46,3 +46,23 @@ def check_max_mr_size(max_mr_size: int, length: int, call: str) -> None:
     """
     if length > max_mr_size:
         raise VerbsError("EINVAL", f"length {length} exceeds the device's max_mr_size {max_mr_size}", call=call)
+
+
+EFA_VENDOR_ID = 0x1D0F
+"""``PCI_VENDOR_ID_AMAZON``: the devices the efa driver drives."""
+
+
+def efa_alloc_mr(device: NicParams, access: Access, call: str) -> Access:
+    """``efa_alloc_mr`` (drivers/infiniband/hw/efa/efa_verbs.c, v5.16 onwards; ``efa_reg_mr`` made the same check
+    before): drop the optional bits, then refuse rights beyond LOCAL_WRITE and the remote rights the device's
+    RDMA_READ/RDMA_WRITE capabilities allow. Runs before the umem is got (for ``ibv_reg_mr`` and
+    ``ibv_reg_dmabuf_mr``). Returns the rights the MR keeps.
+
+    :raises VerbsError: ``EOPNOTSUPP``.
+    """
+    supported = int(Access.LOCAL_WRITE | device.remote_access)
+    kept = int(access) & ~IB_ACCESS_OPTIONAL  # RELAXED_ORDERING is one of the optional bits
+    if kept & ~supported:
+        raise VerbsError("EOPNOTSUPP", f"access {Access(kept)!r}: EFA supports only {Access(supported)!r} "
+                         "(efa_alloc_mr)", call=call)
+    return Access(kept)

@@ -18,6 +18,7 @@ from models.dmabuf import (DmaBufAttachment, DmaBufAttachOps, DmaDataDirection, 
                            dma_buf_dynamic_attach, dma_buf_get, dma_buf_map_attachment, dma_buf_pin, dma_buf_put,
                            dma_buf_unmap_attachment, dma_buf_unpin)
 from models.dmabuf.resv import DmaResvUsage, dma_resv_assert_held, dma_resv_wait_timeout
+from models.versions import KernelBehaviour
 
 U64 = 2**64
 
@@ -64,16 +65,18 @@ def _held_task(umem: IbUmemDmabuf, call: str) -> str:
 
 
 def ib_umem_dmabuf_get(dev: str, offset: int, size: int, fdtable: FdTable, fd: int, access_writable: bool,
-                       ops: DmaBufAttachOps | None) -> IbUmemDmabuf:
-    """Take a reference on the dma-buf behind ``fd`` and attach to it dynamically (no mapping yet).
+                       ops: DmaBufAttachOps | None, kernel: KernelBehaviour) -> IbUmemDmabuf:
+    """Take a reference on the dma-buf behind ``fd`` and attach to it dynamically (no mapping yet, except the
+    map at attach of 5.7 to 6.14, whose errors are this call's).
 
-    :raises VerbsError: ``EINVAL`` for an overflowing range, missing move_notify, a range past the buffer
-        or length 0; ``EBADF``/``EINVAL`` from ``dma_buf_get``; the exporter's attach errno.
+    :raises VerbsError: ``EINVAL`` for an overflowing range, missing ops (before 7.1: ops without
+        move_notify), a range past the buffer or length 0; ``EBADF``/``EINVAL`` from ``dma_buf_get``; the
+        exporter's attach errno.
     """
     call = "ib_umem_dmabuf_get"
     if offset < 0 or size < 0 or offset + size >= U64:
         raise VerbsError("EINVAL", f"offset {offset} + size {size} overflows (check_add_overflow)", call=call)
-    if ops is None or ops.move_notify is None:
+    if ops is None or (ops.move_notify is None and not kernel.invalidate_optional):
         raise VerbsError("EINVAL", "importer ops without move_notify", call=call)
     dmabuf = dma_buf_get(fdtable, fd, caller=dev)
     if dmabuf.size < offset + size:
@@ -93,12 +96,18 @@ def ib_umem_dmabuf_get(dev: str, offset: int, size: int, fdtable: FdTable, fd: i
 
 
 def ib_umem_dmabuf_map_pages(umem: IbUmemDmabuf) -> int:
-    """Map the buffer (if not mapped) and wait for the exporter's KERNEL fences; caller holds the lock.
+    """Map the buffer (if not mapped) and wait for the exporter's KERNEL fences; caller holds the lock
+    (drivers/infiniband/core/umem_dmabuf.c: the 5.16 copy waits for the exclusive fence with
+    ``dma_fence_wait``; from 5.19, f30bceab16d1, ``dma_resv_wait_timeout(KERNEL, MAX_SCHEDULE_TIMEOUT)``).
+
+    On 5.19 the function returns that wait's value: ``MAX_SCHEDULE_TIMEOUT`` (``LONG_MAX``) narrowed to the
+    ``int`` return is -1, so every map, though done, reports ``-EPERM`` to its caller, with the sg table left
+    mapped. The fix of August 2022 (on v6.0-rc1) returns 0.
 
     Returns the time the fences have signaled (the mapping is usable from then on), in ps.
 
     :raises ProtocolError: the lock is not held.
-    :raises VerbsError: ``EINVAL`` after revoke; the exporter's map errno.
+    :raises VerbsError: ``EINVAL`` after revoke; the exporter's map errno; ``EPERM`` on 5.19.
     """
     call = "ib_umem_dmabuf_map_pages"
     ctx = _held_task(umem, call)
@@ -116,6 +125,9 @@ def ib_umem_dmabuf_map_pages(umem: IbUmemDmabuf) -> int:
     core.instant(ctx, "FencesWaited", wait=wait, until_ps=max(ready, core.now_ps(ctx)))
     core.wait_until(ctx, ready)
     umem.ready_ps = ready
+    if core.config.behaviour.map_pages_returns_wait_value:
+        raise VerbsError("EPERM", "returned dma_resv_wait_timeout()'s MAX_SCHEDULE_TIMEOUT as an int, -1 "
+                         f"(kernel {core.config.version}; fixed in 6.0)", call=call)
     return ready
 
 
@@ -129,33 +141,45 @@ def ib_umem_dmabuf_unmap_pages(umem: IbUmemDmabuf) -> None:
     umem.stats["unmaps"] += 1
 
 
-def _pinned_move_notify(attach: DmaBufAttachment) -> None:
+def ib_umem_dmabuf_unsupported_move_notify(attach: DmaBufAttachment) -> None:
+    """The pinned importers' stub (before 7.1): it only warns."""
     attach.dmabuf.core.warn(attach.dev, "ib_umem_dmabuf_unsupported_move_notify: Invalidate callback should not "
                             "be called when memory is pinned")
 
 
-PINNED_OPS = DmaBufAttachOps(move_notify=_pinned_move_notify, allow_peer2peer=True)
-"""``ib_umem_dmabuf_attach_pinned_ops``: a move_notify that only warns."""
+def ib_umem_dmabuf_attach_pinned_ops(kernel: KernelBehaviour) -> DmaBufAttachOps:
+    """``ib_umem_dmabuf_attach_pinned_ops``: peer-to-peer, with the warning stub before 7.1 and no op from then."""
+    return DmaBufAttachOps(move_notify=None if kernel.invalidate_optional else ib_umem_dmabuf_unsupported_move_notify,
+                           allow_peer2peer=True)
 
 
 def ib_umem_dmabuf_get_pinned(dev: str, offset: int, size: int, fdtable: FdTable, fd: int,
-                              access_writable: bool) -> IbUmemDmabuf:
-    """Attach, pin and map under the lock (drivers without page faults: EFA, irdma, bnxt_re...).
+                              access_writable: bool, kernel: KernelBehaviour) -> IbUmemDmabuf:
+    """Attach, pin and map under the lock (drivers without page faults: EFA, irdma, bnxt_re...). It exists from
+    5.16 (1e4df4a21c5a), as do its first callers (the uverbs handler refuses earlier kernels,
+    :mod:`models.verbs.dmabuf`).
 
-    :raises VerbsError: as :func:`ib_umem_dmabuf_get`, or the exporter's pin/map errno (then everything is
-        undone: unlock, release — which revokes, unmapping and unpinning once).
+    A pin failure unlocks and releases. A map failure, from 5.16 to 6.19, unpins, unlocks and releases the umem,
+    whose release unpins again because ``pinned`` is still set (and unmaps only after both unpins); from 7.0
+    ("RDMA/umem: Fix double dma_buf_unpin in failure path") the release alone unmaps and unpins once.
+
+    :raises VerbsError: as :func:`ib_umem_dmabuf_get`, or the exporter's pin/map errno.
     """
-    umem = ib_umem_dmabuf_get(dev, offset, size, fdtable, fd, access_writable, PINNED_OPS)
-    if not umem.attach.dmabuf.core.config.behaviour.has_pinned_dmabuf:
-        ib_umem_dmabuf_release(umem)
-        raise VerbsError("EOPNOTSUPP", f"kernel {umem.attach.dmabuf.core.config.version} has no pinned dma-buf "
-                         "umems (ib_umem_dmabuf_get_pinned, added in 5.16)", call="ib_umem_dmabuf_get_pinned")
+    umem = ib_umem_dmabuf_get(dev, offset, size, fdtable, fd, access_writable,
+                              ib_umem_dmabuf_attach_pinned_ops(kernel), kernel)
     umem.resv.lock(dev)
     try:
         dma_buf_pin(umem.attach, caller=dev)
-        umem.pinned = True
+    except VerbsError:
+        umem.resv.unlock(dev)
+        ib_umem_dmabuf_release(umem)
+        raise
+    umem.pinned = True
+    try:
         ib_umem_dmabuf_map_pages(umem)
     except VerbsError:
+        if kernel.pinned_map_failure_unpins_twice:
+            dma_buf_unpin(umem.attach, caller=dev)  # err_unpin; the release below unpins again
         umem.resv.unlock(dev)
         ib_umem_dmabuf_release(umem)
         raise

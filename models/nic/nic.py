@@ -17,6 +17,7 @@ from typing import Any
 from models.nic.device import DeviceAttrs
 from models.nic.mtt_cache import MttCache
 from models.nic.translation import DmabufImporter
+from models.nic.wqe import Access
 from sim.core import PS_PER_NS, PS_PER_US, FifoServer, VerbsError
 
 
@@ -86,6 +87,15 @@ class NicParams:
     """dma-buf MR support: ``dynamic`` (mlx5: move_notify + re-fault, needs ODP), ``pinned`` (EFA-like), None."""
     umr: UmrParams = UmrParams()
     """Cost of rewriting translation entries."""
+    umr_extended_translation_offset: bool = True
+    """The HCA capability of that name (ConnectX-5 and later): without it a UMR reaches fewer than 2**16 pages, so
+    mlx5 refuses dma-buf MRs of 256 MiB or more (``mlx5r_umr_can_load_pas``)."""
+    data_direct: bool = True
+    """A data-direct DMA device is bound to this mlx5 device (``mlx5dv_reg_dmabuf_mr`` DATA_DIRECT needs one)."""
+    data_direct_mkey_ro: bool = False
+    """The data-direct mkey allows relaxed ordering; without it mlx5 drops RELAXED_ORDERING from such MRs."""
+    remote_access: Access = Access.REMOTE_READ | Access.REMOTE_WRITE
+    """EFA: the remote rights its RDMA_READ/RDMA_WRITE capabilities allow (``efa_alloc_mr``); mlx5 ignores it."""
     max_translations: int | None = None
     """Translation entries (4 KiB pages) the NIC can hold over all MRs; None: not limited in the model.
     AMD Pensando ionic: about 2**20 (numbers.md 2.1); mlx5 limits are not published."""

@@ -60,6 +60,9 @@ class RootComplexParams:
     """One-way latency of forwarding a TLP port to port inside the CPU: an unvalidated default, chosen above a
     switch's cut-through hop because the TLP crosses the CPU's internal fabric (NCCL #465: "CPUs are very, very
     bad PCI switches")."""
+    p2pdma_whitelisted: bool = True
+    """The host bridge is on the kernel's P2PDMA whitelist (drivers/pci/p2pdma.c: AMD Zen and recent Intel
+    server root complexes), so ``pci_p2pdma_distance`` allows peer-to-peer through it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +83,8 @@ class SocketLinkParams:
     """One-way crossing; a remote-NUMA DMA read is +~100 ns (pcie-bench data, 653-666 vs 546-560 ns)."""
 
 
-ROOT_COMPLEX_PRESETS: dict[str, dict] = {"server": {}, "intel_client": {"p2p_read_supported": False}}
+ROOT_COMPLEX_PRESETS: dict[str, dict] = {"server": {},
+                                         "intel_client": {"p2p_read_supported": False, "p2pdma_whitelisted": False}}
 """Root complex presets (constructor arguments of :class:`RootComplexParams`)."""
 SOURCES = {
     "switch": "NIC and GPU under one PCIe switch (nvidia-smi topo PIX/PXB): P2P stays below the CPU.",
@@ -207,6 +211,18 @@ def route(graph: nx.Graph, src: str, dst: str) -> list[Hop]:
         elif node["kind"] == "root_complex" and p2p:
             hops.append(Hop("p2p", v, node["p2p"], node["params"].p2p_latency_ps, node["params"]))
     return hops
+
+
+def pci_p2pdma_distance(graph: nx.Graph, provider: str, client: str) -> int:
+    """``pci_p2pdma_distance`` (drivers/pci/p2pdma.c): the number of links between two devices when peer-to-peer
+    DMA between them works, else -1. Devices under a common switch always qualify; a route through a root
+    complex only when its host bridge is whitelisted (:attr:`RootComplexParams.p2pdma_whitelisted`), and never
+    across sockets (different host bridges)."""
+    hops = route(graph, provider, client)
+    bridges = [h.params for h in hops if h.kind == "p2p"]
+    if any(h.kind == "socket" for h in hops) or not all(b.p2pdma_whitelisted for b in bridges):
+        return -1
+    return len(hops)
 
 
 def _stages(hops: list[Hop], nbytes: int, pcie, factor: str, socket_bytes: int) -> list[Stage]:

@@ -15,9 +15,8 @@ import simpy
 
 from models.fabric import Fabric
 from models.ib.mr_backing import OdpBacking
-from models.ib.mr_checks import check_max_mr_size, ib_check_mr_access
+from models.ib.mr_checks import EFA_VENDOR_ID, check_max_mr_size, efa_alloc_mr, ib_check_mr_access
 from models.nic.datapath import start_work_request
-from models.nic.nic import NicParams
 from models.nic.translation import MrBacking
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WorkCompletion
 from models.node import Node
@@ -250,7 +249,7 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     call = "ibv_reg_mr"
     access = Access(access)
     nic = pd.context.node.nic
-    check_reg_args(nic.params, addr, length, access, call)
+    check_reg_args(pd.context.node, addr, length, access, call)
     check_max_mr_size(nic.params.max_mr_size, length, call)
     nic.reserve_translations(length, call=call)
     try:
@@ -315,7 +314,7 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     new_pd = pd if flags & REREG_CHANGE_PD else mr.pd
     if new_pd is None or new_pd.context is not mr.pd.context:
         raise VerbsError("EINVAL", "CHANGE_PD needs a PD of the same device", call=call)
-    check_reg_args(mr.pd.context.node.nic.params, new_addr, new_length, new_access, call)
+    check_reg_args(mr.pd.context.node, new_addr, new_length, new_access, call)
     host = mr.pd.context.node.host
     cost = 0
     if flags & REREG_CHANGE_TRANSLATION:
@@ -330,14 +329,36 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     return REG_MR_FIXED_PS + cost
 
 
-def check_reg_args(device: NicParams, addr: int, length: int, access: Access, call: str) -> None:
-    """The argument checks of registering host or peer memory on ``device`` (ib_umem_get's range,
-    ib_check_mr_access)."""
+def check_reg_args(node: Node, addr: int, length: int, access: Access, call: str) -> None:
+    """The argument checks of registering host or peer memory on ``node``'s NIC, in the kernel's order:
+    uverbs' :func:`ib_check_mr_access`, EFA's :func:`~models.ib.mr_checks.efa_alloc_mr`, then :func:`ib_umem_get`'s
+    (an ON_DEMAND range is not pinned, so it needs no mlock rights)."""
+    ib_check_mr_access(node.nic.params, access, call)
+    if node.nic.params.device.vendor_id == EFA_VENDOR_ID:  # efa_reg_mr: efa_alloc_mr before ib_umem_get
+        efa_alloc_mr(node.nic.params, access, call)
+    ib_umem_get(node.host, addr, length, call, pins=not access & Access.ON_DEMAND)
+
+
+def ib_umem_get(host, addr: int, length: int, call: str, *, pins: bool = True) -> None:
+    """The argument checks of ``ib_umem_get`` (drivers/infiniband/core/umem.c, read at torvalds/linux 0446cad9ca38, a
+    5.x tree; later trees were not compared), before it charges RLIMIT_MEMLOCK and pins
+    (:meth:`~models.host.Host.pin`): ``addr + length`` wraps past 2**64 or its page alignment does -> EINVAL (so
+    ``addr + length == 2**64`` is refused); ``can_do_mlock()`` false (RLIMIT_MEMLOCK 0 without CAP_IPC_LOCK) ->
+    EPERM; no pages -> EINVAL.
+
+    :raises VerbsError: as above.
+    """
+    end = addr + length
+    if addr < 0 or length < 0 or end % U64 < addr or end > U64 - PAGE_SIZE:
+        raise VerbsError("EINVAL", f"addr 0x{addr:x} + length {length} overflows (ib_umem_get)", call=call)
+    if pins and host.params.memlock_limit == 0:
+        raise VerbsError("EPERM", "RLIMIT_MEMLOCK is 0 and the process lacks CAP_IPC_LOCK (can_do_mlock)", call=call)
     if length == 0:
         raise VerbsError("EINVAL", "length 0 pins no pages (ib_umem_get: npages == 0)", call=call)
-    if addr < 0 or length < 0 or addr + length > 2**64:
-        raise VerbsError("EINVAL", f"addr 0x{addr:x} + length {length} overflows", call=call)
-    ib_check_mr_access(device, access, call)
+
+
+U64 = 2**64
+PAGE_SIZE = 4096
 
 
 def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import difflib
 
-from models.versions import KernelBehaviour, Version
+from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.scenario.horizon import check_horizon
 from sim.scenario.schema import Scenario
 
@@ -59,7 +59,8 @@ def check_references(scenario: Scenario) -> list[Problem]:
         behaviour = KernelBehaviour(Version.parse(node.kernel.version))
         if behaviour.move_notify_always_on and node.kernel.dmabuf_move_notify is False:
             problems.append((("nodes", i, "kernel", "dmabuf_move_notify"), f"kernel {node.kernel.version} always "
-                             "builds CONFIG_DMABUF_MOVE_NOTIFY (since 7.0); it cannot be turned off"))
+                             "builds CONFIG_DMABUF_MOVE_NOTIFY; it cannot be turned off "
+                             f"(since {MOVE_NOTIFY_ALWAYS_BUILT})"))
     for i, event in enumerate(scenario.events):
         if event.kind in ("qp-error", "nic-reset", "process-exit", "link-flap"):
             if event.node not in nodes:

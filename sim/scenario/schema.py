@@ -184,7 +184,7 @@ class KernelSpec(Strict):
     version: VersionText = DEFAULT_KERNEL
     """Linux version (e.g. '5.15', '6.8'); dates dma-buf and RDMA behaviours (see `rdmasim explain`)."""
     dmabuf_move_notify: bool | None = None
-    """CONFIG_DMABUF_MOVE_NOTIFY: off pins dynamic importers' buffers on map. Default: off before 7.0, where it
+    """CONFIG_DMABUF_MOVE_NOTIFY: off pins dynamic importers' buffers on map. Default: off before 7.1, where it
     became unconditional."""
 
 

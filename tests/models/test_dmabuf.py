@@ -168,10 +168,11 @@ def test_attach_argument_errnos():
 
 
 @pytest.mark.parametrize("placement, importer, ok", [
-    (Placement.VRAM, None, False), (Placement.VRAM, Importer(p2p=False), False),
+    (Placement.VRAM, None, True), (Placement.VRAM, Importer(p2p=False), False),
     (Placement.VRAM, Importer(p2p=True), True), (Placement.SYSTEM, None, True),
 ])
 def test_static_exporter_attach_refusal_propagates_its_errno(placement, importer, ok):
+    """nv_dma_buf_attach refuses only a dynamic importer without peer2peer (a static one maps BAR1 PFNs)."""
     core = make_core()
     nv = StaticExporter(core, MiB, placement=placement)
     ops = importer.ops if importer else None
@@ -209,10 +210,13 @@ MUST_NOT_HOLD = {
     "dma_buf_detach": lambda g, t, fd, a, s: dma_buf_detach(g.dmabuf, a),
     "dma_buf_map_attachment_unlocked": lambda g, t, fd, a, s: dma_buf_map_attachment_unlocked(a),
     "dma_buf_unmap_attachment_unlocked": lambda g, t, fd, a, s: dma_buf_unmap_attachment_unlocked(a, s),
+}
+LOCK_FREE = {
     "dma_buf_get": lambda g, t, fd, a, s: dma_buf_get(t, fd),
     "dma_buf_fd": lambda g, t, fd, a, s: dma_buf_fd(g.dmabuf, t),
     "dma_buf_put": lambda g, t, fd, a, s: dma_buf_put(g.dmabuf, caller=NIC),
 }
+"""File calls: fget, fd_install and fput never touch the reservation lock."""
 
 
 @pytest.mark.parametrize("call", sorted(MUST_NOT_HOLD))
@@ -239,13 +243,23 @@ def test_calls_that_take_the_lock_cannot_wait_for_another_holder(call):
     assert gpu.dmabuf.resv.holder is None and len(attach.mappings) == 1
 
 
-def test_last_put_while_anyone_holds_the_lock_deadlocks_in_release():
+@pytest.mark.parametrize("call", sorted(LOCK_FREE))
+def test_file_calls_do_not_care_who_holds_the_lock(call):
+    core = make_core()
+    gpu, table, fd, attach, sgt = _setup(core)
+    refcount = gpu.dmabuf.refcount
+    with held(gpu.dmabuf.resv, NIC):
+        LOCK_FREE[call](gpu, table, fd, attach, sgt)
+    assert gpu.dmabuf.refcount == refcount + {"dma_buf_get": 1, "dma_buf_fd": 0, "dma_buf_put": -1}[call]
+    assert fd in table.files and gpu.dmabuf.resv.holder is None
+
+
+def test_last_put_under_the_lock_releases_without_deadlock():
     core = make_core()
     gpu = MovableExporter(core, MiB)
     with held(gpu.dmabuf.resv, "gpu0"):
-        with pytest.raises(DeadlockError, match="release callback runs without the reservation lock"):
-            dma_buf_put(gpu.dmabuf, caller=NIC)
-    assert gpu.dmabuf.refcount == 1 and gpu.release_calls == 0
+        dma_buf_put(gpu.dmabuf, caller="gpu0")  # fput defers the release; the lock never matters
+    assert gpu.dmabuf.released and gpu.release_calls == 1
 
 
 MUST_HOLD = {
@@ -323,7 +337,7 @@ def test_wait_timeout_is_etimedout():
 
 
 # ------------------------------------------------------------------------------------------------ pin / map
-def test_static_importer_pin_only_warns_and_unbalanced_unpin_warns():
+def test_static_importer_pin_only_warns_and_the_core_passes_an_extra_unpin_to_the_exporter():
     core = make_core()
     gpu = MovableExporter(core, MiB)
     attach = dma_buf_attach(gpu.dmabuf, "ahci")
@@ -332,9 +346,27 @@ def test_static_importer_pin_only_warns_and_unbalanced_unpin_warns():
         assert gpu.pin_count == 1 and attach.pin_count == 1
         dma_buf_unpin(attach)
         dma_buf_unpin(attach)
-    assert gpu.pin_count == 0 and attach.pin_count == 0
+    assert gpu.pin_count == 0 and attach.pin_count == -1  # no guard in the core
     assert sum("WARN_ON(!attach->importer_ops)" in w for w in core.warnings) == 3
-    assert "without a pin" in core.warnings[-1]
+    assert core.warnings[-1] == "ttm_bo_unpin: WARN_ON_ONCE: dmabuf1 is not pinned"  # the exporter's guard
+
+
+def test_an_extra_unpin_drops_another_importers_pin_and_the_buffer_moves_under_it():
+    core = make_core()
+    gpu, other = MovableExporter(core, MiB), Importer()
+    mine, theirs = (dma_buf_dynamic_attach(gpu.dmabuf, dev, imp.ops) for dev, imp in ((NIC, Importer()),
+                                                                                   ("mlx5_1", other)))
+    with held(gpu.dmabuf.resv, "mlx5_1"):
+        dma_buf_pin(theirs)
+        sgt = dma_buf_map_attachment(theirs)
+    with held(gpu.dmabuf.resv, NIC):
+        dma_buf_pin(mine)
+        dma_buf_unpin(mine)
+        dma_buf_unpin(mine)
+    gpu.move(Placement.SYSTEM)  # theirs still counts its pin, the exporter no longer does
+    assert theirs.pin_count == 1 and gpu.pin_count == 0 and other.notified == [theirs]
+    with pytest.raises(InvariantViolation, match="stale mapping"):
+        check_dma(sgt)
 
 
 @pytest.mark.parametrize("exporter, dynamic, move_notify, pinned", [
@@ -427,17 +459,8 @@ def test_detach_rules():
     foreign = MovableExporter(core, MiB, name="gpu1").dmabuf
     with pytest.raises(ProtocolError, match="WARN_ON: the attachment belongs to dmabuf1, not dmabuf2"):
         dma_buf_detach(foreign, attach)
-    with pytest.raises(ProtocolError, match="1 mapping.*unmap and unpin before detach"):
-        dma_buf_detach(gpu.dmabuf, attach)
-    dma_buf_unmap_attachment_unlocked(attach, sgt)
-    with held(gpu.dmabuf.resv, NIC):
-        dma_buf_pin(attach)
-    with pytest.raises(ProtocolError, match="1 pin"):
-        dma_buf_detach(gpu.dmabuf, attach)
-    with held(gpu.dmabuf.resv, NIC):
-        dma_buf_unpin(attach)
-    dma_buf_detach(gpu.dmabuf, attach)
-    assert attach.detached and gpu.dmabuf.attachments == []
+    dma_buf_detach(gpu.dmabuf, attach := dma_buf_dynamic_attach(gpu.dmabuf, NIC, Importer().ops))
+    assert attach.detached and gpu.dmabuf.attachments == [sgt.attach]
     for call in (lambda: dma_buf_detach(gpu.dmabuf, attach), lambda: dma_buf_map_attachment_unlocked(attach)):
         with pytest.raises(ProtocolError, match="use after free.*detached"):
             call()
@@ -522,7 +545,22 @@ def test_move_while_an_importer_holds_the_lock_deadlocks():
         assert gpu.dmabuf.resv.holder == NIC and gpu.dmabuf.generation == 0
 
 
-def test_move_notify_to_a_pinned_importer_warns():
+@pytest.mark.parametrize("mapped, pinned", [(True, 0), (False, 1)])
+def test_detach_with_live_mappings_or_pins_completes_and_the_leak_is_an_invariant_violation(mapped, pinned):
+    core = make_core()
+    gpu, _, _, attach, sgt = _setup(core)
+    if not mapped:
+        dma_buf_unmap_attachment_unlocked(attach, sgt)
+        with held(gpu.dmabuf.resv, NIC):
+            dma_buf_pin(attach)
+    with pytest.raises(InvariantViolation, match=f"with {int(mapped)} mapping.*{pinned} pin.*leaks them"):
+        dma_buf_detach(gpu.dmabuf, attach)
+    assert attach.detached and gpu.dmabuf.attachments == [] and gpu.pin_count == pinned  # the leaked pin stays
+    if mapped:
+        check_dma(sgt)  # the leaked mapping still reaches the buffer
+
+
+def test_move_notify_calls_a_pinned_importer_without_a_warning_of_its_own():
     core = make_core()
     gpu, imp = MovableExporter(core, MiB), Importer()
     attach = dma_buf_dynamic_attach(gpu.dmabuf, NIC, imp.ops)
@@ -530,8 +568,17 @@ def test_move_notify_to_a_pinned_importer_warns():
         dma_buf_pin(attach)
     with held(gpu.dmabuf.resv, "gpu0"):
         dma_buf_move_notify(gpu.dmabuf)
-    assert imp.notified == [attach] and core.warnings == [
-        "dma_buf_move_notify: mlx5_0 has dmabuf1 pinned; pinned buffers must not move"]
+    assert imp.notified == [attach] and core.warnings == []
+
+
+def test_the_exporter_attach_op_runs_before_the_lock_is_taken():
+    core = make_core()
+    gpu = StaticExporter(core, MiB, placement=Placement.VRAM)
+    with held(gpu.dmabuf.resv, NIC):
+        with pytest.raises(VerbsError, match="ENOTSUPP"):  # refused by nv_dma_buf_attach, not a deadlock
+            dma_buf_dynamic_attach(gpu.dmabuf, NIC, Importer(p2p=False).ops)
+        with pytest.raises(DeadlockError, match="self-deadlock"):
+            dma_buf_dynamic_attach(gpu.dmabuf, NIC, Importer(p2p=True).ops)
 
 
 def test_move_fence_times_copy_after_notify_and_after_previous_fences():

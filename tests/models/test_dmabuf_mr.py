@@ -73,7 +73,6 @@ class Bed:
     ({}, {"access": RW | Access.ON_DEMAND}, "EINVAL", "only LOCAL_WRITE"),
     ({}, {"access": RW | Access.MW_BIND}, "EINVAL", "only LOCAL_WRITE"),
     ({}, {"access": Access.REMOTE_WRITE}, "EINVAL", "requires LOCAL_WRITE"),
-    ({"odp": None}, {}, "EOPNOTSUPP", "on-demand paging"),
     ({}, {"offset": 2**64 - 4096, "iova": 0}, "EINVAL", "overflows"),
     ({}, {"fd": 99}, "EBADF", ""),
     ({}, {"offset": 4096}, "EINVAL", "past the dma-buf"),

@@ -1,12 +1,15 @@
 """Random legal and illegal dma-buf call sequences checked against a small reference model.
 
 Every example starts from the scenario the project is about (a movable VRAM buffer with an fd and a
-dynamically attached, mapped importer), with CONFIG_DMABUF_MOVE_NOTIFY on or off, then makes random calls
-with and without the reservation lock held. Each call must succeed exactly when the reference model says
-so, or raise the typed error (and errno) the model predicts. After every step: refcounts and release
-counts, lock holders, attachment and mapping lists, the fd table, exporter pin counts and the WARN log
-match the model; a pinned buffer never moved; a live mapping to a stale placement exists only for a
-notified dynamic importer, and ``check_dma`` flags exactly those.
+dynamically attached, mapped importer), on kernel 6.14 (maps at attach), 6.18 or 7.1 (optional
+invalidate_mappings, CONFIG_DMABUF_MOVE_NOTIFY always built), with the option on or off where it is one, then
+makes random calls with and without the reservation lock held. Each call must succeed exactly when the reference
+model says so, or raise the typed error (and errno) the model predicts; a detach that leaks mappings or pins
+completes and then raises InvariantViolation. After every step: refcounts and release counts, lock holders,
+attachment and mapping lists, the fd table, exporter pin counts (TTM's: an unpin of an unpinned buffer WARNs and
+does nothing) and the WARN log match the model; a buffer the exporter counts pinned never moved; a live mapping
+to a stale placement exists only for a notified dynamic importer, an importer without the callback, a mapping
+leaked by detach, or after an unpin too many let the buffer move, and ``check_dma`` flags exactly those.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from sim.core import DeadlockError, Environment, InvariantViolation, ProtocolErr
 DEVS = ("nic0", "nic1")
 APP = "app"
 MAX_FDS = 8
-PROTO, DEADLOCK = (ProtocolError, None), (DeadlockError, None)
+PROTO, DEADLOCK, LEAK = (ProtocolError, None), (DeadlockError, None), (InvariantViolation, None)
 PICK = st.integers(0, 7)
 """Index of the buffer, attachment or mapping a rule acts on (modulo how many exist)."""
 FD = st.integers(-1, MAX_FDS)
@@ -50,6 +53,8 @@ class RefMap:
     pinned_on_map: bool
     notified_at_map: int
     unmapped: bool = False
+    cached: bool = False
+    """Mapped at attach (6.14): maps return it, unmaps leave it, detach unmaps it."""
 
 
 @dataclass(eq=False)
@@ -58,6 +63,7 @@ class RefAttach:
     dev: str
     dynamic: bool
     unmap_on_notify: bool
+    has_op: bool = True
     real: object = None
     pin_count: int = 0
     notified: int = 0
@@ -71,6 +77,9 @@ class RefAttach:
         if self.unmap_on_notify:
             for sgt in list(attach.mappings):
                 dma_buf_unmap_attachment(attach, sgt)
+
+    def cached(self) -> RefMap | None:
+        return next((m for m in self.maps if m.cached and not m.unmapped), None)
 
     def live_maps(self) -> list[RefMap]:
         return [m for m in self.maps if not m.unmapped]
@@ -88,6 +97,10 @@ class RefBuf:
     holder: str | None = None
     gen: int = 0
     atts: list[RefAttach] = field(default_factory=list)
+    exp_pins: int = 0
+    """The exporter's pin count (TTM's ``pin_count``)."""
+    stolen: bool = False
+    """An unpin found the exporter unpinned, or dropped a pin another attachment counts on."""
 
     @property
     def real(self):
@@ -96,15 +109,17 @@ class RefBuf:
     def live_atts(self) -> list[RefAttach]:
         return [a for a in self.atts if not a.detached]
 
-    def exporter_pins(self) -> int:
+    def held_pins(self) -> int:
+        """Pins the attachments believe they hold."""
         return sum(a.pin_count + sum(m.pinned_on_map for m in a.live_maps()) for a in self.atts)
 
 
 class DmaBufMachine(RuleBasedStateMachine):
     @initialize(move_notify=st.booleans(), kind=st.sampled_from(["dynamic", "dynamic-no-p2p", "static"]),
-                unmap_on_notify=RARELY)
-    def setup(self, move_notify, kind, unmap_on_notify):
-        self.config = KernelConfig(move_notify_enabled=move_notify)
+                unmap_on_notify=RARELY, version=st.sampled_from(["6.14", "6.18", "7.1"]))
+    def setup(self, move_notify, kind, unmap_on_notify, version):
+        self.config = KernelConfig(move_notify_enabled=move_notify or version == "7.1", version=version)
+        self.behaviour = self.config.behaviour
         self.core = DmaBufCore(Environment(), self.config)
         self.table = FdTable(APP, max_fds=MAX_FDS)
         self.files: dict[int, RefBuf | str] = {0: "plain", 1: "plain", 2: "plain"}
@@ -121,7 +136,10 @@ class DmaBufMachine(RuleBasedStateMachine):
         try:
             result = call()
         except SimError as err:
-            assert not isinstance(err, InvariantViolation), err
+            assert not isinstance(err, InvariantViolation) or expected == LEAK, err
+            if expected == LEAK:
+                assert isinstance(err, InvariantViolation) and "leaks them" in str(err), err
+                return True, None
             assert expected is not None, f"unexpected {err!r}"
             assert type(err) is expected[0], f"expected {expected}, got {err!r}"
             assert expected[1] is None or err.errno == expected[1], f"expected {expected}, got {err!r}"
@@ -144,12 +162,18 @@ class DmaBufMachine(RuleBasedStateMachine):
                 buf.holder = None
 
     def _put(self, buf: RefBuf, caller: str):
-        """Expected outcome of dma_buf_put by ``caller``."""
-        if buf.released:
-            return PROTO
-        if buf.holder == caller or (buf.refcount == 1 and buf.holder is not None):
-            return DEADLOCK
-        return None
+        """Expected outcome of dma_buf_put by ``caller``: the lock plays no part (fput defers the release)."""
+        return PROTO if buf.released else None
+
+    def _unpin(self, buf: RefBuf) -> None:
+        """The exporter's unpin (TTM): WARN and nothing when unpinned."""
+        if not buf.movable:
+            return
+        if buf.exp_pins == 0:
+            self.warns += 1
+            buf.stolen = True
+        else:
+            buf.exp_pins -= 1
 
     def _apply_put(self, buf: RefBuf) -> None:
         buf.refcount -= 1
@@ -162,13 +186,16 @@ class DmaBufMachine(RuleBasedStateMachine):
 
     def _notify_all(self, buf: RefBuf) -> None:
         for att in buf.live_atts():
-            if not att.dynamic:
+            if not att.dynamic or not att.has_op:
                 continue
-            self.warns += att.pinned()
             att.notified += 1
             if att.unmap_on_notify:
                 for m in att.live_maps():
+                    if m.cached:  # an unmap of the sg table cached at attach does nothing
+                        continue
                     m.unmapped = True
+                    if m.pinned_on_map:
+                        self._unpin(buf)
 
     # ---------------------------------------------------------------------------------------- buffers / fds
     @rule(kind=st.sampled_from(["movable", "static", "invalid"]), placement=st.sampled_from(Placement),
@@ -193,7 +220,7 @@ class DmaBufMachine(RuleBasedStateMachine):
         if not with_fd:
             return
         with self.holding(buf, APP, hold):
-            expected = DEADLOCK if buf.holder == APP else errno("EMFILE") if len(self.files) == MAX_FDS else None
+            expected = errno("EMFILE") if len(self.files) == MAX_FDS else None
             ok, fd = self.run(expected, lambda: dma_buf_fd(buf.real, self.table))
         if ok:
             self.files[fd] = buf
@@ -205,7 +232,7 @@ class DmaBufMachine(RuleBasedStateMachine):
             self.run(errno("EBADF") if file is None else errno("EINVAL"), lambda: dma_buf_get(self.table, fd))
             return
         with self.holding(file, dev, hold):
-            expected = PROTO if file.released else DEADLOCK if file.holder == dev else None
+            expected = PROTO if file.released else None
             ok, got = self.run(expected, lambda: dma_buf_get(self.table, fd, caller=dev))
         if ok:
             assert got is file.real
@@ -255,22 +282,27 @@ class DmaBufMachine(RuleBasedStateMachine):
         """Attach (static, dynamic, dynamic without peer2peer, or ops lacking move_notify); optionally map
         right away with the unlocked variant, as an RDMA driver does at registration."""
         buf = self.bufs[i % len(self.bufs)]
-        att = RefAttach(buf, dev, kind != "static", unmap_on_notify)
+        att = RefAttach(buf, dev, kind != "static", unmap_on_notify, has_op=kind != "no-move-notify")
         ops = (None if kind == "static" else
                DmaBufAttachOps(None if kind == "no-move-notify" else att.move_notify, kind == "dynamic"))
+        bad_ops = kind == "no-move-notify" and not self.behaviour.invalidate_optional
         with self.holding(buf, dev, hold):
-            refused = not buf.movable and buf.real.placement is Placement.VRAM and kind != "dynamic"
-            expected = (errno("EINVAL") if kind == "no-move-notify" else PROTO if buf.released
-                        else DEADLOCK if buf.holder is not None else errno("ENOTSUPP") if refused else None)
+            refused = not buf.movable and buf.real.placement is Placement.VRAM and kind in ("dynamic-no-p2p",
+                                                                                             "no-move-notify")
+            expected = (errno("EINVAL") if bad_ops else PROTO if buf.released else errno("ENOTSUPP") if refused
+                        else DEADLOCK if buf.holder is not None else None)  # the exporter's op runs unlocked
             call = (lambda: dma_buf_attach(buf.real, dev)) if ops is None else (
                 lambda: dma_buf_dynamic_attach(buf.real, dev, ops))
             ok, att.real = self.run(expected, call)
-        self.warns += kind == "no-move-notify"
+        self.warns += bad_ops
         if not ok:
             return
         assert att.real.peer2peer is (kind == "dynamic")
         buf.atts.append(att)
         self.atts.append(att)
+        if self.behaviour.maps_at_attach and att.dynamic != buf.movable:
+            buf.exp_pins += buf.movable
+            att.maps.append(RefMap(att.real.sgt, buf.gen, buf.movable, att.notified, cached=True))
         if map_now:
             self.map(len(self.atts) - 1, hold=False, unlocked=True)
 
@@ -285,12 +317,16 @@ class DmaBufMachine(RuleBasedStateMachine):
             else:
                 self.warns += not att.dynamic
                 expected = None if buf.holder == att.dev else PROTO
-            if expected is None and unpin and att.pin_count == 0:
-                self.warns += 1
             call = dma_buf_unpin if unpin else dma_buf_pin
             ok, _ = self.run(expected, lambda: call(att.real))
-        if ok and not (unpin and att.pin_count == 0):
-            att.pin_count += -1 if unpin else 1
+        if not ok:
+            return
+        att.pin_count += -1 if unpin else 1  # the core counts nothing: an unpin too many goes negative
+        if unpin:
+            buf.stolen |= att.pin_count < 0
+            self._unpin(buf)
+        else:
+            buf.exp_pins += buf.movable
 
     @precondition(lambda self: self.atts)
     @rule(i=PICK, hold=st.booleans(), unlocked=st.booleans())
@@ -303,10 +339,16 @@ class DmaBufMachine(RuleBasedStateMachine):
                         else None if buf.holder == att.dev else PROTO)
             call = dma_buf_map_attachment_unlocked if unlocked else dma_buf_map_attachment
             ok, sgt = self.run(expected, lambda: call(att.real))
-        if ok:
-            pinned = buf.movable and (not att.dynamic or not self.config.move_notify_enabled)
-            assert sgt.pinned_on_map is pinned and sgt.generation == buf.gen
-            att.maps.append(RefMap(sgt, buf.gen, pinned, att.notified))
+        if not ok:
+            return
+        cached = att.cached()
+        if cached is not None:
+            assert sgt is cached.real
+            return
+        pinned = buf.movable and (not att.dynamic or not self.config.move_notify_enabled)
+        assert sgt.pinned_on_map is pinned and sgt.generation == buf.gen
+        buf.exp_pins += pinned
+        att.maps.append(RefMap(sgt, buf.gen, pinned, att.notified))
 
     @precondition(lambda self: any(a.maps for a in self.atts))
     @rule(i=PICK, j=PICK, hold=st.booleans(), unlocked=st.booleans())
@@ -321,8 +363,10 @@ class DmaBufMachine(RuleBasedStateMachine):
                         else PROTO if m.unmapped or not unlocked and buf.holder != att.dev else None)
             call = dma_buf_unmap_attachment_unlocked if unlocked else dma_buf_unmap_attachment
             ok, _ = self.run(expected, lambda: call(att.real, m.real))
-        if ok:
+        if ok and not m.cached:
             m.unmapped = True
+            if m.pinned_on_map:
+                self._unpin(buf)
 
     @precondition(lambda self: self.atts)
     @rule(i=PICK, hold=RARELY)
@@ -330,11 +374,17 @@ class DmaBufMachine(RuleBasedStateMachine):
         att = self.atts[i % len(self.atts)]
         buf = att.buf
         with self.holding(buf, att.dev, hold):
+            cached = att.cached() if self._attached(att) else None
+            leaked = [m for m in att.live_maps() if m is not cached]
             expected = (PROTO if not self._attached(att) else DEADLOCK if buf.holder is not None
-                        else PROTO if att.live_maps() or att.pin_count else None)
+                        else LEAK if leaked or att.pin_count > 0 else None)
             ok, _ = self.run(expected, lambda: dma_buf_detach(buf.real, att.real))
         if ok:
             att.detached = True
+            if cached is not None:
+                cached.unmapped = True
+                if cached.pinned_on_map:
+                    self._unpin(buf)
 
     # ---------------------------------------------------------------------------------------- exporter
     @rule(i=PICK, dst=st.sampled_from(Placement), notify_only=RARELY, hold=RARELY)
@@ -353,7 +403,7 @@ class DmaBufMachine(RuleBasedStateMachine):
             return
         with self.holding(buf, ctx, hold):
             expected = (PROTO if buf.released else DEADLOCK if buf.holder is not None
-                        else errno("EBUSY") if buf.exporter_pins() else None)
+                        else errno("EBUSY") if buf.exp_pins else None)
             ok, fence = self.run(expected, lambda: buf.exporter.move(dst))
         if ok:
             self._notify_all(buf)
@@ -384,7 +434,8 @@ class DmaBufMachine(RuleBasedStateMachine):
         for i, buf in enumerate(self.bufs):
             if not buf.movable:
                 continue
-            assert buf.exporter.pin_count == buf.exporter_pins()
+            assert buf.exporter.pin_count == buf.exp_pins
+            assert buf.stolen or buf.exp_pins == buf.held_pins()
             if buf.exporter.pin_count:
                 assert self.pinned_gen.setdefault(i, buf.real.generation) == buf.real.generation
             else:
@@ -399,7 +450,9 @@ class DmaBufMachine(RuleBasedStateMachine):
                 if m.gen == att.buf.gen:
                     check_dma(m.real)
                     continue
-                assert att.dynamic and att.notified > m.notified_at_map
+                leaked = att.detached  # left mapped at detach: nobody notifies it any more
+                assert (att.dynamic and (att.notified > m.notified_at_map or not att.has_op)) or att.buf.stolen \
+                    or leaked
                 try:
                     check_dma(m.real)
                 except InvariantViolation as err:

@@ -1,0 +1,79 @@
+"""amdgpu's dma-buf exporter: peer-to-peer per PCIe path at attach, and where an unpinned buffer is when mapped."""
+
+import pytest
+
+from models.dmabuf import (DmaBufAttachOps, DmaBufCore, FdTable, KernelConfig, Placement, dma_buf_dynamic_attach,
+                           dma_buf_map_attachment, dma_buf_pin)
+from models.dmabuf.gpu_export import Gpu
+from models.gpu import gpu_params
+from models.pcie.topology import ROOT_COMPLEX_PRESETS, RootComplexParams, build_topology, pci_p2pdma_distance
+from sim.core import Environment
+from sim.run import run_scenario
+from sim.scenario.schema import Scenario
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize("layout, root, reachable", [
+    ("switch", "server", True), ("switch", "intel_client", True),            # a common switch always works
+    ("root_complex", "server", True), ("root_complex", "intel_client", False),  # through a host bridge
+    ("cross_socket", "server", False),                                       # across host bridges
+])
+def test_pci_p2pdma_distance_follows_the_path(layout, root, reachable):
+    graph = build_topology(layout, root=RootComplexParams(**ROOT_COMPLEX_PRESETS[root]))
+    assert (pci_p2pdma_distance(graph, "gpu0", "nic0") >= 0) is reachable
+
+
+def _amd(distance):
+    core = DmaBufCore(Environment(), KernelConfig(move_notify_enabled=True))
+    gpu = Gpu("g", "amd", gpu_params("mi300x"), core, capacity=1 << 30)
+    gpu.peer_distance = lambda dev: distance
+    alloc = gpu.malloc("x", 64 * MiB)
+    gpu.export(alloc, FdTable("app"))
+    return core, alloc.exporter
+
+
+def _map(exporter, attach):
+    exporter.dmabuf.resv.lock(attach.dev)
+    try:
+        return dma_buf_map_attachment(attach)
+    finally:
+        exporter.dmabuf.resv.unlock(attach.dev)
+
+
+@pytest.mark.parametrize("distance, p2p_asked, p2p, placement", [
+    (2, True, True, Placement.VRAM),        # peer-to-peer: an unpinned VRAM buffer stays in VRAM
+    (-1, True, False, Placement.SYSTEM),    # no P2P path: attach clears peer2peer, map moves it to GTT
+    (2, False, False, Placement.SYSTEM),    # an importer that cannot take peer memory
+])
+def test_amdgpu_attach_and_map(distance, p2p_asked, p2p, placement):
+    core, exporter = _amd(distance)
+    notified = []
+    attach = dma_buf_dynamic_attach(exporter.dmabuf, "mlx5_0", DmaBufAttachOps(notified.append, p2p_asked))
+    assert attach.peer2peer is p2p
+    sgt = _map(exporter, attach)
+    assert exporter.dmabuf.placement is sgt.placement is placement
+    assert notified == ([] if placement is Placement.VRAM else [attach])  # the move notified the importers
+
+
+def test_a_pinned_buffer_is_not_moved_by_the_map():
+    core, exporter = _amd(-1)
+    attach = dma_buf_dynamic_attach(exporter.dmabuf, "mlx5_0", DmaBufAttachOps(lambda a: None, True))
+    exporter.dmabuf.resv.lock("mlx5_0")
+    dma_buf_pin(attach)
+    sgt = dma_buf_map_attachment(attach)
+    exporter.dmabuf.resv.unlock("mlx5_0")
+    assert sgt.placement is Placement.VRAM and exporter.dmabuf.generation == 0
+
+
+@pytest.mark.parametrize("layout, target", [("switch", "gpu0"), ("cross_socket", "mem0")])
+def test_a_dynamic_mr_on_an_amd_gpu_across_sockets_lands_in_host_memory(layout, target):
+    result = run_scenario(Scenario.model_validate({
+        "schema": 1, "name": "p2p", "seed": 1,
+        "nodes": [{"name": "a", "gpus": [{"preset": "mi300x"}], "topology": layout,
+                   "kernel": {"version": "6.18", "dmabuf_move_notify": True}}, {"name": "b"}],
+        "buffers": [{"name": "g", "on": "a.gpu0", "size": "4MiB", "register": "dmabuf"},
+                    {"name": "h", "on": "b.host", "size": "4MiB"}],
+        "workload": [{"kind": "write_bw", "from": "h", "to": "g", "sizes": ["64KiB"], "iterations": 20}]}))
+    mr = result.testbed.registrations["g"].mr
+    assert mr.backing.target(0) == target and result.summary["errors"].sum() == 0
