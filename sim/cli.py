@@ -200,7 +200,7 @@ def explain(scenario: ScenarioPath,
             memory_budget: MemoryBudgetOption = None) -> None:
     """Print the protocol timeline of the registrations and of the first eviction: who calls what, holding
     which lock, at what simulated time."""
-    from sim.explain import explain as timeline
+    from sim.explain import explain as timeline, first_accesses_only
     from sim.run import run_scenario
 
     _, _, variants = _load(scenario)
@@ -208,14 +208,14 @@ def explain(scenario: ScenarioPath,
     if variant is not None and variant not in names:
         typer.echo(f"{scenario}: no variant named '{variant}' (variants: {', '.join(names)})", err=True)
         raise typer.Exit(2)
-    name, spec = next((n, v) for n, v in variants if variant in (None, n))
+    name, spec = next((n, first_accesses_only(v)) for n, v in variants if variant in (None, n))
     _check_budget(scenario, [(name, spec)], memory_budget, trace=True)
     try:
         result = run_scenario(spec, trace=True, variant=name)
     except SimError as exc:
         typer.echo(f"{scenario}: run failed: {exc}", err=True)
         raise typer.Exit(1) from None
-    sys.stdout.write(timeline(result) + "\n")
+    sys.stdout.write(timeline(result, names) + "\n")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
