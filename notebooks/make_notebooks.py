@@ -591,6 +591,19 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     result = run_scenario(scn, trace=True, variant="dmabuf")
     print(explain(result))
     """),
+    md("""
+    The same timeline as a sequence diagram (`sim.diagram.draw`; on the command line, `rdmasim explain FILE
+    --diagram FILE.svg`): one column per layer — the application, uverbs/ib_core, the importer's driver, the
+    dma-buf core with its reservation lock, the exporter, the NIC — and one row per call or event, in time order.
+    """),
+    code("""
+    from sim.diagram import draw
+    from sim.timeline import sections
+
+    parts = sections(result.testbed)
+    assert [p.registration.buffer for p in parts if p.registration] == ["src", "dst"]
+    draw(result.testbed, parts, "pin_vs_dmabuf, variant dmabuf");
+    """),
     code("""
     events = sorted(result.testbed.env.trace.events, key=lambda e: e.time_ps)
     first = lambda name, after=0: next(e for e in events if e.name == name and e.time_ps >= after)
@@ -1091,6 +1104,23 @@ NOTEBOOKS["06_why_move_notify_exists.ipynb"] = [
     broken = run_scenario(scenario(broken=True))
     counters = pd.DataFrame({"correct importer": correct.counters, "ignores move_notify": broken.counters})
     counters
+    """),
+    md("""
+    Drawn from their traces (`sim.diagram.draw`), the first memory event of both runs: the exporter notifies both
+    importers under the reservation lock, but only the correct one unmaps, faults on its next access and re-maps
+    after the copy's fence; the broken one's kernel WARNs and its NIC carries on through the old translation.
+    """),
+    code("""
+    from sim.diagram import draw
+    from sim.timeline import sections
+
+    for label, broken_nic in (("correct importer", False), ("ignores move_notify", True)):
+        traced = run_scenario(scenario(broken=broken_nic), trace=True)
+        first_event = sections(traced.testbed)[-1]
+        names = {entry.event.name for entry in first_event.entries}
+        assert "MappingInvalidated" in names and ("MappingRestored" in names) == (not broken_nic)
+        assert ("PageFaulted" in names) == (not broken_nic) and ("KernelWarned" in names) == broken_nic
+        draw(traced.testbed, [first_event], f"{label}: the first memory event");
     """),
     md("""
     Both runs write the GPU buffer's first MiB to node b 600 times (`write_bw`: the NIC on node a *reads* the GPU
