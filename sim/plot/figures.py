@@ -141,8 +141,9 @@ def _time_curves(ax, timeline: pd.DataFrame) -> None:
 
 
 def _mark_events(ax, events: pd.DataFrame) -> None:
-    """The scenario's events as dashed lines named by kind; an event that failed (the competing job's
-    allocation, refused because memory was pinned) as a red cross per variant, with its outcome."""
+    """The scenario's events as dashed lines named by kind; per variant, an event that failed (the competing job's
+    allocation, refused because memory was pinned) as a red cross with its outcome, one that evicted a
+    registered buffer (move_notify, the copy, the NIC's re-fault follow) as an orange triangle."""
     shown = events[~events["kind"].isin(BOOKKEEPING_KINDS)]
     for _, event in shown.drop_duplicates(["kind", "time_ms"]).iterrows():
         ax.axvline(event["time_ms"], color="grey", ls="--", lw=0.8)
@@ -150,14 +151,19 @@ def _mark_events(ax, events: pd.DataFrame) -> None:
                     rotation=90, fontsize=7, color="grey")
     if "outcome" not in shown:
         return
-    failed = shown[shown["outcome"].astype(str).map(event_failed)]
-    for row, (_, event) in enumerate(failed.iterrows()):
+    failed = shown["outcome"].astype(str).map(event_failed).astype(bool)
+    evicted = (pd.to_numeric(shown["evicted"], errors="coerce").fillna(0) > 0 if "evicted" in shown
+               else pd.Series(False, index=shown.index))
+    for row, (_, event) in enumerate(shown[failed | evicted].iterrows()):
         y = 0.75 - 0.07 * row
-        ax.plot([event["time_ms"]], [y], "x", color="tab:red", ms=7, mew=2, transform=ax.get_xaxis_transform())
+        bad = event_failed(str(event["outcome"]))
+        what = event["outcome"] if bad else f"evicted {int(event['evicted'])} buffer(s): move_notify, copy, re-fault"
+        colour = "tab:red" if bad else "tab:orange"
+        ax.plot([event["time_ms"]], [y], "x" if bad else "v", color=colour, ms=7, mew=2,
+                transform=ax.get_xaxis_transform())
         who = "" if event.get("variant", "base") == "base" else f"{event['variant']}: "
-        ax.annotate(f"{who}{event['kind']} {event['outcome']}", (event["time_ms"], y), xytext=(6, 0),
-                    textcoords="offset points", xycoords=("data", "axes fraction"), fontsize=7, color="tab:red",
-                    va="center")
+        ax.annotate(f"{who}{event['kind']} {what}", (event["time_ms"], y), xytext=(6, 0), textcoords="offset points",
+                    xycoords=("data", "axes fraction"), fontsize=7, color=colour, va="center")
 
 
 def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str,

@@ -65,6 +65,8 @@ def test_each_failed_allocation_is_marked_with_its_variant_and_outcome(drawn, tm
     assert all("no evictable memory" in n for n in notes)
     crosses = [line for line in top.get_lines() if line.get_marker() == "x"]
     assert len(crosses) == len(failed) and all(line.get_xdata()[0] == pytest.approx(20.0) for line in crosses)
+    evicted = [t.get_text() for t in top.texts if "evicted" in t.get_text()]
+    assert evicted == ["dmabuf: gpu-memory-pressure evicted 1 buffer(s): move_notify, copy, re-fault"]
 
 
 def test_the_latency_panel_shows_the_operations_the_eviction_stalled(drawn, tmp_path):
