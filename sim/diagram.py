@@ -23,7 +23,7 @@ from sim.build import Testbed
 from sim.core.trace import TraceEvent
 from sim.explain import describe, us
 from sim.outdir import OutputError, claim_file, write_file
-from sim.timeline import LOCK_EVENTS, Section
+from sim.timeline import LOCK_EVENTS, Entry, Section
 
 APP, UVERBS, IMPORTER, DMABUF, EXPORTER, NIC = range(6)
 LANE_OF = {
@@ -86,17 +86,18 @@ def lane_titles(bed: Testbed) -> list[str]:
 
 @dataclass
 class _Row:
+    """A drawn row of a section: where, and what."""
+
     y: float
     event: TraceEvent
-    text: str
 
 
-def _label(event: TraceEvent, count: int, queued: bool, nodes: bool) -> str:
-    text = describe(event) if event.name not in LOCK_EVENTS else (
-        f"{'lock' if event.name == 'LockAcquired' else 'unlock'} {event.args['lock']} ({event.component})")
-    if count > 1:
-        text += f"  ×{count}" + (" queued" if queued else "")
-    return f"{event.component.split('.')[0]}: {text}" if nodes and event.name not in LOCK_EVENTS else text
+def _label(entry: Entry, nodes: bool) -> str:
+    """A call's or an instant's label: described as explain prints it, its node first when there are several."""
+    text = describe(entry.event)
+    if entry.count > 1:
+        text += f"  ×{entry.count}" + (" queued" if entry.queued else "")
+    return f"{entry.event.component.split('.')[0]}: {text}" if nodes else text
 
 
 def draw(bed: Testbed, parts: list[Section], title: str) -> Figure:
@@ -137,20 +138,21 @@ def _draw_section(ax, part: Section, y: float, several_nodes: bool) -> float:
         stack = open_slices.setdefault(event.component, [])
         while stack and stack[-1][0] <= event.time_ps:
             stack.pop()
-        text = _label(event, entry.count, entry.queued, several_nodes)
         if event.name in LOCK_EVENTS:
             _lock(ax, event, x, y, locks)
         elif event.dur_ps is not None:
             caller = stack[-1][1] if stack else (NIC if event.name in CALLED_FROM_NIC else APP)
-            _call(ax, caller * SPACING, x, y, text, depth=sum(1 for _, n in stack if n == lane(event)))
+            nested = sum(1 for _, column in stack if column == lane(event))
+            _call(ax, caller * SPACING, x, y, _label(entry, several_nodes), depth=nested)
             stack.append((event.time_ps + event.dur_ps, lane(event)))
         else:
             colour = COLOURS.get(event.name, "0.35")
             ax.plot([x], [y], "o", ms=4.5, color=colour, zorder=3)
-            ax.text(x + 0.15, y, text, va="center", fontsize=7, color=colour, bbox=LABEL_BOX)
+            ax.text(x + 0.15, y, _label(entry, several_nodes), va="center", fontsize=7, color=colour,
+                    bbox=LABEL_BOX)
             if event.name == "FencesWaited" and event.args["waited_ps"]:
                 _fence(ax, rows, event, x, y)
-        rows.append(_Row(y, event, text))
+        rows.append(_Row(y, event))
     _activations(ax, rows)
     return y
 
