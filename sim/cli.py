@@ -205,17 +205,18 @@ def explain(scenario: ScenarioPath,
             ) -> None:
     """Print the protocol timeline of each registration and of the first memory event: who calls what, under
     which lock, at what simulated time, and why each outcome happened."""
-    from sim.diagram import diagram_path, draw, write_diagram
     from sim.explain import explain as timeline, first_accesses_only
     from sim.run import run_scenario
-    from sim.timeline import sections
 
     _, _, variants = _load(scenario)
     names = [name for name, _ in variants]
     if variant is not None and variant not in names:
         typer.echo(f"{scenario}: no variant named '{variant}' (variants: {', '.join(names)})", err=True)
         raise typer.Exit(2)
-    if diagram is not None:
+    if diagram is not None:  # matplotlib only when drawing
+        from sim.diagram import diagram_path, draw, write_diagram
+        from sim.timeline import sections
+
         with _refused(OutputError):
             diagram_path(diagram, force=force)
     name, spec = next((n, first_accesses_only(v)) for n, v in variants if variant in (None, n))
