@@ -104,6 +104,13 @@ WHY: dict[str, Callable[[TraceEvent, Testbed], str]] = {
     "PeerMemoryReclaimed": lambda e, bed: ("the GPU driver freed the memory: its free callback invalidated the MR, "
                                            "later accesses complete in error (no re-fault)"),
     "KernelWarned": lambda e, bed: "the kernel WARNed and let the call continue",
+    "BufferReleased": lambda e, bed: "the last reference was dropped: the exporter's release frees the buffer",
+    "FaultBatchServiced": lambda e, bed: (f"the unified-memory driver serviced {e.args['faults']} of the job's GPU "
+                                          f"page faults, migrating {e.args['pages_migrated']} pages to the GPU"),
+    "ManagedMemoryGrew": lambda e, bed: (f"the managed job's memory on the GPU grew by {format_size(e.args['bytes'])}"
+                                         f": {format_size(e.args['free'])} of VRAM left"),
+    "BlocksEvicted": lambda e, bed: (f"the unified-memory driver pushed {e.args['blocks']} of the job's own blocks "
+                                     "back to the host to make room (oversubscription)"),
 }
 """Per outcome: one line of why, from the event and the testbed."""
 
@@ -113,6 +120,8 @@ def _repeat(entry: Entry) -> str:
         return ""
     if entry.queued:
         return f"  (×{entry.count}: accesses queued behind it)"
+    if entry.last_ps == entry.event.time_ps:
+        return f"  (×{entry.count} at once)"
     return f"  (×{entry.count}, the last at {us(entry.last_ps)})"
 
 

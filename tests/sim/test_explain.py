@@ -155,3 +155,15 @@ def test_a_scenario_without_events_is_explained_at_each_workloads_first_size_onl
     assert len(quick.workload[0].size_list()) > 1
     pressure = dict(load_scenario_variants(ROOT / "scenarios" / "pin_vs_dmabuf.yaml")[2])["dmabuf"]
     assert first_accesses_only(pressure) is pressure
+
+
+def test_no_outcome_goes_without_its_line_of_why():
+    _, _, variants = load_scenario_variants(ROOT / "scenarios" / "managed_pressure.yaml")
+    managed = run_scenario(variants[0][1], trace=True, variant=variants[0][0])
+    for result in (managed, shipped("dmabuf"), shipped("peermem"), traced(), traced(move_notify=False)):
+        lines = explain(result).splitlines()
+        outcomes = [i for i, line in enumerate(lines) if re.match(r"\s+\d+\.\d{3} µs", line)
+                    and not line.rstrip().endswith("]") and not re.search(r"\b(un)?lock \S+$", line)]
+        assert outcomes
+        for i in outcomes:
+            assert lines[i + 1].lstrip().startswith("why: "), lines[i]
