@@ -729,14 +729,18 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
     `dmabuf-no-move-notify` row: the same dynamic registration, but its buffer is pinned (on map).
 
     ## Bandwidth over time
-    `bandwidth_timeline` bins the bytes of successful completions over time (100 bins); `event_times` places
-    the scenario's events on the same axis (ms since the first post).
+    `bandwidth_timeline` spreads the bytes of each successful operation over the time the wire needed for them,
+    ending at its completion, and sums them per time bin (100 bins): no bin shows more than the link carried.
+    `event_times` places the scenario's events on the same axis (ms since the first post).
     """),
     code("""
+    from sim.plot.figures import curve_style, labelled
+
     fig, ax = plt.subplots(figsize=(10, 4))
-    for name, result in runs.items():
-        curve = bandwidth_timeline(result, bins=100)
-        ax.plot(curve["time_ms"], curve["bw_Gbps"], lw=1.2, label=name, ls="-" if name == "dmabuf" else "--")
+    curves = {name: bandwidth_timeline(result, bins=100) for name, result in runs.items()}
+    names = labelled([(name, curve["bw_Gbps"].to_numpy()) for name, curve in curves.items()])
+    for i, (curve, label) in enumerate(zip(curves.values(), names)):  # equal curves say so, in their own style
+        ax.plot(curve["time_ms"], curve["bw_Gbps"], label=label, **curve_style(i, len(curve)))
     for _, event in event_times(runs["dmabuf"]).iterrows():
         if event["kind"] != "workloads-start":
             ax.axvline(event["time_ms"], color="grey", lw=0.8, ls=":")
