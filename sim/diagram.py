@@ -77,7 +77,7 @@ def lane(event: TraceEvent) -> int:
 
 def lane_titles(bed: Testbed) -> list[str]:
     """Column headings, naming the importer and exporter styles present in ``bed``."""
-    importers = sorted({"mlx5_ib (dynamic)" if n.nic.params.dmabuf == "dynamic" else "pinning importer"
+    importers = sorted({"mlx5_ib (dynamic)" if n.nic.params.dmabuf == "dynamic" else "EFA-style (pins)"
                         for n in bed.nodes.values() if n.nic.params.dmabuf})
     exporters = sorted({f"{g.vendor} GPU driver" for g in bed.gpus.values()}) or ["GPU driver"]
     return ["application", "uverbs / ib_core", "importer\n" + ", ".join(importers or ["driver"]),
