@@ -577,9 +577,9 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     ## The whole protocol in one run: `sim.explain`
     `scenarios/pin_vs_dmabuf.yaml` streams RDMA WRITEs out of a 1 GiB buffer on an MI300X-class GPU (dynamic
     exporter, 8 GiB usable) while, 20 ms in, another job allocates 7.5 GiB. Its `dmabuf` variant registers the
-    buffer with `ibv_reg_dmabuf_mr`. With `trace=True` the run records every call; `explain` prints the
-    registration and the first memory event, each line with the simulated time, the acting component and the
-    locks it holds.
+    buffer with `ibv_reg_dmabuf_mr`. With `trace=True` the run records every call; `explain` prints each
+    registration and the first memory event, each line with the simulated time (µs) and the acting component;
+    calls made inside a call or under a lock are indented right, and each outcome says why.
     """),
     code("""
     from sim.explain import explain
