@@ -577,9 +577,9 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     ## The whole protocol in one run: `sim.explain`
     `scenarios/pin_vs_dmabuf.yaml` streams RDMA WRITEs out of a 1 GiB buffer on an MI300X-class GPU (dynamic
     exporter, 8 GiB usable) while, 20 ms in, another job allocates 7.5 GiB. Its `dmabuf` variant registers the
-    buffer with `ibv_reg_dmabuf_mr`. With `trace=True` the run records every call; `explain` prints the
-    registration and the first memory event, each line with the simulated time, the acting component and the
-    locks it holds.
+    buffer with `ibv_reg_dmabuf_mr`. With `trace=True` the run records every call; `explain` prints each
+    registration and the first memory event, each line with the simulated time (µs) and the acting component;
+    calls made inside a call or under a lock are indented right, and each outcome says why.
     """),
     code("""
     from sim.explain import explain
@@ -590,6 +590,19 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     scn = dict(variants)["dmabuf"]
     result = run_scenario(scn, trace=True, variant="dmabuf")
     print(explain(result))
+    """),
+    md("""
+    The same timeline as a sequence diagram (`sim.diagram.draw`; on the command line, `rdmasim explain FILE
+    --diagram FILE.svg`): one column per layer — the application, uverbs/ib_core, the importer's driver, the
+    dma-buf core with its reservation lock, the exporter, the NIC — and one row per call or event, in time order.
+    """),
+    code("""
+    from sim.diagram import draw
+    from sim.timeline import sections
+
+    parts = sections(result.testbed)
+    assert [p.registration.buffer for p in parts if p.registration] == ["src", "dst"]
+    draw(result.testbed, parts, "pin_vs_dmabuf, variant dmabuf");
     """),
     code("""
     events = sorted(result.testbed.env.trace.events, key=lambda e: e.time_ps)
@@ -716,14 +729,18 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
     `dmabuf-no-move-notify` row: the same dynamic registration, but its buffer is pinned (on map).
 
     ## Bandwidth over time
-    `bandwidth_timeline` bins the bytes of successful completions over time (100 bins); `event_times` places
-    the scenario's events on the same axis (ms since the first post).
+    `bandwidth_timeline` spreads the bytes of each successful operation over the time the wire needed for them,
+    ending at its completion, and sums them per time bin (100 bins): no bin shows more than the link carried.
+    `event_times` places the scenario's events on the same axis (ms since the first post).
     """),
     code("""
+    from sim.plot.figures import curve_style, labelled
+
     fig, ax = plt.subplots(figsize=(10, 4))
-    for name, result in runs.items():
-        curve = bandwidth_timeline(result, bins=100)
-        ax.plot(curve["time_ms"], curve["bw_Gbps"], lw=1.2, label=name, ls="-" if name == "dmabuf" else "--")
+    curves = {name: bandwidth_timeline(result, bins=100) for name, result in runs.items()}
+    names = labelled([(name, curve["bw_Gbps"].to_numpy()) for name, curve in curves.items()])
+    for i, (curve, label) in enumerate(zip(curves.values(), names)):  # equal curves say so, in their own style
+        ax.plot(curve["time_ms"], curve["bw_Gbps"], label=label, **curve_style(i, len(curve)))
     for _, event in event_times(runs["dmabuf"]).iterrows():
         if event["kind"] != "workloads-start":
             ax.axvline(event["time_ms"], color="grey", lw=0.8, ls=":")
@@ -1093,6 +1110,23 @@ NOTEBOOKS["06_why_move_notify_exists.ipynb"] = [
     counters
     """),
     md("""
+    Drawn from their traces (`sim.diagram.draw`), the first memory event of both runs: the exporter notifies both
+    importers under the reservation lock, but only the correct one unmaps, faults on its next access and re-maps
+    after the copy's fence; the broken one's kernel WARNs and its NIC carries on through the old translation.
+    """),
+    code("""
+    from sim.diagram import draw
+    from sim.timeline import sections
+
+    for label, broken_nic in (("correct importer", False), ("ignores move_notify", True)):
+        traced = run_scenario(scenario(broken=broken_nic), trace=True)
+        first_event = sections(traced.testbed)[-1]
+        names = {entry.event.name for entry in first_event.entries}
+        assert "MappingInvalidated" in names and ("MappingRestored" in names) == (not broken_nic)
+        assert ("PageFaulted" in names) == (not broken_nic) and ("KernelWarned" in names) == broken_nic
+        draw(traced.testbed, [first_event], f"{label}: the first memory event");
+    """),
+    md("""
     Both runs write the GPU buffer's first MiB to node b 600 times (`write_bw`: the NIC on node a *reads* the GPU
     buffer), and both see the same eviction at 2 ms. At the end the run compares the destination's bytes with
     the source's *true* contents (wherever the exporter keeps them now).
@@ -1257,9 +1291,10 @@ NOTEBOOKS["07_design_space_sweeps.ipynb"] = [
 
     ## Figures by recipe
     `plot(results_dir, recipe)` writes PNG, PDF and the CSV of the plotted numbers. A `heatmap` averages a
-    metric over two axes (default: the sweep's first two, and average bandwidth); `mode_comparison` draws
-    bandwidth, p99.9 latency, registration time and pinned memory per variant, averaged over the sizes. (The
-    recipes draw off-screen, so we display the PNG files they write.)
+    metric over two axes (default: the sweep's first two, and average bandwidth); `mode_comparison` compares like
+    with like: bandwidth and p99.9 latency per variant for each workload kind and message size, then registration
+    time, pinned memory and the competing job's failed allocations per variant. (The recipes draw off-screen, so
+    we display the PNG files they write.)
     """),
     code("""
     from sim.plot.recipes import plot
@@ -1278,9 +1313,12 @@ NOTEBOOKS["07_design_space_sweeps.ipynb"] = [
     merged = grid.merge(table[["variant", "workload.stream.sizes.0", "bw_avg_Gbps"]],
                         on=["variant", "workload.stream.sizes.0"], suffixes=("_plotted", "_table"))
     assert len(merged) == 9 and (merged["bw_avg_Gbps_plotted"] - merged["bw_avg_Gbps_table"]).abs().max() < 1e-9
-    bars = pd.read_csv(modes[2]).set_index("variant")
-    assert abs(bars.loc["dmabuf", "bw_avg_Gbps"] - table.loc[table["variant"] == "dmabuf", "bw_avg_Gbps"].mean()) < 1e-9
-    assert bars.loc["dmabuf", "pinned_GiB"] == 1 and bars.loc["peermem", "pinned_GiB"] == 2
+    bars = pd.read_csv(modes[2])
+    per_case = bars.merge(table[["variant", "kind", "bytes", "bw_avg_Gbps"]], on=["variant", "kind", "bytes"],
+                          suffixes=("_plotted", "_table"))
+    assert len(per_case) == 9 and (per_case["bw_avg_Gbps_plotted"] - per_case["bw_avg_Gbps_table"]).abs().max() < 1e-9
+    costs = bars.drop_duplicates("variant").set_index("variant")
+    assert costs.loc["dmabuf", "pinned_GiB"] == 1 and costs.loc["peermem", "pinned_GiB"] == 2
     """),
     md("""
     ## Results on disk, and resuming

@@ -39,6 +39,10 @@ class Registration:
     """'host' or the GPU's name."""
     allocation: GpuAllocation | None = None
     """The GPU allocation behind a GPU buffer."""
+    started_ps: int = 0
+    """When its registration began (the previous one had ended)."""
+    first_event: int = 0
+    """Index in the run's trace of the first event its registration recorded (0 when not traced)."""
 
     def current_bytes(self) -> np.ndarray:
         """Data mode: the buffer's true contents now (where the exporter keeps it, not a stale mapping)."""
@@ -66,6 +70,8 @@ class Testbed:
     """Every QP the workloads created."""
     started_ps: int = 0
     """When setup (registration) ended and the workloads began."""
+    setup_events: int = 0
+    """Trace events the setup recorded (0 when not traced)."""
 
 
 class RegistrationFailed(SimError):
@@ -103,14 +109,20 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
             node.pcie = device_link(node.topology)
             bed.gpus[name].peer_distance = lambda dev, graph=node.topology: pci_p2pdma_distance(graph, "gpu0", "nic0")
     for i, spec in enumerate(scenario.buffers):
+        started, first_event = env.now, _traced(env)
         try:
             reg = _register(bed, spec, scenario.invariants)
         except SimError as exc:
             raise RegistrationFailed(f"buffers[{i}] '{spec.name}' on {spec.on} ({spec.registration}): {exc}") from exc
+        reg.started_ps, reg.first_event = started, first_event
         bed.registrations[spec.name] = reg
         env.run(until=max(env.now + reg.mr.reg_ps, *(n.kernel.now_ps(n.nic.name) for n in bed.nodes.values())))
-    bed.started_ps = env.now
+    bed.started_ps, bed.setup_events = env.now, _traced(env)
     return bed
+
+
+def _traced(env: Environment) -> int:
+    return len(env.trace.events) if env.trace.enabled else 0
 
 
 def kernel_config(spec) -> KernelConfig:

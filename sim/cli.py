@@ -197,10 +197,15 @@ def run(scenario: ScenarioPath,
 def explain(scenario: ScenarioPath,
             variant: Annotated[Optional[str], typer.Option(help="Which variant to explain (default: the "
                                                                 "first).")] = None,
-            memory_budget: MemoryBudgetOption = None) -> None:
-    """Print the protocol timeline of the registrations and of the first eviction: who calls what, holding
-    which lock, at what simulated time."""
-    from sim.explain import explain as timeline
+            memory_budget: MemoryBudgetOption = None,
+            diagram: Annotated[Optional[Path], typer.Option(
+                help="Also draw the timeline as a sequence diagram (swimlanes) into this .svg or .png file.",
+                metavar="FILE")] = None,
+            force: Annotated[bool, typer.Option(help="Replace a diagram drawn before at --diagram's path.")] = False,
+            ) -> None:
+    """Print the protocol timeline of each registration and of the first memory event: who calls what, under
+    which lock, at what simulated time, and why each outcome happened."""
+    from sim.explain import explain as timeline, first_accesses_only
     from sim.run import run_scenario
 
     _, _, variants = _load(scenario)
@@ -208,14 +213,25 @@ def explain(scenario: ScenarioPath,
     if variant is not None and variant not in names:
         typer.echo(f"{scenario}: no variant named '{variant}' (variants: {', '.join(names)})", err=True)
         raise typer.Exit(2)
-    name, spec = next((n, v) for n, v in variants if variant in (None, n))
+    if diagram is not None:  # matplotlib only when drawing
+        from sim.diagram import diagram_path, draw, write_diagram
+        from sim.timeline import sections
+
+        with _refused(OutputError):
+            diagram_path(diagram, force=force)
+    name, spec = next((n, first_accesses_only(v)) for n, v in variants if variant in (None, n))
     _check_budget(scenario, [(name, spec)], memory_budget, trace=True)
     try:
         result = run_scenario(spec, trace=True, variant=name)
     except SimError as exc:
         typer.echo(f"{scenario}: run failed: {exc}", err=True)
         raise typer.Exit(1) from None
-    sys.stdout.write(timeline(result) + "\n")
+    sys.stdout.write(timeline(result, names) + "\n")
+    if diagram is not None:
+        title = scenario.name + ("" if len(names) == 1 else f", variant '{name}'")
+        with _refused(OutputError):
+            written = write_diagram(draw(result.testbed, sections(result.testbed), title), diagram, force=force)
+        typer.echo(f"wrote {written}", err=True)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)

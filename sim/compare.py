@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 
 from sim.core.units import PS_PER_US
+from sim.operations import OperationTable
 from sim.tables import RunResult
 
 
@@ -25,20 +28,46 @@ def bandwidth_span(result: RunResult) -> tuple[int, int] | None:
     return span
 
 
-def bandwidth_timeline(result: RunResult, bins: int = 100) -> pd.DataFrame:
-    """Delivered bandwidth over time: successful bytes completed per time bin of the bandwidth workloads."""
+def bandwidth_timeline(result: RunResult, bins: int = 100, link_Bps: float | None = None) -> pd.DataFrame:
+    """Delivered bandwidth over time: the bytes of the bandwidth workloads' successful operations per time bin.
+
+    Each operation's bytes are placed on the wire at ``link_Bps`` (default: the run's fabric rate), ending at
+    its completion or, if the next operation needs the wire by then, just before that one's share: the latest
+    schedule the link could have carried. Counting whole messages in the bin of their completion would show
+    bins above the link rate (a bin holding one completion more than the wire carried in it).
+    """
     span = bandwidth_span(result)
     if span is None:
         return pd.DataFrame(columns=["variant", "time_ms", "bw_Gbps"])
+    rate = result.testbed.fabric.params.rate_Bps if link_Bps is None else link_Bps
     start, end = span
     edges = np.linspace(start, end + 1, bins + 1)
+    batches = _bandwidth_batches(result, ["completed_ps", "bytes", "ok"])
+    ops = pd.concat([b.loc[b["ok"], ["completed_ps", "bytes"]] for b in batches]).sort_values("completed_ps")
     delivered = np.zeros(bins)
-    for ops in _bandwidth_batches(result, ["completed_ps", "bytes", "ok"]):
-        ok = ops[ops["ok"]]
-        delivered += np.histogram(ok["completed_ps"], bins=edges, weights=ok["bytes"])[0]
+    if len(ops):
+        nbytes = ops["bytes"].to_numpy(dtype=float)
+        wire = nbytes / rate * 1e12
+        sent = np.cumsum(wire)  # each finish: at most its completion, at most the next one's start
+        finish = np.minimum.accumulate((ops["completed_ps"].to_numpy(dtype=float) - sent)[::-1])[::-1] + sent
+        total = np.cumsum(nbytes)
+        knots = np.column_stack([finish - wire, finish]).ravel()
+        delivered = np.diff(np.interp(edges, knots, np.column_stack([total - nbytes, total]).ravel(), left=0.0))
     width_s = (edges[1] - edges[0]) / 1e12
     return pd.DataFrame({"variant": result.variant, "time_ms": (edges[:-1] - start) / 1e9,
                          "bw_Gbps": delivered * 8 / width_s / 1e9})
+
+
+def post_latencies(result: RunResult) -> pd.DataFrame:
+    """Each successful operation of the bandwidth workloads: when it was posted (ms since the first post) and
+    its latency (µs)."""
+    span = bandwidth_span(result)
+    parts = [ops.loc[ops["ok"], ["posted_ps", "latency_ps"]]
+             for ops in _bandwidth_batches(result, ["posted_ps", "latency_ps", "ok"])]
+    ops = pd.concat(parts) if parts else pd.DataFrame(columns=["posted_ps", "latency_ps"])
+    start = span[0] if span else 0
+    return pd.DataFrame({"variant": result.variant, "posted_ms": (ops["posted_ps"].to_numpy() - start) / 1e9,
+                         "latency_us": ops["latency_ps"].to_numpy() / PS_PER_US})
 
 
 def event_times(result: RunResult) -> pd.DataFrame:
@@ -68,7 +97,7 @@ def comparison_table(results: list[RunResult]) -> pd.DataFrame:
         pct = (lambda q: float(lat_us[min(len(lat_us) - 1, int(len(lat_us) * q))]) if len(lat_us) else float("nan"))
         rows.append({
             "variant": result.variant,
-            "modes": ",".join(sorted(set(result.registrations["mode"]))),
+            "modes": ",".join(f"{r.buffer}={r.mode}" for r in result.registrations.itertuples()),
             "register_us": float(result.registrations["register_us"].sum()),
             "gpu_register_us": float(gpu["register_us"].sum()),
             "bw_avg_Gbps": float(bw["bw_avg_Gbps"].mean()) if len(bw) else float("nan"),
@@ -79,3 +108,17 @@ def comparison_table(results: list[RunResult]) -> pd.DataFrame:
             **result.counters,
         })
     return pd.DataFrame(rows)
+
+
+def case_rows(result: RunResult) -> list[tuple[dict, dict]]:
+    """Per (workload, size) of ``result``, its perftest summary row and its :func:`comparison_table` row computed
+    from that case's operations alone: what compares like with like across variants."""
+    ops = result.table.frame()
+    rows = []
+    for perftest in result.summary.to_dict("records"):
+        mine = ops[(ops["workload"] == perftest["workload"]) & (ops["bytes"] == perftest["bytes"])]
+        part = SimpleNamespace(variant=result.variant, table=OperationTable.of(mine),
+                               summary=pd.DataFrame([perftest]), registrations=result.registrations,
+                               counters=result.counters)
+        rows.append((perftest, comparison_table([part]).iloc[0].to_dict()))
+    return rows

@@ -1,83 +1,180 @@
-"""``rdmasim explain``: the protocol timeline of a run as a readable sequence.
+"""``rdmasim explain``: the protocol timeline of a run as text a student can read aloud.
 
-Two sections: the registration of every buffer, and the first eviction (or other memory event) with the
-accesses it disturbed, up to the moment the NIC's translation was restored. Each line gives the simulated time,
-the acting component, the locks it holds, and the call (as a nested slice) or the event (past tense).
+Each registration has its section, opened by what that mode does; then the first memory event (or the first
+faulting accesses). A line gives the simulated time in µs, the acting component and the call (a slice, with its
+duration) or the event (past tense); calls made inside a call, and while a lock is held, are indented one step
+right. Outcomes carry one line saying why.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from sim.build import Registration, Testbed
 from sim.core.trace import TraceEvent
-from sim.tables import RunResult
+from sim.core.units import format_size
+from sim.scenario.schema import Scenario
+from sim.tables import RunResult, pinned_bytes
+from sim.timeline import LOCK_EVENTS, Entry, Section, sections
 
-LOCK_EVENTS = ("LockAcquired", "LockReleased")
-DATA_PATH = ("busy", "RDMA_WRITE", "RDMA_READ")
-"""Per-resource and per-work-request slices: in the trace file, not in the protocol timeline."""
-DISRUPTIONS = ("gpu_memory_pressure", "managed_memory_pressure", "PeerMemoryReclaimed")
-WINDOW_PS = 5_000_000_000
-"""How long after the first disruption to keep listing events when nothing restores the mapping (5 ms)."""
-
-
-def _describe(event: TraceEvent) -> str:
-    args = ", ".join(f"{k}={v}" for k, v in event.args.items() if k != "lock")
-    if event.dur_ps is None:
-        return f"{event.name}" + (f" ({args})" if args else "")
-    return f"{event.name}({args})  [{event.dur_ps / 1e6:.3f} us]"
+SIZE_ARGS = ("bytes", "size", "length", "free", "largest_free")
+"""Arguments that are sizes in bytes (printed with a binary unit)."""
 
 
-def _collapse(events: list[TraceEvent]) -> list[tuple[TraceEvent, int]]:
-    """Runs of the same instant on the same track become one entry with a count."""
-    out: list[tuple[TraceEvent, int]] = []
-    for event in events:
-        last = out[-1][0] if out else None
-        if (last is not None and event.dur_ps is None and last.dur_ps is None and event.name == last.name
-                and event.component == last.component and event.name not in LOCK_EVENTS):
-            out[-1] = (last, out[-1][1] + 1)
-        else:
-            out.append((event, 1))
-    return out
+def us(ps: int) -> str:
+    """A simulated time or duration in µs, with its unit."""
+    return f"{ps / 1e6:.3f} µs"
 
 
-def _render(events: list[TraceEvent], title: str) -> list[str]:
-    lines = [title, "-" * len(title)]
-    held: dict[str, set[str]] = {}
+def _value(key: str, value) -> tuple[str, str]:
+    if key.endswith("_ps") and isinstance(value, int):
+        return key[:-3], us(value)
+    if key in SIZE_ARGS and isinstance(value, int):
+        return key, format_size(value)
+    return key, str(value)
+
+
+def describe(event: TraceEvent) -> str:
+    """``name(arg=value, ...)`` with times in µs and sizes with units; a slice adds its duration."""
+    args = ", ".join("=".join(_value(k, v)) for k, v in event.args.items() if k != "lock")
+    text = f"{event.name}({args})" if event.dur_ps is not None else event.name + (f" ({args})" if args else "")
+    return text if event.dur_ps is None else f"{text}  [{us(event.dur_ps)}]"
+
+
+def mode_note(reg: Registration, bed: Testbed) -> str:
+    """What a registration of ``reg``'s mode does, in one sentence."""
+    node = bed.nodes[reg.node]
+    if reg.mode == "pinned":
+        return ("ibv_reg_mr on host memory: pin_user_pages pins every page (charged to RLIMIT_MEMLOCK), the driver "
+                "writes the MTT and creates the mkey; the pages never move.")
+    if reg.mode == "odp":
+        return ("ibv_reg_mr with IBV_ACCESS_ON_DEMAND: nothing is pinned and the MTT starts empty; the NIC faults "
+                "pages in when it first touches them.")
+    if reg.mode == "peermem":
+        return ("ibv_reg_mr on GPU memory through the peer-memory client: nvidia_p2p_get_pages pins the GPU pages "
+                "for the MR's lifetime (nothing is charged to RLIMIT_MEMLOCK).")
+    if reg.mode == "dmabuf-pinned" or node.nic.params.dmabuf == "pinned":
+        return ("The GPU driver exports a dma-buf fd; the importer attaches, pins it (dma_buf_pin) and maps it: "
+                "the buffer can no longer move.")
+    tail = ("the exporter may move the buffer later, after telling the NIC (move_notify)."
+            if node.kernel.config.move_notify_enabled else
+            "this kernel has CONFIG_DMABUF_MOVE_NOTIFY off, so the map pins the buffer.")
+    return ("The GPU driver exports a dma-buf fd; the NIC attaches as a dynamic importer and maps it under the "
+            f"reservation lock; {tail}")
+
+
+def _allocation_failed(event: TraceEvent, bed: Testbed) -> str:
+    pins = [f"{format_size(pinned_bytes(r))} of this GPU pinned by {r.node}.nic through {r.mode}"
+            for r in bed.registrations.values() if f"{r.node}.{r.location}" == event.component and pinned_bytes(r)]
+    if pins:
+        return f"allocation failed: {' and '.join(pins)}, and pinned memory cannot be evicted"
+    return (f"allocation failed: no free run of {format_size(event.args['bytes'])} "
+            f"(the largest is {format_size(event.args['largest_free'])})")
+
+
+def _fences(event: TraceEvent, bed: Testbed) -> str:
+    if not event.args["waited_ps"]:
+        return "no fence was pending: the pages were ready at once"
+    waited = us(event.args["waited_ps"])
+    return f"the pages were usable only after the exporter's copy signalled its fence, {waited} later"
+
+
+WHY: dict[str, Callable[[TraceEvent, Testbed], str]] = {
+    "MkeyCreated": lambda e, bed: (f"the NIC can translate all {e.args['mtt_entries']} pages now: no access will "
+                                   "fault" if e.args["mtt_entries"] else
+                                   "nothing is mapped yet: the NIC's first touch of each page faults"),
+    "BufferPinned": lambda e, bed: ("the importer cannot be told to let go (static, or CONFIG_DMABUF_MOVE_NOTIFY off), "
+                                    "so the map pinned the buffer: the exporter can no longer move it"),
+    "FencesWaited": _fences,
+    "AllocationFailed": _allocation_failed,
+    "MemoryAllocated": lambda e, bed: f"the allocation fit: {format_size(e.args['free'])} still free",
+    "BufferEvicted": lambda e, bed: f"the exporter evicts '{e.args['tag']}' to make room; its importers must let go",
+    "MappingInvalidated": lambda e, bed: (f"move_notify: {e.args['dev']} zaps its translation (mlx5: a UMR with the "
+                                          "ZAP flag); its next access faults"),
+    "BufferMoved": lambda e, bed: (f"the copy {e.args['src']} -> {e.args['dst']} ends at "
+                                   f"{us(e.args['copy_done_ps'])}; the new pages are usable when its fence signals"),
+    "PageFaulted": lambda e, bed: ("the NIC found its translation zapped: the driver re-maps the whole MR under "
+                                   "the lock"),
+    "MappingRestored": lambda e, bed: f"the MTT points at the buffer's pages: the NIC may use them from "
+                                      f"{us(e.args['ready_ps'])}",
+    "AccessStalled": lambda e, bed: f"the requester's send queue stalls until the translation is ready, at "
+                                    f"{us(e.args['until_ps'])}",
+    "RnrNakSent": lambda e, bed: ("the responder answers RNR NAK while it faults (a modelling choice); the requester "
+                                  f"retries at {us(e.args['retry_at_ps'])}"),
+    "PeerMemoryReclaimed": lambda e, bed: ("the GPU driver freed the memory: its free callback invalidated the MR, "
+                                           "later accesses complete in error (no re-fault)"),
+    "KernelWarned": lambda e, bed: "the kernel WARNed and let the call continue",
+    "BufferReleased": lambda e, bed: "the last reference was dropped: the exporter's release frees the buffer",
+    "FaultBatchServiced": lambda e, bed: (f"the unified-memory driver serviced {e.args['faults']} of the job's GPU "
+                                          f"page faults, migrating {e.args['pages_migrated']} pages to the GPU"),
+    "ManagedMemoryGrew": lambda e, bed: (f"the managed job's memory on the GPU grew by {format_size(e.args['bytes'])}"
+                                         f": {format_size(e.args['free'])} of VRAM left"),
+    "BlocksEvicted": lambda e, bed: (f"the unified-memory driver pushed {e.args['blocks']} of the job's own blocks "
+                                     "back to the host to make room (oversubscription)"),
+}
+"""Per outcome: one line of why, from the event and the testbed."""
+
+
+def _repeat(entry: Entry) -> str:
+    if entry.count == 1:
+        return ""
+    if entry.queued:
+        return f"  (×{entry.count}: accesses queued behind it)"
+    if entry.last_ps == entry.event.time_ps:
+        return f"  (×{entry.count} at once)"
+    return f"  (×{entry.count}, the last at {us(entry.last_ps)})"
+
+
+def render(section: Section, bed: Testbed) -> list[str]:
+    """The lines of one section."""
+    lines = [section.title, "-" * len(section.title)]
+    if section.registration is not None:
+        lines.append(mode_note(section.registration, bed))
+    width = max((len(entry.event.component) for entry in section.entries), default=0)
+    locks: dict[str, int] = {}
     open_slices: dict[str, list[int]] = {}
-    for event, count in _collapse(events):
-        if event.name in LOCK_EVENTS:
-            locks = held.setdefault(event.component, set())
-            (locks.add if event.name == "LockAcquired" else locks.discard)(event.args["lock"])
-            lines.append(f"{event.time_ps / 1e6:12.3f} us  {event.component:<10} "
-                         f"{'':<16} {'lock' if event.name == 'LockAcquired' else 'unlock'} {event.args['lock']}")
-            continue
+    for entry in section.entries:
+        event = entry.event
         stack = open_slices.setdefault(event.component, [])
         while stack and stack[-1] <= event.time_ps:
             stack.pop()
-        holds = ",".join(sorted(held.get(event.component, ()))) or "-"
-        repeat = f"  (x{count}: the accesses queued behind it)" if count > 1 else ""
-        lines.append(f"{event.time_ps / 1e6:12.3f} us  {event.component:<10} holds {holds:<10} "
-                     f"{'  ' * len(stack)}{_describe(event)}{repeat}")
+        if event.name == "LockReleased":
+            locks[event.component] = max(0, locks.get(event.component, 0) - 1)
+        indent = "  " * (len(stack) + locks.get(event.component, 0))
+        if event.name in LOCK_EVENTS:
+            text = f"{'lock' if event.name == 'LockAcquired' else 'unlock'} {event.args['lock']}"
+        else:
+            text = describe(event) + _repeat(entry)
+        head = f"{event.time_ps / 1e6:12.3f} µs  {event.component:<{width}}  "
+        lines.append(head + indent + text)
+        if event.name in WHY:
+            lines.append(" " * len(head) + indent + "  why: " + WHY[event.name](event, bed))
+        if event.name == "LockAcquired":
+            locks[event.component] = locks.get(event.component, 0) + 1
         if event.dur_ps:
             stack.append(event.time_ps + event.dur_ps)
+    if section.note:
+        lines.append(section.note)
     return lines
 
 
-def explain(result: RunResult) -> str:
-    """The registration and first-disruption timelines of a traced run (``run_scenario(..., trace=True)``)."""
+def explain(result: RunResult, variants: list[str] | None = None) -> str:
+    """The timeline of a traced run (``run_scenario(..., trace=True)``); ``variants`` are the scenario's
+    variant names, when it has several (the first line says which one this is and how to pick another)."""
     bed = result.testbed
-    events = sorted((e for e in bed.env.trace.events if e.name not in DATA_PATH),
-                    key=lambda e: e.time_ps)  # stable: ties keep their causal order
-    setup = [e for e in events if e.time_ps < bed.started_ps]
-    regs = ", ".join(f"'{r.buffer}' ({r.mode} on {r.node}.{r.location})" for r in bed.registrations.values())
-    lines = _render(setup, f"Registration of {regs}")
-    first = next((e for e in events if e.time_ps >= bed.started_ps and e.name in DISRUPTIONS), None)
-    if first is None:
-        lines += ["", "No memory event disturbed the registrations during the run."]
-        return "\n".join(lines)
-    restored = next((e for e in events if e.time_ps > first.time_ps and e.name == "MappingRestored"), None)
-    end = restored.time_ps if restored else first.time_ps + WINDOW_PS
-    window = [e for e in events if first.time_ps <= e.time_ps <= end]
-    lines += [""] + _render(window, f"First memory event at {first.time_ps / 1e6:.3f} us: {first.name} on "
-                                   f"{first.component}")
-    if restored is None:
-        lines.append(f"(no re-map within {WINDOW_PS / 1e9:.0f} ms)")
-    return "\n".join(lines)
+    lines = []
+    if variants and len(variants) > 1:
+        lines += [f"Variant '{result.variant}' ({variants.index(result.variant) + 1} of {len(variants)}: "
+                  f"{', '.join(variants)}; --variant NAME explains another)", ""]
+    for section in sections(bed):
+        lines += render(section, bed) + [""]
+    return "\n".join(lines).rstrip("\n")
+
+
+def first_accesses_only(scenario: Scenario) -> Scenario:
+    """``scenario`` with each workload at its first message size only, when it has no events: without a memory
+    event, the timeline ends with the first faulting accesses, and the first size makes them."""
+    if scenario.events:
+        return scenario
+    return scenario.model_copy(update={"workload": [w.model_copy(update={"sizes": w.size_list()[:1]})
+                                                    for w in scenario.workload]})

@@ -9,6 +9,10 @@ one rdmasim writes there: a foreign file is named and the directory left alone. 
 directory without ``force``. Everything else is refused before any work: the empty path, ``/``, a symbolic
 link (never followed), a file, a non-empty directory without a marker.
 
+A single drawn file (``explain --diagram``) follows the same rule at the scale of one file: a new path, or
+(with ``force``) a file that carries rdmasim's marker; it is written under a temporary name beside it and
+renamed into place.
+
 Results are written into a staging directory next to the target (``.NAME.rdmasim-staging-PID-TOKEN`` holding a
 ``.rdmasim-staging`` marker) and published by a rename; staging directories left by a killed process are
 removed by the next claim in the same parent.
@@ -22,7 +26,7 @@ import re
 import secrets
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -285,3 +289,62 @@ def _remove_stale_staging(parent: Path) -> None:
             continue
         if ours and kind and not pid_alive(record["pid"]):
             remove_owned(entry, kind)
+
+
+MARKER_SPAN = 64 * 1024
+"""How far into an existing file its marker is looked for (bytes): metadata comes before the drawing."""
+
+
+def claim_file(out: str | os.PathLike, marker: bytes, *, force: bool = False) -> Path:
+    """Check that a file rdmasim draws may be written at ``out``: a new path, or, with ``force``, a file whose
+    first :data:`MARKER_SPAN` bytes hold ``marker`` (rdmasim drew it). Creates nothing.
+
+    :raises OutputError: the empty path, a symbolic link, a directory or other non-file, a file rdmasim did not
+        write, a drawing of rdmasim's without ``force``, or a folder for it that is not a writable directory.
+    """
+    text = os.fspath(out)
+    if text == "":
+        raise OutputError("output path is empty: name a file, e.g. --diagram timeline.svg")
+    given = Path(text)
+    try:
+        return _claim_file(given, marker, force)
+    except OSError as exc:
+        raise _refuse(given, f"cannot be checked: {exc.strerror or exc}") from None
+
+
+def _claim_file(given: Path, marker: bytes, force: bool) -> Path:
+    if given.is_symlink():
+        raise _refuse(given, f"is a symbolic link (to {os.readlink(given)}); rdmasim does not write through links")
+    path = given.parent.resolve() / given.name
+    if path.exists():
+        if not path.is_file():
+            raise _refuse(path, "exists and is not a file; name a new file")
+        with open(path, "rb") as handle:
+            ours = marker in handle.read(MARKER_SPAN)
+        if not ours:
+            raise _refuse(path, "exists and rdmasim did not write it; name a new file")
+        if not force:
+            raise _refuse(path, "exists (drawn before); add --force to replace it")
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
+        raise _refuse(path, f"cannot be created: {path.parent} is not a writable directory")
+    return path
+
+
+def write_file(out: str | os.PathLike, marker: bytes, write: Callable[[Path], None], *, force: bool = False) -> Path:
+    """Claim ``out`` (:func:`claim_file`), let ``write`` fill a temporary file beside it (its
+    :func:`temporary_name`), claim again and rename it into place; on any error the temporary file is removed.
+
+    :raises OutputError: as :func:`claim_file`, or writing failed.
+    """
+    path = claim_file(out, marker, force=force)
+    temporary = path.parent / temporary_name(path.name)
+    try:
+        write(temporary)
+        os.replace(temporary, claim_file(out, marker, force=force))
+    except OSError as exc:
+        temporary.unlink(missing_ok=True)
+        raise _refuse(path, f"writing failed: {exc}") from None
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path

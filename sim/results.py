@@ -21,7 +21,7 @@ import pandas as pd
 
 from sim import __version__, outdir
 from sim.core.trace import write_chrome_trace
-from sim.compare import bandwidth_timeline, comparison_table, event_times
+from sim.compare import bandwidth_timeline, comparison_table, event_times, post_latencies
 from sim.operations import write_operations
 from sim.plot import figures
 from sim.tables import RunResult
@@ -124,7 +124,8 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
     if {"bw_over_time", "gpu_memory"} & set(scenario.outputs) and kinds.str.endswith("_bw").any():
         timeline = _concat([bandwidth_timeline(r) for r in results])  # one pass over the operations for both
         if "bw_over_time" in scenario.outputs:
-            figures.bw_over_time(timeline, events, out, scenario.name)
+            figures.bw_over_time(timeline, events, out, scenario.name,
+                                 _concat([post_latencies(r) for r in results]))
         if "gpu_memory" in scenario.outputs:
             figures.gpu_memory(timeline, events, out, scenario.name)
     if "latency_cdf" in scenario.outputs:

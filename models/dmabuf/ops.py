@@ -289,6 +289,7 @@ def _map_dma_buf(attach: DmaBufAttachment, direction: DmaDataDirection, ctx: str
                 core.warn(ctx, f"{call}: WARN_ON_ONCE: exporter {dmabuf.exp_name} made the buffer "
                           "inaccessible (pin -EBUSY) while an attachment needs it")
             raise
+        core.instant(ctx, "BufferPinned", dmabuf=dmabuf.name, on="map")
     segments = dmabuf.ops.map_dma_buf(attach, direction)
     if segments is None:
         if pin:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from models.dmabuf.gpu_export import GpuAllocation
 from models.ib.mr_backing import PeerMemBacking, PeerMemParams
 from models.nic.wqe import Access
-from models.verbs.verbs import REG_MR_FIXED_PS, MemoryRegion, ProtectionDomain, check_reg_args
+from models.verbs.verbs import REG_MR_FIXED_PS, MemoryRegion, ProtectionDomain, check_reg_args, trace_registration
 from sim.core import VerbsError
 
 
@@ -34,6 +34,8 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
     backing = PeerMemBacking(length, alloc, f"{nic.name}:mr{key}")
     mr = MemoryRegion(pd, addr, length, Access(access), key, key, cost, backing=backing)
     nic.mrs[key] = mr
+    trace_registration(mr, call, ("nvidia_p2p_get_pages", cost - REG_MR_FIXED_PS, {"gpu_pages": gpu_pages}),
+                       gpu_pages)
     return mr
 
 

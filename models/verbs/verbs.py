@@ -260,7 +260,25 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     key = nic.new_key()
     mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + cost, backing=backing)
     nic.mrs[key] = mr
+    pages = pd.context.node.host.pages_spanned(addr, length)
+    trace_registration(mr, call, None if backing else ("pin_user_pages", cost, {"pages": pages}),
+                       0 if backing else pages)
     return mr
+
+
+def trace_registration(mr: MemoryRegion, call: str, pinning: tuple[str, int, dict] | None, entries: int) -> None:
+    """Trace a registration that took ``mr.reg_ps`` from now: the verb as a slice on the NIC's track, its
+    pinning step ``(name, ps, args)`` first (none for ODP), and ``MkeyCreated`` with ``entries`` translation
+    entries written when it returns (the fixed ioctl and mkey cost is not split further)."""
+    env = mr.pd.context.env
+    if not env.trace.enabled:
+        return
+    nic, start = mr.pd.context.node.nic.name, env.now
+    env.trace.slice(nic, call, start, start + mr.reg_ps, length=mr.length, access=mr.access.name or "0")
+    if pinning is not None:
+        name, cost, args = pinning
+        env.trace.slice(nic, name, start, start + cost, **args)
+    env.trace.instant(nic, "MkeyCreated", at_ps=start + mr.reg_ps, lkey=mr.lkey, mtt_entries=entries)
 
 
 def _back_host_mr(pd: ProtectionDomain, addr: int, length: int, access: Access, call: str):

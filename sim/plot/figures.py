@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.units import format_size
+from sim.events import BOOKKEEPING_KINDS, event_failed
 
 PDF_METADATA = {"CreationDate": None, "ModDate": None, "Producer": "rdmasim"}
 """Fixed PDF metadata so the same run gives the same bytes."""
@@ -37,6 +38,35 @@ def measured(axes, values) -> bool:
     return False
 
 
+LINE_STYLES = ("-", "--", "-.", ":")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def curve_style(index: int, points: int) -> dict:
+    """Line style and marker of a figure's ``index``-th curve of ``points`` points: both change from curve to
+    curve, and the markers of dense curves are thinned and offset, so curves that coincide stay apart."""
+    every = max(1, points // 12)
+    return {"ls": LINE_STYLES[index % len(LINE_STYLES)], "marker": MARKERS[index % len(MARKERS)], "ms": 4,
+            "markevery": (index * max(1, every // 4) % every, every), "lw": 1.3}
+
+
+def identical_to(curves: list[tuple[str, np.ndarray]]) -> dict[str, str]:
+    """For each curve whose values equal an earlier one's: its label -> the earlier label."""
+    same: dict[str, str] = {}
+    for i, (label, values) in enumerate(curves):
+        first = next((other for other, seen in curves[:i] if other not in same and len(seen) == len(values)
+                      and np.allclose(seen, values, rtol=1e-12, equal_nan=True)), None)
+        if first is not None:
+            same[label] = first
+    return same
+
+
+def labelled(curves: list[tuple[str, np.ndarray]]) -> list[str]:
+    """Legend labels of ``curves``: a curve that coincides with an earlier one says so."""
+    same = identical_to(curves)
+    return [f"{label} (identical to {same[label]})" if label in same else label for label, _ in curves]
+
+
 def save(fig, data: pd.DataFrame, directory: Path, name: str) -> list[Path]:
     """Write ``fig`` as ``name``.png and .pdf (deterministic metadata) and ``data`` as ``name``.csv."""
     directory.mkdir(parents=True, exist_ok=True)
@@ -63,8 +93,10 @@ def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]
     columns = [c for c in ("variant", "workload", "bytes", "bw_avg_Gbps", "bw_peak_Gbps") if c in summary]
     data = summary[summary["kind"].str.endswith("_bw")][columns]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, rows in _curves(data):
-        ax.plot(rows["bytes"], rows["bw_avg_Gbps"], marker="o", ms=3, label=label)
+    curves = list(_curves(data))
+    names = labelled([(label, rows["bw_avg_Gbps"].to_numpy()) for label, rows in curves])
+    for i, ((_, rows), name) in enumerate(zip(curves, names)):
+        ax.plot(rows["bytes"], rows["bw_avg_Gbps"], label=name, **curve_style(i, len(rows)))
     _size_axis(ax, data["bytes"])
     ax.set_ylabel("average bandwidth (Gb/s)")
     ax.set_ylim(bottom=0)
@@ -81,15 +113,18 @@ def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[
                if c in summary]
     data = summary[summary["kind"].str.endswith("_lat")][columns]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, rows in _curves(data):
-        line, = ax.plot(rows["bytes"], rows["t_typical_us"], marker="o", ms=3, label=f"{label} (typical)")
+    curves = list(_curves(data))
+    names = labelled([(label, rows[["t_typical_us", "t_min_us", "p99_9_us"]].to_numpy().ravel())
+                      for label, rows in curves])
+    for i, ((_, rows), name) in enumerate(zip(curves, names)):
+        line, = ax.plot(rows["bytes"], rows["t_typical_us"], label=f"{name} (typical)", **curve_style(i, len(rows)))
         ax.fill_between(rows["bytes"], rows["t_min_us"], rows["p99_9_us"], color=line.get_color(), alpha=0.2,
-                        label=f"{label} (min..p99.9)")
+                        label=f"{name} (min..p99.9)")
     _size_axis(ax, data["bytes"])
     if measured([ax], data["t_typical_us"]):
         ax.set_yscale("log")
-        ax.legend()
-    ax.set_ylabel("latency (us)")
+        ax.legend(fontsize=8)
+    ax.set_ylabel("latency (µs)")
     ax.set_title(f"{title}: latency vs. message size")
     fig.tight_layout()
     return save(fig, data, directory, "latency_vs_size")
@@ -97,23 +132,70 @@ def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[
 
 
 
-def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str) -> list[Path]:
-    """Delivered bandwidth over time per variant, with the scenario's events (``kind``, ``time_ms``) marked."""
-    fig, ax = plt.subplots(figsize=(8, 4.2))
-    for label, rows in timeline.groupby("variant", sort=False):
-        ax.plot(rows["time_ms"], rows["bw_Gbps"], label=label, lw=1.2)
-    for _, event in events.drop_duplicates(["kind", "time_ms"]).iterrows():
+def _time_curves(ax, timeline: pd.DataFrame) -> None:
+    """Delivered bandwidth per variant, each in its own style; a curve equal to an earlier one says so."""
+    curves = list(timeline.groupby("variant", sort=False))
+    names = labelled([(label, rows["bw_Gbps"].to_numpy(dtype=float)) for label, rows in curves])
+    for i, ((_, rows), name) in enumerate(zip(curves, names)):
+        ax.plot(rows["time_ms"], rows["bw_Gbps"], label=name, **curve_style(i, len(rows)))
+
+
+def _mark_events(ax, events: pd.DataFrame) -> None:
+    """The scenario's events as dashed lines named by kind; per variant, an event that failed (the competing job's
+    allocation, refused because memory was pinned) as a red cross with its outcome, one that evicted a
+    registered buffer (move_notify, the copy, the NIC's re-fault follow) as an orange triangle."""
+    shown = events[~events["kind"].isin(BOOKKEEPING_KINDS)]
+    for _, event in shown.drop_duplicates(["kind", "time_ms"]).iterrows():
         ax.axvline(event["time_ms"], color="grey", ls="--", lw=0.8)
         ax.annotate(event["kind"], (event["time_ms"], 0), xytext=(3, 8), textcoords="offset points",
                     rotation=90, fontsize=7, color="grey")
+    if "outcome" not in shown:
+        return
+    failed = shown["outcome"].astype(str).map(event_failed).astype(bool)
+    evicted = (pd.to_numeric(shown["evicted"], errors="coerce").fillna(0) > 0 if "evicted" in shown
+               else pd.Series(False, index=shown.index))
+    for row, (_, event) in enumerate(shown[failed | evicted].iterrows()):
+        y = 0.75 - 0.07 * row
+        bad = event_failed(str(event["outcome"]))
+        what = event["outcome"] if bad else f"evicted {int(event['evicted'])} buffer(s): move_notify, copy, re-fault"
+        colour = "tab:red" if bad else "tab:orange"
+        ax.plot([event["time_ms"]], [y], "x" if bad else "v", color=colour, ms=7, mew=2,
+                transform=ax.get_xaxis_transform())
+        who = "" if event.get("variant", "base") == "base" else f"{event['variant']}: "
+        ax.annotate(f"{who}{event['kind']} {what}", (event["time_ms"], y), xytext=(6, 0), textcoords="offset points",
+                    xycoords=("data", "axes fraction"), fontsize=7, color=colour, va="center")
+
+
+def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str,
+                 latencies: pd.DataFrame | None = None) -> list[Path]:
+    """Delivered bandwidth over time per variant with the scenario's events marked (failed ones with their
+    outcome); below it, when ``latencies`` (``variant``, ``posted_ms``, ``latency_us``) are given, each
+    operation's latency against the time it was posted, where a stall shows as the operations it held."""
+    if latencies is None:
+        fig, top = plt.subplots(figsize=(8, 4.2))
+    else:
+        fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.6), sharex=True, height_ratios=(3, 2))
+    _time_curves(top, timeline)
+    _mark_events(top, events)
     delivered = timeline["bw_Gbps"].to_numpy(dtype=float)
-    measured([ax], np.where(delivered > 0, delivered, np.nan))  # nothing delivered: no work request succeeded
-    ax.set_xlabel("time since the first post (ms)")
-    ax.set_ylabel("delivered bandwidth (Gb/s)")
-    ax.set_ylim(bottom=0)
-    ax.set_title(f"{title}: bandwidth over time")
-    ax.legend(fontsize=8)
-    ax.grid(True, alpha=0.3)
+    measured([top], np.where(delivered > 0, delivered, np.nan))  # nothing delivered: no work request succeeded
+    top.set_ylabel("delivered bandwidth (Gb/s)")
+    top.set_ylim(bottom=0)
+    top.set_title(f"{title}: bandwidth over time")
+    top.legend(fontsize=8, loc="lower right")
+    top.grid(True, alpha=0.3)
+    if latencies is not None:
+        groups = list(latencies.groupby("variant", sort=False))
+        names = labelled([(label, rows[["posted_ms", "latency_us"]].to_numpy().ravel()) for label, rows in groups])
+        for i, ((_, rows), name) in enumerate(zip(groups, names)):
+            bottom.scatter(rows["posted_ms"], rows["latency_us"], s=4, marker=MARKERS[i % len(MARKERS)],
+                           label=name, alpha=0.6, rasterized=True)
+        if measured([bottom], latencies["latency_us"]):
+            bottom.set_yscale("log")
+            bottom.legend(fontsize=8, markerscale=2)
+        bottom.set_ylabel("latency (µs)")
+        bottom.grid(True, alpha=0.3)
+    (top if latencies is None else bottom).set_xlabel("time since the first post (ms)")
     fig.tight_layout()
     return save(fig, timeline, directory, "bw_over_time")
 
@@ -130,13 +212,19 @@ def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[P
     for (variant, workload), rows in operations[operations["ok"]].groupby(["variant", "workload"], sort=False):
         lat = np.sort(rows["latency_ps"].to_numpy()) / 1e6
         frac = np.arange(1, len(lat) + 1) / len(lat)
-        label = variant if operations["workload"].nunique() == 1 else f"{variant} / {workload}"
-        left.step(lat, frac, where="post", label=label)
-        right.step(lat, np.maximum(1 - frac + 1 / len(lat), 1e-9), where="post", label=label)
         curves.append(pd.DataFrame({"variant": variant, "workload": workload, "latency_us": lat, "cdf": frac}))
+    one_workload = operations["workload"].nunique() == 1
+    keys = [c["variant"].iloc[0] if one_workload else f"{c['variant'].iloc[0]} / {c['workload'].iloc[0]}"
+            for c in curves]
+    for i, (curve, label) in enumerate(zip(curves, labelled([(k, c["latency_us"].to_numpy())
+                                                             for k, c in zip(keys, curves)]))):
+        lat, frac = curve["latency_us"].to_numpy(), curve["cdf"].to_numpy()
+        style = curve_style(i, len(lat))
+        left.step(lat, frac, where="post", label=label, **style)
+        right.step(lat, np.maximum(1 - frac + 1 / len(lat), 1e-9), where="post", label=label, **style)
     data = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=CDF_COLUMNS)
-    left.set(xlabel="latency (us)", ylabel="fraction of operations", title="CDF")
-    right.set(xlabel="latency (us)", ylabel="fraction at least this slow", title="tail")
+    left.set(xlabel="latency (µs)", ylabel="fraction of operations", title="CDF")
+    right.set(xlabel="latency (µs)", ylabel="fraction at least this slow", title="tail")
     if measured([left, right], data["latency_us"]):
         left.set(xscale="log")
         right.set(xscale="log", yscale="log")
@@ -152,14 +240,17 @@ def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, ti
     """Delivered bandwidth (top) and VRAM in use (bottom) over time, per variant: what memory pressure does to
     an RDMA stream out of GPU memory."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
-    for label, rows in timeline.groupby("variant", sort=False):
-        top.plot(rows["time_ms"], rows["bw_Gbps"], label=label, lw=1.2)
+    _time_curves(top, timeline)
+    _mark_events(top, events)
     used = events.dropna(subset=["gpu_used"]).sort_values("time_ms")
+    steps = []
     for label, rows in used.groupby("variant", sort=False):
         end = timeline[timeline["variant"] == label]["time_ms"].max()
-        times = list(rows["time_ms"]) + [end]
-        values = list(rows["gpu_used"] / 2**30) + [rows["gpu_used"].iloc[-1] / 2**30]
-        bottom.step(times, values, where="post", label=label)
+        steps.append((label, list(rows["time_ms"]) + [end], list(rows["gpu_used"] / 2**30)
+                      + [rows["gpu_used"].iloc[-1] / 2**30]))
+    names = labelled([(label, np.array(times + values)) for label, times, values in steps])
+    for i, ((_, times, values), name) in enumerate(zip(steps, names)):
+        bottom.step(times, values, where="post", label=name, **curve_style(i, len(times)))
     top.set(ylabel="delivered bandwidth (Gb/s)", title=f"{title}: bandwidth and GPU memory over time")
     top.set_ylim(bottom=0)
     bottom.set(xlabel="time since the first post (ms)", ylabel="VRAM in use (GiB)")

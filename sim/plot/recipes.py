@@ -23,17 +23,23 @@ import pandas as pd
 from pyarrow import ArrowException
 
 from sim import outdir
-from sim.compare import bandwidth_timeline, comparison_table
+from sim.compare import bandwidth_timeline, case_rows, post_latencies
 from sim.core.errors import SimError
+from sim.core.units import format_size
 from sim.operations import OperationTable
 from sim.plot import figures
 from sim.plot.figures import save
 from sim.sweep.store import read_table
 
 RECIPES = ("bw_vs_size", "latency_cdf", "bw_over_time", "mode_comparison", "heatmap")
-COMPARED = {"bw_avg_Gbps": "average bandwidth (Gb/s)", "p99_9_us": "p99.9 latency (us)",
-            "register_ms": "registration time (ms)", "pinned_GiB": "pinned memory (GiB)"}
+COMPARED = {"bw_avg_Gbps": "average bandwidth (Gb/s)", "p99_9_us": "p99.9 latency (µs)",
+            "register_ms": "registration time (ms)", "pinned_GiB": "pinned memory (GiB)",
+            "failed_allocations": "competing jobs' failed allocations"}
 """The mode comparison's panels: column -> axis label."""
+PER_CASE = ("bw_avg_Gbps", "p99_9_us")
+"""Panels drawn per workload kind and message size (the others are one number per variant)."""
+HATCHES = ("", "//", "..", "xx", "\\\\", "++")
+"""Bar fills per variant, so that bars of equal height stay told apart in print."""
 
 
 class RecipeError(SimError):
@@ -50,6 +56,8 @@ class _RunDir:
     registrations: pd.DataFrame
     events: pd.DataFrame
     counters: dict
+    link_Bps: dict
+    """Per variant: the fabric's rate (bytes/s), from the manifest."""
 
     def variants(self) -> list[SimpleNamespace]:
         """Per variant, the fields of a :class:`sim.tables.RunResult` that :mod:`sim.compare` reads."""
@@ -98,7 +106,10 @@ def _load(results_dir: Path) -> _RunDir | _SweepDir:
         title, counters = str(summary["scenario"]), dict(summary["counters"])
     with _unreadable(results_dir / "metrics.parquet", "the metrics.parquet of `rdmasim run`"):
         operations = pd.read_parquet(results_dir / "metrics.parquet")
-    return _RunDir(title, operations, *tables, events, counters)
+    with _unreadable(results_dir / "manifest.json", "the manifest.json of `rdmasim run`"):
+        variants = json.loads((results_dir / "manifest.json").read_text())["variants"]
+        link = {name: float(params["fabric"]["rate_Bps"]) for name, params in variants.items()}
+    return _RunDir(title, operations, *tables, events, counters, link)
 
 
 @contextmanager
@@ -150,40 +161,67 @@ def latency_cdf(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
 def bw_over_time(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
     """Delivered bandwidth over time per variant, the scenario's events marked."""
     run = _needs_run(results, "bw_over_time")
-    curves = pd.concat([bandwidth_timeline(v) for v in run.variants()], ignore_index=True)
+    curves = pd.concat([bandwidth_timeline(v, link_Bps=run.link_Bps[v.variant]) for v in run.variants()],
+                       ignore_index=True)
     if curves.empty:
         raise RecipeError(f"{run.title}: no bandwidth workload to plot over time")
-    return figures.bw_over_time(curves, run.events, out, run.title)
+    latencies = pd.concat([post_latencies(v) for v in run.variants()], ignore_index=True)
+    return figures.bw_over_time(curves, run.events, out, run.title, latencies)
 
 
 def mode_comparison(results: _RunDir | _SweepDir, out: Path, by: str = "variant") -> list[Path]:
-    """Bars per variant (or per value of the sweep axis ``by``): bandwidth, p99.9 latency, registration time,
-    pinned bytes; a sweep's runs are averaged per bar."""
+    """Per variant (or per value of the sweep axis ``by``), like with like: bandwidth and p99.9 latency per
+    workload kind and message size, then what each variant costs — registration time, pinned memory and the
+    competing jobs' failed allocations; a sweep's runs are averaged per bar."""
     if isinstance(results, _RunDir):
-        table = comparison_table(results.variants()).assign(runs=1)
+        table = pd.DataFrame([perftest | extra | {"run": 0} for v in results.variants()
+                              for perftest, extra in case_rows(v)])
     else:
-        ok = results.ok()
         _check_axes(results, [by])
-        table = ok.groupby(by, sort=False).agg(
-            bw_avg_Gbps=("bw_avg_Gbps", "mean"), p99_9_us=("p99_9_us", "mean"), register_us=("register_us", "mean"),
-            pinned_bytes=("pinned_bytes", "mean"), runs=("run", "nunique")).reset_index()
-        table = table.rename(columns={by: "variant"}).astype({"variant": str})
-    data = pd.DataFrame({"variant": table["variant"], "bw_avg_Gbps": table["bw_avg_Gbps"],
-                         "p99_9_us": table["p99_9_us"], "register_ms": table["register_us"] / 1e3,
-                         "pinned_GiB": table["pinned_bytes"] / 2**30, "runs": table["runs"]})
-    fig, axes = plt.subplots(1, len(COMPARED), figsize=(3.2 * len(COMPARED), 4))
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+        table = results.ok()
+    table = table.rename(columns={by: "series"}).astype({"series": str})
+    data = (table.groupby(["series", "kind", "bytes"], sort=False)
+            .agg(bw_avg_Gbps=("bw_avg_Gbps", "mean"), p99_9_us=("p99_9_us", "mean"),
+                 register_us=("register_us", "mean"), pinned_bytes=("pinned_bytes", "mean"),
+                 failed_allocations=("failed_allocations", "mean"), runs=("run", "nunique")).reset_index())
+    data = pd.DataFrame({"variant": data["series"], "kind": data["kind"], "bytes": data["bytes"],
+                         "bw_avg_Gbps": data["bw_avg_Gbps"].where(data["kind"].str.endswith("_bw")),
+                         "p99_9_us": data["p99_9_us"], "register_ms": data["register_us"] / 1e3,
+                         "pinned_GiB": data["pinned_bytes"] / 2**30,
+                         "failed_allocations": data["failed_allocations"], "runs": data["runs"]})
+    fig, axes = plt.subplots(1, len(COMPARED), figsize=(3.4 * len(COMPARED), 4.4))
     for ax, (column, label) in zip(axes, COMPARED.items()):
-        bars = ax.bar(data["variant"], data[column], color=[colors[i % len(colors)] for i in range(len(data))])
-        ax.bar_label(bars, fmt="%.4g", fontsize=7)
-        figures.measured([ax], data[column])
+        per_case = column in PER_CASE
+        _grouped_bars(ax, data if per_case else data.drop_duplicates("variant"), column, per_case)
         ax.set_title(label, fontsize=9)
-        ax.tick_params(axis="x", rotation=30, labelsize=8)
-        ax.grid(True, axis="y", alpha=0.3)
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, len(labels)), fontsize=8, frameon=False)
     mean = " (mean over runs)" if isinstance(results, _SweepDir) else ""
     fig.suptitle(f"{results.title}: " + ("registration modes" if by == "variant" else f"by {by}") + mean)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     return save(fig, data, out, "mode_comparison")
+
+
+def _grouped_bars(ax, data: pd.DataFrame, column: str, per_case: bool) -> None:
+    """One bar per variant; per workload kind and message size when ``per_case``, else one group."""
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    variants = list(dict.fromkeys(data["variant"]))
+    cases = list(dict.fromkeys(zip(data["kind"], data["bytes"]))) if per_case else [None]
+    width = 0.8 / len(variants)
+    for i, variant in enumerate(variants):
+        mine = data[data["variant"] == variant]
+        values = [mine[(mine["kind"] == k) & (mine["bytes"] == b)][column].mean() if per_case else
+                  mine[column].iloc[0] for k, b in (cases if per_case else [(None, None)])]
+        bars = ax.bar([c + (i - (len(variants) - 1) / 2) * width for c in range(len(cases))], values, width,
+                      color=colors[i % len(colors)], label=variant, hatch=HATCHES[i % len(HATCHES)], ec="white")
+        ax.bar_label(bars, fmt="%.4g", fontsize=6, rotation=90, padding=2)
+    if per_case:
+        ax.set_xticks(range(len(cases)), [f"{k}\n{format_size(int(b))}" for k, b in cases], fontsize=7)
+    else:
+        ax.set_xticks([])
+    figures.measured([ax], data[column])
+    ax.margins(y=0.25)
+    ax.grid(True, axis="y", alpha=0.3)
 
 
 def _check_axes(results: _SweepDir, names: list[str]) -> None:

@@ -7,7 +7,6 @@ only on the run (its seed is fixed in the plan), never on the executor.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -15,8 +14,7 @@ from collections.abc import Callable, Iterator
 import pandas as pd
 
 from sim import budget
-from sim.compare import comparison_table
-from sim.operations import OperationTable
+from sim.compare import case_rows
 from sim.run import run_scenario
 from sim.sweep.orphans import die_with_parent
 from sim.sweep.plan import RunSpec
@@ -46,11 +44,7 @@ def _tables(run: RunSpec) -> pd.DataFrame:
     budget.refuse_over_budget([(run.variant, run.scenario)], budget.available_memory())
     result = run_scenario(run.scenario, run.seed, variant=run.variant)
     rows = []
-    ops = result.operations
-    for perftest in result.summary.to_dict("records"):
-        mine = ops[(ops["workload"] == perftest["workload"]) & (ops["bytes"] == perftest["bytes"])]
-        part = dataclasses.replace(result, table=OperationTable.of(mine), summary=pd.DataFrame([perftest]))
-        extra = comparison_table([part]).iloc[0].to_dict()
+    for perftest, extra in case_rows(result):
         perftest["errors_by_status"] = json.dumps(perftest["errors_by_status"])  # Parquet needs one type
         rows.append({"key": run.key, "status": "ok", "error": None, **perftest,
                      **{k: v for k, v in extra.items() if k not in perftest}})

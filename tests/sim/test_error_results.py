@@ -160,7 +160,7 @@ def test_the_mode_comparison_recipe_marks_the_panels_nothing_was_measured_for(tm
     recipes.plot(out, "mode_comparison", tmp_path / "figs")
     notes = {ax.get_title(): [t.get_text() for t in ax.texts if t.get_text() == figures.NO_DATA]
              for ax in drawn[0].axes}
-    assert notes["average bandwidth (Gb/s)"] and notes["p99.9 latency (us)"]
+    assert notes["average bandwidth (Gb/s)"] and notes["p99.9 latency (µs)"]
     assert not notes["registration time (ms)"] and not notes["pinned memory (GiB)"]
 
 

@@ -97,11 +97,13 @@ def test_sweep_recipes_plot_the_sweep_table(sweep_dir):
     heat = _files(plot(out, "heatmap"), "heatmap_bw_avg_Gbps")
     assert list(heat.columns) == ["variant", "workload.stream.sizes.0", "bw_avg_Gbps", "runs"]
     np.testing.assert_allclose(heat["bw_avg_Gbps"], table["bw_avg_Gbps"], rtol=1e-12)
-    modes = _files(plot(out, "mode_comparison"), "mode_comparison")
-    means = table.groupby("variant", sort=False)[["bw_avg_Gbps", "p99_9_us"]].mean()
+    modes = _files(plot(out, "mode_comparison"), "mode_comparison")  # like with like: per kind and size
+    means = table.groupby(["variant", "kind", "bytes"], sort=False)[["bw_avg_Gbps", "p99_9_us", "run"]].agg(
+        {"bw_avg_Gbps": "mean", "p99_9_us": "mean", "run": "nunique"})
+    assert list(zip(modes["variant"], modes["kind"], modes["bytes"])) == list(means.index)
     np.testing.assert_allclose(modes["bw_avg_Gbps"], means["bw_avg_Gbps"], rtol=1e-12)
     np.testing.assert_allclose(modes["p99_9_us"], means["p99_9_us"], rtol=1e-12)
-    assert list(modes["runs"]) == [3, 3, 3]
+    assert list(modes["runs"]) == list(means["run"]) and len(modes) == 9
 
 
 def test_heatmap_axes_and_metric_can_be_chosen(sweep_dir, tmp_path):
