@@ -124,8 +124,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     solved = None
     try:
         for _ in range(MAX_MOVES + 1):
-            solved = _solve(pipelines(ends, watch.moves, solved and solved.posts), started,
-                            progress if solved is None else None, crawl=scenario.engine == "auto",
+            pipes = pipelines(ends, watch.moves, solved and solved.posts)
+            solved = _solve(pipes, started, progress if solved is None else None, crawl=scenario.engine == "auto",
                             rows=sink and _Rows(ends, table, sink))
             reason = watch.confirm(solved, ends)
             end = _settled(ends, solved)
@@ -139,7 +139,11 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         else:
             reason = f"the workloads' buffers moved more than {MAX_MOVES} times"
     except Unsolvable as exc:
-        return decline(f"the vectorized core does not solve these steps: {exc}")
+        where = ""
+        if exc.group is not None:
+            k, size = pipes.labels[exc.group]
+            where = f" of workload '{ends[k].work.name or ends[k].work.kind}' at {size} B"
+        return decline(f"the vectorized core does not solve the steps{where}: {exc.reason}")
     except _Crawling as exc:
         return decline(f"the vectorized core keeps only about {exc} operations per block here (rounds interact "
                        "through a shared link): the event engine is faster")

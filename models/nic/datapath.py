@@ -215,7 +215,8 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                   Rebase(True, -peer.pcie.params.write_latency_ps), *reply, *COMPLETION]
         landed_back = 0
     else:
-        forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, RETH), rx_engine(pnic, qp.remote.qp_num)]
+        forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, RETH),
+                   rx_engine(pnic, qp.remote.qp_num)]
         landed_back = node.pcie.params.write_ps(nic.params.cqe_bytes)
         if local is None:  # data and CQE stream to host memory over the NIC's link as one write
             landing = dma_write(node.pcie, n + nic.params.cqe_bytes)

@@ -62,7 +62,12 @@ class _History:
 
 
 class Unsolvable(ValueError):
-    """Step lists the vectorized core does not solve (the reason says which limit they pass)."""
+    """Step lists the vectorized core does not solve: ``reason`` says which limit they pass, ``group`` whose
+    steps do (None: no one group's)."""
+
+    def __init__(self, reason: str, group: int | None = None) -> None:
+        super().__init__(reason if group is None else f"group {group}: {reason}")
+        self.reason, self.group = reason, group
 
 
 class Problem:
@@ -120,19 +125,19 @@ class Problem:
             before = self.groups[g - 1] if g else None
             if group.first and (before is None or before.ops != group.first or before.window != group.window
                                 or self.gates[g - 1] != self.gates[g] or group.ops <= group.first):
-                raise Unsolvable(f"group {g} continues from operation {group.first}: the previous group must end "
-                                 "there, with the same window and gates, and it must have operations of its own")
+                raise Unsolvable(f"continues from operation {group.first}: the previous group must end there, with "
+                                 "the same window and gates, and it must have operations of its own", g)
             labels = {c.label for c in self.claims[g]}
             if set(self.gates[g]) - labels or group.window < 1:
-                raise Unsolvable(f"group {g}: the window must be at least 1 and every gate needs its labelled claim")
+                raise Unsolvable("the window must be at least 1 and every gate needs its labelled claim", g)
             if not _gates_delayed(group.steps):
-                raise Unsolvable(f"group {g}: a gate must be followed by a positive delay, then by a claim that is "
-                                 "not eager or a check with a time (what a release lets through at its own "
-                                 "picosecond would be ordered after the releasing claim, against the ordering rule)")
+                raise Unsolvable("a gate must be followed by a positive delay, then by a claim that is not eager or a "
+                                 "check with a time (what a release lets through at its own picosecond would be "
+                                 "ordered after the releasing claim, against the ordering rule)", g)
             if any(self.varied[g][k] for k, s in enumerate(walk)
                    if isinstance(s, Gate) or (isinstance(s, Claim) and s.label in self.gates[g])):
-                raise Unsolvable(f"group {g}: a gate and its release must come before any drawn delay (after one, "
-                                 "operations may reach them out of order)")
+                raise Unsolvable("a gate and its release must come before any drawn delay (after one, operations may "
+                                 "reach them out of order)", g)
 
 
 def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0, block: int = 16384,

@@ -284,6 +284,20 @@ def test_auto_says_why_and_runs_the_event_engine():
     assert quiet == []
 
 
+def test_steps_the_solver_refuses_run_on_the_event_engine():
+    """A NIC without transmit latency lets READs through the max_rd_atomic gate straight to the wire, which the
+    ordering rule cannot order against the releasing claim: fast says so from the steps, auto falls back."""
+    work = [{"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 300}]
+    data = scenario_dict(workload=work, **two_nodes("cx7-gen5-400G", tx_latency="0ns"))
+    with pytest.raises(OutsideDomain, match="workload 'read_bw' at 4096 B: a gate must be followed by a positive"):
+        run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
+    lines = []
+    auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
+    event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    assert len(lines) == 1 and "a gate must be followed" in lines[0]
+    pd.testing.assert_frame_equal(auto.operations, event.operations)
+
+
 def test_auto_hands_a_crawling_solve_to_the_event_engine():
     """READs of 64 KiB landing through a GPU node's PCIe switch: the responses' data and completion entries share
     the NIC's link under max_rd_atomic, and blocks keep only a round or so each; auto notices and runs the

@@ -126,7 +126,8 @@ def test_holds_equal_the_scalar_loop(data):
 def test_a_stream_that_changes_its_steps_equals_the_event_engine(data):
     """A stream whose operations from some number on take other steps (a route that changes) on shared
     servers: the window, gates and in-order completion carry across, and the two step lists' claims interleave
-    in the ordering rule's order. (Claims are not eager: an eager claim needs a single feeder, which shared servers lack.)"""
+    in the ordering rule's order. (Claims are not eager: an eager claim needs a single feeder, which shared
+    servers lack.)"""
     count = data.draw(st.integers(1, 3))
     servers = [Server(f"s{i}") for i in range(count)]
     gate, fork, held, slots = (data.draw(st.booleans()), data.draw(st.booleans()), data.draw(st.booleans()),
