@@ -66,15 +66,15 @@ def stream_Bps(stages_of: Callable[[], list[Stage]], nbytes: int, messages: int 
     env, done = Environment(), []
     for k in range(messages):
         program = compile_steps((*stage_steps(stages_of()), Rebase(True), Wake()))
-        env.step_runner.start(Operation(program, k, _Finished(done)))
+        env.step_runner.start(Operation(program, k, EndTimes(done)))
     env.run()
     done.sort()
     half = messages // 2
     return (messages - 1 - half) * nbytes * PS_PER_S / (done[-1] - done[half])
 
 
-class _Finished:
-    """Owner of operations that only report when they end (into ``done``, ps)."""
+class EndTimes:
+    """Owner of operations that only report when they end: each end time is appended to ``done`` (ps)."""
 
     def __init__(self, done: list[int]) -> None:
         self.done = done
@@ -157,6 +157,10 @@ class Path(NamedTuple):
     """Send engine to the responder's receive engine (retransmitted after an RNR NAK)."""
     reply: tuple[Step, ...]
     """ACK or NAK back to the requester and its CQE write."""
+    failed: tuple
+    """Compiled: the requester's CQE write of an error completion, then the poll (it goes no further)."""
+    rejected: tuple
+    """Compiled: the responder's NAK back, the CQE write, then the poll (the responder refused the request)."""
     landed_back_ps: int
     """How long before the end of the landing stages the payload is in memory (a READ's CQE write)."""
 
@@ -182,7 +186,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     the :func:`memory_target` of its two MRs, ``checked`` says whether the local MR and the remote MR have a
     backing to translate through and whether every access is looked at (translation caches, data mode)."""
     key = (opcode, n, inline, local, remote_target, checked)
-    cached = qp.plans.get(key)
+    cached = qp.paths.get(key)
     if cached is not None:
         return cached
     local_backing, remote_backing, every = checked
@@ -233,7 +237,8 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                   *stage_steps(landing[:-1]), *stage_steps(landing[-1:], READ_SLOT), Mark("landed"), *COMPLETION]
     steps = tuple(steps)
     after = {s.name: steps[k + 1:] for k, s in enumerate(steps) if isinstance(s, Check)}
-    result = qp.plans[key] = Path(steps, compile_steps(steps), after, tuple(stage_steps(forward)), tuple(reply),
+    result = qp.paths[key] = Path(steps, compile_steps(steps), after, tuple(stage_steps(forward)), tuple(reply),
+                                  compile_steps((*reply[-1:], *COMPLETION)), compile_steps((*reply, *COMPLETION)),
                                   landed_back)
     return result
 
@@ -293,18 +298,19 @@ class WorkRequestRun:
         """See :class:`sim.core.interpreter.Model`."""
         return getattr(self, "_" + name)(now, head, tail)
 
-    def _fail(self, status: WcStatus, at: int, reply: tuple[Step, ...]):
-        """End with ``status``: the rest replaced by ``reply`` from ``at``."""
+    def _fail(self, status: WcStatus, at: int, program: tuple):
+        """End with ``status``: the rest replaced by ``program`` (the path's ``failed`` or ``rejected``) from
+        ``at``."""
         self.status = status
-        return compile_steps((*reply, *COMPLETION)), at, at
+        return program, at, at
 
     def _requester(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
         mr = self.local_mr = qp.node.nic.lookup(wr.lkey)
         if qp.state is QpState.ERR:
-            return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.reply[-1:])
+            return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
         if mr is None or not mr.allows(wr.local_addr, wr.length, _LOCAL_WRITE if wr.opcode is Opcode.RDMA_READ else 0):
-            return self._fail(WcStatus.LOC_PROT_ERR, head, self.path.reply[-1:])
+            return self._fail(WcStatus.LOC_PROT_ERR, head, self.path.failed)
         if wr.inline:
             self.payload = _read_payload(qp.pd.context.env, mr, wr)
         return None
@@ -316,7 +322,7 @@ class WorkRequestRun:
                 return qp.sq_stalled_until
             held = self._translated(mr, wr.local_addr, now, write=False)
             if held is not None:
-                return held if isinstance(held, int) else self._fail(held, now, self.path.reply[-1:])
+                return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
             qp.sq_stalled_until = now
         self.payload = _read_payload(qp.pd.context.env, mr, wr)
         return self._translation(qp.node, mr, wr.local_addr, wr.length, now, head, tail, self.path.after.get("source"),
@@ -327,7 +333,7 @@ class WorkRequestRun:
         needed = _REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else _REMOTE_READ
         if not _remote_ok(qp, wr, needed):
             qp.remote.to_error()  # the responder drops everything after the NAK
-            return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.reply)
+            return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.rejected)
         peer = qp.remote.node
         mr = peer.nic.lookup(wr.rkey)
         if mr.backing is not None:
@@ -336,7 +342,7 @@ class WorkRequestRun:
                 return self._rnr_nak(mr, answer, tail)
             if answer is not None:
                 qp.remote.to_error()
-                return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.reply)
+                return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.rejected)
         env = qp.pd.context.env
         if wr.opcode is Opcode.RDMA_WRITE:
             _write_payload(mr, wr.remote_addr, self.payload)
@@ -353,7 +359,7 @@ class WorkRequestRun:
                                         retry_at_ps=fault.ready_ps)
         qp.rnr_naks += 1
         if self.retries == 0:
-            return self._fail(WcStatus.RNR_RETRY_EXC_ERR, tail, self.path.reply)
+            return self._fail(WcStatus.RNR_RETRY_EXC_ERR, tail, self.path.rejected)
         self.retries -= 1 if qp.rnr_retry != RNR_RETRY_INFINITE else 0
         again = (*self.path.reply[:-1], Rebase(False), Delay(qp.remote.min_rnr_timer_ps), *self.path.forward,
                  Check("responder", 0), *self.path.after["responder"])
@@ -364,7 +370,7 @@ class WorkRequestRun:
         if mr.backing is not None:  # the response is written through the local MR's translation
             held = self._translated(mr, wr.local_addr, now, write=True)
             if held is not None:
-                return held if isinstance(held, int) else self._fail(held, now, self.path.reply[-1:])
+                return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
         _write_payload(mr, wr.local_addr, self.payload)
         return self._translation(qp.node, mr, wr.local_addr, wr.length, now, head, tail, self.path.after["response"],
                                  write=True)

@@ -135,7 +135,8 @@ class QueuePair:
     outstanding: int = 0
     reads: Semaphore | None = None
     poll_delays: UniformDraws | None = None
-    plans: dict = field(default_factory=dict)
+    paths: dict = field(default_factory=dict)
+    """The data path's step lists of this QP's kinds of work request (:func:`models.nic.datapath.path`)."""
     seq_of: dict = field(default_factory=dict)
     """Posting sequence number of each in-flight work request (by id)."""
     finished: dict = field(default_factory=dict)

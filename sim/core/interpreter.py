@@ -19,7 +19,7 @@ from heapq import heappop, heappush
 from typing import Any, Protocol
 
 from sim.core.servers import claim_cut_through
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wait, Wake
+from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wait, Wake, walk_order
 
 CLAIM, EAGER, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK = range(12)
 MODEL_EVENT = -1
@@ -77,15 +77,11 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0) -> tuple:
         elif kind is Fork:
             sub = compile_steps(step.steps, pos + 1)
             program.append((FORK, pos, sub))
-            pos += _length(step.steps)
+            pos += len(walk_order(step.steps))
         else:
             raise TypeError(f"not a step: {step!r}")
         pos += 1
     return tuple(program)
-
-
-def _length(steps) -> int:
-    return sum(1 + (_length(s.steps) if isinstance(s, Fork) else 0) for s in steps)
 
 
 class Operation:

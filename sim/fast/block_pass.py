@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.core.interpreter import MODEL_EVENT
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Wake
 from sim.fast.merge import Claims, Joined, key_order
 from sim.fast.server import pool, ramp, running_max, serve
@@ -177,7 +176,7 @@ class Pass:
             post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
             self.slice, self.index, self.step = piece, index, 0
             self.out = SliceOut(post, post, None)
-            head = self._chain(group.steps, (post, post, post, MODEL_EVENT))
+            head = self._chain(group.steps, (post, post, post))
             done = head
             if not self.idle:
                 ordered = head
@@ -190,7 +189,7 @@ class Pass:
         return outs
 
     def _chain(self, steps, state):
-        """Walk ``steps`` from ``state`` = (head, tail, wake, wpos); returns the final head."""
+        """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head."""
         last = None
         for step in steps:
             key = (self.index, self.step)
@@ -204,14 +203,14 @@ class Pass:
                 last = state[2]
                 continue
             if isinstance(step, Gate):  # recomputed every pass: what it saw is kept for guessing
-                state = self._gate(step, state[0], key[1])
+                state = self._gate(step, state[0])
                 continue
             if old is not None and all(a is b for a, b in zip(old[0], state)):
                 new = old[1]
                 if old[2] is not None:
                     self.out.marks[step.label] = old[2]
             else:
-                new = self._step(step, state, key[1])
+                new = self._step(step, state)
             self.memo[key] = (state, new, self.out.marks.get(step.label) if isinstance(step, Check) else None)
             state = new
         if last is not None:
@@ -219,17 +218,17 @@ class Pass:
             self.out.last_wake = last if mine is None else np.maximum(mine, last)
         return state[0]
 
-    def _step(self, step, state, index: int):
-        head, tail, wake, wpos = state
+    def _step(self, step, state):
+        head, tail, wake = state
         if isinstance(step, Delay):
             extra = step.ps if step.draws is None else _plus(self.slice.draws[step.draws], step.ps)
             moved = _plus(head, extra)
-            return moved, moved if tail is head else _plus(tail, extra), wake, wpos
+            return moved, moved if tail is head else _plus(tail, extra), wake
         if isinstance(step, Rebase):
             base = _plus(tail if step.from_tail else head, step.offset_ps)
-            return base, base, wake, wpos
+            return base, base, wake
         if isinstance(step, Wake):
-            return head, tail, head, MODEL_EVENT
+            return head, tail, head
         if isinstance(step, Mark) or (isinstance(step, Check) and step.back_ps is None):
             return state
         if isinstance(step, Check):
@@ -242,28 +241,30 @@ class Pass:
                     wake = np.where(held, end, wake)
                     head = np.where(held, np.maximum(head, end), head)
                     tail = np.where(held, np.maximum(tail, end), tail)
-            return head, tail, wake, index
+            return head, tail, wake
         t = wake + self.slice.draws[step.draws]  # Wait
-        return t, t, t, MODEL_EVENT
+        return t, t, t
 
-    def _gate(self, gate: Gate, t, index: int):
+    def _gate(self, gate: Gate, t):
         """Wait for a slot at ``t``: the release of operation ``i - slots``, or at once where it came before."""
         self.out.gate_in[gate.release] = self.out.gate_out[gate.release] = t
         if self.idle:
-            return t, t, t, index
+            return t, t, t
         go = self.out.gate_out[gate.release] = np.maximum(t, self.slice.gate_input[gate.release])
-        return go, go, go, index
+        return go, go, go
 
     def _claim(self, step: Claim, state, old, key):
-        head, tail, wake, wpos = state
+        """Claim for every operation; the claims' ordering position is the pipeline position's
+        (:attr:`sim.fast.solver.Problem.wpos_at`)."""
+        head, tail, wake = state
         pos = self.problem.pos_base[self.slice.group] + key[1]
+        wpos = self.problem.wpos_at[pos]
         shared = step.server in self.shared
         if not step.eager:  # made when the head arrives
-            wake, wpos = head, key[1]
+            wake = head
         # Only a shared server's order depends on the ordering keys: elsewhere head and tail decide the result.
         inputs = (head, tail, wake, self._others(step.server, pos)) if shared else (head, tail)
-        if old is not None and len(old[0]) == len(inputs) and all(a is b for a, b in zip(old[0], inputs)) \
-                and old[1].wpos == wpos:
+        if old is not None and len(old[0]) == len(inputs) and all(a is b for a, b in zip(old[0], inputs)):
             _, prior, out, merged = old
             rec = Record(step.server, pos, self.slice.seq0, wake, wpos, head, prior.not_before,
                          step.service_ps, prior.start, prior.finish) if not shared else prior
@@ -284,7 +285,7 @@ class Pass:
         self.out.records[pos] = rec
         if step.label is not None:
             self.out.released[step.label] = self.out.marks[step.label] = rec.wake
-        return out[0], out[1], rec.wake, rec.wpos
+        return out[0], out[1], rec.wake
 
     def _others(self, server: int, pos: int) -> tuple:
         """The other positions' records a shared server's claim is served with (compared by identity)."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, walk_order
+from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, waits, walk_order
 from sim.fast.block import solve_block
 from sim.fast.spacing import never_queue
 from sim.fast.steps import Group, Server, after_draws, claim_wpos, tail_draws
@@ -230,7 +230,7 @@ def _gates_delayed(steps) -> bool:
             continue
         elif isinstance(step, Delay):
             after = after or step.ps > 0
-        elif not after or (isinstance(step, Claim) and step.eager):
+        elif not after or not waits(step):  # not waiting here: an eager claim
             return False
         else:
             after = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.core.interpreter import MODEL_EVENT
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wait, Wake, walk_order
+from sim.core.steps import Claim, Delay, Fork, Mark, Rebase, Step, Wait, Wake, waits, walk_order
 
 Draws = Callable[[int, int], np.ndarray]
 """Per-operation values for operations ``lo..hi-1`` of a group (int64 ps); asked again for ranges it
@@ -66,14 +66,10 @@ def claim_wpos(steps: tuple[Step, ...], base: int = 0, wpos: int = MODEL_EVENT) 
     out: dict[int, int] = {}
     k = base
     for step in steps:
+        if waits(step):
+            wpos = MODEL_EVENT if isinstance(step, (Wake, Wait)) else k
         if isinstance(step, Claim):
-            if not step.eager:
-                wpos = k
             out[k] = wpos
-        elif isinstance(step, Gate) or (isinstance(step, Check) and step.back_ps is not None):
-            wpos = k
-        elif isinstance(step, (Wake, Wait)):
-            wpos = MODEL_EVENT
         elif isinstance(step, Fork):
             out.update(claim_wpos(step.steps, k + 1, wpos))
             k += len(walk_order(step.steps))

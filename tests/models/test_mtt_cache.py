@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from models.nic.datapath import stage_steps
+from models.nic.datapath import EndTimes, stage_steps
 from sim.core.interpreter import Operation, compile_steps
 from sim.core.steps import Rebase, Wake
 from models.nic.mtt_cache import (MTT_PRESETS, MttAccess, MttCache, MttParams, stream_Bps, translation_depth)
@@ -75,7 +75,7 @@ def test_deep_mr_write_stage_caps_a_pipelined_stream():
             access = cache.access(1, mr_size, page, i * n, n, write=True)
             stages = cache.walk_stage(access) + [(link, transfer_ps(n, BASE), 0, 0, 0, False)]
             env.step_runner.start(Operation(compile_steps((*stage_steps(stages), Rebase(True), Wake())), i,
-                                            _Done(done)))
+                                            EndTimes(done)))
         env.run()
         rate = (messages - 1) * n * PS_PER_S / (max(done) - min(done))
         assert rate == pytest.approx(stream_Bps(MttParams(), mr_size, page, base_Bps=BASE, write=True), rel=0.01)
@@ -85,12 +85,3 @@ def test_params_are_validated():
     with pytest.raises(ValueError):
         MttParams(mtt_entries=100, mtt_line_entries=8)
 
-
-class _Done:
-    """Owner of operations that report when they end."""
-
-    def __init__(self, done: list[int]) -> None:
-        self.done = done
-
-    def wake(self, op, head: int) -> None:
-        self.done.append(head)
