@@ -331,20 +331,39 @@ def _claim_file(given: Path, marker: bytes, force: bool) -> Path:
 
 
 def write_file(out: str | os.PathLike, marker: bytes, write: Callable[[Path], None], *, force: bool = False) -> Path:
-    """Claim ``out`` (:func:`claim_file`), let ``write`` fill a temporary file beside it (its
-    :func:`temporary_name`), claim again and rename it into place; on any error the temporary file is removed.
+    """Claim ``out`` (:func:`claim_file`) and write it with :func:`write_atomically`, claiming it again just
+    before the rename.
 
     :raises OutputError: as :func:`claim_file`, or writing failed.
     """
     path = claim_file(out, marker, force=force)
-    temporary = path.parent / temporary_name(path.name)
+    try:
+        write_atomically(path, write, lambda: claim_file(out, marker, force=force))
+    except OSError as exc:
+        raise _refuse(path, f"writing failed: {exc}") from None
+    return path
+
+
+def write_atomically(path: Path, write: Callable[[Path], None], target: Callable[[], Path] | None = None) -> None:
+    """Call ``write(temporary path)`` beside ``path`` (its :func:`temporary_name`), flush it to disk, rename it
+    onto ``path`` (or onto what ``target()`` returns then, a last check) and flush the directory, so that after a
+    crash the file holds the old content or the new, never a part; the temporary file never stays behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(temporary_name(path.name))
     try:
         write(temporary)
-        os.replace(temporary, claim_file(out, marker, force=force))
-    except OSError as exc:
+        _fsync(temporary)
+        final = path if target is None else target()
+        os.replace(temporary, final)
+        _fsync(final.parent)
+    finally:
         temporary.unlink(missing_ok=True)
-        raise _refuse(path, f"writing failed: {exc}") from None
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-    return path
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's or a directory's content to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 
 from sim.core.process import pid_alive
-from sim.outdir import TEMPORARY_NAME, temporary_name
+from sim.outdir import TEMPORARY_NAME, write_atomically
 from sim.results import package_versions
 from sim.sweep.plan import VARIANT, SweepPlan
 
@@ -32,21 +32,6 @@ RUN_COLUMNS = ["run", "repetition", "seed", "variant"]
 def partition_path(out_dir: str | os.PathLike, key: str) -> Path:
     """Where the results of the run with ``key`` are stored."""
     return Path(out_dir) / "runs" / f"{key}.parquet"
-
-
-def _atomic(path: Path, write) -> None:
-    """Call ``write(temporary path)``, flush it to disk, then rename it onto ``path`` and flush the directory,
-    so that after a crash ``path`` holds the old content or the new, never a part (names starting with '.' are
-    skipped by Parquet dataset readers)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(temporary_name(path.name))
-    try:
-        write(temporary)
-        _fsync(temporary)
-        os.replace(temporary, path)
-        _fsync(path.parent)
-    finally:
-        temporary.unlink(missing_ok=True)
 
 
 def remove_stale_temporaries(out_dir: str | os.PathLike) -> list[Path]:
@@ -62,19 +47,10 @@ def remove_stale_temporaries(out_dir: str | os.PathLike) -> list[Path]:
     return removed
 
 
-def _fsync(path: Path) -> None:
-    """Flush a file's or a directory's content to disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def write_partition(out_dir: str | os.PathLike, key: str, table: pd.DataFrame) -> Path:
     """Store one finished run's table atomically."""
     path = partition_path(out_dir, key)
-    _atomic(path, lambda tmp: table.to_parquet(tmp, index=False))
+    write_atomically(path, lambda tmp: table.to_parquet(tmp, index=False))
     return path
 
 
@@ -93,7 +69,7 @@ def read_partition(out_dir: str | os.PathLike, key: str) -> pd.DataFrame | None:
 
 def write_json(path: Path, data: Any) -> None:
     """Write ``data`` as indented JSON, atomically."""
-    _atomic(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1) + "\n"))
+    write_atomically(path, lambda tmp: tmp.write_text(json.dumps(data, indent=1) + "\n"))
 
 
 def sweep_record(plan: SweepPlan) -> dict:
@@ -149,5 +125,5 @@ def read_table(out_dir: str | os.PathLike) -> pd.DataFrame:
 def write_summary(out_dir: str | os.PathLike, table: pd.DataFrame) -> None:
     """Store the final table as ``summary.parquet`` and ``summary.csv``."""
     out = Path(out_dir)
-    _atomic(out / "summary.parquet", lambda tmp: table.to_parquet(tmp, index=False))
-    _atomic(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
+    write_atomically(out / "summary.parquet", lambda tmp: table.to_parquet(tmp, index=False))
+    write_atomically(out / "summary.csv", lambda tmp: table.to_csv(tmp, index=False))
