@@ -23,7 +23,7 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
     """
     call = "ibv_reg_mr"
     addr = alloc.addr + offset
-    check_reg_args(pd.context.node, addr, length, Access(access), call)
+    access = check_reg_args(pd.context.node, addr, length, Access(access), call)
     if offset < 0 or offset + length > alloc.size:
         raise VerbsError("EFAULT", "range outside the GPU allocation: nvidia_p2p_get_pages fails", call=call)
     nic = pd.context.node.nic

@@ -250,7 +250,7 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     call = "ibv_reg_mr"
     access = Access(access)
     nic = pd.context.node.nic
-    check_reg_args(pd.context.node, addr, length, access, call)
+    access = check_reg_args(pd.context.node, addr, length, access, call)
     check_max_mr_size(nic.params.max_mr_size, length, call)
     nic.reserve_translations(length, call=call)
     try:
@@ -333,7 +333,7 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     new_pd = pd if flags & REREG_CHANGE_PD else mr.pd
     if new_pd is None or new_pd.context is not mr.pd.context:
         raise VerbsError("EINVAL", "CHANGE_PD needs a PD of the same device", call=call)
-    check_reg_args(mr.pd.context.node, new_addr, new_length, new_access, call)
+    new_access = check_reg_args(mr.pd.context.node, new_addr, new_length, new_access, call)
     host = mr.pd.context.node.host
     cost = 0
     if flags & REREG_CHANGE_TRANSLATION:
@@ -348,14 +348,16 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     return REG_MR_FIXED_PS + cost
 
 
-def check_reg_args(node: Node, addr: int, length: int, access: Access, call: str) -> None:
+def check_reg_args(node: Node, addr: int, length: int, access: Access, call: str) -> Access:
     """The argument checks of registering host or peer memory on ``node``'s NIC, in the kernel's order:
     uverbs' :func:`ib_check_mr_access`, EFA's :func:`~models.ib.mr_checks.efa_alloc_mr`, then :func:`ib_umem_get`'s
-    (an ON_DEMAND range is not pinned, so it needs no mlock rights)."""
+    (an ON_DEMAND range is not pinned, so it needs no mlock rights). Returns the rights the MR keeps (EFA drops
+    the optional bits such as RELAXED_ORDERING)."""
     ib_check_mr_access(node.nic.params, access, call)
     if node.nic.params.device.vendor_id == EFA_VENDOR_ID:  # efa_reg_mr: efa_alloc_mr before ib_umem_get
-        efa_alloc_mr(node.nic.params, access, call)
+        access = efa_alloc_mr(node.nic.params, access, call)
     ib_umem_get(node.host, addr, length, call, pins=not access & Access.ON_DEMAND)
+    return access
 
 
 def ib_umem_get(host, addr: int, length: int, call: str, *, pins: bool = True) -> None:

@@ -170,3 +170,13 @@ def test_ibv_reg_mr_on_efa(access, memlock, errno):
     except VerbsError as err:
         got = err.errno
     assert got == errno
+
+
+@pytest.mark.parametrize("nic, kept", [(EFA, False), (MLX5, True)])
+def test_host_mr_keeps_relaxed_ordering_only_where_the_driver_does(nic, kept):
+    """efa_reg_mr drops the optional bits (efa_alloc_mr) and the MR records the rights it kept; mlx5 keeps
+    RELAXED_ORDERING on a host MR."""
+    pd = _pd(nic=nic)
+    buf = pd.context.node.host.allocate("buf", 1 << 20)
+    mr = ibv_reg_mr(pd, buf.addr, 4096, LW | Access.RELAXED_ORDERING)
+    assert bool(mr.access & Access.RELAXED_ORDERING) is kept and mr.access & LW
