@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from sim.api.resource import Resource
-from sim.api.testbed import TESTBED, Testbed, duration_ps
-from sim.core import ConfigError, DeadlockError
 from models.nic.wqe import WorkCompletion
 from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_cq
 from models.verbs.query import ibv_query_device, ibv_query_port
 from models.verbs.verbs import ibv_alloc_pd, ibv_create_cq, ibv_open_device, ibv_poll_cq
+from sim.api.resource import Resource
+from sim.api.testbed import TESTBED, Testbed, duration_ps
+from sim.core import ConfigError, DeadlockError
 
 WC = WorkCompletion
 """``struct ibv_wc`` as pyverbs' ``WC``: ``wr_id``, ``status`` (:class:`~models.nic.wqe.WcStatus`), ``opcode``,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.dmabuf.gpu_export import GPU_PAGE
 from sim.api.resource import Resource
 from sim.build import gpu_bytes
 from sim.core import ProtocolError, VerbsError
@@ -96,8 +97,8 @@ class GpuBuffer(Resource):
 
 
 class DmaBuf(Resource):
-    """A dma-buf of GPU memory, as pyverbs' ``DmaBuf(size, gpu=0, gtt=0)``: ``size`` bytes allocated on GPU
-    number ``gpu`` of ``context``'s node and exported. ``fd`` is its file descriptor; :meth:`close` closes the
+    """A dma-buf of GPU memory, as pyverbs' ``DmaBuf(size, gpu=0, gtt=0)``: ``size`` bytes (rounded up to whole
+    4 KiB pages, as a DRM buffer object is) allocated on GPU number ``gpu`` of ``context``'s node and exported. ``fd`` is its file descriptor; :meth:`close` closes the
     fd and frees the allocation it made (MRs registered from it keep their own reference, as in the kernel).
 
     :raises ConfigError: the node has no GPU number ``gpu``; ``EOPNOTSUPP`` for ``gtt`` (not modelled).
@@ -109,7 +110,7 @@ class DmaBuf(Resource):
             raise VerbsError("EOPNOTSUPP", "GTT allocations are not modelled (VRAM only)", call="DmaBuf")
         names = [name for name in context.testbed.bed.gpus if name.split(".")[0] == context.name]
         device = context.testbed.gpu(names[gpu] if 0 <= gpu < len(names) else f"{context.name}.gpu{gpu}")
-        self._init(device.alloc(size), 0, None, owns_buffer=True)
+        self._init(device.alloc(-(-size // GPU_PAGE) * GPU_PAGE), 0, None, owns_buffer=True)
 
     @classmethod
     def _export(cls, buffer: GpuBuffer, offset: int, size: int | None, *, owns_buffer: bool) -> DmaBuf:
