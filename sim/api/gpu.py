@@ -25,6 +25,7 @@ class GPU:
         self.testbed, self.gpu = testbed, gpu
         self.name = gpu.name
         self.node = testbed.bed.nodes[gpu.name.split(".")[0]]
+        self._allocations = 0
 
     @property
     def free_bytes(self) -> int:
@@ -36,7 +37,8 @@ class GPU:
 
         :raises GpuOutOfMemory: no contiguous run of ``size`` bytes is free (``ENOMEM``).
         """
-        alloc = self.gpu.malloc(f"buf{len(self.gpu.allocations)}.{self.testbed.now_ps}", size)
+        self._allocations += 1
+        alloc = self.gpu.malloc(f"buf{self._allocations}", size)
         if self.testbed.env.data_mode:
             alloc.data = np.zeros(size, dtype=np.uint8)
         return GpuBuffer(self, alloc)
@@ -98,8 +100,9 @@ class GpuBuffer(Resource):
 
 class DmaBuf(Resource):
     """A dma-buf of GPU memory, as pyverbs' ``DmaBuf(size, gpu=0, gtt=0)``: ``size`` bytes (rounded up to whole
-    4 KiB pages, as a DRM buffer object is) allocated on GPU number ``gpu`` of ``context``'s node and exported. ``fd`` is its file descriptor; :meth:`close` closes the
-    fd and frees the allocation it made (MRs registered from it keep their own reference, as in the kernel).
+    4 KiB pages, as a DRM buffer object is) allocated on GPU number ``gpu`` of ``context``'s node and exported.
+    ``fd`` is its file descriptor; :meth:`close` closes the fd and frees the allocation it made (MRs registered
+    from it keep their own reference, as in the kernel).
 
     :raises ConfigError: the node has no GPU number ``gpu``; ``EOPNOTSUPP`` for ``gtt`` (not modelled).
     """

@@ -294,3 +294,20 @@ def test_results_never_overwrite_foreign_files(tmp_path):
     with pytest.raises(OutputError):
         bed.write_results(out, name="lab")
     assert bed.write_results(out, name="lab", force=True) == out
+
+
+def test_same_script_same_seed_same_bytes(tmp_path):
+    def lab(out):
+        bed = Testbed({"a": {}, "b": {"gpus": [{"preset": "h200"}]}}, seed=9)
+        (_, _, cq, src, qp), (_, pd_b, _, dst, _) = rc_pair(bed, depth=32)
+        gpu_mr = DmaBufMR(pd_b, 1 << 16, RW)
+        for i in range(20):
+            qp.post_send(write_wr(src, gpu_mr if i % 2 else dst, 64 << (i % 4), wr_id=i))
+        while cq.poll(20, timeout="1ms")[0]:
+            pass
+        return bed.write_results(out, name="lab")
+
+    first, second = lab(tmp_path / "one"), lab(tmp_path / "two")
+    for name in ("metrics.parquet", "summary.json"):
+        assert (first / name).read_bytes() == (second / name).read_bytes()
+    assert len(pd.read_parquet(first / "metrics.parquet")) == 20
