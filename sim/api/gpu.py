@@ -51,6 +51,9 @@ class GpuBuffer(Resource):
     def __init__(self, gpu: GPU, alloc) -> None:
         self.gpu, self.alloc = gpu, alloc
         """``alloc``: the model's :class:`~models.dmabuf.gpu_export.GpuAllocation`."""
+        self.exported = (0, alloc.size)
+        """``[start, end)`` of the buffer that its exporter keeps (where an exporter that moves the buffer has its
+        bytes); the whole buffer until an export says otherwise."""
 
     @property
     def addr(self) -> int:
@@ -92,7 +95,13 @@ class GpuBuffer(Resource):
             raise ProtocolError(f"{call}: CPU access to bytes needs data mode (Testbed(data=True))")
         if offset < 0 or length < 0 or offset + length > self.size:
             raise ProtocolError(f"{call}: [{offset}, {offset + length}) is outside the {self.size} B buffer")
-        return gpu_bytes(self.alloc)[offset:offset + length]
+        start, end = self.exported
+        if start <= offset and offset + length <= end:
+            return gpu_bytes(self.alloc)[offset - start:offset - start + length]
+        if offset + length <= start or offset >= end:
+            return self.alloc.data[offset:offset + length]
+        raise ProtocolError(f"{call}: [{offset}, {offset + length}) crosses the edge of the exported range "
+                            f"[{start}, {end}); access the two parts separately")
 
     def _destroy(self) -> None:
         self.gpu.gpu.free(self.alloc)
@@ -124,7 +133,7 @@ class DmaBuf(Resource):
     def _init(self, buffer: GpuBuffer, offset: int, size: int | None, *, owns_buffer: bool) -> None:
         self.buffer, self.offset, self._owns = buffer, offset, owns_buffer
         gpu, node = buffer.gpu, buffer.gpu.node
-        kernel = node.kernel
+        kernel, exporter = node.kernel, buffer.alloc.exporter
         try:
             self.fd = gpu.gpu.export(buffer.alloc, node.fds, offset, size)
         except BaseException:
@@ -132,6 +141,8 @@ class DmaBuf(Resource):
                 buffer.close()
             raise
         self.size = buffer.size - offset if size is None else size
+        if buffer.alloc.exporter is not exporter:  # a new exporter (amdgpu re-exports its first buffer object)
+            buffer.exported = (offset, offset + self.size)
         kernel.wait_until(node.nic.name, kernel.now_ps(gpu.name))  # one thread: the export, then what follows
         gpu.testbed._advance(0)
 

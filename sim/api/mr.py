@@ -132,7 +132,7 @@ class DmaBufMR(MR):
         self._check_open(call)
         if not isinstance(self.dmabuf, DmaBuf):
             raise ProtocolError(f"{call}: the MR was registered from a bare fd; read its DmaBuf's buffer instead")
-        return self.dmabuf.buffer.bytes(call, self.offset + offset, length)
+        return self.dmabuf.buffer.bytes(call, self.dmabuf.offset + self.offset + offset, length)
 
     def _destroy(self) -> None:
         super()._destroy()

@@ -255,6 +255,17 @@ def test_gpu_bytes_move_by_rdma_into_a_dmabuf_mr():
     assert wc.status is WcStatus.SUCCESS and buffer.read(10) == b"to the GPU" == dst.read(10, 0)
 
 
+def test_an_exported_range_maps_the_mr_onto_the_right_bytes():
+    bed = Testbed({"a": {}, "b": {"gpus": [{"preset": "h200"}]}})
+    (_, _, cq, src, qp), (_, pd_b, _, _, _) = rc_pair(bed)
+    buffer = bed.gpu("b.gpu0").alloc(3 * 4096)
+    dst = DmaBufMR(pd_b, 4096, RW, dmabuf=buffer.export_dmabuf(offset=4096, size=8192), offset=4096)
+    src.write(b"third page", 10)
+    qp.post_send(write_wr(src, dst, 10))
+    cq.poll()
+    assert buffer.read(10, 2 * 4096) == b"third page" == dst.read(10, 0) and buffer.read(10, 4096) == bytes(10)
+
+
 def test_cpu_bytes_need_data_mode():
     pd = PD(Context(Testbed(data=False), "a"))
     with pytest.raises(ProtocolError, match="data mode"):
