@@ -33,18 +33,19 @@ class SendFlags(enum.IntFlag):
     INLINE = 1 << 3
 
 
-@dataclass
-class SGE:
-    """``struct ibv_sge``: ``length`` bytes at ``addr`` of the MR whose local key is ``lkey``."""
+@dataclass(eq=False)
+class SGE(Resource):
+    """``struct ibv_sge``: ``length`` bytes at ``addr`` of the MR whose local key is ``lkey`` (``close()`` as
+    pyverbs has it; a closed SGE is not posted)."""
 
     addr: int
     length: int
     lkey: int
 
 
-class SendWR:
+class SendWR(Resource):
     """``struct ibv_send_wr`` as pyverbs builds it: ``sg`` holds ``num_sge`` SGEs; :meth:`set_wr_rdma` sets the
-    remote side. Only RDMA WRITE and RDMA READ are modelled (pyverbs' default opcode, SEND, is not yet), so the
+    remote side; ``close()`` as pyverbs has it (a closed work request is not posted). Only RDMA WRITE and RDMA READ are modelled (pyverbs' default opcode, SEND, is not yet), so the
     default opcode here is ``Opcode.RDMA_WRITE``.
 
     :raises ProtocolError: no SGE (pyverbs: "A WR needs at least one SGE").
@@ -204,7 +205,8 @@ class QP(Resource):
         :raises ProtocolError: the QP is in RTS but its ``dest_qp_num``/``dlid`` name no QP of the testbed.
         """
         call = "ibv_post_send"
-        self._check_open(call)
+        for obj in (self, wr, *wr.sg):
+            obj._check_open(call)
         unsignaled = not wr.send_flags & SendFlags.SIGNALED and not self.init_attr.sq_sig_all
         if wr.opcode not in (Opcode.RDMA_WRITE, Opcode.RDMA_READ) or wr.num_sge != 1 or unsignaled \
                 or wr.send_flags & SendFlags.FENCE:

@@ -5,7 +5,7 @@ presets, same checks), without buffers or workloads: the script creates those th
 
 Clock: simulated time moves only as the script's calls say. A control-path call (registration,
 deregistration) returns after its simulated cost, so the clock has advanced by it when the call returns;
-posting a work request is asynchronous (the clock does not move); :meth:`CQ.poll <sim.api.verbs.CQ.poll>`
+posting a work request is asynchronous (the clock does not move); :meth:`CQ.poll <sim.api.device.CQ.poll>`
 runs the simulation until a completion arrives or its timeout passes; :meth:`Testbed.run` lets time pass.
 """
 

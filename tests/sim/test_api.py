@@ -159,6 +159,19 @@ def test_context_managers_close_in_reverse():
     assert mr.closed and pd.closed and ctx.closed
 
 
+def test_closed_work_requests_are_not_posted():
+    bed = Testbed()
+    (_, _, _, mr, qp), (_, _, _, dst, _) = rc_pair(bed)
+    with write_wr(mr, dst) as wr:
+        pass
+    with pytest.raises(ProtocolError, match="SendWR used after close"):
+        qp.post_send(wr)
+    wr = write_wr(mr, dst)
+    wr.sg[0].close()
+    with pytest.raises(ProtocolError, match="SGE used after close"):
+        qp.post_send(wr)
+
+
 def test_destroyed_qp_delivers_no_completion():
     bed = Testbed()
     (_, _, cq, mr, qp), (_, _, _, dst, _) = rc_pair(bed)
