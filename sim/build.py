@@ -23,7 +23,7 @@ from models.versions import KernelBehaviour, Version
 from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
 from sim.core import Environment, SimError
 from sim.scenario.resolve import access_flags, fabric_params, host_params, nic_params, pcie_params
-from sim.scenario.schema import BufferSpec, Scenario
+from sim.scenario.schema import BufferSpec, NodeSpec, Scenario, TestbedSpec
 
 
 @dataclass
@@ -48,10 +48,15 @@ class Registration:
         """Data mode: the buffer's true contents now (where the exporter keeps it, not a stale mapping)."""
         if self.allocation is None:
             return self.mr.pd.context.node.host.data[self.buffer]
-        exporter = self.allocation.exporter
-        if exporter is not None and exporter.storage:
-            return exporter.storage[exporter.dmabuf.generation]
-        return self.allocation.data
+        return gpu_bytes(self.allocation)
+
+
+def gpu_bytes(alloc: GpuAllocation) -> np.ndarray:
+    """Data mode: a GPU allocation's true contents now (where the exporter keeps it, not a stale mapping)."""
+    exporter = alloc.exporter
+    if exporter is not None and exporter.storage:
+        return exporter.storage[exporter.dmabuf.generation]
+    return alloc.data
 
 
 @dataclass
@@ -84,30 +89,8 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
 
     :raises RegistrationFailed: a buffer's registration failed (e.g. ENOMEM past RLIMIT_MEMLOCK).
     """
-    env = Environment(seed, trace=trace, data=scenario.data)
-    fabric = Fabric(fabric_params(scenario))
-    bed = Testbed(env, fabric, {}, {}, {})
-    for spec in scenario.nodes:
-        node = Node.create(spec.name, host_params(spec), pcie_params(spec), nic_params(spec))
-        node.kernel = DmaBufCore(env, kernel_config(spec))
-        node.rdma_core = spec.rdma_core
-        if spec.iommu != "off":
-            node.iommu = Iommu(IommuParams(**IOMMU_PRESETS[spec.iommu]), name=f"{spec.name}.iommu")
-        if spec.nic.translation_cache:
-            node.nic.mtt = MttCache(MttParams(**MTT_PRESETS[spec.nic.preset]), name=node.nic.name)
-        fabric.attach(node.nic.name)
-        bed.nodes[spec.name] = node
-        bed.contexts[spec.name] = ibv_open_device(node, env, fabric)
-        bed.pds[spec.name] = ibv_alloc_pd(bed.contexts[spec.name])
-        for i, gspec in enumerate(spec.gpus):
-            name = f"{spec.name}.{gspec.name or f'gpu{i}'}"
-            params = gpu_params(gspec.preset)
-            bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], params, node.kernel,
-                                 capacity=gspec.memory, driver=gspec.driver)
-            node.topology = build_topology(spec.topology, nic=node.pcie.params,
-                                           gpu=PcieParams(**PCIE_PRESETS[params.pcie]))
-            node.pcie = device_link(node.topology)
-            bed.gpus[name].peer_distance = lambda dev, graph=node.topology: pci_p2pdma_distance(graph, "gpu0", "nic0")
+    bed = wire(scenario, seed, trace=trace)
+    env = bed.env
     for i, spec in enumerate(scenario.buffers):
         started, first_event = env.now, _traced(env)
         try:
@@ -116,9 +99,49 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
             raise RegistrationFailed(f"buffers[{i}] '{spec.name}' on {spec.on} ({spec.registration}): {exc}") from exc
         reg.started_ps, reg.first_event = started, first_event
         bed.registrations[spec.name] = reg
-        env.run(until=max(env.now + reg.mr.reg_ps, *(n.kernel.now_ps(n.nic.name) for n in bed.nodes.values())))
+        settle(bed, reg.mr.reg_ps)
     bed.started_ps, bed.setup_events = env.now, _traced(env)
     return bed
+
+
+def wire(spec: Scenario | TestbedSpec, seed: int, *, trace: bool = False) -> Testbed:
+    """The clock, nodes, GPUs and fabric of ``spec``, each node's device opened with one PD; no buffers yet."""
+    env = Environment(seed, trace=trace, data=spec.data)
+    fabric = Fabric(fabric_params(spec))
+    bed = Testbed(env, fabric, {}, {}, {})
+    for node_spec in spec.nodes:
+        _add_node(bed, node_spec)
+    return bed
+
+
+def _add_node(bed: Testbed, spec: NodeSpec) -> None:
+    node = Node.create(spec.name, host_params(spec), pcie_params(spec), nic_params(spec))
+    node.kernel = DmaBufCore(bed.env, kernel_config(spec))
+    node.rdma_core = spec.rdma_core
+    if spec.iommu != "off":
+        node.iommu = Iommu(IommuParams(**IOMMU_PRESETS[spec.iommu]), name=f"{spec.name}.iommu")
+    if spec.nic.translation_cache:
+        node.nic.mtt = MttCache(MttParams(**MTT_PRESETS[spec.nic.preset]), name=node.nic.name)
+    bed.fabric.attach(node.nic.name)
+    bed.nodes[spec.name] = node
+    bed.contexts[spec.name] = ibv_open_device(node, bed.env, bed.fabric)
+    bed.pds[spec.name] = ibv_alloc_pd(bed.contexts[spec.name])
+    for i, gspec in enumerate(spec.gpus):
+        name = f"{spec.name}.{gspec.name or f'gpu{i}'}"
+        params = gpu_params(gspec.preset)
+        bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], params, node.kernel,
+                             capacity=gspec.memory, driver=gspec.driver)
+        node.topology = build_topology(spec.topology, nic=node.pcie.params,
+                                       gpu=PcieParams(**PCIE_PRESETS[params.pcie]))
+        node.pcie = device_link(node.topology)
+        bed.gpus[name].peer_distance = lambda dev, graph=node.topology: pci_p2pdma_distance(graph, "gpu0", "nic0")
+
+
+def settle(bed: Testbed, cost_ps: int) -> None:
+    """A blocking control-path call of ``cost_ps`` just returned: run the clock past it and past every kernel call
+    that ran ahead of the clock (the calling thread waited for them)."""
+    env = bed.env
+    env.run(until=max(env.now + cost_ps, *(n.kernel.now_ps(n.nic.name) for n in bed.nodes.values())))
 
 
 def _traced(env: Environment) -> int:

@@ -38,8 +38,13 @@ def package_versions() -> dict[str, str]:
 
 
 def run_parameters(result: RunResult) -> dict:
-    """The resolved parameters of a run's testbed: fabric, each node's host, PCIe link and NIC, each GPU."""
-    bed = result.testbed
+    """The resolved parameters of a run's testbed (:func:`testbed_parameters`)."""
+    return testbed_parameters(result.testbed)
+
+
+def testbed_parameters(bed) -> dict:
+    """The resolved parameters of a :class:`sim.build.Testbed`: fabric, each node's host, PCIe link and NIC, each
+    GPU."""
     return {
         "fabric": dataclasses.asdict(bed.fabric.params),
         "nodes": {name: {"host": dataclasses.asdict(n.host.params), "pcie": dataclasses.asdict(n.pcie.params),
@@ -76,7 +81,8 @@ LATENCY_CDF_COLUMNS = ["variant", "workload", "latency_ps", "ok"]
 """What :func:`sim.plot.figures.latency_cdf` reads of the operations."""
 
 
-def _records(frame: pd.DataFrame) -> list[dict]:
+def json_records(frame: pd.DataFrame) -> list[dict]:
+    """A frame as JSON-ready records (floats to 15 significant digits)."""
     return json.loads(frame.to_json(orient="records", double_precision=15))
 
 
@@ -105,12 +111,12 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
     summary_rows = _concat([r.summary for r in results])
     events = _concat([event_times(r) for r in results])
     write_operations([r.table for r in results], staging / "metrics.parquet")
-    summary = {"scenario": scenario.name, "seed": results[0].seed, "results": _records(summary_rows),
-               "registrations": _records(_concat([r.registrations for r in results])),
-               "events": _records(events),
+    summary = {"scenario": scenario.name, "seed": results[0].seed, "results": json_records(summary_rows),
+               "registrations": json_records(_concat([r.registrations for r in results])),
+               "events": json_records(events),
                "counters": {r.variant: r.counters for r in results}}
     if len(results) > 1 or len(events):
-        summary["comparison"] = _records(comparison_table(results))
+        summary["comparison"] = json_records(comparison_table(results))
     (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     record = manifest(results, scenario_bytes)
     record["outputs_sha256"] = {name: file_sha256(staging / name) for name in REPRODUCIBLE}

@@ -29,7 +29,9 @@ from sim.cli import app
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
 CHAPTERS = sorted(DOCS.glob("[0-9][0-9]_*.md"))
-PAGES = [DOCS / "README.md", *CHAPTERS]
+REFERENCE = [DOCS / "api.md", DOCS / "from_pyverbs.md"]
+"""The Python API's reference and its port of a pyverbs test (not numbered chapters)."""
+PAGES = [DOCS / "README.md", *CHAPTERS, *REFERENCE]
 FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
 KINDS = {"python", "console", "console fail", "yaml", "text"}
 LINK = re.compile(r"\]\((?P<target>[^)\s#]+)(?:#[^)]*)?\)")
@@ -156,7 +158,7 @@ def test_table_of_contents_and_links():
     """README.md lists every chapter; every relative link resolves; each chapter points at its lab material."""
     assert len(CHAPTERS) == 10, [p.name for p in CHAPTERS]
     toc = (DOCS / "README.md").read_text()
-    for chapter in CHAPTERS:
+    for chapter in CHAPTERS + REFERENCE:
         assert f"]({chapter.name})" in toc, f"README.md does not link {chapter.name}"
     for page in PAGES:
         text = page.read_text()

@@ -49,6 +49,10 @@ class ProtectionDomain:
 
     context: Context
     handle: int
+    usecnt: int = 0
+    """Objects that use it (MRs, QPs): the kernel's ``pd->usecnt``; :func:`~models.verbs.destroy.ibv_dealloc_pd`
+    refuses while it is not 0."""
+    destroyed: bool = False
 
 
 @dataclass(eq=False)
@@ -77,6 +81,7 @@ class MemoryRegion:
         self._bits = int(self.access)
         if self.iova is None:
             self.iova = self.addr
+        self.pd.usecnt += 1  # ib_uverbs_reg_mr and friends: atomic_inc(&pd->usecnt)
 
     def change_access(self, access: Access) -> None:
         """Grant ``access`` from now on (``ibv_rereg_mr`` with ``IBV_REREG_MR_CHANGE_ACCESS``)."""
@@ -98,9 +103,18 @@ class CompletionQueue:
     cqe: int
     entries: deque[WorkCompletion] = field(default_factory=deque)
     _waiter: simpy.Event | None = None
+    usecnt: int = 0
+    """QPs that use it: the kernel's ``cq->usecnt``; :func:`~models.verbs.destroy.ibv_destroy_cq` refuses while it
+    is not 0."""
+    cleaned: set[int] = field(default_factory=set)
+    """Numbers of destroyed QPs: their completions are dropped (mlx5 cleans them from its CQ,
+    ``__mlx5_ib_cq_clean``)."""
+    destroyed: bool = False
 
     def push(self, wc: WorkCompletion) -> None:
-        """Deliver a completion (the NIC side)."""
+        """Deliver a completion (the NIC side); one of a destroyed QP is dropped."""
+        if wc.qp_num in self.cleaned:
+            return
         if len(self.entries) >= self.cqe:
             raise VerbsError("EOVERFLOW", f"CQ overrun: more than {self.cqe} completions unpolled "
                              "(create the CQ with more entries or poll more often)", call="ibv_poll_cq")
@@ -149,6 +163,11 @@ class QueuePair:
     sq_stalled_until: int = 0
     """A requester-side page fault stalls the send queue until then: later WQEs are translated no earlier."""
     qp_type: QpType = QpType.RC
+    destroyed: bool = False
+
+    def __post_init__(self) -> None:
+        self.pd.usecnt += 1  # ib_create_qp_user: atomic_inc(&pd->usecnt), and the CQ's
+        self.send_cq.usecnt += 1
 
     @property
     def node(self) -> Node:
@@ -301,6 +320,7 @@ def ibv_dereg_mr(mr: MemoryRegion) -> int:
         raise VerbsError("EINVAL", "MR already deregistered", call="ibv_dereg_mr")
     node = mr.pd.context.node
     mr.valid = mr.registered = False
+    mr.pd.usecnt -= 1
     node.nic.mrs.pop(mr.lkey, None)  # gone already after a NIC reset
     node.nic.release_translations(mr.length)
     if mr.backing is not None:
@@ -343,6 +363,8 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
         except VerbsError:
             host.pin(mr.addr, mr.length, call=call)
             raise
+    mr.pd.usecnt -= 1
+    new_pd.usecnt += 1
     mr.addr, mr.iova, mr.length, mr.pd = new_addr, new_addr, new_length, new_pd
     mr.change_access(new_access)
     return REG_MR_FIXED_PS + cost

@@ -11,7 +11,7 @@ from models.pcie.link import PcieParams
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE, PCIE_PRESETS
 from models.nic.wqe import Access
 from sim.core.units import parse_rate
-from sim.scenario.schema import FabricSpec, NodeSpec, Scenario
+from sim.scenario.schema import FabricSpec, NodeSpec, Scenario, TestbedSpec
 
 
 def _overrides(spec, mapping: dict[str, str]) -> dict:
@@ -48,7 +48,7 @@ def nic_params(spec: NodeSpec) -> NicParams:
         "ignore_move_notify": nic.ignore_move_notify})
 
 
-def fabric_params(scenario: Scenario) -> FabricParams:
+def fabric_params(scenario: Scenario | TestbedSpec) -> FabricParams:
     """Fabric parameters; the default rate is the slowest NIC preset's port rate."""
     spec: FabricSpec = scenario.fabric
     rate = spec.rate or min(parse_rate(NIC_RATE[n.nic.preset]) for n in scenario.nodes)

@@ -434,6 +434,15 @@ class Variant(Strict):
     list items may be named by index or by their 'name'."""
 
 
+class TestbedSpec(Strict):
+    """The hardware of a scenario without its buffers and workloads: a testbed built in Python (:mod:`sim.api`)."""
+
+    nodes: Annotated[list[NodeSpec], Field(min_length=1, max_length=1024)]
+    fabric: FabricSpec = FabricSpec()
+    data: bool = False
+    """Data mode (as a scenario's ``data``): memory holds real bytes that RDMA moves."""
+
+
 class Scenario(Strict):
     """A complete rdmasim scenario."""
 

@@ -1,0 +1,123 @@
+"""``Context``, ``PD`` and ``CQ`` in pyverbs' shape over :mod:`models.verbs` (pyverbs/device.pyx, pd.pyx, cq.pyx)."""
+
+from __future__ import annotations
+
+from models.nic.wqe import WorkCompletion
+from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_cq
+from models.verbs.query import ibv_query_device, ibv_query_port
+from models.verbs.verbs import ibv_alloc_pd, ibv_create_cq, ibv_open_device, ibv_poll_cq
+from sim.api.resource import Resource
+from sim.api.testbed import TESTBED, Testbed, duration_ps
+from sim.core import ConfigError, DeadlockError
+
+WC = WorkCompletion
+"""``struct ibv_wc`` as pyverbs' ``WC``: ``wr_id``, ``status`` (:class:`~models.nic.wqe.WcStatus`), ``opcode``,
+``byte_len``, ``qp_num``, and the simulated times ``posted_ps`` and ``completed_ps``."""
+
+
+class Context(Resource):
+    """An opened device (``ibv_open_device``): the NIC of node ``name`` of ``testbed``.
+
+    Closing it closes every object opened through it, newest first, as closing the device file makes the
+    kernel destroy whatever the process left (use counts do not stop that cleanup).
+
+    :raises ConfigError: the testbed has no node ``name``.
+    """
+
+    def __init__(self, testbed: Testbed, name: str) -> None:
+        if name not in testbed.bed.nodes:
+            raise ConfigError(f"no node {name!r}; the testbed has {sorted(testbed.bed.nodes)}", file=TESTBED,
+                              key="nodes")
+        self.testbed, self.name = testbed, name
+        self.ctx = ibv_open_device(testbed.bed.nodes[name], testbed.bed.env, testbed.bed.fabric)
+        """The verbs layer's context (:class:`models.verbs.verbs.Context`)."""
+        self._objects: list[Resource] = []
+
+    @property
+    def lid(self) -> int:
+        """The LID of the device's port 1 (what a remote QP's ``ah_attr.dlid`` names)."""
+        return self.testbed.lids[self.name]
+
+    def query_device(self):
+        """``ibv_query_device`` (:class:`~models.verbs.query.IbvDeviceAttr`)."""
+        self._check_open("ibv_query_device")
+        return ibv_query_device(self.ctx)
+
+    def query_port(self, port_num: int = 1):
+        """``ibv_query_port`` (:class:`~models.verbs.query.IbvPortAttr`).
+
+        :raises VerbsError: ``EINVAL`` for a port other than 1.
+        """
+        self._check_open("ibv_query_port")
+        return ibv_query_port(self.ctx, port_num)
+
+    def _adopt(self, obj: Resource) -> None:
+        """Remember ``obj`` (opened through this device) for :meth:`close`."""
+        self._objects.append(obj)
+
+    def _destroy(self) -> None:
+        for obj in reversed(self._objects):
+            obj.close()
+        self._objects.clear()
+
+
+class PD(Resource):
+    """A protection domain (``ibv_alloc_pd``).
+
+    :raises VerbsError: from :meth:`close`: ``EBUSY`` while MRs or QPs use it (``uverbs_free_pd``).
+    """
+
+    def __init__(self, context: Context) -> None:
+        context._check_open("ibv_alloc_pd")
+        self.context = context
+        self.pd = ibv_alloc_pd(context.ctx)
+        """The verbs layer's PD (:class:`models.verbs.verbs.ProtectionDomain`)."""
+        context._adopt(self)
+
+    def _destroy(self) -> None:
+        ibv_dealloc_pd(self.pd)
+
+
+class CQ(Resource):
+    """A completion queue of ``cqe`` entries (``ibv_create_cq``); ``cq_context``, ``channel`` and
+    ``comp_vector`` are pyverbs' parameters, kept but not modelled (no completion events).
+
+    :raises VerbsError: ``EINVAL`` for ``cqe`` < 1; from :meth:`close`: ``EBUSY`` while a QP uses it
+        (``ib_destroy_cq_user``).
+    """
+
+    def __init__(self, context: Context, cqe: int, cq_context=None, channel=None, comp_vector: int = 0) -> None:
+        context._check_open("ibv_create_cq")
+        self.context = context
+        self.cq = ibv_create_cq(context.ctx, cqe)
+        """The verbs layer's CQ (:class:`models.verbs.verbs.CompletionQueue`)."""
+        self.cq_context, self.channel, self.comp_vector = cq_context, channel, comp_vector
+        context._adopt(self)
+
+    @property
+    def cqe(self) -> int:
+        """Capacity (completions)."""
+        return self.cq.cqe
+
+    def poll(self, num_entries: int = 1, timeout: str | int | None = None) -> tuple[int, list[WC]]:
+        """Take up to ``num_entries`` completions, oldest first: ``(npolled, wcs)`` as pyverbs returns them.
+
+        When the CQ is empty the simulation runs until a completion arrives: at most ``timeout`` of simulated
+        time (``"10us"`` or int ps; ``0`` polls once without waiting, as ``ibv_poll_cq`` does), or with no
+        timeout as long as anything in flight can still complete.
+
+        :raises DeadlockError: no timeout, an empty CQ and nothing left to simulate (no completion can come).
+        """
+        self._check_open("ibv_poll_cq")
+        testbed = self.context.testbed
+        if not self.cq.entries and timeout != 0:
+            deadline = None if timeout is None else testbed.now_ps + duration_ps(timeout)
+            if not testbed._run_until(lambda: bool(self.cq.entries), deadline):
+                raise DeadlockError(f"CQ.poll on {self.context.name}: the CQ is empty and nothing left to simulate "
+                                    "can complete into it (post a work request first)")
+        wcs = ibv_poll_cq(self.cq, num_entries)
+        testbed._record(self.context, wcs)
+        return len(wcs), wcs
+
+    def _destroy(self) -> None:
+        ibv_destroy_cq(self.cq)

@@ -1,0 +1,149 @@
+"""``MR`` and ``DmaBufMR`` in pyverbs' shape (pyverbs/mr.pyx) over ``ibv_reg_mr``/``ibv_reg_dmabuf_mr``.
+
+Registration is a blocking control-path call: the clock advances by the registration's simulated cost before
+the constructor returns, and :meth:`MR.close` (``ibv_dereg_mr``) by the deregistration's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.nic.wqe import Access
+from models.verbs.dmabuf import ibv_reg_dmabuf_mr
+from models.verbs.verbs import ibv_dereg_mr, ibv_reg_mr, ibv_rereg_mr
+from sim.api.device import PD
+from sim.api.gpu import DmaBuf
+from sim.api.resource import Resource
+from sim.core import ProtocolError, VerbsError
+
+
+class MR(Resource):
+    """A memory region (``ibv_reg_mr``) of ``length`` bytes with ``access`` rights
+    (:class:`~models.nic.wqe.Access`). Without ``address`` it allocates the host buffer itself, zeroed, as
+    pyverbs does; with ``address`` it registers memory the script already has.
+
+    :raises VerbsError: as :func:`models.verbs.verbs.ibv_reg_mr` (``EINVAL`` for REMOTE_WRITE without
+        LOCAL_WRITE, ``EFAULT`` for an unmapped range, ``ENOMEM`` past RLIMIT_MEMLOCK, ...).
+    """
+
+    def __init__(self, pd: PD, length: int = 0, access: int = 0, address: int | None = None,
+                 implicit: bool = False) -> None:
+        pd._check_open("ibv_reg_mr")
+        if implicit:
+            raise VerbsError("EOPNOTSUPP", "implicit ODP MRs are not modelled", call="ibv_reg_mr")
+        self.pd, self.context = pd, pd.context
+        self._buffer = None
+        if address is None and length > 0:
+            self._buffer = _host_buffer(pd, length)
+            address = self._buffer.addr
+        self.mr = ibv_reg_mr(pd.pd, address or 0, length, Access(access))
+        """The verbs layer's MR (:class:`models.verbs.verbs.MemoryRegion`)."""
+        self.context.testbed._advance(self.mr.reg_ps)
+        self.context._adopt(self)
+
+    @property
+    def buf(self) -> int:
+        """Address of the registered memory (the MR's iova)."""
+        return self.mr.iova
+
+    @property
+    def lkey(self) -> int:
+        """Local key."""
+        return self.mr.lkey
+
+    @property
+    def rkey(self) -> int:
+        """Remote key."""
+        return self.mr.rkey
+
+    @property
+    def length(self) -> int:
+        """Registered length (bytes)."""
+        return self.mr.length
+
+    def write(self, data: bytes | str, length: int, offset: int = 0) -> None:
+        """Copy ``length`` bytes of ``data`` into the buffer at ``offset`` (the CPU's store; no simulated time).
+
+        :raises ProtocolError: the testbed is not in data mode, or the MR did not allocate its buffer.
+        """
+        data = data.encode() if isinstance(data, str) else data
+        self._bytes("MR.write", offset, length)[:] = np.frombuffer(data[:length], dtype=np.uint8)
+
+    def read(self, length: int, offset: int) -> bytes:
+        """``length`` bytes of the buffer at ``offset``, as the CPU reads them now.
+
+        :raises ProtocolError: as :meth:`write`.
+        """
+        return self._bytes("MR.read", offset, length).tobytes()
+
+    def rereg(self, flags: int, pd: PD | None = None, addr: int = 0, length: int = 0, access: int = 0) -> None:
+        """``ibv_rereg_mr``: change the MR's translation, PD or access (``IBV_REREG_MR_CHANGE_*`` in ``flags``);
+        the clock advances by its cost.
+
+        :raises VerbsError: as :func:`models.verbs.verbs.ibv_rereg_mr`.
+        """
+        self._check_open("ibv_rereg_mr")
+        cost = ibv_rereg_mr(self.mr, flags, pd.pd if pd is not None else None, addr, length, Access(access))
+        if pd is not None and self.mr.pd is pd.pd:
+            self.pd = pd
+        self.context.testbed._advance(cost)
+
+    def _bytes(self, call: str, offset: int, length: int) -> np.ndarray:
+        self._check_open(call)
+        if not self.context.testbed.env.data_mode:
+            raise ProtocolError(f"{call}: CPU access to bytes needs data mode (Testbed(data=True))")
+        if self._buffer is None or self.mr.iova != self._buffer.addr:
+            raise ProtocolError(f"{call}: only the buffer the MR allocated is readable through it")
+        if offset < 0 or length < 0 or offset + length > self._buffer.size:
+            raise ProtocolError(f"{call}: [{offset}, {offset + length}) is outside the {self._buffer.size} B buffer")
+        return self.context.ctx.node.host.data[self._buffer.name][offset:offset + length]
+
+    def _destroy(self) -> None:
+        self.context.testbed._advance(ibv_dereg_mr(self.mr))
+
+
+class DmaBufMR(MR):
+    """A dma-buf memory region (``ibv_reg_dmabuf_mr``): ``length`` bytes at ``offset`` of ``dmabuf`` (a
+    :class:`~sim.api.gpu.DmaBuf` or a file descriptor of the process), registered with iova ``offset`` as
+    pyverbs does. Without ``dmabuf`` one of ``length + offset`` bytes is allocated on the node's GPU number
+    ``gpu`` and closed with the MR (``gtt``, allocating from GTT instead of VRAM, is not modelled).
+
+    :raises VerbsError: as :func:`models.verbs.dmabuf.ibv_reg_dmabuf_mr` (``EOPNOTSUPP`` without dma-buf
+        support, ``EBADF`` for a bad fd, ``EINVAL`` for a range past the dma-buf, ...).
+    """
+
+    def __init__(self, pd: PD, length: int, access: int, dmabuf: DmaBuf | int | None = None, offset: int = 0,
+                 gpu: int = 0, gtt: int = 0) -> None:
+        pd._check_open("ibv_reg_dmabuf_mr")
+        self.pd, self.context, self.offset = pd, pd.context, offset
+        self._internal = dmabuf is None
+        self.dmabuf = DmaBuf(pd.context, length + offset, gpu=gpu, gtt=gtt) if dmabuf is None else dmabuf
+        fd = self.dmabuf.fd if isinstance(self.dmabuf, DmaBuf) else self.dmabuf
+        try:
+            self.mr = ibv_reg_dmabuf_mr(pd.pd, offset, length, offset, fd, Access(access))
+        except VerbsError:
+            if self._internal:
+                self.dmabuf.close()
+            raise
+        self.context.testbed._advance(self.mr.reg_ps)
+        self.context._adopt(self)
+
+    def _bytes(self, call: str, offset: int, length: int) -> np.ndarray:
+        self._check_open(call)
+        if not isinstance(self.dmabuf, DmaBuf):
+            raise ProtocolError(f"{call}: the MR was registered from a bare fd; read its DmaBuf's buffer instead")
+        return self.dmabuf.buffer.bytes(call, self.dmabuf.offset + self.offset + offset, length)
+
+    def _destroy(self) -> None:
+        super()._destroy()
+        if self._internal:
+            self.dmabuf.close()
+
+
+def _host_buffer(pd: PD, length: int):
+    """A zeroed host buffer of ``length`` bytes on the PD's node (pyverbs' ``posix_memalign`` and memset)."""
+    host, env = pd.context.ctx.node.host, pd.context.testbed.env
+    buf = host.allocate(f"mr{len(host.buffers)}", length)
+    if env.data_mode:
+        host.fill(buf.name, lambda: np.zeros(length, dtype=np.uint8))
+    return buf

@@ -1,0 +1,162 @@
+"""A testbed built in Python: nodes, NICs, GPUs and a fabric from the scenario presets, and its clock.
+
+The testbed is what :func:`sim.build.wire` builds from a scenario's ``nodes`` and ``fabric`` (same keys, same
+presets, same checks), without buffers or workloads: the script creates those through the verbs objects.
+
+Clock: simulated time moves only as the script's calls say. A control-path call (registration,
+deregistration) returns after its simulated cost, so the clock has advanced by it when the call returns;
+posting a work request is asynchronous (the clock does not move); :meth:`CQ.poll <sim.api.device.CQ.poll>`
+runs the simulation until a completion arrives or its timeout passes; :meth:`Testbed.run` lets time pass.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from pathlib import Path
+
+from sim.build import settle, wire
+from sim.core import PS_PER_US, ConfigError
+from sim.core.errors import ConfigErrors
+from sim.core.units import parse_time
+from sim.scenario.loader import validate
+from sim.scenario.schema import TestbedSpec
+from sim.scenario.yaml_reader import PositionMap
+
+TESTBED = "<testbed>"
+"""How errors name a testbed's description (it has no file)."""
+
+
+class Testbed:
+    """Nodes, their NICs and GPUs, and the fabric between them, with one simulated clock.
+
+    :param nodes: node names (each a node with the default NIC, ``connectx7``), or a mapping of name to the
+        node's scenario keys (``{"a": {"nic": {"preset": "connectx6"}, "gpus": [{"preset": "h200"}]}}``), or
+        a list of complete node mappings as in a scenario.
+    :param fabric: the scenario's ``fabric`` keys (``rate``, ``latency``, ``mtu``, ``transport``).
+    :param seed: run seed: the same script and seed give the same times.
+    :param data: data mode: memory holds real bytes that RDMA moves, so the CPU can read and write them
+        (``MR.read``/``MR.write``); off is faster and refuses CPU access to bytes.
+    :param trace: record the protocol's events (slower).
+    :raises ConfigError: a key or value the scenario schema refuses (``<testbed> nodes[0].nic.preset: ...``).
+    """
+
+    __test__ = False  # not a pytest test class
+
+    def __init__(self, nodes=("a", "b"), fabric: dict | None = None, *, seed: int = 0, data: bool = True,
+                 trace: bool = False) -> None:
+        try:
+            self.spec = validate(TestbedSpec, {"nodes": _node_list(nodes), "fabric": fabric or {}, "data": data},
+                                 PositionMap(), TESTBED)
+        except ConfigErrors as exc:  # no file, so no line and column to show
+            raise ConfigErrors([ConfigError(e.reason, file=TESTBED, key=e.key) for e in exc.errors]) from None
+        self.seed = seed
+        self.bed = wire(self.spec, seed, trace=trace)
+        """The wired models (:class:`sim.build.Testbed`): nodes, contexts, GPUs, the environment."""
+        self.lids = {name: i + 1 for i, name in enumerate(self.bed.nodes)}
+        """Each node's port LID, as a subnet manager would hand them out (1, 2, ... in node order)."""
+        self.completions: list[tuple] = []
+        """Every completion polled through the API with its work request's size, as
+        :data:`sim.api.results.RECORDED` names the fields: the results' rows."""
+        self._qps: dict[tuple[int, int], object] = {}
+        self._posted: dict[tuple[int, int], deque] = {}
+        self._gpus: dict[str, object] = {}
+
+    @property
+    def env(self):
+        """The simulation environment (:class:`sim.core.Environment`); scripts need not touch it."""
+        return self.bed.env
+
+    @property
+    def now_ps(self) -> int:
+        """Simulated time now (integer ps)."""
+        return self.bed.env.now
+
+    @property
+    def now_us(self) -> float:
+        """Simulated time now (us)."""
+        return self.bed.env.now / PS_PER_US
+
+    def run(self, duration: str | int) -> None:
+        """Let ``duration`` of simulated time pass (a string with a unit, ``"10us"``, or integer ps): work in
+        flight progresses, completions arrive in their CQs.
+
+        :raises UnitError: a duration without a unit, negative or finer than a picosecond.
+        """
+        env = self.bed.env
+        env.run(until=env.now + duration_ps(duration))
+
+    def gpu(self, name: str):
+        """The GPU ``name`` (``"a.gpu0"``: node, then the GPU's name in the node's ``gpus``), as a
+        :class:`~sim.api.gpu.GPU`.
+
+        :raises ConfigError: no such GPU.
+        """
+        from sim.api.gpu import GPU
+
+        if name not in self.bed.gpus:
+            raise ConfigError(f"no GPU {name!r}; the testbed has {sorted(self.bed.gpus) or 'none'}", file=TESTBED,
+                              key="gpus")
+        if name not in self._gpus:
+            self._gpus[name] = GPU(self, self.bed.gpus[name])
+        return self._gpus[name]
+
+    def node_of_lid(self, lid: int) -> str | None:
+        """The node whose port has LID ``lid``, or None."""
+        return next((name for name, value in self.lids.items() if value == lid), None)
+
+    def write_results(self, out: str | os.PathLike, *, name: str, script: str | os.PathLike | None = None,
+                      force: bool = False) -> Path:
+        """Write this run as a results directory (see :func:`sim.api.results.write_script_results`)."""
+        from sim.api.results import write_script_results
+
+        return write_script_results(self, out, name=name, script=script, force=force)
+
+    def _record(self, context, wcs: list) -> None:
+        """Keep the completions ``wcs`` polled on ``context``'s node, each with its work request's size (RC
+        completes a QP's work requests in posting order, so the oldest size posted is this one's)."""
+        for wc in wcs:
+            length = self._posted[(context.lid, wc.qp_num)].popleft()
+            self.completions.append((context.name, wc.qp_num, wc.wr_id, wc.opcode.value, length, wc.posted_ps,
+                                     wc.completed_ps, wc.status.value))
+
+    def _run_until(self, done, deadline_ps: int | None) -> bool:
+        """Simulate event by event until ``done()`` holds or the clock reaches ``deadline_ps`` (None: as long as
+        events remain). Returns False when the events ran out first without a deadline.
+
+        Stepping leaves nothing behind in the event queue (no timeout event that would fire later).
+        """
+        env = self.bed.env
+        while not done():
+            upcoming = env.peek()
+            if deadline_ps is not None and upcoming > deadline_ps:
+                if env.now < deadline_ps:
+                    env.run(until=deadline_ps)
+                return True
+            if upcoming == float("inf"):
+                return False
+            env.step()
+        return True
+
+    def _advance(self, cost_ps: int) -> None:
+        """A blocking control-path call of ``cost_ps`` returned: the clock moves past it."""
+        settle(self.bed, cost_ps)
+
+
+def duration_ps(value: str | int) -> int:
+    """``value`` in integer picoseconds: a string with a unit (``"2us"``) or an int already in ps.
+
+    :raises UnitError: a string without a unit or out of range; :raises TypeError: a float or another type.
+    """
+    if isinstance(value, str):
+        return parse_time(value)
+    if type(value) is not int or value < 0:
+        raise TypeError(f"a duration is a string with a unit ('10us') or a non-negative int of ps, got {value!r}")
+    return value
+
+
+def _node_list(nodes) -> list:
+    """The scenario's ``nodes`` list from names, a name -> keys mapping or the list itself."""
+    if isinstance(nodes, dict):
+        return [{"name": name, **(keys or {})} for name, keys in nodes.items()]
+    return [{"name": node} if isinstance(node, str) else node for node in nodes]
