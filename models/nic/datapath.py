@@ -519,7 +519,9 @@ def _gather(env, pieces: list[Piece]):
     data mode is off)."""
     if not env.data_mode:
         return None
-    return np.concatenate([mr_bytes(mr, addr, length) for mr, addr, length in pieces]) if pieces else np.zeros(0, np.uint8)
+    if not pieces:
+        return np.zeros(0, np.uint8)
+    return np.concatenate([mr_bytes(mr, addr, length) for mr, addr, length in pieces])
 
 
 def _scatter(pieces: list[Piece], payload) -> None:

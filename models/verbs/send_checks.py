@@ -30,7 +30,8 @@ def check_send_wr(qp, wr: SendWR) -> None:
     """
     call = "ibv_post_send"
     if qp.outstanding >= qp.max_send_wr:
-        held = f", {qp.unsignaled} of them unsignaled and done, waiting for a signaled completion" if qp.unsignaled else ""
+        held = (f", {qp.unsignaled} of them unsignaled and done, waiting for a signaled completion"
+                if qp.unsignaled else "")
         raise VerbsError("ENOMEM", f"send queue full ({qp.max_send_wr} work requests outstanding{held})", call=call)
     if len(wr.sges) > qp.max_send_sge:
         raise VerbsError("ENOMEM", f"num_sge {len(wr.sges)} exceeds the QP's max_send_sge {qp.max_send_sge} "
