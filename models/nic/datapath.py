@@ -27,6 +27,7 @@ the same lists.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -101,13 +102,17 @@ def dma_write(link: PcieLink, nbytes: int) -> list[Stage]:
     return [Stage(link.up, p.write_ps(nbytes), tlp, tlp, p.write_latency_ps, False)]
 
 
-def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0) -> list[Stage]:
-    """A message from ``src``'s port through the fabric into ``dst``'s port.
+def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0,
+         mtu: int | None = None) -> list[Stage]:
+    """A message from ``src``'s port through the fabric into ``dst``'s port, in packets of ``mtu`` payload bytes
+    (the sending QP's path MTU; None or more than the fabric carries: the fabric's MTU).
 
     The first bit leaves as soon as the transmit port is free; the receiver holds the first packet until it
     has arrived whole.
     """
     p = fabric.params
+    if mtu is not None and mtu < p.mtu:
+        p = dataclasses.replace(p, mtu=mtu)
     total = p.serialize_ps(nbytes, first_extra)
     first = p.first_packet_ps(nbytes, first_extra)
     return [Stage(src.tx_port, total, 0, 0, p.latency_ps, False),
@@ -229,7 +234,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     steps: list[Step] = [Delay(nic.params.doorbell_ps), *stage_steps(to_engine), Rebase(False), *fence]
     if opcode is Opcode.RDMA_WRITE:
         source = [] if inline else [s for length, target in pieces for s in node_dma_read(node, target, length)]
-        forward = source + [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH),
+        forward = source + [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH, qp.path_mtu_bytes),
                             rx_engine(pnic, qp.remote.qp_num)]
         steps.append(Check("requester"))
         if source and (local_backing or every):
@@ -257,7 +262,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                         *wire(pnic, nic, fabric, 0, AETH + ATOMIC_ACK_ETH), rx_engine(nic, qp.qp_num)]
         else:
             response = [*node_dma_read(peer, remote_target, n), delay(pnic.params.tx_latency_ps),
-                        *wire(pnic, nic, fabric, n, AETH), rx_engine(nic, qp.qp_num)]
+                        *wire(pnic, nic, fabric, n, AETH, qp.remote.path_mtu_bytes), rx_engine(nic, qp.qp_num)]
         # The send engine stalls the QP at its READ/atomic slots; a slot is free again once the response's last
         # write reaches the requester's PCIe link.
         steps += [*([] if shape.fence else [Gate(slots, READ_SLOT)]), Check("requester"), *stage_steps(forward),

@@ -175,6 +175,11 @@ class QueuePair:
         return rnr_timer_ps(self.attr.min_rnr_timer)
 
     @property
+    def path_mtu_bytes(self) -> int:
+        """The payload bytes of one packet this QP sends (``path_mtu``)."""
+        return PathMtu(self.attr.path_mtu).nbytes
+
+    @property
     def rnr_retry(self) -> int:
         """Requester attribute: RNR retries before IBV_WC_RNR_RETRY_EXC_ERR; 7 means retry forever."""
         return self.attr.rnr_retry
@@ -225,6 +230,7 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     if before is QpState.RTR and new is QpState.RTS:
         env = qp.pd.context.env
         qp.reads = None  # the READ/atomic slots are counted at the first post, once the responder is known
+        qp.paths.clear()  # the step lists follow the new attributes (path MTU, READ/atomic slots)
         if qp.poll_delays is None:
             qp.poll_delays = UniformDraws(env.rng(f"{qp.node.name}.cpu.qp{qp.qp_num}"),
                                           qp.node.host.params.poll_period_ps)
