@@ -12,7 +12,8 @@ from models.nic.nic import NicParams
 from models.node import Node
 from models.nic.wqe import Access, Opcode, QpState, SendFlags, SendWR, Sge, WcStatus
 from models.pcie.link import PcieParams
-from models.verbs.qp_state import QPAttr, QpAttrMask
+from models.verbs.qp_state import AhAttr, PathMtu, QPAttr, QpAttrMask
+from models.verbs.qp_state import QpAttrMask as M
 from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device,
                                 ibv_poll_cq, ibv_post_send, ibv_reg_mr)
 from sim.core import Environment, VerbsError
@@ -54,6 +55,18 @@ class Bed:
         la, rb = self.mrs
         return SendWR(wr_id, opcode, la.addr + local, length, la.lkey, rb.addr + remote, rb.rkey,
                       compare_add=compare_add, swap=swap, **kw)
+
+
+def reconnect(qp, peer, path_mtu: PathMtu = PathMtu.MTU_4096, max_dest_rd_atomic: int = 16) -> None:
+    """Take ``qp`` through RESET -> INIT -> RTR -> RTS again (perftest's masks), with these RTR attributes."""
+    ibv_modify_qp(qp, QPAttr(qp_state=QpState.RESET), M.STATE)
+    ibv_modify_qp(qp, QPAttr(qp_state=QpState.INIT, pkey_index=0, port_num=1, qp_access_flags=int(ALL)),
+                  M.STATE | M.PKEY_INDEX | M.PORT | M.ACCESS_FLAGS)
+    ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTR, path_mtu=path_mtu, dest_qp_num=peer.qp_num, rq_psn=0,
+                             max_dest_rd_atomic=max_dest_rd_atomic, min_rnr_timer=12, ah_attr=AhAttr()),
+                  M.STATE | M.AV | M.PATH_MTU | M.DEST_QPN | M.RQ_PSN | M.MAX_DEST_RD_ATOMIC | M.MIN_RNR_TIMER)
+    ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTS, timeout=14, retry_cnt=7, rnr_retry=7, sq_psn=0, max_rd_atomic=16),
+                  M.STATE | M.TIMEOUT | M.RETRY_CNT | M.RNR_RETRY | M.SQ_PSN | M.MAX_QP_RD_ATOMIC)
 
 
 def _statuses(bed, qa):
@@ -247,3 +260,35 @@ def test_a_fenced_write_waits_for_the_earlier_read():
     read, fenced = landed(True)
     _, unfenced = landed(False)
     assert unfenced < fenced and fenced > read
+
+
+def test_the_responders_max_dest_rd_atomic_limits_outstanding_atomics():
+    def span(dest):
+        bed = Bed()
+        qa, qb = bed.pair(depth=32)
+        if dest is not None:
+            reconnect(qb, qa, max_dest_rd_atomic=dest)
+        for k in range(32):
+            ibv_post_send(qa, bed.atomic(k, FADD))
+        bed.env.run()
+        wcs = ibv_poll_cq(qa.send_cq, 32)
+        assert [w.status for w in wcs] == [WcStatus.SUCCESS] * 32
+        return wcs[-1].completed_ps - wcs[0].posted_ps
+
+    many, one, two = span(None), span(1), span(2)
+    assert many < two < one and one / two == pytest.approx(2, rel=0.1)
+
+
+def test_an_atomic_on_an_odp_target_faults_it_in_then_succeeds():
+    bed = Bed(data=True)
+    node = bed.nodes[1]
+    odp = node.host.allocate("odp", 4096)
+    node.host.fill("odp", lambda: np.zeros(4096, np.uint8))
+    bed.mrs[1] = ibv_reg_mr(bed.pds[1], odp.addr, 4096, ALL | Access.ON_DEMAND)
+    qa, _ = bed.pair()
+    for k in range(3):
+        ibv_post_send(qa, bed.atomic(k, FADD, local=8 * k, compare_add=5))
+    assert _statuses(bed, qa) == [WcStatus.SUCCESS] * 3
+    assert qa.rnr_naks >= 1 and bed.mrs[1].backing.faults >= 1
+    assert int.from_bytes(node.host.data["odp"][:8].tobytes(), "little") == 15
+    assert sorted(bed.word(0, 8 * k) for k in range(3)) == [0, 5, 10]

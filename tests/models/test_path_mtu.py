@@ -4,31 +4,19 @@ of that MTU, not the fabric's."""
 import pytest
 
 from models.fabric import RETH, FabricParams
-from models.nic.wqe import Opcode, QpState, SendWR
-from models.verbs.qp_state import AhAttr, PathMtu, QPAttr, QpAttrMask as M
-from models.verbs.verbs import ibv_modify_qp, ibv_poll_cq, ibv_post_send
-from tests.models.test_atomics import Bed
+from models.nic.wqe import Opcode, SendWR
+from models.verbs.qp_state import PathMtu
+from models.verbs.verbs import ibv_poll_cq, ibv_post_send
+from tests.models.test_atomics import Bed, reconnect
 
 SIZE, COUNT = 16384, 60
-
-
-def _reconnect(qp, peer, mtu: PathMtu) -> None:
-    """Take ``qp`` through RESET -> INIT -> RTR -> RTS again, with path MTU ``mtu``."""
-    ibv_modify_qp(qp, QPAttr(qp_state=QpState.RESET), M.STATE)
-    ibv_modify_qp(qp, QPAttr(qp_state=QpState.INIT, pkey_index=0, port_num=1, qp_access_flags=0xE),
-                  M.STATE | M.PKEY_INDEX | M.PORT | M.ACCESS_FLAGS)
-    ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTR, path_mtu=mtu, dest_qp_num=peer.qp_num, rq_psn=0,
-                             max_dest_rd_atomic=16, min_rnr_timer=12, ah_attr=AhAttr()),
-                  M.STATE | M.AV | M.PATH_MTU | M.DEST_QPN | M.RQ_PSN | M.MAX_DEST_RD_ATOMIC | M.MIN_RNR_TIMER)
-    ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTS, timeout=14, retry_cnt=7, rnr_retry=7, sq_psn=0, max_rd_atomic=16),
-                  M.STATE | M.TIMEOUT | M.RETRY_CNT | M.RNR_RETRY | M.SQ_PSN | M.MAX_QP_RD_ATOMIC)
 
 
 def _stream_Bps(mtu: PathMtu | None) -> float:
     bed = Bed()
     qa, qb = bed.pair(depth=COUNT)
     if mtu is not None:
-        _reconnect(qa, qb, mtu)
+        reconnect(qa, qb, mtu)
     la, rb = bed.mrs
     for k in range(COUNT):
         ibv_post_send(qa, SendWR(k, Opcode.RDMA_WRITE, la.addr, SIZE, la.lkey, rb.addr, rb.rkey))
