@@ -2,9 +2,10 @@
 atomic unit, its rate the slowest of the atomic unit and the READ/atomic slots; the scenario's checks."""
 
 import pytest
+from pydantic import ValidationError
 
 from models.fabric import AETH, ATOMIC_ACK_ETH, ATOMIC_ETH
-from sim.core import ConfigError
+from sim.core import VerbsError
 from sim.run import run_scenario
 from sim.scenario.resolve import fabric_params, nic_params, pcie_params
 from sim.scenario.schema import Scenario
@@ -71,7 +72,7 @@ def test_atomic_rate_is_capped_by_outstanding_atomics(make_scenario):
 def test_atomic_workload_checks(workload, words):
     """Scenario errors name what is wrong."""
     data = scenario_dict(workload=[{"from": "src", "to": "dst", **workload}])
-    with pytest.raises(Exception) as info:
+    with pytest.raises(ValidationError) as info:
         Scenario.model_validate(data)
     assert words in str(info.value)
 
@@ -88,6 +89,6 @@ def test_atomics_on_an_efa_nic_are_refused_when_posted(make_scenario):
     scn = make_scenario(nodes=[{"name": "a", "nic": {"preset": "efa"}}, {"name": "b", "nic": {"preset": "efa"}}],
                         workload=[{"kind": "atomic_lat", "from": "src", "to": "dst", "sizes": ["8B"],
                                    "iterations": 5}])
-    with pytest.raises(Exception) as info:
+    with pytest.raises(VerbsError) as info:
         run_scenario(scn)
-    assert "IBV_ATOMIC_NONE" in str(info.value)
+    assert info.value.errno == "EOPNOTSUPP" and "IBV_ATOMIC_NONE" in str(info.value)
