@@ -3,6 +3,8 @@ completions, 64-bit values in data mode (atomic across QPs), unsignaled work req
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
@@ -292,3 +294,32 @@ def test_an_atomic_on_an_odp_target_faults_it_in_then_succeeds():
     assert qa.rnr_naks >= 1 and bed.mrs[1].backing.faults >= 1
     assert int.from_bytes(node.host.data["odp"][:8].tobytes(), "little") == 15
     assert sorted(bed.word(0, 8 * k) for k in range(3)) == [0, 5, 10]
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.lists(st.lists(st.integers(1, 2**40), min_size=1, max_size=6), min_size=2, max_size=3))
+def test_fetch_and_adds_from_several_qps_are_serialized_in_each_qps_order(adds):
+    """Linearizable: the originals returned are the running sums of one order of all the adds, and in that
+    order each QP's adds come in the order it posted them (an RC responder executes a QP's requests in order)."""
+    bed = Bed(data=True)
+    slot = 0
+    posted = []
+    for qp_adds in adds:
+        qa, _ = bed.pair(depth=8)
+        for k, add in enumerate(qp_adds):
+            ibv_post_send(qa, bed.atomic(k, FADD, local=8 * slot, compare_add=add))
+            posted.append((slot, add))
+            slot += 1
+    bed.env.run()
+    assert bed.word(1) == sum(sum(a) for a in adds)
+    order = sorted(posted, key=lambda p: bed.word(0, 8 * p[0]))
+    running = 0
+    for s, add in order:
+        assert bed.word(0, 8 * s) == running
+        running += add
+    first = 0
+    for qp_adds in adds:  # each QP's slots appear in posting order within the service order
+        slots = list(range(first, first + len(qp_adds)))
+        served = [s for s, _ in order if s in slots]
+        assert served == slots
+        first += len(qp_adds)
