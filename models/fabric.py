@@ -6,7 +6,8 @@ Header overheads per packet (bytes on the wire beyond the payload):
 * ``roce``: Ethernet 14 + FCS 4 + preamble/IFG 20 + IPv4 20 + UDP 8 + BTH 12 + ICRC 4 = 82 (RoCEv2).
 
 RDMA WRITE and READ requests carry a 16 B RETH in their first packet; READ responses and ACKs carry a
-4 B AETH.
+4 B AETH. An atomic request carries a 28 B AtomicETH (remote address, rkey, swap/add and compare operands), its
+response an AETH and an 8 B AtomicAckETH holding the original value (IBA vol. 1, 9.3.3 and 9.3.5).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from sim.core import PS_PER_NS, transfer_ps
 TRANSPORT_HEADER = {"ib": 26, "roce": 82}
 RETH = 16
 AETH = 4
+ATOMIC_ETH = 28
+ATOMIC_ACK_ETH = 8
 MTUS = (256, 512, 1024, 2048, 4096)
 
 

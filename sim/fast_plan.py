@@ -8,7 +8,8 @@ is re-mapped), and whose window is the workload's posting rule:
 
 * ``write_bw`` / ``read_bw``: ``tx_depth`` outstanding; a completion is delivered in order, and the post it
   releases happens then (``ib_write_bw``'s loop).
-* ``read_lat``: one READ at a time (a window of one).
+* ``read_lat`` / ``atomic_lat``: one READ or atomic at a time (a window of one); ``atomic_bw`` is
+  ``read_bw``'s window over atomics.
 * ``write_lat``: one ping-pong iteration is one operation (:func:`models.verbs.workloads.ping_pong`).
 
 Tables and summaries come from the event engine's own code (:mod:`sim.tables`). Without scenario events
@@ -42,7 +43,7 @@ from sim.core.errors import SimError
 from sim.core.steps import Check, Claim, Fork
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast_events import Move, Solved, Watch
-from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run
+from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.operations import OperationTable
 from sim.scenario.resolve import nic_params
 from sim.scenario.schema import Scenario, WorkloadSpec
@@ -334,8 +335,8 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             yield Group(indexed(chain), work.iterations, 1, draws), size
         else:
             draws = {"poll": _Draws(mine, first)}
-            window = 1 if work.kind == "read_lat" else work.tx_depth
-            opcode = Opcode.RDMA_WRITE if work.kind == "write_bw" else Opcode.RDMA_READ
+            window = work.tx_depth if work.kind.endswith("_bw") else 1
+            opcode = workload_opcode(work)
             local = "source" if opcode is Opcode.RDMA_WRITE else "response"
             for lo, hi, target in _segments(end.targets[0], moves, posts.get(size), work.iterations):
                 body = steps_of(qp, src, dst, opcode, size, opcode is Opcode.RDMA_WRITE and size <= inline,

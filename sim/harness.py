@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from models.nic.wqe import Opcode
 from models.verbs.verbs import ibv_create_cq, ibv_create_qp
 from models.verbs.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
 from sim.build import Testbed, build
@@ -49,6 +50,17 @@ def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint
         bed.qps.extend(e.qp for e in ends)
         pairs.append((ends[0], ends[1]))
     return pairs
+
+
+OPCODES = {"write": Opcode.RDMA_WRITE, "read": Opcode.RDMA_READ}
+ATOMIC_OPCODES = {"FETCH_AND_ADD": Opcode.ATOMIC_FETCH_AND_ADD, "CMP_AND_SWAP": Opcode.ATOMIC_CMP_AND_SWP}
+"""perftest's ``-A`` names and the opcodes they post."""
+
+
+def workload_opcode(work: WorkloadSpec) -> Opcode:
+    """The opcode every work request of ``work`` posts."""
+    verb = work.kind.split("_")[0]
+    return ATOMIC_OPCODES[work.atomic] if verb == "atomic" else OPCODES[verb]
 
 
 def inline_threshold(work: WorkloadSpec) -> int:
@@ -97,10 +109,13 @@ def check_completions(bed: Testbed) -> None:
 def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:
     """Data mode: compare every workload's destination bytes with its source's (the largest message's span).
 
-    WRITE workloads copy ``from`` into ``to``, READ workloads ``to`` into ``from``.
+    WRITE workloads copy ``from`` into ``to``, READ workloads ``to`` into ``from``; atomic workloads copy nothing
+    and are not compared.
     """
     checked = mismatched = 0
     for work in scenario.workload:
+        if work.kind.startswith("atomic"):
+            continue
         span = max(work.size_list())
         src, dst = bed.registrations[work.from_], bed.registrations[work.to]
         if work.kind.startswith("read"):

@@ -1,5 +1,5 @@
-"""``rdmasim perftest``: run a perftest command line (ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat) in the
-simulator.
+"""``rdmasim perftest``: run a perftest command line (ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat,
+ib_atomic_bw, ib_atomic_lat) in the simulator.
 
 The command line is parsed with perftest's option names, defaults and checks (linux-rdma/perftest
 ``src/perftest_parameters.c``), turned into the equivalent two-node scenario -- client ``a`` posts, server ``b``
@@ -19,6 +19,7 @@ from ruamel.yaml import YAML
 
 from models.nic.device import PORT_NUM
 from models.nic.nic import NicParams
+from models.nic.wqe import ATOMIC_BYTES
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
 from sim import budget, outdir
 from sim.core.errors import SimError
@@ -27,7 +28,8 @@ from sim.perftest_report import RULE, format_summary
 from sim.scenario.refs import check_references
 from sim.scenario.schema import MAX_MESSAGE_B, Scenario
 
-TESTS = {"ib_write_bw": "write_bw", "ib_read_bw": "read_bw", "ib_write_lat": "write_lat", "ib_read_lat": "read_lat"}
+TESTS = {"ib_write_bw": "write_bw", "ib_read_bw": "read_bw", "ib_write_lat": "write_lat", "ib_read_lat": "read_lat",
+         "ib_atomic_bw": "atomic_bw", "ib_atomic_lat": "atomic_lat"}
 """perftest binaries rdmasim runs, and the workload kind each becomes."""
 NUMBER = r"\d+"
 DEVICES = {f"mlx5_{NUMBER}": "connectx7", f"efa_{NUMBER}": "efa"}
@@ -77,14 +79,19 @@ def _size(text: str) -> int:
 
 
 def _parser(test: str) -> argparse.ArgumentParser:
-    bw = TESTS[test].endswith("_bw")
+    bw, atomic = TESTS[test].endswith("_bw"), TESTS[test].startswith("atomic")
     p = _Parser(prog=f"rdmasim perftest {test}", add_help=False, allow_abbrev=False,
                 description=f"Simulate perftest's {test}: client a posts to server b (pinned host memory).")
     add = p.add_argument
     add("server", nargs="?", help="Server address: accepted, ignored (rdmasim simulates both sides).")
     add("-h", "--help", action="store_true", help="Show this help.")
-    add("-s", "--size", type=_size, default=65536 if bw else 2,
-        help=f"Size of message to exchange, K/M suffixes allowed (default {65536 if bw else 2}).")
+    size = ATOMIC_BYTES if atomic else 65536 if bw else 2
+    add("-s", "--size", type=_size, default=size,
+        help=f"Size of message to exchange, K/M suffixes allowed (default {size}"
+             f"{'; atomics move 8 bytes' if atomic else ''}).")
+    if atomic:
+        add("-A", "--atomic_type", choices=["CMP_AND_SWAP", "FETCH_AND_ADD"], default="FETCH_AND_ADD",
+            help="Type of atomic operation (default FETCH_AND_ADD).")
     add("-n", "--iters", type=_ranged(5, 100_000_000, "Iteration num"),
         default=5000 if test == "ib_write_bw" else 1000,
         help=f"Number of exchanges (at least 5, default {5000 if test == 'ib_write_bw' else 1000}).")
@@ -198,7 +205,9 @@ def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> 
         raise UsageError("--gpu-topology: places the --use_cuda GPU; add --use_cuda")
     if args.use_cuda is not None and args.odp:
         raise UsageError("--odp with --use_cuda: rdmasim registers GPU memory only through peer memory or dma-buf")
-    if args.inline_size is not None and kind.startswith("read"):
+    if kind.startswith("atomic") and (args.size != ATOMIC_BYTES or args.all):
+        raise UsageError("-s/-a: Message size cannot be changed for Atomic tests (8 bytes)")
+    if args.inline_size is not None and not kind.startswith("write"):
         raise UsageError("-I/--inline_size: Inline feature not available on READ/Atomic verbs")
     if args.inline_size is not None and args.inline_size > nic.max_inline:
         raise UsageError(f"-I/--inline_size {args.inline_size}: the simulated {preset} carries at most "
@@ -231,6 +240,10 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
     if kind.endswith("_bw"):
         work["tx_depth"] = args.tx_depth
         work["qps"] = args.qp
+    access = {}
+    if kind.startswith("atomic"):  # perftest registers with IBV_ACCESS_REMOTE_ATOMIC for atomic tests
+        work["atomic"] = args.atomic_type
+        access = {"access": ["local_write", "remote_write", "remote_read", "remote_atomic"]}
     if kind.startswith("write"):  # perftest: no default inline for CUDA memory or bandwidth tests
         default = LAT_WRITE_INLINE[preset] if kind == "write_lat" and args.use_cuda is None else 0
         work["inline"] = default if args.inline_size is None else args.inline_size
@@ -238,8 +251,8 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
         "schema": 1, "name": test, "description": f"rdmasim perftest {shlex.join(argv)}",
         "nodes": [client, {"name": "b", "nic": {"preset": preset}}],
         "fabric": {"rate": NIC_RATE[preset], "mtu": args.mtu, "transport": "ib"},
-        "buffers": [{"name": "local", "on": place, "size": buffer, "register": mode},
-                    {"name": "remote", "on": "b.host", "size": buffer, "register": "pinned"}],
+        "buffers": [{"name": "local", "on": place, "size": buffer, "register": mode, **access},
+                    {"name": "remote", "on": "b.host", "size": buffer, "register": "pinned", **access}],
         "workload": [work],
         "outputs": ["bw_vs_size" if kind.endswith("_bw") else "latency_vs_size"],
     }
@@ -284,7 +297,7 @@ def _header(cmd: _Command, result) -> str:
     args, kind = cmd.args, TESTS[cmd.test]
     buf = cmd.data["buffers"][0]
     params = result.testbed.nodes["a"].nic.params
-    verb = "RDMA_Write" if kind.startswith("write") else "RDMA_Read"
+    verb = {"write": "RDMA_Write", "read": "RDMA_Read", "atomic": "Atomic"}[kind.split("_")[0]]
     memory = (f"CUDA device {args.use_cuda} ({buf['on']}, h200, {args.gpu_topology})" if args.use_cuda is not None
               else f"mmap'd file {args.mmap} (host)" if args.mmap else "host")
     reg_us = result.registrations.set_index("buffer").loc["local", "register_us"]

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from models.nic.wqe import Opcode
 from models.verbs.workloads import Endpoint, bandwidth, concurrent, read_latency, write_latency
 from sim.build import Testbed
 from sim.core.errors import DeadlockError
 from sim.fast_plan import run_fast
-from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run
+from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.operations import OperationTable
 from sim.scenario.schema import Scenario, WorkloadSpec
 from sim.tables import RunResult, workload_tables
@@ -22,16 +21,15 @@ def total_operations(scenario: Scenario) -> int:
 
 
 def _process(env, work: WorkloadSpec, pairs: list[tuple[Endpoint, Endpoint]], size: int):
-    inline = inline_threshold(work)
+    inline, opcode = inline_threshold(work), workload_opcode(work)
     if work.kind.endswith("_bw"):
-        opcode = Opcode.RDMA_WRITE if work.kind == "write_bw" else Opcode.RDMA_READ
         streams = [bandwidth(env, opcode, src, dst, size, work.iterations, work.tx_depth, inline)
                    for src, dst in pairs]
         return streams[0] if len(streams) == 1 else concurrent(env, streams)
     ((src, dst),) = pairs
     if work.kind == "write_lat":
         return write_latency(env, src, dst, size, work.iterations, inline)
-    return read_latency(env, src, dst, size, work.iterations)
+    return read_latency(env, src, dst, size, work.iterations, opcode)
 
 
 def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress | None = None,

@@ -27,21 +27,27 @@ the same lists.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import NamedTuple
 
-from models.fabric import AETH, RETH, Fabric
+import numpy as np
+
+from models.fabric import AETH, ATOMIC_ACK_ETH, ATOMIC_ETH, RETH, Fabric
+from models.nic.atomics import apply_atomic
 from models.nic.nic import Nic
+from models.nic.remote_access import remote_status
 from models.nic.translation import Fault, mr_bytes
-from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WcStatus, WorkCompletion
+from models.nic.wqe import (ATOMIC_BYTES, ATOMICS, RNR_RETRY_INFINITE, Access, Opcode, QpState, SendFlags, SendWR, Sge,
+                            WcStatus, WorkCompletion)
 from models.pcie.link import PcieLink, PcieParams, read_tags
 from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
 from sim.core import PS_PER_S, Environment
-from sim.core.interpreter import Operation, compile_steps
+from sim.core.interpreter import Operation, Semaphore, compile_steps
 from sim.core.steps import Check, Claim, Delay, Gate, Mark, Rebase, Step, Wake
 
-_LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = int(Access.LOCAL_WRITE), int(Access.REMOTE_WRITE), int(Access.REMOTE_READ)
+_LOCAL_WRITE = int(Access.LOCAL_WRITE)
 """Access bits as plain ints: IntFlag arithmetic is slow on the per-message path."""
 
 
@@ -96,13 +102,17 @@ def dma_write(link: PcieLink, nbytes: int) -> list[Stage]:
     return [Stage(link.up, p.write_ps(nbytes), tlp, tlp, p.write_latency_ps, False)]
 
 
-def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0) -> list[Stage]:
-    """A message from ``src``'s port through the fabric into ``dst``'s port.
+def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0,
+         mtu: int | None = None) -> list[Stage]:
+    """A message from ``src``'s port through the fabric into ``dst``'s port, in packets of ``mtu`` payload bytes
+    (the sending QP's path MTU; None or more than the fabric carries: the fabric's MTU).
 
     The first bit leaves as soon as the transmit port is free; the receiver holds the first packet until it
     has arrived whole.
     """
     p = fabric.params
+    if mtu is not None and mtu < p.mtu:
+        p = dataclasses.replace(p, mtu=mtu)
     total = p.serialize_ps(nbytes, first_extra)
     first = p.first_packet_ps(nbytes, first_extra)
     return [Stage(src.tx_port, total, 0, 0, p.latency_ps, False),
@@ -180,12 +190,30 @@ def stage_steps(stages: list[Stage], label: str | None = None) -> list[Step]:
     return out
 
 
+class Shape(NamedTuple):
+    """What a work request's path depends on besides its opcode, size and memory targets."""
+
+    gather: tuple[tuple[int, str | None], ...] = ()
+    """Length and :func:`memory_target` of each SGE when there are several (empty: one SGE, the ``local``
+    target); each costs its own DMA read (a WRITE's gather) or write (a READ's scatter)."""
+    signaled: bool = True
+    """The work request writes a CQE on success (``IBV_SEND_SIGNALED`` or the QP's ``sq_sig_all``)."""
+    fence: bool = False
+    """``IBV_SEND_FENCE``: it takes every READ/atomic slot of its QP (see :func:`path`)."""
+
+
 def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, remote_target: str | None = None,
-         checked: tuple[bool, bool, bool] = (False, False, False)) -> Path:
+         checked: tuple[bool, bool, bool] = (False, False, False), shape: Shape = Shape()) -> Path:
     """Build (or fetch from the QP's cache) the path of a work request; ``local`` and ``remote_target`` are
     the :func:`memory_target` of its two MRs, ``checked`` says whether the local MR and the remote MR have a
-    backing to translate through and whether every access is looked at (translation caches, data mode)."""
-    key = (opcode, n, inline, local, remote_target, checked)
+    backing to translate through and whether every access is looked at (translation caches, data mode).
+
+    READs and atomics take one of the QP's :func:`rd_atomic_slots` until their response lands. An atomic travels
+    like an 8-byte READ whose responder also claims the NIC's atomic unit after reading the target. A fenced
+    work request takes every slot: it starts once every earlier READ and atomic has landed, and later ones wait
+    until it has completed (mlx5 lets them go once it is sent: conservative by its acknowledgement).
+    """
+    key = (opcode, n, inline, local, remote_target, checked, shape)
     cached = qp.paths.get(key)
     if cached is not None:
         return cached
@@ -193,16 +221,20 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     node, peer = qp.node, qp.remote.node
     nic, pnic = node.nic, peer.nic
     fabric: Fabric = qp.pd.context.fabric
+    pieces = shape.gather or ((n, local),)
     process = nic.params.tx_process_ps
     engine = Stage(nic.tx_engine(qp.qp_num), process, process, process, 0, nic.params.blueflame)
     to_engine = ([] if nic.params.blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
-    reply = stage_steps([delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num),
-                         *dma_write(node.pcie, nic.params.cqe_bytes)])
+    ack = [delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num)]
+    cqe = dma_write(node.pcie, nic.params.cqe_bytes)
+    reply = stage_steps([*ack, *cqe])
     responder = Check("responder", 0 if remote_backing else None)
-    steps: list[Step] = [Delay(nic.params.doorbell_ps), *stage_steps(to_engine), Rebase(False)]
+    slots = rd_atomic_slots(qp)
+    fence = [Gate(slots, READ_SLOT)] * slots if shape.fence else []
+    steps: list[Step] = [Delay(nic.params.doorbell_ps), *stage_steps(to_engine), Rebase(False), *fence]
     if opcode is Opcode.RDMA_WRITE:
-        source = [] if inline else node_dma_read(node, local, n)
-        forward = source + [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH),
+        source = [] if inline else [s for length, target in pieces for s in node_dma_read(node, target, length)]
+        forward = source + [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH, qp.path_mtu_bytes),
                             rx_engine(pnic, qp.remote.qp_num)]
         steps.append(Check("requester"))
         if source and (local_backing or every):
@@ -216,22 +248,24 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
         # The responder acknowledges once the last TLP is on its PCIe link: a full receive path backs up into the
         # fabric, so the requester's completions are paced by the slowest resource.
         steps += [responder, *stage_steps(node_dma_write(peer, remote_target, n)), Mark("landed"),
-                  Rebase(True, -peer.pcie.params.write_latency_ps), *reply, *COMPLETION]
+                  Rebase(True, -peer.pcie.params.write_latency_ps),
+                  *(reply if shape.signaled else stage_steps(ack)), *COMPLETION]
         landed_back = 0
     else:
-        forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, RETH),
+        atomic = opcode in ATOMICS
+        forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, ATOMIC_ETH if atomic else RETH),
                    rx_engine(pnic, qp.remote.qp_num)]
-        landed_back = node.pcie.params.write_ps(nic.params.cqe_bytes)
-        if local is None:  # data and CQE stream to host memory over the NIC's link as one write
-            landing = dma_write(node.pcie, n + nic.params.cqe_bytes)
+        landing, landed_back = _landing(node, pieces, nic.params.cqe_bytes if shape.signaled else 0)
+        if atomic:
+            unit = Stage(pnic.atomic_unit, pnic.params.atomic_ps, pnic.params.atomic_ps, 0, 0, False)
+            response = [*node_dma_read(peer, remote_target, n), unit, delay(pnic.params.tx_latency_ps),
+                        *wire(pnic, nic, fabric, 0, AETH + ATOMIC_ACK_ETH), rx_engine(nic, qp.qp_num)]
         else:
-            landing = [*node_dma_write(node, local, n), *dma_write(node.pcie, nic.params.cqe_bytes)]
-            landed_back += node.pcie.params.write_latency_ps
-        response = [*node_dma_read(peer, remote_target, n), delay(pnic.params.tx_latency_ps),
-                    *wire(pnic, nic, fabric, n, AETH), rx_engine(nic, qp.qp_num)]
-        # The send engine stalls the QP at max_rd_atomic outstanding READs; a slot is free again once the
-        # response's last write reaches the requester's PCIe link.
-        steps += [Gate(max(qp.attr.max_rd_atomic, 1), READ_SLOT), Check("requester"), *stage_steps(forward),
+            response = [*node_dma_read(peer, remote_target, n), delay(pnic.params.tx_latency_ps),
+                        *wire(pnic, nic, fabric, n, AETH, qp.remote.path_mtu_bytes), rx_engine(nic, qp.qp_num)]
+        # The send engine stalls the QP at its READ/atomic slots; a slot is free again once the response's last
+        # write reaches the requester's PCIe link.
+        steps += [*([] if shape.fence else [Gate(slots, READ_SLOT)]), Check("requester"), *stage_steps(forward),
                   responder, *stage_steps(response),
                   *([Check("response", 0 if local_backing else None)] if local_backing or every else []),
                   *stage_steps(landing[:-1]), *stage_steps(landing[-1:], READ_SLOT), Mark("landed"), *COMPLETION]
@@ -241,6 +275,24 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                                   compile_steps((*reply[-1:], *COMPLETION)), compile_steps((*reply, *COMPLETION)),
                                   landed_back)
     return result
+
+
+def _landing(node, pieces: tuple[tuple[int, str | None], ...], cqe_bytes: int) -> tuple[list[Stage], int]:
+    """How a READ or atomic response lands at the requester ``node``: its pieces (length, target) then a CQE of
+    ``cqe_bytes`` (0: unsignaled, none); and how long before the end of those stages the payload is in memory."""
+    link = node.pcie
+    if len(pieces) == 1 and pieces[0][1] is None:  # data and CQE stream to host memory over the NIC's link as one
+        return dma_write(link, pieces[0][0] + cqe_bytes), link.params.write_ps(cqe_bytes) if cqe_bytes else 0
+    landing = [s for length, target in pieces for s in node_dma_write(node, target, length)]
+    if not cqe_bytes:
+        return landing, 0
+    return [*landing, *dma_write(link, cqe_bytes)], link.params.write_ps(cqe_bytes) + link.params.write_latency_ps
+
+
+def rd_atomic_slots(qp) -> int:
+    """READs and atomics ``qp`` may have outstanding: its ``max_rd_atomic``, no more than its responder's
+    ``max_dest_rd_atomic`` accepts; 0 still lets one through."""
+    return max(min(qp.attr.max_rd_atomic, qp.remote.attr.max_dest_rd_atomic), 1)
 
 
 READ_SLOT = "landing"
@@ -260,37 +312,66 @@ def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
 def work_request_path(qp, wr: SendWR, now_ps: int) -> Path:
     """The path ``wr`` posted on ``qp`` at ``now_ps`` takes."""
     node, peer = qp.node, qp.remote.node
-    local_mr, remote_mr = node.nic.lookup(wr.lkey), peer.nic.lookup(wr.rkey)
+    sges = local_sges(wr)
+    local_mrs = [node.nic.lookup(sge.lkey) for sge in sges]
+    local_mr, remote_mr = local_mrs[0] if local_mrs else None, peer.nic.lookup(wr.rkey)
     checked = checked_accesses(qp, local_mr, remote_mr)
-    if node.topology is None and peer.topology is None:
-        return path(qp, wr.opcode, wr.length, wr.inline, checked=checked)
-    return path(qp, wr.opcode, wr.length, wr.inline, memory_target(local_mr, now_ps),
-                memory_target(remote_mr, now_ps), checked)
+    if len(local_mrs) > 1:
+        checked = (any(mr is not None and mr.backing is not None for mr in local_mrs), *checked[1:])
+    flat = node.topology is None and peer.topology is None
+    gather = () if len(sges) < 2 else tuple((sge.length, None if flat else memory_target(mr, now_ps))
+                                            for sge, mr in zip(sges, local_mrs))
+    shape = Shape(gather, signaled(qp, wr), bool(wr.send_flags & SendFlags.FENCE))
+    if flat:
+        return path(qp, wr.opcode, wr.message_bytes, wr.is_inline, checked=checked, shape=shape)
+    return path(qp, wr.opcode, wr.message_bytes, wr.is_inline, memory_target(local_mr, now_ps),
+                memory_target(remote_mr, now_ps), checked, shape)
+
+
+def local_sges(wr: SendWR) -> list[Sge]:
+    """The SGEs the NIC reads or writes for ``wr``: those of non-zero length (mlx5's ``_mlx5_post_send`` skips
+    the others); an atomic writes its 8-byte original value through the first of them only."""
+    sges = [sge for sge in wr.sges if sge.length]
+    if wr.opcode in ATOMICS:
+        return [Sge(sge.addr, ATOMIC_BYTES, sge.lkey) for sge in sges[:1]]
+    return sges
+
+
+def signaled(qp, wr: SendWR) -> bool:
+    """Whether ``wr`` writes a completion when it succeeds: ``IBV_SEND_SIGNALED`` or the QP's ``sq_sig_all``
+    (an error always completes)."""
+    return qp.sq_sig_all or bool(wr.send_flags & SendFlags.SIGNALED)
 
 
 def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0) -> None:
-    """Start carrying one RDMA WRITE or READ from doorbell to the polled completion on ``qp`` (a connected
-    :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates); ``seq``
-    and ``offset`` are its operation number and position offset under the ordering rule."""
+    """Start carrying one RDMA WRITE, READ or atomic from doorbell to the polled completion on ``qp`` (a
+    connected :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates);
+    ``seq`` and ``offset`` are its operation number and position offset under the ordering rule."""
     env = qp.pd.context.env
+    if qp.reads is None:  # counted at the first post, when the responder's max_dest_rd_atomic is known
+        qp.reads = Semaphore(rd_atomic_slots(qp))
     run = WorkRequestRun(qp, wr, work_request_path(qp, wr, env.now), env.now)
     env.step_runner.start(Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads},
                               offset))
+
+
+Piece = tuple
+"""One local access of a work request: ``(mr, addr, length)``."""
 
 
 class WorkRequestRun:
     """What the model decides while one work request runs: key and state checks, translations (page faults
     stall the send queue; a responder-side fault sends an RNR NAK), data mode's bytes, landing and completion."""
 
-    __slots__ = ("qp", "wr", "path", "posted", "status", "payload", "retries", "resume", "local_mr")
+    __slots__ = ("qp", "wr", "path", "posted", "status", "payload", "retries", "resume", "local")
 
     def __init__(self, qp, wr: SendWR, path: Path, posted: int) -> None:
         self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
         self.status = WcStatus.SUCCESS
         self.payload = None
         self.retries = qp.rnr_retry
-        self.local_mr = None
-        """The local MR as the requester found it when it took up the WQE."""
+        self.local: list[Piece] = []
+        """The local SGEs' MRs as the requester found them when it took up the WQE, with address and length."""
         self.resume: tuple[tuple, int] | None = None
         """After translation stages: the steps the data goes on with, and its tail before them."""
 
@@ -306,38 +387,41 @@ class WorkRequestRun:
 
     def _requester(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
-        mr = self.local_mr = qp.node.nic.lookup(wr.lkey)
+        nic = qp.node.nic
+        self.local = [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in local_sges(wr)]
         if qp.state is QpState.ERR:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
-        if mr is None or not mr.allows(wr.local_addr, wr.length, _LOCAL_WRITE if wr.opcode is Opcode.RDMA_READ else 0):
+        needed = 0 if wr.opcode is Opcode.RDMA_WRITE else _LOCAL_WRITE
+        if any(mr is None or not mr.allows(addr, length, needed) for mr, addr, length in self.local):
             return self._fail(WcStatus.LOC_PROT_ERR, head, self.path.failed)
-        if wr.inline:
-            self.payload = _read_payload(qp.pd.context.env, mr, wr)
+        if wr.is_inline:
+            self.payload = _gather(qp.pd.context.env, self.local)
         return None
 
     def _source(self, now: int, head: int, tail: int):
-        qp, wr, mr = self.qp, self.wr, self.local_mr
-        if mr.backing is not None:
+        qp = self.qp
+        backed = [piece for piece in self.local if piece[0].backing is not None]
+        if backed:
             if qp.sq_stalled_until > now:  # a page fault stalls the send queue: later WQEs wait behind it
                 return qp.sq_stalled_until
-            held = self._translated(mr, wr.local_addr, now, write=False)
-            if held is not None:
-                return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
+            for mr, addr, length in backed:
+                held = self._translated(mr, addr, length, now, write=False)
+                if held is not None:
+                    return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
             qp.sq_stalled_until = now
-        self.payload = _read_payload(qp.pd.context.env, mr, wr)
-        return self._translation(qp.node, mr, wr.local_addr, wr.length, now, head, tail, self.path.after.get("source"),
-                                 write=False)
+        self.payload = _gather(qp.pd.context.env, self.local)
+        return self._translation(qp.node, self.local, now, head, tail, self.path.after.get("source"), write=False)
 
     def _responder(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
-        needed = _REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else _REMOTE_READ
-        if not _remote_ok(qp, wr, needed):
+        refused = remote_status(qp, wr)
+        if refused is not None:
             qp.remote.to_error()  # the responder drops everything after the NAK
-            return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.rejected)
-        peer = qp.remote.node
+            return self._fail(refused, tail, self.path.rejected)
+        peer, n = qp.remote.node, wr.message_bytes
         mr = peer.nic.lookup(wr.rkey)
         if mr.backing is not None:
-            answer = mr.backing.translate(now, wr.remote_addr - mr.iova, wr.length)
+            answer = mr.backing.translate(now, wr.remote_addr - mr.iova, n)
             if isinstance(answer, Fault):
                 return self._rnr_nak(mr, answer, tail)
             if answer is not None:
@@ -346,10 +430,12 @@ class WorkRequestRun:
         env = qp.pd.context.env
         if wr.opcode is Opcode.RDMA_WRITE:
             _write_payload(mr, wr.remote_addr, self.payload)
+        elif env.data_mode and wr.opcode in ATOMICS:  # the read-modify-write happens as the responder accepts it
+            self.payload = apply_atomic(mr_bytes(mr, wr.remote_addr, n), wr.opcode, wr.compare_add, wr.swap)
         else:
-            self.payload = _read_payload(env, mr, wr, remote=True)
-        return self._translation(peer, mr, wr.remote_addr, wr.length, now, head, tail, self.path.after["responder"],
-                                 write=wr.opcode is Opcode.RDMA_WRITE)
+            self.payload = _gather(env, [(mr, wr.remote_addr, n)])
+        return self._translation(peer, [(mr, wr.remote_addr, n)], now, head, tail, self.path.after["responder"],
+                                 write=wr.opcode is not Opcode.RDMA_READ)
 
     def _rnr_nak(self, mr, fault: Fault, tail: int):
         """The responder faulted: an RNR NAK goes back and the request is sent again after the responder's
@@ -366,19 +452,19 @@ class WorkRequestRun:
         return compile_steps(again), tail, tail
 
     def _response(self, now: int, head: int, tail: int):
-        qp, wr, mr = self.qp, self.wr, self.local_mr
-        if mr.backing is not None:  # the response is written through the local MR's translation
-            held = self._translated(mr, wr.local_addr, now, write=True)
-            if held is not None:
-                return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
-        _write_payload(mr, wr.local_addr, self.payload)
-        return self._translation(qp.node, mr, wr.local_addr, wr.length, now, head, tail, self.path.after["response"],
-                                 write=True)
+        qp = self.qp
+        for mr, addr, length in self.local:
+            if mr.backing is not None:  # the response is written through the local MR's translation
+                held = self._translated(mr, addr, length, now, write=True)
+                if held is not None:
+                    return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
+        _scatter(self.local, self.payload)
+        return self._translation(qp.node, self.local, now, head, tail, self.path.after["response"], write=True)
 
-    def _translated(self, mr, addr: int, now: int, *, write: bool):
-        """A requester-side NIC access through ``mr`` at ``now``: None when it goes on, the time a page fault
-        holds it until, or the error status."""
-        answer = mr.backing.translate(now, addr - mr.iova, self.wr.length)
+    def _translated(self, mr, addr: int, length: int, now: int, *, write: bool):
+        """A requester-side NIC access of ``length`` bytes through ``mr`` at ``now``: None when it goes on, the
+        time a page fault holds it until, or the error status."""
+        answer = mr.backing.translate(now, addr - mr.iova, length)
         if answer is None:
             return None
         if not isinstance(answer, Fault):
@@ -387,13 +473,13 @@ class WorkRequestRun:
                                              until_ps=answer.ready_ps, write=write)
         return answer.ready_ps
 
-    def _translation(self, node, mr, addr: int, length: int, now: int, head: int, tail: int, rest, *, write: bool):
-        """After an access is allowed: the NIC's translation-cache and IO-TLB stages (when the node models
-        them) run from ``head``; the data goes on with ``rest`` of the steps once they are done, its tail no
-        earlier than then. None when there are none."""
-        if rest is None or mr is None or (node.nic.mtt is None and node.iommu is None):
+    def _translation(self, node, pieces: list[Piece], now: int, head: int, tail: int, rest, *, write: bool):
+        """After an access is allowed: the NIC's translation-cache and IO-TLB stages of each piece (when the node
+        models them) run from ``head``; the data goes on with ``rest`` of the steps once they are done, its tail
+        no earlier than then. None when there are none."""
+        if rest is None or not pieces or (node.nic.mtt is None and node.iommu is None):
             return None
-        extra = translation_stages(node, mr, addr, length, now, write=write)
+        extra = [s for mr, addr, length in pieces for s in translation_stages(node, mr, addr, length, now, write=write)]
         if not extra:
             return None
         self.resume = (compile_steps(rest), tail)
@@ -433,11 +519,24 @@ def translation_stages(node, mr, addr: int, length: int, now_ps: int, *, write: 
     return stages
 
 
-def _read_payload(env, mr, wr: SendWR, *, remote: bool = False):
-    """Data mode: the bytes the NIC reads through ``mr``'s translation now (None when data mode is off)."""
+def _gather(env, pieces: list[Piece]):
+    """Data mode: the bytes the NIC reads through each piece's MR translation now, one after the other (None when
+    data mode is off)."""
     if not env.data_mode:
         return None
-    return mr_bytes(mr, wr.remote_addr if remote else wr.local_addr, wr.length).copy()
+    if not pieces:
+        return np.zeros(0, np.uint8)
+    return np.concatenate([mr_bytes(mr, addr, length) for mr, addr, length in pieces])
+
+
+def _scatter(pieces: list[Piece], payload) -> None:
+    """Data mode: the NIC writes ``payload`` through the pieces' translations now, filling each in turn."""
+    if payload is None:
+        return
+    at = 0
+    for mr, addr, length in pieces:
+        mr_bytes(mr, addr, length)[:] = payload[at:at + length]
+        at += length
 
 
 def _write_payload(mr, addr: int, payload) -> None:
@@ -446,18 +545,13 @@ def _write_payload(mr, addr: int, payload) -> None:
         mr_bytes(mr, addr, len(payload))[:] = payload
 
 
-def _remote_ok(qp, wr: SendWR, needed: int) -> bool:
-    """Responder-side check of the rkey, bounds and rights (and that the responder QP still works)."""
-    mr = qp.remote.node.nic.lookup(wr.rkey)
-    return (qp.remote.state is QpState.RTS and mr is not None
-            and mr.pd.context.node is qp.remote.node and mr.allows(wr.remote_addr, wr.length, needed))
-
-
 def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int) -> None:
     """Finish a work request whose CQE the polling CPU would notice at ``seen``.
 
     RC completions are delivered in posting order: a completion waits for every earlier one. The first
-    error completion moves the QP to the error state; every later one is delivered as WR_FLUSH_ERR.
+    error completion moves the QP to the error state; every later one is delivered as WR_FLUSH_ERR. An unsignaled
+    work request that succeeds delivers nothing and keeps its send-queue slot until the next completion the QP
+    delivers frees it (the CQE's WQE counter covers every earlier WQE).
     """
     if wr.landed is not None and not wr.landed.triggered and status is not WcStatus.SUCCESS:
         wr.landed.succeed(None)  # the payload never landed: waiters learn it from the None value
@@ -471,14 +565,19 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int) 
             status = WcStatus.WR_FLUSH_ERR
         elif status is not WcStatus.SUCCESS:
             qp.to_error()
-        wc = WorkCompletion(wr.wr_id, status, wr.opcode, wr.length if status is WcStatus.SUCCESS else 0,
-                            qp.qp_num, posted, seen)
         if env.trace.enabled:
             env.trace.slice(f"{qp.node.name}.qp{qp.qp_num}", wr.opcode.value, posted, seen, wr_id=wr.wr_id,
-                            bytes=wr.length, status=status.name)
-        env.timeout(seen - env.now).callbacks.append(lambda _event, wc=wc: _deliver(qp, wc))
+                            bytes=wr.message_bytes, status=status.name)
+        if status is WcStatus.SUCCESS and not signaled(qp, wr):
+            qp.unsignaled += 1
+            continue
+        wc = WorkCompletion(wr.wr_id, status, wr.opcode, wr.message_bytes if status is WcStatus.SUCCESS else 0,
+                            qp.qp_num, posted, seen)
+        freed, qp.unsignaled = qp.unsignaled + 1, 0
+        env.timeout(seen - env.now).callbacks.append(lambda _event, wc=wc, freed=freed: _deliver(qp, wc, freed))
 
 
-def _deliver(qp, wc: WorkCompletion) -> None:
-    qp.outstanding -= 1
+def _deliver(qp, wc: WorkCompletion, freed: int) -> None:
+    """The CQE reaches the CQ: its work request's slot and those of the unsignaled ones before it are free."""
+    qp.outstanding -= freed
     qp.send_cq.push(wc)

@@ -74,7 +74,12 @@ class NicParams:
     max_inline: int = 220
     """Largest payload a WQE may carry inline (perftest's default inline size for write latency)."""
     max_rd_atomic: int = 16
-    """Outstanding RDMA READs per QP as initiator (mlx5 max_qp_rd_atom)."""
+    """Outstanding RDMA READs and atomics per QP as initiator (mlx5 max_qp_rd_atom)."""
+    atomic_ps: int = 125 * PS_PER_NS
+    """The responder's atomic unit: how long one atomic holds it (read-modify-write of 8 bytes under the
+    address lock), i.e. 1 / the NIC's atomic rate (8 M atomics/s). Vendors publish no atomic rate; measurements of
+    atomics on one address report a few million to about ten million per second per NIC (Kalia et al., "Design
+    Guidelines for High Performance RDMA Systems", USENIX ATC 2016): an unvalidated default of that order."""
     max_qp_wr: int = 8192
     """Largest send-queue depth a QP may be created with."""
     max_mr_size: int = 2**48
@@ -114,6 +119,8 @@ class Nic:
         self.rx_engines = _engines(f"{name}.rx_engine", params.rx_engines)
         self.tx_port = FifoServer(f"{name}.tx_port")
         self.rx_port = FifoServer(f"{name}.rx_port")
+        self.atomic_unit = FifoServer(f"{name}.atomic_unit")
+        """Serves incoming atomics one at a time (so they are atomic across QPs), ``params.atomic_ps`` each."""
         self.mrs: dict[int, Any] = {}
         """The registered MRs (:class:`~models.verbs.verbs.MemoryRegion`) by key."""
         self.mtt: MttCache | None = None

@@ -65,10 +65,28 @@ WC_STATUS_NAMES = [s.ibv_name for s in WcStatus]
 
 
 class Opcode(enum.Enum):
-    """Send-queue opcodes modelled so far."""
+    """Send-queue opcodes modelled so far (``enum ibv_wr_opcode``)."""
 
     RDMA_WRITE = "RDMA_WRITE"
     RDMA_READ = "RDMA_READ"
+    ATOMIC_CMP_AND_SWP = "ATOMIC_CMP_AND_SWP"
+    ATOMIC_FETCH_AND_ADD = "ATOMIC_FETCH_AND_ADD"
+
+
+ATOMICS = frozenset({Opcode.ATOMIC_CMP_AND_SWP, Opcode.ATOMIC_FETCH_AND_ADD})
+"""The 64-bit atomic opcodes: they travel like an 8-byte READ and take a READ/atomic slot."""
+ATOMIC_BYTES = 8
+"""An atomic's operand and result (mlx5 ``MLX5_ATOMIC_SIZE``: the data segment says 8 whatever the SGE's
+length)."""
+
+
+class SendFlags(enum.IntFlag):
+    """``enum ibv_send_flags`` (libibverbs/verbs.h)."""
+
+    FENCE = 1 << 0
+    SIGNALED = 1 << 1
+    SOLICITED = 1 << 2
+    INLINE = 1 << 3
 
 
 class QpState(enum.Enum):
@@ -100,9 +118,19 @@ class WorkCompletion:
     completed_ps: int
 
 
+@dataclass(frozen=True, slots=True)
+class Sge:
+    """``struct ibv_sge``: one piece of a work request's local buffer."""
+
+    addr: int
+    length: int
+    lkey: int
+
+
 @dataclass(slots=True)
 class SendWR:
-    """``struct ibv_send_wr`` for one RDMA operation (single SGE)."""
+    """``struct ibv_send_wr`` for one RDMA operation: ``local_addr``/``length``/``lkey`` are its single SGE unless
+    ``sg_list`` gives several; ``compare_add``/``swap`` are the atomics' operands (``wr.atomic``)."""
 
     wr_id: int
     opcode: Opcode
@@ -117,3 +145,26 @@ class SendWR:
     order: tuple[int, int] | None = None
     """Operation number and step-position offset under the data path's ordering rule (None: the next number,
     offset 0); a ping-pong's two WRITEs share one number (:func:`models.verbs.workloads.ping_pong`)."""
+    sg_list: tuple[Sge, ...] | None = None
+    """The gather (WRITE) or scatter (READ) list when there is more than one SGE; None: the single SGE above."""
+    send_flags: int = 0
+    """``IBV_SEND_*`` bits (:class:`SendFlags`); ``inline`` True is the same as ``IBV_SEND_INLINE``."""
+    compare_add: int = 0
+    """CMP_AND_SWP: the value compared with; FETCH_AND_ADD: the value added (unsigned 64-bit)."""
+    swap: int = 0
+    """CMP_AND_SWP: the value written when the comparison holds."""
+
+    @property
+    def sges(self) -> tuple[Sge, ...]:
+        """The SGEs of the work request, in order."""
+        return self.sg_list if self.sg_list is not None else (Sge(self.local_addr, self.length, self.lkey),)
+
+    @property
+    def is_inline(self) -> bool:
+        """The payload travels in the WQE (``IBV_SEND_INLINE``)."""
+        return self.inline or bool(self.send_flags & SendFlags.INLINE)
+
+    @property
+    def message_bytes(self) -> int:
+        """Bytes the operation moves: 8 for an atomic, else the sum of its SGEs' lengths."""
+        return ATOMIC_BYTES if self.opcode in ATOMICS else sum(sge.length for sge in self.sges)

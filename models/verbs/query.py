@@ -65,7 +65,8 @@ class OdpTransportCaps(enum.IntFlag):
 
 @dataclass(frozen=True, slots=True)
 class IbvOdpCaps:
-    """``struct ibv_odp_caps``: what faults the model's ODP MRs take (RC WRITE and READ; no implicit ODP)."""
+    """``struct ibv_odp_caps``: what faults the model's ODP MRs take (RC WRITE, READ and atomics; no implicit
+    ODP)."""
 
     general_caps: OdpGeneralCaps
     rc_odp_caps: OdpTransportCaps
@@ -147,7 +148,8 @@ def ibv_query_device_ex(context: Context) -> IbvDeviceAttrEx:
     if params.odp is None:
         odp = IbvOdpCaps(OdpGeneralCaps(0), none, none, none)
     else:
-        odp = IbvOdpCaps(OdpGeneralCaps.SUPPORT, OdpTransportCaps.WRITE | OdpTransportCaps.READ, none, none)
+        rc = OdpTransportCaps.WRITE | OdpTransportCaps.READ | OdpTransportCaps.ATOMIC
+        odp = IbvOdpCaps(OdpGeneralCaps.SUPPORT, rc, none, none)
     return IbvDeviceAttrEx(ibv_query_device(context), int(params.device.cap_flags), odp)
 
 

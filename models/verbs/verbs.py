@@ -18,10 +18,11 @@ from models.ib.mr_backing import OdpBacking
 from models.ib.mr_checks import EFA_VENDOR_ID, check_max_mr_size, efa_alloc_mr, ib_check_mr_access
 from models.nic.datapath import start_work_request
 from models.nic.translation import MrBacking
-from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WorkCompletion
+from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WorkCompletion
 from models.node import Node
 from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, apply_attrs, check_modify_qp,
                                    rnr_timer_ps)
+from models.verbs.send_checks import check_send_caps, check_send_wr
 from sim.core import PS_PER_US, Environment, VerbsError
 from sim.core.env import UniformDraws
 from sim.core.interpreter import Semaphore
@@ -163,6 +164,14 @@ class QueuePair:
     sq_stalled_until: int = 0
     """A requester-side page fault stalls the send queue until then: later WQEs are translated no earlier."""
     qp_type: QpType = QpType.RC
+    max_send_sge: int = 1
+    """``cap.max_send_sge``: SGEs one work request may have."""
+    max_inline_data: int = 0
+    """``cap.max_inline_data``: largest ``IBV_SEND_INLINE`` payload (bytes)."""
+    sq_sig_all: bool = True
+    """Every work request completes; False: only those posted with ``IBV_SEND_SIGNALED`` (and errors)."""
+    unsignaled: int = 0
+    """Unsignaled work requests done and still holding their send-queue slots until the next completion."""
     destroyed: bool = False
 
     def __post_init__(self) -> None:
@@ -183,6 +192,11 @@ class QueuePair:
     def min_rnr_timer_ps(self) -> int:
         """Responder attribute: how long a requester waits after this QP sends an RNR NAK (ps)."""
         return rnr_timer_ps(self.attr.min_rnr_timer)
+
+    @property
+    def path_mtu_bytes(self) -> int:
+        """The payload bytes of one packet this QP sends (``path_mtu``)."""
+        return PathMtu(self.attr.path_mtu).nbytes
 
     @property
     def rnr_retry(self) -> int:
@@ -234,8 +248,8 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     qp.attr = apply_attrs(qp.attr, attr, attr_mask, new)
     if before is QpState.RTR and new is QpState.RTS:
         env = qp.pd.context.env
-        # The send engine's READ/atomic slots: max_rd_atomic 0 still lets one through.
-        qp.reads = Semaphore(max(qp.attr.max_rd_atomic, 1))
+        qp.reads = None  # the READ/atomic slots are counted at the first post, once the responder is known
+        qp.paths.clear()  # the step lists follow the new attributes (path MTU, READ/atomic slots)
         if qp.poll_delays is None:
             qp.poll_delays = UniformDraws(env.rng(f"{qp.node.name}.cpu.qp{qp.qp_num}"),
                                           qp.node.host.params.poll_period_ps)
@@ -414,35 +428,38 @@ def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:
     return CompletionQueue(context, cqe)
 
 
-def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: int) -> QueuePair:
-    """Create an RC QP.
+def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: int, *, max_send_sge: int = 1,
+                  max_inline_data: int | None = None, sq_sig_all: bool = True) -> QueuePair:
+    """Create an RC QP (``struct ibv_qp_init_attr``'s ``cap`` and ``sq_sig_all``; ``max_inline_data`` None: as
+    much as the NIC's WQE holds).
 
-    :raises VerbsError: ``EINVAL`` when max_send_wr is out of the device's range.
+    :raises VerbsError: ``EINVAL`` when max_send_wr is out of the device's range, or the caps are (see
+        :func:`~models.verbs.send_checks.check_send_caps`).
     """
-    limit = pd.context.node.nic.params.max_qp_wr
-    if not 1 <= max_send_wr <= limit:
-        raise VerbsError("EINVAL", f"max_send_wr {max_send_wr} outside 1..{limit} (device max_qp_wr)",
+    params = pd.context.node.nic.params
+    if not 1 <= max_send_wr <= params.max_qp_wr:
+        raise VerbsError("EINVAL", f"max_send_wr {max_send_wr} outside 1..{params.max_qp_wr} (device max_qp_wr)",
                          call="ibv_create_qp")
-    return QueuePair(pd, send_cq, max_send_wr, pd.context.node.nic.new_handle())
+    inline = params.max_inline if max_inline_data is None else max_inline_data
+    check_send_caps(params, max_send_sge, inline)
+    return QueuePair(pd, send_cq, max_send_wr, pd.context.node.nic.new_handle(), max_send_sge=max_send_sge,
+                     max_inline_data=inline, sq_sig_all=sq_sig_all)
 
 
 def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
     """Post one work request; its completion will be pushed to ``qp.send_cq``.
 
-    :raises VerbsError: ``EINVAL`` when the QP is in RESET, INIT or RTR (mlx5's post_send) or an inline READ /
-        oversize inline is asked; ``EOPNOTSUPP`` in SQD or SQE (not modelled); ``ENOMEM`` when the send queue
-        is full.
+    :raises VerbsError: ``EINVAL`` when the QP is in RESET, INIT or RTR; ``EOPNOTSUPP`` in SQD or SQE (not
+        modelled); then the checks of :func:`~models.verbs.send_checks.check_send_wr` (``ENOMEM`` for a full send
+        queue, too many SGEs or too much inline data, ``EOPNOTSUPP`` for an atomic without atomic support,
+        ``EINVAL`` for inline data on anything but a write).
     """
     call = "ibv_post_send"
     if qp.state in (QpState.RESET, QpState.INIT, QpState.RTR):
         raise VerbsError("EINVAL", f"QP is in {qp.state.value}, not RTS (connect it first)", call=call)
     if qp.state in (QpState.SQD, QpState.SQE):
         raise VerbsError("EOPNOTSUPP", f"posting to a QP in {qp.state.value} is not modelled", call=call)
-    if qp.outstanding >= qp.max_send_wr:
-        raise VerbsError("ENOMEM", f"send queue full ({qp.max_send_wr} outstanding work requests)", call=call)
-    if wr.inline and (wr.opcode is Opcode.RDMA_READ or wr.length > qp.node.nic.params.max_inline):
-        raise VerbsError("EINVAL", f"inline data only for writes of at most {qp.node.nic.params.max_inline} bytes",
-                         call=call)
+    check_send_wr(qp, wr)
     qp.outstanding += 1
     qp.seq_of[id(wr)] = qp.posted_count
     qp.posted_count += 1

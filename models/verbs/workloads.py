@@ -9,6 +9,9 @@ way perftest prints them:
 * ``write_lat``: ping-pong like ib_write_lat: the requester writes, the responder's CPU sees the last byte
   land and writes back; one iteration is one round trip and its latency is half of it.
 * ``read_lat``: one READ at a time like ib_read_lat; latency is post to polled completion.
+* ``atomic_bw`` / ``atomic_lat``: ib_atomic_bw and ib_atomic_lat, the READ loops with 8-byte atomics on the
+  responder buffer's first 8 bytes (perftest runs atomics through its READ test loops), each original value
+  landing at the start of the requester's buffer.
 """
 
 from __future__ import annotations
@@ -63,9 +66,14 @@ def succeeded(iterations: int) -> np.ndarray:
     return np.full(iterations, SUCCESS, dtype=np.uint8)
 
 
+ATOMIC_ADD = 1
+"""What each FETCH_AND_ADD adds, and each CMP_AND_SWAP swaps in when the target is 0 (perftest's operands)."""
+
+
 def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
         landed: simpy.Event | None = None, order: tuple[int, int] | None = None) -> SendWR:
-    return SendWR(wr_id, opcode, src.mr.iova, size, src.mr.lkey, dst.mr.iova, dst.mr.rkey, inline, landed, order)
+    return SendWR(wr_id, opcode, src.mr.iova, size, src.mr.lkey, dst.mr.iova, dst.mr.rkey, inline, landed, order,
+                  compare_add=ATOMIC_ADD if opcode is Opcode.ATOMIC_FETCH_AND_ADD else 0, swap=ATOMIC_ADD)
 
 
 def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iterations: int,
@@ -158,15 +166,16 @@ def _landing(steps: tuple[Step, ...], acked: str) -> tuple[tuple[Step, ...], tup
     return steps[:k], (*ack[:cut], Check("acked", 0, label=acked))
 
 
-def read_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int) -> Generator:
-    """simpy process of ib_read_lat for one size."""
+def read_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
+                 opcode: Opcode = Opcode.RDMA_READ) -> Generator:
+    """simpy process of ib_read_lat (or, with an atomic ``opcode``, ib_atomic_lat) for one size."""
     posted = np.zeros(iterations, dtype=np.int64)
     completed = np.zeros(iterations, dtype=np.int64)
     status = succeeded(iterations)
     cq = src.qp.send_cq
     for i in range(iterations):
         posted[i] = env.now
-        ibv_post_send(src.qp, _wr(i, Opcode.RDMA_READ, src, dst, size, False))
+        ibv_post_send(src.qp, _wr(i, opcode, src, dst, size, False))
         yield cq.wait()
         (wc,) = ibv_poll_cq(cq, 1)
         completed[i] = wc.completed_ps

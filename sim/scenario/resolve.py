@@ -44,7 +44,7 @@ def nic_params(spec: NodeSpec) -> NicParams:
         "doorbell": "doorbell_ps", "tx_process": "tx_process_ps", "tx_latency": "tx_latency_ps",
         "rx_process": "rx_process_ps", "rx_latency": "rx_latency_ps", "blueflame": "blueflame",
         "tx_engines": "tx_engines", "rx_engines": "rx_engines",
-        "max_rd_atomic": "max_rd_atomic", "max_translations": "max_translations"}),
+        "max_rd_atomic": "max_rd_atomic", "max_translations": "max_translations", "atomic": "atomic_ps"}),
         "ignore_move_notify": nic.ignore_move_notify})
 
 

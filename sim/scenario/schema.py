@@ -11,6 +11,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       WithJsonSchema, field_validator)
 
 from models.nic.translation import RegMode
+from models.nic.wqe import ATOMIC_BYTES
 from models.versions import DEFAULT_KERNEL, Version
 from sim.core.units import (PS_PER_S, RATE_PATTERN, SIZE_PATTERN, TIME_PATTERN, UnitError, format_size, format_time,
                             parse_rate, parse_size, parse_time)
@@ -140,7 +141,9 @@ class NicSpec(Strict):
     blueflame: bool | None = None
     """WQEs written with the doorbell (no WQE fetch by DMA)."""
     max_rd_atomic: Annotated[int, Field(ge=1, le=256)] | None = None
-    """Outstanding RDMA READs per QP."""
+    """Outstanding RDMA READs and atomics per QP."""
+    atomic: Latency | None = None
+    """The responder's atomic unit per atomic (1 / the NIC's atomic rate; default 125ns, unvalidated)."""
     translation_cache: bool = False
     """Model the NIC's MPT/MTT translation caches (misses cost PCIe reads; MRs past 4 GiB of 4 KiB pages
     need a second translation level when the NIC writes them: the large-MR cliff)."""
@@ -268,8 +271,8 @@ class SizeRange(Strict):
 class WorkloadSpec(Strict):
     """A perftest-like measurement between two buffers."""
 
-    kind: Literal["write_bw", "read_bw", "write_lat", "read_lat"]
-    """ib_write_bw, ib_read_bw, ib_write_lat or ib_read_lat."""
+    kind: Literal["write_bw", "read_bw", "write_lat", "read_lat", "atomic_bw", "atomic_lat"]
+    """ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat, ib_atomic_bw or ib_atomic_lat."""
     name: Name | None = None
     """Label in the results (default: the kind)."""
     from_: Name = Field(alias="from")
@@ -277,7 +280,7 @@ class WorkloadSpec(Strict):
     to: Name
     """Buffer on the responder."""
     sizes: Annotated[list[MessageSize], Field(min_length=1)] | SizeRange
-    """Message sizes: a list, or {from: 2B, to: 8MiB} for powers of two."""
+    """Message sizes: a list, or {from: 2B, to: 8MiB} for powers of two (atomics: [8B], their only size)."""
     iterations: Annotated[int, Field(ge=1, le=100_000_000)] = 1000
     """Operations per size (perftest -n)."""
     tx_depth: Annotated[int, Field(ge=1, le=8192)] = 128
@@ -287,14 +290,26 @@ class WorkloadSpec(Strict):
     qps: Annotated[int, Field(ge=1, le=1024)] = 1
     """QP pairs streaming at once, each with its own tx_depth window and 'iterations' operations per size
     (perftest -q; bandwidth tests only)."""
+    atomic: Literal["FETCH_AND_ADD", "CMP_AND_SWAP"] = "FETCH_AND_ADD"
+    """Atomic workloads: the operation (perftest -A), all on the responder buffer's first 8 bytes."""
 
     @field_validator("qps")
     @classmethod
     def _qps_stream_bandwidth(cls, qps: int, info):
         kind = info.data.get("kind")
-        if qps > 1 and kind not in ("write_bw", "read_bw"):
+        if qps > 1 and not kind.endswith("_bw"):
             raise ValueError(f"{kind} measures one QP (perftest's latency tests have no -q); qps must be 1")
         return qps
+
+    @field_validator("sizes")
+    @classmethod
+    def _atomics_are_8_bytes(cls, sizes, info):
+        kind = info.data.get("kind") or ""
+        got = sizes.sizes() if isinstance(sizes, SizeRange) else list(sizes)
+        if kind.startswith("atomic") and got != [ATOMIC_BYTES]:
+            raise ValueError(f"{kind} moves 8 bytes per atomic; sizes must be [8B], got "
+                             f"[{', '.join(format_size(s) for s in got)}]")
+        return sizes
 
     def size_list(self) -> list[int]:
         """The message sizes, in order."""

@@ -7,6 +7,7 @@ import pytest
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
 from models.ib.mr_checks import IB_ACCESS_SUPPORTED
+from models.nic.datapath import rd_atomic_slots
 from models.nic.device import AtomicCap, DeviceCap
 from models.nic.nic import NicParams
 from models.nic.wqe import Access
@@ -71,7 +72,7 @@ def test_reported_max_qp_wr_and_rd_atom_are_what_qps_get(preset):
     attr = ibv_query_device(ctx_a)
     qps = [ibv_create_qp(ibv_alloc_pd(c), ibv_create_cq(c, 4), attr.max_qp_wr) for c in (ctx_a, ctx_b)]
     qps[0].connect(qps[1])
-    assert qps[0].reads.capacity == attr.max_qp_init_rd_atom
+    assert rd_atomic_slots(qps[0]) == attr.max_qp_init_rd_atom
     with pytest.raises(VerbsError) as info:
         ibv_create_qp(ibv_alloc_pd(ctx_a), ibv_create_cq(ctx_a, 4), attr.max_qp_wr + 1)
     assert info.value.errno == "EINVAL"

@@ -9,6 +9,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
+from models.nic.datapath import rd_atomic_slots
 from models.nic.nic import NicParams
 from models.nic.wqe import Access, Opcode, QpState, SendWR
 from models.node import Node
@@ -173,7 +174,7 @@ def test_query_returns_what_connect_set_and_a_copy():
     got = ibv_query_qp(qa, 0)
     assert (got.qp_state, got.dest_qp_num, got.path_mtu, got.port_num) == (S.RTS, qb.qp_num, PathMtu.MTU_4096, 1)
     assert (got.max_rd_atomic, got.max_dest_rd_atomic) == (DEVICE_RD_ATOMIC, DEVICE_RD_ATOMIC)
-    assert qa.reads.capacity == DEVICE_RD_ATOMIC and qa.min_rnr_timer_ps == 640 * PS_PER_US and qa.rnr_retry == 7
+    assert rd_atomic_slots(qa) == DEVICE_RD_ATOMIC and qa.min_rnr_timer_ps == 640 * PS_PER_US and qa.rnr_retry == 7
     got.ah_attr.dlid, got.rnr_retry = 99, 0
     assert qa.attr.ah_attr.dlid != 99 and qa.rnr_retry == 7
 

@@ -184,3 +184,32 @@ def test_perftests_readme_line_with_an_ib_port_runs_and_another_port_is_refused(
     assert code == 0 and BW_HEADER in text
     code, text = run_perftest(["ib_write_bw", "-i", "2"])
     assert code == 2 and "-i/--ib-port" in text and "one port" in text
+
+
+@pytest.mark.parametrize("argv, kind, atomic", [
+    (["ib_atomic_bw"], "atomic_bw", "FETCH_AND_ADD"),
+    (["ib_atomic_lat", "-A", "CMP_AND_SWAP"], "atomic_lat", "CMP_AND_SWAP"),
+])
+def test_atomic_tests_become_atomic_workloads_on_buffers_with_remote_atomic(argv, kind, atomic):
+    scenario = perftest_scenario(argv)
+    (work,) = scenario.workload
+    assert (work.kind, work.atomic, work.size_list()) == (kind, atomic, [8])
+    assert all("remote_atomic" in b.access for b in scenario.buffers)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["ib_atomic_bw", "-s", "16"], "Message size cannot be changed for Atomic tests"),
+    (["ib_atomic_lat", "-a"], "Message size cannot be changed for Atomic tests"),
+    (["ib_atomic_bw", "-I", "8"], "Inline feature not available"),
+    (["ib_atomic_bw", "-A", "SWAP"], "invalid choice"),
+    (["ib_write_bw", "-A", "FETCH_AND_ADD"], "-A is not supported"),
+])
+def test_atomic_test_options_perftest_refuses(argv, words):
+    code, text = run_perftest(argv)
+    assert code == 2 and words in text
+
+
+def test_ib_atomic_bw_reports_the_atomic_units_rate():
+    code, text = run_perftest(["ib_atomic_bw", "-n", "1000"])
+    row = text.strip().splitlines()[-2].split()
+    assert code == 0 and row[0] == "8" and float(row[-1]) == pytest.approx(8.0, rel=0.02)

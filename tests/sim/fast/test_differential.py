@@ -337,3 +337,19 @@ workload:
     metrics = [(tmp_path / e / "metrics.parquet").read_bytes() for e in ("event", "fast", "auto")]
     assert metrics[0] == metrics[1] == metrics[2]
     assert runner.invoke(app, ["run", str(path), "--engine", "warp"]).exit_code == 2
+
+
+ATOMIC_ACCESS = ["local_write", "remote_write", "remote_read", "remote_atomic"]
+
+
+@pytest.mark.parametrize("preset", ["cx7-gen5-400G", "cx5-gen3x8-100G-roce"])
+@pytest.mark.parametrize("unit", ["20ns", "400ns"])
+def test_atomic_workloads_equal_event_engine(preset, unit):
+    work = [{"kind": "atomic_bw", "from": "src", "to": "dst", "sizes": ["8B"], "iterations": 3000, "tx_depth": 128},
+            {"kind": "atomic_bw", "from": "src", "to": "dst", "sizes": ["8B"], "iterations": 1500, "tx_depth": 3,
+             "atomic": "CMP_AND_SWAP"},
+            {"kind": "atomic_lat", "from": "src", "to": "dst", "sizes": ["8B"], "iterations": 200}]
+    buffers = [{"name": "src", "on": "a.host", "size": "64KiB", "access": ATOMIC_ACCESS},
+               {"name": "dst", "on": "b.host", "size": "64KiB", "access": ATOMIC_ACCESS}]
+    results = same_runs(scenario_dict(seed=5, workload=work, buffers=buffers, **two_nodes(preset, atomic=unit)))
+    assert (results[0].summary["errors"] == 0).all()

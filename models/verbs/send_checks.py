@@ -1,0 +1,62 @@
+"""The checks ``ibv_post_send`` and ``ibv_create_qp`` make of a work request's shape and a send queue's caps on
+an mlx5 device, with its errno values.
+
+Read in rdma-core's providers/mlx5 (linux-rdma/rdma-core, qp.c ``_mlx5_post_send`` and ``set_data_inl_seg``,
+verbs.c ``mlx5_calc_send_wqe`` and ``mlx5_create_qp``) and libibverbs/man/ibv_post_send.3:
+
+* ``_mlx5_post_send``, per work request in this order: a full send queue (``mlx5_wq_overflow``) -> ENOMEM; more
+  SGEs than the QP's ``max_send_sge`` -> ENOMEM ("max gs exceeded"); an atomic on a QP of a device whose
+  ``atomic_cap`` is ``IBV_ATOMIC_NONE`` (``atomics_enabled`` unset by ``mlx5_create_qp``) -> EOPNOTSUPP; inline
+  data beyond the QP's ``max_inline_data`` -> ENOMEM (``set_data_inl_seg``).
+* An atomic's alignment and its SGE's length are not checked when it is posted: mlx5 writes 8 bytes for the SGE
+  whatever its length (``set_data_ptr_seg_atomic``), and a misaligned remote address is the responder's NAK
+  (:mod:`models.nic.remote_access`).
+* ``mlx5_calc_send_wqe``: ``max_send_sge`` beyond what a WQE gathers -> EINVAL, and an inline size the WQE
+  cannot hold -> EINVAL; the model takes the device's ``max_sge`` and the NIC's ``max_inline`` as those limits.
+"""
+
+from __future__ import annotations
+
+from models.nic.device import AtomicCap
+from models.nic.wqe import ATOMICS, Opcode, SendWR
+from sim.core import VerbsError
+
+
+def check_send_wr(qp, wr: SendWR) -> None:
+    """The checks of ``_mlx5_post_send`` on ``wr`` posted to ``qp`` (a :class:`~models.verbs.verbs.QueuePair`
+    able to send).
+
+    :raises VerbsError: ENOMEM, EOPNOTSUPP or EINVAL as the module says.
+    """
+    call = "ibv_post_send"
+    if qp.outstanding >= qp.max_send_wr:
+        held = (f", {qp.unsignaled} of them unsignaled and done, waiting for a signaled completion"
+                if qp.unsignaled else "")
+        raise VerbsError("ENOMEM", f"send queue full ({qp.max_send_wr} work requests outstanding{held})", call=call)
+    if len(wr.sges) > qp.max_send_sge:
+        raise VerbsError("ENOMEM", f"num_sge {len(wr.sges)} exceeds the QP's max_send_sge {qp.max_send_sge} "
+                         "(mlx5: max gs exceeded)", call=call)
+    if wr.opcode in ATOMICS and qp.node.nic.params.device.atomic_cap is AtomicCap.ATOMIC_NONE:
+        raise VerbsError("EOPNOTSUPP", f"IBV_WR_{wr.opcode.value}: the device's atomic_cap is IBV_ATOMIC_NONE",
+                         call=call)
+    if wr.is_inline:
+        if wr.opcode is not Opcode.RDMA_WRITE:
+            raise VerbsError("EINVAL", f"IBV_SEND_INLINE on IBV_WR_{wr.opcode.value}: inline data only for writes",
+                             call=call)
+        if wr.message_bytes > qp.max_inline_data:
+            raise VerbsError("ENOMEM", f"{wr.message_bytes} B inline exceeds the QP's max_inline_data "
+                             f"{qp.max_inline_data}", call=call)
+
+
+def check_send_caps(nic_params, max_send_sge: int, max_inline_data: int) -> None:
+    """``mlx5_calc_send_wqe``'s limits on the send queue's caps asked of ``ibv_create_qp``.
+
+    :raises VerbsError: EINVAL for more SGEs than the device's ``max_sge`` or more inline data than a WQE holds.
+    """
+    call = "ibv_create_qp"
+    if not 0 <= max_send_sge <= nic_params.device.max_sge:
+        raise VerbsError("EINVAL", f"max_send_sge {max_send_sge} outside 0..{nic_params.device.max_sge} "
+                         "(device max_sge)", call=call)
+    if not 0 <= max_inline_data <= nic_params.max_inline:
+        raise VerbsError("EINVAL", f"max_inline_data {max_inline_data} outside 0..{nic_params.max_inline} "
+                         "(what one WQE holds)", call=call)
