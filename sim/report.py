@@ -22,7 +22,7 @@ from pathlib import Path
 
 import jinja2
 
-from sim import __version__, outdir
+from sim import __version__, budget, outdir
 from sim.core.errors import SimError
 from sim.events import BOOKKEEPING_KINDS
 from sim.repro import MANIFEST, Manifest, read_manifest, recorded_variants
@@ -108,7 +108,8 @@ def write_report(results: str | os.PathLike, out: str | os.PathLike | None = Non
     """Write the page of the results directory ``results`` at ``out`` (default ``RESULTS/report.html``);
     returns its path.
 
-    :raises ReportError: ``results`` is not a run's results directory, or its summary is unreadable.
+    :raises ReportError: ``results`` is not a run's results directory, its summary is unreadable, or the traced
+        re-runs would not fit the memory available now.
     :raises ConfigError: its manifest is malformed, or its scenario text no longer validates.
     :raises OutputError: the page's path is refused, or writing failed.
     """
@@ -157,7 +158,10 @@ def _figures(directory: Path) -> list[Image]:
 
 
 def _variants(record: Manifest, manifest: Path) -> list[Variant]:
-    """Each recorded variant run again, traced, as ``rdmasim explain`` runs it: its timeline and diagram."""
+    """Each recorded variant run again, traced, as ``rdmasim explain`` runs it: its timeline and diagram.
+
+    :raises ReportError: a traced run would not fit the memory available now.
+    """
     import matplotlib.pyplot as plt
 
     from sim.diagram import SAVE, SVG_STYLE, draw
@@ -165,9 +169,15 @@ def _variants(record: Manifest, manifest: Path) -> list[Variant]:
     from sim.run import run_scenario
     from sim.timeline import sections
 
+    runs = [(name, first_accesses_only(scenario)) for name, scenario in recorded_variants(record, manifest)]
+    limit = budget.available_memory()
+    for run in runs:  # one traced run at a time, each checked before any runs
+        short = budget.over_budget(budget.estimate([run], trace=True), limit)
+        if short:
+            raise ReportError(f"{manifest}: variant '{run[0]}' run again for its timeline: {short}")
     shown = []
-    for name, scenario in recorded_variants(record, manifest):
-        result = run_scenario(first_accesses_only(scenario), record.seed, trace=True, variant=name)
+    for name, scenario in runs:
+        result = run_scenario(scenario, record.seed, trace=True, variant=name)
         fig = draw(result.testbed, sections(result.testbed), f"{scenario.name}, variant '{name}'")
         svg = io.BytesIO()
         try:

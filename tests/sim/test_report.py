@@ -158,3 +158,13 @@ def test_the_help_names_the_command_and_what_it_writes():
     assert listed.exit_code == 0 and "report" in listed.stdout
     helped = runner.invoke(app, ["report", "--help"])
     assert helped.exit_code == 0 and "RESULTS_DIR" in helped.stdout and "self-contained HTML" in helped.stdout
+
+
+def test_a_re_run_that_would_not_fit_in_memory_is_refused_before_it_runs(results, tmp_path, monkeypatch):
+    from sim import budget
+
+    monkeypatch.setattr(budget, "available_memory", lambda: 1 << 20)
+    out = tmp_path / "page.html"
+    refused = runner.invoke(app, ["report", str(results), "--out", str(out)])
+    assert refused.exit_code == 2 and "run again for its timeline: run needs about" in refused.stderr
+    assert not out.exists() and len(refused.stderr.splitlines()) == 1
