@@ -45,6 +45,9 @@ NOTEBOOKS["01_quickstart.ipynb"] = [
     PCIe and wire latency), large messages by the slowest link's bandwidth. We run the quickstart scenario
     (`scenarios/quickstart.yaml`: two servers with ConnectX-7-class NICs on PCIe Gen5 x16, a 400 Gb/s fabric,
     pinned host memory) with fewer iterations so it finishes in seconds.
+
+    **Predict before running.** How long will a 2-byte RDMA WRITE take, and from what message size on will the
+    bandwidth stop growing? At what rate?
     """),
     code("""
     from pathlib import Path
@@ -118,6 +121,10 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     not an exception), and what pinning costs: the model is fitted to `cudaHostRegister` measured on an H200
     host (`models/data/h200_pinning_cost.json`). We call the verbs API of `models.verbs.verbs` directly on two
     simulated nodes.
+
+    **Predict before running.** Which of these does rdma-core refuse, and with which errno: remote write rights
+    without local write, a zero-length MR, a range that runs past the buffer, a registration past
+    `RLIMIT_MEMLOCK`? And what does a WRITE into an MR without `REMOTE_WRITE` return?
     """),
     code("""
     from models.fabric import Fabric, FabricParams
@@ -389,6 +396,9 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     the kernel's order), and the dma-buf core links the two: attach, map under the reservation lock, and
     `move_notify` when the exporter wants to move the buffer. We end with the protocol timeline of a whole run
     printed by `sim.explain.explain`.
+
+    **Predict before running.** Does exporting an 8 GiB allocation as a dma-buf take longer than exporting 2
+    MiB? Does registering the dma-buf pin any host page?
     """),
     code("""
     import json
@@ -727,6 +737,9 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
     the exporter evict it, and the RDMA stream stalls while the buffer is copied. We run every variant of
     `scenarios/pin_vs_dmabuf.yaml` and `scenarios/gpu_pressure.yaml` (each run takes well under a second) and
     compare them with `sim.compare`.
+
+    **Predict before running.** Another job wants 7.5 GiB of the 8 GiB GPU while 1 GiB of it is registered.
+    With which of the four registrations can it allocate, and what does the RDMA stream pay in each case?
     """),
     code("""
     from pathlib import Path
@@ -931,6 +944,9 @@ NOTEBOOKS["05_pcie_efficiency.ipynb"] = [
     through the CPU's root complex, or across sockets. Numbers come from `models.pcie.closed_form` (the
     pcie-model formulas of Neugebauer et al., SIGCOMM'18), checked TLP by TLP against `models.pcie.tlp`, and from
     `models.pcie.topology`.
+
+    **Predict before running.** Is a large DMA write more efficient with 128-byte or with 512-byte TLPs? Which
+    needs more outstanding tags to fill the link, reads or writes?
     """),
     code("""
     from dataclasses import replace
@@ -1152,6 +1168,9 @@ NOTEBOOKS["06_why_move_notify_exists.ipynb"] = [
     stale bytes arrive; `invariants: record` counts each unsafe DMA instead of stopping, and `invariants: raise`
     stops at the first one with an `InvariantViolation`. The NIC option `ignore_move_notify: true` builds the
     deliberately broken importer (teaching only).
+
+    **Predict before running.** An importer ignores `move_notify`. Is its stream faster or slower than a
+    correct importer's, and which bytes reach node b?
     """),
     code("""
     import numpy as np
@@ -1309,6 +1328,9 @@ NOTEBOOKS["07_design_space_sweeps.ipynb"] = [
     (its variants) and three message sizes, with fixed seeds. We plan it, run it with `sim.sweep.run_sweep`
     (serial executor, into a temporary directory), read its summary table, and draw a heatmap and a mode
     comparison with `sim.plot.recipes.plot`.
+
+    **Predict before running.** Three message sizes times three registration modes, and memory pressure 2 ms
+    into each run: which of the nine runs will notice it?
     """),
     code("""
     import shutil
