@@ -354,6 +354,27 @@ def repro(manifest: Annotated[Path, typer.Argument(help="A results directory, or
     raise typer.Exit(0 if identical else 1)
 
 
+@app.command()
+def report(results: Annotated[Path, typer.Argument(help="Results directory of `rdmasim run`.", show_default=False,
+                                                  metavar="RESULTS_DIR")],
+           out: Annotated[Optional[Path], typer.Option("--out", show_default=False, metavar="FILE", help="The page "
+                                                       "(default: RESULTS_DIR/report.html): a new file, or one "
+                                                       "rdmasim wrote with --force.")] = None,
+           force: Annotated[bool, typer.Option(help="Replace a report rdmasim wrote before at that path.")] = False
+           ) -> None:
+    """Write one self-contained HTML page of a run's results (tables, figures, each variant's explain timeline and
+    sequence diagram, the manifest) that opens offline."""
+    from sim.report import ReportError, write_report
+
+    try:
+        with _refused(ReportError, OutputError, ConfigError):
+            written = write_report(results, out, force=force)
+    except SimError as exc:
+        typer.echo(f"{results}: re-run for the timeline failed: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"wrote {written}", err=True)
+
+
 @app.command("calibrate")
 def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also draw the PCIe efficiency figures "
                                                                         "(MPS sawtooth, reads vs. writes, per "

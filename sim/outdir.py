@@ -9,9 +9,9 @@ one rdmasim writes there: a foreign file is named and the directory left alone. 
 directory without ``force``. Everything else is refused before any work: the empty path, ``/``, a symbolic
 link (never followed), a file, a non-empty directory without a marker.
 
-A single drawn file (``explain --diagram``) follows the same rule at the scale of one file: a new path, or
-(with ``force``) a file that carries rdmasim's marker; it is written under a temporary name beside it and
-renamed into place.
+A single drawn file (``explain --diagram``, ``report``'s page) follows the same rule at the scale of one file: a
+new path, or (with ``force``) a file that carries rdmasim's marker; it is written under a temporary name beside it
+and renamed into place.
 
 Results are written into a staging directory next to the target (``.NAME.rdmasim-staging-PID-TOKEN`` holding a
 ``.rdmasim-staging`` marker) and published by a rename; staging directories left by a killed process are
@@ -57,8 +57,8 @@ def temporary_name(name: str) -> str:
 
 
 OWNED = {
-    RUN: re.compile(rf"manifest\.json|metrics\.parquet|summary\.json|trace\.json|figures|figures/{_FIGURE_FILE}"
-                    rf"|{_MARKER}"),
+    RUN: re.compile(rf"manifest\.json|metrics\.parquet|summary\.json|trace\.json|report\.html|figures"
+                    rf"|figures/{_FIGURE_FILE}|{_MARKER}"),
     SWEEP: re.compile(rf"sweep\.json|summary\.parquet|summary\.csv|runs|runs/[^/]+\.parquet|(?:runs/)?{TEMPORARY_NAME}"
                       rf"|figures|figures/{_FIGURE_FILE}|figures/figures\.json|{_MARKER}"),
     FIGURES: re.compile(rf"figures\.json|{_FIGURE_FILE}|{_MARKER}"),

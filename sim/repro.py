@@ -30,6 +30,7 @@ from sim.run import run_scenario
 from sim.scenario.loader import validate
 from sim.scenario.yaml_reader import parse_yaml, read_yaml_file
 from sim.scenario.scenario_file import load_scenario_variants
+from sim.scenario.schema import Scenario
 
 MANIFEST = "manifest.json"
 """The manifest's name inside a results directory."""
@@ -129,17 +130,7 @@ def _check_manifest(record: Manifest, path: Path, report: Report) -> tuple[list,
     report.check(digest == record.scenario_sha256,
                  "manifest: scenario text " + ("matches scenario_sha256" if digest == record.scenario_sha256
                                                else f"DIFFERS from scenario_sha256 (text hashes to {digest[:16]}...)"))
-    with tempfile.TemporaryDirectory() as scratch:
-        scenario_file = Path(scratch) / f"{path.name}.scenario_text.yaml"
-        scenario_file.write_bytes(raw)
-        try:
-            _, _, variants = load_scenario_variants(scenario_file)
-        except ConfigError as exc:
-            raise ConfigError(f"the recorded scenario text no longer validates: {exc}", file=str(path),
-                              key="scenario_text") from None
-    engine = record.scenario.get("engine")
-    if engine in ("event", "fast", "auto"):
-        variants = [(name, v.model_copy(update={"engine": engine})) for name, v in variants]
+    variants = recorded_variants(record, path)
     names = [name for name, _ in variants]
     same_names = names == list(record.variants)
     report.check(same_names, "manifest: variants " + (f"match the scenario text ({', '.join(names)})" if same_names
@@ -150,6 +141,26 @@ def _check_manifest(record: Manifest, path: Path, report: Report) -> tuple[list,
         f"matches the scenario text (engine {resolved['engine']})" if not differences
         else f"DIFFERS from the scenario text at {differences}"))
     return variants, raw
+
+
+def recorded_variants(record: Manifest, path: Path) -> list[tuple[str, Scenario]]:
+    """The variants of the manifest's scenario text (``path`` is the manifest's), each with the engine the run
+    used.
+
+    :raises ConfigError: the recorded scenario text no longer validates.
+    """
+    with tempfile.TemporaryDirectory() as scratch:
+        scenario_file = Path(scratch) / f"{path.name}.scenario_text.yaml"
+        scenario_file.write_bytes(record.scenario_text.encode("utf-8"))
+        try:
+            _, _, variants = load_scenario_variants(scenario_file)
+        except ConfigError as exc:
+            raise ConfigError(f"the recorded scenario text no longer validates: {exc}", file=str(path),
+                              key="scenario_text") from None
+    engine = record.scenario.get("engine")
+    if engine in ("event", "fast", "auto"):
+        variants = [(name, v.model_copy(update={"engine": engine})) for name, v in variants]
+    return variants
 
 
 def _note_versions(record: Manifest, report: Report) -> None:

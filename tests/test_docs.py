@@ -6,7 +6,8 @@
   ``sim.cli.app`` and must exit 0; ```` ```console fail ```` blocks must exit non-zero. The lines shown under a
   command are its expected output: each must appear in the real output (stdout and stderr together), in
   order, with runs of spaces compared as one; a line ending in `` ...`` matches any line it begins. ``--out DIR``
-  is redirected into a temporary directory so the guide never writes into the checkout.
+  (and ``report``'s results directory) is redirected into a temporary directory so the guide never writes into
+  the checkout.
 * ```` ```yaml ```` blocks are either complete scenarios (``schema: 1``), validated like ``rdmasim validate``,
   or excerpts whose first line is ``# <path> (excerpt)``: every other line must appear in that file, in order.
 * ```` ```text ```` blocks are diagrams and tables, never commands.
@@ -31,7 +32,10 @@ DOCS = ROOT / "docs"
 CHAPTERS = sorted(DOCS.glob("[0-9][0-9]_*.md"))
 REFERENCE = [DOCS / "api.md", DOCS / "from_pyverbs.md"]
 """The Python API's reference and its port of a pyverbs test (not numbered chapters)."""
-PAGES = [DOCS / "README.md", *CHAPTERS, *REFERENCE]
+COURSE = [DOCS / name for name in ("lesson.md", "glossary.md", "beyond.md", "solutions.md")]
+"""The course's pages beside the chapters: the lesson path, the glossary, the topics left out, the solutions."""
+CONTRIBUTING = DOCS / "contributing.md"
+PAGES = [DOCS / "README.md", *CHAPTERS, *REFERENCE, *COURSE, CONTRIBUTING]
 FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
 KINDS = {"python", "console", "console fail", "yaml", "text"}
 LINK = re.compile(r"\]\((?P<target>[^)\s#]+)(?:#[^)]*)?\)")
@@ -97,6 +101,8 @@ def run_console(block: Block, tmp_path: Path) -> None:
         if "--out" in args:
             i = args.index("--out") + 1
             args[i] = str(tmp_path / args[i])
+        if args[:1] == ["report"]:  # the results directory a command above wrote
+            args[1] = str(tmp_path / args[1])
         result = CliRunner().invoke(app, args)
         if result.exception is not None and not isinstance(result.exception, SystemExit):
             raise AssertionError(f"{block.where}: `{command}` raised") from result.exception
