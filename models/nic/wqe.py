@@ -100,6 +100,15 @@ class WorkCompletion:
     completed_ps: int
 
 
+@dataclass(frozen=True, slots=True)
+class Sge:
+    """``struct ibv_sge``: one piece of a work request's local buffer."""
+
+    addr: int
+    length: int
+    lkey: int
+
+
 @dataclass(slots=True)
 class SendWR:
     """``struct ibv_send_wr`` for one RDMA operation (single SGE)."""
