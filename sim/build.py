@@ -17,7 +17,8 @@ from models.presets import GPU_VENDOR, PCIE_PRESETS
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
 from models.pcie.topology import build_topology, device_link, pci_p2pdma_distance
-from models.nic.wqe import Access
+from models.nic.wqe import Access, Sge
+from models.verbs.advise import IBV_ADVISE_MR_FLAG_FLUSH, AdviseMrAdvice, ibv_advise_mr
 from models.verbs.verbs import Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device, ibv_reg_mr
 from models.versions import KernelBehaviour, Version
 from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
@@ -117,8 +118,22 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
         reg.started_ps, reg.first_event = started, first_event
         bed.registrations[spec.name] = reg
         env.run(until=max(env.now + reg.mr.reg_ps, *(n.kernel.now_ps(n.nic.name) for n in bed.nodes.values())))
+        if spec.advise is not None:
+            try:
+                took = _advise(bed, spec, reg)
+            except SimError as exc:
+                raise RegistrationFailed(f"buffers[{i}] '{spec.name}' advise: {exc}") from exc
+            env.run(until=env.now + took)
     bed.started_ps, bed.setup_events = env.now, _traced(env)
     return bed
+
+
+def _advise(bed: Testbed, spec: BufferSpec, reg: Registration) -> int:
+    """The buffer's ``advise``: ibv_advise_mr over all of it; returns the time the call takes (ps)."""
+    buf = bed.nodes[reg.node].host.buffers[spec.name]
+    flags = IBV_ADVISE_MR_FLAG_FLUSH if spec.advise.flush else 0
+    return ibv_advise_mr(bed.pds[reg.node], AdviseMrAdvice[spec.advise.advice.upper()], flags,
+                         [Sge(buf.addr, buf.size, reg.mr.lkey)])
 
 
 def _traced(env: Environment) -> int:

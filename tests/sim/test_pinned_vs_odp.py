@@ -1,0 +1,59 @@
+"""The shipped pinned-vs-ODP scenario (scenarios/pinned_vs_odp.yaml): what each registration pays and where,
+while the host migrates the buffer's pages."""
+
+import pytest
+
+from models.nic.nic import OdpParams
+from models.verbs.advise import ADVISE_MR_IOCTL_PS
+from sim.run import run_scenario
+from sim.scenario.scenario_file import load_scenario_variants
+
+ODP = OdpParams()
+PAGE = 4096
+FIRST_FAULT_PS = ODP.fault_ps + ODP.fault_granularity // PAGE * ODP.fault_page_ps
+"""The closed form of the stream's first fault: one 64 KiB span of never-mapped pages."""
+
+
+@pytest.fixture(scope="module")
+def results():
+    _, _, variants = load_scenario_variants("scenarios/pinned_vs_odp.yaml")
+    return {name: run_scenario(scenario, variant=name) for name, scenario in variants}
+
+
+def _first_latency_ps(result) -> int:
+    ops = result.operations.sort_values(["posted_ps", "iteration"])
+    return int(ops["latency_ps"].iloc[0])
+
+
+def test_every_variant_completes_every_write_and_the_migration_outcomes_follow_the_pin(results):
+    for name, result in results.items():
+        assert result.operations["ok"].all(), name
+        outcome = result.events.set_index("kind").loc["host-page-migration", "outcome"]
+        assert outcome.startswith("blocked" if name == "pinned" else "invalidated"), name
+
+
+def test_faults_pinned_none_odp_two_prefetch_removes_only_the_first(results):
+    refaults = {name: r.counters["refaults"] for name, r in results.items()}
+    assert refaults == {"pinned": 0, "odp": 2, "odp-prefetch": 1, "odp-no-fault": 2}
+    assert all(r.counters["rnr_naks"] == 0 for r in results.values())
+
+
+def test_the_first_write_pays_the_fault_unless_prefetched(results):
+    odp, prefetched = _first_latency_ps(results["odp"]), _first_latency_ps(results["odp-prefetch"])
+    assert odp - prefetched == pytest.approx(FIRST_FAULT_PS, rel=0.02)
+    assert _first_latency_ps(results["odp-no-fault"]) == odp
+    assert prefetched == pytest.approx(_first_latency_ps(results["pinned"]), rel=0.01)
+
+
+def test_pinning_costs_registration_time_and_pinned_memory_odp_costs_neither(results):
+    def src(name):
+        return results[name].registrations.set_index("buffer").loc["src"]
+    assert src("pinned")["pinned_bytes"] == 64 << 20 and src("odp")["pinned_bytes"] == 0
+    assert src("pinned")["register_us"] > 100 * src("odp")["register_us"]
+
+
+def test_the_prefetch_delays_the_stream_by_the_advice_alone(results):
+    start = {name: int(r.operations["posted_ps"].min()) for name, r in results.items()}
+    whole = ADVISE_MR_IOCTL_PS + ODP.fault_ps + (64 << 20) // PAGE * ODP.fault_page_ps
+    assert start["odp-prefetch"] - start["odp"] == whole
+    assert start["odp-no-fault"] - start["odp"] == ADVISE_MR_IOCTL_PS + ODP.fault_ps
