@@ -5,8 +5,12 @@ import pytest
 
 from models.nic.nic import OdpParams
 from models.verbs.advise import ADVISE_MR_IOCTL_PS
+from sim.core.errors import ConfigErrors
 from sim.run import run_scenario
+from sim.scenario.loader import validate
 from sim.scenario.scenario_file import load_scenario_variants
+from sim.scenario.schema import Scenario
+from sim.scenario.yaml_reader import load_yaml
 
 ODP = OdpParams()
 PAGE = 4096
@@ -57,3 +61,32 @@ def test_the_prefetch_delays_the_stream_by_the_advice_alone(results):
     whole = ADVISE_MR_IOCTL_PS + ODP.fault_ps + (64 << 20) // PAGE * ODP.fault_page_ps
     assert start["odp-prefetch"] - start["odp"] == whole
     assert start["odp-no-fault"] - start["odp"] == ADVISE_MR_IOCTL_PS + ODP.fault_ps
+
+
+BASE = ("schema: 1\nname: t\nnodes: [{name: a}, {name: b}]\nbuffers:\n"
+        "  - {name: src, on: a.host, size: 1MiB, SRC}\n  - {name: dst, on: b.host, size: 1MiB}\n"
+        "workload:\n  - {kind: write_bw, from: src, to: dst, sizes: [8B]}\n")
+
+
+@pytest.mark.parametrize("src, key, words", [
+    ("register: pinned, advise: {advice: prefetch}", "buffers[0].advise", "ODP MRs only"),
+    ("register: odp, advise: {advice: prefetch_all}", "buffers[0].advise.advice", "prefetch_write"),
+    ("register: odp, advise: {flush: 1}", "buffers[0].advise.flush", "bool"),
+    ("register: odp, advise: {range: 4KiB}", "buffers[0].advise.range", "valid keys: advice, flush"),
+])
+def test_bad_advise_keys_are_reported_at_their_line(tmp_path, src, key, words):
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE.replace("SRC", src))
+    data, positions = load_yaml(path)
+    with pytest.raises(ConfigErrors) as info:
+        validate(Scenario, data, positions, str(path))
+    (error,) = info.value.errors
+    assert (error.file, error.line, error.key) == (str(path), 5, key) and words in error.reason, error.reason
+
+
+def test_a_good_advise_key_validates(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(BASE.replace("SRC", "register: odp, advise: {advice: prefetch_no_fault, flush: false}"))
+    data, positions = load_yaml(path)
+    scenario = validate(Scenario, data, positions, str(path))
+    assert scenario.buffers[0].advise.advice == "prefetch_no_fault" and scenario.buffers[0].advise.flush is False
