@@ -250,8 +250,20 @@ class BufferSpec(Strict):
     dmabuf (ibv_reg_dmabuf_mr, dynamic), dmabuf-pinned (ibv_reg_dmabuf_mr, pinned importer)."""
     access: list[Access] = ["local_write", "remote_write", "remote_read"]
     """ibv_access_flags of the MR."""
+    implicit: bool = False
+    """register: odp through the node's implicit ODP MR (ibv_reg_mr(pd, NULL, SIZE_MAX, ON_DEMAND), one per node
+    and access) instead of an MR of its own: faults create 1 GiB child MRs as mlx5 does."""
     advise: AdviseSpec | None = None
     """Prefetch the buffer's pages into the NIC with ibv_advise_mr after registering it (register: odp)."""
+
+    @field_validator("implicit")
+    @classmethod
+    def _implicit_odp(cls, implicit, info):
+        mode = info.data.get("registration")
+        if implicit and mode is not None and mode != "odp":
+            raise ValueError(f"an implicit MR is an ODP MR (ibv_reg_mr with IBV_ACCESS_ON_DEMAND); this buffer is "
+                             f"registered '{mode}': use register: odp or drop 'implicit'")
+        return implicit
 
     @field_validator("advise")
     @classmethod

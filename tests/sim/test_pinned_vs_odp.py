@@ -3,8 +3,11 @@ while the host migrates the buffer's pages."""
 
 import pytest
 
-from models.nic.nic import OdpParams
+from models.ib.implicit_odp import child_create_ps, ksm_update_ps, parent_create_ps
+from models.nic.nic import NicParams, OdpParams
+from models.presets import NIC_PRESETS
 from models.verbs.advise import ADVISE_MR_IOCTL_PS
+from models.verbs.verbs import REG_MR_FIXED_PS
 from sim.core.errors import ConfigErrors
 from sim.run import run_scenario
 from sim.scenario.loader import validate
@@ -38,7 +41,7 @@ def test_every_variant_completes_every_write_and_the_migration_outcomes_follow_t
 
 def test_faults_pinned_none_odp_two_prefetch_removes_only_the_first(results):
     refaults = {name: r.counters["refaults"] for name, r in results.items()}
-    assert refaults == {"pinned": 0, "odp": 2, "odp-prefetch": 1, "odp-no-fault": 2}
+    assert refaults == {"pinned": 0, "odp": 2, "odp-prefetch": 1, "odp-no-fault": 2, "odp-implicit": 2}
     assert all(r.counters["rnr_naks"] == 0 for r in results.values())
 
 
@@ -47,6 +50,16 @@ def test_the_first_write_pays_the_fault_unless_prefetched(results):
     assert odp - prefetched == pytest.approx(FIRST_FAULT_PS, rel=0.02)
     assert _first_latency_ps(results["odp-no-fault"]) == odp
     assert prefetched == pytest.approx(_first_latency_ps(results["pinned"]), rel=0.01)
+
+
+def test_an_implicit_mr_pays_for_its_child_at_the_first_fault_and_again_after_the_migration(results):
+    nic = NicParams(**NIC_PRESETS["connectx7"])
+    build = child_create_ps(nic.umr, PAGE) + ksm_update_ps(nic.umr, 1)
+    assert _first_latency_ps(results["odp-implicit"]) - _first_latency_ps(results["odp"]) == build
+    src = results["odp-implicit"].registrations.set_index("buffer").loc["src"]
+    assert src["register_us"] * 1e6 == REG_MR_FIXED_PS + parent_create_ps(nic.umr)
+    worst = results["odp-implicit"].operations["latency_ps"].nlargest(2)
+    assert (worst > build).all() and not (results["odp"].operations["latency_ps"] > build).any()
 
 
 def test_pinning_costs_registration_time_and_pinned_memory_odp_costs_neither(results):
@@ -70,6 +83,8 @@ BASE = ("schema: 1\nname: t\nnodes: [{name: a}, {name: b}]\nbuffers:\n"
 
 @pytest.mark.parametrize("src, key, words", [
     ("register: pinned, advise: {advice: prefetch}", "buffers[0].advise", "ODP MRs only"),
+    ("register: pinned, implicit: true", "buffers[0].implicit", "an implicit MR is an ODP MR"),
+    ("register: odp, implicit: yes-please", "buffers[0].implicit", "bool"),
     ("register: odp, advise: {advice: prefetch_all}", "buffers[0].advise.advice", "prefetch_write"),
     ("register: odp, advise: {flush: 1}", "buffers[0].advise.flush", "bool"),
     ("register: odp, advise: {range: 4KiB}", "buffers[0].advise.range", "valid keys: advice, flush"),
