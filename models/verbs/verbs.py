@@ -19,7 +19,7 @@ from models.ib.implicit_odp import (MLX5_IMR_KSM_ENTRIES, SIZE_MAX, ImplicitOdpB
 from models.ib.mr_backing import OdpBacking
 from models.ib.mr_checks import (EFA_VENDOR_ID, PAGE_SIZE, U64, check_max_mr_size, efa_alloc_mr,
                                 ib_check_mr_access)
-from models.ib.umem_odp import create_user_odp_mr
+from models.ib.umem_odp import create_user_odp_mr, mlx5_ib_init_odp_mr
 from models.nic.datapath import start_work_request
 from models.nic.translation import MrBacking
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WorkCompletion
@@ -264,16 +264,20 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
         return _reg_implicit_mr(pd, access, backing, call)
     nic.reserve_translations(length, call=call)
     try:
-        cost = 0 if backing else pd.context.node.host.pin(addr, length, call=call)
+        cost = pd.context.node.host.pin(addr, length, call=call) if backing is None else \
+            mlx5_ib_init_odp_mr(pd.context.node, backing, length, pd.context.env.now)
     except VerbsError:
         nic.release_translations(length)
         raise
     key = nic.new_key()
     mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + cost, backing=backing)
     nic.mrs[key] = mr
-    pages = pd.context.node.host.pages_spanned(addr, length)
-    trace_registration(mr, call, None if backing else ("pin_user_pages", cost, {"pages": pages}),
-                       0 if backing else pages)
+    if backing is None:
+        pages = pd.context.node.host.pages_spanned(addr, length)
+        trace_registration(mr, call, ("pin_user_pages", cost, {"pages": pages}), pages)
+    else:
+        mapped = int(backing.mapped.sum())
+        trace_registration(mr, call, ("mlx5_ib_init_odp_mr", cost, {"pages": mapped}) if cost else None, mapped)
     return mr
 
 

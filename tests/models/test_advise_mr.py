@@ -5,6 +5,7 @@ import pytest
 
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
+from models.ib.mr_backing import migrate_pages
 from models.nic.nic import NicParams, OdpParams
 from models.nic.wqe import Access, Opcode, SendWR, Sge, WcStatus
 from models.node import Node
@@ -22,7 +23,8 @@ FLUSH = IBV_ADVISE_MR_FLAG_FLUSH
 PREFETCH, PREFETCH_WRITE, NO_FAULT = AdviseMrAdvice
 
 
-def _bed(odp=ODP, prefaulted=True):
+def _bed(odp=ODP, prefaulted=False):
+    """Two nodes whose buffers the process has not touched, so ODP registration maps none of their pages."""
     env, fabric, out = Environment(1), Fabric(FabricParams()), []
     for name in "ab":
         node = Node.create(name, HostParams(poll_period_ps=0, prefaulted=prefaulted), PcieParams(), NicParams(odp=odp))
@@ -155,6 +157,9 @@ def test_asynchronous_prefetch_returns_after_the_ioctl_and_maps_in_the_backgroun
 def test_no_fault_prefetch_maps_only_pages_the_cpu_has(prefaulted, mapped):
     _, ((pd, buf), _), _ = _bed(prefaulted=prefaulted)
     mr = ibv_reg_mr(pd, buf.addr, SIZE, RW | Access.ON_DEMAND)
+    assert bool(mr.backing.mapped.all()) is mapped  # registration's snapshot maps what the CPU has
+    migrate_pages(mr, buf.addr, SIZE)  # the migrated pages stay present for the CPU, not for the NIC
+    assert not mr.backing.mapped.any()
     took = ibv_advise_mr(pd, NO_FAULT, FLUSH, [Sge(buf.addr, SIZE, mr.lkey)])
     assert bool(mr.backing.mapped.all()) is mapped and not (mr.backing.mapped.any() and not mapped)
     assert took == ADVISE_MR_IOCTL_PS + ODP.fault_ps + (SIZE // PAGE if mapped else 0) * ODP.fault_page_ps
