@@ -144,20 +144,41 @@ class HostMemory:
                                           "bytes of host memory together")
 
     def fill(self, name: str, make) -> None:
-        """Data mode: fault buffer ``name`` in and keep the bytes ``make()`` returns as its contents.
+        """Data mode: fault buffer ``name`` in and keep the bytes ``make()`` returns as its contents (the rest of
+        its last page zero).
 
         :raises VerbsError: ``ENOMEM`` from :meth:`make_resident`, before ``make`` runs.
         """
         self.make_resident(name, call="page fault")
-        self.data[name] = make()
+        contents = make()
+        tail = self.mapped_length(self.buffers[name]) - len(contents)
+        self.data[name] = np.concatenate([contents, np.zeros(tail, dtype=contents.dtype)]) if tail else contents
+
+    def mapped_length(self, buf: HostBuffer) -> int:
+        """Bytes mapped for ``buf``: its size rounded up to whole pages, as mmap maps them (the rest of the last
+        page is the process's memory too, zero-filled)."""
+        page = self.params.page_size
+        return -(-buf.size // page) * page
 
     def _buffer_at(self, addr: int, length: int) -> HostBuffer | None:
-        return next((b for b in self.buffers.values() if b.addr <= addr and addr + length <= b.addr + b.size),
-                    None)
+        return next((b for b in self.buffers.values()
+                     if b.addr <= addr and addr + length <= b.addr + self.mapped_length(b)), None)
 
     def is_mapped(self, addr: int, length: int) -> bool:
-        """True when ``[addr, addr+length)`` lies inside one allocated buffer."""
+        """True when ``[addr, addr+length)`` lies inside one buffer's mapping (whole pages: see
+        :meth:`mapped_length`); the guard page after each buffer is never mapped."""
         return self._buffer_at(addr, length) is not None
+
+    def mapping_at(self, addr: int) -> tuple[int, int] | None:
+        """``[start, end)`` of the mapping holding ``addr`` (a buffer's whole pages), None when it is unmapped."""
+        buf = self._buffer_at(addr, 1)
+        return None if buf is None else (buf.addr, buf.addr + self.mapped_length(buf))
+
+    def is_present(self, addr: int, length: int) -> bool:
+        """True when the CPU's page table holds the pages of ``[addr, addr+length)``: they lie in one buffer's
+        mapping that was touched before registration (``prefaulted``) or faulted in since (pinned or filled)."""
+        buf = self._buffer_at(addr, length)
+        return buf is not None and (self.params.prefaulted or buf.name in self.resident)
 
     def pages_spanned(self, addr: int, length: int) -> int:
         """Number of base pages touched by ``[addr, addr+length)``."""

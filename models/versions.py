@@ -81,6 +81,12 @@ class KernelBehaviour:
         return self.version >= _v("5.12")
 
     @property
+    def odp_registration_snapshot(self) -> bool:
+        """mlx5 maps the pages the CPU already has when an ODP MR is registered (``mlx5_ib_init_odp_mr``, a
+        snapshot that faults nothing; "RDMA/mlx5: Sync device with CPU pages upon ODP MR registration", 5.10+)."""
+        return self.version >= _v("5.10")
+
+    @property
     def maps_at_attach(self) -> bool:
         """``dma_buf_attach`` maps and caches the sg table when importer and exporter disagree on being dynamic
         (5.7 to 6.14)."""

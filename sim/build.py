@@ -17,7 +17,9 @@ from models.presets import GPU_VENDOR, PCIE_PRESETS
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
 from models.pcie.topology import build_topology, device_link, pci_p2pdma_distance
-from models.nic.wqe import Access
+from models.ib.implicit_odp import SIZE_MAX
+from models.nic.wqe import Access, Sge
+from models.verbs.advise import IBV_ADVISE_MR_FLAG_FLUSH, AdviseMrAdvice, ibv_advise_mr
 from models.verbs.verbs import Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device, ibv_reg_mr
 from models.versions import KernelBehaviour, Version
 from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
@@ -43,6 +45,16 @@ class Registration:
     """When its registration began (the previous one had ended)."""
     first_event: int = 0
     """Index in the run's trace of the first event its registration recorded (0 when not traced)."""
+    addr: int | None = None
+    """The buffer's first byte in ``mr``'s iova space when ``mr`` is not its own (an implicit ODP MR)."""
+    reg_ps: int | None = None
+    """What registering the buffer took (ps); None: ``mr.reg_ps``. A buffer sharing an implicit MR registered
+    before it took none."""
+
+    @property
+    def register_ps(self) -> int:
+        """What registering the buffer took (ps)."""
+        return self.mr.reg_ps if self.reg_ps is None else self.reg_ps
 
     def current_bytes(self) -> np.ndarray:
         """Data mode: the buffer's true contents now (where the exporter keeps it, not a stale mapping)."""
@@ -77,6 +89,8 @@ class Testbed:
     """When setup (registration) ended and the workloads began."""
     setup_events: int = 0
     """Trace events the setup recorded (0 when not traced)."""
+    implicit_mrs: dict = field(default_factory=dict)
+    """Implicit ODP MRs by (node, access bits), shared by the buffers that use them."""
 
 
 class RegistrationFailed(SimError):
@@ -99,7 +113,13 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
             raise RegistrationFailed(f"buffers[{i}] '{spec.name}' on {spec.on} ({spec.registration}): {exc}") from exc
         reg.started_ps, reg.first_event = started, first_event
         bed.registrations[spec.name] = reg
-        settle(bed, reg.mr.reg_ps)
+        settle(bed, reg.register_ps)
+        if spec.advise is not None:
+            try:
+                took = _advise(bed, spec, reg)
+            except SimError as exc:
+                raise RegistrationFailed(f"buffers[{i}] '{spec.name}' advise: {exc}") from exc
+            env.run(until=env.now + took)
     bed.started_ps, bed.setup_events = env.now, _traced(env)
     return bed
 
@@ -144,6 +164,26 @@ def settle(bed: Testbed, cost_ps: int) -> None:
     env.run(until=max(env.now + cost_ps, *(n.kernel.now_ps(n.nic.name) for n in bed.nodes.values())))
 
 
+def _implicit(bed: Testbed, spec: BufferSpec, node: str, addr: int, access: Access) -> Registration:
+    """The buffer through its node's implicit ODP MR of these rights, registered by the first buffer that
+    asks for it."""
+    shared = bed.implicit_mrs.get((node, int(access)))
+    if shared is None:
+        shared = bed.implicit_mrs[node, int(access)] = ibv_reg_mr(bed.pds[node], 0, SIZE_MAX, access)
+        took = None
+    else:
+        took = 0
+    return Registration(spec.name, node, spec.size, spec.registration, shared, "host", addr=addr, reg_ps=took)
+
+
+def _advise(bed: Testbed, spec: BufferSpec, reg: Registration) -> int:
+    """The buffer's ``advise``: ibv_advise_mr over all of it; returns the time the call takes (ps)."""
+    buf = bed.nodes[reg.node].host.buffers[spec.name]
+    flags = IBV_ADVISE_MR_FLAG_FLUSH if spec.advise.flush else 0
+    return ibv_advise_mr(bed.pds[reg.node], AdviseMrAdvice[spec.advise.advice.upper()], flags,
+                         [Sge(buf.addr, buf.size, reg.mr.lkey)])
+
+
 def _traced(env: Environment) -> int:
     return len(env.trace.events) if env.trace.enabled else 0
 
@@ -167,6 +207,8 @@ def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:
             node.host.fill(spec.name, fill)
         if spec.registration == "odp":
             access |= Access.ON_DEMAND
+        if spec.implicit:
+            return _implicit(bed, spec, node_name, buf.addr, access)
         mr = ibv_reg_mr(pd, buf.addr, buf.size, access)
         return Registration(spec.name, node_name, spec.size, spec.registration, mr, "host")
     gpu = bed.gpus[spec.on]

@@ -140,8 +140,10 @@ def _gpu_job_growth(bed: Testbed, event: GpuJobGrowthEvent, row: dict, log: list
 
 def _host_page_migration(bed: Testbed, event: HostPageMigrationEvent, row: dict, log: list[dict]) -> None:
     """The kernel migrates the buffer's host pages."""
-    mr = bed.registrations[event.buffer].mr
-    log.append(row | {"target": event.buffer, "bytes": mr.length, "evicted": 0, "outcome": migrate_pages(mr)})
+    reg = bed.registrations[event.buffer]
+    buf = bed.nodes[reg.node].host.buffers[event.buffer]
+    log.append(row | {"target": event.buffer, "bytes": buf.size, "evicted": 0,
+                      "outcome": migrate_pages(reg.mr, buf.addr, buf.size)})
 
 
 def _node_qps(bed: Testbed, node: str) -> list:

@@ -48,8 +48,8 @@ def mode_note(reg: Registration, bed: Testbed) -> str:
         return ("ibv_reg_mr on host memory: pin_user_pages pins every page (charged to RLIMIT_MEMLOCK), the driver "
                 "writes the MTT and creates the mkey; the pages never move.")
     if reg.mode == "odp":
-        return ("ibv_reg_mr with IBV_ACCESS_ON_DEMAND: nothing is pinned and the MTT starts empty; the NIC faults "
-                "pages in when it first touches them.")
+        return ("ibv_reg_mr with IBV_ACCESS_ON_DEMAND: nothing is pinned; from 5.10 mlx5 maps the pages the CPU "
+                "already has (a snapshot that faults nothing), and the NIC faults the others in on first touch.")
     if reg.mode == "peermem":
         return ("ibv_reg_mr on GPU memory through the peer-memory client: nvidia_p2p_get_pages pins the GPU pages "
                 "for the MR's lifetime (nothing is charged to RLIMIT_MEMLOCK).")

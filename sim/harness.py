@@ -45,7 +45,7 @@ def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint
         for reg in (src, dst):
             ctx, pd_ = bed.contexts[reg.node], bed.pds[reg.node]
             cq = ibv_create_cq(ctx, 2 * depth)
-            ends.append(Endpoint(ibv_create_qp(pd_, cq, depth), reg.mr))
+            ends.append(Endpoint(ibv_create_qp(pd_, cq, depth), reg.mr, reg.addr))
         ends[0].qp.connect(ends[1].qp)
         bed.qps.extend(e.qp for e in ends)
         pairs.append((ends[0], ends[1]))

@@ -52,7 +52,7 @@ def registrations_table(bed: Testbed, variant: str) -> pd.DataFrame:
     """One row per buffer of ``bed``: where it is, its registration mode, cost (us) and pinned bytes."""
     return pd.DataFrame([{
         "variant": variant, "buffer": r.buffer, "node": r.node, "location": r.location, "bytes": r.size_bytes,
-        "mode": r.mode, "register_us": ps_to_us(r.mr.reg_ps), "pinned_bytes": pinned_bytes(r),
+        "mode": r.mode, "register_us": ps_to_us(r.register_ps), "pinned_bytes": pinned_bytes(r),
     } for r in bed.registrations.values()])
 
 

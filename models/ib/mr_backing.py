@@ -25,36 +25,87 @@ from sim.core import PS_PER_NS, PS_PER_US
 
 class OdpBacking(MrBacking):
     """``IBV_ACCESS_ON_DEMAND``: nothing pinned; pages mapped into the NIC when it first touches them and
-    zapped when the kernel moves them (mmu interval notifier)."""
+    zapped when the kernel moves them (mmu interval notifier).
+
+    Registration looks at no page (``ib_umem_odp_get`` only inserts the notifier), so a range the process has
+    not mapped registers; the NIC's first access to it fails as ``hmm_range_fault`` does (-EFAULT: mlx5 resumes
+    the faulting QP with an error), answered here as ``LOC_PROT_ERR``. Pages are counted from the page holding
+    the MR's first byte (``ib_umem_start``), so an MR that starts inside a page covers that whole page.
+    """
 
     mode = "odp"
 
-    def __init__(self, length: int, page_size: int, params: OdpParams) -> None:
+    def __init__(self, addr: int, length: int, page_size: int, params: OdpParams, host) -> None:
+        self.addr = addr
+        """User virtual address of the MR's first byte."""
         self.page_size = page_size
         self.params = params
-        self.mapped = np.zeros(-(-length // page_size), dtype=bool)
+        self.host = host
+        """The process's :class:`~models.host.HostMemory`: which ranges are mapped and present."""
+        self._first_page = addr // page_size
+        self.mapped = np.zeros(-(-(addr + length) // page_size) - self._first_page, dtype=bool)
         """Per page: present in the NIC's translation table."""
         self.ready_ps = np.zeros(len(self.mapped), dtype=np.int64)
         """Per page: when its most recent fault handling finishes."""
         self.faults = 0
+        """NIC page faults taken (prefetches not counted)."""
         self.invalidations = 0
 
     def _pages(self, offset: int, length: int) -> slice:
-        return slice(offset // self.page_size, -(-(offset + max(length, 1)) // self.page_size))
+        va = self.addr + offset
+        return slice(va // self.page_size - self._first_page,
+                     -(-(va + max(length, 1)) // self.page_size) - self._first_page)
+
+    def lookup(self, now_ps: int, offset: int, length: int):
+        """The NIC's table alone: None (every page mapped and ready), a :class:`Fault` that only waits for a
+        fault handler already running, or False (a page is missing)."""
+        span = self._pages(offset, length)
+        if not self.mapped[span].all():
+            return False
+        ready = int(self.ready_ps[span].max())
+        return None if ready <= now_ps else Fault(ready, 0)
+
+    def claim(self, offset: int, length: int, grain: int) -> tuple[slice, int]:
+        """Mark the pages of the range, widened to ``grain``-byte aligned spans within the MR and the process's
+        mapping that holds the range, as mapped; return their slice and how many were missing."""
+        span = self._pages(offset, length)
+        pages, first = max(1, grain // self.page_size), self._first_page
+        start, end = self.host.mapping_at(self.addr + offset)
+        lo = max(0, (span.start + first) // pages * pages - first, start // self.page_size - first)
+        hi = min(len(self.mapped), -(-(span.stop + first) // pages) * pages - first, end // self.page_size - first)
+        missing = int((~self.mapped[lo:hi]).sum())
+        self.mapped[lo:hi] = True
+        return slice(lo, hi), missing
+
+    def settle(self, span: slice, ready_ps: int) -> None:
+        """The pages of ``span`` are valid in the NIC from ``ready_ps`` on (no earlier than any handler before)."""
+        self.ready_ps[span] = np.maximum(self.ready_ps[span], ready_ps)
 
     def translate(self, now_ps: int, offset: int, length: int):
-        span = self._pages(offset, length)
-        if self.mapped[span].all():
-            ready = int(self.ready_ps[span].max())
-            return None if ready <= now_ps else Fault(ready, 0)
-        grain = max(1, self.params.fault_granularity // self.page_size)
-        lo, hi = span.start // grain * grain, min(len(self.mapped), -(-span.stop // grain) * grain)
-        missing = int((~self.mapped[lo:hi]).sum())
-        ready = now_ps + self.params.fault_ps + missing * self.params.fault_page_ps
-        self.mapped[lo:hi] = True
-        self.ready_ps[lo:hi] = np.maximum(self.ready_ps[lo:hi], ready)
+        hit = self.lookup(now_ps, offset, length)
+        if hit is not False:
+            return hit
+        if not self.host.is_mapped(self.addr + offset, length):
+            return WcStatus.LOC_PROT_ERR
+        span, missing = self.claim(offset, length, self.params.fault_granularity)
+        ready = now_ps + self.params.fault_cost_ps(missing)
+        self.settle(span, ready)
         self.faults += 1
         return Fault(ready, missing)
+
+    def prefetch(self, start_ps: int, offset: int, length: int, *, fault: bool) -> int | None:
+        """``pagefault_mr`` for ``ibv_advise_mr`` starting at ``start_ps``: map exactly the pages of the range
+        (``fault`` False: only if the CPU already has them, ``MLX5_PF_FLAGS_SNAPSHOT``); return the time it takes
+        (the fault path's, run even when every page is mapped), or None when ``hmm_range_fault`` fails (a page
+        outside the process's mappings, with ``fault``)."""
+        va = self.addr + offset
+        reachable = self.host.is_mapped(va, length) if fault else self.host.is_present(va, length)
+        if not reachable:
+            return None if fault else self.params.fault_cost_ps(0)
+        span, missing = self.claim(offset, length, 0)
+        cost = self.params.fault_cost_ps(missing)
+        self.settle(span, start_ps + cost)
+        return cost
 
     def invalidate(self, offset: int, length: int) -> int:
         """The kernel moved (or unmapped) these pages: zap them; return the notifier's cost (ps)."""
@@ -64,12 +115,13 @@ class OdpBacking(MrBacking):
         return self.params.invalidate_ps
 
 
-def migrate_pages(mr) -> str:
-    """The kernel migrates the host pages under ``mr`` (:class:`~models.verbs.verbs.MemoryRegion`, a host
-    buffer): an ODP MR's notifier zaps its translation (the NIC re-faults on next access); any other MR holds a
-    long-term pin and the migration fails. Returns the event-log outcome."""
-    if isinstance(mr.backing, OdpBacking):
-        mr.backing.invalidate(0, mr.length)
+def migrate_pages(mr, addr: int, length: int) -> str:
+    """The kernel migrates the host pages of ``[addr, addr+length)`` under ``mr``
+    (:class:`~models.verbs.verbs.MemoryRegion`, a host buffer): an ODP MR's notifier zaps their translation (the
+    NIC re-faults on next access); any other MR holds a long-term pin and the migration fails. Returns the
+    event-log outcome."""
+    if mr.backing is not None and mr.backing.mode == "odp":
+        mr.backing.invalidate(addr - mr.iova, length)
         return "invalidated (ODP re-faults on next access)"
     return "blocked: pages are pinned (long-term pin prevents migration)"
 

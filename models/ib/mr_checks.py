@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 from models.nic.device import DeviceCap
-from models.nic.nic import NicParams
+from models.nic.nic import Nic, NicParams
 from models.nic.wqe import Access
 from sim.core import VerbsError
 
+U64 = 2**64
+PAGE_SIZE = 4096
+"""The kernel's ``PAGE_SIZE`` on x86-64 (bytes)."""
 IB_ACCESS_OPTIONAL = (((1 << 29) << 1) - 1) & ~((1 << 20) - 1)
 """``IB_UVERBS_ACCESS_OPTIONAL_RANGE``: bits 20..29 (OPTIONAL_FIRST..OPTIONAL_LAST), which a driver may ignore."""
 IB_ACCESS_SUPPORTED = ((Access.FLUSH_PERSISTENT << 1) - 1) | IB_ACCESS_OPTIONAL
@@ -66,3 +69,19 @@ def efa_alloc_mr(device: NicParams, access: Access, call: str) -> Access:
         raise VerbsError("EOPNOTSUPP", f"access {Access(kept)!r}: EFA supports only {Access(supported)!r} "
                          "(efa_alloc_mr)", call=call)
     return Access(kept)
+
+
+MLX5_MAX_UMR_PAGES = 1 << 16
+"""``MLX5_MAX_UMR_PAGES``: without ``umr_extended_translation_offset`` a UMR reaches at most this many pages."""
+
+
+def mlx5r_umr_can_load_pas(nic: Nic, length: int, call: str) -> None:
+    """``mlx5r_umr_can_load_pas`` (drivers/infiniband/hw/mlx5/umr.c): without the HCA's
+    ``umr_extended_translation_offset`` a UMR cannot load the page list of an MR of ``MLX5_MAX_UMR_PAGES`` pages
+    or more, and dma-buf and ODP MRs need UMR.
+
+    :raises VerbsError: ``EINVAL``.
+    """
+    if not nic.params.umr_extended_translation_offset and length >= MLX5_MAX_UMR_PAGES * 4096:
+        raise VerbsError("EINVAL", f"length {length}: without umr_extended_translation_offset a UMR loads fewer "
+                         f"than {MLX5_MAX_UMR_PAGES} pages (mlx5r_umr_can_load_pas)", call=call)

@@ -33,6 +33,13 @@ class OdpParams:
     """The handler maps at least this aligned span around the faulting address (bytes)."""
     invalidate_ps: int = 5 * PS_PER_US
     """One mmu-notifier invalidation: UMR ZAP of the range and its completion."""
+    implicit: bool = True
+    """The device reports ``IBV_ODP_SUPPORT_IMPLICIT`` (mlx5's ``internal_fill_odp_caps``: HCAs with the
+    fixed_buffer_size, null_mkey and umr_extended_translation_offset capabilities, ConnectX-4 onwards)."""
+
+    def fault_cost_ps(self, pages: int) -> int:
+        """One run of the fault path that maps ``pages`` pages: the fixed cost plus the per-page cost."""
+        return self.fault_ps + pages * self.fault_page_ps
 
 
 @dataclass(frozen=True, slots=True)

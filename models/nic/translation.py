@@ -68,7 +68,7 @@ def mr_bytes(mr, addr: int, length: int) -> np.ndarray:
     reached = mr.backing.reached_bytes(mr) if mr.backing is not None else None
     if reached is None:
         host = mr.pd.context.node.host
-        buf = next(b for b in host.buffers.values() if b.addr <= mr.addr < b.addr + b.size)
+        buf = next(b for b in host.buffers.values() if b.addr <= addr < b.addr + host.mapped_length(b))
         reached = host.data[buf.name], mr.addr - buf.addr
     array, base = reached
     return array[base + offset: base + offset + length]

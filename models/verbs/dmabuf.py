@@ -12,8 +12,7 @@ offset.
 from __future__ import annotations
 
 from models.ib.dmabuf_mr import register_dmabuf
-from models.ib.mr_checks import efa_alloc_mr, ib_check_mr_access
-from models.nic.nic import Nic
+from models.ib.mr_checks import efa_alloc_mr, ib_check_mr_access, mlx5r_umr_can_load_pas
 from models.nic.translation import DmabufImporter
 from models.nic.wqe import Access
 from models.verbs.verbs import MemoryRegion, ProtectionDomain
@@ -29,8 +28,6 @@ MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT = 1
 REG_DMABUF_MR_ACCESS = int(Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
                            | Access.RELAXED_ORDERING)
 """The access bits ``UVERBS_ATTR_REG_DMABUF_MR_ACCESS_FLAGS`` accepts (``uverbs_get_flags32``), as a plain int."""
-MLX5_MAX_UMR_PAGES = 1 << 16
-"""``MLX5_MAX_UMR_PAGES``: without ``umr_extended_translation_offset`` a UMR reaches at most this many pages."""
 
 
 def ibv_reg_dmabuf_mr(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int, access: Access,
@@ -135,18 +132,6 @@ def mlx5_ib_reg_user_mr_dmabuf(pd: ProtectionDomain, offset: int, length: int, i
     if mlx5_access & MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT:
         return reg_user_mr_dmabuf_by_data_direct(pd, offset, length, iova, fd, access, invariants, call)
     return _register(pd, offset, length, iova, fd, access, "dynamic", invariants, call)
-
-
-def mlx5r_umr_can_load_pas(nic: Nic, length: int, call: str) -> None:
-    """``mlx5r_umr_can_load_pas`` (drivers/infiniband/hw/mlx5/umr.c): without the HCA's
-    ``umr_extended_translation_offset`` a UMR cannot load the page list of an MR of ``MLX5_MAX_UMR_PAGES`` pages
-    or more, and dma-buf MRs need UMR.
-
-    :raises VerbsError: ``EINVAL``.
-    """
-    if not nic.params.umr_extended_translation_offset and length >= MLX5_MAX_UMR_PAGES * 4096:
-        raise VerbsError("EINVAL", f"length {length}: without umr_extended_translation_offset a UMR loads fewer "
-                         f"than {MLX5_MAX_UMR_PAGES} pages (mlx5r_umr_can_load_pas)", call=call)
 
 
 def reg_user_mr_dmabuf_by_data_direct(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int,

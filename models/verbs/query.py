@@ -8,6 +8,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from models.ib.implicit_odp import odp_supports_implicit
 from models.nic.device import PORT_NUM, AtomicCap, rdma_is_port_valid
 from models.verbs.qp_state import PathMtu
 from models.verbs.verbs import Context
@@ -65,8 +66,8 @@ class OdpTransportCaps(enum.IntFlag):
 
 @dataclass(frozen=True, slots=True)
 class IbvOdpCaps:
-    """``struct ibv_odp_caps``: what faults the model's ODP MRs take (RC WRITE, READ and atomics; no implicit
-    ODP)."""
+    """``struct ibv_odp_caps``: what faults the model's ODP MRs take (RC WRITE, READ and atomics) and whether
+    implicit ODP MRs register."""
 
     general_caps: OdpGeneralCaps
     rc_odp_caps: OdpTransportCaps
@@ -148,8 +149,8 @@ def ibv_query_device_ex(context: Context) -> IbvDeviceAttrEx:
     if params.odp is None:
         odp = IbvOdpCaps(OdpGeneralCaps(0), none, none, none)
     else:
-        rc = OdpTransportCaps.WRITE | OdpTransportCaps.READ | OdpTransportCaps.ATOMIC
-        odp = IbvOdpCaps(OdpGeneralCaps.SUPPORT, rc, none, none)
+        general = OdpGeneralCaps.SUPPORT | (OdpGeneralCaps.SUPPORT_IMPLICIT if odp_supports_implicit(params) else 0)
+        odp = IbvOdpCaps(general, OdpTransportCaps.WRITE | OdpTransportCaps.READ | OdpTransportCaps.ATOMIC, none, none)
     return IbvDeviceAttrEx(ibv_query_device(context), int(params.device.cap_flags), odp)
 
 

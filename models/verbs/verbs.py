@@ -14,8 +14,12 @@ from dataclasses import dataclass, field
 import simpy
 
 from models.fabric import Fabric
+from models.ib.implicit_odp import (MLX5_IMR_KSM_ENTRIES, SIZE_MAX, ImplicitOdpBacking, is_implicit_request,
+                                    parent_create_ps)
 from models.ib.mr_backing import OdpBacking
-from models.ib.mr_checks import EFA_VENDOR_ID, check_max_mr_size, efa_alloc_mr, ib_check_mr_access
+from models.ib.mr_checks import (EFA_VENDOR_ID, PAGE_SIZE, U64, check_max_mr_size, efa_alloc_mr,
+                                ib_check_mr_access)
+from models.ib.umem_odp import create_user_odp_mr, mlx5_ib_init_odp_mr
 from models.nic.datapath import start_work_request
 from models.nic.translation import MrBacking
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WorkCompletion
@@ -271,32 +275,68 @@ def ibv_alloc_pd(context: Context) -> ProtectionDomain:
 
 
 def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> MemoryRegion:
-    """Register host memory: check like rdma-core and ``ib_umem_get``, pin the pages, create the keys.
+    """Register host memory: check like rdma-core and ``ib_umem_get``, pin the pages, create the keys. Mappings
+    are whole pages (:meth:`~models.host.HostMemory.mapped_length`): any part of a mapped page registers.
 
-    With ``ON_DEMAND`` nothing is pinned: the NIC faults pages in on first touch (ODP).
+    With ``ON_DEMAND`` nothing is pinned and no page is looked at: the NIC faults pages in on first touch (ODP,
+    :mod:`models.ib.umem_odp`); address 0 with length ``SIZE_MAX`` registers an implicit ODP MR over the whole
+    address space (:mod:`models.ib.implicit_odp`).
 
     :raises VerbsError: ``EINVAL`` for length 0, overflow or REMOTE_WRITE/REMOTE_ATOMIC without
         LOCAL_WRITE or access bits outside IB_ACCESS_SUPPORTED; ``EOPNOTSUPP`` for ON_DEMAND on a device without
-        ODP or FLUSH rights on a device without flush; ``EFAULT`` for an unmapped range;
-        ``ENOMEM`` past RLIMIT_MEMLOCK.
+        ODP or FLUSH rights on a device without flush; ``EFAULT`` for a range beyond the process's mappings;
+        ``ENOMEM`` past RLIMIT_MEMLOCK; for ON_DEMAND, ``EOVERFLOW`` for overflow and ``EINVAL`` for an implicit
+        MR on a device without implicit ODP.
     """
     call = "ibv_reg_mr"
     access = Access(access)
     nic = pd.context.node.nic
     access = check_reg_args(pd.context.node, addr, length, access, call)
     check_max_mr_size(nic.params.max_mr_size, length, call)
+    if isinstance(backing := _odp_backing(pd, addr, length, access), ImplicitOdpBacking):
+        return _reg_implicit_mr(pd, access, backing, call)
     nic.reserve_translations(length, call=call)
     try:
-        cost, backing = _back_host_mr(pd, addr, length, access, call)
+        cost = pd.context.node.host.pin(addr, length, call=call) if backing is None else \
+            mlx5_ib_init_odp_mr(pd.context.node, backing, length, pd.context.env.now)
     except VerbsError:
         nic.release_translations(length)
         raise
     key = nic.new_key()
     mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + cost, backing=backing)
     nic.mrs[key] = mr
-    pages = pd.context.node.host.pages_spanned(addr, length)
-    trace_registration(mr, call, None if backing else ("pin_user_pages", cost, {"pages": pages}),
-                       0 if backing else pages)
+    if backing is None:
+        pages = pd.context.node.host.pages_spanned(addr, length)
+        trace_registration(mr, call, ("pin_user_pages", cost, {"pages": pages}), pages)
+    else:
+        mapped = int(backing.mapped.sum())
+        trace_registration(mr, call, ("mlx5_ib_init_odp_mr", cost, {"pages": mapped}) if cost else None, mapped)
+    return mr
+
+
+def _odp_backing(pd: ProtectionDomain, addr: int, length: int, access: Access) -> MrBacking | None:
+    """The backing of an ON_DEMAND registration (explicit or implicit), None for a pinned one."""
+    if not access & Access.ON_DEMAND:
+        return None
+    node = pd.context.node
+    page, odp = node.host.params.page_size, node.nic.params.odp
+    if is_implicit_request(addr, length):
+        env, track = pd.context.env, node.nic.name
+        trace = (lambda name, at_ps, **args: env.trace.instant(track, name, at_ps=at_ps, **args)) \
+            if env.trace.enabled else (lambda name, at_ps, **args: None)
+        return ImplicitOdpBacking(page, odp, node.nic.params.umr, node.host, trace)
+    return OdpBacking(addr, length, page, odp, node.host)
+
+
+def _reg_implicit_mr(pd: ProtectionDomain, access: Access, backing: ImplicitOdpBacking, call: str) -> MemoryRegion:
+    """``mlx5_ib_alloc_implicit_mr``: the parent KSM mkey, written zapped by one UMR; its children hold their
+    own translation entries as faults create them, so the NIC's table is not charged here."""
+    nic = pd.context.node.nic
+    key = nic.new_key()
+    mr = MemoryRegion(pd, 0, SIZE_MAX, access, key, key, REG_MR_FIXED_PS + parent_create_ps(nic.params.umr),
+                      backing=backing)
+    nic.mrs[key] = mr
+    trace_registration(mr, call, None, MLX5_IMR_KSM_ENTRIES)
     return mr
 
 
@@ -315,16 +355,6 @@ def trace_registration(mr: MemoryRegion, call: str, pinning: tuple[str, int, dic
     env.trace.instant(nic, "MkeyCreated", at_ps=start + mr.reg_ps, lkey=mr.lkey, mtt_entries=entries)
 
 
-def _back_host_mr(pd: ProtectionDomain, addr: int, length: int, access: Access, call: str):
-    """Pin the range (or prepare ODP); return (cost ps, backing)."""
-    host, nic = pd.context.node.host, pd.context.node.nic
-    if access & Access.ON_DEMAND:  # nothing pinned, nothing charged to RLIMIT_MEMLOCK
-        if not host.is_mapped(addr, length):
-            raise VerbsError("EFAULT", f"range 0x{addr:x}+{length} is not mapped", call=call)
-        return 0, OdpBacking(length, host.params.page_size, nic.params.odp)
-    return host.pin(addr, length, call=call), None
-
-
 def ibv_dereg_mr(mr: MemoryRegion) -> int:
     """Invalidate the keys, then unpin; return the simulated cost (ps).
 
@@ -336,7 +366,8 @@ def ibv_dereg_mr(mr: MemoryRegion) -> int:
     mr.valid = mr.registered = False
     mr.pd.usecnt -= 1
     node.nic.mrs.pop(mr.lkey, None)  # gone already after a NIC reset
-    node.nic.release_translations(mr.length)
+    if not isinstance(mr.backing, ImplicitOdpBacking):
+        node.nic.release_translations(mr.length)
     if mr.backing is not None:
         return DEREG_MR_FIXED_PS + mr.backing.release(mr.pd.context.env.now)
     return DEREG_MR_FIXED_PS + node.host.unpin(mr.addr, mr.length)
@@ -386,17 +417,20 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
 
 def check_reg_args(node: Node, addr: int, length: int, access: Access, call: str) -> Access:
     """The argument checks of registering host or peer memory on ``node``'s NIC, in the kernel's order:
-    uverbs' :func:`ib_check_mr_access`, EFA's :func:`~models.ib.mr_checks.efa_alloc_mr`, then :func:`ib_umem_get`'s
-    (an ON_DEMAND range is not pinned, so it needs no mlock rights). Returns the rights the MR keeps (EFA drops
-    the optional bits such as RELAXED_ORDERING)."""
+    uverbs' :func:`ib_check_mr_access`, EFA's :func:`~models.ib.mr_checks.efa_alloc_mr`, then :func:`ib_umem_get`'s,
+    or for an ON_DEMAND range mlx5's :func:`~models.ib.umem_odp.create_user_odp_mr`'s (not pinned, so it needs
+    no mlock rights). Returns the rights the MR keeps (EFA drops the optional bits such as RELAXED_ORDERING)."""
     ib_check_mr_access(node.nic.params, access, call)
     if node.nic.params.device.vendor_id == EFA_VENDOR_ID:  # efa_reg_mr: efa_alloc_mr before ib_umem_get
         access = efa_alloc_mr(node.nic.params, access, call)
-    ib_umem_get(node.host, addr, length, call, pins=not access & Access.ON_DEMAND)
+    if access & Access.ON_DEMAND:
+        create_user_odp_mr(node, addr, length, addr, call)
+    else:
+        ib_umem_get(node.host, addr, length, call)
     return access
 
 
-def ib_umem_get(host, addr: int, length: int, call: str, *, pins: bool = True) -> None:
+def ib_umem_get(host, addr: int, length: int, call: str) -> None:
     """The argument checks of ``ib_umem_get`` (drivers/infiniband/core/umem.c, read at torvalds/linux 0446cad9ca38, a
     5.x tree; later trees were not compared), before it charges RLIMIT_MEMLOCK and pins
     (:meth:`~models.host.Host.pin`): ``addr + length`` wraps past 2**64 or its page alignment does -> EINVAL (so
@@ -408,14 +442,11 @@ def ib_umem_get(host, addr: int, length: int, call: str, *, pins: bool = True) -
     end = addr + length
     if addr < 0 or length < 0 or end % U64 < addr or end > U64 - PAGE_SIZE:
         raise VerbsError("EINVAL", f"addr 0x{addr:x} + length {length} overflows (ib_umem_get)", call=call)
-    if pins and host.params.memlock_limit == 0:
+    if host.params.memlock_limit == 0:
         raise VerbsError("EPERM", "RLIMIT_MEMLOCK is 0 and the process lacks CAP_IPC_LOCK (can_do_mlock)", call=call)
     if length == 0:
         raise VerbsError("EINVAL", "length 0 pins no pages (ib_umem_get: npages == 0)", call=call)
 
-
-U64 = 2**64
-PAGE_SIZE = 4096
 
 
 def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:

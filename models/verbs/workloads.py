@@ -37,6 +37,14 @@ class Endpoint:
 
     qp: QueuePair
     mr: MemoryRegion
+    addr: int | None = None
+    """The buffer's first byte in the MR's iova space; None: the MR's iova (an MR of its own). An implicit ODP
+    MR's iova space is the address space, so its buffers give their virtual address."""
+
+    @property
+    def iova(self) -> int:
+        """Where the work requests address the buffer."""
+        return self.mr.iova if self.addr is None else self.addr
 
 
 SUCCESS = WcStatus.SUCCESS.value
@@ -72,7 +80,7 @@ ATOMIC_ADD = 1
 
 def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
         landed: simpy.Event | None = None, order: tuple[int, int] | None = None) -> SendWR:
-    return SendWR(wr_id, opcode, src.mr.iova, size, src.mr.lkey, dst.mr.iova, dst.mr.rkey, inline, landed, order,
+    return SendWR(wr_id, opcode, src.iova, size, src.mr.lkey, dst.iova, dst.mr.rkey, inline, landed, order,
                   compare_add=ATOMIC_ADD if opcode is Opcode.ATOMIC_FETCH_AND_ADD else 0, swap=ATOMIC_ADD)
 
 

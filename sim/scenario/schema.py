@@ -228,6 +228,17 @@ Access = Literal["local_write", "remote_write", "remote_read", "remote_atomic", 
 RegisterMode = RegMode
 
 
+class AdviseSpec(Strict):
+    """ibv_advise_mr over the whole buffer, right after it is registered (ODP MRs only)."""
+
+    advice: Literal["prefetch", "prefetch_write", "prefetch_no_fault"] = "prefetch_write"
+    """IBV_ADVISE_MR_ADVICE_*: prefetch (fault pages in, read access), prefetch_write (read and write),
+    prefetch_no_fault (map only the pages the CPU already has)."""
+    flush: bool = True
+    """IBV_ADVISE_MR_FLAG_FLUSH: return once the translations are in the NIC (the setup waits for the fault
+    path); false queues the work, returns after the ioctl and maps the pages in the background."""
+
+
 class BufferSpec(Strict):
     """A buffer in a node's memory and how it is registered."""
 
@@ -242,6 +253,29 @@ class BufferSpec(Strict):
     dmabuf (ibv_reg_dmabuf_mr, dynamic), dmabuf-pinned (ibv_reg_dmabuf_mr, pinned importer)."""
     access: list[Access] = ["local_write", "remote_write", "remote_read"]
     """ibv_access_flags of the MR."""
+    implicit: bool = False
+    """register: odp through the node's implicit ODP MR (ibv_reg_mr(pd, NULL, SIZE_MAX, ON_DEMAND), one per node
+    and access) instead of an MR of its own: faults create 1 GiB child MRs as mlx5 does."""
+    advise: AdviseSpec | None = None
+    """Prefetch the buffer's pages into the NIC with ibv_advise_mr after registering it (register: odp)."""
+
+    @field_validator("implicit")
+    @classmethod
+    def _implicit_odp(cls, implicit, info):
+        mode = info.data.get("registration")
+        if implicit and mode is not None and mode != "odp":
+            raise ValueError(f"an implicit MR is an ODP MR (ibv_reg_mr with IBV_ACCESS_ON_DEMAND); this buffer is "
+                             f"registered '{mode}': use register: odp or drop 'implicit'")
+        return implicit
+
+    @field_validator("advise")
+    @classmethod
+    def _advise_odp(cls, advise, info):
+        mode = info.data.get("registration")
+        if advise is not None and mode is not None and mode != "odp":
+            raise ValueError(f"ibv_advise_mr prefetches ODP MRs only (mlx5: ENOENT for any other lkey); this buffer "
+                             f"is registered '{mode}': use register: odp or drop 'advise'")
+        return advise
 
 
 class SizeRange(Strict):

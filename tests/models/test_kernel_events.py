@@ -87,12 +87,12 @@ def test_migrate_pages_zaps_an_odp_mr_and_is_blocked_by_a_long_term_pin(host):
     if host == "odp":
         assert isinstance(mr.backing, OdpBacking)
         mr.backing.mapped[:] = True  # as if the NIC had touched every page
-        assert migrate_pages(mr) == "invalidated (ODP re-faults on next access)"
+        assert migrate_pages(mr, mr.addr, mr.length) == "invalidated (ODP re-faults on next access)"
         assert mr.backing.invalidations == 1 and not mr.backing.mapped.any()
     else:
         pinned = bed.nodes["a"].host.pinned_pages
         assert pinned > 0
-        assert migrate_pages(mr) == "blocked: pages are pinned (long-term pin prevents migration)"
+        assert migrate_pages(mr, mr.addr, mr.length) == "blocked: pages are pinned (long-term pin prevents migration)"
         assert bed.nodes["a"].host.pinned_pages == pinned and mr.valid
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 
+from models.dmabuf import DmaBufCore, KernelConfig
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
 from models.nic.nic import OdpParams
@@ -10,21 +11,24 @@ from models.node import Node
 from models.pcie.link import PcieParams
 from models.nic.wqe import Access, Opcode, QpState, SendWR, WcStatus
 from models.verbs.qp_state import QPAttr, QpAttrMask
-from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device,
-                                ibv_poll_cq, ibv_post_send, ibv_reg_mr)
+from models.verbs.verbs import (REG_MR_FIXED_PS, ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp,
+                                ibv_open_device, ibv_poll_cq, ibv_post_send, ibv_reg_mr)
 from sim.core import PS_PER_US, Environment, VerbsError
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 ODP = OdpParams()
 
 
-def _bed(odp=ODP, memlock=None):
+def _bed(odp=ODP, memlock=None, prefaulted=False, kernel=None):
+    """Two nodes with 1 MiB buffers; by default untouched by the process, so ODP registration maps nothing."""
     env = Environment(1)
     fabric = Fabric(FabricParams())
     out = []
     for name in "ab":
-        node = Node.create(name, HostParams(memlock_limit=memlock, poll_period_ps=0), PcieParams(),
-                           NicParams(odp=odp))
+        node = Node.create(name, HostParams(memlock_limit=memlock, poll_period_ps=0, prefaulted=prefaulted),
+                           PcieParams(), NicParams(odp=odp))
+        if kernel is not None:
+            node.kernel = DmaBufCore(env, KernelConfig(version=kernel))
         fabric.attach(node.nic.name)
         pd = ibv_alloc_pd(ibv_open_device(node, env, fabric))
         out.append((node, pd, node.host.allocate("buf", 1 << 20)))
@@ -101,3 +105,21 @@ def test_rnr_retry_exhaustion_completes_in_error():
     dst = ibv_reg_mr(out[1][1], out[1][2].addr, 1 << 20, RW | Access.ON_DEMAND)
     status, _ = _write(env, qa, src, dst)
     assert status is WcStatus.RNR_RETRY_EXC_ERR
+
+
+@pytest.mark.parametrize("kernel, faults", [("5.10", 0), ("5.9", 1)])
+def test_registration_maps_the_pages_the_cpu_has_from_5_10(kernel, faults):
+    env, out, (qa, _) = _bed(prefaulted=True, kernel=kernel)
+    src = ibv_reg_mr(out[0][1], out[0][2].addr, 1 << 20, RW | Access.ON_DEMAND)
+    dst = ibv_reg_mr(out[1][1], out[1][2].addr, 1 << 20, RW)
+    snapshot = ODP.fault_ps + 256 * ODP.fault_page_ps if faults == 0 else 0
+    assert src.reg_ps == REG_MR_FIXED_PS + snapshot and bool(src.backing.mapped.all()) is (faults == 0)
+    env.run(until=env.now + src.reg_ps)
+    status, _ = _write(env, qa, src, dst)
+    assert status is WcStatus.SUCCESS and src.backing.faults == faults
+
+
+def test_registration_of_untouched_pages_maps_none_and_faults_none():
+    _, out, _ = _bed()
+    src = ibv_reg_mr(out[0][1], out[0][2].addr, 1 << 20, RW | Access.ON_DEMAND)
+    assert src.reg_ps == REG_MR_FIXED_PS + ODP.fault_ps and not src.backing.mapped.any() and src.backing.faults == 0

@@ -28,6 +28,7 @@ def test_versions_compare_numerically():
     ("pinned_map_failure_unpins_twice", "5.15", "5.16"), ("pinned_map_failure_unpins_twice", "7.0", "6.19"),
     ("has_revoke", "6.11", "6.12"), ("has_mlx5_dmabuf_access_attr", "6.11", "6.12"),
     ("move_notify_always_on", "7.0", "7.1"), ("invalidate_optional", "7.0", "7.1"),
+    ("odp_registration_snapshot", "5.9", "5.10"),
 ])
 def test_each_behaviour_switches_at_its_version(prop, before, after):
     assert not getattr(KernelBehaviour(Version.parse(before)), prop)

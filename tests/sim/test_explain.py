@@ -24,7 +24,7 @@ def every_mode(move_notify: bool = True) -> Scenario:
     return Scenario.model_validate({
         "schema": 1, "name": "modes", "seed": 1,
         "nodes": [{"name": "a", "gpus": [{"name": "gpu0", "preset": "mi300x", "memory": "8GiB"}],
-                   "kernel": {"dmabuf_move_notify": move_notify}}, {"name": "b"}],
+                   "kernel": {"dmabuf_move_notify": move_notify}, "host": {"prefaulted": False}}, {"name": "b"}],
         "buffers": [{"name": mode, "on": on, "size": "1MiB", "register": mode} for mode, on in MODES.items()]
         + [{"name": "sink", "on": "b.host", "size": "1MiB"}],
         "workload": [{"kind": "write_bw", "from": "odp", "to": "sink", "sizes": ["64KiB"], "iterations": 20}]})
@@ -47,7 +47,8 @@ def _section(text: str, buffer: str) -> str:
 
 @pytest.mark.parametrize("mode, shown, absent", [
     ("pinned", ["ibv_reg_mr(", "pin_user_pages(pages=256)", "mtt_entries=256", "RLIMIT_MEMLOCK"], ["dma_buf"]),
-    ("odp", ["ibv_reg_mr(", "ON_DEMAND", "mtt_entries=0", "first touch"], ["pin_user_pages"]),
+    ("odp", ["ibv_reg_mr(", "ON_DEMAND", "mlx5_ib_init_odp_mr(pages=0)", "mtt_entries=0", "first touch"],
+     ["pin_user_pages"]),
     ("peermem", ["ibv_reg_mr(", "nvidia_p2p_get_pages(gpu_pages=16)", "mtt_entries=16"], ["pin_user_pages"]),
     ("dmabuf", ["dma_buf_export", "dma_buf_dynamic_attach", "lock dmabuf", "dma_buf_map_attachment",
                 "MappingRestored"], ["dma_buf_pin", "BufferPinned"]),
