@@ -27,10 +27,10 @@ FADD, CAS = Opcode.ATOMIC_FETCH_AND_ADD, Opcode.ATOMIC_CMP_AND_SWP
 class Bed:
     """Two nodes a and b, a 64 KiB buffer on each, registered with ``access``; QPs made on demand."""
 
-    def __init__(self, data=False, nic=NicParams(), access=ALL):
+    def __init__(self, data=False, nic=NicParams(), access=ALL, host=HostParams(memlock_limit=1 << 22)):
         self.env = Environment(1, data=data)
         fabric = Fabric(FabricParams())
-        self.nodes = [Node.create(n, HostParams(memlock_limit=1 << 22), PcieParams(), nic) for n in "ab"]
+        self.nodes = [Node.create(n, host, PcieParams(), nic) for n in "ab"]
         self.pds, self.mrs = [], []
         for node in self.nodes:
             fabric.attach(node.nic.name)
@@ -282,11 +282,12 @@ def test_the_responders_max_dest_rd_atomic_limits_outstanding_atomics():
 
 
 def test_an_atomic_on_an_odp_target_faults_it_in_then_succeeds():
-    bed = Bed(data=True)
+    """The target is registered before the CPU touches it (so the registration's snapshot maps nothing)."""
+    bed = Bed(data=True, host=HostParams(memlock_limit=1 << 22, prefaulted=False))
     node = bed.nodes[1]
     odp = node.host.allocate("odp", 4096)
-    node.host.fill("odp", lambda: np.zeros(4096, np.uint8))
     bed.mrs[1] = ibv_reg_mr(bed.pds[1], odp.addr, 4096, ALL | Access.ON_DEMAND)
+    node.host.fill("odp", lambda: np.zeros(4096, np.uint8))
     qa, _ = bed.pair()
     for k in range(3):
         ibv_post_send(qa, bed.atomic(k, FADD, local=8 * k, compare_add=5))

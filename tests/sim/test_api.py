@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -64,7 +65,7 @@ def test_mr_errors_match_ibv_reg_mr(node, length, access, errno):
     free = Testbed({"a": node, "b": {}})
     host = free.bed.nodes["a"].host
     buf = host.allocate("x", max(length, 1))
-    host.fill("x", lambda: bytes(max(length, 1)))
+    host.fill("x", lambda: np.zeros(max(length, 1), dtype=np.uint8))
     assert errno_of(ibv_reg_mr, free.bed.pds["a"], buf.addr, length, access) == errno
 
 
