@@ -27,6 +27,7 @@ from models.dmabuf import (CopyParams, DmaBuf, DmaBufAttachment, DmaBufCore, Dma
                            Placement, StaticExporter, dma_buf_fd, get_dma_buf)
 from models.dmabuf.core import Segments
 from models.gpu import COPY_PRESETS, Allocation, CopyEngines, DeviceMemory, GpuOutOfMemory, GpuParams
+from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts
 from models.gpu.managed import ManagedMemory
 from models.versions import AMDGPU_VRAM_PIN, NVIDIA_DMABUF_EXPORT, Version
 
@@ -36,6 +37,8 @@ EXPORT_PS = 15_400_000
 (h200_dmabuf_export.json)."""
 EXPORT_CALL = {"nvidia": "cuMemGetHandleForAddressRange", "amd": "hipMemGetHandleForAddressRange"}
 """The user-space call that exports device memory as a dma-buf fd, per vendor."""
+ALLOC_CALLS = {"nvidia": ("cudaMalloc", "cudaFree"), "amd": ("hipMalloc", "hipFree")}
+"""The user-space calls that allocate and free device memory, per vendor (their cost: ``Gpu.alloc_costs``)."""
 GPU_PAGE = 4096
 """Alignment the export requires (the host page size)."""
 NEW_OWNER_BYTE = 0xEE
@@ -209,6 +212,8 @@ class Gpu:
         self.memory = DeviceMemory(capacity or params.hbm_bytes, granularity=params.alloc_granularity, name=name,
                                    trace=core.env.trace)
         self.copy = CopyParams(CopyEngines(COPY_PRESETS[params.copy_preset]))
+        self.alloc_costs = AllocCosts(ALLOC_PRESETS[params.alloc_preset])
+        """What the competing job's allocations and frees cost its thread (the calibrated H200 curve)."""
         self.allocations: dict[str, GpuAllocation] = {}
         self.pressure_allocations: list[tuple[Allocation, ...]] = []
         """The competing job's allocations, oldest first."""
@@ -298,7 +303,8 @@ class Gpu:
         return max(0, fence.signaled_at_ps - self.core.env.now)
 
     def pressure(self, size: int) -> bool:
-        """Another job allocates ``size`` bytes: evict movable buffers until it fits; False if it cannot."""
+        """Another job allocates ``size`` bytes: evict movable buffers until it fits, then pay its allocation call
+        (cudaMalloc/hipMalloc, after the room is made); False if it cannot fit."""
         with self.core.call(self.name, "gpu_memory_pressure", bytes=size):
             try:
                 result = self.memory.apply_pressure(size)
@@ -307,6 +313,8 @@ class Gpu:
                 self.core.instant(self.name, "AllocationFailed", bytes=size,
                                   free=self.memory.capacity - self.memory.used)
                 return False
+            with self.core.call(self.name, ALLOC_CALLS[self.vendor][0], bytes=size):
+                self.core.spend(self.name, self.alloc_costs.allocate_ps(size))
             self.pressure_allocations.append(result.allocations)
             self.core.instant(self.name, "MemoryAllocated", bytes=size, free=self.memory.capacity - self.memory.used)
             return True
@@ -348,10 +356,14 @@ class Gpu:
         taken.clear()
 
     def release_pressure(self) -> None:
-        """The competing job frees its oldest allocation."""
+        """The competing job frees its oldest allocation (cudaFree/hipFree, which takes the calibrated time)."""
         if self.pressure_allocations:
-            for vram in self.pressure_allocations.pop(0):
-                self.memory.free(vram)
+            freed = self.pressure_allocations.pop(0)
+            size = sum(vram.requested for vram in freed)
+            with self.core.call(self.name, ALLOC_CALLS[self.vendor][1], bytes=size):
+                self.core.spend(self.name, self.alloc_costs.free_ps(size))
+                for vram in freed:
+                    self.memory.free(vram)
 
     def swap_exported(self) -> tuple[int, int]:
         """The driver moves every movable exported buffer still exported (amdgpu) to the other placement, VRAM
