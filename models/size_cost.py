@@ -34,8 +34,8 @@ class CallCost:
 
 def fit_call_cost(nbytes, seconds, exponents=EXPONENTS) -> CallCost:
     """Fit :class:`CallCost` to one call's typical times: for each of ``exponents``, fixed and per-GiB cost by
-    least squares of the relative error; keep the non-negative fit of smallest RMS error (``exponents=(1.0,)``:
-    a straight line).
+    least squares of the relative error, with ``fixed`` held at 0 where it would turn negative; keep the fit of
+    smallest RMS error (``exponents=(1.0,)``: a straight line).
 
     :param nbytes: sizes in bytes.
     :param seconds: the typical (median) time at each size, in seconds.
@@ -46,7 +46,10 @@ def fit_call_cost(nbytes, seconds, exponents=EXPONENTS) -> CallCost:
     for exponent in exponents:
         design = np.stack([np.ones_like(n), n ** exponent], axis=1)
         (fixed, per_gib), *_ = np.linalg.lstsq(design * weight[:, None], t * weight, rcond=None)
-        if fixed < 0 or per_gib < 0:
+        if fixed < 0:  # the constrained optimum lies on fixed = 0
+            scaled = design[:, 1] * weight
+            fixed, per_gib = 0.0, float(scaled @ (t * weight) / (scaled @ scaled))
+        if per_gib < 0:
             continue
         rms = float(np.sqrt(np.mean(((design @ (fixed, per_gib)) * weight - 1.0) ** 2)))
         if best is None or rms < best[0]:
@@ -55,3 +58,17 @@ def fit_call_cost(nbytes, seconds, exponents=EXPONENTS) -> CallCost:
         raise ValueError("no non-negative fixed + per-GiB fit exists for these times")
     _, fixed, per_gib, exponent = best
     return CallCost(round(fixed * PS_PER_S), round(per_gib * PS_PER_S), exponent)
+
+
+def fit_proportional(nbytes, seconds) -> CallCost:
+    """Fit a cost proportional to the size (no fixed part, exponent 1) by least squares of the relative error."""
+    x, t = np.asarray(nbytes, dtype=float) / GiB, np.asarray(seconds, dtype=float)
+    scaled = x / t
+    return CallCost(0, round(float(scaled.sum() / (scaled @ scaled)) * PS_PER_S), 1.0)
+
+
+def spread_tolerance(point: dict, floor: float) -> float:
+    """How far a model may be from a measured point (``median_s``, ``p10_s``, ``p90_s``): the wider side of its
+    samples' 10-90 % spread around the median, at least ``floor``."""
+    median = point["median_s"]
+    return max(floor, 1.0 - point["p10_s"] / median, point["p90_s"] / median - 1.0)

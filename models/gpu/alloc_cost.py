@@ -3,8 +3,9 @@
 Each call takes ``fixed + per_GiB * (n / GiB) ** exponent``: a fixed cost (driver entry, bookkeeping) and a part
 that grows with the size, sub-linearly for the calls that only build page tables (cudaMalloc, cuMemSetAccess)
 and linearly for those that give pages back (cudaFree, cuMemRelease). Fitted by
-:func:`models.size_cost.fit_call_cost` to our H200 measurements (``models/data/h200_gpu_alloc.json``, script ``calib/gpu_alloc/measure_alloc.py``, fit
-``calib/gpu_alloc/fit_alloc.py``; two runs on fresh machines, 5 and 7 repetitions per size, 2 MiB .. 64 GiB).
+:func:`models.size_cost.fit_call_cost` to our H200 measurements (``models/data/h200_gpu_alloc.json``, script
+``calib/gpu_alloc/measure_alloc.py``, fit ``calib/gpu_alloc/fit_alloc.py``; two runs on fresh machines, 5 and 7
+repetitions per size, 2 MiB .. 64 GiB).
 
 What the H200 showed: allocating is cheap (cudaMalloc of 64 GiB: ~2.3 ms) and freeing is not (cudaFree of
 64 GiB: ~34 ms, ~0.5 ms per GiB); the VMM path splits the same work over cuMemCreate, cuMemMap and
@@ -22,7 +23,7 @@ import numpy as np
 
 from sim.core import PS_PER_S
 
-from models.size_cost import CallCost
+from models.size_cost import CallCost, spread_tolerance
 
 GiB = 1 << 30
 SLOW_FACTOR = 10.0
@@ -63,13 +64,7 @@ VA_ONLY_BELOW_S = 100e-6
 """A call that stays below this at every measured size does no per-page work (cuMemAddressReserve, cuMemMap,
 cuMemAddressFree: 3 to 50 us); its rows are reported, not required."""
 MIN_TOLERANCE = 0.10
-
-
-def tolerance(point: dict) -> float:
-    """How far the model may be from a measured point: the wider side of its typical samples' 10-90 %
-    spread around the median, at least :data:`MIN_TOLERANCE`."""
-    median = point["median_s"]
-    return max(MIN_TOLERANCE, 1.0 - point["p10_s"] / median, point["p90_s"] / median - 1.0)
+"""Least tolerance of a point however narrow its samples' spread."""
 
 
 def compare(points: list[dict], calls: dict[str, CallCost]) -> list[dict]:
@@ -80,7 +75,7 @@ def compare(points: list[dict], calls: dict[str, CallCost]) -> list[dict]:
     for p in points:
         slowest[p["call"]] = max(slowest.get(p["call"], 0.0), p["median_s"])
     return [{"call": p["call"], "bytes": p["bytes"], "sim_s": calls[p["call"]].time_ps(p["bytes"]) / PS_PER_S,
-             "measured_s": p["median_s"], "tolerance": tolerance(p),
+             "measured_s": p["median_s"], "tolerance": spread_tolerance(p, MIN_TOLERANCE),
              "required": p["median_s"] >= TIMER_FLOOR_S and slowest[p["call"]] >= VA_ONLY_BELOW_S,
              "slow_samples": p["slow_samples"]} for p in points]
 

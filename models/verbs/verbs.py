@@ -261,9 +261,10 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     key = nic.new_key()
     mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + cost, backing=backing)
     nic.mrs[key] = mr
-    pages = pd.context.node.host.pages_spanned(addr, length)
+    host = pd.context.node.host
+    pages = host.pages_spanned(addr, length)
     trace_registration(mr, call, None if backing else ("pin_user_pages", cost, {"pages": pages}),
-                       0 if backing else pages)
+                       0 if backing else host.mtt_entries(addr, length))
     return mr
 
 
