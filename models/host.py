@@ -1,9 +1,16 @@
-"""Host (CPU) memory: a virtual address space, get_user_pages-style pinning and RLIMIT_MEMLOCK accounting.
+"""Host (CPU) memory: a virtual address space, pin_user_pages-style pinning by page backing, RLIMIT_MEMLOCK.
 
-Pinning cost follows the shape measured on an H200 host (``models/data/h200_pinning_cost.json``,
-cudaHostRegister, which pins with pin_user_pages like ``ib_umem_get``): a per-page cost for pages already
-present, and for pages that must first be faulted in and zeroed a cheaper per-page cost while the working
-set fits the last-level cache and a dearer one beyond it.
+Pinning cost follows the path and the page backing, as measured on an H200 host
+(``models/data/h200_host_pinning_pages.json``, script ``calib/host_pin/measure_pin.py``): ``ibv_reg_mr`` pins
+with ``pin_user_pages`` (``ib_umem_get``), ``mlock`` and ``cudaHostRegister`` (which also maps every page for the
+GPU) are measured beside it, each on 4 KiB pages, transparent huge pages (THP) and hugetlbfs 2 MiB pages, with the
+pages present (prefaulted) or faulted in by the pin. Each curve is ``fixed + per_GiB * (n / GiB) ** exponent``
+(:mod:`models.size_cost`). Huge pages make present-page pinning 5 to 6 times cheaper for ``pin_user_pages``
+(one folio per 2 MiB), barely change ``cudaHostRegister``, and halve the cost of faulting pages in.
+
+The backing also sets the registration's translation granularity: an MR over huge pages is written with one
+MTT entry per 2 MiB (``ib_umem_find_best_pgsz``), so it needs 512 times fewer entries and the NIC's
+translation cache reaches 512 times further (:attr:`HostParams.mtt_page_size`).
 
 Host memory is a capacity: a buffer's pages become resident when they are pinned or, in data mode, filled,
 and resident pages beyond the node's memory fail as ``pin_user_pages`` does when it cannot fault a page in
@@ -17,11 +24,65 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.core import PS_PER_NS, PS_PER_US, SimError, VerbsError
+from sim.core import PS_PER_NS, SimError, VerbsError
+
+from models.size_cost import CallCost
 
 
 DGX_H200_MEMORY = 2 * 2**40
 """System memory of an NVIDIA DGX H200 (bytes): the datasheet's "2TB" (32 x 64 GB DDR5 DIMMs)."""
+
+
+PAGE_BACKINGS = {"4k": 4096, "thp": 2 * 2**20, "hugetlb": 2 * 2**20}
+"""Page size of each host page backing: base pages, transparent huge pages, hugetlbfs pages (x86-64)."""
+PIN_PATHS = ("pin_user_pages", "mlock", "cudaHostRegister")
+"""The measured ways of pinning host memory (``ibv_reg_mr`` takes ``pin_user_pages``)."""
+
+COLD_FIT_FROM = 128 * 2**20
+"""Pinning pages that must first be faulted in and zeroed is fitted from this size up: below it the zeroing
+stays in the last-level cache and costs up to 2 (4 KiB pages) to 4 (huge pages) times less per byte, which
+one curve does not follow, so smaller cold rows are reported, not required."""
+
+def pin_curve_holds(nbytes: int, prefaulted: bool) -> bool:
+    """Whether the pin curves are held to a measurement of this size (cold pins only from
+    :data:`COLD_FIT_FROM`)."""
+    return prefaulted or nbytes >= COLD_FIT_FROM
+
+
+PIN_PRESETS: dict[str, dict[tuple, CallCost]] = {
+    "h200": {
+        ("cudaHostRegister", "4k", True): CallCost(74_989_866, 42_429_093_422, 0.98),
+        ("cudaHostRegister", "4k", False): CallCost(0, 311_434_150_425, 1.0),
+        ("cudaHostRegister", "hugetlb", True): CallCost(50_918_651, 28_115_157_388, 0.97),
+        ("cudaHostRegister", "hugetlb", False): CallCost(0, 188_081_941_780, 1.0),
+        ("cudaHostRegister", "thp", True): CallCost(81_526_472, 26_472_018_922, 0.98),
+        ("cudaHostRegister", "thp", False): CallCost(0, 184_489_319_845, 1.0),
+        ("mlock", "4k", True): CallCost(823_277, 56_979_537_598, 1.02),
+        ("mlock", "4k", False): CallCost(0, 272_828_708_251, 1.0),
+        ("mlock", "hugetlb", True): CallCost(0, 154_929_362, 0.62),
+        ("mlock", "hugetlb", False): CallCost(0, 176_528_334_107, 1.0),
+        ("mlock", "thp", True): CallCost(242_506, 383_810_595, 0.69),
+        ("mlock", "thp", False): CallCost(0, 179_626_156_020, 1.0),
+        ("pin_user_pages", "4k", True): CallCost(11_548_548, 20_931_597_857, 1.03),
+        ("pin_user_pages", "4k", False): CallCost(0, 354_509_393_032, 1.0),
+        ("pin_user_pages", "hugetlb", True): CallCost(341_771, 4_014_572_332, 0.99),
+        ("pin_user_pages", "hugetlb", False): CallCost(0, 191_073_739_285, 1.0),
+        ("pin_user_pages", "thp", True): CallCost(10_233_677, 3_529_103_678, 1.0),
+        ("pin_user_pages", "thp", False): CallCost(0, 173_805_525_004, 1.0),
+        ("cudaHostRegister", "4k"): CallCost(51_377_515, 18_888_697_006, 0.95),
+        ("cudaHostRegister", "hugetlb"): CallCost(25_705_416, 19_629_742_844, 0.97),
+        ("cudaHostRegister", "thp"): CallCost(56_038_536, 19_237_965_466, 0.96),
+        ("mlock", "4k"): CallCost(566_958, 35_876_989_850, 1.01),
+        ("mlock", "hugetlb"): CallCost(0, 13_657_386, 0.34),
+        ("mlock", "thp"): CallCost(3_632_357, 223_166_666, 0.76),
+        ("pin_user_pages", "4k"): CallCost(505_345, 4_569_864_348, 0.98),
+        ("pin_user_pages", "hugetlb"): CallCost(0, 53_621_658, 0.57),
+        ("pin_user_pages", "thp"): CallCost(704_016, 42_718_515, 0.4),
+    },
+}
+"""Fitted curves per (path, backing): present pages (``True``), faulting pages in on top of that (``False``,
+proportional to the size) and unpinning (no third key); refitted from the data by ``tests/models/test_host.py``
+(``calib/host_pin/fit_pin.py``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,44 +90,46 @@ class HostParams:
     """Host memory and pinning parameters (times in integer ps, sizes in bytes)."""
 
     page_size: int = 4096
-    """Base page size in bytes (x86-64: 4 KiB)."""
+    """Base page size in bytes (x86-64: 4 KiB): the unit of addresses, ``pinned_vm`` and RLIMIT_MEMLOCK."""
+    pages: str = "4k"
+    """Page backing of the buffers: ``4k`` base pages, ``thp`` transparent huge pages, ``hugetlb`` (2 MiB)."""
+    pin_path: str = "pin_user_pages"
+    """How registrations pin (``ibv_reg_mr``: ``pin_user_pages``); a key of :data:`PIN_PATHS`."""
+    pin_preset: str = "h200"
+    """Key of :data:`PIN_PRESETS`."""
     memory: int = DGX_H200_MEMORY
     """Physical memory the node's buffers can occupy, in bytes (default: a DGX H200's)."""
     memlock_limit: int | None = None
     """RLIMIT_MEMLOCK in bytes; ``None`` is unlimited (or CAP_IPC_LOCK)."""
     prefaulted: bool = True
     """Buffers are touched before registration, so pinning finds their pages present."""
-    pin_present_page_ps: int = 124 * PS_PER_NS
-    """Pin one present 4 KiB page. Fit: cudaHostRegister, prefaulted, 1 GiB..4 GiB slope = 0.124 us/page."""
-    fault_page_cached_ps: int = 550 * PS_PER_NS
-    """Fault in, zero and pin one page while the working set fits the LLC. Fit: 64 KiB..16 MiB rows."""
-    fault_page_uncached_ps: int = 1023 * PS_PER_NS
-    """Same beyond the LLC. Fit: 256 MiB..4 GiB rows (1.02 us/page)."""
-    llc_bytes: int = 32 * 2**20
-    """Bytes of first-touch zeroing that stay cache-fast (the knee between the two fault costs)."""
-    unpin_page_ps: int = 60 * PS_PER_NS
-    """Unpin one page. Fit: cudaHostUnregister 4 GiB = 62.8 ms -> 0.060 us/page."""
     poll_period_ps: int = 40 * PS_PER_NS
     """One pass of a CPU busy-poll loop; a completion is seen after a uniform delay in [0, period]."""
     memory_write_ps: int = 0
     """Extra time for a DMA write to become visible to a CPU poll after it reaches the root complex."""
 
-    def pin_cost_ps(self, nbytes: int, *, prefaulted: bool | None = None) -> int:
-        """Time to pin ``nbytes`` with get_user_pages (page faults included when not prefaulted)."""
-        pages = -(-nbytes // self.page_size)
-        if self.prefaulted if prefaulted is None else prefaulted:
-            return pages * self.pin_present_page_ps
-        cached_pages = min(pages, self.llc_bytes // self.page_size)
-        return cached_pages * self.fault_page_cached_ps + (pages - cached_pages) * self.fault_page_uncached_ps
+    @property
+    def mtt_page_size(self) -> int:
+        """Bytes one MTT entry of a pinned MR covers: the backing's page (mlx5 picks the largest page size the
+        umem's physical layout allows; huge pages are physically contiguous and aligned)."""
+        return PAGE_BACKINGS[self.pages]
 
-    def unpin_cost_ps(self, nbytes: int) -> int:
-        """Time to unpin ``nbytes``."""
-        return -(-nbytes // self.page_size) * self.unpin_page_ps
+    def _span(self, nbytes: int) -> int:
+        """``nbytes`` rounded up to whole backing pages."""
+        page = PAGE_BACKINGS[self.pages]
+        return -(-nbytes // page) * page
 
+    def pin_cost_ps(self, nbytes: int, *, prefaulted: bool | None = None, path: str | None = None) -> int:
+        """Time to pin ``nbytes`` along ``path`` (default :attr:`pin_path`), faults included when not prefaulted."""
+        curves, span = PIN_PRESETS[self.pin_preset], self._span(nbytes)
+        key = (path or self.pin_path, self.pages)
+        present = curves[(*key, True)].time_ps(span)
+        return present if (self.prefaulted if prefaulted is None else prefaulted) else \
+            present + curves[(*key, False)].time_ps(span)
 
-CUDA_HOST_REGISTER_FIXED_PS = 45 * PS_PER_US
-"""cudaHostRegister's fixed cost (CUDA bookkeeping), from the small-size rows; used only to compare the pin
-model with the measurement."""
+    def unpin_cost_ps(self, nbytes: int, *, path: str | None = None) -> int:
+        """Time to unpin ``nbytes`` pinned along ``path`` (default :attr:`pin_path`)."""
+        return PIN_PRESETS[self.pin_preset][path or self.pin_path, self.pages].time_ps(self._span(nbytes))
 
 
 class ManagedAllocationFailed(SimError):
@@ -183,6 +246,11 @@ class HostMemory:
     def pages_spanned(self, addr: int, length: int) -> int:
         """Number of base pages touched by ``[addr, addr+length)``."""
         page = self.params.page_size
+        return (addr + length + page - 1) // page - addr // page
+
+    def mtt_entries(self, addr: int, length: int) -> int:
+        """MTT entries a pinned MR over ``[addr, addr+length)`` needs: pages of the backing it spans."""
+        page = self.params.mtt_page_size
         return (addr + length + page - 1) // page - addr // page
 
     def pin(self, addr: int, length: int, *, call: str) -> int:

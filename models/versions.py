@@ -20,6 +20,13 @@ archives hold them):
            (before: static importers mapped without it)
 6.12       ``ib_umem_dmabuf_revoke`` (revoked umems refuse maps); mlx5's data-direct path and its
            ``MLX5_IB_ATTR_REG_DMABUF_MR_ACCESS_FLAGS`` attribute (rdma-core's kernel headers follow ec7ad6530909)
+6.15       ``amdgpu_dma_buf_pin`` pins into VRAM when every attachment can do peer-to-peer, else into GTT (system
+           memory); before, it always pinned into GTT ("drm/amdgpu: allow pinning DMA-bufs into VRAM if all
+           importers can do P2P", Christian König, f5e7fabd1f5c, merged for 6.15; read as posted for 6.14 stable,
+           AUTOSEL of 2025-04-14 on 6.14.2). Its fix "drm/amdgpu: Disable VRAM pinning if move notifiers are
+           disabled" (Felix Kuehling, 2025-04-16) keeps GTT while ``CONFIG_DMABUF_MOVE_NOTIFY`` is off; both are
+           dated 6.15 here (the stored torvalds/linux copy, 2ce542e517ab, predates them; the code with both was
+           read in a ROCm tree). The 7.1 series that always builds move_notify drops that condition.
 7.0        the double unpin fixed ("RDMA/umem: Fix double dma_buf_unpin in failure path", Jacob Moroni, in the
            RDMA pull for 7.0-rc1)
 7.1        Leon Romanovsky's "dmabuf-revoke" series (v5 of 2026-01-24; its first three patches, the rename and
@@ -139,11 +146,18 @@ class KernelBehaviour:
         return self.version >= _v("7.1")
 
     @property
+    def amdgpu_pins_into_vram(self) -> bool:
+        """``amdgpu_dma_buf_pin`` may pin into VRAM (6.15+, f5e7fabd1f5c); before, every pin lands in GTT."""
+        return self.version >= AMDGPU_VRAM_PIN
+
+    @property
     def invalidate_name(self) -> str:
         """The importer callback's name: ``invalidate_mappings`` from 7.1, ``move_notify`` before."""
         return "invalidate_mappings" if self.version >= _v("7.1") else "move_notify"
 
 
+AMDGPU_VRAM_PIN = _v("6.15")
+"""The first kernel whose ``amdgpu_dma_buf_pin`` can pin into VRAM (f5e7fabd1f5c)."""
 MOVE_NOTIFY_ALWAYS_BUILT = _v("7.1")
 """The first kernel that always builds ``CONFIG_DMABUF_MOVE_NOTIFY``."""
 DEFAULT_KERNEL = "6.18"

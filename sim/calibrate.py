@@ -6,8 +6,19 @@ Rows (``experiment``):
   simulated by :class:`models.gpu.copy_engine.CopyEngines`. Required: pinned, 64 KiB..1 GiB, +-10 %
   of the measured interval [median, best-of] (medians of 16 and 64 MiB H2D are 13 % and 26 % slower than
   their best-of on the shared machine).
-* ``pinning_cost``: cudaHostRegister (``h200_pinning_cost.json``) as ``HostParams.pin_cost_ps`` +
-  ``CUDA_HOST_REGISTER_FIXED_PS``. Required: 64 KiB..4 GiB, +-20 % of the median.
+* ``pinning_cost``: cudaHostRegister of an earlier run (``h200_pinning_cost.json``, 4 KiB pages) against the
+  cudaHostRegister curve of :class:`models.host.HostParams`, fitted to a later run: held out. Required:
+  64 KiB..4 GiB (cold: from 128 MiB), +-50 %: that machine pinned 25-35 % faster than the later two.
+* ``host_pinning``: pin_user_pages (``ibv_reg_mr``'s pinning), mlock and cudaHostRegister on 4 KiB pages, THP
+  and hugetlbfs, prefaulted or not, 2 MiB..4 GiB (``h200_host_pinning_pages.json``): each fitted curve against
+  its points; tolerance the points' 10-90 % spread, at least 30 % (the two runs' difference); cold pins below
+  128 MiB (zeroing still in the last-level cache) are shown, not required.
+* ``gpu_alloc``: cudaMalloc/cudaFree and cuMemCreate .. cuMemAddressFree, 2 MiB..64 GiB
+  (``h200_gpu_alloc.json``) against :mod:`models.gpu.alloc_cost`; tolerance the typical samples' 10-90 %
+  spread, at least 10 %; calls of a few microseconds are shown, not required.
+* ``managed``: unified memory (``h200_managed_memory.json`` and the per-call ``h200_um_edges.json``) replayed on
+  :class:`models.gpu.managed.ManagedMemory`: the fitted items required within 25 % (prefetches 30 %), the
+  others shown (:mod:`models.gpu.um_calibration` says what each role is).
 * ``topology``: perftest #241, ib_write_bw 32 MiB host vs GPU buffers with NIC and GPU on different
   sockets (SYS): :func:`models.pcie.topology.dma_path` and the wire. The A30 is PCIe Gen4 x16; the NIC is not
   named (IB, ~23000 MiB/s: taken as 200 Gb/s on Gen4 x16).
@@ -41,7 +52,11 @@ import pandas as pd
 
 from models.fabric import FabricParams
 from models.gpu.copy_engine import CopyEngines
-from models.host import CUDA_HOST_REGISTER_FIXED_PS, HostParams
+from models.gpu.alloc_cost import ALLOC_PRESETS, compare
+from models.gpu.managed import UVM_PRESETS
+from models.gpu.um_calibration import compare as compare_um, load_cases
+from models.host import HostParams, pin_curve_holds
+from models.size_cost import spread_tolerance
 from models.pcie.iommu import Iommu, IommuParams, random_addresses, stream_Bps as iommu_Bps
 from models.nic.mtt_cache import MttParams, stream_Bps as mtt_Bps
 from models.nic.datapath import dma_read_stream_Bps
@@ -97,16 +112,43 @@ def _copies() -> list[dict]:
 
 
 def _pinning() -> list[dict]:
-    host, rows = HostParams(), []
+    """cudaHostRegister of the earlier run (2026-11-29, 4 KiB pages), which the curves were not fitted to."""
+    host, rows = HostParams(pin_path="cudaHostRegister"), []
     for r in _load("h200_pinning_cost.json")["rows"]:
         if r["what"] != "cudaHostRegister":
             continue
         n, pre = r["bytes"], r["prefaulted"]
-        sim = (CUDA_HOST_REGISTER_FIXED_PS + host.pin_cost_ps(n, prefaulted=pre)) / PS_PER_MS
-        required = 64 * KiB <= n <= 4 * GiB
-        rows.append(_row("pinning_cost", f"cudaHostRegister {'prefaulted' if pre else 'cold'}", n, "ms", sim,
-                         r["reg_s"] * 1e3, tolerance=0.20, required=required,
-                         note="" if required else "outside the required range"))
+        required = 64 * KiB <= n <= 4 * GiB and pin_curve_holds(n, pre)
+        rows.append(_row("pinning_cost", f"cudaHostRegister {'prefaulted' if pre else 'cold'}", n, "ms",
+                         host.pin_cost_ps(n, prefaulted=pre) / PS_PER_MS, r["reg_s"] * 1e3, tolerance=0.50,
+                         required=required, note="held out: an earlier machine, 25-35 % faster" if required else
+                         "outside the required range"))
+    return rows
+
+
+def _host_pages() -> list[dict]:
+    """Pinning by path and page backing: each curve against its own points (2 MiB .. 4 GiB)."""
+    rows = []
+    for p in _load("h200_host_pinning_pages.json")["points"]:
+        host = HostParams(pages=p["pages"], pin_path=p["path"])
+        state = "prefaulted" if p["prefaulted"] else "cold"
+        holds = pin_curve_holds(p["bytes"], p["prefaulted"])
+        rows.append(_row("host_pinning", f"{p['path']} {p['pages']} {state}", p["bytes"], "ms",
+                         host.pin_cost_ps(p["bytes"], prefaulted=p["prefaulted"]) / PS_PER_MS, p["median_s"] * 1e3,
+                         tolerance=spread_tolerance(p, 0.30), required=holds,
+                         note=f"huge pages {p['huge_fraction']:.0%}" + ("" if holds else "; zeroing in the LLC")))
+    return rows
+
+
+def _gpu_alloc() -> list[dict]:
+    """cudaMalloc/cudaFree and the VMM calls (:func:`models.gpu.alloc_cost.compare`)."""
+    rows = []
+    for r in compare(_load("h200_gpu_alloc.json")["points"], ALLOC_PRESETS["h200"]):
+        note = "" if r["required"] else "a few us: near the timing loop's own cost"
+        if r["slow_samples"]:
+            note = f"{r['slow_samples']} slow-path samples not fitted"
+        rows.append(_row("gpu_alloc", r["call"], r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
+                         tolerance=r["tolerance"], required=r["required"], note=note))
     return rows
 
 
@@ -194,9 +236,24 @@ def _read_tags() -> list[dict]:
     return rows
 
 
+def _managed() -> list[dict]:
+    """Unified memory (:mod:`models.gpu.um_calibration`): every measured item replayed on the model."""
+    cases = load_cases()
+    notes = {"fit": "", "check": "not fitted", "empty": "the prefetcher completed it: nothing to migrate",
+             "edge": "a 64 MiB range: faults cost less there than the fit charges"}
+    rows = []
+    for case, r in zip(cases, compare_um(cases, UVM_PRESETS["h200"])):
+        required = case.role == "fit"
+        rows.append(_row("managed", r["case"], 0, "ms", r["model_ms"], r["measured_ms"],
+                         tolerance=0.30 if case.group == "prefetch" else 0.25, required=required,
+                         note=notes[case.role]))
+    return rows
+
+
 def calibrate() -> pd.DataFrame:
     """Simulate every calibration experiment; one row per measured point (see the module docstring)."""
-    rows = _copies() + _pinning() + _topology() + _mtt() + _iommu() + _read_tags()
+    rows = (_copies() + _pinning() + _host_pages() + _gpu_alloc() + _managed() + _topology() + _mtt() + _iommu()
+            + _read_tags())
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

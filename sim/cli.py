@@ -378,13 +378,16 @@ def report(results: Annotated[Path, typer.Argument(help="Results directory of `r
 @app.command("calibrate")
 def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also draw the PCIe efficiency figures "
                                                                         "(MPS sawtooth, reads vs. writes, per "
-                                                                        "generation) into this directory (new, "
-                                                                        "empty or of figures rdmasim drew).")] = None,
+                                                                        "generation) and one figure per measured "
+                                                                        "H200 curve (allocation, pinning, prefetch) "
+                                                                        "into this directory (new, empty or of "
+                                                                        "figures rdmasim drew).")] = None,
                   force: Annotated[bool, typer.Option("--force", help="Replace figures of the same names drawn "
                                                                       "before in --figures.")] = False
                   ) -> None:
-    """Simulate every calibration measurement (H200 copies and pinning; published PCIe, IOMMU and MTT
-    anchors) and print simulated vs. measured with the error; exit 1 if a required row is out of tolerance."""
+    """Simulate every calibration measurement (H200 copies, pinning by page backing, allocation and unified
+    memory; published PCIe, IOMMU and MTT anchors) and print simulated vs. measured with the error; exit 1 if a
+    required row is out of tolerance."""
     from sim.calibrate import calibrate, format_calibration
     from sim.outdir import FIGURES, claim, staged
 
@@ -394,10 +397,11 @@ def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also dra
     table = calibrate()
     typer.echo(format_calibration(table))
     if figures is not None:
+        from sim.plot.calibration import calibration_figures
         from sim.plot.pcie import pcie_efficiency_figures
 
         with _refused(OutputError), staged(figures, FIGURES, force=force) as (staging, target):
-            drawn = pcie_efficiency_figures(staging)
+            drawn = pcie_efficiency_figures(staging) + calibration_figures(staging)
         for path in drawn:
             typer.echo(str(target.path / path.name))
     raise typer.Exit(int(not table.loc[table.required, "passed"].all()))

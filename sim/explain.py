@@ -85,6 +85,9 @@ WHY: dict[str, Callable[[TraceEvent, Testbed], str]] = {
                                    "nothing is mapped yet: the NIC's first touch of each page faults"),
     "BufferPinned": lambda e, bed: ("the importer cannot be told to let go (static, or CONFIG_DMABUF_MOVE_NOTIFY off), "
                                     "so the map pinned the buffer: the exporter can no longer move it"),
+    "BufferPinnedIn": lambda e, bed: e.args["reason"] + (
+        "; the pin first moved the buffer to system memory, so the NIC reads host memory and its VRAM is free"
+        if e.args["migrated"] else ""),
     "FencesWaited": _fences,
     "AllocationFailed": _allocation_failed,
     "MemoryAllocated": lambda e, bed: f"the allocation fit: {format_size(e.args['free'])} still free",

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from models.nic.wqe import Opcode
+from models.dmabuf.gpu_export import pin_outcome
 from models.verbs.verbs import ibv_create_cq, ibv_create_qp
 from models.verbs.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
 from sim.build import Testbed, build
@@ -31,6 +32,12 @@ def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testb
     for gpu in bed.gpus.values():
         event_log.append({"time_ps": started, "kind": "workloads-start", "target": gpu.name, "bytes": 0,
                           "evicted": 0, "outcome": "baseline", "gpu_used": gpu.memory.used})
+    for reg in bed.registrations.values():
+        outcome = pin_outcome(reg.allocation) if reg.allocation is not None else None
+        if outcome is not None:
+            event_log.append({"time_ps": started, "kind": "registration", "target": reg.buffer,
+                              "bytes": reg.size_bytes, "evicted": 0, "outcome": outcome,
+                              "gpu_used": bed.gpus[f"{reg.node}.{reg.location}"].memory.used})
     schedule_events(bed, scenario, started, event_log)
     return bed, started, event_log
 

@@ -6,10 +6,12 @@
 * ``amd``: a dynamic exporter (amdgpu/TTM-like): under memory pressure it evicts unpinned buffers from VRAM
   to system memory, least recently used first: lock, ``move_notify`` to every dynamic attachment, copy at
   the calibrated bandwidth, publish a fence. Pinned buffers cannot move: the allocation that needed the room
-  evicts something else or fails.
+  evicts something else or fails. Where a pin lands follows ``amdgpu_dma_buf_pin`` (:func:`amdgpu_pin_domain`):
+  VRAM only from 6.15, with ``CONFIG_DMABUF_MOVE_NOTIFY`` on and every attachment peer-to-peer; otherwise GTT,
+  so the pin first migrates the buffer to system memory and gives its VRAM back.
 
-VRAM is :class:`models.gpu.DeviceMemory` (2 MiB granularity, fragmentation, eviction hooks); a pin taken
-through the exporter (``dma_buf_pin``, pin-on-map) or by a peer-memory registration pins the allocation there.
+VRAM is :class:`models.gpu.DeviceMemory` (2 MiB granularity, fragmentation, eviction hooks); a pin into VRAM
+(``dma_buf_pin``, pin-on-map) or by a peer-memory registration pins the allocation there.
 """
 
 from __future__ import annotations
@@ -25,8 +27,9 @@ from models.dmabuf import (CopyParams, DmaBuf, DmaBufAttachment, DmaBufCore, Dma
                            Placement, StaticExporter, dma_buf_fd, get_dma_buf)
 from models.dmabuf.core import Segments
 from models.gpu import COPY_PRESETS, Allocation, CopyEngines, DeviceMemory, GpuOutOfMemory, GpuParams
+from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts
 from models.gpu.managed import ManagedMemory
-from models.versions import NVIDIA_DMABUF_EXPORT, Version
+from models.versions import AMDGPU_VRAM_PIN, NVIDIA_DMABUF_EXPORT, Version
 
 EXPORT_PS = 15_400_000
 """The driver's part of an export; with the dma-buf core's export (2 us) and fd install (0.2 us) the call takes
@@ -34,6 +37,8 @@ EXPORT_PS = 15_400_000
 (h200_dmabuf_export.json)."""
 EXPORT_CALL = {"nvidia": "cuMemGetHandleForAddressRange", "amd": "hipMemGetHandleForAddressRange"}
 """The user-space call that exports device memory as a dma-buf fd, per vendor."""
+ALLOC_CALLS = {"nvidia": ("cudaMalloc", "cudaFree"), "amd": ("hipMalloc", "hipFree")}
+"""The user-space calls that allocate and free device memory, per vendor (their cost: ``Gpu.alloc_costs``)."""
 GPU_PAGE = 4096
 """Alignment the export requires (the host page size)."""
 NEW_OWNER_BYTE = 0xEE
@@ -82,9 +87,39 @@ class GpuAllocation:
             self.memory.unpin(self.vram)
 
 
+@dataclass(frozen=True, slots=True)
+class PinPlacement:
+    """Where ``amdgpu_dma_buf_pin`` pins a buffer and the setting that decided it."""
+
+    placement: Placement
+    reason: str
+
+
+def amdgpu_pin_domain(dmabuf: DmaBuf, prefers_vram: bool) -> PinPlacement:
+    """``amdgpu_dma_buf_pin``'s domain: before 6.15 always GTT (``amdgpu_bo_pin(bo, AMDGPU_GEM_DOMAIN_GTT)``);
+    from 6.15 (f5e7fabd1f5c) VRAM when the buffer prefers it and every attachment can do peer-to-peer, except
+    while ``CONFIG_DMABUF_MOVE_NOTIFY`` is off (its fix, "Disable VRAM pinning if move notifiers are
+    disabled"), which keeps GTT."""
+    config = dmabuf.core.config
+    if not config.behaviour.amdgpu_pins_into_vram:
+        return PinPlacement(Placement.SYSTEM, f"kernel {config.version} predates {AMDGPU_VRAM_PIN} "
+                            "(f5e7fabd1f5c): amdgpu_dma_buf_pin pins into GTT")
+    if not config.move_notify_enabled:
+        return PinPlacement(Placement.SYSTEM, "CONFIG_DMABUF_MOVE_NOTIFY is off: amdgpu_dma_buf_pin pins into GTT")
+    refusing = [a.dev for a in dmabuf.attachments if not a.peer2peer]
+    if refusing:
+        return PinPlacement(Placement.SYSTEM, f"{', '.join(refusing)} cannot do peer-to-peer: "
+                            "amdgpu_dma_buf_pin pins into GTT")
+    if not prefers_vram:
+        return PinPlacement(Placement.SYSTEM, "the buffer does not prefer VRAM: amdgpu_dma_buf_pin pins into GTT")
+    return PinPlacement(Placement.VRAM, f"kernel {config.version} with CONFIG_DMABUF_MOVE_NOTIFY on and every "
+                        "attachment peer-to-peer: amdgpu_dma_buf_pin pins into VRAM")
+
+
 class AmdgpuExporter(MovableExporter):
-    """A movable exporter whose pins pin the allocation in VRAM, so memory pressure cannot evict it; its attach
-    and map follow drivers/gpu/drm/amd/amdgpu/amdgpu_dma_buf.c (the 6.x copies in the code index).
+    """A movable exporter whose pins pin the buffer where :func:`amdgpu_pin_domain` says: in VRAM memory pressure
+    cannot evict it; in GTT its VRAM was given back when the pin migrated it. Its attach, pin and map follow
+    drivers/gpu/drm/amd/amdgpu/amdgpu_dma_buf.c (before and after f5e7fabd1f5c).
 
     :param peer_distance: ``pci_p2pdma_distance`` from the GPU to an importing device (by name), negative when
         peer-to-peer DMA between them is not supported.
@@ -96,6 +131,10 @@ class AmdgpuExporter(MovableExporter):
         self.peer_distance = peer_distance
         self.prefers_vram = True
         """``preferred_domains`` includes VRAM (hipMalloc's device memory)."""
+        self.pin_placement: PinPlacement | None = None
+        """Where the first pin put the buffer and why (None while unpinned)."""
+        self.pin_migrated = False
+        """That pin moved the buffer from VRAM to system memory."""
         super().__init__(core, size, attach=self._attach, **kwargs)
 
     def _attach(self, dmabuf: DmaBuf, attach: DmaBufAttachment) -> None:
@@ -107,20 +146,53 @@ class AmdgpuExporter(MovableExporter):
     def _map(self, attach: DmaBufAttachment, direction: DmaDataDirection) -> Segments:
         """``amdgpu_dma_buf_map``: an unpinned buffer is validated into GTT, or GTT or VRAM when it prefers VRAM
         and the attachment is peer-to-peer, so a VRAM buffer mapped for a non-peer-to-peer attachment moves to
-        system memory first (notifying every dynamic importer) under the importer's lock. A pinned buffer's
-        placement is the pin's (not modelled here)."""
+        system memory first (notifying every dynamic importer) under the importer's lock. A pinned buffer stays
+        where its pin put it."""
         if (not self.pin_count and self.dmabuf.placement is Placement.VRAM
                 and not (self.prefers_vram and attach.peer2peer)):
             self._relocate(Placement.SYSTEM, self.core.context(None, attach.dev))
         return super()._map(attach, direction)
 
     def _pin(self, attach: DmaBufAttachment) -> None:
+        """``amdgpu_dma_buf_pin`` (the caller holds the lock): ``amdgpu_bo_pin`` into the domain of
+        :func:`amdgpu_pin_domain`; the first pin migrates a VRAM buffer that must go to GTT, a later pin whose
+        domain excludes where the buffer is pinned fails as ``amdgpu_bo_pin`` does.
+
+        :raises VerbsError: ``EINVAL`` for a pin into another domain than the buffer's pinned placement.
+        """
+        buf, chosen = self.dmabuf, amdgpu_pin_domain(self.dmabuf, self.prefers_vram)
+        if self.pin_count and chosen.placement is Placement.SYSTEM and buf.placement is Placement.VRAM:
+            raise VerbsError("EINVAL", f"{buf.name} is pinned in VRAM and this pin needs GTT ({chosen.reason})",
+                             call="amdgpu_bo_pin")
+        if not self.pin_count:
+            ctx = self.core.context(None, attach.dev)
+            self.pin_placement = chosen
+            self.pin_migrated = chosen.placement is Placement.SYSTEM and buf.placement is Placement.VRAM
+            if self.pin_migrated:
+                self._relocate(Placement.SYSTEM, ctx)
+                self.alloc.memory.vacate(self.alloc.vram)
+            self.core.instant(ctx, "BufferPinnedIn", dmabuf=buf.name, placement=buf.placement.value,
+                              migrated=self.pin_migrated, reason=chosen.reason)
         super()._pin(attach)
-        self.alloc.pin(f"{attach.dev}:dma_buf_pin{self.pin_count}")
+        if buf.placement is Placement.VRAM:
+            self.alloc.pin(f"{attach.dev}:dma_buf_pin{self.pin_count}")
 
     def _unpin(self, attach: DmaBufAttachment) -> None:
         self.alloc.unpin(f"{attach.dev}:dma_buf_pin{self.pin_count}")
         super()._unpin(attach)
+        if not self.pin_count:
+            self.pin_placement = None
+
+
+def pin_outcome(alloc: GpuAllocation) -> str | None:
+    """Where an amdgpu pin holds ``alloc``'s exported buffer now, whether it migrated it, and why; None when no
+    amdgpu pin holds it."""
+    exporter = alloc.exporter
+    if not isinstance(exporter, AmdgpuExporter) or exporter.pin_placement is None:
+        return None
+    where = "VRAM" if exporter.dmabuf.placement is Placement.VRAM else "system memory (GTT)"
+    moved = ", migrated from VRAM by the pin (its VRAM is free again)" if exporter.pin_migrated else ""
+    return f"pinned in {where}{moved}: {exporter.pin_placement.reason}"
 
 
 class Gpu:
@@ -140,6 +212,8 @@ class Gpu:
         self.memory = DeviceMemory(capacity or params.hbm_bytes, granularity=params.alloc_granularity, name=name,
                                    trace=core.env.trace)
         self.copy = CopyParams(CopyEngines(COPY_PRESETS[params.copy_preset]))
+        self.alloc_costs = AllocCosts(ALLOC_PRESETS[params.alloc_preset])
+        """What the competing job's allocations and frees cost its thread (the calibrated H200 curve)."""
         self.allocations: dict[str, GpuAllocation] = {}
         self.pressure_allocations: list[tuple[Allocation, ...]] = []
         """The competing job's allocations, oldest first."""
@@ -229,7 +303,8 @@ class Gpu:
         return max(0, fence.signaled_at_ps - self.core.env.now)
 
     def pressure(self, size: int) -> bool:
-        """Another job allocates ``size`` bytes: evict movable buffers until it fits; False if it cannot."""
+        """Another job allocates ``size`` bytes: evict movable buffers until it fits, then pay its allocation call
+        (cudaMalloc/hipMalloc, after the room is made); False if it cannot fit."""
         with self.core.call(self.name, "gpu_memory_pressure", bytes=size):
             try:
                 result = self.memory.apply_pressure(size)
@@ -238,6 +313,8 @@ class Gpu:
                 self.core.instant(self.name, "AllocationFailed", bytes=size,
                                   free=self.memory.capacity - self.memory.used)
                 return False
+            with self.core.call(self.name, ALLOC_CALLS[self.vendor][0], bytes=size):
+                self.core.spend(self.name, self.alloc_costs.allocate_ps(size))
             self.pressure_allocations.append(result.allocations)
             self.core.instant(self.name, "MemoryAllocated", bytes=size, free=self.memory.capacity - self.memory.used)
             return True
@@ -279,10 +356,14 @@ class Gpu:
         taken.clear()
 
     def release_pressure(self) -> None:
-        """The competing job frees its oldest allocation."""
+        """The competing job frees its oldest allocation (cudaFree/hipFree, which takes the calibrated time)."""
         if self.pressure_allocations:
-            for vram in self.pressure_allocations.pop(0):
-                self.memory.free(vram)
+            freed = self.pressure_allocations.pop(0)
+            size = sum(vram.requested for vram in freed)
+            with self.core.call(self.name, ALLOC_CALLS[self.vendor][1], bytes=size):
+                self.core.spend(self.name, self.alloc_costs.free_ps(size))
+                for vram in freed:
+                    self.memory.free(vram)
 
     def swap_exported(self) -> tuple[int, int]:
         """The driver moves every movable exported buffer still exported (amdgpu) to the other placement, VRAM

@@ -240,9 +240,7 @@ class DeviceMemory:
         if alloc.freed or self.live.get(alloc.id) is not alloc:
             raise ProtocolError(f"{self.name}.free: allocation {alloc.id} is not live here (double free?)")
         if alloc.resident:
-            self._give_back(alloc.offset, alloc.size)
-            self.used -= alloc.size
-            alloc.offset = None
+            self._release(alloc)
         alloc.freed, alloc.evict_callback = True, None
         del self.live[alloc.id]
 
@@ -281,6 +279,21 @@ class DeviceMemory:
             raise ProtocolError(f"{self.name}.unpin: allocation {alloc.id} is not pinned")
         alloc.pin_count -= 1
 
+    def vacate(self, alloc: Allocation) -> None:
+        """Its owner moved ``alloc``'s contents out of VRAM (amdgpu pinning a buffer into system memory): the VRAM
+        goes back, the allocation stays live and not resident.
+
+        :raises ProtocolError: ``alloc`` is not resident or is pinned in VRAM.
+        """
+        if not alloc.resident or alloc.freed or alloc.pin_count:
+            raise ProtocolError(f"{self.name}.vacate: allocation {alloc.id} is not resident and unpinned")
+        self._release(alloc)
+
+    def _release(self, alloc: Allocation) -> None:
+        self._give_back(alloc.offset, alloc.size)
+        self.used -= alloc.size
+        alloc.offset = None
+
     def _evict(self, alloc: Allocation) -> int:
         cost = alloc.evict_callback(alloc)
         if type(cost) is not int or cost < 0:
@@ -288,9 +301,7 @@ class DeviceMemory:
                                 "expected a non-negative int of ps")
         if alloc.pinned or alloc.pin_count:
             raise InvariantViolation(f"{self.name}: allocation {alloc.id} was evicted while pinned")
-        self._give_back(alloc.offset, alloc.size)
-        self.used -= alloc.size
-        alloc.offset = None
+        self._release(alloc)
         self.evictions += 1
         self.evicted_bytes += alloc.size
         if self.trace is not None and self.trace.enabled:

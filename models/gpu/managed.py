@@ -66,15 +66,15 @@ class UvmParams:
     """One CPU fault on a GPU-resident page (fixed part)."""
     cpu_migrate_Bps: float = 10.46e9
     """GPU -> host copy rate on the CPU-fault path."""
-    prefetch_call_ps: int = 63_233 * PS_PER_NS
-    """Fixed cost of one cudaMemPrefetchAsync."""
-    prefetch_to_gpu_Bps: float = 50.98e9
+    prefetch_call_ps: int = 30_581 * PS_PER_NS
+    """Fixed cost of one cudaMemPrefetchAsync (set by the 4 KiB and 64 KiB prefetches of h200_um_edges.json)."""
+    prefetch_to_gpu_Bps: float = 47.09e9
     """Explicit prefetch rate host -> GPU."""
-    prefetch_to_host_Bps: float = 14.13e9
+    prefetch_to_host_Bps: float = 12.92e9
     """Explicit prefetch rate GPU -> host (host pages are allocated on the way)."""
     evict_block_ps: int = 13_136 * PS_PER_NS
     """Per VA block evicted: assumed equal to ``va_block_ps`` (oversubscription not measured)."""
-    evict_Bps: float = 14.13e9
+    evict_Bps: float = 12.92e9
     """GPU -> host rate of eviction: assumed equal to ``prefetch_to_host_Bps`` (not measured)."""
 
 

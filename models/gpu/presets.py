@@ -34,6 +34,8 @@ class GpuParams:
     """Key of ``models.gpu.copy_engine.COPY_PRESETS`` for host <-> device copies."""
     uvm_preset: str = "h200"
     """Key of ``models.gpu.managed.UVM_PRESETS`` for unified memory."""
+    alloc_preset: str = "h200"
+    """Key of ``models.gpu.alloc_cost.ALLOC_PRESETS`` for what allocating and freeing device memory cost."""
 
 
 GPU_PRESETS: dict[str, dict] = {
@@ -47,14 +49,17 @@ SOURCES = {
     "h200": "hbm_bytes: measured, nvidia-smi memory.total 143771 MiB (models/data/h200_host.json); bar1_bytes: "
             "measured, BAR1 Total 262144 MiB (same file); PCIe Gen5 x16 current = max (same file); 4.8 TB/s: "
             "datasheet (numbers.md 3.1); measured device-to-device copy 4250 GB/s read+write "
-            "(models/data/h200_copy_bw.json); pages 64 KiB / 2 MiB: NVIDIA big/huge GPU pages.",
+            "(models/data/h200_copy_bw.json); allocation costs: measured, cudaMalloc/cudaFree and the VMM "
+            "calls 2 MiB..64 GiB (models/data/h200_gpu_alloc.json); pages 64 KiB / 2 MiB: NVIDIA big/huge "
+            "GPU pages.",
     "h100": "80 GB HBM3 at 3.35 TB/s: datasheet (numbers.md 3.1), taken as 80 GiB of stacks (5 x 16 GiB) with "
             "no reserve; BAR1 128 GiB: commonly reported, NOT verified (numbers.md 3.1); PCIe Gen5 x16: "
-            "numbers.md 3.1. Copy and UVM costs reuse the H200 fit (same link and driver).",
+            "numbers.md 3.1. Copy, UVM and allocation costs reuse the H200 fit (same link and driver).",
     "mi300x": "192 GB HBM3 (8 x 24 GiB stacks) at 5.3 TB/s, PCIe Gen5 x16: AMD Instinct MI300X datasheet, "
               "recalled, NOT verified from a stored source; BAR size unknown (resizable BAR); 4 KiB / 64 KiB / "
-              "2 MiB GPU page fragments: amdgpu VM, recalled. Copy and UVM costs reuse the H200 fit "
-              "(same link; HMM-based migration on AMD is not separately calibrated).",
+              "2 MiB GPU page fragments: amdgpu VM, recalled. Copy, UVM and allocation costs reuse the H200 "
+              "fit (same link; HMM-based migration and hipMalloc/hipFree on AMD are not separately "
+              "calibrated).",
 }
 
 

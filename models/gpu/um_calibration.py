@@ -12,6 +12,13 @@ Roles: ``fit`` cases (grid-stride first touch, sparse touches, VA-block sweeps, 
 set the constants; ``check`` cases (touching the first M pages of every block, and reads that follow a
 partial touch) test the prefetch tree without being fitted; ``empty`` cases are reads after a touch that
 the prefetcher completed (measured time ~ the resident kernel, the model migrates nothing).
+
+The per-call experiments (``models/data/h200_um_edges.json``, calib/gpu_um/measure_um_edges.py, a 64 MiB
+range) add prefetches of 4 KiB .. 16 MiB to the fit, which sets the fixed cost of one cudaMemPrefetchAsync
+from calls too small to move anything (~31 us). Their sparse first touches (1 .. 32 VA blocks, 1 .. 256 pages
+of one block) are ``edge`` cases, shown and not fitted: one touch there costs ~60 us, under half of what the
+1 GiB-range experiments imply for a fault's fixed cost (fault latency + one batch, ~147 us); the model does
+not make the fault path's fixed cost depend on the range's size.
 """
 
 from __future__ import annotations
@@ -30,9 +37,12 @@ from models.gpu.workloads import block_heads, concurrent_warps, sequential, stri
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 DATA = Path(__file__).resolve().parents[1] / "data" / "h200_managed_memory.json"
+EDGES = Path(__file__).resolve().parents[1] / "data" / "h200_um_edges.json"
 PAGE = 4 * KiB
 SPAN = GiB
 """Buffer of the sparse, block and CPU experiments."""
+EDGE_SPAN = 64 * MiB
+"""Buffer of the per-call experiments (calib/gpu_um/measure_um_edges.py)."""
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,16 @@ def _prefetch(size: int, to: str):
         if to == "host":
             mm.prefetch(0, mm.n_pages, to="gpu")
         return mm.prefetch(0, mm.n_pages, to=to)
+    return replay
+
+
+def _prefetch_part(nbytes: int, to: str):
+    """cudaMemPrefetchAsync of the first ``nbytes`` of a host-resident :data:`EDGE_SPAN` range."""
+    def replay(params: UvmParams) -> UvmStats:
+        mm = ManagedMemory(EDGE_SPAN, params)
+        if to == "host":
+            mm.prefetch(0, nbytes // PAGE, to="gpu")
+        return mm.prefetch(0, nbytes // PAGE, to=to)
     return replay
 
 
@@ -124,6 +144,21 @@ def load_cases(path: Path = DATA) -> list[Case]:
             if "followup_4k_read" in item["gpu_resident"]:
                 add(f"cpu {st // KiB}KiB then read", "cpu", _cpu(st, then_read=True),
                     item["gpu_resident"]["followup_4k_read"]["median_s"], "check" if st == 2 * MiB else "empty")
+    for run in json.loads(EDGES.read_text())["runs"] if path == DATA else []:
+        for item in run["prefetch"]:
+            n = item["bytes"]
+            add(f"prefetch to gpu {n // KiB}KiB of 64MiB", "prefetch", _prefetch_part(n, "gpu"),
+                item["h2d"]["median_s"])
+            add(f"prefetch to host {n // KiB}KiB of 64MiB", "prefetch", _prefetch_part(n, "host"),
+                item["d2h"]["median_s"])
+        for item in run["touch_blocks"]:
+            k = item["va_blocks"]
+            add(f"touch {k} blocks of 64MiB", "gpu", _gpu(EDGE_SPAN, strided(k * 512, 512), bytes_per_access=4),
+                item["faulted"]["median_s"], "edge")
+        for item in run["touch_pages"]:
+            k = item["pages"]
+            add(f"touch {k} pages of 64MiB", "gpu", _gpu(EDGE_SPAN, _warps(np.arange(k)), bytes_per_access=4),
+                item["faulted"]["median_s"], "edge")
     return [Case(name, group, role, tuple(seconds), model) for name, (group, role, model, seconds) in found.items()]
 
 

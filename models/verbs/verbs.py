@@ -306,8 +306,9 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + cost, backing=backing)
     nic.mrs[key] = mr
     if backing is None:
-        pages = pd.context.node.host.pages_spanned(addr, length)
-        trace_registration(mr, call, ("pin_user_pages", cost, {"pages": pages}), pages)
+        host = pd.context.node.host
+        trace_registration(mr, call, ("pin_user_pages", cost, {"pages": host.pages_spanned(addr, length)}),
+                           host.mtt_entries(addr, length))
     else:
         mapped = int(backing.mapped.sum())
         trace_registration(mr, call, ("mlx5_ib_init_odp_mr", cost, {"pages": mapped}) if cost else None, mapped)

@@ -23,7 +23,7 @@ def host_params(spec: NodeSpec) -> HostParams:
     """Host parameters of a node."""
     host = spec.host
     limit = None if host.memlock_limit == "unlimited" else host.memlock_limit
-    return replace(HostParams(memlock_limit=limit, prefaulted=host.prefaulted),
+    return replace(HostParams(memlock_limit=limit, prefaulted=host.prefaulted, pages=host.pages),
                    **_overrides(host, {"poll_period": "poll_period_ps", "memory": "memory"}))
 
 

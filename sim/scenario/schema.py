@@ -91,6 +91,9 @@ class HostSpec(Strict):
     """RLIMIT_MEMLOCK (e.g. '64MiB'); 'unlimited' also stands for CAP_IPC_LOCK."""
     prefaulted: bool = True
     """Buffers are touched before registration (pinning then finds pages present)."""
+    pages: Literal["4k", "thp", "hugetlb"] = "4k"
+    """Page backing of host buffers: 4 KiB base pages, transparent huge pages or hugetlbfs (2 MiB). Sets what
+    pinning costs (measured per backing on an H200 host) and how many MTT entries a pinned MR needs."""
     poll_period: Latency | None = None
     """One pass of the CPU's completion-polling loop (default 40ns)."""
 

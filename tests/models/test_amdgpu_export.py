@@ -1,13 +1,14 @@
-"""amdgpu's dma-buf exporter: peer-to-peer per PCIe path at attach, and where an unpinned buffer is when mapped."""
+"""amdgpu's dma-buf exporter: peer-to-peer per PCIe path at attach, where an unpinned buffer is when mapped, and
+where a pin puts it by kernel version and configuration."""
 
 import pytest
 
 from models.dmabuf import (DmaBufAttachOps, DmaBufCore, FdTable, KernelConfig, Placement, dma_buf_dynamic_attach,
                            dma_buf_map_attachment, dma_buf_pin)
-from models.dmabuf.gpu_export import Gpu
+from models.dmabuf.gpu_export import Gpu, pin_outcome
 from models.gpu import gpu_params
 from models.pcie.topology import ROOT_COMPLEX_PRESETS, RootComplexParams, build_topology, pci_p2pdma_distance
-from sim.core import Environment
+from sim.core import Environment, VerbsError
 from sim.run import run_scenario
 from sim.scenario.schema import Scenario
 
@@ -24,8 +25,8 @@ def test_pci_p2pdma_distance_follows_the_path(layout, root, reachable):
     assert (pci_p2pdma_distance(graph, "gpu0", "nic0") >= 0) is reachable
 
 
-def _amd(distance):
-    core = DmaBufCore(Environment(), KernelConfig(move_notify_enabled=True))
+def _amd(distance, kernel="6.18", move_notify=True):
+    core = DmaBufCore(Environment(), KernelConfig(move_notify_enabled=move_notify, version=kernel))
     gpu = Gpu("g", "amd", gpu_params("mi300x"), core, capacity=1 << 30)
     gpu.peer_distance = lambda dev: distance
     alloc = gpu.malloc("x", 64 * MiB)
@@ -56,14 +57,54 @@ def test_amdgpu_attach_and_map(distance, p2p_asked, p2p, placement):
     assert notified == ([] if placement is Placement.VRAM else [attach])  # the move notified the importers
 
 
-def test_a_pinned_buffer_is_not_moved_by_the_map():
-    core, exporter = _amd(-1)
-    attach = dma_buf_dynamic_attach(exporter.dmabuf, "mlx5_0", DmaBufAttachOps(lambda a: None, True))
-    exporter.dmabuf.resv.lock("mlx5_0")
+@pytest.mark.parametrize("kernel, move_notify, distance, placement, setting", [
+    ("6.14", True, 2, Placement.SYSTEM, "predates 6.15"),        # before f5e7fabd1f5c every pin lands in GTT
+    ("6.15", True, 2, Placement.VRAM, "pins into VRAM"),         # from 6.15: VRAM when every attachment is P2P
+    ("6.15", True, -1, Placement.SYSTEM, "cannot do peer-to-peer"),  # one attachment without P2P keeps GTT
+    ("6.18", False, 2, Placement.SYSTEM, "CONFIG_DMABUF_MOVE_NOTIFY is off"),
+])
+def test_amdgpu_pins_where_kernel_and_config_say(kernel, move_notify, distance, placement, setting):
+    core, exporter = _amd(distance, kernel, move_notify)
+    gpu_free = exporter.alloc.memory.capacity - exporter.alloc.memory.used
+    attach = dma_buf_dynamic_attach(exporter.dmabuf, "efa_0", DmaBufAttachOps(lambda a: None, True))
+    exporter.dmabuf.resv.lock("efa_0")
     dma_buf_pin(attach)
     sgt = dma_buf_map_attachment(attach)
-    exporter.dmabuf.resv.unlock("mlx5_0")
-    assert sgt.placement is Placement.VRAM and exporter.dmabuf.generation == 0
+    exporter.dmabuf.resv.unlock("efa_0")
+    assert sgt.placement is exporter.dmabuf.placement is placement
+    assert setting in exporter.pin_placement.reason and setting in pin_outcome(exporter.alloc)
+    migrated = placement is Placement.SYSTEM
+    assert exporter.pin_migrated is migrated and exporter.dmabuf.generation == int(migrated)
+    assert exporter.alloc.vram.resident is not migrated  # a pin into GTT gives the VRAM back
+    freed = exporter.alloc.memory.capacity - exporter.alloc.memory.used - gpu_free
+    assert freed == (exporter.alloc.vram.size if migrated else 0)
+
+
+def test_a_competing_allocation_fits_once_a_pin_moved_the_buffer_to_system_memory():
+    for move_notify, fits in ((True, False), (False, True)):
+        core = DmaBufCore(Environment(), KernelConfig(move_notify_enabled=move_notify, version="6.18"))
+        gpu = Gpu("g2", "amd", gpu_params("mi300x"), core, capacity=1 << 30)
+        alloc = gpu.malloc("x", 512 * MiB)
+        gpu.export(alloc, FdTable("app"))
+        attach = dma_buf_dynamic_attach(alloc.exporter.dmabuf, "efa_0", DmaBufAttachOps(lambda a: None, True))
+        alloc.exporter.dmabuf.resv.lock("efa_0")
+        dma_buf_pin(attach)
+        alloc.exporter.dmabuf.resv.unlock("efa_0")
+        assert gpu.pressure(768 * MiB) is fits
+
+
+def test_a_gtt_pin_of_a_buffer_pinned_in_vram_fails_as_amdgpu_bo_pin_does():
+    core, exporter = _amd(2, "6.18", True)
+    first = dma_buf_dynamic_attach(exporter.dmabuf, "efa_0", DmaBufAttachOps(lambda a: None, True))
+    exporter.dmabuf.resv.lock("efa_0")
+    dma_buf_pin(first)
+    exporter.dmabuf.resv.unlock("efa_0")
+    second = dma_buf_dynamic_attach(exporter.dmabuf, "efa_1", DmaBufAttachOps(lambda a: None, False))
+    exporter.dmabuf.resv.lock("efa_1")
+    with pytest.raises(VerbsError) as err:
+        dma_buf_pin(second)
+    exporter.dmabuf.resv.unlock("efa_1")
+    assert err.value.errno == "EINVAL" and exporter.dmabuf.placement is Placement.VRAM
 
 
 @pytest.mark.parametrize("layout, target", [("switch", "gpu0"), ("cross_socket", "mem0")])

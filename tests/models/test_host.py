@@ -3,24 +3,47 @@ from pathlib import Path
 
 import pytest
 
-from models.host import CUDA_HOST_REGISTER_FIXED_PS, HostMemory, HostParams
-from sim.core import PS_PER_S, VerbsError
+from models.host import PAGE_BACKINGS, PIN_PATHS, PIN_PRESETS, HostMemory, HostParams, pin_curve_holds
+from models.size_cost import fit_call_cost, fit_proportional
+from sim.calibrate import calibrate
+from sim.core import VerbsError
 
-CALIB = json.loads((Path(__file__).parents[2] / "models/data/h200_pinning_cost.json").read_text())
-ROWS = [r for r in CALIB["rows"] if r["what"] == "cudaHostRegister" and 64 * 1024 <= r["bytes"] <= 4 * 2**30]
-
-
-@pytest.mark.parametrize("row", ROWS, ids=lambda r: f"{r['bytes']}-{'pre' if r['prefaulted'] else 'cold'}")
-def test_pin_cost_matches_h200_measurement_within_20_percent(row):
-    pin_ps = HostParams().pin_cost_ps(row["bytes"], prefaulted=row["prefaulted"])
-    model_s = (CUDA_HOST_REGISTER_FIXED_PS + pin_ps) / PS_PER_S
-    assert model_s == pytest.approx(row["reg_s"], rel=0.20)
+PAGES = json.loads((Path(__file__).parents[2] / "models" / "data" / "h200_host_pinning_pages.json").read_text())
+BACKINGS = sorted({(p["path"], p["pages"]) for p in PAGES["points"]})
 
 
-@pytest.mark.parametrize("row", [r for r in ROWS if r["bytes"] >= 2**28], ids=lambda r: str(r["bytes"]))
-def test_unpin_cost_matches_large_measurements(row):
-    model_s = HostParams().unpin_cost_ps(row["bytes"]) / PS_PER_S
-    assert model_s == pytest.approx(row["unreg_s"], rel=0.20)
+@pytest.mark.parametrize("path, pages", BACKINGS, ids="-".join)
+def test_each_pin_curve_is_the_fit_of_its_points(path, pages):
+    def medians(prefaulted):
+        return {p["bytes"]: p["median_s"] for p in PAGES["points"]
+                if (p["path"], p["pages"], p["prefaulted"]) == (path, pages, prefaulted)}
+    warm, cold = medians(True), medians(False)
+    assert fit_call_cost(list(warm), list(warm.values())) == PIN_PRESETS["h200"][path, pages, True]
+    big = [n for n in cold if pin_curve_holds(n, False)]
+    assert fit_proportional(big, [cold[n] - warm[n] for n in big]) == PIN_PRESETS["h200"][path, pages, False]
+
+
+def test_every_pin_curve_holds_its_measurements_within_their_spread():
+    rows = calibrate()
+    rows = rows[rows["experiment"].isin(["host_pinning", "pinning_cost"])]
+    assert rows["required"].sum() >= 70 and rows.loc[rows["required"], "passed"].all()
+    assert not rows.loc[rows["case"].str.endswith("cold") & (rows["x"] < 128 << 20), "required"].any()
+
+
+def test_huge_pages_make_pinning_cheaper_and_the_mtt_smaller():
+    base, huge = HostParams(), HostParams(pages="hugetlb")
+    gib = 1 << 30
+    assert huge.pin_cost_ps(gib) < base.pin_cost_ps(gib) / 4               # present pages: per folio, not per page
+    assert huge.pin_cost_ps(gib, prefaulted=False) < base.pin_cost_ps(gib, prefaulted=False)  # fewer faults
+    mem4k, mem2m = HostMemory("a", base), HostMemory("a", huge)
+    assert mem4k.mtt_entries(0, gib) == 512 * mem2m.mtt_entries(0, gib) == 512 * 512
+    assert PAGE_BACKINGS["thp"] == HostParams(pages="thp").mtt_page_size == 2 << 20
+
+
+@pytest.mark.parametrize("path", PIN_PATHS)
+def test_pinning_a_part_of_a_huge_page_costs_the_whole_page(path):
+    huge = HostParams(pages="thp", pin_path=path)
+    assert huge.pin_cost_ps(4096) == huge.pin_cost_ps(2 << 20)
 
 
 def test_memlock_limit_counts_pages_across_registrations():

@@ -119,8 +119,22 @@ def test_revoke_exists_from_6_12_and_release_works_either_way(kernel, has_revoke
 
 @pytest.mark.parametrize("kernel, evicts", [("7.0", False), ("7.1", True)])
 def test_move_notify_default_off_until_7_1(kernel, evicts):
-    counters = run_scenario(_scenario(kernel)).counters
-    assert (counters["evictions"], counters["failed_allocations"]) == ((1, 0) if evicts else (0, 1))
+    """Off (7.0), the map pins and amdgpu pins into GTT: the buffer leaves VRAM at registration, so the competing
+    allocation fits without evicting it; on (7.1), nothing is pinned and the pressure evicts the buffer."""
+    result = run_scenario(_scenario(kernel))
+    counters = result.counters
+    assert (counters["evictions"], counters["failed_allocations"]) == ((1, 0) if evicts else (0, 0))
+    assert result.testbed.registrations["g"].allocation.exporter.pin_migrated is not evicts
+
+
+@pytest.mark.parametrize("kernel, move_notify, pinned_in", [
+    ("6.14", True, Placement.SYSTEM), ("6.15", True, Placement.VRAM), ("6.15", False, Placement.SYSTEM)])
+def test_amdgpu_pins_into_vram_from_6_15_with_move_notify_on(kernel, move_notify, pinned_in):
+    result = run_scenario(_scenario(kernel, "dmabuf-pinned", move_notify=move_notify, nic="efa"))
+    exporter = result.testbed.registrations["g"].allocation.exporter
+    assert exporter.pin_placement.placement is pinned_in
+    assert (result.counters["failed_allocations"] == 1) is (pinned_in is Placement.VRAM)
+    assert (KernelBehaviour(Version.parse(kernel)).amdgpu_pins_into_vram) is (kernel != "6.14")
 
 
 @pytest.mark.parametrize("kernel, refused", [("7.0", False), ("7.1", True)])

@@ -22,8 +22,21 @@ def test_required_tolerances_and_ranges(report):
     assert copies.x.min() == 64 << 10 and copies.x.max() == 1 << 30 and len(copies) == 16
     assert (copies.tolerance == 0.10).all() and (copies.err.abs() <= 0.10).all()
     pins = report[(report.experiment == "pinning_cost") & report.required]
-    assert pins.x.min() == 64 << 10 and pins.x.max() == 4 << 30 and len(pins) == 12
-    assert (pins.err_median.abs() <= 0.20).all()  # against the median alone, as tests/models/test_host.py
+    assert pins.x.min() == 64 << 10 and pins.x.max() == 4 << 30 and len(pins) == 9  # cold: from 128 MiB
+    assert (pins.err_median.abs() <= 0.50).all()  # held out: another machine, 25-35 % faster
+    assert (pins.err_median > 0).all()
+
+
+def test_every_new_measured_quantity_has_rows(report):
+    """Allocation calls, pinning per path and backing, unified memory: one row per measured point."""
+    rows = report.groupby("experiment").size()
+    assert rows["gpu_alloc"] == 81 and rows["host_pinning"] == 90 and rows["managed"] >= 50
+    alloc = report[report.experiment == "gpu_alloc"]
+    assert set(alloc.case) >= {"cudaMalloc", "cudaFree", "cuMemCreate", "cuMemMap", "cuMemRelease"}
+    assert alloc.loc[alloc.case == "cudaFree", "required"].all()
+    pins = report[report.experiment == "host_pinning"]
+    assert {c.split()[1] for c in pins.case} == {"4k", "thp", "hugetlb"}
+    assert ((pins.tolerance >= 0.30) & (pins.tolerance < 6)).all()  # from each point's spread
 
 
 def test_published_anchors_are_reproduced(report):

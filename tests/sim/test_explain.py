@@ -52,7 +52,8 @@ def _section(text: str, buffer: str) -> str:
     ("peermem", ["ibv_reg_mr(", "nvidia_p2p_get_pages(gpu_pages=16)", "mtt_entries=16"], ["pin_user_pages"]),
     ("dmabuf", ["dma_buf_export", "dma_buf_dynamic_attach", "lock dmabuf", "dma_buf_map_attachment",
                 "MappingRestored"], ["dma_buf_pin", "BufferPinned"]),
-    ("dmabuf-pinned", ["dma_buf_export", "dma_buf_pin(", "dma_buf_map_attachment"], ["BufferPinned"]),
+    ("dmabuf-pinned", ["dma_buf_export", "dma_buf_pin(", "BufferPinnedIn", "dma_buf_map_attachment"],
+     ["BufferPinned ("]),
 ])
 def test_every_registration_mode_has_its_section_with_its_own_calls(mode, shown, absent):
     section = _section(explain(traced()), mode)
@@ -66,7 +67,7 @@ def test_every_registration_mode_has_its_section_with_its_own_calls(mode, shown,
 def test_without_move_notify_the_map_pins_the_dynamic_buffer_and_says_why():
     section = _section(explain(traced(move_notify=False)), "dmabuf")
     assert "CONFIG_DMABUF_MOVE_NOTIFY off" in section
-    pinned = section.index("BufferPinned")
+    pinned = section.index("BufferPinned (")
     assert section.index("dma_buf_map_attachment") < pinned and "why:" in section[pinned:].splitlines()[1]
     assert "BufferPinned" not in _section(explain(traced()), "dmabuf")
 

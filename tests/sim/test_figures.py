@@ -60,7 +60,7 @@ def test_each_failed_allocation_is_marked_with_its_variant_and_outcome(drawn, tm
     top = _bw_over_time(drawn, tmp_path).axes[0]
     notes = [t.get_text() for t in top.texts if "failed" in t.get_text()]
     failed = {v for v, r in pressure().items() if r.counters["failed_allocations"]}
-    assert failed == {"peermem", "dmabuf-pinned", "dmabuf-no-move-notify"}
+    assert failed == {"peermem", "dmabuf-pinned"}  # without move_notify amdgpu pinned the buffer in GTT: it fits
     assert sorted(n.split(":")[0] for n in notes) == sorted(failed)
     assert all("no evictable memory" in n for n in notes)
     crosses = [line for line in top.get_lines() if line.get_marker() == "x"]

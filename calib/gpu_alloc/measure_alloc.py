@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""Measure GPU allocation costs on one NVIDIA GPU: cudaMalloc/cudaFree and the VMM path vs size.
+
+Standalone: needs CuPy (for cudaMalloc/cudaFree through ``cupy.cuda.runtime``, which calls the CUDA runtime
+directly, no CuPy pool) and libcuda through ctypes for the driver's virtual-memory API; no rdmasim import.
+Usage::
+
+    python3 calib/gpu_alloc/measure_alloc.py --out h200_alloc.json [--reps 5]
+
+What is measured (wall clock, ``time.perf_counter`` around each call; every call is synchronous or followed
+by ``cudaDeviceSynchronize`` inside the timed span, so the time is what the calling thread waits):
+
+* ``malloc``: ``cudaMalloc(N)`` then ``cudaFree``, N = 2 MiB .. 64 GiB (sizes above 80 % of free HBM are
+  skipped); ``reps`` repetitions per size, all samples kept (the first one separately as ``first_s``).
+* ``vmm``: ``cuMemCreate(N)`` (pinned device memory, granularity-aligned), ``cuMemAddressReserve``,
+  ``cuMemMap``, ``cuMemSetAccess`` (read-write for the device), then ``cuMemUnmap``, ``cuMemRelease``,
+  ``cuMemAddressFree``; each call timed on its own.
+
+A context is created and warmed (one 2 MiB allocation) before anything is timed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+SIZES = [2 * MIB, 8 * MIB, 32 * MIB, 128 * MIB, 512 * MIB, 2 * GIB, 8 * GIB, 32 * GIB, 64 * GIB]
+
+
+class MemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class AllocFlags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class AllocationProp(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", MemLocation),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", AllocFlags)]
+
+
+class AccessDesc(ctypes.Structure):
+    _fields_ = [("location", MemLocation), ("flags", ctypes.c_int)]
+
+
+CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 1, 1, 3
+ZERO = ctypes.c_size_t(0)
+
+
+class Driver:
+    """The few driver-API calls of the VMM path, through ctypes (error codes raise)."""
+
+    def __init__(self, device: int = 0) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.prop = AllocationProp(type=CU_MEM_ALLOCATION_TYPE_PINNED,
+                                   location=MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, device))
+        self.access = AccessDesc(location=MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, device),
+                                 flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        gran = ctypes.c_size_t()
+        self.check("cuMemGetAllocationGranularity", ctypes.byref(gran), ctypes.byref(self.prop), 0)
+        self.granularity = gran.value
+
+    def check(self, name: str, *args) -> None:
+        rc = getattr(self.lib, name)(*args)
+        if rc != 0:
+            raise RuntimeError(f"{name} returned CUresult {rc}")
+
+    def timed_cycle(self, size: int) -> dict:
+        """One create/reserve/map/access/unmap/release/free cycle; seconds per call."""
+        handle, ptr = ctypes.c_ulonglong(), ctypes.c_ulonglong()
+        size_t = ctypes.c_size_t(size)
+        steps = [
+            ("cuMemCreate", lambda: self.check("cuMemCreate", ctypes.byref(handle), size_t,
+                                               ctypes.byref(self.prop), ctypes.c_ulonglong(0))),
+            ("cuMemAddressReserve", lambda: self.check("cuMemAddressReserve", ctypes.byref(ptr), size_t,
+                                                       ZERO, ctypes.c_ulonglong(0),
+                                                       ctypes.c_ulonglong(0))),
+            ("cuMemMap", lambda: self.check("cuMemMap", ptr, size_t, ZERO, handle,
+                                            ctypes.c_ulonglong(0))),
+            ("cuMemSetAccess", lambda: self.check("cuMemSetAccess", ptr, size_t, ctypes.byref(self.access),
+                                                  ctypes.c_size_t(1))),
+            ("cuMemUnmap", lambda: self.check("cuMemUnmap", ptr, size_t)),
+            ("cuMemRelease", lambda: self.check("cuMemRelease", handle)),
+            ("cuMemAddressFree", lambda: self.check("cuMemAddressFree", ptr, size_t)),
+        ]
+        out = {}
+        for name, call in steps:
+            started = time.perf_counter()
+            call()
+            self.check("cuCtxSynchronize")
+            out[name] = time.perf_counter() - started
+        return out
+
+
+def _summary(samples: list[float]) -> dict:
+    return {"median_s": statistics.median(samples), "min_s": min(samples), "max_s": max(samples),
+            "first_s": samples[0], "samples_s": samples}
+
+
+def measure_malloc(cp, size: int, reps: int) -> dict:
+    rt = cp.cuda.runtime
+    alloc, free = [], []
+    for _ in range(reps):
+        started = time.perf_counter()
+        ptr = rt.malloc(size)
+        rt.deviceSynchronize()
+        alloc.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        rt.free(ptr)
+        rt.deviceSynchronize()
+        free.append(time.perf_counter() - started)
+    return {"bytes": size, "cudaMalloc": _summary(alloc), "cudaFree": _summary(free)}
+
+
+def measure_vmm(driver: Driver, size: int, reps: int) -> dict:
+    size = -(-size // driver.granularity) * driver.granularity
+    cycles = [driver.timed_cycle(size) for _ in range(reps)]
+    return {"bytes": size, **{name: _summary([c[name] for c in cycles]) for name in cycles[0]}}
+
+
+def environment(cp) -> dict:
+    def run(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+        except Exception as exc:  # noqa: BLE001 - record what failed
+            return repr(exc)
+    rt = cp.cuda.runtime
+    name = rt.getDeviceProperties(0)["name"]
+    return {"gpu": name.decode() if isinstance(name, bytes) else name,
+            "cuda_runtime": rt.runtimeGetVersion(), "cuda_driver": rt.driverGetVersion(),
+            "cupy": cp.__version__, "python": platform.python_version(), "uname": platform.platform(),
+            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "smi": run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.used",
+                        "--format=csv"])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--timeout-s", type=int, default=150, help="abort the whole run after this long")
+    args = parser.parse_args()
+    signal.alarm(args.timeout_s)
+    import cupy as cp
+
+    rt = cp.cuda.runtime
+    rt.free(rt.malloc(2 * MIB))  # context creation and warm-up, untimed
+    free_bytes, total_bytes = rt.memGetInfo()
+    result = {"method": __doc__, "env": environment(cp), "reps": args.reps,
+              "free_bytes": free_bytes, "total_bytes": total_bytes, "malloc": [], "vmm": [], "errors": []}
+    sizes = [s for s in SIZES if s <= 0.8 * free_bytes]
+    started = time.perf_counter()
+    try:
+        for size in sizes:
+            result["malloc"].append(measure_malloc(cp, size, args.reps))
+        driver = Driver(cp.cuda.Device().id)
+        result["vmm_granularity"] = driver.granularity
+        for size in sizes:
+            result["vmm"].append(measure_vmm(driver, size, args.reps))
+    except Exception as exc:  # noqa: BLE001 - keep what was measured
+        result["errors"].append(repr(exc))
+    finally:
+        result["elapsed_s"] = time.perf_counter() - started
+        with open(args.out, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=1)
+    for kind in ("malloc", "vmm"):
+        for row in result[kind]:
+            print(kind, row["bytes"] // MIB, "MiB",
+                  {k: round(v["median_s"] * 1e3, 3) for k, v in row.items() if isinstance(v, dict)})
+    print("errors", result["errors"], "elapsed", round(result["elapsed_s"], 1))
+
+
+if __name__ == "__main__":
+    main()
