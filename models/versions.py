@@ -27,6 +27,17 @@ archives hold them):
            drm cut-off for 7.0): ``move_notify`` renamed ``invalidate_mappings``, ``CONFIG_DMABUF_MOVE_NOTIFY``
            always built, and ``invalidate_mappings`` optional (the pinned importers' stub removed). No tagged
            tree of 2026 could be read, so 7.1 rests on those dates
+7.1        the rest of that series (v7 of 2026-01-31, in drm-misc-next-2026-02-26, "drm-misc-next for v7.1"):
+           ``dma_buf_attach_revocable()`` ("dma-buf: Add dma_buf_attach_revocable()": an importer with an
+           ``invalidate_mappings`` op promises to unmap in bounded time after it), VFIO waiting for the
+           invalidation ("vfio: Wait for dma-buf invalidation to complete": fences, then every unmap) and
+           admitting revocable pinned importers while refusing the others at attach ("vfio: Permit VFIO to work
+           with pinned importers", 6ffe939bf94f)
+7.1        pinned importers that accept revocation (Jacob Moroni, "RDMA/umem: Add pinned revocable dmabuf import
+           interface", ff85a2ebacbd, and "RDMA/irdma: Add support for revocable pinned dmabuf import", applied to
+           rdma-next on 2026-03-08, after 7.0-rc1): ``ib_umem_dmabuf_get_pinned_revocable_and_lock`` returns with
+           the lock held, ``ib_umem_dmabuf_set_revoke_locked`` installs the driver's revoke callback; irdma
+           invalidates the key in hardware and keeps it allocated until ``ibv_dereg_mr``
 =========  ===============================================================================================
 
 rdma-core: ``ibv_reg_dmabuf_mr`` from v34, ``mlx5dv_reg_dmabuf_mr`` (data-direct) from v55. NVIDIA driver:
@@ -133,6 +144,16 @@ class KernelBehaviour:
         return self.version >= _v("7.1")
 
     @property
+    def has_attach_revocable(self) -> bool:
+        """``dma_buf_attach_revocable()`` exists and VFIO admits revocable pinned importers (7.1+)."""
+        return self.version >= DMABUF_REVOKE_CONTRACT
+
+    @property
+    def has_pinned_revocable_umem(self) -> bool:
+        """``ib_umem_dmabuf_get_pinned_revocable_and_lock`` and ``ib_umem_dmabuf_set_revoke_locked`` exist (7.1+)."""
+        return self.version >= PINNED_REVOCABLE_UMEM
+
+    @property
     def invalidate_name(self) -> str:
         """The importer callback's name: ``invalidate_mappings`` from 7.1, ``move_notify`` before."""
         return "invalidate_mappings" if self.version >= _v("7.1") else "move_notify"
@@ -140,6 +161,11 @@ class KernelBehaviour:
 
 MOVE_NOTIFY_ALWAYS_BUILT = _v("7.1")
 """The first kernel that always builds ``CONFIG_DMABUF_MOVE_NOTIFY``."""
+DMABUF_REVOKE_CONTRACT = _v("7.1")
+"""The first kernel with ``dma_buf_attach_revocable()`` (the revocation contract of the dmabuf-revoke series)."""
+PINNED_REVOCABLE_UMEM = _v("7.1")
+"""The first kernel whose RDMA core imports pinned dma-bufs revocably
+(``ib_umem_dmabuf_get_pinned_revocable_and_lock``)."""
 DEFAULT_KERNEL = "6.18"
 """The calibration host's kernel (models/data/h200_host.json)."""
 RDMA_CORE_DMABUF = _v("34")

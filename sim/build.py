@@ -72,6 +72,8 @@ class Testbed:
     """When setup (registration) ended and the workloads began."""
     setup_events: int = 0
     """Trace events the setup recorded (0 when not traced)."""
+    injectors: dict = field(default_factory=dict)
+    """The fault injector of each buffer an ``exporter-fault`` event scripted, by buffer name."""
 
 
 class RegistrationFailed(SimError):
@@ -104,6 +106,7 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
             params = gpu_params(gspec.preset)
             bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], params, node.kernel,
                                  capacity=gspec.memory, driver=gspec.driver)
+            bed.gpus[name].invariants = scenario.invariants
             node.topology = build_topology(spec.topology, nic=node.pcie.params,
                                            gpu=PcieParams(**PCIE_PRESETS[params.pcie]))
             node.pcie = device_link(node.topology)

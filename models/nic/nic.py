@@ -102,6 +102,9 @@ class NicParams:
     ignore_move_notify: bool = False
     """Deliberately broken dma-buf importer that keeps its translations after move_notify (teaching only:
     the invariant checker catches its DMA through stale mappings)."""
+    dmabuf_revocable: bool = False
+    """A ``pinned`` importer imports dma-bufs revocably from 7.1, as irdma does
+    (``ib_umem_dmabuf_get_pinned_revocable_and_lock``): a revocation invalidates the key in hardware."""
 
 
 class Nic:
