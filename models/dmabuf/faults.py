@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from sim.core import ProtocolError, UnboundedWait, VerbsError
+from sim.core.units import format_time
 
 from models.dmabuf.core import DmaBuf, DmaBufAttachment, DmaDataDirection, Placement, Segments
 from models.dmabuf.ops import dma_buf_move_notify
@@ -117,7 +118,7 @@ class FaultInjector:
     def _sleep(self, what: str, hold_ps: int | None) -> int | None:
         until = None if hold_ps is None else self.core.now_ps(self.ctx) + hold_ps
         self.dmabuf.resv.sleep_holding(self.ctx, until, f"{what} (injected fault)")
-        self.injected.append(f"{what}{'' if until is None else f' until {until} ps'}")
+        self.injected.append(f"{what} {'forever' if hold_ps is None else f'for {format_time(hold_ps)}'}")
         return until
 
     def _due(self) -> _MapFault | None:
@@ -137,13 +138,13 @@ class FaultInjector:
             return self._map_ops(attach, direction)
         if fault.kind == "delay":
             self.core.spend(ctx, fault.delay_ps)
-            self.injected.append(f"delayed a map by {attach.dev} by {fault.delay_ps} ps")
+            self.injected.append(f"delayed a map by {attach.dev} by {format_time(fault.delay_ps)}")
             return self._map_ops(attach, direction)
         if fault.kind == "fail":
             self.injected.append(f"failed a map by {attach.dev} with {fault.errno}")
             raise VerbsError(fault.errno, "injected map failure after an invalidation", call="map_dma_buf")
         self.injected.append(f"blocked a map by {attach.dev}")
-        holder = self.dmabuf.resv.holder
+        held = f", holding {self.dmabuf.resv.name}" if self.dmabuf.resv.holder == ctx else ""
         raise UnboundedWait(f"map_dma_buf of {self.dmabuf.name} never returns (injected fault): {ctx} waits forever "
-                            f"in dma_buf_map_attachment for {attach.dev} since {self.core.now_ps(ctx)} ps"
-                            + (f", holding {self.dmabuf.resv.name}" if holder == ctx else ""))
+                            f"in dma_buf_map_attachment from {self.core.now_ps(ctx) / 1e6:.3f} us{held}"
+                            + ("" if ctx == attach.dev else f", mapping for {attach.dev}"))
