@@ -40,7 +40,8 @@ def _lock(resv: DmaResv, ctx: str, call: str) -> None:
     """Check, then take the lock the way the call itself would (no side effects when it cannot)."""
     _assert_not_held(resv, ctx, call)
     if resv.blocks_forever:
-        why = f", which {resv.sleep_reason} and never wakes" if resv.sleep_reason else "; synchronous calls cannot block"
+        why = (f", which {resv.sleep_reason} and never wakes" if resv.sleep_reason
+               else "; synchronous calls cannot block")
         raise DeadlockError(f"{call}: {ctx} would wait forever for {resv.name}, held by {resv.holder}{why}")
 
 

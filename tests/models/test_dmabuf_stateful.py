@@ -3,7 +3,8 @@
 Every example starts from the scenario the project is about (a movable VRAM buffer with an fd and a
 dynamically attached, mapped importer), on kernel 6.14 (maps at attach), 6.18 or 7.1 (optional
 invalidate_mappings, CONFIG_DMABUF_MOVE_NOTIFY always built), with the option on or off where it is one, then
-makes random calls with and without the reservation lock held. Each call must succeed exactly when the reference
+makes random calls with and without the reservation lock held (``dma_buf_attach_revocable`` among them, a call
+that exists from 7.1). Each call must succeed exactly when the reference
 model says so, or raise the typed error (and errno) the model predicts; a detach that leaks mappings or pins
 completes and then raises InvariantViolation. After every step: refcounts and release counts, lock holders,
 attachment and mapping lists, the fd table, exporter pin counts (TTM's: an unpin of an unpinned buffer WARNs and
@@ -27,6 +28,7 @@ from models.dmabuf import (DmaBufAttachOps, DmaBufCore, DmaBufOps, FdTable, Kern
                            dma_buf_map_attachment, dma_buf_map_attachment_unlocked, dma_buf_move_notify,
                            dma_buf_pin, dma_buf_put, dma_buf_unmap_attachment, dma_buf_unmap_attachment_unlocked,
                            dma_buf_unpin)
+from models.dmabuf.revoke import dma_buf_attach_revocable
 from sim.core import DeadlockError, Environment, InvariantViolation, ProtocolError, SimError, VerbsError
 
 DEVS = ("nic0", "nic1")
@@ -385,6 +387,18 @@ class DmaBufMachine(RuleBasedStateMachine):
                 cached.unmapped = True
                 if cached.pinned_on_map:
                     self._unpin(buf)
+
+    @precondition(lambda self: self.atts)
+    @rule(i=PICK, hold=RARELY)
+    def revocable(self, i, hold):
+        """``dma_buf_attach_revocable`` (7.1): true exactly for importers with the callback; a call the kernels
+        before 7.1 do not have; the lock plays no part."""
+        att = self.atts[i % len(self.atts)]
+        with self.holding(att.buf, att.dev, hold):
+            expected = None if self.behaviour.has_attach_revocable else PROTO
+            ok, revocable = self.run(expected, lambda: dma_buf_attach_revocable(att.real))
+        if ok:
+            assert revocable is (att.dynamic and att.has_op)
 
     # ---------------------------------------------------------------------------------------- exporter
     @rule(i=PICK, dst=st.sampled_from(Placement), notify_only=RARELY, hold=RARELY)

@@ -1,5 +1,7 @@
 """dmabuf-revoke and exporter-fault events in scenarios: what the run reports, the schema's checks, both engines."""
 
+import re
+
 import pandas as pd
 import pytest
 
@@ -123,3 +125,23 @@ def test_revocation_on_both_engines():
     assert len(lines) == 1 and "buffer 'src'" in lines[0] and "the event engine simulates that" in lines[0]
     pd.testing.assert_frame_equal(auto.operations, event.operations)
     assert statuses(auto).get("IBV_WC_LOC_PROT_ERR") == 1
+
+
+@pytest.mark.parametrize("name, variant, shown", [
+    ("dmabuf_revoke.yaml", "irdma-like", ["vfio_pci_dma_buf_move", "KeyInvalidated", "BufferRevoked",
+                                          "takes it as a permanent revocation", "accepts revocation"]),
+    ("exporter_faults.yaml", "base", ["FaultInjector.invalidate_and_hold", "MappingRestored"])])
+def test_explain_shows_the_revocation_and_the_injected_fault_each_outcome_with_its_why(name, variant, shown):
+    from sim.explain import explain
+    from sim.scenario.scenario_file import load_scenario_variants
+    from tests.conftest import ROOT
+
+    _, _, variants = load_scenario_variants(ROOT / "scenarios" / name)
+    scenario = dict(variants)[variant]
+    text = explain(run_scenario(scenario, trace=True, variant=variant))
+    assert all(words in text for words in shown), text
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if re.match(r"\s+\d+\.\d{3} µs", line) and not line.rstrip().endswith("]") \
+                and not re.search(r"\b(un)?lock \S+$", line):
+            assert lines[i + 1].lstrip().startswith("why: "), line
