@@ -78,8 +78,9 @@ class Revocation:
         return self.unmapped_ps is not None
 
 
-class VfioExporter(_Exporter):
-    """A PCI BAR exported by vfio-pci (``VFIO_DEVICE_FEATURE_DMA_BUF``): peer MMIO that never moves, revocable.
+class RevocableExporter(_Exporter):
+    """Device memory (peer MMIO, a PCI BAR) exported as a dma-buf that never moves and can be revoked; the
+    profiles below say which importers attach and whether a revocation waits.
 
     :param core: the dma-buf core to export through.
     :param size: buffer size in bytes.
@@ -87,43 +88,54 @@ class VfioExporter(_Exporter):
     :param invariants: ``raise`` (default) or ``record`` (into ``violations``) a broken bounded-time promise.
     """
 
-    def __init__(self, core: DmaBufCore, size: int, *, name: str = "vfio0", invariants: str = "raise") -> None:
+    call_prefix = "revocable"
+    """The driver's function names start so (``<prefix>_attach``, ``_map``, ``_pin``)."""
+    revoke_call = "revoke"
+    """The driver function that revokes."""
+    warns_at_bound = False
+    """The driver WARNs when an importer has not unmapped within the bound."""
+
+    def __init__(self, core: DmaBufCore, size: int, *, name: str, invariants: str = "raise") -> None:
+        self.core = core  # the profile's choice of ops depends on the kernel
         self.revoked = False
         self.invariants = invariants
         self.violations: list[str] = []
         self.revocations: list[Revocation] = []
-        pin = {} if core.config.behaviour.has_attach_revocable else {"pin": self._pin, "unpin": self._unpin}
+        pin = {"pin": self._pin, "unpin": self._unpin} if self.refuses_pinned_at_pin() else {}
         ops = DmaBufOps(map_dma_buf=self._map, unmap_dma_buf=self._unmap, release=self._release, attach=self._attach,
                         **pin)
         super().__init__(core, size, ops, name, Placement.VRAM)
 
+    def refuses_pinned_at_pin(self) -> bool:
+        """The exporter has a pin op that refuses every pinned importer (instead of refusing at attach)."""
+        return True
+
+    def waits(self) -> bool:
+        """A revocation waits for the fences and the unmaps before it returns."""
+        return True
+
     def _attach(self, dmabuf: DmaBuf, attach: DmaBufAttachment) -> None:
-        """``vfio_pci_dma_buf_attach``."""
-        call = "vfio_pci_dma_buf_attach"
+        """Peer MMIO needs a peer-to-peer importer."""
         if not attach.peer2peer:
-            raise VerbsError("EOPNOTSUPP", f"{attach.dev} cannot reach MMIO (no peer2peer)", call=call)
-        if self.revoked:
-            raise VerbsError("ENODEV", f"{dmabuf.name} was revoked", call=call)
-        if self.core.config.behaviour.has_attach_revocable and not dma_buf_attach_revocable(attach):
-            raise VerbsError("EOPNOTSUPP", f"{attach.dev} is not revocable (dma_buf_attach_revocable: no "
-                             "invalidate_mappings op, so it would unmap only when user space lets go)", call=call)
+            raise VerbsError("EOPNOTSUPP", f"{attach.dev} cannot reach MMIO (no peer2peer)",
+                             call=f"{self.call_prefix}_attach")
 
     def _pin(self, attach: DmaBufAttachment) -> None:
-        """``vfio_pci_dma_buf_pin`` before 7.1: no pinned importer, since none could be revoked."""
-        raise VerbsError("EOPNOTSUPP", "VFIO refuses pinned importers (they cannot handle a revocation)",
-                         call="vfio_pci_dma_buf_pin")
+        """No pinned importer, since none could be revoked."""
+        raise VerbsError("EOPNOTSUPP", f"{self.name} refuses pinned importers (they cannot handle a revocation)",
+                         call=f"{self.call_prefix}_pin")
 
     def _unpin(self, attach: DmaBufAttachment) -> None:
         """Nothing was pinned."""
 
     def _map(self, attach: DmaBufAttachment, direction: DmaDataDirection) -> Segments:
-        """``vfio_pci_dma_buf_map``: ``ENODEV`` once revoked."""
+        """``ENODEV`` once revoked."""
         if self.revoked:
-            raise VerbsError("ENODEV", f"{self.dmabuf.name} was revoked", call="vfio_pci_dma_buf_map")
+            raise VerbsError("ENODEV", f"{self.dmabuf.name} was revoked", call=f"{self.call_prefix}_map")
         return super()._map(attach, direction)
 
     def _unmap(self, attach: DmaBufAttachment, sgt: SgTable, direction: DmaDataDirection) -> None:
-        """``vfio_pci_dma_buf_unmap``: the revocation waiting for the unmaps completes with the last one."""
+        """The revocation waiting for the unmaps completes with the last one (the driver's kref and completion)."""
         waiting = self.revocations[-1] if self.revocations and not self.revocations[-1].done else None
         if waiting is not None and waiting.unmapped is not None and not self.mapped_by(exclude=sgt):
             waiting.unmapped_ps = self.core.now_ps(self.core.context(None, attach.dev))
@@ -134,15 +146,15 @@ class VfioExporter(_Exporter):
         return sorted({a.dev for a in self.dmabuf.attachments for m in a.mappings if m is not exclude})
 
     def revoke(self, unmap_bound_ps: int = UNMAP_BOUND_PS) -> Generator:
-        """``vfio_pci_dma_buf_move(revoked=true)`` as a simpy process (``env.process(exporter.revoke())``) whose
-        value is the :class:`Revocation`: :meth:`start_revocation`, then :meth:`wait_unmapped`."""
+        """A revocation as a simpy process (``env.process(exporter.revoke())``) whose value is the
+        :class:`Revocation`: :meth:`start_revocation`, then :meth:`wait_unmapped`."""
         revocation = self.start_revocation()
         yield from self.wait_unmapped(revocation, unmap_bound_ps)
         return revocation
 
     def start_revocation(self) -> Revocation:
         """The locked part of a revocation, at once: lock, mark revoked, invalidate, wait for the BOOKKEEP fences
-        (not before 7.1), unlock. The returned record's ``waited_for`` lists the importers still mapped.
+        (when :meth:`waits`), unlock. The returned record's ``waited_for`` lists the importers still mapped.
 
         :raises ProtocolError: already revoked, or the buffer was released.
         :raises DeadlockError: the lock is held.
@@ -152,8 +164,8 @@ class VfioExporter(_Exporter):
             raise ProtocolError(f"{ctx}: {buf.name} is already {'revoked' if self.revoked else 'released'}")
         revocation = Revocation(self.core.now_ps(ctx))
         self.revocations.append(revocation)
-        waits = self.core.config.behaviour.has_attach_revocable
-        with self.core.call(ctx, "vfio_pci_dma_buf_move", dmabuf=buf.name, revoked=True):
+        waits = self.waits()
+        with self.core.call(ctx, self.revoke_call, dmabuf=buf.name, revoked=True):
             buf.resv.lock(ctx)
             self.revoked = True
             dma_buf_move_notify(buf, caller=ctx)
@@ -191,10 +203,12 @@ class VfioExporter(_Exporter):
                           waited_ps=revocation.unmapped_ps - revocation.fences_done_ps)
 
     def _past_bound(self, revocation: Revocation, bound_ps: int) -> None:
-        """The bound passed with importers still mapped: WARN naming them; a revocable one broke its promise."""
+        """The bound passed with importers still mapped: WARN naming them (when the driver does); a revocable one
+        broke its promise."""
         revocation.warned = self.mapped_by()
-        self.core.warn(self.name, f"vfio_pci_dma_buf_move: WARN: {BROKEN_IMPORTER}: {', '.join(revocation.warned)} "
-                       f"still mapped {self.dmabuf.name} {format_time(bound_ps)} after the invalidation")
+        if self.warns_at_bound:
+            self.core.warn(self.name, f"{self.revoke_call}: WARN: {BROKEN_IMPORTER}: {', '.join(revocation.warned)} "
+                           f"still mapped {self.dmabuf.name} {format_time(bound_ps)} after the invalidation")
         revocable = {a.dev for a in self.dmabuf.attachments if a.importer_ops is not None
                      and a.importer_ops.move_notify is not None}
         revocation.broken_promises = [dev for dev in revocation.warned if dev in revocable]
@@ -207,3 +221,46 @@ class VfioExporter(_Exporter):
         if self.invariants == "raise":
             raise InvariantViolation(message)
         self.violations.append(message)
+
+
+class VfioExporter(RevocableExporter):
+    """A PCI BAR exported by vfio-pci (``VFIO_DEVICE_FEATURE_DMA_BUF``, drivers/vfio/pci/vfio_pci_dmabuf.c): from 7.1
+    attach admits only revocable importers and a revocation waits (WARNing at the bound, as v5 of the series did);
+    before, a pin op refuses pinned importers and a revocation does not wait."""
+
+    call_prefix = "vfio_pci_dma_buf"
+    revoke_call = "vfio_pci_dma_buf_move"
+    warns_at_bound = True
+
+    def __init__(self, core: DmaBufCore, size: int, *, name: str = "vfio0", invariants: str = "raise") -> None:
+        super().__init__(core, size, name=name, invariants=invariants)
+
+    def refuses_pinned_at_pin(self) -> bool:  # noqa: D102 - see RevocableExporter
+        return not self.core.config.behaviour.has_attach_revocable
+
+    def waits(self) -> bool:  # noqa: D102 - see RevocableExporter
+        return self.core.config.behaviour.has_attach_revocable
+
+    def _attach(self, dmabuf: DmaBuf, attach: DmaBufAttachment) -> None:
+        """``vfio_pci_dma_buf_attach``: peer2peer, not revoked, and from 7.1 revocable."""
+        super()._attach(dmabuf, attach)
+        call = "vfio_pci_dma_buf_attach"
+        if self.revoked:
+            raise VerbsError("ENODEV", f"{dmabuf.name} was revoked", call=call)
+        if self.core.config.behaviour.has_attach_revocable and not dma_buf_attach_revocable(attach):
+            raise VerbsError("EOPNOTSUPP", f"{attach.dev} is not revocable (dma_buf_attach_revocable: no "
+                             "invalidate_mappings op, so it would unmap only when user space lets go)", call=call)
+
+
+class UverbsDmabufExporter(RevocableExporter):
+    """NIC device memory (``ibv_alloc_dm``) exported by ``ibv_dm_export_dmabuf_fd``: the uverbs dma-buf object
+    (drivers/infiniband/core/uverbs_std_types_dmabuf.c, "RDMA/uverbs: Add DMABUF object type and operations", 7.0).
+    Attach needs peer2peer, pin refuses every pinned importer, a revoked buffer maps with ``ENODEV``; removing the
+    memory (``ibv_free_dm``) revokes: lock, invalidate, wait for the fences, unlock, wait for every unmap (without a
+    WARN: the simulator still checks the contract's bound)."""
+
+    call_prefix = "uverbs_dmabuf"
+    revoke_call = "uverbs_dmabuf_fd_destroy_uobj"
+
+    def __init__(self, core: DmaBufCore, size: int, *, name: str, invariants: str = "raise") -> None:
+        super().__init__(core, size, name=name, invariants=invariants)
