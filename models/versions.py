@@ -22,6 +22,9 @@ archives hold them):
            ``MLX5_IB_ATTR_REG_DMABUF_MR_ACCESS_FLAGS`` attribute (rdma-core's kernel headers follow ec7ad6530909)
 7.0        the double unpin fixed ("RDMA/umem: Fix double dma_buf_unpin in failure path", Jacob Moroni, in the
            RDMA pull for 7.0-rc1)
+7.0        NIC device memory exported as a dma-buf: ``UVERBS_OBJECT_DMABUF`` ("RDMA/uverbs: Add DMABUF object type
+           and operations", Yishai Hadas, 0ac6f4056c4a, applied 2026-02-08 and in the mainline tree before the 7.1
+           merge window): peer-to-peer importers only, pinned ones refused, revoked when the memory is freed
 7.1        Leon Romanovsky's "dmabuf-revoke" series (v5 of 2026-01-24; its first three patches, the rename and
            "dma-buf: Always build with DMABUF_MOVE_NOTIFY", taken into drm-misc-next on 2026-01-27, after the
            drm cut-off for 7.0): ``move_notify`` renamed ``invalidate_mappings``, ``CONFIG_DMABUF_MOVE_NOTIFY``
@@ -40,7 +43,9 @@ archives hold them):
            invalidates the key in hardware and keeps it allocated until ``ibv_dereg_mr``
 =========  ===============================================================================================
 
-rdma-core: ``ibv_reg_dmabuf_mr`` from v34, ``mlx5dv_reg_dmabuf_mr`` (data-direct) from v55. NVIDIA driver:
+rdma-core: ``ibv_reg_dmabuf_mr`` from v34, ``mlx5dv_reg_dmabuf_mr`` (data-direct) from v55,
+``ibv_dm_export_dmabuf_fd`` from v62 ("verbs: Introduce ibv_dm_export_dmabuf_fd() verb", 60917319bfd1, December
+2025; the first tag holding it is v62.0). NVIDIA driver:
 dma-buf export of device memory (``cuMemGetHandleForAddressRange``) needs the open kernel modules 515+.
 """
 
@@ -144,6 +149,11 @@ class KernelBehaviour:
         return self.version >= _v("7.1")
 
     @property
+    def has_uverbs_dmabuf_export(self) -> bool:
+        """``UVERBS_OBJECT_DMABUF`` exists: device memory can be exported as a dma-buf (7.0+)."""
+        return self.version >= _v("7.0")
+
+    @property
     def has_attach_revocable(self) -> bool:
         """``dma_buf_attach_revocable()`` exists and VFIO admits revocable pinned importers (7.1+)."""
         return self.version >= DMABUF_REVOKE_CONTRACT
@@ -170,4 +180,5 @@ DEFAULT_KERNEL = "6.18"
 """The calibration host's kernel (models/data/h200_host.json)."""
 RDMA_CORE_DMABUF = _v("34")
 RDMA_CORE_MLX5DV_DMABUF = _v("55")
+RDMA_CORE_DM_DMABUF = _v("62")
 NVIDIA_DMABUF_EXPORT = _v("515")
