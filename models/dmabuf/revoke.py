@@ -261,6 +261,3 @@ class UverbsDmabufExporter(RevocableExporter):
 
     call_prefix = "uverbs_dmabuf"
     revoke_call = "uverbs_dmabuf_fd_destroy_uobj"
-
-    def __init__(self, core: DmaBufCore, size: int, *, name: str, invariants: str = "raise") -> None:
-        super().__init__(core, size, name=name, invariants=invariants)
