@@ -250,14 +250,15 @@ def _exporter_fault(bed: Testbed, event: ExporterFaultEvent, row: dict, log: lis
     reg = bed.registrations[event.buffer]
     dmabuf = reg.allocation.exporter.dmabuf
     injector = bed.injectors.get(event.buffer)
-    if injector is None or injector.dmabuf is not dmabuf:
-        injector = bed.injectors[event.buffer] = FaultInjector(dmabuf)
-    done = len(injector.injected)
     try:
+        if injector is None or injector.dmabuf is not dmabuf:
+            injector = bed.injectors[event.buffer] = FaultInjector(dmabuf)
+        done = len(injector.injected)
         INJECTED[event.fault](injector, event)
         outcome = "; ".join(injector.injected[done:]) or f"armed {event.fault} for the next {event.count} map(s)"
     except SimError as exc:
-        outcome = f"failed: {exc}"
+        log.append(row | {"target": event.buffer, "bytes": reg.size_bytes, "evicted": 0, "outcome": f"failed: {exc}"})
+        return None
     log.append(row | {"target": event.buffer, "bytes": reg.size_bytes, "evicted": 0, "outcome": outcome})
     if event.fault in ("invalidate-and-hold", "hold-lock") and event.hold is not None:
         return _wake_after(bed, injector, event.hold)

@@ -145,3 +145,11 @@ def test_explain_shows_the_revocation_and_the_injected_fault_each_outcome_with_i
         if re.match(r"\s+\d+\.\d{3} µs", line) and not line.rstrip().endswith("]") \
                 and not re.search(r"\b(un)?lock \S+$", line):
             assert lines[i + 1].lstrip().startswith("why: "), line
+
+
+def test_a_fault_on_a_buffer_already_released_fails_the_event_only():
+    events = [{"at": "20us", "kind": "process-exit", "node": "a"},
+              {"at": "25us", "kind": "exporter-fault", "buffer": "src", "fault": "hold-lock", "hold": "10us"}]
+    result = run_scenario(bed(events, exporter="amd"))
+    outcome = result.events.set_index("kind").loc["exporter-fault", "outcome"]
+    assert outcome.startswith("failed: FaultInjector: dmabuf1 was released"), outcome
