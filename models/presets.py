@@ -21,7 +21,7 @@ NIC_PRESETS: dict[str, dict] = {
     "connectx5": {"tx_process_ps": 5 * PS_PER_NS, "rx_process_ps": 5 * PS_PER_NS, **MLX5_LIMITS,
                   "device": DeviceAttrs()},
     "efa": {"tx_process_ps": 10 * PS_PER_NS, "rx_process_ps": 10 * PS_PER_NS, "max_rd_atomic": 16,
-            "odp": None, "dmabuf": "pinned",
+            "odp": None, "dmabuf": "pinned", "max_dm_size": 0,
             "device": DeviceAttrs(fw_ver="0.0.0", vendor_id=0x1D0F, vendor_part_id=0xEFA0, max_sge=2, max_sge_rd=1,
                                   atomic_cap=AtomicCap.ATOMIC_NONE, cap_flags=DeviceCap(0))},
 }

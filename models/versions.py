@@ -29,14 +29,30 @@ archives hold them):
            read in a ROCm tree). The 7.1 series that always builds move_notify drops that condition.
 7.0        the double unpin fixed ("RDMA/umem: Fix double dma_buf_unpin in failure path", Jacob Moroni, in the
            RDMA pull for 7.0-rc1)
+7.0        NIC device memory exported as a dma-buf: ``UVERBS_OBJECT_DMABUF`` ("RDMA/uverbs: Add DMABUF object type
+           and operations", Yishai Hadas, 0ac6f4056c4a, applied 2026-02-08 and in the mainline tree before the 7.1
+           merge window): peer-to-peer importers only, pinned ones refused, revoked when the memory is freed
 7.1        Leon Romanovsky's "dmabuf-revoke" series (v5 of 2026-01-24; its first three patches, the rename and
            "dma-buf: Always build with DMABUF_MOVE_NOTIFY", taken into drm-misc-next on 2026-01-27, after the
            drm cut-off for 7.0): ``move_notify`` renamed ``invalidate_mappings``, ``CONFIG_DMABUF_MOVE_NOTIFY``
            always built, and ``invalidate_mappings`` optional (the pinned importers' stub removed). No tagged
            tree of 2026 could be read, so 7.1 rests on those dates
+7.1        the rest of that series (v7 of 2026-01-31, in drm-misc-next-2026-02-26, "drm-misc-next for v7.1"):
+           ``dma_buf_attach_revocable()`` ("dma-buf: Add dma_buf_attach_revocable()": an importer with an
+           ``invalidate_mappings`` op promises to unmap in bounded time after it), VFIO waiting for the
+           invalidation ("vfio: Wait for dma-buf invalidation to complete": fences, then every unmap) and
+           admitting revocable pinned importers while refusing the others at attach ("vfio: Permit VFIO to work
+           with pinned importers", 6ffe939bf94f)
+7.1        pinned importers that accept revocation (Jacob Moroni, "RDMA/umem: Add pinned revocable dmabuf import
+           interface", ff85a2ebacbd, and "RDMA/irdma: Add support for revocable pinned dmabuf import", applied to
+           rdma-next on 2026-03-08, after 7.0-rc1): ``ib_umem_dmabuf_get_pinned_revocable_and_lock`` returns with
+           the lock held, ``ib_umem_dmabuf_set_revoke_locked`` installs the driver's revoke callback; irdma
+           invalidates the key in hardware and keeps it allocated until ``ibv_dereg_mr``
 =========  ===============================================================================================
 
-rdma-core: ``ibv_reg_dmabuf_mr`` from v34, ``mlx5dv_reg_dmabuf_mr`` (data-direct) from v55. NVIDIA driver:
+rdma-core: ``ibv_reg_dmabuf_mr`` from v34, ``mlx5dv_reg_dmabuf_mr`` (data-direct) from v55,
+``ibv_dm_export_dmabuf_fd`` from v62 ("verbs: Introduce ibv_dm_export_dmabuf_fd() verb", 60917319bfd1, December
+2025; the first tag holding it is v62.0). NVIDIA driver:
 dma-buf export of device memory (``cuMemGetHandleForAddressRange``) needs the open kernel modules 515+.
 """
 
@@ -151,6 +167,21 @@ class KernelBehaviour:
         return self.version >= AMDGPU_VRAM_PIN
 
     @property
+    def has_uverbs_dmabuf_export(self) -> bool:
+        """``UVERBS_OBJECT_DMABUF`` exists: device memory can be exported as a dma-buf (7.0+)."""
+        return self.version >= _v("7.0")
+
+    @property
+    def has_attach_revocable(self) -> bool:
+        """``dma_buf_attach_revocable()`` exists and VFIO admits revocable pinned importers (7.1+)."""
+        return self.version >= DMABUF_REVOKE_CONTRACT
+
+    @property
+    def has_pinned_revocable_umem(self) -> bool:
+        """``ib_umem_dmabuf_get_pinned_revocable_and_lock`` and ``ib_umem_dmabuf_set_revoke_locked`` exist (7.1+)."""
+        return self.version >= PINNED_REVOCABLE_UMEM
+
+    @property
     def invalidate_name(self) -> str:
         """The importer callback's name: ``invalidate_mappings`` from 7.1, ``move_notify`` before."""
         return "invalidate_mappings" if self.version >= _v("7.1") else "move_notify"
@@ -160,8 +191,14 @@ AMDGPU_VRAM_PIN = _v("6.15")
 """The first kernel whose ``amdgpu_dma_buf_pin`` can pin into VRAM (f5e7fabd1f5c)."""
 MOVE_NOTIFY_ALWAYS_BUILT = _v("7.1")
 """The first kernel that always builds ``CONFIG_DMABUF_MOVE_NOTIFY``."""
+DMABUF_REVOKE_CONTRACT = _v("7.1")
+"""The first kernel with ``dma_buf_attach_revocable()`` (the revocation contract of the dmabuf-revoke series)."""
+PINNED_REVOCABLE_UMEM = _v("7.1")
+"""The first kernel whose RDMA core imports pinned dma-bufs revocably
+(``ib_umem_dmabuf_get_pinned_revocable_and_lock``)."""
 DEFAULT_KERNEL = "6.18"
 """The calibration host's kernel (models/data/h200_host.json)."""
 RDMA_CORE_DMABUF = _v("34")
 RDMA_CORE_MLX5DV_DMABUF = _v("55")
+RDMA_CORE_DM_DMABUF = _v("62")
 NVIDIA_DMABUF_EXPORT = _v("515")

@@ -91,6 +91,8 @@ class Testbed:
     """Trace events the setup recorded (0 when not traced)."""
     implicit_mrs: dict = field(default_factory=dict)
     """Implicit ODP MRs by (node, access bits), shared by the buffers that use them."""
+    injectors: dict = field(default_factory=dict)
+    """The fault injector of each buffer an ``exporter-fault`` event scripted, by buffer name."""
 
 
 class RegistrationFailed(SimError):
@@ -105,6 +107,8 @@ def build(scenario: Scenario, seed: int, *, trace: bool = False) -> Testbed:
     """
     bed = wire(scenario, seed, trace=trace)
     env = bed.env
+    for gpu in bed.gpus.values():
+        gpu.invariants = scenario.invariants
     for i, spec in enumerate(scenario.buffers):
         started, first_event = env.now, _traced(env)
         try:

@@ -1,5 +1,5 @@
-"""Scenario events (memory pressure, managed-memory jobs, host page migration, peer-memory reclaim, faults) as
-simpy processes.
+"""Scenario events (memory pressure, managed-memory jobs, host page migration, peer-memory reclaim, faults, dma-buf
+revocation and faults injected into an exporter) as simpy processes.
 
 Each event fires at its ``at`` time counted from the start of the first workload and appends a row to the
 event log: what happened, to what, and the outcome. What an event does to the testbed is model code (the NIC,
@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Generator
 
+from models.dmabuf import Placement
+from models.dmabuf.faults import FaultInjector
+from models.dmabuf.revoke import Revocation, VfioExporter
 from models.gpu import GpuOutOfMemory
 from models.gpu.managed import UvmStats
 from models.gpu.workloads import sequential
@@ -19,10 +22,11 @@ from models.nic.nic import flush_qps
 from models.verbs.cleanup import uverbs_destroy_ufile_hw
 from models.verbs.peermem import peermem_reclaim
 from sim.build import Testbed
-from sim.core import PS_PER_MS, format_size
-from sim.scenario.schema import (EvictionStormEvent, GpuJobGrowthEvent, GpuPressureEvent, HostPageMigrationEvent,
-                                 LinkFlapEvent, ManagedJobEvent, NicResetEvent, PeerMemReclaimEvent, ProcessExitEvent,
-                                 QpErrorEvent, Scenario)
+from sim.core import PS_PER_MS, SimError, format_size
+from sim.core.units import format_time
+from sim.scenario.schema import (DmaBufRevokeEvent, EvictionStormEvent, ExporterFaultEvent, GpuJobGrowthEvent,
+                                 GpuPressureEvent, HostPageMigrationEvent, LinkFlapEvent, ManagedJobEvent,
+                                 NicResetEvent, PeerMemReclaimEvent, ProcessExitEvent, QpErrorEvent, Scenario)
 
 Scheduler = Callable[[Testbed, object, int, list[dict]], None]
 """Schedules one event of a scenario on a testbed: (testbed, event, start of the workloads (ps), event log)."""
@@ -191,6 +195,83 @@ def _peermem_reclaim(bed: Testbed, event: PeerMemReclaimEvent, row: dict, log: l
                       "outcome": peermem_reclaim(reg.mr, bed.env.now)})
 
 
+def _dmabuf_revoke(bed: Testbed, event: DmaBufRevokeEvent, row: dict, log: list[dict]) -> Generator | None:
+    """The buffer's exporter revokes its dma-buf; the row says when the importers let go, brought up to date when
+    the exporter's wait ends (a wait the run ends before says so)."""
+    reg = bed.registrations[event.buffer]
+    exporter = reg.allocation.exporter
+    entry = row | {"target": event.buffer, "bytes": reg.size_bytes, "evicted": 0}
+    log.append(entry)
+    if not isinstance(exporter, VfioExporter):
+        entry["outcome"] = (f"failed: the {bed.gpus[f'{reg.node}.{reg.location}'].vendor} exporter of "
+                            f"'{event.buffer}' cannot revoke (a GPU with exporter: vfio can)")
+        return None
+    revocation = exporter.start_revocation()
+    entry["outcome"] = revocation_outcome(revocation, event.bound)
+    return _revoked(exporter, revocation, event, entry)
+
+
+def _revoked(exporter: VfioExporter, revocation: Revocation, event: DmaBufRevokeEvent, entry: dict) -> Generator:
+    """The exporter's wait for the unmaps, the row brought up to date after each of its steps (the WARN too)."""
+    for step in exporter.wait_unmapped(revocation, event.bound):
+        entry["outcome"] = revocation_outcome(revocation, event.bound)
+        yield step
+    entry["outcome"] = revocation_outcome(revocation, event.bound)
+
+
+def revocation_outcome(revocation: Revocation, bound_ps: int) -> str:
+    """The event-log outcome of a revocation so far."""
+    if revocation.left_mapped:
+        return (f"revoked without waiting (before 7.1): {', '.join(revocation.left_mapped)} still mapped the buffer "
+                "when the exporter returned")
+    if revocation.done:
+        waited = revocation.unmapped_ps - revocation.fences_done_ps
+        late = f", past the {format_time(bound_ps)} bound (WARN)" if revocation.warned else ""
+        return f"revoked: every importer unmapped {waited / 1e6:.3f} us after the fences{late}"
+    if revocation.warned:
+        return (f"revoking: WARN: {', '.join(revocation.warned)} still mapped the buffer {format_time(bound_ps)} "
+                "after the invalidation; the exporter waits on (the run ended first)")
+    return (f"revoking: waiting for {', '.join(revocation.waited_for)} to unmap (the exporter WARNs after "
+            f"{format_time(bound_ps)}; the run ended first)")
+
+
+INJECTED = {
+    "delay-map": lambda inj, e: inj.delay_map(e.delay, e.count),
+    "block-map": lambda inj, e: inj.block_map(e.count),
+    "fail-map-after-invalidate": lambda inj, e: inj.fail_map_after_invalidate(e.errno, e.count),
+    "invalidate-and-hold": lambda inj, e: inj.invalidate_and_hold(e.hold),
+    "hold-lock": lambda inj, e: inj.hold_lock(e.hold),
+    "move": lambda inj, e: inj.move(Placement.VRAM if e.to == "vram" else Placement.SYSTEM),
+}
+"""What each ``exporter-fault`` does to the buffer's :class:`~models.dmabuf.faults.FaultInjector`."""
+
+
+def _exporter_fault(bed: Testbed, event: ExporterFaultEvent, row: dict, log: list[dict]) -> Generator | None:
+    """Inject a fault into the buffer's exporter (one injector per buffer, made on its first fault); a held lock is
+    released when the hold ends."""
+    reg = bed.registrations[event.buffer]
+    dmabuf = reg.allocation.exporter.dmabuf
+    injector = bed.injectors.get(event.buffer)
+    try:
+        if injector is None or injector.dmabuf is not dmabuf:
+            injector = bed.injectors[event.buffer] = FaultInjector(dmabuf)
+        done = len(injector.injected)
+        INJECTED[event.fault](injector, event)
+        outcome = "; ".join(injector.injected[done:]) or f"armed {event.fault} for the next {event.count} map(s)"
+    except SimError as exc:
+        log.append(row | {"target": event.buffer, "bytes": reg.size_bytes, "evicted": 0, "outcome": f"failed: {exc}"})
+        return None
+    log.append(row | {"target": event.buffer, "bytes": reg.size_bytes, "evicted": 0, "outcome": outcome})
+    if event.fault in ("invalidate-and-hold", "hold-lock") and event.hold is not None:
+        return _wake_after(bed, injector, event.hold)
+    return None
+
+
+def _wake_after(bed: Testbed, injector: FaultInjector, hold_ps: int) -> Generator:
+    yield bed.env.timeout(hold_ps)
+    injector.wake()
+
+
 def _when_due(act: Callable[[Testbed, object, dict, list[dict]], Generator | None]) -> Scheduler:
     """A scheduler starting a process that waits for the event's time, then runs ``act`` with the event's row
     (``act`` returns the steps that take simulated time, or None when it acts at once)."""
@@ -225,6 +306,8 @@ SCHEDULERS: dict[type, Scheduler] = {
     EvictionStormEvent: _when_due(_eviction_storm),
     PeerMemReclaimEvent: _when_due(_peermem_reclaim),
     LinkFlapEvent: _link_flap,
+    DmaBufRevokeEvent: _when_due(_dmabuf_revoke),
+    ExporterFaultEvent: _when_due(_exporter_fault),
 }
 """The scheduler of each event class of the scenario schema."""
 

@@ -53,14 +53,19 @@ def mode_note(reg: Registration, bed: Testbed) -> str:
     if reg.mode == "peermem":
         return ("ibv_reg_mr on GPU memory through the peer-memory client: nvidia_p2p_get_pages pins the GPU pages "
                 "for the MR's lifetime (nothing is charged to RLIMIT_MEMLOCK).")
+    vfio = bed.gpus[f"{reg.node}.{reg.location}"].vendor == "vfio"
+    exports = "vfio-pci exports a range of the device's BAR as a dma-buf fd" if vfio else \
+        "The GPU driver exports a dma-buf fd"
     if reg.mode == "dmabuf-pinned" or node.nic.params.dmabuf == "pinned":
-        return ("The GPU driver exports a dma-buf fd; the importer attaches, pins it (dma_buf_pin) and maps it: "
-                "the buffer can no longer move.")
-    tail = ("the exporter may move the buffer later, after telling the NIC (move_notify)."
+        revocable = (" The importer accepts revocation (ib_umem_dmabuf_get_pinned_revocable_and_lock): the "
+                     "exporter may still revoke it." if reg.mr.backing.umem.pinned_revoke is not None else "")
+        return (f"{exports}; the importer attaches, pins it (dma_buf_pin) and maps it: the buffer can no longer "
+                f"move.{revocable}")
+    tail = ("the exporter may revoke the buffer later, after telling the NIC (invalidate_mappings)." if vfio else
+            "the exporter may move the buffer later, after telling the NIC (move_notify)."
             if node.kernel.config.move_notify_enabled else
             "this kernel has CONFIG_DMABUF_MOVE_NOTIFY off, so the map pins the buffer.")
-    return ("The GPU driver exports a dma-buf fd; the NIC attaches as a dynamic importer and maps it under the "
-            f"reservation lock; {tail}")
+    return (f"{exports}; the NIC attaches as a dynamic importer and maps it under the reservation lock; {tail}")
 
 
 def _allocation_failed(event: TraceEvent, bed: Testbed) -> str:
@@ -79,6 +84,11 @@ def _fences(event: TraceEvent, bed: Testbed) -> str:
     return f"the pages were usable only after the exporter's copy signalled its fence, {waited} later"
 
 
+def _pinned_importer(dev: str, bed: Testbed) -> bool:
+    """Whether NIC ``dev`` imports dma-bufs pinned (it has no page faults)."""
+    return any(node.nic.name == dev and node.nic.params.dmabuf == "pinned" for node in bed.nodes.values())
+
+
 WHY: dict[str, Callable[[TraceEvent, Testbed], str]] = {
     "MkeyCreated": lambda e, bed: (f"the NIC can translate all {e.args['mtt_entries']} pages now: no access will "
                                    "fault" if e.args["mtt_entries"] else
@@ -92,8 +102,11 @@ WHY: dict[str, Callable[[TraceEvent, Testbed], str]] = {
     "AllocationFailed": _allocation_failed,
     "MemoryAllocated": lambda e, bed: f"the allocation fit: {format_size(e.args['free'])} still free",
     "BufferEvicted": lambda e, bed: f"the exporter evicts '{e.args['tag']}' to make room; its importers must let go",
-    "MappingInvalidated": lambda e, bed: (f"move_notify: {e.args['dev']} zaps its translation (mlx5: a UMR with the "
-                                          "ZAP flag); its next access faults"),
+    "MappingInvalidated": lambda e, bed: (
+        f"{e.args['callback']}: {e.args['dev']}, a pinned importer, takes it as a permanent revocation: its revoke "
+        "callback runs, then it unmaps and unpins" if _pinned_importer(e.args["dev"], bed) else
+        f"{e.args['callback']}: {e.args['dev']} zaps its translation (mlx5: a UMR with the ZAP flag); its next access "
+        "faults"),
     "BufferMoved": lambda e, bed: (f"the copy {e.args['src']} -> {e.args['dst']} ends at "
                                    f"{us(e.args['copy_done_ps'])}; the new pages are usable when its fence signals"),
     "PageFaulted": lambda e, bed: ("the NIC found its translation zapped: the driver re-maps the whole MR under "
@@ -107,6 +120,13 @@ WHY: dict[str, Callable[[TraceEvent, Testbed], str]] = {
     "PeerMemoryReclaimed": lambda e, bed: ("the GPU driver freed the memory: its free callback invalidated the MR, "
                                            "later accesses complete in error (no re-fault)"),
     "KernelWarned": lambda e, bed: "the kernel WARNed and let the call continue",
+    "KeyInvalidated": lambda e, bed: ("the driver's revoke callback invalidated the MR's key in hardware (irdma: "
+                                      "irdma_hwdereg_mr); the key stays allocated until ibv_dereg_mr and every "
+                                      "later access completes in error"),
+    "BufferRevoked": lambda e, bed: (f"the exporter returned without waiting (before 7.1): {e.args['left_mapped']} "
+                                     "importer(s) still mapped the buffer" if e.args.get("left_mapped") else
+                                     "every importer has unmapped and the fences have signalled: no device reaches "
+                                     "the memory any more; later maps fail with ENODEV"),
     "BufferReleased": lambda e, bed: "the last reference was dropped: the exporter's release frees the buffer",
     "FaultBatchServiced": lambda e, bed: (f"the unified-memory driver serviced {e.args['faults']} of the job's GPU "
                                           f"page faults, migrating {e.args['pages_migrated']} pages to the GPU"),

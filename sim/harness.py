@@ -143,6 +143,8 @@ def protocol_counters(bed: Testbed) -> dict[str, int]:
         "rnr_naks": sum(qp.rnr_naks for qp in bed.qps),
         "evictions": sum(g.evictions for g in bed.gpus.values()),
         "failed_allocations": sum(g.failed_allocations for g in bed.gpus.values()),
-        "invariant_violations": sum(len(getattr(b, "violations", ())) for b in backings),
+        "invariant_violations": sum(len(getattr(b, "violations", ())) for b in backings)
+        + sum(len(getattr(r.allocation.exporter, "violations", ())) for r in bed.registrations.values()
+              if r.allocation is not None),
         "kernel_warnings": sum(len(n.kernel.warnings) for n in bed.nodes.values()),
     }

@@ -15,7 +15,8 @@ from sim.core.trace import TraceEvent
 LOCK_EVENTS = ("LockAcquired", "LockReleased")
 DATA_PATH = ("busy", "RDMA_WRITE", "RDMA_READ")
 """Per-resource and per-work-request slices: in the trace file, not in the protocol timeline."""
-DISRUPTIONS = ("gpu_memory_pressure", "managed_memory_pressure", "PeerMemoryReclaimed")
+DISRUPTIONS = ("gpu_memory_pressure", "managed_memory_pressure", "PeerMemoryReclaimed", "vfio_pci_dma_buf_move",
+               "FaultInjector.invalidate_and_hold")
 ACCESS_WAITS = {"AccessStalled": "until_ps", "RnrNakSent": "retry_at_ps"}
 """NIC accesses that found no valid translation, and the argument saying until when they wait."""
 WINDOW_PS = 5_000_000_000

@@ -3,7 +3,9 @@ the reservation lock and its fences, with the kernel's argument checks, errnos a
 
 Modules: :mod:`~models.dmabuf.resv` (lock and fences), :mod:`~models.dmabuf.core` (config, costs, objects,
 ``check_dma``), :mod:`~models.dmabuf.ops` (the kernel calls), :mod:`~models.dmabuf.fd` (fd tables),
-:mod:`~models.dmabuf.exporters` (reference exporters).
+:mod:`~models.dmabuf.exporters` (reference exporters), :mod:`~models.dmabuf.revoke` (the revocation contract and the
+revocable exporters: VFIO, NIC device memory), :mod:`~models.dmabuf.faults` (a fault-injecting exporter),
+:mod:`~models.dmabuf.gpu_import` (a GPU as importer).
 
 Examples
 --------

@@ -162,7 +162,8 @@ class DmaBufOps:
     """``struct dma_buf_ops``: exporter callbacks; ``None`` is an absent op.
 
     ``attach(dmabuf, attach)`` and ``pin(attach)`` refuse by raising :class:`~sim.core.VerbsError`;
-    ``map_dma_buf(attach, direction) -> Segments | None`` returns ``None`` when it cannot map;
+    ``map_dma_buf(attach, direction) -> Segments | None`` returns ``None`` when it cannot map, or raises
+    :class:`~sim.core.VerbsError` with its errno (an ``ERR_PTR``);
     ``detach(dmabuf, attach)``, ``unpin(attach)``, ``unmap_dma_buf(attach, sgt, direction)`` and
     ``release(dmabuf)`` cannot fail. ``pin``/``unpin``/``map``/``unmap`` run with the lock held and must not
     take it; ``attach``/``detach``/``release`` run unlocked.
@@ -208,6 +209,8 @@ class DmaBuf:
     """Where the storage lives now (set by the exporter)."""
     generation: int = 0
     """Bumped by the exporter on every move; mappings remember the generation they were made for."""
+    invalidations: int = 0
+    """``dma_buf_move_notify`` / ``dma_buf_invalidate_mappings`` calls so far (moves, revocations, injected ones)."""
 
     @property
     def name(self) -> str:

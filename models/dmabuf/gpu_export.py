@@ -3,6 +3,8 @@
 * ``nvidia``: a static exporter (``nv_dma_buf``): never moves memory; export rules measured on an H200
   (models/data/h200_dmabuf_export.json): start and size 4 KiB-aligned, nonzero, inside one allocation, device
   memory only, flags 0, about 18 us per export. Memory pressure cannot evict anything: the allocation fails.
+* ``vfio``: the GPU bound to vfio-pci, a range of its BAR exported with ``VFIO_DEVICE_FEATURE_DMA_BUF``
+  (:class:`~models.dmabuf.revoke.VfioExporter`): never moves, revocable (:meth:`Gpu.revoke`).
 * ``amd``: a dynamic exporter (amdgpu/TTM-like): under memory pressure it evicts unpinned buffers from VRAM
   to system memory, least recently used first: lock, ``move_notify`` to every dynamic attachment, copy at
   the calibrated bandwidth, publish a fence. Pinned buffers cannot move: the allocation that needed the room
@@ -26,6 +28,7 @@ from sim.core import SimError, VerbsError
 from models.dmabuf import (CopyParams, DmaBuf, DmaBufAttachment, DmaBufCore, DmaDataDirection, MovableExporter,
                            Placement, StaticExporter, dma_buf_fd, get_dma_buf)
 from models.dmabuf.core import Segments
+from models.dmabuf.revoke import VfioExporter
 from models.gpu import COPY_PRESETS, Allocation, CopyEngines, DeviceMemory, GpuOutOfMemory, GpuParams
 from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts
 from models.gpu.managed import ManagedMemory
@@ -35,7 +38,8 @@ EXPORT_PS = 15_400_000
 """The driver's part of an export; with the dma-buf core's export (2 us) and fd install (0.2 us) the call takes
 17.6 us, regardless of size: cuMemGetHandleForAddressRange(DMA_BUF_FD) measured 17-20 us
 (h200_dmabuf_export.json)."""
-EXPORT_CALL = {"nvidia": "cuMemGetHandleForAddressRange", "amd": "hipMemGetHandleForAddressRange"}
+EXPORT_CALL = {"nvidia": "cuMemGetHandleForAddressRange", "amd": "hipMemGetHandleForAddressRange",
+               "vfio": "VFIO_DEVICE_FEATURE_DMA_BUF"}
 """The user-space call that exports device memory as a dma-buf fd, per vendor."""
 ALLOC_CALLS = {"nvidia": ("cudaMalloc", "cudaFree"), "amd": ("hipMalloc", "hipFree")}
 """The user-space calls that allocate and free device memory, per vendor (their cost: ``Gpu.alloc_costs``)."""
@@ -62,7 +66,7 @@ class GpuAllocation:
     size: int
     vram: Allocation
     memory: DeviceMemory
-    exporter: MovableExporter | StaticExporter | None = None
+    exporter: MovableExporter | StaticExporter | VfioExporter | None = None
     """The latest export. amdgpu exports a buffer object once (later exports share its dma-buf); NVIDIA
     makes a new static dma-buf per export, which never moves."""
     pinned_by: set[str] = field(default_factory=set)
@@ -219,6 +223,8 @@ class Gpu:
         """The competing job's allocations, oldest first."""
         self.evictions = self.failed_allocations = 0
         self._next_addr = 0x7000_0000_0000
+        self.invariants = "raise"
+        """What a VFIO export does when an importer breaks the revocation contract: ``raise`` or ``record``."""
         self.peer_distance: Callable[[str], int] = lambda dev: 0
         """``pci_p2pdma_distance`` from this GPU to a device (by name): the node's topology sets it; 0 (a common
         switch) until then."""
@@ -264,6 +270,8 @@ class Gpu:
             if self.vendor == "nvidia":
                 alloc.exporter = StaticExporter(self.core, size, name=self.name, placement=Placement.VRAM,
                                                 driver=self.driver)
+            elif self.vendor == "vfio":
+                alloc.exporter = VfioExporter(self.core, size, name=self.name, invariants=self.invariants)
             else:
                 alloc.exporter = AmdgpuExporter(self.core, alloc, size, name=self.name, placement=Placement.VRAM,
                                                 copy=self.copy, peer_distance=self.peer_distance)

@@ -32,16 +32,17 @@ CALLER_MUST_NOT_HOLD = ("dma-buf locking convention: attach, detach and the *_un
 
 
 def _assert_not_held(resv: DmaResv, ctx: str, call: str) -> None:
-    if resv.holder == ctx:
+    if resv.holder == ctx and resv.sleep_until_ps is None:
         raise DeadlockError(f"{call}: self-deadlock: {ctx} holds {resv.name}; rule: {CALLER_MUST_NOT_HOLD}")
 
 
 def _lock(resv: DmaResv, ctx: str, call: str) -> None:
     """Check, then take the lock the way the call itself would (no side effects when it cannot)."""
     _assert_not_held(resv, ctx, call)
-    if resv.holder is not None:
-        raise DeadlockError(f"{call}: {ctx} would wait forever for {resv.name}, held by {resv.holder}; "
-                            "synchronous calls cannot block")
+    if resv.blocks_forever:
+        why = (f", which {resv.sleep_reason} and never wakes" if resv.sleep_reason
+               else "; synchronous calls cannot block")
+        raise DeadlockError(f"{call}: {ctx} would wait forever for {resv.name}, held by {resv.holder}{why}")
 
 
 def _check_alive(dmabuf: DmaBuf, call: str) -> None:
@@ -290,7 +291,13 @@ def _map_dma_buf(attach: DmaBufAttachment, direction: DmaDataDirection, ctx: str
                           "inaccessible (pin -EBUSY) while an attachment needs it")
             raise
         core.instant(ctx, "BufferPinned", dmabuf=dmabuf.name, on="map")
-    segments = dmabuf.ops.map_dma_buf(attach, direction)
+    try:
+        segments = dmabuf.ops.map_dma_buf(attach, direction)
+    except VerbsError as err:  # an ERR_PTR: the exporter's errno
+        if pin:
+            dmabuf.ops.unpin(attach)
+        raise VerbsError(err.errno, f"exporter {dmabuf.exp_name} could not map {dmabuf.name}: {err.rule}",
+                         call=call) from err
     if segments is None:
         if pin:
             dmabuf.ops.unpin(attach)
@@ -393,6 +400,7 @@ def dma_buf_move_notify(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
     ctx = core.context(caller, dmabuf.exp_name)
     with core.call(ctx, call, dmabuf=dmabuf.name):
         dma_resv_assert_held(dmabuf.resv, ctx, call, EXPORTER_HOLDS)
+        dmabuf.invalidations += 1
         for attach in list(dmabuf.attachments):
             if attach.importer_ops is None or attach.importer_ops.move_notify is None:
                 continue

@@ -69,18 +69,26 @@ class DmaResv:
     earlier than the previous holder released it. Lock and unlock are traced on the holder's track."""
     free_at_ps: int = 0
     """When the last holder released the lock (ps)."""
+    sleep_until_ps: int | None = None
+    """The holder sleeps with the lock held until then (:meth:`sleep_holding`); None: it does not sleep."""
+    sleep_reason: str = ""
+    """Why the holder sleeps with the lock held (said in a deadlock's message); empty: it does not sleep."""
 
     def lock(self, holder: str) -> None:
-        """``dma_resv_lock``.
+        """``dma_resv_lock``. A holder sleeping until a known time releases the lock when it wakes: ``holder`` (the
+        sleeper too: it acts only once awake) waits until then and takes it.
 
         :raises DeadlockError: the lock is already held (by ``holder``: self-deadlock; by another context:
-            a synchronous caller would wait forever).
+            a synchronous caller would wait forever, as it would for a holder that sleeps and never wakes).
         """
+        if self.holder is not None and self.sleep_until_ps is not None:
+            self.wake(self.holder)
         if self.holder == holder:
             raise DeadlockError(f"{self.name}: {holder} locks it again while holding it (ww_mutex self-deadlock)")
         if self.holder is not None:
-            raise DeadlockError(f"{self.name}: {holder} would wait forever: held by {self.holder} and "
-                                "synchronous calls cannot block")
+            raise DeadlockError(f"{self.name}: {holder} would wait forever: held by {self.holder}"
+                                + (f", which {self.sleep_reason} and never wakes" if self.sleep_reason
+                                   else " and synchronous calls cannot block"))
         self.holder = holder
         if self.core is not None:
             self.core.wait_until(holder, self.free_at_ps)
@@ -94,10 +102,33 @@ class DmaResv:
         if self.holder != holder:
             raise ProtocolError(f"{self.name}: unlocked by {holder} but held by {self.holder or 'nobody'} "
                                 "(only the owner may release a ww_mutex)")
-        self.holder = None
+        self.holder, self.sleep_until_ps, self.sleep_reason = None, None, ""
         if self.core is not None:
             self.free_at_ps = self.core.now_ps(holder)
             self.core.instant(holder, "LockReleased", lock=self.name)
+
+    def sleep_holding(self, holder: str, until_ps: int | None, reason: str) -> None:
+        """``holder``, which holds the lock, sleeps with it until ``until_ps`` (None: forever); ``reason`` says why, in
+        the words of a deadlock's message ("sleeps holding it ...").
+
+        :raises ProtocolError: ``holder`` does not hold the lock.
+        """
+        dma_resv_assert_held(self, holder, "sleep_holding")
+        self.sleep_until_ps, self.sleep_reason = until_ps, reason
+
+    def wake(self, holder: str) -> None:
+        """``holder``'s sleep with the lock held ends (at its time): it unlocks. Nothing when it no longer sleeps
+        holding the lock (a waiter already took it), or sleeps forever."""
+        if self.holder != holder or self.sleep_until_ps is None:
+            return
+        if self.core is not None:
+            self.core.wait_until(holder, self.sleep_until_ps)
+        self.unlock(holder)
+
+    @property
+    def blocks_forever(self) -> bool:
+        """Someone holds the lock and a synchronous caller could only wait forever for it."""
+        return self.holder is not None and self.sleep_until_ps is None
 
     def is_held_by(self, holder: str) -> bool:
         """True when ``holder`` owns the lock (what lockdep's ``dma_resv_assert_held`` checks)."""

@@ -3,8 +3,10 @@
 * ``dynamic`` (mlx5): the whole MR is mapped at registration; ``move_notify`` zaps all of the MR's
   translations and unmaps before it returns; the next NIC access faults, and the handler re-maps the whole MR
   under the lock after the exporter's fence and rewrites the MTT with a UMR.
-* ``pinned`` (EFA, irdma, bnxt_re...): pinned and mapped at registration; ``move_notify`` only warns;
-  after a revoke every access completes in error.
+* ``pinned`` (EFA, irdma, bnxt_re...): pinned and mapped at registration; ``move_notify`` only warns (from 7.1
+  there is none); after a revoke every access completes in error. A driver that imports revocably (irdma from
+  7.1, ``NicParams.dmabuf_revocable``) installs a revoke callback that invalidates the key in hardware: the key
+  stays allocated until deregistration, and every later access completes in error.
 
 Every NIC access through a mapping is checked with :func:`~models.dmabuf.check_dma`: DMA through a mapping
 made before the buffer moved is an :class:`~sim.core.InvariantViolation`. ``ignore_move_notify`` builds the
@@ -21,7 +23,9 @@ from models.nic.translation import DMABUF_MODE, DmabufImporter, Fault, MrBacking
 from models.nic.wqe import WcStatus
 from models.versions import KernelBehaviour
 from models.ib.umem_dmabuf import (IbUmemDmabuf, ib_umem_dmabuf_get, ib_umem_dmabuf_get_pinned,
-                                   ib_umem_dmabuf_map_pages, ib_umem_dmabuf_release, ib_umem_dmabuf_unmap_pages)
+                                   ib_umem_dmabuf_get_pinned_revocable_and_lock, ib_umem_dmabuf_map_pages,
+                                   ib_umem_dmabuf_release, ib_umem_dmabuf_set_revoke_locked,
+                                   ib_umem_dmabuf_unmap_pages)
 
 
 class DmabufBacking(MrBacking):
@@ -43,6 +47,8 @@ class DmabufBacking(MrBacking):
         self.zapped_placement = None
         """Where the zapped translations pointed (the NIC reaches it until ``zapped_at_ps``)."""
         self.violations: list[str] = []
+        self.key_invalidated_at_ps: int | None = None
+        """When a revocation invalidated the key in hardware (the revocable pinned importer); None: it was not."""
         umem.private = self
 
     @property
@@ -73,6 +79,16 @@ class DmabufBacking(MrBacking):
         ib_umem_dmabuf_unmap_pages(umem)
         self.zapped_at_ps = umem.attach.dmabuf.core.now_ps(umem.attach.dmabuf.core.context(None, umem.dev))
         self.invalidations += 1
+
+    def revoke_key(self) -> None:
+        """irdma_umem_dmabuf_revoke: invalidate the key in hardware (``irdma_hwdereg_mr``) without freeing it, so no
+        new MR gets it before ``ibv_dereg_mr``; runs in the revoking task, with the lock held."""
+        core = self.umem.attach.dmabuf.core
+        ctx = core.context(None, self.umem.dev)
+        core.spend(ctx, self.umr.fixed_ps)
+        self.translation_valid = False
+        self.key_invalidated_at_ps = core.now_ps(ctx)
+        core.instant(ctx, "KeyInvalidated", dev=self.umem.dev, dmabuf=self.umem.attach.dmabuf.name)
 
     def epoch(self) -> tuple:
         umem = self.umem
@@ -173,7 +189,13 @@ def register_dmabuf(nic, mode: DmabufImporter, umr: UmrParams, fdtable: FdTable,
     Returns the backing and the driver's time in ps.
     """
     dev = nic.name
-    if mode == "pinned":
+    if mode == "pinned" and nic.params.dmabuf_revocable and kernel.has_pinned_revocable_umem:
+        umem = ib_umem_dmabuf_get_pinned_revocable_and_lock(dev, offset, length, fdtable, fd, writable, kernel)
+        core = umem.attach.dmabuf.core
+        backing = DmabufBacking(umem, umr, mode, invariants=invariants)
+        ib_umem_dmabuf_set_revoke_locked(umem, backing.revoke_key)
+        umem.resv.unlock(dev)
+    elif mode == "pinned":
         umem = ib_umem_dmabuf_get_pinned(dev, offset, length, fdtable, fd, writable, kernel)
         core = umem.attach.dmabuf.core
         backing = DmabufBacking(umem, umr, mode, invariants=invariants)

@@ -1,14 +1,18 @@
 """The RDMA core's dma-buf importer (drivers/infiniband/core/umem_dmabuf.c, mainline semantics).
 
 ``ib_umem_dmabuf_get`` attaches dynamically without mapping; ``ib_umem_dmabuf_get_pinned`` also pins and
-maps under the reservation lock; ``map_pages`` is idempotent and waits for the exporter's KERNEL fences with
-the lock held; ``revoke`` unmaps (and unpins) once; ``release`` revokes, detaches and drops the reference.
+maps under the reservation lock; ``ib_umem_dmabuf_get_pinned_revocable_and_lock`` (7.1) does so as an importer
+that accepts revocation and returns with the lock held, for the driver to install its revoke callback with
+``ib_umem_dmabuf_set_revoke_locked``; ``map_pages`` is idempotent and waits for the exporter's KERNEL fences with
+the lock held; ``revoke`` runs the driver's callback, unmaps (and unpins) once; ``release`` revokes, detaches and
+drops the reference.
 Calls run in the NIC driver's context (its device name), or in the task that invoked them when called from
 a callback (``move_notify`` runs in the exporter's task, which holds the lock).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +43,9 @@ class IbUmemDmabuf:
     revoked: bool = False
     private: Any = None
     """The driver's MR (mlx5 clears it at deregistration so a late move_notify is ignored)."""
+    pinned_revoke: Callable[[], None] | None = None
+    """The driver's revoke callback of a pinned revocable umem (irdma: invalidate the key in hardware); set under
+    the lock by :func:`ib_umem_dmabuf_set_revoke_locked`, called at most once, before the unmap."""
     stats: dict = field(default_factory=lambda: {"maps": 0, "unmaps": 0})
 
     @property
@@ -165,8 +172,50 @@ def ib_umem_dmabuf_get_pinned(dev: str, offset: int, size: int, fdtable: FdTable
 
     :raises VerbsError: as :func:`ib_umem_dmabuf_get`, or the exporter's pin/map errno.
     """
-    umem = ib_umem_dmabuf_get(dev, offset, size, fdtable, fd, access_writable,
-                              ib_umem_dmabuf_attach_pinned_ops(kernel), kernel)
+    umem = _get_pinned_and_lock(dev, offset, size, fdtable, fd, access_writable,
+                                ib_umem_dmabuf_attach_pinned_ops(kernel), kernel)
+    umem.resv.unlock(dev)
+    return umem
+
+
+def ib_umem_dmabuf_attach_pinned_revocable_ops() -> DmaBufAttachOps:
+    """``ib_umem_dmabuf_attach_pinned_revocable_ops``: peer-to-peer, and an invalidate op that revokes the umem, so
+    :func:`~models.dmabuf.revoke.dma_buf_attach_revocable` holds and revoking exporters (VFIO) admit it."""
+    return DmaBufAttachOps(move_notify=lambda attach: ib_umem_dmabuf_revoke_locked(attach.importer_priv),
+                           allow_peer2peer=True)
+
+
+def ib_umem_dmabuf_get_pinned_revocable_and_lock(dev: str, offset: int, size: int, fdtable: FdTable, fd: int,
+                                                 access_writable: bool, kernel: KernelBehaviour) -> IbUmemDmabuf:
+    """Attach, pin and map as a pinned importer that accepts revocation, and return with the reservation lock held
+    (Jacob Moroni's "RDMA/umem: Add pinned revocable dmabuf import interface", 7.1): the driver then installs its
+    revoke callback with :func:`ib_umem_dmabuf_set_revoke_locked` and unlocks, so a concurrent revocation cannot
+    find the callback half set. Failures are those of :func:`ib_umem_dmabuf_get_pinned`, with the lock dropped.
+
+    :raises ProtocolError: the kernel predates 7.1.
+    :raises VerbsError: as :func:`ib_umem_dmabuf_get_pinned`.
+    """
+    if not kernel.has_pinned_revocable_umem:
+        raise ProtocolError(f"ib_umem_dmabuf_get_pinned_revocable_and_lock does not exist in kernel {kernel.version} "
+                            "(added in 7.1)")
+    return _get_pinned_and_lock(dev, offset, size, fdtable, fd, access_writable,
+                                ib_umem_dmabuf_attach_pinned_revocable_ops(), kernel)
+
+
+def ib_umem_dmabuf_set_revoke_locked(umem: IbUmemDmabuf, revoke: Callable[[], None]) -> None:
+    """Install the driver's revoke callback (``ib_umem_dmabuf_set_revoke_locked``): it must stop the hardware's
+    access before it returns; called at most once, on revocation or at release.
+
+    :raises ProtocolError: the running task does not hold the reservation lock.
+    """
+    _held_task(umem, "ib_umem_dmabuf_set_revoke_locked")
+    umem.pinned_revoke = revoke
+
+
+def _get_pinned_and_lock(dev: str, offset: int, size: int, fdtable: FdTable, fd: int, access_writable: bool,
+                         ops: DmaBufAttachOps, kernel: KernelBehaviour) -> IbUmemDmabuf:
+    """``ib_umem_dmabuf_get_pinned_and_lock``: attach with ``ops``, lock, pin and map; return with the lock held."""
+    umem = ib_umem_dmabuf_get(dev, offset, size, fdtable, fd, access_writable, ops, kernel)
     umem.resv.lock(dev)
     try:
         dma_buf_pin(umem.attach, caller=dev)
@@ -183,12 +232,30 @@ def ib_umem_dmabuf_get_pinned(dev: str, offset: int, size: int, fdtable: FdTable
         umem.resv.unlock(dev)
         ib_umem_dmabuf_release(umem)
         raise
-    umem.resv.unlock(dev)
     return umem
 
 
+def ib_umem_dmabuf_revoke_locked(umem: IbUmemDmabuf) -> None:
+    """Revoke with the lock held by the running task (the helper of "RDMA/umem: Move umem dmabuf revoke logic into
+    helper function", and the revocable importers' invalidate op): once, run the driver's revoke callback, unmap,
+    unpin, and refuse further maps.
+
+    :raises ProtocolError: the running task does not hold the lock.
+    """
+    ctx = _held_task(umem, "ib_umem_dmabuf_revoke_locked")
+    if umem.revoked:
+        return
+    if umem.pinned_revoke is not None:
+        umem.pinned_revoke()
+    ib_umem_dmabuf_unmap_pages(umem)
+    if umem.pinned:
+        dma_buf_unpin(umem.attach, caller=ctx)
+        umem.pinned = False
+    umem.revoked = True
+
+
 def ib_umem_dmabuf_revoke(umem: IbUmemDmabuf) -> None:
-    """Unmap and unpin once, then refuse further maps (takes the lock).
+    """:func:`ib_umem_dmabuf_revoke_locked` with the lock taken and dropped around it.
 
     :raises ProtocolError: the kernel predates 6.12 (no revoke).
     """
@@ -197,13 +264,7 @@ def ib_umem_dmabuf_revoke(umem: IbUmemDmabuf) -> None:
                             f"{umem.attach.dmabuf.core.config.version} (added in 6.12)")
     umem.resv.lock(umem.dev)
     try:
-        if umem.revoked:
-            return
-        ib_umem_dmabuf_unmap_pages(umem)
-        if umem.pinned:
-            dma_buf_unpin(umem.attach, caller=umem.dev)
-            umem.pinned = False
-        umem.revoked = True
+        ib_umem_dmabuf_revoke_locked(umem)
     finally:
         umem.resv.unlock(umem.dev)
 

@@ -114,6 +114,12 @@ class NicParams:
     ignore_move_notify: bool = False
     """Deliberately broken dma-buf importer that keeps its translations after move_notify (teaching only:
     the invariant checker catches its DMA through stale mappings)."""
+    max_dm_size: int = 128 * 1024
+    """Device memory (``ibv_alloc_dm``, mlx5's MEMIC) the device offers, bytes (``max_dm_size`` of
+    ``ibv_query_device_ex``); 0: none (EFA). The 128 KiB is an assumption: no public device dump was read."""
+    dmabuf_revocable: bool = False
+    """A ``pinned`` importer imports dma-bufs revocably from 7.1, as irdma does
+    (``ib_umem_dmabuf_get_pinned_revocable_and_lock``): a revocation invalidates the key in hardware."""
 
 
 class Nic:
@@ -130,6 +136,8 @@ class Nic:
         """Serves incoming atomics one at a time (so they are atomic across QPs), ``params.atomic_ps`` each."""
         self.mrs: dict[int, Any] = {}
         """The registered MRs (:class:`~models.verbs.verbs.MemoryRegion`) by key."""
+        self.device_memory: list[Any] = []
+        """Allocated device memory (:class:`~models.verbs.dm.DeviceMemoryAllocation`), oldest first."""
         self.mtt: MttCache | None = None
         """The MPT/MTT translation caches when modelled (off by default: every translation hits)."""
         self._next_key = 0x100

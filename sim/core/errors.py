@@ -81,3 +81,8 @@ class InvariantViolation(SimError):
 
 class DeadlockError(SimError):
     """A call would self-deadlock (taking a lock already held) or the simulation stopped with waiters left."""
+
+
+class UnboundedWait(SimError):
+    """A task would wait without bound: a callback or a wait that never returns (a blocked exporter op, an importer
+    that never unmaps after promising revocation); the message names who waits, for whom and since when."""

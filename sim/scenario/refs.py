@@ -76,6 +76,10 @@ def check_references(scenario: Scenario) -> list[Problem]:
             problems.append((("events", i, "buffer"), f"'{event.buffer}' is not registered with peermem"))
         elif event.kind == "host-page-migration" and not buffers[event.buffer].on.endswith(".host"):
             problems.append((("events", i, "buffer"), f"'{event.buffer}' is not in host memory"))
+        elif event.kind in ("dmabuf-revoke", "exporter-fault") and not buffers[event.buffer].registration.startswith(
+                "dmabuf"):
+            problems.append((("events", i, "buffer"), f"'{event.buffer}' is not registered from a dma-buf "
+                             "(register: dmabuf or dmabuf-pinned)"))
     for i, work in enumerate(scenario.workload):
         ends = []
         for key, name in (("from", work.from_), ("to", work.to)):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
-                      WithJsonSchema, field_validator)
+                      WithJsonSchema, field_validator, model_validator)
 
 from models.nic.translation import RegMode
 from models.nic.wqe import ATOMIC_BYTES
@@ -155,6 +155,10 @@ class NicSpec(Strict):
     ignore_move_notify: bool = False
     """Teaching only: a deliberately broken dma-buf importer that keeps its translations after move_notify.
     Combine with 'invariants: record' and 'data: true' to see the stale bytes it delivers."""
+    dmabuf_revocable: bool = False
+    """A pinned dma-buf importer (preset efa) that accepts revocation, as irdma does from kernel 7.1
+    (ib_umem_dmabuf_get_pinned_revocable_and_lock): revoking exporters (VFIO) admit it, and a revocation
+    invalidates its key in hardware (later accesses complete in error)."""
 
 
 class GpuSpec(Strict):
@@ -164,9 +168,10 @@ class GpuSpec(Strict):
     """GPU name in references such as 'a.gpu0' (default gpu<index>)."""
     preset: Literal["h200", "h100", "mi300x"] = "h200"
     """GPU model (memory capacity, copy bandwidth)."""
-    exporter: Literal["nvidia", "amd"] | None = None
-    """dma-buf exporter behaviour: 'nvidia' (static, never moves memory) or 'amd' (dynamic, evicts unpinned
-    buffers to system memory under pressure); default by preset vendor."""
+    exporter: Literal["nvidia", "amd", "vfio"] | None = None
+    """dma-buf exporter behaviour: 'nvidia' (static, never moves memory), 'amd' (dynamic, evicts unpinned
+    buffers to system memory under pressure) or 'vfio' (the GPU bound to vfio-pci exports its BAR: never moves,
+    revocable with a 'dmabuf-revoke' event); default by preset vendor."""
     memory: PositiveSize | None = None
     """Usable device memory (default: the preset's)."""
     driver: VersionText = "580"
@@ -472,9 +477,61 @@ class LinkFlapEvent(EventBase):
         return self.at + self.duration
 
 
+class DmaBufRevokeEvent(EventBase):
+    """The exporter revokes a GPU buffer's dma-buf, as VFIO does on a device reset ('exporter: vfio'): it
+    invalidates every importer's mappings, waits for the fences and the unmaps, and refuses later maps (ENODEV);
+    the MR keeps its key and its accesses complete in error."""
+
+    kind: Literal["dmabuf-revoke"]
+    buffer: Name
+    """The registered GPU buffer whose dma-buf is revoked."""
+    bound: Duration = Field("1s", validate_default=True)
+    """How long the exporter waits for the importers' unmaps before it WARNs that one is broken (VFIO: 1s)."""
+
+    def last_ps(self) -> int:  # noqa: D102 - see EventBase
+        return self.at + self.bound
+
+
+ExporterFault = Literal["delay-map", "block-map", "fail-map-after-invalidate", "invalidate-and-hold", "hold-lock",
+                        "move"]
+
+
+class ExporterFaultEvent(EventBase):
+    """A fault injected into a GPU buffer's dma-buf exporter, to test how the importer copes: 'delay-map' (the next
+    'count' maps take 'delay' longer), 'block-map' (the next map never returns), 'fail-map-after-invalidate' (after
+    the next invalidation, 'count' maps fail with 'errno'), 'invalidate-and-hold' (invalidate, then hold the
+    reservation lock for 'hold'; no 'hold': forever), 'hold-lock' (the same without invalidating), 'move' (move the
+    buffer 'to' vram or system at this instant; movable exporters only)."""
+
+    kind: Literal["exporter-fault"]
+    buffer: Name
+    """The registered GPU buffer whose exporter misbehaves."""
+    fault: ExporterFault
+    delay: Duration | None = None
+    """delay-map: the extra time of each delayed map."""
+    hold: Duration | None = None
+    """invalidate-and-hold, hold-lock: how long the lock stays held (default: forever)."""
+    errno: Literal["ENOMEM", "EIO", "ENODEV", "EBUSY", "EINVAL"] = "ENOMEM"
+    """fail-map-after-invalidate: the errno the failing maps return."""
+    count: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    """delay-map, block-map, fail-map-after-invalidate: how many maps it affects."""
+    to: Literal["vram", "system"] | None = None
+    """move: where the buffer goes."""
+
+    @model_validator(mode="after")
+    def _needs(self):
+        needed = {"delay-map": "delay", "move": "to"}.get(self.fault)
+        if needed and getattr(self, needed) is None:
+            raise ValueError(f"fault '{self.fault}' needs '{needed}'")
+        return self
+
+    def last_ps(self) -> int:  # noqa: D102 - see EventBase
+        return self.at + (self.hold or 0)
+
+
 Event = Annotated[GpuPressureEvent | GpuJobGrowthEvent | ManagedJobEvent | HostPageMigrationEvent | PeerMemReclaimEvent
-                  | QpErrorEvent | NicResetEvent | ProcessExitEvent | EvictionStormEvent | LinkFlapEvent,
-                  Field(discriminator="kind")]
+                  | QpErrorEvent | NicResetEvent | ProcessExitEvent | EvictionStormEvent | LinkFlapEvent
+                  | DmaBufRevokeEvent | ExporterFaultEvent, Field(discriminator="kind")]
 
 
 class Variant(Strict):

@@ -1,15 +1,16 @@
 """Random legal and illegal dma-buf call sequences checked against a small reference model.
 
-Every example starts from the scenario the project is about (a movable VRAM buffer with an fd and a
-dynamically attached, mapped importer), on kernel 6.14 (maps at attach), 6.18 or 7.1 (optional
-invalidate_mappings, CONFIG_DMABUF_MOVE_NOTIFY always built), with the option on or off where it is one, then
-makes random calls with and without the reservation lock held. Each call must succeed exactly when the reference
-model says so, or raise the typed error (and errno) the model predicts; a detach that leaks mappings or pins
-completes and then raises InvariantViolation. After every step: refcounts and release counts, lock holders,
-attachment and mapping lists, the fd table, exporter pin counts (TTM's: an unpin of an unpinned buffer WARNs and
-does nothing) and the WARN log match the model; a buffer the exporter counts pinned never moved; a live mapping
-to a stale placement exists only for a notified dynamic importer, an importer without the callback, a mapping
-leaked by detach, or after an unpin too many let the buffer move, and ``check_dma`` flags exactly those.
+Every example starts from the scenario the project is about (a movable VRAM buffer with an fd and a dynamically
+attached, mapped importer; in a quarter of them a VFIO-exported BAR instead), on kernel 6.14 (maps at attach), 6.18
+or 7.1 (optional invalidate_mappings, CONFIG_DMABUF_MOVE_NOTIFY always built), with the option on or off where it is
+one, then makes random calls with and without the reservation lock held (``dma_buf_attach_revocable`` among them, a
+call that exists from 7.1, and VFIO exports that refuse importers and are revoked). Each call must succeed exactly
+when the reference model says so, or raise the typed error (and errno) the model predicts; a detach that leaks
+mappings or pins completes and then raises InvariantViolation. After every step: refcounts and release counts, lock
+holders, attachment and mapping lists, the fd table, exporter pin counts (TTM's: an unpin of an unpinned buffer
+WARNs and does nothing) and the WARN log match the model; a buffer the exporter counts pinned never moved; a live
+mapping to a stale placement exists only for a notified dynamic importer, an importer without the callback, a
+mapping leaked by detach, or after an unpin too many let the buffer move, and ``check_dma`` flags exactly those.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from models.dmabuf import (DmaBufAttachOps, DmaBufCore, DmaBufOps, FdTable, Kern
                            dma_buf_map_attachment, dma_buf_map_attachment_unlocked, dma_buf_move_notify,
                            dma_buf_pin, dma_buf_put, dma_buf_unmap_attachment, dma_buf_unmap_attachment_unlocked,
                            dma_buf_unpin)
+from models.dmabuf.revoke import VfioExporter, dma_buf_attach_revocable
 from sim.core import DeadlockError, Environment, InvariantViolation, ProtocolError, SimError, VerbsError
 
 DEVS = ("nic0", "nic1")
@@ -90,8 +92,12 @@ class RefAttach:
 
 @dataclass(eq=False)
 class RefBuf:
-    exporter: MovableExporter | StaticExporter
+    exporter: MovableExporter | StaticExporter | VfioExporter
     movable: bool
+    pin_op: bool
+    """The exporter has a pin op (the core then treats it as dynamic)."""
+    vfio: bool = False
+    revoked: bool = False
     refcount: int = 1
     released: bool = False
     holder: str | None = None
@@ -116,8 +122,9 @@ class RefBuf:
 
 class DmaBufMachine(RuleBasedStateMachine):
     @initialize(move_notify=st.booleans(), kind=st.sampled_from(["dynamic", "dynamic-no-p2p", "static"]),
-                unmap_on_notify=RARELY, version=st.sampled_from(["6.14", "6.18", "7.1"]))
-    def setup(self, move_notify, kind, unmap_on_notify, version):
+                unmap_on_notify=RARELY, version=st.sampled_from(["6.14", "6.18", "7.1"]),
+                first=st.sampled_from(["movable", "movable", "movable", "vfio"]))
+    def setup(self, move_notify, kind, unmap_on_notify, version, first):
         self.config = KernelConfig(move_notify_enabled=move_notify or version == "7.1", version=version)
         self.behaviour = self.config.behaviour
         self.core = DmaBufCore(Environment(), self.config)
@@ -127,7 +134,7 @@ class DmaBufMachine(RuleBasedStateMachine):
         self.atts: list[RefAttach] = []
         self.warns = 0
         self.pinned_gen: dict[int, int] = {}
-        self.export("movable", Placement.VRAM, "", with_fd=True, hold=False)
+        self.export(first, Placement.VRAM, "", with_fd=True, hold=False)
         self.attach(0, DEVS[0], kind, unmap_on_notify, hold=False, map_now=True)
 
     # ---------------------------------------------------------------------------------------- helpers
@@ -198,7 +205,7 @@ class DmaBufMachine(RuleBasedStateMachine):
                         self._unpin(buf)
 
     # ---------------------------------------------------------------------------------------- buffers / fds
-    @rule(kind=st.sampled_from(["movable", "static", "invalid"]), placement=st.sampled_from(Placement),
+    @rule(kind=st.sampled_from(["movable", "static", "vfio", "invalid"]), placement=st.sampled_from(Placement),
           missing=st.sampled_from(["map_dma_buf", "unmap_dma_buf", "release", "pin", "unpin", "priv"]),
           with_fd=st.booleans(), hold=RARELY)
     def export(self, kind, placement, missing, with_fd, hold):
@@ -214,8 +221,14 @@ class DmaBufMachine(RuleBasedStateMachine):
                                                              exp_name="bad"))
             self.warns += 1
             return
-        cls = MovableExporter if kind == "movable" else StaticExporter
-        buf = RefBuf(cls(self.core, 1 << 20, name=f"gpu{len(self.bufs)}", placement=placement), kind == "movable")
+        name = f"gpu{len(self.bufs)}"
+        if kind == "vfio":
+            buf = RefBuf(VfioExporter(self.core, 1 << 20, name=name), False,
+                         pin_op=not self.behaviour.has_attach_revocable, vfio=True)
+        else:
+            cls = MovableExporter if kind == "movable" else StaticExporter
+            buf = RefBuf(cls(self.core, 1 << 20, name=name, placement=placement), kind == "movable",
+                         pin_op=kind == "movable")
         self.bufs.append(buf)
         if not with_fd:
             return
@@ -287,9 +300,11 @@ class DmaBufMachine(RuleBasedStateMachine):
                DmaBufAttachOps(None if kind == "no-move-notify" else att.move_notify, kind == "dynamic"))
         bad_ops = kind == "no-move-notify" and not self.behaviour.invalidate_optional
         with self.holding(buf, dev, hold):
-            refused = not buf.movable and buf.real.placement is Placement.VRAM and kind in ("dynamic-no-p2p",
-                                                                                             "no-move-notify")
-            expected = (errno("EINVAL") if bad_ops else PROTO if buf.released else errno("ENOTSUPP") if refused
+            refused = (not buf.movable and not buf.vfio and buf.real.placement is Placement.VRAM
+                       and kind in ("dynamic-no-p2p", "no-move-notify"))
+            vfio = ("EOPNOTSUPP" if kind != "dynamic" else "ENODEV" if buf.revoked else None) if buf.vfio else None
+            expected = (errno("EINVAL") if bad_ops else PROTO if buf.released else errno(vfio) if vfio
+                        else errno("ENOTSUPP") if refused
                         else DEADLOCK if buf.holder is not None else None)  # the exporter's op runs unlocked
             call = (lambda: dma_buf_attach(buf.real, dev)) if ops is None else (
                 lambda: dma_buf_dynamic_attach(buf.real, dev, ops))
@@ -300,7 +315,7 @@ class DmaBufMachine(RuleBasedStateMachine):
         assert att.real.peer2peer is (kind == "dynamic")
         buf.atts.append(att)
         self.atts.append(att)
-        if self.behaviour.maps_at_attach and att.dynamic != buf.movable:
+        if self.behaviour.maps_at_attach and att.dynamic != buf.pin_op:
             buf.exp_pins += buf.movable
             att.maps.append(RefMap(att.real.sgt, buf.gen, buf.movable, att.notified, cached=True))
         if map_now:
@@ -317,6 +332,8 @@ class DmaBufMachine(RuleBasedStateMachine):
             else:
                 self.warns += not att.dynamic
                 expected = None if buf.holder == att.dev else PROTO
+                if expected is None and buf.vfio and buf.pin_op and not unpin:
+                    expected = errno("EOPNOTSUPP")              # VFIO's pin op before 7.1
             call = dma_buf_unpin if unpin else dma_buf_pin
             ok, _ = self.run(expected, lambda: call(att.real))
         if not ok:
@@ -337,6 +354,9 @@ class DmaBufMachine(RuleBasedStateMachine):
             expected = (PROTO if not self._attached(att)
                         else (DEADLOCK if buf.holder is not None else None) if unlocked
                         else None if buf.holder == att.dev else PROTO)
+            if expected is None and buf.vfio:              # pin on map reaches VFIO's pin op; a revoked BAR
+                pins = buf.pin_op and (not att.dynamic or not self.config.move_notify_enabled)
+                expected = errno("EOPNOTSUPP") if pins else errno("ENODEV") if buf.revoked else None
             call = dma_buf_map_attachment_unlocked if unlocked else dma_buf_map_attachment
             ok, sgt = self.run(expected, lambda: call(att.real))
         if not ok:
@@ -386,7 +406,33 @@ class DmaBufMachine(RuleBasedStateMachine):
                 if cached.pinned_on_map:
                     self._unpin(buf)
 
+    @precondition(lambda self: self.atts)
+    @rule(i=PICK, hold=RARELY)
+    def revocable(self, i, hold):
+        """``dma_buf_attach_revocable`` (7.1): true exactly for importers with the callback; a call the kernels
+        before 7.1 do not have; the lock plays no part."""
+        att = self.atts[i % len(self.atts)]
+        with self.holding(att.buf, att.dev, hold):
+            expected = None if self.behaviour.has_attach_revocable else PROTO
+            ok, revocable = self.run(expected, lambda: dma_buf_attach_revocable(att.real))
+        if ok:
+            assert revocable is (att.dynamic and att.has_op)
+
     # ---------------------------------------------------------------------------------------- exporter
+    @precondition(lambda self: any(b.vfio for b in self.bufs))
+    @rule(i=PICK, hold=RARELY)
+    def revoke(self, i, hold):
+        """VFIO revokes a BAR (the locked part: invalidate, fences): once, and never while the lock is held."""
+        buf = [b for b in self.bufs if b.vfio][i % sum(b.vfio for b in self.bufs)]
+        with self.holding(buf, buf.exporter.name, hold):
+            expected = PROTO if buf.revoked or buf.released else DEADLOCK if buf.holder is not None else None
+            ok, revocation = self.run(expected, buf.exporter.start_revocation)
+        if ok:
+            buf.revoked = True
+            self._notify_all(buf)
+            assert revocation.left_mapped or revocation.waited_for == sorted(
+                {a.dev for a in buf.live_atts() if a.live_maps()})
+
     @rule(i=PICK, dst=st.sampled_from(Placement), notify_only=RARELY, hold=RARELY)
     def move(self, i, dst, notify_only, hold):
         """``MovableExporter.move`` (which locks itself), or a bare ``dma_buf_move_notify`` under the lock."""
