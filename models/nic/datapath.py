@@ -32,14 +32,16 @@ from typing import NamedTuple
 
 from models.fabric import AETH, RETH, Fabric
 from models.nic.nic import Nic
-from models.nic.translation import Fault, mr_bytes
-from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WcStatus, WorkCompletion
+from models.nic.receive import (RECEIVING, complete_receive, landing_buffer, receive_mr, receive_problem,
+                                scatter)
+from models.nic.translation import Fault, mr_bytes, write_payload
+from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WcOpcode, WcStatus, WorkCompletion
 from models.pcie.link import PcieLink, PcieParams, read_tags
 from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
 from sim.core import PS_PER_S, Environment
 from sim.core.interpreter import Operation, compile_steps
-from sim.core.steps import Check, Claim, Delay, Gate, Mark, Rebase, Step, Wake
+from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wake
 
 _LOCAL_WRITE, _REMOTE_WRITE, _REMOTE_READ = int(Access.LOCAL_WRITE), int(Access.REMOTE_WRITE), int(Access.REMOTE_READ)
 """Access bits as plain ints: IntFlag arithmetic is slow on the per-message path."""
@@ -198,11 +200,12 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     to_engine = ([] if nic.params.blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
     reply = stage_steps([delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num),
                          *dma_write(node.pcie, nic.params.cqe_bytes)])
-    responder = Check("responder", 0 if remote_backing else None)
+    responder = (Check("responder", 0, label=ARRIVED) if opcode.consumes_receive
+                 else Check("responder", 0 if remote_backing else None))
     steps: list[Step] = [Delay(nic.params.doorbell_ps), *stage_steps(to_engine), Rebase(False)]
-    if opcode is Opcode.RDMA_WRITE:
+    if opcode is not Opcode.RDMA_READ:
         source = [] if inline else node_dma_read(node, local, n)
-        forward = source + [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH),
+        forward = source + [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, request_headers(opcode)),
                             rx_engine(pnic, qp.remote.qp_num)]
         steps.append(Check("requester"))
         if source and (local_backing or every):
@@ -215,8 +218,9 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
             steps += stage_steps(forward)
         # The responder acknowledges once the last TLP is on its PCIe link: a full receive path backs up into the
         # fabric, so the requester's completions are paced by the slowest resource.
-        steps += [responder, *stage_steps(node_dma_write(peer, remote_target, n)), Mark("landed"),
-                  Rebase(True, -peer.pcie.params.write_latency_ps), *reply, *COMPLETION]
+        steps += [responder, *receive_wqe_fetch(qp, opcode), *stage_steps(node_dma_write(peer, remote_target, n)),
+                  *receive_completion(peer, opcode), Mark("landed"), Rebase(True, -peer.pcie.params.write_latency_ps),
+                  *reply, *COMPLETION]
         landed_back = 0
     else:
         forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, RETH),
@@ -246,6 +250,43 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
 READ_SLOT = "landing"
 """The gate of a QP's outstanding READs, released by the claim that lands a READ's response."""
 
+IMMDT = 4
+"""The ImmDt extension header of a ``*_WITH_IMM`` request's last packet (bytes)."""
+
+
+def request_headers(opcode: Opcode) -> int:
+    """Extension header bytes of a request carrying a payload: RETH for RDMA WRITE, none for SEND, ImmDt for
+    immediate data (IB spec vol. 1 ch. 9.2-9.3, approximated as extra bytes of the first packet)."""
+    return (RETH if opcode.writes_remote else 0) + (IMMDT if opcode.carries_imm else 0)
+
+
+def receive_wqe_fetch(qp, opcode: Opcode) -> list[Step]:
+    """What fetching the receive WQE costs the responder of ``qp`` for an ``opcode`` that consumes one: a DMA read
+    of one WQE of its queue (16 B per scatter entry, an SRQ's next-segment more) on the responder's PCIe link.
+
+    mlx5 posts receives with no doorbell but the doorbell record in host memory (``mlx5_post_recv``), so the NIC
+    reads receive WQEs by DMA; ConnectX prefetches them for the receives posted ahead, which is why the read runs
+    beside the payload (a fork from the first packet's arrival) and costs PCIe link time, not latency."""
+    if not opcode.consumes_receive:
+        return []
+    peer = qp.remote.node
+    return [Fork((Rebase(False), *stage_steps(dma_read(peer.pcie, qp.remote.receives.wqe_bytes))))]
+
+
+def receive_completion(peer, opcode: Opcode) -> list[Step]:
+    """The responder's receive CQE for an ``opcode`` that consumes a receive: written on the responder's PCIe link
+    after the payload (a fork from its last TLP), ending at the check :data:`RECEIVED` when it is in memory."""
+    if not opcode.consumes_receive:
+        return []
+    cqe = dma_write(peer.pcie, peer.nic.params.cqe_bytes)
+    return [Fork((Rebase(True, -peer.pcie.params.write_latency_ps), *stage_steps(cqe), Rebase(True),
+                  Check(RECEIVED, 0, label=RECEIVED)))]
+
+
+ARRIVED, RECEIVED = "arrived", "received"
+"""Labels of a receive-consuming request's times the vectorized core reports: its arrival at the responder (where
+it takes a receive) and its receive CQE in memory (also the check that completes the receive)."""
+
 
 def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
     """Which checks a work request on ``qp`` between ``local_mr`` and ``remote_mr`` makes at run time (the
@@ -260,7 +301,9 @@ def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
 def work_request_path(qp, wr: SendWR, now_ps: int) -> Path:
     """The path ``wr`` posted on ``qp`` at ``now_ps`` takes."""
     node, peer = qp.node, qp.remote.node
-    local_mr, remote_mr = node.nic.lookup(wr.lkey), peer.nic.lookup(wr.rkey)
+    local_mr = node.nic.lookup(wr.lkey)
+    remote_mr = peer.nic.lookup(wr.rkey) if wr.opcode.writes_remote or wr.opcode is Opcode.RDMA_READ else \
+        receive_mr(qp.remote)
     checked = checked_accesses(qp, local_mr, remote_mr)
     if node.topology is None and peer.topology is None:
         return path(qp, wr.opcode, wr.length, wr.inline, checked=checked)
@@ -269,7 +312,7 @@ def work_request_path(qp, wr: SendWR, now_ps: int) -> Path:
 
 
 def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0) -> None:
-    """Start carrying one RDMA WRITE or READ from doorbell to the polled completion on ``qp`` (a connected
+    """Start carrying one work request from doorbell to the polled completion on ``qp`` (a connected
     :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates); ``seq``
     and ``offset`` are its operation number and position offset under the ordering rule."""
     env = qp.pd.context.env
@@ -282,7 +325,7 @@ class WorkRequestRun:
     """What the model decides while one work request runs: key and state checks, translations (page faults
     stall the send queue; a responder-side fault sends an RNR NAK), data mode's bytes, landing and completion."""
 
-    __slots__ = ("qp", "wr", "path", "posted", "status", "payload", "retries", "resume", "local_mr")
+    __slots__ = ("qp", "wr", "path", "posted", "status", "payload", "retries", "resume", "local_mr", "received")
 
     def __init__(self, qp, wr: SendWR, path: Path, posted: int) -> None:
         self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
@@ -293,6 +336,8 @@ class WorkRequestRun:
         """The local MR as the requester found it when it took up the WQE."""
         self.resume: tuple[tuple, int] | None = None
         """After translation stages: the steps the data goes on with, and its tail before them."""
+        self.received: tuple | None = None
+        """The receive the responder consumed: its queue and :class:`RecvWR`."""
 
     def check(self, op: Operation, name: str, now: int, head: int, tail: int):
         """See :class:`sim.core.interpreter.Model`."""
@@ -330,6 +375,8 @@ class WorkRequestRun:
 
     def _responder(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
+        if wr.opcode.consumes_receive:
+            return self._receive(now, head, tail)
         needed = _REMOTE_WRITE if wr.opcode is Opcode.RDMA_WRITE else _REMOTE_READ
         if not _remote_ok(qp, wr, needed):
             qp.remote.to_error()  # the responder drops everything after the NAK
@@ -339,24 +386,24 @@ class WorkRequestRun:
         if mr.backing is not None:
             answer = mr.backing.translate(now, wr.remote_addr - mr.iova, wr.length)
             if isinstance(answer, Fault):
-                return self._rnr_nak(mr, answer, tail)
+                return self._rnr_nak(tail, mr=mr.lkey, retry_at_ps=answer.ready_ps)
             if answer is not None:
                 qp.remote.to_error()
                 return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.rejected)
         env = qp.pd.context.env
         if wr.opcode is Opcode.RDMA_WRITE:
-            _write_payload(mr, wr.remote_addr, self.payload)
+            write_payload(mr, wr.remote_addr, self.payload)
         else:
             self.payload = _read_payload(env, mr, wr, remote=True)
         return self._translation(peer, mr, wr.remote_addr, wr.length, now, head, tail, self.path.after["responder"],
                                  write=wr.opcode is Opcode.RDMA_WRITE)
 
-    def _rnr_nak(self, mr, fault: Fault, tail: int):
-        """The responder faulted: an RNR NAK goes back and the request is sent again after the responder's
-        min_rnr_timer, up to rnr_retry times (7: for ever)."""
+    def _rnr_nak(self, tail: int, **why):
+        """The responder is not ready (a page fault, or no receive posted; ``why`` goes to the trace): an RNR NAK
+        goes back and the request is sent again after the responder's min_rnr_timer, up to rnr_retry times (7: for
+        ever), then the requester completes IBV_WC_RNR_RETRY_EXC_ERR."""
         qp = self.qp
-        qp.pd.context.env.trace.instant(f"{qp.remote.node.nic.name}.hw", "RnrNakSent", mr=mr.lkey,
-                                        retry_at_ps=fault.ready_ps)
+        qp.pd.context.env.trace.instant(f"{qp.remote.node.nic.name}.hw", "RnrNakSent", **why)
         qp.rnr_naks += 1
         if self.retries == 0:
             return self._fail(WcStatus.RNR_RETRY_EXC_ERR, tail, self.path.rejected)
@@ -365,13 +412,51 @@ class WorkRequestRun:
                  Check("responder", 0), *self.path.after["responder"])
         return compile_steps(again), tail, tail
 
+    def _receive(self, now: int, head: int, tail: int):
+        """A request that consumes a receive reached the responder: without a receive posted (or with its buffer
+        faulting) an RNR NAK; a receive that cannot take the message (:func:`receive_problem`) completes in error
+        on the responder and the requester gets the NAK's error; else the payload lands in the receive's buffers
+        (or, for a WRITE with immediate, through the rkey) and the receive completes when its CQE is written."""
+        qp, wr = self.qp, self.wr
+        responder, env = qp.remote, qp.pd.context.env
+        if wr.opcode.writes_remote and not _remote_ok(qp, wr, _REMOTE_WRITE):
+            responder.to_error()
+            return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.rejected)
+        if responder.state not in RECEIVING:  # the responder drops it: the requester's retries run out
+            return self._fail(WcStatus.RETRY_EXC_ERR, tail, self.path.rejected)
+        queue = responder.receives
+        recv = queue.peek()
+        if recv is None:
+            return self._rnr_nak(tail, qp=responder.qp_num, reason="no receive posted")
+        mr, addr, length = landing_buffer(responder, recv, wr)
+        problem = receive_problem(responder, recv, wr)
+        if problem is None and mr is not None and mr.backing is not None:
+            answer = mr.backing.translate(now, addr - mr.iova, length)
+            if isinstance(answer, Fault):
+                return self._rnr_nak(tail, mr=mr.lkey, retry_at_ps=answer.ready_ps)
+            if answer is not None:
+                problem = (WcStatus.LOC_PROT_ERR, WcStatus.REM_ACCESS_ERR if wr.opcode.writes_remote
+                           else WcStatus.REM_OP_ERR)
+        queue.take()
+        if problem is not None:
+            complete_receive(env, responder, queue, recv, wr, problem[0], qp.qp_num, tail)
+            responder.to_error()
+            return self._fail(problem[1], tail, self.path.rejected)
+        self.received = (queue, recv)
+        if wr.opcode.writes_remote:
+            write_payload(mr, addr, self.payload)
+        else:
+            scatter(responder.node.nic, recv, self.payload)
+        return self._translation(responder.node, mr, addr, length, now, head, tail, self.path.after["responder"],
+                                 write=True)
+
     def _response(self, now: int, head: int, tail: int):
         qp, wr, mr = self.qp, self.wr, self.local_mr
         if mr.backing is not None:  # the response is written through the local MR's translation
             held = self._translated(mr, wr.local_addr, now, write=True)
             if held is not None:
                 return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
-        _write_payload(mr, wr.local_addr, self.payload)
+        write_payload(mr, wr.local_addr, self.payload)
         return self._translation(qp.node, mr, wr.local_addr, wr.length, now, head, tail, self.path.after["response"],
                                  write=True)
 
@@ -402,6 +487,12 @@ class WorkRequestRun:
     def _translation_done(self, now: int, head: int, tail: int):
         program, before = self.resume
         return program, head, max(before, head)
+
+    def _received(self, now: int, head: int, tail: int):
+        """The responder's receive CQE is in memory: the receive completes."""
+        queue, recv = self.received
+        complete_receive(self.qp.pd.context.env, self.qp.remote, queue, recv, self.wr, WcStatus.SUCCESS,
+                         self.qp.qp_num, now)
 
     def mark(self, op: Operation, name: str, head: int, tail: int) -> None:
         """The payload has landed (``name`` is ``landed``): a waiter on the work request learns when."""
@@ -440,12 +531,6 @@ def _read_payload(env, mr, wr: SendWR, *, remote: bool = False):
     return mr_bytes(mr, wr.remote_addr if remote else wr.local_addr, wr.length).copy()
 
 
-def _write_payload(mr, addr: int, payload) -> None:
-    """Data mode: the NIC writes ``payload`` through ``mr``'s translation now."""
-    if payload is not None:
-        mr_bytes(mr, addr, len(payload))[:] = payload
-
-
 def _remote_ok(qp, wr: SendWR, needed: int) -> bool:
     """Responder-side check of the rkey, bounds and rights (and that the responder QP still works)."""
     mr = qp.remote.node.nic.lookup(wr.rkey)
@@ -471,8 +556,8 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int) 
             status = WcStatus.WR_FLUSH_ERR
         elif status is not WcStatus.SUCCESS:
             qp.to_error()
-        wc = WorkCompletion(wr.wr_id, status, wr.opcode, wr.length if status is WcStatus.SUCCESS else 0,
-                            qp.qp_num, posted, seen)
+        wc = WorkCompletion(wr.wr_id, status, WcOpcode.of_send(wr.opcode),
+                            wr.length if status is WcStatus.SUCCESS else 0, qp.qp_num, posted, seen)
         if env.trace.enabled:
             env.trace.slice(f"{qp.node.name}.qp{qp.qp_num}", wr.opcode.value, posted, seen, wr_id=wr.wr_id,
                             bytes=wr.length, status=status.name)

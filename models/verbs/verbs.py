@@ -1,4 +1,5 @@
-"""The verbs API (rdma-core names and errno semantics): context, PD, MR, CQ, RC QP, post and poll.
+"""The verbs API (rdma-core names and errno semantics): context, PD, MR, CQ, RC QP, post and poll (receive queues
+and SRQs: :mod:`models.verbs.recv`).
 
 Registration and queue creation are immediate calls that return their simulated cost; data transfer is
 asynchronous: :func:`ibv_post_send` starts a simulated work request whose completion appears in the CQ.
@@ -18,10 +19,12 @@ from models.ib.mr_backing import OdpBacking
 from models.ib.mr_checks import EFA_VENDOR_ID, check_max_mr_size, efa_alloc_mr, ib_check_mr_access
 from models.nic.datapath import start_work_request
 from models.nic.translation import MrBacking
-from models.nic.wqe import RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WorkCompletion
+from models.nic.wqe import (RNR_RETRY_INFINITE, Access, Opcode, QpState, SendWR, WcOpcode, WcStatus,
+                            WorkCompletion)
 from models.node import Node
 from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, apply_attrs, check_modify_qp,
                                    rnr_timer_ps)
+from models.verbs.recv import ReceiveQueue, SharedReceiveQueue, check_rq_caps, rq_geometry
 from sim.core import PS_PER_US, Environment, VerbsError
 from sim.core.env import UniformDraws
 from sim.core.interpreter import Semaphore
@@ -41,6 +44,8 @@ class Context:
     node: Node
     env: Environment
     fabric: Fabric
+    async_events: deque = field(default_factory=deque)
+    """Asynchronous events not yet read (:func:`models.verbs.recv.ibv_get_async_event`)."""
 
 
 @dataclass(eq=False)
@@ -149,6 +154,33 @@ class QueuePair:
     sq_stalled_until: int = 0
     """A requester-side page fault stalls the send queue until then: later WQEs are translated no earlier."""
     qp_type: QpType = QpType.RC
+    recv_cq: CompletionQueue | None = None
+    """Where receive completions go (the send CQ unless the QP was created with its own)."""
+    rq: ReceiveQueue = field(default_factory=lambda: ReceiveQueue(0, 0))
+    """The QP's own receive queue (depth 0: created without receives, or on an SRQ)."""
+    srq: SharedReceiveQueue | None = None
+    """The SRQ the QP takes its receives from instead."""
+
+    def __post_init__(self) -> None:
+        if self.recv_cq is None:
+            self.recv_cq = self.send_cq
+
+    @property
+    def receives(self) -> ReceiveQueue:
+        """The queue an incoming SEND (or WRITE with immediate) consumes from: the SRQ, else the QP's own."""
+        return self.rq if self.srq is None else self.srq
+
+    def deliver_receive(self, queue: ReceiveQueue, wc: WorkCompletion) -> None:
+        """A receive taken from ``queue`` completes: its completion reaches the receive CQ, its slot is free."""
+        queue.delivered()
+        self.recv_cq.push(wc)
+
+    def flush_receives(self) -> None:
+        """The QP's own posted receives complete with IBV_WC_WR_FLUSH_ERR (an SRQ's stay for its other QPs)."""
+        now = self.pd.context.env.now
+        for wr in self.rq.flush():
+            self.deliver_receive(self.rq, WorkCompletion(wr.wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0,
+                                                         self.qp_num, now, now))
 
     @property
     def node(self) -> Node:
@@ -187,8 +219,10 @@ class QueuePair:
                           PERFTEST_TO_RTS)
 
     def to_error(self) -> None:
-        """Move to the error state: outstanding and later work requests complete with WR_FLUSH_ERR."""
+        """Move to the error state: outstanding and later work requests complete with WR_FLUSH_ERR, and so do
+        the receives posted to the QP's own queue."""
         self.attr.qp_state = self.attr.cur_qp_state = QpState.ERR
+        self.flush_receives()
 
 
 PERFTEST_TO_INIT = QpAttrMask.STATE | QpAttrMask.PKEY_INDEX | QpAttrMask.PORT | QpAttrMask.ACCESS_FLAGS
@@ -213,6 +247,10 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     new = check_modify_qp(qp.qp_type, qp.state, attr, attr_mask, qp.node.nic.params.max_rd_atomic)
     before = qp.state
     qp.attr = apply_attrs(qp.attr, attr, attr_mask, new)
+    if new is QpState.ERR and before is not QpState.ERR:
+        qp.flush_receives()
+    elif new is QpState.RESET:
+        qp.rq.reset()
     if before is QpState.RTR and new is QpState.RTS:
         env = qp.pd.context.env
         # The send engine's READ/atomic slots: max_rd_atomic 0 still lets one through.
@@ -390,24 +428,40 @@ def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:
     return CompletionQueue(context, cqe)
 
 
-def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: int) -> QueuePair:
-    """Create an RC QP.
+def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: int, *,
+                  recv_cq: CompletionQueue | None = None, max_recv_wr: int = 0, max_recv_sge: int = 1,
+                  srq: SharedReceiveQueue | None = None) -> QueuePair:
+    """Create an RC QP (``struct ibv_qp_init_attr``: ``recv_cq`` defaults to ``send_cq``). Its receive queue is
+    as deep and wide as mlx5 makes it (:func:`~models.verbs.recv.rq_geometry`: ``qp.rq.depth``, ``qp.rq.max_sge``
+    are the ``cap`` ibv_create_qp returns); on an ``srq`` the QP has none and ``max_recv_wr`` is ignored.
 
-    :raises VerbsError: ``EINVAL`` when max_send_wr is out of the device's range.
+    :raises VerbsError: ``EINVAL`` when max_send_wr, max_recv_wr or max_recv_sge is out of the device's range, or
+        the SRQ belongs to another device.
     """
-    limit = pd.context.node.nic.params.max_qp_wr
+    call = "ibv_create_qp"
+    nic = pd.context.node.nic
+    limit = nic.params.max_qp_wr
     if not 1 <= max_send_wr <= limit:
-        raise VerbsError("EINVAL", f"max_send_wr {max_send_wr} outside 1..{limit} (device max_qp_wr)",
-                         call="ibv_create_qp")
-    return QueuePair(pd, send_cq, max_send_wr, pd.context.node.nic.new_handle())
+        raise VerbsError("EINVAL", f"max_send_wr {max_send_wr} outside 1..{limit} (device max_qp_wr)", call=call)
+    if srq is not None:
+        if srq.pd.context.node is not pd.context.node:
+            raise VerbsError("EINVAL", "the SRQ belongs to another device", call=call)
+        rq = ReceiveQueue(0, 0)
+    else:
+        check_rq_caps(max_recv_wr, max_recv_sge, limit, nic.params.device.max_sge, call)
+        rq = ReceiveQueue(*rq_geometry(max_recv_wr, max_recv_sge))
+    qp = QueuePair(pd, send_cq, max_send_wr, nic.new_handle(), recv_cq=recv_cq, rq=rq, srq=srq)
+    if srq is not None:
+        srq.qps.append(qp)
+    return qp
 
 
 def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
     """Post one work request; its completion will be pushed to ``qp.send_cq``.
 
     :raises VerbsError: ``EINVAL`` when the QP is in RESET, INIT or RTR (mlx5's post_send) or an inline READ /
-        oversize inline is asked; ``EOPNOTSUPP`` in SQD or SQE (not modelled); ``ENOMEM`` when the send queue
-        is full.
+        oversize inline is asked, or immediate data does not fit in 32 bits; ``EOPNOTSUPP`` in SQD or SQE (not
+        modelled); ``ENOMEM`` when the send queue is full.
     """
     call = "ibv_post_send"
     if qp.state in (QpState.RESET, QpState.INIT, QpState.RTR):
@@ -419,6 +473,8 @@ def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
     if wr.inline and (wr.opcode is Opcode.RDMA_READ or wr.length > qp.node.nic.params.max_inline):
         raise VerbsError("EINVAL", f"inline data only for writes of at most {qp.node.nic.params.max_inline} bytes",
                          call=call)
+    if not 0 <= wr.imm_data < 2**32:
+        raise VerbsError("EINVAL", f"imm_data {wr.imm_data} is not a 32-bit value (__be32)", call=call)
     qp.outstanding += 1
     qp.seq_of[id(wr)] = qp.posted_count
     qp.posted_count += 1

@@ -268,8 +268,8 @@ class SizeRange(Strict):
 class WorkloadSpec(Strict):
     """A perftest-like measurement between two buffers."""
 
-    kind: Literal["write_bw", "read_bw", "write_lat", "read_lat"]
-    """ib_write_bw, ib_read_bw, ib_write_lat or ib_read_lat."""
+    kind: Literal["write_bw", "read_bw", "write_lat", "read_lat", "send_bw", "send_lat"]
+    """ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat, ib_send_bw or ib_send_lat."""
     name: Name | None = None
     """Label in the results (default: the kind)."""
     from_: Name = Field(alias="from")
@@ -283,7 +283,9 @@ class WorkloadSpec(Strict):
     tx_depth: Annotated[int, Field(ge=1, le=8192)] = 128
     """Outstanding work requests for bandwidth tests (perftest -t)."""
     inline: Annotated[int, Field(ge=0, le=1024)] | None = None
-    """Largest message sent inline (default: 220 for write_lat, else 0)."""
+    """Largest message sent inline (default: 220 for write_lat and send_lat, else 0)."""
+    rx_depth: Annotated[int, Field(ge=1, le=32768)] = 512
+    """Receives posted ahead by each receiving side of a SEND test, at most the iterations (perftest -r)."""
     qps: Annotated[int, Field(ge=1, le=1024)] = 1
     """QP pairs streaming at once, each with its own tx_depth window and 'iterations' operations per size
     (perftest -q; bandwidth tests only)."""
@@ -292,9 +294,17 @@ class WorkloadSpec(Strict):
     @classmethod
     def _qps_stream_bandwidth(cls, qps: int, info):
         kind = info.data.get("kind")
-        if qps > 1 and kind not in ("write_bw", "read_bw"):
+        if qps > 1 and not kind.endswith("_bw"):
             raise ValueError(f"{kind} measures one QP (perftest's latency tests have no -q); qps must be 1")
         return qps
+
+    @field_validator("rx_depth")
+    @classmethod
+    def _rx_depth_for_send_tests(cls, rx_depth: int, info):
+        kind = info.data.get("kind")
+        if kind is not None and not kind.startswith("send"):
+            raise ValueError(f"{kind} posts no receives; rx_depth is for send_bw and send_lat")
+        return rx_depth
 
     def size_list(self) -> list[int]:
         """The message sizes, in order."""
