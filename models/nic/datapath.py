@@ -200,8 +200,9 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     to_engine = ([] if nic.params.blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
     reply = stage_steps([delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num),
                          *dma_write(node.pcie, nic.params.cqe_bytes)])
-    responder = (Check("responder", 0, label=ARRIVED) if opcode.consumes_receive
-                 else Check("responder", 0 if remote_backing else None))
+    # A request that consumes a receive is checked when it arrives, on simpy's clock: a receive posted by then
+    # is found.
+    responder = Check("responder", 0 if remote_backing or opcode.consumes_receive else None)
     steps: list[Step] = [Delay(nic.params.doorbell_ps), *stage_steps(to_engine), Rebase(False)]
     if opcode is not Opcode.RDMA_READ:
         source = [] if inline else node_dma_read(node, local, n)
@@ -283,9 +284,9 @@ def receive_completion(peer, opcode: Opcode) -> list[Step]:
                   Check(RECEIVED, 0, label=RECEIVED)))]
 
 
-ARRIVED, RECEIVED = "arrived", "received"
-"""Labels of a receive-consuming request's times the vectorized core reports: its arrival at the responder (where
-it takes a receive) and its receive CQE in memory (also the check that completes the receive)."""
+RECEIVED = "received"
+"""The check (and its label: the vectorized core reports its times) where a receive-consuming request's receive CQE
+is in memory: the receive completes then."""
 
 
 def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
@@ -408,17 +409,26 @@ class WorkRequestRun:
         if self.retries == 0:
             return self._fail(WcStatus.RNR_RETRY_EXC_ERR, tail, self.path.rejected)
         self.retries -= 1 if qp.rnr_retry != RNR_RETRY_INFINITE else 0
-        again = (*self.path.reply[:-1], Rebase(False), Delay(qp.remote.min_rnr_timer_ps), *self.path.forward,
+        return self._sent_again(tail)
+
+    def _sent_again(self, tail: int):
+        """The request goes again once the responder's NAK is back and its min_rnr_timer has passed."""
+        again = (*self.path.reply[:-1], Rebase(False), Delay(self.qp.remote.min_rnr_timer_ps), *self.path.forward,
                  Check("responder", 0), *self.path.after["responder"])
         return compile_steps(again), tail, tail
 
     def _receive(self, now: int, head: int, tail: int):
         """A request that consumes a receive reached the responder: without a receive posted (or with its buffer
-        faulting) an RNR NAK; a receive that cannot take the message (:func:`receive_problem`) completes in error
+        faulting) an RNR NAK, and the responder drops the QP's later requests until this one comes again (they follow
+        it, go-back-N, each after the same timer from its own arrival); a receive that cannot take the message (:func:`receive_problem`) completes in error
         on the responder and the requester gets the NAK's error; else the payload lands in the receive's buffers
         (or, for a WRITE with immediate, through the rkey) and the receive completes when its CQE is written."""
         qp, wr = self.qp, self.wr
         responder, env = qp.remote, qp.pd.context.env
+        if qp.state is QpState.ERR:  # sent again behind a request that failed: flushed
+            return self._fail(WcStatus.WR_FLUSH_ERR, tail, self.path.rejected)
+        if responder.rnr_blocked not in (None, self):
+            return self._sent_again(tail)  # go-back-N: dropped behind an RNR-NAKed request, sent again after it
         if wr.opcode.writes_remote and not _remote_ok(qp, wr, _REMOTE_WRITE):
             responder.to_error()
             return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.rejected)
@@ -427,7 +437,10 @@ class WorkRequestRun:
         queue = responder.receives
         recv = queue.peek()
         if recv is None:
-            return self._rnr_nak(tail, qp=responder.qp_num, reason="no receive posted")
+            outcome = self._rnr_nak(tail, qp=responder.qp_num, reason="no receive posted")
+            responder.rnr_blocked = self if self.status is WcStatus.SUCCESS else None
+            return outcome
+        responder.rnr_blocked = None
         mr, addr, length = landing_buffer(responder, recv, wr)
         problem = receive_problem(responder, recv, wr)
         if problem is None and mr is not None and mr.backing is not None:

@@ -160,6 +160,8 @@ class QueuePair:
     """The QP's own receive queue (depth 0: created without receives, or on an SRQ)."""
     srq: SharedReceiveQueue | None = None
     """The SRQ the QP takes its receives from instead."""
+    rnr_blocked: object | None = None
+    """As responder: the incoming request it sent an RNR NAK for and waits to see again (later ones are dropped)."""
 
     def __post_init__(self) -> None:
         if self.recv_cq is None:
