@@ -437,9 +437,8 @@ class WorkRequestRun:
         queue = responder.receives
         recv = queue.peek()
         if recv is None:
-            outcome = self._rnr_nak(tail, qp=responder.qp_num, reason="no receive posted")
-            responder.rnr_blocked = self if self.status is WcStatus.SUCCESS else None
-            return outcome
+            responder.rnr_blocked = self  # (for good when its retries run out: the later ones are flushed)
+            return self._rnr_nak(tail, qp=responder.qp_num, reason="no receive posted")
         responder.rnr_blocked = None
         mr, addr, length = landing_buffer(responder, recv, wr)
         problem = receive_problem(responder, recv, wr)
@@ -452,7 +451,7 @@ class WorkRequestRun:
                            else WcStatus.REM_OP_ERR)
         queue.take()
         if problem is not None:
-            complete_receive(env, responder, queue, recv, wr, problem[0], qp.qp_num, tail)
+            complete_receive(env, responder, queue, recv, wr, problem[0], qp.qp_num, now)
             responder.to_error()
             return self._fail(problem[1], tail, self.path.rejected)
         self.received = (queue, recv)

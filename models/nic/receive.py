@@ -75,11 +75,15 @@ def scatter(nic, recv: RecvWR, payload) -> None:
 
 def complete_receive(env, responder, queue, recv: RecvWR, wr: SendWR, status: WcStatus, src_qp: int,
                       at: int) -> None:
-    """The responder's completion of ``recv`` (consumed for ``wr``) reaches its receive CQ at ``at``."""
+    """The responder's completion of ``recv`` (consumed for ``wr``) reaches its receive CQ at ``at`` (now, before
+    anything else happens, when ``at`` is not later)."""
     ok = status is WcStatus.SUCCESS
     flags = WcFlags.WITH_IMM if ok and wr.opcode.carries_imm else WcFlags(0)
     wc = WorkCompletion(recv.wr_id, status, WcOpcode.of_receive(wr.opcode), wr.length if ok else 0,
                         responder.qp_num, at, at, flags, wr.imm_data if flags else 0, src_qp)
-    env.timeout(max(at - env.now, 0)).callbacks.append(lambda _event: responder.deliver_receive(queue, wc))
+    if at <= env.now:
+        responder.deliver_receive(queue, wc)
+    else:
+        env.timeout(at - env.now).callbacks.append(lambda _event: responder.deliver_receive(queue, wc))
 
 

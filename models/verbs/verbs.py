@@ -253,6 +253,7 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
         qp.flush_receives()
     elif new is QpState.RESET:
         qp.rq.reset()
+        qp.rnr_blocked = None
     if before is QpState.RTR and new is QpState.RTS:
         env = qp.pd.context.env
         # The send engine's READ/atomic slots: max_rd_atomic 0 still lets one through.
