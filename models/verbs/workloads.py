@@ -196,9 +196,9 @@ def _recv_wr(wr_id: int, end: Endpoint) -> RecvWR:
 
 
 def post_receives_ahead(end: Endpoint, count: int) -> int:
-    """Top ``end``'s receive queue up to ``count`` posted receives (perftest's ``ctx_set_recv_wqes``); returns how
-    many were posted."""
-    missing = max(count - len(end.qp.rq.posted), 0)
+    """Top ``end``'s receive queue up to ``count`` receives (perftest's ``ctx_set_recv_wqes``): slots still held by
+    receives consumed before but not yet completed count; returns how many were posted."""
+    missing = max(count - end.qp.rq.held, 0)
     for k in range(missing):
         ibv_post_recv(end.qp, _recv_wr(k, end))
     return missing
