@@ -419,10 +419,11 @@ class WorkRequestRun:
 
     def _receive(self, now: int, head: int, tail: int):
         """A request that consumes a receive reached the responder: without a receive posted (or with its buffer
-        faulting) an RNR NAK, and the responder drops the QP's later requests until this one comes again (they follow
-        it, go-back-N, each after the same timer from its own arrival); a receive that cannot take the message (:func:`receive_problem`) completes in error
-        on the responder and the requester gets the NAK's error; else the payload lands in the receive's buffers
-        (or, for a WRITE with immediate, through the rkey) and the receive completes when its CQE is written."""
+        faulting) an RNR NAK, and the responder drops the QP's later requests until this one comes again (they
+        follow it, go-back-N, each after the same timer from its own arrival); a receive that cannot take the
+        message (:func:`receive_problem`) completes in error on the responder and the requester gets the NAK's
+        error; else the payload lands in the receive's buffers (or, for a WRITE with immediate, through the rkey)
+        and the receive completes when its CQE is written."""
         qp, wr = self.qp, self.wr
         responder, env = qp.remote, qp.pd.context.env
         if qp.state is QpState.ERR:  # sent again behind a request that failed: flushed

@@ -11,7 +11,8 @@ descriptor size: EINVAL), ``mlx5_post_srq_recv`` (srq.c); the kernel's ``mlx5_ib
 EINVAL, a limit at or above the SRQ's size EINVAL); rdma-core's tests/test_srq.py (``test_modify_srq_limit``: 10
 receives, limit 7, four SENDs, then IBV_EVENT_SRQ_LIMIT_REACHED).
 
-A receive slot is free again when its completion reaches the CQ (mlx5 moves the queue's tail as it polls the
+The calls take the verbs layer's objects (:mod:`models.verbs.verbs` imports this module, so it names them only in
+annotations). A receive slot is free again when its completion reaches the CQ (mlx5 moves the queue's tail as it polls the
 completion; the model has no separate poll of the slot), as the send queue's slots are.
 """
 
@@ -20,13 +21,8 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 from models.nic.wqe import QpState, RecvWR
 from sim.core import VerbsError
-
-if TYPE_CHECKING:
-    from models.verbs.verbs import Context, ProtectionDomain, QueuePair
 
 DATA_SEG_BYTES = 16
 """``struct mlx5_wqe_data_seg``: one scatter entry of a receive WQE."""
