@@ -61,7 +61,7 @@ class ReceiveQueue:
 
     def __init__(self, depth: int, max_sge: int, wqe_bytes: int | None = None) -> None:
         self.depth, self.max_sge = depth, max_sge
-        self.wqe_bytes = DATA_SEG_BYTES * max_sge if wqe_bytes is None else wqe_bytes
+        self.wqe_bytes = DATA_SEG_BYTES * max(max_sge, 1) if wqe_bytes is None else wqe_bytes
         """One receive WQE's size in the queue's buffer (what the NIC fetches per receive, bytes)."""
         self.posted: deque[RecvWR] = deque()
         self.held = 0

@@ -253,6 +253,16 @@ def test_no_receive_is_retried_rnr_retry_times_then_rnr_retry_exc_err(retries):
     assert ibv_poll_cq(qb.recv_cq, 8) == []
 
 
+def test_a_qp_without_receive_queue_answers_sends_with_rnr_naks():
+    bed = Bed()
+    qa, qb = bed.qp(0), bed.qp(1)
+    connect(qa, qb, rnr_retry=1, min_rnr_timer=1)
+    assert qb.rq.depth == 0
+    ibv_post_send(qa, bed.send(0, 64))
+    bed.run()
+    assert ibv_poll_cq(qa.send_cq, 8)[0].status is WcStatus.RNR_RETRY_EXC_ERR and qa.rnr_naks == 2
+
+
 def test_infinite_rnr_retry_waits_for_a_receive_and_keeps_order():
     bed = Bed()
     qa, qb = bed.pair(min_rnr_timer=1)
