@@ -9,7 +9,6 @@ import pytest
 
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
-from models.nic.device import DeviceAttrs
 from models.nic.nic import NicParams
 from models.nic.wqe import (RNR_RETRY_INFINITE, Access, Opcode, QpState, RecvWR, SendWR, Sge, WcFlags, WcOpcode,
                             WcStatus)
@@ -17,6 +16,7 @@ from models.node import Node
 from models.pcie.link import PcieParams
 from models.presets import NIC_PRESETS
 from models.verbs.qp_state import AhAttr, PathMtu, QPAttr
+from models.verbs.query import ibv_query_device
 from models.verbs.recv import (SRQ_LIMIT, SRQ_MAX_WR, AsyncEventType, SrqAttr, ibv_create_srq, ibv_get_async_event,
                                ibv_modify_srq, ibv_post_recv, ibv_post_srq_recv, ibv_query_srq, rq_geometry)
 from models.verbs.verbs import (PERFTEST_MIN_RNR_TIMER, PERFTEST_TO_INIT, PERFTEST_TO_RTR, PERFTEST_TO_RTS,
@@ -385,5 +385,10 @@ def test_data_mode_send_scatters_across_sges_and_write_with_imm_writes_through_t
     assert np.count_nonzero(dst) == np.count_nonzero(src[:300]) + np.count_nonzero(src[2048:2304])
 
 
-def test_devices_report_srq_limits():
-    assert DeviceAttrs().max_srq_wr == 32767 and NIC_PRESETS["efa"]["device"].max_srq == 0
+@pytest.mark.parametrize("preset, limits", [("connectx7", (8388608, 32767, 31)), ("efa", (0, 0, 0))])
+def test_query_device_reports_the_srq_limits_create_srq_enforces(preset, limits):
+    bed = Bed(nic=NicParams(**NIC_PRESETS[preset]))
+    attr = ibv_query_device(bed.pds[1].context)
+    assert (attr.max_srq, attr.max_srq_wr, attr.max_srq_sge) == limits
+    if attr.max_srq:
+        assert ibv_create_srq(bed.pds[1], SrqAttr(max_wr=attr.max_srq_wr, max_sge=attr.max_srq_sge)).max_wr >= 32767
