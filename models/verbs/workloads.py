@@ -274,6 +274,8 @@ def _await_receive(env, sender: Endpoint, receiver: Endpoint) -> Generator:
             yield env.timeout(receiver.qp.poll_delays.next())
             (wc,) = ibv_poll_cq(rcq, 1)
             ibv_post_recv(receiver.qp, _recv_wr(wc.wr_id, receiver))
+            if wc.status is not WcStatus.SUCCESS:  # flushed: the SEND's own completion is still to come
+                yield from _quiesce(env, sender)
             return wc.status.value
 
 

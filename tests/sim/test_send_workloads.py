@@ -47,3 +47,15 @@ def test_send_workloads_move_real_bytes_in_data_mode(make_scenario, kind):
     result = run_scenario(scn)
     assert result.operations["ok"].all()
     assert result.counters["data_checked_bytes"] == 65536 and result.counters["data_mismatched_bytes"] == 0
+
+
+@pytest.mark.parametrize("kind", ["send_bw", "send_lat"])
+@pytest.mark.parametrize("node", ["a", "b"])
+def test_a_qp_error_mid_run_fails_the_rest_and_every_iteration_is_counted(make_scenario, kind, node):
+    scn = make_scenario(engine="event", events=[{"at": "20us", "kind": "qp-error", "node": node}],
+                        workload=[{"kind": kind, "from": "src", "to": "dst", "sizes": ["4KiB", "8KiB"],
+                                   "iterations": 400}])
+    summary = run_scenario(scn).summary
+    first, second = summary["errors"]
+    assert 0 < first < 400 and second == 400  # the QP stays in ERR: the next size fails whole
+    assert all(sum(counts.values()) == errors for counts, errors in zip(summary["errors_by_status"], summary["errors"]))
