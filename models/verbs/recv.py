@@ -12,8 +12,8 @@ EINVAL, a limit at or above the SRQ's size EINVAL); rdma-core's tests/test_srq.p
 receives, limit 7, four SENDs, then IBV_EVENT_SRQ_LIMIT_REACHED).
 
 The calls take the verbs layer's objects (:mod:`models.verbs.verbs` imports this module, so it names them only in
-annotations). A receive slot is free again when its completion reaches the CQ (mlx5 moves the queue's tail as it polls the
-completion; the model has no separate poll of the slot), as the send queue's slots are.
+annotations). A receive slot is free again when its completion reaches the CQ (mlx5 moves the queue's tail as it
+polls the completion; the model has no separate poll of the slot), as the send queue's slots are.
 """
 
 from __future__ import annotations
