@@ -23,7 +23,8 @@ NIC_PRESETS: dict[str, dict] = {
     "efa": {"tx_process_ps": 10 * PS_PER_NS, "rx_process_ps": 10 * PS_PER_NS, "max_rd_atomic": 16,
             "odp": None, "dmabuf": "pinned", "max_dm_size": 0,
             "device": DeviceAttrs(fw_ver="0.0.0", vendor_id=0x1D0F, vendor_part_id=0xEFA0, max_sge=2, max_sge_rd=1,
-                                  atomic_cap=AtomicCap.ATOMIC_NONE, cap_flags=DeviceCap(0))},
+                                  atomic_cap=AtomicCap.ATOMIC_NONE, cap_flags=DeviceCap(0), max_srq=0, max_srq_wr=0,
+                                  max_srq_sge=0)},
 }
 PCIE_PRESETS: dict[str, dict] = {
     "gen5x16": {"gen": 5, "lanes": 16},

@@ -11,6 +11,9 @@ is re-mapped), and whose window is the workload's posting rule:
 * ``read_lat`` / ``atomic_lat``: one READ or atomic at a time (a window of one); ``atomic_bw`` is
   ``read_bw``'s window over atomics.
 * ``write_lat``: one ping-pong iteration is one operation (:func:`models.verbs.workloads.ping_pong`).
+* ``send_bw``: as ``write_bw``, in its steady state: the server's receives are always posted ahead, which the run
+  checks from the solved receive completions (:class:`_ReceivesAhead`); where they might run short (RNR NAKs) the
+  event engine runs it. ``send_lat`` waits on receive completions that only the event engine sees.
 
 Tables and summaries come from the event engine's own code (:mod:`sim.tables`). Without scenario events
 nothing can move, so the solved pieces go straight to the run's operation table and summaries
@@ -36,9 +39,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.nic.datapath import checked_accesses, memory_target, path
-from models.nic.wqe import Opcode
-from models.verbs.workloads import Endpoint, OpRecords, ping_pong, succeeded
+from models.nic.datapath import RECEIVED, checked_accesses, memory_target, path
+from models.nic.wqe import ATOMICS, Opcode
+from models.verbs.workloads import Endpoint, OpRecords, ping_pong, posts_inline, succeeded
 from sim.core.errors import SimError
 from sim.core.steps import Check, Claim, Fork
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
@@ -63,6 +66,56 @@ class _Crawling(Exception):
     """The solve advances so few operations per block that the event engine is faster."""
 
 
+class _ReceivesShort(Exception):
+    """A send_bw's receives might not have been posted in time: the event engine decides the RNR NAKs."""
+
+
+class _ReceivesAhead:
+    """Whether each send_bw SEND of a solve finds a receive posted when it is posted (and so when it arrives).
+
+    The server (:func:`models.verbs.workloads.send_bandwidth`) tops its queue up to ``ahead`` (``rx_depth``, at
+    most the iterations) receives at the start of a size; the ``u`` receives of the previous size whose CQEs land
+    after that are not free yet, so ``ahead - u`` are posted then. It then posts one receive for each completion it
+    polls, in the order they land (the previous size's late ones first), at most its host's poll period after the
+    CQE: receive ``i >= ahead - u`` is posted by completion ``i - ahead + u`` of that sequence plus the period.
+    Pieces of each (workload, size) come in order; the last ``ahead`` completion times are kept across them.
+    """
+
+    def __init__(self, ends: list[Stream]) -> None:
+        self.ahead = {k: (min(e.work.rx_depth, e.work.iterations), e.dst.qp.node.host.params.poll_period_ps)
+                      for k, e in enumerate(ends) if e.work.kind == "send_bw"}
+        self.sequence: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
+        """Per (workload, size): the latest completions of its sequence, and how many late ones lead it."""
+        self.last: dict[int, np.ndarray] = {}
+        """Per workload: the receive completions of its latest size's last ``ahead`` SENDs (ps)."""
+
+    def __call__(self, k: int, size: int, piece: Finished) -> None:
+        """Check ``piece`` of workload ``k`` at ``size``.
+
+        :raises _ReceivesShort: a SEND might be posted before its receive.
+        """
+        if k not in self.ahead:
+            return
+        depth, poll = self.ahead[k]
+        if (k, size) not in self.sequence:
+            before, start = self.last.get(k, np.empty(0, dtype=np.int64)), piece.post[0]
+            if np.any(before == start):
+                raise _ReceivesShort(f"rx_depth {depth}: a receive completes as the next size starts")
+            late = np.sort(before[before > start])
+            self.sequence[k, size] = (late, len(late))
+        kept, late = self.sequence[k, size]
+        received = piece.marks[RECEIVED]
+        sequence = np.concatenate((kept, received))
+        ops = np.arange(piece.lo, piece.lo + len(piece.post))
+        follows = ops >= depth - late  # posted after a completion, not at the start
+        reposted = sequence[ops[follows] - depth - piece.lo + len(kept)] + poll
+        if np.any(reposted >= piece.post[follows]):
+            raise _ReceivesShort(f"rx_depth {depth}")
+        self.sequence[k, size] = (sequence[-depth:], late)
+        self.last[k] = np.concatenate((self.last.get(k, np.empty(0, dtype=np.int64))
+                                       if piece.lo else np.empty(0, dtype=np.int64), received))[-depth:]
+
+
 class OutsideDomain(SimError):
     """``engine: fast`` was asked for a scenario the vectorized core does not simulate."""
 
@@ -80,6 +133,9 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
     buffers = {b.name: b for b in scenario.buffers}
     nodes = {n.name: n for n in scenario.nodes}
     for work in scenario.workload:
+        if work.kind == "send_lat":
+            return (f"workload '{work.name or work.kind}': send_lat's ping-pong waits on receive completions, which "
+                    "the event engine delivers")
         if work.qps > 1:
             return (f"workload '{work.name or work.kind}' streams {work.qps} QPs at once: the vectorized core "
                     "solves one stream at a time")
@@ -90,7 +146,7 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
         inline = inline_threshold(work)
         for name in (work.from_, work.to) if work.kind == "write_lat" else (work.from_,):
             limit = nic_params(nodes[buffers[name].on.split(".")[0]]).max_inline
-            if work.kind.startswith("write") and any(limit < s <= inline for s in work.size_list()):
+            if not work.kind.startswith("read") and any(limit < s <= inline for s in work.size_list()):
                 return f"inline {inline} exceeds max_inline {limit}: the event engine rejects those work requests"
     return None
 
@@ -127,7 +183,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         for _ in range(MAX_MOVES + 1):
             pipes = pipelines(ends, watch.moves, solved and solved.posts)
             solved = _solve(pipes, started, progress if solved is None else None, crawl=scenario.engine == "auto",
-                            rows=sink and _Rows(ends, table, sink))
+                            rows=sink and _Rows(ends, table, sink), receives=_ReceivesAhead(ends))
             reason = watch.confirm(solved, ends)
             end = _settled(ends, solved)
             changed = watch.advance(end) if not reason else []
@@ -148,6 +204,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     except _Crawling as exc:
         return decline(f"the vectorized core keeps only about {exc} operations per block here (rounds interact "
                        "through a shared link): the event engine is faster")
+    except _ReceivesShort as exc:
+        return decline(f"send_bw's receives ({exc}) may not be posted ahead of every SEND, so RNR NAKs may occur")
     if reason:
         return decline(f"{reason}: the event engine simulates that")
     if sink is not None:
@@ -183,16 +241,21 @@ class _Rows:
 
 
 def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bool = False,
-           rows: Callable[[int, int, Finished], None] | None = None) -> Solved:
+           rows: Callable[[int, int, Finished], None] | None = None,
+           receives: Callable[[int, int, Finished], None] | None = None) -> Solved:
     """Solve ``pipes`` from ``start_ps``: every operation's times by (workload index, size); with ``rows``
-    each piece goes to it instead and only each (workload, size)'s last operation is kept.
+    each piece goes to it instead and only each (workload, size)'s last operation is kept. ``receives`` checks
+    each piece first (:class:`_ReceivesAhead`).
 
     :raises _Crawling: ``crawl`` and blocks cut short keep too few operations (:data:`CRAWL_OPS`).
+    :raises _ReceivesShort: from ``receives``.
     """
     parts: dict[tuple[int, int], list[Finished]] = {}
     short: list[int] = []
     for piece in solve(pipes.servers, pipes.groups, start_ps):
         k, size = pipes.labels[piece.group]
+        if receives is not None:
+            receives(k, size, piece)
         if rows is not None:
             rows(k, size, piece)
             parts[k, size] = [Finished(piece.group, piece.lo, piece.post[-1:], piece.done[-1:],
@@ -337,12 +400,17 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             draws = {"poll": _Draws(mine, first)}
             window = work.tx_depth if work.kind.endswith("_bw") else 1
             opcode = workload_opcode(work)
-            local = "source" if opcode is Opcode.RDMA_WRITE else "response"
+            local = "response" if opcode is Opcode.RDMA_READ or opcode in ATOMICS else "source"
             for lo, hi, target in _segments(end.targets[0], moves, posts.get(size), work.iterations):
-                body = steps_of(qp, src, dst, opcode, size, opcode is Opcode.RDMA_WRITE and size <= inline,
+                body = steps_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
                                 (target, end.targets[1]))
                 yield Group(indexed(body, local), hi, window, draws, lo), size
         first += work.iterations
+
+
+OPCODES = {"write_bw": Opcode.RDMA_WRITE, "read_bw": Opcode.RDMA_READ, "read_lat": Opcode.RDMA_READ,
+           "send_bw": Opcode.SEND}
+"""The opcode each workload the vectorized core streams posts."""
 
 
 def _segments(target: str | None, moves: list[Move], posts: np.ndarray | None, ops: int):

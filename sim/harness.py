@@ -43,23 +43,27 @@ def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testb
 
 
 def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint]]:
-    """The workload's ``qps`` connected QP pairs (requester end, responder end), each with its own CQs."""
+    """The workload's ``qps`` connected QP pairs (requester end, responder end), each with its own CQs; a SEND
+    test's QPs have a receive queue ``rx_depth`` deep and a receive CQ of their own."""
     src, dst = bed.registrations[work.from_], bed.registrations[work.to]
     depth = max(work.tx_depth, 2)
+    receives = work.rx_depth if work.kind.startswith("send") else 0
     pairs = []
     for _ in range(work.qps):
         ends = []
         for reg in (src, dst):
             ctx, pd_ = bed.contexts[reg.node], bed.pds[reg.node]
             cq = ibv_create_cq(ctx, 2 * depth)
-            ends.append(Endpoint(ibv_create_qp(pd_, cq, depth), reg.mr, reg.addr))
+            recv_cq = ibv_create_cq(ctx, 2 * receives) if receives else None
+            ends.append(Endpoint(ibv_create_qp(pd_, cq, depth, recv_cq=recv_cq, max_recv_wr=receives), reg.mr,
+                                 reg.addr))
         ends[0].qp.connect(ends[1].qp)
         bed.qps.extend(e.qp for e in ends)
         pairs.append((ends[0], ends[1]))
     return pairs
 
 
-OPCODES = {"write": Opcode.RDMA_WRITE, "read": Opcode.RDMA_READ}
+OPCODES = {"write": Opcode.RDMA_WRITE, "read": Opcode.RDMA_READ, "send": Opcode.SEND}
 ATOMIC_OPCODES = {"FETCH_AND_ADD": Opcode.ATOMIC_FETCH_AND_ADD, "CMP_AND_SWAP": Opcode.ATOMIC_CMP_AND_SWP}
 """perftest's ``-A`` names and the opcodes they post."""
 
@@ -71,11 +75,12 @@ def workload_opcode(work: WorkloadSpec) -> Opcode:
 
 
 def inline_threshold(work: WorkloadSpec) -> int:
-    """The largest WRITE the workload posts inline (bytes): its ``inline``, else perftest's default (only
-    ``ib_write_lat`` inlines by default)."""
+    """The largest WRITE or SEND the workload posts inline (bytes): its ``inline``, else perftest's default (only
+    the latency tests ``ib_write_lat`` and ``ib_send_lat`` inline by default; perftest's 236 B for SEND is more than
+    the presets' ``max_inline``, so send_lat inlines what write_lat does)."""
     if work.inline is not None:
         return work.inline
-    return PERFTEST_WRITE_LAT_INLINE if work.kind == "write_lat" else 0
+    return PERFTEST_WRITE_LAT_INLINE if work.kind in ("write_lat", "send_lat") else 0
 
 
 def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, started: int, event_log: list[dict],

@@ -1,5 +1,5 @@
 """``rdmasim perftest``: run a perftest command line (ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat,
-ib_atomic_bw, ib_atomic_lat) in the simulator.
+ib_send_bw, ib_send_lat, ib_atomic_bw, ib_atomic_lat) in the simulator.
 
 The command line is parsed with perftest's option names, defaults and checks (linux-rdma/perftest
 ``src/perftest_parameters.c``), turned into the equivalent two-node scenario -- client ``a`` posts, server ``b``
@@ -29,6 +29,7 @@ from sim.scenario.refs import check_references
 from sim.scenario.schema import MAX_MESSAGE_B, Scenario
 
 TESTS = {"ib_write_bw": "write_bw", "ib_read_bw": "read_bw", "ib_write_lat": "write_lat", "ib_read_lat": "read_lat",
+         "ib_send_bw": "send_bw", "ib_send_lat": "send_lat",
          "ib_atomic_bw": "atomic_bw", "ib_atomic_lat": "atomic_lat"}
 """perftest binaries rdmasim runs, and the workload kind each becomes."""
 NUMBER = r"\d+"
@@ -37,7 +38,10 @@ DEVICES = {f"mlx5_{NUMBER}": "connectx7", f"efa_{NUMBER}": "efa"}
 MAX_SIZE = 2**23
 """Largest size of ``-a`` (perftest's MAX_SIZE)."""
 LAT_WRITE_INLINE = {"connectx7": 220, "efa": 32}
-"""perftest's default inline size of ib_write_lat by device (DEF_INLINE_WRITE for mlx5; 32 for EFA)."""
+"""perftest's default inline size of ib_write_lat by device (DEF_INLINE_WRITE for mlx5; 32 for EFA); ib_send_lat
+uses it too (perftest's DEF_INLINE_SEND_RC_UC, 236, is more than the presets' max_inline)."""
+DEF_RX_SEND = 512
+"""perftest's default -r/--rx-depth of the SEND tests."""
 REGISTRATION = {
     "pinned": "ibv_reg_mr, pages pinned",
     "odp": "ibv_reg_mr with IBV_ACCESS_ON_DEMAND, nothing pinned",
@@ -108,7 +112,10 @@ def _parser(test: str) -> argparse.ArgumentParser:
     add("-t", "--tx-depth", type=_ranged(1, 15000, "Tx depth"), default=128 if bw else 1,
         help=f"Size of tx queue (default {128 if bw else 1}; latency tests keep one message in flight).")
     add("-I", "--inline_size", type=_ranged(0, 1024, "Max inline"), metavar="SIZE",
-        help="Max size of message to be sent inline (default: 220 for ib_write_lat on mlx5, else 0).")
+        help="Max size of message to be sent inline (default: 220 for ib_write_lat and ib_send_lat on mlx5, else 0).")
+    if TESTS[test].startswith("send"):
+        add("-r", "--rx-depth", type=_ranged(1, 32768, "Rx depth"), default=DEF_RX_SEND,
+            help=f"Receives the receiving side keeps posted (default {DEF_RX_SEND}, at most the iterations).")
     add("-m", "--mtu", type=int, choices=[256, 512, 1024, 2048, 4096], default=4096, help="MTU size (default 4096).")
     add("-F", "--CPU-freq", action="store_true", help="Accepted, no effect: a simulation has no CPU frequency.")
     add("-D", "--duration", type=int, help="Not supported: a simulated run is sized by -n/--iters.")
@@ -214,6 +221,8 @@ def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> 
                          f"{nic.max_inline} B inline (perftest would fail to create the QP)")
     if kind.endswith("_bw") and args.tx_depth > nic.max_qp_wr:
         raise UsageError(f"-t/--tx-depth {args.tx_depth}: the simulated {preset}'s max_qp_wr is {nic.max_qp_wr}")
+    if kind.startswith("send") and args.rx_depth > nic.max_qp_wr:
+        raise UsageError(f"-r/--rx-depth {args.rx_depth}: the simulated {preset}'s max_qp_wr is {nic.max_qp_wr}")
 
 
 def _round_up(n: int, align: int) -> int:
@@ -244,8 +253,10 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
     if kind.startswith("atomic"):  # perftest registers with IBV_ACCESS_REMOTE_ATOMIC for atomic tests
         work["atomic"] = args.atomic_type
         access = {"access": ["local_write", "remote_write", "remote_read", "remote_atomic"]}
-    if kind.startswith("write"):  # perftest: no default inline for CUDA memory or bandwidth tests
-        default = LAT_WRITE_INLINE[preset] if kind == "write_lat" and args.use_cuda is None else 0
+    if kind.startswith("send"):
+        work["rx_depth"] = args.rx_depth
+    if kind.startswith(("write", "send")):  # perftest: no default inline for CUDA memory or bandwidth tests
+        default = LAT_WRITE_INLINE[preset] if kind.endswith("_lat") and args.use_cuda is None else 0
         work["inline"] = default if args.inline_size is None else args.inline_size
     return {
         "schema": 1, "name": test, "description": f"rdmasim perftest {shlex.join(argv)}",
@@ -297,7 +308,7 @@ def _header(cmd: _Command, result) -> str:
     args, kind = cmd.args, TESTS[cmd.test]
     buf = cmd.data["buffers"][0]
     params = result.testbed.nodes["a"].nic.params
-    verb = {"write": "RDMA_Write", "read": "RDMA_Read", "atomic": "Atomic"}[kind.split("_")[0]]
+    verb = {"write": "RDMA_Write", "read": "RDMA_Read", "send": "Send", "atomic": "Atomic"}[kind.split("_")[0]]
     memory = (f"CUDA device {args.use_cuda} ({buf['on']}, h200, {args.gpu_topology})" if args.use_cuda is not None
               else f"mmap'd file {args.mmap} (host)" if args.mmap else "host")
     reg_us = result.registrations.set_index("buffer").loc["local", "register_us"]
@@ -308,9 +319,10 @@ def _header(cmd: _Command, result) -> str:
         f" Number of qps   : {args.qp}\t\tTransport type : IB",
         " Connection type : RC\t\tUsing SRQ      : OFF",
         f" TX depth        : {args.tx_depth}",
+        *([f" RX depth        : {cmd.data['workload'][0]['rx_depth']}"] if verb == "Send" else []),
         f" Mtu             : {args.mtu}[B]",
         " Link type       : IB",
-        f" Max inline data : {cmd.data['workload'][0]['inline']}[B]" if verb == "RDMA_Write"
+        f" Max inline data : {cmd.data['workload'][0]['inline']}[B]" if verb != "RDMA_Read"
         else f" Outstand reads  : {params.max_rd_atomic}",
         " rdma_cm QPs\t : OFF",
         " Data ex. method : Ethernet",

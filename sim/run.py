@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from models.verbs.workloads import Endpoint, bandwidth, concurrent, read_latency, write_latency
+from models.verbs.workloads import (Endpoint, bandwidth, concurrent, read_latency, send_bandwidth, send_latency,
+                                    write_latency)
 from sim.build import Testbed
 from sim.core.errors import DeadlockError
 from sim.fast_plan import run_fast
@@ -22,13 +23,19 @@ def total_operations(scenario: Scenario) -> int:
 
 def _process(env, work: WorkloadSpec, pairs: list[tuple[Endpoint, Endpoint]], size: int):
     inline, opcode = inline_threshold(work), workload_opcode(work)
-    if work.kind.endswith("_bw"):
+    if work.kind == "send_bw":
+        streams = [send_bandwidth(env, src, dst, size, work.iterations, work.tx_depth, work.rx_depth, inline)
+                   for src, dst in pairs]
+    elif work.kind.endswith("_bw"):
         streams = [bandwidth(env, opcode, src, dst, size, work.iterations, work.tx_depth, inline)
                    for src, dst in pairs]
+    if work.kind.endswith("_bw"):
         return streams[0] if len(streams) == 1 else concurrent(env, streams)
     ((src, dst),) = pairs
     if work.kind == "write_lat":
         return write_latency(env, src, dst, size, work.iterations, inline)
+    if work.kind == "send_lat":
+        return send_latency(env, src, dst, size, work.iterations, work.rx_depth, inline)
     return read_latency(env, src, dst, size, work.iterations, opcode)
 
 

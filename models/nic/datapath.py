@@ -36,16 +36,18 @@ import numpy as np
 from models.fabric import AETH, ATOMIC_ACK_ETH, ATOMIC_ETH, RETH, Fabric
 from models.nic.atomics import apply_atomic
 from models.nic.nic import Nic
+from models.nic.receive import (RECEIVING, complete_receive, landing_buffer, receive_mr, receive_problem,
+                                scatter)
 from models.nic.remote_access import remote_status
-from models.nic.translation import Fault, mr_bytes
+from models.nic.translation import Fault, mr_bytes, write_payload
 from models.nic.wqe import (ATOMIC_BYTES, ATOMICS, RNR_RETRY_INFINITE, Access, Opcode, QpState, SendFlags, SendWR, Sge,
-                            WcStatus, WorkCompletion)
+                            WcOpcode, WcStatus, WorkCompletion)
 from models.pcie.link import PcieLink, PcieParams, read_tags
 from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
 from sim.core import PS_PER_S, Environment
 from sim.core.interpreter import Operation, Semaphore, compile_steps
-from sim.core.steps import Check, Claim, Delay, Gate, Mark, Rebase, Step, Wake
+from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wake
 
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
 """Access bits as plain ints: IntFlag arithmetic is slow on the per-message path."""
@@ -228,13 +230,16 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     ack = [delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num)]
     cqe = dma_write(node.pcie, nic.params.cqe_bytes)
     reply = stage_steps([*ack, *cqe])
-    responder = Check("responder", 0 if remote_backing else None)
+    # A request that consumes a receive is checked when it arrives, on simpy's clock: a receive posted by then
+    # is found.
+    responder = Check("responder", 0 if remote_backing or opcode.consumes_receive else None)
     slots = rd_atomic_slots(qp)
     fence = [Gate(slots, READ_SLOT)] * slots if shape.fence else []
     steps: list[Step] = [Delay(nic.params.doorbell_ps), *stage_steps(to_engine), Rebase(False), *fence]
-    if opcode is Opcode.RDMA_WRITE:
+    if opcode is not Opcode.RDMA_READ and opcode not in ATOMICS:
         source = [] if inline else [s for length, target in pieces for s in node_dma_read(node, target, length)]
-        forward = source + [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, n, RETH, qp.path_mtu_bytes),
+        forward = source + [delay(nic.params.tx_latency_ps),
+                            *wire(nic, pnic, fabric, n, request_headers(opcode), qp.path_mtu_bytes),
                             rx_engine(pnic, qp.remote.qp_num)]
         steps.append(Check("requester"))
         if source and (local_backing or every):
@@ -247,8 +252,8 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
             steps += stage_steps(forward)
         # The responder acknowledges once the last TLP is on its PCIe link: a full receive path backs up into the
         # fabric, so the requester's completions are paced by the slowest resource.
-        steps += [responder, *stage_steps(node_dma_write(peer, remote_target, n)), Mark("landed"),
-                  Rebase(True, -peer.pcie.params.write_latency_ps),
+        steps += [responder, *receive_wqe_fetch(qp, opcode), *stage_steps(node_dma_write(peer, remote_target, n)),
+                  *receive_completion(peer, opcode), Mark("landed"), Rebase(True, -peer.pcie.params.write_latency_ps),
                   *(reply if shape.signaled else stage_steps(ack)), *COMPLETION]
         landed_back = 0
     else:
@@ -298,6 +303,43 @@ def rd_atomic_slots(qp) -> int:
 READ_SLOT = "landing"
 """The gate of a QP's outstanding READs, released by the claim that lands a READ's response."""
 
+IMMDT = 4
+"""The ImmDt extension header of a ``*_WITH_IMM`` request's last packet (bytes)."""
+
+
+def request_headers(opcode: Opcode) -> int:
+    """Extension header bytes of a request carrying a payload: RETH for RDMA WRITE, none for SEND, ImmDt for
+    immediate data (IB spec vol. 1 ch. 9.2-9.3, approximated as extra bytes of the first packet)."""
+    return (RETH if opcode.writes_remote else 0) + (IMMDT if opcode.carries_imm else 0)
+
+
+def receive_wqe_fetch(qp, opcode: Opcode) -> list[Step]:
+    """What fetching the receive WQE costs the responder of ``qp`` for an ``opcode`` that consumes one: a DMA read
+    of one WQE of its queue (16 B per scatter entry, an SRQ's next-segment more) on the responder's PCIe link.
+
+    mlx5 posts receives with no doorbell but the doorbell record in host memory (``mlx5_post_recv``), so the NIC
+    reads receive WQEs by DMA; ConnectX prefetches them for the receives posted ahead, which is why the read runs
+    beside the payload (a fork from the first packet's arrival) and costs PCIe link time, not latency."""
+    if not opcode.consumes_receive:
+        return []
+    peer = qp.remote.node
+    return [Fork((Rebase(False), *stage_steps(dma_read(peer.pcie, qp.remote.receives.wqe_bytes))))]
+
+
+def receive_completion(peer, opcode: Opcode) -> list[Step]:
+    """The responder's receive CQE for an ``opcode`` that consumes a receive: written on the responder's PCIe link
+    after the payload (a fork from its last TLP), ending at the check :data:`RECEIVED` when it is in memory."""
+    if not opcode.consumes_receive:
+        return []
+    cqe = dma_write(peer.pcie, peer.nic.params.cqe_bytes)
+    return [Fork((Rebase(True, -peer.pcie.params.write_latency_ps), *stage_steps(cqe), Rebase(True),
+                  Check(RECEIVED, 0, label=RECEIVED)))]
+
+
+RECEIVED = "received"
+"""The check (and its label: the vectorized core reports its times) where a receive-consuming request's receive CQE
+is in memory: the receive completes then."""
+
 
 def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
     """Which checks a work request on ``qp`` between ``local_mr`` and ``remote_mr`` makes at run time (the
@@ -314,7 +356,9 @@ def work_request_path(qp, wr: SendWR, now_ps: int) -> Path:
     node, peer = qp.node, qp.remote.node
     sges = local_sges(wr)
     local_mrs = [node.nic.lookup(sge.lkey) for sge in sges]
-    local_mr, remote_mr = local_mrs[0] if local_mrs else None, peer.nic.lookup(wr.rkey)
+    local_mr = local_mrs[0] if local_mrs else None
+    remote_mr = peer.nic.lookup(wr.rkey) if not wr.opcode.consumes_receive or wr.opcode.writes_remote else \
+        receive_mr(qp.remote)
     checked = checked_accesses(qp, local_mr, remote_mr)
     if len(local_mrs) > 1:
         checked = (any(mr is not None and mr.backing is not None for mr in local_mrs), *checked[1:])
@@ -344,9 +388,9 @@ def signaled(qp, wr: SendWR) -> bool:
 
 
 def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0) -> None:
-    """Start carrying one RDMA WRITE, READ or atomic from doorbell to the polled completion on ``qp`` (a
-    connected :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates);
-    ``seq`` and ``offset`` are its operation number and position offset under the ordering rule."""
+    """Start carrying one work request from doorbell to the polled completion on ``qp`` (a connected
+    :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates); ``seq``
+    and ``offset`` are its operation number and position offset under the ordering rule."""
     env = qp.pd.context.env
     if qp.reads is None:  # counted at the first post, when the responder's max_dest_rd_atomic is known
         qp.reads = Semaphore(rd_atomic_slots(qp))
@@ -363,7 +407,7 @@ class WorkRequestRun:
     """What the model decides while one work request runs: key and state checks, translations (page faults
     stall the send queue; a responder-side fault sends an RNR NAK), data mode's bytes, landing and completion."""
 
-    __slots__ = ("qp", "wr", "path", "posted", "status", "payload", "retries", "resume", "local")
+    __slots__ = ("qp", "wr", "path", "posted", "status", "payload", "retries", "resume", "local", "received")
 
     def __init__(self, qp, wr: SendWR, path: Path, posted: int) -> None:
         self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
@@ -374,6 +418,8 @@ class WorkRequestRun:
         """The local SGEs' MRs as the requester found them when it took up the WQE, with address and length."""
         self.resume: tuple[tuple, int] | None = None
         """After translation stages: the steps the data goes on with, and its tail before them."""
+        self.received: tuple | None = None
+        """The receive the responder consumed: its queue and :class:`RecvWR`."""
 
     def check(self, op: Operation, name: str, now: int, head: int, tail: int):
         """See :class:`sim.core.interpreter.Model`."""
@@ -391,7 +437,7 @@ class WorkRequestRun:
         self.local = [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in local_sges(wr)]
         if qp.state is QpState.ERR:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
-        needed = 0 if wr.opcode is Opcode.RDMA_WRITE else _LOCAL_WRITE
+        needed = _LOCAL_WRITE if wr.opcode is Opcode.RDMA_READ or wr.opcode in ATOMICS else 0
         if any(mr is None or not mr.allows(addr, length, needed) for mr, addr, length in self.local):
             return self._fail(WcStatus.LOC_PROT_ERR, head, self.path.failed)
         if wr.is_inline:
@@ -414,6 +460,8 @@ class WorkRequestRun:
 
     def _responder(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
+        if wr.opcode.consumes_receive:
+            return self._receive(now, head, tail)
         refused = remote_status(qp, wr)
         if refused is not None:
             qp.remote.to_error()  # the responder drops everything after the NAK
@@ -423,13 +471,13 @@ class WorkRequestRun:
         if mr.backing is not None:
             answer = mr.backing.translate(now, wr.remote_addr - mr.iova, n)
             if isinstance(answer, Fault):
-                return self._rnr_nak(mr, answer, tail)
+                return self._rnr_nak(tail, mr=mr.lkey, retry_at_ps=answer.ready_ps)
             if answer is not None:
                 qp.remote.to_error()
                 return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.rejected)
         env = qp.pd.context.env
         if wr.opcode is Opcode.RDMA_WRITE:
-            _write_payload(mr, wr.remote_addr, self.payload)
+            write_payload(mr, wr.remote_addr, self.payload)
         elif env.data_mode and wr.opcode in ATOMICS:  # the read-modify-write happens as the responder accepts it
             self.payload = apply_atomic(mr_bytes(mr, wr.remote_addr, n), wr.opcode, wr.compare_add, wr.swap)
         else:
@@ -437,19 +485,70 @@ class WorkRequestRun:
         return self._translation(peer, [(mr, wr.remote_addr, n)], now, head, tail, self.path.after["responder"],
                                  write=wr.opcode is not Opcode.RDMA_READ)
 
-    def _rnr_nak(self, mr, fault: Fault, tail: int):
-        """The responder faulted: an RNR NAK goes back and the request is sent again after the responder's
-        min_rnr_timer, up to rnr_retry times (7: for ever)."""
+    def _rnr_nak(self, tail: int, **why):
+        """The responder is not ready (a page fault, or no receive posted; ``why`` goes to the trace): an RNR NAK
+        goes back and the request is sent again after the responder's min_rnr_timer, up to rnr_retry times (7: for
+        ever), then the requester completes IBV_WC_RNR_RETRY_EXC_ERR."""
         qp = self.qp
-        qp.pd.context.env.trace.instant(f"{qp.remote.node.nic.name}.hw", "RnrNakSent", mr=mr.lkey,
-                                        retry_at_ps=fault.ready_ps)
+        qp.pd.context.env.trace.instant(f"{qp.remote.node.nic.name}.hw", "RnrNakSent", **why)
         qp.rnr_naks += 1
         if self.retries == 0:
             return self._fail(WcStatus.RNR_RETRY_EXC_ERR, tail, self.path.rejected)
         self.retries -= 1 if qp.rnr_retry != RNR_RETRY_INFINITE else 0
-        again = (*self.path.reply[:-1], Rebase(False), Delay(qp.remote.min_rnr_timer_ps), *self.path.forward,
+        return self._sent_again(tail)
+
+    def _sent_again(self, tail: int):
+        """The request goes again once the responder's NAK is back and its min_rnr_timer has passed."""
+        again = (*self.path.reply[:-1], Rebase(False), Delay(self.qp.remote.min_rnr_timer_ps), *self.path.forward,
                  Check("responder", 0), *self.path.after["responder"])
         return compile_steps(again), tail, tail
+
+    def _receive(self, now: int, head: int, tail: int):
+        """A request that consumes a receive reached the responder: without a receive posted (or with its buffer
+        faulting) an RNR NAK, and the responder drops the QP's later requests until this one comes again (they
+        follow it, go-back-N, each after the same timer from its own arrival); a receive that cannot take the
+        message (:func:`receive_problem`) completes in error on the responder and the requester gets the NAK's
+        error; else the payload lands in the receive's buffers (or, for a WRITE with immediate, through the rkey)
+        and the receive completes when its CQE is written."""
+        qp, wr = self.qp, self.wr
+        responder, env = qp.remote, qp.pd.context.env
+        if qp.state is QpState.ERR:  # sent again behind a request that failed: flushed
+            return self._fail(WcStatus.WR_FLUSH_ERR, tail, self.path.rejected)
+        if responder.rnr_blocked not in (None, self):
+            return self._sent_again(tail)  # go-back-N: dropped behind an RNR-NAKed request, sent again after it
+        refused = remote_status(qp, wr) if wr.opcode.writes_remote else None
+        if refused is not None:
+            responder.to_error()
+            return self._fail(refused, tail, self.path.rejected)
+        if responder.state not in RECEIVING:  # the responder drops it: the requester's retries run out
+            return self._fail(WcStatus.RETRY_EXC_ERR, tail, self.path.rejected)
+        queue = responder.receives
+        recv = queue.peek()
+        if recv is None:
+            responder.rnr_blocked = self  # (for good when its retries run out: the later ones are flushed)
+            return self._rnr_nak(tail, qp=responder.qp_num, reason="no receive posted")
+        responder.rnr_blocked = None
+        mr, addr, length = landing_buffer(responder, recv, wr)
+        problem = receive_problem(responder, recv, wr)
+        if problem is None and mr is not None and mr.backing is not None:
+            answer = mr.backing.translate(now, addr - mr.iova, length)
+            if isinstance(answer, Fault):
+                return self._rnr_nak(tail, mr=mr.lkey, retry_at_ps=answer.ready_ps)
+            if answer is not None:
+                problem = (WcStatus.LOC_PROT_ERR, WcStatus.REM_ACCESS_ERR if wr.opcode.writes_remote
+                           else WcStatus.REM_OP_ERR)
+        queue.take()
+        if problem is not None:
+            complete_receive(env, responder, queue, recv, wr, problem[0], qp.qp_num, now)
+            responder.to_error()
+            return self._fail(problem[1], tail, self.path.rejected)
+        self.received = (queue, recv)
+        if wr.opcode.writes_remote:
+            write_payload(mr, addr, self.payload)
+        else:
+            scatter(responder.node.nic, recv, self.payload)
+        return self._translation(responder.node, [(mr, addr, length)], now, head, tail, self.path.after["responder"],
+                                 write=True)
 
     def _response(self, now: int, head: int, tail: int):
         qp = self.qp
@@ -488,6 +587,12 @@ class WorkRequestRun:
     def _translation_done(self, now: int, head: int, tail: int):
         program, before = self.resume
         return program, head, max(before, head)
+
+    def _received(self, now: int, head: int, tail: int):
+        """The responder's receive CQE is in memory: the receive completes."""
+        queue, recv = self.received
+        complete_receive(self.qp.pd.context.env, self.qp.remote, queue, recv, self.wr, WcStatus.SUCCESS,
+                         self.qp.qp_num, now)
 
     def mark(self, op: Operation, name: str, head: int, tail: int) -> None:
         """The payload has landed (``name`` is ``landed``): a waiter on the work request learns when."""
@@ -541,10 +646,6 @@ def _scatter(pieces: list[Piece], payload) -> None:
         at += length
 
 
-def _write_payload(mr, addr: int, payload) -> None:
-    """Data mode: the NIC writes ``payload`` through ``mr``'s translation now."""
-    if payload is not None:
-        mr_bytes(mr, addr, len(payload))[:] = payload
 
 
 def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int) -> None:
@@ -573,8 +674,8 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int) 
         if status is WcStatus.SUCCESS and not signaled(qp, wr):
             qp.unsignaled += 1
             continue
-        wc = WorkCompletion(wr.wr_id, status, wr.opcode, wr.message_bytes if status is WcStatus.SUCCESS else 0,
-                            qp.qp_num, posted, seen)
+        wc = WorkCompletion(wr.wr_id, status, WcOpcode.of_send(wr.opcode),
+                            wr.message_bytes if status is WcStatus.SUCCESS else 0, qp.qp_num, posted, seen)
         freed, qp.unsignaled = qp.unsignaled + 1, 0
         env.timeout(seen - env.now).callbacks.append(lambda _event, wc=wc, freed=freed: _deliver(qp, wc, freed))
 

@@ -75,3 +75,8 @@ class DeviceAttrs:
     atomic_cap: AtomicCap = AtomicCap.ATOMIC_HCA
     cap_flags: DeviceCap = MLX5_CAPS
     """``device_cap_flags_ex``: the low 32 bits are ``ibv_device_attr.device_cap_flags``."""
+    max_srq: int = 8388608
+    max_srq_wr: int = 32767
+    """Deepest SRQ ``ibv_create_srq`` accepts (EINVAL beyond)."""
+    max_srq_sge: int = 31
+    """Most scatter entries per SRQ receive."""

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from models.nic.wqe import ATOMIC_BYTES, ATOMICS, Access, Opcode, QpState, SendWR, WcStatus
 
-_RIGHT = {Opcode.RDMA_WRITE: int(Access.REMOTE_WRITE), Opcode.RDMA_READ: int(Access.REMOTE_READ),
+_RIGHT = {Opcode.RDMA_WRITE: int(Access.REMOTE_WRITE), Opcode.RDMA_WRITE_WITH_IMM: int(Access.REMOTE_WRITE),
+          Opcode.RDMA_READ: int(Access.REMOTE_READ),
           **{op: int(Access.REMOTE_ATOMIC) for op in ATOMICS}}
 """The remote right each opcode needs, on the responder QP (``qp_access_flags``) and on the MR."""
 

@@ -72,3 +72,10 @@ def mr_bytes(mr, addr: int, length: int) -> np.ndarray:
         reached = host.data[buf.name], mr.addr - buf.addr
     array, base = reached
     return array[base + offset: base + offset + length]
+
+
+def write_payload(mr, addr: int, payload) -> None:
+    """Data mode: the NIC writes ``payload`` through ``mr``'s translation now (nothing when ``payload`` is None:
+    data mode is off)."""
+    if payload is not None:
+        mr_bytes(mr, addr, len(payload))[:] = payload

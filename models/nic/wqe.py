@@ -1,5 +1,6 @@
 """A work request and its completion as the NIC executes them: libibverbs' opcodes, access flags, QP states,
-completion status (rdma-core's values), ``struct ibv_send_wr`` and ``struct ibv_wc``."""
+completion status and opcodes (rdma-core's values), ``struct ibv_sge``, ``struct ibv_send_wr``, ``struct ibv_recv_wr``
+and ``struct ibv_wc``."""
 
 from __future__ import annotations
 
@@ -65,13 +66,34 @@ WC_STATUS_NAMES = [s.ibv_name for s in WcStatus]
 
 
 class Opcode(enum.Enum):
-    """Send-queue opcodes modelled so far (``enum ibv_wr_opcode``)."""
+    """Send-queue opcodes modelled so far (``enum ibv_wr_opcode`` without its ``IBV_WR_`` prefix; the values are
+    the names traces print)."""
 
     RDMA_WRITE = "RDMA_WRITE"
     RDMA_READ = "RDMA_READ"
+    SEND = "SEND"
+    SEND_WITH_IMM = "SEND_WITH_IMM"
+    RDMA_WRITE_WITH_IMM = "RDMA_WRITE_WITH_IMM"
     ATOMIC_CMP_AND_SWP = "ATOMIC_CMP_AND_SWP"
     ATOMIC_FETCH_AND_ADD = "ATOMIC_FETCH_AND_ADD"
 
+    @property
+    def consumes_receive(self) -> bool:
+        """The responder takes a receive WQE for it (SEND, SEND_WITH_IMM, RDMA_WRITE_WITH_IMM)."""
+        return self in _CONSUMES_RECEIVE
+
+    @property
+    def carries_imm(self) -> bool:
+        """The request carries 4 bytes of immediate data (``*_WITH_IMM``)."""
+        return self in (Opcode.SEND_WITH_IMM, Opcode.RDMA_WRITE_WITH_IMM)
+
+    @property
+    def writes_remote(self) -> bool:
+        """The payload goes through an rkey into the responder's memory (RDMA WRITE, with or without immediate)."""
+        return self in (Opcode.RDMA_WRITE, Opcode.RDMA_WRITE_WITH_IMM)
+
+
+_CONSUMES_RECEIVE = frozenset((Opcode.SEND, Opcode.SEND_WITH_IMM, Opcode.RDMA_WRITE_WITH_IMM))
 
 ATOMICS = frozenset({Opcode.ATOMIC_CMP_AND_SWP, Opcode.ATOMIC_FETCH_AND_ADD})
 """The 64-bit atomic opcodes: they travel like an 8-byte READ and take a READ/atomic slot."""
@@ -87,6 +109,57 @@ class SendFlags(enum.IntFlag):
     SIGNALED = 1 << 1
     SOLICITED = 1 << 2
     INLINE = 1 << 3
+
+
+class WcOpcode(enum.IntEnum):
+    """``enum ibv_wc_opcode`` (libibverbs/verbs.h), with rdma-core's values: receive completions have bit 7 set
+    (``opcode & IBV_WC_RECV``)."""
+
+    SEND = 0
+    RDMA_WRITE = 1
+    RDMA_READ = 2
+    COMP_SWAP = 3
+    FETCH_ADD = 4
+    BIND_MW = 5
+    LOCAL_INV = 6
+    TSO = 7
+    FLUSH = 8
+    ATOMIC_WRITE = 9
+    RECV = 1 << 7
+    RECV_RDMA_WITH_IMM = (1 << 7) + 1
+
+    @property
+    def ibv_name(self) -> str:
+        """The C enumerator's name, e.g. ``IBV_WC_RECV``."""
+        return f"IBV_WC_{self.name}"
+
+    @classmethod
+    def of_send(cls, opcode: Opcode) -> WcOpcode:
+        """The requester's completion opcode of a work request (mlx5: WRITE_WITH_IMM completes as RDMA_WRITE,
+        SEND_WITH_IMM as SEND)."""
+        return _SEND_WC[opcode]
+
+    @classmethod
+    def of_receive(cls, opcode: Opcode) -> WcOpcode:
+        """The responder's completion opcode of a request that consumed a receive."""
+        return cls.RECV_RDMA_WITH_IMM if opcode is Opcode.RDMA_WRITE_WITH_IMM else cls.RECV
+
+
+_SEND_WC = {Opcode.RDMA_WRITE: WcOpcode.RDMA_WRITE, Opcode.RDMA_WRITE_WITH_IMM: WcOpcode.RDMA_WRITE,
+            Opcode.RDMA_READ: WcOpcode.RDMA_READ, Opcode.SEND: WcOpcode.SEND, Opcode.SEND_WITH_IMM: WcOpcode.SEND,
+            Opcode.ATOMIC_CMP_AND_SWP: WcOpcode.COMP_SWAP, Opcode.ATOMIC_FETCH_AND_ADD: WcOpcode.FETCH_ADD}
+
+
+class WcFlags(enum.IntFlag):
+    """``enum ibv_wc_flags``."""
+
+    GRH = 1 << 0
+    WITH_IMM = 1 << 1
+    IP_CSUM_OK = 1 << 2
+    WITH_INV = 1 << 3
+    TM_SYNC_REQ = 1 << 4
+    TM_MATCH = 1 << 5
+    TM_DATA_VALID = 1 << 6
 
 
 class QpState(enum.Enum):
@@ -111,20 +184,38 @@ class WorkCompletion:
 
     wr_id: int
     status: WcStatus
-    opcode: Opcode
+    opcode: WcOpcode
     byte_len: int
     qp_num: int
     posted_ps: int
     completed_ps: int
+    wc_flags: WcFlags = WcFlags(0)
+    imm_data: int = 0
+    """The sender's immediate data (valid with ``IBV_WC_WITH_IMM``)."""
+    src_qp: int = 0
+    """The sending QP's number (receive completions)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Sge:
-    """``struct ibv_sge``: one piece of a work request's local buffer."""
+    """``struct ibv_sge``: one buffer of a work request's gather or scatter list."""
 
     addr: int
     length: int
     lkey: int
+
+
+@dataclass(slots=True)
+class RecvWR:
+    """``struct ibv_recv_wr``: a receive buffer for one incoming SEND (or RDMA WRITE with immediate)."""
+
+    wr_id: int
+    sg_list: tuple[Sge, ...] = ()
+
+    @property
+    def capacity(self) -> int:
+        """Bytes its scatter list holds."""
+        return sum(sge.length for sge in self.sg_list)
 
 
 @dataclass(slots=True)
@@ -168,3 +259,5 @@ class SendWR:
     def message_bytes(self) -> int:
         """Bytes the operation moves: 8 for an atomic, else the sum of its SGEs' lengths."""
         return ATOMIC_BYTES if self.opcode in ATOMICS else sum(sge.length for sge in self.sges)
+    imm_data: int = 0
+    """Immediate data of ``*_WITH_IMM`` (32 bits; the responder's completion carries it)."""

@@ -44,6 +44,10 @@ class IbvDeviceAttr:
     """READs and atomics one QP may have outstanding as initiator (the model's ``max_rd_atomic`` gate)."""
     atomic_cap: AtomicCap
     phys_port_cnt: int
+    max_srq: int = 0
+    max_srq_wr: int = 0
+    """Deepest SRQ ``ibv_create_srq`` accepts."""
+    max_srq_sge: int = 0
 
 
 class OdpGeneralCaps(enum.IntFlag):
@@ -139,7 +143,8 @@ def ibv_query_device(context: Context) -> IbvDeviceAttr:
         max_qp_wr=params.max_qp_wr, device_cap_flags=int(dev.cap_flags) & 0xFFFFFFFF, max_sge=dev.max_sge,
         max_sge_rd=dev.max_sge_rd, max_cq=dev.max_cq, max_cqe=dev.max_cqe, max_mr=dev.max_mr, max_pd=dev.max_pd,
         max_qp_rd_atom=params.max_rd_atomic, max_res_rd_atom=dev.max_res_rd_atom,
-        max_qp_init_rd_atom=params.max_rd_atomic, atomic_cap=dev.atomic_cap, phys_port_cnt=1)
+        max_qp_init_rd_atom=params.max_rd_atomic, atomic_cap=dev.atomic_cap, phys_port_cnt=1, max_srq=dev.max_srq,
+        max_srq_wr=dev.max_srq_wr, max_srq_sge=dev.max_srq_sge)
 
 
 def ibv_query_device_ex(context: Context) -> IbvDeviceAttrEx:

@@ -40,12 +40,14 @@ def check_send_wr(qp, wr: SendWR) -> None:
         raise VerbsError("EOPNOTSUPP", f"IBV_WR_{wr.opcode.value}: the device's atomic_cap is IBV_ATOMIC_NONE",
                          call=call)
     if wr.is_inline:
-        if wr.opcode is not Opcode.RDMA_WRITE:
-            raise VerbsError("EINVAL", f"IBV_SEND_INLINE on IBV_WR_{wr.opcode.value}: inline data only for writes",
-                             call=call)
+        if wr.opcode is Opcode.RDMA_READ or wr.opcode in ATOMICS:
+            raise VerbsError("EINVAL", f"IBV_SEND_INLINE on IBV_WR_{wr.opcode.value}: inline data only for sends "
+                             "and writes", call=call)
         if wr.message_bytes > qp.max_inline_data:
             raise VerbsError("ENOMEM", f"{wr.message_bytes} B inline exceeds the QP's max_inline_data "
                              f"{qp.max_inline_data}", call=call)
+    if not 0 <= wr.imm_data < 2**32:
+        raise VerbsError("EINVAL", f"imm_data {wr.imm_data} is not a 32-bit value (__be32)", call=call)
 
 
 def check_send_caps(nic_params, max_send_sge: int, max_inline_data: int) -> None:

@@ -1,4 +1,5 @@
-"""The verbs API (rdma-core names and errno semantics): context, PD, MR, CQ, RC QP, post and poll.
+"""The verbs API (rdma-core names and errno semantics): context, PD, MR, CQ, RC QP, post and poll (receive queues
+and SRQs: :mod:`models.verbs.recv`).
 
 Registration and queue creation are immediate calls that return their simulated cost; data transfer is
 asynchronous: :func:`ibv_post_send` starts a simulated work request whose completion appears in the CQ.
@@ -22,10 +23,11 @@ from models.ib.mr_checks import (EFA_VENDOR_ID, PAGE_SIZE, U64, check_max_mr_siz
 from models.ib.umem_odp import create_user_odp_mr, mlx5_ib_init_odp_mr
 from models.nic.datapath import start_work_request
 from models.nic.translation import MrBacking
-from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WorkCompletion
+from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WcOpcode, WcStatus, WorkCompletion
 from models.node import Node
 from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, apply_attrs, check_modify_qp,
                                    rnr_timer_ps)
+from models.verbs.receive_queue import ReceiveQueue, SharedReceiveQueue, check_rq_caps, rq_geometry
 from models.verbs.send_checks import check_send_caps, check_send_wr
 from sim.core import PS_PER_US, Environment, VerbsError
 from sim.core.env import UniformDraws
@@ -46,6 +48,8 @@ class Context:
     node: Node
     env: Environment
     fabric: Fabric
+    async_events: deque = field(default_factory=deque)
+    """Asynchronous events not yet read (:func:`models.verbs.recv.ibv_get_async_event`)."""
 
 
 @dataclass(eq=False)
@@ -178,9 +182,39 @@ class QueuePair:
     """Unsignaled work requests done and still holding their send-queue slots until the next completion."""
     destroyed: bool = False
 
+    recv_cq: CompletionQueue | None = None
+    """Where receive completions go (the send CQ unless the QP was created with its own)."""
+    rq: ReceiveQueue = field(default_factory=lambda: ReceiveQueue(0, 0))
+    """The QP's own receive queue (depth 0: created without receives, or on an SRQ)."""
+    srq: SharedReceiveQueue | None = None
+    """The SRQ the QP takes its receives from instead."""
+    rnr_blocked: object | None = None
+    """As responder: the incoming request it sent an RNR NAK for and waits to see again (later ones are dropped)."""
+
     def __post_init__(self) -> None:
-        self.pd.usecnt += 1  # ib_create_qp_user: atomic_inc(&pd->usecnt), and the CQ's
+        if self.recv_cq is None:
+            self.recv_cq = self.send_cq
+        self.pd.usecnt += 1  # ib_create_qp_user: atomic_inc(&pd->usecnt), and the CQs'
         self.send_cq.usecnt += 1
+        if self.recv_cq is not self.send_cq:
+            self.recv_cq.usecnt += 1
+
+    @property
+    def receives(self) -> ReceiveQueue:
+        """The queue an incoming SEND (or WRITE with immediate) consumes from: the SRQ, else the QP's own."""
+        return self.rq if self.srq is None else self.srq
+
+    def deliver_receive(self, queue: ReceiveQueue, wc: WorkCompletion) -> None:
+        """A receive taken from ``queue`` completes: its completion reaches the receive CQ, its slot is free."""
+        queue.delivered()
+        self.recv_cq.push(wc)
+
+    def flush_receives(self) -> None:
+        """The QP's own posted receives complete with IBV_WC_WR_FLUSH_ERR (an SRQ's stay for its other QPs)."""
+        now = self.pd.context.env.now
+        for wr in self.rq.flush():
+            self.deliver_receive(self.rq, WorkCompletion(wr.wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0,
+                                                         self.qp_num, now, now))
 
     @property
     def node(self) -> Node:
@@ -224,8 +258,10 @@ class QueuePair:
                           PERFTEST_TO_RTS)
 
     def to_error(self) -> None:
-        """Move to the error state: outstanding and later work requests complete with WR_FLUSH_ERR."""
+        """Move to the error state: outstanding and later work requests complete with WR_FLUSH_ERR, and so do
+        the receives posted to the QP's own queue."""
         self.attr.qp_state = self.attr.cur_qp_state = QpState.ERR
+        self.flush_receives()
 
 
 PERFTEST_TO_INIT = QpAttrMask.STATE | QpAttrMask.PKEY_INDEX | QpAttrMask.PORT | QpAttrMask.ACCESS_FLAGS
@@ -250,6 +286,11 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     new = check_modify_qp(qp.qp_type, qp.state, attr, attr_mask, qp.node.nic.params.max_rd_atomic)
     before = qp.state
     qp.attr = apply_attrs(qp.attr, attr, attr_mask, new)
+    if new is QpState.ERR and before is not QpState.ERR:
+        qp.flush_receives()
+    elif new is QpState.RESET:
+        qp.rq.reset()
+        qp.rnr_blocked = None
     if before is QpState.RTR and new is QpState.RTS:
         env = qp.pd.context.env
         qp.reads = None  # the READ/atomic slots are counted at the first post, once the responder is known
@@ -461,21 +502,35 @@ def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:
 
 
 def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: int, *, max_send_sge: int = 1,
-                  max_inline_data: int | None = None, sq_sig_all: bool = True) -> QueuePair:
-    """Create an RC QP (``struct ibv_qp_init_attr``'s ``cap`` and ``sq_sig_all``; ``max_inline_data`` None: as
-    much as the NIC's WQE holds).
+                  max_inline_data: int | None = None, sq_sig_all: bool = True, recv_cq: CompletionQueue | None = None,
+                  max_recv_wr: int = 0, max_recv_sge: int = 1, srq: SharedReceiveQueue | None = None) -> QueuePair:
+    """Create an RC QP (``struct ibv_qp_init_attr``: its ``cap`` and ``sq_sig_all``; ``max_inline_data`` None: as
+    much as the NIC's WQE holds; ``recv_cq`` defaults to ``send_cq``). Its receive queue is as deep and wide as
+    mlx5 makes it (:func:`~models.verbs.receive_queue.rq_geometry`: ``qp.rq.depth``, ``qp.rq.max_sge`` are the ``cap``
+    ibv_create_qp returns); on an ``srq`` the QP has none and ``max_recv_wr`` is ignored.
 
-    :raises VerbsError: ``EINVAL`` when max_send_wr is out of the device's range, or the caps are (see
-        :func:`~models.verbs.send_checks.check_send_caps`).
+    :raises VerbsError: ``EINVAL`` when max_send_wr, max_recv_wr or max_recv_sge is out of the device's range, the
+        send caps are (see :func:`~models.verbs.send_checks.check_send_caps`), or the SRQ belongs to another device.
     """
-    params = pd.context.node.nic.params
-    if not 1 <= max_send_wr <= params.max_qp_wr:
-        raise VerbsError("EINVAL", f"max_send_wr {max_send_wr} outside 1..{params.max_qp_wr} (device max_qp_wr)",
-                         call="ibv_create_qp")
-    inline = params.max_inline if max_inline_data is None else max_inline_data
-    check_send_caps(params, max_send_sge, inline)
-    return QueuePair(pd, send_cq, max_send_wr, pd.context.node.nic.new_handle(), max_send_sge=max_send_sge,
-                     max_inline_data=inline, sq_sig_all=sq_sig_all)
+    call = "ibv_create_qp"
+    nic = pd.context.node.nic
+    limit = nic.params.max_qp_wr
+    if not 1 <= max_send_wr <= limit:
+        raise VerbsError("EINVAL", f"max_send_wr {max_send_wr} outside 1..{limit} (device max_qp_wr)", call=call)
+    inline = nic.params.max_inline if max_inline_data is None else max_inline_data
+    check_send_caps(nic.params, max_send_sge, inline)
+    if srq is not None:
+        if srq.pd.context.node is not pd.context.node:
+            raise VerbsError("EINVAL", "the SRQ belongs to another device", call=call)
+        rq = ReceiveQueue(0, 0)
+    else:
+        check_rq_caps(max_recv_wr, max_recv_sge, limit, nic.params.device.max_sge, call)
+        rq = ReceiveQueue(*rq_geometry(max_recv_wr, max_recv_sge))
+    qp = QueuePair(pd, send_cq, max_send_wr, nic.new_handle(), max_send_sge=max_send_sge, max_inline_data=inline,
+                   sq_sig_all=sq_sig_all, recv_cq=recv_cq, rq=rq, srq=srq)
+    if srq is not None:
+        srq.qps.append(qp)
+    return qp
 
 
 def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
@@ -484,7 +539,7 @@ def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
     :raises VerbsError: ``EINVAL`` when the QP is in RESET, INIT or RTR; ``EOPNOTSUPP`` in SQD or SQE (not
         modelled); then the checks of :func:`~models.verbs.send_checks.check_send_wr` (``ENOMEM`` for a full send
         queue, too many SGEs or too much inline data, ``EOPNOTSUPP`` for an atomic without atomic support,
-        ``EINVAL`` for inline data on anything but a write).
+        ``EINVAL`` for inline data on a READ or an atomic, or immediate data beyond 32 bits).
     """
     call = "ibv_post_send"
     if qp.state in (QpState.RESET, QpState.INIT, QpState.RTR):

@@ -12,6 +12,10 @@ way perftest prints them:
 * ``atomic_bw`` / ``atomic_lat``: ib_atomic_bw and ib_atomic_lat, the READ loops with 8-byte atomics on the
   responder buffer's first 8 bytes (perftest runs atomics through its READ test loops), each original value
   landing at the start of the requester's buffer.
+* ``send_bw``: ib_send_bw: the server posts ``rx_depth`` receives ahead and reposts one for each receive
+  completion it polls; the client keeps ``tx_depth`` SENDs in flight as ``write_bw`` does.
+* ``send_lat``: ping-pong like ib_send_lat: each side keeps ``rx_depth`` receives posted; the client sends, the
+  server polls the receive completion, reposts the receive and sends back; latency is half the round trip.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import numpy as np
 import simpy
 
 from models.nic.datapath import work_request_path
-from models.nic.wqe import Opcode, SendWR, WcStatus
+from models.nic.wqe import ATOMICS, Opcode, RecvWR, SendWR, Sge, WcStatus
+from models.verbs.recv import ibv_post_recv
 from models.verbs.verbs import MemoryRegion, QueuePair, ibv_poll_cq, ibv_post_send
 from sim.core.steps import Check, Delay, Fork, Mark, Rebase, Step, Wait, Wake, walk_order
 
@@ -78,6 +83,12 @@ ATOMIC_ADD = 1
 """What each FETCH_AND_ADD adds, and each CMP_AND_SWAP swaps in when the target is 0 (perftest's operands)."""
 
 
+def posts_inline(opcode: Opcode, size: int, inline: int) -> bool:
+    """Whether a workload posts a message of ``size`` bytes inline under the threshold ``inline``: only SENDs and
+    WRITEs carry inline data."""
+    return opcode is not Opcode.RDMA_READ and opcode not in ATOMICS and size <= inline
+
+
 def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
         landed: simpy.Event | None = None, order: tuple[int, int] | None = None) -> SendWR:
     return SendWR(wr_id, opcode, src.iova, size, src.mr.lkey, dst.iova, dst.mr.rkey, inline, landed, order,
@@ -90,7 +101,7 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
     posted = np.zeros(iterations, dtype=np.int64)
     completed = np.zeros(iterations, dtype=np.int64)
     status = succeeded(iterations)
-    use_inline = opcode is Opcode.RDMA_WRITE and size <= inline
+    use_inline = posts_inline(opcode, size, inline)
     qp, cq = src.qp, src.qp.send_cq
     next_id = done = 0
     while done < iterations:
@@ -195,3 +206,104 @@ def _drain(qp: QueuePair) -> int:
     """Poll whatever completions the ping-pong produced; the first error's status value, else success's."""
     failed = [wc.status.value for wc in ibv_poll_cq(qp.send_cq, qp.send_cq.cqe) if wc.status is not WcStatus.SUCCESS]
     return failed[0] if failed else SUCCESS
+
+
+PERFTEST_RX_DEPTH = 512
+"""perftest's ``DEF_RX_SEND``: receives ib_send_bw and ib_send_lat post ahead (-r), at most the iterations."""
+
+
+def _recv_wr(wr_id: int, end: Endpoint) -> RecvWR:
+    """One receive of ``end``'s whole buffer (perftest's single-SGE receive into its message buffer), so that a
+    receive left posted after one message size takes the next."""
+    return RecvWR(wr_id, (Sge(end.mr.iova, end.mr.length, end.mr.lkey),))
+
+
+def post_receives_ahead(end: Endpoint, count: int) -> int:
+    """Top ``end``'s receive queue up to ``count`` receives (perftest's ``ctx_set_recv_wqes``): slots still held by
+    receives consumed before but not yet completed count; returns how many were posted."""
+    missing = max(count - end.qp.rq.held, 0)
+    for k in range(missing):
+        ibv_post_recv(end.qp, _recv_wr(k, end))
+    return missing
+
+
+def send_bandwidth(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, tx_depth: int, rx_depth: int,
+                   inline: int = 0) -> Generator:
+    """simpy process of ib_send_bw for one size: the server's receives ``rx_depth`` ahead (reposted by
+    :func:`_serve_receives`), the client's SENDs as :func:`bandwidth` posts them; returns the client's
+    :class:`OpRecords`."""
+    ahead = min(rx_depth, iterations)
+    posted = post_receives_ahead(dst, ahead)
+    server = env.process(_serve_receives(env, dst, iterations - posted))
+    records = yield from bandwidth(env, Opcode.SEND, src, dst, size, iterations, tx_depth, inline)
+    if server.is_alive:  # receives left over after an error: nothing more will arrive
+        server.interrupt()
+    ibv_poll_cq(dst.qp.recv_cq, dst.qp.recv_cq.cqe)
+    return records
+
+
+def _serve_receives(env, end: Endpoint, reposts: int) -> Generator:
+    """The ib_send_bw server: poll the receive CQ (a poll delay after a completion arrives) and post one receive
+    for each completion, ``reposts`` in all."""
+    cq = end.qp.recv_cq
+    try:
+        while reposts > 0:
+            yield cq.wait()
+            yield env.timeout(end.qp.poll_delays.next())
+            for wc in ibv_poll_cq(cq, cq.cqe):
+                if reposts > 0:
+                    ibv_post_recv(end.qp, _recv_wr(wc.wr_id, end))
+                    reposts -= 1
+    except simpy.Interrupt:
+        return
+
+
+def send_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, rx_depth: int,
+                 inline: int) -> Generator:
+    """simpy process of ib_send_lat (ping-pong) for one size: each side sees the other's SEND on its receive CQ
+    (a poll delay after the CQE lands), reposts that receive and sends back; latency is half the round trip."""
+    posted = np.zeros(iterations, dtype=np.int64)
+    completed = np.zeros(iterations, dtype=np.int64)
+    status = succeeded(iterations)
+    use_inline = size <= inline
+    for end in (src, dst):
+        post_receives_ahead(end, min(rx_depth, iterations))
+    for i in range(iterations):
+        posted[i] = env.now
+        for a, b in ((src, dst), (dst, src)):
+            ibv_post_send(a.qp, _wr(i, Opcode.SEND, a, b, size, use_inline))
+            failed = yield from _await_receive(env, a, b)
+            if status[i] == SUCCESS:
+                status[i] = failed
+            if failed != SUCCESS:
+                break
+        completed[i] = env.now
+    for end in (src, dst):
+        yield from _quiesce(env, end)
+    return OpRecords(posted, completed, (completed - posted) // 2, status)
+
+
+def _await_receive(env, sender: Endpoint, receiver: Endpoint) -> Generator:
+    """Wait until ``receiver`` polls the receive completion of ``sender``'s SEND (a poll delay after it arrives)
+    and reposts the receive, or ``sender``'s SEND completes in error; returns the first error's status value, else
+    success's."""
+    rcq, scq = receiver.qp.recv_cq, sender.qp.send_cq
+    while True:
+        yield env.any_of([rcq.wait(), scq.wait()])
+        failed = _drain(sender.qp)
+        if failed != SUCCESS:
+            return failed
+        if rcq.entries:
+            yield env.timeout(receiver.qp.poll_delays.next())
+            (wc,) = ibv_poll_cq(rcq, 1)
+            ibv_post_recv(receiver.qp, _recv_wr(wc.wr_id, receiver))
+            if wc.status is not WcStatus.SUCCESS:  # flushed: the SEND's own completion is still to come
+                yield from _quiesce(env, sender)
+            return wc.status.value
+
+
+def _quiesce(env, end: Endpoint) -> Generator:
+    """Wait for ``end``'s SENDs still in flight and poll their completions (perftest's send_lat leaves none)."""
+    while end.qp.outstanding:
+        yield end.qp.send_cq.wait()
+        _drain(end.qp)

@@ -313,8 +313,8 @@ class SizeRange(Strict):
 class WorkloadSpec(Strict):
     """A perftest-like measurement between two buffers."""
 
-    kind: Literal["write_bw", "read_bw", "write_lat", "read_lat", "atomic_bw", "atomic_lat"]
-    """ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat, ib_atomic_bw or ib_atomic_lat."""
+    kind: Literal["write_bw", "read_bw", "write_lat", "read_lat", "send_bw", "send_lat", "atomic_bw", "atomic_lat"]
+    """ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat, ib_send_bw, ib_send_lat, ib_atomic_bw or ib_atomic_lat."""
     name: Name | None = None
     """Label in the results (default: the kind)."""
     from_: Name = Field(alias="from")
@@ -328,7 +328,9 @@ class WorkloadSpec(Strict):
     tx_depth: Annotated[int, Field(ge=1, le=8192)] = 128
     """Outstanding work requests for bandwidth tests (perftest -t)."""
     inline: Annotated[int, Field(ge=0, le=1024)] | None = None
-    """Largest message sent inline (default: 220 for write_lat, else 0)."""
+    """Largest message sent inline (default: 220 for write_lat and send_lat, else 0)."""
+    rx_depth: Annotated[int, Field(ge=1, le=32768)] = 512
+    """Receives posted ahead by each receiving side of a SEND test, at most the iterations (perftest -r)."""
     qps: Annotated[int, Field(ge=1, le=1024)] = 1
     """QP pairs streaming at once, each with its own tx_depth window and 'iterations' operations per size
     (perftest -q; bandwidth tests only)."""
@@ -352,6 +354,14 @@ class WorkloadSpec(Strict):
             raise ValueError(f"{kind} moves 8 bytes per atomic; sizes must be [8B], got "
                              f"[{', '.join(format_size(s) for s in got)}]")
         return sizes
+
+    @field_validator("rx_depth")
+    @classmethod
+    def _rx_depth_for_send_tests(cls, rx_depth: int, info):
+        kind = info.data.get("kind")
+        if kind is not None and not kind.startswith("send"):
+            raise ValueError(f"{kind} posts no receives; rx_depth is for send_bw and send_lat")
+        return rx_depth
 
     def size_list(self) -> list[int]:
         """The message sizes, in order."""

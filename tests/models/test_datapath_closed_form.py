@@ -24,13 +24,14 @@ def _scenario(make_scenario, nic, pcie, rate, workload, **fabric):
 
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("size", [65536, 1 << 20])
-def test_large_write_bandwidth_is_min_of_wire_and_pcie(make_scenario, config, size):
+@pytest.mark.parametrize("kind, header", [("write_bw", RETH), ("send_bw", 0)])  # a SEND has no RETH
+def test_large_write_and_send_bandwidth_is_min_of_wire_and_pcie(make_scenario, config, size, kind, header):
     nic, pcie, rate = CONFIGS[config]
     scn = _scenario(make_scenario, nic, pcie, rate,
-                    {"kind": "write_bw", "from": "src", "to": "dst", "sizes": [f"{size}B"], "iterations": 300})
+                    {"kind": kind, "from": "src", "to": "dst", "sizes": [f"{size}B"], "iterations": 300})
     result = run_scenario(scn)
     link = pcie_params(scn.nodes[0])
-    expected_Bps = min(fabric_params(scn).efficiency(size, RETH), link.read_efficiency(size),
+    expected_Bps = min(fabric_params(scn).efficiency(size, header), link.read_efficiency(size),
                        link.write_efficiency(size))
     assert result.summary["bw_avg_Gbps"].iloc[0] == pytest.approx(expected_Bps * 8 / 1e9, rel=0.01)
 

@@ -1,0 +1,89 @@
+"""The responder's receive side of the data path: which receive a SEND (or RDMA WRITE with immediate) takes, the
+checks it must pass, data mode's scatter into its buffers and its completion on the responder's receive CQ.
+
+The requester's side and the steps of the path are :mod:`models.nic.datapath`'s; this module decides only what the
+responder does with a receive, reading the verbs layer's QP (``receives``, ``deliver_receive``) without importing it.
+"""
+
+from __future__ import annotations
+
+from models.nic.translation import write_payload
+from models.nic.wqe import Access, QpState, RecvWR, SendWR, WcFlags, WcOpcode, WcStatus, WorkCompletion
+
+_LOCAL_WRITE = int(Access.LOCAL_WRITE)
+
+
+def receive_mr(responder):
+    """The MR the responder's next receive scatters into first (None: no receive posted, or a bad key); a SEND
+    posted now is planned to land there (a later receive elsewhere in the node's topology is not re-routed)."""
+    recv = responder.receives.peek()
+    if recv is None or not recv.sg_list:
+        return None
+    return responder.node.nic.lookup(recv.sg_list[0].lkey)
+
+
+RECEIVING = (QpState.RTR, QpState.RTS, QpState.SQD, QpState.SQE)
+"""States in which a QP's receive side takes incoming requests."""
+
+
+def receive_problem(responder, recv: RecvWR, wr: SendWR) -> tuple[WcStatus, WcStatus] | None:
+    """Why ``recv`` cannot take the message of ``wr``: ``(responder's status, requester's status)``, or None.
+
+    A message longer than the receive's buffers: IBV_WC_LOC_LEN_ERR on the responder, whose NAK (Invalid Request)
+    the requester completes as IBV_WC_REM_INV_REQ_ERR (mlx5 cq.c: MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR and
+    REMOTE_INVAL_REQ_ERR). A scatter entry the message reaches whose lkey is not a local MR with LOCAL_WRITE over
+    it: IBV_WC_LOC_PROT_ERR on the responder, IBV_WC_REM_OP_ERR (Remote Operational Error NAK) on the requester.
+    A WRITE with immediate writes through its rkey: it only needs a receive, whatever its buffers."""
+    if wr.opcode.writes_remote:
+        return None
+    if wr.message_bytes > recv.capacity:
+        return WcStatus.LOC_LEN_ERR, WcStatus.REM_INV_REQ_ERR
+    nic, left = responder.node.nic, wr.message_bytes
+    for sge in recv.sg_list:
+        if left <= 0:
+            break
+        mr = nic.lookup(sge.lkey)
+        if mr is None or mr.pd.context.node is not responder.node or not mr.allows(sge.addr, sge.length, _LOCAL_WRITE):
+            return WcStatus.LOC_PROT_ERR, WcStatus.REM_OP_ERR
+        left -= sge.length
+    return None
+
+
+def landing_buffer(responder, recv: RecvWR, wr: SendWR):
+    """``(mr, addr, length)`` of the first bytes of ``wr`` at the responder: through its rkey for a WRITE with
+    immediate, else the receive's first scatter entry (mr None: it has none, or its key is unknown)."""
+    if wr.opcode.writes_remote:
+        return responder.node.nic.lookup(wr.rkey), wr.remote_addr, wr.message_bytes
+    if not recv.sg_list:
+        return None, 0, 0
+    first = recv.sg_list[0]
+    return responder.node.nic.lookup(first.lkey), first.addr, min(wr.message_bytes, first.length)
+
+
+def scatter(nic, recv: RecvWR, payload) -> None:
+    """Data mode: the message's bytes into the receive's scatter entries, in order."""
+    if payload is None:
+        return
+    at = 0
+    for sge in recv.sg_list:
+        if at >= len(payload):
+            break
+        piece = payload[at:at + sge.length]
+        write_payload(nic.lookup(sge.lkey), sge.addr, piece)
+        at += len(piece)
+
+
+def complete_receive(env, responder, queue, recv: RecvWR, wr: SendWR, status: WcStatus, src_qp: int,
+                      at: int) -> None:
+    """The responder's completion of ``recv`` (consumed for ``wr``) reaches its receive CQ at ``at`` (now, before
+    anything else happens, when ``at`` is not later)."""
+    ok = status is WcStatus.SUCCESS
+    flags = WcFlags.WITH_IMM if ok and wr.opcode.carries_imm else WcFlags(0)
+    wc = WorkCompletion(recv.wr_id, status, WcOpcode.of_receive(wr.opcode), wr.message_bytes if ok else 0,
+                        responder.qp_num, at, at, flags, wr.imm_data if flags else 0, src_qp)
+    if at <= env.now:
+        responder.deliver_receive(queue, wc)
+    else:
+        env.timeout(at - env.now).callbacks.append(lambda _event: responder.deliver_receive(queue, wc))
+
+

@@ -1,0 +1,65 @@
+"""send_bw on the vectorized core against the event engine: identical tables in its steady state (receives always
+posted ahead), over NIC presets, GPU memory on either end and link flaps; what ``engine: auto`` leaves to the event
+engine (send_lat, receives that may run short) and that ``engine: fast`` refuses it."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+import pytest
+
+from sim.fast_plan import OutsideDomain
+from sim.run import run_scenario
+from sim.scenario.schema import Scenario
+from tests.conftest import scenario_dict
+from tests.sim.fast.test_differential import PRESETS, same_runs, two_nodes
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_send_bandwidth_equals_event_engine(preset):
+    work = [{"kind": "send_bw", "from": "src", "to": "dst", "sizes": [f"{s}B" for s in sizes], "iterations": n,
+             "tx_depth": depth, **extra}
+            for sizes, n, depth, extra in (([1, 64, 220, 4096], 1500, 128, {}), ([16384, 65536], 600, 16,
+                                                                                {"rx_depth": 64}),
+                                           ([2, 1 << 20], 100, 1, {}), ([512], 2000, 2, {"rx_depth": 4}),
+                                           ([64], 1000, 32, {"inline": 64}))]
+    results = same_runs(scenario_dict(seed=11, workload=work, **two_nodes(preset)))
+    assert results[0].counters["rnr_naks"] == 0 and results[0].operations["ok"].all()
+
+
+@pytest.mark.parametrize("mode", ["peermem", "dmabuf"])
+def test_send_bandwidth_into_gpu_memory_equals_event_engine(mode):
+    nodes = [{"name": n, "gpus": [{"preset": "h200" if mode == "peermem" else "mi300x"}], "topology": "switch"}
+             for n in ("a", "b")]
+    buffers = [{"name": "src", "on": "a.gpu0", "size": "4MiB", "register": mode},
+               {"name": "dst", "on": "b.gpu0", "size": "4MiB", "register": mode}]
+    work = [{"kind": "send_bw", "from": "src", "to": "dst", "sizes": ["64B", "4KiB", "1MiB"], "iterations": 400,
+             "tx_depth": 32}]
+    same_runs(scenario_dict(seed=6, nodes=nodes, buffers=buffers, workload=work))
+
+
+def test_send_bandwidth_through_link_flaps_equals_event_engine():
+    work = [{"kind": "send_bw", "from": "src", "to": "dst", "sizes": ["4KiB", "64KiB"], "iterations": 3000}]
+    flaps = [{"at": "100us", "kind": "link-flap", "node": "a", "duration": "50us"},
+             {"at": "2ms", "kind": "link-flap", "node": "b", "duration": "300us"}]
+    results = same_runs(scenario_dict(workload=work, events=flaps))
+    assert results[0].counters["rnr_naks"] == 0
+
+
+@pytest.mark.parametrize("work, says", [
+    ({"kind": "send_lat", "sizes": ["2B", "4KiB"], "iterations": 100},
+     "send_lat's ping-pong waits on receive completions"),
+    ({"kind": "send_bw", "sizes": ["64B"], "iterations": 1000, "tx_depth": 64, "rx_depth": 8},
+     "send_bw's receives (rx_depth 8) may not be posted ahead of every SEND, so RNR NAKs may occur"),
+])
+def test_auto_leaves_receive_waits_to_the_event_engine(work, says):
+    data = scenario_dict(workload=[{"from": "src", "to": "dst", **work}], engine="auto")
+    lines = []
+    auto = run_scenario(Scenario.model_validate(data), notice=lines.append)
+    event_run = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    assert len(lines) == 1 and says in lines[0] and "using the event engine" in lines[0]
+    pd.testing.assert_frame_equal(auto.operations, event_run.operations)
+    assert (auto.counters["rnr_naks"] > 0) == (work["kind"] == "send_bw")
+    with pytest.raises(OutsideDomain, match=f"engine fast: .*{re.escape(says)}"):
+        run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
