@@ -322,7 +322,7 @@ def _header(cmd: _Command, result) -> str:
         *([f" RX depth        : {cmd.data['workload'][0]['rx_depth']}"] if verb == "Send" else []),
         f" Mtu             : {args.mtu}[B]",
         " Link type       : IB",
-        f" Max inline data : {cmd.data['workload'][0]['inline']}[B]" if verb != "RDMA_Read"
+        f" Max inline data : {cmd.data['workload'][0]['inline']}[B]" if verb in ("RDMA_Write", "Send")
         else f" Outstand reads  : {params.max_rd_atomic}",
         " rdma_cm QPs\t : OFF",
         " Data ex. method : Ethernet",

@@ -117,7 +117,7 @@ class Testbed:
         completes a QP's work requests in posting order, so the oldest size posted is this one's)."""
         for wc in wcs:
             length = self._posted[(context.lid, wc.qp_num)].popleft()
-            self.completions.append((context.name, wc.qp_num, wc.wr_id, wc.opcode.value, length, wc.posted_ps,
+            self.completions.append((context.name, wc.qp_num, wc.wr_id, wc.opcode.name, length, wc.posted_ps,
                                      wc.completed_ps, wc.status.value))
 
     def _run_until(self, done, deadline_ps: int | None) -> bool:

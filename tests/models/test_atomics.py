@@ -80,7 +80,7 @@ def _statuses(bed, qa):
     (lambda b, q: b.atomic(0, FADD, sg_list=(Sge(b.mrs[0].addr, 8, b.mrs[0].lkey),) * 2), "ENOMEM", "max_send_sge"),
     (lambda b, q: SendWR(0, Opcode.RDMA_WRITE, b.mrs[0].addr, 65, b.mrs[0].lkey, b.mrs[1].addr, b.mrs[1].rkey,
                          send_flags=SendFlags.INLINE), "ENOMEM", "max_inline_data 64"),
-    (lambda b, q: b.atomic(0, CAS, send_flags=SendFlags.INLINE), "EINVAL", "inline data only for writes"),
+    (lambda b, q: b.atomic(0, CAS, send_flags=SendFlags.INLINE), "EINVAL", "inline data only for sends and writes"),
 ])
 def test_post_send_errno(make, errno, words):
     bed = Bed()

@@ -17,9 +17,9 @@ from models.pcie.link import PcieParams
 from models.presets import NIC_PRESETS
 from models.verbs.qp_state import AhAttr, PathMtu, QPAttr
 from models.verbs.query import ibv_query_device
-from models.verbs.receive_queue import AsyncEventType
+from models.verbs.receive_queue import AsyncEventType, rq_geometry
 from models.verbs.recv import (SRQ_LIMIT, SRQ_MAX_WR, SrqAttr, ibv_create_srq, ibv_get_async_event,
-                               ibv_modify_srq, ibv_post_recv, ibv_post_srq_recv, ibv_query_srq, rq_geometry)
+                               ibv_modify_srq, ibv_post_recv, ibv_post_srq_recv, ibv_query_srq)
 from models.verbs.verbs import (PERFTEST_MIN_RNR_TIMER, PERFTEST_TO_INIT, PERFTEST_TO_RTR, PERFTEST_TO_RTS,
                                 ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device,
                                 ibv_poll_cq, ibv_post_send, ibv_reg_mr)
