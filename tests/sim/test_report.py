@@ -60,7 +60,7 @@ def test_the_tables_hold_the_summary(results, page):
     for row in summary["comparison"]:
         assert cell(row["bw_avg_Gbps"]) in cells and row["modes"] in cells
     failed = [e["outcome"] for e in summary["events"] if e["outcome"].startswith("failed")]
-    assert len(failed) == 3 and cells.count(failed[0]) == 3
+    assert failed and all(cells.count(outcome) == failed.count(outcome) for outcome in failed)
     assert "workloads-start" not in cells  # bookkeeping rows stay out, as `rdmasim run` prints the events
 
 
