@@ -68,6 +68,8 @@ class Region:
     buffer_id: int
     refcount: int = 0
     invalidated: bool = False
+    stale_hits: int = 0
+    """Stale hits on this region (the first one is warned of)."""
 
     @property
     def mr(self) -> MemoryRegion:
@@ -159,6 +161,8 @@ class RegistrationCache:
             stats.hits += outcome == "hit"
             stats.stale_hits += outcome == "stale-hit"
             if outcome == "stale-hit":
+                region.stale_hits += 1
+            if outcome == "stale-hit" and region.stale_hits == 1:
                 self.warnings.append(f"stale hit at 0x{addr:x}: the cached MR maps {region.alloc.name}, which was "
                                      f"freed; the address now belongs to {live.alloc.name if live else 'nothing'}")
             cost = bookkeeping

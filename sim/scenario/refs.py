@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 
+from models.gpu import gpu_params
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.scenario.horizon import check_horizon
 from sim.scenario.schema import Scenario
@@ -92,4 +93,25 @@ def check_references(scenario: Scenario) -> list[Problem]:
                 if largest > buf.size:
                     problems.append((("workload", i, "sizes"), f"message size {largest} does not fit buffer "
                                      f"'{buf.name}' ({buf.size} bytes, referenced by '{key}')"))
+    problems += library_problems(scenario)
     return problems or check_horizon(scenario)
+
+
+def library_problems(scenario: Scenario) -> list[Problem]:
+    """The library studies name GPUs that exist, and what they allocate at once fits in each GPU's memory."""
+    capacity = {f"{n.name}.{g.name or f'gpu{i}'}": g.memory or gpu_params(g.preset).hbm_bytes
+                for n in scenario.nodes for i, g in enumerate(n.gpus)}
+    problems = []
+    for i, study in enumerate(scenario.library):
+        places = ([(("stacks", j, "on"), s.on) for j, s in enumerate(study.stacks)] if study.kind == "fallback-chain"
+                  else [(("on",), study.on)])
+        for path, place in places:
+            if place not in capacity:
+                problems.append((("library", i, *path), f"no GPU named '{place}'{_suggest(place, sorted(capacity))}"))
+        needed = (sum(study.sizes) if study.kind == "rcache-churn"
+                  else sum(study.sizes()) if study.kind == "registration-order" and study.memory == "device" else 0)
+        if study.kind != "fallback-chain" and study.on in capacity and needed > capacity[study.on]:
+            key = "sizes" if study.kind == "rcache-churn" else "buffers"
+            problems.append((("library", i, key), f"{needed} bytes of buffers live at once do not fit the "
+                             f"{capacity[study.on]} bytes of {study.on}"))
+    return problems
