@@ -44,14 +44,18 @@ def _churn(bed: Testbed, study: RcacheChurn, processes) -> tuple[list[dict], dic
 
 
 def _fallback(bed: Testbed, study: FallbackChains, processes) -> tuple[list[dict], dict, list[str]]:
-    stacks = {f"{s.on}{'' if s.peermem else ' no-peermem'}{'' if s.dmabuf else ' dmabuf-off'}": _stack(bed, s, processes)
-              for s in study.stacks}
+    stacks = {_stack_label(s): _stack(bed, s, processes) for s in study.stacks}
     rows = studies.fallback_chains(stacks, study.policies, study.size)
     outcomes = {}
     for row in rows:
         outcome = row["method"] or f"error {row['error']}"
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
     return rows, outcomes, [f"{r['stack']} {r['policy']}: {r['warnings']}" for r in rows if r["warnings"]]
+
+
+def _stack_label(spec: LibraryStack) -> str:
+    """'a.gpu0', with ' no-peermem' and ' dmabuf-off' when the stack says so."""
+    return f"{spec.on}{'' if spec.peermem else ' no-peermem'}{'' if spec.dmabuf else ' dmabuf-off'}"
 
 
 def _order(bed: Testbed, study: RegistrationOrder, processes) -> tuple[list[dict], dict, list[str]]:
