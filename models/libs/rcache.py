@@ -14,7 +14,8 @@ regions on the CUDA buffer ID as well (UCX PR #5910's ``mem_ext_validate``, libf
 that is live at the address, so a stale hit is always reported.
 
 Explicit dma-buf registrations (an fd and offset the application exported) bypass the cache: its key is an
-address range, and fd and offset are not in it.
+address range, and fd and offset are not in it (UCX PR #11723 disables the rcache for such memory handles, and
+registers through its own duplicate of the caller's fd, which stays the caller's).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Literal
 
 import numpy as np
 
+from models.dmabuf import DmaBuf, dma_buf_fd, get_dma_buf
 from models.dmabuf.gpu_export import GpuAllocation
 from models.libs.cuda_process import DeviceBuffer
 from models.libs.fallback import ChainResult, Policy, Stack, register_chain
@@ -32,7 +34,7 @@ from models.nic.translation import Fault, mr_bytes
 from models.nic.wqe import Access
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr
 from models.verbs.verbs import MemoryRegion, ibv_dereg_mr
-from sim.core import PS_PER_NS
+from sim.core import PS_PER_NS, VerbsError
 
 LookupOutcome = Literal["hit", "miss", "stale-hit", "rejected-stale"]
 """``rejected-stale``: the region's buffer ID no longer matches, so the cache dropped it and registered anew."""
@@ -195,9 +197,22 @@ class RegistrationCache:
             self._drop(region)
 
     def register_dmabuf(self, fd: int, offset: int, length: int, iova: int) -> MemoryRegion:
-        """An explicit dma-buf registration: straight to ``ibv_reg_dmabuf_mr``, never cached (fd and offset
-        are not in the cache's key), so the same fd registered twice costs two registrations."""
-        mr = ibv_reg_dmabuf_mr(self.stack.pd, offset, length, iova, fd, self.access)
+        """An explicit dma-buf registration: straight to ``ibv_reg_dmabuf_mr`` through a duplicate of the
+        caller's ``fd`` (closed afterwards), never cached (fd and offset are not in the cache's key), so the
+        same fd registered twice costs two registrations.
+
+        :raises VerbsError: ``EBADF`` when ``fd`` is not an open dma-buf; as ``ibv_reg_dmabuf_mr``.
+        """
+        fds = self.stack.node.fds
+        dmabuf = fds.fget(fd, "dup")
+        if not isinstance(dmabuf, DmaBuf):
+            raise VerbsError("EBADF", f"fd {fd} is not a dma-buf", call="ibv_reg_dmabuf_mr")
+        get_dma_buf(dmabuf)  # dup(2): one more file reference, on a new fd
+        duplicate = dma_buf_fd(dmabuf, fds)
+        try:
+            mr = ibv_reg_dmabuf_mr(self.stack.pd, offset, length, iova, duplicate, self.access)
+        finally:
+            fds.close(duplicate)
         self.stats.bypassed += 1
         self.stats.registration_ps += mr.reg_ps
         return mr

@@ -95,8 +95,11 @@ def test_explicit_dmabuf_registrations_bypass_the_cache():
     cache = cache_on(stack)
     buf = stack.process.malloc(4 * MiB)
     fd = stack.gpu.export(buf.alloc, stack.node.fds)
+    open_before = set(stack.node.fds.files)
     mrs = [cache.register_dmabuf(fd, 0, 4096, buf.addr) for _ in range(2)]
     assert mrs[0] is not mrs[1] and cache.stats.bypassed == 2 and cache.stats.lookups == 0 and cache.regions == 0
+    assert set(stack.node.fds.files) == open_before  # the library's duplicates are closed, the caller's fd stays
+    assert mrs[0].backing.umem.attach.dmabuf is mrs[1].backing.umem.attach.dmabuf
 
 
 OPS = st.lists(st.tuples(st.sampled_from(["alloc", "free", "access"]), st.integers(0, 5)), max_size=30)
