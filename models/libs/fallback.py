@@ -7,9 +7,11 @@ a failed dma-buf export, a CUresult name). Each policy cites where its rule come
 
 * ``nccl`` (NCCL's ``ncclIbDmaBufSupport`` in transport/net_ib.cc, NVIDIA/nccl issue #778): dma-buf support is
   probed once, with ``ibv_reg_dmabuf_mr(pd, 0, 0, 0, -1, 0)``; EOPNOTSUPP or EPROTONOSUPPORT means unsupported
-  and NCCL uses nvidia-peermem, any other errno (EBADF for the bad fd) means supported. A real registration
-  that fails afterwards is an error ("Call to ibv_reg_dmabuf_mr failed with error Operation not supported"), not
-  a fallback; ``NCCL_DMABUF_ENABLE=0`` is the switch that skips dma-buf.
+  and NCCL uses nvidia-peermem, any other errno (EBADF for the bad fd) means supported. Peer memory is used only
+  when ``ncclIbGdrSupport`` finds the module loaded (``/sys/module/nvidia_peermem/version`` and its older names);
+  with neither, NCCL does not register GPU memory on the NIC and its proxy stages through host memory. A real
+  registration that fails is an error ("Call to ibv_reg_dmabuf_mr failed with error Operation not supported"),
+  not a fallback; ``NCCL_DMABUF_ENABLE=0`` is the switch that skips dma-buf.
 * ``libfabric-efa`` (ofiwg/libfabric PRs #11465, #11804, #11865): try dma-buf first, and on any failure, of the
   export or of ``ibv_reg_dmabuf_mr``, fall back to ``ibv_reg_mr``; ``FI_HMEM_CUDA_USE_DMABUF`` (PR #10502) is the
   switch.
@@ -77,8 +79,9 @@ class Policy:
 
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (
-    Policy("nccl", (Step("dmabuf", frozenset()), Step("peermem", frozenset())), probe=True,
-           switch="NCCL_DMABUF_ENABLE=0", source="NCCL transport/net_ib.cc ncclIbDmaBufSupport; NVIDIA/nccl #778"),
+    Policy("nccl", (Step("dmabuf", frozenset()), Step("peermem", frozenset()), Step("host-staging", frozenset())),
+           probe=True, switch="NCCL_DMABUF_ENABLE=0", detects_peermem=True,
+           source="NCCL transport/net_ib.cc ncclIbDmaBufSupport, ncclIbGdrSupport; NVIDIA/nccl #778"),
     Policy("libfabric-efa", (Step("dmabuf"), Step("peermem", frozenset())), switch="FI_HMEM_CUDA_USE_DMABUF=0",
            source="ofiwg/libfabric #11465, #11804, #11865, #10502"),
     Policy("ucx", (Step("dmabuf", frozenset({EXPORT_FAILED})), Step("peermem", frozenset()),

@@ -7,7 +7,7 @@ from tests.models.libs.stacks import make_stack
 ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE
 FAILURES = ("EOPNOTSUPP", "EINVAL", "EPROTONOSUPPORT", "EFAULT", "ENOMEM", EXPORT_FAILED)
 EXPECTED = {  # per policy, per step: the failures after which the chain moves on (the cited rules)
-    "nccl": {"dmabuf": set(), "peermem": set()},
+    "nccl": {"dmabuf": set(), "peermem": set(), "host-staging": set()},
     "libfabric-efa": {"dmabuf": set(FAILURES), "peermem": set()},
     "ucx": {"dmabuf": {EXPORT_FAILED}, "peermem": set(), "host-staging": set()},
     "ucx-rocm-11934": {"dmabuf": set(), "peermem": set()},
@@ -44,10 +44,12 @@ def test_on_a_kernel_without_dmabuf_mrs_nccl_skips_dmabuf_by_its_probe_and_libfa
     assert (efa.attempts[0].outcome, efa.attempts[0].action) == ("EOPNOTSUPP", "next")
 
 
-def test_without_a_peer_memory_client_the_kernel_answers_efault_and_ucx_stages_through_host_memory():
-    assert chain("nccl", kernel={"version": "5.10"}, peermem_loaded=False).error == "EFAULT"
-    ucx = chain("ucx", kernel={"version": "5.10"}, peermem_loaded=False)
-    assert ucx.method == "host-staging" and "host staging" in ucx.warnings[0]
+def test_without_a_peer_memory_client_the_kernel_answers_efault_and_nccl_and_ucx_stage_through_host_memory():
+    assert chain("mori", kernel={"version": "5.10"}, peermem_loaded=False).error == "EFAULT"
+    for policy in ("nccl", "ucx"):
+        staged = chain(policy, kernel={"version": "5.10"}, peermem_loaded=False)
+        assert staged.method == "host-staging" and "host staging" in staged.warnings[0]
+        assert staged.attempts[1].outcome == "skipped: no peer-memory client loaded"
 
 
 def test_a_failed_export_falls_back_in_ucx_and_is_a_registration_error_in_the_rocm_default_of_11934():
