@@ -11,7 +11,9 @@ from models.libs.rcache import RcacheParams
 from models.libs import studies
 from sim.build import Testbed
 from sim.core.units import ps_to_us
-from sim.scenario.schema import FallbackChains, LibraryStack, RcacheChurn, RegistrationOrder, Scenario
+from models.pcie.server import RailLayout
+from sim.scenario.schema import (FallbackChains, LibraryStack, MultiNicServer, RcacheChurn, RegistrationOrder,
+                                 Scenario)
 
 
 def run_library(bed: Testbed, scenario: Scenario) -> list[dict]:
@@ -64,7 +66,13 @@ def _order(bed: Testbed, study: RegistrationOrder, processes) -> tuple[list[dict
     return rows, {f"{order}_ps": total for order, total in totals.items()}, []
 
 
-_RUN = {RcacheChurn: _churn, FallbackChains: _fallback, RegistrationOrder: _order}
+def _multi_nic(bed: Testbed, study: MultiNicServer, processes) -> tuple[list[dict], dict, list[str]]:
+    layout = RailLayout(**study.layout.model_dump())
+    rows, totals, matrix = studies.multi_nic_server(layout, study.message, study.sizes())
+    return rows, totals | {"matrix": matrix}, []
+
+
+_RUN = {RcacheChurn: _churn, FallbackChains: _fallback, RegistrationOrder: _order, MultiNicServer: _multi_nic}
 
 
 def format_library(records_by_variant: dict[str, list[dict]]) -> str:
@@ -77,6 +85,13 @@ def format_library(records_by_variant: dict[str, list[dict]]) -> str:
             if record["kind"] == "fallback-chain":
                 lines += [f"  {r['stack']:<24} {r['policy']:<15} {r['method'] or 'error ' + r['error']:<13} "
                           f"{r['attempts']}" for r in record["rows"]]
+            elif record["kind"] == "multi-nic":
+                totals = dict(record["totals"])
+                lines += ["  " + line for line in totals.pop("matrix").splitlines()]
+                lines += [f"  {r['gpu']}: nearest {r['nearest_nics']}, rail {r['rail_nics']}, "
+                          f"{r['rail_aligned_GBps']:.1f} GB/s rail-aligned, {r['cross_rail_GBps']:.1f} GB/s to "
+                          f"{r['cross_rail_nic']}" for r in record["rows"]]
+                lines.append("  " + ", ".join(f"{k} {_value(k, v)}" for k, v in totals.items()))
             else:
                 lines.append("  " + ", ".join(f"{k} {_value(k, v)}" for k, v in record["totals"].items()))
             lines += [f"  warning: {w}" for w in dict.fromkeys(record["warnings"])]
@@ -84,7 +99,9 @@ def format_library(records_by_variant: dict[str, list[dict]]) -> str:
 
 
 def _value(key: str, value) -> str:
-    """A total as printed: times (keys ending in _ps) in s, ms or us."""
+    """A total as printed: times (keys ending in _ps) in s, ms or us, rates with one decimal."""
+    if key.endswith("_GBps"):
+        return f"{value:.1f}"
     if not key.endswith("_ps"):
         return str(value)
     us = ps_to_us(value)

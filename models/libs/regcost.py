@@ -90,6 +90,20 @@ class DomainLedger:
             self.device_bytes -= size
 
 
+def fanout_cost_ps(profile: DeviceRegistrationCost, buffers: list[tuple[int, list[str]]]) -> dict[str, int]:
+    """Register each ``(size, nics)`` buffer on every NIC of its list, one after the other, each NIC a domain
+    of its own whose cost grows with what that domain already holds; return the time spent per NIC (ps). The
+    fan-out multiplies the calls and, because every domain then holds more, each call costs more too (Mooncake
+    issue #3217 and PR #3219: 32 domains per buffer against the 4 rail-local ones)."""
+    ledgers: dict[str, DomainLedger] = {}
+    spent: dict[str, int] = {}
+    for size, nics in buffers:
+        for nic in nics:
+            prior = ledgers.setdefault(nic, DomainLedger()).register(size, device=True)
+            spent[nic] = spent.get(nic, 0) + profile.cost_ps(size, prior)
+    return spent
+
+
 @dataclass(frozen=True, slots=True)
 class LinearCost:
     """``overhead + growth x bytes`` (UCX's ``ucs_linear_func_t`` of a registration), in seconds."""

@@ -10,7 +10,9 @@ import numpy as np
 
 from models.libs.fallback import POLICIES, Stack, register_chain
 from models.libs.rcache import RcacheParams, RegistrationCache
-from models.libs.regcost import DomainLedger, growth_profile
+from models.libs.regcost import MOONCAKE_EFA, DomainLedger, fanout_cost_ps, growth_profile
+from models.pcie.server import (RailLayout, build_rail_server, devices, flow_rates, nearest_nics, rail_nics,
+                                topo_matrix)
 from models.nic.wqe import Access
 from models.verbs.verbs import ibv_dereg_mr, ibv_reg_mr
 from sim.core import SimError
@@ -128,3 +130,27 @@ def _register(stack: Stack, size: int, memory: str, index: int):
     if result.mr is None:
         raise SimError(f"registering {size} bytes of device memory failed: {result.error}")
     return result.mr, result.cost_ps, lambda: stack.process.free(buf)
+
+
+def multi_nic_server(layout: RailLayout, message: int, sizes: list[int]) -> tuple[list[dict], dict, str]:
+    """A rail server (:mod:`models.pcie.server`): each GPU's nearest and rail NICs, the DMA-write rate of each
+    GPU's flow to its rail NIC and to a NIC on the other socket when all GPUs send at once (``message``-byte
+    writes), and the cost of registering ``sizes`` of every GPU's memory on all NICs against on its rail NICs
+    (EFA's measured growth, the only one measured). Returns one row per GPU, the totals and the matrix text."""
+    g = build_rail_server(layout)
+    gpus, nics = devices(g, "gpu"), devices(g, "nic")
+    rails = {gpu: rail_nics(g, gpu, layout) for gpu in gpus}
+    half = len(nics) // 2
+    cross = {gpu: nics[(nics.index(rails[gpu][0]) + half) % len(nics)] for gpu in gpus}
+    aligned_Bps = flow_rates(g, [(rails[gpu][0], gpu) for gpu in gpus], message)
+    cross_Bps = flow_rates(g, [(cross[gpu], gpu) for gpu in gpus], message)
+    everywhere = fanout_cost_ps(MOONCAKE_EFA, [(size, nics) for gpu in gpus for size in sizes])
+    local = fanout_cost_ps(MOONCAKE_EFA, [(size, rails[gpu]) for gpu in gpus for size in sizes])
+    rows = [{"gpu": gpu, "nearest_nics": " ".join(nearest_nics(g, gpu)), "rail_nics": " ".join(rails[gpu]),
+             "cross_rail_nic": cross[gpu], "rail_aligned_GBps": a / 1e9, "cross_rail_GBps": c / 1e9}
+            for gpu, a, c in zip(gpus, aligned_Bps, cross_Bps)]
+    totals = {"rail_aligned_GBps": sum(aligned_Bps) / 1e9, "cross_rail_GBps": sum(cross_Bps) / 1e9,
+              "register_all_nics_ps": sum(everywhere.values()), "register_rail_nics_ps": sum(local.values()),
+              "registrations_all_nics": len(gpus) * len(sizes) * len(nics),
+              "registrations_rail_nics": sum(len(rails[gpu]) for gpu in gpus) * len(sizes)}
+    return rows, totals, topo_matrix(g)

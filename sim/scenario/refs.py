@@ -103,6 +103,8 @@ def library_problems(scenario: Scenario) -> list[Problem]:
                 for n in scenario.nodes for i, g in enumerate(n.gpus)}
     problems = []
     for i, study in enumerate(scenario.library):
+        if study.kind == "multi-nic":
+            continue
         places = ([(("stacks", j, "on"), s.on) for j, s in enumerate(study.stacks)] if study.kind == "fallback-chain"
                   else [(("on",), study.on)])
         for path, place in places:

@@ -504,7 +504,35 @@ class RegistrationOrder(Strict):
         return [g.size for g in self.buffers for _ in range(g.count)]
 
 
-LibraryStudy = Annotated[RcacheChurn | FallbackChains | RegistrationOrder, Field(discriminator="kind")]
+class RailLayoutSpec(Strict):
+    """A rail server: sockets, PCIe switches per socket, GPUs per switch, NICs per GPU (under the same switch)."""
+
+    sockets: Annotated[int, Field(ge=1, le=8)] = 2
+    switches_per_socket: Annotated[int, Field(ge=1, le=16)] = 2
+    gpus_per_switch: Annotated[int, Field(ge=1, le=8)] = 2
+    nics_per_gpu: Annotated[int, Field(ge=1, le=8)] = 1
+
+
+class MultiNicServer(Strict):
+    """A multi-GPU, multi-NIC server of its own (the scenario's nodes have one NIC each): its nvidia-smi
+    topo -m matrix, each GPU's nearest and rail NICs, rail-aligned against cross-rail DMA rates with every GPU
+    sending at once, and registering each GPU's buffers on all NICs against on its rail NICs."""
+
+    kind: Literal["multi-nic"]
+    name: Name | None = None
+    layout: RailLayoutSpec = RailLayoutSpec()
+    message: MessageSize = Field("1MiB", validate_default=True)
+    """Size of each DMA write of the rate estimate."""
+    buffers: Annotated[list[OrderGroup], Field(max_length=64)] = []
+    """Each GPU's buffers registered in the fan-out comparison (EFA's measured growth)."""
+
+    def sizes(self) -> list[int]:
+        """Every buffer's size, in the given order."""
+        return [g.size for g in self.buffers for _ in range(g.count)]
+
+
+LibraryStudy = Annotated[RcacheChurn | FallbackChains | RegistrationOrder | MultiNicServer,
+                         Field(discriminator="kind")]
 
 
 class Variant(Strict):

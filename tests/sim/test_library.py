@@ -82,3 +82,14 @@ def test_library_results_are_byte_identical_for_the_same_seed(tmp_path):
                                    str(tmp_path / name), "-q"]).exit_code == 0
         outs.append((tmp_path / name / "summary.json").read_bytes())
     assert outs[0] == outs[1]
+
+
+def test_rail_server_prints_the_matrix_and_rail_aligned_traffic_beats_cross_rail(tmp_path):
+    library, printed = run_shipped(tmp_path, "rail_server")
+    for variant, records in library.items():
+        totals, rows = records[0]["totals"], records[0]["rows"]
+        assert totals["rail_aligned_GBps"] > 10 * totals["cross_rail_GBps"]
+        assert totals["register_all_nics_ps"] > totals["register_rail_nics_ps"] * (
+            totals["registrations_all_nics"] / totals["registrations_rail_nics"])
+        assert all(r["rail_nics"].split()[0] in r["nearest_nics"].split() for r in rows)
+    assert "GPU0 X PIX PHB" in " ".join(printed.split()) and "Legend:" in printed
