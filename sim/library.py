@@ -61,14 +61,14 @@ def _stack_label(spec: LibraryStack) -> str:
 
 
 def _order(bed: Testbed, study: RegistrationOrder, processes) -> tuple[list[dict], dict, list[str]]:
-    rows, totals = studies.registration_order(_stack(bed, study, processes), study.sizes(), study.orders,
+    rows, totals = studies.registration_order(_stack(bed, study, processes), study.buffer_sizes(), study.orders,
                                               study.memory)
     return rows, {f"{order}_ps": total for order, total in totals.items()}, []
 
 
 def _multi_nic(bed: Testbed, study: MultiNicServer, processes) -> tuple[list[dict], dict, list[str]]:
     layout = RailLayout(**study.layout.model_dump())
-    rows, totals, matrix = studies.multi_nic_server(layout, study.message, study.sizes())
+    rows, totals, matrix = studies.multi_nic_server(layout, study.message, study.buffer_sizes())
     return rows, totals | {"matrix": matrix}, []
 
 

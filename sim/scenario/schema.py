@@ -499,7 +499,7 @@ class RegistrationOrder(Strict):
         "ascending", "descending"]
     memory: Literal["device", "host"] = "device"
 
-    def sizes(self) -> list[int]:
+    def buffer_sizes(self) -> list[int]:
         """Every buffer's size, in the given order."""
         return [g.size for g in self.buffers for _ in range(g.count)]
 
@@ -526,7 +526,7 @@ class MultiNicServer(Strict):
     buffers: Annotated[list[OrderGroup], Field(max_length=64)] = []
     """Each GPU's buffers registered in the fan-out comparison (EFA's measured growth)."""
 
-    def sizes(self) -> list[int]:
+    def buffer_sizes(self) -> list[int]:
         """Every buffer's size, in the given order."""
         return [g.size for g in self.buffers for _ in range(g.count)]
 
