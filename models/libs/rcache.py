@@ -95,7 +95,7 @@ class WriteOutcome:
 
     ok: bool
     status: str
-    """'ok' or the completion status of the failed access."""
+    """'ok', or the requester's completion status of the failed write (``REM_ACCESS_ERR``)."""
     landed: str
     """'buffer' (the allocation live at the address), 'freed allocation' (old pages a stale MR maps),
     'host staging' or 'nowhere'."""
@@ -218,15 +218,15 @@ class RegistrationCache:
         return mr
 
     def write(self, region: Region, addr: int, payload: np.ndarray) -> WriteOutcome:
-        """An RDMA WRITE of ``payload`` lands at ``addr`` through ``region``'s MR (the NIC's translation decides
-        where); report where it went."""
+        """An RDMA WRITE of ``payload`` lands at ``addr`` through ``region``'s MR (the responder NIC's rkey check
+        and translation decide where, as in :mod:`models.nic.datapath`); report where it went."""
         mr, length = region.mr, len(payload)
         now = self.stack.pd.context.env.now
         if not mr.allows(addr, length, int(Access.REMOTE_WRITE)):
             return WriteOutcome(False, "REM_ACCESS_ERR", "nowhere", 0)
         answer = mr.backing.translate(now, addr - mr.iova, length) if mr.backing is not None else None
         if answer is not None and not isinstance(answer, Fault):
-            return WriteOutcome(False, answer.name, "nowhere", 0)
+            return WriteOutcome(False, "REM_ACCESS_ERR", "nowhere", 0)
         live = self.stack.process.buffer_at(addr)
         landed = ("host staging" if region.chain.method == "host-staging"
                   else "buffer" if live is not None and live.alloc is region.alloc else "freed allocation")

@@ -1,8 +1,11 @@
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from models.libs.fallback import POLICIES
 from models.libs.rcache import RcacheParams, RegistrationCache
+from models.nic.wqe import Opcode, SendWR
+from models.verbs.verbs import ibv_create_cq, ibv_create_qp, ibv_poll_cq, ibv_post_send
 from tests.models.libs.stacks import make_stack
 
 MiB = 1 << 20
@@ -60,7 +63,31 @@ def test_without_hooks_a_peermem_stale_hit_fails_because_the_free_callback_tore_
     _, new, lookup = reuse_after_free(cache)
     assert lookup.region.chain.method == "peermem" and lookup.outcome == "stale-hit"
     outcome = cache.write(lookup.region, new.addr, np.full(4096, 7, np.uint8))
-    assert (outcome.ok, outcome.status) == (False, "LOC_PROT_ERR")
+    assert (outcome.ok, outcome.status) == (False, "REM_ACCESS_ERR")
+
+
+@pytest.mark.parametrize("dmabuf", [True, False], ids=["dmabuf", "peermem"])
+def test_the_data_path_delivers_a_stale_hits_write_where_the_cache_says_it_goes(dmabuf):
+    stack = make_stack(dmabuf_enabled=dmabuf)
+    bed = stack.bed
+    cache = cache_on(stack, memory_hooks=False)
+    old, new, lookup = reuse_after_free(cache)
+    predicted = cache.write(lookup.region, new.addr, np.full(4096, 7, np.uint8))
+    old.alloc.data[:] = 0
+    source = bed.registrations["dst"].mr  # a host buffer on node b sends the write
+    bed.nodes["b"].host.data["dst"][:] = 9
+    ends = []
+    for node in ("a", "b"):
+        cq = ibv_create_cq(bed.contexts[node], 4)
+        ends.append((ibv_create_qp(bed.pds[node], cq, 4), cq))
+    ends[1][0].connect(ends[0][0])
+    ibv_post_send(ends[1][0], SendWR(1, Opcode.RDMA_WRITE, source.addr, 4096, source.lkey, new.addr,
+                                     lookup.region.mr.rkey))
+    bed.env.run()
+    (wc,) = ibv_poll_cq(ends[1][1], 1)
+    assert wc.status.name == ("SUCCESS" if predicted.ok else predicted.status)
+    assert bool((old.alloc.data[:4096] == 9).all()) == (predicted.landed == "freed allocation") == dmabuf
+    assert not (new.alloc.data[:4096] == 9).any()
 
 
 def test_buffer_id_validation_turns_the_stale_hit_into_a_new_registration():
