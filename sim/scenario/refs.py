@@ -102,8 +102,17 @@ def library_problems(scenario: Scenario) -> list[Problem]:
     the same GPU, fits in that GPU's memory."""
     capacity = {f"{n.name}.{g.name or f'gpu{i}'}": g.memory or gpu_params(g.preset).hbm_bytes
                 for n in scenario.nodes for i, g in enumerate(n.gpus)}
-    problems = []
+    problems, names = [], set()
     for i, study in enumerate(scenario.library):
+        if study.name is not None and study.name in names:
+            problems.append((("library", i, "name"), f"duplicate study name '{study.name}'"))
+        names.add(study.name)
+        if study.kind == "fallback-chain":
+            seen = set()
+            for j, stack in enumerate(study.stacks):
+                if stack in seen:
+                    problems.append((("library", i, "stacks", j), f"stack {stack.on} is listed twice"))
+                seen.add(stack)
         for path, place in _study_gpus(study):
             if place not in capacity:
                 problems.append((("library", i, *path), f"no GPU named '{place}'{_suggest(place, sorted(capacity))}"))

@@ -33,6 +33,10 @@ library:
     (("on: a.gpu0", "on: a.gpu1"), ":13:", "no GPU named 'a.gpu1'"),
     (("sizes: [4MiB]", "sizes: [2GiB]"), ":13:", "do not fit"),
     (("steps: 4", "stps: 4"), ":13:", "steps"),
+    (("policy: nccl}", "policy: nccl, name: x}\n  - {kind: fallback-chain, name: x, stacks: [{on: a.gpu0}]}"),
+     ":14:", "duplicate study name 'x'"),
+    (("policy: nccl}", "policy: nccl}\n  - {kind: fallback-chain, stacks: [{on: a.gpu0}, {on: a.gpu0}]}"),
+     ":14:", "listed twice"),
 ])
 def test_bad_library_keys_exit_2_with_their_location(tmp_path, mutation, where, words):
     path = tmp_path / "s.yaml"
