@@ -183,6 +183,9 @@ def run(scenario: ScenarioPath,
         events = format_events(pd.concat([event_times(r) for r in results], ignore_index=True))
         if events:
             sys.stdout.write(events + "\n")
+        if spec.library:
+            from sim.library import format_library
+            sys.stdout.write(format_library({r.variant: r.library for r in results}) + "\n")
         if len(variants) > 1:
             sys.stdout.write("\n" + comparison_table(results).to_string(index=False) + "\n")
     typer.echo(f"wrote {path} ({time.perf_counter() - started:.1f} s)", err=True)

@@ -16,6 +16,7 @@ from models.verbs.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
 from sim.build import Testbed, build
 from sim.core.errors import InvariantViolation
 from sim.events import log_unreached, schedule_events
+from sim.library import run_library
 from sim.operations import OperationTable
 from sim.scenario.schema import Scenario, WorkloadSpec
 from sim.tables import RunResult, registrations_table
@@ -95,8 +96,9 @@ def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, starte
         counters |= verify_data(bed, scenario)
     events = pd.DataFrame(event_log, columns=["time_ps", "kind", "target", "bytes", "evicted", "outcome", "gpu_used"])
     events.insert(0, "variant", variant)
+    library = run_library(bed, scenario) if scenario.library else None
     return RunResult(scenario, seed, table.close(), pd.DataFrame(summaries),
-                     registrations, bed, variant, events, counters)
+                     registrations, bed, variant, events, counters, library)
 
 
 def drain(bed: Testbed) -> None:

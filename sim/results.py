@@ -2,7 +2,8 @@
 (:mod:`sim.outdir`) that is published only once complete, so a failed run leaves no half-written directory.
 
 Layout: ``metrics.parquet`` (one row per work request, all variants), ``summary.json`` (perftest rows,
-registration costs, events, protocol counters and, with several variants, the comparison table),
+registration costs, events, protocol counters, the library studies and, with several variants, the comparison
+table),
 ``manifest.json`` (resolved scenario and parameters, seed, scenario hash, package versions) and
 ``figures/*.png|pdf|csv``.
 """
@@ -115,6 +116,8 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
                "registrations": json_records(_concat([r.registrations for r in results])),
                "events": json_records(events),
                "counters": {r.variant: r.counters for r in results}}
+    if scenario.library:
+        summary["library"] = {r.variant: r.library for r in results}
     if len(results) > 1 or len(events):
         summary["comparison"] = json_records(comparison_table(results))
     (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")

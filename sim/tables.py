@@ -34,6 +34,8 @@ class RunResult:
     """One row per scenario event: time, target, outcome."""
     counters: dict | None = None
     """Protocol activity: invalidations, re-faults, RNR NAKs, evictions, failed allocations, violations."""
+    library: list[dict] | None = None
+    """The scenario's library studies (:func:`sim.library.run_library`), run after the workloads."""
 
     @property
     def operations(self) -> pd.DataFrame:

@@ -162,7 +162,7 @@ def test_page_runs(page, tmp_path, monkeypatch):
 
 def test_table_of_contents_and_links():
     """README.md lists every chapter; every relative link resolves; each chapter points at its lab material."""
-    assert len(CHAPTERS) == 10, [p.name for p in CHAPTERS]
+    assert len(CHAPTERS) == 11, [p.name for p in CHAPTERS]
     toc = (DOCS / "README.md").read_text()
     for chapter in CHAPTERS + REFERENCE:
         assert f"]({chapter.name})" in toc, f"README.md does not link {chapter.name}"

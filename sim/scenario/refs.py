@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 
+from models.gpu import gpu_params
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.scenario.horizon import check_horizon
 from sim.scenario.schema import Scenario
@@ -96,4 +97,50 @@ def check_references(scenario: Scenario) -> list[Problem]:
                 if largest > buf.size:
                     problems.append((("workload", i, "sizes"), f"message size {largest} does not fit buffer "
                                      f"'{buf.name}' ({buf.size} bytes, referenced by '{key}')"))
+    problems += library_problems(scenario)
     return problems or check_horizon(scenario)
+
+
+def library_problems(scenario: Scenario) -> list[Problem]:
+    """The library studies name GPUs that exist, and what a study holds at once, with the scenario's buffers on
+    the same GPU, fits in that GPU's memory."""
+    capacity = {f"{n.name}.{g.name or f'gpu{i}'}": g.memory or gpu_params(g.preset).hbm_bytes
+                for n in scenario.nodes for i, g in enumerate(n.gpus)}
+    problems, names = [], set()
+    for i, study in enumerate(scenario.library):
+        if study.name is not None and study.name in names:
+            problems.append((("library", i, "name"), f"duplicate study name '{study.name}'"))
+        names.add(study.name)
+        if study.kind == "fallback-chain":
+            seen = set()
+            for j, stack in enumerate(study.stacks):
+                if stack in seen:
+                    problems.append((("library", i, "stacks", j), f"stack {stack.on} is listed twice"))
+                seen.add(stack)
+        for path, place in _study_gpus(study):
+            if place not in capacity:
+                problems.append((("library", i, *path), f"no GPU named '{place}'{_suggest(place, sorted(capacity))}"))
+        held = _study_bytes(study)
+        if held and study.on in capacity:
+            held += sum(b.size for b in scenario.buffers if b.on == study.on)
+            if held > capacity[study.on]:
+                key = "sizes" if study.kind == "rcache-churn" else "buffers"
+                problems.append((("library", i, key), f"{held} bytes live at once (with the scenario's buffers) do "
+                                 f"not fit the {capacity[study.on]} bytes of {study.on}"))
+    return problems
+
+
+def _study_gpus(study) -> list[tuple[tuple, str]]:
+    """The GPUs a library study names, with their key paths inside it (none for a server of its own)."""
+    if study.kind == "fallback-chain":
+        return [(("stacks", j, "on"), s.on) for j, s in enumerate(study.stacks)]
+    return [] if study.kind == "multi-nic" else [(("on",), study.on)]
+
+
+def _study_bytes(study) -> int:
+    """GPU memory a study holds at once (0: one buffer at a time, or none of the scenario's GPUs)."""
+    if study.kind == "rcache-churn":
+        return sum(study.sizes)
+    if study.kind == "registration-order" and study.memory == "device":
+        return sum(study.buffer_sizes())
+    return 0

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, TypeAdapter, ValidationError,
                       WithJsonSchema, field_validator, model_validator)
 
+from models.libs.fallback import POLICIES
 from models.nic.translation import RegMode
 from models.nic.wqe import ATOMIC_BYTES
 from models.versions import DEFAULT_KERNEL, Version
@@ -544,6 +545,115 @@ Event = Annotated[GpuPressureEvent | GpuJobGrowthEvent | ManagedJobEvent | HostP
                   | DmaBufRevokeEvent | ExporterFaultEvent, Field(discriminator="kind")]
 
 
+GpuPlace = Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*\.[A-Za-z][A-Za-z0-9_-]*$")]
+"""'<node>.<gpu>' (e.g. 'a.gpu0')."""
+PolicyName = Literal[tuple(POLICIES)]
+Count = Annotated[int, Field(ge=1, le=10_000)]
+
+
+class LibraryStack(Strict):
+    """A GPU, its node's NIC and what the library finds loaded there."""
+
+    on: GpuPlace
+    """The GPU ('<node>.<gpu>'); registrations use its node's NIC."""
+    peermem: bool = True
+    """The peer-memory client (nvidia-peermem) is loaded."""
+    dmabuf: bool = True
+    """The library's dma-buf switch is on (NCCL_DMABUF_ENABLE, FI_HMEM_CUDA_USE_DMABUF, ...)."""
+
+
+class RcacheChurn(LibraryStack):
+    """A training-like buffer churn through a registration cache (UCX's rcache, NCCL's user-buffer registration),
+    run after the workloads: each size's buffer lives 'lifetime' steps, is freed and allocated again at the same
+    address; every step registers it through the cache and receives an RDMA WRITE into it."""
+
+    kind: Literal["rcache-churn"]
+    name: Name | None = None
+    policy: PolicyName = "nccl"
+    """The registration chain behind the cache's misses."""
+    sizes: Annotated[list[PositiveSize], Field(min_length=1, max_length=64)]
+    """One buffer per size (e.g. [64MiB, 256MiB])."""
+    steps: Count = 20
+    lifetime: Count = 5
+    """Steps a buffer lives before it is freed and allocated again."""
+    write: PositiveSize = Field("4KiB", validate_default=True)
+    """Bytes each step's RDMA WRITE carries into each buffer."""
+    memory_hooks: bool = True
+    """The library intercepts cudaFree and invalidates what it frees (UCX's memory hooks)."""
+    validate_buffer_id: bool = False
+    """Compare the CUDA buffer ID of every hit (UCX PR #5910): a recycled address misses."""
+    max_unreleased: Annotated[int, Field(ge=0, le=1_000_000)] = 64
+    """Unused regions kept registered (lazy deregistration) before the oldest is deregistered."""
+    lookup: Latency | None = None
+    """Cost of one lookup (default 200ns, unvalidated)."""
+
+
+class FallbackChains(Strict):
+    """Register one GPU buffer with each library policy on each stack, after the workloads."""
+
+    kind: Literal["fallback-chain"]
+    name: Name | None = None
+    stacks: Annotated[list[LibraryStack], Field(min_length=1, max_length=64)]
+    policies: Annotated[list[PolicyName], Field(min_length=1)] = list(POLICIES)
+    size: PositiveSize = Field("2MiB", validate_default=True)
+
+
+class OrderGroup(Strict):
+    """``count`` buffers of ``size`` bytes."""
+
+    size: PositiveSize
+    count: Count = 1
+
+
+class RegistrationOrder(Strict):
+    """Register many buffers one at a time in each order, from an empty domain each time, after the workloads
+    (the EFA experiment of Mooncake PR #3210: cost grows with the device memory already registered)."""
+
+    kind: Literal["registration-order"]
+    name: Name | None = None
+    on: GpuPlace
+    """The GPU whose memory (or whose node's host memory) is registered on its node's NIC."""
+    buffers: Annotated[list[OrderGroup], Field(min_length=1, max_length=64)]
+    orders: Annotated[list[Literal["ascending", "descending", "given"]], Field(min_length=1)] = [
+        "ascending", "descending"]
+    memory: Literal["device", "host"] = "device"
+
+    def buffer_sizes(self) -> list[int]:
+        """Every buffer's size, in the given order."""
+        return [g.size for g in self.buffers for _ in range(g.count)]
+
+
+class RailLayoutSpec(Strict):
+    """A rail server: sockets, PCIe switches per socket, GPUs per switch, NICs per GPU (under the same switch)."""
+
+    sockets: Annotated[int, Field(ge=1, le=8)] = 2
+    switches_per_socket: Annotated[int, Field(ge=1, le=16)] = 2
+    gpus_per_switch: Annotated[int, Field(ge=1, le=8)] = 2
+    nics_per_gpu: Annotated[int, Field(ge=1, le=8)] = 1
+
+
+class MultiNicServer(Strict):
+    """A multi-GPU, multi-NIC server of its own (the scenario's nodes have one NIC each): its nvidia-smi
+    topo -m matrix, each GPU's nearest and rail NICs, rail-aligned against cross-rail DMA rates with every GPU
+    sending at once, and registering each GPU's buffers on all NICs against on its rail NICs."""
+
+    kind: Literal["multi-nic"]
+    name: Name | None = None
+    layout: RailLayoutSpec = RailLayoutSpec()
+    message: MessageSize = Field("1MiB", validate_default=True)
+    """Size of each DMA write of the rate estimate."""
+    buffers: Annotated[list[OrderGroup], Field(max_length=64)] = []
+    """Each GPU's buffers registered in the fan-out comparison (EFA's measured growth)."""
+
+    def buffer_sizes(self) -> list[int]:
+        """Every buffer's size, in the given order."""
+        return [g.size for g in self.buffers for _ in range(g.count)]
+
+
+LibraryStudy = Annotated[RcacheChurn | FallbackChains | RegistrationOrder | MultiNicServer,
+                         Field(discriminator="kind")]
+
+
 class Variant(Strict):
     """One arm of a comparison: the scenario with some keys replaced."""
 
@@ -589,6 +699,9 @@ class Scenario(Strict):
     """On a DMA-safety violation: stop with an error, or record it and keep going (teaching mode)."""
     variants: list[Variant] = []
     """Run the scenario once per variant and compare them (each variant's 'set' applied to this file)."""
+    library: list[LibraryStudy] = []
+    """What communication libraries do above the verbs, run after the workloads on the same testbed: a
+    registration cache's buffer churn, fallback chains, a registration order experiment."""
     outputs: list[Literal["bw_vs_size", "latency_vs_size", "bw_over_time", "latency_cdf", "gpu_memory"]] = [
         "bw_vs_size", "latency_vs_size"]
     """Figures to draw."""
