@@ -61,7 +61,9 @@ def test_the_simulated_host_registration_cost_is_nearly_linear_and_the_fit_predi
         buf = stack.node.host.allocate(f"fit{next(made)}", max(size, 1))
         return ibv_reg_mr(stack.pd, buf.addr, buf.size, 1).reg_ps / 1e12
 
-    sizes = [2**k for k in range(16, 29, 2)]
+    # UCX's model is fitted where the zero-copy decision is made, 64 KiB..4 MiB around the crossover: above a few
+    # MiB the measured pinning curve bends (its per-byte cost falls from 28 to 19 ps/B), which no line follows.
+    sizes = [2**k for k in range(16, 23)]
     fit = fit_linear(sizes, [simulated_s(s) for s in sizes])
     assert max(abs(fit(s) - simulated_s(s)) / simulated_s(s) for s in sizes) < 0.1
     assert zcopy_auto_thresh(fit, 25e9) == pytest.approx(crossover(simulated_s, 25e9, limit=2**30), rel=0.1)
