@@ -40,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 
 from models.nic.datapath import RECEIVED, checked_accesses, memory_target, path
-from models.nic.wqe import ATOMICS, Opcode
+from models.nic.wqe import Opcode
 from models.verbs.workloads import Endpoint, OpRecords, ping_pong, posts_inline, succeeded
 from sim.core.errors import SimError
 from sim.core.steps import Check, Claim, Fork
@@ -400,7 +400,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             draws = {"poll": _Draws(mine, first)}
             window = work.tx_depth if work.kind.endswith("_bw") else 1
             opcode = workload_opcode(work)
-            local = "response" if opcode is Opcode.RDMA_READ or opcode in ATOMICS else "source"
+            local = "response" if opcode.reads_remote else "source"
             for lo, hi, target in _segments(end.targets[0], moves, posts.get(size), work.iterations):
                 body = steps_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
                                 (target, end.targets[1]))

@@ -40,8 +40,8 @@ from models.nic.receive import (RECEIVING, complete_receive, landing_buffer, rec
                                 scatter)
 from models.nic.remote_access import remote_status
 from models.nic.translation import Fault, mr_bytes, write_payload
-from models.nic.wqe import (ATOMIC_BYTES, ATOMICS, RNR_RETRY_INFINITE, Access, Opcode, QpState, SendFlags, SendWR, Sge,
-                            WcOpcode, WcStatus, WorkCompletion)
+from models.nic.wqe import (ATOMIC_BYTES, RNR_RETRY_INFINITE, SEND_FENCE, SEND_SIGNALED, Access, Opcode, QpState,
+                            SendWR, Sge, WcOpcode, WcStatus, WorkCompletion)
 from models.pcie.link import PcieLink, PcieParams, read_tags
 from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
@@ -204,6 +204,10 @@ class Shape(NamedTuple):
     """``IBV_SEND_FENCE``: it takes every READ/atomic slot of its QP (see :func:`path`)."""
 
 
+_ONE_SGE = {(sig, fence): Shape((), sig, fence) for sig in (False, True) for fence in (False, True)}
+"""The shapes of single-SGE work requests, made once (a NamedTuple is slow to build per message)."""
+
+
 def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, remote_target: str | None = None,
          checked: tuple[bool, bool, bool] = (False, False, False), shape: Shape = Shape()) -> Path:
     """Build (or fetch from the QP's cache) the path of a work request; ``local`` and ``remote_target`` are
@@ -236,7 +240,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     slots = rd_atomic_slots(qp)
     fence = [Gate(slots, READ_SLOT)] * slots if shape.fence else []
     steps: list[Step] = [Delay(nic.params.doorbell_ps), *stage_steps(to_engine), Rebase(False), *fence]
-    if opcode is not Opcode.RDMA_READ and opcode not in ATOMICS:
+    if not opcode.reads_remote:
         source = [] if inline else [s for length, target in pieces for s in node_dma_read(node, target, length)]
         forward = source + [delay(nic.params.tx_latency_ps),
                             *wire(nic, pnic, fabric, n, request_headers(opcode), qp.path_mtu_bytes),
@@ -257,7 +261,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                   *(reply if shape.signaled else stage_steps(ack)), *COMPLETION]
         landed_back = 0
     else:
-        atomic = opcode in ATOMICS
+        atomic = opcode.is_atomic
         forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, ATOMIC_ETH if atomic else RETH),
                    rx_engine(pnic, qp.remote.qp_num)]
         landing, landed_back = _landing(node, pieces, nic.params.cqe_bytes if shape.signaled else 0)
@@ -365,7 +369,8 @@ def work_request_path(qp, wr: SendWR, now_ps: int) -> Path:
     flat = node.topology is None and peer.topology is None
     gather = () if len(sges) < 2 else tuple((sge.length, None if flat else memory_target(mr, now_ps))
                                             for sge, mr in zip(sges, local_mrs))
-    shape = Shape(gather, signaled(qp, wr), bool(wr.send_flags & SendFlags.FENCE))
+    sig, fence = signaled(qp, wr), bool(wr.send_flags & SEND_FENCE)
+    shape = Shape(gather, sig, fence) if gather else _ONE_SGE[sig, fence]
     if flat:
         return path(qp, wr.opcode, wr.message_bytes, wr.is_inline, checked=checked, shape=shape)
     return path(qp, wr.opcode, wr.message_bytes, wr.is_inline, memory_target(local_mr, now_ps),
@@ -375,8 +380,10 @@ def work_request_path(qp, wr: SendWR, now_ps: int) -> Path:
 def local_sges(wr: SendWR) -> list[Sge]:
     """The SGEs the NIC reads or writes for ``wr``: those of non-zero length (mlx5's ``_mlx5_post_send`` skips
     the others); an atomic writes its 8-byte original value through the first of them only."""
+    if wr.sg_list is None and not wr.opcode.is_atomic:  # the common single SGE, without building a list first
+        return [Sge(wr.local_addr, wr.length, wr.lkey)] if wr.length else []
     sges = [sge for sge in wr.sges if sge.length]
-    if wr.opcode in ATOMICS:
+    if wr.opcode.is_atomic:
         return [Sge(sge.addr, ATOMIC_BYTES, sge.lkey) for sge in sges[:1]]
     return sges
 
@@ -384,7 +391,7 @@ def local_sges(wr: SendWR) -> list[Sge]:
 def signaled(qp, wr: SendWR) -> bool:
     """Whether ``wr`` writes a completion when it succeeds: ``IBV_SEND_SIGNALED`` or the QP's ``sq_sig_all``
     (an error always completes)."""
-    return qp.sq_sig_all or bool(wr.send_flags & SendFlags.SIGNALED)
+    return qp.sq_sig_all or bool(wr.send_flags & SEND_SIGNALED)
 
 
 def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0) -> None:
@@ -437,9 +444,10 @@ class WorkRequestRun:
         self.local = [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in local_sges(wr)]
         if qp.state is QpState.ERR:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
-        needed = _LOCAL_WRITE if wr.opcode is Opcode.RDMA_READ or wr.opcode in ATOMICS else 0
-        if any(mr is None or not mr.allows(addr, length, needed) for mr, addr, length in self.local):
-            return self._fail(WcStatus.LOC_PROT_ERR, head, self.path.failed)
+        needed = _LOCAL_WRITE if wr.opcode.reads_remote else 0
+        for mr, addr, length in self.local:
+            if mr is None or not mr.allows(addr, length, needed):
+                return self._fail(WcStatus.LOC_PROT_ERR, head, self.path.failed)
         if wr.is_inline:
             self.payload = _gather(qp.pd.context.env, self.local)
         return None
@@ -478,7 +486,7 @@ class WorkRequestRun:
         env = qp.pd.context.env
         if wr.opcode is Opcode.RDMA_WRITE:
             write_payload(mr, wr.remote_addr, self.payload)
-        elif env.data_mode and wr.opcode in ATOMICS:  # the read-modify-write happens as the responder accepts it
+        elif env.data_mode and wr.opcode.is_atomic:  # the read-modify-write happens as the responder accepts it
             self.payload = apply_atomic(mr_bytes(mr, wr.remote_addr, n), wr.opcode, wr.compare_add, wr.swap)
         else:
             self.payload = _gather(env, [(mr, wr.remote_addr, n)])

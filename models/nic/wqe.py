@@ -77,26 +77,22 @@ class Opcode(enum.Enum):
     ATOMIC_CMP_AND_SWP = "ATOMIC_CMP_AND_SWP"
     ATOMIC_FETCH_AND_ADD = "ATOMIC_FETCH_AND_ADD"
 
-    @property
-    def consumes_receive(self) -> bool:
-        """The responder takes a receive WQE for it (SEND, SEND_WITH_IMM, RDMA_WRITE_WITH_IMM)."""
-        return self in _CONSUMES_RECEIVE
-
-    @property
-    def carries_imm(self) -> bool:
-        """The request carries 4 bytes of immediate data (``*_WITH_IMM``)."""
-        return self in (Opcode.SEND_WITH_IMM, Opcode.RDMA_WRITE_WITH_IMM)
-
-    @property
-    def writes_remote(self) -> bool:
+    def __init__(self, value: str) -> None:
+        # What each opcode does, as plain attributes: they are read on every work request.
+        self.is_atomic = value.startswith("ATOMIC_")
+        """A 64-bit atomic: it travels like an 8-byte READ and takes a READ/atomic slot."""
+        self.reads_remote = self.is_atomic or value == "RDMA_READ"
+        """A response comes back and lands in the local buffer (READ and atomics): it takes a READ/atomic slot."""
+        self.consumes_receive = value in ("SEND", "SEND_WITH_IMM", "RDMA_WRITE_WITH_IMM")
+        """The responder takes a receive WQE for it."""
+        self.carries_imm = value.endswith("_WITH_IMM")
+        """The request carries 4 bytes of immediate data."""
+        self.writes_remote = value.startswith("RDMA_WRITE")
         """The payload goes through an rkey into the responder's memory (RDMA WRITE, with or without immediate)."""
-        return self in (Opcode.RDMA_WRITE, Opcode.RDMA_WRITE_WITH_IMM)
 
 
-_CONSUMES_RECEIVE = frozenset((Opcode.SEND, Opcode.SEND_WITH_IMM, Opcode.RDMA_WRITE_WITH_IMM))
-
-ATOMICS = frozenset({Opcode.ATOMIC_CMP_AND_SWP, Opcode.ATOMIC_FETCH_AND_ADD})
-"""The 64-bit atomic opcodes: they travel like an 8-byte READ and take a READ/atomic slot."""
+ATOMICS = frozenset(op for op in Opcode if op.is_atomic)
+"""The 64-bit atomic opcodes."""
 ATOMIC_BYTES = 8
 """An atomic's operand and result (mlx5 ``MLX5_ATOMIC_SIZE``: the data segment says 8 whatever the SGE's
 length)."""
@@ -109,6 +105,10 @@ class SendFlags(enum.IntFlag):
     SIGNALED = 1 << 1
     SOLICITED = 1 << 2
     INLINE = 1 << 3
+
+
+SEND_FENCE, SEND_SIGNALED, SEND_INLINE = int(SendFlags.FENCE), int(SendFlags.SIGNALED), int(SendFlags.INLINE)
+"""The flags as plain ints: IntFlag arithmetic is slow on the per-message path."""
 
 
 class WcOpcode(enum.IntEnum):
@@ -245,6 +245,9 @@ class SendWR:
     swap: int = 0
     """CMP_AND_SWP: the value written when the comparison holds."""
 
+    imm_data: int = 0
+    """Immediate data of ``*_WITH_IMM`` (32 bits; the responder's completion carries it)."""
+
     @property
     def sges(self) -> tuple[Sge, ...]:
         """The SGEs of the work request, in order."""
@@ -253,11 +256,11 @@ class SendWR:
     @property
     def is_inline(self) -> bool:
         """The payload travels in the WQE (``IBV_SEND_INLINE``)."""
-        return self.inline or bool(self.send_flags & SendFlags.INLINE)
+        return self.inline or bool(self.send_flags & SEND_INLINE)
 
     @property
     def message_bytes(self) -> int:
         """Bytes the operation moves: 8 for an atomic, else the sum of its SGEs' lengths."""
-        return ATOMIC_BYTES if self.opcode in ATOMICS else sum(sge.length for sge in self.sges)
-    imm_data: int = 0
-    """Immediate data of ``*_WITH_IMM`` (32 bits; the responder's completion carries it)."""
+        if self.opcode.is_atomic:
+            return ATOMIC_BYTES
+        return self.length if self.sg_list is None else sum(sge.length for sge in self.sg_list)

@@ -18,7 +18,7 @@ verbs.c ``mlx5_calc_send_wqe`` and ``mlx5_create_qp``) and libibverbs/man/ibv_po
 from __future__ import annotations
 
 from models.nic.device import AtomicCap
-from models.nic.wqe import ATOMICS, Opcode, SendWR
+from models.nic.wqe import SendWR
 from sim.core import VerbsError
 
 
@@ -36,11 +36,11 @@ def check_send_wr(qp, wr: SendWR) -> None:
     if len(wr.sges) > qp.max_send_sge:
         raise VerbsError("ENOMEM", f"num_sge {len(wr.sges)} exceeds the QP's max_send_sge {qp.max_send_sge} "
                          "(mlx5: max gs exceeded)", call=call)
-    if wr.opcode in ATOMICS and qp.node.nic.params.device.atomic_cap is AtomicCap.ATOMIC_NONE:
+    if wr.opcode.is_atomic and qp.node.nic.params.device.atomic_cap is AtomicCap.ATOMIC_NONE:
         raise VerbsError("EOPNOTSUPP", f"IBV_WR_{wr.opcode.value}: the device's atomic_cap is IBV_ATOMIC_NONE",
                          call=call)
     if wr.is_inline:
-        if wr.opcode is Opcode.RDMA_READ or wr.opcode in ATOMICS:
+        if wr.opcode.reads_remote:
             raise VerbsError("EINVAL", f"IBV_SEND_INLINE on IBV_WR_{wr.opcode.value}: inline data only for sends "
                              "and writes", call=call)
         if wr.message_bytes > qp.max_inline_data:

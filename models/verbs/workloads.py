@@ -27,7 +27,7 @@ import numpy as np
 import simpy
 
 from models.nic.datapath import work_request_path
-from models.nic.wqe import ATOMICS, Opcode, RecvWR, SendWR, Sge, WcStatus
+from models.nic.wqe import Opcode, RecvWR, SendWR, Sge, WcStatus
 from models.verbs.recv import ibv_post_recv
 from models.verbs.verbs import MemoryRegion, QueuePair, ibv_poll_cq, ibv_post_send
 from sim.core.steps import Check, Delay, Fork, Mark, Rebase, Step, Wait, Wake, walk_order
@@ -86,7 +86,7 @@ ATOMIC_ADD = 1
 def posts_inline(opcode: Opcode, size: int, inline: int) -> bool:
     """Whether a workload posts a message of ``size`` bytes inline under the threshold ``inline``: only SENDs and
     WRITEs carry inline data."""
-    return opcode is not Opcode.RDMA_READ and opcode not in ATOMICS and size <= inline
+    return not opcode.reads_remote and size <= inline
 
 
 def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
