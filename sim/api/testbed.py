@@ -15,6 +15,7 @@ import os
 from collections import deque
 from pathlib import Path
 
+from models.nic.wqe import WcOpcode, WcStatus
 from sim.build import settle, wire
 from sim.core import PS_PER_US, ConfigError
 from sim.core.errors import ConfigErrors
@@ -113,10 +114,17 @@ class Testbed:
         return write_script_results(self, out, name=name, script=script, force=force)
 
     def _record(self, context, wcs: list) -> None:
-        """Keep the completions ``wcs`` polled on ``context``'s node, each with its work request's size (RC
-        completes a QP's work requests in posting order, so the oldest size posted is this one's)."""
+        """Keep the completions ``wcs`` polled on ``context``'s node, each with its work request's size: a
+        receive's is its byte count; a send's is the oldest size its QP posted (RC completes a QP's work requests
+        in posting order, a signaled one's completion freeing the successful unsignaled ones before it)."""
         for wc in wcs:
-            length = self._posted[(context.lid, wc.qp_num)].popleft()
+            if wc.opcode & WcOpcode.RECV:
+                length = wc.byte_len
+            else:
+                posted = self._posted[(context.lid, wc.qp_num)]
+                while wc.status is WcStatus.SUCCESS and not posted[0][0]:
+                    posted.popleft()
+                length = posted.popleft()[1]
             self.completions.append((context.name, wc.qp_num, wc.wr_id, wc.opcode.name, length, wc.posted_ps,
                                      wc.completed_ps, wc.status.value))
 
