@@ -1,11 +1,11 @@
 """Destroying verbs objects (``ibv_destroy_qp``, ``ibv_destroy_srq``, ``ibv_destroy_cq``, ``ibv_dealloc_pd``) with
 the kernel's rules.
 
-An object another one still uses cannot be destroyed: uverbs refuses with ``EBUSY`` while its use count is not
-0 (``uverbs_free_pd`` in drivers/infiniband/core/uverbs_std_types.c, ``ib_destroy_cq_user`` and
-``ib_destroy_srq_user`` in verbs.c: MRs, QPs and SRQs hold their PD, QPs their send and receive CQs and their SRQ). Closing the device file destroys everything regardless (the ucontext
-cleanup), which is the caller's loop over these functions in reverse order of creation. ``ibv_dereg_mr`` is
-:func:`models.verbs.verbs.ibv_dereg_mr`.
+An object another one still uses cannot be destroyed: uverbs refuses with ``EBUSY`` while its use count is not 0
+(``uverbs_free_pd`` in drivers/infiniband/core/uverbs_std_types.c, ``ib_destroy_cq_user`` and
+``ib_destroy_srq_user`` in verbs.c: MRs, QPs and SRQs hold their PD, QPs their send and receive CQs and their SRQ).
+Closing the device file destroys everything regardless (the ucontext cleanup), which is the caller's loop over these
+functions in reverse order of creation. ``ibv_dereg_mr`` is :func:`models.verbs.verbs.ibv_dereg_mr`.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@
 >>> bed = Testbed(["a", "b"])
 >>> ctx = Context(bed, "a")
 
-Every object has ``close()`` and works as a context manager; the kernel's destroy rules hold (a PD with MRs,
-QPs or SRQs, a CQ or an SRQ with QPs: ``EBUSY``); failures raise :class:`VerbsError` with the errno's name (``err.errno``) and
-number (``err.errno_value``, pyverbs' ``error_code``). The reference is docs/api.md; "from pyverbs to rdmasim"
+Every object has ``close()`` and works as a context manager; the kernel's destroy rules hold (a PD with MRs, QPs or
+SRQs, a CQ or an SRQ with QPs: ``EBUSY``); failures raise :class:`VerbsError` with the errno's name (``err.errno``)
+and number (``err.errno_value``, pyverbs' ``error_code``). The reference is docs/api.md; "from pyverbs to rdmasim"
 (docs/from_pyverbs.md) ports one of rdma-core's own tests.
 
 The layer underneath is :mod:`models.verbs` (``ibv_*`` free functions with rdma-core's checks); this package
