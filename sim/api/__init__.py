@@ -23,6 +23,7 @@ from models.verbs.receive_queue import AsyncEventType
 from models.verbs.recv import SRQ_LIMIT, SRQ_MAX_WR
 from models.verbs.verbs import REREG_CHANGE_ACCESS, REREG_CHANGE_PD, REREG_CHANGE_TRANSLATION
 from sim.api.device import CQ, PD, WC, AsyncEvent, Context
+from sim.api.dm import DM, AllocDmAttr
 from sim.api.gpu import GPU, DmaBuf, GpuBuffer
 from sim.api.mr import MR, DmaBufMR
 from sim.api.qp import QP, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR
@@ -34,7 +35,7 @@ from sim.core import ConfigError, DeadlockError, ProtocolError, SimError, VerbsE
 __all__ = [
     "Testbed", "Context", "PD", "MR", "DmaBufMR", "CQ", "WC", "QP", "QPCap", "QPInitAttr", "QPAttr", "AHAttr",
     "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqAttr", "SRQ_MAX_WR", "SRQ_LIMIT",
-    "AsyncEvent", "AsyncEventType", "GPU", "GpuBuffer", "DmaBuf",
+    "AsyncEvent", "AsyncEventType", "DM", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf",
     "Access", "Opcode", "QpState", "QpType", "QpAttrMask", "PathMtu", "WcStatus", "WcOpcode", "WcFlags",
     "AdviseMrAdvice", "ADVISE_MR_FLAG_FLUSH",
     "REREG_CHANGE_TRANSLATION", "REREG_CHANGE_PD", "REREG_CHANGE_ACCESS",
