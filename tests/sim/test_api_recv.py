@@ -7,7 +7,6 @@ import pandas as pd
 import pytest
 
 from models.nic.wqe import RecvWR as ReceiveRequest
-from models.nic.wqe import SendWR as WorkRequest
 from models.nic.wqe import Sge
 from models.verbs.advise import ibv_advise_mr
 from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_qp, ibv_destroy_srq
