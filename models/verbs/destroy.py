@@ -1,33 +1,51 @@
-"""Destroying verbs objects (``ibv_destroy_qp``, ``ibv_destroy_cq``, ``ibv_dealloc_pd``) with the kernel's rules.
+"""Destroying verbs objects (``ibv_destroy_qp``, ``ibv_destroy_srq``, ``ibv_destroy_cq``, ``ibv_dealloc_pd``) with
+the kernel's rules.
 
-An object another one still uses cannot be destroyed: uverbs refuses with ``EBUSY`` while its use count is not
-0 (``uverbs_free_pd`` in drivers/infiniband/core/uverbs_std_types.c, ``ib_destroy_cq_user`` in verbs.c: MRs and
-QPs hold their PD, QPs their CQs). Closing the device file destroys everything regardless (the ucontext
-cleanup), which is the caller's loop over these functions in reverse order of creation. ``ibv_dereg_mr`` is
-:func:`models.verbs.verbs.ibv_dereg_mr`.
+An object another one still uses cannot be destroyed: uverbs refuses with ``EBUSY`` while its use count is not 0
+(``uverbs_free_pd`` in drivers/infiniband/core/uverbs_std_types.c, ``ib_destroy_cq_user`` and
+``ib_destroy_srq_user`` in verbs.c: MRs, QPs and SRQs hold their PD, QPs their send and receive CQs and their SRQ).
+Closing the device file destroys everything regardless (the ucontext cleanup), which is the caller's loop over these
+functions in reverse order of creation. ``ibv_dereg_mr`` is :func:`models.verbs.verbs.ibv_dereg_mr`.
 """
 
 from __future__ import annotations
 
+from models.verbs.receive_queue import SharedReceiveQueue
 from models.verbs.verbs import CompletionQueue, ProtectionDomain, QueuePair
 from sim.core import VerbsError
 
 
 def ibv_destroy_qp(qp: QueuePair) -> None:
-    """Destroy ``qp``: its outstanding work requests never complete (the CQ drops their completions, as mlx5
-    cleans a destroyed QP's CQEs from its CQ) and it releases its PD and CQ.
+    """Destroy ``qp``: its outstanding work requests and receives never complete (its CQs drop their completions,
+    as mlx5 cleans a destroyed QP's CQEs from its CQs) and it releases its PD, its CQs and its SRQ.
 
     :raises VerbsError: ``EINVAL`` when it was destroyed already.
     """
     call = "ibv_destroy_qp"
     _check_alive(qp, f"QP {qp.qp_num}", call)
     qp.to_error()
-    cq = qp.send_cq
-    cq.cleaned.add(qp.qp_num)
-    cq.entries = type(cq.entries)(wc for wc in cq.entries if wc.qp_num != qp.qp_num)
+    for cq in {id(cq): cq for cq in (qp.send_cq, qp.recv_cq)}.values():
+        cq.cleaned.add(qp.qp_num)
+        cq.entries = type(cq.entries)(wc for wc in cq.entries if wc.qp_num != qp.qp_num)
+        cq.usecnt -= 1
+    if qp.srq is not None:
+        qp.srq.qps.remove(qp)
     qp.destroyed = True
     qp.pd.usecnt -= 1
-    cq.usecnt -= 1
+
+
+def ibv_destroy_srq(srq: SharedReceiveQueue) -> None:
+    """Destroy ``srq`` (its receives not yet consumed go with it) and release its PD.
+
+    :raises VerbsError: ``EBUSY`` while a QP uses it (``ib_destroy_srq_user``: ``srq->usecnt``); ``EINVAL`` when
+        it was destroyed already.
+    """
+    call = "ibv_destroy_srq"
+    _check_alive(srq, "SRQ", call)
+    _check_unused(len(srq.qps), "SRQ", "QP(s) still use it", call)
+    srq.reset()
+    srq.destroyed = True
+    srq.pd.usecnt -= 1
 
 
 def ibv_destroy_cq(cq: CompletionQueue) -> None:
@@ -44,11 +62,11 @@ def ibv_destroy_cq(cq: CompletionQueue) -> None:
 def ibv_dealloc_pd(pd: ProtectionDomain) -> None:
     """Deallocate ``pd``.
 
-    :raises VerbsError: ``EBUSY`` while MRs or QPs use it; ``EINVAL`` when it was deallocated already.
+    :raises VerbsError: ``EBUSY`` while MRs, QPs or SRQs use it; ``EINVAL`` when it was deallocated already.
     """
     call = "ibv_dealloc_pd"
     _check_alive(pd, f"PD {pd.handle}", call)
-    _check_unused(pd.usecnt, f"PD {pd.handle}", "MR(s) or QP(s) still use it", call)
+    _check_unused(pd.usecnt, f"PD {pd.handle}", "MR(s), QP(s) or SRQ(s) still use it", call)
     pd.destroyed = True
 
 

@@ -151,7 +151,8 @@ class SharedReceiveQueue(ReceiveQueue):
     handle: int
     srq_limit: int = 0
     qps: list = field(default_factory=list)
-    """The QPs created on it."""
+    """The QPs created on it and not destroyed: the kernel's ``srq->usecnt``."""
+    destroyed: bool = False
 
     def __post_init__(self) -> None:
         ReceiveQueue.__init__(self, self.max_wr, self.max_sge, _srq_wqe_bytes(self.max_sge))

@@ -56,6 +56,7 @@ def ibv_create_srq(pd: ProtectionDomain, attr: SrqAttr) -> SharedReceiveQueue:
         raise VerbsError("EINVAL", f"max_sge {attr.max_sge} outside 0..{dev.max_srq_sge} (device max_srq_sge)",
                          call=call)
     depth, max_sge = srq_geometry(attr.max_wr, attr.max_sge)
+    pd.usecnt += 1  # ib_create_srq_user: atomic_inc(&pd->usecnt)
     return SharedReceiveQueue(pd, depth, max_sge, pd.context.node.nic.new_handle())
 
 

@@ -2,17 +2,36 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from models.nic.wqe import WorkCompletion
+from models.verbs.advise import ibv_advise_mr
 from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_cq
 from models.verbs.query import ibv_query_device, ibv_query_port
+from models.verbs.receive_queue import AsyncEventType
+from models.verbs.recv import ibv_get_async_event
 from models.verbs.verbs import ibv_alloc_pd, ibv_create_cq, ibv_open_device, ibv_poll_cq
 from sim.api.resource import Resource
+from sim.api.sge import SGE, sge_list
 from sim.api.testbed import TESTBED, Testbed, duration_ps
 from sim.core import ConfigError, DeadlockError
 
 WC = WorkCompletion
-"""``struct ibv_wc`` as pyverbs' ``WC``: ``wr_id``, ``status`` (:class:`~models.nic.wqe.WcStatus`), ``opcode``,
-``byte_len``, ``qp_num``, and the simulated times ``posted_ps`` and ``completed_ps``."""
+"""``struct ibv_wc`` as pyverbs' ``WC``: ``wr_id``, ``status`` (:class:`~models.nic.wqe.WcStatus`), ``opcode``
+(:class:`~models.nic.wqe.WcOpcode`: ``RECV`` and ``RECV_RDMA_WITH_IMM`` for receives), ``byte_len``, ``qp_num``,
+``wc_flags`` (:class:`~models.nic.wqe.WcFlags`), ``imm_data`` (with ``WcFlags.WITH_IMM``), ``src_qp`` (the sender
+of a receive), and the simulated times ``posted_ps`` and ``completed_ps``."""
+
+
+@dataclass(frozen=True)
+class AsyncEvent:
+    """``struct ibv_async_event`` as :meth:`Context.get_async_event` returns it: ``event_type``
+    (:class:`~models.verbs.receive_queue.AsyncEventType`), ``element`` (the API object it concerns, e.g. the
+    :class:`~sim.api.srq.SRQ`) and the simulated time it was raised (ps)."""
+
+    event_type: AsyncEventType
+    element: object
+    time_ps: int
 
 
 class Context(Resource):
@@ -51,6 +70,21 @@ class Context(Resource):
         self._check_open("ibv_query_port")
         return ibv_query_port(self.ctx, port_num)
 
+    def get_async_event(self, timeout: str | int = 0) -> AsyncEvent:
+        """``ibv_get_async_event``: the oldest asynchronous event not yet read. With a ``timeout`` (``"1ms"`` or
+        int ps) the simulation runs until one is raised or the timeout passes; ``0`` reads without waiting.
+
+        :raises VerbsError: ``EAGAIN`` when none is pending (the async fd opened non-blocking).
+        """
+        self._check_open("ibv_get_async_event")
+        if not self.ctx.async_events and timeout != 0:
+            testbed = self.testbed
+            testbed._run_until(lambda: bool(self.ctx.async_events), testbed.now_ps + duration_ps(timeout))
+        event = ibv_get_async_event(self.ctx)
+        owner = next((obj for obj in self._objects if event.element in (getattr(obj, "srq", None),
+                                                                      getattr(obj, "qp", None))), event.element)
+        return AsyncEvent(event.event_type, owner, event.time_ps)
+
     def _adopt(self, obj: Resource) -> None:
         """Remember ``obj`` (opened through this device) for :meth:`close`."""
         self._objects.append(obj)
@@ -64,7 +98,7 @@ class Context(Resource):
 class PD(Resource):
     """A protection domain (``ibv_alloc_pd``).
 
-    :raises VerbsError: from :meth:`close`: ``EBUSY`` while MRs or QPs use it (``uverbs_free_pd``).
+    :raises VerbsError: from :meth:`close`: ``EBUSY`` while MRs, QPs or SRQs use it (``uverbs_free_pd``).
     """
 
     def __init__(self, context: Context) -> None:
@@ -73,6 +107,19 @@ class PD(Resource):
         self.pd = ibv_alloc_pd(context.ctx)
         """The verbs layer's PD (:class:`models.verbs.verbs.ProtectionDomain`)."""
         context._adopt(self)
+
+    def advise_mr(self, advice: int, flags: int, sg_list: list[SGE]) -> None:
+        """``ibv_advise_mr``: prefetch the ranges of ``sg_list`` (SGEs of ODP MRs of this PD) into the NIC's
+        translation table (``advice``: :class:`~models.verbs.advise.AdviseMrAdvice`). The clock advances by the
+        call's cost: with ``ADVISE_MR_FLAG_FLUSH`` the page faults too, without it only the ioctl (the faults run in
+        the background).
+
+        :raises VerbsError: as :func:`models.verbs.advise.ibv_advise_mr` (``EOPNOTSUPP`` without ODP, ``EINVAL``
+            for unknown flags or an empty list, ``ENOENT`` for an MR that is not ODP, ``EPERM``, ``EFAULT``).
+        """
+        call = "ibv_advise_mr"
+        self._check_open(call)
+        self.context.testbed._advance(ibv_advise_mr(self.pd, advice, flags, sge_list(sg_list, call)))
 
     def _destroy(self) -> None:
         ibv_dealloc_pd(self.pd)

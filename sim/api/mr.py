@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.ib.implicit_odp import SIZE_MAX
 from models.nic.wqe import Access
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr
 from models.verbs.verbs import ibv_dereg_mr, ibv_reg_mr, ibv_rereg_mr
@@ -20,7 +21,9 @@ from sim.core import ProtocolError, VerbsError
 class MR(Resource):
     """A memory region (``ibv_reg_mr``) of ``length`` bytes with ``access`` rights
     (:class:`~models.nic.wqe.Access`). Without ``address`` it allocates the host buffer itself, zeroed, as
-    pyverbs does; with ``address`` it registers memory the script already has.
+    pyverbs does; with ``address`` it registers memory the script already has. ``implicit=True`` (with
+    ``Access.ON_DEMAND``) registers an implicit ODP MR over the whole address space, as pyverbs does
+    (``ibv_reg_mr(pd, NULL, SIZE_MAX, access)``; ``length`` and ``address`` are ignored).
 
     :raises VerbsError: as :func:`models.verbs.verbs.ibv_reg_mr` (``EINVAL`` for REMOTE_WRITE without
         LOCAL_WRITE, ``EFAULT`` for an unmapped range, ``ENOMEM`` past RLIMIT_MEMLOCK, ...).
@@ -29,11 +32,11 @@ class MR(Resource):
     def __init__(self, pd: PD, length: int = 0, access: int = 0, address: int | None = None,
                  implicit: bool = False) -> None:
         pd._check_open("ibv_reg_mr")
-        if implicit:
-            raise VerbsError("EOPNOTSUPP", "implicit ODP MRs are not modelled", call="ibv_reg_mr")
         self.pd, self.context = pd, pd.context
         self._buffer = None
-        if address is None and length > 0:
+        if implicit:
+            address, length = 0, SIZE_MAX
+        elif address is None and length > 0:
             self._buffer = _host_buffer(pd, length)
             address = self._buffer.addr
         self.mr = ibv_reg_mr(pd.pd, address or 0, length, Access(access))

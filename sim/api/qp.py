@@ -1,73 +1,99 @@
-"""``QP`` with ``QPCap``, ``QPInitAttr`` and ``QPAttr``, and the send side's ``SGE`` and ``SendWR``, in pyverbs'
-shape (pyverbs/qp.pyx, wr.pyx) over :mod:`models.verbs` (RC queue pairs, RDMA WRITE and READ).
+"""``QP`` with ``QPCap``, ``QPInitAttr`` and ``QPAttr``, and the work requests' ``SGE``, ``SendWR`` and ``RecvWR``,
+in pyverbs' shape (pyverbs/qp.pyx, wr.pyx) over :mod:`models.verbs` (RC queue pairs: RDMA WRITE and READ, SEND,
+the ``*_WITH_IMM`` opcodes and the atomics, SGE lists, receive queues and SRQs).
 
 State transitions (``to_init``, ``to_rtr``, ``to_rts``, ``modify``) are :func:`~models.verbs.verbs.ibv_modify_qp`
 with the masks pyverbs passes for RC; they take no simulated time in the model. Posting is asynchronous: the
-work request starts at the current simulated time and its completion arrives in the CQ later.
+work request starts at the current simulated time and its completion arrives in the CQ later (a send's in the send
+CQ, a receive's in the receive CQ).
 """
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from dataclasses import dataclass
 
-from models.nic.wqe import Opcode, QpState
+from models.nic.wqe import Opcode, QpState, SendFlags
+from models.nic.wqe import RecvWR as ReceiveRequest
 from models.nic.wqe import SendWR as WorkRequest
 from models.verbs import qp_state
 from models.verbs.destroy import ibv_destroy_qp
 from models.verbs.qp_state import PathMtu, QpAttrMask, QpType
+from models.verbs.recv import ibv_post_recv
 from models.verbs.verbs import (PERFTEST_TO_INIT, PERFTEST_TO_RTR, PERFTEST_TO_RTS, ibv_create_qp, ibv_modify_qp,
                                 ibv_post_send, ibv_query_qp)
 from sim.api.device import CQ, PD
 from sim.api.resource import Resource
+from sim.api.sge import SGE, sge_list
 from sim.core import ProtocolError, VerbsError
 
 
-class SendFlags(enum.IntFlag):
-    """``enum ibv_send_flags`` (libibverbs/verbs.h)."""
+def _first_sges(num_sge: int, sg: list[SGE] | None, what: str) -> list[SGE]:
+    """The ``num_sge`` SGEs a work request holds (pyverbs copies the first ``num_sge`` of ``sg``).
 
-    FENCE = 1
-    SIGNALED = 1 << 1
-    SOLICITED = 1 << 2
-    INLINE = 1 << 3
-
-
-@dataclass(eq=False)
-class SGE(Resource):
-    """``struct ibv_sge``: ``length`` bytes at ``addr`` of the MR whose local key is ``lkey`` (``close()`` as
-    pyverbs has it; a closed SGE is not posted)."""
-
-    addr: int
-    length: int
-    lkey: int
+    :raises ProtocolError: no SGE (pyverbs: "A WR needs at least one SGE").
+    """
+    if num_sge < 1 or not sg:
+        raise ProtocolError(f"{what}: a WR needs at least one SGE")
+    return list(sg)[:num_sge]
 
 
 class SendWR(Resource):
-    """``struct ibv_send_wr`` as pyverbs builds it: ``sg`` holds ``num_sge`` SGEs; :meth:`set_wr_rdma` sets the
-    remote side; ``close()`` as pyverbs has it (a closed work request is not posted). Only RDMA WRITE and RDMA READ are modelled (pyverbs' default opcode, SEND, is not yet), so the
-    default opcode here is ``Opcode.RDMA_WRITE``.
+    """``struct ibv_send_wr`` as pyverbs builds it: ``sg`` holds ``num_sge`` SGEs (the gather list; a READ's
+    scatter list); ``imm_data`` goes with ``*_WITH_IMM``; :meth:`set_wr_rdma` and :meth:`set_wr_atomic` set the
+    remote side; ``send_flags`` are :class:`~models.nic.wqe.SendFlags`; ``close()`` as pyverbs has it (a closed
+    work request is not posted).
 
     :raises ProtocolError: no SGE (pyverbs: "A WR needs at least one SGE").
     """
 
-    def __init__(self, wr_id: int = 0, opcode: Opcode = Opcode.RDMA_WRITE, num_sge: int = 0, imm_data: int = 0,
+    def __init__(self, wr_id: int = 0, opcode: Opcode = Opcode.SEND, num_sge: int = 0, imm_data: int = 0,
                  sg: list[SGE] | None = None, send_flags: int = SendFlags.SIGNALED) -> None:
-        if num_sge < 1 or not sg:
-            raise ProtocolError("SendWR: a WR needs at least one SGE")
+        self.sg = _first_sges(num_sge, sg, "SendWR")
         self.wr_id, self.opcode, self.num_sge, self.imm_data = wr_id, opcode, num_sge, imm_data
-        self.sg, self.send_flags = list(sg)[:num_sge], SendFlags(send_flags)
-        self.remote_addr = self.rkey = 0
+        self.send_flags = SendFlags(send_flags)
+        self.remote_addr = self.rkey = self.compare_add = self.swap = 0
 
     def set_wr_rdma(self, rkey: int, addr: int) -> None:
         """The remote buffer of an RDMA WRITE or READ: its key and address."""
         self.rkey, self.remote_addr = rkey, addr
 
+    def set_wr_atomic(self, rkey: int, addr: int, compare_add: int, swap: int = 0) -> None:
+        """The remote 8 bytes of an atomic and its operands: CMP_AND_SWP writes ``swap`` where ``compare_add``
+        matches, FETCH_AND_ADD adds ``compare_add`` (unsigned 64-bit); the old value lands in the SGE."""
+        self.rkey, self.remote_addr, self.compare_add, self.swap = rkey, addr, compare_add, swap
+
+    def _request(self, call: str) -> WorkRequest:
+        """The verbs layer's work request."""
+        self._check_open(call)
+        sges = sge_list(self.sg, call)
+        first = sges[0]
+        return WorkRequest(self.wr_id, self.opcode, first.addr, first.length, first.lkey, self.remote_addr,
+                           self.rkey, sg_list=sges if len(sges) > 1 else None, send_flags=int(self.send_flags),
+                           compare_add=self.compare_add, swap=self.swap, imm_data=self.imm_data)
+
+
+class RecvWR(Resource):
+    """``struct ibv_recv_wr`` as pyverbs builds it: a receive buffer of ``num_sge`` SGEs (the scatter list) for
+    one incoming SEND or RDMA WRITE with immediate; ``close()`` as pyverbs has it.
+
+    :raises ProtocolError: no SGE (pyverbs: "A WR needs at least one SGE").
+    """
+
+    def __init__(self, wr_id: int = 0, num_sge: int = 0, sg: list[SGE] | None = None) -> None:
+        self.sg = _first_sges(num_sge, sg, "RecvWR")
+        self.wr_id, self.num_sge = wr_id, num_sge
+
+    def _request(self, call: str) -> ReceiveRequest:
+        """The verbs layer's receive request."""
+        self._check_open(call)
+        return ReceiveRequest(self.wr_id, sge_list(self.sg, call))
+
 
 @dataclass
 class QPCap:
-    """``struct ibv_qp_cap`` with pyverbs' defaults; only ``max_send_wr`` shapes the model (no receive queue,
-    one SGE per work request)."""
+    """``struct ibv_qp_cap`` with pyverbs' defaults, all passed to ``ibv_create_qp``: send and receive queue depths
+    (work requests), SGEs per work request, and the largest ``SendFlags.INLINE`` payload (bytes)."""
 
     max_send_wr: int = 1
     max_recv_wr: int = 10
@@ -78,14 +104,17 @@ class QPCap:
 
 @dataclass
 class QPInitAttr:
-    """``struct ibv_qp_init_attr`` (pyverbs' ``QPInitAttr(qp_type, qp_context, scq, rcq, srq, cap, sq_sig_all)``).
-    Only RC QPs are modelled, so RC is the default (pyverbs' is UD)."""
+    """``struct ibv_qp_init_attr`` (pyverbs' ``QPInitAttr(qp_type, qp_context, scq, rcq, srq, cap, sq_sig_all)``):
+    ``rcq`` None receives into ``scq``; with an :class:`~sim.api.srq.SRQ` the QP takes its receives from it;
+    ``sq_sig_all`` 0 completes only work requests posted with ``SendFlags.SIGNALED``. Only RC QPs are modelled, so
+    RC is the default (pyverbs' is UD)."""
 
     qp_type: QpType = QpType.RC
     qp_context: object = None
     scq: CQ | None = None
     rcq: CQ | None = None
     srq: object = None
+    """An :class:`~sim.api.srq.SRQ` or None."""
     cap: QPCap | None = None
     sq_sig_all: int = 1
 
@@ -111,30 +140,34 @@ class QPAttr(qp_state.QPAttr):
 
 
 class QP(Resource):
-    """An RC queue pair (``ibv_create_qp``) on ``pd`` with the CQ, capabilities and type of ``init_attr``; with
-    ``qp_attr`` it is moved to INIT, as pyverbs does for connected QPs.
+    """An RC queue pair (``ibv_create_qp``) on ``pd`` with the CQs, SRQ, capabilities and ``sq_sig_all`` of
+    ``init_attr``; with ``qp_attr`` it is moved to INIT, as pyverbs does for connected QPs. It holds its PD, its
+    CQs and its SRQ (they refuse to close while it is open).
 
     The remote QP is the one ``to_rtr``'s ``dest_qp_num`` names behind ``ah_attr.dlid`` (the remote
     context's :attr:`~sim.api.device.Context.lid`).
 
-    :raises VerbsError: ``EINVAL`` for ``max_send_wr`` beyond the device's ``max_qp_wr`` or a CQ of another
-        device context; ``EOPNOTSUPP`` for what is not modelled yet (non-RC types, an SRQ, a receive CQ other
-        than the send CQ).
+    :raises VerbsError: as :func:`models.verbs.verbs.ibv_create_qp` (``EINVAL`` for a depth or SGE count beyond
+        the device's, too much inline data, an SRQ of another device); ``EINVAL`` for a CQ of another device
+        context; ``EOPNOTSUPP`` for QP types other than RC.
     """
 
     def __init__(self, pd: PD, init_attr: QPInitAttr, qp_attr: QPAttr | None = None) -> None:
-        pd._check_open("ibv_create_qp")
         call = "ibv_create_qp"
-        scq = init_attr.scq
-        if init_attr.qp_type is not QpType.RC or init_attr.srq is not None or init_attr.rcq not in (None, scq):
-            raise VerbsError("EOPNOTSUPP", "only RC QPs without an SRQ, whose receive CQ is the send CQ, are "
-                             "modelled", call=call)
-        if scq is None or scq.context is not pd.context:
-            raise VerbsError("EINVAL", "the send CQ must be a CQ of the PD's device context (uverbs looks its "
-                             "handle up in the caller's file)", call=call)
-        scq._check_open(call)
+        pd._check_open(call)
+        if init_attr.qp_type is not QpType.RC:
+            raise VerbsError("EOPNOTSUPP", f"only RC QPs are modelled, got {init_attr.qp_type}", call=call)
+        scq = _own_cq(init_attr.scq, pd, "send", call)
+        rcq = scq if init_attr.rcq is None else _own_cq(init_attr.rcq, pd, "receive", call)
+        srq = init_attr.srq
+        if srq is not None:
+            srq._check_open(call)
+        cap = init_attr.cap or QPCap()
         self.pd, self.context, self.init_attr = pd, pd.context, init_attr
-        self.qp = ibv_create_qp(pd.pd, scq.cq, (init_attr.cap or QPCap()).max_send_wr)
+        self.qp = ibv_create_qp(pd.pd, scq.cq, cap.max_send_wr, max_send_sge=cap.max_send_sge,
+                                max_inline_data=cap.max_inline_data, sq_sig_all=bool(init_attr.sq_sig_all),
+                                recv_cq=rcq.cq, max_recv_wr=cap.max_recv_wr, max_recv_sge=cap.max_recv_sge,
+                                srq=None if srq is None else srq.srq)
         """The verbs layer's QP (:class:`models.verbs.verbs.QueuePair`)."""
         testbed = self.context.testbed
         testbed._qps[(self.context.lid, self.qp.qp_num)] = self
@@ -197,29 +230,50 @@ class QP(Resource):
         return ibv_query_qp(self.qp, attr_mask), self.init_attr
 
     def post_send(self, wr: SendWR, bad_wr: SendWR | None = None) -> None:
-        """Post ``wr``; it runs from now on and its completion arrives in the send CQ (``CQ.poll``).
+        """Post ``wr`` (any opcode, its SGEs, flags, immediate data and atomic operands); it runs from now on and
+        its completion, if it is signaled (``SendFlags.SIGNALED`` or ``sq_sig_all``) or fails, arrives in the
+        send CQ (``CQ.poll``).
 
         :raises VerbsError: as :func:`models.verbs.verbs.ibv_post_send` (``EINVAL`` before RTS, ``ENOMEM`` for a
-            full send queue); ``EOPNOTSUPP`` for what is not modelled yet (other opcodes, several SGEs,
-            unsignaled or fenced work requests).
+            full send queue, too many SGEs or too much inline data, ``EOPNOTSUPP`` for an atomic on a device
+            without atomics, ...).
         :raises ProtocolError: the QP is in RTS but its ``dest_qp_num``/``dlid`` name no QP of the testbed.
         """
         call = "ibv_post_send"
-        for obj in (self, wr, *wr.sg):
-            obj._check_open(call)
-        unsignaled = not wr.send_flags & SendFlags.SIGNALED and not self.init_attr.sq_sig_all
-        if wr.opcode not in (Opcode.RDMA_WRITE, Opcode.RDMA_READ) or wr.num_sge != 1 or unsignaled \
-                or wr.send_flags & SendFlags.FENCE:
-            raise VerbsError("EOPNOTSUPP", f"only signaled, unfenced RDMA WRITE/READ with one SGE are modelled, "
-                             f"got {wr.opcode} with {wr.num_sge} SGEs and flags {wr.send_flags!r}", call=call)
+        self._check_open(call)
+        request = wr._request(call)
         if self.qp.state is QpState.RTS and self.qp.remote is None:
             raise ProtocolError(f"{call}: QP {self.qp_num} is connected to QP {self.qp.attr.dest_qp_num} behind LID "
                                 f"{self.qp.attr.ah_attr.dlid}, which is not a QP of this testbed")
-        (sge,) = wr.sg
-        ibv_post_send(self.qp, WorkRequest(wr.wr_id, wr.opcode, sge.addr, sge.length, sge.lkey, wr.remote_addr,
-                                           wr.rkey, inline=bool(wr.send_flags & SendFlags.INLINE)))
-        self.context.testbed._posted[(self.context.lid, self.qp_num)].append(sge.length)
+        ibv_post_send(self.qp, request)
+        signaled = bool(wr.send_flags & SendFlags.SIGNALED) or self.qp.sq_sig_all
+        self.context.testbed._posted[(self.context.lid, self.qp_num)].append((signaled, request.message_bytes))
+
+    def post_recv(self, wr: RecvWR, bad_wr: RecvWR | None = None) -> None:
+        """Post the receive ``wr`` to the QP's own receive queue; the SEND (or WRITE with immediate) that
+        consumes it completes in the receive CQ with its byte count, ``wc_flags``, ``imm_data`` and ``src_qp``.
+
+        :raises VerbsError: as :func:`models.verbs.recv.ibv_post_recv` (``EINVAL`` in RESET, for too many SGEs
+            or on a QP created on an SRQ; ``ENOMEM`` for a full receive queue).
+        """
+        call = "ibv_post_recv"
+        self._check_open(call)
+        ibv_post_recv(self.qp, wr._request(call))
 
     def _destroy(self) -> None:
         ibv_destroy_qp(self.qp)
         del self.context.testbed._qps[(self.context.lid, self.qp_num)]
+
+
+def _own_cq(cq: CQ | None, pd: PD, which: str, call: str) -> CQ:
+    """``cq``, a CQ of ``pd``'s device context.
+
+    :raises VerbsError: ``EINVAL`` for no CQ or one of another context (uverbs looks its handle up in the
+        caller's file).
+    :raises ProtocolError: the CQ was closed.
+    """
+    if cq is None or cq.context is not pd.context:
+        raise VerbsError("EINVAL", f"the {which} CQ must be a CQ of the PD's device context (uverbs looks its "
+                         "handle up in the caller's file)", call=call)
+    cq._check_open(call)
+    return cq

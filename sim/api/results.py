@@ -1,6 +1,6 @@
 """A script's run as a results directory: the layout ``rdmasim run`` writes, for the work the script posted.
 
-``metrics.parquet`` has one row per completion the script polled (node, QP, opcode, size, times, status),
+``metrics.parquet`` has one row per send completion the script polled (node, QP, opcode, size, times, status),
 ``summary.json`` one row per (node, opcode, size) with perftest's latency and bandwidth columns and the
 registrations, ``manifest.json`` the testbed's description, seed, the script's text and hash and the package
 versions, ``figures/`` the latency CDF. The directory is claimed and published by :mod:`sim.outdir` (never over

@@ -15,6 +15,7 @@ import os
 from collections import deque
 from pathlib import Path
 
+from models.nic.wqe import WcOpcode, WcStatus
 from sim.build import settle, wire
 from sim.core import PS_PER_US, ConfigError
 from sim.core.errors import ConfigErrors
@@ -56,7 +57,7 @@ class Testbed:
         self.lids = {name: i + 1 for i, name in enumerate(self.bed.nodes)}
         """Each node's port LID, as a subnet manager would hand them out (1, 2, ... in node order)."""
         self.completions: list[tuple] = []
-        """Every completion polled through the API with its work request's size, as
+        """Every send completion polled through the API with its work request's size, as
         :data:`sim.api.results.RECORDED` names the fields: the results' rows."""
         self._qps: dict[tuple[int, int], object] = {}
         self._posted: dict[tuple[int, int], deque] = {}
@@ -113,12 +114,18 @@ class Testbed:
         return write_script_results(self, out, name=name, script=script, force=force)
 
     def _record(self, context, wcs: list) -> None:
-        """Keep the completions ``wcs`` polled on ``context``'s node, each with its work request's size (RC
-        completes a QP's work requests in posting order, so the oldest size posted is this one's)."""
+        """Keep the send completions among ``wcs`` polled on ``context``'s node, each with its work request's size:
+        the oldest size its QP posted (RC completes a QP's work requests in posting order, a signaled one's
+        completion freeing the successful unsignaled ones before it). Receive completions are not kept: a
+        receive's completion carries no time of its own post, so it has no latency to report."""
         for wc in wcs:
-            length = self._posted[(context.lid, wc.qp_num)].popleft()
-            self.completions.append((context.name, wc.qp_num, wc.wr_id, wc.opcode.name, length, wc.posted_ps,
-                                     wc.completed_ps, wc.status.value))
+            if wc.opcode & WcOpcode.RECV:
+                continue
+            posted = self._posted[(context.lid, wc.qp_num)]
+            while wc.status is WcStatus.SUCCESS and not posted[0][0]:
+                posted.popleft()
+            self.completions.append((context.name, wc.qp_num, wc.wr_id, wc.opcode.name, posted.popleft()[1],
+                                     wc.posted_ps, wc.completed_ps, wc.status.value))
 
     def _run_until(self, done, deadline_ps: int | None) -> bool:
         """Simulate event by event until ``done()`` holds or the clock reaches ``deadline_ps`` (None: as long as
