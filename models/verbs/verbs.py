@@ -241,20 +241,21 @@ class QueuePair:
         """Requester attribute: RNR retries before IBV_WC_RNR_RETRY_EXC_ERR; 7 means retry forever."""
         return self.attr.rnr_retry
 
-    def connect(self, remote: QueuePair) -> None:
+    def connect(self, remote: QueuePair, rd_atomic: int | None = None) -> None:
         """Bring both QPs to RTS connected to each other, with the attributes perftest's ``ctx_connect`` sets
-        (PSNs 0 where perftest draws them at random, so that runs repeat)."""
+        (PSNs 0 where perftest draws them at random, so that runs repeat); ``rd_atomic`` is both QPs'
+        max_rd_atomic and max_dest_rd_atomic (perftest -o), default the device's max_qp_rd_atom."""
         for qp, peer in ((self, remote), (remote, self)):
             qp.remote = peer
-            rd_atomic = qp.node.nic.params.max_rd_atomic
+            reads = qp.node.nic.params.max_rd_atomic if rd_atomic is None else rd_atomic
             mtu = PathMtu.at_most(qp.pd.context.fabric.params.mtu)
             ibv_modify_qp(qp, QPAttr(qp_state=QpState.INIT, pkey_index=0, port_num=1, qp_access_flags=int(
                 Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC)), PERFTEST_TO_INIT)
             ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTR, path_mtu=mtu, dest_qp_num=peer.qp_num, rq_psn=0,
-                                     max_dest_rd_atomic=rd_atomic, min_rnr_timer=PERFTEST_MIN_RNR_TIMER,
+                                     max_dest_rd_atomic=reads, min_rnr_timer=PERFTEST_MIN_RNR_TIMER,
                                      ah_attr=AhAttr(port_num=1)), PERFTEST_TO_RTR)
             ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTS, timeout=PERFTEST_TIMEOUT, retry_cnt=7,
-                                     rnr_retry=RNR_RETRY_INFINITE, sq_psn=0, max_rd_atomic=rd_atomic),
+                                     rnr_retry=RNR_RETRY_INFINITE, sq_psn=0, max_rd_atomic=reads),
                           PERFTEST_TO_RTS)
 
     def to_error(self) -> None:
