@@ -124,10 +124,20 @@ class _Grown:
             self.completed = np.concatenate((self.completed, np.zeros(grow, dtype=np.int64)))
             self.status = np.concatenate((self.status, succeeded(grow)))
 
-    def records(self, n: int) -> OpRecords:
-        """The first ``n`` operations' records."""
+    def records(self, n: int, round_trip: bool = False) -> OpRecords:
+        """The first ``n`` operations' records; a ``round_trip``'s latency is half of it (ping-pong)."""
         posted, completed = self.posted[:n], self.completed[:n]
-        return OpRecords(posted, completed, completed - posted, self.status[:n])
+        return OpRecords(posted, completed, (completed - posted) // (2 if round_trip else 1), self.status[:n])
+
+
+def _turns(env, log: _Grown, iterations: int, duration_ps: int | None):
+    """Iteration numbers of a one-at-a-time loop: ``iterations`` of them, or (``duration_ps``) as long as the clock
+    is less than that long after the first; makes room in ``log`` for each."""
+    until, i = env.now + (duration_ps or 0), 0
+    while (env.now < until) if duration_ps is not None else i < iterations:
+        log.room(i + 1)
+        yield i
+        i += 1
 
 
 def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iterations: int,
@@ -175,14 +185,16 @@ def concurrent(env, streams: list[Generator]) -> Generator:
                      np.repeat(np.arange(len(parts)), [len(r.status) for r in parts]))
 
 
-def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, inline: int) -> Generator:
+def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, inline: int,
+                  duration_ps: int | None = None) -> Generator:
     """simpy process of ib_write_lat (ping-pong) for one size; latency is half the round trip. Each
-    iteration's two WRITEs are one operation of :func:`ping_pong`'s chain under the ordering rule."""
-    posted = np.zeros(iterations, dtype=np.int64)
-    completed = np.zeros(iterations, dtype=np.int64)
-    status = succeeded(iterations)
+    iteration's two WRITEs are one operation of :func:`ping_pong`'s chain under the ordering rule. With
+    ``duration_ps`` iterations start until that long has passed (perftest -D)."""
+    log = _Grown(iterations if duration_ps is None else 1024)
+    i = -1
     use_inline = size <= inline
-    for i in range(iterations):
+    for i in _turns(env, log, iterations, duration_ps):
+        posted, completed, status = log.posted, log.completed, log.status
         posted[i] = env.now
         seq, offset = env.step_runner.number(), 0
         for a, b in ((src, dst), (dst, src)):
@@ -198,7 +210,7 @@ def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
             if status[i] == SUCCESS:
                 status[i] = failed
         completed[i] = env.now
-    return OpRecords(posted, completed, (completed - posted) // 2, status)
+    return log.records(i + 1, round_trip=True)
 
 
 def ping_pong(there: tuple[Step, ...], back: tuple[Step, ...]) -> tuple[tuple[Step, ...], int]:
@@ -233,20 +245,19 @@ def _landing(steps: tuple[Step, ...], acked: str) -> tuple[tuple[Step, ...], tup
 
 
 def read_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
-                 opcode: Opcode = Opcode.RDMA_READ) -> Generator:
-    """simpy process of ib_read_lat (or, with an atomic ``opcode``, ib_atomic_lat) for one size."""
-    posted = np.zeros(iterations, dtype=np.int64)
-    completed = np.zeros(iterations, dtype=np.int64)
-    status = succeeded(iterations)
-    cq = src.qp.send_cq
-    for i in range(iterations):
-        posted[i] = env.now
+                 opcode: Opcode = Opcode.RDMA_READ, duration_ps: int | None = None) -> Generator:
+    """simpy process of ib_read_lat (or, with an atomic ``opcode``, ib_atomic_lat) for one size; with
+    ``duration_ps`` READs are posted until that long has passed (perftest -D)."""
+    log = _Grown(iterations if duration_ps is None else 1024)
+    cq, i = src.qp.send_cq, -1
+    for i in _turns(env, log, iterations, duration_ps):
+        log.posted[i] = env.now
         ibv_post_send(src.qp, _wr(i, opcode, src, dst, size, False))
         yield cq.wait()
         (wc,) = ibv_poll_cq(cq, 1)
-        completed[i] = wc.completed_ps
-        status[i] = wc.status.value
-    return OpRecords(posted, completed, completed - posted, status)
+        log.completed[i] = wc.completed_ps
+        log.status[i] = wc.status.value
+    return log.records(i + 1)
 
 
 def _drain(qp: QueuePair) -> int:
@@ -307,16 +318,17 @@ def _serve_receives(env, end: Endpoint, reposts: int | None) -> Generator:
 
 
 def send_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, rx_depth: int,
-                 inline: int) -> Generator:
+                 inline: int, duration_ps: int | None = None) -> Generator:
     """simpy process of ib_send_lat (ping-pong) for one size: each side sees the other's SEND on its receive CQ
-    (a poll delay after the CQE lands), reposts that receive and sends back; latency is half the round trip."""
-    posted = np.zeros(iterations, dtype=np.int64)
-    completed = np.zeros(iterations, dtype=np.int64)
-    status = succeeded(iterations)
+    (a poll delay after the CQE lands), reposts that receive and sends back; latency is half the round trip.
+    With ``duration_ps`` iterations start until that long has passed (perftest -D)."""
+    log = _Grown(iterations if duration_ps is None else 1024)
+    i = -1
     use_inline = size <= inline
     for end in (src, dst):
-        post_receives_ahead(end, min(rx_depth, iterations))
-    for i in range(iterations):
+        post_receives_ahead(end, rx_depth if duration_ps is not None else min(rx_depth, iterations))
+    for i in _turns(env, log, iterations, duration_ps):
+        posted, completed, status = log.posted, log.completed, log.status
         posted[i] = env.now
         for a, b in ((src, dst), (dst, src)):
             ibv_post_send(a.qp, _wr(i, Opcode.SEND, a, b, size, use_inline))
@@ -328,7 +340,7 @@ def send_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, 
         completed[i] = env.now
     for end in (src, dst):
         yield from _quiesce(env, end)
-    return OpRecords(posted, completed, (completed - posted) // 2, status)
+    return log.records(i + 1, round_trip=True)
 
 
 def _await_receive(env, sender: Endpoint, receiver: Endpoint) -> Generator:

@@ -3,6 +3,9 @@ scenario, the values perftest refuses, the options a simulation ignores."""
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
+
 import pytest
 
 from sim.core.errors import ConfigError
@@ -176,3 +179,26 @@ def test_scenario_keys_are_checked_with_file_and_line(tmp_path, extra, message):
 def test_bandwidth_posting_keys_must_fit_together(work, message):
     with pytest.raises(ValueError, match=message):
         WorkloadSpec.model_validate({"kind": "write_bw", "from": "a", "to": "b", "sizes": ["4KiB"], **work})
+
+
+README_LINES = [shlex.split(line)[3:] for line in (Path(__file__).resolve().parents[2] / "README.md").read_text()
+                .splitlines() if line.startswith("$ rdmasim perftest ")]
+
+
+@pytest.mark.parametrize("argv", README_LINES, ids=" ".join)
+def test_the_readmes_perftest_lines_run_as_written(argv):
+    code, text = run_perftest(argv)
+    assert code == 0, text
+    assert f"\n {argv[0]}: {TESTS[argv[0]]}\n" in text  # its block of rows
+
+
+@pytest.mark.parametrize("kind", ["write_lat", "read_lat", "send_lat", "atomic_lat", "send_bw", "atomic_bw"])
+def test_every_loop_runs_for_a_duration(kind):
+    scenario = perftest_scenario([f"ib_{kind}"])
+    turn = run_scenario(scenario, notice=lambda _: None).summary.iloc[0]
+    row = _summary([f"ib_{kind}"], duration=50 * 10**6).iloc[0]
+    if kind.endswith("_lat"):  # one at a time: iterations started in 50 us, each taking t_avg (a round trip's half)
+        per_us = 1 / (turn["t_avg_us"] * (2 if kind in ("write_lat", "send_lat") else 1))
+        assert row["iterations"] == pytest.approx(50 * per_us, abs=2)
+    else:
+        assert row["iterations"] == pytest.approx(50 * turn["msg_rate_Mpps"], rel=0.1, abs=130)
