@@ -3,8 +3,10 @@ ib_send_bw, ib_send_lat, ib_atomic_bw, ib_atomic_lat) in the simulator.
 
 The command line is parsed with perftest's option names, defaults and checks (linux-rdma/perftest
 ``src/perftest_parameters.c``), turned into the equivalent two-node scenario -- client ``a`` posts, server ``b``
-responds from pinned host memory -- and reported in perftest's layout. ``--dump-scenario`` prints that scenario
-as YAML instead of running it.
+responds from pinned host memory -- and reported in perftest's layout (MiB/sec, or Gb/sec with
+``--report_gbits``). Options that mean nothing in a simulation (:data:`IGNORED`, the server address) are
+accepted and each said to be ignored; ``--engine`` picks the scenario's engine (``auto`` by default).
+``--dump-scenario`` prints that scenario as YAML instead of running it.
 """
 
 from __future__ import annotations

@@ -534,8 +534,10 @@ def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: i
     return qp
 
 
-def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
-    """Post one work request; its completion will be pushed to ``qp.send_cq``.
+def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
+    """Post one work request, or a list of them in one call (a chain of ``ibv_send_wr``: one doorbell, so the NIC
+    fetches their WQEs by DMA); completions will be pushed to ``qp.send_cq``. A list is checked one work request
+    at a time: those before the first that fails stay posted, as with ``ibv_post_send``'s ``bad_wr``.
 
     :raises VerbsError: ``EINVAL`` when the QP is in RESET, INIT or RTR; ``EOPNOTSUPP`` in SQD or SQE (not
         modelled); then the checks of :func:`~models.verbs.send_checks.check_send_wr` (``ENOMEM`` for a full send
@@ -547,12 +549,14 @@ def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
         raise VerbsError("EINVAL", f"QP is in {qp.state.value}, not RTS (connect it first)", call=call)
     if qp.state in (QpState.SQD, QpState.SQE):
         raise VerbsError("EOPNOTSUPP", f"posting to a QP in {qp.state.value} is not modelled", call=call)
-    check_send_wr(qp, wr)
-    qp.outstanding += 1
-    qp.seq_of[id(wr)] = qp.posted_count
-    qp.posted_count += 1
-    seq, offset = wr.order if wr.order is not None else (qp.pd.context.env.step_runner.number(), 0)
-    start_work_request(qp, wr, seq, offset)
+    wrs = wr if isinstance(wr, list) else [wr]
+    for one in wrs:
+        check_send_wr(qp, one)
+        qp.outstanding += 1
+        qp.seq_of[id(one)] = qp.posted_count
+        qp.posted_count += 1
+        seq, offset = one.order if one.order is not None else (qp.pd.context.env.step_runner.number(), 0)
+        start_work_request(qp, one, seq, offset, listed=len(wrs) > 1)
 
 
 def ibv_poll_cq(cq: CompletionQueue, num_entries: int) -> list[WorkCompletion]:

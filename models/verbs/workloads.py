@@ -144,24 +144,27 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
               tx_depth: int, inline: int = 0, posting: Posting = Posting()) -> Generator:
     """simpy process of ib_write_bw / ib_read_bw for one message size; returns :class:`OpRecords`.
 
-    Work requests go ``posting.post_list`` at a time whenever that many fit under ``tx_depth`` outstanding; with
-    ``posting.cq_mod`` above 1 only every cq_mod-th (and the last) is signaled, and the unsignaled ones before a
-    completion take its time and status. With ``posting.duration_ps`` posting stops that long after the start;
-    unsignaled work requests posted after the last signaled one are left out of the records."""
+    Work requests go ``posting.post_list`` at a time, one ibv_post_send per list, whenever that many fit under
+    ``tx_depth`` outstanding; with ``posting.cq_mod`` above 1 only every cq_mod-th (and the last) is signaled, and
+    the unsignaled ones before a completion take its time and status. With ``posting.duration_ps`` posting stops
+    that long after the start; unsignaled work requests posted after the last signaled one are left out of the
+    records."""
     timed = posting.duration_ps is not None
     until = env.now + (posting.duration_ps or 0)
     log = _Grown(iterations if not timed else 1024)
     use_inline = posts_inline(opcode, size, inline)
     qp, cq, batch, every = src.qp, src.qp.send_cq, posting.post_list, posting.cq_mod
     next_id = done = 0
+
+    def flags(k: int) -> int:
+        return SendFlags.SIGNALED if (k + 1) % every == 0 or (not timed and k == iterations - 1) else 0
+
     while True:
         while (env.now < until if timed else next_id < iterations) and qp.outstanding + batch <= tx_depth:
             log.room(next_id + batch)
-            for k in range(next_id, next_id + batch):
-                last = not timed and k == iterations - 1
-                flags = SendFlags.SIGNALED if (k + 1) % every == 0 or last else 0
-                log.posted[k] = env.now
-                ibv_post_send(qp, _wr(k, opcode, src, dst, size, use_inline, send_flags=flags))
+            log.posted[next_id:next_id + batch] = env.now
+            ibv_post_send(qp, [_wr(k, opcode, src, dst, size, use_inline, send_flags=flags(k))
+                               for k in range(next_id, next_id + batch)])
             next_id += batch
         if done == next_id or (timed and env.now >= until and done >= next_id - next_id % every):
             break

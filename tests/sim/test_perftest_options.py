@@ -202,3 +202,33 @@ def test_every_loop_runs_for_a_duration(kind):
         assert row["iterations"] == pytest.approx(50 * per_us, abs=2)
     else:
         assert row["iterations"] == pytest.approx(50 * turn["msg_rate_Mpps"], rel=0.1, abs=130)
+
+
+def test_a_post_list_is_one_call_whose_wqes_the_nic_fetches():
+    single = _summary(["ib_write_bw", "-s", "64", "-n", "4000"])["msg_rate_Mpps"].iloc[0]
+    listed = _summary(["ib_write_bw", "-s", "64", "-n", "4000"], post_list=16, cq_mod=16)["msg_rate_Mpps"].iloc[0]
+    moderated = _summary(["ib_write_bw", "-s", "64", "-n", "4000"], cq_mod=16)["msg_rate_Mpps"].iloc[0]
+    assert listed < 0.9 * single  # each WQE of a list is fetched by DMA; a single post is written by BlueFlame
+    assert moderated == pytest.approx(single, rel=0.05)
+
+
+def test_a_list_is_posted_up_to_its_first_bad_work_request():
+    from models.nic.wqe import Opcode, SendWR
+    from models.verbs.verbs import ibv_post_send
+    from sim.build import build
+    from sim.core.errors import VerbsError
+    from sim.harness import endpoints
+
+    scenario = perftest_scenario(["ib_write_bw", "-s", "4K", "-n", "8"])
+    ((src, dst),) = endpoints(build(scenario, scenario.seed), scenario.workload[0])
+    good, too_long_inline = (SendWR(k, Opcode.RDMA_WRITE, src.iova, 4096, src.mr.lkey, dst.iova, dst.mr.rkey,
+                                    inline=bool(k)) for k in range(2))
+    with pytest.raises(VerbsError) as info:
+        ibv_post_send(src.qp, [good, too_long_inline])
+    assert info.value.errno == "ENOMEM" and src.qp.outstanding == 1
+
+
+def test_outstanding_reads_give_the_same_answer_on_both_engines():
+    rows = [run_scenario(perftest_scenario(["ib_read_bw", "-s", "4K", "-n", "1000", "-o", "4", "--engine", engine]))
+            .summary[["bw_avg_Gbps", "bw_peak_Gbps"]].iloc[0].tolist() for engine in ("fast", "event")]
+    assert rows[0] == rows[1]
