@@ -63,24 +63,23 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _ranged(low: int, high: int, what: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{what} must be between {low} and {high}, got {value}")
-        return value
-    return parse
-
-
 def _integer(what: str):
+    """perftest's CHECK_VALUE: an integer in C notation (strtol base 0), else its message."""
     def parse(text: str) -> int:
         try:
             return int(text, 0)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{what} argument {text} should be int") from None
+    return parse
+
+
+def _ranged(low: int, high: int, what: str):
+    """perftest's CHECK_VALUE_IN_RANGE: an integer from ``low`` to ``high``, else its messages."""
+    def parse(text: str) -> int:
+        value = _integer(what)(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{what} should be between {low} and {high}")
+        return value
     return parse
 
 
@@ -118,9 +117,9 @@ switch, why)."""
 def _size(text: str) -> int:
     """perftest's ``-s``: an integer (C notation) with an optional K or M suffix, at most one RDMA message."""
     factor = {"K": 2**10, "M": 2**20}.get(text[-1:], 1)
-    size = _ranged(1, MAX_MESSAGE_B, "Message size")(text[:-1] if factor > 1 else text) * factor
+    size = _ranged(1, MAX_MESSAGE_B, "Message Size")(text[:-1] if factor > 1 else text) * factor
     if size > MAX_MESSAGE_B:
-        raise argparse.ArgumentTypeError(f"Message size must be between 1 and {MAX_MESSAGE_B}, got {size}")
+        raise argparse.ArgumentTypeError(f"Message Size should be between 1 and {MAX_MESSAGE_B}")
     return size
 
 

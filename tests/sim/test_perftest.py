@@ -105,12 +105,12 @@ def test_memory_flags_pick_placement_and_registration(flags, on, mode):
     (["ib_read_bw", "-I", "64"], "Inline feature not available on READ"),
     (["ib_write_lat", "-I", "512"], "at most 220 B inline"),
     (["ib_write_bw", "-d", "efa_0", "-t", "9000"], "max_qp_wr"),
-    (["ib_write_bw", "-n", "3"], "Iteration num must be between 5"),
-    (["ib_write_bw", "-s", "big"], "Message size must be an integer"),
+    (["ib_write_bw", "-n", "3"], "Iteration num should be between 5"),
+    (["ib_write_bw", "-s", "big"], "Message Size argument big should be int"),
     (["ib_unknown_bw"], "ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat, ib_send_bw, ib_send_lat"),
     (["ib_write_bw", "-r", "8"], "-r is not supported"),
     (["ib_send_bw", "-d", "efa_0", "-r", "9000"], "-r/--rx-depth 9000"),
-    (["ib_send_lat", "-r", "0"], "Rx depth must be between 1"),
+    (["ib_send_lat", "-r", "0"], "Rx depth should be between 1"),
     ([], "no test given"),
 ])
 def test_command_lines_rdmasim_cannot_run_exit_2_naming_the_flag(argv, named):

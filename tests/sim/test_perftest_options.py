@@ -138,7 +138,7 @@ def test_rocm_dmabuf_places_the_buffer_on_an_amd_gpu():
     (["ib_write_bw", "-c", "XYZ"], "Invalid Connection type. Please choose from {RC,UC,UD,XRC,DC,SRD}"),
     (["ib_write_bw", "-n", "1000", "-l", "3"], "Number of iterations must be a multiple of post list size"),
     (["ib_write_bw", "-l", "8", "-Q", "3"], "Post list size must be a multiple of CQ moderation"),
-    (["ib_write_bw", "-Q", "0"], "CQ moderation must be between 1 and 1024"),
+    (["ib_write_bw", "-Q", "0"], "CQ moderation should be between 1 and 1024"),
     (["ib_write_bw", "-l", "0"], "Send Post List size must be positive"),
     (["ib_write_bw", "-l", "x"], "Send Post List size argument x should be int"),
     (["ib_write_lat", "-b"], "-b is not supported"),
