@@ -257,6 +257,8 @@ def _nic_preset(device: str) -> str:
 def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> None:
     """perftest's cross-option checks, and the limits of what rdmasim models."""
     _check_connection(args.connection, kind)
+    if args.duration is not None and args.all:
+        raise UsageError("-D with -a: Duration mode currently doesn't support running on all sizes.")
     if args.qp != 1 and not kind.endswith("_bw"):
         raise UsageError(f"-q/--qp {args.qp}: multiple QPs are available in bandwidth tests only")
     if args.use_cuda_dmabuf and args.use_cuda is None:

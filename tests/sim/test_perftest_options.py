@@ -146,6 +146,7 @@ def test_rocm_dmabuf_places_the_buffer_on_an_amd_gpu():
     (["ib_write_bw", "-o", "4"], "-o is not supported"),
     (["ib_write_bw", "-w", "-1"], "Invalid Minimum BW Limit"),
     (["ib_write_bw", "-D", "x"], "Duration period argument x should be int"),
+    (["ib_write_lat", "-D", "1", "-a"], "Duration mode currently doesn't support running on all sizes"),
     (["ib_write_bw", "--use_rocm"], "through dma-buf only"),
     (["ib_write_bw", "--use_rocm_dmabuf"], "ROCm DMA-BUF cannot be used without ROCm"),
     (["ib_write_bw", "--use_rocm", "--use_rocm_dmabuf", "--use_cuda"], "Can't use multiple memory types"),
