@@ -84,6 +84,7 @@ def _ranged(low: int, high: int, what: str):
 
 
 def _positive(what: str):
+    """perftest's CHECK_VALUE_POSITIVE: an integer above 0, else its messages."""
     def parse(text: str) -> int:
         value = _integer(what)(text)
         if value <= 0:
@@ -473,11 +474,12 @@ def _notices(cmd: _Command) -> list[str]:
 
 
 def _below_limit(cmd: _Command, summary) -> bool:
-    """perftest's -w check: some size's average bandwidth (in the report's unit) is below the limit."""
+    """perftest's -w check: no size's average bandwidth (in the report's unit) reached the limit (perftest ORs
+    each size's pass into ``is_bw_limit_passed``)."""
     limit = getattr(cmd.args, "limit_bw", None)
     if limit is None:
         return False
-    return bool((summary[bandwidth_column(cmd.args.report_gbits)] < limit).any())
+    return not bool((summary[bandwidth_column(cmd.args.report_gbits)] >= limit).any())
 
 
 def run_perftest(argv: list[str]) -> tuple[int, str]:
