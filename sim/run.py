@@ -35,10 +35,10 @@ def _process(env, work: WorkloadSpec, pairs: list[tuple[Endpoint, Endpoint]], si
         return streams[0] if len(streams) == 1 else concurrent(env, streams)
     ((src, dst),) = pairs
     if work.kind == "write_lat":
-        return write_latency(env, src, dst, size, work.iterations, inline, work.duration)
+        return write_latency(env, src, dst, size, work.iterations, inline, duration_ps=work.duration)
     if work.kind == "send_lat":
-        return send_latency(env, src, dst, size, work.iterations, work.rx_depth, inline, work.duration)
-    return read_latency(env, src, dst, size, work.iterations, opcode, work.duration)
+        return send_latency(env, src, dst, size, work.iterations, work.rx_depth, inline, duration_ps=work.duration)
+    return read_latency(env, src, dst, size, work.iterations, opcode, duration_ps=work.duration)
 
 
 def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress | None = None,
