@@ -88,7 +88,7 @@ def _peak(scenario: Scenario, trace: bool) -> dict[tuple, int]:
 
     engines = {"event"} if trace else _engines(scenario)
     for i, work in enumerate(scenario.workload):
-        stream = work.iterations * work.qps
+        stream = work.iterations * work.streams()
         options = [stream * LATENCY_BYTES_PER_OP if work.kind.endswith("_lat") else 0]
         if "event" in engines:
             options.append(stream * EVENT_BYTES_PER_OP)
@@ -113,7 +113,7 @@ def _kept(scenario: Scenario, compared: bool, trace: bool) -> dict[tuple, int]:
              + (LATENCY_CDF_BYTES_PER_OP if "latency_cdf" in scenario.outputs else 0)
              + (TRACE_BYTES_PER_OP if trace else 0))
     for i, work in enumerate(scenario.workload):
-        ops = len(work.size_list()) * work.iterations * work.qps
+        ops = len(work.size_list()) * work.iterations * work.streams()
         key = _driver(work, i)
         parts[key] = min(ops, ROW_GROUP_ROWS) * ROW_BYTES + ops * reads
     return parts
@@ -129,7 +129,7 @@ def estimate(variants: list[tuple[str, Scenario]], trace: bool = False) -> Estim
             kept[key] = kept.get(key, 0) + nbytes
     worst = max(peaks, key=lambda p: sum(p.values()))
     parts = {key: kept.get(key, 0) + worst.get(key, 0) for key in {*kept, *worst}}
-    operations = sum(len(w.size_list()) * w.iterations * w.qps for _, v in variants for w in v.workload)
+    operations = sum(len(w.size_list()) * w.iterations * w.streams() for _, v in variants for w in v.workload)
     key = max(parts, key=lambda k: (parts[k], k[0] == "workload")) if parts else ("workload",)
     return Estimate(FIXED_BYTES + sum(parts.values()), operations, key)
 

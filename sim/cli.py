@@ -240,7 +240,8 @@ def explain(scenario: ScenarioPath,
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True}, add_help_option=False)
 def perftest(ctx: typer.Context) -> None:
     """Run a perftest command line in the simulator: ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat,
-    ib_atomic_bw or ib_atomic_lat with perftest's options (rdmasim perftest ib_write_bw --help lists them)."""
+    ib_send_bw, ib_send_lat, ib_atomic_bw or ib_atomic_lat with perftest's options (rdmasim perftest ib_write_bw
+    --help lists them)."""
     from sim.perftest import run_perftest
 
     code, text = run_perftest(ctx.args)

@@ -136,6 +136,9 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
         if work.kind == "send_lat":
             return (f"workload '{work.name or work.kind}': send_lat's ping-pong waits on receive completions, which "
                     "the event engine delivers")
+        posting = _posting_outside(work)
+        if posting:
+            return f"workload '{work.name or work.kind}' {posting}"
         if work.qps > 1:
             return (f"workload '{work.name or work.kind}' streams {work.qps} QPs at once: the vectorized core "
                     "solves one stream at a time")
@@ -148,6 +151,18 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
             limit = nic_params(nodes[buffers[name].on.split(".")[0]]).max_inline
             if not work.kind.startswith("read") and any(limit < s <= inline for s in work.size_list()):
                 return f"inline {inline} exceeds max_inline {limit}: the event engine rejects those work requests"
+    return None
+
+
+def _posting_outside(work: WorkloadSpec) -> str | None:
+    """Why the vectorized core's fixed windows cannot follow ``work``'s posting (None when they can)."""
+    if work.duration is not None:
+        return "runs for a duration: how many operations fit is only known by running them on the event engine"
+    if work.bidirectional:
+        return "is bidirectional: the vectorized core solves one stream at a time"
+    if work.post_list > 1 or work.cq_mod > 1:
+        return ("posts lists or moderates completions (post_list, cq_mod): the vectorized core's window frees "
+                "one slot per completion")
     return None
 
 

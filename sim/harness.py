@@ -45,7 +45,8 @@ def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testb
 
 def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint]]:
     """The workload's ``qps`` connected QP pairs (requester end, responder end), each with its own CQs; a SEND
-    test's QPs have a receive queue ``rx_depth`` deep and a receive CQ of their own."""
+    test's QPs have a receive queue ``rx_depth`` deep and a receive CQ of their own. With ``cq_mod`` above 1 the QPs
+    signal only the work requests posted with IBV_SEND_SIGNALED; ``max_rd_atomic`` sets both ends' READ limits."""
     src, dst = bed.registrations[work.from_], bed.registrations[work.to]
     depth = max(work.tx_depth, 2)
     receives = work.rx_depth if work.kind.startswith("send") else 0
@@ -56,9 +57,9 @@ def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint
             ctx, pd_ = bed.contexts[reg.node], bed.pds[reg.node]
             cq = ibv_create_cq(ctx, 2 * depth)
             recv_cq = ibv_create_cq(ctx, 2 * receives) if receives else None
-            ends.append(Endpoint(ibv_create_qp(pd_, cq, depth, recv_cq=recv_cq, max_recv_wr=receives), reg.mr,
-                                 reg.addr))
-        ends[0].qp.connect(ends[1].qp)
+            qp = ibv_create_qp(pd_, cq, depth, sq_sig_all=work.cq_mod == 1, recv_cq=recv_cq, max_recv_wr=receives)
+            ends.append(Endpoint(qp, reg.mr, reg.addr))
+        ends[0].qp.connect(ends[1].qp, work.max_rd_atomic)
         bed.qps.extend(e.qp for e in ends)
         pairs.append((ends[0], ends[1]))
     return pairs

@@ -3,8 +3,10 @@ ib_send_bw, ib_send_lat, ib_atomic_bw, ib_atomic_lat) in the simulator.
 
 The command line is parsed with perftest's option names, defaults and checks (linux-rdma/perftest
 ``src/perftest_parameters.c``), turned into the equivalent two-node scenario -- client ``a`` posts, server ``b``
-responds from pinned host memory -- and reported in perftest's layout. ``--dump-scenario`` prints that scenario
-as YAML instead of running it.
+responds from pinned host memory -- and reported in perftest's layout (MiB/sec, or Gb/sec with
+``--report_gbits``). Options that mean nothing in a simulation (:data:`IGNORED`, the server address) are
+accepted and each said to be ignored; ``--engine`` picks the scenario's engine (``auto`` by default).
+``--dump-scenario`` prints that scenario as YAML instead of running it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
 from sim import budget, outdir
 from sim.core.errors import SimError
 from sim.core.units import format_size
-from sim.perftest_report import RULE, format_summary
+from sim.perftest_report import RULE, bandwidth_column, format_summary
 from sim.scenario.refs import check_references
 from sim.scenario.schema import MAX_MESSAGE_B, Scenario
 
@@ -61,24 +63,64 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
-def _ranged(low: int, high: int, what: str):
+def _integer(what: str):
+    """perftest's CHECK_VALUE: an integer in C notation (strtol base 0), else its message."""
     def parse(text: str) -> int:
         try:
-            value = int(text, 0)
+            return int(text, 0)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} must be an integer, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"{what} argument {text} should be int") from None
+    return parse
+
+
+def _ranged(low: int, high: int, what: str):
+    """perftest's CHECK_VALUE_IN_RANGE: an integer from ``low`` to ``high``, else its messages."""
+    def parse(text: str) -> int:
+        value = _integer(what)(text)
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{what} must be between {low} and {high}, got {value}")
+            raise argparse.ArgumentTypeError(f"{what} should be between {low} and {high}")
         return value
     return parse
+
+
+def _positive(what: str):
+    """perftest's CHECK_VALUE_POSITIVE: an integer above 0, else its messages."""
+    def parse(text: str) -> int:
+        value = _integer(what)(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{what} must be positive")
+        return value
+    return parse
+
+
+def _limit(text: str) -> float:
+    """perftest's ``-w``: a non-negative bandwidth."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"Minimum BW Limit argument {text} should be a number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("Invalid Minimum BW Limit")
+    return value
+
+
+IGNORED = [
+    (("-x", "--gid-index"), _ranged(0, 64, "Gid index"), "the simulated fabric needs no GID"),
+    (("-F", "--CPU-freq"), None, "a simulation has no CPU frequency"),
+    (("-R", "--rdma_cm"), None, "the simulated QPs are connected directly, without rdma_cm"),
+    (("--cpu_util",), None, "a simulation uses no CPU time to report"),
+    (("-p", "--port"), _ranged(0, 65535, "Port"), "rdmasim exchanges no connection data over TCP"),
+]
+"""Options with no meaning in a simulation: accepted, each reported once as ignored (flags, type or None for a
+switch, why)."""
 
 
 def _size(text: str) -> int:
     """perftest's ``-s``: an integer (C notation) with an optional K or M suffix, at most one RDMA message."""
     factor = {"K": 2**10, "M": 2**20}.get(text[-1:], 1)
-    size = _ranged(1, MAX_MESSAGE_B, "Message size")(text[:-1] if factor > 1 else text) * factor
+    size = _ranged(1, MAX_MESSAGE_B, "Message Size")(text[:-1] if factor > 1 else text) * factor
     if size > MAX_MESSAGE_B:
-        raise argparse.ArgumentTypeError(f"Message size must be between 1 and {MAX_MESSAGE_B}, got {size}")
+        raise argparse.ArgumentTypeError(f"Message Size should be between 1 and {MAX_MESSAGE_B}")
     return size
 
 
@@ -105,8 +147,9 @@ def _parser(test: str) -> argparse.ArgumentParser:
     add("-i", "--ib-port", type=_ranged(PORT_NUM, PORT_NUM, "IB port (the simulated NIC has one port)"),
         default=PORT_NUM,
         metavar="PORT", help="Use port PORT of the IB device (default 1, the simulated NIC's only port).")
-    add("-x", "--gid-index", type=_ranged(0, 64, "Gid index"), metavar="INDEX",
-        help="Accepted, no effect: the simulated fabric needs no GID.")
+    for flags, kind, why in IGNORED:
+        add(*flags, **({"action": "store_true"} if kind is None else {"type": kind}), dest=flags[-1].lstrip("-"),
+            help=f"Accepted, ignored: {why}.")
     add("-q", "--qp", type=_ranged(1, 1024, "num of Qps"), default=1,
         help="Number of QPs streaming at once, each with its own tx depth and -n exchanges (bandwidth tests).")
     add("-t", "--tx-depth", type=_ranged(1, 15000, "Tx depth"), default=128 if bw else 1,
@@ -117,9 +160,25 @@ def _parser(test: str) -> argparse.ArgumentParser:
         add("-r", "--rx-depth", type=_ranged(1, 32768, "Rx depth"), default=DEF_RX_SEND,
             help=f"Receives the receiving side keeps posted (default {DEF_RX_SEND}, at most the iterations).")
     add("-m", "--mtu", type=int, choices=[256, 512, 1024, 2048, 4096], default=4096, help="MTU size (default 4096).")
-    add("-F", "--CPU-freq", action="store_true", help="Accepted, no effect: a simulation has no CPU frequency.")
-    add("-D", "--duration", type=int, help="Not supported: a simulated run is sized by -n/--iters.")
-    add("--report_gbits", action="store_true", help="Accepted: rdmasim always reports Gb/s.")
+    add("-D", "--duration", type=_positive("Duration period"),
+        help="Run for this many simulated seconds per size, as many iterations as fit (instead of -n).")
+    add("-c", "--connection", default="RC", help="Connection type (default RC; rdmasim simulates RC QPs only).")
+    if bw:
+        add("-b", "--bidirectional", action="store_true",
+            help="Measure bidirectional bandwidth: both sides post at once (default unidirectional).")
+        add("-l", "--post_list", type=_positive("Send Post List size"), default=1,
+            help="Post list of send WQEs of this size per ibv_post_send call (instead of single post).")
+        add("-Q", "--cq-mod", type=_ranged(1, 1024, "CQ moderation"),
+            help="Generate a CQE only every N work requests (default: -l's size, else every one; perftest's "
+                 "own default is 100 for messages up to 8 KiB).")
+        add("-w", "--limit_bw", type=_limit, metavar="VALUE",
+            help="Fail (exit 1) when the average bandwidth is below VALUE (in the report's unit).")
+    if TESTS[test].startswith(("read", "atomic")):
+        add("-o", "--outs", type=_integer("Outstanding Reads"),
+            help="Number of outstanding READs/atomics (default: the device's max_qp_rd_atom).")
+    add("--report_gbits", action="store_true", help="Report bandwidth in Gbit/sec (instead of MiB/sec).")
+    add("--engine", choices=["auto", "fast", "event"], default="auto",
+        help="rdmasim only: the simulation engine (default auto: the vectorized core where it applies).")
     add("--use_cuda", nargs="?", const=0, type=_ranged(0, 15, "CUDA device"), metavar="ID",
         help="Client buffer in GPU ID's memory (default 0), registered through legacy peer memory "
              "(nvidia-peermem) unless --use_cuda_dmabuf.")
@@ -129,6 +188,10 @@ def _parser(test: str) -> argparse.ArgumentParser:
     add("--use_data_direct", action="store_true",
         help="Register the dma-buf with mlx5dv_reg_dmabuf_mr(DATA_DIRECT): a pinned importer "
              "(requires --use_cuda_dmabuf).")
+    add("--use_rocm", nargs="?", const=0, type=_ranged(0, 15, "ROCm device"), metavar="ID",
+        help="Client buffer in AMD GPU ID's memory (an mi300x, default 0); needs --use_rocm_dmabuf.")
+    add("--use_rocm_dmabuf", action="store_true",
+        help="Export the ROCm buffer as a dma-buf and register it with ibv_reg_dmabuf_mr (requires --use_rocm).")
     add("--gpu-topology", choices=["switch", "root_complex", "cross_socket"], default="switch",
         help="rdmasim only: where the --use_cuda GPU sits relative to the NIC: under one PCIe switch (nvidia-smi "
              "topo PIX, default), on another root port of the CPU (PHB/NODE) or on the other socket (SYS).")
@@ -194,9 +257,9 @@ def _nic_preset(device: str) -> str:
 
 def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> None:
     """perftest's cross-option checks, and the limits of what rdmasim models."""
-    if args.duration is not None:
-        raise UsageError("-D/--duration is not supported by rdmasim perftest: a simulated run is sized by "
-                         "iterations; use -n/--iters")
+    _check_connection(args.connection, kind)
+    if args.duration is not None and args.all:
+        raise UsageError("-D with -a: Duration mode currently doesn't support running on all sizes.")
     if args.qp != 1 and not kind.endswith("_bw"):
         raise UsageError(f"-q/--qp {args.qp}: multiple QPs are available in bandwidth tests only")
     if args.use_cuda_dmabuf and args.use_cuda is None:
@@ -206,11 +269,18 @@ def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> 
                          "(add --use_cuda_dmabuf)")
     if args.use_data_direct and preset != "connectx7":
         raise UsageError(f"--use_data_direct: Data Direct is not supported on {args.ib_dev} ({preset})")
+    if args.use_rocm_dmabuf and args.use_rocm is None:
+        raise UsageError("--use_rocm_dmabuf: ROCm DMA-BUF cannot be used without ROCm (add --use_rocm)")
+    if args.use_rocm is not None and not args.use_rocm_dmabuf:
+        raise UsageError("--use_rocm: rdmasim registers AMD GPU memory through dma-buf only (add "
+                         "--use_rocm_dmabuf); ROCm's peer-memory ibv_reg_mr is not simulated")
+    if sum(x is not None and x is not False for x in (args.use_cuda, args.use_rocm, args.mmap)) > 1:
+        raise UsageError("--use_cuda, --use_rocm, --mmap: Can't use multiple memory types")
     if args.use_cuda is not None and args.mmap:
         raise UsageError("--use_cuda with --mmap: Can't use multiple memory types")
-    if args.gpu_topology != "switch" and args.use_cuda is None:
+    if args.gpu_topology != "switch" and args.use_cuda is None and args.use_rocm is None:
         raise UsageError("--gpu-topology: places the --use_cuda GPU; add --use_cuda")
-    if args.use_cuda is not None and args.odp:
+    if (args.use_cuda is not None or args.use_rocm is not None) and args.odp:
         raise UsageError("--odp with --use_cuda: rdmasim registers GPU memory only through peer memory or dma-buf")
     if kind.startswith("atomic") and (args.size != ATOMIC_BYTES or args.all):
         raise UsageError("-s/-a: Message size cannot be changed for Atomic tests (8 bytes)")
@@ -221,8 +291,44 @@ def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> 
                          f"{nic.max_inline} B inline (perftest would fail to create the QP)")
     if kind.endswith("_bw") and args.tx_depth > nic.max_qp_wr:
         raise UsageError(f"-t/--tx-depth {args.tx_depth}: the simulated {preset}'s max_qp_wr is {nic.max_qp_wr}")
+    if kind.endswith("_bw"):
+        _check_posting(args)
     if kind.startswith("send") and args.rx_depth > nic.max_qp_wr:
         raise UsageError(f"-r/--rx-depth {args.rx_depth}: the simulated {preset}'s max_qp_wr is {nic.max_qp_wr}")
+
+
+CONNECTIONS = ("RC", "UC", "UD", "XRC", "DC", "SRD")
+"""perftest's ``-c`` names (its connStr order, less RawEth)."""
+
+
+def _check_connection(connection: str, kind: str) -> None:
+    """perftest's ``change_conn_type`` checks, then the one rdmasim adds: its QPs are RC QPs."""
+    verb = kind.split("_")[0]
+    if connection not in CONNECTIONS:
+        raise UsageError(f"-c {connection}: Invalid Connection type. Please choose from {{{','.join(CONNECTIONS)}}}")
+    if connection == "UC" and verb in ("read", "atomic"):
+        raise UsageError("-c UC: UC connection not possible in READ/ATOMIC verbs")
+    if connection == "UD" and verb != "send":
+        raise UsageError("-c UD: UD connection only possible in SEND verb")
+    if connection != "RC":
+        raise UsageError(f"-c {connection}: rdmasim simulates RC QPs only; {connection} QPs are not modelled "
+                         "(run with -c RC)")
+
+
+def _check_posting(args: argparse.Namespace) -> None:
+    """perftest's post-list and CQ-moderation checks (``force_dependecies``)."""
+    if args.post_list > 1 and args.duration is None and args.iters % args.post_list:
+        raise UsageError("-l/--post_list: Number of iterations must be a multiple of post list size")
+    if args.post_list > 1 and args.cq_mod is not None and args.post_list % args.cq_mod:
+        raise UsageError("-l/-Q: Post list size must be a multiple of CQ moderation")
+    if args.post_list > args.tx_depth:
+        raise UsageError(f"-l/--post_list {args.post_list}: more than the tx depth {args.tx_depth}")
+
+
+def cq_moderation(args: argparse.Namespace) -> int:
+    """The CQ moderation a bandwidth command line runs with: -Q (at most the tx depth, as perftest caps it), else
+    the post list's size."""
+    return min(args.cq_mod, args.tx_depth) if args.cq_mod is not None else args.post_list
 
 
 def _round_up(n: int, align: int) -> int:
@@ -234,29 +340,36 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
     preset = _nic_preset(args.ib_dev)
     _check(args, kind, preset, NicParams(**NIC_PRESETS[preset]))
     client = {"name": "a", "nic": {"preset": preset}}
-    if args.use_cuda is None:
+    if args.use_cuda is None and args.use_rocm is None:
         place, mode, page = "a.host", "odp" if args.odp else "pinned", 4096
     else:
-        gpu = f"gpu{args.use_cuda}"
-        client["gpus"] = [{"name": gpu, "preset": "h200"}]
+        gpu = f"gpu{args.use_cuda if args.use_rocm is None else args.use_rocm}"
+        client["gpus"] = [{"name": gpu, "preset": "h200" if args.use_rocm is None else "mi300x"}]
         client["topology"] = args.gpu_topology
         place, page = f"a.{gpu}", 2**16  # perftest rounds cuMemAlloc to ACCEL_PAGE_SIZE (64 KiB)
-        mode = "dmabuf-pinned" if args.use_data_direct else "dmabuf" if args.use_cuda_dmabuf else "peermem"
+        mode = ("dmabuf-pinned" if args.use_data_direct else
+                "dmabuf" if args.use_cuda_dmabuf or args.use_rocm_dmabuf else "peermem")
     buffer = format_size(_round_up(MAX_SIZE if args.all else args.size, page))
     work = {"kind": kind, "name": test, "from": "local", "to": "remote",
             "sizes": {"from": "2B", "to": format_size(MAX_SIZE)} if args.all else [format_size(args.size)],
-            "iterations": args.iters}
+            **({"iterations": args.iters} if args.duration is None else {"duration": f"{args.duration}s"})}
     if kind.endswith("_bw"):
         work["tx_depth"] = args.tx_depth
         work["qps"] = args.qp
+        work |= {"bidirectional": True} if args.bidirectional else {}
+        work |= {key: value for key, value in (("post_list", args.post_list), ("cq_mod", cq_moderation(args)))
+                 if value != 1}
+    if kind.startswith(("read", "atomic")) and args.outs is not None:
+        work["max_rd_atomic"] = outstanding_reads(args.outs, NicParams(**NIC_PRESETS[preset]).max_rd_atomic)
     access = {}
     if kind.startswith("atomic"):  # perftest registers with IBV_ACCESS_REMOTE_ATOMIC for atomic tests
         work["atomic"] = args.atomic_type
         access = {"access": ["local_write", "remote_write", "remote_read", "remote_atomic"]}
     if kind.startswith("send"):
         work["rx_depth"] = args.rx_depth
-    if kind.startswith(("write", "send")):  # perftest: no default inline for CUDA memory or bandwidth tests
-        default = LAT_WRITE_INLINE[preset] if kind.endswith("_lat") and args.use_cuda is None else 0
+    if kind.startswith(("write", "send")):  # perftest: no default inline for GPU memory or bandwidth tests
+        host = args.use_cuda is None and args.use_rocm is None
+        default = LAT_WRITE_INLINE[preset] if kind.endswith("_lat") and host else 0
         work["inline"] = default if args.inline_size is None else args.inline_size
     return {
         "schema": 1, "name": test, "description": f"rdmasim perftest {shlex.join(argv)}",
@@ -266,7 +379,13 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
                     {"name": "remote", "on": "b.host", "size": buffer, "register": "pinned", **access}],
         "workload": [work],
         "outputs": ["bw_vs_size" if kind.endswith("_bw") else "latency_vs_size"],
+        "engine": args.engine,
     }
+
+
+def outstanding_reads(requested: int, device_max: int) -> int:
+    """perftest's ``ctx_set_out_reads``: -o above the device's max, or not positive, becomes the max."""
+    return device_max if requested <= 0 or requested > device_max else requested
 
 
 def perftest_scenario(argv: list[str]) -> Scenario:
@@ -306,30 +425,61 @@ def _yaml_text(data: dict) -> str:
 
 def _header(cmd: _Command, result) -> str:
     args, kind = cmd.args, TESTS[cmd.test]
-    buf = cmd.data["buffers"][0]
-    params = result.testbed.nodes["a"].nic.params
+    buf, work = cmd.data["buffers"][0], cmd.data["workload"][0]
+    qp = result.testbed.qps[0]
+    bw = kind.endswith("_bw")
     verb = {"write": "RDMA_Write", "read": "RDMA_Read", "send": "Send", "atomic": "Atomic"}[kind.split("_")[0]]
-    memory = (f"CUDA device {args.use_cuda} ({buf['on']}, h200, {args.gpu_topology})" if args.use_cuda is not None
+    title = " ".join([verb, *([args.atomic_type] if verb == "Atomic" else []),
+                      *(["Bidirectional"] if bw and args.bidirectional else []),
+                      *(["Post List"] if bw and args.post_list > 1 else []), "BW" if bw else "Latency", "Test"])
+    gpu = args.use_cuda if args.use_rocm is None else args.use_rocm
+    memory = (f"{'CUDA' if args.use_rocm is None else 'ROCm'} device {gpu} ({buf['on']}, "
+              f"{cmd.data['nodes'][0]['gpus'][0]['preset']}, {args.gpu_topology})" if gpu is not None
               else f"mmap'd file {args.mmap} (host)" if args.mmap else "host")
     reg_us = result.registrations.set_index("buffer").loc["local", "register_us"]
     preset = cmd.data["nodes"][0]["nic"]["preset"]
     return "\n".join([
-        RULE, f"                    {verb} {'BW' if kind.endswith('_bw') else 'Latency'} Test",
+        RULE, f"                    {title}",
         f" Dual-port       : OFF\t\tDevice         : {args.ib_dev}",
         f" Number of qps   : {args.qp}\t\tTransport type : IB",
-        " Connection type : RC\t\tUsing SRQ      : OFF",
+        f" Connection type : {args.connection}\t\tUsing SRQ      : OFF",
         f" TX depth        : {args.tx_depth}",
-        *([f" RX depth        : {cmd.data['workload'][0]['rx_depth']}"] if verb == "Send" else []),
+        *([f" Post List       : {args.post_list}"] if bw and args.post_list > 1 else []),
+        *([f" RX depth        : {work['rx_depth']}"] if verb == "Send" else []),
+        *([f" CQ Moderation   : {work.get('cq_mod', 1)}"] if bw else []),
         f" Mtu             : {args.mtu}[B]",
         " Link type       : IB",
-        f" Max inline data : {cmd.data['workload'][0]['inline']}[B]" if verb in ("RDMA_Write", "Send")
-        else f" Outstand reads  : {params.max_rd_atomic}",
+        f" Max inline data : {work['inline']}[B]" if verb in ("RDMA_Write", "Send")
+        else f" Outstand reads  : {qp.attr.max_rd_atomic}",
         " rdma_cm QPs\t : OFF",
         " Data ex. method : Ethernet",
+        *([f" Duration        : {args.duration}[sec] (simulated)"] if args.duration is not None else []),
         f" Memory type     : {memory}",
         f" Registration    : {buf['register']} ({REGISTRATION[buf['register']]}): {reg_us:.2f}[usec]",
         f" Simulated NIC   : {preset}, {NIC_RATE[preset]}, PCIe {NIC_PCIE[preset]}",
         RULE])
+
+
+def _notices(cmd: _Command) -> list[str]:
+    """One line per option given that has no meaning in a simulation, and perftest's own adjustments."""
+    lines = [f"rdmasim perftest: {'/'.join(flags)} ignored: {why}"
+             for flags, _, why in IGNORED if getattr(cmd.args, flags[-1].lstrip("-")) not in (None, False)]
+    if cmd.args.server is not None:
+        lines.append(f"rdmasim perftest: server address {cmd.args.server} ignored: rdmasim simulates both sides")
+    outs = getattr(cmd.args, "outs", None)
+    device_max = NicParams(**NIC_PRESETS[cmd.data["nodes"][0]["nic"]["preset"]]).max_rd_atomic
+    if outs is not None and outs > device_max:
+        lines.append(f" Number of outstanding reads is above max = {device_max}\n Changing to that max value")
+    return lines
+
+
+def _below_limit(cmd: _Command, summary) -> bool:
+    """perftest's -w check: no size's average bandwidth (in the report's unit) reached the limit (perftest ORs
+    each size's pass into ``is_bw_limit_passed``)."""
+    limit = getattr(cmd.args, "limit_bw", None)
+    if limit is None:
+        return False
+    return not bool((summary[bandwidth_column(cmd.args.report_gbits)] >= limit).any())
 
 
 def run_perftest(argv: list[str]) -> tuple[int, str]:
@@ -361,7 +511,8 @@ def run_perftest(argv: list[str]) -> tuple[int, str]:
         if cmd.args.out is not None:
             outdir.claim(cmd.args.out, outdir.RUN, force=cmd.args.force)
         result = run_scenario(scenario)
-        report = _header(cmd, result) + "\n" + format_summary(result.summary)
+        report = "\n".join([*_notices(cmd), _header(cmd, result),
+                            format_summary(result.summary, gbits=cmd.args.report_gbits)])
         if cmd.args.out is not None:
             path = write_results(result, cmd.args.out, _dump(cmd).encode("utf-8"), force=cmd.args.force)
             report += f"\nwrote {path}"
@@ -369,4 +520,6 @@ def run_perftest(argv: list[str]) -> tuple[int, str]:
         return 2, f"rdmasim perftest: {exc}"
     except SimError as exc:
         return 1, f"rdmasim perftest: run failed: {exc}"
+    if _below_limit(cmd, result.summary):
+        return 1, report + "\nError: BW result is below bw limit"
     return int(result.summary["errors"].any()), report

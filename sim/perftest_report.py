@@ -7,6 +7,16 @@ import pandas as pd
 
 RULE = "-" * 100
 BW_HEADER = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
+"""perftest's RESULT_FMT_G (with --report_gbits)."""
+BW_HEADER_MIB = " #bytes     #iterations    BW peak[MiB/sec]    BW average[MiB/sec]   MsgRate[Mpps]"
+"""perftest's RESULT_FMT (its default unit, 2**20 bytes a second)."""
+GBPS_TO_MIBPS = 1e9 / 8 / 2**20
+"""MiB/s in one Gb/s."""
+
+
+def bandwidth_column(gbits: bool) -> str:
+    """The summary column of the average bandwidth in the report's unit."""
+    return "bw_avg_Gbps" if gbits else "bw_avg_MiBps"
 LAT_HEADER = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
               "   99% percentile[usec]   99.9% percentile[usec]")
 
@@ -14,19 +24,21 @@ NOTHING_MEASURED = "no work request succeeded: nothing measured"
 """Printed in place of a row's rates or latencies when none of its work requests succeeded."""
 
 
-def format_summary(summary) -> str:
-    """perftest's report layout (as with --report_gbits), one block per workload; a size where no work request
-    succeeded says so instead of printing rates, and errors are counted per ``ibv_wc_status``."""
+def format_summary(summary, gbits: bool = True) -> str:
+    """perftest's report layout, one block per workload, bandwidth in Gb/sec (``gbits``, perftest's
+    --report_gbits) or MiB/sec; a size where no work request succeeded says so instead of printing rates, and
+    errors are counted per ``ibv_wc_status``."""
+    unit = 1.0 if gbits else GBPS_TO_MIBPS
     blocks = []
     for (variant, label), rows in summary.groupby(["variant", "workload"], sort=False):
         kind = rows["kind"].iloc[0]
         lines = [f" {label}: {kind}" + ("" if variant == "base" else f" [{variant}]"), RULE]
         if kind.endswith("_bw"):
-            lines.append(BW_HEADER)
+            lines.append(BW_HEADER if gbits else BW_HEADER_MIB)
             for r in rows.itertuples():
                 lines.append(f" {r.bytes:<10d} {r.iterations:<10d}     " + (
                     NOTHING_MEASURED if pd.isna(r.bw_avg_Gbps) else
-                    f"{r.bw_peak_Gbps:<18.2f} {r.bw_avg_Gbps:<20.2f} {r.msg_rate_Mpps:.6f}"))
+                    f"{r.bw_peak_Gbps * unit:<18.2f} {r.bw_avg_Gbps * unit:<20.2f} {r.msg_rate_Mpps:.6f}"))
         else:
             lines.append(LAT_HEADER)
             for r in rows.itertuples():

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from models.verbs.workloads import (Endpoint, bandwidth, concurrent, read_latency, send_bandwidth, send_latency,
-                                    write_latency)
+from models.verbs.workloads import (Endpoint, Posting, bandwidth, concurrent, read_latency, send_bandwidth,
+                                    send_latency, write_latency)
 from sim.build import Testbed
 from sim.core.errors import DeadlockError
 from sim.fast_plan import run_fast
@@ -18,25 +18,27 @@ from sim.tables import RunResult, workload_tables
 
 def total_operations(scenario: Scenario) -> int:
     """Work requests the scenario will simulate (for progress bars)."""
-    return sum(len(w.size_list()) * w.iterations * w.qps for w in scenario.workload)
+    return sum(len(w.size_list()) * w.iterations * w.streams() for w in scenario.workload)
 
 
 def _process(env, work: WorkloadSpec, pairs: list[tuple[Endpoint, Endpoint]], size: int):
     inline, opcode = inline_threshold(work), workload_opcode(work)
-    if work.kind == "send_bw":
-        streams = [send_bandwidth(env, src, dst, size, work.iterations, work.tx_depth, work.rx_depth, inline)
-                   for src, dst in pairs]
-    elif work.kind.endswith("_bw"):
-        streams = [bandwidth(env, opcode, src, dst, size, work.iterations, work.tx_depth, inline)
-                   for src, dst in pairs]
     if work.kind.endswith("_bw"):
+        posting = Posting(work.post_list, work.cq_mod, work.duration)
+        directions = pairs + ([(dst, src) for src, dst in pairs] if work.bidirectional else [])
+        if work.kind == "send_bw":
+            streams = [send_bandwidth(env, src, dst, size, work.iterations, work.tx_depth, work.rx_depth, inline,
+                                      posting) for src, dst in directions]
+        else:
+            streams = [bandwidth(env, opcode, src, dst, size, work.iterations, work.tx_depth, inline, posting)
+                       for src, dst in directions]
         return streams[0] if len(streams) == 1 else concurrent(env, streams)
     ((src, dst),) = pairs
     if work.kind == "write_lat":
-        return write_latency(env, src, dst, size, work.iterations, inline)
+        return write_latency(env, src, dst, size, work.iterations, inline, duration_ps=work.duration)
     if work.kind == "send_lat":
-        return send_latency(env, src, dst, size, work.iterations, work.rx_depth, inline)
-    return read_latency(env, src, dst, size, work.iterations, opcode)
+        return send_latency(env, src, dst, size, work.iterations, work.rx_depth, inline, duration_ps=work.duration)
+    return read_latency(env, src, dst, size, work.iterations, opcode, duration_ps=work.duration)
 
 
 def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress | None = None,
@@ -67,7 +69,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
             table.append(frame)
             summaries.append(row)
             if progress:
-                progress(work.iterations * work.qps)
+                progress(work.iterations * work.streams())
     return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries)
 
 

@@ -75,9 +75,10 @@ def operation_rows(work: WorkloadSpec, size: int, records, variant: str, first: 
     it is IBV_WC_SUCCESS)."""
     label, rows = work.name or work.kind, len(records.status)
     qp = np.zeros(rows, dtype=np.int64) if records.qp is None else records.qp
+    iteration = first + np.arange(rows) - np.searchsorted(qp, qp)  # each stream's records follow each other
     return pd.DataFrame({
         "variant": _label(variant, rows), "workload": _label(label, rows), "kind": _label(work.kind, rows),
-        "bytes": size, "qp": qp, "iteration": np.tile(np.arange(first, first + rows // work.qps), work.qps),
+        "bytes": size, "qp": qp, "iteration": iteration,
         "posted_ps": records.posted_ps, "completed_ps": records.completed_ps, "latency_ps": records.latency_ps,
         "ok": records.ok, "status": pd.Categorical.from_codes(records.status, categories=WC_STATUS_NAMES)})
 
@@ -96,10 +97,11 @@ def summary_row(work: WorkloadSpec, size: int, variant: str, counts: np.ndarray,
     perftest's columns)."""
     success = WcStatus.SUCCESS.value
     row = {"variant": variant, "workload": work.name or work.kind, "kind": work.kind, "bytes": size,
-           "iterations": work.iterations, "errors": int(counts.sum() - counts[success]),
+           "iterations": work.iterations if work.duration is None else int(counts.sum()) // work.streams(),
+           "errors": int(counts.sum() - counts[success]),
            "errors_by_status": {WC_STATUS_NAMES[v]: int(n) for v, n in enumerate(counts) if n and v != success}}
     if work.kind.endswith("_bw"):
-        return row | bandwidth_of(size, stats, work.tx_depth * work.qps)
+        return row | bandwidth_of(size, stats, work.tx_depth * work.streams())
     return row | latency_summary(stats)
 
 

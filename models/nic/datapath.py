@@ -202,6 +202,9 @@ class Shape(NamedTuple):
     """The work request writes a CQE on success (``IBV_SEND_SIGNALED`` or the QP's ``sq_sig_all``)."""
     fence: bool = False
     """``IBV_SEND_FENCE``: it takes every READ/atomic slot of its QP (see :func:`path`)."""
+    fetched: bool = False
+    """Posted in a list of several work requests (one ibv_post_send, one doorbell): the NIC fetches its WQE by DMA
+    even with BlueFlame, which mlx5 writes for a single work request only (``mlx5_post_send``)."""
 
 
 _ONE_SGE = {(sig, fence): Shape((), sig, fence) for sig in (False, True) for fence in (False, True)}
@@ -229,8 +232,9 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     fabric: Fabric = qp.pd.context.fabric
     pieces = shape.gather or ((n, local),)
     process = nic.params.tx_process_ps
-    engine = Stage(nic.tx_engine(qp.qp_num), process, process, process, 0, nic.params.blueflame)
-    to_engine = ([] if nic.params.blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
+    blueflame = nic.params.blueflame and not shape.fetched
+    engine = Stage(nic.tx_engine(qp.qp_num), process, process, process, 0, blueflame)
+    to_engine = ([] if blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
     ack = [delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num)]
     cqe = dma_write(node.pcie, nic.params.cqe_bytes)
     reply = stage_steps([*ack, *cqe])
@@ -355,8 +359,9 @@ def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
             remote_mr is not None and remote_mr.pd.context.node is peer and remote_mr.backing is not None, every)
 
 
-def work_request_path(qp, wr: SendWR, now_ps: int) -> Path:
-    """The path ``wr`` posted on ``qp`` at ``now_ps`` takes."""
+def work_request_path(qp, wr: SendWR, now_ps: int, listed: bool = False) -> Path:
+    """The path ``wr`` posted on ``qp`` at ``now_ps`` takes (``listed``: in a list of several, see
+    :attr:`Shape.fetched`)."""
     node, peer = qp.node, qp.remote.node
     sges = local_sges(wr)
     local_mrs = [node.nic.lookup(sge.lkey) for sge in sges]
@@ -370,7 +375,7 @@ def work_request_path(qp, wr: SendWR, now_ps: int) -> Path:
     gather = () if len(sges) < 2 else tuple((sge.length, None if flat else memory_target(mr, now_ps))
                                             for sge, mr in zip(sges, local_mrs))
     sig, fence = signaled(qp, wr), bool(wr.send_flags & SEND_FENCE)
-    shape = Shape(gather, sig, fence) if gather else _ONE_SGE[sig, fence]
+    shape = Shape(gather, sig, fence, listed) if gather or listed else _ONE_SGE[sig, fence]
     if flat:
         return path(qp, wr.opcode, wr.message_bytes, wr.is_inline, checked=checked, shape=shape)
     return path(qp, wr.opcode, wr.message_bytes, wr.is_inline, memory_target(local_mr, now_ps),
@@ -394,14 +399,15 @@ def signaled(qp, wr: SendWR) -> bool:
     return qp.sq_sig_all or bool(wr.send_flags & SEND_SIGNALED)
 
 
-def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0) -> None:
+def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool = False) -> None:
     """Start carrying one work request from doorbell to the polled completion on ``qp`` (a connected
     :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates); ``seq``
-    and ``offset`` are its operation number and position offset under the ordering rule."""
+    and ``offset`` are its operation number and position offset under the ordering rule; ``listed``: posted in
+    a list of several."""
     env = qp.pd.context.env
     if qp.reads is None:  # counted at the first post, when the responder's max_dest_rd_atomic is known
         qp.reads = Semaphore(rd_atomic_slots(qp))
-    run = WorkRequestRun(qp, wr, work_request_path(qp, wr, env.now), env.now)
+    run = WorkRequestRun(qp, wr, work_request_path(qp, wr, env.now, listed), env.now)
     env.step_runner.start(Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads},
                               offset))
 

@@ -241,20 +241,21 @@ class QueuePair:
         """Requester attribute: RNR retries before IBV_WC_RNR_RETRY_EXC_ERR; 7 means retry forever."""
         return self.attr.rnr_retry
 
-    def connect(self, remote: QueuePair) -> None:
+    def connect(self, remote: QueuePair, rd_atomic: int | None = None) -> None:
         """Bring both QPs to RTS connected to each other, with the attributes perftest's ``ctx_connect`` sets
-        (PSNs 0 where perftest draws them at random, so that runs repeat)."""
+        (PSNs 0 where perftest draws them at random, so that runs repeat); ``rd_atomic`` is both QPs'
+        max_rd_atomic and max_dest_rd_atomic (perftest -o), default the device's max_qp_rd_atom."""
         for qp, peer in ((self, remote), (remote, self)):
             qp.remote = peer
-            rd_atomic = qp.node.nic.params.max_rd_atomic
+            reads = qp.node.nic.params.max_rd_atomic if rd_atomic is None else rd_atomic
             mtu = PathMtu.at_most(qp.pd.context.fabric.params.mtu)
             ibv_modify_qp(qp, QPAttr(qp_state=QpState.INIT, pkey_index=0, port_num=1, qp_access_flags=int(
                 Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC)), PERFTEST_TO_INIT)
             ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTR, path_mtu=mtu, dest_qp_num=peer.qp_num, rq_psn=0,
-                                     max_dest_rd_atomic=rd_atomic, min_rnr_timer=PERFTEST_MIN_RNR_TIMER,
+                                     max_dest_rd_atomic=reads, min_rnr_timer=PERFTEST_MIN_RNR_TIMER,
                                      ah_attr=AhAttr(port_num=1)), PERFTEST_TO_RTR)
             ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTS, timeout=PERFTEST_TIMEOUT, retry_cnt=7,
-                                     rnr_retry=RNR_RETRY_INFINITE, sq_psn=0, max_rd_atomic=rd_atomic),
+                                     rnr_retry=RNR_RETRY_INFINITE, sq_psn=0, max_rd_atomic=reads),
                           PERFTEST_TO_RTS)
 
     def to_error(self) -> None:
@@ -533,8 +534,10 @@ def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: i
     return qp
 
 
-def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
-    """Post one work request; its completion will be pushed to ``qp.send_cq``.
+def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
+    """Post one work request, or a list of them in one call (a chain of ``ibv_send_wr``: one doorbell, so the NIC
+    fetches their WQEs by DMA); completions will be pushed to ``qp.send_cq``. A list is checked one work request
+    at a time: those before the first that fails stay posted, as with ``ibv_post_send``'s ``bad_wr``.
 
     :raises VerbsError: ``EINVAL`` when the QP is in RESET, INIT or RTR; ``EOPNOTSUPP`` in SQD or SQE (not
         modelled); then the checks of :func:`~models.verbs.send_checks.check_send_wr` (``ENOMEM`` for a full send
@@ -546,12 +549,14 @@ def ibv_post_send(qp: QueuePair, wr: SendWR) -> None:
         raise VerbsError("EINVAL", f"QP is in {qp.state.value}, not RTS (connect it first)", call=call)
     if qp.state in (QpState.SQD, QpState.SQE):
         raise VerbsError("EOPNOTSUPP", f"posting to a QP in {qp.state.value} is not modelled", call=call)
-    check_send_wr(qp, wr)
-    qp.outstanding += 1
-    qp.seq_of[id(wr)] = qp.posted_count
-    qp.posted_count += 1
-    seq, offset = wr.order if wr.order is not None else (qp.pd.context.env.step_runner.number(), 0)
-    start_work_request(qp, wr, seq, offset)
+    wrs = wr if isinstance(wr, list) else [wr]
+    for one in wrs:
+        check_send_wr(qp, one)
+        qp.outstanding += 1
+        qp.seq_of[id(one)] = qp.posted_count
+        qp.posted_count += 1
+        seq, offset = one.order if one.order is not None else (qp.pd.context.env.step_runner.number(), 0)
+        start_work_request(qp, one, seq, offset, listed=len(wrs) > 1)
 
 
 def ibv_poll_cq(cq: CompletionQueue, num_entries: int) -> list[WorkCompletion]:

@@ -27,7 +27,7 @@ import numpy as np
 import simpy
 
 from models.nic.datapath import work_request_path
-from models.nic.wqe import Opcode, RecvWR, SendWR, Sge, WcStatus
+from models.nic.wqe import SEND_SIGNALED, Opcode, RecvWR, SendWR, Sge, WcStatus
 from models.verbs.recv import ibv_post_recv
 from models.verbs.verbs import MemoryRegion, QueuePair, ibv_poll_cq, ibv_post_send
 from sim.core.steps import Check, Delay, Fork, Mark, Rebase, Step, Wait, Wake, walk_order
@@ -90,31 +90,91 @@ def posts_inline(opcode: Opcode, size: int, inline: int) -> bool:
 
 
 def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
-        landed: simpy.Event | None = None, order: tuple[int, int] | None = None) -> SendWR:
+        landed: simpy.Event | None = None, order: tuple[int, int] | None = None, send_flags: int = 0) -> SendWR:
     return SendWR(wr_id, opcode, src.iova, size, src.mr.lkey, dst.iova, dst.mr.rkey, inline, landed, order,
-                  compare_add=ATOMIC_ADD if opcode is Opcode.ATOMIC_FETCH_AND_ADD else 0, swap=ATOMIC_ADD)
+                  send_flags=send_flags, compare_add=ATOMIC_ADD if opcode is Opcode.ATOMIC_FETCH_AND_ADD else 0,
+                  swap=ATOMIC_ADD)
+
+
+@dataclass(frozen=True)
+class Posting:
+    """How a bandwidth loop posts (perftest's -l, -Q and -D); the defaults post one signaled work request per
+    call for a fixed count."""
+
+    post_list: int = 1
+    """Work requests per ibv_post_send call, posted once that many slots of the send queue are free."""
+    cq_mod: int = 1
+    """Every cq_mod-th work request is IBV_SEND_SIGNALED (the QP has no sq_sig_all when this is above 1)."""
+    duration_ps: int | None = None
+    """Stop posting this long after the loop starts (ps); None: post ``iterations`` work requests."""
+
+
+class _Grown:
+    """Post and completion times and statuses of a loop whose count is not known in advance (doubling arrays)."""
+
+    def __init__(self, n: int) -> None:
+        self.posted, self.completed = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        self.status = succeeded(n)
+
+    def room(self, n: int) -> None:
+        """Make room for operation ``n - 1``."""
+        if n > len(self.posted):
+            grow = max(n, 2 * len(self.posted)) - len(self.posted)
+            self.posted = np.concatenate((self.posted, np.zeros(grow, dtype=np.int64)))
+            self.completed = np.concatenate((self.completed, np.zeros(grow, dtype=np.int64)))
+            self.status = np.concatenate((self.status, succeeded(grow)))
+
+    def records(self, n: int, round_trip: bool = False) -> OpRecords:
+        """The first ``n`` operations' records; a ``round_trip``'s latency is half of it (ping-pong)."""
+        posted, completed = self.posted[:n], self.completed[:n]
+        return OpRecords(posted, completed, (completed - posted) // (2 if round_trip else 1), self.status[:n])
+
+
+def _turns(env, log: _Grown, iterations: int, duration_ps: int | None):
+    """Iteration numbers of a one-at-a-time loop: ``iterations`` of them, or (``duration_ps``) as long as the clock
+    is less than that long after the first; makes room in ``log`` for each."""
+    until, i = env.now + (duration_ps or 0), 0
+    while (env.now < until) if duration_ps is not None else i < iterations:
+        log.room(i + 1)
+        yield i
+        i += 1
 
 
 def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iterations: int,
-              tx_depth: int, inline: int = 0) -> Generator:
-    """simpy process of ib_write_bw / ib_read_bw for one message size; returns :class:`OpRecords`."""
-    posted = np.zeros(iterations, dtype=np.int64)
-    completed = np.zeros(iterations, dtype=np.int64)
-    status = succeeded(iterations)
+              tx_depth: int, inline: int = 0, posting: Posting = Posting()) -> Generator:
+    """simpy process of ib_write_bw / ib_read_bw for one message size; returns :class:`OpRecords`.
+
+    Work requests go ``posting.post_list`` at a time, one ibv_post_send per list, whenever that many fit under
+    ``tx_depth`` outstanding; with ``posting.cq_mod`` above 1 only every cq_mod-th (and the last) is signaled, and
+    the unsignaled ones before a completion take its time and status. With ``posting.duration_ps`` posting stops
+    that long after the start; unsignaled work requests posted after the last signaled one are left out of the
+    records."""
+    timed = posting.duration_ps is not None
+    until = env.now + (posting.duration_ps or 0)
+    log = _Grown(iterations if not timed else 1024)
     use_inline = posts_inline(opcode, size, inline)
-    qp, cq = src.qp, src.qp.send_cq
+    qp, cq, batch, every = src.qp, src.qp.send_cq, posting.post_list, posting.cq_mod
     next_id = done = 0
-    while done < iterations:
-        while next_id < iterations and qp.outstanding < tx_depth:
-            posted[next_id] = env.now
-            ibv_post_send(qp, _wr(next_id, opcode, src, dst, size, use_inline))
-            next_id += 1
+
+    def flags(k: int) -> int:
+        return SEND_SIGNALED if (k + 1) % every == 0 or (not timed and k == iterations - 1) else 0
+
+    while True:
+        while (env.now < until if timed else next_id < iterations) and qp.outstanding + batch <= tx_depth:
+            log.room(next_id + batch)
+            log.posted[next_id:next_id + batch] = env.now
+            ibv_post_send(qp, [_wr(k, opcode, src, dst, size, use_inline, send_flags=flags(k))
+                               for k in range(next_id, next_id + batch)])
+            next_id += batch
+        if done == next_id or (timed and env.now >= until and done >= next_id - next_id % every):
+            break
         yield cq.wait()
         for wc in ibv_poll_cq(cq, 64):
-            completed[wc.wr_id] = wc.completed_ps
-            status[wc.wr_id] = wc.status.value
-            done += 1
-    return OpRecords(posted, completed, completed - posted, status)
+            covered = slice(done if every > 1 else wc.wr_id, wc.wr_id + 1)
+            log.completed[covered] = wc.completed_ps
+            log.status[covered] = wc.status.value
+            done = max(done, wc.wr_id + 1) if every > 1 else done + 1
+    return log.records(done if timed else iterations)
 
 
 def concurrent(env, streams: list[Generator]) -> Generator:
@@ -128,14 +188,16 @@ def concurrent(env, streams: list[Generator]) -> Generator:
                      np.repeat(np.arange(len(parts)), [len(r.status) for r in parts]))
 
 
-def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, inline: int) -> Generator:
+def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, inline: int,
+                  duration_ps: int | None = None) -> Generator:
     """simpy process of ib_write_lat (ping-pong) for one size; latency is half the round trip. Each
-    iteration's two WRITEs are one operation of :func:`ping_pong`'s chain under the ordering rule."""
-    posted = np.zeros(iterations, dtype=np.int64)
-    completed = np.zeros(iterations, dtype=np.int64)
-    status = succeeded(iterations)
+    iteration's two WRITEs are one operation of :func:`ping_pong`'s chain under the ordering rule. With
+    ``duration_ps`` iterations start until that long has passed (perftest -D)."""
+    log = _Grown(iterations if duration_ps is None else 1024)
+    i = -1
     use_inline = size <= inline
-    for i in range(iterations):
+    for i in _turns(env, log, iterations, duration_ps):
+        posted, completed, status = log.posted, log.completed, log.status
         posted[i] = env.now
         seq, offset = env.step_runner.number(), 0
         for a, b in ((src, dst), (dst, src)):
@@ -151,7 +213,7 @@ def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
             if status[i] == SUCCESS:
                 status[i] = failed
         completed[i] = env.now
-    return OpRecords(posted, completed, (completed - posted) // 2, status)
+    return log.records(i + 1, round_trip=True)
 
 
 def ping_pong(there: tuple[Step, ...], back: tuple[Step, ...]) -> tuple[tuple[Step, ...], int]:
@@ -186,20 +248,19 @@ def _landing(steps: tuple[Step, ...], acked: str) -> tuple[tuple[Step, ...], tup
 
 
 def read_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
-                 opcode: Opcode = Opcode.RDMA_READ) -> Generator:
-    """simpy process of ib_read_lat (or, with an atomic ``opcode``, ib_atomic_lat) for one size."""
-    posted = np.zeros(iterations, dtype=np.int64)
-    completed = np.zeros(iterations, dtype=np.int64)
-    status = succeeded(iterations)
-    cq = src.qp.send_cq
-    for i in range(iterations):
-        posted[i] = env.now
+                 opcode: Opcode = Opcode.RDMA_READ, duration_ps: int | None = None) -> Generator:
+    """simpy process of ib_read_lat (or, with an atomic ``opcode``, ib_atomic_lat) for one size; with
+    ``duration_ps`` READs are posted until that long has passed (perftest -D)."""
+    log = _Grown(iterations if duration_ps is None else 1024)
+    cq, i = src.qp.send_cq, -1
+    for i in _turns(env, log, iterations, duration_ps):
+        log.posted[i] = env.now
         ibv_post_send(src.qp, _wr(i, opcode, src, dst, size, False))
         yield cq.wait()
         (wc,) = ibv_poll_cq(cq, 1)
-        completed[i] = wc.completed_ps
-        status[i] = wc.status.value
-    return OpRecords(posted, completed, completed - posted, status)
+        log.completed[i] = wc.completed_ps
+        log.status[i] = wc.status.value
+    return log.records(i + 1)
 
 
 def _drain(qp: QueuePair) -> int:
@@ -228,47 +289,49 @@ def post_receives_ahead(end: Endpoint, count: int) -> int:
 
 
 def send_bandwidth(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, tx_depth: int, rx_depth: int,
-                   inline: int = 0) -> Generator:
+                   inline: int = 0, posting: Posting = Posting()) -> Generator:
     """simpy process of ib_send_bw for one size: the server's receives ``rx_depth`` ahead (reposted by
     :func:`_serve_receives`), the client's SENDs as :func:`bandwidth` posts them; returns the client's
     :class:`OpRecords`."""
     ahead = min(rx_depth, iterations)
     posted = post_receives_ahead(dst, ahead)
-    server = env.process(_serve_receives(env, dst, iterations - posted))
-    records = yield from bandwidth(env, Opcode.SEND, src, dst, size, iterations, tx_depth, inline)
+    reposts = None if posting.duration_ps is not None else iterations - posted
+    server = env.process(_serve_receives(env, dst, reposts))
+    records = yield from bandwidth(env, Opcode.SEND, src, dst, size, iterations, tx_depth, inline, posting)
     if server.is_alive:  # receives left over after an error: nothing more will arrive
         server.interrupt()
     ibv_poll_cq(dst.qp.recv_cq, dst.qp.recv_cq.cqe)
     return records
 
 
-def _serve_receives(env, end: Endpoint, reposts: int) -> Generator:
+def _serve_receives(env, end: Endpoint, reposts: int | None) -> Generator:
     """The ib_send_bw server: poll the receive CQ (a poll delay after a completion arrives) and post one receive
-    for each completion, ``reposts`` in all."""
+    for each completion, ``reposts`` in all (None: until interrupted)."""
     cq = end.qp.recv_cq
     try:
-        while reposts > 0:
+        while reposts is None or reposts > 0:
             yield cq.wait()
             yield env.timeout(end.qp.poll_delays.next())
             for wc in ibv_poll_cq(cq, cq.cqe):
-                if reposts > 0:
+                if reposts is None or reposts > 0:
                     ibv_post_recv(end.qp, _recv_wr(wc.wr_id, end))
-                    reposts -= 1
+                    reposts = None if reposts is None else reposts - 1
     except simpy.Interrupt:
         return
 
 
 def send_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, rx_depth: int,
-                 inline: int) -> Generator:
+                 inline: int, duration_ps: int | None = None) -> Generator:
     """simpy process of ib_send_lat (ping-pong) for one size: each side sees the other's SEND on its receive CQ
-    (a poll delay after the CQE lands), reposts that receive and sends back; latency is half the round trip."""
-    posted = np.zeros(iterations, dtype=np.int64)
-    completed = np.zeros(iterations, dtype=np.int64)
-    status = succeeded(iterations)
+    (a poll delay after the CQE lands), reposts that receive and sends back; latency is half the round trip.
+    With ``duration_ps`` iterations start until that long has passed (perftest -D)."""
+    log = _Grown(iterations if duration_ps is None else 1024)
+    i = -1
     use_inline = size <= inline
     for end in (src, dst):
-        post_receives_ahead(end, min(rx_depth, iterations))
-    for i in range(iterations):
+        post_receives_ahead(end, rx_depth if duration_ps is not None else min(rx_depth, iterations))
+    for i in _turns(env, log, iterations, duration_ps):
+        posted, completed, status = log.posted, log.completed, log.status
         posted[i] = env.now
         for a, b in ((src, dst), (dst, src)):
             ibv_post_send(a.qp, _wr(i, Opcode.SEND, a, b, size, use_inline))
@@ -280,7 +343,7 @@ def send_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, 
         completed[i] = env.now
     for end in (src, dst):
         yield from _quiesce(env, end)
-    return OpRecords(posted, completed, (completed - posted) // 2, status)
+    return log.records(i + 1, round_trip=True)
 
 
 def _await_receive(env, sender: Endpoint, receiver: Endpoint) -> Generator:

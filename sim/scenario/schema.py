@@ -337,6 +337,20 @@ class WorkloadSpec(Strict):
     (perftest -q; bandwidth tests only)."""
     atomic: Literal["FETCH_AND_ADD", "CMP_AND_SWAP"] = "FETCH_AND_ADD"
     """Atomic workloads: the operation (perftest -A), all on the responder buffer's first 8 bytes."""
+    duration: Annotated[Duration, Field(gt=0)] | None = None
+    """Post for this long per size, as many operations as fit, instead of ``iterations`` (perftest -D, e.g. '1ms')."""
+    bidirectional: bool = False
+    """Bandwidth tests: the responder streams the same work requests back on the same QPs at once (perftest -b);
+    the rates are those of both directions together."""
+    post_list: Annotated[int, Field(ge=1, le=8192)] = 1
+    """Bandwidth tests: work requests handed to each ibv_post_send call, posted once that many send-queue slots are
+    free (perftest -l); iterations must be a multiple of it."""
+    cq_mod: Annotated[int, Field(ge=1, le=1024)] = 1
+    """Bandwidth tests: every cq_mod-th work request is signaled (IBV_SEND_SIGNALED, the QPs without sq_sig_all),
+    so the unsignaled ones before it free their slots with its completion (perftest -Q); at most tx_depth."""
+    max_rd_atomic: Annotated[int, Field(ge=1, le=255)] | None = None
+    """READ and atomic workloads: the QPs' max_rd_atomic and max_dest_rd_atomic (perftest -o; default the NIC's
+    max_rd_atomic)."""
 
     @field_validator("qps")
     @classmethod
@@ -363,6 +377,31 @@ class WorkloadSpec(Strict):
         if kind is not None and not kind.startswith("send"):
             raise ValueError(f"{kind} posts no receives; rx_depth is for send_bw and send_lat")
         return rx_depth
+
+    @model_validator(mode="after")
+    def _perftest_options_fit(self):
+        bw, fields = self.kind.endswith("_bw"), self.model_fields_set
+        for key in ("bidirectional", "post_list", "cq_mod"):
+            if key in fields and not bw and getattr(self, key) != WorkloadSpec.model_fields[key].default:
+                raise ValueError(f"{key}: {self.kind} is a latency test; {key} is for bandwidth tests")
+        if self.duration is not None and "iterations" in fields:
+            raise ValueError("give iterations or duration, not both")
+        if self.duration is None and self.iterations % self.post_list:
+            raise ValueError(f"post_list: iterations {self.iterations} must be a multiple of post_list "
+                             f"{self.post_list}")
+        if self.post_list > 1 and self.post_list % self.cq_mod:
+            raise ValueError(f"cq_mod: post_list {self.post_list} must be a multiple of cq_mod {self.cq_mod}")
+        if self.cq_mod > self.tx_depth:
+            raise ValueError(f"cq_mod: {self.cq_mod} is more than tx_depth {self.tx_depth}")
+        if self.post_list > self.tx_depth:
+            raise ValueError(f"post_list: {self.post_list} is more than tx_depth {self.tx_depth}")
+        if self.max_rd_atomic is not None and not self.kind.startswith(("read", "atomic")):
+            raise ValueError(f"max_rd_atomic: {self.kind} posts no READs or atomics")
+        return self
+
+    def streams(self) -> int:
+        """Work-request streams of each size: one per QP, twice as many when bidirectional."""
+        return self.qps * (2 if self.bidirectional else 1)
 
     def size_list(self) -> list[int]:
         """The message sizes, in order."""

@@ -166,7 +166,7 @@ def test_perftest_front_end_is_wired_into_the_cli():
     result = runner.invoke(app, ["perftest", "ib_write_bw", "-s", "4096", "-n", "200", "--use_cuda=0",
                                  "--use_cuda_dmabuf"])
     assert result.exit_code == 0, result.output
-    assert "BW average[Gb/sec]" in result.stdout and "4096" in result.stdout
+    assert "BW average[MiB/sec]" in result.stdout and "4096" in result.stdout
     bad = runner.invoke(app, ["perftest", "ib_write_bw", "--run_infinitely"])
     assert bad.exit_code == 2 and "--run_infinitely" in bad.stderr
 

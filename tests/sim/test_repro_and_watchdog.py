@@ -58,7 +58,7 @@ def _read_lat() -> Scenario:
 def test_a_stalled_simulation_is_a_deadlock_error_naming_the_waiters(monkeypatch):
     import models.verbs.workloads as workloads
 
-    def never_completes(env, src, dst, size, iterations, opcode):
+    def never_completes(env, src, dst, size, iterations, opcode, duration_ps=None):
         yield env.event()  # waits for something nobody will ever trigger
     monkeypatch.setattr("sim.run.read_latency", never_completes)
     with pytest.raises(DeadlockError, match="workload 'read_lat' at 8 bytes: the simulation has nothing left"):
@@ -68,7 +68,7 @@ def test_a_stalled_simulation_is_a_deadlock_error_naming_the_waiters(monkeypatch
 
 def test_a_workload_that_fails_is_not_mistaken_for_a_deadlock(monkeypatch):
     """The workload's own RuntimeError, raised as the last event, reaches the caller unchanged."""
-    def fails(env, src, dst, size, iterations, opcode):
+    def fails(env, src, dst, size, iterations, opcode, duration_ps=None):
         yield env.timeout(1)
         raise RuntimeError("the workload broke")
     monkeypatch.setattr("sim.run.read_latency", fails)
