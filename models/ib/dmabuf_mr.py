@@ -123,7 +123,7 @@ class DmabufBacking(MrBacking):
         umem = self.umem
         dmabuf = umem.attach.dmabuf
         return (self.invalidations, self.translation_valid, umem.revoked, umem.private is None, umem.ready_ps,
-                dmabuf.generation, dmabuf.released)
+                self.mkey_revoked_at_ps is not None, dmabuf.generation, dmabuf.released)
 
     def reached_placement(self, now_ps: int):
         """Where the NIC's accesses land now: the mapping's placement, or until a zap completes the old one."""
