@@ -8,6 +8,14 @@ archives hold them):
            disagree on being dynamic; removed by "dma-buf: stop mapping sg_tables on attach v2" (de68b17d5d07)
            and "dma-buf: drop caching of sg_tables" (b72f66f22c0e), February 2025, merged for 6.15
 5.12       dma-buf MRs (``ib_umem_dmabuf``, ``UVERBS_METHOD_REG_DMABUF_MR``), dynamic importers only
+5.13-6.13  mlx5's deregistration revokes a dynamic dma-buf MR's mkey (``mlx5_revoke_mr``) without the reservation
+           lock and leaves ``umem_dmabuf->private`` set, so a ``move_notify`` between that revoke and the umem's
+           release zaps the freed mkey: "RDMA/mlx5: Consolidate MR destruction to mlx5_ib_dereg_mr()"
+           (e6fb246ccafb, 5.13) dropped 5.12's ``mlx5_ib_fence_dmabuf_mr``, which revoked and cleared ``private``
+           under the lock. "RDMA/mlx5: Fix a race for DMABUF MR which can lead to CQE with error" (Yishai Hadas,
+           cc668a11e6ac, posted to rdma-rc on 2025-02-03, in Linus' tree for 6.14, in 6.12.y and 6.13.y stable
+           from March 2025) takes the lock around the revoke and clears ``private``;
+           ``mlx5_ib_dmabuf_invalidate_cb`` then finds no MR (``!mr``) and returns
 5.16       pinned dma-buf importers (``ib_umem_dmabuf_get_pinned``, 1e4df4a21c5a; EFA's
            ``reg_user_mr_dmabuf``, "RDMA/efa: Add support for dmabuf memory regions"); its map-failure path
            unpins, then releases the umem, which unpins again
@@ -136,6 +144,12 @@ class KernelBehaviour:
         return _v("5.16") <= self.version < _v("7.0")
 
     @property
+    def mlx5_dereg_races_invalidate(self) -> bool:
+        """mlx5 revokes a dynamic dma-buf MR's mkey without the reservation lock and leaves the MR for
+        ``mlx5_ib_dmabuf_invalidate_cb`` to find (5.13 to 6.13; fixed by cc668a11e6ac)."""
+        return _v("5.13") <= self.version < MLX5_DMABUF_DEREG_LOCKED
+
+    @property
     def static_importers_lock(self) -> bool:
         """Static importers must hold the reservation lock to map and unmap (6.2+)."""
         return self.version >= _v("6.2")
@@ -189,6 +203,9 @@ class KernelBehaviour:
 
 AMDGPU_VRAM_PIN = _v("6.15")
 """The first kernel whose ``amdgpu_dma_buf_pin`` can pin into VRAM (f5e7fabd1f5c)."""
+MLX5_DMABUF_DEREG_LOCKED = _v("6.14")
+"""The first kernel whose mlx5 revokes a dma-buf MR under the reservation lock and clears ``umem_dmabuf->private``
+(cc668a11e6ac), so a late ``move_notify`` finds no MR."""
 MOVE_NOTIFY_ALWAYS_BUILT = _v("7.1")
 """The first kernel that always builds ``CONFIG_DMABUF_MOVE_NOTIFY``."""
 DMABUF_REVOKE_CONTRACT = _v("7.1")

@@ -16,7 +16,7 @@ from models.pcie.link import PcieParams
 from models.presets import GPU_VENDOR, PCIE_PRESETS
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
-from models.pcie.topology import build_topology, device_link, pci_p2pdma_distance
+from models.pcie.topology import build_topology, device_link, has_common_pci_switch, pci_p2pdma_distance
 from models.ib.implicit_odp import SIZE_MAX
 from models.nic.wqe import Access, Sge
 from models.verbs.advise import IBV_ADVISE_MR_FLAG_FLUSH, AdviseMrAdvice, ibv_advise_mr
@@ -154,11 +154,13 @@ def _add_node(bed: Testbed, spec: NodeSpec) -> None:
         name = f"{spec.name}.{gspec.name or f'gpu{i}'}"
         params = gpu_params(gspec.preset)
         bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], params, node.kernel,
-                             capacity=gspec.memory, driver=gspec.driver)
+                             capacity=gspec.memory, driver=gspec.driver, coherent=gspec.coherent,
+                             chipset_p2p=gspec.chipset_p2p)
         node.topology = build_topology(spec.topology, nic=node.pcie.params,
                                        gpu=PcieParams(**PCIE_PRESETS[params.pcie]))
         node.pcie = device_link(node.topology)
         bed.gpus[name].peer_distance = lambda dev, graph=node.topology: pci_p2pdma_distance(graph, "gpu0", "nic0")
+        bed.gpus[name].common_switch = lambda dev, graph=node.topology: has_common_pci_switch(graph, "gpu0", "nic0")
 
 
 def settle(bed: Testbed, cost_ps: int) -> None:
@@ -193,10 +195,12 @@ def _traced(env: Environment) -> int:
 
 
 def kernel_config(spec) -> KernelConfig:
-    """A node's kernel: its version, and CONFIG_DMABUF_MOVE_NOTIFY (set, or the version's default)."""
+    """A node's kernel: its version, CONFIG_DMABUF_MOVE_NOTIFY (set, or the version's default) and
+    CONFIG_INFINIBAND_ON_DEMAND_PAGING."""
     behaviour = KernelBehaviour(Version.parse(spec.kernel.version))
     enabled = behaviour.move_notify_always_on or bool(spec.kernel.dmabuf_move_notify)
-    return KernelConfig(move_notify_enabled=enabled, version=spec.kernel.version)
+    return KernelConfig(move_notify_enabled=enabled, version=spec.kernel.version,
+                        on_demand_paging=spec.kernel.on_demand_paging)
 
 
 def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:

@@ -29,8 +29,8 @@ APP, UVERBS, IMPORTER, DMABUF, EXPORTER, NIC = range(6)
 LANE_OF = {
     **dict.fromkeys(("ibv_reg_mr", "ibv_reg_dmabuf_mr", "mlx5dv_reg_dmabuf_mr", "ibv_dereg_mr", "pin_user_pages"),
                     UVERBS),
-    **dict.fromkeys(("pagefault_dmabuf_mr", "mlx5_umr_revoke_mr_with_lock", "MkeyCreated", "MappingRestored",
-                     "PageFaulted", "MappingInvalidated"), IMPORTER),
+    **dict.fromkeys(("pagefault_dmabuf_mr", "mlx5_umr_revoke_mr_with_lock", "mlx5r_umr_revoke_mr", "MkeyCreated",
+                     "MappingRestored", "PageFaulted", "MappingInvalidated"), IMPORTER),
     **dict.fromkeys(("dma_buf_export", "dma_buf_fd", "dma_buf_get", "dma_buf_put", "dma_buf_attach",
                      "dma_buf_dynamic_attach", "dma_buf_detach", "dma_buf_pin", "dma_buf_unpin",
                      "dma_buf_map_attachment", "dma_buf_unmap_attachment", "dma_buf_move_notify", "FencesWaited",

@@ -207,12 +207,15 @@ class Gpu:
     :param params: the GPU preset (capacity, granularity, copy calibration).
     :param core: the node's dma-buf core.
     :param capacity: usable VRAM override (bytes).
-    :param driver: driver version (NVIDIA: dma-buf export needs 515+).
+    :param driver: driver version (NVIDIA: dma-buf export needs 515+; the attach op arrives with 580).
+    :param coherent: NVIDIA: a coherent platform (GPU memory with struct pages, reached over C2C).
+    :param chipset_p2p: NVIDIA: the driver knows the chipset does PCIe peer-to-peer (else it needs a common switch).
     """
 
     def __init__(self, name: str, vendor: str, params: GpuParams, core: DmaBufCore, *, capacity: int | None = None,
-                 driver: str = "580") -> None:
+                 driver: str = "580", coherent: bool = False, chipset_p2p: bool = True) -> None:
         self.name, self.vendor, self.core, self.driver = name, vendor, core, driver
+        self.coherent, self.chipset_p2p = coherent, chipset_p2p
         self.memory = DeviceMemory(capacity or params.hbm_bytes, granularity=params.alloc_granularity, name=name,
                                    trace=core.env.trace)
         self.copy = CopyParams(CopyEngines(COPY_PRESETS[params.copy_preset]))
@@ -228,11 +231,19 @@ class Gpu:
         self.peer_distance: Callable[[str], int] = lambda dev: 0
         """``pci_p2pdma_distance`` from this GPU to a device (by name): the node's topology sets it; 0 (a common
         switch) until then."""
+        self.common_switch: Callable[[str], bool] = lambda dev: True
+        """Whether this GPU and a device (by name) share a PCIe switch: the node's topology sets it; True until
+        then."""
 
     @property
     def capacity(self) -> int:
         """Usable VRAM (bytes)."""
         return self.memory.capacity
+
+    def pci_topology_supported(self, dev: str) -> bool:
+        """``nv_grdma_pci_topology_supported`` past its coherent-platform check (which the exporter makes): any
+        peer on a chipset the driver knows to do peer-to-peer, else only one under a common PCIe switch."""
+        return self.chipset_p2p or self.common_switch(dev)
 
     def malloc(self, name: str, size: int) -> GpuAllocation:
         """Allocate ``size`` bytes of VRAM.
@@ -269,7 +280,8 @@ class Gpu:
                 return dma_buf_fd(alloc.exporter.dmabuf, fdtable)
             if self.vendor == "nvidia":
                 alloc.exporter = StaticExporter(self.core, size, name=self.name, placement=Placement.VRAM,
-                                                driver=self.driver)
+                                                driver=self.driver, coherent=self.coherent,
+                                                pci_topology_supported=self.pci_topology_supported)
             elif self.vendor == "vfio":
                 alloc.exporter = VfioExporter(self.core, size, name=self.name, invariants=self.invariants)
             else:

@@ -8,6 +8,11 @@
   7.1, ``NicParams.dmabuf_revocable``) installs a revoke callback that invalidates the key in hardware: the key
   stays allocated until deregistration, and every later access completes in error.
 
+Deregistration (:meth:`DmabufBacking.release`) revokes the mkey (:meth:`DmabufBacking.revoke_mkey`), then
+releases the umem. From 6.14 a dynamic MR's revoke holds the reservation lock and clears the umem's MR, so an
+exporter's ``move_notify`` between the two halves finds no MR and returns; from 5.13 to 6.13 it zaps the freed
+mkey, and the UMR QP takes an error completion (:attr:`~models.versions.KernelBehaviour.mlx5_dereg_races_invalidate`).
+
 Every NIC access through a mapping is checked with :func:`~models.dmabuf.check_dma`: DMA through a mapping
 made before the buffer moved is an :class:`~sim.core.InvariantViolation`. ``ignore_move_notify`` builds the
 deliberately broken importer that keeps its stale translations, to show why the protocol exists.
@@ -49,6 +54,8 @@ class DmabufBacking(MrBacking):
         self.violations: list[str] = []
         self.key_invalidated_at_ps: int | None = None
         """When a revocation invalidated the key in hardware (the revocable pinned importer); None: it was not."""
+        self.mkey_revoked_at_ps: int | None = None
+        """When deregistration revoked the mkey (the hardware no longer knows it); None: not deregistered."""
         umem.private = self
 
     @property
@@ -66,7 +73,12 @@ class DmabufBacking(MrBacking):
         return -(-self.umem.length // 4096)
 
     def move_notify(self, attach: DmaBufAttachment) -> None:
-        """mlx5_ib_dmabuf_invalidate_cb: runs in the exporter's task with the lock held."""
+        """mlx5_ib_dmabuf_invalidate_cb: runs in the exporter's task with the lock held; nothing when unmapped or
+        when deregistration already cleared the MR (``!mr``).
+
+        :raises InvariantViolation: (``invariants="raise"``) the MR's mkey was revoked by a deregistration that left
+            the MR set (5.13 to 6.13): the zap, done as the kernel does it, was posted on a freed mkey.
+        """
         umem = self.umem
         if umem.sgt is None or umem.private is None:
             return
@@ -74,11 +86,28 @@ class DmabufBacking(MrBacking):
             umem.attach.dmabuf.core.warn(umem.dev, "move_notify ignored: this importer is deliberately broken "
                                          "and keeps its translations to the old pages")
             return
+        core = umem.attach.dmabuf.core
+        if self.mkey_revoked_at_ps is not None:
+            ib_umem_dmabuf_unmap_pages(umem)  # the kernel ignores the failed UMR and unmaps
+            self._violated(f"mlx5_ib_dmabuf_invalidate_cb: UMR XLT ZAP posted on an mkey ibv_dereg_mr already revoked "
+                           f"(kernel {core.config.version} revokes without the reservation lock and leaves "
+                           "umem_dmabuf->private set; fixed in 6.14, cc668a11e6ac): the UMR completes in error "
+                           "and the device's UMR QP enters the error state")
+            return
         self.translation_valid = False  # UMR XLT ZAP: the NIC can no longer reach the old pages
         self.zapped_placement = umem.sgt.placement
         ib_umem_dmabuf_unmap_pages(umem)
-        self.zapped_at_ps = umem.attach.dmabuf.core.now_ps(umem.attach.dmabuf.core.context(None, umem.dev))
+        self.zapped_at_ps = core.now_ps(core.context(None, umem.dev))
         self.invalidations += 1
+
+    def _violated(self, message: str) -> None:
+        """What the simulated hardware did was unsafe: raise, or keep ``message`` in :attr:`violations`.
+
+        :raises InvariantViolation: ``invariants="raise"``.
+        """
+        if self.invariants == "raise":
+            raise InvariantViolation(message)
+        self.violations.append(message)
 
     def revoke_key(self) -> None:
         """irdma_umem_dmabuf_revoke: invalidate the key in hardware (``irdma_hwdereg_mr``) without freeing it, so no
@@ -94,7 +123,7 @@ class DmabufBacking(MrBacking):
         umem = self.umem
         dmabuf = umem.attach.dmabuf
         return (self.invalidations, self.translation_valid, umem.revoked, umem.private is None, umem.ready_ps,
-                dmabuf.generation, dmabuf.released)
+                self.mkey_revoked_at_ps is not None, dmabuf.generation, dmabuf.released)
 
     def reached_placement(self, now_ps: int):
         """Where the NIC's accesses land now: the mapping's placement, or until a zap completes the old one."""
@@ -115,7 +144,7 @@ class DmabufBacking(MrBacking):
 
     def translate(self, now_ps: int, offset: int, length: int):
         umem = self.umem
-        if umem.revoked or umem.private is None:
+        if umem.revoked or umem.private is None or self.mkey_revoked_at_ps is not None:
             return WcStatus.LOC_PROT_ERR
         if not self.translation_valid:
             if now_ps < self.zapped_at_ps:
@@ -131,10 +160,7 @@ class DmabufBacking(MrBacking):
             try:
                 check_dma(umem.sgt, now_ps)
             except InvariantViolation as violation:
-                message = f"{violation} (at {now_ps / 1e6:.3f} us, offset {offset} of the MR, {length} bytes)"
-                if self.invariants == "raise":
-                    raise InvariantViolation(message) from None
-                self.violations.append(message)
+                self._violated(f"{violation} (at {now_ps / 1e6:.3f} us, offset {offset} of the MR, {length} bytes)")
         return None
 
     def _page_fault(self):
@@ -167,17 +193,36 @@ class DmabufBacking(MrBacking):
         umem.ready_ps = core.now_ps(dev)
         core.instant(dev, "MappingRestored", pages=self.pages, ready_ps=umem.ready_ps)
 
+    def revoke_mkey(self) -> None:
+        """The first half of deregistration: a UMR revokes the mkey, which the hardware then no longer knows.
+
+        From 6.14 (cc668a11e6ac: ``mlx5_revoke_mr``, named ``mlx5_umr_revoke_mr_with_lock`` later) a dynamic MR is
+        revoked under the reservation lock, which then clears ``umem_dmabuf->private``; from 5.13 to 6.13
+        (``mlx5r_umr_revoke_mr`` alone) neither, so the umem still points at the MR until it is released. A pinned
+        umem never gets ``move_notify`` and is revoked unlocked. 5.12's ``mlx5_ib_fence_dmabuf_mr`` revoked under
+        the lock too, and cleared ``private`` as 6.14 does.
+        """
+        umem = self.umem
+        core, dev = umem.attach.dmabuf.core, umem.dev
+        clears = not core.config.behaviour.mlx5_dereg_races_invalidate
+        locked = clears and not umem.pinned
+        with core.call(dev, "mlx5_umr_revoke_mr_with_lock" if clears else "mlx5r_umr_revoke_mr"):
+            if locked:
+                umem.resv.lock(dev)
+            core.spend(dev, self.umr.fixed_ps)
+            self.translation_valid = False
+            self.mkey_revoked_at_ps = core.now_ps(dev)
+            if clears:
+                umem.private = None
+            if locked:
+                umem.resv.unlock(dev)
+
     def release(self, now_ps: int) -> int:
-        """Deregistration: revoke the mkey under the lock, then release the umem (unmap, detach, put)."""
+        """Deregistration: :meth:`revoke_mkey`, then release the umem (unmap, detach, put); return the time (ps)."""
         umem = self.umem
         core = umem.attach.dmabuf.core
         start = core.now_ps(umem.dev)
-        with core.call(umem.dev, "mlx5_umr_revoke_mr_with_lock"):
-            umem.resv.lock(umem.dev)
-            core.spend(umem.dev, self.umr.fixed_ps)
-            umem.private = None
-            self.translation_valid = False
-            umem.resv.unlock(umem.dev)
+        self.revoke_mkey()
         ib_umem_dmabuf_release(umem)
         return core.now_ps(umem.dev) - start
 

@@ -225,6 +225,16 @@ def pci_p2pdma_distance(graph: nx.Graph, provider: str, client: str) -> int:
     return len(hops)
 
 
+def has_common_pci_switch(graph: nx.Graph, a: str, b: str) -> bool:
+    """Whether devices ``a`` and ``b`` sit below one PCIe switch, so that the route between them never reaches a
+    root complex (the NVIDIA driver's ``nv_pci_has_common_pci_switch``, kernel-open/nvidia/nv-pci.c: a common
+    upstream bridge).
+
+    :raises networkx.NodeNotFound, networkx.NetworkXNoPath: unknown or unconnected nodes.
+    """
+    return all(graph.nodes[n]["kind"] == "switch" for n in nx.shortest_path(graph, a, b)[1:-1])
+
+
 def _stages(hops: list[Hop], nbytes: int, pcie, factor: str, socket_bytes: int) -> list[Stage]:
     """Cut-through stages over ``hops``. ``pcie(params, n)`` is a PCIe link's occupancy for ``n`` bytes; the
     socket link carries ``socket_bytes`` at its rate (64 B head); a p2p hop serves at ``factor`` x the PCIe

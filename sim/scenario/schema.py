@@ -13,6 +13,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
 from models.libs.fallback import POLICIES
 from models.nic.translation import RegMode
 from models.nic.wqe import ATOMIC_BYTES
+from models.presets import GPU_VENDOR
 from models.versions import DEFAULT_KERNEL, Version
 from sim.core.units import (PS_PER_S, RATE_PATTERN, SIZE_PATTERN, TIME_PATTERN, UnitError, format_size, format_time,
                             parse_rate, parse_size, parse_time)
@@ -176,7 +177,26 @@ class GpuSpec(Strict):
     memory: PositiveSize | None = None
     """Usable device memory (default: the preset's)."""
     driver: VersionText = "580"
-    """GPU driver version (NVIDIA: dma-buf export needs the open kernel modules 515+)."""
+    """GPU driver version. NVIDIA: dma-buf export needs the open kernel modules 515+; from 580 nv_dma_buf_attach
+    refuses a peer it cannot serve (ENOTSUPP), before the map does (the core reports ENOMEM)."""
+    coherent: bool = False
+    """NVIDIA only: a coherent platform (Grace Hopper, NVLink-C2C): GPU memory has struct pages, dma-buf maps hand
+    out its pages instead of BAR1 (peer MMIO) addresses, and nv_dma_buf_attach skips its PCI-topology and
+    peer2peer checks."""
+    chipset_p2p: bool = True
+    """NVIDIA only: the driver knows the chipset forwards PCIe peer-to-peer. False: the driver flags the chipset
+    (NV_FLAG_PCI_P2P_UNSUPPORTED_CHIPSET) and from 580 nv_dma_buf_attach refuses (ENOTSUPP) a NIC that shares no
+    PCIe switch with the GPU (a node topology other than 'switch'), unless the platform is coherent."""
+
+    @field_validator("coherent", "chipset_p2p")
+    @classmethod
+    def _nvidia_only(cls, value, info):
+        exporter = info.data.get("exporter") or GPU_VENDOR.get(info.data.get("preset"))
+        default = cls.model_fields[info.field_name].default
+        if value != default and exporter not in (None, "nvidia"):
+            raise ValueError(f"describes the NVIDIA driver's dma-buf export; this GPU's exporter is '{exporter}': "
+                             f"drop '{info.field_name}' or use exporter: nvidia")
+        return value
 
 
 def _version(value):
@@ -198,6 +218,9 @@ class KernelSpec(Strict):
     dmabuf_move_notify: bool | None = None
     """CONFIG_DMABUF_MOVE_NOTIFY: off pins dynamic importers' buffers on map. Default: off before 7.1, where it
     became unconditional."""
+    on_demand_paging: bool = True
+    """CONFIG_INFINIBAND_ON_DEMAND_PAGING (distribution kernels set it): off, mlx5 refuses dma-buf MRs and
+    IBV_ACCESS_ON_DEMAND registrations with EOPNOTSUPP, whatever the device's ODP capability."""
 
 
 class NodeSpec(Strict):

@@ -13,6 +13,8 @@ from models.nic.wqe import Access, Opcode, SendWR, WcStatus
 from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_dereg_mr, ibv_open_device, ibv_poll_cq,
                                 ibv_post_send, ibv_reg_mr, ibv_rereg_mr)
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr
+from models.ib.umem_dmabuf import ib_umem_dmabuf_release
+from models.versions import DEFAULT_KERNEL
 from sim.core import Environment, InvariantViolation, VerbsError
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
@@ -23,15 +25,15 @@ class Bed:
     """Node a (host memory) writes into node b, whose buffer is a dma-buf of a GPU-like exporter."""
 
     def __init__(self, *, dmabuf="dynamic", odp=OdpParams(), move_notify=True, exporter="movable",
-                 memlock=None):
-        self.env = Environment(1)
+                 memlock=None, kernel=DEFAULT_KERNEL, trace=False):
+        self.env = Environment(1, trace=trace)
         fabric = Fabric(FabricParams())
         self.nodes, self.pds = [], []
         for name in "ab":
             limit = memlock if name == "b" else None
             node = Node.create(name, HostParams(poll_period_ps=0, memlock_limit=limit), PcieParams(),
                                NicParams(odp=odp, dmabuf=dmabuf))
-            node.kernel = DmaBufCore(self.env, KernelConfig(move_notify_enabled=move_notify))
+            node.kernel = DmaBufCore(self.env, KernelConfig(move_notify_enabled=move_notify, version=kernel))
             fabric.attach(node.nic.name)
             self.nodes.append(node)
             self.pds.append(ibv_alloc_pd(ibv_open_device(node, self.env, fabric)))
@@ -209,3 +211,52 @@ def test_static_exporter_never_moves_so_the_dynamic_mr_never_faults():
     for _ in range(3):
         assert bed.write(mr)[0] is WcStatus.SUCCESS
     assert mr.backing.faults == 0 and mr.backing.invalidations == 0
+
+
+@pytest.mark.parametrize("kernel", ["5.13", "6.8", "6.13"])
+def test_move_notify_between_mkey_revoke_and_umem_release_zaps_a_freed_mkey_before_6_14(kernel):
+    bed = Bed(kernel=kernel)
+    mr = bed.reg()
+    backing = mr.backing
+    backing.revoke_mkey()  # deregistration's first half: no lock taken, the umem still points at the MR
+    assert backing.umem.private is backing
+    with pytest.raises(InvariantViolation) as info:
+        bed.gpu.move(Placement.SYSTEM)  # the exporter's move_notify arrives before the umem's release
+    assert "already revoked" in str(info.value) and "UMR QP enters the error state" in str(info.value)
+    assert backing.umem.sgt is None and bed.gpu.dmabuf.resv.holder is None  # the kernel unmapped anyway
+    ib_umem_dmabuf_release(backing.umem)  # the second half completes: deregistration itself reports no error
+    assert not bed.gpu.dmabuf.attachments
+
+
+def test_the_freed_mkey_zap_in_record_mode_lets_the_move_complete_and_lists_it():
+    bed = Bed(kernel="6.13")
+    mr = bed.reg(invariants="record")
+    mr.backing.revoke_mkey()
+    bed.move()
+    assert bed.gpu.dmabuf.placement is Placement.SYSTEM and mr.backing.invalidations == 0
+    assert len(mr.backing.violations) == 1 and "cc668a11e6ac" in mr.backing.violations[0]
+
+
+@pytest.mark.parametrize("kernel", ["5.12", "6.14", "6.18", "7.1"])
+def test_from_6_14_move_notify_after_the_mkey_revoke_finds_no_mr_and_returns(kernel):
+    bed = Bed(kernel=kernel)
+    mr = bed.reg()
+    backing = mr.backing
+    sgt = backing.umem.sgt
+    backing.revoke_mkey()  # under the lock, which clears the umem's MR
+    assert backing.umem.private is None
+    bed.move()
+    assert backing.invalidations == 0 and backing.violations == []
+    assert backing.umem.sgt is sgt  # the callback returned before unmapping: the release unmaps
+    ib_umem_dmabuf_release(backing.umem)
+    assert backing.umem.sgt is None and not bed.gpu.dmabuf.attachments
+
+
+@pytest.mark.parametrize("kernel, revoke", [("6.13", "mlx5r_umr_revoke_mr"), ("6.14", "mlx5_umr_revoke_mr_with_lock")])
+def test_dereg_revokes_the_mkey_then_releases_the_umem(kernel, revoke):
+    bed = Bed(kernel=kernel, trace=True)
+    mr = bed.reg()
+    ibv_dereg_mr(mr)
+    names = [e.name for e in bed.env.trace.events if e.component == "b.nic"]
+    assert revoke in names and names.index(revoke) < names.index("dma_buf_detach")
+    assert not bed.gpu.dmabuf.attachments and mr.backing.mkey_revoked_at_ps is not None

@@ -1,9 +1,11 @@
-"""Random sequences of verbs and exporter calls on one dma-buf: every call succeeds as a reference model
-predicts or raises the errno the kernel would, and the invariants hold after every step."""
+"""Random sequences of verbs and exporter calls on one dma-buf, on kernel 6.13 or 6.18: every call succeeds as a
+reference model predicts or raises the errno the kernel would, and the invariants hold after every step. A move
+that lands between a deregistration's mkey revoke and its umem release zaps the freed mkey on 6.13 (an invariant
+violation) and finds no MR on 6.18."""
 
 from hypothesis import settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from models.dmabuf import DmaBufCore, KernelConfig, MovableExporter, Placement, dma_buf_fd
 from models.fabric import Fabric, FabricParams
@@ -15,21 +17,22 @@ from models.nic.wqe import Access, Opcode, SendWR, WcStatus
 from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_dereg_mr, ibv_open_device, ibv_poll_cq,
                                 ibv_post_send, ibv_reg_mr)
 from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
-from sim.core import Environment, VerbsError
+from sim.core import Environment, InvariantViolation, VerbsError
 
 SIZE = 256 * 1024
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 
 
 class VerbsOnDmabuf(RuleBasedStateMachine):
-    def __init__(self):
-        super().__init__()
+    @initialize(kernel=st.sampled_from(["6.13", "6.18"]))
+    def setup(self, kernel):
+        self.kernel = KernelConfig(move_notify_enabled=True, version=kernel)
         self.env = Environment(1)
         fabric = Fabric(FabricParams())
         self.nodes, self.pds = [], []
         for name in "ab":
             node = Node.create(name, HostParams(poll_period_ps=0), PcieParams(), NicParams())
-            node.kernel = DmaBufCore(self.env, KernelConfig(move_notify_enabled=True))
+            node.kernel = DmaBufCore(self.env, self.kernel)
             fabric.attach(node.nic.name)
             self.nodes.append(node)
             self.pds.append(ibv_alloc_pd(ibv_open_device(node, self.env, fabric)))
@@ -87,6 +90,39 @@ class VerbsOnDmabuf(RuleBasedStateMachine):
         self.dead.append(mr)
         if not any(p for _, p in self.live.values()):
             self.generation_at_pin = None
+        self._settle()
+
+    @precondition(lambda self: any(not p for _, p in self.live.values()))
+    @rule(data=st.data())
+    def deregister_while_the_exporter_moves(self, data):
+        """ibv_dereg_mr of a dynamic MR whose exporter moves the buffer between the mkey revoke and the umem
+        release."""
+        lkey = data.draw(st.sampled_from(sorted(k for k, (_, p) in self.live.items() if not p)))
+        mr, _ = self.live.pop(lkey)
+        others = [m for m, _ in self.live.values()]
+        pinned = any(p for _, p in self.live.values())
+        revoke, before, outcome = mr.backing.revoke_mkey, self.gpu.dmabuf.generation, []
+        zaps, mapped = mr.backing.invalidations, mr.backing.umem.sgt is not None  # unmapped: the callback returns
+
+        def revoke_then_move():
+            revoke()
+            try:
+                self.gpu.move(Placement.SYSTEM if self.gpu.dmabuf.placement is Placement.VRAM else Placement.VRAM)
+            except (VerbsError, InvariantViolation) as err:
+                outcome.append(err)
+
+        mr.backing.revoke_mkey = revoke_then_move
+        assert ibv_dereg_mr(mr) >= 0  # the race never surfaces as an error of the deregistration
+        self.dead.append(mr)
+        assert mr.backing.invalidations == zaps and mr.backing.umem.attach not in self.gpu.dmabuf.attachments
+        if pinned:
+            assert [getattr(e, "errno", None) for e in outcome] == ["EBUSY"]
+        elif mapped and self.kernel.behaviour.mlx5_dereg_races_invalidate:
+            assert len(outcome) == 1 and isinstance(outcome[0], InvariantViolation)
+            assert "already revoked" in str(outcome[0]) and self.gpu.dmabuf.generation == before
+        else:
+            assert outcome == [] and self.gpu.dmabuf.generation == before + 1
+            assert all(not m.backing.translation_valid for m in others)
         self._settle()
 
     @precondition(lambda self: self.dead)

@@ -29,6 +29,7 @@ def test_versions_compare_numerically():
     ("has_revoke", "6.11", "6.12"), ("has_mlx5_dmabuf_access_attr", "6.11", "6.12"),
     ("move_notify_always_on", "7.0", "7.1"), ("invalidate_optional", "7.0", "7.1"),
     ("odp_registration_snapshot", "5.9", "5.10"),
+    ("mlx5_dereg_races_invalidate", "5.12", "5.13"), ("mlx5_dereg_races_invalidate", "6.14", "6.13"),
 ])
 def test_each_behaviour_switches_at_its_version(prop, before, after):
     assert not getattr(KernelBehaviour(Version.parse(before)), prop)
