@@ -1,4 +1,4 @@
-"""The ``rdmasim`` command line: run, validate and schema."""
+"""The ``rdmasim`` command line: run, sweep, perftest, validate, schema, explain, plot, repro, report, calibrate."""
 
 from __future__ import annotations
 

@@ -88,6 +88,10 @@ def read_manifest(path: Path) -> Manifest:
         raise ConfigError(f"not JSON: {getattr(exc, 'msg', exc)}", file=str(path), line=line, column=column) from None
     if not isinstance(data, dict) or "rdmasim_manifest" not in data:
         raise ConfigError("not an rdmasim manifest (no 'rdmasim_manifest' key)", file=str(path), line=1, column=1)
+    if "script" in data and "scenario" not in data:
+        raise ConfigError(f"the results of a Python script ({data['script']}), not of a scenario: reproduce them by "
+                          "running the script again (its text and SHA-256 are in the manifest)", file=str(path),
+                          line=1, column=1, key="script")
     return validate(Manifest, data, positions, str(path))
 
 

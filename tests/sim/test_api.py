@@ -307,6 +307,22 @@ def test_results_directory_of_a_script(tmp_path):
     assert (out / "figures" / "latency_cdf.png").exists()
 
 
+def test_repro_of_a_scripts_results_says_to_run_the_script(tmp_path):
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    bed = Testbed(seed=3)
+    (_, _, cq, src, qp), (_, _, _, dst, _) = rc_pair(bed)
+    qp.post_send(write_wr(src, dst, 64, wr_id=0))
+    cq.poll()
+    out = bed.write_results(tmp_path / "out", name="lab")
+    result = CliRunner().invoke(app, ["repro", str(out)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    (line,) = [text for text in result.output.splitlines() if text]
+    assert "results of a Python script (lab)" in line and "running the script again" in line
+
+
 def test_results_never_overwrite_foreign_files(tmp_path):
     foreign = tmp_path / "mine"
     foreign.mkdir()
