@@ -489,14 +489,14 @@ class WorkRequestRun:
             if answer is not None:
                 qp.remote.to_error()
                 return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.rejected)
-        env = qp.pd.context.env
+        env, target = qp.pd.context.env, [(mr, wr.remote_addr, n)]
         if wr.opcode is Opcode.RDMA_WRITE:
             write_payload(mr, wr.remote_addr, self.payload)
         elif env.data_mode and wr.opcode.is_atomic:  # the read-modify-write happens as the responder accepts it
             self.payload = apply_atomic(mr_bytes(mr, wr.remote_addr, n), wr.opcode, wr.compare_add, wr.swap)
         else:
-            self.payload = _gather(env, [(mr, wr.remote_addr, n)])
-        return self._translation(peer, [(mr, wr.remote_addr, n)], now, head, tail, self.path.after["responder"],
+            self.payload = _gather(env, target)
+        return self._translation(peer, target, now, head, tail, self.path.after["responder"],
                                  write=wr.opcode is not Opcode.RDMA_READ)
 
     def _rnr_nak(self, tail: int, **why):
