@@ -61,7 +61,9 @@ archives hold them):
 rdma-core: ``ibv_reg_dmabuf_mr`` from v34, ``mlx5dv_reg_dmabuf_mr`` (data-direct) from v55,
 ``ibv_dm_export_dmabuf_fd`` from v62 ("verbs: Introduce ibv_dm_export_dmabuf_fd() verb", 60917319bfd1, December
 2025; the first tag holding it is v62.0). NVIDIA driver:
-dma-buf export of device memory (``cuMemGetHandleForAddressRange``) needs the open kernel modules 515+.
+dma-buf export of device memory (``cuMemGetHandleForAddressRange``) needs the open kernel modules 515+; its
+PCIe mapping type (``CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE``, BAR1 mappings on coherent platforms) arrives
+with CUDA 12.8 (570).
 """
 
 from __future__ import annotations
@@ -219,3 +221,5 @@ RDMA_CORE_DMABUF = _v("34")
 RDMA_CORE_MLX5DV_DMABUF = _v("55")
 RDMA_CORE_DM_DMABUF = _v("62")
 NVIDIA_DMABUF_EXPORT = _v("515")
+NVIDIA_PCIE_MAPPING = _v("570")
+"""The NVIDIA branch of CUDA 12.8, which brings ``CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE``."""

@@ -8,7 +8,7 @@ import numpy as np
 
 from models.dmabuf import DmaBufCore, KernelConfig
 from models.fabric import Fabric
-from models.dmabuf.gpu_export import Gpu, GpuAllocation
+from models.dmabuf.gpu_export import CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE, Gpu, GpuAllocation
 from models.node import Node
 from models.verbs.peermem import ibv_reg_mr_peermem
 from models.gpu import gpu_params
@@ -155,7 +155,7 @@ def _add_node(bed: Testbed, spec: NodeSpec) -> None:
         params = gpu_params(gspec.preset)
         bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], params, node.kernel,
                              capacity=gspec.memory, driver=gspec.driver, coherent=gspec.coherent,
-                             chipset_p2p=gspec.chipset_p2p)
+                             chipset_p2p=gspec.chipset_p2p, topology_check_override=gspec.topology_check_override)
         node.topology = build_topology(spec.topology, nic=node.pcie.params,
                                        gpu=PcieParams(**PCIE_PRESETS[params.pcie]))
         node.pcie = device_link(node.topology)
@@ -235,7 +235,8 @@ def _register_dmabuf(node: Node, pd: ProtectionDomain, gpu: Gpu, alloc: GpuAlloc
     """perftest's sequence: export the range as a dma-buf fd, register it, close the fd."""
     kernel = node.kernel
     start = kernel.now_ps(gpu.name)
-    fd = gpu.export(alloc, node.fds)
+    flags = CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE if spec.export_mapping == "pcie" else 0
+    fd = gpu.export(alloc, node.fds, flags=flags)
     export_ps = kernel.now_ps(gpu.name) - start
     kernel.wait_until(node.nic.name, kernel.now_ps(gpu.name))  # one thread: export, then register, then close
     if spec.registration == "dmabuf-pinned" and node.nic.params.dmabuf != "pinned":

@@ -185,9 +185,15 @@ def _parser(test: str) -> argparse.ArgumentParser:
     add("--use_cuda_dmabuf", action="store_true",
         help="Export the GPU buffer with cuMemGetHandleForAddressRange and register it with ibv_reg_dmabuf_mr "
              "(requires --use_cuda).")
+    add("--use_cuda_pcie_mapping", action="store_true",
+        help="Use CUDA DMABUF handle mapping via PCIe BAR1: export with CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE "
+             "(requires --use_cuda_dmabuf), which the driver accepts on coherent platforms only (--coherent-gpu).")
     add("--use_data_direct", action="store_true",
         help="Register the dma-buf with mlx5dv_reg_dmabuf_mr(DATA_DIRECT): a pinned importer "
-             "(requires --use_cuda_dmabuf).")
+             "(requires --use_cuda_dmabuf; implies --use_cuda_pcie_mapping, as perftest does).")
+    add("--coherent-gpu", action="store_true",
+        help="rdmasim only: the --use_cuda GPU is on a coherent platform (Grace Hopper, NVLink-C2C): dma-buf maps "
+             "hand out its pages, and the PCIe mapping type is accepted.")
     add("--use_rocm", nargs="?", const=0, type=_ranged(0, 15, "ROCm device"), metavar="ID",
         help="Client buffer in AMD GPU ID's memory (an mi300x, default 0); needs --use_rocm_dmabuf.")
     add("--use_rocm_dmabuf", action="store_true",
@@ -267,6 +273,10 @@ def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> 
     if args.use_data_direct and not args.use_cuda_dmabuf:
         raise UsageError("--use_data_direct: DMABUF must be enabled in order to use Data Direct "
                          "(add --use_cuda_dmabuf)")
+    if args.use_cuda_pcie_mapping and not args.use_cuda_dmabuf:
+        raise UsageError("--use_cuda_pcie_mapping: CUDA PCIe mapping requires DMA-BUF (add --use_cuda_dmabuf)")
+    if args.coherent_gpu and args.use_cuda is None:
+        raise UsageError("--coherent-gpu: describes the --use_cuda GPU's platform (add --use_cuda)")
     if args.use_data_direct and preset != "connectx7":
         raise UsageError(f"--use_data_direct: Data Direct is not supported on {args.ib_dev} ({preset})")
     if args.use_rocm_dmabuf and args.use_rocm is None:
@@ -344,7 +354,8 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
         place, mode, page = "a.host", "odp" if args.odp else "pinned", 4096
     else:
         gpu = f"gpu{args.use_cuda if args.use_rocm is None else args.use_rocm}"
-        client["gpus"] = [{"name": gpu, "preset": "h200" if args.use_rocm is None else "mi300x"}]
+        client["gpus"] = [{"name": gpu, "preset": "h200" if args.use_rocm is None else "mi300x"}
+                          | ({"coherent": True} if args.coherent_gpu else {})]
         client["topology"] = args.gpu_topology
         place, page = f"a.{gpu}", 2**16  # perftest rounds cuMemAlloc to ACCEL_PAGE_SIZE (64 KiB)
         mode = ("dmabuf-pinned" if args.use_data_direct else
@@ -375,7 +386,8 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
         "schema": 1, "name": test, "description": f"rdmasim perftest {shlex.join(argv)}",
         "nodes": [client, {"name": "b", "nic": {"preset": preset}}],
         "fabric": {"rate": NIC_RATE[preset], "mtu": args.mtu, "transport": "ib"},
-        "buffers": [{"name": "local", "on": place, "size": buffer, "register": mode, **access},
+        "buffers": [{"name": "local", "on": place, "size": buffer, "register": mode, **access,
+                     **({"export_mapping": "pcie"} if args.use_cuda_pcie_mapping or args.use_data_direct else {})},
                     {"name": "remote", "on": "b.host", "size": buffer, "register": "pinned", **access}],
         "workload": [work],
         "outputs": ["bw_vs_size" if kind.endswith("_bw") else "latency_vs_size"],

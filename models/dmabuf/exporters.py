@@ -7,6 +7,7 @@ for its callbacks beyond what the core charges; only the copy of a move takes ti
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,6 +26,16 @@ _BASE = {Placement.VRAM: 0x3800_0000_0000, Placement.SYSTEM: 0x1_0000_0000}
 """First DMA address of each placement (VRAM through the GPU BAR, system memory through the IOMMU)."""
 _COHERENT_BASE = 0x40_0000_0000_0000
 """First DMA address of GPU memory reached as pages over a coherent link (C2C) rather than through BAR1."""
+
+
+class MappingType(enum.IntEnum):
+    """``NV_DMABUF_EXPORT_MAPPING_TYPE_*`` (kernel-open/common/inc/nv-ioctl.h): how NVIDIA's dma-buf hands the
+    memory to importers."""
+
+    DEFAULT = 0
+    """BAR1 PFNs mapped for the peer, or on a coherent platform the memory's own pages over C2C."""
+    FORCE_PCIE = 1
+    """BAR1 PFNs even on a coherent platform, the IOMMU mapping skipped (``skip_iommu``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +168,9 @@ class StaticExporter(_Exporter):
     support only behind a common PCIe switch), then a *dynamic* importer without peer2peer when the memory has no
     struct pages (not coherent); a static importer is accepted. Before, there is no attach op: ``nv_dma_buf_map``
     returns NULL for a dynamic importer without peer2peer, which the core reports as ENOMEM. Maps are BAR1 PFNs
-    (peer MMIO), or the memory's pages on a coherent platform.
+    (peer MMIO), or the memory's pages on a coherent platform. An export of mapping type FORCE_PCIE replaces the
+    topology check by ``nv_pci_is_valid_topology_for_direct_pci`` (ENOTSUPP: "topology not supported for mapping
+    type FORCE_PCIE") and maps BAR1 PFNs, without an IOMMU mapping, on a coherent platform too.
 
     :param core: the dma-buf core to export through.
     :param size: buffer size in bytes.
@@ -166,13 +179,21 @@ class StaticExporter(_Exporter):
     :param driver: the driver version (selects the attach op).
     :param coherent: a coherent platform (GPU memory with struct pages, reached over C2C): no peer2peer needed.
     :param pci_topology_supported: the driver's topology verdict for a peer (by device name).
+    :param mapping_type: what the export asked for (``cuMemGetHandleForAddressRange``'s flags).
+    :param direct_pci_topology: the driver's verdict for a FORCE_PCIE peer (by device name).
     """
 
     def __init__(self, core: DmaBufCore, size: int, *, name: str = "nvidia0",
                  placement: Placement = Placement.VRAM, driver: str = "580", coherent: bool = False,
-                 pci_topology_supported: Callable[[str], bool] = lambda dev: True) -> None:
+                 pci_topology_supported: Callable[[str], bool] = lambda dev: True,
+                 mapping_type: MappingType = MappingType.DEFAULT,
+                 direct_pci_topology: Callable[[str], bool] = lambda dev: False) -> None:
         self.coherent = coherent
         self.pci_topology_supported = pci_topology_supported
+        self.mapping_type = mapping_type
+        self.direct_pci_topology = direct_pci_topology
+        self.skip_iommu = False
+        """A FORCE_PCIE attachment was accepted: maps are not IOMMU-mapped for the peer."""
         has_attach = Version.parse(driver) >= NVIDIA_DMABUF_ATTACH_OP
         ops = DmaBufOps(map_dma_buf=self._map if has_attach else self._map_checking_peer2peer,
                         unmap_dma_buf=self._unmap, release=self._release,
@@ -187,7 +208,13 @@ class StaticExporter(_Exporter):
     def _attach(self, dmabuf: DmaBuf, attach: DmaBufAttachment) -> None:
         """``nv_dma_buf_attach`` (580 and later)."""
         call = "nv_dma_buf_attach"
-        if not self.coherent and not self.pci_topology_supported(attach.dev):
+        if self.mapping_type is MappingType.FORCE_PCIE:
+            if not self.direct_pci_topology(attach.dev):
+                raise VerbsError("ENOTSUPP", f"topology not supported for mapping type FORCE_PCIE between "
+                                 f"{self.name} and {attach.dev} (nv_pci_is_valid_topology_for_direct_pci: another "
+                                 "IOMMU group)", call=call)
+            self.skip_iommu = True
+        elif not self.coherent and not self.pci_topology_supported(attach.dev):
             raise VerbsError("ENOTSUPP", f"PCI topology not supported for dma-buf between {self.name} and "
                              f"{attach.dev}", call=call)
         if self._needs_peer2peer(attach):
@@ -199,7 +226,7 @@ class StaticExporter(_Exporter):
         return None if self._needs_peer2peer(attach) else self._map(attach, direction)
 
     def _map(self, attach: DmaBufAttachment, direction: DmaDataDirection) -> Segments:
-        """BAR1 PFNs (peer MMIO), or on a coherent platform the memory's own pages."""
-        if self.coherent:
+        """BAR1 PFNs (peer MMIO), or on a coherent platform with the default mapping the memory's own pages."""
+        if self.coherent and self.mapping_type is MappingType.DEFAULT:
             return ((_COHERENT_BASE + self.dmabuf.generation * self.dmabuf.size, self.dmabuf.size),)
         return super()._map(attach, direction)

@@ -2,7 +2,8 @@
 
 * ``nvidia``: a static exporter (``nv_dma_buf``): never moves memory; export rules measured on an H200
   (models/data/h200_dmabuf_export.json): start and size 4 KiB-aligned, nonzero, inside one allocation, device
-  memory only, flags 0, about 18 us per export. Memory pressure cannot evict anything: the allocation fails.
+  memory only, about 18 us per export; the mapping-type flag by platform (:meth:`Gpu.export_mapping_type`).
+  Memory pressure cannot evict anything: the allocation fails.
 * ``vfio``: the GPU bound to vfio-pci, a range of its BAR exported with ``VFIO_DEVICE_FEATURE_DMA_BUF``
   (:class:`~models.dmabuf.revoke.VfioExporter`): never moves, revocable (:meth:`Gpu.revoke`).
 * ``amd``: a dynamic exporter (amdgpu/TTM-like): under memory pressure it evicts unpinned buffers from VRAM
@@ -27,12 +28,13 @@ from sim.core import SimError, VerbsError
 
 from models.dmabuf import (CopyParams, DmaBuf, DmaBufAttachment, DmaBufCore, DmaDataDirection, MovableExporter,
                            Placement, StaticExporter, dma_buf_fd, get_dma_buf)
+from models.dmabuf.exporters import MappingType
 from models.dmabuf.core import Segments
 from models.dmabuf.revoke import VfioExporter
 from models.gpu import COPY_PRESETS, Allocation, CopyEngines, DeviceMemory, GpuOutOfMemory, GpuParams
 from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts
 from models.gpu.managed import ManagedMemory
-from models.versions import AMDGPU_VRAM_PIN, NVIDIA_DMABUF_EXPORT, Version
+from models.versions import AMDGPU_VRAM_PIN, NVIDIA_DMABUF_EXPORT, NVIDIA_PCIE_MAPPING, Version
 
 EXPORT_PS = 15_400_000
 """The driver's part of an export; with the dma-buf core's export (2 us) and fd install (0.2 us) the call takes
@@ -43,6 +45,9 @@ EXPORT_CALL = {"nvidia": "cuMemGetHandleForAddressRange", "amd": "hipMemGetHandl
 """The user-space call that exports device memory as a dma-buf fd, per vendor."""
 ALLOC_CALLS = {"nvidia": ("cudaMalloc", "cudaFree"), "amd": ("hipMalloc", "hipFree")}
 """The user-space calls that allocate and free device memory, per vendor (their cost: ``Gpu.alloc_costs``)."""
+CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE = 0x1
+"""``cuMemGetHandleForAddressRange`` flag: export for peers that reach the memory through BAR1 over PCIe
+(``NV_DMABUF_EXPORT_MAPPING_TYPE_FORCE_PCIE``) rather than as the memory's pages over a coherent link."""
 GPU_PAGE = 4096
 """Alignment the export requires (the host page size)."""
 NEW_OWNER_BYTE = 0xEE
@@ -210,10 +215,12 @@ class Gpu:
     :param driver: driver version (NVIDIA: dma-buf export needs 515+; the attach op arrives with 580).
     :param coherent: NVIDIA: a coherent platform (GPU memory with struct pages, reached over C2C).
     :param chipset_p2p: NVIDIA: the driver knows the chipset does PCIe peer-to-peer (else it needs a common switch).
+    :param topology_check_override: NVIDIA: ``NVreg_GrdmaPciTopoCheckOverride`` (``default``, ``allow``, ``deny``).
     """
 
     def __init__(self, name: str, vendor: str, params: GpuParams, core: DmaBufCore, *, capacity: int | None = None,
-                 driver: str = "580", coherent: bool = False, chipset_p2p: bool = True) -> None:
+                 driver: str = "580", coherent: bool = False, chipset_p2p: bool = True,
+                 topology_check_override: str = "default") -> None:
         self.name, self.vendor, self.core, self.driver = name, vendor, core, driver
         self.coherent, self.chipset_p2p = coherent, chipset_p2p
         self.memory = DeviceMemory(capacity or params.hbm_bytes, granularity=params.alloc_granularity, name=name,
@@ -234,6 +241,7 @@ class Gpu:
         self.common_switch: Callable[[str], bool] = lambda dev: True
         """Whether this GPU and a device (by name) share a PCIe switch: the node's topology sets it; True until
         then."""
+        self.topology_check_override = topology_check_override
 
     @property
     def capacity(self) -> int:
@@ -267,13 +275,16 @@ class Gpu:
         if self.vendor == "nvidia" and Version.parse(self.driver) < NVIDIA_DMABUF_EXPORT:
             raise CudaError("CUDA_ERROR_NOT_SUPPORTED", f"driver {self.driver} cannot export dma-bufs (needs the "
                             "open kernel modules 515+ and CUDA 11.7+)", call=call)
-        if flags:
-            raise CudaError("CUDA_ERROR_NOT_SUPPORTED", f"flags {flags:#x}: only 0 is supported here", call=call)
+        if alloc.freed:
+            raise CudaError("CUDA_ERROR_INVALID_VALUE", f"{alloc.name} was freed: no allocation at that address",
+                            call=call)
         if size == 0 or size % GPU_PAGE or offset % GPU_PAGE:
             raise CudaError("CUDA_ERROR_INVALID_VALUE", "start and size must be nonzero multiples of 4 KiB", call=call)
         if offset + size > alloc.size:
             raise CudaError("CUDA_ERROR_INVALID_VALUE", "the range runs past the allocation", call=call)
-        with self.core.call(self.name, call, allocation=alloc.name, bytes=size):
+        mapping = self.export_mapping_type(flags, call)
+        shown = {"mapping": mapping.name} if mapping else {}
+        with self.core.call(self.name, call, allocation=alloc.name, bytes=size, **shown):
             if isinstance(alloc.exporter, AmdgpuExporter) and not alloc.exporter.dmabuf.released:
                 get_dma_buf(alloc.exporter.dmabuf)  # the buffer object's dma-buf is exported again
                 self.core.spend(self.name, EXPORT_PS)
@@ -281,7 +292,9 @@ class Gpu:
             if self.vendor == "nvidia":
                 alloc.exporter = StaticExporter(self.core, size, name=self.name, placement=Placement.VRAM,
                                                 driver=self.driver, coherent=self.coherent,
-                                                pci_topology_supported=self.pci_topology_supported)
+                                                pci_topology_supported=self.pci_topology_supported,
+                                                mapping_type=mapping,
+                                                direct_pci_topology=self.valid_topology_for_direct_pci)
             elif self.vendor == "vfio":
                 alloc.exporter = VfioExporter(self.core, size, name=self.name, invariants=self.invariants)
             else:
@@ -294,6 +307,41 @@ class Gpu:
                 alloc.exporter.storage[0] = alloc.data[offset:offset + size]
             self.core.spend(self.name, EXPORT_PS)
             return dma_buf_fd(alloc.exporter.dmabuf, fdtable)
+
+    def export_mapping_type(self, flags: int, call: str) -> MappingType:
+        """The mapping type ``cuMemGetHandleForAddressRange`` asks ``nv_dma_buf_export`` for, from its flags.
+        Measured on the H200 (x86, not coherent, driver 580.159.04; models/data/h200_dmabuf_export_rules.json,
+        the same for cudaMalloc and every cuMemCreate variant): a flag other than
+        ``CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE`` is CUDA_ERROR_INVALID_VALUE, that flag
+        CUDA_ERROR_NOT_SUPPORTED. The refusal is the driver's coherent-only rule for BAR1 mappings of dma-bufs
+        (``nv_pci_is_valid_topology_for_direct_pci`` returns false unless the platform is coherent,
+        kernel-open/nvidia/nv-pci.c); the flag arrives with CUDA 12.8 (the 570 branch: perftest refuses
+        ``--use_cuda_pcie_mapping`` on an older driver), before which it is an unknown flag. Other vendors take
+        no flags.
+
+        :raises CudaError: the rules above.
+        """
+        if flags & ~CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE or (flags and self.vendor != "nvidia"):
+            raise CudaError("CUDA_ERROR_INVALID_VALUE", f"flags {flags:#x}: not a CUmemRangeFlags value", call=call)
+        if not flags:
+            return MappingType.DEFAULT
+        if Version.parse(self.driver) < NVIDIA_PCIE_MAPPING:
+            raise CudaError("CUDA_ERROR_INVALID_VALUE", f"driver {self.driver} predates "
+                            "CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE (CUDA 12.8, the 570 branch)", call=call)
+        if not self.coherent:
+            raise CudaError("CUDA_ERROR_NOT_SUPPORTED", "CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: BAR1 mappings "
+                            "of dma-bufs are for coherent platforms only (this one is not)", call=call)
+        return MappingType.FORCE_PCIE
+
+    def valid_topology_for_direct_pci(self, dev: str) -> bool:
+        """``nv_pci_is_valid_topology_for_direct_pci`` (kernel-open/nvidia/nv-pci.c): on a coherent platform a peer
+        may reach GPU memory through BAR1 when both sit in one IOMMU group, or whatever the topology when
+        ``NVreg_GrdmaPciTopoCheckOverride`` allows access (deny refuses every peer). The model puts two devices in
+        one IOMMU group when they share a PCIe switch (a switch whose downstream ports do not isolate them with
+        ACS)."""
+        if not self.coherent or self.topology_check_override == "deny":
+            return False
+        return self.topology_check_override == "allow" or self.common_switch(dev)
 
     def free(self, alloc: GpuAllocation) -> None:
         """cudaFree/hipFree of ``alloc``. An exported dma-buf keeps the memory: NVIDIA's export duplicates the

@@ -3,8 +3,9 @@ addresses they get, their buffer IDs and the memory hooks a library installs on 
 
 * **Virtual addresses are recycled.** A new allocation takes the lowest freed range it fits in, so memory freed
   and allocated again of the same size comes back at the same address (the address recycling UCX issue #4269
-  and UCX PR #2738 describe). The placement rule is this model's assumption: the next allocation's address on an
-  H200 is not measured here.
+  and UCX PR #2738 describe). On the H200 a 1 GiB cudaMalloc after freeing an exported 1 GiB allocation came
+  back at the same address, with the dma-buf still open and after closing it
+  (models/data/h200_dmabuf_export_rules.json); the lowest-fit rule beyond that case is this model's.
 * **Buffer IDs are never recycled**: ``CU_POINTER_ATTRIBUTE_BUFFER_ID`` is unique within the process, so a cache
   that keeps the ID of what it registered can tell a recycled address from the allocation it registered (UCX PR
   #5910, libfabric issue #8081).
@@ -13,8 +14,8 @@ addresses they get, their buffer IDs and the memory hooks a library installs on 
   allocation (``nvidia_p2p_get_pages``' ``free_callback``, "invoked when the pages underlying the virtual address
   range are freed implicitly", kernel-open/nvidia/nv-p2p.h), which tears the MR down; then the VRAM goes back,
   unless an exported dma-buf still holds it (``nv_dma_buf_release`` drops the duplicated handles,
-  kernel-open/nvidia/nv-dmabuf.c; :meth:`models.dmabuf.gpu_export.Gpu.free`). What VRAM does after freeing
-  exported memory on an H200 is not measured here either.
+  kernel-open/nvidia/nv-dmabuf.c; :meth:`models.dmabuf.gpu_export.Gpu.free`): on the H200 free VRAM did not
+  change at the cudaFree (nor at cuMemUnmap + cuMemRelease of a VMM allocation) and came back when the fd closed.
 """
 
 from __future__ import annotations

@@ -188,7 +188,12 @@ class GpuSpec(Strict):
     (NV_FLAG_PCI_P2P_UNSUPPORTED_CHIPSET) and from 580 nv_dma_buf_attach refuses (ENOTSUPP) a NIC that shares no
     PCIe switch with the GPU (a node topology other than 'switch'), unless the platform is coherent."""
 
-    @field_validator("coherent", "chipset_p2p")
+    topology_check_override: Literal["default", "allow", "deny"] = "default"
+    """NVIDIA only: NVreg_GrdmaPciTopoCheckOverride, which decides which peers may attach to an export of the PCIe
+    mapping type (buffers' export_mapping: pcie) on a coherent platform: default (a peer in the GPU's IOMMU group,
+    which the model takes as one under the GPU's PCIe switch), allow (any peer) or deny (none)."""
+
+    @field_validator("coherent", "chipset_p2p", "topology_check_override")
     @classmethod
     def _nvidia_only(cls, value, info):
         exporter = info.data.get("exporter") or GPU_VENDOR.get(info.data.get("preset"))
@@ -290,6 +295,10 @@ class BufferSpec(Strict):
     and access) instead of an MR of its own: faults create 1 GiB child MRs as mlx5 does."""
     advise: AdviseSpec | None = None
     """Prefetch the buffer's pages into the NIC with ibv_advise_mr after registering it (register: odp)."""
+    export_mapping: Literal["default", "pcie"] = "default"
+    """register: dmabuf or dmabuf-pinned of NVIDIA GPU memory: the mapping type the export asks for. pcie passes
+    CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE (CUDA 12.8+, as perftest's --use_cuda_pcie_mapping and NCCL's
+    data-direct path do): BAR1 mappings on a coherent platform, refused (CUDA_ERROR_NOT_SUPPORTED) on others."""
 
     @field_validator("implicit")
     @classmethod
@@ -299,6 +308,15 @@ class BufferSpec(Strict):
             raise ValueError(f"an implicit MR is an ODP MR (ibv_reg_mr with IBV_ACCESS_ON_DEMAND); this buffer is "
                              f"registered '{mode}': use register: odp or drop 'implicit'")
         return implicit
+
+    @field_validator("export_mapping")
+    @classmethod
+    def _export_mapping_dmabuf(cls, mapping, info):
+        mode = info.data.get("registration")
+        if mapping != "default" and mode is not None and not str(mode).startswith("dmabuf"):
+            raise ValueError(f"the mapping type is a flag of the dma-buf export; this buffer is registered '{mode}': "
+                             "use register: dmabuf or dmabuf-pinned, or drop 'export_mapping'")
+        return mapping
 
     @field_validator("advise")
     @classmethod

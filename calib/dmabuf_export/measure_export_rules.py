@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Measure the dma-buf export rules of one NVIDIA GPU by allocation type and mapping type, and what freeing
+exported memory does to VRAM and to the next allocation's address.
+
+Standalone: libcuda through ctypes only; no rdmasim import. Usage::
+
+    python3 calib/dmabuf_export/measure_export_rules.py --out export_rules.json
+
+What is recorded (every CUresult as its number and name):
+
+* ``exports``: ``cuMemGetHandleForAddressRange(DMA_BUF_FD, flags)`` for flags 0, 1
+  (``CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE``), 2 and 0x80000000 on: a ``cuMemAlloc`` allocation; VMM
+  allocations (``cuMemCreate`` + reserve + map + set access) with ``gpuDirectRDMACapable`` 0 and 1 and
+  ``requestedHandleTypes`` none and POSIX fd; a VMM range mapped but without access set; a VA range covering two
+  VMM allocations mapped back to back; a reserved range with nothing mapped; ``cuMemAllocManaged`` and
+  ``cuMemHostAlloc`` memory. Each successful export's wall time and ``/proc`` fdinfo size are kept.
+* ``free_after_export``: free VRAM (``cuMemGetInfo``) around ``cuMemFree`` of an exported 1 GiB ``cuMemAlloc``
+  allocation while its fd is open, after the fd is closed, and the address the next 1 GiB allocation gets in
+  each state; the same for a VMM allocation released (``cuMemUnmap`` + ``cuMemRelease``) while exported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import platform
+import subprocess
+import time
+
+MIB, GIB = 1 << 20, 1 << 30
+DMA_BUF_FD = 1
+FLAG_PCIE = 1
+FLAGS = (0, FLAG_PCIE, 2, 0x80000000)
+CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 1, 1, 3
+CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
+CU_MEM_ATTACH_GLOBAL = 1
+
+
+class MemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class AllocFlags(ctypes.Structure):
+    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
+                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
+
+
+class AllocationProp(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", MemLocation),
+                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", AllocFlags)]
+
+
+class AccessDesc(ctypes.Structure):
+    _fields_ = [("location", MemLocation), ("flags", ctypes.c_int)]
+
+
+class Cuda:
+    """The driver-API calls used, through ctypes; ``call`` returns the CUresult, ``ok`` raises on failure."""
+
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.ok("cuInit", 0)
+        dev, self.ctx = ctypes.c_int(), ctypes.c_void_p()
+        self.ok("cuDeviceGet", ctypes.byref(dev), 0)
+        self.dev = dev.value
+        self.ok("cuDevicePrimaryCtxRetain", ctypes.byref(self.ctx), self.dev)
+        self.ok("cuCtxSetCurrent", self.ctx)
+
+    def call(self, name: str, *args) -> int:
+        return int(getattr(self.lib, name)(*args))
+
+    def ok(self, name: str, *args) -> None:
+        rc = self.call(name, *args)
+        if rc:
+            raise RuntimeError(f"{name}: {self.error_name(rc)}")
+
+    def error_name(self, rc: int) -> str:
+        text = ctypes.c_char_p()
+        self.lib.cuGetErrorName(rc, ctypes.byref(text))
+        return text.value.decode() if text.value else str(rc)
+
+    def result(self, rc: int) -> dict:
+        return {"code": rc, "name": self.error_name(rc) if rc else "CUDA_SUCCESS"}
+
+    def mem_free(self) -> int:
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self.ok("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        return free.value
+
+    def mem_alloc(self, size: int) -> int:
+        ptr = ctypes.c_ulonglong()
+        self.ok("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(size))
+        return ptr.value
+
+    def prop(self, rdma: int, handle_types: int) -> AllocationProp:
+        return AllocationProp(type=CU_MEM_ALLOCATION_TYPE_PINNED, requestedHandleTypes=handle_types,
+                              location=MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, self.dev),
+                              allocFlags=AllocFlags(gpuDirectRDMACapable=rdma))
+
+    def granularity(self, prop: AllocationProp) -> int:
+        gran = ctypes.c_size_t()
+        self.ok("cuMemGetAllocationGranularity", ctypes.byref(gran), ctypes.byref(prop), 0)
+        return gran.value
+
+    def vmm_create(self, size: int, rdma: int, handle_types: int = 0) -> tuple[int, int]:
+        handle = ctypes.c_ulonglong()
+        prop = self.prop(rdma, handle_types)
+        rc = self.call("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(prop),
+                       ctypes.c_ulonglong(0))
+        return rc, handle.value
+
+    def reserve(self, size: int) -> int:
+        ptr = ctypes.c_ulonglong()
+        self.ok("cuMemAddressReserve", ctypes.byref(ptr), ctypes.c_size_t(size), ctypes.c_size_t(0),
+                ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
+        return ptr.value
+
+    def map(self, ptr: int, size: int, handle: int, access: bool = True) -> None:
+        self.ok("cuMemMap", ctypes.c_ulonglong(ptr), ctypes.c_size_t(size), ctypes.c_size_t(0),
+                ctypes.c_ulonglong(handle), ctypes.c_ulonglong(0))
+        if access:
+            desc = AccessDesc(location=MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, self.dev),
+                              flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+            self.ok("cuMemSetAccess", ctypes.c_ulonglong(ptr), ctypes.c_size_t(size), ctypes.byref(desc),
+                    ctypes.c_size_t(1))
+
+    def export(self, ptr: int, size: int, flags: int) -> dict:
+        fd = ctypes.c_int(-1)
+        started = time.perf_counter()
+        rc = self.call("cuMemGetHandleForAddressRange", ctypes.byref(fd), ctypes.c_ulonglong(ptr),
+                       ctypes.c_size_t(size), DMA_BUF_FD, ctypes.c_ulonglong(flags))
+        out = {"flags": flags, "result": self.result(rc)}
+        if rc == 0:
+            out["s"] = time.perf_counter() - started
+            out["fdinfo_size"] = _fdinfo_size(fd.value)
+            out["fd"] = fd.value
+        return out
+
+
+def _fdinfo_size(fd: int) -> int | None:
+    try:
+        with open(f"/proc/self/fdinfo/{fd}") as info:
+            for line in info:
+                if line.startswith("size:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def _close(entry: dict) -> dict:
+    fd = entry.pop("fd", None)
+    if fd is not None:
+        os.close(fd)
+    return entry
+
+
+def export_all(cuda: Cuda, case: str, ptr: int, size: int) -> list[dict]:
+    return [{"case": case, "bytes": size, **_close(cuda.export(ptr, size, flags))} for flags in FLAGS]
+
+
+def exports(cuda: Cuda) -> list[dict]:
+    rows = []
+    size = 64 * MIB
+    ptr = cuda.mem_alloc(size)
+    rows += export_all(cuda, "cuMemAlloc", ptr, size)
+    cuda.ok("cuMemFree_v2", ctypes.c_ulonglong(ptr))
+    for rdma in (0, 1):
+        for handle_types, label in ((0, "no handle types"), (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, "posix fd")):
+            case = f"cuMemCreate gpuDirectRDMACapable={rdma}, {label}"
+            gran = cuda.granularity(cuda.prop(rdma, handle_types))
+            vsize = -(-size // gran) * gran
+            rc, handle = cuda.vmm_create(vsize, rdma, handle_types)
+            if rc:
+                rows.append({"case": case, "bytes": vsize, "cuMemCreate": cuda.result(rc)})
+                continue
+            va = cuda.reserve(vsize)
+            cuda.map(va, vsize, handle)
+            rows += export_all(cuda, case, va, vsize)
+            cuda.ok("cuMemUnmap", ctypes.c_ulonglong(va), ctypes.c_size_t(vsize))
+            cuda.ok("cuMemRelease", ctypes.c_ulonglong(handle))
+            cuda.ok("cuMemAddressFree", ctypes.c_ulonglong(va), ctypes.c_size_t(vsize))
+    rc, handle = cuda.vmm_create(size, 1)
+    va = cuda.reserve(size)
+    cuda.map(va, size, handle, access=False)
+    rows += export_all(cuda, "cuMemCreate mapped, no cuMemSetAccess", va, size)
+    cuda.ok("cuMemUnmap", ctypes.c_ulonglong(va), ctypes.c_size_t(size))
+    cuda.ok("cuMemRelease", ctypes.c_ulonglong(handle))
+    cuda.ok("cuMemAddressFree", ctypes.c_ulonglong(va), ctypes.c_size_t(size))
+    half = 32 * MIB
+    va = cuda.reserve(size)
+    handles = []
+    for i in range(2):
+        _, h = cuda.vmm_create(half, 1)
+        cuda.map(va + i * half, half, h)
+        handles.append(h)
+    rows += export_all(cuda, "one VA range over two cuMemCreate allocations", va, size)
+    rows += export_all(cuda, "first of two cuMemCreate allocations", va, half)
+    for i, h in enumerate(handles):
+        cuda.ok("cuMemUnmap", ctypes.c_ulonglong(va + i * half), ctypes.c_size_t(half))
+        cuda.ok("cuMemRelease", ctypes.c_ulonglong(h))
+    rows += export_all(cuda, "reserved VA range, nothing mapped", va, size)
+    cuda.ok("cuMemAddressFree", ctypes.c_ulonglong(va), ctypes.c_size_t(size))
+    managed = ctypes.c_ulonglong()
+    cuda.ok("cuMemAllocManaged", ctypes.byref(managed), ctypes.c_size_t(size), CU_MEM_ATTACH_GLOBAL)
+    rows += export_all(cuda, "cuMemAllocManaged", managed.value, size)
+    cuda.ok("cuMemFree_v2", managed)
+    host = ctypes.c_void_p()
+    cuda.ok("cuMemHostAlloc", ctypes.byref(host), ctypes.c_size_t(size), 0)
+    rows += export_all(cuda, "cuMemHostAlloc", host.value, size)
+    cuda.ok("cuMemFreeHost", host)
+    return rows
+
+
+def free_after_export(cuda: Cuda) -> dict:
+    size = GIB
+    out: dict = {"bytes": size}
+    base_free = cuda.mem_free()
+    ptr = cuda.mem_alloc(size)
+    exp = cuda.export(ptr, size, 0)
+    out["cuMemAlloc"] = {"ptr": ptr, "export": {k: v for k, v in exp.items() if k != "fd"},
+                         "free_bytes_before": base_free, "free_bytes_allocated": cuda.mem_free()}
+    cuda.ok("cuMemFree_v2", ctypes.c_ulonglong(ptr))
+    out["cuMemAlloc"]["free_bytes_after_free_fd_open"] = cuda.mem_free()
+    again = cuda.export(ptr, size, 0)
+    out["cuMemAlloc"]["export_freed_range"] = _close(again)
+    nxt = cuda.mem_alloc(size)
+    out["cuMemAlloc"]["next_alloc_fd_open"] = {"ptr": nxt, "same_address": nxt == ptr,
+                                               "free_bytes": cuda.mem_free()}
+    cuda.ok("cuMemFree_v2", ctypes.c_ulonglong(nxt))
+    os.close(exp["fd"])
+    time.sleep(0.05)
+    out["cuMemAlloc"]["free_bytes_after_close"] = cuda.mem_free()
+    nxt = cuda.mem_alloc(size)
+    out["cuMemAlloc"]["next_alloc_fd_closed"] = {"ptr": nxt, "same_address": nxt == ptr}
+    cuda.ok("cuMemFree_v2", ctypes.c_ulonglong(nxt))
+
+    rc, handle = cuda.vmm_create(size, 1)
+    va = cuda.reserve(size)
+    cuda.map(va, size, handle)
+    before = cuda.mem_free()
+    exp = cuda.export(va, size, 0)
+    cuda.ok("cuMemUnmap", ctypes.c_ulonglong(va), ctypes.c_size_t(size))
+    cuda.ok("cuMemRelease", ctypes.c_ulonglong(handle))
+    vmm = {"export": {k: v for k, v in exp.items() if k != "fd"}, "free_bytes_mapped": before,
+           "free_bytes_after_release_fd_open": cuda.mem_free()}
+    os.close(exp["fd"])
+    time.sleep(0.05)
+    vmm["free_bytes_after_close"] = cuda.mem_free()
+    cuda.ok("cuMemAddressFree", ctypes.c_ulonglong(va), ctypes.c_size_t(size))
+    out["vmm"] = vmm
+    return out
+
+
+def environment(cuda: Cuda) -> dict:
+    def run(cmd):
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
+        except Exception as exc:  # noqa: BLE001 - record what failed
+            return repr(exc)
+    version = ctypes.c_int()
+    cuda.ok("cuDriverGetVersion", ctypes.byref(version))
+    name = ctypes.create_string_buffer(256)
+    cuda.ok("cuDeviceGetName", name, 256, cuda.dev)
+    return {"gpu": name.value.decode(), "cuda_driver": version.value, "uname": platform.uname()._asdict(),
+            "nvidia_smi": run(["nvidia-smi", "--query-gpu=driver_version,memory.total,memory.free",
+                               "--format=csv"]),
+            "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args()
+    cuda = Cuda()
+    result = {"env": environment(cuda), "exports": exports(cuda), "free_after_export": free_after_export(cuda)}
+    with open(args.out, "w") as out:
+        json.dump(result, out, indent=1)
+    print(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
