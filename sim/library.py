@@ -9,11 +9,12 @@ from models.libs.cuda_process import CudaProcess
 from models.libs.fallback import Stack
 from models.libs.rcache import RcacheParams
 from models.libs import studies
+from models.verbs.dm import dm_export_study
 from sim.build import Testbed
 from sim.core.units import ps_to_us
 from models.pcie.server import RailLayout
-from sim.scenario.schema import (FallbackChains, LibraryStack, MultiNicServer, RcacheChurn, RegistrationOrder,
-                                 Scenario)
+from sim.scenario.schema import (DmExport, FallbackChains, LibraryStack, MultiNicServer, RcacheChurn,
+                                 RegistrationOrder, Scenario)
 
 
 def run_library(bed: Testbed, scenario: Scenario) -> list[dict]:
@@ -72,7 +73,16 @@ def _multi_nic(bed: Testbed, study: MultiNicServer, processes) -> tuple[list[dic
     return rows, totals | {"matrix": matrix}, []
 
 
-_RUN = {RcacheChurn: _churn, FallbackChains: _fallback, RegistrationOrder: _order, MultiNicServer: _multi_nic}
+def _dm_export(bed: Testbed, study: DmExport, processes) -> tuple[list[dict], dict, list[str]]:
+    node = bed.nodes[study.on.split(".")[0]]
+    rows, totals = dm_export_study(bed.contexts[node.name], study.on, study.length, broken=study.broken_importer)
+    broken = [f"{r['call']}: {r['outcome']}" for r in rows if r["outcome"].startswith("unbounded")
+              or r["outcome"].endswith("(stale)")]
+    return rows, totals, node.kernel.warnings + broken
+
+
+_RUN = {RcacheChurn: _churn, FallbackChains: _fallback, RegistrationOrder: _order, MultiNicServer: _multi_nic,
+        DmExport: _dm_export}
 
 
 def format_library(records_by_variant: dict[str, list[dict]]) -> str:
@@ -85,6 +95,8 @@ def format_library(records_by_variant: dict[str, list[dict]]) -> str:
             if record["kind"] == "fallback-chain":
                 lines += [f"  {r['stack']:<24} {r['policy']:<15} {r['method'] or 'error ' + r['error']:<13} "
                           f"{r['attempts']}" for r in record["rows"]]
+            elif record["kind"] == "dm-export":
+                lines += [f"  {r['call']:<37} {r['outcome']}" for r in record["rows"]]
             elif record["kind"] == "multi-nic":
                 totals = dict(record["totals"])
                 lines += ["  " + line for line in totals.pop("matrix").splitlines()]

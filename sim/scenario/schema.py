@@ -730,7 +730,24 @@ class MultiNicServer(Strict):
         return [g.size for g in self.buffers for _ in range(g.count)]
 
 
-LibraryStudy = Annotated[RcacheChurn | FallbackChains | RegistrationOrder | MultiNicServer,
+class DmExport(Strict):
+    """NIC device memory exported as a dma-buf and imported by a GPU, after the workloads (how GPU-initiated
+    networking lets GPU threads reach a NIC's memory): ibv_alloc_dm on the node's NIC, ibv_dm_export_dmabuf_fd,
+    the importers the export refuses (a static one, a pinned one), the GPU's revocable import and first access,
+    then ibv_free_dm revoking the buffer under the GPU and the GPU's next access."""
+
+    kind: Literal["dm-export"]
+    name: Name | None = None
+    on: GpuPlace
+    """The importing GPU ('<node>.<gpu>'); its node's NIC allocates the device memory."""
+    length: PositiveSize = Field("64KiB", validate_default=True)
+    """Bytes of device memory (ConnectX-7: at most 128 KiB of MEMIC)."""
+    broken_importer: bool = False
+    """The GPU keeps its mapping when told to let go: the revocation waits past its bound and the simulator names
+    the importer that broke the bounded-time promise."""
+
+
+LibraryStudy = Annotated[RcacheChurn | FallbackChains | RegistrationOrder | MultiNicServer | DmExport,
                          Field(discriminator="kind")]
 
 
