@@ -4,7 +4,8 @@ Every example starts from the scenario the project is about (a movable VRAM buff
 attached, mapped importer; in a quarter of them a VFIO-exported BAR instead), on kernel 6.14 (maps at attach), 6.18
 or 7.1 (optional invalidate_mappings, CONFIG_DMABUF_MOVE_NOTIFY always built), with the option on or off where it is
 one, then makes random calls with and without the reservation lock held (``dma_buf_attach_revocable`` among them, a
-call that exists from 7.1, and VFIO exports that refuse importers and are revoked). Each call must succeed exactly
+call that exists from 7.1, VFIO exports that refuse importers and are revoked, and NVIDIA exports of the PCIe
+mapping type that admit only the peer in the GPU's IOMMU group). Each call must succeed exactly
 when the reference model says so, or raise the typed error (and errno) the model predicts; a detach that leaks
 mappings or pins completes and then raises InvariantViolation. After every step: refcounts and release counts, lock
 holders, attachment and mapping lists, the fd table, exporter pin counts (TTM's: an unpin of an unpinned buffer
@@ -28,6 +29,7 @@ from models.dmabuf import (DmaBufAttachOps, DmaBufCore, DmaBufOps, FdTable, Kern
                            dma_buf_map_attachment, dma_buf_map_attachment_unlocked, dma_buf_move_notify,
                            dma_buf_pin, dma_buf_put, dma_buf_unmap_attachment, dma_buf_unmap_attachment_unlocked,
                            dma_buf_unpin)
+from models.dmabuf.exporters import MappingType
 from models.dmabuf.revoke import VfioExporter, dma_buf_attach_revocable
 from sim.core import DeadlockError, Environment, InvariantViolation, ProtocolError, SimError, VerbsError
 
@@ -97,6 +99,9 @@ class RefBuf:
     pin_op: bool
     """The exporter has a pin op (the core then treats it as dynamic)."""
     vfio: bool = False
+    pcie: bool = False
+    """An NVIDIA export of the PCIe mapping type on a coherent platform: only DEVS[0] shares the GPU's IOMMU
+    group."""
     revoked: bool = False
     refcount: int = 1
     released: bool = False
@@ -205,7 +210,8 @@ class DmaBufMachine(RuleBasedStateMachine):
                         self._unpin(buf)
 
     # ---------------------------------------------------------------------------------------- buffers / fds
-    @rule(kind=st.sampled_from(["movable", "static", "vfio", "invalid"]), placement=st.sampled_from(Placement),
+    @rule(kind=st.sampled_from(["movable", "static", "static-pcie", "vfio", "invalid"]),
+          placement=st.sampled_from(Placement),
           missing=st.sampled_from(["map_dma_buf", "unmap_dma_buf", "release", "pin", "unpin", "priv"]),
           with_fd=st.booleans(), hold=RARELY)
     def export(self, kind, placement, missing, with_fd, hold):
@@ -225,6 +231,11 @@ class DmaBufMachine(RuleBasedStateMachine):
         if kind == "vfio":
             buf = RefBuf(VfioExporter(self.core, 1 << 20, name=name), False,
                          pin_op=not self.behaviour.has_attach_revocable, vfio=True)
+        elif kind == "static-pcie":
+            buf = RefBuf(StaticExporter(self.core, 1 << 20, name=name, placement=placement, coherent=True,
+                                        mapping_type=MappingType.FORCE_PCIE,
+                                        direct_pci_topology=lambda dev: dev == DEVS[0]), False, pin_op=False,
+                         pcie=True)
         else:
             cls = MovableExporter if kind == "movable" else StaticExporter
             buf = RefBuf(cls(self.core, 1 << 20, name=name, placement=placement), kind == "movable",
@@ -300,8 +311,9 @@ class DmaBufMachine(RuleBasedStateMachine):
                DmaBufAttachOps(None if kind == "no-move-notify" else att.move_notify, kind == "dynamic"))
         bad_ops = kind == "no-move-notify" and not self.behaviour.invalidate_optional
         with self.holding(buf, dev, hold):
-            refused = (not buf.movable and not buf.vfio and buf.real.placement is Placement.VRAM
-                       and kind in ("dynamic-no-p2p", "no-move-notify"))
+            refused = (buf.pcie and dev != DEVS[0]) or (
+                not buf.movable and not buf.vfio and not buf.pcie and buf.real.placement is Placement.VRAM
+                and kind in ("dynamic-no-p2p", "no-move-notify"))
             vfio = ("EOPNOTSUPP" if kind != "dynamic" else "ENODEV" if buf.revoked else None) if buf.vfio else None
             expected = (errno("EINVAL") if bad_ops else PROTO if buf.released else errno(vfio) if vfio
                         else errno("ENOTSUPP") if refused
