@@ -5,7 +5,7 @@ attached, mapped importer; in a quarter of them a VFIO-exported BAR instead), on
 or 7.1 (optional invalidate_mappings, CONFIG_DMABUF_MOVE_NOTIFY always built), with the option on or off where it is
 one, then makes random calls with and without the reservation lock held (``dma_buf_attach_revocable`` among them, a
 call that exists from 7.1, VFIO exports that refuse importers and are revoked, and NVIDIA exports of the PCIe
-mapping type that admit only the peer in the GPU's IOMMU group). Each call must succeed exactly
+mapping type that admit only the peer in the GPU's IOMMU group; a fault injector fails a map after an invalidation). Each call must succeed exactly
 when the reference model says so, or raise the typed error (and errno) the model predicts; a detach that leaks
 mappings or pins completes and then raises InvariantViolation. After every step: refcounts and release counts, lock
 holders, attachment and mapping lists, the fd table, exporter pin counts (TTM's: an unpin of an unpinned buffer
@@ -30,6 +30,7 @@ from models.dmabuf import (DmaBufAttachOps, DmaBufCore, DmaBufOps, FdTable, Kern
                            dma_buf_pin, dma_buf_put, dma_buf_unmap_attachment, dma_buf_unmap_attachment_unlocked,
                            dma_buf_unpin)
 from models.dmabuf.exporters import MappingType
+from models.dmabuf.faults import FaultInjector
 from models.dmabuf.revoke import VfioExporter, dma_buf_attach_revocable
 from sim.core import DeadlockError, Environment, InvariantViolation, ProtocolError, SimError, VerbsError
 
@@ -103,6 +104,10 @@ class RefBuf:
     """An NVIDIA export of the PCIe mapping type on a coherent platform: only DEVS[0] shares the GPU's IOMMU
     group."""
     revoked: bool = False
+    invalidations: int = 0
+    injector: FaultInjector | None = None
+    fail: tuple[int, str] | None = None
+    """An armed ``fail_map_after_invalidate``: the invalidation count when it was armed and its errno."""
     refcount: int = 1
     released: bool = False
     holder: str | None = None
@@ -197,6 +202,7 @@ class DmaBufMachine(RuleBasedStateMachine):
         return not (att.buf.released or att.detached)
 
     def _notify_all(self, buf: RefBuf) -> None:
+        buf.invalidations += 1
         for att in buf.live_atts():
             if not att.dynamic or not att.has_op:
                 continue
@@ -369,6 +375,11 @@ class DmaBufMachine(RuleBasedStateMachine):
             if expected is None and buf.vfio:              # pin on map reaches VFIO's pin op; a revoked BAR
                 pins = buf.pin_op and (not att.dynamic or not self.config.move_notify_enabled)
                 expected = errno("EOPNOTSUPP") if pins else errno("ENODEV") if buf.revoked else None
+            injected = (buf.fail is not None and buf.invalidations > buf.fail[0]
+                        and expected in (None, errno("ENODEV")))  # the call reaches the (wrapped) map op
+            if injected:
+                expected = errno(buf.fail[1])
+                buf.fail = None
             call = dma_buf_map_attachment_unlocked if unlocked else dma_buf_map_attachment
             ok, sgt = self.run(expected, lambda: call(att.real))
         if not ok:
@@ -431,6 +442,23 @@ class DmaBufMachine(RuleBasedStateMachine):
             assert revocable is (att.dynamic and att.has_op)
 
     # ---------------------------------------------------------------------------------------- exporter
+    @precondition(lambda self: not self.behaviour.maps_at_attach)
+    @rule(i=PICK, name=st.sampled_from(["ENOMEM", "EIO"]), invalidate=st.booleans())
+    def inject_map_failure(self, i, name, invalidate):
+        """``FaultInjector.fail_map_after_invalidate``: after the buffer's next invalidation, its next map through
+        the exporter fails with ``name``; an injector for a released buffer is refused. ``invalidate``: the
+        exporter invalidates right after (a bare move_notify under its lock)."""
+        buf = self.bufs[i % len(self.bufs)]
+        if buf.injector is None:
+            ok, buf.injector = self.run(PROTO if buf.released else None, lambda: FaultInjector(buf.real))
+            if not ok:
+                return
+        if buf.fail is None:  # one armed failure at a time (the injector queues them in order)
+            buf.injector.fail_map_after_invalidate(name)
+            buf.fail = (buf.invalidations, name)
+        if invalidate:
+            self.move(i, Placement.VRAM, notify_only=True, hold=False)
+
     @precondition(lambda self: any(b.vfio for b in self.bufs))
     @rule(i=PICK, hold=RARELY)
     def revoke(self, i, hold):
