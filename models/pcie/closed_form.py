@@ -255,8 +255,8 @@ def read_latency_ps(p: LinkParams, nbytes: int) -> float:
     engine (ps): the first request's wire time, the round trip, every completion's wire time and the size term.
 
     Later requests go out while the first one's round trip runs, so they cost nothing here as long as a request
-    is shorter than the round trip (always, for real links); enough tags are assumed (one read holds at most
-    ``read_tags`` requests).
+    is shorter than the round trip (always, for real links). A read whose requests outnumber its tags by far
+    waits for tags instead (:func:`read_tag_hold_ps`); this is the latency of one that does not.
     """
     first = min(nbytes, p.mrrs)
     wire = read_request_wire_bytes(p, first) + read_completion_wire_bytes(p, nbytes)

@@ -286,7 +286,7 @@ def dma_read_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[St
     if tags is None:
         return [*requests, Stage(None, 0, 0, 0, round_trip, False), *completions]
     pool, last_hop_ps = tags  # a tag-limited read's completions stream no faster into the device
-    completions[-1] = (completions[-1][0], max(completions[-1][1], last_hop_ps), *completions[-1][2:])
+    completions[-1] = completions[-1]._replace(service_ps=max(completions[-1].service_ps, last_hop_ps))
     return [pool, *requests, Stage(None, 0, 0, 0, round_trip, False), *completions]
 
 
