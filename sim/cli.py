@@ -382,8 +382,9 @@ def report(results: Annotated[Path, typer.Argument(help="Results directory of `r
 @app.command("calibrate")
 def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also draw the PCIe efficiency figures "
                                                                         "(MPS sawtooth, reads vs. writes, per "
-                                                                        "generation) and one figure per measured "
+                                                                        "generation), one figure per measured "
                                                                         "H200 curve (allocation, pinning, prefetch) "
+                                                                        "and pcie-bench's DMA engine "
                                                                         "into this directory (new, empty or of "
                                                                         "figures rdmasim drew).")] = None,
                   force: Annotated[bool, typer.Option("--force", help="Replace figures of the same names drawn "

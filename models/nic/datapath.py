@@ -42,7 +42,7 @@ from models.nic.remote_access import remote_status
 from models.nic.translation import Fault, mr_bytes, write_payload
 from models.nic.wqe import (ATOMIC_BYTES, RNR_RETRY_INFINITE, SEND_FENCE, SEND_SIGNALED, Access, Opcode, QpState,
                             SendWR, Sge, WcOpcode, WcStatus, WorkCompletion)
-from models.pcie.link import PcieLink, PcieParams, read_tags
+from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
 from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
 from sim.core import PS_PER_S, Environment
@@ -55,7 +55,7 @@ _LOCAL_WRITE = int(Access.LOCAL_WRITE)
 
 def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
     """Device reads ``nbytes`` of host memory: read tags, MRd requests up, the round trip, CplD completions
-    down."""
+    down, then the engine's size term (:meth:`~models.pcie.link.PcieParams.read_size_ps`)."""
     p = link.params
     request = p.read_request_ps(min(nbytes, p.mrrs))
     completion = p.read_return_ps(min(nbytes, p.mps))
@@ -64,19 +64,26 @@ def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
         *([tags[0]] if tags else []),
         Stage(link.up, p.read_request_ps(nbytes), request, request, 0, False),
         delay(p.read_latency_ps),
-        Stage(link.down, tags[1] if tags else p.read_return_ps(nbytes), completion, completion, 0, True),
+        Stage(link.down, tags[1] if tags else p.read_return_ps(nbytes), completion, completion, p.read_size_ps(nbytes),
+              True),
     ]
 
 
-def stream_Bps(stages_of: Callable[[], list[Stage]], nbytes: int, messages: int = 300) -> float:
-    """Steady-state rate of back-to-back messages of ``nbytes`` through the stages ``stages_of()`` gives (all
-    ``messages`` queued at once, each an operation walking them), over the second half of them (bytes/s)."""
+def end_times(stages_of: Callable[[], list[Stage]], messages: int) -> list[int]:
+    """When each of ``messages`` messages queued at time 0 leaves the stages ``stages_of()`` gives (each an
+    operation walking them), earliest first (ps); one message: its latency alone."""
     env, done = Environment(), []
     for k in range(messages):
         program = compile_steps((*stage_steps(stages_of()), Rebase(True), Wake()))
         env.step_runner.start(Operation(program, k, EndTimes(done)))
     env.run()
-    done.sort()
+    return sorted(done)
+
+
+def stream_Bps(stages_of: Callable[[], list[Stage]], nbytes: int, messages: int = 300) -> float:
+    """Steady-state rate of back-to-back messages of ``nbytes`` through the stages ``stages_of()`` gives (all
+    ``messages`` queued at once), over the second half of them (bytes/s)."""
+    done = end_times(stages_of, messages)
     half = messages // 2
     return (messages - 1 - half) * nbytes * PS_PER_S / (done[-1] - done[half])
 
@@ -98,10 +105,10 @@ def dma_read_stream_Bps(params: PcieParams, nbytes: int, reads: int = 300) -> fl
 
 
 def dma_write(link: PcieLink, nbytes: int) -> list[Stage]:
-    """Device writes ``nbytes`` to host memory with posted MWr TLPs."""
+    """Device writes ``nbytes`` to host memory with posted MWr TLPs, spaced by its engine's issue limit."""
     p = link.params
     tlp = p.write_ps(min(nbytes, p.mps))
-    return [Stage(link.up, p.write_ps(nbytes), tlp, tlp, p.write_latency_ps, False)]
+    return [*write_issue(link), Stage(link.up, p.write_ps(nbytes), tlp, tlp, p.write_latency_ps, False)]
 
 
 def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0,

@@ -19,15 +19,21 @@ Sizes are bytes, rates bytes/s per direction, times ps. Sources: ``reference/num
   bytes that end on RCB-aligned addresses, or one CplD per RCB-aligned block when ``rcb_chunks``. Aligned
   transfers with MRRS >= MPS give pcie-model's counts ceil(n/MPS), ceil(n/MRRS), ceil(n/MPS or n/RCB);
   MRRS < MPS (one completion per request) and unaligned starts (extra TLPs) generalise them.
-* **Write**: B = T x n / W, W = wire bytes of the MWr TLPs.
+* **Write**: B = T x n / W, W = wire bytes of the MWr TLPs, and no more than one write per
+  ``dma_write_issue_ps`` (the device's DMA engine, not the link: pcie-bench's NFP-6000 issues at most one
+  posted write per 21.1 ns, whatever its size up to 64 B, numbers.md §1.4).
 * **Read**: requests (Q wire bytes) flow device->host, completions (C) host->device, each direction at T;
   link-limited B = T x n / max(Q, C) (pcie-model's RX/TX min logic). Reads are non-posted: each MRd holds one
   of ``read_tags`` tags for its round trip (request serialisation + ``read_latency_ps`` + its completions),
   so B <= tags x n / sum of round trips. Read B = min of the two.
 * **Mixed**: the device reads n and writes n per transaction: B = T x n / max(W + Q, C) each way (pcie-model),
-  and no more than the read tags allow. Exact while a transfer is one read request; past that, a device that
+  and no more than the read tags and the write issue spacing allow. Exact while a transfer is one read request;
+  past that, a device that
   issues each transaction's writes behind its reads on one in-order queue (as :mod:`models.pcie.tlp` does)
   idles the link while the next reads wait for tags, which this bound does not see.
+* **Read latency** of a single outstanding read on an idle link: its first request's serialisation, the
+  round trip ``read_latency_ps``, all its completions' serialisation, and ``read_latency_ps_per_byte`` x n, the
+  engine's own size term beyond what the completions' link time already explains.
 """
 
 from __future__ import annotations
@@ -67,6 +73,8 @@ class LinkParams(Protocol):
     addr64: bool
     read_latency_ps: int
     read_tags: int | None
+    dma_write_issue_ps: int
+    read_latency_ps_per_byte: float
 
     @property
     def tlp_Bps(self) -> float:
@@ -170,9 +178,21 @@ def read_completion_wire_bytes(p: LinkParams, nbytes: int, addr: int = 0) -> int
     return nbytes + read_completions(p, nbytes, addr) * completion_overhead(p.ecrc)
 
 
-def write_Bps(p: LinkParams, nbytes: int, addr: int = 0) -> float:
-    """Bandwidth of back-to-back DMA writes of ``nbytes`` (bytes/s)."""
+def write_link_Bps(p: LinkParams, nbytes: int, addr: int = 0) -> float:
+    """Bandwidth of back-to-back DMA writes of ``nbytes`` limited by the link alone (bytes/s)."""
     return p.tlp_Bps * nbytes / write_wire_bytes(p, nbytes, addr)
+
+
+def write_issue_Bps(p: LinkParams, nbytes: int) -> float:
+    """Bandwidth the engine's write issue spacing allows, ``nbytes`` per ``dma_write_issue_ps`` (bytes/s;
+    infinite without a limit)."""
+    return nbytes / p.dma_write_issue_ps * 1e12 if p.dma_write_issue_ps else float("inf")
+
+
+def write_Bps(p: LinkParams, nbytes: int, addr: int = 0) -> float:
+    """Bandwidth of back-to-back DMA writes of ``nbytes``: the link or the issue spacing, whichever is lower
+    (bytes/s)."""
+    return min(write_link_Bps(p, nbytes, addr), write_issue_Bps(p, nbytes))
 
 
 def read_link_Bps(p: LinkParams, nbytes: int, addr: int = 0) -> float:
@@ -227,4 +247,17 @@ def read_write_Bps(p: LinkParams, nbytes: int, addr: int = 0) -> float:
     of the link, or the read tags (bytes/s)."""
     up = write_wire_bytes(p, nbytes, addr) + read_request_wire_bytes(p, nbytes, addr)
     link = p.tlp_Bps * nbytes / max(up, read_completion_wire_bytes(p, nbytes, addr))
-    return min(link, read_tag_Bps(p, nbytes, addr))
+    return min(link, read_tag_Bps(p, nbytes, addr), write_issue_Bps(p, nbytes))
+
+
+def read_latency_ps(p: LinkParams, nbytes: int) -> float:
+    """Latency of one aligned DMA read of ``nbytes`` alone on the link, first request out to the data in the
+    engine (ps): the first request's wire time, the round trip, every completion's wire time and the size term.
+
+    Later requests go out while the first one's round trip runs, so they cost nothing here as long as a request
+    is shorter than the round trip (always, for real links). A read whose requests outnumber its tags by far
+    waits for tags instead (:func:`read_tag_hold_ps`); this is the latency of one that does not.
+    """
+    first = min(nbytes, p.mrrs)
+    wire = read_request_wire_bytes(p, first) + read_completion_wire_bytes(p, nbytes)
+    return wire / p.tlp_Bps * 1e12 + p.read_latency_ps + p.read_latency_ps_per_byte * nbytes

@@ -9,6 +9,10 @@ round trip, so a read occupies the device's tag pool for its requests' summed ro
 also stays held while its completions queue on the link, so a read occupies the pool at least as long as its
 completions occupy the device's link: queued reads then issue their requests as tags come back, not all at
 once. The engine's transfers are aligned (unaligned starts are in the closed form and the TLP model).
+
+Two limits of the device's DMA engine lie beyond the link (both off by default, set per preset): posted writes
+issued no closer than ``dma_write_issue_ps`` apart (:func:`write_issue`), and a read whose latency grows with
+its size by more than its completions' link time (``read_latency_ps_per_byte``, :meth:`PcieParams.read_size_ps`).
 """
 
 from __future__ import annotations
@@ -57,6 +61,13 @@ class PcieParams:
     768); None: unlimited, as pcie-model assumes."""
     addr64: bool = True
     """64-bit addresses (4DW MWr/MRd headers) rather than 32-bit ones (3DW)."""
+    dma_write_issue_ps: int = 0
+    """Least spacing between the starts of two posted-write DMA requests of the device's engine, whatever their
+    size (ps; 0: the link alone limits writes). Small writes then run at most one per this time."""
+    read_latency_ps_per_byte: float = 0.0
+    """What each byte of a DMA read adds to its latency beyond the completions' link time, which the link
+    already charges (ps per byte; the device's engine taking the data in). Latency only: read bandwidth and
+    read-tag hold times are unchanged."""
 
     def __post_init__(self) -> None:
         if self.gen not in GT_PER_S or self.lanes not in (1, 2, 4, 8, 16):
@@ -67,6 +78,9 @@ class PcieParams:
             raise ValueError(f"PcieParams: rcb {self.rcb} must be 64..512 and at most mps {self.mps}")
         if self.read_tags is not None and self.read_tags < 1:
             raise ValueError(f"PcieParams: read_tags {self.read_tags} must be at least 1 (or None: unlimited)")
+        if self.dma_write_issue_ps < 0 or self.read_latency_ps_per_byte < 0:
+            raise ValueError(f"PcieParams: dma_write_issue_ps {self.dma_write_issue_ps} and read_latency_ps_per_byte "
+                             f"{self.read_latency_ps_per_byte} must not be negative")
 
     @cached_property
     def raw_Bps(self) -> float:
@@ -102,8 +116,13 @@ class PcieParams:
         """Upstream link occupancy of the MRd requests of a DMA read of ``nbytes`` (ps)."""
         return transfer_ps(self.read_request_bytes(nbytes), self.tlp_Bps)
 
+    def read_size_ps(self, nbytes: int) -> int:
+        """Latency a DMA read of ``nbytes`` adds after its last completion has arrived (ps)."""
+        return round(self.read_latency_ps_per_byte * nbytes)
+
     def write_efficiency(self, nbytes: int) -> float:
-        """Effective DMA-write bandwidth for back-to-back ``nbytes`` writes (bytes/s)."""
+        """Effective DMA-write bandwidth for back-to-back ``nbytes`` writes: the link or the engine's issue
+        spacing, whichever is lower (bytes/s)."""
         return cf.write_Bps(self, nbytes)
 
     def read_efficiency(self, nbytes: int) -> float:
@@ -115,7 +134,8 @@ class PcieParams:
 class PcieLink:
     """The two directions of one link as separate FIFO servers: ``up`` (device to host: DMA writes, read
     requests) and ``down`` (host to device: read completions, MMIO doorbells); ``tags``, the read tags of the
-    device below the link (see :func:`read_tags`)."""
+    device below the link (see :func:`read_tags`); ``writes``, its DMA engine's posted-write issue (see
+    :func:`write_issue`)."""
 
     def __init__(self, name: str, params: PcieParams) -> None:
         self.name = name
@@ -123,6 +143,19 @@ class PcieLink:
         self.up = FifoServer(f"{name}.up")
         self.down = FifoServer(f"{name}.down")
         self.tags = FifoServer(f"{name}.tags")
+        self.writes = FifoServer(f"{name}.write_issue")
+
+
+def write_issue(link: PcieLink) -> list[Stage]:
+    """The issue-spacing stage of a posted DMA write by the device below ``link``; empty when its engine has no
+    issue limit (``dma_write_issue_ps`` 0).
+
+    The stage holds the engine for ``dma_write_issue_ps`` from the write's start, so the next write starts no
+    earlier; its negative delay takes the time back off head and tail, so a write that finds the engine free is
+    not delayed (a spacing, not a latency).
+    """
+    issue = link.params.dma_write_issue_ps
+    return [Stage(link.writes, issue, issue, 0, -issue, False)] if issue else []
 
 
 def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[Stage, int] | None:

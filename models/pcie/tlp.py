@@ -12,6 +12,7 @@ the TLP in which a due point falls, sends the ACK and FC-update DLLPs (8 B each,
 and a 4 B SKIP every 1538 bytes, as :mod:`models.pcie.closed_form` charges them. A read request waits for a
 free tag (``read_tags``; request j reuses request j - tags's); its completions leave the host
 ``read_latency_ps`` after the request arrived, and the tag is free again when its last completion has arrived.
+A write's first TLP is ready ``dma_write_issue_ps`` after the previous write's (the engine's issue spacing).
 
 Steady-state bandwidth is measured over a window of whole transfers long enough (and, with tags, a whole
 number of tag rounds) that start-up and DLLP granularity disappear; this is what the closed form is checked
@@ -148,7 +149,8 @@ class _Direction:
 def simulate_stream(p: PcieParams, op: str, nbytes: int, addr: int = 0) -> StreamResult:
     """Move back-to-back transfers of ``nbytes`` (each starting at ``addr``) and measure the steady state.
 
-    Reads (also in ``read_write``) are limited by ``p.read_tags`` and ``p.read_latency_ps``.
+    Reads (also in ``read_write``) are limited by ``p.read_tags`` and ``p.read_latency_ps``, writes by
+    ``p.dma_write_issue_ps``.
 
     :raises ValueError: on an unknown ``op`` or a size below 1 byte.
     """
@@ -175,9 +177,10 @@ def _run(p: PcieParams, writes: list[Tlp], reads: list[tuple[Tlp, list[Tlp]]], t
     """Send ``transfers`` transfers (read requests first, then writes); return when each has finished."""
     up, down = _Direction(p), _Direction(p)
     latency = p.read_latency_ps * 1e-12 * p.raw_Bps  # in byte times
+    issue = p.dma_write_issue_ps * 1e-12 * p.raw_Bps
     released: list[float] = []  # when each read request's tag came free
     ends = []
-    for _ in range(transfers):
+    for k in range(transfers):
         end = 0.0
         for request, cpls in reads:
             ready = released[-tags] if tags is not None and len(released) >= tags else 0.0
@@ -186,8 +189,8 @@ def _run(p: PcieParams, writes: list[Tlp], reads: list[tuple[Tlp, list[Tlp]]], t
                 at = down.send(at, cpl.wire)
             released.append(at)
             end = at
-        for tlp in writes:
-            done = up.send(0.0, tlp.wire)
+        for j, tlp in enumerate(writes):
+            done = up.send(0.0 if j else k * issue, tlp.wire)
             end = done if done > end else end
         ends.append(end)
     return ends

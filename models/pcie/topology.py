@@ -32,7 +32,7 @@ from typing import NamedTuple
 
 import networkx as nx
 
-from models.pcie.link import PcieLink, PcieParams, read_tags
+from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
 from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_NS, PS_PER_S, SimError, transfer_ps
 
@@ -255,12 +255,14 @@ def _stages(hops: list[Hop], nbytes: int, pcie, factor: str, socket_bytes: int) 
 
 def dma_write_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[Stage]:
     """Stages (:class:`~models.pcie.stage.Stage`) of a posted DMA write of ``nbytes`` from device
-    ``src`` to ``dst``; the flight latency rides on the last stage."""
+    ``src`` to ``dst`` (after the issue spacing of ``src``'s engine, :func:`~models.pcie.link.write_issue`);
+    the flight latency rides on the last stage."""
     hops = route(graph, src, dst)
     stages = _stages(hops, nbytes, PcieParams.write_ps, "p2p_write_factor", nbytes)
-    flight = device_link(graph, src).params.write_latency_ps + sum(h.latency_ps for h in hops)
+    link = device_link(graph, src)
+    flight = link.params.write_latency_ps + sum(h.latency_ps for h in hops)
     stages[-1] = stages[-1]._replace(latency_ps=flight, eager=False)
-    return stages
+    return [*write_issue(link), *stages]
 
 
 def dma_read_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[Stage]:
@@ -279,11 +281,12 @@ def dma_read_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[St
                        link.params.read_request_bytes(nbytes))
     round_trip = link.params.read_latency_ps + 2 * sum(h.latency_ps for h in to)
     completions = _stages(back, nbytes, PcieParams.read_return_ps, "p2p_read_factor", nbytes)
+    completions[-1] = completions[-1]._replace(latency_ps=completions[-1].latency_ps + link.params.read_size_ps(nbytes))
     tags = read_tags(link, nbytes, round_trip)
     if tags is None:
         return [*requests, Stage(None, 0, 0, 0, round_trip, False), *completions]
     pool, last_hop_ps = tags  # a tag-limited read's completions stream no faster into the device
-    completions[-1] = (completions[-1][0], max(completions[-1][1], last_hop_ps), *completions[-1][2:])
+    completions[-1] = completions[-1]._replace(service_ps=max(completions[-1].service_ps, last_hop_ps))
     return [pool, *requests, Stage(None, 0, 0, 0, round_trip, False), *completions]
 
 
@@ -300,7 +303,7 @@ def dma_path(graph: nx.Graph, src: str, dst: str, nbytes: int) -> DmaPath:
     def rate(stages):
         return nbytes * PS_PER_S / max(s[1] for s in stages)
 
-    tags = device_link(graph, src).tags  # its stage's negative delay shapes a tail, it is no latency
+    link = device_link(graph, src)  # the tag and issue stages' negative delays shape a tail, they are no latency
     return DmaPath(rate(read) if read else 0.0, rate(write),
-                   sum(s[4] for s in read if s[0] is not tags) if read else None,
-                   sum(s[4] for s in write), graph.nodes[dst]["kind"] != "memory")
+                   sum(s[4] for s in read if s[0] is not link.tags) if read else None,
+                   sum(s[4] for s in write if s[0] is not link.writes), graph.nodes[dst]["kind"] != "memory")

@@ -5,6 +5,8 @@
   in (:class:`models.host.HostParams`).
 * ``calib_um_prefetch``: cudaMemPrefetchAsync to the GPU and back against size, both experiments
   (:mod:`models.gpu.um_calibration`).
+* ``calib_dma_engine``: pcie-bench's NFP-6000 writes, read latency and reads against the ``nfp6000`` preset
+  (:mod:`sim.plot.calib_dma`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from models.gpu.alloc_cost import ALLOC_PRESETS, CALLS
 from models.gpu.managed import UVM_PRESETS
 from models.gpu.um_calibration import compare, load_cases
 from models.host import HostParams
+from sim.plot.calib_dma import dma_engine_figure
 from sim.plot.figures import save
 
 DATA = Path(__file__).resolve().parents[2] / "models" / "data"
@@ -97,4 +100,4 @@ def _um_prefetch(directory: Path) -> list[Path]:
 
 def calibration_figures(directory: Path) -> list[Path]:
     """Draw every calibration figure into ``directory``; return the PNG, PDF and CSV paths of each."""
-    return _gpu_alloc(directory) + _host_pinning(directory) + _um_prefetch(directory)
+    return _gpu_alloc(directory) + _host_pinning(directory) + _um_prefetch(directory) + dma_engine_figure(directory)

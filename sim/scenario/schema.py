@@ -103,8 +103,9 @@ class HostSpec(Strict):
 class PcieSpec(Strict):
     """The NIC's PCIe link; a preset plus key-by-key overrides."""
 
-    preset: Literal["gen5x16", "gen4x16", "gen3x16", "gen3x8"] | None = None
-    """Link preset; default: the one the NIC preset ships with."""
+    preset: Literal["gen5x16", "gen4x16", "gen3x16", "gen3x8", "nfp6000"] | None = None
+    """Link preset; default: the one the NIC preset ships with. ``nfp6000``: pcie-bench's Gen3 x8 device with
+    its DMA engine's write issue spacing, read latency by size and 35 read tags."""
     gen: Annotated[int, Field(ge=1, le=6)] | None = None
     """PCIe generation 1..6."""
     lanes: Literal[1, 2, 4, 8, 16] | None = None

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+from models.presets import PCIE_PRESETS
 from sim.cli import app
 from sim.fast_plan import OutsideDomain, outside_domain, slow_for_fast
 from sim.harness import setup_run
@@ -79,6 +80,24 @@ def test_read_tags_and_several_engines_equal_event_engine(tags):
     work = [{"kind": kind, "from": "src", "to": "dst", "sizes": ["64B", "4KiB", "64KiB"], "iterations": 600,
              "tx_depth": 64} for kind in ("write_bw", "read_bw", "write_lat", "read_lat")]
     same_runs(scenario_dict(workload=work, **nodes))
+
+
+def test_small_writes_held_to_the_dma_engines_issue_rate_equal_event_engine():
+    """pcie-bench's NFP-6000 engine on both nodes: small WRITEs run at the responder's posted-write issue rate
+    (one per ``dma_write_issue_ps``), larger ones at the link's; the latency workloads' DMA reads carry the
+    per-byte term. Both engines give the same rows."""
+    nodes = two_nodes("cx5-gen3x8-100G-roce")
+    for node in nodes["nodes"]:
+        node["pcie"] = {"preset": "nfp6000"}
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["16B", "64B", "128B", "512B"],
+             "iterations": 3000, "tx_depth": 128},
+            {"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["64B", "2KiB"], "iterations": 100, "inline": 0},
+            {"kind": "read_lat", "from": "src", "to": "dst", "sizes": ["8B", "2KiB"], "iterations": 100}]
+    _, fast = same_runs(scenario_dict(seed=3, workload=work, **nodes))
+    rates = fast.summary[fast.summary.kind == "write_bw"].set_index("bytes")["msg_rate_Mpps"]
+    issue_Mpps = 1e6 / PCIE_PRESETS["nfp6000"]["dma_write_issue_ps"]
+    assert (rates[[16, 64]] <= issue_Mpps).all() and (rates[[16, 64]] > 0.95 * issue_Mpps).all()
+    assert rates[512] < 0.3 * issue_Mpps  # the link, not the engine
 
 
 @pytest.mark.parametrize("layout", ["switch", "root_complex", "cross_socket"])
