@@ -133,6 +133,9 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
     buffers = {b.name: b for b in scenario.buffers}
     nodes = {n.name: n for n in scenario.nodes}
     for work in scenario.workload:
+        if work.transport != "rc":
+            return (f"workload '{work.name or work.kind}' runs on {work.transport.upper()} QPs, whose unacknowledged "
+                    "requests and dropped messages the event engine simulates")
         if work.kind == "send_lat":
             return (f"workload '{work.name or work.kind}': send_lat's ping-pong waits on receive completions, which "
                     "the event engine delivers")

@@ -40,6 +40,8 @@ REG_MR_FIXED_PS = 35 * PS_PER_US
 split about 2:1 between the two like the calibrated pin/unpin costs."""
 DEREG_MR_FIXED_PS = 19 * PS_PER_US
 """uverbs ioctl + mkey destruction per ibv_dereg_mr (the rest of the 54.5 us above)."""
+PERFTEST_QKEY = 0x11111111
+"""perftest's ``DEF_QKEY``: the Q_Key of its UD QPs."""
 
 
 @dataclass(eq=False)
@@ -265,7 +267,7 @@ class QueuePair:
             ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTS, timeout=PERFTEST_TIMEOUT, retry_cnt=7,
                                      rnr_retry=RNR_RETRY_INFINITE, sq_psn=0, max_rd_atomic=reads), to_rts)
 
-    def ready_datagrams(self, qkey: int = 0x11111111) -> None:
+    def ready_datagrams(self, qkey: int = PERFTEST_QKEY) -> None:
         """Bring a UD QP to RTS with Q_Key ``qkey`` (perftest's ``DEF_QKEY`` by default) and the masks perftest
         passes for UD (no remote QP: each work request names its destination)."""
         to_init, to_rtr, to_rts = PERFTEST_MASKS[QpType.UD]
