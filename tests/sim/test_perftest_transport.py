@@ -3,11 +3,13 @@ lowered to the MTU as perftest lowers it, and the scenario key's located refusal
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from sim.perftest import perftest_scenario, run_perftest
 from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
+from sim.scenario.schema import Scenario
 
 
 def _row(text: str, size: int) -> list[float]:
@@ -73,3 +75,20 @@ def test_illegal_transport_combinations_are_located_errors(tmp_path, work, messa
     with pytest.raises(Exception) as err:
         load_scenario(path)
     assert f"{path}:" in str(err.value) and message in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("kind, transport", [("send_bw", "ud"), ("write_bw", "uc"), ("send_bw", "uc"),
+                                             ("send_lat", "uc")])
+def test_data_mode_delivers_the_source_bytes_after_the_grh(kind, transport):
+    scenario = Scenario.model_validate({
+        "schema": 1, "name": "data", "seed": 3, "data": True, "nodes": [{"name": "a"}, {"name": "b"}],
+        "buffers": [{"name": "src", "on": "a.host", "size": "8KiB"}, {"name": "dst", "on": "b.host", "size": "8KiB"}],
+        "workload": [{"kind": kind, "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 20,
+                      "transport": transport}]})
+    result = run_scenario(scenario, notice=lambda _: None)
+    assert result.counters["data_checked_bytes"] == 4096 and result.counters["data_mismatched_bytes"] == 0
+    assert not result.summary["errors"].any()
+    dst = result.testbed.registrations["dst"].current_bytes()
+    if transport == "ud":  # a GRH-less datagram on InfiniBand: the payload starts 40 bytes in
+        src = result.testbed.registrations["src"].current_bytes()
+        assert np.array_equal(dst[40:40 + 4096], src[:4096]) and not np.array_equal(dst[:4096], src[:4096])
