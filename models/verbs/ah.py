@@ -14,7 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from models.nic.device import PORT_NUM, rdma_is_port_valid
-from models.nic.transport import lid_of_gid, port_gid
+from models.nic.transport import QpType, lid_of_gid, port_gid
 from models.nic.wqe import SendWR
 from models.verbs.qp_state import AhAttr
 from sim.core import ProtocolError, VerbsError
@@ -117,6 +117,12 @@ class DatagramSender:
 
     def __setattr__(self, name: str, value) -> None:
         setattr(self._qp, name, value)
+
+
+def data_path_qp(qp, dest):
+    """What the data path takes as the QP of ``qp``'s work requests to ``dest``: a UD QP's
+    :func:`sender_to` ``dest``; a connected QP itself (its peer is ``dest``)."""
+    return sender_to(qp, dest) if qp.qp_type is QpType.UD else qp
 
 
 def sender_to(qp, dest) -> DatagramSender:

@@ -27,7 +27,7 @@ from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WcOpcode
 from models.node import Node
 from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, apply_attrs, check_modify_qp,
                                    rnr_timer_ps)
-from models.verbs.ah import datagram_destination, sender_to
+from models.verbs.ah import data_path_qp, datagram_destination
 from models.verbs.receive_queue import ReceiveQueue, SharedReceiveQueue, check_rq_caps, rq_geometry
 from models.verbs.send_checks import check_send_caps, check_send_wr
 from sim.core import PS_PER_US, Environment, VerbsError
@@ -593,7 +593,7 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
         qp.seq_of[id(one)] = qp.posted_count
         qp.posted_count += 1
         seq, offset = one.order if one.order is not None else (qp.pd.context.env.step_runner.number(), 0)
-        start_work_request(sender_to(qp, dest) if dest is not None else qp, one, seq, offset, listed=len(wrs) > 1)
+        start_work_request(qp if dest is None else data_path_qp(qp, dest), one, seq, offset, listed=len(wrs) > 1)
 
 
 def ibv_poll_cq(cq: CompletionQueue, num_entries: int) -> list[WorkCompletion]:
