@@ -1,5 +1,5 @@
-"""The verbs API (rdma-core names and errno semantics): context, PD, MR, CQ, RC QP, post and poll (receive queues
-and SRQs: :mod:`models.verbs.recv`).
+"""The verbs API (rdma-core names and errno semantics): context, PD, MR, CQ, QP (RC, UC, UD), post and poll
+(receive queues and SRQs: :mod:`models.verbs.recv`; address handles: :mod:`models.verbs.ah`).
 
 Registration and queue creation are immediate calls that return their simulated cost; data transfer is
 asynchronous: :func:`ibv_post_send` starts a simulated work request whose completion appears in the CQ.
@@ -148,8 +148,9 @@ class CompletionQueue:
 
 @dataclass(eq=False)
 class QueuePair:
-    """An RC ``struct ibv_qp``: its attributes move through the state machine by :func:`ibv_modify_qp`;
-    :meth:`connect` is the RESET->INIT->RTR->RTS sequence perftest runs."""
+    """A ``struct ibv_qp`` of type ``qp_type``: its attributes move through the state machine by
+    :func:`ibv_modify_qp`; :meth:`connect` (RC, UC) and :meth:`ready_datagrams` (UD) are the RESET->INIT->RTR->RTS
+    sequences perftest runs."""
 
     pd: ProtectionDomain
     send_cq: CompletionQueue
@@ -578,7 +579,11 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
     :raises VerbsError: ``EINVAL`` when the QP is in RESET, INIT or RTR; ``EOPNOTSUPP`` in SQD or SQE (not
         modelled); then the checks of :func:`~models.verbs.send_checks.check_send_wr` (``ENOMEM`` for a full send
         queue, too many SGEs or too much inline data, ``EOPNOTSUPP`` for an atomic without atomic support,
-        ``EINVAL`` for inline data on a READ or an atomic, or immediate data beyond 32 bits).
+        ``EINVAL`` for inline data on a READ or an atomic, or immediate data beyond 32 bits); on a UD QP those of
+        :func:`~models.verbs.ah.datagram_destination` (``EINVAL`` without a live AH of the device).
+        An opcode a UC or UD QP does not carry is posted, as mlx5 posts it, and completes in error
+        (:mod:`models.nic.transport`).
+    :raises ProtocolError: a UD work request's address names no UD QP.
     """
     call = "ibv_post_send"
     if qp.state in (QpState.RESET, QpState.INIT, QpState.RTR):
