@@ -66,10 +66,16 @@ class Fabric:
     def __init__(self, params: FabricParams) -> None:
         self.params = params
         self.endpoints: list[str] = []
+        self.datagram_qps: dict[tuple[int, int], object] = {}
+        """The UD QPs datagrams reach, by (LID of their port, QP number)."""
 
     def attach(self, nic_name: str) -> None:
         """Plug a NIC port into the fabric."""
         self.endpoints.append(nic_name)
+
+    def lid(self, nic_name: str) -> int:
+        """The LID of ``nic_name``'s port: 1, 2, ... in the order the ports were attached (a subnet manager's)."""
+        return self.endpoints.index(nic_name) + 1
 
     @property
     def point_to_point(self) -> bool:

@@ -41,6 +41,7 @@ import numpy as np
 
 from models.nic.datapath import RECEIVED, checked_accesses, memory_target, path
 from models.nic.wqe import Opcode
+from models.verbs.ah import data_path_qp
 from models.verbs.workloads import Endpoint, OpRecords, ping_pong, posts_inline, succeeded
 from sim.core.errors import SimError
 from sim.core.steps import Check, Claim, Fork
@@ -133,6 +134,9 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
     buffers = {b.name: b for b in scenario.buffers}
     nodes = {n.name: n for n in scenario.nodes}
     for work in scenario.workload:
+        if work.transport != "rc" and work.kind == "write_lat":
+            return (f"workload '{work.name or work.kind}': a UC WRITE lands in a side chain of its steps, which the "
+                    "ping-pong's single chain does not follow; the event engine runs it")
         if work.kind == "send_lat":
             return (f"workload '{work.name or work.kind}': send_lat's ping-pong waits on receive completions, which "
                     "the event engine delivers")
@@ -380,7 +384,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
     both sides of a move's zap is split into groups that continue one stream.
     """
     work, src, dst = end.work, end.src, end.dst
-    qp, peer = src.qp, dst.qp
+    qp, peer = data_path_qp(src.qp, dst.qp), dst.qp
     holds = tuple((m.zapped_ps, m.ready_ps) for m in moves if m.ready_ps is not None)
 
     def indexed(steps, local: str | None = None) -> tuple:

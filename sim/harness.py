@@ -4,6 +4,7 @@ work request completed, count the protocol's activity and assemble the :class:`~
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import numpy as np
@@ -11,7 +12,11 @@ import pandas as pd
 
 from models.nic.wqe import Opcode
 from models.dmabuf.gpu_export import pin_outcome
-from models.verbs.verbs import ibv_create_cq, ibv_create_qp
+from models.nic.transport import QpType, receive_overhead
+from models.verbs.ah import ibv_create_ah, ibv_query_gid
+from models.verbs.qp_state import AhAttr
+from models.verbs.query import ibv_query_port
+from models.verbs.verbs import PERFTEST_QKEY, ibv_create_cq, ibv_create_qp
 from models.verbs.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
 from sim.build import Testbed, build
 from sim.core.errors import InvariantViolation
@@ -57,12 +62,30 @@ def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint
             ctx, pd_ = bed.contexts[reg.node], bed.pds[reg.node]
             cq = ibv_create_cq(ctx, 2 * depth)
             recv_cq = ibv_create_cq(ctx, 2 * receives) if receives else None
-            qp = ibv_create_qp(pd_, cq, depth, sq_sig_all=work.cq_mod == 1, recv_cq=recv_cq, max_recv_wr=receives)
+            qp = ibv_create_qp(pd_, cq, depth, sq_sig_all=work.cq_mod == 1, recv_cq=recv_cq, max_recv_wr=receives,
+                               qp_type=QpType(work.transport.upper()))
             ends.append(Endpoint(qp, reg.mr, reg.addr))
-        ends[0].qp.connect(ends[1].qp, work.max_rd_atomic)
+        if work.transport == "ud":
+            ends = datagram_ends(bed, ends)
+        else:
+            ends[0].qp.connect(ends[1].qp, work.max_rd_atomic)
         bed.qps.extend(e.qp for e in ends)
         pairs.append((ends[0], ends[1]))
     return pairs
+
+
+def datagram_ends(bed: Testbed, ends: list[Endpoint]) -> list[Endpoint]:
+    """Two UD ends brought to RTS with perftest's Q_Key, each given an AH of the other's port (by GID on RoCE,
+    as perftest's ``ctx_set_ah`` builds it with the GRH there)."""
+    for end in ends:
+        end.qp.ready_datagrams(PERFTEST_QKEY)
+    out = []
+    for end, peer in zip(ends, ends[::-1]):
+        peer_ctx = peer.qp.pd.context
+        gid = ibv_query_gid(peer_ctx, 1, 0)
+        attr = AhAttr(dlid=ibv_query_port(peer_ctx, 1).lid, is_global=bed.fabric.params.transport == "roce", dgid=gid)
+        out.append(dataclasses.replace(end, datagram=(ibv_create_ah(end.qp.pd, attr), peer.qp.qp_num, PERFTEST_QKEY)))
+    return out
 
 
 OPCODES = {"write": Opcode.RDMA_WRITE, "read": Opcode.RDMA_READ, "send": Opcode.SEND}
@@ -125,17 +148,19 @@ def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:
     """Data mode: compare every workload's destination bytes with its source's (the largest message's span).
 
     WRITE workloads copy ``from`` into ``to``, READ workloads ``to`` into ``from``; atomic workloads copy nothing
-    and are not compared.
+    and are not compared, nor is a UD send_lat (each side's receive puts the GRH first, so the pong lands 40 bytes
+    into the source and neither buffer is a copy of the other).
     """
     checked = mismatched = 0
     for work in scenario.workload:
-        if work.kind.startswith("atomic"):
+        if work.kind.startswith("atomic") or (work.kind == "send_lat" and work.transport == "ud"):
             continue
         span = max(work.size_list())
         src, dst = bed.registrations[work.from_], bed.registrations[work.to]
         if work.kind.startswith("read"):
             src, dst = dst, src
-        expected, got = src.current_bytes()[:span], dst.current_bytes()[:span]
+        skip = receive_overhead(QpType(work.transport.upper()))  # a UD receive's GRH comes first
+        expected, got = src.current_bytes()[:span], dst.current_bytes()[skip:skip + span]
         checked += span
         mismatched += int(np.count_nonzero(expected != got))
     return {"data_checked_bytes": checked, "data_mismatched_bytes": mismatched}

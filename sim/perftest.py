@@ -21,6 +21,7 @@ from ruamel.yaml import YAML
 
 from models.nic.device import PORT_NUM
 from models.nic.nic import NicParams
+from models.nic.transport import QpType, receive_overhead
 from models.nic.wqe import ATOMIC_BYTES
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
 from sim import budget, outdir
@@ -162,7 +163,8 @@ def _parser(test: str) -> argparse.ArgumentParser:
     add("-m", "--mtu", type=int, choices=[256, 512, 1024, 2048, 4096], default=4096, help="MTU size (default 4096).")
     add("-D", "--duration", type=_positive("Duration period"),
         help="Run for this many simulated seconds per size, as many iterations as fit (instead of -n).")
-    add("-c", "--connection", default="RC", help="Connection type (default RC; rdmasim simulates RC QPs only).")
+    add("-c", "--connection", default="RC",
+        help="Connection type RC/UC/UD (default RC; rdmasim simulates RC, UC and UD QPs).")
     if bw:
         add("-b", "--bidirectional", action="store_true",
             help="Measure bidirectional bandwidth: both sides post at once (default unidirectional).")
@@ -312,7 +314,7 @@ CONNECTIONS = ("RC", "UC", "UD", "XRC", "DC", "SRD")
 
 
 def _check_connection(connection: str, kind: str) -> None:
-    """perftest's ``change_conn_type`` checks, then the one rdmasim adds: its QPs are RC QPs."""
+    """perftest's ``change_conn_type`` checks, then the one rdmasim adds: its QPs are RC, UC or UD QPs."""
     verb = kind.split("_")[0]
     if connection not in CONNECTIONS:
         raise UsageError(f"-c {connection}: Invalid Connection type. Please choose from {{{','.join(CONNECTIONS)}}}")
@@ -320,8 +322,8 @@ def _check_connection(connection: str, kind: str) -> None:
         raise UsageError("-c UC: UC connection not possible in READ/ATOMIC verbs")
     if connection == "UD" and verb != "send":
         raise UsageError("-c UD: UD connection only possible in SEND verb")
-    if connection != "RC":
-        raise UsageError(f"-c {connection}: rdmasim simulates RC QPs only; {connection} QPs are not modelled "
+    if connection not in ("RC", "UC", "UD"):
+        raise UsageError(f"-c {connection}: rdmasim simulates RC, UC and UD QPs; {connection} QPs are not modelled "
                          "(run with -c RC)")
 
 
@@ -360,10 +362,13 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
         place, page = f"a.{gpu}", 2**16  # perftest rounds cuMemAlloc to ACCEL_PAGE_SIZE (64 KiB)
         mode = ("dmabuf-pinned" if args.use_data_direct else
                 "dmabuf" if args.use_cuda_dmabuf or args.use_rocm_dmabuf else "peermem")
-    buffer = format_size(_round_up(MAX_SIZE if args.all else args.size, page))
+    largest = ud_largest(args, argv) if args.connection == "UD" else MAX_SIZE if args.all else args.size
+    # perftest's SIZE(): a UD buffer holds the GRH before the message
+    buffer = format_size(_round_up(largest + receive_overhead(QpType(args.connection)), page))
     work = {"kind": kind, "name": test, "from": "local", "to": "remote",
-            "sizes": {"from": "2B", "to": format_size(MAX_SIZE)} if args.all else [format_size(args.size)],
-            **({"iterations": args.iters} if args.duration is None else {"duration": f"{args.duration}s"})}
+            "sizes": {"from": "2B", "to": format_size(largest)} if args.all else [format_size(largest)],
+            **({"iterations": args.iters} if args.duration is None else {"duration": f"{args.duration}s"}),
+            **({"transport": args.connection.lower()} if args.connection != "RC" else {})}
     if kind.endswith("_bw"):
         work["tx_depth"] = args.tx_depth
         work["qps"] = args.qp
@@ -393,6 +398,20 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
         "outputs": ["bw_vs_size" if kind.endswith("_bw") else "latency_vs_size"],
         "engine": args.engine,
     }
+
+
+def ud_largest(args: argparse.Namespace, argv: list[str]) -> int:
+    """The largest message of a UD run: perftest lowers -a's sizes, or a size it chose, to the MTU; a larger -s it
+    refuses.
+
+    :raises UsageError: -s above the MTU.
+    """
+    largest = MAX_SIZE if args.all else args.size
+    if largest <= args.mtu:
+        return largest
+    if not args.all and any(a == "--size" or a.startswith(("--size=", "-s")) for a in argv[1:]):
+        raise UsageError(f"-s {args.size}: Max message size in UD cannot be greater than MTU ({args.mtu})")
+    return args.mtu
 
 
 def outstanding_reads(requested: int, device_max: int) -> int:
@@ -482,6 +501,8 @@ def _notices(cmd: _Command) -> list[str]:
     device_max = NicParams(**NIC_PRESETS[cmd.data["nodes"][0]["nic"]["preset"]]).max_rd_atomic
     if outs is not None and outs > device_max:
         lines.append(f" Number of outstanding reads is above max = {device_max}\n Changing to that max value")
+    if cmd.args.connection == "UD" and (cmd.args.all or cmd.args.size > cmd.args.mtu):
+        lines.append(f" Max msg size in UD is MTU {cmd.args.mtu}\n Changing to this MTU")
     return lines
 
 

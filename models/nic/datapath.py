@@ -37,9 +37,10 @@ from models.fabric import AETH, ATOMIC_ACK_ETH, ATOMIC_ETH, RETH, Fabric
 from models.nic.atomics import apply_atomic
 from models.nic.nic import Nic
 from models.nic.receive import (RECEIVING, complete_receive, landing_buffer, receive_mr, receive_problem,
-                                scatter)
+                                scatter, unacknowledged_refusal, with_grh)
 from models.nic.remote_access import remote_status
 from models.nic.translation import Fault, mr_bytes, write_payload
+from models.nic.transport import QpType, acknowledged, carries, opcode_problem
 from models.nic.wqe import (ATOMIC_BYTES, RNR_RETRY_INFINITE, SEND_FENCE, SEND_SIGNALED, Access, Opcode, QpState,
                             SendWR, Sge, WcOpcode, WcStatus, WorkCompletion)
 from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
@@ -265,11 +266,15 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                       *([Rebase(False)] if split else []), *stage_steps(forward[split:])]
         else:
             steps += stage_steps(forward)
-        # The responder acknowledges once the last TLP is on its PCIe link: a full receive path backs up into the
-        # fabric, so the requester's completions are paced by the slowest resource.
-        steps += [responder, *receive_wqe_fetch(qp, opcode), *stage_steps(node_dma_write(peer, remote_target, n)),
-                  *receive_completion(peer, opcode), Mark("landed"), Rebase(True, -peer.pcie.params.write_latency_ps),
-                  *(reply if shape.signaled else stage_steps(ack)), *COMPLETION]
+        delivery = [responder, *receive_wqe_fetch(qp, opcode), *stage_steps(node_dma_write(peer, remote_target, n)),
+                    *receive_completion(peer, opcode), Mark("landed")]
+        if acknowledged(qp.qp_type):
+            # The responder acknowledges once the last TLP is on its PCIe link: a full receive path backs up into
+            # the fabric, so the requester's completions are paced by the slowest resource.
+            steps += [*delivery, Rebase(True, -peer.pcie.params.write_latency_ps),
+                      *(reply if shape.signaled else stage_steps(ack)), *COMPLETION]
+        else:
+            steps = _unacknowledged(steps, delivery, cqe if shape.signaled else [], fabric.params.latency_ps)
         landed_back = 0
     else:
         atomic = opcode.is_atomic
@@ -290,11 +295,30 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                   *([Check("response", 0 if local_backing else None)] if local_backing or every else []),
                   *stage_steps(landing[:-1]), *stage_steps(landing[-1:], READ_SLOT), Mark("landed"), *COMPLETION]
     steps = tuple(steps)
-    after = {s.name: steps[k + 1:] for k, s in enumerate(steps) if isinstance(s, Check)}
+    after = _after_checks(steps)
     result = qp.paths[key] = Path(steps, compile_steps(steps), after, tuple(stage_steps(forward)), tuple(reply),
                                   compile_steps((*reply[-1:], *COMPLETION)), compile_steps((*reply, *COMPLETION)),
                                   landed_back)
     return result
+
+
+def _unacknowledged(steps: list[Step], delivery: list[Step], cqe: list[Stage], wire_latency_ps: int) -> list[Step]:
+    """A UC or UD request's steps: ``steps`` end with the message's claims of the responder's receive port and
+    engine; they and the ``delivery`` at the responder go on as a side chain, while the requester writes its
+    ``cqe`` (none when unsignaled) as soon as the transmit port has sent the last byte, nothing coming back."""
+    arrival = steps[-2:]
+    return [*steps[:-2], Fork((*arrival, *delivery)), Rebase(True, -wire_latency_ps), *stage_steps(cqe), *COMPLETION]
+
+
+def _after_checks(steps: tuple[Step, ...]) -> dict[str, tuple[Step, ...]]:
+    """The steps that follow each check of ``steps``, within its own chain (a side chain's checks too)."""
+    after: dict[str, tuple[Step, ...]] = {}
+    for k, step in enumerate(steps):
+        if isinstance(step, Check):
+            after[step.name] = steps[k + 1:]
+        elif isinstance(step, Fork):
+            after.update({name: rest for name, rest in _after_checks(step.steps).items() if name not in after})
+    return after
 
 
 def _landing(node, pieces: tuple[tuple[int, str | None], ...], cqe_bytes: int) -> tuple[list[Stage], int]:
@@ -383,9 +407,11 @@ def work_request_path(qp, wr: SendWR, now_ps: int, listed: bool = False) -> Path
                                             for sge, mr in zip(sges, local_mrs))
     sig, fence = signaled(qp, wr), bool(wr.send_flags & SEND_FENCE)
     shape = Shape(gather, sig, fence, listed) if gather or listed else _ONE_SGE[sig, fence]
+    # An opcode the QP's service does not carry fails at the requester: its path is a SEND's up to there.
+    opcode = wr.opcode if carries(qp.qp_type, wr.opcode) else Opcode.SEND
     if flat:
-        return path(qp, wr.opcode, wr.message_bytes, wr.is_inline, checked=checked, shape=shape)
-    return path(qp, wr.opcode, wr.message_bytes, wr.is_inline, memory_target(local_mr, now_ps),
+        return path(qp, opcode, wr.message_bytes, wr.is_inline, checked=checked, shape=shape)
+    return path(qp, opcode, wr.message_bytes, wr.is_inline, memory_target(local_mr, now_ps),
                 memory_target(remote_mr, now_ps), checked, shape)
 
 
@@ -455,8 +481,11 @@ class WorkRequestRun:
         qp, wr = self.qp, self.wr
         nic = qp.node.nic
         self.local = [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in local_sges(wr)]
-        if qp.state is QpState.ERR:
+        if qp.state is QpState.ERR or qp.state is QpState.SQE:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
+        if qp.qp_type is not QpType.RC and (problem := opcode_problem(qp.qp_type, wr.opcode, wr.message_bytes,
+                                                                       qp.path_mtu_bytes)) is not None:
+            return self._fail(problem, head, self.path.failed)
         needed = _LOCAL_WRITE if wr.opcode.reads_remote else 0
         for mr, addr, length in self.local:
             if mr is None or not mr.allows(addr, length, needed):
@@ -484,13 +513,18 @@ class WorkRequestRun:
         if wr.opcode.consumes_receive:
             return self._receive(now, head, tail)
         refused = remote_status(qp, wr)
+        unacked = not acknowledged(qp.qp_type)
         if refused is not None:
+            if unacked:
+                return self._dropped(tail, refused.ibv_name)
             qp.remote.to_error()  # the responder drops everything after the NAK
             return self._fail(refused, tail, self.path.rejected)
         peer, n = qp.remote.node, wr.message_bytes
         mr = peer.nic.lookup(wr.rkey)
         if mr.backing is not None:
             answer = mr.backing.translate(now, wr.remote_addr - mr.iova, n)
+            if unacked and answer is not None:
+                return self._dropped(tail, "page fault" if isinstance(answer, Fault) else "translation refused")
             if isinstance(answer, Fault):
                 return self._rnr_nak(tail, mr=mr.lkey, retry_at_ps=answer.ready_ps)
             if answer is not None:
@@ -505,6 +539,18 @@ class WorkRequestRun:
             self.payload = _gather(env, target)
         return self._translation(peer, target, now, head, tail, self.path.after["responder"],
                                  write=wr.opcode is not Opcode.RDMA_READ)
+
+    def _dropped(self, tail: int, why: str):
+        """An unacknowledged (UC, UD) responder drops the request (``why`` goes to the trace): nothing comes back
+        and the requester, which completed when it sent it, never learns; a waiter on its landing learns it never
+        landed."""
+        qp = self.qp
+        qp.pd.context.env.trace.instant(f"{qp.remote.node.nic.name}.hw", "RequestDropped", qp=qp.remote.qp_num,
+                                        reason=why)
+        landed = self.wr.landed
+        if landed is not None and not landed.triggered:
+            landed.succeed(None)
+        return (), tail, tail
 
     def _rnr_nak(self, tail: int, **why):
         """The responder is not ready (a page fault, or no receive posted; ``why`` goes to the trace): an RNR NAK
@@ -525,15 +571,20 @@ class WorkRequestRun:
         return compile_steps(again), tail, tail
 
     def _receive(self, now: int, head: int, tail: int):
-        """A request that consumes a receive reached the responder: without a receive posted (or with its buffer
-        faulting) an RNR NAK, and the responder drops the QP's later requests until this one comes again (they
+        """A request that consumes a receive reached the responder. On UC and UD, one the responder cannot take
+        (:func:`unacknowledged_refusal`, a faulting buffer) is dropped. On RC, without a receive posted (or with its
+        buffer faulting) an RNR NAK, and the responder drops the QP's later requests until this one comes again (they
         follow it, go-back-N, each after the same timer from its own arrival); a receive that cannot take the
         message (:func:`receive_problem`) completes in error on the responder and the requester gets the NAK's
         error; else the payload lands in the receive's buffers (or, for a WRITE with immediate, through the rkey)
         and the receive completes when its CQE is written."""
         qp, wr = self.qp, self.wr
         responder, env = qp.remote, qp.pd.context.env
-        if qp.state is QpState.ERR:  # sent again behind a request that failed: flushed
+        if not acknowledged(qp.qp_type):
+            refused = unacknowledged_refusal(qp, wr)
+            if refused is not None:
+                return self._dropped(tail, refused)
+        elif qp.state is QpState.ERR:  # sent again behind a request that failed: flushed
             return self._fail(WcStatus.WR_FLUSH_ERR, tail, self.path.rejected)
         if responder.rnr_blocked not in (None, self):
             return self._sent_again(tail)  # go-back-N: dropped behind an RNR-NAKed request, sent again after it
@@ -554,6 +605,8 @@ class WorkRequestRun:
         if problem is None and mr is not None and mr.backing is not None:
             answer = mr.backing.translate(now, addr - mr.iova, length)
             if isinstance(answer, Fault):
+                if not acknowledged(qp.qp_type):
+                    return self._dropped(tail, "page fault")
                 return self._rnr_nak(tail, mr=mr.lkey, retry_at_ps=answer.ready_ps)
             if answer is not None:
                 problem = (WcStatus.LOC_PROT_ERR, WcStatus.REM_ACCESS_ERR if wr.opcode.writes_remote
@@ -562,12 +615,14 @@ class WorkRequestRun:
         if problem is not None:
             complete_receive(env, responder, queue, recv, wr, problem[0], qp.qp_num, now)
             responder.to_error()
+            if not acknowledged(qp.qp_type):
+                return self._dropped(tail, problem[0].ibv_name)
             return self._fail(problem[1], tail, self.path.rejected)
         self.received = (queue, recv)
         if wr.opcode.writes_remote:
             write_payload(mr, addr, self.payload)
         else:
-            scatter(responder.node.nic, recv, self.payload)
+            scatter(responder.node.nic, recv, with_grh(qp, wr, self.payload))
         return self._translation(responder.node, [(mr, addr, length)], now, head, tail, self.path.after["responder"],
                                  write=True)
 
@@ -685,10 +740,13 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int) 
         qp.next_completion += 1
         seen = max(seen, qp.last_completion_ps)
         qp.last_completion_ps = seen
-        if qp.state is QpState.ERR:
+        if qp.state is QpState.ERR or qp.state is QpState.SQE:
             status = WcStatus.WR_FLUSH_ERR
         elif status is not WcStatus.SUCCESS:
-            qp.to_error()
+            if acknowledged(qp.qp_type):
+                qp.to_error()
+            else:
+                qp.to_send_queue_error()
         if env.trace.enabled:
             env.trace.slice(f"{qp.node.name}.qp{qp.qp_num}", wr.opcode.value, posted, seen, wr_id=wr.wr_id,
                             bytes=wr.message_bytes, status=status.name)

@@ -7,7 +7,11 @@ responder does with a receive, reading the verbs layer's QP (``receives``, ``del
 
 from __future__ import annotations
 
+import numpy as np
+
+from models.nic.remote_access import remote_status
 from models.nic.translation import write_payload
+from models.nic.transport import QpType, grh, port_gid, receive_overhead, sent_qkey
 from models.nic.wqe import Access, QpState, RecvWR, SendWR, WcFlags, WcOpcode, WcStatus, WorkCompletion
 
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
@@ -33,12 +37,14 @@ def receive_problem(responder, recv: RecvWR, wr: SendWR) -> tuple[WcStatus, WcSt
     the requester completes as IBV_WC_REM_INV_REQ_ERR (mlx5 cq.c: MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR and
     REMOTE_INVAL_REQ_ERR). A scatter entry the message reaches whose lkey is not a local MR with LOCAL_WRITE over
     it: IBV_WC_LOC_PROT_ERR on the responder, IBV_WC_REM_OP_ERR (Remote Operational Error NAK) on the requester.
-    A WRITE with immediate writes through its rkey: it only needs a receive, whatever its buffers."""
+    A WRITE with immediate writes through its rkey: it only needs a receive, whatever its buffers. A UD receive
+    holds the 40-byte GRH before the payload."""
     if wr.opcode.writes_remote:
         return None
-    if wr.message_bytes > recv.capacity:
+    needed = wr.message_bytes + receive_overhead(responder.qp_type)
+    if needed > recv.capacity:
         return WcStatus.LOC_LEN_ERR, WcStatus.REM_INV_REQ_ERR
-    nic, left = responder.node.nic, wr.message_bytes
+    nic, left = responder.node.nic, needed
     for sge in recv.sg_list:
         if left <= 0:
             break
@@ -57,7 +63,36 @@ def landing_buffer(responder, recv: RecvWR, wr: SendWR):
     if not recv.sg_list:
         return None, 0, 0
     first = recv.sg_list[0]
-    return responder.node.nic.lookup(first.lkey), first.addr, min(wr.message_bytes, first.length)
+    needed = wr.message_bytes + receive_overhead(responder.qp_type)
+    return responder.node.nic.lookup(first.lkey), first.addr, min(needed, first.length)
+
+
+def unacknowledged_refusal(qp, wr: SendWR) -> str | None:
+    """Why the responder of a UC or UD ``qp`` drops ``wr``, a request that consumes a receive, without a word
+    back (see :mod:`models.nic.transport`), or None when it takes it: the QP does not receive, a UD Q_Key that
+    is not the QP's, a WRITE with immediate the responder refuses (:func:`remote_status`), no receive posted."""
+    responder = qp.remote
+    if responder.state not in RECEIVING:
+        return f"QP {responder.qp_num} is in {responder.state.value}"
+    if responder.qp_type is QpType.UD and sent_qkey(wr.remote_qkey, qp.attr.qkey) != responder.attr.qkey:
+        return "Q_Key mismatch"
+    if wr.opcode.writes_remote and (refused := remote_status(qp, wr)) is not None:
+        return refused.ibv_name
+    if responder.receives.peek() is None:
+        return "no receive posted"
+    return None
+
+
+def with_grh(qp, wr: SendWR, payload):
+    """Data mode: the bytes a UD datagram of ``wr`` from ``qp`` scatters: its GRH (when its AH has one; else 40 zero
+    bytes, an absent GRH's content being undefined) and then ``payload``; other services' payload unchanged."""
+    if payload is None or qp.qp_type is not QpType.UD:
+        return payload
+    fabric = qp.pd.context.fabric
+    header = bytes(40)
+    if wr.ah.attr.is_global:
+        header = grh(port_gid(fabric.lid(qp.node.nic.name)), wr.ah.attr.dgid, wr.message_bytes, wr.opcode.carries_imm)
+    return np.concatenate([np.frombuffer(header, np.uint8), payload])
 
 
 def scatter(nic, recv: RecvWR, payload) -> None:
@@ -79,8 +114,11 @@ def complete_receive(env, responder, queue, recv: RecvWR, wr: SendWR, status: Wc
     anything else happens, when ``at`` is not later)."""
     ok = status is WcStatus.SUCCESS
     flags = WcFlags.WITH_IMM if ok and wr.opcode.carries_imm else WcFlags(0)
-    wc = WorkCompletion(recv.wr_id, status, WcOpcode.of_receive(wr.opcode), wr.message_bytes if ok else 0,
-                        responder.qp_num, at, at, flags, wr.imm_data if flags else 0, src_qp)
+    if ok and responder.qp_type is QpType.UD and wr.ah.attr.is_global:
+        flags |= WcFlags.GRH
+    byte_len = wr.message_bytes + receive_overhead(responder.qp_type) if ok else 0
+    wc = WorkCompletion(recv.wr_id, status, WcOpcode.of_receive(wr.opcode), byte_len, responder.qp_num, at, at,
+                        flags, wr.imm_data if flags & WcFlags.WITH_IMM else 0, src_qp)
     if at <= env.now:
         responder.deliver_receive(queue, wc)
     else:

@@ -247,6 +247,12 @@ class SendWR:
 
     imm_data: int = 0
     """Immediate data of ``*_WITH_IMM`` (32 bits; the responder's completion carries it)."""
+    ah: object = None
+    """UD (``wr.ud``): the address handle of the destination port (:class:`~models.verbs.ah.AddressHandle`)."""
+    remote_qpn: int = 0
+    """UD: the destination QP's number."""
+    remote_qkey: int = 0
+    """UD: the Q_Key the destination QP must have (high bit set: the sending QP's own, a controlled Q_Key)."""
 
     @property
     def sges(self) -> tuple[Sge, ...]:

@@ -10,6 +10,7 @@ functions in reverse order of creation. ``ibv_dereg_mr`` is :func:`models.verbs.
 
 from __future__ import annotations
 
+from models.nic.transport import QpType
 from models.verbs.receive_queue import SharedReceiveQueue
 from models.verbs.verbs import CompletionQueue, ProtectionDomain, QueuePair
 from sim.core import VerbsError
@@ -30,6 +31,9 @@ def ibv_destroy_qp(qp: QueuePair) -> None:
         cq.usecnt -= 1
     if qp.srq is not None:
         qp.srq.qps.remove(qp)
+    if qp.qp_type is QpType.UD:  # no longer reachable by datagram
+        fabric = qp.pd.context.fabric
+        del fabric.datagram_qps[(fabric.lid(qp.node.nic.name), qp.qp_num)]
     qp.destroyed = True
     qp.pd.usecnt -= 1
 
@@ -62,11 +66,11 @@ def ibv_destroy_cq(cq: CompletionQueue) -> None:
 def ibv_dealloc_pd(pd: ProtectionDomain) -> None:
     """Deallocate ``pd``.
 
-    :raises VerbsError: ``EBUSY`` while MRs, QPs or SRQs use it; ``EINVAL`` when it was deallocated already.
+    :raises VerbsError: ``EBUSY`` while MRs, QPs, SRQs or AHs use it; ``EINVAL`` when it was deallocated already.
     """
     call = "ibv_dealloc_pd"
     _check_alive(pd, f"PD {pd.handle}", call)
-    _check_unused(pd.usecnt, f"PD {pd.handle}", "MR(s), QP(s) or SRQ(s) still use it", call)
+    _check_unused(pd.usecnt, f"PD {pd.handle}", "MR(s), QP(s), SRQ(s) or AH(s) still use it", call)
     pd.destroyed = True
 
 

@@ -15,6 +15,7 @@ import enum
 from dataclasses import dataclass, field
 
 from models.nic.device import PORT_NUM, rdma_is_port_valid
+from models.nic.transport import QpType
 from models.nic.wqe import QpState
 from sim.core import PS_PER_US, VerbsError
 
@@ -71,17 +72,10 @@ class PathMtu(enum.IntEnum):
         return max(m for m in cls if m.nbytes <= nbytes)
 
 
-class QpType(enum.Enum):
-    """``enum ibv_qp_type`` (the rows of the transition table transcribed here)."""
-
-    RC = "RC"
-    UC = "UC"
-    UD = "UD"
-
-
 @dataclass
 class AhAttr:
-    """``struct ibv_ah_attr``: where the QP's packets go."""
+    """``struct ibv_ah_attr``: where the QP's packets go; with ``is_global`` its ``grh`` (``dgid``, ``sgid_index``,
+    ``hop_limit``, the fields kept of ``struct ibv_global_route``) names the destination port by GID."""
 
     dlid: int = 0
     sl: int = 0
@@ -89,6 +83,9 @@ class AhAttr:
     static_rate: int = 0
     is_global: bool = False
     port_num: int = 1
+    dgid: bytes = bytes(16)
+    sgid_index: int = 0
+    hop_limit: int = 0
 
 
 @dataclass

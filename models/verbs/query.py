@@ -126,6 +126,9 @@ class IbvPortAttr:
     """``IBV_WIDTH_*`` code; 0 when no IB width and speed give the fabric's rate."""
     active_speed: int
     """``IBV_SPEED_*`` code; 0 when no IB width and speed give the fabric's rate."""
+    lid: int = 0
+    """The port's LID (1, 2, ... in the order ports joined the fabric); 0 on Ethernet, where GIDs address ports
+    (:func:`models.verbs.ah.ibv_query_gid`)."""
 
     @property
     def rate_Gbps(self) -> float:
@@ -170,7 +173,9 @@ def ibv_query_port(context: Context, port_num: int) -> IbvPortAttr:
     fabric = context.fabric.params
     width, speed = width_and_speed(fabric.rate_Bps * 8 / 1e9)
     link = LinkLayer.ETHERNET if fabric.transport == "roce" else LinkLayer.INFINIBAND
-    return IbvPortAttr(PortState.ACTIVE, PathMtu.MTU_4096, PathMtu.at_most(fabric.mtu), link, width, speed)
+    name = context.node.nic.name
+    lid = context.fabric.lid(name) if link is LinkLayer.INFINIBAND and name in context.fabric.endpoints else 0
+    return IbvPortAttr(PortState.ACTIVE, PathMtu.MTU_4096, PathMtu.at_most(fabric.mtu), link, width, speed, lid)
 
 
 def width_and_speed(rate_Gbps: float) -> tuple[int, int]:

@@ -1,5 +1,5 @@
-"""The verbs API (rdma-core names and errno semantics): context, PD, MR, CQ, RC QP, post and poll (receive queues
-and SRQs: :mod:`models.verbs.recv`).
+"""The verbs API (rdma-core names and errno semantics): context, PD, MR, CQ, QP (RC, UC, UD), post and poll
+(receive queues and SRQs: :mod:`models.verbs.recv`; address handles: :mod:`models.verbs.ah`).
 
 Registration and queue creation are immediate calls that return their simulated cost; data transfer is
 asynchronous: :func:`ibv_post_send` starts a simulated work request whose completion appears in the CQ.
@@ -27,6 +27,7 @@ from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WcOpcode
 from models.node import Node
 from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, apply_attrs, check_modify_qp,
                                    rnr_timer_ps)
+from models.verbs.ah import data_path_qp, datagram_destination
 from models.verbs.receive_queue import ReceiveQueue, SharedReceiveQueue, check_rq_caps, rq_geometry
 from models.verbs.send_checks import check_send_caps, check_send_wr
 from sim.core import PS_PER_US, Environment, VerbsError
@@ -39,6 +40,8 @@ REG_MR_FIXED_PS = 35 * PS_PER_US
 split about 2:1 between the two like the calibrated pin/unpin costs."""
 DEREG_MR_FIXED_PS = 19 * PS_PER_US
 """uverbs ioctl + mkey destruction per ibv_dereg_mr (the rest of the 54.5 us above)."""
+PERFTEST_QKEY = 0x11111111
+"""perftest's ``DEF_QKEY``: the Q_Key of its UD QPs."""
 
 
 @dataclass(eq=False)
@@ -145,8 +148,9 @@ class CompletionQueue:
 
 @dataclass(eq=False)
 class QueuePair:
-    """An RC ``struct ibv_qp``: its attributes move through the state machine by :func:`ibv_modify_qp`;
-    :meth:`connect` is the RESET->INIT->RTR->RTS sequence perftest runs."""
+    """A ``struct ibv_qp`` of type ``qp_type``: its attributes move through the state machine by
+    :func:`ibv_modify_qp`; :meth:`connect` (RC, UC) and :meth:`ready_datagrams` (UD) are the RESET->INIT->RTR->RTS
+    sequences perftest runs."""
 
     pd: ProtectionDomain
     send_cq: CompletionQueue
@@ -190,6 +194,8 @@ class QueuePair:
     """The SRQ the QP takes its receives from instead."""
     rnr_blocked: object | None = None
     """As responder: the incoming request it sent an RNR NAK for and waits to see again (later ones are dropped)."""
+    senders: dict = field(default_factory=dict)
+    """UD: the data path's view of the QP per destination (:func:`models.verbs.ah.sender_to`)."""
 
     def __post_init__(self) -> None:
         if self.recv_cq is None:
@@ -233,7 +239,10 @@ class QueuePair:
 
     @property
     def path_mtu_bytes(self) -> int:
-        """The payload bytes of one packet this QP sends (``path_mtu``)."""
+        """The payload bytes of one packet this QP sends: ``path_mtu``; a UD QP's, which has none, is the port's
+        active MTU."""
+        if self.qp_type is QpType.UD:
+            return PathMtu.at_most(self.pd.context.fabric.params.mtu).nbytes
         return PathMtu(self.attr.path_mtu).nbytes
 
     @property
@@ -242,21 +251,35 @@ class QueuePair:
         return self.attr.rnr_retry
 
     def connect(self, remote: QueuePair, rd_atomic: int | None = None) -> None:
-        """Bring both QPs to RTS connected to each other, with the attributes perftest's ``ctx_connect`` sets
-        (PSNs 0 where perftest draws them at random, so that runs repeat); ``rd_atomic`` is both QPs'
-        max_rd_atomic and max_dest_rd_atomic (perftest -o), default the device's max_qp_rd_atom."""
+        """Bring both QPs (RC or UC) to RTS connected to each other, with the attributes and masks perftest's
+        ``ctx_connect`` sets for their type (PSNs 0 where perftest draws them at random, so that runs repeat);
+        ``rd_atomic`` is both RC QPs' max_rd_atomic and max_dest_rd_atomic (perftest -o), default the device's
+        max_qp_rd_atom."""
         for qp, peer in ((self, remote), (remote, self)):
             qp.remote = peer
+            to_init, to_rtr, to_rts = PERFTEST_MASKS[qp.qp_type]
             reads = qp.node.nic.params.max_rd_atomic if rd_atomic is None else rd_atomic
             mtu = PathMtu.at_most(qp.pd.context.fabric.params.mtu)
             ibv_modify_qp(qp, QPAttr(qp_state=QpState.INIT, pkey_index=0, port_num=1, qp_access_flags=int(
-                Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC)), PERFTEST_TO_INIT)
+                Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC)), to_init)
             ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTR, path_mtu=mtu, dest_qp_num=peer.qp_num, rq_psn=0,
                                      max_dest_rd_atomic=reads, min_rnr_timer=PERFTEST_MIN_RNR_TIMER,
-                                     ah_attr=AhAttr(port_num=1)), PERFTEST_TO_RTR)
+                                     ah_attr=AhAttr(port_num=1)), to_rtr)
             ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTS, timeout=PERFTEST_TIMEOUT, retry_cnt=7,
-                                     rnr_retry=RNR_RETRY_INFINITE, sq_psn=0, max_rd_atomic=reads),
-                          PERFTEST_TO_RTS)
+                                     rnr_retry=RNR_RETRY_INFINITE, sq_psn=0, max_rd_atomic=reads), to_rts)
+
+    def ready_datagrams(self, qkey: int = PERFTEST_QKEY) -> None:
+        """Bring a UD QP to RTS with Q_Key ``qkey`` (perftest's ``DEF_QKEY`` by default) and the masks perftest
+        passes for UD (no remote QP: each work request names its destination)."""
+        to_init, to_rtr, to_rts = PERFTEST_MASKS[QpType.UD]
+        ibv_modify_qp(self, QPAttr(qp_state=QpState.INIT, pkey_index=0, port_num=1, qkey=qkey), to_init)
+        ibv_modify_qp(self, QPAttr(qp_state=QpState.RTR), to_rtr)
+        ibv_modify_qp(self, QPAttr(qp_state=QpState.RTS, sq_psn=0), to_rts)
+
+    def to_send_queue_error(self) -> None:
+        """A UC or UD send completed in error: the QP moves to SQE, where its later work requests are flushed and
+        its receive side goes on taking messages."""
+        self.attr.qp_state = self.attr.cur_qp_state = QpState.SQE
 
     def to_error(self) -> None:
         """Move to the error state: outstanding and later work requests complete with WR_FLUSH_ERR, and so do
@@ -271,6 +294,14 @@ PERFTEST_TO_RTR = (QpAttrMask.STATE | QpAttrMask.AV | QpAttrMask.PATH_MTU | QpAt
 PERFTEST_TO_RTS = (QpAttrMask.STATE | QpAttrMask.TIMEOUT | QpAttrMask.RETRY_CNT | QpAttrMask.RNR_RETRY
                    | QpAttrMask.SQ_PSN | QpAttrMask.MAX_QP_RD_ATOMIC)
 """The masks perftest's ``ctx_modify_qp_to_init``/``_to_rtr``/``_to_rts`` pass for RC."""
+PERFTEST_MASKS = {
+    QpType.RC: (PERFTEST_TO_INIT, PERFTEST_TO_RTR, PERFTEST_TO_RTS),
+    QpType.UC: (PERFTEST_TO_INIT, QpAttrMask.STATE | QpAttrMask.AV | QpAttrMask.PATH_MTU | QpAttrMask.DEST_QPN
+                | QpAttrMask.RQ_PSN, QpAttrMask.STATE | QpAttrMask.SQ_PSN),
+    QpType.UD: (QpAttrMask.STATE | QpAttrMask.PKEY_INDEX | QpAttrMask.PORT | QpAttrMask.QKEY, QpAttrMask.STATE,
+                QpAttrMask.STATE | QpAttrMask.SQ_PSN)}
+"""The masks perftest passes for each QP type (``ctx_modify_qp_to_init``/``_to_rtr``/``_to_rts``): UC drops RC's
+read/atomic and retry attributes, UD sets a Q_Key and no path."""
 PERFTEST_MIN_RNR_TIMER = 12
 """perftest's ``MIN_RNR_TIMER``: 0.64 ms."""
 PERFTEST_TIMEOUT = 14
@@ -296,6 +327,7 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
         env = qp.pd.context.env
         qp.reads = None  # the READ/atomic slots are counted at the first post, once the responder is known
         qp.paths.clear()  # the step lists follow the new attributes (path MTU, READ/atomic slots)
+        qp.senders.clear()
         if qp.poll_delays is None:
             qp.poll_delays = UniformDraws(env.rng(f"{qp.node.name}.cpu.qp{qp.qp_num}"),
                                           qp.node.host.params.poll_period_ps)
@@ -504,9 +536,11 @@ def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:
 
 def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: int, *, max_send_sge: int = 1,
                   max_inline_data: int | None = None, sq_sig_all: bool = True, recv_cq: CompletionQueue | None = None,
-                  max_recv_wr: int = 0, max_recv_sge: int = 1, srq: SharedReceiveQueue | None = None) -> QueuePair:
-    """Create an RC QP (``struct ibv_qp_init_attr``: its ``cap`` and ``sq_sig_all``; ``max_inline_data`` None: as
-    much as the NIC's WQE holds; ``recv_cq`` defaults to ``send_cq``). Its receive queue is as deep and wide as
+                  max_recv_wr: int = 0, max_recv_sge: int = 1, srq: SharedReceiveQueue | None = None,
+                  qp_type: QpType = QpType.RC) -> QueuePair:
+    """Create a QP of ``qp_type`` (``struct ibv_qp_init_attr``: its ``cap`` and ``sq_sig_all``; ``max_inline_data``
+    None: as much as the NIC's WQE holds; ``recv_cq`` defaults to ``send_cq``); a UD QP is reachable by datagram
+    from then on (:attr:`models.fabric.Fabric.datagram_qps`). Its receive queue is as deep and wide as
     mlx5 makes it (:func:`~models.verbs.receive_queue.rq_geometry`: ``qp.rq.depth``, ``qp.rq.max_sge`` are the ``cap``
     ibv_create_qp returns); on an ``srq`` the QP has none and ``max_recv_wr`` is ignored.
 
@@ -528,9 +562,12 @@ def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: i
         check_rq_caps(max_recv_wr, max_recv_sge, limit, nic.params.device.max_sge, call)
         rq = ReceiveQueue(*rq_geometry(max_recv_wr, max_recv_sge))
     qp = QueuePair(pd, send_cq, max_send_wr, nic.new_handle(), max_send_sge=max_send_sge, max_inline_data=inline,
-                   sq_sig_all=sq_sig_all, recv_cq=recv_cq, rq=rq, srq=srq)
+                   sq_sig_all=sq_sig_all, recv_cq=recv_cq, rq=rq, srq=srq, qp_type=QpType(qp_type))
     if srq is not None:
         srq.qps.append(qp)
+    if qp.qp_type is QpType.UD:
+        fabric = pd.context.fabric
+        fabric.datagram_qps[(fabric.lid(nic.name), qp.qp_num)] = qp
     return qp
 
 
@@ -542,7 +579,11 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
     :raises VerbsError: ``EINVAL`` when the QP is in RESET, INIT or RTR; ``EOPNOTSUPP`` in SQD or SQE (not
         modelled); then the checks of :func:`~models.verbs.send_checks.check_send_wr` (``ENOMEM`` for a full send
         queue, too many SGEs or too much inline data, ``EOPNOTSUPP`` for an atomic without atomic support,
-        ``EINVAL`` for inline data on a READ or an atomic, or immediate data beyond 32 bits).
+        ``EINVAL`` for inline data on a READ or an atomic, or immediate data beyond 32 bits); on a UD QP those of
+        :func:`~models.verbs.ah.datagram_destination` (``EINVAL`` without a live AH of the device).
+        An opcode a UC or UD QP does not carry is posted, as mlx5 posts it, and completes in error
+        (:mod:`models.nic.transport`).
+    :raises ProtocolError: a UD work request's address names no UD QP.
     """
     call = "ibv_post_send"
     if qp.state in (QpState.RESET, QpState.INIT, QpState.RTR):
@@ -552,11 +593,12 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
     wrs = wr if isinstance(wr, list) else [wr]
     for one in wrs:
         check_send_wr(qp, one)
+        dest = datagram_destination(qp, one) if qp.qp_type is QpType.UD else None
         qp.outstanding += 1
         qp.seq_of[id(one)] = qp.posted_count
         qp.posted_count += 1
         seq, offset = one.order if one.order is not None else (qp.pd.context.env.step_runner.number(), 0)
-        start_work_request(qp, one, seq, offset, listed=len(wrs) > 1)
+        start_work_request(qp if dest is None else data_path_qp(qp, dest), one, seq, offset, listed=len(wrs) > 1)
 
 
 def ibv_poll_cq(cq: CompletionQueue, num_entries: int) -> list[WorkCompletion]:

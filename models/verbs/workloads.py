@@ -27,6 +27,7 @@ import numpy as np
 import simpy
 
 from models.nic.datapath import work_request_path
+from models.nic.transport import QpType, acknowledged
 from models.nic.wqe import SEND_SIGNALED, Opcode, RecvWR, SendWR, Sge, WcStatus
 from models.verbs.recv import ibv_post_recv
 from models.verbs.verbs import MemoryRegion, QueuePair, ibv_poll_cq, ibv_post_send
@@ -45,6 +46,9 @@ class Endpoint:
     addr: int | None = None
     """The buffer's first byte in the MR's iova space; None: the MR's iova (an MR of its own). An implicit ODP
     MR's iova space is the address space, so its buffers give their virtual address."""
+    datagram: tuple | None = None
+    """UD: where this end's datagrams go, ``(AH, remote QPN, remote Q_Key)`` (:attr:`SendWR.ah
+    <models.nic.wqe.SendWR.ah>` and the rest); None on connected QPs."""
 
     @property
     def iova(self) -> int:
@@ -91,9 +95,12 @@ def posts_inline(opcode: Opcode, size: int, inline: int) -> bool:
 
 def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
         landed: simpy.Event | None = None, order: tuple[int, int] | None = None, send_flags: int = 0) -> SendWR:
-    return SendWR(wr_id, opcode, src.iova, size, src.mr.lkey, dst.iova, dst.mr.rkey, inline, landed, order,
-                  send_flags=send_flags, compare_add=ATOMIC_ADD if opcode is Opcode.ATOMIC_FETCH_AND_ADD else 0,
-                  swap=ATOMIC_ADD)
+    wr = SendWR(wr_id, opcode, src.iova, size, src.mr.lkey, dst.iova, dst.mr.rkey, inline, landed, order,
+                send_flags=send_flags, compare_add=ATOMIC_ADD if opcode is Opcode.ATOMIC_FETCH_AND_ADD else 0,
+                swap=ATOMIC_ADD)
+    if src.datagram is not None:
+        wr.ah, wr.remote_qpn, wr.remote_qkey = src.datagram
+    return wr
 
 
 @dataclass(frozen=True)
@@ -204,7 +211,7 @@ def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
             landed = simpy.Event(env)
             wr = _wr(i, Opcode.RDMA_WRITE, a, b, size, use_inline, landed, (seq, offset))
             if a is src:
-                offset = ping_pong_offset(work_request_path(a.qp, wr, env.now).steps)
+                offset = ping_pong_offset(work_request_path(a.qp, wr, env.now).steps, a.qp.qp_type)
             ibv_post_send(a.qp, wr)
             if (yield landed) is None:
                 yield a.qp.send_cq.wait()
@@ -226,8 +233,11 @@ def ping_pong(there: tuple[Step, ...], back: tuple[Step, ...]) -> tuple[tuple[St
     return (*first, *_half(back, "peer_acked", "poll")), len(walk_order(first))
 
 
-def ping_pong_offset(there: tuple[Step, ...]) -> int:
-    """The position offset of the WRITE back in :func:`ping_pong`'s chain."""
+def ping_pong_offset(there: tuple[Step, ...], qp_type: QpType = QpType.RC) -> int:
+    """The position offset of the WRITE back in :func:`ping_pong`'s chain; on an unacknowledged (UC) QP, whose
+    WRITE lands in a side chain, the WRITE back's steps follow all of ``there``'s."""
+    if not acknowledged(qp_type):
+        return len(walk_order(there))
     return len(walk_order(_half(there, "acked", "peer_poll")))
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from models.nic.wqe import WorkCompletion
 from models.verbs.advise import ibv_advise_mr
+from models.verbs.ah import ibv_query_gid
 from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_cq
 from models.verbs.query import ibv_query_device, ibv_query_port
 from models.verbs.receive_queue import AsyncEventType
@@ -70,6 +71,14 @@ class Context(Resource):
         self._check_open("ibv_query_port")
         return ibv_query_port(self.ctx, port_num)
 
+    def query_gid(self, port_num: int = 1, index: int = 0) -> bytes:
+        """``ibv_query_gid``: the port's GID (16 bytes; what a remote AH's ``dgid`` names).
+
+        :raises VerbsError: ``EINVAL`` for a port other than 1 or an index other than 0.
+        """
+        self._check_open("ibv_query_gid")
+        return ibv_query_gid(self.ctx, port_num, index)
+
     def get_async_event(self, timeout: str | int = 0) -> AsyncEvent:
         """``ibv_get_async_event``: the oldest asynchronous event not yet read. With a ``timeout`` (``"1ms"`` or
         int ps) the simulation runs until one is raised or the timeout passes; ``0`` reads without waiting.
@@ -98,7 +107,7 @@ class Context(Resource):
 class PD(Resource):
     """A protection domain (``ibv_alloc_pd``).
 
-    :raises VerbsError: from :meth:`close`: ``EBUSY`` while MRs, QPs or SRQs use it (``uverbs_free_pd``).
+    :raises VerbsError: from :meth:`close`: ``EBUSY`` while MRs, QPs, SRQs or AHs use it (``uverbs_free_pd``).
     """
 
     def __init__(self, context: Context) -> None:

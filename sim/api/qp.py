@@ -1,9 +1,9 @@
 """``QP`` with ``QPCap``, ``QPInitAttr`` and ``QPAttr``, and the work requests' ``SGE``, ``SendWR`` and ``RecvWR``,
-in pyverbs' shape (pyverbs/qp.pyx, wr.pyx) over :mod:`models.verbs` (RC queue pairs: RDMA WRITE and READ, SEND,
-the ``*_WITH_IMM`` opcodes and the atomics, SGE lists, receive queues and SRQs).
+in pyverbs' shape (pyverbs/qp.pyx, wr.pyx) over :mod:`models.verbs` (RC, UC and UD queue pairs: RDMA WRITE and READ,
+SEND, the ``*_WITH_IMM`` opcodes and the atomics, SGE lists, receive queues and SRQs; UD's address handles).
 
 State transitions (``to_init``, ``to_rtr``, ``to_rts``, ``modify``) are :func:`~models.verbs.verbs.ibv_modify_qp`
-with the masks pyverbs passes for RC; they take no simulated time in the model. Posting is asynchronous: the
+with the masks pyverbs passes for the QP's type; they take no simulated time in the model. Posting is asynchronous: the
 work request starts at the current simulated time and its completion arrives in the CQ later (a send's in the send
 CQ, a receive's in the receive CQ).
 """
@@ -20,8 +20,7 @@ from models.verbs import qp_state
 from models.verbs.destroy import ibv_destroy_qp
 from models.verbs.qp_state import PathMtu, QpAttrMask, QpType
 from models.verbs.recv import ibv_post_recv
-from models.verbs.verbs import (PERFTEST_TO_INIT, PERFTEST_TO_RTR, PERFTEST_TO_RTS, ibv_create_qp, ibv_modify_qp,
-                                ibv_post_send, ibv_query_qp)
+from models.verbs.verbs import PERFTEST_MASKS, ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_query_qp
 from sim.api.device import CQ, PD
 from sim.api.resource import Resource
 from sim.api.sge import SGE, sge_list
@@ -53,6 +52,7 @@ class SendWR(Resource):
         self.wr_id, self.opcode, self.num_sge, self.imm_data = wr_id, opcode, num_sge, imm_data
         self.send_flags = SendFlags(send_flags)
         self.remote_addr = self.rkey = self.compare_add = self.swap = 0
+        self.ah, self.remote_qpn, self.remote_qkey = None, 0, 0
 
     def set_wr_rdma(self, rkey: int, addr: int) -> None:
         """The remote buffer of an RDMA WRITE or READ: its key and address."""
@@ -63,14 +63,23 @@ class SendWR(Resource):
         matches, FETCH_AND_ADD adds ``compare_add`` (unsigned 64-bit); the old value lands in the SGE."""
         self.rkey, self.remote_addr, self.compare_add, self.swap = rkey, addr, compare_add, swap
 
+    def set_wr_ud(self, ah, rqpn: int, rqkey: int) -> None:
+        """A UD work request's destination: the port of :class:`~sim.api.ah.AH` ``ah``, the QP number ``rqpn``
+        there and the Q_Key ``rqkey`` it must have (high bit set: the sending QP's own)."""
+        self.ah, self.remote_qpn, self.remote_qkey = ah, rqpn, rqkey
+
     def _request(self, call: str) -> WorkRequest:
         """The verbs layer's work request."""
         self._check_open(call)
         sges = sge_list(self.sg, call)
         first = sges[0]
+        if self.ah is not None:
+            self.ah._check_open(call)
         return WorkRequest(self.wr_id, self.opcode, first.addr, first.length, first.lkey, self.remote_addr,
                            self.rkey, sg_list=sges if len(sges) > 1 else None, send_flags=int(self.send_flags),
-                           compare_add=self.compare_add, swap=self.swap, imm_data=self.imm_data)
+                           compare_add=self.compare_add, swap=self.swap, imm_data=self.imm_data,
+                           ah=None if self.ah is None else self.ah.ah, remote_qpn=self.remote_qpn,
+                           remote_qkey=self.remote_qkey)
 
 
 class RecvWR(Resource):
@@ -106,8 +115,8 @@ class QPCap:
 class QPInitAttr:
     """``struct ibv_qp_init_attr`` (pyverbs' ``QPInitAttr(qp_type, qp_context, scq, rcq, srq, cap, sq_sig_all)``):
     ``rcq`` None receives into ``scq``; with an :class:`~sim.api.srq.SRQ` the QP takes its receives from it;
-    ``sq_sig_all`` 0 completes only work requests posted with ``SendFlags.SIGNALED``. Only RC QPs are modelled, so
-    RC is the default (pyverbs' is UD)."""
+    ``sq_sig_all`` 0 completes only work requests posted with ``SendFlags.SIGNALED``. ``qp_type`` is RC, UC or UD
+    (:class:`~models.nic.transport.QpType`); RC is the default (pyverbs' is UD)."""
 
     qp_type: QpType = QpType.RC
     qp_context: object = None
@@ -140,23 +149,25 @@ class QPAttr(qp_state.QPAttr):
 
 
 class QP(Resource):
-    """An RC queue pair (``ibv_create_qp``) on ``pd`` with the CQs, SRQ, capabilities and ``sq_sig_all`` of
-    ``init_attr``; with ``qp_attr`` it is moved to INIT, as pyverbs does for connected QPs. It holds its PD, its
-    CQs and its SRQ (they refuse to close while it is open).
+    """A queue pair (``ibv_create_qp``) of ``init_attr.qp_type`` on ``pd`` with the CQs, SRQ, capabilities and
+    ``sq_sig_all`` of ``init_attr``; with ``qp_attr`` it is moved to INIT (RC, UC) or on to RTS (UD), as pyverbs
+    does. It holds its PD, its CQs and its SRQ (they refuse to close while it is open).
 
-    The remote QP is the one ``to_rtr``'s ``dest_qp_num`` names behind ``ah_attr.dlid`` (the remote
-    context's :attr:`~sim.api.device.Context.lid`).
+    The remote QP of an RC or UC QP is the one ``to_rtr``'s ``dest_qp_num`` names behind ``ah_attr.dlid`` (the
+    remote context's :attr:`~sim.api.device.Context.lid`); a UD QP's work requests name theirs
+    (:meth:`SendWR.set_wr_ud`).
 
     :raises VerbsError: as :func:`models.verbs.verbs.ibv_create_qp` (``EINVAL`` for a depth or SGE count beyond
         the device's, too much inline data, an SRQ of another device); ``EINVAL`` for a CQ of another device
-        context; ``EOPNOTSUPP`` for QP types other than RC.
+        context; ``EOPNOTSUPP`` for QP types other than RC, UC and UD.
     """
 
     def __init__(self, pd: PD, init_attr: QPInitAttr, qp_attr: QPAttr | None = None) -> None:
         call = "ibv_create_qp"
         pd._check_open(call)
-        if init_attr.qp_type is not QpType.RC:
-            raise VerbsError("EOPNOTSUPP", f"only RC QPs are modelled, got {init_attr.qp_type}", call=call)
+        if not isinstance(init_attr.qp_type, QpType):
+            raise VerbsError("EOPNOTSUPP", f"QP type {init_attr.qp_type!r} is not modelled (RC, UC, UD are)",
+                             call=call)
         scq = _own_cq(init_attr.scq, pd, "send", call)
         rcq = scq if init_attr.rcq is None else _own_cq(init_attr.rcq, pd, "receive", call)
         srq = init_attr.srq
@@ -167,14 +178,17 @@ class QP(Resource):
         self.qp = ibv_create_qp(pd.pd, scq.cq, cap.max_send_wr, max_send_sge=cap.max_send_sge,
                                 max_inline_data=cap.max_inline_data, sq_sig_all=bool(init_attr.sq_sig_all),
                                 recv_cq=rcq.cq, max_recv_wr=cap.max_recv_wr, max_recv_sge=cap.max_recv_sge,
-                                srq=None if srq is None else srq.srq)
+                                srq=None if srq is None else srq.srq, qp_type=init_attr.qp_type)
         """The verbs layer's QP (:class:`models.verbs.verbs.QueuePair`)."""
         testbed = self.context.testbed
         testbed._qps[(self.context.lid, self.qp.qp_num)] = self
         testbed._posted[(self.context.lid, self.qp.qp_num)] = deque()
         self.context._adopt(self)
         if qp_attr is not None:
-            self.to_init(qp_attr)
+            if self.qp_type is QpType.UD:
+                self.to_rts(qp_attr)
+            else:
+                self.to_init(qp_attr)
 
     @property
     def qp_num(self) -> int:
@@ -188,29 +202,31 @@ class QP(Resource):
 
     @property
     def qp_type(self) -> QpType:
-        """RC."""
+        """RC, UC or UD."""
         return self.qp.qp_type
 
     def to_init(self, qp_attr: QPAttr) -> None:
-        """RESET -> INIT with pyverbs' RC mask (P_Key index, port, access flags)."""
+        """RESET -> INIT with pyverbs' mask for the QP's type (P_Key index, port, and access flags for RC and UC,
+        the Q_Key for UD)."""
         qp_attr.qp_state = QpState.INIT
-        self.modify(qp_attr, PERFTEST_TO_INIT)
+        self.modify(qp_attr, PERFTEST_MASKS[self.qp_type][0])
 
     def to_rtr(self, qp_attr: QPAttr) -> None:
-        """-> RTR (through INIT first unless already there), with pyverbs' RC mask (address, path MTU, remote
-        QP number, receive PSN, ``max_dest_rd_atomic``, ``min_rnr_timer``)."""
+        """-> RTR (through INIT first unless already there), with pyverbs' mask for the QP's type (RC: address,
+        path MTU, remote QP number, receive PSN, ``max_dest_rd_atomic``, ``min_rnr_timer``; UC without the last
+        two; UD: the state only)."""
         if self.qp_state is not QpState.INIT:
             self.to_init(qp_attr)
         qp_attr.qp_state = QpState.RTR
-        self.modify(qp_attr, PERFTEST_TO_RTR)
+        self.modify(qp_attr, PERFTEST_MASKS[self.qp_type][1])
 
     def to_rts(self, qp_attr: QPAttr) -> None:
-        """-> RTS (through RTR first unless already there), with pyverbs' RC mask (timeout, retry counts, send
-        PSN, ``max_rd_atomic``)."""
+        """-> RTS (through RTR first unless already there), with pyverbs' mask for the QP's type (send PSN, and
+        for RC the timeout, retry counts and ``max_rd_atomic``)."""
         if self.qp_state is not QpState.RTR:
             self.to_rtr(qp_attr)
         qp_attr.qp_state = QpState.RTS
-        self.modify(qp_attr, PERFTEST_TO_RTS)
+        self.modify(qp_attr, PERFTEST_MASKS[self.qp_type][2])
 
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
         """``ibv_modify_qp``: set the attributes ``attr_mask`` selects.
@@ -237,12 +253,13 @@ class QP(Resource):
         :raises VerbsError: as :func:`models.verbs.verbs.ibv_post_send` (``EINVAL`` before RTS, ``ENOMEM`` for a
             full send queue, too many SGEs or too much inline data, ``EOPNOTSUPP`` for an atomic on a device
             without atomics, ...).
-        :raises ProtocolError: the QP is in RTS but its ``dest_qp_num``/``dlid`` name no QP of the testbed.
+        :raises ProtocolError: the QP is in RTS but its ``dest_qp_num``/``dlid`` name no QP of the testbed (UD: the
+            work request's AH and ``rqpn`` name no UD QP).
         """
         call = "ibv_post_send"
         self._check_open(call)
         request = wr._request(call)
-        if self.qp.state is QpState.RTS and self.qp.remote is None:
+        if self.qp.state is QpState.RTS and self.qp.remote is None and self.qp_type is not QpType.UD:
             raise ProtocolError(f"{call}: QP {self.qp_num} is connected to QP {self.qp.attr.dest_qp_num} behind LID "
                                 f"{self.qp.attr.ah_attr.dlid}, which is not a QP of this testbed")
         ibv_post_send(self.qp, request)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import difflib
 
 from models.gpu import gpu_params
+from models.nic.transport import QpType, receive_overhead
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.scenario.horizon import check_horizon
 from sim.scenario.schema import Scenario
@@ -93,10 +94,16 @@ def check_references(scenario: Scenario) -> list[Problem]:
                 problems.append((("workload", i, "to"), f"'{work.from_}' and '{work.to}' are both on {ends[0].on};"
                                  " a measurement needs buffers on two different nodes"))
             largest = max(work.size_list())
-            for key, buf in (("from", ends[0]), ("to", ends[1])):
-                if largest > buf.size:
-                    problems.append((("workload", i, "sizes"), f"message size {largest} does not fit buffer "
+            overhead = receive_overhead(QpType(work.transport.upper()))
+            for key, buf, extra in (("from", ends[0], 0), ("to", ends[1], overhead)):
+                if largest + extra > buf.size:
+                    grh = f" + {extra} (the GRH)" if extra else ""
+                    problems.append((("workload", i, "sizes"), f"message size {largest}{grh} does not fit buffer "
                                      f"'{buf.name}' ({buf.size} bytes, referenced by '{key}')"))
+        if work.transport == "ud" and max(work.size_list()) > scenario.fabric.mtu:
+            problems.append((("workload", i, "sizes"), f"a UD message is one packet: {max(work.size_list())} bytes is "
+                             f"more than the fabric's MTU {scenario.fabric.mtu} (perftest: Max message size in UD "
+                             "cannot be greater than MTU)"))
     problems += library_problems(scenario)
     return problems or check_horizon(scenario)
 

@@ -393,6 +393,20 @@ class WorkloadSpec(Strict):
     max_rd_atomic: Annotated[int, Field(ge=1, le=255)] | None = None
     """READ and atomic workloads: the QPs' max_rd_atomic and max_dest_rd_atomic (perftest -o; default the NIC's
     max_rd_atomic)."""
+    transport: Literal["rc", "uc", "ud"] = "rc"
+    """The QPs' service (perftest -c): rc; uc (unacknowledged: write and send workloads); ud (datagrams: send
+    workloads, each message one packet of at most the fabric's MTU, each receive 40 bytes more for the GRH)."""
+
+    @field_validator("transport")
+    @classmethod
+    def _transport_carries_the_kind(cls, transport: str, info):
+        kind = info.data.get("kind") or ""
+        if transport == "uc" and kind.startswith(("read", "atomic")):
+            raise ValueError(f"{kind}: UC carries RDMA WRITE and SEND only (perftest: UC connection not possible in "
+                             "READ/ATOMIC verbs)")
+        if transport == "ud" and not kind.startswith("send"):
+            raise ValueError(f"{kind}: UD carries SEND only (perftest: UD connection only possible in SEND verb)")
+        return transport
 
     @field_validator("qps")
     @classmethod

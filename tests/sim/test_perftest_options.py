@@ -134,8 +134,9 @@ def test_rocm_dmabuf_places_the_buffer_on_an_amd_gpu():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["ib_write_bw", "-c", "UC"], "-c UC: rdmasim simulates RC QPs only"),
-    (["ib_send_lat", "-c", "UD"], "-c UD: rdmasim simulates RC QPs only"),
+    (["ib_write_bw", "-c", "XRC"], "-c XRC: rdmasim simulates RC, UC and UD QPs"),
+    (["ib_send_bw", "-c", "UD", "-s", "8K"], "Max message size in UD cannot be greater than MTU (4096)"),
+    (["ib_send_bw", "-c", "UD", "-s", "2048", "-m", "1024"], "Max message size in UD cannot be greater than MTU"),
     (["ib_read_bw", "-c", "UC"], "UC connection not possible in READ/ATOMIC verbs"),
     (["ib_write_bw", "-c", "UD"], "UD connection only possible in SEND verb"),
     (["ib_write_bw", "-c", "XYZ"], "Invalid Connection type. Please choose from {RC,UC,UD,XRC,DC,SRD}"),

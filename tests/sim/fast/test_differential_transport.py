@@ -1,0 +1,48 @@
+"""UC and UD bandwidth workloads on the vectorized core against the event engine: the step lists carry their
+unacknowledged completions (a side chain to the responder), so every posted and completed time is identical;
+what the vectorized core leaves to the event engine is named."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.fast_plan import outside_domain
+from sim.scenario.schema import Scenario
+from tests.conftest import scenario_dict
+from tests.sim.fast.test_differential import same_runs, two_nodes
+
+
+SEND_WORK = (([1, 64, 220, 4096], 1500, 128, {"rx_depth": 1500}), ([2, 4096], 100, 1, {}),
+             ([512], 2000, 2, {"rx_depth": 2000}), ([64], 1000, 32, {"inline": 64}))
+"""send_bw's rows of tests/sim/fast/test_send_differential.py, at most 4 KiB (UD's limit on the presets' MTU); the
+first and third post every receive ahead, since a sender that waits for no ACK outruns the server's reposts."""
+WRITE_WORK = (([1, 64, 220, 4096], 2500, 128, {}), ([16384, 65536], 1200, 16, {}), ([2, 1 << 20], 150, 1, {}),
+              ([512], 3000, 2, {}))
+
+
+@pytest.mark.parametrize("preset", ["cx7-gen5-400G", "cx6-gen4-200G-mps512"])
+@pytest.mark.parametrize("kind, transport", [("write_bw", "uc"), ("send_bw", "uc"), ("send_bw", "ud")])
+def test_unacknowledged_bandwidth_equals_event_engine(preset, kind, transport):
+    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": [f"{s}B" for s in sizes], "iterations": n,
+             "tx_depth": depth, "transport": transport, **extra}
+            for sizes, n, depth, extra in (SEND_WORK if kind == "send_bw" else WRITE_WORK)]
+    runs = same_runs(scenario_dict(seed=5, workload=work, **two_nodes(preset)))
+    assert runs[0].operations["ok"].all()
+
+
+def test_uc_outruns_rc_on_both_engines_for_small_writes():
+    rates = {}
+    for transport in ("rc", "uc"):
+        work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["64B"], "iterations": 3000,
+                 "tx_depth": 16, "transport": transport}]
+        (run, _) = same_runs(scenario_dict(seed=5, workload=work, **two_nodes("cx7-gen5-400G")))
+        rates[transport] = run.summary["bw_avg_Gbps"].iloc[0]
+    assert rates["uc"] > 1.5 * rates["rc"]  # RC's window waits a round trip for each ACK
+
+
+def test_uc_write_lat_is_left_to_the_event_engine_with_the_reason():
+    work = [{"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["64B"], "iterations": 10, "transport": "uc"}]
+    reason = outside_domain(Scenario.model_validate(scenario_dict(workload=work)))
+    assert reason is not None and "UC WRITE" in reason
+    work[0]["transport"] = "rc"
+    assert outside_domain(Scenario.model_validate(scenario_dict(workload=work))) is None
