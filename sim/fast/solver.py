@@ -152,14 +152,15 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     history: dict[int, _History] = {}
     start = _starts(problem, 0, int(start_ps))
     smallest = 2 * problem.keep
-    group, lo, size, passes, reach = 0, 0, max(block, smallest), max_passes, 1
+    group, lo, size, passes, reach = 0, 0, smallest, max_passes, 1
     while group < len(problem.groups):
         spans = _slices(problem, group, lo, size, reach)
         outs, kept, agreed = solve_block(problem, spans, carry, history, start, passes)
+        total = sum(hi - first for _, first, hi in spans)
         if not kept[0]:  # nothing final: more passes if they disagreed, else a longer block
-            passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, size * 2, reach + 1)
+            passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, 2 * total, reach + 1)
             continue
-        size = max(smallest, size * 2 if agreed else size // 2)
+        size = max(smallest, 2 * total if agreed else min(size // 2, 2 * sum(kept)))
         size, passes, reach = min(size, max(block, smallest)), max_passes, 1
         for (g, first, _), out, n in zip(spans, outs, kept):
             if not n:
