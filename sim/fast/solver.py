@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, waits, walk_order
-from sim.fast.block import solve_block
+from sim.fast.block import NEVER, solve_block
 from sim.fast.spacing import never_queue
 from sim.fast.steps import Group, Server, after_draws, claim_wpos, tail_draws
 from sim.fast.block_pass import Carry, Pace, SliceOut
@@ -50,6 +50,9 @@ class Finished:
     marks: dict[str, np.ndarray]
     """Per label: each operation's wake at that :class:`~sim.core.steps.Check`, or when it made that
     :class:`~sim.core.steps.Claim`."""
+    next_post: int
+    """When the next operation solved is posted (ps; ``NEVER`` after the last): no later operation claims or
+    marks anything before it."""
 
 
 @dataclass
@@ -165,7 +168,6 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
         for (g, first, _), out, n in zip(spans, outs, kept):
             if not n:
                 break
-            yield Finished(g, first, out.post[:n], out.done[:n], {k: v[:n] for k, v in out.marks.items()})
             _remember(problem, history, g, out, n)
             for draws in problem.groups[g].draws.values():
                 if hasattr(draws, "finished"):
@@ -178,6 +180,16 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
                 else:
                     start.update(_starts(problem, g + 1, int(out.done[n - 1])))
                 group, lo = g + 1, problem.groups[g + 1].first if g + 1 < len(problem.groups) else 0
+            yield Finished(g, first, out.post[:n], out.done[:n], {k: v[:n] for k, v in out.marks.items()},
+                           _post_of(problem, history, start, group, lo))
+
+
+def _post_of(problem: Problem, history: dict[int, _History], start: dict[int, int], group: int, lo: int) -> int:
+    """When operation ``lo`` of ``group``, the next to be solved, is posted (ps; NEVER past the last group)."""
+    if group == len(problem.groups):
+        return NEVER
+    window = problem.groups[group].window
+    return start[group] if lo < window else int(history[group].done[-window])
 
 
 def _slices(problem: Problem, group: int, lo: int, size: int, reach: int) -> list[tuple[int, int, int]]:
