@@ -108,6 +108,9 @@ class Problem:
         self.wpos_at = {self.pos_base[g] + k: w for g, group in enumerate(self.groups)
                         for k, w in claim_wpos(group.steps).items()}
         """The ordering position of each pipeline position's claims (:mod:`sim.fast.merge`)."""
+        self.queued: dict = {}
+        """Per position (or ``("merged", server)``): whether its server needed the running maximum when last
+        solved; then it is solved with it straight away (the answer is the same)."""
         self.idle_claims: dict[int, dict[int, int]] = {}
         """Per group and shared position, once seen: the time from post to the claim with every server free,
         where that is one constant (ps)."""
