@@ -9,6 +9,8 @@ Measured side by side in one run and printed with their ratios:
 * memory: 100 M operations of that pipeline solved block by block in a separate process, peak RSS reported;
 * an evicted source: ``scenarios/pin_vs_dmabuf.yaml``'s dynamic dma-buf variant (the exporter moves the buffer
   the WRITEs read from) on both engines, identical tables and counters, WRITEs per second of each.
+* size: lines of the vectorized core and its planner (``sim/fast/*.py`` and ``sim/fast_plan.py``, as ``wc -l``
+  counts them).
 
 Machines are shared and noisy: each figure is the best of ``--repeats`` runs.
 """
@@ -35,7 +37,8 @@ from sim.harness import setup_run  # noqa: E402
 from sim.run import run_scenario  # noqa: E402
 from sim.scenario.scenario_file import load_scenario, load_scenario_variants  # noqa: E402
 
-TARGETS = {"6-stage fast core ops/s": 20e6, "fast/event": 200.0, "fast/numba": 0.5}
+TARGETS = {"6-stage fast core ops/s": 20e6, "fast/event": 200.0, "fast/numba": 0.6, "evicted fast/event": 50.0,
+           "lines": 1500}
 STAGES = ((0, 3_000, 3_000, 3_000, 0, True), (1, 70_000, 24_000, 24_000, 550_000, False),
           (2, 75_000, 1_500, 1_500, 150_000, True), (3, 82_800, 0, 0, 300_000, False),
           (4, 77_000, 5_800, 0, 0, True), (5, 3_000, 3_000, 3_000, 150_000, True))
@@ -196,7 +199,12 @@ def main() -> None:
           "identical on both engines:")
     for e, t in seconds.items():
         print(f"  {e} engine (end to end)      {n / t:14,.0f} simulated WRITEs/s")
-    print(f"  fast / event                 {seconds['event'] / seconds['fast']:14,.1f} x")
+    print(f"  fast / event                 {seconds['event'] / seconds['fast']:14,.1f} x   "
+          f"(target {TARGETS['evicted fast/event']:.0f} x)")
+    core = [*sorted((ROOT / "sim" / "fast").glob("*.py")), ROOT / "sim" / "fast_plan.py"]
+    lines = sum(len(path.read_text().splitlines()) for path in core)
+    print(f"vectorized core: {lines:,} lines in sim/fast/*.py and sim/fast_plan.py "
+          f"(target at most {TARGETS['lines']:,})")
 
     out = subprocess.run([sys.executable, __file__, "--memory-check", str(args.memory_ops)], capture_output=True,
                          text=True, check=True).stdout.split()

@@ -1,10 +1,12 @@
 """Scenario events under the vectorized core: the testbed's clock follows a solved run, and a move of a
 buffer the workloads read from is folded into the next solve.
 
-Events run on the testbed's own environment, the same processes as under the event engine, once the
-workloads are solved. They act on the data path only through the workloads' MRs and QPs (they share no
-server with it and read no access history), so :class:`Watch` steps the clock and compares what the data path
-reads of those (:func:`exposed`) after every event. Nothing changed: the event engine's run would have seen
+Events run on the testbed's own environment, the same processes as under the event engine, as the solve
+goes on: an event is stepped once every operation still to solve is posted after it, so a solve that a move
+makes stale stops there (:class:`Solved` takes pieces only as far as asked). They act on the data path only
+through the workloads' MRs and QPs (they share no server with it and read no access history), so
+:class:`Watch` steps the clock and compares what the data path reads of those (:func:`exposed`) after every
+event. Nothing changed: the event engine's run would have seen
 none of it. A dma-buf MR the workloads read from that ``move_notify`` zapped is a :class:`Move`: the first
 access after the zap finds the translation gone and re-faults (the watch makes that very call on the testbed,
 at that access's time from the solve, which only earlier operations decide), accesses until the re-fault is
@@ -14,6 +16,7 @@ event engine simulates, such as responder-side faults, which answer RNR NAKs and
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +24,7 @@ import numpy as np
 from models.nic.datapath import memory_target
 from models.ib.dmabuf_mr import DmabufBacking
 from models.nic.translation import Fault
+from sim.fast import NEVER, Finished
 from sim.scenario.schema import Scenario
 
 
@@ -36,14 +40,68 @@ class Move:
     ready_ps: int | None
 
 
-@dataclass(frozen=True)
 class Solved:
-    """A solve's per-operation times by (workload index, size): posts, completions and the wake at the
-    source's translation (``local`` marks; absent where the source is not read) and other marks."""
+    """A solve's per-operation times by (workload index, size), taken from its pieces only as far as the events
+    need: posts, completions, the wake at the source's translation (``local`` marks; absent where the source is
+    not read) and other marks.
 
-    posts: dict[tuple[int, int], np.ndarray]
-    done: dict[tuple[int, int], np.ndarray]
-    marks: dict[tuple[int, int], dict[str, np.ndarray]]
+    :param pieces: ``((workload, size), piece)`` in solve order.
+    :param ops: operations of each (workload, size).
+    """
+
+    def __init__(self, pieces: Iterator[tuple[tuple[int, int], Finished]], ops: dict[tuple[int, int], int]) -> None:
+        self._pieces, self._ops = pieces, ops
+        self._parts: dict[tuple[int, int], list[Finished]] = {}
+        self._joined: tuple | None = None
+        self.horizon = 0
+        """No operation still to solve claims or marks anything before this time (ps)."""
+        self.complete = False
+
+    def extend(self) -> bool:
+        """Take the next piece; False when none is left."""
+        try:
+            key, piece = next(self._pieces)
+        except StopIteration:
+            self.complete, self.horizon = True, NEVER
+            return False
+        self._parts.setdefault(key, []).append(piece)
+        self.horizon, self._joined = piece.next_post, None
+        return True
+
+    def until(self, at_ps: int) -> None:
+        """Take pieces until no operation still to solve acts at or before ``at_ps``."""
+        while self.horizon <= at_ps and self.extend():
+            pass
+
+    def keys(self) -> list[tuple[int, int]]:
+        """Every (workload, size) of the solve."""
+        return list(self._ops)
+
+    def last_done(self, key: tuple[int, int]) -> int:
+        """The completion of ``key``'s last operation; NEVER while some are still to solve (ps)."""
+        last = self._parts[key][-1] if key in self._parts else None
+        return int(last.done[-1]) if last is not None and last.lo + len(last.post) == self._ops[key] else NEVER
+
+    def _tables(self) -> tuple:
+        if self._joined is None:
+            parts = self._parts
+            self._joined = tuple({key: np.concatenate([getattr(p, field) for p in pieces])
+                                  for key, pieces in parts.items()} for field in ("post", "done")) + (
+                {key: {label: np.concatenate([p.marks[label] for p in pieces]) for label in pieces[0].marks}
+                 for key, pieces in parts.items()},)
+        return self._joined
+
+    @property
+    def posts(self) -> dict[tuple[int, int], np.ndarray]:
+        return self._tables()[0]
+
+    @property
+    def done(self) -> dict[tuple[int, int], np.ndarray]:
+        return self._tables()[1]
+
+    @property
+    def marks(self) -> dict[tuple[int, int], dict[str, np.ndarray]]:
+        return self._tables()[2]
 
 
 Item = tuple[str, str]
@@ -95,6 +153,16 @@ class Watch:
                 return changed
         return []
 
+    def follow(self, solved: Solved) -> list[Item]:
+        """Solve on, stepping the events due before what is still to solve; stop at the first event that changed
+        what the data path sees and return what it changed (empty: the solve is complete)."""
+        while solved.extend():
+            if solved.horizon < NEVER:
+                changed = self.advance(solved.horizon, inclusive=False)
+                if changed:
+                    return changed
+        return []
+
     def clock(self, at_ps: int) -> None:
         """Move the clock to ``at_ps`` (no event is due before it)."""
         env = self.bed.env
@@ -113,10 +181,10 @@ class Watch:
             return f"scenario events changed {describe(changed)} at {env.now / 1e6:.3f} us"
         zapped = backing.zapped_at_ps
         self.base = exposed(self.bed, self.scenario)  # the zap itself is accepted from here on
-        for (k, _), done in solved.done.items():
+        for k, size in solved.keys():
             work = streams[k].work
             responder = name == work.to or (name == work.from_ and work.kind == "write_lat")
-            if responder and done[-1] >= zapped:
+            if responder and solved.last_done((k, size)) >= zapped:
                 return (f"buffer '{name}' moved while workload '{work.name or work.kind}' still reaches it as a "
                         "responder (RNR NAKs and retries)")
         first = _first_access(solved, streams, name, zapped)
@@ -153,7 +221,10 @@ class Watch:
 
 
 def _first_access(solved: Solved, streams, name: str, zapped_ps: int) -> tuple[int, int] | None:
-    """The earliest translation of buffer ``name`` as a source at or after ``zapped_ps``, and its size."""
-    first = [(int(m["local"][after].min()), size) for (w, size), m in solved.marks.items()
-             if streams[w].work.from_ == name and "local" in m and (after := m["local"] >= zapped_ps).any()]
-    return min(first) if first else None
+    """The earliest translation of buffer ``name`` as a source at or after ``zapped_ps``, and its size (solving
+    on until no later one can come earlier)."""
+    while True:
+        first = [(int(m["local"][after].min()), size) for (w, size), m in solved.marks.items()
+                 if streams[w].work.from_ == name and "local" in m and (after := m["local"] >= zapped_ps).any()]
+        if first and min(first)[0] < solved.horizon or not solved.extend():
+            return min(first) if first else None

@@ -197,18 +197,23 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     bed, started, event_log = setup_run(scenario, seed, trace)
     ends, watch = streams(scenario, bed), Watch(bed, scenario)
     table, sink = OperationTable(), None if scenario.events else StreamedSummaries(variant)
-    solved = None
+    solved, reached = None, _Reached(progress)
     try:
         for _ in range(MAX_MOVES + 1):
             pipes = pipelines(ends, watch.moves, solved and solved.posts)
-            solved = _solve(pipes, started, progress if solved is None else None, crawl=scenario.engine == "auto",
-                            rows=sink and _Rows(ends, table, sink), receives=_ReceivesAhead(ends))
+            solved = Solved(_pieces(pipes, started, reached.restart(), crawl=scenario.engine == "auto",
+                                    rows=sink and _Rows(ends, table, sink), receives=_ReceivesAhead(ends)),
+                            {label: group.ops for group, label in zip(pipes.groups, pipes.labels)})
+            changed = watch.follow(solved)
             reason = watch.confirm(solved, ends)
-            end = _settled(ends, solved)
-            changed = watch.advance(end) if not reason else []
-            if not changed:
-                watch.clock(end)
+            if reason:
                 break
+            if not changed:
+                end = _settled(ends, solved)
+                changed = watch.advance(end)
+                if not changed:
+                    watch.clock(end)
+                    break
             reason = watch.fold(changed, solved, ends)
             if reason:
                 break
@@ -259,41 +264,50 @@ class _Rows:
         self.sink.add(work, size, done)
 
 
-def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bool = False,
-           rows: Callable[[int, int, Finished], None] | None = None,
-           receives: Callable[[int, int, Finished], None] | None = None) -> Solved:
-    """Solve ``pipes`` from ``start_ps``: every operation's times by (workload index, size); with ``rows``
-    each piece goes to it instead and only each (workload, size)'s last operation is kept. ``receives`` checks
-    each piece first (:class:`_ReceivesAhead`).
+class _Reached:
+    """Progress over solves of one run: each operation told once, by the first solve that reaches it."""
+
+    def __init__(self, progress: Progress | None) -> None:
+        self.progress, self.furthest, self.count = progress, 0, 0
+
+    def restart(self) -> Progress | None:
+        """The progress callback for the next solve."""
+        self.count = 0
+        return self if self.progress else None
+
+    def __call__(self, ops: int) -> None:
+        self.count += ops
+        if self.count > self.furthest:
+            self.progress(self.count - self.furthest)
+            self.furthest = self.count
+
+
+def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bool = False,
+            rows: Callable[[int, int, Finished], None] | None = None,
+            receives: Callable[[int, int, Finished], None] | None = None):
+    """Solve ``pipes`` from ``start_ps``: yields ``((workload index, size), piece)`` in order; with ``rows``
+    each piece goes to it and only its last operation is yielded. ``receives`` checks each piece first
+    (:class:`_ReceivesAhead`).
 
     :raises _Crawling: ``crawl`` and blocks cut short keep too few operations (:data:`CRAWL_OPS`).
     :raises _ReceivesShort: from ``receives``.
     """
-    parts: dict[tuple[int, int], list[Finished]] = {}
     short: list[int] = []
     for piece in solve(pipes.servers, pipes.groups, start_ps):
         k, size = pipes.labels[piece.group]
         if receives is not None:
             receives(k, size, piece)
-        if rows is not None:
-            rows(k, size, piece)
-            parts[k, size] = [Finished(piece.group, piece.lo, piece.post[-1:], piece.done[-1:],
-                                       {label: v[-1:] for label, v in piece.marks.items()})]
-        else:
-            parts.setdefault((k, size), []).append(piece)
         if progress:
             progress(len(piece.post))
         if crawl and piece.lo + len(piece.post) < pipes.groups[piece.group].ops:
             short.append(len(piece.post))
             if len(short) >= CRAWL_BLOCKS and sum(short) < CRAWL_OPS * len(short):
                 raise _Crawling(sum(short) // len(short))
-
-    def joined(field: str) -> dict[tuple[int, int], np.ndarray]:
-        return {key: np.concatenate([getattr(p, field) for p in pieces]) for key, pieces in parts.items()}
-
-    marks = {key: {label: np.concatenate([p.marks[label] for p in pieces]) for label in pieces[0].marks}
-             for key, pieces in parts.items()}
-    return Solved(joined("post"), joined("done"), marks)
+        if rows is not None:
+            rows(k, size, piece)
+            piece = replace(piece, lo=piece.lo + len(piece.post) - 1, post=piece.post[-1:], done=piece.done[-1:],
+                            marks={label: v[-1:] for label, v in piece.marks.items()})
+        yield (k, size), piece
 
 
 def _settled(ends: list[Stream], solved: Solved) -> int:
@@ -425,11 +439,6 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
                                 (target, end.targets[1]))
                 yield Group(indexed(body, local), hi, window, draws, lo), size
         first += work.iterations
-
-
-OPCODES = {"write_bw": Opcode.RDMA_WRITE, "read_bw": Opcode.RDMA_READ, "read_lat": Opcode.RDMA_READ,
-           "send_bw": Opcode.SEND}
-"""The opcode each workload the vectorized core streams posts."""
 
 
 def _segments(target: str | None, moves: list[Move], posts: np.ndarray | None, ops: int):

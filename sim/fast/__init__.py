@@ -17,9 +17,10 @@ event engine's (same recurrences, the same ordering rule, integer picoseconds); 
 [([0, 0, 10, 20], [10, 20, 30, 40])]
 """
 
+from sim.fast.block import NEVER
 from sim.fast.draws import UniformSeries
 from sim.fast.server import cut_through, pool
 from sim.fast.solver import Finished, Unsolvable, solve
 from sim.fast.steps import Group, Server
 
-__all__ = ["Finished", "Group", "Server", "UniformSeries", "Unsolvable", "cut_through", "pool", "solve"]
+__all__ = ["NEVER", "Finished", "Group", "Server", "UniformSeries", "Unsolvable", "cut_through", "pool", "solve"]

@@ -155,10 +155,7 @@ class Pass:
         self.problem, self.slices, self.carry, self.shared = problem, slices, carry, shared
         self.previous, self.idle, self.old_memo = previous, idle, memo or {}
         self.memo: dict = {}
-        self.hints: dict[int, bool] = self.old_memo.get("queued", {})
-        """Per position: whether its server needed the running maximum in an earlier pass of this block (then
-        the solver goes straight to it)."""
-        self.memo["queued"] = self.hints
+        self.hints: dict = problem.queued
         self.current: dict[int, Record] = {}
         self.used: dict[int, Record | None] = {}
         """Records of later positions taken from the guesses (None: there was none)."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, waits, walk_order
-from sim.fast.block import solve_block
+from sim.fast.block import NEVER, solve_block
 from sim.fast.spacing import never_queue
 from sim.fast.steps import Group, Server, after_draws, claim_wpos, tail_draws
 from sim.fast.block_pass import Carry, Pace, SliceOut
@@ -50,6 +50,9 @@ class Finished:
     marks: dict[str, np.ndarray]
     """Per label: each operation's wake at that :class:`~sim.core.steps.Check`, or when it made that
     :class:`~sim.core.steps.Claim`."""
+    next_post: int
+    """When the next operation solved is posted (ps; ``NEVER`` after the last): no later operation claims or
+    marks anything before it."""
 
 
 @dataclass
@@ -105,6 +108,9 @@ class Problem:
         self.wpos_at = {self.pos_base[g] + k: w for g, group in enumerate(self.groups)
                         for k, w in claim_wpos(group.steps).items()}
         """The ordering position of each pipeline position's claims (:mod:`sim.fast.merge`)."""
+        self.queued: dict = {}
+        """Per position (or ``("merged", server)``): whether its server needed the running maximum when last
+        solved; then it is solved with it straight away (the answer is the same)."""
         self.idle_claims: dict[int, dict[int, int]] = {}
         """Per group and shared position, once seen: the time from post to the claim with every server free,
         where that is one constant (ps)."""
@@ -152,19 +158,19 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     history: dict[int, _History] = {}
     start = _starts(problem, 0, int(start_ps))
     smallest = 2 * problem.keep
-    group, lo, size, passes, reach = 0, 0, max(block, smallest), max_passes, 1
+    group, lo, size, passes, reach = 0, 0, smallest, max_passes, 1
     while group < len(problem.groups):
         spans = _slices(problem, group, lo, size, reach)
         outs, kept, agreed = solve_block(problem, spans, carry, history, start, passes)
+        total = sum(hi - first for _, first, hi in spans)
         if not kept[0]:  # nothing final: more passes if they disagreed, else a longer block
-            passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, size * 2, reach + 1)
+            passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, 2 * total, reach + 1)
             continue
-        size = max(smallest, size * 2 if agreed else size // 2)
+        size = max(smallest, 2 * total if agreed else min(size // 2, 2 * sum(kept)))
         size, passes, reach = min(size, max(block, smallest)), max_passes, 1
         for (g, first, _), out, n in zip(spans, outs, kept):
             if not n:
                 break
-            yield Finished(g, first, out.post[:n], out.done[:n], {k: v[:n] for k, v in out.marks.items()})
             _remember(problem, history, g, out, n)
             for draws in problem.groups[g].draws.values():
                 if hasattr(draws, "finished"):
@@ -177,6 +183,16 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
                 else:
                     start.update(_starts(problem, g + 1, int(out.done[n - 1])))
                 group, lo = g + 1, problem.groups[g + 1].first if g + 1 < len(problem.groups) else 0
+            yield Finished(g, first, out.post[:n], out.done[:n], {k: v[:n] for k, v in out.marks.items()},
+                           _post_of(problem, history, start, group, lo))
+
+
+def _post_of(problem: Problem, history: dict[int, _History], start: dict[int, int], group: int, lo: int) -> int:
+    """When operation ``lo`` of ``group``, the next to be solved, is posted (ps; NEVER past the last group)."""
+    if group == len(problem.groups):
+        return NEVER
+    window = problem.groups[group].window
+    return start[group] if lo < window else int(history[group].done[-window])
 
 
 def _slices(problem: Problem, group: int, lo: int, size: int, reach: int) -> list[tuple[int, int, int]]:

@@ -60,7 +60,9 @@ def test_a_saturated_stream_with_a_shared_server_keeps_its_claims_pace(passes, r
     group = Group(steps, ops, 128, {"poll": _polls(ops, 40_000, seed=5)})
     assert solve_all(servers, [group], block=BLOCK) == run_events(servers, [group])
     if responder:
-        assert passes[0] <= 1.2 * ops // BLOCK + 4  # blocks keep the operations done before the next can claim
+        # blocks keep the operations done before the next can claim; the first ones, small and doubling, learn
+        # the pace
+        assert passes[0] <= 1.2 * ops // BLOCK + 6
 
 
 def test_a_stream_that_stops_queueing_is_still_exact(passes):
