@@ -14,6 +14,7 @@ at or change state there.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from heapq import heappop, heappush
 from typing import Any, Protocol
@@ -21,7 +22,7 @@ from typing import Any, Protocol
 from sim.core.servers import claim_cut_through
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wait, Wake, walk_order
 
-CLAIM, EAGER, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK = range(12)
+CLAIMS, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK = range(11)
 MODEL_EVENT = -1
 """Ordering position of a model event (a :class:`Wake` or :class:`Wait`): before every step at its time."""
 
@@ -53,15 +54,31 @@ class Semaphore:
 
 
 def compile_steps(steps: tuple[Step, ...], base: int = 0) -> tuple:
-    """``steps`` as the interpreter's program: one tuple per step, opcode and position first."""
-    program, pos = [], base
+    """``steps`` as the interpreter's program: one tuple per instruction, opcode and position first.
+
+    Steps that take no time of their own are folded into the instruction before them, so that a walk makes
+    fewer dispatches: a claim and the eager claims after it are one ``CLAIMS`` instruction (it waits when its
+    first claim does), and a plain delay after a claim or a rebase becomes part of its latency or offset.
+    Positions stay those of :func:`~sim.core.steps.walk_order`.
+    """
+    program: list[tuple] = []
+    pos = base
     for step in steps:
         kind = type(step)
+        last = program[-1] if program else None
         if kind is Claim:
-            program.append((EAGER if step.eager else CLAIM, pos, step.server, step.service_ps, step.head_ps,
-                            step.tail_ps, step.latency_ps, step.label))
+            claim = (step.server, step.service_ps, step.head_ps, step.tail_ps, step.latency_ps, step.label)
+            if step.eager and last is not None and last[0] == CLAIMS:
+                program[-1] = (CLAIMS, last[1], last[2], (*last[3], claim))
+            else:
+                program.append((CLAIMS, pos, not step.eager, (claim,)))
+        elif kind is Delay and step.draws is None:
+            if last is not None and last[0] in (CLAIMS, DELAY, REBASE):
+                program[-1] = _delayed(last, step.ps)
+            else:
+                program.append((DELAY, pos, step.ps))
         elif kind is Delay:
-            program.append((DELAY, pos, step.ps) if step.draws is None else (DRAWN, pos, step.ps, step.draws))
+            program.append((DRAWN, pos, step.ps, step.draws))
         elif kind is Rebase:
             program.append((REBASE, pos, step.from_tail, step.offset_ps))
         elif kind is Wake:
@@ -82,6 +99,18 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0) -> tuple:
             raise TypeError(f"not a step: {step!r}")
         pos += 1
     return tuple(program)
+
+
+def _delayed(instruction: tuple, ps: int) -> tuple:
+    """``instruction`` (a claim group, a delay or a rebase) followed by a delay of ``ps``, as one instruction."""
+    code = instruction[0]
+    if code == CLAIMS:
+        *before, (server, service, head_ps, tail_ps, latency, label) = instruction[3]
+        return (CLAIMS, instruction[1], instruction[2], (*before, (server, service, head_ps, tail_ps,
+                                                                    latency + ps, label)))
+    if code == DELAY:
+        return (DELAY, instruction[1], instruction[2] + ps)
+    return (REBASE, instruction[1], instruction[2], instruction[3] + ps)
 
 
 class Operation:
@@ -117,7 +146,8 @@ class StepRunner:
     def __init__(self, env) -> None:
         self.env = env
         self.heap: list = []
-        self.count = 0
+        self.count = itertools.count()
+        """Tie-breaker of heap entries: the order they were pushed in."""
         self.wakeups: set[int] = set()
         """Times of the simpy timeouts that will wake the runner."""
         self.running = False
@@ -142,8 +172,7 @@ class StepRunner:
         list position ``pos`` (:data:`MODEL_EVENT` for a model event); ``sync``: with simpy's clock at ``t``."""
         chain.due = due
         key = pos if pos == MODEL_EVENT else pos + chain.op.offset
-        heappush(self.heap, (t, key, chain.op.seq, self.count, chain, sync))
-        self.count += 1
+        heappush(self.heap, (t, key, chain.op.seq, next(self.count), chain, sync))
 
     def _arm(self) -> None:
         """Make sure a simpy timeout wakes the runner at its earliest step's time (one per time at most)."""
@@ -154,18 +183,18 @@ class StepRunner:
                 self.env.timeout(t - self.env.now).callbacks.append(self._fire)
 
     def _fire(self, _event) -> None:
-        env, heap = self.env, self.heap
-        now = env.now
+        env, heap, walk = self.env, self.heap, self._walk
+        now, peek = env.now, env.peek
         self.wakeups.discard(now)
         self.running = True
         try:
             while heap:
                 entry = heap[0]
                 t = entry[0]
-                if t >= env.peek() or (entry[5] and t > now):
+                if t >= peek() or (entry[5] and t > now):
                     break  # simpy goes first, or a check needs simpy's clock at its time
                 heappop(heap)
-                self._walk(entry[4], t)
+                walk(entry[4], t)
         finally:
             self.running = False
         self._arm()
@@ -174,29 +203,26 @@ class StepRunner:
         """Take ``chain``'s steps from ``chain.at`` at time ``now`` until one waits or the chain ends."""
         op, program = chain.op, chain.program
         head, tail, at, due = chain.head, chain.tail, chain.at, chain.due
-        chain.due = False
         end = len(program)
+        tracing = self.tracing
         while at < end:
             step = program[at]
             code = step[0]
-            if code == CLAIM or code == EAGER:
-                if code == CLAIM and not due:
-                    chain.at, chain.head, chain.tail = at, head, tail
-                    self._push(chain, head, step[1], True)
+            if code == CLAIMS:
+                if step[2] and not due:  # (what _push does, written out: the commonest wait)
+                    chain.at, chain.head, chain.tail, chain.due = at, head, tail, True
+                    heappush(self.heap, (head, step[1] + op.offset, op.seq, next(self.count), chain, False))
                     return
                 due = False
-                _, _, server, service, head_ps, tail_ps, latency, label = step
-                start, finish = claim_cut_through(server, head, service, tail + tail_ps)
-                if self.tracing:
-                    self.env.trace.slice(server.name, "busy", start, finish)
-                head, tail = start + head_ps + latency, finish + latency
-                if label is not None and label in op.held:
-                    self._release(op, label, now)
+                for server, service, head_ps, tail_ps, latency, label in step[3]:
+                    start, finish = claim_cut_through(server, head, service, tail + tail_ps)
+                    if tracing:
+                        self.env.trace.slice(server.name, "busy", start, finish)
+                    head, tail = start + head_ps + latency, finish + latency
+                    if label is not None and label in op.held:
+                        self._release(op, label, now)
             elif code == DELAY:
                 head, tail = head + step[2], tail + step[2]
-            elif code == DRAWN:
-                extra = step[2] + op.draws[step[3]]
-                head, tail = head + extra, tail + extra
             elif code == REBASE:
                 head = tail = (tail if step[2] else head) + step[3]
             elif code == CHECK or code == INLINE_CHECK:
@@ -214,6 +240,9 @@ class StepRunner:
                     program, head, tail = outcome
                     chain.program, end, at = program, len(program), 0
                     continue
+            elif code == DRAWN:
+                extra = step[2] + op.draws[step[3]]
+                head, tail = head + extra, tail + extra
             elif code == MARK:
                 op.model.mark(op, step[2], head, tail)
             elif code == WAKE:
