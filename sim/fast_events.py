@@ -68,11 +68,6 @@ class Solved:
         self.horizon, self._joined = piece.next_post, None
         return True
 
-    def until(self, at_ps: int) -> None:
-        """Take pieces until no operation still to solve acts at or before ``at_ps``."""
-        while self.horizon <= at_ps and self.extend():
-            pass
-
     def keys(self) -> list[tuple[int, int]]:
         """Every (workload, size) of the solve."""
         return list(self._ops)

@@ -434,15 +434,17 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             window = work.tx_depth if work.kind.endswith("_bw") else 1
             opcode = workload_opcode(work)
             local = "response" if opcode.reads_remote else "source"
-            for lo, hi, target in _segments(end.targets[0], moves, posts.get(size), work.iterations):
+            known = posts.get(size, np.empty(0, np.int64))  # none yet: all are posted after every move
+            for lo, hi, target in _segments(end.targets[0], moves, known, work.iterations):
                 body = steps_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
                                 (target, end.targets[1]))
                 yield Group(indexed(body, local), hi, window, draws, lo), size
         first += work.iterations
 
 
-def _segments(target: str | None, moves: list[Move], posts: np.ndarray | None, ops: int):
-    """``(lo, hi, target)`` runs of operations by where their source is when they are posted."""
+def _segments(target: str | None, moves: list[Move], posts: np.ndarray, ops: int):
+    """``(lo, hi, target)`` runs of operations by where their source is when they are posted (``posts``: those
+    solved so far, the rest posted after every move)."""
     cuts = [(0, target)] + [(int(np.searchsorted(posts, m.zapped_ps)), m.target) for m in moves]
     cuts.append((ops, None))
     for (lo, where), (hi, _) in zip(cuts, cuts[1:]):

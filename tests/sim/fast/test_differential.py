@@ -224,6 +224,21 @@ def test_a_source_buffer_the_exporter_moves_is_followed_exactly(events, moves, s
     assert latency.max() > 40 * latency.median()  # the 1 GiB copy (about 20 ms) shows in the worst latency
 
 
+def test_a_move_of_a_later_workloads_source_is_followed_exactly():
+    """The exporter moves the source of the second workload while the first (from host memory) still runs: the
+    solve stops at the move, before the second has solved an operation, and the next solve starts it from where
+    its buffer went."""
+    data = pin_vs_dmabuf([PRESSURE_HELD], 2000)
+    data["buffers"].append({"name": "host_src", "on": "a.host", "size": "1GiB"})
+    data["workload"].insert(0, {**data["workload"][0], "from": "host_src", "name": "first"})
+    event, fast = same_runs(data)
+    ops, events = fast.operations, fast.events
+    moved = int(events.loc[events["kind"] == "gpu-memory-pressure", "time_ps"].iloc[0])
+    first = ops[ops["workload"] == "first"]
+    assert first["posted_ps"].min() < moved < first["completed_ps"].max()  # the move came during the first
+    assert fast.counters["invalidations"] == fast.counters["refaults"] == 1
+
+
 def test_an_event_before_a_ping_pongs_last_acknowledgement_is_reached_on_both_engines():
     """The event engine's run ends once the last WRITEs of a ping-pong are acknowledged and polled, after the
     last iteration completed: an event in between is reached (not "not reached") on both engines."""
