@@ -77,6 +77,9 @@ class Opcode(enum.Enum):
     ATOMIC_CMP_AND_SWP = "ATOMIC_CMP_AND_SWP"
     ATOMIC_FETCH_AND_ADD = "ATOMIC_FETCH_AND_ADD"
 
+    __hash__ = object.__hash__
+    """Members hash by identity, in C: they are singletons, and the per-message path keys dicts by them."""
+
     def __init__(self, value: str) -> None:
         # What each opcode does, as plain attributes: they are read on every work request.
         self.is_atomic = value.startswith("ATOMIC_")
@@ -247,6 +250,11 @@ class SendWR:
 
     imm_data: int = 0
     """Immediate data of ``*_WITH_IMM`` (32 bits; the responder's completion carries it)."""
+
+    @property
+    def num_sge(self) -> int:
+        """How many SGEs the work request has (``num_sge``), without building them."""
+        return 1 if self.sg_list is None else len(self.sg_list)
 
     @property
     def sges(self) -> tuple[Sge, ...]:
