@@ -32,6 +32,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
+import simpy
 
 from models.fabric import AETH, ATOMIC_ACK_ETH, ATOMIC_ETH, RETH, Fabric
 from models.nic.atomics import apply_atomic
@@ -393,8 +394,12 @@ def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
 def work_request_path(qp, wr: SendWR, now_ps: int, listed: bool = False) -> Path:
     """The path ``wr`` posted on ``qp`` at ``now_ps`` takes (``listed``: in a list of several, see
     :attr:`Shape.fetched`)."""
+    return _path_of(qp, wr, local_sges(wr), signaled(qp, wr), now_ps, listed)
+
+
+def _path_of(qp, wr: SendWR, sges: list[Sge], sig: bool, now_ps: int, listed: bool) -> Path:
+    """:func:`work_request_path` given ``wr``'s :func:`local_sges` and whether it is :func:`signaled`."""
     node, peer = qp.node, qp.remote.node
-    sges = local_sges(wr)
     local_mrs = [node.nic.lookup(sge.lkey) for sge in sges]
     local_mr = local_mrs[0] if local_mrs else None
     remote_mr = peer.nic.lookup(wr.rkey) if not wr.opcode.consumes_receive or wr.opcode.writes_remote else \
@@ -405,7 +410,7 @@ def work_request_path(qp, wr: SendWR, now_ps: int, listed: bool = False) -> Path
     flat = node.topology is None and peer.topology is None
     gather = () if len(sges) < 2 else tuple((sge.length, None if flat else memory_target(mr, now_ps))
                                             for sge, mr in zip(sges, local_mrs))
-    sig, fence = signaled(qp, wr), bool(wr.send_flags & SEND_FENCE)
+    fence = bool(wr.send_flags & SEND_FENCE)
     shape = Shape(gather, sig, fence, listed) if gather or listed else _ONE_SGE[sig, fence]
     # An opcode the QP's service does not carry fails at the requester: its path is a SEND's up to there.
     opcode = wr.opcode if carries(qp.qp_type, wr.opcode) else Opcode.SEND
@@ -440,7 +445,8 @@ def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool =
     env = qp.pd.context.env
     if qp.reads is None:  # counted at the first post, when the responder's max_dest_rd_atomic is known
         qp.reads = Semaphore(rd_atomic_slots(qp))
-    run = WorkRequestRun(qp, wr, work_request_path(qp, wr, env.now, listed), env.now)
+    now, sges, sig = env.now, local_sges(wr), signaled(qp, wr)
+    run = WorkRequestRun(qp, wr, _path_of(qp, wr, sges, sig, now, listed), now, sges, sig)
     env.step_runner.start(Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads},
                               offset))
 
@@ -453,10 +459,13 @@ class WorkRequestRun:
     """What the model decides while one work request runs: key and state checks, translations (page faults
     stall the send queue; a responder-side fault sends an RNR NAK), data mode's bytes, landing and completion."""
 
-    __slots__ = ("qp", "wr", "path", "posted", "status", "payload", "retries", "resume", "local", "received")
+    __slots__ = ("qp", "wr", "path", "posted", "sges", "signaled", "status", "payload", "retries", "resume", "local",
+                 "received")
 
-    def __init__(self, qp, wr: SendWR, path: Path, posted: int) -> None:
+    def __init__(self, qp, wr: SendWR, path: Path, posted: int, sges: list[Sge], sig: bool) -> None:
         self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
+        self.sges, self.signaled = sges, sig
+        """The work request's :func:`local_sges` and whether it is :func:`signaled`, as posted."""
         self.status = WcStatus.SUCCESS
         self.payload = None
         self.retries = qp.rnr_retry
@@ -469,7 +478,7 @@ class WorkRequestRun:
 
     def check(self, op: Operation, name: str, now: int, head: int, tail: int):
         """See :class:`sim.core.interpreter.Model`."""
-        return getattr(self, "_" + name)(now, head, tail)
+        return _CHECKS[name](self, now, head, tail)
 
     def _fail(self, status: WcStatus, at: int, program: tuple):
         """End with ``status``: the rest replaced by ``program`` (the path's ``failed`` or ``rejected``) from
@@ -480,7 +489,7 @@ class WorkRequestRun:
     def _requester(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
         nic = qp.node.nic
-        self.local = [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in local_sges(wr)]
+        self.local = [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in self.sges]
         if qp.state is QpState.ERR or qp.state is QpState.SQE:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
         if qp.qp_type is not QpType.RC and (problem := opcode_problem(qp.qp_type, wr.opcode, wr.message_bytes,
@@ -679,7 +688,12 @@ class WorkRequestRun:
 
     def wake(self, op: Operation, head: int) -> None:
         """The CPU sees the completion at ``head``."""
-        _complete_at(self.qp.pd.context.env, self.qp, self.wr, self.status, self.posted, head)
+        _complete_at(self.qp.pd.context.env, self.qp, self.wr, self.status, self.posted, head, self.signaled)
+
+
+_CHECKS = {name: getattr(WorkRequestRun, "_" + name)
+           for name in ("requester", "source", "responder", "response", "translation_done", RECEIVED)}
+"""The method deciding each :class:`~sim.core.steps.Check` of a work request's path, by the check's name."""
 
 
 def translation_stages(node, mr, addr: int, length: int, now_ps: int, *, write: bool) -> list[Stage]:
@@ -724,7 +738,7 @@ def _scatter(pieces: list[Piece], payload) -> None:
 
 
 
-def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int) -> None:
+def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, sig: bool) -> None:
     """Finish a work request whose CQE the polling CPU would notice at ``seen``.
 
     RC completions are delivered in posting order: a completion waits for every earlier one. The first
@@ -734,9 +748,11 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int) 
     """
     if wr.landed is not None and not wr.landed.triggered and status is not WcStatus.SUCCESS:
         wr.landed.succeed(None)  # the payload never landed: waiters learn it from the None value
-    qp.finished[qp.seq_of.pop(id(wr))] = (wr, status, posted, seen)
-    while qp.next_completion in qp.finished:
-        wr, status, posted, seen = qp.finished.pop(qp.next_completion)
+    seq = qp.seq_of.pop(id(wr))
+    if seq != qp.next_completion:
+        qp.finished[seq] = (wr, status, posted, seen, sig)
+        return
+    while True:
         qp.next_completion += 1
         seen = max(seen, qp.last_completion_ps)
         qp.last_completion_ps = seen
@@ -750,13 +766,17 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int) 
         if env.trace.enabled:
             env.trace.slice(f"{qp.node.name}.qp{qp.qp_num}", wr.opcode.value, posted, seen, wr_id=wr.wr_id,
                             bytes=wr.message_bytes, status=status.name)
-        if status is WcStatus.SUCCESS and not signaled(qp, wr):
+        if status is WcStatus.SUCCESS and not sig:
             qp.unsignaled += 1
-            continue
-        wc = WorkCompletion(wr.wr_id, status, WcOpcode.of_send(wr.opcode),
-                            wr.message_bytes if status is WcStatus.SUCCESS else 0, qp.qp_num, posted, seen)
-        freed, qp.unsignaled = qp.unsignaled + 1, 0
-        env.timeout(seen - env.now).callbacks.append(lambda _event, wc=wc, freed=freed: _deliver(qp, wc, freed))
+        else:
+            wc = WorkCompletion(wr.wr_id, status, WcOpcode.of_send(wr.opcode),
+                                wr.message_bytes if status is WcStatus.SUCCESS else 0, qp.qp_num, posted, seen)
+            freed, qp.unsignaled = qp.unsignaled + 1, 0
+            delivered = simpy.Timeout(env, seen - env.now)
+            delivered.callbacks.append(lambda _event, wc=wc, freed=freed: _deliver(qp, wc, freed))
+        if qp.next_completion not in qp.finished:
+            return
+        wr, status, posted, seen, sig = qp.finished.pop(qp.next_completion)
 
 
 def _deliver(qp, wc: WorkCompletion, freed: int) -> None:

@@ -32,8 +32,8 @@ def remote_status(qp, wr: SendWR) -> WcStatus | None:
         return WcStatus.REM_ACCESS_ERR
     if wr.opcode.is_atomic and wr.remote_addr % ATOMIC_BYTES:
         return WcStatus.REM_INV_REQ_ERR
-    mr = responder.node.nic.lookup(wr.rkey)
-    if mr is None or mr.pd.context.node is not responder.node or not mr.allows(wr.remote_addr, wr.message_bytes,
-                                                                                needed):
+    node = responder.node
+    mr = node.nic.lookup(wr.rkey)
+    if mr is None or mr.pd.context.node is not node or not mr.allows(wr.remote_addr, wr.message_bytes, needed):
         return WcStatus.REM_ACCESS_ERR
     return None

@@ -77,6 +77,9 @@ class Opcode(enum.Enum):
     ATOMIC_CMP_AND_SWP = "ATOMIC_CMP_AND_SWP"
     ATOMIC_FETCH_AND_ADD = "ATOMIC_FETCH_AND_ADD"
 
+    __hash__ = object.__hash__
+    """Members hash by identity, in C: they are singletons, and the per-message path keys dicts by them."""
+
     def __init__(self, value: str) -> None:
         # What each opcode does, as plain attributes: they are read on every work request.
         self.is_atomic = value.startswith("ATOMIC_")
@@ -253,6 +256,11 @@ class SendWR:
     """UD: the destination QP's number."""
     remote_qkey: int = 0
     """UD: the Q_Key the destination QP must have (high bit set: the sending QP's own, a controlled Q_Key)."""
+
+    @property
+    def num_sge(self) -> int:
+        """How many SGEs the work request has (``num_sge``), without building them."""
+        return 1 if self.sg_list is None else len(self.sg_list)
 
     @property
     def sges(self) -> tuple[Sge, ...]:

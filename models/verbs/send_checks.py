@@ -33,8 +33,8 @@ def check_send_wr(qp, wr: SendWR) -> None:
         held = (f", {qp.unsignaled} of them unsignaled and done, waiting for a signaled completion"
                 if qp.unsignaled else "")
         raise VerbsError("ENOMEM", f"send queue full ({qp.max_send_wr} work requests outstanding{held})", call=call)
-    if len(wr.sges) > qp.max_send_sge:
-        raise VerbsError("ENOMEM", f"num_sge {len(wr.sges)} exceeds the QP's max_send_sge {qp.max_send_sge} "
+    if wr.num_sge > qp.max_send_sge:
+        raise VerbsError("ENOMEM", f"num_sge {wr.num_sge} exceeds the QP's max_send_sge {qp.max_send_sge} "
                          "(mlx5: max gs exceeded)", call=call)
     if wr.opcode.is_atomic and qp.node.nic.params.device.atomic_cap is AtomicCap.ATOMIC_NONE:
         raise VerbsError("EOPNOTSUPP", f"IBV_WR_{wr.opcode.value}: the device's atomic_cap is IBV_ATOMIC_NONE",

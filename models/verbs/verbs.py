@@ -9,6 +9,7 @@ Failures raise :class:`~sim.core.VerbsError` with the errno rdma-core returns.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -222,9 +223,9 @@ class QueuePair:
             self.deliver_receive(self.rq, WorkCompletion(wr.wr_id, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV, 0,
                                                          self.qp_num, now, now))
 
-    @property
+    @functools.cached_property
     def node(self) -> Node:
-        """The node this QP lives on."""
+        """The node this QP lives on (its PD's, for good: looked up once)."""
         return self.pd.context.node
 
     @property
@@ -585,20 +586,21 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
         (:mod:`models.nic.transport`).
     :raises ProtocolError: a UD work request's address names no UD QP.
     """
-    call = "ibv_post_send"
-    if qp.state in (QpState.RESET, QpState.INIT, QpState.RTR):
-        raise VerbsError("EINVAL", f"QP is in {qp.state.value}, not RTS (connect it first)", call=call)
-    if qp.state in (QpState.SQD, QpState.SQE):
-        raise VerbsError("EOPNOTSUPP", f"posting to a QP in {qp.state.value} is not modelled", call=call)
+    call, state = "ibv_post_send", qp.state
+    if state in (QpState.RESET, QpState.INIT, QpState.RTR):
+        raise VerbsError("EINVAL", f"QP is in {state.value}, not RTS (connect it first)", call=call)
+    if state in (QpState.SQD, QpState.SQE):
+        raise VerbsError("EOPNOTSUPP", f"posting to a QP in {state.value} is not modelled", call=call)
     wrs = wr if isinstance(wr, list) else [wr]
+    listed, runner = len(wrs) > 1, qp.pd.context.env.step_runner
     for one in wrs:
         check_send_wr(qp, one)
         dest = datagram_destination(qp, one) if qp.qp_type is QpType.UD else None
         qp.outstanding += 1
         qp.seq_of[id(one)] = qp.posted_count
         qp.posted_count += 1
-        seq, offset = one.order if one.order is not None else (qp.pd.context.env.step_runner.number(), 0)
-        start_work_request(qp if dest is None else data_path_qp(qp, dest), one, seq, offset, listed=len(wrs) > 1)
+        seq, offset = one.order if one.order is not None else (runner.number(), 0)
+        start_work_request(qp if dest is None else data_path_qp(qp, dest), one, seq, offset, listed=listed)
 
 
 def ibv_poll_cq(cq: CompletionQueue, num_entries: int) -> list[WorkCompletion]:

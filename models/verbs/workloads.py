@@ -117,24 +117,25 @@ class Posting:
 
 
 class _Grown:
-    """Post and completion times and statuses of a loop whose count is not known in advance (doubling arrays)."""
+    """Post and completion times and statuses of a loop whose count is not known in advance (doubling lists: the
+    loops set one item per operation, which costs a list less than an array)."""
 
     def __init__(self, n: int) -> None:
-        self.posted, self.completed = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-        self.status = succeeded(n)
+        self.posted, self.completed, self.status = [0] * n, [0] * n, [SUCCESS] * n
 
     def room(self, n: int) -> None:
         """Make room for operation ``n - 1``."""
         if n > len(self.posted):
             grow = max(n, 2 * len(self.posted)) - len(self.posted)
-            self.posted = np.concatenate((self.posted, np.zeros(grow, dtype=np.int64)))
-            self.completed = np.concatenate((self.completed, np.zeros(grow, dtype=np.int64)))
-            self.status = np.concatenate((self.status, succeeded(grow)))
+            self.posted += [0] * grow
+            self.completed += [0] * grow
+            self.status += [SUCCESS] * grow
 
     def records(self, n: int, round_trip: bool = False) -> OpRecords:
         """The first ``n`` operations' records; a ``round_trip``'s latency is half of it (ping-pong)."""
-        posted, completed = self.posted[:n], self.completed[:n]
-        return OpRecords(posted, completed, (completed - posted) // (2 if round_trip else 1), self.status[:n])
+        posted, completed = np.array(self.posted[:n], dtype=np.int64), np.array(self.completed[:n], dtype=np.int64)
+        return OpRecords(posted, completed, (completed - posted) // (2 if round_trip else 1),
+                         np.array(self.status[:n], dtype=np.uint8))
 
 
 def _turns(env, log: _Grown, iterations: int, duration_ps: int | None):
@@ -169,18 +170,20 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
     while True:
         while (env.now < until if timed else next_id < iterations) and qp.outstanding + batch <= tx_depth:
             log.room(next_id + batch)
-            log.posted[next_id:next_id + batch] = env.now
-            ibv_post_send(qp, [_wr(k, opcode, src, dst, size, use_inline, send_flags=flags(k))
-                               for k in range(next_id, next_id + batch)])
+            log.posted[next_id:next_id + batch] = [env.now] * batch
+            ibv_post_send(qp, _wr(next_id, opcode, src, dst, size, use_inline, send_flags=flags(next_id)) if batch == 1
+                          else [_wr(k, opcode, src, dst, size, use_inline, send_flags=flags(k))
+                                for k in range(next_id, next_id + batch)])
             next_id += batch
         if done == next_id or (timed and env.now >= until and done >= next_id - next_id % every):
             break
         yield cq.wait()
         for wc in ibv_poll_cq(cq, 64):
-            covered = slice(done if every > 1 else wc.wr_id, wc.wr_id + 1)
-            log.completed[covered] = wc.completed_ps
-            log.status[covered] = wc.status.value
-            done = max(done, wc.wr_id + 1) if every > 1 else done + 1
+            lo, hi = done if every > 1 else wc.wr_id, wc.wr_id + 1
+            log.completed[lo:hi] = [wc.completed_ps] * (hi - lo)
+            if wc.status is not WcStatus.SUCCESS:  # (each is set once: success is already there)
+                log.status[lo:hi] = [wc.status.value] * (hi - lo)
+            done = max(done, hi) if every > 1 else done + 1
     return log.records(done if timed else iterations)
 
 

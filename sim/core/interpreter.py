@@ -19,6 +19,8 @@ from collections import deque
 from heapq import heappop, heappush
 from typing import Any, Protocol
 
+import simpy
+
 from sim.core.servers import claim_cut_through
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wait, Wake, walk_order
 
@@ -148,9 +150,13 @@ class StepRunner:
         self.heap: list = []
         self.count = itertools.count()
         """Tie-breaker of heap entries: the order they were pushed in."""
-        self.wakeups: set[int] = set()
-        """Times of the simpy timeouts that will wake the runner."""
+        self.wakeups: list[int] = []
+        """Times of the simpy timeouts that will wake the runner, latest first (one is armed only before the
+        earliest, so the next to fire is the last)."""
         self.running = False
+        self.consulted = False
+        """Whether a walk called the model since the runner last looked at simpy's next event (the model may
+        have scheduled one)."""
         self.tracing = env.trace.enabled
         self.numbered = 0
 
@@ -177,24 +183,28 @@ class StepRunner:
     def _arm(self) -> None:
         """Make sure a simpy timeout wakes the runner at its earliest step's time (one per time at most)."""
         if self.heap:
-            t = self.heap[0][0]
-            if not self.wakeups or t < min(self.wakeups):
-                self.wakeups.add(t)
-                self.env.timeout(t - self.env.now).callbacks.append(self._fire)
+            t, wakeups = self.heap[0][0], self.wakeups
+            if not wakeups or t < wakeups[-1]:
+                wakeups.append(t)
+                simpy.Timeout(self.env, t - self.env.now).callbacks.append(self._fire)
 
     def _fire(self, _event) -> None:
         env, heap, walk = self.env, self.heap, self._walk
         now, peek = env.now, env.peek
-        self.wakeups.discard(now)
+        self.wakeups.pop()
         self.running = True
         try:
+            simpy_next = peek()
             while heap:
                 entry = heap[0]
                 t = entry[0]
-                if t >= peek() or (entry[5] and t > now):
+                if t >= simpy_next or (entry[5] and t > now):
                     break  # simpy goes first, or a check needs simpy's clock at its time
                 heappop(heap)
                 walk(entry[4], t)
+                if self.consulted:
+                    self.consulted = False
+                    simpy_next = peek()
         finally:
             self.running = False
         self._arm()
@@ -231,6 +241,7 @@ class StepRunner:
                     self._push(chain, max(now, head - step[3]), step[1], True, sync=True)
                     return
                 due = False
+                self.consulted = True
                 outcome = op.model.check(op, step[2], now, head, tail)
                 if type(outcome) is int:  # held: asked again then
                     chain.at, chain.head, chain.tail = at, max(head, outcome), max(tail, outcome)
@@ -244,10 +255,12 @@ class StepRunner:
                 extra = step[2] + op.draws[step[3]]
                 head, tail = head + extra, tail + extra
             elif code == MARK:
+                self.consulted = True
                 op.model.mark(op, step[2], head, tail)
             elif code == WAKE:
                 op.wait_from = head
                 if chain.main:
+                    self.consulted = True
                     op.model.wake(op, head)
             elif code == WAIT:
                 if not due:
@@ -269,7 +282,7 @@ class StepRunner:
             else:  # FORK
                 self._walk(_Chain(op, step[2], head, tail, False), now)
             at += 1
-        if chain.main:
+        if chain.main and op.held:
             self._end(op, now)
 
     def _release(self, op: Operation, label: str, now: int) -> None:
@@ -285,7 +298,7 @@ class StepRunner:
             gate.free += 1
 
     def _end(self, op: Operation, now: int) -> None:
-        """The main chain is done: slots it still holds (it ended without their labelled claim, on an error
-        path) are given back."""
+        """The main chain is done holding slots (it ended without their labelled claim, on an error path): they
+        are given back."""
         while op.held:
             self._release(op, op.held[0], now)
