@@ -8,9 +8,9 @@ from models.fabric import FabricParams
 from models.host import HostParams
 from models.nic.nic import NicParams
 from models.pcie.link import PcieParams
-from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE, PCIE_PRESETS
+from models.nic.port_rates import PORT_RATES, PortRate
+from models.presets import NIC_PCIE, NIC_PORT, NIC_PRESETS, PCIE_PRESETS
 from models.nic.wqe import Access
-from sim.core.units import parse_rate
 from sim.scenario.schema import FabricSpec, NodeSpec, Scenario, TestbedSpec
 
 
@@ -48,11 +48,26 @@ def nic_params(spec: NodeSpec) -> NicParams:
         "ignore_move_notify": nic.ignore_move_notify, "dmabuf_revocable": nic.dmabuf_revocable})
 
 
+def node_port(spec: NodeSpec) -> PortRate:
+    """The port generation of a node's NIC: its ``port`` or its preset's."""
+    return PORT_RATES[spec.nic.port or NIC_PORT[spec.nic.preset]]
+
+
+def named_transport(nodes: list[NodeSpec]) -> str | None:
+    """The transport of the ports the nodes name (``ib`` or ``roce``); None when none names one."""
+    named = {PORT_RATES[n.nic.port].transport for n in nodes if n.nic.port}
+    return named.pop() if len(named) == 1 else None
+
+
 def fabric_params(scenario: Scenario | TestbedSpec) -> FabricParams:
-    """Fabric parameters; the default rate is the slowest NIC preset's port rate."""
+    """Fabric parameters; the default rate is the slowest NIC port's data rate, the default transport that of
+    the ports the nodes name."""
     spec: FabricSpec = scenario.fabric
-    rate = spec.rate or min(parse_rate(NIC_RATE[n.nic.preset]) for n in scenario.nodes)
-    return FabricParams(rate_Bps=rate, latency_ps=spec.latency, mtu=spec.mtu, transport=spec.transport)
+    rate = spec.rate or min(node_port(n).data_Gbps for n in scenario.nodes) * 1e9 / 8
+    transport = spec.transport
+    if "transport" not in spec.model_fields_set:
+        transport = named_transport(scenario.nodes) or transport
+    return FabricParams(rate_Bps=rate, latency_ps=spec.latency, mtu=spec.mtu, transport=transport)
 
 
 def access_flags(names: list[str]) -> Access:

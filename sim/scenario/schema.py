@@ -11,6 +11,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       WithJsonSchema, field_validator, model_validator)
 
 from models.libs.fallback import POLICIES
+from models.nic.port_rates import PORT_RATES
 from models.nic.translation import RegMode
 from models.nic.wqe import ATOMIC_BYTES
 from models.presets import GPU_VENDOR
@@ -129,6 +130,10 @@ class NicSpec(Strict):
 
     preset: Literal["connectx7", "connectx6", "connectx5", "efa"] = "connectx7"
     """NIC preset (sets message rate, PCIe link, port rate, ODP and dma-buf support)."""
+    port: Literal[tuple(PORT_RATES)] | None = None
+    """Port generation: edr, hdr, ndr, xdr (InfiniBand) or 100gbe, 200gbe, 400gbe, 800gbe (RoCEv2). Sets the
+    fabric's default rate (the slowest port's) and, for Ethernet ports, its RoCE headers (default: the preset's
+    port: connectx7 ndr, connectx6 hdr, connectx5 edr, efa 100gbe)."""
     doorbell: Latency | None = None
     """CPU doorbell / BlueFlame write until the NIC sees it."""
     tx_process: Latency | None = None
@@ -247,13 +252,13 @@ class FabricSpec(Strict):
     """The network between the nodes, seen as one hop."""
 
     rate: Rate | None = None
-    """Line rate per direction (default: the NIC preset's port rate)."""
+    """Line rate per direction (default: the slowest NIC port's data rate)."""
     latency: Latency = Field("300ns", validate_default=True)
     """One-way latency: PHY, FEC, cable, switch (e.g. '300ns')."""
     mtu: Literal[256, 512, 1024, 2048, 4096] = 4096
     """Path MTU in bytes."""
     transport: Literal["ib", "roce"] = "ib"
-    """InfiniBand or RoCEv2 (sets per-packet header bytes)."""
+    """InfiniBand or RoCEv2 (sets per-packet header bytes; default: roce when the nodes name Ethernet ports)."""
 
 
 Access = Literal["local_write", "remote_write", "remote_read", "remote_atomic", "relaxed_ordering"]
