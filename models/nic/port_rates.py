@@ -46,7 +46,7 @@ class PortRate:
     """One port generation."""
 
     name: str
-    """The scenario's name for it (``nics[].port``)."""
+    """The scenario's name for it (a node's ``nic: {port: ...}``)."""
     transport: str
     """``ib`` (InfiniBand) or ``roce`` (Ethernet, RoCEv2): which headers the fabric puts on each packet."""
     lanes: int
