@@ -9,7 +9,7 @@ from models.gpu import gpu_params
 from models.nic.port_rates import PORT_RATES
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.scenario.horizon import check_horizon
-from sim.scenario.schema import Scenario
+from sim.scenario.schema import Scenario, TestbedSpec
 
 Problem = tuple[tuple, str]
 """A key path into the scenario and the reason it is wrong."""
@@ -105,7 +105,7 @@ def check_references(scenario: Scenario) -> list[Problem]:
 LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
 
 
-def port_problems(scenario: Scenario) -> list[Problem]:
+def port_problems(scenario: Scenario | TestbedSpec) -> list[Problem]:
     """The ports the nodes name share one link layer, and a transport given with them runs on it."""
     named = [(i, PORT_RATES[n.nic.port]) for i, n in enumerate(scenario.nodes) if n.nic.port]
     if not named:

@@ -10,7 +10,7 @@ from models.fabric import FabricParams
 from models.nic.port_rates import PORT_RATES, perftest_Bps, port_rate
 from models.presets import NIC_PORT, NIC_PRESETS, NIC_RATE
 from models.verbs.query import LinkLayer
-from sim.api import Context, Testbed
+from sim.api import ConfigError, Context, Testbed
 from sim.cli import app
 from sim.core.units import parse_rate
 from sim.run import run_scenario
@@ -108,3 +108,9 @@ def test_port_mistakes_are_located_errors(tmp_path, nics, fabric, where, reason)
 def test_fabric_headers_are_the_ones_perftest_excludes():
     assert FabricParams(transport="ib").wire_bytes(4096) - 4096 == HEADERS["ib"]
     assert FabricParams(transport="roce").wire_bytes(4096) - 4096 == HEADERS["roce"]
+
+
+def test_a_python_testbed_refuses_mixed_link_layers_too():
+    with pytest.raises(ConfigError, match=r"^<testbed> nodes\[1\]\.nic\.port: '400gbe' is an Ethernet port"):
+        Testbed({"a": {"nic": {"port": "ndr"}}, "b": {"nic": {"port": "400gbe"}}})
+    assert Testbed({n: {"nic": {"port": "400gbe"}} for n in "ab"}).bed.fabric.params.transport == "roce"
