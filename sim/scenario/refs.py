@@ -117,7 +117,7 @@ def port_problems(scenario: Scenario | TestbedSpec) -> list[Problem]:
                              f"but node '{scenario.nodes[first_i].name}' has '{first.name}' "
                              f"({LINK_LAYER[first.transport]}): one fabric has one link layer"))
     fabric = scenario.fabric
-    if "transport" in fabric.model_fields_set and fabric.transport != first.transport:
+    if not problems and fabric.transport != first.transport:
         problems.append((("fabric", "transport"), f"'{fabric.transport}' does not run on the "
                          f"{LINK_LAYER[first.transport]} port '{first.name}' of node '{scenario.nodes[first_i].name}':"
                          f" use '{first.transport}' or leave it out"))

@@ -53,21 +53,11 @@ def node_port(spec: NodeSpec) -> PortRate:
     return PORT_RATES[spec.nic.port or NIC_PORT[spec.nic.preset]]
 
 
-def named_transport(nodes: list[NodeSpec]) -> str | None:
-    """The transport of the ports the nodes name (``ib`` or ``roce``); None when none names one."""
-    named = {PORT_RATES[n.nic.port].transport for n in nodes if n.nic.port}
-    return named.pop() if len(named) == 1 else None
-
-
 def fabric_params(scenario: Scenario | TestbedSpec) -> FabricParams:
-    """Fabric parameters; the default rate is the slowest NIC port's data rate, the default transport that of
-    the ports the nodes name."""
+    """Fabric parameters; the default rate is the slowest NIC port's data rate."""
     spec: FabricSpec = scenario.fabric
     rate = spec.rate or min(node_port(n).data_Gbps for n in scenario.nodes) * 1e9 / 8
-    transport = spec.transport
-    if "transport" not in spec.model_fields_set:
-        transport = named_transport(scenario.nodes) or transport
-    return FabricParams(rate_Bps=rate, latency_ps=spec.latency, mtu=spec.mtu, transport=transport)
+    return FabricParams(rate_Bps=rate, latency_ps=spec.latency, mtu=spec.mtu, transport=spec.transport)
 
 
 def access_flags(names: list[str]) -> Access:

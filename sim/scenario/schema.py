@@ -730,6 +730,20 @@ class Variant(Strict):
     list items may be named by index or by their 'name'."""
 
 
+def _transport_of_ports(data: Any) -> Any:
+    """Raw scenario or testbed data with the fabric's transport defaulting to that of the ports the nodes name
+    (RoCE for Ethernet ports), so the resolved scenario says which one runs; mixed or absent ports leave it."""
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+        return data
+    fabric = data.get("fabric", {})
+    if not isinstance(fabric, dict) or "transport" in fabric:
+        return data
+    nics = [node.get("nic") for node in data["nodes"] if isinstance(node, dict)]
+    named = {PORT_RATES[nic["port"]].transport for nic in nics
+             if isinstance(nic, dict) and nic.get("port") in PORT_RATES}
+    return {**data, "fabric": {**fabric, "transport": named.pop()}} if len(named) == 1 else data
+
+
 class TestbedSpec(Strict):
     """The hardware of a scenario without its buffers and workloads: a testbed built in Python (:mod:`sim.api`)."""
 
@@ -737,6 +751,11 @@ class TestbedSpec(Strict):
     fabric: FabricSpec = FabricSpec()
     data: bool = False
     """Data mode (as a scenario's ``data``): memory holds real bytes that RDMA moves."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _port_transport(cls, data):
+        return _transport_of_ports(data)
 
 
 class Scenario(Strict):
@@ -772,6 +791,11 @@ class Scenario(Strict):
     outputs: list[Literal["bw_vs_size", "latency_vs_size", "bw_over_time", "latency_cdf", "gpu_memory"]] = [
         "bw_vs_size", "latency_vs_size"]
     """Figures to draw."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _port_transport(cls, data):
+        return _transport_of_ports(data)
 
     @field_validator("workload", mode="before")
     @classmethod

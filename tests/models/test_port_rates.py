@@ -114,3 +114,9 @@ def test_a_python_testbed_refuses_mixed_link_layers_too():
     with pytest.raises(ConfigError, match=r"^<testbed> nodes\[1\]\.nic\.port: '400gbe' is an Ethernet port"):
         Testbed({"a": {"nic": {"port": "ndr"}}, "b": {"nic": {"port": "400gbe"}}})
     assert Testbed({n: {"nic": {"port": "400gbe"}} for n in "ab"}).bed.fabric.params.transport == "roce"
+
+
+def test_the_resolved_scenario_names_the_transport_its_ports_run():
+    assert Scenario.model_validate(_bed("800gbe")).model_dump()["fabric"]["transport"] == "roce"
+    assert Scenario.model_validate(_bed("800gbe", transport="roce")).fabric.transport == "roce"
+    assert Scenario.model_validate(_bed("ndr")).fabric.transport == "ib"
