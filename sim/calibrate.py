@@ -25,6 +25,10 @@ Rows (``experiment``):
 * ``mtt_cache``: LMCache PR #4432, RDMA READ into one destination MR vs slices of at most 3.5 GiB (4 KiB pages,
   ``lmcache_mr_cliff.json``): :mod:`models.nic.mtt_calibration`, the sliced rate as input and the single-MR rate
   from the MTT cache's reach and one entry read per page written; tolerance each side's published spread.
+* ``port_rate``: ib_send_bw on ConnectX-5 EDR (perftest PR #98, ``perftest_edr_send_bw.json``, 4 KiB .. 8 MiB)
+  against :func:`models.nic.port_rates.perftest_Bps` of the EDR port (MTU 4096, no RETH on a SEND), +-5 %: the
+  buffers are GPU memory reached through peer-direct, which the port alone does not describe (the model is 2.7-4.3 %
+  above).
 * ``iommu``: pcie-bench window sweeps of random DMA reads (``pciebench_iommu_window_sweep.json``):
   :func:`models.pcie.iommu.stream_Bps` and per-access latencies from the exact LRU IO-TLB.
 * ``read_tags``: pcie-bench DMA reads of 64 B .. 2 KiB on Gen3 x8 (``pciebench_dma_read_sizes.json``),
@@ -61,6 +65,7 @@ from models.host import HostParams, pin_curve_holds
 from models.size_cost import spread_tolerance
 from models.pcie.iommu import Iommu, IommuParams, random_addresses, stream_Bps as iommu_Bps
 from models.nic.mtt_cache import MttParams
+from models.nic.port_rates import perftest_Bps, port_rate
 from models.nic.mtt_calibration import base_Bps, load_points, simulate_Bps, tolerance as mtt_tolerance
 from models.nic.datapath import dma_read_stream_Bps
 from models.pcie.link import PcieParams
@@ -197,6 +202,15 @@ def _mtt() -> list[dict]:
     return rows
 
 
+def _port_rate() -> list[dict]:
+    """perftest PR #98: ib_send_bw over EDR against the port's rate less its headers."""
+    data = _load("perftest_edr_send_bw.json")
+    port = port_rate(data["port"])
+    return [_row("port_rate", "ib_send_bw EDR, GPU buffers (perftest #98)", r["bytes"], "Gb/s",
+                 perftest_Bps(port, r["bytes"], 4096, first_extra=0) * 8 / 1e9, r["bw_Gbps"], tolerance=0.05,
+                 note="the port alone: data rate less headers per MTU") for r in data["rows"]]
+
+
 def _iommu() -> list[dict]:
     data, rows = _load("pciebench_iommu_window_sweep.json"), []
     small, super_ = IommuParams(), IommuParams(page_size=2 * MiB)
@@ -263,8 +277,8 @@ def _managed() -> list[dict]:
 
 def calibrate() -> pd.DataFrame:
     """Simulate every calibration experiment; one row per measured point (see the module docstring)."""
-    rows = (_copies() + _pinning() + _host_pages() + _gpu_alloc() + _managed() + _topology() + _mtt() + _iommu()
-            + _read_tags())
+    rows = (_copies() + _pinning() + _host_pages() + _gpu_alloc() + _managed() + _topology() + _mtt() + _port_rate()
+            + _iommu() + _read_tags())
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
