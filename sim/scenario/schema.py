@@ -155,8 +155,9 @@ class NicSpec(Strict):
     atomic: Latency | None = None
     """The responder's atomic unit per atomic (1 / the NIC's atomic rate; default 125ns, unvalidated)."""
     translation_cache: bool = False
-    """Model the NIC's MPT/MTT translation caches (misses cost PCIe reads; MRs past 4 GiB of 4 KiB pages
-    need a second translation level when the NIC writes them: the large-MR cliff)."""
+    """Model the NIC's MPT/MTT translation caches (misses cost PCIe reads; an MR of more than 2^20 entries, 4 GiB
+    of 4 KiB pages, is beyond the MTT cache's reach: each page the NIC writes into it waits on a read of its
+    entry, the large-MR cliff)."""
     max_translations: Annotated[int, Field(ge=1)] | None = None
     """Translation entries (4 KiB pages) the NIC holds over all MRs; registrations past it fail with ENOMEM."""
     ignore_move_notify: bool = False
