@@ -7,6 +7,7 @@ number comes from.
 from __future__ import annotations
 
 from models.nic.device import AtomicCap, DeviceAttrs, DeviceCap
+from models.nic.port_rates import PORT_RATES
 from sim.core import PS_PER_NS
 
 MLX5_LIMITS = {"max_rd_atomic": 16, "max_qp_wr": 32768, "max_mr_size": 2**64 - 1}
@@ -36,8 +37,10 @@ PCIE_PRESETS: dict[str, dict] = {
 }
 NIC_PCIE = {"connectx7": "gen5x16", "connectx6": "gen4x16", "connectx5": "gen3x16", "efa": "gen4x16"}
 """The host interface each NIC preset ships with."""
-NIC_RATE = {"connectx7": "400Gb/s", "connectx6": "200Gb/s", "connectx5": "100Gb/s", "efa": "100Gb/s"}
-"""Port rate of each NIC preset."""
+NIC_PORT = {"connectx7": "ndr", "connectx6": "hdr", "connectx5": "edr", "efa": "100gbe"}
+"""The port generation each NIC preset ships with (:data:`models.nic.port_rates.PORT_RATES`)."""
+NIC_RATE = {nic: f"{PORT_RATES[port].data_Gbps:g}Gb/s" for nic, port in NIC_PORT.items()}
+"""Port rate of each NIC preset (its port's data rate)."""
 
 SOURCES = {
     "connectx7": "400 Gb/s NDR, PCIe Gen5 x16: docs.nvidia.com/networking/display/ConnectX7VPI/Introduction. "
@@ -46,7 +49,8 @@ SOURCES = {
                  "Introduction -> 4.65 ns per WQE.",
     "connectx5": "100 Gb/s EDR, PCIe Gen3 x16, 200 M msg/s (vendor brief) -> 5 ns per WQE.",
     "efa": "EFA-like: no NIC page faults (no ODP), dma-buf MRs through ib_umem_dmabuf_get_pinned (efa_verbs.c); "
-           "100 Gb/s; message rate not published: 10 ns per WQE is a placeholder.",
+           "100 Gb/s Ethernet; message rate not published: 10 ns per WQE is a placeholder.",
+    "ports": "lane rates, line codes and data rates per generation: models.nic.port_rates.",
     "device": "ibv_query_device: ConnectX-5 as ibv_devinfo -v prints it (vendor_part_id 4119, fw 16.23; "
               "github.com/open-mpi/ompi/pull/6137; named cap flags from github.com/ofiwg/libfabric/issues/8256). "
               "ConnectX-6 (4123) and ConnectX-7 (4129) are assumed to report the same limits (mlx5_ib_query_device "

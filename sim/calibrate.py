@@ -22,8 +22,13 @@ Rows (``experiment``):
 * ``topology``: perftest #241, ib_write_bw 32 MiB host vs GPU buffers with NIC and GPU on different
   sockets (SYS): :func:`models.pcie.topology.dma_path` and the wire. The A30 is PCIe Gen4 x16; the NIC is not
   named (IB, ~23000 MiB/s: taken as 200 Gb/s on Gen4 x16).
-* ``mtt_cache``: LMCache PR #4432, RDMA READ into one destination MR vs 3.5 GiB slices (4 KiB pages):
-  :func:`models.nic.mtt_cache.stream_Bps` from the sliced rate.
+* ``mtt_cache``: LMCache PR #4432, RDMA READ into one destination MR vs slices of at most 3.5 GiB (4 KiB pages,
+  ``lmcache_mr_cliff.json``): :mod:`models.nic.mtt_calibration`, the sliced rate as input and the single-MR rate
+  from the MTT cache's reach and one entry read per page written; tolerance each side's published spread.
+* ``port_rate``: ib_send_bw on ConnectX-5 EDR (perftest PR #98, ``perftest_edr_send_bw.json``, 4 KiB .. 8 MiB)
+  against :func:`models.nic.port_rates.perftest_Bps` of the EDR port (MTU 4096, no RETH on a SEND), +-5 %: the
+  buffers are GPU memory reached through peer-direct, which the port alone does not describe (the model is 2.7-4.3 %
+  above).
 * ``iommu``: pcie-bench window sweeps of random DMA reads (``pciebench_iommu_window_sweep.json``):
   :func:`models.pcie.iommu.stream_Bps` and per-access latencies from the exact LRU IO-TLB.
 * ``read_tags``: pcie-bench DMA reads of 64 B .. 2 KiB on Gen3 x8 (``pciebench_dma_read_sizes.json``),
@@ -50,6 +55,7 @@ from __future__ import annotations
 
 import json
 import math
+from itertools import groupby
 from pathlib import Path
 
 import numpy as np
@@ -63,7 +69,9 @@ from models.gpu.um_calibration import compare as compare_um, load_cases
 from models.host import HostParams, pin_curve_holds
 from models.size_cost import spread_tolerance
 from models.pcie.iommu import Iommu, IommuParams, random_addresses, stream_Bps as iommu_Bps
-from models.nic.mtt_cache import MttParams, stream_Bps as mtt_Bps
+from models.nic.mtt_cache import MttParams
+from models.nic.port_rates import perftest_Bps, port_rate
+from models.nic.mtt_calibration import base_Bps, load_points, simulate_Bps, tolerance as mtt_tolerance
 from models.nic.datapath import dma_read, dma_read_stream_Bps, dma_write, end_times, stream_Bps
 from models.pcie import dma_engine
 from models.pcie.link import PcieLink, PcieParams
@@ -178,19 +186,36 @@ def _topology() -> list[dict]:
                  note=note)]
 
 
+def _layout(slices: tuple[int, ...]) -> str:
+    """MR sizes as ``6 x 3.5 + 3 GiB``."""
+    parts = []
+    for size, same in groupby(slices):
+        count = len(list(same))
+        parts.append(f"{count} x {size / GiB:g}" if count > 1 else f"{size / GiB:g}")
+    return " + ".join(parts) + " GiB"
+
+
 def _mtt() -> list[dict]:
-    """LMCache PR #4432 table: (read bytes, destination MR slice sizes, GB/s)."""
-    table = [(3.62e9, [6.5 * GiB], 6.00), (3.62e9, [3.5 * GiB] * 2, 9.24), (5.89e9, [5.9 * GiB], 6.02),
-             (5.89e9, [3.5 * GiB, 2.4 * GiB], 9.32), (5.89e9, [24 * GiB], 6.04), (5.89e9, [3.5 * GiB] * 7, 9.24)]
-    base = float(np.mean([gbps for _, slices, gbps in table if len(slices) > 1])) * 1e9
-    p, rows = MttParams(), []
-    for read, slices, gbps in table:
-        sim = min(mtt_Bps(p, int(s), 4096, base_Bps=base, write=True) for s in slices)
-        layout = f"{len(slices)} x {slices[0] / GiB:g} GiB" if len(set(slices)) == 1 else \
-            " + ".join(f"{s / GiB:g}" for s in slices) + " GiB"
-        rows.append(_row("mtt_cache", f"RDMA READ {read / 1e9:g} GB into {layout}", int(max(slices)), "GB/s",
-                         sim / 1e9, gbps, tolerance=0.10, note="sliced rate is the input"))
+    """LMCache PR #4432 (:mod:`models.nic.mtt_calibration`): both sides of the large-MR cliff from one parameter
+    set; tolerance the published spread of each side."""
+    points, p, rows = load_points(), MttParams(), []
+    base = base_Bps(points)
+    for point in points:
+        note = "sliced: their mean is the input" if point.sliced else \
+            "one MR past the reach: lookup_ps fitted to their mean"
+        rows.append(_row("mtt_cache", f"RDMA READ {point.read_bytes / 1e9:g} GB into {_layout(point.slices)}",
+                         max(point.slices), "GB/s", simulate_Bps(p, point, base) / 1e9, point.measured_Bps / 1e9,
+                         tolerance=mtt_tolerance(points, point.sliced), note=note))
     return rows
+
+
+def _port_rate() -> list[dict]:
+    """perftest PR #98: ib_send_bw over EDR against the port's rate less its headers."""
+    data = _load("perftest_edr_send_bw.json")
+    port = port_rate(data["port"])
+    return [_row("port_rate", "ib_send_bw EDR, GPU buffers (perftest #98)", r["bytes"], "Gb/s",
+                 perftest_Bps(port, r["bytes"], 4096, first_extra=0) * 8 / 1e9, r["bw_Gbps"], tolerance=0.05,
+                 note="the port alone: data rate less headers per MTU") for r in data["rows"]]
 
 
 def _iommu() -> list[dict]:
@@ -285,8 +310,8 @@ def _managed() -> list[dict]:
 
 def calibrate() -> pd.DataFrame:
     """Simulate every calibration experiment; one row per measured point (see the module docstring)."""
-    rows = (_copies() + _pinning() + _host_pages() + _gpu_alloc() + _managed() + _topology() + _mtt() + _iommu()
-            + _read_tags() + _dma_engine())
+    rows = (_copies() + _pinning() + _host_pages() + _gpu_alloc() + _managed() + _topology() + _mtt() + _port_rate()
+            + _iommu() + _read_tags() + _dma_engine())
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -384,7 +384,8 @@ def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also dra
                                                                         "(MPS sawtooth, reads vs. writes, per "
                                                                         "generation), one figure per measured "
                                                                         "H200 curve (allocation, pinning, prefetch) "
-                                                                        "and pcie-bench's DMA engine "
+                                                                        "and pcie-bench's DMA engine, and of the "
+                                                                        "large-MR translation cliff "
                                                                         "into this directory (new, empty or of "
                                                                         "figures rdmasim drew).")] = None,
                   force: Annotated[bool, typer.Option("--force", help="Replace figures of the same names drawn "

@@ -710,7 +710,7 @@ def translation_stages(node, mr, addr: int, length: int, now_ps: int, *, write: 
             stages += dma_read(node.pcie, mtt.params.mpt_bytes)
         if access.mtt_misses:
             stages += dma_read(node.pcie, access.mtt_misses * mtt.params.line_bytes)
-        stages += mtt.walk_stage(access)
+        stages += mtt.walk_stage(access, node.pcie.params)
     if node.iommu is not None and memory_target(mr, now_ps) != "gpu0":
         stages += node.iommu.stages(mr.addr + addr - mr.iova, length)
     return stages

@@ -1,25 +1,36 @@
 """The NIC's memory-key translation: MPT (one context per MR) and MTT (one entry per registered page)
-caches of limited size, and the deep-translation cliff of very large MRs.
+caches of limited size and reach, and what a translation costs when the cache cannot hold it.
 
 * **Caches.** The NIC keeps recently used MPT contexts and MTT lines (``mtt_line_entries`` consecutive
   entries fetched together) in exact LRU caches (:class:`~models.pcie.iommu.LruCache`). Every miss is one more
   PCIe DMA read by the NIC (``mpt_bytes`` or an MTT line) before the data moves.
-* **Cliff.** RDMA READ into one destination MR larger than ~4 GiB of 4 KiB pages runs at 6.0 instead of
-  9.3 GB/s on 100 GbE mlx5 (LMCache PR #4432): a step, not a slope (5.9 and 24 GiB MRs are equally slow,
-  3.5 GiB slices are fast), and only the MR the NIC *writes* matters. Modelled as a second translation
-  level once an MR has more than ``direct_entries`` pages (2^20 x 4 KiB = 4 GiB): each page the NIC writes
-  into such an MR needs one serialized lookup of ``deep_walk_ps`` on the NIC's MTT walker (a FIFO server),
-  capping the stream at ``page_size / deep_walk_ps``; reads overlap the lookup with their round trip. The
-  mechanism is not published: the threshold and the cost are fitted to that one report. 2 MiB pages keep
-  every MR below the threshold up to 2 TiB.
+* **Reach.** The MTT cache holds the lines of MR tables of at most ``direct_entries`` entries, which the MR
+  context locates directly (:func:`translation_depth` 1). A larger table has a second, indirect level (as
+  mlx5 builds indirect KSM mkeys over fixed-size children for implicit ODP): its translations are beyond the
+  cache's reach. Each page the NIC *writes* into such an MR then needs its own PCIe read of the entry from host
+  memory, and the receive path, which places data in packet order, resolves them one at a time on the NIC's
+  MTT walker (a FIFO server): it is busy for the read's round trip on the NIC's link plus ``lookup_ps``
+  (:func:`deep_lookup_ps`). The NIC's own reads of such an MR issue those lookups with their data reads, which
+  overlap them with the reads' round trips. The stream into a deep MR is then capped at
+  ``page_size / deep_lookup_ps``: a step at the reach, not a slope (the number of pages beyond it changes
+  nothing).
+
+Why: RDMA READ into one destination MR larger than ~4 GiB of 4 KiB pages runs at 6.0 instead of 9.3 GB/s on
+100 GbE mlx5 (LMCache PR #4432, ``models/data/lmcache_mr_cliff.json``): 5.9 and 24 GiB MRs are equally slow, the
+same bytes in 3.5 GiB slices are fast, and only the MR the NIC writes matters; a per-MR table depth explains all
+three, a shared cache of the pages touched none (slices touch the same pages). The reach 2^20 entries (4 GiB of
+4 KiB pages) lies in the published bracket (3.5 .. 5.9 GiB) and is the per-HCA translation budget AMD's ionic
+reports (numbers.md 2.1); ``lookup_ps`` is fitted to the 6.0 GB/s on a ConnectX-5's Gen3 x16 link. mlx5's table
+layout is not published. 2 MiB pages keep every MR below the reach up to 2 TiB.
 
 Examples
 --------
->>> p = MttParams()
+>>> from models.pcie.link import PcieParams
+>>> p, link = MttParams(), PcieParams(gen=3)
 >>> translation_depth(p, 24 << 30, 4096), translation_depth(p, 24 << 30, 2 << 20)
 (2, 1)
->>> round(stream_Bps(p, 24 << 30, 4096, base_Bps=9.3e9, write=True) / 1e9, 2)
-6.0
+>>> round(stream_Bps(p, 24 << 30, 4096, base_Bps=9.3e9, write=True, link=link) / 1e9, 2)
+6.02
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 
 from models.pcie.iommu import LruCache
+from models.pcie.link import PcieParams
 from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_S
 
@@ -49,11 +61,12 @@ class MttParams:
     mpt_bytes: int = 64
     """One MR context (mlx5 ``struct mlx5_mkey_seg``, 64 B)."""
     direct_entries: int | None = 2**20
-    """Pages an MR may have before it needs a second translation level: LMCache PR #4432's step lies
-    between 3.5 and 5.9 GiB of 4 KiB pages, 2^20 pages = 4 GiB. None: no such level."""
-    deep_walk_ps: int = 683_000
-    """Serialized lookup per page the NIC writes into a deep MR. Fit: 4096 B / 6.0 GB/s (LMCache PR
-    #4432), about one PCIe read round trip of the NIC plus ~130 ns."""
+    """The cache's reach per MR: the most entries an MR's table may have for the cache to hold its lines
+    (LMCache PR #4432's step lies between 3.5 and 5.9 GiB of 4 KiB pages; 2^20 pages = 4 GiB). None: every
+    MR is within reach."""
+    lookup_ps: int = 122_800
+    """Walker time per translation beyond the reach, besides the PCIe read of its entry. Fit: 4096 B / 6.02 GB/s
+    (the mean of PR #4432's single-MR rows) less a 64 B read round trip on a Gen3 x16 link (557.6 ns)."""
 
     def __post_init__(self) -> None:
         if min(self.mpt_entries, self.mtt_entries, self.mtt_line_entries) < 1 or \
@@ -76,17 +89,25 @@ MTT_PRESETS: dict[str, dict] = {
 """Constructor arguments of :class:`MttParams` per NIC preset (names as in :mod:`models.presets`)."""
 SOURCES = {
     "cache sizes": "not published for any of these NICs: unvalidated defaults growing with the generation.",
-    "direct_entries, deep_walk_ps": "fitted to github.com/LMCache/LMCache PR #4432 (mlx5, 100 GbE RoCE, 4 KiB "
-                                    "pages, IOMMU on); applied to every ConnectX preset (unvalidated beyond "
-                                    "that NIC).",
+    "direct_entries, lookup_ps": "the reach bracketed and lookup_ps fitted by github.com/LMCache/LMCache PR #4432 "
+                                 "(mlx5, 100 GbE RoCE, 4 KiB pages, IOMMU on; models/data/lmcache_mr_cliff.json); "
+                                 "applied to every ConnectX preset (unvalidated beyond that NIC).",
     "efa": "no large-MR cliff reported: direct_entries None (unvalidated).",
 }
 
 
 def translation_depth(params: MttParams, mr_size: int, page_size: int) -> int:
-    """Translation levels the NIC walks for an MR of ``mr_size`` bytes registered with ``page_size`` pages."""
+    """Translation levels the NIC walks for an MR of ``mr_size`` bytes registered with ``page_size`` pages:
+    2 when its table is beyond the cache's reach."""
     pages = -(-mr_size // page_size)
     return 2 if params.direct_entries is not None and pages > params.direct_entries else 1
+
+
+def deep_lookup_ps(params: MttParams, link: PcieParams) -> int:
+    """Walker time of one translation beyond the reach: one MTT line read over ``link`` (request, round trip,
+    completion, as :func:`models.nic.datapath.dma_read` carries it) plus ``lookup_ps``."""
+    n = params.line_bytes
+    return link.read_request_ps(n) + link.read_latency_ps + link.read_return_ps(n) + params.lookup_ps
 
 
 class MttAccess(NamedTuple):
@@ -96,7 +117,7 @@ class MttAccess(NamedTuple):
     mtt_misses: int
     """MTT lines read from host memory."""
     deep_pages: int
-    """Pages written into a deep MR (each one ``deep_walk_ps`` on the walker)."""
+    """Pages written into an MR beyond the reach (each one :func:`deep_lookup_ps` on the walker)."""
 
 
 class MttCache:
@@ -113,23 +134,26 @@ class MttCache:
         """Translate ``[offset, offset + length)`` of MR ``mr_key`` (a NIC read, or a write if ``write``)."""
         p = self.params
         pages = np.arange(offset // page_size, (offset + max(length, 1) - 1) // page_size + 1, dtype=np.int64)
-        lines = np.unique(pages // p.mtt_line_entries)  # ascending, so one lookup per line
         mpt_miss = not self.mpt.lookup([mr_key])[0]
+        if write and translation_depth(p, mr_size, page_size) == 2:
+            return MttAccess(mpt_miss, 0, pages.size)
+        lines = np.unique(pages // p.mtt_line_entries)  # ascending, so one lookup per line
         misses = int((~self.mtt.lookup((mr_key << 40) + lines)).sum())
-        deep = pages.size if write and translation_depth(p, mr_size, page_size) == 2 else 0
-        return MttAccess(mpt_miss, misses, deep)
+        return MttAccess(mpt_miss, misses, 0)
 
-    def walk_stage(self, access: MttAccess) -> list[Stage]:
-        """The walker stage of a deep-MR write (none otherwise): insert it before the NIC's DMA write."""
+    def walk_stage(self, access: MttAccess, link: PcieParams) -> list[Stage]:
+        """The walker stage of a write beyond the reach (none otherwise), for a NIC on ``link``: insert it before
+        the NIC's DMA write."""
         if not access.deep_pages:
             return []
-        walk = self.params.deep_walk_ps
+        walk = deep_lookup_ps(self.params, link)
         return [Stage(self.walker, access.deep_pages * walk, walk, 0, 0, False)]
 
 
-def stream_Bps(params: MttParams, mr_size: int, page_size: int, *, base_Bps: float, write: bool) -> float:
-    """Closed-form rate (bytes/s) of a long sequential stream that the NIC reads from (``write`` False) or
-    writes into an MR, given the rate ``base_Bps`` it reaches without translation limits."""
+def stream_Bps(params: MttParams, mr_size: int, page_size: int, *, base_Bps: float, write: bool,
+               link: PcieParams) -> float:
+    """Closed-form rate (bytes/s) of a long sequential stream that a NIC on ``link`` reads from (``write``
+    False) or writes into an MR, given the rate ``base_Bps`` it reaches without translation limits."""
     if write and translation_depth(params, mr_size, page_size) == 2:
-        return min(base_Bps, page_size * PS_PER_S / params.deep_walk_ps)
+        return min(base_Bps, page_size * PS_PER_S / deep_lookup_ps(params, link))
     return base_Bps

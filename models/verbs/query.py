@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from models.ib.implicit_odp import odp_supports_implicit
 from models.nic.device import PORT_NUM, AtomicCap, rdma_is_port_valid
+from models.nic.port_rates import PORT_RATES
 from models.verbs.qp_state import PathMtu
 from models.verbs.verbs import Context
 from sim.core import VerbsError
@@ -109,8 +110,12 @@ class LinkLayer(enum.IntEnum):
 
 WIDTH_LANES = {1: 1, 2: 4, 4: 8, 8: 12, 16: 2}
 """``ibv_port_attr.active_width`` code -> lanes (1X, 4X, 8X, 12X, 2X; ibv_devinfo's width_str)."""
-SPEED_DATA_GBPS = {1: 2.5, 2: 5.0, 4: 10.0, 8: 10.0, 16: 14.0, 32: 25.0, 64: 50.0, 128: 100.0}
-"""``active_speed`` code -> nominal data rate per lane (Gb/s): SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR."""
+LANES_WIDTH = {lanes: code for code, lanes in WIDTH_LANES.items()}
+"""Lanes -> ``active_width`` code."""
+SPEED_DATA_GBPS = {1: 2.5, 2: 5.0, 4: 10.0, 8: 10.0, 16: 14.0, 32: 25.0, 64: 50.0, 128: 100.0, 256: 200.0}
+"""``active_speed`` code -> nominal data rate per lane (Gb/s): SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR, XDR."""
+LANE_SPEED = {lane: code for code, lane in SPEED_DATA_GBPS.items() if code != 8}
+"""Data rate per lane (Gb/s) -> ``active_speed`` code (FDR10 left out: QDR has the same lane rate)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,16 +176,21 @@ def ibv_query_port(context: Context, port_num: int) -> IbvPortAttr:
         raise VerbsError("EINVAL", f"port {port_num} does not exist: the device has port {PORT_NUM} only",
                          call="ibv_query_port")
     fabric = context.fabric.params
-    width, speed = width_and_speed(fabric.rate_Bps * 8 / 1e9)
+    width, speed = width_and_speed(fabric.rate_Bps * 8 / 1e9, fabric.transport)
     link = LinkLayer.ETHERNET if fabric.transport == "roce" else LinkLayer.INFINIBAND
     name = context.node.nic.name
     lid = context.fabric.lid(name) if link is LinkLayer.INFINIBAND and name in context.fabric.endpoints else 0
     return IbvPortAttr(PortState.ACTIVE, PathMtu.MTU_4096, PathMtu.at_most(fabric.mtu), link, width, speed, lid)
 
 
-def width_and_speed(rate_Gbps: float) -> tuple[int, int]:
-    """The ``(active_width, active_speed)`` codes of a port running at ``rate_Gbps`` (4X preferred, as mlx5
-    reports 100/200/400 GbE and EDR/HDR/NDR); ``(0, 0)`` when no combination gives that rate."""
+def width_and_speed(rate_Gbps: float, transport: str = "ib") -> tuple[int, int]:
+    """The ``(active_width, active_speed)`` codes of a port running at ``rate_Gbps``: the lanes and lane rate of
+    the port generation of that rate and link layer (:data:`~models.nic.port_rates.PORT_RATES`; mlx5 reports
+    Ethernet ports in the same codes: 100GbE EDR 4X, 400GAUI-4 NDR 4X, 800GAUI-8 NDR 8X); otherwise any width and
+    speed that give the rate, 4X preferred; ``(0, 0)`` when none does."""
+    for port in PORT_RATES.values():
+        if port.transport == transport and port.data_Gbps == rate_Gbps:
+            return LANES_WIDTH[port.lanes], LANE_SPEED[port.lane_data_Gbps]
     for width in (2, 1, 16, 4, 8):
         for speed, lane in SPEED_DATA_GBPS.items():
             if speed != 8 and WIDTH_LANES[width] * lane == rate_Gbps:

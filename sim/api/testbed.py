@@ -21,8 +21,9 @@ from sim.core import PS_PER_US, ConfigError
 from sim.core.errors import ConfigErrors
 from sim.core.units import parse_time
 from sim.scenario.loader import validate
+from sim.scenario.refs import port_problems
 from sim.scenario.schema import TestbedSpec
-from sim.scenario.yaml_reader import PositionMap
+from sim.scenario.yaml_reader import PositionMap, format_path
 
 TESTBED = "<testbed>"
 """How errors name a testbed's description (it has no file)."""
@@ -51,6 +52,9 @@ class Testbed:
                                  PositionMap(), TESTBED)
         except ConfigErrors as exc:  # no file, so no line and column to show
             raise ConfigErrors([ConfigError(e.reason, file=TESTBED, key=e.key) for e in exc.errors]) from None
+        problems = port_problems(self.spec)
+        if problems:
+            raise ConfigErrors([ConfigError(reason, file=TESTBED, key=format_path(key)) for key, reason in problems])
         self.seed = seed
         self.bed = wire(self.spec, seed, trace=trace)
         """The wired models (:class:`sim.build.Testbed`): nodes, contexts, GPUs, the environment."""

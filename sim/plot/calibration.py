@@ -7,6 +7,8 @@
   (:mod:`models.gpu.um_calibration`).
 * ``calib_dma_engine``: pcie-bench's NFP-6000 writes, read latency and reads against the ``nfp6000`` preset
   (:mod:`sim.plot.calib_dma`).
+* ``calib_mtt_cliff``: RDMA READ bandwidth against the destination MR's size, LMCache PR #4432's rows (at their
+  largest MR) against the translation model on 4 KiB and 2 MiB pages (:mod:`models.nic.mtt_calibration`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from models.gpu.managed import UVM_PRESETS
 from models.gpu.um_calibration import compare, load_cases
 from models.host import HostParams
 from sim.plot.calib_dma import dma_engine_figure
+from models.nic.mtt_cache import MttParams, stream_Bps
+from models.nic.mtt_calibration import LINK, base_Bps, load_points, simulate_Bps
 from sim.plot.figures import save
 
 DATA = Path(__file__).resolve().parents[2] / "models" / "data"
@@ -98,6 +102,31 @@ def _um_prefetch(directory: Path) -> list[Path]:
     return save(fig, rows.drop(columns=["runs_ms"]), directory, "calib_um_prefetch")
 
 
+def _mtt_cliff(directory: Path) -> list[Path]:
+    points, params = load_points(), MttParams()
+    base = base_Bps(points)
+    rows = pd.DataFrame({"mr_bytes": [max(p.slices) for p in points], "slices": [len(p.slices) for p in points],
+                         "measured_GBps": [p.measured_Bps / 1e9 for p in points],
+                         "model_GBps": [simulate_Bps(params, p, base) / 1e9 for p in points]})
+    reach = params.direct_entries * 4096
+    sizes = np.union1d(np.logspace(30, 35, 81, base=2).astype(np.int64), [reach, reach + 4096])
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for page, label in ((4096, "model, 4 KiB pages"), (2 << 20, "model, 2 MiB pages")):
+        ax.step(sizes, [stream_Bps(params, int(n), page, base_Bps=base, write=True, link=LINK) / 1e9 for n in sizes],
+                where="post", lw=1, label=label)
+    for sliced, part in rows.groupby(rows["slices"] > 1):
+        ax.scatter(part["mr_bytes"], part["measured_GBps"], s=22, zorder=3, color="black",
+                   marker="s" if sliced else "o", label="measured, buffer in slices" if sliced else "measured, one MR")
+    ax.axvline(reach, color="grey", lw=0.6, ls=":")
+    ax.set(xscale="log", xlabel="largest destination MR (bytes)", ylabel="RDMA READ (GB/s)", ylim=(0, 11),
+           title="Large-MR translation cliff: LMCache PR #4432 (100 GbE mlx5) vs model")
+    ax.grid(True, which="both", alpha=0.2)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save(fig, rows, directory, "calib_mtt_cliff")
+
+
 def calibration_figures(directory: Path) -> list[Path]:
     """Draw every calibration figure into ``directory``; return the PNG, PDF and CSV paths of each."""
-    return _gpu_alloc(directory) + _host_pinning(directory) + _um_prefetch(directory) + dma_engine_figure(directory)
+    return (_gpu_alloc(directory) + _host_pinning(directory) + _um_prefetch(directory) + dma_engine_figure(directory)
+            + _mtt_cliff(directory))

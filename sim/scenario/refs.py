@@ -7,9 +7,10 @@ import difflib
 
 from models.gpu import gpu_params
 from models.nic.transport import QpType, receive_overhead
+from models.nic.port_rates import PORT_RATES
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.scenario.horizon import check_horizon
-from sim.scenario.schema import Scenario
+from sim.scenario.schema import Scenario, TestbedSpec
 
 Problem = tuple[tuple, str]
 """A key path into the scenario and the reason it is wrong."""
@@ -104,8 +105,30 @@ def check_references(scenario: Scenario) -> list[Problem]:
             problems.append((("workload", i, "sizes"), f"a UD message is one packet: {max(work.size_list())} bytes is "
                              f"more than the fabric's MTU {scenario.fabric.mtu} (perftest: Max message size in UD "
                              "cannot be greater than MTU)"))
-    problems += library_problems(scenario)
+    problems += library_problems(scenario) + port_problems(scenario)
     return problems or check_horizon(scenario)
+
+
+LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
+
+
+def port_problems(scenario: Scenario | TestbedSpec) -> list[Problem]:
+    """The ports the nodes name share one link layer, and a transport given with them runs on it."""
+    named = [(i, PORT_RATES[n.nic.port]) for i, n in enumerate(scenario.nodes) if n.nic.port]
+    if not named:
+        return []
+    (first_i, first), problems = named[0], []
+    for i, port in named[1:]:
+        if port.transport != first.transport:
+            problems.append((("nodes", i, "nic", "port"), f"'{port.name}' is an {LINK_LAYER[port.transport]} port "
+                             f"but node '{scenario.nodes[first_i].name}' has '{first.name}' "
+                             f"({LINK_LAYER[first.transport]}): one fabric has one link layer"))
+    fabric = scenario.fabric
+    if not problems and fabric.transport != first.transport:
+        problems.append((("fabric", "transport"), f"'{fabric.transport}' does not run on the "
+                         f"{LINK_LAYER[first.transport]} port '{first.name}' of node '{scenario.nodes[first_i].name}':"
+                         f" use '{first.transport}' or leave it out"))
+    return problems
 
 
 def library_problems(scenario: Scenario) -> list[Problem]:

@@ -8,9 +8,9 @@ from models.fabric import FabricParams
 from models.host import HostParams
 from models.nic.nic import NicParams
 from models.pcie.link import PcieParams
-from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE, PCIE_PRESETS
+from models.nic.port_rates import PORT_RATES, PortRate
+from models.presets import NIC_PCIE, NIC_PORT, NIC_PRESETS, PCIE_PRESETS
 from models.nic.wqe import Access
-from sim.core.units import parse_rate
 from sim.scenario.schema import FabricSpec, NodeSpec, Scenario, TestbedSpec
 
 
@@ -48,10 +48,15 @@ def nic_params(spec: NodeSpec) -> NicParams:
         "ignore_move_notify": nic.ignore_move_notify, "dmabuf_revocable": nic.dmabuf_revocable})
 
 
+def node_port(spec: NodeSpec) -> PortRate:
+    """The port generation of a node's NIC: its ``port`` or its preset's."""
+    return PORT_RATES[spec.nic.port or NIC_PORT[spec.nic.preset]]
+
+
 def fabric_params(scenario: Scenario | TestbedSpec) -> FabricParams:
-    """Fabric parameters; the default rate is the slowest NIC preset's port rate."""
+    """Fabric parameters; the default rate is the slowest NIC port's data rate."""
     spec: FabricSpec = scenario.fabric
-    rate = spec.rate or min(parse_rate(NIC_RATE[n.nic.preset]) for n in scenario.nodes)
+    rate = spec.rate or min(node_port(n).data_Gbps for n in scenario.nodes) * 1e9 / 8
     return FabricParams(rate_Bps=rate, latency_ps=spec.latency, mtu=spec.mtu, transport=spec.transport)
 
 

@@ -11,6 +11,7 @@ from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fi
                       WithJsonSchema, field_validator, model_validator)
 
 from models.libs.fallback import POLICIES
+from models.nic.port_rates import PORT_RATES
 from models.nic.translation import RegMode
 from models.nic.wqe import ATOMIC_BYTES
 from models.presets import GPU_VENDOR
@@ -130,6 +131,10 @@ class NicSpec(Strict):
 
     preset: Literal["connectx7", "connectx6", "connectx5", "efa"] = "connectx7"
     """NIC preset (sets message rate, PCIe link, port rate, ODP and dma-buf support)."""
+    port: Literal[tuple(PORT_RATES)] | None = None
+    """Port generation: edr, hdr, ndr, xdr (InfiniBand) or 100gbe, 200gbe, 400gbe, 800gbe (RoCEv2). Sets the
+    fabric's default rate (the slowest port's) and, for Ethernet ports, its RoCE headers (default: the preset's
+    port: connectx7 ndr, connectx6 hdr, connectx5 edr, efa 100gbe)."""
     doorbell: Latency | None = None
     """CPU doorbell / BlueFlame write until the NIC sees it."""
     tx_process: Latency | None = None
@@ -151,8 +156,9 @@ class NicSpec(Strict):
     atomic: Latency | None = None
     """The responder's atomic unit per atomic (1 / the NIC's atomic rate; default 125ns, unvalidated)."""
     translation_cache: bool = False
-    """Model the NIC's MPT/MTT translation caches (misses cost PCIe reads; MRs past 4 GiB of 4 KiB pages
-    need a second translation level when the NIC writes them: the large-MR cliff)."""
+    """Model the NIC's MPT/MTT translation caches (misses cost PCIe reads; an MR of more than 2^20 entries, 4 GiB
+    of 4 KiB pages, is beyond the MTT cache's reach: each page the NIC writes into it waits on a read of its
+    entry, the large-MR cliff)."""
     max_translations: Annotated[int, Field(ge=1)] | None = None
     """Translation entries (4 KiB pages) the NIC holds over all MRs; registrations past it fail with ENOMEM."""
     ignore_move_notify: bool = False
@@ -253,13 +259,13 @@ class FabricSpec(Strict):
     """The network between the nodes, seen as one hop."""
 
     rate: Rate | None = None
-    """Line rate per direction (default: the NIC preset's port rate)."""
+    """Line rate per direction (default: the slowest NIC port's data rate)."""
     latency: Latency = Field("300ns", validate_default=True)
     """One-way latency: PHY, FEC, cable, switch (e.g. '300ns')."""
     mtu: Literal[256, 512, 1024, 2048, 4096] = 4096
     """Path MTU in bytes."""
     transport: Literal["ib", "roce"] = "ib"
-    """InfiniBand or RoCEv2 (sets per-packet header bytes)."""
+    """InfiniBand or RoCEv2 (sets per-packet header bytes; default: roce when the nodes name Ethernet ports)."""
 
 
 Access = Literal["local_write", "remote_write", "remote_read", "remote_atomic", "relaxed_ordering"]
@@ -775,6 +781,20 @@ class Variant(Strict):
     list items may be named by index or by their 'name'."""
 
 
+def _transport_of_ports(data: Any) -> Any:
+    """Raw scenario or testbed data with the fabric's transport defaulting to that of the ports the nodes name
+    (RoCE for Ethernet ports), so the resolved scenario says which one runs; mixed or absent ports leave it."""
+    if not isinstance(data, dict) or not isinstance(data.get("nodes"), list):
+        return data
+    fabric = data.get("fabric", {})
+    if not isinstance(fabric, dict) or "transport" in fabric:
+        return data
+    nics = [node.get("nic") for node in data["nodes"] if isinstance(node, dict)]
+    named = {PORT_RATES[nic["port"]].transport for nic in nics
+             if isinstance(nic, dict) and nic.get("port") in PORT_RATES}
+    return {**data, "fabric": {**fabric, "transport": named.pop()}} if len(named) == 1 else data
+
+
 class TestbedSpec(Strict):
     """The hardware of a scenario without its buffers and workloads: a testbed built in Python (:mod:`sim.api`)."""
 
@@ -782,6 +802,11 @@ class TestbedSpec(Strict):
     fabric: FabricSpec = FabricSpec()
     data: bool = False
     """Data mode (as a scenario's ``data``): memory holds real bytes that RDMA moves."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _port_transport(cls, data):
+        return _transport_of_ports(data)
 
 
 class Scenario(Strict):
@@ -817,6 +842,11 @@ class Scenario(Strict):
     outputs: list[Literal["bw_vs_size", "latency_vs_size", "bw_over_time", "latency_cdf", "gpu_memory"]] = [
         "bw_vs_size", "latency_vs_size"]
     """Figures to draw."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _port_transport(cls, data):
+        return _transport_of_ports(data)
 
     @field_validator("workload", mode="before")
     @classmethod

@@ -1,4 +1,4 @@
-"""NIC translation caches and the large-MR cliff (LMCache PR #4432)."""
+"""NIC translation caches, their reach and the large-MR cliff (LMCache PR #4432)."""
 
 import numpy as np
 import pytest
@@ -6,7 +6,10 @@ import pytest
 from models.nic.datapath import EndTimes, stage_steps
 from sim.core.interpreter import Operation, compile_steps
 from sim.core.steps import Rebase, Wake
-from models.nic.mtt_cache import (MTT_PRESETS, MttAccess, MttCache, MttParams, stream_Bps, translation_depth)
+from models.nic.mtt_cache import (MTT_PRESETS, MttAccess, MttCache, MttParams, deep_lookup_ps, stream_Bps,
+                                   translation_depth)
+from models.nic.mtt_calibration import LINK, base_Bps, load_points, simulate_Bps, tolerance
+from models.pcie.link import PcieParams
 from models.presets import NIC_PRESETS
 from sim.core import Environment, FifoServer, PS_PER_S, transfer_ps
 
@@ -21,18 +24,36 @@ def test_presets_cover_the_nic_presets():
         MttParams(**kwargs)
 
 
-@pytest.mark.parametrize("mr_size, page, expected", [
-    (3.5 * GiB, 4 * KiB, 9.27), (4 * GiB, 4 * KiB, 9.27), (4 * GiB + 4 * KiB, 4 * KiB, 6.0),
-    (5.9 * GiB, 4 * KiB, 6.0), (24 * GiB, 4 * KiB, 6.0), (24 * GiB, 2 * MiB, 9.27), (1024 * GiB, 2 * MiB, 9.27),
+def test_the_model_reproduces_both_sides_of_the_published_cliff_within_their_spread():
+    points = load_points()
+    base = base_Bps(points)
+    assert {p.sliced for p in points} == {True, False}
+    for point in points:
+        sim = simulate_Bps(MttParams(), point, base)
+        assert sim == pytest.approx(point.measured_Bps, rel=tolerance(points, point.sliced)), point
+
+
+def test_the_deep_rate_is_one_entry_read_per_page_on_the_link():
+    """Past the reach the rate is a page per (64 B read round trip + lookup): it follows the link's latency."""
+    p, slow = MttParams(), PcieParams(gen=3, read_latency_ps=1_000_000)
+    expected = 4096 * PS_PER_S / (slow.read_request_ps(64) + 1_000_000 + slow.read_return_ps(64) + p.lookup_ps)
+    assert stream_Bps(p, 24 * GiB, 4 * KiB, base_Bps=BASE, write=True, link=slow) == pytest.approx(expected)
+    assert deep_lookup_ps(p, slow) > deep_lookup_ps(p, LINK)
+
+
+@pytest.mark.parametrize("mr_size, page, deep", [
+    (3.5 * GiB, 4 * KiB, False), (4 * GiB, 4 * KiB, False), (4 * GiB + 4 * KiB, 4 * KiB, True),
+    (5.9 * GiB, 4 * KiB, True), (24 * GiB, 4 * KiB, True), (24 * GiB, 2 * MiB, False), (1024 * GiB, 2 * MiB, False),
 ])
-def test_cliff_is_a_step_above_4GiB_of_4KiB_pages(mr_size, page, expected):
-    assert stream_Bps(MttParams(), int(mr_size), page, base_Bps=BASE, write=True) / 1e9 == pytest.approx(expected,
-                                                                                                        rel=0.01)
+def test_cliff_is_a_step_above_4GiB_of_4KiB_pages(mr_size, page, deep):
+    rate = stream_Bps(MttParams(), int(mr_size), page, base_Bps=BASE, write=True, link=LINK)
+    assert rate == (4096 * PS_PER_S / deep_lookup_ps(MttParams(), LINK) if deep else BASE)
 
 
 def test_only_the_nic_written_mr_matters():
-    assert stream_Bps(MttParams(), 24 * GiB, 4 * KiB, base_Bps=BASE, write=False) == BASE
-    assert stream_Bps(MttParams(**MTT_PRESETS["efa"]), 24 * GiB, 4 * KiB, base_Bps=BASE, write=True) == BASE
+    assert stream_Bps(MttParams(), 24 * GiB, 4 * KiB, base_Bps=BASE, write=False, link=LINK) == BASE
+    assert stream_Bps(MttParams(**MTT_PRESETS["efa"]), 24 * GiB, 4 * KiB, base_Bps=BASE, write=True,
+                      link=LINK) == BASE
 
 
 def test_translation_depth_counts_pages():
@@ -40,6 +61,13 @@ def test_translation_depth_counts_pages():
     assert translation_depth(p, 2**20 * 4096, 4096) == 1
     assert translation_depth(p, 2**20 * 4096 + 1, 4096) == 2
     assert translation_depth(MttParams(direct_entries=None), 1 << 50, 4096) == 1
+
+
+def test_writes_beyond_the_reach_bypass_the_cache_and_reads_use_it():
+    cache = MttCache(MttParams(mtt_entries=64, mtt_line_entries=8))
+    assert cache.access(1, 24 * GiB, 4 * KiB, 0, 64 * KiB, write=True) == MttAccess(True, 0, 16)
+    assert cache.access(1, 24 * GiB, 4 * KiB, 0, 64 * KiB, write=False) == MttAccess(False, 2, 0)
+    assert cache.access(1, 24 * GiB, 4 * KiB, 0, 64 * KiB, write=True) == MttAccess(False, 0, 16)
 
 
 def test_cache_misses_once_per_line_then_hits():
@@ -73,12 +101,13 @@ def test_deep_mr_write_stage_caps_a_pipelined_stream():
 
         for i in range(messages):
             access = cache.access(1, mr_size, page, i * n, n, write=True)
-            stages = cache.walk_stage(access) + [(link, transfer_ps(n, BASE), 0, 0, 0, False)]
+            stages = cache.walk_stage(access, LINK) + [(link, transfer_ps(n, BASE), 0, 0, 0, False)]
             env.step_runner.start(Operation(compile_steps((*stage_steps(stages), Rebase(True), Wake())), i,
                                             EndTimes(done)))
         env.run()
         rate = (messages - 1) * n * PS_PER_S / (max(done) - min(done))
-        assert rate == pytest.approx(stream_Bps(MttParams(), mr_size, page, base_Bps=BASE, write=True), rel=0.01)
+        assert rate == pytest.approx(stream_Bps(MttParams(), mr_size, page, base_Bps=BASE, write=True, link=LINK),
+                                     rel=0.01)
 
 
 def test_params_are_validated():

@@ -56,6 +56,9 @@ def test_published_anchors_are_reproduced(report):
     assert 0.4 < topo.loc["GPU/host bandwidth ratio", "sim"] < 0.6  # GPU through the CPU: about half
     mtt = report[report.experiment == "mtt_cache"]
     assert (mtt[mtt.x > 4 << 30].sim < 6.5).all() and (mtt[mtt.x <= 4 << 30].sim > 9).all()
+    assert len(mtt) == 6 and mtt.required.all() and (mtt.tolerance < 0.01).all()  # the published spread
+    port = report[report.experiment == "port_rate"]
+    assert len(port) == 12 and port.required.all() and (port.sim > port.measured).all()  # headers only, no PCIe
     iommu = report[(report.experiment == "iommu") & (report.unit == "Gb/s")].set_index(["case", "x"])
     small = iommu.loc["64 B random reads, 4 KiB pages"]
     assert small.loc[256 << 10, "sim"] > 27 and small.loc[64 << 20, "sim"] < 11  # most throughput lost

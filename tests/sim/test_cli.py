@@ -174,6 +174,7 @@ def test_perftest_front_end_is_wired_into_the_cli():
 def test_calibrate_command_reports_every_required_row_passing(tmp_path):
     result = runner.invoke(app, ["calibrate", "--figures", str(tmp_path)])
     assert (tmp_path / "pcie_bw_vs_mps.png").stat().st_size > 10_000
+    assert (tmp_path / "calib_mtt_cliff.png").stat().st_size > 10_000
     assert result.exit_code == 0, result.output[-2000:]
     assert "0 failed" in result.stdout and "pinning_cost" in result.stdout and "copy_bw" in result.stdout
 

@@ -16,7 +16,7 @@ def host_pages():
     return run_shipped_variants("host_pages.yaml")
 
 
-def test_huge_pages_keep_a_large_mr_within_the_direct_translation_level(host_pages):
+def test_huge_pages_keep_a_large_mr_within_the_mtt_cache_reach(host_pages):
     _, table = host_pages
     assert table.loc["base-pages", "bw_avg_Gbps"] < 0.2 * table.loc["thp", "bw_avg_Gbps"]
     assert table.loc["thp", "bw_avg_Gbps"] == pytest.approx(table.loc["hugetlb", "bw_avg_Gbps"])

@@ -2,14 +2,19 @@
 
 import pytest
 
+from models.nic.mtt_cache import MttParams, deep_lookup_ps
+from models.pcie.link import PcieParams
+from models.presets import PCIE_PRESETS
+from sim.core import PS_PER_S
 from sim.run import run_scenario
 from sim.scenario.schema import Scenario
 
 
-def _run(dst_size, cache=True, iommu="off", kind="read_bw", iterations=300, size="1MiB"):
+def _run(dst_size, cache=True, iommu="off", kind="read_bw", iterations=300, size="1MiB", pcie=None):
     return run_scenario(Scenario.model_validate({
         "schema": 1, "name": "t", "seed": 1,
-        "nodes": [{"name": "a", "nic": {"preset": "connectx5", "translation_cache": cache}, "iommu": iommu},
+        "nodes": [{"name": "a", "nic": {"preset": "connectx5", "translation_cache": cache}, "iommu": iommu,
+                   **({"pcie": pcie} if pcie else {})},
                   {"name": "b", "nic": {"preset": "connectx5", "translation_cache": cache}}],
         "buffers": [{"name": "local", "on": "a.host", "size": dst_size},
                     {"name": "far", "on": "b.host", "size": "64MiB"}],
@@ -22,6 +27,13 @@ def test_a_nic_written_mr_past_4_gib_of_4_kib_pages_hits_the_translation_cliff()
     off = _run("6GiB", cache=False).summary["bw_avg_Gbps"].iloc[0] / 8
     assert large == pytest.approx(6.0, rel=0.03)  # LMCache PR #4432: 6.0 GB/s into one MR > ~4 GiB
     assert small > 1.5 * large and off == pytest.approx(small, rel=0.02)
+
+
+def test_past_the_reach_each_written_page_waits_on_one_entry_read_over_the_nics_link():
+    slow = PcieParams(**PCIE_PRESETS["gen3x16"], read_latency_ps=1_000_000)
+    rate = _run("6GiB", pcie={"read_latency": "1us"}).summary["bw_avg_Gbps"].iloc[0] * 1e9 / 8
+    assert rate == pytest.approx(4096 * PS_PER_S / deep_lookup_ps(MttParams(), slow), rel=0.02)
+    assert rate < 0.8 * _run("6GiB").summary["bw_avg_Gbps"].iloc[0] * 1e9 / 8
 
 
 def test_the_cliff_only_hits_the_mr_the_nic_writes():
