@@ -33,7 +33,9 @@ def pcie_params(spec: NodeSpec) -> PcieParams:
     base = PCIE_PRESETS[pcie.preset or NIC_PCIE[spec.nic.preset]]
     tags = {} if pcie.read_tags is None else {"read_tags": None if pcie.read_tags == "unlimited" else pcie.read_tags}
     return PcieParams(**{**base, **_overrides(pcie, {"gen": "gen", "lanes": "lanes", "read_latency": "read_latency_ps",
-                                                      "write_latency": "write_latency_ps"}),
+                                                      "write_latency": "write_latency_ps",
+                                                      "write_issue": "dma_write_issue_ps",
+                                                      "read_latency_per_byte": "read_latency_ps_per_byte"}),
                          "mps": pcie.mps, "mrrs": pcie.mrrs, "ecrc": pcie.ecrc, **tags})
 
 

@@ -121,6 +121,12 @@ class PcieSpec(Strict):
     """DMA read round trip (default 550ns)."""
     write_latency: Latency | None = None
     """Posted write flight to memory visibility (default 150ns)."""
+    write_issue: Latency | None = None
+    """Least spacing between two posted DMA writes of the NIC's engine (default 0ns: the link alone limits
+    writes; nfp6000: 21.097ns)."""
+    read_latency_per_byte: Latency | None = None
+    """What each byte of a DMA read adds to its latency beyond its completions' link time (default 0ns;
+    nfp6000: 0.149ns)."""
     read_tags: Annotated[int, Field(ge=1, le=1024)] | Literal["unlimited"] | None = None
     """Outstanding DMA read requests the NIC may have (default 256, 8-bit extended tags; PCIe Gen4+ 10-bit
     tags allow 768; 'unlimited' as pcie-model assumes): read bandwidth <= tags x request size / round trip."""

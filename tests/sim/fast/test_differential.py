@@ -91,6 +91,9 @@ def test_small_writes_held_to_the_dma_engines_issue_rate_equal_event_engine():
         node["pcie"] = {"preset": "nfp6000"}
     work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["16B", "64B", "128B", "512B"],
              "iterations": 3000, "tx_depth": 128},
+            {"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["64B", "4KiB"], "iterations": 1500,
+             "tx_depth": 64},
+            {"kind": "send_bw", "from": "src", "to": "dst", "sizes": ["64B"], "iterations": 1500, "tx_depth": 64},
             {"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["64B", "2KiB"], "iterations": 100, "inline": 0},
             {"kind": "read_lat", "from": "src", "to": "dst", "sizes": ["8B", "2KiB"], "iterations": 100}]
     _, fast = same_runs(scenario_dict(seed=3, workload=work, **nodes))
