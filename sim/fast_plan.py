@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.nic.datapath import RECEIVED, checked_accesses, memory_target, path
+from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, memory_target, path
 from models.nic.wqe import Opcode
 from models.verbs.workloads import Endpoint, OpRecords, ping_pong, posts_inline, succeeded
 from sim.core.errors import SimError
@@ -126,6 +126,10 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
         return "a trace records the event engine's individual events"
     if scenario.data:
         return "data mode moves real bytes, which only the event engine does"
+    for event in scenario.events:
+        if event.kind == "link-flap" and event.frames == "lost":
+            return (f"the link-flap on node {event.node} loses frames: RC's transport retries (timeout, retry_cnt) "
+                    "run on the event engine only ('frames: held' stalls the link instead, on both engines)")
     for node in scenario.nodes:
         if node.nic.translation_cache or node.iommu != "off":
             return (f"node {node.name} models translation caches (NIC MTT or IOMMU), whose hits depend on "
@@ -199,7 +203,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             pipes = pipelines(ends, watch.moves, solved and solved.posts)
             solved = _solve(pipes, started, progress if solved is None else None, crawl=scenario.engine == "auto",
                             rows=sink and _Rows(ends, table, sink), receives=_ReceivesAhead(ends))
-            reason = watch.confirm(solved, ends)
+            reason = watch.confirm(solved, ends) or _out_of_send_order(solved)
             end = _settled(ends, solved)
             changed = watch.advance(end) if not reason else []
             if not changed:
@@ -290,6 +294,17 @@ def _solve(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bo
     marks = {key: {label: np.concatenate([p.marks[label] for p in pieces]) for label in pieces[0].marks}
              for key, pieces in parts.items()}
     return Solved(joined("post"), joined("done"), marks)
+
+
+def _out_of_send_order(solved: Solved) -> str | None:
+    """Why the solve is not the event engine's: a stream whose steps changed (a buffer moved to a route with a
+    shorter payload read) has a request reach the transmit port before an earlier one, which the event engine's
+    send-queue turn holds back (:data:`models.nic.datapath.TRANSMIT`); None when every stream kept its order."""
+    for marks in solved.marks.values():
+        sent = marks.get(TRANSMIT)
+        if sent is not None and np.any(np.diff(sent) < 0):
+            return "a request of a moved buffer's new route would overtake an earlier one of its QP"
+    return None
 
 
 def _settled(ends: list[Stream], solved: Solved) -> int:
@@ -390,7 +405,8 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
                 if id(step.server) not in servers:
                     servers[id(step.server)] = len(names)
                     names.append(Server(step.server.name, stalls=step.server.stalls))
-                step = replace(step, server=servers[id(step.server)])
+                step = replace(step, server=servers[id(step.server)],
+                               label=TRANSMIT if step.turn == TRANSMIT and step.label is None else step.label)
             elif isinstance(step, Check) and step.name == local:
                 step = replace(step, holds=holds, label="local")
             elif isinstance(step, Fork):

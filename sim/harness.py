@@ -59,7 +59,7 @@ def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint
             recv_cq = ibv_create_cq(ctx, 2 * receives) if receives else None
             qp = ibv_create_qp(pd_, cq, depth, sq_sig_all=work.cq_mod == 1, recv_cq=recv_cq, max_recv_wr=receives)
             ends.append(Endpoint(qp, reg.mr, reg.addr))
-        ends[0].qp.connect(ends[1].qp, work.max_rd_atomic)
+        ends[0].qp.connect(ends[1].qp, work.max_rd_atomic, work.qp_timeout)
         bed.qps.extend(e.qp for e in ends)
         pairs.append((ends[0], ends[1]))
     return pairs
@@ -149,6 +149,7 @@ def protocol_counters(bed: Testbed) -> dict[str, int]:
         "invalidations": sum(getattr(b, "invalidations", 0) for b in backings),
         "refaults": sum(getattr(b, "faults", 0) for b in backings),
         "rnr_naks": sum(qp.rnr_naks for qp in bed.qps),
+        "frames_lost": sum(qp.frames_lost for qp in bed.qps),
         "evictions": sum(g.evictions for g in bed.gpus.values()),
         "failed_allocations": sum(g.failed_allocations for g in bed.gpus.values()),
         "invariant_violations": sum(len(getattr(b, "violations", ())) for b in backings)

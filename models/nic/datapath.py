@@ -46,7 +46,7 @@ from models.pcie.link import PcieLink, PcieParams, read_tags
 from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
 from sim.core import PS_PER_S, Environment
-from sim.core.interpreter import Operation, Semaphore, compile_steps
+from sim.core.interpreter import Operation, Semaphore, Turns, compile_steps
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wake
 
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
@@ -222,13 +222,14 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     work request takes every slot: it starts once every earlier READ and atomic has landed, and later ones wait
     until it has completed (mlx5 lets them go once it is sent: conservative by its acknowledgement).
     """
-    key = (opcode, n, inline, local, remote_target, checked, shape)
+    node, peer = qp.node, qp.remote.node
+    nic, pnic = node.nic, peer.nic
+    lossy = bool(nic.outages or pnic.outages) and nic is not pnic
+    key = (opcode, n, inline, local, remote_target, checked, shape, lossy)
     cached = qp.paths.get(key)
     if cached is not None:
         return cached
     local_backing, remote_backing, every = checked
-    node, peer = qp.node, qp.remote.node
-    nic, pnic = node.nic, peer.nic
     fabric: Fabric = qp.pd.context.fabric
     pieces = shape.gather or ((n, local),)
     process = nic.params.tx_process_ps
@@ -282,12 +283,55 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                   responder, *stage_steps(response),
                   *([Check("response", 0 if local_backing else None)] if local_backing or every else []),
                   *stage_steps(landing[:-1]), *stage_steps(landing[-1:], READ_SLOT), Mark("landed"), *COMPLETION]
-    steps = tuple(steps)
+    steps = on_the_wire(in_send_order(steps, nic, qp.qp_num), nic, pnic, lossy)
     after = {s.name: steps[k + 1:] for k, s in enumerate(steps) if isinstance(s, Check)}
-    result = qp.paths[key] = Path(steps, compile_steps(steps), after, tuple(stage_steps(forward)), tuple(reply),
+    forward = on_the_wire(in_send_order(stage_steps(forward), nic, qp.qp_num), nic, pnic, lossy)
+    reply = on_the_wire(reply, nic, pnic, lossy)
+    result = qp.paths[key] = Path(steps, compile_steps(steps), after, forward, tuple(reply),
                                   compile_steps((*reply[-1:], *COMPLETION)), compile_steps((*reply, *COMPLETION)),
                                   landed_back)
     return result
+
+
+SEND_ENGINE, TRANSMIT = "send_engine", "transmit"
+"""The turns of a QP's send queue: its WQEs reach the send engine, and its requests the transmit port, in posting
+order (RC sends a QP's requests in PSN order), whatever each waits for in between (a WRITE's payload read, a READ
+slot)."""
+
+
+def send_turns() -> dict[str, Turns]:
+    """A new QP's send-queue turns (:data:`SEND_ENGINE`, :data:`TRANSMIT`)."""
+    return {SEND_ENGINE: Turns(), TRANSMIT: Turns()}
+
+
+def in_send_order(steps: list[Step], nic: Nic, qp_num: int) -> tuple[Step, ...]:
+    """``steps`` with the claims of QP ``qp_num``'s send engine and of ``nic``'s transmit port made in its send
+    queue's turns."""
+    turns = {id(nic.tx_engine(qp_num)): SEND_ENGINE, id(nic.tx_port): TRANSMIT}
+    return tuple(dataclasses.replace(s, turn=turns[id(s.server)]) if isinstance(s, Claim) and id(s.server) in turns
+                 else s for s in steps)
+
+
+ACK_TIMEOUT, GO_BACK = "ack_timeout", "go_back"
+"""The checks a request waits at for its requester's ACK timer: after a lost frame, or after the responder dropped
+it behind a lost one."""
+REQUEST_WIRE, REPLY_WIRE = "request_wire", "reply_wire"
+"""The checks after a request's, and after its acknowledgement's or response's, transmit claim on a link that has
+outages: whether the link lost the frames (:meth:`WorkRequestRun._request_wire`)."""
+
+
+def on_the_wire(steps, nic: Nic, pnic: Nic, lossy: bool) -> tuple[Step, ...]:
+    """``steps`` with a :data:`REQUEST_WIRE` check after each claim of ``nic``'s transmit port and a
+    :data:`REPLY_WIRE` check after each of the responder ``pnic``'s, when ``lossy`` (a link of the two loses frames
+    at times); else ``steps`` as they are."""
+    if not lossy:
+        return tuple(steps)
+    out: list[Step] = []
+    for step in steps:
+        out.append(step)
+        if isinstance(step, Claim) and step.server in (nic.tx_port, pnic.tx_port):
+            out.append(Check(REQUEST_WIRE if step.server is nic.tx_port else REPLY_WIRE))
+    return tuple(out)
 
 
 def _landing(node, pieces: tuple[tuple[int, str | None], ...], cqe_bytes: int) -> tuple[list[Stage], int]:
@@ -409,7 +453,7 @@ def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool =
         qp.reads = Semaphore(rd_atomic_slots(qp))
     run = WorkRequestRun(qp, wr, work_request_path(qp, wr, env.now, listed), env.now)
     env.step_runner.start(Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads},
-                              offset))
+                              offset, qp.turns, qp.seq_of[id(wr)]))
 
 
 Piece = tuple
@@ -420,13 +464,18 @@ class WorkRequestRun:
     """What the model decides while one work request runs: key and state checks, translations (page faults
     stall the send queue; a responder-side fault sends an RNR NAK), data mode's bytes, landing and completion."""
 
-    __slots__ = ("qp", "wr", "path", "posted", "status", "payload", "retries", "resume", "local", "received")
+    __slots__ = ("qp", "wr", "path", "posted", "status", "payload", "retries", "resume", "local", "received",
+                 "transport_retries", "executed")
 
     def __init__(self, qp, wr: SendWR, path: Path, posted: int) -> None:
         self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
         self.status = WcStatus.SUCCESS
         self.payload = None
         self.retries = qp.rnr_retry
+        self.transport_retries = qp.attr.retry_cnt
+        """Sends again left after lost frames (``retry_cnt``; 7 is seven, not for ever)."""
+        self.executed = False
+        """The responder has executed the request (a copy sent again is then a duplicate)."""
         self.local: list[Piece] = []
         """The local SGEs' MRs as the requester found them when it took up the WQE, with address and length."""
         self.resume: tuple[tuple, int] | None = None
@@ -474,6 +523,11 @@ class WorkRequestRun:
 
     def _responder(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
+        if qp.remote.missing not in (None, self):
+            return self._dropped(tail)
+        qp.remote.missing = None
+        if self.executed and not wr.opcode.reads_remote:  # a duplicate: acknowledged again, not executed again
+            return self.path.rejected, tail, tail
         if wr.opcode.consumes_receive:
             return self._receive(now, head, tail)
         refused = remote_status(qp, wr)
@@ -492,10 +546,12 @@ class WorkRequestRun:
         env, target = qp.pd.context.env, [(mr, wr.remote_addr, n)]
         if wr.opcode is Opcode.RDMA_WRITE:
             write_payload(mr, wr.remote_addr, self.payload)
-        elif env.data_mode and wr.opcode.is_atomic:  # the read-modify-write happens as the responder accepts it
-            self.payload = apply_atomic(mr_bytes(mr, wr.remote_addr, n), wr.opcode, wr.compare_add, wr.swap)
+        elif wr.opcode.is_atomic:  # the read-modify-write happens as the responder accepts it, once
+            if env.data_mode and not self.executed:
+                self.payload = apply_atomic(mr_bytes(mr, wr.remote_addr, n), wr.opcode, wr.compare_add, wr.swap)
         else:
             self.payload = _gather(env, target)
+        self.executed = True
         return self._translation(peer, target, now, head, tail, self.path.after["responder"],
                                  write=wr.opcode is not Opcode.RDMA_READ)
 
@@ -513,9 +569,68 @@ class WorkRequestRun:
 
     def _sent_again(self, tail: int):
         """The request goes again once the responder's NAK is back and its min_rnr_timer has passed."""
-        again = (*self.path.reply[:-1], Rebase(False), Delay(self.qp.remote.min_rnr_timer_ps), *self.path.forward,
-                 Check("responder", 0), *self.path.after["responder"])
-        return compile_steps(again), tail, tail
+        return self._send_again(tail, (*self.path.reply[:-1], Rebase(False), Delay(self.qp.remote.min_rnr_timer_ps)))
+
+    def _send_again(self, at: int, before: tuple):
+        """Every retry's rule: from ``at``, ``before`` (the NAK's way back and the wait), then the request's path from
+        the send engine on again (go-back-N: its payload read again)."""
+        again = (*before, *self.path.forward, Check("responder", 0), *self.path.after["responder"])
+        return compile_steps(again), at, at
+
+    def _request_wire(self, now: int, head: int, tail: int):
+        """The request's first bit reached the responder's port at ``head`` and its last at ``tail``: when either
+        link was down meanwhile the responder never sees it, and waits for it again (:meth:`_lost`)."""
+        qp = self.qp
+        latency = qp.pd.context.fabric.params.latency_ps
+        if not (qp.node.nic.link_lost(head - latency, tail - latency) or qp.remote.node.nic.link_lost(head, tail)):
+            return None
+        if qp.remote.missing is None and not self.executed:
+            qp.remote.missing = self
+        return self._lost(tail - latency, "request")
+
+    def _reply_wire(self, now: int, head: int, tail: int):
+        """The same for the acknowledgement, NAK or READ response on its way back (the request was executed)."""
+        qp = self.qp
+        latency = qp.pd.context.fabric.params.latency_ps
+        if not (qp.remote.node.nic.link_lost(head - latency, tail - latency) or qp.node.nic.link_lost(head, tail)):
+            return None
+        return self._lost(tail - latency, "reply")
+
+    def _lost(self, sent: int, frame: str):
+        """A frame of the request, sent by ``sent``, was lost: the requester's transport timer fires ``timeout``
+        later and it sends the request again, up to ``retry_cnt`` times; then the work request completes
+        IBV_WC_RETRY_EXC_ERR (and the QP's later ones flush). With timeout 0 the timer never fires: the work
+        request never completes."""
+        qp = self.qp
+        qp.frames_lost += 1
+        qp.pd.context.env.trace.instant(f"{qp.node.nic.name}.hw", "FrameLost", qp=qp.qp_num, frame=frame,
+                                        wr_id=self.wr.wr_id)
+        return self._ack_timer(sent, ACK_TIMEOUT)
+
+    def _dropped(self, tail: int):
+        """Go-back-N: the responder drops a request that arrives (at ``tail``) while it waits for an earlier one the
+        link lost; the requester sends it again when its timer fires, without spending a retry (the lost one
+        spends it)."""
+        return self._ack_timer(tail, GO_BACK)
+
+    def _ack_timer(self, sent: int, check: str):
+        """The requester's ACK timer runs from ``sent``: the request waits for it at ``check`` (for ever with
+        timeout 0)."""
+        timeout = self.qp.ack_timeout_ps
+        if timeout is None:
+            return (), sent, sent
+        return compile_steps((Check(check, 0),)), sent + timeout, sent + timeout
+
+    def _ack_timeout(self, now: int, head: int, tail: int):
+        """The timer fired after a lost frame: send again, or IBV_WC_RETRY_EXC_ERR once ``retry_cnt`` is spent."""
+        if self.transport_retries == 0:
+            return self._fail(WcStatus.RETRY_EXC_ERR, now, self.path.failed)
+        self.transport_retries -= 1
+        return self._send_again(now, ())
+
+    def _go_back(self, now: int, head: int, tail: int):
+        """The timer fired for a request dropped behind a lost one: it goes again."""
+        return self._send_again(now, ())
 
     def _receive(self, now: int, head: int, tail: int):
         """A request that consumes a receive reached the responder: without a receive posted (or with its buffer
@@ -556,7 +671,7 @@ class WorkRequestRun:
             complete_receive(env, responder, queue, recv, wr, problem[0], qp.qp_num, now)
             responder.to_error()
             return self._fail(problem[1], tail, self.path.rejected)
-        self.received = (queue, recv)
+        self.received, self.executed = (queue, recv), True
         if wr.opcode.writes_remote:
             write_payload(mr, addr, self.payload)
         else:

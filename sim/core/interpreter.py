@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from sim.core.servers import claim_cut_through
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wait, Wake, walk_order
 
-CLAIM, EAGER, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK = range(12)
+CLAIM, EAGER, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK, TURN = range(13)
 MODEL_EVENT = -1
 """Ordering position of a model event (a :class:`Wake` or :class:`Wait`): before every step at its time."""
 
@@ -42,6 +42,21 @@ class Model(Protocol):
         completion is seen then)."""
 
 
+class Turns:
+    """The order in which operations make the claims of one :attr:`~sim.core.steps.Claim.turn` (a send queue's):
+    by ticket, each operation's ticket passing at its claim there or when it ends without one."""
+
+    __slots__ = ("passed", "early", "parked")
+
+    def __init__(self) -> None:
+        self.passed = 0
+        """Tickets below this have passed."""
+        self.early: set[int] = set()
+        """Tickets that passed out of order (their operations ended before an earlier ticket passed)."""
+        self.parked: dict = {}
+        """Ticket -> the chain waiting at its claim for the earlier tickets."""
+
+
 class Semaphore:
     """A :class:`~sim.core.steps.Gate`'s slots: taken in arrival order, released by the labelled claim."""
 
@@ -58,8 +73,9 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0) -> tuple:
     for step in steps:
         kind = type(step)
         if kind is Claim:
-            program.append((EAGER if step.eager else CLAIM, pos, step.server, step.service_ps, step.head_ps,
-                            step.tail_ps, step.latency_ps, step.label))
+            code = TURN if step.turn is not None else EAGER if step.eager else CLAIM
+            program.append((code, pos, step.server, step.service_ps, step.head_ps, step.tail_ps, step.latency_ps,
+                            step.label, step.turn, step.eager))
         elif kind is Delay:
             program.append((DELAY, pos, step.ps) if step.draws is None else (DRAWN, pos, step.ps, step.draws))
         elif kind is Rebase:
@@ -87,15 +103,19 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0) -> tuple:
 class Operation:
     """One operation: its program, number, per-operation draws, gates and owner."""
 
-    __slots__ = ("program", "seq", "offset", "draws", "gates", "model", "held", "wait_from")
+    __slots__ = ("program", "seq", "offset", "draws", "gates", "model", "held", "wait_from", "turns", "ticket")
 
     def __init__(self, program: tuple, seq: int, model: Model, draws: dict[str, int] | None = None,
-                 gates: dict[str, Semaphore] | None = None, offset: int = 0) -> None:
+                 gates: dict[str, Semaphore] | None = None, offset: int = 0, turns: dict[str, Turns] | None = None,
+                 ticket: int = 0) -> None:
         self.program, self.seq, self.model, self.offset = program, seq, model, offset
         self.draws = draws or {}
         self.gates = gates or {}
         self.held: list[str] = []
         """Labels of the gates whose slot the operation holds."""
+        self.turns = dict(turns) if turns else {}
+        """The turns (by name) whose claims the operation makes with ``ticket``, while its ticket has not passed."""
+        self.ticket = ticket
         self.wait_from = 0
         """When the operation last waited (a :class:`Wait` counts from there)."""
 
@@ -179,19 +199,26 @@ class StepRunner:
         while at < end:
             step = program[at]
             code = step[0]
-            if code == CLAIM or code == EAGER:
-                if code == CLAIM and not due:
+            if code == CLAIM or code == EAGER or code == TURN:
+                if not due and (code == CLAIM or code == TURN and not step[9]):
                     chain.at, chain.head, chain.tail = at, head, tail
                     self._push(chain, head, step[1], True)
                     return
                 due = False
-                _, _, server, service, head_ps, tail_ps, latency, label = step
+                turns = op.turns.get(step[8]) if code == TURN else None
+                if turns is not None and op.ticket > turns.passed:  # an earlier operation's claim comes first
+                    chain.at, chain.head, chain.tail = at, head, tail
+                    turns.parked[op.ticket] = chain
+                    return
+                server, service, head_ps, tail_ps, latency, label = step[2:8]
                 start, finish = claim_cut_through(server, head, service, tail + tail_ps)
                 if self.tracing:
                     self.env.trace.slice(server.name, "busy", start, finish)
                 head, tail = start + head_ps + latency, finish + latency
                 if label is not None and label in op.held:
                     self._release(op, label, now)
+                if turns is not None:
+                    self._pass(op, step[8], now)
             elif code == DELAY:
                 head, tail = head + step[2], tail + step[2]
             elif code == DRAWN:
@@ -255,8 +282,24 @@ class StepRunner:
         else:
             gate.free += 1
 
+    def _pass(self, op: Operation, name: str, now: int) -> None:
+        """``op``'s ticket passes in turn ``name`` at ``now``: the next ticket's parked claim is made then."""
+        turns = op.turns.pop(name)
+        if op.ticket != turns.passed:
+            turns.early.add(op.ticket)
+            return
+        turns.passed += 1
+        while turns.passed in turns.early:
+            turns.early.remove(turns.passed)
+            turns.passed += 1
+        chain = turns.parked.pop(turns.passed, None)
+        if chain is not None:
+            self._push(chain, now, chain.program[chain.at][1], True)
+
     def _end(self, op: Operation, now: int) -> None:
         """The main chain is done: slots it still holds (it ended without their labelled claim, on an error
-        path) are given back."""
+        path) are given back, and its tickets pass in the turns it made no claim in."""
         while op.held:
             self._release(op, op.held[0], now)
+        for name in list(op.turns):
+            self._pass(op, name, now)
