@@ -21,8 +21,9 @@ engine fed by BlueFlame doorbells (each arrives a fixed delay after its post, an
 :func:`path` strings a work request's stages together with the doorbell, the READ slot gate, the
 acknowledgement, the completion and the poll into one step list (:mod:`sim.core.steps`): the event engine
 runs it (:mod:`sim.core.interpreter`), with :class:`WorkRequestRun` deciding at its checks what only run time
-knows (errors, page faults, RNR NAKs, translation caches, data mode); the vectorized core solves streams of
-the same lists.
+knows (errors, page faults, RNR NAKs, lost frames, translation caches, data mode); the vectorized core solves
+streams of the same lists. A QP's claims of its send engine and transmit port are made in posting order
+(:func:`in_send_order`).
 """
 
 from __future__ import annotations
@@ -346,6 +347,21 @@ def _landing(node, pieces: tuple[tuple[int, str | None], ...], cqe_bytes: int) -
     return [*landing, *dma_write(link, cqe_bytes)], link.params.write_ps(cqe_bytes) + link.params.write_latency_ps
 
 
+PSN_MASK = 0xFFFFFF
+"""PSNs are 24 bits."""
+PSN_WINDOW = 1 << 23
+"""How far behind the expected PSN a request is a duplicate (IB spec vol. 1 9.7.5.1.2); further is ahead."""
+
+
+def request_packets(qp, wr: SendWR) -> int:
+    """The PSNs a request of ``wr`` on ``qp`` takes: one per path-MTU packet of its payload (a READ: of its
+    response), at least one; an atomic one."""
+    if wr.opcode.is_atomic:
+        return 1
+    mtu = qp.path_mtu_bytes
+    return max(1, -(-wr.message_bytes // mtu))
+
+
 def rd_atomic_slots(qp) -> int:
     """READs and atomics ``qp`` may have outstanding: its ``max_rd_atomic``, no more than its responder's
     ``max_dest_rd_atomic`` accepts; 0 still lets one through."""
@@ -462,10 +478,11 @@ Piece = tuple
 
 class WorkRequestRun:
     """What the model decides while one work request runs: key and state checks, translations (page faults
-    stall the send queue; a responder-side fault sends an RNR NAK), data mode's bytes, landing and completion."""
+    stall the send queue; a responder-side fault sends an RNR NAK), PSNs, frames a link loses and the retries
+    after them, data mode's bytes, landing and completion."""
 
     __slots__ = ("qp", "wr", "path", "posted", "status", "payload", "retries", "resume", "local", "received",
-                 "transport_retries", "executed")
+                 "transport_retries", "executed", "psn", "packets")
 
     def __init__(self, qp, wr: SendWR, path: Path, posted: int) -> None:
         self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
@@ -476,6 +493,8 @@ class WorkRequestRun:
         """Sends again left after lost frames (``retry_cnt``; 7 is seven, not for ever)."""
         self.executed = False
         """The responder has executed the request (a copy sent again is then a duplicate)."""
+        self.psn, self.packets = qp.next_psn, request_packets(qp, wr)
+        qp.next_psn = (qp.next_psn + self.packets) & PSN_MASK
         self.local: list[Piece] = []
         """The local SGEs' MRs as the requester found them when it took up the WQE, with address and length."""
         self.resume: tuple[tuple, int] | None = None
@@ -523,11 +542,17 @@ class WorkRequestRun:
 
     def _responder(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
-        if qp.remote.missing not in (None, self):
+        if not qp.remote.psn_synced:
+            unsynced = self._first_psns(tail)
+            if unsynced is not None:
+                return unsynced
+        if self.executed:  # a duplicate, whatever is missing: acknowledged again (a READ read again), not executed
+            if not wr.opcode.reads_remote:
+                return self.path.rejected, tail, tail
+        elif qp.remote.missing not in (None, self):
             return self._dropped(tail)
-        qp.remote.missing = None
-        if self.executed and not wr.opcode.reads_remote:  # a duplicate: acknowledged again, not executed again
-            return self.path.rejected, tail, tail
+        else:
+            qp.remote.missing = None
         if wr.opcode.consumes_receive:
             return self._receive(now, head, tail)
         refused = remote_status(qp, wr)
@@ -551,7 +576,7 @@ class WorkRequestRun:
                 self.payload = apply_atomic(mr_bytes(mr, wr.remote_addr, n), wr.opcode, wr.compare_add, wr.swap)
         else:
             self.payload = _gather(env, target)
-        self.executed = True
+        self._executed()
         return self._translation(peer, target, now, head, tail, self.path.after["responder"],
                                  write=wr.opcode is not Opcode.RDMA_READ)
 
@@ -576,6 +601,30 @@ class WorkRequestRun:
         the send engine on again (go-back-N: its payload read again)."""
         again = (*before, *self.path.forward, Check("responder", 0), *self.path.after["responder"])
         return compile_steps(again), at, at
+
+    def _executed(self) -> None:
+        """The responder executed the request: it expects the PSN after it next."""
+        self.executed = True
+        self.qp.remote.expected_psn = (self.psn + self.packets) & PSN_MASK
+
+    def _first_psns(self, tail: int):
+        """The responder checks the PSN of each request until one arrives with the PSN it expects (``rq_psn``):
+        one behind it is a duplicate, acknowledged and not executed (a READ is read again); one ahead is out of
+        sequence and dropped, and its requester, which never sent the PSN the responder's NAK asks for, sends it
+        again at its ACK timer until ``retry_cnt`` runs out (IBV_WC_RETRY_EXC_ERR): what mismatched
+        ``sq_psn``/``rq_psn`` do. None: the request goes on."""
+        responder = self.qp.remote
+        behind = (responder.expected_psn - self.psn) & PSN_MASK
+        if behind == 0:
+            responder.psn_synced = True
+            return None
+        self.qp.pd.context.env.trace.instant(f"{responder.node.nic.name}.hw", "PsnSequenceError", psn=self.psn,
+                                             expected=responder.expected_psn)
+        if behind <= PSN_WINDOW:
+            self.executed = True
+            return None if self.wr.opcode.reads_remote and not self.wr.opcode.is_atomic else (
+                self.path.rejected, tail, tail)
+        return self._ack_timer(tail, ACK_TIMEOUT)
 
     def _request_wire(self, now: int, head: int, tail: int):
         """The request's first bit reached the responder's port at ``head`` and its last at ``tail``: when either
@@ -671,7 +720,8 @@ class WorkRequestRun:
             complete_receive(env, responder, queue, recv, wr, problem[0], qp.qp_num, now)
             responder.to_error()
             return self._fail(problem[1], tail, self.path.rejected)
-        self.received, self.executed = (queue, recv), True
+        self.received = (queue, recv)
+        self._executed()
         if wr.opcode.writes_remote:
             write_payload(mr, addr, self.payload)
         else:

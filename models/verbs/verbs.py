@@ -198,6 +198,12 @@ class QueuePair:
     """As responder: the incoming request whose packets the link lost, awaited again (later ones are dropped)."""
     frames_lost: int = 0
     """Request, acknowledgement and response frames of this QP's work requests the links lost."""
+    next_psn: int = 0
+    """As requester: the PSN its next request takes (from ``sq_psn``, advanced by each request's packets)."""
+    expected_psn: int = 0
+    """As responder: the PSN it expects next (from ``rq_psn``, advanced by each request it executes)."""
+    psn_synced: bool = False
+    """As responder: a request has arrived with the expected PSN since ``rq_psn`` was set (PSNs checked until)."""
 
     def __post_init__(self) -> None:
         if self.recv_cq is None:
@@ -300,6 +306,10 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     before = qp.state
     qp.attr = apply_attrs(qp.attr, attr, attr_mask, new)
     qp.sq_state_max_gs = sq_state_max_gs(qp, new)
+    if attr_mask & QpAttrMask.SQ_PSN or new is QpState.RESET:
+        qp.next_psn = qp.attr.sq_psn
+    if attr_mask & QpAttrMask.RQ_PSN or new is QpState.RESET:
+        qp.expected_psn, qp.psn_synced = qp.attr.rq_psn, False
     if new is QpState.ERR and before is not QpState.ERR:
         qp.flush_receives()
     elif new is QpState.RESET:
@@ -315,8 +325,10 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
 
 
 def ibv_query_qp(qp: QueuePair, attr_mask: int) -> QPAttr:
-    """A copy of the attributes of ``qp`` (mlx5 fills every field whatever ``attr_mask`` selects)."""
-    return dataclasses.replace(qp.attr, ah_attr=dataclasses.replace(qp.attr.ah_attr))
+    """A copy of the attributes of ``qp`` (mlx5 fills every field whatever ``attr_mask`` selects), its PSNs as they
+    have advanced: ``sq_psn`` the next its send queue uses, ``rq_psn`` the next its responder expects."""
+    return dataclasses.replace(qp.attr, ah_attr=dataclasses.replace(qp.attr.ah_attr), sq_psn=qp.next_psn,
+                               rq_psn=qp.expected_psn)
 
 
 def ibv_open_device(node: Node, env: Environment, fabric: Fabric) -> Context:
