@@ -176,6 +176,8 @@ class Path(NamedTuple):
     """Compiled: the responder's NAK back, the CQE write, then the poll (the responder refused the request)."""
     landed_back_ps: int
     """How long before the end of the landing stages the payload is in memory (a READ's CQE write)."""
+    packets: int
+    """The PSNs the request takes (:func:`request_packets`)."""
 
 
 COMPLETION = (Rebase(True), Delay(draws="poll"), Wake())
@@ -290,7 +292,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     reply = on_the_wire(reply, nic, pnic, lossy)
     result = qp.paths[key] = Path(steps, compile_steps(steps), after, forward, tuple(reply),
                                   compile_steps((*reply[-1:], *COMPLETION)), compile_steps((*reply, *COMPLETION)),
-                                  landed_back)
+                                  landed_back, request_packets(qp, opcode, n))
     return result
 
 
@@ -353,13 +355,10 @@ PSN_WINDOW = 1 << 23
 """How far behind the expected PSN a request is a duplicate (IB spec vol. 1 9.7.5.1.2); further is ahead."""
 
 
-def request_packets(qp, wr: SendWR) -> int:
-    """The PSNs a request of ``wr`` on ``qp`` takes: one per path-MTU packet of its payload (a READ: of its
-    response), at least one; an atomic one."""
-    if wr.opcode.is_atomic:
-        return 1
-    mtu = qp.path_mtu_bytes
-    return max(1, -(-wr.message_bytes // mtu))
+def request_packets(qp, opcode: Opcode, n: int) -> int:
+    """The PSNs a request of ``opcode`` and ``n`` bytes on ``qp`` takes: one per path-MTU packet of its payload (a
+    READ: of its response), at least one; an atomic one."""
+    return 1 if opcode.is_atomic else max(1, -(-n // qp.path_mtu_bytes))
 
 
 def rd_atomic_slots(qp) -> int:
@@ -493,7 +492,7 @@ class WorkRequestRun:
         """Sends again left after lost frames (``retry_cnt``; 7 is seven, not for ever)."""
         self.executed = False
         """The responder has executed the request (a copy sent again is then a duplicate)."""
-        self.psn, self.packets = qp.next_psn, request_packets(qp, wr)
+        self.psn, self.packets = qp.next_psn, path.packets
         qp.next_psn = (qp.next_psn + self.packets) & PSN_MASK
         self.local: list[Piece] = []
         """The local SGEs' MRs as the requester found them when it took up the WQE, with address and length."""
