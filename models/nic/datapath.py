@@ -602,9 +602,10 @@ class WorkRequestRun:
         return compile_steps(again), at, at
 
     def _executed(self) -> None:
-        """The responder executed the request: it expects the PSN after it next."""
-        self.executed = True
-        self.qp.remote.expected_psn = (self.psn + self.packets) & PSN_MASK
+        """The responder executed the request: it expects the PSN after it next (a duplicate changes nothing)."""
+        if not self.executed:
+            self.executed = True
+            self.qp.remote.expected_psn = (self.psn + self.packets) & PSN_MASK
 
     def _first_psns(self, tail: int):
         """The responder checks the PSN of each request until one arrives with the PSN it expects (``rq_psn``):

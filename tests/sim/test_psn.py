@@ -47,6 +47,19 @@ def test_a_requester_behind_the_responder_gets_duplicates_acknowledged_unwritten
     assert qa.query(0)[0].sq_psn == (sq_psn + 6) & MASK and qb.query(0)[0].rq_psn == (sq_psn + 6) & MASK
 
 
+def test_a_duplicate_read_is_read_again_and_moves_no_psn():
+    """With rq_psn 2, the READ (PSN 0) is read again as a duplicate, and the WRITE after it (PSN 1) is still one."""
+    bed, a, qa, b, qb = _link(0, 2)
+    b.mr.write(b"readable", 8, 64)
+    read = SendWR(wr_id=0, opcode=Opcode.RDMA_READ, num_sge=1, sg=[a.sge(512, 8)], send_flags=SendFlags.SIGNALED)
+    read.set_wr_rdma(b.mr.rkey, b.mr.buf + 64)
+    qa.post_send(read)
+    _writes(a, qa, b, 2)  # PSNs 1 and 2 (wr_ids 0 and 1)
+    assert [wc.status for wc in poll_n(a.scq, 3)] == [WcStatus.SUCCESS] * 3
+    assert a.mr.read(8, 512) == b"readable" and [b.mr.read(1, 8 * i)[0] for i in range(2)] == [0, 2]
+    assert qb.query(0)[0].rq_psn == 3
+
+
 @pytest.mark.parametrize("sq_psn, rq_psn", [(5, 0), (0, MASK - 3), (1 << 22, 0)])
 def test_a_requester_ahead_of_the_responder_retries_until_retry_exc_err(sq_psn, rq_psn):
     bed, a, qa, b, qb = _link(sq_psn, rq_psn, retry_cnt=2)
