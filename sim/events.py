@@ -289,8 +289,9 @@ def _fire(bed: Testbed, event, start_ps: int, log: list[dict], act) -> Generator
 
 
 def _link_flap(bed: Testbed, event: LinkFlapEvent, start_ps: int, log: list[dict]) -> None:
-    """Known in advance: the ports stall in that interval from now on; the row is logged at the event's time."""
-    outcome = bed.nodes[event.node].nic.link_down(start_ps + event.at, event.duration)
+    """Known in advance: the link loses (or its ports hold) frames in that interval from now on; the row is logged
+    at the event's time."""
+    outcome = bed.nodes[event.node].nic.link_down(start_ps + event.at, event.duration, held=event.frames == "held")
     bed.env.process(_log_at(bed, start_ps + event.at, {
         "kind": event.kind, "target": event.node, "bytes": 0, "evicted": 0, "outcome": outcome}, log))
 

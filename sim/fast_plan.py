@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.nic.datapath import RECEIVED, checked_accesses, memory_target, path
+from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, memory_target, path
 from models.nic.wqe import Opcode
 from models.verbs.ah import data_path_qp
 from models.verbs.workloads import Endpoint, OpRecords, ping_pong, posts_inline, succeeded
@@ -127,6 +127,10 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
         return "a trace records the event engine's individual events"
     if scenario.data:
         return "data mode moves real bytes, which only the event engine does"
+    for event in scenario.events:
+        if event.kind == "link-flap" and event.frames == "lost":
+            return (f"the link-flap on node {event.node} loses frames: RC's transport retries (timeout, retry_cnt) "
+                    "run on the event engine only ('frames: held' stalls the link instead, on both engines)")
     for node in scenario.nodes:
         if node.nic.translation_cache or node.iommu != "off":
             return (f"node {node.name} models translation caches (NIC MTT or IOMMU), whose hits depend on "
@@ -210,6 +214,9 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
                 break
             if not changed:
                 end = _settled(ends, solved)
+                reason = _out_of_send_order(solved)
+                if reason:
+                    break
                 changed = watch.advance(end)
                 if not changed:
                     watch.clock(end)
@@ -310,6 +317,20 @@ def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: b
         yield (k, size), piece
 
 
+def _out_of_send_order(solved: Solved) -> str | None:
+    """Why the solve is not the event engine's: a stream whose steps changed (a buffer moved to a route with a
+    shorter payload read) has a request reach the transmit port before an earlier one, which the event engine's
+    send-queue turn holds back (:data:`models.nic.datapath.TRANSMIT`); None when every stream kept its order.
+    The whole solve is looked at (its remaining pieces are taken)."""
+    while solved.extend():
+        pass
+    for marks in solved.marks.values():
+        sent = marks.get(TRANSMIT)
+        if sent is not None and np.any(np.diff(sent) < 0):
+            return "a request of a moved buffer's new route would overtake an earlier one of its QP"
+    return None
+
+
 def _settled(ends: list[Stream], solved: Solved) -> int:
     """When the event engine's run ends: the last completion or, after a ping-pong, the acknowledgement of
     its last WRITEs seen by their pollers, whichever is later (:func:`sim.harness.drain` waits for it) (ps)."""
@@ -408,7 +429,8 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
                 if id(step.server) not in servers:
                     servers[id(step.server)] = len(names)
                     names.append(Server(step.server.name, stalls=step.server.stalls))
-                step = replace(step, server=servers[id(step.server)])
+                step = replace(step, server=servers[id(step.server)],
+                               label=TRANSMIT if step.turn == TRANSMIT and step.label is None else step.label)
             elif isinstance(step, Check) and step.name == local:
                 step = replace(step, holds=holds, label="local")
             elif isinstance(step, Fork):

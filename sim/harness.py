@@ -68,7 +68,7 @@ def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint
         if work.transport == "ud":
             ends = datagram_ends(bed, ends)
         else:
-            ends[0].qp.connect(ends[1].qp, work.max_rd_atomic)
+            ends[0].qp.connect(ends[1].qp, work.max_rd_atomic, work.qp_timeout)
         bed.qps.extend(e.qp for e in ends)
         pairs.append((ends[0], ends[1]))
     return pairs
@@ -174,6 +174,7 @@ def protocol_counters(bed: Testbed) -> dict[str, int]:
         "invalidations": sum(getattr(b, "invalidations", 0) for b in backings),
         "refaults": sum(getattr(b, "faults", 0) for b in backings),
         "rnr_naks": sum(qp.rnr_naks for qp in bed.qps),
+        "frames_lost": sum(qp.frames_lost for qp in bed.qps),
         "evictions": sum(g.evictions for g in bed.gpus.values()),
         "failed_allocations": sum(g.failed_allocations for g in bed.gpus.values()),
         "invariant_violations": sum(len(getattr(b, "violations", ())) for b in backings)

@@ -21,8 +21,9 @@ engine fed by BlueFlame doorbells (each arrives a fixed delay after its post, an
 :func:`path` strings a work request's stages together with the doorbell, the READ slot gate, the
 acknowledgement, the completion and the poll into one step list (:mod:`sim.core.steps`): the event engine
 runs it (:mod:`sim.core.interpreter`), with :class:`WorkRequestRun` deciding at its checks what only run time
-knows (errors, page faults, RNR NAKs, translation caches, data mode); the vectorized core solves streams of
-the same lists.
+knows (errors, page faults, RNR NAKs, lost frames, translation caches, data mode); the vectorized core solves
+streams of the same lists. A QP's claims of its send engine and transmit port are made in posting order
+(:func:`in_send_order`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
 from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
 from sim.core import PS_PER_S, Environment
-from sim.core.interpreter import Operation, Semaphore, compile_steps
+from sim.core.interpreter import Operation, Semaphore, Turns, compile_steps
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wake
 
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
@@ -184,6 +185,8 @@ class Path(NamedTuple):
     """Compiled: the responder's NAK back, the CQE write, then the poll (the responder refused the request)."""
     landed_back_ps: int
     """How long before the end of the landing stages the payload is in memory (a READ's CQE write)."""
+    packets: int
+    """The PSNs the request takes (:func:`request_packets`)."""
 
 
 COMPLETION = (Rebase(True), Delay(draws="poll"), Wake())
@@ -231,13 +234,14 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     work request takes every slot: it starts once every earlier READ and atomic has landed, and later ones wait
     until it has completed (mlx5 lets them go once it is sent: conservative by its acknowledgement).
     """
-    key = (opcode, n, inline, local, remote_target, checked, shape)
+    node, peer = qp.node, qp.remote.node
+    nic, pnic = node.nic, peer.nic
+    lossy = bool(nic.outages or pnic.outages) and nic is not pnic and acknowledged(qp.qp_type)
+    key = (opcode, n, inline, local, remote_target, checked, shape, lossy)
     cached = qp.paths.get(key)
     if cached is not None:
         return cached
     local_backing, remote_backing, every = checked
-    node, peer = qp.node, qp.remote.node
-    nic, pnic = node.nic, peer.nic
     fabric: Fabric = qp.pd.context.fabric
     pieces = shape.gather or ((n, local),)
     process = nic.params.tx_process_ps
@@ -295,11 +299,13 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                   responder, *stage_steps(response),
                   *([Check("response", 0 if local_backing else None)] if local_backing or every else []),
                   *stage_steps(landing[:-1]), *stage_steps(landing[-1:], READ_SLOT), Mark("landed"), *COMPLETION]
-    steps = tuple(steps)
+    steps = on_the_wire(in_send_order(steps, nic, qp.qp_num), nic, pnic, lossy)
     after = _after_checks(steps)
-    result = qp.paths[key] = Path(steps, compile_steps(steps), after, tuple(stage_steps(forward)), tuple(reply),
+    forward = on_the_wire(in_send_order(stage_steps(forward), nic, qp.qp_num), nic, pnic, lossy)
+    reply = on_the_wire(reply, nic, pnic, lossy)
+    result = qp.paths[key] = Path(steps, compile_steps(steps), after, forward, tuple(reply),
                                   compile_steps((*reply[-1:], *COMPLETION)), compile_steps((*reply, *COMPLETION)),
-                                  landed_back)
+                                  landed_back, request_packets(qp, opcode, n))
     return result
 
 
@@ -322,6 +328,47 @@ def _after_checks(steps: tuple[Step, ...]) -> dict[str, tuple[Step, ...]]:
     return after
 
 
+SEND_ENGINE, TRANSMIT = "send_engine", "transmit"
+"""The turns of a QP's send queue: its WQEs reach the send engine, and its requests the transmit port, in posting
+order (RC sends a QP's requests in PSN order), whatever each waits for in between (a WRITE's payload read, a READ
+slot)."""
+
+
+def send_turns() -> dict[str, Turns]:
+    """A new QP's send-queue turns (:data:`SEND_ENGINE`, :data:`TRANSMIT`)."""
+    return {SEND_ENGINE: Turns(), TRANSMIT: Turns()}
+
+
+def in_send_order(steps: list[Step], nic: Nic, qp_num: int) -> tuple[Step, ...]:
+    """``steps`` with the claims of QP ``qp_num``'s send engine and of ``nic``'s transmit port made in its send
+    queue's turns."""
+    turns = {id(nic.tx_engine(qp_num)): SEND_ENGINE, id(nic.tx_port): TRANSMIT}
+    return tuple(dataclasses.replace(s, turn=turns[id(s.server)]) if isinstance(s, Claim) and id(s.server) in turns
+                 else s for s in steps)
+
+
+ACK_TIMEOUT, GO_BACK = "ack_timeout", "go_back"
+"""The checks a request waits at for its requester's ACK timer: after a lost frame, or after the responder dropped
+it behind a lost one."""
+REQUEST_WIRE, REPLY_WIRE = "request_wire", "reply_wire"
+"""The checks after a request's, and after its acknowledgement's or response's, transmit claim on a link that has
+outages: whether the link lost the frames (:meth:`WorkRequestRun._request_wire`)."""
+
+
+def on_the_wire(steps, nic: Nic, pnic: Nic, lossy: bool) -> tuple[Step, ...]:
+    """``steps`` with a :data:`REQUEST_WIRE` check after each claim of ``nic``'s transmit port and a
+    :data:`REPLY_WIRE` check after each of the responder ``pnic``'s, when ``lossy`` (a link of the two loses frames
+    at times); else ``steps`` as they are."""
+    if not lossy:
+        return tuple(steps)
+    out: list[Step] = []
+    for step in steps:
+        out.append(step)
+        if isinstance(step, Claim) and step.server in (nic.tx_port, pnic.tx_port):
+            out.append(Check(REQUEST_WIRE if step.server is nic.tx_port else REPLY_WIRE))
+    return tuple(out)
+
+
 def _landing(node, pieces: tuple[tuple[int, str | None], ...], cqe_bytes: int) -> tuple[list[Stage], int]:
     """How a READ or atomic response lands at the requester ``node``: its pieces (length, target) then a CQE of
     ``cqe_bytes`` (0: unsignaled, none); and how long before the end of those stages the payload is in memory."""
@@ -332,6 +379,18 @@ def _landing(node, pieces: tuple[tuple[int, str | None], ...], cqe_bytes: int) -
     if not cqe_bytes:
         return landing, 0
     return [*landing, *dma_write(link, cqe_bytes)], link.params.write_ps(cqe_bytes) + link.params.write_latency_ps
+
+
+PSN_MASK = 0xFFFFFF
+"""PSNs are 24 bits."""
+PSN_WINDOW = 1 << 23
+"""How far behind the expected PSN a request is a duplicate (IB spec vol. 1 9.7.5.1.2); further is ahead."""
+
+
+def request_packets(qp, opcode: Opcode, n: int) -> int:
+    """The PSNs a request of ``opcode`` and ``n`` bytes on ``qp`` takes: one per path-MTU packet of its payload (a
+    READ: of its response), at least one; an atomic one."""
+    return 1 if opcode.is_atomic else max(1, -(-n // qp.path_mtu_bytes))
 
 
 def rd_atomic_slots(qp) -> int:
@@ -448,7 +507,7 @@ def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool =
     now, sges, sig = env.now, local_sges(wr), signaled(qp, wr)
     run = WorkRequestRun(qp, wr, _path_of(qp, wr, sges, sig, now, listed), now, sges, sig)
     env.step_runner.start(Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads},
-                              offset))
+                              offset, qp.turns, qp.seq_of[id(wr)]))
 
 
 Piece = tuple
@@ -457,10 +516,11 @@ Piece = tuple
 
 class WorkRequestRun:
     """What the model decides while one work request runs: key and state checks, translations (page faults
-    stall the send queue; a responder-side fault sends an RNR NAK), data mode's bytes, landing and completion."""
+    stall the send queue; a responder-side fault sends an RNR NAK), PSNs, frames a link loses and the retries
+    after them, data mode's bytes, landing and completion."""
 
     __slots__ = ("qp", "wr", "path", "posted", "sges", "signaled", "status", "payload", "retries", "resume", "local",
-                 "received")
+                 "received", "transport_retries", "executed", "psn", "packets")
 
     def __init__(self, qp, wr: SendWR, path: Path, posted: int, sges: list[Sge], sig: bool) -> None:
         self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
@@ -469,6 +529,12 @@ class WorkRequestRun:
         self.status = WcStatus.SUCCESS
         self.payload = None
         self.retries = qp.rnr_retry
+        self.transport_retries = qp.attr.retry_cnt
+        """Sends again left after lost frames (``retry_cnt``; 7 is seven, not for ever)."""
+        self.executed = False
+        """The responder has executed the request (a copy sent again is then a duplicate)."""
+        self.psn, self.packets = qp.next_psn, path.packets
+        qp.next_psn = (qp.next_psn + self.packets) & PSN_MASK
         self.local: list[Piece] = []
         """The local SGEs' MRs as the requester found them when it took up the WQE, with address and length."""
         self.resume: tuple[tuple, int] | None = None
@@ -519,6 +585,17 @@ class WorkRequestRun:
 
     def _responder(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
+        if not qp.remote.psn_synced:
+            unsynced = self._first_psns(tail)
+            if unsynced is not None:
+                return unsynced
+        if self.executed:  # a duplicate, whatever is missing: acknowledged again (a READ read again), not executed
+            if not wr.opcode.reads_remote:
+                return self.path.rejected, tail, tail
+        elif qp.remote.missing not in (None, self):
+            return self._dropped_behind_lost(tail)
+        else:
+            qp.remote.missing = None
         if wr.opcode.consumes_receive:
             return self._receive(now, head, tail)
         refused = remote_status(qp, wr)
@@ -542,10 +619,12 @@ class WorkRequestRun:
         env, target = qp.pd.context.env, [(mr, wr.remote_addr, n)]
         if wr.opcode is Opcode.RDMA_WRITE:
             write_payload(mr, wr.remote_addr, self.payload)
-        elif env.data_mode and wr.opcode.is_atomic:  # the read-modify-write happens as the responder accepts it
-            self.payload = apply_atomic(mr_bytes(mr, wr.remote_addr, n), wr.opcode, wr.compare_add, wr.swap)
+        elif wr.opcode.is_atomic:  # the read-modify-write happens as the responder accepts it, once
+            if env.data_mode and not self.executed:
+                self.payload = apply_atomic(mr_bytes(mr, wr.remote_addr, n), wr.opcode, wr.compare_add, wr.swap)
         else:
             self.payload = _gather(env, target)
+        self._executed()
         return self._translation(peer, target, now, head, tail, self.path.after["responder"],
                                  write=wr.opcode is not Opcode.RDMA_READ)
 
@@ -575,9 +654,93 @@ class WorkRequestRun:
 
     def _sent_again(self, tail: int):
         """The request goes again once the responder's NAK is back and its min_rnr_timer has passed."""
-        again = (*self.path.reply[:-1], Rebase(False), Delay(self.qp.remote.min_rnr_timer_ps), *self.path.forward,
-                 Check("responder", 0), *self.path.after["responder"])
-        return compile_steps(again), tail, tail
+        return self._send_again(tail, (*self.path.reply[:-1], Rebase(False), Delay(self.qp.remote.min_rnr_timer_ps)))
+
+    def _send_again(self, at: int, before: tuple):
+        """Every retry's rule: from ``at``, ``before`` (the NAK's way back and the wait), then the request's path from
+        the send engine on again (go-back-N: its payload read again)."""
+        again = (*before, *self.path.forward, Check("responder", 0), *self.path.after["responder"])
+        return compile_steps(again), at, at
+
+    def _executed(self) -> None:
+        """The responder executed the request: it expects the PSN after it next (a duplicate changes nothing)."""
+        if not self.executed:
+            self.executed = True
+            self.qp.remote.expected_psn = (self.psn + self.packets) & PSN_MASK
+
+    def _first_psns(self, tail: int):
+        """The responder checks the PSN of each request until one arrives with the PSN it expects (``rq_psn``):
+        one behind it is a duplicate, acknowledged and not executed (a READ is read again); one ahead is out of
+        sequence and dropped, and its requester, which never sent the PSN the responder's NAK asks for, sends it
+        again at its ACK timer until ``retry_cnt`` runs out (IBV_WC_RETRY_EXC_ERR): what mismatched
+        ``sq_psn``/``rq_psn`` do. None: the request goes on."""
+        responder = self.qp.remote
+        behind = (responder.expected_psn - self.psn) & PSN_MASK
+        if behind == 0:
+            responder.psn_synced = True
+            return None
+        self.qp.pd.context.env.trace.instant(f"{responder.node.nic.name}.hw", "PsnSequenceError", psn=self.psn,
+                                             expected=responder.expected_psn)
+        if behind <= PSN_WINDOW:
+            self.executed = True
+            return None if self.wr.opcode.reads_remote and not self.wr.opcode.is_atomic else (
+                self.path.rejected, tail, tail)
+        return self._ack_timer(tail, ACK_TIMEOUT)
+
+    def _request_wire(self, now: int, head: int, tail: int):
+        """The request's first bit reached the responder's port at ``head`` and its last at ``tail``: when either
+        link was down meanwhile the responder never sees it, and waits for it again (:meth:`_lost`)."""
+        qp = self.qp
+        latency = qp.pd.context.fabric.params.latency_ps
+        if not (qp.node.nic.link_lost(head - latency, tail - latency) or qp.remote.node.nic.link_lost(head, tail)):
+            return None
+        if qp.remote.missing is None and not self.executed:
+            qp.remote.missing = self
+        return self._lost(tail - latency, "request")
+
+    def _reply_wire(self, now: int, head: int, tail: int):
+        """The same for the acknowledgement, NAK or READ response on its way back (the request was executed)."""
+        qp = self.qp
+        latency = qp.pd.context.fabric.params.latency_ps
+        if not (qp.remote.node.nic.link_lost(head - latency, tail - latency) or qp.node.nic.link_lost(head, tail)):
+            return None
+        return self._lost(tail - latency, "reply")
+
+    def _lost(self, sent: int, frame: str):
+        """A frame of the request, sent by ``sent``, was lost: the requester's transport timer fires ``timeout``
+        later and it sends the request again, up to ``retry_cnt`` times; then the work request completes
+        IBV_WC_RETRY_EXC_ERR (and the QP's later ones flush). With timeout 0 the timer never fires: the work
+        request never completes."""
+        qp = self.qp
+        qp.frames_lost += 1
+        qp.pd.context.env.trace.instant(f"{qp.node.nic.name}.hw", "FrameLost", qp=qp.qp_num, frame=frame,
+                                        wr_id=self.wr.wr_id)
+        return self._ack_timer(sent, ACK_TIMEOUT)
+
+    def _dropped_behind_lost(self, tail: int):
+        """Go-back-N: the responder drops a request that arrives (at ``tail``) while it waits for an earlier one the
+        link lost; the requester sends it again when its timer fires, without spending a retry (the lost one
+        spends it)."""
+        return self._ack_timer(tail, GO_BACK)
+
+    def _ack_timer(self, sent: int, check: str):
+        """The requester's ACK timer runs from ``sent``: the request waits for it at ``check`` (for ever with
+        timeout 0)."""
+        timeout = self.qp.ack_timeout_ps
+        if timeout is None:
+            return (), sent, sent
+        return compile_steps((Check(check, 0),)), sent + timeout, sent + timeout
+
+    def _ack_timeout(self, now: int, head: int, tail: int):
+        """The timer fired after a lost frame: send again, or IBV_WC_RETRY_EXC_ERR once ``retry_cnt`` is spent."""
+        if self.transport_retries == 0:
+            return self._fail(WcStatus.RETRY_EXC_ERR, now, self.path.failed)
+        self.transport_retries -= 1
+        return self._send_again(now, ())
+
+    def _go_back(self, now: int, head: int, tail: int):
+        """The timer fired for a request dropped behind a lost one: it goes again."""
+        return self._send_again(now, ())
 
     def _receive(self, now: int, head: int, tail: int):
         """A request that consumes a receive reached the responder. On UC and UD, one the responder cannot take
@@ -628,6 +791,7 @@ class WorkRequestRun:
                 return self._dropped(tail, problem[0].ibv_name)
             return self._fail(problem[1], tail, self.path.rejected)
         self.received = (queue, recv)
+        self._executed()
         if wr.opcode.writes_remote:
             write_payload(mr, addr, self.payload)
         else:
@@ -692,7 +856,8 @@ class WorkRequestRun:
 
 
 _CHECKS = {name: getattr(WorkRequestRun, "_" + name)
-           for name in ("requester", "source", "responder", "response", "translation_done", RECEIVED)}
+           for name in ("requester", "source", "responder", "response", "translation_done", RECEIVED, REQUEST_WIRE,
+                        REPLY_WIRE, ACK_TIMEOUT, GO_BACK)}
 """The method deciding each :class:`~sim.core.steps.Check` of a work request's path, by the check's name."""
 
 

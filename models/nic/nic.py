@@ -144,6 +144,8 @@ class Nic:
         self._next_handle = 0
         self.translations = 0
         """Translation entries held by registered MRs."""
+        self.outages: tuple[tuple[int, int], ...] = ()
+        """``[start, end)`` intervals (ps) in which the link loses every frame (:meth:`link_down`)."""
 
     def tx_engine(self, qp_num: int) -> FifoServer:
         """The send engine that processes QP ``qp_num``'s work requests."""
@@ -195,12 +197,22 @@ class Nic:
         self.mrs.clear()
         return f"{outcome}; {lost} memory keys lost"
 
-    def link_down(self, start_ps: int, duration_ps: int) -> str:
-        """The link carries nothing in ``[start_ps, start_ps + duration_ps)``: both ports stall then (set in
-        advance, so frames queued before the outage wait for the link too). Returns the event-log outcome."""
-        for port in (self.tx_port, self.rx_port):
-            port.add_stall(start_ps, start_ps + duration_ps)
-        return f"link down for {duration_ps / 1e6:.3f} us"
+    def link_down(self, start_ps: int, duration_ps: int, *, held: bool = False) -> str:
+        """The link carries nothing in ``[start_ps, start_ps + duration_ps)``: every frame on it meanwhile, sent
+        or received, is lost (RC's transport timer retransmits it); ``held``: instead both ports stall then, as a
+        lossless fabric's pause holds frames (set in advance, so frames queued before the outage wait for the link
+        too). Returns the event-log outcome."""
+        end = start_ps + duration_ps
+        if held:
+            for port in (self.tx_port, self.rx_port):
+                port.add_stall(start_ps, end)
+            return f"link down for {duration_ps / 1e6:.3f} us, frames held"
+        self.outages = tuple(sorted((*self.outages, (start_ps, end))))
+        return f"link down for {duration_ps / 1e6:.3f} us, frames on it lost"
+
+    def link_lost(self, start_ps: int, end_ps: int) -> bool:
+        """Whether a frame on this NIC's link during ``[start_ps, end_ps]`` meets an outage (it is lost)."""
+        return any(down < end_ps and start_ps < up for down, up in self.outages)
 
 
 def flush_qps(qps: list) -> str:

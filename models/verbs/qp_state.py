@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from models.nic.device import PORT_NUM, rdma_is_port_valid
 from models.nic.transport import QpType
 from models.nic.wqe import QpState
-from sim.core import PS_PER_US, VerbsError
+from sim.core import PS_PER_NS, PS_PER_US, VerbsError
 
 
 class QpAttrMask(enum.IntFlag):
@@ -93,7 +93,8 @@ class QPAttr:
     """``struct ibv_qp_attr`` (the fields this simulator keeps); a QP holds one, :func:`ibv_query_qp` copies it.
 
     Timer fields use the IB encodings: ``min_rnr_timer`` 0..31 (see :func:`rnr_timer_ps`), ``timeout``
-    4.096 us * 2**timeout (0 = infinite); ``rnr_retry`` 7 means retry forever.
+    4.096 us * 2**timeout (0 = infinite, see :func:`ack_timeout_ps`); ``rnr_retry`` 7 means retry forever,
+    ``retry_cnt`` 7 means seven retries (it has no infinite value).
     """
 
     qp_state: QpState = QpState.RESET
@@ -257,3 +258,11 @@ RNR_TIMER_US = (655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 96
 def rnr_timer_ps(encoding: int) -> int:
     """How long a requester waits after an RNR NAK from a responder with ``min_rnr_timer`` ``encoding`` (ps)."""
     return RNR_TIMER_US[encoding & 0x1F] * PS_PER_US
+
+
+def ack_timeout_ps(encoding: int) -> int | None:
+    """The requester's transport (local ACK) timer for ``timeout`` ``encoding``: 4.096 us * 2**encoding, None for 0
+    (infinite: it never fires) (IB spec vol. 1 9.7.6.1.3; mlx5 writes the encoding into the QP context's
+    ``ack_timeout`` as it is: mlx5 fpga/conn.c sets 0x12 as "~1.07s") (ps)."""
+    encoding &= 0x1F
+    return None if encoding == 0 else 4096 * PS_PER_NS * 2**encoding

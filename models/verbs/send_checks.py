@@ -5,9 +5,12 @@ Read in rdma-core's providers/mlx5 (linux-rdma/rdma-core, qp.c ``_mlx5_post_send
 verbs.c ``mlx5_calc_send_wqe`` and ``mlx5_create_qp``) and libibverbs/man/ibv_post_send.3:
 
 * ``_mlx5_post_send``, per work request in this order: a full send queue (``mlx5_wq_overflow``) -> ENOMEM; more
-  SGEs than the QP's ``max_send_sge`` -> ENOMEM ("max gs exceeded"); an atomic on a QP of a device whose
-  ``atomic_cap`` is ``IBV_ATOMIC_NONE`` (``atomics_enabled`` unset by ``mlx5_create_qp``) -> EOPNOTSUPP; inline
-  data beyond the QP's ``max_inline_data`` -> ENOMEM (``set_data_inl_seg``).
+  SGEs than the send queue's ``qp_state_max_gs`` -> ENOMEM ("max gs exceeded"): that is the QP's ``max_send_sge``
+  once it has moved to RTS, and -1 from its creation and every move to RESET until then
+  (``set_qp_operational_state`` in verbs.c), so a QP that never reached RTS refuses every post with ENOMEM, in
+  RESET, INIT, RTR or an ERR reached from those (libmlx5 makes no other state check); an atomic on a QP of a
+  device whose ``atomic_cap`` is ``IBV_ATOMIC_NONE`` (``atomics_enabled`` unset by ``mlx5_create_qp``) ->
+  EOPNOTSUPP; inline data beyond the QP's ``max_inline_data`` -> ENOMEM (``set_data_inl_seg``).
 * An atomic's alignment and its SGE's length are not checked when it is posted: mlx5 writes 8 bytes for the SGE
   whatever its length (``set_data_ptr_seg_atomic``), and a misaligned remote address is the responder's NAK
   (:mod:`models.nic.remote_access`).
@@ -18,7 +21,7 @@ verbs.c ``mlx5_calc_send_wqe`` and ``mlx5_create_qp``) and libibverbs/man/ibv_po
 from __future__ import annotations
 
 from models.nic.device import AtomicCap
-from models.nic.wqe import SendWR
+from models.nic.wqe import QpState, SendWR
 from sim.core import VerbsError
 
 
@@ -33,7 +36,10 @@ def check_send_wr(qp, wr: SendWR) -> None:
         held = (f", {qp.unsignaled} of them unsignaled and done, waiting for a signaled completion"
                 if qp.unsignaled else "")
         raise VerbsError("ENOMEM", f"send queue full ({qp.max_send_wr} work requests outstanding{held})", call=call)
-    if wr.num_sge > qp.max_send_sge:
+    if qp.sq_state_max_gs < 0:
+        raise VerbsError("ENOMEM", f"the QP is in {qp.state.value} and has not been in RTS since it was created or "
+                         "reset (mlx5: qp_state_max_gs is -1 until RTS, max gs exceeded)", call=call)
+    if wr.num_sge > qp.sq_state_max_gs:
         raise VerbsError("ENOMEM", f"num_sge {wr.num_sge} exceeds the QP's max_send_sge {qp.max_send_sge} "
                          "(mlx5: max gs exceeded)", call=call)
     if wr.opcode.is_atomic and qp.node.nic.params.device.atomic_cap is AtomicCap.ATOMIC_NONE:
@@ -48,6 +54,14 @@ def check_send_wr(qp, wr: SendWR) -> None:
                              f"{qp.max_inline_data}", call=call)
     if not 0 <= wr.imm_data < 2**32:
         raise VerbsError("EINVAL", f"imm_data {wr.imm_data} is not a 32-bit value (__be32)", call=call)
+
+
+def sq_state_max_gs(qp, new) -> int:
+    """The send queue's ``qp_state_max_gs`` after ``qp`` moves to state ``new`` (mlx5's
+    ``set_qp_operational_state``): -1 in RESET, the QP's ``max_send_sge`` from RTS on, else unchanged."""
+    if new is QpState.RESET:
+        return -1
+    return qp.max_send_sge if new is QpState.RTS else qp.sq_state_max_gs
 
 
 def check_send_caps(nic_params, max_send_sge: int, max_inline_data: int) -> None:

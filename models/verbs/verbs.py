@@ -22,15 +22,15 @@ from models.ib.mr_backing import OdpBacking
 from models.ib.mr_checks import (EFA_VENDOR_ID, PAGE_SIZE, U64, check_max_mr_size, efa_alloc_mr,
                                 ib_check_mr_access)
 from models.ib.umem_odp import create_user_odp_mr, mlx5_ib_init_odp_mr
-from models.nic.datapath import start_work_request
+from models.nic.datapath import send_turns, start_work_request
 from models.nic.translation import MrBacking
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WcOpcode, WcStatus, WorkCompletion
 from models.node import Node
-from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, apply_attrs, check_modify_qp,
-                                   rnr_timer_ps)
+from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, ack_timeout_ps, apply_attrs,
+                                   check_modify_qp, rnr_timer_ps)
 from models.verbs.ah import data_path_qp, datagram_destination
 from models.verbs.receive_queue import ReceiveQueue, SharedReceiveQueue, check_rq_caps, rq_geometry
-from models.verbs.send_checks import check_send_caps, check_send_wr
+from models.verbs.send_checks import check_send_caps, check_send_wr, sq_state_max_gs
 from sim.core import PS_PER_US, Environment, VerbsError
 from sim.core.env import UniformDraws
 from sim.core.interpreter import Semaphore
@@ -167,6 +167,8 @@ class QueuePair:
     """The data path's step lists of this QP's kinds of work request (:func:`models.nic.datapath.path`)."""
     seq_of: dict = field(default_factory=dict)
     """Posting sequence number of each in-flight work request (by id)."""
+    turns: dict = field(default_factory=send_turns)
+    """The send queue's order at the send engine and the transmit port (:func:`models.nic.datapath.send_turns`)."""
     finished: dict = field(default_factory=dict)
     """Work requests done but waiting for an earlier one before their completion is delivered."""
     posted_count: int = 0
@@ -179,6 +181,8 @@ class QueuePair:
     qp_type: QpType = QpType.RC
     max_send_sge: int = 1
     """``cap.max_send_sge``: SGEs one work request may have."""
+    sq_state_max_gs: int = -1
+    """mlx5's ``sq.qp_state_max_gs``: SGEs a post may have in the QP's state (:func:`sq_state_max_gs`)."""
     max_inline_data: int = 0
     """``cap.max_inline_data``: largest ``IBV_SEND_INLINE`` payload (bytes)."""
     sq_sig_all: bool = True
@@ -197,6 +201,16 @@ class QueuePair:
     """As responder: the incoming request it sent an RNR NAK for and waits to see again (later ones are dropped)."""
     senders: dict = field(default_factory=dict)
     """UD: the data path's view of the QP per destination (:func:`models.verbs.ah.sender_to`)."""
+    missing: object | None = None
+    """As responder: the incoming request whose packets the link lost, awaited again (later ones are dropped)."""
+    frames_lost: int = 0
+    """Request, acknowledgement and response frames of this QP's work requests the links lost."""
+    next_psn: int = 0
+    """As requester: the PSN its next request takes (from ``sq_psn``, advanced by each request's packets)."""
+    expected_psn: int = 0
+    """As responder: the PSN it expects next (from ``rq_psn``, advanced by each request it executes)."""
+    psn_synced: bool = False
+    """As responder: a request has arrived with the expected PSN since ``rq_psn`` was set (PSNs checked until)."""
 
     def __post_init__(self) -> None:
         if self.recv_cq is None:
@@ -239,6 +253,11 @@ class QueuePair:
         return rnr_timer_ps(self.attr.min_rnr_timer)
 
     @property
+    def ack_timeout_ps(self) -> int | None:
+        """Requester attribute: how long it waits for an acknowledgement before sending again (None: for ever)."""
+        return ack_timeout_ps(self.attr.timeout)
+
+    @property
     def path_mtu_bytes(self) -> int:
         """The payload bytes of one packet this QP sends: ``path_mtu``; a UD QP's, which has none, is the port's
         active MTU."""
@@ -251,11 +270,12 @@ class QueuePair:
         """Requester attribute: RNR retries before IBV_WC_RNR_RETRY_EXC_ERR; 7 means retry forever."""
         return self.attr.rnr_retry
 
-    def connect(self, remote: QueuePair, rd_atomic: int | None = None) -> None:
+    def connect(self, remote: QueuePair, rd_atomic: int | None = None, timeout: int = 14) -> None:
         """Bring both QPs (RC or UC) to RTS connected to each other, with the attributes and masks perftest's
         ``ctx_connect`` sets for their type (PSNs 0 where perftest draws them at random, so that runs repeat);
         ``rd_atomic`` is both RC QPs' max_rd_atomic and max_dest_rd_atomic (perftest -o), default the device's
-        max_qp_rd_atom."""
+        max_qp_rd_atom; ``timeout`` their ACK timeout encoding (perftest -u; its default 14 is 4.096 us * 2**14 =
+        67 ms)."""
         for qp, peer in ((self, remote), (remote, self)):
             qp.remote = peer
             to_init, to_rtr, to_rts = PERFTEST_MASKS[qp.qp_type]
@@ -266,7 +286,7 @@ class QueuePair:
             ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTR, path_mtu=mtu, dest_qp_num=peer.qp_num, rq_psn=0,
                                      max_dest_rd_atomic=reads, min_rnr_timer=PERFTEST_MIN_RNR_TIMER,
                                      ah_attr=AhAttr(port_num=1)), to_rtr)
-            ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTS, timeout=PERFTEST_TIMEOUT, retry_cnt=7,
+            ibv_modify_qp(qp, QPAttr(qp_state=QpState.RTS, timeout=timeout, retry_cnt=7,
                                      rnr_retry=RNR_RETRY_INFINITE, sq_psn=0, max_rd_atomic=reads), to_rts)
 
     def ready_datagrams(self, qkey: int = PERFTEST_QKEY) -> None:
@@ -305,8 +325,6 @@ PERFTEST_MASKS = {
 read/atomic and retry attributes, UD sets a Q_Key and no path."""
 PERFTEST_MIN_RNR_TIMER = 12
 """perftest's ``MIN_RNR_TIMER``: 0.64 ms."""
-PERFTEST_TIMEOUT = 14
-"""perftest's default ``qp_timeout``: 4.096 us * 2**14 = 67 ms."""
 
 
 def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
@@ -319,11 +337,16 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     new = check_modify_qp(qp.qp_type, qp.state, attr, attr_mask, qp.node.nic.params.max_rd_atomic)
     before = qp.state
     qp.attr = apply_attrs(qp.attr, attr, attr_mask, new)
+    qp.sq_state_max_gs = sq_state_max_gs(qp, new)
+    if attr_mask & QpAttrMask.SQ_PSN or new is QpState.RESET:
+        qp.next_psn = qp.attr.sq_psn
+    if attr_mask & QpAttrMask.RQ_PSN or new is QpState.RESET:
+        qp.expected_psn, qp.psn_synced = qp.attr.rq_psn, False
     if new is QpState.ERR and before is not QpState.ERR:
         qp.flush_receives()
     elif new is QpState.RESET:
         qp.rq.reset()
-        qp.rnr_blocked = None
+        qp.rnr_blocked = qp.missing = None
     if before is QpState.RTR and new is QpState.RTS:
         env = qp.pd.context.env
         qp.reads = None  # the READ/atomic slots are counted at the first post, once the responder is known
@@ -335,8 +358,10 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
 
 
 def ibv_query_qp(qp: QueuePair, attr_mask: int) -> QPAttr:
-    """A copy of the attributes of ``qp`` (mlx5 fills every field whatever ``attr_mask`` selects)."""
-    return dataclasses.replace(qp.attr, ah_attr=dataclasses.replace(qp.attr.ah_attr))
+    """A copy of the attributes of ``qp`` (mlx5 fills every field whatever ``attr_mask`` selects), its PSNs as they
+    have advanced: ``sq_psn`` the next its send queue uses, ``rq_psn`` the next its responder expects."""
+    return dataclasses.replace(qp.attr, ah_attr=dataclasses.replace(qp.attr.ah_attr), sq_psn=qp.next_psn,
+                               rq_psn=qp.expected_psn)
 
 
 def ibv_open_device(node: Node, env: Environment, fabric: Fabric) -> Context:
@@ -577,18 +602,16 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
     fetches their WQEs by DMA); completions will be pushed to ``qp.send_cq``. A list is checked one work request
     at a time: those before the first that fails stay posted, as with ``ibv_post_send``'s ``bad_wr``.
 
-    :raises VerbsError: ``EINVAL`` when the QP is in RESET, INIT or RTR; ``EOPNOTSUPP`` in SQD or SQE (not
-        modelled); then the checks of :func:`~models.verbs.send_checks.check_send_wr` (``ENOMEM`` for a full send
-        queue, too many SGEs or too much inline data, ``EOPNOTSUPP`` for an atomic without atomic support,
-        ``EINVAL`` for inline data on a READ or an atomic, or immediate data beyond 32 bits); on a UD QP those of
-        :func:`~models.verbs.ah.datagram_destination` (``EINVAL`` without a live AH of the device).
-        An opcode a UC or UD QP does not carry is posted, as mlx5 posts it, and completes in error
-        (:mod:`models.nic.transport`).
+    :raises VerbsError: ``EOPNOTSUPP`` in SQD or SQE (not modelled); then the checks of
+        :func:`~models.verbs.send_checks.check_send_wr` (``ENOMEM`` for a full send queue, a QP that has not been in
+        RTS since it was created or reset (RESET, INIT, RTR), too many SGEs or too much inline data,
+        ``EOPNOTSUPP`` for an atomic without atomic support, ``EINVAL`` for inline data on a READ or an atomic, or
+        immediate data beyond 32 bits); on a UD QP those of :func:`~models.verbs.ah.datagram_destination`
+        (``EINVAL`` without a live AH of the device). An opcode a UC or UD QP does not carry is posted, as mlx5
+        posts it, and completes in error (:mod:`models.nic.transport`).
     :raises ProtocolError: a UD work request's address names no UD QP.
     """
     call, state = "ibv_post_send", qp.state
-    if state in (QpState.RESET, QpState.INIT, QpState.RTR):
-        raise VerbsError("EINVAL", f"QP is in {state.value}, not RTS (connect it first)", call=call)
     if state in (QpState.SQD, QpState.SQE):
         raise VerbsError("EOPNOTSUPP", f"posting to a QP in {state.value} is not modelled", call=call)
     wrs = wr if isinstance(wr, list) else [wr]

@@ -24,7 +24,7 @@ import simpy
 from sim.core.servers import claim_cut_through
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wait, Wake, walk_order
 
-CLAIMS, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK = range(11)
+CLAIMS, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK, TURN = range(12)
 MODEL_EVENT = -1
 """Ordering position of a model event (a :class:`Wake` or :class:`Wait`): before every step at its time."""
 
@@ -55,12 +55,28 @@ class Semaphore:
         self.waiting: deque = deque()
 
 
+class Turns:
+    """The order in which operations make the claims of one :attr:`~sim.core.steps.Claim.turn` (a send queue's):
+    by ticket, each operation's ticket passing at its claim there or when it ends without one."""
+
+    __slots__ = ("passed", "early", "parked")
+
+    def __init__(self) -> None:
+        self.passed = 0
+        """Tickets below this have passed."""
+        self.early: set[int] = set()
+        """Tickets that passed out of order (their operations ended before an earlier ticket passed)."""
+        self.parked: dict = {}
+        """Ticket -> the chain waiting at its claim for the earlier tickets."""
+
+
 def compile_steps(steps: tuple[Step, ...], base: int = 0) -> tuple:
     """``steps`` as the interpreter's program: one tuple per instruction, opcode and position first.
 
     Steps that take no time of their own are folded into the instruction before them, so that a walk makes
     fewer dispatches: a claim and the eager claims after it are one ``CLAIMS`` instruction (it waits when its
-    first claim does), and a plain delay after a claim or a rebase becomes part of its latency or offset.
+    first claim does), and a plain delay after a claim or a rebase becomes part of its latency or offset. A claim
+    in a turn is a ``TURN`` instruction of its own (it may have to wait for earlier operations' claims).
     Positions stay those of :func:`~sim.core.steps.walk_order`.
     """
     program: list[tuple] = []
@@ -68,7 +84,10 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0) -> tuple:
     for step in steps:
         kind = type(step)
         last = program[-1] if program else None
-        if kind is Claim:
+        if kind is Claim and step.turn is not None:
+            program.append((TURN, pos, step.server, step.service_ps, step.head_ps, step.tail_ps, step.latency_ps,
+                            step.label, step.turn, step.eager))
+        elif kind is Claim:
             claim = (step.server, step.service_ps, step.head_ps, step.tail_ps, step.latency_ps, step.label)
             if step.eager and last is not None and last[0] == CLAIMS:
                 program[-1] = (CLAIMS, last[1], last[2], (*last[3], claim))
@@ -118,11 +137,15 @@ def _delayed(instruction: tuple, ps: int) -> tuple:
 class Operation:
     """One operation: its program, number, per-operation draws, gates and owner."""
 
-    __slots__ = ("program", "seq", "offset", "draws", "gates", "model", "held", "wait_from")
+    __slots__ = ("program", "seq", "offset", "draws", "gates", "model", "held", "wait_from", "turns", "ticket")
 
     def __init__(self, program: tuple, seq: int, model: Model, draws: dict[str, int] | None = None,
-                 gates: dict[str, Semaphore] | None = None, offset: int = 0) -> None:
+                 gates: dict[str, Semaphore] | None = None, offset: int = 0, turns: dict[str, Turns] | None = None,
+                 ticket: int = 0) -> None:
         self.program, self.seq, self.model, self.offset = program, seq, model, offset
+        self.turns = dict(turns) if turns else {}
+        """The turns (by name) whose claims the operation makes with ``ticket``, while its ticket has not passed."""
+        self.ticket = ticket
         self.draws = draws or {}
         self.gates = gates or {}
         self.held: list[str] = []
@@ -231,6 +254,26 @@ class StepRunner:
                     head, tail = start + head_ps + latency, finish + latency
                     if label is not None and label in op.held:
                         self._release(op, label, now)
+            elif code == TURN:
+                if not due and not step[9]:
+                    chain.at, chain.head, chain.tail = at, head, tail
+                    self._push(chain, head, step[1], True)
+                    return
+                due = False
+                turns = op.turns.get(step[8])
+                if turns is not None and op.ticket > turns.passed:  # an earlier operation's claim comes first
+                    chain.at, chain.head, chain.tail = at, head, tail
+                    turns.parked[op.ticket] = chain
+                    return
+                server, service, head_ps, tail_ps, latency, label = step[2:8]
+                start, finish = claim_cut_through(server, head, service, tail + tail_ps)
+                if tracing:
+                    self.env.trace.slice(server.name, "busy", start, finish)
+                head, tail = start + head_ps + latency, finish + latency
+                if label is not None and label in op.held:
+                    self._release(op, label, now)
+                if turns is not None:
+                    self._pass(op, step[8], now)
             elif code == DELAY:
                 head, tail = head + step[2], tail + step[2]
             elif code == REBASE:
@@ -282,7 +325,7 @@ class StepRunner:
             else:  # FORK
                 self._walk(_Chain(op, step[2], head, tail, False), now)
             at += 1
-        if chain.main and op.held:
+        if chain.main and (op.held or op.turns):
             self._end(op, now)
 
     def _release(self, op: Operation, label: str, now: int) -> None:
@@ -297,8 +340,24 @@ class StepRunner:
         else:
             gate.free += 1
 
+    def _pass(self, op: Operation, name: str, now: int) -> None:
+        """``op``'s ticket passes in turn ``name`` at ``now``: the next ticket's parked claim is made then."""
+        turns = op.turns.pop(name)
+        if op.ticket != turns.passed:
+            turns.early.add(op.ticket)
+            return
+        turns.passed += 1
+        while turns.passed in turns.early:
+            turns.early.remove(turns.passed)
+            turns.passed += 1
+        chain = turns.parked.pop(turns.passed, None)
+        if chain is not None:
+            self._push(chain, now, chain.program[chain.at][1], True)
+
     def _end(self, op: Operation, now: int) -> None:
-        """The main chain is done holding slots (it ended without their labelled claim, on an error path): they
-        are given back."""
+        """The main chain is done: slots it still holds (it ended without their labelled claim, on an error
+        path) are given back, and its tickets pass in the turns it made no claim in."""
         while op.held:
             self._release(op, op.held[0], now)
+        for name in list(op.turns):
+            self._pass(op, name, now)

@@ -37,6 +37,10 @@ class Claim:
     eager: bool = False
     label: str | None = None
     """Name of the claim: a :class:`Gate` released here, or a time the vectorized core reports."""
+    turn: str | None = None
+    """Name of the operation's turn this claim is made in (a send queue's order): it is made only once every
+    earlier operation of that turn has made its own claim in it or ended, whenever its head arrives. The
+    vectorized core's streams repeat one step list, so they reach such claims in operation order anyway."""
 
 
 @dataclass(frozen=True)

@@ -405,6 +405,9 @@ class WorkloadSpec(Strict):
     max_rd_atomic: Annotated[int, Field(ge=1, le=255)] | None = None
     """READ and atomic workloads: the QPs' max_rd_atomic and max_dest_rd_atomic (perftest -o; default the NIC's
     max_rd_atomic)."""
+    qp_timeout: Annotated[int, Field(ge=0, le=31)] = 14
+    """The QPs' ACK timeout, IB's encoding: 4.096 us * 2**qp_timeout before a lost frame is sent again, 0 for never
+    (perftest -u, default 14: 67 ms)."""
     transport: Literal["rc", "uc", "ud"] = "rc"
     """The QPs' service (perftest -c): rc; uc (unacknowledged: write and send workloads); ud (datagrams: send
     workloads, each message one packet of at most the fabric's MTU, each receive 40 bytes more for the GRH)."""
@@ -585,11 +588,14 @@ class EvictionStormEvent(EventBase):
 
 
 class LinkFlapEvent(EventBase):
-    """The node's network link goes down for ``duration``: its ports carry nothing meanwhile."""
+    """The node's network link goes down for ``duration``: its ports carry nothing meanwhile. ``frames: lost``
+    (the default): frames on the link then are lost and RC's transport timer sends their requests again
+    (``timeout``, ``retry_cnt``); ``held``: they wait for the link, as a lossless fabric's pause holds them."""
 
     kind: Literal["link-flap"]
     node: NodeRef
     duration: Duration
+    frames: Literal["lost", "held"] = "lost"
 
     def last_ps(self) -> int:  # noqa: D102 - see EventBase
         return self.at + self.duration

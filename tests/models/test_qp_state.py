@@ -193,14 +193,19 @@ def test_rnr_timer_encodings():
     assert [rnr_timer_ps(e) // PS_PER_US for e in (0, 1, 12, 31)] == [655360, 10, 640, 491520]
 
 
-@pytest.mark.parametrize("state, errno", [(S.RESET, "EINVAL"), (S.INIT, "EINVAL"), (S.RTR, "EINVAL"),
-                                          (S.SQD, "EOPNOTSUPP")])
-def test_post_send_outside_rts(state, errno):
+@pytest.mark.parametrize("states, errno", [
+    ([S.RESET], "ENOMEM"), ([S.INIT], "ENOMEM"), ([S.RTR], "ENOMEM"),
+    ([S.ERR], "ENOMEM"),                                  # ERR reached from INIT: the send queue never opened
+    ([S.RTS, S.RESET, S.INIT], "ENOMEM"),                 # RESET closes it again
+    ([S.SQD], "EOPNOTSUPP")])
+def test_post_send_before_rts_exceeds_mlx5s_closed_sge_limit(states, errno):
     qp, _ = _qps()
-    _drive(qp, state)
+    _drive(qp, states[0])
+    for state in states[1:]:
+        ibv_modify_qp(qp, dataclasses.replace(VALID, qp_state=state), M.STATE | RC_REQUIRED.get((qp.state, state), 0))
     with pytest.raises(VerbsError) as info:
         ibv_post_send(qp, SendWR(0, Opcode.RDMA_WRITE, 0, 8, 0, 0, 0))
-    assert info.value.errno == errno and state.value in str(info.value) and qp.outstanding == 0
+    assert info.value.errno == errno and qp.state.value in str(info.value) and qp.outstanding == 0
 
 
 class ModifyQpMachine(RuleBasedStateMachine):

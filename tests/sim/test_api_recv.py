@@ -317,8 +317,6 @@ def test_unsignaled_work_requests_complete_silently_and_results_keep_the_sends_s
         (1, "RDMA_WRITE", 128), (3, "RDMA_WRITE", 512), (4, "SEND", 32)]     # a receive has no latency
 
 
-@pytest.mark.xfail(strict=True, reason="the data path reads an RDMA READ's responder bytes before an earlier "
-                   "RDMA WRITE of the same QP has landed (RC executes them in order)")
 def test_fenced_read_after_write_sees_the_write():
     bed = Testbed()
     a, qa, b, _ = pair(bed)

@@ -63,9 +63,10 @@ def test_eviction_storm_cannot_move_a_pinned_importer():
     assert result.events.set_index("kind").loc["eviction-storm", "outcome"] == "0 moves, 5 refused (pinned)"
 
 
-def test_link_flap_stalls_the_stream_for_its_duration():
+def test_a_held_link_flap_stalls_the_stream_for_its_duration():
     base = run_scenario(_scenario([]))
-    flap = run_scenario(_scenario([{"at": "1ms", "kind": "link-flap", "node": "a", "duration": "2ms"}]))
+    flap = run_scenario(_scenario([{"at": "1ms", "kind": "link-flap", "node": "a", "duration": "2ms",
+                                    "frames": "held"}]))
     span = lambda r: r.operations["completed_ps"].max() - r.operations["posted_ps"].min()
     assert span(flap) - span(base) == pytest.approx(2e9, rel=0.05)
     assert _statuses(flap) == (3000, 0)

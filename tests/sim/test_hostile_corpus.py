@@ -120,8 +120,8 @@ def test_hostile_value_is_one_located_error_and_nothing_changes(tmp_path, text, 
 @pytest.mark.parametrize("change", [
     {"fabric": {"rate": "1Mb/s", "latency": "1s"}},
     {"fabric": {"rate": "100Tb/s", "latency": "0ps"}},
-    {"events": "  - {at: 86400s, kind: link-flap, node: a, duration: 86400s}\n"
-               "  - {at: 1ns, kind: link-flap, node: b, duration: 86400s}"},
+    {"events": "  - {at: 86400s, kind: link-flap, node: a, duration: 86400s, frames: held}\n"
+               "  - {at: 1ns, kind: link-flap, node: b, duration: 86400s, frames: held}"},
     {"nodes": "  - name: a\n    nic: {doorbell: 1s, tx_latency: 1s, rx_latency: 1s}\n"
               "    pcie: {read_latency: 1s, write_latency: 1s, read_tags: 1, gen: 1, lanes: 1, mrrs: 128}\n"
               "    host: {poll_period: 1s}\n  - name: b"},

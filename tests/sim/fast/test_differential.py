@@ -125,13 +125,13 @@ def test_link_flaps_are_stall_intervals_on_both_engines():
     work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["4KiB", "64KiB"], "iterations": 3000},
             {"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["64B"], "iterations": 300},
             {"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 2000}]
-    flaps = [{"at": "100us", "kind": "link-flap", "node": "a", "duration": "50us"},
-             {"at": "2ms", "kind": "link-flap", "node": "b", "duration": "300us"},
-             {"at": "900ms", "kind": "link-flap", "node": "b", "duration": "1us"}]  # after the run: not reached
+    flaps = [{"at": "100us", "kind": "link-flap", "node": "a", "duration": "50us", "frames": "held"},
+             {"at": "2ms", "kind": "link-flap", "node": "b", "duration": "300us", "frames": "held"},
+             {"at": "900ms", "kind": "link-flap", "node": "b", "duration": "1us", "frames": "held"}]  # not reached
     data = scenario_dict(workload=work, events=flaps)
     results = same_runs(data)
     assert list(results[1].events["outcome"].str.split(":").str[0]) == [
-        "link down for 50.000 us", "link down for 300.000 us", "not reached"]
+        "link down for 50.000 us, frames held", "link down for 300.000 us, frames held", "not reached"]
     calm = run_scenario(Scenario.model_validate({**data, "events": [], "engine": "fast"}))
     assert results[1].operations["completed_ps"].max() > calm.operations["completed_ps"].max() + 200_000_000
 
@@ -210,16 +210,13 @@ PRESSURE_HELD = {"at": "20ms", "kind": "gpu-memory-pressure", "on": "a.gpu0", "a
     ([PRESSURE_HELD], 1, "1MiB", 16, "write_bw"),
     ([{"at": "5ms", "kind": "eviction-storm", "on": "a.gpu0", "count": 3, "every": "40ms"}], 3, "1MiB", 16,
      "write_bw"),
-    ([{"at": "100us", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "7.5GiB"}], 1, "64KiB", 128,
-     "write_bw"),
     ([PRESSURE_HELD], 1, "1MiB", 16, "read_bw")])
 def test_a_source_buffer_the_exporter_moves_is_followed_exactly(events, moves, size, depth, kind):
     """move_notify zaps the MR a WRITE stream reads from (or READ responses land in): the first access after
     the zap re-faults, accesses wait for the copy and the re-map, and operations posted after the zap reach the
     buffer where it went. The vectorized core follows each move (one more solve each) with the event engine's
-    every time and row. (In the third case, WRITEs of the two routes reach the NIC's link at the same instants,
-    woken by events created at the same instants: the events further back decide their order; in the last,
-    the READs' max_rd_atomic slots carry across the two routes, their responses landing in order.)"""
+    every time and row. (In the last case the READs' max_rd_atomic slots carry across the two routes, their
+    responses landing in order.)"""
     event, fast = same_runs(pin_vs_dmabuf(events, 12000, size, depth, kind))
     assert fast.counters["invalidations"] == fast.counters["refaults"] == moves
     assert fast.counters["rnr_naks"] == 0
@@ -242,6 +239,21 @@ def test_a_move_of_a_later_workloads_source_is_followed_exactly():
     assert fast.counters["invalidations"] == fast.counters["refaults"] == 1
 
 
+def test_writes_of_a_moved_buffers_shorter_route_wait_for_their_qps_earlier_ones():
+    """After the move, WRITEs read their payload from host memory, sooner than the WRITEs still reading VRAM: the
+    vectorized core's solve has them overtake at the transmit port, which RC's send queue does not allow, so auto
+    runs the event engine (which keeps the posting order) and fast refuses."""
+    data = {**pin_vs_dmabuf([PRESSURE], 2000, "64KiB", 128), "engine": "auto"}
+    lines = []
+    auto = run_scenario(Scenario.model_validate(data), notice=lines.append)
+    event_run = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    says = "a request of a moved buffer's new route would overtake an earlier one of its QP"
+    assert len(lines) == 1 and says in lines[0]
+    pd.testing.assert_frame_equal(auto.operations, event_run.operations)
+    with pytest.raises(OutsideDomain, match=f"engine fast: {re.escape(says)}"):
+        run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
+
+
 def test_an_event_before_a_ping_pongs_last_acknowledgement_is_reached_on_both_engines():
     """The event engine's run ends once the last WRITEs of a ping-pong are acknowledged and polled, after the
     last iteration completed: an event in between is reached (not "not reached") on both engines."""
@@ -251,9 +263,10 @@ def test_an_event_before_a_ping_pongs_last_acknowledgement_is_reached_on_both_en
     last, end = int(probe.operations["completed_ps"].max()), probe.testbed.env.now
     assert end > last  # the acknowledgements come later
     begin = setup_run(Scenario.model_validate(data), data["seed"])[1]  # when the workloads start
-    flap = {"at": f"{(last + end) // 2 - begin}ps", "kind": "link-flap", "node": "b", "duration": "1ns"}
+    flap = {"at": f"{(last + end) // 2 - begin}ps", "kind": "link-flap", "node": "b", "duration": "1ns",
+            "frames": "held"}
     event, fast = same_runs({**data, "events": [flap]})
-    assert fast.events["outcome"].tolist() == ["link down for 0.001 us"]
+    assert fast.events["outcome"].tolist() == ["link down for 0.001 us, frames held"]
 
 
 def test_blueflame_off_is_exact_on_the_fast_engine():

@@ -41,8 +41,8 @@ def test_send_bandwidth_into_gpu_memory_equals_event_engine(mode):
 
 def test_send_bandwidth_through_link_flaps_equals_event_engine():
     work = [{"kind": "send_bw", "from": "src", "to": "dst", "sizes": ["4KiB", "64KiB"], "iterations": 3000}]
-    flaps = [{"at": "100us", "kind": "link-flap", "node": "a", "duration": "50us"},
-             {"at": "2ms", "kind": "link-flap", "node": "b", "duration": "300us"}]
+    flaps = [{"at": "100us", "kind": "link-flap", "node": "a", "duration": "50us", "frames": "held"},
+             {"at": "2ms", "kind": "link-flap", "node": "b", "duration": "300us", "frames": "held"}]
     results = same_runs(scenario_dict(workload=work, events=flaps))
     assert results[0].counters["rnr_naks"] == 0
 
