@@ -13,7 +13,7 @@ from models.nic.wqe import Opcode
 from models.dmabuf.gpu_export import pin_outcome
 from models.verbs.verbs import ibv_create_cq, ibv_create_qp
 from models.verbs.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
-from sim.build import Testbed, build
+from sim.build import Testbed, build, qp_device
 from sim.core.errors import InvariantViolation
 from sim.events import log_unreached, schedule_events
 from sim.library import run_library
@@ -44,24 +44,26 @@ def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testb
 
 
 def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint]]:
-    """The workload's ``qps`` connected QP pairs (requester end, responder end), each with its own CQs; a SEND
-    test's QPs have a receive queue ``rx_depth`` deep and a receive CQ of their own. With ``cq_mod`` above 1 the QPs
-    signal only the work requests posted with IBV_SEND_SIGNALED; ``max_rd_atomic`` sets both ends' READ limits."""
-    src, dst = bed.registrations[work.from_], bed.registrations[work.to]
+    """The workload's ``qps`` connected QP pairs (requester end, responder end) for each of its buffer pairs, each
+    QP on the NIC its ``rails`` policy picks (:func:`sim.build.qp_device`) and with its own CQs; a SEND test's QPs
+    have a receive queue ``rx_depth`` deep and a receive CQ of their own. With ``cq_mod`` above 1 the QPs signal
+    only the work requests posted with IBV_SEND_SIGNALED; ``max_rd_atomic`` sets both ends' READ limits."""
     depth = max(work.tx_depth, 2)
     receives = work.rx_depth if work.kind.startswith("send") else 0
     pairs = []
-    for _ in range(work.qps):
-        ends = []
-        for reg in (src, dst):
-            ctx, pd_ = bed.contexts[reg.node], bed.pds[reg.node]
-            cq = ibv_create_cq(ctx, 2 * depth)
-            recv_cq = ibv_create_cq(ctx, 2 * receives) if receives else None
-            qp = ibv_create_qp(pd_, cq, depth, sq_sig_all=work.cq_mod == 1, recv_cq=recv_cq, max_recv_wr=receives)
-            ends.append(Endpoint(qp, reg.mr, reg.addr))
-        ends[0].qp.connect(ends[1].qp, work.max_rd_atomic)
-        bed.qps.extend(e.qp for e in ends)
-        pairs.append((ends[0], ends[1]))
+    for names in work.buffer_pairs():
+        for k in range(work.qps):
+            ends = []
+            for reg in (bed.registrations[name] for name in names):
+                ctx, pd_ = qp_device(bed, reg, work.rails, k)
+                cq = ibv_create_cq(ctx, 2 * depth)
+                recv_cq = ibv_create_cq(ctx, 2 * receives) if receives else None
+                qp = ibv_create_qp(pd_, cq, depth, sq_sig_all=work.cq_mod == 1, recv_cq=recv_cq,
+                                   max_recv_wr=receives)
+                ends.append(Endpoint(qp, reg.mr_on(ctx.node.device), reg.addr))
+            ends[0].qp.connect(ends[1].qp, work.max_rd_atomic)
+            bed.qps.extend(e.qp for e in ends)
+            pairs.append((ends[0], ends[1]))
     return pairs
 
 

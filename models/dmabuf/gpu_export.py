@@ -234,6 +234,8 @@ class Gpu:
         self.common_switch: Callable[[str], bool] = lambda dev: True
         """Whether this GPU and a device (by name) share a PCIe switch: the node's topology sets it; True until
         then."""
+        self.vertex = "gpu0"
+        """This GPU's vertex in its node's PCIe topology (``gpu<i>`` on a server with several)."""
 
     @property
     def capacity(self) -> int:
