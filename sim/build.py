@@ -112,6 +112,9 @@ class Testbed:
     """Implicit ODP MRs by (node, access bits), shared by the buffers that use them."""
     injectors: dict = field(default_factory=dict)
     """The fault injector of each buffer an ``exporter-fault`` event scripted, by buffer name."""
+    flows: dict[str, list] = field(default_factory=dict)
+    """Each workload's QP pairs (requester and responder :class:`~models.verbs.workloads.Endpoint`), by label, in
+    the order of its streams."""
     devices: dict[str, Device] = field(default_factory=dict)
     """Every NIC's opened device and PD, by '<node>.<nic>' ('a.nic0', 'a.nic5'); ``contexts`` and ``pds`` hold
     each node's first."""

@@ -64,6 +64,7 @@ def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint
             ends[0].qp.connect(ends[1].qp, work.max_rd_atomic)
             bed.qps.extend(e.qp for e in ends)
             pairs.append((ends[0], ends[1]))
+    bed.flows[work.name or work.kind] = pairs
     return pairs
 
 

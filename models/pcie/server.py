@@ -28,7 +28,8 @@ import networkx as nx
 
 from models.pcie.link import PcieParams
 from models.pcie.topology import (RootComplexParams, SocketLinkParams, SwitchParams, add_pcie, add_socket,
-                                  connect_sockets, dma_write_stages, pci_p2pdma_distance, route)
+                                  connect_sockets, dma_read_stages, dma_write_stages, pci_p2pdma_distance,
+                                  route)
 from sim.core import PS_PER_S
 
 CLASSES = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -155,11 +156,11 @@ def qp_nic(g: nx.Graph, layout: RailLayout, place: str, policy: str, k: int) -> 
     return cross_rail_nic(g, nic) if policy == "cross" else nic
 
 
-def flow_rates(g: nx.Graph, flows: list[tuple[str, str]], nbytes: int) -> list[float]:
-    """Bytes/s of each ``(src, dst)`` DMA-write flow when all run at once: each flow runs at the rate of its
-    slowest stage, a stage shared by ``k`` of the flows giving each ``1/k`` of its rate (a bottleneck estimate,
-    not a max-min fair share)."""
-    stages = [dma_write_stages(g, src, dst, nbytes) for src, dst in flows]
+def flow_rates(g: nx.Graph, flows: list[tuple[str, str]], nbytes: int, *, read: bool = False) -> list[float]:
+    """Bytes/s of each ``(src, dst)`` DMA-write flow (``read``: device ``src`` reading ``dst``) when all run at
+    once: each flow runs at the rate of its slowest stage, a stage shared by ``k`` of the flows giving each ``1/k``
+    of its rate (a bottleneck estimate, not a max-min fair share)."""
+    stages = [(dma_read_stages if read else dma_write_stages)(g, src, dst, nbytes) for src, dst in flows]
     sharing: dict[int, int] = {}
     for flow in stages:
         for server in {id(s[0]) for s in flow if s[0] is not None}:

@@ -807,7 +807,8 @@ class Scenario(Strict):
     library: list[LibraryStudy] = []
     """What communication libraries do above the verbs, run after the workloads on the same testbed: a
     registration cache's buffer churn, fallback chains, a registration order experiment."""
-    outputs: list[Literal["bw_vs_size", "latency_vs_size", "bw_over_time", "latency_cdf", "gpu_memory"]] = [
+    outputs: list[Literal["bw_vs_size", "latency_vs_size", "bw_over_time", "latency_cdf", "gpu_memory",
+                          "rail_bw"]] = [
         "bw_vs_size", "latency_vs_size"]
     """Figures to draw."""
 
