@@ -129,25 +129,45 @@ def test_rail_aligned_flows_run_at_the_estimate_and_cross_rail_far_below(rates):
     assert (cross["bw_GBps"] <= cross["estimate_GBps"] * 1.01).all()
 
 
-@pytest.mark.parametrize("cross", [False, True])
-def test_one_dma_leg_of_concurrent_flows_matches_the_bottleneck_estimate(cross):
-    """Eight NIC-to-GPU write flows at once, simulated stage by stage on the event engine's servers, against
-    :func:`flow_rates` on the same graph (exact sharing when every flow is backlogged)."""
+def _simulated_Bps(flows, stages_of, n: int, messages: int = 40) -> list[float]:
+    """Each flow's rate when all ``flows`` queue ``messages`` DMAs of ``n`` bytes at once, each through the
+    stages ``stages_of(src, dst)`` gives, on the event engine's servers (bytes/s)."""
     from models.nic.datapath import EndTimes, stage_steps
     from sim.core import Environment
     from sim.core.interpreter import Operation, compile_steps
     from sim.core.steps import Rebase, Wake
 
-    g, n, messages = build_rail_server(RailLayout(**RAILS)), 1 << 20, 40
-    flows = [(cross_rail_nic(g, f"nic{i}") if cross else f"nic{i}", f"gpu{i}") for i in range(8)]
     env, ends = Environment(), [[] for _ in flows]
     for k in range(messages):
-        for f, (nic, gpu) in enumerate(flows):
-            program = compile_steps((*stage_steps(dma_write_stages(g, nic, gpu, n)), Rebase(True), Wake()))
+        for f, (src, dst) in enumerate(flows):
+            program = compile_steps((*stage_steps(stages_of(src, dst)), Rebase(True), Wake()))
             env.step_runner.start(Operation(program, k * len(flows) + f, EndTimes(ends[f])))
     env.run()
-    simulated = [messages * n * PS_PER_S / max(done) for done in ends]
+    return [messages * n * PS_PER_S / max(done) for done in ends]
+
+
+@pytest.mark.parametrize("cross", [False, True])
+def test_one_dma_leg_of_concurrent_flows_matches_the_bottleneck_estimate(cross):
+    """Eight NIC-to-GPU write flows of one node at once against :func:`flow_rates` on the same graph."""
+    g, n = build_rail_server(RailLayout(**RAILS)), 1 << 20
+    flows = [(cross_rail_nic(g, f"nic{i}") if cross else f"nic{i}", f"gpu{i}") for i in range(8)]
+    simulated = _simulated_Bps(flows, lambda nic, gpu: dma_write_stages(g, nic, gpu, n), n)
     assert simulated == pytest.approx(flow_rates(g, flows, n), rel=0.01)
+
+
+def test_two_cross_rail_legs_in_series_lose_rate_only_when_flows_cross_the_sockets_both_ways():
+    """A cross-rail leg on each of two nodes in series: at the estimate when every flow goes from socket 1 to
+    socket 0; below it when half go the other way and meet the two forwarding servers in the opposite order."""
+    a, b, n = build_rail_server(RailLayout(**RAILS)), build_rail_server(RailLayout(**RAILS)), 1 << 20
+    flows = [(cross_rail_nic(a, f"nic{i}"), f"gpu{i}") for i in range(8)]
+
+    def legs(nic, gpu):
+        return dma_write_stages(a, nic, gpu, n) + dma_write_stages(b, nic, gpu, n)
+
+    one_way = _simulated_Bps(flows[:4], legs, n)
+    assert one_way == pytest.approx(flow_rates(a, flows[:4], n), rel=0.02)
+    both_ways = _simulated_Bps(flows, legs, n)
+    assert max(both_ways) < 0.8 * min(flow_rates(a, flows, n))
 
 
 def test_rails_nodes_run_on_the_event_engine_only():
