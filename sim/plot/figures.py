@@ -269,7 +269,8 @@ def rail_bw(rails: pd.DataFrame, directory: Path, title: str) -> list[Path]:
     with the closed-form estimate of the same flows as a tick on each bar (:func:`sim.rails.rail_table`)."""
     largest = rails[rails["bytes"] == rails.groupby(["variant", "workload"])["bytes"].transform("max")]
     groups = list(largest.groupby(["variant", "workload"], sort=False))
-    fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(largest) + 2), 4))
+    streams = largest.groupby(["variant", "workload"]).size().max() if len(largest) else 0
+    fig, ax = plt.subplots(figsize=(min(max(6.0, 0.25 * streams * len(groups) + 2), 16.0), 4))
     width = 0.8 / max(len(groups), 1)
     for i, ((variant, workload), rows) in enumerate(groups):
         x = np.arange(len(rows)) + i * width
@@ -278,7 +279,8 @@ def rail_bw(rails: pd.DataFrame, directory: Path, title: str) -> list[Path]:
         ax.scatter(x, rows["estimate_GBps"], marker="_", s=200, color="black", zorder=3,
                    label="estimate" if i == 0 else None)
     first = groups[0][1] if groups else largest
-    ax.set_xticks(np.arange(len(first)) + 0.4 - width / 2, [f"stream {k}" for k in first["stream"]], rotation=30)
+    ax.set_xticks(np.arange(len(first)) + 0.4 - width / 2,
+                  [f"{src} to {dst}" for src, dst in zip(first["source"], first["sink"])], rotation=60, fontsize=7)
     ax.set(ylabel="delivered bandwidth (GB/s)", title=f"{title}: bandwidth per rail")
     ax.set_ylim(bottom=0)
     ax.grid(True, axis="y", alpha=0.3)
