@@ -54,22 +54,20 @@ class Registration:
     """What registering the buffer took (ps); None: what its MRs' registrations took. A buffer sharing an implicit
     MR registered before it took none."""
     mrs: dict[str, MemoryRegion] = field(default_factory=dict)
-    """Its MR on each NIC it is registered on, by NIC (``nic0``...); empty: ``mr`` on the node's NIC."""
+    """Its MR on each NIC it is registered on, by NIC (``nic0``...); ``mr`` is the first."""
 
     @property
     def register_ps(self) -> int:
         """What registering the buffer took (ps): registering it on several NICs costs each registration's time,
         one after the other (the fan-out of a library registering everywhere)."""
-        if self.reg_ps is not None:
-            return self.reg_ps
-        return sum(mr.reg_ps for mr in self.mrs.values()) if self.mrs else self.mr.reg_ps
+        return sum(mr.reg_ps for mr in self.mrs.values()) if self.reg_ps is None else self.reg_ps
 
     def mr_on(self, nic: str) -> MemoryRegion:
         """Its MR on NIC ``nic``.
 
         :raises SimError: it is not registered there.
         """
-        mr = self.mrs.get(nic, self.mr if not self.mrs else None)
+        mr = self.mrs.get(nic)
         if mr is None:
             raise SimError(f"buffer '{self.buffer}' is not registered on {self.node}.{nic} (registered on "
                            f"{', '.join(self.mrs)}; see the buffer's 'nics')")
@@ -220,14 +218,15 @@ def settle(bed: Testbed, cost_ps: int) -> None:
 
 def _implicit(bed: Testbed, spec: BufferSpec, node: str, addr: int, access: Access) -> Registration:
     """The buffer through its node's implicit ODP MR of these rights, registered by the first buffer that
-    asks for it."""
+    asks for it (on the node's first NIC)."""
     shared = bed.implicit_mrs.get((node, int(access)))
     if shared is None:
         shared = bed.implicit_mrs[node, int(access)] = ibv_reg_mr(bed.pds[node], 0, SIZE_MAX, access)
         took = None
     else:
         took = 0
-    return Registration(spec.name, node, spec.size, spec.registration, shared, "host", addr=addr, reg_ps=took)
+    return Registration(spec.name, node, spec.size, spec.registration, shared, "host", addr=addr, reg_ps=took,
+                        mrs={bed.nodes[node].device: shared})
 
 
 def _advise(bed: Testbed, spec: BufferSpec, reg: Registration) -> int:

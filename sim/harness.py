@@ -145,8 +145,8 @@ def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:
 
 
 def protocol_counters(bed: Testbed) -> dict[str, int]:
-    """What the registration protocol did during the run, summed over MRs, QPs and GPUs."""
-    mrs = [r.mr for r in bed.registrations.values()]
+    """What the registration protocol did during the run, summed over MRs (on every NIC), QPs and GPUs."""
+    mrs = [mr for r in bed.registrations.values() for mr in r.mrs.values()]
     backings = [mr.backing for mr in mrs if mr.backing is not None]
     return {
         "invalidations": sum(getattr(b, "invalidations", 0) for b in backings),

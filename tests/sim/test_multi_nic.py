@@ -184,3 +184,8 @@ def test_rails_keys_are_checked():
     problems = check_references(_scenario(nics={"dst0": ["nic1", "nic9"]}))
     assert [(path, text.split(" (")[0]) for path, text in problems] == [
         (("buffers", 2, "nics", 1), "no NIC named 'nic9'")]
+
+
+def test_same_seed_same_rails_results(rates):
+    again = rail_table(run_scenario(_scenario(rails="cross")))
+    assert again.equals(rates["cross"])
