@@ -33,7 +33,7 @@ def rail_table(result: RunResult) -> pd.DataFrame:
     :func:`~models.pcie.server.flow_rates` over the streams that run at once on that node, and the wire, shared
     by the streams of one NIC port."""
     bed, scenario = result.testbed, result.scenario
-    ops = result.table.frame(["workload", "kind", "bytes", "qp", "posted_ps", "completed_ps", "ok"])
+    ops = result.table.frame(["workload", "bytes", "qp", "posted_ps", "completed_ps", "ok"])
     rows = []
     for work in scenario.workload:
         label = work.name or work.kind
