@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -196,7 +197,9 @@ def _add_node(bed: Testbed, spec: NodeSpec) -> None:
         ctx = ibv_open_device(nic_node, bed.env, bed.fabric)
         bed.devices[f"{spec.name}.{nic_node.device}"] = Device(ctx, ibv_alloc_pd(ctx))
     bed.contexts[spec.name], bed.pds[spec.name] = bed.devices[f"{spec.name}.{nics[0].device}"]
-    vertex = {n.nic.name: n.device for n in nics}
+    # An importer that is not one of the node's NICs (another GPU) is placed at its first NIC, as the one-NIC
+    # topology places every importer.
+    vertex = defaultdict(lambda: nics[0].device, {n.nic.name: n.device for n in nics})
     for i, gspec in enumerate(spec.gpus):
         name = f"{spec.name}.{gspec.name or f'gpu{i}'}"
         params = gpu_params(gspec.preset)
