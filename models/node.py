@@ -1,7 +1,8 @@
-"""A node: one host address space, one NIC and the PCIe link between them."""
+"""A node: one host address space, its NICs and the PCIe links between them."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -11,11 +12,13 @@ from models.host import HostMemory, HostParams
 from models.pcie.iommu import Iommu
 from models.nic.nic import Nic, NicParams
 from models.pcie.link import PcieLink, PcieParams
+from models.pcie.topology import device_link
 
 
 @dataclass
 class Node:
-    """A server with a NIC on a PCIe link; ``host`` is the address space of the process under test."""
+    """A server with a NIC on a PCIe link; ``host`` is the address space of the process under test. A server
+    with several NICs is one :class:`Node` per NIC (:meth:`with_nic`), sharing everything but the NIC."""
 
     name: str
     host: HostMemory
@@ -30,10 +33,17 @@ class Node:
     iommu: Iommu | None = None
     """The host's IOMMU when modelled (off by default: DMA addresses are physical)."""
     topology: nx.Graph | None = None
-    """The PCIe topology of a node with a GPU (models.pcie.topology: nic0, gpu0, sockets, switch); None: the NIC
-    alone, its link reaching host memory."""
+    """The PCIe topology of a node with a GPU (models.pcie.topology: nic0, gpu0, sockets, switch; a rail server's
+    from models.pcie.server); None: the NIC alone, its link reaching host memory."""
+    device: str = "nic0"
+    """This NIC's vertex in ``topology``: its DMA takes the routes from there."""
 
     @classmethod
     def create(cls, name: str, host: HostParams, pcie: PcieParams, nic: NicParams) -> "Node":
         """Build a node from its parameter objects."""
         return cls(name, HostMemory(name, host), PcieLink(f"{name}.pcie", pcie), Nic(f"{name}.nic", nic))
+
+    def with_nic(self, device: str, nic: Nic) -> "Node":
+        """The same server through its NIC at ``device`` of ``topology``: that NIC and its own PCIe link, the
+        host memory, kernel, file descriptors, IOMMU and topology shared."""
+        return dataclasses.replace(self, nic=nic, pcie=device_link(self.topology, device), device=device)

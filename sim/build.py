@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,6 +18,8 @@ from models.pcie.link import PcieParams
 from models.presets import GPU_VENDOR, PCIE_PRESETS
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
+from models.nic.nic import Nic
+from models.pcie.server import RailLayout, build_rail_server, devices, qp_nic, rail_nics
 from models.pcie.topology import build_topology, device_link, has_common_pci_switch, pci_p2pdma_distance
 from models.ib.implicit_odp import SIZE_MAX
 from models.nic.wqe import Access, Sge
@@ -48,13 +52,27 @@ class Registration:
     addr: int | None = None
     """The buffer's first byte in ``mr``'s iova space when ``mr`` is not its own (an implicit ODP MR)."""
     reg_ps: int | None = None
-    """What registering the buffer took (ps); None: ``mr.reg_ps``. A buffer sharing an implicit MR registered
-    before it took none."""
+    """What registering the buffer took (ps); None: what its MRs' registrations took. A buffer sharing an implicit
+    MR registered before it took none."""
+    mrs: dict[str, MemoryRegion] = field(default_factory=dict)
+    """Its MR on each NIC it is registered on, by NIC (``nic0``...); ``mr`` is the first."""
 
     @property
     def register_ps(self) -> int:
-        """What registering the buffer took (ps)."""
-        return self.mr.reg_ps if self.reg_ps is None else self.reg_ps
+        """What registering the buffer took (ps): registering it on several NICs costs each registration's time,
+        one after the other (the fan-out of a library registering everywhere)."""
+        return sum(mr.reg_ps for mr in self.mrs.values()) if self.reg_ps is None else self.reg_ps
+
+    def mr_on(self, nic: str) -> MemoryRegion:
+        """Its MR on NIC ``nic``.
+
+        :raises SimError: it is not registered there.
+        """
+        mr = self.mrs.get(nic)
+        if mr is None:
+            raise SimError(f"buffer '{self.buffer}' is not registered on {self.node}.{nic} (registered on "
+                           f"{', '.join(self.mrs)}; see the buffer's 'nics')")
+        return mr
 
     def current_bytes(self) -> np.ndarray:
         """Data mode: the buffer's true contents now (where the exporter keeps it, not a stale mapping)."""
@@ -93,6 +111,23 @@ class Testbed:
     """Implicit ODP MRs by (node, access bits), shared by the buffers that use them."""
     injectors: dict = field(default_factory=dict)
     """The fault injector of each buffer an ``exporter-fault`` event scripted, by buffer name."""
+    flows: dict[str, list] = field(default_factory=dict)
+    """Each workload's QP pairs (requester and responder :class:`~models.verbs.workloads.Endpoint`), by label, in
+    the order of its streams."""
+    devices: dict[str, Device] = field(default_factory=dict)
+    """Every NIC's opened device and PD, by '<node>.<nic>' ('a.nic0', 'a.nic5'); ``contexts`` and ``pds`` hold
+    each node's first."""
+
+    def nic_node(self, node: str, nic: str) -> Node:
+        """Node ``node`` through its NIC ``nic`` (:meth:`models.node.Node.with_nic`)."""
+        return self.devices[f"{node}.{nic}"].context.node
+
+
+class Device(NamedTuple):
+    """One opened NIC of a node and its protection domain."""
+
+    context: Context
+    pd: ProtectionDomain
 
 
 class RegistrationFailed(SimError):
@@ -144,42 +179,58 @@ def _add_node(bed: Testbed, spec: NodeSpec) -> None:
     node.rdma_core = spec.rdma_core
     if spec.iommu != "off":
         node.iommu = Iommu(IommuParams(**IOMMU_PRESETS[spec.iommu]), name=f"{spec.name}.iommu")
-    if spec.nic.translation_cache:
-        node.nic.mtt = MttCache(MttParams(**MTT_PRESETS[spec.nic.preset]), name=node.nic.name)
-    bed.fabric.attach(node.nic.name)
-    bed.nodes[spec.name] = node
-    bed.contexts[spec.name] = ibv_open_device(node, bed.env, bed.fabric)
-    bed.pds[spec.name] = ibv_alloc_pd(bed.contexts[spec.name])
+    gpu_pcie = [PcieParams(**PCIE_PRESETS[gpu_params(g.preset).pcie]) for g in spec.gpus]
+    if spec.rails is not None:
+        node.topology = build_rail_server(RailLayout(**spec.rails.model_dump()), nic=node.pcie.params,
+                                          gpu=gpu_pcie[0], uplink=node.pcie.params)
+        nics = [node.with_nic(v, Nic(f"{spec.name}.{v}", node.nic.params)) for v in devices(node.topology, "nic")]
+    else:
+        if spec.gpus:
+            node.topology = build_topology(spec.topology, nic=node.pcie.params, gpu=gpu_pcie[0])
+            node.pcie = device_link(node.topology)
+        nics = [node]
+    bed.nodes[spec.name] = nics[0]
+    for nic_node in nics:
+        if spec.nic.translation_cache:
+            nic_node.nic.mtt = MttCache(MttParams(**MTT_PRESETS[spec.nic.preset]), name=nic_node.nic.name)
+        bed.fabric.attach(nic_node.nic.name)
+        ctx = ibv_open_device(nic_node, bed.env, bed.fabric)
+        bed.devices[f"{spec.name}.{nic_node.device}"] = Device(ctx, ibv_alloc_pd(ctx))
+    bed.contexts[spec.name], bed.pds[spec.name] = bed.devices[f"{spec.name}.{nics[0].device}"]
+    # An importer that is not one of the node's NICs (another GPU) is placed at its first NIC, as the one-NIC
+    # topology places every importer.
+    vertex = defaultdict(lambda: nics[0].device, {n.nic.name: n.device for n in nics})
     for i, gspec in enumerate(spec.gpus):
         name = f"{spec.name}.{gspec.name or f'gpu{i}'}"
         params = gpu_params(gspec.preset)
-        bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], params, node.kernel,
-                             capacity=gspec.memory, driver=gspec.driver, coherent=gspec.coherent,
-                             chipset_p2p=gspec.chipset_p2p, topology_check_override=gspec.topology_check_override)
-        node.topology = build_topology(spec.topology, nic=node.pcie.params,
-                                       gpu=PcieParams(**PCIE_PRESETS[params.pcie]))
-        node.pcie = device_link(node.topology)
-        bed.gpus[name].peer_distance = lambda dev, graph=node.topology: pci_p2pdma_distance(graph, "gpu0", "nic0")
-        bed.gpus[name].common_switch = lambda dev, graph=node.topology: has_common_pci_switch(graph, "gpu0", "nic0")
+        gpu = bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], params, node.kernel,
+                                   capacity=gspec.memory, driver=gspec.driver, coherent=gspec.coherent,
+                                   chipset_p2p=gspec.chipset_p2p,
+                                   topology_check_override=gspec.topology_check_override)
+        gpu.vertex = f"gpu{i}"
+        gpu.peer_distance = lambda dev, g=node.topology, v=gpu.vertex: pci_p2pdma_distance(g, v, vertex[dev])
+        gpu.common_switch = lambda dev, g=node.topology, v=gpu.vertex: has_common_pci_switch(g, v, vertex[dev])
 
 
 def settle(bed: Testbed, cost_ps: int) -> None:
     """A blocking control-path call of ``cost_ps`` just returned: run the clock past it and past every kernel call
     that ran ahead of the clock (the calling thread waited for them)."""
     env = bed.env
-    env.run(until=max(env.now + cost_ps, *(n.kernel.now_ps(n.nic.name) for n in bed.nodes.values())))
+    nodes = [d.context.node for d in bed.devices.values()]
+    env.run(until=max(env.now + cost_ps, *(n.kernel.now_ps(n.nic.name) for n in nodes)))
 
 
 def _implicit(bed: Testbed, spec: BufferSpec, node: str, addr: int, access: Access) -> Registration:
     """The buffer through its node's implicit ODP MR of these rights, registered by the first buffer that
-    asks for it."""
+    asks for it (on the node's first NIC)."""
     shared = bed.implicit_mrs.get((node, int(access)))
     if shared is None:
         shared = bed.implicit_mrs[node, int(access)] = ibv_reg_mr(bed.pds[node], 0, SIZE_MAX, access)
         took = None
     else:
         took = 0
-    return Registration(spec.name, node, spec.size, spec.registration, shared, "host", addr=addr, reg_ps=took)
+    return Registration(spec.name, node, spec.size, spec.registration, shared, "host", addr=addr, reg_ps=took,
+                        mrs={bed.nodes[node].device: shared})
 
 
 def _advise(bed: Testbed, spec: BufferSpec, reg: Registration) -> int:
@@ -204,11 +255,13 @@ def kernel_config(spec) -> KernelConfig:
 
 
 def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:
+    """Allocate the buffer and register it on each of its NICs (:func:`registration_nics`)."""
     node_name, place = spec.on.split(".")
-    node, pd = bed.nodes[node_name], bed.pds[node_name]
+    node = bed.nodes[node_name]
     access = access_flags(spec.access)
     fill = (lambda: bed.env.rng(f"data.{spec.name}").integers(0, 256, spec.size, dtype=np.uint8)) \
         if bed.env.data_mode else None
+    pds = [bed.devices[f"{node_name}.{nic}"].pd for nic in registration_nics(bed, spec)]
     if place == "host":
         buf = node.host.allocate(spec.name, spec.size)
         if fill:
@@ -217,17 +270,42 @@ def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:
             access |= Access.ON_DEMAND
         if spec.implicit:
             return _implicit(bed, spec, node_name, buf.addr, access)
-        mr = ibv_reg_mr(pd, buf.addr, buf.size, access)
-        return Registration(spec.name, node_name, spec.size, spec.registration, mr, "host")
+        mrs = {pd.context.node.device: ibv_reg_mr(pd, buf.addr, buf.size, access) for pd in pds}
+        return Registration(spec.name, node_name, spec.size, spec.registration, next(iter(mrs.values())), "host",
+                            mrs=mrs)
     gpu = bed.gpus[spec.on]
     alloc = gpu.malloc(spec.name, spec.size)
     if fill:
         alloc.data = fill()
-    if spec.registration == "peermem":
-        mr = ibv_reg_mr_peermem(pd, alloc, 0, spec.size, access)
-    else:
-        mr = _register_dmabuf(node, pd, gpu, alloc, spec, access, invariants)
-    return Registration(spec.name, node_name, spec.size, spec.registration, mr, place, alloc)
+    mrs = {}
+    for pd in pds:
+        if spec.registration == "peermem":
+            mr = ibv_reg_mr_peermem(pd, alloc, 0, spec.size, access)
+        else:
+            mr = _register_dmabuf(pd.context.node, pd, gpu, alloc, spec, access, invariants)
+        mr.backing.vram = gpu.vertex
+        mrs[pd.context.node.device] = mr
+    return Registration(spec.name, node_name, spec.size, spec.registration, next(iter(mrs.values())), place, alloc,
+                        mrs=mrs)
+
+
+def registration_nics(bed: Testbed, spec: BufferSpec) -> list[str]:
+    """The NICs (``nic0``...) buffer ``spec`` is registered on: its ``nics``; a node with one NIC, that one."""
+    node_name, place = spec.on.split(".")
+    node = bed.nodes[node_name]
+    layout = rail_layout(node)
+    if layout is None:
+        return [node.device]
+    if spec.nics == "all":
+        return devices(node.topology, "nic")
+    if spec.nics == "rail":
+        return rail_nics(node.topology, "mem0" if place == "host" else bed.gpus[spec.on].vertex, layout)
+    return list(spec.nics)
+
+
+def rail_layout(node: Node) -> RailLayout | None:
+    """The rail layout of a node with several NICs; None for a node with one."""
+    return None if node.topology is None else node.topology.graph.get("rails")
 
 
 def _register_dmabuf(node: Node, pd: ProtectionDomain, gpu: Gpu, alloc: GpuAllocation, spec: BufferSpec,
@@ -248,3 +326,14 @@ def _register_dmabuf(node: Node, pd: ProtectionDomain, gpu: Gpu, alloc: GpuAlloc
     node.fds.close(fd)
     mr.reg_ps += export_ps
     return mr
+
+
+def qp_device(bed: Testbed, reg: Registration, policy: str, k: int) -> Device:
+    """The device a workload's QP ``k`` on ``reg``'s end opens: on a rails node the NIC ``policy`` picks for the
+    buffer's GPU or host memory (:func:`models.pcie.server.qp_nic`), else the node's NIC."""
+    node = bed.nodes[reg.node]
+    layout = rail_layout(node)
+    if layout is None:
+        return bed.devices[f"{reg.node}.{node.device}"]
+    place = "mem0" if reg.location == "host" else bed.gpus[f"{reg.node}.{reg.location}"].vertex
+    return bed.devices[f"{reg.node}.{qp_nic(node.topology, layout, place, policy, k)}"]

@@ -183,6 +183,10 @@ def run(scenario: ScenarioPath,
         events = format_events(pd.concat([event_times(r) for r in results], ignore_index=True))
         if events:
             sys.stdout.write(events + "\n")
+        from sim.rails import format_rails
+        rails = format_rails(results)
+        if rails:
+            sys.stdout.write(rails + "\n")
         if spec.library:
             from sim.library import format_library
             sys.stdout.write(format_library({r.variant: r.library for r in results}) + "\n")

@@ -135,6 +135,8 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
         if node.nic.translation_cache or node.iommu != "off":
             return (f"node {node.name} models translation caches (NIC MTT or IOMMU), whose hits depend on "
                     "each access's history: the event engine simulates them")
+        if node.rails is not None:
+            return f"node {node.name} has several NICs (rails): the event engine simulates multi-NIC nodes"
     buffers = {b.name: b for b in scenario.buffers}
     nodes = {n.name: n for n in scenario.nodes}
     for work in scenario.workload:
@@ -147,8 +149,8 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
         posting = _posting_outside(work)
         if posting:
             return f"workload '{work.name or work.kind}' {posting}"
-        if work.qps > 1:
-            return (f"workload '{work.name or work.kind}' streams {work.qps} QPs at once: the vectorized core "
+        if work.qps > 1 or work.pairs:
+            return (f"workload '{work.name or work.kind}' streams {work.streams()} QPs at once: the vectorized core "
                     "solves one stream at a time")
         for name in (work.from_, work.to):
             spec = buffers[name]

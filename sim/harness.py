@@ -18,7 +18,7 @@ from models.verbs.qp_state import AhAttr
 from models.verbs.query import ibv_query_port
 from models.verbs.verbs import PERFTEST_QKEY, ibv_create_cq, ibv_create_qp
 from models.verbs.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
-from sim.build import Testbed, build
+from sim.build import Testbed, build, qp_device
 from sim.core.errors import InvariantViolation
 from sim.events import log_unreached, schedule_events
 from sim.library import run_library
@@ -49,28 +49,30 @@ def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testb
 
 
 def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint]]:
-    """The workload's ``qps`` connected QP pairs (requester end, responder end), each with its own CQs; a SEND
-    test's QPs have a receive queue ``rx_depth`` deep and a receive CQ of their own. With ``cq_mod`` above 1 the QPs
-    signal only the work requests posted with IBV_SEND_SIGNALED; ``max_rd_atomic`` sets both ends' READ limits."""
-    src, dst = bed.registrations[work.from_], bed.registrations[work.to]
+    """The workload's ``qps`` connected QP pairs (requester end, responder end) for each of its buffer pairs, each
+    QP on the NIC its ``rails`` policy picks (:func:`sim.build.qp_device`) and with its own CQs; a SEND test's QPs
+    have a receive queue ``rx_depth`` deep and a receive CQ of their own. With ``cq_mod`` above 1 the QPs signal
+    only the work requests posted with IBV_SEND_SIGNALED; ``max_rd_atomic`` sets both ends' READ limits."""
     depth = max(work.tx_depth, 2)
     receives = work.rx_depth if work.kind.startswith("send") else 0
     pairs = []
-    for _ in range(work.qps):
-        ends = []
-        for reg in (src, dst):
-            ctx, pd_ = bed.contexts[reg.node], bed.pds[reg.node]
-            cq = ibv_create_cq(ctx, 2 * depth)
-            recv_cq = ibv_create_cq(ctx, 2 * receives) if receives else None
-            qp = ibv_create_qp(pd_, cq, depth, sq_sig_all=work.cq_mod == 1, recv_cq=recv_cq, max_recv_wr=receives,
-                               qp_type=QpType(work.transport.upper()))
-            ends.append(Endpoint(qp, reg.mr, reg.addr))
-        if work.transport == "ud":
-            ends = datagram_ends(bed, ends)
-        else:
-            ends[0].qp.connect(ends[1].qp, work.max_rd_atomic, work.qp_timeout)
-        bed.qps.extend(e.qp for e in ends)
-        pairs.append((ends[0], ends[1]))
+    for names in work.buffer_pairs():
+        for k in range(work.qps):
+            ends = []
+            for reg in (bed.registrations[name] for name in names):
+                ctx, pd_ = qp_device(bed, reg, work.rails, k)
+                cq = ibv_create_cq(ctx, 2 * depth)
+                recv_cq = ibv_create_cq(ctx, 2 * receives) if receives else None
+                qp = ibv_create_qp(pd_, cq, depth, sq_sig_all=work.cq_mod == 1, recv_cq=recv_cq,
+                                   max_recv_wr=receives, qp_type=QpType(work.transport.upper()))
+                ends.append(Endpoint(qp, reg.mr_on(ctx.node.device), reg.addr))
+            if work.transport == "ud":
+                ends = datagram_ends(bed, ends)
+            else:
+                ends[0].qp.connect(ends[1].qp, work.max_rd_atomic, work.qp_timeout)
+            bed.qps.extend(e.qp for e in ends)
+            pairs.append((ends[0], ends[1]))
+    bed.flows[work.name or work.kind] = pairs
     return pairs
 
 
@@ -167,8 +169,8 @@ def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:
 
 
 def protocol_counters(bed: Testbed) -> dict[str, int]:
-    """What the registration protocol did during the run, summed over MRs, QPs and GPUs."""
-    mrs = [r.mr for r in bed.registrations.values()]
+    """What the registration protocol did during the run, summed over MRs (on every NIC), QPs and GPUs."""
+    mrs = [mr for r in bed.registrations.values() for mr in r.mrs.values()]
     backings = [mr.backing for mr in mrs if mr.backing is not None]
     return {
         "invalidations": sum(getattr(b, "invalidations", 0) for b in backings),

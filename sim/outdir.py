@@ -43,7 +43,7 @@ STAGING_MARKER = ".rdmasim-staging"
 """File in a staging directory: JSON with the owning process's pid, host and the kind of output staged."""
 _STAGING_NAME = re.compile(r"\..+\.rdmasim-(?:staging|old)-(?P<pid>\d+)-[0-9a-f]+")
 
-_FIGURE = (r"(?:bw_vs_size|latency_vs_size|bw_over_time|latency_cdf|gpu_memory|mode_comparison|heatmap_[\w.]+"
+_FIGURE = (r"(?:bw_vs_size|latency_vs_size|bw_over_time|latency_cdf|gpu_memory|rail_bw|mode_comparison|heatmap_[\w.]+"
            r"|pcie_bw_vs_mps|pcie_bw_vs_gen)")
 _FIGURE_FILE = rf"{_FIGURE}\.(?:png|pdf|csv)"
 _MARKER = re.escape(STAGING_MARKER)

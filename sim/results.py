@@ -25,6 +25,7 @@ from sim.core.trace import write_chrome_trace
 from sim.compare import bandwidth_timeline, comparison_table, event_times, post_latencies
 from sim.operations import write_operations
 from sim.plot import figures
+from sim.rails import has_rails, rail_table
 from sim.tables import RunResult
 
 PACKAGES = ("numpy", "simpy", "pandas", "pyarrow", "pydantic", "matplotlib", "networkx")
@@ -118,6 +119,9 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
                "counters": {r.variant: r.counters for r in results}}
     if scenario.library:
         summary["library"] = {r.variant: r.library for r in results}
+    rails = _concat([rail_table(r) for r in results]) if has_rails(results[0].testbed) else None
+    if rails is not None:
+        summary["rails"] = json_records(rails)
     if len(results) > 1 or len(events):
         summary["comparison"] = json_records(comparison_table(results))
     (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -137,5 +141,7 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
                                  _concat([post_latencies(r) for r in results]))
         if "gpu_memory" in scenario.outputs:
             figures.gpu_memory(timeline, events, out, scenario.name)
+    if "rail_bw" in scenario.outputs and rails is not None and len(rails):
+        figures.rail_bw(rails, out, scenario.name)
     if "latency_cdf" in scenario.outputs:
         figures.latency_cdf(_concat([r.table.frame(LATENCY_CDF_COLUMNS) for r in results]), out, scenario.name)

@@ -242,6 +242,8 @@ class Gpu:
         """Whether this GPU and a device (by name) share a PCIe switch: the node's topology sets it; True until
         then."""
         self.topology_check_override = topology_check_override
+        self.vertex = "gpu0"
+        """This GPU's vertex in its node's PCIe topology (``gpu<i>`` on a server with several)."""
 
     @property
     def capacity(self) -> int:

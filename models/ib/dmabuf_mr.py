@@ -135,7 +135,7 @@ class DmabufBacking(MrBacking):
         return umem.attach.dmabuf.placement
 
     def target(self, now_ps: int) -> str:
-        return "gpu0" if self.reached_placement(now_ps) is Placement.VRAM else "mem0"
+        return self.vram if self.reached_placement(now_ps) is Placement.VRAM else "mem0"
 
     def reached_bytes(self, mr):
         umem = self.umem

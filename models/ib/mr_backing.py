@@ -162,7 +162,7 @@ class PeerMemBacking(MrBacking):
         return (self.invalidated_at,)
 
     def target(self, now_ps: int) -> str:
-        return "gpu0"
+        return self.vram
 
     def reached_bytes(self, mr):
         return self.allocation.data, mr.addr - self.allocation.addr

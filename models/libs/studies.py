@@ -11,8 +11,8 @@ import numpy as np
 from models.libs.fallback import POLICIES, Stack, register_chain
 from models.libs.rcache import RcacheParams, RegistrationCache
 from models.libs.regcost import MOONCAKE_EFA, DomainLedger, fanout_cost_ps, growth_profile
-from models.pcie.server import (RailLayout, build_rail_server, devices, flow_rates, nearest_nics, rail_nics,
-                                topo_matrix)
+from models.pcie.server import (RailLayout, build_rail_server, cross_rail_nic, devices, flow_rates, nearest_nics,
+                                rail_nics, topo_matrix)
 from models.nic.wqe import Access
 from models.verbs.verbs import ibv_dereg_mr, ibv_reg_mr
 from sim.core import SimError
@@ -140,8 +140,7 @@ def multi_nic_server(layout: RailLayout, message: int, sizes: list[int]) -> tupl
     g = build_rail_server(layout)
     gpus, nics = devices(g, "gpu"), devices(g, "nic")
     rails = {gpu: rail_nics(g, gpu, layout) for gpu in gpus}
-    half = len(nics) // 2
-    cross = {gpu: nics[(nics.index(rails[gpu][0]) + half) % len(nics)] for gpu in gpus}
+    cross = {gpu: cross_rail_nic(g, rails[gpu][0]) for gpu in gpus}
     aligned_Bps = flow_rates(g, [(rails[gpu][0], gpu) for gpu in gpus], message)
     cross_Bps = flow_rates(g, [(cross[gpu], gpu) for gpu in gpus], message)
     everywhere = fanout_cost_ps(MOONCAKE_EFA, [(size, nics) for gpu in gpus for size in sizes])

@@ -143,26 +143,27 @@ def delay(ps: int) -> Stage:
 
 
 def memory_target(mr, now_ps: int) -> str | None:
-    """Where a NIC access through ``mr`` goes at ``now_ps`` in its node's PCIe topology: ``gpu0`` for a GPU
-    buffer the NIC reaches in VRAM, ``mem0`` for host memory; None when the node has no topology (the NIC's own
-    link reaches host memory)."""
+    """Where a NIC access through ``mr`` goes at ``now_ps`` in its node's PCIe topology: the GPU's vertex
+    (``gpu0``, ``gpu3``...) for a GPU buffer the NIC reaches in VRAM, ``mem0`` for host memory; None when the
+    node has no topology (the NIC's own link reaches host memory)."""
     if mr is None or mr.pd.context.node.topology is None:
         return None
     return "mem0" if mr.backing is None else mr.backing.target(now_ps)
 
 
 def node_dma_read(node, target: str | None, nbytes: int) -> list[Stage]:
-    """The NIC of ``node`` reads ``nbytes`` of ``target`` (see :func:`memory_target`)."""
+    """The NIC of ``node`` reads ``nbytes`` of ``target`` (see :func:`memory_target`), along the route from
+    that NIC (``node.device``)."""
     if target is None:
         return dma_read(node.pcie, nbytes)
-    return dma_read_stages(node.topology, "nic0", target, nbytes)
+    return dma_read_stages(node.topology, node.device, target, nbytes)
 
 
 def node_dma_write(node, target: str | None, nbytes: int) -> list[Stage]:
     """The NIC of ``node`` writes ``nbytes`` to ``target``."""
     if target is None:
         return dma_write(node.pcie, nbytes)
-    return dma_write_stages(node.topology, "nic0", target, nbytes)
+    return dma_write_stages(node.topology, node.device, target, nbytes)
 
 
 class Path(NamedTuple):
@@ -876,7 +877,7 @@ def translation_stages(node, mr, addr: int, length: int, now_ps: int, *, write: 
         if access.mtt_misses:
             stages += dma_read(node.pcie, access.mtt_misses * mtt.params.line_bytes)
         stages += mtt.walk_stage(access, node.pcie.params)
-    if node.iommu is not None and memory_target(mr, now_ps) != "gpu0":
+    if node.iommu is not None and not (memory_target(mr, now_ps) or "mem").startswith("gpu"):
         stages += node.iommu.stages(mr.addr + addr - mr.iova, length)
     return stages
 

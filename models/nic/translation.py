@@ -35,6 +35,9 @@ class MrBacking:
     mode: RegMode = "pinned"
     pinned_bytes = 0
     """Bytes this registration keeps pinned (reported per mode)."""
+    vram = "gpu0"
+    """The vertex, in its node's PCIe topology, of the GPU whose memory a GPU backing reaches (set per GPU on a
+    server with several)."""
 
     def translate(self, now_ps: int, offset: int, length: int):
         """Answer a NIC access to ``[offset, offset+length)`` of the MR at ``now_ps``: None (valid), a
@@ -52,7 +55,7 @@ class MrBacking:
 
     def target(self, now_ps: int) -> str:
         """Where the NIC's accesses land at ``now_ps`` in a node's PCIe topology: ``mem0`` (host memory) or
-        ``gpu0`` (VRAM)."""
+        :attr:`vram` (the GPU's memory)."""
         return "mem0"
 
     def reached_bytes(self, mr) -> tuple[np.ndarray, int] | None:

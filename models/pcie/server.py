@@ -28,7 +28,8 @@ import networkx as nx
 
 from models.pcie.link import PcieParams
 from models.pcie.topology import (RootComplexParams, SocketLinkParams, SwitchParams, add_pcie, add_socket,
-                                  connect_sockets, dma_write_stages, pci_p2pdma_distance)
+                                  connect_sockets, dma_read_stages, dma_write_stages, pci_p2pdma_distance,
+                                  route)
 from sim.core import PS_PER_S
 
 CLASSES = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
@@ -65,7 +66,7 @@ def build_rail_server(layout: RailLayout, *, gpu: PcieParams = PcieParams(), nic
                       switch: SwitchParams = SwitchParams(),
                       socket_link: SocketLinkParams = SocketLinkParams()) -> nx.Graph:
     """The graph of a rail server (see the module docstring); sockets beyond two are chained by socket links."""
-    g = nx.Graph(layout="rails")
+    g = nx.Graph(layout="rails", rails=layout)
     cpus = [add_socket(g, s, root) for s in range(layout.sockets)]
     for a, b in zip(cpus, cpus[1:]):
         connect_sockets(g, a, b, socket_link)
@@ -123,18 +124,43 @@ def nearest_nics(g: nx.Graph, gpu: str) -> list[str]:
 
 def rail_nics(g: nx.Graph, gpu: str, layout: RailLayout) -> list[str]:
     """The NICs a rail-aware library uses for ``gpu``: its own NICs when they are among the nearest (a tie
-    under a shared switch goes to the GPU's rail), else the nearest."""
+    under a shared switch goes to the GPU's rail), else the nearest. For host memory ``mem<k>``: the NICs of
+    socket ``k`` (no socket link on their route)."""
+    if g.nodes[gpu]["kind"] == "memory":
+        return [n for n in devices(g, "nic") if all(h.kind != "socket" for h in route(g, n, gpu))]
     nearest = nearest_nics(g, gpu)
     index = int(gpu[3:])
     own = [f"nic{index * layout.nics_per_gpu + j}" for j in range(layout.nics_per_gpu)]
     return [n for n in own if n in nearest] or nearest
 
 
-def flow_rates(g: nx.Graph, flows: list[tuple[str, str]], nbytes: int) -> list[float]:
-    """Bytes/s of each ``(src, dst)`` DMA-write flow when all run at once: each flow runs at the rate of its
-    slowest stage, a stage shared by ``k`` of the flows giving each ``1/k`` of its rate (a bottleneck estimate,
-    not a max-min fair share)."""
-    stages = [dma_write_stages(g, src, dst, nbytes) for src, dst in flows]
+def cross_rail_nic(g: nx.Graph, nic: str) -> str:
+    """The NIC at ``nic``'s place on the other socket (half the NICs on): where cross-rail traffic goes."""
+    nics = devices(g, "nic")
+    return nics[(nics.index(nic) + len(nics) // 2) % len(nics)]
+
+
+RAIL_POLICIES = ("aligned", "cross", "all")
+"""How a workload's QPs pick their NICs (:func:`qp_nic`)."""
+
+
+def qp_nic(g: nx.Graph, layout: RailLayout, place: str, policy: str, k: int) -> str:
+    """The NIC that QP ``k`` of a flow to or from ``place`` (``gpu<i>`` or ``mem<s>``) uses under ``policy``:
+    ``aligned`` the place's rail NICs in turn, ``cross`` the :func:`cross_rail_nic` of that NIC, ``all`` every
+    NIC in turn."""
+    if policy == "all":
+        nics = devices(g, "nic")
+        return nics[k % len(nics)]
+    home = rail_nics(g, place, layout)
+    nic = home[k % len(home)]
+    return cross_rail_nic(g, nic) if policy == "cross" else nic
+
+
+def flow_rates(g: nx.Graph, flows: list[tuple[str, str]], nbytes: int, *, read: bool = False) -> list[float]:
+    """Bytes/s of each ``(src, dst)`` DMA-write flow (``read``: device ``src`` reading ``dst``) when all run at
+    once: each flow runs at the rate of its slowest stage, a stage shared by ``k`` of the flows giving each ``1/k``
+    of its rate (a bottleneck estimate, not a max-min fair share)."""
+    stages = [(dma_read_stages if read else dma_write_stages)(g, src, dst, nbytes) for src, dst in flows]
     sharing: dict[int, int] = {}
     for flow in stages:
         for server in {id(s[0]) for s in flow if s[0] is not None}:

@@ -262,3 +262,28 @@ def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, ti
     fig.tight_layout()
     data = used[["variant", "time_ms", "kind", "gpu_used", "outcome"]]
     return save(fig, data, directory, "gpu_memory")
+
+
+def rail_bw(rails: pd.DataFrame, directory: Path, title: str) -> list[Path]:
+    """Each stream's delivered bandwidth per (variant, workload) at its largest size, bars by the requester's NIC,
+    with the closed-form estimate of the same flows as a tick on each bar (:func:`sim.rails.rail_table`)."""
+    largest = rails[rails["bytes"] == rails.groupby(["variant", "workload"])["bytes"].transform("max")]
+    groups = list(largest.groupby(["variant", "workload"], sort=False))
+    streams = largest.groupby(["variant", "workload"]).size().max() if len(largest) else 0
+    fig, ax = plt.subplots(figsize=(min(max(6.0, 0.25 * streams * len(groups) + 2), 16.0), 4))
+    width = 0.8 / max(len(groups), 1)
+    for i, ((variant, workload), rows) in enumerate(groups):
+        x = np.arange(len(rows)) + i * width
+        label = workload if largest["variant"].nunique() == 1 else f"{variant}: {workload}"
+        ax.bar(x, rows["bw_GBps"], width, label=label)
+        ax.scatter(x, rows["estimate_GBps"], marker="_", s=200, color="black", zorder=3,
+                   label="estimate" if i == 0 else None)
+    first = groups[0][1] if groups else largest
+    ax.set_xticks(np.arange(len(first)) + 0.4 - width / 2,
+                  [f"{src} to {dst}" for src, dst in zip(first["source"], first["sink"])], rotation=60, fontsize=7)
+    ax.set(ylabel="delivered bandwidth (GB/s)", title=f"{title}: bandwidth per rail")
+    ax.set_ylim(bottom=0)
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return save(fig, largest, directory, "rail_bw")

@@ -8,9 +8,10 @@ import difflib
 from models.gpu import gpu_params
 from models.nic.transport import QpType, receive_overhead
 from models.nic.port_rates import PORT_RATES
+from models.pcie.server import RailLayout
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.scenario.horizon import check_horizon
-from sim.scenario.schema import Scenario, TestbedSpec
+from sim.scenario.schema import NodeSpec, Scenario, TestbedSpec
 
 Problem = tuple[tuple, str]
 """A key path into the scenario and the reason it is wrong."""
@@ -38,6 +39,17 @@ def _duplicates(items, section: str) -> list[Problem]:
     return problems
 
 
+def nic_names(node: NodeSpec) -> list[str]:
+    """The NICs of a node: ``nic0`` and, on a rails node, one per NIC of its layout."""
+    count = 1 if node.rails is None else RailLayout(**node.rails.model_dump()).nics
+    return [f"nic{k}" for k in range(count)]
+
+
+def _nic_problems(path: tuple, names: list[str], known: list[str]) -> list[Problem]:
+    return [((*path, k), f"no NIC named '{name}'{_suggest(name, known)}") for k, name in enumerate(names)
+            if name not in known]
+
+
 def check_references(scenario: Scenario) -> list[Problem]:
     """Every broken reference in a schema-valid scenario, with the key path that holds it."""
     problems = (_duplicates(scenario.nodes, "nodes") + _duplicates(scenario.buffers, "buffers")
@@ -58,6 +70,8 @@ def check_references(scenario: Scenario) -> list[Problem]:
             problems.append((("buffers", i, "register"), f"GPU memory cannot be registered as '{buf.registration}': "
                              "get_user_pages cannot pin or fault device memory (no struct pages); use dmabuf, "
                              "dmabuf-pinned or peermem"))
+        if node in nodes and isinstance(buf.nics, list):
+            problems += _nic_problems(("buffers", i, "nics"), buf.nics, nic_names(scenario.nodes[nodes.index(node)]))
     for i, node in enumerate(scenario.nodes):
         behaviour = KernelBehaviour(Version.parse(node.kernel.version))
         if behaviour.move_notify_always_on and node.kernel.dmabuf_move_notify is False:
@@ -84,23 +98,25 @@ def check_references(scenario: Scenario) -> list[Problem]:
             problems.append((("events", i, "buffer"), f"'{event.buffer}' is not registered from a dma-buf "
                              "(register: dmabuf or dmabuf-pinned)"))
     for i, work in enumerate(scenario.workload):
-        ends = []
-        for key, name in (("from", work.from_), ("to", work.to)):
-            if name not in buffers:
-                problems.append((("workload", i, key), f"no buffer named '{name}'{_suggest(name, list(buffers))}"))
-            else:
-                ends.append(buffers[name])
-        if len(ends) == 2:
-            if ends[0].on == ends[1].on:
-                problems.append((("workload", i, "to"), f"'{work.from_}' and '{work.to}' are both on {ends[0].on};"
-                                 " a measurement needs buffers on two different nodes"))
-            largest = max(work.size_list())
-            overhead = receive_overhead(QpType(work.transport.upper()))
-            for key, buf, extra in (("from", ends[0], 0), ("to", ends[1], overhead)):
-                if largest + extra > buf.size:
-                    grh = f" + {extra} (the GRH)" if extra else ""
-                    problems.append((("workload", i, "sizes"), f"message size {largest}{grh} does not fit buffer "
-                                     f"'{buf.name}' ({buf.size} bytes, referenced by '{key}')"))
+        for j, (source, sink) in enumerate(work.buffer_pairs()):
+            path = ("workload", i) if j == 0 else ("workload", i, "pairs", j - 1)
+            ends = []
+            for key, name in (("from", source), ("to", sink)):
+                if name not in buffers:
+                    problems.append(((*path, key), f"no buffer named '{name}'{_suggest(name, list(buffers))}"))
+                else:
+                    ends.append(buffers[name])
+            if len(ends) == 2:
+                if ends[0].on == ends[1].on:
+                    problems.append(((*path, "to"), f"'{source}' and '{sink}' are both on {ends[0].on};"
+                                     " a measurement needs buffers on two different nodes"))
+                largest = max(work.size_list())
+                overhead = receive_overhead(QpType(work.transport.upper()))
+                for key, buf, extra in (("from", ends[0], 0), ("to", ends[1], overhead)):
+                    if largest + extra > buf.size:
+                        grh = f" + {extra} (the GRH)" if extra else ""
+                        problems.append((("workload", i, "sizes"), f"message size {largest}{grh} does not fit "
+                                         f"buffer '{buf.name}' ({buf.size} bytes, referenced by '{key}')"))
         if work.transport == "ud" and max(work.size_list()) > scenario.fabric.mtu:
             problems.append((("workload", i, "sizes"), f"a UD message is one packet: {max(work.size_list())} bytes is "
                              f"more than the fabric's MTU {scenario.fabric.mtu} (perftest: Max message size in UD "

@@ -14,6 +14,7 @@ from models.libs.fallback import POLICIES
 from models.nic.port_rates import PORT_RATES
 from models.nic.translation import RegMode
 from models.nic.wqe import ATOMIC_BYTES
+from models.pcie.server import RAIL_POLICIES, RailLayout
 from models.presets import GPU_VENDOR
 from models.versions import DEFAULT_KERNEL, Version
 from sim.core.units import (PS_PER_S, RATE_PATTERN, SIZE_PATTERN, TIME_PATTERN, UnitError, format_size, format_time,
@@ -241,24 +242,50 @@ class KernelSpec(Strict):
     IBV_ACCESS_ON_DEMAND registrations with EOPNOTSUPP, whatever the device's ODP capability."""
 
 
+class RailLayoutSpec(Strict):
+    """A rail server: sockets, PCIe switches per socket, GPUs per switch, NICs per GPU (under the same switch)."""
+
+    sockets: Annotated[int, Field(ge=1, le=8)] = 2
+    switches_per_socket: Annotated[int, Field(ge=1, le=16)] = 2
+    gpus_per_switch: Annotated[int, Field(ge=1, le=8)] = 2
+    nics_per_gpu: Annotated[int, Field(ge=1, le=8)] = 1
+
+
 class NodeSpec(Strict):
-    """One server: a NIC on a PCIe link, a host process, optional GPUs."""
+    """One server: a NIC on a PCIe link, a host process, optional GPUs; or, with ``rails``, several of each."""
 
     name: Name
     """Node name, used in references such as 'a.host'."""
     nic: NicSpec = NicSpec()
     pcie: PcieSpec = PcieSpec()
     host: HostSpec = HostSpec()
-    gpus: Annotated[list[GpuSpec], Field(max_length=1)] = []
-    """The node's GPU (one per node in this version)."""
+    gpus: list[GpuSpec] = []
+    """The node's GPU (at most one without ``rails``); with ``rails``, up to the layout's GPUs, the ones not
+    listed taking the defaults (GPU ``i`` sits at ``gpu<i>`` of the layout)."""
     topology: Literal["switch", "root_complex", "cross_socket"] = "switch"
     """Where the GPU sits relative to the NIC: under one PCIe switch, on another root port of the same socket
     (peer-to-peer through the CPU root complex), or on the other socket."""
+    rails: RailLayoutSpec | None = None
+    """A rail server (nvidia-smi topo -m prints its matrix): GPUs and NICs under PCIe switches on the sockets,
+    each NIC ('nic0', 'nic1', ...) with its own PCIe link, ports, queues and keys, all of the 'nic' preset;
+    replaces 'topology'."""
     kernel: KernelSpec = KernelSpec()
     iommu: Literal["off", "vtd", "vtd_superpages"] = "off"
     """The host IOMMU: off, VT-d with 4 KiB pages (an IO-TLB of 256 KiB reach), or with 2 MiB superpages."""
     rdma_core: VersionText = "57"
     """rdma-core (libibverbs) version: ibv_reg_dmabuf_mr needs v34+, mlx5dv_reg_dmabuf_mr v55+."""
+
+    @model_validator(mode="after")
+    def _gpus_fit(self):
+        room = 1 if self.rails is None else RailLayout(**self.rails.model_dump()).gpus
+        if len(self.gpus) > room:
+            raise ValueError(f"gpus: {len(self.gpus)} listed; this node has room for {room}"
+                             + (" (give it 'rails' for several)" if self.rails is None else " (the rails layout's)"))
+        if self.rails is not None and "topology" in self.model_fields_set:
+            raise ValueError("topology: a rails node places its GPUs and NICs by its layout; drop 'topology'")
+        if self.rails is not None and len(self.gpus) < room:
+            return self.model_copy(update={"gpus": [*self.gpus, *(GpuSpec() for _ in range(room - len(self.gpus)))]})
+        return self
 
 
 class FabricSpec(Strict):
@@ -312,6 +339,11 @@ class BufferSpec(Strict):
     """register: dmabuf or dmabuf-pinned of NVIDIA GPU memory: the mapping type the export asks for. pcie passes
     CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE (CUDA 12.8+, as perftest's --use_cuda_pcie_mapping and NCCL's
     data-direct path do): BAR1 mappings on a coherent platform, refused (CUDA_ERROR_NOT_SUPPORTED) on others."""
+    nics: Literal["rail", "all"] | Annotated[list[Name], Field(min_length=1)] = "rail"
+    """The NICs of a rails node it is registered on, one MR per NIC (each NIC's own PD and keys), their costs
+    added up: 'rail' (a GPU buffer: the GPU's rail NICs; host memory: the NICs of its socket), 'all' (every
+    NIC: the fan-out of a library that registers everywhere) or a list such as [nic0, nic4]. A node with one
+    NIC registers on it."""
 
     @field_validator("implicit")
     @classmethod
@@ -365,6 +397,13 @@ class SizeRange(Strict):
         return out
 
 
+class BufferPair(Strict):
+    """A requester buffer and the responder buffer it streams to."""
+
+    from_: Name = Field(alias="from")
+    to: Name
+
+
 class WorkloadSpec(Strict):
     """A perftest-like measurement between two buffers."""
 
@@ -405,6 +444,13 @@ class WorkloadSpec(Strict):
     max_rd_atomic: Annotated[int, Field(ge=1, le=255)] | None = None
     """READ and atomic workloads: the QPs' max_rd_atomic and max_dest_rd_atomic (perftest -o; default the NIC's
     max_rd_atomic)."""
+    pairs: list[BufferPair] = []
+    """Bandwidth tests: more requester-to-responder buffer pairs streaming at the same time as from-to, each with
+    its own 'qps' QP pairs (one flow per GPU of a rails node, say)."""
+    rails: Literal[RAIL_POLICIES] = "aligned"
+    """Which NIC of a rails node each QP uses: 'aligned' (the rail NICs of its buffer's GPU, or of its host
+    memory's socket, by PCIe distance), 'cross' (the NIC at the same place on the other socket) or 'all' (QP k
+    on NIC k, round the node's NICs). A node with one NIC uses it."""
     qp_timeout: Annotated[int, Field(ge=0, le=31)] = 14
     """The QPs' ACK timeout, IB's encoding: 4.096 us * 2**qp_timeout before a lost frame is sent again, 0 for never
     (perftest -u, default 14: 67 ms)."""
@@ -452,6 +498,8 @@ class WorkloadSpec(Strict):
     @model_validator(mode="after")
     def _perftest_options_fit(self):
         bw, fields = self.kind.endswith("_bw"), self.model_fields_set
+        if self.pairs and not bw:
+            raise ValueError(f"pairs: {self.kind} is a latency test; pairs stream at once in bandwidth tests")
         for key in ("bidirectional", "post_list", "cq_mod"):
             if key in fields and not bw and getattr(self, key) != WorkloadSpec.model_fields[key].default:
                 raise ValueError(f"{key}: {self.kind} is a latency test; {key} is for bandwidth tests")
@@ -471,8 +519,12 @@ class WorkloadSpec(Strict):
         return self
 
     def streams(self) -> int:
-        """Work-request streams of each size: one per QP, twice as many when bidirectional."""
-        return self.qps * (2 if self.bidirectional else 1)
+        """Work-request streams of each size: one per QP of each buffer pair, twice as many when bidirectional."""
+        return self.qps * (1 + len(self.pairs)) * (2 if self.bidirectional else 1)
+
+    def buffer_pairs(self) -> list[tuple[str, str]]:
+        """Every (requester buffer, responder buffer) pair: from-to first, then ``pairs``."""
+        return [(self.from_, self.to), *((p.from_, p.to) for p in self.pairs)]
 
     def size_list(self) -> list[int]:
         """The message sizes, in order."""
@@ -736,15 +788,6 @@ class RegistrationOrder(Strict):
         return [g.size for g in self.buffers for _ in range(g.count)]
 
 
-class RailLayoutSpec(Strict):
-    """A rail server: sockets, PCIe switches per socket, GPUs per switch, NICs per GPU (under the same switch)."""
-
-    sockets: Annotated[int, Field(ge=1, le=8)] = 2
-    switches_per_socket: Annotated[int, Field(ge=1, le=16)] = 2
-    gpus_per_switch: Annotated[int, Field(ge=1, le=8)] = 2
-    nics_per_gpu: Annotated[int, Field(ge=1, le=8)] = 1
-
-
 class MultiNicServer(Strict):
     """A multi-GPU, multi-NIC server of its own (the scenario's nodes have one NIC each): its nvidia-smi
     topo -m matrix, each GPU's nearest and rail NICs, rail-aligned against cross-rail DMA rates with every GPU
@@ -851,7 +894,8 @@ class Scenario(Strict):
     library: list[LibraryStudy] = []
     """What communication libraries do above the verbs, run after the workloads on the same testbed: a
     registration cache's buffer churn, fallback chains, a registration order experiment."""
-    outputs: list[Literal["bw_vs_size", "latency_vs_size", "bw_over_time", "latency_cdf", "gpu_memory"]] = [
+    outputs: list[Literal["bw_vs_size", "latency_vs_size", "bw_over_time", "latency_cdf", "gpu_memory",
+                          "rail_bw"]] = [
         "bw_vs_size", "latency_vs_size"]
     """Figures to draw."""
 
