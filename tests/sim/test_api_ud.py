@@ -10,7 +10,7 @@ from models.verbs.ah import ibv_create_ah
 from models.verbs.qp_state import AhAttr as FreeAhAttr
 from sim.api import (AH, PD, QP, AHAttr, Context, Opcode, ProtocolError, QPAttr, QPCap, QPInitAttr, QpAttrMask as M,
                      QpState, QpType, RecvWR, SendWR, Testbed, WcFlags, WcOpcode, WcStatus)
-from tests.sim.test_api_recv import RW, Side, connect, errno_of
+from tests.sim.test_api_recv import RW, Side, errno_of
 
 QKEY = 0x1234
 
