@@ -69,6 +69,12 @@ class DmabufBacking(MrBacking):
         return umem.length if pinned and not umem.revoked else 0
 
     @property
+    def bar1_bytes(self) -> int:
+        """BAR1 bytes the exported buffer's mapping holds while this MR has it mapped (shared with any other
+        attachment of the same dma-buf)."""
+        return self.umem.attach.dmabuf.priv.bar1_bytes if self.umem.sgt is not None else 0
+
+    @property
     def pages(self) -> int:
         """Translation entries of the MR, which a re-map's UMR rewrites (mlx5 dma-buf mkeys are fixed at
         PAGE_SIZE: :func:`~models.ib.mkey_page.mlx5_umem_dmabuf_default_pgsz`)."""

@@ -35,6 +35,8 @@ class MrBacking:
     mode: RegMode = "pinned"
     pinned_bytes = 0
     """Bytes this registration keeps pinned (reported per mode)."""
+    bar1_bytes = 0
+    """Bytes of the GPU's BAR1 aperture its mapping holds (:mod:`models.gpu.bar1`)."""
 
     def translate(self, now_ps: int, offset: int, length: int):
         """Answer a NIC access to ``[offset, offset+length)`` of the MR at ``now_ps``: None (valid), a

@@ -22,7 +22,8 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
                        params: PeerMemParams = PeerMemParams()) -> MemoryRegion:
     """Register ``[alloc.addr + offset, +length)`` through the peer-memory client.
 
-    :raises VerbsError: as :func:`~models.verbs.verbs.ibv_reg_mr`; ``EFAULT`` for a range outside the allocation.
+    :raises VerbsError: as :func:`~models.verbs.verbs.ibv_reg_mr`; ``EFAULT`` for a range outside the allocation;
+        ``ENOMEM`` when its GPU pages do not fit in what is left of the GPU's BAR1 (``nvidia_p2p_get_pages``).
     """
     call = "ibv_reg_mr"
     addr = alloc.addr + offset
@@ -35,7 +36,11 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
     gpu_pages = ib_umem_num_dma_blocks(addr, length, params.gpu_page_size)
     key = nic.new_key()
     cost = REG_MR_FIXED_PS + params.get_pages_ps + gpu_pages * params.page_ps
-    backing = PeerMemBacking(length, alloc, f"{nic.name}:mr{key}")
+    try:
+        backing = PeerMemBacking(length, alloc, f"{nic.name}:mr{key}", gpu_pages * params.gpu_page_size)
+    except VerbsError:
+        nic.release_translations(entries)
+        raise
     mr = MemoryRegion(pd, addr, length, Access(access), key, key, cost, backing=backing, page_size=page)
     nic.mrs[key] = mr
     trace_registration(mr, call, ("nvidia_p2p_get_pages", cost - REG_MR_FIXED_PS, {"gpu_pages": gpu_pages}),

@@ -97,7 +97,10 @@ class MemoryRegion:
 
     @property
     def mtt_entries(self) -> int:
-        """Translation entries the NIC holds for the MR (``ib_umem_num_dma_blocks``)."""
+        """Translation entries the NIC holds for the MR (``ib_umem_num_dma_blocks``); an implicit ODP MR's parent
+        holds its KSM entries (its children's are their own)."""
+        if isinstance(self.backing, ImplicitOdpBacking):
+            return MLX5_IMR_KSM_ENTRIES
         return ib_umem_num_dma_blocks(self.iova, self.length, self.page_size)
 
     def change_access(self, access: Access) -> None:
