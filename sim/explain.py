@@ -72,7 +72,7 @@ def footprint(reg: Registration) -> str:
     """What the registration holds in the NIC's translation table and in its GPU's BAR1, in one sentence."""
     mr, bar1 = reg.mr, bar1_bytes(reg)
     held = f"; its mapping holds {format_size(bar1)} of the GPU's BAR1" if bar1 else ""
-    return f" It has {mr.mtt_entries} translation entries of {format_size(mr.page_size)}{held}."
+    return f"It has {mr.mtt_entries} translation entries of {format_size(mr.page_size)}{held}."
 
 
 def _allocation_failed(event: TraceEvent, bed: Testbed) -> str:
@@ -159,7 +159,7 @@ def render(section: Section, bed: Testbed) -> list[str]:
     """The lines of one section."""
     lines = [section.title, "-" * len(section.title)]
     if section.registration is not None:
-        lines.append(mode_note(section.registration, bed) + footprint(section.registration))
+        lines += [mode_note(section.registration, bed), footprint(section.registration)]
     width = max((len(entry.event.component) for entry in section.entries), default=0)
     locks: dict[str, int] = {}
     open_slices: dict[str, list[int]] = {}

@@ -50,7 +50,8 @@ class Bar1Exhausted(SimError):
 
     def __init__(self, needed: int, free: int, size: int, *, call: str) -> None:
         self.needed, self.free = needed, free
-        self.rule = f"BAR1 exhausted: {format_size(needed)} more needed, {format_size(free)} of {format_size(size)} free"
+        self.rule = (f"BAR1 exhausted: {format_size(needed)} more needed, {format_size(free)} of "
+                     f"{format_size(size)} free")
         """The rule broken, without the call."""
         super().__init__(f"{call}: ENOMEM: {self.rule}")
 

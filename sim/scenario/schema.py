@@ -176,6 +176,9 @@ class GpuSpec(Strict):
     revocable with a 'dmabuf-revoke' event); default by preset vendor."""
     memory: PositiveSize | None = None
     """Usable device memory (default: the preset's)."""
+    bar1: PositiveSize | None = None
+    """BAR1 aperture, the window peers reach device memory through (default: the preset's): peer-memory MRs and
+    NVIDIA dma-buf maps hold it, and fail with ENOMEM past it."""
     driver: VersionText = "580"
     """GPU driver version. NVIDIA: dma-buf export needs the open kernel modules 515+; from 580 nv_dma_buf_attach
     refuses a peer it cannot serve (ENOTSUPP), before the map does (the core reports ENOMEM)."""

@@ -1,0 +1,48 @@
+"""scenarios/bar1_exhaustion.yaml: the registrations report the BAR1 they hold and their translation entries, and
+one buffer more fails with ENOMEM on every path while VRAM is free."""
+
+from pathlib import Path
+
+import pytest
+
+from models.gpu.bar1 import BAR1_PAGE
+from sim.run import run_scenario
+from sim.scenario.scenario_file import load_scenario_variants
+
+ROOT = Path(__file__).resolve().parents[2]
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def results():
+    _, _, variants = load_scenario_variants(ROOT / "scenarios" / "bar1_exhaustion.yaml")
+    return {name: run_scenario(v, variant=name) for name, v in variants}
+
+
+@pytest.fixture(scope="module")
+def result(results):
+    return results["bar1-4GiB"]
+
+
+def test_each_gpu_registration_holds_its_pages_of_bar1(result):
+    regs = result.registrations.set_index("buffer")
+    gpu = result.testbed.gpus["a.gpu0"]
+    for name in ("peer", "dmabuf"):
+        assert regs.loc[name, "bar1_bytes"] == -(-regs.loc[name, "bytes"] // BAR1_PAGE) * BAR1_PAGE
+    assert regs.loc["dst", "bar1_bytes"] == 0
+    assert regs["bar1_bytes"].sum() == gpu.bar1.used <= gpu.bar1.size
+
+
+def test_peer_memory_has_a_sixteenth_of_the_dmabuf_mr_entries(result):
+    regs = result.registrations.set_index("buffer")
+    assert regs.loc["peer", "mtt_page_bytes"] == 16 * regs.loc["dmabuf", "mtt_page_bytes"] == 64 << 10
+    assert 16 * regs.loc["peer", "mtt_entries"] == regs.loc["dmabuf", "mtt_entries"]
+
+
+def test_one_buffer_more_fails_with_enomem_on_every_library_while_vram_is_free(results):
+    for name, fails in (("bar1-4GiB", True), ("bar1-256GiB", False)):
+        (study,) = results[name].library
+        gpu = results[name].testbed.gpus["a.gpu0"]
+        assert study["rows"] and all((row["error"] == "ENOMEM") == fails and bool(row["method"]) != fails
+                                     for row in study["rows"])
+        assert (gpu.bar1.size - gpu.bar1.used < 2 * GiB) == fails and 2 * GiB < gpu.capacity - gpu.memory.used
