@@ -30,7 +30,8 @@ from models.gpu.workloads import (block_heads, concurrent_warps, growing_working
                                   run_pattern, sequential, strided)
 
 __all__ = [
-    "Allocation", "BAR1_PAGE", "Bar1Aperture", "Bar1Exhausted", "COPY_PRESETS", "CopyCost", "CopyEngines", "DeviceMemory", "EvictionPolicy", "GPU_PRESETS",
+    "Allocation", "BAR1_PAGE", "Bar1Aperture", "Bar1Exhausted",
+    "COPY_PRESETS", "CopyCost", "CopyEngines", "DeviceMemory", "EvictionPolicy", "GPU_PRESETS",
     "GpuOutOfMemory", "GpuParams", "LruEviction", "ManagedMemory", "MemoryStats", "PressureResult",
     "UVM_PRESETS", "UvmParams", "UvmStats", "block_heads", "concurrent_warps", "fit_copy_cost", "gpu_params",
     "growing_working_set", "random_access", "run_pattern", "sequential", "strided",
