@@ -13,11 +13,18 @@ Peer access maps device memory into BAR1 and holds the mapping while the peer ma
   BAR1 is not used.
 
 A mapping holds whole 64 KiB pages (:data:`BAR1_PAGE`, the p2p page ``NVRM_P2P_PAGESIZE_BIG_64K``; the page size
-of RM's dma-buf mappings is not published, the same is taken). Past the aperture RM fails the mapping:
+of RM's dma-buf mappings is not published, the same is taken). Past the aperture RM fails the mapping, and
 ``nvidia_p2p_get_pages`` returns -ENOMEM (``nvidia_p2p_map_status``: ``NV_ERR_NO_MEMORY`` and
-``NV_ERR_INSUFFICIENT_RESOURCES``), which nvidia-peermem passes to ``ibv_reg_mr``; ``nv_dma_buf_map`` returns
-NULL, which ``dma_buf_map_attachment`` turns into -ENOMEM for ``ibv_reg_dmabuf_mr``. Either way VRAM may still
-be free.
+``NV_ERR_INSUFFICIENT_RESOURCES``). What the registration reports differs by path:
+
+* ``ibv_reg_mr`` through nvidia-peermem fails with **EFAULT**: the client's ``nv_mem_acquire`` probes the range
+  with ``nvidia_p2p_get_pages``, takes the failure for "not mine" (kernel-open/nvidia-peermem/nvidia-peermem.c),
+  so no peer client claims it and ``ib_umem_get`` returns the error of pinning it as host memory (a GPU address
+  has no CPU mapping): the same errno as a range the GPU driver does not know;
+* ``ibv_reg_dmabuf_mr`` fails with **ENOMEM**: ``nv_dma_buf_map`` returns NULL, which ``dma_buf_map_attachment``
+  turns into -ENOMEM.
+
+Either way VRAM may still be free.
 
 Examples
 --------

@@ -145,7 +145,9 @@ class PeerMemBacking(MrBacking):
     free callback tears the MR down; later accesses complete in error, with no re-fault.
 
     :param span: bytes of the whole GPU pages the MR covers (what ``nvidia_p2p_get_pages`` maps).
-    :raises VerbsError: ``ENOMEM`` when the pages do not fit in what is left of BAR1 (nothing is pinned).
+    :raises VerbsError: ``EFAULT`` when the pages do not fit in what is left of BAR1 (nothing is pinned): the peer
+        client's probe fails, it declines the range, and pinning it as host memory fails
+        (:mod:`models.gpu.bar1`).
     """
 
     mode = "peermem"
@@ -162,7 +164,8 @@ class PeerMemBacking(MrBacking):
             try:
                 self.bar1_bytes = allocation.bar1.map(pin_owner, span, call="nvidia_p2p_get_pages")
             except Bar1Exhausted as exc:
-                raise VerbsError("ENOMEM", f"nvidia_p2p_get_pages: {exc.rule}", call="ibv_reg_mr") from exc
+                raise VerbsError("EFAULT", f"nv_mem_acquire: nvidia_p2p_get_pages failed ({exc.rule}), so no peer "
+                                 "client claims the range and ib_umem_get cannot pin it", call="ibv_reg_mr") from exc
         allocation.pin(pin_owner)
 
     def translate(self, now_ps: int, offset: int, length: int):

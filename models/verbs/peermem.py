@@ -23,7 +23,8 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
     """Register ``[alloc.addr + offset, +length)`` through the peer-memory client.
 
     :raises VerbsError: as :func:`~models.verbs.verbs.ibv_reg_mr`; ``EFAULT`` for a range outside the allocation;
-        ``ENOMEM`` when its GPU pages do not fit in what is left of the GPU's BAR1 (``nvidia_p2p_get_pages``).
+        ``EFAULT`` too when its GPU pages do not fit in what is left of the GPU's BAR1 (``nvidia_p2p_get_pages``
+        fails in the client's probe, :mod:`models.gpu.bar1`).
     """
     call = "ibv_reg_mr"
     addr = alloc.addr + offset

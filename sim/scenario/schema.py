@@ -153,7 +153,8 @@ class NicSpec(Strict):
     """Model the NIC's MPT/MTT translation caches (misses cost PCIe reads; MRs past 4 GiB of 4 KiB pages
     need a second translation level when the NIC writes them: the large-MR cliff)."""
     max_translations: Annotated[int, Field(ge=1)] | None = None
-    """Translation entries (4 KiB pages) the NIC holds over all MRs; registrations past it fail with ENOMEM."""
+    """Translation entries (each of its MR's page size) the NIC holds over all MRs; registrations past it fail
+    with ENOMEM."""
     ignore_move_notify: bool = False
     """Teaching only: a deliberately broken dma-buf importer that keeps its translations after move_notify.
     Combine with 'invariants: record' and 'data: true' to see the stale bytes it delivers."""
@@ -178,7 +179,7 @@ class GpuSpec(Strict):
     """Usable device memory (default: the preset's)."""
     bar1: PositiveSize | None = None
     """BAR1 aperture, the window peers reach device memory through (default: the preset's): peer-memory MRs and
-    NVIDIA dma-buf maps hold it, and fail with ENOMEM past it."""
+    NVIDIA dma-buf maps hold it; past it ibv_reg_dmabuf_mr fails with ENOMEM and peer memory with EFAULT."""
     driver: VersionText = "580"
     """GPU driver version. NVIDIA: dma-buf export needs the open kernel modules 515+; from 580 nv_dma_buf_attach
     refuses a peer it cannot serve (ENOTSUPP), before the map does (the core reports ENOMEM)."""

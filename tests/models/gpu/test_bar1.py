@@ -1,5 +1,5 @@
-"""BAR1 as a resource: peer-memory pages and NVIDIA dma-buf maps hold it, give it back, and fail with ENOMEM past it
-while VRAM is still free."""
+"""BAR1 as a resource: peer-memory pages and NVIDIA dma-buf maps hold it, give it back, and fail past it (peer
+memory EFAULT, dma-buf ENOMEM) while VRAM is still free."""
 
 import pytest
 
@@ -35,14 +35,15 @@ def test_a_peer_memory_mr_holds_whole_64k_pages_of_bar1_until_deregistration():
     assert gpu.bar1.used == 0 and mr.backing.bar1_bytes == 0
 
 
-def test_peer_memory_past_bar1_fails_with_enomem_while_vram_is_free_and_pins_nothing():
+def test_peer_memory_past_bar1_fails_with_efault_while_vram_is_free_and_pins_nothing():
+    """nvidia-peermem's probe fails, so it declines the range and ib_umem_get cannot pin a GPU address."""
     bed, node, gpu = _bed()
     first = ibv_reg_mr_peermem(bed.pds[1], gpu.malloc("a", 200 * MiB), 0, 200 * MiB, RW)
     second = gpu.malloc("b", 100 * MiB)
     translations = node.nic.translations
     with pytest.raises(VerbsError, match="BAR1 exhausted") as err:
         ibv_reg_mr_peermem(bed.pds[1], second, 0, 100 * MiB, RW)
-    assert err.value.errno == "ENOMEM" and err.value.call == "ibv_reg_mr"
+    assert err.value.errno == "EFAULT" and err.value.call == "ibv_reg_mr"
     assert gpu.capacity - gpu.memory.used > 100 * MiB                   # VRAM is not what ran out
     assert not second.pinned_by and node.nic.translations == translations  # the failed call left nothing behind
     ibv_dereg_mr(first)
