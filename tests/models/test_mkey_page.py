@@ -2,6 +2,7 @@
 backing pages, other drivers' best page size), the MTT entries it gives, and what the NIC's table holds."""
 
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from models.dmabuf import DmaBufCore, KernelConfig
 from models.dmabuf.gpu_export import Gpu
@@ -98,3 +99,27 @@ def test_huge_host_pages_shrink_a_pinned_mr_entries():
         params = HostParams(pages=pages)
         segments = page_segments(0, GiB, params.mtt_page_size)
         assert ib_umem_num_dma_blocks(0, GiB, mkey_page_size(MLX5, 0, segments, is_dmabuf=False)) == GiB // page
+
+
+@settings(max_examples=60, deadline=None)
+@given(first=st.integers(0, 64), offset=st.integers(0, 15), pages=st.integers(1, 40),
+       page_shift=st.sampled_from([12, 16, 21]), tail=st.integers(0, 15))
+def test_the_best_page_size_is_the_largest_that_passes_every_entry(first, offset, pages, page_shift, tail):
+    """The brute-force definition: the largest power of two (4 KiB up) such that each entry's DMA address agrees
+    with its virtual address below it, every entry but the last ends on it, and no page is wider than the span
+    needs (the smallest page, 4 KiB, always may be)."""
+    page = 1 << page_shift
+    virt = first * page + offset * 4096
+    length = max(1, (pages - 1) * page + tail * 4096 + 1)
+    segments = page_segments(virt, length, page)
+    best = ib_umem_find_best_pgsz(segments, MLX5.device.page_size_cap, virt)
+
+    def passes(size):
+        va, span_bits = virt, ((length - 1 + virt) ^ virt).bit_length()
+        for i, (dma, n) in enumerate(segments):
+            if (dma ^ va) % size or (i < len(segments) - 1 and (va + n) % size):
+                return False
+            va += n
+        return size <= max(4096, 1 << span_bits)
+    assert passes(best) and not passes(2 * best)
+    assert ib_umem_num_dma_blocks(virt, length, best) * best >= length
