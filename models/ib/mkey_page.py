@@ -9,6 +9,7 @@ One function decides the page size of every registration, :func:`mkey_page_size`
   and still does in the newest mr.c read (the FRMR-pool rework of 2025, ``_mlx5_frmr_pool_alloc``); the
   data-direct path (6.12) registers through the same function. No kernel has used larger dma-buf pages, so
   :mod:`models.versions` holds no boundary for it.
+* **ODP MRs** keep the ODP umem's page (``PAGE_SIZE``).
 * **every other umem** (pinned host memory, peer memory) gets the largest page :func:`ib_umem_find_best_pgsz`
   finds in its DMA layout (mlx5: ``mlx5_umem_mkc_find_best_pgsz``, 4 KiB up to 2^43 B). Host memory's layout is
   its backing's pages (4 KiB, THP or hugetlbfs, :class:`~models.host.HostParams`). Peer memory's is the GPU's
@@ -64,7 +65,9 @@ def page_segments(virt: int, length: int, page: int) -> list[tuple[int, int]]:
 def ib_umem_find_best_pgsz(segments: Segments, pgsz_bitmap: int, virt: int) -> int:
     """``ib_umem_find_best_pgsz`` (drivers/infiniband/core/umem.c): the largest page size of ``pgsz_bitmap``
     through which every entry of ``segments`` passes the virtual address ``virt`` onward to its DMA address
-    (the low bits of both agree), no larger than the MR's span needs; 0 when none does."""
+    (the low bits of both agree), no larger than the MR's span needs; 0 when none does. This is the form before
+    mainline began skipping entries DMA-contiguous with the previous one; both give the same answer for the
+    layouts the model builds, whose pages are not contiguous (:func:`page_segments`)."""
     length = sum(n for _, n in segments)
     mask = pgsz_bitmap & ~((1 << ((length - 1 + virt) ^ virt).bit_length()) - 1)  # GENMASK(63, bits_per(..))
     va = virt
@@ -84,14 +87,19 @@ def mlx5_umem_dmabuf_default_pgsz() -> int:
     return PAGE_SIZE
 
 
-def mkey_page_size(device: NicParams, virt: int, segments: Segments, *, is_dmabuf: bool) -> int:
+def mkey_page_size(device: NicParams, virt: int, segments: Segments, *, is_dmabuf: bool,
+                   odp_page: int | None = None) -> int:
     """Bytes one translation entry of an MR on ``device`` covers: on mlx5, ``alloc_cacheable_mr``'s choice
     (:func:`mlx5_umem_dmabuf_default_pgsz` for a dma-buf umem, else ``mlx5_umem_mkc_find_best_pgsz``); on another
-    driver :func:`ib_umem_find_best_pgsz` with the device's ``page_size_cap`` for every umem.
+    driver :func:`ib_umem_find_best_pgsz` with the device's ``page_size_cap`` for every umem. An ODP umem has its
+    own page (``ib_umem_find_best_pgsz`` returns ``BIT(umem_odp->page_shift)``).
 
     :param virt: the MR's iova.
     :param segments: the umem's DMA layout (:func:`page_segments` for page-granular backings).
+    :param odp_page: the ODP umem's page size; None: not an ODP MR.
     """
+    if odp_page is not None:
+        return odp_page
     if device.device.vendor_id != MELLANOX_VENDOR_ID:
         return ib_umem_find_best_pgsz(segments, device.device.page_size_cap, virt)
     if is_dmabuf:

@@ -348,7 +348,8 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     check_max_mr_size(nic.params.max_mr_size, length, call)
     if isinstance(backing := _odp_backing(pd, addr, length, access), ImplicitOdpBacking):
         return _reg_implicit_mr(pd, access, backing, call)
-    page = host_page_size(pd.context.node, addr, length) if backing is None else backing.page_size
+    page = host_page_size(pd.context.node, addr, length) if backing is None else \
+        mkey_page_size(nic.params, addr, (), is_dmabuf=False, odp_page=backing.page_size)
     entries = nic.reserve_translations(ib_umem_num_dma_blocks(addr, length, page), call=call)
     try:
         cost = pd.context.node.host.pin(addr, length, call=call) if backing is None else \

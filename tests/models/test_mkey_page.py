@@ -39,6 +39,12 @@ def test_one_function_decides_the_page_size_of_every_path(device, page, iova, is
     assert mkey_page_size(device, iova, segments, is_dmabuf=is_dmabuf) == expected
 
 
+def test_an_odp_mr_keeps_its_umem_page_even_over_huge_pages():
+    huge = page_segments(0, 64 * MiB, 2 * MiB)
+    assert mkey_page_size(MLX5, 0, huge, is_dmabuf=False, odp_page=4 * KiB) == 4 * KiB
+    assert mkey_page_size(MLX5, 0, huge, is_dmabuf=False) == 2 * MiB
+
+
 def test_best_page_size_is_bounded_by_the_span_and_by_discontiguous_pages():
     assert ib_umem_find_best_pgsz(page_segments(0, 8 * KiB, 2 * MiB), MLX5.device.page_size_cap, 0) == 8 * KiB
     assert ib_umem_find_best_pgsz(page_segments(0, 8 * MiB, 64 * KiB), MLX5.device.page_size_cap, 0) == 64 * KiB
