@@ -179,7 +179,8 @@ class GpuSpec(Strict):
     """Usable device memory (default: the preset's)."""
     bar1: PositiveSize | None = None
     """BAR1 aperture, the window peers reach device memory through (default: the preset's): peer-memory MRs and
-    NVIDIA dma-buf maps hold it; past it ibv_reg_dmabuf_mr fails with ENOMEM and peer memory with EFAULT."""
+    NVIDIA dma-buf maps hold it; past it ibv_reg_dmabuf_mr fails with ENOMEM and peer memory with EFAULT (NVIDIA
+    only: the AMD profile's BAR is taken to cover VRAM)."""
     driver: VersionText = "580"
     """GPU driver version. NVIDIA: dma-buf export needs the open kernel modules 515+; from 580 nv_dma_buf_attach
     refuses a peer it cannot serve (ENOTSUPP), before the map does (the core reports ENOMEM)."""
@@ -192,7 +193,7 @@ class GpuSpec(Strict):
     (NV_FLAG_PCI_P2P_UNSUPPORTED_CHIPSET) and from 580 nv_dma_buf_attach refuses (ENOTSUPP) a NIC that shares no
     PCIe switch with the GPU (a node topology other than 'switch'), unless the platform is coherent."""
 
-    @field_validator("coherent", "chipset_p2p")
+    @field_validator("coherent", "chipset_p2p", "bar1")
     @classmethod
     def _nvidia_only(cls, value, info):
         exporter = info.data.get("exporter") or GPU_VENDOR.get(info.data.get("preset"))

@@ -4,10 +4,13 @@ one buffer more fails on every path (dma-buf ENOMEM, peer memory EFAULT) while V
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
+from ruamel.yaml import YAML
 
 from models.gpu.bar1 import BAR1_PAGE
 from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
+from sim.scenario.schema import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 GiB = 1 << 30
@@ -48,3 +51,12 @@ def test_one_buffer_more_fails_on_every_library_while_vram_is_free(results):
         for row in study["rows"] if fails else ():  # each attempt's errno: the last one is the row's error
             assert all(step.startswith(("dmabuf: ENOMEM", "peermem: EFAULT")) for step in row["attempts"].split("; "))
         assert (gpu.bar1.size - gpu.bar1.used < 2 * GiB) == fails and 2 * GiB < gpu.capacity - gpu.memory.used
+
+
+def test_bar1_is_refused_on_a_gpu_whose_aperture_is_not_modelled():
+    spec = YAML(typ="safe").load(ROOT / "scenarios" / "bar1_exhaustion.yaml")
+    spec["nodes"][0]["gpus"][0]["preset"] = "mi300x"
+    with pytest.raises(ValidationError, match="drop 'bar1'"):
+        Scenario.model_validate(spec)
+    spec["nodes"][0]["gpus"][0]["preset"] = "h100"
+    assert Scenario.model_validate(spec).nodes[0].gpus[0].bar1 == 4 * GiB
