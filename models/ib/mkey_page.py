@@ -51,15 +51,18 @@ from its first (the first entry starts at the first byte's DMA address)."""
 
 
 def page_segments(virt: int, length: int, page: int) -> list[tuple[int, int]]:
-    """The layout of ``[virt, virt+length)`` backed by ``page``-byte pages that lie anywhere in DMA space: one
-    entry per page, each page's address differing from its virtual address at the page bit (no two pages
-    known to be contiguous)."""
-    segments, va, end = [], virt, virt + length
-    while va < end:
-        stop = min(end, (va // page + 1) * page)
-        segments.append((va ^ page, stop - va))
-        va = stop
-    return segments
+    """The layout of ``[virt, virt+length)`` backed by ``page``-byte pages that lie anywhere in DMA space, each
+    page's address differing from its virtual address at the page bit (no two pages known to be contiguous).
+
+    At most three entries: the first page's part, the whole pages after it as one entry, the last page's part.
+    Folding the whole pages changes no answer of :func:`ib_umem_find_best_pgsz`: every page already limits it to
+    ``page`` through its address, and the boundaries folded away are all multiples of ``page``.
+    """
+    end = virt + length
+    first_end = min(end, (virt // page + 1) * page)
+    last_start = max(first_end, (end - 1) // page * page)
+    spans = [(virt, first_end), (first_end, last_start), (last_start, end)]
+    return [(start ^ page, stop - start) for start, stop in spans if stop > start]
 
 
 def ib_umem_find_best_pgsz(segments: Segments, pgsz_bitmap: int, virt: int) -> int:
