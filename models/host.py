@@ -10,7 +10,8 @@ pages present (prefaulted) or faulted in by the pin. Each curve is ``fixed + per
 
 The backing also sets the registration's translation granularity: an MR over huge pages is written with one
 MTT entry per 2 MiB (``ib_umem_find_best_pgsz``), so it needs 512 times fewer entries and the NIC's
-translation cache reaches 512 times further (:attr:`HostParams.mtt_page_size`).
+translation cache reaches 512 times further (:attr:`HostParams.mtt_page_size`, the layout
+:func:`~models.ib.mkey_page.mkey_page_size` reads).
 
 Host memory is a capacity: a buffer's pages become resident when they are pinned or, in data mode, filled,
 and resident pages beyond the node's memory fail as ``pin_user_pages`` does when it cannot fault a page in
@@ -110,8 +111,8 @@ class HostParams:
 
     @property
     def mtt_page_size(self) -> int:
-        """Bytes one MTT entry of a pinned MR covers: the backing's page (mlx5 picks the largest page size the
-        umem's physical layout allows; huge pages are physically contiguous and aligned)."""
+        """The backing's page: the physically contiguous, aligned unit of a pinned MR's layout (huge pages are
+        contiguous and aligned), from which :func:`~models.ib.mkey_page.mkey_page_size` picks the entry size."""
         return PAGE_BACKINGS[self.pages]
 
     def _span(self, nbytes: int) -> int:
@@ -246,11 +247,6 @@ class HostMemory:
     def pages_spanned(self, addr: int, length: int) -> int:
         """Number of base pages touched by ``[addr, addr+length)``."""
         page = self.params.page_size
-        return (addr + length + page - 1) // page - addr // page
-
-    def mtt_entries(self, addr: int, length: int) -> int:
-        """MTT entries a pinned MR over ``[addr, addr+length)`` needs: pages of the backing it spans."""
-        page = self.params.mtt_page_size
         return (addr + length + page - 1) // page - addr // page
 
     def pin(self, addr: int, length: int, *, call: str) -> int:

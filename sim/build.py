@@ -202,7 +202,7 @@ def _add_node(bed: Testbed, spec: NodeSpec) -> None:
     vertex = defaultdict(lambda: nics[0].device, {n.nic.name: n.device for n in nics})
     for i, gspec in enumerate(spec.gpus):
         name = f"{spec.name}.{gspec.name or f'gpu{i}'}"
-        params = gpu_params(gspec.preset)
+        params = gpu_params(gspec.preset, **({} if gspec.bar1 is None else {"bar1_bytes": gspec.bar1}))
         gpu = bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], params, node.kernel,
                                    capacity=gspec.memory, driver=gspec.driver, coherent=gspec.coherent,
                                    chipset_p2p=gspec.chipset_p2p,

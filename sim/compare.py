@@ -104,6 +104,7 @@ def comparison_table(results: list[RunResult]) -> pd.DataFrame:
             "p50_us": pct(0.5), "p99_us": pct(0.99), "p99_9_us": pct(0.999),
             "pinned_bytes": int(result.registrations["pinned_bytes"].sum()),
             "gpu_pinned_bytes": int(gpu["pinned_bytes"].sum()),
+            "gpu_bar1_bytes": int(gpu["bar1_bytes"].sum()),
             "errors": int(result.summary["errors"].sum()),
             **result.counters,
         })

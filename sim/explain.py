@@ -14,7 +14,7 @@ from sim.build import Registration, Testbed
 from sim.core.trace import TraceEvent
 from sim.core.units import format_size
 from sim.scenario.schema import Scenario
-from sim.tables import RunResult, pinned_bytes
+from sim.tables import RunResult, bar1_bytes, pinned_bytes
 from sim.timeline import LOCK_EVENTS, Entry, Section, sections
 
 SIZE_ARGS = ("bytes", "size", "length", "free", "largest_free")
@@ -66,6 +66,13 @@ def mode_note(reg: Registration, bed: Testbed) -> str:
             if node.kernel.config.move_notify_enabled else
             "this kernel has CONFIG_DMABUF_MOVE_NOTIFY off, so the map pins the buffer.")
     return (f"{exports}; the NIC attaches as a dynamic importer and maps it under the reservation lock; {tail}")
+
+
+def footprint(reg: Registration) -> str:
+    """What the registration holds in the NIC's translation table and in its GPU's BAR1, in one sentence."""
+    mr, bar1 = reg.mr, bar1_bytes(reg)
+    held = f"; its mapping holds {format_size(bar1)} of the GPU's BAR1" if bar1 else ""
+    return f"It has {mr.mtt_entries} translation entries of {format_size(mr.page_size)}{held}."
 
 
 def _allocation_failed(event: TraceEvent, bed: Testbed) -> str:
@@ -152,7 +159,7 @@ def render(section: Section, bed: Testbed) -> list[str]:
     """The lines of one section."""
     lines = [section.title, "-" * len(section.title)]
     if section.registration is not None:
-        lines.append(mode_note(section.registration, bed))
+        lines += [mode_note(section.registration, bed), footprint(section.registration)]
     width = max((len(entry.event.component) for entry in section.entries), default=0)
     locks: dict[str, int] = {}
     open_slices: dict[str, list[int]] = {}

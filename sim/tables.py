@@ -50,11 +50,19 @@ def pinned_bytes(reg: Registration) -> int:
     return reg.size_bytes if backing is None else backing.pinned_bytes
 
 
+def bar1_bytes(reg: Registration) -> int:
+    """Bytes of its GPU's BAR1 aperture a registration's mapping holds (peer memory, NVIDIA dma-buf)."""
+    backing = reg.mr.backing
+    return 0 if backing is None else backing.bar1_bytes
+
+
 def registrations_table(bed: Testbed, variant: str) -> pd.DataFrame:
-    """One row per buffer of ``bed``: where it is, its registration mode, cost (us) and pinned bytes."""
+    """One row per buffer of ``bed``: where it is, its registration mode, cost (us), pinned bytes, translation
+    entries and their page size, and the BAR1 bytes it holds."""
     return pd.DataFrame([{
         "variant": variant, "buffer": r.buffer, "node": r.node, "location": r.location, "bytes": r.size_bytes,
         "mode": r.mode, "register_us": ps_to_us(r.register_ps), "pinned_bytes": pinned_bytes(r),
+        "mtt_entries": r.mr.mtt_entries, "mtt_page_bytes": r.mr.page_size, "bar1_bytes": bar1_bytes(r),
     } for r in bed.registrations.values()])
 
 

@@ -18,6 +18,7 @@ from sim.core import ProtocolError, VerbsError
 from models.dmabuf.core import (DmaBuf, DmaBufAttachment, DmaBufCore, DmaBufOps, DmaDataDirection,
                                 Placement, Segments, SgTable)
 from models.dmabuf.ops import dma_buf_export, dma_buf_move_notify
+from models.gpu.bar1 import Bar1Aperture, Bar1Exhausted
 from models.gpu.copy_engine import CopyEngines
 from models.dmabuf.resv import DmaFence, DmaResvUsage, dma_resv_add_fence, dma_resv_wait_timeout
 from models.versions import Version
@@ -53,6 +54,9 @@ class CopyParams:
 
 class _Exporter:
     """Shared parts: export at construction, contiguous segments per placement, release counting."""
+
+    bar1_bytes = 0
+    """Bytes of the GPU's BAR1 the buffer's mapping holds (NVIDIA's exporter maps into BAR1)."""
 
     def __init__(self, core: DmaBufCore, size: int, ops: DmaBufOps, name: str, placement: Placement) -> None:
         self.core = core
@@ -170,7 +174,9 @@ class StaticExporter(_Exporter):
     returns NULL for a dynamic importer without peer2peer, which the core reports as ENOMEM. Maps are BAR1 PFNs
     (peer MMIO), or the memory's pages on a coherent platform. An export of mapping type FORCE_PCIE replaces the
     topology check by ``nv_pci_is_valid_topology_for_direct_pci`` (ENOTSUPP: "topology not supported for mapping
-    type FORCE_PCIE") and maps BAR1 PFNs, without an IOMMU mapping, on a coherent platform too.
+    type FORCE_PCIE") and maps BAR1 PFNs, without an IOMMU mapping, on a coherent platform too. The first BAR1 map
+    maps the buffer into BAR1 and the last unmap gives it back (``phys_refcount``); a map that does not fit returns
+    NULL (ENOMEM from the core).
 
     :param core: the dma-buf core to export through.
     :param size: buffer size in bytes.
@@ -181,19 +187,24 @@ class StaticExporter(_Exporter):
     :param pci_topology_supported: the driver's topology verdict for a peer (by device name).
     :param mapping_type: what the export asked for (``cuMemGetHandleForAddressRange``'s flags).
     :param direct_pci_topology: the driver's verdict for a FORCE_PCIE peer (by device name).
+    :param bar1: the GPU's BAR1 aperture (:class:`~models.gpu.bar1.Bar1Aperture`); None: not accounted.
     """
 
     def __init__(self, core: DmaBufCore, size: int, *, name: str = "nvidia0",
                  placement: Placement = Placement.VRAM, driver: str = "580", coherent: bool = False,
                  pci_topology_supported: Callable[[str], bool] = lambda dev: True,
                  mapping_type: MappingType = MappingType.DEFAULT,
-                 direct_pci_topology: Callable[[str], bool] = lambda dev: False) -> None:
+                 direct_pci_topology: Callable[[str], bool] = lambda dev: False,
+                 bar1: Bar1Aperture | None = None) -> None:
         self.coherent = coherent
         self.pci_topology_supported = pci_topology_supported
         self.mapping_type = mapping_type
         self.direct_pci_topology = direct_pci_topology
         self.skip_iommu = False
         """A FORCE_PCIE attachment was accepted: maps are not IOMMU-mapped for the peer."""
+        self.bar1 = None if coherent and mapping_type is MappingType.DEFAULT else bar1
+        self.maps = 0
+        """Live mappings of the buffer: BAR1 is held while there is one."""
         has_attach = Version.parse(driver) >= NVIDIA_DMABUF_ATTACH_OP
         ops = DmaBufOps(map_dma_buf=self._map if has_attach else self._map_checking_peer2peer,
                         unmap_dma_buf=self._unmap, release=self._release,
@@ -226,7 +237,24 @@ class StaticExporter(_Exporter):
         return None if self._needs_peer2peer(attach) else self._map(attach, direction)
 
     def _map(self, attach: DmaBufAttachment, direction: DmaDataDirection) -> Segments:
-        """BAR1 PFNs (peer MMIO), or on a coherent platform with the default mapping the memory's own pages."""
+        """BAR1 PFNs (peer MMIO), mapped into BAR1 by the first map, or on a coherent platform with the default
+        mapping the memory's own pages.
+
+        :raises VerbsError: ``ENOMEM`` when the buffer does not fit in what is left of BAR1.
+        """
         if self.coherent and self.mapping_type is MappingType.DEFAULT:
             return ((_COHERENT_BASE + self.dmabuf.generation * self.dmabuf.size, self.dmabuf.size),)
+        if self.bar1 is not None and not self.maps:
+            try:
+                self.bar1_bytes = self.bar1.map(self.dmabuf.name, self.dmabuf.size, call="nv_dma_buf_map")
+            except Bar1Exhausted as exc:  # NULL, which the core reports as ENOMEM: raised so the error says why
+                raise VerbsError("ENOMEM", f"nv_dma_buf_map: {exc.rule}", call="nv_dma_buf_map") from exc
+        self.maps += 1
         return super()._map(attach, direction)
+
+    def _unmap(self, attach: DmaBufAttachment, sgt: SgTable, direction: DmaDataDirection) -> None:
+        """The last unmap gives the buffer's BAR1 mapping back."""
+        self.maps -= 1
+        if self.bar1 is not None and not self.maps:
+            self.bar1.unmap(self.dmabuf.name)
+            self.bar1_bytes = 0

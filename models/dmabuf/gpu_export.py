@@ -31,7 +31,7 @@ from models.dmabuf import (CopyParams, DmaBuf, DmaBufAttachment, DmaBufCore, Dma
 from models.dmabuf.exporters import MappingType
 from models.dmabuf.core import Segments
 from models.dmabuf.revoke import VfioExporter
-from models.gpu import COPY_PRESETS, Allocation, CopyEngines, DeviceMemory, GpuOutOfMemory, GpuParams
+from models.gpu import COPY_PRESETS, Allocation, Bar1Aperture, CopyEngines, DeviceMemory, GpuOutOfMemory, GpuParams
 from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts
 from models.gpu.managed import ManagedMemory
 from models.versions import AMDGPU_VRAM_PIN, NVIDIA_DMABUF_EXPORT, NVIDIA_PCIE_MAPPING, Version
@@ -83,6 +83,9 @@ class GpuAllocation:
     dma-buf holds a reference on the buffer object)."""
     freed: bool = False
     """cudaFree/hipFree was called: the VRAM goes back once no export holds it."""
+    bar1: Bar1Aperture | None = None
+    """The GPU's BAR1, which a peer-memory registration of the allocation maps into; None: peers reach the memory
+    without it (a coherent platform, or a GPU whose aperture the model does not track)."""
 
     def pin(self, owner: str) -> None:
         """``owner`` pins the allocation in VRAM (it can no longer be evicted)."""
@@ -228,6 +231,9 @@ class Gpu:
         self.copy = CopyParams(CopyEngines(COPY_PRESETS[params.copy_preset]))
         self.alloc_costs = AllocCosts(ALLOC_PRESETS[params.alloc_preset])
         """What the competing job's allocations and frees cost its thread (the calibrated H200 curve)."""
+        self.bar1 = Bar1Aperture(params.bar1_bytes)
+        """BAR1 (:mod:`models.gpu.bar1`): NVIDIA's peer-memory pages and dma-buf maps hold it; on a coherent
+        platform peers reach the memory's own pages instead."""
         self.allocations: dict[str, GpuAllocation] = {}
         self.pressure_allocations: list[tuple[Allocation, ...]] = []
         """The competing job's allocations, oldest first."""
@@ -261,7 +267,8 @@ class Gpu:
         :raises GpuOutOfMemory: no contiguous run is free.
         """
         vram = self.memory.malloc(size, tag=name)
-        alloc = GpuAllocation(name, self._next_addr, size, vram, self.memory)
+        alloc = GpuAllocation(name, self._next_addr, size, vram, self.memory,
+                              bar1=self.bar1 if self.vendor == "nvidia" and not self.coherent else None)
         self._next_addr += vram.size + self.memory.granularity
         self.allocations[name] = alloc
         return alloc
@@ -296,7 +303,8 @@ class Gpu:
                                                 driver=self.driver, coherent=self.coherent,
                                                 pci_topology_supported=self.pci_topology_supported,
                                                 mapping_type=mapping,
-                                                direct_pci_topology=self.valid_topology_for_direct_pci)
+                                                direct_pci_topology=self.valid_topology_for_direct_pci,
+                                                bar1=self.bar1)
             elif self.vendor == "vfio":
                 alloc.exporter = VfioExporter(self.core, size, name=self.name, invariants=self.invariants)
             else:

@@ -1,7 +1,8 @@
 """GPU memory: presets, the VRAM allocator with eviction hooks, copy engines, unified (managed) memory.
 
 Modules: :mod:`~models.gpu.presets` (H200, H100, MI300X), :mod:`~models.gpu.device_memory` (cudaMalloc-like
-allocator, fragmentation, ``register_evictable``, memory pressure), :mod:`~models.gpu.copy_engine`
+allocator, fragmentation, ``register_evictable``, memory pressure), :mod:`~models.gpu.bar1` (the BAR1 aperture
+peer mappings hold), :mod:`~models.gpu.copy_engine`
 (calibrated host <-> device copies), :mod:`~models.gpu.managed` (per-page residency, fault batches,
 prefetch, eviction), :mod:`~models.gpu.workloads` (access patterns and metrics rows),
 :mod:`~models.gpu.um_calibration` (the H200 measurements as model experiments).
@@ -19,6 +20,7 @@ Examples
 1024
 """
 
+from models.gpu.bar1 import BAR1_PAGE, Bar1Aperture, Bar1Exhausted
 from models.gpu.copy_engine import COPY_PRESETS, CopyCost, CopyEngines, fit_copy_cost
 from models.gpu.device_memory import (Allocation, DeviceMemory, EvictionPolicy, GpuOutOfMemory, LruEviction,
                                       MemoryStats, PressureResult)
@@ -28,7 +30,8 @@ from models.gpu.workloads import (block_heads, concurrent_warps, growing_working
                                   run_pattern, sequential, strided)
 
 __all__ = [
-    "Allocation", "COPY_PRESETS", "CopyCost", "CopyEngines", "DeviceMemory", "EvictionPolicy", "GPU_PRESETS",
+    "Allocation", "BAR1_PAGE", "Bar1Aperture", "Bar1Exhausted",
+    "COPY_PRESETS", "CopyCost", "CopyEngines", "DeviceMemory", "EvictionPolicy", "GPU_PRESETS",
     "GpuOutOfMemory", "GpuParams", "LruEviction", "ManagedMemory", "MemoryStats", "PressureResult",
     "UVM_PRESETS", "UvmParams", "UvmStats", "block_heads", "concurrent_warps", "fit_copy_cost", "gpu_params",
     "growing_working_set", "random_access", "run_pattern", "sequential", "strided",

@@ -29,7 +29,8 @@ class GpuParams:
     alloc_granularity: int = 2 * MiB
     """cudaMalloc-like allocation granularity: every allocation is rounded up to this."""
     bar1_bytes: int | None = None
-    """Size of the BAR that exposes device memory to peers (GPUDirect RDMA window); None: unknown."""
+    """Size of the BAR that exposes device memory to peers (the GPUDirect RDMA window, :mod:`models.gpu.bar1`);
+    None: not a limit (unknown, or a resizable BAR that covers the memory)."""
     copy_preset: str = "h200"
     """Key of ``models.gpu.copy_engine.COPY_PRESETS`` for host <-> device copies."""
     uvm_preset: str = "h200"
@@ -53,13 +54,15 @@ SOURCES = {
             "calls 2 MiB..64 GiB (models/data/h200_gpu_alloc.json); pages 64 KiB / 2 MiB: NVIDIA big/huge "
             "GPU pages.",
     "h100": "80 GB HBM3 at 3.35 TB/s: datasheet (numbers.md 3.1), taken as 80 GiB of stacks (5 x 16 GiB) with "
-            "no reserve; BAR1 128 GiB: commonly reported, NOT verified (numbers.md 3.1); PCIe Gen5 x16: "
+            "no reserve; BAR1 128 GiB: commonly reported, NOT verified (numbers.md 3.1; no stored source, the H100 "
+            "PCIe product brief PB-11133 included, states it); PCIe Gen5 x16: "
             "numbers.md 3.1. Copy, UVM and allocation costs reuse the H200 fit (same link and driver).",
     "mi300x": "192 GB HBM3 (8 x 24 GiB stacks) at 5.3 TB/s, PCIe Gen5 x16: AMD Instinct MI300X datasheet, "
-              "recalled, NOT verified from a stored source; BAR size unknown (resizable BAR); 4 KiB / 64 KiB / "
-              "2 MiB GPU page fragments: amdgpu VM, recalled. Copy, UVM and allocation costs reuse the H200 "
-              "fit (same link; HMM-based migration and hipMalloc/hipFree on AMD are not separately "
-              "calibrated).",
+              "recalled, NOT verified from a stored source; BAR size not a limit (bar1_bytes None): amdgpu "
+              "resizes the BAR to cover VRAM where the platform allows (resizable BAR), and its peer maps are "
+              "not modelled against it; 4 KiB / 64 KiB / 2 MiB GPU page fragments: amdgpu VM, recalled. Copy, "
+              "UVM and allocation costs reuse the H200 fit (same link; HMM-based migration and hipMalloc/hipFree "
+              "on AMD are not separately calibrated).",
 }
 
 

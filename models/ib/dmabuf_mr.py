@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from sim.core import InvariantViolation, VerbsError
 
+from models.ib.mkey_page import mlx5_umem_dmabuf_default_pgsz
 from models.dmabuf import DmaBufAttachment, DmaBufAttachOps, FdTable, Placement, check_dma
 from models.nic.nic import UmrParams
 from models.nic.translation import DMABUF_MODE, DmabufImporter, Fault, MrBacking
@@ -68,9 +69,16 @@ class DmabufBacking(MrBacking):
         return umem.length if pinned and not umem.revoked else 0
 
     @property
+    def bar1_bytes(self) -> int:
+        """BAR1 bytes the exported buffer's mapping holds while this MR has it mapped (shared with any other
+        attachment of the same dma-buf)."""
+        return self.umem.attach.dmabuf.priv.bar1_bytes if self.umem.sgt is not None else 0
+
+    @property
     def pages(self) -> int:
-        """4 KiB pages of the MR (mlx5 dma-buf mkeys are fixed at PAGE_SIZE)."""
-        return -(-self.umem.length // 4096)
+        """Translation entries of the MR, which a re-map's UMR rewrites (mlx5 dma-buf mkeys are fixed at
+        PAGE_SIZE: :func:`~models.ib.mkey_page.mlx5_umem_dmabuf_default_pgsz`)."""
+        return -(-self.umem.length // mlx5_umem_dmabuf_default_pgsz())
 
     def move_notify(self, attach: DmaBufAttachment) -> None:
         """mlx5_ib_dmabuf_invalidate_cb: runs in the exporter's task with the lock held; nothing when unmapped or

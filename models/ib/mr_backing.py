@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from models.gpu.bar1 import Bar1Exhausted
 from models.nic.nic import OdpParams
 from models.nic.translation import Fault, MrBacking
 from models.nic.wqe import WcStatus
-from sim.core import PS_PER_NS, PS_PER_US
+from sim.core import PS_PER_NS, PS_PER_US, VerbsError
 
 
 class OdpBacking(MrBacking):
@@ -139,18 +140,32 @@ class PeerMemParams:
 
 
 class PeerMemBacking(MrBacking):
-    """GPU memory pinned through the GPU driver's peer-memory client for the MR's lifetime. When the GPU
-    driver reclaims the memory (cudaFree, process exit) its free callback tears the MR down; later accesses
-    complete in error, with no re-fault."""
+    """GPU memory pinned through the GPU driver's peer-memory client for the MR's lifetime, its pages mapped into
+    the GPU's BAR1 (:mod:`models.gpu.bar1`). When the GPU driver reclaims the memory (cudaFree, process exit) its
+    free callback tears the MR down; later accesses complete in error, with no re-fault.
+
+    :param span: bytes of the whole GPU pages the MR covers (what ``nvidia_p2p_get_pages`` maps).
+    :raises VerbsError: ``EFAULT`` when the pages do not fit in what is left of BAR1 (nothing is pinned): the peer
+        client's probe fails, it declines the range, and pinning it as host memory fails
+        (:mod:`models.gpu.bar1`).
+    """
 
     mode = "peermem"
 
-    def __init__(self, length: int, allocation, pin_owner: str) -> None:
+    def __init__(self, length: int, allocation, pin_owner: str, span: int) -> None:
         self.pinned_bytes = length
         self.allocation = allocation
         """The GPU allocation whose pages are pinned (it records ``pin_owner`` among its pinners)."""
         self.pin_owner = pin_owner
         self.invalidated_at: int | None = None
+        self.bar1_bytes = 0
+        """BAR1 bytes the MR's pages hold."""
+        if allocation.bar1 is not None:
+            try:
+                self.bar1_bytes = allocation.bar1.map(pin_owner, span, call="nvidia_p2p_get_pages")
+            except Bar1Exhausted as exc:
+                raise VerbsError("EFAULT", f"nv_mem_acquire: nvidia_p2p_get_pages failed ({exc.rule}), so no peer "
+                                 "client claims the range and ib_umem_get cannot pin it", call="ibv_reg_mr") from exc
         allocation.pin(pin_owner)
 
     def translate(self, now_ps: int, offset: int, length: int):
@@ -172,6 +187,9 @@ class PeerMemBacking(MrBacking):
         self.invalidated_at = now_ps
         self.pinned_bytes = 0
         self.allocation.unpin(self.pin_owner)
+        if self.allocation.bar1 is not None:
+            self.allocation.bar1.unmap(self.pin_owner)
+        self.bar1_bytes = 0
 
     def release(self, now_ps: int) -> int:
         """Deregistration: put the GPU pages back (nvidia_p2p_put_pages)."""

@@ -51,6 +51,8 @@ def check_max_mr_size(max_mr_size: int, length: int, call: str) -> None:
         raise VerbsError("EINVAL", f"length {length} exceeds the device's max_mr_size {max_mr_size}", call=call)
 
 
+MELLANOX_VENDOR_ID = 0x02C9
+"""``PCI_VENDOR_ID_MELLANOX``: the devices the mlx5 driver and provider (and its ``mlx5dv_*`` calls) drive."""
 EFA_VENDOR_ID = 0x1D0F
 """``PCI_VENDOR_ID_AMAZON``: the devices the efa driver drives."""
 

@@ -869,9 +869,7 @@ def translation_stages(node, mr, addr: int, length: int, now_ps: int, *, write: 
     stages: list[Stage] = []
     mtt = node.nic.mtt
     if mtt is not None:
-        # A pinned host MR's entries cover its page backing; other backings keep 4 KiB entries.
-        page = node.host.params.mtt_page_size if mr.backing is None else 4096
-        access = mtt.access(mr.lkey, mr.length, page, addr - mr.iova, length, write=write)
+        access = mtt.access(mr.lkey, mr.length, mr.page_size, addr - mr.iova, length, write=write)
         if access.mpt_miss:
             stages += dma_read(node.pcie, mtt.params.mpt_bytes)
         if access.mtt_misses:

@@ -109,7 +109,7 @@ class NicParams:
     remote_access: Access = Access.REMOTE_READ | Access.REMOTE_WRITE
     """EFA: the remote rights its RDMA_READ/RDMA_WRITE capabilities allow (``efa_alloc_mr``); mlx5 ignores it."""
     max_translations: int | None = None
-    """Translation entries (4 KiB pages) the NIC can hold over all MRs; None: not limited in the model.
+    """Translation entries (each of its MR's page size) the NIC can hold over all MRs; None: not limited in the model.
     AMD Pensando ionic: about 2**20 (numbers.md 2.1); mlx5 limits are not published."""
     ignore_move_notify: bool = False
     """Deliberately broken dma-buf importer that keeps its translations after move_notify (teaching only:
@@ -161,12 +161,11 @@ class Nic:
         self._next_key += 0x100
         return key
 
-    def reserve_translations(self, nbytes: int, *, call: str) -> int:
-        """Reserve the translation entries of an ``nbytes`` MR (4 KiB pages); return how many.
+    def reserve_translations(self, pages: int, *, call: str) -> int:
+        """Reserve ``pages`` translation entries (an MR's, in its page size); return how many.
 
         :raises VerbsError: ``ENOMEM`` when the NIC's translation table would overflow.
         """
-        pages = -(-nbytes // 4096)
         limit = self.params.max_translations
         if limit is not None and self.translations + pages > limit:
             raise VerbsError("ENOMEM", f"{self.name}: translation table full ({self.translations} of {limit} "
@@ -174,9 +173,9 @@ class Nic:
         self.translations += pages
         return pages
 
-    def release_translations(self, nbytes: int) -> None:
-        """Give back the entries of an ``nbytes`` MR."""
-        self.translations -= -(-nbytes // 4096)
+    def release_translations(self, pages: int) -> None:
+        """Give back ``pages`` translation entries."""
+        self.translations -= pages
 
     def new_handle(self) -> int:
         """A fresh object number (PD handle, QP number)."""

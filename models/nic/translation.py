@@ -38,6 +38,8 @@ class MrBacking:
     vram = "gpu0"
     """The vertex, in its node's PCIe topology, of the GPU whose memory a GPU backing reaches (set per GPU on a
     server with several)."""
+    bar1_bytes = 0
+    """Bytes of the GPU's BAR1 aperture its mapping holds (:mod:`models.gpu.bar1`)."""
 
     def translate(self, now_ps: int, offset: int, length: int):
         """Answer a NIC access to ``[offset, offset+length)`` of the MR at ``now_ps``: None (valid), a

@@ -12,7 +12,8 @@ offset.
 from __future__ import annotations
 
 from models.ib.dmabuf_mr import register_dmabuf
-from models.ib.mr_checks import efa_alloc_mr, ib_check_mr_access, mlx5r_umr_can_load_pas
+from models.ib.mkey_page import EXPORTER_RUN, ib_umem_num_dma_blocks, mkey_page_size, page_segments
+from models.ib.mr_checks import MELLANOX_VENDOR_ID, efa_alloc_mr, ib_check_mr_access, mlx5r_umr_can_load_pas
 from models.nic.translation import DmabufImporter
 from models.nic.wqe import Access
 from models.verbs.verbs import MemoryRegion, ProtectionDomain
@@ -20,8 +21,6 @@ from models.versions import RDMA_CORE_DMABUF, RDMA_CORE_MLX5DV_DMABUF, Version
 from sim.core import VerbsError
 
 PAGE_MASK = 4096 - 1
-MELLANOX_VENDOR_ID = 0x02C9
-"""``PCI_VENDOR_ID_MELLANOX``: the devices the mlx5 provider (and its ``mlx5dv_*`` calls) drives."""
 
 MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT = 1
 """``MLX5_IB_UAPI_REG_DMABUF_ACCESS_DATA_DIRECT``: the mlx5 access flag selecting the pinned data-direct path."""
@@ -162,7 +161,8 @@ def _register(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int
               mode: DmabufImporter, invariants: str, call: str) -> MemoryRegion:
     node = pd.context.node
     nic = node.nic
-    nic.reserve_translations(length, call=call)
+    page = mkey_page_size(nic.params, iova, page_segments(offset, length, EXPORTER_RUN), is_dmabuf=True)
+    entries = nic.reserve_translations(ib_umem_num_dma_blocks(iova, length, page), call=call)
     try:
         start = node.kernel.now_ps(nic.name)
         with node.kernel.call(nic.name, call, offset=offset, length=length, fd=fd, mode=mode):
@@ -171,10 +171,10 @@ def _register(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int
                                             bool(access & Access.LOCAL_WRITE), node.kernel.config.behaviour,
                                             invariants)
     except BaseException:
-        nic.release_translations(length)
+        nic.release_translations(entries)
         raise
     key = nic.new_key()
     mr = MemoryRegion(pd, offset, length, Access(access), key, key, done - start, backing=backing, iova=iova,
-                      mr_type="DMABUF_MR")
+                      mr_type="DMABUF_MR", page_size=page)
     nic.mrs[key] = mr
     return mr

@@ -1,7 +1,9 @@
 """Legacy peer-memory registration of GPU memory (MLNX_OFED PeerDirect, nvidia-peermem).
 
 ``ibv_reg_mr`` on a GPU virtual address: the peer-memory client claims the range and the GPU driver pins its
-64 KiB pages (nvidia_p2p_get_pages) for the MR's lifetime; nothing is charged to RLIMIT_MEMLOCK. When the GPU
+64 KiB pages (nvidia_p2p_get_pages) for the MR's lifetime; nothing is charged to RLIMIT_MEMLOCK. The MR's
+translation entries are those pages (:func:`~models.ib.mkey_page.mkey_page_size`): a sixteenth of a dma-buf
+MR's on mlx5. When the GPU
 driver reclaims the memory (cudaFree, process exit) its free callback invalidates the MR: later accesses
 complete in error, there is no re-fault.
 """
@@ -9,6 +11,7 @@ complete in error, there is no re-fault.
 from __future__ import annotations
 
 from models.dmabuf.gpu_export import GpuAllocation
+from models.ib.mkey_page import ib_umem_num_dma_blocks, mkey_page_size, page_segments
 from models.ib.mr_backing import PeerMemBacking, PeerMemParams
 from models.nic.wqe import Access
 from models.verbs.verbs import REG_MR_FIXED_PS, MemoryRegion, ProtectionDomain, check_reg_args, trace_registration
@@ -19,7 +22,9 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
                        params: PeerMemParams = PeerMemParams()) -> MemoryRegion:
     """Register ``[alloc.addr + offset, +length)`` through the peer-memory client.
 
-    :raises VerbsError: as :func:`~models.verbs.verbs.ibv_reg_mr`; ``EFAULT`` for a range outside the allocation.
+    :raises VerbsError: as :func:`~models.verbs.verbs.ibv_reg_mr`; ``EFAULT`` for a range outside the allocation;
+        ``EFAULT`` too when its GPU pages do not fit in what is left of the GPU's BAR1 (``nvidia_p2p_get_pages``
+        fails in the client's probe, :mod:`models.gpu.bar1`).
     """
     call = "ibv_reg_mr"
     addr = alloc.addr + offset
@@ -27,15 +32,20 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
     if offset < 0 or offset + length > alloc.size:
         raise VerbsError("EFAULT", "range outside the GPU allocation: nvidia_p2p_get_pages fails", call=call)
     nic = pd.context.node.nic
-    nic.reserve_translations(length, call=call)
-    gpu_pages = -(-(offset % params.gpu_page_size + length) // params.gpu_page_size)
+    page = mkey_page_size(nic.params, addr, page_segments(addr, length, params.gpu_page_size), is_dmabuf=False)
+    entries = nic.reserve_translations(ib_umem_num_dma_blocks(addr, length, page), call=call)
+    gpu_pages = ib_umem_num_dma_blocks(addr, length, params.gpu_page_size)
     key = nic.new_key()
     cost = REG_MR_FIXED_PS + params.get_pages_ps + gpu_pages * params.page_ps
-    backing = PeerMemBacking(length, alloc, f"{nic.name}:mr{key}")
-    mr = MemoryRegion(pd, addr, length, Access(access), key, key, cost, backing=backing)
+    try:
+        backing = PeerMemBacking(length, alloc, f"{nic.name}:mr{key}", gpu_pages * params.gpu_page_size)
+    except VerbsError:
+        nic.release_translations(entries)
+        raise
+    mr = MemoryRegion(pd, addr, length, Access(access), key, key, cost, backing=backing, page_size=page)
     nic.mrs[key] = mr
     trace_registration(mr, call, ("nvidia_p2p_get_pages", cost - REG_MR_FIXED_PS, {"gpu_pages": gpu_pages}),
-                       gpu_pages)
+                       entries)
     return mr
 
 

@@ -18,6 +18,7 @@ import simpy
 from models.fabric import Fabric
 from models.ib.implicit_odp import (MLX5_IMR_KSM_ENTRIES, SIZE_MAX, ImplicitOdpBacking, is_implicit_request,
                                     parent_create_ps)
+from models.ib.mkey_page import ib_umem_num_dma_blocks, mkey_page_size, page_segments
 from models.ib.mr_backing import OdpBacking
 from models.ib.mr_checks import (EFA_VENDOR_ID, PAGE_SIZE, U64, check_max_mr_size, efa_alloc_mr,
                                 ib_check_mr_access)
@@ -89,12 +90,22 @@ class MemoryRegion:
     """Address the keys are used with; defaults to ``addr`` (for a dma-buf MR ``addr`` is the offset)."""
     mr_type: str = "MR"
     """rdma-core's ``IBV_MR_TYPE_MR`` or ``IBV_MR_TYPE_DMABUF_MR`` (``"DMABUF_MR"``)."""
+    page_size: int = PAGE_SIZE
+    """Bytes one of its translation entries covers (:func:`~models.ib.mkey_page.mkey_page_size`)."""
 
     def __post_init__(self) -> None:
         self._bits = int(self.access)
         if self.iova is None:
             self.iova = self.addr
         self.pd.usecnt += 1  # ib_uverbs_reg_mr and friends: atomic_inc(&pd->usecnt)
+
+    @property
+    def mtt_entries(self) -> int:
+        """Translation entries the NIC holds for the MR (``ib_umem_num_dma_blocks``); an implicit ODP MR's parent
+        holds its KSM entries (its children's are their own)."""
+        if isinstance(self.backing, ImplicitOdpBacking):
+            return MLX5_IMR_KSM_ENTRIES
+        return ib_umem_num_dma_blocks(self.iova, self.length, self.page_size)
 
     def change_access(self, access: Access) -> None:
         """Grant ``access`` from now on (``ibv_rereg_mr`` with ``IBV_REREG_MR_CHANGE_ACCESS``)."""
@@ -395,24 +406,33 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     check_max_mr_size(nic.params.max_mr_size, length, call)
     if isinstance(backing := _odp_backing(pd, addr, length, access), ImplicitOdpBacking):
         return _reg_implicit_mr(pd, access, backing, call)
-    nic.reserve_translations(length, call=call)
+    page = host_page_size(pd.context.node, addr, length) if backing is None else \
+        mkey_page_size(nic.params, addr, (), is_dmabuf=False, odp_page=backing.page_size)
+    entries = nic.reserve_translations(ib_umem_num_dma_blocks(addr, length, page), call=call)
     try:
         cost = pd.context.node.host.pin(addr, length, call=call) if backing is None else \
             mlx5_ib_init_odp_mr(pd.context.node, backing, length, pd.context.env.now)
     except VerbsError:
-        nic.release_translations(length)
+        nic.release_translations(entries)
         raise
     key = nic.new_key()
-    mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + cost, backing=backing)
+    mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + cost, backing=backing, page_size=page)
     nic.mrs[key] = mr
     if backing is None:
         host = pd.context.node.host
         trace_registration(mr, call, ("pin_user_pages", cost, {"pages": host.pages_spanned(addr, length)}),
-                           host.mtt_entries(addr, length))
+                           mr.mtt_entries)
     else:
         mapped = int(backing.mapped.sum())
         trace_registration(mr, call, ("mlx5_ib_init_odp_mr", cost, {"pages": mapped}) if cost else None, mapped)
     return mr
+
+
+def host_page_size(node: Node, addr: int, length: int) -> int:
+    """The translation page of pinned host memory ``[addr, addr+length)``: :func:`mkey_page_size` over the
+    pages of the host's backing (4 KiB, THP or hugetlbfs)."""
+    segments = page_segments(addr, length, node.host.params.mtt_page_size)
+    return mkey_page_size(node.nic.params, addr, segments, is_dmabuf=False)
 
 
 def _odp_backing(pd: ProtectionDomain, addr: int, length: int, access: Access) -> MrBacking | None:
@@ -468,7 +488,7 @@ def ibv_dereg_mr(mr: MemoryRegion) -> int:
     mr.pd.usecnt -= 1
     node.nic.mrs.pop(mr.lkey, None)  # gone already after a NIC reset
     if not isinstance(mr.backing, ImplicitOdpBacking):
-        node.nic.release_translations(mr.length)
+        node.nic.release_translations(mr.mtt_entries)
     if mr.backing is not None:
         return DEREG_MR_FIXED_PS + mr.backing.release(mr.pd.context.env.now)
     return DEREG_MR_FIXED_PS + node.host.unpin(mr.addr, mr.length)
@@ -500,7 +520,7 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     if new_pd is None or new_pd.context is not mr.pd.context:
         raise VerbsError("EINVAL", "CHANGE_PD needs a PD of the same device", call=call)
     new_access = check_reg_args(mr.pd.context.node, new_addr, new_length, new_access, call)
-    host = mr.pd.context.node.host
+    host, nic = mr.pd.context.node.host, mr.pd.context.node.nic
     cost = 0
     if flags & REREG_CHANGE_TRANSLATION:
         cost += host.unpin(mr.addr, mr.length)
@@ -511,7 +531,10 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
             raise
     mr.pd.usecnt -= 1
     new_pd.usecnt += 1
+    nic.release_translations(mr.mtt_entries)
     mr.addr, mr.iova, mr.length, mr.pd = new_addr, new_addr, new_length, new_pd
+    mr.page_size = host_page_size(mr.pd.context.node, new_addr, new_length)
+    nic.translations += mr.mtt_entries  # the same limit as before: the model checks it at registration only
     mr.change_access(new_access)
     return REG_MR_FIXED_PS + cost
 

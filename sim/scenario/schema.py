@@ -167,7 +167,8 @@ class NicSpec(Strict):
     of 4 KiB pages, is beyond the MTT cache's reach: each page the NIC writes into it waits on a read of its
     entry, the large-MR cliff)."""
     max_translations: Annotated[int, Field(ge=1)] | None = None
-    """Translation entries (4 KiB pages) the NIC holds over all MRs; registrations past it fail with ENOMEM."""
+    """Translation entries (each of its MR's page size) the NIC holds over all MRs; registrations past it fail
+    with ENOMEM."""
     ignore_move_notify: bool = False
     """Teaching only: a deliberately broken dma-buf importer that keeps its translations after move_notify.
     Combine with 'invariants: record' and 'data: true' to see the stale bytes it delivers."""
@@ -190,6 +191,10 @@ class GpuSpec(Strict):
     revocable with a 'dmabuf-revoke' event); default by preset vendor."""
     memory: PositiveSize | None = None
     """Usable device memory (default: the preset's)."""
+    bar1: PositiveSize | None = None
+    """BAR1 aperture, the window peers reach device memory through (default: the preset's): peer-memory MRs and
+    NVIDIA dma-buf maps hold it; past it ibv_reg_dmabuf_mr fails with ENOMEM and peer memory with EFAULT (NVIDIA
+    only: the AMD profile's BAR is taken to cover VRAM)."""
     driver: VersionText = "580"
     """GPU driver version. NVIDIA: dma-buf export needs the open kernel modules 515+; from 580 nv_dma_buf_attach
     refuses a peer it cannot serve (ENOTSUPP), before the map does (the core reports ENOMEM)."""
@@ -207,7 +212,7 @@ class GpuSpec(Strict):
     mapping type (buffers' export_mapping: pcie) on a coherent platform: default (a peer in the GPU's IOMMU group,
     which the model takes as one under the GPU's PCIe switch), allow (any peer) or deny (none)."""
 
-    @field_validator("coherent", "chipset_p2p", "topology_check_override")
+    @field_validator("coherent", "chipset_p2p", "topology_check_override", "bar1")
     @classmethod
     def _nvidia_only(cls, value, info):
         exporter = info.data.get("exporter") or GPU_VENDOR.get(info.data.get("preset"))

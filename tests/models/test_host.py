@@ -3,7 +3,9 @@ from pathlib import Path
 
 import pytest
 
+from models.ib.mkey_page import ib_umem_num_dma_blocks, mkey_page_size, page_segments
 from models.host import PAGE_BACKINGS, PIN_PATHS, PIN_PRESETS, HostMemory, HostParams, pin_curve_holds
+from models.nic.nic import NicParams
 from models.size_cost import fit_call_cost, fit_proportional
 from sim.calibrate import calibrate
 from sim.core import VerbsError
@@ -35,8 +37,9 @@ def test_huge_pages_make_pinning_cheaper_and_the_mtt_smaller():
     gib = 1 << 30
     assert huge.pin_cost_ps(gib) < base.pin_cost_ps(gib) / 4               # present pages: per folio, not per page
     assert huge.pin_cost_ps(gib, prefaulted=False) < base.pin_cost_ps(gib, prefaulted=False)  # fewer faults
-    mem4k, mem2m = HostMemory("a", base), HostMemory("a", huge)
-    assert mem4k.mtt_entries(0, gib) == 512 * mem2m.mtt_entries(0, gib) == 512 * 512
+    entries = [ib_umem_num_dma_blocks(0, gib, mkey_page_size(NicParams(), 0, page_segments(0, gib, p.mtt_page_size),
+                                                             is_dmabuf=False)) for p in (base, huge)]
+    assert entries == [512 * 512, 512]
     assert PAGE_BACKINGS["thp"] == HostParams(pages="thp").mtt_page_size == 2 << 20
 
 
