@@ -586,7 +586,7 @@ class WorkRequestRun:
 
     def _responder(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
-        if not qp.remote.psn_synced:
+        if not qp.remote.psn_synced and acknowledged(qp.qp_type):  # UC and UD requests are not sequence-checked
             unsynced = self._first_psns(tail)
             if unsynced is not None:
                 return unsynced
