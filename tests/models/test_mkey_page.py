@@ -4,7 +4,6 @@ backing pages, other drivers' best page size), the MTT entries it gives, and wha
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from models.dmabuf import DmaBufCore, KernelConfig
 from models.dmabuf.gpu_export import Gpu
 from models.gpu import gpu_params
 from models.host import HostParams
