@@ -42,7 +42,7 @@ class KernelConfig:
 
 @dataclass(frozen=True, slots=True)
 class DmaBufCosts:
-    """CPU time of the core's calls, integer ps. Unvalidated: no public measurement exists (numbers.md 3.2)."""
+    """CPU time of the core's calls, integer ps. Unvalidated: no public measurement of these calls was found."""
 
     export_ps: int = 2 * PS_PER_US
     """``dma_buf_export``: allocate the dma_buf, its anon file and reservation object."""
@@ -64,7 +64,7 @@ class DmaBufCosts:
     """Per page unmapped."""
     move_notify_ps: int = 10 * PS_PER_US
     """Per dynamic importer notified: it zaps its translations (mlx5: UMR XLT ZAP and its completion);
-    numbers.md 3.2 suggests 10s of us."""
+    an invalidation with its MTT update and fence is estimated at tens of us (unvalidated)."""
     page_size: int = 4096
     """CPU page size in bytes (sg entries are page granular)."""
 

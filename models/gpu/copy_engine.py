@@ -17,7 +17,7 @@ PyTorch, CUDA-event timed):
 
 Device-to-device copies use the measured 4250 GB/s of read + write HBM traffic (2125 GB/s copied) with
 the pinned D2H fixed cost (not measured separately). H2D and D2H run on separate engines and overlap; the
-bidirectional slow-down reported for some hosts (numbers.md 3.1, nvbandwidth #53) is not modelled.
+bidirectional slow-down reported for some hosts (NVIDIA/nvbandwidth issue #53) is not modelled.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ State lives in numpy arrays, never in per-page objects: ``on_gpu`` (bool, one by
 resident page count and an LRU stamp. 141 GB of managed memory costs ~100 MB of state.
 
 GPU accesses (an array of page indices, in the order the GPU issues them) are processed batch by batch,
-following NVIDIA's UVM driver (numbers.md 3.3): the GPU runs ahead collecting faults until ``fault_batch``
+following NVIDIA's UVM driver (open-gpu-kernel-modules, kernel-open/nvidia-uvm): the GPU runs ahead collecting faults until ``fault_batch``
 (256) distinct non-resident pages are pending, then the batch is serviced: for each 2 MiB VA block the
 faulted pages are rounded out to migration chunks (64 KiB, the GPU big page, or whole 2 MiB blocks), the
 prefetcher adds every region of the tree 64 KiB .. 2 MiB that contains a fault and whose resident-or-faulted
@@ -38,7 +38,7 @@ class UvmParams:
     """Unified-memory geometry and costs (sizes in bytes, times in integer ps, rates in B/s).
 
     Defaults are the H200 fit (:func:`models.gpu.um_calibration.fit`, calib/gpu_um/fit_um.py) to
-    models/data/h200_managed_memory.json; the geometry follows the UVM driver (numbers.md 3.3).
+    models/data/h200_managed_memory.json; the geometry follows the UVM driver (kernel-open/nvidia-uvm).
     """
 
     page_size: int = 4 * KiB

@@ -1,7 +1,7 @@
 """GPU presets: data with a cited source, overridable key by key (``gpu_params("h200", hbm_bytes=...)``).
 
 ``SOURCES`` names where each number comes from; "measured" means our H200 host (models/data/README.md),
-"datasheet" the vendor figure as collected in shared/reference/numbers.md section 3.1, "recalled" a figure
+"datasheet" the vendor's published figure (NVIDIA H100/H200 datasheets), "recalled" a figure
 not verified from a stored source.
 """
 
@@ -49,14 +49,14 @@ GPU_PRESETS: dict[str, dict] = {
 SOURCES = {
     "h200": "hbm_bytes: measured, nvidia-smi memory.total 143771 MiB (models/data/h200_host.json); bar1_bytes: "
             "measured, BAR1 Total 262144 MiB (same file); PCIe Gen5 x16 current = max (same file); 4.8 TB/s: "
-            "datasheet (numbers.md 3.1); measured device-to-device copy 4250 GB/s read+write "
+            "datasheet; measured device-to-device copy 4250 GB/s read+write "
             "(models/data/h200_copy_bw.json); allocation costs: measured, cudaMalloc/cudaFree and the VMM "
             "calls 2 MiB..64 GiB (models/data/h200_gpu_alloc.json); pages 64 KiB / 2 MiB: NVIDIA big/huge "
             "GPU pages.",
-    "h100": "80 GB HBM3 at 3.35 TB/s: datasheet (numbers.md 3.1), taken as 80 GiB of stacks (5 x 16 GiB) with "
-            "no reserve; BAR1 128 GiB: commonly reported, NOT verified (numbers.md 3.1; no stored source, the H100 "
+    "h100": "80 GB HBM3 at 3.35 TB/s: datasheet, taken as 80 GiB of stacks (5 x 16 GiB) with "
+            "no reserve; BAR1 128 GiB: commonly reported, NOT verified (no source read, the H100 "
             "PCIe product brief PB-11133 included, states it); PCIe Gen5 x16: "
-            "numbers.md 3.1. Copy, UVM and allocation costs reuse the H200 fit (same link and driver).",
+            "NVIDIA's H100 specification. Copy, UVM and allocation costs reuse the H200 fit (same link and driver).",
     "mi300x": "192 GB HBM3 (8 x 24 GiB stacks) at 5.3 TB/s, PCIe Gen5 x16: AMD Instinct MI300X datasheet, "
               "recalled, NOT verified from a stored source; BAR size not a limit (bar1_bytes None): amdgpu "
               "resizes the BAR to cover VRAM where the platform allows (resizable BAR), and its peer maps are "

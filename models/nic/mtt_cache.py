@@ -20,7 +20,7 @@ Why: RDMA READ into one destination MR larger than ~4 GiB of 4 KiB pages runs at
 same bytes in 3.5 GiB slices are fast, and only the MR the NIC writes matters; a per-MR table depth explains all
 three, a shared cache of the pages touched none (slices touch the same pages). The reach 2^20 entries (4 GiB of
 4 KiB pages) lies in the published bracket (3.5 .. 5.9 GiB) and is the per-HCA translation budget AMD's ionic
-reports (numbers.md 2.1); ``lookup_ps`` is fitted to the 6.0 GB/s on a ConnectX-5's Gen3 x16 link. mlx5's table
+reports (SemiAnalysisAI/InferenceX PR #3330); ``lookup_ps`` is fitted to the 6.0 GB/s on a ConnectX-5's Gen3 x16 link. mlx5's table
 layout is not published. 2 MiB pages keep every MR below the reach up to 2 TiB.
 
 Examples

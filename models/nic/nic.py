@@ -110,7 +110,7 @@ class NicParams:
     """EFA: the remote rights its RDMA_READ/RDMA_WRITE capabilities allow (``efa_alloc_mr``); mlx5 ignores it."""
     max_translations: int | None = None
     """Translation entries (each of its MR's page size) the NIC can hold over all MRs; None: not limited in the model.
-    AMD Pensando ionic: about 2**20 (numbers.md 2.1); mlx5 limits are not published."""
+    AMD Pensando ionic: about 2**20 (SemiAnalysisAI/InferenceX PR #3330); mlx5 limits are not published."""
     ignore_move_notify: bool = False
     """Deliberately broken dma-buf importer that keeps its translations after move_notify (teaching only:
     the invariant checker catches its DMA through stale mappings)."""

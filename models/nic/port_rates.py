@@ -9,13 +9,12 @@ RETH, per path MTU (:mod:`models.fabric`, the one place those sizes live).
 
 Sources: InfiniBand lane rates and line codes, the InfiniBand Trade Association's data rates (EDR 25, HDR 50,
 NDR 100, XDR 200 Gb/s per lane) as tabulated in Wikipedia's "InfiniBand" performance table; EDR 4 x 25.78125 Gb/s
-64b/66b (ConnectX-5 Ex user manual 1.2) and HDR100 2 x 53.125 Gb/s (ConnectX-6 user manual features table), both
-in numbers.md 2; the lane modulations (25G NRZ, 50G and 100G PAM4 per lane) from NVIDIA's LinkX "Key
+64b/66b (ConnectX-5 Ex user manual 1.2) and HDR100 2 x 53.125 Gb/s (ConnectX-6 user manual features table); the lane modulations (25G NRZ, 50G and 100G PAM4 per lane) from NVIDIA's LinkX "Key
 Technologies" page (docs.nvidia.com/networking/display/CABLEOVpub/Key+Technologies). Ethernet: IEEE 802.3 clauses
 82 and 91 (100GBASE-R: 64b/66b, RS(528,514) FEC with 256b/257b transcoding keeps 25.78125 Gb/s per lane),
 119 and 134 (200G/400G: 256b/257b and RS(544,514) over 26.5625 or 53.125 GBd PAM4 lanes) and 802.3df (800GbE,
 8 x 106.25 Gb/s). XDR's 212.5 Gb/s lane (106.25 GBd PAM4) is the vendors' figure for 800 Gb/s ConnectX-8 ports.
-numbers.md's HDR100 row names 64b/66b, but 53.125 Gb/s lanes carry 50 Gb/s only under RS(544,514) over
+A HDR100 table row naming 64b/66b would be wrong: 53.125 Gb/s lanes carry 50 Gb/s only under RS(544,514) over
 256b/257b, as Ethernet's PAM4 lanes do, which is the code taken for HDR, NDR and XDR. GRH (40 B, routed
 InfiniBand) is not counted: the fabric is one subnet.
 

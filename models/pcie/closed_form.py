@@ -1,12 +1,12 @@
 """Closed-form PCIe DMA bandwidth: the pcie-model formulas (Neugebauer et al., SIGCOMM'18) in our own words.
 
-Sizes are bytes, rates bytes/s per direction, times ps. Sources: ``reference/numbers.md`` §1.1 (constants) and
-§1.2 (formulas), i.e. pcie-model (github.com/pcie-bench/pcie-model, 40703cf) citing PCIe Base Spec 5.0.
+Sizes are bytes, rates bytes/s per direction, times ps. Sources: the constants and formulas of
+pcie-model (github.com/pcie-bench/pcie-model, 40703cf) citing PCIe Base Spec 5.0.
 
 * **Raw rate** R = lanes x GT/s x line-code efficiency / 8.
 * **TLP-layer rate** T = R x (1 - 8/Ack - 8/FC - 4/1538): an 8 B ACK DLLP every Ack bytes, an 8 B FC-update
   DLLP every FC bytes and a 4 B SKIP ordered set every 1538 bytes of link time. Ack = FC = the spec's
-  Ack-latency table value for (generation, width, MPS); Gen3 x8 and x16 are in numbers.md, x1/x2/x4 and
+  Ack-latency table value for (generation, width, MPS); Gen3 x8 and x16 from pcie-model's tables, x1/x2/x4 and
   Gen1/Gen2 come from the same spec tables via pcie-model, Gen4-6 reuse Gen3's (pcie-model does the same and
   calls Gen6 a guess). Caveat kept for agreement with the published anchors: the spec tables are in *symbol
   times*, and a symbol time carries ``lanes`` bytes, so this DLLP overhead is about ``lanes`` times too high
@@ -21,7 +21,7 @@ Sizes are bytes, rates bytes/s per direction, times ps. Sources: ``reference/num
   MRRS < MPS (one completion per request) and unaligned starts (extra TLPs) generalise them.
 * **Write**: B = T x n / W, W = wire bytes of the MWr TLPs, and no more than one write per
   ``dma_write_issue_ps`` (the device's DMA engine, not the link: pcie-bench's NFP-6000 issues at most one
-  posted write per 21.1 ns, whatever its size up to 64 B, numbers.md §1.4).
+  posted write per 21.1 ns, whatever its size up to 64 B: models/data/pciebench_dma_read_sizes.json).
 * **Read**: requests (Q wire bytes) flow device->host, completions (C) host->device, each direction at T;
   link-limited B = T x n / max(Q, C) (pcie-model's RX/TX min logic). Reads are non-posted: each MRd holds one
   of ``read_tags`` tags for its round trip (request serialisation + ``read_latency_ps`` + its completions),

@@ -1,4 +1,4 @@
-"""The closed-form PCIe model against pcie-model's published numbers (reference/numbers.md §1, §4), its own
+"""The closed-form PCIe model against pcie-model's published numbers (pcie-model's printout and pcie-bench's data), its own
 splitting rules, and the PcieParams helpers the event engine uses."""
 
 from dataclasses import replace

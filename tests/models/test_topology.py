@@ -55,7 +55,7 @@ def test_latencies_add_switch_p2p_and_socket_hops():
     local = dma_path(build_topology("root_complex"), "nic0", "mem0", 64)
     remote = dma_path(build_topology("root_complex"), "nic0", "mem1", 64)
     assert (local.read_latency_ps, local.write_latency_ps) == (base.read_latency_ps, base.write_latency_ps)
-    assert remote.read_latency_ps - local.read_latency_ps == 100 * PS_PER_NS  # numbers.md: remote NUMA +~100 ns
+    assert remote.read_latency_ps - local.read_latency_ps == 100 * PS_PER_NS  # pcie-bench: remote NUMA +~100 ns
     under_switch = dma_path(build_topology("switch"), "nic0", "gpu0", 64)
     assert under_switch.read_latency_ps == base.read_latency_ps + 2 * sw.latency_ps
     cross = dma_path(build_topology("cross_socket"), "nic0", "gpu0", 64)
