@@ -27,33 +27,20 @@ import json
 import os
 import platform
 import subprocess
+import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared ctypes structures
+from cuda_vmm import (CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_MEM_ALLOCATION_TYPE_PINNED,  # noqa: E402
+                      CU_MEM_LOCATION_TYPE_DEVICE, AccessDesc, AllocationProp, AllocFlags, MemLocation)
 
 MIB, GIB = 1 << 20, 1 << 30
 DMA_BUF_FD = 1
 FLAG_PCIE = 1
 FLAGS = (0, FLAG_PCIE, 2, 0x80000000)
-CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 1, 1, 3
 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
 CU_MEM_ATTACH_GLOBAL = 1
-
-
-class MemLocation(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
-
-
-class AllocFlags(ctypes.Structure):
-    _fields_ = [("compressionType", ctypes.c_ubyte), ("gpuDirectRDMACapable", ctypes.c_ubyte),
-                ("usage", ctypes.c_ushort), ("reserved", ctypes.c_ubyte * 4)]
-
-
-class AllocationProp(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("requestedHandleTypes", ctypes.c_int), ("location", MemLocation),
-                ("win32HandleMetaData", ctypes.c_void_p), ("allocFlags", AllocFlags)]
-
-
-class AccessDesc(ctypes.Structure):
-    _fields_ = [("location", MemLocation), ("flags", ctypes.c_int)]
 
 
 class Cuda:

@@ -84,12 +84,11 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0) -> tuple:
     for step in steps:
         kind = type(step)
         last = program[-1] if program else None
-        if kind is Claim and step.turn is not None:
-            program.append((TURN, pos, step.server, step.service_ps, step.head_ps, step.tail_ps, step.latency_ps,
-                            step.label, step.turn, step.eager))
-        elif kind is Claim:
+        if kind is Claim:
             claim = (step.server, step.service_ps, step.head_ps, step.tail_ps, step.latency_ps, step.label)
-            if step.eager and last is not None and last[0] == CLAIMS:
+            if step.turn is not None:
+                program.append((TURN, pos, not step.eager, (claim,), step.turn))
+            elif step.eager and last is not None and last[0] == CLAIMS:
                 program[-1] = (CLAIMS, last[1], last[2], (*last[3], claim))
             else:
                 program.append((CLAIMS, pos, not step.eager, (claim,)))
@@ -241,12 +240,17 @@ class StepRunner:
         while at < end:
             step = program[at]
             code = step[0]
-            if code == CLAIMS:
+            if code == CLAIMS or code == TURN:
                 if step[2] and not due:  # (what _push does, written out: the commonest wait)
                     chain.at, chain.head, chain.tail, chain.due = at, head, tail, True
                     heappush(self.heap, (head, step[1] + op.offset, op.seq, next(self.count), chain, False))
                     return
                 due = False
+                turns = op.turns.get(step[4]) if code == TURN else None
+                if turns is not None and op.ticket > turns.passed:  # an earlier operation's claim comes first
+                    chain.at, chain.head, chain.tail = at, head, tail
+                    turns.parked[op.ticket] = chain
+                    return
                 for server, service, head_ps, tail_ps, latency, label in step[3]:
                     start, finish = claim_cut_through(server, head, service, tail + tail_ps)
                     if tracing:
@@ -254,26 +258,8 @@ class StepRunner:
                     head, tail = start + head_ps + latency, finish + latency
                     if label is not None and label in op.held:
                         self._release(op, label, now)
-            elif code == TURN:
-                if not due and not step[9]:
-                    chain.at, chain.head, chain.tail = at, head, tail
-                    self._push(chain, head, step[1], True)
-                    return
-                due = False
-                turns = op.turns.get(step[8])
-                if turns is not None and op.ticket > turns.passed:  # an earlier operation's claim comes first
-                    chain.at, chain.head, chain.tail = at, head, tail
-                    turns.parked[op.ticket] = chain
-                    return
-                server, service, head_ps, tail_ps, latency, label = step[2:8]
-                start, finish = claim_cut_through(server, head, service, tail + tail_ps)
-                if tracing:
-                    self.env.trace.slice(server.name, "busy", start, finish)
-                head, tail = start + head_ps + latency, finish + latency
-                if label is not None and label in op.held:
-                    self._release(op, label, now)
                 if turns is not None:
-                    self._pass(op, step[8], now)
+                    self._pass(op, step[4], now)
             elif code == DELAY:
                 head, tail = head + step[2], tail + step[2]
             elif code == REBASE:
