@@ -29,7 +29,7 @@ from sim.core.errors import SimError
 from sim.core.units import format_size
 from sim.perftest_report import RULE, bandwidth_column, format_summary
 from sim.scenario.refs import check_references
-from sim.scenario.schema import MAX_MESSAGE_B, Scenario
+from sim.scenario.schema import MAX_MESSAGE_B, Scenario, WorkloadSpec
 
 TESTS = {"ib_write_bw": "write_bw", "ib_read_bw": "read_bw", "ib_write_lat": "write_lat", "ib_read_lat": "read_lat",
          "ib_send_bw": "send_bw", "ib_send_lat": "send_lat",
@@ -178,6 +178,9 @@ def _parser(test: str) -> argparse.ArgumentParser:
     if TESTS[test].startswith(("read", "atomic")):
         add("-o", "--outs", type=_integer("Outstanding Reads"),
             help="Number of outstanding READs/atomics (default: the device's max_qp_rd_atom).")
+    add("-u", "--qp-timeout", type=_ranged(0, 31, "QP Timeout"), default=14, metavar="TIMEOUT",
+        help="QP timeout, timeout value is 4 usec * 2 ^(timeout), default 14: how long RC waits for an "
+             "acknowledgement before it sends a lost frame again (0: never; rdmasim takes IB's 5-bit range).")
     add("--report_gbits", action="store_true", help="Report bandwidth in Gbit/sec (instead of MiB/sec).")
     add("--engine", choices=["auto", "fast", "event"], default="auto",
         help="rdmasim only: the simulation engine (default auto: the vectorized core where it applies).")
@@ -375,6 +378,8 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
         work |= {"bidirectional": True} if args.bidirectional else {}
         work |= {key: value for key, value in (("post_list", args.post_list), ("cq_mod", cq_moderation(args)))
                  if value != 1}
+    if args.qp_timeout != WorkloadSpec.model_fields["qp_timeout"].default:
+        work["qp_timeout"] = args.qp_timeout
     if kind.startswith(("read", "atomic")) and args.outs is not None:
         work["max_rd_atomic"] = outstanding_reads(args.outs, NicParams(**NIC_PRESETS[preset]).max_rd_atomic)
     access = {}
