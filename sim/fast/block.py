@@ -135,7 +135,7 @@ def _guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     servers keep their pace. Returns those claims."""
     g, m = piece.group, piece.hi - piece.lo
     window = problem.groups[g].window
-    ends = _ends(problem, piece, 0)
+    ends = _ends(problem, piece, np.zeros(m, np.int64))
     piece.idle_done = problem.idle_base[g] - ends
     piece.idle_claim = {pos: np.full(m, problem.idle_claims[g][pos], np.int64) for pos in piece.shared}
     queued = Pace.ahead(*piece.pace.end, m)

@@ -232,6 +232,13 @@ def test_large_windows_and_small_blocks_agree_with_one_block():
     assert solve_all(servers, [group], block=700) == run_events(servers, [group])
 
 
+def test_a_saturated_group_with_no_drawn_delay_keeps_its_pace_from_block_to_block():
+    """Every operation queues on ``a``, so each block after the first starts from the group's pace, here with
+    no drawn delay after the claim to take off it."""
+    servers, group = [Server("a")], Group((Claim(0, 100), Rebase(True), Wake()), 300, 2)
+    assert solve_all(servers, [group], block=8) == run_pipelines(servers, [group])
+
+
 def test_a_group_without_claims_completes_after_its_delays():
     group = Group((Delay(5), Delay(draws="poll")), ops=6, window=2, draws={"poll": series([9, 0, 0, 30, 0, 0])})
     assert solve_all([], [group], block=4) == ([[0, 0, 14, 14, 19, 49]], [[14, 14, 19, 49, 49, 54]])
