@@ -52,11 +52,11 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
         previous, memo = _guess(problem, slices, outs, run), run.memo
     future = _next_post(problem, spans, slices, outs)
     horizon = min(future, disagree)
-    # Without shared servers or drawn delays before claims, later operations never come first anywhere (unless
-    # they take other steps: a continuation starts after the block).
-    g, _, hi = spans[-1]
-    switching = hi == problem.groups[g].ops and problem.continued[g]
-    alone = not switching and not shared and not any(problem.varied[g][k] for g, _, _ in spans
+    # Without shared servers or drawn delays before claims, later operations never come first anywhere, unless
+    # the stream goes on with other steps: a continuation's operations, posted by this block's completions, may
+    # claim its servers from other positions before this block's last claims.
+    continued = problem.continued[spans[-1][0]]
+    alone = not continued and not shared and not any(problem.varied[g][k] for g, _, _ in spans
                                                      for k in problem.claim_steps[g])
     kept = _kept(spans, outs, horizon, everything=disagree == NEVER and alone)
     _carry_over(problem, spans, outs, kept, run, carry, shared, future)
@@ -135,7 +135,7 @@ def _guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     servers keep their pace. Returns those claims."""
     g, m = piece.group, piece.hi - piece.lo
     window = problem.groups[g].window
-    ends = _ends(problem, piece, 0)
+    ends = _ends(problem, piece, np.zeros(m, np.int64))
     piece.idle_done = problem.idle_base[g] - ends
     piece.idle_claim = {pos: np.full(m, problem.idle_claims[g][pos], np.int64) for pos in piece.shared}
     queued = Pace.ahead(*piece.pace.end, m)

@@ -152,6 +152,19 @@ def test_a_stream_that_changes_its_steps_equals_the_event_engine(data):
     assert fast == run_events(servers, groups, 11)
 
 
+def test_a_continuation_claims_a_shared_server_before_the_stream_it_continues():
+    """Operations queue on ``a`` (100 ps each) and pass ``b`` at once: operation i completes at 100 (i + 1).
+    Operation 7 takes other steps: posted by operation 4's completion at 500, it holds ``b`` until 650, so
+    operation 5, out of ``a`` at 600, waits for it there, whatever blocks the stream is solved in."""
+    servers = [Server("a"), Server("b")]
+    groups = [Group((Claim(0, 100), Claim(1, 0), Rebase(True), Wake()), 7, 3),
+              Group((Claim(1, 150), Rebase(True), Wake()), 8, 3, first=7)]
+    events = run_events(servers, groups)
+    assert events[1][0][4:6] == [500, 650]
+    for block in (1, 4, 64):
+        assert solve_all(servers, groups, block=block) == events
+
+
 def test_marks_report_the_wake_before_a_hold():
     steps = (Claim(0, 100), Check("translate", 30, ((150, 1000),), "translate"), Rebase(False), Claim(1, 10),
              Rebase(True))
@@ -217,6 +230,13 @@ def test_large_windows_and_small_blocks_agree_with_one_block():
     servers = [Server("a"), Server("b"), Server("c")]
     assert solve_all(servers, [group], block=1) == solve_all(servers, [group], block=1 << 20)
     assert solve_all(servers, [group], block=700) == run_events(servers, [group])
+
+
+def test_a_saturated_group_with_no_drawn_delay_keeps_its_pace_from_block_to_block():
+    """Every operation queues on ``a``, so each block after the first starts from the group's pace, here with
+    no drawn delay after the claim to take off it."""
+    servers, group = [Server("a")], Group((Claim(0, 100), Rebase(True), Wake()), 300, 2)
+    assert solve_all(servers, [group], block=8) == run_pipelines(servers, [group])
 
 
 def test_a_group_without_claims_completes_after_its_delays():
