@@ -12,7 +12,9 @@ operations; the block keeps only operations all of whose claims precede the earl
 can make (its first post), and the next block starts at the first one it did not keep; what a server still
 owes kept operations after that time is carried over as pending claims. When passes do not agree within
 ``max_passes``, the operations whose every claim precedes the earliest disagreement are kept (a pass is
-right up to there) and blocks shrink, so every block makes progress.
+right up to there) and blocks shrink, so every block makes progress; passes that keep nothing are doubled up to
+one per operation of the block, past which the block is :class:`Unsolvable` (a claim reached at the picosecond a
+completion posts its operation, which flips between two orders from pass to pass) rather than solved forever.
 
 Nothing is approximated. Claims on one server are served in the ordering rule's order (:mod:`sim.fast.merge`),
 which is total. Two limits are checked instead of assumed (:class:`Unsolvable` up front): a gate and the claim
@@ -164,6 +166,10 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
         outs, kept, agreed = solve_block(problem, spans, carry, history, start, passes)
         total = sum(hi - first for _, first, hi in spans)
         if not kept[0]:  # nothing final: more passes if they disagreed, else a longer block
+            if not agreed and passes > total + max_passes:
+                raise Unsolvable(f"passes over {total} operations from operation {lo} do not agree: a claim is "
+                                 "reached at the picosecond another operation's completion posts it, an order the "
+                                 "vectorized core cannot settle", group)
             passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, 2 * total, reach + 1)
             continue
         size = max(smallest, 2 * total if agreed else min(size // 2, 2 * sum(kept)))

@@ -23,10 +23,21 @@ from event_reference import run_events
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+def solved(servers, groups, start_ps=0, block=64) -> list:
+    """The pieces of the solve; an example whose order the core refuses to settle (a claim reached at the
+    picosecond a completion posts its operation, ``Unsolvable``) is discarded: the property is that whenever the
+    core answers, the answer is the event engine's (test_a_claim_at_its_posting_picosecond_is_refused...)."""
+    try:
+        return list(solve(servers, groups, start_ps, block=block))
+    except Unsolvable as exc:
+        assume(not exc.reason.startswith("passes over"))
+        raise
+
+
 def solve_all(servers, groups, start_ps=0, block=64):
     """Posts and completions per group, from small blocks (so block boundaries are exercised)."""
     posts, dones = [[] for _ in groups], [[] for _ in groups]
-    for piece in solve(servers, groups, start_ps, block=block):
+    for piece in solved(servers, groups, start_ps, block=block):
         posts[piece.group] += piece.post.tolist()
         dones[piece.group] += piece.done.tolist()
     return posts, dones
@@ -141,7 +152,7 @@ def test_a_stream_that_changes_its_steps_equals_the_event_engine(data):
               Group(after.steps, before.ops, before.window, before.draws, first=switch)]
     if data.draw(st.booleans()):
         groups.append(after)
-    pieces = list(solve(servers, groups, 11, block=64))
+    pieces = solved(servers, groups, 11, block=64)
     if gate:  # the gate's answer is the FIFO semaphore's while the stream's releases come in order
         released = np.concatenate([p.marks["release"] for p in pieces if p.group < 2])
         assume((np.diff(released) >= 0).all())
@@ -251,4 +262,15 @@ def test_only_a_lone_position_claiming_in_operation_order_carries_its_server_as_
              Rebase(True), Wake())
     servers = [Server("lone"), Server("shared"), Server("after a draw"), Server("pool", count=2)]
     assert Problem(servers, [Group(steps, 4, 2, {"poll": series([0, 3, 1, 2])})]).in_order == {0}
+
+
+def test_a_claim_at_its_posting_picosecond_is_refused_rather_than_solved_forever():
+    """Operation i's second claim completes it at the picosecond operation i + 1 is posted and claims the same
+    server first in position: by (time, position) the later operation's claim would go first, but then operation
+    i finishes later and the next is posted later, so passes flip between two answers. The event engine makes the
+    caused claim right after the claim that caused it (posts 0, 10, 20); the core says it cannot settle it."""
+    group = Group((Claim(0, 2, head_ps=2), Rebase(False, 8), Claim(0, 0), Rebase(True), Wake()), ops=3, window=1)
+    assert run_events([Server("a")], [group], 0) == ([[0, 10, 20]], [[10, 20, 30]])
+    with pytest.raises(Unsolvable, match="passes over .* do not agree"):
+        list(solve([Server("a")], [group]))
 
