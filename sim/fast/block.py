@@ -260,11 +260,10 @@ def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pas
     for pos, used in run.used.items():
         now = run.current[pos]
         if used is None:
-            t = min(t, int(now.wake[0])) if len(now.wake) else t
+            t = min(t, int(now.wake.min())) if len(now.wake) else t
         elif not now.same_inputs(used):
             differ = (now.wake != used.wake) | (now.head != used.head) | (now.not_before != used.not_before)
-            k = int(np.argmax(differ))
-            t = min(t, int(now.wake[k]), int(used.wake[k]))
+            t = min(t, int(np.minimum(now.wake, used.wake)[differ].min()))  # after a drawn delay, not in order
     return t
 
 

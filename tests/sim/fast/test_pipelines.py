@@ -274,3 +274,18 @@ def test_a_claim_at_its_posting_picosecond_is_refused_rather_than_solved_forever
     with pytest.raises(Unsolvable, match="passes over .* do not agree"):
         list(solve([Server("a")], [group]))
 
+
+
+def test_a_guess_that_differs_late_in_operation_order_but_early_in_time_is_not_kept():
+    """After a drawn delay a position's claims are not in time order, so a later operation's wrong guess on the
+    shared server can come earlier in time than the first operation's whose guess is wrong: the block keeps
+    nothing that server serves after the earlier of the two."""
+    polls = np.zeros(126, np.int64)
+    for i, ps in {1: 14269, 20: 15923, 41: 110, 43: 16384, 48: 23514, 66: 629, 78: 1574, 81: 617, 85: 23587,
+                  88: 692, 89: 1815, 90: 40000, 92: 1456, 93: 18146, 94: 642, 95: 7640, 96: 26485, 97: 4203,
+                  98: 4907, 103: 3753, 112: 34436, 117: 5869, 120: 7910, 124: 29510, 125: 32471}.items():
+        polls[i] = ps
+    steps = (Claim(0, 42, tail_ps=6492), Delay(5, "poll"), Claim(0, 2138), Claim(0, 0, eager=True), Claim(0, 0),
+             Delay(draws="poll"), Wake())
+    servers, groups = [Server("s0")], [Group(steps, 126, 19, {"poll": series(polls)})]
+    assert solve_all(servers, groups, 11) == run_events(servers, groups, 11)
