@@ -26,14 +26,14 @@ import ctypes
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared ctypes structures
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared modules
 from cuda_vmm import (CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_MEM_ALLOCATION_TYPE_PINNED,  # noqa: E402
                       CU_MEM_LOCATION_TYPE_DEVICE, AccessDesc, AllocationProp, AllocFlags, MemLocation)
+from host_facts import command_output  # noqa: E402
 
 MIB, GIB = 1 << 20, 1 << 30
 DMA_BUF_FD = 1
@@ -242,18 +242,13 @@ def free_after_export(cuda: Cuda) -> dict:
 
 
 def environment(cuda: Cuda) -> dict:
-    def run(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
-        except Exception as exc:  # noqa: BLE001 - record what failed
-            return repr(exc)
     version = ctypes.c_int()
     cuda.ok("cuDriverGetVersion", ctypes.byref(version))
     name = ctypes.create_string_buffer(256)
     cuda.ok("cuDeviceGetName", name, 256, cuda.dev)
     return {"gpu": name.value.decode(), "cuda_driver": version.value, "uname": platform.uname()._asdict(),
-            "nvidia_smi": run(["nvidia-smi", "--query-gpu=driver_version,memory.total,memory.free",
-                               "--format=csv"]),
+            "nvidia_smi": command_output(["nvidia-smi", "--query-gpu=driver_version,memory.total,memory.free",
+                                          "--format=csv"]),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %Z")}
 
 

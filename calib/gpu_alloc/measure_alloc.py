@@ -27,14 +27,14 @@ import json
 import platform
 import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared ctypes structures
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared modules
 from cuda_vmm import (CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_MEM_ALLOCATION_TYPE_PINNED,  # noqa: E402
                       CU_MEM_LOCATION_TYPE_DEVICE, AccessDesc, AllocationProp, MemLocation)
+from host_facts import command_output  # noqa: E402
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [2 * MIB, 8 * MIB, 32 * MIB, 128 * MIB, 512 * MIB, 2 * GIB, 8 * GIB, 32 * GIB, 64 * GIB]
@@ -115,19 +115,14 @@ def measure_vmm(driver: Driver, size: int, reps: int) -> dict:
 
 
 def environment(cp) -> dict:
-    def run(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
-        except Exception as exc:  # noqa: BLE001 - record what failed
-            return repr(exc)
     rt = cp.cuda.runtime
     name = rt.getDeviceProperties(0)["name"]
     return {"gpu": name.decode() if isinstance(name, bytes) else name,
             "cuda_runtime": rt.runtimeGetVersion(), "cuda_driver": rt.driverGetVersion(),
             "cupy": cp.__version__, "python": platform.python_version(), "uname": platform.platform(),
             "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "smi": run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.used",
-                        "--format=csv"])}
+            "smi": command_output(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.used",
+                                   "--format=csv"])}
 
 
 def main() -> None:

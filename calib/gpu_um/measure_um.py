@@ -39,11 +39,14 @@ import json
 import platform
 import signal
 import statistics
-import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared modules
+from host_facts import command_output  # noqa: E402
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 
@@ -232,11 +235,6 @@ class Bench:
 
 
 def environment(cp) -> dict:
-    def run(cmd):
-        try:
-            return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout
-        except Exception as exc:  # noqa: BLE001 - record what failed
-            return repr(exc)
     rt = cp.cuda.runtime
     attrs = cp.cuda.Device().attributes
     name = rt.getDeviceProperties(0)["name"]
@@ -247,9 +245,18 @@ def environment(cp) -> dict:
         "uname": platform.platform(),
         "concurrent_managed_access": attrs.get("ConcurrentManagedAccess"),
         "pageable_memory_access": attrs.get("PageableMemoryAccess"),
-        "smi": run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.used,"
-                    "pcie.link.gen.current,pcie.link.width.current", "--format=csv"]),
+        "smi": command_output(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.used,"
+                               "pcie.link.gen.current,pcie.link.width.current", "--format=csv"]),
     }
+
+
+def finish(result: dict, bench: Bench, started: float, out: str) -> None:
+    """End a run, finished or not: its elapsed time into ``result``, the bench's memory freed, ``result`` written
+    to ``out``."""
+    result["elapsed_s"] = time.perf_counter() - started
+    bench.close()
+    with open(out, "w", encoding="utf-8") as handle:
+        json.dump(result, handle, indent=1)
 
 
 def main() -> None:
@@ -291,10 +298,7 @@ def main() -> None:
              "host_resident": bench.cpu_page_read(resident_on="host", stride=st)}
             for st in (4 * KIB, 64 * KIB, 2 * MIB)]
     finally:
-        result["elapsed_s"] = time.perf_counter() - started
-        bench.close()
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=1)
+        finish(result, bench, started, args.out)
     json.dump({k: v for k, v in result.items() if k != "method"}, sys.stdout, indent=1)
 
 

@@ -28,7 +28,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_um import Bench, _summary, environment  # noqa: E402 - sibling script
+from measure_um import Bench, _summary, environment, finish  # noqa: E402 - sibling script
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -74,10 +74,7 @@ def main() -> None:
              "resident": bench.timed(bench.touch(4 * KIB, k), resident_on="gpu")} for k in (1, 16, 256)]
         result["fresh"] = [{"va_blocks": k, "faulted": fresh_touch(bench, size, k)} for k in (1, 32)]
     finally:
-        result["elapsed_s"] = time.perf_counter() - started
-        bench.close()
-        with open(args.out, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=1)
+        finish(result, bench, started, args.out)
     json.dump({k: v for k, v in result.items() if k != "method"}, sys.stdout, indent=1)
 
 

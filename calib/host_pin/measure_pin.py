@@ -37,7 +37,6 @@ import platform
 import signal
 import statistics
 import subprocess
-import sys
 import time
 
 import numpy as np
