@@ -75,10 +75,9 @@ def _multi_nic(bed: Testbed, study: MultiNicServer, processes) -> tuple[list[dic
 
 def _dm_export(bed: Testbed, study: DmExport, processes) -> tuple[list[dict], dict, list[str]]:
     node = bed.nodes[study.on.split(".")[0]]
-    rows, totals = dm_export_study(bed.contexts[node.name], study.on, study.length, broken=study.broken_importer)
-    broken = [f"{r['call']}: {r['outcome']}" for r in rows if r["outcome"].startswith("unbounded")
-              or r["outcome"].endswith("(stale)")]
-    return rows, totals, node.kernel.warnings + broken
+    rows, totals, warnings = dm_export_study(bed.contexts[node.name], study.on, study.length,
+                                             broken=study.broken_importer)
+    return rows, totals, node.kernel.warnings + warnings
 
 
 _RUN = {RcacheChurn: _churn, FallbackChains: _fallback, RegistrationOrder: _order, MultiNicServer: _multi_nic,

@@ -90,14 +90,16 @@ def ibv_free_dm(dm: DeviceMemoryAllocation) -> list[Revocation]:
             if not exporter.revoked and not exporter.dmabuf.released]
 
 
-def dm_export_study(context: Context, gpu: str, length: int, *, broken: bool = False) -> tuple[list[dict], dict]:
+def dm_export_study(context: Context, gpu: str, length: int, *,
+                    broken: bool = False) -> tuple[list[dict], dict, list[str]]:
     """The reverse direction step by step on ``context``'s NIC: allocate ``length`` bytes of device memory, export
     it, try the importers the export refuses (a static importer, a pinned one), import it on ``gpu`` (revocably,
     :class:`~models.dmabuf.gpu_import.GpuDmabufImport`; ``broken``: an importer that keeps its mapping), access
     it, free the memory (the revocation, waited for up to its bound) and access it again.
 
-    Returns one row per call (``call``, ``outcome``; a failed call's errno ends the walk) and the totals
-    (revocation time in ps, the importers that broke the promise).
+    Returns one row per call (``call``, ``outcome``; a failed call's errno ends the walk), the totals
+    (revocation time in ps, the importers that broke the promise) and the warnings (``call: outcome`` of an
+    unbounded revocation and of an access that still reached the freed memory).
     """
     node = context.node
     rows: list[dict] = []
@@ -115,7 +117,7 @@ def dm_export_study(context: Context, gpu: str, length: int, *, broken: bool = F
     fd = dm and attempt("ibv_dm_export_dmabuf_fd", lambda: ibv_dm_export_dmabuf_fd(dm, invariants="record"),
                         lambda fd: f"fd {fd}")
     if fd is None:
-        return rows, {}
+        return rows, {}, []
     buf = dma_buf_get(node.fds, fd, caller=gpu)
     attempt("dma_buf_attach (static importer)", lambda: dma_buf_attach(buf, f"{gpu}.static"), lambda _: "attached")
     attempt("ib_umem_dmabuf_get_pinned", lambda: ib_umem_dmabuf_get_pinned(
@@ -125,17 +127,19 @@ def dm_export_study(context: Context, gpu: str, length: int, *, broken: bool = F
                                                                                          broken=broken),
                          lambda imp: f"attached, revocable: {dma_buf_attach_revocable(imp.attach)}")
     if gpu_import is None:
-        return rows, {}
+        return rows, {}, []
     attempt("GPU access (dma_buf_map_attachment)", gpu_import.access, lambda sgt: f"{sgt.nbytes} bytes mapped")
     (revocation,) = ibv_free_dm(dm)
     exporter = dm.exports[0]
     env = node.kernel.env
     env.process(exporter.wait_unmapped(revocation))
     env.run()
+    revoke_ps = revocation.unmapped_ps - revocation.started_ps if revocation.done else None
     rows.append({"call": "ibv_free_dm (revocation)", "outcome": (
-        f"revoked; the GPU unmapped {format_time(revocation.unmapped_ps - revocation.started_ps)} after the "
-        "invalidation" if revocation.done else "; ".join(exporter.violations) or "still mapped")})
-    attempt("GPU access after the free", gpu_import.access, lambda sgt: f"{sgt.nbytes} bytes mapped (stale)")
-    totals = {"revoke_ps": (revocation.unmapped_ps - revocation.started_ps) if revocation.done else None,
-              "broken_promises": len(revocation.broken_promises)}
-    return rows, totals
+        f"revoked; the GPU unmapped {format_time(revoke_ps)} after the invalidation" if revocation.done
+        else "; ".join(exporter.violations) or "still mapped")})
+    warnings = [f"{rows[-1]['call']}: {violation}" for violation in exporter.violations]
+    if attempt("GPU access after the free", gpu_import.access,
+               lambda sgt: f"{sgt.nbytes} bytes mapped (stale)") is not None:
+        warnings.append(f"{rows[-1]['call']}: {rows[-1]['outcome']}")
+    return rows, {"revoke_ps": revoke_ps, "broken_promises": len(revocation.broken_promises)}, warnings
