@@ -202,7 +202,9 @@ class StaticExporter(_Exporter):
         self.direct_pci_topology = direct_pci_topology
         self.skip_iommu = False
         """A FORCE_PCIE attachment was accepted: maps are not IOMMU-mapped for the peer."""
-        self.bar1 = None if coherent and mapping_type is MappingType.DEFAULT else bar1
+        self.maps_pages = coherent and mapping_type is MappingType.DEFAULT
+        """Maps hand out the memory's own pages (over C2C), not BAR1 PFNs, so no BAR1 is held."""
+        self.bar1 = None if self.maps_pages else bar1
         self.maps = 0
         """Live mappings of the buffer: BAR1 is held while there is one."""
         has_attach = Version.parse(driver) >= NVIDIA_DMABUF_ATTACH_OP
@@ -242,7 +244,7 @@ class StaticExporter(_Exporter):
 
         :raises VerbsError: ``ENOMEM`` when the buffer does not fit in what is left of BAR1.
         """
-        if self.coherent and self.mapping_type is MappingType.DEFAULT:
+        if self.maps_pages:
             return ((_COHERENT_BASE + self.dmabuf.generation * self.dmabuf.size, self.dmabuf.size),)
         if self.bar1 is not None and not self.maps:
             try:
