@@ -42,7 +42,8 @@ from models.nic.receive import (RECEIVING, complete_receive, landing_buffer, rec
                                 scatter, unacknowledged_refusal, with_grh)
 from models.nic.remote_access import remote_status
 from models.nic.translation import Fault, mr_bytes, write_payload
-from models.nic.transport import QpType, acknowledged, carries, opcode_problem
+from models.nic.transport import (PSN_MASK, PSN_WINDOW, Outcome, QpType, Waiting, acknowledged, after_acknowledgement,
+                                  after_gap_closed, carries, opcode_problem, sequence_nak)
 from models.nic.wqe import (ATOMIC_BYTES, RNR_RETRY_INFINITE, SEND_FENCE, SEND_SIGNALED, Access, Opcode, QpState,
                             SendWR, Sge, WcOpcode, WcStatus, WorkCompletion)
 from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
@@ -348,9 +349,10 @@ def in_send_order(steps: list[Step], nic: Nic, qp_num: int) -> tuple[Step, ...]:
                  else s for s in steps)
 
 
-ACK_TIMEOUT, GO_BACK = "ack_timeout", "go_back"
-"""The checks a request waits at for its requester's ACK timer: after a lost frame, or after the responder dropped
-it behind a lost one."""
+ACK_TIMER, SEQUENCE_NAK = "ack_timer", "sequence_nak"
+"""The checks where a request waits for its requester's ACK timer (or an acknowledgement or NAK that ends the wait
+early), and where a NAK PSN sequence error reaches the requester."""
+_AWAIT_TIMER = compile_steps((Check(ACK_TIMER),))
 REQUEST_WIRE, REPLY_WIRE = "request_wire", "reply_wire"
 """The checks after a request's, and after its acknowledgement's or response's, transmit claim on a link that has
 outages: whether the link lost the frames (:meth:`WorkRequestRun._request_wire`)."""
@@ -380,12 +382,6 @@ def _landing(node, pieces: tuple[tuple[int, str | None], ...], cqe_bytes: int) -
     if not cqe_bytes:
         return landing, 0
     return [*landing, *dma_write(link, cqe_bytes)], link.params.write_ps(cqe_bytes) + link.params.write_latency_ps
-
-
-PSN_MASK = 0xFFFFFF
-"""PSNs are 24 bits."""
-PSN_WINDOW = 1 << 23
-"""How far behind the expected PSN a request is a duplicate (IB spec vol. 1 9.7.5.1.2); further is ahead."""
 
 
 def request_packets(qp, opcode: Opcode, n: int) -> int:
@@ -507,8 +503,9 @@ def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool =
         qp.reads = Semaphore(rd_atomic_slots(qp))
     now, sges, sig = env.now, local_sges(wr), signaled(qp, wr)
     run = WorkRequestRun(qp, wr, _path_of(qp, wr, sges, sig, now, listed), now, sges, sig)
-    env.step_runner.start(Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads},
-                              offset, qp.turns, qp.seq_of[id(wr)]))
+    run.op = Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads}, offset,
+                       qp.turns, qp.seq_of[id(wr)])
+    env.step_runner.start(run.op)
 
 
 Piece = tuple
@@ -521,7 +518,8 @@ class WorkRequestRun:
     after them, data mode's bytes, landing and completion."""
 
     __slots__ = ("qp", "wr", "path", "posted", "sges", "signaled", "status", "payload", "retries", "resume", "local",
-                 "received", "transport_retries", "executed", "psn", "packets")
+                 "received", "transport_retries", "executed", "psn", "packets", "op", "waiting", "timer_at", "woken",
+                 "nak_psn")
 
     def __init__(self, qp, wr: SendWR, path: Path, posted: int, sges: list[Sge], sig: bool) -> None:
         self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
@@ -542,6 +540,14 @@ class WorkRequestRun:
         """After translation stages: the steps the data goes on with, and its tail before them."""
         self.received: tuple | None = None
         """The receive the responder consumed: its queue and :class:`RecvWR`."""
+        self.op: Operation | None = None
+        self.waiting: Waiting | None = None
+        """Why it waits for its ACK timer (None: it does not), until ``timer_at`` (ps)."""
+        self.timer_at = 0
+        self.woken: Outcome | None = None
+        """What an acknowledgement or NAK that ended its wait early decided."""
+        self.nak_psn: int | None = None
+        """The PSN of the NAK PSN sequence error it carries back, while it does."""
 
     def check(self, op: Operation, name: str, now: int, head: int, tail: int):
         """See :class:`sim.core.interpreter.Model`."""
@@ -594,9 +600,11 @@ class WorkRequestRun:
             if not wr.opcode.reads_remote:
                 return self.path.rejected, tail, tail
         elif qp.remote.missing not in (None, self):
-            return self._dropped_behind_lost(tail)
+            return self._out_of_sequence(tail, Waiting.BEHIND)
         else:
-            qp.remote.missing = None
+            if qp.remote.missing is self and qp.awaiting:
+                self._wake(now, lambda run: after_gap_closed(run.waiting))
+            qp.remote.missing, qp.remote.nak_sent = None, False
         if wr.opcode.consumes_receive:
             return self._receive(now, head, tail)
         refused = remote_status(qp, wr)
@@ -672,9 +680,9 @@ class WorkRequestRun:
     def _first_psns(self, tail: int):
         """The responder checks the PSN of each request until one arrives with the PSN it expects (``rq_psn``):
         one behind it is a duplicate, acknowledged and not executed (a READ is read again); one ahead is out of
-        sequence and dropped, and its requester, which never sent the PSN the responder's NAK asks for, sends it
-        again at its ACK timer until ``retry_cnt`` runs out (IBV_WC_RETRY_EXC_ERR): what mismatched
-        ``sq_psn``/``rq_psn`` do. None: the request goes on."""
+        sequence (:meth:`_out_of_sequence`), and its requester, which never sent the PSN the responder's NAK asks
+        for, sends it again then and at each ACK timer until ``retry_cnt`` runs out (IBV_WC_RETRY_EXC_ERR): what
+        mismatched ``sq_psn``/``rq_psn`` do. None: the request goes on."""
         responder = self.qp.remote
         behind = (responder.expected_psn - self.psn) & PSN_MASK
         if behind == 0:
@@ -686,7 +694,7 @@ class WorkRequestRun:
             self.executed = True
             return None if self.wr.opcode.reads_remote and not self.wr.opcode.is_atomic else (
                 self.path.rejected, tail, tail)
-        return self._ack_timer(tail, ACK_TIMEOUT)
+        return self._out_of_sequence(tail, Waiting.REQUEST if responder.missing is None else Waiting.BEHIND)
 
     def _request_wire(self, now: int, head: int, tail: int):
         """The request's first bit reached the responder's port at ``head`` and its last at ``tail``: when either
@@ -700,47 +708,105 @@ class WorkRequestRun:
         return self._lost(tail - latency, "request")
 
     def _reply_wire(self, now: int, head: int, tail: int):
-        """The same for the acknowledgement, NAK or READ response on its way back (the request was executed)."""
+        """The same for the acknowledgement, NAK or READ response on its way back. One that arrives acknowledges
+        the requests before it whose own were lost (:meth:`_acknowledged`)."""
         qp = self.qp
         latency = qp.pd.context.fabric.params.latency_ps
         if not (qp.remote.node.nic.link_lost(head - latency, tail - latency) or qp.node.nic.link_lost(head, tail)):
+            if self.executed and qp.awaiting:
+                self._acknowledged(tail, self.psn, nak=False)
             return None
         return self._lost(tail - latency, "reply")
 
     def _lost(self, sent: int, frame: str):
         """A frame of the request, sent by ``sent``, was lost: the requester's transport timer fires ``timeout``
         later and it sends the request again, up to ``retry_cnt`` times; then the work request completes
-        IBV_WC_RETRY_EXC_ERR (and the QP's later ones flush). With timeout 0 the timer never fires: the work
-        request never completes."""
+        IBV_WC_RETRY_EXC_ERR (and the QP's later ones flush). A lost NAK PSN sequence error leaves its request
+        dropped behind the lost one. With timeout 0 the timer never fires: the work request never completes."""
         qp = self.qp
         qp.frames_lost += 1
         qp.pd.context.env.trace.instant(f"{qp.node.nic.name}.hw", "FrameLost", qp=qp.qp_num, frame=frame,
                                         wr_id=self.wr.wr_id)
-        return self._ack_timer(sent, ACK_TIMEOUT)
+        if frame == "request":
+            return self._await_timer(sent, Waiting.REQUEST)
+        if self.nak_psn is not None:  # the NAK it carried back: it waits as the responder left it
+            self.nak_psn = None
+            return self._await_timer(sent, self.waiting)
+        return self._await_timer(sent, Waiting.REPLY if self.executed else Waiting.REQUEST)
 
-    def _dropped_behind_lost(self, tail: int):
-        """Go-back-N: the responder drops a request that arrives (at ``tail``) while it waits for an earlier one the
-        link lost; the requester sends it again when its timer fires, without spending a retry (the lost one
-        spends it)."""
-        return self._ack_timer(tail, GO_BACK)
+    def _out_of_sequence(self, tail: int, why: Waiting):
+        """The responder drops a request that arrives (at ``tail``) ahead of the PSN it expects: behind one the link
+        lost (go-back-N), or one the requester never sent. The first of the gap carries a NAK PSN sequence error
+        for the expected PSN back (:func:`sequence_nak`); the others wait for their timers, or for the requester
+        to go back, as ``why`` says."""
+        responder = self.qp.remote
+        if not sequence_nak(responder.nak_sent):
+            return self._await_timer(tail, why)
+        responder.nak_sent, self.nak_psn, self.waiting = True, responder.expected_psn, why
+        responder.sequence_naks += 1
+        self.qp.pd.context.env.trace.instant(f"{responder.node.nic.name}.hw", "PsnSequenceNak", qp=responder.qp_num,
+                                             psn=self.nak_psn)
+        return compile_steps((*self.path.reply[:-1], Check(SEQUENCE_NAK, 0))), tail, tail
 
-    def _ack_timer(self, sent: int, check: str):
-        """The requester's ACK timer runs from ``sent``: the request waits for it at ``check`` (for ever with
-        timeout 0)."""
+    def _sequence_nak(self, now: int, head: int, tail: int):
+        """The NAK PSN sequence error is back: the requester goes back to its PSN (:meth:`_acknowledged`) and this
+        request goes again behind the NAK'd one."""
+        psn, self.nak_psn, self.waiting = self.nak_psn, None, None
+        if not self._acknowledged(now, psn, nak=True):
+            return self._fail(WcStatus.WR_FLUSH_ERR, now, self.path.failed)
+        return self._send_again(now, ())
+
+    def _acknowledged(self, at: int, psn: int, *, nak: bool) -> bool:
+        """An acknowledgement (or, ``nak``, a NAK PSN sequence error) for ``psn`` reaches the requester at ``at``:
+        the QP's requests waiting for their timers that it decides (:func:`after_acknowledgement`) end their wait
+        then, in posting order. False: the NAK'd request has no retry left (the later requests flush)."""
+        nakd = [run for run in self.qp.awaiting if nak and run.psn == psn]
+        left = not nakd or nakd[0].transport_retries > 0
+        self._wake(at, lambda run: after_acknowledgement(run.psn, run.waiting, run.wr.opcode.reads_remote, psn, nak,
+                                                         left))
+        return left
+
+    def _wake(self, at: int, decide) -> None:
+        """The QP's requests waiting for their timers for which ``decide(run)`` is an :class:`Outcome` end their wait
+        at ``at`` with it."""
+        qp = self.qp
+        runner = qp.pd.context.env.step_runner
+        for run in list(qp.awaiting):
+            outcome = decide(run)
+            if outcome is not None:
+                qp.awaiting.remove(run)
+                run.woken = outcome
+                runner.ask_sooner(run.op, at)
+
+    def _await_timer(self, sent: int, why: Waiting):
+        """The requester's ACK timer runs from ``sent``: the request waits for it at :data:`ACK_TIMER` (for ever
+        with timeout 0), unless an acknowledgement or NAK ends the wait sooner."""
         timeout = self.qp.ack_timeout_ps
         if timeout is None:
             return (), sent, sent
-        return compile_steps((Check(check, 0),)), sent + timeout, sent + timeout
+        self.waiting, self.timer_at, self.woken = why, sent + timeout, None
+        self.qp.awaiting.append(self)
+        return _AWAIT_TIMER, sent, sent
 
-    def _ack_timeout(self, now: int, head: int, tail: int):
-        """The timer fired after a lost frame: send again, or IBV_WC_RETRY_EXC_ERR once ``retry_cnt`` is spent."""
+    def _ack_timer(self, now: int, head: int, tail: int):
+        """Held until the timer fires (or sooner, :meth:`_acknowledged`), then: completed when acknowledged; sent
+        again; or, for a lost request or the NAK'd one, sent again spending a retry, IBV_WC_RETRY_EXC_ERR once
+        ``retry_cnt`` is spent."""
+        woken, why = self.woken, self.waiting
+        if woken is None and now < self.timer_at:
+            return self.timer_at
+        if woken is None:
+            self.qp.awaiting.remove(self)
+        self.waiting = self.woken = None
+        if woken is Outcome.COMPLETE:
+            return self.path.failed, now, now
+        if woken is Outcome.FLUSH:
+            return self._fail(WcStatus.WR_FLUSH_ERR, now, self.path.failed)
+        if woken is Outcome.AGAIN or (woken is None and why is Waiting.BEHIND):
+            return self._send_again(now, ())
         if self.transport_retries == 0:
             return self._fail(WcStatus.RETRY_EXC_ERR, now, self.path.failed)
         self.transport_retries -= 1
-        return self._send_again(now, ())
-
-    def _go_back(self, now: int, head: int, tail: int):
-        """The timer fired for a request dropped behind a lost one: it goes again."""
         return self._send_again(now, ())
 
     def _receive(self, now: int, head: int, tail: int):
@@ -858,7 +924,7 @@ class WorkRequestRun:
 
 _CHECKS = {name: getattr(WorkRequestRun, "_" + name)
            for name in ("requester", "source", "responder", "response", "translation_done", RECEIVED, REQUEST_WIRE,
-                        REPLY_WIRE, ACK_TIMEOUT, GO_BACK)}
+                        REPLY_WIRE, ACK_TIMER, SEQUENCE_NAK)}
 """The method deciding each :class:`~sim.core.steps.Check` of a work request's path, by the check's name."""
 
 

@@ -15,6 +15,24 @@ rdma-core's providers/mlx5/qp.c (``_mlx5_post_send``) and libibverbs/man/ibv_pos
   receive must hold the payload plus :data:`GRH_BYTES` and its completion counts them in ``byte_len``.
 * A Q_Key with the high bit set in a UD work request is a controlled Q_Key: the QP's own Q_Key is sent instead
   (the IB specification's controlled Q_Keys).
+
+RC's recovery from lost frames, as Soft-RoCE reads the specification (linux drivers/infiniband/sw/rxe):
+
+* The responder checks each request's PSN against the one it expects (``rxe_resp.c`` ``check_psn``). The first
+  request of a gap (its PSN ahead) answers a NAK *PSN sequence error* naming the expected PSN and sets
+  ``sent_psn_nak``; later requests of the same gap are dropped without a word (``RESPST_CLEANUP``); the flag
+  clears when the expected PSN arrives: one NAK per gap (:func:`sequence_nak`).
+* An acknowledgement, or that NAK, acknowledges every PSN before its own (``rxe_comp.c`` ``check_psn``: "a nak
+  implicitly acks all packets with psns before"): a WRITE or SEND whose own acknowledgement was lost completes;
+  a READ or atomic whose response was lost goes again (its data comes only in a response, ``COMPST_ERROR_RETRY``).
+* On the NAK the requester goes back to the NAK's PSN at once (``COMPST_ERROR_RETRY`` -> ``req.need_retry``) and
+  sends every request from there again, go-back-N, without waiting for its timer. That retry spends one of
+  ``retry_cnt`` as a timeout does (``qp->comp.retry_cnt--``; none left: ``IBV_WC_RETRY_EXC_ERR``), once per retry
+  sequence (``comp.started_retry``), so the requests behind the NAK'd one go again without spending one
+  (:func:`after_acknowledgement`). A request sent after the requester went back that reaches the responder
+  before the NAK'd one's copy (go-back-N would have sent it after that copy; the model's queues let it overtake)
+  goes again once the gap closes, a one-way trip later than go-back-N sends it (:func:`after_gap_closed`).
+  (rxe alone never spends a ``retry_cnt`` of 7; the specification, mlx5 and this model count seven.)
 """
 
 from __future__ import annotations
@@ -41,6 +59,70 @@ GRH_BYTES = 40
 """The Global Routing Header a UD receive buffer starts with (bytes)."""
 CONTROLLED_QKEY = 0x80000000
 """The high bit of a Q_Key: a work request's Q_Key with it set sends the QP's own."""
+
+
+PSN_MASK = 0xFFFFFF
+"""PSNs are 24 bits."""
+PSN_WINDOW = 1 << 23
+"""How far behind the expected PSN a request is a duplicate (IB spec vol. 1 9.7.5.1.2); further is ahead."""
+
+
+def psn_before(psn: int, other: int) -> bool:
+    """Whether ``psn`` comes before ``other`` in 24-bit PSN order (``psn_compare`` < 0)."""
+    return 0 < (other - psn) & PSN_MASK <= PSN_WINDOW
+
+
+def sequence_nak(nak_sent: bool) -> bool:
+    """Whether a request that reaches an RC responder ahead of its expected PSN answers a NAK PSN sequence error
+    (``nak_sent``: one was sent for this gap already): see the module docstring."""
+    return not nak_sent
+
+
+class Waiting(enum.Enum):
+    """Why an RC request waits for its requester's ACK timer."""
+
+    REQUEST = "request"
+    """Its request was lost (or the responder dropped it out of sequence): never executed."""
+    BEHIND = "behind"
+    """The responder dropped it behind a lost request (go-back-N)."""
+    REPLY = "reply"
+    """It was executed and its acknowledgement or response was lost."""
+
+
+class Outcome(enum.Enum):
+    """What an acknowledgement or NAK does to a request waiting for its timer."""
+
+    COMPLETE = "complete"
+    """Acknowledged: it completes successfully."""
+    AGAIN = "again"
+    """It is sent again now, spending no retry."""
+    RETRY = "retry"
+    """It is sent again now, spending one of ``retry_cnt`` (the NAK'd request); none left: IBV_WC_RETRY_EXC_ERR."""
+    FLUSH = "flush"
+    """The NAK'd request ahead of it has no retry left: it completes IBV_WC_WR_FLUSH_ERR (the QP goes to ERR)."""
+
+
+def after_acknowledgement(psn: int, waiting: Waiting, reads_remote: bool, ack_psn: int, nak: bool,
+                          retry_left: bool = True) -> Outcome | None:
+    """What an acknowledgement (``nak`` False) or a NAK PSN sequence error (``nak`` True) for ``ack_psn`` does to a
+    request with first PSN ``psn`` waiting for its timer because of ``waiting`` (see the module docstring);
+    ``retry_left``: the NAK'd request has a retry left (else it fails and the requests after it flush, as
+    ``COMPST_ERROR`` -> ``rxe_qp_error`` does). None: it goes on waiting."""
+    if psn_before(psn, ack_psn):
+        if waiting is not Waiting.REPLY:
+            return None
+        return Outcome.AGAIN if reads_remote else Outcome.COMPLETE
+    if not nak:
+        return None
+    if psn == ack_psn:
+        return Outcome.RETRY
+    return Outcome.AGAIN if retry_left else Outcome.FLUSH
+
+
+def after_gap_closed(waiting: Waiting) -> Outcome | None:
+    """What the missing request's arrival at the responder does to a request of the same QP waiting for its timer
+    because of ``waiting`` (see the module docstring); None: it goes on waiting."""
+    return Outcome.AGAIN if waiting is Waiting.BEHIND else None
 
 
 def carries(qp_type: QpType, opcode: Opcode) -> bool:

@@ -214,6 +214,12 @@ class QueuePair:
     """UD: the data path's view of the QP per destination (:func:`models.verbs.ah.sender_to`)."""
     missing: object | None = None
     """As responder: the incoming request whose packets the link lost, awaited again (later ones are dropped)."""
+    nak_sent: bool = False
+    """As responder: it sent a NAK PSN sequence error for the gap ``missing`` leaves (``rxe`` ``sent_psn_nak``)."""
+    sequence_naks: int = 0
+    """As responder: the NAKs PSN sequence error it sent."""
+    awaiting: list = field(default_factory=list)
+    """As requester: its work requests waiting for their ACK timers, in the order they began to."""
     frames_lost: int = 0
     """Request, acknowledgement and response frames of this QP's work requests the links lost."""
     next_psn: int = 0
@@ -358,6 +364,7 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     elif new is QpState.RESET:
         qp.rq.reset()
         qp.rnr_blocked = qp.missing = None
+        qp.nak_sent = False
     if before is QpState.RTR and new is QpState.RTS:
         env = qp.pd.context.env
         qp.reads = None  # the READ/atomic slots are counted at the first post, once the responder is known

@@ -136,7 +136,8 @@ def _delayed(instruction: tuple, ps: int) -> tuple:
 class Operation:
     """One operation: its program, number, per-operation draws, gates and owner."""
 
-    __slots__ = ("program", "seq", "offset", "draws", "gates", "model", "held", "wait_from", "turns", "ticket")
+    __slots__ = ("program", "seq", "offset", "draws", "gates", "model", "held", "wait_from", "turns", "ticket",
+                 "holding")
 
     def __init__(self, program: tuple, seq: int, model: Model, draws: dict[str, int] | None = None,
                  gates: dict[str, Semaphore] | None = None, offset: int = 0, turns: dict[str, Turns] | None = None,
@@ -151,6 +152,8 @@ class Operation:
         """Labels of the gates whose slot the operation holds."""
         self.wait_from = 0
         """When the operation last waited (a :class:`Wait` counts from there)."""
+        self.holding: _Chain | None = None
+        """The chain a check last held until a time (see :meth:`StepRunner.ask_sooner`)."""
 
 
 class _Chain:
@@ -192,6 +195,18 @@ class StepRunner:
         now = self.env.now
         op.wait_from = now
         self._walk(_Chain(op, op.program, now, now, True), now)
+        if not self.running:
+            self._arm()
+
+    def ask_sooner(self, op: Operation, t: int) -> None:
+        """Ask the check that last held ``op`` until a later time again at ``t`` instead (head and tail ``t``,
+        simpy's clock at ``t``); the later hold lapses. For a model event that ends a wait early (the model must
+        know that ``op`` is still held there)."""
+        held = op.holding
+        chain = op.holding = _Chain(op, held.program, t, t, held.main)
+        chain.at = held.at
+        held.program, held.main = (), False  # its heap entry finds nothing left to take
+        self._push(chain, t, chain.program[chain.at][1], True, sync=True)
         if not self.running:
             self._arm()
 
@@ -274,6 +289,7 @@ class StepRunner:
                 outcome = op.model.check(op, step[2], now, head, tail)
                 if type(outcome) is int:  # held: asked again then
                     chain.at, chain.head, chain.tail = at, max(head, outcome), max(tail, outcome)
+                    op.holding = chain
                     self._push(chain, max(now, outcome), step[1], True, sync=True)
                     return
                 if outcome is not None:  # the rest replaced

@@ -90,18 +90,56 @@ def test_timeout_zero_waits_for_ever():
     assert link.a.scq.poll(1, timeout="10ms")[1] == [] and link.qa.qp.frames_lost == 1
 
 
-def test_requests_behind_a_lost_one_are_dropped_and_sent_again_after_it():
-    """Go-back-N: the second WRITE reaches the responder while the first is missing, so it is dropped and sent
-    again after the first: the bytes they both write end as the second's, as without the loss."""
-    link = Link()
+@pytest.mark.parametrize("retry_cnt, statuses", [
+    (0, [WcStatus.RETRY_EXC_ERR, WcStatus.WR_FLUSH_ERR]),  # the NAK's retry is one of retry_cnt: none left
+    (1, [WcStatus.SUCCESS, WcStatus.SUCCESS]),
+    (7, [WcStatus.SUCCESS, WcStatus.SUCCESS])])
+def test_a_request_behind_a_lost_one_draws_a_sequence_nak_and_both_go_again_at_once(retry_cnt, statuses):
+    """Go-back-N on a NAK PSN sequence error: the second WRITE reaches the responder while the first is missing;
+    the responder NAKs, and the requester sends the first again, spending a retry, and the second after it, long
+    before the ACK timer would: the bytes they both write end as the second's, as without the loss."""
+    link = Link(retry_cnt=retry_cnt)
     link.flap("a", 0, 1000 * PS_PER_NS)  # loses the first request only
     link.write(0, b"first!!!")
     assert link.a.scq.poll(1, timeout="600ns")[1] == []
     link.write(1, b"second!!")  # leaves after the outage, reaches the responder before the first is sent again
     wcs = poll_n(link.a.scq, 2)
-    assert [wc.status for wc in wcs] == [WcStatus.SUCCESS] * 2
-    assert link.qa.qp.frames_lost == 1 and link.b.mr.read(8, 0) == b"second!!"
-    assert wcs[1].completed_ps - link.t0 > 600 * PS_PER_NS + ack_timeout_ps(TIMEOUT)  # it waited for its own timer
+    assert [wc.status for wc in wcs] == statuses
+    assert link.qa.qp.frames_lost == 1 and link.qb.qp.sequence_naks == 1
+    assert link.b.mr.read(8, 0) == (b"second!!" if retry_cnt else bytes(8))
+    assert wcs[1].completed_ps - link.t0 < ack_timeout_ps(TIMEOUT)  # neither waited for its timer
+
+
+def test_one_sequence_nak_per_gap():
+    """Several requests behind one lost request: the first of them draws the NAK, the rest are dropped without one
+    and go again with it; a second gap later draws a second NAK."""
+    link = Link()
+    link.flap("a", 0, 1000 * PS_PER_NS)
+    link.write(0, b"lost....")
+    assert link.a.scq.poll(1, timeout="600ns")[1] == []
+    for wr_id in (1, 2, 3):
+        link.write(wr_id, bytes([48 + wr_id]) * 8, 8 * wr_id)
+    assert [wc.status for wc in poll_n(link.a.scq, 4)] == [WcStatus.SUCCESS] * 4
+    assert link.qb.qp.sequence_naks == 1 and link.elapsed_ps() < ack_timeout_ps(TIMEOUT)
+    flap_at = link.elapsed_ps() + 200 * PS_PER_NS
+    link.flap("a", flap_at, 1000 * PS_PER_NS)
+    link.bed.run(link.t0 + flap_at - link.bed.now_ps)
+    link.write(4, b"lost2...", 32)
+    assert link.a.scq.poll(1, timeout="600ns")[1] == []
+    link.write(5, b"after...", 40)
+    assert [wc.status for wc in poll_n(link.a.scq, 2)] == [WcStatus.SUCCESS] * 2
+    assert link.qb.qp.sequence_naks == 2 and link.qa.qp.frames_lost == 2
+    assert link.b.mr.read(48, 0) == b"lost...." + b"1" * 8 + b"2" * 8 + b"3" * 8 + b"lost2..." + b"after..."
+
+
+def test_a_lone_lost_request_still_waits_for_its_timer():
+    """Nothing follows it, so no NAK comes: the timer sends it again."""
+    link = Link()
+    link.flap("a", 0, 1000 * PS_PER_NS)
+    link.write(0, b"alone...")
+    [wc] = poll_n(link.a.scq, 1)
+    assert wc.status is WcStatus.SUCCESS and link.qb.qp.sequence_naks == 0
+    assert link.elapsed_ps() > ack_timeout_ps(TIMEOUT)
 
 
 def _flap_starts(step_ps: int = 50 * PS_PER_NS) -> range:
@@ -125,6 +163,25 @@ def test_a_lost_acknowledgement_gets_the_duplicate_send_acknowledged_not_receive
         assert link.b.mr.read(4, 640) == b"once" and link.b.mr.read(4, 704) == bytes(4)
         replies_lost += link.qa.qp.frames_lost == 1 and received[0].completed_ps < wc.completed_ps - 8 * PS_PER_US
     assert replies_lost  # some outage lost the acknowledgement only: the SEND went again as a duplicate
+
+
+def test_a_later_acknowledgement_completes_a_request_whose_own_was_lost():
+    """Acknowledgements are cumulative: whatever a short outage loses of two back-to-back WRITEs (a request, an
+    acknowledgement), the third WRITE's acknowledgement or the NAK completes them without their timers."""
+    kinds, starts = set(), _flap_starts()
+    for start in starts:
+        link = Link(timeout=4)  # 65 us: longer than the sweep
+        link.flap("a", start, 50 * PS_PER_NS)
+        link.write(0, b"zero....", 0)
+        link.write(1, b"one.....", 8)
+        link.bed.run(link.t0 + starts[-1] + PS_PER_US - link.bed.now_ps)  # past every outage of the sweep
+        link.write(2, b"two.....", 16)
+        wcs = poll_n(link.a.scq, 3)
+        assert [wc.status for wc in wcs] == [WcStatus.SUCCESS] * 3
+        assert link.b.mr.read(24, 0) == b"zero....one.....two....."
+        assert all(wc.completed_ps - wc.posted_ps < ack_timeout_ps(4) for wc in wcs)
+        kinds.add((link.qa.qp.frames_lost, link.qb.qp.sequence_naks))
+    assert {(2, 0), (2, 1)} <= kinds  # some outage lost both acknowledgements only, some both requests (a NAK)
 
 
 def test_a_duplicate_atomic_answers_its_first_result_without_adding_again():
