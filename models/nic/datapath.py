@@ -238,7 +238,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     """
     node, peer = qp.node, qp.remote.node
     nic, pnic = node.nic, peer.nic
-    lossy = bool(nic.outages or pnic.outages) and nic is not pnic and acknowledged(qp.qp_type)
+    lossy = bool(nic.outages or pnic.outages) and nic is not pnic
     key = (opcode, n, inline, local, remote_target, checked, shape, lossy)
     cached = qp.paths.get(key)
     if cached is not None:
@@ -644,10 +644,14 @@ class WorkRequestRun:
         qp = self.qp
         qp.pd.context.env.trace.instant(f"{qp.remote.node.nic.name}.hw", "RequestDropped", qp=qp.remote.qp_num,
                                         reason=why)
+        self._never_lands()
+        return (), tail, tail
+
+    def _never_lands(self) -> None:
+        """A waiter on the work request's landing learns that its payload never lands (the value None)."""
         landed = self.wr.landed
         if landed is not None and not landed.triggered:
             landed.succeed(None)
-        return (), tail, tail
 
     def _rnr_nak(self, tail: int, **why):
         """The responder is not ready (a page fault, or no receive posted; ``why`` goes to the trace): an RNR NAK
@@ -698,11 +702,14 @@ class WorkRequestRun:
 
     def _request_wire(self, now: int, head: int, tail: int):
         """The request's first bit reached the responder's port at ``head`` and its last at ``tail``: when either
-        link was down meanwhile the responder never sees it, and waits for it again (:meth:`_lost`)."""
+        link was down meanwhile the responder never sees it, and waits for it again (:meth:`_lost`); a UC or UD
+        message is simply gone (:meth:`_lost_unacknowledged`)."""
         qp = self.qp
         latency = qp.pd.context.fabric.params.latency_ps
         if not (qp.node.nic.link_lost(head - latency, tail - latency) or qp.remote.node.nic.link_lost(head, tail)):
             return None
+        if not acknowledged(qp.qp_type):
+            return self._lost_unacknowledged(head, tail)
         if qp.remote.missing is None and not self.executed:
             qp.remote.missing = self
         return self._lost(tail - latency, "request")
@@ -733,6 +740,19 @@ class WorkRequestRun:
             self.nak_psn = None
             return self._await_timer(sent, self.waiting)
         return self._await_timer(sent, Waiting.REPLY if self.executed else Waiting.REQUEST)
+
+    def _lost_unacknowledged(self, head: int, tail: int):
+        """A UC or UD message met an outage: nothing retries it (:mod:`models.nic.transport`), so it never reaches
+        the responder (UC drops the rest of a message a packet of which was lost; the model drops the whole
+        message, the packets before the lost one included) and consumes no receive there, while the requester
+        completes as it would have, its completion not waiting for the remote side."""
+        qp = self.qp
+        qp.frames_lost += 1
+        qp.pd.context.env.trace.instant(f"{qp.node.nic.name}.hw", "FrameLost", qp=qp.qp_num, frame="request",
+                                        wr_id=self.wr.wr_id)
+        self._never_lands()
+        rest = tuple(step for step in self.path.after[REQUEST_WIRE] if not isinstance(step, Fork))
+        return compile_steps(rest), head, tail
 
     def _out_of_sequence(self, tail: int, why: Waiting):
         """The responder drops a request that arrives (at ``tail``) ahead of the PSN it expects: behind one the link
