@@ -70,8 +70,11 @@ def landing_buffer(responder, recv: RecvWR, wr: SendWR):
 def unacknowledged_refusal(qp, wr: SendWR) -> str | None:
     """Why the responder of a UC or UD ``qp`` drops ``wr``, a request that consumes a receive, without a word
     back (see :mod:`models.nic.transport`), or None when it takes it: the QP does not receive, a UD Q_Key that
-    is not the QP's, a WRITE with immediate the responder refuses (:func:`remote_status`), no receive posted."""
+    is not the QP's, a WRITE with immediate the responder refuses (:func:`remote_status`), no receive posted; a
+    datagram to a QP number with no QP behind it (a destroyed or never created one: ``responder.destroyed``)."""
     responder = qp.remote
+    if responder.destroyed:
+        return f"no QP {responder.qp_num}"
     if responder.state not in RECEIVING:
         return f"QP {responder.qp_num} is in {responder.state.value}"
     if responder.qp_type is QpType.UD and sent_qkey(wr.remote_qkey, qp.attr.qkey) != responder.attr.qkey:

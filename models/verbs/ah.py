@@ -5,7 +5,9 @@ EINVAL; no GRH (``is_global`` 0) on an Ethernet (RoCE) port, where every packet 
 its PD (``pd->usecnt``: :func:`~models.verbs.destroy.ibv_dealloc_pd` refuses EBUSY while it exists).
 
 A datagram reaches the UD QP that its AH's port (by GID with a GRH, else by LID) and the work request's
-``remote_qpn`` name (:attr:`models.fabric.Fabric.datagram_qps`).
+``remote_qpn`` name (:attr:`models.fabric.Fabric.datagram_qps`). One whose QP number names no UD QP there reaches
+the port and is dropped by its receive engine, silently, as the IB specification's UD responder drops a datagram it
+has no QP for (:class:`AbsentQp`); the requester completes it successfully.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from dataclasses import dataclass
 from models.nic.device import PORT_NUM, rdma_is_port_valid
 from models.nic.transport import QpType, lid_of_gid, port_gid
 from models.nic.wqe import SendWR
-from models.verbs.qp_state import AhAttr
+from models.verbs.qp_state import AhAttr, QPAttr
+from models.verbs.receive_queue import ReceiveQueue
 from sim.core import ProtocolError, VerbsError
 
 
@@ -82,8 +85,8 @@ def datagram_destination(qp, wr: SendWR):
     """The UD QP (a :class:`~models.verbs.verbs.QueuePair`) a work request posted on the UD ``qp`` is delivered to.
 
     :raises VerbsError: ``EINVAL`` for no AH, or one destroyed or of another PD's device.
-    :raises ProtocolError: the address names no UD QP of the fabric (the datagram would be lost, which the model
-        does not simulate).
+    :raises ProtocolError: the address names no port of the fabric (the model has nowhere to carry the datagram).
+        A port without that UD QP number gets it and drops it (:class:`AbsentQp`).
     """
     call = "ibv_post_send"
     ah = wr.ah
@@ -91,11 +94,37 @@ def datagram_destination(qp, wr: SendWR):
         raise VerbsError("EINVAL", "a UD work request needs a live address handle (wr.ud.ah)", call=call)
     if ah.pd.context.node is not qp.node:
         raise VerbsError("EINVAL", "the address handle belongs to another device", call=call)
-    dest = qp.pd.context.fabric.datagram_qps.get((ah.dlid, wr.remote_qpn))
-    if dest is None:
-        raise ProtocolError(f"{call}: no UD QP {wr.remote_qpn} behind LID {ah.dlid}: the datagram would be lost, "
-                            "which the model does not simulate")
-    return dest
+    fabric = qp.pd.context.fabric
+    dest = fabric.datagram_qps.get((ah.dlid, wr.remote_qpn))
+    if dest is not None:
+        return dest
+    node = fabric.ports.get(ah.dlid)
+    if node is None:
+        raise ProtocolError(f"{call}: no port has LID {ah.dlid}: the model has nowhere to carry the datagram")
+    known = qp.senders.get((id(node), wr.remote_qpn))
+    return known.remote if known is not None and isinstance(known.remote, AbsentQp) else AbsentQp(node,
+                                                                                                    wr.remote_qpn)
+
+
+class AbsentQp:
+    """A QP number on ``node`` with no UD QP behind it, as the data path sees a datagram's destination: it is not
+    there (``destroyed``), so the responder drops what reaches it (:func:`~models.nic.receive.unacknowledged_refusal`);
+    the rest is what the path reads of a responder that has nothing."""
+
+    qp_type = QpType.UD
+    destroyed = True
+
+    def __init__(self, node, qp_num: int) -> None:
+        self.node, self.qp_num = node, qp_num
+        self.attr = QPAttr()
+        self.receives = ReceiveQueue(0, 0)
+        self.missing = None
+        self.nak_sent = self.psn_synced = False
+
+    @property
+    def state(self):
+        """``qp_state``: RESET."""
+        return self.attr.qp_state
 
 
 class DatagramSender:

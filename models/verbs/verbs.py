@@ -383,7 +383,9 @@ def ibv_query_qp(qp: QueuePair, attr_mask: int) -> QPAttr:
 
 
 def ibv_open_device(node: Node, env: Environment, fabric: Fabric) -> Context:
-    """Open the NIC of ``node``, attached to ``fabric``."""
+    """Open the NIC of ``node``, attached to ``fabric`` (datagrams to its port's LID reach it from then on)."""
+    if node.nic.name in fabric.endpoints:
+        fabric.ports[fabric.lid(node.nic.name)] = node
     return Context(node, env, fabric)
 
 
@@ -639,7 +641,7 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
         immediate data beyond 32 bits); on a UD QP those of :func:`~models.verbs.ah.datagram_destination`
         (``EINVAL`` without a live AH of the device). An opcode a UC or UD QP does not carry is posted, as mlx5
         posts it, and completes in error (:mod:`models.nic.transport`).
-    :raises ProtocolError: a UD work request's address names no UD QP.
+    :raises ProtocolError: a UD work request's address names no port of the fabric.
     """
     call, state = "ibv_post_send", qp.state
     if state in (QpState.SQD, QpState.SQE):

@@ -254,7 +254,8 @@ class QP(Resource):
             full send queue, too many SGEs or too much inline data, ``EOPNOTSUPP`` for an atomic on a device
             without atomics, ...).
         :raises ProtocolError: the QP is in RTS but its ``dest_qp_num``/``dlid`` name no QP of the testbed (UD: the
-            work request's AH and ``rqpn`` name no UD QP).
+            work request's AH has a LID that names no port; a QP number with no UD QP there has the datagram
+            dropped at that port).
         """
         call = "ibv_post_send"
         self._check_open(call)

@@ -307,7 +307,7 @@ def test_an_ah_holds_its_pd_until_destroyed_and_destroys_once():
     assert err.value.errno == "EINVAL"
 
 
-def test_ud_posts_need_a_live_ah_of_the_device_and_a_reachable_qp():
+def test_ud_posts_need_a_live_ah_of_the_device_and_a_port():
     bed = Bed()
     qa, qb = bed.ud_pair()
     for ah, errno in ((None, "EINVAL"), (bed.ah(side=1, to=0), "EINVAL")):
@@ -318,12 +318,45 @@ def test_ud_posts_need_a_live_ah_of_the_device_and_a_reachable_qp():
     ibv_destroy_ah(dead)
     with pytest.raises(VerbsError):
         ibv_post_send(qa, bed.wr(1, Opcode.SEND, 8, ah=dead, remote_qpn=qb.qp_num, remote_qkey=QKEY))
-    with pytest.raises(ProtocolError, match="no UD QP"):
-        ibv_post_send(qa, bed.wr(1, Opcode.SEND, 8, ah=bed.ah(), remote_qpn=999, remote_qkey=QKEY))
-    ibv_destroy_qp(qb)
-    with pytest.raises(ProtocolError, match="no UD QP"):
-        ibv_post_send(qa, bed.wr(1, Opcode.SEND, 8, ah=bed.ah(), remote_qpn=qb.qp_num, remote_qkey=QKEY))
+    with pytest.raises(ProtocolError, match="no port has LID 9"):
+        ibv_post_send(qa, bed.wr(1, Opcode.SEND, 8, ah=ibv_create_ah(bed.pds[0], AhAttr(dlid=9)),
+                                 remote_qpn=qb.qp_num, remote_qkey=QKEY))
     assert qa.outstanding == 0
+
+
+def _qp_number_of(bed: Bed, qb, kind: str) -> int:
+    """A QP number on node b: one never created, one destroyed, or the live ``qb``."""
+    if kind == "never created":
+        return 999
+    if kind == "destroyed":
+        gone = bed.qp(1, QpType.UD)
+        gone.ready_datagrams(QKEY)
+        ibv_destroy_qp(gone)
+        return gone.qp_num
+    return qb.qp_num
+
+
+@pytest.mark.parametrize("target, state", [("never created", None), ("destroyed", None), ("qb", QpState.RESET),
+                                           ("qb", QpState.INIT), ("qb", QpState.ERR)])
+def test_a_datagram_to_a_qp_number_without_a_receiving_qp_is_dropped_at_the_responder(target, state):
+    """The requester completes it successfully (it does not wait for the remote side); the responder's port takes
+    it in and drops it without a word: no receive of the node's live QP completes."""
+    bed = Bed()
+    qa, qb = bed.ud_pair()
+    bed.recv(qb, 5, 4096)
+    qpn = _qp_number_of(bed, qb, target)
+    if state is not None:
+        ibv_modify_qp(qb, QPAttr(qp_state=QpState.ERR if state is QpState.ERR else QpState.RESET), M.STATE)
+    if state is QpState.INIT:
+        ibv_modify_qp(qb, QPAttr(qp_state=QpState.INIT, pkey_index=0, port_num=1, qkey=QKEY),
+                      M.STATE | M.PKEY_INDEX | M.PORT | M.QKEY)
+    rx = bed.nodes[1].nic.rx_port
+    busy = rx.busy_ps
+    ibv_post_send(qa, bed.wr(1, Opcode.SEND, 64, ah=bed.ah(), remote_qpn=qpn, remote_qkey=QKEY))
+    sent, received = bed.run()
+    assert [(wc.wr_id, wc.status) for wc in sent] == [(1, WcStatus.SUCCESS)]
+    assert [wc for wc in received if wc.status is WcStatus.SUCCESS] == []
+    assert rx.busy_ps > busy  # the datagram did reach the port
 
 
 def test_query_port_and_gid_name_the_port():
@@ -378,3 +411,4 @@ def test_init_to_rtr_takes_each_types_attributes(qp_type, mask, problem):
     else:
         with pytest.raises(VerbsError, match=problem):
             ibv_modify_qp(qp, attr, mask)
+
