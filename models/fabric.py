@@ -7,7 +7,8 @@ Header overheads per packet (bytes on the wire beyond the payload):
 
 RDMA WRITE and READ requests carry a 16 B RETH in their first packet; READ responses and ACKs carry a
 4 B AETH. An atomic request carries a 28 B AtomicETH (remote address, rkey, swap/add and compare operands), its
-response an AETH and an 8 B AtomicAckETH holding the original value (IBA vol. 1, 9.3.3 and 9.3.5).
+response an AETH and an 8 B AtomicAckETH holding the original value (IBA vol. 1, 9.3.3 and 9.3.5). Every UD
+packet carries an 8 B DETH (Q_Key and source QP) after its BTH (IBA vol. 1, 9.3.4).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ RETH = 16
 AETH = 4
 ATOMIC_ETH = 28
 ATOMIC_ACK_ETH = 8
+DETH = 8
 MTUS = (256, 512, 1024, 2048, 4096)
 
 

@@ -43,7 +43,7 @@ from models.nic.receive import (RECEIVING, complete_receive, landing_buffer, rec
 from models.nic.remote_access import remote_status
 from models.nic.translation import Fault, mr_bytes, write_payload
 from models.nic.transport import (PSN_MASK, PSN_WINDOW, Outcome, QpType, Waiting, acknowledged, after_acknowledgement,
-                                  after_gap_closed, carries, opcode_problem, sequence_nak)
+                                  after_gap_closed, carries, opcode_problem, packet_headers, sequence_nak)
 from models.nic.wqe import (ATOMIC_BYTES, RNR_RETRY_INFINITE, SEND_FENCE, SEND_SIGNALED, Access, Opcode, QpState,
                             SendWR, Sge, WcOpcode, WcStatus, WorkCompletion)
 from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
@@ -116,9 +116,10 @@ def dma_write(link: PcieLink, nbytes: int) -> list[Stage]:
 
 
 def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0,
-         mtu: int | None = None) -> list[Stage]:
+         mtu: int | None = None, per_packet: int = 0) -> list[Stage]:
     """A message from ``src``'s port through the fabric into ``dst``'s port, in packets of ``mtu`` payload bytes
-    (the sending QP's path MTU; None or more than the fabric carries: the fabric's MTU).
+    (the sending QP's path MTU; None or more than the fabric carries: the fabric's MTU), its first packet
+    ``first_extra`` header bytes longer and every packet ``per_packet`` (:func:`~models.nic.transport.packet_headers`).
 
     The first bit leaves as soon as the transmit port is free; the receiver holds the first packet until it
     has arrived whole.
@@ -126,8 +127,8 @@ def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0,
     p = fabric.params
     if mtu is not None and mtu < p.mtu:
         p = dataclasses.replace(p, mtu=mtu)
-    total = p.serialize_ps(nbytes, first_extra)
-    first = p.first_packet_ps(nbytes, first_extra)
+    total = p.serialize_ps(nbytes, first_extra, per_packet)
+    first = p.first_packet_ps(nbytes, first_extra, per_packet)
     return [Stage(src.tx_port, total, 0, 0, p.latency_ps, False),
             Stage(dst.rx_port, total - first, first, 0, 0, fabric.point_to_point)]
 
@@ -262,7 +263,8 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     if not opcode.reads_remote:
         source = [] if inline else [s for length, target in pieces for s in node_dma_read(node, target, length)]
         forward = source + [delay(nic.params.tx_latency_ps),
-                            *wire(nic, pnic, fabric, n, request_headers(opcode), qp.path_mtu_bytes),
+                            *wire(nic, pnic, fabric, n, request_headers(opcode), qp.path_mtu_bytes,
+                                  packet_headers(qp.qp_type)),
                             rx_engine(pnic, qp.remote.qp_num)]
         steps.append(Check("requester"))
         if source and (local_backing or every):

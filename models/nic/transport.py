@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import enum
 
+from models.fabric import DETH
 from models.nic.wqe import Opcode, WcStatus
 
 
@@ -149,6 +150,12 @@ def opcode_problem(qp_type: QpType, opcode: Opcode, message_bytes: int, mtu_byte
 def sent_qkey(wr_qkey: int, qp_qkey: int) -> int:
     """The Q_Key a UD datagram carries: the work request's, or the sending QP's for a controlled Q_Key."""
     return qp_qkey if wr_qkey & CONTROLLED_QKEY else wr_qkey
+
+
+def packet_headers(qp_type: QpType) -> int:
+    """Extension header bytes every packet of a ``qp_type`` QP's requests carries after the BTH: UD's DETH (its
+    Q_Key and source QP), none for RC and UC (IBA vol. 1, 9.2-9.3)."""
+    return DETH if qp_type is QpType.UD else 0
 
 
 def receive_overhead(qp_type: QpType) -> int:

@@ -8,15 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models.fabric import Fabric, FabricParams
+from models.fabric import DETH, TRANSPORT_HEADER, Fabric, FabricParams
 from models.host import HostParams
 from models.nic.nic import NicParams
-from models.nic.transport import GRH_BYTES, QpType, grh, port_gid, sent_qkey
+from models.nic.datapath import path
+from models.nic.transport import GRH_BYTES, QpType, grh, packet_headers, port_gid, sent_qkey
 from models.nic.translation import mr_bytes
 from models.nic.wqe import Access, Opcode, QpState, RecvWR, SendWR, Sge, WcFlags, WcOpcode, WcStatus
 from models.node import Node
 from models.pcie.link import PcieParams
-from models.verbs.ah import ibv_create_ah, ibv_destroy_ah, ibv_query_gid
+from models.verbs.ah import data_path_qp, ibv_create_ah, ibv_destroy_ah, ibv_query_gid
 from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_qp
 from models.verbs.qp_state import AhAttr, QPAttr, QpAttrMask as M
 from models.verbs.query import ibv_query_port
@@ -24,6 +25,7 @@ from models.verbs.recv import ibv_post_recv
 from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device,
                                 ibv_poll_cq, ibv_post_send, ibv_reg_mr)
 from sim.core import Environment, ProtocolError, VerbsError
+from sim.core.steps import Claim
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
 SIZE = 64 * 1024
@@ -412,3 +414,21 @@ def test_init_to_rtr_takes_each_types_attributes(qp_type, mask, problem):
         with pytest.raises(VerbsError, match=problem):
             ibv_modify_qp(qp, attr, mask)
 
+
+@pytest.mark.parametrize("qp_type, headers", [(QpType.UD, DETH), (QpType.UC, 0), (QpType.RC, 0)])
+@pytest.mark.parametrize("transport", ["ib", "roce"])
+def test_every_ud_packet_carries_a_deth_on_the_wire(qp_type, headers, transport):
+    """The request's transmit claim serializes payload, the fabric's headers and, on UD, the 8-byte DETH."""
+    bed = Bed(transport=transport)
+    if qp_type is QpType.UD:
+        qa, qb = bed.ud_pair()
+        qp = data_path_qp(qa, qb)
+    else:
+        qp = bed.qp(0, qp_type)
+        qp.connect(bed.qp(1, qp_type))
+    assert packet_headers(qp_type) == headers
+    steps = path(qp, Opcode.SEND, 1000, False).steps
+    [claim] = [s for s in steps if isinstance(s, Claim) and s.server is bed.nodes[0].nic.tx_port]
+    params = bed.fabric.params
+    assert params.wire_bytes(1000, 0, headers) == 1000 + TRANSPORT_HEADER[transport] + headers
+    assert claim.service_ps == params.serialize_ps(1000, 0, headers)

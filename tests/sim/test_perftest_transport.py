@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from models.fabric import DETH, FabricParams
 from sim.perftest import perftest_scenario, run_perftest
 from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
@@ -45,6 +46,18 @@ def test_uc_write_bw_of_small_messages_beats_rc_which_waits_for_acks():
     rc = run_perftest(["ib_write_bw", "-c", "RC", "-s", "64", "-n", "2000", "-t", "16", "--report_gbits"])
     assert uc[0] == rc[0] == 0
     assert _row(uc[1], 64)[3] > 1.5 * _row(rc[1], 64)[3]
+
+
+def test_ud_send_bw_of_small_messages_pays_the_deth_of_each_packet():
+    """At 512 B the port is the bottleneck: UD's rate is UC's times the ratio of their wire bytes per message (UD adds
+    an 8-byte DETH to each packet)."""
+    argv = ["ib_send_bw", "-s", "512", "-n", "1000", "-t", "128", "--report_gbits"]
+    ud, uc = (run_perftest([*argv, "-c", c]) for c in ("UD", "UC"))
+    assert ud[0] == uc[0] == 0
+    fabric = FabricParams()
+    ratio = fabric.wire_bytes(512) / fabric.wire_bytes(512, 0, DETH)
+    assert _row(ud[1], 512)[2] / _row(uc[1], 512)[2] == pytest.approx(ratio, rel=2e-3)
+    assert ratio < 1 - 1e-2
 
 
 def test_c_ud_with_a_or_perftests_default_size_lowers_it_to_the_mtu_and_says_so():
