@@ -19,6 +19,12 @@ archives hold them):
 5.16       pinned dma-buf importers (``ib_umem_dmabuf_get_pinned``, 1e4df4a21c5a; EFA's
            ``reg_user_mr_dmabuf``, "RDMA/efa: Add support for dmabuf memory regions"); its map-failure path
            unpins, then releases the umem, which unpins again
+6.4        ``modify_qp`` (drivers/infiniband/core/uverbs_cmd.c) refuses a controlled Q_Key (``IB_QP_SET_QKEY``, the
+           high bit) with EPERM unless the process is ``capable(CAP_NET_RAW)`` ("RDMA/uverbs: Restrict usage of
+           privileged QKEYs", Edward Srouji, 0cadb4db79e1, merged after 6.4-rc5 and sent to the stable trees);
+           6.5's ``rdma_nl_get_privileged_qkey()`` lets the administrator allow every process ("RDMA/nldev: Add
+           support to set privileged qkey parameter"), and 28ea058a2979 (2025) checks CAP_NET_RAW in the device's
+           network namespace. Dated here by the mainline release: a stable kernel older than 6.4 may have it too
 5.19       importers wait for ``DMA_RESV_USAGE_KERNEL`` fences (before: the exclusive fence), and
            ``ib_umem_dmabuf_map_pages`` returns ``dma_resv_wait_timeout()``'s value ("RDMA: use dma_resv_wait()
            instead of extracting the fence", f30bceab16d1): every map reports a failure
@@ -120,6 +126,11 @@ class KernelBehaviour:
         return self.version >= _v("5.10")
 
     @property
+    def restricts_controlled_qkey(self) -> bool:
+        """``modify_qp`` refuses an unprivileged process a controlled Q_Key with EPERM (6.4+, 0cadb4db79e1)."""
+        return self.version >= RESTRICTED_QKEY
+
+    @property
     def maps_at_attach(self) -> bool:
         """``dma_buf_attach`` maps and caches the sg table when importer and exporter disagree on being dynamic
         (5.7 to 6.14)."""
@@ -203,6 +214,8 @@ class KernelBehaviour:
         return "invalidate_mappings" if self.version >= _v("7.1") else "move_notify"
 
 
+RESTRICTED_QKEY = _v("6.4")
+"""The first kernel whose ``modify_qp`` refuses an unprivileged process a controlled Q_Key (0cadb4db79e1)."""
 AMDGPU_VRAM_PIN = _v("6.15")
 """The first kernel whose ``amdgpu_dma_buf_pin`` can pin into VRAM (f5e7fabd1f5c)."""
 MLX5_DMABUF_DEREG_LOCKED = _v("6.14")
@@ -223,3 +236,8 @@ RDMA_CORE_DM_DMABUF = _v("62")
 NVIDIA_DMABUF_EXPORT = _v("515")
 NVIDIA_PCIE_MAPPING = _v("570")
 """The NVIDIA branch of CUDA 12.8, which brings ``CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE``."""
+
+
+def node_kernel(node) -> KernelBehaviour:
+    """The dated behaviours of ``node``'s kernel (:data:`DEFAULT_KERNEL`'s when the node models none)."""
+    return KernelBehaviour(Version.parse(node.kernel.config.version if node.kernel is not None else DEFAULT_KERNEL))

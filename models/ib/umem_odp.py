@@ -12,7 +12,7 @@ from __future__ import annotations
 from models.ib.implicit_odp import is_implicit_request, odp_supports_implicit
 from models.ib.mr_backing import OdpBacking
 from models.ib.mr_checks import PAGE_SIZE, U64, mlx5r_umr_can_load_pas
-from models.versions import DEFAULT_KERNEL, KernelBehaviour, Version
+from models.versions import node_kernel
 from sim.core import VerbsError
 
 
@@ -61,7 +61,6 @@ def mlx5_ib_init_odp_mr(node, backing: OdpBacking, length: int, now_ps: int) -> 
     (``MLX5_PF_FLAGS_SNAPSHOT``) maps the pages the CPU already has, faulting none, so a buffer touched before
     registration takes no NIC fault on first access. Returns its time (ps); before 5.10 nothing runs and the
     MTT starts empty."""
-    version = node.kernel.config.version if node.kernel is not None else DEFAULT_KERNEL
-    if not KernelBehaviour(Version.parse(version)).odp_registration_snapshot:
+    if not node_kernel(node).odp_registration_snapshot:
         return 0
     return backing.prefetch(now_ps, 0, length, fault=False)

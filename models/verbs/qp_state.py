@@ -15,8 +15,9 @@ import enum
 from dataclasses import dataclass, field
 
 from models.nic.device import PORT_NUM, rdma_is_port_valid
-from models.nic.transport import QpType
+from models.nic.transport import CONTROLLED_QKEY, QpType
 from models.nic.wqe import QpState
+from models.versions import KernelBehaviour
 from sim.core import PS_PER_NS, PS_PER_US, VerbsError
 
 
@@ -194,21 +195,31 @@ def _names(mask: QpAttrMask) -> str:
     return " | ".join(f"IBV_QP_{bit.name}" for bit in QpAttrMask if bit & mask)
 
 
-def check_modify_qp(qp_type: QpType, state: QpState, attr: QPAttr, mask: int, max_rd_atomic: int) -> QpState:
-    """The checks of ``ibv_modify_qp`` on a QP now in ``state``; return the state it moves to.
+def check_modify_qp(qp_type: QpType, state: QpState, attr: QPAttr, mask: int, max_rd_atomic: int,
+                    controlled_qkey: bool = True) -> QpState:
+    """The checks of ``ibv_modify_qp`` on a QP now in ``state``, in the order the kernel makes them (``modify_qp``
+    in uverbs_cmd.c: ports and state values, the Q_Key; then the driver: the transition, the other values); return
+    the state it moves to.
 
-    ``max_rd_atomic`` is the device's limit for both ``max_rd_atomic`` and ``max_dest_rd_atomic``.
+    ``max_rd_atomic`` is the device's limit for both ``max_rd_atomic`` and ``max_dest_rd_atomic``;
+    ``controlled_qkey``: the process may set a controlled Q_Key (:func:`controlled_qkey_allowed`).
 
     :raises VerbsError: ``EOPNOTSUPP`` for mask bits rdma-core does not define; ``EINVAL`` for an illegal
-        transition, a missing required or unaccepted attribute, or an attribute value out of range.
+        transition, a missing required or unaccepted attribute, or an attribute value out of range; ``EPERM`` for
+        a controlled Q_Key (high bit set) the process may not set.
     """
     call = "ibv_modify_qp"
     if mask & ~KNOWN_MASK_BITS:
         raise VerbsError("EOPNOTSUPP", f"attr_mask {mask:#x} has bits outside enum ibv_qp_attr_mask", call=call)
+    if (problem := _port_problem(attr, mask)) is not None:
+        raise VerbsError("EINVAL", problem, call=call)
     for bit in (M.STATE, M.CUR_STATE):
         if mask & bit and not isinstance(getattr(attr, FIELD_OF_BIT[bit]), QpState):
             raise VerbsError("EINVAL", f"{FIELD_OF_BIT[bit]} {getattr(attr, FIELD_OF_BIT[bit])!r} is not a QP state",
                              call=call)
+    if mask & M.QKEY and attr.qkey & CONTROLLED_QKEY and not controlled_qkey:
+        raise VerbsError("EPERM", f"qkey {attr.qkey:#x} is a controlled Q_Key (IB_QP_SET_QKEY): setting one needs "
+                         "CAP_NET_RAW or the system's privileged-qkey mode (modify_qp, uverbs_cmd.c)", call=call)
     cur = attr.cur_qp_state if mask & M.CUR_STATE else state
     new = attr.qp_state if mask & M.STATE else cur
     if (problem := modify_qp_problem(cur, new, qp_type, mask)) is not None:
@@ -218,12 +229,24 @@ def check_modify_qp(qp_type: QpType, state: QpState, attr: QPAttr, mask: int, ma
     return new
 
 
-def _value_problem(attr: QPAttr, mask: int, max_rd_atomic: int) -> str | None:
-    """The first attribute value the kernel or mlx5 refuses, or None."""
+def controlled_qkey_allowed(kernel: KernelBehaviour, privileged: bool) -> bool:
+    """Whether ``ibv_modify_qp`` lets a process set a controlled Q_Key on ``kernel``: always before 6.4; from 6.4
+    only a ``privileged`` one (CAP_NET_RAW, or any process once the administrator has set the system's
+    privileged-qkey mode, ``rdma system set privileged-qkey on``, 6.5+) (:mod:`models.versions`)."""
+    return privileged or not kernel.restricts_controlled_qkey
+
+
+def _port_problem(attr: QPAttr, mask: int) -> str | None:
+    """A port number ``modify_qp`` refuses (``rdma_is_port_valid``), or None."""
     if mask & M.PORT and not rdma_is_port_valid(attr.port_num):
         return f"port_num {attr.port_num}: the device has port {PORT_NUM} only (rdma_is_port_valid)"
     if mask & M.AV and not rdma_is_port_valid(attr.ah_attr.port_num):
         return f"ah_attr.port_num {attr.ah_attr.port_num}: the device has port {PORT_NUM} only (rdma_is_port_valid)"
+    return None
+
+
+def _value_problem(attr: QPAttr, mask: int, max_rd_atomic: int) -> str | None:
+    """The first attribute value mlx5 refuses, or None."""
     if mask & M.PATH_MTU and attr.path_mtu not in set(PathMtu):
         return f"path_mtu {attr.path_mtu} is not an enum ibv_mtu value (1..5 for 256..4096 bytes)"
     if mask & M.MAX_QP_RD_ATOMIC and not 0 <= attr.max_rd_atomic <= max_rd_atomic:

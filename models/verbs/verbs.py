@@ -28,10 +28,11 @@ from models.nic.translation import MrBacking
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WcOpcode, WcStatus, WorkCompletion
 from models.node import Node
 from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, ack_timeout_ps, apply_attrs,
-                                   check_modify_qp, rnr_timer_ps)
+                                   check_modify_qp, controlled_qkey_allowed, rnr_timer_ps)
 from models.verbs.ah import data_path_qp, datagram_destination
 from models.verbs.receive_queue import ReceiveQueue, SharedReceiveQueue, check_rq_caps, rq_geometry
 from models.verbs.send_checks import check_send_caps, check_send_wr, sq_state_max_gs
+from models.versions import node_kernel
 from sim.core import PS_PER_US, Environment, VerbsError
 from sim.core.env import UniformDraws
 from sim.core.interpreter import Semaphore
@@ -55,6 +56,9 @@ class Context:
     fabric: Fabric
     async_events: deque = field(default_factory=deque)
     """Asynchronous events not yet read (:func:`models.verbs.recv.ibv_get_async_event`)."""
+    cap_net_raw: bool = False
+    """The process that opened it holds CAP_NET_RAW, so it may set controlled Q_Keys (the system's
+    privileged-qkey mode, which lets every process, counts the same). Default False: an ordinary user's program."""
 
 
 @dataclass(eq=False)
@@ -349,9 +353,12 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     ``attr.qp_state`` when ``IBV_QP_STATE`` is set; on error nothing changes.
 
     :raises VerbsError: see :func:`~models.verbs.qp_state.check_modify_qp` (``EINVAL`` for an illegal
-        transition or attribute, ``EOPNOTSUPP`` for unknown mask bits).
+        transition or attribute, ``EOPNOTSUPP`` for unknown mask bits, ``EPERM`` for a controlled Q_Key the process
+        may not set: :func:`~models.verbs.qp_state.controlled_qkey_allowed` of its kernel and
+        :attr:`Context.cap_net_raw`).
     """
-    new = check_modify_qp(qp.qp_type, qp.state, attr, attr_mask, qp.node.nic.params.max_rd_atomic)
+    new = check_modify_qp(qp.qp_type, qp.state, attr, attr_mask, qp.node.nic.params.max_rd_atomic,
+                          controlled_qkey_allowed(node_kernel(qp.node), qp.pd.context.cap_net_raw))
     before = qp.state
     qp.attr = apply_attrs(qp.attr, attr, attr_mask, new)
     qp.sq_state_max_gs = sq_state_max_gs(qp, new)
@@ -382,11 +389,12 @@ def ibv_query_qp(qp: QueuePair, attr_mask: int) -> QPAttr:
                                rq_psn=qp.expected_psn)
 
 
-def ibv_open_device(node: Node, env: Environment, fabric: Fabric) -> Context:
-    """Open the NIC of ``node``, attached to ``fabric`` (datagrams to its port's LID reach it from then on)."""
+def ibv_open_device(node: Node, env: Environment, fabric: Fabric, *, cap_net_raw: bool = False) -> Context:
+    """Open the NIC of ``node``, attached to ``fabric`` (datagrams to its port's LID reach it from then on), for a
+    process with CAP_NET_RAW or without (:attr:`Context.cap_net_raw`)."""
     if node.nic.name in fabric.endpoints:
         fabric.ports[fabric.lid(node.nic.name)] = node
-    return Context(node, env, fabric)
+    return Context(node, env, fabric, cap_net_raw=cap_net_raw)
 
 
 def ibv_alloc_pd(context: Context) -> ProtectionDomain:

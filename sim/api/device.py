@@ -36,7 +36,8 @@ class AsyncEvent:
 
 
 class Context(Resource):
-    """An opened device (``ibv_open_device``): the NIC of node ``name`` of ``testbed``.
+    """An opened device (``ibv_open_device``): the NIC of node ``name`` of ``testbed``, for a process with
+    ``cap_net_raw`` (CAP_NET_RAW, which lets ``QP.modify`` set a controlled Q_Key) or, by default, without.
 
     Closing it closes every object opened through it, newest first, as closing the device file makes the
     kernel destroy whatever the process left (use counts do not stop that cleanup).
@@ -44,12 +45,13 @@ class Context(Resource):
     :raises ConfigError: the testbed has no node ``name``.
     """
 
-    def __init__(self, testbed: Testbed, name: str) -> None:
+    def __init__(self, testbed: Testbed, name: str, *, cap_net_raw: bool = False) -> None:
         if name not in testbed.bed.nodes:
             raise ConfigError(f"no node {name!r}; the testbed has {sorted(testbed.bed.nodes)}", file=TESTBED,
                               key="nodes")
         self.testbed, self.name = testbed, name
-        self.ctx = ibv_open_device(testbed.bed.nodes[name], testbed.bed.env, testbed.bed.fabric)
+        self.ctx = ibv_open_device(testbed.bed.nodes[name], testbed.bed.env, testbed.bed.fabric,
+                                   cap_net_raw=cap_net_raw)
         """The verbs layer's context (:class:`models.verbs.verbs.Context`)."""
         self._objects: list[Resource] = []
 

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from models.dmabuf.core import DmaBufCore, KernelConfig
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
 from models.nic.datapath import rd_atomic_slots
@@ -258,3 +259,51 @@ class ModifyQpMachine(RuleBasedStateMachine):
 
 TestModifyQp = ModifyQpMachine.TestCase
 TestModifyQp.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+
+
+def _ud_qp(version: str | None, cap_net_raw: bool):
+    env = Environment(1)
+    fabric = Fabric(FabricParams())
+    node = Node.create("a", HostParams(), PcieParams(), NicParams())
+    if version is not None:
+        node.kernel = DmaBufCore(env, KernelConfig(version=version))
+    fabric.attach(node.nic.name)
+    pd = ibv_alloc_pd(ibv_open_device(node, env, fabric, cap_net_raw=cap_net_raw))
+    return ibv_create_qp(pd, ibv_create_cq(pd.context, 16), 8, qp_type=QpType.UD)
+
+
+UD_INIT = QPAttr(qp_state=S.INIT, pkey_index=0, port_num=1)
+UD_INIT_MASK = M.STATE | M.PKEY_INDEX | M.PORT | M.QKEY
+
+
+@pytest.mark.parametrize("version, cap_net_raw, qkey, errno", [
+    (None, False, 0x80000000, "EPERM"),  # the default kernel (6.18)
+    ("6.19", False, 0xFFFFFFFF, "EPERM"),
+    ("6.4", False, 0x80000001, "EPERM"),
+    ("6.3", False, 0x80000000, None),  # before 0cadb4db79e1 anyone may
+    ("5.15", False, 0x80000000, None),
+    ("6.19", True, 0x80000000, None),  # CAP_NET_RAW may
+    ("6.19", False, 0x7FFFFFFF, None),  # not a controlled Q_Key
+    ("6.19", False, 0x11111111, None)])
+def test_a_controlled_qkey_needs_privilege_from_6_4(version, cap_net_raw, qkey, errno):
+    qp = _ud_qp(version, cap_net_raw)
+    attr = dataclasses.replace(UD_INIT, qkey=qkey)
+    if errno is None:
+        ibv_modify_qp(qp, attr, UD_INIT_MASK)
+        assert qp.state is S.INIT and qp.attr.qkey == qkey
+        return
+    with pytest.raises(VerbsError) as err:
+        ibv_modify_qp(qp, attr, UD_INIT_MASK)
+    assert err.value.errno == errno and "controlled Q_Key" in str(err.value)
+    assert qp.state is S.RESET and qp.attr.qkey == 0  # nothing changed
+
+
+@pytest.mark.parametrize("attr, mask, errno", [
+    # modify_qp checks the port before the Q_Key, and the Q_Key before the driver's transition check
+    (dataclasses.replace(UD_INIT, qkey=0x80000000, port_num=2), UD_INIT_MASK, "EINVAL"),
+    (QPAttr(qp_state=S.RTS, qkey=0x80000000), M.STATE | M.QKEY, "EPERM"),
+    (QPAttr(qp_state=S.RTS, qkey=0x80000000), M.STATE, "EINVAL")])  # without IBV_QP_QKEY the key is not read
+def test_the_controlled_qkey_check_comes_where_modify_qp_makes_it(attr, mask, errno):
+    with pytest.raises(VerbsError) as err:
+        ibv_modify_qp(_ud_qp("6.19", False), attr, mask)
+    assert err.value.errno == errno
