@@ -495,16 +495,18 @@ def signaled(qp, wr: SendWR) -> bool:
     return qp.sq_sig_all or bool(wr.send_flags & SEND_SIGNALED)
 
 
-def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool = False) -> None:
+def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool = False,
+                       posted_ps: int | None = None) -> None:
     """Start carrying one work request from doorbell to the polled completion on ``qp`` (a connected
     :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates); ``seq``
     and ``offset`` are its operation number and position offset under the ordering rule; ``listed``: posted in
-    a list of several."""
+    a list of several; ``posted_ps``: when it was posted, if earlier than now (it waited in SQD)."""
     env = qp.pd.context.env
     if qp.reads is None:  # counted at the first post, when the responder's max_dest_rd_atomic is known
         qp.reads = Semaphore(rd_atomic_slots(qp))
     now, sges, sig = env.now, local_sges(wr), signaled(qp, wr)
-    run = WorkRequestRun(qp, wr, _path_of(qp, wr, sges, sig, now, listed), now, sges, sig)
+    run = WorkRequestRun(qp, wr, _path_of(qp, wr, sges, sig, now, listed), now if posted_ps is None else posted_ps,
+                         sges, sig)
     run.op = Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads}, offset,
                        qp.turns, qp.seq_of[id(wr)])
     env.step_runner.start(run.op)

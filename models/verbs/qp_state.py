@@ -191,6 +191,17 @@ def modify_qp_problem(cur: QpState, new: QpState, qp_type: QpType, mask: int) ->
     return None
 
 
+def sq_holds_posts(state: QpState) -> bool:
+    """Whether a work request posted to a QP in ``state`` waits before the NIC takes it up: in SQD, whose send queue
+    takes up no new work request (IB spec vol. 1, 10.3.1, Send Queue Drain), until the QP is moved back to RTS.
+
+    mlx5 posts in every state from RTS on: ``_mlx5_post_send`` (rdma-core providers/mlx5/qp.c) reads the state only
+    through ``qp->sq.qp_state_max_gs``, which ``set_qp_operational_state`` (providers/mlx5/verbs.c) closes (-1) in
+    RESET, opens at RTS and leaves as it is in SQD, SQE and ERR; in ERR and SQE the NIC completes what is posted
+    ``IBV_WC_WR_FLUSH_ERR``."""
+    return state is QpState.SQD
+
+
 def _names(mask: QpAttrMask) -> str:
     return " | ".join(f"IBV_QP_{bit.name}" for bit in QpAttrMask if bit & mask)
 

@@ -28,7 +28,7 @@ from models.nic.translation import MrBacking
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WcOpcode, WcStatus, WorkCompletion
 from models.node import Node
 from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, ack_timeout_ps, apply_attrs,
-                                   check_modify_qp, controlled_qkey_allowed, rnr_timer_ps)
+                                   check_modify_qp, controlled_qkey_allowed, rnr_timer_ps, sq_holds_posts)
 from models.verbs.ah import data_path_qp, datagram_destination
 from models.verbs.receive_queue import ReceiveQueue, SharedReceiveQueue, check_rq_caps, rq_geometry
 from models.verbs.send_checks import check_send_caps, check_send_wr, sq_state_max_gs
@@ -224,6 +224,9 @@ class QueuePair:
     """As responder: the NAKs PSN sequence error it sent."""
     awaiting: list = field(default_factory=list)
     """As requester: its work requests waiting for their ACK timers, in the order they began to."""
+    held_posts: list = field(default_factory=list)
+    """Work requests posted in SQD, waiting for RTS (:func:`~models.verbs.qp_state.sq_holds_posts`): each with its
+    UD destination (or None), whether it was posted in a list, and when (ps)."""
     frames_lost: int = 0
     """Request, acknowledgement and response frames of this QP's work requests the links lost."""
     next_psn: int = 0
@@ -366,6 +369,8 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
         qp.next_psn = qp.attr.sq_psn
     if attr_mask & QpAttrMask.RQ_PSN or new is QpState.RESET:
         qp.expected_psn, qp.psn_synced = qp.attr.rq_psn, False
+    if sq_holds_posts(before) and not sq_holds_posts(new) and qp.held_posts:
+        _release_held_posts(qp)
     if new is QpState.ERR and before is not QpState.ERR:
         qp.flush_receives()
     elif new is QpState.RESET:
@@ -642,7 +647,11 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
     fetches their WQEs by DMA); completions will be pushed to ``qp.send_cq``. A list is checked one work request
     at a time: those before the first that fails stay posted, as with ``ibv_post_send``'s ``bad_wr``.
 
-    :raises VerbsError: ``EOPNOTSUPP`` in SQD or SQE (not modelled); then the checks of
+    A post is accepted in every state from RTS on, as mlx5 accepts it: in ERR and SQE the work requests complete
+    ``IBV_WC_WR_FLUSH_ERR``, in SQD they wait until the QP is back in RTS
+    (:func:`~models.verbs.qp_state.sq_holds_posts`).
+
+    :raises VerbsError: the checks of
         :func:`~models.verbs.send_checks.check_send_wr` (``ENOMEM`` for a full send queue, a QP that has not been in
         RTS since it was created or reset (RESET, INIT, RTR), too many SGEs or too much inline data,
         ``EOPNOTSUPP`` for an atomic without atomic support, ``EINVAL`` for inline data on a READ or an atomic, or
@@ -651,9 +660,6 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
         posts it, and completes in error (:mod:`models.nic.transport`).
     :raises ProtocolError: a UD work request's address names no port of the fabric.
     """
-    call, state = "ibv_post_send", qp.state
-    if state in (QpState.SQD, QpState.SQE):
-        raise VerbsError("EOPNOTSUPP", f"posting to a QP in {state.value} is not modelled", call=call)
     wrs = wr if isinstance(wr, list) else [wr]
     listed, runner = len(wrs) > 1, qp.pd.context.env.step_runner
     for one in wrs:
@@ -662,8 +668,26 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
         qp.outstanding += 1
         qp.seq_of[id(one)] = qp.posted_count
         qp.posted_count += 1
+        if sq_holds_posts(qp.state):
+            qp.held_posts.append((one, dest, listed, qp.pd.context.env.now))
+            continue
         seq, offset = one.order if one.order is not None else (runner.number(), 0)
         start_work_request(qp if dest is None else data_path_qp(qp, dest), one, seq, offset, listed=listed)
+
+
+def _release_held_posts(qp: QueuePair) -> None:
+    """``qp`` left SQD: the work requests posted meanwhile are taken up in posting order (in RTS they run, in ERR
+    they flush); to RESET they are discarded, as resetting a QP discards its send queue without completions."""
+    held, qp.held_posts = qp.held_posts, []
+    if qp.state is QpState.RESET:
+        for one, *_ in held:
+            del qp.seq_of[id(one)]
+        qp.outstanding -= len(held)
+        qp.posted_count -= len(held)  # they were the newest: every post since SQD was held
+        return
+    runner = qp.pd.context.env.step_runner
+    for one, dest, listed, posted in held:
+        start_work_request(qp if dest is None else data_path_qp(qp, dest), one, runner.number(), 0, listed, posted)
 
 
 def ibv_poll_cq(cq: CompletionQueue, num_entries: int) -> list[WorkCompletion]:

@@ -12,12 +12,12 @@ from models.fabric import Fabric, FabricParams
 from models.host import HostParams
 from models.nic.datapath import rd_atomic_slots
 from models.nic.nic import NicParams
-from models.nic.wqe import Access, Opcode, QpState, SendWR
+from models.nic.wqe import SEND_SIGNALED, Access, Opcode, QpState, SendWR, WcStatus
 from models.node import Node
 from models.pcie.link import PcieParams
 from models.verbs.qp_state import AhAttr, PathMtu, QPAttr, QpAttrMask as M, QpType, check_modify_qp, rnr_timer_ps
 from models.verbs.verbs import ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device, \
-    ibv_post_send, ibv_query_qp
+    ibv_poll_cq, ibv_post_send, ibv_query_qp, ibv_reg_mr
 from sim.core import PS_PER_US, Environment, VerbsError
 
 S = QpState
@@ -197,8 +197,7 @@ def test_rnr_timer_encodings():
 @pytest.mark.parametrize("states, errno", [
     ([S.RESET], "ENOMEM"), ([S.INIT], "ENOMEM"), ([S.RTR], "ENOMEM"),
     ([S.ERR], "ENOMEM"),                                  # ERR reached from INIT: the send queue never opened
-    ([S.RTS, S.RESET, S.INIT], "ENOMEM"),                 # RESET closes it again
-    ([S.SQD], "EOPNOTSUPP")])
+    ([S.RTS, S.RESET, S.INIT], "ENOMEM")])                # RESET closes it again
 def test_post_send_before_rts_exceeds_mlx5s_closed_sge_limit(states, errno):
     qp, _ = _qps()
     _drive(qp, states[0])
@@ -307,3 +306,68 @@ def test_the_controlled_qkey_check_comes_where_modify_qp_makes_it(attr, mask, er
     with pytest.raises(VerbsError) as err:
         ibv_modify_qp(_ud_qp("6.19", False), attr, mask)
     assert err.value.errno == errno
+
+
+MRS = {}
+"""The requester's and the responder's MR of the last :func:`_connected` pair."""
+
+
+def _write(wr_id: int) -> SendWR:
+    """An 8-byte RDMA WRITE between the MRs of :func:`_connected`."""
+    src, dst = MRS["a"], MRS["b"]
+    return SendWR(wr_id, Opcode.RDMA_WRITE, src.addr, 8, src.lkey, dst.addr, dst.rkey, send_flags=SEND_SIGNALED)
+
+
+def _connected():
+    qa, qb = _qps()
+    qa.connect(qb)
+    for name, qp in (("a", qa), ("b", qb)):
+        buf = qp.node.host.allocate("buf", 4096)
+        MRS[name] = ibv_reg_mr(qp.pd, buf.addr, 4096, Access.LOCAL_WRITE | Access.REMOTE_WRITE)
+    return qa, qb
+
+
+@pytest.mark.parametrize("states, statuses", [
+    ([S.ERR], [WcStatus.WR_FLUSH_ERR]),                    # ERR from RTS: the send queue stays open, the NIC flushes
+    ([S.SQD, S.ERR], [WcStatus.WR_FLUSH_ERR] * 2),         # held in SQD, then flushed with the one posted in ERR
+    ([S.SQD, S.RTS], [WcStatus.SUCCESS])])                 # held in SQD, run once back in RTS
+def test_posts_after_rts_are_accepted_in_every_state_as_mlx5_accepts_them(states, statuses):
+    """``_mlx5_post_send`` reads no QP state: from RTS on, a post is accepted; ERR flushes it, SQD holds it."""
+    qa, qb = _connected()
+    for state in states:
+        ibv_modify_qp(qa, QPAttr(qp_state=state), M.STATE)
+        if state is not S.RTS:
+            ibv_post_send(qa, _write(qa.posted_count))
+    qa.pd.context.env.run()
+    wcs = ibv_poll_cq(qa.send_cq, 8)
+    assert [(wc.wr_id, wc.status) for wc in wcs] == list(enumerate(statuses)) and qa.outstanding == 0
+
+
+def test_a_post_in_sqd_waits_until_rts_and_then_runs_in_posting_order():
+    qa, qb = _connected()
+    env = qa.pd.context.env
+    ibv_modify_qp(qa, QPAttr(qp_state=S.SQD), M.STATE)
+    for wr_id in (1, 2):
+        ibv_post_send(qa, _write(wr_id))
+    env.run(until=env.now + 100 * PS_PER_US)
+    assert ibv_poll_cq(qa.send_cq, 8) == [] and qa.outstanding == 2  # nothing taken up in SQD
+    back = env.now
+    ibv_modify_qp(qa, QPAttr(qp_state=S.RTS), M.STATE)
+    env.run()
+    wcs = ibv_poll_cq(qa.send_cq, 8)
+    assert [(wc.wr_id, wc.status) for wc in wcs] == [(1, WcStatus.SUCCESS), (2, WcStatus.SUCCESS)]
+    assert all(wc.posted_ps < back < wc.completed_ps for wc in wcs) and qa.outstanding == 0
+
+
+def test_a_qp_reset_in_sqd_discards_what_it_held_and_posts_again_from_rts():
+    qa, qb = _connected()
+    ibv_modify_qp(qa, QPAttr(qp_state=S.SQD), M.STATE)
+    ibv_post_send(qa, _write(1))
+    ibv_modify_qp(qa, QPAttr(qp_state=S.RESET), M.STATE)
+    assert qa.outstanding == 0 and qa.held_posts == [] and qa.seq_of == {}
+    again = dataclasses.replace(VALID, dest_qp_num=qb.qp_num, sq_psn=ibv_query_qp(qb, 0).rq_psn)
+    for cur, nxt in ((S.RESET, S.INIT), (S.INIT, S.RTR), (S.RTR, S.RTS)):
+        ibv_modify_qp(qa, dataclasses.replace(again, qp_state=nxt), M.STATE | RC_REQUIRED[cur, nxt])
+    ibv_post_send(qa, _write(2))
+    qa.pd.context.env.run()
+    assert [(wc.wr_id, wc.status) for wc in ibv_poll_cq(qa.send_cq, 8)] == [(2, WcStatus.SUCCESS)]

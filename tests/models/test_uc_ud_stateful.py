@@ -1,5 +1,5 @@
 """The receive-and-send state machine of tests/models/test_recv_stateful.py on UC and UD QP pairs: never a crash,
-every illegal call its errno (posting in SQE: EOPNOTSUPP), every posted work request exactly one completion (UD's
+every illegal call its errno (a post in SQE is accepted and flushed), every posted work request exactly one completion (UD's
 WRITE with immediate: LOC_QP_OP_ERR, its 9000-byte SEND: LOC_LEN_ERR), every receive consumed at most once (a UD
 one counting the GRH)."""
 
