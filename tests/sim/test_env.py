@@ -2,7 +2,9 @@ import pytest
 
 from sim.core import Environment, FifoServer, ServerPool
 from sim.core.env import RandomStreams, UniformDraws
+from sim.core.interpreter import Operation, compile_steps
 from sim.core.servers import claim_cut_through
+from sim.core.steps import Check, Delay, Wake
 
 
 def test_streams_depend_on_seed_and_name_not_on_order():
@@ -68,3 +70,35 @@ def test_a_stall_delays_only_jobs_that_would_start_inside_it():
     assert claim_cut_through(s, 150, 10, 0) == (250, 260)  # free at 150, inside the stall: waits for its end
     assert claim_cut_through(s, 300, 10, 0) == (300, 310)
     assert s.claim(420, 5) == (450, 455)
+
+
+class _Holder:
+    """An operation's owner whose check ``wait`` holds it until 1000 ps, then lets it go; it records when it was
+    asked and when the operation ended."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+        self.ended: list[int] = []
+
+    def check(self, op, name, now, head, tail):
+        self.asked.append(now)
+        return 1000 if len(self.asked) == 1 else None
+
+    def mark(self, op, name, head, tail):
+        pass
+
+    def wake(self, op, head):
+        self.ended.append(head)
+
+
+@pytest.mark.parametrize("sooner, asked, ended", [(None, [0, 1000], [1005]), (300, [0, 300], [305]),
+                                                  (0, [0, 0], [5])])
+def test_a_held_check_is_asked_again_sooner_when_told(sooner, asked, ended):
+    """``StepRunner.ask_sooner`` ends a check's hold early: it is asked again then, and never at the hold's end."""
+    env, owner = Environment(), _Holder()
+    op = Operation(compile_steps((Check("wait"), Delay(5), Wake())), 0, owner)
+    env.step_runner.start(op)
+    if sooner is not None:
+        env.timeout(sooner).callbacks.append(lambda _event: env.step_runner.ask_sooner(op, env.now))
+    env.run()
+    assert owner.asked == asked and owner.ended == ended
