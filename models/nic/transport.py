@@ -9,7 +9,9 @@ rdma-core's providers/mlx5/qp.c (``_mlx5_post_send``) and libibverbs/man/ibv_pos
   not have), which :func:`opcode_problem` names.
 * UC and UD are unacknowledged: the requester's completion is written once its message is sent, and nothing
   comes back. A request the responder cannot take (no receive posted, a bad R_Key, a QP not ready, a Q_Key that
-  does not match) is dropped silently: no RNR NAK, no retry, no error at the requester.
+  does not match, a QP number with no QP behind it) is dropped silently: no RNR NAK, no retry, no error at the
+  requester. Nor is a message a link outage loses sent again: it never arrives (UC drops the rest of a message a
+  packet of which was lost, rxe_resp.c ``check_psn``'s ``drop_msg``; a UD datagram is gone).
 * A UD message is one packet: more than the path MTU completes ``IBV_WC_LOC_LEN_ERR`` at the requester. At the
   responder the first 40 bytes of the receive buffer take the Global Routing Header (present or not), so a
   receive must hold the payload plus :data:`GRH_BYTES` and its completion counts them in ``byte_len``.
@@ -32,7 +34,7 @@ RC's recovery from lost frames, as Soft-RoCE reads the specification (linux driv
   (:func:`after_acknowledgement`). A request sent after the requester went back that reaches the responder
   before the NAK'd one's copy (go-back-N would have sent it after that copy; the model's queues let it overtake)
   goes again once the gap closes, a one-way trip later than go-back-N sends it (:func:`after_gap_closed`).
-  (rxe alone never spends a ``retry_cnt`` of 7; the specification, mlx5 and this model count seven.)
+  (rxe alone never spends a ``retry_cnt`` of 7; the specification and this model count seven.)
 """
 
 from __future__ import annotations
