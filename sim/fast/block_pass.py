@@ -31,6 +31,8 @@ class Record:
     pos: int
     seq0: int
     """Sequence number of the slice's first operation."""
+    post: np.ndarray
+    """When each operation was posted (its number's first key, :mod:`sim.fast.merge`)."""
     wake: np.ndarray
     wpos: int
     """Position of the step whose time orders these claims (:mod:`sim.fast.merge`)."""
@@ -46,13 +48,14 @@ class Record:
         n = hi - lo
         return Claims(self.wake[lo:hi], np.full(n, self.wpos, np.int64), self.head[lo:hi], self.not_before[lo:hi],
                       np.full(n, self.service, np.int64), np.full(n, self.pos, np.int64),
-                      np.arange(self.seq0 + lo, self.seq0 + hi, dtype=np.int64),
+                      np.arange(self.seq0 + lo, self.seq0 + hi, dtype=np.int64), self.post[lo:hi],
                       None if self.finish is None else self.finish[lo:hi])
 
     def same_inputs(self, other: Record | None) -> bool:
         """True when ``other`` made the same claims (keys and arrival times)."""
         return other is not None and all(a is b or np.array_equal(a, b) for a, b in (
-            (self.wake, other.wake), (self.head, other.head), (self.not_before, other.not_before)))
+            (self.wake, other.wake), (self.head, other.head), (self.not_before, other.not_before),
+            (self.post, other.post)))
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ class SliceIn:
     hi: int
     seq0: int
     start: int | None
-    """The group's start (its first posts); None: the previous slice's last completion."""
+    """The group's start (its first posts), or no earlier than this when it waits for ``after``."""
     hist_done: np.ndarray
     """Completions of operations ``max(0, lo - window)..lo-1`` (final)."""
     guess_post: np.ndarray
@@ -108,6 +111,8 @@ class SliceIn:
     """The group's steady state, when it queued throughout its last block."""
     hist_released: dict[str, np.ndarray] = field(default_factory=dict)
     """Per gate label: the latest releases before the slice (final)."""
+    after: tuple[int, ...] = ()
+    """Slices of the block whose last completions the group's start waits for (the round before it)."""
     joined: bool = False
     """The slice continues the previous slice's stream in the same block (:attr:`sim.fast.steps.Group.first`):
     each pass completes its history with that slice's values."""
@@ -169,8 +174,10 @@ class Pass:
             group = self.problem.groups[piece.group]
             if piece.joined:
                 _join(self.problem, self.slices[index - 1], outs[-1], piece)
-            start = piece.start if piece.start is not None else int(outs[-1].done[-1])
+            start = max([piece.start] * (piece.start is not None) + [int(outs[k].done[-1]) for k in piece.after])
             post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
+            same = self.old_memo.get((index, "post"))
+            post = self.memo[index, "post"] = same if same is not None and np.array_equal(same, post) else post
             self.slice, self.index, self.step = piece, index, 0
             self.out = SliceOut(post, post, None)
             head = self._chain(group.steps, (post, post, post))
@@ -260,16 +267,17 @@ class Pass:
         if not step.eager:  # made when the head arrives
             wake = head
         # Only a shared server's order depends on the ordering keys: elsewhere head and tail decide the result.
-        inputs = (head, tail, wake, self._others(step.server, pos)) if shared else (head, tail)
+        inputs = (head, tail, wake, self.out.post, self._others(step.server, pos)) if shared else (head, tail)
         if old is not None and len(old[0]) == len(inputs) and all(a is b for a, b in zip(old[0], inputs)):
             _, prior, out, merged = old
-            rec = Record(step.server, pos, self.slice.seq0, wake, wpos, head, prior.not_before,
+            rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head, prior.not_before,
                          step.service_ps, prior.start, prior.finish) if not shared else prior
             if merged is not None:
                 self.merged[step.server] = merged
         else:
             not_before = _plus(tail, step.tail_ps)
-            rec = Record(step.server, pos, self.slice.seq0, wake, wpos, head, not_before, step.service_ps)
+            rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head, not_before,
+                         step.service_ps)
             self._serve(step, rec)
             prior = None if old is None else old[1]
             if prior is not None and np.array_equal(rec.start, prior.start) and np.array_equal(rec.finish,
