@@ -268,7 +268,8 @@ def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pas
         if used is None:
             t = min(t, int(now.wake.min())) if len(now.wake) else t
         elif not now.same_inputs(used):
-            differ = (now.wake != used.wake) | (now.head != used.head) | (now.not_before != used.not_before)
+            differ = ((now.wake != used.wake) | (now.head != used.head) | (now.not_before != used.not_before)
+                      | (now.post != used.post))
             t = min(t, int(np.minimum(now.wake, used.wake)[differ].min()))  # after a drawn delay, not in order
     return t
 

@@ -7,9 +7,10 @@ When a pass reproduces its guesses exactly, the block's answer is the unique con
 step-by-step simulation in event order gives: every value depends only on values no later than itself, so
 the consistent solution is unique. How guesses are made: :mod:`sim.fast.block`.
 
-Operations at the end of a block may still be overtaken on a shared server by claims of the next block's
-operations; the block keeps only operations all of whose claims precede the earliest claim the next block
-can make (its first post), and the next block starts at the first one it did not keep; what a server still
+A round's parallel streams (:attr:`sim.fast.steps.Group.parallel`) are solved together, a slice of each in
+one block. Operations at the end of a block may still be overtaken on a shared server by claims of the next
+block's operations; the block keeps only operations all of whose claims precede the earliest claim the next
+block can make (its earliest post), and the next block starts each stream at the first one it did not keep; what a server still
 owes kept operations after that time is carried over as pending claims. When passes do not agree within
 ``max_passes``, the operations whose every claim precedes the earliest disagreement are kept (a pass is
 right up to there) and blocks shrink, so every block makes progress; passes that keep nothing are doubled up to

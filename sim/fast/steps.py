@@ -5,8 +5,8 @@ posted with a window: the first ``window`` at the group's start (the previous gr
 later one when operation ``i - window`` completes. Groups run one after the other, each starting at the
 previous one's last completion, unless a group is :attr:`Group.parallel`: several streams at once. A group may
 continue the previous group's stream with other steps from some operation on (:attr:`Group.first`): a route that
-changes mid-stream. An operation completes at
-the head time its main chain ends with, in order: a completion waits for the previous one.
+changes mid-stream. An operation completes at the head time its main chain ends with, in order: a completion
+waits for the previous one.
 """
 
 from __future__ import annotations

@@ -245,6 +245,16 @@ def test_parallel_streams_share_a_server_in_posting_order():
         assert solve_all([Server("a")], groups, block=block) == events
 
 
+def test_parallel_streams_posting_at_one_picosecond_after_their_start_are_refused():
+    """Both streams complete every 100 ps and post their next operations at the same picoseconds: the event
+    engine numbers those posts in the order their completions' deliveries were made, which the core does not
+    follow, so it refuses rather than guess."""
+    one = Group((Claim(0, 100), Rebase(True), Wake()), 3, 1)
+    other = Group((Claim(1, 100), Rebase(True), Wake()), 3, 1, parallel=True)
+    with pytest.raises(Unsolvable, match="at once"):
+        list(solve([Server("a"), Server("b")], [one, other]))
+
+
 def test_claims_at_one_picosecond_follow_the_ordering_rule():
     """A side chain and the main chain reach server ``a`` at 10 ps from positions 2 and 4: position 2 goes
     first, so the main chain waits for it (the other order would complete at 15 ps)."""
