@@ -306,8 +306,7 @@ def _kept(slices: list[SliceIn], outs: list[SliceOut], horizon: int, everything:
         m = piece.hi - piece.lo
         late = None if everything or out.last_wake is None else out.last_wake >= horizon
         n = m if late is None or not late.any() else int(np.argmax(late))
-        deps = piece.after + ((i - 1,) if piece.joined else ())
-        kept.append(0 if any(kept[k] < slices[k].hi - slices[k].lo for k in deps) else n)
+        kept.append(0 if any(kept[k] < slices[k].hi - slices[k].lo for k in piece.deps(i)) else n)
     return kept
 
 

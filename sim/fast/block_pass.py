@@ -117,6 +117,10 @@ class SliceIn:
     """The slice continues the previous slice's stream in the same block (:attr:`sim.fast.steps.Group.first`):
     each pass completes its history with that slice's values."""
 
+    def deps(self, index: int) -> tuple[int, ...]:
+        """The slices of the block this one (at ``index``) follows: walked and kept whole before it."""
+        return self.after + ((index - 1,) if self.joined else ())
+
 
 @dataclass
 class SliceOut:
@@ -166,31 +170,54 @@ class Pass:
         """Records of later positions taken from the guesses (None: there was none)."""
         self.merged: dict[int, tuple[Claims, np.ndarray]] = {}
         """Per shared server: all its claims (pending ones first) and their service order, as last served."""
+        self.walks = 1
+        """Slices being walked in step."""
 
     def run(self) -> list[SliceOut]:
-        """Walk every slice; returns their outputs."""
-        outs: list[SliceOut] = []
-        for index, piece in enumerate(self.slices):
-            group = self.problem.groups[piece.group]
-            if piece.joined:
-                _join(self.problem, self.slices[index - 1], outs[-1], piece)
-            start = max([piece.start] * (piece.start is not None) + [int(outs[k].done[-1]) for k in piece.after])
-            post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
-            same = self.old_memo.get((index, "post"))
-            post = self.memo[index, "post"] = same if same is not None and np.array_equal(same, post) else post
-            self.slice, self.index, self.step = piece, index, 0
-            self.out = SliceOut(post, post, None)
-            head = self._chain(group.steps, (post, post, post))
-            done = head
-            if not self.idle:
-                ordered = head
-                if piece.lo and head[0] < piece.hist_done[-1]:  # after the previous block's last completion
-                    ordered = head.copy()
-                    ordered[0] = piece.hist_done[-1]
-                done = running_max(ordered)
-            self.out.done, self.out.head = done, head
-            outs.append(self.out)
+        """Walk every slice, those that wait for no other in step (each one's claim on a shared server is made
+        before any of them is served, so one service order serves all); returns their outputs."""
+        outs: list = [None] * len(self.slices)
+        waiting, walks = list(range(len(self.slices))), {}
+        while waiting or walks:
+            for index in [i for i in waiting if all(outs[k] is not None for k in self.slices[i].deps(i))]:
+                waiting.remove(index)
+                walks[index] = self._begin(index, outs)
+            self.walks = len(walks)
+            for index, (walk, context) in list(walks.items()):
+                self.slice, self.index, self.out, self.step = context
+                try:
+                    next(walk)
+                    walks[index] = (walk, (self.slice, self.index, self.out, self.step))
+                except StopIteration as end:
+                    del walks[index]
+                    outs[index] = self._end(end.value)
         return outs
+
+    def _begin(self, index: int, outs: list):
+        """Start walking slice ``index``: its walk and where it is."""
+        piece = self.slices[index]
+        group = self.problem.groups[piece.group]
+        if piece.joined:
+            _join(self.problem, self.slices[index - 1], outs[index - 1], piece)
+        start = max([piece.start] * (piece.start is not None) + [int(outs[k].done[-1]) for k in piece.after])
+        post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
+        same = self.old_memo.get((index, "post"))
+        post = self.memo[index, "post"] = same if same is not None and np.array_equal(same, post) else post
+        self.slice, self.index, self.step = piece, index, 0
+        self.out = SliceOut(post, post, None)
+        return self._chain(group.steps, (post, post, post)), (piece, index, self.out, 0)
+
+    def _end(self, head: np.ndarray) -> SliceOut:
+        """The slice walked: its completions are ``head`` in order."""
+        piece, done = self.slice, head
+        if not self.idle:
+            ordered = head
+            if piece.lo and head[0] < piece.hist_done[-1]:  # after the previous block's last completion
+                ordered = head.copy()
+                ordered[0] = piece.hist_done[-1]
+            done = running_max(ordered)
+        self.out.done, self.out.head = done, head
+        return self.out
 
     def _chain(self, steps, state):
         """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head."""
@@ -199,11 +226,11 @@ class Pass:
             key = (self.index, self.step)
             self.step += 1
             if isinstance(step, Fork):
-                self._chain(step.steps, state)
+                yield from self._chain(step.steps, state)
                 continue
             old = self.old_memo.get(key)
             if isinstance(step, Claim):
-                state = self._claim(step, state, old, key)
+                state = yield from self._claim(step, state, old, key)
                 last = state[2]
                 continue
             if isinstance(step, Gate):  # recomputed every pass: what it saw is kept for guessing
@@ -266,6 +293,10 @@ class Pass:
         shared = step.server in self.shared
         if not step.eager:  # made when the head arrives
             wake = head
+        if shared and self.walks > 1:  # the claims of the other walks' at this step are made before it is served
+            self.current[pos] = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head,
+                                       _plus(tail, step.tail_ps), step.service_ps)
+            yield
         # Only a shared server's order depends on the ordering keys: elsewhere head and tail decide the result.
         inputs = (head, tail, wake, self.out.post, self._others(step.server, pos)) if shared else (head, tail)
         if old is not None and len(old[0]) == len(inputs) and all(a is b for a, b in zip(old[0], inputs)):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.fast_plan import outside_domain
+from sim.fast_plan import outside_domain, slow_for_fast
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 from tests.sim.fast.test_differential import ATOMIC_ACCESS, same_runs, two_nodes
@@ -49,6 +49,6 @@ def test_what_auto_leaves_to_the_event_engine_with_several_qps():
     bidirectional_send = scenario_dict(workload=[{"kind": "send_bw", "from": "src", "to": "dst", "sizes": ["4KiB"],
                                                   "bidirectional": True}])
     assert "bidirectional send_bw" in outside_domain(Scenario.model_validate(bidirectional_send))
-    rails = Scenario.model_validate(scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst",
-                                                             "sizes": ["4KiB"], "qps": 4}]))
-    assert outside_domain(rails) is None
+    several = Scenario.model_validate(scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst",
+                                                               "sizes": ["4KiB"], "qps": 4}]))
+    assert outside_domain(several) is None and slow_for_fast(several) is None
