@@ -293,7 +293,7 @@ class Pass:
         shared = step.server in self.shared
         if not step.eager:  # made when the head arrives
             wake = head
-        if shared and self.walks > 1:  # the claims of the other walks' at this step are made before it is served
+        if shared and self.walks > 1:  # the other walks make their claims of this step before this one is served
             self.current[pos] = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head,
                                        _plus(tail, step.tail_ps), step.service_ps)
             yield

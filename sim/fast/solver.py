@@ -10,12 +10,13 @@ the consistent solution is unique. How guesses are made: :mod:`sim.fast.block`.
 A round's parallel streams (:attr:`sim.fast.steps.Group.parallel`) are solved together, a slice of each in
 one block. Operations at the end of a block may still be overtaken on a shared server by claims of the next
 block's operations; the block keeps only operations all of whose claims precede the earliest claim the next
-block can make (its earliest post), and the next block starts each stream at the first one it did not keep; what a server still
-owes kept operations after that time is carried over as pending claims. When passes do not agree within
-``max_passes``, the operations whose every claim precedes the earliest disagreement are kept (a pass is
-right up to there) and blocks shrink, so every block makes progress; passes that keep nothing are doubled up to
-one per operation of the block, past which the block is :class:`Unsolvable` (a claim reached at the picosecond a
-completion posts its operation, which flips between two orders from pass to pass) rather than solved forever.
+block can make (its earliest post), and the next block starts each stream at the first one it did not keep;
+what a server still owes kept operations after that time is carried over as pending claims. When passes do
+not agree within ``max_passes``, the operations whose every claim precedes the earliest disagreement are kept (a
+pass is right up to there) and blocks shrink, so every block makes progress; passes that keep nothing are doubled
+up to one per operation of the block, past which the block is :class:`Unsolvable` (a claim reached at the
+picosecond a completion posts its operation, which flips between two orders from pass to pass) rather than
+solved forever.
 
 Nothing is approximated. Claims on one server are served in the ordering rule's order (:mod:`sim.fast.merge`),
 which is total. Two limits are checked instead of assumed (:class:`Unsolvable` up front): a gate and the claim
