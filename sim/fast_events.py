@@ -106,7 +106,7 @@ Item = tuple[str, str]
 def exposed(bed, scenario: Scenario) -> dict[Item, tuple]:
     """What the workloads' data path reads of their MRs and QPs: each MR's key state and its backing's
     :meth:`~models.nic.translation.MrBacking.epoch`, each QP's state."""
-    names = {name for work in scenario.workload for name in (work.from_, work.to)}
+    names = {name for work in scenario.workload for pair in work.buffer_pairs() for name in pair}
     state = {}
     for name in sorted(names):
         mr = bed.registrations[name].mr
@@ -177,8 +177,8 @@ class Watch:
         zapped = backing.zapped_at_ps
         self.base = exposed(self.bed, self.scenario)  # the zap itself is accepted from here on
         for k, size in solved.keys():
-            work = streams[k].work
-            responder = name == work.to or (name == work.from_ and work.kind == "write_lat")
+            work, (source, sink) = streams[k].work, streams[k].buffers
+            responder = name == sink or (name == source and work.kind == "write_lat")
             if responder and solved.last_done((k, size)) >= zapped:
                 return (f"buffer '{name}' moved while workload '{work.name or work.kind}' still reaches it as a "
                         "responder (RNR NAKs and retries)")
@@ -220,6 +220,6 @@ def _first_access(solved: Solved, streams, name: str, zapped_ps: int) -> tuple[i
     on until no later one can come earlier)."""
     while True:
         first = [(int(m["local"][after].min()), size) for (w, size), m in solved.marks.items()
-                 if streams[w].work.from_ == name and "local" in m and (after := m["local"] >= zapped_ps).any()]
+                 if streams[w].buffers[0] == name and "local" in m and (after := m["local"] >= zapped_ps).any()]
         if first and min(first)[0] < solved.horizon or not solved.extend():
             return min(first) if first else None

@@ -17,11 +17,14 @@ is re-mapped), and whose window is the workload's posting rule:
 
 Tables and summaries come from the event engine's own code (:mod:`sim.tables`). Without scenario events
 nothing can move, so the solved pieces go straight to the run's operation table and summaries
-(:class:`sim.tables.StreamedSummaries`) and memory stays bounded whatever the iterations; with events the
-solve is kept whole, as a move re-solves from the posts of the one before. The domain is host and GPU memory registered
-without page faults (pinned, peer memory, dma-buf), no translation caches, one QP per workload, no data mode
-or tracing; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches make every work request wait
-on the previous one's payload on the PCIe link (exact but solved a round at a time).
+(:class:`sim.tables.StreamedSummaries`) and memory stays bounded whatever the iterations; with events, or with
+several QPs per workload (whose rows follow each other QP by QP), the solve is kept whole, as a move re-solves
+from the posts of the one before. A workload's QPs (``qps``, ``bidirectional``, ``pairs``) are parallel streams
+of one round per size (:attr:`sim.fast.Group.parallel`), started as :func:`sim.run._process` starts them. The
+domain is host and GPU memory registered without page faults (pinned, peer memory, dma-buf), no translation
+caches or multi-NIC nodes, no data mode or tracing; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE
+fetches make every work request wait on the previous one's payload on the PCIe link (exact but solved a round
+at a time).
 
 Scenario events run on the testbed's own clock, following the solve (:mod:`sim.fast_events`): link flaps
 are stall intervals of the ports, known in advance; an event that leaves the workloads' MRs and QPs alone
@@ -42,7 +45,7 @@ import numpy as np
 from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, memory_target, path
 from models.nic.wqe import Opcode
 from models.verbs.ah import data_path_qp
-from models.verbs.workloads import Endpoint, OpRecords, ping_pong, posts_inline, succeeded
+from models.verbs.workloads import Endpoint, OpRecords, ping_pong, posts_inline, succeeded, tagged
 from sim.core.errors import SimError
 from sim.core.steps import Check, Claim, Fork
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
@@ -149,9 +152,6 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
         posting = _posting_outside(work)
         if posting:
             return f"workload '{work.name or work.kind}' {posting}"
-        if work.qps > 1 or work.pairs:
-            return (f"workload '{work.name or work.kind}' streams {work.streams()} QPs at once: the vectorized core "
-                    "solves one stream at a time")
         for name in (work.from_, work.to):
             spec = buffers[name]
             if spec.registration == "odp":
@@ -168,8 +168,9 @@ def _posting_outside(work: WorkloadSpec) -> str | None:
     """Why the vectorized core's fixed windows cannot follow ``work``'s posting (None when they can)."""
     if work.duration is not None:
         return "runs for a duration: how many operations fit is only known by running them on the event engine"
-    if work.bidirectional:
-        return "is bidirectional: the vectorized core solves one stream at a time"
+    if work.bidirectional and work.kind == "send_bw":
+        return ("is a bidirectional send_bw: each QP's CPU then polls receives between its own SENDs, from one "
+                "series of poll delays")
     if work.post_list > 1 or work.cq_mod > 1:
         return ("posts lists or moderates completions (post_list, cq_mod): the vectorized core's window frees "
                 "one slot per completion")
@@ -202,7 +203,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         return decline(reason)
     bed, started, event_log = setup_run(scenario, seed, trace)
     ends, watch = streams(scenario, bed), Watch(bed, scenario)
-    table, sink = OperationTable(), None if scenario.events else StreamedSummaries(variant)
+    alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
+    table, sink = OperationTable(), StreamedSummaries(variant) if alone and not scenario.events else None
     solved, reached = None, _Reached(progress)
     try:
         for _ in range(MAX_MOVES + 1):
@@ -244,10 +246,11 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     if sink is not None:
         return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish())
     summaries = []
-    for k, end in enumerate(ends):
-        for size in end.work.size_list():
-            frame, row = workload_tables(end.work, size, records(end.work, solved.posts[k, size],
-                                                                 solved.done[k, size]), variant)
+    for work in scenario.workload:
+        mine = [k for k, end in enumerate(ends) if end.work is work]
+        for size in work.size_list():
+            parts = [records(work, solved.posts[k, size], solved.done[k, size]) for k in mine]
+            frame, row = workload_tables(work, size, parts[0] if len(parts) == 1 else tagged(parts), variant)
             table.append(frame)
             summaries.append(row)
     return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries)
@@ -349,13 +352,14 @@ def _settled(ends: list[Stream], solved: Solved) -> int:
 
 
 class Stream(NamedTuple):
-    """One workload on the testbed: its requester and responder ends and where their MRs' accesses went
-    when the workloads started (:func:`models.nic.datapath.memory_target`)."""
+    """One QP's stream of a workload on the testbed: its requester and responder ends, their buffers' names and
+    where their MRs' accesses went when the workloads started (:func:`models.nic.datapath.memory_target`)."""
 
     work: WorkloadSpec
     src: Endpoint
     dst: Endpoint
     targets: tuple[str | None, str | None]
+    buffers: tuple[str, str]
 
 
 class Pipelines(NamedTuple):
@@ -364,17 +368,21 @@ class Pipelines(NamedTuple):
     servers: list[Server]
     groups: list[Group]
     labels: list[tuple[int, int]]
-    """Per group: its workload's index and the message size (a stream split where its buffer moved has
+    """Per group: its stream's index and the message size (a stream split where its buffer moved has
     several groups)."""
 
 
 def streams(scenario: Scenario, bed) -> list[Stream]:
-    """The scenario's workloads on ``bed``; creates their QPs as the event engine does."""
+    """The scenario's workloads' streams on ``bed``, each workload's in the order the event engine starts them
+    (:func:`sim.run._process`: every QP of each buffer pair, then the reverse directions when bidirectional);
+    creates their QPs as the event engine does."""
     out = []
     for work in scenario.workload:
-        ((src, dst),) = endpoints(bed, work)
+        pairs = list(zip(endpoints(bed, work), (names for names in work.buffer_pairs() for _ in range(work.qps))))
         now = bed.env.now
-        out.append(Stream(work, src, dst, (memory_target(src.mr, now), memory_target(dst.mr, now))))
+        for (src, dst), names in pairs + ([((b, a), names[::-1]) for (a, b), names in pairs]
+                                          if work.bidirectional else []):
+            out.append(Stream(work, src, dst, (memory_target(src.mr, now), memory_target(dst.mr, now)), names))
     return out
 
 
@@ -388,10 +396,16 @@ def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
     names: list[Server] = []
     groups, labels = [], []
     for k, end in enumerate(ends):
-        mine = (moves or {}).get(end.work.from_, [])
-        for group, size in _groups(end, servers, names, mine, {s: p for (w, s), p in (posts or {}).items() if w == k}):
-            groups.append(group)
-            labels.append((k, size))
+        if k and ends[k - 1].work is end.work:
+            continue  # solved with the workload's first stream
+        mine = [k + s for s, other in enumerate(ends[k:]) if other.work is end.work]
+        sizes = [_groups(ends[w], servers, names, (moves or {}).get(ends[w].buffers[0], []),
+                         {s: p for (v, s), p in (posts or {}).items() if v == w}) for w in mine]
+        for each in zip(*sizes):  # one size: the streams of every QP at once
+            for stream, (w, (size, parts)) in enumerate(zip(mine, each)):
+                for j, group in enumerate(parts):
+                    groups.append(replace(group, parallel=stream > 0 and j == 0))
+                    labels.append((w, size))
     return Pipelines(names, groups, labels)
 
 
@@ -415,7 +429,7 @@ class _Draws:
 
 def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: list[Move],
             posts: dict[int, np.ndarray]):
-    """The :class:`Group` s of each size of ``end.work`` (posted from ``src``'s QP to ``dst``'s), with the size:
+    """Each size of ``end.work`` with its :class:`Group` s (posted from ``src``'s QP to ``dst``'s):
     the steps of :func:`models.nic.datapath.path` with servers numbered, the requester's own translation
     (labelled ``local``) held in the re-fault intervals of ``moves``. A size whose operations were posted on
     both sides of a move's zap is split into groups that continue one stream.
@@ -452,17 +466,16 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             chain, _ = ping_pong(steps_of(qp, src, dst, Opcode.RDMA_WRITE, size, fits, end.targets),
                                  steps_of(peer, dst, src, Opcode.RDMA_WRITE, size, fits, end.targets[::-1]))
             draws = {"peer_poll": _Draws(theirs, first, 2), "poll": _Draws(mine, first, 2, 1)}
-            yield Group(indexed(chain), work.iterations, 1, draws), size
+            yield size, [Group(indexed(chain), work.iterations, 1, draws)]
         else:
             draws = {"poll": _Draws(mine, first)}
             window = work.tx_depth if work.kind.endswith("_bw") else 1
             opcode = workload_opcode(work)
             local = "response" if opcode.reads_remote else "source"
             known = posts.get(size, np.empty(0, np.int64))  # none yet: all are posted after every move
-            for lo, hi, target in _segments(end.targets[0], moves, known, work.iterations):
-                body = steps_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
-                                (target, end.targets[1]))
-                yield Group(indexed(body, local), hi, window, draws, lo), size
+            yield size, [Group(indexed(steps_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
+                                                (target, end.targets[1])), local), hi, window, draws, lo)
+                         for lo, hi, target in _segments(end.targets[0], moves, known, work.iterations)]
         first += work.iterations
 
 

@@ -192,7 +192,11 @@ def concurrent(env, streams: list[Generator]) -> Generator:
     :class:`OpRecords` one after the other, each operation tagged with its QP's index."""
     processes = [env.process(stream) for stream in streams]
     yield env.all_of(processes)
-    parts = [p.value for p in processes]
+    return tagged([p.value for p in processes])
+
+
+def tagged(parts: list[OpRecords]) -> OpRecords:
+    """The records of several QPs' streams one after the other, each operation tagged with its QP's index."""
     return OpRecords(*(np.concatenate([getattr(r, f) for r in parts]) for f in ("posted_ps", "completed_ps",
                                                                                 "latency_ps", "status")),
                      np.repeat(np.arange(len(parts)), [len(r.status) for r in parts]))

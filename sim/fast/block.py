@@ -29,13 +29,16 @@ LOW = -(1 << 62)
 """Minus infinity for guesses."""
 
 
-def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[int, int], max_passes: int):
-    """Solve the operations of ``spans`` ((group, lo, hi) triples) and update ``carry`` for the kept ones.
+def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[int, int], max_passes: int,
+                floor: int | None = None):
+    """Solve the operations of ``spans`` ((group, lo, hi) triples) and update ``carry`` for the kept ones. A
+    span of a later round than the first span's starts once that round's spans have ended, and no earlier
+    than ``floor`` (the last completion of its streams that ended before the block).
 
     Returns (slice outputs, operations kept per slice, whether the passes agreed).
     """
     shared = _shared_servers(problem, spans, carry)
-    slices = _slices_in(problem, spans, history, start, shared)
+    slices = _slices_in(problem, spans, history, start, shared, floor)
     if all(_paced(problem, piece) for piece in slices):
         previous, memo = {}, None
         for piece in slices:
@@ -50,7 +53,7 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
         if disagree == NEVER:
             break
         previous, memo = _guess(problem, slices, outs, run), run.memo
-    future = _next_post(problem, spans, slices, outs)
+    future = _next_post(problem, slices, outs)
     horizon = min(future, disagree)
     # Without shared servers or drawn delays before claims, later operations never come first anywhere, unless
     # the stream goes on with other steps: a continuation's operations, posted by this block's completions, may
@@ -58,8 +61,8 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     continued = problem.continued[spans[-1][0]]
     alone = not continued and not shared and not any(problem.varied[g][k] for g, _, _ in spans
                                                      for k in problem.claim_steps[g])
-    kept = _kept(spans, outs, horizon, everything=disagree == NEVER and alone)
-    _carry_over(problem, spans, outs, kept, run, carry, shared, future)
+    kept = _kept(slices, outs, horizon, everything=disagree == NEVER and alone)
+    _carry_over(problem, slices, outs, kept, run, carry, future)
     for piece, out, n in zip(slices, outs, kept):
         if n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n:
             at = [0, n - 1]
@@ -87,10 +90,12 @@ def _shared_servers(problem, spans, carry: list[Carry]) -> dict[int, list[int]]:
     return shared
 
 
-def _slices_in(problem, spans, history, start, shared) -> list[SliceIn]:
+def _slices_in(problem, spans, history, start, shared, floor) -> list[SliceIn]:
     """The slices' known inputs, with placeholder guesses."""
-    slices = []
+    slices, first = [], problem.round_of[spans[0][0]]
     for i, (g, lo, hi) in enumerate(spans):
+        later = problem.round_of[g] - first  # rounds after the block's first
+        after = tuple(k for k, span in enumerate(spans) if later and problem.round_of[span[0]] == first + later - 1)
         group, hist, m = problem.groups[g], history.get(g), hi - lo
         back = min(lo, group.window)
         empty = np.empty(0, np.int64)
@@ -106,14 +111,14 @@ def _slices_in(problem, spans, history, start, shared) -> list[SliceIn]:
         placeholder = np.zeros(max(0, m - group.window), np.int64)  # guessed posts
         joined = bool(i and group.first) and group.first == lo and spans[i - 1][0] == g - 1
         slices.append(SliceIn(
-            g, lo, hi, problem.seq_base[g] + lo, start.get(g) if (lo or not i) else None,
+            g, lo, hi, problem.seq_base[g] + lo, floor if later == 1 else None if later else start[g],
             hist.done[len(hist.done) - back:] if back and hist is not None else empty,
             placeholder, gate_input,
             {name: np.asarray(draw(lo, hi), np.int64) for name, draw in group.draws.items()},
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
             pace=hist.pace if hist is not None else None,
             hist_released={label: hist.released[label] if hist is not None else empty for label in problem.gates[g]},
-            joined=joined))
+            after=after, joined=joined))
     return slices
 
 
@@ -143,15 +148,16 @@ def _guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     queued[0] = max(queued[0], piece.hist_done[-1])
     done = running_max(_lag_scan(piece.hist_done[-window:], piece.idle_done, queued, window))
     piece.guess_post = done[: m - window]
-    return {pos: _paced_record(problem, pos, piece.seq0, piece.pace.claims[pos], m) for pos in piece.shared}
+    post = np.concatenate((piece.hist_done[-window:], piece.guess_post))
+    return {pos: _paced_record(problem, pos, piece.seq0, post, piece.pace.claims[pos]) for pos in piece.shared}
 
 
-def _paced_record(problem, pos: int, seq0: int, steady, m: int) -> Record:
-    """The next ``m`` claims of position ``pos`` that keep their pace ``steady`` (last values and spacings of
-    wake, head and not_before)."""
+def _paced_record(problem, pos: int, seq0: int, post: np.ndarray, steady) -> Record:
+    """The claims of position ``pos`` of operations posted at ``post`` that keep their pace ``steady`` (last
+    values and spacings of wake, head and not_before)."""
     claim = problem.claim_at[pos]
-    wake, head, not_before = Pace.ahead(*steady, m)
-    return Record(claim.server, pos, seq0, wake, problem.wpos_at[pos], head, not_before, claim.service_ps)
+    wake, head, not_before = Pace.ahead(*steady, len(post))
+    return Record(claim.server, pos, seq0, post, wake, problem.wpos_at[pos], head, not_before, claim.service_ps)
 
 
 def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle: bool = False) -> dict[int, Record]:
@@ -199,11 +205,11 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             now, used, alone = out.records[pos], run.used.get(pos), piece.idle_claim[pos]
             steady = piece.pace.claims.get(pos) if idle and piece.pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
-                rec = _paced_record(problem, pos, now.seq0, steady, m)
+                rec = _paced_record(problem, pos, now.seq0, post, steady)
                 moved[pos] = rec
                 continue
             shift = np.where(now.head > out.post + alone, np.maximum(post + alone - now.head, 0), post - out.post)
-            rec = Record(now.server, pos, now.seq0, now.wake + shift, now.wpos, now.head + shift,
+            rec = Record(now.server, pos, now.seq0, post, now.wake + shift, now.wpos, now.head + shift,
                          now.not_before + shift, now.service)
             moved[pos] = used if used is not None and rec.same_inputs(used) else rec
     return moved
@@ -262,64 +268,72 @@ def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pas
         if used is None:
             t = min(t, int(now.wake.min())) if len(now.wake) else t
         elif not now.same_inputs(used):
-            differ = (now.wake != used.wake) | (now.head != used.head) | (now.not_before != used.not_before)
+            differ = ((now.wake != used.wake) | (now.head != used.head) | (now.not_before != used.not_before)
+                      | (now.post != used.post))
             t = min(t, int(np.minimum(now.wake, used.wake)[differ].min()))  # after a drawn delay, not in order
     return t
 
 
-def _next_post(problem, spans, slices: list[SliceIn], outs: list[SliceOut]) -> int:
-    """The post time of the first operation after the block: no claim of a later operation comes earlier."""
-    g, lo, hi = spans[-1]
-    out, group = outs[-1], problem.groups[g]
-    if hi == group.ops and not problem.continued[g]:
-        return int(out.done[-1]) if g + 1 < len(problem.groups) else NEVER
-    if hi < group.window:
-        return int(out.post[0])
-    source = hi - group.window
-    if source >= lo:
-        return int(out.done[source - lo])
-    done = slices[-1].hist_done
-    return int(done[len(done) - (lo - source)])
+def _next_post(problem, slices: list[SliceIn], outs: list[SliceOut]) -> int:
+    """The earliest post of an operation after the block: no claim of a later operation comes earlier. A stream
+    that ends in the block bounds the next round's start by the latest completion of its round's slices."""
+    t, ended = NEVER, set()
+    covered = {k for piece in slices for k in piece.after} | {i - 1 for i, p in enumerate(slices) if p.joined}
+    for i, (piece, out) in enumerate(zip(slices, outs)):
+        g, lo, hi = piece.group, piece.lo, piece.hi
+        group = problem.groups[g]
+        if i in covered:
+            continue
+        if hi == group.ops and not problem.continued[g]:
+            if problem.round_of[g] + 1 < len(problem.rounds):
+                ended.add(problem.round_of[g])
+        elif hi < group.window:
+            t = min(t, int(out.post[0]))
+        elif hi - group.window >= lo:
+            t = min(t, int(out.done[hi - group.window - lo]))
+        else:
+            t = min(t, int(piece.hist_done[len(piece.hist_done) - (lo - hi + group.window)]))
+    for r in ended:
+        t = min(t, max(int(out.done[-1]) for piece, out in zip(slices, outs) if problem.round_of[piece.group] == r))
+    return t
 
 
-def _kept(spans, outs: list[SliceOut], horizon: int, everything: bool) -> list[int]:
-    """Operations kept per slice: a prefix of the block whose every claim precedes ``horizon``."""
-    kept = []
-    for (_, lo, hi), out in zip(spans, outs):
+def _kept(slices: list[SliceIn], outs: list[SliceOut], horizon: int, everything: bool) -> list[int]:
+    """Operations kept per slice: a prefix whose every claim precedes ``horizon``, none in a slice that
+    continues or follows one not kept whole."""
+    kept: list[int] = []
+    for i, (piece, out) in enumerate(zip(slices, outs)):
+        m = piece.hi - piece.lo
         late = None if everything or out.last_wake is None else out.last_wake >= horizon
-        n = hi - lo if late is None or not late.any() else int(np.argmax(late))
-        kept.append(n)
-        if n < hi - lo:
-            break
-    return kept + [0] * (len(spans) - len(kept))
+        n = m if late is None or not late.any() else int(np.argmax(late))
+        kept.append(0 if any(kept[k] < slices[k].hi - slices[k].lo for k in piece.deps(i)) else n)
+    return kept
 
 
-def _carry_over(problem, spans, outs, kept, run: Pass, carry: list[Carry], shared, future: int) -> None:
+def _carry_over(problem, slices: list[SliceIn], outs, kept, run: Pass, carry: list[Carry], future: int) -> None:
     """Server states for the next block: free times up to the next block's earliest possible claim
     (``limit``), and the kept operations' claims after it (pending, in key order)."""
-    left = next(((i, n) for i, ((_, lo, hi), n) in enumerate(zip(spans, kept)) if n < hi - lo), None)
-    if left is None:
-        limit, seq_left = future, NEVER
-    else:
-        i, n = left
-        g, lo, _ = spans[i]
-        window, out = problem.groups[g].window, outs[i]
-        limit = int(out.done[n - window]) if n >= window else int(out.post[n])
-        seq_left = problem.seq_base[g] + lo + n
+    limit, cuts = future, []
+    for piece, out, n in zip(slices, outs, kept):
+        if n < piece.hi - piece.lo:
+            window = problem.groups[piece.group].window
+            limit = min(limit, int(out.done[n - window]) if n >= window else int(out.post[n]))
+            cuts.append((piece.seq0 + n, piece.seq0 + piece.hi - piece.lo))
+    kept_of = {piece.seq0: n for piece, n in zip(slices, kept)}
     records: dict[int, list[Record]] = {}
     for rec in run.current.values():
         records.setdefault(rec.server, []).append(rec)
     for server, state in enumerate(carry):
         if server in run.merged:
             claims, order = run.merged[server]
-            _settle(state, claims, order, limit, seq_left)
+            _settle(state, claims, order, limit, cuts)
         elif problem.servers[server].count > 1:
             for rec in records.get(server, []):
-                n = max(0, min(len(rec.wake), seq_left - rec.seq0))
+                n = kept_of[rec.seq0]
                 state.free = pool(rec.head[:n], rec.service, rec.not_before[:n], state.free)[2]
         elif records.get(server):
             (rec,) = records[server]
-            n = max(0, min(len(rec.wake), seq_left - rec.seq0))
+            n = kept_of[rec.seq0]
             if server in problem.in_order:  # no later claim can come before these: only their end matters
                 state.free_at = int(rec.finish[n - 1]) if n else state.free_at
                 continue
@@ -330,14 +344,18 @@ def _carry_over(problem, spans, outs, kept, run: Pass, carry: list[Carry], share
                 tail = rec.claims(k, n)
                 state.pending = tail if state.pending is None else concat([state.pending, tail])
         elif state.pending is not None:
-            _settle(state, state.pending, np.arange(len(state.pending)), limit, seq_left)
+            _settle(state, state.pending, np.arange(len(state.pending)), limit, cuts)
 
 
-def _settle(state: Carry, claims, order: np.ndarray, limit: int, seq_left: int) -> None:
+def _settle(state: Carry, claims, order: np.ndarray, limit: int, cuts: list[tuple[int, int]]) -> None:
     """Fold the kept operations' claims (``claims`` served in ``order``, finish times known) that precede
-    ``limit`` into ``state.free_at`` and keep their later ones as pending; claims of operations not kept are
-    dropped (the next block solves them again)."""
-    kept = order[claims.seq[order] < seq_left]
+    ``limit`` into ``state.free_at`` and keep their later ones as pending; claims of operations not kept (their
+    numbers in one of ``cuts``' ``[lo, hi)``) are dropped (the next block solves them again)."""
+    seq = claims.seq[order]
+    dropped = np.zeros(len(order), bool)
+    for lo, hi in cuts:
+        dropped |= (seq >= lo) & (seq < hi)
+    kept = order[~dropped]
     k = int(np.searchsorted(claims.wake[kept], limit))
     if k:
         state.free_at = int(claims.finish[kept[k - 1]])

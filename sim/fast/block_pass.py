@@ -31,6 +31,8 @@ class Record:
     pos: int
     seq0: int
     """Sequence number of the slice's first operation."""
+    post: np.ndarray
+    """When each operation was posted (its number's first key, :mod:`sim.fast.merge`)."""
     wake: np.ndarray
     wpos: int
     """Position of the step whose time orders these claims (:mod:`sim.fast.merge`)."""
@@ -46,13 +48,14 @@ class Record:
         n = hi - lo
         return Claims(self.wake[lo:hi], np.full(n, self.wpos, np.int64), self.head[lo:hi], self.not_before[lo:hi],
                       np.full(n, self.service, np.int64), np.full(n, self.pos, np.int64),
-                      np.arange(self.seq0 + lo, self.seq0 + hi, dtype=np.int64),
+                      np.arange(self.seq0 + lo, self.seq0 + hi, dtype=np.int64), self.post[lo:hi],
                       None if self.finish is None else self.finish[lo:hi])
 
     def same_inputs(self, other: Record | None) -> bool:
         """True when ``other`` made the same claims (keys and arrival times)."""
         return other is not None and all(a is b or np.array_equal(a, b) for a, b in (
-            (self.wake, other.wake), (self.head, other.head), (self.not_before, other.not_before)))
+            (self.wake, other.wake), (self.head, other.head), (self.not_before, other.not_before),
+            (self.post, other.post)))
 
 
 @dataclass(frozen=True)
@@ -88,7 +91,7 @@ class SliceIn:
     hi: int
     seq0: int
     start: int | None
-    """The group's start (its first posts); None: the previous slice's last completion."""
+    """The group's start (its first posts), or no earlier than this when it waits for ``after``."""
     hist_done: np.ndarray
     """Completions of operations ``max(0, lo - window)..lo-1`` (final)."""
     guess_post: np.ndarray
@@ -108,9 +111,15 @@ class SliceIn:
     """The group's steady state, when it queued throughout its last block."""
     hist_released: dict[str, np.ndarray] = field(default_factory=dict)
     """Per gate label: the latest releases before the slice (final)."""
+    after: tuple[int, ...] = ()
+    """Slices of the block whose last completions the group's start waits for (the round before it)."""
     joined: bool = False
     """The slice continues the previous slice's stream in the same block (:attr:`sim.fast.steps.Group.first`):
     each pass completes its history with that slice's values."""
+
+    def deps(self, index: int) -> tuple[int, ...]:
+        """The slices of the block this one (at ``index``) follows: walked and kept whole before it."""
+        return self.after + ((index - 1,) if self.joined else ())
 
 
 @dataclass
@@ -161,29 +170,54 @@ class Pass:
         """Records of later positions taken from the guesses (None: there was none)."""
         self.merged: dict[int, tuple[Claims, np.ndarray]] = {}
         """Per shared server: all its claims (pending ones first) and their service order, as last served."""
+        self.walks = 1
+        """Slices being walked in step."""
 
     def run(self) -> list[SliceOut]:
-        """Walk every slice; returns their outputs."""
-        outs: list[SliceOut] = []
-        for index, piece in enumerate(self.slices):
-            group = self.problem.groups[piece.group]
-            if piece.joined:
-                _join(self.problem, self.slices[index - 1], outs[-1], piece)
-            start = piece.start if piece.start is not None else int(outs[-1].done[-1])
-            post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
-            self.slice, self.index, self.step = piece, index, 0
-            self.out = SliceOut(post, post, None)
-            head = self._chain(group.steps, (post, post, post))
-            done = head
-            if not self.idle:
-                ordered = head
-                if piece.lo and head[0] < piece.hist_done[-1]:  # after the previous block's last completion
-                    ordered = head.copy()
-                    ordered[0] = piece.hist_done[-1]
-                done = running_max(ordered)
-            self.out.done, self.out.head = done, head
-            outs.append(self.out)
+        """Walk every slice, those that wait for no other in step (each one's claim on a shared server is made
+        before any of them is served, so one service order serves all); returns their outputs."""
+        outs: list = [None] * len(self.slices)
+        waiting, walks = list(range(len(self.slices))), {}
+        while waiting or walks:
+            for index in [i for i in waiting if all(outs[k] is not None for k in self.slices[i].deps(i))]:
+                waiting.remove(index)
+                walks[index] = self._begin(index, outs)
+            self.walks = len(walks)
+            for index, (walk, context) in list(walks.items()):
+                self.slice, self.index, self.out, self.step = context
+                try:
+                    next(walk)
+                    walks[index] = (walk, (self.slice, self.index, self.out, self.step))
+                except StopIteration as end:
+                    del walks[index]
+                    outs[index] = self._end(end.value)
         return outs
+
+    def _begin(self, index: int, outs: list):
+        """Start walking slice ``index``: its walk and where it is."""
+        piece = self.slices[index]
+        group = self.problem.groups[piece.group]
+        if piece.joined:
+            _join(self.problem, self.slices[index - 1], outs[index - 1], piece)
+        start = max([piece.start] * (piece.start is not None) + [int(outs[k].done[-1]) for k in piece.after])
+        post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
+        same = self.old_memo.get((index, "post"))
+        post = self.memo[index, "post"] = same if same is not None and np.array_equal(same, post) else post
+        self.slice, self.index, self.step = piece, index, 0
+        self.out = SliceOut(post, post, None)
+        return self._chain(group.steps, (post, post, post)), (piece, index, self.out, 0)
+
+    def _end(self, head: np.ndarray) -> SliceOut:
+        """The slice walked: its completions are ``head`` in order."""
+        piece, done = self.slice, head
+        if not self.idle:
+            ordered = head
+            if piece.lo and head[0] < piece.hist_done[-1]:  # after the previous block's last completion
+                ordered = head.copy()
+                ordered[0] = piece.hist_done[-1]
+            done = running_max(ordered)
+        self.out.done, self.out.head = done, head
+        return self.out
 
     def _chain(self, steps, state):
         """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head."""
@@ -192,11 +226,11 @@ class Pass:
             key = (self.index, self.step)
             self.step += 1
             if isinstance(step, Fork):
-                self._chain(step.steps, state)
+                yield from self._chain(step.steps, state)
                 continue
             old = self.old_memo.get(key)
             if isinstance(step, Claim):
-                state = self._claim(step, state, old, key)
+                state = yield from self._claim(step, state, old, key)
                 last = state[2]
                 continue
             if isinstance(step, Gate):  # recomputed every pass: what it saw is kept for guessing
@@ -259,17 +293,22 @@ class Pass:
         shared = step.server in self.shared
         if not step.eager:  # made when the head arrives
             wake = head
+        if shared and self.walks > 1:  # the other walks make their claims of this step before this one is served
+            self.current[pos] = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head,
+                                       _plus(tail, step.tail_ps), step.service_ps)
+            yield
         # Only a shared server's order depends on the ordering keys: elsewhere head and tail decide the result.
-        inputs = (head, tail, wake, self._others(step.server, pos)) if shared else (head, tail)
+        inputs = (head, tail, wake, self.out.post, self._others(step.server, pos)) if shared else (head, tail)
         if old is not None and len(old[0]) == len(inputs) and all(a is b for a, b in zip(old[0], inputs)):
             _, prior, out, merged = old
-            rec = Record(step.server, pos, self.slice.seq0, wake, wpos, head, prior.not_before,
+            rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head, prior.not_before,
                          step.service_ps, prior.start, prior.finish) if not shared else prior
             if merged is not None:
                 self.merged[step.server] = merged
         else:
             not_before = _plus(tail, step.tail_ps)
-            rec = Record(step.server, pos, self.slice.seq0, wake, wpos, head, not_before, step.service_ps)
+            rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head, not_before,
+                         step.service_ps)
             self._serve(step, rec)
             prior = None if old is None else old[1]
             if prior is not None and np.array_equal(rec.start, prior.start) and np.array_equal(rec.finish,

@@ -2,8 +2,10 @@
 
 The rule (:mod:`sim.core.steps`): claims are made in order of the time of the step that makes them (``wake``:
 the claim itself, or for an eager claim the waiting step before it), then of that step's position in the step
-list (``wpos``; a model event comes first), then of the operation's number (``seq``), then of the claim's own
-position (``pos``). Claims of one position come in operation order.
+list (``wpos``; a model event comes first), then of the operation's number, then of the claim's own position
+(``pos``). Claims of one position come in operation order. Operations are numbered in posting order: by post time
+(``post``), then by ``seq``, which numbers them stream by stream (concurrent streams in the order they start, see
+:attr:`sim.fast.steps.Group.parallel`).
 """
 
 from __future__ import annotations
@@ -26,9 +28,11 @@ class Claims:
     """Pipeline position of each claim."""
     seq: np.ndarray
     """Operation sequence number of each claim."""
+    post: np.ndarray
+    """When each claim's operation was posted (ps)."""
     finish: np.ndarray | None = None
 
-    FIELDS = ("wake", "wpos", "head", "not_before", "service", "pos", "seq", "finish")
+    FIELDS = ("wake", "wpos", "head", "not_before", "service", "pos", "seq", "post", "finish")
 
     def __len__(self) -> int:
         return len(self.wake)
@@ -47,8 +51,8 @@ def concat(parts: list[Claims]) -> Claims:
 class Joined:
     """Claims of several parts laid end to end, each field built when first needed.
 
-    A part is a :class:`Claims` or a per-position record (arrays ``wake``, ``head``, ``not_before``; scalars
-    ``wpos``, ``service``, ``pos``; first operation ``seq0``). Serving needs only times; the rest is needed
+    A part is a :class:`Claims` or a per-position record (arrays ``wake``, ``head``, ``not_before``, ``post``;
+    scalars ``wpos``, ``service``, ``pos``; first operation ``seq0``). Serving needs only times; the rest is needed
     when times tie or claims are carried over.
     """
 
@@ -105,4 +109,4 @@ def key_order(claims: Claims | Joined) -> np.ndarray:
     pos = claims.pos[order]
     if not (equal & (pos[1:] != pos[:-1])).any():
         return order
-    return np.lexsort((claims.pos, claims.seq, claims.wpos, claims.wake))
+    return np.lexsort((claims.pos, claims.seq, claims.post, claims.wpos, claims.wake))

@@ -7,14 +7,16 @@ When a pass reproduces its guesses exactly, the block's answer is the unique con
 step-by-step simulation in event order gives: every value depends only on values no later than itself, so
 the consistent solution is unique. How guesses are made: :mod:`sim.fast.block`.
 
-Operations at the end of a block may still be overtaken on a shared server by claims of the next block's
-operations; the block keeps only operations all of whose claims precede the earliest claim the next block
-can make (its first post), and the next block starts at the first one it did not keep; what a server still
-owes kept operations after that time is carried over as pending claims. When passes do not agree within
-``max_passes``, the operations whose every claim precedes the earliest disagreement are kept (a pass is
-right up to there) and blocks shrink, so every block makes progress; passes that keep nothing are doubled up to
-one per operation of the block, past which the block is :class:`Unsolvable` (a claim reached at the picosecond a
-completion posts its operation, which flips between two orders from pass to pass) rather than solved forever.
+A round's parallel streams (:attr:`sim.fast.steps.Group.parallel`) are solved together, a slice of each in
+one block. Operations at the end of a block may still be overtaken on a shared server by claims of the next
+block's operations; the block keeps only operations all of whose claims precede the earliest claim the next
+block can make (its earliest post), and the next block starts each stream at the first one it did not keep;
+what a server still owes kept operations after that time is carried over as pending claims. When passes do
+not agree within ``max_passes``, the operations whose every claim precedes the earliest disagreement are kept (a
+pass is right up to there) and blocks shrink, so every block makes progress; passes that keep nothing are doubled
+up to one per operation of the block, past which the block is :class:`Unsolvable` (a claim reached at the
+picosecond a completion posts its operation, which flips between two orders from pass to pass) rather than
+solved forever.
 
 Nothing is approximated. Claims on one server are served in the ordering rule's order (:mod:`sim.fast.merge`),
 which is total. Two limits are checked instead of assumed (:class:`Unsolvable` up front): a gate and the claim
@@ -118,6 +120,15 @@ class Problem:
         where that is one constant (ps)."""
         self.continued = [bool(later.first) for later in self.groups[1:]] + [False]
         """Per group: the next group continues its stream (:attr:`sim.fast.steps.Group.first`)."""
+        self.rounds: list[list[int]] = []
+        """Groups that start at one instant: a stream, the streams parallel to it, and their continuations."""
+        for g, group in enumerate(self.groups):
+            if g == 0 or not (group.first or group.parallel):
+                self.rounds.append([])
+            self.rounds[-1].append(g)
+        self.round_of = [r for r, members in enumerate(self.rounds) for _ in members]
+        self.parallel = [sum(not self.groups[k].first for k in members) > 1 for members in self.rounds]
+        """Per round: it has several streams."""
         firsts = [g.first for g in self.groups] + [0]
         self.seq_base = (np.cumsum([0] + [g.ops - g.first for g in self.groups]) - firsts).tolist()
         """Per group: the event-sequence number of its operation 0 (a continuation's numbers follow on)."""
@@ -131,6 +142,8 @@ class Problem:
                                  "of one group, without stalls and before any drawn delay")
         for g, (group, walk) in enumerate(zip(self.groups, walks)):
             before = self.groups[g - 1] if g else None
+            if self.parallel[self.round_of[g]] and group.first:
+                raise Unsolvable("a stream running in parallel with others does not change its steps", g)
             if group.first and (before is None or before.ops != group.first or before.window != group.window
                                 or self.gates[g - 1] != self.gates[g] or group.ops <= group.first):
                 raise Unsolvable(f"continues from operation {group.first}: the previous group must end there, with "
@@ -150,78 +163,128 @@ class Problem:
 
 def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0, block: int = 16384,
           max_passes: int = 8) -> Iterator[Finished]:
-    """Solve every operation of ``groups`` (run one after the other from ``start_ps``) through ``servers``.
+    """Solve every operation of ``groups`` (run one round after the other from ``start_ps``, the parallel
+    streams of a round together) through ``servers``.
 
-    Yields :class:`Finished` pieces in operation order; memory stays proportional to ``block``.
+    Yields :class:`Finished` pieces, each group's in operation order; memory stays proportional to ``block``
+    per stream.
 
+    :raises Unsolvable: also where operations of parallel streams are posted at one picosecond after their
+        round's start (the event engine numbers them in the order their completions' deliveries were made).
     """
     problem = Problem(servers, groups)
     carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
     history: dict[int, _History] = {}
     start = _starts(problem, 0, int(start_ps))
+    active, ended, posts = _heads(problem, 0), [], _Posts()
     smallest = 2 * problem.keep
-    group, lo, size, passes, reach = 0, 0, smallest, max_passes, 1
-    while group < len(problem.groups):
-        spans = _slices(problem, group, lo, size, reach)
-        outs, kept, agreed = solve_block(problem, spans, carry, history, start, passes)
+    size, passes, reach = smallest, max_passes, 1
+    while active:
+        spans = _slices(problem, active, size, reach)
+        outs, kept, agreed = solve_block(problem, spans, carry, history, start, passes, max(ended, default=None))
         total = sum(hi - first for _, first, hi in spans)
-        if not kept[0]:  # nothing final: more passes if they disagreed, else a longer block
+        if not any(kept):  # nothing final: more passes if they disagreed, else a longer block
             if not agreed and passes > total + max_passes:
-                raise Unsolvable(f"passes over {total} operations from operation {lo} do not agree: a claim is "
-                                 "reached at the picosecond another operation's completion posts it, an order the "
-                                 "vectorized core cannot settle", group)
-            passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, 2 * total, reach + 1)
+                raise Unsolvable(f"passes over {total} operations from operation {spans[0][1]} do not agree: a "
+                                 "claim is reached at the picosecond another operation's completion posts it, an "
+                                 "order the vectorized core cannot settle", spans[0][0])
+            passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, 2 * size, reach + 1)
             continue
-        size = max(smallest, 2 * total if agreed else min(size // 2, 2 * sum(kept)))
+        size = max(smallest, 2 * size if agreed else min(size // 2, 2 * max(kept)))
         size, passes, reach = min(size, max(block, smallest)), max_passes, 1
         for (g, first, _), out, n in zip(spans, outs, kept):
             if not n:
-                break
+                continue
             _remember(problem, history, g, out, n)
+            posts.add(problem, g, first, out.post[:n], start[g])
             for draws in problem.groups[g].draws.values():
                 if hasattr(draws, "finished"):
                     draws.finished(first + n)
-            group, lo = g, first + n
-            if lo == problem.groups[g].ops:
+            active[g] = first + n
+            if first + n == problem.groups[g].ops:
                 done = history.pop(g, None)
+                del active[g]
                 if problem.continued[g]:  # the stream goes on
                     history[g + 1] = _History(done.done, done.released)
+                    active[g + 1] = problem.groups[g + 1].first
                 else:
-                    start.update(_starts(problem, g + 1, int(out.done[n - 1])))
-                group, lo = g + 1, problem.groups[g + 1].first if g + 1 < len(problem.groups) else 0
+                    ended.append(int(out.done[n - 1]))
+                if not active and problem.round_of[g] + 1 < len(problem.rounds):  # the next round starts
+                    posts.check(problem)
+                    start.update(_starts(problem, problem.round_of[g] + 1, max(ended)))
+                    active, ended = _heads(problem, problem.round_of[g] + 1), []
             yield Finished(g, first, out.post[:n], out.done[:n], {k: v[:n] for k, v in out.marks.items()},
-                           _post_of(problem, history, start, group, lo))
+                           min((_post_of(problem, history, start, h, lo) for h, lo in active.items()), default=NEVER))
+    posts.check(problem)
+
+
+class _Posts:
+    """The posts of a round's parallel streams after its start, which must all differ (see :func:`solve`)."""
+
+    def __init__(self) -> None:
+        self.parts: list[tuple[int, np.ndarray]] = []
+
+    def add(self, problem: Problem, group: int, lo: int, post: np.ndarray, start: int) -> None:
+        """Operations ``lo..`` of ``group``, whose round started at ``start``, were posted at ``post``.
+
+        :raises Unsolvable: one that a completion posted at the start (after every stream's first posts).
+        """
+        if problem.parallel[problem.round_of[group]]:
+            later = post[max(0, problem.groups[group].window - lo):]
+            if len(later) and later[0] == start:
+                raise Unsolvable("an operation completes at its round's start and posts another then", group)
+            self.parts.append((group, later))
+
+    def check(self, problem: Problem) -> None:
+        """:raises Unsolvable: two streams posted at one picosecond after the start (then forget them)."""
+        parts, self.parts = self.parts, []
+        if not parts:
+            return
+        post = np.concatenate([p for _, p in parts])
+        group = np.repeat([g for g, _ in parts], [len(p) for _, p in parts])
+        order = np.argsort(post, kind="stable")
+        post, group = post[order], group[order]
+        tie = np.flatnonzero((post[1:] == post[:-1]) & (group[1:] != group[:-1]))
+        if len(tie):
+            raise Unsolvable(f"parallel streams post operations at {int(post[tie[0]])} ps at once, in an order "
+                             "their completions' deliveries decide", int(group[tie[0]]))
+
+
+def _heads(problem: Problem, r: int) -> dict[int, int]:
+    """The first group of each stream of round ``r``, with its first operation (0)."""
+    return {g: 0 for g in problem.rounds[r] if not problem.groups[g].first}
 
 
 def _post_of(problem: Problem, history: dict[int, _History], start: dict[int, int], group: int, lo: int) -> int:
-    """When operation ``lo`` of ``group``, the next to be solved, is posted (ps; NEVER past the last group)."""
-    if group == len(problem.groups):
-        return NEVER
+    """When operation ``lo`` of ``group``, the next of its stream to be solved, is posted (ps)."""
     window = problem.groups[group].window
     return start[group] if lo < window else int(history[group].done[-window])
 
 
-def _slices(problem: Problem, group: int, lo: int, size: int, reach: int) -> list[tuple[int, int, int]]:
-    """Up to ``size`` operations from ``(group, lo)`` on, within ``reach`` groups: normally one; more when a
-    group's end cannot be final before the next group's operations are solved with it (its side chains
-    still claim servers then). Many groups at once would make every shared server serve all their positions."""
-    out = []
-    while size > 0 and group < len(problem.groups) and len(out) < reach:
-        hi = min(problem.groups[group].ops, lo + size)
-        out.append((group, lo, hi))
-        size -= hi - lo
-        group += 1
-        lo = problem.groups[group].first if group < len(problem.groups) else 0
+def _slices(problem: Problem, active: dict[int, int], size: int, reach: int) -> list[tuple[int, int, int]]:
+    """Up to ``size`` operations of each stream from ``active`` (group -> next operation) on, within ``reach``
+    levels: normally the current round's; more when a group's end cannot be final before its continuation or
+    the next round is solved with it (its side chains still claim servers then). Many levels at once would make
+    every shared server serve all their positions."""
+    out: list[tuple[int, int, int]] = []
+    level = list(active.items())
+    while size > 0 and level and reach > 0:
+        spans = [(g, lo, min(problem.groups[g].ops, lo + size)) for g, lo in level]
+        out += spans
+        size -= max(hi - lo for _, lo, hi in spans)
+        reach -= 1
+        r = problem.round_of[level[0][0]]
+        if all(hi == problem.groups[g].ops for g, _, hi in spans):
+            level = [(g + 1, problem.groups[g + 1].first) for g, _, _ in spans if problem.continued[g]] or (
+                list(_heads(problem, r + 1).items()) if r + 1 < len(problem.rounds) else [])
+        else:
+            level = []
     return out
 
 
-def _starts(problem: Problem, group: int, start_ps: int) -> dict[int, int]:
-    """The start of ``group``'s stream: its own and that of every group continuing it (ps)."""
-    out = {group: start_ps}
-    while group < len(problem.groups) and problem.continued[group]:
-        group += 1
-        out[group] = start_ps
-    return out
+def _starts(problem: Problem, r: int, start_ps: int) -> dict[int, int]:
+    """The start of round ``r``: that of each of its groups (ps)."""
+    return {g: start_ps for g in problem.rounds[r]}
 
 
 def _remember(problem: Problem, history: dict[int, _History], group: int, out: SliceOut, n: int) -> None:

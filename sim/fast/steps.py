@@ -2,9 +2,11 @@
 
 Claims name their server by index into the list of :class:`Server` s. Operations of a :class:`Group` are
 posted with a window: the first ``window`` at the group's start (the previous group's last completion), each
-later one when operation ``i - window`` completes. A group may continue the previous group's stream with other
-steps from some operation on (:attr:`Group.first`): a route that changes mid-stream. An operation completes at
-the head time its main chain ends with, in order: a completion waits for the previous one.
+later one when operation ``i - window`` completes. Groups run one after the other, each starting at the
+previous one's last completion, unless a group is :attr:`Group.parallel`: several streams at once. A group may
+continue the previous group's stream with other steps from some operation on (:attr:`Group.first`): a route that
+changes mid-stream. An operation completes at the head time its main chain ends with, in order: a completion
+waits for the previous one.
 """
 
 from __future__ import annotations
@@ -46,6 +48,9 @@ class Group:
     """Number of the group's first operation. Above 0 the group continues the previous group's stream, whose
     ``first`` operations came before (``ops`` counts from the stream's start): its operations are posted by
     that stream's completions, pass its gates after that stream's releases and complete after it."""
+    parallel: bool = False
+    """Start with the previous group, at its start, as another stream sharing the servers (perftest -q); the
+    next group that is not parallel starts once every stream of the round has ended."""
 
 
 def after_draws(steps: tuple[Step, ...], varied: bool = False) -> list[bool]:

@@ -2,9 +2,9 @@
 interpreter (:mod:`sim.core.interpreter`) on real FifoServers, a FIFO semaphore per gate, and a posting loop
 with in-order completion delivery as the bandwidth workloads have it (:mod:`models.verbs.workloads`).
 
-Covers window-posted groups whose main chain ends with a :class:`~sim.core.steps.Wake` (the completion is
-seen then and wakes the poster), any servers shared between positions, eager claims, gates, forks, waits and
-checks held in their hold intervals.
+Covers window-posted groups (several streams at once where groups are parallel) whose main chain ends with a
+:class:`~sim.core.steps.Wake` (the completion is seen then and wakes the poster), any servers shared between
+positions, eager claims, gates, forks, waits and checks held in their hold intervals.
 """
 
 from __future__ import annotations
@@ -29,18 +29,22 @@ def run_events(servers: list[Server], groups: list[Group], start_ps: int = 0):
     if start_ps:
         env.run(until=start_ps)
     posts, dones = [], []
-    streams: list[list[Group]] = []
+    rounds: list[list[list[Group]]] = []
     for group in groups:
         if group.first:
-            streams[-1].append(group)  # continues the stream
+            rounds[-1][-1].append(group)  # continues the stream
+        elif group.parallel and rounds:
+            rounds[-1].append([group])  # starts with the round's other streams (perftest -q)
         else:
-            streams.append([group])
-    for stream in streams:
-        proc = env.process(_poster(env, fifo, stream))
-        posted, completed = env.run(until=proc)
-        for group in stream:
-            posts.append(posted[group.first:group.ops])
-            dones.append(completed[group.first:group.ops])
+            rounds.append([[group]])
+    for streams in rounds:
+        procs = [env.process(_poster(env, fifo, stream)) for stream in streams]
+        env.run(until=env.all_of(procs))
+        for stream, proc in zip(streams, procs):
+            posted, completed = proc.value
+            for group in stream:
+                posts.append(posted[group.first:group.ops])
+                dones.append(completed[group.first:group.ops])
     return posts, dones
 
 

@@ -316,8 +316,6 @@ def test_domain_reasons():
     assert "max_inline" in outside_domain(Scenario.model_validate(inline))
     fault = scenario_dict(events=[{"at": "1ms", "kind": "qp-error", "node": "a"}])
     assert outside_domain(Scenario.model_validate(fault)) is None  # decided once the events have run
-    several = scenario_dict(workload=[{"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["512B"], "qps": 3}])
-    assert "3 QPs at once" in outside_domain(Scenario.model_validate(several))
     off = Scenario.model_validate(scenario_dict(**two_nodes("cx7-gen5-400G", blueflame=False)))
     assert outside_domain(off) is None and "blueflame off" in slow_for_fast(off)
 

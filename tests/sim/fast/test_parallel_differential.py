@@ -1,0 +1,54 @@
+"""Several QPs streaming at once (perftest -q, -b and buffer pairs) on the vectorized core against the event
+engine: every posted and completed time (integer ps), the operation rows with their QP tags in the same order,
+every summary row and counter identical; what ``engine: auto`` still leaves to the event engine."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.fast_plan import outside_domain, slow_for_fast
+from sim.scenario.schema import Scenario
+from tests.conftest import scenario_dict
+from tests.sim.fast.test_differential import ATOMIC_ACCESS, same_runs, two_nodes
+
+CASES = {"write_bw": ["64B", "4KiB", "64KiB"], "read_bw": ["64B", "4KiB", "64KiB"], "send_bw": ["64B", "4KiB"],
+         "atomic_bw": ["8B"]}
+
+
+@pytest.mark.parametrize("kind", CASES)
+@pytest.mark.parametrize("qps, depths", [(2, (1, 128)), (5, (16,)), (8, (4, 64))])
+def test_parallel_qps_equal_the_event_engine(kind, qps, depths):
+    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": CASES[kind], "iterations": 150 if depth < 16 else 400,
+             "tx_depth": depth, "qps": qps} for depth in depths]
+    buffers = [{"name": name, "on": on, "size": "1MiB", "access": ATOMIC_ACCESS} for name, on in (("src", "a.host"),
+                                                                                                 ("dst", "b.host"))]
+    event, fast = same_runs(scenario_dict(seed=qps, workload=work, buffers=buffers, **two_nodes("cx7-gen5-400G")))
+    ops = fast.operations
+    assert sorted(ops["qp"].unique()) == list(range(qps)) and ops["ok"].all()
+
+
+@pytest.mark.parametrize("extra", [{"bidirectional": True, "qps": 2},
+                                   {"pairs": [{"from": "src2", "to": "dst2"}], "qps": 3}])
+def test_bidirectional_and_buffer_pairs_equal_the_event_engine(extra):
+    buffers = [{"name": n, "on": f"{node}.host", "size": "1MiB"} for n, node in
+               (("src", "a"), ("dst", "b"), ("src2", "a"), ("dst2", "b"))]
+    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": ["256B", "16KiB"], "iterations": 300, "tx_depth": 32,
+             **extra} for kind in ("write_bw", "read_bw")]
+    same_runs(scenario_dict(seed=5, buffers=buffers, workload=work, **two_nodes("cx6-gen4-200G-mps512")))
+
+
+def test_several_engines_spread_parallel_qps_on_both_engines():
+    """QPs bound to different send engines reach the shared PCIe link and port at the same picoseconds, where
+    the ordering rule decides which goes first."""
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["64B", "2KiB"], "iterations": 500,
+             "tx_depth": 64, "qps": 4}]
+    same_runs(scenario_dict(seed=2, workload=work, **two_nodes("cx6-gen4-200G-mps512", tx_engines=3, rx_engines=2)))
+
+
+def test_what_auto_leaves_to_the_event_engine_with_several_qps():
+    bidirectional_send = scenario_dict(workload=[{"kind": "send_bw", "from": "src", "to": "dst", "sizes": ["4KiB"],
+                                                  "bidirectional": True}])
+    assert "bidirectional send_bw" in outside_domain(Scenario.model_validate(bidirectional_send))
+    several = Scenario.model_validate(scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst",
+                                                               "sizes": ["4KiB"], "qps": 4}]))
+    assert outside_domain(several) is None and slow_for_fast(several) is None
