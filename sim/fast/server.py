@@ -51,15 +51,23 @@ def cut_through(head: np.ndarray, service, not_before: np.ndarray, free_at: int 
 
 
 def serve(head: np.ndarray, service, not_before: np.ndarray, free_at: int = 0, stalls: np.ndarray | None = None,
-          queued: bool = False) -> tuple[np.ndarray, np.ndarray, bool]:
-    """:func:`cut_through`, also telling whether the running maximum was needed (some job may have queued;
-    a hint for the next call with similar jobs)."""
+          queued: bool = False, shift: int = 0) -> tuple[np.ndarray, np.ndarray, bool]:
+    """:func:`cut_through` with ``shift`` (ps) added to the start times (in place where they are a new array, so
+    a pipeline's next step needs no array of its own), also telling whether the running maximum was needed (some
+    job may have queued; a hint for the next call with similar jobs)."""
     head = np.asarray(head, dtype=np.int64)
     not_before = np.asarray(not_before, dtype=np.int64)
     if stalls is None or len(stalls) == 0:
-        return _solve(head, service, not_before, int(free_at), queued)
-    start, finish = _stalled(head, service, not_before, int(free_at), _coalesced(np.asarray(stalls, dtype=np.int64)))
-    return start, finish, True
+        start, finish, queued = _solve(head, service, not_before, int(free_at), queued)
+    else:
+        start, finish = _stalled(head, service, not_before, int(free_at), _coalesced(np.asarray(stalls, np.int64)))
+        queued = True
+    if not shift:
+        return start, finish, queued
+    if start is head:
+        return head + shift, finish, queued
+    start += shift
+    return start, finish, queued
 
 
 def _coalesced(stalls: np.ndarray) -> np.ndarray:
