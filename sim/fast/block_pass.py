@@ -75,7 +75,9 @@ class Pace:
     @staticmethod
     def ahead(last, period, m: int) -> np.ndarray:
         """The next ``m`` values of series ending at ``last`` with spacing ``period`` (one row per series)."""
-        return np.asarray(last)[..., None] + np.multiply.outer(np.asarray(period), ramp(m, 1))
+        out = np.multiply.outer(np.asarray(period), ramp(m, 1))
+        out += np.asarray(last)[..., None]
+        return out
 
 
 @dataclass
