@@ -62,11 +62,10 @@ def serve(head: np.ndarray, service, not_before: np.ndarray, free_at: int = 0, s
     else:
         start, finish = _stalled(head, service, not_before, int(free_at), _coalesced(np.asarray(stalls, np.int64)))
         queued = True
-    if not shift:
-        return start, finish, queued
-    if start is head:
-        return head + shift, finish, queued
-    start += shift
+    if shift and start is head:
+        start = head + shift
+    elif shift:
+        start += shift
     return start, finish, queued
 
 
