@@ -79,26 +79,6 @@ def _coalesced(stalls: np.ndarray) -> np.ndarray:
     return np.column_stack((stalls[keep, 0], ends))
 
 
-def finish_times(head: np.ndarray, service, not_before: np.ndarray, free_at: int,
-                 queued: bool = False) -> tuple[np.ndarray, bool]:
-    """The finish times of :func:`cut_through` without stalls (a new array), and whether the running maximum
-    was needed."""
-    done = head + service
-    np.maximum(done, not_before, out=done)
-    if len(done) == 0 or (not queued and head[0] >= free_at and (head[1:] >= done[:-1]).all()):
-        return done, False  # never queued: every job starts when its head arrives
-    scalar = np.ndim(service) == 0
-    first = free_at + (service if scalar else int(service[0]))
-    if done[0] < first:  # the first job starts once the server is free
-        done[0] = first
-    shift = _flipped_ramp(len(done), service) if scalar else np.cumsum(service, dtype=np.int64) ^ SIGN
-    done -= shift  # c_j - S_j, its sign bit flipped: as unsigned integers they keep their order
-    flipped = done.view(np.uint64)
-    np.fmax.accumulate(flipped, out=flipped)  # with numpy 2, faster on unsigned than on signed integers
-    done += shift
-    return done, True
-
-
 @functools.lru_cache(maxsize=32)
 def ramp(n: int, step: int) -> np.ndarray:
     """``step, 2 step, ..., n step`` (read-only int64), e.g. the cumulative sum of a constant service time."""
@@ -137,14 +117,24 @@ def running_max(values: np.ndarray, steps: int = 4) -> np.ndarray:
 
 
 def _solve(head, service, not_before, free_at, queued=False):
-    finish, queued = finish_times(head, service, not_before, free_at, queued)
-    if not queued:
-        return head, finish, queued
+    """(start, finish, whether the running maximum was needed) without stalls (see the module docstring)."""
+    finish = head + service
+    np.maximum(finish, not_before, out=finish)
+    if len(finish) == 0 or (not queued and head[0] >= free_at and (head[1:] >= finish[:-1]).all()):
+        return head, finish, False  # never queued: every job starts when its head arrives
+    scalar = np.ndim(service) == 0
+    first = free_at + (service if scalar else int(service[0]))
+    if finish[0] < first:  # the first job starts once the server is free
+        finish[0] = first
+    shift = _flipped_ramp(len(finish), service) if scalar else np.cumsum(service, dtype=np.int64) ^ SIGN
+    finish -= shift  # c_j - S_j, its sign bit flipped: as unsigned integers they keep their order
+    flipped = finish.view(np.uint64)
+    np.fmax.accumulate(flipped, out=flipped)  # with numpy 2, faster on unsigned than on signed integers
+    finish += shift
     start = np.empty_like(head)
-    if len(head):
-        start[0] = max(int(head[0]), free_at)
-        np.maximum(head[1:], finish[:-1], out=start[1:])
-    return start, finish, queued
+    start[0] = max(int(head[0]), free_at)
+    np.maximum(head[1:], finish[:-1], out=start[1:])
+    return start, finish, True
 
 
 def _stalled(head, service, not_before, free_at, stalls):
