@@ -39,7 +39,6 @@ class Record:
     head: np.ndarray
     not_before: np.ndarray
     service: int
-    start: np.ndarray | None = None
     finish: np.ndarray | None = None
 
     def claims(self, lo: int = 0, hi: int | None = None) -> Claims:
@@ -79,7 +78,9 @@ class Pace:
     @staticmethod
     def ahead(last, period, m: int) -> np.ndarray:
         """The next ``m`` values of series ending at ``last`` with spacing ``period`` (one row per series)."""
-        return np.asarray(last)[..., None] + np.multiply.outer(np.asarray(period), ramp(m, 1))
+        out = np.multiply.outer(np.asarray(period), ramp(m, 1))
+        out += np.asarray(last)[..., None]
+        return out
 
 
 @dataclass
@@ -302,20 +303,19 @@ class Pass:
         if old is not None and len(old[0]) == len(inputs) and all(a is b for a, b in zip(old[0], inputs)):
             _, prior, out, merged = old
             rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head, prior.not_before,
-                         step.service_ps, prior.start, prior.finish) if not shared else prior
+                         step.service_ps, prior.finish) if not shared else prior
             if merged is not None:
                 self.merged[step.server] = merged
         else:
             not_before = _plus(tail, step.tail_ps)
             rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head, not_before,
                          step.service_ps)
-            self._serve(step, rec)
+            ahead = self._serve(step, rec)
             prior = None if old is None else old[1]
-            if prior is not None and np.array_equal(rec.start, prior.start) and np.array_equal(rec.finish,
-                                                                                               prior.finish):
-                rec.start, rec.finish, out = prior.start, prior.finish, old[2]  # later steps are reused
+            if prior is not None and np.array_equal(ahead, old[2][0]) and np.array_equal(rec.finish, prior.finish):
+                rec.finish, out = prior.finish, old[2]  # later steps are reused
             else:
-                out = (_plus(rec.start, step.head_ps + step.latency_ps), _plus(rec.finish, step.latency_ps))
+                out = (ahead, _plus(rec.finish, step.latency_ps))
         self.memo[key] = (inputs, rec, out, self.merged.get(step.server))
         self.current[pos] = rec
         self.out.records[pos] = rec
@@ -338,28 +338,33 @@ class Pass:
                 self.used[other] = out[-1]
         return tuple(out)
 
-    def _serve(self, step: Claim, rec: Record) -> None:
+    def _serve(self, step: Claim, rec: Record) -> np.ndarray:
+        """Serve ``rec``'s claims, setting their finish times; returns their start times plus the claim's head
+        time and latency: when each head moves on (ps)."""
         server = self.problem.servers[step.server]
         state = self.carry[step.server]
         walk = rec.pos - self.problem.pos_base[self.slice.group]
         free_at = state.free_at if state.pending is None else int(state.pending.finish[-1])
+        shift = step.head_ps + step.latency_ps
         if self.idle or (walk in self.problem.calm[self.slice.group] and rec.head[0] >= free_at):
-            rec.start, rec.finish = rec.head, rec.head + step.service_ps
+            rec.finish = rec.head + step.service_ps
             np.maximum(rec.finish, rec.not_before, out=rec.finish)
-        elif step.server in self.shared or (self.problem.varied[self.slice.group][walk]
-                                            and _out_of_order(rec, state.pending)):
-            self._merge(step.server, rec)
-        elif server.count > 1:
-            rec.start, rec.finish, _ = pool(rec.head, step.service_ps, rec.not_before, state.free)
-        else:
-            rec.start, rec.finish, self.hints[rec.pos] = serve(
-                rec.head, step.service_ps, rec.not_before, free_at,
-                np.asarray(server.stalls) if server.stalls else None, self.hints.get(rec.pos, False))
+            return _plus(rec.head, shift)
+        if step.server in self.shared or (self.problem.varied[self.slice.group][walk]
+                                          and _out_of_order(rec, state.pending)):
+            return _plus(self._merge(step.server, rec), shift)
+        if server.count > 1:
+            start, rec.finish, _ = pool(rec.head, step.service_ps, rec.not_before, state.free)
+            return _plus(start, shift)
+        ahead, rec.finish, self.hints[rec.pos] = serve(
+            rec.head, step.service_ps, rec.not_before, free_at, np.asarray(server.stalls) if server.stalls else None,
+            self.hints.get(rec.pos, False), shift)
+        return ahead
 
-    def _merge(self, server: int, rec: Record) -> None:
-        """Serve the claims of every position on ``server`` in key order; sets ``rec``'s results. When an
-        earlier position of this pass served the same claims (this position's guessed ones were right), its
-        result is reused."""
+    def _merge(self, server: int, rec: Record) -> np.ndarray:
+        """Serve the claims of every position on ``server`` in key order; sets ``rec``'s finish times and returns
+        its start times. When an earlier position of this pass served the same claims (this position's guessed
+        ones were right), its result is reused."""
         state = self.carry[server]
         parts = [] if state.pending is None else [state.pending]
         mine = 0
@@ -387,7 +392,8 @@ class Pass:
             claims.start, claims.finish = np.empty_like(s), np.empty_like(f)
             claims.start[order], claims.finish[order] = s, f
             self.merged[server] = (claims, order)
-        rec.start, rec.finish = claims.start[mine:mine + n], claims.finish[mine:mine + n]
+        rec.finish = claims.finish[mine:mine + n]
+        return claims.start[mine:mine + n]
 
 
 def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:

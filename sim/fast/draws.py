@@ -53,7 +53,8 @@ class UniformSeries:
         if missing > 0:  # one call draws the same numbers as one call per block
             fresh = self._rng.integers(0, self._high + 1, size=-(-missing // self._block) * self._block)
             kept = min(self._kept, self._first + len(self._values))
-            self._values = np.concatenate((self._values[kept - self._first:], fresh)).astype(np.int64, copy=False)
+            old = self._values[kept - self._first:]
+            self._values = np.concatenate((old, fresh)) if len(old) else fresh
             self._first = kept
         return self._values[lo - self._first:hi - self._first:step]
 

@@ -51,15 +51,22 @@ def cut_through(head: np.ndarray, service, not_before: np.ndarray, free_at: int 
 
 
 def serve(head: np.ndarray, service, not_before: np.ndarray, free_at: int = 0, stalls: np.ndarray | None = None,
-          queued: bool = False) -> tuple[np.ndarray, np.ndarray, bool]:
-    """:func:`cut_through`, also telling whether the running maximum was needed (some job may have queued;
-    a hint for the next call with similar jobs)."""
+          queued: bool = False, shift: int = 0) -> tuple[np.ndarray, np.ndarray, bool]:
+    """:func:`cut_through` with ``shift`` (ps) added to the start times (in place where they are a new array, so
+    a pipeline's next step needs no array of its own), also telling whether the running maximum was needed (some
+    job may have queued; a hint for the next call with similar jobs)."""
     head = np.asarray(head, dtype=np.int64)
     not_before = np.asarray(not_before, dtype=np.int64)
     if stalls is None or len(stalls) == 0:
-        return _solve(head, service, not_before, int(free_at), queued)
-    start, finish = _stalled(head, service, not_before, int(free_at), _coalesced(np.asarray(stalls, dtype=np.int64)))
-    return start, finish, True
+        start, finish, queued = _solve(head, service, not_before, int(free_at), queued)
+    else:
+        start, finish = _stalled(head, service, not_before, int(free_at), _coalesced(np.asarray(stalls, np.int64)))
+        queued = True
+    if shift and start is head:
+        start = head + shift
+    elif shift:
+        start += shift
+    return start, finish, queued
 
 
 def _coalesced(stalls: np.ndarray) -> np.ndarray:
@@ -70,26 +77,6 @@ def _coalesced(stalls: np.ndarray) -> np.ndarray:
     ends = np.zeros(int(group[-1]) + 1, np.int64)
     np.maximum.at(ends, group, stalls[:, 1])
     return np.column_stack((stalls[keep, 0], ends))
-
-
-def finish_times(head: np.ndarray, service, not_before: np.ndarray, free_at: int,
-                 queued: bool = False) -> tuple[np.ndarray, bool]:
-    """The finish times of :func:`cut_through` without stalls (a new array), and whether the running maximum
-    was needed."""
-    done = head + service
-    np.maximum(done, not_before, out=done)
-    if len(done) == 0 or (not queued and head[0] >= free_at and (head[1:] >= done[:-1]).all()):
-        return done, False  # never queued: every job starts when its head arrives
-    scalar = np.ndim(service) == 0
-    first = free_at + (service if scalar else int(service[0]))
-    if done[0] < first:  # the first job starts once the server is free
-        done[0] = first
-    shift = _flipped_ramp(len(done), service) if scalar else np.cumsum(service, dtype=np.int64) ^ SIGN
-    done -= shift  # c_j - S_j, its sign bit flipped: as unsigned integers they keep their order
-    flipped = done.view(np.uint64)
-    np.fmax.accumulate(flipped, out=flipped)  # with numpy 2, faster on unsigned than on signed integers
-    done += shift
-    return done, True
 
 
 @functools.lru_cache(maxsize=32)
@@ -130,14 +117,24 @@ def running_max(values: np.ndarray, steps: int = 4) -> np.ndarray:
 
 
 def _solve(head, service, not_before, free_at, queued=False):
-    finish, queued = finish_times(head, service, not_before, free_at, queued)
-    if not queued:
-        return head, finish, queued
+    """(start, finish, whether the running maximum was needed) without stalls (see the module docstring)."""
+    finish = head + service
+    np.maximum(finish, not_before, out=finish)
+    if len(finish) == 0 or (not queued and head[0] >= free_at and (head[1:] >= finish[:-1]).all()):
+        return head, finish, False  # never queued: every job starts when its head arrives
+    scalar = np.ndim(service) == 0
+    first = free_at + (service if scalar else int(service[0]))
+    if finish[0] < first:  # the first job starts once the server is free
+        finish[0] = first
+    shift = _flipped_ramp(len(finish), service) if scalar else np.cumsum(service, dtype=np.int64) ^ SIGN
+    finish -= shift  # c_j - S_j, its sign bit flipped: as unsigned integers they keep their order
+    flipped = finish.view(np.uint64)
+    np.fmax.accumulate(flipped, out=flipped)  # with numpy 2, faster on unsigned than on signed integers
+    finish += shift
     start = np.empty_like(head)
-    if len(head):
-        start[0] = max(int(head[0]), free_at)
-        np.maximum(head[1:], finish[:-1], out=start[1:])
-    return start, finish, queued
+    start[0] = max(int(head[0]), free_at)
+    np.maximum(head[1:], finish[:-1], out=start[1:])
+    return start, finish, True
 
 
 def _stalled(head, service, not_before, free_at, stalls):
