@@ -29,7 +29,7 @@ streams of the same lists. A QP's claims of its send engine and transmit port ar
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -454,10 +454,41 @@ def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
 def work_request_path(qp, wr: SendWR, now_ps: int, listed: bool = False) -> Path:
     """The path ``wr`` posted on ``qp`` at ``now_ps`` takes (``listed``: in a list of several, see
     :attr:`Shape.fetched`)."""
-    return _path_of(qp, wr, local_sges(wr), signaled(qp, wr), now_ps, listed)
+    return _posted(qp, wr, now_ps, listed)[2]
 
 
-def _path_of(qp, wr: SendWR, sges: list[Sge], sig: bool, now_ps: int, listed: bool) -> Path:
+def _posted(qp, wr: SendWR, now_ps: int, listed: bool) -> tuple[Sequence[Sge], bool, Path]:
+    """``wr``'s :func:`local_sges`, whether it is :func:`signaled` and its path (:func:`_path_of`).
+
+    The three are remembered in the QP's path cache for a work request of one SGE whose MRs its keys look up
+    (not a SEND's receive) between nodes without a PCIe topology, where the path depends on no time: what else
+    they depend on is in the key (the work request's fields but its addresses, whether a link has outages) or is
+    fixed for the QP's life (its type and ``sq_sig_all``, the nodes' translation models, the run's data mode), and
+    a later work request takes them while its keys look up the same MRs (and its SGE's address is the same)."""
+    node, peer = qp.node, qp.remote.node
+    opcode, key = wr.opcode, None
+    if (wr.sg_list is None and node.topology is None and peer.topology is None and not opcode.is_atomic
+            and (opcode.writes_remote or not opcode.consumes_receive)):
+        key = (_POSTED, opcode, wr.length, wr.lkey, wr.rkey, wr.inline, wr.send_flags, listed,
+               bool(node.nic.outages or peer.nic.outages))
+        known = qp.paths.get(key)
+        if known is not None and known[0] is node.nic.lookup(wr.lkey) and known[1] is peer.nic.lookup(wr.rkey):
+            sges = known[2]
+            if sges and sges[0].addr != wr.local_addr:
+                sges = local_sges(wr)
+            return sges, known[3], known[4]
+    sges, sig = local_sges(wr), signaled(qp, wr)
+    found = _path_of(qp, wr, sges, sig, now_ps, listed)
+    if key is not None:
+        qp.paths[key] = (node.nic.lookup(wr.lkey), peer.nic.lookup(wr.rkey), tuple(sges), sig, found)
+    return sges, sig, found
+
+
+_POSTED = "posted"
+"""First item of :func:`_posted`'s keys in a QP's path cache (:func:`path`'s keys begin with an opcode)."""
+
+
+def _path_of(qp, wr: SendWR, sges: Sequence[Sge], sig: bool, now_ps: int, listed: bool) -> Path:
     """:func:`work_request_path` given ``wr``'s :func:`local_sges` and whether it is :func:`signaled`."""
     node, peer = qp.node, qp.remote.node
     local_mrs = [node.nic.lookup(sge.lkey) for sge in sges]
@@ -505,8 +536,9 @@ def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool =
     env = qp.pd.context.env
     if qp.reads is None:  # counted at the first post, when the responder's max_dest_rd_atomic is known
         qp.reads = Semaphore(rd_atomic_slots(qp))
-    now, sges, sig = env.now, local_sges(wr), signaled(qp, wr)
-    run = WorkRequestRun(qp, wr, _path_of(qp, wr, sges, sig, now, listed), now, sges, sig)
+    now = env.now
+    sges, sig, found = _posted(qp, wr, now, listed)
+    run = WorkRequestRun(qp, wr, found, now, sges, sig)
     env.step_runner.start(Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads},
                               offset, qp.turns, qp.seq_of[id(wr)]))
 
@@ -523,7 +555,7 @@ class WorkRequestRun:
     __slots__ = ("qp", "wr", "path", "posted", "sges", "signaled", "status", "payload", "retries", "resume", "local",
                  "received", "transport_retries", "executed", "psn", "packets")
 
-    def __init__(self, qp, wr: SendWR, path: Path, posted: int, sges: list[Sge], sig: bool) -> None:
+    def __init__(self, qp, wr: SendWR, path: Path, posted: int, sges: Sequence[Sge], sig: bool) -> None:
         self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
         self.sges, self.signaled = sges, sig
         """The work request's :func:`local_sges` and whether it is :func:`signaled`, as posted."""
