@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -465,22 +466,19 @@ def _posted(qp, wr: SendWR, now_ps: int, listed: bool) -> tuple[Sequence[Sge], b
     they depend on is in the key (the work request's fields but its addresses, whether a link has outages) or is
     fixed for the QP's life (its type and ``sq_sig_all``, the nodes' translation models, the run's data mode), and
     a later work request takes them while its keys look up the same MRs (and its SGE's address is the same)."""
-    node, peer = qp.node, qp.remote.node
-    opcode, key = wr.opcode, None
-    if (wr.sg_list is None and node.topology is None and peer.topology is None and not opcode.is_atomic
-            and (opcode.writes_remote or not opcode.consumes_receive)):
-        key = (_POSTED, opcode, wr.length, wr.lkey, wr.rkey, wr.inline, wr.send_flags, listed,
-               bool(node.nic.outages or peer.nic.outages))
-        known = qp.paths.get(key)
-        if known is not None and known[0] is node.nic.lookup(wr.lkey) and known[1] is peer.nic.lookup(wr.rkey):
-            sges = known[2]
-            if sges and sges[0].addr != wr.local_addr:
-                sges = local_sges(wr)
-            return sges, known[3], known[4]
+    nic, pnic = qp.node.nic, qp.remote.node.nic
+    key = (_POSTED, wr.opcode, wr.length, wr.lkey, wr.rkey, wr.inline, wr.send_flags, listed,
+           bool(nic.outages or pnic.outages))
+    known = qp.paths.get(key) if wr.sg_list is None else None
+    if known is not None and known[0] is nic.lookup(wr.lkey) and known[1] is pnic.lookup(wr.rkey):
+        sges = known[2]
+        return (sges if not sges or sges[0].addr == wr.local_addr else local_sges(wr)), known[3], known[4]
     sges, sig = local_sges(wr), signaled(qp, wr)
     found = _path_of(qp, wr, sges, sig, now_ps, listed)
-    if key is not None:
-        qp.paths[key] = (node.nic.lookup(wr.lkey), peer.nic.lookup(wr.rkey), tuple(sges), sig, found)
+    opcode = wr.opcode
+    if (wr.sg_list is None and qp.node.topology is None and qp.remote.node.topology is None
+            and not opcode.is_atomic and (opcode.writes_remote or not opcode.consumes_receive)):
+        qp.paths[key] = (nic.lookup(wr.lkey), pnic.lookup(wr.rkey), tuple(sges), sig, found)
     return sges, sig, found
 
 
@@ -589,7 +587,8 @@ class WorkRequestRun:
         qp, wr = self.qp, self.wr
         nic = qp.node.nic
         self.local = [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in self.sges]
-        if qp.state is QpState.ERR or qp.state is QpState.SQE:
+        state = qp.state
+        if state is QpState.ERR or state is QpState.SQE:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
         if qp.qp_type is not QpType.RC and (problem := opcode_problem(qp.qp_type, wr.opcode, wr.message_bytes,
                                                                        qp.path_mtu_bytes)) is not None:
@@ -952,7 +951,8 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, 
         qp.next_completion += 1
         seen = max(seen, qp.last_completion_ps)
         qp.last_completion_ps = seen
-        if qp.state is QpState.ERR or qp.state is QpState.SQE:
+        state = qp.state
+        if state is QpState.ERR or state is QpState.SQE:
             status = WcStatus.WR_FLUSH_ERR
         elif status is not WcStatus.SUCCESS:
             if acknowledged(qp.qp_type):
@@ -968,14 +968,14 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, 
             wc = WorkCompletion(wr.wr_id, status, WcOpcode.of_send(wr.opcode),
                                 wr.message_bytes if status is WcStatus.SUCCESS else 0, qp.qp_num, posted, seen)
             freed, qp.unsignaled = qp.unsignaled + 1, 0
-            delivered = simpy.Timeout(env, seen - env.now)
-            delivered.callbacks.append(lambda _event, wc=wc, freed=freed: _deliver(qp, wc, freed))
+            simpy.Timeout(env, seen - env.now).callbacks.append(partial(_deliver, qp, wc, freed))
         if qp.next_completion not in qp.finished:
             return
         wr, status, posted, seen, sig = qp.finished.pop(qp.next_completion)
 
 
-def _deliver(qp, wc: WorkCompletion, freed: int) -> None:
-    """The CQE reaches the CQ: its work request's slot and those of the unsignaled ones before it are free."""
+def _deliver(qp, wc: WorkCompletion, freed: int, _event) -> None:
+    """The CQE reaches the CQ (a simpy callback): its work request's slot and those of the unsignaled ones before it
+    are free."""
     qp.outstanding -= freed
     qp.send_cq.push(wc)
