@@ -29,7 +29,8 @@ streams of the same lists. A QP's claims of its send engine and transmit port ar
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -452,10 +453,38 @@ def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
 def work_request_path(qp, wr: SendWR, now_ps: int, listed: bool = False) -> Path:
     """The path ``wr`` posted on ``qp`` at ``now_ps`` takes (``listed``: in a list of several, see
     :attr:`Shape.fetched`)."""
-    return _path_of(qp, wr, local_sges(wr), signaled(qp, wr), now_ps, listed)
+    return _posted(qp, wr, now_ps, listed)[2]
 
 
-def _path_of(qp, wr: SendWR, sges: list[Sge], sig: bool, now_ps: int, listed: bool) -> Path:
+def _posted(qp, wr: SendWR, now_ps: int, listed: bool) -> tuple[Sequence[Sge], bool, Path]:
+    """``wr``'s :func:`local_sges`, whether it is :func:`signaled` and its path (:func:`_path_of`).
+
+    The three are remembered in the QP's path cache for a work request of one SGE whose MRs its keys look up
+    (not a SEND's receive) between nodes without a PCIe topology, where the path depends on no time: what else
+    they depend on is in the key (the work request's fields but its addresses, whether a link has outages) or is
+    fixed for the QP's life (its type and ``sq_sig_all``, the nodes' translation models, the run's data mode), and
+    a later work request takes them while its keys look up the same MRs (and its SGE's address is the same)."""
+    nic, pnic = qp.node.nic, qp.remote.node.nic
+    key = (_POSTED, wr.opcode, wr.length, wr.lkey, wr.rkey, wr.inline, wr.send_flags, listed,
+           bool(nic.outages or pnic.outages))
+    known = qp.paths.get(key) if wr.sg_list is None else None
+    if known is not None and known[0] is nic.lookup(wr.lkey) and known[1] is pnic.lookup(wr.rkey):
+        sges = known[2]
+        return (sges if not sges or sges[0].addr == wr.local_addr else local_sges(wr)), known[3], known[4]
+    sges, sig = local_sges(wr), signaled(qp, wr)
+    found = _path_of(qp, wr, sges, sig, now_ps, listed)
+    opcode = wr.opcode
+    if (wr.sg_list is None and qp.node.topology is None and qp.remote.node.topology is None
+            and not opcode.is_atomic and (opcode.writes_remote or not opcode.consumes_receive)):
+        qp.paths[key] = (nic.lookup(wr.lkey), pnic.lookup(wr.rkey), tuple(sges), sig, found)
+    return sges, sig, found
+
+
+_POSTED = "posted"
+"""First item of :func:`_posted`'s keys in a QP's path cache (:func:`path`'s keys begin with an opcode)."""
+
+
+def _path_of(qp, wr: SendWR, sges: Sequence[Sge], sig: bool, now_ps: int, listed: bool) -> Path:
     """:func:`work_request_path` given ``wr``'s :func:`local_sges` and whether it is :func:`signaled`."""
     node, peer = qp.node, qp.remote.node
     local_mrs = [node.nic.lookup(sge.lkey) for sge in sges]
@@ -504,9 +533,9 @@ def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool =
     env = qp.pd.context.env
     if qp.reads is None:  # counted at the first post, when the responder's max_dest_rd_atomic is known
         qp.reads = Semaphore(rd_atomic_slots(qp))
-    now, sges, sig = env.now, local_sges(wr), signaled(qp, wr)
-    run = WorkRequestRun(qp, wr, _path_of(qp, wr, sges, sig, now, listed), now if posted_ps is None else posted_ps,
-                         sges, sig)
+    now = env.now
+    sges, sig, found = _posted(qp, wr, now, listed)
+    run = WorkRequestRun(qp, wr, found, now if posted_ps is None else posted_ps, sges, sig)
     run.op = Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads}, offset,
                        qp.turns, qp.seq_of[id(wr)])
     env.step_runner.start(run.op)
@@ -525,7 +554,7 @@ class WorkRequestRun:
                  "received", "transport_retries", "executed", "psn", "packets", "op", "waiting", "timer_at", "woken",
                  "nak_psn")
 
-    def __init__(self, qp, wr: SendWR, path: Path, posted: int, sges: list[Sge], sig: bool) -> None:
+    def __init__(self, qp, wr: SendWR, path: Path, posted: int, sges: Sequence[Sge], sig: bool) -> None:
         self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
         self.sges, self.signaled = sges, sig
         """The work request's :func:`local_sges` and whether it is :func:`signaled`, as posted."""
@@ -567,7 +596,8 @@ class WorkRequestRun:
         qp, wr = self.qp, self.wr
         nic = qp.node.nic
         self.local = [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in self.sges]
-        if qp.state is QpState.ERR or qp.state is QpState.SQE:
+        state = qp.state
+        if state is QpState.ERR or state is QpState.SQE:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
         if qp.qp_type is not QpType.RC and (problem := opcode_problem(qp.qp_type, wr.opcode, wr.message_bytes,
                                                                        qp.path_mtu_bytes)) is not None:
@@ -1010,7 +1040,8 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, 
         qp.next_completion += 1
         seen = max(seen, qp.last_completion_ps)
         qp.last_completion_ps = seen
-        if qp.state is QpState.ERR or qp.state is QpState.SQE:
+        state = qp.state
+        if state is QpState.ERR or state is QpState.SQE:
             status = WcStatus.WR_FLUSH_ERR
         elif status is not WcStatus.SUCCESS:
             if acknowledged(qp.qp_type):
@@ -1026,14 +1057,14 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, 
             wc = WorkCompletion(wr.wr_id, status, WcOpcode.of_send(wr.opcode),
                                 wr.message_bytes if status is WcStatus.SUCCESS else 0, qp.qp_num, posted, seen)
             freed, qp.unsignaled = qp.unsignaled + 1, 0
-            delivered = simpy.Timeout(env, seen - env.now)
-            delivered.callbacks.append(lambda _event, wc=wc, freed=freed: _deliver(qp, wc, freed))
+            simpy.Timeout(env, seen - env.now).callbacks.append(partial(_deliver, qp, wc, freed))
         if qp.next_completion not in qp.finished:
             return
         wr, status, posted, seen, sig = qp.finished.pop(qp.next_completion)
 
 
-def _deliver(qp, wc: WorkCompletion, freed: int) -> None:
-    """The CQE reaches the CQ: its work request's slot and those of the unsignaled ones before it are free."""
+def _deliver(qp, wc: WorkCompletion, freed: int, _event) -> None:
+    """The CQE reaches the CQ (a simpy callback): its work request's slot and those of the unsignaled ones before it
+    are free."""
     qp.outstanding -= freed
     qp.send_cq.push(wc)

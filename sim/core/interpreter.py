@@ -233,12 +233,11 @@ class StepRunner:
         try:
             simpy_next = peek()
             while heap:
-                entry = heap[0]
-                t = entry[0]
-                if t >= simpy_next or (entry[5] and t > now):
-                    break  # simpy goes first, or a check needs simpy's clock at its time
-                heappop(heap)
-                walk(entry[4], t)
+                t, _, _, _, chain, sync = entry = heappop(heap)
+                if t >= simpy_next or (sync and t > now):
+                    heappush(heap, entry)  # simpy goes first, or a check needs simpy's clock at its time
+                    break
+                walk(chain, t)
                 if self.consulted:
                     self.consulted = False
                     simpy_next = peek()
@@ -261,11 +260,13 @@ class StepRunner:
                     heappush(self.heap, (head, step[1] + op.offset, op.seq, next(self.count), chain, False))
                     return
                 due = False
-                turns = op.turns.get(step[4]) if code == TURN else None
-                if turns is not None and op.ticket > turns.passed:  # an earlier operation's claim comes first
-                    chain.at, chain.head, chain.tail = at, head, tail
-                    turns.parked[op.ticket] = chain
-                    return
+                turns = None
+                if code == TURN:
+                    turns = op.turns.get(step[4])
+                    if turns is not None and op.ticket > turns.passed:  # an earlier operation's claim comes first
+                        chain.at, chain.head, chain.tail = at, head, tail
+                        turns.parked[op.ticket] = chain
+                        return
                 for server, service, head_ps, tail_ps, latency, label in step[3]:
                     start, finish = claim_cut_through(server, head, service, tail + tail_ps)
                     if tracing:
