@@ -18,6 +18,11 @@ Steady-state bandwidth is measured over a window of whole transfers long enough 
 number of tag rounds) that start-up and DLLP granularity disappear; this is what the closed form is checked
 against. With few tags the link idles between bursts and DLLPs due at a burst's end cost nothing, so such
 streams run up to about 0.5 % faster than the closed form, which charges every byte at the TLP-layer rate.
+
+At the knee, where the tags and the busier direction allow about the same rate, a stream can also run slower
+than both bounds, and not only while it starts: a tag comes back late whenever its request or completions
+queued behind a run of TLPs bigger than the average, or behind DLLPs and SKIPs due together, and with no slack
+on the link that lateness is never made up. :func:`knee_shortfall` bounds it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 from math import gcd
 from typing import NamedTuple
 
+from models.pcie import closed_form as cf
 from models.pcie.closed_form import DLLP_FRAMING, DLLP_SIZE, ECRC, SKIP_BYTES, SKIP_INTERVAL, dllp_interval
 from models.pcie.link import PcieParams
 
@@ -107,6 +113,41 @@ def read_tlps(p: PcieParams, addr: int, nbytes: int) -> list[tuple[Tlp, list[Tlp
     """The MRd requests of a DMA read of ``nbytes`` at ``addr``, each with the CplDs answering it."""
     requests = [_tlp(p, "MRd", a, n) for a, n in _split(addr, nbytes, p.mrrs)]
     return [(r, completion_tlps(p, r)) for r in requests]
+
+
+def _longest_excess(wires: list[int]) -> float:
+    """Most bytes a run of consecutive entries of the periodic sequence ``wires`` holds beyond its length times
+    the mean (bytes). A run longer than the period holds a whole period more, whose excess is 0, so runs
+    through two periods cover them all."""
+    mean = sum(wires) / len(wires)
+    best = run = 0.0
+    for w in wires + wires:
+        run = max(0.0, run + w - mean)
+        best = max(best, run)
+    return best
+
+
+def knee_shortfall(p: PcieParams, op: str, nbytes: int, addr: int = 0) -> float:
+    """How far a stream of ``op`` transfers can fall below the closed form, as a fraction of it (0 without tags).
+
+    A tag's round trip is made longer than the average only on the link, by a run of requests (or of their
+    completions) holding more wire bytes than the mean, plus the ACK/FC pair and SKIP that may fall due
+    within it beyond their average share: at most :func:`_longest_excess` + 2 x 8 B + 4 B at the TLP-layer rate
+    per direction. The tag comes back that late once per tag round (``read_tags`` requests at the closed form's
+    rate), so the stream keeps at least 1 / (1 + shortfall) of the closed form. This is a bound: away from the
+    knee the link's slack absorbs the lateness and the stream agrees with the closed form.
+    """
+    reads = read_tlps(p, addr, nbytes) if op != "write" else []
+    if p.read_tags is None or not reads:
+        return 0.0
+    up = [r.wire for r, _ in reads]
+    up[-1] += sum(t.wire for t in write_tlps(p, addr, nbytes)) if op == "read_write" else 0
+    down = [sum(c.wire for c in cpls) for _, cpls in reads]
+    stretch = 2 * DLLP_SIZE + SKIP_BYTES
+    late_s = (_longest_excess(up) + _longest_excess(down) + 2 * stretch) / p.tlp_Bps
+    bound_Bps = cf.read_Bps(p, nbytes, addr) if op == "read" else cf.read_write_Bps(p, nbytes, addr)
+    round_s = p.read_tags * nbytes / len(reads) / bound_Bps
+    return late_s / round_s
 
 
 class _Direction:
