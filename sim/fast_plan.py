@@ -22,7 +22,9 @@ several QPs per workload (whose rows follow each other QP by QP), the solve is k
 from the posts of the one before. A workload's QPs (``qps``, ``bidirectional``, ``pairs``) are parallel streams
 of one round per size (:attr:`sim.fast.Group.parallel`), started as :func:`sim.run._process` starts them. The
 domain is host and GPU memory registered without page faults (pinned, peer memory, dma-buf), no translation
-caches or multi-NIC nodes, no data mode or tracing; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE
+caches or multi-NIC nodes, no data mode or tracing, and work requests that succeed (:func:`_refused`: a buffer
+without the access its operations need sends the run to the event engine, which completes them in error);
+``engine: auto`` also avoids BlueFlame-off NICs, whose WQE
 fetches make every work request wait on the previous one's payload on the PCIe link (exact but solved a round
 at a time).
 
@@ -42,10 +44,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, memory_target, path
+from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, memory_target, path, refusal
 from models.nic.wqe import Opcode
 from models.verbs.ah import data_path_qp
-from models.verbs.workloads import Endpoint, OpRecords, ping_pong, posts_inline, succeeded, tagged
+from models.verbs.workloads import (Endpoint, OpRecords, ping_pong, posts_inline, succeeded, tagged,
+                                    whole_buffer_receive, work_request)
 from sim.core.errors import SimError
 from sim.core.steps import Check, Claim, Fork
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
@@ -203,6 +206,9 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         return decline(reason)
     bed, started, event_log = setup_run(scenario, seed, trace)
     ends, watch = streams(scenario, bed), Watch(bed, scenario)
+    reason = _refused(ends)
+    if reason:
+        return decline(reason)
     alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
     table, sink = OperationTable(), StreamedSummaries(variant) if alone and not scenario.events else None
     solved, reached = None, _Reached(progress)
@@ -254,6 +260,25 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             table.append(frame)
             summaries.append(row)
     return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries)
+
+
+def _refused(ends: list[Stream]) -> str | None:
+    """Why some work requests of ``ends`` would complete in error or be dropped, which the vectorized core does not
+    solve (:func:`models.nic.datapath.refusal` on one of each size, both ways for a ping-pong); None when all
+    succeed."""
+    for end in ends:
+        work = end.work
+        opcode, inline = workload_opcode(work), inline_threshold(work)
+        ways = [(end.src, end.dst)] + ([(end.dst, end.src)] if work.kind == "write_lat" else [])
+        for size in work.size_list():
+            for src, dst in ways:
+                wr = work_request(0, opcode, src, dst, size, posts_inline(opcode, size, inline))
+                recv = whole_buffer_receive(0, dst) if opcode.consumes_receive else None
+                why = refusal(data_path_qp(src.qp, dst.qp), wr, recv)
+                if why is not None:
+                    return (f"workload '{work.name or work.kind}' at {size} B: its work requests would fail ({why}), "
+                            "which the event engine completes")
+    return None
 
 
 def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray) -> OpRecords:

@@ -46,7 +46,7 @@ from models.nic.translation import Fault, mr_bytes, write_payload
 from models.nic.transport import (PSN_MASK, PSN_WINDOW, Outcome, QpType, Waiting, acknowledged, after_acknowledgement,
                                   after_gap_closed, carries, opcode_problem, packet_headers, sequence_nak)
 from models.nic.wqe import (ATOMIC_BYTES, RNR_RETRY_INFINITE, SEND_FENCE, SEND_SIGNALED, Access, Opcode, QpState,
-                            SendWR, Sge, WcOpcode, WcStatus, WorkCompletion)
+                            RecvWR, SendWR, Sge, WcOpcode, WcStatus, WorkCompletion)
 from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
 from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
@@ -450,6 +450,44 @@ def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
             remote_mr is not None and remote_mr.pd.context.node is peer and remote_mr.backing is not None, every)
 
 
+def local_status(qp, wr: SendWR, local: Sequence[tuple]) -> WcStatus | None:
+    """The requester's own checks of ``wr`` on ``qp``, ``local`` being ``(mr, addr, length)`` of each SGE: an
+    opcode or message its UC or UD service does not carry (:func:`~models.nic.transport.opcode_problem`), then an
+    SGE whose lkey names no MR or whose MR does not cover it with the access the opcode needs (LOCAL_WRITE where a
+    READ's or atomic's response lands): IBV_WC_LOC_PROT_ERR. None when they pass."""
+    if qp.qp_type is not QpType.RC and (problem := opcode_problem(qp.qp_type, wr.opcode, wr.message_bytes,
+                                                                   qp.path_mtu_bytes)) is not None:
+        return problem
+    needed = _LOCAL_WRITE if wr.opcode.reads_remote else 0
+    for mr, addr, length in local:
+        if mr is None or not mr.allows(addr, length, needed):
+            return WcStatus.LOC_PROT_ERR
+    return None
+
+
+def refusal(qp, wr: SendWR, recv: RecvWR | None = None) -> str | None:
+    """What refuses ``wr`` on ``qp`` when nothing changes while it runs (the status of its error completion, or
+    why a UC or UD responder drops it), None when it succeeds: the requester's :func:`local_status`, then the
+    responder's checks in the run's order: the R_Key of a request that takes no receive (:func:`remote_status`);
+    for one that takes the receive ``recv``, a UC or UD drop (:func:`unacknowledged_refusal`), a WRITE with
+    immediate's R_Key, an RC responder that does not receive, what ``recv`` cannot take (:func:`receive_problem`)."""
+    nic = qp.node.nic
+    problem = local_status(qp, wr, [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in local_sges(wr)])
+    if problem is not None:
+        return problem.ibv_name
+    if not wr.opcode.consumes_receive:
+        refused = remote_status(qp, wr)
+        return None if refused is None else refused.ibv_name
+    if not acknowledged(qp.qp_type) and (dropped := unacknowledged_refusal(qp, wr, recv)) is not None:
+        return dropped
+    refused = remote_status(qp, wr) if wr.opcode.writes_remote else None
+    if refused is None and qp.remote.state not in RECEIVING:
+        refused = WcStatus.RETRY_EXC_ERR
+    if refused is None and recv is not None:
+        refused = (receive_problem(qp.remote, recv, wr) or (None, None))[1]
+    return None if refused is None else refused.ibv_name
+
+
 def work_request_path(qp, wr: SendWR, now_ps: int, listed: bool = False) -> Path:
     """The path ``wr`` posted on ``qp`` at ``now_ps`` takes (``listed``: in a list of several, see
     :attr:`Shape.fetched`)."""
@@ -599,13 +637,9 @@ class WorkRequestRun:
         state = qp.state
         if state is QpState.ERR or state is QpState.SQE:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
-        if qp.qp_type is not QpType.RC and (problem := opcode_problem(qp.qp_type, wr.opcode, wr.message_bytes,
-                                                                       qp.path_mtu_bytes)) is not None:
+        problem = local_status(qp, wr, self.local)
+        if problem is not None:
             return self._fail(problem, head, self.path.failed)
-        needed = _LOCAL_WRITE if wr.opcode.reads_remote else 0
-        for mr, addr, length in self.local:
-            if mr is None or not mr.allows(addr, length, needed):
-                return self._fail(WcStatus.LOC_PROT_ERR, head, self.path.failed)
         if wr.is_inline:
             self.payload = _gather(qp.pd.context.env, self.local)
         return None
@@ -874,7 +908,7 @@ class WorkRequestRun:
         qp, wr = self.qp, self.wr
         responder, env = qp.remote, qp.pd.context.env
         if not acknowledged(qp.qp_type):
-            refused = unacknowledged_refusal(qp, wr)
+            refused = unacknowledged_refusal(qp, wr, qp.remote.receives.peek())
             if refused is not None:
                 return self._dropped(tail, refused)
         elif qp.state is QpState.ERR:  # sent again behind a request that failed: flushed

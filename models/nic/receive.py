@@ -67,11 +67,12 @@ def landing_buffer(responder, recv: RecvWR, wr: SendWR):
     return responder.node.nic.lookup(first.lkey), first.addr, min(needed, first.length)
 
 
-def unacknowledged_refusal(qp, wr: SendWR) -> str | None:
-    """Why the responder of a UC or UD ``qp`` drops ``wr``, a request that consumes a receive, without a word
-    back (see :mod:`models.nic.transport`), or None when it takes it: the QP does not receive, a UD Q_Key that
-    is not the QP's, a WRITE with immediate the responder refuses (:func:`remote_status`), no receive posted; a
-    datagram to a QP number with no QP behind it (a destroyed or never created one: ``responder.destroyed``)."""
+def unacknowledged_refusal(qp, wr: SendWR, recv: RecvWR | None) -> str | None:
+    """Why the responder of a UC or UD ``qp`` drops ``wr``, a request that consumes a receive (``recv``, the one
+    it would take: None when none is posted), without a word back (see :mod:`models.nic.transport`), or None when
+    it takes it: the QP does not receive, a UD Q_Key that is not the QP's, a WRITE with immediate the responder
+    refuses (:func:`remote_status`), no receive posted; a datagram to a QP number with no QP behind it (a destroyed
+    or never created one: ``responder.destroyed``)."""
     responder = qp.remote
     if responder.destroyed:
         return f"no QP {responder.qp_num}"
@@ -81,7 +82,7 @@ def unacknowledged_refusal(qp, wr: SendWR) -> str | None:
         return "Q_Key mismatch"
     if wr.opcode.writes_remote and (refused := remote_status(qp, wr)) is not None:
         return refused.ibv_name
-    if responder.receives.peek() is None:
+    if recv is None:
         return "no receive posted"
     return None
 

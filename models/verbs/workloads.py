@@ -93,8 +93,11 @@ def posts_inline(opcode: Opcode, size: int, inline: int) -> bool:
     return not opcode.reads_remote and size <= inline
 
 
-def _wr(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
-        landed: simpy.Event | None = None, order: tuple[int, int] | None = None, send_flags: int = 0) -> SendWR:
+def work_request(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, inline: bool,
+                 landed: simpy.Event | None = None, order: tuple[int, int] | None = None,
+                 send_flags: int = 0) -> SendWR:
+    """Work request ``wr_id`` of a workload: ``size`` bytes of ``opcode`` from ``src``'s buffer to ``dst``'s (a
+    UD one to ``src``'s datagram address), inline or not; ``landed`` and ``order`` as :class:`SendWR` takes them."""
     wr = SendWR(wr_id, opcode, src.iova, size, src.mr.lkey, dst.iova, dst.mr.rkey, inline, landed, order,
                 send_flags=send_flags, compare_add=ATOMIC_ADD if opcode is Opcode.ATOMIC_FETCH_AND_ADD else 0,
                 swap=ATOMIC_ADD)
@@ -171,8 +174,8 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
         while (env.now < until if timed else next_id < iterations) and qp.outstanding + batch <= tx_depth:
             log.room(next_id + batch)
             log.posted[next_id:next_id + batch] = [env.now] * batch
-            ibv_post_send(qp, _wr(next_id, opcode, src, dst, size, use_inline, send_flags=flags(next_id)) if batch == 1
-                          else [_wr(k, opcode, src, dst, size, use_inline, send_flags=flags(k))
+            ibv_post_send(qp, work_request(next_id, opcode, src, dst, size, use_inline, send_flags=flags(next_id)) if batch == 1
+                          else [work_request(k, opcode, src, dst, size, use_inline, send_flags=flags(k))
                                 for k in range(next_id, next_id + batch)])
             next_id += batch
         if done == next_id or (timed and env.now >= until and done >= next_id - next_id % every):
@@ -216,7 +219,7 @@ def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
         seq, offset = env.step_runner.number(), 0
         for a, b in ((src, dst), (dst, src)):
             landed = simpy.Event(env)
-            wr = _wr(i, Opcode.RDMA_WRITE, a, b, size, use_inline, landed, (seq, offset))
+            wr = work_request(i, Opcode.RDMA_WRITE, a, b, size, use_inline, landed, (seq, offset))
             if a is src:
                 offset = ping_pong_offset(work_request_path(a.qp, wr, env.now).steps, a.qp.qp_type)
             ibv_post_send(a.qp, wr)
@@ -272,7 +275,7 @@ def read_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
     cq, i = src.qp.send_cq, -1
     for i in _turns(env, log, iterations, duration_ps):
         log.posted[i] = env.now
-        ibv_post_send(src.qp, _wr(i, opcode, src, dst, size, False))
+        ibv_post_send(src.qp, work_request(i, opcode, src, dst, size, False))
         yield cq.wait()
         (wc,) = ibv_poll_cq(cq, 1)
         log.completed[i] = wc.completed_ps
@@ -290,7 +293,7 @@ PERFTEST_RX_DEPTH = 512
 """perftest's ``DEF_RX_SEND``: receives ib_send_bw and ib_send_lat post ahead (-r), at most the iterations."""
 
 
-def _recv_wr(wr_id: int, end: Endpoint) -> RecvWR:
+def whole_buffer_receive(wr_id: int, end: Endpoint) -> RecvWR:
     """One receive of ``end``'s whole buffer (perftest's single-SGE receive into its message buffer), so that a
     receive left posted after one message size takes the next."""
     return RecvWR(wr_id, (Sge(end.mr.iova, end.mr.length, end.mr.lkey),))
@@ -301,7 +304,7 @@ def post_receives_ahead(end: Endpoint, count: int) -> int:
     receives consumed before but not yet completed count; returns how many were posted."""
     missing = max(count - end.qp.rq.held, 0)
     for k in range(missing):
-        ibv_post_recv(end.qp, _recv_wr(k, end))
+        ibv_post_recv(end.qp, whole_buffer_receive(k, end))
     return missing
 
 
@@ -331,7 +334,7 @@ def _serve_receives(env, end: Endpoint, reposts: int | None) -> Generator:
             yield env.timeout(end.qp.poll_delays.next())
             for wc in ibv_poll_cq(cq, cq.cqe):
                 if reposts is None or reposts > 0:
-                    ibv_post_recv(end.qp, _recv_wr(wc.wr_id, end))
+                    ibv_post_recv(end.qp, whole_buffer_receive(wc.wr_id, end))
                     reposts = None if reposts is None else reposts - 1
     except simpy.Interrupt:
         return
@@ -351,7 +354,7 @@ def send_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, 
         posted, completed, status = log.posted, log.completed, log.status
         posted[i] = env.now
         for a, b in ((src, dst), (dst, src)):
-            ibv_post_send(a.qp, _wr(i, Opcode.SEND, a, b, size, use_inline))
+            ibv_post_send(a.qp, work_request(i, Opcode.SEND, a, b, size, use_inline))
             failed = yield from _await_receive(env, a, b)
             if status[i] == SUCCESS:
                 status[i] = failed
@@ -376,7 +379,7 @@ def _await_receive(env, sender: Endpoint, receiver: Endpoint) -> Generator:
         if rcq.entries:
             yield env.timeout(receiver.qp.poll_delays.next())
             (wc,) = ibv_poll_cq(rcq, 1)
-            ibv_post_recv(receiver.qp, _recv_wr(wc.wr_id, receiver))
+            ibv_post_recv(receiver.qp, whole_buffer_receive(wc.wr_id, receiver))
             if wc.status is not WcStatus.SUCCESS:  # flushed: the SEND's own completion is still to come
                 yield from _quiesce(env, sender)
             return wc.status.value

@@ -401,3 +401,26 @@ def test_atomic_workloads_equal_event_engine(preset, unit):
                {"name": "dst", "on": "b.host", "size": "64KiB", "access": ATOMIC_ACCESS}]
     results = same_runs(scenario_dict(seed=5, workload=work, buffers=buffers, **two_nodes(preset, atomic=unit)))
     assert (results[0].summary["errors"] == 0).all()
+
+
+@pytest.mark.parametrize("kind, access, size, status", [
+    ("atomic_bw", ["local_write", "remote_write", "remote_read"], "8B", "IBV_WC_REM_ACCESS_ERR"),
+    ("read_bw", ["local_write", "remote_write"], "4KiB", "IBV_WC_REM_ACCESS_ERR"),
+    ("write_bw", ["local_write", "remote_read"], "4KiB", "IBV_WC_REM_ACCESS_ERR"),
+    ("read_bw", ["remote_read"], "4KiB", "IBV_WC_LOC_PROT_ERR"),
+    ("write_lat", ["local_write", "remote_read"], "64B", "IBV_WC_REM_ACCESS_ERR")])
+def test_work_requests_that_would_fail_are_left_to_the_event_engine(kind, access, size, status):
+    """Buffers without the access a workload's operations need: the event engine completes them in error (and
+    flushes the rest); the vectorized core, which solves successful operations only, declines them, naming the
+    status, so auto's results are the event engine's."""
+    data = scenario_dict(workload=[{"kind": kind, "from": "src", "to": "dst", "sizes": [size], "iterations": 40}])
+    for buffer in data["buffers"]:
+        buffer["access"] = access
+    lines = []
+    auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
+    event_run = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    pd.testing.assert_frame_equal(auto.operations, event_run.operations)
+    assert not event_run.operations["ok"].any()
+    assert len(lines) == 1 and f"its work requests would fail ({status})" in lines[0]
+    with pytest.raises(OutsideDomain, match=re.escape(f"would fail ({status})")):
+        run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
