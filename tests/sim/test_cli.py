@@ -69,6 +69,17 @@ def test_bad_scenarios_exit_2_with_location_and_write_nothing(tmp_path, mutation
     assert not out.exists() and list(tmp_path.iterdir()) == [path]
 
 
+def test_a_queue_deeper_than_a_nics_max_qp_wr_is_refused_at_its_key(tmp_path):
+    """connectx7 takes 32768 work requests per queue and efa 8192 (ibv_create_qp's limit on both ends)."""
+    deep = QUICK.replace("iterations: 100}", "iterations: 100, tx_depth: 9000}", 1)
+    assert runner.invoke(app, ["validate", str(_write(tmp_path, deep))]).exit_code == 0
+    path = _write(tmp_path, deep.replace("  - {name: b}", "  - {name: b, nic: {preset: efa}}"), "efa.yaml")
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.output
+    assert f"{path}:11:" in result.stderr and "workload[0].tx_depth" in result.stderr
+    assert "node 'b'" in result.stderr and "max_qp_wr 8192" in result.stderr
+
+
 def test_registration_failure_exits_1_and_keeps_previous_results(tmp_path):
     out = tmp_path / "res"
     assert runner.invoke(app, ["run", str(_write(tmp_path, QUICK)), "--out", str(out), "-q"]).exit_code == 0
