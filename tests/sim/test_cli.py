@@ -250,3 +250,11 @@ def test_validate_checks_sweep_files_and_run_and_sweep_say_which_file_is_which()
     as_sweep = runner.invoke(app, ["sweep", str(scenario_file)])
     assert as_sweep.exit_code == 2 and "a scenario file, not a sweep" in as_sweep.stderr
     assert len(as_sweep.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["run", "validate", "explain", "sweep", "plot", "repro", "report", "schema",
+                                     "calibrate"])
+def test_help_names_each_value_by_what_it_is(command):
+    """Options say what to give (DIR, NAME, COLUMN), not a Python type; --force has one spelling."""
+    text = runner.invoke(app, [command, "--help"], terminal_width=120).stdout
+    assert "<str>" not in text and "list[" not in text and "--no-force" not in text, text
