@@ -108,8 +108,9 @@ def check_references(scenario: Scenario) -> list[Problem]:
                 else:
                     ends.append(buffers[name])
             if len(ends) == 2:
-                if ends[0].on == ends[1].on:
-                    problems.append(((*path, "to"), f"'{source}' and '{sink}' are both on {ends[0].on};"
+                node = ends[0].on.split(".")[0]
+                if ends[1].on.split(".")[0] == node:
+                    problems.append(((*path, "to"), f"'{source}' and '{sink}' are both on node {node};"
                                      " a measurement needs buffers on two different nodes"))
                 largest = max(work.size_list())
                 overhead = receive_overhead(QpType(work.transport.upper()))

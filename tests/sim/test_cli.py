@@ -80,6 +80,17 @@ def test_a_queue_deeper_than_a_nics_max_qp_wr_is_refused_at_its_key(tmp_path):
     assert "node 'b'" in result.stderr and "max_qp_wr 8192" in result.stderr
 
 
+def test_a_workload_between_two_memories_of_one_node_is_refused(tmp_path):
+    """Host memory and a GPU of node a are two places but one node: a measurement needs two."""
+    text = QUICK.replace("  - {name: a}", "  - {name: a, gpus: [{preset: h200}]}").replace(
+        "  - {name: dst, on: b.host, size: 64KiB}", "  - {name: dst, on: b.host, size: 64KiB}\n"
+        "  - {name: gpu, on: a.gpu0, size: 64KiB, register: dmabuf}").replace("to: dst", "to: gpu", 1)
+    path = _write(tmp_path, text)
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and "workload[0].to" in result.stderr, result.output
+    assert "'src' and 'gpu' are both on node a" in result.stderr
+
+
 def test_registration_failure_exits_1_and_keeps_previous_results(tmp_path):
     out = tmp_path / "res"
     assert runner.invoke(app, ["run", str(_write(tmp_path, QUICK)), "--out", str(out), "-q"]).exit_code == 0
