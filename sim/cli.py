@@ -202,13 +202,14 @@ def run(scenario: ScenarioPath,
 
 @app.command()
 def explain(scenario: ScenarioPath,
-            variant: Annotated[Optional[str], typer.Option(help="Which variant to explain (default: the "
-                                                                "first).")] = None,
+            variant: Annotated[Optional[str], typer.Option(metavar="NAME", help="Which variant to explain "
+                                                                "(default: the first).")] = None,
             memory_budget: MemoryBudgetOption = None,
             diagram: Annotated[Optional[Path], typer.Option(
                 help="Also draw the timeline as a sequence diagram (swimlanes) into this .svg or .png file.",
                 metavar="FILE")] = None,
-            force: Annotated[bool, typer.Option(help="Replace a diagram drawn before at --diagram's path.")] = False,
+            force: Annotated[bool, typer.Option("--force", help="Replace a diagram drawn before at --diagram's "
+                                                         "path.")] = False,
             ) -> None:
     """Print the protocol timeline of each registration and of the first memory event: who calls what, under
     which lock, at what simulated time, and why each outcome happened."""
@@ -285,7 +286,7 @@ class Executor(str, Enum):
 
 
 @app.command()
-def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_default=False)],
+def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_default=False, metavar="FILE")],
           out_dir: OutOption = None,
           force: Annotated[bool, typer.Option("--force", help="Replace the results of another sweep or run in "
                                                               "--out (a sweep resumes into its own without it).")
@@ -293,7 +294,7 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
           executor: Annotated[Executor, typer.Option(help="Where runs execute.")] = Executor.serial,
           workers: Annotated[Optional[int], typer.Option(min=1, max=MAX_WORKERS, help="Worker processes "
                                                          "(default: one per CPU).")] = None,
-          scheduler: Annotated[Optional[str], typer.Option(help="A running dask scheduler, e.g. "
+          scheduler: Annotated[Optional[str], typer.Option(metavar="ADDRESS", help="A running dask scheduler, e.g. "
                                                                 "tcp://host:8786 (implies --executor dask).")] = None,
           retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also run again the runs stored as "
                                                      "failed (a resumed sweep skips them otherwise).")] = False
@@ -321,16 +322,17 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
 
 @app.command()
 def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdmasim run` or `rdmasim sweep`.",
-                                                 show_default=False)],
-         recipe: Annotated[str, typer.Option(help="bw_vs_size, latency_cdf, bw_over_time, mode_comparison or "
-                                                  "heatmap.")],
-         out_dir: Annotated[Optional[str], typer.Option("--out", show_default=False, help="Figures directory "
+                                                 show_default=False, metavar="RESULTS")],
+         recipe: Annotated[str, typer.Option(metavar="RECIPE", help="bw_vs_size, latency_cdf, bw_over_time, "
+                                                                   "mode_comparison or heatmap.")],
+         out_dir: Annotated[Optional[str], typer.Option("--out", show_default=False, metavar="DIR",
+                                                        help="Figures directory "
                                                         "(default: RESULTS/figures): new, empty or rdmasim's.")
                             ] = None,
          force: Annotated[bool, typer.Option("--force", help="Replace figures of the same name drawn "
                                                              "before.")] = False,
-         metric: Annotated[Optional[str], typer.Option(help="heatmap: the column shown.")] = None,
-         by: Annotated[Optional[list[str]], typer.Option(help="Sweep axis: twice for heatmap, once for "
+         metric: Annotated[Optional[str], typer.Option(metavar="COLUMN", help="heatmap: the column shown.")] = None,
+         by: Annotated[Optional[list[str]], typer.Option(metavar="AXIS", help="Sweep axis: twice for heatmap, once for "
                                                               "mode_comparison.")] = None) -> None:
     """Draw a figure from a results directory: PNG, PDF and the CSV of the plotted numbers."""
     from sim.plot.recipes import plot as draw
@@ -368,7 +370,8 @@ def report(results: Annotated[Path, typer.Argument(help="Results directory of `r
            out: Annotated[Optional[Path], typer.Option("--out", show_default=False, metavar="FILE", help="The page "
                                                        "(default: RESULTS_DIR/report.html): a new file, or one "
                                                        "rdmasim wrote with --force.")] = None,
-           force: Annotated[bool, typer.Option(help="Replace a report rdmasim wrote before at that path.")] = False
+           force: Annotated[bool, typer.Option("--force", help="Replace a report rdmasim wrote before at that "
+                                                        "path.")] = False
            ) -> None:
     """Write one self-contained HTML page of a run's results (tables, figures, each variant's explain timeline and
     sequence diagram, the manifest) that opens offline."""

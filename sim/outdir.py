@@ -113,9 +113,10 @@ def foreign_files(directory: Path, kind: str) -> list[Path]:
     return sorted(foreign)
 
 
-def remove_owned(directory: Path, kind: str) -> None:
+def remove_owned(directory: Path, kind: str, *, keep_directory: bool = False) -> None:
     """Delete the files rdmasim writes in an output of ``kind`` under ``directory``, then its folders left
-    empty (``directory`` included); anything else, and the folders holding it, stay where they are."""
+    empty (``directory`` included unless ``keep_directory``); anything else, and the folders holding it, stay
+    where they are."""
     owned = lambda path: OWNED[kind].fullmatch(path.relative_to(directory).as_posix())  # noqa: E731
     for root, dirs, files in os.walk(directory, topdown=False):
         for name in files:
@@ -123,7 +124,7 @@ def remove_owned(directory: Path, kind: str) -> None:
             if not path.is_symlink() and owned(path):
                 path.unlink()
         for path in [Path(root) / d for d in dirs if not Path(root, d).is_symlink()] + [Path(root)]:
-            if path == directory or owned(path):
+            if (not keep_directory) if path == directory else owned(path):
                 try:
                     path.rmdir()
                 except OSError:  # not empty: it holds something rdmasim did not write
@@ -245,7 +246,9 @@ def _publish(staged: Path, target: Claim, *, force: bool = False) -> None:
     """Move a complete staging directory's files to ``target``: a rename onto a new path; into an empty
     directory, file by file (marker first, so an interrupted move leaves a directory rdmasim recognises); into
     a figures directory, file by file, replacing a figure drawn before only with ``force``; over earlier
-    results (claimed with ``force``), by renaming them aside, then deleting what rdmasim wrote of them."""
+    results (claimed with ``force``), by moving them aside (their marker last) into a sibling directory, then the
+    new ones in, then deleting what rdmasim wrote of the old. The directory itself stays, with its mode, and a
+    shell whose working directory it is still stands in it."""
     path = target.path
     if target.found == FIGURES:
         for entry in sorted(staged.iterdir()):
@@ -259,17 +262,24 @@ def _publish(staged: Path, target: Claim, *, force: bool = False) -> None:
     (staged / STAGING_MARKER).unlink()
     if not path.exists():
         os.rename(staged, path)
-    elif not target.replace:
-        marker = MARKERS[target.kind][0]
-        for entry in sorted(staged.iterdir(), key=lambda p: p.name != marker):
-            os.replace(entry, path / entry.name)
-        staged.rmdir()
-    else:
+        return
+    if target.replace:
         old = path.parent / f".{path.name}.rdmasim-old-{os.getpid()}-{secrets.token_hex(4)}"
-        _mark(path, target.found)
-        os.rename(path, old)
-        os.rename(staged, path)
+        old.mkdir()
+        _mark(old, target.found)
+        (path / STAGING_MARKER).unlink(missing_ok=True)
+        _move_entries(path, old, last=MARKERS[target.found][0])
+    _move_entries(staged, path, first=MARKERS[target.kind][0])
+    staged.rmdir()
+    if target.replace:
         remove_owned(old, target.found)
+
+
+def _move_entries(source: Path, destination: Path, *, first: str = "", last: str = "") -> None:
+    """Rename every entry of ``source`` into ``destination``: the one named ``first`` before the others, the one
+    named ``last`` after them."""
+    for entry in sorted(source.iterdir(), key=lambda p: (p.name != first) + (p.name == last) * 2):
+        os.replace(entry, destination / entry.name)
 
 
 def _remove_stale_staging(parent: Path) -> None:

@@ -25,11 +25,13 @@ from models.nic.transport import QpType, receive_overhead
 from models.nic.wqe import ATOMIC_BYTES
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
 from sim import budget, outdir
-from sim.core.errors import SimError
+from sim.core.errors import ConfigError, SimError
 from sim.core.units import format_size
 from sim.perftest_report import RULE, bandwidth_column, format_summary
+from sim.scenario.loader import validate
 from sim.scenario.refs import check_references
 from sim.scenario.schema import MAX_MESSAGE_B, Scenario, WorkloadSpec
+from sim.scenario.yaml_reader import PositionMap
 
 TESTS = {"ib_write_bw": "write_bw", "ib_read_bw": "read_bw", "ib_write_lat": "write_lat", "ib_read_lat": "read_lat",
          "ib_send_bw": "send_bw", "ib_send_lat": "send_lat",
@@ -304,12 +306,8 @@ def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> 
     if args.inline_size is not None and args.inline_size > nic.max_inline:
         raise UsageError(f"-I/--inline_size {args.inline_size}: the simulated {preset} carries at most "
                          f"{nic.max_inline} B inline (perftest would fail to create the QP)")
-    if kind.endswith("_bw") and args.tx_depth > nic.max_qp_wr:
-        raise UsageError(f"-t/--tx-depth {args.tx_depth}: the simulated {preset}'s max_qp_wr is {nic.max_qp_wr}")
     if kind.endswith("_bw"):
         _check_posting(args)
-    if kind.startswith("send") and args.rx_depth > nic.max_qp_wr:
-        raise UsageError(f"-r/--rx-depth {args.rx_depth}: the simulated {preset}'s max_qp_wr is {nic.max_qp_wr}")
 
 
 CONNECTIONS = ("RC", "UC", "UD", "XRC", "DC", "SRD")
@@ -432,13 +430,25 @@ def perftest_scenario(argv: list[str]) -> Scenario:
     return _scenario(_parse(argv))
 
 
+OPTION_OF_KEY = {"tx_depth": "-t/--tx-depth", "rx_depth": "-r/--rx-depth", "duration": "-D/--duration"}
+"""The option that sets a workload key the scenario's checks may refuse (others: -n/-s/-q)."""
+
+
+def _refused(key: str, reason: str) -> UsageError:
+    return UsageError(f"{OPTION_OF_KEY.get(key, '-n/-s/-q')}: {reason}")
+
+
 def _scenario(cmd: _Command) -> Scenario:
-    """The command's scenario, checked as a scenario file is (the options' product must fit the run and the
-    memory available)."""
-    scenario = Scenario.model_validate(cmd.data)
+    """The command's scenario, checked as a scenario file is (the options' product must fit the schema's bounds,
+    the run and the memory available)."""
+    try:
+        scenario = validate(Scenario, cmd.data, PositionMap(), cmd.data["name"])
+    except ConfigError as exc:
+        raise _refused(re.split(r"[.\[]", exc.key)[-1], exc.reason) from None
     problems = check_references(scenario)
     if problems:
-        raise UsageError(f"-n/-s/-q: {problems[0][1]}")
+        (*_, key), reason = problems[0]
+        raise _refused(key, reason)
     short = budget.over_budget(budget.estimate([("base", scenario)]), budget.available_memory())
     if short:
         raise UsageError(f"-n/-a/-q: the {short}, the memory available now; ask for fewer exchanges or sizes")

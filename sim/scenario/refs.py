@@ -11,6 +11,7 @@ from models.nic.port_rates import PORT_RATES
 from models.pcie.server import RailLayout
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.scenario.horizon import check_horizon
+from sim.scenario.resolve import nic_params
 from sim.scenario.schema import NodeSpec, Scenario, TestbedSpec
 
 Problem = tuple[tuple, str]
@@ -107,8 +108,9 @@ def check_references(scenario: Scenario) -> list[Problem]:
                 else:
                     ends.append(buffers[name])
             if len(ends) == 2:
-                if ends[0].on == ends[1].on:
-                    problems.append(((*path, "to"), f"'{source}' and '{sink}' are both on {ends[0].on};"
+                node = ends[0].on.split(".")[0]
+                if ends[1].on.split(".")[0] == node:
+                    problems.append(((*path, "to"), f"'{source}' and '{sink}' are both on node {node};"
                                      " a measurement needs buffers on two different nodes"))
                 largest = max(work.size_list())
                 overhead = receive_overhead(QpType(work.transport.upper()))
@@ -121,8 +123,27 @@ def check_references(scenario: Scenario) -> list[Problem]:
             problems.append((("workload", i, "sizes"), f"a UD message is one packet: {max(work.size_list())} bytes is "
                              f"more than the fabric's MTU {scenario.fabric.mtu} (perftest: Max message size in UD "
                              "cannot be greater than MTU)"))
-    problems += library_problems(scenario) + port_problems(scenario)
+    problems += library_problems(scenario) + port_problems(scenario) + queue_problems(scenario)
     return problems or check_horizon(scenario)
+
+
+def queue_problems(scenario: Scenario) -> list[Problem]:
+    """Each workload's queues fit the NICs of both its ends: ibv_create_qp refuses a send queue (tx_depth) or a
+    SEND test's receive queue (rx_depth) deeper than the device's max_qp_wr."""
+    nodes = {n.name: n for n in scenario.nodes}
+    node_of = {b.name: b.on.split(".")[0] for b in scenario.buffers}
+    problems = []
+    for i, work in enumerate(scenario.workload):
+        ends = [name for name in nodes if name in {node_of.get(b) for pair in work.buffer_pairs() for b in pair}]
+        depths = [("tx_depth", work.tx_depth)] + ([("rx_depth", work.rx_depth)] if work.kind.startswith("send") else [])
+        for key, depth in depths:
+            short = [(name, nic_params(nodes[name]).max_qp_wr) for name in ends
+                     if depth > nic_params(nodes[name]).max_qp_wr]
+            if short:
+                name, limit = short[0]
+                problems.append((("workload", i, key), f"{key} {depth} is deeper than the {nodes[name].nic.preset} NIC"
+                                 f" of node '{name}' takes: max_qp_wr {limit} (ibv_create_qp fails with EINVAL)"))
+    return problems
 
 
 LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}

@@ -424,12 +424,13 @@ class WorkloadSpec(Strict):
     """Message sizes: a list, or {from: 2B, to: 8MiB} for powers of two (atomics: [8B], their only size)."""
     iterations: Annotated[int, Field(ge=1, le=100_000_000)] = 1000
     """Operations per size (perftest -n)."""
-    tx_depth: Annotated[int, Field(ge=1, le=8192)] = 128
-    """Outstanding work requests for bandwidth tests (perftest -t)."""
+    tx_depth: Annotated[int, Field(ge=1, le=32768)] = 128
+    """Outstanding work requests for bandwidth tests (perftest -t); at most both NICs' max_qp_wr."""
     inline: Annotated[int, Field(ge=0, le=1024)] | None = None
     """Largest message sent inline (default: 220 for write_lat and send_lat, else 0)."""
     rx_depth: Annotated[int, Field(ge=1, le=32768)] = 512
-    """Receives posted ahead by each receiving side of a SEND test, at most the iterations (perftest -r)."""
+    """Receives posted ahead by each receiving side of a SEND test, at most the iterations and both NICs' max_qp_wr
+    (perftest -r)."""
     qps: Annotated[int, Field(ge=1, le=1024)] = 1
     """QP pairs streaming at once, each with its own tx_depth window and 'iterations' operations per size
     (perftest -q; bandwidth tests only)."""
@@ -440,10 +441,10 @@ class WorkloadSpec(Strict):
     bidirectional: bool = False
     """Bandwidth tests: the responder streams the same work requests back on the same QPs at once (perftest -b);
     the rates are those of both directions together."""
-    post_list: Annotated[int, Field(ge=1, le=8192)] = 1
+    post_list: Annotated[int, Field(ge=1, le=32768)] = 1
     """Bandwidth tests: work requests handed to each ibv_post_send call, posted once that many send-queue slots are
     free (perftest -l); iterations must be a multiple of it."""
-    cq_mod: Annotated[int, Field(ge=1, le=1024)] = 1
+    cq_mod: Annotated[int, Field(ge=1, le=32768)] = 1
     """Bandwidth tests: every cq_mod-th work request is signaled (IBV_SEND_SIGNALED, the QPs without sq_sig_all),
     so the unsignaled ones before it free their slots with its completion (perftest -Q); at most tx_depth."""
     max_rd_atomic: Annotated[int, Field(ge=1, le=255)] | None = None

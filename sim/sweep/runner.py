@@ -65,7 +65,7 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
     plan = load_sweep(path)
     target = outdir.claim(out_dir, outdir.SWEEP, force=force, sweep=plan.sweep.name)
     if target.replace:
-        outdir.remove_owned(target.path, target.found)
+        outdir.remove_owned(target.path, target.found, keep_directory=True)
     out = target.path
     remove_stale_temporaries(out)
     write_json(out / "sweep.json", sweep_record(plan))

@@ -69,6 +69,28 @@ def test_bad_scenarios_exit_2_with_location_and_write_nothing(tmp_path, mutation
     assert not out.exists() and list(tmp_path.iterdir()) == [path]
 
 
+def test_a_queue_deeper_than_a_nics_max_qp_wr_is_refused_at_its_key(tmp_path):
+    """connectx7 takes 32768 work requests per queue and efa 8192 (ibv_create_qp's limit on both ends)."""
+    deep = QUICK.replace("iterations: 100}", "iterations: 100, tx_depth: 9000}", 1)
+    assert runner.invoke(app, ["validate", str(_write(tmp_path, deep))]).exit_code == 0
+    path = _write(tmp_path, deep.replace("  - {name: b}", "  - {name: b, nic: {preset: efa}}"), "efa.yaml")
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.output
+    assert f"{path}:11:" in result.stderr and "workload[0].tx_depth" in result.stderr
+    assert "node 'b'" in result.stderr and "max_qp_wr 8192" in result.stderr
+
+
+def test_a_workload_between_two_memories_of_one_node_is_refused(tmp_path):
+    """Host memory and a GPU of node a are two places but one node: a measurement needs two."""
+    text = QUICK.replace("  - {name: a}", "  - {name: a, gpus: [{preset: h200}]}").replace(
+        "  - {name: dst, on: b.host, size: 64KiB}", "  - {name: dst, on: b.host, size: 64KiB}\n"
+        "  - {name: gpu, on: a.gpu0, size: 64KiB, register: dmabuf}").replace("to: dst", "to: gpu", 1)
+    path = _write(tmp_path, text)
+    result = runner.invoke(app, ["validate", str(path)])
+    assert result.exit_code == 2 and "workload[0].to" in result.stderr, result.output
+    assert "'src' and 'gpu' are both on node a" in result.stderr
+
+
 def test_registration_failure_exits_1_and_keeps_previous_results(tmp_path):
     out = tmp_path / "res"
     assert runner.invoke(app, ["run", str(_write(tmp_path, QUICK)), "--out", str(out), "-q"]).exit_code == 0
@@ -239,3 +261,11 @@ def test_validate_checks_sweep_files_and_run_and_sweep_say_which_file_is_which()
     as_sweep = runner.invoke(app, ["sweep", str(scenario_file)])
     assert as_sweep.exit_code == 2 and "a scenario file, not a sweep" in as_sweep.stderr
     assert len(as_sweep.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["run", "validate", "explain", "sweep", "plot", "repro", "report", "schema",
+                                     "calibrate"])
+def test_help_names_each_value_by_what_it_is(command):
+    """Options say what to give (DIR, NAME, COLUMN), not a Python type; --force has one spelling."""
+    text = runner.invoke(app, [command, "--help"], terminal_width=120).stdout
+    assert "<str>" not in text and "list[" not in text and "--no-force" not in text, text

@@ -145,6 +145,20 @@ def test_out_dot_in_an_empty_folder_fills_it(tmp_path, monkeypatch):
                                                                                                          "s.yaml"]
 
 
+@pytest.mark.parametrize("kind", ["run", "sweep", "perftest"])
+def test_force_replaces_earlier_results_inside_the_directory_itself(work, kind, monkeypatch):
+    """The directory stays the same one: its mode, and a shell standing in it (``--out . --force``) keep it."""
+    earlier = _earlier_run(work)
+    earlier.chmod(0o700)
+    inode = earlier.stat().st_ino
+    monkeypatch.chdir(earlier)
+    command = [str(work / arg) if arg in ("s.yaml", "sw.yaml") else arg for arg in _command(kind, ".", "--force")]
+    assert _run(*command).exit_code == 0
+    assert Path.cwd() == earlier and earlier.stat().st_ino == inode and stat.S_IMODE(earlier.stat().st_mode) == 0o700
+    assert outdir.owner(earlier) == ("sweep" if kind == "sweep" else "run")
+    assert not [p for p in work.iterdir() if "rdmasim-" in p.name]
+
+
 def test_a_sweep_resumes_into_its_own_directory_and_another_needs_force(work):
     assert _run("sweep", "sw.yaml", "--out", "sw").exit_code == 0
     again = _run("sweep", "sw.yaml", "--out", "sw")

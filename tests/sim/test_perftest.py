@@ -104,12 +104,13 @@ def test_memory_flags_pick_placement_and_registration(flags, on, mode):
     (["ib_write_bw", "-d", "mlx4_0"], "known devices: mlx5_<N> (connectx7)"),
     (["ib_read_bw", "-I", "64"], "Inline feature not available on READ"),
     (["ib_write_lat", "-I", "512"], "at most 220 B inline"),
-    (["ib_write_bw", "-d", "efa_0", "-t", "9000"], "max_qp_wr"),
+    (["ib_write_bw", "-d", "efa_0", "-t", "9000"], "-t/--tx-depth: tx_depth 9000"),
+    (["ib_write_bw", "-D", "100000"], "-D/--duration: duration '100000s' is above the maximum of 86400s"),
     (["ib_write_bw", "-n", "3"], "Iteration num should be between 5"),
     (["ib_write_bw", "-s", "big"], "Message Size argument big should be int"),
     (["ib_unknown_bw"], "ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat, ib_send_bw, ib_send_lat"),
     (["ib_write_bw", "-r", "8"], "-r is not supported"),
-    (["ib_send_bw", "-d", "efa_0", "-r", "9000"], "-r/--rx-depth 9000"),
+    (["ib_send_bw", "-d", "efa_0", "-r", "9000"], "-r/--rx-depth: rx_depth 9000"),
     (["ib_send_lat", "-r", "0"], "Rx depth should be between 1"),
     ([], "no test given"),
 ])
@@ -119,6 +120,13 @@ def test_command_lines_rdmasim_cannot_run_exit_2_naming_the_flag(argv, named):
     if argv:
         with pytest.raises(UsageError):
             perftest_scenario(argv)
+
+
+def test_depths_up_to_perftests_limit_run_on_a_nic_that_takes_them():
+    """perftest takes -t up to 15000 and a ConnectX-7 queue 32768 work requests."""
+    code, text = run_perftest(["ib_send_bw", "-t", "15000", "-r", "15000", "-l", "10000", "-n", "20000", "-s", "64"])
+    assert code == 0, text
+    assert " TX depth        : 15000" in text and " RX depth        : 15000" in text
 
 
 def test_help_names_the_flags_and_says_what_has_no_effect():
