@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from models.verbs.qp_state import ack_timeout_ps
 from models.verbs.workloads import (Endpoint, Posting, bandwidth, concurrent, read_latency, send_bandwidth,
                                     send_latency, write_latency)
 from sim.build import Testbed
@@ -81,7 +82,17 @@ def _run_until(env, proc, bed: Testbed, what: str):
     except RuntimeError:
         if proc.triggered or env.peek() != float("inf"):
             raise
-        waiting = [f"QP {qp.qp_num} on {qp.node.name} ({qp.outstanding} work requests outstanding, "
-                   f"{len(qp.send_cq.entries)} completions unpolled)" for qp in bed.qps if qp.outstanding]
+        waiting = [_waiting(qp) for qp in bed.qps if qp.outstanding]
         raise DeadlockError(f"{what}: the simulation has nothing left to do but the workload still waits; "
                             f"waiting: {'; '.join(waiting) or 'the workload process only'}") from None
+
+
+def _waiting(qp) -> str:
+    """What a deadlocked QP still waits for, and why when the cause is known: frames lost on a link while its ACK
+    timeout is 0 (infinite), so that nothing sends them again."""
+    cause = ""
+    if qp.frames_lost and ack_timeout_ps(qp.attr.timeout) is None:
+        cause = (f"; {qp.frames_lost} of its frames were lost and its ACK timeout (qp_timeout, perftest -u) is 0, "
+                 "which never sends them again")
+    return (f"QP {qp.qp_num} on {qp.node.name} ({qp.outstanding} work requests outstanding, "
+            f"{len(qp.send_cq.entries)} completions unpolled{cause})")

@@ -9,6 +9,10 @@ import pytest
 from models.verbs.qp_state import ack_timeout_ps
 from sim.api import AHAttr, Opcode, QPAttr, RecvWR, SendFlags, SendWR, Testbed, WcOpcode, WcStatus
 from sim.core import PS_PER_NS, PS_PER_US
+from sim.core.errors import DeadlockError
+from sim.run import run_scenario
+from sim.scenario.schema import Scenario
+from tests.conftest import scenario_dict
 from tests.sim.test_api_recv import RW, Side, poll_n
 
 TIMEOUT = 1
@@ -200,3 +204,17 @@ def test_a_duplicate_atomic_answers_its_first_result_without_adding_again():
         assert link.a.mr.read(8, 64) == (40).to_bytes(8, "little")
         outcomes.add(link.qa.qp.frames_lost)
     assert outcomes == {0, 1}
+
+
+def test_a_stream_that_loses_frames_with_timeout_zero_is_reported_as_waiting_for_ever_on_its_timeout():
+    """With qp_timeout 0 nothing sends a lost frame again: the run's deadlock names the QP's lost frames and its
+    timeout as the cause."""
+    work = {"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["64KiB"], "iterations": 400, "tx_depth": 128,
+            "qp_timeout": 0}
+    flap = {"at": "20us", "kind": "link-flap", "node": "b", "duration": "300us"}
+    data = scenario_dict(workload=[work], events=[flap], engine="event")
+    with pytest.raises(DeadlockError, match=r"of its frames were lost and its ACK timeout \(qp_timeout, perftest -u\) "
+                                            r"is 0, which never sends them again"):
+        run_scenario(Scenario.model_validate(data))
+    data["workload"][0]["qp_timeout"] = 8
+    assert run_scenario(Scenario.model_validate(data)).counters["frames_lost"] > 0
