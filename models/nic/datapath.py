@@ -574,9 +574,8 @@ def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool =
     now = env.now
     sges, sig, found = _posted(qp, wr, now, listed)
     run = WorkRequestRun(qp, wr, found, now if posted_ps is None else posted_ps, sges, sig)
-    run.op = Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads}, offset,
-                       qp.turns, qp.seq_of[id(wr)])
-    env.step_runner.start(run.op)
+    env.step_runner.start(Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads},
+                                    offset, qp.turns, qp.seq_of[id(wr)]))
 
 
 Piece = tuple
@@ -612,6 +611,9 @@ class WorkRequestRun:
         self.received: tuple | None = None
         """The receive the responder consumed: its queue and :class:`RecvWR`."""
         self.op: Operation | None = None
+        """Its operation while it waits at :data:`ACK_TIMER` (an acknowledgement may end the wait sooner), else None:
+        the operation refers to the run, and a reference back for its whole life would make every work request a
+        cycle for the garbage collector."""
         self.waiting: Waiting | None = None
         """Why it waits for its ACK timer (None: it does not), until ``timer_at`` (ps)."""
         self.timer_at = 0
@@ -622,6 +624,8 @@ class WorkRequestRun:
 
     def check(self, op: Operation, name: str, now: int, head: int, tail: int):
         """See :class:`sim.core.interpreter.Model`."""
+        if name == ACK_TIMER:
+            self.op = op
         return _CHECKS[name](self, now, head, tail)
 
     def _fail(self, status: WcStatus, at: int, program: tuple):
@@ -885,7 +889,7 @@ class WorkRequestRun:
             return self.timer_at
         if woken is None:
             self.qp.awaiting.remove(self)
-        self.waiting = self.woken = None
+        self.waiting = self.woken = self.op = None
         if woken is Outcome.COMPLETE:
             return self.path.failed, now, now
         if woken is Outcome.FLUSH:
