@@ -350,6 +350,15 @@ class BufferSpec(Strict):
     NIC: the fan-out of a library that registers everywhere) or a list such as [nic0, nic4]. A node with one
     NIC registers on it."""
 
+    @field_validator("nics")
+    @classmethod
+    def _nics_once(cls, nics):
+        if isinstance(nics, list):
+            twice = sorted({n for n in nics if nics.count(n) > 1})
+            if twice:
+                raise ValueError(f"{', '.join(twice)} listed twice: a buffer is registered once per NIC")
+        return nics
+
     @field_validator("implicit")
     @classmethod
     def _implicit_odp(cls, implicit, info):
@@ -506,6 +515,10 @@ class WorkloadSpec(Strict):
         bw, fields = self.kind.endswith("_bw"), self.model_fields_set
         if self.pairs and not bw:
             raise ValueError(f"pairs: {self.kind} is a latency test; pairs stream at once in bandwidth tests")
+        listed = self.buffer_pairs()
+        for k, pair in enumerate(listed[1:]):
+            if pair in listed[:k + 1]:
+                raise ValueError(f"pairs: {pair[0]} -> {pair[1]} is listed twice (give more streams with qps)")
         for key in ("bidirectional", "post_list", "cq_mod"):
             if key in fields and not bw and getattr(self, key) != WorkloadSpec.model_fields[key].default:
                 raise ValueError(f"{key}: {self.kind} is a latency test; {key} is for bandwidth tests")
@@ -654,6 +667,13 @@ class LinkFlapEvent(EventBase):
     node: NodeRef
     duration: Duration
     frames: Literal["lost", "held"] = "lost"
+
+    @field_validator("duration")
+    @classmethod
+    def _link_goes_down(cls, duration):
+        if duration <= 0:
+            raise ValueError("a link-flap takes the link down for some time: give a duration above 0")
+        return duration
 
     def last_ps(self) -> int:  # noqa: D102 - see EventBase
         return self.at + self.duration

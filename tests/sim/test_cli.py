@@ -91,6 +91,18 @@ def test_a_workload_between_two_memories_of_one_node_is_refused(tmp_path):
     assert "'src' and 'gpu' are both on node a" in result.stderr
 
 
+@pytest.mark.parametrize("change, key, says", [
+    (("iterations: 100}", "iterations: 100, pairs: [{from: src, to: dst}]}"), "workload[0]",
+     "pairs: src -> dst is listed twice"),
+    (("size: 64KiB}", "size: 64KiB, nics: [nic0, nic0]}"), "buffers[0].nics", "nic0 listed twice"),
+    (("workload:", "events:\n  - {at: 1us, kind: link-flap, node: b, duration: 0us}\nworkload:"),
+     "events[0].duration", "give a duration above 0")])
+def test_a_stream_a_nic_or_an_outage_given_to_no_effect_is_refused_at_its_key(tmp_path, change, key, says):
+    """The same buffer pair twice, a NIC listed twice, a link flap of no duration: refused where they are."""
+    result = runner.invoke(app, ["validate", str(_write(tmp_path, QUICK.replace(*change, 1)))])
+    assert result.exit_code == 2 and f" {key}: " in result.stderr and says in result.stderr, result.output
+
+
 def test_registration_failure_exits_1_and_keeps_previous_results(tmp_path):
     out = tmp_path / "res"
     assert runner.invoke(app, ["run", str(_write(tmp_path, QUICK)), "--out", str(out), "-q"]).exit_code == 0
