@@ -293,6 +293,8 @@ class StepRunner:
                     op.holding = chain
                     self._push(chain, max(now, outcome), step[1], True, sync=True)
                     return
+                if op.holding is chain:  # answered: the operation no longer refers to its chain (nor back)
+                    op.holding = None
                 if outcome is not None:  # the rest replaced
                     program, head, tail = outcome
                     chain.program, end, at = program, len(program), 0
