@@ -778,7 +778,7 @@ class WorkRequestRun:
         message is simply gone (:meth:`_lost_unacknowledged`)."""
         qp = self.qp
         latency = qp.pd.context.fabric.params.latency_ps
-        if not (qp.node.nic.link_lost(head - latency, tail - latency) or qp.remote.node.nic.link_lost(head, tail)):
+        if not _frame_lost(qp.node.nic, qp.remote.node.nic, latency, head, tail):
             return None
         if not acknowledged(qp.qp_type):
             return self._lost_unacknowledged(head, tail)
@@ -791,7 +791,7 @@ class WorkRequestRun:
         the requests before it whose own were lost (:meth:`_acknowledged`)."""
         qp = self.qp
         latency = qp.pd.context.fabric.params.latency_ps
-        if not (qp.remote.node.nic.link_lost(head - latency, tail - latency) or qp.node.nic.link_lost(head, tail)):
+        if not _frame_lost(qp.remote.node.nic, qp.node.nic, latency, head, tail):
             if self.executed and qp.awaiting:
                 self._acknowledged(tail, self.psn, nak=False)
             return None
@@ -802,10 +802,7 @@ class WorkRequestRun:
         later and it sends the request again, up to ``retry_cnt`` times; then the work request completes
         IBV_WC_RETRY_EXC_ERR (and the QP's later ones flush). A lost NAK PSN sequence error leaves its request
         dropped behind the lost one. With timeout 0 the timer never fires: the work request never completes."""
-        qp = self.qp
-        qp.frames_lost += 1
-        qp.pd.context.env.trace.instant(f"{qp.node.nic.name}.hw", "FrameLost", qp=qp.qp_num, frame=frame,
-                                        wr_id=self.wr.wr_id)
+        self._count_lost(frame)
         if frame == "request":
             return self._await_timer(sent, Waiting.REQUEST)
         if self.nak_psn is not None:  # the NAK it carried back: it waits as the responder left it
@@ -818,13 +815,17 @@ class WorkRequestRun:
         the responder (UC drops the rest of a message a packet of which was lost; the model drops the whole
         message, the packets before the lost one included) and consumes no receive there, while the requester
         completes as it would have, its completion not waiting for the remote side."""
-        qp = self.qp
-        qp.frames_lost += 1
-        qp.pd.context.env.trace.instant(f"{qp.node.nic.name}.hw", "FrameLost", qp=qp.qp_num, frame="request",
-                                        wr_id=self.wr.wr_id)
+        self._count_lost("request")
         self._never_lands()
         rest = tuple(step for step in self.path.after[REQUEST_WIRE] if not isinstance(step, Fork))
         return compile_steps(rest), head, tail
+
+    def _count_lost(self, frame: str) -> None:
+        """One more frame of the QP lost on a link (``frame``: the request, or its reply), counted and traced."""
+        qp = self.qp
+        qp.frames_lost += 1
+        qp.pd.context.env.trace.instant(f"{qp.node.nic.name}.hw", "FrameLost", qp=qp.qp_num, frame=frame,
+                                        wr_id=self.wr.wr_id)
 
     def _out_of_sequence(self, tail: int, why: Waiting):
         """The responder drops a request that arrives (at ``tail``) ahead of the PSN it expects: behind one the link
@@ -1012,6 +1013,12 @@ class WorkRequestRun:
     def wake(self, op: Operation, head: int) -> None:
         """The CPU sees the completion at ``head``."""
         _complete_at(self.qp.pd.context.env, self.qp, self.wr, self.status, self.posted, head, self.signaled)
+
+
+def _frame_lost(sender: Nic, receiver: Nic, latency_ps: int, head: int, tail: int) -> bool:
+    """Whether a frame whose first bit reached ``receiver``'s port at ``head`` and last at ``tail``, ``latency_ps``
+    after leaving ``sender``'s, met an outage of either link on its way."""
+    return sender.link_lost(head - latency_ps, tail - latency_ps) or receiver.link_lost(head, tail)
 
 
 _CHECKS = {name: getattr(WorkRequestRun, "_" + name)
