@@ -240,4 +240,4 @@ NVIDIA_PCIE_MAPPING = _v("570")
 
 def node_kernel(node) -> KernelBehaviour:
     """The dated behaviours of ``node``'s kernel (:data:`DEFAULT_KERNEL`'s when the node models none)."""
-    return KernelBehaviour(Version.parse(node.kernel.config.version if node.kernel is not None else DEFAULT_KERNEL))
+    return node.kernel.config.behaviour if node.kernel is not None else KernelBehaviour(Version.parse(DEFAULT_KERNEL))
