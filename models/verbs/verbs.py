@@ -551,12 +551,13 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
         except VerbsError:
             host.pin(mr.addr, mr.length, call=call)
             raise
+        nic.release_translations(mr.mtt_entries)
+        mr.addr, mr.iova, mr.length = new_addr, new_addr, new_length
+        mr.page_size = host_page_size(mr.pd.context.node, new_addr, new_length)
+        nic.translations += mr.mtt_entries  # the same limit as before: the model checks it at registration only
     mr.pd.usecnt -= 1
     new_pd.usecnt += 1
-    nic.release_translations(mr.mtt_entries)
-    mr.addr, mr.iova, mr.length, mr.pd = new_addr, new_addr, new_length, new_pd
-    mr.page_size = host_page_size(mr.pd.context.node, new_addr, new_length)
-    nic.translations += mr.mtt_entries  # the same limit as before: the model checks it at registration only
+    mr.pd = new_pd
     mr.change_access(new_access)
     return REG_MR_FIXED_PS + cost
 
