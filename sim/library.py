@@ -9,7 +9,6 @@ from models.libs.cuda_process import CudaProcess
 from models.libs.fallback import Stack
 from models.libs.rcache import RcacheParams
 from models.libs import studies
-from models.verbs.dm import dm_export_study
 from sim.build import Testbed
 from sim.core.units import ps_to_us
 from models.pcie.server import RailLayout
@@ -75,7 +74,7 @@ def _multi_nic(bed: Testbed, study: MultiNicServer, processes) -> tuple[list[dic
 
 def _dm_export(bed: Testbed, study: DmExport, processes) -> tuple[list[dict], dict, list[str]]:
     node = bed.nodes[study.on.split(".")[0]]
-    rows, totals, warnings = dm_export_study(bed.contexts[node.name], study.on, study.length,
+    rows, totals, warnings = studies.dm_export_study(bed.contexts[node.name], study.on, study.length,
                                              broken=study.broken_importer)
     return rows, totals, node.kernel.warnings + warnings
 

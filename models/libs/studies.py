@@ -1,6 +1,6 @@
 """What a library does over many registrations, as records the application layer turns into tables: a
-training-like buffer churn through a registration cache, a fallback chain on several stacks, and an order
-experiment over many device buffers. Each returns plain dictionaries (times in ps) and never prints."""
+training-like buffer churn through a registration cache, a fallback chain on several stacks, an order
+experiment over many device buffers, and NIC device memory exported as a dma-buf and freed under its importer. Each returns plain dictionaries (times in ps) and never prints."""
 
 from __future__ import annotations
 
@@ -8,14 +8,20 @@ from dataclasses import asdict
 
 import numpy as np
 
+from models.dmabuf import dma_buf_attach, dma_buf_get, dma_buf_put
+from models.dmabuf.gpu_import import GpuDmabufImport
+from models.dmabuf.revoke import dma_buf_attach_revocable
+from models.ib.umem_dmabuf import ib_umem_dmabuf_get_pinned
 from models.libs.fallback import POLICIES, Stack, register_chain
 from models.libs.rcache import RcacheParams, RegistrationCache
 from models.libs.regcost import MOONCAKE_EFA, DomainLedger, fanout_cost_ps, growth_profile
 from models.pcie.server import (RailLayout, build_rail_server, cross_rail_nic, devices, flow_rates, nearest_nics,
                                 rail_nics, topo_matrix)
 from models.nic.wqe import Access
-from models.verbs.verbs import ibv_dereg_mr, ibv_reg_mr
+from models.verbs.dm import ibv_alloc_dm, ibv_dm_export_dmabuf_fd, ibv_free_dm
+from models.verbs.verbs import Context, ibv_dereg_mr, ibv_reg_mr
 from sim.core import SimError
+from sim.core.units import format_time
 
 ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 PAYLOAD_BYTE = 0xA5
@@ -153,3 +159,58 @@ def multi_nic_server(layout: RailLayout, message: int, sizes: list[int]) -> tupl
               "registrations_all_nics": len(gpus) * len(sizes) * len(nics),
               "registrations_rail_nics": sum(len(rails[gpu]) for gpu in gpus) * len(sizes)}
     return rows, totals, topo_matrix(g)
+
+
+def dm_export_study(context: Context, gpu: str, length: int, *,
+                    broken: bool = False) -> tuple[list[dict], dict, list[str]]:
+    """The reverse direction step by step on ``context``'s NIC: allocate ``length`` bytes of device memory, export
+    it, try the importers the export refuses (a static importer, a pinned one), import it on ``gpu`` (revocably,
+    :class:`~models.dmabuf.gpu_import.GpuDmabufImport`; ``broken``: an importer that keeps its mapping), access
+    it, free the memory (the revocation, waited for up to its bound) and access it again.
+
+    Returns one row per call (``call``, ``outcome``; a failed call's errno ends the walk), the totals
+    (revocation time in ps, the importers that broke the promise) and the warnings (``call: outcome`` of an
+    unbounded revocation and of an access that still reached the freed memory).
+    """
+    node = context.node
+    rows: list[dict] = []
+
+    def attempt(call: str, fn, ok):
+        try:
+            value = fn()
+        except SimError as err:
+            rows.append({"call": call, "outcome": str(err)})
+            return None
+        rows.append({"call": call, "outcome": ok(value)})
+        return value
+
+    dm = attempt("ibv_alloc_dm", lambda: ibv_alloc_dm(context, length), lambda _: f"{length} bytes of MEMIC")
+    fd = dm and attempt("ibv_dm_export_dmabuf_fd", lambda: ibv_dm_export_dmabuf_fd(dm, invariants="record"),
+                        lambda fd: f"fd {fd}")
+    if fd is None:
+        return rows, {}, []
+    buf = dma_buf_get(node.fds, fd, caller=gpu)
+    attempt("dma_buf_attach (static importer)", lambda: dma_buf_attach(buf, f"{gpu}.static"), lambda _: "attached")
+    attempt("ib_umem_dmabuf_get_pinned", lambda: ib_umem_dmabuf_get_pinned(
+        f"{node.name}.pinned", 0, length, node.fds, fd, True, node.kernel.config.behaviour), lambda _: "pinned")
+    dma_buf_put(buf, caller=gpu)
+    gpu_import = attempt("GPU import (dma_buf_dynamic_attach)", lambda: GpuDmabufImport(gpu, node.fds, fd,
+                                                                                         broken=broken),
+                         lambda imp: f"attached, revocable: {dma_buf_attach_revocable(imp.attach)}")
+    if gpu_import is None:
+        return rows, {}, []
+    attempt("GPU access (dma_buf_map_attachment)", gpu_import.access, lambda sgt: f"{sgt.nbytes} bytes mapped")
+    (revocation,) = ibv_free_dm(dm)
+    exporter = dm.exports[0]
+    env = node.kernel.env
+    env.process(exporter.wait_unmapped(revocation))
+    env.run()
+    revoke_ps = revocation.unmapped_ps - revocation.started_ps if revocation.done else None
+    rows.append({"call": "ibv_free_dm (revocation)", "outcome": (
+        f"revoked; the GPU unmapped {format_time(revoke_ps)} after the invalidation" if revocation.done
+        else "; ".join(exporter.violations) or "still mapped")})
+    warnings = [f"{rows[-1]['call']}: {violation}" for violation in exporter.violations]
+    if attempt("GPU access after the free", gpu_import.access,
+               lambda sgt: f"{sgt.nbytes} bytes mapped (stale)") is not None:
+        warnings.append(f"{rows[-1]['call']}: {rows[-1]['outcome']}")
+    return rows, {"revoke_ps": revoke_ps, "broken_promises": len(revocation.broken_promises)}, warnings
