@@ -174,9 +174,9 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
         while (env.now < until if timed else next_id < iterations) and qp.outstanding + batch <= tx_depth:
             log.room(next_id + batch)
             log.posted[next_id:next_id + batch] = [env.now] * batch
-            ibv_post_send(qp, work_request(next_id, opcode, src, dst, size, use_inline, send_flags=flags(next_id)) if batch == 1
-                          else [work_request(k, opcode, src, dst, size, use_inline, send_flags=flags(k))
-                                for k in range(next_id, next_id + batch)])
+            wrs = [work_request(k, opcode, src, dst, size, use_inline, send_flags=flags(k))
+                   for k in range(next_id, next_id + batch)]
+            ibv_post_send(qp, wrs[0] if batch == 1 else wrs)
             next_id += batch
         if done == next_id or (timed and env.now >= until and done >= next_id - next_id % every):
             break
