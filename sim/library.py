@@ -11,7 +11,6 @@ from models.libs.rcache import RcacheParams
 from models.libs import studies
 from sim.build import Testbed
 from sim.core.units import ps_to_us
-from models.pcie.server import RailLayout
 from sim.scenario.schema import (DmExport, FallbackChains, LibraryStack, MultiNicServer, RcacheChurn,
                                  RegistrationOrder, Scenario)
 
@@ -67,7 +66,7 @@ def _order(bed: Testbed, study: RegistrationOrder, processes) -> tuple[list[dict
 
 
 def _multi_nic(bed: Testbed, study: MultiNicServer, processes) -> tuple[list[dict], dict, list[str]]:
-    layout = RailLayout(**study.layout.model_dump())
+    layout = study.layout.layout()
     rows, totals, matrix = studies.multi_nic_server(layout, study.message, study.buffer_sizes())
     return rows, totals | {"matrix": matrix}, []
 

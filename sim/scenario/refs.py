@@ -8,7 +8,6 @@ import difflib
 from models.gpu import gpu_params
 from models.nic.transport import QpType, receive_overhead
 from models.nic.port_rates import PORT_RATES
-from models.pcie.server import RailLayout
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.scenario.horizon import check_horizon
 from sim.scenario.resolve import nic_params
@@ -42,7 +41,7 @@ def _duplicates(items, section: str) -> list[Problem]:
 
 def nic_names(node: NodeSpec) -> list[str]:
     """The NICs of a node: ``nic0`` and, on a rails node, one per NIC of its layout."""
-    count = 1 if node.rails is None else RailLayout(**node.rails.model_dump()).nics
+    count = 1 if node.rails is None else node.rails.layout().nics
     return [f"nic{k}" for k in range(count)]
 
 

@@ -255,6 +255,10 @@ class RailLayoutSpec(Strict):
     gpus_per_switch: Annotated[int, Field(ge=1, le=8)] = 2
     nics_per_gpu: Annotated[int, Field(ge=1, le=8)] = 1
 
+    def layout(self) -> RailLayout:
+        """The server this describes (:class:`models.pcie.server.RailLayout`)."""
+        return RailLayout(**self.model_dump())
+
 
 class NodeSpec(Strict):
     """One server: a NIC on a PCIe link, a host process, optional GPUs; or, with ``rails``, several of each."""
@@ -282,7 +286,7 @@ class NodeSpec(Strict):
 
     @model_validator(mode="after")
     def _gpus_fit(self):
-        room = 1 if self.rails is None else RailLayout(**self.rails.model_dump()).gpus
+        room = 1 if self.rails is None else self.rails.layout().gpus
         if len(self.gpus) > room:
             raise ValueError(f"gpus: {len(self.gpus)} listed; this node has room for {room}"
                              + (" (give it 'rails' for several)" if self.rails is None else " (the rails layout's)"))
