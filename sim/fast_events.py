@@ -51,7 +51,10 @@ class Solved:
 
     def __init__(self, pieces: Iterator[tuple[tuple[int, int], Finished]], ops: dict[tuple[int, int], int]) -> None:
         self._pieces, self._ops = pieces, ops
-        self._parts: dict[tuple[int, int], list[Finished]] = {}
+        self.parts: dict[tuple[int, int], list[Finished]] = {}
+        """The pieces taken so far, by (workload, size)."""
+        self.last: tuple[tuple[int, int], Finished] | None = None
+        """The piece taken last, with its (workload, size)."""
         self._joined: tuple | None = None
         self.horizon = 0
         """No operation still to solve claims or marks anything before this time (ps)."""
@@ -64,7 +67,8 @@ class Solved:
         except StopIteration:
             self.complete, self.horizon = True, NEVER
             return False
-        self._parts.setdefault(key, []).append(piece)
+        self.parts.setdefault(key, []).append(piece)
+        self.last = key, piece
         self.horizon, self._joined = piece.next_post, None
         return True
 
@@ -74,12 +78,12 @@ class Solved:
 
     def last_done(self, key: tuple[int, int]) -> int:
         """The completion of ``key``'s last operation; NEVER while some are still to solve (ps)."""
-        last = self._parts[key][-1] if key in self._parts else None
+        last = self.parts[key][-1] if key in self.parts else None
         return int(last.done[-1]) if last is not None and last.lo + len(last.post) == self._ops[key] else NEVER
 
     def _tables(self) -> tuple:
         if self._joined is None:
-            parts = self._parts
+            parts = self.parts
             self._joined = tuple({key: np.concatenate([getattr(p, field) for p in pieces])
                                   for key, pieces in parts.items()} for field in ("post", "done")) + (
                 {key: {label: np.concatenate([p.marks[label] for p in pieces]) for label in pieces[0].marks}
@@ -217,9 +221,13 @@ class Watch:
 
 def _first_access(solved: Solved, streams, name: str, zapped_ps: int) -> tuple[int, int] | None:
     """The earliest translation of buffer ``name`` as a source at or after ``zapped_ps``, and its size (solving
-    on until no later one can come earlier)."""
-    while True:
-        first = [(int(m["local"][after].min()), size) for (w, size), m in solved.marks.items()
-                 if streams[w].buffers[0] == name and "local" in m and (after := m["local"] >= zapped_ps).any()]
-        if first and min(first)[0] < solved.horizon or not solved.extend():
-            return min(first) if first else None
+    on until no later one can come earlier; each piece is looked at once)."""
+    def earliest(key: tuple[int, int], piece: Finished) -> tuple[int, int] | None:
+        local = piece.marks.get("local")
+        after = None if local is None or streams[key[0]].buffers[0] != name else local[local >= zapped_ps]
+        return None if after is None or not len(after) else (int(after.min()), key[1])
+
+    first = min(filter(None, (earliest(key, p) for key, pieces in solved.parts.items() for p in pieces)), default=None)
+    while not (first and first[0] < solved.horizon) and solved.extend():
+        first = min(filter(None, (first, earliest(*solved.last))), default=None)
+    return first

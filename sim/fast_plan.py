@@ -211,11 +211,11 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         return decline(reason)
     alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
     table, sink = OperationTable(), StreamedSummaries(variant) if alone and not scenario.events else None
-    solved, reached = None, _Reached(progress)
+    solved, reached = None, {}
     try:
         for _ in range(MAX_MOVES + 1):
             pipes = pipelines(ends, watch.moves, solved and solved.posts)
-            solved = Solved(_pieces(pipes, started, reached.restart(), crawl=scenario.engine == "auto",
+            solved = Solved(_pieces(pipes, started, progress, reached, crawl=scenario.engine == "auto",
                                     rows=sink and _Rows(ends, table, sink), receives=_ReceivesAhead(ends)),
                             {label: group.ops for group, label in zip(pipes.groups, pipes.labels)})
             changed = watch.follow(solved)
@@ -252,8 +252,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     if sink is not None:
         return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish())
     summaries = []
-    for work in scenario.workload:
-        mine = [k for k, end in enumerate(ends) if end.work is work]
+    for work, mine in zip(scenario.workload, _by_workload(ends)):
         for size in work.size_list():
             parts = [records(work, solved.posts[k, size], solved.done[k, size]) for k in mine]
             frame, row = workload_tables(work, size, parts[0] if len(parts) == 1 else tagged(parts), variant)
@@ -301,30 +300,13 @@ class _Rows:
         self.sink.add(work, size, done)
 
 
-class _Reached:
-    """Progress over solves of one run: each operation told once, by the first solve that reaches it."""
-
-    def __init__(self, progress: Progress | None) -> None:
-        self.progress, self.furthest, self.count = progress, 0, 0
-
-    def restart(self) -> Progress | None:
-        """The progress callback for the next solve."""
-        self.count = 0
-        return self if self.progress else None
-
-    def __call__(self, ops: int) -> None:
-        self.count += ops
-        if self.count > self.furthest:
-            self.progress(self.count - self.furthest)
-            self.furthest = self.count
-
-
-def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: bool = False,
-            rows: Callable[[int, int, Finished], None] | None = None,
+def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, reached: dict[tuple[int, int], int],
+            crawl: bool = False, rows: Callable[[int, int, Finished], None] | None = None,
             receives: Callable[[int, int, Finished], None] | None = None):
     """Solve ``pipes`` from ``start_ps``: yields ``((workload index, size), piece)`` in order; with ``rows``
-    each piece goes to it and only its last operation is yielded. ``receives`` checks each piece first
-    (:class:`_ReceivesAhead`).
+    each piece goes to it and only its last operation is yielded. ``progress`` is told of each operation once
+    over a run's solves (``reached``: how many of each (workload, size) it was told of). ``receives`` checks
+    each piece first (:class:`_ReceivesAhead`).
 
     :raises _Crawling: ``crawl`` and blocks cut short keep too few operations (:data:`CRAWL_OPS`).
     :raises _ReceivesShort: from ``receives``.
@@ -334,8 +316,9 @@ def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, crawl: b
         k, size = pipes.labels[piece.group]
         if receives is not None:
             receives(k, size, piece)
-        if progress:
-            progress(len(piece.post))
+        if progress and piece.lo + len(piece.post) > reached.get((k, size), 0):
+            progress(piece.lo + len(piece.post) - reached.get((k, size), 0))
+            reached[k, size] = piece.lo + len(piece.post)
         if crawl and piece.lo + len(piece.post) < pipes.groups[piece.group].ops:
             short.append(len(piece.post))
             if len(short) >= CRAWL_BLOCKS and sum(short) < CRAWL_OPS * len(short):
@@ -351,9 +334,8 @@ def _out_of_send_order(solved: Solved) -> str | None:
     """Why the solve is not the event engine's: a stream whose steps changed (a buffer moved to a route with a
     shorter payload read) has a request reach the transmit port before an earlier one, which the event engine's
     send-queue turn holds back (:data:`models.nic.datapath.TRANSMIT`); None when every stream kept its order.
-    The whole solve is looked at (its remaining pieces are taken)."""
-    while solved.extend():
-        pass
+    Only a complete solve is looked at (:meth:`sim.fast_events.Watch.follow` took every piece)."""
+    assert solved.complete, "a solve is checked for its send order only once complete"
     for marks in solved.marks.values():
         sent = marks.get(TRANSMIT)
         if sent is not None and np.any(np.diff(sent) < 0):
@@ -411,6 +393,14 @@ def streams(scenario: Scenario, bed) -> list[Stream]:
     return out
 
 
+def _by_workload(ends: list[Stream]) -> list[list[int]]:
+    """The indices of ``ends`` by workload, in run order."""
+    out: dict[int, list[int]] = {}
+    for k, end in enumerate(ends):
+        out.setdefault(id(end.work), []).append(k)
+    return list(out.values())
+
+
 def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
               posts: dict[tuple[int, int], np.ndarray] | None = None) -> Pipelines:
     """The servers and groups of ``ends`` in run order. ``moves`` of a buffer a workload reads from (its
@@ -420,10 +410,7 @@ def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
     servers: dict[int, int] = {}
     names: list[Server] = []
     groups, labels = [], []
-    for k, end in enumerate(ends):
-        if k and ends[k - 1].work is end.work:
-            continue  # solved with the workload's first stream
-        mine = [k + s for s, other in enumerate(ends[k:]) if other.work is end.work]
+    for mine in _by_workload(ends):  # one workload's streams are solved together
         sizes = [_groups(ends[w], servers, names, (moves or {}).get(ends[w].buffers[0], []),
                          {s: p for (v, s), p in (posts or {}).items() if v == w}) for w in mine]
         for each in zip(*sizes):  # one size: the streams of every QP at once
