@@ -186,6 +186,11 @@ def slow_for_fast(scenario: Scenario) -> str | None:
         if not nic_params(node).blueflame:
             return (f"node {node.name} fetches WQEs by DMA (blueflame off): each work request then waits on "
                     "the previous payload, which the vectorized core solves a round at a time")
+    for work in scenario.workload:
+        if work.kind == "send_bw" and work.streams() > 1:
+            return (f"workload '{work.name or work.kind}' is a send_bw over {work.streams()} QPs: their receive "
+                    "completions share the responder's PCIe link, where the vectorized core's passes agree on a few "
+                    "hundred operations at a time")
     return None
 
 

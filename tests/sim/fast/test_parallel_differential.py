@@ -52,3 +52,16 @@ def test_what_auto_leaves_to_the_event_engine_with_several_qps():
     several = Scenario.model_validate(scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst",
                                                                "sizes": ["4KiB"], "qps": 4}]))
     assert outside_domain(several) is None and slow_for_fast(several) is None
+
+
+@pytest.mark.parametrize("kind, qps, slow", [("send_bw", 4, True), ("send_bw", 2, True), ("send_bw", 1, False),
+                                             ("write_bw", 4, False)])
+def test_auto_leaves_a_send_bw_over_several_qps_to_the_event_engine(kind, qps, slow):
+    """The core solves them (the differential tests above), but slower than the event engine: ``auto`` decides
+    from the workload's kind and its streams."""
+    scenario = Scenario.model_validate(scenario_dict(workload=[{"kind": kind, "from": "src", "to": "dst",
+                                                                "sizes": ["64B"], "qps": qps}]))
+    assert outside_domain(scenario) is None
+    reason = slow_for_fast(scenario)
+    assert (reason is not None and f"send_bw over {qps} QPs" in reason) == slow
+    assert slow or reason is None
