@@ -22,7 +22,7 @@ import numpy as np
 
 from sim.fast.merge import concat
 from sim.fast.server import pool, prefix_max, running_max
-from sim.fast.block_pass import NO_RELEASE, Carry, Pace, Pass, Record, SliceIn, SliceOut
+from sim.fast.block_pass import NO_RELEASE, Carry, Pace, Pass, Record, SliceIn, SliceOut, gate_history
 
 NEVER = np.iinfo(np.int64).max
 LOW = -(1 << 62)
@@ -101,13 +101,9 @@ def _slices_in(problem, spans, history, start, shared, floor) -> list[SliceIn]:
         empty = np.empty(0, np.int64)
         gate_input = {}
         for label, slots in problem.gates[g].items():
-            given = np.full(m, NO_RELEASE, np.int64)
-            index = np.arange(lo, min(hi, lo + slots)) - slots
-            past = index >= 0
-            if past.any() and hist is not None:  # a joined slice's come from the slice it continues
-                released = hist.released[label]
-                given[: len(index)][past] = released[index[past] - lo + len(released)]
-            gate_input[label] = given
+            gate_input[label] = np.full(m, NO_RELEASE, np.int64)
+            if hist is not None:  # a joined slice's come from the slice it continues
+                gate_history(gate_input[label], hist.released[label], lo, hi, slots)
         placeholder = np.zeros(max(0, m - group.window), np.int64)  # guessed posts
         joined = bool(i and group.first) and group.first == lo and spans[i - 1][0] == g - 1
         slices.append(SliceIn(
@@ -135,21 +131,31 @@ def _paced(problem, piece: SliceIn) -> bool:
 
 
 def _guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
-    """Set a :func:`_paced` slice's idle latencies and first guesses: every operation ends at the group's
-    pace plus its own last drawn delays unless the window holds it back further, and its claims on shared
-    servers keep their pace. Returns those claims."""
+    """Set a :func:`_paced` slice's idle latencies (known constants plus its own drawn delays) and first guesses
+    (:func:`_guess_posts` from its pace); returns its claims on shared servers, which keep their pace."""
     g, m = piece.group, piece.hi - piece.lo
-    window = problem.groups[g].window
-    ends = _ends(problem, piece, np.zeros(m, np.int64))
-    piece.idle_done = problem.idle_base[g] - ends
+    piece.idle_done = problem.idle_base[g] - _ends(problem, piece, np.zeros(m, np.int64))
     piece.idle_claim = {pos: np.full(m, problem.idle_claims[g][pos], np.int64) for pos in piece.shared}
-    queued = Pace.ahead(*piece.pace.end, m)
-    queued -= ends
-    queued[0] = max(queued[0], piece.hist_done[-1])
-    done = running_max(_lag_scan(piece.hist_done[-window:], piece.idle_done, queued, window))
-    piece.guess_post = done[: m - window]
-    post = np.concatenate((piece.hist_done[-window:], piece.guess_post))
+    post = _guess_posts(problem, piece, piece.hist_done[-problem.groups[g].window:], _paced_ends(problem, piece))
     return {pos: _paced_record(problem, pos, piece.seq0, post, piece.pace.claims[pos]) for pos in piece.shared}
+
+
+def _paced_ends(problem, piece: SliceIn) -> np.ndarray:
+    """Where a saturated group's operations end if it keeps its pace, with the slice's own drawn delays (ps)."""
+    ends = Pace.ahead(*piece.pace.end, piece.hi - piece.lo)
+    if problem.tail_draws[piece.group] is not None:
+        ends -= _ends(problem, piece, 0)
+        if len(piece.hist_done):
+            ends[0] = max(ends[0], piece.hist_done[-1])
+    return ends
+
+
+def _guess_posts(problem, piece: SliceIn, first: np.ndarray, queued: np.ndarray) -> np.ndarray:
+    """Set the slice's guessed posts: completions ``window`` operations back, each its post plus its idle
+    latency and no earlier than ``queued``, from the first posts ``first``; returns every operation's post."""
+    window, m = problem.groups[piece.group].window, piece.hi - piece.lo
+    piece.guess_post = running_max(_lag_scan(first, piece.idle_done, queued, window))[: m - window]
+    return np.concatenate((first, piece.guess_post))
 
 
 def _paced_record(problem, pos: int, seq0: int, post: np.ndarray, steady) -> Record:
@@ -181,17 +187,10 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                 problem.idle_claims.setdefault(g, {}).update(
                     {pos: int(v[0]) for pos, v in piece.idle_claim.items() if (v == v[0]).all()})
         post = out.post
-        if m > window:
-            queued = np.where(out.done > out.post + piece.idle_done, out.done, LOW)
-            if idle and piece.pace is not None:  # a saturated group keeps its pace: start from it
-                queued = Pace.ahead(*piece.pace.end, m)
-                if problem.tail_draws[piece.group] is not None:
-                    queued -= _ends(problem, piece, 0)  # plus this block's drawn delays
-                    if len(piece.hist_done):
-                        queued[0] = max(queued[0], piece.hist_done[-1])
-            done = running_max(_lag_scan(out.post[:window], piece.idle_done, queued, window))
-            piece.guess_post = done[: m - window]
-            post = np.concatenate((out.post[:window], piece.guess_post))
+        if m > window:  # a saturated group keeps its pace: start from it
+            queued = _paced_ends(problem, piece) if idle and piece.pace is not None else np.where(
+                out.done > out.post + piece.idle_done, out.done, LOW)
+            post = _guess_posts(problem, piece, out.post[:window], queued)
         for label, slots in problem.gates[piece.group].items():
             if m > slots:
                 to_gate, after = piece.idle_gate[label]

@@ -403,16 +403,22 @@ def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
     piece.hist_done = np.concatenate((previous.hist_done, out.done))[-back:]
     for label, slots in problem.gates[piece.group].items():
         released = np.concatenate((previous.hist_released[label], out.released[label]))[-problem.keep:]
-        index = np.arange(piece.lo, min(piece.hi, piece.lo + slots)) - slots
-        past = index >= 0
-        piece.gate_input[label][: len(index)][past] = released[index[past] - piece.lo + len(released)]
+        gate_history(piece.gate_input[label], released, piece.lo, piece.hi, slots)
         piece.hist_released[label] = released
+
+
+def gate_history(given: np.ndarray, released: np.ndarray, lo: int, hi: int, slots: int) -> None:
+    """Fill in ``given`` (gate inputs of operations ``lo..hi-1``) the releases of operations before ``lo``:
+    ``released`` holds the latest of them."""
+    index = np.arange(lo, min(hi, lo + slots)) - slots
+    past = index >= 0
+    given[: len(index)][past] = released[index[past] - lo + len(released)]
 
 
 def _posts(piece: SliceIn, window: int, start: int, known: np.ndarray, guessed: np.ndarray) -> np.ndarray:
     """Per operation of the slice, what posts it: the group's ``start`` for the group's first ``window``
-    operations, then ``known`` values from earlier blocks (completions ``window`` operations back, or when
-    ), then ``guessed`` ones."""
+    operations, then ``known`` completions ``window`` operations back from earlier blocks, then ``guessed``
+    ones."""
     first = max(0, min(window, piece.hi) - piece.lo)
     count = max(0, min(piece.hi, piece.lo + window) - max(piece.lo, window))
     return np.concatenate((np.full(first, start, np.int64), known[:count], guessed))
