@@ -36,7 +36,8 @@ def main() -> None:
                 seconds.append(best(args.repeats, lambda: results.append(run_scenario(scenario))))
             pd.testing.assert_frame_equal(results[0].operations, results[-1].operations)
             pd.testing.assert_frame_equal(results[0].summary, results[-1].summary)
-            print(f"{qps:>4} {size // 1024:>4}Ki {seconds[0]:>8.2f} {seconds[1]:>7.2f} {seconds[0] / seconds[1]:>11.2f}")
+            event, fast = seconds
+            print(f"{qps:>4} {size // 1024:>4}Ki {event:>8.2f} {fast:>7.2f} {event / fast:>11.2f}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ caches or multi-NIC nodes, no data mode or tracing, and work requests that succe
 without the access its operations need sends the run to the event engine, which completes them in error);
 ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE
 fetches make every work request wait on the previous one's payload on the PCIe link (exact but solved a round
-at a time).
+at a time), and a ``send_bw`` over several QPs (exact but slower than the event engine, :func:`slow_for_fast`).
 
 Scenario events run on the testbed's own clock, following the solve (:mod:`sim.fast_events`): link flaps
 are stall intervals of the ports, known in advance; an event that leaves the workloads' MRs and QPs alone

@@ -175,7 +175,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     problem = Problem(servers, groups)
     carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
     history: dict[int, _History] = {}
-    start = _starts(problem, 0, int(start_ps))
+    start = dict.fromkeys(problem.rounds[0], int(start_ps))  # per group: its round's start (ps)
     active, ended, posts = _heads(problem, 0), [], _Posts()
     smallest = 2 * problem.keep
     size, passes, reach = smallest, max_passes, 1
@@ -211,7 +211,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
                     ended.append(int(out.done[n - 1]))
                 if not active and problem.round_of[g] + 1 < len(problem.rounds):  # the next round starts
                     posts.check(problem)
-                    start.update(_starts(problem, problem.round_of[g] + 1, max(ended)))
+                    start.update(dict.fromkeys(problem.rounds[problem.round_of[g] + 1], max(ended)))
                     active, ended = _heads(problem, problem.round_of[g] + 1), []
             yield Finished(g, first, out.post[:n], out.done[:n], {k: v[:n] for k, v in out.marks.items()},
                            min((_post_of(problem, history, start, h, lo) for h, lo in active.items()), default=NEVER))
@@ -280,11 +280,6 @@ def _slices(problem: Problem, active: dict[int, int], size: int, reach: int) -> 
         else:
             level = []
     return out
-
-
-def _starts(problem: Problem, r: int, start_ps: int) -> dict[int, int]:
-    """The start of round ``r``: that of each of its groups (ps)."""
-    return {g: start_ps for g in problem.rounds[r]}
 
 
 def _remember(problem: Problem, history: dict[int, _History], group: int, out: SliceOut, n: int) -> None:
