@@ -468,9 +468,8 @@ def local_status(qp, wr: SendWR, local: Sequence[tuple]) -> WcStatus | None:
 def refusal(qp, wr: SendWR, recv: RecvWR | None = None) -> str | None:
     """What refuses ``wr`` on ``qp`` when nothing changes while it runs (the status of its error completion, or
     why a UC or UD responder drops it), None when it succeeds: the requester's :func:`local_status`, then the
-    responder's checks in the run's order: the R_Key of a request that takes no receive (:func:`remote_status`);
-    for one that takes the receive ``recv``, a UC or UD drop (:func:`unacknowledged_refusal`), a WRITE with
-    immediate's R_Key, an RC responder that does not receive, what ``recv`` cannot take (:func:`receive_problem`)."""
+    responder's: the R_Key of a request that takes no receive (:func:`remote_status`), or for one that takes the
+    receive ``recv``, :func:`receive_refusal`."""
     nic = qp.node.nic
     problem = local_status(qp, wr, [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in local_sges(wr)])
     if problem is not None:
@@ -478,14 +477,40 @@ def refusal(qp, wr: SendWR, recv: RecvWR | None = None) -> str | None:
     if not wr.opcode.consumes_receive:
         refused = remote_status(qp, wr)
         return None if refused is None else refused.ibv_name
-    if not acknowledged(qp.qp_type) and (dropped := unacknowledged_refusal(qp, wr, recv)) is not None:
-        return dropped
-    refused = remote_status(qp, wr) if wr.opcode.writes_remote else None
-    if refused is None and qp.remote.state not in RECEIVING:
-        refused = WcStatus.RETRY_EXC_ERR
-    if refused is None and recv is not None:
-        refused = (receive_problem(qp.remote, recv, wr) or (None, None))[1]
-    return None if refused is None else refused.ibv_name
+    kind, why = receive_refusal(qp, wr, recv)
+    if kind is None:
+        return None
+    if kind is RECEIVE_PROBLEM:
+        return why[1].ibv_name
+    return why if isinstance(why, str) else why.ibv_name
+
+
+DROPPED, NAK, NOT_RECEIVING, NO_RECEIVE, RECEIVE_PROBLEM = "dropped", "nak", "not receiving", "no receive", "receive"
+"""What :func:`receive_refusal` found."""
+
+
+def receive_refusal(qp, wr: SendWR, recv: RecvWR | None) -> tuple[str | None, object]:
+    """The responder's checks of ``wr``, a request on ``qp`` that consumes a receive (``recv``, the one it would
+    take: None when none is posted), in their order: ``(None, None)`` when it takes ``recv``, else ``(what, why)``:
+    :data:`DROPPED` and the reason, a UC or UD responder dropping it (:func:`unacknowledged_refusal`); on RC,
+    :data:`NAK` and the status, a WRITE with immediate's R_Key (:func:`remote_status`); :data:`NOT_RECEIVING` and
+    IBV_WC_RETRY_EXC_ERR, a responder that does not receive; :data:`NO_RECEIVE` and "no receive posted" (an RNR
+    NAK); then, on every service, :data:`RECEIVE_PROBLEM` and :func:`receive_problem`'s statuses, what ``recv``
+    cannot take."""
+    if not acknowledged(qp.qp_type):
+        dropped = unacknowledged_refusal(qp, wr, recv)
+        if dropped is not None:
+            return DROPPED, dropped
+    else:
+        refused = remote_status(qp, wr) if wr.opcode.writes_remote else None
+        if refused is not None:
+            return NAK, refused
+        if qp.remote.state not in RECEIVING:
+            return NOT_RECEIVING, WcStatus.RETRY_EXC_ERR
+        if recv is None:
+            return NO_RECEIVE, "no receive posted"
+    problem = receive_problem(qp.remote, recv, wr)
+    return (None, None) if problem is None else (RECEIVE_PROBLEM, problem)
 
 
 def work_request_path(qp, wr: SendWR, now_ps: int, listed: bool = False) -> Path:
@@ -904,7 +929,7 @@ class WorkRequestRun:
 
     def _receive(self, now: int, head: int, tail: int):
         """A request that consumes a receive reached the responder. On UC and UD, one the responder cannot take
-        (:func:`unacknowledged_refusal`, a faulting buffer) is dropped. On RC, without a receive posted (or with its
+        (:func:`receive_refusal`, a faulting buffer) is dropped. On RC, without a receive posted (or with its
         buffer faulting) an RNR NAK, and the responder drops the QP's later requests until this one comes again (they
         follow it, go-back-N, each after the same timer from its own arrival); a receive that cannot take the
         message (:func:`receive_problem`) completes in error on the responder and the requester gets the NAK's
@@ -912,28 +937,27 @@ class WorkRequestRun:
         and the receive completes when its CQE is written."""
         qp, wr = self.qp, self.wr
         responder, env = qp.remote, qp.pd.context.env
-        if not acknowledged(qp.qp_type):
-            refused = unacknowledged_refusal(qp, wr, qp.remote.receives.peek())
-            if refused is not None:
-                return self._dropped(tail, refused)
-        elif qp.state is QpState.ERR:  # sent again behind a request that failed: flushed
-            return self._fail(WcStatus.WR_FLUSH_ERR, tail, self.path.rejected)
-        if responder.rnr_blocked not in (None, self):
-            return self._sent_again(tail)  # go-back-N: dropped behind an RNR-NAKed request, sent again after it
-        refused = remote_status(qp, wr) if wr.opcode.writes_remote else None
-        if refused is not None:
-            responder.to_error()
-            return self._fail(refused, tail, self.path.rejected)
-        if responder.state not in RECEIVING:  # the responder drops it: the requester's retries run out
-            return self._fail(WcStatus.RETRY_EXC_ERR, tail, self.path.rejected)
+        if acknowledged(qp.qp_type):
+            if qp.state is QpState.ERR:  # sent again behind a request that failed: flushed
+                return self._fail(WcStatus.WR_FLUSH_ERR, tail, self.path.rejected)
+            if responder.rnr_blocked not in (None, self):
+                return self._sent_again(tail)  # go-back-N: dropped behind an RNR-NAKed request, sent again after it
         queue = responder.receives
         recv = queue.peek()
-        if recv is None:
+        kind, why = receive_refusal(qp, wr, recv)
+        if kind is DROPPED:
+            return self._dropped(tail, why)
+        if kind is NAK:
+            responder.to_error()
+            return self._fail(why, tail, self.path.rejected)
+        if kind is NOT_RECEIVING:  # the responder drops it: the requester's retries run out
+            return self._fail(why, tail, self.path.rejected)
+        if kind is NO_RECEIVE:
             responder.rnr_blocked = self  # (for good when its retries run out: the later ones are flushed)
-            return self._rnr_nak(tail, qp=responder.qp_num, reason="no receive posted")
+            return self._rnr_nak(tail, qp=responder.qp_num, reason=why)
         responder.rnr_blocked = None
         mr, addr, length = landing_buffer(responder, recv, wr)
-        problem = receive_problem(responder, recv, wr)
+        problem = why
         if problem is None and mr is not None and mr.backing is not None:
             answer = mr.backing.translate(now, addr - mr.iova, length)
             if isinstance(answer, Fault):

@@ -233,10 +233,10 @@ class StepRunner:
         try:
             simpy_next = peek()
             while heap:
-                t, _, _, _, chain, sync = entry = heappop(heap)
+                t, _, _, _, chain, sync = heap[0]
                 if t >= simpy_next or (sync and t > now):
-                    heappush(heap, entry)  # simpy goes first, or a check needs simpy's clock at its time
-                    break
+                    break  # simpy goes first, or a check needs simpy's clock at its time
+                heappop(heap)
                 walk(chain, t)
                 if self.consulted:
                     self.consulted = False

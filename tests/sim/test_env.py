@@ -4,7 +4,7 @@ from sim.core import Environment, FifoServer, ServerPool
 from sim.core.env import RandomStreams, UniformDraws
 from sim.core.interpreter import Operation, compile_steps
 from sim.core.servers import claim_cut_through
-from sim.core.steps import Check, Delay, Wake
+from sim.core.steps import Check, Claim, Delay, Rebase, Wake
 
 
 def test_streams_depend_on_seed_and_name_not_on_order():
@@ -102,3 +102,47 @@ def test_a_held_check_is_asked_again_sooner_when_told(sooner, asked, ended):
         env.timeout(sooner).callbacks.append(lambda _event: env.step_runner.ask_sooner(op, env.now))
     env.run()
     assert owner.asked == asked and owner.ended == ended
+
+
+class _Ends:
+    """An operation's owner that records, by operation number, when each operation ended."""
+
+    def __init__(self) -> None:
+        self.ended: dict[int, int] = {}
+
+    def check(self, op, name, now, head, tail):
+        return None
+
+    def mark(self, op, name, head, tail):
+        pass
+
+    def wake(self, op, head):
+        self.ended[op.seq] = head
+
+
+@pytest.mark.parametrize("posted, first_end, second_end", [(99, 119, 109), (100, 120, 110), (101, 110, 120)])
+def test_a_model_event_at_a_claims_picosecond_goes_before_it(posted, first_end, second_end):
+    """A model event at the picosecond a waiting claim's head reaches a server goes first (the ordering rule): an
+    operation posted then claims the server eagerly before it; one posted a picosecond later, after it."""
+    env, owner = Environment(), _Ends()
+    link, server = FifoServer("link"), FifoServer("server")
+    first = compile_steps((Claim(link, 10, latency_ps=100), Claim(server, 10), Rebase(True), Wake()))
+    env.step_runner.start(Operation(first, 0, owner))  # reaches the server at 100
+    second = compile_steps((Claim(server, 10, eager=True), Rebase(True), Wake()))
+    env.timeout(posted).callbacks.append(lambda _event: env.step_runner.start(Operation(second, 1, owner)))
+    env.run()
+    assert owner.ended == {0: first_end, 1: second_end}
+
+
+@pytest.mark.parametrize("waiting_seq, walking_seq", [(0, 1), (1, 0)])
+def test_claims_at_one_picosecond_and_position_go_in_operation_order(waiting_seq, walking_seq):
+    """Two operations reach one server at the same picosecond and position, one of them waiting there before the
+    other's walk reaches it: the lower operation number claims it first either way (the ordering rule)."""
+    env, owner = Environment(), _Ends()
+    link, other, server = FifoServer("link"), FifoServer("other"), FifoServer("server")
+    waiting = compile_steps((Claim(link, 10, latency_ps=100), Claim(server, 10), Rebase(True), Wake()))
+    walking = compile_steps((Delay(1), Claim(other, 10, latency_ps=99), Claim(server, 10), Rebase(True), Wake()))
+    env.step_runner.start(Operation(waiting, waiting_seq, owner, offset=1))  # at the server at 100, position 2
+    env.step_runner.start(Operation(walking, walking_seq, owner))  # walks at 1 to the server at 100, position 2
+    env.run()
+    assert owner.ended == {min(waiting_seq, walking_seq): 110, max(waiting_seq, walking_seq): 120}
