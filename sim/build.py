@@ -40,7 +40,8 @@ class Registration:
     node: str
     size_bytes: int
     mode: str
-    mr: MemoryRegion
+    mrs: dict[str, MemoryRegion]
+    """Its MR on each NIC it is registered on, by NIC (``nic0``...), in registration order."""
     location: str
     """'host' or the GPU's name."""
     allocation: GpuAllocation | None = None
@@ -54,8 +55,11 @@ class Registration:
     reg_ps: int | None = None
     """What registering the buffer took (ps); None: what its MRs' registrations took. A buffer sharing an implicit
     MR registered before it took none."""
-    mrs: dict[str, MemoryRegion] = field(default_factory=dict)
-    """Its MR on each NIC it is registered on, by NIC (``nic0``...); ``mr`` is the first."""
+
+    @property
+    def mr(self) -> MemoryRegion:
+        """Its first MR (its only one on a node with one NIC)."""
+        return next(iter(self.mrs.values()))
 
     @property
     def register_ps(self) -> int:
@@ -229,8 +233,8 @@ def _implicit(bed: Testbed, spec: BufferSpec, node: str, addr: int, access: Acce
         took = None
     else:
         took = 0
-    return Registration(spec.name, node, spec.size, spec.registration, shared, "host", addr=addr, reg_ps=took,
-                        mrs={bed.nodes[node].device: shared})
+    return Registration(spec.name, node, spec.size, spec.registration, {bed.nodes[node].device: shared}, "host",
+                        addr=addr, reg_ps=took)
 
 
 def _advise(bed: Testbed, spec: BufferSpec, reg: Registration) -> int:
@@ -271,8 +275,7 @@ def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:
         if spec.implicit:
             return _implicit(bed, spec, node_name, buf.addr, access)
         mrs = {pd.context.node.device: ibv_reg_mr(pd, buf.addr, buf.size, access) for pd in pds}
-        return Registration(spec.name, node_name, spec.size, spec.registration, next(iter(mrs.values())), "host",
-                            mrs=mrs)
+        return Registration(spec.name, node_name, spec.size, spec.registration, mrs, "host")
     gpu = bed.gpus[spec.on]
     alloc = gpu.malloc(spec.name, spec.size)
     if fill:
@@ -285,8 +288,7 @@ def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:
             mr = _register_dmabuf(pd.context.node, pd, gpu, alloc, spec, access, invariants)
         mr.backing.vram = gpu.vertex
         mrs[pd.context.node.device] = mr
-    return Registration(spec.name, node_name, spec.size, spec.registration, next(iter(mrs.values())), place, alloc,
-                        mrs=mrs)
+    return Registration(spec.name, node_name, spec.size, spec.registration, mrs, place, alloc)
 
 
 def registration_nics(bed: Testbed, spec: BufferSpec) -> list[str]:

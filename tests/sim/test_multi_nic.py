@@ -72,6 +72,7 @@ def test_each_nic_holds_its_own_mr_and_the_rail_buffer_only_its_rail_nic():
     bed = build(_scenario(nics={"dst1": "rail"}), 1)
     everywhere, rail = bed.registrations["dst0"], bed.registrations["dst1"]
     assert list(everywhere.mrs) == [f"nic{k}" for k in range(8)] and list(rail.mrs) == ["nic1"]
+    assert everywhere.mr is everywhere.mrs["nic0"] and rail.mr is rail.mrs["nic1"]  # its first NIC's
     for nic, mr in everywhere.mrs.items():
         assert bed.nic_node("b", nic).nic.lookup(mr.rkey) is mr
         assert mr.pd is bed.devices[f"b.{nic}"].pd
