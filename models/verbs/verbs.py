@@ -216,6 +216,9 @@ class QueuePair:
     """As responder: the incoming request it sent an RNR NAK for and waits to see again (later ones are dropped)."""
     senders: dict = field(default_factory=dict)
     """UD: the data path's view of the QP per destination (:func:`models.verbs.ah.sender_to`)."""
+    absent_qps: dict = field(default_factory=dict)
+    """UD: the :class:`~models.verbs.ah.AbsentQp` of each (LID, QP number) it sent to that has no UD QP, made once
+    (:func:`models.verbs.ah.absent_qp`)."""
     missing: object | None = None
     """As responder: the incoming request whose packets the link lost, awaited again (later ones are dropped)."""
     nak_sent: bool = False
@@ -382,6 +385,7 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
         qp.reads = None  # the READ/atomic slots are counted at the first post, once the responder is known
         qp.paths.clear()  # the step lists follow the new attributes (path MTU, READ/atomic slots)
         qp.senders.clear()
+        qp.absent_qps.clear()
         if qp.poll_delays is None:
             qp.poll_delays = UniformDraws(env.rng(f"{qp.node.name}.cpu.qp{qp.qp_num}"),
                                           qp.node.host.params.poll_period_ps)
