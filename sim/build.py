@@ -19,7 +19,7 @@ from models.presets import GPU_VENDOR, PCIE_PRESETS
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
 from models.nic.nic import Nic
-from models.pcie.server import RailLayout, build_rail_server, devices, qp_nic, rail_nics
+from models.pcie.server import build_rail_server, devices, qp_nic, rail_nics
 from models.pcie.topology import build_topology, device_link, has_common_pci_switch, pci_p2pdma_distance
 from models.ib.implicit_odp import SIZE_MAX
 from models.nic.wqe import Access, Sge
@@ -121,6 +121,9 @@ class Testbed:
     devices: dict[str, Device] = field(default_factory=dict)
     """Every NIC's opened device and PD, by '<node>.<nic>' ('a.nic0', 'a.nic5'); ``contexts`` and ``pds`` hold
     each node's first."""
+    rails: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    """Each rails node's rail NICs (:func:`models.pcie.server.rail_nics`) of each of its memories and GPUs, by node
+    and then vertex ('mem0', 'gpu3'): where its buffers register with ``nics: rail`` and its QPs go."""
 
     def nic_node(self, node: str, nic: str) -> Node:
         """Node ``node`` through its NIC ``nic`` (:meth:`models.node.Node.with_nic`)."""
@@ -188,6 +191,9 @@ def _add_node(bed: Testbed, spec: NodeSpec) -> None:
         node.topology = build_rail_server(spec.rails.layout(), nic=node.pcie.params,
                                           gpu=gpu_pcie[0], uplink=node.pcie.params)
         nics = [node.with_nic(v, Nic(f"{spec.name}.{v}", node.nic.params)) for v in devices(node.topology, "nic")]
+        layout = spec.rails.layout()
+        bed.rails[spec.name] = {v: rail_nics(node.topology, v, layout)
+                                for v in devices(node.topology, "memory") + devices(node.topology, "gpu")}
     else:
         if spec.gpus:
             node.topology = build_topology(spec.topology, nic=node.pcie.params, gpu=gpu_pcie[0])
@@ -295,19 +301,13 @@ def registration_nics(bed: Testbed, spec: BufferSpec) -> list[str]:
     """The NICs (``nic0``...) buffer ``spec`` is registered on: its ``nics``; a node with one NIC, that one."""
     node_name, place = spec.on.split(".")
     node = bed.nodes[node_name]
-    layout = rail_layout(node)
-    if layout is None:
+    if node_name not in bed.rails:
         return [node.device]
     if spec.nics == "all":
         return devices(node.topology, "nic")
     if spec.nics == "rail":
-        return rail_nics(node.topology, "mem0" if place == "host" else bed.gpus[spec.on].vertex, layout)
+        return bed.rails[node_name]["mem0" if place == "host" else bed.gpus[spec.on].vertex]
     return list(spec.nics)
-
-
-def rail_layout(node: Node) -> RailLayout | None:
-    """The rail layout of a node with several NICs; None for a node with one."""
-    return None if node.topology is None else node.topology.graph.get("rails")
 
 
 def _register_dmabuf(node: Node, pd: ProtectionDomain, gpu: Gpu, alloc: GpuAllocation, spec: BufferSpec,
@@ -334,8 +334,7 @@ def qp_device(bed: Testbed, reg: Registration, policy: str, k: int) -> Device:
     """The device a workload's QP ``k`` on ``reg``'s end opens: on a rails node the NIC ``policy`` picks for the
     buffer's GPU or host memory (:func:`models.pcie.server.qp_nic`), else the node's NIC."""
     node = bed.nodes[reg.node]
-    layout = rail_layout(node)
-    if layout is None:
+    if reg.node not in bed.rails:
         return bed.devices[f"{reg.node}.{node.device}"]
     place = "mem0" if reg.location == "host" else bed.gpus[f"{reg.node}.{reg.location}"].vertex
-    return bed.devices[f"{reg.node}.{qp_nic(node.topology, layout, place, policy, k)}"]
+    return bed.devices[f"{reg.node}.{qp_nic(node.topology, bed.rails[reg.node][place], policy, k)}"]
