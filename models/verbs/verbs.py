@@ -610,6 +610,18 @@ def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:
     return CompletionQueue(context, cqe)
 
 
+def check_qp_type(nic_params, qp_type: QpType) -> None:
+    """The QP types the device's provider creates. mlx5: every type modelled. EFA (rdma-core providers/efa/verbs.c,
+    ``efa_create_qp``): UD only, and SRD through ``efadv_create_driver_qp`` (reliable; RDMA READ and WRITE on
+    devices with those caps), which the model runs as its RC; any other type is refused ("Unsupported QP type").
+
+    :raises VerbsError: ``EOPNOTSUPP`` for a UC QP on EFA.
+    """
+    if nic_params.device.vendor_id == EFA_VENDOR_ID and qp_type is QpType.UC:
+        raise VerbsError("EOPNOTSUPP", "EFA creates UD QPs and SRD ones (the model's RC), not UC (efa_create_qp: "
+                         "Unsupported QP type)", call="ibv_create_qp")
+
+
 def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: int, *, max_send_sge: int = 1,
                   max_inline_data: int | None = None, sq_sig_all: bool = True, recv_cq: CompletionQueue | None = None,
                   max_recv_wr: int = 0, max_recv_sge: int = 1, srq: SharedReceiveQueue | None = None,
@@ -620,11 +632,13 @@ def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: i
     mlx5 makes it (:func:`~models.verbs.receive_queue.rq_geometry`: ``qp.rq.depth``, ``qp.rq.max_sge`` are the ``cap``
     ibv_create_qp returns); on an ``srq`` the QP has none and ``max_recv_wr`` is ignored.
 
-    :raises VerbsError: ``EINVAL`` when max_send_wr, max_recv_wr or max_recv_sge is out of the device's range, the
-        send caps are (see :func:`~models.verbs.send_checks.check_send_caps`), or the SRQ belongs to another device.
+    :raises VerbsError: ``EOPNOTSUPP`` for a type the device's provider does not create (:func:`check_qp_type`);
+        ``EINVAL`` when max_send_wr, max_recv_wr or max_recv_sge is out of the device's range, the send caps are
+        (see :func:`~models.verbs.send_checks.check_send_caps`), or the SRQ belongs to another device.
     """
     call = "ibv_create_qp"
     nic = pd.context.node.nic
+    check_qp_type(nic.params, QpType(qp_type))
     limit = nic.params.max_qp_wr
     if not 1 <= max_send_wr <= limit:
         raise VerbsError("EINVAL", f"max_send_wr {max_send_wr} outside 1..{limit} (device max_qp_wr)", call=call)

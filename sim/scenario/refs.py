@@ -8,7 +8,9 @@ import difflib
 from models.gpu import gpu_params
 from models.nic.transport import QpType, receive_overhead
 from models.nic.port_rates import PORT_RATES
+from models.verbs.verbs import check_qp_type
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
+from sim.core import VerbsError
 from sim.scenario.horizon import check_horizon
 from sim.scenario.resolve import nic_params
 from sim.scenario.schema import NodeSpec, Scenario, TestbedSpec
@@ -123,17 +125,24 @@ def check_references(scenario: Scenario) -> list[Problem]:
                              f"more than the fabric's MTU {scenario.fabric.mtu} (perftest: Max message size in UD "
                              "cannot be greater than MTU)"))
     problems += library_problems(scenario) + port_problems(scenario) + queue_problems(scenario)
+    problems += transport_problems(scenario)
     return problems or check_horizon(scenario)
+
+
+def _workload_ends(scenario: Scenario) -> list[tuple]:
+    """Each workload with the names of the nodes its buffers are on, in the nodes' order."""
+    node_of = {b.name: b.on.split(".")[0] for b in scenario.buffers}
+    return [(work, [n.name for n in scenario.nodes
+                    if n.name in {node_of.get(b) for pair in work.buffer_pairs() for b in pair}])
+            for work in scenario.workload]
 
 
 def queue_problems(scenario: Scenario) -> list[Problem]:
     """Each workload's queues fit the NICs of both its ends: ibv_create_qp refuses a send queue (tx_depth) or a
     SEND test's receive queue (rx_depth) deeper than the device's max_qp_wr."""
     nodes = {n.name: n for n in scenario.nodes}
-    node_of = {b.name: b.on.split(".")[0] for b in scenario.buffers}
     problems = []
-    for i, work in enumerate(scenario.workload):
-        ends = [name for name in nodes if name in {node_of.get(b) for pair in work.buffer_pairs() for b in pair}]
+    for i, (work, ends) in enumerate(_workload_ends(scenario)):
         depths = [("tx_depth", work.tx_depth)] + ([("rx_depth", work.rx_depth)] if work.kind.startswith("send") else [])
         for key, depth in depths:
             short = [(name, nic_params(nodes[name]).max_qp_wr) for name in ends
@@ -142,6 +151,21 @@ def queue_problems(scenario: Scenario) -> list[Problem]:
                 name, limit = short[0]
                 problems.append((("workload", i, key), f"{key} {depth} is deeper than the {nodes[name].nic.preset} NIC"
                                  f" of node '{name}' takes: max_qp_wr {limit} (ibv_create_qp fails with EINVAL)"))
+    return problems
+
+
+def transport_problems(scenario: Scenario) -> list[Problem]:
+    """Each workload's transport is one the NICs of both its ends create QPs of (:func:`check_qp_type`)."""
+    nodes = {n.name: n for n in scenario.nodes}
+    problems = []
+    for i, (work, ends) in enumerate(_workload_ends(scenario)):
+        for name in ends:
+            try:
+                check_qp_type(nic_params(nodes[name]), QpType(work.transport.upper()))
+            except VerbsError as exc:
+                problems.append((("workload", i, "transport"), f"the {nodes[name].nic.preset} NIC of node '{name}' "
+                                 f"refuses it: {exc}"))
+                break
     return problems
 
 
