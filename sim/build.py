@@ -19,7 +19,7 @@ from models.presets import GPU_VENDOR, PCIE_PRESETS
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
 from models.nic.nic import Nic
-from models.pcie.server import build_rail_server, devices, qp_nic, rail_nics
+from models.pcie.server import buffer_nics, build_rail_server, devices, qp_nic, rail_nics
 from models.pcie.topology import build_topology, device_link, has_common_pci_switch, pci_p2pdma_distance
 from models.ib.implicit_odp import SIZE_MAX
 from models.nic.wqe import Access, Sge
@@ -303,11 +303,8 @@ def registration_nics(bed: Testbed, spec: BufferSpec) -> list[str]:
     node = bed.nodes[node_name]
     if node_name not in bed.rails:
         return [node.device]
-    if spec.nics == "all":
-        return devices(node.topology, "nic")
-    if spec.nics == "rail":
-        return bed.rails[node_name]["mem0" if place == "host" else bed.gpus[spec.on].vertex]
-    return list(spec.nics)
+    home = bed.rails[node_name]["mem0" if place == "host" else bed.gpus[spec.on].vertex]
+    return buffer_nics(node.topology, home, spec.nics)
 
 
 def _register_dmabuf(node: Node, pd: ProtectionDomain, gpu: Gpu, alloc: GpuAllocation, spec: BufferSpec,

@@ -155,6 +155,14 @@ def qp_nic(g: nx.Graph, home: list[str], policy: str, k: int) -> str:
     return cross_rail_nic(g, nic) if policy == "cross" else nic
 
 
+def buffer_nics(g: nx.Graph, home: list[str], nics: str | list[str]) -> list[str]:
+    """The NICs a buffer of a memory or GPU whose :func:`rail_nics` are ``home`` is registered on under ``nics``:
+    ``rail`` those, ``all`` every NIC, else the NICs listed."""
+    if nics == "all":
+        return devices(g, "nic")
+    return list(home) if nics == "rail" else list(nics)
+
+
 def flow_rates(g: nx.Graph, flows: list[tuple[str, str]], nbytes: int, *, read: bool = False) -> list[float]:
     """Bytes/s of each ``(src, dst)`` DMA-write flow (``read``: device ``src`` reading ``dst``) when all run at
     once: each flow runs at the rate of its slowest stage, a stage shared by ``k`` of the flows giving each ``1/k``

@@ -8,6 +8,7 @@ import difflib
 from models.gpu import gpu_params
 from models.nic.transport import QpType, receive_overhead
 from models.nic.port_rates import PORT_RATES
+from models.pcie.server import buffer_nics, build_rail_server, qp_nic, rail_nics
 from models.verbs.verbs import check_qp_type
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.core import VerbsError
@@ -125,7 +126,7 @@ def check_references(scenario: Scenario) -> list[Problem]:
                              f"more than the fabric's MTU {scenario.fabric.mtu} (perftest: Max message size in UD "
                              "cannot be greater than MTU)"))
     problems += library_problems(scenario) + port_problems(scenario) + queue_problems(scenario)
-    problems += transport_problems(scenario)
+    problems += transport_problems(scenario) + rail_problems(scenario)
     return problems or check_horizon(scenario)
 
 
@@ -167,6 +168,41 @@ def transport_problems(scenario: Scenario) -> list[Problem]:
                                  f"refuses it: {exc}"))
                 break
     return problems
+
+
+def rail_problems(scenario: Scenario) -> list[Problem]:
+    """On a rails node each QP of a workload opens the NIC its ``rails`` policy picks (:func:`qp_nic`); the buffer
+    at that end must be registered there (its ``nics``, :func:`buffer_nics`), or the run fails at that QP."""
+    nodes, buffers = {n.name: n for n in scenario.nodes}, {b.name: b for b in scenario.buffers}
+    graphs, problems = {}, []
+    for i, work in enumerate(scenario.workload):
+        for name in dict.fromkeys(b for pair in work.buffer_pairs() for b in pair):
+            buf = buffers.get(name)
+            node = nodes.get(buf.on.split(".")[0]) if buf is not None else None
+            vertex = _vertex(node, buf.on.split(".")[1]) if node is not None and node.rails is not None else None
+            if vertex is None or isinstance(buf.nics, list) and not set(buf.nics) <= set(nic_names(node)):
+                continue  # a memory or NIC named that is not there (reported by check_references)
+            layout = node.rails.layout()
+            g = graphs[node.name] = graphs.get(node.name) or build_rail_server(layout)
+            home = rail_nics(g, vertex, layout)
+            registered = buffer_nics(g, home, buf.nics)
+            missed = [(k, nic) for k in range(work.qps) if (nic := qp_nic(g, home, work.rails, k)) not in registered]
+            if missed:
+                (k, nic), listed = missed[0], buf.nics if isinstance(buf.nics, str) else ", ".join(buf.nics)
+                problems.append((("workload", i, "rails"), f"'{work.rails}' opens QP {k} of '{name}' on "
+                                 f"{node.name}.{nic}, where its nics ({listed}) do not register it (only on "
+                                 f"{', '.join(registered)}): give '{name}' nics: all, or a list with {nic}"))
+                break
+    return problems
+
+
+def _vertex(node: NodeSpec, place: str) -> str | None:
+    """The topology vertex of memory ``place`` of a rails node ('host': mem0, a GPU: gpu<i>); None for no such
+    memory (reported by :func:`check_references`)."""
+    if place == "host":
+        return "mem0"
+    names = [g.name or f"gpu{i}" for i, g in enumerate(node.gpus)]
+    return f"gpu{names.index(place)}" if place in names else None
 
 
 LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}

@@ -119,6 +119,21 @@ def test_a_workload_on_a_nic_its_buffer_is_not_registered_on_is_refused():
         run_scenario(_scenario(gpus=1, rails="cross", nics={"dst0": "rail"}))
 
 
+@pytest.mark.parametrize("rails, nics, refused", [
+    ("cross", "rail", "b.nic4"), ("cross", ["nic0", "nic1"], "b.nic4"), ("aligned", ["nic1"], "b.nic0"),
+    ("cross", "all", None), ("aligned", "rail", None), ("cross", ["nic4"], None), ("all", "all", None)])
+def test_a_qp_on_a_nic_its_buffer_is_not_registered_on_is_refused_at_the_rails_key(rails, nics, refused):
+    scenario = _scenario(gpus=1, rails=rails, nics={"dst0": nics})
+    problems = check_references(scenario)
+    if refused is None:
+        assert problems == [] and len(run_scenario(scenario).summary) == 1
+        return
+    assert [path for path, _ in problems] == [("workload", 0, "rails")]
+    assert f"opens QP 0 of 'dst0' on {refused}, where its nics" in problems[0][1]
+    with pytest.raises(Exception, match=rf"'dst0' is not registered on {refused}"):  # what the run would meet
+        run_scenario(scenario)
+
+
 def test_registering_on_every_nic_costs_every_registration():
     bed = build(_scenario(nics={"dst1": "rail"}), 1)
     everywhere, rail = bed.registrations["dst0"], bed.registrations["dst1"]
