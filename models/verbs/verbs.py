@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import simpy
@@ -434,16 +435,14 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
         return _reg_implicit_mr(pd, access, backing, call)
     page = host_page_size(pd.context.node, addr, length) if backing is None else \
         mkey_page_size(nic.params, addr, (), is_dmabuf=False, odp_page=backing.page_size)
-    entries = nic.reserve_translations(ib_umem_num_dma_blocks(addr, length, page), call=call)
-    try:
+
+    def umem() -> tuple[int, MrBacking | None]:
         cost = pd.context.node.host.pin(addr, length, call=call) if backing is None else \
             mlx5_ib_init_odp_mr(pd.context.node, backing, length, pd.context.env.now)
-    except VerbsError:
-        nic.release_translations(entries)
-        raise
-    key = nic.new_key()
-    mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + cost, backing=backing, page_size=page)
-    nic.mrs[key] = mr
+        return REG_MR_FIXED_PS + cost, backing
+
+    mr = reg_create(pd, addr, length, access, umem, call, page=page)
+    cost = mr.reg_ps - REG_MR_FIXED_PS
     if backing is None:
         host = pd.context.node.host
         trace_registration(mr, call, ("pin_user_pages", cost, {"pages": host.pages_spanned(addr, length)}),
@@ -478,12 +477,36 @@ def _odp_backing(pd: ProtectionDomain, addr: int, length: int, access: Access) -
 def _reg_implicit_mr(pd: ProtectionDomain, access: Access, backing: ImplicitOdpBacking, call: str) -> MemoryRegion:
     """``mlx5_ib_alloc_implicit_mr``: the parent KSM mkey, written zapped by one UMR; its children hold their
     own translation entries as faults create them, so the NIC's table is not charged here."""
-    nic = pd.context.node.nic
-    key = nic.new_key()
-    mr = MemoryRegion(pd, 0, SIZE_MAX, access, key, key, REG_MR_FIXED_PS + parent_create_ps(nic.params.umr),
-                      backing=backing)
-    nic.mrs[key] = mr
+    umr = pd.context.node.nic.params.umr
+    mr = reg_create(pd, 0, SIZE_MAX, access, lambda: (REG_MR_FIXED_PS + parent_create_ps(umr), backing), call)
     trace_registration(mr, call, None, MLX5_IMR_KSM_ENTRIES)
+    return mr
+
+
+def reg_create(pd: ProtectionDomain, addr: int, length: int, access: Access,
+               umem: Callable[[], tuple[int, MrBacking | None]], call: str, *, page: int | None = None,
+               iova: int | None = None, key: Callable[[], int] | None = None, mr_type: str = "MR") -> MemoryRegion:
+    """mlx5's ``reg_create`` (drivers/infiniband/hw/mlx5/mr.c) and the NIC's records of every registration: the
+    MR's translation entries reserved in the NIC's table (``ib_umem_num_dma_blocks`` of ``page``-sized blocks from
+    ``iova``, default ``addr``; ``page`` None: none charged, as for an implicit ODP parent), then ``umem()`` (pin the
+    pages, map the dma-buf, get the peer pages: it returns the registration's time in ps and the MR's backing), whose
+    failure gives the entries back; then the mkey recorded in the NIC's key table: a fresh key, or ``key()`` for one
+    ``umem()`` made.
+
+    :raises VerbsError: ``ENOMEM`` when the NIC's translation table would overflow; what ``umem()`` raises.
+    """
+    nic = pd.context.node.nic
+    start = addr if iova is None else iova
+    entries = 0 if page is None else nic.reserve_translations(ib_umem_num_dma_blocks(start, length, page), call=call)
+    try:
+        reg_ps, backing = umem()
+    except BaseException:
+        nic.release_translations(entries)
+        raise
+    key = nic.new_key() if key is None else key()
+    mr = MemoryRegion(pd, addr, length, Access(access), key, key, reg_ps, backing=backing, iova=iova,
+                      mr_type=mr_type, page_size=PAGE_SIZE if page is None else page)
+    nic.mrs[key] = mr
     return mr
 
 
