@@ -1,5 +1,6 @@
-"""The CUDA driver API's virtual-memory structures, for the measurement scripts that call libcuda through ctypes
-(``cuda.h``: ``CUmemLocation``, ``CUmemAllocationProp`` with its ``allocFlags``, ``CUmemAccessDesc``)."""
+"""The CUDA driver API for the measurement scripts that call libcuda through ctypes: its virtual-memory structures
+(``cuda.h``: ``CUmemLocation``, ``CUmemAllocationProp`` with its ``allocFlags``, ``CUmemAccessDesc``) and
+:class:`Cuda`, the calls they make."""
 
 import ctypes
 
@@ -22,3 +23,91 @@ class AllocationProp(ctypes.Structure):
 
 class AccessDesc(ctypes.Structure):
     _fields_ = [("location", MemLocation), ("flags", ctypes.c_int)]
+
+
+class Cuda:
+    """The driver-API calls the scripts use, on ``device``'s primary context (the one the CUDA runtime and CuPy use);
+    ``call`` returns the CUresult, ``ok`` raises on failure."""
+
+    def __init__(self, device: int = 0) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+        self.ok("cuInit", 0)
+        dev, self.ctx = ctypes.c_int(), ctypes.c_void_p()
+        self.ok("cuDeviceGet", ctypes.byref(dev), device)
+        self.dev = dev.value
+        self.ok("cuDevicePrimaryCtxRetain", ctypes.byref(self.ctx), self.dev)
+        self.ok("cuCtxSetCurrent", self.ctx)
+
+    def call(self, name: str, *args) -> int:
+        return int(getattr(self.lib, name)(*args))
+
+    def ok(self, name: str, *args) -> None:
+        rc = self.call(name, *args)
+        if rc:
+            raise RuntimeError(f"{name}: {self.error_name(rc)}")
+
+    def error_name(self, rc: int) -> str:
+        text = ctypes.c_char_p()
+        self.lib.cuGetErrorName(rc, ctypes.byref(text))
+        return text.value.decode() if text.value else str(rc)
+
+    def result(self, rc: int) -> dict:
+        return {"code": rc, "name": self.error_name(rc) if rc else "CUDA_SUCCESS"}
+
+    def mem_free(self) -> int:
+        free, total = ctypes.c_size_t(), ctypes.c_size_t()
+        self.ok("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
+        return free.value
+
+    def mem_alloc(self, size: int) -> int:
+        ptr = ctypes.c_ulonglong()
+        self.ok("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(size))
+        return ptr.value
+
+    def prop(self, rdma: int = 0, handle_types: int = 0) -> AllocationProp:
+        """Pinned device memory on the device, ``gpuDirectRDMACapable`` ``rdma``, exportable as ``handle_types``."""
+        return AllocationProp(type=CU_MEM_ALLOCATION_TYPE_PINNED, requestedHandleTypes=handle_types,
+                              location=MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, self.dev),
+                              allocFlags=AllocFlags(gpuDirectRDMACapable=rdma))
+
+    def granularity(self, prop: AllocationProp) -> int:
+        gran = ctypes.c_size_t()
+        self.ok("cuMemGetAllocationGranularity", ctypes.byref(gran), ctypes.byref(prop), 0)
+        return gran.value
+
+    def vmm_create(self, size: int, rdma: int = 0, handle_types: int = 0) -> tuple[int, int]:
+        """``cuMemCreate``: its CUresult and the handle."""
+        handle = ctypes.c_ulonglong()
+        prop = self.prop(rdma, handle_types)
+        rc = self.call("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(prop),
+                       ctypes.c_ulonglong(0))
+        return rc, handle.value
+
+    def reserve(self, size: int) -> int:
+        ptr = ctypes.c_ulonglong()
+        self.ok("cuMemAddressReserve", ctypes.byref(ptr), ctypes.c_size_t(size), ctypes.c_size_t(0),
+                ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
+        return ptr.value
+
+    def map(self, ptr: int, size: int, handle: int, access: bool = True) -> None:
+        """``cuMemMap``, then (``access``) :meth:`set_access`."""
+        self.ok("cuMemMap", ctypes.c_ulonglong(ptr), ctypes.c_size_t(size), ctypes.c_size_t(0),
+                ctypes.c_ulonglong(handle), ctypes.c_ulonglong(0))
+        if access:
+            self.set_access(ptr, size)
+
+    def set_access(self, ptr: int, size: int) -> None:
+        """``cuMemSetAccess``: read-write for the device."""
+        desc = AccessDesc(location=MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, self.dev),
+                          flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+        self.ok("cuMemSetAccess", ctypes.c_ulonglong(ptr), ctypes.c_size_t(size), ctypes.byref(desc),
+                ctypes.c_size_t(1))
+
+    def unmap(self, ptr: int, size: int) -> None:
+        self.ok("cuMemUnmap", ctypes.c_ulonglong(ptr), ctypes.c_size_t(size))
+
+    def release(self, handle: int) -> None:
+        self.ok("cuMemRelease", ctypes.c_ulonglong(handle))
+
+    def address_free(self, ptr: int, size: int) -> None:
+        self.ok("cuMemAddressFree", ctypes.c_ulonglong(ptr), ctypes.c_size_t(size))

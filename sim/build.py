@@ -19,7 +19,7 @@ from models.presets import GPU_VENDOR, PCIE_PRESETS
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
 from models.nic.nic import Nic
-from models.pcie.server import RailLayout, build_rail_server, devices, qp_nic, rail_nics
+from models.pcie.server import buffer_nics, build_rail_server, devices, qp_nic, rail_nics
 from models.pcie.topology import build_topology, device_link, has_common_pci_switch, pci_p2pdma_distance
 from models.ib.implicit_odp import SIZE_MAX
 from models.nic.wqe import Access, Sge
@@ -40,7 +40,8 @@ class Registration:
     node: str
     size_bytes: int
     mode: str
-    mr: MemoryRegion
+    mrs: dict[str, MemoryRegion]
+    """Its MR on each NIC it is registered on, by NIC (``nic0``...), in registration order."""
     location: str
     """'host' or the GPU's name."""
     allocation: GpuAllocation | None = None
@@ -54,8 +55,11 @@ class Registration:
     reg_ps: int | None = None
     """What registering the buffer took (ps); None: what its MRs' registrations took. A buffer sharing an implicit
     MR registered before it took none."""
-    mrs: dict[str, MemoryRegion] = field(default_factory=dict)
-    """Its MR on each NIC it is registered on, by NIC (``nic0``...); ``mr`` is the first."""
+
+    @property
+    def mr(self) -> MemoryRegion:
+        """Its first MR (its only one on a node with one NIC)."""
+        return next(iter(self.mrs.values()))
 
     @property
     def register_ps(self) -> int:
@@ -117,6 +121,9 @@ class Testbed:
     devices: dict[str, Device] = field(default_factory=dict)
     """Every NIC's opened device and PD, by '<node>.<nic>' ('a.nic0', 'a.nic5'); ``contexts`` and ``pds`` hold
     each node's first."""
+    rails: dict[str, dict[str, list[str]]] = field(default_factory=dict)
+    """Each rails node's rail NICs (:func:`models.pcie.server.rail_nics`) of each of its memories and GPUs, by node
+    and then vertex ('mem0', 'gpu3'): where its buffers register with ``nics: rail`` and its QPs go."""
 
     def nic_node(self, node: str, nic: str) -> Node:
         """Node ``node`` through its NIC ``nic`` (:meth:`models.node.Node.with_nic`)."""
@@ -184,6 +191,9 @@ def _add_node(bed: Testbed, spec: NodeSpec) -> None:
         node.topology = build_rail_server(spec.rails.layout(), nic=node.pcie.params,
                                           gpu=gpu_pcie[0], uplink=node.pcie.params)
         nics = [node.with_nic(v, Nic(f"{spec.name}.{v}", node.nic.params)) for v in devices(node.topology, "nic")]
+        layout = spec.rails.layout()
+        bed.rails[spec.name] = {v: rail_nics(node.topology, v, layout)
+                                for v in devices(node.topology, "memory") + devices(node.topology, "gpu")}
     else:
         if spec.gpus:
             node.topology = build_topology(spec.topology, nic=node.pcie.params, gpu=gpu_pcie[0])
@@ -229,8 +239,8 @@ def _implicit(bed: Testbed, spec: BufferSpec, node: str, addr: int, access: Acce
         took = None
     else:
         took = 0
-    return Registration(spec.name, node, spec.size, spec.registration, shared, "host", addr=addr, reg_ps=took,
-                        mrs={bed.nodes[node].device: shared})
+    return Registration(spec.name, node, spec.size, spec.registration, {bed.nodes[node].device: shared}, "host",
+                        addr=addr, reg_ps=took)
 
 
 def _advise(bed: Testbed, spec: BufferSpec, reg: Registration) -> int:
@@ -271,8 +281,7 @@ def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:
         if spec.implicit:
             return _implicit(bed, spec, node_name, buf.addr, access)
         mrs = {pd.context.node.device: ibv_reg_mr(pd, buf.addr, buf.size, access) for pd in pds}
-        return Registration(spec.name, node_name, spec.size, spec.registration, next(iter(mrs.values())), "host",
-                            mrs=mrs)
+        return Registration(spec.name, node_name, spec.size, spec.registration, mrs, "host")
     gpu = bed.gpus[spec.on]
     alloc = gpu.malloc(spec.name, spec.size)
     if fill:
@@ -285,27 +294,17 @@ def _register(bed: Testbed, spec: BufferSpec, invariants: str) -> Registration:
             mr = _register_dmabuf(pd.context.node, pd, gpu, alloc, spec, access, invariants)
         mr.backing.vram = gpu.vertex
         mrs[pd.context.node.device] = mr
-    return Registration(spec.name, node_name, spec.size, spec.registration, next(iter(mrs.values())), place, alloc,
-                        mrs=mrs)
+    return Registration(spec.name, node_name, spec.size, spec.registration, mrs, place, alloc)
 
 
 def registration_nics(bed: Testbed, spec: BufferSpec) -> list[str]:
     """The NICs (``nic0``...) buffer ``spec`` is registered on: its ``nics``; a node with one NIC, that one."""
     node_name, place = spec.on.split(".")
     node = bed.nodes[node_name]
-    layout = rail_layout(node)
-    if layout is None:
+    if node_name not in bed.rails:
         return [node.device]
-    if spec.nics == "all":
-        return devices(node.topology, "nic")
-    if spec.nics == "rail":
-        return rail_nics(node.topology, "mem0" if place == "host" else bed.gpus[spec.on].vertex, layout)
-    return list(spec.nics)
-
-
-def rail_layout(node: Node) -> RailLayout | None:
-    """The rail layout of a node with several NICs; None for a node with one."""
-    return None if node.topology is None else node.topology.graph.get("rails")
+    home = bed.rails[node_name]["mem0" if place == "host" else bed.gpus[spec.on].vertex]
+    return buffer_nics(node.topology, home, spec.nics)
 
 
 def _register_dmabuf(node: Node, pd: ProtectionDomain, gpu: Gpu, alloc: GpuAllocation, spec: BufferSpec,
@@ -332,8 +331,7 @@ def qp_device(bed: Testbed, reg: Registration, policy: str, k: int) -> Device:
     """The device a workload's QP ``k`` on ``reg``'s end opens: on a rails node the NIC ``policy`` picks for the
     buffer's GPU or host memory (:func:`models.pcie.server.qp_nic`), else the node's NIC."""
     node = bed.nodes[reg.node]
-    layout = rail_layout(node)
-    if layout is None:
+    if reg.node not in bed.rails:
         return bed.devices[f"{reg.node}.{node.device}"]
     place = "mem0" if reg.location == "host" else bed.gpus[f"{reg.node}.{reg.location}"].vertex
-    return bed.devices[f"{reg.node}.{qp_nic(node.topology, layout, place, policy, k)}"]
+    return bed.devices[f"{reg.node}.{qp_nic(node.topology, bed.rails[reg.node][place], policy, k)}"]

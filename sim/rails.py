@@ -8,7 +8,7 @@ import pandas as pd
 from models.fabric import RETH
 from models.nic.datapath import memory_target
 from models.pcie.server import flow_rates, topo_matrix
-from sim.build import Testbed, rail_layout
+from sim.build import Testbed
 from sim.core import PS_PER_S
 from sim.core.units import format_size
 from sim.harness import workload_opcode
@@ -17,13 +17,12 @@ from sim.tables import RunResult
 
 def has_rails(bed: Testbed) -> bool:
     """Whether a node of ``bed`` has several NICs."""
-    return any(rail_layout(node) is not None for node in bed.nodes.values())
+    return bool(bed.rails)
 
 
 def topo_matrices(bed: Testbed) -> str:
     """The ``nvidia-smi topo -m`` matrix of every rails node, each under its name."""
-    return "\n\n".join(f"{name}:\n{topo_matrix(node.topology)}" for name, node in bed.nodes.items()
-                       if rail_layout(node) is not None)
+    return "\n\n".join(f"{name}:\n{topo_matrix(bed.nodes[name].topology)}" for name in bed.rails)
 
 
 def rail_table(result: RunResult) -> pd.DataFrame:
@@ -31,7 +30,14 @@ def rail_table(result: RunResult) -> pd.DataFrame:
     delivered (``bw_GBps``: its bytes over its first post to its last completion) and the estimate
     (``estimate_GBps``): the least of the DMA reads at the data's source and the DMA writes at its sink, each
     :func:`~models.pcie.server.flow_rates` over the streams that run at once on that node, and the wire, shared
-    by the streams of one NIC port."""
+    by the streams of one NIC port. Worked out at the first call and kept on ``result`` (a finished run does not
+    change), so its outputs and what ``rdmasim run`` prints share one."""
+    if result.rails is None:
+        result.rails = _rail_rows(result)
+    return result.rails
+
+
+def _rail_rows(result: RunResult) -> pd.DataFrame:
     bed, scenario = result.testbed, result.scenario
     ops = result.table.frame(["workload", "bytes", "qp", "posted_ps", "completed_ps", "ok"])
     rows = []

@@ -36,6 +36,8 @@ class RunResult:
     """Protocol activity: invalidations, re-faults, RNR NAKs, evictions, failed allocations, violations."""
     library: list[dict] | None = None
     """The scenario's library studies (:func:`sim.library.run_library`), run after the workloads."""
+    rails: pd.DataFrame | None = None
+    """Rails nodes: the per-stream rail table (:func:`sim.rails.rail_table`), kept once worked out."""
 
     @property
     def operations(self) -> pd.DataFrame:

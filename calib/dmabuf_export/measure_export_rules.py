@@ -31,8 +31,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared modules
-from cuda_vmm import (CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_MEM_ALLOCATION_TYPE_PINNED,  # noqa: E402
-                      CU_MEM_LOCATION_TYPE_DEVICE, AccessDesc, AllocationProp, AllocFlags, MemLocation)
+from cuda_vmm import Cuda  # noqa: E402
 from host_facts import command_output  # noqa: E402
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -43,87 +42,19 @@ CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR = 1
 CU_MEM_ATTACH_GLOBAL = 1
 
 
-class Cuda:
-    """The driver-API calls used, through ctypes; ``call`` returns the CUresult, ``ok`` raises on failure."""
-
-    def __init__(self) -> None:
-        self.lib = ctypes.CDLL("libcuda.so.1")
-        self.ok("cuInit", 0)
-        dev, self.ctx = ctypes.c_int(), ctypes.c_void_p()
-        self.ok("cuDeviceGet", ctypes.byref(dev), 0)
-        self.dev = dev.value
-        self.ok("cuDevicePrimaryCtxRetain", ctypes.byref(self.ctx), self.dev)
-        self.ok("cuCtxSetCurrent", self.ctx)
-
-    def call(self, name: str, *args) -> int:
-        return int(getattr(self.lib, name)(*args))
-
-    def ok(self, name: str, *args) -> None:
-        rc = self.call(name, *args)
-        if rc:
-            raise RuntimeError(f"{name}: {self.error_name(rc)}")
-
-    def error_name(self, rc: int) -> str:
-        text = ctypes.c_char_p()
-        self.lib.cuGetErrorName(rc, ctypes.byref(text))
-        return text.value.decode() if text.value else str(rc)
-
-    def result(self, rc: int) -> dict:
-        return {"code": rc, "name": self.error_name(rc) if rc else "CUDA_SUCCESS"}
-
-    def mem_free(self) -> int:
-        free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        self.ok("cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
-        return free.value
-
-    def mem_alloc(self, size: int) -> int:
-        ptr = ctypes.c_ulonglong()
-        self.ok("cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(size))
-        return ptr.value
-
-    def prop(self, rdma: int, handle_types: int) -> AllocationProp:
-        return AllocationProp(type=CU_MEM_ALLOCATION_TYPE_PINNED, requestedHandleTypes=handle_types,
-                              location=MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, self.dev),
-                              allocFlags=AllocFlags(gpuDirectRDMACapable=rdma))
-
-    def granularity(self, prop: AllocationProp) -> int:
-        gran = ctypes.c_size_t()
-        self.ok("cuMemGetAllocationGranularity", ctypes.byref(gran), ctypes.byref(prop), 0)
-        return gran.value
-
-    def vmm_create(self, size: int, rdma: int, handle_types: int = 0) -> tuple[int, int]:
-        handle = ctypes.c_ulonglong()
-        prop = self.prop(rdma, handle_types)
-        rc = self.call("cuMemCreate", ctypes.byref(handle), ctypes.c_size_t(size), ctypes.byref(prop),
-                       ctypes.c_ulonglong(0))
-        return rc, handle.value
-
-    def reserve(self, size: int) -> int:
-        ptr = ctypes.c_ulonglong()
-        self.ok("cuMemAddressReserve", ctypes.byref(ptr), ctypes.c_size_t(size), ctypes.c_size_t(0),
-                ctypes.c_ulonglong(0), ctypes.c_ulonglong(0))
-        return ptr.value
-
-    def map(self, ptr: int, size: int, handle: int, access: bool = True) -> None:
-        self.ok("cuMemMap", ctypes.c_ulonglong(ptr), ctypes.c_size_t(size), ctypes.c_size_t(0),
-                ctypes.c_ulonglong(handle), ctypes.c_ulonglong(0))
-        if access:
-            desc = AccessDesc(location=MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, self.dev),
-                              flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-            self.ok("cuMemSetAccess", ctypes.c_ulonglong(ptr), ctypes.c_size_t(size), ctypes.byref(desc),
-                    ctypes.c_size_t(1))
-
-    def export(self, ptr: int, size: int, flags: int) -> dict:
-        fd = ctypes.c_int(-1)
-        started = time.perf_counter()
-        rc = self.call("cuMemGetHandleForAddressRange", ctypes.byref(fd), ctypes.c_ulonglong(ptr),
-                       ctypes.c_size_t(size), DMA_BUF_FD, ctypes.c_ulonglong(flags))
-        out = {"flags": flags, "result": self.result(rc)}
-        if rc == 0:
-            out["s"] = time.perf_counter() - started
-            out["fdinfo_size"] = _fdinfo_size(fd.value)
-            out["fd"] = fd.value
-        return out
+def export(cuda: Cuda, ptr: int, size: int, flags: int) -> dict:
+    """``cuMemGetHandleForAddressRange`` of ``[ptr, +size)`` as a dma-buf fd with ``flags``: its result, time and
+    the fd's size (the fd is left open, under ``fd``)."""
+    fd = ctypes.c_int(-1)
+    started = time.perf_counter()
+    rc = cuda.call("cuMemGetHandleForAddressRange", ctypes.byref(fd), ctypes.c_ulonglong(ptr),
+                   ctypes.c_size_t(size), DMA_BUF_FD, ctypes.c_ulonglong(flags))
+    out = {"flags": flags, "result": cuda.result(rc)}
+    if rc == 0:
+        out["s"] = time.perf_counter() - started
+        out["fdinfo_size"] = _fdinfo_size(fd.value)
+        out["fd"] = fd.value
+    return out
 
 
 def _fdinfo_size(fd: int) -> int | None:
@@ -145,7 +76,7 @@ def _close(entry: dict) -> dict:
 
 
 def export_all(cuda: Cuda, case: str, ptr: int, size: int) -> list[dict]:
-    return [{"case": case, "bytes": size, **_close(cuda.export(ptr, size, flags))} for flags in FLAGS]
+    return [{"case": case, "bytes": size, **_close(export(cuda, ptr, size, flags))} for flags in FLAGS]
 
 
 def exports(cuda: Cuda) -> list[dict]:
@@ -166,16 +97,16 @@ def exports(cuda: Cuda) -> list[dict]:
             va = cuda.reserve(vsize)
             cuda.map(va, vsize, handle)
             rows += export_all(cuda, case, va, vsize)
-            cuda.ok("cuMemUnmap", ctypes.c_ulonglong(va), ctypes.c_size_t(vsize))
-            cuda.ok("cuMemRelease", ctypes.c_ulonglong(handle))
-            cuda.ok("cuMemAddressFree", ctypes.c_ulonglong(va), ctypes.c_size_t(vsize))
+            cuda.unmap(va, vsize)
+            cuda.release(handle)
+            cuda.address_free(va, vsize)
     rc, handle = cuda.vmm_create(size, 1)
     va = cuda.reserve(size)
     cuda.map(va, size, handle, access=False)
     rows += export_all(cuda, "cuMemCreate mapped, no cuMemSetAccess", va, size)
-    cuda.ok("cuMemUnmap", ctypes.c_ulonglong(va), ctypes.c_size_t(size))
-    cuda.ok("cuMemRelease", ctypes.c_ulonglong(handle))
-    cuda.ok("cuMemAddressFree", ctypes.c_ulonglong(va), ctypes.c_size_t(size))
+    cuda.unmap(va, size)
+    cuda.release(handle)
+    cuda.address_free(va, size)
     half = 32 * MIB
     va = cuda.reserve(size)
     handles = []
@@ -186,10 +117,10 @@ def exports(cuda: Cuda) -> list[dict]:
     rows += export_all(cuda, "one VA range over two cuMemCreate allocations", va, size)
     rows += export_all(cuda, "first of two cuMemCreate allocations", va, half)
     for i, h in enumerate(handles):
-        cuda.ok("cuMemUnmap", ctypes.c_ulonglong(va + i * half), ctypes.c_size_t(half))
-        cuda.ok("cuMemRelease", ctypes.c_ulonglong(h))
+        cuda.unmap(va + i * half, half)
+        cuda.release(h)
     rows += export_all(cuda, "reserved VA range, nothing mapped", va, size)
-    cuda.ok("cuMemAddressFree", ctypes.c_ulonglong(va), ctypes.c_size_t(size))
+    cuda.address_free(va, size)
     managed = ctypes.c_ulonglong()
     cuda.ok("cuMemAllocManaged", ctypes.byref(managed), ctypes.c_size_t(size), CU_MEM_ATTACH_GLOBAL)
     rows += export_all(cuda, "cuMemAllocManaged", managed.value, size)
@@ -206,12 +137,12 @@ def free_after_export(cuda: Cuda) -> dict:
     out: dict = {"bytes": size}
     base_free = cuda.mem_free()
     ptr = cuda.mem_alloc(size)
-    exp = cuda.export(ptr, size, 0)
+    exp = export(cuda, ptr, size, 0)
     out["cuMemAlloc"] = {"ptr": ptr, "export": {k: v for k, v in exp.items() if k != "fd"},
                          "free_bytes_before": base_free, "free_bytes_allocated": cuda.mem_free()}
     cuda.ok("cuMemFree_v2", ctypes.c_ulonglong(ptr))
     out["cuMemAlloc"]["free_bytes_after_free_fd_open"] = cuda.mem_free()
-    again = cuda.export(ptr, size, 0)
+    again = export(cuda, ptr, size, 0)
     out["cuMemAlloc"]["export_freed_range"] = _close(again)
     nxt = cuda.mem_alloc(size)
     out["cuMemAlloc"]["next_alloc_fd_open"] = {"ptr": nxt, "same_address": nxt == ptr,
@@ -228,15 +159,15 @@ def free_after_export(cuda: Cuda) -> dict:
     va = cuda.reserve(size)
     cuda.map(va, size, handle)
     before = cuda.mem_free()
-    exp = cuda.export(va, size, 0)
-    cuda.ok("cuMemUnmap", ctypes.c_ulonglong(va), ctypes.c_size_t(size))
-    cuda.ok("cuMemRelease", ctypes.c_ulonglong(handle))
+    exp = export(cuda, va, size, 0)
+    cuda.unmap(va, size)
+    cuda.release(handle)
     vmm = {"export": {k: v for k, v in exp.items() if k != "fd"}, "free_bytes_mapped": before,
            "free_bytes_after_release_fd_open": cuda.mem_free()}
     os.close(exp["fd"])
     time.sleep(0.05)
     vmm["free_bytes_after_close"] = cuda.mem_free()
-    cuda.ok("cuMemAddressFree", ctypes.c_ulonglong(va), ctypes.c_size_t(size))
+    cuda.address_free(va, size)
     out["vmm"] = vmm
     return out
 

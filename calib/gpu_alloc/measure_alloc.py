@@ -22,7 +22,6 @@ A context is created and warmed (one 2 MiB allocation) before anything is timed.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import platform
 import signal
@@ -32,60 +31,35 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared modules
-from cuda_vmm import (CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CU_MEM_ALLOCATION_TYPE_PINNED,  # noqa: E402
-                      CU_MEM_LOCATION_TYPE_DEVICE, AccessDesc, AllocationProp, MemLocation)
+from cuda_vmm import Cuda  # noqa: E402
 from host_facts import command_output  # noqa: E402
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [2 * MIB, 8 * MIB, 32 * MIB, 128 * MIB, 512 * MIB, 2 * GIB, 8 * GIB, 32 * GIB, 64 * GIB]
 
 
-ZERO = ctypes.c_size_t(0)
+def timed_cycle(cuda: Cuda, size: int) -> dict:
+    """One create/reserve/map/access/unmap/release/free cycle of pinned device memory; seconds per call (each
+    followed by ``cuCtxSynchronize`` inside its timed span)."""
+    out = {}
 
+    def timed(name: str, call):
+        started = time.perf_counter()
+        made = call()
+        cuda.ok("cuCtxSynchronize")
+        out[name] = time.perf_counter() - started
+        return made
 
-class Driver:
-    """The few driver-API calls of the VMM path, through ctypes (error codes raise)."""
-
-    def __init__(self, device: int = 0) -> None:
-        self.lib = ctypes.CDLL("libcuda.so.1")
-        self.prop = AllocationProp(type=CU_MEM_ALLOCATION_TYPE_PINNED,
-                                   location=MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, device))
-        self.access = AccessDesc(location=MemLocation(CU_MEM_LOCATION_TYPE_DEVICE, device),
-                                 flags=CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
-        gran = ctypes.c_size_t()
-        self.check("cuMemGetAllocationGranularity", ctypes.byref(gran), ctypes.byref(self.prop), 0)
-        self.granularity = gran.value
-
-    def check(self, name: str, *args) -> None:
-        rc = getattr(self.lib, name)(*args)
-        if rc != 0:
-            raise RuntimeError(f"{name} returned CUresult {rc}")
-
-    def timed_cycle(self, size: int) -> dict:
-        """One create/reserve/map/access/unmap/release/free cycle; seconds per call."""
-        handle, ptr = ctypes.c_ulonglong(), ctypes.c_ulonglong()
-        size_t = ctypes.c_size_t(size)
-        steps = [
-            ("cuMemCreate", lambda: self.check("cuMemCreate", ctypes.byref(handle), size_t,
-                                               ctypes.byref(self.prop), ctypes.c_ulonglong(0))),
-            ("cuMemAddressReserve", lambda: self.check("cuMemAddressReserve", ctypes.byref(ptr), size_t,
-                                                       ZERO, ctypes.c_ulonglong(0),
-                                                       ctypes.c_ulonglong(0))),
-            ("cuMemMap", lambda: self.check("cuMemMap", ptr, size_t, ZERO, handle,
-                                            ctypes.c_ulonglong(0))),
-            ("cuMemSetAccess", lambda: self.check("cuMemSetAccess", ptr, size_t, ctypes.byref(self.access),
-                                                  ctypes.c_size_t(1))),
-            ("cuMemUnmap", lambda: self.check("cuMemUnmap", ptr, size_t)),
-            ("cuMemRelease", lambda: self.check("cuMemRelease", handle)),
-            ("cuMemAddressFree", lambda: self.check("cuMemAddressFree", ptr, size_t)),
-        ]
-        out = {}
-        for name, call in steps:
-            started = time.perf_counter()
-            call()
-            self.check("cuCtxSynchronize")
-            out[name] = time.perf_counter() - started
-        return out
+    rc, handle = timed("cuMemCreate", lambda: cuda.vmm_create(size))
+    if rc:
+        raise RuntimeError(f"cuMemCreate: {cuda.error_name(rc)}")
+    ptr = timed("cuMemAddressReserve", lambda: cuda.reserve(size))
+    timed("cuMemMap", lambda: cuda.map(ptr, size, handle, access=False))
+    timed("cuMemSetAccess", lambda: cuda.set_access(ptr, size))
+    timed("cuMemUnmap", lambda: cuda.unmap(ptr, size))
+    timed("cuMemRelease", lambda: cuda.release(handle))
+    timed("cuMemAddressFree", lambda: cuda.address_free(ptr, size))
+    return out
 
 
 def _summary(samples: list[float]) -> dict:
@@ -108,9 +82,9 @@ def measure_malloc(cp, size: int, reps: int) -> dict:
     return {"bytes": size, "cudaMalloc": _summary(alloc), "cudaFree": _summary(free)}
 
 
-def measure_vmm(driver: Driver, size: int, reps: int) -> dict:
-    size = -(-size // driver.granularity) * driver.granularity
-    cycles = [driver.timed_cycle(size) for _ in range(reps)]
+def measure_vmm(cuda: Cuda, granularity: int, size: int, reps: int) -> dict:
+    size = -(-size // granularity) * granularity
+    cycles = [timed_cycle(cuda, size) for _ in range(reps)]
     return {"bytes": size, **{name: _summary([c[name] for c in cycles]) for name in cycles[0]}}
 
 
@@ -144,10 +118,10 @@ def main() -> None:
     try:
         for size in sizes:
             result["malloc"].append(measure_malloc(cp, size, args.reps))
-        driver = Driver(cp.cuda.Device().id)
-        result["vmm_granularity"] = driver.granularity
+        cuda = Cuda(cp.cuda.Device().id)
+        granularity = result["vmm_granularity"] = cuda.granularity(cuda.prop())
         for size in sizes:
-            result["vmm"].append(measure_vmm(driver, size, args.reps))
+            result["vmm"].append(measure_vmm(cuda, granularity, size, args.reps))
     except Exception as exc:  # noqa: BLE001 - keep what was measured
         result["errors"].append(repr(exc))
     finally:

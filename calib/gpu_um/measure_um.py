@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared modules
+from cuda_vmm import MemLocation  # noqa: E402  (the runtime's cudaMemLocation has the same layout)
 from host_facts import command_output  # noqa: E402
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
@@ -67,10 +68,6 @@ extern "C" __global__ void touch_head(int* p, long long pages_per_block, long lo
     if (i < n) p[((i / pages_per_block) * 512 + i % pages_per_block) * 1024] += 1;
 }
 """
-
-
-class _MemLocation(ctypes.Structure):
-    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
 
 
 class Prefetcher:
@@ -118,9 +115,9 @@ class Prefetcher:
             return
         lib = self._cudart()
         if self.backend == "ctypes_v2":  # CUDA >= 13: (ptr, count, cudaMemLocation, flags, stream)
-            loc = _MemLocation(2, 0) if target < 0 else _MemLocation(1, target)
+            loc = MemLocation(2, 0) if target < 0 else MemLocation(1, target)
             fn = lib.cudaMemPrefetchAsync
-            fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, _MemLocation, ctypes.c_uint, ctypes.c_void_p]
+            fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, MemLocation, ctypes.c_uint, ctypes.c_void_p]
             rc = fn(ptr, nbytes, loc, 0, stream)
         else:  # CUDA <= 12: (ptr, count, dstDevice, stream)
             fn = lib.cudaMemPrefetchAsync

@@ -104,10 +104,9 @@ def translation_depth(params: MttParams, mr_size: int, page_size: int) -> int:
 
 
 def deep_lookup_ps(params: MttParams, link: PcieParams) -> int:
-    """Walker time of one translation beyond the reach: one MTT line read over ``link`` (request, round trip,
-    completion, as :func:`models.nic.datapath.dma_read` carries it) plus ``lookup_ps``."""
-    n = params.line_bytes
-    return link.read_request_ps(n) + link.read_latency_ps + link.read_return_ps(n) + params.lookup_ps
+    """Walker time of one translation beyond the reach: one MTT line read alone over ``link``
+    (:meth:`~models.pcie.link.PcieParams.lone_read_ps`) plus ``lookup_ps``."""
+    return link.lone_read_ps(params.line_bytes) + params.lookup_ps
 
 
 class MttAccess(NamedTuple):

@@ -248,16 +248,3 @@ def read_write_Bps(p: LinkParams, nbytes: int, addr: int = 0) -> float:
     up = write_wire_bytes(p, nbytes, addr) + read_request_wire_bytes(p, nbytes, addr)
     link = p.tlp_Bps * nbytes / max(up, read_completion_wire_bytes(p, nbytes, addr))
     return min(link, read_tag_Bps(p, nbytes, addr), write_issue_Bps(p, nbytes))
-
-
-def read_latency_ps(p: LinkParams, nbytes: int) -> float:
-    """Latency of one aligned DMA read of ``nbytes`` alone on the link, first request out to the data in the
-    engine (ps): the first request's wire time, the round trip, every completion's wire time and the size term.
-
-    Later requests go out while the first one's round trip runs, so they cost nothing here as long as a request
-    is shorter than the round trip (always, for real links). A read whose requests outnumber its tags by far
-    waits for tags instead (:func:`read_tag_hold_ps`); this is the latency of one that does not.
-    """
-    first = min(nbytes, p.mrrs)
-    wire = read_request_wire_bytes(p, first) + read_completion_wire_bytes(p, nbytes)
-    return wire / p.tlp_Bps * 1e12 + p.read_latency_ps + p.read_latency_ps_per_byte * nbytes

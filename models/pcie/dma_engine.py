@@ -12,7 +12,7 @@ limits the link model does not explain, which the ``nfp6000`` PCIe preset (:mod:
 * **Read latency that grows with size** (``read_latency_ps`` and ``read_latency_ps_per_byte``). One outstanding
   read takes 533 ns at 8 B and 1133 ns at 2 KiB, about 0.30 ns/B. The link already charges about 0.15 ns/B of
   that: every completion byte serialises at the TLP rate (plus a 20 B CplD overhead per 256 B), as
-  :func:`~models.pcie.closed_form.read_latency_ps` counts. Only the remainder is fitted: a least-squares line
+  :meth:`~models.pcie.link.PcieParams.lone_read_ps` counts. Only the remainder is fitted: a least-squares line
   through each size's median minus its link part, 8 B .. 2 KiB, whose intercept is the round trip and whose
   slope is the per-byte term.
 """
@@ -25,7 +25,6 @@ from pathlib import Path
 
 import numpy as np
 
-from models.pcie.closed_form import read_latency_ps
 from models.pcie.link import PcieParams
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "pciebench_dma_read_sizes.json"
@@ -52,7 +51,7 @@ def fit_read_latency(link: PcieParams, data: dict) -> tuple[int, float]:
     wire_only = replace(link, read_latency_ps=0, read_latency_ps_per_byte=0.0)
     rows = [r for r in data["latency_rows"] if r["bytes"] >= LATENCY_FIT_FROM]
     sizes = np.array([r["bytes"] for r in rows], dtype=float)
-    rest = np.array([r["median_ns"] * 1000 - read_latency_ps(wire_only, r["bytes"]) for r in rows])
+    rest = np.array([r["median_ns"] * 1000 - wire_only.lone_read_ps(r["bytes"]) for r in rows])
     slope, intercept = np.polyfit(sizes, rest, 1)
     return round(intercept), round(float(slope), 2)
 

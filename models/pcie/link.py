@@ -120,6 +120,19 @@ class PcieParams:
         """Latency a DMA read of ``nbytes`` adds after its last completion has arrived (ps)."""
         return round(self.read_latency_ps_per_byte * nbytes)
 
+    def lone_read_ps(self, nbytes: int) -> int:
+        """Latency of one aligned DMA read of ``nbytes`` alone on the link, first request out to the data in the
+        engine, as the event engine's read stages (:func:`models.nic.datapath.dma_read`) give it (ps): the first
+        request's wire time, the round trip, every completion's wire time and the size term, each in whole ps.
+
+        Later requests go out while the first one's round trip runs, so they cost nothing here as long as a request
+        is shorter than the round trip (always, for real links). A read whose requests outnumber its tags by far
+        waits for tags instead (:func:`~models.pcie.closed_form.read_tag_hold_ps`); this is the latency of one that
+        does not.
+        """
+        return (self.read_request_ps(min(nbytes, self.mrrs)) + self.read_latency_ps + self.read_return_ps(nbytes)
+                + self.read_size_ps(nbytes))
+
     def write_efficiency(self, nbytes: int) -> float:
         """Effective DMA-write bandwidth for back-to-back ``nbytes`` writes: the link or the engine's issue
         spacing, whichever is lower (bytes/s)."""

@@ -83,7 +83,7 @@ def build_rail_server(layout: RailLayout, *, gpu: PcieParams = PcieParams(), nic
 
 
 def devices(g: nx.Graph, kind: str) -> list[str]:
-    """The ``gpu`` or ``nic`` nodes of ``g``, by index."""
+    """The ``gpu``, ``nic`` or ``memory`` nodes of ``g``, by index."""
     return sorted((n for n, k in g.nodes(data="kind") if k == kind), key=lambda n: int(n[3:]))
 
 
@@ -144,16 +144,23 @@ RAIL_POLICIES = ("aligned", "cross", "all")
 """How a workload's QPs pick their NICs (:func:`qp_nic`)."""
 
 
-def qp_nic(g: nx.Graph, layout: RailLayout, place: str, policy: str, k: int) -> str:
-    """The NIC that QP ``k`` of a flow to or from ``place`` (``gpu<i>`` or ``mem<s>``) uses under ``policy``:
-    ``aligned`` the place's rail NICs in turn, ``cross`` the :func:`cross_rail_nic` of that NIC, ``all`` every
+def qp_nic(g: nx.Graph, home: list[str], policy: str, k: int) -> str:
+    """The NIC that QP ``k`` of a flow to or from a memory or GPU whose :func:`rail_nics` are ``home`` uses under
+    ``policy``: ``aligned`` those NICs in turn, ``cross`` the :func:`cross_rail_nic` of that NIC, ``all`` every
     NIC in turn."""
     if policy == "all":
         nics = devices(g, "nic")
         return nics[k % len(nics)]
-    home = rail_nics(g, place, layout)
     nic = home[k % len(home)]
     return cross_rail_nic(g, nic) if policy == "cross" else nic
+
+
+def buffer_nics(g: nx.Graph, home: list[str], nics: str | list[str]) -> list[str]:
+    """The NICs a buffer of a memory or GPU whose :func:`rail_nics` are ``home`` is registered on under ``nics``:
+    ``rail`` those, ``all`` every NIC, else the NICs listed."""
+    if nics == "all":
+        return devices(g, "nic")
+    return list(home) if nics == "rail" else list(nics)
 
 
 def flow_rates(g: nx.Graph, flows: list[tuple[str, str]], nbytes: int, *, read: bool = False) -> list[float]:

@@ -101,9 +101,17 @@ def datagram_destination(qp, wr: SendWR):
     node = fabric.ports.get(ah.dlid)
     if node is None:
         raise ProtocolError(f"{call}: no port has LID {ah.dlid}: the model has nowhere to carry the datagram")
-    known = qp.senders.get((id(node), wr.remote_qpn))
-    return known.remote if known is not None and isinstance(known.remote, AbsentQp) else AbsentQp(node,
-                                                                                                    wr.remote_qpn)
+    return absent_qp(qp, ah.dlid, node, wr.remote_qpn)
+
+
+def absent_qp(qp, dlid: int, node, qp_num: int) -> AbsentQp:
+    """The :class:`AbsentQp` that UD ``qp`` sends to at QP number ``qp_num`` of ``node`` (port LID ``dlid``), made
+    at its first datagram there (so its :func:`sender_to` and step lists are made once too)."""
+    key = (dlid, qp_num)
+    absent = qp.absent_qps.get(key)
+    if absent is None:
+        absent = qp.absent_qps[key] = AbsentQp(node, qp_num)
+    return absent
 
 
 class AbsentQp:

@@ -12,11 +12,11 @@ offset.
 from __future__ import annotations
 
 from models.ib.dmabuf_mr import register_dmabuf
-from models.ib.mkey_page import EXPORTER_RUN, ib_umem_num_dma_blocks, mkey_page_size, page_segments
+from models.ib.mkey_page import EXPORTER_RUN, mkey_page_size, page_segments
 from models.ib.mr_checks import MELLANOX_VENDOR_ID, efa_alloc_mr, ib_check_mr_access, mlx5r_umr_can_load_pas
 from models.nic.translation import DmabufImporter
 from models.nic.wqe import Access
-from models.verbs.verbs import MemoryRegion, ProtectionDomain
+from models.verbs.verbs import MemoryRegion, ProtectionDomain, reg_create
 from models.versions import RDMA_CORE_DMABUF, RDMA_CORE_MLX5DV_DMABUF, Version
 from sim.core import VerbsError
 
@@ -162,19 +162,14 @@ def _register(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int
     node = pd.context.node
     nic = node.nic
     page = mkey_page_size(nic.params, iova, page_segments(offset, length, EXPORTER_RUN), is_dmabuf=True)
-    entries = nic.reserve_translations(ib_umem_num_dma_blocks(iova, length, page), call=call)
-    try:
+
+    def umem():
         start = node.kernel.now_ps(nic.name)
         with node.kernel.call(nic.name, call, offset=offset, length=length, fd=fd, mode=mode):
             node.kernel.spend(nic.name, nic.params.umr.reg_ioctl_ps)
             backing, done = register_dmabuf(nic, mode, nic.params.umr, node.fds, offset, length, fd,
                                             bool(access & Access.LOCAL_WRITE), node.kernel.config.behaviour,
                                             invariants)
-    except BaseException:
-        nic.release_translations(entries)
-        raise
-    key = nic.new_key()
-    mr = MemoryRegion(pd, offset, length, Access(access), key, key, done - start, backing=backing, iova=iova,
-                      mr_type="DMABUF_MR", page_size=page)
-    nic.mrs[key] = mr
-    return mr
+        return done - start, backing
+
+    return reg_create(pd, offset, length, access, umem, call, page=page, iova=iova, mr_type="DMABUF_MR")

@@ -14,7 +14,8 @@ from models.dmabuf.gpu_export import GpuAllocation
 from models.ib.mkey_page import ib_umem_num_dma_blocks, mkey_page_size, page_segments
 from models.ib.mr_backing import PeerMemBacking, PeerMemParams
 from models.nic.wqe import Access
-from models.verbs.verbs import REG_MR_FIXED_PS, MemoryRegion, ProtectionDomain, check_reg_args, trace_registration
+from models.verbs.verbs import (REG_MR_FIXED_PS, MemoryRegion, ProtectionDomain, check_reg_args, reg_create,
+                                 trace_registration)
 from sim.core import VerbsError
 
 
@@ -33,19 +34,18 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
         raise VerbsError("EFAULT", "range outside the GPU allocation: nvidia_p2p_get_pages fails", call=call)
     nic = pd.context.node.nic
     page = mkey_page_size(nic.params, addr, page_segments(addr, length, params.gpu_page_size), is_dmabuf=False)
-    entries = nic.reserve_translations(ib_umem_num_dma_blocks(addr, length, page), call=call)
     gpu_pages = ib_umem_num_dma_blocks(addr, length, params.gpu_page_size)
-    key = nic.new_key()
     cost = REG_MR_FIXED_PS + params.get_pages_ps + gpu_pages * params.page_ps
-    try:
-        backing = PeerMemBacking(length, alloc, f"{nic.name}:mr{key}", gpu_pages * params.gpu_page_size)
-    except VerbsError:
-        nic.release_translations(entries)
-        raise
-    mr = MemoryRegion(pd, addr, length, Access(access), key, key, cost, backing=backing, page_size=page)
-    nic.mrs[key] = mr
+    key = 0
+
+    def umem():
+        nonlocal key
+        key = nic.new_key()  # before the pages are got: the peer client names its pin by the MR's key
+        return cost, PeerMemBacking(length, alloc, f"{nic.name}:mr{key}", gpu_pages * params.gpu_page_size)
+
+    mr = reg_create(pd, addr, length, access, umem, call, page=page, key=lambda: key)
     trace_registration(mr, call, ("nvidia_p2p_get_pages", cost - REG_MR_FIXED_PS, {"gpu_pages": gpu_pages}),
-                       entries)
+                       mr.mtt_entries)
     return mr
 
 

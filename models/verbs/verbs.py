@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import simpy
@@ -216,6 +217,9 @@ class QueuePair:
     """As responder: the incoming request it sent an RNR NAK for and waits to see again (later ones are dropped)."""
     senders: dict = field(default_factory=dict)
     """UD: the data path's view of the QP per destination (:func:`models.verbs.ah.sender_to`)."""
+    absent_qps: dict = field(default_factory=dict)
+    """UD: the :class:`~models.verbs.ah.AbsentQp` of each (LID, QP number) it sent to that has no UD QP, made once
+    (:func:`models.verbs.ah.absent_qp`)."""
     missing: object | None = None
     """As responder: the incoming request whose packets the link lost, awaited again (later ones are dropped)."""
     nak_sent: bool = False
@@ -382,6 +386,7 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
         qp.reads = None  # the READ/atomic slots are counted at the first post, once the responder is known
         qp.paths.clear()  # the step lists follow the new attributes (path MTU, READ/atomic slots)
         qp.senders.clear()
+        qp.absent_qps.clear()
         if qp.poll_delays is None:
             qp.poll_delays = UniformDraws(env.rng(f"{qp.node.name}.cpu.qp{qp.qp_num}"),
                                           qp.node.host.params.poll_period_ps)
@@ -430,16 +435,14 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
         return _reg_implicit_mr(pd, access, backing, call)
     page = host_page_size(pd.context.node, addr, length) if backing is None else \
         mkey_page_size(nic.params, addr, (), is_dmabuf=False, odp_page=backing.page_size)
-    entries = nic.reserve_translations(ib_umem_num_dma_blocks(addr, length, page), call=call)
-    try:
+
+    def umem() -> tuple[int, MrBacking | None]:
         cost = pd.context.node.host.pin(addr, length, call=call) if backing is None else \
             mlx5_ib_init_odp_mr(pd.context.node, backing, length, pd.context.env.now)
-    except VerbsError:
-        nic.release_translations(entries)
-        raise
-    key = nic.new_key()
-    mr = MemoryRegion(pd, addr, length, access, key, key, REG_MR_FIXED_PS + cost, backing=backing, page_size=page)
-    nic.mrs[key] = mr
+        return REG_MR_FIXED_PS + cost, backing
+
+    mr = reg_create(pd, addr, length, access, umem, call, page=page)
+    cost = mr.reg_ps - REG_MR_FIXED_PS
     if backing is None:
         host = pd.context.node.host
         trace_registration(mr, call, ("pin_user_pages", cost, {"pages": host.pages_spanned(addr, length)}),
@@ -474,12 +477,36 @@ def _odp_backing(pd: ProtectionDomain, addr: int, length: int, access: Access) -
 def _reg_implicit_mr(pd: ProtectionDomain, access: Access, backing: ImplicitOdpBacking, call: str) -> MemoryRegion:
     """``mlx5_ib_alloc_implicit_mr``: the parent KSM mkey, written zapped by one UMR; its children hold their
     own translation entries as faults create them, so the NIC's table is not charged here."""
-    nic = pd.context.node.nic
-    key = nic.new_key()
-    mr = MemoryRegion(pd, 0, SIZE_MAX, access, key, key, REG_MR_FIXED_PS + parent_create_ps(nic.params.umr),
-                      backing=backing)
-    nic.mrs[key] = mr
+    umr = pd.context.node.nic.params.umr
+    mr = reg_create(pd, 0, SIZE_MAX, access, lambda: (REG_MR_FIXED_PS + parent_create_ps(umr), backing), call)
     trace_registration(mr, call, None, MLX5_IMR_KSM_ENTRIES)
+    return mr
+
+
+def reg_create(pd: ProtectionDomain, addr: int, length: int, access: Access,
+               umem: Callable[[], tuple[int, MrBacking | None]], call: str, *, page: int | None = None,
+               iova: int | None = None, key: Callable[[], int] | None = None, mr_type: str = "MR") -> MemoryRegion:
+    """mlx5's ``reg_create`` (drivers/infiniband/hw/mlx5/mr.c) and the NIC's records of every registration: the
+    MR's translation entries reserved in the NIC's table (``ib_umem_num_dma_blocks`` of ``page``-sized blocks from
+    ``iova``, default ``addr``; ``page`` None: none charged, as for an implicit ODP parent), then ``umem()`` (pin the
+    pages, map the dma-buf, get the peer pages: it returns the registration's time in ps and the MR's backing), whose
+    failure gives the entries back; then the mkey recorded in the NIC's key table: a fresh key, or ``key()`` for one
+    ``umem()`` made.
+
+    :raises VerbsError: ``ENOMEM`` when the NIC's translation table would overflow; what ``umem()`` raises.
+    """
+    nic = pd.context.node.nic
+    start = addr if iova is None else iova
+    entries = 0 if page is None else nic.reserve_translations(ib_umem_num_dma_blocks(start, length, page), call=call)
+    try:
+        reg_ps, backing = umem()
+    except BaseException:
+        nic.release_translations(entries)
+        raise
+    key = nic.new_key() if key is None else key()
+    mr = MemoryRegion(pd, addr, length, Access(access), key, key, reg_ps, backing=backing, iova=iova,
+                      mr_type=mr_type, page_size=PAGE_SIZE if page is None else page)
+    nic.mrs[key] = mr
     return mr
 
 
@@ -606,6 +633,18 @@ def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:
     return CompletionQueue(context, cqe)
 
 
+def check_qp_type(nic_params, qp_type: QpType) -> None:
+    """The QP types the device's provider creates. mlx5: every type modelled. EFA (rdma-core providers/efa/verbs.c,
+    ``efa_create_qp``): UD only, and SRD through ``efadv_create_driver_qp`` (reliable; RDMA READ and WRITE on
+    devices with those caps), which the model runs as its RC; any other type is refused ("Unsupported QP type").
+
+    :raises VerbsError: ``EOPNOTSUPP`` for a UC QP on EFA.
+    """
+    if nic_params.device.vendor_id == EFA_VENDOR_ID and qp_type is QpType.UC:
+        raise VerbsError("EOPNOTSUPP", "EFA creates UD QPs and SRD ones (the model's RC), not UC (efa_create_qp: "
+                         "Unsupported QP type)", call="ibv_create_qp")
+
+
 def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: int, *, max_send_sge: int = 1,
                   max_inline_data: int | None = None, sq_sig_all: bool = True, recv_cq: CompletionQueue | None = None,
                   max_recv_wr: int = 0, max_recv_sge: int = 1, srq: SharedReceiveQueue | None = None,
@@ -616,11 +655,13 @@ def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: i
     mlx5 makes it (:func:`~models.verbs.receive_queue.rq_geometry`: ``qp.rq.depth``, ``qp.rq.max_sge`` are the ``cap``
     ibv_create_qp returns); on an ``srq`` the QP has none and ``max_recv_wr`` is ignored.
 
-    :raises VerbsError: ``EINVAL`` when max_send_wr, max_recv_wr or max_recv_sge is out of the device's range, the
-        send caps are (see :func:`~models.verbs.send_checks.check_send_caps`), or the SRQ belongs to another device.
+    :raises VerbsError: ``EOPNOTSUPP`` for a type the device's provider does not create (:func:`check_qp_type`);
+        ``EINVAL`` when max_send_wr, max_recv_wr or max_recv_sge is out of the device's range, the send caps are
+        (see :func:`~models.verbs.send_checks.check_send_caps`), or the SRQ belongs to another device.
     """
     call = "ibv_create_qp"
     nic = pd.context.node.nic
+    check_qp_type(nic.params, QpType(qp_type))
     limit = nic.params.max_qp_wr
     if not 1 <= max_send_wr <= limit:
         raise VerbsError("EINVAL", f"max_send_wr {max_send_wr} outside 1..{limit} (device max_qp_wr)", call=call)

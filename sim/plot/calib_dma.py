@@ -46,8 +46,8 @@ def dma_engine_figure(directory: Path) -> list[Path]:
     ax.set(ylim=(0, 60), ylabel="Gb/s", title="posted DMA writes")
 
     ax = axes[1]
-    _line(ax, lambda n: cf.read_latency_ps(nfp, n) / 1e3, "-", "model: link + round trip + per-byte term")
-    _line(ax, lambda n: cf.read_latency_ps(replace(nfp, read_latency_ps_per_byte=0.0), n) / 1e3, "--",
+    _line(ax, lambda n: nfp.lone_read_ps(n) / 1e3, "-", "model: link + round trip + per-byte term")
+    _line(ax, lambda n: replace(nfp, read_latency_ps_per_byte=0.0).lone_read_ps(n) / 1e3, "--",
           "link + round trip only")
     mid = latency["median_ns"]
     ax.errorbar(latency["bytes"], mid, yerr=[mid - latency["min_ns"], latency["p95_ns"] - mid], fmt="o", ms=3,
@@ -70,7 +70,7 @@ def dma_engine_figure(directory: Path) -> list[Path]:
         pd.DataFrame({"what": "write", "bytes": writes["bytes"], "unit": "Gb/s", "measured": writes["bw_Gbps"],
                       "model": [cf.write_Bps(nfp, n) * gbps for n in writes["bytes"]]}),
         pd.DataFrame({"what": "read latency", "bytes": latency["bytes"], "unit": "ns", "measured": mid,
-                      "model": [cf.read_latency_ps(nfp, n) / 1e3 for n in latency["bytes"]]}),
+                      "model": [nfp.lone_read_ps(n) / 1e3 for n in latency["bytes"]]}),
         pd.DataFrame({"what": "read", "bytes": reads["bytes"], "unit": "Gb/s", "measured": reads["bw_Gbps"],
                       "model": [cf.read_Bps(nfp, n) * gbps for n in reads["bytes"]]})], ignore_index=True)
     return save(fig, points, directory, "calib_dma_engine")

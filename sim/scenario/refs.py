@@ -8,7 +8,10 @@ import difflib
 from models.gpu import gpu_params
 from models.nic.transport import QpType, receive_overhead
 from models.nic.port_rates import PORT_RATES
+from models.pcie.server import buffer_nics, build_rail_server, qp_nic, rail_nics
+from models.verbs.verbs import check_qp_type
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
+from sim.core import VerbsError
 from sim.scenario.horizon import check_horizon
 from sim.scenario.resolve import nic_params
 from sim.scenario.schema import NodeSpec, Scenario, TestbedSpec
@@ -123,17 +126,24 @@ def check_references(scenario: Scenario) -> list[Problem]:
                              f"more than the fabric's MTU {scenario.fabric.mtu} (perftest: Max message size in UD "
                              "cannot be greater than MTU)"))
     problems += library_problems(scenario) + port_problems(scenario) + queue_problems(scenario)
+    problems += transport_problems(scenario) + rail_problems(scenario)
     return problems or check_horizon(scenario)
+
+
+def _workload_ends(scenario: Scenario) -> list[tuple]:
+    """Each workload with the names of the nodes its buffers are on, in the nodes' order."""
+    node_of = {b.name: b.on.split(".")[0] for b in scenario.buffers}
+    return [(work, [n.name for n in scenario.nodes
+                    if n.name in {node_of.get(b) for pair in work.buffer_pairs() for b in pair}])
+            for work in scenario.workload]
 
 
 def queue_problems(scenario: Scenario) -> list[Problem]:
     """Each workload's queues fit the NICs of both its ends: ibv_create_qp refuses a send queue (tx_depth) or a
     SEND test's receive queue (rx_depth) deeper than the device's max_qp_wr."""
     nodes = {n.name: n for n in scenario.nodes}
-    node_of = {b.name: b.on.split(".")[0] for b in scenario.buffers}
     problems = []
-    for i, work in enumerate(scenario.workload):
-        ends = [name for name in nodes if name in {node_of.get(b) for pair in work.buffer_pairs() for b in pair}]
+    for i, (work, ends) in enumerate(_workload_ends(scenario)):
         depths = [("tx_depth", work.tx_depth)] + ([("rx_depth", work.rx_depth)] if work.kind.startswith("send") else [])
         for key, depth in depths:
             short = [(name, nic_params(nodes[name]).max_qp_wr) for name in ends
@@ -143,6 +153,56 @@ def queue_problems(scenario: Scenario) -> list[Problem]:
                 problems.append((("workload", i, key), f"{key} {depth} is deeper than the {nodes[name].nic.preset} NIC"
                                  f" of node '{name}' takes: max_qp_wr {limit} (ibv_create_qp fails with EINVAL)"))
     return problems
+
+
+def transport_problems(scenario: Scenario) -> list[Problem]:
+    """Each workload's transport is one the NICs of both its ends create QPs of (:func:`check_qp_type`)."""
+    nodes = {n.name: n for n in scenario.nodes}
+    problems = []
+    for i, (work, ends) in enumerate(_workload_ends(scenario)):
+        for name in ends:
+            try:
+                check_qp_type(nic_params(nodes[name]), QpType(work.transport.upper()))
+            except VerbsError as exc:
+                problems.append((("workload", i, "transport"), f"the {nodes[name].nic.preset} NIC of node '{name}' "
+                                 f"refuses it: {exc}"))
+                break
+    return problems
+
+
+def rail_problems(scenario: Scenario) -> list[Problem]:
+    """On a rails node each QP of a workload opens the NIC its ``rails`` policy picks (:func:`qp_nic`); the buffer
+    at that end must be registered there (its ``nics``, :func:`buffer_nics`), or the run fails at that QP."""
+    nodes, buffers = {n.name: n for n in scenario.nodes}, {b.name: b for b in scenario.buffers}
+    graphs, problems = {}, []
+    for i, work in enumerate(scenario.workload):
+        for name in dict.fromkeys(b for pair in work.buffer_pairs() for b in pair):
+            buf = buffers.get(name)
+            node = nodes.get(buf.on.split(".")[0]) if buf is not None else None
+            vertex = _vertex(node, buf.on.split(".")[1]) if node is not None and node.rails is not None else None
+            if vertex is None or isinstance(buf.nics, list) and not set(buf.nics) <= set(nic_names(node)):
+                continue  # a memory or NIC named that is not there (reported by check_references)
+            layout = node.rails.layout()
+            g = graphs[node.name] = graphs.get(node.name) or build_rail_server(layout)
+            home = rail_nics(g, vertex, layout)
+            registered = buffer_nics(g, home, buf.nics)
+            missed = [(k, nic) for k in range(work.qps) if (nic := qp_nic(g, home, work.rails, k)) not in registered]
+            if missed:
+                (k, nic), listed = missed[0], buf.nics if isinstance(buf.nics, str) else ", ".join(buf.nics)
+                problems.append((("workload", i, "rails"), f"'{work.rails}' opens QP {k} of '{name}' on "
+                                 f"{node.name}.{nic}, where its nics ({listed}) do not register it (only on "
+                                 f"{', '.join(registered)}): give '{name}' nics: all, or a list with {nic}"))
+                break
+    return problems
+
+
+def _vertex(node: NodeSpec, place: str) -> str | None:
+    """The topology vertex of memory ``place`` of a rails node ('host': mem0, a GPU: gpu<i>); None for no such
+    memory (reported by :func:`check_references`)."""
+    if place == "host":
+        return "mem0"
+    names = [g.name or f"gpu{i}" for i, g in enumerate(node.gpus)]
+    return f"gpu{names.index(place)}" if place in names else None
 
 
 LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}

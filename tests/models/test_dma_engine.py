@@ -41,15 +41,15 @@ def test_the_link_explains_half_the_latency_slope_and_the_fit_only_the_rest():
     rows = {r["bytes"]: r["median_ns"] for r in DATA["latency_rows"]}
     measured = (rows[2048] - rows[8]) / (2048 - 8) * 1000  # ps per byte
     wire_only = replace(NFP, read_latency_ps_per_byte=0.0)
-    link = (cf.read_latency_ps(wire_only, 2048) - cf.read_latency_ps(wire_only, 8)) / (2048 - 8)
+    link = (wire_only.lone_read_ps(2048) - wire_only.lone_read_ps(8)) / (2048 - 8)
     assert 0.4 < link / measured < 0.6  # completions serialise at the TLP rate: about half of the slope
     assert NFP.read_latency_ps_per_byte == pytest.approx(measured - link, rel=0.05)
 
 
 @pytest.mark.parametrize("p", [NFP, GEN5_SLOW_ENGINE, replace(NFP, mrrs=128, mps=128)], ids=["nfp", "gen5", "mrrs128"])
 @pytest.mark.parametrize("n", [8, 64, 300, 512, 2048, 8192])
-def test_one_read_alone_takes_the_closed_form_latency_in_the_event_engine(p, n):
-    assert _lone_read_ps(p, n) == pytest.approx(cf.read_latency_ps(p, n), abs=1)
+def test_one_read_alone_takes_the_lone_read_latency_in_the_event_engine(p, n):
+    assert _lone_read_ps(p, n) == p.lone_read_ps(n)  # to the picosecond: each term rounded as the stages round it
 
 
 def test_the_size_term_is_latency_only():
@@ -107,7 +107,7 @@ def test_where_issue_and_link_cross_the_nfp_is_slower_than_the_ceiling():
 
 @pytest.mark.parametrize("r", [r for r in DATA["latency_rows"] if r["bytes"] >= 8], ids=lambda r: f"{r['bytes']}B")
 def test_read_latency_meets_pciebench_within_the_sample_spread(r):
-    assert cf.read_latency_ps(NFP, r["bytes"]) / 1000 == pytest.approx(
+    assert NFP.lone_read_ps(r["bytes"]) / 1000 == pytest.approx(
         r["median_ns"], rel=dma_engine.latency_tolerance(r))
 
 

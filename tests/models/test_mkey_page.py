@@ -128,3 +128,35 @@ def test_the_best_page_size_is_the_largest_that_passes_every_entry(first, offset
         return size <= max(4096, 1 << span_bits)
     assert passes(best) and not passes(2 * best)
     assert ib_umem_num_dma_blocks(virt, length, best) * best >= length
+
+
+def _register(bed, node, path: str, *, fail: bool = False):
+    """Register 2 MiB on node b by ``path``; ``fail``: so that its pinning step (the umem) fails."""
+    if path == "host":
+        node.host.params = HostParams(memlock_limit=4 * KiB if fail else None)
+        return ibv_reg_mr(bed.pds[1], node.host.allocate(f"h{len(node.nic.mrs)}", SIZE).addr, SIZE, RW)
+    if path == "dmabuf":
+        return bed.reg(length=SIZE, fd=999 if fail else bed.fd)
+    gpu = Gpu("b.gpu0", "nvidia", gpu_params("h200", **({"bar1_bytes": SIZE // 2} if fail else {})), node.kernel)
+    return ibv_reg_mr_peermem(bed.pds[1], gpu.malloc("buf", SIZE), 0, SIZE, RW)
+
+
+@pytest.mark.parametrize("path", ["host", "dmabuf", "peermem"])
+def test_every_registration_reserves_its_entries_first_and_records_its_key_last(path):
+    """One rule for ibv_reg_mr, ibv_reg_dmabuf_mr and the peer-memory path: a full table refuses the MR with ENOMEM
+    before anything is pinned, a failed pin gives the entries back, and only a registered MR is in the key
+    table, at its key, holding its entries."""
+    bed, node, _ = _gpu_bed()
+    before = (node.nic.translations, dict(node.nic.mrs))
+    node.nic.params = NicParams(max_translations=node.nic.translations + 1)
+    with pytest.raises(VerbsError) as full:
+        _register(bed, node, path)
+    assert full.value.errno == "ENOMEM" and "translation table full" in str(full.value)
+    node.nic.params = NicParams()
+    with pytest.raises(VerbsError) as failed:
+        _register(bed, node, path, fail=True)
+    assert "translation table full" not in str(failed.value)
+    assert (node.nic.translations, node.nic.mrs) == before
+    mr = _register(bed, node, path)
+    assert node.nic.mrs == {**before[1], mr.lkey: mr} and mr.lkey == mr.rkey
+    assert node.nic.translations == before[0] + mr.mtt_entries > before[0]

@@ -17,7 +17,7 @@ from models.nic.translation import mr_bytes
 from models.nic.wqe import Access, Opcode, QpState, RecvWR, SendWR, Sge, WcFlags, WcOpcode, WcStatus
 from models.node import Node
 from models.pcie.link import PcieParams
-from models.verbs.ah import data_path_qp, ibv_create_ah, ibv_destroy_ah, ibv_query_gid
+from models.verbs.ah import AbsentQp, data_path_qp, datagram_destination, ibv_create_ah, ibv_destroy_ah, ibv_query_gid
 from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_qp
 from models.verbs.qp_state import AhAttr, QPAttr, QpAttrMask as M
 from models.verbs.query import ibv_query_port
@@ -359,6 +359,20 @@ def test_a_datagram_to_a_qp_number_without_a_receiving_qp_is_dropped_at_the_resp
     assert [(wc.wr_id, wc.status) for wc in sent] == [(1, WcStatus.SUCCESS)]
     assert [wc for wc in received if wc.status is WcStatus.SUCCESS] == []
     assert rx.busy_ps > busy  # the datagram did reach the port
+
+
+def test_datagrams_to_a_missing_qp_number_share_one_absent_qp_and_its_sender():
+    """Each (port, QP number) without a UD QP is one destination to the sender: the same AbsentQp, so the same
+    data-path view and step lists, whatever else the sender has sent to; another number is another."""
+    bed = Bed()
+    qa, qb = bed.ud_pair()
+    to = lambda qpn: datagram_destination(qa, bed.wr(1, Opcode.SEND, 64, ah=bed.ah(), remote_qpn=qpn,
+                                                     remote_qkey=QKEY))
+    first = to(999)
+    assert isinstance(first, AbsentQp) and first.qp_num == 999 and first.node is bed.nodes[1]
+    assert data_path_qp(qa, to(qb.qp_num)).remote is qb
+    assert to(999) is first and data_path_qp(qa, to(999)) is data_path_qp(qa, first)
+    assert to(998) is not first and to(998).qp_num == 998
 
 
 def test_query_port_and_gid_name_the_port():

@@ -19,6 +19,6 @@ def test_figure_shows_every_measured_point_with_the_model_beside_it(tmp_path):
     assert len(points) == len(data["write_rows"]) + len(data["rows"]) + len(data["latency_rows"]) - 1  # 4 B left out
     latency = points[points.what == "read latency"].set_index("bytes")
     assert latency.loc[2048, "measured"] == 1133
-    assert latency.loc[2048, "model"] == pytest.approx(cf.read_latency_ps(nfp, 2048) / 1e3)
+    assert latency.loc[2048, "model"] == pytest.approx(nfp.lone_read_ps(2048) / 1e3)
     writes = points[points.what == "write"].set_index("bytes")
     assert writes.loc[64, "model"] == pytest.approx(writes.loc[64, "measured"], rel=1e-3)  # the fitted point

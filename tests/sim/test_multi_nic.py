@@ -1,6 +1,8 @@
 """Rails nodes: several NICs and GPUs per node, each NIC with its own link, queues and keys; routes, NIC selection,
 per-NIC MRs, registration fan-out and rail-aligned against cross-rail rates out of the event engine."""
 
+import json
+
 import networkx as nx
 import pytest
 
@@ -10,10 +12,11 @@ from models.pcie.server import (RailLayout, build_rail_server, connection, cross
                                 qp_nic, rail_nics)
 from models.pcie.topology import dma_write_stages, route
 from models.verbs.verbs import ibv_create_cq, ibv_create_qp, ibv_poll_cq, ibv_post_send
-from sim.build import build
+from sim.build import build, qp_device
 from sim.core import PS_PER_S
 from sim.fast_plan import outside_domain
 from sim.rails import rail_table
+from sim.results import json_records, write_results
 from sim.run import run_scenario
 from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario
@@ -60,18 +63,31 @@ def test_a_qps_dma_takes_the_route_from_its_own_nic():
 def test_nic_selection_by_rail_policy():
     layout = RailLayout(**RAILS)
     g = build_rail_server(layout)
-    assert [qp_nic(g, layout, "gpu3", "aligned", k) for k in range(2)] == ["nic3", "nic3"]
-    assert qp_nic(g, layout, "gpu3", "cross", 0) == cross_rail_nic(g, "nic3") == "nic7"
+    home = {v: rail_nics(g, v, layout) for v in ("gpu3", "mem0", "mem1")}
+    assert [qp_nic(g, home["gpu3"], "aligned", k) for k in range(2)] == ["nic3", "nic3"]
+    assert qp_nic(g, home["gpu3"], "cross", 0) == cross_rail_nic(g, "nic3") == "nic7"
     assert connection(g, "gpu3", "nic7") == "SYS" and connection(g, "gpu3", "nic3") == "PIX"
-    assert [qp_nic(g, layout, "gpu3", "all", k) for k in range(9)] == [*devices(g, "nic"), "nic0"]
-    assert rail_nics(g, "mem0", layout) == ["nic0", "nic1", "nic2", "nic3"]
-    assert [qp_nic(g, layout, "mem1", "aligned", k) for k in range(3)] == ["nic4", "nic5", "nic6"]
+    assert [qp_nic(g, home["gpu3"], "all", k) for k in range(9)] == [*devices(g, "nic"), "nic0"]
+    assert home["mem0"] == ["nic0", "nic1", "nic2", "nic3"]
+    assert [qp_nic(g, home["mem1"], "aligned", k) for k in range(3)] == ["nic4", "nic5", "nic6"]
+
+
+def test_a_rails_nodes_rail_nics_are_worked_out_once_and_its_rail_buffers_and_aligned_qps_share_them():
+    bed = build(_scenario(gpus=3, nics={"dst1": "rail", "dst2": ["nic2", "nic6"]}), 1)
+    g, layout = bed.nodes["b"].topology, RailLayout(**RAILS)
+    assert bed.rails["b"] == {v: rail_nics(g, v, layout) for v in [*devices(g, "memory"), *devices(g, "gpu")]}
+    assert list(bed.rails["b"]) == ["mem0", "mem1", *(f"gpu{i}" for i in range(8))]
+    rail = bed.registrations["dst1"]
+    assert list(rail.mrs) == bed.rails["b"]["gpu1"] == ["nic1"]
+    assert [qp_device(bed, rail, "aligned", k).context.node.device for k in range(3)] == ["nic1"] * 3
+    assert qp_device(bed, rail, "cross", 0).context.node.device == "nic5"
 
 
 def test_each_nic_holds_its_own_mr_and_the_rail_buffer_only_its_rail_nic():
     bed = build(_scenario(nics={"dst1": "rail"}), 1)
     everywhere, rail = bed.registrations["dst0"], bed.registrations["dst1"]
     assert list(everywhere.mrs) == [f"nic{k}" for k in range(8)] and list(rail.mrs) == ["nic1"]
+    assert everywhere.mr is everywhere.mrs["nic0"] and rail.mr is rail.mrs["nic1"]  # its first NIC's
     for nic, mr in everywhere.mrs.items():
         assert bed.nic_node("b", nic).nic.lookup(mr.rkey) is mr
         assert mr.pd is bed.devices[f"b.{nic}"].pd
@@ -101,6 +117,21 @@ def test_an_rkey_of_nic0_used_on_nic1_fails_with_rem_access_err():
 def test_a_workload_on_a_nic_its_buffer_is_not_registered_on_is_refused():
     with pytest.raises(Exception, match=r"'dst0' is not registered on b\.nic4 \(registered on nic0"):
         run_scenario(_scenario(gpus=1, rails="cross", nics={"dst0": "rail"}))
+
+
+@pytest.mark.parametrize("rails, nics, refused", [
+    ("cross", "rail", "b.nic4"), ("cross", ["nic0", "nic1"], "b.nic4"), ("aligned", ["nic1"], "b.nic0"),
+    ("cross", "all", None), ("aligned", "rail", None), ("cross", ["nic4"], None), ("all", "all", None)])
+def test_a_qp_on_a_nic_its_buffer_is_not_registered_on_is_refused_at_the_rails_key(rails, nics, refused):
+    scenario = _scenario(gpus=1, rails=rails, nics={"dst0": nics})
+    problems = check_references(scenario)
+    if refused is None:
+        assert problems == [] and len(run_scenario(scenario).summary) == 1
+        return
+    assert [path for path, _ in problems] == [("workload", 0, "rails")]
+    assert f"opens QP 0 of 'dst0' on {refused}, where its nics" in problems[0][1]
+    with pytest.raises(Exception, match=rf"'dst0' is not registered on {refused}"):  # what the run would meet
+        run_scenario(scenario)
 
 
 def test_registering_on_every_nic_costs_every_registration():
@@ -189,3 +220,12 @@ def test_rails_keys_are_checked():
 def test_same_seed_same_rails_results(rates):
     again = rail_table(run_scenario(_scenario(rails="cross")))
     assert again.equals(rates["cross"])
+
+
+def test_a_runs_rail_table_is_worked_out_once_and_its_summary_holds_that_one(tmp_path):
+    result = run_scenario(_scenario(gpus=1))
+    table = rail_table(result)
+    assert rail_table(result) is table and len(table) == 1
+    summary = json.loads((write_results(result, tmp_path / "out") / "summary.json").read_text())
+    assert summary["rails"] == json_records(table)
+

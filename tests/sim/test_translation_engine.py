@@ -2,8 +2,9 @@
 
 import pytest
 
+from models.nic.datapath import dma_read, end_times
 from models.nic.mtt_cache import MttParams, deep_lookup_ps
-from models.pcie.link import PcieParams
+from models.pcie.link import PcieLink, PcieParams
 from models.presets import PCIE_PRESETS
 from sim.core import PS_PER_S
 from sim.run import run_scenario
@@ -34,6 +35,13 @@ def test_past_the_reach_each_written_page_waits_on_one_entry_read_over_the_nics_
     rate = _run("6GiB", pcie={"read_latency": "1us"}).summary["bw_avg_Gbps"].iloc[0] * 1e9 / 8
     assert rate == pytest.approx(4096 * PS_PER_S / deep_lookup_ps(MttParams(), slow), rel=0.02)
     assert rate < 0.8 * _run("6GiB").summary["bw_avg_Gbps"].iloc[0] * 1e9 / 8
+
+
+@pytest.mark.parametrize("preset", ["gen3x16", "nfp6000"])
+def test_a_deep_lookup_is_one_entry_line_read_alone_in_the_event_engine_plus_the_walkers_own_time(preset):
+    link, params = PcieParams(**PCIE_PRESETS[preset]), MttParams()
+    (read,) = end_times(lambda: dma_read(PcieLink("l", link), params.line_bytes), 1)
+    assert deep_lookup_ps(params, link) == read + params.lookup_ps
 
 
 def test_the_cliff_only_hits_the_mr_the_nic_writes():
