@@ -5,7 +5,8 @@ and ``struct ibv_wc``."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -197,6 +198,8 @@ class WorkCompletion:
     """The sender's immediate data (valid with ``IBV_WC_WITH_IMM``)."""
     src_qp: int = 0
     """The sending QP's number (receive completions)."""
+    release: Callable[[], None] | None = field(default=None, repr=False, compare=False)
+    """A receive completion's: frees its receive queue slot when it is polled or cleaned from its CQ."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from models.nic.wqe import RecvWR
@@ -62,7 +63,7 @@ def check_rq_caps(max_recv_wr: int, max_recv_sge: int, max_wr: int, max_sge: int
 
 class ReceiveQueue:
     """Receives posted and not yet consumed, oldest first; ``depth`` slots, each held until its completion is
-    delivered."""
+    polled (mlx5 advances the receive queue's tail in ``ibv_poll_cq``)."""
 
     def __init__(self, depth: int, max_sge: int, wqe_bytes: int | None = None) -> None:
         self.depth, self.max_sge = depth, max_sge
@@ -70,7 +71,9 @@ class ReceiveQueue:
         """One receive WQE's size in the queue's buffer (what the NIC fetches per receive, bytes)."""
         self.posted: deque[RecvWR] = deque()
         self.held = 0
-        """Slots in use: posted, or consumed with the completion not yet delivered."""
+        """Slots in use: posted, or consumed with the completion not yet polled."""
+        self.resets = 0
+        """Times the queue was emptied by a reset (a completion of a receive from before one frees no slot)."""
         self.consumed = 0
         """Receives the NIC has taken."""
 
@@ -107,9 +110,15 @@ class ReceiveQueue:
         self.consumed += 1
         return self.posted.popleft()
 
-    def delivered(self) -> None:
-        """A consumed (or flushed) receive's completion reached the CQ: its slot is free."""
-        self.held -= 1
+    def release_at_poll(self) -> Callable[[], None]:
+        """What frees the slot of a receive consumed (or flushed) now, called when its completion is polled or
+        cleaned from its CQ; a reset of the queue in between has freed it already."""
+        resets = self.resets
+
+        def release() -> None:
+            if self.resets == resets:
+                self.held -= 1
+        return release
 
     def flush(self) -> list[RecvWR]:
         """Every receive still posted, taken out (the QP moved to the error state): their completions follow."""
@@ -121,6 +130,7 @@ class ReceiveQueue:
         """Empty the queue without completions (the QP moved to RESET)."""
         self.posted.clear()
         self.held = 0
+        self.resets += 1
 
 
 class AsyncEventType(enum.IntEnum):

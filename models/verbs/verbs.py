@@ -141,8 +141,9 @@ class CompletionQueue:
     destroyed: bool = False
 
     def push(self, wc: WorkCompletion) -> None:
-        """Deliver a completion (the NIC side); one of a destroyed QP is dropped."""
+        """Deliver a completion (the NIC side); one of a destroyed QP is dropped (freeing its SRQ slot)."""
         if wc.qp_num in self.cleaned:
+            free_receive_slot(wc)
             return
         if len(self.entries) >= self.cqe:
             raise VerbsError("EOVERFLOW", f"CQ overrun: more than {self.cqe} completions unpolled "
@@ -254,8 +255,9 @@ class QueuePair:
         return self.rq if self.srq is None else self.srq
 
     def deliver_receive(self, queue: ReceiveQueue, wc: WorkCompletion) -> None:
-        """A receive taken from ``queue`` completes: its completion reaches the receive CQ, its slot is free."""
-        queue.delivered()
+        """A receive taken from ``queue`` completes: its completion reaches the receive CQ, and its slot is free
+        once that is polled."""
+        wc.release = queue.release_at_poll()
         self.recv_cq.push(wc)
 
     def flush_receives(self) -> None:
@@ -733,8 +735,16 @@ def _release_held_posts(qp: QueuePair) -> None:
 
 
 def ibv_poll_cq(cq: CompletionQueue, num_entries: int) -> list[WorkCompletion]:
-    """Take up to ``num_entries`` completions, oldest first."""
+    """Take up to ``num_entries`` completions, oldest first; a receive's frees its receive queue slot."""
     out = []
     while cq.entries and len(out) < num_entries:
-        out.append(cq.entries.popleft())
+        out.append(free_receive_slot(cq.entries.popleft()))
     return out
+
+
+def free_receive_slot(wc: WorkCompletion) -> WorkCompletion:
+    """``wc``, its receive queue slot freed if it is a receive's (mlx5's poll and CQ clean advance the queue's tail)."""
+    if wc.release is not None:
+        wc.release()
+        wc.release = None
+    return wc

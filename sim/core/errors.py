@@ -16,17 +16,21 @@ class ConfigError(SimError):
     """A scenario file is invalid.
 
     Carries the file, 1-based line and column, and the dotted key path of the offending value; ``str()``
-    renders ``FILE:LINE:COL key.path: reason`` like a compiler diagnostic.
+    renders ``FILE:LINE:COL key.path: reason`` like a compiler diagnostic. Its ``args`` rebuild it (simpy
+    re-raises a process's exception as ``type(e)(*e.args)``).
     """
 
-    def __init__(self, reason: str, *, file: str = "<scenario>", line: int | None = None,
+    def __init__(self, reason: str, file: str = "<scenario>", line: int | None = None,
                  column: int | None = None, key: str = "") -> None:
         self.reason = reason
         self.file = file
         self.line = line
         self.column = column
         self.key = key
-        super().__init__(self.render())
+        super().__init__(reason, file, line, column, key)
+
+    def __str__(self) -> str:
+        return self.render()
 
     def render(self) -> str:
         where = self.file
@@ -39,9 +43,10 @@ class ConfigErrors(ConfigError):
     """Several scenario problems found in one pass; ``str()`` lists one per line."""
 
     def __init__(self, errors: list[ConfigError]) -> None:
-        self.errors = errors
         first = errors[0]
         super().__init__(first.reason, file=first.file, line=first.line, column=first.column, key=first.key)
+        self.errors = errors
+        self.args = (errors,)
 
     def render(self) -> str:  # noqa: D102 - see ConfigError.render
         return "\n".join(ConfigError.render(e) for e in self.errors)
@@ -50,17 +55,21 @@ class ConfigErrors(ConfigError):
 class VerbsError(SimError):
     """A verbs call failed the way rdma-core reports it: ``errno`` holds the errno name (``"EINVAL"``).
 
-    ``rule`` names the check that failed, e.g. ``"REMOTE_WRITE requires LOCAL_WRITE"``.
+    ``rule`` names the check that failed, e.g. ``"REMOTE_WRITE requires LOCAL_WRITE"``. Its ``args`` rebuild it
+    (simpy re-raises a process's exception as ``type(e)(*e.args)``).
     """
 
-    def __init__(self, errno: str, rule: str, *, call: str = "") -> None:
+    def __init__(self, errno: str, rule: str, call: str = "") -> None:
         if not hasattr(_errno, errno) and errno not in _EXTRA_ERRNOS:
             raise ValueError(f"unknown errno name {errno!r}")
         self.errno = errno
         self.rule = rule
         self.call = call
-        prefix = f"{call}: " if call else ""
-        super().__init__(f"{prefix}{errno}: {rule}")
+        super().__init__(errno, rule, call)
+
+    def __str__(self) -> str:
+        prefix = f"{self.call}: " if self.call else ""
+        return f"{prefix}{self.errno}: {self.rule}"
 
     @property
     def errno_value(self) -> int:

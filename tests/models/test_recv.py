@@ -238,6 +238,33 @@ def test_receives_complete_in_order_and_each_once(bed):
     assert qb.rq.consumed == 5 and qb.rq.held == 0 and not qb.rq.posted
 
 
+
+def test_a_receive_slot_is_free_once_its_completion_is_polled(bed):
+    # mlx5 advances the receive queue's tail in poll_cq: a delivered, unpolled completion still holds its slot.
+    qa, qb = bed.pair()
+    _full(bed, qb)
+    ibv_post_send(qa, bed.send(0, 64))
+    bed.run()
+    assert qb.rq.consumed == 1 and len(qb.recv_cq.entries) == 1 and qb.rq.held == qb.rq.depth
+    with pytest.raises(VerbsError) as err:
+        ibv_post_recv(qb, bed.recv(1, 99, (0, 64)))
+    assert err.value.errno == "ENOMEM"
+    assert [wc.wr_id for wc in ibv_poll_cq(qb.recv_cq, 8)] == [0]
+    ibv_post_recv(qb, bed.recv(1, 99, (0, 64)))
+    assert qb.rq.held == qb.rq.depth
+
+
+def test_a_completion_polled_after_a_reset_frees_no_slot(bed):
+    qa, qb = bed.pair()
+    ibv_post_recv(qb, bed.recv(1, 1, (0, 64)))
+    ibv_post_send(qa, bed.send(0, 64))
+    bed.run()
+    ibv_modify_qp(qb, QPAttr(qp_state=QpState.RESET), 1)   # the reset emptied the queue and its slots
+    ibv_modify_qp(qb, QPAttr(qp_state=QpState.INIT, port_num=1), PERFTEST_TO_INIT)
+    ibv_post_recv(qb, bed.recv(1, 2, (0, 64)))
+    ibv_poll_cq(qb.recv_cq, 8)
+    assert qb.rq.held == 1
+
 # --- RNR NAKs ---------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("retries", [0, 1, 3])

@@ -58,7 +58,7 @@ class ReceivesAndSends(RuleBasedStateMachine):
         while wr_id in self.receives:
             wr_id += 1
         wr = RecvWR(wr_id, tuple(Sge(mr.addr + 8192 * k, n, mr.lkey + bad_key) for k, n in enumerate(pieces)))
-        held = len(self.receives) - self._delivered(qb.recv_cq, self.recv_done)
+        held = len(self.receives) - len(self.recv_done)  # a slot is free once its completion is polled
         expected = "ENOMEM" if held >= qb.rq.depth else "EINVAL" if len(pieces) > qb.rq.max_sge else None
         try:
             ibv_post_recv(qb, wr)

@@ -1,6 +1,7 @@
 import pytest
 
-from sim.core import Environment, FifoServer, ServerPool
+from sim.core import Environment, FifoServer, ServerPool, VerbsError
+from sim.core.errors import ConfigError, ConfigErrors
 from sim.core.env import RandomStreams, UniformDraws
 from sim.core.interpreter import Operation, compile_steps
 from sim.core.servers import claim_cut_through
@@ -146,3 +147,23 @@ def test_claims_at_one_picosecond_and_position_go_in_operation_order(waiting_seq
     env.step_runner.start(Operation(walking, walking_seq, owner))  # walks at 1 to the server at 100, position 2
     env.run()
     assert owner.ended == {min(waiting_seq, walking_seq): 110, max(waiting_seq, walking_seq): 120}
+
+
+@pytest.mark.parametrize("error", [
+    VerbsError("ENOMEM", "receive queue full (512 receives outstanding)", call="ibv_post_recv"),
+    VerbsError("EINVAL", "no call named"),
+    ConfigError("must be positive", file="s.yaml", line=4, column=7, key="workload[0].iterations"),
+    ConfigErrors([ConfigError("a", file="s.yaml", line=1, key="x"), ConfigError("b", file="s.yaml", line=2, key="y")]),
+])
+def test_an_error_raised_in_a_process_reaches_the_caller_as_itself(error):
+    # simpy re-raises a failed process's exception as type(e)(*e.args): every rdmasim error must survive that.
+    env = Environment(1)
+
+    def process():
+        yield env.timeout(1)
+        raise error
+
+    env.process(process())
+    with pytest.raises(type(error)) as caught:
+        env.run()
+    assert str(caught.value) == str(error) and caught.value.__dict__ == error.__dict__

@@ -58,3 +58,16 @@ def test_a_qp_error_mid_run_fails_the_rest_and_every_iteration_is_counted(make_s
     first, second = summary["errors"]
     assert 0 < first < 400 and second == 400  # the QP stays in ERR: the next size fails whole
     assert all(sum(counts.values()) == errors for counts, errors in zip(summary["errors_by_status"], summary["errors"]))
+
+
+def test_send_bw_on_several_qps_runs_size_after_size(make_scenario):
+    # A QP whose stream ends first sees its last receive completions land while the others still run: their
+    # slots stay held until the next size's server polls them, so its top-up and reposts never overfill the queue.
+    scn = make_scenario(engine="event", workload=[{"kind": "send_bw", "from": "src", "to": "dst",
+                                                   "sizes": ["256B", "512B", "1KiB"], "iterations": 2000,
+                                                   "qps": 4}])
+    result = run_scenario(scn)
+    assert result.operations["ok"].all() and len(result.operations) == 3 * 4 * 2000
+    responders = result.testbed.qps[1::2]
+    assert [qp.rq.consumed for qp in responders] == [3 * 2000] * 4
+    assert all(0 <= qp.rq.held <= qp.rq.depth for qp in responders)
