@@ -3,7 +3,6 @@
 import pandas as pd
 import pytest
 
-from models.pcie import closed_form as cf
 from models.pcie.dma_engine import load
 from models.pcie.link import PcieParams
 from models.presets import PCIE_PRESETS
