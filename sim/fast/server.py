@@ -32,6 +32,8 @@ import numpy as np
 
 BLOCK = 4096
 """Jobs per block of the piecewise (stall) and job-by-job (pool) fallbacks."""
+PROBE = 256
+"""Jobs checked first for a queue where one is expected, before all jobs are checked for none."""
 SIGN = np.int64(-(1 << 63))
 """The int64 sign bit. Adding it (wrapping) maps int64 order onto uint64 order."""
 
@@ -45,7 +47,8 @@ def cut_through(head: np.ndarray, service, not_before: np.ndarray, free_at: int 
     :param not_before: earliest finish of each job (its tail's arrival plus the tail's own time, ps).
     :param free_at: when the server is free of earlier work (ps).
     :param stalls: ``[start, end)`` rows (ps) sorted by start, during which no job may start.
-    :param queued: expect a queue (skip the pass-through attempt; the answer is the same).
+    :param queued: expect a queue (check the first :data:`PROBE` jobs for one before trying pass-through for all;
+        the answer is the same).
     """
     return serve(head, service, not_before, free_at, stalls, queued)[:2]
 
@@ -120,7 +123,8 @@ def _solve(head, service, not_before, free_at, queued=False):
     """(start, finish, whether the running maximum was needed) without stalls (see the module docstring)."""
     finish = head + service
     np.maximum(finish, not_before, out=finish)
-    if len(finish) == 0 or (not queued and head[0] >= free_at and (head[1:] >= finish[:-1]).all()):
+    if len(finish) == 0 or (head[0] >= free_at and not (queued and _queues_early(head, finish))
+                            and (head[1:] >= finish[:-1]).all()):
         return head, finish, False  # never queued: every job starts when its head arrives
     scalar = np.ndim(service) == 0
     first = free_at + (service if scalar else int(service[0]))
@@ -135,6 +139,12 @@ def _solve(head, service, not_before, free_at, queued=False):
     start[0] = max(int(head[0]), free_at)
     np.maximum(head[1:], finish[:-1], out=start[1:])
     return start, finish, True
+
+
+def _queues_early(head, finish) -> bool:
+    """Whether one of the first :data:`PROBE` jobs starts after its head arrives (then some job queues)."""
+    probe = min(PROBE, len(head))
+    return bool((head[1:probe] < finish[:probe - 1]).any())
 
 
 def _stalled(head, service, not_before, free_at, stalls):
