@@ -251,8 +251,9 @@ def perftest(ctx: typer.Context) -> None:
     --help lists them)."""
     from sim.perftest import run_perftest
 
-    code, text = run_perftest(ctx.args)
-    typer.echo(text, err=code == 2)
+    code, report = run_perftest(ctx.args, notice=lambda line: typer.echo(line, err=True))
+    if report:
+        typer.echo(report)
     raise typer.Exit(code)
 
 

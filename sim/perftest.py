@@ -15,6 +15,8 @@ import argparse
 import io
 import re
 import shlex
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ruamel.yaml import YAML
@@ -530,20 +532,27 @@ def _below_limit(cmd: _Command, summary) -> bool:
     return not bool((summary[bandwidth_column(cmd.args.report_gbits)] >= limit).any())
 
 
-def run_perftest(argv: list[str]) -> tuple[int, str]:
-    """Run a perftest command line in the simulator; return the exit code and the text to print.
+def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -> tuple[int, str]:
+    """Run a perftest command line in the simulator; return the exit code and the report, perftest's standard
+    output (its header block and table, ``--help``, or ``--dump-scenario``'s YAML).
 
-    Exit codes: 0 success (or ``--help``), 1 the simulation failed or work requests completed in error,
-    2 the command line is not one rdmasim can run (the message says why).
+    ``notice`` (default: a line on stderr) gets every other line, as perftest writes them to stderr: the options
+    ignored and perftest's own adjustments, the engine's fallback, the results written, and why the command line
+    is refused or the run failed.
+
+    Exit codes: 0 success (or ``--help``), 1 the simulation failed, work requests completed in error or ``-w``'s
+    limit was not reached, 2 the command line is not one rdmasim can run (the notice says why).
 
     Examples
     --------
-    >>> run_perftest(["ib_write_bw", "-s", "64K", "--run_infinitely"])
-    (2, 'rdmasim perftest: --run_infinitely is not supported by rdmasim perftest (see ...)')
+    >>> run_perftest(["ib_write_bw", "-s", "64K", "--run_infinitely"], notice=print)
+    rdmasim perftest: --run_infinitely is not supported by rdmasim perftest (see ...)
+    (2, '')
     """
     from sim.results import write_results
     from sim.run import run_scenario
 
+    notice = notice or (lambda line: print(line, file=sys.stderr))
     try:
         if argv[:1] in (["-h"], ["--help"]):
             return 0, f"usage: rdmasim perftest {{{','.join(TESTS)}}} [options]  (TEST --help for the options)"
@@ -552,22 +561,26 @@ def run_perftest(argv: list[str]) -> tuple[int, str]:
         cmd = _parse(argv)
         scenario = _scenario(cmd)
     except UsageError as exc:
-        return 2, f"rdmasim perftest: {exc}"
+        notice(f"rdmasim perftest: {exc}")
+        return 2, ""
     if cmd.args.dump_scenario:
         return 0, _dump(cmd)
     try:
         if cmd.args.out is not None:
             outdir.claim(cmd.args.out, outdir.RUN, force=cmd.args.force)
-        result = run_scenario(scenario)
-        report = "\n".join([*_notices(cmd), _header(cmd, result),
-                            format_summary(result.summary, gbits=cmd.args.report_gbits)])
+        for line in _notices(cmd):
+            notice(line)
+        result = run_scenario(scenario, notice=notice)
+        report = "\n".join([_header(cmd, result), format_summary(result.summary, gbits=cmd.args.report_gbits)])
         if cmd.args.out is not None:
-            path = write_results(result, cmd.args.out, _dump(cmd).encode("utf-8"), force=cmd.args.force)
-            report += f"\nwrote {path}"
+            notice(f"wrote {write_results(result, cmd.args.out, _dump(cmd).encode('utf-8'), force=cmd.args.force)}")
     except outdir.OutputError as exc:
-        return 2, f"rdmasim perftest: {exc}"
+        notice(f"rdmasim perftest: {exc}")
+        return 2, ""
     except SimError as exc:
-        return 1, f"rdmasim perftest: run failed: {exc}"
+        notice(f"rdmasim perftest: run failed: {exc}")
+        return 1, ""
     if _below_limit(cmd, result.summary):
-        return 1, report + "\nError: BW result is below bw limit"
+        notice("Error: BW result is below bw limit")
+        return 1, report
     return int(result.summary["errors"].any()), report

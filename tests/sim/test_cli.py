@@ -216,7 +216,9 @@ def test_perftest_front_end_is_wired_into_the_cli():
     assert result.exit_code == 0, result.output
     assert "BW average[MiB/sec]" in result.stdout and "4096" in result.stdout
     bad = runner.invoke(app, ["perftest", "ib_write_bw", "--run_infinitely"])
-    assert bad.exit_code == 2 and "--run_infinitely" in bad.stderr
+    assert bad.exit_code == 2 and "--run_infinitely" in bad.stderr and bad.stdout == ""
+    noted = runner.invoke(app, ["perftest", "ib_write_bw", "-s", "4096", "-n", "20", "-x", "3"])
+    assert noted.exit_code == 0 and "-x/--gid-index ignored" in noted.stderr and "ignored" not in noted.stdout
 
 
 def test_calibrate_command_reports_every_required_row_passing(tmp_path):

@@ -10,10 +10,11 @@ import pytest
 
 from sim.core.errors import ConfigError
 from sim.perftest import TESTS, perftest_scenario, run_perftest
-from sim.perftest_report import BW_HEADER, BW_HEADER_MIB, GBPS_TO_MIBPS
+from sim.perftest_report import BW_HEADER, BW_HEADER_MIB, GBPS_TO_MIBPS, RULE
 from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
 from sim.scenario.schema import WorkloadSpec
+from tests.conftest import perftest_streams
 
 
 def _row(text: str, size: int) -> list[float]:
@@ -83,8 +84,8 @@ def test_outstanding_reads_cap_read_bandwidth():
                  for k in (1, 16))
     assert perftest_scenario(["ib_read_bw", "-o", "1"]).workload[0].max_rd_atomic == 1
     assert one < many / 4
-    code, text = run_perftest(["ib_read_lat", "-o", "64", "-n", "20"])
-    assert code == 0 and "above max = 16" in text and "Outstand reads  : 16" in text
+    code, text, said = perftest_streams(["ib_read_lat", "-o", "64", "-n", "20"])
+    assert code == 0 and "above max = 16" in said and "Outstand reads  : 16" in text
     assert perftest_scenario(["ib_read_lat", "-o", "64"]).workload[0].max_rd_atomic == 16
 
 
@@ -109,8 +110,8 @@ def test_mib_per_second_by_default_and_gbits_with_report_gbits():
     (["-a"], "40000", 0),  # perftest passes when any size reaches the limit (small ones here do not)
 ])
 def test_limit_bw_fails_the_run_below_it(sizes, limit, code):
-    got, text = run_perftest(["ib_write_bw", *sizes, "-n", "100", "-w", limit])
-    assert got == code and ("Error: BW result is below bw limit" in text) == bool(code)
+    got, report, errors = perftest_streams(["ib_write_bw", *sizes, "-n", "100", "-w", limit])
+    assert got == code and ("Error: BW result is below bw limit" in errors) == bool(code) and BW_HEADER_MIB in report
 
 
 def test_engine_is_the_scenarios_and_auto_by_default():
@@ -119,10 +120,10 @@ def test_engine_is_the_scenarios_and_auto_by_default():
 
 
 def test_options_without_meaning_are_each_reported_once_as_ignored():
-    code, text = run_perftest(["ib_write_bw", "-s", "4K", "-n", "50", "-x", "3", "-F", "-R", "--cpu_util", "-p",
-                               "18515", "10.0.0.1"])
-    assert code == 0, text
-    ignored = [line for line in text.splitlines() if " ignored: " in line]
+    code, report, notes = perftest_streams(["ib_write_bw", "-s", "4K", "-n", "50", "-x", "3", "-F", "-R",
+                                            "--cpu_util", "-p", "18515", "10.0.0.1"])
+    assert code == 0 and " ignored: " not in report and report.startswith(RULE), notes  # stdout is the report
+    ignored = [line for line in notes.splitlines() if " ignored: " in line]
     assert [line.split()[2] for line in ignored] == ["-x/--gid-index", "-F/--CPU-freq", "-R/--rdma_cm",
                                                      "--cpu_util", "-p/--port", "server"]
 
@@ -157,7 +158,7 @@ def test_rocm_dmabuf_places_the_buffer_on_an_amd_gpu():
     (["ib_write_bw", "--engine", "warp"], "invalid choice"),
 ])
 def test_values_perftest_refuses_exit_2_with_its_message(argv, message):
-    code, text = run_perftest(argv)
+    code, _, text = perftest_streams(argv)
     assert code == 2 and message in text, text
 
 
