@@ -32,7 +32,7 @@ from sim.core.units import format_size
 from sim.perftest_report import RULE, bandwidth_column, format_summary
 from sim.scenario.loader import validate
 from sim.scenario.refs import check_references
-from sim.scenario.schema import MAX_MESSAGE_B, Scenario, WorkloadSpec
+from sim.scenario.schema import Scenario, WorkloadSpec
 from sim.scenario.yaml_reader import PositionMap
 
 TESTS = {"ib_write_bw": "write_bw", "ib_read_bw": "read_bw", "ib_write_lat": "write_lat", "ib_read_lat": "read_lat",
@@ -68,13 +68,30 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+_STRTOL = re.compile(r"[ \t\n\v\f\r]*([+-]?)(?:0[xX]([0-9a-fA-F]+)|(0[0-7]*)|([1-9][0-9]*))")
+LONG_MAX = 2**63 - 1
+"""strtol's result on a 64-bit Linux saturates at LONG_MAX (and LONG_MIN = -LONG_MAX - 1)."""
+
+
+def _strtol(text: str) -> tuple[int, str]:
+    """C's ``strtol(text, &end, 0)``: the integer at the start of ``text`` (leading white space, a sign, ``0x``
+    hexadecimal, ``0`` octal, else decimal; 0 when there is none) and the text it leaves unread."""
+    found = _STRTOL.match(text)
+    if found is None:
+        return 0, text
+    sign, hexadecimal, octal, decimal = found.groups()
+    value = int(hexadecimal, 16) if hexadecimal else int(octal, 8) if octal else int(decimal)
+    value = min(value, LONG_MAX + (sign == "-"))
+    return -value if sign == "-" else value, text[found.end():]
+
+
 def _integer(what: str):
-    """perftest's CHECK_VALUE: an integer in C notation (strtol base 0), else its message."""
+    """perftest's CHECK_VALUE: an integer in C notation that strtol reads to the end, else its message."""
     def parse(text: str) -> int:
-        try:
-            return int(text, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} argument {text} should be int") from None
+        value, unread = _strtol(text)
+        if unread:
+            raise argparse.ArgumentTypeError(f"{what} argument {text} should be int")
+        return value
     return parse
 
 
@@ -120,12 +137,18 @@ IGNORED = [
 switch, why)."""
 
 
+MAX_MESSAGE_ARG = (2**32 - 1) // 2
+"""Largest ``-s`` perftest takes (UINT_MAX / 2)."""
+
+
 def _size(text: str) -> int:
-    """perftest's ``-s``: an integer (C notation) with an optional K or M suffix, at most one RDMA message."""
+    """perftest's ``-s``: a last K or M taken off (times 2^10 or 2^20), the rest read by strtol, which stops at
+    the first character that is not part of the number (so ``5G`` is 5 bytes, as in perftest), as a uint64_t,
+    from 1 to UINT_MAX / 2."""
     factor = {"K": 2**10, "M": 2**20}.get(text[-1:], 1)
-    size = _ranged(1, MAX_MESSAGE_B, "Message Size")(text[:-1] if factor > 1 else text) * factor
-    if size > MAX_MESSAGE_B:
-        raise argparse.ArgumentTypeError(f"Message Size should be between 1 and {MAX_MESSAGE_B}")
+    size = _strtol(text[:-1] if factor > 1 else text)[0] * factor % 2**64
+    if not 1 <= size <= MAX_MESSAGE_ARG:
+        raise argparse.ArgumentTypeError(f"Message Size should be between 1 and {MAX_MESSAGE_ARG}")
     return size
 
 

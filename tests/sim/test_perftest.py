@@ -108,7 +108,7 @@ def test_memory_flags_pick_placement_and_registration(flags, on, mode):
     (["ib_write_bw", "-d", "efa_0", "-t", "9000"], "-t/--tx-depth: tx_depth 9000"),
     (["ib_write_bw", "-D", "100000"], "-D/--duration: duration '100000s' is above the maximum of 86400s"),
     (["ib_write_bw", "-n", "3"], "Iteration num should be between 5"),
-    (["ib_write_bw", "-s", "big"], "Message Size argument big should be int"),
+    (["ib_write_bw", "-s", "big"], "Message Size should be between 1 and 2147483647"),
     (["ib_unknown_bw"], "ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat, ib_send_bw, ib_send_lat"),
     (["ib_write_bw", "-r", "8"], "-r is not supported"),
     (["ib_send_bw", "-d", "efa_0", "-r", "9000"], "-r/--rx-depth: rx_depth 9000"),

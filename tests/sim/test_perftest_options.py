@@ -238,3 +238,29 @@ def test_outstanding_reads_give_the_same_answer_on_both_engines():
     rows = [run_scenario(perftest_scenario(["ib_read_bw", "-s", "4K", "-n", "1000", "-o", "4", "--engine", engine]))
             .summary[["bw_avg_Gbps", "bw_peak_Gbps"]].iloc[0].tolist() for engine in ("fast", "event")]
     assert rows[0] == rows[1]
+
+
+@pytest.mark.parametrize("text, size", [
+    ("4K", 4096), ("2M", 2**21), ("5G", 5), ("64k", 64), ("1.5K", 1024), ("0x10", 16), ("010", 8), (" 12", 12),
+    ("2047M", 2047 * 2**20), ("2147483647", 2**31 - 1),
+])
+def test_s_reads_its_number_as_perftests_strtol_does(text, size):
+    """perftest reads -s with strtol (base 0, what follows the number ignored) after taking off a last K or M."""
+    assert perftest_scenario(["ib_write_bw", "-s", text]).workload[0].size_list() == [size]
+
+
+@pytest.mark.parametrize("text", ["big", "0", "-5", "2048M", "2147483648", "K"])
+def test_s_outside_perftests_range_is_refused_with_its_message(text):
+    code, _, said = perftest_streams(["ib_write_bw", "-s", text])
+    assert code == 2 and said.endswith("Message Size should be between 1 and 2147483647"), said
+
+
+@pytest.mark.parametrize("text, iterations", [("010", 8), ("0x20", 32), (" 100", 100)])
+def test_integer_options_read_c_notation_as_strtol_does(text, iterations):
+    assert perftest_scenario(["ib_write_bw", "-n", text]).workload[0].iterations == iterations
+
+
+@pytest.mark.parametrize("text", ["1_000", "100 ", "1e3", "12abc"])
+def test_integer_options_refuse_what_strtol_leaves_unread(text):
+    code, _, said = perftest_streams(["ib_write_bw", "-n", text])
+    assert code == 2 and f"Iteration num argument {text} should be int" in said, said
