@@ -199,6 +199,25 @@ def _concrete(data: dict, path: str) -> KeyPath:
     return tuple(out)
 
 
+def _inner_paths(value: Any) -> list[KeyPath]:
+    """The key paths inside a YAML value, the value's own ``()`` first."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return [(), *((key, *inner) for key, item in items for inner in _inner_paths(item))]
+
+
+def _written_in(key: str, data: dict, sets: dict[str, Any]) -> KeyPath | None:
+    """Where in ``sets`` (dotted path -> value) the scenario key ``key`` (as an error names it) was written: the
+    dotted path and the path inside its value, the deepest that holds it; None when no value does."""
+    found: list[tuple[int, KeyPath]] = []
+    for path, value in sets.items():
+        concrete = _concrete(data, path)
+        for inner in _inner_paths(value):
+            named = format_path(concrete + inner)
+            if key == named or key.startswith((f"{named}.", f"{named}[")):
+                found.append((len(concrete + inner), (path, *inner)))
+    return max(found, key=lambda depth_and_path: depth_and_path[0])[1] if found else None
+
+
 @dataclass(frozen=True)
 class _Files:
     """Where things are, to locate errors: the sweep file and the base scenario file."""
@@ -208,9 +227,10 @@ class _Files:
     base_file: str
     base_positions: PositionMap
 
-    def scenario(self, data: dict, where: KeyPath, label: str = "", axis: _Value | None = None) -> Scenario:
+    def scenario(self, data: dict, where: KeyPath, label: str = "", axis: _Value | None = None,
+                 sets: dict[str, Any] | None = None) -> Scenario:
         """``data`` as a Scenario, any problem reported at ``where`` in the sweep file (an unknown key that
-        ``axis`` names at that axis's key)."""
+        ``axis`` names at that axis's key; one in a value of ``sets``, the sweep's ``set``, at that value)."""
         try:
             scenario = validate(Scenario, data, self.base_positions, self.base_file)
         except ConfigError as exc:
@@ -221,8 +241,13 @@ class _Files:
             if unknown:
                 raise _key_error(self.positions, axis.axis, f"not a key of the scenario: {unknown[0].reason}",
                                  self.file) from None
-            raise ConfigErrors([error_at(self.positions, where, f"{label}{e.key}: {e.reason}", self.file)
-                                for e in errors]) from None
+            located = []
+            for e in errors:
+                written = _written_in(e.key, data, sets or {})
+                at = _key_error if e.reason.startswith("unknown key") else error_at
+                located.append(at(self.positions, ("set", *written), f"{label}{e.reason}", self.file) if written
+                               else error_at(self.positions, where, f"{label}{e.key}: {e.reason}", self.file))
+            raise ConfigErrors(sorted(located, key=lambda e: (e.line, e.column))) from None
         problems = check_references(scenario)
         if problems:
             raise error_at(self.positions, where, f"{label}{problems[0][1]}", self.file)
@@ -237,7 +262,7 @@ def _prepared(sweep: Sweep, base: Scenario, data: dict, files: _Files) -> dict[s
         varied = data
         for key, value in list(variant.set.items()) + list(sweep.set.items()):
             varied = _set(varied, key, value)
-        files.scenario(varied, ("set",), f"with variant={variant.name}: ")
+        files.scenario(varied, ("set",), f"with variant={variant.name}: " if base.variants else "", sets=sweep.set)
         out[variant.name] = varied
     return out
 
