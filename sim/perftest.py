@@ -115,6 +115,16 @@ def _positive(what: str):
     return parse
 
 
+def _non_negative(what: str):
+    """perftest's CHECK_VALUE_NON_NEGATIVE for an int: an integer of at least 0, else its messages."""
+    def parse(text: str) -> int:
+        value = _integer(what)(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{what} must be non-negative int")
+        return value
+    return parse
+
+
 def _limit(text: str) -> float:
     """perftest's ``-w``: a non-negative bandwidth."""
     try:
@@ -132,6 +142,9 @@ IGNORED = [
     (("-R", "--rdma_cm"), None, "the simulated QPs are connected directly, without rdma_cm"),
     (("--cpu_util",), None, "a simulation uses no CPU time to report"),
     (("-p", "--port"), _ranged(0, 65535, "Port"), "rdmasim exchanges no connection data over TCP"),
+    (("--pin_cores",), str, "a simulation runs on no host CPUs to pin"),
+    (("--numa_node",), _non_negative("numa_node"), "a simulation has no NUMA nodes"),
+    (("--disable_numa",), None, "a simulation has no NUMA nodes"),
 ]
 """Options with no meaning in a simulation: accepted, each reported once as ignored (flags, type or None for a
 switch, why)."""
@@ -320,6 +333,8 @@ def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> 
         raise UsageError("--use_cuda, --use_rocm, --mmap: Can't use multiple memory types")
     if args.use_cuda is not None and args.mmap:
         raise UsageError("--use_cuda with --mmap: Can't use multiple memory types")
+    if args.numa_node is not None and args.pin_cores is not None:
+        raise UsageError("--numa_node, --pin_cores: --numa_node and --pin_cores cannot be used together")
     if args.gpu_topology != "switch" and args.use_cuda is None and args.use_rocm is None:
         raise UsageError("--gpu-topology: places the --use_cuda GPU; add --use_cuda")
     if (args.use_cuda is not None or args.use_rocm is not None) and args.odp:

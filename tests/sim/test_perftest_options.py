@@ -264,3 +264,22 @@ def test_integer_options_read_c_notation_as_strtol_does(text, iterations):
 def test_integer_options_refuse_what_strtol_leaves_unread(text):
     code, _, said = perftest_streams(["ib_write_bw", "-n", text])
     assert code == 2 and f"Iteration num argument {text} should be int" in said, said
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--pin_cores=0-3,8"], "--pin_cores ignored"), (["--numa_node=1"], "--numa_node ignored"),
+    (["--disable_numa"], "--disable_numa ignored"),
+])
+def test_perftests_cpu_placement_options_are_accepted_and_said_to_be_ignored(flags, said):
+    """The placement lines of perftest's README run: a simulation has no host CPUs or NUMA nodes to place on."""
+    code, report, notes = perftest_streams(["ib_write_bw", "-d", "mlx5_0", "-s", "4K", "-n", "20", *flags])
+    assert code == 0 and said in notes and BW_HEADER_MIB in report, notes
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--numa_node=-1"], "numa_node must be non-negative int"),
+    (["--numa_node=1", "--pin_cores=2"], "--numa_node and --pin_cores cannot be used together"),
+])
+def test_perftests_cpu_placement_checks_hold(flags, message):
+    code, _, said = perftest_streams(["ib_write_bw", *flags])
+    assert code == 2 and message in said, said
