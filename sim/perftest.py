@@ -125,6 +125,14 @@ def _non_negative(what: str):
     return parse
 
 
+def _service_level(text: str) -> int:
+    """perftest's ``-S``: an integer kept as a uint8_t, at most MAX_SL (15)."""
+    level = _integer("Service Level")(text) % 2**8
+    if level > 15:
+        raise argparse.ArgumentTypeError("Only 15 Service levels")
+    return level
+
+
 def _limit(text: str) -> float:
     """perftest's ``-w``: a non-negative bandwidth."""
     try:
@@ -142,6 +150,9 @@ IGNORED = [
     (("-R", "--rdma_cm"), None, "the simulated QPs are connected directly, without rdma_cm"),
     (("--cpu_util",), None, "a simulation uses no CPU time to report"),
     (("-p", "--port"), _ranged(0, 65535, "Port"), "rdmasim exchanges no connection data over TCP"),
+    (("-S", "--sl"), _service_level, "the simulated fabric has one service level"),
+    (("-T", "--tos"), _ranged(0, 255, "TOS"), "the simulated fabric carries no traffic classes"),
+    (("-z", "--comm_rdma_cm"), None, "rdmasim exchanges no connection data over rdma_cm"),
     (("--pin_cores",), str, "a simulation runs on no host CPUs to pin"),
     (("--numa_node",), _non_negative("numa_node"), "a simulation has no NUMA nodes"),
     (("--disable_numa",), None, "a simulation has no NUMA nodes"),

@@ -268,10 +268,12 @@ def test_integer_options_refuse_what_strtol_leaves_unread(text):
 
 @pytest.mark.parametrize("flags, said", [
     (["--pin_cores=0-3,8"], "--pin_cores ignored"), (["--numa_node=1"], "--numa_node ignored"),
-    (["--disable_numa"], "--disable_numa ignored"),
+    (["--disable_numa"], "--disable_numa ignored"), (["-S", "3"], "-S/--sl ignored"), (["--tos=32"], "-T/--tos ignored"),
+    (["-z"], "-z/--comm_rdma_cm ignored"),
 ])
-def test_perftests_cpu_placement_options_are_accepted_and_said_to_be_ignored(flags, said):
-    """The placement lines of perftest's README run: a simulation has no host CPUs or NUMA nodes to place on."""
+def test_perftests_placement_and_addressing_options_are_accepted_and_said_to_be_ignored(flags, said):
+    """The placement lines of perftest's README run: a simulation has no host CPUs or NUMA nodes to place on,
+    nor service levels, traffic classes or rdma_cm to address its QPs with."""
     code, report, notes = perftest_streams(["ib_write_bw", "-d", "mlx5_0", "-s", "4K", "-n", "20", *flags])
     assert code == 0 and said in notes and BW_HEADER_MIB in report, notes
 
@@ -279,7 +281,8 @@ def test_perftests_cpu_placement_options_are_accepted_and_said_to_be_ignored(fla
 @pytest.mark.parametrize("flags, message", [
     (["--numa_node=-1"], "numa_node must be non-negative int"),
     (["--numa_node=1", "--pin_cores=2"], "--numa_node and --pin_cores cannot be used together"),
+    (["-S", "16"], "Only 15 Service levels"), (["-T", "256"], "TOS should be between 0 and 255"),
 ])
-def test_perftests_cpu_placement_checks_hold(flags, message):
+def test_perftests_placement_and_addressing_checks_hold(flags, message):
     code, _, said = perftest_streams(["ib_write_bw", *flags])
     assert code == 2 and message in said, said
