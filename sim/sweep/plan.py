@@ -205,17 +205,18 @@ def _inner_paths(value: Any) -> list[KeyPath]:
     return [(), *((key, *inner) for key, item in items for inner in _inner_paths(item))]
 
 
-def _written_in(key: str, data: dict, sets: dict[str, Any]) -> KeyPath | None:
-    """Where in ``sets`` (dotted path -> value) the scenario key ``key`` (as an error names it) was written: the
-    dotted path and the path inside its value, the deepest that holds it; None when no value does."""
+def _written_in(key: str, data: dict, written: dict[KeyPath, tuple[str, Any]]) -> KeyPath | None:
+    """Where in the sweep file the scenario key ``key`` (as an error names it) was written, given ``written``
+    (position in the sweep file -> the dotted path and the value written there): the deepest position inside a
+    value that holds it; None when no value does."""
     found: list[tuple[int, KeyPath]] = []
-    for path, value in sets.items():
+    for where, (path, value) in written.items():
         concrete = _concrete(data, path)
         for inner in _inner_paths(value):
             named = format_path(concrete + inner)
             if key == named or key.startswith((f"{named}.", f"{named}[")):
-                found.append((len(concrete + inner), (path, *inner)))
-    return max(found, key=lambda depth_and_path: depth_and_path[0])[1] if found else None
+                found.append((len(concrete + inner), (*where, *inner)))
+    return max(found, key=lambda depth_and_where: depth_and_where[0])[1] if found else None
 
 
 @dataclass(frozen=True)
@@ -228,9 +229,10 @@ class _Files:
     base_positions: PositionMap
 
     def scenario(self, data: dict, where: KeyPath, label: str = "", axis: _Value | None = None,
-                 sets: dict[str, Any] | None = None) -> Scenario:
+                 written: dict[KeyPath, tuple[str, Any]] | None = None) -> Scenario:
         """``data`` as a Scenario, any problem reported at ``where`` in the sweep file (an unknown key that
-        ``axis`` names at that axis's key; one in a value of ``sets``, the sweep's ``set``, at that value)."""
+        ``axis`` names at that axis's key; one in a value of ``written``, position in the sweep file -> dotted
+        path and value, at that value, named by its full key path)."""
         try:
             scenario = validate(Scenario, data, self.base_positions, self.base_file)
         except ConfigError as exc:
@@ -243,9 +245,9 @@ class _Files:
                                  self.file) from None
             located = []
             for e in errors:
-                written = _written_in(e.key, data, sets or {})
-                at = _key_error if e.reason.startswith("unknown key") else error_at
-                located.append(at(self.positions, ("set", *written), f"{label}{e.reason}", self.file) if written
+                at = _written_in(e.key, data, written or {})
+                locate = _key_error if e.reason.startswith("unknown key") else error_at
+                located.append(locate(self.positions, at, f"{label}{e.reason}", self.file) if at
                                else error_at(self.positions, where, f"{label}{e.key}: {e.reason}", self.file))
             raise ConfigErrors(sorted(located, key=lambda e: (e.line, e.column))) from None
         problems = check_references(scenario)
@@ -262,7 +264,9 @@ def _prepared(sweep: Sweep, base: Scenario, data: dict, files: _Files) -> dict[s
         varied = data
         for key, value in list(variant.set.items()) + list(sweep.set.items()):
             varied = _set(varied, key, value)
-        files.scenario(varied, ("set",), f"with variant={variant.name}: " if base.variants else "", sets=sweep.set)
+        label = f"with variant={variant.name}: " if base.variants else ""
+        files.scenario(varied, ("set",), label, written={("set", path): (path, value)
+                                                        for path, value in sweep.set.items()})
         out[variant.name] = varied
     return out
 
@@ -297,7 +301,8 @@ def load_sweep(path: str | os.PathLike) -> SweepPlan:
         marker = json.dumps([value.path, value.value], sort_keys=True, default=str)
         if marker not in checked:  # each value alone first, so that a bad one is reported where it is written
             checked.add(marker)
-            files.scenario(_set(prepared[first], value.path, value.value), value.where, axis=value)
+            files.scenario(_set(prepared[first], value.path, value.value), value.where, axis=value,
+                           written={value.where: (value.path, value.value)})
     seeds = [run_seed(sweep.seed, r) for r in range(sweep.repetitions)]
     runs: list[RunSpec] = []
     for point in itertools.product(*factors):

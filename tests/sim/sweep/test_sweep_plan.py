@@ -89,7 +89,7 @@ def _at(text: str, needle: str, nth: int = 0) -> str:
 @pytest.mark.parametrize("old, new, needle, words", [
     ("buffers.src.register:", "buffers.srcx.register:", "buffers.srcx", "no list item named 'srcx'"),
     ("fabric.latency:", "fabric.latncy:", "fabric.latncy", "unknown key 'latncy' (did you mean 'latency'?)"),
-    ("[pinned, odp]", "[pinned, bogus]", "bogus", "buffers[0].register"),
+    ("[pinned, odp]", "[pinned, bogus]", "bogus", " grid.buffers.src.register[1]: Input should be 'pinned'"),
     ("[4096, 1024]", "[4096, 1000]", "1000", "fabric.mtu"),
     ("[4KiB, 16KiB]", "[4KiB, 128KiB]", "128KiB", "does not fit buffer"),
     ("[300ns, 1us]", "[300ns, 1us, 2us]", "fabric.latency", "zip lists must all have one length"),
