@@ -241,4 +241,7 @@ def _to_config_error(hit: _Hit, positions: PositionMap, file: str) -> ConfigErro
         reason = f"expected {_EXPECTED[kind]}, not {_KIND.get(type(hit.error['input']), 'a value')}"
     else:
         reason = re.sub(r"^(Value error|Assertion failed), ", "", hit.error["msg"])
+        if kind == "literal_error" and isinstance(hit.error["input"], str):
+            words = [w[1:-1] for w in _expected_shapes(hit.error) if w[:1] == "'"]
+            reason += _did_you_mean(hit.error["input"], words)
     return error_at(positions, path, reason, file)
