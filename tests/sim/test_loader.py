@@ -213,7 +213,8 @@ def test_several_problems_sorted_by_line(tmp_path):
     with pytest.raises(ConfigErrors) as info:
         validate(Scenario, data, positions, "s.yaml")
     assert str(info.value) == (
-        "s.yaml:1:1 bogus: unknown key 'bogus' (valid keys: name, nodes, fabric, pet, animal, pets, policy, transport)\n"
+        "s.yaml:1:1 bogus: unknown key 'bogus' (valid keys: name, nodes, fabric, pet, animal, pets, policy, "
+        "transport)\n"
         "s.yaml:4:29 nodes[0].nic.ports: Input should be a valid integer, unable to parse string as an integer")
     assert [e.line for e in info.value.errors] == [1, 4]
 

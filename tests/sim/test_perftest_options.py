@@ -268,7 +268,8 @@ def test_integer_options_refuse_what_strtol_leaves_unread(text):
 
 @pytest.mark.parametrize("flags, said", [
     (["--pin_cores=0-3,8"], "--pin_cores ignored"), (["--numa_node=1"], "--numa_node ignored"),
-    (["--disable_numa"], "--disable_numa ignored"), (["-S", "3"], "-S/--sl ignored"), (["--tos=32"], "-T/--tos ignored"),
+    (["--disable_numa"], "--disable_numa ignored"), (["-S", "3"], "-S/--sl ignored"),
+    (["--tos=32"], "-T/--tos ignored"),
     (["-z"], "-z/--comm_rdma_cm ignored"),
 ])
 def test_perftests_placement_and_addressing_options_are_accepted_and_said_to_be_ignored(flags, said):
