@@ -16,12 +16,14 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+from sim.cli_group import CommandGroup
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import UnitError
 from sim.outdir import OutputError
 from sim.perftest_report import error_counts, format_summary
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None, pretty_exceptions_enable=False,
+app = typer.Typer(cls=CommandGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  pretty_exceptions_enable=False,
                   help="rdmasim: simulate RDMA memory registration, NICs, PCIe and GPU memory.")
 err = Console(stderr=True)
 
@@ -249,8 +251,9 @@ def perftest(ctx: typer.Context) -> None:
     --help lists them)."""
     from sim.perftest import run_perftest
 
-    code, text = run_perftest(ctx.args)
-    typer.echo(text, err=code == 2)
+    code, report = run_perftest(ctx.args, notice=lambda line: typer.echo(line, err=True))
+    if report:
+        typer.echo(report)
     raise typer.Exit(code)
 
 

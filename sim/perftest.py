@@ -15,6 +15,8 @@ import argparse
 import io
 import re
 import shlex
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ruamel.yaml import YAML
@@ -30,7 +32,7 @@ from sim.core.units import format_size
 from sim.perftest_report import RULE, bandwidth_column, format_summary
 from sim.scenario.loader import validate
 from sim.scenario.refs import check_references
-from sim.scenario.schema import MAX_MESSAGE_B, Scenario, WorkloadSpec
+from sim.scenario.schema import Scenario, WorkloadSpec
 from sim.scenario.yaml_reader import PositionMap
 
 TESTS = {"ib_write_bw": "write_bw", "ib_read_bw": "read_bw", "ib_write_lat": "write_lat", "ib_read_lat": "read_lat",
@@ -66,13 +68,30 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+_STRTOL = re.compile(r"[ \t\n\v\f\r]*([+-]?)(?:0[xX]([0-9a-fA-F]+)|(0[0-7]*)|([1-9][0-9]*))")
+LONG_MAX = 2**63 - 1
+"""strtol's result on a 64-bit Linux saturates at LONG_MAX (and LONG_MIN = -LONG_MAX - 1)."""
+
+
+def _strtol(text: str) -> tuple[int, str]:
+    """C's ``strtol(text, &end, 0)``: the integer at the start of ``text`` (leading white space, a sign, ``0x``
+    hexadecimal, ``0`` octal, else decimal; 0 when there is none) and the text it leaves unread."""
+    found = _STRTOL.match(text)
+    if found is None:
+        return 0, text
+    sign, hexadecimal, octal, decimal = found.groups()
+    value = int(hexadecimal, 16) if hexadecimal else int(octal, 8) if octal else int(decimal)
+    value = min(value, LONG_MAX + (sign == "-"))
+    return -value if sign == "-" else value, text[found.end():]
+
+
 def _integer(what: str):
-    """perftest's CHECK_VALUE: an integer in C notation (strtol base 0), else its message."""
+    """perftest's CHECK_VALUE: an integer in C notation that strtol reads to the end, else its message."""
     def parse(text: str) -> int:
-        try:
-            return int(text, 0)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{what} argument {text} should be int") from None
+        value, unread = _strtol(text)
+        if unread:
+            raise argparse.ArgumentTypeError(f"{what} argument {text} should be int")
+        return value
     return parse
 
 
@@ -96,6 +115,24 @@ def _positive(what: str):
     return parse
 
 
+def _non_negative(what: str):
+    """perftest's CHECK_VALUE_NON_NEGATIVE for an int: an integer of at least 0, else its messages."""
+    def parse(text: str) -> int:
+        value = _integer(what)(text)
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"{what} must be non-negative int")
+        return value
+    return parse
+
+
+def _service_level(text: str) -> int:
+    """perftest's ``-S``: an integer kept as a uint8_t, at most MAX_SL (15)."""
+    level = _integer("Service Level")(text) % 2**8
+    if level > 15:
+        raise argparse.ArgumentTypeError("Only 15 Service levels")
+    return level
+
+
 def _limit(text: str) -> float:
     """perftest's ``-w``: a non-negative bandwidth."""
     try:
@@ -113,17 +150,29 @@ IGNORED = [
     (("-R", "--rdma_cm"), None, "the simulated QPs are connected directly, without rdma_cm"),
     (("--cpu_util",), None, "a simulation uses no CPU time to report"),
     (("-p", "--port"), _ranged(0, 65535, "Port"), "rdmasim exchanges no connection data over TCP"),
+    (("-S", "--sl"), _service_level, "the simulated fabric has one service level"),
+    (("-T", "--tos"), _ranged(0, 255, "TOS"), "the simulated fabric carries no traffic classes"),
+    (("-z", "--comm_rdma_cm"), None, "rdmasim exchanges no connection data over rdma_cm"),
+    (("--pin_cores",), str, "a simulation runs on no host CPUs to pin"),
+    (("--numa_node",), _non_negative("numa_node"), "a simulation has no NUMA nodes"),
+    (("--disable_numa",), None, "a simulation has no NUMA nodes"),
 ]
 """Options with no meaning in a simulation: accepted, each reported once as ignored (flags, type or None for a
 switch, why)."""
 
 
+MAX_MESSAGE_ARG = (2**32 - 1) // 2
+"""Largest ``-s`` perftest takes (UINT_MAX / 2)."""
+
+
 def _size(text: str) -> int:
-    """perftest's ``-s``: an integer (C notation) with an optional K or M suffix, at most one RDMA message."""
+    """perftest's ``-s``: a last K or M taken off (times 2^10 or 2^20), the rest read by strtol, which stops at
+    the first character that is not part of the number (so ``5G`` is 5 bytes, as in perftest), as a uint64_t,
+    from 1 to UINT_MAX / 2."""
     factor = {"K": 2**10, "M": 2**20}.get(text[-1:], 1)
-    size = _ranged(1, MAX_MESSAGE_B, "Message Size")(text[:-1] if factor > 1 else text) * factor
-    if size > MAX_MESSAGE_B:
-        raise argparse.ArgumentTypeError(f"Message Size should be between 1 and {MAX_MESSAGE_B}")
+    size = _strtol(text[:-1] if factor > 1 else text)[0] * factor % 2**64
+    if not 1 <= size <= MAX_MESSAGE_ARG:
+        raise argparse.ArgumentTypeError(f"Message Size should be between 1 and {MAX_MESSAGE_ARG}")
     return size
 
 
@@ -295,6 +344,8 @@ def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> 
         raise UsageError("--use_cuda, --use_rocm, --mmap: Can't use multiple memory types")
     if args.use_cuda is not None and args.mmap:
         raise UsageError("--use_cuda with --mmap: Can't use multiple memory types")
+    if args.numa_node is not None and args.pin_cores is not None:
+        raise UsageError("--numa_node, --pin_cores: --numa_node and --pin_cores cannot be used together")
     if args.gpu_topology != "switch" and args.use_cuda is None and args.use_rocm is None:
         raise UsageError("--gpu-topology: places the --use_cuda GPU; add --use_cuda")
     if (args.use_cuda is not None or args.use_rocm is not None) and args.odp:
@@ -530,20 +581,27 @@ def _below_limit(cmd: _Command, summary) -> bool:
     return not bool((summary[bandwidth_column(cmd.args.report_gbits)] >= limit).any())
 
 
-def run_perftest(argv: list[str]) -> tuple[int, str]:
-    """Run a perftest command line in the simulator; return the exit code and the text to print.
+def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -> tuple[int, str]:
+    """Run a perftest command line in the simulator; return the exit code and the report, perftest's standard
+    output (its header block and table, ``--help``, or ``--dump-scenario``'s YAML).
 
-    Exit codes: 0 success (or ``--help``), 1 the simulation failed or work requests completed in error,
-    2 the command line is not one rdmasim can run (the message says why).
+    ``notice`` (default: a line on stderr) gets every other line, as perftest writes them to stderr: the options
+    ignored and perftest's own adjustments, the engine's fallback, the results written, and why the command line
+    is refused or the run failed.
+
+    Exit codes: 0 success (or ``--help``), 1 the simulation failed, work requests completed in error or ``-w``'s
+    limit was not reached, 2 the command line is not one rdmasim can run (the notice says why).
 
     Examples
     --------
-    >>> run_perftest(["ib_write_bw", "-s", "64K", "--run_infinitely"])
-    (2, 'rdmasim perftest: --run_infinitely is not supported by rdmasim perftest (see ...)')
+    >>> run_perftest(["ib_write_bw", "-s", "64K", "--run_infinitely"], notice=print)
+    rdmasim perftest: --run_infinitely is not supported by rdmasim perftest (see ...)
+    (2, '')
     """
     from sim.results import write_results
     from sim.run import run_scenario
 
+    notice = notice or (lambda line: print(line, file=sys.stderr))
     try:
         if argv[:1] in (["-h"], ["--help"]):
             return 0, f"usage: rdmasim perftest {{{','.join(TESTS)}}} [options]  (TEST --help for the options)"
@@ -552,22 +610,26 @@ def run_perftest(argv: list[str]) -> tuple[int, str]:
         cmd = _parse(argv)
         scenario = _scenario(cmd)
     except UsageError as exc:
-        return 2, f"rdmasim perftest: {exc}"
+        notice(f"rdmasim perftest: {exc}")
+        return 2, ""
     if cmd.args.dump_scenario:
         return 0, _dump(cmd)
     try:
         if cmd.args.out is not None:
             outdir.claim(cmd.args.out, outdir.RUN, force=cmd.args.force)
-        result = run_scenario(scenario)
-        report = "\n".join([*_notices(cmd), _header(cmd, result),
-                            format_summary(result.summary, gbits=cmd.args.report_gbits)])
+        for line in _notices(cmd):
+            notice(line)
+        result = run_scenario(scenario, notice=notice)
+        report = "\n".join([_header(cmd, result), format_summary(result.summary, gbits=cmd.args.report_gbits)])
         if cmd.args.out is not None:
-            path = write_results(result, cmd.args.out, _dump(cmd).encode("utf-8"), force=cmd.args.force)
-            report += f"\nwrote {path}"
+            notice(f"wrote {write_results(result, cmd.args.out, _dump(cmd).encode('utf-8'), force=cmd.args.force)}")
     except outdir.OutputError as exc:
-        return 2, f"rdmasim perftest: {exc}"
+        notice(f"rdmasim perftest: {exc}")
+        return 2, ""
     except SimError as exc:
-        return 1, f"rdmasim perftest: run failed: {exc}"
+        notice(f"rdmasim perftest: run failed: {exc}")
+        return 1, ""
     if _below_limit(cmd, result.summary):
-        return 1, report + "\nError: BW result is below bw limit"
+        notice("Error: BW result is below bw limit")
+        return 1, report
     return int(result.summary["errors"].any()), report

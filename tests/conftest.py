@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sim.compare import comparison_table
+from sim.perftest import run_perftest
 from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
@@ -51,3 +52,10 @@ def run_shipped_variants(name: str):
     _, _, variants = load_scenario_variants(ROOT / "scenarios" / name)
     results = [run_scenario(v, variant=variant) for variant, v in variants]
     return {r.variant: r for r in results}, comparison_table(results).set_index("variant")
+
+
+def perftest_streams(argv: list[str]) -> tuple[int, str, str]:
+    """``rdmasim perftest ARGV``: the exit code, the report (standard output) and the lines written to stderr."""
+    lines: list[str] = []
+    code, report = run_perftest(argv, notice=lines.append)
+    return code, report, "\n".join(lines)

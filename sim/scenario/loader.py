@@ -153,10 +153,40 @@ def _collapse(hits: list[_Hit]) -> list[_Hit]:
         members: dict[Any, list[_Hit]] = {}
         for hit in group:
             members.setdefault(hit.branches[0][1], []).append(dataclasses.replace(hit, branches=hit.branches[1:]))
+        merged = _no_member_takes_shape(at, group)
+        if merged is not None:
+            kept.append(merged)
+            continue
         best = min(members.values(), key=lambda hs: (all(h.path == at for h in hs),
                                                     any(h.error["type"] == "literal_error" for h in hs), len(hs)))
         kept += _collapse(best)
     return kept
+
+
+_MISMATCH = {"int_parsing": "an integer", "float_parsing": "a number", "bool_parsing": "a boolean"}
+
+
+def _expected_shapes(error: dict) -> list[str] | None:
+    """What a union member expected, when it refused the value for its type or word alone."""
+    if error["type"] == "literal_error":
+        return re.split(r", | or ", error["ctx"]["expected"])
+    shape = _EXPECTED.get(error["type"]) or _MISMATCH.get(error["type"])
+    return [shape] if shape else None
+
+
+def _no_member_takes_shape(at: KeyPath, group: list[_Hit]) -> _Hit | None:
+    """One error naming every member's words and shapes, when each member of the union at ``at`` refused the
+    value itself for its type or word (no member is more plausible than another)."""
+    if not all(h.path == at and len(h.branches) == 1 for h in group):
+        return None
+    expected: dict[str, None] = {}
+    for hit in group:
+        shapes = _expected_shapes(hit.error)
+        if shapes is None:
+            return None
+        expected.update(dict.fromkeys(shapes))
+    error = {"type": "union_no_member", "input": group[0].error["input"], "ctx": {"expected": list(expected)}}
+    return _Hit(error, at, [], [], group[0].node)
 
 
 _KIND = {type(None): "null", bool: "a boolean", int: "an integer", float: "a number", str: "a string",
@@ -166,11 +196,13 @@ _EXPECTED = {"model_type": "a mapping", "model_attributes_type": "a mapping", "d
              "string_type": "a string"}
 
 
-def _suggest(word: str, choices: list[str], label: str) -> str:
+def _did_you_mean(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=1)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
-    return f" ({label}: {', '.join(choices)})" if choices else ""
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _suggest(word: str, choices: list[str], label: str) -> str:
+    return _did_you_mean(word, choices) or (f" ({label}: {', '.join(choices)})" if choices else "")
 
 
 def _field_names(models: list[type[pydantic.BaseModel]]) -> list[str]:
@@ -197,10 +229,19 @@ def _to_config_error(hit: _Hit, positions: PositionMap, file: str) -> ConfigErro
         expected = re.findall(r"'([^']*)'", ctx["expected_tags"])
         reason = f"unknown {disc[1]} {ctx['tag']!r}" + _suggest(str(ctx["tag"]), expected, "expected one of")
         return error_at(positions, path + (disc[1],) if _has(hit.node, disc[1]) else path, reason, file)
-    if kind == "too_short":
+    if kind == "union_no_member":
+        *first, last = ctx["expected"]
+        value = hit.error["input"]
+        reason = f"expected {', '.join(first) + ' or ' if first else ''}{last}, not " + (
+            repr(value) + _did_you_mean(value, [w[1:-1] for w in ctx["expected"] if w[0] == "'"])
+            if isinstance(value, str) else _KIND.get(type(value), "a value"))
+    elif kind == "too_short":
         reason = f"needs at least {ctx['min_length']} item(s), got {ctx['actual_length']}"
     elif kind in _EXPECTED:
         reason = f"expected {_EXPECTED[kind]}, not {_KIND.get(type(hit.error['input']), 'a value')}"
     else:
         reason = re.sub(r"^(Value error|Assertion failed), ", "", hit.error["msg"])
+        if kind == "literal_error" and isinstance(hit.error["input"], str):
+            words = [w[1:-1] for w in _expected_shapes(hit.error) if w[:1] == "'"]
+            reason += _did_you_mean(hit.error["input"], words)
     return error_at(positions, path, reason, file)

@@ -199,6 +199,26 @@ def _concrete(data: dict, path: str) -> KeyPath:
     return tuple(out)
 
 
+def _inner_paths(value: Any) -> list[KeyPath]:
+    """The key paths inside a YAML value, the value's own ``()`` first."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    return [(), *((key, *inner) for key, item in items for inner in _inner_paths(item))]
+
+
+def _written_in(key: str, data: dict, written: dict[KeyPath, tuple[str, Any]]) -> KeyPath | None:
+    """Where in the sweep file the scenario key ``key`` (as an error names it) was written, given ``written``
+    (position in the sweep file -> the dotted path and the value written there): the deepest position inside a
+    value that holds it; None when no value does."""
+    found: list[tuple[int, KeyPath]] = []
+    for where, (path, value) in written.items():
+        concrete = _concrete(data, path)
+        for inner in _inner_paths(value):
+            named = format_path(concrete + inner)
+            if key == named or key.startswith((f"{named}.", f"{named}[")):
+                found.append((len(concrete + inner), (*where, *inner)))
+    return max(found, key=lambda depth_and_where: depth_and_where[0])[1] if found else None
+
+
 @dataclass(frozen=True)
 class _Files:
     """Where things are, to locate errors: the sweep file and the base scenario file."""
@@ -208,9 +228,11 @@ class _Files:
     base_file: str
     base_positions: PositionMap
 
-    def scenario(self, data: dict, where: KeyPath, label: str = "", axis: _Value | None = None) -> Scenario:
+    def scenario(self, data: dict, where: KeyPath, label: str = "", axis: _Value | None = None,
+                 written: dict[KeyPath, tuple[str, Any]] | None = None) -> Scenario:
         """``data`` as a Scenario, any problem reported at ``where`` in the sweep file (an unknown key that
-        ``axis`` names at that axis's key)."""
+        ``axis`` names at that axis's key; one in a value of ``written``, position in the sweep file -> dotted
+        path and value, at that value, named by its full key path)."""
         try:
             scenario = validate(Scenario, data, self.base_positions, self.base_file)
         except ConfigError as exc:
@@ -221,8 +243,13 @@ class _Files:
             if unknown:
                 raise _key_error(self.positions, axis.axis, f"not a key of the scenario: {unknown[0].reason}",
                                  self.file) from None
-            raise ConfigErrors([error_at(self.positions, where, f"{label}{e.key}: {e.reason}", self.file)
-                                for e in errors]) from None
+            located = []
+            for e in errors:
+                at = _written_in(e.key, data, written or {})
+                locate = _key_error if e.reason.startswith("unknown key") else error_at
+                located.append(locate(self.positions, at, f"{label}{e.reason}", self.file) if at
+                               else error_at(self.positions, where, f"{label}{e.key}: {e.reason}", self.file))
+            raise ConfigErrors(sorted(located, key=lambda e: (e.line, e.column))) from None
         problems = check_references(scenario)
         if problems:
             raise error_at(self.positions, where, f"{label}{problems[0][1]}", self.file)
@@ -237,7 +264,9 @@ def _prepared(sweep: Sweep, base: Scenario, data: dict, files: _Files) -> dict[s
         varied = data
         for key, value in list(variant.set.items()) + list(sweep.set.items()):
             varied = _set(varied, key, value)
-        files.scenario(varied, ("set",), f"with variant={variant.name}: ")
+        label = f"with variant={variant.name}: " if base.variants else ""
+        files.scenario(varied, ("set",), label, written={("set", path): (path, value)
+                                                        for path, value in sweep.set.items()})
         out[variant.name] = varied
     return out
 
@@ -272,7 +301,8 @@ def load_sweep(path: str | os.PathLike) -> SweepPlan:
         marker = json.dumps([value.path, value.value], sort_keys=True, default=str)
         if marker not in checked:  # each value alone first, so that a bad one is reported where it is written
             checked.add(marker)
-            files.scenario(_set(prepared[first], value.path, value.value), value.where, axis=value)
+            files.scenario(_set(prepared[first], value.path, value.value), value.where, axis=value,
+                           written={value.where: (value.path, value.value)})
     seeds = [run_seed(sweep.seed, r) for r in range(sweep.repetitions)]
     runs: list[RunSpec] = []
     for point in itertools.product(*factors):

@@ -166,7 +166,7 @@ def test_the_mapping_type_belongs_to_dma_buf_registrations():
     (["--use_cuda_pcie_mapping"], 2, "CUDA PCIe mapping requires DMA-BUF"),
 ])
 def test_perftest_pcie_mapping_lines(argv, code, said):
-    from sim.perftest import run_perftest
+    from tests.conftest import perftest_streams
 
-    got, text = run_perftest(["ib_write_bw", "-s", "64K", "-n", "20", "--use_cuda", *argv])
-    assert got == code and said in text, text
+    got, report, errors = perftest_streams(["ib_write_bw", "-s", "64K", "-n", "20", "--use_cuda", *argv])
+    assert got == code and said in (report if code == 0 else errors), errors

@@ -196,13 +196,29 @@ def test_trace_is_chrome_json_with_one_process_per_variant_and_named_tracks(tmp_
     assert any(e.get("ph") == "i" and e["name"] == "MappingInvalidated" for e in events)
 
 
+@pytest.mark.parametrize("args, says", [
+    (["run", "s.yaml", "--seed", "-1"], "rdmasim run: --seed: a seed is an integer with 0 <= seed < 2**63, got -1"),
+    (["run", "s.yaml", "--engine", "warp"], "rdmasim run: --engine: 'warp' is not one of 'event', 'fast', 'auto'"),
+    (["run", "s.yaml", "--bogus"], "rdmasim run: No such option: --bogus"),
+    (["run"], "rdmasim run: Missing argument 'FILE'"),
+    (["runn", "s.yaml"], "rdmasim: No such command 'runn'. Did you mean 'run'?"),
+    (["sweep", "s.yaml", "--workers", "0"], "rdmasim sweep: --workers: "),
+])
+def test_a_usage_error_is_one_line_naming_the_option_and_the_reason(tmp_path, args, says):
+    result = runner.invoke(app, args, prog_name="rdmasim")
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == [result.stderr.strip()] and result.stderr.startswith(says), result.stderr
+
+
 def test_perftest_front_end_is_wired_into_the_cli():
     result = runner.invoke(app, ["perftest", "ib_write_bw", "-s", "4096", "-n", "200", "--use_cuda=0",
                                  "--use_cuda_dmabuf"])
     assert result.exit_code == 0, result.output
     assert "BW average[MiB/sec]" in result.stdout and "4096" in result.stdout
     bad = runner.invoke(app, ["perftest", "ib_write_bw", "--run_infinitely"])
-    assert bad.exit_code == 2 and "--run_infinitely" in bad.stderr
+    assert bad.exit_code == 2 and "--run_infinitely" in bad.stderr and bad.stdout == ""
+    noted = runner.invoke(app, ["perftest", "ib_write_bw", "-s", "4096", "-n", "20", "-x", "3"])
+    assert noted.exit_code == 0 and "-x/--gid-index ignored" in noted.stderr and "ignored" not in noted.stdout
 
 
 def test_calibrate_command_reports_every_required_row_passing(tmp_path):

@@ -207,13 +207,13 @@ def test_run_options_follow_the_schema(tmp_path, args, message):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["ib_write_bw", "-s", "2049M"], "-s/--size: Message Size should be between 1 and 2147483648"),
-    (["ib_write_bw", "-s", "0x7fffffffffffffff"], "-s/--size: Message Size should be between 1 and 2147483648"),
+    (["ib_write_bw", "-s", "2049M"], "-s/--size: Message Size should be between 1 and 2147483647"),
+    (["ib_write_bw", "-s", "0x7fffffffffffffff"], "-s/--size: Message Size should be between 1 and 2147483647"),
     (["ib_write_bw", "-n", "1e9"], "-n/--iters: Iteration num argument 1e9 should be int"),
     (["ib_write_bw", "-n", "100000001"], "-n/--iters: Iteration num should be between 5 and 100000000"),
     (["ib_write_bw", "-q", "1025"], "-q/--qp: num of Qps should be between 1 and 1024"),
     (["ib_write_bw", "-t", "0"], "-t/--tx-depth: Tx depth should be between 1 and 15000"),
-    (["ib_write_bw", "-s", "2048M", "-n", "100000000", "-q", "1024"], "-n/-s/-q: the run would simulate about"),
+    (["ib_write_bw", "-s", "2047M", "-n", "100000000", "-q", "1024"], "-n/-s/-q: the run would simulate about"),
 ])
 def test_perftest_numbers_are_bounded(tmp_path, argv, message):
     result = runner.invoke(app, ["perftest", *argv])

@@ -52,6 +52,8 @@ class Scenario(Strict):
     pet: Optional[Annotated[Union[Cat, Dog], Field(discriminator="kind")]] = None
     animal: Union[Cat, Fish, int] = 0
     pets: list[Union[Cat, Dog]] = []
+    policy: Union[Literal["rail", "all"], Annotated[list[str], Field(min_length=1)]] = "rail"
+    transport: Literal["ib", "roce"] = "ib"
 
 
 def write(tmp_path, content: str | bytes):
@@ -172,7 +174,25 @@ def test_plain_union_prefers_member_whose_tag_matches(tmp_path):
 
 
 def test_plain_union_type_mismatch_reports_one_error(tmp_path):
-    assert problems(tmp_path, "animal: [1]\n") == [(1, 9, "animal", "expected a mapping, not a list")]
+    assert problems(tmp_path, "animal: [1]\n") == [(1, 9, "animal", "expected a mapping or an integer, not a list")]
+
+
+def test_union_that_no_member_accepts_names_every_accepted_word_and_shape(tmp_path):
+    assert problems(tmp_path, "policy: everything\n") == [
+        (1, 9, "policy", "expected 'rail', 'all' or a list, not 'everything'")]
+    assert problems(tmp_path, "policy: al\n") == [
+        (1, 9, "policy", "expected 'rail', 'all' or a list, not 'al' (did you mean 'all'?)")]
+    assert problems(tmp_path, "policy: 3\n") == [(1, 9, "policy", "expected 'rail', 'all' or a list, not an integer")]
+
+
+def test_a_word_close_to_an_accepted_one_is_suggested(tmp_path):
+    assert problems(tmp_path, "transport: robe\n") == [
+        (1, 12, "transport", "Input should be 'ib' or 'roce' (did you mean 'roce'?)")]
+    assert problems(tmp_path, "transport: iwarp\n") == [(1, 12, "transport", "Input should be 'ib' or 'roce'")]
+
+
+def test_union_member_that_accepts_the_shape_gives_its_own_error(tmp_path):
+    assert problems(tmp_path, "policy: []\n") == [(1, 9, "policy", "needs at least 1 item(s), got 0")]
 
 
 def test_discriminated_union_reports_selected_member_only(tmp_path):
@@ -193,7 +213,8 @@ def test_several_problems_sorted_by_line(tmp_path):
     with pytest.raises(ConfigErrors) as info:
         validate(Scenario, data, positions, "s.yaml")
     assert str(info.value) == (
-        "s.yaml:1:1 bogus: unknown key 'bogus' (valid keys: name, nodes, fabric, pet, animal, pets)\n"
+        "s.yaml:1:1 bogus: unknown key 'bogus' (valid keys: name, nodes, fabric, pet, animal, pets, policy, "
+        "transport)\n"
         "s.yaml:4:29 nodes[0].nic.ports: Input should be a valid integer, unable to parse string as an integer")
     assert [e.line for e in info.value.errors] == [1, 4]
 

@@ -213,7 +213,7 @@ def test_a_run_whose_variant_fails_writes_nothing_and_names_it(work):
 
 def test_perftest_out_writes_a_results_directory_that_repro_reproduces(work):
     result = _run("perftest", "ib_write_bw", "-s", "4K", "-n", "20", "--out", "pt")
-    assert result.exit_code == 0 and f"wrote {work / 'pt'}" in result.stdout
+    assert result.exit_code == 0 and f"wrote {work / 'pt'}" in result.stderr and "wrote" not in result.stdout
     manifest = json.loads((work / "pt" / "manifest.json").read_text())
     assert manifest["scenario"]["description"] == "rdmasim perftest ib_write_bw -s 4K -n 20"
     assert len(pd.read_parquet(work / "pt" / "metrics.parquet")) == 20

@@ -10,10 +10,11 @@ import pytest
 
 from sim.core.errors import ConfigError
 from sim.perftest import TESTS, perftest_scenario, run_perftest
-from sim.perftest_report import BW_HEADER, BW_HEADER_MIB, GBPS_TO_MIBPS
+from sim.perftest_report import BW_HEADER, BW_HEADER_MIB, GBPS_TO_MIBPS, RULE
 from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
 from sim.scenario.schema import WorkloadSpec
+from tests.conftest import perftest_streams
 
 
 def _row(text: str, size: int) -> list[float]:
@@ -83,8 +84,8 @@ def test_outstanding_reads_cap_read_bandwidth():
                  for k in (1, 16))
     assert perftest_scenario(["ib_read_bw", "-o", "1"]).workload[0].max_rd_atomic == 1
     assert one < many / 4
-    code, text = run_perftest(["ib_read_lat", "-o", "64", "-n", "20"])
-    assert code == 0 and "above max = 16" in text and "Outstand reads  : 16" in text
+    code, text, said = perftest_streams(["ib_read_lat", "-o", "64", "-n", "20"])
+    assert code == 0 and "above max = 16" in said and "Outstand reads  : 16" in text
     assert perftest_scenario(["ib_read_lat", "-o", "64"]).workload[0].max_rd_atomic == 16
 
 
@@ -109,8 +110,8 @@ def test_mib_per_second_by_default_and_gbits_with_report_gbits():
     (["-a"], "40000", 0),  # perftest passes when any size reaches the limit (small ones here do not)
 ])
 def test_limit_bw_fails_the_run_below_it(sizes, limit, code):
-    got, text = run_perftest(["ib_write_bw", *sizes, "-n", "100", "-w", limit])
-    assert got == code and ("Error: BW result is below bw limit" in text) == bool(code)
+    got, report, errors = perftest_streams(["ib_write_bw", *sizes, "-n", "100", "-w", limit])
+    assert got == code and ("Error: BW result is below bw limit" in errors) == bool(code) and BW_HEADER_MIB in report
 
 
 def test_engine_is_the_scenarios_and_auto_by_default():
@@ -119,10 +120,10 @@ def test_engine_is_the_scenarios_and_auto_by_default():
 
 
 def test_options_without_meaning_are_each_reported_once_as_ignored():
-    code, text = run_perftest(["ib_write_bw", "-s", "4K", "-n", "50", "-x", "3", "-F", "-R", "--cpu_util", "-p",
-                               "18515", "10.0.0.1"])
-    assert code == 0, text
-    ignored = [line for line in text.splitlines() if " ignored: " in line]
+    code, report, notes = perftest_streams(["ib_write_bw", "-s", "4K", "-n", "50", "-x", "3", "-F", "-R",
+                                            "--cpu_util", "-p", "18515", "10.0.0.1"])
+    assert code == 0 and " ignored: " not in report and report.startswith(RULE), notes  # stdout is the report
+    ignored = [line for line in notes.splitlines() if " ignored: " in line]
     assert [line.split()[2] for line in ignored] == ["-x/--gid-index", "-F/--CPU-freq", "-R/--rdma_cm",
                                                      "--cpu_util", "-p/--port", "server"]
 
@@ -157,7 +158,7 @@ def test_rocm_dmabuf_places_the_buffer_on_an_amd_gpu():
     (["ib_write_bw", "--engine", "warp"], "invalid choice"),
 ])
 def test_values_perftest_refuses_exit_2_with_its_message(argv, message):
-    code, text = run_perftest(argv)
+    code, _, text = perftest_streams(argv)
     assert code == 2 and message in text, text
 
 
@@ -237,3 +238,52 @@ def test_outstanding_reads_give_the_same_answer_on_both_engines():
     rows = [run_scenario(perftest_scenario(["ib_read_bw", "-s", "4K", "-n", "1000", "-o", "4", "--engine", engine]))
             .summary[["bw_avg_Gbps", "bw_peak_Gbps"]].iloc[0].tolist() for engine in ("fast", "event")]
     assert rows[0] == rows[1]
+
+
+@pytest.mark.parametrize("text, size", [
+    ("4K", 4096), ("2M", 2**21), ("5G", 5), ("64k", 64), ("1.5K", 1024), ("0x10", 16), ("010", 8), (" 12", 12),
+    ("2047M", 2047 * 2**20), ("2147483647", 2**31 - 1),
+])
+def test_s_reads_its_number_as_perftests_strtol_does(text, size):
+    """perftest reads -s with strtol (base 0, what follows the number ignored) after taking off a last K or M."""
+    assert perftest_scenario(["ib_write_bw", "-s", text]).workload[0].size_list() == [size]
+
+
+@pytest.mark.parametrize("text", ["big", "0", "-5", "2048M", "2147483648", "K"])
+def test_s_outside_perftests_range_is_refused_with_its_message(text):
+    code, _, said = perftest_streams(["ib_write_bw", "-s", text])
+    assert code == 2 and said.endswith("Message Size should be between 1 and 2147483647"), said
+
+
+@pytest.mark.parametrize("text, iterations", [("010", 8), ("0x20", 32), (" 100", 100)])
+def test_integer_options_read_c_notation_as_strtol_does(text, iterations):
+    assert perftest_scenario(["ib_write_bw", "-n", text]).workload[0].iterations == iterations
+
+
+@pytest.mark.parametrize("text", ["1_000", "100 ", "1e3", "12abc"])
+def test_integer_options_refuse_what_strtol_leaves_unread(text):
+    code, _, said = perftest_streams(["ib_write_bw", "-n", text])
+    assert code == 2 and f"Iteration num argument {text} should be int" in said, said
+
+
+@pytest.mark.parametrize("flags, said", [
+    (["--pin_cores=0-3,8"], "--pin_cores ignored"), (["--numa_node=1"], "--numa_node ignored"),
+    (["--disable_numa"], "--disable_numa ignored"), (["-S", "3"], "-S/--sl ignored"),
+    (["--tos=32"], "-T/--tos ignored"),
+    (["-z"], "-z/--comm_rdma_cm ignored"),
+])
+def test_perftests_placement_and_addressing_options_are_accepted_and_said_to_be_ignored(flags, said):
+    """The placement lines of perftest's README run: a simulation has no host CPUs or NUMA nodes to place on,
+    nor service levels, traffic classes or rdma_cm to address its QPs with."""
+    code, report, notes = perftest_streams(["ib_write_bw", "-d", "mlx5_0", "-s", "4K", "-n", "20", *flags])
+    assert code == 0 and said in notes and BW_HEADER_MIB in report, notes
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--numa_node=-1"], "numa_node must be non-negative int"),
+    (["--numa_node=1", "--pin_cores=2"], "--numa_node and --pin_cores cannot be used together"),
+    (["-S", "16"], "Only 15 Service levels"), (["-T", "256"], "TOS should be between 0 and 255"),
+])
+def test_perftests_placement_and_addressing_checks_hold(flags, message):
+    code, _, said = perftest_streams(["ib_write_bw", *flags])
+    assert code == 2 and message in said, said

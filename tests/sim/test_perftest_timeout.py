@@ -3,7 +3,8 @@ changes in a run whose link flaps is tested in test_transport_retries.py)."""
 
 import pytest
 
-from sim.perftest import _parse, _scenario, run_perftest
+from sim.perftest import _parse, _scenario
+from tests.conftest import perftest_streams
 
 
 def _timeout(argv):
@@ -19,5 +20,5 @@ def test_u_sets_the_workloads_qp_timeout_and_its_default_is_perftests():
 @pytest.mark.parametrize("value, said", [("32", "QP Timeout should be between 0 and 31"),
                                          ("x", "QP Timeout argument x should be int")])
 def test_u_outside_ibs_five_bits_is_refused(value, said):
-    code, text = run_perftest(["ib_write_bw", "-u", value])
+    code, _, text = perftest_streams(["ib_write_bw", "-u", value])
     assert code == 2 and said in text, text

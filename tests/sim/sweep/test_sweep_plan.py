@@ -89,7 +89,7 @@ def _at(text: str, needle: str, nth: int = 0) -> str:
 @pytest.mark.parametrize("old, new, needle, words", [
     ("buffers.src.register:", "buffers.srcx.register:", "buffers.srcx", "no list item named 'srcx'"),
     ("fabric.latency:", "fabric.latncy:", "fabric.latncy", "unknown key 'latncy' (did you mean 'latency'?)"),
-    ("[pinned, odp]", "[pinned, bogus]", "bogus", "buffers[0].register"),
+    ("[pinned, odp]", "[pinned, bogus]", "bogus", " grid.buffers.src.register[1]: Input should be 'pinned'"),
     ("[4096, 1024]", "[4096, 1000]", "1000", "fabric.mtu"),
     ("[4KiB, 16KiB]", "[4KiB, 128KiB]", "128KiB", "does not fit buffer"),
     ("[300ns, 1us]", "[300ns, 1us, 2us]", "fabric.latency", "zip lists must all have one length"),
@@ -102,6 +102,14 @@ def _at(text: str, needle: str, nth: int = 0) -> str:
     ("base: base.yaml", "base: nope.yaml", "nope.yaml", "no scenario file"),
     ("grid:", "gird:", "gird", "did you mean 'grid'"),
     ("kind: sweep\n", "", "schema", "missing required key 'kind'"),
+    ("repetitions: 2\n", "repetitions: 2\nset:\n  workload.bw.sizes: [4KiB, 12]\n", "12]",
+     " set.workload.bw.sizes[1]: 12: give a unit, e.g. '12B'"),
+    ("repetitions: 2\n", "repetitions: 2\nset:\n  fabric: {mtu: 4096, latency: 300}\n", "300}",
+     " set.fabric.latency: 300: give a unit, e.g. '300ns'"),
+    ("repetitions: 2\n", "repetitions: 2\nset:\n  workload.bw.iterations: 2ms\n", "2ms",
+     " set.workload.bw.iterations: "),
+    ("repetitions: 2\n", "repetitions: 2\nset:\n  fabric: {mtu: 4096, latncy: 1us}\n", "latncy",
+     " set.fabric.latncy: unknown key 'latncy' (did you mean 'latency'?)"),
 ])
 def test_errors_are_located_in_the_sweep_file(write_sweep, sweep_text, old, new, needle, words):
     assert old in sweep_text
