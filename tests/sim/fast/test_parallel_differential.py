@@ -65,3 +65,11 @@ def test_auto_leaves_a_send_bw_over_several_qps_to_the_event_engine(kind, qps, s
     reason = slow_for_fast(scenario)
     assert (reason is not None and f"send_bw over {qps} QPs" in reason) == slow
     assert slow or reason is None
+
+
+def test_send_bw_reposting_receives_over_several_qps_and_sizes_equals_the_event_engine():
+    # More iterations than receives posted ahead (perftest's 512): every QP's server reposts, and a QP that ends
+    # first leaves receive completions to the next size's server, as on the event engine.
+    work = [{"kind": "send_bw", "from": "src", "to": "dst", "sizes": ["256B", "512B"], "iterations": 1500, "qps": 4}]
+    event, fast = same_runs(scenario_dict(workload=work, **two_nodes("cx7-gen5-400G")))
+    assert fast.operations["ok"].all() and len(fast.operations) == 2 * 4 * 1500
