@@ -326,8 +326,8 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
 @app.command()
 def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdmasim run` or `rdmasim sweep`.",
                                                  show_default=False, metavar="RESULTS")],
-         recipe: Annotated[str, typer.Option(metavar="RECIPE", help="bw_vs_size, latency_cdf, bw_over_time, "
-                                                                   "mode_comparison or heatmap.")],
+         recipe: Annotated[str, typer.Option(metavar="RECIPE", help="bw_vs_size, latency_vs_size, latency_cdf, "
+                                                                   "bw_over_time, mode_comparison or heatmap.")],
          out_dir: Annotated[Optional[str], typer.Option("--out", show_default=False, metavar="DIR",
                                                         help="Figures directory "
                                                         "(default: RESULTS/figures): new, empty or rdmasim's.")

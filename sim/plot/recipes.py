@@ -1,8 +1,9 @@
 """Figures by recipe from a results directory written by ``rdmasim run`` (``metrics.parquet`` and
 ``summary.json``) or by a sweep (``sweep.json`` and ``runs/``); each saved as PNG and PDF with its CSV.
 
-Recipes (named as the scenario's ``outputs``): ``bw_vs_size``, ``latency_cdf`` and ``bw_over_time`` (bandwidth
-over time with the scenario's events; both need per-operation metrics, so ``rdmasim run`` results),
+Recipes (named as the scenario's ``outputs``): ``bw_vs_size``, ``latency_vs_size``, ``latency_cdf`` and
+``bw_over_time`` (bandwidth over time with the scenario's events; the last two need per-operation metrics, so
+``rdmasim run`` results),
 ``mode_comparison`` (bandwidth, p99.9 latency, registration time and pinned memory per variant) and ``heatmap``
 (a metric over two axes of a sweep).
 """
@@ -31,7 +32,7 @@ from sim.plot import figures
 from sim.plot.figures import save
 from sim.sweep.store import read_table
 
-RECIPES = ("bw_vs_size", "latency_cdf", "bw_over_time", "mode_comparison", "heatmap")
+RECIPES = ("bw_vs_size", "latency_vs_size", "latency_cdf", "bw_over_time", "mode_comparison", "heatmap")
 COMPARED = {"bw_avg_Gbps": "average bandwidth (Gb/s)", "p99_9_us": "p99.9 latency (µs)",
             "register_ms": "registration time (ms)", "pinned_GiB": "pinned memory (GiB)",
             "failed_allocations": "competing jobs' failed allocations"}
@@ -139,18 +140,31 @@ def _restates_size(table: pd.DataFrame, column: str) -> bool:
 
 def bw_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
     """Average bandwidth against message size; a sweep's runs averaged per series (its other axes)."""
+    data = _per_size(results, "_bw", ["bw_avg_Gbps", "bw_peak_Gbps"], "bandwidth")
+    return figures.bw_vs_size(data, out, results.title)
+
+
+def latency_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
+    """Typical latency against message size with its min..p99.9 band; a sweep's runs averaged per series."""
+    data = _per_size(results, "_lat", ["t_typical_us", "t_min_us", "p99_us", "p99_9_us"], "latency")
+    return figures.latency_vs_size(data, out, results.title)
+
+
+def _per_size(results: _RunDir | _SweepDir, kinds: str, columns: list[str], what: str) -> pd.DataFrame:
+    """Summary rows of the workloads whose kind ends with ``kinds``: a run's one per variant, workload and size;
+    a sweep's ``columns`` averaged per series (the axes that vary and do not restate the size) and size."""
     if isinstance(results, _RunDir):
-        data = results.summary[results.summary["kind"].str.endswith("_bw")]  # one curve per variant and workload
+        data = results.summary[results.summary["kind"].str.endswith(kinds)]
     else:
-        ok = results.ok("_bw")
+        ok = results.ok(kinds)
         series = [c for c in dict.fromkeys(["variant", *results.axes, "workload"])
                   if ok[c].nunique() > 1 and not _restates_size(ok, c)]
         label = ok[series].astype(str).agg(" / ".join, axis=1) if series else pd.Series("all", index=ok.index)
-        data = (ok.assign(workload=label).groupby(["workload", "kind", "bytes"], sort=False)
-                [["bw_avg_Gbps", "bw_peak_Gbps"]].mean().reset_index())
+        data = (ok.assign(workload=label).groupby(["workload", "kind", "bytes"], sort=False)[columns].mean()
+                .reset_index())
     if data.empty:
-        raise RecipeError(f"{results.title}: no bandwidth workload to plot")
-    return figures.bw_vs_size(data, out, results.title)
+        raise RecipeError(f"{results.title}: no {what} workload to plot")
+    return data
 
 
 def latency_cdf(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
@@ -303,4 +317,6 @@ def _draw(results: _RunDir | _SweepDir, recipe: str, out: Path, metric: str | No
         return mode_comparison(results, out, *by)
     if by or metric:
         raise RecipeError(f"recipe '{recipe}' takes no axes and no metric")
-    return {"bw_vs_size": bw_vs_size, "latency_cdf": latency_cdf, "bw_over_time": bw_over_time}[recipe](results, out)
+    draw = {"bw_vs_size": bw_vs_size, "latency_vs_size": latency_vs_size, "latency_cdf": latency_cdf,
+            "bw_over_time": bw_over_time}[recipe]
+    return draw(results, out)

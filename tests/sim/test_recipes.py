@@ -140,3 +140,30 @@ def test_recipe_errors_say_what_is_wrong(run_dir, sweep_dir, tmp_path, which, re
         plot(directory, recipe, tmp_path / "figs", **options)
     assert words in str(caught.value)
     assert not (tmp_path / "figs").exists()
+
+
+
+def _quickstart_dir(tmp_path, kinds: str, sizes: list[int]) -> Path:
+    """The quickstart's workloads whose kind ends with ``kinds``, 50 iterations of ``sizes``, written as
+    `rdmasim run` does."""
+    _, raw, variants = load_scenario_variants(ROOT / "scenarios" / "quickstart.yaml")
+    (name, spec), = variants
+    work = [w.model_copy(update={"iterations": 50, "sizes": sizes}) for w in spec.workload if w.kind.endswith(kinds)]
+    result = run_scenario(spec.model_copy(update={"workload": work}), variant=name)
+    return write_results([result], tmp_path / "res", raw), result
+
+
+def test_latency_vs_size_of_a_run_plots_its_latency_rows(tmp_path):
+    # The figure `rdmasim run` writes for a latency workload can be drawn again from its results by recipe.
+    out, result = _quickstart_dir(tmp_path, "", [64, 4096, 65536])
+    data = _files(plot(out, "latency_vs_size", tmp_path / "figs"), "latency_vs_size")
+    expected = result.summary[result.summary["kind"].str.endswith("_lat")]
+    assert list(data["bytes"]) == [64, 4096, 65536] and set(data["workload"]) == set(expected["workload"])
+    for column in ("t_typical_us", "t_min_us", "p99_9_us"):
+        np.testing.assert_allclose(data[column], expected[column], rtol=1e-12)
+
+
+def test_latency_vs_size_of_bandwidth_workloads_only_says_so(tmp_path):
+    out, _ = _quickstart_dir(tmp_path, "_bw", [4096])
+    with pytest.raises(RecipeError, match="no latency workload to plot"):
+        plot(out, "latency_vs_size", tmp_path / "figs")
