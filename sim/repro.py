@@ -69,9 +69,17 @@ class Report:
 
 
 def manifest_path(path: str | Path) -> Path:
-    """``path`` itself, or the manifest inside it when ``path`` is a results directory."""
+    """``path`` itself, or the manifest inside it when ``path`` is a results directory.
+
+    :raises ConfigError: ``path`` is a directory without a manifest.
+    """
     path = Path(path)
-    return path / MANIFEST if path.is_dir() else path
+    if not path.is_dir():
+        return path
+    if not (path / MANIFEST).is_file():
+        raise ConfigError(f"has no {MANIFEST}; name a results directory of `rdmasim run` or its {MANIFEST}",
+                          file=str(path))
+    return path / MANIFEST
 
 
 def read_manifest(path: Path) -> Manifest:
