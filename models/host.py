@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.core import PS_PER_NS, SimError, VerbsError
+from sim.core import PS_PER_NS, SimError, VerbsError, format_size
 
 from models.size_cost import CallCost
 
@@ -192,8 +192,9 @@ class HostMemory:
         page, used = self.params.page_size, self.resident_bytes()
         need = -(-self.buffers[name].size // page) * page
         if used + need > self.params.memory:
-            raise VerbsError("ENOMEM", f"buffer {name!r} needs {need} bytes of {self.node}'s host memory but "
-                             f"{self.params.memory - used} of {self.params.memory} are free", call=call)
+            raise VerbsError("ENOMEM", f"buffer {name!r} needs {format_size(need)} of {self.node}'s host memory but "
+                             f"{format_size(self.params.memory - used)} of {format_size(self.params.memory)} are free",
+                             call=call)
         self.resident.add(name)
 
     def back_managed(self, size: int, gpu_bytes: int, *, call: str = "cudaMallocManaged") -> None:

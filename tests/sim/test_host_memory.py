@@ -33,6 +33,7 @@ def test_pinning_past_the_node_memory_fails_with_enomem_naming_the_buffer(tmp_pa
         _build(tmp_path, "768MiB", "768MiB", host=", host: {memory: 1GiB}")
     assert "buffers[1] 'dst'" in str(info.value) and "ENOMEM" in str(info.value)
     assert info.value.__cause__.errno == "ENOMEM"
+    assert "needs 768MiB of a's host memory but 256MiB of 1GiB are free" in str(info.value)  # sizes a reader reads
 
 
 def test_the_default_node_memory_is_a_dgx_h200s(tmp_path):
