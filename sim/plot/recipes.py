@@ -302,7 +302,10 @@ def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | N
     target = Path(results_dir) / "figures" if out is None else out
     with (_unreadable(Path(results_dir), "results as rdmasim writes them"),  # e.g. a column missing
           outdir.staged(target, outdir.FIGURES, force=force) as (staging, claimed)):
-        paths = _draw(results, recipe, staging, metric, by)
+        try:
+            paths = _draw(results, recipe, staging, metric, by)
+        except RecipeError as exc:  # what the recipe finds missing, said of the directory it read
+            raise RecipeError(f"{results_dir}: {exc}") from None
     return [claimed.path / p.name for p in paths]
 
 

@@ -139,6 +139,7 @@ def test_recipe_errors_say_what_is_wrong(run_dir, sweep_dir, tmp_path, which, re
     with pytest.raises(RecipeError) as caught:
         plot(directory, recipe, tmp_path / "figs", **options)
     assert words in str(caught.value)
+    assert recipe == "scatter" or str(caught.value).startswith(f"{directory}: ")  # the directory it read is named
     assert not (tmp_path / "figs").exists()
 
 
