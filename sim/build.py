@@ -188,10 +188,9 @@ def _add_node(bed: Testbed, spec: NodeSpec) -> None:
         node.iommu = Iommu(IommuParams(**IOMMU_PRESETS[spec.iommu]), name=f"{spec.name}.iommu")
     gpu_pcie = [PcieParams(**PCIE_PRESETS[gpu_params(g.preset).pcie]) for g in spec.gpus]
     if spec.rails is not None:
-        node.topology = build_rail_server(spec.rails.layout(), nic=node.pcie.params,
-                                          gpu=gpu_pcie[0], uplink=node.pcie.params)
-        nics = [node.with_nic(v, Nic(f"{spec.name}.{v}", node.nic.params)) for v in devices(node.topology, "nic")]
         layout = spec.rails.layout()
+        node.topology = build_rail_server(layout, nic=node.pcie.params, gpu=gpu_pcie[0], uplink=node.pcie.params)
+        nics = [node.with_nic(v, Nic(f"{spec.name}.{v}", node.nic.params)) for v in devices(node.topology, "nic")]
         bed.rails[spec.name] = {v: rail_nics(node.topology, v, layout)
                                 for v in devices(node.topology, "memory") + devices(node.topology, "gpu")}
     else:
