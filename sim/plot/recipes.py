@@ -3,9 +3,8 @@
 
 Recipes (named as the scenario's ``outputs``): ``bw_vs_size``, ``latency_vs_size``, ``latency_cdf`` and
 ``bw_over_time`` (bandwidth over time with the scenario's events; the last two need per-operation metrics, so
-``rdmasim run`` results),
-``mode_comparison`` (bandwidth, p99.9 latency, registration time and pinned memory per variant) and ``heatmap``
-(a metric over two axes of a sweep).
+``rdmasim run`` results), ``mode_comparison`` (bandwidth, p99.9 latency, registration time and pinned memory per
+variant) and ``heatmap`` (a metric over two axes of a sweep).
 """
 
 from __future__ import annotations
