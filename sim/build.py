@@ -209,14 +209,14 @@ def _add_node(bed: Testbed, spec: NodeSpec) -> None:
     # An importer that is not one of the node's NICs (another GPU) is placed at its first NIC, as the one-NIC
     # topology places every importer.
     vertex = defaultdict(lambda: nics[0].device, {n.nic.name: n.device for n in nics})
-    for i, gspec in enumerate(spec.gpus):
-        name = f"{spec.name}.{gspec.name or f'gpu{i}'}"
+    for gspec, own in zip(spec.gpus, spec.gpu_names()):
+        name = f"{spec.name}.{own}"
         params = gpu_params(gspec.preset, **({} if gspec.bar1 is None else {"bar1_bytes": gspec.bar1}))
         gpu = bed.gpus[name] = Gpu(name, gspec.exporter or GPU_VENDOR[gspec.preset], params, node.kernel,
                                    capacity=gspec.memory, driver=gspec.driver, coherent=gspec.coherent,
                                    chipset_p2p=gspec.chipset_p2p,
                                    topology_check_override=gspec.topology_check_override)
-        gpu.vertex = f"gpu{i}"
+        gpu.vertex = spec.vertex(own)
         gpu.peer_distance = lambda dev, g=node.topology, v=gpu.vertex: pci_p2pdma_distance(g, v, vertex[dev])
         gpu.common_switch = lambda dev, g=node.topology, v=gpu.vertex: has_common_pci_switch(g, v, vertex[dev])
 

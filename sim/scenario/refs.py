@@ -24,7 +24,7 @@ HOST_MODES = ("pinned", "odp")
 
 def gpu_places(scenario: Scenario) -> list[str]:
     """'<node>.<gpu>' of every GPU (unnamed GPUs are gpu0, gpu1, ...)."""
-    return [f"{n.name}.{g.name or f'gpu{i}'}" for n in scenario.nodes for i, g in enumerate(n.gpus)]
+    return [f"{n.name}.{name}" for n in scenario.nodes for name in n.gpu_names()]
 
 
 def _suggest(name: str, choices: list[str]) -> str:
@@ -179,7 +179,7 @@ def rail_problems(scenario: Scenario) -> list[Problem]:
         for name in dict.fromkeys(b for pair in work.buffer_pairs() for b in pair):
             buf = buffers.get(name)
             node = nodes.get(buf.on.split(".")[0]) if buf is not None else None
-            vertex = _vertex(node, buf.on.split(".")[1]) if node is not None and node.rails is not None else None
+            vertex = node.vertex(buf.on.split(".")[1]) if node is not None and node.rails is not None else None
             if vertex is None or isinstance(buf.nics, list) and not set(buf.nics) <= set(nic_names(node)):
                 continue  # a memory or NIC named that is not there (reported by check_references)
             layout = node.rails.layout()
@@ -194,15 +194,6 @@ def rail_problems(scenario: Scenario) -> list[Problem]:
                                  f"{', '.join(registered)}): give '{name}' nics: all, or a list with {nic}"))
                 break
     return problems
-
-
-def _vertex(node: NodeSpec, place: str) -> str | None:
-    """The topology vertex of memory ``place`` of a rails node ('host': mem0, a GPU: gpu<i>); None for no such
-    memory (reported by :func:`check_references`)."""
-    if place == "host":
-        return "mem0"
-    names = [g.name or f"gpu{i}" for i, g in enumerate(node.gpus)]
-    return f"gpu{names.index(place)}" if place in names else None
 
 
 LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
@@ -230,8 +221,8 @@ def port_problems(scenario: Scenario | TestbedSpec) -> list[Problem]:
 def library_problems(scenario: Scenario) -> list[Problem]:
     """The library studies name GPUs that exist, and what a study holds at once, with the scenario's buffers on
     the same GPU, fits in that GPU's memory."""
-    capacity = {f"{n.name}.{g.name or f'gpu{i}'}": g.memory or gpu_params(g.preset).hbm_bytes
-                for n in scenario.nodes for i, g in enumerate(n.gpus)}
+    capacity = {f"{n.name}.{name}": g.memory or gpu_params(g.preset).hbm_bytes
+                for n in scenario.nodes for name, g in zip(n.gpu_names(), n.gpus)}
     problems, names = [], set()
     for i, study in enumerate(scenario.library):
         if study.name is not None and study.name in names:

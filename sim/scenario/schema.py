@@ -284,6 +284,18 @@ class NodeSpec(Strict):
     rdma_core: VersionText = "57"
     """rdma-core (libibverbs) version: ibv_reg_dmabuf_mr needs v34+, mlx5dv_reg_dmabuf_mr v55+."""
 
+    def gpu_names(self) -> list[str]:
+        """Each GPU's name in references ('a.gpu0'): its own name, or ``gpu<i>`` by its position."""
+        return [g.name or f"gpu{i}" for i, g in enumerate(self.gpus)]
+
+    def vertex(self, place: str) -> str | None:
+        """The PCIe topology vertex of memory ``place`` ('host': ``mem0``; a GPU: ``gpu<i>`` by its position, as
+        the layout places it); None for no such memory."""
+        if place == "host":
+            return "mem0"
+        names = self.gpu_names()
+        return f"gpu{names.index(place)}" if place in names else None
+
     @model_validator(mode="after")
     def _gpus_fit(self):
         room = 1 if self.rails is None else self.rails.layout().gpus
