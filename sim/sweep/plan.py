@@ -146,6 +146,14 @@ def _key_error(positions: PositionMap, where: KeyPath, reason: str, file: str) -
     return ConfigError(reason, file=file, line=line, column=column, key=format_path(where))
 
 
+def _joined(file: str, base: str) -> str:
+    """``base`` as a path from the folder of ``file``, without ``..`` steps where dropping them names the same
+    file (not through a symbolic link)."""
+    joined = os.path.join(os.path.dirname(file), base)
+    tidy = os.path.normpath(joined)
+    return tidy if os.path.realpath(tidy) == os.path.realpath(joined) else joined
+
+
 def _check_paths(sweep: Sweep, data: dict, positions: PositionMap, file: str) -> None:
     """Every path exists in the base scenario, is an axis once and is not reserved; reported at its key."""
     axes: set[str] = set()
@@ -284,7 +292,7 @@ def load_sweep(path: str | os.PathLike) -> SweepPlan:
         raise error_at(positions, (), f"a scenario file, not a sweep (it has no 'kind: {SWEEP_KIND}'): run it with "
                        f"`rdmasim run {file}`, or name it as the 'base' of a sweep file", file)
     sweep = validate(Sweep, data, positions, file)
-    base_file = os.fspath(Path(file).parent / sweep.base)
+    base_file = _joined(file, sweep.base)
     if not Path(base_file).is_file():
         raise error_at(positions, ("base",), f"no scenario file {base_file}", file)
     base, base_raw, _ = load_scenario_variants(base_file)

@@ -141,3 +141,19 @@ def test_distributions_draw_values_the_schema_reads(spec, check):
 
     rng = np.random.default_rng(0)
     assert all(check(_sample(Distribution.model_validate(spec), rng)) for _ in range(50))
+
+
+def test_a_base_named_up_a_folder_is_reported_without_dot_dot_where_that_is_the_same_file(tmp_path):
+    (tmp_path / "sweeps").mkdir()
+    sweep = tmp_path / "sweeps" / "s.yaml"
+    sweep.write_text(SAMPLE.read_text())
+    (tmp_path / "pin_vs_dmabuf.yaml").write_text((SAMPLE.parent.parent / "pin_vs_dmabuf.yaml").read_text())
+    assert load_sweep(sweep).base_file == str(tmp_path / "pin_vs_dmabuf.yaml")
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "pin_vs_dmabuf.yaml").write_text((tmp_path / "pin_vs_dmabuf.yaml").read_text())
+    (tmp_path / "linked").symlink_to(tmp_path / "elsewhere" / "sub", target_is_directory=True)
+    (tmp_path / "elsewhere" / "sub").mkdir()
+    linked = tmp_path / "linked" / "s.yaml"
+    linked.write_text(SAMPLE.read_text())
+    # Through a link, linked/.. is elsewhere/, not tmp_path: the path is kept as written.
+    assert load_sweep(linked).base_file == str(tmp_path / "linked" / ".." / "pin_vs_dmabuf.yaml")
