@@ -1097,7 +1097,7 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, 
     RC completions are delivered in posting order: a completion waits for every earlier one. The first
     error completion moves the QP to the error state; every later one is delivered as WR_FLUSH_ERR. An unsignaled
     work request that succeeds delivers nothing and keeps its send-queue slot until the next completion the QP
-    delivers frees it (the CQE's WQE counter covers every earlier WQE).
+    delivers is polled (the CQE's WQE counter covers every earlier WQE).
     """
     if wr.landed is not None and not wr.landed.triggered and status is not WcStatus.SUCCESS:
         wr.landed.succeed(None)  # the payload never landed: waiters learn it from the None value
@@ -1106,6 +1106,7 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, 
         qp.finished[seq] = (wr, status, posted, seen, sig)
         return
     while True:
+        number = qp.next_completion
         qp.next_completion += 1
         seen = max(seen, qp.last_completion_ps)
         qp.last_completion_ps = seen
@@ -1126,14 +1127,22 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, 
             wc = WorkCompletion(wr.wr_id, status, WcOpcode.of_send(wr.opcode),
                                 wr.message_bytes if status is WcStatus.SUCCESS else 0, qp.qp_num, posted, seen)
             freed, qp.unsignaled = qp.unsignaled + 1, 0
-            simpy.Timeout(env, seen - env.now).callbacks.append(partial(_deliver, qp, wc, freed))
+            simpy.Timeout(env, seen - env.now).callbacks.append(partial(_deliver, qp, wc, freed, number))
         if qp.next_completion not in qp.finished:
             return
         wr, status, posted, seen, sig = qp.finished.pop(qp.next_completion)
 
 
-def _deliver(qp, wc: WorkCompletion, freed: int, _event) -> None:
-    """The CQE reaches the CQ (a simpy callback): its work request's slot and those of the unsignaled ones before it
-    are free."""
+def _deliver(qp, wc: WorkCompletion, freed: int, number: int, _event) -> None:
+    """The CQE of work request ``number`` (its posting number) reaches the CQ (a simpy callback): it and the
+    unsignaled ones before it are no longer outstanding; their send queue slots are free once it is polled."""
     qp.outstanding -= freed
+    if number < qp.sq_reset_seq:  # posted before the QP was reset, which discarded its WQEs
+        return
+    wc.release = partial(_free_send_slots, qp, freed)
     qp.send_cq.push(wc)
+
+
+def _free_send_slots(qp, freed: int) -> None:
+    """A send completion covering ``freed`` work requests was polled (or cleaned from its CQ)."""
+    qp.sq_used -= freed

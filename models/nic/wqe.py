@@ -199,7 +199,8 @@ class WorkCompletion:
     src_qp: int = 0
     """The sending QP's number (receive completions)."""
     release: Callable[[], None] | None = field(default=None, repr=False, compare=False)
-    """A receive completion's: frees its receive queue slot when it is polled or cleaned from its CQ."""
+    """Frees the queue slots the completion covers when it is polled or cleaned from its CQ: a receive's
+    receive queue slot; a send's send queue slot and those of the unsignaled work requests before it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from models.nic.transport import QpType
 from models.verbs.receive_queue import SharedReceiveQueue
-from models.verbs.verbs import CompletionQueue, ProtectionDomain, QueuePair, free_receive_slot
+from models.verbs.verbs import CompletionQueue, ProtectionDomain, QueuePair, cq_clean
 from sim.core import VerbsError
 
 
@@ -27,13 +27,7 @@ def ibv_destroy_qp(qp: QueuePair) -> None:
     qp.to_error()
     for cq in {id(cq): cq for cq in (qp.send_cq, qp.recv_cq)}.values():
         cq.cleaned.add(qp.qp_num)
-        kept = type(cq.entries)()
-        for wc in cq.entries:
-            if wc.qp_num == qp.qp_num:
-                free_receive_slot(wc)  # an SRQ's slot (mlx5_free_srq_wqe in the CQ clean)
-            else:
-                kept.append(wc)
-        cq.entries = kept
+        cq_clean(cq, qp.qp_num)
         cq.usecnt -= 1
     if qp.srq is not None:
         qp.srq.qps.remove(qp)

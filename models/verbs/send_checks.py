@@ -4,7 +4,8 @@ an mlx5 device, with its errno values.
 Read in rdma-core's providers/mlx5 (linux-rdma/rdma-core, qp.c ``_mlx5_post_send`` and ``set_data_inl_seg``,
 verbs.c ``mlx5_calc_send_wqe`` and ``mlx5_create_qp``) and libibverbs/man/ibv_post_send.3:
 
-* ``_mlx5_post_send``, per work request in this order: a full send queue (``mlx5_wq_overflow``) -> ENOMEM; more
+* ``_mlx5_post_send``, per work request in this order: a full send queue (``mlx5_wq_overflow``: ``head - tail``,
+  the tail advanced when a send completion is polled, ``mlx5_poll_one`` in cq.c) -> ENOMEM; more
   SGEs than the send queue's ``qp_state_max_gs`` -> ENOMEM ("max gs exceeded"): that is the QP's ``max_send_sge``
   once it has moved to RTS, and -1 from its creation and every move to RESET until then
   (``set_qp_operational_state`` in verbs.c), so a QP that never reached RTS refuses every post with ENOMEM, in
@@ -32,9 +33,12 @@ def check_send_wr(qp, wr: SendWR) -> None:
     :raises VerbsError: ENOMEM, EOPNOTSUPP or EINVAL as the module says.
     """
     call = "ibv_post_send"
-    if qp.outstanding >= qp.max_send_wr:
-        held = (f", {qp.unsignaled} of them unsignaled and done, waiting for a signaled completion"
-                if qp.unsignaled else "")
+    if qp.sq_used >= qp.max_send_wr:
+        unpolled = qp.sq_used - qp.outstanding
+        held = "".join((f", {qp.unsignaled} of them unsignaled and done, waiting for a signaled completion"
+                        if qp.unsignaled else "",
+                        f", {unpolled} of them completed but not yet polled (a slot is free once its completion is "
+                        "polled)" if unpolled else ""))
         raise VerbsError("ENOMEM", f"send queue full ({qp.max_send_wr} work requests outstanding{held})", call=call)
     if qp.sq_state_max_gs < 0:
         raise VerbsError("ENOMEM", f"the QP is in {qp.state.value} and has not been in RTS since it was created or "

@@ -143,7 +143,7 @@ class CompletionQueue:
     def push(self, wc: WorkCompletion) -> None:
         """Deliver a completion (the NIC side); one of a destroyed QP is dropped (freeing its SRQ slot)."""
         if wc.qp_num in self.cleaned:
-            free_receive_slot(wc)
+            free_slots(wc)
             return
         if len(self.entries) >= self.cqe:
             raise VerbsError("EOVERFLOW", f"CQ overrun: more than {self.cqe} completions unpolled "
@@ -178,6 +178,13 @@ class QueuePair:
     """What ibv_modify_qp set (qp_state included); the data path reads its timers and limits from here."""
     remote: QueuePair | None = None
     outstanding: int = 0
+    """Work requests posted whose completion (or a later one covering them) has not reached the CQ yet."""
+    sq_used: int = 0
+    """Send queue slots taken: work requests posted whose completion, or a later one covering them, has not been
+    polled (mlx5 advances the send queue's tail in ``poll_cq``; ``mlx5_post_send`` checks head - tail)."""
+    sq_reset_seq: int = 0
+    """Posting number of the first work request since the QP last moved to RESET, which discarded the send queue
+    (``mlx5_init_qp_indices``): an earlier one still in flight then completes nothing."""
     reads: Semaphore | None = None
     poll_delays: UniformDraws | None = None
     paths: dict = field(default_factory=dict)
@@ -379,8 +386,11 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
         _release_held_posts(qp)
     if new is QpState.ERR and before is not QpState.ERR:
         qp.flush_receives()
-    elif new is QpState.RESET:
+    elif new is QpState.RESET:  # (mlx5_modify_qp: the QP's completions cleaned, then its queues' indices reset)
+        for cq in {id(cq): cq for cq in (qp.send_cq, qp.recv_cq)}.values():
+            cq_clean(cq, qp.qp_num)
         qp.rq.reset()
+        qp.sq_used, qp.sq_reset_seq = 0, qp.posted_count
         qp.rnr_blocked = qp.missing = None
         qp.nak_sent = False
     if before is QpState.RTR and new is QpState.RTS:
@@ -710,6 +720,7 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
         check_send_wr(qp, one)
         dest = datagram_destination(qp, one) if qp.qp_type is QpType.UD else None
         qp.outstanding += 1
+        qp.sq_used += 1
         qp.seq_of[id(one)] = qp.posted_count
         qp.posted_count += 1
         if sq_holds_posts(qp.state):
@@ -735,15 +746,29 @@ def _release_held_posts(qp: QueuePair) -> None:
 
 
 def ibv_poll_cq(cq: CompletionQueue, num_entries: int) -> list[WorkCompletion]:
-    """Take up to ``num_entries`` completions, oldest first; a receive's frees its receive queue slot."""
+    """Take up to ``num_entries`` completions, oldest first; each frees the queue slots it covers
+    (:func:`free_slots`)."""
     out = []
     while cq.entries and len(out) < num_entries:
-        out.append(free_receive_slot(cq.entries.popleft()))
+        out.append(free_slots(cq.entries.popleft()))
     return out
 
 
-def free_receive_slot(wc: WorkCompletion) -> WorkCompletion:
-    """``wc``, its receive queue slot freed if it is a receive's (mlx5's poll and CQ clean advance the queue's tail)."""
+def cq_clean(cq: CompletionQueue, qp_num: int) -> None:
+    """Take QP ``qp_num``'s completions out of ``cq``, freeing the slots they cover (an SRQ's matters: its other QPs
+    take receives from it), as ``mlx5_cq_clean`` does when the QP is destroyed or moved to RESET."""
+    kept = type(cq.entries)()
+    for wc in cq.entries:
+        if wc.qp_num == qp_num:
+            free_slots(wc)
+        else:
+            kept.append(wc)
+    cq.entries = kept
+
+
+def free_slots(wc: WorkCompletion) -> WorkCompletion:
+    """``wc``, the queue slots it covers freed: a receive's receive queue slot, a send's send queue slot and those of
+    the unsignaled work requests before it (mlx5's poll and CQ clean advance the queue's tail)."""
     if wc.release is not None:
         wc.release()
         wc.release = None

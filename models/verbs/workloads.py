@@ -156,7 +156,7 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
     """simpy process of ib_write_bw / ib_read_bw for one message size; returns :class:`OpRecords`.
 
     Work requests go ``posting.post_list`` at a time, one ibv_post_send per list, whenever that many fit under
-    ``tx_depth`` outstanding; with ``posting.cq_mod`` above 1 only every cq_mod-th (and the last) is signaled, and
+    ``tx_depth`` posted and not yet polled (perftest's ``scnt - ccnt``); with ``posting.cq_mod`` above 1 only every cq_mod-th (and the last) is signaled, and
     the unsignaled ones before a completion take its time and status. With ``posting.duration_ps`` posting stops
     that long after the start; unsignaled work requests posted after the last signaled one are left out of the
     records."""
@@ -171,7 +171,7 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
         return SEND_SIGNALED if (k + 1) % every == 0 or (not timed and k == iterations - 1) else 0
 
     while True:
-        while (env.now < until if timed else next_id < iterations) and qp.outstanding + batch <= tx_depth:
+        while (env.now < until if timed else next_id < iterations) and next_id - done + batch <= tx_depth:
             log.room(next_id + batch)
             log.posted[next_id:next_id + batch] = [env.now] * batch
             wrs = [work_request(k, opcode, src, dst, size, use_inline, send_flags=flags(k))

@@ -207,6 +207,37 @@ def test_unsignaled_work_requests_hold_their_slots_until_a_signaled_completion()
     assert [w.wr_id for w in ibv_poll_cq(qa.send_cq, 8)] == [3] and qa.outstanding == 0
 
 
+def test_a_send_queue_slot_is_free_once_its_completion_is_polled():
+    """mlx5 advances the send queue's tail when it polls a send completion (``mlx5_poll_one``), not when the CQE
+    lands: a full queue whose completions sit unpolled in the CQ refuses the next post."""
+    bed = Bed()
+    qa, _ = bed.pair(depth=2)
+    for k in range(2):
+        ibv_post_send(qa, bed.atomic(k, Opcode.RDMA_WRITE))
+    bed.env.run()
+    assert qa.outstanding == 0 and len(qa.send_cq.entries) == 2
+    with pytest.raises(VerbsError) as info:
+        ibv_post_send(qa, bed.atomic(2, Opcode.RDMA_WRITE))
+    assert info.value.errno == "ENOMEM" and "2 of them completed but not yet polled" in str(info.value)
+    assert [w.wr_id for w in ibv_poll_cq(qa.send_cq, 1)] == [0]
+    ibv_post_send(qa, bed.atomic(2, Opcode.RDMA_WRITE))  # the polled completion's slot
+    with pytest.raises(VerbsError):
+        ibv_post_send(qa, bed.atomic(3, Opcode.RDMA_WRITE))
+    bed.env.run()
+    assert [w.wr_id for w in ibv_poll_cq(qa.send_cq, 8)] == [1, 2] and qa.sq_used == 0
+
+
+def test_a_signaled_completion_frees_the_unsignaled_slots_before_it_when_polled():
+    bed = Bed()
+    qa, _ = bed.pair(depth=3, sq_sig_all=False)
+    for k in range(2):
+        ibv_post_send(qa, bed.atomic(k, Opcode.RDMA_WRITE))
+    ibv_post_send(qa, bed.atomic(2, Opcode.RDMA_WRITE, send_flags=SendFlags.SIGNALED))
+    bed.env.run()
+    assert qa.outstanding == 0 and qa.sq_used == 3
+    assert [w.wr_id for w in ibv_poll_cq(qa.send_cq, 8)] == [2] and qa.sq_used == 0
+
+
 def test_an_unsignaled_error_still_completes():
     bed = Bed()
     qa, _ = bed.pair(sq_sig_all=False)

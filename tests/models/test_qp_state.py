@@ -365,9 +365,44 @@ def test_a_qp_reset_in_sqd_discards_what_it_held_and_posts_again_from_rts():
     ibv_post_send(qa, _write(1))
     ibv_modify_qp(qa, QPAttr(qp_state=S.RESET), M.STATE)
     assert qa.outstanding == 0 and qa.held_posts == [] and qa.seq_of == {}
-    again = dataclasses.replace(VALID, dest_qp_num=qb.qp_num, sq_psn=ibv_query_qp(qb, 0).rq_psn)
-    for cur, nxt in ((S.RESET, S.INIT), (S.INIT, S.RTR), (S.RTR, S.RTS)):
-        ibv_modify_qp(qa, dataclasses.replace(again, qp_state=nxt), M.STATE | RC_REQUIRED[cur, nxt])
+    _back_to_rts(qa, qb)
     ibv_post_send(qa, _write(2))
     qa.pd.context.env.run()
     assert [(wc.wr_id, wc.status) for wc in ibv_poll_cq(qa.send_cq, 8)] == [(2, WcStatus.SUCCESS)]
+
+
+def _back_to_rts(qa, qb):
+    again = dataclasses.replace(VALID, dest_qp_num=qb.qp_num, sq_psn=ibv_query_qp(qb, 0).rq_psn)
+    for cur, nxt in ((S.RESET, S.INIT), (S.INIT, S.RTR), (S.RTR, S.RTS)):
+        ibv_modify_qp(qa, dataclasses.replace(again, qp_state=nxt), M.STATE | RC_REQUIRED[cur, nxt])
+
+
+def test_a_reset_cleans_the_qps_completions_and_empties_its_send_queue():
+    """mlx5_modify_qp to RESET cleans the QP's completions from its CQs (``mlx5_cq_clean``) and resets its queues'
+    indices (``mlx5_init_qp_indices``): the unpolled completions are gone and every slot is free."""
+    qa, qb = _connected()
+    depth = qa.max_send_wr
+    for wr_id in range(depth):
+        ibv_post_send(qa, _write(wr_id))
+    qa.pd.context.env.run()
+    assert len(qa.send_cq.entries) == depth and qa.sq_used == depth
+    ibv_modify_qp(qa, QPAttr(qp_state=S.RESET), M.STATE)
+    assert not qa.send_cq.entries and qa.sq_used == 0
+    _back_to_rts(qa, qb)
+    for wr_id in range(depth):
+        ibv_post_send(qa, _write(depth + wr_id))
+    with pytest.raises(VerbsError) as info:
+        ibv_post_send(qa, _write(2 * depth))
+    assert info.value.errno == "ENOMEM"
+    qa.pd.context.env.run()
+    assert [wc.wr_id for wc in ibv_poll_cq(qa.send_cq, 2 * depth)] == list(range(depth, 2 * depth))
+
+
+def test_a_work_request_in_flight_when_its_qp_is_reset_completes_nothing():
+    qa, qb = _connected()
+    ibv_post_send(qa, _write(1))
+    ibv_modify_qp(qa, QPAttr(qp_state=S.RESET), M.STATE)
+    _back_to_rts(qa, qb)
+    ibv_post_send(qa, _write(2))
+    qa.pd.context.env.run()
+    assert [wc.wr_id for wc in ibv_poll_cq(qa.send_cq, 8)] == [2] and qa.outstanding == 0 and qa.sq_used == 0
