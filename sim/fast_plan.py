@@ -21,10 +21,12 @@ nothing can move, so the solved pieces go straight to the run's operation table 
 several QPs per workload (whose rows follow each other QP by QP), the solve is kept whole, as a move re-solves
 from the posts of the one before. A workload's QPs (``qps``, ``bidirectional``, ``pairs``) are parallel streams
 of one round per size (:attr:`sim.fast.Group.parallel`), started as :func:`sim.run._process` starts them. The
-domain is host and GPU memory registered without page faults (pinned, peer memory, dma-buf), no translation
-caches or multi-NIC nodes, no data mode or tracing, and work requests that succeed (:func:`_refused`: a buffer
-without the access its operations need sends the run to the event engine, which completes them in error);
-``engine: auto`` also avoids BlueFlame-off NICs, whose WQE
+domain is what the steps say: a check where the model decides something from the run's history (page faults of
+ODP, translation caches, data mode's bytes, frames a link outage loses; :attr:`sim.core.steps.Check.decides`)
+makes the solver refuse the steps (:class:`sim.fast.Unsolvable`), and so does a work request that would fail
+(:func:`_refused`: a buffer without the access its operations need sends the run to the event engine, which
+completes them in error). What :func:`outside_domain` lists is not in the steps: tracing, and posting rules a
+fixed window does not follow; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE
 fetches make every work request wait on the previous one's payload on the PCIe link (exact but solved a round
 at a time), and a ``send_bw`` over several QPs (exact but slower than the event engine, :func:`slow_for_fast`).
 
@@ -47,9 +49,10 @@ import numpy as np
 from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, memory_target, path, refusal
 from models.nic.wqe import Opcode
 from models.verbs.ah import data_path_qp
+from models.verbs.send_checks import check_send_wr
 from models.verbs.workloads import (Endpoint, OpRecords, ping_pong, posts_inline, succeeded, tagged,
                                     whole_buffer_receive, work_request)
-from sim.core.errors import SimError
+from sim.core.errors import SimError, VerbsError
 from sim.core.steps import Check, Claim, Fork
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast_events import Move, Solved, Watch
@@ -131,20 +134,6 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
     """Why the vectorized core cannot run ``scenario`` (None when it can)."""
     if trace:
         return "a trace records the event engine's individual events"
-    if scenario.data:
-        return "data mode moves real bytes, which only the event engine does"
-    for event in scenario.events:
-        if event.kind == "link-flap" and event.frames == "lost":
-            return (f"the link-flap on node {event.node} loses frames: RC's transport retries (timeout, retry_cnt) "
-                    "run on the event engine only ('frames: held' stalls the link instead, on both engines)")
-    for node in scenario.nodes:
-        if node.nic.translation_cache or node.iommu != "off":
-            return (f"node {node.name} models translation caches (NIC MTT or IOMMU), whose hits depend on "
-                    "each access's history: the event engine simulates them")
-        if node.rails is not None:
-            return f"node {node.name} has several NICs (rails): the event engine simulates multi-NIC nodes"
-    buffers = {b.name: b for b in scenario.buffers}
-    nodes = {n.name: n for n in scenario.nodes}
     for work in scenario.workload:
         if work.transport != "rc" and work.kind == "write_lat":
             return (f"workload '{work.name or work.kind}': a UC WRITE lands in a side chain of its steps, which the "
@@ -155,15 +144,6 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
         posting = _posting_outside(work)
         if posting:
             return f"workload '{work.name or work.kind}' {posting}"
-        for name in (work.from_, work.to):
-            spec = buffers[name]
-            if spec.registration == "odp":
-                return (f"buffer '{name}' is registered with ODP: its page faults need the event engine")
-        inline = inline_threshold(work)
-        for name in (work.from_, work.to) if work.kind == "write_lat" else (work.from_,):
-            limit = nic_params(nodes[buffers[name].on.split(".")[0]]).max_inline
-            if not work.kind.startswith("read") and any(limit < s <= inline for s in work.size_list()):
-                return f"inline {inline} exceeds max_inline {limit}: the event engine rejects those work requests"
     return None
 
 
@@ -267,9 +247,9 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
 
 
 def _refused(ends: list[Stream]) -> str | None:
-    """Why some work requests of ``ends`` would complete in error or be dropped, which the vectorized core does not
-    solve (:func:`models.nic.datapath.refusal` on one of each size, both ways for a ping-pong); None when all
-    succeed."""
+    """Why some work requests of ``ends`` would be refused by ``ibv_post_send``, complete in error or be dropped,
+    which the vectorized core does not solve (:func:`models.verbs.send_checks.check_send_wr` and
+    :func:`models.nic.datapath.refusal` on one of each size, both ways for a ping-pong); None when all succeed."""
     for end in ends:
         work = end.work
         opcode, inline = workload_opcode(work), inline_threshold(work)
@@ -277,6 +257,11 @@ def _refused(ends: list[Stream]) -> str | None:
         for size in work.size_list():
             for src, dst in ways:
                 wr = work_request(0, opcode, src, dst, size, posts_inline(opcode, size, inline))
+                try:
+                    check_send_wr(src.qp, wr)
+                except VerbsError as exc:
+                    return (f"workload '{work.name or work.kind}' at {size} B: ibv_post_send refuses its work requests "
+                            f"({exc}), which the event engine reports")
                 recv = whole_buffer_receive(0, dst) if opcode.consumes_receive else None
                 why = refusal(data_path_qp(src.qp, dst.qp), wr, recv)
                 if why is not None:

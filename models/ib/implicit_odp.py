@@ -66,6 +66,7 @@ class ImplicitOdpBacking(MrBacking):
     """The backing of an implicit ODP MR (iova 0, so an access's offset is its virtual address)."""
 
     mode = "odp"
+    decides = OdpBacking.decides
 
     def __init__(self, page_size: int, params: OdpParams, umr: UmrParams, host, trace: Tracer) -> None:
         self.page_size = page_size

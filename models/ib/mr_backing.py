@@ -35,6 +35,7 @@ class OdpBacking(MrBacking):
     """
 
     mode = "odp"
+    decides = "ODP maps a page when the NIC first touches it (page faults, which depend on the run)"
 
     def __init__(self, addr: int, length: int, page_size: int, params: OdpParams, host) -> None:
         self.addr = addr

@@ -208,6 +208,21 @@ def stage_steps(stages: list[Stage], label: str | None = None) -> list[Step]:
     return out
 
 
+class Checked(NamedTuple):
+    """Which checks a work request makes at run time, and what they decide there (the ``checked`` of :func:`path`)."""
+
+    local: bool = False
+    """The local MR has a backing to translate through."""
+    remote: bool = False
+    """The remote MR has a backing to translate through."""
+    every: bool = False
+    """Every access is looked at (translation caches, data mode)."""
+    local_decides: str | None = None
+    """What the requester's accesses decide from the run's history (:attr:`sim.core.steps.Check.decides`)."""
+    remote_decides: str | None = None
+    """What the responder's accesses decide from the run's history."""
+
+
 class Shape(NamedTuple):
     """What a work request's path depends on besides its opcode, size and memory targets."""
 
@@ -228,10 +243,10 @@ _ONE_SGE = {(sig, fence): Shape((), sig, fence) for sig in (False, True) for fen
 
 
 def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, remote_target: str | None = None,
-         checked: tuple[bool, bool, bool] = (False, False, False), shape: Shape = Shape()) -> Path:
+         checked: Checked = Checked(), shape: Shape = Shape()) -> Path:
     """Build (or fetch from the QP's cache) the path of a work request; ``local`` and ``remote_target`` are
-    the :func:`memory_target` of its two MRs, ``checked`` says whether the local MR and the remote MR have a
-    backing to translate through and whether every access is looked at (translation caches, data mode).
+    the :func:`memory_target` of its two MRs, ``checked`` says which accesses are checked at run time and what
+    those checks decide (:func:`checked_accesses`).
 
     READs and atomics take one of the QP's :func:`rd_atomic_slots` until their response lands. An atomic travels
     like an 8-byte READ whose responder also claims the NIC's atomic unit after reading the target. A fenced
@@ -245,7 +260,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     cached = qp.paths.get(key)
     if cached is not None:
         return cached
-    local_backing, remote_backing, every = checked
+    local_backing, remote_backing, every, local_decides, remote_decides = checked
     fabric: Fabric = qp.pd.context.fabric
     pieces = shape.gather or ((n, local),)
     process = nic.params.tx_process_ps
@@ -257,7 +272,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     reply = stage_steps([*ack, *cqe])
     # A request that consumes a receive is checked when it arrives, on simpy's clock: a receive posted by then
     # is found.
-    responder = Check("responder", 0 if remote_backing or opcode.consumes_receive else None)
+    responder = Check("responder", 0 if remote_backing or opcode.consumes_receive else None, decides=remote_decides)
     slots = rd_atomic_slots(qp)
     fence = [Gate(slots, READ_SLOT)] * slots if shape.fence else []
     steps: list[Step] = [Delay(nic.params.doorbell_ps), *stage_steps(to_engine), Rebase(False), *fence]
@@ -272,7 +287,8 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
             # The NIC translates the source when it issues the payload's first read request, once it has a read
             # tag and the earlier WQEs' requests are on the link.
             split = 1 + (forward[0][0] is node.pcie.tags) if local_backing else 0
-            steps += [*stage_steps(forward[:split]), Check("source", forward[split - 1].head_ps if split else None),
+            steps += [*stage_steps(forward[:split]), Check("source", forward[split - 1].head_ps if split else None,
+                                                           decides=local_decides),
                       *([Rebase(False)] if split else []), *stage_steps(forward[split:])]
         else:
             steps += stage_steps(forward)
@@ -302,7 +318,8 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
         # write reaches the requester's PCIe link.
         steps += [*([] if shape.fence else [Gate(slots, READ_SLOT)]), Check("requester"), *stage_steps(forward),
                   responder, *stage_steps(response),
-                  *([Check("response", 0 if local_backing else None)] if local_backing or every else []),
+                  *([Check("response", 0 if local_backing else None, decides=local_decides)]
+                    if local_backing or every else []),
                   *stage_steps(landing[:-1]), *stage_steps(landing[-1:], READ_SLOT), Mark("landed"), *COMPLETION]
     steps = on_the_wire(in_send_order(steps, nic, qp.qp_num), nic, pnic, lossy)
     after = _after_checks(steps)
@@ -359,6 +376,9 @@ _AWAIT_TIMER = compile_steps((Check(ACK_TIMER),))
 REQUEST_WIRE, REPLY_WIRE = "request_wire", "reply_wire"
 """The checks after a request's, and after its acknowledgement's or response's, transmit claim on a link that has
 outages: whether the link lost the frames (:meth:`WorkRequestRun._request_wire`)."""
+LOST_FRAMES = ("a link outage loses the frames it meets (RC's transport retries them by its timeout and retry_cnt, "
+               "UC and UD lose their messages)")
+"""What those checks decide (:attr:`sim.core.steps.Check.decides`)."""
 
 
 def on_the_wire(steps, nic: Nic, pnic: Nic, lossy: bool) -> tuple[Step, ...]:
@@ -371,7 +391,7 @@ def on_the_wire(steps, nic: Nic, pnic: Nic, lossy: bool) -> tuple[Step, ...]:
     for step in steps:
         out.append(step)
         if isinstance(step, Claim) and step.server in (nic.tx_port, pnic.tx_port):
-            out.append(Check(REQUEST_WIRE if step.server is nic.tx_port else REPLY_WIRE))
+            out.append(Check(REQUEST_WIRE if step.server is nic.tx_port else REPLY_WIRE, decides=LOST_FRAMES))
     return tuple(out)
 
 
@@ -440,14 +460,31 @@ RECEIVED = "received"
 is in memory: the receive completes then."""
 
 
-def checked_accesses(qp, local_mr, remote_mr) -> tuple[bool, bool, bool]:
-    """Which checks a work request on ``qp`` between ``local_mr`` and ``remote_mr`` makes at run time (the
-    ``checked`` of :func:`path`)."""
+def checked_accesses(qp, local_mrs, remote_mr) -> Checked:
+    """The checks a work request on ``qp`` between ``local_mrs`` (its SGEs' MRs, or one MR) and ``remote_mr`` makes
+    at run time."""
     node, peer = qp.node, qp.remote.node
-    every = (qp.pd.context.env.data_mode or node.nic.mtt is not None or node.iommu is not None
-             or peer.nic.mtt is not None or peer.iommu is not None)
-    return (local_mr is not None and local_mr.backing is not None,
-            remote_mr is not None and remote_mr.pd.context.node is peer and remote_mr.backing is not None, every)
+    data = qp.pd.context.env.data_mode
+    every = data or node.nic.mtt is not None or node.iommu is not None or peer.nic.mtt is not None \
+        or peer.iommu is not None
+    mrs = local_mrs if isinstance(local_mrs, list) else [local_mrs]
+    remote = remote_mr if remote_mr is not None and remote_mr.pd.context.node is peer else None
+    local_decides = next((d for d in (run_time_decision(node, mr, data) for mr in mrs) if d), None)
+    return Checked(any(mr is not None and mr.backing is not None for mr in mrs),
+                   remote is not None and remote.backing is not None, every, local_decides,
+                   run_time_decision(peer, remote, data))
+
+
+def run_time_decision(node, mr, data: bool) -> str | None:
+    """What an access of ``node``'s NIC through ``mr`` decides from the run's own history, in words: the bytes of
+    data mode, the hits of the node's translation cache or IO-TLB, the MR's first-touch page faults; None when its
+    answer is known before the run."""
+    if data:
+        return "data mode moves the bytes of each access"
+    if node.nic.mtt is not None or node.iommu is not None:
+        what = "NIC's translation cache (MTT)" if node.nic.mtt is not None else "IOMMU's IO-TLB"
+        return f"the {what} of node {node.name} hits or misses by each access's history"
+    return None if mr is None or mr.backing is None else mr.backing.decides
 
 
 def local_status(qp, wr: SendWR, local: Sequence[tuple]) -> WcStatus | None:
@@ -554,9 +591,7 @@ def _path_of(qp, wr: SendWR, sges: Sequence[Sge], sig: bool, now_ps: int, listed
     local_mr = local_mrs[0] if local_mrs else None
     remote_mr = peer.nic.lookup(wr.rkey) if not wr.opcode.consumes_receive or wr.opcode.writes_remote else \
         receive_mr(qp.remote)
-    checked = checked_accesses(qp, local_mr, remote_mr)
-    if len(local_mrs) > 1:
-        checked = (any(mr is not None and mr.backing is not None for mr in local_mrs), *checked[1:])
+    checked = checked_accesses(qp, local_mrs, remote_mr)
     flat = node.topology is None and peer.topology is None
     gather = () if len(sges) < 2 else tuple((sge.length, None if flat else memory_target(mr, now_ps))
                                             for sge, mr in zip(sges, local_mrs))

@@ -33,6 +33,9 @@ class MrBacking:
     """Base of the non-pinned registration modes (see :mod:`models.ib.mr_backing`)."""
 
     mode: RegMode = "pinned"
+    decides: str | None = None
+    """What a NIC access through this backing decides at run time beyond the moves a scenario's events make, in
+    words (:attr:`sim.core.steps.Check.decides`); None: nothing."""
     pinned_bytes = 0
     """Bytes this registration keeps pinned (reported per mode)."""
     vram = "gpu0"

@@ -400,8 +400,15 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
         qp.senders.clear()
         qp.absent_qps.clear()
         if qp.poll_delays is None:
-            qp.poll_delays = UniformDraws(env.rng(f"{qp.node.name}.cpu.qp{qp.qp_num}"),
-                                          qp.node.host.params.poll_period_ps)
+            qp.poll_delays = UniformDraws(env.rng(poll_stream(qp)), qp.node.host.params.poll_period_ps)
+
+
+def poll_stream(qp: QueuePair) -> str:
+    """The name of the random stream of ``qp``'s poll delays: one per QP. QP numbers repeat across the NICs of a
+    node with several, so a QP on another NIC than the node's first has its NIC in the name."""
+    node = qp.node
+    where = node.name if node.device == "nic0" else f"{node.name}.{node.device}"
+    return f"{where}.cpu.qp{qp.qp_num}"
 
 
 def ibv_query_qp(qp: QueuePair, attr_mask: int) -> QPAttr:

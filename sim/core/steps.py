@@ -80,6 +80,10 @@ class Check:
     holds: tuple[tuple[int, int], ...] = ()
     label: str | None = None
     """Name under which the vectorized core reports each operation's time here (before any hold)."""
+    decides: str | None = None
+    """What the model decides here from the run's own history, in words (a translation cache's hits, a first-touch
+    page fault, a lost frame): the vectorized core, which knows only ``holds``, does not solve such a check. None
+    when the answer is known before the run (key and access checks, the holds of a moved buffer)."""
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,9 @@ up to one per operation of the block, past which the block is :class:`Unsolvable
 picosecond a completion posts its operation, which flips between two orders from pass to pass) rather than
 solved forever.
 
+A :class:`~sim.core.steps.Check` that ``decides`` something from the run's history (a translation cache's hits, a
+page fault, a lost frame) makes its steps :class:`Unsolvable`: the core knows no run-time decisions but holds.
+
 Nothing is approximated. Claims on one server are served in the ordering rule's order (:mod:`sim.fast.merge`),
 which is total. Two limits are checked instead of assumed (:class:`Unsolvable` up front): a gate and the claim
 that releases it, and a pool of servers, may not follow a drawn (per-operation) delay; and a gate must be
@@ -148,6 +151,9 @@ class Problem:
                                 or self.gates[g - 1] != self.gates[g] or group.ops <= group.first):
                 raise Unsolvable(f"continues from operation {group.first}: the previous group must end there, with "
                                  "the same window and gates, and it must have operations of its own", g)
+            decided = next((s for s in walk if isinstance(s, Check) and s.decides), None)
+            if decided is not None:
+                raise Unsolvable(f"at its check '{decided.name}' the model decides at run time: {decided.decides}", g)
             labels = {c.label for c in self.claims[g]}
             if set(self.gates[g]) - labels or group.window < 1:
                 raise Unsolvable("the window must be at least 1 and every gate needs its labelled claim", g)

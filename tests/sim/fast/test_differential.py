@@ -305,19 +305,42 @@ def test_domain_reasons():
     plain = Scenario.model_validate(scenario_dict())
     assert outside_domain(plain) is None and slow_for_fast(plain) is None
     assert "trace" in outside_domain(plain, trace=True)
-    assert "data mode" in outside_domain(Scenario.model_validate(scenario_dict(data=True)))
-    odp = scenario_dict()
-    odp["buffers"][0]["register"] = "odp"
-    assert "ODP" in outside_domain(Scenario.model_validate(odp))
-    cached = scenario_dict(nodes=[{"name": "a", "iommu": "vtd"}, {"name": "b"}])
-    assert "translation caches" in outside_domain(Scenario.model_validate(cached))
     inline = scenario_dict(workload=[{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["512B"],
                                       "inline": 1024}])
-    assert "max_inline" in outside_domain(Scenario.model_validate(inline))
+    assert outside_domain(Scenario.model_validate(inline)) is None  # ibv_post_send's own check refuses it
+    with pytest.raises(OutsideDomain, match="ibv_post_send refuses its work requests .*ENOMEM.*512 B inline exceeds"):
+        run_scenario(Scenario.model_validate({**inline, "engine": "fast"}))
     fault = scenario_dict(events=[{"at": "1ms", "kind": "qp-error", "node": "a"}])
     assert outside_domain(Scenario.model_validate(fault)) is None  # decided once the events have run
     off = Scenario.model_validate(scenario_dict(**two_nodes("cx7-gen5-400G", blueflame=False)))
     assert outside_domain(off) is None and "blueflame off" in slow_for_fast(off)
+
+
+def _odp() -> dict:
+    data = scenario_dict()
+    data["buffers"][0]["register"] = "odp"
+    return data
+
+
+@pytest.mark.parametrize("data, check, says", [
+    (scenario_dict(data=True), "source", "data mode moves the bytes"),
+    (_odp(), "source", "ODP maps a page when the NIC first touches it"),
+    (scenario_dict(nodes=[{"name": "a", "iommu": "vtd"}, {"name": "b"}]), "source", "IOMMU's IO-TLB of node a"),
+    (scenario_dict(nodes=[{"name": "a"}, {"name": "b", "nic": {"translation_cache": True}}]), "responder",
+     "translation cache (MTT) of node b"),
+    (scenario_dict(events=[{"at": "10us", "kind": "link-flap", "node": "b", "duration": "5us", "frames": "lost"}]),
+     "request_wire", "a link outage loses the frames it meets")])
+def test_checks_that_decide_at_run_time_keep_the_steps_on_the_event_engine(data, check, says):
+    """The vectorized core's domain comes from the steps: a check where the model decides from the run's history
+    is refused by the solver, naming it; auto then runs the event engine and says why."""
+    assert outside_domain(Scenario.model_validate(data)) is None
+    with pytest.raises(OutsideDomain, match=f"at its check '{check}' the model decides at run time: .*{re.escape(says)}"):
+        run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
+    lines = []
+    auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
+    event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    assert len(lines) == 1 and says in lines[0]
+    pd.testing.assert_frame_equal(auto.operations, event.operations)
 
 
 def test_auto_says_why_and_runs_the_event_engine():
@@ -361,8 +384,9 @@ def test_auto_hands_a_crawling_solve_to_the_event_engine():
 
 
 def test_fast_refuses_a_scenario_outside_its_domain():
-    data = scenario_dict(engine="fast", data=True)
-    with pytest.raises(OutsideDomain, match="engine fast: data mode"):
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "duration": "100us"}]
+    data = scenario_dict(engine="fast", workload=work)
+    with pytest.raises(OutsideDomain, match="engine fast: workload 'write_bw' runs for a duration"):
         run_scenario(Scenario.model_validate(data))
 
 
