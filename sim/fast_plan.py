@@ -50,7 +50,7 @@ from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, memory_tar
 from models.nic.wqe import Opcode
 from models.verbs.ah import data_path_qp
 from models.verbs.send_checks import check_send_wr
-from models.verbs.workloads import (Endpoint, OpRecords, ping_pong, posts_inline, succeeded, tagged,
+from models.verbs.workloads import (Endpoint, NoSingleChain, OpRecords, ping_pong, posts_inline, succeeded, tagged,
                                     whole_buffer_receive, work_request)
 from sim.core.errors import SimError, VerbsError
 from sim.core.steps import Check, Claim, Fork
@@ -135,9 +135,6 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
     if trace:
         return "a trace records the event engine's individual events"
     for work in scenario.workload:
-        if work.transport != "rc" and work.kind == "write_lat":
-            return (f"workload '{work.name or work.kind}': a UC WRITE lands in a side chain of its steps, which the "
-                    "ping-pong's single chain does not follow; the event engine runs it")
         if work.kind == "send_lat":
             return (f"workload '{work.name or work.kind}': send_lat's ping-pong waits on receive completions, which "
                     "the event engine delivers")
@@ -465,8 +462,11 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
     for size in work.size_list():
         if work.kind == "write_lat":  # (moves of its buffers never reach here: each end is also a responder)
             fits = size <= inline
-            chain, _ = ping_pong(steps_of(qp, src, dst, Opcode.RDMA_WRITE, size, fits, end.targets),
-                                 steps_of(peer, dst, src, Opcode.RDMA_WRITE, size, fits, end.targets[::-1]))
+            try:
+                chain, _ = ping_pong(steps_of(qp, src, dst, Opcode.RDMA_WRITE, size, fits, end.targets),
+                                     steps_of(peer, dst, src, Opcode.RDMA_WRITE, size, fits, end.targets[::-1]))
+            except NoSingleChain as exc:
+                raise Unsolvable(str(exc)) from None
             draws = {"peer_poll": _Draws(theirs, first, 2), "poll": _Draws(mine, first, 2, 1)}
             yield size, [Group(indexed(chain), work.iterations, 1, draws)]
         else:

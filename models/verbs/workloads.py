@@ -233,12 +233,20 @@ def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
     return log.records(i + 1, round_trip=True)
 
 
+class NoSingleChain(ValueError):
+    """A WRITE's steps do not land in its main chain (an unacknowledged QP's land in a side chain), so a ping-pong
+    of them is not one chain."""
+
+
 def ping_pong(there: tuple[Step, ...], back: tuple[Step, ...]) -> tuple[tuple[Step, ...], int]:
     """One ib_write_lat iteration as one chain of steps: the WRITE ``there`` until it lands, the peer's poll
     delay (``peer_poll``), the WRITE ``back`` until it lands, the requester's poll delay (``poll``); each
     WRITE's acknowledgement and CQE write run in a side chain, whose end is reported as ``acked`` and
     ``peer_acked``. Returns the chain and the position of ``back``'s first step in it (its steps' offset in
-    the event engine)."""
+    the event engine).
+
+    :raises NoSingleChain: a WRITE lands in a side chain of its steps (UC).
+    """
     first = _half(there, "acked", "peer_poll")
     return (*first, *_half(back, "peer_acked", "poll")), len(walk_order(first))
 
@@ -261,6 +269,8 @@ def _half(steps: tuple[Step, ...], acked: str, poll: str) -> tuple[Step, ...]:
 def _landing(steps: tuple[Step, ...], acked: str) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
     """A WRITE's steps up to where its payload lands, and after it its acknowledgement up to its CQE write
     (the poll after it left out), ending with a check labelled ``acked`` (when the CQE landed)."""
+    if Mark("landed") not in steps:
+        raise NoSingleChain("a WRITE that lands in a side chain of its steps (UC) makes no single ping-pong chain")
     k = steps.index(Mark("landed"))
     ack = steps[k + 1:]
     cut = next(i for i, step in enumerate(ack) if isinstance(step, Delay) and step.draws is not None)

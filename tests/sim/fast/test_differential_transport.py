@@ -4,9 +4,11 @@ what the vectorized core leaves to the event engine is named."""
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
-from sim.fast_plan import outside_domain
+from sim.fast_plan import OutsideDomain, outside_domain
+from sim.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 from tests.sim.fast.test_differential import same_runs, two_nodes
@@ -41,8 +43,17 @@ def test_uc_outruns_rc_on_both_engines_for_small_writes():
 
 
 def test_uc_write_lat_is_left_to_the_event_engine_with_the_reason():
+    """A UC WRITE lands in a side chain of its steps: the ping-pong's chain cannot be built from them, which the
+    steps themselves tell (``outside_domain`` has nothing to say); auto falls back and says why."""
     work = [{"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["64B"], "iterations": 10, "transport": "uc"}]
-    reason = outside_domain(Scenario.model_validate(scenario_dict(workload=work)))
-    assert reason is not None and "UC WRITE" in reason
+    data = scenario_dict(workload=work)
+    assert outside_domain(Scenario.model_validate(data)) is None
+    with pytest.raises(OutsideDomain, match="lands in a side chain of its steps"):
+        run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
+    lines = []
+    auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
+    event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    assert len(lines) == 1 and "side chain" in lines[0]
+    pd.testing.assert_frame_equal(auto.operations, event.operations)
     work[0]["transport"] = "rc"
-    assert outside_domain(Scenario.model_validate(scenario_dict(workload=work))) is None
+    same_runs(scenario_dict(workload=work))
