@@ -4,8 +4,10 @@ ib_send_bw, ib_send_lat, ib_atomic_bw, ib_atomic_lat) in the simulator.
 The command line is parsed with perftest's option names, defaults and checks (linux-rdma/perftest
 ``src/perftest_parameters.c``), turned into the equivalent two-node scenario -- client ``a`` posts, server ``b``
 responds from pinned host memory -- and reported in perftest's layout (MiB/sec, or Gb/sec with
-``--report_gbits``). Options that mean nothing in a simulation (:data:`IGNORED`, the server address) are
-accepted and each said to be ignored; ``--engine`` picks the scenario's engine (``auto`` by default).
+``--report_gbits``; -N, --output, -H/-U and --report-both shape it as perftest does). Options that mean nothing
+in a simulation, or whose effect it does not model (:data:`IGNORED`, the server address), are accepted with
+perftest's checks and each said to be ignored; --mr_per_qp and --data_validation map onto buffer pairs and data
+mode; ``--engine`` picks the scenario's engine (``auto`` by default).
 ``--dump-scenario`` prints that scenario as YAML instead of running it.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import ipaddress
 import re
 import shlex
 import sys
@@ -26,10 +29,11 @@ from models.nic.nic import NicParams
 from models.nic.transport import QpType, receive_overhead
 from models.nic.wqe import ATOMIC_BYTES
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
-from sim import budget, outdir
+from sim import __version__, budget, outdir
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import format_size
-from sim.perftest_report import RULE, bandwidth_column, format_summary
+from sim.perftest_report import (BW_HEADER, BW_HEADER_MIB, OUTPUTS, RULE, bandwidth_column, format_summary,
+                                 format_values, iteration_lines, one_way)
 from sim.scenario.loader import validate
 from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario, WorkloadSpec
@@ -144,6 +148,23 @@ def _limit(text: str) -> float:
     return value
 
 
+def _client_ip(text: str) -> str:
+    """perftest's ``-j``: an IPv4 address as ``inet_pton(AF_INET)`` reads it."""
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError("Invalid client IP address") from None
+    return text
+
+
+def _output(text: str) -> str:
+    """perftest's ``--output``: one of its three verbosity levels."""
+    if text not in OUTPUTS:
+        raise argparse.ArgumentTypeError("Invalid verbosity level output flag. Please use bandwidth, latency, "
+                                         "message_rate")
+    return text
+
+
 IGNORED = [
     (("-x", "--gid-index"), _ranged(0, 64, "Gid index"), "the simulated fabric needs no GID"),
     (("-F", "--CPU-freq"), None, "a simulation has no CPU frequency"),
@@ -156,6 +177,19 @@ IGNORED = [
     (("--pin_cores",), str, "a simulation runs on no host CPUs to pin"),
     (("--numa_node",), _non_negative("numa_node"), "a simulation has no NUMA nodes"),
     (("--disable_numa",), None, "a simulation has no NUMA nodes"),
+    (("-e", "--events"), None, "the simulated CPU polls its CQs: completion events (ibv_req_notify_cq, "
+                               "ibv_get_cq_event) and their interrupt's latency are not modelled"),
+    (("-O", "--dualport"), None, "the simulated NIC has one port, so the test runs on port 1 alone (perftest runs "
+                                 "twice the QPs, half of them on port 2)"),
+    (("-M", "--MGID"), str, "perftest uses the MGID only for multicast (-g), which rdmasim does not simulate"),
+    (("--ipv6",), None, "the simulated fabric needs no GID (perftest picks an IPv6 GID with it)"),
+    (("--tclass",), _integer("traffic class"), "the simulated fabric carries no traffic classes (perftest puts it "
+                                               "in the GRH)"),
+    (("-j", "--source_ip"), _client_ip, "an IP header field of perftest's raw Ethernet tests, which rdmasim does "
+                                        "not run"),
+    (("-k", "--source_port"), _integer("Client Port"), "a UDP header field of perftest's raw Ethernet tests, which "
+                                                       "rdmasim does not run"),
+    (("--bind_source_ip",), str, "rdmasim exchanges no connection data over TCP"),
 ]
 """Options with no meaning in a simulation: accepted, each reported once as ignored (flags, type or None for a
 switch, why)."""
@@ -233,6 +267,28 @@ def _parser(test: str) -> argparse.ArgumentParser:
         help="QP timeout, timeout value is 4 usec * 2 ^(timeout), default 14: how long RC waits for an "
              "acknowledgement before it sends a lost frame again (0: never; rdmasim takes IB's 5-bit range).")
     add("--report_gbits", action="store_true", help="Report bandwidth in Gbit/sec (instead of MiB/sec).")
+    add("-N", "--noPeak", action="store_true",
+        help="Bandwidth tests: cancel peak-bw calculation, the peak column reads 0.00 (as with -D or more than "
+             "20000 iterations).")
+    add("--report-both", action="store_true",
+        help="Bidirectional bandwidth tests (-b): also report each direction, local (client a's sends) and remote "
+             "(server b's).")
+    add("-H", "--report-histogram", "--report-histogrm", dest="histogram", action="store_true",
+        help="Latency tests: print every iteration's latency, sorted, before the summary row (perftest's binary "
+             "spells the long name --report-histogrm).")
+    add("-U", "--report-unsorted", dest="unsorted", action="store_true",
+        help="Latency tests: print every iteration's latency in the order measured.")
+    add("-C", "--report-cycles", dest="cycles", action="store_true",
+        help="Refused: the simulated CPU has no clock whose cycles to count (latencies are in usec).")
+    add("--output", type=_output, metavar="UNITS",
+        help="Print only the average, one number a size: bandwidth or message_rate (bandwidth tests), latency "
+             "(latency tests).")
+    add("-V", "--version", action="store_true", help="Print rdmasim's version and exit.")
+    add("--data_validation", action="store_true",
+        help="Run in data mode: RDMA moves real bytes and the destination is compared with its source at the end "
+             "(WRITE and READ bandwidth tests).")
+    add("--mr_per_qp", action="store_true",
+        help="Create memory region for each qp: each of -q's QPs streams between buffers of its own.")
     add("--engine", choices=["auto", "fast", "event"], default="auto",
         help="rdmasim only: the simulation engine (default auto: the vectorized core where it applies).")
     add("--use_cuda", nargs="?", const=0, type=_ranged(0, 15, "CUDA device"), metavar="ID",
@@ -359,6 +415,59 @@ def _check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> 
                          f"{nic.max_inline} B inline (perftest would fail to create the QP)")
     if kind.endswith("_bw"):
         _check_posting(args)
+    _check_reporting(args, kind)
+    _check_unmodelled(args, kind)
+    if args.data_validation:
+        _check_validation(args, kind)
+
+
+def _check_reporting(args: argparse.Namespace, kind: str) -> None:
+    """perftest's checks of the options that shape its report, then the one rdmasim adds: -C's cycles."""
+    bw = kind.endswith("_bw")
+    if args.noPeak and not bw:
+        raise UsageError("-N/--noPeak: NoPeak only valid for BW tests")
+    for given, flag, available in ((args.histogram, "-H/--report-histogram:", "Available"),
+                                   (args.unsorted, "-U/--report-unsorted", "is Available"),
+                                   (args.cycles, "-C/--report-cycles:", "Available")):
+        if given and bw:
+            raise UsageError(f"{flag} {available} only on Latency tests")
+    if args.cycles:
+        raise UsageError("-C/--report-cycles: the simulated CPU has no clock whose cycles to count (perftest reads "
+                         "the CPU's time-stamp counter); rdmasim reports latencies in usec only, so drop -C")
+    if args.output is not None and not kind.endswith(OUTPUTS[args.output]):
+        levels = "bandwidth, message_rate" if bw else "latency"
+        raise UsageError(f"--output={args.output}: Output verbosity level for {'BW' if bw else 'LAT'} can be: "
+                         f"{levels}")
+
+
+def _check_unmodelled(args: argparse.Namespace, kind: str) -> None:
+    """perftest's checks of the options rdmasim accepts and ignores (:data:`IGNORED`)."""
+    if args.events and kind.startswith("write"):
+        raise UsageError("-e/--events: Events feature not available on WRITE verb")
+    if args.events and args.duration is not None:
+        raise UsageError("-e with -D: Duration mode doesn't work with events.")
+    if args.dualport and not kind.endswith("_bw"):
+        raise UsageError("-O/--dualport: Dual-port mode only supports BW tests.")
+    if args.dualport and args.rdma_cm:
+        raise UsageError("-O with -R: Perftest still doesn't support Dual Port with rdma_cm")
+
+
+VALIDATION_MIN_TX = 32
+"""perftest's least tx depth for --data_validation."""
+
+
+def _check_validation(args: argparse.Namespace, kind: str) -> None:
+    """perftest's --data_validation checks (``force_dependecies``), in its order."""
+    refusal = ("requires --use_cuda or host memory" if args.use_rocm is not None or args.mmap else
+               "is only supported with WRITE or READ verb" if not kind.startswith(("write", "read")) else
+               "is only supported in bandwidth tests" if not kind.endswith("_bw") else
+               "is incompatible with --post_list > 1" if args.post_list > 1 else
+               "requires RC connection type" if args.connection != "RC" else
+               "is incompatible with --mr_per_qp" if args.mr_per_qp else
+               "is incompatible with -a (run all sizes)" if args.all else
+               f"requires tx_depth >= {VALIDATION_MIN_TX} (use -t)" if args.tx_depth < VALIDATION_MIN_TX else None)
+    if refusal:
+        raise UsageError(f"--data_validation {refusal}")
 
 
 CONNECTIONS = ("RC", "UC", "UD", "XRC", "DC", "SRD")
@@ -416,14 +525,17 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
                 "dmabuf" if args.use_cuda_dmabuf or args.use_rocm_dmabuf else "peermem")
     largest = ud_largest(args, argv) if args.connection == "UD" else MAX_SIZE if args.all else args.size
     # perftest's SIZE(): a UD buffer holds the GRH before the message
-    buffer = format_size(_round_up(largest + receive_overhead(QpType(args.connection)), page))
+    size = format_size(_round_up(largest + receive_overhead(QpType(args.connection)), page))
+    # perftest's --mr_per_qp: each QP its own buffer and MR on both sides, one buffer pair a QP
+    suffixes = [""] + [str(k) for k in range(1, args.qp if args.mr_per_qp else 1)]
     work = {"kind": kind, "name": test, "from": "local", "to": "remote",
             "sizes": {"from": "2B", "to": format_size(largest)} if args.all else [format_size(largest)],
             **({"iterations": args.iters} if args.duration is None else {"duration": f"{args.duration}s"}),
             **({"transport": args.connection.lower()} if args.connection != "RC" else {})}
     if kind.endswith("_bw"):
         work["tx_depth"] = args.tx_depth
-        work["qps"] = args.qp
+        work["qps"] = 1 if args.mr_per_qp else args.qp
+        work |= {"pairs": [{"from": f"local{k}", "to": f"remote{k}"} for k in suffixes[1:]]} if suffixes[1:] else {}
         work |= {"bidirectional": True} if args.bidirectional else {}
         work |= {key: value for key, value in (("post_list", args.post_list), ("cq_mod", cq_moderation(args)))
                  if value != 1}
@@ -441,16 +553,18 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
         host = args.use_cuda is None and args.use_rocm is None
         default = LAT_WRITE_INLINE[preset] if kind.endswith("_lat") and host else 0
         work["inline"] = default if args.inline_size is None else args.inline_size
+    mapping = {"export_mapping": "pcie"} if args.use_cuda_pcie_mapping or args.use_data_direct else {}
     return {
         "schema": 1, "name": test, "description": f"rdmasim perftest {shlex.join(argv)}",
         "nodes": [client, {"name": "b", "nic": {"preset": preset}}],
         "fabric": {"rate": NIC_RATE[preset], "mtu": args.mtu, "transport": "ib"},
-        "buffers": [{"name": "local", "on": place, "size": buffer, "register": mode, **access,
-                     **({"export_mapping": "pcie"} if args.use_cuda_pcie_mapping or args.use_data_direct else {})},
-                    {"name": "remote", "on": "b.host", "size": buffer, "register": "pinned", **access}],
+        "buffers": [buffer for k in suffixes for buffer in (
+            {"name": f"local{k}", "on": place, "size": size, "register": mode, **access, **mapping},
+            {"name": f"remote{k}", "on": "b.host", "size": size, "register": "pinned", **access})],
         "workload": [work],
         "outputs": ["bw_vs_size" if kind.endswith("_bw") else "latency_vs_size"],
         "engine": args.engine,
+        **({"data": True} if args.data_validation else {}),
     }
 
 
@@ -534,6 +648,7 @@ def _header(cmd: _Command, result) -> str:
               f"{cmd.data['nodes'][0]['gpus'][0]['preset']}, {args.gpu_topology})" if gpu is not None
               else f"mmap'd file {args.mmap} (host)" if args.mmap else "host")
     reg_us = result.registrations.set_index("buffer").loc["local", "register_us"]
+    mrs = sum(b["on"] == buf["on"] for b in cmd.data["buffers"])  # --mr_per_qp: one client MR a QP
     preset = cmd.data["nodes"][0]["nic"]["preset"]
     return "\n".join([
         RULE, f"                    {title}",
@@ -552,7 +667,8 @@ def _header(cmd: _Command, result) -> str:
         " Data ex. method : Ethernet",
         *([f" Duration        : {args.duration}[sec] (simulated)"] if args.duration is not None else []),
         f" Memory type     : {memory}",
-        f" Registration    : {buf['register']} ({REGISTRATION[buf['register']]}): {reg_us:.2f}[usec]",
+        f" Registration    : {buf['register']} ({REGISTRATION[buf['register']]}): {reg_us:.2f}[usec]"
+        + (f", the first of {mrs} MRs (one per QP)" if mrs > 1 else ""),
         f" Simulated NIC   : {preset}, {NIC_RATE[preset]}, PCIe {NIC_PCIE[preset]}",
         RULE])
 
@@ -569,7 +685,75 @@ def _notices(cmd: _Command) -> list[str]:
         lines.append(f" Number of outstanding reads is above max = {device_max}\n Changing to that max value")
     if cmd.args.connection == "UD" and (cmd.args.all or cmd.args.size > cmd.args.mtu):
         lines.append(f" Max msg size in UD is MTU {cmd.args.mtu}\n Changing to this MTU")
+    return lines + _report_notices(cmd.args, TESTS[cmd.test])
+
+
+PEAK_ITERATIONS = 20000
+"""perftest measures no peak bandwidth above this many iterations (nor with -D or -N)."""
+
+
+def _no_peak(args: argparse.Namespace, kind: str) -> bool:
+    return kind.endswith("_bw") and (args.noPeak or args.duration is not None or args.iters > PEAK_ITERATIONS)
+
+
+def _both_ways(args: argparse.Namespace) -> str | None:
+    """Why --report-both prints no per-direction tables (None: it does)."""
+    bidirectional = getattr(args, "bidirectional", False)  # latency tests have no -b
+    return ("it reports the two directions of a bidirectional test (-b)" if not bidirectional else
+            "perftest reports each direction for a single size only (not with -a)" if args.all else
+            "--output prints only the average of both directions" if args.output is not None else None)
+
+
+def _report_notices(args: argparse.Namespace, kind: str) -> list[str]:
+    """perftest's notes on the report options, and why rdmasim leaves one of them without effect."""
+    lines = []
+    if _no_peak(args, kind) and not args.noPeak:
+        lines.append(" WARNING: BW peak won't be measured in this run.")
+    if args.report_both and _both_ways(args):
+        lines.append(f"rdmasim perftest: --report-both ignored: {_both_ways(args)}")
+    if (args.histogram or args.unsorted) and args.duration is not None:
+        lines.append("rdmasim perftest: -H/-U ignored: perftest prints no per-iteration latencies with -D")
+    if args.data_validation:
+        lines.append("rdmasim perftest: --data_validation: data mode: RDMA moves real bytes, and the destination is "
+                     "compared with its source once, at the end of the run (perftest checks each chunk as it lands)")
     return lines
+
+
+def _iteration_lists(cmd: _Command, result) -> dict[int, list[str]] | None:
+    """perftest's -U/-H lists of a latency test, by message size (None: not asked for, or a -D run)."""
+    args = cmd.args
+    if not (args.histogram or args.unsorted) or args.duration is not None:
+        return None
+    ops = result.table.frame(columns=["bytes", "latency_ps", "ok"])
+    return {size: iteration_lines(rows.loc[rows["ok"], "latency_ps"].to_numpy(), args.unsorted, args.histogram)
+            for size, rows in ops.groupby("bytes", sort=False)}
+
+
+def _report(cmd: _Command, result) -> str:
+    """perftest's standard output for the run: the header and table (or --output's numbers), --report-both's
+    tables and --data_validation's line."""
+    args, kind = cmd.args, TESTS[cmd.test]
+    lists = _iteration_lists(cmd, result)
+    if args.output is not None:
+        return format_values(result.summary, args.output, args.report_gbits, lists)
+    parts = [_header(cmd, result),
+             format_summary(result.summary, args.report_gbits, _no_peak(args, kind), lists)]
+    if args.report_both and not _both_ways(args):
+        columns = ["bytes", "qp", "posted_ps", "completed_ps", "ok"]
+        ways = one_way(result.table.frame(columns=columns), result.summary, args.tx_depth * args.qp)
+        for name, rows in zip(("Local results", "Remote results"), ways):
+            parts.append(format_summary(rows.assign(workload=name), args.report_gbits, _no_peak(args, kind)))
+    if args.data_validation and not _validation_failed(cmd, result):
+        parts.append(f"VALIDATION: PASSED - {result.counters['data_checked_bytes']} bytes")
+    return "\n".join(parts)
+
+
+def _validation_failed(cmd: _Command, result) -> str | None:
+    """--data_validation's line on stderr when the destination differs from its source."""
+    if not cmd.args.data_validation or not result.counters["data_mismatched_bytes"]:
+        return None
+    return (f"VALIDATION: FAILED - {result.counters['data_mismatched_bytes']} byte(s) of "
+            f"{result.counters['data_checked_bytes']} differ from their source")
 
 
 def _below_limit(cmd: _Command, summary) -> bool:
@@ -607,6 +791,9 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -
             return 0, f"usage: rdmasim perftest {{{','.join(TESTS)}}} [options]  (TEST --help for the options)"
         if any(a in ("-h", "--help") for a in argv[1:]):
             return 0, _parser(_test(argv)).format_help()
+        if any(a in ("-V", "--version") for a in argv[1:]):
+            return 0, (f"Version: rdmasim {__version__} (the simulator's front end to perftest's {_test(argv)}; "
+                       "not perftest's binary)")
         cmd = _parse(argv)
         scenario = _scenario(cmd)
     except UsageError as exc:
@@ -620,7 +807,7 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -
         for line in _notices(cmd):
             notice(line)
         result = run_scenario(scenario, notice=notice)
-        report = "\n".join([_header(cmd, result), format_summary(result.summary, gbits=cmd.args.report_gbits)])
+        report = _report(cmd, result)
         if cmd.args.out is not None:
             notice(f"wrote {write_results(result, cmd.args.out, _dump(cmd).encode('utf-8'), force=cmd.args.force)}")
     except outdir.OutputError as exc:
@@ -629,6 +816,10 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -
     except SimError as exc:
         notice(f"rdmasim perftest: run failed: {exc}")
         return 1, ""
+    failed = _validation_failed(cmd, result)
+    if failed:
+        notice(failed)
+        return 1, report
     if _below_limit(cmd, result.summary):
         notice("Error: BW result is below bw limit")
         return 1, report
