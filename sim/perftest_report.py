@@ -65,10 +65,6 @@ def format_summary(summary, gbits: bool = True, no_peak: bool = False,
     return "\n".join(blocks)
 
 
-OUTPUTS = {"bandwidth": "_bw", "message_rate": "_bw", "latency": "_lat"}
-"""perftest's --output values and the tests (by kind suffix) that take each."""
-
-
 def format_values(summary, output: str, gbits: bool, iterations: Mapping[int, list[str]] | None = None) -> str:
     """perftest's --output: one number a size, as ``printf("%lf\\n")`` prints it: the average bandwidth (in the
     report's unit), the message rate (Mpps) or the average latency (usec); each after its ``iterations`` lines."""
