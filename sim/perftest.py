@@ -339,15 +339,14 @@ def _report(cmd: _Command, result) -> str:
     tables and --data_validation's line."""
     args, kind = cmd.args, TESTS[cmd.test]
     lists = _iteration_lists(cmd, result)
-    if args.output is not None:
-        return format_values(result.summary, args.output, args.report_gbits, lists)
-    parts = [_header(cmd, result),
-             format_summary(result.summary, args.report_gbits, _no_peak(args, kind), lists)]
+    layout = {"gbits": args.report_gbits, "no_peak": _no_peak(args, kind)}
+    parts = ([format_values(result.summary, args.output, args.report_gbits, lists)] if args.output is not None else
+             [_header(cmd, result), format_summary(result.summary, iterations=lists, **layout)])
     if args.report_both and not _both_ways(args):
         columns = ["bytes", "qp", "posted_ps", "completed_ps", "ok"]
         ways = one_way(result.table.frame(columns=columns), result.summary, args.tx_depth * args.qp)
         for name, rows in zip(("Local results", "Remote results"), ways):
-            parts.append(format_summary(rows.assign(workload=name), args.report_gbits, _no_peak(args, kind)))
+            parts.append(format_summary(rows.assign(workload=name), **layout))
     if args.data_validation and not _validation_failed(cmd, result):
         parts.append(f"VALIDATION: PASSED - {result.counters['data_checked_bytes']} bytes")
     return "\n".join(parts)

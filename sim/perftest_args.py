@@ -372,7 +372,7 @@ VALIDATION_MIN_TX = 32
 
 
 def _check_validation(args: argparse.Namespace, kind: str) -> None:
-    """perftest's --data_validation checks (``force_dependecies``), in its order."""
+    """perftest's --data_validation checks (``force_dependecies``), in its order, then the one rdmasim adds."""
     refusal = ("requires --use_cuda or host memory" if args.use_rocm is not None or args.mmap else
                "is only supported with WRITE or READ verb" if not kind.startswith(("write", "read")) else
                "is only supported in bandwidth tests" if not kind.endswith("_bw") else
@@ -383,6 +383,10 @@ def _check_validation(args: argparse.Namespace, kind: str) -> None:
                f"requires tx_depth >= {VALIDATION_MIN_TX} (use -t)" if args.tx_depth < VALIDATION_MIN_TX else None)
     if refusal:
         raise UsageError(f"--data_validation {refusal}")
+    if args.bidirectional:
+        raise UsageError("--data_validation with -b: rdmasim's two directions move bytes between the same two "
+                         "buffers, so neither ends a copy of the other to compare (perftest keeps a send and a receive "
+                         "half in each); run without -b")
 
 
 CONNECTIONS = ("RC", "UC", "UD", "XRC", "DC", "SRD")

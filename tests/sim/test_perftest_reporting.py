@@ -159,6 +159,8 @@ def test_data_validation_runs_in_data_mode_and_reports_the_bytes_compared():
     assert perftest_scenario(argv).data and not perftest_scenario(argv[:-1]).data
     code, report, notes = perftest_streams(argv)
     assert code == 0 and report.endswith("\nVALIDATION: PASSED - 16384 bytes") and "data mode" in notes
+    code, report = run_perftest([*argv, "--output=bandwidth"])
+    assert code == 0 and len(report.splitlines()) == 2 and report.endswith("\nVALIDATION: PASSED - 16384 bytes")
 
 
 def test_data_validation_fails_the_run_when_bytes_differ(monkeypatch):
@@ -178,6 +180,9 @@ def test_data_validation_fails_the_run_when_bytes_differ(monkeypatch):
     (["ib_read_bw", "-a"], "--data_validation is incompatible with -a (run all sizes)"),
     (["ib_write_bw", "-t", "16"], "--data_validation requires tx_depth >= 32 (use -t)"),
     (["ib_write_bw", "--use_rocm", "--use_rocm_dmabuf"], "--data_validation requires --use_cuda or host memory"),
+    (["ib_write_bw", "-b"], "--data_validation with -b: rdmasim's two directions move bytes between the same two "
+                            "buffers, so neither ends a copy of the other to compare (perftest keeps a send and a "
+                            "receive half in each); run without -b"),
 ])
 def test_data_validation_is_refused_where_perftest_refuses_it(flags, message):
     code, _, said = perftest_streams([*flags, "--data_validation"])
