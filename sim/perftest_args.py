@@ -336,16 +336,20 @@ def check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> N
         _check_validation(args, kind)
 
 
+LATENCY_ONLY = {"histogram": ("-H/--report-histogram", "Available only on Latency tests"),
+                "unsorted": ("-U/--report-unsorted", "is Available only on Latency tests"),
+                "cycles": ("-C/--report-cycles", "Available only on Latency tests")}
+"""perftest's report options of latency tests, and its message for each in a bandwidth test (-U's starts 'is')."""
+
+
 def _check_reporting(args: argparse.Namespace, kind: str) -> None:
     """perftest's checks of the options that shape its report, then the one rdmasim adds: -C's cycles."""
     bw = kind.endswith("_bw")
     if args.noPeak and not bw:
         raise UsageError("-N/--noPeak: NoPeak only valid for BW tests")
-    for given, flag, available in ((args.histogram, "-H/--report-histogram:", "Available"),
-                                   (args.unsorted, "-U/--report-unsorted", "is Available"),
-                                   (args.cycles, "-C/--report-cycles:", "Available")):
-        if given and bw:
-            raise UsageError(f"{flag} {available} only on Latency tests")
+    for dest, (flag, message) in LATENCY_ONLY.items():
+        if bw and getattr(args, dest):
+            raise UsageError(f"{flag}: {message}")
     if args.cycles:
         raise UsageError("-C/--report-cycles: the simulated CPU has no clock whose cycles to count (perftest reads "
                          "the CPU's time-stamp counter); rdmasim reports latencies in usec only, so drop -C")

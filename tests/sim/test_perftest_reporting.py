@@ -105,7 +105,7 @@ def test_version_names_rdmasim_not_perftest():
 @pytest.mark.parametrize("argv, message", [
     (["ib_write_lat", "-N"], "-N/--noPeak: NoPeak only valid for BW tests"),
     (["ib_write_bw", "-H"], "-H/--report-histogram: Available only on Latency tests"),
-    (["ib_write_bw", "-U"], "-U/--report-unsorted is Available only on Latency tests"),
+    (["ib_write_bw", "-U"], "-U/--report-unsorted: is Available only on Latency tests"),
     (["ib_write_bw", "-C"], "-C/--report-cycles: Available only on Latency tests"),
     (["ib_write_lat", "-C"], "the simulated CPU has no clock whose cycles to count"),
     (["ib_write_bw", "--output=latency"], "Output verbosity level for BW can be: bandwidth, message_rate"),
