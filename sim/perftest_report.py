@@ -3,7 +3,13 @@ them with --report_gbits)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import numpy as np
 import pandas as pd
+
+from sim.core.metrics import OpColumns, bandwidth_of
+from sim.core.units import PS_PER_US
 
 RULE = "-" * 100
 BW_HEADER = " #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]"
@@ -24,10 +30,13 @@ NOTHING_MEASURED = "no work request succeeded: nothing measured"
 """Printed in place of a row's rates or latencies when none of its work requests succeeded."""
 
 
-def format_summary(summary, gbits: bool = True) -> str:
+def format_summary(summary, gbits: bool = True, no_peak: bool = False,
+                   iterations: Mapping[int, list[str]] | None = None) -> str:
     """perftest's report layout, one block per workload, bandwidth in Gb/sec (``gbits``, perftest's
     --report_gbits) or MiB/sec; a size where no work request succeeded says so instead of printing rates, and
-    errors are counted per ``ibv_wc_status``."""
+    errors are counted per ``ibv_wc_status``. ``no_peak`` (perftest's -N) prints the peak as 0.00, as perftest's
+    ``print_report_bw`` computes it then; ``iterations`` (perftest's -H/-U) holds, by message size, the lines
+    printed before that size's row, which perftest follows with the rule and the column header again."""
     unit = 1.0 if gbits else GBPS_TO_MIBPS
     blocks = []
     for (variant, label), rows in summary.groupby(["variant", "workload"], sort=False):
@@ -36,12 +45,15 @@ def format_summary(summary, gbits: bool = True) -> str:
         if kind.endswith("_bw"):
             lines.append(BW_HEADER if gbits else BW_HEADER_MIB)
             for r in rows.itertuples():
+                peak = 0.0 if no_peak else r.bw_peak_Gbps * unit
                 lines.append(f" {r.bytes:<10d} {r.iterations:<10d}     " + (
                     NOTHING_MEASURED if pd.isna(r.bw_avg_Gbps) else
-                    f"{r.bw_peak_Gbps * unit:<18.2f} {r.bw_avg_Gbps * unit:<20.2f} {r.msg_rate_Mpps:.6f}"))
+                    f"{peak:<18.2f} {r.bw_avg_Gbps * unit:<20.2f} {r.msg_rate_Mpps:.6f}"))
         else:
             lines.append(LAT_HEADER)
             for r in rows.itertuples():
+                if iterations is not None:
+                    lines += [*iterations[r.bytes], RULE, LAT_HEADER]
                 lines.append(f" {r.bytes:<6d} {r.iterations:<10d}  " + (
                     NOTHING_MEASURED if pd.isna(r.t_typical_us) else
                     f"{r.t_min_us:<14.2f} {r.t_max_us:<12.2f} {r.t_typical_us:<18.2f} {r.t_avg_us:<16.2f} "
@@ -51,6 +63,40 @@ def format_summary(summary, gbits: bool = True) -> str:
         lines.append(RULE)
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
+
+
+def format_values(summary, output: str, gbits: bool, iterations: Mapping[int, list[str]] | None = None) -> str:
+    """perftest's --output: one number a size, as ``printf("%lf\\n")`` prints it: the average bandwidth (in the
+    report's unit), the message rate (Mpps) or the average latency (usec); each after its ``iterations`` lines."""
+    column = {"bandwidth": bandwidth_column(gbits), "message_rate": "msg_rate_Mpps", "latency": "t_avg_us"}[output]
+    return "\n".join(line for size, value in zip(summary["bytes"], summary[column])
+                     for line in [*(iterations or {}).get(size, []), f"{value:f}"])
+
+
+def iteration_lines(latency_ps: np.ndarray, unsorted: bool, histogram: bool) -> list[str]:
+    """perftest's -U and -H lists of one size's latencies (usec, ``%g``): ``#, usec`` and ``N, latency`` lines, in
+    the order measured (-U), then sorted (-H), each the run's successful iterations, as rdmasim's row uses them
+    all (perftest's sorted list leaves out its two largest)."""
+    lines = []
+    for wanted, values in ((unsorted, latency_ps), (histogram, np.sort(latency_ps))):
+        if wanted:
+            lines += ["#, usec", *(f"{k}, {v / PS_PER_US:g}" for k, v in enumerate(values, 1))]
+    return lines
+
+
+def one_way(operations: pd.DataFrame, summary: pd.DataFrame, window: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A bidirectional test's rows measured on each direction alone (perftest's --report-both): the local one (the
+    first half of each size's streams: the client's sends) and the remote one (the second half: the server's);
+    ``window`` is one direction's work requests in flight (its peak's shortest run)."""
+    halves: tuple[list[dict], list[dict]] = ([], [])
+    for row in summary.to_dict("records"):
+        ops = operations[operations["bytes"] == row["bytes"]]
+        local = ops["qp"].to_numpy() < (ops["qp"].max() + 1) // 2
+        for half, mine in zip(halves, (local, ~local)):
+            part = ops[mine].sort_values("posted_ps", kind="stable")
+            columns = OpColumns(*(part[c].to_numpy() for c in ("posted_ps", "completed_ps", "ok")))
+            half.append(row | bandwidth_of(row["bytes"], columns, window))
+    return pd.DataFrame(halves[0]), pd.DataFrame(halves[1])
 
 
 def error_counts(by_status) -> str:
