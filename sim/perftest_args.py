@@ -369,6 +369,8 @@ def _check_unmodelled(args: argparse.Namespace, kind: str) -> None:
         raise UsageError("-O/--dualport: Dual-port mode only supports BW tests.")
     if args.dualport and args.rdma_cm:
         raise UsageError("-O with -R: Perftest still doesn't support Dual Port with rdma_cm")
+    if args.tos is not None and not args.rdma_cm:
+        raise UsageError("-T/--tos without -R: TOS only valid for rdma_cm based QP and RawEth QP")
 
 
 VALIDATION_MIN_TX = 32

@@ -269,7 +269,7 @@ def test_integer_options_refuse_what_strtol_leaves_unread(text):
 @pytest.mark.parametrize("flags, said", [
     (["--pin_cores=0-3,8"], "--pin_cores ignored"), (["--numa_node=1"], "--numa_node ignored"),
     (["--disable_numa"], "--disable_numa ignored"), (["-S", "3"], "-S/--sl ignored"),
-    (["--tos=32"], "-T/--tos ignored"),
+    (["-R", "--tos=32"], "-T/--tos ignored"),
     (["-z"], "-z/--comm_rdma_cm ignored"),
 ])
 def test_perftests_placement_and_addressing_options_are_accepted_and_said_to_be_ignored(flags, said):
@@ -283,6 +283,7 @@ def test_perftests_placement_and_addressing_options_are_accepted_and_said_to_be_
     (["--numa_node=-1"], "numa_node must be non-negative int"),
     (["--numa_node=1", "--pin_cores=2"], "--numa_node and --pin_cores cannot be used together"),
     (["-S", "16"], "Only 15 Service levels"), (["-T", "256"], "TOS should be between 0 and 255"),
+    (["-T", "32"], "TOS only valid for rdma_cm based QP"),
 ])
 def test_perftests_placement_and_addressing_checks_hold(flags, message):
     code, _, said = perftest_streams(["ib_write_bw", *flags])
