@@ -40,19 +40,19 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     shared = _shared_servers(problem, spans, carry)
     slices = _slices_in(problem, spans, history, start, shared, floor)
     if all(_paced(problem, piece) for piece in slices):
-        previous, memo = {}, None
+        previous = {}
         for piece in slices:
             previous.update(_guess_from_pace(problem, piece))
     else:
         run = Pass(problem, slices, carry, shared, {}, idle=True)
-        previous, memo = _guess(problem, slices, run.run(), run, idle=True), None
+        previous = _guess(problem, slices, run.run(), run, idle=True)
     for _ in range(max_passes):
-        run = Pass(problem, slices, carry, shared, previous, memo)
+        run = Pass(problem, slices, carry, shared, previous)
         outs = run.run()
         disagree = _disagreement(problem, slices, outs, run)
         if disagree == NEVER:
             break
-        previous, memo = _guess(problem, slices, outs, run), run.memo
+        previous = _guess(problem, slices, outs, run)
     future = _next_post(problem, slices, outs)
     horizon = min(future, disagree)
     # Without shared servers or drawn delays before claims, later operations never come first anywhere, unless
@@ -201,16 +201,15 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                 first = np.where(given[:slots] == NO_RELEASE, LOW, given[:slots])
                 given[slots:] = _lag_scan(first, after, floor, slots)[: m - slots]
         for pos in piece.shared:
-            now, used, alone = out.records[pos], run.used.get(pos), piece.idle_claim[pos]
+            now, alone = out.records[pos], piece.idle_claim[pos]
             steady = piece.pace.claims.get(pos) if idle and piece.pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
                 rec = _paced_record(problem, pos, now.seq0, post, steady)
                 moved[pos] = rec
                 continue
             shift = np.where(now.head > out.post + alone, np.maximum(post + alone - now.head, 0), post - out.post)
-            rec = Record(now.server, pos, now.seq0, post, now.wake + shift, now.wpos, now.head + shift,
-                         now.not_before + shift, now.service)
-            moved[pos] = used if used is not None and rec.same_inputs(used) else rec
+            moved[pos] = Record(now.server, pos, now.seq0, post, now.wake + shift, now.wpos, now.head + shift,
+                                now.not_before + shift, now.service)
     return moved
 
 
