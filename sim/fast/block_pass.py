@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Wake
-from sim.fast.merge import Claims, Joined, key_order
+from sim.fast.merge import Claims, Joined, key_order, per_claim
 from sim.fast.server import pool, ramp, running_max, serve
 
 NO_RELEASE = -1
@@ -41,11 +41,7 @@ class Record:
 
     def claims(self, lo: int = 0, hi: int | None = None) -> Claims:
         """Operations ``lo..hi-1`` of the slice as :class:`Claims`."""
-        hi = len(self.wake) if hi is None else hi
-        n = hi - lo
-        return Claims(self.wake[lo:hi], np.full(n, self.wpos, np.int64), self.head[lo:hi], self.not_before[lo:hi],
-                      np.full(n, self.service, np.int64), np.full(n, self.pos, np.int64),
-                      np.arange(self.seq0 + lo, self.seq0 + hi, dtype=np.int64), self.post[lo:hi],
+        return Claims(*(per_claim(self, name)[lo:hi] for name in Claims.FIELDS[:-1]),
                       None if self.finish is None else self.finish[lo:hi])
 
     def same_inputs(self, other: Record | None) -> bool:

@@ -7,7 +7,8 @@ Jobs are given in service order; every time is an integer number of picoseconds 
   Exact in closed form: with ``S_i = service_0 + ... + service_i`` and ``c_i = max(head_i + service_i,
   not_before_i)``, ``finish_i = S_i + max(free_at, max_{j<=i}(c_j - S_j))`` (a cumulative sum and a running
   maximum). Most servers are idle most of the time, so the pass-through answer (``start = head``) is tried
-  and checked first; it is cheaper than the running maximum.
+  and checked first; it is cheaper than the running maximum, which a server busy throughout (a bottleneck)
+  does not need either (its maximum is the first term).
 * Stall intervals ``[s, e)``: a job that would start inside one starts at ``e`` instead (service already
   under way is not interrupted). The recurrence is then only piecewise of that form; it is solved exactly
   block by block: the stall-free solution up to the first job that would start in a stall, that job moved to
@@ -102,18 +103,27 @@ def prefix_max(values: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.fmax.accumulate(values, axis=axis, out=values)
 
 
-def running_max(values: np.ndarray, steps: int = 4) -> np.ndarray:
-    """``out_i = max(values_0..values_i)``: ``values`` itself when already non-decreasing, else a new array.
-    Nearly sorted data (completions delivered in order after small random delays) is fixed by a few
-    neighbour steps, cheaper than a full running maximum."""
+def short_prefix_max(values: np.ndarray) -> None:
+    """:func:`prefix_max` in place, first as maxima over the 16 latest values (four doubling steps): where those
+    do not decrease they are the running maximum, found cheaper than by the scan (short queues, nearly sorted
+    data)."""
+    a, b = values, np.empty_like(values)
+    for k in (1, 2, 4, 8):
+        b[:k] = a[:k]
+        np.maximum(a[k:], a[:-k], out=b[k:])
+        a, b = b, a
+    if (values[1:] < values[:-1]).any():
+        prefix_max(values)
+
+
+def running_max(values: np.ndarray) -> np.ndarray:
+    """``out_i = max(values_0..values_i)``: ``values`` itself when already non-decreasing, else a new array
+    (:func:`short_prefix_max`: nearly sorted data, such as completions after small random delays, is cheap)."""
     if not (values[1:] < values[:-1]).any():
         return values
     out = values.copy()
-    for _ in range(steps):
-        np.maximum(out[1:], out[:-1], out=out[1:])
-        if not (out[1:] < out[:-1]).any():
-            return out
-    return prefix_max(out)
+    short_prefix_max(out)
+    return out
 
 
 def _solve(head, service, not_before, free_at, queued=False):
@@ -130,10 +140,10 @@ def _solve(head, service, not_before, free_at, queued=False):
     shift = _flipped_ramp(len(finish), service) if scalar else np.cumsum(service, dtype=np.int64) ^ SIGN
     finish -= shift  # c_j - S_j, its sign bit flipped: as unsigned integers they keep their order
     flipped = finish.view(np.uint64)
-    if flipped[-1] <= flipped[0] and flipped.max() == flipped[0]:  # busy throughout (a bottleneck)
+    if flipped[-1] <= flipped[0] and flipped.max() == flipped[0]:  # busy throughout: one maximum, no scan
         flipped[1:] = flipped[0]
     else:
-        np.fmax.accumulate(flipped, out=flipped)  # with numpy 2, faster on unsigned than on signed integers
+        short_prefix_max(flipped)
     finish += shift
     start = np.empty_like(head)
     start[0] = max(int(head[0]), free_at)
