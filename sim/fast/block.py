@@ -40,19 +40,19 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     shared = _shared_servers(problem, spans, carry)
     slices = _slices_in(problem, spans, history, start, shared, floor)
     if all(_paced(problem, piece) for piece in slices):
-        previous, memo = {}, None
+        previous = {}
         for piece in slices:
             previous.update(_guess_from_pace(problem, piece))
     else:
         run = Pass(problem, slices, carry, shared, {}, idle=True)
-        previous, memo = _guess(problem, slices, run.run(), run, idle=True), None
+        previous = _guess(problem, slices, run.run(), run, idle=True)
     for _ in range(max_passes):
-        run = Pass(problem, slices, carry, shared, previous, memo)
+        run = Pass(problem, slices, carry, shared, previous)
         outs = run.run()
         disagree = _disagreement(problem, slices, outs, run)
         if disagree == NEVER:
             break
-        previous, memo = _guess(problem, slices, outs, run), run.memo
+        previous = _guess(problem, slices, outs, run)
     future = _next_post(problem, slices, outs)
     horizon = min(future, disagree)
     # Without shared servers or drawn delays before claims, later operations never come first anywhere, unless
@@ -66,7 +66,7 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     for piece, out, n in zip(slices, outs, kept):
         if n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n:
             at = [0, n - 1]
-            end = _ends(problem, piece, out.head[at], at) if problem.tail_draws[piece.group] is not None \
+            end = out.head[at] - _tail(problem, piece, at) if problem.tail_draws[piece.group] is not None \
                 else out.done[at]
             last, period = Pace.of([end], n)
             claims = {pos: Pace.of([r.wake[:n], r.head[:n], r.not_before[:n]], n)
@@ -134,9 +134,11 @@ def _guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     """Set a :func:`_paced` slice's idle latencies (known constants plus its own drawn delays) and first guesses
     (:func:`_guess_posts` from its pace); returns its claims on shared servers, which keep their pace."""
     g, m = piece.group, piece.hi - piece.lo
-    piece.idle_done = problem.idle_base[g] - _ends(problem, piece, np.zeros(m, np.int64))
+    piece.idle_done = np.add(_tail(problem, piece), problem.idle_base[g], out=np.empty(m, np.int64))
     piece.idle_claim = {pos: np.full(m, problem.idle_claims[g][pos], np.int64) for pos in piece.shared}
-    post = _guess_posts(problem, piece, piece.hist_done[-problem.groups[g].window:], _paced_ends(problem, piece))
+    first = piece.hist_done[-problem.groups[g].window:]
+    _guess_posts(problem, piece, first, _paced_ends(problem, piece))
+    post = np.concatenate((first, piece.guess_post)) if piece.shared else None
     return {pos: _paced_record(problem, pos, piece.seq0, post, piece.pace.claims[pos]) for pos in piece.shared}
 
 
@@ -144,18 +146,17 @@ def _paced_ends(problem, piece: SliceIn) -> np.ndarray:
     """Where a saturated group's operations end if it keeps its pace, with the slice's own drawn delays (ps)."""
     ends = Pace.ahead(*piece.pace.end, piece.hi - piece.lo)
     if problem.tail_draws[piece.group] is not None:
-        ends -= _ends(problem, piece, 0)
+        ends += _tail(problem, piece)
         if len(piece.hist_done):
             ends[0] = max(ends[0], piece.hist_done[-1])
     return ends
 
 
-def _guess_posts(problem, piece: SliceIn, first: np.ndarray, queued: np.ndarray) -> np.ndarray:
+def _guess_posts(problem, piece: SliceIn, first: np.ndarray, queued: np.ndarray) -> None:
     """Set the slice's guessed posts: completions ``window`` operations back, each its post plus its idle
-    latency and no earlier than ``queued``, from the first posts ``first``; returns every operation's post."""
+    latency and no earlier than ``queued``, from the first posts ``first``."""
     window, m = problem.groups[piece.group].window, piece.hi - piece.lo
     piece.guess_post = running_max(_lag_scan(first, piece.idle_done, queued, window))[: m - window]
-    return np.concatenate((first, piece.guess_post))
 
 
 def _paced_record(problem, pos: int, seq0: int, post: np.ndarray, steady) -> Record:
@@ -175,7 +176,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
         if piece.idle_done is None:
             g = piece.group
             piece.idle_done = out.done - out.post
-            base = piece.idle_done + _ends(problem, piece, 0) if problem.tail_draws[piece.group] is not None \
+            base = piece.idle_done - _tail(problem, piece) if problem.tail_draws[piece.group] is not None \
                 else piece.idle_done
             if m and problem.tail_draws[piece.group] is not None \
                     and not any(problem.varied[g][k] for k in problem.claim_steps[g]) and (base == base[0]).all():
@@ -190,7 +191,8 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
         if m > window:  # a saturated group keeps its pace: start from it
             queued = _paced_ends(problem, piece) if idle and piece.pace is not None else np.where(
                 out.done > out.post + piece.idle_done, out.done, LOW)
-            post = _guess_posts(problem, piece, out.post[:window], queued)
+            _guess_posts(problem, piece, out.post[:window], queued)
+            post = np.concatenate((out.post[:window], piece.guess_post))
         for label, slots in problem.gates[piece.group].items():
             if m > slots:
                 to_gate, after = piece.idle_gate[label]
@@ -201,25 +203,22 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                 first = np.where(given[:slots] == NO_RELEASE, LOW, given[:slots])
                 given[slots:] = _lag_scan(first, after, floor, slots)[: m - slots]
         for pos in piece.shared:
-            now, used, alone = out.records[pos], run.used.get(pos), piece.idle_claim[pos]
+            now, alone = out.records[pos], piece.idle_claim[pos]
             steady = piece.pace.claims.get(pos) if idle and piece.pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
                 rec = _paced_record(problem, pos, now.seq0, post, steady)
                 moved[pos] = rec
                 continue
             shift = np.where(now.head > out.post + alone, np.maximum(post + alone - now.head, 0), post - out.post)
-            rec = Record(now.server, pos, now.seq0, post, now.wake + shift, now.wpos, now.head + shift,
-                         now.not_before + shift, now.service)
-            moved[pos] = used if used is not None and rec.same_inputs(used) else rec
+            moved[pos] = Record(now.server, pos, now.seq0, post, now.wake + shift, now.wpos, now.head + shift,
+                                now.not_before + shift, now.service)
     return moved
 
 
-def _ends(problem, piece: SliceIn, head, at=slice(None)) -> np.ndarray:
-    """``head`` less the drawn delays after the group's last claim, for the slice's operations ``at`` (an
-    index; ``head`` 0: minus their sum)."""
-    for name in problem.tail_draws[piece.group]:
-        head = head - piece.draws[name][at]
-    return head
+def _tail(problem, piece: SliceIn, at=slice(None)):
+    """The sum of the drawn delays after the group's last claim, for the slice's operations ``at`` (ps; 0 when
+    there are none)."""
+    return sum(piece.draws[name][at] for name in problem.tail_draws[piece.group])
 
 
 def _lag_scan(first: np.ndarray, add: np.ndarray, floor: np.ndarray, lag: int) -> np.ndarray:

@@ -4,9 +4,7 @@ A block is a run of consecutive operations cut into slices of one group each. Va
 later in the same block (its post, released by the completion ``window`` operations earlier; a gate's
 release by a later claim; the claims of later pipeline positions on a shared server) are taken from the
 caller's guesses; :mod:`sim.fast.block` repeats passes with better guesses until they equal what a pass
-computes. A step whose inputs are the very arrays it had in the previous pass returns its previous outputs,
-and a claim whose result did not change returns the previous arrays, so a pass only recomputes what its new
-guesses disturb.
+computes.
 """
 
 from __future__ import annotations
@@ -16,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Wake
-from sim.fast.merge import Claims, Joined, key_order
+from sim.fast.merge import Claims, Joined, key_order, per_claim
 from sim.fast.server import pool, ramp, running_max, serve
 
 NO_RELEASE = -1
@@ -43,11 +41,7 @@ class Record:
 
     def claims(self, lo: int = 0, hi: int | None = None) -> Claims:
         """Operations ``lo..hi-1`` of the slice as :class:`Claims`."""
-        hi = len(self.wake) if hi is None else hi
-        n = hi - lo
-        return Claims(self.wake[lo:hi], np.full(n, self.wpos, np.int64), self.head[lo:hi], self.not_before[lo:hi],
-                      np.full(n, self.service, np.int64), np.full(n, self.pos, np.int64),
-                      np.arange(self.seq0 + lo, self.seq0 + hi, dtype=np.int64), self.post[lo:hi],
+        return Claims(*(per_claim(self, name)[lo:hi] for name in Claims.FIELDS[:-1]),
                       None if self.finish is None else self.finish[lo:hi])
 
     def same_inputs(self, other: Record | None) -> bool:
@@ -161,10 +155,9 @@ class Pass:
     """One pass over a block (see the module docstring); ``idle`` takes every server as free."""
 
     def __init__(self, problem, slices: list[SliceIn], carry: list[Carry], shared: dict[int, list[int]],
-                 previous: dict[int, Record], memo: dict | None = None, idle: bool = False) -> None:
+                 previous: dict[int, Record], idle: bool = False) -> None:
         self.problem, self.slices, self.carry, self.shared = problem, slices, carry, shared
-        self.previous, self.idle, self.old_memo = previous, idle, memo or {}
-        self.memo: dict = {}
+        self.previous, self.idle = previous, idle
         self.hints: dict = problem.queued
         self.current: dict[int, Record] = {}
         self.used: dict[int, Record | None] = {}
@@ -185,10 +178,10 @@ class Pass:
                 walks[index] = self._begin(index, outs)
             self.walks = len(walks)
             for index, (walk, context) in list(walks.items()):
-                self.slice, self.index, self.out, self.step = context
+                self.slice, self.out, self.step = context
                 try:
                     next(walk)
-                    walks[index] = (walk, (self.slice, self.index, self.out, self.step))
+                    walks[index] = (walk, (self.slice, self.out, self.step))
                 except StopIteration as end:
                     del walks[index]
                     outs[index] = self._end(end.value)
@@ -202,11 +195,8 @@ class Pass:
             _join(self.problem, self.slices[index - 1], outs[index - 1], piece)
         start = max([piece.start] * (piece.start is not None) + [int(outs[k].done[-1]) for k in piece.after])
         post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
-        same = self.old_memo.get((index, "post"))
-        post = self.memo[index, "post"] = same if same is not None and np.array_equal(same, post) else post
-        self.slice, self.index, self.step = piece, index, 0
-        self.out = SliceOut(post, post, None)
-        return self._chain(group.steps, (post, post, post)), (piece, index, self.out, 0)
+        self.slice, self.out, self.step = piece, SliceOut(post, post, None), 0
+        return self._chain(group.steps, (post, post, post)), (piece, self.out, 0)
 
     def _end(self, head: np.ndarray) -> SliceOut:
         """The slice walked: its completions are ``head`` in order."""
@@ -224,27 +214,16 @@ class Pass:
         """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head."""
         last = None
         for step in steps:
-            key = (self.index, self.step)
             self.step += 1
             if isinstance(step, Fork):
                 yield from self._chain(step.steps, state)
-                continue
-            old = self.old_memo.get(key)
-            if isinstance(step, Claim):
-                state = yield from self._claim(step, state, old, key)
+            elif isinstance(step, Claim):
+                state = yield from self._claim(step, state, self.step - 1)
                 last = state[2]
-                continue
-            if isinstance(step, Gate):  # recomputed every pass: what it saw is kept for guessing
+            elif isinstance(step, Gate):
                 state = self._gate(step, state[0])
-                continue
-            if old is not None and all(a is b for a, b in zip(old[0], state)):
-                new = old[1]
-                if old[2] is not None:
-                    self.out.marks[step.label] = old[2]
             else:
-                new = self._step(step, state)
-            self.memo[key] = (state, new, self.out.marks.get(step.label) if isinstance(step, Check) else None)
-            state = new
+                state = self._step(step, state)
         if last is not None:
             mine = self.out.last_wake
             self.out.last_wake = last if mine is None else np.maximum(mine, last)
@@ -285,58 +264,22 @@ class Pass:
         go = self.out.gate_out[gate.release] = np.maximum(t, self.slice.gate_input[gate.release])
         return go, go, go
 
-    def _claim(self, step: Claim, state, old, key):
-        """Claim for every operation; the claims' ordering position is the pipeline position's
-        (:attr:`sim.fast.solver.Problem.wpos_at`)."""
+    def _claim(self, step: Claim, state, walk: int):
+        """Claim for every operation (``walk``: the claim's walk-order index); the claims' ordering position is
+        the pipeline position's (:attr:`sim.fast.solver.Problem.wpos_at`)."""
         head, tail, wake = state
-        pos = self.problem.pos_base[self.slice.group] + key[1]
-        wpos = self.problem.wpos_at[pos]
-        shared = step.server in self.shared
+        pos = self.problem.pos_base[self.slice.group] + walk
         if not step.eager:  # made when the head arrives
             wake = head
-        if shared and self.walks > 1:  # the other walks make their claims of this step before this one is served
-            self.current[pos] = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head,
-                                       _plus(tail, step.tail_ps), step.service_ps)
+        rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, self.problem.wpos_at[pos], head,
+                     _plus(tail, step.tail_ps), step.service_ps)
+        self.current[pos] = self.out.records[pos] = rec
+        if step.server in self.shared and self.walks > 1:  # the other walks claim too before this one is served
             yield
-        # Only a shared server's order depends on the ordering keys: elsewhere head and tail decide the result.
-        inputs = (head, tail, wake, self.out.post, self._others(step.server, pos)) if shared else (head, tail)
-        if old is not None and len(old[0]) == len(inputs) and all(a is b for a, b in zip(old[0], inputs)):
-            _, prior, out, merged = old
-            rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head, prior.not_before,
-                         step.service_ps, prior.finish) if not shared else prior
-            if merged is not None:
-                self.merged[step.server] = merged
-        else:
-            not_before = _plus(tail, step.tail_ps)
-            rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head, not_before,
-                         step.service_ps)
-            ahead = self._serve(step, rec)
-            prior = None if old is None else old[1]
-            if prior is not None and np.array_equal(ahead, old[2][0]) and np.array_equal(rec.finish, prior.finish):
-                rec.finish, out = prior.finish, old[2]  # later steps are reused
-            else:
-                out = (ahead, _plus(rec.finish, step.latency_ps))
-        self.memo[key] = (inputs, rec, out, self.merged.get(step.server))
-        self.current[pos] = rec
-        self.out.records[pos] = rec
+        ahead = self._serve(step, rec)
         if step.label is not None:
             self.out.released[step.label] = self.out.marks[step.label] = rec.wake
-        return out[0], out[1], rec.wake
-
-    def _others(self, server: int, pos: int) -> tuple:
-        """The other positions' records a shared server's claim is served with (compared by identity)."""
-        if server not in self.shared:
-            return ()
-        out = []
-        for other in self.shared[server]:
-            if other == pos:
-                continue
-            if other in self.current:
-                out.append(self.current[other])
-            else:
-                out.append(self.previous.get(other))
-                self.used[other] = out[-1]
-        return tuple(out)
+        return ahead, _plus(rec.finish, step.latency_ps), rec.wake
 
     def _serve(self, step: Claim, rec: Record) -> np.ndarray:
         """Serve ``rec``'s claims, setting their finish times; returns their start times plus the claim's head
@@ -373,7 +316,9 @@ class Pass:
                 mine = sum(len(p.wake) for p in parts)
                 parts.append(rec)
             else:
-                other = self.current.get(pos, self.used.get(pos))
+                other = self.current.get(pos)
+                if pos not in self.current:  # not claimed yet in this pass: its guess
+                    other = self.used[pos] = self.previous.get(pos)
                 if other is not None:
                     parts.append(other)
         n = len(rec.wake)

@@ -69,19 +69,8 @@ class Joined:
         if name not in Claims.FIELDS or name in ("finish", "start"):
             raise AttributeError(name)
         if name not in self._fields:
-            self._fields[name] = np.concatenate([self._part(p, name) for p in self.parts])
+            self._fields[name] = np.concatenate([per_claim(p, name) for p in self.parts])
         return self._fields[name]
-
-    @staticmethod
-    def _part(part, name: str) -> np.ndarray:
-        n = len(part.wake)
-        if isinstance(part, Claims):
-            return getattr(part, name)
-        if name == "seq":
-            return np.arange(part.seq0, part.seq0 + n, dtype=np.int64)
-        if name in ("service", "pos", "wpos"):
-            return np.full(n, getattr(part, name), np.int64)
-        return getattr(part, name)
 
     def take(self, index: np.ndarray) -> Claims:
         """The claims at positions ``index`` (an integer array, usually short), every field included."""
@@ -94,9 +83,18 @@ class Joined:
             for k, p in enumerate(self.parts):
                 mine = part == k
                 if mine.any():
-                    out[mine] = self._part(p, name)[local[mine]]
+                    out[mine] = per_claim(p, name)[local[mine]]
             fields.append(out)
         return Claims(*fields, None if self.finish is None else self.finish[index])
+
+
+def per_claim(part, name: str) -> np.ndarray:
+    """Field ``name`` of a :class:`Claims` or a per-position record (see :class:`Joined`), one entry per claim."""
+    if isinstance(part, Claims) or name not in ("seq", "service", "pos", "wpos"):
+        return getattr(part, name)
+    n = len(part.wake)
+    return np.arange(part.seq0, part.seq0 + n, dtype=np.int64) if name == "seq" else np.full(n, getattr(part, name),
+                                                                                             np.int64)
 
 
 def key_order(claims: Claims | Joined) -> np.ndarray:

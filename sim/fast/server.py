@@ -7,16 +7,14 @@ Jobs are given in service order; every time is an integer number of picoseconds 
   Exact in closed form: with ``S_i = service_0 + ... + service_i`` and ``c_i = max(head_i + service_i,
   not_before_i)``, ``finish_i = S_i + max(free_at, max_{j<=i}(c_j - S_j))`` (a cumulative sum and a running
   maximum). Most servers are idle most of the time, so the pass-through answer (``start = head``) is tried
-  and checked first; it is cheaper than the running maximum.
+  and checked first; it is cheaper than the running maximum, which a server busy throughout (a bottleneck)
+  does not need either (its maximum is the first term).
 * Stall intervals ``[s, e)``: a job that would start inside one starts at ``e`` instead (service already
   under way is not interrupted). The recurrence is then only piecewise of that form; it is solved exactly
   block by block: the stall-free solution up to the first job that would start in a stall, that job moved to
   the stall's end, and again from the next job.
 * :func:`pool` — ``k`` identical servers fed by one queue, each job taking the server that frees first
-  (:class:`sim.core.servers.ServerPool`, plus the cut-through ``not_before``). Exact as ``k`` interleaved
-  single-server lanes (``start_i = max(head_i, finish_{i-k})``) while finish times come out non-decreasing,
-  which equal service times guarantee; from the first job where they do not, jobs are served one by one with
-  a heap for a block, then the lanes are tried again.
+  (:class:`sim.core.servers.ServerPool`, plus the cut-through ``not_before``), served job by job.
 
 >>> start, finish = cut_through(np.array([0, 1, 10]), 4, np.array([0, 0, 0]))
 >>> start.tolist(), finish.tolist()
@@ -31,7 +29,7 @@ import heapq
 import numpy as np
 
 BLOCK = 4096
-"""Jobs per block of the piecewise (stall) and job-by-job (pool) fallbacks."""
+"""Jobs per block of the piecewise solution with stalls."""
 PROBE = 256
 """Jobs checked first for a queue where one is expected, before all jobs are checked for none."""
 SIGN = np.int64(-(1 << 63))
@@ -105,18 +103,27 @@ def prefix_max(values: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.fmax.accumulate(values, axis=axis, out=values)
 
 
-def running_max(values: np.ndarray, steps: int = 4) -> np.ndarray:
-    """``out_i = max(values_0..values_i)``: ``values`` itself when already non-decreasing, else a new array.
-    Nearly sorted data (completions delivered in order after small random delays) is fixed by a few
-    neighbour steps, cheaper than a full running maximum."""
+def short_prefix_max(values: np.ndarray) -> None:
+    """:func:`prefix_max` in place, first as maxima over the 16 latest values (four doubling steps): where those
+    do not decrease they are the running maximum, found cheaper than by the scan (short queues, nearly sorted
+    data)."""
+    a, b = values, np.empty_like(values)
+    for k in (1, 2, 4, 8):
+        b[:k] = a[:k]
+        np.maximum(a[k:], a[:-k], out=b[k:])
+        a, b = b, a
+    if (values[1:] < values[:-1]).any():
+        prefix_max(values)
+
+
+def running_max(values: np.ndarray) -> np.ndarray:
+    """``out_i = max(values_0..values_i)``: ``values`` itself when already non-decreasing, else a new array
+    (:func:`short_prefix_max`: nearly sorted data, such as completions after small random delays, is cheap)."""
     if not (values[1:] < values[:-1]).any():
         return values
     out = values.copy()
-    for _ in range(steps):
-        np.maximum(out[1:], out[:-1], out=out[1:])
-        if not (out[1:] < out[:-1]).any():
-            return out
-    return prefix_max(out)
+    short_prefix_max(out)
+    return out
 
 
 def _solve(head, service, not_before, free_at, queued=False):
@@ -133,7 +140,10 @@ def _solve(head, service, not_before, free_at, queued=False):
     shift = _flipped_ramp(len(finish), service) if scalar else np.cumsum(service, dtype=np.int64) ^ SIGN
     finish -= shift  # c_j - S_j, its sign bit flipped: as unsigned integers they keep their order
     flipped = finish.view(np.uint64)
-    np.fmax.accumulate(flipped, out=flipped)  # with numpy 2, faster on unsigned than on signed integers
+    if flipped[-1] <= flipped[0] and flipped.max() == flipped[0]:  # busy throughout: one maximum, no scan
+        flipped[1:] = flipped[0]
+    else:
+        short_prefix_max(flipped)
     finish += shift
     start = np.empty_like(head)
     start[0] = max(int(head[0]), free_at)
@@ -174,56 +184,17 @@ def _stalled(head, service, not_before, free_at, stalls):
 
 def pool(head: np.ndarray, service, not_before: np.ndarray,
          free: list[int]) -> tuple[np.ndarray, np.ndarray, list[int]]:
-    """Serve jobs in the given order on ``len(free)`` identical FIFO servers.
+    """Serve jobs in the given order on ``len(free)`` identical FIFO servers, one by one (pools are small and
+    rare: no pipeline the planner builds has one).
 
     :param free: when each server becomes free (ps).
     :returns: (start, finish, sorted free times of the servers afterwards).
     """
-    head = np.asarray(head, dtype=np.int64)
-    not_before = np.asarray(not_before, dtype=np.int64)
-    n, k = len(head), len(free)
-    svc = np.broadcast_to(np.asarray(service, dtype=np.int64), (n,))
-    state = np.sort(np.asarray(free, dtype=np.int64))
-    start, finish = np.empty(n, np.int64), np.empty(n, np.int64)
-    lo = 0
-    while lo < n:
-        s, f = _lanes(head[lo:], svc[lo:], not_before[lo:], state)
-        seq = np.concatenate((state, f))
-        bad = np.flatnonzero(seq[1:] < seq[:-1])
-        good = len(f) if len(bad) == 0 else int(bad[0]) - k + 2  # jobs served from a sorted history
-        start[lo:lo + good], finish[lo:lo + good] = s[:good], f[:good]
-        state = np.sort(seq[max(0, good - 1):good + k])[-k:]
-        lo += good
-        if good < len(f):
-            lo, state = _heap_block(head, svc, not_before, state, lo, start, finish)
-    return start, finish, state.tolist()
-
-
-def _lanes(head, service, not_before, state):
-    """``start_i = max(head_i, finish_{i-k})``: ``k`` single-server lanes solved together (exact when finish
-    times are non-decreasing)."""
-    n, k = len(head), len(state)
-    rows = -(-n // k)
-
-    def grid(a):
-        return np.concatenate((a, np.zeros(rows * k - n, np.int64))).reshape(rows, k)
-
-    h, s, nb = grid(head), grid(service), grid(not_before)
-    cum = np.cumsum(s, axis=0)
-    done = np.maximum(h + s, nb) - cum
-    done[0] = np.maximum(done[0], state)
-    prefix_max(done, axis=0)
-    done += cum
-    begin = np.maximum(h, np.vstack((state[None, :], done[:-1])))
-    return begin.reshape(-1)[:n], done.reshape(-1)[:n]
-
-
-def _heap_block(head, svc, not_before, state, lo, start, finish):
-    """Serve up to :data:`BLOCK` jobs one by one from ``lo``; return the next job and the sorted state."""
-    free = state.tolist()
-    heapq.heapify(free)
-    for j in range(lo, min(len(head), lo + BLOCK)):
-        begin = max(int(head[j]), free[0])
-        start[j], finish[j] = begin, max(begin + int(svc[j]), int(not_before[j]))
-        heapq.heapreplace(free, int(finish[j]))
-    return min(len(head), lo + BLOCK), np.sort(np.asarray(free, np.int64))
+    n = len(head)
+    service = np.broadcast_to(np.asarray(service, np.int64), (n,)).tolist()
+    start, finish, heap = [0] * n, [0] * n, sorted(int(f) for f in free)
+    for j, (h, nb) in enumerate(zip(np.asarray(head).tolist(), np.asarray(not_before).tolist())):
+        start[j] = max(h, heap[0])
+        finish[j] = max(start[j] + service[j], nb)
+        heapq.heapreplace(heap, finish[j])
+    return np.array(start, np.int64), np.array(finish, np.int64), sorted(heap)

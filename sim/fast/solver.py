@@ -1,35 +1,29 @@
 """Solve streams of operations through FIFO pipelines, block by block, exactly.
 
-A block of consecutive operations is solved by repeated passes (:class:`sim.fast.block_pass.Pass`). Each pass
-takes guesses for what the block itself determines later (posts released by completions ``window``
-operations back, gate releases, claims of later pipeline positions on shared servers) and recomputes them.
-When a pass reproduces its guesses exactly, the block's answer is the unique consistent one, i.e. what a
-step-by-step simulation in event order gives: every value depends only on values no later than itself, so
-the consistent solution is unique. How guesses are made: :mod:`sim.fast.block`.
+A block of consecutive operations is solved by repeated passes (:class:`sim.fast.block_pass.Pass`), each taking
+guesses for what the block itself determines later (posts released by completions ``window`` operations back,
+gate releases, claims of later positions on shared servers) and recomputing them (guesses: :mod:`sim.fast.block`).
+A pass that reproduces its guesses is the answer a step-by-step simulation in event order gives: every value
+depends only on values no later than itself, so the consistent solution is unique.
 
-A round's parallel streams (:attr:`sim.fast.steps.Group.parallel`) are solved together, a slice of each in
-one block. Operations at the end of a block may still be overtaken on a shared server by claims of the next
-block's operations; the block keeps only operations all of whose claims precede the earliest claim the next
-block can make (its earliest post), and the next block starts each stream at the first one it did not keep;
-what a server still owes kept operations after that time is carried over as pending claims. When passes do
-not agree within ``max_passes``, the operations whose every claim precedes the earliest disagreement are kept (a
-pass is right up to there) and blocks shrink, so every block makes progress; passes that keep nothing are doubled
-up to one per operation of the block, past which the block is :class:`Unsolvable` (a claim reached at the
-picosecond a completion posts its operation, which flips between two orders from pass to pass) rather than
-solved forever.
+A round's parallel streams (:attr:`sim.fast.steps.Group.parallel`) are solved together, a slice of each per block.
+A block keeps the operations whose every claim precedes the next block's earliest post (later ones may still be
+overtaken on a shared server); the next block starts each stream at the first one not kept, and what a server
+still owes kept operations after that time is carried over as pending claims. Passes that disagree after
+``max_passes`` keep what precedes the earliest disagreement and blocks shrink; passes that keep nothing are
+doubled up to one per operation of the block, past which it is :class:`Unsolvable` (a claim reached at the
+picosecond a completion posts its operation flips between two orders from pass to pass).
 
 A :class:`~sim.core.steps.Check` that ``decides`` something from the run's history (a translation cache's hits, a
 page fault, a lost frame) makes its steps :class:`Unsolvable`: the core knows no run-time decisions but holds.
 
-Nothing is approximated. Claims on one server are served in the ordering rule's order (:mod:`sim.fast.merge`),
-which is total. Two limits are checked instead of assumed (:class:`Unsolvable` up front): a gate and the claim
-that releases it, and a pool of servers, may not follow a drawn (per-operation) delay; and a gate must be
-followed by a positive delay and then by a step that waits (a release cannot let a claim through at its own
-picosecond, which the event engine would order after the releasing claim). One is left to the
-caller: a gate passes
-operation ``i`` at the release of operation ``i - slots``, which is the FIFO semaphore's answer while releases
-come in operation order; one step list's releases always do (one position, before any drawn delay), a stream
-that changes its steps must check them (:attr:`Finished.marks` has each labelled claim's time).
+Nothing is approximated: claims on one server are served in the ordering rule's total order
+(:mod:`sim.fast.merge`). Limits are checked up front (:class:`Unsolvable`): a gate, the claim that releases it
+and a pool may not follow a drawn delay; a gate must be followed by a positive delay, then a step that waits (a
+release cannot let a claim through at its own picosecond, which the event engine orders after the releasing
+claim). Left to the caller: a gate passes operation ``i`` at the release of operation ``i - slots``, the FIFO
+semaphore's answer while releases come in operation order, as one step list's do; a stream that changes its
+steps must check them (:attr:`Finished.marks` has each labelled claim's time).
 """
 
 from __future__ import annotations
