@@ -177,6 +177,9 @@ class Path(NamedTuple):
     """Doorbell to polled completion (:mod:`sim.core.steps`)."""
     program: tuple
     """``steps`` compiled for the event engine."""
+    unmarked: tuple
+    """``program`` without its marks, for a work request nothing waits to see land (:meth:`WorkRequestRun.mark`
+    does nothing then)."""
     after: dict[str, tuple[Step, ...]]
     """The steps that follow each check."""
     forward: tuple[Step, ...]
@@ -325,7 +328,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     after = _after_checks(steps)
     forward = on_the_wire(in_send_order(stage_steps(forward), nic, qp.qp_num), nic, pnic, lossy)
     reply = on_the_wire(reply, nic, pnic, lossy)
-    result = qp.paths[key] = Path(steps, compile_steps(steps), after, forward, tuple(reply),
+    result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after, forward, tuple(reply),
                                   compile_steps((*reply[-1:], *COMPLETION)), compile_steps((*reply, *COMPLETION)),
                                   landed_back, request_packets(qp, opcode, n))
     return result
@@ -629,12 +632,13 @@ def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool =
     and ``offset`` are its operation number and position offset under the ordering rule; ``listed``: posted in
     a list of several; ``posted_ps``: when it was posted, if earlier than now (it waited in SQD)."""
     env = qp.pd.context.env
-    if qp.reads is None:  # counted at the first post, when the responder's max_dest_rd_atomic is known
-        qp.reads = Semaphore(rd_atomic_slots(qp))
+    if qp.gates is None:  # counted at the first post, when the responder's max_dest_rd_atomic is known
+        qp.gates = {READ_SLOT: Semaphore(rd_atomic_slots(qp))}
     now = env.now
     sges, sig, found = _posted(qp, wr, now, listed)
     run = WorkRequestRun(qp, wr, found, now if posted_ps is None else posted_ps, sges, sig)
-    env.step_runner.start(Operation(run.path.program, seq, run, {"poll": qp.poll_delays.next()}, {READ_SLOT: qp.reads},
+    program = found.program if wr.landed is not None else found.unmarked
+    env.step_runner.start(Operation(program, seq, run, {"poll": qp.poll_delays.next()}, qp.gates,
                                     offset, qp.turns, qp.seq_of[id(wr)]))
 
 

@@ -185,7 +185,8 @@ class QueuePair:
     sq_reset_seq: int = 0
     """Posting number of the first work request since the QP last moved to RESET, which discarded the send queue
     (``mlx5_init_qp_indices``): an earlier one still in flight then completes nothing."""
-    reads: Semaphore | None = None
+    gates: dict[str, Semaphore] | None = None
+    """The gates its work requests pass (the READ/atomic slots, :data:`models.nic.datapath.READ_SLOT`)."""
     poll_delays: UniformDraws | None = None
     paths: dict = field(default_factory=dict)
     """The data path's step lists of this QP's kinds of work request (:func:`models.nic.datapath.path`)."""
@@ -395,7 +396,7 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
         qp.nak_sent = False
     if before is QpState.RTR and new is QpState.RTS:
         env = qp.pd.context.env
-        qp.reads = None  # the READ/atomic slots are counted at the first post, once the responder is known
+        qp.gates = None  # the READ/atomic slots are counted at the first post, once the responder is known
         qp.paths.clear()  # the step lists follow the new attributes (path MTU, READ/atomic slots)
         qp.senders.clear()
         qp.absent_qps.clear()

@@ -21,10 +21,11 @@ from typing import Any, Protocol
 
 import simpy
 
-from sim.core.servers import claim_cut_through
+from sim.core.servers import claim_chain
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wait, Wake, walk_order
 
-CLAIMS, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK, TURN = range(12)
+CLAIMS, TURN, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK, END = range(13)
+"""The instructions' opcodes (the two claim groups first: a walk tells them from the rest with one comparison)."""
 MODEL_EVENT = -1
 """Ordering position of a model event (a :class:`Wake` or :class:`Wait`): before every step at its time."""
 
@@ -35,7 +36,7 @@ class Model(Protocol):
     def check(self, op: Operation, name: str, now: int, head: int, tail: int) -> Any:
         """A :class:`~sim.core.steps.Check` at ``now``: None to go on; a time (int) to hold the operation until
         and ask again then (head and tail move to at least it); or ``(program, head, tail)`` to run that
-        program (:func:`compile_steps`) instead of the rest, from that head and tail."""
+        program (:func:`compile_steps`; ``()``: nothing) instead of the rest, from that head and tail."""
 
     def mark(self, op: Operation, name: str, head: int, tail: int) -> None:
         """A :class:`~sim.core.steps.Mark` was reached."""
@@ -70,14 +71,17 @@ class Turns:
         """Ticket -> the chain waiting at its claim for the earlier tickets."""
 
 
-def compile_steps(steps: tuple[Step, ...], base: int = 0) -> tuple:
+def compile_steps(steps: tuple[Step, ...], base: int = 0, *, marks: bool = True) -> tuple:
     """``steps`` as the interpreter's program: one tuple per instruction, opcode and position first.
 
     Steps that take no time of their own are folded into the instruction before them, so that a walk makes
     fewer dispatches: a claim and the eager claims after it are one ``CLAIMS`` instruction (it waits when its
-    first claim does), and a plain delay after a claim or a rebase becomes part of its latency or offset. A claim
-    in a turn is a ``TURN`` instruction of its own (it may have to wait for earlier operations' claims).
-    Positions stay those of :func:`~sim.core.steps.walk_order`.
+    first claim does, and ends at a labelled claim), and a plain delay or a rebase after a claim, or a delay after
+    a rebase, becomes part of it. A claim in a turn starts a ``TURN`` instruction of its own (it may have to wait
+    for earlier operations' claims), the eager claims after it folded in too. A claim is ``(server, service,
+    head_ps + latency, tail_ps, latency)``. Without ``marks`` the :class:`~sim.core.steps.Mark` steps are
+    left out (for an owner that ignores them). Positions stay those of :func:`~sim.core.steps.walk_order`; an
+    ``END`` instruction closes the program (a walk needs no bounds check).
     """
     program: list[tuple] = []
     pos = base
@@ -85,52 +89,62 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0) -> tuple:
         kind = type(step)
         last = program[-1] if program else None
         if kind is Claim:
-            claim = (step.server, step.service_ps, step.head_ps, step.tail_ps, step.latency_ps, step.label)
+            claim = (step.server, step.service_ps, step.head_ps + step.latency_ps, step.tail_ps, step.latency_ps)
             if step.turn is not None:
-                program.append((TURN, pos, not step.eager, (claim,), step.turn))
-            elif step.eager and last is not None and last[0] == CLAIMS:
-                program[-1] = (CLAIMS, last[1], last[2], (*last[3], claim))
+                program.append((TURN, pos, not step.eager, (claim,), None, step.label, step.turn))
+            elif step.eager and last is not None and last[0] in (CLAIMS, TURN) and last[4] is last[5] is None:
+                program[-1] = (*last[:3], (*last[3], claim), None, step.label, *last[6:])
             else:
-                program.append((CLAIMS, pos, not step.eager, (claim,)))
+                program.append((CLAIMS, pos, not step.eager, (claim,), None, step.label))
         elif kind is Delay and step.draws is None:
-            if last is not None and last[0] in (CLAIMS, DELAY, REBASE):
+            if last is not None and last[0] in (CLAIMS, TURN, DELAY, REBASE):
                 program[-1] = _delayed(last, step.ps)
             else:
                 program.append((DELAY, pos, step.ps))
         elif kind is Delay:
             program.append((DRAWN, pos, step.ps, step.draws))
         elif kind is Rebase:
-            program.append((REBASE, pos, step.from_tail, step.offset_ps))
+            if last is not None and last[0] in (CLAIMS, TURN) and last[4] is None:
+                program[-1] = (*last[:4], (step.from_tail, step.offset_ps), *last[5:])
+            else:
+                program.append((REBASE, pos, step.from_tail, step.offset_ps))
         elif kind is Wake:
             program.append((WAKE, pos))
         elif kind is Check:
             program.append((INLINE_CHECK if step.back_ps is None else CHECK, pos, step.name, step.back_ps or 0))
         elif kind is Mark:
-            program.append((MARK, pos, step.name))
+            if marks:
+                program.append((MARK, pos, step.name))
         elif kind is Wait:
             program.append((WAIT, pos, step.draws))
         elif kind is Gate:
             program.append((GATE, pos, step.release))
         elif kind is Fork:
-            sub = compile_steps(step.steps, pos + 1)
+            sub = compile_steps(step.steps, pos + 1, marks=marks)
             program.append((FORK, pos, sub))
             pos += len(walk_order(step.steps))
         else:
             raise TypeError(f"not a step: {step!r}")
         pos += 1
-    return tuple(program)
+    return (*program, (END, pos))
 
 
 def _delayed(instruction: tuple, ps: int) -> tuple:
     """``instruction`` (a claim group, a delay or a rebase) followed by a delay of ``ps``, as one instruction."""
     code = instruction[0]
-    if code == CLAIMS:
-        *before, (server, service, head_ps, tail_ps, latency, label) = instruction[3]
-        return (CLAIMS, instruction[1], instruction[2], (*before, (server, service, head_ps, tail_ps,
-                                                                    latency + ps, label)))
+    if code == CLAIMS or code == TURN:
+        if instruction[4] is not None:  # after the group's rebase
+            from_tail, offset = instruction[4]
+            return (*instruction[:4], (from_tail, offset + ps), *instruction[5:])
+        *before, (server, service, lead, tail_ps, latency) = instruction[3]
+        return (*instruction[:3], (*before, (server, service, lead + ps, tail_ps, latency + ps)), *instruction[4:])
     if code == DELAY:
         return (DELAY, instruction[1], instruction[2] + ps)
     return (REBASE, instruction[1], instruction[2], instruction[3] + ps)
+
+
+_ENDED = ((END, 0),)
+"""The program of a chain that has nothing left to take."""
 
 
 class Operation:
@@ -182,7 +196,8 @@ class StepRunner:
         self.consulted = False
         """Whether a walk called the model since the runner last looked at simpy's next event (the model may
         have scheduled one)."""
-        self.tracing = env.trace.enabled
+        self.trace = env.trace.slice if env.trace.enabled else None
+        """Where claims are traced (None: they are not)."""
         self.numbered = 0
 
     def number(self) -> int:
@@ -205,7 +220,7 @@ class StepRunner:
         held = op.holding
         chain = op.holding = _Chain(op, held.program, t, t, held.main)
         chain.at = held.at
-        held.program, held.main = (), False  # its heap entry finds nothing left to take
+        held.program, held.at, held.main = _ENDED, 0, False  # its heap entry finds nothing left to take
         self._push(chain, t, chain.program[chain.at][1], True, sync=True)
         if not self.running:
             self._arm()
@@ -249,12 +264,11 @@ class StepRunner:
         """Take ``chain``'s steps from ``chain.at`` at time ``now`` until one waits or the chain ends."""
         op, program = chain.op, chain.program
         head, tail, at, due = chain.head, chain.tail, chain.at, chain.due
-        end = len(program)
-        tracing = self.tracing
-        while at < end:
+        trace = self.trace
+        while True:
             step = program[at]
             code = step[0]
-            if code == CLAIMS or code == TURN:
+            if code <= TURN:
                 if step[2] and not due:  # (what _push does, written out: the commonest wait)
                     chain.at, chain.head, chain.tail, chain.due = at, head, tail, True
                     heappush(self.heap, (head, step[1] + op.offset, op.seq, next(self.count), chain, False))
@@ -262,20 +276,18 @@ class StepRunner:
                 due = False
                 turns = None
                 if code == TURN:
-                    turns = op.turns.get(step[4])
+                    turns = op.turns.get(step[6])
                     if turns is not None and op.ticket > turns.passed:  # an earlier operation's claim comes first
                         chain.at, chain.head, chain.tail = at, head, tail
                         turns.parked[op.ticket] = chain
                         return
-                for server, service, head_ps, tail_ps, latency, label in step[3]:
-                    start, finish = claim_cut_through(server, head, service, tail + tail_ps)
-                    if tracing:
-                        self.env.trace.slice(server.name, "busy", start, finish)
-                    head, tail = start + head_ps + latency, finish + latency
-                    if label is not None and label in op.held:
-                        self._release(op, label, now)
+                head, tail = claim_chain(step[3], head, tail, trace)
+                if step[5] is not None and step[5] in op.held:  # the labelled last claim releases a gate
+                    self._release(op, step[5], now)
+                if step[4] is not None:  # a rebase after the group
+                    head = tail = (tail if step[4][0] else head) + step[4][1]
                 if turns is not None:
-                    self._pass(op, step[4], now)
+                    self._pass(op, step[6], now)
             elif code == DELAY:
                 head, tail = head + step[2], tail + step[2]
             elif code == REBASE:
@@ -295,9 +307,10 @@ class StepRunner:
                     return
                 if op.holding is chain:  # answered: the operation no longer refers to its chain (nor back)
                     op.holding = None
-                if outcome is not None:  # the rest replaced
+                if outcome is not None:  # the rest replaced (by nothing when the program is empty)
                     program, head, tail = outcome
-                    chain.program, end, at = program, len(program), 0
+                    program = chain.program = program or _ENDED
+                    at = 0
                     continue
             elif code == DRAWN:
                 extra = step[2] + op.draws[step[3]]
@@ -327,8 +340,10 @@ class StepRunner:
                 else:
                     gate.waiting.append(chain)
                 return
-            else:  # FORK
+            elif code == FORK:
                 self._walk(_Chain(op, step[2], head, tail, False), now)
+            else:  # END
+                break
             at += 1
         if chain.main and (op.held or op.turns):
             self._end(op, now)

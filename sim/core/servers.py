@@ -8,6 +8,7 @@ queue; ties are served in claim order.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 
 
 class FifoServer:
@@ -76,15 +77,30 @@ def claim_cut_through(server: FifoServer, arrival: int, service: int, not_before
     before ``not_before`` (its tail has not arrived yet). The server stays busy until the finish; it starts
     nothing inside its stall intervals. Returns (start, finish).
     """
-    start = arrival if arrival > server.free_at else server.free_at
-    if server.stalls:
-        start = after_stalls(server.stalls, start)
-    finish = start + service
-    if not_before > finish:
-        finish = not_before
-    server.busy_ps += finish - start
-    server.free_at = finish
-    return start, finish
+    return claim_chain(((server, service, 0, 0, 0),), arrival, not_before)
+
+
+def claim_chain(claims: tuple, head: int, tail: int, trace: Callable | None = None) -> tuple[int, int]:
+    """Stream a message whose head arrives at ``head`` and tail at ``tail`` through ``claims`` one after the
+    other, each ``(server, service_ps, lead_ps, tail_ps, latency_ps)``: the claim of :func:`claim_cut_through`
+    with the tail no earlier than ``tail + tail_ps``; the head goes on ``lead_ps`` after the start, the tail
+    ``latency_ps`` after the finish. ``trace(server.name, "busy", start, finish)`` is told each claim. Returns
+    the head and tail after the last claim.
+    """
+    for server, service, lead, tail_ps, latency in claims:
+        start = head if head > server.free_at else server.free_at
+        if server.stalls:
+            start = after_stalls(server.stalls, start)
+        finish = start + service
+        tail += tail_ps
+        if tail > finish:
+            finish = tail
+        server.busy_ps += finish - start
+        server.free_at = finish
+        if trace is not None:
+            trace(server.name, "busy", start, finish)
+        head, tail = start + lead, finish + latency
+    return head, tail
 
 
 def after_stalls(stalls: tuple[tuple[int, int], ...], t: int) -> int:

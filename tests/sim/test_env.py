@@ -3,9 +3,9 @@ import pytest
 from sim.core import Environment, FifoServer, ServerPool, VerbsError
 from sim.core.errors import ConfigError, ConfigErrors
 from sim.core.env import RandomStreams, UniformDraws
-from sim.core.interpreter import Operation, compile_steps
-from sim.core.servers import claim_cut_through
-from sim.core.steps import Check, Claim, Delay, Rebase, Wake
+from sim.core.interpreter import CLAIMS, DRAWN, END, MARK, TURN, Operation, compile_steps
+from sim.core.servers import claim_chain, claim_cut_through
+from sim.core.steps import Check, Claim, Delay, Fork, Mark, Rebase, Wake
 
 
 def test_streams_depend_on_seed_and_name_not_on_order():
@@ -49,6 +49,34 @@ def test_cut_through_claim_waits_for_the_tail():
     s = FifoServer("s")
     assert claim_cut_through(s, 0, 10, 25) == (0, 25)
     assert s.free_at == 25
+
+
+def test_a_claim_chain_is_its_claims_one_after_the_other():
+    chained, single = [FifoServer("a"), FifoServer("b")], [FifoServer("a"), FifoServer("b")]
+    for s in (*chained, *single):
+        s.add_stall(30, 40)
+    claims = ((chained[0], 10, 3 + 5, 2, 5), (chained[1], 4, 1 + 0, 7, 0))
+    for head, tail in [(0, 6), (1, 1), (25, 60)]:
+        start, finish = claim_cut_through(single[0], head, 10, tail + 2)
+        start, finish = claim_cut_through(single[1], start + 3 + 5, 4, finish + 5 + 7)
+        assert claim_chain(claims, head, tail) == (start + 1, finish)
+        assert [(s.free_at, s.busy_ps) for s in chained] == [(s.free_at, s.busy_ps) for s in single]
+
+
+def test_steps_that_take_no_time_fold_into_the_claims_before_them():
+    """Eager claims, delays and a rebase after a claim (one in a turn too) are one instruction; a labelled claim
+    ends its group; marks can be left out, every position staying that of the walk order."""
+    a, b, c = FifoServer("a"), FifoServer("b"), FifoServer("c")
+    steps = (Claim(a, 1, turn="t"), Claim(b, 1, eager=True), Delay(5), Rebase(True, 2), Delay(3),
+             Claim(c, 1, label="slot"), Claim(a, 1, eager=True), Mark("landed"), Delay(draws="poll"),
+             Fork((Mark("side"), Claim(b, 1))), Wake())
+    program = compile_steps(steps)
+    assert [(ins[0], ins[1]) for ins in program[:5]] == [(TURN, 0), (CLAIMS, 5), (CLAIMS, 6), (MARK, 7), (DRAWN, 8)]
+    assert [claim[0] for claim in program[0][3]] == [a, b] and program[0][4] == (True, 2 + 3)
+    quiet = compile_steps(steps, marks=False)
+    assert [ins for ins in quiet if ins[0] != MARK] == list(quiet)
+    assert [ins[1] for ins in quiet[:-1]] == [0, 5, 6, 8, 9, 12] and [ins[1] for ins in quiet[4][2][:-1]] == [11]
+    assert quiet[-1][0] == quiet[4][2][-1][0] == END
 
 
 def test_server_pool_uses_the_earliest_free_server():
