@@ -328,9 +328,9 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     after = _after_checks(steps)
     forward = on_the_wire(in_send_order(stage_steps(forward), nic, qp.qp_num), nic, pnic, lossy)
     reply = on_the_wire(reply, nic, pnic, lossy)
-    result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after, forward, tuple(reply),
-                                  compile_steps((*reply[-1:], *COMPLETION)), compile_steps((*reply, *COMPLETION)),
-                                  landed_back, request_packets(qp, opcode, n))
+    result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after, forward,
+                                  tuple(reply), compile_steps((*reply[-1:], *COMPLETION)),
+                                  compile_steps((*reply, *COMPLETION)), landed_back, request_packets(qp, opcode, n))
     return result
 
 

@@ -156,10 +156,10 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
     """simpy process of ib_write_bw / ib_read_bw for one message size; returns :class:`OpRecords`.
 
     Work requests go ``posting.post_list`` at a time, one ibv_post_send per list, whenever that many fit under
-    ``tx_depth`` posted and not yet polled (perftest's ``scnt - ccnt``); with ``posting.cq_mod`` above 1 only every cq_mod-th (and the last) is signaled, and
-    the unsignaled ones before a completion take its time and status. With ``posting.duration_ps`` posting stops
-    that long after the start; unsignaled work requests posted after the last signaled one are left out of the
-    records."""
+    ``tx_depth`` posted and not yet polled (perftest's ``scnt - ccnt``); with ``posting.cq_mod`` above 1 only every
+    cq_mod-th (and the last) is signaled, and the unsignaled ones before a completion take its time and status.
+    With ``posting.duration_ps`` posting stops that long after the start; unsignaled work requests posted after the
+    last signaled one are left out of the records."""
     timed = posting.duration_ps is not None
     until = env.now + (posting.duration_ps or 0)
     log = _Grown(iterations if not timed else 1024)

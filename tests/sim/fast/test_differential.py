@@ -334,7 +334,8 @@ def test_checks_that_decide_at_run_time_keep_the_steps_on_the_event_engine(data,
     """The vectorized core's domain comes from the steps: a check where the model decides from the run's history
     is refused by the solver, naming it; auto then runs the event engine and says why."""
     assert outside_domain(Scenario.model_validate(data)) is None
-    with pytest.raises(OutsideDomain, match=f"at its check '{check}' the model decides at run time: .*{re.escape(says)}"):
+    refused = f"at its check '{check}' the model decides at run time: .*{re.escape(says)}"
+    with pytest.raises(OutsideDomain, match=refused):
         run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
     lines = []
     auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
