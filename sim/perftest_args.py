@@ -60,34 +60,30 @@ def _integer(what: str):
     return parse
 
 
-def _ranged(low: int, high: int, what: str):
-    """perftest's CHECK_VALUE_IN_RANGE: an integer from ``low`` to ``high``, else its messages."""
+def _checked(what: str, ok, message: str):
+    """An integer option whose value ``ok`` accepts, else perftest's ``message`` after ``what`` (its CHECK_VALUE_*
+    macros)."""
     def parse(text: str) -> int:
         value = _integer(what)(text)
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{what} should be between {low} and {high}")
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{what} {message}")
         return value
     return parse
+
+
+def _ranged(low: int, high: int, what: str):
+    """perftest's CHECK_VALUE_IN_RANGE: an integer from ``low`` to ``high``."""
+    return _checked(what, lambda value: low <= value <= high, f"should be between {low} and {high}")
 
 
 def _positive(what: str):
-    """perftest's CHECK_VALUE_POSITIVE: an integer above 0, else its messages."""
-    def parse(text: str) -> int:
-        value = _integer(what)(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{what} must be positive")
-        return value
-    return parse
+    """perftest's CHECK_VALUE_POSITIVE: an integer above 0."""
+    return _checked(what, lambda value: value > 0, "must be positive")
 
 
 def _non_negative(what: str):
-    """perftest's CHECK_VALUE_NON_NEGATIVE for an int: an integer of at least 0, else its messages."""
-    def parse(text: str) -> int:
-        value = _integer(what)(text)
-        if value < 0:
-            raise argparse.ArgumentTypeError(f"{what} must be non-negative int")
-        return value
-    return parse
+    """perftest's CHECK_VALUE_NON_NEGATIVE for an int: an integer of at least 0."""
+    return _checked(what, lambda value: value >= 0, "must be non-negative int")
 
 
 def _service_level(text: str) -> int:

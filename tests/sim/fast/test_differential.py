@@ -38,6 +38,18 @@ def same_runs(data: dict) -> list:
     return results
 
 
+def falls_back(data: dict, refused: str, said: str) -> None:
+    """``engine: fast`` refuses the scenario (its message matching ``refused``); ``auto`` says why in one line
+    holding ``said`` and gives the event engine's operations."""
+    with pytest.raises(OutsideDomain, match=refused):
+        run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
+    lines = []
+    auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
+    event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    assert len(lines) == 1 and said in lines[0], lines
+    pd.testing.assert_frame_equal(auto.operations, event.operations)
+
+
 def two_nodes(preset: str, poll: str = "40ns", **nic) -> dict:
     nic_spec, pcie, fabric = copy.deepcopy(PRESETS[preset])
     node = {"nic": nic_spec | nic, "pcie": pcie, "host": {"poll_period": "0ns" if "nopoll" in preset else poll}}
@@ -334,14 +346,7 @@ def test_checks_that_decide_at_run_time_keep_the_steps_on_the_event_engine(data,
     """The vectorized core's domain comes from the steps: a check where the model decides from the run's history
     is refused by the solver, naming it; auto then runs the event engine and says why."""
     assert outside_domain(Scenario.model_validate(data)) is None
-    refused = f"at its check '{check}' the model decides at run time: .*{re.escape(says)}"
-    with pytest.raises(OutsideDomain, match=refused):
-        run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
-    lines = []
-    auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
-    event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
-    assert len(lines) == 1 and says in lines[0]
-    pd.testing.assert_frame_equal(auto.operations, event.operations)
+    falls_back(data, f"at its check '{check}' the model decides at run time: .*{re.escape(says)}", says)
 
 
 def test_auto_says_why_and_runs_the_event_engine():
@@ -361,13 +366,7 @@ def test_steps_the_solver_refuses_run_on_the_event_engine():
     ordering rule cannot order against the releasing claim: fast says so from the steps, auto falls back."""
     work = [{"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 300}]
     data = scenario_dict(workload=work, **two_nodes("cx7-gen5-400G", tx_latency="0ns"))
-    with pytest.raises(OutsideDomain, match="workload 'read_bw' at 4096 B: a gate must be followed by a positive"):
-        run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
-    lines = []
-    auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
-    event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
-    assert len(lines) == 1 and "a gate must be followed" in lines[0]
-    pd.testing.assert_frame_equal(auto.operations, event.operations)
+    falls_back(data, "workload 'read_bw' at 4096 B: a gate must be followed by a positive", "a gate must be followed")
 
 
 def test_auto_hands_a_crawling_solve_to_the_event_engine():

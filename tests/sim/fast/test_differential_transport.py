@@ -4,14 +4,12 @@ what the vectorized core leaves to the event engine is named."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
-from sim.fast_plan import OutsideDomain, outside_domain
-from sim.run import run_scenario
+from sim.fast_plan import outside_domain
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
-from tests.sim.fast.test_differential import same_runs, two_nodes
+from tests.sim.fast.test_differential import falls_back, same_runs, two_nodes
 
 
 SEND_WORK = (([1, 64, 220, 4096], 1500, 128, {"rx_depth": 1500}), ([2, 4096], 100, 1, {}),
@@ -48,12 +46,6 @@ def test_uc_write_lat_is_left_to_the_event_engine_with_the_reason():
     work = [{"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["64B"], "iterations": 10, "transport": "uc"}]
     data = scenario_dict(workload=work)
     assert outside_domain(Scenario.model_validate(data)) is None
-    with pytest.raises(OutsideDomain, match="lands in a side chain of its steps"):
-        run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
-    lines = []
-    auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
-    event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
-    assert len(lines) == 1 and "side chain" in lines[0]
-    pd.testing.assert_frame_equal(auto.operations, event.operations)
+    falls_back(data, "lands in a side chain of its steps", "side chain")
     work[0]["transport"] = "rc"
     same_runs(scenario_dict(workload=work))
