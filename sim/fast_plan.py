@@ -454,7 +454,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
         return tuple(out)
 
     def steps_of(q, local: Endpoint, remote: Endpoint, opcode: Opcode, size: int, inline: bool, targets):
-        return path(q, opcode, size, inline, *targets, checked_accesses(q, local.mr, remote.mr)).steps
+        return path(q, opcode, size, inline, *targets, checked_accesses(q, [local.mr], remote.mr)).steps
 
     mine = UniformSeries.following(qp.poll_delays)
     theirs = UniformSeries.following(peer.poll_delays) if work.kind == "write_lat" else None

@@ -463,19 +463,25 @@ RECEIVED = "received"
 is in memory: the receive completes then."""
 
 
-def checked_accesses(qp, local_mrs, remote_mr) -> Checked:
-    """The checks a work request on ``qp`` between ``local_mrs`` (its SGEs' MRs, or one MR) and ``remote_mr`` makes
-    at run time."""
+def checked_accesses(qp, local_mrs: Sequence, remote_mr) -> Checked:
+    """The checks a work request on ``qp`` between ``local_mrs`` (its SGEs' MRs) and ``remote_mr`` makes at run
+    time."""
     node, peer = qp.node, qp.remote.node
     data = qp.pd.context.env.data_mode
-    every = data or node.nic.mtt is not None or node.iommu is not None or peer.nic.mtt is not None \
-        or peer.iommu is not None
-    mrs = local_mrs if isinstance(local_mrs, list) else [local_mrs]
+    every = data or translation_cache(node) is not None or translation_cache(peer) is not None
     remote = remote_mr if remote_mr is not None and remote_mr.pd.context.node is peer else None
-    local_decides = next((d for d in (run_time_decision(node, mr, data) for mr in mrs) if d), None)
-    return Checked(any(mr is not None and mr.backing is not None for mr in mrs),
+    local_decides = next((d for d in (run_time_decision(node, mr, data) for mr in local_mrs) if d), None)
+    return Checked(any(mr is not None and mr.backing is not None for mr in local_mrs),
                    remote is not None and remote.backing is not None, every, local_decides,
                    run_time_decision(peer, remote, data))
+
+
+def translation_cache(node) -> str | None:
+    """The translation cache ``node``'s accesses go through, in words (its NIC's MTT cache, else its IOMMU's
+    IO-TLB); None when it models neither."""
+    if node.nic.mtt is not None:
+        return "NIC's translation cache (MTT)"
+    return None if node.iommu is None else "IOMMU's IO-TLB"
 
 
 def run_time_decision(node, mr, data: bool) -> str | None:
@@ -484,9 +490,9 @@ def run_time_decision(node, mr, data: bool) -> str | None:
     answer is known before the run."""
     if data:
         return "data mode moves the bytes of each access"
-    if node.nic.mtt is not None or node.iommu is not None:
-        what = "NIC's translation cache (MTT)" if node.nic.mtt is not None else "IOMMU's IO-TLB"
-        return f"the {what} of node {node.name} hits or misses by each access's history"
+    cache = translation_cache(node)
+    if cache is not None:
+        return f"the {cache} of node {node.name} hits or misses by each access's history"
     return None if mr is None or mr.backing is None else mr.backing.decides
 
 
