@@ -2,7 +2,7 @@
 their outputs.
 
 Run from anywhere: ``python notebooks/make_notebooks.py``. Each notebook runs in a fresh ``python3`` kernel with
-``notebooks/`` as its working directory (as ``pytest --nbmake notebooks`` does), so repository files are reached as
+``notebooks/`` as its working directory (as Jupyter gives a notebook opened there), so repository files are reached as
 ``Path("..") / ...``. Every notebook says what it teaches, asserts what it claims on simulated results (a
 regression fails the notebook), and ends with "What you saw". The written bytes depend only on the notebook and
 the installed packages: cell ids come from the notebook name and cell index, no timing is recorded, string hashing
