@@ -43,10 +43,10 @@ from models.nic.receive import (RECEIVING, complete_receive, landing_buffer, rec
                                 scatter, unacknowledged_refusal, with_grh)
 from models.nic.remote_access import remote_status
 from models.nic.translation import Fault, mr_bytes, write_payload
-from models.nic.transport import (PSN_MASK, PSN_WINDOW, Outcome, QpType, Waiting, acknowledged, after_acknowledgement,
+from models.nic.transport import (PSN_MASK, PSN_WINDOW, QP_RC, Outcome, Waiting, acknowledged, after_acknowledgement,
                                   after_gap_closed, carries, opcode_problem, packet_headers, sequence_nak)
-from models.nic.wqe import (ATOMIC_BYTES, RNR_RETRY_INFINITE, SEND_FENCE, SEND_SIGNALED, Access, Opcode, QpState,
-                            RecvWR, SendWR, Sge, WcOpcode, WcStatus, WorkCompletion)
+from models.nic.wqe import (ATOMIC_BYTES, RNR_RETRY_INFINITE, SEND_FENCE, SEND_SIGNALED, WC_SUCCESS, Access, Opcode,
+                            QpState, RecvWR, SendWR, Sge, WcStatus, WorkCompletion, send_wc_opcode)
 from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
 from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
@@ -501,7 +501,7 @@ def local_status(qp, wr: SendWR, local: Sequence[tuple]) -> WcStatus | None:
     opcode or message its UC or UD service does not carry (:func:`~models.nic.transport.opcode_problem`), then an
     SGE whose lkey names no MR or whose MR does not cover it with the access the opcode needs (LOCAL_WRITE where a
     READ's or atomic's response lands): IBV_WC_LOC_PROT_ERR. None when they pass."""
-    if qp.qp_type is not QpType.RC and (problem := opcode_problem(qp.qp_type, wr.opcode, wr.message_bytes,
+    if qp.qp_type is not QP_RC and (problem := opcode_problem(qp.qp_type, wr.opcode, wr.message_bytes,
                                                                    qp.path_mtu_bytes)) is not None:
         return problem
     needed = _LOCAL_WRITE if wr.opcode.reads_remote else 0
@@ -665,7 +665,7 @@ class WorkRequestRun:
         self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
         self.sges, self.signaled = sges, sig
         """The work request's :func:`local_sges` and whether it is :func:`signaled`, as posted."""
-        self.status = WcStatus.SUCCESS
+        self.status = WC_SUCCESS
         self.payload = None
         self.retries = qp.rnr_retry
         self.transport_retries = qp.attr.retry_cnt
@@ -708,8 +708,7 @@ class WorkRequestRun:
         qp, wr = self.qp, self.wr
         nic = qp.node.nic
         self.local = [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in self.sges]
-        state = qp.state
-        if state is QpState.ERR or state is QpState.SQE:
+        if qp.state.flushes:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
         problem = local_status(qp, wr, self.local)
         if problem is not None:
@@ -768,7 +767,7 @@ class WorkRequestRun:
                 qp.remote.to_error()
                 return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.rejected)
         env, target = qp.pd.context.env, [(mr, wr.remote_addr, n)]
-        if wr.opcode is Opcode.RDMA_WRITE:
+        if wr.opcode.writes_remote:  # (a WRITE with immediate took its receive above)
             write_payload(mr, wr.remote_addr, self.payload)
         elif wr.opcode.is_atomic:  # the read-modify-write happens as the responder accepts it, once
             if env.data_mode and not self.executed:
@@ -777,7 +776,7 @@ class WorkRequestRun:
             self.payload = _gather(env, target)
         self._executed()
         return self._translation(peer, target, now, head, tail, self.path.after["responder"],
-                                 write=wr.opcode is not Opcode.RDMA_READ)
+                                 write=wr.opcode.writes_remote or wr.opcode.is_atomic)
 
     def _dropped(self, tail: int, why: str):
         """An unacknowledged (UC, UD) responder drops the request (``why`` goes to the trace): nothing comes back
@@ -1144,7 +1143,7 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, 
     work request that succeeds delivers nothing and keeps its send-queue slot until the next completion the QP
     delivers is polled (the CQE's WQE counter covers every earlier WQE).
     """
-    if wr.landed is not None and not wr.landed.triggered and status is not WcStatus.SUCCESS:
+    if wr.landed is not None and not wr.landed.triggered and status is not WC_SUCCESS:
         wr.landed.succeed(None)  # the payload never landed: waiters learn it from the None value
     seq = qp.seq_of.pop(id(wr))
     if seq != qp.next_completion:
@@ -1155,10 +1154,9 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, 
         qp.next_completion += 1
         seen = max(seen, qp.last_completion_ps)
         qp.last_completion_ps = seen
-        state = qp.state
-        if state is QpState.ERR or state is QpState.SQE:
+        if qp.state.flushes:
             status = WcStatus.WR_FLUSH_ERR
-        elif status is not WcStatus.SUCCESS:
+        elif status is not WC_SUCCESS:
             if acknowledged(qp.qp_type):
                 qp.to_error()
             else:
@@ -1166,11 +1164,11 @@ def _complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, 
         if env.trace.enabled:
             env.trace.slice(f"{qp.node.name}.qp{qp.qp_num}", wr.opcode.value, posted, seen, wr_id=wr.wr_id,
                             bytes=wr.message_bytes, status=status.name)
-        if status is WcStatus.SUCCESS and not sig:
+        if status is WC_SUCCESS and not sig:
             qp.unsignaled += 1
         else:
-            wc = WorkCompletion(wr.wr_id, status, WcOpcode.of_send(wr.opcode),
-                                wr.message_bytes if status is WcStatus.SUCCESS else 0, qp.qp_num, posted, seen)
+            wc = WorkCompletion(wr.wr_id, status, send_wc_opcode(wr.opcode), wr.message_bytes if status is WC_SUCCESS
+                                else 0, qp.qp_num, posted, seen)
             freed, qp.unsignaled = qp.unsignaled + 1, 0
             simpy.Timeout(env, seen - env.now).callbacks.append(partial(_deliver, qp, wc, freed, number))
         if qp.next_completion not in qp.finished:

@@ -12,7 +12,7 @@ import numpy as np
 from models.nic.remote_access import remote_status
 from models.nic.translation import write_payload
 from models.nic.transport import QpType, grh, port_gid, receive_overhead, sent_qkey
-from models.nic.wqe import Access, QpState, RecvWR, SendWR, WcFlags, WcOpcode, WcStatus, WorkCompletion
+from models.nic.wqe import Access, QpState, RecvWR, SendWR, WcFlags, WcStatus, WorkCompletion, receive_wc_opcode
 
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
 
@@ -121,7 +121,7 @@ def complete_receive(env, responder, queue, recv: RecvWR, wr: SendWR, status: Wc
     if ok and responder.qp_type is QpType.UD and wr.ah.attr.is_global:
         flags |= WcFlags.GRH
     byte_len = wr.message_bytes + receive_overhead(responder.qp_type) if ok else 0
-    wc = WorkCompletion(recv.wr_id, status, WcOpcode.of_receive(wr.opcode), byte_len, responder.qp_num, at, at,
+    wc = WorkCompletion(recv.wr_id, status, receive_wc_opcode(wr.opcode), byte_len, responder.qp_num, at, at,
                         flags, wr.imm_data if flags & WcFlags.WITH_IMM else 0, src_qp)
     if at <= env.now:
         responder.deliver_receive(queue, wc)

@@ -12,7 +12,7 @@ state after either NAK.
 
 from __future__ import annotations
 
-from models.nic.wqe import ATOMIC_BYTES, ATOMICS, Access, Opcode, QpState, SendWR, WcStatus
+from models.nic.wqe import ATOMIC_BYTES, ATOMICS, QP_RTS, Access, Opcode, SendWR, WcStatus
 
 _RIGHT = {Opcode.RDMA_WRITE: int(Access.REMOTE_WRITE), Opcode.RDMA_WRITE_WITH_IMM: int(Access.REMOTE_WRITE),
           Opcode.RDMA_READ: int(Access.REMOTE_READ), **{op: int(Access.REMOTE_ATOMIC) for op in ATOMICS}}
@@ -28,7 +28,7 @@ def remote_status(qp, wr: SendWR) -> WcStatus | None:
     """Whether the responder of ``qp`` (a connected :class:`~models.verbs.verbs.QueuePair`) accepts ``wr``: None,
     or the status of the requester's error completion."""
     responder, needed = qp.remote, _RIGHT[wr.opcode]
-    if responder.state is not QpState.RTS or not responder.attr.qp_access_flags & needed:
+    if responder.state is not QP_RTS or not responder.attr.qp_access_flags & needed:
         return WcStatus.REM_ACCESS_ERR
     if wr.opcode.is_atomic and wr.remote_addr % ATOMIC_BYTES:
         return WcStatus.REM_INV_REQ_ERR

@@ -53,6 +53,10 @@ class QpType(enum.Enum):
     UD = "UD"
 
 
+QP_RC, QP_UD = QpType.RC, QpType.UD
+"""The services the per-message path tells apart, bound to module names: an Enum class's member lookup is slow on
+Python 3.11 (EnumType's ``__getattr__`` hook)."""
+
 _CARRIES = {QpType.RC: frozenset(Opcode),
             QpType.UC: frozenset({Opcode.RDMA_WRITE, Opcode.RDMA_WRITE_WITH_IMM, Opcode.SEND, Opcode.SEND_WITH_IMM}),
             QpType.UD: frozenset({Opcode.SEND, Opcode.SEND_WITH_IMM})}
@@ -135,7 +139,7 @@ def carries(qp_type: QpType, opcode: Opcode) -> bool:
 
 def acknowledged(qp_type: QpType) -> bool:
     """Whether the responder acknowledges requests (RC only): else the requester completes once it has sent."""
-    return qp_type is QpType.RC
+    return qp_type is QP_RC
 
 
 def opcode_problem(qp_type: QpType, opcode: Opcode, message_bytes: int, mtu_bytes: int) -> WcStatus | None:

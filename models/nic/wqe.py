@@ -62,6 +62,9 @@ class WcStatus(enum.Enum):
         return f"IBV_WC_{self.name}"
 
 
+WC_SUCCESS = WcStatus.SUCCESS
+"""IBV_WC_SUCCESS bound to a module name: an Enum class's member lookup is slow on Python 3.11 (EnumType's
+``__getattr__`` hook), and every work request's completion compares with it."""
 WC_STATUS_NAMES = [s.ibv_name for s in WcStatus]
 """Every status's C name, indexed by its value (the values run 0..23 without gaps)."""
 
@@ -97,6 +100,9 @@ class Opcode(enum.Enum):
 
 ATOMICS = frozenset(op for op in Opcode if op.is_atomic)
 """The 64-bit atomic opcodes."""
+FETCH_AND_ADD = Opcode.ATOMIC_FETCH_AND_ADD
+"""The opcode bound to a module name (see :data:`WC_SUCCESS`): every work request a workload builds is compared
+with it."""
 ATOMIC_BYTES = 8
 """An atomic's operand and result (mlx5 ``MLX5_ATOMIC_SIZE``: the data segment says 8 whatever the SGE's
 length)."""
@@ -137,21 +143,21 @@ class WcOpcode(enum.IntEnum):
         """The C enumerator's name, e.g. ``IBV_WC_RECV``."""
         return f"IBV_WC_{self.name}"
 
-    @classmethod
-    def of_send(cls, opcode: Opcode) -> WcOpcode:
-        """The requester's completion opcode of a work request (mlx5: WRITE_WITH_IMM completes as RDMA_WRITE,
-        SEND_WITH_IMM as SEND)."""
-        return _SEND_WC[opcode]
-
-    @classmethod
-    def of_receive(cls, opcode: Opcode) -> WcOpcode:
-        """The responder's completion opcode of a request that consumed a receive."""
-        return cls.RECV_RDMA_WITH_IMM if opcode is Opcode.RDMA_WRITE_WITH_IMM else cls.RECV
-
 
 _SEND_WC = {Opcode.RDMA_WRITE: WcOpcode.RDMA_WRITE, Opcode.RDMA_WRITE_WITH_IMM: WcOpcode.RDMA_WRITE,
             Opcode.RDMA_READ: WcOpcode.RDMA_READ, Opcode.SEND: WcOpcode.SEND, Opcode.SEND_WITH_IMM: WcOpcode.SEND,
             Opcode.ATOMIC_CMP_AND_SWP: WcOpcode.COMP_SWAP, Opcode.ATOMIC_FETCH_AND_ADD: WcOpcode.FETCH_ADD}
+
+
+def send_wc_opcode(opcode: Opcode) -> WcOpcode:
+    """The requester's completion opcode of a work request (mlx5: WRITE_WITH_IMM completes as RDMA_WRITE,
+    SEND_WITH_IMM as SEND)."""
+    return _SEND_WC[opcode]
+
+
+def receive_wc_opcode(opcode: Opcode) -> WcOpcode:
+    """The responder's completion opcode of a request that consumed a receive."""
+    return WcOpcode.RECV_RDMA_WITH_IMM if opcode is Opcode.RDMA_WRITE_WITH_IMM else WcOpcode.RECV
 
 
 class WcFlags(enum.IntFlag):
@@ -176,6 +182,16 @@ class QpState(enum.Enum):
     SQD = "SQD"
     SQE = "SQE"
     ERR = "ERR"
+
+    def __init__(self, value: str) -> None:
+        # A plain attribute: it is read on every work request, and an Enum class's member lookup is slow on
+        # Python 3.11 (EnumType's __getattr__ hook).
+        self.flushes = value in ("ERR", "SQE")
+        """The send queue's work requests complete with IBV_WC_WR_FLUSH_ERR (mlx5 in ERR and SQE)."""
+
+
+QP_RTS, QP_SQD = QpState.RTS, QpState.SQD
+"""States the per-message path compares with, bound to module names (see :data:`WC_SUCCESS`)."""
 
 
 RNR_RETRY_INFINITE = 7

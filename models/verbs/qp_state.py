@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from models.nic.device import PORT_NUM, rdma_is_port_valid
 from models.nic.transport import CONTROLLED_QKEY, QpType
-from models.nic.wqe import QpState
+from models.nic.wqe import QP_SQD, QpState
 from models.versions import KernelBehaviour
 from sim.core import PS_PER_NS, PS_PER_US, VerbsError
 
@@ -199,7 +199,7 @@ def sq_holds_posts(state: QpState) -> bool:
     through ``qp->sq.qp_state_max_gs``, which ``set_qp_operational_state`` (providers/mlx5/verbs.c) closes (-1) in
     RESET, opens at RTS and leaves as it is in SQD, SQE and ERR; in ERR and SQE the NIC completes what is posted
     ``IBV_WC_WR_FLUSH_ERR``."""
-    return state is QpState.SQD
+    return state is QP_SQD
 
 
 def _names(mask: QpAttrMask) -> str:

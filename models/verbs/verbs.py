@@ -26,6 +26,7 @@ from models.ib.mr_checks import (EFA_VENDOR_ID, PAGE_SIZE, U64, check_max_mr_siz
 from models.ib.umem_odp import create_user_odp_mr, mlx5_ib_init_odp_mr
 from models.nic.datapath import send_turns, start_work_request
 from models.nic.translation import MrBacking
+from models.nic.transport import QP_UD
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WcOpcode, WcStatus, WorkCompletion
 from models.node import Node
 from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, ack_timeout_ps, apply_attrs,
@@ -726,7 +727,7 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
     listed, runner = len(wrs) > 1, qp.pd.context.env.step_runner
     for one in wrs:
         check_send_wr(qp, one)
-        dest = datagram_destination(qp, one) if qp.qp_type is QpType.UD else None
+        dest = datagram_destination(qp, one) if qp.qp_type is QP_UD else None
         qp.outstanding += 1
         qp.sq_used += 1
         qp.seq_of[id(one)] = qp.posted_count

@@ -28,7 +28,7 @@ import simpy
 
 from models.nic.datapath import work_request_path
 from models.nic.transport import QpType, acknowledged
-from models.nic.wqe import SEND_SIGNALED, Opcode, RecvWR, SendWR, Sge, WcStatus
+from models.nic.wqe import FETCH_AND_ADD, SEND_SIGNALED, WC_SUCCESS, Opcode, RecvWR, SendWR, Sge, WcStatus
 from models.verbs.recv import ibv_post_recv
 from models.verbs.verbs import MemoryRegion, QueuePair, ibv_poll_cq, ibv_post_send
 from sim.core.steps import Check, Delay, Fork, Mark, Rebase, Step, Wait, Wake, walk_order
@@ -99,7 +99,7 @@ def work_request(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size:
     """Work request ``wr_id`` of a workload: ``size`` bytes of ``opcode`` from ``src``'s buffer to ``dst``'s (a
     UD one to ``src``'s datagram address), inline or not; ``landed`` and ``order`` as :class:`SendWR` takes them."""
     wr = SendWR(wr_id, opcode, src.iova, size, src.mr.lkey, dst.iova, dst.mr.rkey, inline, landed, order,
-                send_flags=send_flags, compare_add=ATOMIC_ADD if opcode is Opcode.ATOMIC_FETCH_AND_ADD else 0,
+                send_flags=send_flags, compare_add=ATOMIC_ADD if opcode is FETCH_AND_ADD else 0,
                 swap=ATOMIC_ADD)
     if src.datagram is not None:
         wr.ah, wr.remote_qpn, wr.remote_qkey = src.datagram
@@ -184,7 +184,7 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
         for wc in ibv_poll_cq(cq, 64):
             lo, hi = done if every > 1 else wc.wr_id, wc.wr_id + 1
             log.completed[lo:hi] = [wc.completed_ps] * (hi - lo)
-            if wc.status is not WcStatus.SUCCESS:  # (each is set once: success is already there)
+            if wc.status is not WC_SUCCESS:  # (each is set once: success is already there)
                 log.status[lo:hi] = [wc.status.value] * (hi - lo)
             done = max(done, hi) if every > 1 else done + 1
     return log.records(done if timed else iterations)
