@@ -112,18 +112,27 @@ def _refused(*kinds: type[Exception], prefix: str = ""):
         raise typer.Exit(2) from None
 
 
+def _memory_budget(value: Optional[str]) -> Optional[int]:
+    """``--memory-budget`` in bytes: a positive size with its unit."""
+    from sim.budget import parse_budget
+
+    try:
+        return None if value is None else parse_budget(value)
+    except UnitError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 MemoryBudgetOption = Annotated[Optional[str], typer.Option(
     "--memory-budget", help="Refuse a run estimated to need more memory than this (e.g. '8GiB'; default: the "
-                            "memory available now).", metavar="SIZE")]
+                            "memory available now).", metavar="SIZE", callback=_memory_budget)]
 
 
-def _check_budget(scenario: Path, variants, memory_budget: str | None, trace: bool) -> None:
+def _check_budget(scenario: Path, variants, memory_budget: int | None, trace: bool) -> None:
     """Stop with exit 2 before simulating ``variants`` when their estimated memory exceeds ``--memory-budget``
-    (default: the memory available now)."""
+    (bytes; default: the memory available now)."""
     from sim import budget
 
-    with _refused(UnitError, prefix=f"--memory-budget {memory_budget!r}: "):
-        limit = budget.available_memory() if memory_budget is None else budget.parse_budget(memory_budget)
+    limit = budget.available_memory() if memory_budget is None else memory_budget
     with _refused(ConfigError):
         budget.check(str(scenario), variants, limit, trace)
 
