@@ -246,6 +246,10 @@ def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[P
     return save(fig, data, directory, "latency_cdf")
 
 
+NO_GPU = "no GPU memory on this testbed"
+"""What the memory panel of :func:`gpu_memory` says across its middle when no node has a GPU."""
+
+
 def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str) -> list[Path]:
     """Delivered bandwidth (top) and VRAM in use (bottom) over time, per variant: what memory pressure does to
     an RDMA stream out of GPU memory."""
@@ -261,13 +265,15 @@ def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, ti
     names = labelled([(label, np.array(times + values)) for label, times, values in steps])
     for i, ((_, times, values), name) in enumerate(zip(steps, names)):
         bottom.step(times, values, where="post", label=name, **curve_style(i, len(times)))
+    if not steps:
+        bottom.text(0.5, 0.5, NO_GPU, ha="center", va="center", transform=bottom.transAxes, color="grey")
     top.set(ylabel="delivered bandwidth (Gb/s)", title=f"{title}: bandwidth and GPU memory over time")
     from_zero(top)
     bottom.set(xlabel="time since the first post (ms)", ylabel="VRAM in use (GiB)")
     from_zero(bottom)
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:  # a testbed without GPUs draws no memory curve
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
     data = used[["variant", "time_ms", "kind", "gpu_used", "outcome"]]

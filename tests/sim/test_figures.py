@@ -86,3 +86,11 @@ def test_a_flat_bandwidth_curve_keeps_a_margin_below_the_top_edge(drawn, tmp_pat
     figures.bw_vs_size(summary, tmp_path, "t")
     low, high = drawn[0].axes[0].get_ylim()
     assert low == 0 and high >= 397.5 * 1.04
+
+
+def test_the_memory_panel_of_a_testbed_without_gpus_says_so(drawn, tmp_path):
+    timeline = pd.DataFrame({"variant": "base", "time_ms": [0.0, 1.0], "bw_Gbps": [390.0, 397.0]})
+    events = pd.DataFrame({"variant": [], "time_ms": [], "kind": [], "gpu_used": [], "outcome": []})
+    figures.gpu_memory(timeline, events, tmp_path, "t")
+    bottom = drawn[0].axes[1]
+    assert [text.get_text() for text in bottom.texts] == [figures.NO_GPU] and not bottom.get_lines()
