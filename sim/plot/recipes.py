@@ -104,6 +104,10 @@ def _load(results_dir: Path) -> _RunDir | _SweepDir:
                           "from `rdmasim run`, or sweep.json from a sweep)")
     with _unreadable(results_dir / "summary.json", "the summary.json of `rdmasim run`"):
         summary = json.loads((results_dir / "summary.json").read_text())
+        if "script" in summary and "scenario" not in summary:
+            raise RecipeError(f"{results_dir}: the results of a Python script ({summary['script']}), whose figure "
+                              "Testbed.write_results drew (figures/latency_cdf); recipes draw the results of "
+                              "`rdmasim run` or `rdmasim sweep`")
         events = (pd.DataFrame(summary["events"]) if summary["events"]
                   else pd.DataFrame(columns=["kind", "time_ms"]))
         tables = [pd.DataFrame(summary[key]) for key in ("results", "registrations")]

@@ -367,3 +367,16 @@ def test_same_script_same_seed_same_bytes(tmp_path):
     for name in ("metrics.parquet", "summary.json"):
         assert (first / name).read_bytes() == (second / name).read_bytes()
     assert len(pd.read_parquet(first / "metrics.parquet")) == 20
+
+
+def test_plotting_a_scripts_results_says_which_results_recipes_draw(tmp_path):
+    from sim.plot.recipes import RecipeError, plot
+
+    bed = Testbed(seed=3)
+    (_, _, cq, src, qp), (_, _, _, dst, _) = rc_pair(bed)
+    qp.post_send(write_wr(src, dst, 64, wr_id=0))
+    cq.poll()
+    out = bed.write_results(tmp_path / "out", name="lab")
+    with pytest.raises(RecipeError, match=r"the results of a Python script \(lab\).*`rdmasim run` or `rdmasim sweep`"):
+        plot(out, "latency_cdf", tmp_path / "figs")
+    assert not (tmp_path / "figs").exists()
