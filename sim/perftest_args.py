@@ -193,7 +193,8 @@ def parser(test: str) -> argparse.ArgumentParser:
     for flags, kind, why in IGNORED:
         add(*flags, **({"action": "store_true"} if kind is None else {"type": kind}), dest=flags[-1].lstrip("-"),
             help=f"Accepted, ignored: {why}.")
-    add("-q", "--qp", type=_ranged(1, 1024, "num of Qps"), default=1,
+    add("-q", "--qp", type=_ranged(1, 1024, "num of Qps (perftest takes up to 16384, rdmasim simulates 1024)"),
+        default=1,
         help="Number of QPs streaming at once, each with its own tx depth and -n exchanges (bandwidth tests).")
     add("-t", "--tx-depth", type=_ranged(1, 15000, "Tx depth"), default=128 if bw else 1,
         help=f"Size of tx queue (default {128 if bw else 1}; latency tests keep one message in flight).")
