@@ -112,18 +112,27 @@ def _refused(*kinds: type[Exception], prefix: str = ""):
         raise typer.Exit(2) from None
 
 
+def _memory_budget(value: Optional[str]) -> Optional[int]:
+    """``--memory-budget`` in bytes: a positive size with its unit."""
+    from sim.budget import parse_budget
+
+    try:
+        return None if value is None else parse_budget(value)
+    except UnitError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 MemoryBudgetOption = Annotated[Optional[str], typer.Option(
     "--memory-budget", help="Refuse a run estimated to need more memory than this (e.g. '8GiB'; default: the "
-                            "memory available now).", metavar="SIZE")]
+                            "memory available now).", metavar="SIZE", callback=_memory_budget)]
 
 
-def _check_budget(scenario: Path, variants, memory_budget: str | None, trace: bool) -> None:
+def _check_budget(scenario: Path, variants, memory_budget: int | None, trace: bool) -> None:
     """Stop with exit 2 before simulating ``variants`` when their estimated memory exceeds ``--memory-budget``
-    (default: the memory available now)."""
+    (bytes; default: the memory available now)."""
     from sim import budget
 
-    with _refused(UnitError, prefix=f"--memory-budget {memory_budget!r}: "):
-        limit = budget.available_memory() if memory_budget is None else budget.parse_budget(memory_budget)
+    limit = budget.available_memory() if memory_budget is None else memory_budget
     with _refused(ConfigError):
         budget.check(str(scenario), variants, limit, trace)
 
@@ -288,6 +297,21 @@ class Executor(str, Enum):
     dask = "dask"
 
 
+def _scheduler(value: Optional[str]) -> Optional[str]:
+    """``--scheduler``: an address dask connects to, a host with its port for TCP and TLS (``tcp://host:8786``)."""
+    if value is None:
+        return None
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        protocol, location = parse_address(value)
+        if protocol in ("tcp", "tls"):
+            parse_host_port(location)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc}; a dask scheduler's address is such as tcp://host:8786") from None
+    return value
+
+
 @app.command()
 def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_default=False, metavar="FILE")],
           out_dir: OutOption = None,
@@ -297,16 +321,18 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
           executor: Annotated[Executor, typer.Option(help="Where runs execute.")] = Executor.serial,
           workers: Annotated[Optional[int], typer.Option(min=1, max=MAX_WORKERS, help="Worker processes "
                                                          "(default: one per CPU).")] = None,
-          scheduler: Annotated[Optional[str], typer.Option(metavar="ADDRESS", help="A running dask scheduler, e.g. "
-                                                                "tcp://host:8786 (implies --executor dask).")] = None,
+          scheduler: Annotated[Optional[str], typer.Option(metavar="ADDRESS", callback=_scheduler, help="A running "
+                                                                "dask scheduler, e.g. tcp://host:8786 (implies "
+                                                                "--executor dask).")] = None,
           retry_failed: Annotated[bool, typer.Option("--retry-failed", help="Also run again the runs stored as "
                                                      "failed (a resumed sweep skips them otherwise).")] = False
           ) -> None:
     """Run a parameter sweep; each finished run (failed or not) is stored at once, so running it again resumes."""
     from sim.sweep import load_sweep, run_sweep
+    from sim.sweep.execute import SchedulerUnreachable
     from sim.sweep.store import FAILED
 
-    with _refused(ConfigError, OutputError):
+    with _refused(ConfigError, OutputError, SchedulerUnreachable):
         target = Path("results") / load_sweep(file).sweep.name if out_dir is None else out_dir
         result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
                            scheduler=scheduler, retry_failed=retry_failed, force=force)

@@ -334,7 +334,7 @@ def _claim_file(given: Path, marker: bytes, force: bool) -> Path:
         if not ours:
             raise _refuse(path, "exists and rdmasim did not write it; name a new file")
         if not force:
-            raise _refuse(path, "exists (drawn before); add --force to replace it")
+            raise _refuse(path, "exists (rdmasim wrote it before); add --force to replace it")
     if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
         raise _refuse(path, f"cannot be created: {path.parent} is not a writable directory")
     return path

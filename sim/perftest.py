@@ -200,7 +200,8 @@ def perftest_scenario(argv: list[str]) -> Scenario:
     return _scenario(_parse(argv))
 
 
-OPTION_OF_KEY = {"tx_depth": "-t/--tx-depth", "rx_depth": "-r/--rx-depth", "duration": "-D/--duration"}
+OPTION_OF_KEY = {"tx_depth": "-t/--tx-depth", "rx_depth": "-r/--rx-depth", "duration": "-D/--duration",
+                 "transport": "-c/--connection"}
 """The option that sets a workload key the scenario's checks may refuse (others: -n/-s/-q)."""
 
 

@@ -193,7 +193,8 @@ def parser(test: str) -> argparse.ArgumentParser:
     for flags, kind, why in IGNORED:
         add(*flags, **({"action": "store_true"} if kind is None else {"type": kind}), dest=flags[-1].lstrip("-"),
             help=f"Accepted, ignored: {why}.")
-    add("-q", "--qp", type=_ranged(1, 1024, "num of Qps"), default=1,
+    add("-q", "--qp", type=_ranged(1, 1024, "num of Qps (perftest takes up to 16384, rdmasim simulates 1024)"),
+        default=1,
         help="Number of QPs streaming at once, each with its own tx depth and -n exchanges (bandwidth tests).")
     add("-t", "--tx-depth", type=_ranged(1, 15000, "Tx depth"), default=128 if bw else 1,
         help=f"Size of tx queue (default {128 if bw else 1}; latency tests keep one message in flight).")
@@ -287,6 +288,7 @@ def check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> N
     :raises UsageError: the first check the command line fails.
     """
     _check_connection(args.connection, kind)
+    _check_output(args)
     if args.duration is not None and args.all:
         raise UsageError("-D with -a: Duration mode currently doesn't support running on all sizes.")
     if args.qp != 1 and not kind.endswith("_bw"):
@@ -330,6 +332,15 @@ def check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> N
     _check_unmodelled(args, kind)
     if args.data_validation:
         _check_validation(args, kind)
+
+
+def _check_output(args: argparse.Namespace) -> None:
+    """rdmasim's output options: --out writes a run's results, so it needs a run, and --force needs --out."""
+    if args.dump_scenario and args.out is not None:
+        raise UsageError("--dump-scenario with --out: --dump-scenario prints the scenario and runs nothing, so "
+                         "there are no results to write")
+    if args.force and args.out is None:
+        raise UsageError("--force: replaces earlier results at --out, and nothing is written without it (add --out)")
 
 
 LATENCY_ONLY = {"histogram": ("-H/--report-histogram", "Available only on Latency tests"),

@@ -647,10 +647,13 @@ def ib_umem_get(host, addr: int, length: int, call: str) -> None:
 def ibv_create_cq(context: Context, cqe: int) -> CompletionQueue:
     """Create a completion queue with room for ``cqe`` completions.
 
-    :raises VerbsError: ``EINVAL`` for cqe < 1.
+    :raises VerbsError: ``EINVAL`` for cqe < 1 or above the device's ``max_cqe`` (mlx5_create_cq: "CQE is too big").
     """
     if cqe < 1:
         raise VerbsError("EINVAL", f"cqe must be >= 1, got {cqe}", call="ibv_create_cq")
+    limit = context.node.nic.params.device.max_cqe
+    if cqe > limit:
+        raise VerbsError("EINVAL", f"cqe {cqe} is above the device's max_cqe ({limit})", call="ibv_create_cq")
     return CompletionQueue(context, cqe)
 
 

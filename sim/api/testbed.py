@@ -22,7 +22,7 @@ from sim.core.errors import ConfigErrors
 from sim.core.units import parse_time
 from sim.scenario.loader import validate
 from sim.scenario.refs import port_problems
-from sim.scenario.schema import TestbedSpec
+from sim.scenario.schema import TestbedSpec, check_seed
 from sim.scenario.yaml_reader import PositionMap, format_path
 
 TESTBED = "<testbed>"
@@ -40,7 +40,8 @@ class Testbed:
     :param data: data mode: memory holds real bytes that RDMA moves, so the CPU can read and write them
         (``MR.read``/``MR.write``); off is faster and refuses CPU access to bytes.
     :param trace: record the protocol's events (slower).
-    :raises ConfigError: a key or value the scenario schema refuses (``<testbed> nodes[0].nic.preset: ...``).
+    :raises ConfigError: a key or value the scenario schema refuses (``<testbed> nodes[0].nic.preset: ...``), or a
+        seed outside a scenario's ``0 <= seed < 2**63``.
     """
 
     __test__ = False  # not a pytest test class
@@ -53,9 +54,12 @@ class Testbed:
         except ConfigErrors as exc:  # no file, so no line and column to show
             raise ConfigErrors([ConfigError(e.reason, file=TESTBED, key=e.key) for e in exc.errors]) from None
         problems = port_problems(self.spec)
+        try:
+            self.seed = check_seed(seed)
+        except ValueError as exc:
+            problems.append((("seed",), str(exc)))
         if problems:
             raise ConfigErrors([ConfigError(reason, file=TESTBED, key=format_path(key)) for key, reason in problems])
-        self.seed = seed
         self.bed = wire(self.spec, seed, trace=trace)
         """The wired models (:class:`sim.build.Testbed`): nodes, contexts, GPUs, the environment."""
         self.lids = {name: i + 1 for i, name in enumerate(self.bed.nodes)}
@@ -89,7 +93,9 @@ class Testbed:
         :raises UnitError: a duration without a unit, negative or finer than a picosecond.
         """
         env = self.bed.env
-        env.run(until=env.now + duration_ps(duration))
+        passing = duration_ps(duration)
+        if passing:  # no time passes: nothing to simulate
+            env.run(until=env.now + passing)
 
     def gpu(self, name: str):
         """The GPU ``name`` (``"a.gpu0"``: node, then the GPU's name in the node's ``gpus``), as a

@@ -19,6 +19,7 @@ Examples
 
 from __future__ import annotations
 
+import math
 import re
 from fractions import Fraction
 
@@ -73,8 +74,10 @@ class BoundError(UnitError):
 
 
 def _text(value: object, example_unit: str, what: str) -> str:
-    """``value`` as the text of a quantity; a number without a unit (or a non-string) is refused."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) or _BARE_RE.match(str(value)):
+    """``value`` as the text of a quantity; a number without a unit, an infinity or NaN, or another non-string is
+    refused."""
+    bare = isinstance(value, int) and not isinstance(value, bool) or isinstance(value, float) and math.isfinite(value)
+    if bare or isinstance(value, str) and _BARE_RE.match(value):
         number = str(value).strip()
         raise UnitError(f"{number}: give a unit, e.g. '{number}{example_unit}'")
     if not isinstance(value, str):

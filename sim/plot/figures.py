@@ -38,6 +38,16 @@ def measured(axes, values) -> bool:
     return False
 
 
+def from_zero(ax) -> None:
+    """Start ``ax``'s y axis at 0 and leave the usual margin above the highest point: autoscaling measures its
+    margin from the data's own range, so a curve that barely varies would sit on the top edge, half clipped."""
+    top = ax.dataLim.y1
+    if np.isfinite(top) and top > 0:
+        ax.set_ylim(0, top * (1 + plt.rcParams["axes.ymargin"]))
+    else:
+        ax.set_ylim(bottom=0)
+
+
 LINE_STYLES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
@@ -99,7 +109,7 @@ def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]
         ax.plot(rows["bytes"], rows["bw_avg_Gbps"], label=name, **curve_style(i, len(rows)))
     _size_axis(ax, data["bytes"])
     ax.set_ylabel("average bandwidth (Gb/s)")
-    ax.set_ylim(bottom=0)
+    from_zero(ax)
     ax.set_title(f"{title}: bandwidth vs. message size")
     if measured([ax], data["bw_avg_Gbps"]):
         ax.legend()
@@ -180,7 +190,7 @@ def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, 
     delivered = timeline["bw_Gbps"].to_numpy(dtype=float)
     measured([top], np.where(delivered > 0, delivered, np.nan))  # nothing delivered: no work request succeeded
     top.set_ylabel("delivered bandwidth (Gb/s)")
-    top.set_ylim(bottom=0)
+    from_zero(top)
     top.set_title(f"{title}: bandwidth over time")
     top.legend(fontsize=8, loc="lower right")
     top.grid(True, alpha=0.3)
@@ -236,6 +246,10 @@ def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[P
     return save(fig, data, directory, "latency_cdf")
 
 
+NO_GPU = "no GPU memory on this testbed"
+"""What the memory panel of :func:`gpu_memory` says across its middle when no node has a GPU."""
+
+
 def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str) -> list[Path]:
     """Delivered bandwidth (top) and VRAM in use (bottom) over time, per variant: what memory pressure does to
     an RDMA stream out of GPU memory."""
@@ -251,13 +265,15 @@ def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, ti
     names = labelled([(label, np.array(times + values)) for label, times, values in steps])
     for i, ((_, times, values), name) in enumerate(zip(steps, names)):
         bottom.step(times, values, where="post", label=name, **curve_style(i, len(times)))
+    if not steps:
+        bottom.text(0.5, 0.5, NO_GPU, ha="center", va="center", transform=bottom.transAxes, color="grey")
     top.set(ylabel="delivered bandwidth (Gb/s)", title=f"{title}: bandwidth and GPU memory over time")
-    top.set_ylim(bottom=0)
+    from_zero(top)
     bottom.set(xlabel="time since the first post (ms)", ylabel="VRAM in use (GiB)")
-    bottom.set_ylim(bottom=0)
+    from_zero(bottom)
     for ax in (top, bottom):
         ax.grid(True, alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:  # a testbed without GPUs draws no memory curve
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     fig.tight_layout()
     data = used[["variant", "time_ms", "kind", "gpu_used", "outcome"]]
@@ -282,7 +298,7 @@ def rail_bw(rails: pd.DataFrame, directory: Path, title: str) -> list[Path]:
     ax.set_xticks(np.arange(len(first)) + 0.4 - width / 2,
                   [f"{src} to {dst}" for src, dst in zip(first["source"], first["sink"])], rotation=60, fontsize=7)
     ax.set(ylabel="delivered bandwidth (GB/s)", title=f"{title}: bandwidth per rail")
-    ax.set_ylim(bottom=0)
+    from_zero(ax)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()

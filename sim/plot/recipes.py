@@ -38,6 +38,10 @@ COMPARED = {"bw_avg_Gbps": "average bandwidth (Gb/s)", "p99_9_us": "p99.9 latenc
 """The mode comparison's panels: column -> axis label."""
 PER_CASE = ("bw_avg_Gbps", "p99_9_us")
 """Panels drawn per workload kind and message size (the others are one number per variant)."""
+PANEL_IN, BAR_IN = 3.4, 0.16
+"""A mode comparison panel's width (inches), and the least a bar of a panel per case gets (its label's room)."""
+STACKED_LABELS = 6
+"""Up to this many cases a panel labels them in two lines side by side; more are labelled upright."""
 HATCHES = ("", "//", "..", "xx", "\\\\", "++")
 """Bar fills per variant, so that bars of equal height stay told apart in print."""
 
@@ -100,6 +104,10 @@ def _load(results_dir: Path) -> _RunDir | _SweepDir:
                           "from `rdmasim run`, or sweep.json from a sweep)")
     with _unreadable(results_dir / "summary.json", "the summary.json of `rdmasim run`"):
         summary = json.loads((results_dir / "summary.json").read_text())
+        if "script" in summary and "scenario" not in summary:
+            raise RecipeError(f"{results_dir}: the results of a Python script ({summary['script']}), whose figure "
+                              "Testbed.write_results drew (figures/latency_cdf); recipes draw the results of "
+                              "`rdmasim run` or `rdmasim sweep`")
         events = (pd.DataFrame(summary["events"]) if summary["events"]
                   else pd.DataFrame(columns=["kind", "time_ms"]))
         tables = [pd.DataFrame(summary[key]) for key in ("results", "registrations")]
@@ -202,7 +210,9 @@ def mode_comparison(results: _RunDir | _SweepDir, out: Path, by: str = "variant"
                          "p99_9_us": data["p99_9_us"], "register_ms": data["register_us"] / 1e3,
                          "pinned_GiB": data["pinned_bytes"] / 2**30,
                          "failed_allocations": data["failed_allocations"], "runs": data["runs"]})
-    fig, axes = plt.subplots(1, len(COMPARED), figsize=(3.4 * len(COMPARED), 4.4))
+    bars = len(data)  # one per variant, workload kind and message size in the panels per case
+    widths = [max(PANEL_IN, BAR_IN * bars) if column in PER_CASE else PANEL_IN for column in COMPARED]
+    fig, axes = plt.subplots(1, len(COMPARED), figsize=(sum(widths), 4.4), width_ratios=widths)
     for ax, (column, label) in zip(axes, COMPARED.items()):
         per_case = column in PER_CASE
         _grouped_bars(ax, data if per_case else data.drop_duplicates("variant"), column, per_case)
@@ -228,12 +238,15 @@ def _grouped_bars(ax, data: pd.DataFrame, column: str, per_case: bool) -> None:
         bars = ax.bar([c + (i - (len(variants) - 1) / 2) * width for c in range(len(cases))], values, width,
                       color=colors[i % len(colors)], label=variant, hatch=HATCHES[i % len(HATCHES)], ec="white")
         ax.bar_label(bars, fmt="%.4g", fontsize=6, rotation=90, padding=2)
-    if per_case:
+    if per_case and len(cases) > STACKED_LABELS:  # side by side, two-line labels would overlap: one line, upright
+        ax.set_xticks(range(len(cases)), [f"{k} {format_size(int(b))}" for k, b in cases], fontsize=7, rotation=90)
+    elif per_case:
         ax.set_xticks(range(len(cases)), [f"{k}\n{format_size(int(b))}" for k, b in cases], fontsize=7)
     else:
         ax.set_xticks([])
     figures.measured([ax], data[column])
     ax.margins(y=0.25)
+    ax.set_ylim(bottom=0)  # every compared quantity is a count, time or size: a panel of zeros has no negatives
     ax.grid(True, axis="y", alpha=0.3)
 
 

@@ -206,11 +206,13 @@ def _suggest(word: str, choices: list[str], label: str) -> str:
 
 
 def _field_names(models: list[type[pydantic.BaseModel]]) -> list[str]:
+    """The keys ``models`` take as a scenario spells them: a field's alias (``from``, ``schema``), not its Python
+    name (``from_``, ``schema_version``)."""
     names: dict[str, None] = {}
     for model in models:
         for name, field in model.model_fields.items():
-            aliases = (name, field.alias, field.validation_alias)
-            names.update(dict.fromkeys(n for n in aliases if isinstance(n, str)))
+            spelled = next((n for n in (field.validation_alias, field.alias) if isinstance(n, str)), name)
+            names[spelled] = None
     return list(names)
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 
 from sim import budget
 from sim.compare import case_rows
+from sim.core.errors import SimError
 from sim.run import run_scenario
 from sim.sweep.orphans import die_with_parent
 from sim.sweep.plan import RunSpec
@@ -82,10 +83,17 @@ def processes(runs: list[RunSpec], workers: int | None = None, scheduler: str | 
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+class SchedulerUnreachable(SimError):
+    """The dask scheduler a sweep was pointed at accepted no connection."""
+
+
 def dask(runs: list[RunSpec], workers: int | None = None, scheduler: str | None = None) -> Finished:
     """Run on dask.distributed: the cluster at ``scheduler`` (e.g. ``tcp://host:8786``, its workers able to
     import rdmasim), else a LocalCluster of ``workers`` single-threaded processes (default: one per CPU), which
-    end with this process however it ends (distributed's worker processes watch their parent)."""
+    end with this process however it ends (distributed's worker processes watch their parent).
+
+    :raises SchedulerUnreachable: no scheduler answered at ``scheduler`` within distributed's connect timeout.
+    """
     from distributed import Client, LocalCluster, as_completed
 
     cluster = None
@@ -93,7 +101,13 @@ def dask(runs: list[RunSpec], workers: int | None = None, scheduler: str | None 
         cluster = LocalCluster(n_workers=workers or os.cpu_count(), threads_per_worker=1, processes=True,
                                dashboard_address=None)
     try:
-        with Client(scheduler or cluster) as client:
+        try:
+            client = Client(scheduler or cluster)
+        except OSError as exc:  # distributed's own words: the address and how long it tried
+            if scheduler is None:
+                raise
+            raise SchedulerUnreachable(f"--scheduler {scheduler}: {exc}") from None
+        with client:
             slots = sum(w["nthreads"] for w in client.scheduler_info()["workers"].values()) or 1
             size = max(1, len(runs) // (slots * BATCHES_PER_WORKER))
             batches = [runs[i:i + size] for i in range(0, len(runs), size)]

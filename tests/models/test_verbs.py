@@ -79,6 +79,10 @@ def test_queue_creation_checks(bed):
     with pytest.raises(VerbsError) as info:
         ibv_create_cq(pds[0].context, 0)
     assert info.value.errno == "EINVAL"
+    ibv_create_cq(pds[0].context, 4194303)
+    with pytest.raises(VerbsError) as info:
+        ibv_create_cq(pds[0].context, 4194304)
+    assert info.value.errno == "EINVAL" and "max_cqe (4194303)" in str(info.value)
     cq = ibv_create_cq(pds[0].context, 4)
     with pytest.raises(VerbsError) as info:
         ibv_create_qp(pds[0], cq, 10**6)

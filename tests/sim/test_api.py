@@ -257,6 +257,21 @@ def test_testbed_from_presets_and_its_errors():
         Context(bed, "c")
 
 
+@pytest.mark.parametrize("seed", [-1, 2**63, "7", 1.0, True])
+def test_a_testbed_seed_follows_the_scenario_seed_rule(seed):
+    with pytest.raises(ConfigError, match=r"^<testbed> seed: a seed is an integer with 0 <= seed < 2\*\*63"):
+        Testbed(seed=seed)
+    assert Testbed(seed=2**63 - 1).seed == 2**63 - 1
+
+
+def test_running_a_testbed_for_no_time_is_no_step():
+    bed = Testbed()
+    bed.run("1us")
+    bed.run(0)
+    bed.run("0ns")
+    assert bed.now_ps == 1_000_000
+
+
 def test_gpu_bytes_move_by_rdma_into_a_dmabuf_mr():
     bed = Testbed({"a": {}, "b": {"gpus": [{"preset": "h200"}]}})
     (_, _, cq, src, qp), (ctx_b, pd_b, _, _, _) = rc_pair(bed)
@@ -352,3 +367,16 @@ def test_same_script_same_seed_same_bytes(tmp_path):
     for name in ("metrics.parquet", "summary.json"):
         assert (first / name).read_bytes() == (second / name).read_bytes()
     assert len(pd.read_parquet(first / "metrics.parquet")) == 20
+
+
+def test_plotting_a_scripts_results_says_which_results_recipes_draw(tmp_path):
+    from sim.plot.recipes import RecipeError, plot
+
+    bed = Testbed(seed=3)
+    (_, _, cq, src, qp), (_, _, _, dst, _) = rc_pair(bed)
+    qp.post_send(write_wr(src, dst, 64, wr_id=0))
+    cq.poll()
+    out = bed.write_results(tmp_path / "out", name="lab")
+    with pytest.raises(RecipeError, match=r"the results of a Python script \(lab\).*`rdmasim run` or `rdmasim sweep`"):
+        plot(out, "latency_cdf", tmp_path / "figs")
+    assert not (tmp_path / "figs").exists()

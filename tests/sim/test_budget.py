@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim.budget import estimate
+from sim.budget import about, estimate
 from sim.cli import app
 from sim.scenario.scenario_file import load_scenario_variants
 
@@ -66,8 +66,10 @@ def test_a_run_over_the_budget_exits_2_located_and_writes_nothing(tmp_path):
 @pytest.mark.parametrize("value", ["0", "lots", "-1GiB"])
 def test_a_bad_memory_budget_exits_2(tmp_path, value):
     path, _ = _variants(tmp_path)
-    result = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "out"), "--memory-budget", value])
-    assert result.exit_code == 2 and result.stderr.startswith("--memory-budget") and not (tmp_path / "out").exists()
+    result = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "out"), "--memory-budget", value],
+                           prog_name="rdmasim")
+    assert result.exit_code == 2 and not (tmp_path / "out").exists()
+    assert result.stderr.startswith("rdmasim run: --memory-budget: ") and result.stderr.count("\n") == 1
 
 
 def test_a_streamed_run_of_a_hundred_million_writes_fits_2_gib(tmp_path):
@@ -136,4 +138,9 @@ def test_explain_checks_the_memory_estimate_of_its_traced_run(tmp_path):
     path.write_text(tiny_yaml("{kind: write_bw, from: src, to: dst, sizes: [4KiB], iterations: 1000000}"))
     refused = CliRunner().invoke(app, ["explain", str(path), "--memory-budget", "64MiB"])
     assert refused.exit_code == 2 and refused.stderr.startswith(f"{path}:11:69 ")
-    assert "workload[0].iterations: run needs about" in refused.stderr and "(budget 0.1GiB)" in refused.stderr
+    assert "workload[0].iterations: run needs about" in refused.stderr and "(budget 64.0MiB)" in refused.stderr
+
+
+def test_sizes_in_the_estimate_are_shown_in_the_largest_unit_they_reach():
+    assert [about(n) for n in (512, 2**10, 64 * 2**20, 3 * 2**30 + 2**29)] == [
+        "512B", "1.0KiB", "64.0MiB", "3.5GiB"]

@@ -203,6 +203,11 @@ def test_trace_is_chrome_json_with_one_process_per_variant_and_named_tracks(tmp_
     (["run"], "rdmasim run: Missing argument 'FILE'"),
     (["runn", "s.yaml"], "rdmasim: No such command 'runn'. Did you mean 'run'?"),
     (["sweep", "s.yaml", "--workers", "0"], "rdmasim sweep: --workers: "),
+    (["sweep", "s.yaml", "--scheduler", "notaurl"], "rdmasim sweep: --scheduler: missing port number in address "
+                                                    "'notaurl'; a dask scheduler's address is such as tcp://host:8786"),
+    (["run", "s.yaml", "--memory-budget", "10"], "rdmasim run: --memory-budget: 10: give a unit, e.g. '10B'"),
+    (["explain", "s.yaml", "--memory-budget", "0B"],
+     "rdmasim explain: --memory-budget: a memory budget must be positive"),
 ])
 def test_a_usage_error_is_one_line_naming_the_option_and_the_reason(tmp_path, args, says):
     result = runner.invoke(app, args, prog_name="rdmasim")

@@ -78,3 +78,19 @@ def test_the_latency_panel_shows_the_operations_the_eviction_stalled(drawn, tmp_
     assert 1 <= len(slow) <= 16 and np.all((slow[:, 0] > 19) & (slow[:, 0] < 23))  # posted around the eviction
     pinned = np.asarray(points["dmabuf-pinned (identical to peermem)"])
     assert pinned[:, 1].max() < 2 * np.median(pinned[:, 1])
+
+
+def test_a_flat_bandwidth_curve_keeps_a_margin_below_the_top_edge(drawn, tmp_path):
+    summary = pd.DataFrame({"workload": "w", "kind": "write_bw", "bytes": [65536, 1048576],
+                            "bw_avg_Gbps": [396.0, 397.5], "bw_peak_Gbps": [396.0, 397.5]})
+    figures.bw_vs_size(summary, tmp_path, "t")
+    low, high = drawn[0].axes[0].get_ylim()
+    assert low == 0 and high >= 397.5 * 1.04
+
+
+def test_the_memory_panel_of_a_testbed_without_gpus_says_so(drawn, tmp_path):
+    timeline = pd.DataFrame({"variant": "base", "time_ms": [0.0, 1.0], "bw_Gbps": [390.0, 397.0]})
+    events = pd.DataFrame({"variant": [], "time_ms": [], "kind": [], "gpu_used": [], "outcome": []})
+    figures.gpu_memory(timeline, events, tmp_path, "t")
+    bottom = drawn[0].axes[1]
+    assert [text.get_text() for text in bottom.texts] == [figures.NO_GPU] and not bottom.get_lines()

@@ -211,7 +211,8 @@ def test_run_options_follow_the_schema(tmp_path, args, message):
     (["ib_write_bw", "-s", "0x7fffffffffffffff"], "-s/--size: Message Size should be between 1 and 2147483647"),
     (["ib_write_bw", "-n", "1e9"], "-n/--iters: Iteration num argument 1e9 should be int"),
     (["ib_write_bw", "-n", "100000001"], "-n/--iters: Iteration num should be between 5 and 100000000"),
-    (["ib_write_bw", "-q", "1025"], "-q/--qp: num of Qps should be between 1 and 1024"),
+    (["ib_write_bw", "-q", "1025"],
+     "-q/--qp: num of Qps (perftest takes up to 16384, rdmasim simulates 1024) should be between 1 and 1024"),
     (["ib_write_bw", "-t", "0"], "-t/--tx-depth: Tx depth should be between 1 and 15000"),
     (["ib_write_bw", "-s", "2047M", "-n", "100000000", "-q", "1024"], "-n/-s/-q: the run would simulate about"),
 ])

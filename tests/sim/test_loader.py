@@ -145,6 +145,18 @@ def test_unknown_key_without_close_match_lists_valid_keys(tmp_path):
         (1, 25, "fabric.x.zzz", "unknown key 'zzz' (valid keys: preset, ports)")]
 
 
+def test_the_valid_keys_are_spelled_as_a_scenario_spells_them(tmp_path):
+    class Pair(BaseModel):
+        model_config = ConfigDict(extra="forbid", populate_by_name=True)
+        from_: str = Field(alias="from")
+        to: str
+
+    data, positions = load_yaml(write(tmp_path, "{from: a, to: b, zzz: 1}\n"))
+    with pytest.raises(ConfigErrors) as info:
+        validate(Pair, data, positions, "s.yaml")
+    assert [e.reason for e in info.value.errors] == ["unknown key 'zzz' (valid keys: from, to)"]
+
+
 def test_bad_value_type(tmp_path):
     assert problems(tmp_path, "nodes:\n  - name: a\n    nic: {preset: x, ports: many}\n") == [
         (3, 29, "nodes[0].nic.ports", "Input should be a valid integer, unable to parse string as an integer")]

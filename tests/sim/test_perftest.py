@@ -114,6 +114,8 @@ def test_memory_flags_pick_placement_and_registration(flags, on, mode):
     (["ib_send_bw", "-d", "efa_0", "-r", "9000"], "-r/--rx-depth: rx_depth 9000"),
     (["ib_send_lat", "-r", "0"], "Rx depth should be between 1"),
     ([], "no test given"),
+    (["ib_write_bw", "--force"], "--force: replaces earlier results at --out"),
+    (["ib_write_bw", "--dump-scenario", "--out", "res"], "--dump-scenario with --out"),
 ])
 def test_command_lines_rdmasim_cannot_run_exit_2_naming_the_flag(argv, named):
     code, report, text = perftest_streams(argv)

@@ -106,3 +106,10 @@ def test_data_mode_delivers_the_source_bytes_after_the_grh(kind, transport):
     if transport == "ud":  # a GRH-less datagram on InfiniBand: the payload starts 40 bytes in
         src = result.testbed.registrations["src"].current_bytes()
         assert np.array_equal(dst[40:40 + 4096], src[:4096]) and not np.array_equal(dst[:4096], src[:4096])
+
+
+def test_a_transport_the_device_does_not_create_is_refused_naming_c():
+    from sim.perftest import UsageError
+
+    with pytest.raises(UsageError, match=r"^-c/--connection: the efa NIC of node 'a' refuses it: .*EOPNOTSUPP"):
+        perftest_scenario(["ib_write_bw", "-d", "efa_0", "-c", "UC", "-n", "5"])

@@ -168,3 +168,22 @@ def test_latency_vs_size_of_bandwidth_workloads_only_says_so(tmp_path):
     out, _ = _quickstart_dir(tmp_path, "_bw", [4096])
     with pytest.raises(RecipeError, match="no latency workload to plot"):
         plot(out, "latency_vs_size", tmp_path / "figs")
+
+
+def test_a_mode_comparison_of_many_cases_widens_its_panels_and_labels_each_case_upright(tmp_path, monkeypatch):
+    from sim.plot import recipes
+    from tests.conftest import tiny_yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(tiny_yaml(*(f"{{kind: {kind}, from: src, to: dst, sizes: {{from: 2B, to: 64KiB}}, iterations: 5}}"
+                                for kind in ("write_bw", "write_lat"))))
+    _, raw, variants = load_scenario_variants(path)
+    out = write_results([run_scenario(spec, variant=name) for name, spec in variants], tmp_path / "res", raw)
+    drawn = []
+    monkeypatch.setattr(recipes, "save", lambda fig, *args: drawn.append(fig) or [])
+    plot(out, "mode_comparison", tmp_path / "figs")
+    bandwidth, *_, failed = drawn[0].axes
+    assert bandwidth.get_position().width > 1.3 * failed.get_position().width  # 32 cases: room for each label
+    labels = bandwidth.get_xticklabels()
+    assert len(labels) == 32 and {label.get_rotation() for label in labels} == {90.0}
+    assert failed.get_ylim()[0] == 0  # no allocation failed: the axis still starts at zero

@@ -101,7 +101,7 @@ def test_the_same_results_give_the_same_bytes(results, page, tmp_path):
 def test_a_page_drawn_before_is_replaced_only_with_force(results, page):
     path = results / "report.html"
     refused = runner.invoke(app, ["report", str(results)])
-    assert refused.exit_code == 2 and "add --force" in refused.stderr
+    assert refused.exit_code == 2 and "exists (rdmasim wrote it before); add --force" in refused.stderr
     replaced = runner.invoke(app, ["report", str(results), "--force"])
     assert replaced.exit_code == 0 and path.read_text() == page
 

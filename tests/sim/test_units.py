@@ -78,3 +78,10 @@ def test_transfer_time_rounds_to_nearest_picosecond():
 @given(st.integers(min_value=0, max_value=MAX_SIZE_B))
 def test_format_size_round_trips(nbytes):
     assert parse_size(format_size(nbytes)) == nbytes
+
+
+@pytest.mark.parametrize("parse", [parse_size, parse_time, parse_rate])
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+def test_an_infinity_or_nan_is_not_offered_a_unit(parse, value):
+    with pytest.raises(UnitError, match=r"^expected a .*, got (-?inf|nan)$"):
+        parse(value)

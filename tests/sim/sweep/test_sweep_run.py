@@ -123,6 +123,21 @@ def test_bad_executor_arguments_are_refused(tmp_path):
     assert not any(tmp_path.iterdir())
 
 
+def test_a_scheduler_that_accepts_no_connection_is_named_in_one_line(tmp_path):
+    import dask
+    import distributed  # noqa: F401 - its defaults join dask's config first, so leaving the block keeps them
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        result = CliRunner().invoke(app, ["sweep", str(SAMPLE), "--out", str(tmp_path / "out"), "--scheduler",
+                                          "tcp://127.0.0.1:9"])
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.splitlines() == ["--scheduler tcp://127.0.0.1:9: Timed out trying to connect to "
+                                          "tcp://127.0.0.1:9 after 1 s"]
+
+
 def test_partitions_are_named_by_the_runs_parameter_hash(tmp_path):
     from sim.sweep import load_sweep
 
