@@ -41,7 +41,8 @@ def format_summary(summary, gbits: bool = True, no_peak: bool = False,
     blocks = []
     for (variant, label), rows in summary.groupby(["variant", "workload"], sort=False):
         kind = rows["kind"].iloc[0]
-        lines = [f" {label}: {kind}" + ("" if variant == "base" else f" [{variant}]"), RULE]
+        title = label if label == kind else f"{label}: {kind}"  # an unnamed workload is called by its kind
+        lines = [f" {title}" + ("" if variant == "base" else f" [{variant}]"), RULE]
         if kind.endswith("_bw"):
             lines.append(BW_HEADER if gbits else BW_HEADER_MIB)
             for r in rows.itertuples():

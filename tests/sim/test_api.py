@@ -322,16 +322,21 @@ def test_results_directory_of_a_script(tmp_path):
     assert (out / "figures" / "latency_cdf.png").exists()
 
 
+def _one_write_results(out):
+    """The results directory of a script that made one 64-byte WRITE, written as 'lab'."""
+    bed = Testbed(seed=3)
+    (_, _, cq, src, qp), (_, _, _, dst, _) = rc_pair(bed)
+    qp.post_send(write_wr(src, dst, 64, wr_id=0))
+    cq.poll()
+    return bed.write_results(out, name="lab")
+
+
 def test_repro_of_a_scripts_results_says_to_run_the_script(tmp_path):
     from typer.testing import CliRunner
 
     from sim.cli import app
 
-    bed = Testbed(seed=3)
-    (_, _, cq, src, qp), (_, _, _, dst, _) = rc_pair(bed)
-    qp.post_send(write_wr(src, dst, 64, wr_id=0))
-    cq.poll()
-    out = bed.write_results(tmp_path / "out", name="lab")
+    out = _one_write_results(tmp_path / "out")
     result = CliRunner().invoke(app, ["repro", str(out)])
     assert result.exit_code == 2 and "Traceback" not in result.output
     (line,) = [text for text in result.output.splitlines() if text]
@@ -372,11 +377,7 @@ def test_same_script_same_seed_same_bytes(tmp_path):
 def test_plotting_a_scripts_results_says_which_results_recipes_draw(tmp_path):
     from sim.plot.recipes import RecipeError, plot
 
-    bed = Testbed(seed=3)
-    (_, _, cq, src, qp), (_, _, _, dst, _) = rc_pair(bed)
-    qp.post_send(write_wr(src, dst, 64, wr_id=0))
-    cq.poll()
-    out = bed.write_results(tmp_path / "out", name="lab")
+    out = _one_write_results(tmp_path / "out")
     with pytest.raises(RecipeError, match=r"the results of a Python script \(lab\).*`rdmasim run` or `rdmasim sweep`"):
         plot(out, "latency_cdf", tmp_path / "figs")
     assert not (tmp_path / "figs").exists()

@@ -175,3 +175,13 @@ def test_bandwidth_over_time_says_so_when_nothing_was_delivered(tmp_path, monkey
         figures.bw_over_time(bandwidth_timeline(result), event_times(result), tmp_path, "t")
     notes = [[t.get_text() for t in fig.axes[0].texts if t.get_text() == figures.NO_DATA] for fig in drawn]
     assert notes == [[figures.NO_DATA], []]
+
+
+def test_a_block_is_titled_by_its_workload_and_kind_and_an_unnamed_workload_by_its_kind_once():
+    row = {"bytes": 4096, "iterations": 10, "errors": 0, "errors_by_status": {}, "bw_peak_Gbps": 90.0,
+           "bw_avg_Gbps": 80.0, "bw_avg_MiBps": 9536.7, "msg_rate_Mpps": 1.25}
+    summary = pd.DataFrame([{"variant": "base", "workload": "write_bw", "kind": "write_bw", **row},
+                            {"variant": "base", "workload": "stream", "kind": "write_bw", **row},
+                            {"variant": "dmabuf", "workload": "write_bw", "kind": "write_bw", **row}])
+    titles = [line for line in format_summary(summary).splitlines() if "write_bw" in line]
+    assert titles == [" write_bw", " stream: write_bw", " write_bw [dmabuf]"]
