@@ -191,8 +191,8 @@ def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, 
     measured([top], np.where(delivered > 0, delivered, np.nan))  # nothing delivered: no work request succeeded
     top.set_ylabel("delivered bandwidth (Gb/s)")
     from_zero(top)
-    top.set_title(f"{title}: bandwidth over time")
-    top.legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"{title}: bandwidth over time")
+    top.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1), ncol=2, frameon=False)  # clear of the events
     top.grid(True, alpha=0.3)
     if latencies is not None:
         groups = list(latencies.groupby("variant", sort=False))

@@ -69,6 +69,16 @@ def test_each_failed_allocation_is_marked_with_its_variant_and_outcome(drawn, tm
     assert evicted == ["dmabuf: gpu-memory-pressure evicted 1 buffer(s): move_notify, copy, re-fault"]
 
 
+def test_the_legend_covers_no_event_and_no_outcome(drawn, tmp_path):
+    fig = _bw_over_time(drawn, tmp_path)
+    fig.canvas.draw()
+    top = fig.axes[0]
+    legend = top.get_legend().get_window_extent()
+    names = [t for t in top.texts if t.get_text() in {"registration", "gpu-memory-pressure", "gpu-memory-release"}]
+    assert len(names) == 3
+    assert not [t.get_text() for t in top.texts if legend.overlaps(t.get_window_extent())]
+
+
 def test_the_latency_panel_shows_the_operations_the_eviction_stalled(drawn, tmp_path):
     bottom = _bw_over_time(drawn, tmp_path).axes[1]
     assert bottom.get_ylabel() == "latency (µs)" and bottom.get_yscale() == "log"
