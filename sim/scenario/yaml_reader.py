@@ -151,7 +151,7 @@ def read_yaml_file(path: str | os.PathLike) -> bytes:
 def parse_yaml(raw: bytes, file: str) -> tuple[Any, PositionMap]:
     """Parse the bytes of a YAML file (named ``file`` in errors) as :func:`load_yaml` does.
 
-    :raises ConfigError: invalid UTF-8, YAML syntax, a non-standard tag, a duplicate key, an empty file or a
+    :raises ConfigError: invalid UTF-8, YAML syntax, a non-standard tag, a duplicate key or anchor, an empty file or a
         top level that is not a mapping, nesting deeper than ``MAX_DEPTH`` or more than ``MAX_NODES`` values
         (counted while parsing, and again once aliases are expanded).
     """
@@ -194,9 +194,17 @@ def _line_col(text: str, index: int) -> Position:
 
 
 def _check_events(events, file: str) -> None:
-    """Refuse deep nesting and too many values from the event stream, before anything is composed."""
+    """Refuse deep nesting, too many values and an anchor defined twice from the event stream, before anything
+    is composed (ruamel would only warn of the anchor, naming no file, and an alias after the second takes it)."""
     depth = count = 0
+    anchors: dict[str, int] = {}
     for event in events:
+        anchor = getattr(event, "anchor", None) if not isinstance(event, AliasEvent) else None
+        if anchor is not None:
+            if anchor in anchors:
+                raise _event_error(event, f"anchor '&{anchor}' is defined again (first at line {anchors[anchor]}); "
+                                          "give each anchor its own name", file)
+            anchors[anchor] = event.start_mark.line + 1
         if isinstance(event, (CollectionStartEvent, ScalarEvent, AliasEvent)):
             count += 1
             if count > MAX_NODES:

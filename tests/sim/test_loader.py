@@ -245,6 +245,13 @@ def test_duplicate_key_reported_at_second_occurrence(tmp_path):
     assert (err.line, err.column, err.key, err.reason) == (4, 5, "nodes[0].name", "duplicate key 'name'")
 
 
+def test_an_anchor_defined_twice_is_refused_at_its_second_definition(tmp_path, recwarn):
+    err = load_error(tmp_path, "a: &n {x: 1}\nb: *n\nc: &n {x: 2}\nd: *n\n")
+    assert (err.line, err.column, err.reason) == (3, 4, "anchor '&n' is defined again (first at line 1); give each "
+                                                        "anchor its own name")
+    assert not recwarn.list  # refused before ruamel composes the file (it warns of a reused anchor, naming no file)
+
+
 def test_python_object_tag_is_refused(tmp_path):
     err = load_error(tmp_path, "name: a\npet: !!python/object/apply:os.system ['echo pwned']\n")
     assert (err.line, err.column, err.key) == (2, 6, "pet")
