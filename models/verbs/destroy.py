@@ -25,7 +25,7 @@ def ibv_destroy_qp(qp: QueuePair) -> None:
     call = "ibv_destroy_qp"
     _check_alive(qp, f"QP {qp.qp_num}", call)
     qp.to_error()
-    for cq in {id(cq): cq for cq in (qp.send_cq, qp.recv_cq)}.values():
+    for cq in qp.cqs:
         cq.cleaned.add(qp.qp_num)
         cq_clean(cq, qp.qp_num)
         cq.usecnt -= 1

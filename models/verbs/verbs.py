@@ -254,9 +254,13 @@ class QueuePair:
         if self.recv_cq is None:
             self.recv_cq = self.send_cq
         self.pd.usecnt += 1  # ib_create_qp_user: atomic_inc(&pd->usecnt), and the CQs'
-        self.send_cq.usecnt += 1
-        if self.recv_cq is not self.send_cq:
-            self.recv_cq.usecnt += 1
+        for cq in self.cqs:
+            cq.usecnt += 1
+
+    @property
+    def cqs(self) -> tuple[CompletionQueue, ...]:
+        """Its send CQ and its receive CQ, once when they are one."""
+        return (self.send_cq,) if self.recv_cq is self.send_cq else (self.send_cq, self.recv_cq)
 
     @property
     def receives(self) -> ReceiveQueue:
@@ -389,7 +393,7 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     if new is QpState.ERR and before is not QpState.ERR:
         qp.flush_receives()
     elif new is QpState.RESET:  # (mlx5_modify_qp: the QP's completions cleaned, then its queues' indices reset)
-        for cq in {id(cq): cq for cq in (qp.send_cq, qp.recv_cq)}.values():
+        for cq in qp.cqs:
             cq_clean(cq, qp.qp_num)
         qp.rq.reset()
         qp.sq_used, qp.sq_reset_seq = 0, qp.posted_count
