@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 
 from sim.core.errors import ConfigError, SimError
-from sim.core.units import UnitError, parse_size
+from sim.core.units import UnitError, format_size_about, parse_size
 from sim.operations import ROW_GROUP_ROWS
 from sim.scenario.schema import ManagedJobEvent, Scenario
 
@@ -158,19 +158,12 @@ def parse_budget(text: str) -> int:
     return nbytes
 
 
-def about(nbytes: int) -> str:
-    """``nbytes`` to one decimal in the largest binary unit it reaches: ``3.2GiB``, ``64.0MiB``, ``1.0KiB``."""
-    for unit, factor in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= factor:
-            return f"{nbytes / factor:.1f}{unit}"
-    return f"{nbytes}B"
-
-
 def over_budget(need: Estimate, budget: int) -> str | None:
     """Why a run of estimate ``need`` does not fit ``budget`` bytes; None when it fits."""
     if need.bytes <= budget:
         return None
-    return f"run needs about {about(need.bytes)} (budget {about(budget)}) for {need.operations:,} operations"
+    return (f"run needs about {format_size_about(need.bytes)} (budget {format_size_about(budget)}) for "
+            f"{need.operations:,} operations")
 
 
 class OverBudget(SimError):

@@ -79,6 +79,7 @@ from models.pcie.closed_form import read_link_Bps, write_issue_Bps, write_link_B
 from models.presets import PCIE_PRESETS
 from models.pcie.topology import build_topology, dma_path
 from sim.core import PS_PER_MS, PS_PER_NS
+from sim.core.units import format_size_about
 
 DATA = Path(__file__).resolve().parents[1] / "models" / "data"
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
@@ -93,11 +94,8 @@ COLUMNS = ["experiment", "case", "x", "unit", "sim", "measured", "best", "err", 
 
 
 def _size(nbytes: int) -> str:
-    """Bytes in the largest binary unit they fill, 3 significant digits."""
-    for unit, factor in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
-        if nbytes >= factor:
-            return f"{nbytes / factor:.3g}{unit}"
-    return f"{nbytes}B"
+    """Bytes in the largest binary unit they reach, 3 significant digits (:func:`format_size_about`)."""
+    return format_size_about(nbytes, ".3g")
 
 
 def _row(experiment: str, case: str, x: int, unit: str, sim: float, measured: float, *, tolerance: float,

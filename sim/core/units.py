@@ -176,3 +176,13 @@ def format_size(nbytes: int) -> str:
         if nbytes and nbytes % factor == 0:
             return f"{nbytes // factor}{unit}"
     return f"{nbytes}B"
+
+
+def format_size_about(nbytes: int, spec: str = ".1f") -> str:
+    """Render bytes in the largest binary unit they reach, the number formatted by ``spec``:
+    ``3 * 2**30 + 2**29 -> '3.5GiB'``, ``2**10 -> '1.0KiB'``, ``512 -> '512B'``."""
+    for unit in ("TiB", "GiB", "MiB", "KiB"):
+        factor = _SIZE_UNITS[unit]
+        if nbytes >= factor:
+            return f"{nbytes / factor:{spec}}{unit}"
+    return f"{nbytes}B"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim.budget import about, estimate
+from sim.budget import estimate
 from sim.cli import app
 from sim.scenario.scenario_file import load_scenario_variants
 
@@ -139,8 +139,3 @@ def test_explain_checks_the_memory_estimate_of_its_traced_run(tmp_path):
     refused = CliRunner().invoke(app, ["explain", str(path), "--memory-budget", "64MiB"])
     assert refused.exit_code == 2 and refused.stderr.startswith(f"{path}:11:69 ")
     assert "workload[0].iterations: run needs about" in refused.stderr and "(budget 64.0MiB)" in refused.stderr
-
-
-def test_sizes_in_the_estimate_are_shown_in_the_largest_unit_they_reach():
-    assert [about(n) for n in (512, 2**10, 64 * 2**20, 3 * 2**30 + 2**29)] == [
-        "512B", "1.0KiB", "64.0MiB", "3.5GiB"]

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from sim.core.units import (MAX_DURATION_PS, MAX_RATE_BPS, MAX_SIZE_B, MIN_RATE_BPS, UnitError, format_size,
-                            format_time, parse_rate, parse_size, parse_time, transfer_ps)
+                            format_size_about, format_time, parse_rate, parse_size, parse_time, transfer_ps)
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -85,3 +85,8 @@ def test_format_size_round_trips(nbytes):
 def test_an_infinity_or_nan_is_not_offered_a_unit(parse, value):
     with pytest.raises(UnitError, match=r"^expected a .*, got (-?inf|nan)$"):
         parse(value)
+
+
+def test_an_approximate_size_is_shown_in_the_largest_unit_it_reaches():
+    assert [format_size_about(n) for n in (512, 2**10, 64 * 2**20, 3 * 2**30 + 2**29)] == [
+        "512B", "1.0KiB", "64.0MiB", "3.5GiB"]
