@@ -12,6 +12,9 @@ from sim.perftest import run_perftest
 from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
+from tests.properties import register_profiles
+
+register_profiles()
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -115,3 +115,27 @@ def test_no_import_circle():
                 graph.add_edge(module, found)
     circles = [sorted(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
     assert not circles
+
+
+def test_every_property_names_its_examples_through_the_profile():
+    """The thorough hypothesis profile reaches a property only when its count goes through ``examples(n)``."""
+    bare = [f"{path.relative_to(ROOT)}:{number}" for path in sorted((ROOT / "tests").rglob("*.py"))
+            for number, line in enumerate(path.read_text().splitlines(), 1)
+            if re.search(r"max_examples=\d", line)]
+    assert not bare, f"max_examples without examples(n): {bare}"
+    assert "--hypothesis-profile=thorough" in PAGE.read_text()
+
+
+def test_the_thorough_profile_draws_ten_times_the_examples():
+    from hypothesis import settings
+
+    from tests.properties import THOROUGH, examples
+
+    current = settings.get_current_profile_name()
+    try:
+        settings.load_profile("thorough")
+        assert THOROUGH >= 10 and examples(12) == 12 * THOROUGH
+        settings.load_profile("ci")
+        assert examples(12) == 12
+    finally:
+        settings.load_profile(current)

@@ -19,6 +19,7 @@ from models.verbs.qp_state import QpAttrMask as M
 from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device,
                                 ibv_poll_cq, ibv_post_send, ibv_reg_mr)
 from sim.core import Environment, VerbsError
+from tests.properties import examples
 
 ALL = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
 FADD, CAS = Opcode.ATOMIC_FETCH_AND_ADD, Opcode.ATOMIC_CMP_AND_SWP
@@ -328,7 +329,7 @@ def test_an_atomic_on_an_odp_target_faults_it_in_then_succeeds():
     assert sorted(bed.word(0, 8 * k) for k in range(3)) == [0, 5, 10]
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(st.lists(st.lists(st.integers(1, 2**40), min_size=1, max_size=6), min_size=2, max_size=3))
 def test_fetch_and_adds_from_several_qps_are_serialized_in_each_qps_order(adds):
     """Linearizable: the originals returned are the running sums of one order of all the adds, and in that

@@ -33,6 +33,7 @@ from models.dmabuf.exporters import MappingType
 from models.dmabuf.faults import FaultInjector
 from models.dmabuf.revoke import VfioExporter, dma_buf_attach_revocable
 from sim.core import DeadlockError, Environment, InvariantViolation, ProtocolError, SimError, VerbsError
+from tests.properties import examples
 
 DEVS = ("nic0", "nic1")
 APP = "app"
@@ -547,6 +548,6 @@ class DmaBufMachine(RuleBasedStateMachine):
                     raise AssertionError("check_dma missed a stale mapping")
 
 
-DmaBufMachine.TestCase.settings = settings(max_examples=400, stateful_step_count=50, deadline=None,
+DmaBufMachine.TestCase.settings = settings(max_examples=examples(400), stateful_step_count=50, deadline=None,
                                            suppress_health_check=[HealthCheck.too_slow])
 TestDmaBufStateful = DmaBufMachine.TestCase

@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams, LruCache, random_addresses, stream_Bps
 from sim.core import PS_PER_NS
+from tests.properties import examples
 
 DATA = json.loads((Path(__file__).parents[2] / "models/data/pciebench_iommu_window_sweep.json").read_text())
 MiB = 1 << 20
@@ -25,7 +26,7 @@ def _reference_lru(capacity, keys):
     return hits
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.integers(1, 8), st.lists(st.lists(st.integers(0, 12), max_size=40), min_size=1, max_size=4))
 def test_lru_matches_a_reference_over_batches(capacity, batches):
     lru = LruCache(capacity)

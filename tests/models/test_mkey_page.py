@@ -16,6 +16,7 @@ from models.verbs.peermem import ibv_reg_mr_peermem
 from models.verbs.verbs import ibv_dereg_mr, ibv_reg_mr
 from sim.core import VerbsError
 from tests.models.test_dmabuf_mr import RW, SIZE, Bed
+from tests.properties import examples
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 MLX5 = NicParams()
@@ -106,7 +107,7 @@ def test_huge_host_pages_shrink_a_pinned_mr_entries():
         assert ib_umem_num_dma_blocks(0, GiB, mkey_page_size(MLX5, 0, segments, is_dmabuf=False)) == GiB // page
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(first=st.integers(0, 64), offset=st.integers(0, 15), pages=st.integers(1, 40),
        page_shift=st.sampled_from([12, 16, 21]), tail=st.integers(0, 15))
 def test_the_best_page_size_is_the_largest_that_passes_every_entry(first, offset, pages, page_shift, tail):

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from models.pcie import closed_form as cf
 from models.pcie.link import PcieParams
 from models.pcie.tlp import completion_tlps, knee_shortfall, read_tlps, simulate_stream, write_tlps
+from tests.properties import examples
 
 TOLERANCE = 1e-3
 GEN5 = PcieParams()
@@ -46,7 +47,7 @@ def _contiguous(tlps, addr, nbytes):
     assert sum(t.length for t in tlps) == nbytes
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(p=_links(), addr=st.integers(0, 3 * 4096), nbytes=st.integers(1, 65536))
 def test_tlps_obey_the_spec_splitting_rules_and_the_closed_form_counts(p, addr, nbytes):
     writes = write_tlps(p, addr, nbytes)
@@ -144,7 +145,7 @@ def _bounds(p, op, nbytes, addr):
     return closed / (1 + shortfall) if at_knee else closed, min(tagless, _raw_rate_tag_Bps(p, nbytes, addr))
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(p=_links(), op=st.sampled_from(sorted(CLOSED_FORM)), addr=st.integers(0, 8191), nbytes=st.integers(1, 65536))
 def test_random_streams_agree_with_the_closed_form(p, op, addr, nbytes):
     if op == "read_write" and cf.read_requests(p, nbytes, addr) > 1:

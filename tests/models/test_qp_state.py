@@ -19,6 +19,7 @@ from models.verbs.qp_state import AhAttr, PathMtu, QPAttr, QpAttrMask as M, QpTy
 from models.verbs.verbs import ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device, \
     ibv_poll_cq, ibv_post_send, ibv_query_qp, ibv_reg_mr
 from sim.core import PS_PER_US, Environment, VerbsError
+from tests.properties import examples
 
 S = QpState
 DEVICE_RD_ATOMIC = NicParams().max_rd_atomic
@@ -257,7 +258,7 @@ class ModifyQpMachine(RuleBasedStateMachine):
 
 
 TestModifyQp = ModifyQpMachine.TestCase
-TestModifyQp.settings = settings(max_examples=60, stateful_step_count=25, deadline=None)
+TestModifyQp.settings = settings(max_examples=examples(60), stateful_step_count=25, deadline=None)
 
 
 def _ud_qp(version: str | None, cap_net_raw: bool):

@@ -14,6 +14,7 @@ from models.verbs.recv import ibv_post_recv
 from models.verbs.verbs import ibv_modify_qp, ibv_poll_cq, ibv_post_send
 from sim.core import VerbsError
 from tests.models.test_recv import Bed, connect
+from tests.properties import examples
 
 SEND_STATUSES = {WcStatus.SUCCESS, WcStatus.RNR_RETRY_EXC_ERR, WcStatus.REM_INV_REQ_ERR, WcStatus.REM_OP_ERR,
                  WcStatus.RETRY_EXC_ERR, WcStatus.REM_ACCESS_ERR, WcStatus.WR_FLUSH_ERR}
@@ -122,4 +123,4 @@ class ReceivesAndSends(RuleBasedStateMachine):
 
 
 TestReceivesAndSends = ReceivesAndSends.TestCase
-TestReceivesAndSends.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+TestReceivesAndSends.settings = settings(max_examples=examples(60), stateful_step_count=30, deadline=None)

@@ -12,6 +12,7 @@ from models.nic.wqe import SendWR, WcStatus
 from models.verbs.ah import ibv_create_ah
 from models.verbs.qp_state import AhAttr
 from tests.models.test_recv_stateful import ReceivesAndSends
+from tests.properties import examples
 
 UNACKED_STATUSES = {WcStatus.SUCCESS, WcStatus.LOC_QP_OP_ERR, WcStatus.LOC_LEN_ERR, WcStatus.WR_FLUSH_ERR}
 
@@ -40,6 +41,6 @@ class UdReceivesAndSends(ReceivesAndSends):
 
 
 TestUcReceivesAndSends = UcReceivesAndSends.TestCase
-TestUcReceivesAndSends.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestUcReceivesAndSends.settings = settings(max_examples=examples(40), stateful_step_count=30, deadline=None)
 TestUdReceivesAndSends = UdReceivesAndSends.TestCase
-TestUdReceivesAndSends.settings = settings(max_examples=40, stateful_step_count=30, deadline=None)
+TestUdReceivesAndSends.settings = settings(max_examples=examples(40), stateful_step_count=30, deadline=None)

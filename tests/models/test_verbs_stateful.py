@@ -18,6 +18,7 @@ from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_
                                 ibv_post_send, ibv_reg_mr)
 from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
 from sim.core import Environment, InvariantViolation, VerbsError
+from tests.properties import examples
 
 SIZE = 256 * 1024
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
@@ -186,4 +187,4 @@ class VerbsOnDmabuf(RuleBasedStateMachine):
 
 
 TestVerbsOnDmabuf = VerbsOnDmabuf.TestCase
-TestVerbsOnDmabuf.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+TestVerbsOnDmabuf.settings = settings(max_examples=examples(150), stateful_step_count=30, deadline=None)

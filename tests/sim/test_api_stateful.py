@@ -12,6 +12,7 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, precon
 
 from sim.api import (CQ, MR, PD, QP, SGE, SRQ, AHAttr, Access, Context, ProtocolError, QPAttr, QPCap, QPInitAttr,
                      RecvWR, SendWR, SrqAttr, SrqInitAttr, Testbed, VerbsError, WcOpcode, WcStatus)
+from tests.properties import examples
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE
 
@@ -195,4 +196,4 @@ class ApiLifetimes(RuleBasedStateMachine):
 
 
 TestApiLifetimes = ApiLifetimes.TestCase
-TestApiLifetimes.settings = settings(max_examples=80, stateful_step_count=50, deadline=None)
+TestApiLifetimes.settings = settings(max_examples=examples(80), stateful_step_count=50, deadline=None)

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from sim.cli import app
 from sim.core.errors import ConfigError
 from sim.scenario.scenario_file import load_scenario_variants
+from tests.properties import examples
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((ROOT / "scenarios").glob("*.yaml"))
@@ -46,7 +47,7 @@ def _mutate(text: str, data) -> str:
     return "\n".join(lines) + "\n"
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(name=st.sampled_from(sorted(TEXTS)), data=st.data())
 def test_mutated_scenarios_load_or_fail_with_a_located_config_error(tmp_path, name, data):
     path = tmp_path / name
@@ -79,7 +80,7 @@ def test_the_shrunk_scenarios_still_run_every_variant(tmp_path):
         assert result.exit_code == 0, result.output
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(name=st.sampled_from(sorted(SHRUNK)), data=st.data())
 def test_mutated_scenarios_validate_and_run_or_stop_with_a_located_error(name, data):
     text = _mutate(SHRUNK[name], data)

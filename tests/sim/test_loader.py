@@ -15,6 +15,7 @@ from ruamel.yaml import YAML
 from sim.core.errors import ConfigError, ConfigErrors
 from sim.scenario.loader import validate
 from sim.scenario.yaml_reader import MAX_DEPTH, MAX_NODES, PositionMap, error_at, format_path, load_yaml
+from tests.properties import examples
 
 
 class Strict(BaseModel):
@@ -330,7 +331,8 @@ def _only_config_errors(path) -> None:
         assert err.line is not None and err.line >= 1 and str(err).startswith(str(path))
 
 
-_FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+_FUZZ = settings(max_examples=examples(150), deadline=None,
+                 suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 @_FUZZ

@@ -10,6 +10,7 @@ from sim.core import ProtocolError, VerbsError
 
 from models.gpu.device_memory import DeviceMemory, GpuOutOfMemory, LruEviction
 from models.gpu.presets import gpu_params
+from tests.properties import examples
 
 MiB = 1 << 20
 CAP = 64 * MiB
@@ -20,7 +21,7 @@ ops = st.lists(st.one_of(
 ), max_size=60)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(ops=ops, fit=st.sampled_from(["first", "best"]))
 def test_random_sequences_keep_invariants(ops, fit):
     mem = DeviceMemory(CAP, fit=fit)
@@ -137,7 +138,7 @@ def test_from_preset():
     assert mem.capacity == 143770 * MiB and mem.name == "h200"  # rounded down to 2 MiB
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(n=st.integers(2, 12), pinned=st.sets(st.integers(0, 11)), temp_pinned=st.sets(st.integers(0, 11)),
        registered=st.sets(st.integers(0, 11)), touches=st.lists(st.integers(0, 11), max_size=20),
        need=st.integers(1, 24))

@@ -16,6 +16,7 @@ from models.gpu.device_memory import GpuOutOfMemory
 from models.gpu.managed import UVM_PRESETS, ManagedMemory
 from models.gpu.workloads import (block_heads, concurrent_warps, growing_working_set, random_access, run_pattern,
                                   sequential, strided)
+from tests.properties import examples
 
 MiB = 1 << 20
 H200 = UVM_PRESETS["h200"]
@@ -157,7 +158,7 @@ def test_cpu_access_pulls_pages_back():
         mm.cpu_access(np.array([mm.n_pages]))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(seed=st.integers(0, 2**16), capacity_blocks=st.integers(1, 8), cpu=st.booleans())
 def test_bookkeeping_holds_for_random_traffic(seed, capacity_blocks, cpu):
     rng = np.random.default_rng(seed)

@@ -7,6 +7,7 @@ from models.libs.rcache import RcacheParams, RegistrationCache
 from models.nic.wqe import Opcode, SendWR
 from models.verbs.verbs import ibv_create_cq, ibv_create_qp, ibv_poll_cq, ibv_post_send
 from tests.models.libs.stacks import make_stack
+from tests.properties import examples
 
 MiB = 1 << 20
 
@@ -132,7 +133,7 @@ def test_explicit_dmabuf_registrations_bypass_the_cache():
 OPS = st.lists(st.tuples(st.sampled_from(["alloc", "free", "access"]), st.integers(0, 5)), max_size=30)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(ops=OPS, hooks=st.booleans(), validate=st.booleans(), peermem=st.booleans(), limit=st.integers(0, 3))
 def test_no_sequence_of_alloc_free_register_access_lets_a_stale_hit_go_unreported(ops, hooks, validate, peermem,
                                                                                   limit):

@@ -19,6 +19,7 @@ from sim.harness import setup_run
 from sim.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
+from tests.properties import examples
 
 PRESETS = {
     "cx7-gen5-400G": ({"preset": "connectx7"}, {}, {"rate": "400Gb/s"}),
@@ -287,7 +288,7 @@ def test_blueflame_off_is_exact_on_the_fast_engine():
     same_runs(scenario_dict(workload=work, **two_nodes("cx6-gen4-200G-mps512", blueflame=False)))
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nic=st.sampled_from(["connectx7", "connectx6", "connectx5"]), mps=st.sampled_from([128, 256, 512]),
        rate=st.sampled_from(["100Gb/s", "200Gb/s", "400Gb/s"]), latency=st.integers(0, 2000),
        poll=st.sampled_from(["0ns", "7ns", "40ns"]), kind=st.sampled_from(["write_bw", "read_bw", "write_lat",

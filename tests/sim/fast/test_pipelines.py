@@ -21,8 +21,9 @@ from sim.fast.merge import Claims, key_order
 from sim.fast.solver import Problem
 from scalar_reference import run_pipelines
 from event_reference import run_events
+from tests.properties import examples
 
-SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 def solved(servers, groups, start_ps=0, block=64) -> list:

@@ -14,6 +14,7 @@ from sim.core.env import DRAW_BLOCK, UniformDraws
 from sim.core.servers import FifoServer, ServerPool, claim_cut_through
 from sim.fast import UniformSeries, cut_through, pool
 from sim.fast.server import prefix_max, running_max
+from tests.properties import examples
 
 
 @st.composite
@@ -26,7 +27,7 @@ def jobs(draw):
     return head, service if isinstance(service, int) else np.asarray(service, np.int64), not_before
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(jobs(), st.integers(0, 500), st.lists(st.tuples(st.integers(0, 40_000), st.integers(1, 3_000)), max_size=5))
 def test_cut_through_with_stalls_equals_the_claim_loop(work, free_at, stalls):
     head, service, not_before = work
@@ -43,7 +44,7 @@ def test_cut_through_with_stalls_equals_the_claim_loop(work, free_at, stalls):
     assert list(zip(start.tolist(), finish.tolist())) == expected
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(jobs(), st.lists(st.integers(0, 500), min_size=1, max_size=5))
 def test_pool_equals_the_server_pool(work, free):
     head, service, not_before = work

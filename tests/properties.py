@@ -1,0 +1,31 @@
+"""Hypothesis profiles: how many examples each property test draws.
+
+``ci`` is loaded by default and is what the README's test command runs: each property draws the number of
+examples its test names (``examples(n)`` gives ``n``). ``thorough`` draws ten times as many, for a change to the
+vectorized core or to a protocol model before it lands (docs/contributing.md):
+
+    python -m pytest -q -p no:cacheprovider -n auto -m hypothesis --hypothesis-profile=thorough tests
+"""
+
+from __future__ import annotations
+
+from hypothesis import settings
+
+CI_EXAMPLES = 100
+"""max_examples of the ``ci`` profile (hypothesis' own default); a property's count is scaled against it."""
+THOROUGH = 10
+"""How many times the ``ci`` count the ``thorough`` profile draws."""
+
+
+def register_profiles() -> None:
+    """Register both profiles and load ``ci``; tests/conftest.py calls it before pytest's ``--hypothesis-profile``
+    option is read, so that option picks ``thorough``."""
+    settings.register_profile("ci", max_examples=CI_EXAMPLES, deadline=None)
+    settings.register_profile("thorough", max_examples=THOROUGH * CI_EXAMPLES, deadline=None)
+    settings.load_profile("ci")
+
+
+def examples(ci: int) -> int:
+    """Examples a property draws under the loaded profile: ``ci`` under ``ci``, ten times that under
+    ``thorough``. Read when the test module is imported, after pytest's ``--hypothesis-profile`` took effect."""
+    return max(1, ci * settings.default.max_examples // CI_EXAMPLES)
