@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pandas as pd
 
+from sim.binned import EXACT_MAX, LatencyBands
 from sim.core.units import PS_PER_US
 from sim.operations import OperationTable
 from sim.tables import RunResult
@@ -59,15 +60,30 @@ def bandwidth_timeline(result: RunResult, bins: int = 100, link_Bps: float | Non
 
 
 def post_latencies(result: RunResult) -> pd.DataFrame:
-    """Each successful operation of the bandwidth workloads: when it was posted (ms since the first post) and
-    its latency (µs)."""
+    """The latencies of the bandwidth workloads' successful operations against when they were posted (ms since
+    the first post): each one (``posted_ms``, ``latency_us``) while there are at most
+    :data:`sim.binned.EXACT_MAX`, else per time bin (``posted_ms``, ``ops``, ``p50_us``, ``max_us``:
+    :class:`sim.binned.LatencyBands`), read a row group at a time."""
     span = bandwidth_span(result)
-    parts = [ops.loc[ops["ok"], ["posted_ps", "latency_ps"]]
-             for ops in _bandwidth_batches(result, ["posted_ps", "latency_ps", "ok"])]
-    ops = pd.concat(parts) if parts else pd.DataFrame(columns=["posted_ps", "latency_ps"])
     start = span[0] if span else 0
-    return pd.DataFrame({"variant": result.variant, "posted_ms": (ops["posted_ps"].to_numpy() - start) / 1e9,
-                         "latency_us": ops["latency_ps"].to_numpy() / PS_PER_US})
+    parts, count, bands = [], 0, None
+    for ops in _bandwidth_batches(result, ["posted_ps", "latency_ps", "ok"]):
+        ok = ops.loc[ops["ok"]]
+        posted, latency = ok["posted_ps"].to_numpy(dtype=np.int64), ok["latency_ps"].to_numpy(dtype=np.int64)
+        count += len(ok)
+        if bands is None and count > EXACT_MAX:
+            bands = LatencyBands(*span)
+            for part in parts:
+                bands.add(*part)
+        if bands is not None:
+            bands.add(posted, latency)
+        else:
+            parts.append((posted, latency))
+    if bands is not None:
+        return bands.frame().assign(variant=result.variant)
+    posted, latency = (np.concatenate([p[k] for p in parts]) if parts else np.empty(0, np.int64) for k in (0, 1))
+    return pd.DataFrame({"variant": result.variant, "posted_ms": (posted - start) / 1e9,
+                         "latency_us": latency / PS_PER_US})
 
 
 def event_times(result: RunResult) -> pd.DataFrame:

@@ -22,6 +22,7 @@ import pandas as pd
 
 from sim import __version__, outdir
 from sim.core.trace import write_chrome_trace
+from sim.binned import cdf_curves
 from sim.compare import bandwidth_timeline, comparison_table, event_times, post_latencies
 from sim.operations import write_operations
 from sim.plot import figures
@@ -77,10 +78,6 @@ def file_sha256(path: Path) -> str:
     """Hex SHA-256 of a file's bytes (read a buffer at a time)."""
     with open(path, "rb") as file:
         return hashlib.file_digest(file, "sha256").hexdigest()
-
-
-LATENCY_CDF_COLUMNS = ["variant", "workload", "latency_ps", "ok"]
-"""What :func:`sim.plot.figures.latency_cdf` reads of the operations."""
 
 
 def json_records(frame: pd.DataFrame) -> list[dict]:
@@ -144,4 +141,4 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
     if "rail_bw" in scenario.outputs and rails is not None and len(rails):
         figures.rail_bw(rails, out, scenario.name)
     if "latency_cdf" in scenario.outputs:
-        figures.latency_cdf(_concat([r.table.frame(LATENCY_CDF_COLUMNS) for r in results]), out, scenario.name)
+        figures.latency_cdf(cdf_curves(r.table for r in results), out, scenario.name)

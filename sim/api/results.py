@@ -19,6 +19,7 @@ import pandas as pd
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim import outdir
+from sim.binned import cdf_curves
 from sim.core.metrics import OpColumns, bandwidth_of, latency_summary
 from sim.operations import OperationTable, write_operations
 from sim.plot import figures
@@ -57,7 +58,7 @@ def write_script_results(testbed, out: str | os.PathLike, *, name: str, script: 
                     "variants": {"base": testbed_parameters(testbed.bed)}, "versions": package_versions()}
         manifest["outputs_sha256"] = {file: file_sha256(staging / file) for file in REPRODUCIBLE}
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
-        figures.latency_cdf(ops[["variant", "workload", "latency_ps", "ok"]], staging / "figures", name)
+        figures.latency_cdf(cdf_curves([OperationTable.of(ops)]), staging / "figures", name)
     return target.path
 
 

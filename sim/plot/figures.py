@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from sim.binned import CDF_COLUMNS
 from sim.core.units import format_size
 from sim.events import BOOKKEEPING_KINDS, event_failed
+
+# matplotlib says so when placing a legend at loc="best" took over a second: a loaded machine, not a fault of the
+# figure (figures of many operations draw binned aggregates, sim/binned.py); it would only reach users' terminals.
+warnings.filterwarnings("ignore", message='Creating legend with loc="best" can be slow', category=UserWarning)
 
 PDF_METADATA = {"CreationDate": None, "ModDate": None, "Producer": "rdmasim"}
 """Fixed PDF metadata so the same run gives the same bytes."""
@@ -179,8 +185,8 @@ def _mark_events(ax, events: pd.DataFrame) -> None:
 def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str,
                  latencies: pd.DataFrame | None = None) -> list[Path]:
     """Delivered bandwidth over time per variant with the scenario's events marked (failed ones with their
-    outcome); below it, when ``latencies`` (``variant``, ``posted_ms``, ``latency_us``) are given, each
-    operation's latency against the time it was posted, where a stall shows as the operations it held."""
+    outcome); below it, when ``latencies`` (:func:`sim.compare.post_latencies`) are given, the operations'
+    latency against the time they were posted, where a stall shows as the operations it held."""
     if latencies is None:
         fig, top = plt.subplots(figsize=(8, 4.2))
     else:
@@ -195,35 +201,41 @@ def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, 
     top.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1), ncol=2, frameon=False)  # clear of the events
     top.grid(True, alpha=0.3)
     if latencies is not None:
-        groups = list(latencies.groupby("variant", sort=False))
-        names = labelled([(label, rows[["posted_ms", "latency_us"]].to_numpy().ravel()) for label, rows in groups])
-        for i, ((_, rows), name) in enumerate(zip(groups, names)):
-            bottom.scatter(rows["posted_ms"], rows["latency_us"], s=4, marker=MARKERS[i % len(MARKERS)],
-                           label=name, alpha=0.6, rasterized=True)
-        if measured([bottom], latencies["latency_us"]):
-            bottom.set_yscale("log")
-            bottom.legend(fontsize=8, markerscale=2)
-        bottom.set_ylabel("latency (µs)")
-        bottom.grid(True, alpha=0.3)
+        _latency_panel(bottom, latencies)
     (top if latencies is None else bottom).set_xlabel("time since the first post (ms)")
     fig.tight_layout()
     return save(fig, timeline, directory, "bw_over_time")
 
 
-CDF_COLUMNS = ["variant", "workload", "latency_us", "cdf"]
-"""The latency CDF's CSV columns."""
+def _latency_panel(ax, latencies: pd.DataFrame) -> None:
+    """Per variant, each operation's latency against its post time, or (a variant of too many operations to
+    draw one by one: :mod:`sim.binned`) the maximum and the median of each time bin's operations."""
+    values = [c for c in ("latency_us", "max_us", "p50_us") if c in latencies]
+    groups = list(latencies.groupby("variant", sort=False))
+    names = labelled([(label, rows[["posted_ms", *values]].to_numpy().ravel()) for label, rows in groups])
+    for i, ((_, rows), name) in enumerate(zip(groups, names)):
+        if "latency_us" in rows and rows["latency_us"].notna().any():
+            ax.scatter(rows["posted_ms"], rows["latency_us"], s=4, marker=MARKERS[i % len(MARKERS)],
+                       label=name, alpha=0.6, rasterized=True)
+            continue
+        colour = f"C{i % 10}"
+        ax.step(rows["posted_ms"], rows["max_us"], where="post", color=colour, lw=1.1,
+                label=f"{name}: maximum per {rows['posted_ms'].iloc[1] - rows['posted_ms'].iloc[0]:.3g} ms")
+        ax.step(rows["posted_ms"], rows["p50_us"], where="post", color=colour, lw=0.8, ls="--",
+                label=f"{name}: median")
+    if measured([ax], latencies[values].stack()):
+        ax.set_yscale("log")
+        ax.legend(fontsize=8, markerscale=2)
+    ax.set_ylabel("latency (µs)")
+    ax.grid(True, alpha=0.3)
 
 
-def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[Path]:
-    """Per-operation latency per variant and workload: the CDF, and beside it the tail (1 - CDF, log scale)
-    where rare stalls show."""
+def latency_cdf(curves: pd.DataFrame, directory: Path, title: str) -> list[Path]:
+    """Latency per variant and workload (:func:`sim.binned.cdf_curves`): the CDF, and beside it the tail
+    (the fraction at least this slow, log scale) where rare stalls show."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
-    curves = []
-    for (variant, workload), rows in operations[operations["ok"]].groupby(["variant", "workload"], sort=False):
-        lat = np.sort(rows["latency_ps"].to_numpy()) / 1e6
-        frac = np.arange(1, len(lat) + 1) / len(lat)
-        curves.append(pd.DataFrame({"variant": variant, "workload": workload, "latency_us": lat, "cdf": frac}))
-    one_workload = operations["workload"].nunique() == 1
+    curves = [rows for _, rows in curves.groupby(["variant", "workload"], sort=False, observed=True)]
+    one_workload = len({c["workload"].iloc[0] for c in curves}) <= 1
     keys = [c["variant"].iloc[0] if one_workload else f"{c['variant'].iloc[0]} / {c['workload'].iloc[0]}"
             for c in curves]
     for i, (curve, label) in enumerate(zip(curves, labelled([(k, c["latency_us"].to_numpy())
@@ -231,7 +243,7 @@ def latency_cdf(operations: pd.DataFrame, directory: Path, title: str) -> list[P
         lat, frac = curve["latency_us"].to_numpy(), curve["cdf"].to_numpy()
         style = curve_style(i, len(lat))
         left.step(lat, frac, where="post", label=label, **style)
-        right.step(lat, np.maximum(1 - frac + 1 / len(lat), 1e-9), where="post", label=label, **style)
+        right.step(lat, np.maximum(np.append(1.0, 1 - frac[:-1]), 1e-9), where="post", label=label, **style)
     data = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=CDF_COLUMNS)
     left.set(xlabel="latency (µs)", ylabel="fraction of operations", title="CDF")
     right.set(xlabel="latency (µs)", ylabel="fraction at least this slow", title="tail")

@@ -23,6 +23,7 @@ import pandas as pd
 from pyarrow import ArrowException
 
 from sim import outdir
+from sim.binned import cdf_curves
 from sim.compare import bandwidth_timeline, case_rows, post_latencies
 from sim.core.errors import SimError
 from sim.core.units import format_size
@@ -176,7 +177,8 @@ def _per_size(results: _RunDir | _SweepDir, kinds: str, columns: list[str], what
 
 def latency_cdf(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
     """Per-operation latency CDF and tail per variant and workload."""
-    return figures.latency_cdf(_needs_run(results, "latency_cdf").operations, out, results.title)
+    run = _needs_run(results, "latency_cdf")
+    return figures.latency_cdf(cdf_curves(v.table for v in run.variants()), out, results.title)
 
 
 def bw_over_time(results: _RunDir | _SweepDir, out: Path) -> list[Path]:

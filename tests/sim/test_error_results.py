@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
+from sim.binned import cdf_curves
 from sim.cli import app
 from sim.perftest_report import format_summary
 from sim.plot import figures
@@ -140,13 +141,14 @@ def test_a_figure_without_successful_work_requests_says_so(tmp_path, monkeypatch
     drawn = []
     real_save = figures.save
     monkeypatch.setattr(figures, "save", lambda fig, *a: (drawn.append(fig), real_save(fig, *a))[1])
-    data = result.operations if draw == "latency_cdf" else result.summary
+    data = cdf_curves([result.table]) if draw == "latency_cdf" else result.summary
     paths = getattr(figures, draw)(data, tmp_path, "all-fail")
     assert all(p.is_file() for p in paths)
     notes = [t.get_text() for ax in drawn[0].axes for t in ax.texts]
     assert notes and set(notes) == {figures.NO_DATA}
     success = run_scenario(_scenario(ALL_FAIL.split("events:")[0]))
-    getattr(figures, draw)(success.operations if draw == "latency_cdf" else success.summary, tmp_path, "ok")
+    getattr(figures, draw)(cdf_curves([success.table]) if draw == "latency_cdf" else success.summary, tmp_path,
+                           "ok")
     assert not [t for ax in drawn[1].axes for t in ax.texts]
 
 
