@@ -1055,7 +1055,7 @@ NOTEBOOKS["05_pcie_efficiency.ipynb"] = [
     the tags until the link is the limit, and a longer round trip needs proportionally more tags.
     """),
     code("""
-    from models.nic.datapath import dma_read_stream_Bps
+    from models.nic.stages import dma_read_stream_Bps
 
     counts = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     fig, ax = plt.subplots(figsize=(7, 3.5))

@@ -46,7 +46,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, memory_target, path, refusal
+from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, path
+from models.nic.refusal import refusal
+from models.nic.stages import memory_target
 from models.nic.wqe import Opcode
 from models.verbs.ah import data_path_qp
 from models.verbs.send_checks import check_send_wr

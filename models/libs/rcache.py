@@ -219,7 +219,7 @@ class RegistrationCache:
 
     def write(self, region: Region, addr: int, payload: np.ndarray) -> WriteOutcome:
         """An RDMA WRITE of ``payload`` lands at ``addr`` through ``region``'s MR (the responder NIC's rkey check
-        and translation decide where, as in :mod:`models.nic.datapath`); report where it went."""
+        and translation decide where, as in :mod:`models.nic.work_request`); report where it went."""
         mr, length = region.mr, len(payload)
         now = self.stack.pd.context.env.now
         if not mr.allows(addr, length, int(Access.REMOTE_WRITE)):

@@ -24,7 +24,8 @@ from models.ib.mr_backing import OdpBacking
 from models.ib.mr_checks import (EFA_VENDOR_ID, PAGE_SIZE, U64, check_max_mr_size, efa_alloc_mr,
                                 ib_check_mr_access)
 from models.ib.umem_odp import create_user_odp_mr, mlx5_ib_init_odp_mr
-from models.nic.datapath import send_turns, start_work_request
+from models.nic.datapath import send_turns
+from models.nic.work_request import start_work_request
 from models.nic.translation import MrBacking
 from models.nic.transport import QP_UD
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WcOpcode, WcStatus, WorkCompletion

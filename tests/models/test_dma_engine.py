@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from models.nic.datapath import dma_read, dma_write, end_times, stream_Bps
+from models.nic.stages import dma_read, dma_write, end_times, stream_Bps
 from models.pcie import closed_form as cf
 from models.pcie import dma_engine
 from models.pcie.link import PcieLink, PcieParams, write_issue

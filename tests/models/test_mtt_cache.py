@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from models.nic.datapath import EndTimes, stage_steps
+from models.nic.stages import EndTimes, stage_steps
 from sim.core.interpreter import Operation, compile_steps
 from sim.core.steps import Rebase, Wake
 from models.nic.mtt_cache import (MTT_PRESETS, MttAccess, MttCache, MttParams, deep_lookup_ps, stream_Bps,

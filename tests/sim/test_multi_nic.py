@@ -7,7 +7,7 @@ import networkx as nx
 import pandas as pd
 import pytest
 
-from models.nic.datapath import node_dma_read, node_dma_write
+from models.nic.stages import node_dma_read, node_dma_write
 from models.nic.wqe import Opcode, SendWR, WcStatus
 from models.pcie.server import (RailLayout, build_rail_server, connection, cross_rail_nic, devices, flow_rates,
                                 qp_nic, rail_nics)
@@ -165,7 +165,7 @@ def test_rail_aligned_flows_run_at_the_estimate_and_cross_rail_far_below(rates):
 def _simulated_Bps(flows, stages_of, n: int, messages: int = 40) -> list[float]:
     """Each flow's rate when all ``flows`` queue ``messages`` DMAs of ``n`` bytes at once, each through the
     stages ``stages_of(src, dst)`` gives, on the event engine's servers (bytes/s)."""
-    from models.nic.datapath import EndTimes, stage_steps
+    from models.nic.stages import EndTimes, stage_steps
     from sim.core import Environment
     from sim.core.interpreter import Operation, compile_steps
     from sim.core.steps import Rebase, Wake

@@ -2,7 +2,7 @@
 
 import pytest
 
-from models.nic.datapath import dma_read, end_times
+from models.nic.stages import dma_read, end_times
 from models.nic.mtt_cache import MttParams, deep_lookup_ps
 from models.pcie.link import PcieLink, PcieParams
 from models.presets import PCIE_PRESETS
