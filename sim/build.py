@@ -24,7 +24,8 @@ from models.pcie.topology import build_topology, device_link, has_common_pci_swi
 from models.ib.implicit_odp import SIZE_MAX
 from models.nic.wqe import Access, Sge
 from models.verbs.advise import IBV_ADVISE_MR_FLAG_FLUSH, AdviseMrAdvice, ibv_advise_mr
-from models.verbs.verbs import Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device, ibv_reg_mr
+from models.verbs.device import Context, ProtectionDomain, ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import MemoryRegion, ibv_reg_mr
 from models.versions import KernelBehaviour, Version
 from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
 from sim.core import Environment, SimError

@@ -16,7 +16,8 @@ from models.nic.transport import QpType, receive_overhead
 from models.verbs.ah import ibv_create_ah, ibv_query_gid
 from models.verbs.qp_state import AhAttr
 from models.verbs.query import ibv_query_port
-from models.verbs.verbs import PERFTEST_QKEY, ibv_create_cq, ibv_create_qp
+from models.verbs.cq import ibv_create_cq
+from models.verbs.qp import PERFTEST_QKEY, ibv_create_qp
 from models.verbs.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
 from sim.build import Testbed, build, qp_device
 from sim.core.errors import InvariantViolation

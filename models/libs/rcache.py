@@ -33,7 +33,7 @@ from models.libs.fallback import ChainResult, Policy, Stack, register_chain
 from models.nic.translation import Fault, mr_bytes
 from models.nic.wqe import Access
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr
-from models.verbs.verbs import MemoryRegion, ibv_dereg_mr
+from models.verbs.mr import MemoryRegion, ibv_dereg_mr
 from sim.core import PS_PER_NS, VerbsError
 
 LookupOutcome = Literal["hit", "miss", "stale-hit", "rejected-stale"]

@@ -28,7 +28,7 @@ from sim.core.steps import Check
 def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool = False,
                        posted_ps: int | None = None) -> None:
     """Start carrying one work request from doorbell to the polled completion on ``qp`` (a connected
-    :class:`~models.verbs.verbs.QueuePair`, the verbs layer's object this module reads and updates); ``seq``
+    :class:`~models.verbs.qp.QueuePair`, the verbs layer's object this module reads and updates); ``seq``
     and ``offset`` are its operation number and position offset under the ordering rule; ``listed``: posted in
     a list of several; ``posted_ps``: when it was posted, if earlier than now (it waited in SQD)."""
     env = qp.pd.context.env

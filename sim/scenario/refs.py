@@ -9,7 +9,7 @@ from models.gpu import gpu_params
 from models.nic.transport import QpType, receive_overhead
 from models.nic.port_rates import PORT_RATES
 from models.pcie.server import buffer_nics, build_rail_server, qp_nic, rail_nics
-from models.verbs.verbs import check_qp_type
+from models.verbs.qp import check_qp_type
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.core import VerbsError
 from sim.scenario.horizon import check_horizon

@@ -12,7 +12,8 @@ from models.nic.wqe import Opcode, SendWR, WcStatus
 from models.pcie.server import (RailLayout, build_rail_server, connection, cross_rail_nic, devices, flow_rates,
                                 qp_nic, rail_nics)
 from models.pcie.topology import dma_write_stages, route
-from models.verbs.verbs import ibv_create_cq, ibv_create_qp, ibv_poll_cq, ibv_post_send, poll_stream
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.qp import ibv_create_qp, ibv_post_send, poll_stream
 from sim.build import build, qp_device
 from sim.core import PS_PER_S
 from sim.fast_plan import outside_domain, streams
