@@ -30,7 +30,9 @@ from models.versions import KernelBehaviour, Version
 from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
 from sim.core import Environment, SimError
 from sim.scenario.resolve import access_flags, fabric_params, host_params, nic_params, pcie_params
-from sim.scenario.schema import BufferSpec, NodeSpec, Scenario, TestbedSpec
+from sim.scenario.buffers import BufferSpec
+from sim.scenario.nodes import NodeSpec
+from sim.scenario.schema import Scenario, TestbedSpec
 
 
 @dataclass

@@ -61,7 +61,8 @@ from sim.fast_events import Move, Solved, Watch
 from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.operations import OperationTable
 from sim.scenario.resolve import nic_params
-from sim.scenario.schema import Scenario, WorkloadSpec
+from sim.scenario.schema import Scenario
+from sim.scenario.workloads import WorkloadSpec
 from sim.tables import RunResult, StreamedSummaries, operation_rows, workload_tables
 
 

@@ -24,7 +24,8 @@ from sim.core.errors import InvariantViolation
 from sim.events import log_unreached, schedule_events
 from sim.library import run_library
 from sim.operations import OperationTable
-from sim.scenario.schema import Scenario, WorkloadSpec
+from sim.scenario.schema import Scenario
+from sim.scenario.workloads import WorkloadSpec
 from sim.tables import RunResult, registrations_table
 
 Progress = Callable[[int], None]

@@ -14,7 +14,8 @@ from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.core import VerbsError
 from sim.scenario.horizon import check_horizon
 from sim.scenario.resolve import nic_params
-from sim.scenario.schema import NodeSpec, Scenario, TestbedSpec
+from sim.scenario.nodes import NodeSpec
+from sim.scenario.schema import Scenario, TestbedSpec
 
 Problem = tuple[tuple, str]
 """A key path into the scenario and the reason it is wrong."""

@@ -13,7 +13,7 @@ from sim.perftest import TESTS, perftest_scenario, run_perftest
 from sim.perftest_report import BW_HEADER, BW_HEADER_MIB, GBPS_TO_MIBPS, RULE
 from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
-from sim.scenario.schema import WorkloadSpec
+from sim.scenario.workloads import WorkloadSpec
 from tests.conftest import perftest_streams
 
 
