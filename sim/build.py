@@ -15,7 +15,8 @@ from models.node import Node
 from models.verbs.peermem import ibv_reg_mr_peermem
 from models.gpu import gpu_params
 from models.pcie.link import PcieParams
-from models.presets import GPU_VENDOR, PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
+from models.presets import GPU_VENDOR
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
 from models.nic.nic import Nic

@@ -76,7 +76,7 @@ from models.nic.stages import dma_read, dma_read_stream_Bps, dma_write, end_time
 from models.pcie import dma_engine
 from models.pcie.link import PcieLink, PcieParams
 from models.pcie.closed_form import read_link_Bps, write_issue_Bps, write_link_Bps
-from models.presets import PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
 from models.pcie.topology import build_topology, dma_path
 from sim.core import PS_PER_MS, PS_PER_NS
 from sim.core.units import format_size_about

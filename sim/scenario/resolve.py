@@ -9,7 +9,8 @@ from models.host import HostParams
 from models.nic.nic import NicParams
 from models.pcie.link import PcieParams
 from models.nic.port_rates import PORT_RATES, PortRate
-from models.presets import NIC_PCIE, NIC_PORT, NIC_PRESETS, PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
+from models.presets import NIC_PCIE, NIC_PORT, NIC_PRESETS
 from models.nic.wqe import Access
 from sim.scenario.nodes import FabricSpec, NodeSpec
 from sim.scenario.schema import Scenario, TestbedSpec

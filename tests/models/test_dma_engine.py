@@ -12,7 +12,8 @@ from models.pcie import dma_engine
 from models.pcie.link import PcieLink, PcieParams, write_issue
 from models.pcie.tlp import simulate_stream
 from models.pcie.topology import build_topology, device_link, dma_path, dma_read_stages, dma_write_stages
-from models.presets import NIC_PCIE, PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
+from models.presets import NIC_PCIE
 from sim.core import PS_PER_NS
 
 NFP = PcieParams(**PCIE_PRESETS["nfp6000"])
