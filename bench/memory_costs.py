@@ -36,7 +36,7 @@ SHAPES = {
 def scenario(engine: str, kind: str, iterations: int, extra: dict):
     """The quickstart reduced to one ``kind`` workload at one size, shaped by ``extra``."""
     from sim.scenario.scenario_file import load_scenario, load_scenario_variants
-    from sim.scenario.schema import LinkFlapEvent
+    from sim.scenario.events import LinkFlapEvent
 
     if extra.get("managed"):
         _, _, variants = load_scenario_variants(ROOT / "scenarios" / "managed_pressure.yaml")

@@ -71,7 +71,7 @@ class Fabric:
         self.datagram_qps: dict[tuple[int, int], object] = {}
         """The UD QPs datagrams reach, by (LID of their port, QP number)."""
         self.ports: dict[int, object] = {}
-        """The node behind each LID whose device has been opened (:func:`~models.verbs.verbs.ibv_open_device`)."""
+        """The node behind each LID whose device has been opened (:func:`~models.verbs.device.ibv_open_device`)."""
 
     def attach(self, nic_name: str) -> None:
         """Plug a NIC port into the fabric."""

@@ -27,16 +27,8 @@ NIC_PRESETS: dict[str, dict] = {
                                   atomic_cap=AtomicCap.ATOMIC_NONE, cap_flags=DeviceCap(0), max_srq=0, max_srq_wr=0,
                                   max_srq_sge=0)},
 }
-PCIE_PRESETS: dict[str, dict] = {
-    "gen5x16": {"gen": 5, "lanes": 16},
-    "gen4x16": {"gen": 4, "lanes": 16},
-    "gen3x16": {"gen": 3, "lanes": 16},
-    "gen3x8": {"gen": 3, "lanes": 8},
-    "nfp6000": {"gen": 3, "lanes": 8, "read_tags": 35, "read_latency_ps": 536_220, "read_latency_ps_per_byte": 149.06,
-                "dma_write_issue_ps": 21_097},
-}
 NIC_PCIE = {"connectx7": "gen5x16", "connectx6": "gen4x16", "connectx5": "gen3x16", "efa": "gen4x16"}
-"""The host interface each NIC preset ships with."""
+"""The host interface each NIC preset ships with (:data:`models.pcie.presets.PCIE_PRESETS`)."""
 NIC_PORT = {"connectx7": "ndr", "connectx6": "hdr", "connectx5": "edr", "efa": "100gbe"}
 """The port generation each NIC preset ships with (:data:`models.nic.port_rates.PORT_RATES`)."""
 NIC_RATE = {nic: f"{PORT_RATES[port].data_Gbps:g}Gb/s" for nic, port in NIC_PORT.items()}
@@ -61,13 +53,6 @@ SOURCES = {
     "latencies": "doorbell 200 ns, send/receive pipelines 150 ns each and PCIe write flight 150 ns give about "
                  "0.65 us of NIC+PCIe time per one-way 2 B write, consistent with the vendors' 'sub-600 ns' "
                  "NIC latency; with a 300 ns fabric hop ib_write_lat 2 B is about 1 us.",
-    "pcie": "encoding, rates, header and DLLP constants: pcie-model (Neugebauer et al., SIGCOMM'18); "
-            "read round trip 550 ns: pcie-bench data, Xeon E5 64 B DMA read median. The NICs' DMA engines have no "
-            "issue or read-size limit beyond the link: none is published for ConnectX.",
-    "nfp6000": "pcie-bench's device (Netronome NFP-6000 on Gen3 x8, Xeon E5-2620v3; github.com/pcie-bench/data, "
-               "Neugebauer et al., SIGCOMM'18), fitted by models.pcie.dma_engine: one posted write per 21.097 ns "
-               "(the 64 B write rate, 47.4 M/s), read round trip 536.22 ns plus 0.149 ns per byte beyond the "
-               "completions' link time (read latency 8 B .. 2 KiB), 35 outstanding reads (the 64 B read rate).",
 }
 
 GPU_VENDOR = {"h200": "nvidia", "h100": "nvidia", "mi300x": "amd"}

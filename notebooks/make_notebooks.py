@@ -119,7 +119,7 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     and an `rkey` for the peer), which access-flag combinations rdma-core refuses and with which errno, how
     `RLIMIT_MEMLOCK` limits pinning, what happens when a work request breaks the rules (a *completion* in error,
     not an exception), and what pinning costs: the model is fitted to `cudaHostRegister` measured on an H200
-    host (`models/data/h200_pinning_cost.json`). We call the verbs API of `models.verbs.verbs` directly on two
+    host (`models/data/h200_pinning_cost.json`). We call the verbs API of `models.verbs` directly on two
     simulated nodes.
 
     **Predict before running.** Which of these does rdma-core refuse, and with which errno: remote write rights
@@ -133,8 +133,8 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     from models.node import Node
     from models.pcie.link import PcieParams
     from models.nic.wqe import Access
-    from models.verbs.verbs import (DEREG_MR_FIXED_PS, REG_MR_FIXED_PS, ibv_alloc_pd, ibv_dereg_mr, ibv_open_device,
-                                    ibv_reg_mr)
+    from models.verbs.device import ibv_alloc_pd, ibv_open_device
+    from models.verbs.mr import DEREG_MR_FIXED_PS, REG_MR_FIXED_PS, ibv_dereg_mr, ibv_reg_mr
     from sim.core import PS_PER_US, Environment, VerbsError
 
     KiB, MiB = 1 << 10, 1 << 20
@@ -256,7 +256,8 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     import pandas as pd
 
     from models.nic.wqe import Opcode, SendWR
-    from models.verbs.verbs import ibv_create_cq, ibv_create_qp, ibv_poll_cq, ibv_post_send
+    from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+    from models.verbs.qp import ibv_create_qp, ibv_post_send
 
 
     def post_two(opcode, remote_access=RW, remote_offset=0, length=PAGE, lkey_delta=0, dereg_remote=False):
@@ -396,7 +397,7 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     from models.node import Node
     from models.pcie.link import PcieParams
     from models.nic.wqe import Access
-    from models.verbs.verbs import ibv_alloc_pd, ibv_open_device
+    from models.verbs.device import ibv_alloc_pd, ibv_open_device
     from sim.core import PS_PER_US, Environment, VerbsError
 
     MiB, GiB = 1 << 20, 1 << 30
@@ -1055,7 +1056,7 @@ NOTEBOOKS["05_pcie_efficiency.ipynb"] = [
     the tags until the link is the limit, and a longer round trip needs proportionally more tags.
     """),
     code("""
-    from models.nic.datapath import dma_read_stream_Bps
+    from models.nic.stages import dma_read_stream_Bps
 
     counts = [1, 2, 4, 8, 16, 32, 64, 128, 256]
     fig, ax = plt.subplots(figsize=(7, 3.5))

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import UnitError, format_size_about, parse_size
 from sim.operations import ROW_GROUP_ROWS
-from sim.scenario.schema import ManagedJobEvent, Scenario
+from sim.scenario.events import ManagedJobEvent
+from sim.scenario.schema import Scenario
 
 EVENT_BYTES_PER_OP = 800
 """Event engine, per work request of the (workload, size) being simulated: its records and simpy state.

@@ -15,7 +15,8 @@ from models.node import Node
 from models.verbs.peermem import ibv_reg_mr_peermem
 from models.gpu import gpu_params
 from models.pcie.link import PcieParams
-from models.presets import GPU_VENDOR, PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
+from models.presets import GPU_VENDOR
 from models.pcie.iommu import IOMMU_PRESETS, Iommu, IommuParams
 from models.nic.mtt_cache import MTT_PRESETS, MttCache, MttParams
 from models.nic.nic import Nic
@@ -24,12 +25,15 @@ from models.pcie.topology import build_topology, device_link, has_common_pci_swi
 from models.ib.implicit_odp import SIZE_MAX
 from models.nic.wqe import Access, Sge
 from models.verbs.advise import IBV_ADVISE_MR_FLAG_FLUSH, AdviseMrAdvice, ibv_advise_mr
-from models.verbs.verbs import Context, MemoryRegion, ProtectionDomain, ibv_alloc_pd, ibv_open_device, ibv_reg_mr
+from models.verbs.device import Context, ProtectionDomain, ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import MemoryRegion, ibv_reg_mr
 from models.versions import KernelBehaviour, Version
 from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
 from sim.core import Environment, SimError
 from sim.scenario.resolve import access_flags, fabric_params, host_params, nic_params, pcie_params
-from sim.scenario.schema import BufferSpec, NodeSpec, Scenario, TestbedSpec
+from sim.scenario.buffers import BufferSpec
+from sim.scenario.nodes import NodeSpec
+from sim.scenario.schema import Scenario, TestbedSpec
 
 
 @dataclass

@@ -32,7 +32,7 @@ Rows (``experiment``):
 * ``iommu``: pcie-bench window sweeps of random DMA reads (``pciebench_iommu_window_sweep.json``):
   :func:`models.pcie.iommu.stream_Bps` and per-access latencies from the exact LRU IO-TLB.
 * ``read_tags``: pcie-bench DMA reads of 64 B .. 2 KiB on Gen3 x8 (``pciebench_dma_read_sizes.json``),
-  streamed through the event engine's stages (:func:`models.nic.datapath.dma_read_stream_Bps`) of the
+  streamed through the event engine's stages (:func:`models.nic.stages.dma_read_stream_Bps`) of the
   ``nfp6000`` PCIe preset. The link alone would carry 64 B reads 38 % faster than measured; its 35 outstanding
   reads, fitted at 64 B, account for it. Larger reads are link-limited (predictions, +-15 %).
 * ``dma_engine``: the same device's posted-write rate by size (16 B .. 2 KiB) and the latency of one
@@ -72,11 +72,11 @@ from models.pcie.iommu import Iommu, IommuParams, random_addresses, stream_Bps a
 from models.nic.mtt_cache import MttParams
 from models.nic.port_rates import perftest_Bps, port_rate
 from models.nic.mtt_calibration import base_Bps, load_points, simulate_Bps, tolerance as mtt_tolerance
-from models.nic.datapath import dma_read, dma_read_stream_Bps, dma_write, end_times, stream_Bps
+from models.nic.stages import dma_read, dma_read_stream_Bps, dma_write, end_times, stream_Bps
 from models.pcie import dma_engine
 from models.pcie.link import PcieLink, PcieParams
 from models.pcie.closed_form import read_link_Bps, write_issue_Bps, write_link_Bps
-from models.presets import PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
 from models.pcie.topology import build_topology, dma_path
 from sim.core import PS_PER_MS, PS_PER_NS
 from sim.core.units import format_size_about

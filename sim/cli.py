@@ -53,7 +53,7 @@ def _load(path: Path):
 
 def _seed(value: Optional[int]) -> Optional[int]:
     """``--seed`` follows the scenario's ``seed`` rule."""
-    from sim.scenario.schema import check_seed
+    from sim.scenario.fields import check_seed
 
     try:
         return None if value is None else check_seed(value)

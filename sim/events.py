@@ -24,9 +24,10 @@ from models.verbs.peermem import peermem_reclaim
 from sim.build import Testbed
 from sim.core import PS_PER_MS, SimError, format_size
 from sim.core.units import format_time
-from sim.scenario.schema import (DmaBufRevokeEvent, EvictionStormEvent, ExporterFaultEvent, GpuJobGrowthEvent,
+from sim.scenario.events import (DmaBufRevokeEvent, EvictionStormEvent, ExporterFaultEvent, GpuJobGrowthEvent,
                                  GpuPressureEvent, HostPageMigrationEvent, LinkFlapEvent, ManagedJobEvent,
-                                 NicResetEvent, PeerMemReclaimEvent, ProcessExitEvent, QpErrorEvent, Scenario)
+                                 NicResetEvent, PeerMemReclaimEvent, ProcessExitEvent, QpErrorEvent)
+from sim.scenario.schema import Scenario
 
 Scheduler = Callable[[Testbed, object, int, list[dict]], None]
 """Schedules one event of a scenario on a testbed: (testbed, event, start of the workloads (ps), event log)."""

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.nic.datapath import memory_target
+from models.nic.stages import memory_target
 from models.ib.dmabuf_mr import DmabufBacking
 from models.nic.translation import Fault
 from sim.fast import NEVER, Finished
@@ -31,7 +31,7 @@ from sim.scenario.schema import Scenario
 @dataclass(frozen=True)
 class Move:
     """A move of a workload's source buffer: its translation was zapped at ``zapped_ps``; operations posted
-    from then on reach ``target`` (:func:`models.nic.datapath.memory_target`); the first access after the zap,
+    from then on reach ``target`` (:func:`models.nic.stages.memory_target`); the first access after the zap,
     at ``faulted_ps``, re-faulted and accesses wait until ``ready_ps`` (both None: no access came after it)."""
 
     zapped_ps: int

@@ -46,7 +46,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, memory_target, path, refusal
+from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, path
+from models.nic.refusal import refusal
+from models.nic.stages import memory_target
 from models.nic.wqe import Opcode
 from models.verbs.ah import data_path_qp
 from models.verbs.send_checks import check_send_wr
@@ -59,7 +61,8 @@ from sim.fast_events import Move, Solved, Watch
 from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.operations import OperationTable
 from sim.scenario.resolve import nic_params
-from sim.scenario.schema import Scenario, WorkloadSpec
+from sim.scenario.schema import Scenario
+from sim.scenario.workloads import WorkloadSpec
 from sim.tables import RunResult, StreamedSummaries, operation_rows, workload_tables
 
 

@@ -16,14 +16,16 @@ from models.nic.transport import QpType, receive_overhead
 from models.verbs.ah import ibv_create_ah, ibv_query_gid
 from models.verbs.qp_state import AhAttr
 from models.verbs.query import ibv_query_port
-from models.verbs.verbs import PERFTEST_QKEY, ibv_create_cq, ibv_create_qp
+from models.verbs.cq import ibv_create_cq
+from models.verbs.qp import PERFTEST_QKEY, ibv_create_qp
 from models.verbs.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
 from sim.build import Testbed, build, qp_device
 from sim.core.errors import InvariantViolation
 from sim.events import log_unreached, schedule_events
 from sim.library import run_library
 from sim.operations import OperationTable
-from sim.scenario.schema import Scenario, WorkloadSpec
+from sim.scenario.schema import Scenario
+from sim.scenario.workloads import WorkloadSpec
 from sim.tables import RunResult, registrations_table
 
 Progress = Callable[[int], None]

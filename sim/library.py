@@ -11,8 +11,8 @@ from models.libs.rcache import RcacheParams
 from models.libs import studies
 from sim.build import Testbed
 from sim.core.units import ps_to_us
-from sim.scenario.schema import (DmExport, FallbackChains, LibraryStack, MultiNicServer, RcacheChurn,
-                                 RegistrationOrder, Scenario)
+from sim.scenario.schema import Scenario
+from sim.scenario.studies import DmExport, FallbackChains, LibraryStack, MultiNicServer, RcacheChurn, RegistrationOrder
 
 
 def run_library(bed: Testbed, scenario: Scenario) -> list[dict]:

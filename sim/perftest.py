@@ -33,7 +33,8 @@ from sim.perftest_args import IGNORED, TESTS, UsageError, check, parser
 from sim.perftest_report import RULE, bandwidth_column, format_summary, format_values, iteration_lines, one_way
 from sim.scenario.loader import validate
 from sim.scenario.refs import check_references
-from sim.scenario.schema import Scenario, WorkloadSpec
+from sim.scenario.schema import Scenario
+from sim.scenario.workloads import WorkloadSpec
 from sim.scenario.yaml_reader import PositionMap
 
 NUMBER = r"\d+"

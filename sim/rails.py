@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from models.fabric import RETH
-from models.nic.datapath import memory_target
+from models.nic.stages import memory_target
 from models.pcie.server import flow_rates, topo_matrix
 from sim.build import Testbed
 from sim.core import PS_PER_S

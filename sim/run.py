@@ -13,7 +13,8 @@ from sim.core.errors import DeadlockError
 from sim.fast_plan import run_fast
 from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.operations import OperationTable
-from sim.scenario.schema import Scenario, WorkloadSpec
+from sim.scenario.schema import Scenario
+from sim.scenario.workloads import WorkloadSpec
 from sim.tables import RunResult, workload_tables
 
 

@@ -97,6 +97,29 @@ def test_the_arrows_point_one_way():
     assert not wrong
 
 
+def package_order() -> dict[str, int]:
+    """Each package (or module at the top) of ``models/`` and its place in the page's order, 0 the highest."""
+    text = " ".join(PAGE.read_text().split())
+    order = re.search(r"inside `models/`, imports point down the list `([^`]+)`", text)[1]
+    return {name: k for k, place in enumerate(order.split(" → ")) for name in place.split(" / ")}
+
+
+def test_the_packages_of_models_import_down_their_order():
+    place, wrong = package_order(), []
+    imports = _imports()
+    unplaced = {m.split(".")[1] for m in imports if m.startswith("models.")} - set(place)
+    assert not unplaced, f"give these a place in docs/contributing.md's package order: {sorted(unplaced)}"
+    for module, targets in imports.items():
+        if not module.startswith("models."):
+            continue
+        own = module.split(".")[1]
+        for target in targets:
+            parts = target.split(".")
+            if parts[0] == "models" and len(parts) > 1 and parts[1] != own and place[parts[1]] <= place[own]:
+                wrong.append(f"{module} -> {target}")
+    assert not wrong
+
+
 def _resolve(target: str, modules: set[str]) -> str | None:
     """The module ``target`` names (``from pkg import name`` names ``pkg``)."""
     while target and target not in modules:

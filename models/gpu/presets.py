@@ -23,7 +23,7 @@ class GpuParams:
     hbm_bw_Bps: float
     """Peak HBM bandwidth (read + write traffic)."""
     pcie: str
-    """Host link, a key of ``models.presets.PCIE_PRESETS`` (``"gen5x16"``)."""
+    """Host link, a key of ``models.pcie.presets.PCIE_PRESETS`` (``"gen5x16"``)."""
     page_sizes: tuple[int, ...] = (64 * KiB, 2 * MiB)
     """GPU page-table page sizes (small/big pages; the allocator's granularity is the largest)."""
     alloc_granularity: int = 2 * MiB

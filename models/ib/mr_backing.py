@@ -119,7 +119,7 @@ class OdpBacking(MrBacking):
 
 def migrate_pages(mr, addr: int, length: int) -> str:
     """The kernel migrates the host pages of ``[addr, addr+length)`` under ``mr``
-    (:class:`~models.verbs.verbs.MemoryRegion`, a host buffer): an ODP MR's notifier zaps their translation (the
+    (:class:`~models.verbs.mr.MemoryRegion`, a host buffer): an ODP MR's notifier zaps their translation (the
     NIC re-faults on next access); any other MR holds a long-term pin and the migration fails. Returns the
     event-log outcome."""
     if mr.backing is not None and mr.backing.mode == "odp":

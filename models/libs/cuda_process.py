@@ -27,7 +27,7 @@ import numpy as np
 
 from models.dmabuf.gpu_export import Gpu, GpuAllocation
 from models.verbs.peermem import peermem_reclaim
-from models.verbs.verbs import MemoryRegion
+from models.verbs.mr import MemoryRegion
 
 FreeHook = Callable[[int, int], None]
 """A memory hook: called with the address and size of an allocation about to be freed."""

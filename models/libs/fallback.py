@@ -42,7 +42,8 @@ from models.nic.wqe import Access
 from models.node import Node
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr
 from models.verbs.peermem import ibv_reg_mr_peermem
-from models.verbs.verbs import MemoryRegion, ProtectionDomain, ibv_reg_mr
+from models.verbs.device import ProtectionDomain
+from models.verbs.mr import MemoryRegion, ibv_reg_mr
 from sim.core import VerbsError
 
 Method = Literal["dmabuf", "peermem", "host-staging"]

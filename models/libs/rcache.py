@@ -33,7 +33,7 @@ from models.libs.fallback import ChainResult, Policy, Stack, register_chain
 from models.nic.translation import Fault, mr_bytes
 from models.nic.wqe import Access
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr
-from models.verbs.verbs import MemoryRegion, ibv_dereg_mr
+from models.verbs.mr import MemoryRegion, ibv_dereg_mr
 from sim.core import PS_PER_NS, VerbsError
 
 LookupOutcome = Literal["hit", "miss", "stale-hit", "rejected-stale"]
@@ -219,7 +219,7 @@ class RegistrationCache:
 
     def write(self, region: Region, addr: int, payload: np.ndarray) -> WriteOutcome:
         """An RDMA WRITE of ``payload`` lands at ``addr`` through ``region``'s MR (the responder NIC's rkey check
-        and translation decide where, as in :mod:`models.nic.datapath`); report where it went."""
+        and translation decide where, as in :mod:`models.nic.work_request`); report where it went."""
         mr, length = region.mr, len(payload)
         now = self.stack.pd.context.env.now
         if not mr.allows(addr, length, int(Access.REMOTE_WRITE)):

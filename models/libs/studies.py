@@ -19,7 +19,8 @@ from models.pcie.server import (RailLayout, build_rail_server, cross_rail_nic, d
                                 rail_nics, topo_matrix)
 from models.nic.wqe import Access
 from models.verbs.dm import ibv_alloc_dm, ibv_dm_export_dmabuf_fd, ibv_free_dm
-from models.verbs.verbs import Context, ibv_dereg_mr, ibv_reg_mr
+from models.verbs.device import Context
+from models.verbs.mr import ibv_dereg_mr, ibv_reg_mr
 from sim.core import SimError
 from sim.core.units import format_time
 

@@ -23,11 +23,12 @@ import numpy as np
 
 from models.nic.mtt_cache import MttParams, stream_Bps
 from models.pcie.link import PcieParams
-from models.presets import NIC_PCIE, PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "lmcache_mr_cliff.json"
-LINK = PcieParams(**PCIE_PRESETS[NIC_PCIE["connectx5"]])
-"""The testbed NIC's host link as modelled: a 100 GbE ConnectX-5's PCIe Gen3 x16."""
+LINK = PcieParams(**PCIE_PRESETS["gen3x16"])
+"""The testbed NIC's host link as modelled: a 100 GbE ConnectX-5's PCIe Gen3 x16 (its preset's,
+:data:`models.presets.NIC_PCIE`)."""
 GiB = 1 << 30
 
 

@@ -135,7 +135,7 @@ class Nic:
         self.atomic_unit = FifoServer(f"{name}.atomic_unit")
         """Serves incoming atomics one at a time (so they are atomic across QPs), ``params.atomic_ps`` each."""
         self.mrs: dict[int, Any] = {}
-        """The registered MRs (:class:`~models.verbs.verbs.MemoryRegion`) by key."""
+        """The registered MRs (:class:`~models.verbs.mr.MemoryRegion`) by key."""
         self.device_memory: list[Any] = []
         """Allocated device memory (:class:`~models.verbs.dm.DeviceMemoryAllocation`), oldest first."""
         self.mtt: MttCache | None = None
@@ -215,7 +215,7 @@ class Nic:
 
 
 def flush_qps(qps: list) -> str:
-    """Move each QP of ``qps`` (:class:`~models.verbs.verbs.QueuePair`) to ERR: the NIC flushes their outstanding
+    """Move each QP of ``qps`` (:class:`~models.verbs.qp.QueuePair`) to ERR: the NIC flushes their outstanding
     work requests. Returns the event-log outcome."""
     for qp in qps:
         qp.to_error()

@@ -25,7 +25,7 @@ def remote_right(opcode: Opcode) -> int:
 
 
 def remote_status(qp, wr: SendWR) -> WcStatus | None:
-    """Whether the responder of ``qp`` (a connected :class:`~models.verbs.verbs.QueuePair`) accepts ``wr``: None,
+    """Whether the responder of ``qp`` (a connected :class:`~models.verbs.qp.QueuePair`) accepts ``wr``: None,
     or the status of the requester's error completion."""
     responder, needed = qp.remote, _RIGHT[wr.opcode]
     if responder.state is not QP_RTS or not responder.attr.qp_access_flags & needed:

@@ -71,7 +71,7 @@ class MrBacking:
 
 def mr_bytes(mr, addr: int, length: int) -> np.ndarray:
     """A writable view of ``[addr, addr+length)`` (in the MR's iova space) of
-    :class:`~models.verbs.verbs.MemoryRegion` ``mr`` as the NIC reaches it now."""
+    :class:`~models.verbs.mr.MemoryRegion` ``mr`` as the NIC reaches it now."""
     offset = addr - mr.iova
     reached = mr.backing.reached_bytes(mr) if mr.backing is not None else None
     if reached is None:

@@ -122,7 +122,7 @@ class PcieParams:
 
     def lone_read_ps(self, nbytes: int) -> int:
         """Latency of one aligned DMA read of ``nbytes`` alone on the link, first request out to the data in the
-        engine, as the event engine's read stages (:func:`models.nic.datapath.dma_read`) give it (ps): the first
+        engine, as the event engine's read stages (:func:`models.nic.stages.dma_read`) give it (ps): the first
         request's wire time, the round trip, every completion's wire time and the size term, each in whole ps.
 
         Later requests go out while the first one's round trip runs, so they cost nothing here as long as a request
@@ -173,7 +173,7 @@ def write_issue(link: PcieLink) -> list[Stage]:
 
 def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[Stage, int] | None:
     """How a DMA read of ``nbytes`` by the device below ``link`` holds its read tags, whose route has a read
-    latency of ``round_trip_ps``: the tag-pool stage (see :mod:`models.nic.datapath`) and the least time its
+    latency of ``round_trip_ps``: the tag-pool stage (see :mod:`models.nic.stages`) and the least time its
     completions take on the device's link (ps). None when tags are unlimited.
 
     The pool serves the read for max(its requests' summed round trips / ``read_tags``, its completions' link

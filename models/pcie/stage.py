@@ -1,6 +1,6 @@
 """One stage of a message's path: a claim on a FIFO server with its service, head and tail times, then a delay.
 
-See :mod:`models.nic.datapath` for how a message streams through a list of them.
+See :mod:`models.nic.stages` for how a message streams through a list of them.
 """
 
 from __future__ import annotations

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from models.ib.implicit_odp import MLX5_IMR_KSM_ENTRIES, MLX5_IMR_MTT_SIZE, ImplicitOdpBacking
 from models.ib.mr_checks import PAGE_SIZE
 from models.nic.wqe import Access, Sge
-from models.verbs.verbs import MemoryRegion, ProtectionDomain
+from models.verbs.device import ProtectionDomain
+from models.verbs.mr import MemoryRegion
 from sim.core import PS_PER_US, VerbsError
 
 

@@ -28,7 +28,7 @@ class AddressHandle:
     """``struct ibv_ah``: a copy of the ``ibv_ah_attr`` it was created with."""
 
     pd: object
-    """The :class:`~models.verbs.verbs.ProtectionDomain`."""
+    """The :class:`~models.verbs.device.ProtectionDomain`."""
     attr: AhAttr
     destroyed: bool = False
 
@@ -82,7 +82,7 @@ def ibv_query_gid(context, port_num: int, index: int) -> bytes:
 
 
 def datagram_destination(qp, wr: SendWR):
-    """The UD QP (a :class:`~models.verbs.verbs.QueuePair`) a work request posted on the UD ``qp`` is delivered to.
+    """The UD QP (a :class:`~models.verbs.qp.QueuePair`) a work request posted on the UD ``qp`` is delivered to.
 
     :raises VerbsError: ``EINVAL`` for no AH, or one destroyed or of another PD's device.
     :raises ProtocolError: the address names no port of the fabric (the model has nowhere to carry the datagram).

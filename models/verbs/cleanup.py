@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from models.nic.nic import flush_qps
 from models.node import Node
-from models.verbs.verbs import MemoryRegion, QueuePair, ibv_dereg_mr
+from models.verbs.mr import MemoryRegion, ibv_dereg_mr
+from models.verbs.qp import QueuePair
 
 
 def uverbs_destroy_ufile_hw(node: Node, qps: list[QueuePair], mrs: list[MemoryRegion]) -> str:

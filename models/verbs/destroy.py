@@ -5,14 +5,16 @@ An object another one still uses cannot be destroyed: uverbs refuses with ``EBUS
 (``uverbs_free_pd`` in drivers/infiniband/core/uverbs_std_types.c, ``ib_destroy_cq_user`` and
 ``ib_destroy_srq_user`` in verbs.c: MRs, QPs and SRQs hold their PD, QPs their send and receive CQs and their SRQ).
 Closing the device file destroys everything regardless (the ucontext cleanup), which is the caller's loop over these
-functions in reverse order of creation. ``ibv_dereg_mr`` is :func:`models.verbs.verbs.ibv_dereg_mr`.
+functions in reverse order of creation. ``ibv_dereg_mr`` is :func:`models.verbs.mr.ibv_dereg_mr`.
 """
 
 from __future__ import annotations
 
 from models.nic.transport import QpType
 from models.verbs.receive_queue import SharedReceiveQueue
-from models.verbs.verbs import CompletionQueue, ProtectionDomain, QueuePair, cq_clean
+from models.verbs.cq import CompletionQueue, cq_clean
+from models.verbs.device import ProtectionDomain
+from models.verbs.qp import QueuePair
 from sim.core import VerbsError
 
 

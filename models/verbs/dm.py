@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from models.dmabuf import dma_buf_fd
 from models.dmabuf.revoke import Revocation, UverbsDmabufExporter
-from models.verbs.verbs import Context
+from models.verbs.device import Context
 from models.versions import RDMA_CORE_DM_DMABUF, Version
 from sim.core import VerbsError
 

@@ -16,7 +16,8 @@ from models.ib.mkey_page import EXPORTER_RUN, mkey_page_size, page_segments
 from models.ib.mr_checks import MELLANOX_VENDOR_ID, efa_alloc_mr, ib_check_mr_access, mlx5r_umr_can_load_pas
 from models.nic.translation import DmabufImporter
 from models.nic.wqe import Access
-from models.verbs.verbs import MemoryRegion, ProtectionDomain, reg_create
+from models.verbs.device import ProtectionDomain
+from models.verbs.mr import MemoryRegion, reg_create
 from models.versions import RDMA_CORE_DMABUF, RDMA_CORE_MLX5DV_DMABUF, Version
 from sim.core import VerbsError
 

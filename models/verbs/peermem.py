@@ -14,8 +14,8 @@ from models.dmabuf.gpu_export import GpuAllocation
 from models.ib.mkey_page import ib_umem_num_dma_blocks, mkey_page_size, page_segments
 from models.ib.mr_backing import PeerMemBacking, PeerMemParams
 from models.nic.wqe import Access
-from models.verbs.verbs import (REG_MR_FIXED_PS, MemoryRegion, ProtectionDomain, check_reg_args, reg_create,
-                                 trace_registration)
+from models.verbs.device import ProtectionDomain
+from models.verbs.mr import REG_MR_FIXED_PS, MemoryRegion, check_reg_args, reg_create, trace_registration
 from sim.core import VerbsError
 
 
@@ -23,7 +23,7 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
                        params: PeerMemParams = PeerMemParams()) -> MemoryRegion:
     """Register ``[alloc.addr + offset, +length)`` through the peer-memory client.
 
-    :raises VerbsError: as :func:`~models.verbs.verbs.ibv_reg_mr`; ``EFAULT`` for a range outside the allocation;
+    :raises VerbsError: as :func:`~models.verbs.mr.ibv_reg_mr`; ``EFAULT`` for a range outside the allocation;
         ``EFAULT`` too when its GPU pages do not fit in what is left of the GPU's BAR1 (``nvidia_p2p_get_pages``
         fails in the client's probe, :mod:`models.gpu.bar1`).
     """

@@ -12,7 +12,7 @@ from models.ib.implicit_odp import odp_supports_implicit
 from models.nic.device import PORT_NUM, AtomicCap, rdma_is_port_valid
 from models.nic.port_rates import PORT_RATES
 from models.verbs.qp_state import PathMtu
-from models.verbs.verbs import Context
+from models.verbs.device import Context
 from sim.core import VerbsError
 
 

@@ -155,7 +155,7 @@ class SharedReceiveQueue(ReceiveQueue):
     IBV_EVENT_SRQ_LIMIT_REACHED once when the receives left drop below it, then disarms (``srq_limit`` 0)."""
 
     pd: object
-    """The :class:`~models.verbs.verbs.ProtectionDomain` it was created on."""
+    """The :class:`~models.verbs.device.ProtectionDomain` it was created on."""
     max_wr: int
     max_sge: int
     handle: int

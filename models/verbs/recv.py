@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from models.nic.wqe import QpState, RecvWR
 from models.verbs.receive_queue import AsyncEvent, SharedReceiveQueue, srq_geometry
-from models.verbs.verbs import Context, ProtectionDomain, QueuePair
+from models.verbs.device import Context, ProtectionDomain
+from models.verbs.qp import QueuePair
 from sim.core import VerbsError
 
 SRQ_MAX_WR, SRQ_LIMIT = 1 << 0, 1 << 1

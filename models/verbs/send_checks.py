@@ -27,7 +27,7 @@ from sim.core import VerbsError
 
 
 def check_send_wr(qp, wr: SendWR) -> None:
-    """The checks of ``_mlx5_post_send`` on ``wr`` posted to ``qp`` (a :class:`~models.verbs.verbs.QueuePair`
+    """The checks of ``_mlx5_post_send`` on ``wr`` posted to ``qp`` (a :class:`~models.verbs.qp.QueuePair`
     able to send).
 
     :raises VerbsError: ENOMEM, EOPNOTSUPP or EINVAL as the module says.

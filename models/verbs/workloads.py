@@ -30,7 +30,9 @@ from models.nic.datapath import work_request_path
 from models.nic.transport import QpType, acknowledged
 from models.nic.wqe import FETCH_AND_ADD, SEND_SIGNALED, WC_SUCCESS, Opcode, RecvWR, SendWR, Sge, WcStatus
 from models.verbs.recv import ibv_post_recv
-from models.verbs.verbs import MemoryRegion, QueuePair, ibv_poll_cq, ibv_post_send
+from models.verbs.cq import ibv_poll_cq
+from models.verbs.mr import MemoryRegion
+from models.verbs.qp import QueuePair, ibv_post_send
 from sim.core.steps import Check, Delay, Fork, Mark, Rebase, Step, Wait, Wake, walk_order
 
 PERFTEST_WRITE_LAT_INLINE = 220

@@ -21,7 +21,7 @@ from models.verbs.qp_state import AhAttr as AHAttr
 from models.verbs.qp_state import PathMtu, QpAttrMask, QpType
 from models.verbs.receive_queue import AsyncEventType
 from models.verbs.recv import SRQ_LIMIT, SRQ_MAX_WR
-from models.verbs.verbs import REREG_CHANGE_ACCESS, REREG_CHANGE_PD, REREG_CHANGE_TRANSLATION
+from models.verbs.mr import REREG_CHANGE_ACCESS, REREG_CHANGE_PD, REREG_CHANGE_TRANSLATION
 from sim.api.ah import AH
 from sim.api.device import CQ, PD, WC, AsyncEvent, Context
 from sim.api.dm import DM, AllocDmAttr

@@ -11,7 +11,8 @@ from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_cq
 from models.verbs.query import ibv_query_device, ibv_query_port
 from models.verbs.receive_queue import AsyncEventType
 from models.verbs.recv import ibv_get_async_event
-from models.verbs.verbs import ibv_alloc_pd, ibv_create_cq, ibv_open_device, ibv_poll_cq
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
 from sim.api.resource import Resource
 from sim.api.sge import SGE, sge_list
 from sim.api.testbed import TESTBED, Testbed, duration_ps
@@ -52,7 +53,7 @@ class Context(Resource):
         self.testbed, self.name = testbed, name
         self.ctx = ibv_open_device(testbed.bed.nodes[name], testbed.bed.env, testbed.bed.fabric,
                                    cap_net_raw=cap_net_raw)
-        """The verbs layer's context (:class:`models.verbs.verbs.Context`)."""
+        """The verbs layer's context (:class:`models.verbs.device.Context`)."""
         self._objects: list[Resource] = []
 
     @property
@@ -116,7 +117,7 @@ class PD(Resource):
         context._check_open("ibv_alloc_pd")
         self.context = context
         self.pd = ibv_alloc_pd(context.ctx)
-        """The verbs layer's PD (:class:`models.verbs.verbs.ProtectionDomain`)."""
+        """The verbs layer's PD (:class:`models.verbs.device.ProtectionDomain`)."""
         context._adopt(self)
 
     def advise_mr(self, advice: int, flags: int, sg_list: list[SGE]) -> None:
@@ -148,7 +149,7 @@ class CQ(Resource):
         context._check_open("ibv_create_cq")
         self.context = context
         self.cq = ibv_create_cq(context.ctx, cqe)
-        """The verbs layer's CQ (:class:`models.verbs.verbs.CompletionQueue`)."""
+        """The verbs layer's CQ (:class:`models.verbs.cq.CompletionQueue`)."""
         self.cq_context, self.channel, self.comp_vector = cq_context, channel, comp_vector
         context._adopt(self)
 

@@ -11,7 +11,7 @@ import numpy as np
 from models.ib.implicit_odp import SIZE_MAX
 from models.nic.wqe import Access
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr
-from models.verbs.verbs import ibv_dereg_mr, ibv_reg_mr, ibv_rereg_mr
+from models.verbs.mr import ibv_dereg_mr, ibv_reg_mr, ibv_rereg_mr
 from sim.api.device import PD
 from sim.api.gpu import DmaBuf
 from sim.api.resource import Resource
@@ -25,7 +25,7 @@ class MR(Resource):
     ``Access.ON_DEMAND``) registers an implicit ODP MR over the whole address space, as pyverbs does
     (``ibv_reg_mr(pd, NULL, SIZE_MAX, access)``; ``length`` and ``address`` are ignored).
 
-    :raises VerbsError: as :func:`models.verbs.verbs.ibv_reg_mr` (``EINVAL`` for REMOTE_WRITE without
+    :raises VerbsError: as :func:`models.verbs.mr.ibv_reg_mr` (``EINVAL`` for REMOTE_WRITE without
         LOCAL_WRITE, ``EFAULT`` for an unmapped range, ``ENOMEM`` past RLIMIT_MEMLOCK, ...).
     """
 
@@ -40,7 +40,7 @@ class MR(Resource):
             self._buffer = _host_buffer(pd, length)
             address = self._buffer.addr
         self.mr = ibv_reg_mr(pd.pd, address or 0, length, Access(access))
-        """The verbs layer's MR (:class:`models.verbs.verbs.MemoryRegion`)."""
+        """The verbs layer's MR (:class:`models.verbs.mr.MemoryRegion`)."""
         self.context.testbed._advance(self.mr.reg_ps)
         self.context._adopt(self)
 
@@ -83,7 +83,7 @@ class MR(Resource):
         """``ibv_rereg_mr``: change the MR's translation, PD or access (``IBV_REREG_MR_CHANGE_*`` in ``flags``);
         the clock advances by its cost.
 
-        :raises VerbsError: as :func:`models.verbs.verbs.ibv_rereg_mr`.
+        :raises VerbsError: as :func:`models.verbs.mr.ibv_rereg_mr`.
         """
         self._check_open("ibv_rereg_mr")
         cost = ibv_rereg_mr(self.mr, flags, pd.pd if pd is not None else None, addr, length, Access(access))

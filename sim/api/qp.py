@@ -2,7 +2,7 @@
 in pyverbs' shape (pyverbs/qp.pyx, wr.pyx) over :mod:`models.verbs` (RC, UC and UD queue pairs: RDMA WRITE and READ,
 SEND, the ``*_WITH_IMM`` opcodes and the atomics, SGE lists, receive queues and SRQs; UD's address handles).
 
-State transitions (``to_init``, ``to_rtr``, ``to_rts``, ``modify``) are :func:`~models.verbs.verbs.ibv_modify_qp`
+State transitions (``to_init``, ``to_rtr``, ``to_rts``, ``modify``) are :func:`~models.verbs.qp.ibv_modify_qp`
 with the masks pyverbs passes for the QP's type; they take no simulated time in the model. Posting is asynchronous: the
 work request starts at the current simulated time and its completion arrives in the CQ later (a send's in the send
 CQ, a receive's in the receive CQ).
@@ -20,7 +20,7 @@ from models.verbs import qp_state
 from models.verbs.destroy import ibv_destroy_qp
 from models.verbs.qp_state import PathMtu, QpAttrMask, QpType
 from models.verbs.recv import ibv_post_recv
-from models.verbs.verbs import PERFTEST_MASKS, ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_query_qp
+from models.verbs.qp import PERFTEST_MASKS, ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_query_qp
 from sim.api.device import CQ, PD
 from sim.api.resource import Resource
 from sim.api.sge import SGE, sge_list
@@ -157,7 +157,7 @@ class QP(Resource):
     remote context's :attr:`~sim.api.device.Context.lid`); a UD QP's work requests name theirs
     (:meth:`SendWR.set_wr_ud`).
 
-    :raises VerbsError: as :func:`models.verbs.verbs.ibv_create_qp` (``EINVAL`` for a depth or SGE count beyond
+    :raises VerbsError: as :func:`models.verbs.qp.ibv_create_qp` (``EINVAL`` for a depth or SGE count beyond
         the device's, too much inline data, an SRQ of another device); ``EINVAL`` for a CQ of another device
         context; ``EOPNOTSUPP`` for QP types other than RC, UC and UD.
     """
@@ -179,7 +179,7 @@ class QP(Resource):
                                 max_inline_data=cap.max_inline_data, sq_sig_all=bool(init_attr.sq_sig_all),
                                 recv_cq=rcq.cq, max_recv_wr=cap.max_recv_wr, max_recv_sge=cap.max_recv_sge,
                                 srq=None if srq is None else srq.srq, qp_type=init_attr.qp_type)
-        """The verbs layer's QP (:class:`models.verbs.verbs.QueuePair`)."""
+        """The verbs layer's QP (:class:`models.verbs.qp.QueuePair`)."""
         testbed = self.context.testbed
         testbed._qps[(self.context.lid, self.qp.qp_num)] = self
         testbed._posted[(self.context.lid, self.qp.qp_num)] = deque()
@@ -231,7 +231,7 @@ class QP(Resource):
     def modify(self, qp_attr: QPAttr, attr_mask: int) -> None:
         """``ibv_modify_qp``: set the attributes ``attr_mask`` selects.
 
-        :raises VerbsError: as :func:`models.verbs.verbs.ibv_modify_qp` (``EINVAL`` for an illegal transition or
+        :raises VerbsError: as :func:`models.verbs.qp.ibv_modify_qp` (``EINVAL`` for an illegal transition or
             a missing attribute).
         """
         self._check_open("ibv_modify_qp")
@@ -250,7 +250,7 @@ class QP(Resource):
         its completion, if it is signaled (``SendFlags.SIGNALED`` or ``sq_sig_all``) or fails, arrives in the
         send CQ (``CQ.poll``).
 
-        :raises VerbsError: as :func:`models.verbs.verbs.ibv_post_send` (``EINVAL`` before RTS, ``ENOMEM`` for a
+        :raises VerbsError: as :func:`models.verbs.qp.ibv_post_send` (``EINVAL`` before RTS, ``ENOMEM`` for a
             full send queue, too many SGEs or too much inline data, ``EOPNOTSUPP`` for an atomic on a device
             without atomics, ...).
         :raises ProtocolError: the QP is in RTS but its ``dest_qp_num``/``dlid`` name no QP of the testbed (UD: the

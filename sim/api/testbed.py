@@ -22,7 +22,8 @@ from sim.core.errors import ConfigErrors
 from sim.core.units import parse_time
 from sim.scenario.loader import validate
 from sim.scenario.refs import port_problems
-from sim.scenario.schema import TestbedSpec, check_seed
+from sim.scenario.fields import check_seed
+from sim.scenario.schema import TestbedSpec
 from sim.scenario.yaml_reader import PositionMap, format_path
 
 TESTBED = "<testbed>"

@@ -17,7 +17,7 @@ import pandas as pd
 from models.pcie import closed_form as cf
 from models.pcie.dma_engine import load
 from models.pcie.link import PcieParams
-from models.presets import PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
 from sim.plot.figures import save
 
 SIZES = np.unique(np.concatenate([np.geomspace(8, 2048, 120).astype(int), 256 * np.arange(1, 9)]))

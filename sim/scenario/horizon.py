@@ -13,7 +13,9 @@ from __future__ import annotations
 from models.pcie.link import PcieParams
 from sim.core.units import MAX_CLOCK_PS, PS_PER_S, transfer_ps
 from sim.scenario.resolve import fabric_params, host_params, nic_params, pcie_params
-from sim.scenario.schema import NodeSpec, Scenario, WorkloadSpec
+from sim.scenario.nodes import NodeSpec
+from sim.scenario.schema import Scenario
+from sim.scenario.workloads import WorkloadSpec
 
 HORIZON_PS = MAX_CLOCK_PS // 4
 """About 26 days: a quarter of the clock, headroom for what the estimate leaves out (header bytes, faults,

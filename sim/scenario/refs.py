@@ -9,12 +9,13 @@ from models.gpu import gpu_params
 from models.nic.transport import QpType, receive_overhead
 from models.nic.port_rates import PORT_RATES
 from models.pcie.server import buffer_nics, build_rail_server, qp_nic, rail_nics
-from models.verbs.verbs import check_qp_type
+from models.verbs.qp import check_qp_type
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.core import VerbsError
 from sim.scenario.horizon import check_horizon
 from sim.scenario.resolve import nic_params
-from sim.scenario.schema import NodeSpec, Scenario, TestbedSpec
+from sim.scenario.nodes import NodeSpec
+from sim.scenario.schema import Scenario, TestbedSpec
 
 Problem = tuple[tuple, str]
 """A key path into the scenario and the reason it is wrong."""

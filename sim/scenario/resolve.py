@@ -9,9 +9,11 @@ from models.host import HostParams
 from models.nic.nic import NicParams
 from models.pcie.link import PcieParams
 from models.nic.port_rates import PORT_RATES, PortRate
-from models.presets import NIC_PCIE, NIC_PORT, NIC_PRESETS, PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
+from models.presets import NIC_PCIE, NIC_PORT, NIC_PRESETS
 from models.nic.wqe import Access
-from sim.scenario.schema import FabricSpec, NodeSpec, Scenario, TestbedSpec
+from sim.scenario.nodes import FabricSpec, NodeSpec
+from sim.scenario.schema import Scenario, TestbedSpec
 
 
 def _overrides(spec, mapping: dict[str, str]) -> dict:

@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from sim.core.units import BoundError, UnitError, parse_rate, parse_size, parse_time
-from sim.scenario.schema import Name, Seed, Strict
+from sim.scenario.fields import Name, Seed, Strict
 
 _PARSERS = {"size": parse_size, "time": parse_time, "rate": parse_rate}
 

@@ -11,8 +11,10 @@ from models.nic.wqe import Access, Opcode, SendWR, Sge, WcStatus
 from models.node import Node
 from models.pcie.link import PcieParams
 from models.verbs.advise import ADVISE_MR_IOCTL_PS, IBV_ADVISE_MR_FLAG_FLUSH, AdviseMrAdvice, ibv_advise_mr
-from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_dereg_mr, ibv_open_device,
-                                ibv_poll_cq, ibv_post_send, ibv_reg_mr)
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import ibv_dereg_mr, ibv_reg_mr
+from models.verbs.qp import ibv_create_qp, ibv_post_send
 from sim.core import Environment, VerbsError
 
 ODP = OdpParams()

@@ -16,8 +16,10 @@ from models.nic.wqe import Access, Opcode, QpState, SendFlags, SendWR, Sge, WcSt
 from models.pcie.link import PcieParams
 from models.verbs.qp_state import AhAttr, PathMtu, QPAttr, QpAttrMask
 from models.verbs.qp_state import QpAttrMask as M
-from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device,
-                                ibv_poll_cq, ibv_post_send, ibv_reg_mr)
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import ibv_reg_mr
+from models.verbs.qp import ibv_create_qp, ibv_modify_qp, ibv_post_send
 from sim.core import Environment, VerbsError
 from tests.properties import examples
 

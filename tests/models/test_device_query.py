@@ -17,7 +17,10 @@ from models.presets import NIC_PRESETS, NIC_RATE
 from models.verbs.qp_state import PathMtu
 from models.verbs.query import (LinkLayer, OdpGeneralCaps, OdpTransportCaps, ibv_query_device,
                                 ibv_query_device_ex, ibv_query_port)
-from models.verbs.verbs import ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_open_device, ibv_reg_mr
+from models.verbs.cq import ibv_create_cq
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import ibv_reg_mr
+from models.verbs.qp import ibv_create_qp
 from sim.core import Environment, VerbsError
 from sim.core.units import parse_rate
 

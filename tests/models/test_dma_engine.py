@@ -6,13 +6,14 @@ from dataclasses import replace
 
 import pytest
 
-from models.nic.datapath import dma_read, dma_write, end_times, stream_Bps
+from models.nic.stages import dma_read, dma_write, end_times, stream_Bps
 from models.pcie import closed_form as cf
 from models.pcie import dma_engine
 from models.pcie.link import PcieLink, PcieParams, write_issue
 from models.pcie.tlp import simulate_stream
 from models.pcie.topology import build_topology, device_link, dma_path, dma_read_stages, dma_write_stages
-from models.presets import NIC_PCIE, PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
+from models.presets import NIC_PCIE
 from sim.core import PS_PER_NS
 
 NFP = PcieParams(**PCIE_PRESETS["nfp6000"])

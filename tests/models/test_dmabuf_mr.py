@@ -10,8 +10,10 @@ from models.nic.nic import NicParams
 from models.node import Node
 from models.pcie.link import PcieParams
 from models.nic.wqe import Access, Opcode, SendWR, WcStatus
-from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_dereg_mr, ibv_open_device, ibv_poll_cq,
-                                ibv_post_send, ibv_reg_mr, ibv_rereg_mr)
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import ibv_dereg_mr, ibv_reg_mr, ibv_rereg_mr
+from models.verbs.qp import ibv_create_qp, ibv_post_send
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr
 from models.ib.umem_dmabuf import ib_umem_dmabuf_release
 from models.versions import DEFAULT_KERNEL

@@ -11,7 +11,9 @@ from models.node import Node
 from models.pcie.link import PcieParams
 from models.presets import NIC_PRESETS
 from models.nic.nic import NicParams
-from models.verbs.verbs import ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_open_device
+from models.verbs.cq import ibv_create_cq
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from models.verbs.qp import ibv_create_qp
 from sim.cli import app
 from sim.core import Environment, VerbsError
 from tests.conftest import tiny_yaml

@@ -10,7 +10,9 @@ from models.nic.nic import flush_qps
 from models.nic.wqe import QpState
 from models.verbs.cleanup import uverbs_destroy_ufile_hw
 from models.verbs.peermem import peermem_reclaim
-from models.verbs.verbs import ibv_create_cq, ibv_create_qp, ibv_dereg_mr
+from models.verbs.cq import ibv_create_cq
+from models.verbs.mr import ibv_dereg_mr
+from models.verbs.qp import ibv_create_qp
 from sim.build import build
 from sim.scenario.schema import Scenario
 

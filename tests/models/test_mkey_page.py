@@ -13,7 +13,7 @@ from models.nic.device import DeviceAttrs
 from models.nic.nic import NicParams
 from models.nic.wqe import Access
 from models.verbs.peermem import ibv_reg_mr_peermem
-from models.verbs.verbs import ibv_dereg_mr, ibv_reg_mr
+from models.verbs.mr import ibv_dereg_mr, ibv_reg_mr
 from sim.core import VerbsError
 from tests.models.test_dmabuf_mr import RW, SIZE, Bed
 from tests.properties import examples

@@ -3,14 +3,15 @@
 import numpy as np
 import pytest
 
-from models.nic.datapath import EndTimes, stage_steps
+from models.nic.stages import EndTimes, stage_steps
 from sim.core.interpreter import Operation, compile_steps
 from sim.core.steps import Rebase, Wake
 from models.nic.mtt_cache import (MTT_PRESETS, MttAccess, MttCache, MttParams, deep_lookup_ps, stream_Bps,
                                    translation_depth)
 from models.nic.mtt_calibration import LINK, base_Bps, load_points, simulate_Bps, tolerance
 from models.pcie.link import PcieParams
-from models.presets import NIC_PRESETS
+from models.pcie.presets import PCIE_PRESETS
+from models.presets import NIC_PCIE, NIC_PRESETS
 from sim.core import Environment, FifoServer, PS_PER_S, transfer_ps
 
 GiB, MiB, KiB = 1 << 30, 1 << 20, 1 << 10
@@ -22,6 +23,10 @@ def test_presets_cover_the_nic_presets():
     assert {"connectx5", "connectx6", "connectx7", "efa"} <= set(MTT_PRESETS) <= set(NIC_PRESETS)
     for kwargs in MTT_PRESETS.values():
         MttParams(**kwargs)
+
+
+def test_the_testbed_link_is_the_connectx5_presets():
+    assert LINK == PcieParams(**PCIE_PRESETS[NIC_PCIE["connectx5"]])
 
 
 def test_the_model_reproduces_both_sides_of_the_published_cliff_within_their_spread():

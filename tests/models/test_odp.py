@@ -11,8 +11,10 @@ from models.node import Node
 from models.pcie.link import PcieParams
 from models.nic.wqe import Access, Opcode, QpState, SendWR, WcStatus
 from models.verbs.qp_state import QPAttr, QpAttrMask
-from models.verbs.verbs import (REG_MR_FIXED_PS, ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp,
-                                ibv_open_device, ibv_poll_cq, ibv_post_send, ibv_reg_mr)
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import REG_MR_FIXED_PS, ibv_reg_mr
+from models.verbs.qp import ibv_create_qp, ibv_modify_qp, ibv_post_send
 from sim.core import PS_PER_US, Environment, VerbsError
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ

@@ -12,8 +12,10 @@ from models.nic.translation import mr_bytes
 from models.nic.wqe import Access, Opcode, SendWR, WcStatus
 from models.node import Node
 from models.pcie.link import PcieParams
-from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_open_device, ibv_poll_cq,
-                                ibv_post_send, ibv_reg_mr)
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import ibv_reg_mr
+from models.verbs.qp import ibv_create_qp, ibv_post_send
 from sim.core import Environment
 from sim.core.steps import Check, walk_order
 

@@ -6,7 +6,8 @@ import pytest
 from models.fabric import RETH, FabricParams
 from models.nic.wqe import Opcode, SendWR
 from models.verbs.qp_state import PathMtu
-from models.verbs.verbs import ibv_poll_cq, ibv_post_send
+from models.verbs.cq import ibv_poll_cq
+from models.verbs.qp import ibv_post_send
 from tests.models.test_atomics import Bed, reconnect
 
 SIZE, COUNT = 16384, 60

@@ -16,8 +16,10 @@ from models.nic.wqe import SEND_SIGNALED, Access, Opcode, QpState, SendWR, WcSta
 from models.node import Node
 from models.pcie.link import PcieParams
 from models.verbs.qp_state import AhAttr, PathMtu, QPAttr, QpAttrMask as M, QpType, check_modify_qp, rnr_timer_ps
-from models.verbs.verbs import ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device, \
-    ibv_poll_cq, ibv_post_send, ibv_query_qp, ibv_reg_mr
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import ibv_reg_mr
+from models.verbs.qp import ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_query_qp
 from sim.core import PS_PER_US, Environment, VerbsError
 from tests.properties import examples
 

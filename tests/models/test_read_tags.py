@@ -4,7 +4,7 @@ the TLP-level model and the closed form do, and paces queued reads instead of is
 import pytest
 
 from models.pcie import closed_form as cf
-from models.nic.datapath import dma_read, dma_read_stream_Bps, stage_steps
+from models.nic.stages import dma_read, dma_read_stream_Bps, stage_steps
 from sim.core.interpreter import Operation, compile_steps
 from sim.core.steps import Mark, Rebase, Wake
 from models.pcie.link import PcieLink, PcieParams, read_tags

@@ -20,9 +20,11 @@ from models.verbs.query import ibv_query_device
 from models.verbs.receive_queue import AsyncEventType, rq_geometry
 from models.verbs.recv import (SRQ_LIMIT, SRQ_MAX_WR, SrqAttr, ibv_create_srq, ibv_get_async_event,
                                ibv_modify_srq, ibv_post_recv, ibv_post_srq_recv, ibv_query_srq)
-from models.verbs.verbs import (PERFTEST_MIN_RNR_TIMER, PERFTEST_TO_INIT, PERFTEST_TO_RTR, PERFTEST_TO_RTS,
-                                ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device,
-                                ibv_poll_cq, ibv_post_send, ibv_reg_mr)
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import ibv_reg_mr
+from models.verbs.qp import (PERFTEST_MIN_RNR_TIMER, PERFTEST_TO_INIT, PERFTEST_TO_RTR, PERFTEST_TO_RTS, ibv_create_qp,
+                             ibv_modify_qp, ibv_post_send)
 from sim.core import Environment, VerbsError
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ

@@ -11,7 +11,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from models.nic.wqe import Opcode, QpState, RecvWR, SendWR, Sge, WcOpcode, WcStatus
 from models.verbs.qp_state import QPAttr
 from models.verbs.recv import ibv_post_recv
-from models.verbs.verbs import ibv_modify_qp, ibv_poll_cq, ibv_post_send
+from models.verbs.cq import ibv_poll_cq
+from models.verbs.qp import ibv_modify_qp, ibv_post_send
 from sim.core import VerbsError
 from tests.models.test_recv import Bed, connect
 from tests.properties import examples

@@ -14,7 +14,8 @@ from models.node import Node
 from models.pcie.link import PcieParams
 from models.presets import NIC_PRESETS
 from models.verbs.dmabuf import MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT, ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
-from models.verbs.verbs import ibv_alloc_pd, ibv_open_device, ibv_reg_mr
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import ibv_reg_mr
 from sim.core import Environment, VerbsError
 
 LW, RW = Access.LOCAL_WRITE, Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from models.nic.datapath import stream_Bps
+from models.nic.stages import stream_Bps
 from models.pcie.link import PcieLink, PcieParams
 from models.pcie.topology import (LAYOUTS, PeerToPeerError, RootComplexParams, SocketLinkParams, SwitchParams,
                                   build_topology, dma_path, dma_read_stages, dma_write_stages, route)

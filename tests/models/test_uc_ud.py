@@ -22,8 +22,10 @@ from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_qp
 from models.verbs.qp_state import AhAttr, QPAttr, QpAttrMask as M
 from models.verbs.query import ibv_query_port
 from models.verbs.recv import ibv_post_recv
-from models.verbs.verbs import (ibv_alloc_pd, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_open_device,
-                                ibv_poll_cq, ibv_post_send, ibv_reg_mr)
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from models.verbs.mr import ibv_reg_mr
+from models.verbs.qp import ibv_create_qp, ibv_modify_qp, ibv_post_send
 from sim.core import Environment, ProtocolError, VerbsError
 from sim.core.steps import Claim
 

@@ -113,7 +113,7 @@ def test_revoke_exists_from_6_12_and_release_works_either_way(kernel, has_revoke
     else:
         with pytest.raises(ProtocolError, match="6.12"):
             ib_umem_dmabuf_revoke(umem)
-    from models.verbs.verbs import ibv_dereg_mr
+    from models.verbs.mr import ibv_dereg_mr
     ibv_dereg_mr(result.testbed.registrations["g"].mr)
     assert not umem.attach.dmabuf.attachments and umem.attach.dmabuf.priv.pin_count == 0
 

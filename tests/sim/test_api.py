@@ -11,8 +11,9 @@ import pytest
 
 from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_cq, ibv_destroy_qp
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr
-from models.verbs.verbs import (DEREG_MR_FIXED_PS, ibv_create_cq, ibv_create_qp, ibv_modify_qp, ibv_post_send,
-                                ibv_reg_mr)
+from models.verbs.cq import ibv_create_cq
+from models.verbs.mr import DEREG_MR_FIXED_PS, ibv_reg_mr
+from models.verbs.qp import ibv_create_qp, ibv_modify_qp, ibv_post_send
 from models.nic.wqe import SendWR as WorkRequest
 from sim.api import (CQ, MR, PD, QP, SGE, AHAttr, Access, ConfigError, Context, DeadlockError, DmaBuf, DmaBufMR,
                      Opcode, ProtocolError, QPAttr, QPCap, QpAttrMask, QPInitAttr, QpState, SendWR, Testbed,

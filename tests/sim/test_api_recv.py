@@ -12,7 +12,9 @@ from models.verbs.advise import ibv_advise_mr
 from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_qp, ibv_destroy_srq
 from models.verbs.recv import (SrqAttr as FreeSrqAttr, ibv_create_srq, ibv_get_async_event, ibv_modify_srq,
                                ibv_post_recv, ibv_post_srq_recv)
-from models.verbs.verbs import ibv_create_cq, ibv_create_qp, ibv_post_send, ibv_reg_mr
+from models.verbs.cq import ibv_create_cq
+from models.verbs.mr import ibv_reg_mr
+from models.verbs.qp import ibv_create_qp, ibv_post_send
 from sim.api import (ADVISE_MR_FLAG_FLUSH, CQ, MR, PD, QP, SGE, SRQ, SRQ_LIMIT, SRQ_MAX_WR, AdviseMrAdvice, AHAttr,
                      Access, AsyncEventType, Context, Opcode, ProtocolError, QPAttr, QPCap, QPInitAttr, QpState,
                      RecvWR, SendFlags, SendWR, SrqAttr, SrqInitAttr, Testbed, VerbsError, WcFlags, WcOpcode,

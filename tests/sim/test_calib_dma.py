@@ -5,7 +5,7 @@ import pytest
 
 from models.pcie.dma_engine import load
 from models.pcie.link import PcieParams
-from models.presets import PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
 from sim.plot.calib_dma import dma_engine_figure
 
 

@@ -3,7 +3,7 @@
 import typing
 
 from sim.events import SCHEDULERS
-from sim.scenario.schema import Event
+from sim.scenario.events import Event
 
 
 def test_every_event_class_of_the_schema_has_a_scheduler():

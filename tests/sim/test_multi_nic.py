@@ -7,12 +7,13 @@ import networkx as nx
 import pandas as pd
 import pytest
 
-from models.nic.datapath import node_dma_read, node_dma_write
+from models.nic.stages import node_dma_read, node_dma_write
 from models.nic.wqe import Opcode, SendWR, WcStatus
 from models.pcie.server import (RailLayout, build_rail_server, connection, cross_rail_nic, devices, flow_rates,
                                 qp_nic, rail_nics)
 from models.pcie.topology import dma_write_stages, route
-from models.verbs.verbs import ibv_create_cq, ibv_create_qp, ibv_poll_cq, ibv_post_send, poll_stream
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.qp import ibv_create_qp, ibv_post_send, poll_stream
 from sim.build import build, qp_device
 from sim.core import PS_PER_S
 from sim.fast_plan import outside_domain, streams
@@ -165,7 +166,7 @@ def test_rail_aligned_flows_run_at_the_estimate_and_cross_rail_far_below(rates):
 def _simulated_Bps(flows, stages_of, n: int, messages: int = 40) -> list[float]:
     """Each flow's rate when all ``flows`` queue ``messages`` DMAs of ``n`` bytes at once, each through the
     stages ``stages_of(src, dst)`` gives, on the event engine's servers (bytes/s)."""
-    from models.nic.datapath import EndTimes, stage_steps
+    from models.nic.stages import EndTimes, stage_steps
     from sim.core import Environment
     from sim.core.interpreter import Operation, compile_steps
     from sim.core.steps import Rebase, Wake

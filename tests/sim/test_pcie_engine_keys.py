@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from models.presets import PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
 from sim.scenario.resolve import pcie_params
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict

@@ -13,7 +13,7 @@ from sim.perftest import TESTS, perftest_scenario, run_perftest
 from sim.perftest_report import BW_HEADER, BW_HEADER_MIB, GBPS_TO_MIBPS, RULE
 from sim.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
-from sim.scenario.schema import WorkloadSpec
+from sim.scenario.workloads import WorkloadSpec
 from tests.conftest import perftest_streams
 
 
@@ -220,7 +220,7 @@ def test_a_post_list_is_one_call_whose_wqes_the_nic_fetches():
 
 def test_a_list_is_posted_up_to_its_first_bad_work_request():
     from models.nic.wqe import Opcode, SendWR
-    from models.verbs.verbs import ibv_post_send
+    from models.verbs.qp import ibv_post_send
     from sim.build import build
     from sim.core.errors import VerbsError
     from sim.harness import endpoints

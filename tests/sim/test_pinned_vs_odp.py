@@ -7,7 +7,7 @@ from models.ib.implicit_odp import child_create_ps, ksm_update_ps, parent_create
 from models.nic.nic import NicParams, OdpParams
 from models.presets import NIC_PRESETS
 from models.verbs.advise import ADVISE_MR_IOCTL_PS
-from models.verbs.verbs import REG_MR_FIXED_PS
+from models.verbs.mr import REG_MR_FIXED_PS
 from sim.core.errors import ConfigErrors
 from sim.run import run_scenario
 from sim.scenario.loader import validate

@@ -2,10 +2,10 @@
 
 import pytest
 
-from models.nic.datapath import dma_read, end_times
+from models.nic.stages import dma_read, end_times
 from models.nic.mtt_cache import MttParams, deep_lookup_ps
 from models.pcie.link import PcieLink, PcieParams
-from models.presets import PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
 from sim.core import PS_PER_S
 from sim.run import run_scenario
 from sim.scenario.schema import Scenario

@@ -7,7 +7,7 @@ from models.dmabuf.gpu_export import Gpu
 from models.gpu import BAR1_PAGE, gpu_params
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr
 from models.verbs.peermem import ibv_reg_mr_peermem, peermem_reclaim
-from models.verbs.verbs import ibv_dereg_mr
+from models.verbs.mr import ibv_dereg_mr
 from sim.core import VerbsError
 from tests.models.test_dmabuf_mr import RW, Bed
 

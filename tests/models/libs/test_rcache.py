@@ -5,7 +5,8 @@ from hypothesis import given, settings, strategies as st
 from models.libs.fallback import POLICIES
 from models.libs.rcache import RcacheParams, RegistrationCache
 from models.nic.wqe import Opcode, SendWR
-from models.verbs.verbs import ibv_create_cq, ibv_create_qp, ibv_poll_cq, ibv_post_send
+from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.qp import ibv_create_qp, ibv_post_send
 from tests.models.libs.stacks import make_stack
 from tests.properties import examples
 

@@ -5,7 +5,7 @@ import pytest
 from models.libs import studies
 from models.libs.regcost import (GIB, MIB, MOONCAKE_EFA, MOONCAKE_EFA_DATA, UCX_IB_REG_COST, LinearCost, crossover,
                                  fit_linear, zcopy_auto_thresh)
-from models.verbs.verbs import ibv_reg_mr
+from models.verbs.mr import ibv_reg_mr
 from tests.models.libs.stacks import make_stack
 
 PS_PER_MS = 10**9

@@ -99,7 +99,7 @@ def _poster(env, fifo, stream: list[Group]):
             waiter, state["waiter"] = state["waiter"], None
             waiter.succeed()
 
-    def complete(i: int, seen: int) -> None:  # models.nic.datapath._complete_at: in order
+    def complete(i: int, seen: int) -> None:  # models.nic.completion.complete_at: in order
         state["finished"][i] = seen
         while state["next"] in state["finished"]:
             k = state["next"]

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from models.presets import PCIE_PRESETS
+from models.pcie.presets import PCIE_PRESETS
 from sim.cli import app
 from sim.fast_plan import OutsideDomain, outside_domain, slow_for_fast
 from sim.harness import setup_run

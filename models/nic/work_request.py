@@ -1,0 +1,333 @@
+"""One work request's run in the event engine: started at its post, it decides at each check of its path what only
+run time knows (key and state checks, translations and their page faults, data mode's bytes, landing), its
+retransmissions coming from :class:`~models.nic.retransmit.Retransmission` and its completion from
+:mod:`models.nic.completion`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from models.nic.atomics import apply_atomic
+from models.nic.completion import complete_at
+from models.nic.datapath import (ACK_TIMER, READ_SLOT, RECEIVED, REPLY_WIRE, REQUEST_WIRE, SEQUENCE_NAK, Path,
+                                 posted_path, rd_atomic_slots)
+from models.nic.receive import complete_receive, landing_buffer, scatter, with_grh
+from models.nic.refusal import DROPPED, NAK, NO_RECEIVE, NOT_RECEIVING, local_status, receive_refusal
+from models.nic.remote_access import remote_status
+from models.nic.retransmit import Retransmission
+from models.nic.stages import stage_steps, translation_stages
+from models.nic.translation import Fault, mr_bytes, write_payload
+from models.nic.transport import PSN_MASK, Outcome, Waiting, acknowledged, after_gap_closed
+from models.nic.wqe import WC_SUCCESS, QpState, SendWR, Sge, WcStatus
+from sim.core.interpreter import Operation, Semaphore, compile_steps
+from sim.core.steps import Check
+
+
+def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool = False,
+                       posted_ps: int | None = None) -> None:
+    """Start carrying one work request from doorbell to the polled completion on ``qp`` (a connected
+    :class:`~models.verbs.qp.QueuePair`, the verbs layer's object this module reads and updates); ``seq``
+    and ``offset`` are its operation number and position offset under the ordering rule; ``listed``: posted in
+    a list of several; ``posted_ps``: when it was posted, if earlier than now (it waited in SQD)."""
+    env = qp.pd.context.env
+    if qp.gates is None:  # counted at the first post, when the responder's max_dest_rd_atomic is known
+        qp.gates = {READ_SLOT: Semaphore(rd_atomic_slots(qp))}
+    now = env.now
+    sges, sig, found = posted_path(qp, wr, now, listed)
+    run = WorkRequestRun(qp, wr, found, now if posted_ps is None else posted_ps, sges, sig)
+    program = found.program if wr.landed is not None else found.unmarked
+    env.step_runner.start(Operation(program, seq, run, {"poll": qp.poll_delays.next()}, qp.gates,
+                                    offset, qp.turns, qp.seq_of[id(wr)]))
+
+
+Piece = tuple
+"""One local access of a work request: ``(mr, addr, length)``."""
+
+
+class WorkRequestRun(Retransmission):
+    """What the model decides while one work request runs: key and state checks, translations (page faults
+    stall the send queue; a responder-side fault sends an RNR NAK), PSNs, frames a link loses and the retries
+    after them, data mode's bytes, landing and completion."""
+
+    __slots__ = ("qp", "wr", "path", "posted", "sges", "signaled", "status", "payload", "retries", "resume", "local",
+                 "received", "transport_retries", "executed", "psn", "packets", "op", "waiting", "timer_at", "woken",
+                 "nak_psn")
+
+    def __init__(self, qp, wr: SendWR, path: Path, posted: int, sges: Sequence[Sge], sig: bool) -> None:
+        self.qp, self.wr, self.path, self.posted = qp, wr, path, posted
+        self.sges, self.signaled = sges, sig
+        """The work request's :func:`~models.nic.datapath.local_sges` and whether it is
+        :func:`~models.nic.datapath.signaled`, as posted."""
+        self.status = WC_SUCCESS
+        self.payload = None
+        self.retries = qp.rnr_retry
+        self.transport_retries = qp.attr.retry_cnt
+        """Sends again left after lost frames (``retry_cnt``; 7 is seven, not for ever)."""
+        self.executed = False
+        """The responder has executed the request (a copy sent again is then a duplicate)."""
+        self.psn, self.packets = qp.next_psn, path.packets
+        qp.next_psn = (qp.next_psn + self.packets) & PSN_MASK
+        self.local: list[Piece] = []
+        """The local SGEs' MRs as the requester found them when it took up the WQE, with address and length."""
+        self.resume: tuple[tuple, int] | None = None
+        """After translation stages: the steps the data goes on with, and its tail before them."""
+        self.received: tuple | None = None
+        """The receive the responder consumed: its queue and :class:`~models.nic.wqe.RecvWR`."""
+        self.op: Operation | None = None
+        """Its operation while it waits at :data:`ACK_TIMER` (an acknowledgement may end the wait sooner), else None:
+        the operation refers to the run, and a reference back for its whole life would make every work request a
+        cycle for the garbage collector."""
+        self.waiting: Waiting | None = None
+        """Why it waits for its ACK timer (None: it does not), until ``timer_at`` (ps)."""
+        self.timer_at = 0
+        self.woken: Outcome | None = None
+        """What an acknowledgement or NAK that ended its wait early decided."""
+        self.nak_psn: int | None = None
+        """The PSN of the NAK PSN sequence error it carries back, while it does."""
+
+    def check(self, op: Operation, name: str, now: int, head: int, tail: int):
+        """See :class:`sim.core.interpreter.Model`."""
+        if name == ACK_TIMER:
+            self.op = op
+        return _CHECKS[name](self, now, head, tail)
+
+    def _fail(self, status: WcStatus, at: int, program: tuple):
+        """End with ``status``: the rest replaced by ``program`` (the path's ``failed`` or ``rejected``) from
+        ``at``."""
+        self.status = status
+        return program, at, at
+
+    def _requester(self, now: int, head: int, tail: int):
+        qp, wr = self.qp, self.wr
+        nic = qp.node.nic
+        self.local = [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in self.sges]
+        if qp.state.flushes:
+            return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
+        problem = local_status(qp, wr, self.local)
+        if problem is not None:
+            return self._fail(problem, head, self.path.failed)
+        if wr.is_inline:
+            self.payload = _gather(qp.pd.context.env, self.local)
+        return None
+
+    def _source(self, now: int, head: int, tail: int):
+        qp = self.qp
+        backed = [piece for piece in self.local if piece[0].backing is not None]
+        if backed:
+            if qp.sq_stalled_until > now:  # a page fault stalls the send queue: later WQEs wait behind it
+                return qp.sq_stalled_until
+            for mr, addr, length in backed:
+                held = self._translated(mr, addr, length, now, write=False)
+                if held is not None:
+                    return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
+            qp.sq_stalled_until = now
+        self.payload = _gather(qp.pd.context.env, self.local)
+        return self._translation(qp.node, self.local, now, head, tail, self.path.after.get("source"), write=False)
+
+    def _responder(self, now: int, head: int, tail: int):
+        qp, wr = self.qp, self.wr
+        if not qp.remote.psn_synced and acknowledged(qp.qp_type):  # UC and UD requests are not sequence-checked
+            unsynced = self._first_psns(tail)
+            if unsynced is not None:
+                return unsynced
+        if self.executed:  # a duplicate, whatever is missing: acknowledged again (a READ read again), not executed
+            if not wr.opcode.reads_remote:
+                return self.path.rejected, tail, tail
+        elif qp.remote.missing not in (None, self):
+            return self._out_of_sequence(tail, Waiting.BEHIND)
+        else:
+            if qp.remote.missing is self and qp.awaiting:
+                self._wake(now, lambda run: after_gap_closed(run.waiting))
+            qp.remote.missing, qp.remote.nak_sent = None, False
+        if wr.opcode.consumes_receive:
+            return self._receive(now, head, tail)
+        refused = remote_status(qp, wr)
+        unacked = not acknowledged(qp.qp_type)
+        if refused is not None:
+            if unacked:
+                return self._dropped(tail, refused.ibv_name)
+            qp.remote.to_error()  # the responder drops everything after the NAK
+            return self._fail(refused, tail, self.path.rejected)
+        peer, n = qp.remote.node, wr.message_bytes
+        mr = peer.nic.lookup(wr.rkey)
+        if mr.backing is not None:
+            answer = mr.backing.translate(now, wr.remote_addr - mr.iova, n)
+            if unacked and answer is not None:
+                return self._dropped(tail, "page fault" if isinstance(answer, Fault) else "translation refused")
+            if isinstance(answer, Fault):
+                return self._rnr_nak(tail, mr=mr.lkey, retry_at_ps=answer.ready_ps)
+            if answer is not None:
+                qp.remote.to_error()
+                return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.rejected)
+        env, target = qp.pd.context.env, [(mr, wr.remote_addr, n)]
+        if wr.opcode.writes_remote:  # (a WRITE with immediate took its receive above)
+            write_payload(mr, wr.remote_addr, self.payload)
+        elif wr.opcode.is_atomic:  # the read-modify-write happens as the responder accepts it, once
+            if env.data_mode and not self.executed:
+                self.payload = apply_atomic(mr_bytes(mr, wr.remote_addr, n), wr.opcode, wr.compare_add, wr.swap)
+        else:
+            self.payload = _gather(env, target)
+        self._executed()
+        return self._translation(peer, target, now, head, tail, self.path.after["responder"],
+                                 write=wr.opcode.writes_remote or wr.opcode.is_atomic)
+
+    def _dropped(self, tail: int, why: str):
+        """An unacknowledged (UC, UD) responder drops the request (``why`` goes to the trace): nothing comes back
+        and the requester, which completed when it sent it, never learns; a waiter on its landing learns it never
+        landed."""
+        qp = self.qp
+        qp.pd.context.env.trace.instant(f"{qp.remote.node.nic.name}.hw", "RequestDropped", qp=qp.remote.qp_num,
+                                        reason=why)
+        self._never_lands()
+        return (), tail, tail
+
+    def _never_lands(self) -> None:
+        """A waiter on the work request's landing learns that its payload never lands (the value None)."""
+        landed = self.wr.landed
+        if landed is not None and not landed.triggered:
+            landed.succeed(None)
+
+    def _executed(self) -> None:
+        """The responder executed the request: it expects the PSN after it next (a duplicate changes nothing)."""
+        if not self.executed:
+            self.executed = True
+            self.qp.remote.expected_psn = (self.psn + self.packets) & PSN_MASK
+
+    def _receive(self, now: int, head: int, tail: int):
+        """A request that consumes a receive reached the responder. On UC and UD, one the responder cannot take
+        (:func:`receive_refusal`, a faulting buffer) is dropped. On RC, without a receive posted (or with its
+        buffer faulting) an RNR NAK, and the responder drops the QP's later requests until this one comes again (they
+        follow it, go-back-N, each after the same timer from its own arrival); a receive that cannot take the
+        message (:func:`~models.nic.receive.receive_problem`) completes in error on the responder and the requester
+        gets the NAK's error; else the payload lands in the receive's buffers (or, for a WRITE with immediate,
+        through the rkey) and the receive completes when its CQE is written."""
+        qp, wr = self.qp, self.wr
+        responder, env = qp.remote, qp.pd.context.env
+        if acknowledged(qp.qp_type):
+            if qp.state is QpState.ERR:  # sent again behind a request that failed: flushed
+                return self._fail(WcStatus.WR_FLUSH_ERR, tail, self.path.rejected)
+            if responder.rnr_blocked not in (None, self):
+                return self._sent_again(tail)  # go-back-N: dropped behind an RNR-NAKed request, sent again after it
+        queue = responder.receives
+        recv = queue.peek()
+        kind, why = receive_refusal(qp, wr, recv)
+        if kind is DROPPED:
+            return self._dropped(tail, why)
+        if kind is NAK:
+            responder.to_error()
+            return self._fail(why, tail, self.path.rejected)
+        if kind is NOT_RECEIVING:  # the responder drops it: the requester's retries run out
+            return self._fail(why, tail, self.path.rejected)
+        if kind is NO_RECEIVE:
+            responder.rnr_blocked = self  # (for good when its retries run out: the later ones are flushed)
+            return self._rnr_nak(tail, qp=responder.qp_num, reason=why)
+        responder.rnr_blocked = None
+        mr, addr, length = landing_buffer(responder, recv, wr)
+        problem = why
+        if problem is None and mr is not None and mr.backing is not None:
+            answer = mr.backing.translate(now, addr - mr.iova, length)
+            if isinstance(answer, Fault):
+                if not acknowledged(qp.qp_type):
+                    return self._dropped(tail, "page fault")
+                return self._rnr_nak(tail, mr=mr.lkey, retry_at_ps=answer.ready_ps)
+            if answer is not None:
+                problem = (WcStatus.LOC_PROT_ERR, WcStatus.REM_ACCESS_ERR if wr.opcode.writes_remote
+                           else WcStatus.REM_OP_ERR)
+        queue.take()
+        if problem is not None:
+            complete_receive(env, responder, queue, recv, wr, problem[0], qp.qp_num, now)
+            responder.to_error()
+            if not acknowledged(qp.qp_type):
+                return self._dropped(tail, problem[0].ibv_name)
+            return self._fail(problem[1], tail, self.path.rejected)
+        self.received = (queue, recv)
+        self._executed()
+        if wr.opcode.writes_remote:
+            write_payload(mr, addr, self.payload)
+        else:
+            scatter(responder.node.nic, recv, with_grh(qp, wr, self.payload))
+        return self._translation(responder.node, [(mr, addr, length)], now, head, tail, self.path.after["responder"],
+                                 write=True)
+
+    def _response(self, now: int, head: int, tail: int):
+        qp = self.qp
+        for mr, addr, length in self.local:
+            if mr.backing is not None:  # the response is written through the local MR's translation
+                held = self._translated(mr, addr, length, now, write=True)
+                if held is not None:
+                    return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
+        _scatter(self.local, self.payload)
+        return self._translation(qp.node, self.local, now, head, tail, self.path.after["response"], write=True)
+
+    def _translated(self, mr, addr: int, length: int, now: int, *, write: bool):
+        """A requester-side NIC access of ``length`` bytes through ``mr`` at ``now``: None when it goes on, the
+        time a page fault holds it until, or the error status."""
+        answer = mr.backing.translate(now, addr - mr.iova, length)
+        if answer is None:
+            return None
+        if not isinstance(answer, Fault):
+            return answer
+        self.qp.pd.context.env.trace.instant(f"{self.qp.node.nic.name}.hw", "AccessStalled", mr=mr.lkey,
+                                             until_ps=answer.ready_ps, write=write)
+        return answer.ready_ps
+
+    def _translation(self, node, pieces: list[Piece], now: int, head: int, tail: int, rest, *, write: bool):
+        """After an access is allowed: the NIC's translation-cache and IO-TLB stages of each piece (when the node
+        models them) run from ``head``; the data goes on with ``rest`` of the steps once they are done, its tail
+        no earlier than then. None when there are none."""
+        if rest is None or not pieces or (node.nic.mtt is None and node.iommu is None):
+            return None
+        extra = [s for mr, addr, length in pieces for s in translation_stages(node, mr, addr, length, now, write=write)]
+        if not extra:
+            return None
+        self.resume = (compile_steps(rest), tail)
+        return compile_steps((*stage_steps(extra), Check("translation_done"))), head, head
+
+    def _translation_done(self, now: int, head: int, tail: int):
+        program, before = self.resume
+        return program, head, max(before, head)
+
+    def _received(self, now: int, head: int, tail: int):
+        """The responder's receive CQE is in memory: the receive completes."""
+        queue, recv = self.received
+        complete_receive(self.qp.pd.context.env, self.qp.remote, queue, recv, self.wr, WcStatus.SUCCESS,
+                         self.qp.qp_num, now)
+
+    def mark(self, op: Operation, name: str, head: int, tail: int) -> None:
+        """The payload has landed (``name`` is ``landed``): a waiter on the work request learns when."""
+        if self.wr.landed is not None:
+            landed, signal = tail - self.path.landed_back_ps, self.wr.landed
+            env = self.qp.pd.context.env
+            env.timeout(landed - env.now).callbacks.append(lambda _event: signal.succeed(landed))
+
+    def wake(self, op: Operation, head: int) -> None:
+        """The CPU sees the completion at ``head``."""
+        complete_at(self.qp.pd.context.env, self.qp, self.wr, self.status, self.posted, head, self.signaled)
+
+
+_CHECKS = {name: getattr(WorkRequestRun, "_" + name)
+           for name in ("requester", "source", "responder", "response", "translation_done", RECEIVED, REQUEST_WIRE,
+                        REPLY_WIRE, ACK_TIMER, SEQUENCE_NAK)}
+"""The method deciding each :class:`~sim.core.steps.Check` of a work request's path, by the check's name."""
+
+
+def _gather(env, pieces: list[Piece]):
+    """Data mode: the bytes the NIC reads through each piece's MR translation now, one after the other (None when
+    data mode is off)."""
+    if not env.data_mode:
+        return None
+    if not pieces:
+        return np.zeros(0, np.uint8)
+    return np.concatenate([mr_bytes(mr, addr, length) for mr, addr, length in pieces])
+
+
+def _scatter(pieces: list[Piece], payload) -> None:
+    """Data mode: the NIC writes ``payload`` through the pieces' translations now, filling each in turn."""
+    if payload is None:
+        return
+    at = 0
+    for mr, addr, length in pieces:
+        mr_bytes(mr, addr, length)[:] = payload[at:at + length]
+        at += length
