@@ -249,7 +249,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
 def _refused(ends: list[Stream]) -> str | None:
     """Why some work requests of ``ends`` would be refused by ``ibv_post_send``, complete in error or be dropped,
     which the vectorized core does not solve (:func:`models.verbs.send_checks.check_send_wr` and
-    :func:`models.nic.datapath.refusal` on one of each size, both ways for a ping-pong); None when all succeed."""
+    :func:`models.nic.refusal.refusal` on one of each size, both ways for a ping-pong); None when all succeed."""
     for end in ends:
         work = end.work
         opcode, inline = workload_opcode(work), inline_threshold(work)
@@ -350,7 +350,7 @@ def _settled(ends: list[Stream], solved: Solved) -> int:
 
 class Stream(NamedTuple):
     """One QP's stream of a workload on the testbed: its requester and responder ends, their buffers' names and
-    where their MRs' accesses went when the workloads started (:func:`models.nic.datapath.memory_target`)."""
+    where their MRs' accesses went when the workloads started (:func:`models.nic.stages.memory_target`)."""
 
     work: WorkloadSpec
     src: Endpoint
