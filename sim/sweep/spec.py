@@ -8,6 +8,7 @@ variant's ``set`` does: list items by index or by ``name``) or ``variant`` (the 
 * ``random``: ``samples`` points, each drawing every ``params`` path from a distribution with the sweep seed.
 
 The three combine as a product (grid x zip x random); ``repetitions`` repeats each point with another seed.
+A sweep that would expand to more than ``max_runs`` runs is refused before any point is built.
 """
 
 from __future__ import annotations
@@ -94,6 +95,10 @@ class RandomAxes(Strict):
 
 
 Values = Annotated[list[Any], Field(min_length=1)]
+DEFAULT_MAX_RUNS = 10_000
+"""Runs a sweep may expand to unless it raises ``max_runs``: planning one takes milliseconds and kilobytes."""
+MAX_RUNS_LIMIT = 100_000_000
+"""The largest ``max_runs``: the count itself stays exact and the run indexes fit every column type."""
 
 
 class Sweep(Strict):
@@ -120,6 +125,8 @@ class Sweep(Strict):
     """Key path -> values: the lists advance together."""
     random: RandomAxes | None = None
     """Random points drawn with the sweep seed."""
+    max_runs: Annotated[int, Field(ge=1, le=MAX_RUNS_LIMIT)] = DEFAULT_MAX_RUNS
+    """Most runs the sweep may expand to (points x repetitions); a larger sweep is refused before it is built."""
 
     @field_validator("zip")
     @classmethod
