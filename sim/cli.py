@@ -278,13 +278,25 @@ def validate(scenario: Annotated[Path, typer.Argument(help="Scenario or sweep YA
             spec, _, variants = load_scenario_variants(scenario)
         except SweepFileGiven:
             swept = read_sweep(scenario)
-            typer.echo(f"{scenario}: {swept.count} runs ({swept.shape}); checking each", err=True)
+            _say_count(scenario, swept, "; checking each")
             axes = check_sweep(swept)
             typer.echo(f"{scenario}: ok (sweep {swept.sweep.name}: {swept.count} runs over "
                        f"{', '.join(axes) or 'no axes'}; base {swept.files.base_file})")
             return
     typer.echo(f"{scenario}: ok ({spec.name}: {len(spec.nodes)} nodes, {len(spec.buffers)} buffers, "
                f"{len(spec.workload)} workloads, {len(variants)} variant(s))")
+
+
+def _interactive() -> bool:
+    """Whether stderr is a terminal (a person watching, not a pipe)."""
+    return sys.stderr.isatty()
+
+
+def _say_count(file: Path, swept, then: str) -> None:
+    """On a terminal, say how many runs a sweep file makes before they are built (seconds for thousands); piped
+    output stays one line per problem."""
+    if _interactive():
+        typer.echo(f"{file}: {swept.count} runs ({swept.shape}){then}", err=True)
 
 
 MAX_WORKERS = 1024
@@ -337,7 +349,7 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
 
     with _refused(ConfigError, OutputError, SchedulerUnreachable):
         swept = read_sweep(file)
-        typer.echo(f"{file}: {swept.count} runs ({swept.shape})", err=True)
+        _say_count(file, swept, "")
         target = Path("results") / swept.sweep.name if out_dir is None else out_dir
         result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
                            scheduler=scheduler, retry_failed=retry_failed, force=force)
