@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from sim.core.process import pid_alive
+from sim.core.process import leftovers
 from sim.outdir import TEMPORARY_NAME, write_atomically
 from sim.results import package_versions
 from sim.sweep.plan import VARIANT, SweepPlan
@@ -39,9 +39,8 @@ def remove_stale_temporaries(out_dir: str | os.PathLike) -> list[Path]:
     (temporaries of processes no longer running); returns them."""
     removed = []
     for folder in (Path(out_dir), Path(out_dir) / "runs"):
-        for entry in folder.glob(".*.tmp-*") if folder.is_dir() else ():
-            match = re.fullmatch(TEMPORARY_NAME, entry.name)
-            if match and entry.is_file() and not entry.is_symlink() and not pid_alive(int(match["pid"])):
+        for entry, _ in leftovers(folder, re.compile(TEMPORARY_NAME)):
+            if entry.is_file():
                 entry.unlink(missing_ok=True)
                 removed.append(entry)
     return removed
