@@ -343,7 +343,7 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
           ) -> None:
     """Run a parameter sweep; each finished run (failed or not) is stored at once, so running it again resumes."""
     from sim.sweep import run_sweep
-    from sim.sweep.execute import SchedulerUnreachable
+    from sim.sweep.execute import SchedulerUnreachable, WorkersLost
     from sim.sweep.plan import read_sweep
     from sim.sweep.store import FAILED
 
@@ -351,13 +351,17 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
         swept = read_sweep(file)
         _say_count(file, swept, "")
         target = Path("results") / swept.sweep.name if out_dir is None else out_dir
-        result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
-                           scheduler=scheduler, retry_failed=retry_failed, force=force)
+        try:
+            result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
+                               scheduler=scheduler, retry_failed=retry_failed, force=force)
+        except WorkersLost as exc:
+            typer.echo(f"{target}: {exc}", err=True)
+            raise typer.Exit(1) from None
     shown = [c for c in result.table.columns if c in ("run", "variant", "status", "bytes", "bw_avg_Gbps",
              "t_typical_us", "p99_9_us", "pinned_bytes", "evictions") or "." in c]
     sys.stdout.write(result.table[shown].to_string(index=False) + "\n")
     for path in result.damaged:
-        typer.echo(f"{path}: unreadable (empty or cut short): its run was simulated again", err=True)
+        typer.echo(f"{path}: unreadable (empty, cut short) or another run's: its run was simulated again", err=True)
     for row in result.table[result.table["status"] == FAILED].itertuples():
         typer.echo(f"{target}: run {row.run} failed: {row.error}", err=True)
     retried = f" ({result.retried} of them failed before)" if result.retried else ""

@@ -25,6 +25,7 @@ import numpy as np
 
 from sim import __version__
 from sim.core.errors import ConfigError, ConfigErrors
+from sim.core.units import PS_PER_S
 from sim.scenario.loader import validate
 from sim.scenario.yaml_reader import KeyPath, PositionMap, error_at, format_path, parse_yaml, read_yaml_file
 from sim.scenario.refs import check_references
@@ -53,6 +54,8 @@ class RunSpec:
     key: str
     """:func:`run_key`: names the run's result partition."""
     scenario: Scenario
+    time_limit_s: float | None = None
+    """Wall-clock seconds the run may take (the sweep's ``run_time_limit``); None: no limit."""
 
 
 @dataclass(frozen=True)
@@ -356,10 +359,12 @@ def load_sweep(path: str | os.PathLike) -> SweepPlan:
     factors = _factors(swept)
     runs: list[RunSpec] = []
     seeds = [run_seed(swept.sweep.seed, r) for r in range(swept.sweep.repetitions)]
+    limit = swept.sweep.run_time_limit
     for variant, axes, scenario in _points(swept, factors):
         for repetition, seed in enumerate(seeds):
             resolved = scenario.model_copy(update={"seed": seed})
-            runs.append(RunSpec(len(runs), repetition, variant, axes, seed, run_key(resolved, variant), resolved))
+            runs.append(RunSpec(len(runs), repetition, variant, axes, seed, run_key(resolved, variant), resolved,
+                                None if limit is None else limit / PS_PER_S))
     return SweepPlan(swept.sweep, swept.files.file, swept.files.base_file, swept.sweep.seed, _axes(factors), runs,
                      hashlib.sha256(swept.raw).hexdigest(), hashlib.sha256(swept.base_raw).hexdigest())
 

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from sim.core.units import BoundError, UnitError, parse_rate, parse_size, parse_time
-from sim.scenario.schema import Name, Seed, Strict
+from sim.scenario.schema import Duration, Name, Seed, Strict
 
 _PARSERS = {"size": parse_size, "time": parse_time, "rate": parse_rate}
 
@@ -125,6 +125,10 @@ class Sweep(Strict):
     """Key path -> values: the lists advance together."""
     random: RandomAxes | None = None
     """Random points drawn with the sweep seed."""
+    run_time_limit: Annotated[Duration, Field(gt=0)] | None = None
+    """Wall-clock time one run may take (e.g. '10min'); a run past it is stored as failed and the sweep goes on.
+    Enforced by the serial and processes executors (a dask worker runs tasks in threads, which cannot be
+    interrupted)."""
     max_runs: Annotated[int, Field(ge=1, le=MAX_RUNS_LIMIT)] = DEFAULT_MAX_RUNS
     """Most runs the sweep may expand to (points x repetitions); a larger sweep is refused before it is built."""
 

@@ -54,8 +54,9 @@ def write_partition(out_dir: str | os.PathLike, key: str, table: pd.DataFrame) -
 
 
 def read_partition(out_dir: str | os.PathLike, key: str) -> pd.DataFrame | None:
-    """The stored table of the run with ``key``; None if there is none or its file cannot be read (empty, cut
-    short, not Parquet, without a ``status`` column): either way the run is still to do."""
+    """The stored table of the run with ``key``; None if there is none, its file cannot be read (empty, cut
+    short, not Parquet, without a ``status`` column) or it holds another run's rows (a file copied over it): the
+    run is still to do."""
     path = partition_path(out_dir, key)
     if not path.is_file():
         return None
@@ -63,7 +64,8 @@ def read_partition(out_dir: str | os.PathLike, key: str) -> pd.DataFrame | None:
         table = pd.read_parquet(path)
     except (OSError, pa.ArrowException):
         return None
-    return table if "status" in table else None
+    ours = {"status", "key"} <= set(table.columns) and len(table) and (table["key"] == key).all()
+    return table if ours else None
 
 
 def write_json(path: Path, data: Any) -> None:
