@@ -271,18 +271,32 @@ def validate(scenario: Annotated[Path, typer.Argument(help="Scenario or sweep YA
                                                      metavar="FILE")]) -> None:
     """Check a scenario or sweep file; print every problem as FILE:LINE:COL key: reason (exit 2 if any)."""
     from sim.scenario.scenario_file import SweepFileGiven, load_scenario_variants
-    from sim.sweep import load_sweep
+    from sim.sweep.plan import check_sweep, read_sweep
 
     with _refused(ConfigError):
         try:
             spec, _, variants = load_scenario_variants(scenario)
         except SweepFileGiven:
-            plan = load_sweep(scenario)
-            typer.echo(f"{scenario}: ok (sweep {plan.sweep.name}: {len(plan.runs)} runs over "
-                       f"{', '.join(plan.axes) or 'no axes'}; base {plan.base_file})")
+            swept = read_sweep(scenario)
+            _say_count(scenario, swept, "; checking each")
+            axes = check_sweep(swept)
+            typer.echo(f"{scenario}: ok (sweep {swept.sweep.name}: {swept.count} runs over "
+                       f"{', '.join(axes) or 'no axes'}; base {swept.files.base_file})")
             return
     typer.echo(f"{scenario}: ok ({spec.name}: {len(spec.nodes)} nodes, {len(spec.buffers)} buffers, "
                f"{len(spec.workload)} workloads, {len(variants)} variant(s))")
+
+
+def _interactive() -> bool:
+    """Whether stderr is a terminal (a person watching, not a pipe)."""
+    return sys.stderr.isatty()
+
+
+def _say_count(file: Path, swept, then: str) -> None:
+    """On a terminal, say how many runs a sweep file makes before they are built (seconds for thousands); piped
+    output stays one line per problem."""
+    if _interactive():
+        typer.echo(f"{file}: {swept.count} runs ({swept.shape}){then}", err=True)
 
 
 MAX_WORKERS = 1024
@@ -328,19 +342,26 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
                                                      "failed (a resumed sweep skips them otherwise).")] = False
           ) -> None:
     """Run a parameter sweep; each finished run (failed or not) is stored at once, so running it again resumes."""
-    from sim.sweep import load_sweep, run_sweep
-    from sim.sweep.execute import SchedulerUnreachable
+    from sim.sweep import run_sweep
+    from sim.sweep.execute import SchedulerUnreachable, WorkersLost
+    from sim.sweep.plan import read_sweep
     from sim.sweep.store import FAILED
 
     with _refused(ConfigError, OutputError, SchedulerUnreachable):
-        target = Path("results") / load_sweep(file).sweep.name if out_dir is None else out_dir
-        result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
-                           scheduler=scheduler, retry_failed=retry_failed, force=force)
+        swept = read_sweep(file)
+        _say_count(file, swept, "")
+        target = Path("results") / swept.sweep.name if out_dir is None else out_dir
+        try:
+            result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
+                               scheduler=scheduler, retry_failed=retry_failed, force=force)
+        except WorkersLost as exc:
+            typer.echo(f"{target}: {exc}", err=True)
+            raise typer.Exit(1) from None
     shown = [c for c in result.table.columns if c in ("run", "variant", "status", "bytes", "bw_avg_Gbps",
              "t_typical_us", "p99_9_us", "pinned_bytes", "evictions") or "." in c]
     sys.stdout.write(result.table[shown].to_string(index=False) + "\n")
     for path in result.damaged:
-        typer.echo(f"{path}: unreadable (empty or cut short): its run was simulated again", err=True)
+        typer.echo(f"{path}: unreadable (empty, cut short) or another run's: its run was simulated again", err=True)
     for row in result.table[result.table["status"] == FAILED].itertuples():
         typer.echo(f"{target}: run {row.run} failed: {row.error}", err=True)
     retried = f" ({result.retried} of them failed before)" if result.retried else ""

@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sim.core.process import pid_alive
+from sim.core.process import leftovers
 
 ROW_GROUP_ROWS = 1 << 20
 """Rows per spooled row group (pyarrow's default row-group size, about 60 MiB of operation rows)."""
@@ -46,13 +46,12 @@ def scratch_dir(what: str) -> str:
 
 def remove_stale_spools(root: Path) -> None:
     """Remove the spool directories in ``root`` that belong to this user and to a process no longer running."""
-    for entry in root.glob("rdmasim-spool-*"):
-        match = SPOOL_NAME.fullmatch(entry.name)
+    for entry, _ in leftovers(root, SPOOL_NAME):
         try:
-            ours = match and entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid()
+            ours = entry.is_dir() and entry.stat().st_uid == os.getuid()
         except OSError:
             continue
-        if ours and not pid_alive(int(match["pid"])):
+        if ours:
             shutil.rmtree(entry, ignore_errors=True)
 
 

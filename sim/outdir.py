@@ -14,12 +14,14 @@ new path, or (with ``force``) a file that carries rdmasim's marker; it is writte
 and renamed into place.
 
 Results are written into a staging directory next to the target (``.NAME.rdmasim-staging-PID-TOKEN`` holding a
-``.rdmasim-staging`` marker) and published by a rename; staging directories left by a killed process are
-removed by the next claim in the same parent.
+``.rdmasim-staging`` marker) and published, under a lock of the parent directory, by a rename or file by file
+with the results' marker file last; what a killed process left in a parent (a staging directory, a publish cut
+short) is removed or finished by the next claim there.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -27,12 +29,12 @@ import secrets
 import shutil
 import socket
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from sim.core.errors import SimError
-from sim.core.process import pid_alive
+from sim.core.process import leftovers
 
 RUN, SWEEP, FIGURES = "run", "sweep", "figures"
 MARKERS = {RUN: ("manifest.json", "rdmasim_manifest"), SWEEP: ("sweep.json", "rdmasim_sweep"),
@@ -46,7 +48,7 @@ _STAGING_NAME = re.compile(r"\..+\.rdmasim-(?:staging|old)-(?P<pid>\d+)-[0-9a-f]
 _FIGURE = (r"(?:bw_vs_size|latency_vs_size|bw_over_time|latency_cdf|gpu_memory|rail_bw|mode_comparison|heatmap_[\w.]+"
            r"|pcie_bw_vs_mps|pcie_bw_vs_gen)")
 _FIGURE_FILE = rf"{_FIGURE}\.(?:png|pdf|csv)"
-_MARKER = re.escape(STAGING_MARKER)
+_MARKER = rf"{re.escape(STAGING_MARKER)}|\.{re.escape(STAGING_MARKER)}\.tmp-\d+"
 TEMPORARY_NAME = r"\.(?P<name>[^/]+)\.tmp-(?P<pid>\d+)"
 """The name of a file rdmasim is writing in place of ``name``: ``.<name>.tmp-<pid>`` (a sweep's atomic writes)."""
 
@@ -142,17 +144,22 @@ def claim(out: str | os.PathLike, kind: str, *, force: bool = False, sweep: str 
 
     :raises OutputError: the path is refused; the message says why and what to do.
     """
+    return _checked(out, kind, force, sweep, locked=False)
+
+
+def _checked(out: str | os.PathLike, kind: str, force: bool, sweep: str | None, *, locked: bool) -> Claim:
+    """:func:`claim`, with the lock of the parent directory already held (``locked``) or taken to settle it."""
     text = os.fspath(out)
     if text == "":
         raise OutputError("output path is empty: name a directory, e.g. --out results/mine")
     given = Path(text)
     try:
-        return _claim(given, kind, force, sweep)
+        return _claim(given, kind, force, sweep, locked)
     except OSError as exc:
         raise _refuse(given, f"cannot be checked: {exc.strerror or exc}") from None
 
 
-def _claim(given: Path, kind: str, force: bool, sweep: str | None) -> Claim:
+def _claim(given: Path, kind: str, force: bool, sweep: str | None, locked: bool) -> Claim:
     if given.is_symlink():
         raise _refuse(given, f"is a symbolic link (to {os.readlink(given)}); rdmasim does not write through links: "
                              "name the directory itself")
@@ -166,7 +173,11 @@ def _claim(given: Path, kind: str, force: bool, sweep: str | None) -> Claim:
         parent = parent.parent
     if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
         raise _refuse(path, f"cannot be created: {parent} is not a writable directory")
-    _remove_stale_staging(path.parent)
+    if locked:
+        _settle(path.parent)
+    elif path.parent.is_dir():
+        with _locked(path.parent):
+            _settle(path.parent)
     if not path.exists() or not any(path.iterdir()):
         return Claim(path, kind, None)
     found = owner(path)
@@ -196,8 +207,9 @@ def _sweep_name(path: Path) -> str | None:
 @contextmanager
 def staged(out: str | os.PathLike, kind: str, *, force: bool = False) -> Iterator[tuple[Path, Claim]]:
     """Claim ``out`` for an output of ``kind`` and yield a staging directory to fill (and the claim); when the
-    block ends, publish it, claimed again so that a directory made meanwhile is not written over. On any error
-    the staging directory is removed and nothing is published.
+    block ends, publish it (:func:`_publish`) under the lock of the parent directory, claimed again there so
+    that what another process published meanwhile is judged as well. On any error the staging directory is
+    removed and nothing is published.
 
     :raises OutputError: ``out`` is refused (before the block runs or at its end), a figure of the same name
         exists and ``force`` is not given, or writing failed (the message says why).
@@ -209,7 +221,8 @@ def staged(out: str | os.PathLike, kind: str, *, force: bool = False) -> Iterato
         raise _refuse(target.path, f"cannot stage the output next to it: {exc}") from None
     try:
         yield path, target
-        _publish(path, claim(out, kind, force=force), force=force)
+        with _locked(target.path.parent):
+            _publish(path, _checked(out, kind, force, None, locked=True), force=force)
     except OSError as exc:
         _discard(path)
         raise _refuse(target.path, f"writing failed: {exc}") from None
@@ -218,23 +231,42 @@ def staged(out: str | os.PathLike, kind: str, *, force: bool = False) -> Iterato
         raise
 
 
+@contextmanager
+def _locked(parent: Path) -> Iterator[None]:
+    """Hold the exclusive lock of the directory ``parent`` while publishing into it or settling what was left
+    there. ``flock`` on the directory itself leaves no lock file behind, and the kernel releases it when its
+    holder ends, even by SIGKILL."""
+    fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def _staging(target: Claim) -> Path:
-    """A new staging directory next to ``target``'s path, with ordinary permissions (0o777 less the umask);
-    figures drawn elsewhere than a results directory's ``figures/`` get their marker file."""
+    """A new staging directory next to ``target``'s path, with ordinary permissions (0o777 less the umask) and
+    its marker; figures drawn elsewhere than a results directory's ``figures/`` get their marker file. Nothing
+    stays behind when this fails (a full disk)."""
     path = target.path.parent / f".{target.path.name}.rdmasim-staging-{os.getpid()}-{secrets.token_hex(4)}"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.mkdir()
-    _mark(path, target.kind)
-    if target.kind == FIGURES and target.found is None and not (target.path.name == "figures"
-                                                                and owner(target.path.parent) in (RUN, SWEEP)):
-        name, key = MARKERS[FIGURES]
-        (path / name).write_text(json.dumps({key: 1}) + "\n")
+    try:
+        _mark(path, {"kind": target.kind})
+        if target.kind == FIGURES and target.found is None and not (target.path.name == "figures"
+                                                                    and owner(target.path.parent) in (RUN, SWEEP)):
+            name, key = MARKERS[FIGURES]
+            (path / name).write_text(json.dumps({key: 1}) + "\n")
+    except BaseException:
+        _discard(path)
+        raise
     return path
 
 
-def _mark(directory: Path, kind: str) -> None:
-    record = {"pid": os.getpid(), "host": socket.gethostname(), "kind": kind}
-    (directory / STAGING_MARKER).write_text(json.dumps(record) + "\n")
+def _mark(directory: Path, record: dict) -> None:
+    """Write (or rewrite) a staging directory's marker atomically: it is whole or absent, never half-written."""
+    record = {"pid": os.getpid(), "host": socket.gethostname(), **record}
+    write_atomically(directory / STAGING_MARKER, lambda tmp: tmp.write_text(json.dumps(record) + "\n"))
 
 
 def _discard(staged: Path) -> None:
@@ -243,12 +275,13 @@ def _discard(staged: Path) -> None:
 
 
 def _publish(staged: Path, target: Claim, *, force: bool = False) -> None:
-    """Move a complete staging directory's files to ``target``: a rename onto a new path; into an empty
-    directory, file by file (marker first, so an interrupted move leaves a directory rdmasim recognises); into
-    a figures directory, file by file, replacing a figure drawn before only with ``force``; over earlier
-    results (claimed with ``force``), by moving them aside (their marker last) into a sibling directory, then the
-    new ones in, then deleting what rdmasim wrote of the old. The directory itself stays, with its mode, and a
-    shell whose working directory it is still stands in it."""
+    """Move a complete staging directory's files to ``target`` (the parent's lock held): a rename onto a new
+    path; else, after its marker says so (the target's name and what is replaced), file by file: the earlier
+    results' marker file first, then the rest of what rdmasim wrote there (``force``), then the new files, their
+    marker file last. A directory thus holds its marker only while complete, and a publish cut short (SIGKILL) is
+    finished by the next claim in the same parent (:func:`_settle`). Into a figures directory, a figure drawn
+    before is replaced only with ``force``. The directory itself stays, with its mode, and a shell whose working
+    directory it is still stands in it."""
     path = target.path
     if target.found == FIGURES:
         for entry in sorted(staged.iterdir()):
@@ -259,45 +292,62 @@ def _publish(staged: Path, target: Claim, *, force: bool = False) -> None:
                 raise _refuse(there, "is in the way of a figure and is not a file rdmasim wrote; move it elsewhere")
             if not force:
                 raise _refuse(there, "exists (drawn before); add --force to replace it")
-    (staged / STAGING_MARKER).unlink()
     if not path.exists():
         os.rename(staged, path)
+        (path / STAGING_MARKER).unlink()
         return
-    if target.replace:
-        old = path.parent / f".{path.name}.rdmasim-old-{os.getpid()}-{secrets.token_hex(4)}"
-        old.mkdir()
-        _mark(old, target.found)
-        (path / STAGING_MARKER).unlink(missing_ok=True)
-        _move_entries(path, old, last=MARKERS[target.found][0])
-    _move_entries(staged, path, first=MARKERS[target.kind][0])
+    _mark(staged, {"kind": target.kind, "target": path.name, "replace": target.found if target.replace else None})
+    _finish(staged, json.loads((staged / STAGING_MARKER).read_text()))
+
+
+def _finish(staged: Path, record: dict) -> None:
+    """Carry out (or carry on) the publish that ``record``, the marker of ``staged``, describes; idempotent, so
+    that a publish cut short at any step is finished by running it again."""
+    path, kind = staged.parent / record["target"], record["kind"]
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        _discard(staged)  # what stands there now is not the directory it was publishing into
+        return
+    path.mkdir(exist_ok=True)
+    if record["replace"]:
+        (path / MARKERS[record["replace"]][0]).unlink(missing_ok=True)
+        remove_owned(path, record["replace"], keep_directory=True)
+        _mark(staged, {**record, "replace": None})
+    marker, staging = MARKERS[kind][0], _staging_markers(staged)
+    entries = [e for e in staged.iterdir() if e not in staging]
+    for entry in sorted(entries, key=lambda e: (e.name == marker, e.name)):
+        os.replace(entry, path / entry.name)
+    _fsync(path)
+    for entry in staging:
+        entry.unlink(missing_ok=True)
     staged.rmdir()
-    if target.replace:
-        remove_owned(old, target.found)
 
 
-def _move_entries(source: Path, destination: Path, *, first: str = "", last: str = "") -> None:
-    """Rename every entry of ``source`` into ``destination``: the one named ``first`` before the others, the one
-    named ``last`` after them."""
-    for entry in sorted(source.iterdir(), key=lambda p: (p.name != first) + (p.name == last) * 2):
-        os.replace(entry, destination / entry.name)
+def _staging_markers(staged: Path) -> list[Path]:
+    """A staging directory's marker and the temporaries of its rewrites (one cut short leaves its own)."""
+    return [staged / STAGING_MARKER, *staged.glob(f".{STAGING_MARKER}.tmp-*")]
 
 
-def _remove_stale_staging(parent: Path) -> None:
-    """Remove the staging directories in ``parent`` whose process, on this host, is gone."""
-    if not parent.is_dir():
-        return
-    for entry in parent.iterdir():
-        match = _STAGING_NAME.fullmatch(entry.name)
+def _settle(parent: Path) -> None:
+    """What processes gone from this host left in ``parent`` (the lock held): their publishes cut short are
+    finished, their staging directories removed (and a marker-less one, whose marker could not be written,
+    if it holds nothing else)."""
+    for entry, match in leftovers(parent, _STAGING_NAME):
         marker = entry / STAGING_MARKER
-        if not (match and entry.is_dir() and not entry.is_symlink() and marker.is_file()):
-            continue
         try:
             record = json.loads(marker.read_text())
             ours = record["host"] == socket.gethostname() and record["pid"] == int(match["pid"])
             kind = record["kind"] if record["kind"] in OWNED else None
-        except (OSError, ValueError, KeyError, TypeError):
+        except (FileNotFoundError, ValueError):  # it could not be written (a full disk): the directory holds no more
+            for left in _staging_markers(entry):
+                left.unlink(missing_ok=True)
+            with suppress(OSError):
+                entry.rmdir()
             continue
-        if ours and kind and not pid_alive(record["pid"]):
+        except (OSError, KeyError, TypeError):
+            continue
+        if ours and kind and "target" in record:
+            _finish(entry, record)
+        elif ours and kind:
             remove_owned(entry, kind)
 
 

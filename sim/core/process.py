@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
 
 
 def pid_alive(pid: int) -> bool:
@@ -14,3 +17,15 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:  # it exists, owned by another user
         return True
     return True
+
+
+def leftovers(folder: Path, name: re.Pattern[str]) -> Iterator[tuple[Path, re.Match[str]]]:
+    """The entries of ``folder`` whose name ``name`` matches in full, with its ``pid`` group naming a process
+    no longer running on this host: what a killed process left behind. Symbolic links are never among them; a
+    missing folder has none."""
+    if not folder.is_dir():
+        return
+    for entry in folder.iterdir():
+        match = name.fullmatch(entry.name)
+        if match and not entry.is_symlink() and not pid_alive(int(match["pid"])):
+            yield entry, match

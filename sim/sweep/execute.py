@@ -9,13 +9,18 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 
 import pandas as pd
 
 from sim import budget
 from sim.compare import case_rows
 from sim.core.errors import SimError
+from sim.core.units import PS_PER_S, format_time
 from sim.run import run_scenario
 from sim.sweep.orphans import die_with_parent
 from sim.sweep.plan import RunSpec
@@ -30,9 +35,37 @@ def execute(run: RunSpec) -> pd.DataFrame:
     in any way (a registration refused with ENOMEM, or a point whose values the engine cannot hold) gives
     :func:`failed`'s row instead, so the sweep goes on."""
     try:
-        return _tables(run)
+        with time_limit(run.time_limit_s):
+            return _tables(run)
     except Exception as exc:  # whatever one point raises is that point's result, not the sweep's end
         return failed(run, exc)
+
+
+class RunTimedOut(SimError):
+    """A run took longer than the sweep's ``run_time_limit``."""
+
+
+@contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`RunTimedOut` in the block once it has run ``seconds`` of wall-clock time (None: never), from
+    a SIGALRM timer (``setitimer``); only in the main thread, where Python delivers signals, so a block in another
+    thread is not limited."""
+    if seconds is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    armed = [True]
+
+    def expire(signum, frame):
+        if armed[0]:  # not once the block has ended
+            raise RunTimedOut(f"ran longer than the sweep's run_time_limit ({format_time(round(seconds * PS_PER_S))})")
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def failed(run: RunSpec, exc: BaseException) -> pd.DataFrame:
@@ -68,17 +101,33 @@ def serial(runs: list[RunSpec], workers: int | None = None, scheduler: str | Non
         yield run, execute(run)
 
 
+class WorkersLost(SimError):
+    """A worker process ended without returning its runs (killed, out of memory): those runs were not stored."""
+
+
 def processes(runs: list[RunSpec], workers: int | None = None, scheduler: str | None = None) -> Finished:
     """Run on a local process pool (``workers`` processes, default: one per CPU) whose workers end when this
-    process does, however it ends. A worker that dies (killed, out of memory) breaks the pool: the runs not
-    finished by then come back as failed with that error (a resumed sweep with ``retry_failed`` runs them)."""
+    process does, however it ends.
+
+    :raises WorkersLost: a worker died (killed, out of memory), which breaks the pool: the runs finished before
+        are yielded, the others (the one it ran among them, which cannot be told apart) are not, so that a
+        resumed sweep runs them.
+    """
     pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent,
                                                   initargs=(os.getpid(),))
     try:
         futures = {pool.submit(execute, run): run for run in runs}
+        lost = 0
         for future in concurrent.futures.as_completed(futures):
             run, exc = futures[future], future.exception()
+            if isinstance(exc, BrokenProcessPool):
+                lost += 1
+                continue
             yield run, future.result() if exc is None else failed(run, exc)
+        if lost:
+            raise WorkersLost(f"a worker process ended without a result (killed, or out of memory): {lost} of "
+                              f"{len(runs)} runs were not finished and are not stored; running the sweep again "
+                              "runs them")
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
 

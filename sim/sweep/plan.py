@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 
 from sim import __version__
 from sim.core.errors import ConfigError, ConfigErrors
+from sim.core.units import PS_PER_S
 from sim.scenario.loader import validate
 from sim.scenario.yaml_reader import KeyPath, PositionMap, error_at, format_path, parse_yaml, read_yaml_file
 from sim.scenario.refs import check_references
@@ -52,6 +54,8 @@ class RunSpec:
     key: str
     """:func:`run_key`: names the run's result partition."""
     scenario: Scenario
+    time_limit_s: float | None = None
+    """Wall-clock seconds the run may take (the sweep's ``run_time_limit``); None: no limit."""
 
 
 @dataclass(frozen=True)
@@ -119,8 +123,10 @@ def _sample(dist: Distribution, rng: np.random.Generator) -> Any:
     return f"{value:.6g}B/s" if bounds.kind == "rate" else value
 
 
-def _factors(sweep: Sweep, variants: list[str], positions: PositionMap, file: str) -> list[list[list[_Value]]]:
+def _factors(swept: SweepFile) -> list[list[list[_Value]]]:
     """The sweep as a product of factors; each factor is a list of points, each point a list of values."""
+    sweep, variants = swept.sweep, list(swept.prepared)
+    positions, file = swept.files.positions, swept.files.file
     factors = [[[_Value(path, v, ("grid", path, i))] for i, v in enumerate(values)]
                for path, values in sweep.grid.items()]
     if sweep.zip:
@@ -279,11 +285,28 @@ def _prepared(sweep: Sweep, base: Scenario, data: dict, files: _Files) -> dict[s
     return out
 
 
-def load_sweep(path: str | os.PathLike) -> SweepPlan:
-    """Read and validate a sweep file and its base scenario; resolve every run.
+@dataclass(frozen=True)
+class SweepFile:
+    """A sweep file read and checked up to its expansion: the spec, its base and how many runs it makes."""
+
+    sweep: Sweep
+    """The spec, its seed resolved (the base scenario's where the sweep names none)."""
+    files: _Files
+    raw: bytes
+    base_raw: bytes
+    prepared: dict[str, dict]
+    """Per variant of the base file, its data with the variant's and the sweep's ``set`` applied."""
+    count: int
+    """Runs the sweep expands to: points times repetitions."""
+    shape: str
+    """How ``count`` is made, e.g. ``1000 x 1000 points x 1 repetition``."""
+
+
+def read_sweep(path: str | os.PathLike) -> SweepFile:
+    """Read and validate a sweep file and its base scenario, and count its runs without building any.
 
     :raises ConfigError: any problem, located as FILE:LINE:COL key.path: in the sweep file (a bad path at the
-        axis naming it, a value the scenario schema rejects at that value), or in the base file for its own.
+        axis naming it; more runs than ``max_runs`` at ``max_runs`` or the longest axis), or in the base file.
     """
     file = os.fsdecode(path)
     raw = read_yaml_file(path)
@@ -301,8 +324,70 @@ def load_sweep(path: str | os.PathLike) -> SweepPlan:
     files = _Files(file, positions, base_file, base_positions)
     _check_paths(sweep, base_data, positions, file)
     sweep = sweep.model_copy(update={"seed": base.seed if sweep.seed is None else sweep.seed})
-    prepared = _prepared(sweep, base, base_data, files)
-    factors = _factors(sweep, list(prepared), positions, file)
+    sizes = _factor_sizes(sweep, [v.name for v in base.variants])
+    count = math.prod(size for _, size in sizes) * sweep.repetitions
+    points = " x ".join(str(size) for _, size in sizes) or "1"
+    shape = f"{points} point{'s' * (count != sweep.repetitions)} x {sweep.repetitions} " \
+            f"repetition{'s' * (sweep.repetitions > 1)}"
+    if count > sweep.max_runs:
+        longest = max(sizes, key=lambda size: size[1])[0] if sizes else ("repetitions",)
+        where = ("max_runs",) if "max_runs" in data else longest
+        raise _key_error(positions, where, f"the sweep expands to {count:,} runs ({shape}), more than max_runs "
+                         f"({sweep.max_runs:,}): raise max_runs to run them all", file)
+    return SweepFile(sweep, files, raw, base_raw, _prepared(sweep, base, base_data, files), count, shape)
+
+
+def _factor_sizes(sweep: Sweep, variants: list[str]) -> list[tuple[KeyPath, int]]:
+    """Where each factor of :func:`_factors` is written in the sweep file, and its number of points."""
+    sizes: list[tuple[KeyPath, int]] = [(("grid", path), len(values)) for path, values in sweep.grid.items()]
+    if sweep.zip:
+        path, values = next(iter(sweep.zip.items()))
+        sizes.append((("zip", path), len(values)))
+    if sweep.random:
+        sizes.append((("random", "samples"), sweep.random.samples))
+    if VARIANT not in {*sweep.grid, *sweep.zip, *(sweep.random.params if sweep.random else {})} and variants:
+        sizes.insert(0, (("base",), len(variants)))
+    return sizes
+
+
+def load_sweep(path: str | os.PathLike) -> SweepPlan:
+    """Read and validate a sweep file and its base scenario (:func:`read_sweep`); resolve every run.
+
+    :raises ConfigError: as :func:`read_sweep`, or a point the scenario schema rejects, located at its value.
+    """
+    swept = read_sweep(path)
+    factors = _factors(swept)
+    runs: list[RunSpec] = []
+    seeds = [run_seed(swept.sweep.seed, r) for r in range(swept.sweep.repetitions)]
+    limit = swept.sweep.run_time_limit
+    for variant, axes, scenario in _points(swept, factors):
+        for repetition, seed in enumerate(seeds):
+            resolved = scenario.model_copy(update={"seed": seed})
+            runs.append(RunSpec(len(runs), repetition, variant, axes, seed, run_key(resolved, variant), resolved,
+                                None if limit is None else limit / PS_PER_S))
+    return SweepPlan(swept.sweep, swept.files.file, swept.files.base_file, swept.sweep.seed, _axes(factors), runs,
+                     hashlib.sha256(swept.raw).hexdigest(), hashlib.sha256(swept.base_raw).hexdigest())
+
+
+def check_sweep(swept: SweepFile) -> list[str]:
+    """Validate every point of a sweep file read by :func:`read_sweep` as :func:`load_sweep` does, one at a time
+    and keeping none (memory stays that of one point); returns the axes.
+
+    :raises ConfigError: as :func:`load_sweep`.
+    """
+    factors = _factors(swept)
+    for _ in _points(swept, factors):
+        pass
+    return _axes(factors)
+
+
+def _axes(factors: list[list[list[_Value]]]) -> list[str]:
+    return [v.path for factor in factors for v in factor[0]]
+
+
+def _points(swept: SweepFile, factors: list[list[list[_Value]]]) -> Iterator[tuple[str, dict[str, Any], Scenario]]:
+    """Each point of the sweep in order: its variant, its axis values and its scenario (seed still the base's)."""
+    files, prepared = swept.files, swept.prepared
     first = next(iter(prepared))
     checked: set[str] = set()
     for value in (v for factor in factors for point in factor for v in point if v.path != VARIANT):
@@ -311,8 +396,6 @@ def load_sweep(path: str | os.PathLike) -> SweepPlan:
             checked.add(marker)
             files.scenario(_set(prepared[first], value.path, value.value), value.where, axis=value,
                            written={value.where: (value.path, value.value)})
-    seeds = [run_seed(sweep.seed, r) for r in range(sweep.repetitions)]
-    runs: list[RunSpec] = []
     for point in itertools.product(*factors):
         values = [v for part in point for v in part]
         variant = next((v.value for v in values if v.path == VARIANT), first)
@@ -323,9 +406,4 @@ def load_sweep(path: str | os.PathLike) -> SweepPlan:
                 axes[value.path] = value.value
         label = ", ".join([f"variant={variant}"] + [f"{k}={v}" for k, v in axes.items()])
         where = next((v.where for v in values if v.path != VARIANT), values[0].where if values else ())
-        scenario = files.scenario(varied, where, f"with {label}: ")
-        for repetition, seed in enumerate(seeds):
-            resolved = scenario.model_copy(update={"seed": seed})
-            runs.append(RunSpec(len(runs), repetition, variant, axes, seed, run_key(resolved, variant), resolved))
-    return SweepPlan(sweep, file, base_file, sweep.seed, [v.path for factor in factors for v in factor[0]], runs,
-                     hashlib.sha256(raw).hexdigest(), hashlib.sha256(base_raw).hexdigest())
+        yield variant, axes, files.scenario(varied, where, f"with {label}: ")

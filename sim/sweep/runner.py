@@ -29,7 +29,8 @@ class SweepResult:
     skipped: int
     """Runs whose results were already stored (a resumed sweep)."""
     damaged: tuple[Path, ...] = ()
-    """Stored partitions that could not be read (empty, cut short), so their runs were simulated again."""
+    """Stored partitions that could not be read (empty, cut short) or held another run's rows, so their runs were
+    simulated again."""
     retried: int = 0
     """Runs stored as failed that this call simulated again (``retry_failed``)."""
 
@@ -47,8 +48,9 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
     :func:`sim.outdir.claim`: new, empty, this sweep's (resumed) or, with ``force``, another sweep's or run's
     results (replaced).
 
-    A run that fails is stored as failed with its error and the sweep goes on; a resumed sweep skips it unless
-    ``retry_failed``. A stored partition that cannot be read is run again (listed in ``damaged``).
+    A run that fails (or takes longer than the sweep's ``run_time_limit``) is stored as failed with its error and
+    the sweep goes on; a resumed sweep skips it unless ``retry_failed``. A stored partition that cannot be read,
+    or that holds another run's rows, is run again (listed in ``damaged``).
 
     ``executor`` is ``serial``, ``processes`` (``workers`` local processes) or ``dask`` (the cluster at
     ``scheduler``, e.g. ``tcp://host:8786``, else a LocalCluster of ``workers`` processes). Results do not
@@ -57,6 +59,7 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
     :raises ConfigError: the sweep or its base scenario is invalid (nothing runs).
     :raises OutputError: ``out_dir`` may not be written (nothing runs).
     :raises ValueError: an unknown executor, or a scheduler without the dask executor.
+    :raises sim.sweep.execute.WorkersLost: a worker process died; the runs finished before it are stored.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r} (executors: {', '.join(EXECUTORS)})")

@@ -8,6 +8,7 @@ variant's ``set`` does: list items by index or by ``name``) or ``variant`` (the 
 * ``random``: ``samples`` points, each drawing every ``params`` path from a distribution with the sweep seed.
 
 The three combine as a product (grid x zip x random); ``repetitions`` repeats each point with another seed.
+A sweep that would expand to more than ``max_runs`` runs is refused before any point is built.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from sim.core.units import BoundError, UnitError, parse_rate, parse_size, parse_time
-from sim.scenario.fields import Name, Seed, Strict
+from sim.scenario.fields import Duration, Name, Seed, Strict
 
 _PARSERS = {"size": parse_size, "time": parse_time, "rate": parse_rate}
 
@@ -94,6 +95,10 @@ class RandomAxes(Strict):
 
 
 Values = Annotated[list[Any], Field(min_length=1)]
+DEFAULT_MAX_RUNS = 10_000
+"""Runs a sweep may expand to unless it raises ``max_runs``: planning one takes milliseconds and kilobytes."""
+MAX_RUNS_LIMIT = 100_000_000
+"""The largest ``max_runs``: the count itself stays exact and the run indexes fit every column type."""
 
 
 class Sweep(Strict):
@@ -120,6 +125,12 @@ class Sweep(Strict):
     """Key path -> values: the lists advance together."""
     random: RandomAxes | None = None
     """Random points drawn with the sweep seed."""
+    run_time_limit: Annotated[Duration, Field(gt=0)] | None = None
+    """Wall-clock time one run may take (e.g. '10min'); a run past it is stored as failed and the sweep goes on.
+    Enforced by the serial and processes executors (a dask worker runs tasks in threads, which cannot be
+    interrupted)."""
+    max_runs: Annotated[int, Field(ge=1, le=MAX_RUNS_LIMIT)] = DEFAULT_MAX_RUNS
+    """Most runs the sweep may expand to (points x repetitions); a larger sweep is refused before it is built."""
 
     @field_validator("zip")
     @classmethod

@@ -18,7 +18,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from sim.core.process import pid_alive
+from sim.core.process import leftovers
 from sim.outdir import TEMPORARY_NAME, write_atomically
 from sim.results import package_versions
 from sim.sweep.plan import VARIANT, SweepPlan
@@ -39,9 +39,8 @@ def remove_stale_temporaries(out_dir: str | os.PathLike) -> list[Path]:
     (temporaries of processes no longer running); returns them."""
     removed = []
     for folder in (Path(out_dir), Path(out_dir) / "runs"):
-        for entry in folder.glob(".*.tmp-*") if folder.is_dir() else ():
-            match = re.fullmatch(TEMPORARY_NAME, entry.name)
-            if match and entry.is_file() and not entry.is_symlink() and not pid_alive(int(match["pid"])):
+        for entry, _ in leftovers(folder, re.compile(TEMPORARY_NAME)):
+            if entry.is_file():
                 entry.unlink(missing_ok=True)
                 removed.append(entry)
     return removed
@@ -55,8 +54,9 @@ def write_partition(out_dir: str | os.PathLike, key: str, table: pd.DataFrame) -
 
 
 def read_partition(out_dir: str | os.PathLike, key: str) -> pd.DataFrame | None:
-    """The stored table of the run with ``key``; None if there is none or its file cannot be read (empty, cut
-    short, not Parquet, without a ``status`` column): either way the run is still to do."""
+    """The stored table of the run with ``key``; None if there is none, its file cannot be read (empty, cut
+    short, not Parquet, without a ``status`` column) or it holds another run's rows (a file copied over it): the
+    run is still to do."""
     path = partition_path(out_dir, key)
     if not path.is_file():
         return None
@@ -64,7 +64,8 @@ def read_partition(out_dir: str | os.PathLike, key: str) -> pd.DataFrame | None:
         table = pd.read_parquet(path)
     except (OSError, pa.ArrowException):
         return None
-    return table if "status" in table else None
+    ours = {"status", "key"} <= set(table.columns) and len(table) and (table["key"] == key).all()
+    return table if ours else None
 
 
 def write_json(path: Path, data: Any) -> None:

@@ -53,25 +53,47 @@ def test_a_point_that_raises_is_stored_as_failed_and_the_sweep_goes_on(write_swe
     assert retried.table.set_index("run").loc[1, "bw_avg_Gbps"] > 0
 
 
-def _worker_dies_at_the_second_run(run):
-    if run.index == 1:
-        os._exit(1)  # as the kernel's OOM killer would end it
+DIES_AT = {"index": 1}
+"""The run whose worker :func:`_worker_dies` kills."""
+
+
+def _worker_dies(run):
+    if run.index == DIES_AT["index"]:
+        os.kill(os.getpid(), signal.SIGKILL)  # as the kernel's OOM killer would end it
     return REAL_EXECUTE(run)
 
 
 REAL_EXECUTE = execute_module.execute
 
 
-def test_a_worker_that_dies_fails_the_runs_it_breaks_and_the_sweep_still_ends(write_sweep, tmp_path, monkeypatch):
-    path = write_sweep(LATENCIES)
-    monkeypatch.setattr(execute_module, "execute", _worker_dies_at_the_second_run)
-    result = run_sweep(path, tmp_path / "out", executor="processes", workers=1, progress=False)
-    table = result.table.set_index("run")
-    assert result.ran == 3 and table.loc[1, "status"] == "failed"
-    assert table.loc[1, "error"].startswith("BrokenProcessPool: ")
+@pytest.mark.parametrize("dies_at, workers", [(0, 1), (1, 1), (2, 1), (1, 2), (3, 2)])
+def test_a_worker_killed_stores_no_run_it_did_not_finish_and_a_resume_runs_them(write_sweep, tmp_path, monkeypatch,
+                                                                                 dies_at, workers):
+    path = write_sweep(LATENCIES.replace("2us]", "2us, 4us]"))
+    out = tmp_path / "out"
+    monkeypatch.setattr(execute_module, "execute", _worker_dies)
+    monkeypatch.setitem(DIES_AT, "index", dies_at)
+    with pytest.raises(execute_module.WorkersLost, match=r"runs were not finished and are not stored"):
+        run_sweep(path, out, executor="processes", workers=workers, progress=False)
+    stored = [pd.read_parquet(p) for p in (out / "runs").glob("*.parquet")]
+    assert len(stored) < 4 and all((table["status"] == "ok").all() for table in stored)
     monkeypatch.undo()
-    retried = run_sweep(path, tmp_path / "out", progress=False, retry_failed=True)
-    assert retried.retried == result.failed and retried.failed == 0
+    resumed = run_sweep(path, out, progress=False)  # no --retry-failed needed: nothing was stored as failed
+    assert (resumed.ran, resumed.skipped, resumed.failed) == (4 - len(stored), len(stored), 0)
+
+
+def test_the_cli_says_a_worker_was_lost_and_exits_1(write_sweep, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from sim.cli import app
+
+    monkeypatch.setattr(execute_module, "execute", _worker_dies)
+    result = CliRunner().invoke(app, ["sweep", str(write_sweep(LATENCIES)), "--out", str(tmp_path / "out"),
+                                      "--executor", "processes", "--workers", "1"])
+    assert result.exit_code == 1 and result.stdout == ""
+    assert result.stderr.splitlines() == [f"{tmp_path / 'out'}: a worker process ended without a result (killed, "
+                                          "or out of memory): 2 of 3 runs were not finished and are not stored; "
+                                          "running the sweep again runs them"]
 
 
 def test_the_cli_reports_failed_points_and_retries_them(write_sweep, tmp_path, monkeypatch):
@@ -104,6 +126,60 @@ def test_unreadable_partitions_are_run_again_and_reported(write_sweep, tmp_path)
     assert set(resumed.damaged) == {partition_path(out, keys[0]), partition_path(out, keys[2])}
     assert {key: partition_path(out, key).read_bytes() for key in keys} == original
     assert len(resumed.table) == 3 and (resumed.table["status"] == "ok").all()
+
+
+@pytest.mark.parametrize("copies", [[(1, 0)], [(0, 2), (2, 1)], [(2, 0), (0, 2)], [(1, 0), (1, 2)]])
+def test_a_partition_copied_over_another_is_run_again(write_sweep, tmp_path, copies):
+    path = write_sweep(LATENCIES)
+    out = tmp_path / "out"
+    first = run_sweep(path, out, progress=False)
+    keys = [run.key for run in load_sweep(path).runs]
+    original = {key: partition_path(out, key).read_bytes() for key in keys}
+    for source, target in copies:  # cp runs/B.parquet runs/A.parquet, as first written ([(2, 0), (0, 2)] swaps)
+        partition_path(out, keys[target]).write_bytes(original[keys[source]])
+    overwritten = {target for _, target in copies}
+    resumed = run_sweep(path, out, progress=False)
+    assert (resumed.ran, resumed.skipped) == (len(overwritten), 3 - len(overwritten))
+    assert set(resumed.damaged) == {partition_path(out, keys[t]) for t in overwritten}
+    assert {key: partition_path(out, key).read_bytes() for key in keys} == original
+    pd.testing.assert_frame_equal(resumed.table, first.table)
+
+
+RUNAWAY: dict = {"seed": None, "latency": None}
+"""The seed and fabric latency of the run that :func:`_runaway` never finishes."""
+
+
+def _runaway(scenario, seed, **kwargs):
+    if seed == RUNAWAY["seed"] and scenario.fabric.latency == RUNAWAY["latency"]:
+        while True:  # a point that never ends
+            pass
+    return REAL_RUN(scenario, seed, **kwargs)
+
+
+REAL_RUN = execute_module.run_scenario
+
+
+@pytest.mark.parametrize("executor, index", [("serial", 0), ("serial", 2), ("processes", 1)])
+def test_a_run_past_the_time_limit_is_stored_as_failed_and_the_sweep_goes_on(write_sweep, tmp_path, monkeypatch,
+                                                                             executor, index):
+    path = write_sweep(LATENCIES.replace("base.yaml\n", "base.yaml\nrun_time_limit: 200ms\n"))
+    runaway = load_sweep(path).runs[index]
+    assert runaway.time_limit_s == 0.2
+    monkeypatch.setattr(execute_module, "run_scenario", _runaway)
+    monkeypatch.setitem(RUNAWAY, "seed", runaway.seed)
+    monkeypatch.setitem(RUNAWAY, "latency", runaway.scenario.fabric.latency)
+    result = run_sweep(path, tmp_path / "out", executor=executor, workers=1, progress=False)
+    table = result.table.set_index("run")
+    assert table.loc[index, "status"] == "failed"
+    assert table.loc[index, "error"] == "RunTimedOut: ran longer than the sweep's run_time_limit (200ms)"
+    assert (table.drop(index)["status"] == "ok").all() and result.failed == 1
+
+
+def test_the_time_limit_is_disarmed_once_a_run_ends():
+    before = signal.getsignal(signal.SIGALRM)
+    with execute_module.time_limit(30):
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0) and signal.getsignal(signal.SIGALRM) is before
 
 
 def test_a_partition_is_on_disk_before_it_is_renamed_and_the_rename_after(tmp_path, monkeypatch):
