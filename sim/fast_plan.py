@@ -11,6 +11,9 @@ is re-mapped), and whose window is the workload's posting rule:
 * ``read_lat`` / ``atomic_lat``: one READ or atomic at a time (a window of one); ``atomic_bw`` is
   ``read_bw``'s window over atomics.
 * ``write_lat``: one ping-pong iteration is one operation (:func:`models.verbs.workloads.ping_pong`).
+* with a ``duration`` (perftest -D): the same windows over as many operations as the posting allows; each
+  stream is solved block by block and ends where :func:`models.verbs.workloads.still_posting`, the event
+  engine's own rule, stops it (:attr:`sim.fast.Group.posts_while`).
 * ``send_bw``: as ``write_bw``, in its steady state: the server's receives are always posted ahead, which the run
   checks from the solved receive completions (:class:`_ReceivesAhead`); where they might run short (RNR NAKs) the
   event engine runs it. ``send_lat`` waits on receive completions that only the event engine sees.
@@ -42,6 +45,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 import numpy as np
@@ -52,8 +56,8 @@ from models.nic.stages import memory_target
 from models.nic.wqe import Opcode
 from models.verbs.ah import data_path_qp
 from models.verbs.send_checks import check_send_wr
-from models.verbs.workloads import (Endpoint, NoSingleChain, OpRecords, ping_pong, posts_inline, succeeded, tagged,
-                                    whole_buffer_receive, work_request)
+from models.verbs.workloads import (Endpoint, NoSingleChain, OpRecords, ping_pong, posts_inline, still_posting,
+                                    succeeded, tagged, whole_buffer_receive, work_request)
 from sim.core.errors import SimError, VerbsError
 from sim.core.steps import Check, Claim, Fork
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
@@ -149,8 +153,6 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
 
 def _posting_outside(work: WorkloadSpec) -> str | None:
     """Why the vectorized core's fixed windows cannot follow ``work``'s posting (None when they can)."""
-    if work.duration is not None:
-        return "runs for a duration: how many operations fit is only known by running them on the event engine"
     if work.bidirectional and work.kind == "send_bw":
         return ("is a bidirectional send_bw: each QP's CPU then polls receives between its own SENDs, from one "
                 "series of poll delays")
@@ -202,13 +204,13 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             pipes = pipelines(ends, watch.moves, solved and solved.posts)
             solved = Solved(_pieces(pipes, started, progress, reached, crawl=scenario.engine == "auto",
                                     rows=sink and _Rows(ends, table, sink), receives=_ReceivesAhead(ends)),
-                            {label: group.ops for group, label in zip(pipes.groups, pipes.labels)})
+                            pipes.ops)
             changed = watch.follow(solved)
             reason = watch.confirm(solved, ends)
             if reason:
                 break
             if not changed:
-                end = _settled(ends, solved)
+                end = _settled(ends, solved, pipes.ops)
                 reason = _out_of_send_order(solved)
                 if reason:
                     break
@@ -309,7 +311,7 @@ def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, reached:
         if progress and piece.lo + len(piece.post) > reached.get((k, size), 0):
             progress(piece.lo + len(piece.post) - reached.get((k, size), 0))
             reached[k, size] = piece.lo + len(piece.post)
-        if crawl and piece.lo + len(piece.post) < pipes.groups[piece.group].ops:
+        if crawl and piece.lo + len(piece.post) < pipes.ops[k, size]:
             short.append(len(piece.post))
             if len(short) >= CRAWL_BLOCKS and sum(short) < CRAWL_OPS * len(short):
                 raise _Crawling(sum(short) // len(short))
@@ -333,14 +335,15 @@ def _out_of_send_order(solved: Solved) -> str | None:
     return None
 
 
-def _settled(ends: list[Stream], solved: Solved) -> int:
+def _settled(ends: list[Stream], solved: Solved, ops: dict[tuple[int, int], int]) -> int:
     """When the event engine's run ends: the last completion or, after a ping-pong, the acknowledgement of
-    its last WRITEs seen by their pollers, whichever is later (:func:`sim.harness.drain` waits for it) (ps)."""
+    its last WRITEs seen by their pollers, whichever is later (:func:`sim.harness.drain` waits for it) (ps);
+    ``ops``: the operations of each (stream, size)."""
     end = max(int(d[-1]) for d in solved.done.values())
     k, last = len(ends) - 1, ends[-1]
     if last.work.kind == "write_lat":
         sizes = last.work.size_list()
-        size, n = sizes[-1], last.work.iterations * len(sizes)  # the last operation is number n - 1
+        size, n = sizes[-1], sum(ops[k, s] for s in sizes)  # the last operation is number n - 1
         marks = solved.marks[k, size]
         for label, qp, phase in (("acked", last.src.qp, 0), ("peer_acked", last.dst.qp, 1)):
             poll = int(UniformSeries.following(qp.poll_delays).take(2 * (n - 1) + phase, 2 * n)[0])
@@ -367,6 +370,9 @@ class Pipelines(NamedTuple):
     labels: list[tuple[int, int]]
     """Per group: its stream's index and the message size (a stream split where its buffer moved has
     several groups)."""
+    ops: dict[tuple[int, int], int]
+    """Per stream index and size: its operations (a duration's: :data:`TIMED_OPS` until the solve finds where its
+    posting stops)."""
 
 
 def streams(scenario: Scenario, bed) -> list[Stream]:
@@ -399,16 +405,16 @@ def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
     ``posts`` (the previous solve's posts, exact up to there)."""
     servers: dict[int, int] = {}
     names: list[Server] = []
-    groups, labels = [], []
+    groups, labels, ops = [], [], {}
     for mine in _by_workload(ends):  # one workload's streams are solved together
         sizes = [_groups(ends[w], servers, names, (moves or {}).get(ends[w].buffers[0], []),
-                         {s: p for (v, s), p in (posts or {}).items() if v == w}) for w in mine]
+                         {s: p for (v, s), p in (posts or {}).items() if v == w}, w, ops) for w in mine]
         for each in zip(*sizes):  # one size: the streams of every QP at once
             for stream, (w, (size, parts)) in enumerate(zip(mine, each)):
                 for j, group in enumerate(parts):
                     groups.append(replace(group, parallel=stream > 0 and j == 0))
                     labels.append((w, size))
-    return Pipelines(names, groups, labels)
+    return Pipelines(names, groups, labels, ops)
 
 
 def _stderr(message: str) -> None:
@@ -416,27 +422,40 @@ def _stderr(message: str) -> None:
 
 
 class _Draws:
-    """Every ``stride``-th draw of a QP's poll-delay series from ``phase``, operations numbered from ``first``."""
+    """Every ``stride``-th draw of a QP's poll-delay series from ``phase``, operations numbered from ``first()``
+    (known once the sizes before have ended)."""
 
-    def __init__(self, series: UniformSeries, first: int, stride: int = 1, phase: int = 0) -> None:
+    def __init__(self, series: UniformSeries, first: Callable[[], int], stride: int = 1, phase: int = 0) -> None:
         self.series, self.first, self.stride, self.phase = series, first, stride, phase
 
     def __call__(self, lo: int, hi: int) -> np.ndarray:
-        at = self.stride * (self.first + lo) + self.phase
-        return self.series.take(at, self.stride * (self.first + hi) + self.phase - (self.stride - 1), self.stride)
+        first = self.first()
+        return self.series.take(self.stride * (first + lo) + self.phase,
+                                self.stride * (first + hi) + self.phase - (self.stride - 1), self.stride)
 
     def finished(self, lo: int) -> None:
-        self.series.release(self.stride * (self.first + lo))
+        self.series.release(self.stride * (self.first() + lo))
+
+
+TIMED_OPS = 1 << 40
+"""The operations a group of a workload with a duration is given: more than any posts (the solver ends it where
+its posting stops, :attr:`sim.fast.Group.posts_while`)."""
 
 
 def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: list[Move],
-            posts: dict[int, np.ndarray]):
+            posts: dict[int, np.ndarray], k: int, ops: dict[tuple[int, int], int]):
     """Each size of ``end.work`` with its :class:`Group` s (posted from ``src``'s QP to ``dst``'s):
     the steps of :func:`models.nic.datapath.path` with servers numbered, the requester's own translation
     (labelled ``local``) held in the re-fault intervals of ``moves``. A size whose operations were posted on
-    both sides of a move's zap is split into groups that continue one stream.
+    both sides of a move's zap is split into groups that continue one stream. ``ops`` gets each size's operations
+    under ``(k, size)``; a duration's groups post while :func:`models.verbs.workloads.still_posting` says so and
+    set them when they end.
     """
     work, src, dst = end.work, end.src, end.dst
+    if work.duration is not None and moves:
+        raise Unsolvable(f"a buffer that workload '{work.name or work.kind}', which runs for a duration, reads from "
+                         "moves: where its posting stops then depends on the re-solve")
+    timed = {} if work.duration is None else {"posts_while": partial(still_posting, duration_ps=work.duration)}
     qp, peer = data_path_qp(src.qp, dst.qp), dst.qp
     holds = tuple((m.zapped_ps, m.ready_ps) for m in moves if m.ready_ps is not None)
 
@@ -461,8 +480,12 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
 
     mine = UniformSeries.following(qp.poll_delays)
     theirs = UniformSeries.following(peer.poll_delays) if work.kind == "write_lat" else None
-    inline, first = inline_threshold(work), 0
-    for size in work.size_list():
+    inline, sizes = inline_threshold(work), work.size_list()
+    for j, size in enumerate(sizes):
+        ops[k, size] = work.iterations if work.duration is None else TIMED_OPS
+        if timed:
+            timed["ended"] = partial(ops.__setitem__, (k, size))
+        first = partial(lambda before: sum(ops[k, s] for s in before), sizes[:j])
         if work.kind == "write_lat":  # (moves of its buffers never reach here: each end is also a responder)
             fits = size <= inline
             try:
@@ -471,7 +494,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             except NoSingleChain as exc:
                 raise Unsolvable(str(exc)) from None
             draws = {"peer_poll": _Draws(theirs, first, 2), "poll": _Draws(mine, first, 2, 1)}
-            yield size, [Group(indexed(chain), work.iterations, 1, draws)]
+            yield size, [Group(indexed(chain), ops[k, size], 1, draws, **timed)]
         else:
             draws = {"poll": _Draws(mine, first)}
             window = work.tx_depth if work.kind.endswith("_bw") else 1
@@ -479,9 +502,8 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             local = "response" if opcode.reads_remote else "source"
             known = posts.get(size, np.empty(0, np.int64))  # none yet: all are posted after every move
             yield size, [Group(indexed(steps_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
-                                                (target, end.targets[1])), local), hi, window, draws, lo)
-                         for lo, hi, target in _segments(end.targets[0], moves, known, work.iterations)]
-        first += work.iterations
+                                                (target, end.targets[1])), local), hi, window, draws, lo, **timed)
+                         for lo, hi, target in _segments(end.targets[0], moves, known, ops[k, size])]
 
 
 def _segments(target: str | None, moves: list[Move], posts: np.ndarray, ops: int):

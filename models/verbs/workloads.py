@@ -121,6 +121,14 @@ class Posting:
     """Stop posting this long after the loop starts (ps); None: post ``iterations`` work requests."""
 
 
+def still_posting(now_ps, start_ps: int, duration_ps: int):
+    """Whether a timed loop (perftest -D) that started at ``start_ps`` posts at ``now_ps`` (ps; an array of
+    times gives one answer each): while the clock is less than ``duration_ps`` after the start. The event engine's
+    loops ask it as they go; the vectorized core asks it of each solved post, and a stream ends at the first it
+    refuses."""
+    return now_ps < start_ps + duration_ps
+
+
 class _Grown:
     """Post and completion times and statuses of a loop whose count is not known in advance (doubling lists: the
     loops set one item per operation, which costs a list less than an array)."""
@@ -146,8 +154,8 @@ class _Grown:
 def _turns(env, log: _Grown, iterations: int, duration_ps: int | None):
     """Iteration numbers of a one-at-a-time loop: ``iterations`` of them, or (``duration_ps``) as long as the clock
     is less than that long after the first; makes room in ``log`` for each."""
-    until, i = env.now + (duration_ps or 0), 0
-    while (env.now < until) if duration_ps is not None else i < iterations:
+    start, i = env.now, 0
+    while still_posting(env.now, start, duration_ps) if duration_ps is not None else i < iterations:
         log.room(i + 1)
         yield i
         i += 1
@@ -162,8 +170,7 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
     cq_mod-th (and the last) is signaled, and the unsignaled ones before a completion take its time and status.
     With ``posting.duration_ps`` posting stops that long after the start; unsignaled work requests posted after the
     last signaled one are left out of the records."""
-    timed = posting.duration_ps is not None
-    until = env.now + (posting.duration_ps or 0)
+    timed, start = posting.duration_ps is not None, env.now
     log = _Grown(iterations if not timed else 1024)
     use_inline = posts_inline(opcode, size, inline)
     qp, cq, batch, every = src.qp, src.qp.send_cq, posting.post_list, posting.cq_mod
@@ -173,14 +180,16 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
         return SEND_SIGNALED if (k + 1) % every == 0 or (not timed and k == iterations - 1) else 0
 
     while True:
-        while (env.now < until if timed else next_id < iterations) and next_id - done + batch <= tx_depth:
+        while (still_posting(env.now, start, posting.duration_ps) if timed else next_id < iterations) \
+                and next_id - done + batch <= tx_depth:
             log.room(next_id + batch)
             log.posted[next_id:next_id + batch] = [env.now] * batch
             wrs = [work_request(k, opcode, src, dst, size, use_inline, send_flags=flags(k))
                    for k in range(next_id, next_id + batch)]
             ibv_post_send(qp, wrs[0] if batch == 1 else wrs)
             next_id += batch
-        if done == next_id or (timed and env.now >= until and done >= next_id - next_id % every):
+        if done == next_id or (timed and not still_posting(env.now, start, posting.duration_ps)
+                               and done >= next_id - next_id % every):
             break
         yield cq.wait()
         for wc in ibv_poll_cq(cq, 64):

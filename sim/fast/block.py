@@ -35,7 +35,8 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     span of a later round than the first span's starts once that round's spans have ended, and no earlier
     than ``floor`` (the last completion of its streams that ended before the block).
 
-    Returns (slice outputs, operations kept per slice, whether the passes agreed).
+    Returns (slice outputs, operations kept per slice, the earliest time the last pass disagreed with its
+    guesses: :data:`NEVER` when the passes agreed).
     """
     shared = _shared_servers(problem, spans, carry)
     slices = _slices_in(problem, spans, history, start, shared, floor)
@@ -72,7 +73,7 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
             claims = {pos: Pace.of([r.wake[:n], r.head[:n], r.not_before[:n]], n)
                       for pos, r in out.records.items() if pos in piece.shared}
             out.pace = Pace((int(last[0]), int(period[0])), claims)
-    return outs, kept, disagree == NEVER
+    return outs, kept, disagree
 
 
 def _shared_servers(problem, spans, carry: list[Carry]) -> dict[int, list[int]]:

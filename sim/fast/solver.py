@@ -29,7 +29,7 @@ steps must check them (:attr:`Finished.marks` has each labelled claim's time).
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -145,6 +145,8 @@ class Problem:
                                 or self.gates[g - 1] != self.gates[g] or group.ops <= group.first):
                 raise Unsolvable(f"continues from operation {group.first}: the previous group must end there, with "
                                  "the same window and gates, and it must have operations of its own", g)
+            if group.posts_while is not None and (group.first or self.continued[g]):
+                raise Unsolvable("a stream that posts for a while does not change its steps", g)
             decided = next((s for s in walk if isinstance(s, Check) and s.decides), None)
             if decided is not None:
                 raise Unsolvable(f"at its check '{decided.name}' the model decides at run time: {decided.decides}", g)
@@ -181,7 +183,26 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     size, passes, reach = smallest, max_passes, 1
     while active:
         spans = _slices(problem, active, size, reach)
-        outs, kept, agreed = solve_block(problem, spans, carry, history, start, passes, max(ended, default=None))
+        timed = any(problem.groups[g].posts_while for g, _, _ in spans)
+        before = [(c.free_at, c.pending, c.free) for c in carry] if timed else None
+        outs, kept, disagree = solve_block(problem, spans, carry, history, start, passes, max(ended, default=None))
+        agreed = disagree == NEVER
+        cut = _cut(problem, spans, outs, disagree, start) if timed else None
+        if cut:  # solved again without the operations never posted, which may have delayed the ones before
+            for c, (free_at, pending, free) in zip(carry, before):
+                c.free_at, c.pending, c.free = free_at, pending, free
+            g, ops = cut
+            problem.groups[g] = replace(problem.groups[g], ops=ops, posts_while=None)
+            if problem.groups[g].ended is not None:
+                problem.groups[g].ended(ops)
+            if active.get(g) == ops:  # every operation posted was kept by earlier blocks
+                del active[g]
+                ended.append(int(history.pop(g).done[-1]))
+                if not active and problem.round_of[g] + 1 < len(problem.rounds):  # the next round starts
+                    posts.check(problem)
+                    start.update(dict.fromkeys(problem.rounds[problem.round_of[g] + 1], max(ended)))
+                    active, ended = _heads(problem, problem.round_of[g] + 1), []
+            continue
         total = sum(hi - first for _, first, hi in spans)
         if not any(kept):  # nothing final: more passes if they disagreed, else a longer block
             if not agreed and passes > total + max_passes:
@@ -248,6 +269,25 @@ class _Posts:
         if len(tie):
             raise Unsolvable(f"parallel streams post operations at {int(post[tie[0]])} ps at once, in an order "
                              "their completions' deliveries decide", int(group[tie[0]]))
+
+
+def _cut(problem: Problem, spans, outs: list[SliceOut], disagree: int, start: dict[int, int]) -> tuple[int, int] | None:
+    """A group whose posting stops (:attr:`Group.posts_while`) at an operation of a block, and how many it posts;
+    None if none is known. Known once the block's passes agree up to the stop (``disagree``: where they did not):
+    posts before it are final, and the same without the operations never posted, which come after it. Of several,
+    the one that stops first: the operations never posted of the others, from later on, may still delay its own."""
+    found = []
+    for (g, lo, _), piece in zip(spans, outs):
+        rule = problem.groups[g].posts_while
+        if rule is not None and len(piece.post):
+            begin = start.get(g, int(piece.post[0]))  # (a later round's start: its first post)
+            refused = ~rule(piece.post, begin)
+            if refused.any() and not rule(np.array([disagree]), begin)[0]:
+                first = int(np.argmax(refused))
+                if not lo + first:
+                    raise Unsolvable("a stream that posts for a while posts at least its first operation", g)
+                found.append((min(int(piece.post[first]), disagree), g, lo + first))
+    return min(found)[1:] if found else None
 
 
 def _heads(problem: Problem, r: int) -> dict[int, int]:

@@ -51,6 +51,12 @@ class Group:
     parallel: bool = False
     """Start with the previous group, at its start, as another stream sharing the servers (perftest -q); the
     next group that is not parallel starts once every stream of the round has ended."""
+    posts_while: Callable[[np.ndarray, int], np.ndarray] | None = None
+    """A stream that posts for a while (perftest -D): given posts and the group's start (ps), which of them are
+    made; once one is refused, none after it is. ``ops`` is then a bound: the group ends before the first refused
+    operation (the first is never refused)."""
+    ended: Callable[[int], None] | None = None
+    """Told the group's operation count once ``posts_while`` ended it, before any later group's draws are asked."""
 
 
 def after_draws(steps: tuple[Step, ...], varied: bool = False) -> list[bool]:

@@ -2,7 +2,7 @@
 interpreter (:mod:`sim.core.interpreter`) on real FifoServers, a FIFO semaphore per gate, and a posting loop
 with in-order completion delivery as the bandwidth workloads have it (:mod:`models.verbs.workloads`).
 
-Covers window-posted groups (several streams at once where groups are parallel) whose main chain ends with a
+Covers window-posted groups (posting while :attr:`~sim.fast.steps.Group.posts_while` allows, when it is set) (several streams at once where groups are parallel) whose main chain ends with a
 :class:`~sim.core.steps.Wake` (the completion is seen then and wakes the poster), any servers shared between
 positions, eager claims, gates, forks, waits and checks held in their hold intervals.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import simpy
 
 from sim.core import Environment, FifoServer
@@ -109,8 +110,13 @@ def _poster(env, fifo, stream: list[Group]):
             env.timeout(seen - env.now).callbacks.append(lambda _e, k=k, s=seen: deliver(k, s))
 
     issued = done = 0
-    while done < n:
-        while issued < n and state["outstanding"] < window:
+    start, rule = env.now, group.posts_while
+
+    def posting() -> bool:
+        return issued < n and (rule is None or bool(rule(np.array([env.now]), start)[0]))
+
+    while done < issued or posting():
+        while posting() and state["outstanding"] < window:
             posted[issued] = env.now
             state["outstanding"] += 1
             mine = group_of[issued]
@@ -126,4 +132,4 @@ def _poster(env, fifo, stream: list[Group]):
         yield ev
         done += state["entries"]
         state["entries"] = 0
-    return posted, completed
+    return posted[:issued], completed[:issued]

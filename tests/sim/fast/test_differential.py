@@ -385,9 +385,9 @@ def test_auto_hands_a_crawling_solve_to_the_event_engine():
 
 
 def test_fast_refuses_a_scenario_outside_its_domain():
-    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "duration": "100us"}]
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "duration": "100us", "post_list": 4}]
     data = scenario_dict(engine="fast", workload=work)
-    with pytest.raises(OutsideDomain, match="engine fast: workload 'write_bw' runs for a duration"):
+    with pytest.raises(OutsideDomain, match="engine fast: workload 'write_bw' posts lists or moderates completions"):
         run_scenario(Scenario.model_validate(data))
 
 

@@ -233,6 +233,32 @@ def test_parallel_streams_on_shared_servers_equal_the_event_engine(data):
     assert fast == run_events(servers, groups, 11)
 
 
+@settings(SETTINGS, max_examples=15)
+@given(data=st.data())
+def test_streams_that_post_for_a_while_end_where_the_event_engine_stops_posting(data):
+    """Streams posting while the clock is less than a duration after their start (perftest -D) on shared servers,
+    one after the other or side by side: each ends before its first operation posted at or after that time, and
+    the operations before it are solved without the ones never posted, which would have delayed them."""
+    count = data.draw(st.integers(1, 3))
+    positions = data.draw(st.lists(st.integers(0, count - 1), min_size=2, max_size=6))
+    servers = [Server(f"s{i}") for i in range(count)]
+    told, side = {}, data.draw(st.booleans())
+    groups = []
+    for k in range(data.draw(st.integers(1, 3))):
+        one = data.draw(group(positions, gate=data.draw(st.booleans()), fork=data.draw(st.booleans()), wait=False,
+                              eager=not side))
+        duration = data.draw(st.integers(1, 3_000_000))
+        groups.append(replace(one, parallel=side and k > 0, ended=lambda n, k=k: told.__setitem__(k, n),
+                              posts_while=lambda post, start, d=duration: post < start + d))
+    try:
+        fast = solve_all(servers, groups, 11, block=data.draw(st.sampled_from([8, 64])))
+    except Unsolvable as exc:
+        assume("at once" not in exc.reason and "round's start" not in exc.reason)
+        raise
+    assert fast == run_events(servers, groups, 11)
+    assert [told.get(k, g.ops) for k, g in enumerate(groups)] == [len(posts) for posts in fast[0]]
+
+
 def test_parallel_streams_share_a_server_in_posting_order():
     """Two streams of one claim each on ``a`` (100 ps), windows 1: both post at 0, the first stream's operation
     goes first; then each posts on its completion, so the streams alternate and the next round starts after
