@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -43,20 +44,79 @@ def bandwidth_timeline(result: RunResult, bins: int = 100, link_Bps: float | Non
     rate = result.testbed.fabric.params.rate_Bps if link_Bps is None else link_Bps
     start, end = span
     edges = np.linspace(start, end + 1, bins + 1)
-    batches = _bandwidth_batches(result, ["completed_ps", "bytes", "ok"])
-    ops = pd.concat([b.loc[b["ok"], ["completed_ps", "bytes"]] for b in batches]).sort_values("completed_ps")
-    delivered = np.zeros(bins)
-    if len(ops):
-        nbytes = ops["bytes"].to_numpy(dtype=float)
-        wire = nbytes / rate * 1e12
-        sent = np.cumsum(wire)  # each finish: at most its completion, at most the next one's start
-        finish = np.minimum.accumulate((ops["completed_ps"].to_numpy(dtype=float) - sent)[::-1])[::-1] + sent
-        total = np.cumsum(nbytes)
-        knots = np.column_stack([finish - wire, finish]).ravel()
-        delivered = np.diff(np.interp(edges, knots, np.column_stack([total - nbytes, total]).ravel(), left=0.0))
+    delivered = np.diff(_delivered_by(result, rate, edges))
     width_s = (edges[1] - edges[0]) / 1e12
     return pd.DataFrame({"variant": result.variant, "time_ms": (edges[:-1] - start) / 1e9,
                          "bw_Gbps": delivered * 8 / width_s / 1e9})
+
+
+class _Schedule(NamedTuple):
+    """The latest wire schedule of operations in completion order: each one's bytes ramp from ``knots[2i]`` to
+    ``knots[2i + 1]`` (ps), reaching the cumulative ``values``; ``slack`` is the least completion less wire time
+    sent so far among them (what bounds the finish of operations before them)."""
+
+    knots: np.ndarray
+    values: np.ndarray
+    slack: float
+
+
+def _schedule(completed_ps: np.ndarray, nbytes: np.ndarray, rate: float, sent: float, total: float,
+              later_slack: float) -> _Schedule:
+    """:class:`_Schedule` of operations in completion order, after ``sent`` ps of wire time and ``total`` bytes
+    of earlier ones and before operations whose least slack is ``later_slack``. Sums start from the carried
+    value, so that a table read in row groups gives the very floats of one pass over all of it."""
+    wire = nbytes / rate * 1e12
+    sent_by = np.cumsum(np.concatenate(([sent], wire)))[1:]
+    total_by = np.cumsum(np.concatenate(([total], nbytes)))[1:]
+    slack = np.minimum(np.minimum.accumulate((completed_ps - sent_by)[::-1])[::-1], later_slack)
+    finish = slack + sent_by  # each finish: at most its completion, at most the next one's start
+    return _Schedule(np.column_stack([finish - wire, finish]).ravel(),
+                     np.column_stack([total_by - nbytes, total_by]).ravel(), float(slack[0]))
+
+
+def _ok_batches(result: RunResult, backwards: bool = False):
+    """(completion ps, bytes as floats) of each row group's successful bandwidth operations."""
+    for batch in result.table.batches(["kind", "completed_ps", "bytes", "ok"], backwards):
+        ok = batch[batch["kind"].str.endswith("_bw") & batch["ok"]]
+        yield ok["completed_ps"].to_numpy(dtype=np.int64), ok["bytes"].to_numpy(dtype=float)
+
+
+def _delivered_by(result: RunResult, rate: float, edges: np.ndarray) -> np.ndarray:
+    """Bytes delivered by each of ``edges`` (ps) on the latest schedule. A table whose operations complete in
+    row order (streams one after another) is read a row group at a time, twice: forwards for the sums each
+    group starts from, backwards for the slack that later operations leave; otherwise it is sorted whole."""
+    starts, sent, total, last = [], 0.0, 0.0, None
+    for completed, nbytes in _ok_batches(result):
+        if len(completed) and ((last is not None and completed[0] < last) or np.any(np.diff(completed) < 0)):
+            return _delivered_sorted(result, rate, edges)
+        starts.append((sent, total))
+        if len(completed):
+            sent = float(np.cumsum(np.concatenate(([sent], nbytes / rate * 1e12)))[-1])
+            total += float(nbytes.sum())
+            last = completed[-1]
+    by = np.full(len(edges), total)  # after the last operation: everything
+    slack, later = np.inf, None
+    for (sent, total), (completed, nbytes) in zip(reversed(starts), _ok_batches(result, backwards=True)):
+        if not len(completed):
+            continue
+        part = _schedule(completed, nbytes, rate, sent, total, slack)
+        inside = edges >= part.knots[0]
+        by[inside & (edges <= part.knots[-1])] = np.interp(edges[inside & (edges <= part.knots[-1])], part.knots,
+                                                           part.values)
+        by[(edges > part.knots[-1]) & (edges < (later if later is not None else np.inf))] = part.values[-1]
+        slack, later = part.slack, part.knots[0]
+    if later is not None:
+        by[edges < later] = 0.0
+    return by
+
+
+def _delivered_sorted(result: RunResult, rate: float, edges: np.ndarray) -> np.ndarray:
+    """:func:`_delivered_by` of a table whose rows do not complete in order: every operation sorted at once."""
+    parts = list(_ok_batches(result))
+    completed, nbytes = (np.concatenate([p[k] for p in parts]) for k in (0, 1))
+    order = np.argsort(completed, kind="stable")
+    part = _schedule(completed[order], nbytes[order], rate, 0.0, 0.0, np.inf)
+    return np.interp(edges, part.knots, part.values, left=0.0) if len(completed) else np.zeros(len(edges))
 
 
 def post_latencies(result: RunResult) -> pd.DataFrame:

@@ -122,13 +122,14 @@ class OperationTable:
             return pd.read_parquet(self.path, columns=columns)
         return self._whole if columns is None else self._whole[columns]
 
-    def batches(self, columns: list[str] | None = None) -> Iterator[pd.DataFrame]:
-        """The table a row group at a time (one frame when in memory)."""
+    def batches(self, columns: list[str] | None = None, backwards: bool = False) -> Iterator[pd.DataFrame]:
+        """The table a row group at a time (one frame when in memory), the last first when ``backwards``."""
         if not self.spooled:
             yield self.frame(columns)
             return
         file = pq.ParquetFile(self.path)
-        for group in range(file.num_row_groups):  # iter_batches holds what it read until it ends
+        groups = range(file.num_row_groups)
+        for group in reversed(groups) if backwards else groups:  # iter_batches holds what it read until it ends
             yield file.read_row_group(group, columns=columns).to_pandas()
 
     def arrow_batches(self) -> Iterator[pa.Table]:

@@ -108,3 +108,38 @@ def test_a_killed_runs_spool_is_removed_by_the_next_spool_and_nothing_else(tmp_p
     assert made.parent == tmp_path and made.name.startswith(f"rdmasim-spool-operations-{alive}-")
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [made.name, f"rdmasim-spool-bandwidth-{alive}-x2", "rdmasim-spool-notes", "mine.txt"])
+
+
+def _latest_schedule(operations: pd.DataFrame, rate_Bps: float, edges: np.ndarray) -> np.ndarray:
+    """Bytes delivered between consecutive ``edges``, operation by operation: in completion order, each ends at
+    its completion or when the next one's bytes must start, whichever is first, and its bytes cross the wire at
+    the link's rate before that."""
+    ok = operations[operations["ok"] & operations["kind"].str.endswith("_bw")].sort_values("completed_ps",
+                                                                                         kind="stable")
+    done, nbytes = ok["completed_ps"].to_numpy(dtype=float), ok["bytes"].to_numpy(dtype=float)
+    finish, delivered = done.copy(), np.zeros(len(edges) - 1)
+    for i in range(len(done) - 2, -1, -1):
+        finish[i] = min(done[i], finish[i + 1] - nbytes[i + 1] / rate_Bps * 1e12)
+    for end, size in zip(finish, nbytes):
+        begin = end - size / rate_Bps * 1e12
+        overlap = np.clip(np.minimum(edges[1:], end) - np.maximum(edges[:-1], begin), 0, None)
+        delivered += size * overlap / (end - begin)
+    return delivered
+
+
+@pytest.mark.parametrize("qps", [1, 3])
+@pytest.mark.parametrize("row_group", [150, 1 << 20])
+def test_bandwidth_over_time_read_a_row_group_at_a_time_is_the_latest_schedule(monkeypatch, qps, row_group):
+    from sim.compare import bandwidth_span, bandwidth_timeline
+
+    scenario = _quickstart("fast", 500)
+    work = scenario.workload[0].model_copy(update={"sizes": [4096, 65536], "qps": qps})
+    monkeypatch.setattr(sim.operations, "ROW_GROUP_ROWS", row_group)
+    result = run_scenario(scenario.model_copy(update={"workload": [work]}))
+    assert result.table.spooled == (row_group == 150)
+    start, end = bandwidth_span(result)
+    edges = np.linspace(start, end + 1, 101)
+    rate = result.testbed.fabric.params.rate_Bps
+    expected = _latest_schedule(result.table.frame(), rate, edges) * 8 / ((edges[1] - edges[0]) / 1e12) / 1e9
+    np.testing.assert_allclose(bandwidth_timeline(result)["bw_Gbps"], expected, rtol=1e-9, atol=1e-6)
+    assert expected.max() <= rate * 8 / 1e9 * (1 + 1e-9)
