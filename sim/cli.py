@@ -11,21 +11,18 @@ import time
 from pathlib import Path
 from typing import Annotated, Optional
 
-import pandas as pd
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sim.cli_group import CommandGroup
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import UnitError
 from sim.outdir import OutputError
-from sim.perftest_report import error_counts, format_summary
 
+# pandas, rich's progress bar and every module that simulates are imported by the commands that use them:
+# `rdmasim --version` and a refused command line start without them.
 app = typer.Typer(cls=CommandGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   pretty_exceptions_enable=False,
                   help="rdmasim: simulate RDMA memory registration, NICs, PCIe and GPU memory.")
-err = Console(stderr=True)
 
 ScenarioPath = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_default=False, metavar="FILE")]
 
@@ -81,7 +78,10 @@ def format_events(events) -> str:
 
 def strict_failures(results) -> list[str]:
     """What ``--strict`` refuses in finished runs: completions other than IBV_WC_SUCCESS, failed events."""
+    import pandas as pd
+
     from sim.events import event_failed
+    from sim.perftest_report import error_counts
 
     summary = pd.concat([r.summary for r in results], ignore_index=True)
     errors = int(summary["errors"].sum())
@@ -154,7 +154,12 @@ def run(scenario: ScenarioPath,
         ) -> None:
     """Run a scenario: print perftest-style tables and the events' outcomes; write metrics, summary, manifest
     and figures (nothing if a variant fails)."""
+    import pandas as pd
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
     from sim.outdir import RUN, claim
+    from sim.perftest_report import format_summary
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
 
@@ -167,6 +172,7 @@ def run(scenario: ScenarioPath,
         claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
+    err = Console(stderr=True)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                   TextColumn("{task.completed:,}/{task.total:,} ops"),
                   TimeRemainingColumn(), console=err, disable=not err.is_terminal, transient=True) as bar:
