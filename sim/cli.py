@@ -277,12 +277,13 @@ def validate(scenario: Annotated[Path, typer.Argument(help="Scenario or sweep YA
                                                      metavar="FILE")]) -> None:
     """Check a scenario or sweep file; print every problem as FILE:LINE:COL key: reason (exit 2 if any)."""
     from sim.scenario.scenario_file import SweepFileGiven, load_scenario_variants
-    from sim.sweep import load_sweep
 
     with _refused(ConfigError):
         try:
             spec, _, variants = load_scenario_variants(scenario)
         except SweepFileGiven:
+            from sim.sweep import load_sweep  # its runner imports dask: only for a sweep file
+
             plan = load_sweep(scenario)
             typer.echo(f"{scenario}: ok (sweep {plan.sweep.name}: {len(plan.runs)} runs over "
                        f"{', '.join(plan.axes) or 'no axes'}; base {plan.base_file})")
