@@ -50,10 +50,12 @@ def _load(path: Path):
 
 def _seed(value: Optional[int]) -> Optional[int]:
     """``--seed`` follows the scenario's ``seed`` rule."""
-    from sim.scenario.schema import check_seed
+    if value is None:
+        return None
+    from sim.scenario.schema import check_seed  # the schema imports pydantic and models/: only for a seed given
 
     try:
-        return None if value is None else check_seed(value)
+        return check_seed(value)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -114,10 +116,12 @@ def _refused(*kinds: type[Exception], prefix: str = ""):
 
 def _memory_budget(value: Optional[str]) -> Optional[int]:
     """``--memory-budget`` in bytes: a positive size with its unit."""
+    if value is None:
+        return None
     from sim.budget import parse_budget
 
     try:
-        return None if value is None else parse_budget(value)
+        return parse_budget(value)
     except UnitError as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -154,6 +158,7 @@ def run(scenario: ScenarioPath,
         ) -> None:
     """Run a scenario: print perftest-style tables and the events' outcomes; write metrics, summary, manifest
     and figures (nothing if a variant fails)."""
+    spec, raw, variants = _load(scenario)  # before the imports below: a file refused needs none of them
     import pandas as pd
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
@@ -163,7 +168,6 @@ def run(scenario: ScenarioPath,
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
 
-    spec, raw, variants = _load(scenario)
     if engine is not None:
         variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
     _check_budget(scenario, variants, memory_budget, trace)
@@ -230,10 +234,10 @@ def explain(scenario: ScenarioPath,
             ) -> None:
     """Print the protocol timeline of each registration and of the first memory event: who calls what, under
     which lock, at what simulated time, and why each outcome happened."""
+    _, _, variants = _load(scenario)  # before the imports below: a file refused needs none of them
     from sim.explain import explain as timeline, first_accesses_only
     from sim.run import run_scenario
 
-    _, _, variants = _load(scenario)
     names = [name for name, _ in variants]
     if variant is not None and variant not in names:
         typer.echo(f"{scenario}: no variant named '{variant}' (variants: {', '.join(names)})", err=True)

@@ -52,11 +52,22 @@ def test_version_and_refused_command_lines_start_without_heavy_libraries(argv, c
     assert "sim.scenario.schema" not in modules and "sim.run" not in modules
 
 
-@pytest.mark.parametrize("text", ["a: [\n", "name: x\n  bad indent: 1\n", "a: 1\na: 2\n"])
-def test_validate_refuses_a_file_that_is_not_yaml_without_the_schema(tmp_path, text):
+def test_a_bad_option_value_is_refused_without_the_simulator():
+    exit_code, modules = _started(["run", "--memory-budget", "5", "s.yaml"])
+    assert exit_code == 2
+    # typer converts every option's value with pydantic; nothing of rdmasim's heavier than the units is loaded
+    assert not _heavy(modules, tuple(name for name in HEAVY if name != "pydantic"))
+    assert "sim.scenario.schema" not in modules and not any(m.startswith("models") for m in modules)
+
+
+@pytest.mark.parametrize("command, text", [("validate", "a: [\n"), ("validate", "name: x\n  bad indent: 1\n"),
+                                           ("validate", "a: 1\na: 2\n"), ("run", "a: [\n"), ("explain", "a: [\n"),
+                                           ("run", None)])
+def test_a_file_that_is_not_yaml_is_refused_without_the_schema(tmp_path, command, text):
     path = tmp_path / "bad.yaml"
-    path.write_text(text)
-    exit_code, modules = _started(["validate", str(path)])
+    if text is not None:
+        path.write_text(text)
+    exit_code, modules = _started([command, str(path)])
     assert exit_code == 2
     # typer itself converts FILE with pydantic; the scenario schema and models/ stay unloaded
     assert not _heavy(modules, tuple(name for name in HEAVY if name != "pydantic"))
