@@ -14,12 +14,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import UnitError, format_size_about, parse_size
-from sim.operations import ROW_GROUP_ROWS
-from sim.scenario.events import ManagedJobEvent
-from sim.scenario.schema import Scenario
+
+if TYPE_CHECKING:
+    from sim.scenario.schema import Scenario
+
+# The estimate imports the schema and the operations table (pandas, pyarrow) where it reads them: parse_budget,
+# which --memory-budget calls as the command line is parsed, needs neither.
 
 EVENT_BYTES_PER_OP = 800
 """Event engine, per work request of the (workload, size) being simulated: its records and simpy state.
@@ -82,6 +86,8 @@ def _engines(scenario: Scenario) -> set[str]:
 def _peak(scenario: Scenario, trace: bool) -> dict[tuple, int]:
     """Bytes one variant holds at its peak while it runs (``trace``: on the event engine, which records it),
     by the key that drives each part."""
+    from sim.scenario.events import ManagedJobEvent
+
     parts: dict[tuple, int] = {}
 
     def add(key: tuple, nbytes: int) -> None:
@@ -109,6 +115,8 @@ def _peak(scenario: Scenario, trace: bool) -> dict[tuple, int]:
 def _kept(scenario: Scenario, compared: bool, trace: bool) -> dict[tuple, int]:
     """Bytes a finished variant keeps until the results are written (its trace with ``trace``), and what the
     outputs read back of it (``compared``: the results get a comparison table)."""
+    from sim.operations import ROW_GROUP_ROWS
+
     parts: dict[tuple, int] = {}
     reads = ((COMPARISON_BYTES_PER_OP if compared or scenario.events else 0)
              + (LATENCY_CDF_BYTES_PER_OP if "latency_cdf" in scenario.outputs else 0)

@@ -11,21 +11,18 @@ import time
 from pathlib import Path
 from typing import Annotated, Optional
 
-import pandas as pd
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sim.cli_group import CommandGroup
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import UnitError
 from sim.outdir import OutputError
-from sim.perftest_report import error_counts, format_summary
 
+# pandas, rich's progress bar and every module that simulates are imported by the commands that use them:
+# `rdmasim --version` and a refused command line start without them.
 app = typer.Typer(cls=CommandGroup, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   pretty_exceptions_enable=False,
                   help="rdmasim: simulate RDMA memory registration, NICs, PCIe and GPU memory.")
-err = Console(stderr=True)
 
 ScenarioPath = Annotated[Path, typer.Argument(help="Scenario YAML file.", show_default=False, metavar="FILE")]
 
@@ -53,10 +50,12 @@ def _load(path: Path):
 
 def _seed(value: Optional[int]) -> Optional[int]:
     """``--seed`` follows the scenario's ``seed`` rule."""
-    from sim.scenario.fields import check_seed
+    if value is None:
+        return None
+    from sim.scenario.fields import check_seed  # pydantic: only for a seed given
 
     try:
-        return None if value is None else check_seed(value)
+        return check_seed(value)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -81,7 +80,10 @@ def format_events(events) -> str:
 
 def strict_failures(results) -> list[str]:
     """What ``--strict`` refuses in finished runs: completions other than IBV_WC_SUCCESS, failed events."""
+    import pandas as pd
+
     from sim.events import event_failed
+    from sim.perftest_report import error_counts
 
     summary = pd.concat([r.summary for r in results], ignore_index=True)
     errors = int(summary["errors"].sum())
@@ -114,10 +116,12 @@ def _refused(*kinds: type[Exception], prefix: str = ""):
 
 def _memory_budget(value: Optional[str]) -> Optional[int]:
     """``--memory-budget`` in bytes: a positive size with its unit."""
+    if value is None:
+        return None
     from sim.budget import parse_budget
 
     try:
-        return None if value is None else parse_budget(value)
+        return parse_budget(value)
     except UnitError as exc:
         raise typer.BadParameter(str(exc)) from None
 
@@ -154,11 +158,16 @@ def run(scenario: ScenarioPath,
         ) -> None:
     """Run a scenario: print perftest-style tables and the events' outcomes; write metrics, summary, manifest
     and figures (nothing if a variant fails)."""
+    spec, raw, variants = _load(scenario)  # before the imports below: a file refused needs none of them
+    import pandas as pd
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
     from sim.outdir import RUN, claim
+    from sim.perftest_report import format_summary
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
 
-    spec, raw, variants = _load(scenario)
     if engine is not None:
         variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
     _check_budget(scenario, variants, memory_budget, trace)
@@ -167,6 +176,7 @@ def run(scenario: ScenarioPath,
         claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
+    err = Console(stderr=True)
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                   TextColumn("{task.completed:,}/{task.total:,} ops"),
                   TimeRemainingColumn(), console=err, disable=not err.is_terminal, transient=True) as bar:
@@ -224,10 +234,10 @@ def explain(scenario: ScenarioPath,
             ) -> None:
     """Print the protocol timeline of each registration and of the first memory event: who calls what, under
     which lock, at what simulated time, and why each outcome happened."""
+    _, _, variants = _load(scenario)  # before the imports below: a file refused needs none of them
     from sim.explain import explain as timeline, first_accesses_only
     from sim.run import run_scenario
 
-    _, _, variants = _load(scenario)
     names = [name for name, _ in variants]
     if variant is not None and variant not in names:
         typer.echo(f"{scenario}: no variant named '{variant}' (variants: {', '.join(names)})", err=True)
@@ -271,12 +281,13 @@ def validate(scenario: Annotated[Path, typer.Argument(help="Scenario or sweep YA
                                                      metavar="FILE")]) -> None:
     """Check a scenario or sweep file; print every problem as FILE:LINE:COL key: reason (exit 2 if any)."""
     from sim.scenario.scenario_file import SweepFileGiven, load_scenario_variants
-    from sim.sweep.plan import check_sweep, read_sweep
 
     with _refused(ConfigError):
         try:
             spec, _, variants = load_scenario_variants(scenario)
         except SweepFileGiven:
+            from sim.sweep.plan import check_sweep, read_sweep  # only for a sweep file
+
             swept = read_sweep(scenario)
             _say_count(scenario, swept, "; checking each")
             axes = check_sweep(swept)

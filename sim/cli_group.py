@@ -47,6 +47,12 @@ class CommandGroup(TyperGroup):
     """The top-level group: a usage error raised while parsing its arguments or a command's becomes a
     :class:`OneLineUsageError`, which typer's standalone mode shows and exits with (code 2)."""
 
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.default = False  # typer coerces its None default with pydantic, costing every refused command line
+        return option
+
     def make_context(self, info_name, args, parent=None, **extra):
         with _one_line():
             return super().make_context(info_name, args, parent, **extra)

@@ -20,22 +20,21 @@ import shlex
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from ruamel.yaml import YAML
-
-from models.nic.nic import NicParams
 from models.nic.transport import QpType, receive_overhead
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
-from sim import __version__, budget, outdir
+from sim import __version__
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import format_size
 from sim.perftest_args import IGNORED, TESTS, UsageError, check, parser
-from sim.perftest_report import RULE, bandwidth_column, format_summary, format_values, iteration_lines, one_way
-from sim.scenario.loader import validate
-from sim.scenario.refs import check_references
-from sim.scenario.schema import Scenario
-from sim.scenario.workloads import WorkloadSpec
-from sim.scenario.yaml_reader import PositionMap
+
+if TYPE_CHECKING:
+    from models.nic.nic import NicParams
+    from sim.scenario.schema import Scenario
+
+# The NIC model (numpy), the schema (pydantic), pandas and the YAML writer are imported where a command line
+# that parses needs them: one perftest refuses starts without them.
 
 NUMBER = r"\d+"
 DEVICES = {f"mlx5_{NUMBER}": "connectx7", f"efa_{NUMBER}": "efa"}
@@ -104,6 +103,13 @@ def _nic_preset(device: str) -> str:
     raise UsageError(f"-d/--ib-dev: unknown device '{device}'; known devices: {known}")
 
 
+def _nic(preset: str) -> NicParams:
+    """The simulated NIC's parameters (its model imports numpy: not before the device is known)."""
+    from models.nic.nic import NicParams
+
+    return NicParams(**NIC_PRESETS[preset])
+
+
 def cq_moderation(args: argparse.Namespace) -> int:
     """The CQ moderation a bandwidth command line runs with: -Q (at most the tx depth, as perftest caps it), else
     the post list's size."""
@@ -117,7 +123,9 @@ def _round_up(n: int, align: int) -> int:
 def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict:
     kind = TESTS[test]
     preset = _nic_preset(args.ib_dev)
-    check(args, kind, preset, NicParams(**NIC_PRESETS[preset]))
+    check(args, kind, preset, lambda: _nic(preset))
+    from sim.scenario.workloads import WorkloadSpec  # pydantic, once the options pass perftest's own checks
+
     client = {"name": "a", "nic": {"preset": preset}}
     if args.use_cuda is None and args.use_rocm is None:
         place, mode, page = "a.host", "odp" if args.odp else "pinned", 4096
@@ -148,7 +156,7 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
     if args.qp_timeout != WorkloadSpec.model_fields["qp_timeout"].default:
         work["qp_timeout"] = args.qp_timeout
     if kind.startswith(("read", "atomic")) and args.outs is not None:
-        work["max_rd_atomic"] = outstanding_reads(args.outs, NicParams(**NIC_PRESETS[preset]).max_rd_atomic)
+        work["max_rd_atomic"] = outstanding_reads(args.outs, _nic(preset).max_rd_atomic)
     access = {}
     if kind.startswith("atomic"):  # perftest registers with IBV_ACCESS_REMOTE_ATOMIC for atomic tests
         work["atomic"] = args.atomic_type
@@ -213,6 +221,12 @@ def _refused(key: str, reason: str) -> UsageError:
 def _scenario(cmd: _Command) -> Scenario:
     """The command's scenario, checked as a scenario file is (the options' product must fit the schema's bounds,
     the run and the memory available)."""
+    from sim import budget
+    from sim.scenario.loader import validate
+    from sim.scenario.refs import check_references
+    from sim.scenario.schema import Scenario
+    from sim.scenario.yaml_reader import PositionMap
+
     try:
         scenario = validate(Scenario, cmd.data, PositionMap(), cmd.data["name"])
     except ConfigError as exc:
@@ -234,6 +248,8 @@ def _dump(cmd: _Command) -> str:
 
 def _yaml_text(data: dict) -> str:
     """``data`` as YAML 1.2 (what the scenario loader reads), nested mappings of scalars in flow style."""
+    from ruamel.yaml import YAML
+
     yaml = YAML(typ="safe", pure=True)
     yaml.default_flow_style, yaml.width = None, 120
     out = io.StringIO()
@@ -242,6 +258,8 @@ def _yaml_text(data: dict) -> str:
 
 
 def _header(cmd: _Command, result) -> str:
+    from sim.perftest_report import RULE
+
     args, kind = cmd.args, TESTS[cmd.test]
     buf, work = cmd.data["buffers"][0], cmd.data["workload"][0]
     qp = result.testbed.qps[0]
@@ -287,7 +305,7 @@ def _notices(cmd: _Command) -> list[str]:
     if cmd.args.server is not None:
         lines.append(f"rdmasim perftest: server address {cmd.args.server} ignored: rdmasim simulates both sides")
     outs = getattr(cmd.args, "outs", None)
-    device_max = NicParams(**NIC_PRESETS[cmd.data["nodes"][0]["nic"]["preset"]]).max_rd_atomic
+    device_max = _nic(cmd.data["nodes"][0]["nic"]["preset"]).max_rd_atomic
     if outs is not None and outs > device_max:
         lines.append(f" Number of outstanding reads is above max = {device_max}\n Changing to that max value")
     if cmd.args.connection == "UD" and (cmd.args.all or cmd.args.size > cmd.args.mtu):
@@ -331,6 +349,8 @@ def _iteration_lists(cmd: _Command, result) -> dict[int, list[str]] | None:
     args = cmd.args
     if not (args.histogram or args.unsorted) or args.duration is not None:
         return None
+    from sim.perftest_report import iteration_lines
+
     ops = result.table.frame(columns=["bytes", "latency_ps", "ok"])
     return {size: iteration_lines(rows.loc[rows["ok"], "latency_ps"].to_numpy(), args.unsorted, args.histogram)
             for size, rows in ops.groupby("bytes", sort=False)}
@@ -339,6 +359,8 @@ def _iteration_lists(cmd: _Command, result) -> dict[int, list[str]] | None:
 def _report(cmd: _Command, result) -> str:
     """perftest's standard output for the run: the header and table (or --output's numbers), --report-both's
     tables and --data_validation's line."""
+    from sim.perftest_report import format_summary, format_values, one_way
+
     args, kind = cmd.args, TESTS[cmd.test]
     lists = _iteration_lists(cmd, result)
     layout = {"gbits": args.report_gbits, "no_peak": _no_peak(args, kind)}
@@ -365,6 +387,8 @@ def _validation_failed(cmd: _Command, result) -> str | None:
 def _below_limit(cmd: _Command, summary) -> bool:
     """perftest's -w check: no size's average bandwidth (in the report's unit) reached the limit (perftest ORs
     each size's pass into ``is_bw_limit_passed``)."""
+    from sim.perftest_report import bandwidth_column
+
     limit = getattr(cmd.args, "limit_bw", None)
     if limit is None:
         return False
@@ -388,8 +412,7 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -
     rdmasim perftest: --run_infinitely is not supported by rdmasim perftest (see ...)
     (2, '')
     """
-    from sim.results import write_results
-    from sim.run import run_scenario
+    from sim import outdir
 
     notice = notice or (lambda line: print(line, file=sys.stderr))
     try:
@@ -407,6 +430,9 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -
         return 2, ""
     if cmd.args.dump_scenario:
         return 0, _dump(cmd)
+    from sim.results import write_results
+    from sim.run import run_scenario
+
     try:
         if cmd.args.out is not None:
             outdir.claim(cmd.args.out, outdir.RUN, force=cmd.args.force)

@@ -7,11 +7,15 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from models.nic.device import PORT_NUM
-from models.nic.nic import NicParams
 from models.nic.wqe import ATOMIC_BYTES
 from sim.core.errors import SimError
+
+if TYPE_CHECKING:
+    from models.nic.nic import NicParams
 
 TESTS = {"ib_write_bw": "write_bw", "ib_read_bw": "read_bw", "ib_write_lat": "write_lat", "ib_read_lat": "read_lat",
          "ib_send_bw": "send_bw", "ib_send_lat": "send_lat",
@@ -282,8 +286,9 @@ def parser(test: str) -> argparse.ArgumentParser:
     return p
 
 
-def check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> None:
-    """perftest's cross-option checks, and the limits of what rdmasim models.
+def check(args: argparse.Namespace, kind: str, preset: str, nic: Callable[[], NicParams]) -> None:
+    """perftest's cross-option checks, and the limits of what rdmasim models; ``nic`` gives the simulated NIC's
+    parameters, asked for only by a check that needs them (the NIC's model imports numpy).
 
     :raises UsageError: the first check the command line fails.
     """
@@ -323,9 +328,9 @@ def check(args: argparse.Namespace, kind: str, preset: str, nic: NicParams) -> N
         raise UsageError("-s/-a: Message size cannot be changed for Atomic tests (8 bytes)")
     if args.inline_size is not None and not kind.startswith("write"):
         raise UsageError("-I/--inline_size: Inline feature not available on READ/Atomic verbs")
-    if args.inline_size is not None and args.inline_size > nic.max_inline:
+    if args.inline_size is not None and args.inline_size > nic().max_inline:
         raise UsageError(f"-I/--inline_size {args.inline_size}: the simulated {preset} carries at most "
-                         f"{nic.max_inline} B inline (perftest would fail to create the QP)")
+                         f"{nic().max_inline} B inline (perftest would fail to create the QP)")
     if kind.endswith("_bw"):
         _check_posting(args)
     _check_reporting(args, kind)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import simpy
+if TYPE_CHECKING:
+    import simpy
 
 
 class Access(enum.IntFlag):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from sim.core.errors import ConfigError, ConfigErrors
-from sim.scenario.loader import validate
 from sim.scenario.yaml_reader import error_at, parse_yaml, read_yaml_file
-from sim.scenario.refs import check_references
-from sim.scenario.schema import Scenario
-from sim.scenario.variants import expand
+
+if TYPE_CHECKING:
+    from sim.scenario.schema import Scenario
 
 
 def load_scenario(path: str | os.PathLike) -> tuple[Scenario, bytes]:
@@ -42,6 +42,12 @@ def load_scenario_variants(path: str | os.PathLike) -> tuple[Scenario, bytes, li
         line, column = positions.locate(("kind",))
         raise SweepFileGiven(f"a sweep file, not a scenario: run it with `rdmasim sweep {file}`", file=file,
                              line=line, column=column, key="kind")
+    # The schema imports pydantic and most of models/: a file that is not YAML is refused without them.
+    from sim.scenario.loader import validate
+    from sim.scenario.refs import check_references
+    from sim.scenario.schema import Scenario
+    from sim.scenario.variants import expand
+
     scenario = validate(Scenario, data, positions, file)
     problems = [error_at(positions, key, reason, file) for key, reason in check_references(scenario)]
     if len(problems) == 1:

@@ -12,6 +12,7 @@ from sim.fast_plan import outside_domain
 from sim.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
+from tests.properties import examples
 from tests.sim.fast.test_differential import ATOMIC_ACCESS, falls_back, pin_vs_dmabuf, same_runs, two_nodes
 
 
@@ -56,7 +57,7 @@ def test_an_operation_posted_at_the_very_end_of_the_duration_is_not_posted():
     assert len(fast.operations) == 100
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(kind=st.sampled_from(["write_bw", "read_bw", "send_bw", "write_lat", "read_lat"]),
        sizes=st.lists(st.sampled_from([2, 64, 700, 4096, 65536]), min_size=1, max_size=3, unique=True),
        depth=st.sampled_from([1, 2, 16, 128]), duration_ns=st.integers(1, 40_000), at_post=st.booleans(),

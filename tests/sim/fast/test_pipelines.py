@@ -233,7 +233,7 @@ def test_parallel_streams_on_shared_servers_equal_the_event_engine(data):
     assert fast == run_events(servers, groups, 11)
 
 
-@settings(SETTINGS, max_examples=15)
+@settings(SETTINGS, max_examples=examples(15))
 @given(data=st.data())
 def test_streams_that_post_for_a_while_end_where_the_event_engine_stops_posting(data):
     """Streams posting while the clock is less than a duration after their start (perftest -D) on shared servers,
