@@ -54,6 +54,7 @@ from models.verbs.workloads import (Endpoint, NoSingleChain, OpRecords, ping_pon
                                     whole_buffer_receive, work_request)
 from sim.core.errors import SimError, VerbsError
 from sim.core.steps import Check, Claim, Fork
+from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast_events import Move, Solved, Watch
 from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
@@ -222,7 +223,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         where = ""
         if exc.group is not None:
             k, size = pipes.labels[exc.group]
-            where = f" of workload '{ends[k].work.name or ends[k].work.kind}' at {size} B"
+            where = f" of workload '{ends[k].work.name or ends[k].work.kind}' at {format_size(size)}"
         return decline(f"the vectorized core does not solve the steps{where}: {exc.reason}")
     except _Crawling as exc:
         return decline(f"the vectorized core keeps only about {exc} operations per block here (rounds interact "
@@ -257,12 +258,12 @@ def _refused(ends: list[Stream]) -> str | None:
                 try:
                     check_send_wr(src.qp, wr)
                 except VerbsError as exc:
-                    return (f"workload '{work.name or work.kind}' at {size} B: ibv_post_send refuses its work requests "
+                    return (f"workload '{work.name or work.kind}' at {format_size(size)}: ibv_post_send refuses its work requests "
                             f"({exc}), which the event engine reports")
                 recv = whole_buffer_receive(0, dst) if opcode.consumes_receive else None
                 why = refusal(data_path_qp(src.qp, dst.qp), wr, recv)
                 if why is not None:
-                    return (f"workload '{work.name or work.kind}' at {size} B: its work requests would fail ({why}), "
+                    return (f"workload '{work.name or work.kind}' at {format_size(size)}: its work requests would fail ({why}), "
                             "which the event engine completes")
     return None
 

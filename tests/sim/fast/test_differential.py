@@ -366,7 +366,7 @@ def test_steps_the_solver_refuses_run_on_the_event_engine():
     ordering rule cannot order against the releasing claim: fast says so from the steps, auto falls back."""
     work = [{"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 300}]
     data = scenario_dict(workload=work, **two_nodes("cx7-gen5-400G", tx_latency="0ns"))
-    falls_back(data, "workload 'read_bw' at 4096 B: a gate must be followed by a positive", "a gate must be followed")
+    falls_back(data, "workload 'read_bw' at 4KiB: a gate must be followed by a positive", "a gate must be followed")
 
 
 def test_auto_hands_a_crawling_solve_to_the_event_engine():
