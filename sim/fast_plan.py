@@ -39,7 +39,6 @@ run is solved again with that); anything else sends the run back to the event en
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from collections.abc import Callable
 from typing import NamedTuple
@@ -172,17 +171,23 @@ def slow_for_fast(scenario: Scenario) -> str | None:
     return None
 
 
+class Declined(NamedTuple):
+    """Why ``engine: auto`` runs a scenario on the event engine rather than the vectorized core."""
+
+    reason: str
+
+
 def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *, trace: bool = False,
-             variant: str = "base", notice: Callable[[str], None] | None = None) -> RunResult | None:
-    """Run ``scenario`` on the vectorized core; None when ``engine: auto`` should use the event engine
-    (``notice`` is told why, default: one line on stderr).
+             variant: str = "base") -> RunResult | Declined:
+    """Run ``scenario`` on the vectorized core; :class:`Declined` when ``engine: auto`` should use the event
+    engine, saying why.
 
     :raises OutsideDomain: ``engine: fast`` for a scenario outside the domain.
     """
-    def decline(reason: str) -> None:
+    def decline(reason: str) -> Declined:
         if scenario.engine == "fast":
             raise OutsideDomain(f"engine fast: {reason}")
-        (notice or _stderr)(f"{scenario.name}: engine auto: using the event engine: {reason}")
+        return Declined(reason)
 
     reason = outside_domain(scenario, trace) or (slow_for_fast(scenario) if scenario.engine == "auto" else None)
     if reason:
@@ -233,7 +238,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     if reason:
         return decline(f"{reason}: the event engine simulates that")
     if sink is not None:
-        return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish())
+        return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish(),
+                          engine="fast")
     summaries = []
     for work, mine in zip(scenario.workload, _by_workload(ends)):
         for size in work.size_list():
@@ -241,7 +247,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             frame, row = workload_tables(work, size, parts[0] if len(parts) == 1 else tagged(parts), variant)
             table.append(frame)
             summaries.append(row)
-    return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries)
+    return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries, engine="fast")
 
 
 def _refused(ends: list[Stream]) -> str | None:
@@ -407,10 +413,6 @@ def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
                     groups.append(replace(group, parallel=stream > 0 and j == 0))
                     labels.append((w, size))
     return Pipelines(names, groups, labels)
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr)
 
 
 class _Draws:
