@@ -141,6 +141,11 @@ def _check_budget(scenario: Path, variants, memory_budget: int | None, trace: bo
         budget.check(str(scenario), variants, limit, trace)
 
 
+def _say(line: str) -> None:
+    """A notice on stderr as it is written (no markup, no highlighting), above a progress bar if one shows."""
+    err.print(line, soft_wrap=True, highlight=False, markup=False)
+
+
 @app.command()
 def run(scenario: ScenarioPath,
         out_dir: OutOption = None,
@@ -151,7 +156,9 @@ def run(scenario: ScenarioPath,
         trace: Annotated[bool, typer.Option("--trace", help="Also write trace.json (Chrome/Perfetto format: "
                                                              "open in ui.perfetto.dev).")] = False,
         engine: Annotated[Optional[Engine], typer.Option(
-            help="Override the scenario's engine (auto says on stderr why it falls back to event).")] = None,
+            help="Override the scenario's engine (default auto: the vectorized core where it gives the event "
+                 "engine's answers; a line on stderr per variant says which engine ran and why auto fell back).")
+        ] = None,
         strict: Annotated[bool, typer.Option("--strict", help="Exit 1 (after writing the results) if any work "
                                              "request completed in error or any event failed.")] = False,
         memory_budget: MemoryBudgetOption = None,
@@ -184,8 +191,7 @@ def run(scenario: ScenarioPath,
         for name, variant in variants:
             try:
                 results.append(run_scenario(variant, seed, progress=lambda n: bar.advance(task, n), variant=name,
-                                            trace=trace, notice=lambda line: err.print(line, soft_wrap=True,
-                                                                                       highlight=False)))
+                                            trace=trace, notice=_say))
             except SimError as exc:
                 label = "" if name == "base" else f" variant '{name}'"
                 failures.append(f"{scenario}:{label} run failed: {exc}")
@@ -251,7 +257,7 @@ def explain(scenario: ScenarioPath,
     name, spec = next((n, first_accesses_only(v)) for n, v in variants if variant in (None, n))
     _check_budget(scenario, [(name, spec)], memory_budget, trace=True)
     try:
-        result = run_scenario(spec, trace=True, variant=name)
+        result = run_scenario(spec, trace=True, variant=name, notice=lambda _: None)
     except SimError as exc:
         typer.echo(f"{scenario}: run failed: {exc}", err=True)
         raise typer.Exit(1) from None
@@ -364,7 +370,7 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
         target = Path("results") / swept.sweep.name if out_dir is None else out_dir
         try:
             result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
-                               scheduler=scheduler, retry_failed=retry_failed, force=force)
+                               scheduler=scheduler, retry_failed=retry_failed, force=force, notice=_say)
         except WorkersLost as exc:
             typer.echo(f"{target}: {exc}", err=True)
             raise typer.Exit(1) from None

@@ -202,8 +202,10 @@ def explain(result: RunResult, variants: list[str] | None = None) -> str:
 
 
 def first_accesses_only(scenario: Scenario) -> Scenario:
-    """``scenario`` with each workload at its first message size only, when it has no events: without a memory
-    event, the timeline ends with the first faulting accesses, and the first size makes them."""
+    """``scenario`` on the event engine (whose events a trace records), each workload at its first message size
+    only when it has no events: without a memory event, the timeline ends with the first faulting accesses, and
+    the first size makes them."""
+    scenario = scenario.model_copy(update={"engine": "event"})
     if scenario.events:
         return scenario
     return scenario.model_copy(update={"workload": [w.model_copy(update={"sizes": w.size_list()[:1]})

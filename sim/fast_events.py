@@ -24,6 +24,8 @@ import numpy as np
 from models.nic.stages import memory_target
 from models.ib.dmabuf_mr import DmabufBacking
 from models.nic.translation import Fault
+from models.nic.wqe import WcStatus
+from sim.core.units import format_size, format_time
 from sim.fast import NEVER, Finished
 from sim.scenario.schema import Scenario
 
@@ -191,11 +193,12 @@ class Watch:
         if first is not None:
             at, size = first
             if self.advance(at, inclusive=False) or env.peek() == at:
-                return f"scenario events act on buffer '{name}' again, or at {at} ps exactly, before its re-fault"
+                return (f"scenario events act on buffer '{name}' again, or at {format_time(at)} exactly, before its "
+                        "re-fault")
             self.clock(at)
             answer = backing.translate(at, 0, size)
             if not isinstance(answer, Fault):
-                return f"buffer '{name}': the access at {at} ps after its move did not re-fault ({answer})"
+                return f"buffer '{name}': the access at {format_time(at)} after its move {_not_refaulted(answer)}"
             ready = answer.ready_ps
         target = memory_target(self.bed.registrations[name].mr, zapped)
         self.moves.setdefault(name, []).append(Move(zapped, target, at, ready))
@@ -210,13 +213,20 @@ class Watch:
         for (k, size), marks in solved.marks.items():
             if "landing" in marks and (np.diff(marks["landing"]) < 0).any():
                 return (f"the responses of READ workload '{streams[k].work.name or streams[k].work.kind}' at "
-                        f"{size} bytes landed out of order across a move of its buffer")
+                        f"{format_size(size)} landed out of order across a move of its buffer")
         for name, moves in self.moves.items():
             for move in moves:
                 first = _first_access(solved, streams, name, move.zapped_ps)
                 if (first and first[0]) != move.faulted_ps:
                     return f"buffer '{name}': the run with its move reached it first at another time"
         return None
+
+
+def _not_refaulted(answer: WcStatus | None) -> str:
+    """What an access that did not re-fault got instead (:meth:`DmabufBacking.translate`'s answer)."""
+    if isinstance(answer, WcStatus):
+        return f"completes in error ({answer.ibv_name}) instead of re-faulting"
+    return "reaches memory without re-faulting"
 
 
 def _first_access(solved: Solved, streams, name: str, zapped_ps: int) -> tuple[int, int] | None:

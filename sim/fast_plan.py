@@ -42,7 +42,6 @@ run is solved again with that); anything else sends the run back to the event en
 
 from __future__ import annotations
 
-import sys
 from dataclasses import replace
 from collections.abc import Callable
 from functools import partial
@@ -60,6 +59,7 @@ from models.verbs.workloads import (Endpoint, NoSingleChain, OpRecords, ping_pon
                                     succeeded, tagged, whole_buffer_receive, work_request)
 from sim.core.errors import SimError, VerbsError
 from sim.core.steps import Check, Claim, Fork
+from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast_events import Move, Solved, Watch
 from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
@@ -176,17 +176,23 @@ def slow_for_fast(scenario: Scenario) -> str | None:
     return None
 
 
+class Declined(NamedTuple):
+    """Why ``engine: auto`` runs a scenario on the event engine rather than the vectorized core."""
+
+    reason: str
+
+
 def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *, trace: bool = False,
-             variant: str = "base", notice: Callable[[str], None] | None = None) -> RunResult | None:
-    """Run ``scenario`` on the vectorized core; None when ``engine: auto`` should use the event engine
-    (``notice`` is told why, default: one line on stderr).
+             variant: str = "base") -> RunResult | Declined:
+    """Run ``scenario`` on the vectorized core; :class:`Declined` when ``engine: auto`` should use the event
+    engine, saying why.
 
     :raises OutsideDomain: ``engine: fast`` for a scenario outside the domain.
     """
-    def decline(reason: str) -> None:
+    def decline(reason: str) -> Declined:
         if scenario.engine == "fast":
             raise OutsideDomain(f"engine fast: {reason}")
-        (notice or _stderr)(f"{scenario.name}: engine auto: using the event engine: {reason}")
+        return Declined(reason)
 
     reason = outside_domain(scenario, trace) or (slow_for_fast(scenario) if scenario.engine == "auto" else None)
     if reason:
@@ -227,7 +233,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         where = ""
         if exc.group is not None:
             k, size = pipes.labels[exc.group]
-            where = f" of workload '{ends[k].work.name or ends[k].work.kind}' at {size} B"
+            where = f" of workload '{ends[k].work.name or ends[k].work.kind}' at {format_size(size)}"
         return decline(f"the vectorized core does not solve the steps{where}: {exc.reason}")
     except _Crawling as exc:
         return decline(f"the vectorized core keeps only about {exc} operations per block here (rounds interact "
@@ -237,7 +243,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     if reason:
         return decline(f"{reason}: the event engine simulates that")
     if sink is not None:
-        return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish())
+        return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish(),
+                          engine="fast")
     summaries = []
     for work, mine in zip(scenario.workload, _by_workload(ends)):
         for size in work.size_list():
@@ -245,7 +252,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             frame, row = workload_tables(work, size, parts[0] if len(parts) == 1 else tagged(parts), variant)
             table.append(frame)
             summaries.append(row)
-    return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries)
+    return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries, engine="fast")
 
 
 def _refused(ends: list[Stream]) -> str | None:
@@ -262,12 +269,12 @@ def _refused(ends: list[Stream]) -> str | None:
                 try:
                     check_send_wr(src.qp, wr)
                 except VerbsError as exc:
-                    return (f"workload '{work.name or work.kind}' at {size} B: ibv_post_send refuses its work requests "
+                    return (f"workload '{work.name or work.kind}' at {format_size(size)}: ibv_post_send refuses its work requests "
                             f"({exc}), which the event engine reports")
                 recv = whole_buffer_receive(0, dst) if opcode.consumes_receive else None
                 why = refusal(data_path_qp(src.qp, dst.qp), wr, recv)
                 if why is not None:
-                    return (f"workload '{work.name or work.kind}' at {size} B: its work requests would fail ({why}), "
+                    return (f"workload '{work.name or work.kind}' at {format_size(size)}: its work requests would fail ({why}), "
                             "which the event engine completes")
     return None
 
@@ -415,10 +422,6 @@ def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
                     groups.append(replace(group, parallel=stream > 0 and j == 0))
                     labels.append((w, size))
     return Pipelines(names, groups, labels, ops)
-
-
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr)
 
 
 class _Draws:

@@ -113,8 +113,9 @@ def inline_threshold(work: WorkloadSpec) -> int:
 
 
 def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, started: int, event_log: list[dict],
-               table: OperationTable, summaries: list[dict]) -> RunResult:
-    """Registrations, end-of-run checks, counters and the event table: the run's :class:`RunResult`."""
+               table: OperationTable, summaries: list[dict], engine: str = "event") -> RunResult:
+    """Registrations, end-of-run checks, counters and the event table: the run's :class:`RunResult` (``engine``:
+    the one that ran the workloads, ``event`` or ``fast``)."""
     registrations = registrations_table(bed, variant)
     drain(bed)
     log_unreached(bed, scenario, started, event_log)
@@ -126,7 +127,7 @@ def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, starte
     events.insert(0, "variant", variant)
     library = run_library(bed, scenario) if scenario.library else None
     return RunResult(scenario, seed, table.close(), pd.DataFrame(summaries),
-                     registrations, bed, variant, events, counters, library)
+                     registrations, bed, variant, events, counters, library, engine=engine)
 
 
 def drain(bed: Testbed) -> None:

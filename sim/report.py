@@ -177,7 +177,7 @@ def _variants(record: Manifest, manifest: Path) -> list[Variant]:
             raise ReportError(f"{manifest}: variant '{run[0]}' run again for its timeline: {short}")
     shown = []
     for name, scenario in runs:
-        result = run_scenario(scenario, record.seed, trace=True, variant=name)
+        result = run_scenario(scenario, record.seed, trace=True, variant=name, notice=lambda _: None)
         fig = draw(result.testbed, sections(result.testbed), f"{scenario.name}, variant '{name}'")
         svg = io.BytesIO()
         try:

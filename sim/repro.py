@@ -4,10 +4,11 @@ Three checks, each reported line by line:
 
 1. the manifest agrees with itself: its scenario text hashes to ``scenario_sha256``, that text still validates,
    its variants are the manifest's variants, and the resolved scenario block is the text's first variant (with
-   the engine the run used);
+   the engine the run asked for);
 2. the files on disk (``metrics.parquet``, ``summary.json``) hash to the manifest's ``outputs_sha256``;
-3. a re-run (every variant, the recorded seed and engine) reproduces both: each output's bytes equal the
-   manifest's hash and the file on disk, and each variant's resolved parameters equal the manifest's.
+3. a re-run (every variant, the recorded seed, on the engine that ran it) reproduces both: each output's bytes
+   equal the manifest's hash and the file on disk, each variant's resolved parameters equal the manifest's, and
+   each variant runs on the engine recorded (a manifest from before engines were recorded: the engine asked for).
 
 A malformed manifest is a located :class:`~sim.core.errors.ConfigError` (``FILE:LINE:COL key: reason``): the
 scenario loader gives every value's position (JSON is YAML) and :class:`Manifest` validates the JSON values.
@@ -26,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from sim.core.errors import ConfigError
 from sim.results import REPRODUCIBLE, file_sha256, package_versions, run_parameters, write_results
-from sim.run import run_scenario
+from sim.run import ENGINES, run_scenario
 from sim.scenario.loader import validate
 from sim.scenario.yaml_reader import parse_yaml, read_yaml_file
 from sim.scenario.scenario_file import load_scenario_variants
@@ -38,6 +39,32 @@ SHOWN_DIFFERENCES = 5
 """Differing key paths listed per compared block; the rest are counted."""
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+EngineName = Literal["event", "fast"]
+
+
+class WorkloadEngine(BaseModel):
+    """The engine that ran one workload."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    workload: str
+    engine: EngineName
+
+
+class VariantEngines(BaseModel):
+    """The engine a variant asked for, the one that ran each of its workloads and why ``auto`` fell back."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    requested: Literal["event", "fast", "auto"]
+    fallback: str | None
+    workloads: list[WorkloadEngine]
+
+    @property
+    def ran(self) -> str:
+        """The engine that ran every workload (the one asked for when they differ)."""
+        engines = {w.engine for w in self.workloads}
+        return engines.pop() if len(engines) == 1 else self.requested
 
 
 class Manifest(BaseModel):
@@ -53,6 +80,8 @@ class Manifest(BaseModel):
     variants: dict[str, dict[str, Any]]
     versions: dict[str, str]
     outputs_sha256: dict[Literal["metrics.parquet", "summary.json"], Sha256]
+    engines: dict[str, VariantEngines] | None = None
+    """Per variant (absent from manifests written before it was recorded)."""
 
 
 @dataclass
@@ -115,11 +144,12 @@ def reproduce(path: str | Path) -> tuple[bool, list[str]]:
     variants, raw = _check_manifest(record, path, report)
     _note_versions(record, report)
     on_disk = _check_disk(record, path.parent, report)
-    results = [run_scenario(v, record.seed, variant=name) for name, v in variants]
+    results = [_rerun(record, name, v) for name, v in variants]
     for result in results:
         if result.variant not in record.variants:
             report.check(False, f"variant '{result.variant}': MISSING from the manifest's parameters")
             continue
+        _check_engine(record, result, report)
         differences = _differences(record.variants[result.variant], _as_json(run_parameters(result)))
         report.check(not differences, f"variant '{result.variant}': re-run parameters "
                      + ("match the manifest" if not differences else f"DIFFERENT at {differences}"))
@@ -132,6 +162,24 @@ def reproduce(path: str | Path) -> tuple[bool, list[str]]:
             report.check(same, f"{name}: re-run {'identical to' if same else 'DIFFERENT from'} {against} "
                                f"(sha256 {got[:16]}...)")
     return report.ok, report.lines
+
+
+def _rerun(record: Manifest, name: str, variant: Scenario):
+    """Run ``variant`` again with the recorded seed, on the engine that ran it."""
+    recorded = (record.engines or {}).get(name)
+    if recorded is not None:
+        variant = variant.model_copy(update={"engine": recorded.ran})
+    return run_scenario(variant, record.seed, variant=name, notice=lambda _: None)
+
+
+def _check_engine(record: Manifest, result, report: Report) -> None:
+    """The re-run's engine is the one recorded for its variant (nothing to compare in an older manifest)."""
+    recorded = (record.engines or {}).get(result.variant)
+    if recorded is None:
+        return
+    same = result.engine == recorded.ran
+    report.check(same, f"variant '{result.variant}': re-run on the {ENGINES[result.engine]}"
+                       + (", as recorded" if same else f", DIFFERENT from the {ENGINES[recorded.ran]} recorded"))
 
 
 def _check_manifest(record: Manifest, path: Path, report: Report) -> tuple[list, bytes]:
@@ -157,7 +205,7 @@ def _check_manifest(record: Manifest, path: Path, report: Report) -> tuple[list,
 
 def recorded_variants(record: Manifest, path: Path) -> list[tuple[str, Scenario]]:
     """The variants of the manifest's scenario text (``path`` is the manifest's), each with the engine the run
-    used.
+    asked for.
 
     :raises ConfigError: the recorded scenario text no longer validates.
     """

@@ -4,7 +4,8 @@
 Layout: ``metrics.parquet`` (one row per work request, all variants), ``summary.json`` (perftest rows,
 registration costs, events, protocol counters, the library studies and, with several variants, the comparison
 table),
-``manifest.json`` (resolved scenario and parameters, seed, scenario hash, package versions) and
+``manifest.json`` (resolved scenario and parameters, seed, scenario hash, package versions, the engine that ran
+each variant's workloads) and
 ``figures/*.png|pdf|csv``.
 """
 
@@ -56,6 +57,13 @@ def testbed_parameters(bed) -> dict:
     }
 
 
+def run_engines(result: RunResult) -> dict:
+    """The engine a run asked for, the one that ran each workload (``event`` or ``fast``) and, when ``auto``
+    fell back to the event engine, why."""
+    return {"requested": result.scenario.engine, "fallback": result.fallback,
+            "workloads": [{"workload": w.name or w.kind, "engine": result.engine} for w in result.scenario.workload]}
+
+
 def manifest(results: list[RunResult], scenario_bytes: bytes | None) -> dict:
     """Everything needed to reproduce the run."""
     first = results[0]
@@ -66,6 +74,7 @@ def manifest(results: list[RunResult], scenario_bytes: bytes | None) -> dict:
         "scenario_text": scenario_bytes.decode("utf-8") if scenario_bytes is not None else None,
         "seed": first.seed,
         "variants": {r.variant: run_parameters(r) for r in results},
+        "engines": {r.variant: run_engines(r) for r in results},
         "versions": package_versions(),
     }
 

@@ -3,14 +3,16 @@ vectorized core), collect tidy tables."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from dataclasses import replace
 
 from models.verbs.qp_state import ack_timeout_ps
 from models.verbs.workloads import (Endpoint, Posting, bandwidth, concurrent, read_latency, send_bandwidth,
                                     send_latency, write_latency)
 from sim.build import Testbed
 from sim.core.errors import DeadlockError
-from sim.fast_plan import run_fast
+from sim.fast_plan import Declined, run_fast
 from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.operations import OperationTable
 from sim.scenario.schema import Scenario
@@ -43,21 +45,56 @@ def _process(env, work: WorkloadSpec, pairs: list[tuple[Endpoint, Endpoint]], si
     return read_latency(env, src, dst, size, work.iterations, opcode, duration_ps=work.duration)
 
 
+ENGINES = {"event": "event engine", "fast": "vectorized core"}
+"""The engines by their scenario names, as rdmasim's messages name them."""
+
+
 def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress | None = None,
                  *, trace: bool = False, variant: str = "base",
                  notice: Callable[[str], None] | None = None) -> RunResult:
     """Simulate every workload of ``scenario`` (with its events) and return its tables.
 
-    ``scenario.engine`` picks the engine: ``fast`` and ``auto`` hand the run to :mod:`sim.fast_plan`; when
-    ``auto`` cannot use it, ``notice`` (default: a line on stderr) is told why and the event engine runs.
+    ``scenario.engine`` picks the engine: ``fast`` and ``auto`` (the default) hand the run to
+    :mod:`sim.fast_plan`; when ``auto`` cannot use it, the event engine runs. ``notice`` (default: a line on
+    stderr) is told in one line which engine ran the workloads and, when ``auto`` fell back, why
+    (:func:`engine_notice`); the result records both (``engine``, ``fallback``).
 
     :raises sim.build.RegistrationFailed: a buffer could not be registered.
     """
     seed = scenario.seed if seed is None else seed
+    fallback = None
     if scenario.engine != "event":
-        result = run_fast(scenario, seed, progress, trace=trace, variant=variant, notice=notice)
-        if result is not None:
-            return result
+        result = run_fast(scenario, seed, progress, trace=trace, variant=variant)
+        if not isinstance(result, Declined):
+            return _told(result, notice)
+        fallback = result.reason
+    result = _run_events(scenario, seed, progress, trace, variant)
+    return _told(replace(result, fallback=fallback), notice)
+
+
+def engine_line(who: str, engine: str, workloads: list[str], fallback: str | None = None) -> str:
+    """One line saying which engine ran ``workloads`` of ``who`` (their names) and, after ``auto`` fell back,
+    why: ``quickstart (base): vectorized core ran write_bw, write_lat``."""
+    return f"{who}: {ENGINES[engine]} ran {', '.join(workloads)}" + (f": {fallback}" if fallback else "")
+
+
+def engine_notice(result: RunResult) -> str:
+    """:func:`engine_line` of a run, named by its scenario and variant."""
+    return engine_line(f"{result.scenario.name} ({result.variant})", result.engine,
+                       [w.name or w.kind for w in result.scenario.workload], result.fallback)
+
+
+def _told(result: RunResult, notice: Callable[[str], None] | None) -> RunResult:
+    (notice or _stderr)(engine_notice(result))
+    return result
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _run_events(scenario: Scenario, seed: int, progress: Progress | None, trace: bool, variant: str) -> RunResult:
+    """Run every workload on the event engine, size by size."""
     bed, started, event_log = setup_run(scenario, seed, trace)
     env = bed.env
     table, summaries = OperationTable(), []

@@ -39,6 +39,10 @@ class RunResult:
     """The scenario's library studies (:func:`sim.library.run_library`), run after the workloads."""
     rails: pd.DataFrame | None = None
     """Rails nodes: the per-stream rail table (:func:`sim.rails.rail_table`), kept once worked out."""
+    engine: str = "event"
+    """The engine that ran the workloads: ``event`` (simpy) or ``fast`` (the vectorized core)."""
+    fallback: str | None = None
+    """Why ``engine: auto`` ran the event engine (None: it did not fall back)."""
 
     @property
     def operations(self) -> pd.DataFrame:

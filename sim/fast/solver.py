@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, waits, walk_order
+from sim.core.units import format_time
 from sim.fast.block import NEVER, solve_block
 from sim.fast.spacing import never_queue
 from sim.fast.steps import Group, Server, after_draws, claim_wpos, tail_draws
@@ -267,7 +268,7 @@ class _Posts:
         post, group = post[order], group[order]
         tie = np.flatnonzero((post[1:] == post[:-1]) & (group[1:] != group[:-1]))
         if len(tie):
-            raise Unsolvable(f"parallel streams post operations at {int(post[tie[0]])} ps at once, in an order "
+            raise Unsolvable(f"parallel streams post operations at {format_time(int(post[tie[0]]))} at once, in an order "
                              "their completions' deliveries decide", int(group[tie[0]]))
 
 

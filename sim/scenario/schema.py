@@ -68,9 +68,10 @@ class Scenario(Strict):
     description: str = ""
     seed: Seed = 0
     """Run seed: the same seed gives byte-identical results."""
-    engine: Literal["event", "fast", "auto"] = "event"
-    """Simulation engine: 'event' (simpy, every work request), 'fast' (vectorized core, same answers, for
-    perftest workloads over pinned host memory) or 'auto' (fast when the scenario allows it, else event)."""
+    engine: Literal["event", "fast", "auto"] = "auto"
+    """Simulation engine: 'auto' (the vectorized core where it gives the event engine's answers, else the event
+    engine, saying why), 'event' (simpy, every work request: the reference) or 'fast' (the vectorized core only:
+    a scenario outside its domain is refused)."""
     nodes: Annotated[list[NodeSpec], Field(min_length=2, max_length=1024)]
     fabric: FabricSpec = FabricSpec()
     buffers: Annotated[list[BufferSpec], Field(min_length=1)]

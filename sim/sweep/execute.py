@@ -30,8 +30,9 @@ Finished = Iterator[tuple[RunSpec, pd.DataFrame]]
 
 
 def execute(run: RunSpec) -> pd.DataFrame:
-    """Simulate one run; one row per (workload, size): perftest's summary columns (``errors_by_status`` as
-    JSON text), latency percentiles, registration time, pinned bytes and protocol counters. A run that fails
+    """Simulate one run; one row per (workload, size): the engine that ran it (``engine``: ``event`` or ``fast``;
+    ``fallback``: why ``auto`` ran the event engine, '' when it did not), perftest's summary columns (``errors_by_status`` as JSON
+    text), latency percentiles, registration time, pinned bytes and protocol counters. A run that fails
     in any way (a registration refused with ENOMEM, or a point whose values the engine cannot hold) gives
     :func:`failed`'s row instead, so the sweep goes on."""
     try:
@@ -76,11 +77,12 @@ def failed(run: RunSpec, exc: BaseException) -> pd.DataFrame:
 
 def _tables(run: RunSpec) -> pd.DataFrame:
     budget.refuse_over_budget([(run.variant, run.scenario)], budget.available_memory())
-    result = run_scenario(run.scenario, run.seed, variant=run.variant)
+    result = run_scenario(run.scenario, run.seed, variant=run.variant, notice=lambda _: None)  # said by run_sweep
     rows = []
     for perftest, extra in case_rows(result):
         perftest["errors_by_status"] = json.dumps(perftest["errors_by_status"])  # Parquet needs one type
-        rows.append({"key": run.key, "status": "ok", "error": None, **perftest,
+        rows.append({"key": run.key, "status": "ok", "error": None, "engine": result.engine,
+                     "fallback": result.fallback or "", **perftest,
                      **{k: v for k, v in extra.items() if k not in perftest}})
     return pd.DataFrame(rows).drop(columns="variant")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from sim import outdir
+from sim.run import engine_line
 from sim.sweep.execute import EXECUTORS
 from sim.sweep.plan import RunSpec, load_sweep
 from sim.sweep.store import (FAILED, partition_path, read_partition, read_table, remove_stale_temporaries,
@@ -42,7 +44,8 @@ class SweepResult:
 
 def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str = "serial",
               workers: int | None = None, scheduler: str | None = None, progress: bool = True,
-              retry_failed: bool = False, force: bool = False) -> SweepResult:
+              retry_failed: bool = False, force: bool = False,
+              notice: Callable[[str], None] | None = None) -> SweepResult:
     """Run every run of the sweep file ``path`` not yet stored in ``out_dir``; each finished run is stored
     at once, so an interrupted sweep resumes where it stopped. ``out_dir`` is claimed by
     :func:`sim.outdir.claim`: new, empty, this sweep's (resumed) or, with ``force``, another sweep's or run's
@@ -54,7 +57,8 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
 
     ``executor`` is ``serial``, ``processes`` (``workers`` local processes) or ``dask`` (the cluster at
     ``scheduler``, e.g. ``tcp://host:8786``, else a LocalCluster of ``workers`` processes). Results do not
-    depend on the executor. The progress bar (with ETA) shows only on a terminal.
+    depend on the executor. The progress bar (with ETA) shows only on a terminal. ``notice`` is told, in one line
+    per run simulated, which engine ran its workloads and, when ``auto`` fell back, why (:func:`run_notice`).
 
     :raises ConfigError: the sweep or its base scenario is invalid (nothing runs).
     :raises OutputError: ``out_dir`` may not be written (nothing runs).
@@ -83,9 +87,21 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
         for run, table in EXECUTORS[executor](list(todo.values()), workers, scheduler):
             write_partition(out, run.key, table)
             bar.advance(task)
+            line = run_notice(plan.sweep.name, run, table)
+            if notice and line:
+                notice(line)
     table = read_table(out)
     write_summary(out, table)
     return SweepResult(out, table, len(todo), skipped, damaged, retried)
+
+
+def run_notice(sweep: str, run: RunSpec, table: pd.DataFrame) -> str | None:
+    """:func:`sim.run.engine_line` of a finished run (None for a failed one): ``sweep-name run 3 (base): ...``."""
+    if "engine" not in table or table["engine"].isna().any():
+        return None
+    first = table.iloc[0]
+    return engine_line(f"{sweep} run {run.index} ({run.variant})", first["engine"],
+                       list(dict.fromkeys(table["workload"])), first["fallback"] or None)
 
 
 def _to_do(runs: list[RunSpec], out: Path, retry_failed: bool

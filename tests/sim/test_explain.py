@@ -149,14 +149,15 @@ def test_each_registration_section_holds_what_its_calls_recorded_even_at_the_bou
     assert "dma_buf_put" not in names("dst") and names("dst")[0] == "ibv_reg_mr"
 
 
-def test_a_scenario_without_events_is_explained_at_each_workloads_first_size_only():
+def test_a_scenario_without_events_is_explained_at_each_workloads_first_size_only_on_the_event_engine():
     _, _, variants = load_scenario_variants(ROOT / "scenarios" / "quickstart.yaml")
     quick = variants[0][1]
     trimmed = first_accesses_only(quick)
     assert [w.size_list() for w in trimmed.workload] == [w.size_list()[:1] for w in quick.workload]
     assert len(quick.workload[0].size_list()) > 1
     pressure = dict(load_scenario_variants(ROOT / "scenarios" / "pin_vs_dmabuf.yaml")[2])["dmabuf"]
-    assert first_accesses_only(pressure) is pressure
+    assert first_accesses_only(pressure) == pressure.model_copy(update={"engine": "event"})
+    assert quick.engine == "auto" and trimmed.engine == "event"
 
 
 def test_no_outcome_goes_without_its_line_of_why():

@@ -207,8 +207,9 @@ def test_a_run_whose_variant_fails_writes_nothing_and_names_it(work):
     result = _run("run", "v.yaml", "--out", "res", "-q")
     assert result.exit_code == 1 and _snapshot(work) == before
     lines = result.stderr.strip().splitlines()
-    assert lines[0].startswith("v.yaml: variant 'tight' run failed: ") and "ENOMEM" in lines[0]
-    assert lines[-1] == "v.yaml: wrote nothing (1 of 2 variant(s) failed)" and len(lines) == 2
+    assert lines[0] == "tiny (fine): vectorized core ran bw"  # the variant that ran says which engine ran it
+    assert lines[1].startswith("v.yaml: variant 'tight' run failed: ") and "ENOMEM" in lines[1]
+    assert lines[-1] == "v.yaml: wrote nothing (1 of 2 variant(s) failed)" and len(lines) == 3
 
 
 def test_perftest_out_writes_a_results_directory_that_repro_reproduces(work):
@@ -320,7 +321,8 @@ def test_a_failed_write_is_one_line_and_leaves_no_staging(work, monkeypatch):
     before = _snapshot(work)
     result = _run("run", "s.yaml", "--out", "res", "-q")
     assert result.exit_code == 2
-    assert result.stderr == f"{work / 'res'}: writing failed: [Errno 28] No space left on device\n"
+    assert result.stderr == ("tiny (base): vectorized core ran bw\n"
+                             f"{work / 'res'}: writing failed: [Errno 28] No space left on device\n")
     assert _snapshot(work) == before
 
 

@@ -48,9 +48,9 @@ def test_repro_of_something_else_is_a_clear_error(tmp_path):
 
 
 def _read_lat() -> Scenario:
-    """Two hosts, one read_lat workload of three 8-byte READs."""
+    """Two hosts, one read_lat workload of three 8-byte READs, on the event engine (whose watchdog is tested)."""
     return Scenario.model_validate({
-        "schema": 1, "name": "read_lat", "nodes": [{"name": "a"}, {"name": "b"}],
+        "schema": 1, "name": "read_lat", "engine": "event", "nodes": [{"name": "a"}, {"name": "b"}],
         "buffers": [{"name": "x", "on": "a.host", "size": "4KiB"}, {"name": "y", "on": "b.host", "size": "4KiB"}],
         "workload": [{"kind": "read_lat", "from": "x", "to": "y", "sizes": ["8B"], "iterations": 3}]})
 

@@ -355,11 +355,13 @@ def test_auto_says_why_and_runs_the_event_engine():
     lines = []
     auto = run_scenario(Scenario.model_validate(data), notice=lines.append)
     event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
-    assert len(lines) == 1 and "using the event engine" in lines[0] and "blueflame off" in lines[0]
+    assert len(lines) == 1 and "(base): event engine ran write_bw: " in lines[0] and "blueflame off" in lines[0]
     pd.testing.assert_frame_equal(auto.operations, event.operations)
-    quiet = []
-    run_scenario(Scenario.model_validate(scenario_dict(engine="auto")), notice=quiet.append)
-    assert quiet == []
+    assert (auto.engine, event.engine, event.fallback) == ("event", "event", None) and "blueflame off" in auto.fallback
+    said = []
+    fast = run_scenario(Scenario.model_validate(scenario_dict(engine="auto")), notice=said.append)
+    assert said == [f"{fast.scenario.name} (base): vectorized core ran write_bw"]
+    assert (fast.engine, fast.fallback) == ("fast", None)
 
 
 def test_steps_the_solver_refuses_run_on_the_event_engine():
@@ -367,7 +369,7 @@ def test_steps_the_solver_refuses_run_on_the_event_engine():
     ordering rule cannot order against the releasing claim: fast says so from the steps, auto falls back."""
     work = [{"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 300}]
     data = scenario_dict(workload=work, **two_nodes("cx7-gen5-400G", tx_latency="0ns"))
-    falls_back(data, "workload 'read_bw' at 4096 B: a gate must be followed by a positive", "a gate must be followed")
+    falls_back(data, "workload 'read_bw' at 4KiB: a gate must be followed by a positive", "a gate must be followed")
 
 
 def test_auto_hands_a_crawling_solve_to_the_event_engine():
@@ -406,7 +408,10 @@ workload:
     for engine in ("event", "fast", "auto"):
         result = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / engine), "--engine", engine, "-q"])
         assert result.exit_code == 0, result.output
-        assert ("using the event engine" in result.output) == (engine == "auto")
+        ran = {"event": "tiny (base): event engine ran write_bw, read_lat\n",
+               "fast": "tiny (base): vectorized core ran write_bw, read_lat\n",
+               "auto": "tiny (base): event engine ran write_bw, read_lat: node a fetches WQEs by DMA"}[engine]
+        assert ran in result.stderr
     metrics = [(tmp_path / e / "metrics.parquet").read_bytes() for e in ("event", "fast", "auto")]
     assert metrics[0] == metrics[1] == metrics[2]
     assert runner.invoke(app, ["run", str(path), "--engine", "warp"]).exit_code == 2

@@ -58,7 +58,7 @@ def test_auto_leaves_receive_waits_to_the_event_engine(work, says):
     lines = []
     auto = run_scenario(Scenario.model_validate(data), notice=lines.append)
     event_run = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
-    assert len(lines) == 1 and says in lines[0] and "using the event engine" in lines[0]
+    assert len(lines) == 1 and says in lines[0] and "event engine ran" in lines[0]
     pd.testing.assert_frame_equal(auto.operations, event_run.operations)
     assert (auto.counters["rnr_naks"] > 0) == (work["kind"] == "send_bw")
     with pytest.raises(OutsideDomain, match=f"engine fast: .*{re.escape(says)}"):
