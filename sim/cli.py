@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -141,9 +142,17 @@ def _check_budget(scenario: Path, variants, memory_budget: int | None, trace: bo
         budget.check(str(scenario), variants, limit, trace)
 
 
+@functools.cache
+def _stderr():
+    """The one console on stderr, shared by notices and progress bars so notices print above a bar."""
+    from rich.console import Console  # rich: only for the commands that simulate
+
+    return Console(stderr=True)
+
+
 def _say(line: str) -> None:
     """A notice on stderr as it is written (no markup, no highlighting), above a progress bar if one shows."""
-    err.print(line, soft_wrap=True, highlight=False, markup=False)
+    _stderr().print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 @app.command()
@@ -167,7 +176,6 @@ def run(scenario: ScenarioPath,
     and figures (nothing if a variant fails)."""
     spec, raw, variants = _load(scenario)  # before the imports below: a file refused needs none of them
     import pandas as pd
-    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from sim.outdir import RUN, claim
@@ -183,7 +191,7 @@ def run(scenario: ScenarioPath,
         claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
-    err = Console(stderr=True)
+    err = _stderr()
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                   TextColumn("{task.completed:,}/{task.total:,} ops"),
                   TimeRemainingColumn(), console=err, disable=not err.is_terminal, transient=True) as bar:

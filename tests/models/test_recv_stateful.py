@@ -50,9 +50,6 @@ class ReceivesAndSends(RuleBasedStateMachine):
         """``wr`` with whatever its QP type needs besides (UD: its destination)."""
         return wr
 
-    def _delivered(self, cq, done) -> int:
-        return len(done) + len(cq.entries)
-
     @rule(pieces=st.lists(st.sampled_from([0, 64, 512, 4096]), max_size=3), bad_key=st.booleans())
     def post_recv(self, pieces, bad_key):
         mr, qb = self.bed.mrs[1], self.qb
@@ -75,7 +72,7 @@ class ReceivesAndSends(RuleBasedStateMachine):
     def post_send(self, opcode, length, imm):
         a, b = self.bed.mrs
         wr = self.addressed(SendWR(len(self.sends), opcode, a.addr, length, a.lkey, b.addr, b.rkey, imm_data=imm))
-        held = len(self.sends) - self._delivered(self.qa.send_cq, self.send_done)
+        held = len(self.sends) - len(self.send_done)  # mlx5 moves the SQ's tail as it polls (mlx5_parse_cqe)
         expected = "ENOMEM" if held >= self.qa.max_send_wr else "EINVAL" if imm >= 2**32 else None
         try:
             ibv_post_send(self.qa, wr)
