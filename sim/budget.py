@@ -76,7 +76,7 @@ def _driver(work, index: int) -> tuple[str | int, ...]:
 
 def _engines(scenario: Scenario) -> set[str]:
     """Engines the run may use: ``auto`` can hand a run to the event engine while solving it."""
-    from sim.fast_plan import outside_domain
+    from sim.fast_domain import outside_domain
 
     if scenario.engine == "event" or (scenario.engine == "auto" and outside_domain(scenario)):
         return {"event"}

@@ -28,10 +28,10 @@ domain is what the steps say: a check where the model decides something from the
 ODP, translation caches, data mode's bytes, frames a link outage loses; :attr:`sim.core.steps.Check.decides`)
 makes the solver refuse the steps (:class:`sim.fast.Unsolvable`), and so does a work request that would fail
 (:func:`_refused`: a buffer without the access its operations need sends the run to the event engine, which
-completes them in error). What :func:`outside_domain` lists is not in the steps: tracing, and posting rules a
+completes them in error). What :func:`sim.fast_domain.outside_domain` lists is not in the steps: tracing, and posting rules a
 fixed window does not follow; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE
 fetches make every work request wait on the previous one's payload on the PCIe link (exact but solved a round
-at a time), and a ``send_bw`` over several QPs (exact but slower than the event engine, :func:`slow_for_fast`).
+at a time), and a ``send_bw`` over several QPs (exact but slower than the event engine, :func:`sim.fast_domain.slow_for_fast`).
 
 Scenario events run on the testbed's own clock, following the solve (:mod:`sim.fast_events`): link flaps
 are stall intervals of the ports, known in advance; an event that leaves the workloads' MRs and QPs alone
@@ -57,14 +57,14 @@ from models.verbs.ah import data_path_qp
 from models.verbs.send_checks import check_send_wr
 from models.verbs.workloads import (Endpoint, NoSingleChain, OpRecords, ping_pong, posts_inline, still_posting,
                                     succeeded, tagged, whole_buffer_receive, work_request)
-from sim.core.errors import SimError, VerbsError
+from sim.core.errors import VerbsError
 from sim.core.steps import Check, Claim, Fork
 from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
+from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
 from sim.fast_events import Move, Solved, Watch
 from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.operations import OperationTable
-from sim.scenario.resolve import nic_params
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
 from sim.tables import RunResult, StreamedSummaries, operation_rows, workload_tables
@@ -131,49 +131,6 @@ class _ReceivesAhead:
         self.sequence[k, size] = (sequence[-depth:], late)
         self.last[k] = np.concatenate((self.last.get(k, np.empty(0, dtype=np.int64))
                                        if piece.lo else np.empty(0, dtype=np.int64), received))[-depth:]
-
-
-class OutsideDomain(SimError):
-    """``engine: fast`` was asked for a scenario the vectorized core does not simulate."""
-
-
-def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
-    """Why the vectorized core cannot run ``scenario`` (None when it can)."""
-    if trace:
-        return "a trace records the event engine's individual events"
-    for work in scenario.workload:
-        if work.kind == "send_lat":
-            return (f"workload '{work.name or work.kind}': send_lat's ping-pong waits on receive completions, which "
-                    "the event engine delivers")
-        posting = _posting_outside(work)
-        if posting:
-            return f"workload '{work.name or work.kind}' {posting}"
-    return None
-
-
-def _posting_outside(work: WorkloadSpec) -> str | None:
-    """Why the vectorized core's fixed windows cannot follow ``work``'s posting (None when they can)."""
-    if work.bidirectional and work.kind == "send_bw":
-        return ("is a bidirectional send_bw: each QP's CPU then polls receives between its own SENDs, from one "
-                "series of poll delays")
-    if work.post_list > 1 or work.cq_mod > 1:
-        return ("posts lists or moderates completions (post_list, cq_mod): the vectorized core's window frees "
-                "one slot per completion")
-    return None
-
-
-def slow_for_fast(scenario: Scenario) -> str | None:
-    """Why ``engine: auto`` prefers the event engine for a scenario the vectorized core could run."""
-    for node in scenario.nodes:
-        if not nic_params(node).blueflame:
-            return (f"node {node.name} fetches WQEs by DMA (blueflame off): each work request then waits on "
-                    "the previous payload, which the vectorized core solves a round at a time")
-    for work in scenario.workload:
-        if work.kind == "send_bw" and work.streams() > 1:
-            return (f"workload '{work.name or work.kind}' is a send_bw over {work.streams()} QPs: their receive "
-                    "completions share the responder's PCIe link, where the vectorized core's passes agree on a few "
-                    "hundred operations at a time")
-    return None
 
 
 class Declined(NamedTuple):

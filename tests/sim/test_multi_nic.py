@@ -16,7 +16,8 @@ from models.verbs.cq import ibv_create_cq, ibv_poll_cq
 from models.verbs.qp import ibv_create_qp, ibv_post_send, poll_stream
 from sim.build import build, qp_device
 from sim.core import PS_PER_S
-from sim.fast_plan import outside_domain, streams
+from sim.fast_domain import outside_domain
+from sim.fast_plan import streams
 from sim.harness import setup_run
 from sim.rails import rail_table
 from sim.results import json_records, write_results

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from models.pcie.presets import PCIE_PRESETS
 from sim.cli import app
-from sim.fast_plan import OutsideDomain, outside_domain, slow_for_fast
+from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
 from sim.harness import setup_run
 from sim.run import run_scenario
 from sim.scenario.schema import Scenario

@@ -1,0 +1,53 @@
+"""What the vectorized core does not take, known from the scenario before anything is built: tracing, posting
+rules its fixed windows do not follow, and (for ``engine: auto``) the runs it would solve more slowly than the
+event engine. What only the built testbed or the solve can tell is decided in :mod:`sim.fast_plan`."""
+
+from __future__ import annotations
+
+from sim.core.errors import SimError
+from sim.scenario.resolve import nic_params
+from sim.scenario.schema import Scenario
+from sim.scenario.workloads import WorkloadSpec
+
+
+class OutsideDomain(SimError):
+    """``engine: fast`` was asked for a scenario the vectorized core does not simulate."""
+
+
+def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
+    """Why the vectorized core cannot run ``scenario`` (None when it can)."""
+    if trace:
+        return "a trace records the event engine's individual events"
+    for work in scenario.workload:
+        if work.kind == "send_lat":
+            return (f"workload '{work.name or work.kind}': send_lat's ping-pong waits on receive completions, which "
+                    "the event engine delivers")
+        posting = _posting_outside(work)
+        if posting:
+            return f"workload '{work.name or work.kind}' {posting}"
+    return None
+
+
+def _posting_outside(work: WorkloadSpec) -> str | None:
+    """Why the vectorized core's fixed windows cannot follow ``work``'s posting (None when they can)."""
+    if work.bidirectional and work.kind == "send_bw":
+        return ("is a bidirectional send_bw: each QP's CPU then polls receives between its own SENDs, from one "
+                "series of poll delays")
+    if work.post_list > 1 or work.cq_mod > 1:
+        return ("posts lists or moderates completions (post_list, cq_mod): the vectorized core's window frees "
+                "one slot per completion")
+    return None
+
+
+def slow_for_fast(scenario: Scenario) -> str | None:
+    """Why ``engine: auto`` prefers the event engine for a scenario the vectorized core could run."""
+    for node in scenario.nodes:
+        if not nic_params(node).blueflame:
+            return (f"node {node.name} fetches WQEs by DMA (blueflame off): each work request then waits on "
+                    "the previous payload, which the vectorized core solves a round at a time")
+    for work in scenario.workload:
+        if work.kind == "send_bw" and work.streams() > 1:
+            return (f"workload '{work.name or work.kind}' is a send_bw over {work.streams()} QPs: their receive "
+                    "completions share the responder's PCIe link, where the vectorized core's passes agree on a few "
+                    "hundred operations at a time")
+    return None
