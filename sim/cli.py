@@ -161,7 +161,8 @@ def run(scenario: ScenarioPath,
         force: ForceOption = False,
         seed: Annotated[Optional[int], typer.Option(help="Override the scenario's seed (0 <= seed < 2**63).",
                                                     callback=_seed)] = None,
-        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the tables.")] = False,
+        quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the tables nor show progress.")
+                         ] = False,
         trace: Annotated[bool, typer.Option("--trace", help="Also write trace.json (Chrome/Perfetto format: "
                                                              "open in ui.perfetto.dev).")] = False,
         engine: Annotated[Optional[Engine], typer.Option(
@@ -176,10 +177,10 @@ def run(scenario: ScenarioPath,
     and figures (nothing if a variant fails)."""
     spec, raw, variants = _load(scenario)  # before the imports below: a file refused needs none of them
     import pandas as pd
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from sim.outdir import RUN, claim
     from sim.perftest_report import format_summary
+    from sim.progress import phase, progress_bar
     from sim.results import write_results
     from sim.run import run_scenario, total_operations
 
@@ -191,15 +192,10 @@ def run(scenario: ScenarioPath,
         claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
-    err = _stderr()
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                  TextColumn("{task.completed:,}/{task.total:,} ops"),
-                  TimeRemainingColumn(), console=err, disable=not err.is_terminal, transient=True) as bar:
-        task = bar.add_task(spec.name, total=sum(total_operations(v) for _, v in variants))
+    with progress_bar(_stderr(), spec.name, sum(total_operations(v) for _, v in variants), quiet) as advance:
         for name, variant in variants:
             try:
-                results.append(run_scenario(variant, seed, progress=lambda n: bar.advance(task, n), variant=name,
-                                            trace=trace, notice=_say))
+                results.append(run_scenario(variant, seed, progress=advance, variant=name, trace=trace, notice=_say))
             except SimError as exc:
                 label = "" if name == "base" else f" variant '{name}'"
                 failures.append(f"{scenario}:{label} run failed: {exc}")
@@ -208,7 +204,7 @@ def run(scenario: ScenarioPath,
             typer.echo(message, err=True)
         typer.echo(f"{scenario}: wrote nothing ({len(failures)} of {len(variants)} variant(s) failed)", err=True)
         raise typer.Exit(1)
-    with _refused(OutputError):
+    with _refused(OutputError), phase(_stderr(), f"writing results and figures to {target}", quiet):
         path = write_results(results, target, raw, trace=trace, force=force)
     if not quiet:
         from sim.compare import comparison_table, event_times
@@ -284,7 +280,10 @@ def perftest(ctx: typer.Context) -> None:
     --help lists them)."""
     from sim.perftest import run_perftest
 
-    code, report = run_perftest(ctx.args, notice=lambda line: typer.echo(line, err=True))
+    from sim.progress import progress_bar
+
+    code, report = run_perftest(ctx.args, notice=lambda line: typer.echo(line, err=True),
+                                display=lambda what, total: progress_bar(_stderr(), what, total))
     if report:
         typer.echo(report)
     raise typer.Exit(code)

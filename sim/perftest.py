@@ -19,6 +19,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from sim.core.units import format_size
 from sim.perftest_args import IGNORED, TESTS, UsageError, check, parser
 
 if TYPE_CHECKING:
+    from sim.progress import Display
     from models.nic.nic import NicParams
     from sim.scenario.schema import Scenario
 
@@ -395,13 +397,15 @@ def _below_limit(cmd: _Command, summary) -> bool:
     return not bool((summary[bandwidth_column(cmd.args.report_gbits)] >= limit).any())
 
 
-def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -> tuple[int, str]:
+def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None,
+                 display: Display | None = None) -> tuple[int, str]:
     """Run a perftest command line in the simulator; return the exit code and the report, perftest's standard
     output (its header block and table, ``--help``, or ``--dump-scenario``'s YAML).
 
     ``notice`` (default: a line on stderr) gets every other line, as perftest writes them to stderr: the options
     ignored and perftest's own adjustments, the engine's fallback, the results written, and why the command line
-    is refused or the run failed.
+    is refused or the run failed. ``display`` (default: none) shows the simulation's progress
+    (:func:`sim.progress.progress_bar`).
 
     Exit codes: 0 success (or ``--help``), 1 the simulation failed, work requests completed in error or ``-w``'s
     limit was not reached, 2 the command line is not one rdmasim can run (the notice says why).
@@ -431,14 +435,15 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -
     if cmd.args.dump_scenario:
         return 0, _dump(cmd)
     from sim.results import write_results
-    from sim.run import run_scenario
+    from sim.run import run_scenario, total_operations
 
     try:
         if cmd.args.out is not None:
             outdir.claim(cmd.args.out, outdir.RUN, force=cmd.args.force)
         for line in _notices(cmd):
             notice(line)
-        result = run_scenario(scenario, notice=notice)
+        with (display or (lambda *_: nullcontext(None)))(cmd.test, total_operations(scenario)) as advance:
+            result = run_scenario(scenario, notice=notice, progress=advance)
         report = _report(cmd, result)
         if cmd.args.out is not None:
             notice(f"wrote {write_results(result, cmd.args.out, _dump(cmd).encode('utf-8'), force=cmd.args.force)}")

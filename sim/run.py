@@ -103,20 +103,39 @@ def _run_events(scenario: Scenario, seed: int, progress: Progress | None, trace:
         pairs = endpoints(bed, work)
         for size in work.size_list():
             proc = env.process(_process(env, work, pairs, size))
-            records = _run_until(env, proc, bed, f"workload '{label}' at {size} bytes")
+            told = _Told(progress, [src.qp.send_cq for src, _ in pairs])
+            records = _run_until(env, proc, bed, f"workload '{label}' at {size} bytes", told.tick)
             frame, row = workload_tables(work, size, records, variant)
             table.append(frame)
             summaries.append(row)
-            if progress:
-                progress(work.iterations * work.streams())
+            told.rest(work.iterations * work.streams())
     return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries)
 
 
-def _run_until(env, proc, bed: Testbed, what: str):
-    """Run until ``proc`` ends; a simulation that runs out of events first (``env.run`` raises RuntimeError with
-    ``proc`` untriggered and nothing scheduled) is a deadlock, reported with the components still waiting."""
+class _Told:
+    """What a progress display was told of one (workload, size): the completions its send CQs received, as the
+    run goes, and at the end the rest of the operations it was counted for."""
+
+    def __init__(self, progress: Progress | None, cqs: list) -> None:
+        self.progress, self.cqs, self.told = progress, list({id(cq): cq for cq in cqs}.values()), 0
+        self.start = sum(cq.delivered for cq in self.cqs)
+
+    def tick(self) -> None:
+        if self.progress:
+            done = sum(cq.delivered for cq in self.cqs) - self.start
+            self.progress(done - self.told)
+            self.told = done
+
+    def rest(self, operations: int) -> None:
+        if self.progress:
+            self.progress(max(0, operations - self.told))
+
+
+def _run_until(env, proc, bed: Testbed, what: str, tick: Callable[[], None]):
+    """Run until ``proc`` ends, calling ``tick`` as it goes; a simulation that runs out of events first (RuntimeError
+    with ``proc`` untriggered and nothing scheduled) is a deadlock, reported with the components still waiting."""
     try:
-        return env.run(until=proc)
+        return env.run_ticking(proc, tick)
     except RuntimeError:
         if proc.triggered or env.peek() != float("inf"):
             raise

@@ -28,6 +28,8 @@ class CompletionQueue:
     """Numbers of destroyed QPs: their completions are dropped (mlx5 cleans them from its CQ,
     ``__mlx5_ib_cq_clean``)."""
     destroyed: bool = False
+    delivered: int = 0
+    """Completions delivered to it so far (what a progress display counts)."""
 
     def push(self, wc: WorkCompletion) -> None:
         """Deliver a completion (the NIC side); one of a destroyed QP is dropped (freeing its SRQ slot)."""
@@ -38,6 +40,7 @@ class CompletionQueue:
             raise VerbsError("EOVERFLOW", f"CQ overrun: more than {self.cqe} completions unpolled "
                              "(create the CQ with more entries or poll more often)", call="ibv_poll_cq")
         self.entries.append(wc)
+        self.delivered += 1
         if self._waiter is not None:
             waiter, self._waiter = self._waiter, None
             waiter.succeed()

@@ -8,12 +8,17 @@ contract, per-component random streams and a trace recorder reachable from every
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 import numpy as np
 import simpy
+from simpy.core import EmptySchedule, StopSimulation
 
 from sim.core.interpreter import StepRunner
 from sim.core.trace import NullTrace, TraceRecorder
+
+TICK_EVENTS = 20_000
+"""Events between two calls of :meth:`Environment.run_ticking`'s hook (a few hundredths of a second of work)."""
 
 
 class RandomStreams:
@@ -59,6 +64,27 @@ class Environment(simpy.Environment):
     def rng(self, component: str) -> np.random.Generator:
         """The random stream of ``component``."""
         return self.streams.stream(component)
+
+    def run_ticking(self, until: simpy.Event, tick: Callable[[], None], every: int | None = None):
+        """``run(until=until)``, event for event, calling ``tick()`` after every ``every`` events processed (a
+        progress display's hook: it schedules nothing, so the run's order and results are those of ``run``);
+        ``every`` defaults to :data:`TICK_EVENTS`.
+
+        :raises RuntimeError: no event is left and ``until`` has not been triggered, as ``run`` raises.
+        """
+        if until.callbacks is None:
+            return until.value
+        until.callbacks.append(StopSimulation.callback)
+        step, every = self.step, every or TICK_EVENTS
+        try:
+            while True:
+                for _ in range(every):
+                    step()
+                tick()
+        except StopSimulation as exc:
+            return exc.args[0]
+        except EmptySchedule:
+            raise RuntimeError(f'No scheduled events left but "until" event was not triggered: {until}') from None
 
     def delay(self, ps: int) -> simpy.Timeout:
         """A timeout of ``ps`` integer picoseconds (rejects floats, which would break exact ordering)."""

@@ -195,3 +195,52 @@ def test_an_error_raised_in_a_process_reaches_the_caller_as_itself(error):
     with pytest.raises(type(error)) as caught:
         env.run()
     assert str(caught.value) == str(error) and caught.value.__dict__ == error.__dict__
+
+
+def _racing(env: Environment, log: list) -> object:
+    """Processes that wake at draws of one stream and at shared instants, logging (time, who) as they go."""
+    draws = env.rng("race")
+
+    def worker(name: str, n: int):
+        for _ in range(n):
+            yield env.delay(int(draws.integers(0, 3)) * 1000)
+            log.append((env.now, name))
+        return name
+
+    for name in ("a", "b", "c"):
+        env.process(worker(name, 400))
+    return env.process(worker("main", 300))
+
+
+def test_running_with_a_tick_processes_the_events_of_run_in_its_order():
+    plain, ticking, ticks = [], [], []
+    env = Environment(seed=4)
+    assert env.run(until=_racing(env, plain)) == "main"
+    env = Environment(seed=4)
+    assert env.run_ticking(_racing(env, ticking), lambda: ticks.append(env.now), every=50) == "main"
+    assert ticking == plain and len(ticks) >= len(plain) // 50 - 1 and ticks == sorted(ticks)
+
+
+def test_running_with_a_tick_reports_a_deadlock_as_run_does():
+    env = Environment()
+
+    def forever():
+        yield env.event()  # never triggered
+
+    waits = env.process(forever())
+    with pytest.raises(RuntimeError, match="No scheduled events left"):
+        env.run_ticking(waits, lambda: None, every=10)
+
+
+def test_the_event_engine_tells_progress_within_a_size(monkeypatch):
+    import sim.core.env
+    from sim.run import run_scenario
+    from sim.scenario.schema import Scenario
+    from tests.conftest import scenario_dict
+
+    monkeypatch.setattr(sim.core.env, "TICK_EVENTS", 200)
+    told = []
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["4KiB", "64KiB"], "iterations": 400}]
+    result = run_scenario(Scenario.model_validate(scenario_dict(engine="event", workload=work)),
+                          progress=told.append)
+    assert sum(told) == 800 == len(result.operations) and len([n for n in told if n]) > 6
