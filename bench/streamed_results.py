@@ -35,7 +35,7 @@ def measure(ops: int, held: bool) -> dict:
     import pyarrow.parquet as pq
 
     from sim.results import write_results
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario
 
     if held:

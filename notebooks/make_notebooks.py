@@ -52,7 +52,7 @@ NOTEBOOKS["01_quickstart.ipynb"] = [
     code("""
     from pathlib import Path
 
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario
 
     scenario, _ = load_scenario(Path("..") / "scenarios" / "quickstart.yaml")
@@ -652,7 +652,7 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     """),
     code("""
     from sim.explain import explain
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario_variants
 
     _, _, variants = load_scenario_variants(Path("..") / "scenarios" / "pin_vs_dmabuf.yaml")
@@ -733,7 +733,7 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
     import pandas as pd
 
     from sim.compare import bandwidth_timeline, comparison_table, event_times
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario_variants
 
     GiB = 1 << 30
@@ -1179,7 +1179,7 @@ NOTEBOOKS["06_why_move_notify_exists.ipynb"] = [
 
     from models.dmabuf.gpu_export import NEW_OWNER_BYTE
     from sim.core import InvariantViolation
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
     from sim.scenario.schema import Scenario
 
     MiB = 1 << 20

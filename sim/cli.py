@@ -70,7 +70,7 @@ class Engine(str, Enum):
 
 def format_events(events) -> str:
     """The scenario events' outcomes, one line each: time since the first post (ms), variant, kind, target."""
-    from sim.events import BOOKKEEPING_KINDS
+    from sim.engine.events import BOOKKEEPING_KINDS
 
     shown = events[~events["kind"].isin(BOOKKEEPING_KINDS)]
     lines = [f" {r.time_ms:10.3f} ms  " + ("" if r.variant == "base" else f"[{r.variant}] ")
@@ -82,7 +82,7 @@ def strict_failures(results) -> list[str]:
     """What ``--strict`` refuses in finished runs: completions other than IBV_WC_SUCCESS, failed events."""
     import pandas as pd
 
-    from sim.events import event_failed
+    from sim.engine.events import event_failed
     from sim.perftest_report import error_counts
 
     summary = pd.concat([r.summary for r in results], ignore_index=True)
@@ -118,7 +118,7 @@ def _memory_budget(value: Optional[str]) -> Optional[int]:
     """``--memory-budget`` in bytes: a positive size with its unit."""
     if value is None:
         return None
-    from sim.budget import parse_budget
+    from sim.engine.budget import parse_budget
 
     try:
         return parse_budget(value)
@@ -134,7 +134,7 @@ MemoryBudgetOption = Annotated[Optional[str], typer.Option(
 def _check_budget(scenario: Path, variants, memory_budget: int | None, trace: bool) -> None:
     """Stop with exit 2 before simulating ``variants`` when their estimated memory exceeds ``--memory-budget``
     (bytes; default: the memory available now)."""
-    from sim import budget
+    from sim.engine import budget
 
     limit = budget.available_memory() if memory_budget is None else memory_budget
     with _refused(ConfigError):
@@ -166,7 +166,7 @@ def run(scenario: ScenarioPath,
     from sim.outdir import RUN, claim
     from sim.perftest_report import format_summary
     from sim.results import write_results
-    from sim.run import run_scenario, total_operations
+    from sim.engine.run import run_scenario, total_operations
 
     if engine is not None:
         variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
@@ -209,7 +209,7 @@ def run(scenario: ScenarioPath,
         if rails:
             sys.stdout.write(rails + "\n")
         if spec.library:
-            from sim.library import format_library
+            from sim.engine.library import format_library
             sys.stdout.write(format_library({r.variant: r.library for r in results}) + "\n")
         if len(variants) > 1:
             sys.stdout.write("\n" + comparison_table(results).to_string(index=False) + "\n")
@@ -236,7 +236,7 @@ def explain(scenario: ScenarioPath,
     which lock, at what simulated time, and why each outcome happened."""
     _, _, variants = _load(scenario)  # before the imports below: a file refused needs none of them
     from sim.explain import explain as timeline, first_accesses_only
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
 
     names = [name for name, _ in variants]
     if variant is not None and variant not in names:

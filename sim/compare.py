@@ -11,7 +11,7 @@ import pandas as pd
 from sim.binned import EXACT_MAX, LatencyBands
 from sim.core.units import PS_PER_US
 from sim.operations import OperationTable
-from sim.tables import RunResult
+from sim.engine.tables import RunResult
 
 
 def _bandwidth_batches(result: RunResult, columns: list[str]):

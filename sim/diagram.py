@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from sim.build import Testbed
+from sim.engine.build import Testbed
 from sim.core.trace import TraceEvent
 from sim.explain import describe, us
 from sim.outdir import OutputError, claim_file, write_file

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.build import Registration, Testbed
+from sim.engine.build import Registration, Testbed
 from sim.core.trace import TraceEvent
 from sim.core.units import format_size
 from sim.scenario.schema import Scenario
-from sim.tables import RunResult, bar1_bytes, pinned_bytes
+from sim.engine.tables import RunResult, bar1_bytes, pinned_bytes
 from sim.timeline import LOCK_EVENTS, Entry, Section, sections
 
 SIZE_ARGS = ("bytes", "size", "length", "free", "largest_free")

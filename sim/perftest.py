@@ -221,7 +221,7 @@ def _refused(key: str, reason: str) -> UsageError:
 def _scenario(cmd: _Command) -> Scenario:
     """The command's scenario, checked as a scenario file is (the options' product must fit the schema's bounds,
     the run and the memory available)."""
-    from sim import budget
+    from sim.engine import budget
     from sim.scenario.loader import validate
     from sim.scenario.refs import check_references
     from sim.scenario.schema import Scenario
@@ -431,7 +431,7 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -
     if cmd.args.dump_scenario:
         return 0, _dump(cmd)
     from sim.results import write_results
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
 
     try:
         if cmd.args.out is not None:

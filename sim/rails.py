@@ -8,11 +8,11 @@ import pandas as pd
 from models.fabric import RETH
 from models.nic.stages import memory_target
 from models.pcie.server import flow_rates, topo_matrix
-from sim.build import Testbed
+from sim.engine.build import Testbed
 from sim.core import PS_PER_S
 from sim.core.units import format_size
-from sim.harness import workload_opcode
-from sim.tables import RunResult
+from sim.engine.harness import workload_opcode
+from sim.engine.tables import RunResult
 
 
 def has_rails(bed: Testbed) -> bool:

@@ -22,9 +22,10 @@ from pathlib import Path
 
 import jinja2
 
-from sim import __version__, budget, outdir
+from sim import __version__, outdir
+from sim.engine import budget
 from sim.core.errors import SimError
-from sim.events import BOOKKEEPING_KINDS
+from sim.engine.events import BOOKKEEPING_KINDS
 from sim.repro import MANIFEST, Manifest, read_manifest, recorded_variants
 
 REPORT = "report.html"
@@ -166,7 +167,7 @@ def _variants(record: Manifest, manifest: Path) -> list[Variant]:
 
     from sim.diagram import SAVE, SVG_STYLE, draw
     from sim.explain import explain, first_accesses_only
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
     from sim.timeline import sections
 
     runs = [(name, first_accesses_only(scenario)) for name, scenario in recorded_variants(record, manifest)]

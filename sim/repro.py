@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from sim.core.errors import ConfigError
 from sim.results import REPRODUCIBLE, file_sha256, package_versions, run_parameters, write_results
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.loader import validate
 from sim.scenario.yaml_reader import parse_yaml, read_yaml_file
 from sim.scenario.scenario_file import load_scenario_variants

@@ -27,7 +27,7 @@ from sim.compare import bandwidth_timeline, comparison_table, event_times, post_
 from sim.operations import write_operations
 from sim.plot import figures
 from sim.rails import has_rails, rail_table
-from sim.tables import RunResult
+from sim.engine.tables import RunResult
 
 PACKAGES = ("numpy", "simpy", "pandas", "pyarrow", "pydantic", "matplotlib", "networkx")
 
@@ -46,7 +46,7 @@ def run_parameters(result: RunResult) -> dict:
 
 
 def testbed_parameters(bed) -> dict:
-    """The resolved parameters of a :class:`sim.build.Testbed`: fabric, each node's host, PCIe link and NIC, each
+    """The resolved parameters of a :class:`sim.engine.build.Testbed`: fabric, each node's host, PCIe link and NIC, each
     GPU."""
     return {
         "fabric": dataclasses.asdict(bed.fabric.params),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.build import Registration, Testbed
+from sim.engine.build import Registration, Testbed
 from sim.core.trace import TraceEvent
 
 LOCK_EVENTS = ("LockAcquired", "LockReleased")

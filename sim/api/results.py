@@ -24,7 +24,7 @@ from sim.core.metrics import OpColumns, bandwidth_of, latency_summary
 from sim.operations import OperationTable, write_operations
 from sim.plot import figures
 from sim.results import REPRODUCIBLE, file_sha256, json_records, package_versions, testbed_parameters
-from sim.tables import registrations_table
+from sim.engine.tables import registrations_table
 
 COLUMNS = ["variant", "workload", "kind", "node", "qp", "wr_id", "bytes", "posted_ps", "completed_ps",
            "latency_ps", "ok", "status"]

@@ -11,7 +11,7 @@ import pandas as pd
 
 from sim.binned import CDF_COLUMNS
 from sim.core.units import format_size
-from sim.events import BOOKKEEPING_KINDS, event_failed
+from sim.engine.events import BOOKKEEPING_KINDS, event_failed
 
 # matplotlib says so when placing a legend at loc="best" took over a second: a loaded machine, not a fault of the
 # figure (figures of many operations draw binned aggregates, sim/binned.py); it would only reach users' terminals.

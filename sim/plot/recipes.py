@@ -65,7 +65,7 @@ class _RunDir:
     """Per variant: the fabric's rate (bytes/s), from the manifest."""
 
     def variants(self) -> list[SimpleNamespace]:
-        """Per variant, the fields of a :class:`sim.tables.RunResult` that :mod:`sim.compare` reads."""
+        """Per variant, the fields of a :class:`sim.engine.tables.RunResult` that :mod:`sim.compare` reads."""
         pick = lambda frame, v: frame[frame["variant"] == v]  # noqa: E731
         return [SimpleNamespace(variant=v, table=OperationTable.of(pick(self.operations, v)),
                                 summary=pick(self.summary, v),

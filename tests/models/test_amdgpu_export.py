@@ -9,7 +9,7 @@ from models.dmabuf.gpu_export import Gpu, pin_outcome
 from models.gpu import gpu_params
 from models.pcie.topology import ROOT_COMPLEX_PRESETS, RootComplexParams, build_topology, pci_p2pdma_distance
 from sim.core import Environment, VerbsError
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 
 MiB = 1 << 20

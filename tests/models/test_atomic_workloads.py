@@ -6,7 +6,7 @@ from pydantic import ValidationError
 
 from models.fabric import AETH, ATOMIC_ACK_ETH, ATOMIC_ETH
 from sim.core import VerbsError
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.resolve import fabric_params, nic_params, pcie_params
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict

@@ -5,7 +5,7 @@ import pytest
 
 from models.fabric import AETH, RETH
 from models.pcie.closed_form import read_Bps, read_tag_Bps
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.resolve import fabric_params, nic_params, pcie_params
 
 CONFIGS = {

@@ -9,7 +9,7 @@ from models.dmabuf.revoke import dma_buf_attach_revocable
 from models.ib.umem_dmabuf import ib_umem_dmabuf_get_pinned
 from models.verbs.dm import ibv_alloc_dm, ibv_dm_export_dmabuf_fd, ibv_free_dm
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, Version
-from sim.build import build
+from sim.engine.build import build
 from sim.core import PS_PER_US, InvariantViolation, VerbsError
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict

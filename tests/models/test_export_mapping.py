@@ -12,9 +12,9 @@ from models.dmabuf.exporters import MappingType
 from models.dmabuf.gpu_export import CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE, CudaError, Gpu
 from models.gpu import gpu_params
 from models.libs.cuda_process import CudaProcess
-from sim.build import RegistrationFailed
+from sim.engine.build import RegistrationFailed
 from sim.core import Environment, VerbsError
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 
 MiB = 1 << 20

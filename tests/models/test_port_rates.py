@@ -13,7 +13,7 @@ from models.verbs.query import LinkLayer
 from sim.api import ConfigError, Context, Testbed
 from sim.cli import app
 from sim.core.units import parse_rate
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.resolve import fabric_params
 from sim.scenario.schema import Scenario
 

@@ -6,7 +6,7 @@ an RNR timer per NAK."""
 import pytest
 
 from models.fabric import RETH
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.resolve import fabric_params, nic_params, pcie_params
 from tests.models.test_datapath_closed_form import CONFIGS, _scenario
 

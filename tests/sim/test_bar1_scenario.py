@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from ruamel.yaml import YAML
 
 from models.gpu.bar1 import BAR1_PAGE
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
 

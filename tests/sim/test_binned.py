@@ -78,7 +78,7 @@ def test_bands_count_each_operation_once_and_hold_each_bins_exact_maximum():
 
 def test_many_operations_are_drawn_as_bands_whose_bins_cover_the_run(monkeypatch):
     from tests.conftest import ROOT
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario
 
     scenario, _ = load_scenario(ROOT / "scenarios" / "quickstart.yaml")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim.budget import estimate
+from sim.engine.budget import estimate
 from sim.cli import app
 from sim.scenario.scenario_file import load_scenario_variants
 
@@ -84,9 +84,9 @@ def test_shipped_scenarios_fit_a_4_gib_budget():
 
 CHILD = """
 import gc, json, resource, sys
-from sim.budget import estimate
+from sim.engine.budget import estimate
 from sim.results import write_results
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 import tempfile, pathlib
 variants = load_scenario_variants(sys.argv[1])[2]

@@ -128,7 +128,7 @@ def test_validate_accepts_every_shipped_scenario():
 
 
 def test_every_shipped_scenario_runs_at_smoke_size(tmp_path):
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario
 
     for path in sorted((ROOT / "scenarios").glob("*.yaml")):

@@ -49,7 +49,7 @@ def test_version_and_refused_command_lines_start_without_heavy_libraries(argv, c
     exit_code, modules = _started(argv)
     assert exit_code == code
     assert not _heavy(modules)
-    assert "sim.scenario.schema" not in modules and "sim.run" not in modules
+    assert "sim.scenario.schema" not in modules and "sim.engine.run" not in modules
 
 
 def test_a_bad_option_value_is_refused_without_the_simulator():

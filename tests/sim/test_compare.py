@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from sim.compare import bandwidth_timeline, comparison_table
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import run_shipped_variants, scenario_dict
 

@@ -5,7 +5,7 @@ import pytest
 
 from models.dmabuf.gpu_export import NEW_OWNER_BYTE
 from sim.core import InvariantViolation
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 
 

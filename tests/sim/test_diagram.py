@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from sim import outdir
 from sim.cli import app
 from sim.diagram import DMABUF, EXPORTER, FORMATS, IMPORTER, NIC, SPACING, UVERBS, draw, lane
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.timeline import sections
 from tests.conftest import ROOT, tiny_yaml

@@ -15,7 +15,7 @@ from sim.binned import cdf_curves
 from sim.cli import app
 from sim.perftest_report import format_summary
 from sim.plot import figures
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import tiny_yaml
 

@@ -2,7 +2,7 @@
 
 import typing
 
-from sim.events import SCHEDULERS
+from sim.engine.events import SCHEDULERS
 from sim.scenario.events import Event
 
 

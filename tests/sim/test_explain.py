@@ -10,7 +10,7 @@ import pytest
 
 from sim.core.trace import TraceEvent
 from sim.explain import explain, first_accesses_only
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
 from sim.timeline import collapse, sections

@@ -2,7 +2,7 @@
 
 import pytest
 
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.build import RegistrationFailed, build
+from sim.engine.build import RegistrationFailed, build
 from sim.scenario.scenario_file import load_scenario
 
 SCENARIO = """schema: 1
@@ -55,7 +55,7 @@ def test_data_mode_past_the_node_memory_fails_with_enomem_not_memory_error(tmp_p
 
 
 def test_a_managed_range_beyond_gpu_and_host_memory_fails_as_an_event_outcome():
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario_variants
 
     _, _, variants = load_scenario_variants("scenarios/managed_pressure.yaml")

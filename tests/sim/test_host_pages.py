@@ -4,7 +4,7 @@ translation-cache reach that follows (``scenarios/host_pages.yaml``)."""
 import pytest
 
 from models.host import HostParams
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import run_shipped_variants
 

@@ -14,13 +14,13 @@ from models.pcie.server import (RailLayout, build_rail_server, connection, cross
 from models.pcie.topology import dma_write_stages, route
 from models.verbs.cq import ibv_create_cq, ibv_poll_cq
 from models.verbs.qp import ibv_create_qp, ibv_post_send, poll_stream
-from sim.build import build, qp_device
+from sim.engine.build import build, qp_device
 from sim.core import PS_PER_S
 from sim.fast_plan import outside_domain, streams
-from sim.harness import setup_run
+from sim.engine.harness import setup_run
 from sim.rails import rail_table
 from sim.results import json_records, write_results
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario
 

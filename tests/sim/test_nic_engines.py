@@ -4,7 +4,7 @@ engine's message rate and several QPs spread over all of them."""
 import pytest
 
 from sim.core import PS_PER_S
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.loader import validate
 from sim.scenario.yaml_reader import load_yaml
 from sim.core.errors import ConfigErrors

@@ -11,7 +11,7 @@ import pytest
 import sim.operations
 from sim.core.metrics import OpSpool, bandwidth_of, bandwidth_summary
 from sim.results import write_results
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario, load_scenario_variants
 
 

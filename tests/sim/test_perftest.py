@@ -9,7 +9,7 @@ import pytest
 
 from sim.perftest import UsageError, perftest_scenario, run_perftest
 from sim.perftest_report import BW_HEADER, LAT_HEADER
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
 from tests.conftest import perftest_streams
 
@@ -183,9 +183,9 @@ def test_dump_scenario_loads_through_the_real_loader(argv, tmp_path):
 
 
 def test_a_command_line_over_the_memory_available_is_refused_before_running(monkeypatch):
-    import sim.budget
+    import sim.engine.budget
 
-    monkeypatch.setattr(sim.budget, "available_memory", lambda: 2**30)
+    monkeypatch.setattr(sim.engine.budget, "available_memory", lambda: 2**30)
     code, _, text = perftest_streams(["ib_write_bw", "-a", "-n", "10000000"])
     assert code == 2 and text.startswith("rdmasim perftest: -n/-a/-q: the run needs about")
     assert "(budget 1.0GiB) for 230,000,000 operations" in text

@@ -11,7 +11,7 @@ import pytest
 from sim.core.errors import ConfigError
 from sim.perftest import TESTS, perftest_scenario, run_perftest
 from sim.perftest_report import BW_HEADER, BW_HEADER_MIB, GBPS_TO_MIBPS, RULE
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
 from sim.scenario.workloads import WorkloadSpec
 from tests.conftest import perftest_streams
@@ -221,9 +221,9 @@ def test_a_post_list_is_one_call_whose_wqes_the_nic_fetches():
 def test_a_list_is_posted_up_to_its_first_bad_work_request():
     from models.nic.wqe import Opcode, SendWR
     from models.verbs.qp import ibv_post_send
-    from sim.build import build
+    from sim.engine.build import build
     from sim.core.errors import VerbsError
-    from sim.harness import endpoints
+    from sim.engine.harness import endpoints
 
     scenario = perftest_scenario(["ib_write_bw", "-s", "4K", "-n", "8"])
     ((src, dst),) = endpoints(build(scenario, scenario.seed), scenario.workload[0])

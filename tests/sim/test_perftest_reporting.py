@@ -9,7 +9,7 @@ import pytest
 from sim import __version__
 from sim.perftest import perftest_scenario, run_perftest
 from sim.perftest_report import BW_HEADER, LAT_HEADER, RULE
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from tests.conftest import perftest_streams
 
 BW = ["ib_write_bw", "-s", "4K", "-n", "200", "--report_gbits"]
@@ -74,7 +74,7 @@ def test_histogram_of_a_duration_run_is_said_to_be_ignored(monkeypatch):
         work = scenario.workload[0].model_copy(update={"duration": 20 * 10**6})
         return run_scenario(scenario.model_copy(update={"workload": [work]}), notice=notice)
 
-    monkeypatch.setattr("sim.run.run_scenario", short)
+    monkeypatch.setattr("sim.engine.run.run_scenario", short)
     code, report, notes = perftest_streams(["ib_write_lat", "-D", "1", "-H"])
     assert code == 0 and "#, usec" not in report and "-H/-U ignored" in notes
 
@@ -164,7 +164,7 @@ def test_data_validation_runs_in_data_mode_and_reports_the_bytes_compared():
 
 
 def test_data_validation_fails_the_run_when_bytes_differ(monkeypatch):
-    monkeypatch.setattr("sim.harness.verify_data", lambda bed, scenario: {"data_checked_bytes": 4096,
+    monkeypatch.setattr("sim.engine.harness.verify_data", lambda bed, scenario: {"data_checked_bytes": 4096,
                                                                            "data_mismatched_bytes": 7})
     code, report, notes = perftest_streams(["ib_write_bw", "-s", "4K", "-n", "50", "--data_validation"])
     assert code == 1 and "VALIDATION" not in report

@@ -8,7 +8,7 @@ import pytest
 
 from models.fabric import DETH, FabricParams
 from sim.perftest import perftest_scenario, run_perftest
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
 from tests.conftest import perftest_streams
 from sim.scenario.schema import Scenario

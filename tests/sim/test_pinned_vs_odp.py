@@ -9,7 +9,7 @@ from models.presets import NIC_PRESETS
 from models.verbs.advise import ADVISE_MR_IOCTL_PS
 from models.verbs.mr import REG_MR_FIXED_PS
 from sim.core.errors import ConfigErrors
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.loader import validate
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario

@@ -6,9 +6,9 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from sim.build import RegistrationFailed
+from sim.engine.build import RegistrationFailed
 from sim.cli import app
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 
 

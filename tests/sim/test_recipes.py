@@ -12,7 +12,7 @@ import pytest
 from sim.compare import bandwidth_timeline, comparison_table
 from sim.plot.recipes import RECIPES, RecipeError, plot
 from sim.results import write_results
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.sweep import run_sweep
 

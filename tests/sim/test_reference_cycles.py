@@ -4,7 +4,7 @@ a fifth of an event-engine run)."""
 
 import gc
 
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
 from tests.conftest import run_shipped_variants

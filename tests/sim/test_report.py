@@ -161,7 +161,7 @@ def test_the_help_names_the_command_and_what_it_writes():
 
 
 def test_a_re_run_that_would_not_fit_in_memory_is_refused_before_it_runs(results, tmp_path, monkeypatch):
-    from sim import budget
+    from sim.engine import budget
 
     monkeypatch.setattr(budget, "available_memory", lambda: 1 << 20)
     out = tmp_path / "page.html"

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from sim.cli import app
 from sim.core import DeadlockError
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,7 +60,7 @@ def test_a_stalled_simulation_is_a_deadlock_error_naming_the_waiters(monkeypatch
 
     def never_completes(env, src, dst, size, iterations, opcode, duration_ps=None):
         yield env.event()  # waits for something nobody will ever trigger
-    monkeypatch.setattr("sim.run.read_latency", never_completes)
+    monkeypatch.setattr("sim.engine.run.read_latency", never_completes)
     with pytest.raises(DeadlockError, match="workload 'read_lat' at 8 bytes: the simulation has nothing left"):
         run_scenario(_read_lat())
     assert workloads.read_latency is not never_completes
@@ -71,6 +71,6 @@ def test_a_workload_that_fails_is_not_mistaken_for_a_deadlock(monkeypatch):
     def fails(env, src, dst, size, iterations, opcode, duration_ps=None):
         yield env.timeout(1)
         raise RuntimeError("the workload broke")
-    monkeypatch.setattr("sim.run.read_latency", fails)
+    monkeypatch.setattr("sim.engine.run.read_latency", fails)
     with pytest.raises(RuntimeError, match="the workload broke"):
         run_scenario(_read_lat())

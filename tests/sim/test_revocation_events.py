@@ -5,9 +5,9 @@ import re
 import pandas as pd
 import pytest
 
-from sim.build import RegistrationFailed
+from sim.engine.build import RegistrationFailed
 from sim.core import DeadlockError, InvariantViolation, UnboundedWait
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict

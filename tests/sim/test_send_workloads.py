@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from tests.conftest import tiny_yaml
 
 

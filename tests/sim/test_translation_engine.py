@@ -7,7 +7,7 @@ from models.nic.mtt_cache import MttParams, deep_lookup_ps
 from models.pcie.link import PcieLink, PcieParams
 from models.pcie.presets import PCIE_PRESETS
 from sim.core import PS_PER_S
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 
 

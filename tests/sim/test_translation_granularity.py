@@ -4,7 +4,7 @@ overflows."""
 
 import pytest
 
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 
 

@@ -10,7 +10,7 @@ from models.verbs.qp_state import ack_timeout_ps
 from sim.api import AHAttr, Opcode, QPAttr, RecvWR, SendFlags, SendWR, Testbed, WcOpcode, WcStatus
 from sim.core import PS_PER_NS, PS_PER_US
 from sim.core.errors import DeadlockError
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 from tests.sim.test_api_recv import RW, Side, poll_n

@@ -263,7 +263,7 @@ def test_killing_the_parent_of_a_sweep_leaves_no_worker(write_sweep, tmp_path, g
 
 
 def test_a_point_over_the_memory_available_is_stored_as_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
-    import sim.budget
+    import sim.engine.budget
     from sim.sweep import run_sweep
     from tests.conftest import tiny_yaml
 
@@ -271,7 +271,7 @@ def test_a_point_over_the_memory_available_is_stored_as_failed_and_the_sweep_goe
         "{kind: write_bw, name: bw, from: src, to: dst, sizes: [4KiB], iterations: 20}"))
     (tmp_path / "sw.yaml").write_text("schema: 1\nkind: sweep\nname: big-points\nbase: base.yaml\n"
                                       "grid:\n  workload.bw.iterations: [20, 40000000]\n")
-    monkeypatch.setattr(sim.budget, "available_memory", lambda: 2**30)
+    monkeypatch.setattr(sim.engine.budget, "available_memory", lambda: 2**30)
     result = run_sweep(tmp_path / "sw.yaml", tmp_path / "out", progress=False)
     table = result.table.set_index("workload.bw.iterations")
     assert table.loc[20, "status"] == "ok" and table.loc[40000000, "status"] == "failed"

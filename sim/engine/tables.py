@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
-from sim.build import Registration, Testbed
+from sim.engine.build import Registration, Testbed
 from sim.core.metrics import OpColumns, OpSpool, bandwidth_of, latency_summary
 from sim.core.units import ps_to_us
 from sim.operations import OperationTable, scratch_dir, spool_finalizer
@@ -36,7 +36,7 @@ class RunResult:
     counters: dict | None = None
     """Protocol activity: invalidations, re-faults, RNR NAKs, evictions, failed allocations, violations."""
     library: list[dict] | None = None
-    """The scenario's library studies (:func:`sim.library.run_library`), run after the workloads."""
+    """The scenario's library studies (:func:`sim.engine.library.run_library`), run after the workloads."""
     rails: pd.DataFrame | None = None
     """Rails nodes: the per-stream rail table (:func:`sim.rails.rail_table`), kept once worked out."""
 

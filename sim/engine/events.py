@@ -21,7 +21,7 @@ from models.ib.mr_backing import migrate_pages
 from models.nic.nic import flush_qps
 from models.verbs.cleanup import uverbs_destroy_ufile_hw
 from models.verbs.peermem import peermem_reclaim
-from sim.build import Testbed
+from sim.engine.build import Testbed
 from sim.core import PS_PER_MS, SimError, format_size
 from sim.core.units import format_time
 from sim.scenario.events import (DmaBufRevokeEvent, EvictionStormEvent, ExporterFaultEvent, GpuJobGrowthEvent,

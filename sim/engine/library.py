@@ -9,7 +9,7 @@ from models.libs.cuda_process import CudaProcess
 from models.libs.fallback import Stack
 from models.libs.rcache import RcacheParams
 from models.libs import studies
-from sim.build import Testbed
+from sim.engine.build import Testbed
 from sim.core.units import ps_to_us
 from sim.scenario.schema import Scenario
 from sim.scenario.studies import DmExport, FallbackChains, LibraryStack, MultiNicServer, RcacheChurn, RegistrationOrder

@@ -1,6 +1,6 @@
 """What both engines do around the simulation of a scenario's workloads: build the testbed and start its
 events, connect each workload's QPs; once the workloads return, let what is in flight complete, check every
-work request completed, count the protocol's activity and assemble the :class:`~sim.tables.RunResult`."""
+work request completed, count the protocol's activity and assemble the :class:`~sim.engine.tables.RunResult`."""
 
 from __future__ import annotations
 
@@ -19,14 +19,14 @@ from models.verbs.query import ibv_query_port
 from models.verbs.cq import ibv_create_cq
 from models.verbs.qp import PERFTEST_QKEY, ibv_create_qp
 from models.verbs.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
-from sim.build import Testbed, build, qp_device
+from sim.engine.build import Testbed, build, qp_device
 from sim.core.errors import InvariantViolation
-from sim.events import log_unreached, schedule_events
-from sim.library import run_library
+from sim.engine.events import log_unreached, schedule_events
+from sim.engine.library import run_library
 from sim.operations import OperationTable
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
-from sim.tables import RunResult, registrations_table
+from sim.engine.tables import RunResult, registrations_table
 
 Progress = Callable[[int], None]
 """Called with the number of operations just simulated."""
@@ -52,7 +52,7 @@ def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testb
 
 def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint]]:
     """The workload's ``qps`` connected QP pairs (requester end, responder end) for each of its buffer pairs, each
-    QP on the NIC its ``rails`` policy picks (:func:`sim.build.qp_device`) and with its own CQs; a SEND test's QPs
+    QP on the NIC its ``rails`` policy picks (:func:`sim.engine.build.qp_device`) and with its own CQs; a SEND test's QPs
     have a receive queue ``rx_depth`` deep and a receive CQ of their own. With ``cq_mod`` above 1 the QPs signal
     only the work requests posted with IBV_SEND_SIGNALED; ``max_rd_atomic`` sets both ends' READ limits."""
     depth = max(work.tx_depth, 2)

@@ -8,14 +8,14 @@ from collections.abc import Callable
 from models.verbs.qp_state import ack_timeout_ps
 from models.verbs.workloads import (Endpoint, Posting, bandwidth, concurrent, read_latency, send_bandwidth,
                                     send_latency, write_latency)
-from sim.build import Testbed
+from sim.engine.build import Testbed
 from sim.core.errors import DeadlockError
 from sim.fast_plan import run_fast
-from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
+from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.operations import OperationTable
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
-from sim.tables import RunResult, workload_tables
+from sim.engine.tables import RunResult, workload_tables
 
 
 def total_operations(scenario: Scenario) -> int:
@@ -51,7 +51,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     ``scenario.engine`` picks the engine: ``fast`` and ``auto`` hand the run to :mod:`sim.fast_plan`; when
     ``auto`` cannot use it, ``notice`` (default: a line on stderr) is told why and the event engine runs.
 
-    :raises sim.build.RegistrationFailed: a buffer could not be registered.
+    :raises sim.engine.build.RegistrationFailed: a buffer could not be registered.
     """
     seed = scenario.seed if seed is None else seed
     if scenario.engine != "event":
