@@ -39,9 +39,9 @@ def measure(ops: int, held: bool) -> dict:
     from sim.scenario.scenario_file import load_scenario
 
     if held:
-        import sim.operations
+        import sim.store.operations
 
-        sim.operations.ROW_GROUP_ROWS = 2**62
+        sim.store.operations.ROW_GROUP_ROWS = 2**62
     scenario, raw = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
     work = scenario.workload[0].model_copy(update={"sizes": [4096], "iterations": ops})
     scenario = scenario.model_copy(update={"workload": [work], "engine": "fast"})

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.units import PS_PER_US
-from sim.operations import OperationTable
+from sim.store.operations import OperationTable
 
 EXACT_MAX = 50_000
 """Operations up to which a latency curve or scatter shows every operation."""

@@ -16,7 +16,7 @@ import typer
 from sim.cli_group import CommandGroup
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import UnitError
-from sim.outdir import OutputError
+from sim.store.outdir import OutputError
 
 # pandas, rich's progress bar and every module that simulates are imported by the commands that use them:
 # `rdmasim --version` and a refused command line start without them.
@@ -163,7 +163,7 @@ def run(scenario: ScenarioPath,
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from sim.outdir import RUN, claim
+    from sim.store.outdir import RUN, claim
     from sim.perftest_report import format_summary
     from sim.results import write_results
     from sim.engine.run import run_scenario, total_operations
@@ -463,7 +463,7 @@ def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also dra
     memory; published PCIe, IOMMU and MTT anchors) and print simulated vs. measured with the error; exit 1 if a
     required row is out of tolerance."""
     from sim.calibrate import calibrate, format_calibration
-    from sim.outdir import FIGURES, claim, staged
+    from sim.store.outdir import FIGURES, claim, staged
 
     if figures is not None:
         with _refused(OutputError):

@@ -10,7 +10,7 @@ import pandas as pd
 
 from sim.binned import EXACT_MAX, LatencyBands
 from sim.core.units import PS_PER_US
-from sim.operations import OperationTable
+from sim.store.operations import OperationTable
 from sim.engine.tables import RunResult
 
 

@@ -22,7 +22,7 @@ from matplotlib.patches import Rectangle
 from sim.engine.build import Testbed
 from sim.core.trace import TraceEvent
 from sim.explain import describe, us
-from sim.outdir import OutputError, claim_file, write_file
+from sim.store.outdir import OutputError, claim_file, write_file
 from sim.timeline import LOCK_EVENTS, Entry, Section
 
 APP, UVERBS, IMPORTER, DMABUF, EXPORTER, NIC = range(6)
@@ -209,7 +209,7 @@ def _activations(ax, rows: list[_Row]) -> None:
 
 
 def diagram_path(out: str | os.PathLike, *, force: bool = False) -> Path:
-    """Check, before any work, that a diagram may be drawn at ``out`` (see :func:`sim.outdir.claim_file`).
+    """Check, before any work, that a diagram may be drawn at ``out`` (see :func:`sim.store.outdir.claim_file`).
 
     :raises OutputError: not an .svg or .png path, or the path is refused.
     """

@@ -63,7 +63,7 @@ from sim.core.steps import Check, Claim, Fork
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast_events import Move, Solved, Watch
 from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
-from sim.operations import OperationTable
+from sim.store.operations import OperationTable
 from sim.scenario.resolve import nic_params
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec

@@ -412,7 +412,7 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -
     rdmasim perftest: --run_infinitely is not supported by rdmasim perftest (see ...)
     (2, '')
     """
-    from sim import outdir
+    from sim.store import outdir
 
     notice = notice or (lambda line: print(line, file=sys.stderr))
     try:

@@ -1,5 +1,5 @@
 """Write a run's results directory atomically: everything lands in a staging directory next to the target
-(:mod:`sim.outdir`) that is published only once complete, so a failed run leaves no half-written directory.
+(:mod:`sim.store.outdir`) that is published only once complete, so a failed run leaves no half-written directory.
 
 Layout: ``metrics.parquet`` (one row per work request, all variants), ``summary.json`` (perftest rows,
 registration costs, events, protocol counters, the library studies and, with several variants, the comparison
@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim import __version__, outdir
+from sim import __version__
+from sim.store import outdir
 from sim.core.trace import write_chrome_trace
 from sim.binned import cdf_curves
 from sim.compare import bandwidth_timeline, comparison_table, event_times, post_latencies
-from sim.operations import write_operations
+from sim.store.operations import write_operations
 from sim.plot import figures
 from sim.rails import has_rails, rail_table
 from sim.engine.tables import RunResult
@@ -92,7 +93,7 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
 def write_results(results: RunResult | list[RunResult], out_dir: str | os.PathLike,
                   scenario_bytes: bytes | None = None, *, trace: bool = False, force: bool = False) -> Path:
     """Write every output of ``results`` (one per variant) into ``out_dir``, claimed by
-    :func:`sim.outdir.claim` (``force``: replace an earlier results directory) and published only once
+    :func:`sim.store.outdir.claim` (``force``: replace an earlier results directory) and published only once
     complete; ``trace`` adds ``trace.json`` (runs made with ``trace=True``), one trace process per variant.
 
     :raises OutputError: ``out_dir`` may not be written, or writing failed (nothing is published).

@@ -3,7 +3,7 @@
 ``metrics.parquet`` has one row per send completion the script polled (node, QP, opcode, size, times, status),
 ``summary.json`` one row per (node, opcode, size) with perftest's latency and bandwidth columns and the
 registrations, ``manifest.json`` the testbed's description, seed, the script's text and hash and the package
-versions, ``figures/`` the latency CDF. The directory is claimed and published by :mod:`sim.outdir` (never over
+versions, ``figures/`` the latency CDF. The directory is claimed and published by :mod:`sim.store.outdir` (never over
 files rdmasim did not write) as :func:`sim.results.write_results` does.
 """
 
@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
-from sim import outdir
+from sim.store import outdir
 from sim.binned import cdf_curves
 from sim.core.metrics import OpColumns, bandwidth_of, latency_summary
-from sim.operations import OperationTable, write_operations
+from sim.store.operations import OperationTable, write_operations
 from sim.plot import figures
 from sim.results import REPRODUCIBLE, file_sha256, json_records, package_versions, testbed_parameters
 from sim.engine.tables import registrations_table

@@ -115,7 +115,7 @@ def _peak(scenario: Scenario, trace: bool) -> dict[tuple, int]:
 def _kept(scenario: Scenario, compared: bool, trace: bool) -> dict[tuple, int]:
     """Bytes a finished variant keeps until the results are written (its trace with ``trace``), and what the
     outputs read back of it (``compared``: the results get a comparison table)."""
-    from sim.operations import ROW_GROUP_ROWS
+    from sim.store.operations import ROW_GROUP_ROWS
 
     parts: dict[tuple, int] = {}
     reads = ((COMPARISON_BYTES_PER_OP if compared or scenario.events else 0)

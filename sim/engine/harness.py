@@ -23,7 +23,7 @@ from sim.engine.build import Testbed, build, qp_device
 from sim.core.errors import InvariantViolation
 from sim.engine.events import log_unreached, schedule_events
 from sim.engine.library import run_library
-from sim.operations import OperationTable
+from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
 from sim.engine.tables import RunResult, registrations_table

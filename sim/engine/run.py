@@ -12,7 +12,7 @@ from sim.engine.build import Testbed
 from sim.core.errors import DeadlockError
 from sim.fast_plan import run_fast
 from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
-from sim.operations import OperationTable
+from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
 from sim.engine.tables import RunResult, workload_tables

@@ -12,7 +12,7 @@ from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim.engine.build import Registration, Testbed
 from sim.core.metrics import OpColumns, OpSpool, bandwidth_of, latency_summary
 from sim.core.units import ps_to_us
-from sim.operations import OperationTable, scratch_dir, spool_finalizer
+from sim.store.operations import OperationTable, scratch_dir, spool_finalizer
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
 

@@ -18,7 +18,7 @@ from models.nic.wqe import SendWR as WorkRequest
 from sim.api import (CQ, MR, PD, QP, SGE, AHAttr, Access, ConfigError, Context, DeadlockError, DmaBuf, DmaBufMR,
                      Opcode, ProtocolError, QPAttr, QPCap, QpAttrMask, QPInitAttr, QpState, SendWR, Testbed,
                      VerbsError, WcStatus)
-from sim.outdir import OutputError
+from sim.store.outdir import OutputError
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 

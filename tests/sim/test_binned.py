@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import sim.binned
 import sim.compare
 from sim.binned import BUCKETS, PER_OCTAVE, LatencyBands, bucket_of, bucket_us, cdf_curves
-from sim.operations import OperationTable
+from sim.store.operations import OperationTable
 from tests.properties import examples
 
 

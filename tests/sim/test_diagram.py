@@ -12,7 +12,7 @@ import pytest
 from matplotlib.collections import PolyCollection
 from typer.testing import CliRunner
 
-from sim import outdir
+from sim.store import outdir
 from sim.cli import app
 from sim.diagram import DMABUF, EXPORTER, FORMATS, IMPORTER, NIC, SPACING, UVERBS, draw, lane
 from sim.engine.run import run_scenario

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import sim.operations
+import sim.store.operations
 from sim.core.metrics import OpSpool, bandwidth_of, bandwidth_summary
 from sim.results import write_results
 from sim.engine.run import run_scenario
@@ -25,7 +25,7 @@ def _quickstart(engine: str, iterations: int = 700):
 def test_spooled_run_has_the_rows_and_results_of_an_in_memory_run(engine, monkeypatch, tmp_path):
     scenario = _quickstart(engine)
     whole = run_scenario(scenario)
-    monkeypatch.setattr(sim.operations, "ROW_GROUP_ROWS", 300)
+    monkeypatch.setattr(sim.store.operations, "ROW_GROUP_ROWS", 300)
     spooled = run_scenario(scenario)
     assert spooled.table.spooled and not whole.table.spooled
     pd.testing.assert_frame_equal(spooled.operations, whole.operations)
@@ -48,7 +48,7 @@ def test_spooled_variants_are_written_in_order_with_their_figures(monkeypatch, t
     small = [(name, v.model_copy(update={"workload": [w.model_copy(update={"iterations": 400})
                                                       for w in v.workload]})) for name, v in variants]
     whole = [run_scenario(v, variant=name) for name, v in small]
-    monkeypatch.setattr(sim.operations, "ROW_GROUP_ROWS", 150)
+    monkeypatch.setattr(sim.store.operations, "ROW_GROUP_ROWS", 150)
     spooled = [run_scenario(v, variant=name) for name, v in small]
     assert all(r.table.spooled for r in spooled)
     a, b = write_results(whole, tmp_path / "whole", raw), write_results(spooled, tmp_path / "spooled", raw)
@@ -82,7 +82,7 @@ def test_spool_refuses_operations_out_of_posting_order(tmp_path):
 
 
 def test_a_spooled_run_writes_the_same_bytes_twice(monkeypatch, tmp_path):
-    monkeypatch.setattr(sim.operations, "ROW_GROUP_ROWS", 250)
+    monkeypatch.setattr(sim.store.operations, "ROW_GROUP_ROWS", 250)
     scenario = _quickstart("fast", 400)
     first = write_results(run_scenario(scenario), tmp_path / "first")
     second = write_results(run_scenario(scenario), tmp_path / "second")
@@ -95,7 +95,7 @@ def test_a_killed_runs_spool_is_removed_by_the_next_spool_and_nothing_else(tmp_p
     import sys
     import tempfile
 
-    from sim.operations import scratch_dir
+    from sim.store.operations import scratch_dir
 
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     dead, alive = int(gone.stdout), os.getpid()
@@ -134,7 +134,7 @@ def test_bandwidth_over_time_read_a_row_group_at_a_time_is_the_latest_schedule(m
 
     scenario = _quickstart("fast", 500)
     work = scenario.workload[0].model_copy(update={"sizes": [4096, 65536], "qps": qps})
-    monkeypatch.setattr(sim.operations, "ROW_GROUP_ROWS", row_group)
+    monkeypatch.setattr(sim.store.operations, "ROW_GROUP_ROWS", row_group)
     result = run_scenario(scenario.model_copy(update={"workload": [work]}))
     assert result.table.spooled == (row_group == 150)
     start, end = bandwidth_span(result)

@@ -1,4 +1,4 @@
-"""Output directories: run, sweep, plot and perftest write only where sim.outdir allows, and every file they did
+"""Output directories: run, sweep, plot and perftest write only where sim.store.outdir allows, and every file they did
 not write survives byte for byte (with its mode)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from sim import outdir
+from sim.store import outdir
 from sim.cli import app
 from tests.conftest import tiny_yaml
 
@@ -179,7 +179,7 @@ def _dead_pid() -> int:
 
 def test_staging_left_by_a_killed_run_is_removed_by_the_next_run_and_nothing_else(work):
     killed = subprocess.run([sys.executable, "-c", (
-        "import os, sys; from sim import outdir\n"
+        "import os, sys; from sim.store import outdir\n"
         "with outdir.staged('res', outdir.RUN) as (staging, _):\n"
         "    (staging / 'metrics.parquet').write_bytes(b'half')\n"
         "    print(staging); sys.stdout.flush(); os._exit(9)")], capture_output=True, text=True, cwd=work,

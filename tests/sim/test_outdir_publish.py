@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sim import outdir
+from sim.store import outdir
 
 FILES = ("metrics.parquet", "summary.json", "trace.json", "figures/bw_vs_size.png", "figures/bw_vs_size.csv")
 STEPS = ("rename", "replace", "unlink", "rmdir", "mkdir")

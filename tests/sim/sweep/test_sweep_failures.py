@@ -14,7 +14,8 @@ import pytest
 
 import sim.sweep.execute as execute_module
 from sim.sweep import load_sweep, run_sweep
-from sim.sweep.store import partition_path, write_partition
+from sim.store.sweep_table import partition_path
+from sim.sweep.store import write_partition
 
 LATENCIES = ("schema: 1\nkind: sweep\nname: latencies\nbase: base.yaml\n"
              "grid:\n  fabric.latency: [300ns, 1us, 2us]\n")

@@ -10,7 +10,7 @@ import pytest
 
 import sim.sweep.execute as execute_module
 from sim.sweep import read_table, run_sweep
-from sim.sweep.store import partition_path
+from sim.store.sweep_table import partition_path
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "scenarios" / "sweeps" / "msg_size_x_mode.yaml"

@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sim.core.process import leftovers
+from sim.store.leftovers import leftovers
 
 ROW_GROUP_ROWS = 1 << 20
 """Rows per spooled row group (pyarrow's default row-group size, about 60 MiB of operation rows)."""

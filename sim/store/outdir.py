@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sim.core.errors import SimError
-from sim.core.process import leftovers
+from sim.store.leftovers import leftovers
 
 RUN, SWEEP, FIGURES = "run", "sweep", "figures"
 MARKERS = {RUN: ("manifest.json", "rdmasim_manifest"), SWEEP: ("sweep.json", "rdmasim_sweep"),
