@@ -197,14 +197,14 @@ def run(scenario: ScenarioPath,
     with _refused(OutputError):
         path = write_results(results, target, raw, trace=trace, force=force)
     if not quiet:
-        from sim.compare import comparison_table, event_times
+        from sim.inspect.compare import comparison_table, event_times
 
         summary = pd.concat([r.summary for r in results], ignore_index=True)
         sys.stdout.write(format_summary(summary) + "\n")
         events = format_events(pd.concat([event_times(r) for r in results], ignore_index=True))
         if events:
             sys.stdout.write(events + "\n")
-        from sim.rails import format_rails
+        from sim.inspect.rails import format_rails
         rails = format_rails(results)
         if rails:
             sys.stdout.write(rails + "\n")
@@ -235,7 +235,7 @@ def explain(scenario: ScenarioPath,
     """Print the protocol timeline of each registration and of the first memory event: who calls what, under
     which lock, at what simulated time, and why each outcome happened."""
     _, _, variants = _load(scenario)  # before the imports below: a file refused needs none of them
-    from sim.explain import explain as timeline, first_accesses_only
+    from sim.inspect.explain import explain as timeline, first_accesses_only
     from sim.engine.run import run_scenario
 
     names = [name for name, _ in variants]
@@ -243,8 +243,8 @@ def explain(scenario: ScenarioPath,
         typer.echo(f"{scenario}: no variant named '{variant}' (variants: {', '.join(names)})", err=True)
         raise typer.Exit(2)
     if diagram is not None:  # matplotlib only when drawing
-        from sim.diagram import diagram_path, draw, write_diagram
-        from sim.timeline import sections
+        from sim.inspect.diagram import diagram_path, draw, write_diagram
+        from sim.inspect.timeline import sections
 
         with _refused(OutputError):
             diagram_path(diagram, force=force)
@@ -462,7 +462,7 @@ def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also dra
     """Simulate every calibration measurement (H200 copies, pinning by page backing, allocation and unified
     memory; published PCIe, IOMMU and MTT anchors) and print simulated vs. measured with the error; exit 1 if a
     required row is out of tolerance."""
-    from sim.calibrate import calibrate, format_calibration
+    from sim.inspect.calibrate import calibrate, format_calibration
     from sim.store.outdir import FIGURES, claim, staged
 
     if figures is not None:

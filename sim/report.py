@@ -166,10 +166,10 @@ def _variants(record: Manifest, manifest: Path) -> list[Variant]:
     """
     import matplotlib.pyplot as plt
 
-    from sim.diagram import SAVE, SVG_STYLE, draw
-    from sim.explain import explain, first_accesses_only
+    from sim.inspect.diagram import SAVE, SVG_STYLE, draw
+    from sim.inspect.explain import explain, first_accesses_only
     from sim.engine.run import run_scenario
-    from sim.timeline import sections
+    from sim.inspect.timeline import sections
 
     runs = [(name, first_accesses_only(scenario)) for name, scenario in recorded_variants(record, manifest)]
     limit = budget.available_memory()

@@ -23,11 +23,11 @@ import pandas as pd
 from sim import __version__
 from sim.store import outdir
 from sim.core.trace import write_chrome_trace
-from sim.binned import cdf_curves
-from sim.compare import bandwidth_timeline, comparison_table, event_times, post_latencies
+from sim.inspect.binned import cdf_curves
+from sim.inspect.compare import bandwidth_timeline, comparison_table, event_times, post_latencies
 from sim.store.operations import write_operations
 from sim.plot import figures
-from sim.rails import has_rails, rail_table
+from sim.inspect.rails import has_rails, rail_table
 from sim.engine.tables import RunResult
 
 PACKAGES = ("numpy", "simpy", "pandas", "pyarrow", "pydantic", "matplotlib", "networkx")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.compare import comparison_table
+from sim.inspect.compare import comparison_table
 from sim.perftest import run_perftest
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants

@@ -19,7 +19,7 @@ import pandas as pd
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim.store import outdir
-from sim.binned import cdf_curves
+from sim.inspect.binned import cdf_curves
 from sim.core.metrics import OpColumns, bandwidth_of, latency_summary
 from sim.store.operations import OperationTable, write_operations
 from sim.plot import figures

@@ -38,7 +38,7 @@ class RunResult:
     library: list[dict] | None = None
     """The scenario's library studies (:func:`sim.engine.library.run_library`), run after the workloads."""
     rails: pd.DataFrame | None = None
-    """Rails nodes: the per-stream rail table (:func:`sim.rails.rail_table`), kept once worked out."""
+    """Rails nodes: the per-stream rail table (:func:`sim.inspect.rails.rail_table`), kept once worked out."""
 
     @property
     def operations(self) -> pd.DataFrame:

@@ -23,8 +23,8 @@ import pandas as pd
 from pyarrow import ArrowException
 
 from sim.store import outdir
-from sim.binned import cdf_curves
-from sim.compare import bandwidth_timeline, case_rows, post_latencies
+from sim.inspect.binned import cdf_curves
+from sim.inspect.compare import bandwidth_timeline, case_rows, post_latencies
 from sim.core.errors import SimError
 from sim.core.units import format_size
 from sim.store.operations import OperationTable
@@ -65,7 +65,7 @@ class _RunDir:
     """Per variant: the fabric's rate (bytes/s), from the manifest."""
 
     def variants(self) -> list[SimpleNamespace]:
-        """Per variant, the fields of a :class:`sim.engine.tables.RunResult` that :mod:`sim.compare` reads."""
+        """Per variant, the fields of a :class:`sim.engine.tables.RunResult` that :mod:`sim.inspect.compare` reads."""
         pick = lambda frame, v: frame[frame["variant"] == v]  # noqa: E731
         return [SimpleNamespace(variant=v, table=OperationTable.of(pick(self.operations, v)),
                                 summary=pick(self.summary, v),

@@ -18,7 +18,7 @@ from contextlib import contextmanager
 import pandas as pd
 
 from sim.engine import budget
-from sim.compare import case_rows
+from sim.inspect.compare import case_rows
 from sim.core.errors import SimError
 from sim.core.units import PS_PER_S, format_time
 from sim.engine.run import run_scenario

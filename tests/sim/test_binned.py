@@ -1,4 +1,4 @@
-"""Binned latency aggregates (sim/binned.py): what the figures draw for runs of too many operations to draw one by
+"""Binned latency aggregates (sim/inspect/binned.py): what the figures draw for runs of too many operations to draw one by
 one, checked against the same quantities computed from every operation."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import sim.binned
-import sim.compare
-from sim.binned import BUCKETS, PER_OCTAVE, LatencyBands, bucket_of, bucket_us, cdf_curves
+import sim.inspect.binned
+import sim.inspect.compare
+from sim.inspect.binned import BUCKETS, PER_OCTAVE, LatencyBands, bucket_of, bucket_us, cdf_curves
 from sim.store.operations import OperationTable
 from tests.properties import examples
 
@@ -37,7 +37,7 @@ def _table(rng, n: int, variants=("a", "b")) -> tuple[OperationTable, pd.DataFra
 
 
 def test_a_binned_cdf_is_exact_at_every_point_and_ends_at_the_maximum(monkeypatch):
-    monkeypatch.setattr(sim.binned, "EXACT_MAX", 1000)
+    monkeypatch.setattr(sim.inspect.binned, "EXACT_MAX", 1000)
     table, frame = _table(np.random.default_rng(1), 20_000)
     curves = cdf_curves([table])
     assert list(curves.groupby("variant", sort=False).groups) == list(frame["variant"].unique())
@@ -85,12 +85,12 @@ def test_many_operations_are_drawn_as_bands_whose_bins_cover_the_run(monkeypatch
     scenario = scenario.model_copy(update={"workload": [scenario.workload[0].model_copy(
         update={"sizes": [4096], "iterations": 3000})]})
     result = run_scenario(scenario)
-    each = sim.compare.post_latencies(result)
-    monkeypatch.setattr(sim.compare, "EXACT_MAX", 1000)
-    bands = sim.compare.post_latencies(result)
+    each = sim.inspect.compare.post_latencies(result)
+    monkeypatch.setattr(sim.inspect.compare, "EXACT_MAX", 1000)
+    bands = sim.inspect.compare.post_latencies(result)
     assert len(each) == 3000 and "latency_us" in each and "latency_us" not in bands
     assert bands["ops"].sum() == 3000 and bands["max_us"].max() == each["latency_us"].max()
-    first, last = sim.compare.bandwidth_span(result)  # the bins span the bandwidth timeline's time axis
+    first, last = sim.inspect.compare.bandwidth_span(result)  # the bins span the bandwidth timeline's time axis
     width = bands["posted_ms"].iloc[1]
     assert bands["posted_ms"].iloc[0] == 0 and bands["posted_ms"].iloc[-1] <= (last - first) / 1e9 < \
         bands["posted_ms"].iloc[-1] + width

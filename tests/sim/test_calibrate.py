@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from sim.calibrate import COLUMNS, calibrate, format_calibration
+from sim.inspect.calibrate import COLUMNS, calibrate, format_calibration
 
 
 @pytest.fixture(scope="module")

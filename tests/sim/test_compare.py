@@ -1,4 +1,4 @@
-"""``sim.compare``: the bandwidth timeline keeps every delivered byte and never shows more than the link, and
+"""``sim.inspect.compare``: the bandwidth timeline keeps every delivered byte and never shows more than the link, and
 the comparison names each buffer's mode."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from functools import cache
 import numpy as np
 import pytest
 
-from sim.compare import bandwidth_timeline, comparison_table
+from sim.inspect.compare import bandwidth_timeline, comparison_table
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import run_shipped_variants, scenario_dict

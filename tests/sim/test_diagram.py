@@ -1,4 +1,4 @@
-"""``sim.diagram`` and ``explain --diagram``: every timeline entry drawn in its layer's lane, in time order, lock
+"""``sim.inspect.diagram`` and ``explain --diagram``: every timeline entry drawn in its layer's lane, in time order, lock
 holds and fence waits marked; the file obeys the output rules (only rdmasim's drawings are replaced, with --force)
 and the same run draws the same bytes."""
 
@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from sim.store import outdir
 from sim.cli import app
-from sim.diagram import DMABUF, EXPORTER, FORMATS, IMPORTER, NIC, SPACING, UVERBS, draw, lane
+from sim.inspect.diagram import DMABUF, EXPORTER, FORMATS, IMPORTER, NIC, SPACING, UVERBS, draw, lane
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
-from sim.timeline import sections
+from sim.inspect.timeline import sections
 from tests.conftest import ROOT, tiny_yaml
 
 PRESSURE = ROOT / "scenarios" / "pin_vs_dmabuf.yaml"

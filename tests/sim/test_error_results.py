@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
-from sim.binned import cdf_curves
+from sim.inspect.binned import cdf_curves
 from sim.cli import app
 from sim.perftest_report import format_summary
 from sim.plot import figures
@@ -167,7 +167,7 @@ def test_the_mode_comparison_recipe_marks_the_panels_nothing_was_measured_for(tm
 
 
 def test_bandwidth_over_time_says_so_when_nothing_was_delivered(tmp_path, monkeypatch):
-    from sim.compare import bandwidth_timeline, event_times
+    from sim.inspect.compare import bandwidth_timeline, event_times
 
     drawn = []
     real_save = figures.save

@@ -1,4 +1,4 @@
-"""``sim.explain`` and ``sim.timeline``: one section per registration mode, fence waits where they end, lock
+"""``sim.inspect.explain`` and ``sim.inspect.timeline``: one section per registration mode, fence waits where they end, lock
 nesting, the queued note only for accesses, one line of why per outcome, µs everywhere."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from functools import cache
 import pytest
 
 from sim.core.trace import TraceEvent
-from sim.explain import explain, first_accesses_only
+from sim.inspect.explain import explain, first_accesses_only
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
-from sim.timeline import collapse, sections
+from sim.inspect.timeline import collapse, sections
 from tests.conftest import ROOT
 
 MODES = {"pinned": "a.host", "odp": "a.host", "peermem": "a.gpu0", "dmabuf": "a.gpu0", "dmabuf-pinned": "a.gpu0"}

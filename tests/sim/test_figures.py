@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.compare import bandwidth_timeline, event_times, post_latencies
+from sim.inspect.compare import bandwidth_timeline, event_times, post_latencies
 from sim.plot import figures
 from tests.conftest import run_shipped_variants
 

@@ -130,7 +130,7 @@ def _latest_schedule(operations: pd.DataFrame, rate_Bps: float, edges: np.ndarra
 @pytest.mark.parametrize("qps", [1, 3])
 @pytest.mark.parametrize("row_group", [150, 1 << 20])
 def test_bandwidth_over_time_read_a_row_group_at_a_time_is_the_latest_schedule(monkeypatch, qps, row_group):
-    from sim.compare import bandwidth_span, bandwidth_timeline
+    from sim.inspect.compare import bandwidth_span, bandwidth_timeline
 
     scenario = _quickstart("fast", 500)
     work = scenario.workload[0].model_copy(update={"sizes": [4096, 65536], "qps": qps})

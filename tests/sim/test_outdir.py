@@ -332,11 +332,11 @@ def test_a_link_above_the_output_directory_is_an_ordinary_folder(work):
 
 
 def test_calibrate_figures_into_a_file_or_foreign_folder_is_refused_before_calibrating(work, monkeypatch):
-    import sim.calibrate
+    import sim.inspect.calibrate
 
     def never(*args, **kwargs):
         raise AssertionError("calibrated although the output was refused")
-    monkeypatch.setattr(sim.calibrate, "calibrate", never)
+    monkeypatch.setattr(sim.inspect.calibrate, "calibrate", never)
     before = _snapshot(work)
     for out, words in [("file.txt", "exists and is not a directory"),
                        ("sub", "is a non-empty directory that rdmasim did not write")]:

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.compare import bandwidth_timeline, comparison_table
+from sim.inspect.compare import bandwidth_timeline, comparison_table
 from sim.plot.recipes import RECIPES, RecipeError, plot
 from sim.results import write_results
 from sim.engine.run import run_scenario

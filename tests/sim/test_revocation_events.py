@@ -132,7 +132,7 @@ def test_revocation_on_both_engines():
                                           "takes it as a permanent revocation", "accepts revocation"]),
     ("exporter_faults.yaml", "base", ["FaultInjector.invalidate_and_hold", "MappingRestored"])])
 def test_explain_shows_the_revocation_and_the_injected_fault_each_outcome_with_its_why(name, variant, shown):
-    from sim.explain import explain
+    from sim.inspect.explain import explain
     from sim.scenario.scenario_file import load_scenario_variants
     from tests.conftest import ROOT
 

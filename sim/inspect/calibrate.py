@@ -81,7 +81,7 @@ from models.pcie.topology import build_topology, dma_path
 from sim.core import PS_PER_MS, PS_PER_NS
 from sim.core.units import format_size_about
 
-DATA = Path(__file__).resolve().parents[1] / "models" / "data"
+DATA = Path(__file__).resolve().parents[2] / "models" / "data"
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SEED = 20181
 """Seed of the random DMA address streams (fixed: the report is deterministic)."""

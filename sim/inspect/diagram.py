@@ -1,4 +1,4 @@
-"""Sequence diagrams of a traced run: the timeline of :mod:`sim.timeline` drawn as swimlanes.
+"""Sequence diagrams of a traced run: the timeline of :mod:`sim.inspect.timeline` drawn as swimlanes.
 
 Columns are the layers a registration crosses: the application, uverbs and ib_core, the importer's driver, the
 dma-buf core (with its reservation lock), the exporter (the GPU driver) and the NIC. Rows are the timeline's
@@ -21,9 +21,9 @@ from matplotlib.patches import Rectangle
 
 from sim.engine.build import Testbed
 from sim.core.trace import TraceEvent
-from sim.explain import describe, us
+from sim.inspect.explain import describe, us
 from sim.store.outdir import OutputError, claim_file, write_file
-from sim.timeline import LOCK_EVENTS, Entry, Section
+from sim.inspect.timeline import LOCK_EVENTS, Entry, Section
 
 APP, UVERBS, IMPORTER, DMABUF, EXPORTER, NIC = range(6)
 LANE_OF = {

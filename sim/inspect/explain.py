@@ -15,7 +15,7 @@ from sim.core.trace import TraceEvent
 from sim.core.units import format_size
 from sim.scenario.schema import Scenario
 from sim.engine.tables import RunResult, bar1_bytes, pinned_bytes
-from sim.timeline import LOCK_EVENTS, Entry, Section, sections
+from sim.inspect.timeline import LOCK_EVENTS, Entry, Section, sections
 
 SIZE_ARGS = ("bytes", "size", "length", "free", "largest_free")
 """Arguments that are sizes in bytes (printed with a binary unit)."""

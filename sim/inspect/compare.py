@@ -8,7 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
-from sim.binned import EXACT_MAX, LatencyBands
+from sim.inspect.binned import EXACT_MAX, LatencyBands
 from sim.core.units import PS_PER_US
 from sim.store.operations import OperationTable
 from sim.engine.tables import RunResult
@@ -122,8 +122,8 @@ def _delivered_sorted(result: RunResult, rate: float, edges: np.ndarray) -> np.n
 def post_latencies(result: RunResult) -> pd.DataFrame:
     """The latencies of the bandwidth workloads' successful operations against when they were posted (ms since
     the first post): each one (``posted_ms``, ``latency_us``) while there are at most
-    :data:`sim.binned.EXACT_MAX`, else per time bin (``posted_ms``, ``ops``, ``p50_us``, ``max_us``:
-    :class:`sim.binned.LatencyBands`), read a row group at a time."""
+    :data:`sim.inspect.binned.EXACT_MAX`, else per time bin (``posted_ms``, ``ops``, ``p50_us``, ``max_us``:
+    :class:`sim.inspect.binned.LatencyBands`), read a row group at a time."""
     span = bandwidth_span(result)
     start = span[0] if span else 0
     parts, count, bands = [], 0, None
