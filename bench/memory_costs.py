@@ -61,7 +61,7 @@ def scenario(engine: str, kind: str, iterations: int, extra: dict):
 def measure(name: str) -> dict:
     """Peak RSS above a warm-up of ``name``'s shape, and the estimate of it."""
     from sim.engine.budget import estimate
-    from sim.results import write_results
+    from sim.results.write import write_results
     from sim.engine.run import run_scenario
 
     engine, kind, iterations, extra = SHAPES[name]

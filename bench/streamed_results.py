@@ -34,7 +34,7 @@ def measure(ops: int, held: bool) -> dict:
     """One run of ``ops`` WRITEs in this process: wall time (s), peak RSS (bytes), rows written."""
     import pyarrow.parquet as pq
 
-    from sim.results import write_results
+    from sim.results.write import write_results
     from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario
 

@@ -165,7 +165,7 @@ def run(scenario: ScenarioPath,
 
     from sim.store.outdir import RUN, claim
     from sim.perftest_report import format_summary
-    from sim.results import write_results
+    from sim.results.write import write_results
     from sim.engine.run import run_scenario, total_operations
 
     if engine is not None:
@@ -413,7 +413,7 @@ def repro(manifest: Annotated[Path, typer.Argument(help="A results directory, or
     """Verify a results directory against its manifest (the manifest's own consistency, the files' hashes),
     re-run it (every variant, the recorded seed and engine) and check its outputs are bit-identical to both;
     exit 1 if anything differs, 2 if the manifest is malformed."""
-    from sim.repro import reproduce
+    from sim.results.repro import reproduce
 
     try:
         with _refused(ConfigError):
@@ -436,7 +436,7 @@ def report(results: Annotated[Path, typer.Argument(help="Results directory of `r
            ) -> None:
     """Write one self-contained HTML page of a run's results (tables, figures, each variant's explain timeline and
     sequence diagram, the manifest) that opens offline."""
-    from sim.report import ReportError, write_report
+    from sim.results.report import ReportError, write_report
 
     try:
         with _refused(ReportError, OutputError, ConfigError):

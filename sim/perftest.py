@@ -430,7 +430,7 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None) -
         return 2, ""
     if cmd.args.dump_scenario:
         return 0, _dump(cmd)
-    from sim.results import write_results
+    from sim.results.write import write_results
     from sim.engine.run import run_scenario
 
     try:

@@ -4,7 +4,7 @@
 ``summary.json`` one row per (node, opcode, size) with perftest's latency and bandwidth columns and the
 registrations, ``manifest.json`` the testbed's description, seed, the script's text and hash and the package
 versions, ``figures/`` the latency CDF. The directory is claimed and published by :mod:`sim.store.outdir` (never over
-files rdmasim did not write) as :func:`sim.results.write_results` does.
+files rdmasim did not write) as :func:`sim.results.write.write_results` does.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from sim.inspect.binned import cdf_curves
 from sim.core.metrics import OpColumns, bandwidth_of, latency_summary
 from sim.store.operations import OperationTable, write_operations
 from sim.plot import figures
-from sim.results import REPRODUCIBLE, file_sha256, json_records, package_versions, testbed_parameters
+from sim.results.write import REPRODUCIBLE, file_sha256, json_records, package_versions, testbed_parameters
 from sim.engine.tables import registrations_table
 
 COLUMNS = ["variant", "workload", "kind", "node", "qp", "wr_id", "bytes", "posted_ps", "completed_ps",

@@ -19,7 +19,7 @@ import pandas as pd
 
 from sim.store.leftovers import leftovers
 from sim.store.outdir import TEMPORARY_NAME, write_atomically
-from sim.results import package_versions
+from sim.results.write import package_versions
 from sim.store.sweep_table import partition_path
 from sim.sweep.plan import SweepPlan
 

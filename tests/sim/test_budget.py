@@ -85,7 +85,7 @@ def test_shipped_scenarios_fit_a_4_gib_budget():
 CHILD = """
 import gc, json, resource, sys
 from sim.engine.budget import estimate
-from sim.results import write_results
+from sim.results.write import write_results
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 import tempfile, pathlib

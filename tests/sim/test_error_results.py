@@ -154,7 +154,7 @@ def test_a_figure_without_successful_work_requests_says_so(tmp_path, monkeypatch
 
 def test_the_mode_comparison_recipe_marks_the_panels_nothing_was_measured_for(tmp_path, monkeypatch):
     import sim.plot.recipes as recipes
-    from sim.results import write_results
+    from sim.results.write import write_results
 
     out = write_results(run_scenario(_scenario(ALL_FAIL)), tmp_path / "res")
     drawn = []

@@ -19,7 +19,7 @@ from sim.core import PS_PER_S
 from sim.fast_plan import outside_domain, streams
 from sim.engine.harness import setup_run
 from sim.inspect.rails import rail_table
-from sim.results import json_records, write_results
+from sim.results.write import json_records, write_results
 from sim.engine.run import run_scenario
 from sim.scenario.refs import check_references
 from sim.scenario.schema import Scenario

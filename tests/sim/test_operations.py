@@ -10,7 +10,7 @@ import pytest
 
 import sim.store.operations
 from sim.core.metrics import OpSpool, bandwidth_of, bandwidth_summary
-from sim.results import write_results
+from sim.results.write import write_results
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario, load_scenario_variants
 

@@ -291,16 +291,16 @@ def test_plot_of_a_sweep_with_a_damaged_partition_draws_the_runs_that_can_be_rea
 
 
 def test_a_directory_made_while_a_run_writes_is_not_written_over(work, monkeypatch):
-    import sim.results
+    import sim.results.write
 
-    real = sim.results._write
+    real = sim.results.write._write
 
     def meanwhile(results, staging, scenario_bytes):
         real(results, staging, scenario_bytes)
         (work / "res").mkdir()
         (work / "res" / "theirs.txt").write_text("made during the run\n")
 
-    monkeypatch.setattr(sim.results, "_write", meanwhile)
+    monkeypatch.setattr(sim.results.write, "_write", meanwhile)
     result = _run("run", "s.yaml", "--out", "res", "-q")
     assert result.exit_code == 2 and "is a non-empty directory that rdmasim did not write" in result.stderr
     assert sorted(p.name for p in (work / "res").iterdir()) == ["theirs.txt"]
@@ -310,13 +310,13 @@ def test_a_directory_made_while_a_run_writes_is_not_written_over(work, monkeypat
 def test_a_failed_write_is_one_line_and_leaves_no_staging(work, monkeypatch):
     import errno
 
-    import sim.results
+    import sim.results.write
 
     def disk_full(results, staging, scenario_bytes):
         (staging / "metrics.parquet").write_bytes(b"part")
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(sim.results, "_write", disk_full)
+    monkeypatch.setattr(sim.results.write, "_write", disk_full)
     before = _snapshot(work)
     result = _run("run", "s.yaml", "--out", "res", "-q")
     assert result.exit_code == 2

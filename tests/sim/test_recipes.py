@@ -11,7 +11,7 @@ import pytest
 
 from sim.inspect.compare import bandwidth_timeline, comparison_table
 from sim.plot.recipes import RECIPES, RecipeError, plot
-from sim.results import write_results
+from sim.results.write import write_results
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.sweep import run_sweep

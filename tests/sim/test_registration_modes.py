@@ -124,7 +124,7 @@ def test_responder_side_refault_costs_rnr_naks_while_the_copy_runs(gpu_pressure)
 
 
 def test_gpu_memory_figure_is_written(gpu_pressure, tmp_path):
-    from sim.results import write_results
+    from sim.results.write import write_results
 
     out = write_results(list(gpu_pressure.values()), tmp_path / "res")
     csv = (out / "figures" / "gpu_memory.csv").read_text()

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.cli import app
-from sim.report import cell
+from sim.results.report import cell
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "scenarios" / "pin_vs_dmabuf.yaml"

@@ -7,7 +7,7 @@ import shutil
 import pytest
 from typer.testing import CliRunner
 
-import sim.repro
+import sim.results.repro
 from sim.cli import app
 
 runner = CliRunner()
@@ -67,12 +67,12 @@ def test_a_results_directory_is_found_verified_and_reproduced(results):
 
 def test_the_engine_recorded_in_the_manifest_is_used(results, monkeypatch):
     engines = []
-    real = sim.repro.run_scenario
+    real = sim.results.repro.run_scenario
 
     def spy(scenario, *args, **kwargs):
         engines.append(scenario.engine)
         return real(scenario, *args, **kwargs)
-    monkeypatch.setattr(sim.repro, "run_scenario", spy)
+    monkeypatch.setattr(sim.results.repro, "run_scenario", spy)
     code, out, _ = _repro(results / "manifest.json")
     assert code == 0 and engines == ["fast", "fast"] and "(engine fast)" in out
 

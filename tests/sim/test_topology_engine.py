@@ -35,7 +35,7 @@ def test_gpu_topology_scenario_figures_draw_one_curve_per_variant(tmp_path):
 
     import pandas as pd
 
-    from sim.results import write_results
+    from sim.results.write import write_results
     from sim.scenario.scenario_file import load_scenario_variants
 
     _, _, variants = load_scenario_variants(Path(__file__).resolve().parents[2] / "scenarios" / "gpu_topology.yaml")

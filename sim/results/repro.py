@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from sim.core.errors import ConfigError
-from sim.results import REPRODUCIBLE, file_sha256, package_versions, run_parameters, write_results
+from sim.results.write import REPRODUCIBLE, file_sha256, package_versions, run_parameters, write_results
 from sim.engine.run import run_scenario
 from sim.scenario.loader import validate
 from sim.scenario.yaml_reader import parse_yaml, read_yaml_file

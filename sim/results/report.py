@@ -27,7 +27,7 @@ from sim.store import outdir
 from sim.engine import budget
 from sim.core.errors import SimError
 from sim.engine.events import BOOKKEEPING_KINDS
-from sim.repro import MANIFEST, Manifest, read_manifest, recorded_variants
+from sim.results.repro import MANIFEST, Manifest, read_manifest, recorded_variants
 
 REPORT = "report.html"
 """The page's name inside a results directory (the default ``--out``)."""
