@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sim.inspect.compare import comparison_table
-from sim.perftest import run_perftest
+from sim.cli.perftest import run_perftest
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario

@@ -14,7 +14,7 @@ from models.nic.nic import NicParams
 from models.verbs.cq import ibv_create_cq
 from models.verbs.device import ibv_alloc_pd, ibv_open_device
 from models.verbs.qp import ibv_create_qp
-from sim.cli import app
+from sim.cli.app import app
 from sim.core import Environment, VerbsError
 from tests.conftest import tiny_yaml
 

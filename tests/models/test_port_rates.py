@@ -11,7 +11,7 @@ from models.nic.port_rates import PORT_RATES, perftest_Bps, port_rate
 from models.presets import NIC_PORT, NIC_PRESETS, NIC_RATE
 from models.verbs.query import LinkLayer
 from sim.api import ConfigError, Context, Testbed
-from sim.cli import app
+from sim.cli.app import app
 from sim.core.units import parse_rate
 from sim.engine.run import run_scenario
 from sim.scenario.resolve import fabric_params

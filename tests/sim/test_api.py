@@ -335,7 +335,7 @@ def _one_write_results(out):
 def test_repro_of_a_scripts_results_says_to_run_the_script(tmp_path):
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.app import app
 
     out = _one_write_results(tmp_path / "out")
     result = CliRunner().invoke(app, ["repro", str(out)])

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.engine.budget import estimate
-from sim.cli import app
+from sim.cli.app import app
 from sim.scenario.scenario_file import load_scenario_variants
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,7 +131,7 @@ def test_a_trace_is_counted_for_every_work_request(tmp_path):
 def test_explain_checks_the_memory_estimate_of_its_traced_run(tmp_path):
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.app import app
     from tests.conftest import tiny_yaml
 
     path = tmp_path / "s.yaml"

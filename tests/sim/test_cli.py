@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app
+from sim.cli.app import app
 from tests.conftest import tiny_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -258,7 +258,7 @@ def test_the_readme_scenario_example_is_valid(tmp_path):
 
 
 def test_an_unexpected_exception_is_one_line_and_exit_70_unless_the_traceback_is_asked_for(monkeypatch, capsys):
-    import sim.cli
+    import sim.cli.app
     import sim.scenario.scenario_file
 
     def broken(path):
@@ -267,13 +267,13 @@ def test_an_unexpected_exception_is_one_line_and_exit_70_unless_the_traceback_is
     monkeypatch.setattr("sys.argv", ["rdmasim", "validate", "x.yaml"])
     monkeypatch.delenv("RDMASIM_TRACEBACK", raising=False)
     with pytest.raises(SystemExit) as stop:
-        sim.cli.main()
+        sim.cli.app.main()
     err = capsys.readouterr().err
-    assert stop.value.code == sim.cli.INTERNAL_ERROR == 70
+    assert stop.value.code == sim.cli.app.INTERNAL_ERROR == 70
     assert err.count("\n") == 1 and "internal error: ZeroDivisionError: simulated bug" in err and "Traceback" not in err
     monkeypatch.setenv("RDMASIM_TRACEBACK", "1")
     with pytest.raises(ZeroDivisionError):
-        sim.cli.main()
+        sim.cli.app.main()
 
 
 def test_version_prints_the_package_version():

@@ -14,10 +14,10 @@ HEAVY = ("pandas", "matplotlib", "pyarrow", "dask", "distributed", "simpy", "pyd
 
 CHILD = """
 import json, sys
-import sim.cli
+import sim.cli.app
 sys.argv = ["rdmasim", *json.loads(sys.argv[1])]
 try:
-    sim.cli.main()
+    sim.cli.app.main()
 except SystemExit as exc:
     code = exc.code
 print(json.dumps({"code": code, "modules": sorted(sys.modules)}))

@@ -13,7 +13,7 @@ from matplotlib.collections import PolyCollection
 from typer.testing import CliRunner
 
 from sim.store import outdir
-from sim.cli import app
+from sim.cli.app import app
 from sim.inspect.diagram import DMABUF, EXPORTER, FORMATS, IMPORTER, NIC, SPACING, UVERBS, draw, lane
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim.inspect.binned import cdf_curves
-from sim.cli import app
-from sim.perftest_report import format_summary
+from sim.cli.app import app
+from sim.cli.perftest_report import format_summary
 from sim.plot import figures
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app
+from sim.cli.app import app
 from sim.scenario.yaml_reader import DEFAULT_SIZE_LIMIT, MAX_NODES, SIZE_LIMIT_ENV
 
 BASE = """schema: 1

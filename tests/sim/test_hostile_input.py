@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from sim.cli import app
+from sim.cli.app import app
 from sim.core.errors import ConfigError
 from sim.scenario.scenario_file import load_scenario_variants
 from tests.properties import examples

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app
+from sim.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()

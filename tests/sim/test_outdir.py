@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.store import outdir
-from sim.cli import app
+from sim.cli.app import app
 from tests.conftest import tiny_yaml
 
 ROOT = Path(__file__).resolve().parents[2]

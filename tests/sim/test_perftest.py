@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.perftest import UsageError, perftest_scenario, run_perftest
-from sim.perftest_report import BW_HEADER, LAT_HEADER
+from sim.cli.perftest import UsageError, perftest_scenario, run_perftest
+from sim.cli.perftest_report import BW_HEADER, LAT_HEADER
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
 from tests.conftest import perftest_streams

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from sim.core.errors import ConfigError
-from sim.perftest import TESTS, perftest_scenario, run_perftest
-from sim.perftest_report import BW_HEADER, BW_HEADER_MIB, GBPS_TO_MIBPS, RULE
+from sim.cli.perftest import TESTS, perftest_scenario, run_perftest
+from sim.cli.perftest_report import BW_HEADER, BW_HEADER_MIB, GBPS_TO_MIBPS, RULE
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
 from sim.scenario.workloads import WorkloadSpec

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sim import __version__
-from sim.perftest import perftest_scenario, run_perftest
-from sim.perftest_report import BW_HEADER, LAT_HEADER, RULE
+from sim.cli.perftest import perftest_scenario, run_perftest
+from sim.cli.perftest_report import BW_HEADER, LAT_HEADER, RULE
 from sim.engine.run import run_scenario
 from tests.conftest import perftest_streams
 

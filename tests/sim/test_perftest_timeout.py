@@ -3,7 +3,7 @@ changes in a run whose link flaps is tested in test_transport_retries.py)."""
 
 import pytest
 
-from sim.perftest import _parse, _scenario
+from sim.cli.perftest import _parse, _scenario
 from tests.conftest import perftest_streams
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from models.fabric import DETH, FabricParams
-from sim.perftest import perftest_scenario, run_perftest
+from sim.cli.perftest import perftest_scenario, run_perftest
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
 from tests.conftest import perftest_streams
@@ -109,7 +109,7 @@ def test_data_mode_delivers_the_source_bytes_after_the_grh(kind, transport):
 
 
 def test_a_transport_the_device_does_not_create_is_refused_naming_c():
-    from sim.perftest import UsageError
+    from sim.cli.perftest import UsageError
 
     with pytest.raises(UsageError, match=r"^-c/--connection: the efa NIC of node 'a' refuses it: .*EOPNOTSUPP"):
         perftest_scenario(["ib_write_bw", "-d", "efa_0", "-c", "UC", "-n", "5"])

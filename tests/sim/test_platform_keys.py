@@ -7,7 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.engine.build import RegistrationFailed
-from sim.cli import app
+from sim.cli.app import app
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 

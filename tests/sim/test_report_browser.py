@@ -18,7 +18,7 @@ import pytest
 from matplotlib.image import imread
 from typer.testing import CliRunner
 
-from sim.cli import app
+from sim.cli.app import app
 from tests.conftest import ROOT
 
 BROWSER = next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 import sim.results.repro
-from sim.cli import app
+from sim.cli.app import app
 
 runner = CliRunner()
 SCENARIO = """\

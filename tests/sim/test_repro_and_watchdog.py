@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app
+from sim.cli.app import app
 from sim.core import DeadlockError
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario

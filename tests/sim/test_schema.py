@@ -9,7 +9,7 @@ import pytest
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-from sim.cli import app
+from sim.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.yaml"))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app
+from sim.cli.app import app
 from sim.engine.run import run_scenario
 from tests.conftest import tiny_yaml
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from models.pcie.presets import PCIE_PRESETS
-from sim.cli import app
+from sim.cli.app import app
 from sim.fast_plan import OutsideDomain, outside_domain, slow_for_fast
 from sim.engine.harness import setup_run
 from sim.engine.run import run_scenario

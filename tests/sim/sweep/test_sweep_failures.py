@@ -86,7 +86,7 @@ def test_a_worker_killed_stores_no_run_it_did_not_finish_and_a_resume_runs_them(
 def test_the_cli_says_a_worker_was_lost_and_exits_1(write_sweep, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.app import app
 
     monkeypatch.setattr(execute_module, "execute", _worker_dies)
     result = CliRunner().invoke(app, ["sweep", str(write_sweep(LATENCIES)), "--out", str(tmp_path / "out"),
@@ -100,7 +100,7 @@ def test_the_cli_says_a_worker_was_lost_and_exits_1(write_sweep, tmp_path, monke
 def test_the_cli_reports_failed_points_and_retries_them(write_sweep, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.app import app
 
     path = write_sweep(LATENCIES)
     _failing_at(monkeypatch, load_sweep(path).runs[2], OverflowError("too large"))

@@ -128,7 +128,7 @@ def test_a_scheduler_that_accepts_no_connection_is_named_in_one_line(tmp_path):
     import distributed  # noqa: F401 - its defaults join dask's config first, so leaving the block keeps them
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.app import app
 
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
         result = CliRunner().invoke(app, ["sweep", str(SAMPLE), "--out", str(tmp_path / "out"), "--scheduler",

@@ -5,7 +5,7 @@ The command line is parsed with perftest's option names, defaults and checks (li
 ``src/perftest_parameters.c``), turned into the equivalent two-node scenario -- client ``a`` posts, server ``b``
 responds from pinned host memory -- and reported in perftest's layout (MiB/sec, or Gb/sec with
 ``--report_gbits``; -N, --output, -H/-U and --report-both shape it as perftest does). Options that mean nothing
-in a simulation, or whose effect it does not model (:data:`sim.perftest_args.IGNORED`, the server address), are
+in a simulation, or whose effect it does not model (:data:`sim.cli.perftest_args.IGNORED`, the server address), are
 accepted with perftest's checks and each said to be ignored; --mr_per_qp and --data_validation map onto buffer
 pairs and data mode; ``--engine`` picks the scenario's engine (``auto`` by default).
 ``--dump-scenario`` prints that scenario as YAML instead of running it.
@@ -27,7 +27,7 @@ from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
 from sim import __version__
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import format_size
-from sim.perftest_args import IGNORED, TESTS, UsageError, check, parser
+from sim.cli.perftest_args import IGNORED, TESTS, UsageError, check, parser
 
 if TYPE_CHECKING:
     from models.nic.nic import NicParams
@@ -258,7 +258,7 @@ def _yaml_text(data: dict) -> str:
 
 
 def _header(cmd: _Command, result) -> str:
-    from sim.perftest_report import RULE
+    from sim.cli.perftest_report import RULE
 
     args, kind = cmd.args, TESTS[cmd.test]
     buf, work = cmd.data["buffers"][0], cmd.data["workload"][0]
@@ -349,7 +349,7 @@ def _iteration_lists(cmd: _Command, result) -> dict[int, list[str]] | None:
     args = cmd.args
     if not (args.histogram or args.unsorted) or args.duration is not None:
         return None
-    from sim.perftest_report import iteration_lines
+    from sim.cli.perftest_report import iteration_lines
 
     ops = result.table.frame(columns=["bytes", "latency_ps", "ok"])
     return {size: iteration_lines(rows.loc[rows["ok"], "latency_ps"].to_numpy(), args.unsorted, args.histogram)
@@ -359,7 +359,7 @@ def _iteration_lists(cmd: _Command, result) -> dict[int, list[str]] | None:
 def _report(cmd: _Command, result) -> str:
     """perftest's standard output for the run: the header and table (or --output's numbers), --report-both's
     tables and --data_validation's line."""
-    from sim.perftest_report import format_summary, format_values, one_way
+    from sim.cli.perftest_report import format_summary, format_values, one_way
 
     args, kind = cmd.args, TESTS[cmd.test]
     lists = _iteration_lists(cmd, result)
@@ -387,7 +387,7 @@ def _validation_failed(cmd: _Command, result) -> str | None:
 def _below_limit(cmd: _Command, summary) -> bool:
     """perftest's -w check: no size's average bandwidth (in the report's unit) reached the limit (perftest ORs
     each size's pass into ``is_bw_limit_passed``)."""
-    from sim.perftest_report import bandwidth_column
+    from sim.cli.perftest_report import bandwidth_column
 
     limit = getattr(cmd.args, "limit_bw", None)
     if limit is None:

@@ -13,7 +13,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from sim.cli_group import CommandGroup
+from sim.cli.group import CommandGroup
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import UnitError
 from sim.store.outdir import OutputError
@@ -83,7 +83,7 @@ def strict_failures(results) -> list[str]:
     import pandas as pd
 
     from sim.engine.events import event_failed
-    from sim.perftest_report import error_counts
+    from sim.cli.perftest_report import error_counts
 
     summary = pd.concat([r.summary for r in results], ignore_index=True)
     errors = int(summary["errors"].sum())
@@ -164,7 +164,7 @@ def run(scenario: ScenarioPath,
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from sim.store.outdir import RUN, claim
-    from sim.perftest_report import format_summary
+    from sim.cli.perftest_report import format_summary
     from sim.results.write import write_results
     from sim.engine.run import run_scenario, total_operations
 
@@ -268,7 +268,7 @@ def perftest(ctx: typer.Context) -> None:
     """Run a perftest command line in the simulator: ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat,
     ib_send_bw, ib_send_lat, ib_atomic_bw or ib_atomic_lat with perftest's options (rdmasim perftest ib_write_bw
     --help lists them)."""
-    from sim.perftest import run_perftest
+    from sim.cli.perftest import run_perftest
 
     code, report = run_perftest(ctx.args, notice=lambda line: typer.echo(line, err=True))
     if report:
