@@ -1,5 +1,6 @@
 """The contributor's page ``docs/contributing.md`` stays true: its rule table names functions that exist where it
-says, it names every kernel-named function of ``models/``, and the layers' imports point the way it says."""
+says, it names every kernel-named function of ``models/``, and the layers' imports (the folders of ``sim/``, the
+packages of ``models/``) point the way it says."""
 
 from __future__ import annotations
 
@@ -77,9 +78,18 @@ def _imports() -> dict[str, set[str]]:
                     base = node.module or ""
                     if node.level:
                         base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + [base])
-                    targets.add(base.strip("."))
+                    base = base.strip(".")
+                    targets.add(base)
+                    # ``from sim.store import outdir`` imports the module sim.store.outdir
+                    targets.update(f"{base}.{alias.name}" for alias in node.names
+                                   if _is_module(f"{base}.{alias.name}"))
             found[name] = {t for t in targets if t.split(".")[0] in ("sim", "models")}
     return found
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _within(name: str, prefixes) -> bool:
@@ -116,6 +126,32 @@ def test_the_packages_of_models_import_down_their_order():
         for target in targets:
             parts = target.split(".")
             if parts[0] == "models" and len(parts) > 1 and parts[1] != own and place[parts[1]] <= place[own]:
+                wrong.append(f"{module} -> {target}")
+    assert not wrong
+
+
+def layer_order() -> dict[str, int]:
+    """Each folder (or module at the top) of ``sim/`` and its place in the page's order, 0 the highest; names
+    joined by ``+`` share a place."""
+    text = " ".join(PAGE.read_text().split())
+    order = re.search(r"inside `sim/`, imports point down the list `([^`]+)`", text)[1]
+    return {name: k for k, place in enumerate(order.split(" → ")) for group in place.split(" / ")
+            for name in group.split(" + ")}
+
+
+def test_the_layers_of_sim_import_down_their_order():
+    place, wrong = layer_order(), []
+    imports = _imports()
+    unplaced = {m.split(".")[1] for m in imports if m.startswith("sim.")} - set(place)
+    assert not unplaced, f"give these a place in docs/contributing.md's layer order: {sorted(unplaced)}"
+    for module, targets in imports.items():
+        if not module.startswith("sim."):
+            continue
+        own = place[module.split(".")[1]]
+        for target in targets:
+            parts = target.split(".")
+            # ``sim`` itself holds only the version, which every layer may record
+            if parts[0] == "sim" and len(parts) > 1 and place[parts[1]] != own and place[parts[1]] <= own:
                 wrong.append(f"{module} -> {target}")
     assert not wrong
 
