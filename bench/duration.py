@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_RATIO = 2.0
 """``-D``'s wall time over ``-n``'s with the same WRITEs that the default engine is to stay within."""
-RUN = "import sys; from sim.cli import main; sys.argv[0] = 'rdmasim'; main()"
+RUN = "import sys; from sim.cli.app import main; sys.argv[0] = 'rdmasim'; main()"
 
 
 def perftest(*flags: str) -> tuple[float, int, str]:

@@ -37,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 from sim.core.steps import Claim, Delay, Rebase, Wake  # noqa: E402
 from sim.fast import Group, Server, UniformSeries, solve  # noqa: E402
 from sim.fast_plan import pipelines, streams  # noqa: E402
-from sim.harness import setup_run  # noqa: E402
-from sim.run import run_scenario  # noqa: E402
+from sim.engine.harness import setup_run  # noqa: E402
+from sim.engine.run import run_scenario  # noqa: E402
 from sim.scenario.scenario_file import load_scenario, load_scenario_variants  # noqa: E402
 
 TARGETS = {"6-stage fast core ops/s": 20e6, "fast/event": 200.0, "fast/numba": 0.6, "evicted fast/event": 50.0,

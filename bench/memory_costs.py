@@ -1,9 +1,9 @@
-"""Measure the per-operation and per-byte memory costs that :mod:`sim.budget` estimates with, one command:
+"""Measure the per-operation and per-byte memory costs that :mod:`sim.engine.budget` estimates with, one command:
 ``python bench/memory_costs.py``.
 
 Each shape runs in its own process after a 10-iteration warm-up of the same shape; the peak RSS
 (``resource.getrusage``) above the warm process's RSS before the run, per operation, is printed with the
-estimate :mod:`sim.budget` makes of the whole run beside it.
+estimate :mod:`sim.engine.budget` makes of the whole run beside it.
 """
 
 from __future__ import annotations
@@ -60,9 +60,9 @@ def scenario(engine: str, kind: str, iterations: int, extra: dict):
 
 def measure(name: str) -> dict:
     """Peak RSS above a warm-up of ``name``'s shape, and the estimate of it."""
-    from sim.budget import estimate
-    from sim.results import write_results
-    from sim.run import run_scenario
+    from sim.engine.budget import estimate
+    from sim.results.write import write_results
+    from sim.engine.run import run_scenario
 
     engine, kind, iterations, extra = SHAPES[name]
     full = scenario(engine, kind, iterations, extra)

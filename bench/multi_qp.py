@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.fast_core import best, quickstart  # noqa: E402
-from sim.run import run_scenario  # noqa: E402
+from sim.engine.run import run_scenario  # noqa: E402
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import time
 import tracemalloc
 
 from models.dmabuf import Placement
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 
 GIB = 2**30

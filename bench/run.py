@@ -26,7 +26,7 @@ import sys, time
 from pathlib import Path
 root = Path(sys.argv[1])
 sys.path.insert(0, str(root))
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
 iterations, repeats = int(sys.argv[2]), int(sys.argv[3])
 scenario, _ = load_scenario(root / "scenarios" / "quickstart.yaml")

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 
 

@@ -34,14 +34,14 @@ def measure(ops: int, held: bool) -> dict:
     """One run of ``ops`` WRITEs in this process: wall time (s), peak RSS (bytes), rows written."""
     import pyarrow.parquet as pq
 
-    from sim.results import write_results
-    from sim.run import run_scenario
+    from sim.results.write import write_results
+    from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario
 
     if held:
-        import sim.operations
+        import sim.store.operations
 
-        sim.operations.ROW_GROUP_ROWS = 2**62
+        sim.store.operations.ROW_GROUP_ROWS = 2**62
     scenario, raw = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
     work = scenario.workload[0].model_copy(update={"sizes": [4096], "iterations": ops})
     scenario = scenario.model_copy(update={"workload": [work], "engine": "fast"})

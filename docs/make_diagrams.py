@@ -13,10 +13,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.diagram import draw, write_diagram  # noqa: E402 - after making the checkout importable
-from sim.run import run_scenario  # noqa: E402
+from sim.inspect.diagram import draw, write_diagram  # noqa: E402 - after making the checkout importable
+from sim.engine.run import run_scenario  # noqa: E402
 from sim.scenario.scenario_file import load_scenario_variants  # noqa: E402
-from sim.timeline import sections  # noqa: E402
+from sim.inspect.timeline import sections  # noqa: E402
 
 HERE = ROOT / "docs" / "diagrams"
 

@@ -52,7 +52,7 @@ NOTEBOOKS["01_quickstart.ipynb"] = [
     code("""
     from pathlib import Path
 
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario
 
     scenario, _ = load_scenario(Path("..") / "scenarios" / "quickstart.yaml")
@@ -377,7 +377,7 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     as measured on an H200), the NIC driver *imports* it with `ibv_reg_dmabuf_mr` (which checks its arguments in
     the kernel's order), and the dma-buf core links the two: attach, map under the reservation lock, and
     `move_notify` when the exporter wants to move the buffer. We end with the protocol timeline of a whole run
-    printed by `sim.explain.explain`.
+    printed by `sim.inspect.explain.explain`.
 
     **Predict before running.** Does exporting an 8 GiB allocation as a dma-buf take longer than exporting 2
     MiB? Does registering the dma-buf pin any host page?
@@ -643,7 +643,7 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     assert mapping.pinned_on_map and raises(VerbsError, other.move, Placement.SYSTEM).errno == "EBUSY"
     """),
     md("""
-    ## The whole protocol in one run: `sim.explain`
+    ## The whole protocol in one run: `sim.inspect.explain`
     `scenarios/pin_vs_dmabuf.yaml` streams RDMA WRITEs out of a 1 GiB buffer on an MI300X-class GPU (dynamic
     exporter, 8 GiB usable) while, 20 ms in, another job allocates 7.5 GiB. Its `dmabuf` variant registers the
     buffer with `ibv_reg_dmabuf_mr`. With `trace=True` the run records every call; `explain` prints each
@@ -651,8 +651,8 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     calls made inside a call or under a lock are indented right, and each outcome says why.
     """),
     code("""
-    from sim.explain import explain
-    from sim.run import run_scenario
+    from sim.inspect.explain import explain
+    from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario_variants
 
     _, _, variants = load_scenario_variants(Path("..") / "scenarios" / "pin_vs_dmabuf.yaml")
@@ -661,13 +661,13 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     print(explain(result))
     """),
     md("""
-    The same timeline as a sequence diagram (`sim.diagram.draw`; on the command line, `rdmasim explain FILE
+    The same timeline as a sequence diagram (`sim.inspect.diagram.draw`; on the command line, `rdmasim explain FILE
     --diagram FILE.svg`): one column per layer — the application, uverbs/ib_core, the importer's driver, the
     dma-buf core with its reservation lock, the exporter, the NIC — and one row per call or event, in time order.
     """),
     code("""
-    from sim.diagram import draw
-    from sim.timeline import sections
+    from sim.inspect.diagram import draw
+    from sim.inspect.timeline import sections
 
     parts = sections(result.testbed)
     assert [p.registration.buffer for p in parts if p.registration] == ["src", "dst"]
@@ -720,7 +720,7 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
     `CONFIG_DMABUF_MOVE_NOTIFY` the map pins the buffer and amdgpu pins it into system memory (GTT), so the buffer
     leaves VRAM at registration and the other job's allocation succeeds. We run every variant of
     `scenarios/pin_vs_dmabuf.yaml` and `scenarios/gpu_pressure.yaml` (each run takes well under a second) and
-    compare them with `sim.compare`.
+    compare them with `sim.inspect.compare`.
 
     **Predict before running.** Another job wants 7.5 GiB of the 8 GiB GPU while 1 GiB of it is registered.
     With which of the four registrations can it allocate, and what does the RDMA stream pay in each case?
@@ -732,8 +732,8 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
     import numpy as np
     import pandas as pd
 
-    from sim.compare import bandwidth_timeline, comparison_table, event_times
-    from sim.run import run_scenario
+    from sim.inspect.compare import bandwidth_timeline, comparison_table, event_times
+    from sim.engine.run import run_scenario
     from sim.scenario.scenario_file import load_scenario_variants
 
     GiB = 1 << 30
@@ -1179,7 +1179,7 @@ NOTEBOOKS["06_why_move_notify_exists.ipynb"] = [
 
     from models.dmabuf.gpu_export import NEW_OWNER_BYTE
     from sim.core import InvariantViolation
-    from sim.run import run_scenario
+    from sim.engine.run import run_scenario
     from sim.scenario.schema import Scenario
 
     MiB = 1 << 20
@@ -1207,13 +1207,13 @@ NOTEBOOKS["06_why_move_notify_exists.ipynb"] = [
     counters
     """),
     md("""
-    Drawn from their traces (`sim.diagram.draw`), the first memory event of both runs: the exporter notifies both
+    Drawn from their traces (`sim.inspect.diagram.draw`), the first memory event of both runs: the exporter notifies both
     importers under the reservation lock, but only the correct one unmaps, faults on its next access and re-maps
     after the copy's fence; the broken one's kernel WARNs and its NIC carries on through the old translation.
     """),
     code("""
-    from sim.diagram import draw
-    from sim.timeline import sections
+    from sim.inspect.diagram import draw
+    from sim.inspect.timeline import sections
 
     for label, broken_nic in (("correct importer", False), ("ignores move_notify", True)):
         traced = run_scenario(scenario(broken=broken_nic), trace=True)

@@ -1,5 +1,5 @@
 """``python -m sim`` runs the command-line interface."""
 
-from sim.cli import main
+from sim.cli.app import main
 
 main()

@@ -1,6 +1,6 @@
 """Run a scenario's perftest workloads on the vectorized core (:mod:`sim.fast`) instead of the event engine.
 
-The testbed is built exactly as for the event engine (:func:`sim.harness.setup_run`: same registrations, same
+The testbed is built exactly as for the event engine (:func:`sim.engine.harness.setup_run`: same registrations, same
 QPs, same random streams, the same stall intervals of link flaps on the ports); each (workload, size)
 becomes a :class:`sim.fast.Group` whose steps are the very steps the event engine runs,
 :func:`models.nic.datapath.path` (servers numbered, the requester's own translation held while a moved buffer
@@ -18,12 +18,12 @@ is re-mapped), and whose window is the workload's posting rule:
   checks from the solved receive completions (:class:`_ReceivesAhead`); where they might run short (RNR NAKs) the
   event engine runs it. ``send_lat`` waits on receive completions that only the event engine sees.
 
-Tables and summaries come from the event engine's own code (:mod:`sim.tables`). Without scenario events
+Tables and summaries come from the event engine's own code (:mod:`sim.engine.tables`). Without scenario events
 nothing can move, so the solved pieces go straight to the run's operation table and summaries
-(:class:`sim.tables.StreamedSummaries`) and memory stays bounded whatever the iterations; with events, or with
+(:class:`sim.engine.tables.StreamedSummaries`) and memory stays bounded whatever the iterations; with events, or with
 several QPs per workload (whose rows follow each other QP by QP), the solve is kept whole, as a move re-solves
 from the posts of the one before. A workload's QPs (``qps``, ``bidirectional``, ``pairs``) are parallel streams
-of one round per size (:attr:`sim.fast.Group.parallel`), started as :func:`sim.run._process` starts them. The
+of one round per size (:attr:`sim.fast.Group.parallel`), started as :func:`sim.engine.run._process` starts them. The
 domain is what the steps say: a check where the model decides something from the run's history (page faults of
 ODP, translation caches, data mode's bytes, frames a link outage loses; :attr:`sim.core.steps.Check.decides`)
 makes the solver refuse the steps (:class:`sim.fast.Unsolvable`), and so does a work request that would fail
@@ -63,11 +63,11 @@ from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
 from sim.fast_events import Move, Solved, Watch
-from sim.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
-from sim.operations import OperationTable
+from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
+from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
-from sim.tables import RunResult, StreamedSummaries, operation_rows, workload_tables
+from sim.engine.tables import RunResult, StreamedSummaries, operation_rows, workload_tables
 
 
 MAX_MOVES = 16
@@ -301,7 +301,7 @@ def _out_of_send_order(solved: Solved) -> str | None:
 
 def _settled(ends: list[Stream], solved: Solved, ops: dict[tuple[int, int], int]) -> int:
     """When the event engine's run ends: the last completion or, after a ping-pong, the acknowledgement of
-    its last WRITEs seen by their pollers, whichever is later (:func:`sim.harness.drain` waits for it) (ps);
+    its last WRITEs seen by their pollers, whichever is later (:func:`sim.engine.harness.drain` waits for it) (ps);
     ``ops``: the operations of each (stream, size)."""
     end = max(int(d[-1]) for d in solved.done.values())
     k, last = len(ends) - 1, ends[-1]
@@ -341,7 +341,7 @@ class Pipelines(NamedTuple):
 
 def streams(scenario: Scenario, bed) -> list[Stream]:
     """The scenario's workloads' streams on ``bed``, each workload's in the order the event engine starts them
-    (:func:`sim.run._process`: every QP of each buffer pair, then the reverse directions when bidirectional);
+    (:func:`sim.engine.run._process`: every QP of each buffer pair, then the reverse directions when bidirectional);
     creates their QPs as the event engine does."""
     out = []
     for work in scenario.workload:

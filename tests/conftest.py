@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sim.compare import comparison_table
-from sim.perftest import run_perftest
-from sim.run import run_scenario
+from sim.inspect.compare import comparison_table
+from sim.cli.perftest import run_perftest
+from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
 from tests.properties import register_profiles

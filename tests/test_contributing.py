@@ -1,5 +1,6 @@
 """The contributor's page ``docs/contributing.md`` stays true: its rule table names functions that exist where it
-says, it names every kernel-named function of ``models/``, and the layers' imports point the way it says."""
+says, it names every kernel-named function of ``models/``, and the layers' imports (the folders of ``sim/``, the
+packages of ``models/``) point the way it says."""
 
 from __future__ import annotations
 
@@ -77,9 +78,18 @@ def _imports() -> dict[str, set[str]]:
                     base = node.module or ""
                     if node.level:
                         base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + [base])
-                    targets.add(base.strip("."))
+                    base = base.strip(".")
+                    targets.add(base)
+                    # ``from sim.store import outdir`` imports the module sim.store.outdir
+                    targets.update(f"{base}.{alias.name}" for alias in node.names
+                                   if _is_module(f"{base}.{alias.name}"))
             found[name] = {t for t in targets if t.split(".")[0] in ("sim", "models")}
     return found
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _within(name: str, prefixes) -> bool:
@@ -97,27 +107,49 @@ def test_the_arrows_point_one_way():
     assert not wrong
 
 
-def package_order() -> dict[str, int]:
-    """Each package (or module at the top) of ``models/`` and its place in the page's order, 0 the highest."""
+def page_order(top: str) -> dict[str, tuple[int, str]]:
+    """Each package (or module at the top) of ``top``/ and its place in the page's order, 0 the highest, with the
+    group that holds it: names joined by ``+`` are one group and share their place; names beside one another
+    (``/``) are groups of their own."""
     text = " ".join(PAGE.read_text().split())
-    order = re.search(r"inside `models/`, imports point down the list `([^`]+)`", text)[1]
-    return {name: k for k, place in enumerate(order.split(" → ")) for name in place.split(" / ")}
+    order = re.search(rf"inside `{top}/`, imports point down the list `([^`]+)`", text)[1]
+    return {name: (k, group) for k, place in enumerate(order.split(" → ")) for group in place.split(" / ")
+            for name in group.split(" + ")}
+
+
+def _against_the_order(top: str) -> list[str]:
+    """The imports of ``top``'s modules that point to their own place or above, outside their own group."""
+    place, wrong = page_order(top), []
+    imports = _imports()
+    unplaced = {m.split(".")[1] for m in imports if m.startswith(f"{top}.")} - set(place)
+    assert not unplaced, f"give these a place in docs/contributing.md's order of {top}/: {sorted(unplaced)}"
+    for module, targets in imports.items():
+        if not module.startswith(f"{top}."):
+            continue
+        rank, group = place[module.split(".")[1]]
+        for target in targets:
+            parts = target.split(".")  # ``sim`` alone holds only the version, which every layer may record
+            if parts[0] == top and len(parts) > 1 and place[parts[1]][1] != group and place[parts[1]][0] <= rank:
+                wrong.append(f"{module} -> {target}")
+    return wrong
 
 
 def test_the_packages_of_models_import_down_their_order():
-    place, wrong = package_order(), []
-    imports = _imports()
-    unplaced = {m.split(".")[1] for m in imports if m.startswith("models.")} - set(place)
-    assert not unplaced, f"give these a place in docs/contributing.md's package order: {sorted(unplaced)}"
-    for module, targets in imports.items():
-        if not module.startswith("models."):
-            continue
-        own = module.split(".")[1]
-        for target in targets:
-            parts = target.split(".")
-            if parts[0] == "models" and len(parts) > 1 and parts[1] != own and place[parts[1]] <= place[own]:
-                wrong.append(f"{module} -> {target}")
-    assert not wrong
+    assert not _against_the_order("models")
+
+
+def test_the_layers_of_sim_import_down_their_order():
+    assert not _against_the_order("sim")
+
+
+def test_the_tests_mirror_the_packages():
+    """A test sits in the folder of the package it tests; only tests of a module at the top of ``models/`` sit at
+    the top of ``tests/models/``."""
+    for top in ("models", "sim"):
+        folders = {p.name for p in (ROOT / "tests" / top).iterdir() if p.is_dir() and p.name[0] not in "_."}
+        packages = {p.parent.name for p in (ROOT / top).glob("*/__init__.py")}
+        assert folders <= packages, f"tests/{top}/ folders without a package: {sorted(folders - packages)}"
+    assert not sorted((ROOT / "tests" / "sim").glob("*.py")), "a test of sim/ goes in its layer's folder"
 
 
 def _resolve(target: str, modules: set[str]) -> str | None:

@@ -3,7 +3,7 @@
 * ```` ```python ```` blocks of one page run in order in one namespace, with the repository root as the working
   directory (so ``Path("scenarios/quickstart.yaml")`` works).
 * ```` ```console ```` blocks: each ``$ rdmasim ...`` line runs through :class:`typer.testing.CliRunner` on
-  ``sim.cli.app`` and must exit 0; ```` ```console fail ```` blocks must exit non-zero. The lines shown under a
+  ``sim.cli.app.app`` and must exit 0; ```` ```console fail ```` blocks must exit non-zero. The lines shown under a
   command are its expected output: each must appear in the real output (stdout and stderr together), in
   order, with runs of spaces compared as one; a line ending in `` ...`` matches any line it begins. ``--out DIR``
   (and ``report``'s results directory) is redirected into a temporary directory so the guide never writes into
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sim.cli import app
+from sim.cli.app import app
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -50,7 +50,7 @@ class RootComplexParams:
 
     p2p_write_factor: float = 0.46
     """P2P posted-write rate / rate of the PCIe link feeding it. Fitted to perftest #241 (A30 + 200 Gb/s
-    IB, SYS topology, ib_write_bw 32 MiB: GPU 11000 vs host 23000 MiB/s, ratio 0.478; ``sim.calibrate``
+    IB, SYS topology, ib_write_bw 32 MiB: GPU 11000 vs host 23000 MiB/s, ratio 0.478; ``sim.inspect.calibrate``
     gets 0.481). Measured across sockets; assumed for root ports of one socket (unvalidated)."""
     p2p_read_factor: float = 0.46
     """Same for completions of P2P reads (the anchor mixes reads and writes: unvalidated split)."""

@@ -13,7 +13,7 @@ import numpy as np
 
 from models.dmabuf.gpu_export import GPU_PAGE
 from sim.api.resource import Resource
-from sim.build import gpu_bytes
+from sim.engine.build import gpu_bytes
 from sim.core import ProtocolError, VerbsError
 
 

@@ -3,8 +3,8 @@
 ``metrics.parquet`` has one row per send completion the script polled (node, QP, opcode, size, times, status),
 ``summary.json`` one row per (node, opcode, size) with perftest's latency and bandwidth columns and the
 registrations, ``manifest.json`` the testbed's description, seed, the script's text and hash and the package
-versions, ``figures/`` the latency CDF. The directory is claimed and published by :mod:`sim.outdir` (never over
-files rdmasim did not write) as :func:`sim.results.write_results` does.
+versions, ``figures/`` the latency CDF. The directory is claimed and published by :mod:`sim.store.outdir` (never over
+files rdmasim did not write) as :func:`sim.results.write.write_results` does.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ import numpy as np
 import pandas as pd
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
-from sim import outdir
-from sim.binned import cdf_curves
+from sim.store import outdir
+from sim.inspect.binned import cdf_curves
 from sim.core.metrics import OpColumns, bandwidth_of, latency_summary
-from sim.operations import OperationTable, write_operations
+from sim.store.operations import OperationTable, write_operations
 from sim.plot import figures
-from sim.results import REPRODUCIBLE, file_sha256, json_records, package_versions, testbed_parameters
-from sim.tables import registrations_table
+from sim.results.write import REPRODUCIBLE, file_sha256, json_records, package_versions, testbed_parameters
+from sim.engine.tables import registrations_table
 
 COLUMNS = ["variant", "workload", "kind", "node", "qp", "wr_id", "bytes", "posted_ps", "completed_ps",
            "latency_ps", "ok", "status"]

@@ -1,6 +1,6 @@
 """A testbed built in Python: nodes, NICs, GPUs and a fabric from the scenario presets, and its clock.
 
-The testbed is what :func:`sim.build.wire` builds from a scenario's ``nodes`` and ``fabric`` (same keys, same
+The testbed is what :func:`sim.engine.build.wire` builds from a scenario's ``nodes`` and ``fabric`` (same keys, same
 presets, same checks), without buffers or workloads: the script creates those through the verbs objects.
 
 Clock: simulated time moves only as the script's calls say. A control-path call (registration,
@@ -16,7 +16,7 @@ from collections import deque
 from pathlib import Path
 
 from models.nic.wqe import WcOpcode, WcStatus
-from sim.build import settle, wire
+from sim.engine.build import settle, wire
 from sim.core import PS_PER_US, ConfigError
 from sim.core.errors import ConfigErrors
 from sim.core.units import parse_time
@@ -62,7 +62,7 @@ class Testbed:
         if problems:
             raise ConfigErrors([ConfigError(reason, file=TESTBED, key=format_path(key)) for key, reason in problems])
         self.bed = wire(self.spec, seed, trace=trace)
-        """The wired models (:class:`sim.build.Testbed`): nodes, contexts, GPUs, the environment."""
+        """The wired models (:class:`sim.engine.build.Testbed`): nodes, contexts, GPUs, the environment."""
         self.lids = {name: i + 1 for i, name in enumerate(self.bed.nodes)}
         """Each node's port LID, as a subnet manager would hand them out (1, 2, ... in node order)."""
         self.completions: list[tuple] = []

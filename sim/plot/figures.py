@@ -9,12 +9,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from sim.binned import CDF_COLUMNS
+from sim.inspect.binned import CDF_COLUMNS
 from sim.core.units import format_size
-from sim.events import BOOKKEEPING_KINDS, event_failed
+from sim.engine.events import BOOKKEEPING_KINDS, event_failed
 
 # matplotlib says so when placing a legend at loc="best" took over a second: a loaded machine, not a fault of the
-# figure (figures of many operations draw binned aggregates, sim/binned.py); it would only reach users' terminals.
+# figure (figures of many operations draw binned aggregates, sim/inspect/binned.py); it would only reach users' terminals.
 warnings.filterwarnings("ignore", message='Creating legend with loc="best" can be slow', category=UserWarning)
 
 PDF_METADATA = {"CreationDate": None, "ModDate": None, "Producer": "rdmasim"}
@@ -185,7 +185,7 @@ def _mark_events(ax, events: pd.DataFrame) -> None:
 def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str,
                  latencies: pd.DataFrame | None = None) -> list[Path]:
     """Delivered bandwidth over time per variant with the scenario's events marked (failed ones with their
-    outcome); below it, when ``latencies`` (:func:`sim.compare.post_latencies`) are given, the operations'
+    outcome); below it, when ``latencies`` (:func:`sim.inspect.compare.post_latencies`) are given, the operations'
     latency against the time they were posted, where a stall shows as the operations it held."""
     if latencies is None:
         fig, top = plt.subplots(figsize=(8, 4.2))
@@ -209,7 +209,7 @@ def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, 
 
 def _latency_panel(ax, latencies: pd.DataFrame) -> None:
     """Per variant, each operation's latency against its post time, or (a variant of too many operations to
-    draw one by one: :mod:`sim.binned`) the maximum and the median of each time bin's operations."""
+    draw one by one: :mod:`sim.inspect.binned`) the maximum and the median of each time bin's operations."""
     values = [c for c in ("latency_us", "max_us", "p50_us") if c in latencies]
     groups = list(latencies.groupby("variant", sort=False))
     names = labelled([(label, rows[["posted_ms", *values]].to_numpy().ravel()) for label, rows in groups])
@@ -231,7 +231,7 @@ def _latency_panel(ax, latencies: pd.DataFrame) -> None:
 
 
 def latency_cdf(curves: pd.DataFrame, directory: Path, title: str) -> list[Path]:
-    """Latency per variant and workload (:func:`sim.binned.cdf_curves`): the CDF, and beside it the tail
+    """Latency per variant and workload (:func:`sim.inspect.binned.cdf_curves`): the CDF, and beside it the tail
     (the fraction at least this slow, log scale) where rare stalls show."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
     curves = [rows for _, rows in curves.groupby(["variant", "workload"], sort=False, observed=True)]
@@ -294,7 +294,7 @@ def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, ti
 
 def rail_bw(rails: pd.DataFrame, directory: Path, title: str) -> list[Path]:
     """Each stream's delivered bandwidth per (variant, workload) at its largest size, bars by the requester's NIC,
-    with the closed-form estimate of the same flows as a tick on each bar (:func:`sim.rails.rail_table`)."""
+    with the closed-form estimate of the same flows as a tick on each bar (:func:`sim.inspect.rails.rail_table`)."""
     largest = rails[rails["bytes"] == rails.groupby(["variant", "workload"])["bytes"].transform("max")]
     groups = list(largest.groupby(["variant", "workload"], sort=False))
     streams = largest.groupby(["variant", "workload"]).size().max() if len(largest) else 0

@@ -22,15 +22,15 @@ import numpy as np
 import pandas as pd
 from pyarrow import ArrowException
 
-from sim import outdir
-from sim.binned import cdf_curves
-from sim.compare import bandwidth_timeline, case_rows, post_latencies
+from sim.store import outdir
+from sim.inspect.binned import cdf_curves
+from sim.inspect.compare import bandwidth_timeline, case_rows, post_latencies
 from sim.core.errors import SimError
 from sim.core.units import format_size
-from sim.operations import OperationTable
+from sim.store.operations import OperationTable
 from sim.plot import figures
 from sim.plot.figures import save
-from sim.sweep.store import read_table
+from sim.store.sweep_table import read_table
 
 RECIPES = ("bw_vs_size", "latency_vs_size", "latency_cdf", "bw_over_time", "mode_comparison", "heatmap")
 COMPARED = {"bw_avg_Gbps": "average bandwidth (Gb/s)", "p99_9_us": "p99.9 latency (µs)",
@@ -65,7 +65,7 @@ class _RunDir:
     """Per variant: the fabric's rate (bytes/s), from the manifest."""
 
     def variants(self) -> list[SimpleNamespace]:
-        """Per variant, the fields of a :class:`sim.tables.RunResult` that :mod:`sim.compare` reads."""
+        """Per variant, the fields of a :class:`sim.engine.tables.RunResult` that :mod:`sim.inspect.compare` reads."""
         pick = lambda frame, v: frame[frame["variant"] == v]  # noqa: E731
         return [SimpleNamespace(variant=v, table=OperationTable.of(pick(self.operations, v)),
                                 summary=pick(self.summary, v),
@@ -302,7 +302,7 @@ def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | N
     """Draw ``recipe`` from ``results_dir`` into ``out`` (default: ``results_dir/figures``); return the PNG,
     PDF and CSV paths. For a sweep, ``by`` names the axis a mode comparison groups by (default: variant) or
     the two axes of a heatmap (default: the first two), and ``metric`` a heatmap's column. ``out`` is claimed
-    by :func:`sim.outdir.claim` (new, empty or rdmasim's figures); ``force`` replaces figures of the same name.
+    by :func:`sim.store.outdir.claim` (new, empty or rdmasim's figures); ``force`` replaces figures of the same name.
 
     :raises RecipeError: an unknown recipe (the message lists them), a directory that holds no results or a
         file in it that cannot be read, or a recipe that needs what the directory lacks.

@@ -3,6 +3,6 @@ seeds, dispatched to a serial, process-pool or dask executor and stored one Parq
 
 from sim.sweep.plan import RunSpec, SweepPlan, load_sweep
 from sim.sweep.runner import SweepResult, run_sweep
-from sim.sweep.store import read_table
+from sim.store.sweep_table import read_table
 
 __all__ = ["RunSpec", "SweepPlan", "SweepResult", "load_sweep", "read_table", "run_sweep"]

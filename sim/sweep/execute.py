@@ -17,11 +17,11 @@ from contextlib import contextmanager
 
 import pandas as pd
 
-from sim import budget
-from sim.compare import case_rows
+from sim.engine import budget
+from sim.inspect.compare import case_rows
 from sim.core.errors import SimError
 from sim.core.units import PS_PER_S, format_time
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.sweep.orphans import die_with_parent
 from sim.sweep.plan import RunSpec
 from sim.sweep.store import FAILED

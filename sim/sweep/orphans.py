@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from sim.core.process import pid_alive
+from sim.store.leftovers import pid_alive
 
 PR_SET_PDEATHSIG = 1
 """prctl(2) option (linux/prctl.h): the signal the kernel sends this process when its parent exits."""

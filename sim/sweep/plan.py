@@ -32,10 +32,9 @@ from sim.scenario.refs import check_references
 from sim.scenario.scenario_file import SWEEP_KIND, load_scenario_variants
 from sim.scenario.schema import Scenario, Variant
 from sim.scenario.variants import step, apply_set
+from sim.store.sweep_table import VARIANT
 from sim.sweep.spec import Distribution, Sweep
 
-VARIANT = "variant"
-"""The axis that picks one of the base file's variants."""
 RESERVED = frozenset({"run", "repetition", "seed", "key", "status", "error", "workload", "kind", "bytes",
                       "iterations", "errors", "modes", "variants"})
 """Paths an axis may not name: columns of the results table, and the seed (derived from the sweep's)."""

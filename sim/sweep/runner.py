@@ -11,12 +11,12 @@ import pandas as pd
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-from sim import outdir
-from sim.run import engine_line
+from sim.store import outdir
+from sim.store.sweep_table import partition_path, read_partition, read_table
+from sim.engine.run import engine_line
 from sim.sweep.execute import EXECUTORS
 from sim.sweep.plan import RunSpec, load_sweep
-from sim.sweep.store import (FAILED, partition_path, read_partition, read_table, remove_stale_temporaries,
-                             sweep_record, write_json, write_partition, write_summary)
+from sim.sweep.store import FAILED, remove_stale_temporaries, sweep_record, write_json, write_partition, write_summary
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,7 @@ class SweepResult:
 
     out_dir: Path
     table: pd.DataFrame
-    """One row per run and (workload, message size); see :func:`sim.sweep.store.read_table`."""
+    """One row per run and (workload, message size); see :func:`sim.store.sweep_table.read_table`."""
     ran: int
     """Runs simulated by this call."""
     skipped: int
@@ -48,7 +48,7 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
               notice: Callable[[str], None] | None = None) -> SweepResult:
     """Run every run of the sweep file ``path`` not yet stored in ``out_dir``; each finished run is stored
     at once, so an interrupted sweep resumes where it stopped. ``out_dir`` is claimed by
-    :func:`sim.outdir.claim`: new, empty, this sweep's (resumed) or, with ``force``, another sweep's or run's
+    :func:`sim.store.outdir.claim`: new, empty, this sweep's (resumed) or, with ``force``, another sweep's or run's
     results (replaced).
 
     A run that fails (or takes longer than the sweep's ``run_time_limit``) is stored as failed with its error and
@@ -96,7 +96,7 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
 
 
 def run_notice(sweep: str, run: RunSpec, table: pd.DataFrame) -> str | None:
-    """:func:`sim.run.engine_line` of a finished run (None for a failed one): ``sweep-name run 3 (base): ...``."""
+    """:func:`sim.engine.run.engine_line` of a finished run (None for a failed one): ``sweep-name run 3 (base): ...``."""
     if "engine" not in table or table["engine"].isna().any():
         return None
     first = table.iloc[0]

@@ -7,7 +7,7 @@ from models.ib.mkey_page import ib_umem_num_dma_blocks, mkey_page_size, page_seg
 from models.host import PAGE_BACKINGS, PIN_PATHS, PIN_PRESETS, HostMemory, HostParams, pin_curve_holds
 from models.nic.nic import NicParams
 from models.size_cost import fit_call_cost, fit_proportional
-from sim.calibrate import calibrate
+from sim.inspect.calibrate import calibrate
 from sim.core import VerbsError
 
 PAGES = json.loads((Path(__file__).parents[2] / "models" / "data" / "h200_host_pinning_pages.json").read_text())

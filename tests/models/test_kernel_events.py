@@ -13,7 +13,7 @@ from models.verbs.peermem import peermem_reclaim
 from models.verbs.cq import ibv_create_cq
 from models.verbs.mr import ibv_dereg_mr
 from models.verbs.qp import ibv_create_qp
-from sim.build import build
+from sim.engine.build import build
 from sim.scenario.schema import Scenario
 
 

@@ -9,7 +9,7 @@ from models.dmabuf.gpu_export import CudaError, Gpu
 from models.ib.umem_dmabuf import ib_umem_dmabuf_revoke
 from models.versions import KernelBehaviour, Version
 from sim.core import Environment, ProtocolError, VerbsError
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 
 

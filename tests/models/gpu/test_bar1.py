@@ -9,7 +9,7 @@ from models.verbs.dmabuf import ibv_reg_dmabuf_mr
 from models.verbs.peermem import ibv_reg_mr_peermem, peermem_reclaim
 from models.verbs.mr import ibv_dereg_mr
 from sim.core import VerbsError
-from tests.models.test_dmabuf_mr import RW, Bed
+from tests.models.ib.test_dmabuf_mr import RW, Bed
 
 MiB = 1 << 20
 APERTURE = 256 * MiB

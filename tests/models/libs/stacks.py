@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from models.libs.cuda_process import CudaProcess
 from models.libs.fallback import Stack
-from sim.build import build
+from sim.engine.build import build
 from sim.scenario.schema import Scenario
 
 

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from models.pcie.presets import PCIE_PRESETS
-from sim.cli import app
+from sim.cli.app import app
 from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
-from sim.harness import setup_run
-from sim.run import run_scenario
+from sim.engine.harness import setup_run
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 from tests.properties import examples

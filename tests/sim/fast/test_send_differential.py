@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from sim.fast_domain import OutsideDomain
-from sim.run import run_scenario
+from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 from tests.sim.fast.test_differential import PRESETS, same_runs, two_nodes

@@ -14,7 +14,8 @@ import pytest
 
 import sim.sweep.execute as execute_module
 from sim.sweep import load_sweep, run_sweep
-from sim.sweep.store import partition_path, write_partition
+from sim.store.sweep_table import partition_path
+from sim.sweep.store import write_partition
 
 LATENCIES = ("schema: 1\nkind: sweep\nname: latencies\nbase: base.yaml\n"
              "grid:\n  fabric.latency: [300ns, 1us, 2us]\n")
@@ -85,7 +86,7 @@ def test_a_worker_killed_stores_no_run_it_did_not_finish_and_a_resume_runs_them(
 def test_the_cli_says_a_worker_was_lost_and_exits_1(write_sweep, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.app import app
 
     monkeypatch.setattr(execute_module, "execute", _worker_dies)
     result = CliRunner().invoke(app, ["sweep", str(write_sweep(LATENCIES)), "--out", str(tmp_path / "out"),
@@ -100,7 +101,7 @@ def test_the_cli_says_a_worker_was_lost_and_exits_1(write_sweep, tmp_path, monke
 def test_the_cli_reports_failed_points_and_retries_them(write_sweep, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.app import app
 
     path = write_sweep(LATENCIES)
     _failing_at(monkeypatch, load_sweep(path).runs[2], OverflowError("too large"))
@@ -264,7 +265,7 @@ def test_killing_the_parent_of_a_sweep_leaves_no_worker(write_sweep, tmp_path, g
 
 
 def test_a_point_over_the_memory_available_is_stored_as_failed_and_the_sweep_goes_on(tmp_path, monkeypatch):
-    import sim.budget
+    import sim.engine.budget
     from sim.sweep import run_sweep
     from tests.conftest import tiny_yaml
 
@@ -272,7 +273,7 @@ def test_a_point_over_the_memory_available_is_stored_as_failed_and_the_sweep_goe
         "{kind: write_bw, name: bw, from: src, to: dst, sizes: [4KiB], iterations: 20}"))
     (tmp_path / "sw.yaml").write_text("schema: 1\nkind: sweep\nname: big-points\nbase: base.yaml\n"
                                       "grid:\n  workload.bw.iterations: [20, 40000000]\n")
-    monkeypatch.setattr(sim.budget, "available_memory", lambda: 2**30)
+    monkeypatch.setattr(sim.engine.budget, "available_memory", lambda: 2**30)
     result = run_sweep(tmp_path / "sw.yaml", tmp_path / "out", progress=False)
     table = result.table.set_index("workload.bw.iterations")
     assert table.loc[20, "status"] == "ok" and table.loc[40000000, "status"] == "failed"

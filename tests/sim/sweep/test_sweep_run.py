@@ -10,7 +10,7 @@ import pytest
 
 import sim.sweep.execute as execute_module
 from sim.sweep import read_table, run_sweep
-from sim.sweep.store import partition_path
+from sim.store.sweep_table import partition_path
 
 ROOT = Path(__file__).resolve().parents[3]
 SAMPLE = ROOT / "scenarios" / "sweeps" / "msg_size_x_mode.yaml"
@@ -128,7 +128,7 @@ def test_a_scheduler_that_accepts_no_connection_is_named_in_one_line(tmp_path):
     import distributed  # noqa: F401 - its defaults join dask's config first, so leaving the block keeps them
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.app import app
 
     with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
         result = CliRunner().invoke(app, ["sweep", str(SAMPLE), "--out", str(tmp_path / "out"), "--scheduler",

@@ -90,13 +90,13 @@ def test_checking_a_sweep_validates_every_point_and_keeps_none(write_sweep, monk
 def test_validate_states_the_count_and_refuses_a_grid_of_a_million_at_once(write_sweep, monkeypatch):
     from typer.testing import CliRunner
 
-    from sim.cli import app
+    from sim.cli.app import app
 
     path = write_sweep(_sweep([3, 2], 1, None, None))
     result = CliRunner().invoke(app, ["validate", str(path)])
     assert result.exit_code == 0 and result.stderr == ""
     assert result.stdout.startswith(f"{path}: ok (sweep sized: 6 runs over")
-    monkeypatch.setattr("sim.cli._interactive", lambda: True)
+    monkeypatch.setattr("sim.cli.app._interactive", lambda: True)
     result = CliRunner().invoke(app, ["validate", str(path)])  # on a terminal, before the points are built
     assert result.stderr == f"{path}: 6 runs (3 x 2 points x 1 repetition); checking each\n"
     big = write_sweep(_sweep([1000, 1000], 1, None, None))

@@ -1,0 +1,463 @@
+"""``rdmasim perftest``: run a perftest command line (ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat,
+ib_send_bw, ib_send_lat, ib_atomic_bw, ib_atomic_lat) in the simulator.
+
+The command line is parsed with perftest's option names, defaults and checks (linux-rdma/perftest
+``src/perftest_parameters.c``), turned into the equivalent two-node scenario -- client ``a`` posts, server ``b``
+responds from pinned host memory -- and reported in perftest's layout (MiB/sec, or Gb/sec with
+``--report_gbits``; -N, --output, -H/-U and --report-both shape it as perftest does). Options that mean nothing
+in a simulation, or whose effect it does not model (:data:`sim.cli.perftest_args.IGNORED`, the server address), are
+accepted with perftest's checks and each said to be ignored; --mr_per_qp and --data_validation map onto buffer
+pairs and data mode; ``--engine`` picks the scenario's engine (``auto`` by default).
+``--dump-scenario`` prints that scenario as YAML instead of running it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import re
+import shlex
+import sys
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from models.nic.transport import QpType, receive_overhead
+from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
+from sim import __version__
+from sim.core.errors import ConfigError, SimError
+from sim.core.units import format_size
+from sim.cli.perftest_args import IGNORED, TESTS, UsageError, check, parser
+
+if TYPE_CHECKING:
+    from sim.cli.progress import Display
+    from models.nic.nic import NicParams
+    from sim.scenario.schema import Scenario
+
+# The NIC model (numpy), the schema (pydantic), pandas and the YAML writer are imported where a command line
+# that parses needs them: one perftest refuses starts without them.
+
+NUMBER = r"\d+"
+DEVICES = {f"mlx5_{NUMBER}": "connectx7", f"efa_{NUMBER}": "efa"}
+"""perftest ``-d`` device names (regular expressions) and the NIC preset simulated for them."""
+MAX_SIZE = 2**23
+"""Largest size of ``-a`` (perftest's MAX_SIZE)."""
+LAT_WRITE_INLINE = {"connectx7": 220, "efa": 32}
+"""perftest's default inline size of ib_write_lat by device (DEF_INLINE_WRITE for mlx5; 32 for EFA); ib_send_lat
+uses it too (perftest's DEF_INLINE_SEND_RC_UC, 236, is more than the presets' max_inline)."""
+REGISTRATION = {
+    "pinned": "ibv_reg_mr, pages pinned",
+    "odp": "ibv_reg_mr with IBV_ACCESS_ON_DEMAND, nothing pinned",
+    "peermem": "ibv_reg_mr through nvidia-peermem, GPU pages pinned",
+    "dmabuf": "cuMemGetHandleForAddressRange + ibv_reg_dmabuf_mr",
+    "dmabuf-pinned": "cuMemGetHandleForAddressRange + mlx5dv_reg_dmabuf_mr(DATA_DIRECT)",
+}
+"""How the client's buffer is registered in each scenario mode, in verbs calls."""
+
+
+@dataclass(frozen=True)
+class _Command:
+    test: str
+    args: argparse.Namespace
+    data: dict
+    """The equivalent scenario, as YAML-ready data."""
+
+
+def _test(argv: list[str]) -> str:
+    if not argv or argv[0] not in TESTS:
+        given = f"unknown test '{argv[0]}'" if argv else "no test given"
+        raise UsageError(f"{given}; rdmasim perftest runs {', '.join(TESTS)}")
+    return argv[0]
+
+
+def _parse(argv: list[str]) -> _Command:
+    test = _test(argv)
+    args, extra = parser(test).parse_known_args(argv[1:])
+    flags = [a.split("=")[0] for a in extra if a.startswith("-")]
+    if flags:
+        raise UsageError(f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} not supported by rdmasim "
+                         f"perftest (see rdmasim perftest {test} --help)")
+    if extra:
+        raise UsageError(f"unexpected argument(s): {' '.join(extra)}")
+    return _Command(test, args, _scenario_data(test, args, _without_rdmasim_output(argv)))
+
+
+OUTPUT_OPTIONS = ("--dump-scenario", "--out", "--force")
+"""rdmasim's options that choose where results go; they leave the scenario alone."""
+
+
+def _without_rdmasim_output(argv: list[str]) -> list[str]:
+    """``argv`` less the output options (``--out DIR`` or ``--out=DIR``), as the scenario's description."""
+    kept, value_next = [], False
+    for arg in argv:
+        if not value_next and arg.split("=")[0] not in OUTPUT_OPTIONS:
+            kept.append(arg)
+        value_next = not value_next and arg == "--out"
+    return kept
+
+
+def _nic_preset(device: str) -> str:
+    for pattern, preset in DEVICES.items():
+        if re.fullmatch(pattern, device):
+            return preset
+    known = ", ".join(f"{pattern.replace(NUMBER, '<N>')} ({preset})" for pattern, preset in DEVICES.items())
+    raise UsageError(f"-d/--ib-dev: unknown device '{device}'; known devices: {known}")
+
+
+def _nic(preset: str) -> NicParams:
+    """The simulated NIC's parameters (its model imports numpy: not before the device is known)."""
+    from models.nic.nic import NicParams
+
+    return NicParams(**NIC_PRESETS[preset])
+
+
+def cq_moderation(args: argparse.Namespace) -> int:
+    """The CQ moderation a bandwidth command line runs with: -Q (at most the tx depth, as perftest caps it), else
+    the post list's size."""
+    return min(args.cq_mod, args.tx_depth) if args.cq_mod is not None else args.post_list
+
+
+def _round_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict:
+    kind = TESTS[test]
+    preset = _nic_preset(args.ib_dev)
+    check(args, kind, preset, lambda: _nic(preset))
+    from sim.scenario.workloads import WorkloadSpec  # pydantic, once the options pass perftest's own checks
+
+    client = {"name": "a", "nic": {"preset": preset}}
+    if args.use_cuda is None and args.use_rocm is None:
+        place, mode, page = "a.host", "odp" if args.odp else "pinned", 4096
+    else:
+        gpu = f"gpu{args.use_cuda if args.use_rocm is None else args.use_rocm}"
+        client["gpus"] = [{"name": gpu, "preset": "h200" if args.use_rocm is None else "mi300x"}
+                          | ({"coherent": True} if args.coherent_gpu else {})]
+        client["topology"] = args.gpu_topology
+        place, page = f"a.{gpu}", 2**16  # perftest rounds cuMemAlloc to ACCEL_PAGE_SIZE (64 KiB)
+        mode = ("dmabuf-pinned" if args.use_data_direct else
+                "dmabuf" if args.use_cuda_dmabuf or args.use_rocm_dmabuf else "peermem")
+    largest = ud_largest(args, argv) if args.connection == "UD" else MAX_SIZE if args.all else args.size
+    # perftest's SIZE(): a UD buffer holds the GRH before the message
+    size = format_size(_round_up(largest + receive_overhead(QpType(args.connection)), page))
+    # perftest's --mr_per_qp: each QP its own buffer and MR on both sides, one buffer pair a QP
+    suffixes = [""] + [str(k) for k in range(1, args.qp if args.mr_per_qp else 1)]
+    work = {"kind": kind, "name": test, "from": "local", "to": "remote",
+            "sizes": {"from": "2B", "to": format_size(largest)} if args.all else [format_size(largest)],
+            **({"iterations": args.iters} if args.duration is None else {"duration": f"{args.duration}s"}),
+            **({"transport": args.connection.lower()} if args.connection != "RC" else {})}
+    if kind.endswith("_bw"):
+        work["tx_depth"] = args.tx_depth
+        work["qps"] = 1 if args.mr_per_qp else args.qp
+        work |= {"pairs": [{"from": f"local{k}", "to": f"remote{k}"} for k in suffixes[1:]]} if suffixes[1:] else {}
+        work |= {"bidirectional": True} if args.bidirectional else {}
+        work |= {key: value for key, value in (("post_list", args.post_list), ("cq_mod", cq_moderation(args)))
+                 if value != 1}
+    if args.qp_timeout != WorkloadSpec.model_fields["qp_timeout"].default:
+        work["qp_timeout"] = args.qp_timeout
+    if kind.startswith(("read", "atomic")) and args.outs is not None:
+        work["max_rd_atomic"] = outstanding_reads(args.outs, _nic(preset).max_rd_atomic)
+    access = {}
+    if kind.startswith("atomic"):  # perftest registers with IBV_ACCESS_REMOTE_ATOMIC for atomic tests
+        work["atomic"] = args.atomic_type
+        access = {"access": ["local_write", "remote_write", "remote_read", "remote_atomic"]}
+    if kind.startswith("send"):
+        work["rx_depth"] = args.rx_depth
+    if kind.startswith(("write", "send")):  # perftest: no default inline for GPU memory or bandwidth tests
+        host = args.use_cuda is None and args.use_rocm is None
+        default = LAT_WRITE_INLINE[preset] if kind.endswith("_lat") and host else 0
+        work["inline"] = default if args.inline_size is None else args.inline_size
+    mapping = {"export_mapping": "pcie"} if args.use_cuda_pcie_mapping or args.use_data_direct else {}
+    return {
+        "schema": 1, "name": test, "description": f"rdmasim perftest {shlex.join(argv)}",
+        "nodes": [client, {"name": "b", "nic": {"preset": preset}}],
+        "fabric": {"rate": NIC_RATE[preset], "mtu": args.mtu, "transport": "ib"},
+        "buffers": [buffer for k in suffixes for buffer in (
+            {"name": f"local{k}", "on": place, "size": size, "register": mode, **access, **mapping},
+            {"name": f"remote{k}", "on": "b.host", "size": size, "register": "pinned", **access})],
+        "workload": [work],
+        "outputs": ["bw_vs_size" if kind.endswith("_bw") else "latency_vs_size"],
+        "engine": args.engine,
+        **({"data": True} if args.data_validation else {}),
+    }
+
+
+def ud_largest(args: argparse.Namespace, argv: list[str]) -> int:
+    """The largest message of a UD run: perftest lowers -a's sizes, or a size it chose, to the MTU; a larger -s it
+    refuses.
+
+    :raises UsageError: -s above the MTU.
+    """
+    largest = MAX_SIZE if args.all else args.size
+    if largest <= args.mtu:
+        return largest
+    if not args.all and any(a == "--size" or a.startswith(("--size=", "-s")) for a in argv[1:]):
+        raise UsageError(f"-s {args.size}: Max message size in UD cannot be greater than MTU ({args.mtu})")
+    return args.mtu
+
+
+def outstanding_reads(requested: int, device_max: int) -> int:
+    """perftest's ``ctx_set_out_reads``: -o above the device's max, or not positive, becomes the max."""
+    return device_max if requested <= 0 or requested > device_max else requested
+
+
+def perftest_scenario(argv: list[str]) -> Scenario:
+    """The scenario a perftest command line (``["ib_write_bw", "-s", "4K", ...]``) stands for.
+
+    :raises UsageError: unknown test or device, an unsupported option, or options perftest rejects.
+    """
+    return _scenario(_parse(argv))
+
+
+OPTION_OF_KEY = {"tx_depth": "-t/--tx-depth", "rx_depth": "-r/--rx-depth", "duration": "-D/--duration",
+                 "transport": "-c/--connection"}
+"""The option that sets a workload key the scenario's checks may refuse (others: -n/-s/-q)."""
+
+
+def _refused(key: str, reason: str) -> UsageError:
+    return UsageError(f"{OPTION_OF_KEY.get(key, '-n/-s/-q')}: {reason}")
+
+
+def _scenario(cmd: _Command) -> Scenario:
+    """The command's scenario, checked as a scenario file is (the options' product must fit the schema's bounds,
+    the run and the memory available)."""
+    from sim.engine import budget
+    from sim.scenario.loader import validate
+    from sim.scenario.refs import check_references
+    from sim.scenario.schema import Scenario
+    from sim.scenario.yaml_reader import PositionMap
+
+    try:
+        scenario = validate(Scenario, cmd.data, PositionMap(), cmd.data["name"])
+    except ConfigError as exc:
+        raise _refused(re.split(r"[.\[]", exc.key)[-1], exc.reason) from None
+    problems = check_references(scenario)
+    if problems:
+        (*_, key), reason = problems[0]
+        raise _refused(key, reason)
+    short = budget.over_budget(budget.estimate([("base", scenario)]), budget.available_memory())
+    if short:
+        raise UsageError(f"-n/-a/-q: the {short}, the memory available now; ask for fewer exchanges or sizes")
+    return scenario
+
+
+def _dump(cmd: _Command) -> str:
+    return (f"# Equivalent of: {cmd.data['description']}\n# Run it with: rdmasim run FILE\n"
+            + _yaml_text(cmd.data))
+
+
+def _yaml_text(data: dict) -> str:
+    """``data`` as YAML 1.2 (what the scenario loader reads), nested mappings of scalars in flow style."""
+    from ruamel.yaml import YAML
+
+    yaml = YAML(typ="safe", pure=True)
+    yaml.default_flow_style, yaml.width = None, 120
+    out = io.StringIO()
+    yaml.dump(data, out)
+    return out.getvalue()
+
+
+def _header(cmd: _Command, result) -> str:
+    from sim.cli.perftest_report import RULE
+
+    args, kind = cmd.args, TESTS[cmd.test]
+    buf, work = cmd.data["buffers"][0], cmd.data["workload"][0]
+    qp = result.testbed.qps[0]
+    bw = kind.endswith("_bw")
+    verb = {"write": "RDMA_Write", "read": "RDMA_Read", "send": "Send", "atomic": "Atomic"}[kind.split("_")[0]]
+    title = " ".join([verb, *([args.atomic_type] if verb == "Atomic" else []),
+                      *(["Bidirectional"] if bw and args.bidirectional else []),
+                      *(["Post List"] if bw and args.post_list > 1 else []), "BW" if bw else "Latency", "Test"])
+    gpu = args.use_cuda if args.use_rocm is None else args.use_rocm
+    memory = (f"{'CUDA' if args.use_rocm is None else 'ROCm'} device {gpu} ({buf['on']}, "
+              f"{cmd.data['nodes'][0]['gpus'][0]['preset']}, {args.gpu_topology})" if gpu is not None
+              else f"mmap'd file {args.mmap} (host)" if args.mmap else "host")
+    reg_us = result.registrations.set_index("buffer").loc["local", "register_us"]
+    mrs = sum(b["on"] == buf["on"] for b in cmd.data["buffers"])  # --mr_per_qp: one client MR a QP
+    preset = cmd.data["nodes"][0]["nic"]["preset"]
+    return "\n".join([
+        RULE, f"                    {title}",
+        f" Dual-port       : OFF\t\tDevice         : {args.ib_dev}",
+        f" Number of qps   : {args.qp}\t\tTransport type : IB",
+        f" Connection type : {args.connection}\t\tUsing SRQ      : OFF",
+        f" TX depth        : {args.tx_depth}",
+        *([f" Post List       : {args.post_list}"] if bw and args.post_list > 1 else []),
+        *([f" RX depth        : {work['rx_depth']}"] if verb == "Send" else []),
+        *([f" CQ Moderation   : {work.get('cq_mod', 1)}"] if bw else []),
+        f" Mtu             : {args.mtu}[B]",
+        " Link type       : IB",
+        f" Max inline data : {work['inline']}[B]" if verb in ("RDMA_Write", "Send")
+        else f" Outstand reads  : {qp.attr.max_rd_atomic}",
+        " rdma_cm QPs\t : OFF",
+        " Data ex. method : Ethernet",
+        *([f" Duration        : {args.duration}[sec] (simulated)"] if args.duration is not None else []),
+        f" Memory type     : {memory}",
+        f" Registration    : {buf['register']} ({REGISTRATION[buf['register']]}): {reg_us:.2f}[usec]"
+        + (f", the first of {mrs} MRs (one per QP)" if mrs > 1 else ""),
+        f" Simulated NIC   : {preset}, {NIC_RATE[preset]}, PCIe {NIC_PCIE[preset]}",
+        RULE])
+
+
+def _notices(cmd: _Command) -> list[str]:
+    """One line per option given that has no meaning in a simulation, and perftest's own adjustments."""
+    lines = [f"rdmasim perftest: {'/'.join(flags)} ignored: {why}"
+             for flags, _, why in IGNORED if getattr(cmd.args, flags[-1].lstrip("-")) not in (None, False)]
+    if cmd.args.server is not None:
+        lines.append(f"rdmasim perftest: server address {cmd.args.server} ignored: rdmasim simulates both sides")
+    outs = getattr(cmd.args, "outs", None)
+    device_max = _nic(cmd.data["nodes"][0]["nic"]["preset"]).max_rd_atomic
+    if outs is not None and outs > device_max:
+        lines.append(f" Number of outstanding reads is above max = {device_max}\n Changing to that max value")
+    if cmd.args.connection == "UD" and (cmd.args.all or cmd.args.size > cmd.args.mtu):
+        lines.append(f" Max msg size in UD is MTU {cmd.args.mtu}\n Changing to this MTU")
+    return lines + _report_notices(cmd.args, TESTS[cmd.test])
+
+
+PEAK_ITERATIONS = 20000
+"""perftest measures no peak bandwidth above this many iterations (nor with -D or -N)."""
+
+
+def _no_peak(args: argparse.Namespace, kind: str) -> bool:
+    return kind.endswith("_bw") and (args.noPeak or args.duration is not None or args.iters > PEAK_ITERATIONS)
+
+
+def _both_ways(args: argparse.Namespace) -> str | None:
+    """Why --report-both prints no per-direction tables (None: it does)."""
+    bidirectional = getattr(args, "bidirectional", False)  # latency tests have no -b
+    return ("it reports the two directions of a bidirectional test (-b)" if not bidirectional else
+            "perftest reports each direction for a single size only (not with -a)" if args.all else
+            "--output prints only the average of both directions" if args.output is not None else None)
+
+
+def _report_notices(args: argparse.Namespace, kind: str) -> list[str]:
+    """perftest's notes on the report options, and why rdmasim leaves one of them without effect."""
+    lines = []
+    if _no_peak(args, kind) and not args.noPeak:
+        lines.append(" WARNING: BW peak won't be measured in this run.")
+    if args.report_both and _both_ways(args):
+        lines.append(f"rdmasim perftest: --report-both ignored: {_both_ways(args)}")
+    if (args.histogram or args.unsorted) and args.duration is not None:
+        lines.append("rdmasim perftest: -H/-U ignored: perftest prints no per-iteration latencies with -D")
+    if args.data_validation:
+        lines.append("rdmasim perftest: --data_validation: data mode: RDMA moves real bytes, and the destination is "
+                     "compared with its source once, at the end of the run (perftest checks each chunk as it lands)")
+    return lines
+
+
+def _iteration_lists(cmd: _Command, result) -> dict[int, list[str]] | None:
+    """perftest's -U/-H lists of a latency test, by message size (None: not asked for, or a -D run)."""
+    args = cmd.args
+    if not (args.histogram or args.unsorted) or args.duration is not None:
+        return None
+    from sim.cli.perftest_report import iteration_lines
+
+    ops = result.table.frame(columns=["bytes", "latency_ps", "ok"])
+    return {size: iteration_lines(rows.loc[rows["ok"], "latency_ps"].to_numpy(), args.unsorted, args.histogram)
+            for size, rows in ops.groupby("bytes", sort=False)}
+
+
+def _report(cmd: _Command, result) -> str:
+    """perftest's standard output for the run: the header and table (or --output's numbers), --report-both's
+    tables and --data_validation's line."""
+    from sim.cli.perftest_report import format_summary, format_values, one_way
+
+    args, kind = cmd.args, TESTS[cmd.test]
+    lists = _iteration_lists(cmd, result)
+    layout = {"gbits": args.report_gbits, "no_peak": _no_peak(args, kind)}
+    parts = ([format_values(result.summary, args.output, args.report_gbits, lists)] if args.output is not None else
+             [_header(cmd, result), format_summary(result.summary, iterations=lists, **layout)])
+    if args.report_both and not _both_ways(args):
+        columns = ["bytes", "qp", "posted_ps", "completed_ps", "ok"]
+        ways = one_way(result.table.frame(columns=columns), result.summary, args.tx_depth * args.qp)
+        for name, rows in zip(("Local results", "Remote results"), ways):
+            parts.append(format_summary(rows.assign(workload=name), **layout))
+    if args.data_validation and not _validation_failed(cmd, result):
+        parts.append(f"VALIDATION: PASSED - {result.counters['data_checked_bytes']} bytes")
+    return "\n".join(parts)
+
+
+def _validation_failed(cmd: _Command, result) -> str | None:
+    """--data_validation's line on stderr when the destination differs from its source."""
+    if not cmd.args.data_validation or not result.counters["data_mismatched_bytes"]:
+        return None
+    return (f"VALIDATION: FAILED - {result.counters['data_mismatched_bytes']} byte(s) of "
+            f"{result.counters['data_checked_bytes']} differ from their source")
+
+
+def _below_limit(cmd: _Command, summary) -> bool:
+    """perftest's -w check: no size's average bandwidth (in the report's unit) reached the limit (perftest ORs
+    each size's pass into ``is_bw_limit_passed``)."""
+    from sim.cli.perftest_report import bandwidth_column
+
+    limit = getattr(cmd.args, "limit_bw", None)
+    if limit is None:
+        return False
+    return not bool((summary[bandwidth_column(cmd.args.report_gbits)] >= limit).any())
+
+
+def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None,
+                 display: Display | None = None) -> tuple[int, str]:
+    """Run a perftest command line in the simulator; return the exit code and the report, perftest's standard
+    output (its header block and table, ``--help``, or ``--dump-scenario``'s YAML).
+
+    ``notice`` (default: a line on stderr) gets every other line, as perftest writes them to stderr: the options
+    ignored and perftest's own adjustments, the engine's fallback, the results written, and why the command line
+    is refused or the run failed. ``display`` (default: none) shows the simulation's progress
+    (:func:`sim.cli.progress.progress_bar`).
+
+    Exit codes: 0 success (or ``--help``), 1 the simulation failed, work requests completed in error or ``-w``'s
+    limit was not reached, 2 the command line is not one rdmasim can run (the notice says why).
+
+    Examples
+    --------
+    >>> run_perftest(["ib_write_bw", "-s", "64K", "--run_infinitely"], notice=print)
+    rdmasim perftest: --run_infinitely is not supported by rdmasim perftest (see ...)
+    (2, '')
+    """
+    from sim.store import outdir
+
+    notice = notice or (lambda line: print(line, file=sys.stderr))
+    try:
+        if argv[:1] in (["-h"], ["--help"]):
+            return 0, f"usage: rdmasim perftest {{{','.join(TESTS)}}} [options]  (TEST --help for the options)"
+        if any(a in ("-h", "--help") for a in argv[1:]):
+            return 0, parser(_test(argv)).format_help()
+        if any(a in ("-V", "--version") for a in argv[1:]):
+            return 0, (f"Version: rdmasim {__version__} (the simulator's front end to perftest's {_test(argv)}; "
+                       "not perftest's binary)")
+        cmd = _parse(argv)
+        scenario = _scenario(cmd)
+    except UsageError as exc:
+        notice(f"rdmasim perftest: {exc}")
+        return 2, ""
+    if cmd.args.dump_scenario:
+        return 0, _dump(cmd)
+    from sim.results.write import write_results
+    from sim.engine.run import run_scenario, total_operations
+
+    try:
+        if cmd.args.out is not None:
+            outdir.claim(cmd.args.out, outdir.RUN, force=cmd.args.force)
+        for line in _notices(cmd):
+            notice(line)
+        with (display or (lambda *_: nullcontext(None)))(cmd.test, total_operations(scenario)) as advance:
+            result = run_scenario(scenario, notice=notice, progress=advance)
+        report = _report(cmd, result)
+        if cmd.args.out is not None:
+            notice(f"wrote {write_results(result, cmd.args.out, _dump(cmd).encode('utf-8'), force=cmd.args.force)}")
+    except outdir.OutputError as exc:
+        notice(f"rdmasim perftest: {exc}")
+        return 2, ""
+    except SimError as exc:
+        notice(f"rdmasim perftest: run failed: {exc}")
+        return 1, ""
+    failed = _validation_failed(cmd, result)
+    if failed:
+        notice(failed)
+        return 1, report
+    if _below_limit(cmd, result.summary):
+        notice("Error: BW result is below bw limit")
+        return 1, report
+    return int(result.summary["errors"].any()), report

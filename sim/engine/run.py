@@ -1,0 +1,155 @@
+"""Run a scenario: build the testbed, run each workload size by size on the event engine (or hand the run to the
+vectorized core), collect tidy tables."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import replace
+
+from models.verbs.qp_state import ack_timeout_ps
+from models.verbs.workloads import (Endpoint, Posting, bandwidth, concurrent, read_latency, send_bandwidth,
+                                    send_latency, write_latency)
+from sim.engine.build import Testbed
+from sim.core.errors import DeadlockError
+from sim.fast_plan import Declined, run_fast
+from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
+from sim.store.operations import OperationTable
+from sim.scenario.schema import Scenario
+from sim.scenario.workloads import WorkloadSpec
+from sim.engine.tables import RunResult, workload_tables
+
+
+def total_operations(scenario: Scenario) -> int:
+    """Work requests the scenario will simulate (for progress bars)."""
+    return sum(len(w.size_list()) * w.iterations * w.streams() for w in scenario.workload)
+
+
+def _process(env, work: WorkloadSpec, pairs: list[tuple[Endpoint, Endpoint]], size: int):
+    inline, opcode = inline_threshold(work), workload_opcode(work)
+    if work.kind.endswith("_bw"):
+        posting = Posting(work.post_list, work.cq_mod, work.duration)
+        directions = pairs + ([(dst, src) for src, dst in pairs] if work.bidirectional else [])
+        if work.kind == "send_bw":
+            streams = [send_bandwidth(env, src, dst, size, work.iterations, work.tx_depth, work.rx_depth, inline,
+                                      posting) for src, dst in directions]
+        else:
+            streams = [bandwidth(env, opcode, src, dst, size, work.iterations, work.tx_depth, inline, posting)
+                       for src, dst in directions]
+        return streams[0] if len(streams) == 1 else concurrent(env, streams)
+    ((src, dst),) = pairs
+    if work.kind == "write_lat":
+        return write_latency(env, src, dst, size, work.iterations, inline, duration_ps=work.duration)
+    if work.kind == "send_lat":
+        return send_latency(env, src, dst, size, work.iterations, work.rx_depth, inline, duration_ps=work.duration)
+    return read_latency(env, src, dst, size, work.iterations, opcode, duration_ps=work.duration)
+
+
+ENGINES = {"event": "event engine", "fast": "vectorized core"}
+"""The engines by their scenario names, as rdmasim's messages name them."""
+
+
+def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress | None = None,
+                 *, trace: bool = False, variant: str = "base",
+                 notice: Callable[[str], None] | None = None) -> RunResult:
+    """Simulate every workload of ``scenario`` (with its events) and return its tables.
+
+    ``scenario.engine`` picks the engine: ``fast`` and ``auto`` (the default) hand the run to
+    :mod:`sim.fast_plan`; when ``auto`` cannot use it, the event engine runs. ``notice`` (default: a line on
+    stderr) is told in one line which engine ran the workloads and, when ``auto`` fell back, why
+    (:func:`engine_notice`); the result records both (``engine``, ``fallback``).
+
+    :raises sim.engine.build.RegistrationFailed: a buffer could not be registered.
+    """
+    seed = scenario.seed if seed is None else seed
+    fallback = None
+    if scenario.engine != "event":
+        result = run_fast(scenario, seed, progress, trace=trace, variant=variant)
+        if not isinstance(result, Declined):
+            return _told(result, notice)
+        fallback = result.reason
+    result = _run_events(scenario, seed, progress, trace, variant)
+    return _told(replace(result, fallback=fallback), notice)
+
+
+def engine_line(who: str, engine: str, workloads: list[str], fallback: str | None = None) -> str:
+    """One line saying which engine ran ``workloads`` of ``who`` (their names) and, after ``auto`` fell back,
+    why: ``quickstart (base): vectorized core ran write_bw, write_lat``."""
+    return f"{who}: {ENGINES[engine]} ran {', '.join(workloads)}" + (f": {fallback}" if fallback else "")
+
+
+def engine_notice(result: RunResult) -> str:
+    """:func:`engine_line` of a run, named by its scenario and variant."""
+    return engine_line(f"{result.scenario.name} ({result.variant})", result.engine,
+                       [w.name or w.kind for w in result.scenario.workload], result.fallback)
+
+
+def _told(result: RunResult, notice: Callable[[str], None] | None) -> RunResult:
+    (notice or _stderr)(engine_notice(result))
+    return result
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def _run_events(scenario: Scenario, seed: int, progress: Progress | None, trace: bool, variant: str) -> RunResult:
+    """Run every workload on the event engine, size by size."""
+    bed, started, event_log = setup_run(scenario, seed, trace)
+    env = bed.env
+    table, summaries = OperationTable(), []
+    for work in scenario.workload:
+        label = work.name or work.kind
+        pairs = endpoints(bed, work)
+        for size in work.size_list():
+            proc = env.process(_process(env, work, pairs, size))
+            told = _Told(progress, [src.qp.send_cq for src, _ in pairs])
+            records = _run_until(env, proc, bed, f"workload '{label}' at {size} bytes", told.tick)
+            frame, row = workload_tables(work, size, records, variant)
+            table.append(frame)
+            summaries.append(row)
+            told.rest(work.iterations * work.streams())
+    return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries)
+
+
+class _Told:
+    """What a progress display was told of one (workload, size): the completions its send CQs received, as the
+    run goes, and at the end the rest of the operations it was counted for."""
+
+    def __init__(self, progress: Progress | None, cqs: list) -> None:
+        self.progress, self.cqs, self.told = progress, list({id(cq): cq for cq in cqs}.values()), 0
+        self.start = sum(cq.delivered for cq in self.cqs)
+
+    def tick(self) -> None:
+        if self.progress:
+            done = sum(cq.delivered for cq in self.cqs) - self.start
+            self.progress(done - self.told)
+            self.told = done
+
+    def rest(self, operations: int) -> None:
+        if self.progress:
+            self.progress(max(0, operations - self.told))
+
+
+def _run_until(env, proc, bed: Testbed, what: str, tick: Callable[[], None]):
+    """Run until ``proc`` ends, calling ``tick`` as it goes; a simulation that runs out of events first (RuntimeError
+    with ``proc`` untriggered and nothing scheduled) is a deadlock, reported with the components still waiting."""
+    try:
+        return env.run_ticking(proc, tick)
+    except RuntimeError:
+        if proc.triggered or env.peek() != float("inf"):
+            raise
+        waiting = [_waiting(qp) for qp in bed.qps if qp.outstanding]
+        raise DeadlockError(f"{what}: the simulation has nothing left to do but the workload still waits; "
+                            f"waiting: {'; '.join(waiting) or 'the workload process only'}") from None
+
+
+def _waiting(qp) -> str:
+    """What a deadlocked QP still waits for, and why when the cause is known: frames lost on a link while its ACK
+    timeout is 0 (infinite), so that nothing sends them again."""
+    cause = ""
+    if qp.frames_lost and ack_timeout_ps(qp.attr.timeout) is None:
+        cause = (f"; {qp.frames_lost} of its frames were lost and its ACK timeout (qp_timeout, perftest -u) is 0, "
+                 "which never sends them again")
+    return (f"QP {qp.qp_num} on {qp.node.name} ({qp.outstanding} work requests outstanding, "
+            f"{len(qp.send_cq.entries)} completions unpolled{cause})")

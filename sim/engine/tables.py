@@ -1,0 +1,173 @@
+"""A run's tables, whichever engine simulated it: per-operation rows, perftest summary rows (whole or streamed
+piece by piece), the registrations table, and the :class:`RunResult` that holds them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from models.nic.wqe import WC_STATUS_NAMES, WcStatus
+from sim.engine.build import Registration, Testbed
+from sim.core.metrics import OpColumns, OpSpool, bandwidth_of, latency_summary
+from sim.core.units import ps_to_us
+from sim.store.operations import OperationTable, scratch_dir, spool_finalizer
+from sim.scenario.schema import Scenario
+from sim.scenario.workloads import WorkloadSpec
+
+
+@dataclass
+class RunResult:
+    """Tables produced by one run."""
+
+    scenario: Scenario
+    seed: int
+    table: OperationTable
+    """One row per work request (times in ps), spooled to disk beyond a row group."""
+    summary: pd.DataFrame
+    """One row per (workload, size): perftest's columns."""
+    registrations: pd.DataFrame
+    """One row per buffer: registration mode and cost."""
+    testbed: Testbed
+    variant: str = "base"
+    events: pd.DataFrame | None = None
+    """One row per scenario event: time, target, outcome."""
+    counters: dict | None = None
+    """Protocol activity: invalidations, re-faults, RNR NAKs, evictions, failed allocations, violations."""
+    library: list[dict] | None = None
+    """The scenario's library studies (:func:`sim.engine.library.run_library`), run after the workloads."""
+    rails: pd.DataFrame | None = None
+    """Rails nodes: the per-stream rail table (:func:`sim.inspect.rails.rail_table`), kept once worked out."""
+    engine: str = "event"
+    """The engine that ran the workloads: ``event`` (simpy) or ``fast`` (the vectorized core)."""
+    fallback: str | None = None
+    """Why ``engine: auto`` ran the event engine (None: it did not fall back)."""
+
+    @property
+    def operations(self) -> pd.DataFrame:
+        """The per-operation table as one frame (read from its spool file when large)."""
+        return self.table.frame()
+
+
+def pinned_bytes(reg: Registration) -> int:
+    """Bytes a registration keeps pinned: host pages for ``pinned``, GPU pages for ``peermem``,
+    ``dmabuf-pinned`` (and ``dmabuf`` pinned on map), nothing for ``odp``."""
+    backing = reg.mr.backing
+    return reg.size_bytes if backing is None else backing.pinned_bytes
+
+
+def bar1_bytes(reg: Registration) -> int:
+    """Bytes of its GPU's BAR1 aperture a registration's mapping holds (peer memory, NVIDIA dma-buf)."""
+    backing = reg.mr.backing
+    return 0 if backing is None else backing.bar1_bytes
+
+
+def registrations_table(bed: Testbed, variant: str) -> pd.DataFrame:
+    """One row per buffer of ``bed``: where it is, its registration mode, cost (us), pinned bytes, translation
+    entries and their page size, and the BAR1 bytes it holds."""
+    return pd.DataFrame([{
+        "variant": variant, "buffer": r.buffer, "node": r.node, "location": r.location, "bytes": r.size_bytes,
+        "mode": r.mode, "register_us": ps_to_us(r.register_ps), "pinned_bytes": pinned_bytes(r),
+        "mtt_entries": r.mr.mtt_entries, "mtt_page_bytes": r.mr.page_size, "bar1_bytes": bar1_bytes(r),
+    } for r in bed.registrations.values()])
+
+
+def workload_tables(work: WorkloadSpec, size: int, records, variant: str) -> tuple[pd.DataFrame, dict]:
+    """The per-operation rows and the perftest summary row of one (workload, size) (see :func:`operation_rows`
+    and :func:`summary_row`)."""
+    stats = records.latency_ps[records.ok]
+    if work.kind.endswith("_bw"):
+        order = np.argsort(records.posted_ps, kind="stable")  # every QP's operations in posting order
+        stats = OpColumns(records.posted_ps[order], records.completed_ps[order], records.ok[order])
+    return (operation_rows(work, size, records, variant),
+            summary_row(work, size, variant, status_counts(records), stats))
+
+
+def operation_rows(work: WorkloadSpec, size: int, records, variant: str, first: int = 0) -> pd.DataFrame:
+    """The per-operation rows of ``records`` of one (workload, size); ``first`` is the first record's
+    iteration (a piece of a stream). Each row's ``status`` is its completion's ``ibv_wc_status`` name (``ok``:
+    it is IBV_WC_SUCCESS)."""
+    label, rows = work.name or work.kind, len(records.status)
+    qp = np.zeros(rows, dtype=np.int64) if records.qp is None else records.qp
+    iteration = first + np.arange(rows) - np.searchsorted(qp, qp)  # each stream's records follow each other
+    return pd.DataFrame({
+        "variant": _label(variant, rows), "workload": _label(label, rows), "kind": _label(work.kind, rows),
+        "bytes": size, "qp": qp, "iteration": iteration,
+        "posted_ps": records.posted_ps, "completed_ps": records.completed_ps, "latency_ps": records.latency_ps,
+        "ok": records.ok, "status": pd.Categorical.from_codes(records.status, categories=WC_STATUS_NAMES)})
+
+
+def status_counts(records) -> np.ndarray:
+    """How many of ``records`` completed with each ``ibv_wc_status`` value."""
+    return np.bincount(records.status, minlength=len(WC_STATUS_NAMES))
+
+
+def summary_row(work: WorkloadSpec, size: int, variant: str, counts: np.ndarray, stats) -> dict:
+    """perftest's summary of one (workload, size) whose completions have :func:`status_counts` ``counts``:
+    ``stats`` holds its operations in posting order (:class:`~sim.core.metrics.OpColumns` or
+    :class:`~sim.core.metrics.OpSpool`) for a bandwidth workload, the latencies (ps) of those that succeeded
+    for a latency workload. The row counts the ``errors`` and, in ``errors_by_status``, how many completed
+    with each error status. Only work requests that succeeded are measured (a row where none did has NaN in
+    perftest's columns)."""
+    success = WcStatus.SUCCESS.value
+    row = {"variant": variant, "workload": work.name or work.kind, "kind": work.kind, "bytes": size,
+           "iterations": work.iterations if work.duration is None else int(counts.sum()) // work.streams(),
+           "errors": int(counts.sum() - counts[success]),
+           "errors_by_status": {WC_STATUS_NAMES[v]: int(n) for v, n in enumerate(counts) if n and v != success}}
+    if work.kind.endswith("_bw"):
+        return row | bandwidth_of(size, stats, work.tx_depth * work.streams())
+    return row | latency_summary(stats)
+
+
+@dataclass
+class _Stream:
+    """The records of one (workload, size) added so far."""
+
+    work: WorkloadSpec
+    size: int
+    spool: OpSpool | None
+    latencies: list[np.ndarray]
+    counts: np.ndarray
+
+
+class StreamedSummaries:
+    """perftest summaries of (workload, size) streams whose records arrive piece by piece in posting order,
+    one stream after the other; a bandwidth stream's operations are spooled to disk for its peak rate."""
+
+    def __init__(self, variant: str) -> None:
+        self.variant = variant
+        self.rows: list[dict] = []
+        self._open: _Stream | None = None
+
+    def add(self, work: WorkloadSpec, size: int, records) -> None:
+        """Records of ``work`` at ``size`` following the ones added for it (a new stream ends the last one)."""
+        if self._open is None or self._open.work is not work or self._open.size != size:
+            self.finish()
+            spool = None
+            if work.kind.endswith("_bw"):
+                directory = scratch_dir("bandwidth")
+                spool = OpSpool(directory)
+                spool_finalizer(spool, directory)
+            self._open = _Stream(work, size, spool, [], np.zeros(len(WC_STATUS_NAMES), dtype=np.int64))
+        stream = self._open
+        if stream.spool is not None:
+            stream.spool.add(records.posted_ps, records.completed_ps, records.ok)
+        else:
+            stream.latencies.append(records.latency_ps[records.ok])
+        stream.counts += status_counts(records)
+
+    def finish(self) -> list[dict]:
+        """End the current stream: its summary row joins :attr:`rows`; returns them."""
+        stream, self._open = self._open, None
+        if stream is not None:
+            stats = stream.spool if stream.spool is not None else np.concatenate(stream.latencies)
+            self.rows.append(summary_row(stream.work, stream.size, self.variant, stream.counts, stats))
+            if stream.spool is not None:
+                stream.spool.close()
+        return self.rows
+
+
+def _label(text: str, rows: int) -> pd.Categorical:
+    """A constant text column stored as a category (one byte per row, not one string object)."""
+    return pd.Categorical.from_codes(np.zeros(rows, dtype=np.int8), categories=[text])

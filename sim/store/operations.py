@@ -1,0 +1,191 @@
+"""A run's per-operation table with bounded memory: rows are held in memory up to one Parquet row group and
+spooled beyond that to a Parquet file, a row group at a time, while the run produces them.
+
+A table that never reached a row group stays a pandas frame, so small runs write exactly the bytes a
+one-shot ``DataFrame.to_parquet`` writes. A spooled table lives in a directory under the system's temporary
+directory (``TMPDIR``), removed when the table is garbage collected (the spool of a killed run, by the next run
+that spools); readers take it a batch at a time
+(:meth:`OperationTable.batches`) or as a whole frame when they ask for one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sim.store.leftovers import leftovers
+
+ROW_GROUP_ROWS = 1 << 20
+"""Rows per spooled row group (pyarrow's default row-group size, about 60 MiB of operation rows)."""
+LABELS = ("variant", "workload", "kind")
+"""Text columns stored as categories in memory (joining tables of differing labels turns them into text, which
+:func:`_joined` makes categories again); every categorical column is dictionary-encoded in Parquet."""
+
+
+SPOOL_NAME = re.compile(r"rdmasim-spool-[a-z]+-(?P<pid>\d+)-[^/]+")
+"""Spool directories under ``TMPDIR``: ``rdmasim-spool-<what>-<pid>-<random>``."""
+
+
+def scratch_dir(what: str) -> str:
+    """A new private directory under ``TMPDIR`` for spooled data of ``what`` (a lowercase word), named after
+    this process. Spool directories of this user's rdmasim processes that are gone (killed before they could
+    remove them) are removed first."""
+    remove_stale_spools(Path(tempfile.gettempdir()))
+    return tempfile.mkdtemp(prefix=f"rdmasim-spool-{what}-{os.getpid()}-")
+
+
+def remove_stale_spools(root: Path) -> None:
+    """Remove the spool directories in ``root`` that belong to this user and to a process no longer running."""
+    for entry, _ in leftovers(root, SPOOL_NAME):
+        try:
+            ours = entry.is_dir() and entry.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if ours:
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def spool_finalizer(owner, directory: str) -> None:
+    """Remove ``directory`` once ``owner`` is garbage collected (or at exit)."""
+    weakref.finalize(owner, shutil.rmtree, directory, ignore_errors=True)
+
+
+class OperationTable:
+    """The per-operation rows of one run, appended in row order."""
+
+    def __init__(self) -> None:
+        self.rows = 0
+        self._held: list[pd.DataFrame] = []
+        self._held_rows = 0
+        self._whole: pd.DataFrame | None = None
+        self._writer: pq.ParquetWriter | None = None
+        self.path: Path | None = None
+        """The spool file (None while every row is in memory)."""
+
+    @classmethod
+    def of(cls, frame: pd.DataFrame) -> OperationTable:
+        """A closed table of ``frame``'s rows."""
+        table = cls()
+        table.append(frame)
+        return table.close()
+
+    @property
+    def spooled(self) -> bool:
+        """Rows went to the spool file."""
+        return self.path is not None
+
+    def append(self, frame: pd.DataFrame) -> None:
+        """Add rows after the ones appended so far; a full row group goes to the spool file."""
+        self._held.append(frame)
+        self._held_rows += len(frame)
+        self.rows += len(frame)
+        while self._held_rows >= ROW_GROUP_ROWS:
+            self._spill(ROW_GROUP_ROWS)
+
+    def _spill(self, rows: int) -> None:
+        held = pd.concat(self._held, ignore_index=True) if len(self._held) > 1 else self._held[0]
+        group, rest = held.iloc[:rows], held.iloc[rows:]
+        table = arrow_table(group)
+        if self._writer is None:
+            directory = scratch_dir("operations")
+            spool_finalizer(self, directory)
+            self.path = Path(directory) / "operations.parquet"
+            self._writer = pq.ParquetWriter(self.path, table.schema)
+        self._writer.write_table(table, row_group_size=rows)
+        self._held, self._held_rows = ([rest.reset_index(drop=True)] if len(rest) else []), len(rest)
+
+    def close(self) -> OperationTable:
+        """No more rows: the rest goes to the spool (a spooled table) or becomes one frame."""
+        if self._writer is not None:
+            if self._held_rows:
+                self._spill(self._held_rows)
+            self._writer.close()
+            self._writer = None
+        elif self._whole is None:
+            self._whole = _joined(self._held)
+            self._held = []
+        return self
+
+    def frame(self, columns: list[str] | None = None) -> pd.DataFrame:
+        """The whole table (read from the spool file when spooled), or only ``columns``."""
+        if self.spooled:
+            return pd.read_parquet(self.path, columns=columns)
+        return self._whole if columns is None else self._whole[columns]
+
+    def batches(self, columns: list[str] | None = None, backwards: bool = False) -> Iterator[pd.DataFrame]:
+        """The table a row group at a time (one frame when in memory), the last first when ``backwards``."""
+        if not self.spooled:
+            yield self.frame(columns)
+            return
+        file = pq.ParquetFile(self.path)
+        groups = range(file.num_row_groups)
+        for group in reversed(groups) if backwards else groups:  # iter_batches holds what it read until it ends
+            yield file.read_row_group(group, columns=columns).to_pandas()
+
+    def arrow_batches(self) -> Iterator[pa.Table]:
+        """The table as Arrow tables of at most :data:`ROW_GROUP_ROWS` rows, in the spool's schema."""
+        if self.spooled:
+            file = pq.ParquetFile(self.path)
+            for group in range(file.num_row_groups):
+                yield file.read_row_group(group)
+            return
+        for lo in range(0, max(len(self._whole), 1), ROW_GROUP_ROWS):
+            yield arrow_table(self._whole.iloc[lo:lo + ROW_GROUP_ROWS])
+
+
+def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """One frame of ``frames`` with the label columns as categories."""
+    operations = pd.concat(frames, ignore_index=True)
+    for column in LABELS:  # concat of differing categories falls back to strings
+        operations[column] = operations[column].astype("category")
+    return operations
+
+
+def arrow_table(frame: pd.DataFrame) -> pa.Table:
+    """``frame`` as an Arrow table with dictionary-encoded label and categorical columns (int32 indices) and no
+    pandas metadata, so every row group of a streamed file has one schema."""
+    columns = {}
+    for name in frame.columns:
+        values = frame[name]
+        if name in LABELS or isinstance(values.dtype, pd.CategoricalDtype):
+            labels = values.astype("category")
+            columns[name] = pa.DictionaryArray.from_arrays(
+                pa.array(labels.cat.codes.to_numpy().astype(np.int32)),
+                pa.array([str(c) for c in labels.cat.categories], pa.string()))
+        else:
+            columns[name] = pa.array(values.to_numpy())
+    return pa.table(columns)
+
+
+def write_operations(tables: list[OperationTable], path: Path) -> None:
+    """Write the rows of ``tables`` in order to ``path``: as one frame (the bytes a one-shot write gives)
+    when none is spooled, else row group by row group; a single spooled table is linked (or copied)."""
+    if not any(t.spooled for t in tables):
+        pd.concat([t.frame() for t in tables], ignore_index=True).to_parquet(path, index=False)
+        return
+    if len(tables) == 1:
+        try:
+            os.link(tables[0].path, path)
+        except OSError:
+            shutil.copyfile(tables[0].path, path)
+        return
+    writer = None
+    try:
+        for table in tables:
+            for batch in table.arrow_batches():
+                if writer is None:
+                    writer = pq.ParquetWriter(path, batch.schema)
+                writer.write_table(batch, row_group_size=ROW_GROUP_ROWS)
+    finally:
+        if writer is not None:
+            writer.close()

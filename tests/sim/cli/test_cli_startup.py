@@ -1,0 +1,74 @@
+"""What ``rdmasim`` imports before it answers: --version and a refused command line start without the heavy
+libraries (a structural check; bench/startup.py times it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("pandas", "matplotlib", "pyarrow", "dask", "distributed", "simpy", "pydantic")
+"""Libraries that cost start-up time and that neither --version nor a refusal needs."""
+
+CHILD = """
+import json, sys
+import sim.cli.app
+sys.argv = ["rdmasim", *json.loads(sys.argv[1])]
+try:
+    sim.cli.app.main()
+except SystemExit as exc:
+    code = exc.code
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def _started(argv: list[str]) -> tuple[int, set[str]]:
+    """Run ``rdmasim argv`` in a fresh interpreter: its exit code and every module it imported."""
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argv)], capture_output=True, text=True,
+                          timeout=120)
+    found = json.loads(proc.stdout.splitlines()[-1])
+    return found["code"], set(found["modules"])
+
+
+def _heavy(modules: set[str], names=HEAVY) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in names)
+
+
+@pytest.mark.parametrize("argv, code", [
+    (["--version"], 0),
+    (["nosuch"], 2),
+    (["run", "--no-such-option", "s.yaml"], 2),
+    (["perftest", "ib_nope"], 2),
+    (["perftest", "ib_write_bw", "--run_infinitely"], 2),
+    (["perftest", "ib_write_bw", "-q", "5000"], 2),
+    (["perftest", "ib_read_bw", "-I", "64"], 2),
+])
+def test_version_and_refused_command_lines_start_without_heavy_libraries(argv, code):
+    exit_code, modules = _started(argv)
+    assert exit_code == code
+    assert not _heavy(modules)
+    assert "sim.scenario.schema" not in modules and "sim.engine.run" not in modules
+
+
+def test_a_bad_option_value_is_refused_without_the_simulator():
+    exit_code, modules = _started(["run", "--memory-budget", "5", "s.yaml"])
+    assert exit_code == 2
+    # typer converts every option's value with pydantic; nothing of rdmasim's heavier than the units is loaded
+    assert not _heavy(modules, tuple(name for name in HEAVY if name != "pydantic"))
+    assert "sim.scenario.schema" not in modules and not any(m.startswith("models") for m in modules)
+
+
+@pytest.mark.parametrize("command, text", [("validate", "a: [\n"), ("validate", "name: x\n  bad indent: 1\n"),
+                                           ("validate", "a: 1\na: 2\n"), ("run", "a: [\n"), ("explain", "a: [\n"),
+                                           ("run", None)])
+def test_a_file_that_is_not_yaml_is_refused_without_the_schema(tmp_path, command, text):
+    path = tmp_path / "bad.yaml"
+    if text is not None:
+        path.write_text(text)
+    exit_code, modules = _started([command, str(path)])
+    assert exit_code == 2
+    # typer itself converts FILE with pydantic; the scenario schema and models/ stay unloaded
+    assert not _heavy(modules, tuple(name for name in HEAVY if name != "pydantic"))
+    assert "sim.scenario.schema" not in modules and not any(m.startswith("models") for m in modules)

@@ -1,0 +1,82 @@
+"""The calibration report: every measured point simulated, tolerances enforced."""
+
+import pandas as pd
+import pytest
+
+from sim.inspect.calibrate import COLUMNS, calibrate, format_calibration
+
+
+@pytest.fixture(scope="module")
+def report() -> pd.DataFrame:
+    return calibrate()
+
+
+def test_every_required_row_passes(report):
+    failed = report[report.required & ~report.passed]
+    assert failed.empty, failed[["experiment", "case", "x", "sim", "measured", "err"]].to_string()
+
+
+def test_required_tolerances_and_ranges(report):
+    copies = report[(report.experiment == "copy_bw") & report.required]
+    assert set(copies.case) == {"pinned h2d", "pinned d2h"}
+    assert copies.x.min() == 64 << 10 and copies.x.max() == 1 << 30 and len(copies) == 16
+    assert (copies.tolerance == 0.10).all() and (copies.err.abs() <= 0.10).all()
+    pins = report[(report.experiment == "pinning_cost") & report.required]
+    assert pins.x.min() == 64 << 10 and pins.x.max() == 4 << 30 and len(pins) == 9  # cold: from 128 MiB
+    assert (pins.err_median.abs() <= 0.50).all()  # held out: another machine, 25-35 % faster
+    assert (pins.err_median > 0).all()
+
+
+def test_every_new_measured_quantity_has_rows(report):
+    """Allocation calls, pinning per path and backing, unified memory: one row per measured point."""
+    rows = report.groupby("experiment").size()
+    assert rows["gpu_alloc"] == 81 and rows["host_pinning"] == 90 and rows["managed"] >= 50
+    alloc = report[report.experiment == "gpu_alloc"]
+    assert set(alloc.case) >= {"cudaMalloc", "cudaFree", "cuMemCreate", "cuMemMap", "cuMemRelease"}
+    assert alloc.loc[alloc.case == "cudaFree", "required"].all()
+    pins = report[report.experiment == "host_pinning"]
+    assert {c.split()[1] for c in pins.case} == {"4k", "thp", "hugetlb"}
+    assert ((pins.tolerance >= 0.30) & (pins.tolerance < 6)).all()  # from each point's spread
+
+
+def test_dma_engine_rows_cover_writes_and_read_latency_with_spread_tolerances(report):
+    rows = report[report.experiment == "dma_engine"]
+    writes, latency = rows[rows.unit == "Gb/s"].set_index("x"), rows[rows.unit == "ns"].set_index("x")
+    assert list(writes.index) == [16, 32, 64, 128, 256, 512, 1024, 2048]
+    assert list(latency.index) == [8, 16, 24, 32, 48, 64, 128, 256, 512, 768, 1024, 1280, 1520, 2048]
+    assert not writes.loc[[128, 256], "required"].any() and writes.drop([128, 256]).required.all()
+    assert (writes.loc[[128, 256], "err"] > 0.04).all()  # where the limits cross the ceiling is too fast
+    assert (writes.tolerance >= 0.005).all() and (writes.tolerance < 0.01).all()  # pcie-bench repeats agree
+    assert latency.required.all() and ((latency.tolerance > 0.01) & (latency.tolerance < 0.08)).all()
+    assert latency.loc[2048, "sim"] - latency.loc[8, "sim"] > 550  # about 0.30 ns per byte, as measured
+
+
+def test_published_anchors_are_reproduced(report):
+    topo = report[report.experiment == "topology"].set_index("case")
+    assert 0.4 < topo.loc["GPU/host bandwidth ratio", "sim"] < 0.6  # GPU through the CPU: about half
+    mtt = report[report.experiment == "mtt_cache"]
+    assert (mtt[mtt.x > 4 << 30].sim < 6.5).all() and (mtt[mtt.x <= 4 << 30].sim > 9).all()
+    assert len(mtt) == 6 and mtt.required.all() and (mtt.tolerance < 0.01).all()  # the published spread
+    port = report[report.experiment == "port_rate"]
+    assert len(port) == 12 and port.required.all() and (port.sim > port.measured).all()  # headers only, no PCIe
+    iommu = report[(report.experiment == "iommu") & (report.unit == "Gb/s")].set_index(["case", "x"])
+    small = iommu.loc["64 B random reads, 4 KiB pages"]
+    assert small.loc[256 << 10, "sim"] > 27 and small.loc[64 << 20, "sim"] < 11  # most throughput lost
+    assert (iommu.loc["64 B random reads, 2 MiB pages"].sim > 27).all()  # superpages: no drop
+    assert (report[report.note.str.startswith("anchor")].err.abs() <= 0.10).all()
+
+
+def test_report_is_deterministic_and_formatted(report):
+    assert list(report.columns) == COLUMNS
+    pd.testing.assert_frame_equal(report, calibrate())
+    text = format_calibration(report)
+    assert f"{len(report)} rows, {int(report.required.sum())} required, 0 failed" in text
+    assert text.count("\n") == len(report) + 3 + 1 + report.experiment.nunique()
+    assert "FAIL" not in text
+
+
+def test_a_failing_required_row_is_reported(report):
+    broken = report.copy()
+    broken.loc[0, ["required", "passed"]] = [True, False]
+    text = format_calibration(broken)
+    assert "1 failed" in text and "FAIL" in text

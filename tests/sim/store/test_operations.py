@@ -1,0 +1,145 @@
+"""The per-operation table spooled to Parquet row groups: the same rows, summaries and results as in memory."""
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sim.store.operations
+from sim.core.metrics import OpSpool, bandwidth_of, bandwidth_summary
+from sim.results.write import write_results
+from sim.engine.run import run_scenario
+from sim.scenario.scenario_file import load_scenario, load_scenario_variants
+
+
+def _quickstart(engine: str, iterations: int = 700):
+    scenario, _ = load_scenario("scenarios/quickstart.yaml")
+    work = [w.model_copy(update={"sizes": [4096, 65536], "iterations": iterations}) for w in scenario.workload]
+    return scenario.model_copy(update={"workload": work, "engine": engine})
+
+
+@pytest.mark.parametrize("engine", ["event", "fast"])
+def test_spooled_run_has_the_rows_and_results_of_an_in_memory_run(engine, monkeypatch, tmp_path):
+    scenario = _quickstart(engine)
+    whole = run_scenario(scenario)
+    monkeypatch.setattr(sim.store.operations, "ROW_GROUP_ROWS", 300)
+    spooled = run_scenario(scenario)
+    assert spooled.table.spooled and not whole.table.spooled
+    pd.testing.assert_frame_equal(spooled.operations, whole.operations)
+    pd.testing.assert_frame_equal(spooled.summary, whole.summary)
+    a, b = write_results(whole, tmp_path / "whole"), write_results(spooled, tmp_path / "spooled")
+    pd.testing.assert_frame_equal(pd.read_parquet(b / "metrics.parquet"), pd.read_parquet(a / "metrics.parquet"))
+    assert (a / "summary.json").read_bytes() == (b / "summary.json").read_bytes()
+    assert (a / "figures" / "bw_vs_size.csv").read_bytes() == (b / "figures" / "bw_vs_size.csv").read_bytes()
+
+
+def test_small_run_writes_the_bytes_of_a_one_shot_write(tmp_path):
+    result = run_scenario(_quickstart("fast", 50))
+    out = write_results(result, tmp_path / "run")
+    result.operations.to_parquet(tmp_path / "one_shot.parquet", index=False)
+    assert (out / "metrics.parquet").read_bytes() == (tmp_path / "one_shot.parquet").read_bytes()
+
+
+def test_spooled_variants_are_written_in_order_with_their_figures(monkeypatch, tmp_path):
+    _, raw, variants = load_scenario_variants("scenarios/pin_vs_dmabuf.yaml")
+    small = [(name, v.model_copy(update={"workload": [w.model_copy(update={"iterations": 400})
+                                                      for w in v.workload]})) for name, v in variants]
+    whole = [run_scenario(v, variant=name) for name, v in small]
+    monkeypatch.setattr(sim.store.operations, "ROW_GROUP_ROWS", 150)
+    spooled = [run_scenario(v, variant=name) for name, v in small]
+    assert all(r.table.spooled for r in spooled)
+    a, b = write_results(whole, tmp_path / "whole", raw), write_results(spooled, tmp_path / "spooled", raw)
+    expected = pd.read_parquet(a / "metrics.parquet")
+    got = pd.read_parquet(b / "metrics.parquet")
+    pd.testing.assert_frame_equal(got.astype({"variant": str}), expected.astype({"variant": str}),
+                                  check_categorical=False)
+    assert json.loads((a / "summary.json").read_text()) == json.loads((b / "summary.json").read_text())
+    for name in ("bw_over_time.csv", "latency_cdf.csv"):
+        assert (a / "figures" / name).read_bytes() == (b / "figures" / name).read_bytes()
+
+
+def test_spooled_bandwidth_equals_the_in_memory_one(tmp_path):
+    rng = np.random.default_rng(3)
+    posted = np.sort(rng.integers(0, 10**9, 2000))
+    done = posted + rng.integers(10**5, 10**7, 2000)
+    ok = rng.random(2000) > 0.1
+    spool = OpSpool(str(tmp_path))
+    for lo in range(0, 2000, 333):
+        spool.add(posted[lo:lo + 333], done[lo:lo + 333], ok[lo:lo + 333])
+    assert bandwidth_of(4096, spool, 16, chunk=77) == bandwidth_summary(4096, posted, done, 16, ok)
+    spool.close()
+
+
+def test_spool_refuses_operations_out_of_posting_order(tmp_path):
+    spool = OpSpool(str(tmp_path))
+    spool.add(np.array([10, 20]), np.array([30, 40]), np.ones(2, bool))
+    with pytest.raises(ValueError, match="posting order"):
+        spool.add(np.array([15]), np.array([50]), np.ones(1, bool))
+    spool.close()
+
+
+def test_a_spooled_run_writes_the_same_bytes_twice(monkeypatch, tmp_path):
+    monkeypatch.setattr(sim.store.operations, "ROW_GROUP_ROWS", 250)
+    scenario = _quickstart("fast", 400)
+    first = write_results(run_scenario(scenario), tmp_path / "first")
+    second = write_results(run_scenario(scenario), tmp_path / "second")
+    assert (first / "metrics.parquet").read_bytes() == (second / "metrics.parquet").read_bytes()
+    assert pd.read_parquet(first / "metrics.parquet")["iteration"].tolist() == [*range(400)] * 4
+
+
+def test_a_killed_runs_spool_is_removed_by_the_next_spool_and_nothing_else(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import tempfile
+
+    from sim.store.operations import scratch_dir
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead, alive = int(gone.stdout), os.getpid()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    for name in (f"rdmasim-spool-operations-{dead}-x1", f"rdmasim-spool-bandwidth-{alive}-x2", "rdmasim-spool-notes"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "data").write_bytes(b"kept?")
+    (tmp_path / "mine.txt").write_text("a user's file\n")
+    made = Path(scratch_dir("operations"))
+    assert made.parent == tmp_path and made.name.startswith(f"rdmasim-spool-operations-{alive}-")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [made.name, f"rdmasim-spool-bandwidth-{alive}-x2", "rdmasim-spool-notes", "mine.txt"])
+
+
+def _latest_schedule(operations: pd.DataFrame, rate_Bps: float, edges: np.ndarray) -> np.ndarray:
+    """Bytes delivered between consecutive ``edges``, operation by operation: in completion order, each ends at
+    its completion or when the next one's bytes must start, whichever is first, and its bytes cross the wire at
+    the link's rate before that."""
+    ok = operations[operations["ok"] & operations["kind"].str.endswith("_bw")].sort_values("completed_ps",
+                                                                                         kind="stable")
+    done, nbytes = ok["completed_ps"].to_numpy(dtype=float), ok["bytes"].to_numpy(dtype=float)
+    finish, delivered = done.copy(), np.zeros(len(edges) - 1)
+    for i in range(len(done) - 2, -1, -1):
+        finish[i] = min(done[i], finish[i + 1] - nbytes[i + 1] / rate_Bps * 1e12)
+    for end, size in zip(finish, nbytes):
+        begin = end - size / rate_Bps * 1e12
+        overlap = np.clip(np.minimum(edges[1:], end) - np.maximum(edges[:-1], begin), 0, None)
+        delivered += size * overlap / (end - begin)
+    return delivered
+
+
+@pytest.mark.parametrize("qps", [1, 3])
+@pytest.mark.parametrize("row_group", [150, 1 << 20])
+def test_bandwidth_over_time_read_a_row_group_at_a_time_is_the_latest_schedule(monkeypatch, qps, row_group):
+    from sim.inspect.compare import bandwidth_span, bandwidth_timeline
+
+    scenario = _quickstart("fast", 500)
+    work = scenario.workload[0].model_copy(update={"sizes": [4096, 65536], "qps": qps})
+    monkeypatch.setattr(sim.store.operations, "ROW_GROUP_ROWS", row_group)
+    result = run_scenario(scenario.model_copy(update={"workload": [work]}))
+    assert result.table.spooled == (row_group == 150)
+    start, end = bandwidth_span(result)
+    edges = np.linspace(start, end + 1, 101)
+    rate = result.testbed.fabric.params.rate_Bps
+    expected = _latest_schedule(result.table.frame(), rate, edges) * 8 / ((edges[1] - edges[0]) / 1e12) / 1e9
+    np.testing.assert_allclose(bandwidth_timeline(result)["bw_Gbps"], expected, rtol=1e-9, atol=1e-6)
+    assert expected.max() <= rate * 8 / 1e9 * (1 + 1e-9)
