@@ -1485,16 +1485,24 @@ def execute(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
 
 
 def merge_streams(outputs: list) -> list:
-    """``outputs`` with each run of stream outputs to one stream (stdout, stderr) joined into one: how the
-    kernel cut the text into messages is timing, not content."""
+    """``outputs`` with all the text a cell wrote to one stream joined into one output, stdout's before stderr's, where
+    the first of them was: how the kernel cut the text into messages, and when each stream was flushed relative
+    to the other, is timing, not content."""
     merged: list = []
+    streams: dict = {}
     for output in outputs:
-        last = merged[-1] if merged else None
-        if output.output_type == "stream" and last is not None and last.output_type == "stream" \
-                and last.name == output.name:
-            last.text += output.text
-        else:
+        if output.output_type != "stream":
             merged.append(output)
+        elif not streams:
+            streams[output.name] = output
+            merged.append(streams)  # where the streams go, once all are joined
+        elif output.name in streams:
+            streams[output.name].text += output.text
+        else:
+            streams[output.name] = output
+    at = next((i for i, item in enumerate(merged) if item is streams), None)
+    if at is not None:
+        merged[at:at + 1] = [streams[name] for name in ("stdout", "stderr") if name in streams]
     return merged
 
 

@@ -33,7 +33,9 @@ def test_the_committed_notebook_is_what_running_it_gives_now(name):
 
 def test_streams_are_merged_per_stream_in_order():
     out = nbformat.v4.new_output
-    merged = make_notebooks.merge_streams([out("stream", name="stdout", text="a"), out("stream", name="stdout",
-                                           text="b"), out("stream", name="stderr", text="c"),
+    shown = out("display_data", data={"text/plain": "x"})
+    merged = make_notebooks.merge_streams([out("stream", name="stderr", text="a"), out("stream", name="stdout",
+                                           text="b"), shown, out("stream", name="stderr", text="c"),
                                            out("stream", name="stdout", text="d")])
-    assert [(o.name, o.text) for o in merged] == [("stdout", "ab"), ("stderr", "c"), ("stdout", "d")]
+    assert [(o.output_type, o.get("name"), o.get("text")) for o in merged] == [
+        ("stream", "stdout", "bd"), ("stream", "stderr", "ac"), ("display_data", None, None)]
