@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import sys
@@ -15,8 +14,9 @@ from typing import Annotated, Optional
 import typer
 
 from sim.cli.group import CommandGroup
+from sim.cli.limits import MemoryBudgetOption, TraceLimitOption, TraceWindowOption, check_budget, check_trace
+from sim.cli.progress import say, stderr
 from sim.core.errors import ConfigError, SimError
-from sim.core.units import UnitError
 from sim.store.outdir import OutputError
 
 # pandas, rich's progress bar and every module that simulates are imported by the commands that use them:
@@ -115,46 +115,6 @@ def _refused(*kinds: type[Exception], prefix: str = ""):
         raise typer.Exit(2) from None
 
 
-def _memory_budget(value: Optional[str]) -> Optional[int]:
-    """``--memory-budget`` in bytes: a positive size with its unit."""
-    if value is None:
-        return None
-    from sim.engine.budget import parse_budget
-
-    try:
-        return parse_budget(value)
-    except UnitError as exc:
-        raise typer.BadParameter(str(exc)) from None
-
-
-MemoryBudgetOption = Annotated[Optional[str], typer.Option(
-    "--memory-budget", help="Refuse a run estimated to need more memory than this (e.g. '8GiB'; default: the "
-                            "memory available now).", metavar="SIZE", callback=_memory_budget)]
-
-
-def _check_budget(scenario: Path, variants, memory_budget: int | None, trace: bool) -> None:
-    """Stop with exit 2 before simulating ``variants`` when their estimated memory exceeds ``--memory-budget``
-    (bytes; default: the memory available now)."""
-    from sim.engine import budget
-
-    limit = budget.available_memory() if memory_budget is None else memory_budget
-    with _refused(ConfigError):
-        budget.check(str(scenario), variants, limit, trace)
-
-
-@functools.cache
-def _stderr():
-    """The one console on stderr, shared by notices and progress bars so notices print above a bar."""
-    from rich.console import Console  # rich: only for the commands that simulate
-
-    return Console(stderr=True)
-
-
-def _say(line: str) -> None:
-    """A notice on stderr as it is written (no markup, no highlighting), above a progress bar if one shows."""
-    _stderr().print(line, soft_wrap=True, highlight=False, markup=False)
-
-
 @app.command()
 def run(scenario: ScenarioPath,
         out_dir: OutOption = None,
@@ -172,6 +132,8 @@ def run(scenario: ScenarioPath,
         strict: Annotated[bool, typer.Option("--strict", help="Exit 1 (after writing the results) if any work "
                                              "request completed in error or any event failed.")] = False,
         memory_budget: MemoryBudgetOption = None,
+        trace_window: TraceWindowOption = None,
+        trace_limit: TraceLimitOption = None,
         ) -> None:
     """Run a scenario: print perftest-style tables and the events' outcomes; write metrics, summary, manifest
     and figures (nothing if a variant fails)."""
@@ -186,16 +148,19 @@ def run(scenario: ScenarioPath,
 
     if engine is not None:
         variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
-    _check_budget(scenario, variants, memory_budget, trace)
+    trace = trace_window or trace  # a window implies --trace
+    check_budget(scenario, variants, memory_budget, bool(trace))
+    if trace:
+        say(check_trace(str(scenario), sum(total_operations(v) for _, v in variants), trace_window, trace_limit))
     target = Path("results") / spec.name if out_dir is None else out_dir
     with _refused(OutputError):
         claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
-    with progress_bar(_stderr(), spec.name, sum(total_operations(v) for _, v in variants), quiet) as advance:
+    with progress_bar(stderr(), spec.name, sum(total_operations(v) for _, v in variants), quiet) as advance:
         for name, variant in variants:
             try:
-                results.append(run_scenario(variant, seed, progress=advance, variant=name, trace=trace, notice=_say))
+                results.append(run_scenario(variant, seed, progress=advance, variant=name, trace=trace, notice=say))
             except SimError as exc:
                 label = "" if name == "base" else f" variant '{name}'"
                 failures.append(f"{scenario}:{label} run failed: {exc}")
@@ -204,7 +169,7 @@ def run(scenario: ScenarioPath,
             typer.echo(message, err=True)
         typer.echo(f"{scenario}: wrote nothing ({len(failures)} of {len(variants)} variant(s) failed)", err=True)
         raise typer.Exit(1)
-    with _refused(OutputError), phase(_stderr(), f"writing results and figures to {target}", quiet):
+    with _refused(OutputError), phase(stderr(), f"writing results and figures to {target}", quiet):
         path = write_results(results, target, raw, trace=trace, force=force)
     if not quiet:
         from sim.inspect.compare import comparison_table, event_times
@@ -259,7 +224,7 @@ def explain(scenario: ScenarioPath,
         with _refused(OutputError):
             diagram_path(diagram, force=force)
     name, spec = next((n, first_accesses_only(v)) for n, v in variants if variant in (None, n))
-    _check_budget(scenario, [(name, spec)], memory_budget, trace=True)
+    check_budget(scenario, [(name, spec)], memory_budget, trace=True)
     try:
         result = run_scenario(spec, trace=True, variant=name, notice=lambda _: None)
     except SimError as exc:
@@ -283,7 +248,7 @@ def perftest(ctx: typer.Context) -> None:
     from sim.cli.progress import progress_bar
 
     code, report = run_perftest(ctx.args, notice=lambda line: typer.echo(line, err=True),
-                                display=lambda what, total: progress_bar(_stderr(), what, total))
+                                display=lambda what, total: progress_bar(stderr(), what, total))
     if report:
         typer.echo(report)
     raise typer.Exit(code)
@@ -377,7 +342,7 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
         target = Path("results") / swept.sweep.name if out_dir is None else out_dir
         try:
             result = run_sweep(file, target, executor="dask" if scheduler else executor.value, workers=workers,
-                               scheduler=scheduler, retry_failed=retry_failed, force=force, notice=_say)
+                               scheduler=scheduler, retry_failed=retry_failed, force=force, notice=say)
         except WorkersLost as exc:
             typer.echo(f"{target}: {exc}", err=True)
             raise typer.Exit(1) from None

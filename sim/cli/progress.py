@@ -8,11 +8,25 @@ second on both engines, with an estimate of the time left.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 Display = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 """``display(description, total)``: a context whose value is told how many more operations were simulated."""
+
+
+@functools.cache
+def stderr():
+    """The one console on stderr, shared by notices and progress bars so notices print above a bar."""
+    from rich.console import Console  # rich: only for the commands that simulate
+
+    return Console(stderr=True)
+
+
+def say(line: str) -> None:
+    """A notice on stderr as it is written (no markup, no highlighting), above a progress bar if one shows."""
+    stderr().print(line, soft_wrap=True, highlight=False, markup=False)
 
 
 @contextmanager

@@ -15,7 +15,7 @@ import simpy
 from simpy.core import EmptySchedule, StopSimulation
 
 from sim.core.interpreter import StepRunner
-from sim.core.trace import NullTrace, TraceRecorder
+from sim.core.trace import NullTrace, TraceRecorder, TraceWindow
 
 TICK_EVENTS = 20_000
 """Events between two calls of :meth:`Environment.run_ticking`'s hook (a few hundredths of a second of work)."""
@@ -49,14 +49,16 @@ class Environment(simpy.Environment):
     """simpy environment with time in integer picoseconds, named random streams and a trace.
 
     :param seed: run seed; every random stream derives from it.
-    :param trace: record protocol and data-path events (slower); off gives a no-op recorder.
+    :param trace: record protocol and data-path events (slower), all of them or (a window, [start, end) in ps)
+        those the window shows; off gives a no-op recorder.
     :param data: data mode: memory holds real bytes and DMA moves them (slower; for correctness demos).
     """
 
-    def __init__(self, seed: int = 0, *, trace: bool = False, data: bool = False) -> None:
+    def __init__(self, seed: int = 0, *, trace: bool | TraceWindow = False, data: bool = False) -> None:
         super().__init__(initial_time=0)
         self.streams = RandomStreams(seed)
-        self.trace: TraceRecorder | NullTrace = TraceRecorder(self) if trace else NullTrace()
+        self.trace: TraceRecorder | NullTrace = (TraceRecorder(self, trace if isinstance(trace, tuple) else None)
+                                                 if trace else NullTrace())
         self.data_mode = data
         self.step_runner = StepRunner(self)
         """Runs the data path's step lists in the ordering rule's order (:mod:`sim.core.interpreter`)."""

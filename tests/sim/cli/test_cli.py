@@ -196,6 +196,39 @@ def test_trace_is_chrome_json_with_one_process_per_variant_and_named_tracks(tmp_
     assert any(e.get("ph") == "i" and e["name"] == "MappingInvalidated" for e in events)
 
 
+def _write_trace(tmp_path, name: str, *extra: str):
+    path = tmp_path / "s.yaml"
+    path.write_text(tiny_yaml("{kind: write_bw, from: src, to: dst, sizes: [4KiB], iterations: 400}"))
+    out = tmp_path / name
+    result = runner.invoke(app, ["run", str(path), "--out", str(out), "-q", *extra])
+    events = json.loads((out / "trace.json").read_text())["traceEvents"] if result.exit_code == 0 else []
+    return result, [e for e in events if e.get("ph") in ("X", "i")]
+
+
+def test_a_trace_window_keeps_the_events_that_overlap_it_and_says_how_large_the_trace_is(tmp_path):
+    whole, every = _write_trace(tmp_path, "whole", "--trace")
+    start, end = 100.0, 110.0  # µs of simulated time, as the trace's timestamps count it (the WRITEs: ~95-130 µs)
+    windowed, kept = _write_trace(tmp_path, "window", "--trace-window", "100us..110us")
+    assert whole.exit_code == 0 and windowed.exit_code == 0, windowed.output
+    assert "trace.json of about" in whole.stderr and "from 100 to 110 µs is kept" in windowed.stderr
+
+    def overlaps(e):
+        return e["ts"] < end and e["ts"] + e["dur"] > start if e["ph"] == "X" else start <= e["ts"] < end
+
+    data_path = {(e["name"], e["ts"]) for e in kept if e["name"] in ("busy", "RDMA_WRITE")}
+    assert data_path == {(e["name"], e["ts"]) for e in every if e["name"] in ("busy", "RDMA_WRITE") and overlaps(e)}
+    assert data_path and len(kept) < len(every) / 2
+
+
+def test_a_trace_estimated_above_its_limit_is_refused_before_anything_runs(tmp_path):
+    refused, _ = _write_trace(tmp_path, "big", "--trace", "--trace-limit", "64KiB")
+    assert refused.exit_code == 2 and not (tmp_path / "big").exists()
+    assert refused.stderr.count("\n") == 1 and "above --trace-limit 64.0KiB" in refused.stderr
+    assert "for 400 work requests" in refused.stderr and "--trace-window" in refused.stderr
+    backwards, _ = _write_trace(tmp_path, "backwards", "--trace-window", "5ms..1ms")
+    assert backwards.exit_code == 2 and "the window ends before it starts" in backwards.stderr
+
+
 @pytest.mark.parametrize("args, says", [
     (["run", "s.yaml", "--seed", "-1"], "rdmasim run: --seed: a seed is an integer with 0 <= seed < 2**63, got -1"),
     (["run", "s.yaml", "--engine", "warp"], "rdmasim run: --engine: 'warp' is not one of 'event', 'fast', 'auto'"),

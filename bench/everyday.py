@@ -1,0 +1,120 @@
+"""Benchmark of the commands users run every day, one command: ``python bench/everyday.py``.
+
+Prints, side by side in one run, each figure from its own process (``os.wait4`` gives the peak RSS):
+
+* ``rdmasim run`` with its default engine of 10^6 and 10^7 4 KiB WRITEs, end to end (results and figures
+  included), against the solve alone in a process of its own; the target is end to end at most twice the solve;
+* ``rdmasim perftest ib_write_bw -D 5`` against ``-n`` with the WRITEs that run posted (target: at most twice);
+* every shipped scenario with its default engine and with ``--engine event``: wall times, their ratio, the engine
+  that ran each variant (from ``manifest.json``) and whether the two results directories hold the same bytes
+  (manifests aside, which record the engine); the target is 10x for all but data mode;
+* ``rdmasim --version`` start-up (target 0.5 s; ``bench/startup.py`` measures more lines).
+
+``--quick`` runs 10^5 and 10^6 WRITEs, ``-D 1`` and leaves the shipped scenarios out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = "import sys; from sim.cli.app import main; sys.argv[0] = 'rdmasim'; main()"
+SOLVE = """
+import sys
+from sim.engine.run import run_scenario
+from sim.scenario.scenario_file import load_scenario
+scenario, _ = load_scenario(sys.argv[1])
+run_scenario(scenario, notice=lambda line: None)
+"""
+WRITES = """schema: 1
+name: writes-{n}
+seed: 1
+nodes: [{{name: a}}, {{name: b}}]
+buffers:
+  - {{name: src, on: a.host, size: 1MiB}}
+  - {{name: dst, on: b.host, size: 1MiB}}
+workload: [{{kind: write_bw, from: src, to: dst, sizes: [4KiB], iterations: {n}, tx_depth: 128}}]
+outputs: [bw_vs_size, bw_over_time, latency_cdf]
+"""
+DATA_MODE = {"rcache_churn.yaml"}
+"""Shipped scenarios in data mode, which stays on the event engine."""
+
+
+def timed(argv: list[str]) -> tuple[float, int, str]:
+    """Wall time (s), peak RSS (bytes) and standard output of ``python ARGV`` run in the repository."""
+    started = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    if status:
+        raise SystemExit(f"python {' '.join(argv[:4])} ... failed ({status})")
+    return time.perf_counter() - started, usage.ru_maxrss * 1024, out
+
+
+def rdmasim(*args: str) -> tuple[float, int, str]:
+    return timed(["-c", CLI, *args])
+
+
+def writes(counts: list[int], scratch: Path) -> None:
+    print(f"{'rdmasim run, 4 KiB WRITEs':<30} {'end to end s':>12} {'peak RSS':>10} {'solve s':>8} {'ratio':>6}")
+    for n in counts:
+        path = scratch / f"writes-{n}.yaml"
+        path.write_text(WRITES.format(n=n))
+        whole, rss, _ = rdmasim("run", str(path), "--out", str(scratch / f"out-{n}"), "--quiet")
+        solve, _, _ = timed(["-c", SOLVE, str(path)])
+        ratio = whole / solve
+        print(f"{n:<30,} {whole:12.1f} {rss / 2**30:8.2f}Gi {solve:8.1f} {ratio:6.2f}"
+              f"  {'met' if ratio <= 2 else 'MISSED'} (at most 2)")
+
+
+def duration(seconds: str) -> None:
+    wall, rss, out = rdmasim("perftest", "ib_write_bw", "-D", seconds)
+    count = next(int(line.split()[1]) for line in out.splitlines() if line.strip()[:1].isdigit())
+    counted, _, _ = rdmasim("perftest", "ib_write_bw", "-n", str(count))
+    ratio = wall / counted
+    print(f"perftest ib_write_bw -D {seconds}: {wall:.1f} s ({rss / 2**20:.0f} MiB), -n {count:,}: {counted:.1f} s, "
+          f"ratio {ratio:.2f} {'met' if ratio <= 2 else 'MISSED'} (at most 2)")
+
+
+def same_bytes(a: Path, b: Path) -> bool:
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file() and p.name != "manifest.json")
+    return files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file() and p.name != "manifest.json") \
+        and all((a / f).read_bytes() == (b / f).read_bytes() for f in files)
+
+
+def shipped(scratch: Path) -> None:
+    print(f"\n{'scenario':<24} {'default s':>9} {'event s':>8} {'ratio':>6}  same bytes  engines (variants)")
+    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        default, event = scratch / f"{path.stem}-default", scratch / f"{path.stem}-event"
+        fast, _, _ = rdmasim("run", str(path), "--out", str(default), "--quiet")
+        slow, _, _ = rdmasim("run", str(path), "--out", str(event), "--quiet", "--engine", "event")
+        engines = json.loads((default / "manifest.json").read_text())["engines"]
+        ran = sorted({w["engine"] for e in engines.values() for w in e["workloads"]})
+        target = "" if path.name in DATA_MODE else ("  met" if slow / fast >= 10 else "  below 10x")
+        print(f"{path.stem:<24} {fast:9.1f} {slow:8.1f} {slow / fast:6.1f}  {str(same_bytes(default, event)):<10}  "
+              f"{', '.join(ran)} ({len(engines)}){target}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10^5 and 10^6 WRITEs, -D 1, no shipped scenarios")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="rdmasim-bench-") as scratch:
+        writes([10**5, 10**6] if args.quick else [10**6, 10**7], Path(scratch))
+        duration("1" if args.quick else "5")
+        if not args.quick:
+            shipped(Path(scratch))
+    start, _, _ = rdmasim("--version")
+    print(f"\nrdmasim --version: {start:.2f} s {'met' if start <= 0.5 else 'MISSED'} (at most 0.5)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""What a run may take, checked before it starts: its memory (``--memory-budget``, against the run's estimate) and
+its trace (``--trace-window``, a window of simulated time, and the size of trace.json estimated before anything is
+recorded, refused above ``--trace-limit`` unless a window bounds it)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from sim.core.errors import ConfigError
+from sim.core.trace import BYTES_PER_OPERATION, TraceWindow
+from sim.core.units import UnitError, format_size_about, parse_size, parse_time
+
+
+def memory_budget(value: Optional[str]) -> Optional[int]:
+    """``--memory-budget`` in bytes: a positive size with its unit."""
+    if value is None:
+        return None
+    from sim.engine.budget import parse_budget
+
+    try:
+        return parse_budget(value)
+    except UnitError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+MemoryBudgetOption = Annotated[Optional[str], typer.Option(
+    "--memory-budget", help="Refuse a run estimated to need more memory than this (e.g. '8GiB'; default: the "
+                            "memory available now).", metavar="SIZE", callback=memory_budget)]
+
+
+def check_budget(scenario, variants, budget_bytes: int | None, trace: bool) -> None:
+    """Stop with exit 2 before simulating ``variants`` when their estimated memory exceeds ``--memory-budget``
+    (bytes; default: the memory available now)."""
+    from sim.engine import budget
+
+    limit = budget.available_memory() if budget_bytes is None else budget_bytes
+    try:
+        budget.check(str(scenario), variants, limit, trace)
+    except ConfigError as exc:
+        typer.echo(str(exc), err=True)
+        raise typer.Exit(2) from None
+
+
+DEFAULT_LIMIT = 1 << 30
+"""trace.json size refused without a window (bytes): ``--trace-limit``'s default."""
+
+
+def trace_window(value: str | None) -> TraceWindow | None:
+    """``--trace-window START..END``: [start, end) in picoseconds, two simulated times with units."""
+    if value is None:
+        return None
+    start, dots, end = value.partition("..")
+    try:
+        if not dots:
+            raise UnitError("give two times as START..END, e.g. 2ms..2.5ms")
+        window = parse_time(start.strip()), parse_time(end.strip())
+    except UnitError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    if window[1] <= window[0]:
+        raise typer.BadParameter(f"{value}: the window ends before it starts")
+    return window
+
+
+TraceWindowOption = Annotated[Optional[str], typer.Option(
+    "--trace-window", metavar="START..END", callback=trace_window, help="Trace only what happens between two "
+    "simulated times as the trace counts them (from the start of the run, registrations included), e.g. "
+    "2ms..2.5ms (implies --trace).")]
+
+
+def trace_limit(value: str | None) -> int:
+    """``--trace-limit SIZE`` in bytes (default :data:`DEFAULT_LIMIT`)."""
+    if value is None:
+        return DEFAULT_LIMIT
+    try:
+        return parse_size(value)
+    except UnitError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+TraceLimitOption = Annotated[Optional[str], typer.Option(
+    "--trace-limit", metavar="SIZE", callback=trace_limit, help="Refuse a --trace without a window whose "
+    "trace.json is estimated above SIZE (default 1GiB).")]
+
+
+def check_trace(file: str, operations: int, window: TraceWindow | None, limit: int) -> str:
+    """The line saying how large trace.json will be; without a window, refuse (exit 2) above ``limit``."""
+    about = format_size_about(operations * BYTES_PER_OPERATION)
+    if window is None and operations * BYTES_PER_OPERATION > limit:
+        typer.echo(f"{file}: --trace would write about {about} of trace.json for {operations:,} work requests, "
+                   f"above --trace-limit {format_size_about(limit)}: trace a window of the run (--trace-window "
+                   "START..END, e.g. 1ms..2ms) or raise --trace-limit", err=True)
+        raise typer.Exit(2)
+    if window is None:
+        return f"{file}: trace.json of about {about} ({operations:,} work requests)"
+    return (f"{file}: trace.json of at most about {about} ({operations:,} work requests): only what happens "
+            f"from {window[0] / 1e6:g} to {window[1] / 1e6:g} µs is kept")
