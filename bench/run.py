@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from worktrees import checked_out
+
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "c515211"
 TARGET_RATIO = 1.5
@@ -62,22 +64,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="processes per tree, the trees taken in turn")
     args = parser.parse_args()
     revs = args.against or [BASELINE]
-    with tempfile.TemporaryDirectory(prefix="rdmasim-bench-") as scratch:
-        trees = {"this checkout": ROOT}
-        for rev in revs:
-            tree = Path(scratch) / rev.replace("/", "_")
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
-                           check=True, capture_output=True)
-            trees[rev] = tree
-        try:
-            best = dict.fromkeys(trees, 0.0)
-            for _ in range(args.rounds):
-                for name, tree in trees.items():
-                    best[name] = max(best[name], writes_per_second(tree, args.iterations, args.repeats))
-        finally:
-            for rev in revs:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[rev])],
-                               check=False, capture_output=True)
+    with tempfile.TemporaryDirectory(prefix="rdmasim-bench-") as scratch, checked_out(revs, scratch) as trees:
+        best = dict.fromkeys(trees, 0.0)
+        for _ in range(args.rounds):
+            for name, tree in trees.items():
+                best[name] = max(best[name], writes_per_second(tree, args.iterations, args.repeats))
     print(f"event engine, quickstart write_bw 4 KiB x {args.iterations:,}: simulated WRITEs per CPU second "
           f"(best of {args.rounds * args.repeats})")
     mine = best["this checkout"]

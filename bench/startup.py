@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from worktrees import checked_out
+
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "main"
 TARGET_S = 0.5
@@ -68,19 +70,13 @@ def main() -> None:
         files["unknown_key"].write_text(UNKNOWN_KEY)
         commands = {label: None if argv is None else [a.format(**files) for a in argv]
                     for label, argv in COMMANDS.items()}
-        trees = {"this checkout": ROOT}
-        for rev in revs:
-            tree = Path(scratch) / rev.replace("/", "_")
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), rev],
-                           check=True, capture_output=True)
-            trees[rev] = tree
         env = dict(os.environ)
         if args.no_bytecode:
             env["PYTHONDONTWRITEBYTECODE"] = "1"
         else:
             env.pop("PYTHONDONTWRITEBYTECODE", None)
             env["PYTHONPYCACHEPREFIX"] = str(Path(scratch) / "pycache")
-        try:
+        with checked_out(revs, scratch) as trees:
             times = {(name, label): [] for name in trees for label in commands}
             for round in range(args.rounds + (not args.no_bytecode)):
                 for label, argv in commands.items():
@@ -88,10 +84,6 @@ def main() -> None:
                         took = started_in(tree, argv, env)
                         if round or args.no_bytecode:  # the first round of a cached run writes the bytecode
                             times[name, label].append(took)
-        finally:
-            for rev in revs:
-                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees[rev])],
-                               check=False, capture_output=True)
     bytecode = "compiled in every run" if args.no_bytecode else "cached"
     print(f"start-up wall time, best / median of {args.rounds} processes (s); bytecode {bytecode}")
     print(f"  {'':<28}" + "".join(f"{name:>22}" for name in trees))

@@ -13,16 +13,21 @@ from sim.core.trace import BYTES_PER_OPERATION, TraceWindow
 from sim.core.units import UnitError, format_size_about, parse_size, parse_time
 
 
+def _size(parse, value: str) -> int:
+    """``value`` parsed by ``parse``, its refusal as the option's."""
+    try:
+        return parse(value)
+    except UnitError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
 def memory_budget(value: Optional[str]) -> Optional[int]:
     """``--memory-budget`` in bytes: a positive size with its unit."""
     if value is None:
         return None
     from sim.engine.budget import parse_budget
 
-    try:
-        return parse_budget(value)
-    except UnitError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    return _size(parse_budget, value)
 
 
 MemoryBudgetOption = Annotated[Optional[str], typer.Option(
@@ -71,12 +76,7 @@ TraceWindowOption = Annotated[Optional[str], typer.Option(
 
 def trace_limit(value: str | None) -> int:
     """``--trace-limit SIZE`` in bytes (default :data:`DEFAULT_LIMIT`)."""
-    if value is None:
-        return DEFAULT_LIMIT
-    try:
-        return parse_size(value)
-    except UnitError as exc:
-        raise typer.BadParameter(str(exc)) from None
+    return DEFAULT_LIMIT if value is None else _size(parse_size, value)
 
 
 TraceLimitOption = Annotated[Optional[str], typer.Option(
