@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.nic.remote_access import remote_status
-from models.nic.translation import write_payload
+from models.nic.translation import lookup_mr, write_payload
 from models.nic.transport import QpType, grh, port_gid, receive_overhead, sent_qkey
 from models.nic.wqe import Access, QpState, RecvWR, SendWR, WcFlags, WcStatus, WorkCompletion, receive_wc_opcode
 
@@ -36,7 +36,7 @@ def receive_problem(responder, recv: RecvWR, wr: SendWR) -> tuple[WcStatus, WcSt
     A message longer than the receive's buffers: IBV_WC_LOC_LEN_ERR on the responder, whose NAK (Invalid Request)
     the requester completes as IBV_WC_REM_INV_REQ_ERR (mlx5 cq.c: MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR and
     REMOTE_INVAL_REQ_ERR). A scatter entry the message reaches whose lkey is not a local MR with LOCAL_WRITE over
-    it: IBV_WC_LOC_PROT_ERR on the responder, IBV_WC_REM_OP_ERR (Remote Operational Error NAK) on the requester.
+    it (:func:`~models.nic.translation.lookup_mr`: an MR of the responder QP's PD): IBV_WC_LOC_PROT_ERR on the responder, IBV_WC_REM_OP_ERR (Remote Operational Error NAK) on the requester.
     A WRITE with immediate writes through its rkey: it only needs a receive, whatever its buffers. A UD receive
     holds the 40-byte GRH before the payload."""
     if wr.opcode.writes_remote:
@@ -44,12 +44,12 @@ def receive_problem(responder, recv: RecvWR, wr: SendWR) -> tuple[WcStatus, WcSt
     needed = wr.message_bytes + receive_overhead(responder.qp_type)
     if needed > recv.capacity:
         return WcStatus.LOC_LEN_ERR, WcStatus.REM_INV_REQ_ERR
-    nic, left = responder.node.nic, needed
+    left = needed
     for sge in recv.sg_list:
         if left <= 0:
             break
-        mr = nic.lookup(sge.lkey)
-        if mr is None or mr.pd.context.node is not responder.node or not mr.allows(sge.addr, sge.length, _LOCAL_WRITE):
+        mr = lookup_mr(responder, sge.lkey)
+        if mr is None or not mr.allows(sge.addr, sge.length, _LOCAL_WRITE):
             return WcStatus.LOC_PROT_ERR, WcStatus.REM_OP_ERR
         left -= sge.length
     return None

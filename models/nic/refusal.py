@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from models.nic.datapath import local_sges
 from models.nic.receive import RECEIVING, receive_problem, unacknowledged_refusal
 from models.nic.remote_access import remote_status
+from models.nic.translation import lookup_mr
 from models.nic.transport import QP_RC, acknowledged, opcode_problem
 from models.nic.wqe import Access, RecvWR, SendWR, WcStatus
 
@@ -21,7 +22,8 @@ _LOCAL_WRITE = int(Access.LOCAL_WRITE)
 def local_status(qp, wr: SendWR, local: Sequence[tuple]) -> WcStatus | None:
     """The requester's own checks of ``wr`` on ``qp``, ``local`` being ``(mr, addr, length)`` of each SGE: an
     opcode or message its UC or UD service does not carry (:func:`~models.nic.transport.opcode_problem`), then an
-    SGE whose lkey names no MR or whose MR does not cover it with the access the opcode needs (LOCAL_WRITE where a
+    SGE whose lkey names no MR of the QP's PD (``mr`` None: :func:`~models.nic.translation.lookup_mr`) or whose MR
+    does not cover it with the access the opcode needs (LOCAL_WRITE where a
     READ's or atomic's response lands): IBV_WC_LOC_PROT_ERR. None when they pass."""
     if qp.qp_type is not QP_RC and (problem := opcode_problem(qp.qp_type, wr.opcode, wr.message_bytes,
                                                                    qp.path_mtu_bytes)) is not None:
@@ -38,8 +40,7 @@ def refusal(qp, wr: SendWR, recv: RecvWR | None = None) -> str | None:
     why a UC or UD responder drops it), None when it succeeds: the requester's :func:`local_status`, then the
     responder's: the R_Key of a request that takes no receive (:func:`remote_status`), or for one that takes the
     receive ``recv``, :func:`receive_refusal`."""
-    nic = qp.node.nic
-    problem = local_status(qp, wr, [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in local_sges(wr)])
+    problem = local_status(qp, wr, [(lookup_mr(qp, sge.lkey), sge.addr, sge.length) for sge in local_sges(wr)])
     if problem is not None:
         return problem.ibv_name
     if not wr.opcode.consumes_receive:

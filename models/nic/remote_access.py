@@ -12,6 +12,7 @@ state after either NAK.
 
 from __future__ import annotations
 
+from models.nic.translation import lookup_mr
 from models.nic.wqe import ATOMIC_BYTES, ATOMICS, QP_RTS, Access, Opcode, SendWR, WcStatus
 
 _RIGHT = {Opcode.RDMA_WRITE: int(Access.REMOTE_WRITE), Opcode.RDMA_WRITE_WITH_IMM: int(Access.REMOTE_WRITE),
@@ -32,8 +33,7 @@ def remote_status(qp, wr: SendWR) -> WcStatus | None:
         return WcStatus.REM_ACCESS_ERR
     if wr.opcode.is_atomic and wr.remote_addr % ATOMIC_BYTES:
         return WcStatus.REM_INV_REQ_ERR
-    node = responder.node
-    mr = node.nic.lookup(wr.rkey)
-    if mr is None or mr.pd.context.node is not node or not mr.allows(wr.remote_addr, wr.message_bytes, needed):
+    mr = lookup_mr(responder, wr.rkey)
+    if mr is None or not mr.allows(wr.remote_addr, wr.message_bytes, needed):
         return WcStatus.REM_ACCESS_ERR
     return None

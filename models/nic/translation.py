@@ -87,3 +87,12 @@ def write_payload(mr, addr: int, payload) -> None:
     data mode is off)."""
     if payload is not None:
         mr_bytes(mr, addr, len(payload))[:] = payload
+
+
+def lookup_mr(qp, key: int):
+    """The MR that ``key`` names for an access by ``qp`` (a :class:`~models.verbs.qp.QueuePair`: its own lkeys, or
+    the rkeys of requests reaching it), or None: no MR of the QP's NIC owns the key, or that MR's protection domain
+    is not the QP's (rxe_mr.c ``lookup_mr``: ``mr_pd(mr) != pd``; mlx5 refuses an mkey of another PD the same
+    way). A local access then completes IBV_WC_LOC_PROT_ERR, a remote one is NAKed."""
+    mr = qp.node.nic.lookup(key)
+    return mr if mr is not None and mr.pd is qp.pd else None

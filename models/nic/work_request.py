@@ -18,7 +18,7 @@ from models.nic.refusal import DROPPED, NAK, NO_RECEIVE, NOT_RECEIVING, local_st
 from models.nic.remote_access import remote_status
 from models.nic.retransmit import Retransmission
 from models.nic.stages import stage_steps, translation_stages
-from models.nic.translation import Fault, mr_bytes, write_payload
+from models.nic.translation import Fault, lookup_mr, mr_bytes, write_payload
 from models.nic.transport import PSN_MASK, Outcome, Waiting, acknowledged, after_gap_closed
 from models.nic.wqe import WC_SUCCESS, QpState, SendWR, Sge, WcStatus
 from sim.core.interpreter import Operation, Semaphore, compile_steps
@@ -101,8 +101,7 @@ class WorkRequestRun(Retransmission):
 
     def _requester(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
-        nic = qp.node.nic
-        self.local = [(nic.lookup(sge.lkey), sge.addr, sge.length) for sge in self.sges]
+        self.local = [(lookup_mr(qp, sge.lkey), sge.addr, sge.length) for sge in self.sges]
         if qp.state.flushes:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
         problem = local_status(qp, wr, self.local)

@@ -119,6 +119,9 @@ class QueuePair:
     """As responder: the PSN it expects next (from ``rq_psn``, advanced by each request it executes)."""
     psn_synced: bool = False
     """As responder: a request has arrived with the expected PSN since ``rq_psn`` was set (PSNs checked until)."""
+    error_completing: bool = False
+    """The error completion that moved the QP to ERR is on its way to the send CQ: its receives flush once it is
+    there (:meth:`error_completed`)."""
 
     def __post_init__(self) -> None:
         if self.recv_cq is None:
@@ -215,11 +218,23 @@ class QueuePair:
         its receive side goes on taking messages."""
         self.attr.qp_state = self.attr.cur_qp_state = QpState.SQE
 
-    def to_error(self) -> None:
+    def to_error(self, completing: bool = False) -> None:
         """Move to the error state: outstanding and later work requests complete with WR_FLUSH_ERR, and so do
-        the receives posted to the QP's own queue."""
+        the receives posted to the QP's own queue, at once or, when ``completing`` (a request of the QP failed and
+        its completion is on its way), once that completion is in the send CQ: the failed request completes first,
+        then the QP flushes (rxe_comp.c ``COMPST_ERROR``: ``do_complete``, then ``rxe_qp_error``)."""
         self.attr.qp_state = self.attr.cur_qp_state = QpState.ERR
-        self.flush_receives()
+        self.error_completing = completing
+        if not completing:
+            self.flush_receives()
+
+    def error_completed(self) -> None:
+        """The error completion that moved the QP to ERR reached the send CQ: the receives flush now (unless the
+        QP has left ERR meanwhile)."""
+        if self.error_completing:
+            self.error_completing = False
+            if self.state is QpState.ERR:
+                self.flush_receives()
 
 
 PERFTEST_TO_INIT = QpAttrMask.STATE | QpAttrMask.PKEY_INDEX | QpAttrMask.PORT | QpAttrMask.ACCESS_FLAGS
@@ -263,6 +278,7 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     if new is QpState.ERR and before is not QpState.ERR:
         qp.flush_receives()
     elif new is QpState.RESET:  # (mlx5_modify_qp: the QP's completions cleaned, then its queues' indices reset)
+        qp.error_completing = False
         for cq in qp.cqs:
             cq_clean(cq, qp.qp_num)
         qp.rq.reset()

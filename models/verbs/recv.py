@@ -109,7 +109,7 @@ def ibv_post_recv(qp: QueuePair, wr: RecvWR) -> None:
         raise VerbsError("EINVAL", "QP is in RESET: receives can be posted from INIT on", call=call)
     rq.check_post(wr, call, full_first=True)
     rq.add(wr)
-    if qp.state is QpState.ERR:
+    if qp.state is QpState.ERR and not qp.error_completing:  # (else it flushes after the error completion)
         qp.flush_receives()
 
 

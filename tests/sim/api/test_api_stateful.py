@@ -137,7 +137,8 @@ class ApiLifetimes(RuleBasedStateMachine):
         if not self.posted[target]:
             return                                   # without a receive the SEND would wait on RNR NAKs
         qp.peer.post_send(SendWR(num_sge=1, sg=[SGE(self.peer_mr.buf, 16, self.peer_mr.lkey)]))
-        landed = not self.posted[target].popleft().closed  # a receive into a deregistered MR: protection error
+        mr = self.posted[target].popleft()  # a receive into a deregistered MR, or one of another PD than the QP's
+        landed = not mr.closed and mr.pd is qp.pd  # (rxe_mr.c lookup_mr: mr_pd(mr) != pd): protection error
         (peer_wc,) = self._poll(self.peer_cq, 1)
         (wc,) = self._poll(qp.rcq, 1)
         assert wc.opcode is WcOpcode.RECV and wc.qp_num == qp.qp_num

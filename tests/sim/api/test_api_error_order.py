@@ -1,0 +1,71 @@
+"""After an error completion the QP flushes: the failing request's completion comes first, then the flushed ones
+(rxe_comp.c ``rxe_completer``, ``case COMPST_ERROR: do_complete(qp, wqe); rxe_qp_error(qp);``; mlx5 writes the
+error CQE, then moves the QP to ERR and flushes its queues with WR_FLUSH_ERR CQEs)."""
+
+from __future__ import annotations
+
+from sim.api import (CQ, MR, PD, QP, SGE, AHAttr, Access, Context, Opcode, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR,
+                     Testbed, WcOpcode, WcStatus)
+
+RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
+MR_BYTES = 1 << 16
+
+
+def _connect(qp: QP, peer: QP, peer_ctx: Context) -> None:
+    qp.to_rts(QPAttr(qp_access_flags=int(RW), dest_qp_num=peer.qp_num, ah_attr=AHAttr(dlid=peer_ctx.lid),
+                     max_dest_rd_atomic=4, min_rnr_timer=12, timeout=14, retry_cnt=7, rnr_retry=7, max_rd_atomic=4))
+
+
+def _pair(bed: Testbed, one_cq: bool):
+    """Nodes a and b, each with a PD, a 64 KiB MR and an RC QP connected to the other; a's QP sends and receives
+    on one CQ (``one_cq``) or on two."""
+    sides = []
+    for name in "ab":
+        ctx = Context(bed, name)
+        pd = PD(ctx)
+        scq = CQ(ctx, 16)
+        rcq = scq if one_cq and name == "a" else CQ(ctx, 16)
+        mr = MR(pd, MR_BYTES, RW)
+        qp = QP(pd, QPInitAttr(scq=scq, rcq=rcq, cap=QPCap(max_send_wr=8, max_recv_wr=8)))
+        sides.append((ctx, mr, qp, scq, rcq))
+    (actx, _, qa, _, _), (bctx, _, qb, _, _) = sides
+    _connect(qa, qb, bctx)
+    _connect(qb, qa, actx)
+    return sides
+
+
+def _poll_all(cq: CQ, n: int) -> list:
+    wcs = []
+    while len(wcs) < n:
+        got = cq.poll(n - len(wcs), timeout="1ms")[1]
+        assert got, f"only {len(wcs)} of {n} completions came"
+        wcs += got
+    return wcs
+
+
+def _fail_a_send(bed: Testbed, one_cq: bool):
+    """a posts a receive of its own, then a SEND that b's receive cannot take (its scatter entry runs past b's
+    MR: LOC_PROT_ERR on b, a Remote Operational Error NAK to a)."""
+    (_, amr, qa, ascq, arcq), (_, bmr, qb, _, brcq) = _pair(bed, one_cq)
+    qa.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(amr.buf, 64, amr.lkey)]))
+    qb.post_recv(RecvWR(wr_id=2, num_sge=1, sg=[SGE(bmr.buf + MR_BYTES - 8, 64, bmr.lkey)]))
+    qa.post_send(SendWR(wr_id=3, opcode=Opcode.SEND, num_sge=1, sg=[SGE(amr.buf, 64, amr.lkey)]))
+    return ascq, arcq, brcq
+
+
+def test_the_failed_request_completes_before_its_qp_flushes_its_receives():
+    ascq, _, brcq = _fail_a_send(Testbed(), one_cq=True)
+    (recv,) = _poll_all(brcq, 1)
+    assert recv.status is WcStatus.LOC_PROT_ERR
+    first, second = _poll_all(ascq, 2)
+    assert (first.wr_id, first.status, first.opcode) == (3, WcStatus.REM_OP_ERR, WcOpcode.SEND)
+    assert (second.wr_id, second.status, second.opcode) == (1, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV)
+    assert second.completed_ps >= first.completed_ps
+
+
+def test_on_separate_cqs_the_flush_is_not_earlier_than_the_error():
+    ascq, arcq, _ = _fail_a_send(Testbed(), one_cq=False)
+    (error,) = _poll_all(ascq, 1)
+    (flushed,) = _poll_all(arcq, 1)
+    assert (error.status, flushed.status) == (WcStatus.REM_OP_ERR, WcStatus.WR_FLUSH_ERR)
+    assert flushed.completed_ps >= error.completed_ps
