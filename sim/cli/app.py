@@ -69,16 +69,6 @@ class Engine(str, Enum):
     auto = "auto"
 
 
-def format_events(events) -> str:
-    """The scenario events' outcomes, one line each: time since the first post (ms), variant, kind, target."""
-    from sim.engine.events import BOOKKEEPING_KINDS
-
-    shown = events[~events["kind"].isin(BOOKKEEPING_KINDS)]
-    lines = [f" {r.time_ms:10.3f} ms  " + ("" if r.variant == "base" else f"[{r.variant}] ")
-             + f"{r.kind} on {r.target}: {r.outcome}" for r in shown.itertuples()]
-    return "\n".join([" events:", *lines]) if lines else ""
-
-
 def strict_failures(results) -> list[str]:
     """What ``--strict`` refuses in finished runs: completions other than IBV_WC_SUCCESS, failed events."""
     import pandas as pd
@@ -176,7 +166,10 @@ def run(scenario: ScenarioPath,
 
         summary = pd.concat([r.summary for r in results], ignore_index=True)
         sys.stdout.write(format_summary(summary) + "\n")
-        events = format_events(pd.concat([event_times(r) for r in results], ignore_index=True))
+        from sim.cli.outcomes import format_events, never_moves
+
+        events = format_events(pd.concat([event_times(r) for r in results], ignore_index=True),
+                               never_moves((r.variant, r.scenario) for r in results))
         if events:
             sys.stdout.write(events + "\n")
         from sim.inspect.rails import format_rails

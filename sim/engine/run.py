@@ -15,6 +15,7 @@ from sim.core.errors import DeadlockError
 from sim.fast_plan import Declined, run_fast
 from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.store.operations import OperationTable
+from sim.scenario.resolve import fabric_rate_notice
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
 from sim.engine.tables import RunResult, workload_tables
@@ -85,6 +86,9 @@ def engine_notice(result: RunResult) -> str:
 
 
 def _told(result: RunResult, notice: Callable[[str], None] | None) -> RunResult:
+    rate = fabric_rate_notice(result.scenario)
+    if rate:
+        (notice or _stderr)(f"{result.scenario.name} ({result.variant}): {rate}")
     (notice or _stderr)(engine_notice(result))
     return result
 

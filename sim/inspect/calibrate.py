@@ -313,23 +313,49 @@ def calibrate() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
+WEAK_TOLERANCE = 1.0
+"""A row whose tolerance is above 100 % is a weak reference: its tolerance is the spread of its own samples, so
+they vary more than the value itself and almost any prediction passes."""
+
+
+def _result(r) -> str:
+    """``pass`` / ``FAIL`` for a required row, ``shown`` / ``miss`` for one shown, not required (within its
+    tolerance or not); ``weak`` for a passing weak reference."""
+    if not r.passed:
+        return "FAIL" if r.required else "miss"
+    if r.tolerance > WEAK_TOLERANCE:
+        return "weak"
+    return "pass" if r.required else "shown"
+
+
+def _note(r) -> str:
+    """The row's note, after why it is weak where it is."""
+    if r.tolerance <= WEAK_TOLERANCE:
+        return r.note
+    why = f"weak reference: tolerance {r.tolerance:.0%} is its samples' own 10-90 % spread"
+    return f"{why}; {r.note}" if r.note else why
+
+
 def format_calibration(df: pd.DataFrame) -> str:
     """The report as text: one line per row, then the failures and the largest errors per experiment."""
     head = (f"{'experiment':<13}{'case':<44}{'x':>9}{'sim':>10}{'measured':>10}{'best':>9} {'unit':<6}"
             f"{'err':>8}{'tol':>6}  req  result  note")
-    lines = ["rdmasim calibration: simulated vs measured (err against the nearer end of [measured, best])", head,
-             "-" * len(head)]
+    lines = ["rdmasim calibration: simulated vs measured (err against the nearer end of [measured, best]); result: "
+             "pass or FAIL for a required row, shown or miss for one not required (within tolerance or not: never "
+             f"a failure), weak for a pass whose tolerance is above {WEAK_TOLERANCE:.0%}", head, "-" * len(head)]
     for r in df.itertuples():
         best = "" if math.isnan(r.best) else f"{r.best:.4g}"
-        result = "pass" if r.passed else ("FAIL" if r.required else "miss")
         tol = f"{r.tolerance:.0%}" if r.tolerance >= 0.01 else f"{r.tolerance:.1%}"  # sub-percent ones stay visible
         lines.append(f"{r.experiment:<13}{r.case:<44}{_size(r.x):>9}{r.sim:>10.4g}{r.measured:>10.4g}"
                      f"{best:>9} {r.unit:<6}{r.err:>+8.1%}{tol:>6}  {'yes' if r.required else 'no':<5}"
-                     f"{result:<8}{r.note}")
+                     f"{_result(r):<8}{_note(r)}")
     required = df[df.required]
     failed = required[~required.passed]
-    lines += ["-" * len(head), f"{len(df)} rows, {len(required)} required, {len(failed)} failed; largest |err| of "
-              "the required rows:"]
+    missed = df[~df.required & ~df.passed]
+    weak = df[df.tolerance > WEAK_TOLERANCE]
+    lines += ["-" * len(head), f"{len(df)} rows, {len(required)} required, {len(failed)} failed; {len(missed)} "
+              f"not required outside tolerance (miss); {len(weak)} weak references (tolerance above "
+              f"{WEAK_TOLERANCE:.0%}); largest |err| of the required rows:"]
     for experiment, group in required.groupby("experiment", sort=False):
         worst = group.loc[group.err.abs().idxmax()]
         median = group.loc[group.err_median.abs().idxmax()]

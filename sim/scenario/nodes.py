@@ -11,6 +11,7 @@ from models.pcie.server import RailLayout
 from models.presets import GPU_VENDOR
 from models.versions import DEFAULT_KERNEL, Version
 from sim.scenario.fields import Latency, Name, PositiveSize, Rate, Strict
+from sim.scenario.rates import check_link_rate
 
 
 class HostSpec(Strict):
@@ -241,10 +242,18 @@ class FabricSpec(Strict):
     """The network between the nodes, seen as one hop."""
 
     rate: Rate | None = None
-    """Line rate per direction (default: the slowest NIC port's data rate)."""
+    """Line rate per direction of the links and switches between the ports (default: the slowest NIC port's data
+    rate). Links run at the slower of it and the NIC ports: a faster fabric carries the port's rate."""
     latency: Latency = Field("300ns", validate_default=True)
     """One-way latency: PHY, FEC, cable, switch (e.g. '300ns')."""
     mtu: Literal[256, 512, 1024, 2048, 4096] = 4096
     """Path MTU in bytes."""
     transport: Literal["ib", "roce"] = "ib"
     """InfiniBand or RoCEv2 (sets per-packet header bytes; default: roce when the nodes name Ethernet ports)."""
+
+    @field_validator("rate", mode="before")
+    @classmethod
+    def _plausible_rate(cls, value):
+        # Refused, not warned of: no port could carry such a rate, so it can only be a unit slip (400GBps for
+        # 400Gb/s), and a warning scrolls past in a sweep of hundreds of runs whose numbers it leaves wrong.
+        return check_link_rate(value)

@@ -13,6 +13,7 @@ from models.pcie.presets import PCIE_PRESETS
 from models.presets import NIC_PCIE, NIC_PORT, NIC_PRESETS
 from models.nic.wqe import Access
 from sim.scenario.nodes import FabricSpec, NodeSpec
+from sim.scenario.rates import format_Gbps
 from sim.scenario.schema import Scenario, TestbedSpec
 
 
@@ -57,11 +58,31 @@ def node_port(spec: NodeSpec) -> PortRate:
     return PORT_RATES[spec.nic.port or NIC_PORT[spec.nic.preset]]
 
 
+def _slowest_port(scenario: Scenario | TestbedSpec) -> tuple[NodeSpec, float]:
+    """The node whose NIC port is slowest (the first of equals) and that port's data rate (bytes/s)."""
+    node = min(scenario.nodes, key=lambda n: node_port(n).data_Gbps)
+    return node, node_port(node).data_Gbps * 1e9 / 8
+
+
 def fabric_params(scenario: Scenario | TestbedSpec) -> FabricParams:
-    """Fabric parameters; the default rate is the slowest NIC port's data rate."""
+    """Fabric parameters. The rate is the slower of the fabric's and the slowest NIC port's (the fabric's
+    default): a link runs at the lower rate of its ends, so no message leaves a port faster than its line rate."""
     spec: FabricSpec = scenario.fabric
-    rate = spec.rate or min(node_port(n).data_Gbps for n in scenario.nodes) * 1e9 / 8
+    _, port = _slowest_port(scenario)
+    rate = port if spec.rate is None else min(spec.rate, port)
     return FabricParams(rate_Bps=rate, latency_ps=spec.latency, mtu=spec.mtu, transport=spec.transport)
+
+
+def fabric_rate_notice(scenario: Scenario | TestbedSpec) -> str | None:
+    """One line when the fabric is faster than a NIC port, naming both rates and the one links run at: ``fabric
+    800 Gb/s is faster than node a's NIC port (connectx7, ndr 400 Gb/s): links run at 400 Gb/s``; else None."""
+    rate = scenario.fabric.rate
+    node, port = _slowest_port(scenario)
+    if rate is None or rate <= port:
+        return None
+    nic = node.nic
+    return (f"fabric {format_Gbps(rate)} is faster than node {node.name}'s NIC port ({nic.preset}, "
+            f"{node_port(node).name} {format_Gbps(port)}): links run at {format_Gbps(port)}")
 
 
 def access_flags(names: list[str]) -> Access:

@@ -72,7 +72,7 @@ def test_report_is_deterministic_and_formatted(report):
     text = format_calibration(report)
     assert f"{len(report)} rows, {int(report.required.sum())} required, 0 failed" in text
     assert text.count("\n") == len(report) + 3 + 1 + report.experiment.nunique()
-    assert "FAIL" not in text
+    assert "FAIL" not in text.split("\n", 1)[1]  # the first line is the legend
 
 
 def test_a_failing_required_row_is_reported(report):
@@ -80,3 +80,21 @@ def test_a_failing_required_row_is_reported(report):
     broken.loc[0, ["required", "passed"]] = [True, False]
     text = format_calibration(broken)
     assert "1 failed" in text and "FAIL" in text
+
+
+def test_the_table_says_which_rows_are_weak_and_which_misses_are_not_failures(report):
+    lines = format_calibration(report).splitlines()
+    rows = dict(zip(report.index, lines[3:3 + len(report)]))
+    weak = report[report.tolerance > 1.0]
+    # every weak reference's tolerance is its samples' spread (host pinning, GPU allocation calls)
+    assert len(weak) > 0 and set(weak.experiment) <= {"host_pinning", "gpu_alloc"}
+    for i in weak.index:
+        assert f"weak reference: tolerance {report.tolerance[i]:.0%} is its samples' own 10-90 % spread" in rows[i]
+        assert "  weak    " in rows[i] or "  miss    " in rows[i]
+    assert not any("weak reference" in rows[i] for i in report.index.difference(weak.index))
+    missed = report[~report.required & ~report.passed]
+    assert all("  no   miss " in rows[i] for i in missed.index)
+    assert all("  no   shown " in rows[i] for i in report[~report.required & report.passed
+                                                          & (report.tolerance <= 1.0)].index)
+    assert (f"{len(report)} rows, {int(report.required.sum())} required, 0 failed; {len(missed)} not required "
+            f"outside tolerance (miss); {len(weak)} weak references (tolerance above 100%)") in "\n".join(lines)

@@ -119,7 +119,7 @@ def test_hostile_value_is_one_located_error_and_nothing_changes(tmp_path, text, 
 
 @pytest.mark.parametrize("change", [
     {"fabric": {"rate": "1Mb/s", "latency": "1s"}},
-    {"fabric": {"rate": "100Tb/s", "latency": "0ps"}},
+    {"fabric": {"rate": "1.6Tb/s", "latency": "0ps"}},
     {"events": "  - {at: 86400s, kind: link-flap, node: a, duration: 86400s, frames: held}\n"
                "  - {at: 1ns, kind: link-flap, node: b, duration: 86400s, frames: held}"},
     {"nodes": "  - name: a\n    nic: {doorbell: 1s, tx_latency: 1s, rx_latency: 1s}\n"
