@@ -4,16 +4,10 @@ error CQE, then moves the QP to ERR and flushes its queues with WR_FLUSH_ERR CQE
 
 from __future__ import annotations
 
-from sim.api import (CQ, MR, PD, QP, SGE, AHAttr, Access, Context, Opcode, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR,
-                     Testbed, WcOpcode, WcStatus)
+from sim.api import CQ, MR, PD, QP, SGE, Context, Opcode, QPCap, QPInitAttr, RecvWR, SendWR, Testbed, WcOpcode, WcStatus
+from tests.sim.api.test_api_recv import RW, connect, poll_n
 
-RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
 MR_BYTES = 1 << 16
-
-
-def _connect(qp: QP, peer: QP, peer_ctx: Context) -> None:
-    qp.to_rts(QPAttr(qp_access_flags=int(RW), dest_qp_num=peer.qp_num, ah_attr=AHAttr(dlid=peer_ctx.lid),
-                     max_dest_rd_atomic=4, min_rnr_timer=12, timeout=14, retry_cnt=7, rnr_retry=7, max_rd_atomic=4))
 
 
 def _pair(bed: Testbed, one_cq: bool):
@@ -29,18 +23,9 @@ def _pair(bed: Testbed, one_cq: bool):
         qp = QP(pd, QPInitAttr(scq=scq, rcq=rcq, cap=QPCap(max_send_wr=8, max_recv_wr=8)))
         sides.append((ctx, mr, qp, scq, rcq))
     (actx, _, qa, _, _), (bctx, _, qb, _, _) = sides
-    _connect(qa, qb, bctx)
-    _connect(qb, qa, actx)
+    connect(qa, qb, bctx)
+    connect(qb, qa, actx)
     return sides
-
-
-def _poll_all(cq: CQ, n: int) -> list:
-    wcs = []
-    while len(wcs) < n:
-        got = cq.poll(n - len(wcs), timeout="1ms")[1]
-        assert got, f"only {len(wcs)} of {n} completions came"
-        wcs += got
-    return wcs
 
 
 def _fail_a_send(bed: Testbed, one_cq: bool):
@@ -55,9 +40,9 @@ def _fail_a_send(bed: Testbed, one_cq: bool):
 
 def test_the_failed_request_completes_before_its_qp_flushes_its_receives():
     ascq, _, brcq = _fail_a_send(Testbed(), one_cq=True)
-    (recv,) = _poll_all(brcq, 1)
+    (recv,) = poll_n(brcq, 1)
     assert recv.status is WcStatus.LOC_PROT_ERR
-    first, second = _poll_all(ascq, 2)
+    first, second = poll_n(ascq, 2)
     assert (first.wr_id, first.status, first.opcode) == (3, WcStatus.REM_OP_ERR, WcOpcode.SEND)
     assert (second.wr_id, second.status, second.opcode) == (1, WcStatus.WR_FLUSH_ERR, WcOpcode.RECV)
     assert second.completed_ps >= first.completed_ps
@@ -65,7 +50,7 @@ def test_the_failed_request_completes_before_its_qp_flushes_its_receives():
 
 def test_on_separate_cqs_the_flush_is_not_earlier_than_the_error():
     ascq, arcq, _ = _fail_a_send(Testbed(), one_cq=False)
-    (error,) = _poll_all(ascq, 1)
-    (flushed,) = _poll_all(arcq, 1)
+    (error,) = poll_n(ascq, 1)
+    (flushed,) = poll_n(arcq, 1)
     assert (error.status, flushed.status) == (WcStatus.REM_OP_ERR, WcStatus.WR_FLUSH_ERR)
     assert flushed.completed_ps >= error.completed_ps

@@ -17,6 +17,7 @@ from __future__ import annotations
 from models.nic.refusal import refusal
 from sim.api import (CQ, MR, PD, QP, SGE, AHAttr, Access, Context, Opcode, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR,
                      Testbed, WcOpcode, WcStatus)
+from tests.sim.api.test_api_recv import poll_n
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ | Access.REMOTE_ATOMIC
 CHANGE_PD = 2
@@ -36,13 +37,6 @@ class Side:
     def sge(self, length: int = 64) -> SGE:
         return SGE(self.mr.buf, length, self.mr.lkey)
 
-    def poll(self, cq: CQ, n: int) -> list:
-        wcs = []
-        while len(wcs) < n:
-            got = cq.poll(n - len(wcs), timeout="1ms")[1]
-            assert got, f"only {len(wcs)} of {n} completions came"
-            wcs += got
-        return wcs
 
 
 def _pair():
@@ -73,8 +67,8 @@ def test_a_send_from_an_mr_moved_to_another_pd_is_a_local_protection_error():
     a.mr.rereg(CHANGE_PD, pd=a.other_pd)
     a.qp.post_send(SendWR(wr_id=3, opcode=Opcode.SEND, num_sge=1, sg=[a.sge()]))
     a.qp.post_send(SendWR(wr_id=4, opcode=Opcode.SEND, num_sge=1, sg=[a.sge()]))
-    assert _statuses(a.poll(a.scq, 2)) == [(3, WcStatus.LOC_PROT_ERR), (4, WcStatus.WR_FLUSH_ERR)]
-    assert _statuses(a.poll(a.rcq, 1)) == [(2, WcStatus.WR_FLUSH_ERR)]
+    assert _statuses(poll_n(a.scq, 2)) == [(3, WcStatus.LOC_PROT_ERR), (4, WcStatus.WR_FLUSH_ERR)]
+    assert _statuses(poll_n(a.rcq, 1)) == [(2, WcStatus.WR_FLUSH_ERR)]
     assert b.rcq.poll(timeout="100us") == (0, [])  # nothing was sent: b's receive is still posted
 
 
@@ -83,16 +77,16 @@ def test_a_write_through_an_rkey_of_another_pd_is_a_remote_access_error():
     foreign = MR(b.other_pd, 1 << 16, RW)
     b.qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[b.sge()]))
     a.qp.post_send(_rdma(Opcode.RDMA_WRITE, a, foreign))
-    (error,) = a.poll(a.scq, 1)
+    (error,) = poll_n(a.scq, 1)
     assert (error.wr_id, error.status, error.opcode) == (3, WcStatus.REM_ACCESS_ERR, WcOpcode.RDMA_WRITE)
-    assert _statuses(b.poll(b.rcq, 1)) == [(1, WcStatus.WR_FLUSH_ERR)]  # the responder moved to ERR after its NAK
+    assert _statuses(poll_n(b.rcq, 1)) == [(1, WcStatus.WR_FLUSH_ERR)]  # the responder moved to ERR after its NAK
 
 
 def test_a_read_through_an_rkey_moved_to_another_pd_is_a_remote_access_error():
     a, b = _pair()
     b.mr.rereg(CHANGE_PD, pd=b.other_pd)
     a.qp.post_send(_rdma(Opcode.RDMA_READ, a, b.mr))
-    assert _statuses(a.poll(a.scq, 1)) == [(3, WcStatus.REM_ACCESS_ERR)]
+    assert _statuses(poll_n(a.scq, 1)) == [(3, WcStatus.REM_ACCESS_ERR)]
 
 
 def test_a_receive_scattering_into_another_pd_fails_on_both_sides():
@@ -101,16 +95,16 @@ def test_a_receive_scattering_into_another_pd_fails_on_both_sides():
     b.qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[b.sge()]))
     b.qp.post_recv(RecvWR(wr_id=2, num_sge=1, sg=[b.sge()]))
     a.qp.post_send(SendWR(wr_id=3, opcode=Opcode.SEND, num_sge=1, sg=[a.sge()]))
-    assert _statuses(b.poll(b.rcq, 2)) == [(1, WcStatus.LOC_PROT_ERR), (2, WcStatus.WR_FLUSH_ERR)]
-    assert _statuses(a.poll(a.scq, 1)) == [(3, WcStatus.REM_OP_ERR)]
+    assert _statuses(poll_n(b.rcq, 2)) == [(1, WcStatus.LOC_PROT_ERR), (2, WcStatus.WR_FLUSH_ERR)]
+    assert _statuses(poll_n(a.scq, 1)) == [(3, WcStatus.REM_OP_ERR)]
 
 
 def test_the_same_traffic_in_one_pd_succeeds():
     a, b = _pair()
     b.qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[b.sge()]))
     a.qp.post_send(SendWR(wr_id=3, opcode=Opcode.SEND, num_sge=1, sg=[a.sge()]))
-    assert _statuses(b.poll(b.rcq, 1)) == [(1, WcStatus.SUCCESS)]
-    assert _statuses(a.poll(a.scq, 1)) == [(3, WcStatus.SUCCESS)]
+    assert _statuses(poll_n(b.rcq, 1)) == [(1, WcStatus.SUCCESS)]
+    assert _statuses(poll_n(a.scq, 1)) == [(3, WcStatus.SUCCESS)]
 
 
 def test_the_vectorized_cores_refusal_names_the_same_statuses():
