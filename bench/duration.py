@@ -11,30 +11,18 @@ from __future__ import annotations
 
 import argparse
 import re
-import os
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from measured import rdmasim
+
 TARGET_RATIO = 2.0
 """``-D``'s wall time over ``-n``'s with the same WRITEs that the default engine is to stay within."""
-RUN = "import sys; from sim.cli.app import main; sys.argv[0] = 'rdmasim'; main()"
 
 
 def perftest(*flags: str) -> tuple[float, int, str]:
     """Wall time (s), peak RSS (bytes) and report line of ``rdmasim perftest ib_write_bw FLAGS``."""
-    started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-c", RUN, "perftest", "ib_write_bw", *flags], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    if status:
-        raise SystemExit(f"rdmasim perftest ib_write_bw {' '.join(flags)} failed ({status})")
+    wall, rss, out = rdmasim("perftest", "ib_write_bw", *flags)
     line = next(line for line in out.splitlines() if re.match(r"\s*\d+\s+\d+\s", line))
-    return wall, usage.ru_maxrss * 1024, line.strip()
+    return wall, rss, line.strip()
 
 
 def main() -> None:

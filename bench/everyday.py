@@ -17,15 +17,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-CLI = "import sys; from sim.cli.app import main; sys.argv[0] = 'rdmasim'; main()"
+from duration import perftest
+from measured import ROOT, rdmasim, timed
+
 SOLVE = """
 import sys
 from sim.engine.run import run_scenario
@@ -47,22 +44,6 @@ DATA_MODE = {"rcache_churn.yaml"}
 """Shipped scenarios in data mode, which stays on the event engine."""
 
 
-def timed(argv: list[str]) -> tuple[float, int, str]:
-    """Wall time (s), peak RSS (bytes) and standard output of ``python ARGV`` run in the repository."""
-    started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
-    if status:
-        raise SystemExit(f"python {' '.join(argv[:4])} ... failed ({status})")
-    return time.perf_counter() - started, usage.ru_maxrss * 1024, out
-
-
-def rdmasim(*args: str) -> tuple[float, int, str]:
-    return timed(["-c", CLI, *args])
-
-
 def writes(counts: list[int], scratch: Path) -> None:
     print(f"{'rdmasim run, 4 KiB WRITEs':<30} {'end to end s':>12} {'peak RSS':>10} {'solve s':>8} {'ratio':>6}")
     for n in counts:
@@ -76,9 +57,9 @@ def writes(counts: list[int], scratch: Path) -> None:
 
 
 def duration(seconds: str) -> None:
-    wall, rss, out = rdmasim("perftest", "ib_write_bw", "-D", seconds)
-    count = next(int(line.split()[1]) for line in out.splitlines() if line.strip()[:1].isdigit())
-    counted, _, _ = rdmasim("perftest", "ib_write_bw", "-n", str(count))
+    wall, rss, line = perftest("-D", seconds)
+    count = int(line.split()[1])
+    counted, _, _ = perftest("-n", str(count))
     ratio = wall / counted
     print(f"perftest ib_write_bw -D {seconds}: {wall:.1f} s ({rss / 2**20:.0f} MiB), -n {count:,}: {counted:.1f} s, "
           f"ratio {ratio:.2f} {'met' if ratio <= 2 else 'MISSED'} (at most 2)")
