@@ -28,10 +28,11 @@ domain is what the steps say: a check where the model decides something from the
 ODP, translation caches, data mode's bytes, frames a link outage loses; :attr:`sim.core.steps.Check.decides`)
 makes the solver refuse the steps (:class:`sim.fast.Unsolvable`), and so does a work request that would fail
 (:func:`_refused`: a buffer without the access its operations need sends the run to the event engine, which
-completes them in error). What :func:`sim.fast_domain.outside_domain` lists is not in the steps: tracing, and posting rules a
-fixed window does not follow; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE
-fetches make every work request wait on the previous one's payload on the PCIe link (exact but solved a round
-at a time), and a ``send_bw`` over several QPs (exact but slower than the event engine, :func:`sim.fast_domain.slow_for_fast`).
+completes them in error). What :func:`sim.fast_domain.outside_domain` lists is not in the steps: tracing, and
+posting rules a fixed window does not follow; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches
+make every work request wait on the previous one's payload on the PCIe link (exact but solved a round at a time),
+and a ``send_bw`` over several QPs (exact but slower than the event engine,
+:func:`sim.fast_domain.slow_for_fast`).
 
 Scenario events run on the testbed's own clock, following the solve (:mod:`sim.fast_events`): link flaps
 are stall intervals of the ports, known in advance; an event that leaves the workloads' MRs and QPs alone
@@ -223,16 +224,15 @@ def _refused(ends: list[Stream]) -> str | None:
         for size in work.size_list():
             for src, dst in ways:
                 wr = work_request(0, opcode, src, dst, size, posts_inline(opcode, size, inline))
+                where = f"workload '{work.name or work.kind}' at {format_size(size)}"
                 try:
                     check_send_wr(src.qp, wr)
                 except VerbsError as exc:
-                    return (f"workload '{work.name or work.kind}' at {format_size(size)}: ibv_post_send refuses its work requests "
-                            f"({exc}), which the event engine reports")
+                    return f"{where}: ibv_post_send refuses its work requests ({exc}), which the event engine reports"
                 recv = whole_buffer_receive(0, dst) if opcode.consumes_receive else None
                 why = refusal(data_path_qp(src.qp, dst.qp), wr, recv)
                 if why is not None:
-                    return (f"workload '{work.name or work.kind}' at {format_size(size)}: its work requests would fail ({why}), "
-                            "which the event engine completes")
+                    return f"{where}: its work requests would fail ({why}), which the event engine completes"
     return None
 
 

@@ -16,9 +16,9 @@ def complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, s
 
     RC completions are delivered in posting order: a completion waits for every earlier one. The first
     error completion moves the QP to the error state; every later one is delivered as WR_FLUSH_ERR, and the QP's
-    receives flush once the error completion is in the CQ. An unsignaled
-    work request that succeeds delivers nothing and keeps its send-queue slot until the next completion the QP
-    delivers is polled (the CQE's WQE counter covers every earlier WQE).
+    receives flush once the error completion is in the CQ. An unsignaled work request that succeeds delivers
+    nothing and keeps its send-queue slot until the next completion the QP delivers is polled (the CQE's WQE
+    counter covers every earlier WQE).
     """
     if wr.landed is not None and not wr.landed.triggered and status is not WC_SUCCESS:
         wr.landed.succeed(None)  # the payload never landed: waiters learn it from the None value

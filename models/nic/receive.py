@@ -36,7 +36,8 @@ def receive_problem(responder, recv: RecvWR, wr: SendWR) -> tuple[WcStatus, WcSt
     A message longer than the receive's buffers: IBV_WC_LOC_LEN_ERR on the responder, whose NAK (Invalid Request)
     the requester completes as IBV_WC_REM_INV_REQ_ERR (mlx5 cq.c: MLX5_CQE_SYNDROME_LOCAL_LENGTH_ERR and
     REMOTE_INVAL_REQ_ERR). A scatter entry the message reaches whose lkey is not a local MR with LOCAL_WRITE over
-    it (:func:`~models.nic.translation.lookup_mr`: an MR of the responder QP's PD): IBV_WC_LOC_PROT_ERR on the responder, IBV_WC_REM_OP_ERR (Remote Operational Error NAK) on the requester.
+    it (:func:`~models.nic.translation.lookup_mr`: an MR of the responder QP's PD): IBV_WC_LOC_PROT_ERR on the
+    responder, IBV_WC_REM_OP_ERR (Remote Operational Error NAK) on the requester.
     A WRITE with immediate writes through its rkey: it only needs a receive, whatever its buffers. A UD receive
     holds the 40-byte GRH before the payload."""
     if wr.opcode.writes_remote:

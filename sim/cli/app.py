@@ -140,14 +140,15 @@ def run(scenario: ScenarioPath,
         variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
     trace = trace_window or trace  # a window implies --trace
     check_budget(scenario, variants, memory_budget, bool(trace))
+    operations = sum(total_operations(v) for _, v in variants)
     if trace:
-        say(check_trace(str(scenario), sum(total_operations(v) for _, v in variants), trace_window, trace_limit))
+        say(check_trace(str(scenario), operations, trace_window, trace_limit))
     target = Path("results") / spec.name if out_dir is None else out_dir
     with _refused(OutputError):
         claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
-    with progress_bar(stderr(), spec.name, sum(total_operations(v) for _, v in variants), quiet) as advance:
+    with progress_bar(stderr(), spec.name, operations, quiet) as advance:
         for name, variant in variants:
             try:
                 results.append(run_scenario(variant, seed, progress=advance, variant=name, trace=trace, notice=say))

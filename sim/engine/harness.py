@@ -52,9 +52,10 @@ def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testb
 
 def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint]]:
     """The workload's ``qps`` connected QP pairs (requester end, responder end) for each of its buffer pairs, each
-    QP on the NIC its ``rails`` policy picks (:func:`sim.engine.build.qp_device`) and with its own CQs; a SEND test's QPs
-    have a receive queue ``rx_depth`` deep and a receive CQ of their own. With ``cq_mod`` above 1 the QPs signal
-    only the work requests posted with IBV_SEND_SIGNALED; ``max_rd_atomic`` sets both ends' READ limits."""
+    QP on the NIC its ``rails`` policy picks (:func:`sim.engine.build.qp_device`) and with its own CQs; a SEND
+    test's QPs have a receive queue ``rx_depth`` deep and a receive CQ of their own. With ``cq_mod`` above 1 the
+    QPs signal only the work requests posted with IBV_SEND_SIGNALED; ``max_rd_atomic`` sets both ends' READ
+    limits."""
     depth = max(work.tx_depth, 2)
     receives = work.rx_depth if work.kind.startswith("send") else 0
     pairs = []

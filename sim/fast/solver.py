@@ -268,8 +268,8 @@ class _Posts:
         post, group = post[order], group[order]
         tie = np.flatnonzero((post[1:] == post[:-1]) & (group[1:] != group[:-1]))
         if len(tie):
-            raise Unsolvable(f"parallel streams post operations at {format_time(int(post[tie[0]]))} at once, in an order "
-                             "their completions' deliveries decide", int(group[tie[0]]))
+            raise Unsolvable(f"parallel streams post operations at {format_time(int(post[tie[0]]))} at once, in an "
+                             "order their completions' deliveries decide", int(group[tie[0]]))
 
 
 def _cut(problem: Problem, spans, outs: list[SliceOut], disagree: int, start: dict[int, int]) -> tuple[int, int] | None:

@@ -14,7 +14,8 @@ from sim.core.units import format_size
 from sim.engine.events import BOOKKEEPING_KINDS, event_failed
 
 # matplotlib says so when placing a legend at loc="best" took over a second: a loaded machine, not a fault of the
-# figure (figures of many operations draw binned aggregates, sim/inspect/binned.py); it would only reach users' terminals.
+# figure (figures of many operations draw binned aggregates, sim/inspect/binned.py); it would only reach users'
+# terminals.
 warnings.filterwarnings("ignore", message='Creating legend with loc="best" can be slow', category=UserWarning)
 
 PDF_METADATA = {"CreationDate": None, "ModDate": None, "Producer": "rdmasim"}

@@ -6,8 +6,8 @@ drew (PNG, embedded as data URIs) and, per variant, the timeline ``rdmasim expla
 diagram (SVG, embedded), re-run from the manifest with its seed. Nothing is fetched when it opens: no script,
 no stylesheet or image from elsewhere. Same results directory, same bytes.
 
-The page is written by the output rules of :mod:`sim.store.outdir` (:func:`~sim.store.outdir.write_file`): a new path, or
-with ``force`` a page rdmasim wrote (its ``<meta name="generator">``), replaced atomically.
+The page is written by the output rules of :mod:`sim.store.outdir` (:func:`~sim.store.outdir.write_file`): a new
+path, or with ``force`` a page rdmasim wrote (its ``<meta name="generator">``), replaced atomically.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ REPORT = "report.html"
 """The page's name inside a results directory (the default ``--out``)."""
 GENERATOR = "rdmasim report"
 MARKER = f'<meta name="generator" content="{GENERATOR}">'.encode()
-"""The bytes near the top of every page rdmasim wrote: how it recognises its own (see :func:`sim.store.outdir.claim_file`)."""
+"""The bytes near the top of every page rdmasim wrote: how it recognises its own (see
+:func:`sim.store.outdir.claim_file`)."""
 TEMPLATE = "report.html.j2"
 
 

@@ -31,10 +31,10 @@ Finished = Iterator[tuple[RunSpec, pd.DataFrame]]
 
 def execute(run: RunSpec) -> pd.DataFrame:
     """Simulate one run; one row per (workload, size): the engine that ran it (``engine``: ``event`` or ``fast``;
-    ``fallback``: why ``auto`` ran the event engine, '' when it did not), perftest's summary columns (``errors_by_status`` as JSON
-    text), latency percentiles, registration time, pinned bytes and protocol counters. A run that fails
-    in any way (a registration refused with ENOMEM, or a point whose values the engine cannot hold) gives
-    :func:`failed`'s row instead, so the sweep goes on."""
+    ``fallback``: why ``auto`` ran the event engine, '' when it did not), perftest's summary columns
+    (``errors_by_status`` as JSON text), latency percentiles, registration time, pinned bytes and protocol
+    counters. A run that fails in any way (a registration refused with ENOMEM, or a point whose values the engine
+    cannot hold) gives :func:`failed`'s row instead, so the sweep goes on."""
     try:
         with time_limit(run.time_limit_s):
             return _tables(run)

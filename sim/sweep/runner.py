@@ -96,7 +96,8 @@ def run_sweep(path: str | os.PathLike, out_dir: str | os.PathLike, executor: str
 
 
 def run_notice(sweep: str, run: RunSpec, table: pd.DataFrame) -> str | None:
-    """:func:`sim.engine.run.engine_line` of a finished run (None for a failed one): ``sweep-name run 3 (base): ...``."""
+    """:func:`sim.engine.run.engine_line` of a finished run (None for a failed one):
+    ``sweep-name run 3 (base): ...``."""
     if "engine" not in table or table["engine"].isna().any():
         return None
     first = table.iloc[0]

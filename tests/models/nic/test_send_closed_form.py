@@ -1,7 +1,7 @@
-"""The SEND workloads against closed forms, as the WRITE workloads are (:mod:`tests.models.nic.test_datapath_closed_form`,
-which also holds send_bw's large-message bandwidth): small-message latency is the sum of the stage latencies with
-the responder's receive CQE written after the payload, a wire-bound SEND carries no RETH, and too few receives cost
-an RNR timer per NAK."""
+"""The SEND workloads against closed forms, as the WRITE workloads are
+(:mod:`tests.models.nic.test_datapath_closed_form`, which also holds send_bw's large-message bandwidth):
+small-message latency is the sum of the stage latencies with the responder's receive CQE written after the
+payload, a wire-bound SEND carries no RETH, and too few receives cost an RNR timer per NAK."""
 
 import pytest
 

@@ -2,9 +2,10 @@
 interpreter (:mod:`sim.core.interpreter`) on real FifoServers, a FIFO semaphore per gate, and a posting loop
 with in-order completion delivery as the bandwidth workloads have it (:mod:`models.verbs.workloads`).
 
-Covers window-posted groups (posting while :attr:`~sim.fast.steps.Group.posts_while` allows, when it is set) (several streams at once where groups are parallel) whose main chain ends with a
-:class:`~sim.core.steps.Wake` (the completion is seen then and wakes the poster), any servers shared between
-positions, eager claims, gates, forks, waits and checks held in their hold intervals.
+Covers window-posted groups (posting while :attr:`~sim.fast.steps.Group.posts_while` allows, when it is set;
+several streams at once where groups are parallel) whose main chain ends with a :class:`~sim.core.steps.Wake`
+(the completion is seen then and wakes the poster), any servers shared between positions, eager claims, gates,
+forks, waits and checks held in their hold intervals.
 """
 
 from __future__ import annotations

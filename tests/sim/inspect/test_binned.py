@@ -1,5 +1,5 @@
-"""Binned latency aggregates (sim/inspect/binned.py): what the figures draw for runs of too many operations to draw one by
-one, checked against the same quantities computed from every operation."""
+"""Binned latency aggregates (sim/inspect/binned.py): what the figures draw for runs of too many operations to draw
+one by one, checked against the same quantities computed from every operation."""
 
 from __future__ import annotations
 

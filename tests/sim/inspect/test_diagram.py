@@ -1,5 +1,5 @@
-"""``sim.inspect.diagram`` and ``explain --diagram``: every timeline entry drawn in its layer's lane, in time order, lock
-holds and fence waits marked; the file obeys the output rules (only rdmasim's drawings are replaced, with --force)
+"""``sim.inspect.diagram`` and ``explain --diagram``: every timeline entry drawn in its layer's lane, in time order,
+lock holds and fence waits marked; the file obeys the output rules (only rdmasim's drawings are replaced, with --force)
 and the same run draws the same bytes."""
 
 from __future__ import annotations

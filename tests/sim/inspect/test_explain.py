@@ -1,5 +1,5 @@
-"""``sim.inspect.explain`` and ``sim.inspect.timeline``: one section per registration mode, fence waits where they end, lock
-nesting, the queued note only for accesses, one line of why per outcome, µs everywhere."""
+"""``sim.inspect.explain`` and ``sim.inspect.timeline``: one section per registration mode, fence waits where they
+end, lock nesting, the queued note only for accesses, one line of why per outcome, µs everywhere."""
 
 from __future__ import annotations
 
