@@ -54,8 +54,10 @@ class _Curve:
         self.count += len(latency_ps)
         self.highest = max(self.highest, int(latency_ps.max()))
         self.buckets += np.bincount(bucket_of(latency_ps), minlength=BUCKETS)
-        if self.values is not None:
-            self.values = self.values + [latency_ps] if self.count <= EXACT_MAX else None
+        if self.values is not None and self.count <= EXACT_MAX:
+            self.values.append(latency_ps)
+        else:
+            self.values = None  # too many to draw one by one: the buckets serve
 
     def points(self) -> tuple[np.ndarray, np.ndarray]:
         """(latency in µs, fraction of operations at most that latency): each operation, or each non-empty

@@ -14,9 +14,10 @@ from sim.store.operations import OperationTable
 from sim.engine.tables import RunResult
 
 
-def _bandwidth_batches(result: RunResult, columns: list[str]):
-    """The rows of the bandwidth workloads, a batch at a time, with ``columns`` (and ``kind``)."""
-    for batch in result.table.batches(["kind", *columns]):
+def _bandwidth_batches(result: RunResult, columns: list[str], backwards: bool = False):
+    """The rows of the bandwidth workloads, a batch at a time (the last first when ``backwards``), with
+    ``columns`` (and ``kind``)."""
+    for batch in result.table.batches(["kind", *columns], backwards):
         yield batch[batch["kind"].str.endswith("_bw")]
 
 
@@ -76,8 +77,8 @@ def _schedule(completed_ps: np.ndarray, nbytes: np.ndarray, rate: float, sent: f
 
 def _ok_batches(result: RunResult, backwards: bool = False):
     """(completion ps, bytes as floats) of each row group's successful bandwidth operations."""
-    for batch in result.table.batches(["kind", "completed_ps", "bytes", "ok"], backwards):
-        ok = batch[batch["kind"].str.endswith("_bw") & batch["ok"]]
+    for ops in _bandwidth_batches(result, ["completed_ps", "bytes", "ok"], backwards):
+        ok = ops.loc[ops["ok"]]
         yield ok["completed_ps"].to_numpy(dtype=np.int64), ok["bytes"].to_numpy(dtype=float)
 
 
