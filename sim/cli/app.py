@@ -139,7 +139,8 @@ def run(scenario: ScenarioPath,
     if engine is not None:
         variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
     trace = trace_window or trace  # a window implies --trace
-    check_budget(scenario, variants, memory_budget, bool(trace))
+    with _refused(ConfigError):
+        check_budget(scenario, variants, memory_budget, bool(trace))
     operations = sum(total_operations(v) for _, v in variants)
     if trace:
         say(check_trace(str(scenario), operations, trace_window, trace_limit))
@@ -218,7 +219,8 @@ def explain(scenario: ScenarioPath,
         with _refused(OutputError):
             diagram_path(diagram, force=force)
     name, spec = next((n, first_accesses_only(v)) for n, v in variants if variant in (None, n))
-    check_budget(scenario, [(name, spec)], memory_budget, trace=True)
+    with _refused(ConfigError):
+        check_budget(scenario, [(name, spec)], memory_budget, trace=True)
     try:
         result = run_scenario(spec, trace=True, variant=name, notice=lambda _: None)
     except SimError as exc:

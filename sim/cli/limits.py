@@ -8,7 +8,6 @@ from typing import Annotated, Optional
 
 import typer
 
-from sim.core.errors import ConfigError
 from sim.core.trace import BYTES_PER_OPERATION, TraceWindow
 from sim.core.units import UnitError, format_size_about, parse_size, parse_time
 
@@ -36,16 +35,14 @@ MemoryBudgetOption = Annotated[Optional[str], typer.Option(
 
 
 def check_budget(scenario, variants, budget_bytes: int | None, trace: bool) -> None:
-    """Stop with exit 2 before simulating ``variants`` when their estimated memory exceeds ``--memory-budget``
-    (bytes; default: the memory available now)."""
+    """Check, before simulating ``variants``, that their estimated memory fits ``--memory-budget`` (bytes;
+    default: the memory available now).
+
+    :raises ConfigError: it does not, located at the key that drives the estimate.
+    """
     from sim.engine import budget
 
-    limit = budget.available_memory() if budget_bytes is None else budget_bytes
-    try:
-        budget.check(str(scenario), variants, limit, trace)
-    except ConfigError as exc:
-        typer.echo(str(exc), err=True)
-        raise typer.Exit(2) from None
+    budget.check(str(scenario), variants, budget.available_memory() if budget_bytes is None else budget_bytes, trace)
 
 
 DEFAULT_LIMIT = 1 << 30
