@@ -141,7 +141,8 @@ def run(scenario: ScenarioPath,
     trace = trace_window or trace  # a window implies --trace
     with _refused(ConfigError):
         check_budget(scenario, variants, memory_budget, bool(trace))
-    operations = sum(total_operations(v) for _, v in variants)
+    counts = [total_operations(v) for _, v in variants]
+    operations = None if None in counts else sum(counts)
     if trace:
         say(check_trace(str(scenario), operations, trace_window, trace_limit))
     target = Path("results") / spec.name if out_dir is None else out_dir

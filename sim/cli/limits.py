@@ -81,8 +81,12 @@ TraceLimitOption = Annotated[Optional[str], typer.Option(
     "trace.json is estimated above SIZE (default 1GiB).")]
 
 
-def check_trace(file: str, operations: int, window: TraceWindow | None, limit: int) -> str:
-    """The line saying how large trace.json will be; without a window, refuse (exit 2) above ``limit``."""
+def check_trace(file: str, operations: int | None, window: TraceWindow | None, limit: int) -> str:
+    """The line saying how large trace.json will be; without a window, refuse (exit 2) above ``limit``. A run for
+    a duration (``operations`` None) cannot be estimated before it runs: the line says so."""
+    if operations is None:
+        return (f"{file}: trace.json's size is not known before a run for a duration (only the run counts its "
+                "work requests): --trace-window bounds it")
     about = format_size_about(operations * BYTES_PER_OPERATION)
     if window is None and operations * BYTES_PER_OPERATION > limit:
         typer.echo(f"{file}: --trace would write about {about} of trace.json for {operations:,} work requests, "

@@ -30,13 +30,16 @@ def say(line: str) -> None:
 
 
 @contextmanager
-def progress_bar(console, description: str, total: int, quiet: bool = False) -> Iterator[Callable[[int], None]]:
+def progress_bar(console, description: str, total: int | None, quiet: bool = False
+                 ) -> Iterator[Callable[[int], None]]:
     """A bar of ``total`` operations on ``console`` (rich), shown while it is a terminal and not ``quiet``;
-    gone once the work is done."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+    gone once the work is done. Without a ``total`` (a run for a duration: only the run tells how many) it counts
+    the operations and the time spent."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    with Progress(TextColumn("[bold]{task.description}"), BarColumn(),
-                  TextColumn("{task.completed:,}/{task.total:,} ops"), TimeRemainingColumn(), console=console,
+    counted = ([TextColumn("{task.completed:,}/{task.total:,} ops"), TimeRemainingColumn()] if total is not None
+               else [TextColumn("{task.completed:,} ops"), TimeElapsedColumn()])
+    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), *counted, console=console,
                   disable=quiet or not console.is_terminal, transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda n: bar.advance(task, n)

@@ -21,8 +21,11 @@ from sim.scenario.workloads import WorkloadSpec
 from sim.engine.tables import RunResult, workload_tables
 
 
-def total_operations(scenario: Scenario) -> int:
-    """Work requests the scenario will simulate (for progress bars)."""
+def total_operations(scenario: Scenario) -> int | None:
+    """Work requests the scenario will simulate (for progress bars); None when a workload runs for a duration,
+    whose count only the run tells."""
+    if any(w.duration is not None for w in scenario.workload):
+        return None
     return sum(len(w.size_list()) * w.iterations * w.streams() for w in scenario.workload)
 
 
@@ -112,13 +115,13 @@ def _run_events(scenario: Scenario, seed: int, progress: Progress | None, trace:
             frame, row = workload_tables(work, size, records, variant)
             table.append(frame)
             summaries.append(row)
-            told.rest(work.iterations * work.streams())
+            told.rest(len(records.status))
     return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries)
 
 
 class _Told:
     """What a progress display was told of one (workload, size): the completions its send CQs received, as the
-    run goes, and at the end the rest of the operations it was counted for."""
+    run goes, and at the end the rest of the operations it recorded."""
 
     def __init__(self, progress: Progress | None, cqs: list) -> None:
         self.progress, self.cqs, self.told = progress, list({id(cq): cq for cq in cqs}.values()), 0
