@@ -27,6 +27,7 @@ from models.nic.translation import Fault
 from models.nic.wqe import WcStatus
 from sim.core.units import format_size, format_time
 from sim.fast import NEVER, Finished
+from sim.fast_faults import Access, FaultScan, faults_followed
 from sim.scenario.schema import Scenario
 
 
@@ -129,13 +130,23 @@ def describe(items: list[Item]) -> str:
     return ", ".join(f"buffer '{name}'" if kind == "buffer" else f"QP {name}" for kind, name in items)
 
 
-class Watch:
-    """The testbed's clock following solved runs, with the moves found so far by buffer name."""
+FAULTED = "fault"
+"""The kind of :data:`Item` that :meth:`Watch.follow` returns after making a page fault (:mod:`sim.fast_faults`)."""
 
-    def __init__(self, bed, scenario: Scenario) -> None:
+
+class Watch:
+    """The testbed's clock following solved runs, with the moves (and page faults) found so far by buffer name;
+    ``streams``: the run's streams, whose own ODP accesses it follows (:class:`~sim.fast_faults.FaultScan`)."""
+
+    def __init__(self, bed, scenario: Scenario, streams=()) -> None:
         self.bed, self.scenario = bed, scenario
         self.base = exposed(bed, scenario)
         self.moves: dict[str, list[Move]] = {}
+        self.faults = FaultScan(streams, self.holds)
+
+    def holds(self, name: str) -> list[tuple[int, int]]:
+        """The intervals in which accesses of buffer ``name`` wait for a re-map or a fault handler (ps)."""
+        return [(m.zapped_ps, m.ready_ps) for m in self.moves.get(name, ()) if m.ready_ps is not None]
 
     def changed(self) -> list[Item]:
         """What differs from the last accepted state."""
@@ -156,13 +167,36 @@ class Watch:
 
     def follow(self, solved: Solved) -> list[Item]:
         """Solve on, stepping the events due before what is still to solve; stop at the first event that changed
-        what the data path sees and return what it changed (empty: the solve is complete)."""
+        what the data path sees and return what it changed, or at the first page fault of a stream's own
+        accesses, made on the testbed (``[(FAULTED, buffer)]``); empty: the solve is complete.
+
+        :raises Unfollowed: a page fault the vectorized core does not follow.
+        """
+        scan = self.faults
+        scan.restart()
         while solved.extend():
+            scan.scan(*solved.last, self.bed.env.now)
+            if scan.found is not None and scan.found.at_ps < solved.horizon:
+                return self._fault(scan.found)
             if solved.horizon < NEVER:
                 changed = self.advance(solved.horizon, inclusive=False)
                 if changed:
                     return changed
-        return []
+        return [] if scan.found is None else self._fault(scan.found)
+
+    def _fault(self, access: Access) -> list[Item]:
+        """Step the events up to ``access`` (they come first at its time); unless one changed what the data path
+        sees, make the access on the testbed and hold the buffer's accesses until its fault is handled."""
+        changed = self.advance(access.at_ps)
+        if changed:
+            return changed
+        self.clock(access.at_ps)
+        ready = self.faults.make(access)
+        mr = self.bed.registrations[access.buffer].mr
+        self.moves.setdefault(access.buffer, []).append(
+            Move(access.at_ps, memory_target(mr, access.at_ps), access.at_ps, ready))
+        self.base = exposed(self.bed, self.scenario)
+        return [(FAULTED, access.buffer)]
 
     def clock(self, at_ps: int) -> None:
         """Move the clock to ``at_ps`` (no event is due before it)."""
@@ -175,8 +209,12 @@ class Watch:
         """Accept ``changed`` as a :class:`Move` of a source buffer (making its re-fault on the testbed);
         return why not otherwise."""
         env = self.bed.env
+        if changed[0][0] == FAULTED:
+            return None
         name = changed[0][1] if len(changed) == 1 and changed[0][0] == "buffer" else None
         backing = self.bed.registrations[name].mr.backing if name else None
+        if name and faults_followed(self.bed.registrations[name].mr):
+            return self._invalidated(name)
         if not isinstance(backing, DmabufBacking) or backing.mode != "dmabuf" or backing.translation_valid \
                 or backing.umem.revoked or backing.zapped_at_ps <= env.now:
             return f"scenario events changed {describe(changed)} at {env.now / 1e6:.3f} us"
@@ -202,6 +240,16 @@ class Watch:
             ready = answer.ready_ps
         target = memory_target(self.bed.registrations[name].mr, zapped)
         self.moves.setdefault(name, []).append(Move(zapped, target, at, ready))
+        self.base = exposed(self.bed, self.scenario)
+        return None
+
+    def _invalidated(self, name: str) -> str | None:
+        """An event zapped pages of ODP buffer ``name``: the accesses after it are scanned again (the next that
+        finds a page missing faults), unless a fault of the buffer was being handled then (the event engine asks
+        the held access again when it is done, and it faults once more)."""
+        now = self.bed.env.now
+        if any(start <= now < end for start, end in self.holds(name)):
+            return f"buffer '{name}' was invalidated at {format_time(now)} while one of its page faults was handled"
         self.base = exposed(self.bed, self.scenario)
         return None
 

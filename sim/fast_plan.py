@@ -18,21 +18,21 @@ is re-mapped), and whose window is the workload's posting rule:
   checks from the solved receive completions (:class:`_ReceivesAhead`); where they might run short (RNR NAKs) the
   event engine runs it. ``send_lat`` waits on receive completions that only the event engine sees.
 
-Tables and summaries come from the event engine's own code (:mod:`sim.engine.tables`). Without scenario events
-nothing can move, so the solved pieces go straight to the run's operation table and summaries
-(:class:`sim.engine.tables.StreamedSummaries`) and memory stays bounded whatever the iterations; with events, or with
-several QPs per workload (whose rows follow each other QP by QP), the solve is kept whole, as a move re-solves
-from the posts of the one before. A workload's QPs (``qps``, ``bidirectional``, ``pairs``) are parallel streams
-of one round per size (:attr:`sim.fast.Group.parallel`), started as :func:`sim.engine.run._process` starts them. The
-domain is what the steps say: a check where the model decides something from the run's history (page faults of
-ODP, translation caches, data mode's bytes, frames a link outage loses; :attr:`sim.core.steps.Check.decides`)
-makes the solver refuse the steps (:class:`sim.fast.Unsolvable`), and so does a work request that would fail
-(:func:`_refused`: a buffer without the access its operations need sends the run to the event engine, which
-completes them in error). What :func:`sim.fast_domain.outside_domain` lists is not in the steps: tracing, and
+Tables and summaries come from the event engine's own code (:mod:`sim.engine.tables`). Without scenario events or
+ODP sources nothing can move or fault, so the solved pieces go straight to the run's operation table and summaries
+(:class:`sim.engine.tables.StreamedSummaries`) and memory stays bounded whatever the iterations; otherwise, or with
+several QPs per workload (whose rows follow each other QP by QP), the solve is kept whole, as a move or a fault
+re-solves from the posts of the one before. A workload's QPs (``qps``, ``bidirectional``, ``pairs``) are parallel
+streams of one round per size (:attr:`sim.fast.Group.parallel`), started as :func:`sim.engine.run._process` starts
+them. The domain is what the steps say: a check where the model decides something from the run's history
+(translation caches, data mode's bytes, frames a link outage loses, a responder's page faults;
+:attr:`sim.core.steps.Check.decides`) makes the solver refuse the steps (:class:`sim.fast.Unsolvable`), and so does
+a work request that would fail (:func:`_refused`: a buffer without the access its operations need sends the run to
+the event engine, which completes them in error). The page faults of a stream's own ODP accesses are followed
+(:mod:`sim.fast_faults`). What :func:`sim.fast_domain.outside_domain` lists is not in the steps: tracing, and
 posting rules a fixed window does not follow; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches
 make every work request wait on the previous one's payload on the PCIe link (exact but solved a round at a time),
-and a ``send_bw`` over several QPs (exact but slower than the event engine,
-:func:`sim.fast_domain.slow_for_fast`).
+and a ``send_bw`` over several QPs (exact but slower than the event engine, :func:`sim.fast_domain.slow_for_fast`).
 
 Scenario events run on the testbed's own clock, following the solve (:mod:`sim.fast_events`): link flaps
 are stall intervals of the ports, known in advance; an event that leaves the workloads' MRs and QPs alone
@@ -64,6 +64,7 @@ from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
 from sim.fast_events import Move, Solved, Watch
+from sim.fast_faults import Unfollowed, faults_followed
 from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
@@ -156,12 +157,14 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     if reason:
         return decline(reason)
     bed, started, event_log = setup_run(scenario, seed, trace)
-    ends, watch = streams(scenario, bed), Watch(bed, scenario)
+    ends = streams(scenario, bed)
+    watch = Watch(bed, scenario, ends)
     reason = _refused(ends)
     if reason:
         return decline(reason)
     alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
-    table, sink = OperationTable(), StreamedSummaries(variant) if alone and not scenario.events else None
+    once = not scenario.events and not watch.faults.sources  # nothing makes the run be solved again
+    table, sink = OperationTable(), StreamedSummaries(variant) if alone and once else None
     solved, reached = None, {}
     try:
         for _ in range(MAX_MOVES + 1):
@@ -186,7 +189,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             if reason:
                 break
         else:
-            reason = f"the workloads' buffers moved more than {MAX_MOVES} times"
+            reason = f"the workloads' buffers moved or took page faults more than {MAX_MOVES} times"
     except Unsolvable as exc:
         where = ""
         if exc.group is not None:
@@ -196,6 +199,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     except _Crawling as exc:
         return decline(f"the vectorized core keeps only about {exc} operations per block here (rounds interact "
                        "through a shared link): the event engine is faster")
+    except Unfollowed as exc:
+        return decline(f"{exc}: the event engine simulates that")
     except _ReceivesShort as exc:
         return decline(f"send_bw's receives ({exc}) may not be posted ahead of every SEND, so RNR NAKs may occur")
     if reason:
@@ -419,6 +424,11 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
     qp, peer = data_path_qp(src.qp, dst.qp), dst.qp
     holds = tuple((m.zapped_ps, m.ready_ps) for m in moves if m.ready_ps is not None)
 
+    def followed(check: Check) -> bool:
+        """Whether the page faults ``check`` decides are the stream's own ODP faults, which the watch follows."""
+        backing = src.mr.backing
+        return faults_followed(src.mr) and check.decides == backing.decides
+
     def indexed(steps, local: str | None = None) -> tuple:
         out = []
         for step in steps:
@@ -429,7 +439,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
                 step = replace(step, server=servers[id(step.server)],
                                label=TRANSMIT if step.turn == TRANSMIT and step.label is None else step.label)
             elif isinstance(step, Check) and step.name == local:
-                step = replace(step, holds=holds, label="local")
+                step = replace(step, holds=holds, label="local", decides=None if followed(step) else step.decides)
             elif isinstance(step, Fork):
                 step = Fork(indexed(step.steps))
             out.append(step)
@@ -469,7 +479,10 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
 def _segments(target: str | None, moves: list[Move], posts: np.ndarray, ops: int):
     """``(lo, hi, target)`` runs of operations by where their source is when they are posted (``posts``: those
     solved so far, the rest posted after every move)."""
-    cuts = [(0, target)] + [(int(np.searchsorted(posts, m.zapped_ps)), m.target) for m in moves]
+    cuts = [(0, target)]
+    for move in moves:
+        if move.target != cuts[-1][1]:  # (a fault, or a move that leaves it where it was, changes no route)
+            cuts.append((int(np.searchsorted(posts, move.zapped_ps)), move.target))
     cuts.append((ops, None))
     for (lo, where), (hi, _) in zip(cuts, cuts[1:]):
         if hi > lo:

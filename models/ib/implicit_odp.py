@@ -93,17 +93,27 @@ class ImplicitOdpBacking(MrBacking):
     def _child(self, idx: int) -> OdpBacking:
         return OdpBacking(idx << MLX5_IMR_MTT_SHIFT, MLX5_IMR_MTT_SIZE, self.page_size, self.params, self.host)
 
-    def translate(self, now_ps: int, offset: int, length: int):
-        pieces = list(self._pieces(offset, length))
+    def lookup(self, now_ps: int, offset: int, length: int):
+        """The children's tables alone, as :meth:`OdpBacking.lookup` answers: None, a :class:`Fault` that only waits
+        for a handler already running, or False (a child or a page is missing)."""
         hits = [self.children[idx].lookup(now_ps, off, n) if idx in self.children else False
-                for idx, off, n in pieces]
-        if False not in hits:
-            waits = [hit.ready_ps for hit in hits if hit is not None]
-            return Fault(max(waits), 0) if waits else None
+                for idx, off, n in self._pieces(offset, length)]
+        if False in hits:
+            return False
+        waits = [hit.ready_ps for hit in hits if hit is not None]
+        return Fault(max(waits), 0) if waits else None
+
+    def translate(self, now_ps: int, offset: int, length: int):
+        hit = self.lookup(now_ps, offset, length)
+        if hit is not False:
+            return hit
         if not self.host.is_mapped(offset, length):
             return WcStatus.LOC_PROT_ERR
         self.faults += 1
-        return self._fault_in(now_ps, pieces, self.params.fault_granularity)
+        return self._fault_in(now_ps, list(self._pieces(offset, length)), self.params.fault_granularity)
+
+    def epoch(self) -> tuple:
+        return (self.invalidations,)
 
     def _fault_in(self, now_ps: int, pieces: list[tuple[int, int, int]], grain: int) -> Fault:
         """``pagefault_implicit_mr``: create the missing children, fault their pages in, update the parent's

@@ -109,6 +109,9 @@ class OdpBacking(MrBacking):
         self.settle(span, start_ps + cost)
         return cost
 
+    def epoch(self) -> tuple:
+        return (self.invalidations,)
+
     def invalidate(self, offset: int, length: int) -> int:
         """The kernel moved (or unmapped) these pages: zap them; return the notifier's cost (ps)."""
         span = self._pages(offset, length)

@@ -330,14 +330,15 @@ def test_domain_reasons():
 
 
 def _odp() -> dict:
+    """A responder's ODP buffer: its faults answer RNR NAKs (a stream's own are followed, test_odp_differential)."""
     data = scenario_dict()
-    data["buffers"][0]["register"] = "odp"
+    data["buffers"][1]["register"] = "odp"
     return data
 
 
 @pytest.mark.parametrize("data, check, says", [
     (scenario_dict(data=True), "source", "data mode moves the bytes"),
-    (_odp(), "source", "ODP maps a page when the NIC first touches it"),
+    (_odp(), "responder", "ODP maps a page when the NIC first touches it"),
     (scenario_dict(nodes=[{"name": "a", "iommu": "vtd"}, {"name": "b"}]), "source", "IOMMU's IO-TLB of node a"),
     (scenario_dict(nodes=[{"name": "a"}, {"name": "b", "nic": {"translation_cache": True}}]), "responder",
      "translation cache (MTT) of node b"),
