@@ -8,7 +8,8 @@ event engine's (same recurrences, the same ordering rule, integer picoseconds); 
 * :mod:`sim.fast.steps` — servers and groups of operations walking :mod:`sim.core.steps` lists;
 * :mod:`sim.fast.merge` — claims of several positions on one server in the ordering rule's order;
 * :mod:`sim.fast.spacing` — claims proven from the pipeline's shape never to wait for their server;
-* :func:`solve` — whole streams, block by block, exact.
+* :func:`solve` — whole streams, block by block, exact;
+* :mod:`sim.fast.speedups` — its accelerations, each switchable (none changes an answer).
 
 >>> from sim.core.steps import Claim, Rebase
 >>> servers = [Server("link")]
@@ -21,6 +22,8 @@ from sim.fast.block import NEVER
 from sim.fast.draws import UniformSeries
 from sim.fast.server import cut_through, pool
 from sim.fast.solver import Finished, Unsolvable, solve
+from sim.fast.speedups import ALL, NONE, Speedups
 from sim.fast.steps import Group, Server
 
-__all__ = ["NEVER", "Finished", "Group", "Server", "UniformSeries", "Unsolvable", "cut_through", "pool", "solve"]
+__all__ = ["ALL", "NEVER", "NONE", "Finished", "Group", "Server", "Speedups", "UniformSeries", "Unsolvable",
+           "cut_through", "pool", "solve"]

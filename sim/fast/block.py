@@ -65,7 +65,8 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     kept = _kept(slices, outs, horizon, everything=disagree == NEVER and alone)
     _carry_over(problem, slices, outs, kept, run, carry, future)
     for piece, out, n in zip(slices, outs, kept):
-        if n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n:
+        saturated = n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n
+        if problem.speedups.pace and saturated:
             at = [0, n - 1]
             end = out.head[at] - _tail(problem, piece, at) if problem.tail_draws[piece.group] is not None \
                 else out.done[at]

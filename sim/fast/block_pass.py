@@ -16,6 +16,7 @@ import numpy as np
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Wake
 from sim.fast.merge import Claims, Joined, key_order, per_claim
 from sim.fast.server import pool, ramp, running_max, serve
+from sim.fast.speedups import NoHints
 
 NO_RELEASE = -1
 """Gate input of an operation that needs no earlier release (times are never negative)."""
@@ -158,7 +159,7 @@ class Pass:
                  previous: dict[int, Record], idle: bool = False) -> None:
         self.problem, self.slices, self.carry, self.shared = problem, slices, carry, shared
         self.previous, self.idle = previous, idle
-        self.hints: dict = problem.queued
+        self.hints: dict = problem.queued if problem.speedups.hints else NoHints()
         self.current: dict[int, Record] = {}
         self.used: dict[int, Record | None] = {}
         """Records of later positions taken from the guesses (None: there was none)."""
@@ -323,7 +324,8 @@ class Pass:
                     parts.append(other)
         n = len(rec.wake)
         before = self.merged.get(server)
-        if before is not None and _same_parts(before[0].parts, parts, rec):
+        reuse = self.problem.speedups.merge_reuse and before is not None
+        if reuse and _same_parts(before[0].parts, parts, rec):
             claims, order = before
         else:
             claims = Joined(parts)

@@ -37,6 +37,7 @@ from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, waits,
 from sim.core.units import format_time
 from sim.fast.block import NEVER, solve_block
 from sim.fast.spacing import never_queue
+from sim.fast.speedups import ALL, Speedups
 from sim.fast.steps import Group, Server, after_draws, claim_wpos, tail_draws
 from sim.fast.block_pass import Carry, Pace, SliceOut
 
@@ -78,8 +79,8 @@ class Unsolvable(ValueError):
 class Problem:
     """Groups and servers with every pipeline position numbered (see :func:`solve`)."""
 
-    def __init__(self, servers: Sequence[Server], groups: Sequence[Group]) -> None:
-        self.servers, self.groups = list(servers), list(groups)
+    def __init__(self, servers: Sequence[Server], groups: Sequence[Group], speedups: Speedups = ALL) -> None:
+        self.servers, self.groups, self.speedups = list(servers), list(groups), speedups
         walks = [walk_order(g.steps) for g in self.groups]
         self.claim_steps = [[k for k, s in enumerate(w) if isinstance(s, Claim)] for w in walks]
         """Per group: the walk-order index of each claim (a pipeline position is group base + index)."""
@@ -97,7 +98,7 @@ class Problem:
             for k in ks:
                 positions.setdefault(self.step_server[g][k], set()).add((g, k))
         self.calm = [never_queue(g.steps, lambda i: len(positions[i]) == 1 and self.servers[i].count == 1
-                                 and not self.servers[i].stalls) for g in self.groups]
+                                 and not self.servers[i].stalls) if speedups.calm else set() for g in self.groups]
         """Per group: walk-order indices of the claims that never queue, save perhaps the first of a block."""
         self.in_order = {i for i, p in positions.items() if len(p) == 1 and self.servers[i].count == 1
                          and not any(self.varied[g][k] for g, k in p)}
@@ -165,9 +166,10 @@ class Problem:
 
 
 def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0, block: int = 16384,
-          max_passes: int = 8) -> Iterator[Finished]:
+          max_passes: int = 8, speedups: Speedups = ALL) -> Iterator[Finished]:
     """Solve every operation of ``groups`` (run one round after the other from ``start_ps``, the parallel
-    streams of a round together) through ``servers``.
+    streams of a round together) through ``servers``, with the accelerations ``speedups`` names (none changes an
+    answer).
 
     Yields :class:`Finished` pieces, each group's in operation order; memory stays proportional to ``block``
     per stream.
@@ -175,7 +177,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     :raises Unsolvable: also where operations of parallel streams are posted at one picosecond after their
         round's start (the event engine numbers them in the order their completions' deliveries were made).
     """
-    problem = Problem(servers, groups)
+    problem = Problem(servers, groups, speedups)
     carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
     history: dict[int, _History] = {}
     start = dict.fromkeys(problem.rounds[0], int(start_ps))  # per group: its round's start (ps)

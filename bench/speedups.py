@@ -1,0 +1,81 @@
+"""Benchmark of the vectorized core's accelerations, one command: ``python bench/speedups.py``.
+
+Solves the pipelines of a few scenario shapes (each built on its own testbed, as ``rdmasim run`` builds them) with
+every acceleration (:data:`sim.fast.ALL`), with each switched off alone, and with none (:data:`sim.fast.NONE`, the
+exact solver alone), checks that every setting gives the same times, and prints the solve's wall time per setting
+and its ratio to the time with all of them: what each acceleration buys. Each figure is the best of ``--repeats``
+solves after one unmeasured solve of the shape (these machines are shared and noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import fields, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim.engine.harness import setup_run  # noqa: E402
+from sim.fast import ALL, NONE, Speedups, solve  # noqa: E402
+from sim.fast_plan import pipelines, streams  # noqa: E402
+from sim.scenario.schema import Scenario  # noqa: E402
+
+NODES = [{"name": "a", "nic": {"preset": "connectx7"}}, {"name": "b", "nic": {"preset": "connectx7"}}]
+BUFFERS = [{"name": "src", "on": "a.host", "size": "64MiB"}, {"name": "dst", "on": "b.host", "size": "64MiB"}]
+SHAPES = {
+    "write_bw 4KiB, one QP": {"kind": "write_bw", "sizes": ["4KiB"], "iterations": 200_000},
+    "read_bw 64KiB (read tags, slots)": {"kind": "read_bw", "sizes": ["64KiB"], "iterations": 50_000},
+    "write_bw 4KiB, 4 QPs (shared servers)": {"kind": "write_bw", "sizes": ["4KiB"], "iterations": 20_000, "qps": 4},
+    "write_lat 2B..64KiB": {"kind": "write_lat", "sizes": {"from": "2B", "to": "64KiB"}, "iterations": 5_000},
+}
+"""The workloads solved, between two ConnectX-7 hosts on a 400 Gb/s fabric."""
+
+
+def solved(work: dict, speedups: Speedups) -> tuple[float, list]:
+    """Wall time of one solve of ``work``'s pipelines with ``speedups`` (s), and its posts and completions."""
+    scenario = Scenario.model_validate({"schema": 1, "name": "bench", "seed": 1, "nodes": NODES, "buffers": BUFFERS,
+                                        "fabric": {"rate": "400Gb/s", "latency": "300ns"},
+                                        "workload": [{"from": "src", "to": "dst", **work}]})
+    bed, started, _ = setup_run(scenario, 1, False)
+    pipes = pipelines(streams(scenario, bed))
+    clock = time.perf_counter()
+    times = [(p.group, p.post, p.done) for p in solve(pipes.servers, pipes.groups, started, speedups=speedups)]
+    return time.perf_counter() - clock, times
+
+
+def same(a: list, b: list) -> bool:
+    """Whether two solves give every operation the same post and completion."""
+    def joined(pieces):
+        out: dict = {}
+        for group, post, done in pieces:
+            out.setdefault(group, ([], []))[0].extend(post.tolist())
+            out[group][1].extend(done.tolist())
+        return out
+    return joined(a) == joined(b)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="solves per figure (the best is shown)")
+    args = parser.parse_args()
+    settings = {"all": ALL, **{f"without {f.name}": replace(ALL, **{f.name: False}) for f in fields(Speedups)},
+                "none": NONE}
+    print(f"{'pipeline':<40} {'setting':<22} {'solve s':>8} {'x all':>7}")
+    for name, work in SHAPES.items():
+        solved(work, ALL)  # warm-up: the first solve of a shape pays for what later ones find ready
+        reference = None
+        for label, speedups in settings.items():
+            runs = [solved(work, speedups) for _ in range(args.repeats)]
+            wall, times = min(r[0] for r in runs), runs[0][1]
+            if reference is None:
+                reference = (wall, times)
+            elif not same(times, reference[1]):
+                raise SystemExit(f"{name}: '{label}' gives other times than every acceleration: a defect")
+            print(f"{name:<40} {label:<22} {wall:8.3f} {wall / reference[0]:7.2f}")
+
+
+if __name__ == "__main__":
+    main()

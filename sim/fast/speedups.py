@@ -1,0 +1,41 @@
+"""The vectorized core's accelerations, each switchable by one flag.
+
+None of them changes an answer: the solver's passes reach the one consistent solution whatever their first
+guesses and however each server's jobs are found (tests/sim/fast/test_speedups.py holds every setting to the
+same times). Each saves work: ``python bench/speedups.py`` shows how much.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Speedups:
+    """Which accelerations :func:`sim.fast.solve` uses (all by default)."""
+
+    pace: bool = True
+    """A group that queued throughout its last block takes its first guesses from that block's pace, without a
+    pass over free servers (:func:`sim.fast.block._paced`)."""
+    calm: bool = True
+    """Claims proven never to wait for their server (:func:`sim.fast.spacing.never_queue`) start when their head
+    arrives, with no server solve."""
+    hints: bool = True
+    """A server's solve starts from whether the same position queued last time (a probe for a queue, or
+    pass-through first; :func:`sim.fast.server.serve`)."""
+    merge_reuse: bool = True
+    """A shared server's merged service order is reused when a later position of the pass serves the same claims
+    (:meth:`sim.fast.block_pass.Pass._merge`)."""
+
+
+ALL = Speedups()
+"""Every acceleration: the default."""
+NONE = Speedups(pace=False, calm=False, hints=False, merge_reuse=False)
+"""The exact solver alone."""
+
+
+class NoHints(dict):
+    """The hints of a solve with ``hints`` off: none is kept, so every server solve starts without one."""
+
+    def __setitem__(self, key, value) -> None:
+        pass
