@@ -17,11 +17,10 @@ from typing import NamedTuple
 from models.fabric import AETH, ATOMIC_ACK_ETH, ATOMIC_ETH, RETH, Fabric
 from models.nic.nic import Nic
 from models.nic.receive import receive_mr
-from models.nic.stages import (delay, dma_read, dma_write, memory_target, node_dma_read, node_dma_write, rx_engine,
-                               stage_steps, wire)
+from models.nic.stages import (dma_read, dma_write, labelled, memory_target, node_dma_read, node_dma_write,
+                               rx_engine, wire)
 from models.nic.transport import acknowledged, carries, packet_headers
 from models.nic.wqe import ATOMIC_BYTES, SEND_FENCE, SEND_SIGNALED, Opcode, SendWR, Sge
-from models.pcie.stage import Stage
 from sim.core.interpreter import Turns, compile_steps
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wake
 
@@ -114,20 +113,20 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     pieces = shape.gather or ((n, local),)
     process = nic.params.tx_process_ps
     blueflame = nic.params.blueflame and not shape.fetched
-    engine = Stage(nic.tx_engine(qp.qp_num), process, process, process, 0, blueflame)
+    engine = Claim(nic.tx_engine(qp.qp_num), process, process, process, 0, blueflame)
     to_engine = ([] if blueflame else dma_read(node.pcie, nic.params.wqe_bytes)) + [engine]
-    ack = [delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num)]
+    ack = [Delay(pnic.params.tx_latency_ps), *wire(pnic, nic, fabric, 0, AETH), rx_engine(nic, qp.qp_num)]
     cqe = dma_write(node.pcie, nic.params.cqe_bytes)
-    reply = stage_steps([*ack, *cqe])
+    reply = [*ack, *cqe]
     # A request that consumes a receive is checked when it arrives, on simpy's clock: a receive posted by then
     # is found.
     responder = Check("responder", 0 if remote_backing or opcode.consumes_receive else None, decides=remote_decides)
     slots = rd_atomic_slots(qp)
     fence = [Gate(slots, READ_SLOT)] * slots if shape.fence else []
-    steps: list[Step] = [Delay(nic.params.doorbell_ps), *stage_steps(to_engine), Rebase(False), *fence]
+    steps: list[Step] = [Delay(nic.params.doorbell_ps), *to_engine, Rebase(False), *fence]
     if not opcode.reads_remote:
         source = [] if inline else [s for length, target in pieces for s in node_dma_read(node, target, length)]
-        forward = source + [delay(nic.params.tx_latency_ps),
+        forward = source + [Delay(nic.params.tx_latency_ps),
                             *wire(nic, pnic, fabric, n, request_headers(opcode), qp.path_mtu_bytes,
                                   packet_headers(qp.qp_type)),
                             rx_engine(pnic, qp.remote.qp_num)]
@@ -135,44 +134,44 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
         if source and (local_backing or every):
             # The NIC translates the source when it issues the payload's first read request, once it has a read
             # tag and the earlier WQEs' requests are on the link.
-            split = 1 + (forward[0][0] is node.pcie.tags) if local_backing else 0
-            steps += [*stage_steps(forward[:split]), Check("source", forward[split - 1].head_ps if split else None,
-                                                           decides=local_decides),
-                      *([Rebase(False)] if split else []), *stage_steps(forward[split:])]
+            split = 1 + (isinstance(forward[0], Claim) and forward[0].server is node.pcie.tags) if local_backing else 0
+            steps += [*forward[:split], Check("source", forward[split - 1].head_ps if split else None,
+                                              decides=local_decides),
+                      *([Rebase(False)] if split else []), *forward[split:]]
         else:
-            steps += stage_steps(forward)
-        delivery = [responder, *receive_wqe_fetch(qp, opcode), *stage_steps(node_dma_write(peer, remote_target, n)),
+            steps += forward
+        delivery = [responder, *receive_wqe_fetch(qp, opcode), *node_dma_write(peer, remote_target, n),
                     *receive_completion(peer, opcode), Mark("landed")]
         if acknowledged(qp.qp_type):
             # The responder acknowledges once the last TLP is on its PCIe link: a full receive path backs up into
             # the fabric, so the requester's completions are paced by the slowest resource.
             steps += [*delivery, Rebase(True, -peer.pcie.params.write_latency_ps),
-                      *(reply if shape.signaled else stage_steps(ack)), *COMPLETION]
+                      *(reply if shape.signaled else ack), *COMPLETION]
         else:
             steps = _unacknowledged(steps, delivery, cqe if shape.signaled else [], fabric.params.latency_ps)
         landed_back = 0
     else:
         atomic = opcode.is_atomic
-        forward = [delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, ATOMIC_ETH if atomic else RETH),
+        forward = [Delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, ATOMIC_ETH if atomic else RETH),
                    rx_engine(pnic, qp.remote.qp_num)]
         landing, landed_back = _landing(node, pieces, nic.params.cqe_bytes if shape.signaled else 0)
         if atomic:
-            unit = Stage(pnic.atomic_unit, pnic.params.atomic_ps, pnic.params.atomic_ps, 0, 0, False)
-            response = [*node_dma_read(peer, remote_target, n), unit, delay(pnic.params.tx_latency_ps),
+            unit = Claim(pnic.atomic_unit, pnic.params.atomic_ps, pnic.params.atomic_ps)
+            response = [*node_dma_read(peer, remote_target, n), unit, Delay(pnic.params.tx_latency_ps),
                         *wire(pnic, nic, fabric, 0, AETH + ATOMIC_ACK_ETH), rx_engine(nic, qp.qp_num)]
         else:
-            response = [*node_dma_read(peer, remote_target, n), delay(pnic.params.tx_latency_ps),
+            response = [*node_dma_read(peer, remote_target, n), Delay(pnic.params.tx_latency_ps),
                         *wire(pnic, nic, fabric, n, AETH, qp.remote.path_mtu_bytes), rx_engine(nic, qp.qp_num)]
         # The send engine stalls the QP at its READ/atomic slots; a slot is free again once the response's last
         # write reaches the requester's PCIe link.
-        steps += [*([] if shape.fence else [Gate(slots, READ_SLOT)]), Check("requester"), *stage_steps(forward),
-                  responder, *stage_steps(response),
+        steps += [*([] if shape.fence else [Gate(slots, READ_SLOT)]), Check("requester"), *forward,
+                  responder, *response,
                   *([Check("response", 0 if local_backing else None, decides=local_decides)]
                     if local_backing or every else []),
-                  *stage_steps(landing[:-1]), *stage_steps(landing[-1:], READ_SLOT), Mark("landed"), *COMPLETION]
+                  *labelled(landing, READ_SLOT), Mark("landed"), *COMPLETION]
     steps = on_the_wire(in_send_order(steps, nic, qp.qp_num), nic, pnic, lossy)
     after = _after_checks(steps)
-    forward = on_the_wire(in_send_order(stage_steps(forward), nic, qp.qp_num), nic, pnic, lossy)
+    forward = on_the_wire(in_send_order(forward, nic, qp.qp_num), nic, pnic, lossy)
     reply = on_the_wire(reply, nic, pnic, lossy)
     result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after, forward,
                                   tuple(reply), compile_steps((*reply[-1:], *COMPLETION)),
@@ -180,12 +179,12 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     return result
 
 
-def _unacknowledged(steps: list[Step], delivery: list[Step], cqe: list[Stage], wire_latency_ps: int) -> list[Step]:
+def _unacknowledged(steps: list[Step], delivery: list[Step], cqe: list[Claim], wire_latency_ps: int) -> list[Step]:
     """A UC or UD request's steps: ``steps`` end with the message's claims of the responder's receive port and
     engine; they and the ``delivery`` at the responder go on as a side chain, while the requester writes its
     ``cqe`` (none when unsignaled) as soon as the transmit port has sent the last byte, nothing coming back."""
     arrival = steps[-2:]
-    return [*steps[:-2], Fork((*arrival, *delivery)), Rebase(True, -wire_latency_ps), *stage_steps(cqe), *COMPLETION]
+    return [*steps[:-2], Fork((*arrival, *delivery)), Rebase(True, -wire_latency_ps), *cqe, *COMPLETION]
 
 
 def _after_checks(steps: tuple[Step, ...]) -> dict[str, tuple[Step, ...]]:
@@ -245,7 +244,7 @@ def on_the_wire(steps, nic: Nic, pnic: Nic, lossy: bool) -> tuple[Step, ...]:
     return tuple(out)
 
 
-def _landing(node, pieces: tuple[tuple[int, str | None], ...], cqe_bytes: int) -> tuple[list[Stage], int]:
+def _landing(node, pieces: tuple[tuple[int, str | None], ...], cqe_bytes: int) -> tuple[list[Step], int]:
     """How a READ or atomic response lands at the requester ``node``: its pieces (length, target) then a CQE of
     ``cqe_bytes`` (0: unsignaled, none); and how long before the end of those stages the payload is in memory."""
     link = node.pcie
@@ -292,7 +291,7 @@ def receive_wqe_fetch(qp, opcode: Opcode) -> list[Step]:
     if not opcode.consumes_receive:
         return []
     peer = qp.remote.node
-    return [Fork((Rebase(False), *stage_steps(dma_read(peer.pcie, qp.remote.receives.wqe_bytes))))]
+    return [Fork((Rebase(False), *dma_read(peer.pcie, qp.remote.receives.wqe_bytes)))]
 
 
 def receive_completion(peer, opcode: Opcode) -> list[Step]:
@@ -301,7 +300,7 @@ def receive_completion(peer, opcode: Opcode) -> list[Step]:
     if not opcode.consumes_receive:
         return []
     cqe = dma_write(peer.pcie, peer.nic.params.cqe_bytes)
-    return [Fork((Rebase(True, -peer.pcie.params.write_latency_ps), *stage_steps(cqe), Rebase(True),
+    return [Fork((Rebase(True, -peer.pcie.params.write_latency_ps), *cqe, Rebase(True),
                   Check(RECEIVED, 0, label=RECEIVED)))]
 
 

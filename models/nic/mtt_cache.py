@@ -42,8 +42,8 @@ import numpy as np
 
 from models.pcie.iommu import LruCache
 from models.pcie.link import PcieParams
-from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_S
+from sim.core.steps import Claim
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,13 +140,13 @@ class MttCache:
         misses = int((~self.mtt.lookup((mr_key << 40) + lines)).sum())
         return MttAccess(mpt_miss, misses, 0)
 
-    def walk_stage(self, access: MttAccess, link: PcieParams) -> list[Stage]:
+    def walk_stage(self, access: MttAccess, link: PcieParams) -> list[Claim]:
         """The walker stage of a write beyond the reach (none otherwise), for a NIC on ``link``: insert it before
         the NIC's DMA write."""
         if not access.deep_pages:
             return []
         walk = deep_lookup_ps(self.params, link)
-        return [Stage(self.walker, access.deep_pages * walk, walk, 0, 0, False)]
+        return [Claim(self.walker, access.deep_pages * walk, walk)]
 
 
 def stream_Bps(params: MttParams, mr_size: int, page_size: int, *, base_Bps: float, write: bool,

@@ -3,15 +3,14 @@ steps.
 
 A message streams through each resource cut-through style: its head enters a resource when the resource
 is free, it occupies the resource for its whole service time, and it cannot leave before its tail has
-arrived and been served. A :class:`~models.pcie.stage.Stage` is ``(server, service_ps, head_ps, tail_ps,
-latency_ps, eager)``:
-``head_ps`` is the store-and-forward delay of the first unit (a packet must be received whole before the
-NIC uses it; a transmit port puts the first bit on the wire at once), ``tail_ps`` the time the last unit
-still needs after it arrives, ``latency_ps`` a pure delay after the resource. ``server`` None makes a
-pure-delay stage. A claim normally happens at the simulated time the head arrives, so each resource is an
-exact FIFO queue shared by every flow that crosses it.
+arrived and been served. Each stage is the core's :class:`~sim.core.steps.Claim` of the resource, ``(server,
+service_ps, head_ps, tail_ps, latency_ps, eager)``: ``head_ps`` is the store-and-forward delay of the first unit (a
+packet must be received whole before the NIC uses it; a transmit port puts the first bit on the wire at once),
+``tail_ps`` the time the last unit still needs after it arrives, ``latency_ps`` a pure delay after the resource; a
+pure delay between resources is a :class:`~sim.core.steps.Delay`. A claim normally happens at the simulated time
+the head arrives, so each resource is an exact FIFO queue shared by every flow that crosses it.
 
-A stage marked ``eager`` is claimed at once, without waiting for its head: allowed only where the resource
+A claim marked ``eager`` is made at once, without waiting for its head: allowed only where the resource
 has a single feeder, the previous stage, behind a fixed delay. Its arrivals then come in the feeder's
 service order (a later job starts the feeder after the earlier one finished, and finishing takes at least
 one segment), so claiming in that order is the same FIFO queue with fewer events. Eager resources are a
@@ -30,14 +29,13 @@ from collections.abc import Callable
 from models.fabric import Fabric
 from models.nic.nic import Nic
 from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
-from models.pcie.stage import Stage
 from models.pcie.topology import dma_read_stages, dma_write_stages
 from sim.core import PS_PER_S, Environment
 from sim.core.interpreter import Operation, compile_steps
 from sim.core.steps import Claim, Delay, Rebase, Step, Wake
 
 
-def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
+def dma_read(link: PcieLink, nbytes: int) -> list[Step]:
     """Device reads ``nbytes`` of host memory: read tags, MRd requests up, the round trip, CplD completions
     down, then the engine's size term (:meth:`~models.pcie.link.PcieParams.read_size_ps`)."""
     p = link.params
@@ -46,25 +44,25 @@ def dma_read(link: PcieLink, nbytes: int) -> list[Stage]:
     tags = read_tags(link, nbytes, p.read_latency_ps)
     return [
         *([tags[0]] if tags else []),
-        Stage(link.up, p.read_request_ps(nbytes), request, request, 0, False),
-        delay(p.read_latency_ps),
-        Stage(link.down, tags[1] if tags else p.read_return_ps(nbytes), completion, completion, p.read_size_ps(nbytes),
+        Claim(link.up, p.read_request_ps(nbytes), request, request),
+        Delay(p.read_latency_ps),
+        Claim(link.down, tags[1] if tags else p.read_return_ps(nbytes), completion, completion, p.read_size_ps(nbytes),
               True),
     ]
 
 
-def end_times(stages_of: Callable[[], list[Stage]], messages: int) -> list[int]:
+def end_times(stages_of: Callable[[], list[Step]], messages: int) -> list[int]:
     """When each of ``messages`` messages queued at time 0 leaves the stages ``stages_of()`` gives (each an
     operation walking them), earliest first (ps); one message: its latency alone."""
     env, done = Environment(), []
     for k in range(messages):
-        program = compile_steps((*stage_steps(stages_of()), Rebase(True), Wake()))
+        program = compile_steps((*stages_of(), Rebase(True), Wake()))
         env.step_runner.start(Operation(program, k, EndTimes(done)))
     env.run()
     return sorted(done)
 
 
-def stream_Bps(stages_of: Callable[[], list[Stage]], nbytes: int, messages: int = 300) -> float:
+def stream_Bps(stages_of: Callable[[], list[Step]], nbytes: int, messages: int = 300) -> float:
     """Steady-state rate of back-to-back messages of ``nbytes`` through the stages ``stages_of()`` gives (all
     ``messages`` queued at once), over the second half of them (bytes/s)."""
     done = end_times(stages_of, messages)
@@ -88,15 +86,15 @@ def dma_read_stream_Bps(params: PcieParams, nbytes: int, reads: int = 300) -> fl
     return stream_Bps(lambda: dma_read(link, nbytes), nbytes, reads)
 
 
-def dma_write(link: PcieLink, nbytes: int) -> list[Stage]:
+def dma_write(link: PcieLink, nbytes: int) -> list[Claim]:
     """Device writes ``nbytes`` to host memory with posted MWr TLPs, spaced by its engine's issue limit."""
     p = link.params
     tlp = p.write_ps(min(nbytes, p.mps))
-    return [*write_issue(link), Stage(link.up, p.write_ps(nbytes), tlp, tlp, p.write_latency_ps, False)]
+    return [*write_issue(link), Claim(link.up, p.write_ps(nbytes), tlp, tlp, p.write_latency_ps)]
 
 
 def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0,
-         mtu: int | None = None, per_packet: int = 0) -> list[Stage]:
+         mtu: int | None = None, per_packet: int = 0) -> list[Claim]:
     """A message from ``src``'s port through the fabric into ``dst``'s port, in packets of ``mtu`` payload bytes
     (the sending QP's path MTU; None or more than the fabric carries: the fabric's MTU), its first packet
     ``first_extra`` header bytes longer and every packet ``per_packet`` (:func:`~models.nic.transport.packet_headers`).
@@ -109,19 +107,14 @@ def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0,
         p = dataclasses.replace(p, mtu=mtu)
     total = p.serialize_ps(nbytes, first_extra, per_packet)
     first = p.first_packet_ps(nbytes, first_extra, per_packet)
-    return [Stage(src.tx_port, total, 0, 0, p.latency_ps, False),
-            Stage(dst.rx_port, total - first, first, 0, 0, fabric.point_to_point)]
+    return [Claim(src.tx_port, total, 0, 0, p.latency_ps),
+            Claim(dst.rx_port, total - first, first, 0, 0, fabric.point_to_point)]
 
 
-def rx_engine(nic: Nic, qp_num: int) -> Stage:
+def rx_engine(nic: Nic, qp_num: int) -> Claim:
     """Processing and key check by the receive engine of QP ``qp_num`` on ``nic``."""
     p = nic.params
-    return Stage(nic.rx_engine(qp_num), p.rx_process_ps, p.rx_process_ps, p.rx_process_ps, p.rx_latency_ps, True)
-
-
-def delay(ps: int) -> Stage:
-    """A pure delay."""
-    return Stage(None, 0, 0, 0, ps, False)
+    return Claim(nic.rx_engine(qp_num), p.rx_process_ps, p.rx_process_ps, p.rx_process_ps, p.rx_latency_ps, True)
 
 
 def memory_target(mr, now_ps: int) -> str | None:
@@ -133,7 +126,7 @@ def memory_target(mr, now_ps: int) -> str | None:
     return "mem0" if mr.backing is None else mr.backing.target(now_ps)
 
 
-def node_dma_read(node, target: str | None, nbytes: int) -> list[Stage]:
+def node_dma_read(node, target: str | None, nbytes: int) -> list[Step]:
     """The NIC of ``node`` reads ``nbytes`` of ``target`` (see :func:`memory_target`), along the route from
     that NIC (``node.device``)."""
     if target is None:
@@ -141,29 +134,24 @@ def node_dma_read(node, target: str | None, nbytes: int) -> list[Stage]:
     return dma_read_stages(node.topology, node.device, target, nbytes)
 
 
-def node_dma_write(node, target: str | None, nbytes: int) -> list[Stage]:
+def node_dma_write(node, target: str | None, nbytes: int) -> list[Claim]:
     """The NIC of ``node`` writes ``nbytes`` to ``target``."""
     if target is None:
         return dma_write(node.pcie, nbytes)
     return dma_write_stages(node.topology, node.device, target, nbytes)
 
 
-def stage_steps(stages: list[Stage], label: str | None = None) -> list[Step]:
-    """``stages`` as steps (the last claim labelled ``label``)."""
-    out: list[Step] = []
-    for k, (server, service, head, tail, latency, eager) in enumerate(stages):
-        if server is None:
-            out.append(Delay(latency))
-        else:
-            out.append(Claim(server, service, head, tail, latency, eager, label if k == len(stages) - 1 else None))
-    return out
+def labelled(steps: list[Step], label: str) -> list[Step]:
+    """``steps`` with their last step, a claim, labelled ``label`` (:attr:`~sim.core.steps.Claim.label`)."""
+    last = steps[-1]
+    return [*steps[:-1], dataclasses.replace(last, label=label) if isinstance(last, Claim) else last]
 
 
-def translation_stages(node, mr, addr: int, length: int, now_ps: int, *, write: bool) -> list[Stage]:
+def translation_stages(node, mr, addr: int, length: int, now_ps: int, *, write: bool) -> list[Step]:
     """What translating one access costs before its data moves: NIC MPT/MTT cache misses (DMA reads of the
     entries), the deep-MR walk of a large MR the NIC writes, and IO-TLB misses of host-memory DMA. Empty when
     the node models neither (the default)."""
-    stages: list[Stage] = []
+    stages: list[Step] = []
     mtt = node.nic.mtt
     if mtt is not None:
         access = mtt.access(mr.lkey, mr.length, mr.page_size, addr - mr.iova, length, write=write)

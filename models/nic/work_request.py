@@ -17,7 +17,7 @@ from models.nic.receive import complete_receive, landing_buffer, scatter, with_g
 from models.nic.refusal import DROPPED, NAK, NO_RECEIVE, NOT_RECEIVING, local_status, receive_refusal
 from models.nic.remote_access import remote_status
 from models.nic.retransmit import Retransmission
-from models.nic.stages import stage_steps, translation_stages
+from models.nic.stages import translation_stages
 from models.nic.translation import Fault, lookup_mr, mr_bytes, write_payload
 from models.nic.transport import PSN_MASK, Outcome, Waiting, acknowledged, after_gap_closed
 from models.nic.wqe import WC_SUCCESS, QpState, SendWR, Sge, WcStatus
@@ -282,7 +282,7 @@ class WorkRequestRun(Retransmission):
         if not extra:
             return None
         self.resume = (compile_steps(rest), tail)
-        return compile_steps((*stage_steps(extra), Check("translation_done"))), head, head
+        return compile_steps((*extra, Check("translation_done"))), head, head
 
     def _translation_done(self, now: int, head: int, tail: int):
         program, before = self.resume

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_NS, PS_PER_S
+from sim.core.steps import Claim
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +115,7 @@ class Iommu:
         hits = self.tlb.lookup(np.asarray(addrs, dtype=np.int64) // self.params.page_size)
         return np.where(hits, 0, self.params.miss_ps).astype(np.int64), hits
 
-    def stages(self, addr: int, nbytes: int) -> list[Stage]:
+    def stages(self, addr: int, nbytes: int) -> list[Claim]:
         """Translate every page of ``[addr, addr + nbytes)``; return the page-walk stage its misses need
         (none when all hit), to insert where the TLPs reach the root complex."""
         page = self.params.page_size
@@ -123,7 +123,7 @@ class Iommu:
         if not misses:
             return []
         walk = self.params.walk_ps
-        return [Stage(self.walker, misses * walk, walk, 0, self.params.miss_ps - walk, False)]
+        return [Claim(self.walker, misses * walk, walk, 0, self.params.miss_ps - walk)]
 
 
 def stream_Bps(params: IommuParams, addrs, size: int, *, base_Bps: float,

@@ -22,8 +22,8 @@ from functools import cached_property
 
 from models.pcie import closed_form as cf
 from models.pcie.closed_form import GT_PER_S
-from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_NS, transfer_ps
+from sim.core.steps import Claim
 
 MWR_HEADER_64 = MRD_HEADER_64 = cf.REQUEST_HEADER[True]
 """4DW MWr/MRd header with a 64-bit address (bytes)."""
@@ -159,19 +159,19 @@ class PcieLink:
         self.writes = FifoServer(f"{name}.write_issue")
 
 
-def write_issue(link: PcieLink) -> list[Stage]:
+def write_issue(link: PcieLink) -> list[Claim]:
     """The issue-spacing stage of a posted DMA write by the device below ``link``; empty when its engine has no
     issue limit (``dma_write_issue_ps`` 0).
 
-    The stage holds the engine for ``dma_write_issue_ps`` from the write's start, so the next write starts no
+    The claim holds the engine for ``dma_write_issue_ps`` from the write's start, so the next write starts no
     earlier; its negative delay takes the time back off head and tail, so a write that finds the engine free is
     not delayed (a spacing, not a latency).
     """
     issue = link.params.dma_write_issue_ps
-    return [Stage(link.writes, issue, issue, 0, -issue, False)] if issue else []
+    return [Claim(link.writes, issue, issue, 0, -issue)] if issue else []
 
 
-def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[Stage, int] | None:
+def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[Claim, int] | None:
     """How a DMA read of ``nbytes`` by the device below ``link`` holds its read tags, whose route has a read
     latency of ``round_trip_ps``: the tag-pool stage (see :mod:`models.nic.stages`) and the least time its
     completions take on the device's link (ps). None when tags are unlimited.
@@ -190,5 +190,5 @@ def read_tags(link: PcieLink, nbytes: int, round_trip_ps: int) -> tuple[Stage, i
     completions = p.read_return_ps(nbytes)
     service = max(hold, completions)
     first_request = p.read_request_ps(min(nbytes, p.mrrs))
-    pool = Stage(link.tags, service, service, 0, -service, False)
+    pool = Claim(link.tags, service, service, 0, -service)
     return pool, max(completions, hold - first_request - round_trip_ps)

@@ -31,6 +31,7 @@ from models.pcie.topology import (RootComplexParams, SocketLinkParams, SwitchPar
                                   connect_sockets, dma_read_stages, dma_write_stages, pci_p2pdma_distance,
                                   route)
 from sim.core import PS_PER_S
+from sim.core.steps import Claim
 
 CLASSES = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
 """Connection classes, nearest first."""
@@ -167,9 +168,10 @@ def flow_rates(g: nx.Graph, flows: list[tuple[str, str]], nbytes: int, *, read: 
     """Bytes/s of each ``(src, dst)`` DMA-write flow (``read``: device ``src`` reading ``dst``) when all run at
     once: each flow runs at the rate of its slowest stage, a stage shared by ``k`` of the flows giving each ``1/k``
     of its rate (a bottleneck estimate, not a max-min fair share)."""
-    stages = [(dma_read_stages if read else dma_write_stages)(g, src, dst, nbytes) for src, dst in flows]
+    claims = [[s for s in (dma_read_stages if read else dma_write_stages)(g, src, dst, nbytes) if isinstance(s, Claim)]
+              for src, dst in flows]
     sharing: dict[int, int] = {}
-    for flow in stages:
-        for server in {id(s[0]) for s in flow if s[0] is not None}:
+    for flow in claims:
+        for server in {id(c.server) for c in flow}:
             sharing[server] = sharing.get(server, 0) + 1
-    return [nbytes * PS_PER_S / max(s[1] * sharing.get(id(s[0]), 1) for s in flow) for flow in stages]
+    return [nbytes * PS_PER_S / max(c.service_ps * sharing[id(c.server)] for c in flow) for flow in claims]

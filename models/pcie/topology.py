@@ -26,15 +26,15 @@ Examples
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import NamedTuple
 
 import networkx as nx
 
 from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
-from models.pcie.stage import Stage
 from sim.core import FifoServer, PS_PER_NS, PS_PER_S, SimError, transfer_ps
+from sim.core.steps import Claim, Delay, Step
 
 LAYOUTS = ("switch", "root_complex", "cross_socket")
 """Preset layouts of :func:`build_topology`."""
@@ -235,8 +235,8 @@ def has_common_pci_switch(graph: nx.Graph, a: str, b: str) -> bool:
     return all(graph.nodes[n]["kind"] == "switch" for n in nx.shortest_path(graph, a, b)[1:-1])
 
 
-def _stages(hops: list[Hop], nbytes: int, pcie, factor: str, socket_bytes: int) -> list[Stage]:
-    """Cut-through stages over ``hops``. ``pcie(params, n)`` is a PCIe link's occupancy for ``n`` bytes; the
+def _stages(hops: list[Hop], nbytes: int, pcie, factor: str, socket_bytes: int) -> list[Claim]:
+    """Cut-through claims over ``hops``. ``pcie(params, n)`` is a PCIe link's occupancy for ``n`` bytes; the
     socket link carries ``socket_bytes`` at its rate (64 B head); a p2p hop serves at ``factor`` x the PCIe
     hop feeding it."""
     stages, feed = [], (0, 0)
@@ -249,24 +249,24 @@ def _stages(hops: list[Hop], nbytes: int, pcie, factor: str, socket_bytes: int) 
         else:
             f = getattr(p, factor)
             s, first = int(feed[0] / f + 0.5), int(feed[1] / f + 0.5)
-        stages.append(Stage(h.server, s, first, first, 0, False))
+        stages.append(Claim(h.server, s, first, first))
     return stages
 
 
-def dma_write_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[Stage]:
-    """Stages (:class:`~models.pcie.stage.Stage`) of a posted DMA write of ``nbytes`` from device
+def dma_write_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[Claim]:
+    """Claims (:class:`~sim.core.steps.Claim`) of a posted DMA write of ``nbytes`` from device
     ``src`` to ``dst`` (after the issue spacing of ``src``'s engine, :func:`~models.pcie.link.write_issue`);
     the flight latency rides on the last stage."""
     hops = route(graph, src, dst)
     stages = _stages(hops, nbytes, PcieParams.write_ps, "p2p_write_factor", nbytes)
     link = device_link(graph, src)
     flight = link.params.write_latency_ps + sum(h.latency_ps for h in hops)
-    stages[-1] = stages[-1]._replace(latency_ps=flight, eager=False)
+    stages[-1] = replace(stages[-1], latency_ps=flight, eager=False)
     return [*write_issue(link), *stages]
 
 
-def dma_read_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[Stage]:
-    """Stages of a DMA read of ``nbytes`` of ``dst`` by device ``src``: MRd requests along the route (not
+def dma_read_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[Step]:
+    """Steps of a DMA read of ``nbytes`` of ``dst`` by device ``src``: MRd requests along the route (not
     through the p2p forwarding, which is charged on the data), the round trip, CplD completions back.
 
     :raises PeerToPeerError: a root complex on the route does not forward P2P reads.
@@ -281,13 +281,13 @@ def dma_read_stages(graph: nx.Graph, src: str, dst: str, nbytes: int) -> list[St
                        link.params.read_request_bytes(nbytes))
     round_trip = link.params.read_latency_ps + 2 * sum(h.latency_ps for h in to)
     completions = _stages(back, nbytes, PcieParams.read_return_ps, "p2p_read_factor", nbytes)
-    completions[-1] = completions[-1]._replace(latency_ps=completions[-1].latency_ps + link.params.read_size_ps(nbytes))
+    completions[-1] = replace(completions[-1], latency_ps=completions[-1].latency_ps + link.params.read_size_ps(nbytes))
     tags = read_tags(link, nbytes, round_trip)
     if tags is None:
-        return [*requests, Stage(None, 0, 0, 0, round_trip, False), *completions]
+        return [*requests, Delay(round_trip), *completions]
     pool, last_hop_ps = tags  # a tag-limited read's completions stream no faster into the device
-    completions[-1] = completions[-1]._replace(service_ps=max(completions[-1].service_ps, last_hop_ps))
-    return [pool, *requests, Stage(None, 0, 0, 0, round_trip, False), *completions]
+    completions[-1] = replace(completions[-1], service_ps=max(completions[-1].service_ps, last_hop_ps))
+    return [pool, *requests, Delay(round_trip), *completions]
 
 
 def dma_path(graph: nx.Graph, src: str, dst: str, nbytes: int) -> DmaPath:
@@ -300,10 +300,15 @@ def dma_path(graph: nx.Graph, src: str, dst: str, nbytes: int) -> DmaPath:
     except PeerToPeerError:
         read = None
 
-    def rate(stages):
-        return nbytes * PS_PER_S / max(s[1] for s in stages)
+    def rate(steps: list[Step]) -> float:
+        return nbytes * PS_PER_S / max(s.service_ps for s in steps if isinstance(s, Claim))
 
-    link = device_link(graph, src)  # the tag and issue stages' negative delays shape a tail, they are no latency
-    return DmaPath(rate(read) if read else 0.0, rate(write),
-                   sum(s[4] for s in read if s[0] is not link.tags) if read else None,
-                   sum(s[4] for s in write if s[0] is not link.writes), graph.nodes[dst]["kind"] != "memory")
+    def latency(steps: list[Step], spacing) -> int:
+        """The steps' pure delays, but for the negative delay of ``spacing``'s claim (it shapes a tail: no
+        latency)."""
+        return sum(s.ps if isinstance(s, Delay) else s.latency_ps for s in steps
+                   if not (isinstance(s, Claim) and s.server is spacing))
+
+    link = device_link(graph, src)
+    return DmaPath(rate(read) if read else 0.0, rate(write), latency(read, link.tags) if read else None,
+                   latency(write, link.writes), graph.nodes[dst]["kind"] != "memory")

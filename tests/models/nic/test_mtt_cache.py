@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from models.nic.stages import EndTimes, stage_steps
+from models.nic.stages import EndTimes
 from sim.core.interpreter import Operation, compile_steps
-from sim.core.steps import Rebase, Wake
+from sim.core.steps import Claim, Rebase, Wake
 from models.nic.mtt_cache import (MTT_PRESETS, MttAccess, MttCache, MttParams, deep_lookup_ps, stream_Bps,
                                    translation_depth)
 from models.nic.mtt_calibration import LINK, base_Bps, load_points, simulate_Bps, tolerance
@@ -106,8 +106,8 @@ def test_deep_mr_write_stage_caps_a_pipelined_stream():
 
         for i in range(messages):
             access = cache.access(1, mr_size, page, i * n, n, write=True)
-            stages = cache.walk_stage(access, LINK) + [(link, transfer_ps(n, BASE), 0, 0, 0, False)]
-            env.step_runner.start(Operation(compile_steps((*stage_steps(stages), Rebase(True), Wake())), i,
+            stages = cache.walk_stage(access, LINK) + [Claim(link, transfer_ps(n, BASE))]
+            env.step_runner.start(Operation(compile_steps((*stages, Rebase(True), Wake())), i,
                                             EndTimes(done)))
         env.run()
         rate = (messages - 1) * n * PS_PER_S / (max(done) - min(done))

@@ -55,8 +55,8 @@ def test_uniform_random_miss_rate_is_one_minus_reach_over_window():
 def test_stage_charges_the_walker_per_missed_page():
     iommu = Iommu(IommuParams())
     (stage,) = iommu.stages(4096 * 10 + 100, 3 * 4096)  # touches 4 pages
-    server, service, head, tail, latency, eager = stage
-    assert server is iommu.walker and service == 4 * 51_100 and head + latency == 226 * PS_PER_NS
+    assert stage.server is iommu.walker and stage.service_ps == 4 * 51_100
+    assert stage.head_ps + stage.latency_ps == 226 * PS_PER_NS
     assert iommu.stages(4096 * 11, 4096) == []  # now cached
 
 

@@ -4,9 +4,9 @@ the TLP-level model and the closed form do, and paces queued reads instead of is
 import pytest
 
 from models.pcie import closed_form as cf
-from models.nic.stages import dma_read, dma_read_stream_Bps, stage_steps
+from models.nic.stages import dma_read, dma_read_stream_Bps
 from sim.core.interpreter import Operation, compile_steps
-from sim.core.steps import Mark, Rebase, Wake
+from sim.core.steps import Delay, Mark, Rebase, Wake
 from models.pcie.link import PcieLink, PcieParams, read_tags
 from models.pcie.tlp import simulate_stream
 from models.pcie.topology import build_topology, dma_path, dma_read_stages
@@ -28,8 +28,8 @@ def _reads(link: PcieLink, n: int, count: int) -> list[tuple[int, int]]:
     env, out = Environment(1), []
     for k in range(count):
         stages = dma_read(link, n)
-        first = 2 if stages[0][0] is link.tags else 1  # through the first request's claim
-        steps = (*stage_steps(stages[:first]), Mark("issued"), Rebase(False), *stage_steps(stages[first:]),
+        first = 2 if stages[0].server is link.tags else 1  # through the first request's claim
+        steps = (*stages[:first], Mark("issued"), Rebase(False), *stages[first:],
                  Rebase(True), Wake())
         env.step_runner.start(Operation(compile_steps(steps), k, _Issued(out)))
     env.run()
@@ -113,6 +113,7 @@ def test_topology_reads_use_the_nic_tags_and_the_route_round_trip(layout):
     g = build_topology(layout)
     stages = dma_read_stages(g, "nic0", "gpu0", 4096)
     nic_link = g.edges["nic0", next(iter(g.adj["nic0"]))]["link"]
-    assert stages[0][0] is nic_link.tags
+    assert stages[0].server is nic_link.tags
     path = dma_path(g, "nic0", "gpu0", 4096)
-    assert path.read_latency_ps == sum(s[4] for s in stages[1:])  # the pool's tail shaping is no latency
+    latencies = [s.ps if isinstance(s, Delay) else s.latency_ps for s in stages[1:]]
+    assert path.read_latency_ps == sum(latencies)  # the pool's tail shaping is no latency

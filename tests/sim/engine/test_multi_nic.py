@@ -16,6 +16,7 @@ from models.verbs.cq import ibv_create_cq, ibv_poll_cq
 from models.verbs.qp import ibv_create_qp, ibv_post_send, poll_stream
 from sim.engine.build import build, qp_device
 from sim.core import PS_PER_S
+from sim.core.steps import Claim
 from sim.fast_domain import outside_domain
 from sim.fast_plan import streams
 from sim.engine.harness import setup_run
@@ -57,10 +58,10 @@ def test_every_nic_routes_to_every_gpu_along_the_graphs_shortest_path():
 def test_a_qps_dma_takes_the_route_from_its_own_nic():
     bed = build(_scenario(), 1)
     node = bed.nic_node("b", "nic5")
-    servers = {s[0] for s in node_dma_write(node, "gpu1", 1 << 20) if s[0] is not None}
+    servers = {s.server for s in node_dma_write(node, "gpu1", 1 << 20) if isinstance(s, Claim)}
     assert servers == {h.server for h in route(node.topology, "nic5", "gpu1")}
     assert node.pcie is node.topology.edges["sw2", "nic5"]["link"]
-    reads = {s[0] for s in node_dma_read(node, "gpu1", 1 << 20) if s[0] is not None}
+    reads = {s.server for s in node_dma_read(node, "gpu1", 1 << 20) if isinstance(s, Claim)}
     assert node.topology.nodes["cpu0"]["p2p"] in reads and node.topology.nodes["cpu1"]["p2p"] in reads
 
 
@@ -167,7 +168,7 @@ def test_rail_aligned_flows_run_at_the_estimate_and_cross_rail_far_below(rates):
 def _simulated_Bps(flows, stages_of, n: int, messages: int = 40) -> list[float]:
     """Each flow's rate when all ``flows`` queue ``messages`` DMAs of ``n`` bytes at once, each through the
     stages ``stages_of(src, dst)`` gives, on the event engine's servers (bytes/s)."""
-    from models.nic.stages import EndTimes, stage_steps
+    from models.nic.stages import EndTimes
     from sim.core import Environment
     from sim.core.interpreter import Operation, compile_steps
     from sim.core.steps import Rebase, Wake
@@ -175,7 +176,7 @@ def _simulated_Bps(flows, stages_of, n: int, messages: int = 40) -> list[float]:
     env, ends = Environment(), [[] for _ in flows]
     for k in range(messages):
         for f, (src, dst) in enumerate(flows):
-            program = compile_steps((*stage_steps(stages_of(src, dst)), Rebase(True), Wake()))
+            program = compile_steps((*stages_of(src, dst), Rebase(True), Wake()))
             env.step_runner.start(Operation(program, k * len(flows) + f, EndTimes(ends[f])))
     env.run()
     return [messages * n * PS_PER_S / max(done) for done in ends]
