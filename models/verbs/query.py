@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from models.ib.implicit_odp import odp_supports_implicit
 from models.nic.device import PORT_NUM, AtomicCap, rdma_is_port_valid
+from models.nic.odp_caps import OdpTransportCaps, firmware_odp_caps
 from models.nic.port_rates import PORT_RATES
 from models.verbs.qp_state import PathMtu
 from models.verbs.device import Context
@@ -58,21 +59,10 @@ class OdpGeneralCaps(enum.IntFlag):
     SUPPORT_IMPLICIT = 1 << 1
 
 
-class OdpTransportCaps(enum.IntFlag):
-    """``enum ibv_odp_transport_cap_bits``."""
-
-    SEND = 1 << 0
-    RECV = 1 << 1
-    WRITE = 1 << 2
-    READ = 1 << 3
-    ATOMIC = 1 << 4
-    SRQ_RECV = 1 << 5
-
-
 @dataclass(frozen=True, slots=True)
 class IbvOdpCaps:
-    """``struct ibv_odp_caps``: what faults the model's ODP MRs take (RC WRITE, READ and atomics) and whether
-    implicit ODP MRs register."""
+    """``struct ibv_odp_caps``: whether ODP and implicit ODP MRs register, and per transport the operations whose
+    accesses take page faults (:func:`~models.nic.odp_caps.firmware_odp_caps`)."""
 
     general_caps: OdpGeneralCaps
     rc_odp_caps: OdpTransportCaps
@@ -87,6 +77,7 @@ class IbvDeviceAttrEx:
     orig_attr: IbvDeviceAttr
     device_cap_flags_ex: int
     odp_caps: IbvOdpCaps
+    xrc_odp_caps: OdpTransportCaps = OdpTransportCaps(0)
 
 
 class PortState(enum.IntEnum):
@@ -156,15 +147,18 @@ def ibv_query_device(context: Context) -> IbvDeviceAttr:
 
 
 def ibv_query_device_ex(context: Context) -> IbvDeviceAttrEx:
-    """:func:`ibv_query_device` plus the 64-bit capability flags and the ODP capabilities (none without ODP)."""
+    """:func:`ibv_query_device` plus the 64-bit capability flags and the ODP capabilities: none without ODP, else
+    SUPPORT (and SUPPORT_IMPLICIT where the device has it) and each transport's capabilities as the firmware
+    reports them (mlx5's ``internal_fill_odp_caps``; ``xrc_odp_caps`` beside ``odp_caps`` as in libibverbs)."""
     params = context.node.nic.params
     none = OdpTransportCaps(0)
+    attr = ibv_query_device(context)
     if params.odp is None:
-        odp = IbvOdpCaps(OdpGeneralCaps(0), none, none, none)
-    else:
-        general = OdpGeneralCaps.SUPPORT | (OdpGeneralCaps.SUPPORT_IMPLICIT if odp_supports_implicit(params) else 0)
-        odp = IbvOdpCaps(general, OdpTransportCaps.WRITE | OdpTransportCaps.READ | OdpTransportCaps.ATOMIC, none, none)
-    return IbvDeviceAttrEx(ibv_query_device(context), int(params.device.cap_flags), odp)
+        return IbvDeviceAttrEx(attr, int(params.device.cap_flags), IbvOdpCaps(OdpGeneralCaps(0), none, none, none))
+    general = OdpGeneralCaps.SUPPORT | (OdpGeneralCaps.SUPPORT_IMPLICIT if odp_supports_implicit(params) else 0)
+    caps = firmware_odp_caps(params.device)
+    return IbvDeviceAttrEx(attr, int(params.device.cap_flags), IbvOdpCaps(general, caps.rc, caps.uc, caps.ud),
+                           caps.xrc)
 
 
 def ibv_query_port(context: Context, port_num: int) -> IbvPortAttr:
