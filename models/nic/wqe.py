@@ -216,6 +216,9 @@ class WorkCompletion:
     """The sender's immediate data (valid with ``IBV_WC_WITH_IMM``)."""
     src_qp: int = 0
     """The sending QP's number (receive completions)."""
+    solicited: bool = field(default=False, repr=False, compare=False)
+    """The CQE's solicited-event bit (not in ``ibv_wc``): a receive for a request posted with ``IBV_SEND_SOLICITED``
+    (a SEND or WRITE with immediate); what a CQ armed solicited-only raises its event for."""
     release: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     """Frees the queue slots the completion covers when it is polled or cleaned from its CQ: a receive's
     receive queue slot; a send's send queue slot and those of the unsignaled work requests before it."""

@@ -11,7 +11,8 @@ from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_cq
 from models.verbs.query import ibv_query_device, ibv_query_port
 from models.verbs.receive_queue import AsyncEventType
 from models.verbs.recv import ibv_get_async_event
-from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.cq import NUM_COMP_VECTORS, ibv_create_cq, ibv_poll_cq
+from models.verbs.cq_events import ibv_ack_cq_events, ibv_req_notify_cq, ibv_resize_cq
 from models.verbs.device import ibv_alloc_pd, ibv_open_device
 from sim.api.resource import Resource
 from sim.api.sge import SGE, sge_list
@@ -55,6 +56,13 @@ class Context(Resource):
                                    cap_net_raw=cap_net_raw)
         """The verbs layer's context (:class:`models.verbs.device.Context`)."""
         self._objects: list[Resource] = []
+        self._closing = False
+        """Closing: the kernel's cleanup of the device file, which waits for nothing (no event acknowledgement)."""
+
+    @property
+    def num_comp_vectors(self) -> int:
+        """``ibv_context.num_comp_vectors``: the completion vectors a CQ may name (0 to this, exclusive)."""
+        return NUM_COMP_VECTORS
 
     @property
     def lid(self) -> int:
@@ -102,6 +110,7 @@ class Context(Resource):
         self._objects.append(obj)
 
     def _destroy(self) -> None:
+        self._closing = True
         for obj in reversed(self._objects):
             obj.close()
         self._objects.clear()
@@ -138,17 +147,21 @@ class PD(Resource):
 
 
 class CQ(Resource):
-    """A completion queue of ``cqe`` entries (``ibv_create_cq``); ``cq_context``, ``channel`` and
-    ``comp_vector`` are pyverbs' parameters, kept but not modelled (no completion events).
+    """A completion queue of ``cqe`` entries (``ibv_create_cq``) on completion vector ``comp_vector``, its events
+    going to ``channel`` (a :class:`~sim.api.comp_channel.CompChannel`, or None); ``cq_context`` is kept for the
+    caller, as pyverbs does.
 
-    :raises VerbsError: ``EINVAL`` for ``cqe`` < 1; from :meth:`close`: ``EBUSY`` while a QP uses it
+    :raises VerbsError: ``EINVAL`` for ``cqe`` < 1 or above ``max_cqe``, ``comp_vector`` not below
+        ``Context.num_comp_vectors``, or a closed channel; from :meth:`close`: ``EBUSY`` while a QP uses it
         (``ib_destroy_cq_user``).
     """
 
     def __init__(self, context: Context, cqe: int, cq_context=None, channel=None, comp_vector: int = 0) -> None:
         context._check_open("ibv_create_cq")
+        if channel is not None:
+            channel._check_open("ibv_create_cq")
         self.context = context
-        self.cq = ibv_create_cq(context.ctx, cqe)
+        self.cq = ibv_create_cq(context.ctx, cqe, None if channel is None else channel.channel, comp_vector)
         """The verbs layer's CQ (:class:`models.verbs.cq.CompletionQueue`)."""
         self.cq_context, self.channel, self.comp_vector = cq_context, channel, comp_vector
         context._adopt(self)
@@ -178,5 +191,27 @@ class CQ(Resource):
         testbed._record(self.context, wcs)
         return len(wcs), wcs
 
+    def req_notify(self, solicited_only: bool = False) -> None:
+        """``ibv_req_notify_cq``: raise one completion event on the channel for the next completion (with
+        ``solicited_only``, the next solicited or unsuccessful one)."""
+        self._check_open("ibv_req_notify_cq")
+        ibv_req_notify_cq(self.cq, int(solicited_only))
+
+    def ack_events(self, num_events: int) -> None:
+        """``ibv_ack_cq_events``: acknowledge ``num_events`` events read from the channel; :meth:`close` needs
+        every event read acknowledged."""
+        self._check_open("ibv_ack_cq_events")
+        ibv_ack_cq_events(self.cq, num_events)
+
+    def resize(self, cqe: int) -> None:
+        """``ibv_resize_cq``: room for ``cqe`` completions, keeping those in it.
+
+        :raises VerbsError: ``EINVAL`` for ``cqe`` < 1, above ``max_cqe`` or below the completions it holds.
+        """
+        self._check_open("ibv_resize_cq")
+        ibv_resize_cq(self.cq, cqe)
+
     def _destroy(self) -> None:
+        if self.context._closing:  # the ucontext cleanup frees the CQ; only ibv_destroy_cq waits for the acks
+            ibv_ack_cq_events(self.cq, self.cq.events_reported - self.cq.events_acked)
         ibv_destroy_cq(self.cq)
