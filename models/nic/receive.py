@@ -82,7 +82,7 @@ def unacknowledged_refusal(qp, wr: SendWR, recv: RecvWR | None) -> str | None:
     if responder.destroyed:
         return f"no QP {responder.qp_num}"
     if responder.state not in RECEIVING:
-        return f"QP {responder.qp_num} is in {responder.state.value}"
+        return f"QP {responder.qp_num} is in {responder.state.name}"
     if responder.qp_type is QpType.UD and sent_qkey(wr.remote_qkey, qp.attr.qkey) != responder.attr.qkey:
         return "Q_Key mismatch"
     if wr.opcode.writes_remote and (refused := remote_status(qp, wr)) is not None:

@@ -121,7 +121,7 @@ class WorkRequestRun(Retransmission):
             for mr, addr, length in backed:
                 held = self._translated(mr, addr, length, now, write=False)
                 if held is not None:
-                    return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
+                    return self._fail(held, now, self.path.failed) if isinstance(held, WcStatus) else held
             qp.sq_stalled_until = now
         self.payload = _gather(qp.pd.context.env, self.local)
         return self._translation(qp.node, self.local, now, head, tail, self.path.after.get("source"), write=False)
@@ -259,7 +259,7 @@ class WorkRequestRun(Retransmission):
             if mr.backing is not None:  # the response is written through the local MR's translation
                 held = self._translated(mr, addr, length, now, write=True)
                 if held is not None:
-                    return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
+                    return self._fail(held, now, self.path.failed) if isinstance(held, WcStatus) else held
         _scatter(self.local, self.payload)
         return self._translation(qp.node, self.local, now, head, tail, self.path.after["response"], write=True)
 

@@ -5,8 +5,8 @@
 >>> bed = Testbed(["a", "b"])
 >>> ctx = Context(bed, "a")
 
-Every object has ``close()`` and works as a context manager; the kernel's destroy rules hold (a PD with MRs, QPs or
-SRQs, a CQ or an SRQ with QPs: ``EBUSY``); failures raise :class:`VerbsError` with the errno's name (``err.errno``)
+Every object has ``close()`` and works as a context manager; closing one closes the objects that use it first, as
+pyverbs does (the ``ibv_*`` destroy verbs underneath keep the kernel's ``EBUSY``); failures raise :class:`VerbsError` with the errno's name (``err.errno``)
 and number (``err.errno_value``, pyverbs' ``error_code``). The reference is docs/api.md; "from pyverbs to rdmasim"
 (docs/from_pyverbs.md) ports one of rdma-core's own tests.
 

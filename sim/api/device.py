@@ -211,6 +211,10 @@ class CQ(Resource):
         self._check_open("ibv_resize_cq")
         ibv_resize_cq(self.cq, cqe)
 
+    @property
+    def _uses(self) -> tuple:
+        return (self.channel,)
+
     def _destroy(self) -> None:
         if self.context._closing:  # the ucontext cleanup frees the CQ; only ibv_destroy_cq waits for the acks
             ibv_ack_cq_events(self.cq, self.cq.events_reported - self.cq.events_acked)

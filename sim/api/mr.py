@@ -54,6 +54,10 @@ class MR(Resource):
         return self._buf if self._implicit else self.mr.iova
 
     @property
+    def _uses(self) -> tuple:
+        return (self.pd,)
+
+    @property
     def lkey(self) -> int:
         """Local key."""
         return self.mr.lkey

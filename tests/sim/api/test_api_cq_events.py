@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from models.verbs.cq_events import ibv_destroy_comp_channel
 from sim.api import (CQ, MR, PD, QP, SGE, CompChannel, Context, DeadlockError, Opcode, ProtocolError, QPCap,
                      QPInitAttr, RecvWR, SendFlags, SendWR, Testbed, WcStatus)
 from tests.sim.api.test_api_recv import RW, connect, errno_of
@@ -51,15 +52,17 @@ def test_comp_vector_must_be_below_num_comp_vectors():
 
 def test_a_channel_is_busy_while_a_cq_made_with_it_exists():
     """libibverbs ``ibv_destroy_comp_channel``: EBUSY while ``channel->refcnt`` (raised by each CQ made with it,
-    lowered by its ``ibv_destroy_cq``); a CQ cannot be made with a closed channel."""
+    lowered by its ``ibv_destroy_cq``); pyverbs' ``CompChannel.close`` closes its CQs first; a CQ cannot be made
+    with a closed channel."""
     ctx = Context(Testbed(), "a")
     channel = CompChannel(ctx)
     cqs = [CQ(ctx, 4, None, channel, 0) for _ in range(2)]
     cqs[0].close()
-    assert errno_of(channel.close) == "EBUSY" and not channel.closed
-    cqs[1].close()
+    assert channel.channel.refcnt == 1
+    assert errno_of(ibv_destroy_comp_channel, channel.channel) == "EBUSY"
     channel.close()
-    assert channel.closed
+    assert channel.closed and cqs[1].closed
+    assert errno_of(ibv_destroy_comp_channel, channel.channel) == "EINVAL"
     with pytest.raises(ProtocolError):
         CQ(ctx, 4, None, channel, 0)
 
