@@ -8,7 +8,7 @@ from models.nic.wqe import WorkCompletion
 from models.verbs.advise import ibv_advise_mr
 from models.verbs.ah import ibv_query_gid
 from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_cq
-from models.verbs.query import ibv_query_device, ibv_query_port
+from models.verbs.query import ibv_query_device, ibv_query_device_ex, ibv_query_port
 from models.verbs.receive_queue import AsyncEventType
 from models.verbs.recv import ibv_get_async_event
 from models.verbs.cq import NUM_COMP_VECTORS, ibv_create_cq, ibv_poll_cq
@@ -73,6 +73,12 @@ class Context(Resource):
         """``ibv_query_device`` (:class:`~models.verbs.query.IbvDeviceAttr`)."""
         self._check_open("ibv_query_device")
         return ibv_query_device(self.ctx)
+
+    def query_device_ex(self):
+        """``ibv_query_device_ex`` (:class:`~models.verbs.query.IbvDeviceAttrEx`: ODP caps, raw-packet caps, CQ
+        moderation, ``max_dm_size``, ...)."""
+        self._check_open("ibv_query_device_ex")
+        return ibv_query_device_ex(self.ctx)
 
     def query_port(self, port_num: int = 1):
         """``ibv_query_port`` (:class:`~models.verbs.query.IbvPortAttr`).
