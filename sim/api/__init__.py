@@ -6,8 +6,8 @@
 >>> ctx = Context(bed, "a")
 
 Every object has ``close()`` and works as a context manager; closing one closes the objects that use it first, as
-pyverbs does (the ``ibv_*`` destroy verbs underneath keep the kernel's ``EBUSY``); failures raise :class:`VerbsError` with the errno's name (``err.errno``)
-and number (``err.errno_value``, pyverbs' ``error_code``). The reference is docs/api.md; "from pyverbs to rdmasim"
+pyverbs does (the ``ibv_*`` destroy verbs underneath keep the kernel's ``EBUSY``); failures raise
+:class:`VerbsError` with the errno's name (``err.errno``) and number (``err.errno_value``, pyverbs' ``error_code``). The reference is docs/api.md; "from pyverbs to rdmasim"
 (docs/from_pyverbs.md) ports one of rdma-core's own tests.
 
 The layer underneath is :mod:`models.verbs` (``ibv_*`` free functions with rdma-core's checks); this package
@@ -35,7 +35,8 @@ from sim.api.testbed import Testbed
 from sim.core import ConfigError, DeadlockError, ProtocolError, SimError, VerbsError
 
 __all__ = [
-    "Testbed", "Context", "PD", "MR", "DmaBufMR", "CQ", "CompChannel", "WC", "QP", "QPCap", "QPInitAttr", "QPAttr", "AH", "AHAttr",
+    "Testbed", "Context", "PD", "MR", "DmaBufMR", "CQ", "CompChannel", "WC", "QP", "QPCap", "QPInitAttr", "QPAttr",
+    "AH", "AHAttr",
     "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqAttr", "SRQ_MAX_WR", "SRQ_LIMIT",
     "AsyncEvent", "AsyncEventType", "DM", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf",
     "Access", "Opcode", "QpState", "QpType", "QpAttrMask", "PathMtu", "WcStatus", "WcOpcode", "WcFlags",

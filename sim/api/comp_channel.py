@@ -6,7 +6,6 @@ from __future__ import annotations
 from models.verbs.cq_events import ibv_create_comp_channel, ibv_destroy_comp_channel, ibv_get_cq_event
 from sim.api.device import CQ, Context
 from sim.api.resource import Resource
-from sim.api.testbed import duration_ps
 from sim.core import DeadlockError, ProtocolError
 
 
@@ -36,12 +35,9 @@ class CompChannel(Resource):
         """
         call = "ibv_get_cq_event"
         self._check_open(call)
-        testbed = self.context.testbed
-        if not self.channel.events and timeout != 0:
-            deadline = None if timeout is None else testbed.now_ps + duration_ps(timeout)
-            if not testbed._run_until(lambda: bool(self.channel.events), deadline):
-                raise DeadlockError(f"{call} on {self.context.name}: no completion event is pending and nothing "
-                                    "left to simulate can raise one (arm a CQ with req_notify and post first)")
+        if not self.context.testbed._block(lambda: bool(self.channel.events), timeout):
+            raise DeadlockError(f"{call} on {self.context.name}: no completion event is pending and nothing left to "
+                                "simulate can raise one (arm a CQ with req_notify and post first)")
         cq = ibv_get_cq_event(self.channel)
         if cq is not expected_cq.cq:
             raise ProtocolError(f"{call}: the event is another CQ's than the one expected")

@@ -16,7 +16,7 @@ from models.verbs.cq_events import ibv_ack_cq_events, ibv_req_notify_cq, ibv_res
 from models.verbs.device import ibv_alloc_pd, ibv_open_device
 from sim.api.resource import Resource
 from sim.api.sge import SGE, sge_list
-from sim.api.testbed import TESTBED, Testbed, duration_ps
+from sim.api.testbed import TESTBED, Testbed
 from sim.core import ConfigError, DeadlockError
 
 WC = WorkCompletion
@@ -103,9 +103,7 @@ class Context(Resource):
         :raises VerbsError: ``EAGAIN`` when none is pending (the async fd opened non-blocking).
         """
         self._check_open("ibv_get_async_event")
-        if not self.ctx.async_events and timeout != 0:
-            testbed = self.testbed
-            testbed._run_until(lambda: bool(self.ctx.async_events), testbed.now_ps + duration_ps(timeout))
+        self.testbed._block(lambda: bool(self.ctx.async_events), timeout)
         event = ibv_get_async_event(self.ctx)
         owner = next((obj for obj in self._objects if event.element in (getattr(obj, "srq", None),
                                                                       getattr(obj, "qp", None))), event.element)
@@ -188,11 +186,9 @@ class CQ(Resource):
         """
         self._check_open("ibv_poll_cq")
         testbed = self.context.testbed
-        if not self.cq.entries and timeout != 0:
-            deadline = None if timeout is None else testbed.now_ps + duration_ps(timeout)
-            if not testbed._run_until(lambda: bool(self.cq.entries), deadline):
-                raise DeadlockError(f"CQ.poll on {self.context.name}: the CQ is empty and nothing left to simulate "
-                                    "can complete into it (post a work request first)")
+        if not testbed._block(lambda: bool(self.cq.entries), timeout):
+            raise DeadlockError(f"CQ.poll on {self.context.name}: the CQ is empty and nothing left to simulate "
+                                "can complete into it (post a work request first)")
         wcs = ibv_poll_cq(self.cq, num_entries)
         testbed._record(self.context, wcs)
         return len(wcs), wcs
