@@ -115,6 +115,11 @@ class ImplicitOdpBacking(MrBacking):
     def epoch(self) -> tuple:
         return (self.invalidations,)
 
+    def present(self, now_ps: int, offset: int, length: int) -> bool:
+        """Whether every page of the range is in a child's table, its fault handling done by ``now_ps``."""
+        return all(idx in self.children and self.children[idx].present(now_ps, off, n)
+                   for idx, off, n in self._pieces(offset, length))
+
     def _fault_in(self, now_ps: int, pieces: list[tuple[int, int, int]], grain: int) -> Fault:
         """``pagefault_implicit_mr``: create the missing children, fault their pages in, update the parent's
         KSM; every page of the fault is valid once all of it is done."""

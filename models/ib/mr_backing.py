@@ -67,6 +67,10 @@ class OdpBacking(MrBacking):
         ready = int(self.ready_ps[span].max())
         return None if ready <= now_ps else Fault(ready, 0)
 
+    def present(self, now_ps: int, offset: int, length: int) -> bool:
+        """Whether every page of the range is in the NIC's table, its fault handling done by ``now_ps``."""
+        return self.lookup(now_ps, offset, length) is None
+
     def claim(self, offset: int, length: int, grain: int) -> tuple[slice, int]:
         """Mark the pages of the range, widened to ``grain``-byte aligned spans within the MR and the process's
         mapping that holds the range, as mapped; return their slice and how many were missing."""

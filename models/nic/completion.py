@@ -41,7 +41,7 @@ def complete_at(env, qp, wr: SendWR, status: WcStatus, posted: int, seen: int, s
             else:
                 qp.to_send_queue_error()
         if env.trace.enabled:
-            env.trace.slice(f"{qp.node.name}.qp{qp.qp_num}", wr.opcode.value, posted, seen, wr_id=wr.wr_id,
+            env.trace.slice(f"{qp.node.name}.qp{qp.qp_num}", wr.opcode.name, posted, seen, wr_id=wr.wr_id,
                             bytes=wr.message_bytes, status=status.name)
         if status is WC_SUCCESS and not sig:
             qp.unsignaled += 1

@@ -12,9 +12,13 @@ import numpy as np
 from models.nic.remote_access import remote_status
 from models.nic.translation import lookup_mr, write_payload
 from models.nic.transport import QpType, grh, port_gid, receive_overhead, sent_qkey
-from models.nic.wqe import Access, QpState, RecvWR, SendWR, WcFlags, WcStatus, WorkCompletion, receive_wc_opcode
+from models.nic.wqe import (Access, QpState, RecvWR, SendFlags, SendWR, WcFlags, WcStatus, WorkCompletion,
+                            receive_wc_opcode)
 
 _LOCAL_WRITE = int(Access.LOCAL_WRITE)
+
+_SOLICITED = int(SendFlags.SOLICITED)
+"""``IBV_SEND_SOLICITED`` as a plain int (the per-message path)."""
 
 
 def receive_mr(responder):
@@ -78,7 +82,7 @@ def unacknowledged_refusal(qp, wr: SendWR, recv: RecvWR | None) -> str | None:
     if responder.destroyed:
         return f"no QP {responder.qp_num}"
     if responder.state not in RECEIVING:
-        return f"QP {responder.qp_num} is in {responder.state.value}"
+        return f"QP {responder.qp_num} is in {responder.state.name}"
     if responder.qp_type is QpType.UD and sent_qkey(wr.remote_qkey, qp.attr.qkey) != responder.attr.qkey:
         return "Q_Key mismatch"
     if wr.opcode.writes_remote and (refused := remote_status(qp, wr)) is not None:
@@ -123,7 +127,8 @@ def complete_receive(env, responder, queue, recv: RecvWR, wr: SendWR, status: Wc
         flags |= WcFlags.GRH
     byte_len = wr.message_bytes + receive_overhead(responder.qp_type) if ok else 0
     wc = WorkCompletion(recv.wr_id, status, receive_wc_opcode(wr.opcode), byte_len, responder.qp_num, at, at,
-                        flags, wr.imm_data if flags & WcFlags.WITH_IMM else 0, src_qp)
+                        flags, wr.imm_data if flags & WcFlags.WITH_IMM else 0, src_qp,
+                        solicited=bool(wr.send_flags & _SOLICITED))
     if at <= env.now:
         responder.deliver_receive(queue, wc)
     else:

@@ -42,15 +42,15 @@ from __future__ import annotations
 import enum
 
 from models.fabric import DETH
-from models.nic.wqe import Opcode, WcStatus
+from models.nic.wqe import Opcode, VerbsEnum, WcStatus
 
 
-class QpType(enum.Enum):
-    """``enum ibv_qp_type`` (the services modelled)."""
+class QpType(VerbsEnum):
+    """``enum ibv_qp_type`` (the services modelled), with rdma-core's values."""
 
-    RC = "RC"
-    UC = "UC"
-    UD = "UD"
+    RC = 2
+    UC = 3
+    UD = 4
 
 
 QP_RC, QP_UD = QpType.RC, QpType.UD

@@ -13,6 +13,7 @@ from models.nic.atomics import apply_atomic
 from models.nic.completion import complete_at
 from models.nic.datapath import (ACK_TIMER, READ_SLOT, RECEIVED, REPLY_WIRE, REQUEST_WIRE, SEQUENCE_NAK, Path,
                                  posted_path, rd_atomic_slots)
+from models.nic.odp_caps import gated_translate, mlx5_ib_odp_opcode_cap
 from models.nic.receive import complete_receive, landing_buffer, scatter, with_grh
 from models.nic.refusal import DROPPED, NAK, NO_RECEIVE, NOT_RECEIVING, local_status, receive_refusal
 from models.nic.remote_access import remote_status
@@ -120,7 +121,7 @@ class WorkRequestRun(Retransmission):
             for mr, addr, length in backed:
                 held = self._translated(mr, addr, length, now, write=False)
                 if held is not None:
-                    return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
+                    return self._fail(held, now, self.path.failed) if isinstance(held, WcStatus) else held
             qp.sq_stalled_until = now
         self.payload = _gather(qp.pd.context.env, self.local)
         return self._translation(qp.node, self.local, now, head, tail, self.path.after.get("source"), write=False)
@@ -152,7 +153,8 @@ class WorkRequestRun(Retransmission):
         peer, n = qp.remote.node, wr.message_bytes
         mr = peer.nic.lookup(wr.rkey)
         if mr.backing is not None:
-            answer = mr.backing.translate(now, wr.remote_addr - mr.iova, n)
+            need = mlx5_ib_odp_opcode_cap(wr.opcode)
+            answer = gated_translate(qp.remote, mr, need, now, wr.remote_addr - mr.iova, n)
             if unacked and answer is not None:
                 return self._dropped(tail, "page fault" if isinstance(answer, Fault) else "translation refused")
             if isinstance(answer, Fault):
@@ -226,7 +228,8 @@ class WorkRequestRun(Retransmission):
         mr, addr, length = landing_buffer(responder, recv, wr)
         problem = why
         if problem is None and mr is not None and mr.backing is not None:
-            answer = mr.backing.translate(now, addr - mr.iova, length)
+            need = mlx5_ib_odp_opcode_cap(wr.opcode, receive=True, srq=responder.srq is not None)
+            answer = gated_translate(responder, mr, need, now, addr - mr.iova, length)
             if isinstance(answer, Fault):
                 if not acknowledged(qp.qp_type):
                     return self._dropped(tail, "page fault")
@@ -256,14 +259,14 @@ class WorkRequestRun(Retransmission):
             if mr.backing is not None:  # the response is written through the local MR's translation
                 held = self._translated(mr, addr, length, now, write=True)
                 if held is not None:
-                    return held if isinstance(held, int) else self._fail(held, now, self.path.failed)
+                    return self._fail(held, now, self.path.failed) if isinstance(held, WcStatus) else held
         _scatter(self.local, self.payload)
         return self._translation(qp.node, self.local, now, head, tail, self.path.after["response"], write=True)
 
     def _translated(self, mr, addr: int, length: int, now: int, *, write: bool):
         """A requester-side NIC access of ``length`` bytes through ``mr`` at ``now``: None when it goes on, the
         time a page fault holds it until, or the error status."""
-        answer = mr.backing.translate(now, addr - mr.iova, length)
+        answer = gated_translate(self.qp, mr, mlx5_ib_odp_opcode_cap(self.wr.opcode), now, addr - mr.iova, length)
         if answer is None:
             return None
         if not isinstance(answer, Fault):

@@ -30,7 +30,15 @@ class Access(enum.IntFlag):
     """The first of the optional bits (``IBV_ACCESS_OPTIONAL_FIRST``): a driver may ignore them."""
 
 
-class WcStatus(enum.Enum):
+class VerbsEnum(enum.IntEnum):
+    """An ``enum ibv_*``: usable as its C value wherever an int is (pyverbs' enums are ints), printed as an Enum
+    (``WcStatus.SUCCESS``), not as the number."""
+
+    __str__ = enum.Enum.__str__
+    __format__ = enum.Enum.__format__
+
+
+class WcStatus(VerbsEnum):
     """``enum ibv_wc_status`` (libibverbs/verbs.h), with rdma-core's values."""
 
     SUCCESS = 0
@@ -71,32 +79,30 @@ WC_STATUS_NAMES = [s.ibv_name for s in WcStatus]
 """Every status's C name, indexed by its value (the values run 0..23 without gaps)."""
 
 
-class Opcode(enum.Enum):
-    """Send-queue opcodes modelled so far (``enum ibv_wr_opcode`` without its ``IBV_WR_`` prefix; the values are
-    the names traces print)."""
+class Opcode(VerbsEnum):
+    """Send-queue opcodes modelled so far: ``enum ibv_wr_opcode`` without its ``IBV_WR_`` prefix, with rdma-core's
+    values (traces print the names)."""
 
-    RDMA_WRITE = "RDMA_WRITE"
-    RDMA_READ = "RDMA_READ"
-    SEND = "SEND"
-    SEND_WITH_IMM = "SEND_WITH_IMM"
-    RDMA_WRITE_WITH_IMM = "RDMA_WRITE_WITH_IMM"
-    ATOMIC_CMP_AND_SWP = "ATOMIC_CMP_AND_SWP"
-    ATOMIC_FETCH_AND_ADD = "ATOMIC_FETCH_AND_ADD"
+    RDMA_WRITE = 0
+    RDMA_WRITE_WITH_IMM = 1
+    SEND = 2
+    SEND_WITH_IMM = 3
+    RDMA_READ = 4
+    ATOMIC_CMP_AND_SWP = 5
+    ATOMIC_FETCH_AND_ADD = 6
 
-    __hash__ = object.__hash__
-    """Members hash by identity, in C: they are singletons, and the per-message path keys dicts by them."""
-
-    def __init__(self, value: str) -> None:
+    def __init__(self, value: int) -> None:
         # What each opcode does, as plain attributes: they are read on every work request.
-        self.is_atomic = value.startswith("ATOMIC_")
+        name = self._name_
+        self.is_atomic = name.startswith("ATOMIC_")
         """A 64-bit atomic: it travels like an 8-byte READ and takes a READ/atomic slot."""
-        self.reads_remote = self.is_atomic or value == "RDMA_READ"
+        self.reads_remote = self.is_atomic or name == "RDMA_READ"
         """A response comes back and lands in the local buffer (READ and atomics): it takes a READ/atomic slot."""
-        self.consumes_receive = value in ("SEND", "SEND_WITH_IMM", "RDMA_WRITE_WITH_IMM")
+        self.consumes_receive = name in ("SEND", "SEND_WITH_IMM", "RDMA_WRITE_WITH_IMM")
         """The responder takes a receive WQE for it."""
-        self.carries_imm = value.endswith("_WITH_IMM")
+        self.carries_imm = name.endswith("_WITH_IMM")
         """The request carries 4 bytes of immediate data."""
-        self.writes_remote = value.startswith("RDMA_WRITE")
+        self.writes_remote = name.startswith("RDMA_WRITE")
         """The payload goes through an rkey into the responder's memory (RDMA WRITE, with or without immediate)."""
 
 
@@ -174,21 +180,21 @@ class WcFlags(enum.IntFlag):
     TM_DATA_VALID = 1 << 6
 
 
-class QpState(enum.Enum):
-    """``enum ibv_qp_state``."""
+class QpState(VerbsEnum):
+    """``enum ibv_qp_state``, with rdma-core's values."""
 
-    RESET = "RESET"
-    INIT = "INIT"
-    RTR = "RTR"
-    RTS = "RTS"
-    SQD = "SQD"
-    SQE = "SQE"
-    ERR = "ERR"
+    RESET = 0
+    INIT = 1
+    RTR = 2
+    RTS = 3
+    SQD = 4
+    SQE = 5
+    ERR = 6
 
-    def __init__(self, value: str) -> None:
+    def __init__(self, value: int) -> None:
         # A plain attribute: it is read on every work request, and an Enum class's member lookup is slow on
         # Python 3.11 (EnumType's __getattr__ hook).
-        self.flushes = value in ("ERR", "SQE")
+        self.flushes = self._name_ in ("ERR", "SQE")
         """The send queue's work requests complete with IBV_WC_WR_FLUSH_ERR (mlx5 in ERR and SQE)."""
 
 
@@ -216,6 +222,9 @@ class WorkCompletion:
     """The sender's immediate data (valid with ``IBV_WC_WITH_IMM``)."""
     src_qp: int = 0
     """The sending QP's number (receive completions)."""
+    solicited: bool = field(default=False, repr=False, compare=False)
+    """The CQE's solicited-event bit (not in ``ibv_wc``): a receive for a request posted with ``IBV_SEND_SOLICITED``
+    (a SEND or WRITE with immediate); what a CQ armed solicited-only raises its event for."""
     release: Callable[[], None] | None = field(default=None, repr=False, compare=False)
     """Frees the queue slots the completion covers when it is polled or cleaned from its CQ: a receive's
     receive queue slot; a send's send queue slot and those of the unsignaled work requests before it."""

@@ -13,9 +13,10 @@ from __future__ import annotations
 from models.nic.transport import QpType
 from models.verbs.receive_queue import SharedReceiveQueue
 from models.verbs.cq import CompletionQueue, cq_clean
+from models.verbs.cq_events import unacknowledged_events
 from models.verbs.device import ProtectionDomain
 from models.verbs.qp import QueuePair
-from sim.core import VerbsError
+from sim.core import DeadlockError, VerbsError
 
 
 def ibv_destroy_qp(qp: QueuePair) -> None:
@@ -58,11 +59,19 @@ def ibv_destroy_cq(cq: CompletionQueue) -> None:
     """Destroy ``cq``.
 
     :raises VerbsError: ``EBUSY`` while a QP uses it; ``EINVAL`` when it was destroyed already.
+    :raises DeadlockError: events read from its channel are not all acknowledged (``ibv_cmd_destroy_cq`` would wait
+        for ever). Its events still unread leave the channel (``ib_uverbs_release_ucq``).
     """
     call = "ibv_destroy_cq"
     _check_alive(cq, "CQ", call)
     _check_unused(cq.usecnt, "CQ", "QP(s) still use it", call)
+    never = unacknowledged_events(cq)
+    if never is not None:
+        raise DeadlockError(f"{call}: {never}")
     cq.destroyed = True
+    if cq.channel is not None:
+        cq.channel.refcnt -= 1
+        cq.channel.events = type(cq.channel.events)(c for c in cq.channel.events if c is not cq)
 
 
 def ibv_dealloc_pd(pd: ProtectionDomain) -> None:

@@ -179,15 +179,15 @@ def modify_qp_problem(cur: QpState, new: QpState, qp_type: QpType, mask: int) ->
     """Why ``ib_modify_qp_is_ok`` refuses moving a ``qp_type`` QP from ``cur`` to ``new`` with ``mask``;
     None when it allows it."""
     if mask & M.CUR_STATE and cur not in _CUR_STATE_FROM:
-        return f"IB_QP_CUR_STATE is only accepted from RTR, RTS, SQD or SQE, not {cur.value}"
+        return f"IB_QP_CUR_STATE is only accepted from RTR, RTS, SQD or SQE, not {cur.name}"
     entry = QP_STATE_TABLE.get((cur, new))
     if entry is None:
-        return f"{cur.value} -> {new.value} is not a legal transition"
+        return f"{cur.name} -> {new.name} is not a legal transition"
     req, opt = entry.req.get(qp_type, M(0)), entry.opt.get(qp_type, M(0))
     if missing := req & ~M(mask):
-        return f"{cur.value} -> {new.value} on {qp_type.value} requires {_names(missing)}"
+        return f"{cur.name} -> {new.name} on {qp_type.name} requires {_names(missing)}"
     if extra := M(mask) & ~(req | opt | M.STATE):
-        return f"{cur.value} -> {new.value} on {qp_type.value} does not accept {_names(extra)}"
+        return f"{cur.name} -> {new.name} on {qp_type.name} does not accept {_names(extra)}"
     return None
 
 

@@ -6,10 +6,12 @@ link layer from the fabric the context is attached to."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from models.ib.implicit_odp import odp_supports_implicit
 from models.nic.device import PORT_NUM, AtomicCap, rdma_is_port_valid
+from models.nic.device_records import device_records
+from models.nic.odp_caps import OdpTransportCaps, firmware_odp_caps
 from models.nic.port_rates import PORT_RATES
 from models.verbs.qp_state import PathMtu
 from models.verbs.device import Context
@@ -49,6 +51,23 @@ class IbvDeviceAttr:
     max_srq_wr: int = 0
     """Deepest SRQ ``ibv_create_srq`` accepts."""
     max_srq_sge: int = 0
+    node_guid: int = 0
+    sys_image_guid: int = 0
+    max_ee: int = 0
+    max_rdd: int = 0
+    max_mw: int = 0
+    max_raw_ipv6_qp: int = 0
+    max_raw_ethy_qp: int = 0
+    max_mcast_grp: int = 0
+    max_mcast_qp_attach: int = 0
+    max_total_mcast_qp_attach: int = 0
+    max_ah: int = 0
+    max_fmr: int = 0
+    max_map_per_fmr: int = 0
+    max_pkeys: int = 0
+    local_ca_ack_delay: int = 0
+    max_ee_rd_atom: int = 0
+    max_ee_init_rd_atom: int = 0
 
 
 class OdpGeneralCaps(enum.IntFlag):
@@ -58,26 +77,42 @@ class OdpGeneralCaps(enum.IntFlag):
     SUPPORT_IMPLICIT = 1 << 1
 
 
-class OdpTransportCaps(enum.IntFlag):
-    """``enum ibv_odp_transport_cap_bits``."""
-
-    SEND = 1 << 0
-    RECV = 1 << 1
-    WRITE = 1 << 2
-    READ = 1 << 3
-    ATOMIC = 1 << 4
-    SRQ_RECV = 1 << 5
-
-
 @dataclass(frozen=True, slots=True)
 class IbvOdpCaps:
-    """``struct ibv_odp_caps``: what faults the model's ODP MRs take (RC WRITE, READ and atomics) and whether
-    implicit ODP MRs register."""
+    """``struct ibv_odp_caps``: whether ODP and implicit ODP MRs register, and per transport the operations whose
+    accesses take page faults (:func:`~models.nic.odp_caps.firmware_odp_caps`)."""
 
     general_caps: OdpGeneralCaps
     rc_odp_caps: OdpTransportCaps
     uc_odp_caps: OdpTransportCaps
     ud_odp_caps: OdpTransportCaps
+
+
+@dataclass(frozen=True, slots=True)
+class IbvTsoCaps:
+    """``struct ibv_tso_caps``: ``max_tso`` bytes, on QP types ``supported_qpts`` (a bit per ``ibv_qp_type``)."""
+
+    max_tso: int
+    supported_qpts: int
+
+
+@dataclass(frozen=True, slots=True)
+class IbvRssCaps:
+    """``struct ibv_rss_caps``."""
+
+    supported_qpts: int
+    max_rwq_indirection_tables: int
+    max_rwq_indirection_table_size: int
+    rx_hash_fields_mask: int
+    rx_hash_function: int
+
+
+@dataclass(frozen=True, slots=True)
+class IbvCqModerationCaps:
+    """``struct ibv_cq_moderation_caps``: ``max_cq_count`` completions, ``max_cq_period`` microseconds."""
+
+    max_cq_count: int
+    max_cq_period: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +122,21 @@ class IbvDeviceAttrEx:
     orig_attr: IbvDeviceAttr
     device_cap_flags_ex: int
     odp_caps: IbvOdpCaps
+    xrc_odp_caps: OdpTransportCaps = OdpTransportCaps(0)
+    completion_timestamp_mask: int = 0
+    hca_core_clock: int = 0
+    """kHz."""
+    tso_caps: IbvTsoCaps = field(default_factory=lambda: IbvTsoCaps(0, 0))
+    rss_caps: IbvRssCaps = field(default_factory=lambda: IbvRssCaps(0, 0, 0, 0, 0))
+    max_wq_type_rq: int = 0
+    cq_mod_caps: IbvCqModerationCaps = field(default_factory=lambda: IbvCqModerationCaps(0, 0))
+    max_dm_size: int = 0
+    """Device memory ``ibv_alloc_dm`` may allocate (bytes; 0: none)."""
+    phys_port_cnt_ex: int = 1
+
+
+PHYS_LINK_UP = 5
+"""``ibv_port_attr.phys_state`` of a port whose link is up (IB spec PortPhysicalState 5, LinkUp)."""
 
 
 class PortState(enum.IntEnum):
@@ -134,6 +184,23 @@ class IbvPortAttr:
     lid: int = 0
     """The port's LID (1, 2, ... in the order ports joined the fabric); 0 on Ethernet, where GIDs address ports
     (:func:`models.verbs.ah.ibv_query_gid`)."""
+    gid_tbl_len: int = 0
+    port_cap_flags: int = 0
+    max_msg_sz: int = 0
+    """Largest message (bytes)."""
+    bad_pkey_cntr: int = 0
+    qkey_viol_cntr: int = 0
+    pkey_tbl_len: int = 0
+    sm_lid: int = 0
+    lmc: int = 0
+    max_vl_num: int = 0
+    sm_sl: int = 0
+    subnet_timeout: int = 0
+    init_type_reply: int = 0
+    phys_state: int = 0
+    """``5``: LinkUp."""
+    flags: int = 0
+    port_cap_flags2: int = 0
 
     @property
     def rate_Gbps(self) -> float:
@@ -142,9 +209,12 @@ class IbvPortAttr:
 
 
 def ibv_query_device(context: Context) -> IbvDeviceAttr:
-    """The device's attributes: the limits the model enforces and the identity its preset carries."""
+    """The device's attributes: the limits the model enforces, the identity its preset carries and the rest of
+    what its family reports (:func:`~models.nic.device_records.device_records`); the node GUID is its port's
+    GUID (the interface id of GID 0)."""
     params = context.node.nic.params
-    dev = params.device
+    dev, rec = params.device, device_records(params.device)
+    guid = _port_guid(context)
     return IbvDeviceAttr(
         fw_ver=dev.fw_ver, vendor_id=dev.vendor_id, vendor_part_id=dev.vendor_part_id, hw_ver=dev.hw_ver,
         max_mr_size=params.max_mr_size, page_size_cap=dev.page_size_cap, max_qp=dev.max_qp,
@@ -152,19 +222,49 @@ def ibv_query_device(context: Context) -> IbvDeviceAttr:
         max_sge_rd=dev.max_sge_rd, max_cq=dev.max_cq, max_cqe=dev.max_cqe, max_mr=dev.max_mr, max_pd=dev.max_pd,
         max_qp_rd_atom=params.max_rd_atomic, max_res_rd_atom=dev.max_res_rd_atom,
         max_qp_init_rd_atom=params.max_rd_atomic, atomic_cap=dev.atomic_cap, phys_port_cnt=1, max_srq=dev.max_srq,
-        max_srq_wr=dev.max_srq_wr, max_srq_sge=dev.max_srq_sge)
+        max_srq_wr=dev.max_srq_wr, max_srq_sge=dev.max_srq_sge, node_guid=guid, sys_image_guid=guid,
+        max_mw=rec.max_mw, max_mcast_grp=rec.max_mcast_grp, max_mcast_qp_attach=rec.max_mcast_qp_attach,
+        max_total_mcast_qp_attach=rec.max_total_mcast_qp_attach, max_ah=rec.max_ah, max_pkeys=rec.max_pkeys,
+        local_ca_ack_delay=rec.local_ca_ack_delay)
+
+
+def _port_guid(context: Context) -> int:
+    """The port's GUID: the interface id of its GID 0 (:func:`~models.nic.transport.port_gid`); 0 off a fabric."""
+    name = context.node.nic.name
+    fabric = context.fabric
+    return fabric.lid(name) if fabric is not None and name in fabric.endpoints else 0
+
+
+_RAW_PACKET_QPTS = 1 << 8
+"""``1 << IBV_QPT_RAW_PACKET``: the QP type TSO and RSS serve."""
+
+
+def _ethernet(context: Context) -> bool:
+    return context.fabric is not None and context.fabric.params.transport == "roce"
 
 
 def ibv_query_device_ex(context: Context) -> IbvDeviceAttrEx:
-    """:func:`ibv_query_device` plus the 64-bit capability flags and the ODP capabilities (none without ODP)."""
+    """:func:`ibv_query_device` plus the 64-bit capability flags, the ODP capabilities (none without ODP, else
+    SUPPORT, SUPPORT_IMPLICIT where the device has it, and each transport's capabilities as the firmware reports
+    them: mlx5's ``internal_fill_odp_caps``; ``xrc_odp_caps`` beside ``odp_caps`` as in libibverbs), the raw-packet
+    capabilities (on an Ethernet port only), CQ moderation, ``max_dm_size`` and the port count."""
     params = context.node.nic.params
     none = OdpTransportCaps(0)
+    rec, eth = device_records(params.device), _ethernet(context)
     if params.odp is None:
-        odp = IbvOdpCaps(OdpGeneralCaps(0), none, none, none)
+        odp, xrc = IbvOdpCaps(OdpGeneralCaps(0), none, none, none), none
     else:
         general = OdpGeneralCaps.SUPPORT | (OdpGeneralCaps.SUPPORT_IMPLICIT if odp_supports_implicit(params) else 0)
-        odp = IbvOdpCaps(general, OdpTransportCaps.WRITE | OdpTransportCaps.READ | OdpTransportCaps.ATOMIC, none, none)
-    return IbvDeviceAttrEx(ibv_query_device(context), int(params.device.cap_flags), odp)
+        caps = firmware_odp_caps(params.device)
+        odp, xrc = IbvOdpCaps(general, caps.rc, caps.uc, caps.ud), caps.xrc
+    tables, size, function, fields = rec.rss_eth if eth else (0, 0, 0, 0)
+    return IbvDeviceAttrEx(
+        ibv_query_device(context), int(params.device.cap_flags), odp, xrc,
+        completion_timestamp_mask=rec.completion_timestamp_mask, hca_core_clock=rec.hca_core_clock_khz,
+        tso_caps=IbvTsoCaps(rec.max_tso_eth, _RAW_PACKET_QPTS) if eth and rec.max_tso_eth else IbvTsoCaps(0, 0),
+        rss_caps=IbvRssCaps(_RAW_PACKET_QPTS if tables else 0, tables, size, fields, function),
+        max_wq_type_rq=rec.max_wq_type_rq_eth if eth else 0,
+        cq_mod_caps=IbvCqModerationCaps(rec.max_cq_count, rec.max_cq_period_us), max_dm_size=params.max_dm_size)
 
 
 def ibv_query_port(context: Context, port_num: int) -> IbvPortAttr:
@@ -180,7 +280,11 @@ def ibv_query_port(context: Context, port_num: int) -> IbvPortAttr:
     link = LinkLayer.ETHERNET if fabric.transport == "roce" else LinkLayer.INFINIBAND
     name = context.node.nic.name
     lid = context.fabric.lid(name) if link is LinkLayer.INFINIBAND and name in context.fabric.endpoints else 0
-    return IbvPortAttr(PortState.ACTIVE, PathMtu.MTU_4096, PathMtu.at_most(fabric.mtu), link, width, speed, lid)
+    rec, k = device_records(context.node.nic.params.device), int(link is LinkLayer.ETHERNET)
+    return IbvPortAttr(PortState.ACTIVE, PathMtu.MTU_4096, PathMtu.at_most(fabric.mtu), link, width, speed, lid,
+                       gid_tbl_len=rec.gid_tbl_len[k], port_cap_flags=rec.port_cap_flags[k],
+                       max_msg_sz=1 << rec.log_max_msg, pkey_tbl_len=rec.pkey_tbl_len[k], sm_lid=1 - k,
+                       max_vl_num=rec.max_vl_num[k], subnet_timeout=rec.subnet_timeout[k], phys_state=PHYS_LINK_UP)
 
 
 def width_and_speed(rate_Gbps: float, transport: str = "ib") -> tuple[int, int]:

@@ -41,17 +41,17 @@ def check_send_wr(qp, wr: SendWR) -> None:
                         "polled)" if unpolled else ""))
         raise VerbsError("ENOMEM", f"send queue full ({qp.max_send_wr} work requests outstanding{held})", call=call)
     if qp.sq_state_max_gs < 0:
-        raise VerbsError("ENOMEM", f"the QP is in {qp.state.value} and has not been in RTS since it was created or "
+        raise VerbsError("ENOMEM", f"the QP is in {qp.state.name} and has not been in RTS since it was created or "
                          "reset (mlx5: qp_state_max_gs is -1 until RTS, max gs exceeded)", call=call)
     if wr.num_sge > qp.sq_state_max_gs:
         raise VerbsError("ENOMEM", f"num_sge {wr.num_sge} exceeds the QP's max_send_sge {qp.max_send_sge} "
                          "(mlx5: max gs exceeded)", call=call)
     if wr.opcode.is_atomic and qp.node.nic.params.device.atomic_cap is AtomicCap.ATOMIC_NONE:
-        raise VerbsError("EOPNOTSUPP", f"IBV_WR_{wr.opcode.value}: the device's atomic_cap is IBV_ATOMIC_NONE",
+        raise VerbsError("EOPNOTSUPP", f"IBV_WR_{wr.opcode.name}: the device's atomic_cap is IBV_ATOMIC_NONE",
                          call=call)
     if wr.is_inline:
         if wr.opcode.reads_remote:
-            raise VerbsError("EINVAL", f"IBV_SEND_INLINE on IBV_WR_{wr.opcode.value}: inline data only for sends "
+            raise VerbsError("EINVAL", f"IBV_SEND_INLINE on IBV_WR_{wr.opcode.name}: inline data only for sends "
                              "and writes", call=call)
         if wr.message_bytes > qp.max_inline_data:
             raise VerbsError("ENOMEM", f"{wr.message_bytes} B inline exceeds the QP's max_inline_data "

@@ -5,9 +5,9 @@
 >>> bed = Testbed(["a", "b"])
 >>> ctx = Context(bed, "a")
 
-Every object has ``close()`` and works as a context manager; the kernel's destroy rules hold (a PD with MRs, QPs or
-SRQs, a CQ or an SRQ with QPs: ``EBUSY``); failures raise :class:`VerbsError` with the errno's name (``err.errno``)
-and number (``err.errno_value``, pyverbs' ``error_code``). The reference is docs/api.md; "from pyverbs to rdmasim"
+Every object has ``close()`` and works as a context manager; closing one closes the objects that use it first, as
+pyverbs does (the ``ibv_*`` destroy verbs underneath keep the kernel's ``EBUSY``); failures raise
+:class:`VerbsError` with the errno's name (``err.errno``) and number (``err.errno_value``, pyverbs' ``error_code``). The reference is docs/api.md; "from pyverbs to rdmasim"
 (docs/from_pyverbs.md) ports one of rdma-core's own tests.
 
 The layer underneath is :mod:`models.verbs` (``ibv_*`` free functions with rdma-core's checks); this package
@@ -23,6 +23,7 @@ from models.verbs.receive_queue import AsyncEventType
 from models.verbs.recv import SRQ_LIMIT, SRQ_MAX_WR
 from models.verbs.mr import REREG_CHANGE_ACCESS, REREG_CHANGE_PD, REREG_CHANGE_TRANSLATION
 from sim.api.ah import AH
+from sim.api.comp_channel import CompChannel
 from sim.api.device import CQ, PD, WC, AsyncEvent, Context
 from sim.api.dm import DM, AllocDmAttr
 from sim.api.gpu import GPU, DmaBuf, GpuBuffer
@@ -34,7 +35,8 @@ from sim.api.testbed import Testbed
 from sim.core import ConfigError, DeadlockError, ProtocolError, SimError, VerbsError
 
 __all__ = [
-    "Testbed", "Context", "PD", "MR", "DmaBufMR", "CQ", "WC", "QP", "QPCap", "QPInitAttr", "QPAttr", "AH", "AHAttr",
+    "Testbed", "Context", "PD", "MR", "DmaBufMR", "CQ", "CompChannel", "WC", "QP", "QPCap", "QPInitAttr", "QPAttr",
+    "AH", "AHAttr",
     "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqAttr", "SRQ_MAX_WR", "SRQ_LIMIT",
     "AsyncEvent", "AsyncEventType", "DM", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf",
     "Access", "Opcode", "QpState", "QpType", "QpAttrMask", "PathMtu", "WcStatus", "WcOpcode", "WcFlags",

@@ -25,5 +25,9 @@ class AH(Resource):
         """The verbs layer's AH (:class:`models.verbs.ah.AddressHandle`)."""
         self.context._adopt(self)
 
+    @property
+    def _uses(self) -> tuple:
+        return (self.pd,)
+
     def _destroy(self) -> None:
         ibv_destroy_ah(self.ah)

@@ -8,14 +8,15 @@ from models.nic.wqe import WorkCompletion
 from models.verbs.advise import ibv_advise_mr
 from models.verbs.ah import ibv_query_gid
 from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_cq
-from models.verbs.query import ibv_query_device, ibv_query_port
+from models.verbs.query import ibv_query_device, ibv_query_device_ex, ibv_query_port
 from models.verbs.receive_queue import AsyncEventType
 from models.verbs.recv import ibv_get_async_event
-from models.verbs.cq import ibv_create_cq, ibv_poll_cq
+from models.verbs.cq import NUM_COMP_VECTORS, ibv_create_cq, ibv_poll_cq
+from models.verbs.cq_events import ibv_ack_cq_events, ibv_req_notify_cq, ibv_resize_cq
 from models.verbs.device import ibv_alloc_pd, ibv_open_device
 from sim.api.resource import Resource
 from sim.api.sge import SGE, sge_list
-from sim.api.testbed import TESTBED, Testbed, duration_ps
+from sim.api.testbed import TESTBED, Testbed
 from sim.core import ConfigError, DeadlockError
 
 WC = WorkCompletion
@@ -55,6 +56,13 @@ class Context(Resource):
                                    cap_net_raw=cap_net_raw)
         """The verbs layer's context (:class:`models.verbs.device.Context`)."""
         self._objects: list[Resource] = []
+        self._closing = False
+        """Closing: the kernel's cleanup of the device file, which waits for nothing (no event acknowledgement)."""
+
+    @property
+    def num_comp_vectors(self) -> int:
+        """``ibv_context.num_comp_vectors``: the completion vectors a CQ may name (0 to this, exclusive)."""
+        return NUM_COMP_VECTORS
 
     @property
     def lid(self) -> int:
@@ -65,6 +73,12 @@ class Context(Resource):
         """``ibv_query_device`` (:class:`~models.verbs.query.IbvDeviceAttr`)."""
         self._check_open("ibv_query_device")
         return ibv_query_device(self.ctx)
+
+    def query_device_ex(self):
+        """``ibv_query_device_ex`` (:class:`~models.verbs.query.IbvDeviceAttrEx`: ODP caps, raw-packet caps, CQ
+        moderation, ``max_dm_size``, ...)."""
+        self._check_open("ibv_query_device_ex")
+        return ibv_query_device_ex(self.ctx)
 
     def query_port(self, port_num: int = 1):
         """``ibv_query_port`` (:class:`~models.verbs.query.IbvPortAttr`).
@@ -89,9 +103,7 @@ class Context(Resource):
         :raises VerbsError: ``EAGAIN`` when none is pending (the async fd opened non-blocking).
         """
         self._check_open("ibv_get_async_event")
-        if not self.ctx.async_events and timeout != 0:
-            testbed = self.testbed
-            testbed._run_until(lambda: bool(self.ctx.async_events), testbed.now_ps + duration_ps(timeout))
+        self.testbed._block(lambda: bool(self.ctx.async_events), timeout)
         event = ibv_get_async_event(self.ctx)
         owner = next((obj for obj in self._objects if event.element in (getattr(obj, "srq", None),
                                                                       getattr(obj, "qp", None))), event.element)
@@ -102,6 +114,7 @@ class Context(Resource):
         self._objects.append(obj)
 
     def _destroy(self) -> None:
+        self._closing = True
         for obj in reversed(self._objects):
             obj.close()
         self._objects.clear()
@@ -138,17 +151,21 @@ class PD(Resource):
 
 
 class CQ(Resource):
-    """A completion queue of ``cqe`` entries (``ibv_create_cq``); ``cq_context``, ``channel`` and
-    ``comp_vector`` are pyverbs' parameters, kept but not modelled (no completion events).
+    """A completion queue of ``cqe`` entries (``ibv_create_cq``) on completion vector ``comp_vector``, its events
+    going to ``channel`` (a :class:`~sim.api.comp_channel.CompChannel`, or None); ``cq_context`` is kept for the
+    caller, as pyverbs does.
 
-    :raises VerbsError: ``EINVAL`` for ``cqe`` < 1; from :meth:`close`: ``EBUSY`` while a QP uses it
+    :raises VerbsError: ``EINVAL`` for ``cqe`` < 1 or above ``max_cqe``, ``comp_vector`` not below
+        ``Context.num_comp_vectors``, or a closed channel; from :meth:`close`: ``EBUSY`` while a QP uses it
         (``ib_destroy_cq_user``).
     """
 
     def __init__(self, context: Context, cqe: int, cq_context=None, channel=None, comp_vector: int = 0) -> None:
         context._check_open("ibv_create_cq")
+        if channel is not None:
+            channel._check_open("ibv_create_cq")
         self.context = context
-        self.cq = ibv_create_cq(context.ctx, cqe)
+        self.cq = ibv_create_cq(context.ctx, cqe, None if channel is None else channel.channel, comp_vector)
         """The verbs layer's CQ (:class:`models.verbs.cq.CompletionQueue`)."""
         self.cq_context, self.channel, self.comp_vector = cq_context, channel, comp_vector
         context._adopt(self)
@@ -169,14 +186,38 @@ class CQ(Resource):
         """
         self._check_open("ibv_poll_cq")
         testbed = self.context.testbed
-        if not self.cq.entries and timeout != 0:
-            deadline = None if timeout is None else testbed.now_ps + duration_ps(timeout)
-            if not testbed._run_until(lambda: bool(self.cq.entries), deadline):
-                raise DeadlockError(f"CQ.poll on {self.context.name}: the CQ is empty and nothing left to simulate "
-                                    "can complete into it (post a work request first)")
+        if not testbed._block(lambda: bool(self.cq.entries), timeout):
+            raise DeadlockError(f"CQ.poll on {self.context.name}: the CQ is empty and nothing left to simulate "
+                                "can complete into it (post a work request first)")
         wcs = ibv_poll_cq(self.cq, num_entries)
         testbed._record(self.context, wcs)
         return len(wcs), wcs
 
+    def req_notify(self, solicited_only: bool = False) -> None:
+        """``ibv_req_notify_cq``: raise one completion event on the channel for the next completion (with
+        ``solicited_only``, the next solicited or unsuccessful one)."""
+        self._check_open("ibv_req_notify_cq")
+        ibv_req_notify_cq(self.cq, int(solicited_only))
+
+    def ack_events(self, num_events: int) -> None:
+        """``ibv_ack_cq_events``: acknowledge ``num_events`` events read from the channel; :meth:`close` needs
+        every event read acknowledged."""
+        self._check_open("ibv_ack_cq_events")
+        ibv_ack_cq_events(self.cq, num_events)
+
+    def resize(self, cqe: int) -> None:
+        """``ibv_resize_cq``: room for ``cqe`` completions, keeping those in it.
+
+        :raises VerbsError: ``EINVAL`` for ``cqe`` < 1, above ``max_cqe`` or below the completions it holds.
+        """
+        self._check_open("ibv_resize_cq")
+        ibv_resize_cq(self.cq, cqe)
+
+    @property
+    def _uses(self) -> tuple:
+        return (self.channel,)
+
     def _destroy(self) -> None:
+        if self.context._closing:  # the ucontext cleanup frees the CQ; only ibv_destroy_cq waits for the acks
+            ibv_ack_cq_events(self.cq, self.cq.events_reported - self.cq.events_acked)
         ibv_destroy_cq(self.cq)

@@ -22,32 +22,40 @@ class MR(Resource):
     """A memory region (``ibv_reg_mr``) of ``length`` bytes with ``access`` rights
     (:class:`~models.nic.wqe.Access`). Without ``address`` it allocates the host buffer itself, zeroed, as
     pyverbs does; with ``address`` it registers memory the script already has. ``implicit=True`` (with
-    ``Access.ON_DEMAND``) registers an implicit ODP MR over the whole address space, as pyverbs does
-    (``ibv_reg_mr(pd, NULL, SIZE_MAX, access)``; ``length`` and ``address`` are ignored).
+    ``Access.ON_DEMAND``) registers an implicit ODP MR over the whole address space,
+    ``ibv_reg_mr(pd, NULL, SIZE_MAX, access)``, as pyverbs' ``MR.__init__`` does: ``buf`` is still ``address``,
+    or the ``length`` bytes it allocated (0 when neither is given), and :meth:`write` and :meth:`read` reach them.
 
     :raises VerbsError: as :func:`models.verbs.mr.ibv_reg_mr` (``EINVAL`` for REMOTE_WRITE without
         LOCAL_WRITE, ``EFAULT`` for an unmapped range, ``ENOMEM`` past RLIMIT_MEMLOCK, ...).
     """
+
+    _implicit = False
 
     def __init__(self, pd: PD, length: int = 0, access: int = 0, address: int | None = None,
                  implicit: bool = False) -> None:
         pd._check_open("ibv_reg_mr")
         self.pd, self.context = pd, pd.context
         self._buffer = None
-        if implicit:
-            address, length = 0, SIZE_MAX
-        elif address is None and length > 0:
+        if not address and length > 0:
             self._buffer = _host_buffer(pd, length)
             address = self._buffer.addr
-        self.mr = ibv_reg_mr(pd.pd, address or 0, length, Access(access))
+        self._buf, self._implicit = address or 0, implicit
+        self.mr = ibv_reg_mr(pd.pd, 0, SIZE_MAX, Access(access)) if implicit else \
+            ibv_reg_mr(pd.pd, self._buf, length, Access(access))
         """The verbs layer's MR (:class:`models.verbs.mr.MemoryRegion`)."""
         self.context.testbed._advance(self.mr.reg_ps)
         self.context._adopt(self)
 
     @property
     def buf(self) -> int:
-        """Address of the registered memory (the MR's iova)."""
-        return self.mr.iova
+        """Address of the memory the MR was made with: the registered range's start (its iova), or for an implicit
+        MR the address given or allocated."""
+        return self._buf if self._implicit else self.mr.iova
+
+    @property
+    def _uses(self) -> tuple:
+        return (self.pd,)
 
     @property
     def lkey(self) -> int:
@@ -92,14 +100,20 @@ class MR(Resource):
         self.context.testbed._advance(cost)
 
     def _bytes(self, call: str, offset: int, length: int) -> np.ndarray:
+        """The process's bytes ``[buf+offset, buf+offset+length)`` (pyverbs' memcpy at ``self.buf + offset``):
+        the MR's own buffer or memory the script allocated, as long as one host buffer holds the range."""
         self._check_open(call)
         if not self.context.testbed.env.data_mode:
             raise ProtocolError(f"{call}: CPU access to bytes needs data mode (Testbed(data=True))")
-        if self._buffer is None or self.mr.iova != self._buffer.addr:
-            raise ProtocolError(f"{call}: only the buffer the MR allocated is readable through it")
-        if offset < 0 or length < 0 or offset + length > self._buffer.size:
-            raise ProtocolError(f"{call}: [{offset}, {offset + length}) is outside the {self._buffer.size} B buffer")
-        return self.context.ctx.node.host.data[self._buffer.name][offset:offset + length]
+        if offset < 0 or length < 0:
+            raise ProtocolError(f"{call}: offset {offset} and length {length} must not be negative")
+        host, start = self.context.ctx.node.host, self.buf + offset
+        held = next((b for b in host.buffers.values() if b.addr <= start and start + length <= b.addr + b.size),
+                    None)
+        if held is None or held.name not in host.data:
+            raise ProtocolError(f"{call}: [{offset}, {offset + length}) from the MR's buf is not inside one buffer "
+                                "of the process's memory")
+        return host.data[held.name][start - held.addr:start - held.addr + length]
 
     def _destroy(self) -> None:
         self.context.testbed._advance(ibv_dereg_mr(self.mr))

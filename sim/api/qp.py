@@ -37,6 +37,9 @@ def _first_sges(num_sge: int, sg: list[SGE] | None, what: str) -> list[SGE]:
     return list(sg)[:num_sge]
 
 
+_OPCODES, _QP_TYPES = frozenset(Opcode), frozenset(QpType)
+"""The members, which pyverbs' ints (``IBV_WR_*``, ``IBV_QPT_*``) equal."""
+
 class SendWR(Resource):
     """``struct ibv_send_wr`` as pyverbs builds it: ``sg`` holds ``num_sge`` SGEs (the gather list; a READ's
     scatter list); ``imm_data`` goes with ``*_WITH_IMM``; :meth:`set_wr_rdma` and :meth:`set_wr_atomic` set the
@@ -49,7 +52,11 @@ class SendWR(Resource):
     def __init__(self, wr_id: int = 0, opcode: Opcode = Opcode.SEND, num_sge: int = 0, imm_data: int = 0,
                  sg: list[SGE] | None = None, send_flags: int = SendFlags.SIGNALED) -> None:
         self.sg = _first_sges(num_sge, sg, "SendWR")
-        self.wr_id, self.opcode, self.num_sge, self.imm_data = wr_id, opcode, num_sge, imm_data
+        if opcode not in _OPCODES:
+            raise VerbsError("EINVAL", f"opcode {opcode} is none of the modelled IBV_WR_* opcodes "
+                             f"({', '.join(op.name for op in Opcode)}; mlx5_post_send: bad opcode)",
+                             call="ibv_post_send")
+        self.wr_id, self.opcode, self.num_sge, self.imm_data = wr_id, Opcode(opcode), num_sge, imm_data
         self.send_flags = SendFlags(send_flags)
         self.remote_addr = self.rkey = self.compare_add = self.swap = 0
         self.ah, self.remote_qpn, self.remote_qkey = None, 0, 0
@@ -126,6 +133,10 @@ class QPInitAttr:
     """An :class:`~sim.api.srq.SRQ` or None."""
     cap: QPCap | None = None
     sq_sig_all: int = 1
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.qp_type, QpType) and self.qp_type in _QP_TYPES:  # pyverbs' IBV_QPT_* ints
+            self.qp_type = QpType(self.qp_type)
 
     @property
     def send_cq(self) -> CQ | None:
@@ -277,6 +288,10 @@ class QP(Resource):
         call = "ibv_post_recv"
         self._check_open(call)
         ibv_post_recv(self.qp, wr._request(call))
+
+    @property
+    def _uses(self) -> tuple:
+        return self.pd, self.init_attr.scq, self.init_attr.rcq, self.init_attr.srq
 
     def _destroy(self) -> None:
         ibv_destroy_qp(self.qp)

@@ -1,5 +1,6 @@
-"""What every object of the public API shares: ``close()`` (once; later calls do nothing), use as a context
-manager, and a typed error for use after close."""
+"""What every object of the public API shares: ``close()`` (once; later calls do nothing; the objects that use it
+closed first, as pyverbs' ``close_weakrefs`` does), use as a context manager, and a typed error for use after
+close."""
 
 from __future__ import annotations
 
@@ -22,12 +23,24 @@ class Resource:
         """Whether :meth:`close` ran."""
         return self._closed
 
-    def close(self) -> None:
-        """Destroy the underlying object (a second call does nothing, as in pyverbs).
+    @property
+    def _uses(self) -> tuple:
+        """The API objects this one uses (its PD, its CQs, its SRQ, its channel; None where it has none)."""
+        return ()
 
-        :raises VerbsError: the kernel refuses (``EBUSY`` while another object uses it); the object stays open.
+    def close(self) -> None:
+        """Close the open objects that use this one, newest first (pyverbs' ``close_weakrefs``: a PD closes its QPs,
+        AHs, MRs and SRQs, a CQ or an SRQ its QPs, a completion channel its CQs), then destroy the underlying
+        object (the verbs layer underneath still answers ``EBUSY`` to a destroy of an object in use). A second
+        call does nothing, as in pyverbs.
+
+        :raises VerbsError: the kernel refuses; the object stays open.
         """
         if not self._closed:
+            context = getattr(self, "context", None)
+            for obj in reversed(getattr(context, "_objects", ())):
+                if not obj.closed and any(used is self for used in obj._uses):
+                    obj.close()
             self._destroy()
             self._closed = True
 

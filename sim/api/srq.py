@@ -73,5 +73,9 @@ class SRQ(Resource):
         got = ibv_query_srq(self.srq)
         return SrqAttr(got.max_wr, got.max_sge, got.srq_limit)
 
+    @property
+    def _uses(self) -> tuple:
+        return (self.pd,)
+
     def _destroy(self) -> None:
         ibv_destroy_srq(self.srq)

@@ -156,6 +156,13 @@ class Testbed:
             env.step()
         return True
 
+    def _block(self, done, timeout: str | int | None) -> bool:
+        """A blocking call's wait: simulate until ``done()`` holds, at most ``timeout`` (``"10us"`` or int ps; ``0``:
+        not at all; None: as long as events remain). False when, without a timeout, the events ran out first."""
+        if done() or timeout == 0:
+            return True
+        return self._run_until(done, None if timeout is None else self.now_ps + duration_ps(timeout))
+
     def _advance(self, cost_ps: int) -> None:
         """A blocking control-path call of ``cost_ps`` returned: the clock moves past it."""
         settle(self.bed, cost_ps)

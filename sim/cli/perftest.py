@@ -141,7 +141,7 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
                 "dmabuf" if args.use_cuda_dmabuf or args.use_rocm_dmabuf else "peermem")
     largest = ud_largest(args, argv) if args.connection == "UD" else MAX_SIZE if args.all else args.size
     # perftest's SIZE(): a UD buffer holds the GRH before the message
-    size = format_size(_round_up(largest + receive_overhead(QpType(args.connection)), page))
+    size = format_size(_round_up(largest + receive_overhead(QpType[args.connection]), page))
     # perftest's --mr_per_qp: each QP its own buffer and MR on both sides, one buffer pair a QP
     suffixes = [""] + [str(k) for k in range(1, args.qp if args.mr_per_qp else 1)]
     work = {"kind": kind, "name": test, "from": "local", "to": "remote",

@@ -67,7 +67,7 @@ def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint
                 cq = ibv_create_cq(ctx, 2 * depth)
                 recv_cq = ibv_create_cq(ctx, 2 * receives) if receives else None
                 qp = ibv_create_qp(pd_, cq, depth, sq_sig_all=work.cq_mod == 1, recv_cq=recv_cq,
-                                   max_recv_wr=receives, qp_type=QpType(work.transport.upper()))
+                                   max_recv_wr=receives, qp_type=QpType[work.transport.upper()])
                 ends.append(Endpoint(qp, reg.mr_on(ctx.node.device), reg.addr))
             if work.transport == "ud":
                 ends = datagram_ends(bed, ends)
@@ -167,7 +167,7 @@ def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:
         src, dst = bed.registrations[work.from_], bed.registrations[work.to]
         if work.kind.startswith("read"):
             src, dst = dst, src
-        skip = receive_overhead(QpType(work.transport.upper()))  # a UD receive's GRH comes first
+        skip = receive_overhead(QpType[work.transport.upper()])  # a UD receive's GRH comes first
         expected, got = src.current_bytes()[:span], dst.current_bytes()[skip:skip + span]
         checked += span
         mismatched += int(np.count_nonzero(expected != got))

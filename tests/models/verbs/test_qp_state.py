@@ -208,7 +208,7 @@ def test_post_send_before_rts_exceeds_mlx5s_closed_sge_limit(states, errno):
         ibv_modify_qp(qp, dataclasses.replace(VALID, qp_state=state), M.STATE | RC_REQUIRED.get((qp.state, state), 0))
     with pytest.raises(VerbsError) as info:
         ibv_post_send(qp, SendWR(0, Opcode.RDMA_WRITE, 0, 8, 0, 0, 0))
-    assert info.value.errno == errno and qp.state.value in str(info.value) and qp.outstanding == 0
+    assert info.value.errno == errno and qp.state.name in str(info.value) and qp.outstanding == 0
 
 
 class ModifyQpMachine(RuleBasedStateMachine):

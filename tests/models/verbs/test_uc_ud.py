@@ -38,10 +38,11 @@ class Bed:
     """Two nodes, each with a PD, a 64 KiB registered host buffer (zeros; node a's holds 0, 1, 2, ... in data mode)
     and one CQ."""
 
-    def __init__(self, data: bool = False, transport: str = "ib", mtu: int = 4096) -> None:
+    def __init__(self, data: bool = False, transport: str = "ib", mtu: int = 4096,
+                 host: HostParams = HostParams(memlock_limit=1 << 22), nic: NicParams = NicParams()) -> None:
         self.env = Environment(1, data=data)
         self.fabric = Fabric(FabricParams(transport=transport, mtu=mtu))
-        self.nodes = [Node.create(n, HostParams(memlock_limit=1 << 22), PcieParams(), NicParams()) for n in "ab"]
+        self.nodes = [Node.create(n, host, PcieParams(), nic) for n in "ab"]
         self.pds, self.mrs, self.cqs = [], [], []
         for k, node in enumerate(self.nodes):
             self.fabric.attach(node.nic.name)

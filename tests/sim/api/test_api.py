@@ -113,17 +113,19 @@ def test_errno_as_number_and_name():
 # --- destroy rules ---
 
 @pytest.mark.parametrize("victim, user", [("pd", "mr"), ("pd", "qp"), ("cq", "qp")])
-def test_destroying_an_object_in_use_is_ebusy(victim, user):
+def test_closing_an_object_in_use_closes_its_users_first_as_pyverbs_does(victim, user):
+    """pyverbs' ``close`` (``close_weakrefs``: a PD its QPs and MRs, a CQ its QPs) before the destroy verb, which
+    itself still refuses an object in use (``EBUSY``: ``uverbs_free_pd``, ``ib_destroy_cq_user``)."""
     bed = Testbed()
     ctx = Context(bed, "a")
     objects = {"pd": PD(ctx), "cq": CQ(ctx, 4)}
     objects["mr" if user == "mr" else "qp"] = MR(objects["pd"], 64, RW) if user == "mr" else \
         QP(objects["pd"], QPInitAttr(scq=objects["cq"]))
-    assert errno_of(objects[victim].close) == "EBUSY"
-    assert not objects[victim].closed
-    objects[user].close()
+    verbs = {"pd": (ibv_dealloc_pd, objects["pd"].pd), "cq": (ibv_destroy_cq, objects["cq"].cq)}[victim]
+    assert errno_of(*verbs) == "EBUSY"
     objects[victim].close()
-    assert objects[victim].closed
+    assert objects[victim].closed and objects[user].closed
+    assert all(not obj.closed for name, obj in objects.items() if name not in (victim, user))
 
 
 def test_free_destroy_functions_refuse_in_use_and_twice():

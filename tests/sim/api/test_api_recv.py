@@ -9,7 +9,7 @@ import pytest
 from models.nic.wqe import RecvWR as ReceiveRequest
 from models.nic.wqe import Sge
 from models.verbs.advise import ibv_advise_mr
-from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_qp, ibv_destroy_srq
+from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_cq, ibv_destroy_qp, ibv_destroy_srq
 from models.verbs.recv import (SrqAttr as FreeSrqAttr, ibv_create_srq, ibv_get_async_event, ibv_modify_srq,
                                ibv_post_recv, ibv_post_srq_recv)
 from models.verbs.cq import ibv_create_cq
@@ -176,34 +176,34 @@ def test_async_event_errors_match_ibv_get_async_event():
 
 # --- destroy rules ---
 
-def test_an_srq_in_use_is_ebusy_and_holds_its_pd():
+def test_an_srq_in_use_closes_its_qps_and_a_pd_its_srq():
+    """pyverbs' ``SRQ.close`` closes the QPs on it, ``PD.close`` the SRQ (``close_weakrefs``); the destroy verbs
+    alone are EBUSY (``ib_destroy_srq_user``, ``uverbs_free_pd``)."""
     bed = Testbed()
     a = Side(bed, "a")
     srq = SRQ(a.pd, SrqInitAttr())
     qp = a.qp(srq=srq)
-    assert errno_of(srq.close) == "EBUSY" and not srq.closed
-    qp.close()
-    a.mr.close()
-    assert errno_of(a.pd.close) == "EBUSY" and not a.pd.closed                 # the SRQ still holds it
+    other = a.qp()
+    assert errno_of(ibv_destroy_srq, srq.srq) == errno_of(ibv_dealloc_pd, a.pd.pd) == "EBUSY"
     srq.close()
-    assert srq.closed
+    assert srq.closed and qp.closed and not other.closed
     with pytest.raises(ProtocolError, match="SRQ used after close"):
         srq.post_recv(RecvWR(num_sge=1, sg=[SGE(0, 8, 0)]))
-    for cq in (a.scq, a.rcq):
-        cq.close()
+    srq = SRQ(a.pd, SrqInitAttr())
     a.pd.close()
-    assert a.pd.closed
+    assert srq.closed and other.closed and a.mr.closed and not a.scq.closed
 
 
-def test_a_receive_cq_in_use_is_ebusy():
+def test_a_cq_in_use_closes_the_qps_on_it():
+    """pyverbs' ``CQ.close`` closes its QPs first; ``ibv_destroy_cq`` alone is EBUSY (``ib_destroy_cq_user``)."""
     bed = Testbed()
     a = Side(bed, "a")
     qp = a.qp()
-    assert errno_of(a.rcq.close) == errno_of(a.scq.close) == "EBUSY"
-    qp.close()
+    assert errno_of(ibv_destroy_cq, a.rcq.cq) == errno_of(ibv_destroy_cq, a.scq.cq) == "EBUSY"
     a.rcq.close()
+    assert a.rcq.closed and qp.closed and not a.scq.closed
     a.scq.close()
-    assert a.rcq.closed and a.scq.closed
+    assert a.scq.closed
 
 
 def test_free_ibv_destroy_srq_refuses_in_use_and_twice():

@@ -7,6 +7,7 @@ import pytest
 
 from models.nic.transport import GRH_BYTES
 from models.verbs.ah import ibv_create_ah
+from models.verbs.destroy import ibv_dealloc_pd
 from models.verbs.qp_state import AhAttr as FreeAhAttr
 from sim.api import (AH, PD, QP, AHAttr, Context, Opcode, ProtocolError, QPAttr, QPCap, QPInitAttr, QpAttrMask as M,
                      QpState, QpType, RecvWR, SendWR, Testbed, WcFlags, WcOpcode, WcStatus)
@@ -39,14 +40,16 @@ def test_ah_errno_is_the_free_functions(fabric, attr, errno):
     assert errno_of(AH, pd, AHAttr(**vars(attr))) == errno_of(ibv_create_ah, pd.pd, attr) == errno
 
 
-def test_a_pd_with_an_open_ah_refuses_to_close_and_closes_after_it():
+def test_a_pd_with_an_open_ah_closes_it_first():
+    """pyverbs' ``PD.close`` closes its AHs (``close_weakrefs``); ``ibv_dealloc_pd`` alone is EBUSY
+    (``mlx5_create_ah`` holds ``pd->usecnt``)."""
     bed = Testbed(["a", "b"])
     ctx = Context(bed, "a")
     pd = PD(ctx)
     ah = AH(pd, AHAttr(dlid=2))
-    assert errno_of(pd.close) == "EBUSY" and not pd.closed
-    ah.close()
+    assert errno_of(ibv_dealloc_pd, pd.pd) == "EBUSY"
     pd.close()
+    assert ah.closed and pd.closed
     with pytest.raises(ProtocolError):
         AH(pd, AHAttr(dlid=2))
 
