@@ -192,11 +192,11 @@ class Watch:
             return changed
         self.clock(access.at_ps)
         ready = self.faults.make(access)
-        mr = self.bed.registrations[access.buffer].mr
-        self.moves.setdefault(access.buffer, []).append(
-            Move(access.at_ps, memory_target(mr, access.at_ps), access.at_ps, ready))
+        name = self.faults.sources[access.stream].buffer
+        mr = self.bed.registrations[name].mr
+        self.moves.setdefault(name, []).append(Move(access.at_ps, memory_target(mr, access.at_ps), access.at_ps, ready))
         self.base = exposed(self.bed, self.scenario)
-        return [(FAULTED, access.buffer)]
+        return [(FAULTED, name)]
 
     def clock(self, at_ps: int) -> None:
         """Move the clock to ``at_ps`` (no event is due before it)."""

@@ -21,9 +21,11 @@ import numpy as np
 
 from models.ib.implicit_odp import ImplicitOdpBacking
 from models.ib.mr_backing import OdpBacking
+from models.nic.odp_caps import gated_translate, mlx5_ib_odp_opcode_cap
 from models.nic.translation import Fault
 from models.nic.wqe import ATOMIC_BYTES
 from sim.core.units import format_size, format_time
+from sim.engine.harness import workload_opcode
 from sim.fast import Finished
 
 
@@ -32,10 +34,11 @@ class Unfollowed(Exception):
 
 
 class Access(NamedTuple):
-    """An access of a stream through an ODP MR: when it reaches its check (ps), the buffer, and the MR's range."""
+    """An access of a stream through an ODP MR: when it reaches its check (ps), the stream (its index), and the
+    MR's range."""
 
     at_ps: int
-    buffer: str
+    stream: int
     offset: int
     length: int
 
@@ -45,13 +48,17 @@ def faults_followed(mr) -> bool:
     return isinstance(mr.backing, (OdpBacking, ImplicitOdpBacking))
 
 
-class Sources(NamedTuple):
-    """A stream whose own accesses fault: its buffer, the MR's backing and where the stream's range starts in it."""
+class Source(NamedTuple):
+    """A stream whose own accesses fault: its buffer, the MR, where the stream's range starts in it, whether it
+    posts atomics, its requester's QP and the ODP capability its faults need
+    (:func:`~models.nic.odp_caps.mlx5_ib_odp_opcode_cap`)."""
 
     buffer: str
-    backing: OdpBacking | ImplicitOdpBacking
+    mr: object
     offset: int
     atomic: bool
+    qp: object
+    need: object
 
 
 class FaultScan:
@@ -60,8 +67,9 @@ class FaultScan:
     accesses in (each a fault made, or an event's re-fault), which the scan checks the table agrees with."""
 
     def __init__(self, streams, holds) -> None:
-        self.sources = {k: Sources(end.buffers[0], end.src.mr.backing, end.src.iova - end.src.mr.iova,
-                                   end.work.kind.startswith("atomic"))
+        self.sources = {k: Source(end.buffers[0], end.src.mr, end.src.iova - end.src.mr.iova,
+                                  end.work.kind.startswith("atomic"), end.src.qp,
+                                  mlx5_ib_odp_opcode_cap(workload_opcode(end.work)))
                         for k, end in enumerate(streams)
                         if end.work.kind != "write_lat" and faults_followed(end.src.mr)}
         self.holds = holds
@@ -81,8 +89,8 @@ class FaultScan:
         local = None if source is None else piece.marks.get("local")
         if local is None:
             return
-        name, backing, offset, atomic = source
-        length = ATOMIC_BYTES if atomic else key[1]
+        name, backing, offset = source.buffer, source.mr.backing, source.offset
+        length = ATOMIC_BYTES if source.atomic else key[1]
         times = local[local >= from_ps]
         for start, end in self.holds(name):
             inside = (times >= start) & (times < end)
@@ -96,16 +104,18 @@ class FaultScan:
         if len(times):
             at = int(np.min(times))
             if (self.found is None or at < self.found.at_ps) and backing.lookup(at, offset, length) is not None:
-                self.found = Access(at, name, offset, length)
+                self.found = Access(at, key[0], offset, length)
 
     def make(self, access: Access) -> int:
-        """The NIC's access at its time on the testbed: the time its fault (or the handler it waits for) is done.
+        """The NIC's access at its time on the testbed, as the event engine makes it (its device's ODP
+        capabilities deciding whether it may fault): the time its fault (or the handler it waits for) is done.
 
         :raises Unfollowed: the access completes in error instead.
         """
-        backing = next(s.backing for s in self.sources.values() if s.buffer == access.buffer)
-        answer = backing.translate(access.at_ps, access.offset, access.length)
+        source = self.sources[access.stream]
+        answer = gated_translate(source.qp, source.mr, source.need, access.at_ps, access.offset, access.length)
         if not isinstance(answer, Fault):
-            raise Unfollowed(f"buffer '{access.buffer}': the access at {format_time(access.at_ps)} completes in "
-                             f"error ({getattr(answer, 'ibv_name', answer)})")
+            raise Unfollowed(f"buffer '{source.buffer}': the access at {format_time(access.at_ps)} "
+                             + (f"completes in error ({answer.ibv_name})" if answer is not None else
+                                "goes on without the fault handler"))
         return answer.ready_ps

@@ -99,3 +99,14 @@ def same_runs_auto(data: dict):
     for table in ("operations", "summary", "events", "registrations"):
         pd.testing.assert_frame_equal(getattr(runs[1], table), getattr(runs[0], table))
     return runs
+
+
+def test_a_fault_the_devices_odp_capabilities_refuse_is_left_to_the_event_engine():
+    """A ConnectX-6 reports no ATOMIC in its RC ODP capabilities (mlx5 ``internal_fill_odp_caps``): the atomic's
+    response, landing in a page its ODP MR does not hold yet, takes no fault and completes in error, which the event
+    engine simulates."""
+    data = odp_stream("atomic_bw", sizes=["8B"], iterations=50)
+    for node in data["nodes"]:
+        node["nic"]["preset"] = "connectx6"
+    data["fabric"]["rate"] = "200Gb/s"
+    falls_back(data, r"completes in error \(IBV_WC_LOC_PROT_ERR\)", "completes in error (IBV_WC_LOC_PROT_ERR)")
