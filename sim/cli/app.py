@@ -371,6 +371,10 @@ def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdm
          by: Annotated[Optional[list[str]], typer.Option(metavar="AXIS", help="Sweep axis: twice for heatmap, once for "
                                                               "mode_comparison.")] = None) -> None:
     """Draw a figure from a results directory: PNG, PDF and the CSV of the plotted numbers."""
+    from sim.plot.request import RecipeError, check_request
+
+    with _refused(RecipeError):  # before pandas, matplotlib and the results are loaded
+        check_request(results, recipe, list(by or ()), metric)
     from sim.plot.recipes import plot as draw
 
     try:

@@ -25,14 +25,13 @@ from pyarrow import ArrowException
 from sim.store import outdir
 from sim.inspect.binned import cdf_curves
 from sim.inspect.compare import bandwidth_timeline, case_rows, post_latencies
-from sim.core.errors import SimError
 from sim.core.units import format_size
 from sim.store.operations import OperationTable
 from sim.plot import figures
 from sim.plot.figures import save
+from sim.plot.request import RECIPES, RUN, RecipeError, check_request  # noqa: F401 (RECIPES: the API)
 from sim.store.sweep_table import read_table
 
-RECIPES = ("bw_vs_size", "latency_vs_size", "latency_cdf", "bw_over_time", "mode_comparison", "heatmap")
 COMPARED = {"bw_avg_Gbps": "average bandwidth (Gb/s)", "p99_9_us": "p99.9 latency (µs)",
             "register_ms": "registration time (ms)", "pinned_GiB": "pinned memory (GiB)",
             "failed_allocations": "competing jobs' failed allocations"}
@@ -45,10 +44,6 @@ STACKED_LABELS = 6
 """Up to this many cases a panel labels them in two lines side by side; more are labelled upright."""
 HATCHES = ("", "//", "..", "xx", "\\\\", "++")
 """Bar fills per variant, so that bars of equal height stay told apart in print."""
-
-
-class RecipeError(SimError):
-    """A recipe that does not exist or does not apply to the results directory given."""
 
 
 @dataclass(frozen=True)
@@ -91,18 +86,15 @@ class _SweepDir:
         return table
 
 
-def _load(results_dir: Path) -> _RunDir | _SweepDir:
-    """Read a run's or a sweep's results directory.
+def _load(results_dir: Path, kind: str) -> _RunDir | _SweepDir:
+    """Read a run's or a sweep's results directory (``kind``: :func:`sim.plot.request.results_kind`).
 
-    :raises RecipeError: it holds neither, or a file in it cannot be read as rdmasim wrote it (named).
+    :raises RecipeError: a file in it cannot be read as rdmasim wrote it (named).
     """
-    if (results_dir / "sweep.json").is_file():
+    if kind != RUN:
         with _unreadable(results_dir, "a sweep's results directory (sweep.json, runs/)"):
             record = json.loads((results_dir / "sweep.json").read_text())
             return _SweepDir(record["name"], read_table(results_dir), record["axes"])
-    if not ((results_dir / "summary.json").is_file() and (results_dir / "metrics.parquet").is_file()):
-        raise RecipeError(f"{results_dir}: not a results directory (expected summary.json and metrics.parquet "
-                          "from `rdmasim run`, or sweep.json from a sweep)")
     with _unreadable(results_dir / "summary.json", "the summary.json of `rdmasim run`"):
         summary = json.loads((results_dir / "summary.json").read_text())
         if "script" in summary and "scenario" not in summary:
@@ -131,13 +123,6 @@ def _unreadable(path: Path, what: str):
     except (OSError, ValueError, TypeError, AttributeError, ArrowException) as exc:
         reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise RecipeError(f"{path}: not {what}: {reason}") from None
-
-
-def _needs_run(results, recipe: str) -> _RunDir:
-    if not isinstance(results, _RunDir):
-        raise RecipeError(f"recipe '{recipe}' needs per-operation metrics: plot the results of `rdmasim run`; "
-                          "a sweep keeps one row per run")
-    return results
 
 
 def _restates_size(table: pd.DataFrame, column: str) -> bool:
@@ -175,15 +160,13 @@ def _per_size(results: _RunDir | _SweepDir, kinds: str, columns: list[str], what
     return data
 
 
-def latency_cdf(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
+def latency_cdf(run: _RunDir, out: Path) -> list[Path]:
     """Per-operation latency CDF and tail per variant and workload."""
-    run = _needs_run(results, "latency_cdf")
-    return figures.latency_cdf(cdf_curves(v.table for v in run.variants()), out, results.title)
+    return figures.latency_cdf(cdf_curves(v.table for v in run.variants()), out, run.title)
 
 
-def bw_over_time(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
+def bw_over_time(run: _RunDir, out: Path) -> list[Path]:
     """Delivered bandwidth over time per variant, the scenario's events marked."""
-    run = _needs_run(results, "bw_over_time")
     curves = pd.concat([bandwidth_timeline(v, link_Bps=run.link_Bps[v.variant]) for v in run.variants()],
                        ignore_index=True)
     if curves.empty:
@@ -200,7 +183,6 @@ def mode_comparison(results: _RunDir | _SweepDir, out: Path, by: str = "variant"
         table = pd.DataFrame([perftest | extra | {"run": 0} for v in results.variants()
                               for perftest, extra in case_rows(v)])
     else:
-        _check_axes(results, [by])
         table = results.ok()
     table = table.rename(columns={by: "series"}).astype({"series": str})
     data = (table.groupby(["series", "kind", "bytes"], sort=False)
@@ -252,26 +234,12 @@ def _grouped_bars(ax, data: pd.DataFrame, column: str, per_case: bool) -> None:
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def _check_axes(results: _SweepDir, names: list[str]) -> None:
-    known = list(dict.fromkeys(["variant", *results.axes]))
-    for name in names:
-        if name not in known:
-            raise RecipeError(f"no axis '{name}' in sweep '{results.title}' (axes: {', '.join(known)})")
-
-
-def heatmap(results: _RunDir | _SweepDir, out: Path, metric: str | None = None,
-            by: tuple[str, str] | None = None) -> list[Path]:
+def heatmap(results: _SweepDir, out: Path, metric: str | None = None, by: tuple[str, str] | None = None
+            ) -> list[Path]:
     """Mean of ``metric`` (default: average bandwidth, else typical latency) over two sweep axes ``by``
-    (default: the first two) as a colour grid with the values written in; a cell averages its runs
-    (repetitions, other axes)."""
-    if not isinstance(results, _SweepDir):
-        raise RecipeError("recipe 'heatmap' needs the results of a sweep")
-    if by is None and len(results.axes) < 2:
-        raise RecipeError(f"sweep '{results.title}' has {len(results.axes)} axes: a heatmap needs two")
+    (default: the first two; :func:`sim.plot.request.check_request` has checked them) as a colour grid with the
+    values written in; a cell averages its runs (repetitions, other axes)."""
     y, x = by or results.axes[:2]
-    _check_axes(results, [y, x])
-    if y == x:
-        raise RecipeError(f"recipe 'heatmap' needs two different axes, got '{y}' twice")
     ok = results.ok()
     numeric = [c for c in ok.columns if pd.api.types.is_numeric_dtype(ok[c]) and c not in ("run", "seed")]
     metric = metric or next(m for m in ("bw_avg_Gbps", "t_typical_us", "p99_9_us") if m in numeric)
@@ -309,10 +277,8 @@ def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | N
     :raises OutputError: ``out`` may not be written, or holds a figure of the same name and ``force`` is not
         given (nothing is written).
     """
-    if recipe not in RECIPES:
-        raise RecipeError(f"unknown recipe {recipe!r} (recipes: {', '.join(RECIPES)})")
     by = [by] if isinstance(by, str) else list(by)
-    results = _load(Path(results_dir))
+    results = _load(Path(results_dir), check_request(Path(results_dir), recipe, by, metric))
     target = Path(results_dir) / "figures" if out is None else out
     with (_unreadable(Path(results_dir), "results as rdmasim writes them"),  # e.g. a column missing
           outdir.staged(target, outdir.FIGURES, force=force) as (staging, claimed)):
@@ -325,15 +291,9 @@ def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | N
 
 def _draw(results: _RunDir | _SweepDir, recipe: str, out: Path, metric: str | None, by: list[str]) -> list[Path]:
     if recipe == "heatmap":
-        if len(by) not in (0, 2):
-            raise RecipeError("recipe 'heatmap' takes two axes")
         return heatmap(results, out, metric, tuple(by) or None)
     if recipe == "mode_comparison":
-        if len(by) > 1:
-            raise RecipeError("recipe 'mode_comparison' groups by one axis")
         return mode_comparison(results, out, *by)
-    if by or metric:
-        raise RecipeError(f"recipe '{recipe}' takes no axes and no metric")
     draw = {"bw_vs_size": bw_vs_size, "latency_vs_size": latency_vs_size, "latency_cdf": latency_cdf,
             "bw_over_time": bw_over_time}[recipe]
     return draw(results, out)
