@@ -165,7 +165,7 @@ def run(scenario: ScenarioPath,
     with _refused(OutputError), phase(stderr(), f"writing results and figures to {target}", quiet):
         path = write_results(results, target, raw, trace=trace, force=force)
     if not quiet:
-        from sim.inspect.compare import comparison_table, event_times
+        from sim.inspect.compare import comparison_table, event_times, format_comparison
 
         summary = pd.concat([r.summary for r in results], ignore_index=True)
         sys.stdout.write(format_summary(summary) + "\n")
@@ -183,7 +183,8 @@ def run(scenario: ScenarioPath,
             from sim.engine.library import format_library
             sys.stdout.write(format_library({r.variant: r.library for r in results}) + "\n")
         if len(variants) > 1:
-            sys.stdout.write("\n" + comparison_table(results).to_string(index=False) + "\n")
+            sys.stdout.write("\n comparison per workload and message size:\n"
+                             + format_comparison(comparison_table(results)) + "\n")
     typer.echo(f"wrote {path} ({time.perf_counter() - started:.1f} s)", err=True)
     refused = strict_failures(results) if strict else []
     for reason in refused:

@@ -36,6 +36,12 @@ BOOKKEEPING_KINDS = ("workloads-start", "managed-job-faults")
 """Event-log rows kept for the VRAM-over-time figure (the baseline, a managed job's progress), not outcomes."""
 
 
+ALLOCATED = "allocated"
+"""The outcome of a competing allocation that got its VRAM (evicting what it had to)."""
+NOTHING_TO_EVICT = "failed: no evictable memory"
+"""The outcome of an allocation that found VRAM full and nothing the exporter could move out of it."""
+
+
 def event_failed(outcome: str) -> bool:
     """Whether an event-log outcome says the event could not do what it asked (``failed: ...``)."""
     return outcome.startswith("failed")
@@ -56,7 +62,7 @@ def _allocate(gpu, nbytes: int, row: dict, log: list[dict]) -> bool:
     evictions = gpu.evictions
     ok = gpu.pressure(nbytes)
     log.append(row | {"target": gpu.name, "bytes": nbytes, "evicted": gpu.evictions - evictions,
-                      "outcome": "allocated" if ok else "failed: no evictable memory", "gpu_used": gpu.memory.used})
+                      "outcome": ALLOCATED if ok else NOTHING_TO_EVICT, "gpu_used": gpu.memory.used})
     return ok
 
 

@@ -24,7 +24,7 @@ from pyarrow import ArrowException
 
 from sim.store import outdir
 from sim.inspect.binned import cdf_curves
-from sim.inspect.compare import bandwidth_timeline, case_rows, post_latencies
+from sim.inspect.compare import bandwidth_timeline, comparison_table, post_latencies
 from sim.core.units import format_size
 from sim.store.operations import OperationTable
 from sim.plot import figures
@@ -64,7 +64,8 @@ class _RunDir:
         pick = lambda frame, v: frame[frame["variant"] == v]  # noqa: E731
         return [SimpleNamespace(variant=v, table=OperationTable.of(pick(self.operations, v)),
                                 summary=pick(self.summary, v),
-                                registrations=pick(self.registrations, v), counters=c)
+                                registrations=pick(self.registrations, v), counters=c,
+                                events=pick(self.events, v) if "variant" in self.events else self.events)
                 for v, c in self.counters.items()]
 
 
@@ -180,8 +181,7 @@ def mode_comparison(results: _RunDir | _SweepDir, out: Path, by: str = "variant"
     workload kind and message size, then what each variant costs — registration time, pinned memory and the
     competing jobs' failed allocations; a sweep's runs are averaged per bar."""
     if isinstance(results, _RunDir):
-        table = pd.DataFrame([perftest | extra | {"run": 0} for v in results.variants()
-                              for perftest, extra in case_rows(v)])
+        table = comparison_table(results.variants()).assign(run=0)
     else:
         table = results.ok()
     table = table.rename(columns={by: "series"}).astype({"series": str})
