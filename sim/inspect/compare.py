@@ -262,11 +262,11 @@ GPU_ONLY = ("gpu_register_us", "gpu_pinned_bytes", "gpu_bar1_bytes")
 """Columns that are 0 on a testbed without GPU buffers."""
 
 
-def format_comparison(table: pd.DataFrame) -> str:
-    """:func:`comparison_table` as ``run`` prints it: a row per variant, workload and size, values in human units
-    (:mod:`sim.inspect.tables`), the stall as its length with when it began and ended, blocks of columns that fit
-    a terminal. A column without a value in any row, and a counter or GPU column that is 0 in every row, is left
-    out (``summary.json`` keeps them)."""
+def comparison_view(table: pd.DataFrame) -> tuple[list[str], list[dict]]:
+    """The columns and records of :func:`comparison_table` as people read it: the variant, workload and size,
+    then :data:`COMPARED` and the counters, the stall as its length with when it began and ended (``stall``) and
+    the event's window as one span (``window``). A column without a value in any row, and a counter or GPU
+    column that is 0 in every row, is left out (``summary.json`` keeps them)."""
     records = table.to_dict("records")
     for record in records:
         record["stall"] = (None if pd.isna(record["stall_us"]) else f"{cell('stall_us', record['stall_us'])} "
@@ -277,9 +277,14 @@ def format_comparison(table: pd.DataFrame) -> str:
                 ("variant", "workload", "kind", "bytes") and not c.startswith(("stall_", "window_"))]
     columns = [c for c in COMPARED if c == "errors" or any(cell(c, r[c]) != NOTHING for r in records)]
     columns = [c for c in columns + counters if c not in counters + list(GPU_ONLY) or any(r[c] for r in records)]
-    keys = ["variant", "workload", "bytes"]
-    rows = [[cell(c, r[c]) for c in keys + columns] for r in records]
-    return blocks([header(c) for c in keys + columns], rows, len(keys))
+    return ["variant", "workload", "bytes", *columns], records
+
+
+def format_comparison(table: pd.DataFrame) -> str:
+    """:func:`comparison_table` as ``run`` prints it (:func:`comparison_view`): a row per variant, workload and
+    size, values in human units (:mod:`sim.inspect.tables`), in blocks of columns that fit a terminal."""
+    columns, records = comparison_view(table)
+    return blocks([header(c) for c in columns], [[cell(c, r[c]) for c in columns] for r in records], 3)
 
 
 def _span(start_ms: float, end_ms: float) -> str:

@@ -30,6 +30,8 @@ WORDS = {
     "mtt_page_bytes": "MTT page size", "bar1_bytes": "BAR1 mapped", "failed_allocations": "failed allocations",
     "rnr_naks": "RNR NAKs", "frames_lost": "frames lost", "refaults": "re-faults",
     "invariant_violations": "invariant violations", "kernel_warnings": "kernel warnings",
+    "amount_bytes": "amount", "requested": "engine asked for", "ran": "engine that ran",
+    "fallback": "why auto fell back",
 }
 """Column names -> the words of their header; a column not named here is shown with its underscores as spaces."""
 EXACT_SIZES = ("bytes", "mtt_page_bytes")
@@ -53,6 +55,8 @@ def cell(column: str, value) -> str:
         return ", ".join(f"{k}: {v}" for k, v in value.items()) or NOTHING
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return str(value)
+    if value == 0 and column.endswith(("_ps", "_us", "_ms")):
+        return "0"
     if column.endswith("_ps"):
         return format_duration(value)
     if column.endswith("_us"):
@@ -67,7 +71,9 @@ def cell(column: str, value) -> str:
         return format_rate(value)
     if column.endswith("_pct"):
         return f"{value + 0.0:.1f}%".replace("-0.0%", "0.0%")
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 10_000 else f"{value:.4g}"
+    return str(value)
 
 
 def format_rate(gbps: float) -> str:

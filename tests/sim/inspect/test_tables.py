@@ -11,10 +11,11 @@ from sim.inspect.tables import WIDTH, blocks, cell, header
 
 @pytest.mark.parametrize("column, value, shown", [
     ("bytes", 4096, "4KiB"), ("bytes", 1000, "1000B"), ("pinned_bytes", 3 * 2**30 + 2**29, "3.5GiB"),
-    ("register_us", 22681.546405, "22.68ms"), ("p99_9_us", 337.714591, "337.7us"), ("time_ps", 42681546405, "42.68ms"),
-    ("time_ms", 20.0, "20ms"), ("bw_avg_Gbps", 397.4561569, "397.5Gb/s"), ("bw_avg_Gbps", 0.017137, "17.14Mb/s"),
-    ("bw_lost_pct", 65.2235, "65.2%"), ("bw_lost_pct", -0.04, "0.0%"), ("errors", 3, "3"), ("outcome", "freed", "freed"),
-    ("p50_us", float("nan"), "-"), ("allocation", None, "-"), ("errors_by_status", {"WR_FLUSH_ERR": 2}, "WR_FLUSH_ERR: 2"),
+    ("register_us", 22681.546405, "22.68ms"), ("p99_9_us", 337.714591, "337.7us"),
+    ("time_ps", 42681546405, "42.68ms"), ("time_ms", 20.0, "20ms"), ("time_ms", 0.0, "0"), ("bw_avg_Gbps", 397.4561569, "397.5Gb/s"), ("bw_avg_Gbps", 0.017137, "17.14Mb/s"),
+    ("bw_lost_pct", 65.2235, "65.2%"), ("bw_lost_pct", -0.04, "0.0%"), ("errors", 3, "3"),
+    ("outcome", "freed", "freed"), ("p50_us", float("nan"), "-"), ("allocation", None, "-"),
+    ("errors_by_status", {"WR_FLUSH_ERR": 2}, "WR_FLUSH_ERR: 2"), ("bw_avg_MiBps", 47380.466, "47,380"),
 ])
 def test_a_value_is_shown_in_the_unit_its_column_names(column, value, shown):
     assert cell(column, value) == shown
