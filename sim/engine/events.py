@@ -22,7 +22,7 @@ from models.nic.nic import flush_qps
 from models.verbs.cleanup import uverbs_destroy_ufile_hw
 from models.verbs.peermem import peermem_reclaim
 from sim.engine.build import Testbed
-from sim.core import PS_PER_MS, SimError, format_size
+from sim.core import PS_PER_MS, SimError, format_duration, format_size
 from sim.core.units import format_time
 from sim.scenario.events import (DmaBufRevokeEvent, EvictionStormEvent, ExporterFaultEvent, GpuJobGrowthEvent,
                                  GpuPressureEvent, HostPageMigrationEvent, LinkFlapEvent, ManagedJobEvent,
@@ -69,7 +69,7 @@ def _allocate(gpu, nbytes: int, row: dict, log: list[dict]) -> bool:
 def log_unreached(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dict]) -> None:
     """Add a row for each event, or a growing job's steps, that the run ended before (so none is silently
     dropped)."""
-    ran, ended = bed.env.now - start_ps, f"the workloads ended at {(bed.env.now - start_ps) / 1e6:.3f} us"
+    ran, ended = bed.env.now - start_ps, f"the workloads ended at {format_duration(bed.env.now - start_ps)}"
     for event in scenario.events:
         if event.at > ran:
             log.append({"time_ps": start_ps + event.at, "kind": event.kind,
@@ -100,7 +100,7 @@ def _managed_job(bed: Testbed, event: ManagedJobEvent, row: dict, log: list[dict
         log.append(row | {"target": gpu.name, "bytes": event.size, "evicted": 0, "gpu_used": gpu.memory.used,
                           "outcome": f"failed: {exc}"})
         return
-    mm, taken = gpu.managed(f"managed-job@{row['time_ps']}", event.size)
+    mm, taken = gpu.managed(f"managed-job@{format_duration(row['time_ps'])}", event.size)  # at on the run's clock
     evictions, totals = gpu.evictions, UvmStats()
     pages = sequential(mm.n_pages, repetitions=event.passes)
     entry = row | {"target": gpu.name, "bytes": event.size, "evicted": 0, "gpu_used": gpu.memory.used,
@@ -234,7 +234,7 @@ def revocation_outcome(revocation: Revocation, bound_ps: int) -> str:
     if revocation.done:
         waited = revocation.unmapped_ps - revocation.fences_done_ps
         late = f", past the {format_time(bound_ps)} bound (WARN)" if revocation.warned else ""
-        return f"revoked: every importer unmapped {waited / 1e6:.3f} us after the fences{late}"
+        return f"revoked: every importer unmapped {format_duration(waited)} after the fences{late}"
     if revocation.warned:
         return (f"revoking: WARN: {', '.join(revocation.warned)} still mapped the buffer {format_time(bound_ps)} "
                 "after the invalidation; the exporter waits on (the run ended first)")

@@ -31,7 +31,7 @@ WORDS = {
     "rnr_naks": "RNR NAKs", "frames_lost": "frames lost", "refaults": "re-faults",
     "invariant_violations": "invariant violations", "kernel_warnings": "kernel warnings",
     "amount_bytes": "amount", "requested": "engine asked for", "ran": "engine that ran",
-    "fallback": "why auto fell back",
+    "fallback": "why auto fell back", "bw_Gbps": "delivered bandwidth", "estimate_Gbps": "estimate",
 }
 """Column names -> the words of their header; a column not named here is shown with its underscores as spaces."""
 EXACT_SIZES = ("bytes", "mtt_page_bytes")
