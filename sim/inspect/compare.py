@@ -148,6 +148,21 @@ def post_latencies(result: RunResult) -> pd.DataFrame:
                          "latency_us": latency / PS_PER_US})
 
 
+def size_spans(result: RunResult) -> pd.DataFrame:
+    """When each message size of the bandwidth workloads ran: ``bytes``, ``start_ms`` (its first post) and
+    ``end_ms`` (its last completion), ms since the first post of the bandwidth workloads, in order of start."""
+    spans: dict[int, list[int]] = {}
+    for ops in _bandwidth_batches(result, ["bytes", "posted_ps", "completed_ps"]):
+        for size, rows in ops.groupby("bytes", sort=False):
+            first, last = int(rows["posted_ps"].min()), int(rows["completed_ps"].max())
+            known = spans.setdefault(int(size), [first, last])
+            known[0], known[1] = min(known[0], first), max(known[1], last)
+    origin = _origin(result)
+    rows = sorted((first, last, size) for size, (first, last) in spans.items())
+    return pd.DataFrame({"bytes": [r[2] for r in rows], "start_ms": [(r[0] - origin) / 1e9 for r in rows],
+                         "end_ms": [(r[1] - origin) / 1e9 for r in rows]})
+
+
 def event_times(result: RunResult) -> pd.DataFrame:
     """The run's events with their time in ms since the first post of the bandwidth workloads."""
     span = bandwidth_span(result)

@@ -24,11 +24,12 @@ from pyarrow import ArrowException
 
 from sim.store import outdir
 from sim.inspect.binned import cdf_curves
-from sim.inspect.compare import bandwidth_timeline, comparison_table, post_latencies
+from sim.inspect.compare import bandwidth_timeline, comparison_table, post_latencies, size_spans
 from sim.core.units import format_size
 from sim.store.operations import OperationTable
 from sim.plot import figures
 from sim.plot.figures import save
+from sim.inspect.tables import header
 from sim.plot.request import RECIPES, RUN, RecipeError, check_request  # noqa: F401 (RECIPES: the API)
 from sim.store.sweep_table import read_table
 
@@ -134,8 +135,10 @@ def _restates_size(table: pd.DataFrame, column: str) -> bool:
 
 def bw_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
     """Average bandwidth against message size; a sweep's runs averaged per series (its other axes)."""
-    data = _per_size(results, "_bw", ["bw_avg_Gbps", "bw_peak_Gbps"], "bandwidth")
-    return figures.bw_vs_size(data, out, results.title)
+    columns = ["bw_avg_Gbps", "bw_peak_Gbps"] + ([] if isinstance(results, _RunDir) else ["events"])
+    data = _per_size(results, "_bw", columns, "bandwidth")
+    line = [rate * 8 / 1e9 for rate in results.link_Bps.values()] if isinstance(results, _RunDir) else []
+    return figures.bw_vs_size(data, out, results.title, line)
 
 
 def latency_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
@@ -146,11 +149,14 @@ def latency_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
 
 def _per_size(results: _RunDir | _SweepDir, kinds: str, columns: list[str], what: str) -> pd.DataFrame:
     """Summary rows of the workloads whose kind ends with ``kinds``: a run's one per variant, workload and size;
-    a sweep's ``columns`` averaged per series (the axes that vary and do not restate the size) and size."""
+    a sweep's ``columns`` averaged per series (the axes that vary and do not restate the size) and size, where
+    ``events`` is the share of the point's runs during which a scenario event came."""
     if isinstance(results, _RunDir):
         data = results.summary[results.summary["kind"].str.endswith(kinds)]
     else:
         ok = results.ok(kinds)
+        met = ok["window_from_ms"].notna() if "window_from_ms" in ok else pd.Series(False, index=ok.index)
+        ok = ok.assign(events=met.astype(float))  # the share of a point's runs that met a scenario event
         series = [c for c in dict.fromkeys(["variant", *results.axes, "workload"])
                   if ok[c].nunique() > 1 and not _restates_size(ok, c)]
         label = ok[series].astype(str).agg(" / ".join, axis=1) if series else pd.Series("all", index=ok.index)
@@ -172,8 +178,11 @@ def bw_over_time(run: _RunDir, out: Path) -> list[Path]:
                        ignore_index=True)
     if curves.empty:
         raise RecipeError(f"{run.title}: no bandwidth workload to plot over time")
-    latencies = pd.concat([post_latencies(v) for v in run.variants()], ignore_index=True)
-    return figures.bw_over_time(curves, run.events, out, run.title, latencies)
+    variants = run.variants()
+    latencies = pd.concat([post_latencies(v) for v in variants], ignore_index=True)
+    return figures.bw_over_time(curves, run.events, out, run.title, latencies,
+                                [rate * 8 / 1e9 for rate in run.link_Bps.values()],
+                                size_spans(variants[0]) if len(variants) == 1 else None)
 
 
 def mode_comparison(results: _RunDir | _SweepDir, out: Path, by: str = "variant") -> list[Path]:
@@ -259,10 +268,31 @@ def heatmap(results: _SweepDir, out: Path, metric: str | None = None, by: tuple[
                     color="white" if value < np.nanmean(grid) else "black")
     ax.set_xticks(range(len(cols)), [str(c) for c in cols], rotation=30)
     ax.set_yticks(range(len(rows)), [str(r) for r in rows])
-    ax.set(xlabel=x, ylabel=y, title=f"{results.title}: {metric}")
-    fig.colorbar(image, ax=ax, label=metric)
+    ax.set(xlabel=axis_words(x), ylabel=axis_words(y), title=f"{results.title}: {header(metric)}")
+    fig.colorbar(image, ax=ax, label=f"{header(metric)} ({UNITS.get(metric.rsplit('_', 1)[-1], 'mean')})")
     fig.tight_layout()
     return save(fig, data, out, f"heatmap_{metric}")
+
+
+FIELD_WORDS = {"sizes": "message size", "register": "registration mode", "mtu": "MTU", "rate": "rate",
+               "tx_depth": "send queue depth", "rx_depth": "receive queue depth", "iterations": "iterations",
+               "qps": "queue pairs", "preset": "preset", "memory": "memory", "allocate": "allocation"}
+"""A sweep axis's last field in words (the others keep their own name, underscores as spaces)."""
+UNITS = {"Gbps": "Gb/s", "us": "µs", "ms": "ms", "bytes": "bytes", "pct": "%"}
+"""A metric's unit from its name's suffix."""
+
+
+def axis_words(key: str) -> str:
+    """A sweep axis in words: ``workload.stream.sizes.0 -> 'message size (workload stream)'``,
+    ``buffers.src.register -> 'registration mode (buffer src)'``, ``fabric.mtu -> 'fabric MTU'``."""
+    parts = [p for p in key.split(".") if not p.isdigit()]
+    if len(parts) < 2:
+        return key.replace("_", " ")
+    field = FIELD_WORDS.get(parts[-1], parts[-1].replace("_", " "))
+    if len(parts) == 2:
+        return f"{parts[0]} {field}"
+    owner = {"workload": "workload", "buffers": "buffer", "nodes": "node", "events": "event"}.get(parts[0], parts[0])
+    return f"{field} ({owner} {' '.join(parts[1:-1])})"
 
 
 def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | None = None, *,

@@ -48,6 +48,18 @@ def sweep_axes(results_dir: Path) -> tuple[str, list[str]]:
         raise RecipeError(f"{path}: not a sweep's results directory (sweep.json, runs/): {exc}") from None
 
 
+def run_variants(results_dir: Path) -> list[str]:
+    """The variants a run's ``manifest.json`` names.
+
+    :raises RecipeError: the manifest cannot be read as rdmasim wrote it.
+    """
+    path = results_dir / "manifest.json"
+    try:
+        return [str(name) for name in json.loads(path.read_text())["variants"]]
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise RecipeError(f"{path}: not the manifest.json of `rdmasim run`: {exc}") from None
+
+
 def check_axes(title: str, axes: list[str], names: list[str]) -> None:
     """Refuse an axis ``names`` holds that the sweep ``title`` (its ``axes``, and ``variant``) does not have."""
     known = list(dict.fromkeys(["variant", *axes]))
@@ -86,6 +98,9 @@ def _check_options(results_dir: Path, kind: str, recipe: str, by: list[str], met
             raise RecipeError("recipe 'mode_comparison' groups by one axis")
         if kind == RUN and by not in ([], ["variant"]):
             raise RecipeError(f"recipe 'mode_comparison' of a run groups by variant, not '{by[0]}'")
+        if kind == RUN and len(names := run_variants(results_dir)) < 2:
+            raise RecipeError(f"recipe 'mode_comparison' compares variants, and this run has one ({', '.join(names)})"
+                              ": bw_vs_size and latency_vs_size draw it")
     elif by or metric:
         raise RecipeError(f"recipe '{recipe}' takes no axes and no metric")
     if recipe in PER_OPERATION and kind == SWEEP:
