@@ -125,15 +125,15 @@ def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str, line_Gbps=())
     """Average bandwidth (Gb/s) against message size, one line per bandwidth workload, with the line rate(s)
     ``line_Gbps`` as a reference; where the rows say that runs met scenario events (``events``: how many runs
     of that point did), the point is ringed and the legend says so."""
-    columns = [c for c in ("variant", "workload", "bytes", "bw_avg_Gbps", "bw_peak_Gbps") if c in summary]
+    columns = [c for c in ("variant", "workload", "bytes", "bw_avg_Gbps", "bw_peak_Gbps", "events") if c in summary]
     data = summary[summary["kind"].str.endswith("_bw")][columns]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     curves = list(_curves(data))
     names = labelled([(label, rows["bw_avg_Gbps"].to_numpy()) for label, rows in curves])
     for i, ((_, rows), name) in enumerate(zip(curves, names)):
         ax.plot(rows["bytes"], rows["bw_avg_Gbps"], label=name, **curve_style(i, len(rows)))
-    if "events" in summary and (summary.loc[data.index, "events"] > 0).any():
-        met = data[summary.loc[data.index, "events"] > 0]
+    if "events" in data and (data["events"] > 0).any():
+        met = data[data["events"] > 0]
         ax.scatter(met["bytes"], met["bw_avg_Gbps"], s=140, facecolors="none", edgecolors="tab:red", lw=1.2,
                    zorder=3, label="runs that met a scenario event (other sizes ran without one)")
     line_rate(ax, line_Gbps)

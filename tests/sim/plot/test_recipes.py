@@ -191,3 +191,12 @@ def test_a_mode_comparison_of_many_cases_widens_its_panels_and_labels_each_case_
     labels = bandwidth.get_xticklabels()
     assert len(labels) == 32 and {label.get_rotation() for label in labels} == {90.0}  # 32 cases, two bars each
     assert failed.get_ylim()[0] == 0  # no allocation failed: the axis still starts at zero
+
+
+def test_a_sweeps_bw_vs_size_rings_the_points_whose_runs_met_the_pressure_event(sweep_dir, tmp_path):
+    out, table = sweep_dir
+    data = _files(plot(out, "bw_vs_size", tmp_path), "bw_vs_size")
+    hit = table[(table["evictions"] + table["failed_allocations"]) > 0]  # what the allocation did to those runs
+    assert set(hit["bytes"]) == {1 << 20}  # the smaller sizes ran before it came
+    ringed = data[data["events"] > 0]
+    assert sorted(zip(ringed["workload"], ringed["bytes"])) == sorted(zip(hit["variant"], hit["bytes"]))
