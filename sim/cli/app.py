@@ -346,7 +346,10 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
             raise typer.Exit(1) from None
     shown = [c for c in result.table.columns if c in ("run", "variant", "status", "bytes", "bw_avg_Gbps",
              "t_typical_us", "p99_9_us", "pinned_bytes", "evictions") or "." in c]
-    sys.stdout.write(result.table[shown].to_string(index=False) + "\n")
+    from sim.inspect.tables import blocks, cell, header
+
+    rows = [[cell(c, r[c]) for c in shown] for r in result.table[shown].to_dict("records")]
+    sys.stdout.write(blocks([header(c) for c in shown], rows, 2) + "\n")
     for path in result.damaged:
         typer.echo(f"{path}: unreadable (empty, cut short) or another run's: its run was simulated again", err=True)
     for row in result.table[result.table["status"] == FAILED].itertuples():

@@ -38,8 +38,29 @@ EXACT_SIZES = ("bytes", "mtt_page_bytes")
 """Size columns whose values are exact sizes (message sizes, page sizes): ``4KiB`` rather than ``4.0KiB``."""
 
 
+FIELD_WORDS = {"sizes": "message size", "register": "registration mode", "mtu": "MTU", "rate": "rate",
+               "tx_depth": "send queue depth", "rx_depth": "receive queue depth", "iterations": "iterations",
+               "qps": "queue pairs", "preset": "preset", "memory": "memory", "allocate": "allocation"}
+"""A sweep axis's last field in words (the others keep their own name, underscores as spaces)."""
+
+
+def axis_words(key: str) -> str:
+    """A sweep axis in words: ``workload.stream.sizes.0 -> 'message size (workload stream)'``,
+    ``buffers.src.register -> 'registration mode (buffer src)'``, ``fabric.mtu -> 'fabric MTU'``."""
+    parts = [p for p in key.split(".") if not p.isdigit()]
+    if len(parts) < 2:
+        return key.replace("_", " ")
+    field = FIELD_WORDS.get(parts[-1], parts[-1].replace("_", " "))
+    if len(parts) == 2:
+        return f"{parts[0]} {field}"
+    owner = {"workload": "workload", "buffers": "buffer", "nodes": "node", "events": "event"}.get(parts[0], parts[0])
+    return f"{field} ({owner} {' '.join(parts[1:-1])})"
+
+
 def header(column: str) -> str:
-    """The words of ``column``'s header."""
+    """The words of ``column``'s header; a sweep axis (a dotted key) by :func:`axis_words`."""
+    if "." in column:
+        return axis_words(column)
     return WORDS.get(column, column.replace("_", " "))
 
 

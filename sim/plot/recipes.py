@@ -29,7 +29,7 @@ from sim.core.units import format_size
 from sim.store.operations import OperationTable
 from sim.plot import figures
 from sim.plot.figures import save
-from sim.inspect.tables import header
+from sim.inspect.tables import axis_words, header
 from sim.plot.request import RECIPES, RUN, RecipeError, check_request  # noqa: F401 (RECIPES: the API)
 from sim.store.sweep_table import read_table
 
@@ -274,25 +274,8 @@ def heatmap(results: _SweepDir, out: Path, metric: str | None = None, by: tuple[
     return save(fig, data, out, f"heatmap_{metric}")
 
 
-FIELD_WORDS = {"sizes": "message size", "register": "registration mode", "mtu": "MTU", "rate": "rate",
-               "tx_depth": "send queue depth", "rx_depth": "receive queue depth", "iterations": "iterations",
-               "qps": "queue pairs", "preset": "preset", "memory": "memory", "allocate": "allocation"}
-"""A sweep axis's last field in words (the others keep their own name, underscores as spaces)."""
 UNITS = {"Gbps": "Gb/s", "us": "µs", "ms": "ms", "bytes": "bytes", "pct": "%"}
 """A metric's unit from its name's suffix."""
-
-
-def axis_words(key: str) -> str:
-    """A sweep axis in words: ``workload.stream.sizes.0 -> 'message size (workload stream)'``,
-    ``buffers.src.register -> 'registration mode (buffer src)'``, ``fabric.mtu -> 'fabric MTU'``."""
-    parts = [p for p in key.split(".") if not p.isdigit()]
-    if len(parts) < 2:
-        return key.replace("_", " ")
-    field = FIELD_WORDS.get(parts[-1], parts[-1].replace("_", " "))
-    if len(parts) == 2:
-        return f"{parts[0]} {field}"
-    owner = {"workload": "workload", "buffers": "buffer", "nodes": "node", "events": "event"}.get(parts[0], parts[0])
-    return f"{field} ({owner} {' '.join(parts[1:-1])})"
 
 
 def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | None = None, *,

@@ -13,7 +13,7 @@ from sim.engine.run import run_scenario
 from sim.inspect.binned import cdf_curves
 from sim.inspect.compare import bandwidth_timeline, event_times, post_latencies, size_spans
 from sim.plot import figures
-from sim.plot.recipes import axis_words
+from sim.inspect.tables import axis_words
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 from tests.sim.plot.test_figures import drawn, pressure  # noqa: F401 (drawn: the fixture)
