@@ -168,7 +168,8 @@ class DmabufBacking(MrBacking):
             try:
                 check_dma(umem.sgt, now_ps)
             except InvariantViolation as violation:
-                self._violated(f"{violation} (at {format_duration(now_ps)}, offset {format_size(offset)} of the MR, {format_size(length)})")
+                self._violated(f"{violation} (at {format_duration(now_ps)}, offset {format_size(offset)} of the MR, "
+                               f"{format_size(length)})")
         return None
 
     def _page_fault(self):

@@ -269,7 +269,8 @@ def case_rows(result: RunResult) -> list[tuple[dict, dict]]:
     return list(zip(result.summary.to_dict("records"), comparison_table([result]).to_dict("records")))
 
 
-COMPARED = ("bw_avg_Gbps", "p50_us", "p99_us", "p99_9_us", "stall", "window", "bw_lost_pct", "allocation",
+COMPARED = ("bw_avg_Gbps", "p50_us", "p99_us", "p99_9_us", "stall_us", "stall_at", "window", "bw_lost_pct",
+            "allocation",
             "errors", "modes", "register_us", "gpu_register_us", "pinned_bytes", "gpu_pinned_bytes",
             "gpu_bar1_bytes")
 """The comparison's columns as ``run`` prints them, after the variant, workload and size (the counters follow)."""
@@ -279,17 +280,17 @@ GPU_ONLY = ("gpu_register_us", "gpu_pinned_bytes", "gpu_bar1_bytes")
 
 def comparison_view(table: pd.DataFrame) -> tuple[list[str], list[dict]]:
     """The columns and records of :func:`comparison_table` as people read it: the variant, workload and size,
-    then :data:`COMPARED` and the counters, the stall as its length with when it began and ended (``stall``) and
-    the event's window as one span (``window``). A column without a value in any row, and a counter or GPU
+    then :data:`COMPARED` and the counters, the stall as its length (``stall_us``) and, in a cell of its own
+    unit, when it began and ended (``stall_at``), and the event's window as one span (``window``). A column without a value in any row, and a counter or GPU
     column that is 0 in every row, is left out (``summary.json`` keeps them)."""
     records = table.to_dict("records")
     for record in records:
-        record["stall"] = (None if pd.isna(record["stall_us"]) else f"{cell('stall_us', record['stall_us'])} "
-                           f"({_span(record['stall_from_ms'], record['stall_to_ms'])})")
+        record["stall_at"] = None if pd.isna(record["stall_us"]) else _span(record["stall_from_ms"],
+                                                                           record["stall_to_ms"])
         record["window"] = None if pd.isna(record["window_from_ms"]) else _span(record["window_from_ms"],
                                                                                 record["window_to_ms"])
     counters = [c for c in table.columns if c not in COMPARED and c not in
-                ("variant", "workload", "kind", "bytes") and not c.startswith(("stall_", "window_"))]
+                ("variant", "workload", "kind", "bytes") and not c.startswith(("stall_from", "stall_to", "window_"))]
     columns = [c for c in COMPARED if c == "errors" or any(cell(c, r[c]) != NOTHING for r in records)]
     columns = [c for c in columns + counters if c not in counters + list(GPU_ONLY) or any(r[c] for r in records)]
     return ["variant", "workload", "bytes", *columns], records

@@ -21,7 +21,7 @@ WORDS = {
     "msg_rate_Mpps": "message rate (Mpps)", "p50_us": "p50 latency", "p99_us": "p99 latency",
     "p99_9_us": "p99.9 latency", "t_min_us": "min latency", "t_max_us": "max latency",
     "t_typical_us": "typical latency", "t_avg_us": "mean latency", "t_stdev_us": "latency stdev",
-    "stall": "longest stall (from..to)", "window": "event window", "bw_lost_pct": "bandwidth lost in window",
+    "stall_us": "longest stall", "stall_at": "stall from..to", "window": "event window", "bw_lost_pct": "bandwidth lost in window",
     "allocation": "competing allocation", "pinned_bytes": "pinned", "gpu_pinned_bytes": "GPU pinned",
     "gpu_bar1_bytes": "GPU BAR1", "errors": "errors", "errors_by_status": "errors by status",
     "iterations": "iterations", "time_ps": "time (run clock)", "time_ms": "time since first post",
