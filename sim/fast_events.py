@@ -25,7 +25,7 @@ from models.nic.stages import memory_target
 from models.ib.dmabuf_mr import DmabufBacking
 from models.nic.translation import Fault
 from models.nic.wqe import WcStatus
-from sim.core.units import format_size, format_time
+from sim.core.units import format_duration, format_size, format_time
 from sim.fast import NEVER, Finished
 from sim.fast_faults import Access, FaultScan, faults_followed
 from sim.scenario.schema import Scenario
@@ -217,7 +217,7 @@ class Watch:
             return self._invalidated(name)
         if not isinstance(backing, DmabufBacking) or backing.mode != "dmabuf" or backing.translation_valid \
                 or backing.umem.revoked or backing.zapped_at_ps <= env.now:
-            return f"scenario events changed {describe(changed)} at {env.now / 1e6:.3f} us"
+            return f"scenario events changed {describe(changed)} at {format_duration(env.now)}"
         zapped = backing.zapped_at_ps
         self.base = exposed(self.bed, self.scenario)  # the zap itself is accepted from here on
         for k, size in solved.keys():

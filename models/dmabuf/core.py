@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from sim.core import PS_PER_NS, PS_PER_US, Environment, InvariantViolation
+from sim.core import PS_PER_NS, PS_PER_US, Environment, InvariantViolation, format_duration
 
 from models.dmabuf.resv import DmaResv
 from models.versions import DEFAULT_KERNEL, KernelBehaviour, Version
@@ -281,5 +281,5 @@ def check_dma(mapping: SgTable, now_ps: int | None = None) -> None:
             f"({mapping.placement.value}), the buffer moved to generation {dmabuf.generation} "
             f"({dmabuf.placement.value}); the importer must re-map after move_notify")
     if now_ps is not None and now_ps < mapping.ready_at_ps:
-        raise InvariantViolation(f"{who} at {now_ps} ps: the exporter's KERNEL fences signal at "
-                                 f"{mapping.ready_at_ps} ps; dynamic importers must wait for them")
+        raise InvariantViolation(f"{who} at {format_duration(now_ps)}: the exporter's KERNEL fences signal at "
+                                 f"{format_duration(mapping.ready_at_ps)}; dynamic importers must wait for them")

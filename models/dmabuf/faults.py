@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from sim.core import ProtocolError, UnboundedWait, VerbsError
+from sim.core import ProtocolError, UnboundedWait, VerbsError, format_duration
 from sim.core.units import format_time
 
 from models.dmabuf.core import DmaBuf, DmaBufAttachment, DmaDataDirection, Placement, Segments
@@ -146,5 +146,5 @@ class FaultInjector:
         self.injected.append(f"blocked a map by {attach.dev}")
         held = f", holding {self.dmabuf.resv.name}" if self.dmabuf.resv.holder == ctx else ""
         raise UnboundedWait(f"map_dma_buf of {self.dmabuf.name} never returns (injected fault): {ctx} waits forever "
-                            f"in dma_buf_map_attachment from {self.core.now_ps(ctx) / 1e6:.3f} us{held}"
+                            f"in dma_buf_map_attachment from {format_duration(self.core.now_ps(ctx))}{held}"
                             + ("" if ctx == attach.dev else f", mapping for {attach.dev}"))

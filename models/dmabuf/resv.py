@@ -16,7 +16,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sim.core import DeadlockError, ProtocolError, VerbsError
+from sim.core import DeadlockError, ProtocolError, VerbsError, format_duration
 
 
 class ContextClocks(Protocol):
@@ -168,6 +168,6 @@ def dma_resv_wait_timeout(resv: DmaResv, usage: DmaResvUsage, *, now_ps: int, ti
     """
     done = max([now_ps] + [f.signaled_at_ps for f, u in resv.fences if u <= usage])
     if timeout_ps is not None and done - now_ps > timeout_ps:
-        raise VerbsError("ETIMEDOUT", f"{resv.name}: {usage.name} fences signal at {done} ps, after the "
-                         f"{timeout_ps} ps timeout", call="dma_resv_wait_timeout")
+        raise VerbsError("ETIMEDOUT", f"{resv.name}: {usage.name} fences signal at {format_duration(done)}, after "
+                         f"the {format_duration(timeout_ps)} timeout", call="dma_resv_wait_timeout")
     return done

@@ -20,7 +20,7 @@ deliberately broken importer that keeps its stale translations, to show why the 
 
 from __future__ import annotations
 
-from sim.core import InvariantViolation, VerbsError
+from sim.core import InvariantViolation, VerbsError, format_duration, format_size
 
 from models.ib.mkey_page import mlx5_umem_dmabuf_default_pgsz
 from models.dmabuf import DmaBufAttachment, DmaBufAttachOps, FdTable, Placement, check_dma
@@ -168,7 +168,8 @@ class DmabufBacking(MrBacking):
             try:
                 check_dma(umem.sgt, now_ps)
             except InvariantViolation as violation:
-                self._violated(f"{violation} (at {now_ps / 1e6:.3f} us, offset {offset} of the MR, {length} bytes)")
+                self._violated(f"{violation} (at {format_duration(now_ps)}, offset {format_size(offset)} of the MR, "
+                               f"{format_size(length)})")
         return None
 
     def _page_fault(self):

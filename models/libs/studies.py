@@ -197,7 +197,8 @@ def dm_export_study(context: Context, gpu: str, length: int, *,
     dma_buf_put(buf, caller=gpu)
     gpu_import = attempt("GPU import (dma_buf_dynamic_attach)", lambda: GpuDmabufImport(gpu, node.fds, fd,
                                                                                          broken=broken),
-                         lambda imp: f"attached, revocable: {dma_buf_attach_revocable(imp.attach)}")
+                         lambda imp: "attached, revocable: " + ("yes" if dma_buf_attach_revocable(imp.attach)
+                                                                else "no"))
     if gpu_import is None:
         return rows, {}, []
     attempt("GPU access (dma_buf_map_attachment)", gpu_import.access, lambda sgt: f"{sgt.nbytes} bytes mapped")

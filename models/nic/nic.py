@@ -18,7 +18,7 @@ from models.nic.device import DeviceAttrs
 from models.nic.mtt_cache import MttCache
 from models.nic.translation import DmabufImporter
 from models.nic.wqe import Access
-from sim.core import PS_PER_NS, PS_PER_US, FifoServer, VerbsError
+from sim.core import PS_PER_NS, PS_PER_US, FifoServer, VerbsError, format_duration
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,9 +205,9 @@ class Nic:
         if held:
             for port in (self.tx_port, self.rx_port):
                 port.add_stall(start_ps, end)
-            return f"link down for {duration_ps / 1e6:.3f} us, frames held"
+            return f"link down for {format_duration(duration_ps)}, frames held"
         self.outages = tuple(sorted((*self.outages, (start_ps, end))))
-        return f"link down for {duration_ps / 1e6:.3f} us, frames on it lost"
+        return f"link down for {format_duration(duration_ps)}, frames on it lost"
 
     def link_lost(self, start_ps: int, end_ps: int) -> bool:
         """Whether a frame on this NIC's link during ``[start_ps, end_ps]`` meets an outage (it is lost)."""

@@ -165,7 +165,7 @@ def run(scenario: ScenarioPath,
     with _refused(OutputError), phase(stderr(), f"writing results and figures to {target}", quiet):
         path = write_results(results, target, raw, trace=trace, force=force)
     if not quiet:
-        from sim.inspect.compare import comparison_table, event_times
+        from sim.inspect.compare import comparison_table, event_times, format_comparison
 
         summary = pd.concat([r.summary for r in results], ignore_index=True)
         sys.stdout.write(format_summary(summary) + "\n")
@@ -183,7 +183,8 @@ def run(scenario: ScenarioPath,
             from sim.engine.library import format_library
             sys.stdout.write(format_library({r.variant: r.library for r in results}) + "\n")
         if len(variants) > 1:
-            sys.stdout.write("\n" + comparison_table(results).to_string(index=False) + "\n")
+            sys.stdout.write("\n comparison per workload and message size:\n"
+                             + format_comparison(comparison_table(results)) + "\n")
     typer.echo(f"wrote {path} ({time.perf_counter() - started:.1f} s)", err=True)
     refused = strict_failures(results) if strict else []
     for reason in refused:
@@ -345,7 +346,10 @@ def sweep(file: Annotated[Path, typer.Argument(help="Sweep YAML file.", show_def
             raise typer.Exit(1) from None
     shown = [c for c in result.table.columns if c in ("run", "variant", "status", "bytes", "bw_avg_Gbps",
              "t_typical_us", "p99_9_us", "pinned_bytes", "evictions") or "." in c]
-    sys.stdout.write(result.table[shown].to_string(index=False) + "\n")
+    from sim.inspect.tables import blocks, cell, header
+
+    rows = [[cell(c, r[c]) for c in shown] for r in result.table[shown].to_dict("records")]
+    sys.stdout.write(blocks([header(c) for c in shown], rows, 2) + "\n")
     for path in result.damaged:
         typer.echo(f"{path}: unreadable (empty, cut short) or another run's: its run was simulated again", err=True)
     for row in result.table[result.table["status"] == FAILED].itertuples():
@@ -371,6 +375,10 @@ def plot(results: Annotated[Path, typer.Argument(help="Results directory of `rdm
          by: Annotated[Optional[list[str]], typer.Option(metavar="AXIS", help="Sweep axis: twice for heatmap, once for "
                                                               "mode_comparison.")] = None) -> None:
     """Draw a figure from a results directory: PNG, PDF and the CSV of the plotted numbers."""
+    from sim.plot.request import RecipeError, check_request
+
+    with _refused(RecipeError):  # before pandas, matplotlib and the results are loaded
+        check_request(results, recipe, list(by or ()), metric)
     from sim.plot.recipes import plot as draw
 
     try:

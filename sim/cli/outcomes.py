@@ -4,9 +4,7 @@ reason lies in the GPU's exporter profile rather than in the workload."""
 from __future__ import annotations
 
 from models.presets import GPU_VENDOR
-
-NOTHING_TO_EVICT = "failed: no evictable memory"
-"""The outcome of an allocation that found VRAM full and nothing the exporter could move out of it."""
+from sim.engine.events import NOTHING_TO_EVICT
 
 STATIC_EXPORTERS = {"nvidia": "static (nv_dma_buf): it never moves memory",
                     "vfio": "a PCI BAR (vfio-pci): it never moves memory"}

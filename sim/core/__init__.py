@@ -6,13 +6,14 @@ Knows nothing of RDMA, PCIe or GPUs and never imports ``models``.
 from sim.core.errors import (ConfigError, DeadlockError, InvariantViolation, ProtocolError, SimError,
                              UnboundedWait, VerbsError)
 from sim.core.servers import FifoServer, ServerPool
-from sim.core.units import (PS_PER_MS, PS_PER_NS, PS_PER_S, PS_PER_US, format_size, parse_rate, parse_size,
-                            parse_time, transfer_ps)
+from sim.core.units import (PS_PER_MS, PS_PER_NS, PS_PER_S, PS_PER_US, format_duration, format_size, parse_rate,
+                            parse_size, parse_time, transfer_ps)
 
 __all__ = [
     "ConfigError", "DeadlockError", "Environment", "FifoServer", "InvariantViolation", "ProtocolError",
     "PS_PER_MS", "PS_PER_NS", "PS_PER_S", "PS_PER_US", "RandomStreams", "ServerPool", "SimError",
-    "UnboundedWait", "VerbsError", "format_size", "parse_rate", "parse_size", "parse_time", "transfer_ps",
+    "UnboundedWait", "VerbsError", "format_duration", "format_size", "parse_rate", "parse_size", "parse_time",
+    "transfer_ps",
 ]
 
 

@@ -186,3 +186,13 @@ def format_size_about(nbytes: int, spec: str = ".1f") -> str:
         if nbytes >= factor:
             return f"{nbytes / factor:{spec}}{unit}"
     return f"{nbytes}B"
+
+
+def format_duration(ps: float, digits: int = 4) -> str:
+    """Render picoseconds to ``digits`` significant digits in the largest unit they reach, for tables and
+    messages: ``337_675_611 -> '337.7us'``, ``20 * PS_PER_MS -> '20ms'``, ``850_000 -> '850ns'``."""
+    for unit in ("s", "ms", "us", "ns"):
+        shown = f"{ps / _TIME_UNITS[unit]:.{digits}g}"
+        if abs(float(shown)) >= 1:  # after rounding: 999.99996us is '1ms'
+            return f"{shown}{unit}"
+    return f"{ps:.{digits}g}ps"

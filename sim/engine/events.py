@@ -22,7 +22,7 @@ from models.nic.nic import flush_qps
 from models.verbs.cleanup import uverbs_destroy_ufile_hw
 from models.verbs.peermem import peermem_reclaim
 from sim.engine.build import Testbed
-from sim.core import PS_PER_MS, SimError, format_size
+from sim.core import PS_PER_MS, SimError, format_duration, format_size
 from sim.core.units import format_time
 from sim.scenario.events import (DmaBufRevokeEvent, EvictionStormEvent, ExporterFaultEvent, GpuJobGrowthEvent,
                                  GpuPressureEvent, HostPageMigrationEvent, LinkFlapEvent, ManagedJobEvent,
@@ -34,6 +34,12 @@ Scheduler = Callable[[Testbed, object, int, list[dict]], None]
 
 BOOKKEEPING_KINDS = ("workloads-start", "managed-job-faults")
 """Event-log rows kept for the VRAM-over-time figure (the baseline, a managed job's progress), not outcomes."""
+
+
+ALLOCATED = "allocated"
+"""The outcome of a competing allocation that got its VRAM (evicting what it had to)."""
+NOTHING_TO_EVICT = "failed: no evictable memory"
+"""The outcome of an allocation that found VRAM full and nothing the exporter could move out of it."""
 
 
 def event_failed(outcome: str) -> bool:
@@ -56,14 +62,14 @@ def _allocate(gpu, nbytes: int, row: dict, log: list[dict]) -> bool:
     evictions = gpu.evictions
     ok = gpu.pressure(nbytes)
     log.append(row | {"target": gpu.name, "bytes": nbytes, "evicted": gpu.evictions - evictions,
-                      "outcome": "allocated" if ok else "failed: no evictable memory", "gpu_used": gpu.memory.used})
+                      "outcome": ALLOCATED if ok else NOTHING_TO_EVICT, "gpu_used": gpu.memory.used})
     return ok
 
 
 def log_unreached(bed: Testbed, scenario: Scenario, start_ps: int, log: list[dict]) -> None:
     """Add a row for each event, or a growing job's steps, that the run ended before (so none is silently
     dropped)."""
-    ran, ended = bed.env.now - start_ps, f"the workloads ended at {(bed.env.now - start_ps) / 1e6:.3f} us"
+    ran, ended = bed.env.now - start_ps, f"the workloads ended at {format_duration(bed.env.now - start_ps)}"
     for event in scenario.events:
         if event.at > ran:
             log.append({"time_ps": start_ps + event.at, "kind": event.kind,
@@ -94,7 +100,7 @@ def _managed_job(bed: Testbed, event: ManagedJobEvent, row: dict, log: list[dict
         log.append(row | {"target": gpu.name, "bytes": event.size, "evicted": 0, "gpu_used": gpu.memory.used,
                           "outcome": f"failed: {exc}"})
         return
-    mm, taken = gpu.managed(f"managed-job@{row['time_ps']}", event.size)
+    mm, taken = gpu.managed(f"managed-job@{format_duration(row['time_ps'])}", event.size)  # at on the run's clock
     evictions, totals = gpu.evictions, UvmStats()
     pages = sequential(mm.n_pages, repetitions=event.passes)
     entry = row | {"target": gpu.name, "bytes": event.size, "evicted": 0, "gpu_used": gpu.memory.used,
@@ -228,7 +234,7 @@ def revocation_outcome(revocation: Revocation, bound_ps: int) -> str:
     if revocation.done:
         waited = revocation.unmapped_ps - revocation.fences_done_ps
         late = f", past the {format_time(bound_ps)} bound (WARN)" if revocation.warned else ""
-        return f"revoked: every importer unmapped {waited / 1e6:.3f} us after the fences{late}"
+        return f"revoked: every importer unmapped {format_duration(waited)} after the fences{late}"
     if revocation.warned:
         return (f"revoking: WARN: {', '.join(revocation.warned)} still mapped the buffer {format_time(bound_ps)} "
                 "after the invalidation; the exporter waits on (the run ended first)")

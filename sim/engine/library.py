@@ -10,7 +10,7 @@ from models.libs.fallback import Stack
 from models.libs.rcache import RcacheParams
 from models.libs import studies
 from sim.engine.build import Testbed
-from sim.core.units import ps_to_us
+from sim.core.units import format_duration, format_size_about
 from sim.scenario.schema import Scenario
 from sim.scenario.studies import DmExport, FallbackChains, LibraryStack, MultiNicServer, RcacheChurn, RegistrationOrder
 
@@ -98,20 +98,22 @@ def format_library(records_by_variant: dict[str, list[dict]]) -> str:
                 totals = dict(record["totals"])
                 lines += ["  " + line for line in totals.pop("matrix").splitlines()]
                 lines += [f"  {r['gpu']}: nearest {r['nearest_nics']}, rail {r['rail_nics']}, "
-                          f"{r['rail_aligned_GBps']:.1f} GB/s rail-aligned, {r['cross_rail_GBps']:.1f} GB/s to "
+                          f"{r['rail_aligned_GBps'] * 8:.1f} Gb/s rail-aligned, {r['cross_rail_GBps'] * 8:.1f} Gb/s to "
                           f"{r['cross_rail_nic']}" for r in record["rows"]]
-                lines.append("  " + ", ".join(f"{k} {_value(k, v)}" for k, v in totals.items()))
+                lines.append("  " + ", ".join(_total(k, v) for k, v in totals.items()))
             else:
-                lines.append("  " + ", ".join(f"{k} {_value(k, v)}" for k, v in record["totals"].items()))
+                lines.append("  " + ", ".join(_total(k, v) for k, v in record["totals"].items()))
             lines += [f"  warning: {w}" for w in dict.fromkeys(record["warnings"])]
     return "\n".join(lines)
 
 
-def _value(key: str, value) -> str:
-    """A total as printed: times (keys ending in _ps) in s, ms or us, rates with one decimal."""
+def _total(key: str, value) -> str:
+    """A total as printed, its name without the unit suffix and its value with the unit: times (keys ending in
+    _ps) in a human unit, rates (_GBps) in Gb/s as every other rate rdmasim prints, bytes in binary units."""
     if key.endswith("_GBps"):
-        return f"{value:.1f}"
-    if not key.endswith("_ps"):
-        return str(value)
-    us = ps_to_us(value)
-    return f"{us / 1e6:.2f} s" if us >= 1e6 else f"{us / 1e3:.1f} ms" if us >= 1e3 else f"{us:.1f} us"
+        return f"{key[:-5]} {value * 8:.1f} Gb/s"
+    if key.endswith("_ps"):
+        return f"{key[:-3]} {format_duration(value)}"
+    if key.startswith("bytes") or key.endswith("bytes"):
+        return f"{key} {format_size_about(value)}"
+    return f"{key} {value}"

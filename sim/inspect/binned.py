@@ -71,23 +71,24 @@ class _Curve:
         return latency, np.cumsum(self.buckets[filled]) / self.count
 
 
-CDF_COLUMNS = ["variant", "workload", "latency_us", "cdf"]
-"""The latency CDF's columns (and its CSV's)."""
+CDF_COLUMNS = ["variant", "workload", "bytes", "latency_us", "cdf"]
 
 
 def cdf_curves(tables: Iterable[OperationTable]) -> pd.DataFrame:
-    """The latency CDF of the successful operations per variant and workload, in the tables' order: every
+    """The latency CDF of the successful operations per variant, workload and message size (one distribution
+    per size: sizes whose latencies differ by orders of magnitude are never pooled), in the tables' order: every
     operation of a group of at most :data:`EXACT_MAX`, binned points beyond."""
-    curves: dict[tuple[str, str], _Curve] = {}
+    curves: dict[tuple[str, str, int], _Curve] = {}
     for table in tables:
-        for batch in table.batches(["variant", "workload", "latency_ps", "ok"]):
+        for batch in table.batches(["variant", "workload", "bytes", "latency_ps", "ok"]):
             ok = batch[batch["ok"]]
-            for key, rows in ok.groupby(["variant", "workload"], sort=False, observed=True):
+            for key, rows in ok.groupby(["variant", "workload", "bytes"], sort=False, observed=True):
                 curves.setdefault(key, _Curve()).add(rows["latency_ps"].to_numpy(dtype=np.int64))
     frames = []
-    for (variant, workload), curve in curves.items():
+    for (variant, workload, size), curve in curves.items():
         latency, cdf = curve.points()
-        frames.append(pd.DataFrame({"variant": variant, "workload": workload, "latency_us": latency, "cdf": cdf}))
+        frames.append(pd.DataFrame({"variant": variant, "workload": workload, "bytes": int(size),
+                                    "latency_us": latency, "cdf": cdf}))
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CDF_COLUMNS)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -10,8 +10,9 @@ import pandas as pd
 
 from sim.inspect.binned import EXACT_MAX, LatencyBands
 from sim.core.units import PS_PER_US
-from sim.store.operations import OperationTable
 from sim.engine.tables import RunResult
+from sim.inspect.stalls import allocation_outcome, longest_stall, scenario_event_times, window_loss
+from sim.inspect.tables import NOTHING, blocks, cell, header
 
 
 def _bandwidth_batches(result: RunResult, columns: list[str], backwards: bool = False):
@@ -147,6 +148,21 @@ def post_latencies(result: RunResult) -> pd.DataFrame:
                          "latency_us": latency / PS_PER_US})
 
 
+def size_spans(result: RunResult) -> pd.DataFrame:
+    """When each message size of the bandwidth workloads ran: ``bytes``, ``start_ms`` (its first post) and
+    ``end_ms`` (its last completion), ms since the first post of the bandwidth workloads, in order of start."""
+    spans: dict[int, list[int]] = {}
+    for ops in _bandwidth_batches(result, ["bytes", "posted_ps", "completed_ps"]):
+        for size, rows in ops.groupby("bytes", sort=False):
+            first, last = int(rows["posted_ps"].min()), int(rows["completed_ps"].max())
+            known = spans.setdefault(int(size), [first, last])
+            known[0], known[1] = min(known[0], first), max(known[1], last)
+    origin = _origin(result)
+    rows = sorted((first, last, size) for size, (first, last) in spans.items())
+    return pd.DataFrame({"bytes": [r[2] for r in rows], "start_ms": [(r[0] - origin) / 1e9 for r in rows],
+                         "end_ms": [(r[1] - origin) / 1e9 for r in rows]})
+
+
 def event_times(result: RunResult) -> pd.DataFrame:
     """The run's events with their time in ms since the first post of the bandwidth workloads."""
     span = bandwidth_span(result)
@@ -156,47 +172,142 @@ def event_times(result: RunResult) -> pd.DataFrame:
     return events
 
 
-def ok_latencies(result: RunResult) -> np.ndarray:
-    """Latencies of the run's successful operations in row order (ps)."""
-    parts = [ops.loc[ops["ok"], "latency_ps"].to_numpy() for ops in result.table.batches(["latency_ps", "ok"])]
-    return np.concatenate(parts) if len(parts) > 1 else parts[0]
+def _origin(result: RunResult) -> int:
+    """The run's time zero for what it shows (ps): the first post of its bandwidth workloads, else 0."""
+    span = bandwidth_span(result)
+    return span[0] if span else 0
+
+
+def _cases(result: RunResult) -> dict[tuple[str, int], dict[str, np.ndarray]]:
+    """Per (workload, message size), the posts, completions, latencies (ps) and bytes of its successful
+    operations, and its first post, read a row group at a time."""
+    parts: dict[tuple[str, int], list[pd.DataFrame]] = {}
+    columns = ["workload", "bytes", "ok", "posted_ps", "completed_ps", "latency_ps"]
+    for batch in result.table.batches(columns):
+        for key, rows in batch.groupby(["workload", "bytes"], sort=False, observed=True):
+            parts.setdefault((str(key[0]), int(key[1])), []).append(rows)
+    cases = {}
+    for key, frames in parts.items():
+        rows = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        ok = rows[rows["ok"]]
+        cases[key] = {"first_post": int(rows["posted_ps"].min()),
+                      **{c: ok[c].to_numpy(dtype=np.int64) for c in ("completed_ps", "latency_ps", "bytes")}}
+    return cases
+
+
+def _number(value) -> float:
+    """A summary's value as a float; none (nothing succeeded) as NaN."""
+    return float("nan") if value is None else float(value)
+
+
+def _percentile(sorted_us: np.ndarray, q: float) -> float:
+    return float(sorted_us[min(len(sorted_us) - 1, int(len(sorted_us) * q))]) if len(sorted_us) else float("nan")
+
+
+def _case_columns(case: dict[str, np.ndarray] | None, bandwidth: bool, events_ps: list[int], origin: int) -> dict:
+    """The comparison's columns of one case (:func:`_cases`): latency percentiles, the longest stall and, for a
+    bandwidth workload, what the first scenario event's window lost."""
+    nan = float("nan")
+    columns = {"p50_us": nan, "p99_us": nan, "p99_9_us": nan, "stall_us": nan, "stall_from_ms": nan,
+               "stall_to_ms": nan, "window_from_ms": nan, "window_to_ms": nan, "bw_lost_pct": nan}
+    if case is None:
+        return columns
+    lat_us = np.sort(case["latency_ps"]) / PS_PER_US
+    columns.update(p50_us=_percentile(lat_us, 0.5), p99_us=_percentile(lat_us, 0.99),
+                   p99_9_us=_percentile(lat_us, 0.999))
+    stall = longest_stall(case["completed_ps"])
+    if stall is not None:
+        columns.update(stall_us=(stall.end - stall.start) / PS_PER_US, stall_from_ms=(stall.start - origin) / 1e9,
+                       stall_to_ms=(stall.end - origin) / 1e9)
+    loss = window_loss(case["first_post"], case["completed_ps"], case["bytes"], events_ps) if bandwidth else None
+    if loss is not None:
+        columns.update(window_from_ms=(loss.start - origin) / 1e9, window_to_ms=(loss.end - origin) / 1e9,
+                       bw_lost_pct=loss.lost_pct)
+    return columns
 
 
 def comparison_table(results: list[RunResult]) -> pd.DataFrame:
-    """Per variant: registration time and pinned bytes (all buffers, and GPU buffers alone), steady-state
-    bandwidth, latency percentiles and the protocol's activity (evictions, invalidations, re-faults, RNR NAKs,
-    failed allocations)."""
+    """Like with like: one row per variant, workload and message size (a variant without workloads: one row).
+
+    Per case: perftest's average bandwidth, latency percentiles of its successful operations, its longest stall
+    (time at zero bandwidth: the longest time between two completions, from and to in ms since the first post of
+    the bandwidth workloads, as the events' times) and, for a bandwidth workload with a scenario event during it,
+    that event's window (to the next event or the case's end) and the share of the case's bandwidth before the
+    event that the window lost (:func:`sim.inspect.stalls.window_loss`). Per variant, repeated on its rows: the
+    competing allocations' outcome, each buffer's mode, registration time and pinned bytes (all buffers, and GPU
+    buffers alone), and the protocol's activity (evictions, invalidations, re-faults, RNR NAKs, failed
+    allocations); errors are the case's own."""
     rows = []
     for result in results:
-        lat_us = np.sort(ok_latencies(result)) / PS_PER_US
-        bw = result.summary[result.summary["kind"].str.endswith("_bw")]
         gpu = result.registrations[result.registrations["location"] != "host"]
-        pct = (lambda q: float(lat_us[min(len(lat_us) - 1, int(len(lat_us) * q))]) if len(lat_us) else float("nan"))
-        rows.append({
-            "variant": result.variant,
+        events = result.events
+        per_variant = {
+            "allocation": allocation_outcome(events),
             "modes": ",".join(f"{r.buffer}={r.mode}" for r in result.registrations.itertuples()),
             "register_us": float(result.registrations["register_us"].sum()),
             "gpu_register_us": float(gpu["register_us"].sum()),
-            "bw_avg_Gbps": float(bw["bw_avg_Gbps"].mean()) if len(bw) else float("nan"),
-            "p50_us": pct(0.5), "p99_us": pct(0.99), "p99_9_us": pct(0.999),
             "pinned_bytes": int(result.registrations["pinned_bytes"].sum()),
             "gpu_pinned_bytes": int(gpu["pinned_bytes"].sum()),
-            "gpu_bar1_bytes": int(gpu["bar1_bytes"].sum()),
-            "errors": int(result.summary["errors"].sum()),
-            **result.counters,
-        })
+            "gpu_bar1_bytes": int(gpu["bar1_bytes"].sum())}
+        cases, origin, events_ps = _cases(result), _origin(result), scenario_event_times(events)
+        summary = result.summary.to_dict("records") or [{"workload": None, "kind": None, "bytes": None,
+                                                         "errors": 0}]
+        for perftest in summary:
+            kind = perftest["kind"] or ""
+            case = cases.get((str(perftest["workload"]), int(perftest["bytes"] or 0)))
+            rows.append({"variant": result.variant, "workload": perftest["workload"], "kind": perftest["kind"],
+                         "bytes": perftest["bytes"],
+                         "bw_avg_Gbps": _number(perftest.get("bw_avg_Gbps")) if kind.endswith("_bw") else math.nan,
+                         **_case_columns(case, kind.endswith("_bw"), events_ps, origin), **per_variant,
+                         "errors": int(perftest["errors"]), **result.counters})
     return pd.DataFrame(rows)
 
 
 def case_rows(result: RunResult) -> list[tuple[dict, dict]]:
-    """Per (workload, size) of ``result``, its perftest summary row and its :func:`comparison_table` row computed
-    from that case's operations alone: what compares like with like across variants."""
-    ops = result.table.frame()
-    rows = []
-    for perftest in result.summary.to_dict("records"):
-        mine = ops[(ops["workload"] == perftest["workload"]) & (ops["bytes"] == perftest["bytes"])]
-        part = SimpleNamespace(variant=result.variant, table=OperationTable.of(mine),
-                               summary=pd.DataFrame([perftest]), registrations=result.registrations,
-                               counters=result.counters)
-        rows.append((perftest, comparison_table([part]).iloc[0].to_dict()))
-    return rows
+    """Per (workload, size) of ``result``, its perftest summary row and its :func:`comparison_table` row: what
+    compares like with like across variants."""
+    return list(zip(result.summary.to_dict("records"), comparison_table([result]).to_dict("records")))
+
+
+COMPARED = ("bw_avg_Gbps", "p50_us", "p99_us", "p99_9_us", "stall_us", "stall_at", "window", "bw_lost_pct",
+            "allocation",
+            "errors", "modes", "register_us", "gpu_register_us", "pinned_bytes", "gpu_pinned_bytes",
+            "gpu_bar1_bytes")
+"""The comparison's columns as ``run`` prints them, after the variant, workload and size (the counters follow)."""
+GPU_ONLY = ("gpu_register_us", "gpu_pinned_bytes", "gpu_bar1_bytes")
+"""Columns that are 0 on a testbed without GPU buffers."""
+
+
+def comparison_view(table: pd.DataFrame) -> tuple[list[str], list[dict]]:
+    """The columns and records of :func:`comparison_table` as people read it: the variant, workload and size,
+    then :data:`COMPARED` and the counters, the stall as its length (``stall_us``) and, in a cell of its own
+    unit, when it began and ended (``stall_at``), and the event's window as one span (``window``). A column without a value in any row, and a counter or GPU
+    column that is 0 in every row, is left out (``summary.json`` keeps them)."""
+    records = table.to_dict("records")
+    for record in records:
+        record["stall_at"] = None if pd.isna(record["stall_us"]) else _span(record["stall_from_ms"],
+                                                                           record["stall_to_ms"])
+        record["window"] = None if pd.isna(record["window_from_ms"]) else _span(record["window_from_ms"],
+                                                                                record["window_to_ms"])
+    counters = [c for c in table.columns if c not in COMPARED and c not in
+                ("variant", "workload", "kind", "bytes") and not c.startswith(("stall_from", "stall_to", "window_"))]
+    columns = [c for c in COMPARED if c == "errors" or any(cell(c, r[c]) != NOTHING for r in records)]
+    columns = [c for c in columns + counters if c not in counters + list(GPU_ONLY) or any(r[c] for r in records)]
+    return ["variant", "workload", "bytes", *columns], records
+
+
+def format_comparison(table: pd.DataFrame) -> str:
+    """:func:`comparison_table` as ``run`` prints it (:func:`comparison_view`): a row per variant, workload and
+    size, values in human units (:mod:`sim.inspect.tables`), in blocks of columns that fit a terminal."""
+    columns, records = comparison_view(table)
+    return blocks([header(c) for c in columns], [[cell(c, r[c]) for c in columns] for r in records], 3)
+
+
+def _span(start_ms: float, end_ms: float) -> str:
+    """``start..end`` ms since the first post in the end's unit, with the decimals that tell them apart."""
+    text = cell("end_ms", end_ms)
+    unit = text.lstrip("0123456789.-e+")
+    scale = {"ps": 1e-9, "ns": 1e-6, "us": 1e-3, "ms": 1.0, "s": 1e3}[unit]
+    apart = (end_ms - start_ms) / scale
+    decimals = min(9, max(0, 2 - math.floor(math.log10(apart)))) if apart > 0 else 0
+    return f"{start_ms / scale:.{decimals}f}..{end_ms / scale:.{decimals}f}{unit}"

@@ -31,6 +31,8 @@ def _value(key: str, value) -> tuple[str, str]:
         return key[:-3], us(value)
     if key in SIZE_ARGS and isinstance(value, int):
         return key, format_size(value)
+    if isinstance(value, bool):  # as the kernel's C reads it
+        return key, str(value).lower()
     return key, str(value)
 
 

@@ -10,7 +10,7 @@ from models.nic.stages import memory_target
 from models.pcie.server import flow_rates, topo_matrix
 from sim.engine.build import Testbed
 from sim.core import PS_PER_S
-from sim.core.units import format_size
+from sim.inspect.tables import blocks, cell, header
 from sim.engine.harness import workload_opcode
 from sim.engine.tables import RunResult
 
@@ -114,6 +114,9 @@ def format_rails(results: list[RunResult]) -> str:
     table = pd.concat([rail_table(r) for r in results], ignore_index=True)
     lines = [topo_matrices(results[0].testbed), ""]
     if len(table):
-        shown = table.assign(bytes=table["bytes"].map(format_size)).round({"bw_GBps": 2, "estimate_GBps": 2})
-        lines.append(shown.to_string(index=False))
+        shown = table.assign(bw_Gbps=table["bw_GBps"] * 8, estimate_Gbps=table["estimate_GBps"] * 8)
+        columns = ["variant", "workload", "bytes", "stream", "requester", "responder", "source", "sink", "bw_Gbps",
+                   "estimate_Gbps"]
+        rows = [[cell(c, r[c]) for c in columns] for r in shown.to_dict("records")]
+        lines.append(blocks([header(c) for c in columns], rows, 3))
     return "\n".join(lines).rstrip()

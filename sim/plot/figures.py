@@ -55,6 +55,22 @@ def from_zero(ax) -> None:
         ax.set_ylim(bottom=0)
 
 
+def line_rate(ax, rates_Gbps) -> None:
+    """The link's line rate(s) (Gb/s) as a dotted black reference named with its rate: no link carries more."""
+    for rate in sorted(set(rates_Gbps)):
+        ax.axhline(rate, color="black", ls=":", lw=1.0, label=f"line rate {rate:g} Gb/s")
+
+
+def decade_ticks(axis) -> None:
+    """Label a log axis at 1, 2 and 5 of every decade, in plain numbers: ticks at decades alone leave a value
+    between them to be guessed."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
 LINE_STYLES = ("-", "--", "-.", ":")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X")
 
@@ -105,15 +121,22 @@ def _curves(data: pd.DataFrame):
         yield label or workload, rows
 
 
-def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[Path]:
-    """Average bandwidth (Gb/s) against message size, one line per bandwidth workload."""
-    columns = [c for c in ("variant", "workload", "bytes", "bw_avg_Gbps", "bw_peak_Gbps") if c in summary]
+def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str, line_Gbps=()) -> list[Path]:
+    """Average bandwidth (Gb/s) against message size, one line per bandwidth workload, with the line rate(s)
+    ``line_Gbps`` as a reference; where the rows say that runs met scenario events (``events``: how many runs
+    of that point did), the point is ringed and the legend says so."""
+    columns = [c for c in ("variant", "workload", "bytes", "bw_avg_Gbps", "bw_peak_Gbps", "events") if c in summary]
     data = summary[summary["kind"].str.endswith("_bw")][columns]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     curves = list(_curves(data))
     names = labelled([(label, rows["bw_avg_Gbps"].to_numpy()) for label, rows in curves])
     for i, ((_, rows), name) in enumerate(zip(curves, names)):
         ax.plot(rows["bytes"], rows["bw_avg_Gbps"], label=name, **curve_style(i, len(rows)))
+    if "events" in data and (data["events"] > 0).any():
+        met = data[data["events"] > 0]
+        ax.scatter(met["bytes"], met["bw_avg_Gbps"], s=140, facecolors="none", edgecolors="tab:red", lw=1.2,
+                   zorder=3, label="runs that met a scenario event (other sizes ran without one)")
+    line_rate(ax, line_Gbps)
     _size_axis(ax, data["bytes"])
     ax.set_ylabel("average bandwidth (Gb/s)")
     from_zero(ax)
@@ -140,6 +163,7 @@ def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[
     _size_axis(ax, data["bytes"])
     if measured([ax], data["t_typical_us"]):
         ax.set_yscale("log")
+        decade_ticks(ax.yaxis)
         ax.legend(fontsize=8)
     ax.set_ylabel("latency (µs)")
     ax.set_title(f"{title}: latency vs. message size")
@@ -157,6 +181,10 @@ def _time_curves(ax, timeline: pd.DataFrame) -> None:
         ax.plot(rows["time_ms"], rows["bw_Gbps"], label=name, **curve_style(i, len(rows)))
 
 
+OUTCOME_BOX = {"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85}
+"""The white box behind an event's outcome, so that the event lines and labels it crosses do not run into it."""
+
+
 def _mark_events(ax, events: pd.DataFrame) -> None:
     """The scenario's events as dashed lines named by kind; per variant, an event that failed (the competing job's
     allocation, refused because memory was pinned) as a red cross with its outcome, one that evicted a
@@ -165,7 +193,7 @@ def _mark_events(ax, events: pd.DataFrame) -> None:
     for _, event in shown.drop_duplicates(["kind", "time_ms"]).iterrows():
         ax.axvline(event["time_ms"], color="grey", ls="--", lw=0.8)
         ax.annotate(event["kind"], (event["time_ms"], 0), xytext=(3, 8), textcoords="offset points",
-                    rotation=90, fontsize=7, color="grey")
+                    xycoords=("data", "axes fraction"), rotation=90, fontsize=7, color="grey")  # below the outcomes
     if "outcome" not in shown:
         return
     failed = shown["outcome"].astype(str).map(event_failed).astype(bool)
@@ -180,32 +208,69 @@ def _mark_events(ax, events: pd.DataFrame) -> None:
                 transform=ax.get_xaxis_transform())
         who = "" if event.get("variant", "base") == "base" else f"{event['variant']}: "
         ax.annotate(f"{who}{event['kind']} {what}", (event["time_ms"], y), xytext=(6, 0), textcoords="offset points",
-                    xycoords=("data", "axes fraction"), fontsize=7, color=colour, va="center")
+                    xycoords=("data", "axes fraction"), fontsize=7, color=colour, va="center",
+                    bbox=OUTCOME_BOX)  # over the event lines and their labels, not through them
+
+
+SPREAD = 10.0
+"""When the variants' typical delivered bandwidths differ by more than this factor, bandwidth over time is drawn on a
+log axis: on a linear one the fastest variant flattens the others onto zero."""
 
 
 def bw_over_time(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str,
-                 latencies: pd.DataFrame | None = None) -> list[Path]:
+                 latencies: pd.DataFrame | None = None, line_Gbps=(), sizes: pd.DataFrame | None = None
+                 ) -> list[Path]:
     """Delivered bandwidth over time per variant with the scenario's events marked (failed ones with their
-    outcome); below it, when ``latencies`` (:func:`sim.inspect.compare.post_latencies`) are given, the operations'
-    latency against the time they were posted, where a stall shows as the operations it held."""
+    outcome) and the line rate(s) ``line_Gbps``; below it, when ``latencies``
+    (:func:`sim.inspect.compare.post_latencies`) are given, the operations' latency against the time they were
+    posted, where a stall shows as the operations it held. ``sizes`` (:func:`sim.inspect.compare.size_spans`)
+    shades and names the time each message size ran, when there are several: a curve through back-to-back sizes
+    is one line only within each band."""
     if latencies is None:
         fig, top = plt.subplots(figsize=(8, 4.2))
     else:
         fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6.6), sharex=True, height_ratios=(3, 2))
     _time_curves(top, timeline)
     _mark_events(top, events)
+    line_rate(top, line_Gbps)
     delivered = timeline["bw_Gbps"].to_numpy(dtype=float)
     measured([top], np.where(delivered > 0, delivered, np.nan))  # nothing delivered: no work request succeeded
-    top.set_ylabel("delivered bandwidth (Gb/s)")
-    from_zero(top)
+    if _spread(timeline) > SPREAD:
+        top.set_yscale("log")
+        top.set_ylabel("delivered bandwidth (Gb/s, log scale;\nbins with nothing delivered left out)", fontsize=8)
+    else:
+        top.set_ylabel("delivered bandwidth (Gb/s)")
+        from_zero(top)
     fig.suptitle(f"{title}: bandwidth over time")
     top.legend(fontsize=8, loc="lower left", bbox_to_anchor=(0, 1), ncol=2, frameon=False)  # clear of the events
     top.grid(True, alpha=0.3)
     if latencies is not None:
         _latency_panel(bottom, latencies)
+    for ax in (top,) if latencies is None else (top, bottom):
+        _size_bands(ax, sizes, label=ax is top)
     (top if latencies is None else bottom).set_xlabel("time since the first post (ms)")
     fig.tight_layout()
     return save(fig, timeline, directory, "bw_over_time")
+
+
+def _spread(timeline: pd.DataFrame) -> float:
+    """How many times the variant of the highest median delivered bandwidth outruns the lowest (bins with
+    something delivered)."""
+    typical = [rows.loc[rows["bw_Gbps"] > 0, "bw_Gbps"].median() for _, rows in timeline.groupby("variant")]
+    typical = [t for t in typical if np.isfinite(t) and t > 0]
+    return max(typical) / min(typical) if len(typical) > 1 else 1.0
+
+
+def _size_bands(ax, sizes: pd.DataFrame | None, label: bool) -> None:
+    """Alternate shading over the time each message size ran (``start_ms``, ``end_ms``, ``bytes``), each named at
+    the foot of ``ax`` when ``label``; nothing for one size."""
+    if sizes is None or sizes["bytes"].nunique() < 2:
+        return
+    for i, band in enumerate(sizes.itertuples()):
+        ax.axvspan(band.start_ms, band.end_ms, color="0.5" if i % 2 else "0.8", alpha=0.12, lw=0, zorder=0)
+        if label:
+            ax.text((band.start_ms + band.end_ms) / 2, 0.03, format_size(int(band.bytes)), rotation=90, ha="center",
+                    va="bottom", fontsize=6, color="0.35", transform=ax.get_xaxis_transform())  # below the curves
 
 
 def _latency_panel(ax, latencies: pd.DataFrame) -> None:
@@ -231,44 +296,79 @@ def _latency_panel(ax, latencies: pd.DataFrame) -> None:
     ax.grid(True, alpha=0.3)
 
 
+LEGEND_CURVES = 8
+"""Up to this many latency distributions are told apart in a legend; more are coloured by message size with a
+colour bar, one line style per variant and workload."""
+
+
 def latency_cdf(curves: pd.DataFrame, directory: Path, title: str) -> list[Path]:
-    """Latency per variant and workload (:func:`sim.inspect.binned.cdf_curves`): the CDF, and beside it the tail
-    (the fraction at least this slow, log scale) where rare stalls show."""
+    """Latency per variant, workload and message size (:func:`sim.inspect.binned.cdf_curves`: one distribution
+    per size, never sizes pooled): the CDF, and beside it the tail (the fraction at least this slow, log scale)
+    where rare stalls show."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2))
-    curves = [rows for _, rows in curves.groupby(["variant", "workload"], sort=False, observed=True)]
-    one_workload = len({c["workload"].iloc[0] for c in curves}) <= 1
-    keys = [c["variant"].iloc[0] if one_workload else f"{c['variant'].iloc[0]} / {c['workload'].iloc[0]}"
-            for c in curves]
-    for i, (curve, label) in enumerate(zip(curves, labelled([(k, c["latency_us"].to_numpy())
-                                                             for k, c in zip(keys, curves)]))):
+    groups = [rows for _, rows in curves.groupby(["variant", "workload", "bytes"], sort=False, observed=True)]
+    series = list(dict.fromkeys((c["variant"].iloc[0], c["workload"].iloc[0]) for c in groups))
+    one_series = len(series) <= 1
+    sizes = sorted({int(c["bytes"].iloc[0]) for c in groups})
+    keys = [" / ".join(([] if one_series else [f"{c['variant'].iloc[0]} / {c['workload'].iloc[0]}"])
+                       + [format_size(int(c["bytes"].iloc[0]))]) for c in groups]
+    labels = labelled([(k, c["latency_us"].to_numpy()) for k, c in zip(keys, groups)])
+    by_size = len(groups) > LEGEND_CURVES
+    colours = plt.get_cmap("viridis")
+    for i, (curve, label) in enumerate(zip(groups, labels)):
         lat, frac = curve["latency_us"].to_numpy(), curve["cdf"].to_numpy()
-        style = curve_style(i, len(lat))
+        if by_size:
+            where = sizes.index(int(curve["bytes"].iloc[0])) / max(1, len(sizes) - 1)
+            index = series.index((curve["variant"].iloc[0], curve["workload"].iloc[0]))
+            style = {"color": colours(where), "ls": LINE_STYLES[index % len(LINE_STYLES)], "lw": 1.0}
+        else:
+            style = curve_style(i, len(lat))
         left.step(lat, frac, where="post", label=label, **style)
         right.step(lat, np.maximum(np.append(1.0, 1 - frac[:-1]), 1e-9), where="post", label=label, **style)
-    data = pd.concat(curves, ignore_index=True) if curves else pd.DataFrame(columns=CDF_COLUMNS)
+    data = pd.concat(groups, ignore_index=True) if groups else pd.DataFrame(columns=CDF_COLUMNS)
     left.set(xlabel="latency (µs)", ylabel="fraction of operations", title="CDF")
     right.set(xlabel="latency (µs)", ylabel="fraction at least this slow", title="tail")
     if measured([left, right], data["latency_us"]):
         left.set(xscale="log")
         right.set(xscale="log", yscale="log")
-        left.legend(fontsize=8)
+        if by_size:
+            if not one_series:
+                left.legend([plt.Line2D([], [], color="black", ls=LINE_STYLES[i % len(LINE_STYLES)])
+                             for i in range(len(series))], [f"{v} / {w}" for v, w in series], fontsize=7)
+        else:
+            left.legend(fontsize=8)
     for ax in (left, right):
         ax.grid(True, alpha=0.3)
-    fig.suptitle(f"{title}: latency per operation")
+    fig.suptitle(f"{title}: latency per operation, per message size")
     fig.tight_layout()
+    if by_size and len(data):
+        _size_colour_bar(fig, (left, right), sizes, colours)  # after the layout, which a colour bar's axes escape
     return save(fig, data, directory, "latency_cdf")
+
+
+def _size_colour_bar(fig, axes, sizes: list[int], colours) -> None:
+    """A colour bar naming the message size of each colour (first, middle and last sizes ticked)."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+
+    bar = fig.colorbar(ScalarMappable(Normalize(0, max(1, len(sizes) - 1)), colours), ax=list(axes), pad=0.01)
+    ticks = sorted({0, (len(sizes) - 1) // 2, len(sizes) - 1})
+    bar.set_ticks(ticks, labels=[format_size(sizes[t]) for t in ticks])
+    bar.set_label("message size")
 
 
 NO_GPU = "no GPU memory on this testbed"
 """What the memory panel of :func:`gpu_memory` says across its middle when no node has a GPU."""
 
 
-def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str) -> list[Path]:
-    """Delivered bandwidth (top) and VRAM in use (bottom) over time, per variant: what memory pressure does to
-    an RDMA stream out of GPU memory."""
+def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, title: str, line_Gbps=()
+               ) -> list[Path]:
+    """Delivered bandwidth (top, with the line rate(s) ``line_Gbps``) and VRAM in use (bottom) over time, per
+    variant: what memory pressure does to an RDMA stream out of GPU memory."""
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
     _time_curves(top, timeline)
     _mark_events(top, events)
+    line_rate(top, line_Gbps)
     used = events.dropna(subset=["gpu_used"]).sort_values("time_ms")
     steps = []
     for label, rows in used.groupby("variant", sort=False):
@@ -293,10 +393,12 @@ def gpu_memory(timeline: pd.DataFrame, events: pd.DataFrame, directory: Path, ti
     return save(fig, data, directory, "gpu_memory")
 
 
-def rail_bw(rails: pd.DataFrame, directory: Path, title: str) -> list[Path]:
-    """Each stream's delivered bandwidth per (variant, workload) at its largest size, bars by the requester's NIC,
-    with the closed-form estimate of the same flows as a tick on each bar (:func:`sim.inspect.rails.rail_table`)."""
+def rail_bw(rails: pd.DataFrame, directory: Path, title: str, line_Gbps=()) -> list[Path]:
+    """Each stream's delivered bandwidth (Gb/s, as every rate rdmasim draws) per (variant, workload) at its
+    largest size, bars by the requester's NIC, with the closed-form estimate of the same flows as a tick on each
+    bar (:func:`sim.inspect.rails.rail_table`) and the line rate(s) ``line_Gbps``."""
     largest = rails[rails["bytes"] == rails.groupby(["variant", "workload"])["bytes"].transform("max")]
+    largest = largest.assign(bw_Gbps=largest["bw_GBps"] * 8, estimate_Gbps=largest["estimate_GBps"] * 8)
     groups = list(largest.groupby(["variant", "workload"], sort=False))
     streams = largest.groupby(["variant", "workload"]).size().max() if len(largest) else 0
     fig, ax = plt.subplots(figsize=(min(max(6.0, 0.25 * streams * len(groups) + 2), 16.0), 4))
@@ -304,13 +406,14 @@ def rail_bw(rails: pd.DataFrame, directory: Path, title: str) -> list[Path]:
     for i, ((variant, workload), rows) in enumerate(groups):
         x = np.arange(len(rows)) + i * width
         label = workload if largest["variant"].nunique() == 1 else f"{variant}: {workload}"
-        ax.bar(x, rows["bw_GBps"], width, label=label)
-        ax.scatter(x, rows["estimate_GBps"], marker="_", s=200, color="black", zorder=3,
+        ax.bar(x, rows["bw_Gbps"], width, label=label)
+        ax.scatter(x, rows["estimate_Gbps"], marker="_", s=200, color="black", zorder=3,
                    label="estimate" if i == 0 else None)
+    line_rate(ax, line_Gbps)
     first = groups[0][1] if groups else largest
     ax.set_xticks(np.arange(len(first)) + 0.4 - width / 2,
                   [f"{src} to {dst}" for src, dst in zip(first["source"], first["sink"])], rotation=60, fontsize=7)
-    ax.set(ylabel="delivered bandwidth (GB/s)", title=f"{title}: bandwidth per rail")
+    ax.set(ylabel="delivered bandwidth (Gb/s)", title=f"{title}: bandwidth per rail")
     from_zero(ax)
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8)

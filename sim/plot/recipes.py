@@ -24,15 +24,15 @@ from pyarrow import ArrowException
 
 from sim.store import outdir
 from sim.inspect.binned import cdf_curves
-from sim.inspect.compare import bandwidth_timeline, case_rows, post_latencies
-from sim.core.errors import SimError
+from sim.inspect.compare import bandwidth_timeline, comparison_table, post_latencies, size_spans
 from sim.core.units import format_size
 from sim.store.operations import OperationTable
 from sim.plot import figures
 from sim.plot.figures import save
+from sim.inspect.tables import axis_words, header
+from sim.plot.request import RECIPES, RUN, RecipeError, check_request  # noqa: F401 (RECIPES: the API)
 from sim.store.sweep_table import read_table
 
-RECIPES = ("bw_vs_size", "latency_vs_size", "latency_cdf", "bw_over_time", "mode_comparison", "heatmap")
 COMPARED = {"bw_avg_Gbps": "average bandwidth (Gb/s)", "p99_9_us": "p99.9 latency (µs)",
             "register_ms": "registration time (ms)", "pinned_GiB": "pinned memory (GiB)",
             "failed_allocations": "competing jobs' failed allocations"}
@@ -45,10 +45,6 @@ STACKED_LABELS = 6
 """Up to this many cases a panel labels them in two lines side by side; more are labelled upright."""
 HATCHES = ("", "//", "..", "xx", "\\\\", "++")
 """Bar fills per variant, so that bars of equal height stay told apart in print."""
-
-
-class RecipeError(SimError):
-    """A recipe that does not exist or does not apply to the results directory given."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,8 @@ class _RunDir:
         pick = lambda frame, v: frame[frame["variant"] == v]  # noqa: E731
         return [SimpleNamespace(variant=v, table=OperationTable.of(pick(self.operations, v)),
                                 summary=pick(self.summary, v),
-                                registrations=pick(self.registrations, v), counters=c)
+                                registrations=pick(self.registrations, v), counters=c,
+                                events=pick(self.events, v) if "variant" in self.events else self.events)
                 for v, c in self.counters.items()]
 
 
@@ -91,18 +88,15 @@ class _SweepDir:
         return table
 
 
-def _load(results_dir: Path) -> _RunDir | _SweepDir:
-    """Read a run's or a sweep's results directory.
+def _load(results_dir: Path, kind: str) -> _RunDir | _SweepDir:
+    """Read a run's or a sweep's results directory (``kind``: :func:`sim.plot.request.results_kind`).
 
-    :raises RecipeError: it holds neither, or a file in it cannot be read as rdmasim wrote it (named).
+    :raises RecipeError: a file in it cannot be read as rdmasim wrote it (named).
     """
-    if (results_dir / "sweep.json").is_file():
+    if kind != RUN:
         with _unreadable(results_dir, "a sweep's results directory (sweep.json, runs/)"):
             record = json.loads((results_dir / "sweep.json").read_text())
             return _SweepDir(record["name"], read_table(results_dir), record["axes"])
-    if not ((results_dir / "summary.json").is_file() and (results_dir / "metrics.parquet").is_file()):
-        raise RecipeError(f"{results_dir}: not a results directory (expected summary.json and metrics.parquet "
-                          "from `rdmasim run`, or sweep.json from a sweep)")
     with _unreadable(results_dir / "summary.json", "the summary.json of `rdmasim run`"):
         summary = json.loads((results_dir / "summary.json").read_text())
         if "script" in summary and "scenario" not in summary:
@@ -133,13 +127,6 @@ def _unreadable(path: Path, what: str):
         raise RecipeError(f"{path}: not {what}: {reason}") from None
 
 
-def _needs_run(results, recipe: str) -> _RunDir:
-    if not isinstance(results, _RunDir):
-        raise RecipeError(f"recipe '{recipe}' needs per-operation metrics: plot the results of `rdmasim run`; "
-                          "a sweep keeps one row per run")
-    return results
-
-
 def _restates_size(table: pd.DataFrame, column: str) -> bool:
     """Whether a column's values and the message sizes determine each other (e.g. the axis that sets it)."""
     return (table.groupby(column)["bytes"].nunique().max() == 1
@@ -148,8 +135,10 @@ def _restates_size(table: pd.DataFrame, column: str) -> bool:
 
 def bw_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
     """Average bandwidth against message size; a sweep's runs averaged per series (its other axes)."""
-    data = _per_size(results, "_bw", ["bw_avg_Gbps", "bw_peak_Gbps"], "bandwidth")
-    return figures.bw_vs_size(data, out, results.title)
+    columns = ["bw_avg_Gbps", "bw_peak_Gbps"] + ([] if isinstance(results, _RunDir) else ["events"])
+    data = _per_size(results, "_bw", columns, "bandwidth")
+    line = [rate * 8 / 1e9 for rate in results.link_Bps.values()] if isinstance(results, _RunDir) else []
+    return figures.bw_vs_size(data, out, results.title, line)
 
 
 def latency_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
@@ -160,11 +149,14 @@ def latency_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
 
 def _per_size(results: _RunDir | _SweepDir, kinds: str, columns: list[str], what: str) -> pd.DataFrame:
     """Summary rows of the workloads whose kind ends with ``kinds``: a run's one per variant, workload and size;
-    a sweep's ``columns`` averaged per series (the axes that vary and do not restate the size) and size."""
+    a sweep's ``columns`` averaged per series (the axes that vary and do not restate the size) and size, where
+    ``events`` is the share of the point's runs during which a scenario event came."""
     if isinstance(results, _RunDir):
         data = results.summary[results.summary["kind"].str.endswith(kinds)]
     else:
         ok = results.ok(kinds)
+        met = ok["window_from_ms"].notna() if "window_from_ms" in ok else pd.Series(False, index=ok.index)
+        ok = ok.assign(events=met.astype(float))  # the share of a point's runs that met a scenario event
         series = [c for c in dict.fromkeys(["variant", *results.axes, "workload"])
                   if ok[c].nunique() > 1 and not _restates_size(ok, c)]
         label = ok[series].astype(str).agg(" / ".join, axis=1) if series else pd.Series("all", index=ok.index)
@@ -175,21 +167,22 @@ def _per_size(results: _RunDir | _SweepDir, kinds: str, columns: list[str], what
     return data
 
 
-def latency_cdf(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
+def latency_cdf(run: _RunDir, out: Path) -> list[Path]:
     """Per-operation latency CDF and tail per variant and workload."""
-    run = _needs_run(results, "latency_cdf")
-    return figures.latency_cdf(cdf_curves(v.table for v in run.variants()), out, results.title)
+    return figures.latency_cdf(cdf_curves(v.table for v in run.variants()), out, run.title)
 
 
-def bw_over_time(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
+def bw_over_time(run: _RunDir, out: Path) -> list[Path]:
     """Delivered bandwidth over time per variant, the scenario's events marked."""
-    run = _needs_run(results, "bw_over_time")
     curves = pd.concat([bandwidth_timeline(v, link_Bps=run.link_Bps[v.variant]) for v in run.variants()],
                        ignore_index=True)
     if curves.empty:
         raise RecipeError(f"{run.title}: no bandwidth workload to plot over time")
-    latencies = pd.concat([post_latencies(v) for v in run.variants()], ignore_index=True)
-    return figures.bw_over_time(curves, run.events, out, run.title, latencies)
+    variants = run.variants()
+    latencies = pd.concat([post_latencies(v) for v in variants], ignore_index=True)
+    return figures.bw_over_time(curves, run.events, out, run.title, latencies,
+                                [rate * 8 / 1e9 for rate in run.link_Bps.values()],
+                                size_spans(variants[0]) if len(variants) == 1 else None)
 
 
 def mode_comparison(results: _RunDir | _SweepDir, out: Path, by: str = "variant") -> list[Path]:
@@ -197,10 +190,8 @@ def mode_comparison(results: _RunDir | _SweepDir, out: Path, by: str = "variant"
     workload kind and message size, then what each variant costs — registration time, pinned memory and the
     competing jobs' failed allocations; a sweep's runs are averaged per bar."""
     if isinstance(results, _RunDir):
-        table = pd.DataFrame([perftest | extra | {"run": 0} for v in results.variants()
-                              for perftest, extra in case_rows(v)])
+        table = comparison_table(results.variants()).assign(run=0)
     else:
-        _check_axes(results, [by])
         table = results.ok()
     table = table.rename(columns={by: "series"}).astype({"series": str})
     data = (table.groupby(["series", "kind", "bytes"], sort=False)
@@ -252,26 +243,12 @@ def _grouped_bars(ax, data: pd.DataFrame, column: str, per_case: bool) -> None:
     ax.grid(True, axis="y", alpha=0.3)
 
 
-def _check_axes(results: _SweepDir, names: list[str]) -> None:
-    known = list(dict.fromkeys(["variant", *results.axes]))
-    for name in names:
-        if name not in known:
-            raise RecipeError(f"no axis '{name}' in sweep '{results.title}' (axes: {', '.join(known)})")
-
-
-def heatmap(results: _RunDir | _SweepDir, out: Path, metric: str | None = None,
-            by: tuple[str, str] | None = None) -> list[Path]:
+def heatmap(results: _SweepDir, out: Path, metric: str | None = None, by: tuple[str, str] | None = None
+            ) -> list[Path]:
     """Mean of ``metric`` (default: average bandwidth, else typical latency) over two sweep axes ``by``
-    (default: the first two) as a colour grid with the values written in; a cell averages its runs
-    (repetitions, other axes)."""
-    if not isinstance(results, _SweepDir):
-        raise RecipeError("recipe 'heatmap' needs the results of a sweep")
-    if by is None and len(results.axes) < 2:
-        raise RecipeError(f"sweep '{results.title}' has {len(results.axes)} axes: a heatmap needs two")
+    (default: the first two; :func:`sim.plot.request.check_request` has checked them) as a colour grid with the
+    values written in; a cell averages its runs (repetitions, other axes)."""
     y, x = by or results.axes[:2]
-    _check_axes(results, [y, x])
-    if y == x:
-        raise RecipeError(f"recipe 'heatmap' needs two different axes, got '{y}' twice")
     ok = results.ok()
     numeric = [c for c in ok.columns if pd.api.types.is_numeric_dtype(ok[c]) and c not in ("run", "seed")]
     metric = metric or next(m for m in ("bw_avg_Gbps", "t_typical_us", "p99_9_us") if m in numeric)
@@ -291,10 +268,14 @@ def heatmap(results: _RunDir | _SweepDir, out: Path, metric: str | None = None,
                     color="white" if value < np.nanmean(grid) else "black")
     ax.set_xticks(range(len(cols)), [str(c) for c in cols], rotation=30)
     ax.set_yticks(range(len(rows)), [str(r) for r in rows])
-    ax.set(xlabel=x, ylabel=y, title=f"{results.title}: {metric}")
-    fig.colorbar(image, ax=ax, label=metric)
+    ax.set(xlabel=axis_words(x), ylabel=axis_words(y), title=f"{results.title}: {header(metric)}")
+    fig.colorbar(image, ax=ax, label=f"{header(metric)} ({UNITS.get(metric.rsplit('_', 1)[-1], 'mean')})")
     fig.tight_layout()
     return save(fig, data, out, f"heatmap_{metric}")
+
+
+UNITS = {"Gbps": "Gb/s", "us": "µs", "ms": "ms", "bytes": "bytes", "pct": "%"}
+"""A metric's unit from its name's suffix."""
 
 
 def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | None = None, *,
@@ -309,10 +290,8 @@ def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | N
     :raises OutputError: ``out`` may not be written, or holds a figure of the same name and ``force`` is not
         given (nothing is written).
     """
-    if recipe not in RECIPES:
-        raise RecipeError(f"unknown recipe {recipe!r} (recipes: {', '.join(RECIPES)})")
     by = [by] if isinstance(by, str) else list(by)
-    results = _load(Path(results_dir))
+    results = _load(Path(results_dir), check_request(Path(results_dir), recipe, by, metric))
     target = Path(results_dir) / "figures" if out is None else out
     with (_unreadable(Path(results_dir), "results as rdmasim writes them"),  # e.g. a column missing
           outdir.staged(target, outdir.FIGURES, force=force) as (staging, claimed)):
@@ -325,15 +304,9 @@ def plot(results_dir: str | os.PathLike, recipe: str, out: str | os.PathLike | N
 
 def _draw(results: _RunDir | _SweepDir, recipe: str, out: Path, metric: str | None, by: list[str]) -> list[Path]:
     if recipe == "heatmap":
-        if len(by) not in (0, 2):
-            raise RecipeError("recipe 'heatmap' takes two axes")
         return heatmap(results, out, metric, tuple(by) or None)
     if recipe == "mode_comparison":
-        if len(by) > 1:
-            raise RecipeError("recipe 'mode_comparison' groups by one axis")
         return mode_comparison(results, out, *by)
-    if by or metric:
-        raise RecipeError(f"recipe '{recipe}' takes no axes and no metric")
     draw = {"bw_vs_size": bw_vs_size, "latency_vs_size": latency_vs_size, "latency_cdf": latency_cdf,
             "bw_over_time": bw_over_time}[recipe]
     return draw(results, out)

@@ -15,18 +15,22 @@ from __future__ import annotations
 import base64
 import io
 import json
-import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+import pandas as pd
 
 from sim import __version__
 from sim.store import outdir
 from sim.engine import budget
 from sim.core.errors import SimError
 from sim.engine.events import BOOKKEEPING_KINDS
+from sim.engine.run import ENGINES
+from sim.inspect.compare import COMPARED, comparison_view
+from sim.inspect.tables import cell, header
 from sim.results.repro import MANIFEST, Manifest, read_manifest, recorded_variants
 
 REPORT = "report.html"
@@ -36,6 +40,9 @@ MARKER = f'<meta name="generator" content="{GENERATOR}">'.encode()
 """The bytes near the top of every page rdmasim wrote: how it recognises its own (see
 :func:`sim.store.outdir.claim_file`)."""
 TEMPLATE = "report.html.j2"
+DIAGRAM_ZOOM = 1.25
+"""A sequence diagram is drawn at its own size times this (its 7 pt labels at 11.7 CSS px), in a frame that
+scrolls sideways: shrunk to the page's width, an 18-inch diagram's labels would be 7 px."""
 
 
 class ReportError(SimError):
@@ -44,11 +51,13 @@ class ReportError(SimError):
 
 @dataclass(frozen=True)
 class Table:
-    """A table of the page: its heading, column names and cells as text."""
+    """A table of the page: its heading, column headers in words, cells as text in human units, and which
+    columns hold prose (wrapped, so that the page keeps them in view)."""
 
     title: str
     columns: list[str]
     rows: list[list[str]]
+    prose: list[bool]
 
 
 @dataclass(frozen=True)
@@ -57,6 +66,8 @@ class Image:
 
     name: str
     uri: str
+    width: int | None = None
+    """CSS pixels to draw it at (a diagram's: its own size, zoomed by :data:`DIAGRAM_ZOOM`); None: the page's."""
 
 
 @dataclass(frozen=True)
@@ -68,26 +79,33 @@ class Variant:
     diagram: Image
 
 
-def cell(value) -> str:
-    """A table cell: floats to 6 significant digits, mappings as ``key: value`` pairs, nothing as an en dash."""
-    if value is None or isinstance(value, float) and math.isnan(value):
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {v}" for k, v in value.items()) or "–"
-    return str(value)
+PROSE = ("outcome", "modes", "allocation", "errors_by_status", "fallback")
+"""Columns of text rather than numbers: wrapped within the page instead of widening the table past it."""
+LEADING = ("variant", "buffer", "workload", "kind", "bytes", "time_ms", "target", "outcome")
+"""Columns that name a row, or say what happened: first, in this order, where a table has them."""
+HIDDEN = ("time_ps",)
+"""Columns the page leaves out: ``time_ps`` is the run's own clock, ``time_ms`` (since the first post) says when."""
 
 
-def table(title: str, records: list[dict]) -> Table:
-    """A :class:`Table` of JSON records (the columns of the first record, in its order)."""
-    columns = list(records[0]) if records else []
-    return Table(title, columns, [[cell(record.get(c)) for c in columns] for record in records])
+def table(title: str, records: list[dict], columns: list[str] | None = None) -> Table:
+    """A :class:`Table` of JSON records: ``columns`` (default: the first record's, the naming ones first, the
+    run's clock left out), headers in words and values in human units (:mod:`sim.inspect.tables`)."""
+    if columns is None:
+        given = [c for c in (records[0] if records else []) if c not in HIDDEN]
+        columns = [c for c in dict.fromkeys(LEADING) if c in given] + [c for c in given if c not in LEADING]
+    return Table(title, [header(c) for c in columns], [[cell(c, record.get(c)) for c in columns]
+                                                        for record in records], [c in PROSE for c in columns])
 
 
 def data_uri(mime: str, data: bytes) -> str:
     """``data`` as a ``data:`` URI (base64)."""
     return f"data:{mime};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def svg_width(svg: bytes) -> int:
+    """The CSS pixels a matplotlib SVG (``width="...pt"``) is drawn at, zoomed by :data:`DIAGRAM_ZOOM`."""
+    points = float(re.search(rb'<svg[^>]*\swidth="([0-9.]+)pt"', svg)[1])
+    return round(points * 96 / 72 * DIAGRAM_ZOOM)
 
 
 def report_path(results: str | os.PathLike, out: str | os.PathLike | None = None, *, force: bool = False) -> Path:
@@ -129,7 +147,7 @@ def render(directory: Path) -> str:
                                      undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     return environment.get_template(TEMPLATE).render(
         generator=GENERATOR, version=__version__, name=summary.get("scenario", record.scenario.get("name")),
-        record=record, tables=_tables(summary), figures=_figures(directory / "figures"),
+        record=record, tables=_tables(summary, record), figures=_figures(directory / "figures"),
         variants=_variants(record, directory / MANIFEST),
         manifest_text=json.dumps(record.model_dump(mode="json"), indent=1))
 
@@ -144,13 +162,27 @@ def _summary(path: Path) -> dict:
     return summary
 
 
-def _tables(summary: dict) -> list[Table]:
-    events = [e for e in summary.get("events", []) if e.get("kind") not in BOOKKEEPING_KINDS]  # as `run` prints them
+def _tables(summary: dict, record: Manifest) -> list[Table]:
+    events = [{("amount_bytes" if k == "bytes" else k): v for k, v in e.items()}  # what the event moved, not a size
+              for e in summary.get("events", []) if e.get("kind") not in BOOKKEEPING_KINDS]  # as `run` prints them
     counters = [{"variant": name, **values} for name, values in summary.get("counters", {}).items()]
-    parts = [("Results (perftest rows)", summary["results"]), ("Registrations", summary.get("registrations", [])),
-             ("Events", events), ("Comparison of the variants", summary.get("comparison", [])),
-             ("Protocol counters", counters)]
-    return [table(title, records) for title, records in parts if records]
+    parts = [table("Results (perftest rows)", summary["results"]),
+             table("Registrations", summary.get("registrations", [])), table("Events", events)]
+    if summary.get("comparison"):
+        columns, records = comparison_view(pd.DataFrame(summary["comparison"]))
+        keys, seen = columns[:3], [c for c in columns[3:] if c in COMPARED[:COMPARED.index("allocation") + 1]]
+        parts += [table("Comparison of the variants, per workload and message size: what the workload saw", records,
+                        keys + seen),
+                  table("Comparison of the variants: what registration cost, what the protocol did", records,
+                        keys + [c for c in columns[3:] if c not in seen])]
+    parts += [table("Protocol counters", counters), table("Engines", _engines(record))]
+    return [part for part in parts if part.rows]
+
+
+def _engines(record: Manifest) -> list[dict]:
+    """Per variant, the engine asked for, the one that ran its workloads and why ``auto`` fell back."""
+    return [{"variant": name, "requested": engines.requested, "ran": ENGINES.get(engines.ran, engines.ran),
+             "fallback": engines.fallback} for name, engines in (record.engines or {}).items()]
 
 
 def _figures(directory: Path) -> list[Image]:
@@ -188,5 +220,6 @@ def _variants(record: Manifest, manifest: Path) -> list[Variant]:
                 fig.savefig(svg, format="svg", **SAVE[".svg"])
         finally:
             plt.close(fig)
-        shown.append(Variant(name, explain(result), Image(name, data_uri("image/svg+xml", svg.getvalue()))))
+        shown.append(Variant(name, explain(result), Image(name, data_uri("image/svg+xml", svg.getvalue()),
+                                                          svg_width(svg.getvalue()))))
     return shown

@@ -25,7 +25,7 @@ from sim import __version__
 from sim.store import outdir
 from sim.core.trace import write_chrome_trace
 from sim.inspect.binned import cdf_curves
-from sim.inspect.compare import bandwidth_timeline, comparison_table, event_times, post_latencies
+from sim.inspect.compare import bandwidth_timeline, comparison_table, event_times, post_latencies, size_spans
 from sim.store.operations import write_operations
 from sim.plot import figures
 from sim.inspect.rails import has_rails, rail_table
@@ -137,18 +137,19 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
     (staging / "manifest.json").write_text(json.dumps(record, indent=1) + "\n")
     out = staging / "figures"
     kinds = summary_rows["kind"]
+    line = [r.testbed.fabric.params.rate_Bps * 8 / 1e9 for r in results]
     if "bw_vs_size" in scenario.outputs and kinds.str.endswith("_bw").any():
-        figures.bw_vs_size(summary_rows, out, scenario.name)
+        figures.bw_vs_size(summary_rows, out, scenario.name, line)
     if "latency_vs_size" in scenario.outputs and kinds.str.endswith("_lat").any():
         figures.latency_vs_size(summary_rows, out, scenario.name)
     if {"bw_over_time", "gpu_memory"} & set(scenario.outputs) and kinds.str.endswith("_bw").any():
         timeline = _concat([bandwidth_timeline(r) for r in results])  # one pass over the operations for both
         if "bw_over_time" in scenario.outputs:
-            figures.bw_over_time(timeline, events, out, scenario.name,
-                                 _concat([post_latencies(r) for r in results]))
+            figures.bw_over_time(timeline, events, out, scenario.name, _concat([post_latencies(r) for r in results]),
+                                 line, size_spans(results[0]) if len(results) == 1 else None)
         if "gpu_memory" in scenario.outputs:
-            figures.gpu_memory(timeline, events, out, scenario.name)
+            figures.gpu_memory(timeline, events, out, scenario.name, line)
     if "rail_bw" in scenario.outputs and rails is not None and len(rails):
-        figures.rail_bw(rails, out, scenario.name)
+        figures.rail_bw(rails, out, scenario.name, line)
     if "latency_cdf" in scenario.outputs:
         figures.latency_cdf(cdf_curves(r.table for r in results), out, scenario.name)

@@ -81,6 +81,7 @@ def _tables(run: RunSpec) -> pd.DataFrame:
     rows = []
     for perftest, extra in case_rows(result):
         perftest["errors_by_status"] = json.dumps(perftest["errors_by_status"])  # Parquet needs one type
+        extra["allocation"] = extra["allocation"] or ""  # a string in every run's table: no competing allocation
         rows.append({"key": run.key, "status": "ok", "error": None, "engine": result.engine,
                      "fallback": result.fallback or "", **perftest,
                      **{k: v for k, v in extra.items() if k not in perftest}})

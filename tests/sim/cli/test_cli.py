@@ -273,6 +273,10 @@ def test_sweep_and_plot_commands(tmp_path):
     first = runner.invoke(app, ["sweep", str(sweep_file), "--out", str(out)])
     assert first.exit_code == 0, first.output
     assert "9 runs simulated, 0 already stored" in first.stderr
+    table = first.stdout.splitlines()
+    assert table[0].split()[:2] == ["run", "variant"] and "message size (workload stream)" in table[0]
+    assert max(len(line) for line in table) <= 120 and "2147483648" not in first.stdout  # pinned 2 GiB, in words
+    assert any(line.split()[:2] == ["2", "peermem"] and "2.0GiB" in line for line in table)
     again = runner.invoke(app, ["sweep", str(sweep_file), "--out", str(out)])
     assert "0 runs simulated, 9 already stored" in again.stderr
     figure = runner.invoke(app, ["plot", str(out), "--recipe", "mode_comparison", "--by", "variant"])

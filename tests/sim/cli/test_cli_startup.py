@@ -72,3 +72,28 @@ def test_a_file_that_is_not_yaml_is_refused_without_the_schema(tmp_path, command
     # typer itself converts FILE with pydantic; the scenario schema and models/ stay unloaded
     assert not _heavy(modules, tuple(name for name in HEAVY if name != "pydantic"))
     assert "sim.scenario.schema" not in modules and not any(m.startswith("models") for m in modules)
+
+
+@pytest.mark.parametrize("kind, argv, words", [
+    ("run", ["--recipe", "heatmap"], "recipe 'heatmap' needs the results of a sweep"),
+    ("run", ["--recipe", "bw_vs_size", "--by", "variant"], "recipe 'bw_vs_size' takes no axes and no metric"),
+    ("run", ["--recipe", "mode_comparison", "--by", "fabric.mtu"], "groups by variant, not 'fabric.mtu'"),
+    ("sweep", ["--recipe", "latency_cdf"], "recipe 'latency_cdf' needs per-operation metrics"),
+    ("sweep", ["--recipe", "heatmap", "--by", "variant", "--by", "nope"], "no axis 'nope' in sweep 's' (axes: "),
+    ("sweep", ["--recipe", "heatmap", "--by", "variant"], "recipe 'heatmap' takes two axes"),
+    ("sweep", ["--recipe", "heatmap"], "sweep 's' has 1 axes: a heatmap needs two"),
+])
+def test_a_plot_refusal_answers_before_the_results_are_loaded(tmp_path, kind, argv, words):
+    # The results' tables are not even readable: a refusal that reached them would say so instead.
+    if kind == "run":
+        (tmp_path / "summary.json").write_text("not json")
+        (tmp_path / "metrics.parquet").write_bytes(b"not parquet")
+    else:
+        (tmp_path / "sweep.json").write_text('{"name": "s", "axes": ["fabric.mtu"]}')
+    proc = subprocess.run([sys.executable, "-c", CHILD, json.dumps(["plot", str(tmp_path), *argv])],
+                          capture_output=True, text=True, timeout=120)
+    found = json.loads(proc.stdout.splitlines()[-1])
+    assert found["code"] == 2 and proc.stderr.startswith(f"{tmp_path}: ") and words in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+    # typer itself converts RESULTS with pydantic; pandas, matplotlib and pyarrow stay unloaded
+    assert not _heavy(set(found["modules"]), tuple(name for name in HEAVY if name != "pydantic"))

@@ -94,3 +94,14 @@ def test_many_operations_are_drawn_as_bands_whose_bins_cover_the_run(monkeypatch
     width = bands["posted_ms"].iloc[1]
     assert bands["posted_ms"].iloc[0] == 0 and bands["posted_ms"].iloc[-1] <= (last - first) / 1e9 < \
         bands["posted_ms"].iloc[-1] + width
+
+
+def test_each_message_size_has_its_own_distribution():
+    table, frame = _table(np.random.default_rng(4), 3000, variants=("a",))
+    frame = frame.assign(bytes=np.where(np.arange(len(frame)) % 3 == 0, 8 << 20, 2))
+    curves = cdf_curves([OperationTable.of(frame)])
+    assert sorted(curves["bytes"].unique()) == [2, 8 << 20]
+    for size, curve in curves.groupby("bytes"):
+        ok = np.sort(frame.loc[frame["ok"] & (frame["bytes"] == size), "latency_ps"].to_numpy())
+        np.testing.assert_array_equal(curve["latency_us"], ok / 1e6)  # only that size's operations
+        assert curve["cdf"].iloc[-1] == 1.0

@@ -133,9 +133,12 @@ def test_the_same_results_give_the_same_figure_bytes(sweep_dir, tmp_path):
     ("sweep", "mode_comparison", {"by": "fabric.mtu"}, "no axis 'fabric.mtu'"),
     ("sweep", "bw_vs_size", {"metric": "bytes"}, "takes no axes and no metric"),
     ("neither", "bw_vs_size", {}, "not a results directory"),
+    ("one", "mode_comparison", {}, "compares variants, and this run has one (base): bw_vs_size and latency_vs_size"),
 ])
 def test_recipe_errors_say_what_is_wrong(run_dir, sweep_dir, tmp_path, which, recipe, options, words):
-    directory = {"run": run_dir[0], "sweep": sweep_dir[0], "neither": tmp_path}[which]
+    if which == "one":
+        one, _ = _quickstart_dir(tmp_path, "_bw", [4096])
+    directory = {"run": run_dir[0], "sweep": sweep_dir[0], "neither": tmp_path}.get(which) or one
     with pytest.raises(RecipeError) as caught:
         plot(directory, recipe, tmp_path / "figs", **options)
     assert words in str(caught.value)
@@ -176,7 +179,8 @@ def test_a_mode_comparison_of_many_cases_widens_its_panels_and_labels_each_case_
 
     path = tmp_path / "s.yaml"
     path.write_text(tiny_yaml(*(f"{{kind: {kind}, from: src, to: dst, sizes: {{from: 2B, to: 64KiB}}, iterations: 5}}"
-                                for kind in ("write_bw", "write_lat"))))
+                                for kind in ("write_bw", "write_lat")),
+                          tail="variants:\n  - {name: a, set: {seed: 1}}\n  - {name: b, set: {seed: 2}}\n"))
     _, raw, variants = load_scenario_variants(path)
     out = write_results([run_scenario(spec, variant=name) for name, spec in variants], tmp_path / "res", raw)
     drawn = []
@@ -185,5 +189,14 @@ def test_a_mode_comparison_of_many_cases_widens_its_panels_and_labels_each_case_
     bandwidth, *_, failed = drawn[0].axes
     assert bandwidth.get_position().width > 1.3 * failed.get_position().width  # 32 cases: room for each label
     labels = bandwidth.get_xticklabels()
-    assert len(labels) == 32 and {label.get_rotation() for label in labels} == {90.0}
+    assert len(labels) == 32 and {label.get_rotation() for label in labels} == {90.0}  # 32 cases, two bars each
     assert failed.get_ylim()[0] == 0  # no allocation failed: the axis still starts at zero
+
+
+def test_a_sweeps_bw_vs_size_rings_the_points_whose_runs_met_the_pressure_event(sweep_dir, tmp_path):
+    out, table = sweep_dir
+    data = _files(plot(out, "bw_vs_size", tmp_path), "bw_vs_size")
+    hit = table[(table["evictions"] + table["failed_allocations"]) > 0]  # what the allocation did to those runs
+    assert set(hit["bytes"]) == {1 << 20}  # the smaller sizes ran before it came
+    ringed = data[data["events"] > 0]
+    assert sorted(zip(ringed["workload"], ringed["bytes"])) == sorted(zip(hit["variant"], hit["bytes"]))

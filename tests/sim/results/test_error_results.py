@@ -156,7 +156,8 @@ def test_the_mode_comparison_recipe_marks_the_panels_nothing_was_measured_for(tm
     import sim.plot.recipes as recipes
     from sim.results.write import write_results
 
-    out = write_results(run_scenario(_scenario(ALL_FAIL)), tmp_path / "res")
+    scenario = _scenario(ALL_FAIL)  # two variants: a mode comparison compares variants
+    out = write_results([run_scenario(scenario, variant=v) for v in ("one", "two")], tmp_path / "res")
     drawn = []
     monkeypatch.setattr(recipes, "save", lambda fig, *a: (drawn.append(fig), figures.save(fig, *a))[1])
     recipes.plot(out, "mode_comparison", tmp_path / "figs")

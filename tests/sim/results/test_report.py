@@ -14,11 +14,13 @@ import pytest
 from typer.testing import CliRunner
 
 from sim.cli.app import app
-from sim.results.report import cell
+from sim.core.units import format_duration
+from sim.inspect.tables import cell
 from tests.conftest import ROOT
 
 SCENARIO = ROOT / "scenarios" / "pin_vs_dmabuf.yaml"
 runner = CliRunner()
+SAW = "Comparison of the variants, per workload and message size: what the workload saw"
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +40,12 @@ def page(results) -> str:
     return (results / "report.html").read_text()
 
 
+def _cells(page: str, title: str) -> list[str]:
+    """The cells of the table headed ``title``, as text."""
+    section = page.split(f"<h3>{title}</h3>", 1)[1].split("</table>", 1)[0]
+    return [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", section)]
+
+
 def _element(page: str, element_id: str) -> str:
     match = re.search(rf'<pre id="{re.escape(element_id)}">(.*?)</pre>', page, re.S)
     assert match, f"no <pre id={element_id}>"
@@ -53,14 +61,16 @@ def test_every_figure_the_run_drew_is_embedded(results, page):
 
 def test_the_tables_hold_the_summary(results, page):
     summary = json.loads((results / "summary.json").read_text())
-    for title in ("Results (perftest rows)", "Registrations", "Events", "Comparison of the variants",
-                  "Protocol counters"):
+    for title in ("Results (perftest rows)", "Registrations", "Events", SAW,
+                  "Comparison of the variants: what registration cost, what the protocol did", "Protocol counters",
+                  "Engines"):
         assert f"<h3>{title}</h3>" in page
-    cells = [html.unescape(c) for c in re.findall(r"<td>(.*?)</td>", page)]
+    cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", page)]
     for row in summary["comparison"]:
-        assert cell(row["bw_avg_Gbps"]) in cells and row["modes"] in cells
+        assert cell("bw_avg_Gbps", row["bw_avg_Gbps"]) in cells and row["modes"] in cells
     failed = [e["outcome"] for e in summary["events"] if e["outcome"].startswith("failed")]
-    assert failed and all(cells.count(outcome) == failed.count(outcome) for outcome in failed)
+    events = _cells(page, "Events")
+    assert failed and all(events.count(outcome) == failed.count(outcome) for outcome in failed)
     assert "workloads-start" not in cells  # bookkeeping rows stay out, as `rdmasim run` prints the events
 
 
@@ -70,11 +80,46 @@ def test_each_variant_has_the_timeline_explain_prints_and_its_diagram(page, vari
     assert explained.exit_code == 0, explained.output
     timeline = explained.stdout.split("\n", 2)[2].rstrip("\n")  # without the "Variant 'x' (2 of 4 ...)" header
     assert _element(page, f"timeline-{variant}") == timeline
-    diagram = re.search(rf'<figure id="diagram-{re.escape(variant)}"><img class="diagram" '
-                        r'src="data:image/svg\+xml;base64,([^"]+)"', page)
+    diagram = re.search(rf'<figure id="diagram-{re.escape(variant)}" class="scroll"><img class="diagram" '
+                        r'src="data:image/svg\+xml;base64,([^"]+)"\s+width="(\d+)"', page)
     assert diagram, variant
     svg = base64.b64decode(diagram[1]).decode()
     assert "rdmasim sequence diagram" in svg and f"variant '{variant}'" in svg
+    # drawn no smaller than its own size (CSS px are 3/4 pt), in a frame that scrolls: labels stay legible
+    points = float(re.search(r'<svg[^>]*\swidth="([0-9.]+)pt"', svg)[1])
+    assert int(diagram[2]) >= points * 96 / 72
+
+
+def test_every_table_says_its_times_and_sizes_in_human_units_under_headers_in_words(results, page):
+    summary = json.loads((results / "summary.json").read_text())
+    tables = page.split('<h2 id="figures">')[0]
+    cells = [html.unescape(c) for c in re.findall(r"<td[^>]*>(.*?)</td>", tables)]
+    headers = [html.unescape(c) for c in re.findall(r"<th>(.*?)</th>", tables)]
+    assert headers and not [h for h in headers if "_" in h]
+    raw = ({str(e["time_ps"]) for e in summary["events"]} | {str(e["bytes"]) for e in summary["events"]} | {
+        str(r[k]) for r in summary["registrations"] for k in ("bytes", "pinned_bytes")}) - {"0"}
+    assert not raw & set(cells), raw & set(cells)  # the picoseconds and byte counts summary.json holds
+    assert not [c for c in cells if re.fullmatch(r"-?\d{7,}(\.\d+)?|.*\de[+-]\d.*", c)]
+    pressure = next(e for e in summary["events"] if e["kind"] == "gpu-memory-pressure")
+    assert "7.5GiB" in cells and format_duration(round(pressure["time_ms"] * 1e9)) in cells
+    registration = summary["registrations"][0]
+    assert format_duration(round(registration["register_us"] * 1e6)) in cells
+
+
+def test_the_page_says_which_engine_ran_each_variant(results, page):
+    manifest = json.loads((results / "manifest.json").read_text())
+    engines = _cells(page, "Engines")
+    for variant, record in manifest["engines"].items():
+        ran = {"fast": "vectorized core", "event": "event engine"}[record["workloads"][0]["engine"]]
+        at = engines.index(variant)
+        assert engines[at + 1:at + 3] == [record["requested"], ran]
+
+
+def test_the_comparison_in_the_page_has_the_stall_and_the_allocations_outcome(page):
+    cells = _cells(page, SAW)
+    assert "allocated" in cells and "failed: no evictable memory" in cells
+    at = next(i for i, c in enumerate(cells) if re.fullmatch(r"[0-9.]+\.\.[0-9.]+ms", c))  # from..to, in one unit
+    assert re.fullmatch(r"[0-9.]+(ns|us|ms)", cells[at - 1])  # after the stall's length
 
 
 def test_the_manifest_is_in_the_page(results, page):

@@ -33,7 +33,11 @@ window.addEventListener("load", () => {
     return {kind: e.tagName.toLowerCase(), id: e.closest("[id]").id, x: r.left + scrollX, y: r.top + scrollY,
             w: r.width, h: r.height};
   });
-  document.body.dataset.boxes = JSON.stringify({height: document.documentElement.scrollHeight, boxes});
+  const headers = [...document.querySelectorAll("th")].map(e => {
+    const r = e.getBoundingClientRect();
+    return {text: e.textContent, id: e.closest("[id]").id, left: r.left + scrollX, right: r.right + scrollX};
+  });
+  document.body.dataset.boxes = JSON.stringify({height: document.documentElement.scrollHeight, boxes, headers});
 });
 </script>
 """
@@ -61,7 +65,7 @@ def shot(tmp_path_factory):
     dom = _chromium(f"--window-size={WIDTH},1000", "--dump-dom", probe.as_uri())
     layout = json.loads(html.unescape(re.search(r'data-boxes="([^"]*)"', dom)[1]))
     _chromium(f"--window-size={WIDTH},{layout['height']}", f"--screenshot={tmp / 'shot.png'}", page.as_uri())
-    return imread(tmp / "shot.png")[..., :3], layout["boxes"]
+    return imread(tmp / "shot.png")[..., :3], layout["boxes"], layout["headers"]
 
 
 def _crop(image: np.ndarray, box: dict) -> np.ndarray:
@@ -80,16 +84,16 @@ def colour(region: np.ndarray) -> int:
 
 
 def test_the_browser_laid_out_every_figure_diagram_and_table(shot):
-    _, boxes = shot
+    _, boxes, _ = shot
     ids = [b["id"] for b in boxes]
-    assert ids == [f"table-{i}" for i in range(1, 6)] + ["figure-bw_over_time", "figure-latency_cdf"] + \
+    assert ids == [f"table-{i}" for i in range(1, 8)] + ["figure-bw_over_time", "figure-latency_cdf"] + \
         [f"diagram-{v}" for v in ("peermem", "dmabuf", "dmabuf-pinned", "dmabuf-no-move-notify")]
     for box in boxes:  # a broken image would be its alt text's size
         assert box["w"] > 300 and box["h"] > 100, box
 
 
 def test_the_screenshot_has_the_figures_and_diagrams_in_colour_where_the_page_put_them(shot):
-    image, boxes = shot
+    image, boxes, _ = shot
     for box in boxes:
         if box["kind"] == "img":
             region = _crop(image, box)
@@ -97,7 +101,7 @@ def test_the_screenshot_has_the_figures_and_diagrams_in_colour_where_the_page_pu
 
 
 def test_the_screenshot_has_the_tables_where_the_page_put_them(shot):
-    image, boxes = shot
+    image, boxes, _ = shot
     for box in boxes:
         if box["kind"] == "table":
             region = _crop(image, box)
@@ -107,8 +111,16 @@ def test_the_screenshot_has_the_tables_where_the_page_put_them(shot):
 
 def test_beside_a_narrow_table_the_screenshot_is_blank(shot):
     """The checks above can fail: where the page put nothing, the screenshot is the white page."""
-    image, boxes = shot
+    image, boxes, _ = shot
     narrow = min((b for b in boxes if b["kind"] == "table"), key=lambda b: b["x"] + b["w"])
     beside = image[int(narrow["y"]):int(narrow["y"] + narrow["h"]), int(narrow["x"] + narrow["w"]) + 20:WIDTH - 40]
     assert beside.shape[1] >= 100, f"no table leaves room beside it: the narrowest ends at {narrow['x'] + narrow['w']}"
     assert ink(beside) == 0.0
+
+
+def test_the_events_outcome_column_is_in_view_at_the_windows_width(shot):
+    _, _, headers = shot
+    outcomes = [h for h in headers if h["text"] in ("outcome", "competing allocation")]
+    assert len(outcomes) >= 2
+    for column in outcomes:  # its long outcomes wrap in their cells instead of widening the table past the window
+        assert column["right"] <= WIDTH, column

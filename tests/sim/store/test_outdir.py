@@ -245,7 +245,7 @@ def test_plot_adds_figures_and_replaces_one_only_with_force(work):
     first = _run("plot", "earlier", "--recipe", "latency_cdf", "--out", "figs")
     assert first.exit_code == 0 and (work / "figs" / "latency_cdf.png").is_file()
     assert outdir.owner(work / "figs") == "figures"
-    assert _run("plot", "earlier", "--recipe", "mode_comparison", "--out", "figs").exit_code == 0
+    assert _run("plot", "earlier", "--recipe", "bw_over_time", "--out", "figs").exit_code == 0
     before = _snapshot(work)
     again = _run("plot", "earlier", "--recipe", "bw_vs_size")  # the run drew it into its figures/ already
     assert again.exit_code == 2 and f"{earlier / 'figures' / 'bw_vs_size.csv'}: exists" in again.stderr
