@@ -62,6 +62,7 @@ from sim.core.errors import VerbsError
 from sim.core.steps import Check, Claim, Fork
 from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
+from sim.fast.solver import Problem
 from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
 from sim.fast_events import Move, Solved, Watch
 from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
@@ -188,11 +189,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         else:
             reason = f"the workloads' buffers moved more than {MAX_MOVES} times"
     except Unsolvable as exc:
-        where = ""
-        if exc.group is not None:
-            k, size = pipes.labels[exc.group]
-            where = f" of workload '{ends[k].work.name or ends[k].work.kind}' at {format_size(size)}"
-        return decline(f"the vectorized core does not solve the steps{where}: {exc.reason}")
+        return decline(_unsolved(exc, pipes, ends))
     except _Crawling as exc:
         return decline(f"the vectorized core keeps only about {exc} operations per block here (rounds interact "
                        "through a shared link): the event engine is faster")
@@ -211,6 +208,32 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             table.append(frame)
             summaries.append(row)
     return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries, engine="fast")
+
+
+def fast_refusal(scenario: Scenario, trace: bool = False) -> str | None:
+    """Why :func:`run_fast` would refuse ``scenario`` before solving: :func:`outside_domain`, :func:`_refused`, the
+    solver's up-front checks of the steps (a check the run decides: ODP's faults, a translation cache, data mode, a
+    lossy link); None when none does (the solve may find more). Builds the testbed, simulates nothing."""
+    reason = outside_domain(scenario, trace)
+    ends = [] if reason else streams(scenario, setup_run(scenario, scenario.seed)[0])
+    reason = reason or _refused(ends)
+    if reason:
+        return reason
+    pipes = pipelines(ends)
+    try:
+        Problem(pipes.servers, pipes.groups)
+    except Unsolvable as exc:
+        return _unsolved(exc, pipes, ends)
+    return None
+
+
+def _unsolved(exc: Unsolvable, pipes: Pipelines, ends: list[Stream]) -> str:
+    """``exc`` in words, naming the workload and size whose steps it refuses."""
+    where = ""
+    if exc.group is not None:
+        k, size = pipes.labels[exc.group]
+        where = f" of workload '{ends[k].work.name or ends[k].work.kind}' at {format_size(size)}"
+    return f"the vectorized core does not solve the steps{where}: {exc.reason}"
 
 
 def _refused(ends: list[Stream]) -> str | None:
