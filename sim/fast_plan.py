@@ -163,7 +163,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         return decline(reason)
     alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
     table, sink = OperationTable(), StreamedSummaries(variant) if alone and not scenario.events else None
-    solved, reached = None, {}
+    solved, reached, pipes = None, {}, None
     try:
         for _ in range(MAX_MOVES + 1):
             pipes = pipelines(ends, watch.moves, solved and solved.posts)
