@@ -28,7 +28,8 @@ def scenario(kind: str, sizes: list[int], duration: str, rate: str = "400Gb/s", 
              transport: str = "rc", qps: int = 1) -> dict:
     return {"schema": 1, "name": "timed", "seed": 3,
             "nodes": [{"name": "a"}, {"name": "b"}], "fabric": {"rate": rate, "latency": "300ns"},
-            "buffers": [{"name": "src", "on": "a.host", "size": "2GiB"}, {"name": "dst", "on": "b.host", "size": "2GiB"}],
+            "buffers": [{"name": "src", "on": "a.host", "size": "2GiB"},
+                        {"name": "dst", "on": "b.host", "size": "2GiB"}],
             "workload": [{"kind": kind, "from": "src", "to": "dst", "sizes": [f"{s}B" for s in sizes],
                           "duration": duration, "tx_depth": tx_depth, "transport": transport, "qps": qps}]}
 
