@@ -116,17 +116,20 @@ _FILE_KINDS = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISCH
                stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
 
 
-def _check_regular(mode: int, size: int, limit: int, file: str) -> None:
+def _check_regular(mode: int, size: int, limit: int, file: str, adjustable: bool) -> None:
+    """Refuse a file that is not regular or is larger than ``limit`` (``adjustable``: by the variable)."""
     if not stat.S_ISREG(mode):
         kind = next((name for test, name in _FILE_KINDS.items() if test(mode)), "a special file")
         raise ConfigError(f"{kind}, not a regular file; rdmasim reads YAML only from regular files", file=file)
     if size > limit:
-        raise ConfigError(f"file is {size:,} bytes, above the {format_size(limit)} limit for YAML files "
-                          f"(raise it with {SIZE_LIMIT_ENV}, e.g. {SIZE_LIMIT_ENV}=16MiB)", file=file)
+        hint = f" (raise it with {SIZE_LIMIT_ENV}, e.g. {SIZE_LIMIT_ENV}=16MiB)" if adjustable else ""
+        raise ConfigError(f"file is {size:,} bytes, above the {format_size(limit)} limit for "
+                          f"{'YAML files' if adjustable else 'this file'}{hint}", file=file)
 
 
-def read_yaml_file(path: str | os.PathLike) -> bytes:
-    """The bytes of a regular file of at most :func:`size_limit` bytes; anything else is refused unread.
+def read_yaml_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (default :func:`size_limit`); anything else is
+    refused unread.
 
     The path is checked with ``stat`` before it is opened (a FIFO or device is never opened) and again on the
     open descriptor, which is opened non-blocking (a file replaced by a FIFO in between cannot block).
@@ -134,18 +137,18 @@ def read_yaml_file(path: str | os.PathLike) -> bytes:
     :raises ConfigError: the file is missing or unreadable, not a regular file, or larger than the limit.
     """
     file = os.fsdecode(path)
-    limit = size_limit()
+    adjustable, limit = limit is None, size_limit() if limit is None else limit
     try:
         info = os.stat(path)
-        _check_regular(info.st_mode, info.st_size, limit, file)
+        _check_regular(info.st_mode, info.st_size, limit, file, adjustable)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as f:
             info = os.fstat(f.fileno())
-            _check_regular(info.st_mode, info.st_size, limit, file)
+            _check_regular(info.st_mode, info.st_size, limit, file, adjustable)
             raw = f.read(limit + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror or exc}", file=file) from None
-    _check_regular(stat.S_IFREG, len(raw), limit, file)  # the file grew while it was read
+    _check_regular(stat.S_IFREG, len(raw), limit, file, adjustable)  # the file grew while it was read
     return raw
 
 
