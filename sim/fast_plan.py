@@ -62,6 +62,7 @@ from sim.core.errors import VerbsError
 from sim.core.steps import Check, Claim, Fork
 from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
+from sim.fast.solver import Problem
 from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
 from sim.fast_events import Move, Solved, Watch
 from sim.fast_faults import Unfollowed, faults_followed
@@ -165,7 +166,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
     once = not scenario.events and not watch.faults.sources  # nothing makes the run be solved again
     table, sink = OperationTable(), StreamedSummaries(variant) if alone and once else None
-    solved, reached = None, {}
+    solved, reached, pipes = None, {}, None
     try:
         for _ in range(MAX_MOVES + 1):
             pipes = pipelines(ends, watch.moves, solved and solved.posts)
@@ -191,11 +192,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         else:
             reason = f"the workloads' buffers moved or took page faults more than {MAX_MOVES} times"
     except Unsolvable as exc:
-        where = ""
-        if exc.group is not None:
-            k, size = pipes.labels[exc.group]
-            where = f" of workload '{ends[k].work.name or ends[k].work.kind}' at {format_size(size)}"
-        return decline(f"the vectorized core does not solve the steps{where}: {exc.reason}")
+        return decline(_unsolved(exc, pipes, ends))
     except _Crawling as exc:
         return decline(f"the vectorized core keeps only about {exc} operations per block here (rounds interact "
                        "through a shared link): the event engine is faster")
@@ -216,6 +213,32 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             table.append(frame)
             summaries.append(row)
     return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries, engine="fast")
+
+
+def fast_refusal(scenario: Scenario, trace: bool = False) -> str | None:
+    """Why :func:`run_fast` would refuse ``scenario`` before solving: :func:`outside_domain`, :func:`_refused`, the
+    solver's up-front checks of the steps (a check the run decides: ODP's faults, a translation cache, data mode, a
+    lossy link); None when none does (the solve may find more). Builds the testbed, simulates nothing."""
+    reason = outside_domain(scenario, trace)
+    ends = [] if reason else streams(scenario, setup_run(scenario, scenario.seed)[0])
+    reason = reason or _refused(ends)
+    if reason:
+        return reason
+    pipes = pipelines(ends)
+    try:
+        Problem(pipes.servers, pipes.groups)
+    except Unsolvable as exc:
+        return _unsolved(exc, pipes, ends)
+    return None
+
+
+def _unsolved(exc: Unsolvable, pipes: Pipelines, ends: list[Stream]) -> str:
+    """``exc`` in words, naming the workload and size whose steps it refuses."""
+    where = ""
+    if exc.group is not None:
+        k, size = pipes.labels[exc.group]
+        where = f" of workload '{ends[k].work.name or ends[k].work.kind}' at {format_size(size)}"
+    return f"the vectorized core does not solve the steps{where}: {exc.reason}"
 
 
 def _refused(ends: list[Stream]) -> str | None:

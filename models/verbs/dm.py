@@ -34,16 +34,16 @@ class DeviceMemoryAllocation:
 def ibv_alloc_dm(context: Context, length: int) -> DeviceMemoryAllocation:
     """Allocate ``length`` bytes of the NIC's device memory.
 
-    :raises VerbsError: ``EOPNOTSUPP`` when the device has none; ``EINVAL`` above ``max_dm_size``; ``ENOMEM`` when
-        the allocations made so far leave too little.
+    :raises VerbsError: ``EOPNOTSUPP`` when the device has none; ``EINVAL`` above ``max_dm_size`` or negative (a
+        ``size_t`` that C would wrap to above it); ``ENOMEM`` when the allocations made so far leave too little.
     """
     call = "ibv_alloc_dm"
     nic = context.node.nic
     limit = nic.params.max_dm_size
     if not limit:
         raise VerbsError("EOPNOTSUPP", f"{nic.name} has no device memory (the provider has no alloc_dm)", call=call)
-    if length > limit:
-        raise VerbsError("EINVAL", f"length {length} is above max_dm_size {limit}", call=call)
+    if not 0 <= length <= limit:  # a size_t: a negative length is above every limit
+        raise VerbsError("EINVAL", f"length {length} is outside 0..max_dm_size {limit}", call=call)
     used = sum(dm.length for dm in nic.device_memory)
     if used + length > limit:
         raise VerbsError("ENOMEM", f"{used} of {limit} bytes of device memory are allocated", call=call)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from models.nic.wqe import RecvWR
+from models.verbs.send_checks import check_c_widths
 from sim.core import VerbsError
 
 DATA_SEG_BYTES = 16
@@ -81,8 +82,10 @@ class ReceiveQueue:
         """Refuse a post: ENOMEM when every slot is held, EINVAL for more scatter entries than ``max_sge``, in the
         order the driver checks them (``full_first``: mlx5_post_recv; else mlx5_post_srq_recv).
 
-        :raises VerbsError: as above.
+        :raises VerbsError: as above; EINVAL first for a ``wr_id`` or an SGE that does not fit its C type
+            (:func:`~models.verbs.send_checks.check_c_widths`).
         """
+        check_c_widths(wr.wr_id, wr.sg_list, call)
         checks = [self._full, self._too_wide] if full_first else [self._too_wide, self._full]
         for check in checks:
             check(wr, call)

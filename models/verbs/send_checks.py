@@ -17,12 +17,18 @@ verbs.c ``mlx5_calc_send_wqe`` and ``mlx5_create_qp``) and libibverbs/man/ibv_po
   (:mod:`models.nic.remote_access`).
 * ``mlx5_calc_send_wqe``: ``max_send_sge`` beyond what a WQE gathers -> EINVAL, and an inline size the WQE
   cannot hold -> EINVAL; the model takes the device's ``max_sge`` and the NIC's ``max_inline`` as those limits.
+* A field wider than its C type (libibverbs/verbs.h: ``struct ibv_send_wr``'s and ``struct ibv_recv_wr``'s
+  ``uint64_t wr_id``, ``struct ibv_sge``'s ``uint64_t addr``, ``uint32_t length`` and ``uint32_t lkey``, the
+  ``__be32 imm_data``): a C caller cannot pass one, a Python caller can; the model refuses it with EINVAL before
+  any other check (:func:`check_c_widths`; ``imm_data`` after the others, where mlx5 copies it), so no work request
+  moves a negative or truncated length.
 """
 
 from __future__ import annotations
 
+from models.ib.mr_checks import U64
 from models.nic.device import AtomicCap
-from models.nic.wqe import QpState, SendWR
+from models.nic.wqe import QpState, SendWR, Sge
 from sim.core import VerbsError
 
 
@@ -33,6 +39,7 @@ def check_send_wr(qp, wr: SendWR) -> None:
     :raises VerbsError: ENOMEM, EOPNOTSUPP or EINVAL as the module says.
     """
     call = "ibv_post_send"
+    check_c_widths(wr.wr_id, wr.sges, call)
     if qp.sq_used >= qp.max_send_wr:
         unpolled = qp.sq_used - qp.outstanding
         held = "".join((f", {qp.unsignaled} of them unsignaled and done, waiting for a signaled completion"
@@ -58,6 +65,23 @@ def check_send_wr(qp, wr: SendWR) -> None:
                              f"{qp.max_inline_data}", call=call)
     if not 0 <= wr.imm_data < 2**32:
         raise VerbsError("EINVAL", f"imm_data {wr.imm_data} is not a 32-bit value (__be32)", call=call)
+
+
+U32 = 2**32
+"""``uint32_t`` holds ``[0, U32)`` (``uint64_t``: ``[0, U64)``)."""
+
+
+def check_c_widths(wr_id: int, sges: tuple[Sge, ...], call: str) -> None:
+    """Refuse a work request whose ``wr_id`` or SGEs do not fit their C types.
+
+    :raises VerbsError: EINVAL naming the field and its type.
+    """
+    if not 0 <= wr_id < U64:
+        raise VerbsError("EINVAL", f"wr_id {wr_id} is not a 64-bit value (uint64_t wr_id)", call=call)
+    for sge in sges:
+        if not (0 <= sge.addr < U64 and 0 <= sge.length < U32 and 0 <= sge.lkey < U32):
+            raise VerbsError("EINVAL", f"SGE (addr {sge.addr}, length {sge.length}, lkey {sge.lkey}) does not fit "
+                             "struct ibv_sge (uint64_t addr, uint32_t length, uint32_t lkey)", call=call)
 
 
 def sq_state_max_gs(qp, new) -> int:

@@ -7,7 +7,10 @@
 
 Every object has ``close()`` and works as a context manager; closing one closes the objects that use it first, as
 pyverbs does (the ``ibv_*`` destroy verbs underneath keep the kernel's ``EBUSY``); failures raise
-:class:`VerbsError` with the errno's name (``err.errno``) and number (``err.errno_value``, pyverbs' ``error_code``). The reference is docs/api.md; "from pyverbs to rdmasim"
+:class:`VerbsError` with the errno's name (``err.errno``) and number (``err.errno_value``, pyverbs' ``error_code``);
+an argument of a type its C field cannot take raises :class:`ArgumentTypeError` (a ``TypeError``), as pyverbs'
+Cython conversions do, before any call runs; an integer too wide for its field is the verbs layer's ``EINVAL``.
+The reference is docs/api.md; "from pyverbs to rdmasim"
 (docs/from_pyverbs.md) ports one of rdma-core's own tests.
 
 The layer underneath is :mod:`models.verbs` (``ibv_*`` free functions with rdma-core's checks); this package
@@ -24,6 +27,7 @@ from models.verbs.recv import SRQ_LIMIT, SRQ_MAX_WR
 from models.verbs.mr import REREG_CHANGE_ACCESS, REREG_CHANGE_PD, REREG_CHANGE_TRANSLATION
 from sim.api.ah import AH
 from sim.api.comp_channel import CompChannel
+from sim.api.arguments import ArgumentTypeError
 from sim.api.device import CQ, PD, WC, AsyncEvent, Context
 from sim.api.dm import DM, AllocDmAttr
 from sim.api.gpu import GPU, DmaBuf, GpuBuffer
@@ -42,5 +46,5 @@ __all__ = [
     "Access", "Opcode", "QpState", "QpType", "QpAttrMask", "PathMtu", "WcStatus", "WcOpcode", "WcFlags",
     "AdviseMrAdvice", "ADVISE_MR_FLAG_FLUSH",
     "REREG_CHANGE_TRANSLATION", "REREG_CHANGE_PD", "REREG_CHANGE_ACCESS",
-    "SimError", "VerbsError", "ConfigError", "ProtocolError", "DeadlockError",
+    "SimError", "VerbsError", "ConfigError", "ProtocolError", "DeadlockError", "ArgumentTypeError",
 ]

@@ -14,6 +14,7 @@ from models.verbs.recv import ibv_get_async_event
 from models.verbs.cq import NUM_COMP_VECTORS, ibv_create_cq, ibv_poll_cq
 from models.verbs.cq_events import ibv_ack_cq_events, ibv_req_notify_cq, ibv_resize_cq
 from models.verbs.device import ibv_alloc_pd, ibv_open_device
+from sim.api.arguments import c_integer
 from sim.api.resource import Resource
 from sim.api.sge import SGE, sge_list
 from sim.api.testbed import TESTBED, Testbed
@@ -158,14 +159,18 @@ class CQ(Resource):
     :raises VerbsError: ``EINVAL`` for ``cqe`` < 1 or above ``max_cqe``, ``comp_vector`` not below
         ``Context.num_comp_vectors``, or a closed channel; from :meth:`close`: ``EBUSY`` while a QP uses it
         (``ib_destroy_cq_user``).
+    :raises ArgumentTypeError: ``cqe`` or ``comp_vector`` is not an integer (``ibv_create_cq`` takes C ``int``s).
     """
 
     def __init__(self, context: Context, cqe: int, cq_context=None, channel=None, comp_vector: int = 0) -> None:
-        context._check_open("ibv_create_cq")
+        call = "ibv_create_cq"
+        context._check_open(call)
         if channel is not None:
-            channel._check_open("ibv_create_cq")
+            channel._check_open(call)
         self.context = context
-        self.cq = ibv_create_cq(context.ctx, cqe, None if channel is None else channel.channel, comp_vector)
+        self.cq = ibv_create_cq(context.ctx, c_integer(cqe, "int", "cqe", call),
+                                None if channel is None else channel.channel,
+                                c_integer(comp_vector, "int", "comp_vector", call))
         """The verbs layer's CQ (:class:`models.verbs.cq.CompletionQueue`)."""
         self.cq_context, self.channel, self.comp_vector = cq_context, channel, comp_vector
         context._adopt(self)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from models.verbs.dm import ibv_alloc_dm, ibv_dm_export_dmabuf_fd, ibv_free_dm
+from sim.api.arguments import c_integer
 from sim.api.device import Context
 from sim.api.resource import Resource
 from sim.core import DeadlockError
@@ -31,12 +32,16 @@ class DM(Resource):
         (the memory is freed all the same).
     :raises VerbsError: ``EOPNOTSUPP`` on a device without device memory; ``EINVAL`` above ``max_dm_size``;
         ``ENOMEM`` when the allocations so far leave too little.
+    :raises ArgumentTypeError: a field of ``dm_init_attr`` that is not an integer.
     """
 
     def __init__(self, context: Context, dm_init_attr: AllocDmAttr) -> None:
-        context._check_open("ibv_alloc_dm")
+        call = "ibv_alloc_dm"
+        context._check_open(call)
+        c_integer(dm_init_attr.log_align_req, "uint32_t", "log_align_req", call)
+        c_integer(dm_init_attr.comp_mask, "uint64_t", "comp_mask", call)
         self.context = context
-        self.dm = ibv_alloc_dm(context.ctx, dm_init_attr.length)
+        self.dm = ibv_alloc_dm(context.ctx, c_integer(dm_init_attr.length, "size_t", "length", call))
         """The verbs layer's allocation (:class:`models.verbs.dm.DeviceMemoryAllocation`)."""
         context._adopt(self)
 

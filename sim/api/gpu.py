@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.dmabuf.gpu_export import GPU_PAGE
-from sim.api.resource import Resource
+from sim.api.resource import Resource, zeroed
 from sim.engine.build import gpu_bytes
 from sim.core import ProtocolError, VerbsError
 
@@ -36,11 +36,16 @@ class GPU:
         """``cudaMalloc(size)``: a buffer of device memory, zeroed in data mode.
 
         :raises GpuOutOfMemory: no contiguous run of ``size`` bytes is free (``ENOMEM``).
+        :raises VerbsError: ``ENOMEM``: data mode, and this process cannot hold the bytes (:func:`zeroed`).
         """
         self._allocations += 1
         alloc = self.gpu.malloc(f"buf{self._allocations}", size)
         if self.testbed.env.data_mode:
-            alloc.data = np.zeros(size, dtype=np.uint8)
+            try:
+                alloc.data = zeroed(size, "cudaMalloc")
+            except VerbsError:
+                self.gpu.free(alloc)
+                raise
         return GpuBuffer(self, alloc)
 
 

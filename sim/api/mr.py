@@ -12,9 +12,10 @@ from models.ib.implicit_odp import SIZE_MAX
 from models.nic.wqe import Access
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr
 from models.verbs.mr import ibv_dereg_mr, ibv_reg_mr, ibv_rereg_mr
+from sim.api.arguments import c_integer
 from sim.api.device import PD
 from sim.api.gpu import DmaBuf
-from sim.api.resource import Resource
+from sim.api.resource import Resource, zeroed
 from sim.core import ProtocolError, VerbsError
 
 
@@ -27,14 +28,20 @@ class MR(Resource):
     or the ``length`` bytes it allocated (0 when neither is given), and :meth:`write` and :meth:`read` reach them.
 
     :raises VerbsError: as :func:`models.verbs.mr.ibv_reg_mr` (``EINVAL`` for REMOTE_WRITE without
-        LOCAL_WRITE, ``EFAULT`` for an unmapped range, ``ENOMEM`` past RLIMIT_MEMLOCK, ...).
+        LOCAL_WRITE, ``EFAULT`` for an unmapped range, ``ENOMEM`` past RLIMIT_MEMLOCK, ...); ``ENOMEM`` in data mode
+        when this process cannot hold the buffer's bytes (:func:`~sim.api.resource.zeroed`).
+    :raises ArgumentTypeError: ``length``, ``access`` or ``address`` is not an integer.
     """
 
     _implicit = False
 
     def __init__(self, pd: PD, length: int = 0, access: int = 0, address: int | None = None,
                  implicit: bool = False) -> None:
-        pd._check_open("ibv_reg_mr")
+        call = "ibv_reg_mr"
+        pd._check_open(call)
+        length, access = c_integer(length, "size_t", "length", call), c_integer(access, "int", "access", call)
+        if address is not None:
+            c_integer(address, "uint64_t", "address", call)
         self.pd, self.context = pd, pd.context
         self._buffer = None
         if not address and length > 0:
@@ -160,7 +167,8 @@ class DmaBufMR(MR):
 def _host_buffer(pd: PD, length: int):
     """A zeroed host buffer of ``length`` bytes on the PD's node (pyverbs' ``posix_memalign`` and memset)."""
     host, env = pd.context.ctx.node.host, pd.context.testbed.env
+    contents = zeroed(length, "ibv_reg_mr") if env.data_mode else None
     buf = host.allocate(f"mr{len(host.buffers)}", length)
-    if env.data_mode:
-        host.fill(buf.name, lambda: np.zeros(length, dtype=np.uint8))
+    if contents is not None:
+        host.fill(buf.name, lambda: contents)
     return buf

@@ -21,6 +21,7 @@ from models.verbs.destroy import ibv_destroy_qp
 from models.verbs.qp_state import PathMtu, QpAttrMask, QpType
 from models.verbs.recv import ibv_post_recv
 from models.verbs.qp import PERFTEST_MASKS, ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_query_qp
+from sim.api.arguments import c_integer
 from sim.api.device import CQ, PD
 from sim.api.resource import Resource
 from sim.api.sge import SGE, sge_list
@@ -31,8 +32,9 @@ def _first_sges(num_sge: int, sg: list[SGE] | None, what: str) -> list[SGE]:
     """The ``num_sge`` SGEs a work request holds (pyverbs copies the first ``num_sge`` of ``sg``).
 
     :raises ProtocolError: no SGE (pyverbs: "A WR needs at least one SGE").
+    :raises ArgumentTypeError: ``num_sge`` is not an integer.
     """
-    if num_sge < 1 or not sg:
+    if c_integer(num_sge, "int", "num_sge", what) < 1 or not sg:
         raise ProtocolError(f"{what}: a WR needs at least one SGE")
     return list(sg)[:num_sge]
 
@@ -47,33 +49,47 @@ class SendWR(Resource):
     work request is not posted).
 
     :raises ProtocolError: no SGE (pyverbs: "A WR needs at least one SGE").
+    :raises ArgumentTypeError: an argument of another type (``opcode`` a string rather than an
+        :class:`~models.nic.wqe.Opcode`, ...; the setters below check theirs the same way). A value too wide for
+        its C field (``wr_id`` beyond ``uint64_t``) is ``EINVAL`` from :meth:`QP.post_send`.
     """
 
     def __init__(self, wr_id: int = 0, opcode: Opcode = Opcode.SEND, num_sge: int = 0, imm_data: int = 0,
                  sg: list[SGE] | None = None, send_flags: int = SendFlags.SIGNALED) -> None:
-        self.sg = _first_sges(num_sge, sg, "SendWR")
-        if opcode not in _OPCODES:
+        call = "SendWR"
+        self.sg = _first_sges(num_sge, sg, call)
+        if c_integer(opcode, "enum ibv_wr_opcode", "opcode", call) not in _OPCODES:
             raise VerbsError("EINVAL", f"opcode {opcode} is none of the modelled IBV_WR_* opcodes "
                              f"({', '.join(op.name for op in Opcode)}; mlx5_post_send: bad opcode)",
                              call="ibv_post_send")
-        self.wr_id, self.opcode, self.num_sge, self.imm_data = wr_id, Opcode(opcode), num_sge, imm_data
-        self.send_flags = SendFlags(send_flags)
+        self.wr_id, self.num_sge = c_integer(wr_id, "uint64_t", "wr_id", call), num_sge
+        self.opcode = Opcode(opcode)
+        self.imm_data = c_integer(imm_data, "uint32_t", "imm_data", call)
+        self.send_flags = SendFlags(c_integer(send_flags, "uint32_t", "send_flags", call))
         self.remote_addr = self.rkey = self.compare_add = self.swap = 0
         self.ah, self.remote_qpn, self.remote_qkey = None, 0, 0
 
     def set_wr_rdma(self, rkey: int, addr: int) -> None:
-        """The remote buffer of an RDMA WRITE or READ: its key and address."""
-        self.rkey, self.remote_addr = rkey, addr
+        """The remote buffer of an RDMA WRITE or READ: its key and address (``uint32_t``, ``uint64_t``)."""
+        call = "SendWR.set_wr_rdma"
+        self.rkey = c_integer(rkey, "uint32_t", "rkey", call)
+        self.remote_addr = c_integer(addr, "uint64_t", "addr", call)
 
     def set_wr_atomic(self, rkey: int, addr: int, compare_add: int, swap: int = 0) -> None:
         """The remote 8 bytes of an atomic and its operands: CMP_AND_SWP writes ``swap`` where ``compare_add``
         matches, FETCH_AND_ADD adds ``compare_add`` (unsigned 64-bit); the old value lands in the SGE."""
-        self.rkey, self.remote_addr, self.compare_add, self.swap = rkey, addr, compare_add, swap
+        call = "SendWR.set_wr_atomic"
+        self.set_wr_rdma(rkey, addr)
+        self.compare_add = c_integer(compare_add, "uint64_t", "compare_add", call)
+        self.swap = c_integer(swap, "uint64_t", "swap", call)
 
     def set_wr_ud(self, ah, rqpn: int, rqkey: int) -> None:
         """A UD work request's destination: the port of :class:`~sim.api.ah.AH` ``ah``, the QP number ``rqpn``
         there and the Q_Key ``rqkey`` it must have (high bit set: the sending QP's own)."""
-        self.ah, self.remote_qpn, self.remote_qkey = ah, rqpn, rqkey
+        call = "SendWR.set_wr_ud"
+        self.ah = ah
+        self.remote_qpn = c_integer(rqpn, "uint32_t", "rqpn", call)
+        self.remote_qkey = c_integer(rqkey, "uint32_t", "rqkey", call)
 
     def _request(self, call: str) -> WorkRequest:
         """The verbs layer's work request."""
@@ -94,11 +110,13 @@ class RecvWR(Resource):
     one incoming SEND or RDMA WRITE with immediate; ``close()`` as pyverbs has it.
 
     :raises ProtocolError: no SGE (pyverbs: "A WR needs at least one SGE").
+    :raises ArgumentTypeError: ``wr_id`` or ``num_sge`` is not an integer (one beyond ``uint64_t`` is ``EINVAL``
+        when it is posted).
     """
 
     def __init__(self, wr_id: int = 0, num_sge: int = 0, sg: list[SGE] | None = None) -> None:
         self.sg = _first_sges(num_sge, sg, "RecvWR")
-        self.wr_id, self.num_sge = wr_id, num_sge
+        self.wr_id, self.num_sge = c_integer(wr_id, "uint64_t", "wr_id", "RecvWR"), num_sge
 
     def _request(self, call: str) -> ReceiveRequest:
         """The verbs layer's receive request."""

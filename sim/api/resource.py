@@ -1,10 +1,13 @@
 """What every object of the public API shares: ``close()`` (once; later calls do nothing; the objects that use it
-closed first, as pyverbs' ``close_weakrefs`` does), use as a context manager, and a typed error for use after
-close."""
+closed first, as pyverbs' ``close_weakrefs`` does), use as a context manager, a typed error for use after close,
+and the zeroed bytes of the buffers it allocates in data mode."""
 
 from __future__ import annotations
 
-from sim.core import ProtocolError
+import numpy as np
+
+from sim.core import ProtocolError, VerbsError
+from sim.core.units import format_size
 
 
 class Resource:
@@ -51,3 +54,18 @@ class Resource:
         """:raises ProtocolError: the object was closed."""
         if self._closed:
             raise ProtocolError(f"{call}: {type(self).__name__} used after close()")
+
+
+def zeroed(size: int, call: str) -> np.ndarray:
+    """``size`` zero bytes of a buffer the API allocates in data mode (pyverbs' ``posix_memalign`` and ``memset``),
+    held in this process's memory.
+
+    :raises VerbsError: ``ENOMEM``, as ``posix_memalign`` returns it, when this process cannot hold them (the
+        simulated node may have the memory; the script's process does not).
+    """
+    try:
+        return np.zeros(size, dtype=np.uint8)
+    except MemoryError:
+        raise VerbsError("ENOMEM", f"data mode keeps a buffer's bytes in this process, which cannot allocate "
+                         f"{format_size(size)}; a testbed without data mode (Testbed(data=False)) simulates buffers "
+                         "of any size", call=call) from None

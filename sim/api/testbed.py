@@ -19,7 +19,7 @@ from models.nic.wqe import WcOpcode, WcStatus
 from sim.engine.build import settle, wire
 from sim.core import PS_PER_US, ConfigError
 from sim.core.errors import ConfigErrors
-from sim.core.units import parse_time
+from sim.core.units import MAX_CLOCK_PS, MAX_DURATION_PS, BoundError, format_time, parse_time
 from sim.scenario.loader import validate
 from sim.scenario.refs import port_problems
 from sim.scenario.fields import check_seed
@@ -91,10 +91,15 @@ class Testbed:
         """Let ``duration`` of simulated time pass (a string with a unit, ``"10us"``, or integer ps): work in
         flight progresses, completions arrive in their CQs.
 
-        :raises UnitError: a duration without a unit, negative or finer than a picosecond.
+        :raises UnitError: a duration without a unit, negative, finer than a picosecond or longer than a day
+            (``BoundError``, as a scenario's durations are), or one that would take the clock past its int64
+            picoseconds.
         """
         env = self.bed.env
         passing = duration_ps(duration)
+        if env.now + passing > MAX_CLOCK_PS:
+            raise BoundError(f"Testbed.run: {format_time(passing)} from {format_time(env.now)} would take the clock "
+                             f"past its end ({format_time(MAX_CLOCK_PS)}: int64 picoseconds)")
         if passing:  # no time passes: nothing to simulate
             env.run(until=env.now + passing)
 
@@ -171,12 +176,16 @@ class Testbed:
 def duration_ps(value: str | int) -> int:
     """``value`` in integer picoseconds: a string with a unit (``"2us"``) or an int already in ps.
 
-    :raises UnitError: a string without a unit or out of range; :raises TypeError: a float or another type.
+    :raises UnitError: a string without a unit; a value out of ``0 .. MAX_DURATION_PS`` (one day, the bound of a
+        scenario's durations: ``BoundError``).
+    :raises TypeError: a float or another type.
     """
     if isinstance(value, str):
         return parse_time(value)
     if type(value) is not int or value < 0:
         raise TypeError(f"a duration is a string with a unit ('10us') or a non-negative int of ps, got {value!r}")
+    if value > MAX_DURATION_PS:
+        raise BoundError(f"duration {format_time(value)} is above the maximum of {format_time(MAX_DURATION_PS)}")
     return value
 
 

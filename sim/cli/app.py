@@ -14,7 +14,8 @@ from typing import Annotated, Optional
 import typer
 
 from sim.cli.group import CommandGroup
-from sim.cli.limits import MemoryBudgetOption, TraceLimitOption, TraceWindowOption, check_budget, check_trace
+from sim.cli.limits import (MemoryBudgetOption, TraceLimitOption, TraceWindowOption, check_budget, check_engine,
+                            check_trace)
 from sim.cli.progress import say, stderr
 from sim.core.errors import ConfigError, SimError
 from sim.store.outdir import OutputError
@@ -141,6 +142,7 @@ def run(scenario: ScenarioPath,
     trace = trace_window or trace  # a window implies --trace
     with _refused(ConfigError):
         check_budget(scenario, variants, memory_budget, bool(trace))
+        check_engine(scenario, spec, variants, engine is not None, bool(trace))
     counts = [total_operations(v) for _, v in variants]
     operations = None if None in counts else sum(counts)
     if trace:
@@ -270,6 +272,7 @@ def validate(scenario: Annotated[Path, typer.Argument(help="Scenario or sweep YA
             typer.echo(f"{scenario}: ok (sweep {swept.sweep.name}: {swept.count} runs over "
                        f"{', '.join(axes) or 'no axes'}; base {swept.files.base_file})")
             return
+        check_engine(scenario, spec, variants, forced=False)
     typer.echo(f"{scenario}: ok ({spec.name}: {len(spec.nodes)} nodes, {len(spec.buffers)} buffers, "
                f"{len(spec.workload)} workloads, {len(variants)} variant(s))")
 

@@ -45,6 +45,30 @@ def check_budget(scenario, variants, budget_bytes: int | None, trace: bool) -> N
     budget.check(str(scenario), variants, budget.available_memory() if budget_bytes is None else budget_bytes, trace)
 
 
+def check_engine(scenario, spec, variants, forced: bool, trace: bool = False) -> None:
+    """Check, before simulating, that every variant asking for ``engine: fast`` is one the vectorized core can run
+    (with ``trace``) as far as it tells without solving (:func:`sim.fast_plan.fast_refusal`); ``forced``:
+    ``--engine`` asked.
+
+    :raises ConfigError: one it cannot, located at the ``engine`` key that asks (``--engine`` when ``forced``,
+        a variant's ``set`` when it sets the engine).
+    """
+    from sim.core import ConfigError
+    from sim.fast_plan import fast_refusal
+    from sim.scenario.yaml_reader import error_at, load_yaml
+
+    for i, (name, variant) in enumerate(variants):
+        reason = fast_refusal(variant, trace) if variant.engine == "fast" else None
+        if reason is None:
+            continue
+        which = "" if name == "base" else f"variant '{name}': "
+        reason = f"{which}engine fast: {reason} (engine auto or event runs it)"
+        if forced:
+            raise ConfigError(reason, file=str(scenario), key="--engine")
+        key = ("variants", i, "set", "engine") if name != "base" and "engine" in spec.variants[i].set else ("engine",)
+        raise error_at(load_yaml(scenario)[1], key, reason, str(scenario))
+
+
 DEFAULT_LIMIT = 1 << 30
 """trace.json size refused without a window (bytes): ``--trace-limit``'s default."""
 

@@ -237,9 +237,11 @@ def _scenario(cmd: _Command) -> Scenario:
     if problems:
         (*_, key), reason = problems[0]
         raise _refused(key, reason)
-    short = budget.over_budget(budget.estimate([("base", scenario)]), budget.available_memory())
+    need = budget.estimate([("base", scenario)])
+    short = budget.over_budget(need, budget.available_memory())
     if short:
-        raise UsageError(f"-n/-a/-q: the {short}, the memory available now; ask for fewer exchanges or sizes")
+        option = "-D/--duration" if need.key[-1] == "duration" else "-n/-a/-q"
+        raise UsageError(f"{option}: the {short}, the memory available now; ask for fewer exchanges or sizes")
     return scenario
 
 

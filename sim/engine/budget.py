@@ -70,7 +70,10 @@ class Estimate:
 
 
 def _driver(work, index: int) -> tuple[str | int, ...]:
-    """The key that makes workload ``index`` large: its ``qps`` when above its iterations, else those."""
+    """The key that makes workload ``index`` large: its ``qps`` when above its iterations, else those (its
+    ``duration`` for a run of a duration)."""
+    if work.duration is not None:
+        return ("workload", index, "duration")
     return ("workload", index, "qps" if work.qps > work.iterations else "iterations")
 
 
@@ -87,6 +90,7 @@ def _peak(scenario: Scenario, trace: bool) -> dict[tuple, int]:
     """Bytes one variant holds at its peak while it runs (``trace``: on the event engine, which records it),
     by the key that drives each part."""
     from sim.scenario.events import ManagedJobEvent
+    from sim.scenario.horizon import stream_operations
 
     parts: dict[tuple, int] = {}
 
@@ -95,7 +99,7 @@ def _peak(scenario: Scenario, trace: bool) -> dict[tuple, int]:
 
     engines = {"event"} if trace else _engines(scenario)
     for i, work in enumerate(scenario.workload):
-        stream = work.iterations * work.streams()
+        stream = max(stream_operations(scenario, work)) * work.streams()
         options = [stream * LATENCY_BYTES_PER_OP if work.kind.endswith("_lat") else 0]
         if "event" in engines:
             options.append(stream * EVENT_BYTES_PER_OP)
@@ -115,6 +119,7 @@ def _peak(scenario: Scenario, trace: bool) -> dict[tuple, int]:
 def _kept(scenario: Scenario, compared: bool, trace: bool) -> dict[tuple, int]:
     """Bytes a finished variant keeps until the results are written (its trace with ``trace``), and what the
     outputs read back of it (``compared``: the results get a comparison table)."""
+    from sim.scenario.horizon import stream_operations
     from sim.store.operations import ROW_GROUP_ROWS
 
     parts: dict[tuple, int] = {}
@@ -122,7 +127,7 @@ def _kept(scenario: Scenario, compared: bool, trace: bool) -> dict[tuple, int]:
              + (LATENCY_CDF_BYTES_PER_OP if "latency_cdf" in scenario.outputs else 0)
              + (TRACE_BYTES_PER_OP if trace else 0))
     for i, work in enumerate(scenario.workload):
-        ops = len(work.size_list()) * work.iterations * work.streams()
+        ops = sum(stream_operations(scenario, work)) * work.streams()
         key = _driver(work, i)
         parts[key] = min(ops, ROW_GROUP_ROWS) * ROW_BYTES + ops * reads
     return parts
@@ -131,6 +136,8 @@ def _kept(scenario: Scenario, compared: bool, trace: bool) -> dict[tuple, int]:
 def estimate(variants: list[tuple[str, Scenario]], trace: bool = False) -> Estimate:
     """The memory and work of running every variant and writing their results (see the module's text);
     ``trace``: the runs record a trace (``--trace``), kept for every variant until it is written."""
+    from sim.scenario.horizon import stream_operations
+
     peaks = [_peak(v, trace) for _, v in variants]
     kept: dict[tuple, int] = {}
     for _, scenario in variants:
@@ -138,7 +145,7 @@ def estimate(variants: list[tuple[str, Scenario]], trace: bool = False) -> Estim
             kept[key] = kept.get(key, 0) + nbytes
     worst = max(peaks, key=lambda p: sum(p.values()))
     parts = {key: kept.get(key, 0) + worst.get(key, 0) for key in {*kept, *worst}}
-    operations = sum(len(w.size_list()) * w.iterations * w.streams() for _, v in variants for w in v.workload)
+    operations = sum(sum(stream_operations(v, w)) * w.streams() for _, v in variants for w in v.workload)
     key = max(parts, key=lambda k: (parts[k], k[0] == "workload")) if parts else ("workload",)
     return Estimate(FIXED_BYTES + sum(parts.values()), operations, key)
 

@@ -243,6 +243,14 @@ def _grouped_bars(ax, data: pd.DataFrame, column: str, per_case: bool) -> None:
     ax.grid(True, axis="y", alpha=0.3)
 
 
+HEATMAP_MAX_IN = (16, 12)
+"""Largest heatmap (inches, 1920 x 1440 px at the figures' 120 dpi): more axis values make narrower cells."""
+CELL_TEXT_IN = (0.5, 0.2)
+"""Smallest cell (inches) that has its value written in (8 pt, four digits); smaller cells show only colour."""
+MAX_TICKS = 40
+"""Most axis values labelled along a heatmap's side (every k-th beyond it)."""
+
+
 def heatmap(results: _SweepDir, out: Path, metric: str | None = None, by: tuple[str, str] | None = None
             ) -> list[Path]:
     """Mean of ``metric`` (default: average bandwidth, else typical latency) over two sweep axes ``by``
@@ -258,16 +266,20 @@ def heatmap(results: _SweepDir, out: Path, metric: str | None = None, by: tuple[
     data = (ok.groupby([y, x], sort=False).agg(value=(metric, "mean"), runs=("run", "nunique"))
             .reset_index().rename(columns={"value": metric}))
     grid = np.full((len(rows), len(cols)), np.nan)
-    for row in data.itertuples(index=False):
-        grid[rows.index(row[0]), cols.index(row[1])] = row[2]
-    fig, ax = plt.subplots(figsize=(1.4 * len(cols) + 3, 0.6 * len(rows) + 2.2))
+    row_of, col_of = {v: i for i, v in enumerate(rows)}, {v: j for j, v in enumerate(cols)}
+    grid[[row_of[v] for v in data[y]], [col_of[v] for v in data[x]]] = data[metric].to_numpy()
+    width, height = min(1.4 * len(cols) + 3, HEATMAP_MAX_IN[0]), min(0.6 * len(rows) + 2.2, HEATMAP_MAX_IN[1])
+    fig, ax = plt.subplots(figsize=(width, height))
     image = ax.imshow(grid, cmap="viridis", aspect="auto")
-    for (i, j), value in np.ndenumerate(grid):
-        if not np.isnan(value):
-            ax.text(j, i, f"{value:.4g}", ha="center", va="center", fontsize=8,
-                    color="white" if value < np.nanmean(grid) else "black")
-    ax.set_xticks(range(len(cols)), [str(c) for c in cols], rotation=30)
-    ax.set_yticks(range(len(rows)), [str(r) for r in rows])
+    if (width - 3) / len(cols) >= CELL_TEXT_IN[0] and (height - 2.2) / len(rows) >= CELL_TEXT_IN[1]:
+        middle = np.nanmean(grid)
+        for (i, j), value in np.ndenumerate(grid):
+            if not np.isnan(value):
+                ax.text(j, i, f"{value:.4g}", ha="center", va="center", fontsize=8,
+                        color="white" if value < middle else "black")
+    for set_ticks, values, rotation in ((ax.set_xticks, cols, 30), (ax.set_yticks, rows, 0)):
+        every = -(-len(values) // MAX_TICKS)
+        set_ticks(range(0, len(values), every), [str(v) for v in values[::every]], rotation=rotation)
     ax.set(xlabel=axis_words(x), ylabel=axis_words(y), title=f"{results.title}: {header(metric)}")
     fig.colorbar(image, ax=ax, label=f"{header(metric)} ({UNITS.get(metric.rsplit('_', 1)[-1], 'mean')})")
     fig.tight_layout()

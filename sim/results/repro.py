@@ -5,10 +5,13 @@ Three checks, each reported line by line:
 1. the manifest agrees with itself: its scenario text hashes to ``scenario_sha256``, that text still validates,
    its variants are the manifest's variants, and the resolved scenario block is the text's first variant (with
    the engine the run asked for);
-2. the files on disk (``metrics.parquet``, ``summary.json``) hash to the manifest's ``outputs_sha256``;
-3. a re-run (every variant, the recorded seed, on the engine that ran it) reproduces both: each output's bytes
-   equal the manifest's hash and the file on disk, each variant's resolved parameters equal the manifest's, and
-   each variant runs on the engine recorded (a manifest from before engines were recorded: the engine asked for).
+2. the files on disk: every file the manifest lists (``files_sha256``: the outputs, the figures, a trace) is a
+   regular file hashing to its record, no file it does not list was added, and no entry is a symbolic link (a
+   manifest from before files were listed: ``metrics.parquet`` and ``summary.json``, its ``outputs_sha256``);
+3. a re-run (every variant, the recorded seed, on the engine that ran it) reproduces them: each file it writes
+   (all but a trace) equals the manifest's hash and the file on disk, each variant's resolved parameters equal
+   the manifest's, and each variant runs on the engine recorded (a manifest from before engines were recorded: the
+   engine asked for).
 
 A malformed manifest is a located :class:`~sim.core.errors.ConfigError` (``FILE:LINE:COL key: reason``): the
 scenario loader gives every value's position (JSON is YAML) and :class:`Manifest` validates the JSON values.
@@ -18,28 +21,36 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationError
 
 from sim.core.errors import ConfigError
-from sim.results.write import REPRODUCIBLE, file_sha256, package_versions, run_parameters, write_results
+from sim.results.write import (MANIFEST, REPRODUCIBLE, file_sha256, files_sha256, package_versions, run_parameters,
+                               write_results)
 from sim.engine.run import ENGINES, run_scenario
 from sim.scenario.loader import validate
-from sim.scenario.yaml_reader import parse_yaml, read_yaml_file
+from sim.scenario.yaml_reader import PositionMap, parse_yaml, read_yaml_file
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
+from sim.store import outdir
 
-MANIFEST = "manifest.json"
-"""The manifest's name inside a results directory."""
 SHOWN_DIFFERENCES = 5
 """Differing key paths listed per compared block; the rest are counted."""
 
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 EngineName = Literal["event", "fast"]
+
+
+def _relative(name: str) -> str:
+    """A path inside the results directory: relative, ``/``-separated, no empty, ``.`` or ``..`` component."""
+    if "\\" in name or "\x00" in name or any(part in ("", ".", "..") for part in name.split("/")):
+        raise ValueError(f"{name!r} is not a path inside the results directory")
+    return name
 
 
 class WorkloadEngine(BaseModel):
@@ -80,6 +91,8 @@ class Manifest(BaseModel):
     variants: dict[str, dict[str, Any]]
     versions: dict[str, str]
     outputs_sha256: dict[Literal["metrics.parquet", "summary.json"], Sha256]
+    files_sha256: dict[Annotated[str, AfterValidator(_relative)], Sha256] | None = None
+    """Every file written beside the manifest, by relative path (absent from manifests written before)."""
     engines: dict[str, VariantEngines] | None = None
     """Per variant (absent from manifests written before it was recorded)."""
 
@@ -111,15 +124,25 @@ def manifest_path(path: str | Path) -> Path:
     return path / MANIFEST
 
 
-def read_manifest(path: Path) -> Manifest:
-    """Load and validate a manifest.
+MANIFEST_LIMIT = 64 * 2**20
+"""Largest manifest read (bytes): what rdmasim writes for the largest scenario the schema takes (1024 nodes with
+every key set, its resolved parameters and its text: about 5 MB) more than ten times over."""
 
-    :raises ConfigError: unreadable, not JSON/YAML, or a field missing or of the wrong type (located).
+
+def read_manifest(path: Path) -> Manifest:
+    """Load and validate a manifest: JSON, at most :data:`MANIFEST_LIMIT` bytes, with none of the YAML reader's
+    limits on a scenario file, so that what rdmasim wrote for a genuine run reads back. A manifest that does not
+    validate is located line by line where the YAML reader takes it (its size and value limits), else by key.
+
+    :raises ConfigError: unreadable, too large, not JSON (or nested past Python's reader), or a field missing or of
+        the wrong type (located).
     """
-    raw = read_yaml_file(path)
-    _, positions = parse_yaml(raw, str(path))
+    raw = read_yaml_file(path, MANIFEST_LIMIT)
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise ConfigError("not a manifest: nested deeper than a JSON reader follows", file=str(path), line=1,
+                          column=1) from None
     except ValueError as exc:
         line, column = getattr(exc, "lineno", 1), getattr(exc, "colno", 1)
         raise ConfigError(f"not JSON: {getattr(exc, 'msg', exc)}", file=str(path), line=line, column=column) from None
@@ -129,6 +152,14 @@ def read_manifest(path: Path) -> Manifest:
         raise ConfigError(f"the results of a Python script ({data['script']}), not of a scenario: reproduce them by "
                           "running the script again (its text and SHA-256 are in the manifest)", file=str(path),
                           line=1, column=1, key="script")
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError:
+        pass
+    try:
+        positions = parse_yaml(raw, str(path))[1]
+    except ConfigError:  # past the YAML reader's limits: the errors name their keys without a line
+        positions = PositionMap()
     return validate(Manifest, data, positions, str(path))
 
 
@@ -153,15 +184,25 @@ def reproduce(path: str | Path) -> tuple[bool, list[str]]:
         differences = _differences(record.variants[result.variant], _as_json(run_parameters(result)))
         report.check(not differences, f"variant '{result.variant}': re-run parameters "
                      + ("match the manifest" if not differences else f"DIFFERENT at {differences}"))
+    listed = record.files_sha256 if record.files_sha256 is not None else dict(record.outputs_sha256)
     with tempfile.TemporaryDirectory() as scratch:
-        out = write_results(results, Path(scratch) / "rerun", raw)
-        for name in REPRODUCIBLE:
-            got = file_sha256(out / name)
-            same = got == record.outputs_sha256.get(name) and got == on_disk.get(name, got)
+        rerun = files_sha256(write_results(results, Path(scratch) / "rerun", raw))
+        written = set(rerun) if record.files_sha256 is not None else set(REPRODUCIBLE)
+        for name in sorted((written | set(listed)) - {TRACE}):
+            got = rerun.get(name)
+            if got is None or name not in listed:
+                report.check(False, f"{name}: re-run {'does not write it' if got is None else 'writes it'}, the "
+                                    f"manifest {'lists' if got is None else 'does not list'} it")
+                continue
+            same = got == listed[name] == record.outputs_sha256.get(name, got) and got == on_disk.get(name, got)
             against = "the manifest" + (" and the file on disk" if name in on_disk else "")
             report.check(same, f"{name}: re-run {'identical to' if same else 'DIFFERENT from'} {against} "
                                f"(sha256 {got[:16]}...)")
     return report.ok, report.lines
+
+
+TRACE = "trace.json"
+"""A run's trace: checked on disk, not re-run (a re-run records none)."""
 
 
 def _rerun(record: Manifest, name: str, variant: Scenario):
@@ -231,18 +272,42 @@ def _note_versions(record: Manifest, report: Report) -> None:
 
 
 def _check_disk(record: Manifest, directory: Path, report: Report) -> dict[str, str]:
-    """Hash the outputs beside the manifest against its record; returns the hashes of those present."""
+    """Hash the files beside the manifest against its list, refuse links and report files it does not list;
+    returns the hashes of the listed files present."""
+    links = sorted(p.relative_to(directory).as_posix() for p in _entries(directory) if p.is_symlink())
+    for name in links:
+        report.check(False, f"{name}: a SYMBOLIC LINK (refused: rdmasim writes regular files only)")
+    listed = record.files_sha256
+    if listed is None:
+        report.lines.append("note: the manifest lists only metrics.parquet and summary.json (written before "
+                            "manifests listed every file)")
+        listed = dict(record.outputs_sha256)
+    else:
+        present = {p.relative_to(directory).as_posix() for p in _entries(directory) if p.is_file()}
+        for name in sorted(present - set(listed) - {MANIFEST} - set(links)):
+            if outdir.OWNED[outdir.RUN].fullmatch(name):  # `rdmasim report` or `plot` wrote it since
+                report.lines.append(f"note: {name} is not a file of the run (a page or figure written after it), "
+                                    "not checked")
+            else:
+                report.check(False, f"{name}: ADDED, not a file the manifest lists")
     found = {}
-    for name in REPRODUCIBLE:
+    for name, digest in listed.items():
         file = directory / name
-        if not file.is_file():
-            report.check(False, f"{name}: MISSING on disk ({file})")
+        if name in links or not file.is_file():
+            if name not in links:
+                report.check(False, f"{name}: MISSING on disk ({file})")
             continue
         found[name] = file_sha256(file)
-        same = found[name] == record.outputs_sha256.get(name)
+        same = found[name] == digest == record.outputs_sha256.get(name, digest)
         report.check(same, f"{name}: on disk {'matches' if same else 'DIFFERS from'} the manifest "
                            f"(sha256 {found[name][:16]}...)")
     return found
+
+
+def _entries(directory: Path):
+    """Every entry under ``directory``, links not followed."""
+    for root, dirs, files in os.walk(directory):
+        yield from (Path(root) / name for name in dirs + files)
 
 
 def _as_json(value: Any) -> Any:

@@ -4,9 +4,9 @@
 Layout: ``metrics.parquet`` (one row per work request, all variants), ``summary.json`` (perftest rows,
 registration costs, events, protocol counters, the library studies and, with several variants, the comparison
 table),
-``manifest.json`` (resolved scenario and parameters, seed, scenario hash, package versions, the engine that ran
-each variant's workloads) and
-``figures/*.png|pdf|csv``.
+``figures/*.png|pdf|csv``, ``trace.json`` with a trace, and ``manifest.json`` last (resolved scenario and
+parameters, seed, scenario hash, package versions, the engine that ran each variant's workloads, and the SHA-256
+of every other file it was written with).
 """
 
 from __future__ import annotations
@@ -112,7 +112,22 @@ def write_results(results: RunResult | list[RunResult], out_dir: str | os.PathLi
         _write(results, staging, scenario_bytes)
         if trace:
             write_chrome_trace(str(staging / "trace.json"), [(r.variant, r.testbed.env.trace) for r in results])
+        record = manifest(results, scenario_bytes)
+        record["outputs_sha256"] = {name: file_sha256(staging / name) for name in REPRODUCIBLE}
+        record["files_sha256"] = files_sha256(staging)
+        (staging / MANIFEST).write_text(json.dumps(record, indent=1) + "\n")
     return target.path
+
+
+MANIFEST = "manifest.json"
+"""The manifest's name inside a results directory."""
+
+
+def files_sha256(directory: Path) -> dict[str, str]:
+    """The SHA-256 of every file under ``directory`` but the manifest (and a staging directory's marker), by its
+    path relative to it (``/``-separated, sorted): what the manifest lists and ``repro`` checks."""
+    return {path.relative_to(directory).as_posix(): file_sha256(path) for path in sorted(directory.rglob("*"))
+            if path.is_file() and path.name != MANIFEST and not path.name.startswith(outdir.STAGING_MARKER)}
 
 
 def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None) -> None:
@@ -132,9 +147,6 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
     if len(results) > 1 or len(events):
         summary["comparison"] = json_records(comparison_table(results))
     (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    record = manifest(results, scenario_bytes)
-    record["outputs_sha256"] = {name: file_sha256(staging / name) for name in REPRODUCIBLE}
-    (staging / "manifest.json").write_text(json.dumps(record, indent=1) + "\n")
     out = staging / "figures"
     kinds = summary_rows["kind"]
     line = [r.testbed.fabric.params.rate_Bps * 8 / 1e9 for r in results]

@@ -41,16 +41,48 @@ def _dma_read_ps(pcie: PcieParams, nbytes: int) -> int:
     return -(-requests // (pcie.read_tags or requests)) * pcie.read_latency_ps
 
 
-def workload_ps(scenario: Scenario, work: WorkloadSpec) -> int:
-    """An upper estimate of the simulated time of one workload (ps); its buffers must exist."""
+def _path(scenario: Scenario, work: WorkloadSpec) -> tuple[list[NodeSpec], list[PcieParams], int, float]:
+    """The requester's and responder's nodes and PCIe links, the fabric's latency (ps) and the slowest rate on the
+    path (B/s); the workload's buffers must exist."""
     places = {b.name: b.on.split(".")[0] for b in scenario.buffers}
     nodes = [next(n for n in scenario.nodes if n.name == places[name]) for name in (work.from_, work.to)]
     links = [pcie_params(n) for n in nodes]
     fabric = fabric_params(scenario)
-    rate = min([fabric.rate_Bps] + [link.tlp_Bps for link in links])
-    fixed = 2 * (fabric.latency_ps + sum(_node_latency_ps(n) for n in nodes))
-    ops = work.iterations * work.qps
-    return sum(ops * (transfer_ps(size, rate) + fixed + max(_dma_read_ps(link, size) for link in links))
+    return nodes, links, fabric.latency_ps, min([fabric.rate_Bps] + [link.tlp_Bps for link in links])
+
+
+def _window(work: WorkloadSpec) -> int:
+    """Work requests one stream has in flight at most: ``tx_depth`` (at least 2, as the QPs are made:
+    :func:`sim.engine.harness.endpoints`), one for a latency test's ping-pong."""
+    return 1 if work.kind.endswith("_lat") else max(work.tx_depth, 2)
+
+
+def stream_operations(scenario: Scenario, work: WorkloadSpec) -> list[int]:
+    """Per size of ``work``, the operations one of its streams posts: ``iterations``, or, for a run of
+    ``duration``, at most as many as the path lets one stream complete in it plus a window still in flight.
+    Two bounds, the lower taken: one operation per service time of the busiest stage (the requester's per-WQE
+    processing, the responder's, the payload at the slowest rate on the path), and ``tx_depth`` operations per
+    lifetime of one (the requester's doorbell and send pipeline, for RC the fabric both ways and the responder's
+    receive pipeline before the acknowledgement, and the completion's PCIe write)."""
+    if work.duration is None:
+        return [work.iterations] * len(work.size_list())
+    (src, dst), (link, _), latency_ps, rate = _path(scenario, work)
+    requester, responder = nic_params(src), nic_params(dst)
+    lifetime = (requester.doorbell_ps + requester.tx_latency_ps + link.write_latency_ps
+                + (2 * latency_ps + responder.rx_latency_ps if work.transport == "rc" else 0))
+    window = _window(work)
+    return [min(work.duration // max(requester.tx_process_ps, responder.rx_process_ps, transfer_ps(size, rate), 1),
+                window * (work.duration // max(lifetime, 1))) + window for size in work.size_list()]
+
+
+def workload_ps(scenario: Scenario, work: WorkloadSpec) -> int:
+    """An upper estimate of the simulated time of one workload (ps); its buffers must exist. A run of
+    ``duration`` posts for that long per size, then waits for its windows in flight."""
+    nodes, links, latency_ps, rate = _path(scenario, work)
+    fixed = 2 * (latency_ps + sum(_node_latency_ps(n) for n in nodes))
+    ops = (work.iterations if work.duration is None else _window(work)) * work.qps
+    return sum((work.duration or 0) + ops * (transfer_ps(size, rate) + fixed
+                                             + max(_dma_read_ps(link, size) for link in links))
                for size in work.size_list())
 
 
@@ -61,9 +93,10 @@ def check_horizon(scenario: Scenario) -> list[Problem]:
     for i, work in enumerate(scenario.workload):
         elapsed += workload_ps(scenario, work)
         if elapsed > HORIZON_PS:
-            problems.append((("workload", i, "iterations"), f"the run would simulate about {_days(elapsed)} by the "
-                             f"end of this workload, past the {_days(HORIZON_PS)} the engines' int64-picosecond "
-                             "clock allows; lower iterations, sizes or qps, or raise the rates"))
+            key = "iterations" if work.duration is None else "duration"
+            problems.append((("workload", i, key), f"the run would simulate about {_days(elapsed)} by the end of "
+                             f"this workload, past the {_days(HORIZON_PS)} the engines' int64-picosecond clock "
+                             f"allows; lower {key}, sizes or qps, or raise the rates"))
             break
     for i, event in enumerate(scenario.events):
         if event.last_ps() > HORIZON_PS:

@@ -34,11 +34,13 @@ def _suggest(name: str, choices: list[str]) -> str:
 
 
 def _duplicates(items, section: str) -> list[Problem]:
+    """A name given twice in ``section`` (an item without a name, a workload's, names nothing: a variant's
+    ``set`` reaches it by index)."""
     seen: set[str] = set()
     problems = []
     for i, item in enumerate(items):
-        if item.name in seen:
-            problems.append(((section, i, "name"), f"duplicate {section[:-1]} name '{item.name}'"))
+        if item.name is not None and item.name in seen:
+            problems.append(((section, i, "name"), f"duplicate {section.removesuffix('s')} name '{item.name}'"))
         seen.add(item.name)
     return problems
 
@@ -57,7 +59,7 @@ def _nic_problems(path: tuple, names: list[str], known: list[str]) -> list[Probl
 def check_references(scenario: Scenario) -> list[Problem]:
     """Every broken reference in a schema-valid scenario, with the key path that holds it."""
     problems = (_duplicates(scenario.nodes, "nodes") + _duplicates(scenario.buffers, "buffers")
-                + _duplicates(scenario.variants, "variants"))
+                + _duplicates(scenario.variants, "variants") + _duplicates(scenario.workload, "workload"))
     nodes = [n.name for n in scenario.nodes]
     places = {f"{n.name}.host" for n in scenario.nodes} | set(gpu_places(scenario))
     buffers = {b.name: b for b in scenario.buffers}

@@ -20,6 +20,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import AliasEvent, CollectionEndEvent, CollectionStartEvent, ScalarEvent
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.parser import Parser
 from ruamel.yaml.reader import ReaderError
 
 from sim.core.errors import ConfigError
@@ -115,17 +116,20 @@ _FILE_KINDS = {stat.S_ISDIR: "a directory", stat.S_ISFIFO: "a FIFO", stat.S_ISCH
                stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
 
 
-def _check_regular(mode: int, size: int, limit: int, file: str) -> None:
+def _check_regular(mode: int, size: int, limit: int, file: str, adjustable: bool) -> None:
+    """Refuse a file that is not regular or is larger than ``limit`` (``adjustable``: by the variable)."""
     if not stat.S_ISREG(mode):
         kind = next((name for test, name in _FILE_KINDS.items() if test(mode)), "a special file")
         raise ConfigError(f"{kind}, not a regular file; rdmasim reads YAML only from regular files", file=file)
     if size > limit:
-        raise ConfigError(f"file is {size:,} bytes, above the {format_size(limit)} limit for YAML files "
-                          f"(raise it with {SIZE_LIMIT_ENV}, e.g. {SIZE_LIMIT_ENV}=16MiB)", file=file)
+        hint = f" (raise it with {SIZE_LIMIT_ENV}, e.g. {SIZE_LIMIT_ENV}=16MiB)" if adjustable else ""
+        raise ConfigError(f"file is {size:,} bytes, above the {format_size(limit)} limit for "
+                          f"{'YAML files' if adjustable else 'this file'}{hint}", file=file)
 
 
-def read_yaml_file(path: str | os.PathLike) -> bytes:
-    """The bytes of a regular file of at most :func:`size_limit` bytes; anything else is refused unread.
+def read_yaml_file(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of a regular file of at most ``limit`` bytes (default :func:`size_limit`); anything else is
+    refused unread.
 
     The path is checked with ``stat`` before it is opened (a FIFO or device is never opened) and again on the
     open descriptor, which is opened non-blocking (a file replaced by a FIFO in between cannot block).
@@ -133,18 +137,18 @@ def read_yaml_file(path: str | os.PathLike) -> bytes:
     :raises ConfigError: the file is missing or unreadable, not a regular file, or larger than the limit.
     """
     file = os.fsdecode(path)
-    limit = size_limit()
+    adjustable, limit = limit is None, size_limit() if limit is None else limit
     try:
         info = os.stat(path)
-        _check_regular(info.st_mode, info.st_size, limit, file)
+        _check_regular(info.st_mode, info.st_size, limit, file, adjustable)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as f:
             info = os.fstat(f.fileno())
-            _check_regular(info.st_mode, info.st_size, limit, file)
+            _check_regular(info.st_mode, info.st_size, limit, file, adjustable)
             raw = f.read(limit + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read file: {exc.strerror or exc}", file=file) from None
-    _check_regular(stat.S_IFREG, len(raw), limit, file)  # the file grew while it was read
+    _check_regular(stat.S_IFREG, len(raw), limit, file, adjustable)  # the file grew while it was read
     return raw
 
 
@@ -156,9 +160,10 @@ def parse_yaml(raw: bytes, file: str) -> tuple[Any, PositionMap]:
         (counted while parsing, and again once aliases are expanded).
     """
     text = _decode(raw, file)
-    yaml = YAML(typ="rt")
+    yaml = YAML(typ="safe", pure=True)  # the round-trip scanner gathers comments in quadratic time
+    yaml.Parser = _CheckedParser
+    yaml.limits = _Limits(file)
     try:
-        _check_events(yaml.parse(text), file)
         root = yaml.compose(text)
     except ReaderError as exc:
         line, column = _line_col(text, exc.position)
@@ -193,28 +198,56 @@ def _line_col(text: str, index: int) -> Position:
     return text.count("\n", 0, index) + 1, index - text.rfind("\n", 0, index)
 
 
-def _check_events(events, file: str) -> None:
-    """Refuse deep nesting, too many values and an anchor defined twice from the event stream, before anything
-    is composed (ruamel would only warn of the anchor, naming no file, and an alias after the second takes it)."""
-    depth = count = 0
-    anchors: dict[str, int] = {}
-    for event in events:
+class _Limits:
+    """Deep nesting, too many values and an anchor defined twice, refused event by event as the document is
+    composed (ruamel would only warn of the anchor, naming no file, and an alias after the second takes it)."""
+
+    def __init__(self, file: str) -> None:
+        self.file, self.depth, self.count = file, 0, 0
+        self.anchors: dict[str, int] = {}
+
+    def see(self, event) -> None:
+        """:raises ConfigError: ``event`` crosses a limit."""
         anchor = getattr(event, "anchor", None) if not isinstance(event, AliasEvent) else None
         if anchor is not None:
-            if anchor in anchors:
-                raise _event_error(event, f"anchor '&{anchor}' is defined again (first at line {anchors[anchor]}); "
-                                          "give each anchor its own name", file)
-            anchors[anchor] = event.start_mark.line + 1
+            if anchor in self.anchors:
+                raise _event_error(event, f"anchor '&{anchor}' is defined again (first at line "
+                                          f"{self.anchors[anchor]}); give each anchor its own name", self.file)
+            self.anchors[anchor] = event.start_mark.line + 1
         if isinstance(event, (CollectionStartEvent, ScalarEvent, AliasEvent)):
-            count += 1
-            if count > MAX_NODES:
-                raise _event_error(event, f"more than {MAX_NODES:,} values", file)
+            self.count += 1
+            if self.count > MAX_NODES:
+                raise _event_error(event, f"more than {MAX_NODES:,} values", self.file)
         if isinstance(event, CollectionStartEvent):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise _event_error(event, f"nesting deeper than {MAX_DEPTH} levels", file)
+            self.depth += 1
+            if self.depth > MAX_DEPTH:
+                raise _event_error(event, f"nesting deeper than {MAX_DEPTH} levels", self.file)
         elif isinstance(event, CollectionEndEvent):
-            depth -= 1
+            self.depth -= 1
+
+
+class _CheckedParser(Parser):
+    """ruamel's parser, each event it makes seen once by the loader's :class:`_Limits` as soon as it is made, before
+    the composer looks at it (one pass: nothing past a limit is composed)."""
+
+    _seen = None
+
+    def _see(self, event):
+        if event is not None and event is not self._seen:
+            self._seen = event
+            self.loader.limits.see(event)
+        return event
+
+    def check_event(self, *choices) -> bool:
+        found = super().check_event(*choices)
+        self._see(self.current_event)
+        return found
+
+    def peek_event(self):
+        return self._see(super().peek_event())
+
+    def get_event(self):
+        return self._see(super().get_event())
 
 
 def _event_error(event, reason: str, file: str) -> ConfigError:

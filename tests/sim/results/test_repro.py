@@ -61,7 +61,9 @@ def test_a_results_directory_is_found_verified_and_reproduced(results):
     code, out, _ = _repro(results)
     assert code == 0, out
     assert "DIFFER" not in out and "MISSING" not in out
-    assert out.count("re-run identical to the manifest and the file on disk") == 2
+    files = json.loads((results / "manifest.json").read_text())["files_sha256"]
+    assert {"metrics.parquet", "summary.json", "figures/bw_vs_size.png"} <= set(files)
+    assert out.count("re-run identical to the manifest and the file on disk") == len(files)
     assert "on disk matches the manifest" in out and "variants match the scenario text (small-mtu, large-mtu)" in out
 
 
