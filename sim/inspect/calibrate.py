@@ -6,6 +6,9 @@ Rows (``experiment``):
   simulated by :class:`models.gpu.copy_engine.CopyEngines`. Required: pinned, 64 KiB..1 GiB, +-10 %
   of the measured interval [median, best-of] (medians of 16 and 64 MiB H2D are 13 % and 26 % slower than
   their best-of on the shared machine).
+* ``copy_gen``: published nvbandwidth copy rates (``nvbandwidth_copy.json``) on the copy preset of each set's
+  link (:mod:`models.gpu.copy_calibration`): copy-engine sets required, tolerance the wider side of the set's
+  per-GPU spread about its median, at least 5 %; SM (copy kernel) sets shown.
 * ``pinning_cost``: cudaHostRegister of an earlier run (``h200_pinning_cost.json``, 4 KiB pages) against the
   cudaHostRegister curve of :class:`models.host.HostParams`, fitted to a later run: held out. Required:
   64 KiB..4 GiB (cold: from 128 MiB), +-50 %: that machine pinned 25-35 % faster than the later two.
@@ -63,6 +66,7 @@ import pandas as pd
 
 from models.fabric import FabricParams
 from models.gpu.copy_engine import CopyEngines
+from models.gpu.copy_calibration import compare as compare_copies
 from models.gpu.alloc_cost import ALLOC_PRESETS, compare
 from models.gpu.managed import UVM_PRESETS
 from models.gpu.um_calibration import compare as compare_um, load_cases
@@ -121,6 +125,17 @@ def _copies() -> list[dict]:
                              n / r[f"{d}_s"] / 1e9, best=n / r[f"{d}_min_s"] / 1e9,
                              tolerance=0.10 if r["mem"] == "pinned" else 0.20, required=required,
                              note="" if required else "outside the required range"))
+    return rows
+
+
+def _copy_generations() -> list[dict]:
+    """nvbandwidth's published rates per GPU generation (:mod:`models.gpu.copy_calibration`)."""
+    rows = []
+    for c in compare_copies():
+        ce = c.engine == "ce"
+        note = f"nvbandwidth #{c.issue}" + ("" if ce else ": SM copy kernel, not modelled")
+        rows.append(_row("copy_gen", c.name, c.nbytes, "GB/s", c.sim_GBps, c.measured_GBps, tolerance=c.tolerance,
+                         required=ce, note=note))
     return rows
 
 
@@ -308,8 +323,8 @@ def _managed() -> list[dict]:
 
 def calibrate() -> pd.DataFrame:
     """Simulate every calibration experiment; one row per measured point (see the module docstring)."""
-    rows = (_copies() + _pinning() + _host_pages() + _gpu_alloc() + _managed() + _topology() + _mtt() + _port_rate()
-            + _iommu() + _read_tags() + _dma_engine())
+    rows = (_copies() + _copy_generations() + _pinning() + _host_pages() + _gpu_alloc() + _managed() + _topology()
+            + _mtt() + _port_rate() + _iommu() + _read_tags() + _dma_engine())
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
