@@ -55,5 +55,5 @@ SOURCES = {
                  "NIC latency; with a 300 ns fabric hop ib_write_lat 2 B is about 1 us.",
 }
 
-GPU_VENDOR = {"h200": "nvidia", "h100": "nvidia", "mi300x": "amd"}
+GPU_VENDOR = {"h200": "nvidia", "h100": "nvidia", "a100": "nvidia", "mi300x": "amd"}
 """Which dma-buf exporter profile each GPU preset (models.gpu.presets) gets by default."""

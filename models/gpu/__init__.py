@@ -1,6 +1,6 @@
 """GPU memory: presets, the VRAM allocator with eviction hooks, copy engines, unified (managed) memory.
 
-Modules: :mod:`~models.gpu.presets` (H200, H100, MI300X), :mod:`~models.gpu.device_memory` (cudaMalloc-like
+Modules: :mod:`~models.gpu.presets` (H200, H100, A100, MI300X), :mod:`~models.gpu.device_memory` (cudaMalloc-like
 allocator, fragmentation, ``register_evictable``, memory pressure), :mod:`~models.gpu.bar1` (the BAR1 aperture
 peer mappings hold), :mod:`~models.gpu.copy_engine`
 (calibrated host <-> device copies), :mod:`~models.gpu.managed` (per-page residency, fault batches,

@@ -18,11 +18,18 @@ PyTorch, CUDA-event timed):
 Device-to-device copies use the measured 4250 GB/s of read + write HBM traffic (2125 GB/s copied) with
 the pinned D2H fixed cost (not measured separately). H2D and D2H run on separate engines and overlap; the
 bidirectional slow-down reported for some hosts (NVIDIA/nvbandwidth issue #53) is not modelled.
+
+Other generations (:func:`scaled_costs`): the H100 has the H200's link (PCIe Gen5 x16) and copy engines and uses
+its fit. The A100 (PCIe Gen4 x16: 16 GT/s against 32, the same 128b/130b encoding) streams pinned copies at half
+the H200's rate (27.7 GB/s, the same 88 % of the raw link) and device-to-device copies at the H200's measured
+fraction of peak HBM bandwidth (A100 40 GB: 1.555 TB/s); fixed costs and the pageable fit, which is bound by the
+host's staging copy (15-17 GB/s, below either link), are the H200's. ``models/data/nvbandwidth_copy.json`` holds
+the published copy rates these are checked against (:mod:`models.gpu.copy_calibration`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -69,16 +76,33 @@ def fit_copy_cost(nbytes, seconds, *, floor_below: int | None = MiB) -> CopyCost
     return CopyCost(round(fixed_s * PS_PER_S), 1.0 / s_per_byte, round(floor_s * PS_PER_S))
 
 
-COPY_PRESETS: dict[str, dict[tuple[str, str], CopyCost]] = {
-    "h200": {
-        ("h2d", "pinned"): CopyCost(7_254_575, 55.407e9, 12_864_000),
-        ("d2h", "pinned"): CopyCost(5_790_373, 55.438e9, 12_608_000),
-        ("h2d", "pageable"): CopyCost(15_762_584, 14.972e9),
-        ("d2h", "pageable"): CopyCost(23_846_753, 17.190e9),
-        ("d2d", "pinned"): CopyCost(5_790_373, 2.125e12),
-    },
+def scaled_costs(base: dict[tuple[str, str], CopyCost], *, link: float, hbm: float
+                 ) -> dict[tuple[str, str], CopyCost]:
+    """``base`` on another GPU: pinned host copies at ``link`` x their rate (the ratio of the raw link rates),
+    device-to-device copies at ``hbm`` x theirs (the ratio of peak HBM bandwidths); fixed costs, floors and
+    the pageable (host-staged) copies unchanged."""
+    factor = {"pinned": link, "pageable": 1.0}
+    return {(d, m): replace(c, bw_Bps=c.bw_Bps * (hbm if d == "d2d" else factor[m])) for (d, m), c in base.items()}
+
+
+_H200: dict[tuple[str, str], CopyCost] = {
+    ("h2d", "pinned"): CopyCost(7_254_575, 55.407e9, 12_864_000),
+    ("d2h", "pinned"): CopyCost(5_790_373, 55.438e9, 12_608_000),
+    ("h2d", "pageable"): CopyCost(15_762_584, 14.972e9),
+    ("d2h", "pageable"): CopyCost(23_846_753, 17.190e9),
+    ("d2d", "pinned"): CopyCost(5_790_373, 2.125e12),
 }
-"""Fitted copy costs per (direction, memory kind); ``tests/models/gpu`` re-fits them from the data."""
+GEN4_OVER_GEN5 = 16 / 32
+"""Raw PCIe Gen4 x16 over Gen5 x16: 16 against 32 GT/s per lane, both 128b/130b."""
+A100_OVER_H200_HBM = 1.555e12 / 4.8e12
+"""Peak HBM bandwidth, A100 40 GB (HBM2) over H200 (HBM3e): datasheets."""
+
+COPY_PRESETS: dict[str, dict[tuple[str, str], CopyCost]] = {
+    "h200": _H200,
+    "a100": scaled_costs(_H200, link=GEN4_OVER_GEN5, hbm=A100_OVER_H200_HBM),
+}
+"""Copy costs per (direction, memory kind): the H200's fitted (``tests/models/gpu`` re-fits them from the data),
+the A100's scaled from them (:func:`scaled_costs`)."""
 
 
 class CopyEngines:

@@ -7,7 +7,8 @@ registered on the domain, and UCX's linear registration-cost model with the zero
   ``per_registered_byte`` the source's k = 260 ms/GiB and ``base`` and ``per_byte`` from the two first
   registrations. It reproduces the published points within 5 % and the 9.23 GiB order experiment within 15 %
   (ascending 40.2 s against 35.5 s measured, descending 97.2 s against 93.3 s). Host memory does not accumulate:
-  its registration costs what pinning its own pages costs (:meth:`models.host.HostParams.pin_cost_ps`).
+  its registration costs what ``ibv_reg_mr`` of its own pages costs (pinning and the per-entry cost of
+  :mod:`models.verbs.reg_calibration`).
 * **UCX's model** (``models/data/ucx_registration_cost.json``): the IB memory domain's ``reg_cost`` is
   ``overhead + growth x bytes`` (16 us, 0.06 ns/B by default) and ``ucp_ep_config_get_zcopy_auto_thresh`` derives
   the zero-copy threshold ``overhead / (1/bcopy_bw - 1/bandwidth - growth)`` from it: the size above which

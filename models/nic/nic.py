@@ -52,6 +52,14 @@ class UmrParams:
     """Per 4 KiB MTT entry written (8 B each, DMA-read by the NIC)."""
     reg_ioctl_ps: int = 25 * PS_PER_US
     """uverbs ioctl and mkey creation of ``ibv_reg_dmabuf_mr`` (like ``ibv_reg_mr`` without pinning)."""
+    pinned_entry_ps: int = 294 * PS_PER_NS
+    """Per translation entry of an ``ibv_reg_mr`` of host memory, beyond pinning its pages: ``ib_umem_get``'s
+    scatter list and DMA mapping and the MTT entry the mkey is created with (the published totals do not split
+    them). Fitted to Mooncake's sequential registration of 500 GB of present 4 KiB pages
+    (:mod:`models.nic.reg_calibration`)."""
+    pinned_release_entry_ps: int = 81 * PS_PER_NS
+    """Per translation entry of its ``ibv_dereg_mr``, beyond unpinning: the DMA unmapping and mkey teardown
+    (the same source)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,7 @@ from models.ib.mr_backing import OdpBacking
 from models.ib.mr_checks import (EFA_VENDOR_ID, PAGE_SIZE, U64, check_max_mr_size, efa_alloc_mr,
                                 ib_check_mr_access)
 from models.ib.umem_odp import create_user_odp_mr, mlx5_ib_init_odp_mr
+from models.nic.nic import UmrParams
 from models.nic.translation import MrBacking
 from models.nic.wqe import Access
 from models.node import Node
@@ -105,21 +106,31 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
     page = host_page_size(pd.context.node, addr, length) if backing is None else \
         mkey_page_size(nic.params, addr, (), is_dmabuf=False, odp_page=backing.page_size)
 
+    pinned = []
+
     def umem() -> tuple[int, MrBacking | None]:
-        cost = pd.context.node.host.pin(addr, length, call=call) if backing is None else \
-            mlx5_ib_init_odp_mr(pd.context.node, backing, length, pd.context.env.now)
-        return REG_MR_FIXED_PS + cost, backing
+        if backing is None:
+            pinned.append(pd.context.node.host.pin(addr, length, call=call))
+            entries = ib_umem_num_dma_blocks(addr, length, page)
+            return REG_MR_FIXED_PS + pinned[0] + umem_map_ps(nic.params.umr, entries), None
+        return REG_MR_FIXED_PS + mlx5_ib_init_odp_mr(pd.context.node, backing, length, pd.context.env.now), backing
 
     mr = reg_create(pd, addr, length, access, umem, call, page=page)
     cost = mr.reg_ps - REG_MR_FIXED_PS
     if backing is None:
         host = pd.context.node.host
-        trace_registration(mr, call, ("pin_user_pages", cost, {"pages": host.pages_spanned(addr, length)}),
+        trace_registration(mr, call, ("pin_user_pages", pinned[0], {"pages": host.pages_spanned(addr, length)}),
                            mr.mtt_entries)
     else:
         mapped = int(backing.mapped.sum())
         trace_registration(mr, call, ("mlx5_ib_init_odp_mr", cost, {"pages": mapped}) if cost else None, mapped)
     return mr
+
+
+def umem_map_ps(umr: UmrParams, entries: int, *, release: bool = False) -> int:
+    """What registering pinned host memory costs beyond pinning (``release``: deregistering, beyond unpinning):
+    the per-entry cost of ``umr`` times the MR's ``entries`` translation entries."""
+    return entries * (umr.pinned_release_entry_ps if release else umr.pinned_entry_ps)
 
 
 def host_page_size(node: Node, addr: int, length: int) -> int:
@@ -209,7 +220,8 @@ def ibv_dereg_mr(mr: MemoryRegion) -> int:
         node.nic.release_translations(mr.mtt_entries)
     if mr.backing is not None:
         return DEREG_MR_FIXED_PS + mr.backing.release(mr.pd.context.env.now)
-    return DEREG_MR_FIXED_PS + node.host.unpin(mr.addr, mr.length)
+    unmap = umem_map_ps(node.nic.params.umr, mr.mtt_entries, release=True)
+    return DEREG_MR_FIXED_PS + node.host.unpin(mr.addr, mr.length) + unmap
 
 
 REREG_CHANGE_TRANSLATION, REREG_CHANGE_PD, REREG_CHANGE_ACCESS = 1, 2, 4
@@ -248,9 +260,11 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
             host.pin(mr.addr, mr.length, call=call)
             raise
         nic.release_translations(mr.mtt_entries)
+        cost += umem_map_ps(nic.params.umr, mr.mtt_entries, release=True)
         mr.addr, mr.iova, mr.length = new_addr, new_addr, new_length
         mr.page_size = host_page_size(mr.pd.context.node, new_addr, new_length)
         nic.translations += mr.mtt_entries  # the same limit as before: the model checks it at registration only
+        cost += umem_map_ps(nic.params.umr, mr.mtt_entries)
     mr.pd.usecnt -= 1
     new_pd.usecnt += 1
     mr.pd = new_pd

@@ -6,9 +6,16 @@ Rows (``experiment``):
   simulated by :class:`models.gpu.copy_engine.CopyEngines`. Required: pinned, 64 KiB..1 GiB, +-10 %
   of the measured interval [median, best-of] (medians of 16 and 64 MiB H2D are 13 % and 26 % slower than
   their best-of on the shared machine).
+* ``copy_gen``: published nvbandwidth copy rates (``nvbandwidth_copy.json``) on the copy preset of each set's
+  link (:mod:`models.gpu.copy_calibration`): copy-engine sets required, tolerance the wider side of the set's
+  per-GPU spread about its median, at least 5 %; SM (copy kernel) sets shown.
 * ``pinning_cost``: cudaHostRegister of an earlier run (``h200_pinning_cost.json``, 4 KiB pages) against the
   cudaHostRegister curve of :class:`models.host.HostParams`, fitted to a later run: held out. Required:
   64 KiB..4 GiB (cold: from 128 MiB), +-50 %: that machine pinned 25-35 % faster than the later two.
+* ``registration``: Mooncake's ``ibv_reg_mr``/``ibv_dereg_mr`` of a present 500 GB buffer and its cold 50 GB
+  start-up (``mooncake_host_registration.json``, :mod:`models.verbs.reg_calibration`): the per-entry cost beyond
+  pinning fitted to the present rows, tolerance their published spread plus the GB/GiB reading (7.4 %); the cold
+  row, mostly the application's own page faults, shown.
 * ``host_pinning``: pin_user_pages (``ibv_reg_mr``'s pinning), mlock and cudaHostRegister on 4 KiB pages, THP
   and hugetlbfs, prefaulted or not, 2 MiB..4 GiB (``h200_host_pinning_pages.json``): each fitted curve against
   its points; tolerance the points' 10-90 % spread, at least 30 % (the two runs' difference); cold pins below
@@ -63,6 +70,7 @@ import pandas as pd
 
 from models.fabric import FabricParams
 from models.gpu.copy_engine import CopyEngines
+from models.gpu.copy_calibration import compare as compare_copies
 from models.gpu.alloc_cost import ALLOC_PRESETS, compare
 from models.gpu.managed import UVM_PRESETS
 from models.gpu.um_calibration import compare as compare_um, load_cases
@@ -70,6 +78,7 @@ from models.host import HostParams, pin_curve_holds
 from models.size_cost import spread_tolerance
 from models.pcie.iommu import Iommu, IommuParams, random_addresses, stream_Bps as iommu_Bps
 from models.nic.mtt_cache import MttParams
+from models.verbs.reg_calibration import compare as compare_registration
 from models.nic.port_rates import perftest_Bps, port_rate
 from models.nic.mtt_calibration import base_Bps, load_points, simulate_Bps, tolerance as mtt_tolerance
 from models.nic.stages import dma_read, dma_read_stream_Bps, dma_write, end_times, stream_Bps
@@ -124,6 +133,17 @@ def _copies() -> list[dict]:
     return rows
 
 
+def _copy_generations() -> list[dict]:
+    """nvbandwidth's published rates per GPU generation (:mod:`models.gpu.copy_calibration`)."""
+    rows = []
+    for c in compare_copies():
+        ce = c.engine == "ce"
+        note = f"nvbandwidth #{c.issue}" + ("" if ce else ": SM copy kernel, not modelled")
+        rows.append(_row("copy_gen", c.name, c.nbytes, "GB/s", c.sim_GBps, c.measured_GBps, tolerance=c.tolerance,
+                         required=ce, note=note))
+    return rows
+
+
 def _pinning() -> list[dict]:
     """cudaHostRegister of the earlier run (2026-11-29, 4 KiB pages), which the curves were not fitted to."""
     host, rows = HostParams(pin_path="cudaHostRegister"), []
@@ -137,6 +157,12 @@ def _pinning() -> list[dict]:
                          required=required, note="held out: an earlier machine, 25-35 % faster" if required else
                          "outside the required range"))
     return rows
+
+
+def _registration() -> list[dict]:
+    """Registration at scale (:mod:`models.verbs.reg_calibration`)."""
+    return [_row("registration", c.case, c.nbytes, "s", c.sim_s, c.measured_s, tolerance=c.tolerance,
+                 required=c.required, note=c.note) for c in compare_registration()]
 
 
 def _host_pages() -> list[dict]:
@@ -308,8 +334,8 @@ def _managed() -> list[dict]:
 
 def calibrate() -> pd.DataFrame:
     """Simulate every calibration experiment; one row per measured point (see the module docstring)."""
-    rows = (_copies() + _pinning() + _host_pages() + _gpu_alloc() + _managed() + _topology() + _mtt() + _port_rate()
-            + _iommu() + _read_tags() + _dma_engine())
+    rows = (_copies() + _copy_generations() + _pinning() + _registration() + _host_pages() + _gpu_alloc()
+            + _managed() + _topology() + _mtt() + _port_rate() + _iommu() + _read_tags() + _dma_engine())
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

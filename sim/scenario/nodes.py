@@ -112,7 +112,7 @@ class GpuSpec(Strict):
 
     name: Name | None = None
     """GPU name in references such as 'a.gpu0' (default gpu<index>)."""
-    preset: Literal["h200", "h100", "mi300x"] = "h200"
+    preset: Literal["h200", "h100", "a100", "mi300x"] = "h200"
     """GPU model (memory capacity, copy bandwidth)."""
     exporter: Literal["nvidia", "amd", "vfio"] | None = None
     """dma-buf exporter behaviour: 'nvidia' (static, never moves memory), 'amd' (dynamic, evicts unpinned

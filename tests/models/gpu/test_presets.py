@@ -31,8 +31,8 @@ def test_presets_cover_h100_and_mi300x_with_sources():
     assert gpu_params("mi300x").hbm_bytes == 192 * GiB and gpu_params("mi300x").bar1_bytes is None
     assert set(SOURCES) == set(GPU_PRESETS)
     assert gpu_params("h200", hbm_bytes=GiB).hbm_bytes == GiB
-    with pytest.raises(KeyError, match="known: h100, h200, mi300x"):
-        gpu_params("a100")
+    with pytest.raises(KeyError, match="known: a100, h100, h200, mi300x"):
+        gpu_params("v100")
     with pytest.raises(TypeError):
         gpu_params("h200", hbm=1)
 

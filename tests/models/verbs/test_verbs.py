@@ -4,7 +4,7 @@ import pytest
 
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
-from models.nic.nic import NicParams
+from models.nic.nic import NicParams, UmrParams
 from models.node import Node
 from models.pcie.link import PcieParams
 from models.nic.wqe import Access, Opcode, QpState, SendWR, WcStatus
@@ -62,8 +62,8 @@ def test_registration_cost_grows_with_pages(bed):
     _, nodes, pds, _ = bed
     small = ibv_reg_mr(pds[1], nodes[1].host.buffers["buf"].addr, 4096, Access.LOCAL_WRITE)
     large = ibv_reg_mr(pds[1], nodes[1].host.buffers["buf"].addr, 64 * 1024, Access.LOCAL_WRITE)
-    host = HostParams()
-    assert large.reg_ps - small.reg_ps == host.pin_cost_ps(64 * 1024) - host.pin_cost_ps(4096) > 0
+    host, entry_ps = HostParams(), UmrParams().pinned_entry_ps  # 16 entries against 1, each beyond pinning
+    assert large.reg_ps - small.reg_ps == host.pin_cost_ps(64 * 1024) - host.pin_cost_ps(4096) + 15 * entry_ps > 0
 
 
 def _pair(bed, depth=8):

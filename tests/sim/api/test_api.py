@@ -14,6 +14,7 @@ from models.verbs.dmabuf import ibv_reg_dmabuf_mr
 from models.verbs.cq import ibv_create_cq
 from models.verbs.mr import DEREG_MR_FIXED_PS, ibv_reg_mr
 from models.verbs.qp import ibv_create_qp, ibv_modify_qp, ibv_post_send
+from models.nic.nic import UmrParams
 from models.nic.wqe import SendWR as WorkRequest
 from sim.api import (CQ, MR, PD, QP, SGE, AHAttr, Access, ConfigError, Context, DeadlockError, DmaBuf, DmaBufMR,
                      Opcode, ProtocolError, QPAttr, QPCap, QpAttrMask, QPInitAttr, QpState, SendWR, Testbed,
@@ -197,7 +198,7 @@ def test_registration_advances_the_clock_by_its_traced_cost():
     before = bed.now_ps
     mr.close()
     unpin = bed.bed.nodes["a"].host.params.unpin_cost_ps(1 << 20)
-    assert bed.now_ps - before == DEREG_MR_FIXED_PS + unpin
+    assert bed.now_ps - before == DEREG_MR_FIXED_PS + unpin + 256 * UmrParams().pinned_release_entry_ps
 
 
 def test_dmabuf_registration_advances_the_clock_by_its_cost():

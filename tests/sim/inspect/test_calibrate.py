@@ -51,6 +51,13 @@ def test_dma_engine_rows_cover_writes_and_read_latency_with_spread_tolerances(re
     assert latency.loc[2048, "sim"] - latency.loc[8, "sim"] > 550  # about 0.30 ns per byte, as measured
 
 
+def test_copy_generation_rows_require_the_copy_engines_only(report):
+    rows = report[report.experiment == "copy_gen"]
+    assert len(rows) == 9 and set(rows[rows.required].case) == {"h100_ce_h2d", "gen4_ce_h2d", "gen4_ce_d2h"}
+    assert (rows.tolerance >= 0.05).all() and (rows.tolerance < 0.10).all()  # per-GPU spread, at least 5 %
+    assert rows[~rows.required].note.str.contains("SM copy kernel").all()
+
+
 def test_published_anchors_are_reproduced(report):
     topo = report[report.experiment == "topology"].set_index("case")
     assert 0.4 < topo.loc["GPU/host bandwidth ratio", "sim"] < 0.6  # GPU through the CPU: about half
