@@ -118,9 +118,9 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     **What this notebook teaches.** What `ibv_reg_mr` gives you (an MR with an `lkey` for your own work requests
     and an `rkey` for the peer), which access-flag combinations rdma-core refuses and with which errno, how
     `RLIMIT_MEMLOCK` limits pinning, what happens when a work request breaks the rules (a *completion* in error,
-    not an exception), and what pinning costs: the model is fitted to `cudaHostRegister` measured on an H200
-    host (`models/data/h200_pinning_cost.json`). We call the verbs API of `models.verbs` directly on two
-    simulated nodes.
+    not an exception), and what pinning costs: the model follows `pin_user_pages` measured on an H200 host
+    through io_uring's fixed buffers (`models/data/h200_host_pinning_pages.json`). We call the verbs API of
+    `models.verbs` directly on two simulated nodes.
 
     **Predict before running.** Which of these does rdma-core refuse, and with which errno: remote write rights
     without local write, a zero-length MR, a range that runs past the buffer, a registration past
@@ -918,9 +918,13 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
     """),
     md("""
     ## What you saw
-    * Pinned registrations (peer-memory, pinned dma-buf, dma-buf without `CONFIG_DMABUF_MOVE_NOTIFY`) stream at
-      line rate (397 Gb/s) with a flat latency tail, and keep the GPU buffer pinned: the competing 7.5 GiB
+    * Registrations pinned in VRAM (peer memory, and the pinned dma-buf importer amdgpu pins there) stream at
+      line rate (397 Gb/s) with a flat latency tail and keep the buffer in VRAM: the competing 7.5 GiB
       allocation fails.
+    * Without `CONFIG_DMABUF_MOVE_NOTIFY` the dynamic registration is pinned too, but amdgpu pins it into GTT:
+      the registration copies the buffer out of VRAM (about 20 ms more), the stream reads host memory at the
+      same line rate, and the allocation succeeds. Same bandwidth curve as peer memory, opposite outcome for
+      the other job.
     * The dynamic dma-buf registration keeps nothing pinned on this dynamic (amd-like) exporter: the exporter
       evicts the buffer, the allocation succeeds, and the 16 writes in flight stall for the 1 GiB copy (19.4 ms)
       plus the re-map: p99 is unchanged, p99.9 is 20 ms, and average bandwidth drops to 304 Gb/s (the run takes

@@ -196,10 +196,17 @@ class AmdgpuExporter(MovableExporter):
             self.pin_placement = None
 
 
+STATIC_OUTCOME = ("never moves: its exporter is static (nv_dma_buf has no pin op and never moves memory), so "
+                  "move_notify never comes and even a dynamic MR holds its VRAM like a pinned one")
+"""The registration outcome of a buffer a static exporter exported."""
+
+
 def pin_outcome(alloc: GpuAllocation) -> str | None:
-    """Where an amdgpu pin holds ``alloc``'s exported buffer now, whether it migrated it, and why; None when no
-    amdgpu pin holds it."""
+    """Where an amdgpu pin holds ``alloc``'s exported buffer now, whether it migrated it, and why; that it never
+    moves when a static exporter exported it; None when neither holds it."""
     exporter = alloc.exporter
+    if isinstance(exporter, StaticExporter):
+        return STATIC_OUTCOME
     if not isinstance(exporter, AmdgpuExporter) or exporter.pin_placement is None:
         return None
     where = "VRAM" if exporter.dmabuf.placement is Placement.VRAM else "system memory (GTT)"

@@ -163,9 +163,9 @@ def ok_latencies(result: RunResult) -> np.ndarray:
 
 
 def comparison_table(results: list[RunResult]) -> pd.DataFrame:
-    """Per variant: registration time and pinned bytes (all buffers, and GPU buffers alone), steady-state
-    bandwidth, latency percentiles and the protocol's activity (evictions, invalidations, re-faults, RNR NAKs,
-    failed allocations)."""
+    """Per variant: registration time and pinned bytes (all buffers, and the GPU memory held pinned in VRAM),
+    steady-state bandwidth, latency percentiles and the protocol's activity (evictions, invalidations, re-faults,
+    RNR NAKs, failed allocations)."""
     rows = []
     for result in results:
         lat_us = np.sort(ok_latencies(result)) / PS_PER_US
@@ -180,7 +180,7 @@ def comparison_table(results: list[RunResult]) -> pd.DataFrame:
             "bw_avg_Gbps": float(bw["bw_avg_Gbps"].mean()) if len(bw) else float("nan"),
             "p50_us": pct(0.5), "p99_us": pct(0.99), "p99_9_us": pct(0.999),
             "pinned_bytes": int(result.registrations["pinned_bytes"].sum()),
-            "gpu_pinned_bytes": int(gpu["pinned_bytes"].sum()),
+            "gpu_pinned_bytes": int(gpu["vram_pinned_bytes"].sum()),
             "gpu_bar1_bytes": int(gpu["bar1_bytes"].sum()),
             "errors": int(result.summary["errors"].sum()),
             **result.counters,
