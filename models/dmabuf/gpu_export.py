@@ -86,6 +86,8 @@ class GpuAllocation:
     bar1: Bar1Aperture | None = None
     """The GPU's BAR1, which a peer-memory registration of the allocation maps into; None: peers reach the memory
     without it (a coherent platform, or a GPU whose aperture the model does not track)."""
+    vendor: str = "nvidia"
+    """The driver profile of the GPU the memory is on (``nvidia``, ``amd``, ``vfio``)."""
 
     def pin(self, owner: str) -> None:
         """``owner`` pins the allocation in VRAM (it can no longer be evicted)."""
@@ -275,7 +277,8 @@ class Gpu:
         """
         vram = self.memory.malloc(size, tag=name)
         alloc = GpuAllocation(name, self._next_addr, size, vram, self.memory,
-                              bar1=self.bar1 if self.vendor == "nvidia" and not self.coherent else None)
+                              bar1=self.bar1 if self.vendor == "nvidia" and not self.coherent else None,
+                              vendor=self.vendor)
         self._next_addr += vram.size + self.memory.granularity
         self.allocations[name] = alloc
         return alloc

@@ -16,15 +16,18 @@ from sim.scenario.schema import Scenario
 from sim.inspect.timeline import collapse, sections
 from tests.conftest import ROOT
 
-MODES = {"pinned": "a.host", "odp": "a.host", "peermem": "a.gpu0", "dmabuf": "a.gpu0", "dmabuf-pinned": "a.gpu0"}
+MODES = {"pinned": "a.host", "odp": "a.host", "peermem": "b.gpu0", "dmabuf": "a.gpu0", "dmabuf-pinned": "a.gpu0"}
+"""Where each mode's buffer is: peer memory on an NVIDIA GPU, the only one a peer-memory client claims."""
 
 
 def every_mode(move_notify: bool = True) -> Scenario:
-    """One buffer of each registration mode on node a, a pinned sink on b, a short write stream."""
+    """One buffer of each registration mode on node a (peer memory on b's NVIDIA GPU), a pinned sink on b, a short
+    write stream."""
     return Scenario.model_validate({
         "schema": 1, "name": "modes", "seed": 1,
         "nodes": [{"name": "a", "gpus": [{"name": "gpu0", "preset": "mi300x", "memory": "8GiB"}],
-                   "kernel": {"dmabuf_move_notify": move_notify}, "host": {"prefaulted": False}}, {"name": "b"}],
+                   "kernel": {"dmabuf_move_notify": move_notify}, "host": {"prefaulted": False}},
+                  {"name": "b", "gpus": [{"name": "gpu0", "preset": "h200", "memory": "8GiB"}]}],
         "buffers": [{"name": mode, "on": on, "size": "1MiB", "register": mode} for mode, on in MODES.items()]
         + [{"name": "sink", "on": "b.host", "size": "1MiB"}],
         "workload": [{"kind": "write_bw", "from": "odp", "to": "sink", "sizes": ["64KiB"], "iterations": 20}]})
