@@ -56,8 +56,8 @@ def failed_allocations() -> dict[str, int]:
 
 
 def sentences(text: str) -> list[str]:
-    """The prose of a markdown text (code blocks left out), one sentence or list item per entry."""
-    prose = re.sub(r"\n(\n|\* |\d+\. |> )", " ¶ ", FENCE.sub("\n\n", text))
+    """The prose of a markdown text (code blocks left out), one sentence, list item or table row per entry."""
+    prose = re.sub(r"\n(\n|\* |\d+\. |> |\| )", " ¶ ", FENCE.sub("\n\n", text))
     return [s.strip() for s in re.split(r"(?<=[.!?])\s+(?=[A-Z`*(])|\s*¶\s*", re.sub(r"\s+", " ", prose))
             if s.strip()]
 
