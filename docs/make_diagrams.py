@@ -38,7 +38,7 @@ DIAGRAMS = [
     Diagram("dmabuf_registration.svg", "scenarios/pin_vs_dmabuf.yaml", "dmabuf", ("src",),
             "ibv_reg_dmabuf_mr: export, attach, map under the reservation lock"),
     Diagram("pin_on_map.svg", "scenarios/pin_vs_dmabuf.yaml", "dmabuf-no-move-notify", ("src", "run"),
-            "Without CONFIG_DMABUF_MOVE_NOTIFY the map pins, and the competing job's allocation fails"),
+            "Without CONFIG_DMABUF_MOVE_NOTIFY the map pins into GTT: the buffer leaves VRAM and the allocation fits"),
     Diagram("move_notify.svg", "scenarios/pin_vs_dmabuf.yaml", "dmabuf", ("run",),
             "An eviction: move_notify, zap, copy, re-fault, fence wait, re-map"),
     Diagram("peermem_pressure.svg", "scenarios/pin_vs_dmabuf.yaml", "peermem", ("src", "run"),

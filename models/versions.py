@@ -64,7 +64,7 @@ archives hold them):
            invalidates the key in hardware and keeps it allocated until ``ibv_dereg_mr``
 =========  ===============================================================================================
 
-rdma-core: ``ibv_reg_dmabuf_mr`` from v34, ``mlx5dv_reg_dmabuf_mr`` (data-direct) from v55,
+rdma-core: ``ibv_reg_dmabuf_mr`` from v34, ``mlx5dv_reg_dmabuf_mr`` (data-direct) from v54,
 ``ibv_dm_export_dmabuf_fd`` from v62 ("verbs: Introduce ibv_dm_export_dmabuf_fd() verb", 60917319bfd1, December
 2025; the first tag holding it is v62.0). NVIDIA driver:
 dma-buf export of device memory (``cuMemGetHandleForAddressRange``) needs the open kernel modules 515+; its
@@ -231,7 +231,8 @@ PINNED_REVOCABLE_UMEM = _v("7.1")
 DEFAULT_KERNEL = "6.18"
 """The calibration host's kernel (models/data/h200_host.json)."""
 RDMA_CORE_DMABUF = _v("34")
-RDMA_CORE_MLX5DV_DMABUF = _v("55")
+RDMA_CORE_MLX5DV_DMABUF = _v("54")
+"""The first rdma-core whose providers/mlx5/libmlx5.map exports ``mlx5dv_reg_dmabuf_mr`` (MLX5_1.25, v54.0)."""
 RDMA_CORE_DM_DMABUF = _v("62")
 NVIDIA_DMABUF_EXPORT = _v("515")
 NVIDIA_PCIE_MAPPING = _v("570")

@@ -118,9 +118,9 @@ NOTEBOOKS["02_memory_registration_basics.ipynb"] = [
     **What this notebook teaches.** What `ibv_reg_mr` gives you (an MR with an `lkey` for your own work requests
     and an `rkey` for the peer), which access-flag combinations rdma-core refuses and with which errno, how
     `RLIMIT_MEMLOCK` limits pinning, what happens when a work request breaks the rules (a *completion* in error,
-    not an exception), and what pinning costs: the model is fitted to `cudaHostRegister` measured on an H200
-    host (`models/data/h200_pinning_cost.json`). We call the verbs API of `models.verbs` directly on two
-    simulated nodes.
+    not an exception), and what pinning costs: the model follows `pin_user_pages` measured on an H200 host
+    through io_uring's fixed buffers (`models/data/h200_host_pinning_pages.json`). We call the verbs API of
+    `models.verbs` directly on two simulated nodes.
 
     **Predict before running.** Which of these does rdma-core refuse, and with which errno: remote write rights
     without local write, a zero-length MR, a range that runs past the buffer, a registration past
@@ -681,10 +681,11 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     events = sorted(result.testbed.env.trace.events, key=lambda e: e.time_ps)
     first = lambda name, after=0: next(e for e in events if e.name == name and e.time_ps >= after)
     pressure = first("gpu_memory_pressure")
-    sequence = ["dma_buf_move_notify", "MappingInvalidated", "BufferMoved", "PageFaulted", "FencesWaited",
-                "MappingRestored"]
+    sequence = ["dma_buf_move_notify", "mlx5_ib_dmabuf_invalidate_cb", "MappingInvalidated",
+                "mlx5r_umr_update_mr_pas", "PageFaulted", "FencesWaited", "MappingRestored"]
     times = [first(name, pressure.time_ps).time_ps for name in sequence]
     assert times == sorted(times), list(zip(sequence, times))
+    assert first("BufferMoved", pressure.time_ps).time_ps < first("FencesWaited", pressure.time_ps).time_ps
 
     moved, restored = first("BufferMoved", pressure.time_ps), first("MappingRestored", pressure.time_ps)
     copy_done = moved.args["copy_done_ps"]
@@ -704,8 +705,10 @@ NOTEBOOKS["03_gpu_memory_and_dmabuf.ipynb"] = [
     * A dynamic importer maps under the reservation lock, is told by `move_notify` before the buffer moves, and
       may DMA again only through a new mapping whose fence has signaled; `check_dma` enforces it. Pins (explicit
       or by a static importer) make moves fail with `EBUSY`.
-    * In a full run, eviction is: `move_notify` → mapping invalidated → copy to system memory → the NIC faults
-      → waits for the copy's fence (the 1 GiB copy takes 19.4 ms) → re-maps; `explain` prints that timeline.
+    * In a full run, eviction is: `move_notify` → the importer's callback zaps the MR with a UMR and unmaps →
+      the NIC faults, and its handler waits for the lock while the exporter starts the copy to system memory →
+      re-maps → waits for the copy's fence (the 1 GiB copy takes 19.4 ms) → rewrites the MTT; `explain` prints
+      that timeline.
 
     Next: `04_pinned_vs_dynamic_under_pressure.ipynb` measures what this costs and what pinning costs instead.
     """),
@@ -833,9 +836,12 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
 
     fig, ax = plt.subplots(figsize=(10, 4))
     curves = {name: bandwidth_timeline(result, bins=100) for name, result in runs.items()}
+    allocation = {name: r.events.loc[r.events["kind"] == "gpu-memory-pressure", "outcome"].item().split(":")[0]
+                  for name, r in runs.items()}
     names = labelled([(name, curve["bw_Gbps"].to_numpy()) for name, curve in curves.items()])
-    for i, (curve, label) in enumerate(zip(curves.values(), names)):  # equal curves say so, in their own style
-        ax.plot(curve["time_ms"], curve["bw_Gbps"], label=label, **curve_style(i, len(curve)))
+    for i, (name, label) in enumerate(zip(curves, names)):  # equal curves say so, in their own style
+        label = label.replace("identical to", "same stream as") + f"; the other job's allocation: {allocation[name]}"
+        ax.plot(curves[name]["time_ms"], curves[name]["bw_Gbps"], label=label, **curve_style(i, len(curves[name])))
     for _, event in event_times(runs["dmabuf"]).iterrows():
         if event["kind"] != "workloads-start":
             ax.axvline(event["time_ms"], color="grey", lw=0.8, ls=":")
@@ -858,19 +864,20 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
     """),
     md("""
     ## The latency tail
-    Per-operation latency (post to completion) for every variant. In the pinned variants every 1 MiB write
-    takes 338 µs (16 in flight at 397 Gb/s). In the dynamic one, the writes in flight at the eviction wait for
-    the copy: about 20 ms.
+    Per-operation latency (post to completion) for every variant, on a linear time axis so that the stall stands
+    out (a log axis would squeeze 338 µs and 21 ms together). In the pinned variants every 1 MiB write takes
+    338 µs (16 in flight at 397 Gb/s): their curves coincide and the legend says so. In the dynamic one, the
+    writes in flight at the eviction wait for the zap, the copy and the re-map: about 21 ms.
     """),
     code("""
     from models.gpu import CopyEngines
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for name, result in runs.items():
-        lat_us = np.sort(result.operations["latency_ps"].to_numpy()) / 1e6
-        ax.plot(lat_us, 1 - np.arange(len(lat_us)) / len(lat_us), label=name, lw=1.2,
-                ls="-" if name == "dmabuf" else "--")
-    ax.set(xscale="log", yscale="log", xlabel="latency (us)", ylabel="fraction of operations slower (CCDF)",
+    fig, ax = plt.subplots(figsize=(8, 4))
+    tails = {name: np.sort(r.operations["latency_ps"].to_numpy()) / 1e9 for name, r in runs.items()}
+    for i, (name, label) in enumerate(zip(tails, labelled(list(tails.items())))):
+        ccdf = 1 - np.arange(len(tails[name])) / len(tails[name])
+        ax.plot(tails[name], ccdf, label=label.replace("identical to", "same as"), **curve_style(i, len(ccdf)))
+    ax.set(yscale="log", xlabel="latency (ms)", ylabel="fraction of writes this slow or slower (CCDF)",
            title="pin_vs_dmabuf: per-write latency tail")
     ax.legend(fontsize=8)
     ax.grid(True, which="both", alpha=0.2)
@@ -883,6 +890,43 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
           f"copying 1 GiB GPU -> host takes {copy_ms:.1f} ms on the H200-calibrated copy engine")
     assert len(slow) == 16                                         # exactly the tx_depth writes in flight
     assert copy_ms < slow["latency_ps"].max() / 1e9 < copy_ms + 2
+    """),
+    md("""
+    ## Who pays
+    Pinning moves the cost, it does not remove it. Per variant, side by side: what the RDMA stream paid (its
+    longest stall beyond a normal write, and the bandwidth it lost against the best variant), what registering
+    the GPU buffer cost, and what the other job got.
+    """),
+    code("""
+    pays = pd.DataFrame({
+        "stall_ms": {n: (r.operations["latency_ps"].max() - r.operations["latency_ps"].median()) / 1e9
+                     for n, r in runs.items()},
+        "bw_lost_pct": 100 * (1 - table["bw_avg_Gbps"] / table["bw_avg_Gbps"].max()),
+        "gpu_register_ms": table["gpu_register_us"] / 1e3,
+        "allocation": allocation})
+    print(pays.round(2).to_string())
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3), sharey=True)
+    rows = np.arange(len(pays))
+    failed = pays["allocation"] != "allocated"
+    axes[0].barh(rows, pays["stall_ms"], color="tab:orange")
+    for row, lost in zip(rows, pays["bw_lost_pct"]):
+        axes[0].text(0.3, row, f"{lost:.0f}% bandwidth lost", va="center", fontsize=8)
+    axes[0].set(xlabel="the stream's longest stall (ms)", yticks=rows, yticklabels=pays.index,
+                title="the RDMA stream pays")
+    axes[1].barh(rows, pays["gpu_register_ms"], color="tab:purple")
+    axes[1].set(xlabel="registering the GPU buffer (ms)", title="the registration pays")
+    axes[2].barh(rows, np.ones(len(rows)), color=np.where(failed, "tab:red", "tab:green"))
+    for row, outcome in zip(rows, pays["allocation"]):
+        axes[2].text(0.05, row, outcome, va="center", color="white", fontweight="bold")
+    axes[2].set(xticks=[], title="the other job's 7.5 GiB")
+    axes[0].invert_yaxis()
+    fig.tight_layout()
+
+    assert set(pays.index[failed]) == {"peermem", "dmabuf-pinned"}             # pinned in VRAM: the job pays
+    assert pays["stall_ms"].idxmax() == "dmabuf" and pays.loc["dmabuf", "stall_ms"] > copy_ms   # evicted: the stream
+    assert pays.drop("dmabuf")["stall_ms"].max() < 0.1 and pays.drop("dmabuf")["bw_lost_pct"].max() < 0.01
+    assert pays["gpu_register_ms"].idxmax() == "dmabuf-no-move-notify"        # pinned into GTT: the registration
     """),
     md("""
     ## A job that keeps growing: `gpu_pressure.yaml`
@@ -922,13 +966,19 @@ NOTEBOOKS["04_pinned_vs_dynamic_under_pressure.ipynb"] = [
     """),
     md("""
     ## What you saw
-    * Pinned registrations (peer-memory, pinned dma-buf, dma-buf without `CONFIG_DMABUF_MOVE_NOTIFY`) stream at
-      line rate (397 Gb/s) with a flat latency tail, and keep the GPU buffer pinned: the competing 7.5 GiB
+    * Registrations pinned in VRAM (peer memory, and the pinned dma-buf importer amdgpu pins there) stream at
+      line rate (397 Gb/s) with a flat latency tail and keep the buffer in VRAM: the competing 7.5 GiB
       allocation fails.
+    * Without `CONFIG_DMABUF_MOVE_NOTIFY` the dynamic registration is pinned too, but amdgpu pins it into GTT:
+      the registration copies the buffer out of VRAM (about 20 ms more), the stream reads host memory at the
+      same line rate, and the allocation succeeds. Same bandwidth curve as peer memory, opposite outcome for
+      the other job.
     * The dynamic dma-buf registration keeps nothing pinned on this dynamic (amd-like) exporter: the exporter
       evicts the buffer, the allocation succeeds, and the 16 writes in flight stall for the 1 GiB copy (19.4 ms)
-      plus the re-map: p99 is unchanged, p99.9 is 20 ms, and average bandwidth drops to 304 Gb/s (the run takes
-      82 ms instead of 63).
+      plus the zap before it and the re-map after it: p99 is unchanged, p99.9 is 21 ms, and average bandwidth
+      drops to 299 Gb/s.
+    * Who pays: the other job (pinned in VRAM), the registration (pinned into GTT: a 20 ms copy before the
+      first write), or the stream (evicted: a 21 ms stall). Nothing is free.
     * After the eviction the stream continues at full rate from system memory.
     * With a growing job, the dynamic registration lets the job allocate one more 1.5 GiB step; on the
       responder side the re-fault shows up as RNR NAKs.
@@ -1212,8 +1262,9 @@ NOTEBOOKS["06_why_move_notify_exists.ipynb"] = [
     """),
     md("""
     Drawn from their traces (`sim.inspect.diagram.draw`), the first memory event of both runs: the exporter notifies both
-    importers under the reservation lock, but only the correct one unmaps, faults on its next access and re-maps
-    after the copy's fence; the broken one's kernel WARNs and its NIC carries on through the old translation.
+    importers under the reservation lock, but only the correct one zaps its translation (the UMR on the NIC's
+    lane), unmaps, faults on its next access and re-maps after the copy's fence; the broken one's kernel WARNs and
+    its NIC carries on through the old translation: its stale accesses are the red dots on the NIC's lane.
     """),
     code("""
     from sim.inspect.diagram import draw
@@ -1225,6 +1276,7 @@ NOTEBOOKS["06_why_move_notify_exists.ipynb"] = [
         names = {entry.event.name for entry in first_event.entries}
         assert "MappingInvalidated" in names and ("MappingRestored" in names) == (not broken_nic)
         assert ("PageFaulted" in names) == (not broken_nic) and ("KernelWarned" in names) == broken_nic
+        assert ("StaleAccess" in names) == broken_nic and ("mlx5r_umr_update_mr_pas" in names) == (not broken_nic)
         draw(traced.testbed, [first_event], f"{label}: the first memory event");
     """),
     md("""

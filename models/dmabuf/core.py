@@ -186,6 +186,8 @@ class DmaBufAttachOps:
     """Called with the lock held (in the exporter's context) before the buffer moves."""
     allow_peer2peer: bool = False
     """The importer can reach memory without struct pages (a peer device's BAR)."""
+    name: str = "move_notify"
+    """The importer's callback as its driver names it (``mlx5_ib_dmabuf_invalidate_cb``): the traced call."""
 
 
 @dataclass(eq=False)

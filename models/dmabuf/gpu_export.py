@@ -86,6 +86,8 @@ class GpuAllocation:
     bar1: Bar1Aperture | None = None
     """The GPU's BAR1, which a peer-memory registration of the allocation maps into; None: peers reach the memory
     without it (a coherent platform, or a GPU whose aperture the model does not track)."""
+    vendor: str = "nvidia"
+    """The driver profile of the GPU the memory is on (``nvidia``, ``amd``, ``vfio``)."""
 
     def pin(self, owner: str) -> None:
         """``owner`` pins the allocation in VRAM (it can no longer be evicted)."""
@@ -196,10 +198,17 @@ class AmdgpuExporter(MovableExporter):
             self.pin_placement = None
 
 
+STATIC_OUTCOME = ("never moves: its exporter is static (nv_dma_buf has no pin op and never moves memory), so "
+                  "move_notify never comes and even a dynamic MR holds its VRAM like a pinned one")
+"""The registration outcome of a buffer a static exporter exported."""
+
+
 def pin_outcome(alloc: GpuAllocation) -> str | None:
-    """Where an amdgpu pin holds ``alloc``'s exported buffer now, whether it migrated it, and why; None when no
-    amdgpu pin holds it."""
+    """Where an amdgpu pin holds ``alloc``'s exported buffer now, whether it migrated it, and why; that it never
+    moves when a static exporter exported it; None when neither holds it."""
     exporter = alloc.exporter
+    if isinstance(exporter, StaticExporter):
+        return STATIC_OUTCOME
     if not isinstance(exporter, AmdgpuExporter) or exporter.pin_placement is None:
         return None
     where = "VRAM" if exporter.dmabuf.placement is Placement.VRAM else "system memory (GTT)"
@@ -268,7 +277,8 @@ class Gpu:
         """
         vram = self.memory.malloc(size, tag=name)
         alloc = GpuAllocation(name, self._next_addr, size, vram, self.memory,
-                              bar1=self.bar1 if self.vendor == "nvidia" and not self.coherent else None)
+                              bar1=self.bar1 if self.vendor == "nvidia" and not self.coherent else None,
+                              vendor=self.vendor)
         self._next_addr += vram.size + self.memory.granularity
         self.allocations[name] = alloc
         return alloc

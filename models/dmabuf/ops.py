@@ -404,10 +404,11 @@ def dma_buf_move_notify(dmabuf: DmaBuf, *, caller: str | None = None) -> None:
         for attach in list(dmabuf.attachments):
             if attach.importer_ops is None or attach.importer_ops.move_notify is None:
                 continue
-            core.spend(ctx, core.costs.move_notify_ps)
-            core.instant(ctx, "MappingInvalidated", dmabuf=dmabuf.name, dev=attach.dev,
-                         callback=core.config.behaviour.invalidate_name, live_mappings=len(attach.mappings))
-            attach.importer_ops.move_notify(attach)
+            with core.call(ctx, attach.importer_ops.name, dev=attach.dev):
+                core.spend(ctx, core.costs.move_notify_ps)
+                core.instant(ctx, "MappingInvalidated", dmabuf=dmabuf.name, dev=attach.dev,
+                             callback=core.config.behaviour.invalidate_name, live_mappings=len(attach.mappings))
+                attach.importer_ops.move_notify(attach)
 
 
 def get_dma_buf(dmabuf: DmaBuf) -> None:

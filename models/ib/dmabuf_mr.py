@@ -102,11 +102,20 @@ class DmabufBacking(MrBacking):
                            "umem_dmabuf->private set; fixed in 6.14, cc668a11e6ac): the UMR completes in error "
                            "and the device's UMR QP enters the error state")
             return
-        self.translation_valid = False  # UMR XLT ZAP: the NIC can no longer reach the old pages
+        ctx = core.context(None, umem.dev)
         self.zapped_placement = umem.sgt.placement
+        self.update_mr_pas(ctx, "ZAP")
+        self.translation_valid = False  # the NIC can no longer reach the old pages
+        self.zapped_at_ps = core.now_ps(ctx)  # until then its accesses still reach them
         ib_umem_dmabuf_unmap_pages(umem)
-        self.zapped_at_ps = core.now_ps(core.context(None, umem.dev))
         self.invalidations += 1
+
+    def update_mr_pas(self, ctx: str, flags: str) -> None:
+        """``mlx5r_umr_update_mr_pas``: UMRs that write every one of the MR's translation entries, the buffer's
+        addresses or, with ``ZAP``, zeros (``MLX5_IB_UPD_XLT_ZAP``); the NIC's work, traced on its track."""
+        core = self.umem.attach.dmabuf.core
+        with core.call(ctx, "mlx5r_umr_update_mr_pas", entries=self.pages, **({"flags": flags} if flags else {})):
+            core.spend(ctx, self.umr.fixed_ps + self.umr.entry_ps * self.pages)
 
     def _violated(self, message: str) -> None:
         """What the simulated hardware did was unsafe: raise, or keep ``message`` in :attr:`violations`.
@@ -168,6 +177,8 @@ class DmabufBacking(MrBacking):
             try:
                 check_dma(umem.sgt, now_ps)
             except InvariantViolation as violation:
+                umem.attach.dmabuf.core.env.trace.instant(f"{umem.dev}.hw", "StaleAccess", at_ps=now_ps,
+                                                          dmabuf=umem.attach.dmabuf.name)
                 self._violated(f"{violation} (at {format_duration(now_ps)}, offset {format_size(offset)} of the MR, "
                                f"{format_size(length)})")
         return None
@@ -195,7 +206,7 @@ class DmabufBacking(MrBacking):
             umem.resv.lock(dev)
             try:
                 ib_umem_dmabuf_map_pages(umem)
-                core.spend(dev, self.umr.fixed_ps + self.umr.entry_ps * self.pages)
+                self.update_mr_pas(dev, "")
             finally:
                 umem.resv.unlock(dev)
         self.translation_valid = True
@@ -255,7 +266,8 @@ def register_dmabuf(nic, mode: DmabufImporter, umr: UmrParams, fdtable: FdTable,
         backing = DmabufBacking(umem, umr, mode, invariants=invariants)
     else:
         holder: list[DmabufBacking] = []
-        ops = DmaBufAttachOps(move_notify=lambda attach: holder[0].move_notify(attach), allow_peer2peer=True)
+        ops = DmaBufAttachOps(move_notify=lambda attach: holder[0].move_notify(attach), allow_peer2peer=True,
+                              name="mlx5_ib_dmabuf_invalidate_cb")
         umem = ib_umem_dmabuf_get(dev, offset, length, fdtable, fd, writable, ops, kernel)
         backing = DmabufBacking(umem, umr, mode, invariants=invariants, broken=nic.params.ignore_move_notify)
         holder.append(backing)

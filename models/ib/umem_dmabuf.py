@@ -157,7 +157,7 @@ def ib_umem_dmabuf_unsupported_move_notify(attach: DmaBufAttachment) -> None:
 def ib_umem_dmabuf_attach_pinned_ops(kernel: KernelBehaviour) -> DmaBufAttachOps:
     """``ib_umem_dmabuf_attach_pinned_ops``: peer-to-peer, with the warning stub before 7.1 and no op from then."""
     return DmaBufAttachOps(move_notify=None if kernel.invalidate_optional else ib_umem_dmabuf_unsupported_move_notify,
-                           allow_peer2peer=True)
+                           allow_peer2peer=True, name="ib_umem_dmabuf_unsupported_move_notify")
 
 
 def ib_umem_dmabuf_get_pinned(dev: str, offset: int, size: int, fdtable: FdTable, fd: int,
@@ -182,7 +182,7 @@ def ib_umem_dmabuf_attach_pinned_revocable_ops() -> DmaBufAttachOps:
     """``ib_umem_dmabuf_attach_pinned_revocable_ops``: peer-to-peer, and an invalidate op that revokes the umem, so
     :func:`~models.dmabuf.revoke.dma_buf_attach_revocable` holds and revoking exporters (VFIO) admit it."""
     return DmaBufAttachOps(move_notify=lambda attach: ib_umem_dmabuf_revoke_locked(attach.importer_priv),
-                           allow_peer2peer=True)
+                           allow_peer2peer=True, name="ib_umem_dmabuf_revoke_locked")
 
 
 def ib_umem_dmabuf_get_pinned_revocable_and_lock(dev: str, offset: int, size: int, fdtable: FdTable, fd: int,

@@ -46,8 +46,9 @@ def ibv_reg_dmabuf_mr(pd: ProtectionDomain, offset: int, length: int, iova: int,
 
 def mlx5dv_reg_dmabuf_mr(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int, access: Access,
                          mlx5_access: int, *, invariants: str = "raise") -> MemoryRegion:
-    """The mlx5 direct verb (rdma-core v55+, providers/mlx5/verbs.c at v64.0): ``mlx5_access`` 0 registers as
-    :func:`ibv_reg_dmabuf_mr` does on mlx5; DATA_DIRECT pins the buffer through the data-direct device.
+    """The mlx5 direct verb (rdma-core v54+: libmlx5.map's MLX5_1.25; providers/mlx5/verbs.c at v64.0):
+    ``mlx5_access`` 0 registers as :func:`ibv_reg_dmabuf_mr` does on mlx5; DATA_DIRECT pins the buffer through
+    the data-direct device.
 
     :raises VerbsError: ``EOPNOTSUPP`` on a device the mlx5 provider does not drive (``mlx5_get_dv_ops`` is
         NULL), before any kernel check; otherwise as :func:`ib_uverbs_reg_dmabuf_mr` and

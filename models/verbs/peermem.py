@@ -19,17 +19,36 @@ from models.verbs.mr import REG_MR_FIXED_PS, MemoryRegion, check_reg_args, reg_c
 from sim.core import VerbsError
 
 
+PEER_MEMORY_CLIENTS = {"nvidia": "nvidia-peermem"}
+"""The peer-memory clients the model has, by the driver profile of the GPU whose memory they claim. ROCm's
+peer-direct client for AMD GPUs (amdp2p) is not modelled."""
+
+
+def no_peer_memory_client(vendor: str) -> str | None:
+    """Why no peer-memory client claims the memory of a GPU with driver profile ``vendor`` (so that ``ib_umem_get``
+    falls back to ``get_user_pages``, which cannot pin device memory: EFAULT); None when one does."""
+    if vendor in PEER_MEMORY_CLIENTS:
+        return None
+    return (f"no peer-memory client claims {vendor} GPU memory: nvidia-peermem's acquire (nvidia_p2p_get_pages) "
+            "answers for NVIDIA GPUs only (ROCm's amdp2p is not modelled), and get_user_pages cannot pin device "
+            "memory: register it through dma-buf, or put it on an NVIDIA GPU")
+
+
 def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, length: int, access: Access,
                        params: PeerMemParams = PeerMemParams()) -> MemoryRegion:
     """Register ``[alloc.addr + offset, +length)`` through the peer-memory client.
 
-    :raises VerbsError: as :func:`~models.verbs.mr.ibv_reg_mr`; ``EFAULT`` for a range outside the allocation;
+    :raises VerbsError: as :func:`~models.verbs.mr.ibv_reg_mr`; ``EFAULT`` for memory of a GPU no peer-memory client
+        claims (:func:`no_peer_memory_client`) and for a range outside the allocation;
         ``EFAULT`` too when its GPU pages do not fit in what is left of the GPU's BAR1 (``nvidia_p2p_get_pages``
         fails in the client's probe, :mod:`models.gpu.bar1`).
     """
     call = "ibv_reg_mr"
     addr = alloc.addr + offset
     access = check_reg_args(pd.context.node, addr, length, Access(access), call)
+    unclaimed = no_peer_memory_client(alloc.vendor)
+    if unclaimed:
+        raise VerbsError("EFAULT", unclaimed, call=call)
     if offset < 0 or offset + length > alloc.size:
         raise VerbsError("EFAULT", "range outside the GPU allocation: nvidia_p2p_get_pages fails", call=call)
     nic = pd.context.node.nic
@@ -44,8 +63,10 @@ def ibv_reg_mr_peermem(pd: ProtectionDomain, alloc: GpuAllocation, offset: int, 
         return cost, PeerMemBacking(length, alloc, f"{nic.name}:mr{key}", gpu_pages * params.gpu_page_size)
 
     mr = reg_create(pd, addr, length, access, umem, call, page=page, key=lambda: key)
-    trace_registration(mr, call, ("nvidia_p2p_get_pages", cost - REG_MR_FIXED_PS, {"gpu_pages": gpu_pages}),
-                       mr.mtt_entries)
+    pinning = cost - REG_MR_FIXED_PS
+    trace_registration(mr, call, ("nv_mem_get_pages", pinning, {"bytes": length}), mr.mtt_entries)
+    env = pd.context.env
+    env.trace.slice(nic.name, "nvidia_p2p_get_pages", env.now, env.now + pinning, gpu_pages=gpu_pages)
     return mr
 
 

@@ -57,6 +57,15 @@ def pinned_bytes(reg: Registration) -> int:
     return reg.size_bytes if backing is None else backing.pinned_bytes
 
 
+def vram_pinned_bytes(reg: Registration, now_ps: int) -> int:
+    """Bytes of GPU memory (VRAM) a registration keeps pinned at ``now_ps``: its pinned bytes while the NIC
+    reaches them in the GPU, none once the pin put them in system memory (amdgpu's pin into GTT)."""
+    backing = reg.mr.backing
+    if backing is None or not backing.pinned_bytes:
+        return 0
+    return backing.pinned_bytes if backing.target(now_ps) != "mem0" else 0
+
+
 def bar1_bytes(reg: Registration) -> int:
     """Bytes of its GPU's BAR1 aperture a registration's mapping holds (peer memory, NVIDIA dma-buf)."""
     backing = reg.mr.backing
@@ -64,12 +73,13 @@ def bar1_bytes(reg: Registration) -> int:
 
 
 def registrations_table(bed: Testbed, variant: str) -> pd.DataFrame:
-    """One row per buffer of ``bed``: where it is, its registration mode, cost (us), pinned bytes, translation
-    entries and their page size, and the BAR1 bytes it holds."""
+    """One row per buffer of ``bed``: where it is, its registration mode, cost (us), pinned bytes (all, and those
+    in VRAM), translation entries and their page size, and the BAR1 bytes it holds."""
     return pd.DataFrame([{
         "variant": variant, "buffer": r.buffer, "node": r.node, "location": r.location, "bytes": r.size_bytes,
         "mode": r.mode, "register_us": ps_to_us(r.register_ps), "pinned_bytes": pinned_bytes(r),
-        "mtt_entries": r.mr.mtt_entries, "mtt_page_bytes": r.mr.page_size, "bar1_bytes": bar1_bytes(r),
+        "vram_pinned_bytes": vram_pinned_bytes(r, bed.env.now), "mtt_entries": r.mr.mtt_entries,
+        "mtt_page_bytes": r.mr.page_size, "bar1_bytes": bar1_bytes(r),
     } for r in bed.registrations.values()])
 
 

@@ -230,13 +230,13 @@ def comparison_table(results: list[RunResult]) -> pd.DataFrame:
     """Like with like: one row per variant, workload and message size (a variant without workloads: one row).
 
     Per case: perftest's average bandwidth, latency percentiles of its successful operations, its longest stall
-    (time at zero bandwidth: the longest time between two completions, from and to in ms since the first post of
-    the bandwidth workloads, as the events' times) and, for a bandwidth workload with a scenario event during it,
-    that event's window (to the next event or the case's end) and the share of the case's bandwidth before the
-    event that the window lost (:func:`sim.inspect.stalls.window_loss`). Per variant, repeated on its rows: the
-    competing allocations' outcome, each buffer's mode, registration time and pinned bytes (all buffers, and GPU
-    buffers alone), and the protocol's activity (evictions, invalidations, re-faults, RNR NAKs, failed
-    allocations); errors are the case's own."""
+    (time at zero bandwidth: the longest time between two completions, from and to in ms since the first post of the
+    bandwidth workloads, as the events' times) and, for a bandwidth workload with a scenario event during it, that
+    event's window (to the next event or the case's end) and the share of the case's bandwidth before the event that
+    the window lost (:func:`sim.inspect.stalls.window_loss`). Per variant, repeated on its rows: the competing
+    allocations' outcome, each buffer's mode, registration time and pinned bytes (all buffers, and GPU buffers
+    alone: the GPU memory held pinned in VRAM), and the protocol's activity (evictions, invalidations, re-faults,
+    RNR NAKs, failed allocations); errors are the case's own."""
     rows = []
     for result in results:
         gpu = result.registrations[result.registrations["location"] != "host"]
@@ -247,7 +247,7 @@ def comparison_table(results: list[RunResult]) -> pd.DataFrame:
             "register_us": float(result.registrations["register_us"].sum()),
             "gpu_register_us": float(gpu["register_us"].sum()),
             "pinned_bytes": int(result.registrations["pinned_bytes"].sum()),
-            "gpu_pinned_bytes": int(gpu["pinned_bytes"].sum()),
+            "gpu_pinned_bytes": int(gpu["vram_pinned_bytes"].sum()),
             "gpu_bar1_bytes": int(gpu["bar1_bytes"].sum())}
         cases, origin, events_ps = _cases(result), _origin(result), scenario_event_times(events)
         summary = result.summary.to_dict("records") or [{"workload": None, "kind": None, "bytes": None,
@@ -281,8 +281,9 @@ GPU_ONLY = ("gpu_register_us", "gpu_pinned_bytes", "gpu_bar1_bytes")
 def comparison_view(table: pd.DataFrame) -> tuple[list[str], list[dict]]:
     """The columns and records of :func:`comparison_table` as people read it: the variant, workload and size,
     then :data:`COMPARED` and the counters, the stall as its length (``stall_us``) and, in a cell of its own
-    unit, when it began and ended (``stall_at``), and the event's window as one span (``window``). A column without a value in any row, and a counter or GPU
-    column that is 0 in every row, is left out (``summary.json`` keeps them)."""
+    unit, when it began and ended (``stall_at``), and the event's window as one span (``window``). A column without
+    a value in any row, and a counter or GPU column that is 0 in every row, is left out (``summary.json`` keeps
+    them)."""
     records = table.to_dict("records")
     for record in records:
         record["stall_at"] = None if pd.isna(record["stall_us"]) else _span(record["stall_from_ms"],

@@ -1,12 +1,13 @@
 """Sequence diagrams of a traced run: the timeline of :mod:`sim.inspect.timeline` drawn as swimlanes.
 
-Columns are the layers a registration crosses: the application, uverbs and ib_core, the importer's driver, the
-dma-buf core (with its reservation lock), the exporter (the GPU driver) and the NIC. Rows are the timeline's
-entries in order, each labelled with its simulated time in µs (rows are in order, not to scale). A call is an
-arrow from its caller's lane to its own, with an activation box as long as it runs; a lock hold is a bar beside
-the dma-buf core's lifeline; a fence wait a dotted line ending where the wait ended; an instant a dot with its
-name, coloured by what it means (red: a fault, a zap, a failure; green: a translation ready; blue: a fence;
-purple: a pin; orange: a move).
+Columns are the layers a registration crosses: the application, uverbs and ib_core, the NIC's driver (the dma-buf
+importer), the dma-buf core (with its reservation lock) or the peer-memory client, the exporter (the GPU driver) and
+the NIC, where the UMRs that write or zap the MR's translation and the stale accesses of a broken importer run.
+Rows are the timeline's entries in order, each labelled with its simulated time in µs (rows are in order, not to
+scale). A call is an arrow from its caller's lane to its own, with an activation box as long as it runs; a lock
+hold is a bar beside the dma-buf core's lifeline; a fence wait a dotted line ending where the wait ended; an
+instant a dot with its name, coloured by what it means (red: a fault, a zap, a stale access, a failure; green: a
+translation ready; blue: a fence; purple: a pin; orange: a move).
 """
 
 from __future__ import annotations
@@ -30,20 +31,23 @@ LANE_OF = {
     **dict.fromkeys(("ibv_reg_mr", "ibv_reg_dmabuf_mr", "mlx5dv_reg_dmabuf_mr", "ibv_dereg_mr", "pin_user_pages"),
                     UVERBS),
     **dict.fromkeys(("pagefault_dmabuf_mr", "mlx5_umr_revoke_mr_with_lock", "mlx5r_umr_revoke_mr", "MkeyCreated",
-                     "MappingRestored", "PageFaulted", "MappingInvalidated"), IMPORTER),
+                     "MappingRestored", "PageFaulted", "MappingInvalidated", "mlx5_ib_dmabuf_invalidate_cb",
+                     "ib_umem_dmabuf_unsupported_move_notify", "ib_umem_dmabuf_revoke_locked"), IMPORTER),
+    "nv_mem_get_pages": DMABUF, "nvidia_p2p_get_pages": EXPORTER,
     **dict.fromkeys(("dma_buf_export", "dma_buf_fd", "dma_buf_get", "dma_buf_put", "dma_buf_attach",
                      "dma_buf_dynamic_attach", "dma_buf_detach", "dma_buf_pin", "dma_buf_unpin",
                      "dma_buf_map_attachment", "dma_buf_unmap_attachment", "dma_buf_move_notify", "FencesWaited",
                      "BufferPinned", "KernelWarned", *LOCK_EVENTS), DMABUF),
-    **dict.fromkeys(("AccessStalled", "RnrNakSent"), NIC),
+    **dict.fromkeys(("AccessStalled", "RnrNakSent", "mlx5r_umr_update_mr_pas", "StaleAccess"), NIC),
 }
 """The lane of each traced call or event; any other runs in the exporter (GPU driver) when it is on a GPU's
-track, on the NIC when on a NIC's hardware track, else in the importer."""
+track, on the NIC when on a NIC's hardware track, else in the importer. The peer-memory client's call shares the
+dma-buf core's column (a run with peer memory titles it so)."""
 CALLED_FROM_NIC = ("pagefault_dmabuf_mr",)
 """Top-level calls the NIC sets off (a fault interrupt); other top-level calls come from the application."""
 COLOURS = {
     **dict.fromkeys(("PageFaulted", "MappingInvalidated", "AccessStalled", "RnrNakSent", "AllocationFailed",
-                     "BufferEvicted", "PeerMemoryReclaimed", "KernelWarned"), "tab:red"),
+                     "BufferEvicted", "PeerMemoryReclaimed", "KernelWarned", "StaleAccess"), "tab:red"),
     **dict.fromkeys(("MappingRestored", "MkeyCreated", "MemoryAllocated"), "tab:green"),
     "FencesWaited": "tab:blue", "BufferPinned": "tab:purple", "BufferMoved": "tab:orange",
 }
@@ -53,9 +57,9 @@ MARGIN = 7.0
 """Room right of the last lifeline for its labels (data units)."""
 LABEL_BOX = dict(boxstyle="square,pad=0.05", fc="white", ec="none", alpha=0.85)
 """Labels hide the lifelines they cross."""
-LEGEND = ("Rows are in time order, not to scale. Arrow: a call, from its caller's layer; box: the call running; "
-          "brown bar: the reservation lock held; blue dots: a fence wait. Red: a fault, zap or failure; green: a "
-          "translation ready; orange: a move; purple: a pin.")
+LEGEND = ("Rows are in time order, not to scale. Arrow: a call, from its caller's layer; box: the call running, "
+          "[its duration]; brown bar: the reservation lock held; blue dots: a fence wait. Red: a fault, zap, stale "
+          "access or failure; green: a translation ready; orange: a move; purple: a pin.")
 CREATOR = "rdmasim sequence diagram"
 """Written into every diagram's metadata (SVG dc:creator, PNG Software): how rdmasim recognises its files."""
 FORMATS = {".svg": f"<dc:title>{CREATOR}</dc:title>".encode(), ".png": f"Software\0{CREATOR}".encode()}
@@ -76,12 +80,18 @@ def lane(event: TraceEvent) -> int:
 
 
 def lane_titles(bed: Testbed) -> list[str]:
-    """Column headings, naming the importer and exporter styles present in ``bed``."""
-    importers = sorted({"mlx5_ib (dynamic)" if n.nic.params.dmabuf == "dynamic" else "EFA-style (pins)"
-                        for n in bed.nodes.values() if n.nic.params.dmabuf})
+    """Column headings, naming the importer and exporter styles present in ``bed``: a dma-buf importer's kind and
+    the dma-buf core only where a buffer is registered from a dma-buf, the peer-memory client where one is
+    registered through it."""
+    modes = {reg.mode for reg in bed.registrations.values()}
+    dmabuf = any(mode.startswith("dmabuf") for mode in modes)
+    importers = sorted({"mlx5_ib (dynamic importer)" if n.nic.params.dmabuf == "dynamic" else "EFA-style (pins)"
+                        for n in bed.nodes.values() if n.nic.params.dmabuf and dmabuf})
     exporters = sorted({f"{g.vendor} GPU driver" for g in bed.gpus.values()}) or ["GPU driver"]
-    return ["application", "uverbs / ib_core", "importer\n" + ", ".join(importers or ["driver"]),
-            "dma-buf core\n(reservation lock)", "exporter\n" + ", ".join(exporters), "NIC"]
+    middle = [title for title, shown in (("dma-buf core\n(reservation lock)", dmabuf or "peermem" not in modes),
+                                         ("peer-memory client\nnvidia-peermem", "peermem" in modes)) if shown]
+    return ["application", "uverbs / ib_core", "NIC driver\n" + ", ".join(importers or ["mlx5_ib"]),
+            "\n".join(middle), "exporter\n" + ", ".join(exporters), "NIC"]
 
 
 @dataclass

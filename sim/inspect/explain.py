@@ -63,7 +63,10 @@ def mode_note(reg: Registration, bed: Testbed) -> str:
                      "exporter may still revoke it." if reg.mr.backing.umem.pinned_revoke is not None else "")
         return (f"{exports}; the importer attaches, pins it (dma_buf_pin) and maps it: the buffer can no longer "
                 f"move.{revocable}")
+    static = reg.mr.backing.umem.attach.dmabuf.ops.pin is None and not vfio
     tail = ("the exporter may revoke the buffer later, after telling the NIC (invalidate_mappings)." if vfio else
+            "but the exporter is static (NVIDIA's nv_dma_buf has no pin op and never moves memory): move_notify "
+            "never comes, and the MR holds its VRAM like a pinned one." if static else
             "the exporter may move the buffer later, after telling the NIC (move_notify)."
             if node.kernel.config.move_notify_enabled else
             "this kernel has CONFIG_DMABUF_MOVE_NOTIFY off, so the map pins the buffer.")
@@ -114,6 +117,9 @@ WHY: dict[str, Callable[[TraceEvent, Testbed], str]] = {
     "MappingInvalidated": lambda e, bed: (
         f"{e.args['callback']}: {e.args['dev']}, a pinned importer, takes it as a permanent revocation: its revoke "
         "callback runs, then it unmaps and unpins" if _pinned_importer(e.args["dev"], bed) else
+        f"{e.args['callback']}: nothing of {e.args['dev']}'s is mapped yet, so its callback returns at once "
+        "(mlx5_ib_dmabuf_invalidate_cb: no umem_dmabuf->sgt): no zap, nothing will fault"
+        if not e.args["live_mappings"] else
         f"{e.args['callback']}: {e.args['dev']} zaps its translation (mlx5: a UMR with the ZAP flag); its next access "
         "faults"),
     "BufferMoved": lambda e, bed: (f"the copy {e.args['src']} -> {e.args['dst']} ends at "

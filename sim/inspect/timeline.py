@@ -17,6 +17,8 @@ DATA_PATH = ("busy", "RDMA_WRITE", "RDMA_READ")
 """Per-resource and per-work-request slices: in the trace file, not in the protocol timeline."""
 DISRUPTIONS = ("gpu_memory_pressure", "managed_memory_pressure", "PeerMemoryReclaimed", "vfio_pci_dma_buf_move",
                "FaultInjector.invalidate_and_hold")
+LOSSES = ("PeerMemoryReclaimed", "KeyInvalidated", "PageFaulted", "AccessStalled", "RnrNakSent")
+"""Events that say a NIC's translation is gone (besides a zap of a live mapping)."""
 ACCESS_WAITS = {"AccessStalled": "until_ps", "RnrNakSent": "retry_at_ps"}
 """NIC accesses that found no valid translation, and the argument saying until when they wait."""
 WINDOW_PS = 5_000_000_000
@@ -49,6 +51,14 @@ class Section:
     """The buffer a registration section registers."""
     note: str = ""
     """A closing remark (why the section ends where it does)."""
+
+
+def lost_translation(event: TraceEvent) -> bool:
+    """Whether ``event`` took a NIC's translation away: a zap of a live mapping, a peer-memory reclaim, a key
+    invalidated by a revocation, or an access that found none."""
+    if event.name == "MappingInvalidated":
+        return bool(event.args["live_mappings"])
+    return event.name in LOSSES
 
 
 def protocol_events(events: list[TraceEvent]) -> list[TraceEvent]:
@@ -105,6 +115,9 @@ def _run_section(run: list[TraceEvent]) -> Section:
                        collapse([e for e in run if fault.time_ps <= e.time_ps <= fault.time_ps + WINDOW_PS]))
     restored = next((e for e in run if e.time_ps > first.time_ps and e.name == "MappingRestored"), None)
     end = restored.time_ps if restored else first.time_ps + WINDOW_PS
-    note = "" if restored else f"(the first {WINDOW_PS / 1e9:.0f} ms; the translation was not restored in them)"
+    shown = [e for e in run if first.time_ps <= e.time_ps <= end]
+    lost = "the translation was not restored in them" if any(map(lost_translation, shown)) else \
+        "no translation was lost in them"
+    note = "" if restored else f"(the first {WINDOW_PS / 1e9:.0f} ms; {lost})"
     return Section(f"First memory event at {first.time_ps / 1e6:.3f} µs: {first.name} on {first.component}",
-                   collapse([e for e in run if first.time_ps <= e.time_ps <= end]), note=note)
+                   collapse(shown), note=note)

@@ -211,7 +211,7 @@ class NodeSpec(Strict):
     iommu: Literal["off", "vtd", "vtd_superpages"] = "off"
     """The host IOMMU: off, VT-d with 4 KiB pages (an IO-TLB of 256 KiB reach), or with 2 MiB superpages."""
     rdma_core: VersionText = "57"
-    """rdma-core (libibverbs) version: ibv_reg_dmabuf_mr needs v34+, mlx5dv_reg_dmabuf_mr v55+."""
+    """rdma-core (libibverbs) version: ibv_reg_dmabuf_mr needs v34+, mlx5dv_reg_dmabuf_mr v54+."""
 
     def gpu_names(self) -> list[str]:
         """Each GPU's name in references ('a.gpu0'): its own name, or ``gpu<i>`` by its position."""

@@ -10,6 +10,8 @@ from models.nic.transport import QpType, receive_overhead
 from models.nic.port_rates import PORT_RATES
 from models.pcie.server import buffer_nics, build_rail_server, qp_nic, rail_nics
 from models.verbs.qp import check_qp_type
+from models.presets import GPU_VENDOR
+from models.verbs.peermem import no_peer_memory_client
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
 from sim.core import VerbsError
 from sim.scenario.horizon import check_horizon
@@ -26,6 +28,12 @@ HOST_MODES = ("pinned", "odp")
 def gpu_places(scenario: Scenario) -> list[str]:
     """'<node>.<gpu>' of every GPU (unnamed GPUs are gpu0, gpu1, ...)."""
     return [f"{n.name}.{name}" for n in scenario.nodes for name in n.gpu_names()]
+
+
+def gpu_vendors(scenario: Scenario) -> dict[str, str]:
+    """'<node>.<gpu>' -> the driver profile of that GPU (its ``exporter``, else its preset's vendor)."""
+    return {f"{n.name}.{name}": gpu.exporter or GPU_VENDOR[gpu.preset]
+            for n in scenario.nodes for gpu, name in zip(n.gpus, n.gpu_names())}
 
 
 def _suggest(name: str, choices: list[str]) -> str:
@@ -76,6 +84,8 @@ def check_references(scenario: Scenario) -> list[Problem]:
             problems.append((("buffers", i, "register"), f"GPU memory cannot be registered as '{buf.registration}': "
                              "get_user_pages cannot pin or fault device memory (no struct pages); use dmabuf, "
                              "dmabuf-pinned or peermem"))
+        elif buf.registration == "peermem" and (unclaimed := no_peer_memory_client(gpu_vendors(scenario)[buf.on])):
+            problems.append((("buffers", i, "register"), f"peermem: {unclaimed}"))
         if node in nodes and isinstance(buf.nics, list):
             problems += _nic_problems(("buffers", i, "nics"), buf.nics, nic_names(scenario.nodes[nodes.index(node)]))
     for i, node in enumerate(scenario.nodes):

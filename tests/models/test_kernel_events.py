@@ -107,7 +107,7 @@ def test_migrate_pages_zaps_an_odp_mr_and_is_blocked_by_a_long_term_pin(host):
 
 
 def test_peermem_reclaim_invalidates_the_mr_and_drops_the_pin():
-    bed = _bed(gpu="peermem")
+    bed = _bed(gpu="peermem", vendor="h200")  # only NVIDIA memory has a peer-memory client
     mr = _mr(bed, "g")
     alloc = mr.backing.allocation
     assert alloc.pinned_by and mr.backing.pinned_bytes > 0

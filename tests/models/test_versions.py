@@ -156,7 +156,7 @@ def test_move_notify_is_renamed_invalidate_mappings_in_7_1(kernel, name):
 
 
 @pytest.mark.parametrize("rdma_core, register, ok", [("33", "dmabuf", False), ("34", "dmabuf", True),
-                                                     ("54", "dmabuf-pinned", False), ("55", "dmabuf-pinned", True)])
+                                                     ("53", "dmabuf-pinned", False), ("54", "dmabuf-pinned", True)])
 def test_rdma_core_versions(rdma_core, register, ok):
     scn = _scenario(register=register, rdma_core=rdma_core)
     if ok:

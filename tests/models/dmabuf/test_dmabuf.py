@@ -629,3 +629,20 @@ def test_context_clocks_run_ahead_of_env_now_independently_and_follow_it():
     assert core.now_ps(NIC) == 5 * PS_PER_US + DmaBufCosts().attach_ps
     assert core.now_ps("gpu0") == 5 * PS_PER_US                      # idle contexts catch up with env.now
     assert [e.time_ps for e in core.env.trace.events if e.name == "dma_buf_dynamic_attach"] == [5 * PS_PER_US]
+
+
+@pytest.mark.parametrize("enabled", [False, True])
+def test_move_notify_reaches_dynamic_importers_whatever_config_dmabuf_move_notify_says(enabled):
+    """drivers/dma-buf/dma-buf.c ``dma_buf_move_notify`` has no IS_ENABLED(CONFIG_DMABUF_MOVE_NOTIFY) check; the
+    option (Kconfig: "Don't pin buffers if the dynamic DMA-buf interface is available on both the exporter as
+    well as the importer") only decides whether a dynamic importer's map pins (``dma_buf_pin_on_map``)."""
+    core = DmaBufCore(Environment(), KernelConfig(move_notify_enabled=enabled))
+    gpu = MovableExporter(core, 1 << 20, name="amdgpu")
+    told = []
+    attach = dma_buf_dynamic_attach(gpu.dmabuf, "nic", DmaBufAttachOps(move_notify=told.append))
+    gpu.move(Placement.SYSTEM)
+    assert told == [attach]
+    gpu.dmabuf.resv.lock("nic")
+    sgt = dma_buf_map_attachment(attach)
+    gpu.dmabuf.resv.unlock("nic")
+    assert sgt.pinned_on_map is (not enabled)

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from sim.store import outdir
 from sim.cli.app import app
 from sim.inspect.diagram import DMABUF, EXPORTER, FORMATS, IMPORTER, NIC, SPACING, UVERBS, draw, lane
+from sim.inspect.diagram import lane_titles as make_titles
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.inspect.timeline import sections
@@ -138,3 +139,69 @@ def test_writing_a_file_that_fails_leaves_nothing(tmp_path):
     with pytest.raises(outdir.OutputError, match="writing failed: disk full"):
         outdir.write_file(tmp_path / "t.svg", b"marker", fail)
     assert os.listdir(tmp_path) == []
+
+
+@cache
+def _variant(name):
+    return run_scenario(dict(load_scenario_variants(PRESSURE)[2])[name], trace=True, variant=name)
+
+
+def _move_section(bed):
+    return next(s for s in sections(bed) if s.registration is None)
+
+
+def _arrow_from(fig, label: str) -> float:
+    """The x its call arrow starts from, for the call whose label contains ``label``."""
+    y = next(pos[1] for text, pos in _texts(fig) if label in text)  # a label sits 0.1 above its arrow
+    arrows = [a for a in fig.axes[0].texts if hasattr(a, "xyann") and abs(a.xy[1] - (y - 0.1)) < 1e-9]
+    return arrows[0].xyann[0]
+
+
+def test_move_notify_is_an_arrow_from_the_dma_buf_core_into_the_importer_under_the_exporter_s_lock():
+    """drivers/dma-buf/dma-buf.c dma_buf_move_notify calls attach->importer_ops->move_notify, which is
+    mlx5_ib_dmabuf_invalidate_cb (drivers/infiniband/hw/mlx5/mr.c), with the exporter holding the resv lock."""
+    bed = dmabuf_run().testbed
+    part = _move_section(bed)
+    names = [e.event.name for e in part.entries]
+    callback = next(e.event for e in part.entries if e.event.name == "mlx5_ib_dmabuf_invalidate_cb")
+    assert lane(callback) == IMPORTER and callback.dur_ps
+    assert names.index("LockAcquired") < names.index("mlx5_ib_dmabuf_invalidate_cb") < names.index("LockReleased")
+    fig = draw(bed, [part], "t")
+    assert _arrow_from(fig, "mlx5_ib_dmabuf_invalidate_cb") == DMABUF * SPACING
+    assert _arrow_from(fig, "dma_buf_unmap_attachment") == IMPORTER * SPACING    # the importer unmaps
+
+
+def test_the_umr_that_zaps_and_the_one_that_rewrites_the_mtt_run_on_the_nic_lane_with_their_durations():
+    """mlx5_ib_dmabuf_invalidate_cb posts mlx5r_umr_update_mr_pas(mr, MLX5_IB_UPD_XLT_ZAP), which writes every
+    entry (zeros); pagefault_dmabuf_mr rewrites them with mlx5r_umr_update_mr_pas under the lock."""
+    from models.nic.nic import UmrParams
+    umrs = [e.event for e in _move_section(dmabuf_run().testbed).entries if e.event.name == "mlx5r_umr_update_mr_pas"]
+    assert [u.args.get("flags") for u in umrs] == ["ZAP", None]
+    umr, pages = UmrParams(), (1 << 30) // 4096
+    assert all(lane(u) == NIC and u.dur_ps == umr.fixed_ps + umr.entry_ps * pages for u in umrs)
+
+
+def test_a_peer_memory_run_has_a_peer_memory_client_lane_and_no_dynamic_importer():
+    bed = _variant("peermem").testbed
+    titles = make_titles(bed)
+    assert "peer-memory client" in titles[DMABUF] and "dma-buf core" not in titles[DMABUF]
+    assert "dynamic" not in titles[IMPORTER]
+    events = {e.name: e for e in bed.env.trace.events}
+    assert lane(events["nv_mem_get_pages"]) == DMABUF and lane(events["nvidia_p2p_get_pages"]) == EXPORTER
+    assert "dynamic" in make_titles(dmabuf_run().testbed)[IMPORTER]
+
+
+def test_a_broken_importer_s_stale_accesses_are_drawn_on_the_nic_lane():
+    from sim.scenario.schema import Scenario
+    scn = Scenario.model_validate({
+        "schema": 1, "name": "broken", "seed": 2, "data": True, "invariants": "record",
+        "nodes": [{"name": "a", "nic": {"ignore_move_notify": True}, "kernel": {"version": "7.1"},
+                   "gpus": [{"preset": "mi300x", "memory": "256MiB"}]}, {"name": "b"}],
+        "buffers": [{"name": "src", "on": "a.gpu0", "size": "32MiB", "register": "dmabuf"},
+                    {"name": "dst", "on": "b.host", "size": "32MiB"}],
+        "workload": [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["1MiB"], "iterations": 100,
+                      "tx_depth": 16}],
+        "events": [{"at": "500us", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "230MiB"}]})
+    result = run_scenario(scn, trace=True)
+    stale = [e.event for e in _move_section(result.testbed).entries if e.event.name == "StaleAccess"]
+    assert stale and all(lane(e) == NIC for e in stale) and result.counters["invariant_violations"] > 0

@@ -16,15 +16,18 @@ from sim.scenario.schema import Scenario
 from sim.inspect.timeline import collapse, sections
 from tests.conftest import ROOT
 
-MODES = {"pinned": "a.host", "odp": "a.host", "peermem": "a.gpu0", "dmabuf": "a.gpu0", "dmabuf-pinned": "a.gpu0"}
+MODES = {"pinned": "a.host", "odp": "a.host", "peermem": "b.gpu0", "dmabuf": "a.gpu0", "dmabuf-pinned": "a.gpu0"}
+"""Where each mode's buffer is: peer memory on an NVIDIA GPU, the only one a peer-memory client claims."""
 
 
 def every_mode(move_notify: bool = True) -> Scenario:
-    """One buffer of each registration mode on node a, a pinned sink on b, a short write stream."""
+    """One buffer of each registration mode on node a (peer memory on b's NVIDIA GPU), a pinned sink on b, a short
+    write stream."""
     return Scenario.model_validate({
         "schema": 1, "name": "modes", "seed": 1,
         "nodes": [{"name": "a", "gpus": [{"name": "gpu0", "preset": "mi300x", "memory": "8GiB"}],
-                   "kernel": {"dmabuf_move_notify": move_notify}, "host": {"prefaulted": False}}, {"name": "b"}],
+                   "kernel": {"dmabuf_move_notify": move_notify}, "host": {"prefaulted": False}},
+                  {"name": "b", "gpus": [{"name": "gpu0", "preset": "h200", "memory": "8GiB"}]}],
         "buffers": [{"name": mode, "on": on, "size": "1MiB", "register": mode} for mode, on in MODES.items()]
         + [{"name": "sink", "on": "b.host", "size": "1MiB"}],
         "workload": [{"kind": "write_bw", "from": "odp", "to": "sink", "sizes": ["64KiB"], "iterations": 20}]})
@@ -170,3 +173,45 @@ def test_no_outcome_goes_without_its_line_of_why():
         assert outcomes
         for i in outcomes:
             assert lines[i + 1].lstrip().startswith("why: "), lines[i]
+
+
+def test_move_notify_sent_before_anything_is_mapped_is_not_called_a_zap():
+    """The pin on map of a kernel without CONFIG_DMABUF_MOVE_NOTIFY moves the buffer into GTT during the importer's
+    first map; mlx5_ib_dmabuf_invalidate_cb (drivers/infiniband/hw/mlx5/mr.c) returns when ``!umem_dmabuf->sgt``."""
+    text = explain(shipped("dmabuf-no-move-notify"))
+    section = _section(text, "src")
+    line = next(i for i, l in enumerate(section.splitlines()) if "MappingInvalidated" in l)
+    why = section.splitlines()[line + 1]
+    assert "live_mappings=0" in section.splitlines()[line]
+    assert "no zap" in why and "next access faults" not in why
+
+
+def test_a_window_in_which_nothing_was_lost_does_not_say_it_was_not_restored():
+    text = explain(shipped("dmabuf-no-move-notify"))
+    assert "not restored" not in text and "no translation was lost in them" in text
+
+
+def test_a_buffer_pinned_into_gtt_holds_no_vram():
+    from sim.inspect.compare import comparison_table
+    runs = [shipped(v) for v in ("peermem", "dmabuf-no-move-notify", "dmabuf-pinned")]
+    table = comparison_table(runs).set_index("variant")
+    gib = 1 << 30
+    assert table.loc["dmabuf-no-move-notify", "gpu_pinned_bytes"] == 0                 # its VRAM is free
+    assert table.loc["dmabuf-no-move-notify", "pinned_bytes"] == 2 * gib                # pinned, in system memory
+    assert table.loc["dmabuf-pinned", "gpu_pinned_bytes"] == table.loc["peermem", "gpu_pinned_bytes"] == gib
+
+
+def test_a_dynamic_registration_on_a_static_exporter_says_it_never_moves_in_run_and_explain():
+    """nv_dma_buf has no pin op: a dynamic importer's buffer never moves (no move_notify)."""
+    scn = Scenario.model_validate({
+        "schema": 1, "name": "static", "seed": 1,
+        "nodes": [{"name": "a", "gpus": [{"preset": "h200", "memory": "8GiB"}]}, {"name": "b"}],
+        "buffers": [{"name": "src", "on": "a.gpu0", "size": "1MiB", "register": "dmabuf"},
+                    {"name": "dst", "on": "b.host", "size": "1MiB"}],
+        "workload": [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["64KiB"], "iterations": 20}]})
+    result = run_scenario(scn, trace=True)
+    events = result.events
+    outcome = events.loc[events["kind"] == "registration", "outcome"].item()
+    assert "static" in outcome and "never" in outcome
+    note = _section(explain(result), "src").splitlines()[2]
+    assert "static" in note and "may move" not in note
