@@ -198,14 +198,21 @@ def test_a_continuation_must_follow_its_stream():
             list(solve([Server("a")], groups))
 
 
-@SETTINGS
-@given(data=st.data())
-def test_shared_servers_equal_the_event_engine(data):
+def shared_pipelines(data) -> tuple[list[Server], list[Group]]:
+    """One to three servers claimed from two to six positions of one or two groups (gates, side chains, drawn
+    delays)."""
     count = data.draw(st.integers(1, 3))
     positions = data.draw(st.lists(st.integers(0, count - 1), min_size=2, max_size=6))
     servers = [Server(f"s{i}") for i in range(count)]
     groups = [data.draw(group(positions, gate=data.draw(st.booleans()), fork=data.draw(st.booleans()), wait=False))
               for _ in range(data.draw(st.integers(1, 2)))]
+    return servers, groups
+
+
+@SETTINGS
+@given(data=st.data())
+def test_shared_servers_equal_the_event_engine(data):
+    servers, groups = shared_pipelines(data)
     note([{name: d(0, g.ops).tolist() for name, d in g.draws.items()} for g in groups])
     assert solve_all(servers, groups, 11) == run_events(servers, groups, 11)
 

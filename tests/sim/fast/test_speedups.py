@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from sim.fast import ALL, NONE, Server, Speedups, Unsolvable, solve
-from test_pipelines import group
+from test_pipelines import group, shared_pipelines
 from tests.properties import examples
 
 SETTINGS = settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -46,11 +46,7 @@ def same_with_every_setting(servers, groups, block: int) -> None:
 @given(data=st.data())
 def test_shared_servers_give_one_answer_with_or_without_accelerations(data):
     """Shared servers (merged claims), drawn delays, gates and side chains, in blocks of several sizes."""
-    count = data.draw(st.integers(1, 3))
-    positions = data.draw(st.lists(st.integers(0, count - 1), min_size=2, max_size=6))
-    servers = [Server(f"s{i}") for i in range(count)]
-    groups = [data.draw(group(positions, gate=data.draw(st.booleans()), fork=data.draw(st.booleans()), wait=False))
-              for _ in range(data.draw(st.integers(1, 2)))]
+    servers, groups = shared_pipelines(data)
     same_with_every_setting(servers, groups, data.draw(st.sampled_from([16, 64, 1024])))
 
 
