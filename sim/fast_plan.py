@@ -442,7 +442,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
     work, src, dst = end.work, end.src, end.dst
     if work.duration is not None and moves:
         raise Unsolvable(f"a buffer that workload '{work.name or work.kind}', which runs for a duration, reads from "
-                         "moves: where its posting stops then depends on the re-solve")
+                         "moves or takes a page fault: where its posting stops then depends on the re-solve")
     timed = {} if work.duration is None else {"posts_while": partial(still_posting, duration_ps=work.duration)}
     qp, peer = data_path_qp(src.qp, dst.qp), dst.qp
     holds = tuple((m.zapped_ps, m.ready_ps) for m in moves if m.ready_ps is not None)

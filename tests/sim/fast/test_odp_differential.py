@@ -110,3 +110,13 @@ def test_a_fault_the_devices_odp_capabilities_refuse_is_left_to_the_event_engine
         node["nic"]["preset"] = "connectx6"
     data["fabric"]["rate"] = "200Gb/s"
     falls_back(data, r"completes in error \(IBV_WC_LOC_PROT_ERR\)", "completes in error (IBV_WC_LOC_PROT_ERR)")
+
+
+def test_a_duration_run_whose_source_faults_is_left_to_the_event_engine():
+    """perftest -D over an ODP source that faults: where its posting stops would depend on the re-solve after the
+    fault, which the vectorized core does not follow for a duration; the event engine runs it."""
+    data = odp_stream()
+    del data["workload"][0]["iterations"]
+    data["workload"][0]["duration"] = "200us"
+    says = "reads from moves or takes a page fault"
+    falls_back(data, says, says)
