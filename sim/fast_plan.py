@@ -309,8 +309,10 @@ def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, reached:
                 raise _Crawling(sum(short) // len(short))
         if rows is not None:
             rows(k, size, piece)
-            piece = replace(piece, lo=piece.lo + len(piece.post) - 1, post=piece.post[-1:], done=piece.done[-1:],
-                            marks={label: v[-1:] for label, v in piece.marks.items()})
+            # Copies: a view of the block's last operation would keep the whole block's arrays alive.
+            piece = replace(piece, lo=piece.lo + len(piece.post) - 1, post=piece.post[-1:].copy(),
+                            done=piece.done[-1:].copy(),
+                            marks={label: v[-1:].copy() for label, v in piece.marks.items()})
         yield (k, size), piece
 
 
