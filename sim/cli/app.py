@@ -141,7 +141,7 @@ def run(scenario: ScenarioPath,
         variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
     trace = trace_window or trace  # a window implies --trace
     with _refused(ConfigError):
-        check_budget(scenario, variants, memory_budget, bool(trace))
+        guards = check_budget(scenario, variants, memory_budget, bool(trace))
         check_engine(scenario, spec, variants, engine is not None, bool(trace))
     counts = [total_operations(v) for _, v in variants]
     operations = None if None in counts else sum(counts)
@@ -155,7 +155,8 @@ def run(scenario: ScenarioPath,
     with progress_bar(stderr(), spec.name, operations, quiet) as advance:
         for name, variant in variants:
             try:
-                results.append(run_scenario(variant, seed, progress=advance, variant=name, trace=trace, notice=say))
+                results.append(run_scenario(variant, seed, progress=advance, variant=name, trace=trace, notice=say,
+                                            before_fallback=guards.get(name)))
             except SimError as exc:
                 label = "" if name == "base" else f" variant '{name}'"
                 failures.append(f"{scenario}:{label} run failed: {exc}")

@@ -34,15 +34,20 @@ MemoryBudgetOption = Annotated[Optional[str], typer.Option(
                             "memory available now).", metavar="SIZE", callback=memory_budget)]
 
 
-def check_budget(scenario, variants, budget_bytes: int | None, trace: bool) -> None:
+def check_budget(scenario, variants, budget_bytes: int | None, trace: bool) -> dict:
     """Check, before simulating ``variants``, that their estimated memory fits ``--memory-budget`` (bytes;
-    default: the memory available now).
+    default: the memory available now); return, per variant admitted on the vectorized core's estimate alone, the
+    check to make should ``auto`` hand it to the event engine (:func:`sim.engine.budget.check_fallback`).
 
     :raises ConfigError: it does not, located at the key that drives the estimate.
     """
+    from functools import partial
+
     from sim.engine import budget
 
-    budget.check(str(scenario), variants, budget.available_memory() if budget_bytes is None else budget_bytes, trace)
+    limit = budget.available_memory() if budget_bytes is None else budget_bytes
+    need = budget.check(str(scenario), variants, limit, trace)
+    return {name: partial(budget.check_fallback, name, v, limit) for name, v in variants if name in need.guarded}
 
 
 def check_engine(scenario, spec, variants, forced: bool, trace: bool = False) -> None:

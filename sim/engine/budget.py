@@ -13,7 +13,7 @@ the comparison table and the latency CDF).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from sim.core.errors import ConfigError, SimError
@@ -67,6 +67,9 @@ class Estimate:
     operations: int
     key: tuple[str | int, ...]
     """Path of the key whose value contributes most (e.g. ``("workload", 0, "iterations")``)."""
+    guarded: frozenset[str] = frozenset()
+    """Variants (``engine: auto``) that fit only on the vectorized core's estimate: if the core hands one to the
+    event engine at run time, :func:`check_fallback` checks the budget again first."""
 
 
 def _driver(work, index: int) -> tuple[str | int, ...]:
@@ -86,9 +89,9 @@ def _engines(scenario: Scenario) -> set[str]:
     return {"fast"} if scenario.engine == "fast" else {"fast", "event"}
 
 
-def _peak(scenario: Scenario, trace: bool) -> dict[tuple, int]:
-    """Bytes one variant holds at its peak while it runs (``trace``: on the event engine, which records it),
-    by the key that drives each part."""
+def _peak(scenario: Scenario, trace: bool, fast: bool = False) -> dict[tuple, int]:
+    """Bytes one variant holds at its peak while it runs (``trace``: on the event engine, which records it;
+    ``fast``: on the vectorized core alone), by the key that drives each part."""
     from sim.scenario.events import ManagedJobEvent
     from sim.scenario.horizon import stream_operations
 
@@ -97,13 +100,14 @@ def _peak(scenario: Scenario, trace: bool) -> dict[tuple, int]:
     def add(key: tuple, nbytes: int) -> None:
         parts[key] = parts.get(key, 0) + nbytes
 
-    engines = {"event"} if trace else _engines(scenario)
+    engines = {"event"} if trace else {"fast"} if fast else _engines(scenario)
+    resolved = scenario.events or any(b.registration == "odp" for b in scenario.buffers)  # moves, faults: re-solves
     for i, work in enumerate(scenario.workload):
         stream = max(stream_operations(scenario, work)) * work.streams()
         options = [stream * LATENCY_BYTES_PER_OP if work.kind.endswith("_lat") else 0]
         if "event" in engines:
             options.append(stream * EVENT_BYTES_PER_OP)
-        if "fast" in engines and scenario.events:  # every workload's solve is held at once
+        if "fast" in engines and resolved:  # every workload's solve is held at once
             options.append(stream * len(work.size_list()) * HELD_SOLVE_BYTES_PER_OP)
         add(_driver(work, i), max(options))
     if scenario.data:
@@ -133,12 +137,14 @@ def _kept(scenario: Scenario, compared: bool, trace: bool) -> dict[tuple, int]:
     return parts
 
 
-def estimate(variants: list[tuple[str, Scenario]], trace: bool = False) -> Estimate:
+def estimate(variants: list[tuple[str, Scenario]], trace: bool = False,
+             fast: frozenset[str] = frozenset()) -> Estimate:
     """The memory and work of running every variant and writing their results (see the module's text);
-    ``trace``: the runs record a trace (``--trace``), kept for every variant until it is written."""
+    ``trace``: the runs record a trace (``--trace``), kept for every variant until it is written; ``fast``: the
+    variants counted on the vectorized core alone."""
     from sim.scenario.horizon import stream_operations
 
-    peaks = [_peak(v, trace) for _, v in variants]
+    peaks = [_peak(v, trace, name in fast) for name, v in variants]
     kept: dict[tuple, int] = {}
     for _, scenario in variants:
         for key, nbytes in _kept(scenario, len(variants) > 1, trace).items():
@@ -205,6 +211,9 @@ def check(file: str, variants: list[tuple[str, Scenario]], budget: int, trace: b
     short = over_budget(need, budget)
     if short is None:
         return need
+    lean = _on_the_vectorized_core(variants, budget, trace)
+    if lean is not None:
+        return lean
     from sim.scenario.yaml_reader import error_at, load_yaml
 
     reason = f"{short}; --memory-budget SIZE sets the budget"
@@ -213,3 +222,28 @@ def check(file: str, variants: list[tuple[str, Scenario]], budget: int, trace: b
     except ConfigError:  # the file changed since it was validated: say where without a line
         raise ConfigError(reason, file=file, key=".".join(map(str, need.key))) from None
     raise error_at(positions, need.key, reason, file)
+
+
+def _on_the_vectorized_core(variants: list[tuple[str, Scenario]], budget: int, trace: bool) -> Estimate | None:
+    """The estimate counting on the vectorized core the ``engine: auto`` variants it takes as far as it tells
+    without solving (:func:`sim.fast_plan.fast_refusal`), when that fits ``budget``; None otherwise."""
+    from sim.fast_plan import fast_refusal
+
+    if trace:
+        return None
+    fast = frozenset(name for name, v in variants if v.engine == "auto" and fast_refusal(v) is None)
+    lean = estimate(variants, trace, fast) if fast else None
+    if lean is None or over_budget(lean, budget):
+        return None
+    return replace(lean, guarded=fast)
+
+
+def check_fallback(name: str, scenario: Scenario, budget: int) -> None:
+    """Before variant ``name``, admitted on the vectorized core's estimate (:attr:`Estimate.guarded`), runs on the
+    event engine after all: check that the event engine's run fits ``budget`` bytes.
+
+    :raises OverBudget: it does not.
+    """
+    short = over_budget(estimate([(name, scenario.model_copy(update={"engine": "event"}))]), budget)
+    if short:
+        raise OverBudget(f"on the event engine the {short}; --memory-budget SIZE sets the budget")

@@ -55,13 +55,15 @@ ENGINES = {"event": "event engine", "fast": "vectorized core"}
 
 def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress | None = None,
                  *, trace: bool = False, variant: str = "base",
-                 notice: Callable[[str], None] | None = None) -> RunResult:
+                 notice: Callable[[str], None] | None = None,
+                 before_fallback: Callable[[], None] | None = None) -> RunResult:
     """Simulate every workload of ``scenario`` (with its events) and return its tables.
 
     ``scenario.engine`` picks the engine: ``fast`` and ``auto`` (the default) hand the run to
     :mod:`sim.fast_plan`; when ``auto`` cannot use it, the event engine runs. ``notice`` (default: a line on
     stderr) is told in one line which engine ran the workloads and, when ``auto`` fell back, why
-    (:func:`engine_notice`); the result records both (``engine``, ``fallback``).
+    (:func:`engine_notice`); the result records both (``engine``, ``fallback``). ``before_fallback`` is called
+    before the event engine runs a variant ``auto`` handed over (it may refuse it: a memory budget).
 
     :raises sim.engine.build.RegistrationFailed: a buffer could not be registered.
     """
@@ -72,6 +74,8 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
         if not isinstance(result, Declined):
             return _told(result, notice)
         fallback = result.reason
+        if before_fallback is not None:
+            before_fallback()
     result = _run_events(scenario, seed, progress, trace, variant)
     return _told(replace(result, fallback=fallback), notice)
 

@@ -139,3 +139,34 @@ def test_explain_checks_the_memory_estimate_of_its_traced_run(tmp_path):
     refused = CliRunner().invoke(app, ["explain", str(path), "--memory-budget", "64MiB"])
     assert refused.exit_code == 2 and refused.stderr.startswith(f"{path}:11:69 ")
     assert "workload[0].iterations: run needs about" in refused.stderr and "(budget 64.0MiB)" in refused.stderr
+
+
+def test_auto_is_counted_on_the_vectorized_core_when_only_that_fits(tmp_path):
+    """A run ``auto`` gives the vectorized core (its up-front checks pass) is estimated on that core when the event
+    engine's estimate would not fit the budget, and runs."""
+    path, variants = _variants(tmp_path, engine="auto", size="4KiB", iterations=10**6)
+    event, fast = estimate(variants), estimate(variants, fast=frozenset({"base"}))
+    assert fast.bytes < event.bytes
+    budget = f"{(fast.bytes + event.bytes) // 2}B"
+    result = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "out"), "-q", "--memory-budget", budget])
+    assert result.exit_code == 0, result.output
+    assert "vectorized core ran" in result.stderr
+
+
+def test_a_run_handed_to_the_event_engine_is_checked_against_the_budget_again(tmp_path):
+    """send_bw with 4 receives posted ahead passes the vectorized core's up-front checks, which hands it to the event
+    engine once solving shows RNR NAKs may occur: with a budget only the vectorized core's estimate fits, the
+    event engine's run is refused then, in one line, and nothing is written."""
+    path, variants = _variants(tmp_path, engine="auto", size="4KiB", iterations=10**6,
+                               extra="")
+    text = path.read_text().replace("kind: write_bw", "kind: send_bw").replace("qps: 1", "qps: 1, rx_depth: 4")
+    path.write_text(text)
+    variants = load_scenario_variants(path)[2]
+    event, fast = estimate(variants), estimate(variants, fast=frozenset({"base"}))
+    budget = f"{(fast.bytes + event.bytes) // 2}B"
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", str(path), "--out", str(out), "-q", "--memory-budget", budget])
+    assert result.exit_code == 1
+    refused = [line for line in result.stderr.splitlines() if "run failed" in line]
+    assert len(refused) == 1 and "on the event engine the run needs about" in refused[0]
+    assert not out.exists()
