@@ -47,7 +47,7 @@ def check_budget(scenario, variants, budget_bytes: int | None, trace: bool) -> d
 
     limit = budget.available_memory() if budget_bytes is None else budget_bytes
     need = budget.check(str(scenario), variants, limit, trace)
-    return {name: partial(budget.check_fallback, name, v, limit) for name, v in variants if name in need.guarded}
+    return {name: partial(budget.check_fallback, name, variants, need.guarded, limit) for name in need.guarded}
 
 
 def check_engine(scenario, spec, variants, forced: bool, trace: bool = False) -> None:

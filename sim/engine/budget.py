@@ -229,21 +229,23 @@ def _on_the_vectorized_core(variants: list[tuple[str, Scenario]], budget: int, t
     without solving (:func:`sim.fast_plan.fast_refusal`), when that fits ``budget``; None otherwise."""
     from sim.fast_plan import fast_refusal
 
-    if trace:
+    if trace:  # a trace is recorded by the event engine
         return None
     fast = frozenset(name for name, v in variants if v.engine == "auto" and fast_refusal(v) is None)
-    lean = estimate(variants, trace, fast) if fast else None
+    lean = estimate(variants, fast=fast) if fast else None
     if lean is None or over_budget(lean, budget):
         return None
     return replace(lean, guarded=fast)
 
 
-def check_fallback(name: str, scenario: Scenario, budget: int) -> None:
-    """Before variant ``name``, admitted on the vectorized core's estimate (:attr:`Estimate.guarded`), runs on the
-    event engine after all: check that the event engine's run fits ``budget`` bytes.
+def check_fallback(name: str, variants: list[tuple[str, Scenario]], guarded: frozenset[str], budget: int) -> None:
+    """Before variant ``name`` of ``variants``, admitted on the vectorized core's estimate (``guarded``:
+    :attr:`Estimate.guarded`), runs on the event engine after all: check that the whole run, that variant on the
+    event engine, still fits ``budget`` bytes (the variants finished before it are held until the results are
+    written).
 
     :raises OverBudget: it does not.
     """
-    short = over_budget(estimate([(name, scenario.model_copy(update={"engine": "event"}))]), budget)
+    short = over_budget(estimate(variants, fast=guarded - {name}), budget)
     if short:
         raise OverBudget(f"on the event engine the {short}; --memory-budget SIZE sets the budget")
