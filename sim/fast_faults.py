@@ -34,12 +34,11 @@ class Unfollowed(Exception):
 
 
 class Access(NamedTuple):
-    """An access of a stream through an ODP MR: when it reaches its check (ps), the stream (its index), and the
-    MR's range."""
+    """An access of a stream through an ODP MR: when it reaches its check (ps), the stream (its index), and its
+    bytes (from the stream's :attr:`Source.offset` in the MR)."""
 
     at_ps: int
     stream: int
-    offset: int
     length: int
 
 
@@ -104,7 +103,7 @@ class FaultScan:
         if len(times):
             at = int(np.min(times))
             if (self.found is None or at < self.found.at_ps) and backing.lookup(at, offset, length) is not None:
-                self.found = Access(at, key[0], offset, length)
+                self.found = Access(at, key[0], length)
 
     def make(self, access: Access) -> int:
         """The NIC's access at its time on the testbed, as the event engine makes it (its device's ODP
@@ -113,7 +112,7 @@ class FaultScan:
         :raises Unfollowed: the access completes in error instead.
         """
         source = self.sources[access.stream]
-        answer = gated_translate(source.qp, source.mr, source.need, access.at_ps, access.offset, access.length)
+        answer = gated_translate(source.qp, source.mr, source.need, access.at_ps, source.offset, access.length)
         if not isinstance(answer, Fault):
             raise Unfollowed(f"buffer '{source.buffer}': the access at {format_time(access.at_ps)} "
                              + (f"completes in error ({answer.ibv_name})" if answer is not None else
