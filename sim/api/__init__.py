@@ -17,6 +17,7 @@ The layer underneath is :mod:`models.verbs` (``ibv_*`` free functions with rdma-
 adds objects, their lifetimes and the clock (:mod:`sim.api.testbed`).
 """
 
+from models.gpu.device_memory import GpuOutOfMemory
 from models.nic.wqe import Access, Opcode, QpState, SendFlags, WcFlags, WcOpcode, WcStatus
 from models.verbs.advise import IBV_ADVISE_MR_FLAG_FLUSH as ADVISE_MR_FLAG_FLUSH
 from models.verbs.advise import AdviseMrAdvice
@@ -46,5 +47,5 @@ __all__ = [
     "Access", "Opcode", "QpState", "QpType", "QpAttrMask", "PathMtu", "WcStatus", "WcOpcode", "WcFlags",
     "AdviseMrAdvice", "ADVISE_MR_FLAG_FLUSH",
     "REREG_CHANGE_TRANSLATION", "REREG_CHANGE_PD", "REREG_CHANGE_ACCESS",
-    "SimError", "VerbsError", "ConfigError", "ProtocolError", "DeadlockError", "ArgumentTypeError",
+    "SimError", "VerbsError", "ConfigError", "ProtocolError", "DeadlockError", "ArgumentTypeError", "GpuOutOfMemory",
 ]
