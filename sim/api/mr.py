@@ -126,8 +126,8 @@ class MR(Resource):
         if offset < 0 or length < 0:
             raise ProtocolError(f"{call}: offset {offset} and length {length} must not be negative")
         host, start = self.context.ctx.node.host, self.buf + offset
-        held = next((b for b in host.buffers.values() if b.addr <= start and start + length <= b.addr + b.size),
-                    None)
+        held = next((b for b in host.buffers.values() if b.name not in host.unmapped
+                     and b.addr <= start and start + length <= b.addr + b.size), None)
         if held is None or held.name not in host.data:
             raise ProtocolError(f"{call}: [{offset}, {offset + length}) from the MR's buf is not inside one buffer "
                                 "of the process's memory")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts
-from sim.api import Access, DmaBufMR, GpuOutOfMemory, MR, ProtocolError, Testbed, WcStatus
+from sim.api import Access, DmaBufMR, GpuOutOfMemory, HostMemory, MR, ProtocolError, Testbed, VerbsError, WcStatus
 from tests.sim.api.test_api import RW, rc_pair, write_wr
 
 EXPORT_RULES = json.loads((Path(__file__).parents[3] / "models/data/h200_dmabuf_export_rules.json").read_text())
@@ -155,3 +155,66 @@ def test_results_list_the_scripts_registrations(tmp_path):
     assert [(r["node"], r["location"], r["mode"], r["deregistered"]) for r in rows] == [
         ("a", "host", "pinned", False), ("b", "host", "pinned", False), ("a", "a.gpu0", "dmabuf", True)]
     assert rows[0]["register_us"] > 0 and rows[2]["bytes"] == 1 << 16
+
+
+def host_bed():
+    """A pair of RC QPs from node a, and a 64 KiB mapping of the script's own on node a (data mode)."""
+    bed = Testbed(["a", "b"])
+    (ctx_a, pd_a, cq, _, qp), (_, _, _, dst, _) = rc_pair(bed)
+    mem = HostMemory(ctx_a, 1 << 16)
+
+    def write(src, length=16):
+        qp.post_send(write_wr(src, dst, length, 1))
+        wc = cq.poll()[1][0]
+        return wc.status, wc.completed_ps - wc.posted_ps
+
+    return bed, pd_a, mem, dst, write
+
+
+def test_an_mr_registers_memory_the_script_mapped():
+    bed, pd_a, mem, dst, write = host_bed()
+    mr = MR(pd_a, mem.size, RW, address=mem.addr)
+    mem.write(b"from my mmap", 12)
+    assert write(mr)[0] is WcStatus.SUCCESS and dst.read(12, 0) == b"from my mmap" == mr.read(12, 0)
+
+
+def test_madvise_dontneed_zaps_an_odp_mr_and_the_nic_faults_in_the_new_zero_pages():
+    """MADV_DONTNEED on private anonymous memory: the next load finds zero-filled pages; the MMU notifier zaps the
+    ODP MR's pages (ib_umem_odp's invalidate), so the NIC's next access faults the new pages in."""
+    bed, pd_a, mem, dst, write = host_bed()
+    odp = MR(pd_a, mem.size, RW | Access.ON_DEMAND, address=mem.addr)
+    mem.write(b"old bytes", 9)
+    write(odp, 9)
+    status, warm = write(odp, 9)
+    assert status is WcStatus.SUCCESS and dst.read(9, 0) == b"old bytes"
+    mem.madvise_dontneed()
+    assert mem.read(9) == bytes(9)
+    status, refaulted = write(odp, 9)
+    assert status is WcStatus.SUCCESS and refaulted > warm and dst.read(9, 0) == bytes(9)
+
+
+def test_madvise_dontneed_under_a_pinned_mr_is_refused_by_name():
+    bed, pd_a, mem, dst, write = host_bed()
+    MR(pd_a, 4096, RW, address=mem.addr + 8192)
+    with pytest.raises(ProtocolError, match="pins part of the range"):
+        mem.madvise_dontneed()
+    mem.madvise_dontneed(0, 8192)  # the range outside the pin is fine
+
+
+def test_munmap_leaves_a_pinned_mr_its_pages_and_an_odp_mr_nothing():
+    """After munmap a pinned MR still reaches the pages it pinned (the pin holds them until ibv_dereg_mr); an ODP
+    MR's next access faults on an unmapped range and fails (hmm_range_fault's -EFAULT: IBV_WC_LOC_PROT_ERR);
+    registering the range again is EFAULT (pin_user_pages)."""
+    bed, pd_a, mem, dst, write = host_bed()
+    pinned = MR(pd_a, 4096, RW, address=mem.addr)
+    odp = MR(pd_a, 4096, RW | Access.ON_DEMAND, address=mem.addr + 4096)
+    mem.write(b"pinned", 6)
+    write(odp)
+    mem.close()
+    assert write(pinned, 6)[0] is WcStatus.SUCCESS and dst.read(6, 0) == b"pinned"
+    assert write(odp)[0] is WcStatus.LOC_PROT_ERR
+    with pytest.raises(VerbsError) as info:
+        MR(pd_a, 4096, RW, address=mem.addr)
+    assert info.value.errno == "EFAULT"
+    with pytest.raises(ProtocolError):
+        mem.read(1)
