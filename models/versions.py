@@ -173,6 +173,13 @@ class KernelBehaviour:
         return self.version >= _v("6.12")
 
     @property
+    def has_reg_mr_ioctl(self) -> bool:
+        """``UVERBS_METHOD_REG_MR`` and DMA handles (``UVERBS_OBJECT_DMAH``) exist (6.17+: "RDMA/core: Introduce a
+        DMAH object and its alloc/free APIs", d83edab562a4, sent to rdma-next in July 2025 with rdma-core PR
+        #1623)."""
+        return self.version >= _v("6.17")
+
+    @property
     def has_revoke(self) -> bool:
         """``ib_umem_dmabuf_revoke`` exists (6.12+)."""
         return self.version >= _v("6.12")
@@ -234,6 +241,8 @@ RDMA_CORE_DMABUF = _v("34")
 RDMA_CORE_MLX5DV_DMABUF = _v("54")
 """The first rdma-core whose providers/mlx5/libmlx5.map exports ``mlx5dv_reg_dmabuf_mr`` (MLX5_1.25, v54.0)."""
 RDMA_CORE_DM_DMABUF = _v("62")
+RDMA_CORE_REG_MR_EX = _v("59")
+"""The first rdma-core with ``ibv_reg_mr_ex`` and ``ibv_alloc_dmah`` (libibverbs.map.in IBVERBS_1.15, v59.0)."""
 NVIDIA_DMABUF_EXPORT = _v("515")
 NVIDIA_PCIE_MAPPING = _v("570")
 """The NVIDIA branch of CUDA 12.8, which brings ``CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE``."""

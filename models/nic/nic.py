@@ -128,6 +128,9 @@ class NicParams:
     dmabuf_revocable: bool = False
     """A ``pinned`` importer imports dma-bufs revocably from 7.1, as irdma does
     (``ib_umem_dmabuf_get_pinned_revocable_and_lock``): a revocation invalidates the key in hardware."""
+    pcie_tph: bool = False
+    """PCIe TPH steering tags work (``mlx5_st_create`` finds the ``mkey_pcie_tph`` capability, the device's TPH
+    capability and an OS that enables it); without them a DMA handle naming a CPU is ``EOPNOTSUPP``."""
 
 
 class Nic:

@@ -75,8 +75,8 @@ def mr_bytes(mr, addr: int, length: int) -> np.ndarray:
     offset = addr - mr.iova
     reached = mr.backing.reached_bytes(mr) if mr.backing is not None else None
     if reached is None:
-        host = mr.pd.context.node.host
-        buf = next(b for b in host.buffers.values() if b.addr <= addr < b.addr + host.mapped_length(b))
+        host, va = mr.pd.context.node.host, mr.addr + offset
+        buf = next(b for b in host.buffers.values() if b.addr <= va < b.addr + host.mapped_length(b))
         reached = host.data[buf.name], mr.addr - buf.addr
     array, base = reached
     return array[base + offset: base + offset + length]

@@ -55,6 +55,8 @@ class MemoryRegion:
     """rdma-core's ``IBV_MR_TYPE_MR`` or ``IBV_MR_TYPE_DMABUF_MR`` (``"DMABUF_MR"``)."""
     page_size: int = PAGE_SIZE
     """Bytes one of its translation entries covers (:func:`~models.ib.mkey_page.mkey_page_size`)."""
+    dmah: object = None
+    """The DMA handle it was registered with (:class:`~models.verbs.dmah.DmaHandle`, ``ibv_reg_mr_ex``), or None."""
 
     def __post_init__(self) -> None:
         self._bits = int(self.access)
@@ -82,24 +84,27 @@ class MemoryRegion:
                 and (self._bits & needed) == needed)
 
 
-def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> MemoryRegion:
+def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access, iova: int | None = None,
+               *, call: str = "ibv_reg_mr") -> MemoryRegion:
     """Register host memory: check like rdma-core and ``ib_umem_get``, pin the pages, create the keys. Mappings
-    are whole pages (:meth:`~models.host.HostMemory.mapped_length`): any part of a mapped page registers.
+    are whole pages (:meth:`~models.host.HostMemory.mapped_length`): any part of a mapped page registers. With
+    ``iova`` (``ibv_reg_mr_iova``) the keys are used with that address for the memory at ``addr``.
 
     With ``ON_DEMAND`` nothing is pinned and no page is looked at: the NIC faults pages in on first touch (ODP,
     :mod:`models.ib.umem_odp`); address 0 with length ``SIZE_MAX`` registers an implicit ODP MR over the whole
     address space (:mod:`models.ib.implicit_odp`).
 
     :raises VerbsError: ``EINVAL`` for length 0, overflow or REMOTE_WRITE/REMOTE_ATOMIC without
-        LOCAL_WRITE or access bits outside IB_ACCESS_SUPPORTED; ``EOPNOTSUPP`` for ON_DEMAND on a device without
+        LOCAL_WRITE or access bits outside IB_ACCESS_SUPPORTED, or an ``iova`` whose offset in its page is not
+        ``addr``'s (``ib_uverbs_reg_mr``); ``EOPNOTSUPP`` for ON_DEMAND on a device without
         ODP or FLUSH rights on a device without flush; ``EFAULT`` for a range beyond the process's mappings;
         ``ENOMEM`` past RLIMIT_MEMLOCK; for ON_DEMAND, ``EOVERFLOW`` for overflow and ``EINVAL`` for an implicit
         MR on a device without implicit ODP.
     """
-    call = "ibv_reg_mr"
     access = Access(access)
     nic = pd.context.node.nic
-    access = check_reg_args(pd.context.node, addr, length, access, call)
+    check_iova_page_offset(addr, addr if iova is None else iova, call)
+    access = check_reg_args(pd.context.node, addr, length, access, call, iova)
     check_max_mr_size(nic.params.max_mr_size, length, call)
     if isinstance(backing := _odp_backing(pd, addr, length, access), ImplicitOdpBacking):
         return _reg_implicit_mr(pd, access, backing, call)
@@ -115,7 +120,7 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
             return REG_MR_FIXED_PS + pinned[0] + umem_map_ps(nic.params.umr, entries), None
         return REG_MR_FIXED_PS + mlx5_ib_init_odp_mr(pd.context.node, backing, length, pd.context.env.now), backing
 
-    mr = reg_create(pd, addr, length, access, umem, call, page=page)
+    mr = reg_create(pd, addr, length, access, umem, call, page=page, iova=iova)
     cost = mr.reg_ps - REG_MR_FIXED_PS
     if backing is None:
         host = pd.context.node.host
@@ -125,6 +130,16 @@ def ibv_reg_mr(pd: ProtectionDomain, addr: int, length: int, access: Access) -> 
         mapped = int(backing.mapped.sum())
         trace_registration(mr, call, ("mlx5_ib_init_odp_mr", cost, {"pages": mapped}) if cost else None, mapped)
     return mr
+
+
+def check_iova_page_offset(addr: int, iova: int, call: str) -> None:
+    """``ib_uverbs_reg_mr`` and the ``REG_MR`` ioctl: the iova must sit at the same offset in its page as the
+    address it stands for (``(start & ~PAGE_MASK) != (hca_va & ~PAGE_MASK)`` -> EINVAL).
+
+    :raises VerbsError: ``EINVAL``.
+    """
+    if addr % PAGE_SIZE != iova % PAGE_SIZE:
+        raise VerbsError("EINVAL", f"iova 0x{iova:x} and address 0x{addr:x} have different page offsets", call=call)
 
 
 def umem_map_ps(umr: UmrParams, entries: int, *, release: bool = False) -> int:
@@ -215,6 +230,8 @@ def ibv_dereg_mr(mr: MemoryRegion) -> int:
     node = mr.pd.context.node
     mr.valid = mr.registered = False
     mr.pd.usecnt -= 1
+    if mr.dmah is not None:
+        mr.dmah.usecnt -= 1
     node.nic.mrs.pop(mr.lkey, None)  # gone already after a NIC reset
     if not isinstance(mr.backing, ImplicitOdpBacking):
         node.nic.release_translations(mr.mtt_entries)
@@ -239,6 +256,9 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     if mr.mr_type != "MR":
         raise VerbsError("EINVAL", f"only IBV_MR_TYPE_MR can be re-registered, not {mr.mr_type} "
                          "(IBV_REREG_MR_ERR_INPUT)", call=call)
+    if mr.dmah is not None and mr.dmah.ph is not None:
+        raise VerbsError("EOPNOTSUPP", "an MR registered with a DMA handle's processing hint cannot be "
+                         "re-registered (mlx5_ib_rereg_user_mr)", call=call)
     if not flags or flags & ~(REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS):
         raise VerbsError("EINVAL", f"flags {flags:#x}: need a combination of CHANGE_TRANSLATION, CHANGE_PD, "
                          "CHANGE_ACCESS", call=call)
@@ -272,7 +292,7 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     return REG_MR_FIXED_PS + cost
 
 
-def check_reg_args(node: Node, addr: int, length: int, access: Access, call: str) -> Access:
+def check_reg_args(node: Node, addr: int, length: int, access: Access, call: str, iova: int | None = None) -> Access:
     """The argument checks of registering host or peer memory on ``node``'s NIC, in the kernel's order:
     uverbs' :func:`ib_check_mr_access`, EFA's :func:`~models.ib.mr_checks.efa_alloc_mr`, then :func:`ib_umem_get`'s,
     or for an ON_DEMAND range mlx5's :func:`~models.ib.umem_odp.create_user_odp_mr`'s (not pinned, so it needs
@@ -281,7 +301,7 @@ def check_reg_args(node: Node, addr: int, length: int, access: Access, call: str
     if node.nic.params.device.vendor_id == EFA_VENDOR_ID:  # efa_reg_mr: efa_alloc_mr before ib_umem_get
         access = efa_alloc_mr(node.nic.params, access, call)
     if access & Access.ON_DEMAND:
-        create_user_odp_mr(node, addr, length, addr, call)
+        create_user_odp_mr(node, addr, length, addr if iova is None else iova, call)
     else:
         ib_umem_get(node.host, addr, length, call)
     return access

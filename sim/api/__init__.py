@@ -34,6 +34,7 @@ from sim.api.dm import DM, AllocDmAttr
 from sim.api.gpu import GPU, DmaBuf, GpuBuffer
 from sim.api.host import HostMemory
 from sim.api.mr import MR, DmaBufMR
+from sim.api.mr_ex import DMAHandle, DmaHandleInitAttr, MREx
 from sim.api.qp import QP, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR
 from sim.api.sge import SGE
 from sim.api.srq import SRQ, SrqAttr, SrqInitAttr
@@ -41,7 +42,8 @@ from sim.api.testbed import Testbed
 from sim.core import ConfigError, DeadlockError, ProtocolError, SimError, VerbsError
 
 __all__ = [
-    "Testbed", "Context", "PD", "MR", "DmaBufMR", "CQ", "CompChannel", "WC", "QP", "QPCap", "QPInitAttr", "QPAttr",
+    "Testbed", "Context", "PD", "MR", "DmaBufMR", "MREx", "DMAHandle", "DmaHandleInitAttr", "CQ", "CompChannel", "WC",
+    "QP", "QPCap", "QPInitAttr", "QPAttr",
     "AH", "AHAttr",
     "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqAttr", "SRQ_MAX_WR", "SRQ_LIMIT",
     "AsyncEvent", "AsyncEventType", "DM", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf", "HostMemory",

@@ -105,6 +105,10 @@ class NicSpec(Strict):
     """A pinned dma-buf importer (preset efa) that accepts revocation, as irdma does from kernel 7.1
     (ib_umem_dmabuf_get_pinned_revocable_and_lock): revoking exporters (VFIO) admit it, and a revocation
     invalidates its key in hardware (later accesses complete in error)."""
+    pcie_tph: bool = False
+    """The NIC and its root port support PCIe TLP Processing Hints with steering tags (mlx5's ``mkey_pcie_tph``
+    capability, the device's TPH capability, an OS that enables it): a DMA handle may then name a CPU
+    (``ibv_alloc_dmah``). Off by default: an assumption, as it depends on the platform."""
 
 
 class GpuSpec(Strict):

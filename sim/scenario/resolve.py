@@ -50,7 +50,8 @@ def nic_params(spec: NodeSpec) -> NicParams:
         "rx_process": "rx_process_ps", "rx_latency": "rx_latency_ps", "blueflame": "blueflame",
         "tx_engines": "tx_engines", "rx_engines": "rx_engines",
         "max_rd_atomic": "max_rd_atomic", "max_translations": "max_translations", "atomic": "atomic_ps"}),
-        "ignore_move_notify": nic.ignore_move_notify, "dmabuf_revocable": nic.dmabuf_revocable})
+        "ignore_move_notify": nic.ignore_move_notify, "dmabuf_revocable": nic.dmabuf_revocable,
+        "pcie_tph": nic.pcie_tph})
 
 
 def node_port(spec: NodeSpec) -> PortRate:
