@@ -331,7 +331,8 @@ def _managed() -> list[dict]:
     """Unified memory (:mod:`models.gpu.um_calibration`): every measured item replayed on the model."""
     cases = load_cases()
     notes = {"fit": "", "check": "not fitted", "empty": "the prefetcher completed it: nothing to migrate",
-             "edge": "a 64 MiB range: faults cost less there than the fit charges"}
+             "edge": "a 64 MiB range: faults cost less there than the fit charges",
+             "sparse": "sparser CPU reads miss a page-table line each: one cost per touch does not follow"}
     rows = []
     for case, r in zip(cases, compare_um(cases, UVM_PRESETS["h200"])):
         required = case.role == "fit"
