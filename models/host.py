@@ -6,7 +6,10 @@ with ``pin_user_pages`` (``ib_umem_get``), ``mlock`` and ``cudaHostRegister`` (w
 GPU) are measured beside it, each on 4 KiB pages, transparent huge pages (THP) and hugetlbfs 2 MiB pages, with the
 pages present (prefaulted) or faulted in by the pin. Each curve is ``fixed + per_GiB * (n / GiB) ** exponent``
 (:mod:`models.size_cost`). Huge pages make present-page pinning 5 to 6 times cheaper for ``pin_user_pages``
-(one folio per 2 MiB), barely change ``cudaHostRegister``, and halve the cost of faulting pages in.
+(one folio per 2 MiB), barely change ``cudaHostRegister``, and halve the cost of faulting pages in. Faulting pages
+in costs less per byte up to a knee (:class:`~models.size_cost.KneeCost`, one per page size): there the zeroed
+pages stay in the last-level cache, which spares 2 MiB pages 5 times their cost per byte and 4 KiB pages, whose
+per-page fault work stays, about 2 times.
 
 The backing also sets the registration's translation granularity: an MR over huge pages is written with one
 MTT entry per 2 MiB (``ib_umem_find_best_pgsz``), so it needs 512 times fewer entries and the NIC's
@@ -27,7 +30,7 @@ import numpy as np
 
 from sim.core import PS_PER_NS, SimError, VerbsError, format_size
 
-from models.size_cost import CallCost
+from models.size_cost import CallCost, KneeCost, fit_shared_knee
 
 
 DGX_H200_MEMORY = 2 * 2**40
@@ -39,37 +42,49 @@ PAGE_BACKINGS = {"4k": 4096, "thp": 2 * 2**20, "hugetlb": 2 * 2**20}
 PIN_PATHS = ("pin_user_pages", "mlock", "cudaHostRegister")
 """The measured ways of pinning host memory (``ibv_reg_mr`` takes ``pin_user_pages``)."""
 
-COLD_FIT_FROM = 128 * 2**20
-"""Pinning pages that must first be faulted in and zeroed is fitted from this size up: below it the zeroing
-stays in the last-level cache and costs up to 2 (4 KiB pages) to 4 (huge pages) times less per byte, which
-one curve does not follow, so smaller cold rows are reported, not required."""
-
-def pin_curve_holds(nbytes: int, prefaulted: bool) -> bool:
-    """Whether the pin curves are held to a measurement of this size (cold pins only from
-    :data:`COLD_FIT_FROM`)."""
-    return prefaulted or nbytes >= COLD_FIT_FROM
+FAULT_KNEES = tuple(m * 2**20 for m in range(1, 129))
+"""Knees tried for the fault-in cost (1 MiB steps to 128 MiB): below its knee, faulting pages in and zeroing them
+costs 2 (4 KiB pages) to 5 (2 MiB pages) times less per byte, the zeroed lines staying in the last-level cache."""
 
 
-PIN_PRESETS: dict[str, dict[tuple, CallCost]] = {
+def fit_fault_in(points: list[dict]) -> dict[tuple[str, str], KneeCost]:
+    """Per (path, backing), the cost of faulting pages in: cold minus prefaulted medians (``points`` as in
+    ``h200_host_pinning_pages.json``) fitted as a :class:`KneeCost`, one knee per page size for every path and
+    backing of that size (the same zeroing and page allocation behind each)."""
+    median = {(p["path"], p["pages"], p["prefaulted"], p["bytes"]): p["median_s"] for p in points}
+    keys = sorted({(p["path"], p["pages"]) for p in points})
+    out = {}
+    for page in sorted({PAGE_BACKINGS[pages] for _, pages in keys}):
+        mine = [k for k in keys if PAGE_BACKINGS[k[1]] == page]
+        curves = []
+        for key in mine:
+            sizes = sorted(n for (*k, pre, n) in median if tuple(k) == key and not pre)
+            curves.append((sizes, [median[(*key, False, n)] - median[(*key, True, n)] for n in sizes]))
+        _, fits = fit_shared_knee(curves, FAULT_KNEES)
+        out.update(zip(mine, fits))
+    return out
+
+
+PIN_PRESETS: dict[str, dict[tuple, CallCost | KneeCost]] = {
     "h200": {
         ("cudaHostRegister", "4k", True): CallCost(74_989_866, 42_429_093_422, 0.98),
-        ("cudaHostRegister", "4k", False): CallCost(0, 311_434_150_425, 1.0),
+        ("cudaHostRegister", "4k", False): KneeCost(210_787_880_793, 315_126_118_151, 4_194_304),
         ("cudaHostRegister", "hugetlb", True): CallCost(50_918_651, 28_115_157_388, 0.97),
-        ("cudaHostRegister", "hugetlb", False): CallCost(0, 188_081_941_780, 1.0),
+        ("cudaHostRegister", "hugetlb", False): KneeCost(32_458_333_260, 189_466_680_040, 13_631_488),
         ("cudaHostRegister", "thp", True): CallCost(81_526_472, 26_472_018_922, 0.98),
-        ("cudaHostRegister", "thp", False): CallCost(0, 184_489_319_845, 1.0),
+        ("cudaHostRegister", "thp", False): KneeCost(123_252_154_067, 189_351_234_671, 13_631_488),
         ("mlock", "4k", True): CallCost(823_277, 56_979_537_598, 1.02),
-        ("mlock", "4k", False): CallCost(0, 272_828_708_251, 1.0),
+        ("mlock", "4k", False): KneeCost(101_545_970_894, 260_911_334_170, 4_194_304),
         ("mlock", "hugetlb", True): CallCost(0, 154_929_362, 0.62),
-        ("mlock", "hugetlb", False): CallCost(0, 176_528_334_107, 1.0),
+        ("mlock", "hugetlb", False): KneeCost(32_584_537_342, 179_700_427_453, 13_631_488),
         ("mlock", "thp", True): CallCost(242_506, 383_810_595, 0.69),
-        ("mlock", "thp", False): CallCost(0, 179_626_156_020, 1.0),
+        ("mlock", "thp", False): KneeCost(57_029_095_248, 179_144_803_118, 13_631_488),
         ("pin_user_pages", "4k", True): CallCost(11_548_548, 20_931_597_857, 1.03),
-        ("pin_user_pages", "4k", False): CallCost(0, 354_509_393_032, 1.0),
+        ("pin_user_pages", "4k", False): KneeCost(165_650_455_819, 365_478_084_961, 4_194_304),
         ("pin_user_pages", "hugetlb", True): CallCost(341_771, 4_014_572_332, 0.99),
-        ("pin_user_pages", "hugetlb", False): CallCost(0, 191_073_739_285, 1.0),
+        ("pin_user_pages", "hugetlb", False): KneeCost(34_836_861_345, 193_567_787_034, 13_631_488),
         ("pin_user_pages", "thp", True): CallCost(10_233_677, 3_529_103_678, 1.0),
-        ("pin_user_pages", "thp", False): CallCost(0, 173_805_525_004, 1.0),
+        ("pin_user_pages", "thp", False): KneeCost(77_639_584_455, 181_603_880_127, 13_631_488),
         ("cudaHostRegister", "4k"): CallCost(51_377_515, 18_888_697_006, 0.95),
         ("cudaHostRegister", "hugetlb"): CallCost(25_705_416, 19_629_742_844, 0.97),
         ("cudaHostRegister", "thp"): CallCost(56_038_536, 19_237_965_466, 0.96),
@@ -120,13 +135,17 @@ class HostParams:
         page = PAGE_BACKINGS[self.pages]
         return -(-nbytes // page) * page
 
+    def fault_in(self, path: str | None = None) -> KneeCost:
+        """What faulting pages in costs a pin along ``path`` (default :attr:`pin_path`) on top of pinning them."""
+        return PIN_PRESETS[self.pin_preset][path or self.pin_path, self.pages, False]
+
     def pin_cost_ps(self, nbytes: int, *, prefaulted: bool | None = None, path: str | None = None) -> int:
         """Time to pin ``nbytes`` along ``path`` (default :attr:`pin_path`), faults included when not prefaulted."""
         curves, span = PIN_PRESETS[self.pin_preset], self._span(nbytes)
         key = (path or self.pin_path, self.pages)
         present = curves[(*key, True)].time_ps(span)
         return present if (self.prefaulted if prefaulted is None else prefaulted) else \
-            present + curves[(*key, False)].time_ps(span)
+            present + self.fault_in(path).time_ps(span)
 
     def unpin_cost_ps(self, nbytes: int, *, path: str | None = None) -> int:
         """Time to unpin ``nbytes`` pinned along ``path`` (default :attr:`pin_path`)."""

@@ -1,6 +1,7 @@
 """A measured call's cost as a curve of its size: ``fixed + per_GiB * (n / GiB) ** exponent``, and its fit.
 
-Used for GPU allocation calls (:mod:`models.gpu.alloc_cost`) and host pinning (:mod:`models.host`).
+Used for GPU allocation calls (:mod:`models.gpu.alloc_cost`) and host pinning (:mod:`models.host`), and
+:class:`KneeCost`, a cost per byte that changes at a size (faulting host pages in, :mod:`models.host`).
 """
 
 from __future__ import annotations
@@ -60,11 +61,51 @@ def fit_call_cost(nbytes, seconds, exponents=EXPONENTS) -> CallCost:
     return CallCost(round(fixed * PS_PER_S), round(per_gib * PS_PER_S), exponent)
 
 
-def fit_proportional(nbytes, seconds) -> CallCost:
-    """Fit a cost proportional to the size (no fixed part, exponent 1) by least squares of the relative error."""
-    x, t = np.asarray(nbytes, dtype=float) / GiB, np.asarray(seconds, dtype=float)
-    scaled = x / t
-    return CallCost(0, round(float(scaled.sum() / (scaled @ scaled)) * PS_PER_S), 1.0)
+@dataclass(frozen=True, slots=True)
+class KneeCost:
+    """Time of work on ``nbytes`` at one rate up to ``knee_bytes`` and another beyond (integer ps per GiB)."""
+
+    near_per_GiB_ps: int
+    """Cost per GiB of the first ``knee_bytes`` (ps)."""
+    far_per_GiB_ps: int
+    """Cost per GiB beyond ``knee_bytes`` (ps)."""
+    knee_bytes: int
+    """Size at which the rate changes (bytes)."""
+
+    def time_ps(self, nbytes: int) -> int:
+        """Time of the work on ``nbytes`` bytes (ps)."""
+        near = min(nbytes, self.knee_bytes)
+        return round((self.near_per_GiB_ps * near + self.far_per_GiB_ps * (nbytes - near)) / GiB)
+
+
+def fit_knee_cost(nbytes, seconds, knee_bytes: int) -> tuple[KneeCost, float]:
+    """Fit :class:`KneeCost` with its knee at ``knee_bytes`` by least squares of the relative error (each rate at
+    least 0); return it and its RMS relative error."""
+    n, t = np.asarray(nbytes, dtype=float), np.asarray(seconds, dtype=float)
+    design = np.stack([np.minimum(n, knee_bytes), np.maximum(n - knee_bytes, 0.0)], axis=1) / GiB
+    weight = 1.0 / t
+    rates, *_ = np.linalg.lstsq(design * weight[:, None], t * weight, rcond=None)
+    if rates.min() < 0:  # the constrained optimum keeps one rate alone
+        col = int(np.argmax(rates))
+        scaled = design[:, col] * weight
+        rates = np.zeros(2)
+        rates[col] = scaled @ (t * weight) / (scaled @ scaled)
+    rms = float(np.sqrt(np.mean(((design @ rates) * weight - 1.0) ** 2)))
+    return KneeCost(round(rates[0] * PS_PER_S), round(rates[1] * PS_PER_S), int(knee_bytes)), rms
+
+
+def fit_shared_knee(curves, knees) -> tuple[int, list[KneeCost]]:
+    """Fit :class:`KneeCost` to each of ``curves`` (pairs of sizes in bytes and times in seconds) with one knee for
+    all, the one of ``knees`` of least summed squared RMS relative error; return it and the curves' fits."""
+    best: tuple[float, int, list[KneeCost]] | None = None
+    for knee in knees:
+        fits = [fit_knee_cost(n, t, knee) for n, t in curves]
+        score = sum(rms ** 2 for _, rms in fits)
+        if best is None or score < best[0]:
+            best = (score, int(knee), [cost for cost, _ in fits])
+    if best is None:
+        raise ValueError("no knee to try")
+    return best[1], best[2]
 
 
 def spread_tolerance(point: dict, floor: float) -> float:

@@ -9,8 +9,10 @@ Per (path, page backing, prefaulted, size) the pin samples of every run are pool
 median, the spread their 10th and 90th percentiles; unpin times are the runs' medians pooled over both
 prefault states (unpinning does not depend on how the pages came in). Per (path, backing): the present-page pin
 curve and the unpin curve are :func:`models.size_cost.fit_call_cost` over 2 MiB .. 4 GiB; faulting the pages in
-adds a cost proportional to the size, fitted to cold minus prefaulted from ``models.host.COLD_FIT_FROM`` up
-(stored under ``prefaulted`` False).
+adds a cost per byte that rises past a knee, fitted to cold minus prefaulted at every size with one knee per
+page size (:func:`models.host.fit_fault_in`; stored under ``prefaulted`` False). The knee's range is the knees
+of ``models.host.FAULT_KNEES`` at which every cold point of that page size stays within its tolerance in
+``rdmasim calibrate`` (its 10-90 % spread, at least 30 %).
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from models.host import pin_curve_holds  # noqa: E402
-from models.size_cost import fit_call_cost, fit_proportional  # noqa: E402
+from models.host import FAULT_KNEES, PAGE_BACKINGS, fit_fault_in  # noqa: E402
+from models.size_cost import fit_call_cost, fit_knee_cost, spread_tolerance  # noqa: E402
 
 RAW = sorted((Path(__file__).parent / "raw").glob("h200_run*.json"))
 OUT = ROOT / "models" / "data" / "h200_host_pinning_pages.json"
@@ -47,21 +49,51 @@ def points(runs: list[dict]) -> list[dict]:
     return out
 
 
+def knee_ranges(rows: list[dict], pin: dict) -> dict[str, tuple[int, int, int]]:
+    """Per page size (``4KiB``, ``2MiB``): the fitted knee and the least and greatest of ``FAULT_KNEES`` at which,
+    the fault-in rates refitted there, every cold point stays within its tolerance (10-90 % spread, at least 30 %)."""
+    out = {}
+    for page in sorted({PAGE_BACKINGS[r["pages"]] for r in rows}):
+        cold = [r for r in rows if PAGE_BACKINGS[r["pages"]] == page and not r["prefaulted"]]
+        keys = sorted({(r["path"], r["pages"]) for r in cold})
+        warm = {(r["path"], r["pages"], r["bytes"]): r["median_s"] for r in rows if r["prefaulted"]}
+        good = []
+        for knee in FAULT_KNEES:
+            held = True
+            for key in keys:
+                mine = sorted((r for r in cold if (r["path"], r["pages"]) == key), key=lambda r: r["bytes"])
+                cost, _ = fit_knee_cost([r["bytes"] for r in mine],
+                                        [r["median_s"] - warm[(*key, r["bytes"])] for r in mine], knee)
+                held &= all(abs((warm[(*key, r["bytes"])] + cost.time_ps(r["bytes"]) / 1e12) / r["median_s"] - 1)
+                            <= spread_tolerance(r, 0.30) for r in mine)
+            if held:
+                good.append(knee)
+        if not good:
+            raise ValueError(f"no knee holds every cold point of {page}-byte pages within its tolerance")
+        fitted = pin[f"{keys[0][0]}|{keys[0][1]}|False"]["knee_bytes"]
+        out["4KiB" if page == 4096 else f"{page >> 20}MiB"] = (fitted, min(good), max(good))
+    return out
+
+
 def main() -> None:
     runs = [json.loads(p.read_text()) for p in RAW]
     rows = points(runs)
-    pin, unpin = {}, {}
+    pin, unpin, faults = {}, {}, fit_fault_in(rows)
     for path, pages in sorted({(r["path"], r["pages"]) for r in rows}):
-        warm, cold = ({r["bytes"]: r["median_s"] for r in rows
-                       if (r["path"], r["pages"], r["prefaulted"]) == (path, pages, state)} for state in (True, False))
-        present = fit_call_cost(list(warm), list(warm.values()))
-        big = [n for n in cold if pin_curve_holds(n, False)]
-        fault_in = fit_proportional(big, [cold[n] - warm[n] for n in big])
-        for prefaulted, cost in ((True, present), (False, fault_in)):
-            pin[f"{path}|{pages}|{prefaulted}"] = {"fixed_ps": cost.fixed_ps, "per_GiB_ps": cost.per_GiB_ps,
-                                                   "exponent": cost.exponent}
-            print(f'    ("{path}", "{pages}", {prefaulted}): CallCost({cost.fixed_ps:_}, {cost.per_GiB_ps:_}, '
-                  f'{cost.exponent}),')
+        warm = {r["bytes"]: r["median_s"] for r in rows if (r["path"], r["pages"], r["prefaulted"]) == (path, pages, True)}
+        present, fault_in = fit_call_cost(list(warm), list(warm.values())), faults[path, pages]
+        pin[f"{path}|{pages}|True"] = {"fixed_ps": present.fixed_ps, "per_GiB_ps": present.per_GiB_ps,
+                                       "exponent": present.exponent}
+        pin[f"{path}|{pages}|False"] = {"near_per_GiB_ps": fault_in.near_per_GiB_ps,
+                                        "far_per_GiB_ps": fault_in.far_per_GiB_ps, "knee_bytes": fault_in.knee_bytes}
+        print(f'    ("{path}", "{pages}", True): CallCost({present.fixed_ps:_}, {present.per_GiB_ps:_}, '
+              f'{present.exponent}),')
+        print(f'    ("{path}", "{pages}", False): KneeCost({fault_in.near_per_GiB_ps:_}, {fault_in.far_per_GiB_ps:_}, '
+              f'{fault_in.knee_bytes:_}),')
+    knees = knee_ranges(rows, pin)
+    for page, (knee, low, high) in knees.items():
+        print(f"knee of {page} pages: {knee >> 20} MiB, every cold point within its tolerance for "
+              f"{low >> 20} .. {high >> 20} MiB")
     for key in sorted({(r["path"], r["pages"]) for r in rows}):
         mine = [r for r in rows if (r["path"], r["pages"]) == key]
         sizes = sorted({r["bytes"] for r in mine})
@@ -80,7 +112,8 @@ def main() -> None:
                   "calib/host_pin/fit_pin.py."),
         "env": [r["env"] for r in runs],
         "points": rows,
-        "fit": {"pin": pin, "unpin": unpin},
+        "fit": {"pin": pin, "unpin": unpin, "fault_knee": {
+            page: {"knee_bytes": knee, "range_bytes": [low, high]} for page, (knee, low, high) in knees.items()}},
     }
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {OUT.relative_to(ROOT)} ({len(rows)} points)")

@@ -4,7 +4,7 @@
 Standalone: libc through ctypes, CuPy only for cudaHostRegister (skipped if CuPy is missing); no rdmasim
 import. Usage (as root: it reserves hugetlbfs pages through /proc/sys/vm/nr_hugepages)::
 
-    python3 calib/host_pin/measure_pin.py --out h200_host_pinning.json [--reps 5]
+    python3 calib/host_pin/measure_pin.py --out h200_host_pinning.json [--reps 5] [--sizes-mib 2,16,128,1024,4096]
 
 Backing (``pages``), each a fresh anonymous private mapping per repetition:
 
@@ -183,6 +183,7 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--max-bytes", type=int, default=4 * GIB)
+    parser.add_argument("--sizes-mib", default="2,16,128,1024,4096", help="sizes to pin, MiB, comma separated")
     parser.add_argument("--timeout-s", type=int, default=200, help="stop measuring after this long")
 
     def stop(*_):
@@ -196,7 +197,7 @@ def main() -> None:
         rt, cupy_version = cupy.cuda.runtime, cupy.__version__
     except Exception:  # noqa: BLE001 - measure the host paths without CUDA
         rt, cupy_version = None, None
-    sizes = [s for s in (2 * MIB, 16 * MIB, 128 * MIB, GIB, 4 * GIB) if s <= args.max_bytes]
+    sizes = [s for s in (int(m) * MIB for m in args.sizes_mib.split(",")) if s <= args.max_bytes]
     got = reserve_hugetlb(max(sizes) // (2 * MIB) + 16)
     available = paths(rt)
     result = {"method": __doc__, "env": {

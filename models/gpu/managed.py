@@ -62,10 +62,13 @@ class UvmParams:
     """Per VA block serviced in a batch (block lock, page tables, host unmap and DMA mapping)."""
     fault_migrate_Bps: float = 18.66e9
     """Host -> GPU copy rate on the fault path."""
-    cpu_fault_ps: int = 25_958 * PS_PER_NS
+    cpu_fault_ps: int = 26_080 * PS_PER_NS
     """One CPU fault on a GPU-resident page (fixed part)."""
-    cpu_migrate_Bps: float = 10.46e9
+    cpu_migrate_Bps: float = 10.66e9
     """GPU -> host copy rate on the CPU-fault path."""
+    cpu_touch_ps: int = 12_079
+    """One CPU access to a host-resident page: a TLB miss and a cache-line fill (fitted to one-byte-per-4-KiB
+    reads of host-resident managed memory)."""
     prefetch_call_ps: int = 30_581 * PS_PER_NS
     """Fixed cost of one cudaMemPrefetchAsync (set by the 4 KiB and 64 KiB prefetches of h200_um_edges.json)."""
     prefetch_to_gpu_Bps: float = 47.09e9
@@ -109,14 +112,16 @@ class UvmStats:
     """Copies of the fault path."""
     evict_ps: int = 0
     cpu_fault_ps: int = 0
+    cpu_touch_ps: int = 0
+    """CPU accesses that found their page on the host."""
     prefetch_ps: int = 0
     compute_ps: int = 0
 
     @property
     def total_ps(self) -> int:
         """All time, serialised (faults stall the accessing warps)."""
-        return (self.fault_ps + self.migrate_ps + self.evict_ps + self.cpu_fault_ps + self.prefetch_ps
-                + self.compute_ps)
+        return (self.fault_ps + self.migrate_ps + self.evict_ps + self.cpu_fault_ps + self.cpu_touch_ps
+                + self.prefetch_ps + self.compute_ps)
 
     def add(self, other: UvmStats) -> None:
         """Accumulate ``other`` into this record."""
@@ -357,7 +362,8 @@ class ManagedMemory:
 
     # -- CPU faults ---------------------------------------------------------------------------------------
     def cpu_access(self, pages) -> UvmStats:
-        """The CPU accesses ``pages`` in order; GPU-resident ones fault back to the host one fault at a time.
+        """The CPU accesses ``pages`` in order; GPU-resident ones fault back to the host one fault at a time, the
+        others cost :attr:`UvmParams.cpu_touch_ps` each.
 
         :raises ProtocolError: a page index outside the range.
         """
@@ -382,6 +388,7 @@ class ManagedMemory:
             stats.cpu_faults += 1
             stats.pages_to_host += n
             stats.cpu_fault_ps += p.cpu_fault_ps + transfer_ps(n * p.page_size, p.cpu_migrate_Bps)
+        stats.cpu_touch_ps = (pages.size - stats.cpu_faults) * p.cpu_touch_ps
         self.totals.add(stats)
         return stats
 

@@ -11,7 +11,10 @@ geometric mean of the runs' medians.
 Roles: ``fit`` cases (grid-stride first touch, sparse touches, VA-block sweeps, prefetches, CPU reads)
 set the constants; ``check`` cases (touching the first M pages of every block, and reads that follow a
 partial touch) test the prefetch tree without being fitted; ``empty`` cases are reads after a touch that
-the prefetcher completed (measured time ~ the resident kernel, the model migrates nothing).
+the prefetcher completed (measured time ~ the resident kernel, the model migrates nothing). The CPU reads one
+byte of each page of a host-resident range (never moved, or faulted back): each costs one touch
+(:attr:`~models.gpu.managed.UvmParams.cpu_touch_ps`, fitted to the 4 KiB stride); ``sparse`` cases, one byte per
+64 KiB or 2 MiB, cost 2-5 times more per touch (a page-table line missed each time) and are shown, not fitted.
 
 The per-call experiments (``models/data/h200_um_edges.json``, calib/gpu_um/measure_um_edges.py, a 64 MiB
 range) add prefetches of 4 KiB .. 16 MiB to the fit, which sets the fixed cost of one cudaMemPrefetchAsync
@@ -53,7 +56,7 @@ class Case:
     group: str
     """``gpu``, ``cpu`` or ``prefetch``: which constants it constrains."""
     role: str
-    """``fit``, ``check`` or ``empty`` (see the module docstring)."""
+    """``fit``, ``check``, ``empty``, ``edge`` or ``sparse`` (see the module docstring)."""
     measured_s: tuple[float, ...]
     model: Callable[[UvmParams], UvmStats]
 
@@ -94,10 +97,11 @@ def _prefetch_part(nbytes: int, to: str):
     return replay
 
 
-def _cpu(stride: int, *, then_read: bool):
+def _cpu(stride: int, *, then_read: bool, resident_on: str = "gpu"):
     def replay(params: UvmParams) -> UvmStats:
         mm = ManagedMemory(SPAN, params)
-        mm.prefetch(0, mm.n_pages, to="gpu")
+        if resident_on == "gpu":
+            mm.prefetch(0, mm.n_pages, to="gpu")
         stats = mm.cpu_access(strided(mm.n_pages, stride // PAGE))
         return mm.cpu_access(sequential(mm.n_pages)) if then_read else stats
     return replay
@@ -143,7 +147,9 @@ def load_cases(path: Path = DATA) -> list[Case]:
             add(f"cpu {st // KiB}KiB", "cpu", _cpu(st, then_read=False), item["gpu_resident"]["read"]["median_s"])
             if "followup_4k_read" in item["gpu_resident"]:
                 add(f"cpu {st // KiB}KiB then read", "cpu", _cpu(st, then_read=True),
-                    item["gpu_resident"]["followup_4k_read"]["median_s"], "check" if st == 2 * MiB else "empty")
+                    item["gpu_resident"]["followup_4k_read"]["median_s"], "check" if st == 2 * MiB else "fit")
+            add(f"cpu {st // KiB}KiB on host", "cpu", _cpu(st, then_read=False, resident_on="host"),
+                item["host_resident"]["read"]["median_s"], "fit" if st == PAGE else "sparse")
     for run in json.loads(EDGES.read_text())["runs"] if path == DATA else []:
         for item in run["prefetch"]:
             n = item["bytes"]
@@ -167,7 +173,7 @@ def _features(group: str, stats: UvmStats) -> list[float]:
     if group == "gpu":
         return [1.0 if stats.batches else 0.0, stats.batches, stats.blocks_serviced, stats.pages_to_gpu * PAGE]
     if group == "cpu":
-        return [stats.cpu_faults, stats.pages_to_host * PAGE]
+        return [stats.cpu_faults, stats.pages_to_host * PAGE, stats.accesses - stats.cpu_faults]
     return [1.0, stats.pages_explicit_to_gpu * PAGE, stats.pages_explicit_to_host * PAGE]
 
 
@@ -188,7 +194,7 @@ def fit(cases: list[Case], base: UvmParams | None = None) -> UvmParams:
     g, c, p = solved["gpu"], solved["cpu"], solved["prefetch"]
     ps = lambda seconds: max(0, round(seconds * PS_PER_S))  # noqa: E731 - local unit conversion
     return replace(base, fault_latency_ps=ps(g[0]), batch_ps=ps(g[1]), va_block_ps=ps(g[2]),
-                   fault_migrate_Bps=1.0 / g[3], cpu_fault_ps=ps(c[0]), cpu_migrate_Bps=1.0 / c[1],
+                   fault_migrate_Bps=1.0 / g[3], cpu_fault_ps=ps(c[0]), cpu_migrate_Bps=1.0 / c[1], cpu_touch_ps=ps(c[2]),
                    prefetch_call_ps=ps(p[0]), prefetch_to_gpu_Bps=1.0 / p[1], prefetch_to_host_Bps=1.0 / p[2],
                    evict_block_ps=ps(g[2]), evict_Bps=1.0 / p[2])
 

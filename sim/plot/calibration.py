@@ -74,7 +74,7 @@ def _host_pinning(directory: Path) -> list[Path]:
                            label=f"{path}, {pages}")
             _points(ax, rows, line[0].get_color())
         ax.set(xscale="log", yscale="log", xlabel="bytes pinned",
-               title="pages present" if prefaulted else "pages faulted in by the pin (fitted from 128 MiB)")
+               title="pages present" if prefaulted else "pages faulted in by the pin (cheaper below the knee)")
         ax.grid(True, which="both", alpha=0.2)
     axes[0].set_ylabel("pin time (ms)")
     axes[1].legend(fontsize=7)

@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 
 from models.ib.mkey_page import ib_umem_num_dma_blocks, mkey_page_size, page_segments
-from models.host import PAGE_BACKINGS, PIN_PATHS, PIN_PRESETS, HostMemory, HostParams, pin_curve_holds
+from models.host import FAULT_KNEES, PAGE_BACKINGS, PIN_PATHS, PIN_PRESETS, HostMemory, HostParams, fit_fault_in
 from models.nic.nic import NicParams
-from models.size_cost import fit_call_cost, fit_proportional
+from models.size_cost import fit_call_cost
 from sim.inspect.calibrate import calibrate
 from sim.core import VerbsError
 
@@ -19,17 +19,30 @@ def test_each_pin_curve_is_the_fit_of_its_points(path, pages):
     def medians(prefaulted):
         return {p["bytes"]: p["median_s"] for p in PAGES["points"]
                 if (p["path"], p["pages"], p["prefaulted"]) == (path, pages, prefaulted)}
-    warm, cold = medians(True), medians(False)
+    warm = medians(True)
     assert fit_call_cost(list(warm), list(warm.values())) == PIN_PRESETS["h200"][path, pages, True]
-    big = [n for n in cold if pin_curve_holds(n, False)]
-    assert fit_proportional(big, [cold[n] - warm[n] for n in big]) == PIN_PRESETS["h200"][path, pages, False]
+    assert fit_fault_in(PAGES["points"])[path, pages] == PIN_PRESETS["h200"][path, pages, False]
 
 
 def test_every_pin_curve_holds_its_measurements_within_their_spread():
     rows = calibrate()
-    rows = rows[rows["experiment"].isin(["host_pinning", "pinning_cost"])]
-    assert rows["required"].sum() >= 70 and rows.loc[rows["required"], "passed"].all()
-    assert not rows.loc[rows["case"].str.endswith("cold") & (rows["x"] < 128 << 20), "required"].any()
+    pages, held_out = rows[rows["experiment"] == "host_pinning"], rows[rows["experiment"] == "pinning_cost"]
+    assert len(pages) == len(PAGES["points"]) and pages["required"].all() and pages["passed"].all()
+    assert held_out.loc[held_out["required"], "passed"].all()
+    assert not held_out.loc[held_out["case"].str.endswith("cold") & (held_out["x"] < 128 << 20), "required"].any()
+
+
+@pytest.mark.parametrize("page", ["4KiB", "2MiB"])
+def test_the_fault_in_knee_is_where_every_cold_point_holds(page):
+    """The knee lies inside the range of knees at which every cold point of its page size stays within its
+    tolerance (``calib/host_pin/fit_pin.py``), and faulting in below it costs less per byte than beyond."""
+    knee = PAGES["fit"]["fault_knee"][page]
+    low, high = knee["range_bytes"]
+    assert low <= knee["knee_bytes"] <= high and low in FAULT_KNEES and high in FAULT_KNEES
+    size = 4096 if page == "4KiB" else 2 << 20
+    for key, cost in PIN_PRESETS["h200"].items():
+        if len(key) == 3 and not key[2] and PAGE_BACKINGS[key[1]] == size:
+            assert cost.knee_bytes == knee["knee_bytes"] and cost.near_per_GiB_ps < cost.far_per_GiB_ps
 
 
 def test_huge_pages_make_pinning_cheaper_and_the_mtt_smaller():
