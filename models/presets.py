@@ -15,6 +15,8 @@ MLX5_LIMITS = {"max_rd_atomic": 16, "max_qp_wr": 32768, "max_mr_size": 2**64 - 1
 max_mr_size ~0ull (``ibv_devinfo -v``, github.com/open-mpi/ompi/pull/6137)."""
 
 NIC_PRESETS: dict[str, dict] = {
+    "connectx8": {"tx_process_ps": 3 * PS_PER_NS, "rx_process_ps": 3 * PS_PER_NS, **MLX5_LIMITS, "data_direct": True,
+                  "device": DeviceAttrs(fw_ver="40.0.0", vendor_part_id=4131)},
     "connectx7": {"tx_process_ps": 3 * PS_PER_NS, "rx_process_ps": 3 * PS_PER_NS, **MLX5_LIMITS,
                   "device": DeviceAttrs(fw_ver="28.0.0", vendor_part_id=4129)},
     "connectx6": {"tx_process_ps": 4650, "rx_process_ps": 4650, **MLX5_LIMITS,
@@ -27,14 +29,21 @@ NIC_PRESETS: dict[str, dict] = {
                                   atomic_cap=AtomicCap.ATOMIC_NONE, cap_flags=DeviceCap(0), max_srq=0, max_srq_wr=0,
                                   max_srq_sge=0)},
 }
-NIC_PCIE = {"connectx7": "gen5x16", "connectx6": "gen4x16", "connectx5": "gen3x16", "efa": "gen4x16"}
+NIC_PCIE = {"connectx8": "gen6x16", "connectx7": "gen5x16", "connectx6": "gen4x16", "connectx5": "gen3x16",
+            "efa": "gen4x16"}
 """The host interface each NIC preset ships with (:data:`models.pcie.presets.PCIE_PRESETS`)."""
-NIC_PORT = {"connectx7": "ndr", "connectx6": "hdr", "connectx5": "edr", "efa": "100gbe"}
+NIC_PORT = {"connectx8": "xdr", "connectx7": "ndr", "connectx6": "hdr", "connectx5": "edr", "efa": "100gbe"}
 """The port generation each NIC preset ships with (:data:`models.nic.port_rates.PORT_RATES`)."""
 NIC_RATE = {nic: f"{PORT_RATES[port].data_Gbps:g}Gb/s" for nic, port in NIC_PORT.items()}
 """Port rate of each NIC preset (its port's data rate)."""
 
 SOURCES = {
+    "connectx8": "800 Gb/s XDR, PCIe Gen6 x16 (ConnectX-8 SuperNIC brief); PCI id 0x1023 (4131, mlx5_core_pci_table "
+                 "in drivers/net/ethernet/mellanox/mlx5/core/main.c), firmware family 40. Its data-direct PCI "
+                 "function (0x2100) is the one device mlx5_data_direct_pci_table lists "
+                 "(drivers/infiniband/hw/mlx5/data_direct.c): only this preset can register with "
+                 "mlx5dv_reg_dmabuf_mr(DATA_DIRECT). Message rate not published: ConnectX-7's 3 ns per WQE kept "
+                 "(an assumption); limits and ODP capabilities as ConnectX-7's (assumed, no device dump read).",
     "connectx7": "400 Gb/s NDR, PCIe Gen5 x16: docs.nvidia.com/networking/display/ConnectX7VPI/Introduction. "
                  "Message rate ~330 M msg/s is the vendor brief's figure (not verified): 3 ns per WQE.",
     "connectx6": "200 Gb/s, PCIe Gen4 x16, 215 M msg/s: docs.nvidia.com/networking/display/ConnectX6EN/"

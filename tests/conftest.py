@@ -28,6 +28,13 @@ BASE = {
 }
 
 
+def nic_for(register: str) -> dict:
+    """The NIC keys of a node whose GPU buffer is registered as ``register``: a ConnectX-8 for ``dmabuf-pinned``
+    (mlx5's pinned dma-buf MRs go through data direct, a ConnectX-8 function: ``mlx5_data_direct_pci_table``), the
+    default NIC otherwise."""
+    return {"preset": "connectx8"} if register == "dmabuf-pinned" else {}
+
+
 def tiny_yaml(*workload: str, name: str = "tiny", seed: int = 5, tail: str = "") -> str:
     """The text of a two-node scenario file: nodes a and b, 64 KiB pinned host buffers src (on a) and dst (on
     b), the ``workload`` items (YAML flow mappings) and any further top-level ``tail`` text."""

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.test_docs import CHAPTERS, DOCS, PAGES, blocks
+from tests.test_docs import APPENDICES, CHAPTERS, DOCS, PAGES, blocks
 
 SOLUTIONS = DOCS / "solutions.md"
 GLOSSARY_TERMS = ("MR", "PD", "lkey, rkey", "MTT", "mkey", "UMR", "ODP", "GTT", "BAR, BAR1", "resv", "fence",
@@ -106,6 +106,29 @@ def test_the_topics_left_out_are_each_sourced_and_say_what_is_simulated():
         assert "**In the simulator:**" in section, topic
         assert re.search(r"guide|`drivers/|Documentation/|reference|NCCL", section), f"{topic} names no source"
         assert "```python" in section or "```console" in section or "not modelled" in section, topic
+
+
+CORE = ("01", "02", "03", "04", "05", "08", "09")
+"""The chapters of the core path, by number."""
+
+
+def test_the_core_path_is_as_long_as_the_guide_says_and_links_its_appendices():
+    """docs/README.md states the core path's length in words, all and prose (outside code blocks), to the thousand;
+    every appendix is linked from a core chapter, and no core chapter's words are in an appendix twice."""
+    core = [c for c in CHAPTERS if c.name[:2] in CORE]
+    words = sum(len(c.read_text().split()) for c in core)
+    prose = sum(len(_prose(c.read_text()).split()) for c in core)
+    said = re.search(r"core path: chapters 1, 2, 3, 4, 5, 8 and 9.*?about ([\d,]+) words, ([\d,]+) of them prose",
+                     (DOCS / "README.md").read_text(), re.S)
+    assert said, "README.md does not state the core path's length"
+    assert (round(words, -3), round(prose, -3)) == tuple(int(n.replace(",", "")) for n in said.groups())
+    assert APPENDICES
+    for appendix in APPENDICES:
+        assert any(f"]({appendix.name}" in c.read_text() for c in core), f"no core chapter links {appendix.name}"
+        headings = set(re.findall(r"^## (.+)$", _prose(appendix.read_text()), re.M))
+        headings -= {"What the simulator simplifies here"}
+        for chapter in core:
+            assert not headings & set(re.findall(r"^## (.+)$", _prose(chapter.read_text()), re.M)), appendix.name
 
 
 def test_links_into_pages_find_their_headings():

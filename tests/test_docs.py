@@ -34,8 +34,10 @@ REFERENCE = [DOCS / "api.md", DOCS / "from_pyverbs.md"]
 """The Python API's reference and its port of a pyverbs test (not numbered chapters)."""
 COURSE = [DOCS / name for name in ("lesson.md", "glossary.md", "beyond.md", "solutions.md")]
 """The course's pages beside the chapters: the lesson path, the glossary, the topics left out, the solutions."""
+APPENDICES = sorted(DOCS.glob("appendix_*.md"))
+"""Topics moved out of the core chapters (the transport in detail; revocation, NIC memory, fault injection)."""
 CONTRIBUTING = DOCS / "contributing.md"
-PAGES = [DOCS / "README.md", *CHAPTERS, *REFERENCE, *COURSE, CONTRIBUTING]
+PAGES = [DOCS / "README.md", *CHAPTERS, *APPENDICES, *REFERENCE, *COURSE, CONTRIBUTING]
 FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
 KINDS = {"python", "console", "console fail", "yaml", "text"}
 LINK = re.compile(r"\]\((?P<target>[^)\s#]+)(?:#[^)]*)?\)")
@@ -164,7 +166,7 @@ def test_table_of_contents_and_links():
     """README.md lists every chapter; every relative link resolves; each chapter points at its lab material."""
     assert len(CHAPTERS) == 11, [p.name for p in CHAPTERS]
     toc = (DOCS / "README.md").read_text()
-    for chapter in CHAPTERS + REFERENCE:
+    for chapter in CHAPTERS + APPENDICES + REFERENCE:
         assert f"]({chapter.name})" in toc, f"README.md does not link {chapter.name}"
     for page in PAGES:
         text = page.read_text()

@@ -84,11 +84,13 @@ MTT_PRESETS: dict[str, dict] = {
     "connectx5": {"mtt_entries": 8192},
     "connectx6": {"mtt_entries": 16384},
     "connectx7": {"mtt_entries": 32768},
+    "connectx8": {"mtt_entries": 32768},
     "efa": {"mtt_entries": 16384, "direct_entries": None},
 }
 """Constructor arguments of :class:`MttParams` per NIC preset (names as in :mod:`models.presets`)."""
 SOURCES = {
-    "cache sizes": "not published for any of these NICs: unvalidated defaults growing with the generation.",
+    "cache sizes": "not published for any of these NICs: unvalidated defaults growing with the generation "
+                   "(ConnectX-8 keeps ConnectX-7's).",
     "direct_entries, lookup_ps": "the reach bracketed and lookup_ps fitted by github.com/LMCache/LMCache PR #4432 "
                                  "(mlx5, 100 GbE RoCE, 4 KiB pages, IOMMU on; models/data/lmcache_mr_cliff.json); "
                                  "applied to every ConnectX preset (unvalidated beyond that NIC).",

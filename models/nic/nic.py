@@ -110,8 +110,10 @@ class NicParams:
     umr_extended_translation_offset: bool = True
     """The HCA capability of that name (ConnectX-5 and later): without it a UMR reaches fewer than 2**16 pages, so
     mlx5 refuses dma-buf MRs of 256 MiB or more (``mlx5r_umr_can_load_pas``)."""
-    data_direct: bool = True
-    """A data-direct DMA device is bound to this mlx5 device (``mlx5dv_reg_dmabuf_mr`` DATA_DIRECT needs one)."""
+    data_direct: bool = False
+    """A data-direct DMA device is bound to this mlx5 device (``mlx5dv_reg_dmabuf_mr`` DATA_DIRECT needs one): a
+    ConnectX-8's data-direct PCI function, the only device ``mlx5_data_direct_pci_table`` lists
+    (drivers/infiniband/hw/mlx5/data_direct.c, 0x2100)."""
     data_direct_mkey_ro: bool = False
     """The data-direct mkey allows relaxed ordering; without it mlx5 drops RELAXED_ORDERING from such MRs."""
     remote_access: Access = Access.REMOTE_READ | Access.REMOTE_WRITE

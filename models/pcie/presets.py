@@ -5,6 +5,7 @@ the GPU presets in :attr:`models.gpu.presets.GpuParams.pcie`."""
 from __future__ import annotations
 
 PCIE_PRESETS: dict[str, dict] = {
+    "gen6x16": {"gen": 6, "lanes": 16},
     "gen5x16": {"gen": 5, "lanes": 16},
     "gen4x16": {"gen": 4, "lanes": 16},
     "gen3x16": {"gen": 3, "lanes": 16},

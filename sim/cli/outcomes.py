@@ -1,5 +1,6 @@
 """The scenario events' outcomes as ``run`` prints them, with why an allocation found nothing to evict when the
-reason lies in the GPU's exporter profile rather than in the workload."""
+reason lies in how the GPU's buffers are held (a peer-memory pin, an exporter that never moves memory) rather than
+in the workload."""
 
 from __future__ import annotations
 
@@ -13,19 +14,30 @@ registered, dynamic or not."""
 
 
 def never_moves(scenarios) -> dict[tuple[str, str], str]:
-    """Why, for each (variant, GPU) whose exporter never moves memory, nothing there could be evicted:
-    ``{("base", "a.gpu0"): "a.gpu0's exporter, nvidia, is static (nv_dma_buf): ..."}``. ``scenarios`` is
-    (variant name, scenario) pairs."""
+    """Why, for each (variant, GPU) whose registered buffers cannot be evicted for a reason of their own, nothing
+    there could be: a peer-memory MR pins its pages for its life (``nvidia_p2p_get_pages``); a dynamic dma-buf MR
+    on an exporter that never moves memory stays where it is. ``{("base", "a.gpu0"): "src is pinned ..."}``.
+    ``scenarios`` is (variant name, scenario) pairs."""
     why = {}
     for variant, scenario in scenarios:
         for node in scenario.nodes:
             for gpu, name in zip(node.gpus, node.gpu_names()):
+                target = f"{node.name}.{name}"
                 exporter = gpu.exporter or GPU_VENDOR[gpu.preset]
-                if exporter in STATIC_EXPORTERS:
-                    why[(variant, f"{node.name}.{name}")] = (
-                        f"{node.name}.{name}'s exporter, {exporter}, is {STATIC_EXPORTERS[exporter]}, so even a "
-                        "dynamic dma-buf MR stays pinned in VRAM (exporter: amd evicts unpinned buffers)")
+                held = [_held(b.name, b.registration, target, exporter) for b in scenario.buffers if b.on == target]
+                if any(held):
+                    why[(variant, target)] = "; ".join(reason for reason in held if reason)
     return why
+
+
+def _held(buffer: str, registration: str, gpu: str, exporter: str) -> str | None:
+    """Why ``buffer`` (on ``gpu``, registered as ``registration``) cannot be evicted, or None."""
+    if registration == "peermem":
+        return f"{buffer} is pinned in VRAM by the peer-memory client (nvidia_p2p_get_pages) for its MR's life"
+    if registration == "dmabuf" and exporter in STATIC_EXPORTERS:
+        return (f"{gpu}'s exporter, {exporter}, is {STATIC_EXPORTERS[exporter]}, so {buffer}'s dynamic dma-buf MR "
+                "keeps it in VRAM (a GPU with exporter amd would evict it)")
+    return None
 
 
 def format_events(events, why: dict[tuple[str, str], str] | None = None) -> str:

@@ -29,7 +29,7 @@ from models.verbs.workload_kinds import WorkloadKind
 from sim import __version__
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import format_size
-from sim.cli.perftest_args import IGNORED, TESTS, UsageError, check, parser
+from sim.cli.perftest_args import IGNORED, MLX5_GENERATIONS, TESTS, UsageError, check, parser
 
 if TYPE_CHECKING:
     from sim.cli.progress import Display
@@ -44,7 +44,7 @@ DEVICES = {f"mlx5_{NUMBER}": "connectx7", f"efa_{NUMBER}": "efa"}
 """perftest ``-d`` device names (regular expressions) and the NIC preset simulated for them."""
 MAX_SIZE = 2**23
 """Largest size of ``-a`` (perftest's MAX_SIZE)."""
-LAT_WRITE_INLINE = {"connectx7": 220, "efa": 32}
+LAT_WRITE_INLINE = {**dict.fromkeys(MLX5_GENERATIONS, 220), "efa": 32}
 """perftest's default inline size of ib_write_lat by device (DEF_INLINE_WRITE for mlx5; 32 for EFA); ib_send_lat
 uses it too (perftest's DEF_INLINE_SEND_RC_UC, 236, is more than the presets' max_inline)."""
 REGISTRATION = {
@@ -98,10 +98,16 @@ def _without_rdmasim_output(argv: list[str]) -> list[str]:
     return kept
 
 
-def _nic_preset(device: str) -> str:
+def _nic_preset(device: str, generation: str | None) -> str:
+    """The NIC preset device ``device`` simulates: ``generation`` (``--nic``) for an mlx5 device, else DEVICES'."""
     for pattern, preset in DEVICES.items():
         if re.fullmatch(pattern, device):
-            return preset
+            if generation is None:
+                return preset
+            if preset not in MLX5_GENERATIONS:
+                raise UsageError(f"--nic {generation}: chooses the ConnectX an mlx5_<N> device simulates, "
+                                 f"and {device} is not one")
+            return generation
     known = ", ".join(f"{pattern.replace(NUMBER, '<N>')} ({preset})" for pattern, preset in DEVICES.items())
     raise UsageError(f"-d/--ib-dev: unknown device '{device}'; known devices: {known}")
 
@@ -125,7 +131,7 @@ def _round_up(n: int, align: int) -> int:
 
 def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict:
     kind = TESTS[test]
-    preset = _nic_preset(args.ib_dev)
+    preset = _nic_preset(args.ib_dev, args.nic)
     check(args, kind, preset, lambda: _nic(preset))
     from sim.scenario.workloads import WorkloadSpec  # pydantic, once the options pass perftest's own checks
 

@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 TESTS: dict[str, WorkloadKind] = {kind.test: kind for kind in KINDS.values()}
 """perftest binaries rdmasim runs, and the workload kind each becomes."""
+MLX5_GENERATIONS = ("connectx8", "connectx7", "connectx6", "connectx5")
+"""The NIC presets an mlx5_<N> device may simulate (``--nic``)."""
 DEF_RX_SEND = 512
 """perftest's default -r/--rx-depth of the SEND tests."""
 
@@ -189,7 +191,11 @@ def parser(test: str) -> argparse.ArgumentParser:
         help=f"Number of exchanges (at least 5, default {5000 if test == 'ib_write_bw' else 1000}).")
     add("-a", "--all", action="store_true", help="Run sizes from 2 till 2^23.")
     add("-d", "--ib-dev", default="mlx5_0", metavar="DEV",
-        help="Use IB device DEV (default mlx5_0): mlx5_<N> simulates a connectx7, efa_<N> an EFA-like NIC.")
+        help="Use IB device DEV (default mlx5_0): mlx5_<N> simulates a connectx7 (another with --nic), efa_<N> an "
+             "EFA-like NIC.")
+    add("--nic", choices=MLX5_GENERATIONS, metavar="CONNECTX",
+        help=f"rdmasim only: the ConnectX an mlx5_<N> device simulates ({', '.join(MLX5_GENERATIONS)}; default "
+             "connectx7). Data Direct (--use_data_direct) needs a connectx8.")
     add("-i", "--ib-port", type=_ranged(PORT_NUM, PORT_NUM, "IB port (the simulated NIC has one port)"),
         default=PORT_NUM,
         metavar="PORT", help="Use port PORT of the IB device (default 1, the simulated NIC's only port).")
@@ -306,7 +312,7 @@ def check(args: argparse.Namespace, kind: WorkloadKind, preset: str, nic: Callab
         raise UsageError("--use_cuda_pcie_mapping: CUDA PCIe mapping requires DMA-BUF (add --use_cuda_dmabuf)")
     if args.coherent_gpu and args.use_cuda is None:
         raise UsageError("--coherent-gpu: describes the --use_cuda GPU's platform (add --use_cuda)")
-    if args.use_data_direct and preset != "connectx7":
+    if args.use_data_direct and not nic().data_direct:
         raise UsageError(f"--use_data_direct: Data Direct is not supported on {args.ib_dev} ({preset})")
     if args.use_rocm_dmabuf and args.use_rocm is None:
         raise UsageError("--use_rocm_dmabuf: ROCm DMA-BUF cannot be used without ROCm (add --use_rocm)")

@@ -65,12 +65,12 @@ class PcieSpec(Strict):
 class NicSpec(Strict):
     """The RDMA NIC; a preset plus key-by-key overrides."""
 
-    preset: Literal["connectx7", "connectx6", "connectx5", "efa"] = "connectx7"
-    """NIC preset (sets message rate, PCIe link, port rate, ODP and dma-buf support)."""
+    preset: Literal["connectx8", "connectx7", "connectx6", "connectx5", "efa"] = "connectx7"
+    """NIC preset (sets message rate, PCIe link, port rate, ODP and dma-buf support; connectx8 alone has data direct)."""
     port: Literal[tuple(PORT_RATES)] | None = None
     """Port generation: edr, hdr, ndr, xdr (InfiniBand) or 100gbe, 200gbe, 400gbe, 800gbe (RoCEv2). Sets the
     fabric's default rate (the slowest port's) and, for Ethernet ports, its RoCE headers (default: the preset's
-    port: connectx7 ndr, connectx6 hdr, connectx5 edr, efa 100gbe)."""
+    port: connectx8 xdr, connectx7 ndr, connectx6 hdr, connectx5 edr, efa 100gbe)."""
     doorbell: Latency | None = None
     """CPU doorbell / BlueFlame write until the NIC sees it."""
     tx_process: Latency | None = None

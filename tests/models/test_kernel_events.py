@@ -15,14 +15,15 @@ from models.verbs.mr import ibv_dereg_mr
 from models.verbs.qp import ibv_create_qp
 from sim.engine.build import build
 from sim.scenario.schema import Scenario
+from tests.conftest import nic_for
 
 
 def _bed(gpu="dmabuf", host="pinned", vendor="mi300x"):
     """Node a: a GPU buffer ``g`` and a host buffer ``h``; node b: a host buffer ``d``; one connected QP pair."""
     scenario = Scenario.model_validate({
         "schema": 1, "name": "k", "seed": 1,
-        "nodes": [{"name": "a", "gpus": [{"preset": vendor, "memory": "8GiB"}], "kernel": {"dmabuf_move_notify": True}},
-                  {"name": "b"}],
+        "nodes": [{"name": "a", "gpus": [{"preset": vendor, "memory": "8GiB"}], "kernel": {"dmabuf_move_notify": True},
+                   "nic": nic_for(gpu)}, {"name": "b"}],
         "buffers": [{"name": "g", "on": "a.gpu0", "size": "4MiB", "register": gpu},
                     {"name": "h", "on": "a.host", "size": "4MiB", "register": host},
                     {"name": "d", "on": "b.host", "size": "4MiB"}],

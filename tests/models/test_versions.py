@@ -70,7 +70,7 @@ def test_efa_pinned_importer_arrives_in_5_16(kernel, ok):
 
 @pytest.mark.parametrize("kernel, ok", [("6.11", False), ("6.12", True)])
 def test_mlx5_data_direct_arrives_in_6_12(kernel, ok):
-    scn = _scenario(kernel, "dmabuf-pinned")
+    scn = _scenario(kernel, "dmabuf-pinned", nic="connectx8")
     if ok:
         assert run_scenario(scn).registrations["pinned_bytes"].iloc[0] == 4 << 20
     else:
@@ -158,7 +158,8 @@ def test_move_notify_is_renamed_invalidate_mappings_in_7_1(kernel, name):
 @pytest.mark.parametrize("rdma_core, register, ok", [("33", "dmabuf", False), ("34", "dmabuf", True),
                                                      ("53", "dmabuf-pinned", False), ("54", "dmabuf-pinned", True)])
 def test_rdma_core_versions(rdma_core, register, ok):
-    scn = _scenario(register=register, rdma_core=rdma_core)
+    nic = "connectx8" if register == "dmabuf-pinned" else "connectx7"     # data direct: a ConnectX-8 function
+    scn = _scenario(register=register, rdma_core=rdma_core, nic=nic)
     if ok:
         run_scenario(scn)
     else:

@@ -158,9 +158,9 @@ def test_the_mapping_type_belongs_to_dma_buf_registrations():
 
 
 @pytest.mark.parametrize("argv, code, said", [
-    (["--use_cuda_dmabuf", "--use_data_direct"], 1, "CUDA_ERROR_NOT_SUPPORTED"),  # data direct asks for PCIe
+    (["--use_cuda_dmabuf", "--use_data_direct", "--nic", "connectx8"], 1, "CUDA_ERROR_NOT_SUPPORTED"),  # asks PCIe
     (["--use_cuda_dmabuf", "--use_cuda_pcie_mapping"], 1, "CUDA_ERROR_NOT_SUPPORTED"),
-    (["--use_cuda_dmabuf", "--use_data_direct", "--coherent-gpu"], 0, "BW average"),
+    (["--use_cuda_dmabuf", "--use_data_direct", "--nic", "connectx8", "--coherent-gpu"], 0, "BW average"),
     (["--use_cuda_dmabuf", "--use_cuda_pcie_mapping", "--coherent-gpu", "--gpu-topology", "root_complex"], 1,
      "topology not supported for mapping type FORCE_PCIE"),
     (["--use_cuda_pcie_mapping"], 2, "CUDA PCIe mapping requires DMA-BUF"),

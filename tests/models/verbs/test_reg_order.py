@@ -24,6 +24,9 @@ BAD_FD = 99
 DD = MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT
 EFA = NicParams(**NIC_PRESETS["efa"])
 MLX5 = NicParams(**NIC_PRESETS["connectx7"])
+CX8 = NicParams(**NIC_PRESETS["connectx8"])
+"""The one device with a data-direct function (``mlx5_data_direct_pci_table``, drivers/infiniband/hw/mlx5/
+data_direct.c, lists only ConnectX-8's 0x2100)."""
 
 
 def _pd(nic=MLX5, kernel=KernelConfig(move_notify_enabled=True), memlock=None, rdma_core="57"):
@@ -107,10 +110,11 @@ def test_ibv_reg_dmabuf_mr_on_efa(case, pd_kw, kw, errno, words):
      {"length": 256 << 20}, "EINVAL", "unknown mlx5_access"),
     ("UMR limit before the data-direct iova", DD, {"nic": replace(MLX5, umr_extended_translation_offset=False)},
      {"length": 256 << 20, "offset": 1, "iova": 1}, "EINVAL", "mlx5r_umr_can_load_pas"),
-    ("unaligned iova before the missing device", DD, {"nic": replace(MLX5, data_direct=False)},
+    ("unaligned iova before the missing device", DD, {"nic": MLX5},
      {"offset": 1, "iova": 0x10001}, "EOPNOTSUPP", "page-aligned iova"),
-    ("no data-direct device before the fd", DD, {"nic": replace(MLX5, data_direct=False)}, {"fd": BAD_FD},
+    ("no data-direct device before the fd", DD, {"nic": MLX5}, {"fd": BAD_FD},
      "EINVAL", "no data-direct device"),
+    ("a ConnectX-8 has its data-direct device", DD, {"nic": CX8}, {}, "ok", ""),
     ("mlx5_access 0 is the dynamic path", 0, {}, {}, "ok", ""),
 ])
 def test_mlx5dv_reg_dmabuf_mr(case, mlx5_access, pd_kw, kw, errno, words):
@@ -120,7 +124,7 @@ def test_mlx5dv_reg_dmabuf_mr(case, mlx5_access, pd_kw, kw, errno, words):
 
 @pytest.mark.parametrize("ro_mkey, kept", [(False, False), (True, True)])
 def test_data_direct_masks_relaxed_ordering_without_a_relaxed_ordering_mkey(ro_mkey, kept):
-    pd = _pd(nic=replace(MLX5, data_direct_mkey_ro=ro_mkey))
+    pd = _pd(nic=replace(CX8, data_direct_mkey_ro=ro_mkey))
     gpu = MovableExporter(pd.context.node.kernel, SIZE, name="b.gpu0")
     fd = dma_buf_fd(gpu.dmabuf, pd.context.node.fds)
     mr = mlx5dv_reg_dmabuf_mr(pd, 0, SIZE, 0x10000, fd, RW | Access.RELAXED_ORDERING, DD)
@@ -130,7 +134,7 @@ def test_data_direct_masks_relaxed_ordering_without_a_relaxed_ordering_mkey(ro_m
 
 def test_data_direct_registers_the_same_on_both_sides_of_6_12_only_from_it():
     for version, errno in (("6.11", "EPROTONOSUPPORT"), ("6.12", "ok")):
-        assert _errno(_dv(DD), _pd(kernel=KernelConfig(version=version)))[0] == errno
+        assert _errno(_dv(DD), _pd(nic=CX8, kernel=KernelConfig(version=version)))[0] == errno
 
 
 @pytest.mark.parametrize("case, pd_kw, addr_off, length, access, errno, words", [

@@ -11,6 +11,7 @@ from models.dmabuf import DmaBufCore, KernelConfig, MovableExporter, Placement, 
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
 from models.nic.nic import NicParams
+from models.presets import NIC_PRESETS
 from models.node import Node
 from models.pcie.link import PcieParams
 from models.nic.wqe import Access, Opcode, SendWR, WcStatus
@@ -26,6 +27,10 @@ SIZE = 256 * 1024
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 
 
+CX8 = NicParams(**NIC_PRESETS["connectx8"])
+"""A ConnectX-8: its data-direct function registers the pinned dma-buf MRs (``mlx5_data_direct_pci_table``)."""
+
+
 class VerbsOnDmabuf(RuleBasedStateMachine):
     @initialize(kernel=st.sampled_from(["6.13", "6.18"]))
     def setup(self, kernel):
@@ -34,7 +39,7 @@ class VerbsOnDmabuf(RuleBasedStateMachine):
         fabric = Fabric(FabricParams())
         self.nodes, self.pds = [], []
         for name in "ab":
-            node = Node.create(name, HostParams(poll_period_ps=0), PcieParams(), NicParams())
+            node = Node.create(name, HostParams(poll_period_ps=0), PcieParams(), CX8)  # data direct for pinned
             node.kernel = DmaBufCore(self.env, self.kernel)
             fabric.attach(node.nic.name)
             self.nodes.append(node)

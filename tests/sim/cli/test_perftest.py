@@ -77,7 +77,7 @@ def test_all_sizes_are_2_to_8mib(flag):
 @pytest.mark.parametrize("flags, on, mode", [
     (["--use_cuda"], "a.gpu0", "peermem"),
     (["--use_cuda=1", "--use_cuda_dmabuf"], "a.gpu1", "dmabuf"),
-    (["--use_cuda", "0", "--use_cuda_dmabuf", "--use_data_direct"], "a.gpu0", "dmabuf-pinned"),
+    (["--use_cuda", "0", "--use_cuda_dmabuf", "--use_data_direct", "--nic", "connectx8"], "a.gpu0", "dmabuf-pinned"),
     (["--mmap=/no/such/file"], "a.host", "pinned"),
     (["--odp"], "a.host", "odp"),
 ])
@@ -95,6 +95,9 @@ def test_memory_flags_pick_placement_and_registration(flags, on, mode):
 @pytest.mark.parametrize("argv, named", [
     (["ib_write_bw", "--use_cuda_dmabuf"], "CUDA DMA-BUF cannot be used without CUDA"),
     (["ib_write_bw", "--use_cuda", "--use_data_direct"], "--use_data_direct"),
+    (["ib_write_bw", "--use_cuda", "--use_cuda_dmabuf", "--use_data_direct"],
+     "Data Direct is not supported on mlx5_0 (connectx7)"),  # mlx5_data_direct_pci_table: ConnectX-8 only
+    (["ib_write_bw", "-d", "efa_0", "--nic", "connectx8"], "efa_0 is not one"),
     (["ib_write_bw", "--use_cuda", "--mmap=f"], "multiple memory types"),
     (["ib_write_bw", "--run_infinitely"], "--run_infinitely is not supported by rdmasim perftest"),
     (["ib_write_bw", "--cqe_poll=4", "--out_json"], "--cqe_poll, --out_json are not supported"),

@@ -7,11 +7,12 @@ from models.dmabuf.gpu_export import NEW_OWNER_BYTE
 from sim.core import InvariantViolation
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
+from tests.conftest import nic_for
 
 
 def _scenario(kind="write_bw", broken=False, invariants="record", pressure=True, register="dmabuf"):
     gpu_node = {"name": "a", "gpus": [{"preset": "mi300x", "memory": "8GiB"}],
-                "kernel": {"dmabuf_move_notify": True}, "nic": {"ignore_move_notify": broken}}
+                "kernel": {"dmabuf_move_notify": True}, "nic": {"ignore_move_notify": broken, **nic_for(register)}}
     events = [{"at": "2ms", "kind": "gpu-memory-pressure", "on": "a.gpu0", "allocate": "8180MiB"}] if pressure else []
     return Scenario.model_validate({
         "schema": 1, "name": "data", "seed": 11, "data": True, "invariants": invariants,

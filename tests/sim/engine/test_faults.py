@@ -4,12 +4,14 @@ import pytest
 
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
+from tests.conftest import nic_for
 
 
 def _scenario(events, kind="write_bw", register="dmabuf", iterations=3000, size="64MiB"):
     return Scenario.model_validate({
         "schema": 1, "name": "f", "seed": 2,
-        "nodes": [{"name": "a", "gpus": [{"preset": "mi300x", "memory": "8GiB"}], "kernel": {"version": "7.1"}},
+        "nodes": [{"name": "a", "gpus": [{"preset": "mi300x", "memory": "8GiB"}], "kernel": {"version": "7.1"},
+                   "nic": nic_for(register)},
                   {"name": "b"}],
         "buffers": [{"name": "g", "on": "a.gpu0", "size": size, "register": register},
                     {"name": "h", "on": "b.host", "size": size}],

@@ -7,7 +7,7 @@ import pytest
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
-from tests.conftest import run_shipped_variants
+from tests.conftest import nic_for, run_shipped_variants
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -90,7 +90,8 @@ def test_nvidia_exporter_never_evicts_so_pressure_fails_even_for_dmabuf():
 def test_registration_cost_and_pinned_bytes_per_mode():
     costs = {}
     for mode in ("peermem", "dmabuf", "dmabuf-pinned"):
-        scn = _base(buffers=[{"name": "src", "on": "a.gpu0", "size": "1GiB", "register": mode},
+        scn = _base(nodes=[{"name": "a", "gpus": [{"preset": "h200"}], "nic": nic_for(mode)}, {"name": "b"}],
+                    buffers=[{"name": "src", "on": "a.gpu0", "size": "1GiB", "register": mode},
                              {"name": "dst", "on": "b.host", "size": "4MiB"}],
                     workload=[{"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 10}])
         reg = run_scenario(scn).registrations.set_index("buffer").loc["src"]

@@ -18,7 +18,7 @@ from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
 from sim.engine.harness import setup_run
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
-from tests.conftest import scenario_dict
+from tests.conftest import nic_for, scenario_dict
 from tests.properties import examples
 
 PRESETS = {
@@ -123,7 +123,7 @@ def test_gpu_buffers_equal_event_engine(layout, mode):
     are translated through the MR's backing (the requester's sleep at its first read request, the
     responder's when the request arrives, the READ requester's before the response lands)."""
     gpu = "h200" if mode == "peermem" else "mi300x"
-    nodes = [{"name": n, "gpus": [{"preset": gpu}], "topology": layout} for n in ("a", "b")]
+    nodes = [{"name": n, "gpus": [{"preset": gpu}], "topology": layout, "nic": nic_for(mode)} for n in ("a", "b")]
     buffers = [{"name": "src", "on": "a.gpu0", "size": "4MiB", "register": mode},
                {"name": "dst", "on": "b.gpu0", "size": "4MiB", "register": mode},
                {"name": "host", "on": "b.host", "size": "4MiB"}]
@@ -153,7 +153,7 @@ def test_events_that_leave_the_workloads_alone_run_on_the_fast_engine():
     """Memory pressure that evicts only what the workloads do not use (or fails: nothing movable), a managed
     job, an eviction storm, host page migration blocked by the pin, faults after the run: same rows."""
     nodes = [{"name": "a", "gpus": [{"preset": "mi300x", "memory": "8GiB"}], "topology": "switch",
-              "kernel": {"dmabuf_move_notify": True}}, {"name": "b"}]
+              "kernel": {"dmabuf_move_notify": True}, "nic": nic_for("dmabuf-pinned")}, {"name": "b"}]
     buffers = [{"name": "src", "on": "a.gpu0", "size": "1GiB", "register": "dmabuf-pinned"},
                {"name": "spare", "on": "a.gpu0", "size": "1GiB", "register": "dmabuf"},
                {"name": "dst", "on": "b.host", "size": "1GiB"}]
@@ -305,7 +305,8 @@ def test_random_scenarios_equal_event_engine(nic, mps, rate, latency, poll, kind
     nodes = [{"name": "a", **node}, {"name": "b", **node}]
     buffers = None
     if place != "host":  # the requester's buffer in GPU memory behind that layout
-        nodes[0] |= {"gpus": [{"preset": "h200" if mode == "peermem" else "mi300x"}], "topology": place}
+        nodes[0] |= {"gpus": [{"preset": "h200" if mode == "peermem" else "mi300x"}], "topology": place,
+                     "nic": node["nic"] | nic_for(mode)}
         buffers = [{"name": "src", "on": "a.gpu0", "size": "8MiB", "register": mode},
                    {"name": "dst", "on": "b.host", "size": "8MiB"}]
     work = {"kind": kind, "from": "src", "to": "dst", "sizes": [f"{s}B" for s in sizes], "iterations": iterations,

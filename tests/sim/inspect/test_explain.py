@@ -14,7 +14,7 @@ from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
 from sim.inspect.timeline import collapse, sections
-from tests.conftest import ROOT
+from tests.conftest import ROOT, nic_for
 
 MODES = {"pinned": "a.host", "odp": "a.host", "peermem": "b.gpu0", "dmabuf": "a.gpu0", "dmabuf-pinned": "a.gpu0"}
 """Where each mode's buffer is: peer memory on an NVIDIA GPU, the only one a peer-memory client claims."""
@@ -22,11 +22,12 @@ MODES = {"pinned": "a.host", "odp": "a.host", "peermem": "b.gpu0", "dmabuf": "a.
 
 def every_mode(move_notify: bool = True) -> Scenario:
     """One buffer of each registration mode on node a (peer memory on b's NVIDIA GPU), a pinned sink on b, a short
-    write stream."""
+    write stream. Node a has a ConnectX-8: its data-direct function registers the pinned dma-buf MR."""
     return Scenario.model_validate({
         "schema": 1, "name": "modes", "seed": 1,
         "nodes": [{"name": "a", "gpus": [{"name": "gpu0", "preset": "mi300x", "memory": "8GiB"}],
-                   "kernel": {"dmabuf_move_notify": move_notify}, "host": {"prefaulted": False}},
+                   "kernel": {"dmabuf_move_notify": move_notify}, "host": {"prefaulted": False},
+                   "nic": nic_for("dmabuf-pinned")},
                   {"name": "b", "gpus": [{"name": "gpu0", "preset": "h200", "memory": "8GiB"}]}],
         "buffers": [{"name": mode, "on": on, "size": "1MiB", "register": mode} for mode, on in MODES.items()]
         + [{"name": "sink", "on": "b.host", "size": "1MiB"}],

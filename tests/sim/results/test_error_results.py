@@ -28,7 +28,7 @@ PRESSURE = """schema: 1
 name: pressure
 seed: 2
 nodes:
-  - {name: a, gpus: [{preset: h200, memory: 8GiB}]}
+  - {name: a, nic: {preset: connectx8}, gpus: [{preset: h200, memory: 8GiB}]}
   - {name: b}
 buffers:
   - {name: src, on: a.gpu0, size: 6GiB, register: dmabuf-pinned}

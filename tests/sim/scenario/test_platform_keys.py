@@ -10,13 +10,14 @@ from sim.engine.build import RegistrationFailed
 from sim.cli.app import app
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
+from tests.conftest import nic_for
 
 
 def _scenario(topology="switch", gpu=None, kernel=None, register="dmabuf"):
     return Scenario.model_validate({
         "schema": 1, "name": "platform", "seed": 1,
         "nodes": [{"name": "a", "gpus": [{"preset": "h200", "memory": "1GiB"} | (gpu or {})], "topology": topology,
-                   "kernel": kernel or {}}, {"name": "b"}],
+                   "kernel": kernel or {}, "nic": nic_for(register)}, {"name": "b"}],
         "buffers": [{"name": "g", "on": "a.gpu0", "size": "4MiB", "register": register},
                     {"name": "h", "on": "b.host", "size": "4MiB"}],
         "workload": [{"kind": "write_bw", "from": "g", "to": "h", "sizes": ["64KiB"], "iterations": 20}]})
