@@ -175,3 +175,29 @@ def _register(pd: ProtectionDomain, offset: int, length: int, iova: int, fd: int
         return done - start, backing
 
     return reg_create(pd, offset, length, access, umem, call, page=page, iova=iova, mr_type="DMABUF_MR")
+
+
+def mlx5dv_get_data_direct_sysfs_path(ctx, buf_len: int) -> str:
+    """The sysfs path (``kobject_get_path``, without ``/sys``) of the data-direct PCI function bound to ``ctx``'s
+    mlx5 device: ``UVERBS_HANDLER(MLX5_IB_METHOD_GET_DATA_DIRECT_SYSFS_PATH)`` (drivers/infiniband/hw/mlx5/
+    std_types.c, ec7ad6530909, 6.12). The function sits below the NIC's root port, numbered by the model (bus 1,
+    function 1: the model keeps no real PCI addresses).
+
+    :raises VerbsError: ``EOPNOTSUPP`` on a device the mlx5 provider does not drive (no dv op);
+        ``EPROTONOSUPPORT`` from a kernel before 6.12 (no such ioctl method); ``ENODEV`` without a data-direct
+        device; ``ENOSPC`` when the path and its NUL do not fit ``buf_len`` bytes.
+    """
+    call = "mlx5dv_get_data_direct_sysfs_path"
+    node = ctx.node
+    if node.nic.params.device.vendor_id != MELLANOX_VENDOR_ID:
+        raise VerbsError("EOPNOTSUPP", "not an mlx5 device: mlx5_get_dv_ops finds no get_data_direct_sysfs_path",
+                         call=call)
+    if not node.kernel.config.behaviour.has_mlx5_dmabuf_access_attr:
+        raise VerbsError("EPROTONOSUPPORT", f"kernel {node.kernel.config.version} has no "
+                         "MLX5_IB_METHOD_GET_DATA_DIRECT_SYSFS_PATH (6.12)", call=call)
+    if not node.nic.params.data_direct:
+        raise VerbsError("ENODEV", "no data-direct device is bound to this mlx5 device", call=call)
+    path = "/devices/pci0000:00/0000:00:01.0/0000:01:00.1"
+    if len(path) + 1 > buf_len:
+        raise VerbsError("ENOSPC", f"the path needs {len(path) + 1} bytes, the buffer has {buf_len}", call=call)
+    return path

@@ -33,7 +33,7 @@ from sim.api.device import CQ, PD, WC, AsyncEvent, Context
 from sim.api.dm import DM, AllocDmAttr
 from sim.api.gpu import GPU, DmaBuf, GpuBuffer
 from sim.api.host import HostMemory
-from sim.api.mr import MR, DmaBufMR
+from sim.api.mr import MR, DmaBufMR, Mlx5DmaBufMR
 from sim.api.mr_ex import DMAHandle, DmaHandleInitAttr, MREx
 from sim.api.qp import QP, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR
 from sim.api.sge import SGE
@@ -42,7 +42,7 @@ from sim.api.testbed import Testbed
 from sim.core import ConfigError, DeadlockError, ProtocolError, SimError, VerbsError
 
 __all__ = [
-    "Testbed", "Context", "PD", "MR", "DmaBufMR", "MREx", "DMAHandle", "DmaHandleInitAttr", "CQ", "CompChannel", "WC",
+    "Testbed", "Context", "PD", "MR", "DmaBufMR", "Mlx5DmaBufMR", "MREx", "DMAHandle", "DmaHandleInitAttr", "CQ", "CompChannel", "WC",
     "QP", "QPCap", "QPInitAttr", "QPAttr",
     "AH", "AHAttr",
     "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqAttr", "SRQ_MAX_WR", "SRQ_LIMIT",

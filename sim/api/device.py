@@ -8,6 +8,7 @@ from models.nic.wqe import WorkCompletion
 from models.verbs.advise import ibv_advise_mr
 from models.verbs.ah import ibv_query_gid
 from models.verbs.destroy import ibv_dealloc_pd, ibv_destroy_cq
+from models.verbs.dmabuf import mlx5dv_get_data_direct_sysfs_path
 from models.verbs.query import ibv_query_device, ibv_query_device_ex, ibv_query_port
 from models.verbs.receive_queue import AsyncEventType
 from models.verbs.recv import ibv_get_async_event
@@ -80,6 +81,17 @@ class Context(Resource):
         moderation, ``max_dm_size``, ...)."""
         self._check_open("ibv_query_device_ex")
         return ibv_query_device_ex(self.ctx)
+
+    def get_data_direct_sysfs_path(self, length: int = 512) -> str:
+        """``mlx5dv_get_data_direct_sysfs_path`` (pyverbs' ``Mlx5Context`` method): the sysfs path of the
+        data-direct function bound to this mlx5 device.
+
+        :raises VerbsError: as :func:`models.verbs.dmabuf.mlx5dv_get_data_direct_sysfs_path` (``ENODEV``: none;
+            ``ENOSPC``: ``length`` bytes do not hold it).
+        """
+        self._check_open("mlx5dv_get_data_direct_sysfs_path")
+        return mlx5dv_get_data_direct_sysfs_path(self.ctx, c_integer(length, "size_t", "length",
+                                                                     "mlx5dv_get_data_direct_sysfs_path"))
 
     def query_port(self, port_num: int = 1):
         """``ibv_query_port`` (:class:`~models.verbs.query.IbvPortAttr`).

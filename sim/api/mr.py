@@ -10,7 +10,7 @@ import numpy as np
 
 from models.ib.implicit_odp import SIZE_MAX
 from models.nic.wqe import Access
-from models.verbs.dmabuf import ibv_reg_dmabuf_mr
+from models.verbs.dmabuf import ibv_reg_dmabuf_mr, mlx5dv_reg_dmabuf_mr
 from models.verbs.mr import ibv_dereg_mr, ibv_reg_mr, ibv_rereg_mr
 from sim.api.arguments import c_integer
 from sim.api.device import PD
@@ -187,3 +187,26 @@ def _host_buffer(pd: PD, length: int):
     if contents is not None:
         host.fill(buf.name, lambda: contents)
     return buf
+
+
+class Mlx5DmaBufMR(DmaBufMR):
+    """pyverbs' ``Mlx5DmaBufMR(pd, offset, length, iova=0, fd=None, access=0, mlx5_access=0)``:
+    ``mlx5dv_reg_dmabuf_mr`` of ``length`` bytes of the dma-buf ``fd`` (an int, or a :class:`~sim.api.gpu.DmaBuf`)
+    from ``offset``, keyed at ``iova``; ``mlx5_access`` 1 (``MLX5DV_REG_DMABUF_ACCESS_DATA_DIRECT``) registers
+    through the NIC's data-direct function (a ConnectX-8's; a pinned registration).
+
+    :raises VerbsError: as :func:`models.verbs.dmabuf.mlx5dv_reg_dmabuf_mr`.
+    """
+
+    def __init__(self, pd: PD, offset: int, length: int, iova: int = 0, fd: int | DmaBuf | None = None,
+                 access: int = 0, mlx5_access: int = 0) -> None:
+        call = "mlx5dv_reg_dmabuf_mr"
+        pd._check_open(call)
+        self.pd, self.context, self.offset, self._internal, self.dmabuf = pd, pd.context, offset, False, fd
+        descriptor = fd.fd if isinstance(fd, DmaBuf) else fd
+        self.mr = mlx5dv_reg_dmabuf_mr(pd.pd, c_integer(offset, "uint64_t", "offset", call),
+                                       c_integer(length, "size_t", "length", call),
+                                       c_integer(iova, "uint64_t", "iova", call),
+                                       c_integer(descriptor, "int", "fd", call), Access(access),
+                                       c_integer(mlx5_access, "int", "mlx5_access", call))
+        self._made()
