@@ -17,6 +17,7 @@ The layer underneath is :mod:`models.verbs` (``ibv_*`` free functions with rdma-
 adds objects, their lifetimes and the clock (:mod:`sim.api.testbed`).
 """
 
+from models.nic.memory_window import MwType
 from models.nic.wqe import Access, Opcode, QpState, SendFlags, WcFlags, WcOpcode, WcStatus
 from models.verbs.advise import IBV_ADVISE_MR_FLAG_FLUSH as ADVISE_MR_FLAG_FLUSH
 from models.verbs.advise import AdviseMrAdvice
@@ -32,6 +33,7 @@ from sim.api.device import CQ, PD, WC, AsyncEvent, Context
 from sim.api.dm import DM, AllocDmAttr
 from sim.api.gpu import GPU, DmaBuf, GpuBuffer
 from sim.api.mr import MR, DmaBufMR
+from sim.api.mw import MW, MWBind, MWBindInfo
 from sim.api.qp import QP, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR
 from sim.api.sge import SGE
 from sim.api.srq import SRQ, SrqAttr, SrqInitAttr
@@ -39,7 +41,8 @@ from sim.api.testbed import Testbed
 from sim.core import ConfigError, DeadlockError, ProtocolError, SimError, VerbsError
 
 __all__ = [
-    "Testbed", "Context", "PD", "MR", "DmaBufMR", "CQ", "CompChannel", "WC", "QP", "QPCap", "QPInitAttr", "QPAttr",
+    "Testbed", "Context", "PD", "MR", "DmaBufMR", "MW", "MWBind", "MWBindInfo", "MwType", "CQ", "CompChannel", "WC",
+    "QP", "QPCap", "QPInitAttr", "QPAttr",
     "AH", "AHAttr",
     "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqAttr", "SRQ_MAX_WR", "SRQ_LIMIT",
     "AsyncEvent", "AsyncEventType", "DM", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf",
