@@ -10,8 +10,8 @@ import pytest
 
 from types import SimpleNamespace
 
-from sim.api import (MR, MW, PD, QP, SGE, Access, MWBind, MWBindInfo, Opcode, QPCap, QPInitAttr, QpState, SendWR,
-                     VerbsError, WcStatus)
+from sim.api import (CQ, MR, MW, PD, QP, SGE, Access, AHAttr, Context, MWBind, MWBindInfo, Opcode, QPAttr, QPCap,
+                     QPInitAttr, QpState, QpType, RecvWR, SendWR, Testbed, VerbsError, WcStatus)
 from tests.sim.api.test_api_mw import SIZE, WINDOW_RW, bind_type1, bind_type2, connect, pair, rdma
 from tests.sim.api.test_api_recv import poll_n
 
@@ -147,3 +147,36 @@ def test_deregistering_the_mr_under_a_bound_window_refuses_requests_through_it()
     address = mr.buf
     mr.close()
     assert rdma(a, Opcode.RDMA_WRITE, mw.rkey, address) is WcStatus.REM_ACCESS_ERR
+
+
+def test_a_uc_qp_binds_and_invalidates_a_window_and_its_peer_is_then_dropped():
+    """UC carries BIND_MW, LOCAL_INV and SEND_WITH_INV (mlx5 ``MLX5_SUPPORTED_SEND_OPS_FLAGS_UC``); a UC responder
+    refuses a key without a word back (rxe_resp.c ``RESPST_ERR_RKEY_VIOLATION``: UC, class E: the message is
+    dropped), so the WRITE completes at the requester and nothing lands."""
+    bed = Testbed()
+    sides = []
+    for name in "ab":
+        ctx = Context(bed, name)
+        pd, cq = PD(ctx), CQ(ctx, 16)
+        mr = MR(pd, SIZE, LW | MWB)
+        qp = QP(pd, QPInitAttr(qp_type=QpType.UC, scq=cq, cap=QPCap(max_send_wr=8, max_recv_wr=8)))
+        sides.append(SimpleNamespace(ctx=ctx, pd=pd, cq=cq, mr=mr, qp=qp))
+    a, b = sides
+    for me, peer in ((a, b), (b, a)):
+        me.qp.to_rts(QPAttr(qp_access_flags=int(LW | RW), dest_qp_num=peer.qp.qp_num,
+                            ah_attr=AHAttr(dlid=peer.ctx.lid)))
+    mw = MW(b.pd, 2)
+    wc, rkey = bind_type2(b, mw, b.mr.buf, SIZE)
+    assert wc.status is WcStatus.SUCCESS
+    a.mr.write(b"first", 5)
+    assert rdma(a, Opcode.RDMA_WRITE, rkey, b.mr.buf, length=5) is WcStatus.SUCCESS
+    b.qp.post_recv(RecvWR(wr_id=1, num_sge=1, sg=[SGE(b.mr.buf + 1024, 64, b.mr.lkey)]))
+    send = SendWR(wr_id=2, opcode=Opcode.SEND_WITH_INV, num_sge=1, sg=[SGE(a.mr.buf, 5, a.mr.lkey)])
+    send.imm_data = rkey
+    a.qp.post_send(send)
+    assert poll_n(a.cq, 1)[0].status is WcStatus.SUCCESS
+    assert poll_n(b.cq, 1)[0].imm_data == rkey
+    a.mr.write(b"again", 5)
+    assert rdma(a, Opcode.RDMA_WRITE, rkey, b.mr.buf, length=5) is WcStatus.SUCCESS   # sent, never acknowledged
+    bed.run("100us")
+    assert b.mr.read(5, 0) == b"first"
