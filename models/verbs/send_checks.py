@@ -33,15 +33,15 @@ from sim.core import VerbsError
 from sim.core.units import format_size
 
 
-def check_send_wr(qp, wr: SendWR) -> None:
+def check_send_wr(qp, wr: SendWR, ahead: int = 0) -> None:
     """The checks of ``_mlx5_post_send`` on ``wr`` posted to ``qp`` (a :class:`~models.verbs.qp.QueuePair`
-    able to send).
+    able to send), ``ahead`` work requests of the same batch before it (``mlx5_wq_overflow``'s ``nreq``).
 
     :raises VerbsError: ENOMEM, EOPNOTSUPP or EINVAL as the module says.
     """
     call = "ibv_post_send"
     check_c_widths(wr.wr_id, wr.sges, call)
-    if qp.sq_used >= qp.max_send_wr:
+    if qp.sq_used + ahead >= qp.max_send_wr:
         unpolled = qp.sq_used - qp.outstanding
         held = "".join((f", {qp.unsignaled} of them unsignaled and done, waiting for a signaled completion"
                         if qp.unsignaled else "",

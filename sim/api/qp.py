@@ -223,10 +223,10 @@ class QP(Resource):
             srq._check_open(call)
         cap = init_attr.cap or QPCap()
         self.pd, self.context, self.init_attr = pd, pd.context, init_attr
-        self.qp = ibv_create_qp(pd.pd, scq.cq, cap.max_send_wr, max_send_sge=cap.max_send_sge,
-                                max_inline_data=cap.max_inline_data, sq_sig_all=bool(init_attr.sq_sig_all),
-                                recv_cq=rcq.cq, max_recv_wr=cap.max_recv_wr, max_recv_sge=cap.max_recv_sge,
-                                srq=None if srq is None else srq.srq, qp_type=init_attr.qp_type)
+        self.qp = self._create(pd.pd, scq.cq, cap.max_send_wr, max_send_sge=cap.max_send_sge,
+                               max_inline_data=cap.max_inline_data, sq_sig_all=bool(init_attr.sq_sig_all),
+                               recv_cq=rcq.cq, max_recv_wr=cap.max_recv_wr, max_recv_sge=cap.max_recv_sge,
+                               srq=None if srq is None else srq.srq, qp_type=init_attr.qp_type)
         """The verbs layer's QP (:class:`models.verbs.qp.QueuePair`)."""
         testbed = self.context.testbed
         testbed._qps[(self.context.lid, self.qp.qp_num)] = self
@@ -237,6 +237,10 @@ class QP(Resource):
                 self.to_rts(qp_attr)
             else:
                 self.to_init(qp_attr)
+
+    def _create(self, pd, send_cq, max_send_wr: int, **caps):
+        """The verbs layer's QP: ``ibv_create_qp``."""
+        return ibv_create_qp(pd, send_cq, max_send_wr, **caps)
 
     @property
     def qp_num(self) -> int:
