@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from models.fabric import AETH, ATOMIC_ACK_ETH, ATOMIC_ETH, RETH, Fabric
+from models.nic.memory_window import key_mr
 from models.nic.nic import Nic
 from models.nic.receive import receive_mr
 from models.nic.stages import (dma_read, dma_write, labelled, memory_target, node_dma_read, node_dma_write,
@@ -124,6 +125,8 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     slots = rd_atomic_slots(qp)
     fence = [Gate(slots, READ_SLOT)] * slots if shape.fence else []
     steps: list[Step] = [Delay(nic.params.doorbell_ps), *to_engine, Rebase(False), *fence]
+    if opcode.is_local:
+        return _local_path(qp, key, (*steps, Check("requester"), *(cqe if shape.signaled else []), *COMPLETION), cqe)
     if not opcode.reads_remote:
         source = [] if inline else [s for length, target in pieces for s in node_dma_read(node, target, length)]
         forward = source + [Delay(nic.params.tx_latency_ps),
@@ -176,6 +179,17 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after, forward,
                                   tuple(reply), compile_steps((*reply[-1:], *COMPLETION)),
                                   compile_steps((*reply, *COMPLETION)), landed_back, request_packets(qp, opcode, n))
+    return result
+
+
+def _local_path(qp, key: tuple, steps: tuple[Step, ...], cqe: list[Step]) -> Path:
+    """The path of a BIND_MW or LOCAL_INV (a UMR work request on mlx5): the WQE reaches the send engine, the NIC
+    executes it at the check ``requester`` (:func:`~models.nic.memory_window.local_operation`) and writes the CQE;
+    nothing goes on the wire, and it takes no PSN. Cached in the QP's paths under ``key``."""
+    steps = in_send_order(list(steps), qp.node.nic, qp.qp_num)
+    failed = compile_steps((*cqe[-1:], *COMPLETION))
+    result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False),
+                                  _after_checks(steps), (), (), failed, failed, 0, 0)
     return result
 
 
@@ -271,14 +285,17 @@ def rd_atomic_slots(qp) -> int:
 READ_SLOT = "landing"
 """The gate of a QP's outstanding READs, released by the claim that lands a READ's response."""
 
-IMMDT = 4
-"""The ImmDt extension header of a ``*_WITH_IMM`` request's last packet (bytes)."""
+IMMDT = IETH = 4
+"""The ImmDt extension header of a ``*_WITH_IMM`` request's last packet, and the IETH of a SEND with invalidate,
+which carries the rkey to invalidate (bytes)."""
 
 
 def request_headers(opcode: Opcode) -> int:
     """Extension header bytes of a request carrying a payload: RETH for RDMA WRITE, none for SEND, ImmDt for
-    immediate data (IB spec vol. 1 ch. 9.2-9.3, approximated as extra bytes of the first packet)."""
-    return (RETH if opcode.writes_remote else 0) + (IMMDT if opcode.carries_imm else 0)
+    immediate data, IETH for SEND with invalidate (IB spec vol. 1 ch. 9.2-9.3, approximated as extra bytes of the
+    first packet)."""
+    return (RETH if opcode.writes_remote else 0) + (IMMDT if opcode.carries_imm else 0) + \
+        (IETH if opcode is Opcode.SEND_WITH_INV else 0)
 
 
 def receive_wqe_fetch(qp, opcode: Opcode) -> list[Step]:
@@ -360,7 +377,7 @@ def posted_path(qp, wr: SendWR, now_ps: int, listed: bool) -> tuple[Sequence[Sge
     key = (_POSTED, wr.opcode, wr.length, wr.lkey, wr.rkey, wr.inline, wr.send_flags, listed,
            bool(nic.outages or pnic.outages))
     known = qp.paths.get(key) if wr.sg_list is None else None
-    if known is not None and known[0] is nic.lookup(wr.lkey) and known[1] is pnic.lookup(wr.rkey):
+    if known is not None and known[0] is nic.lookup(wr.lkey) and known[1] is key_mr(pnic, wr.rkey):
         sges = known[2]
         return (sges if not sges or sges[0].addr == wr.local_addr else local_sges(wr)), known[3], known[4]
     sges, sig = local_sges(wr), signaled(qp, wr)
@@ -368,7 +385,7 @@ def posted_path(qp, wr: SendWR, now_ps: int, listed: bool) -> tuple[Sequence[Sge
     opcode = wr.opcode
     if (wr.sg_list is None and qp.node.topology is None and qp.remote.node.topology is None
             and not opcode.is_atomic and (opcode.writes_remote or not opcode.consumes_receive)):
-        qp.paths[key] = (nic.lookup(wr.lkey), pnic.lookup(wr.rkey), tuple(sges), sig, found)
+        qp.paths[key] = (nic.lookup(wr.lkey), key_mr(pnic, wr.rkey), tuple(sges), sig, found)
     return sges, sig, found
 
 
@@ -381,7 +398,7 @@ def _path_of(qp, wr: SendWR, sges: Sequence[Sge], sig: bool, now_ps: int, listed
     node, peer = qp.node, qp.remote.node
     local_mrs = [node.nic.lookup(sge.lkey) for sge in sges]
     local_mr = local_mrs[0] if local_mrs else None
-    remote_mr = peer.nic.lookup(wr.rkey) if not wr.opcode.consumes_receive or wr.opcode.writes_remote else \
+    remote_mr = key_mr(peer.nic, wr.rkey) if not wr.opcode.consumes_receive or wr.opcode.writes_remote else \
         receive_mr(qp.remote)
     checked = checked_accesses(qp, local_mrs, remote_mr)
     flat = node.topology is None and peer.topology is None

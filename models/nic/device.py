@@ -30,6 +30,8 @@ class DeviceCap(enum.IntFlag):
     MEM_WINDOW = 1 << 17
     XRC = 1 << 20
     MEM_MGT_EXTENSIONS = 1 << 21
+    MEM_WINDOW_TYPE_2A = 1 << 23
+    MEM_WINDOW_TYPE_2B = 1 << 24
     FLUSH_GLOBAL = 1 << 38
     """``IB_UVERBS_DEVICE_FLUSH_GLOBAL`` (Linux 6.2): only rxe sets it."""
     FLUSH_PERSISTENT = 1 << 39
@@ -46,9 +48,10 @@ class AtomicCap(enum.IntEnum):
 
 MLX5_CAPS = (DeviceCap.BAD_PKEY_CNTR | DeviceCap.BAD_QKEY_CNTR | DeviceCap.AUTO_PATH_MIG | DeviceCap.CHANGE_PHY_PORT
              | DeviceCap.PORT_ACTIVE_EVENT | DeviceCap.SYS_IMAGE_GUID | DeviceCap.RC_RNR_NAK_GEN | DeviceCap.MEM_WINDOW
-             | DeviceCap.XRC | DeviceCap.MEM_MGT_EXTENSIONS)
+             | DeviceCap.XRC | DeviceCap.MEM_MGT_EXTENSIONS | DeviceCap.MEM_WINDOW_TYPE_2B)
 """The named ``device_cap_flags`` ``ibv_devinfo -v`` prints for a ConnectX-5 (vendor_part_id 4121, github.com/
-ofiwg/libfabric/issues/8256); bits it prints as unknown are left out."""
+ofiwg/libfabric/issues/8256); bits it prints as unknown are left out. ``mlx5_ib_query_device`` sets MEM_WINDOW and
+MEM_WINDOW_TYPE_2B together (``MLX5_CAP_GEN(mdev, imaicl)``, which also gives the device its ``alloc_mw``)."""
 
 
 @dataclass(frozen=True, slots=True)

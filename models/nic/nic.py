@@ -149,6 +149,9 @@ class Nic:
         """Serves incoming atomics one at a time (so they are atomic across QPs), ``params.atomic_ps`` each."""
         self.mrs: dict[int, Any] = {}
         """The registered MRs (:class:`~models.verbs.mr.MemoryRegion`) by key."""
+        self.mws: dict[int, Any] = {}
+        """The allocated memory windows (:class:`~models.nic.memory_window.MemoryWindow`) by key index
+        (``key >> 8``: a bind changes a window's key, not its index)."""
         self.device_memory: list[Any] = []
         """Allocated device memory (:class:`~models.verbs.dm.DeviceMemoryAllocation`), oldest first."""
         self.mtt: MttCache | None = None
@@ -203,10 +206,11 @@ class Nic:
         """A fatal NIC error (mlx5_enter_error_state): ``qps`` (this NIC's) fail and every hardware key is lost;
         the MRs stay registered in the kernel until the process cleans up. Returns the event-log outcome."""
         outcome = flush_qps(qps)
-        lost = len(self.mrs)
+        lost = len(self.mrs) + len(self.mws)
         for mr in list(self.mrs.values()):
             mr.valid = False
         self.mrs.clear()
+        self.mws.clear()
         return f"{outcome}; {lost} memory keys lost"
 
     def link_down(self, start_ps: int, duration_ps: int, *, held: bool = False) -> str:

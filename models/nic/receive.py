@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from models.nic.memory_window import remote_region
 from models.nic.remote_access import remote_status
 from models.nic.translation import lookup_mr, write_payload
 from models.nic.transport import QpType, grh, port_gid, receive_overhead, sent_qkey
-from models.nic.wqe import (Access, QpState, RecvWR, SendFlags, SendWR, WcFlags, WcStatus, WorkCompletion,
+from models.nic.wqe import (Access, Opcode, QpState, RecvWR, SendFlags, SendWR, WcFlags, WcStatus, WorkCompletion,
                             receive_wc_opcode)
 
-_LOCAL_WRITE = int(Access.LOCAL_WRITE)
+_LOCAL_WRITE, _REMOTE_WRITE = int(Access.LOCAL_WRITE), int(Access.REMOTE_WRITE)
 
 _SOLICITED = int(SendFlags.SOLICITED)
 """``IBV_SEND_SOLICITED`` as a plain int (the per-message path)."""
@@ -64,7 +65,8 @@ def landing_buffer(responder, recv: RecvWR, wr: SendWR):
     """``(mr, addr, length)`` of the first bytes of ``wr`` at the responder: through its rkey for a WRITE with
     immediate, else the receive's first scatter entry (mr None: it has none, or its key is unknown)."""
     if wr.opcode.writes_remote:
-        return responder.node.nic.lookup(wr.rkey), wr.remote_addr, wr.message_bytes
+        mr, addr = remote_region(responder, wr.rkey, wr.remote_addr, wr.message_bytes, _REMOTE_WRITE) or (None, 0)
+        return mr, addr, wr.message_bytes
     if not recv.sg_list:
         return None, 0, 0
     first = recv.sg_list[0]
@@ -123,11 +125,13 @@ def complete_receive(env, responder, queue, recv: RecvWR, wr: SendWR, status: Wc
     anything else happens, when ``at`` is not later)."""
     ok = status is WcStatus.SUCCESS
     flags = WcFlags.WITH_IMM if ok and wr.opcode.carries_imm else WcFlags(0)
+    if ok and wr.opcode is Opcode.SEND_WITH_INV:
+        flags = WcFlags.WITH_INV
     if ok and responder.qp_type is QpType.UD and wr.ah.attr.is_global:
         flags |= WcFlags.GRH
     byte_len = wr.message_bytes + receive_overhead(responder.qp_type) if ok else 0
     wc = WorkCompletion(recv.wr_id, status, receive_wc_opcode(wr.opcode), byte_len, responder.qp_num, at, at,
-                        flags, wr.imm_data if flags & WcFlags.WITH_IMM else 0, src_qp,
+                        flags, wr.imm_data if flags & (WcFlags.WITH_IMM | WcFlags.WITH_INV) else 0, src_qp,
                         solicited=bool(wr.send_flags & _SOLICITED))
     if at <= env.now:
         responder.deliver_receive(queue, wc)

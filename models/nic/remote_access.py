@@ -6,13 +6,14 @@ not enable, then a misaligned atomic, then the R_Key and bounds) as Soft-RoCE im
 ``check_op_valid``, then ``check_rkey``). What the NAK becomes at the requester is mlx5's: a right missing from
 the responder QP's ``qp_access_flags`` or from the MR, an invalid R_Key or a range outside the MR answers
 NAK-Remote Access Error (``IBV_WC_REM_ACCESS_ERR``); an atomic whose remote address is not 8-byte aligned answers
-NAK-Invalid Request (``IBV_WC_REM_INV_REQ_ERR``, the class rxe also uses). The responder QP moves to the error
+NAK-Invalid Request (``IBV_WC_REM_INV_REQ_ERR``, the class rxe also uses). An R_Key may name a memory window
+(:func:`~models.nic.memory_window.remote_region`). The responder QP moves to the error
 state after either NAK.
 """
 
 from __future__ import annotations
 
-from models.nic.translation import lookup_mr
+from models.nic.memory_window import remote_region
 from models.nic.wqe import ATOMIC_BYTES, ATOMICS, QP_RTS, Access, Opcode, SendWR, WcStatus
 
 _RIGHT = {Opcode.RDMA_WRITE: int(Access.REMOTE_WRITE), Opcode.RDMA_WRITE_WITH_IMM: int(Access.REMOTE_WRITE),
@@ -33,7 +34,6 @@ def remote_status(qp, wr: SendWR) -> WcStatus | None:
         return WcStatus.REM_ACCESS_ERR
     if wr.opcode.is_atomic and wr.remote_addr % ATOMIC_BYTES:
         return WcStatus.REM_INV_REQ_ERR
-    mr = lookup_mr(responder, wr.rkey)
-    if mr is None or not mr.allows(wr.remote_addr, wr.message_bytes, needed):
+    if remote_region(responder, wr.rkey, wr.remote_addr, wr.message_bytes, needed) is None:
         return WcStatus.REM_ACCESS_ERR
     return None

@@ -58,9 +58,12 @@ QP_RC, QP_UD = QpType.RC, QpType.UD
 Python 3.11 (EnumType's ``__getattr__`` hook)."""
 
 _CARRIES = {QpType.RC: frozenset(Opcode),
-            QpType.UC: frozenset({Opcode.RDMA_WRITE, Opcode.RDMA_WRITE_WITH_IMM, Opcode.SEND, Opcode.SEND_WITH_IMM}),
+            QpType.UC: frozenset({Opcode.RDMA_WRITE, Opcode.RDMA_WRITE_WITH_IMM, Opcode.SEND, Opcode.SEND_WITH_IMM,
+                                  Opcode.BIND_MW, Opcode.LOCAL_INV, Opcode.SEND_WITH_INV}),
             QpType.UD: frozenset({Opcode.SEND, Opcode.SEND_WITH_IMM})}
-"""The opcodes each service carries."""
+"""The opcodes each service carries: UC no READ or atomic, UD only SENDs; a memory window's bind, a local
+invalidation and a SEND with invalidate on RC and UC (mlx5's ``MLX5_SUPPORTED_SEND_OPS_FLAGS_RC`` and ``_UC``;
+rxe_opcode.c ``rxe_wr_opcode_info`` for the first two)."""
 
 GRH_BYTES = 40
 """The Global Routing Header a UD receive buffer starts with (bytes)."""

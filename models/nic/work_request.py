@@ -13,15 +13,16 @@ from models.nic.atomics import apply_atomic
 from models.nic.completion import complete_at
 from models.nic.datapath import (ACK_TIMER, READ_SLOT, RECEIVED, REPLY_WIRE, REQUEST_WIRE, SEQUENCE_NAK, Path,
                                  posted_path, rd_atomic_slots)
+from models.nic.memory_window import invalidate_rkey, local_operation, remote_region
 from models.nic.odp_caps import gated_translate, mlx5_ib_odp_opcode_cap
 from models.nic.receive import complete_receive, landing_buffer, scatter, with_grh
 from models.nic.refusal import DROPPED, NAK, NO_RECEIVE, NOT_RECEIVING, local_status, receive_refusal
-from models.nic.remote_access import remote_status
+from models.nic.remote_access import remote_right, remote_status
 from models.nic.retransmit import Retransmission
 from models.nic.stages import translation_stages
 from models.nic.translation import Fault, lookup_mr, mr_bytes, write_payload
 from models.nic.transport import PSN_MASK, Outcome, Waiting, acknowledged, after_gap_closed
-from models.nic.wqe import WC_SUCCESS, QpState, SendWR, Sge, WcStatus
+from models.nic.wqe import WC_SUCCESS, Opcode, QpState, SendWR, Sge, WcStatus
 from sim.core.interpreter import Operation, Semaphore, compile_steps
 from sim.core.steps import Check
 
@@ -106,6 +107,8 @@ class WorkRequestRun(Retransmission):
         if qp.state.flushes:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
         problem = local_status(qp, wr, self.local)
+        if problem is None and wr.opcode.is_local:
+            problem = local_operation(qp, wr)
         if problem is not None:
             return self._fail(problem, head, self.path.failed)
         if wr.is_inline:
@@ -151,10 +154,10 @@ class WorkRequestRun(Retransmission):
             qp.remote.to_error()  # the responder drops everything after the NAK
             return self._fail(refused, tail, self.path.rejected)
         peer, n = qp.remote.node, wr.message_bytes
-        mr = peer.nic.lookup(wr.rkey)
+        mr, addr = remote_region(qp.remote, wr.rkey, wr.remote_addr, n, remote_right(wr.opcode))
         if mr.backing is not None:
             need = mlx5_ib_odp_opcode_cap(wr.opcode)
-            answer = gated_translate(qp.remote, mr, need, now, wr.remote_addr - mr.iova, n)
+            answer = gated_translate(qp.remote, mr, need, now, addr - mr.iova, n)
             if unacked and answer is not None:
                 return self._dropped(tail, "page fault" if isinstance(answer, Fault) else "translation refused")
             if isinstance(answer, Fault):
@@ -162,12 +165,12 @@ class WorkRequestRun(Retransmission):
             if answer is not None:
                 qp.remote.to_error()
                 return self._fail(WcStatus.REM_ACCESS_ERR, tail, self.path.rejected)
-        env, target = qp.pd.context.env, [(mr, wr.remote_addr, n)]
+        env, target = qp.pd.context.env, [(mr, addr, n)]
         if wr.opcode.writes_remote:  # (a WRITE with immediate took its receive above)
-            write_payload(mr, wr.remote_addr, self.payload)
+            write_payload(mr, addr, self.payload)
         elif wr.opcode.is_atomic:  # the read-modify-write happens as the responder accepts it, once
             if env.data_mode and not self.executed:
-                self.payload = apply_atomic(mr_bytes(mr, wr.remote_addr, n), wr.opcode, wr.compare_add, wr.swap)
+                self.payload = apply_atomic(mr_bytes(mr, addr, n), wr.opcode, wr.compare_add, wr.swap)
         else:
             self.payload = _gather(env, target)
         self._executed()
@@ -244,7 +247,11 @@ class WorkRequestRun(Retransmission):
             if not acknowledged(qp.qp_type):
                 return self._dropped(tail, problem[0].ibv_name)
             return self._fail(problem[1], tail, self.path.rejected)
-        self.received = (queue, recv)
+        # A SEND with invalidate invalidates its key once the message is in (rxe_resp.c: invalidate_rkey); when it
+        # cannot, the receive completes IBV_WC_REM_INV_REQ_ERR and the responder moves to ERR
+        # (RESPST_ERR_INVALIDATE_RKEY, class J), the request itself being acknowledged.
+        invalidated = wr.opcode is not Opcode.SEND_WITH_INV or invalidate_rkey(responder, wr.invalidate_rkey)
+        self.received = (queue, recv, WC_SUCCESS if invalidated else WcStatus.REM_INV_REQ_ERR)
         self._executed()
         if wr.opcode.writes_remote:
             write_payload(mr, addr, self.payload)
@@ -293,9 +300,10 @@ class WorkRequestRun(Retransmission):
 
     def _received(self, now: int, head: int, tail: int):
         """The responder's receive CQE is in memory: the receive completes."""
-        queue, recv = self.received
-        complete_receive(self.qp.pd.context.env, self.qp.remote, queue, recv, self.wr, WcStatus.SUCCESS,
-                         self.qp.qp_num, now)
+        queue, recv, status = self.received
+        complete_receive(self.qp.pd.context.env, self.qp.remote, queue, recv, self.wr, status, self.qp.qp_num, now)
+        if status is not WC_SUCCESS:
+            self.qp.remote.to_error()
 
     def mark(self, op: Operation, name: str, head: int, tail: int) -> None:
         """The payload has landed (``name`` is ``landed``): a waiter on the work request learns when."""

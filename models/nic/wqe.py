@@ -90,6 +90,9 @@ class Opcode(VerbsEnum):
     RDMA_READ = 4
     ATOMIC_CMP_AND_SWP = 5
     ATOMIC_FETCH_AND_ADD = 6
+    LOCAL_INV = 7
+    BIND_MW = 8
+    SEND_WITH_INV = 9
 
     def __init__(self, value: int) -> None:
         # What each opcode does, as plain attributes: they are read on every work request.
@@ -98,12 +101,14 @@ class Opcode(VerbsEnum):
         """A 64-bit atomic: it travels like an 8-byte READ and takes a READ/atomic slot."""
         self.reads_remote = self.is_atomic or name == "RDMA_READ"
         """A response comes back and lands in the local buffer (READ and atomics): it takes a READ/atomic slot."""
-        self.consumes_receive = name in ("SEND", "SEND_WITH_IMM", "RDMA_WRITE_WITH_IMM")
+        self.consumes_receive = name in ("SEND", "SEND_WITH_IMM", "RDMA_WRITE_WITH_IMM", "SEND_WITH_INV")
         """The responder takes a receive WQE for it."""
         self.carries_imm = name.endswith("_WITH_IMM")
         """The request carries 4 bytes of immediate data."""
         self.writes_remote = name.startswith("RDMA_WRITE")
         """The payload goes through an rkey into the responder's memory (RDMA WRITE, with or without immediate)."""
+        self.is_local = name in ("LOCAL_INV", "BIND_MW")
+        """A memory operation the requester's NIC executes itself (a UMR on mlx5): nothing goes on the wire."""
 
 
 ATOMICS = frozenset(op for op in Opcode if op.is_atomic)
@@ -154,12 +159,14 @@ class WcOpcode(enum.IntEnum):
 
 _SEND_WC = {Opcode.RDMA_WRITE: WcOpcode.RDMA_WRITE, Opcode.RDMA_WRITE_WITH_IMM: WcOpcode.RDMA_WRITE,
             Opcode.RDMA_READ: WcOpcode.RDMA_READ, Opcode.SEND: WcOpcode.SEND, Opcode.SEND_WITH_IMM: WcOpcode.SEND,
-            Opcode.ATOMIC_CMP_AND_SWP: WcOpcode.COMP_SWAP, Opcode.ATOMIC_FETCH_AND_ADD: WcOpcode.FETCH_ADD}
+            Opcode.ATOMIC_CMP_AND_SWP: WcOpcode.COMP_SWAP, Opcode.ATOMIC_FETCH_AND_ADD: WcOpcode.FETCH_ADD,
+            Opcode.LOCAL_INV: WcOpcode.LOCAL_INV, Opcode.BIND_MW: WcOpcode.BIND_MW, Opcode.SEND_WITH_INV: WcOpcode.SEND}
 
 
 def send_wc_opcode(opcode: Opcode) -> WcOpcode:
     """The requester's completion opcode of a work request (mlx5: WRITE_WITH_IMM completes as RDMA_WRITE,
-    SEND_WITH_IMM as SEND)."""
+    SEND_WITH_IMM and SEND_WITH_INV as SEND; ``_mlx5_post_send`` sets ``IBV_WC_BIND_MW`` and ``IBV_WC_LOCAL_INV``
+    for its UMR work requests)."""
     return _SEND_WC[opcode]
 
 
@@ -219,7 +226,8 @@ class WorkCompletion:
     completed_ps: int
     wc_flags: WcFlags = WcFlags(0)
     imm_data: int = 0
-    """The sender's immediate data (valid with ``IBV_WC_WITH_IMM``)."""
+    """The sender's immediate data (valid with ``IBV_WC_WITH_IMM``); with ``IBV_WC_WITH_INV``, the rkey a SEND with
+    invalidate invalidated (``ibv_wc``'s union of ``imm_data`` and ``invalidated_rkey``)."""
     src_qp: int = 0
     """The sending QP's number (receive completions)."""
     solicited: bool = field(default=False, repr=False, compare=False)
@@ -280,13 +288,22 @@ class SendWR:
     """CMP_AND_SWP: the value written when the comparison holds."""
 
     imm_data: int = 0
-    """Immediate data of ``*_WITH_IMM`` (32 bits; the responder's completion carries it)."""
+    """Immediate data of ``*_WITH_IMM`` (32 bits; the responder's completion carries it); for LOCAL_INV and
+    SEND_WITH_INV the rkey to invalidate (``ibv_send_wr``'s union of ``imm_data`` and ``invalidate_rkey``)."""
+    bind_mw: object = None
+    """BIND_MW (``wr.bind_mw``): the :class:`~models.nic.memory_window.MwBind` of the window, its new rkey and the
+    bind's ``ibv_mw_bind_info``."""
     ah: object = None
     """UD (``wr.ud``): the address handle of the destination port (:class:`~models.verbs.ah.AddressHandle`)."""
     remote_qpn: int = 0
     """UD: the destination QP's number."""
     remote_qkey: int = 0
     """UD: the Q_Key the destination QP must have (high bit set: the sending QP's own, a controlled Q_Key)."""
+
+    @property
+    def invalidate_rkey(self) -> int:
+        """LOCAL_INV, SEND_WITH_INV: the rkey to invalidate (the same 32 bits as ``imm_data``)."""
+        return self.imm_data
 
     @property
     def num_sge(self) -> int:

@@ -77,11 +77,11 @@ def ibv_destroy_cq(cq: CompletionQueue) -> None:
 def ibv_dealloc_pd(pd: ProtectionDomain) -> None:
     """Deallocate ``pd``.
 
-    :raises VerbsError: ``EBUSY`` while MRs, QPs, SRQs or AHs use it; ``EINVAL`` when it was deallocated already.
+    :raises VerbsError: ``EBUSY`` while MRs, MWs, QPs, SRQs or AHs use it; ``EINVAL`` when it was deallocated already.
     """
     call = "ibv_dealloc_pd"
     _check_alive(pd, f"PD {pd.handle}", call)
-    _check_unused(pd.usecnt, f"PD {pd.handle}", "MR(s), QP(s), SRQ(s) or AH(s) still use it", call)
+    _check_unused(pd.usecnt, f"PD {pd.handle}", "MR(s), MW(s), QP(s), SRQ(s) or AH(s) still use it", call)
     pd.destroyed = True
 
 

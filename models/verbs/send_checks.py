@@ -28,19 +28,20 @@ from __future__ import annotations
 
 from models.ib.mr_checks import U64
 from models.nic.device import AtomicCap
-from models.nic.wqe import QpState, SendWR, Sge
+from models.nic.wqe import Opcode, QpState, SendWR, Sge
 from sim.core import VerbsError
+from sim.core.units import format_size
 
 
-def check_send_wr(qp, wr: SendWR) -> None:
+def check_send_wr(qp, wr: SendWR, ahead: int = 0) -> None:
     """The checks of ``_mlx5_post_send`` on ``wr`` posted to ``qp`` (a :class:`~models.verbs.qp.QueuePair`
-    able to send).
+    able to send), ``ahead`` work requests of the same batch before it (``mlx5_wq_overflow``'s ``nreq``).
 
     :raises VerbsError: ENOMEM, EOPNOTSUPP or EINVAL as the module says.
     """
     call = "ibv_post_send"
     check_c_widths(wr.wr_id, wr.sges, call)
-    if qp.sq_used >= qp.max_send_wr:
+    if qp.sq_used + ahead >= qp.max_send_wr:
         unpolled = qp.sq_used - qp.outstanding
         held = "".join((f", {qp.unsignaled} of them unsignaled and done, waiting for a signaled completion"
                         if qp.unsignaled else "",
@@ -65,6 +66,26 @@ def check_send_wr(qp, wr: SendWR) -> None:
                              f"{qp.max_inline_data}", call=call)
     if not 0 <= wr.imm_data < 2**32:
         raise VerbsError("EINVAL", f"imm_data {wr.imm_data} is not a 32-bit value (__be32)", call=call)
+    if wr.opcode is Opcode.BIND_MW:
+        check_bind_wr(wr, call)
+
+
+KLM_MAX_LENGTH = 1 << 31
+"""The longest window one KLM entry describes (mlx5 ``set_bind_wr``: "KLM support only 2GB")."""
+
+
+def check_bind_wr(wr: SendWR, call: str) -> None:
+    """What ``_mlx5_post_send`` checks of an ``IBV_WR_BIND_MW`` (``set_bind_wr``; the rules of the bind itself
+    the NIC checks as it executes it, :func:`~models.nic.memory_window.rxe_check_bind_mw`).
+
+    :raises VerbsError: ``EINVAL`` without ``bind_mw``; ``EOPNOTSUPP`` for a window longer than 2 GiB.
+    """
+    if wr.bind_mw is None:
+        raise VerbsError("EINVAL", "IBV_WR_BIND_MW without bind_mw (the window and its bind_info)", call=call)
+    length = wr.bind_mw.bind_info.length
+    if length > KLM_MAX_LENGTH:
+        raise VerbsError("EOPNOTSUPP", f"a window of {format_size(length)}: one KLM entry holds at most 2GiB "
+                         "(mlx5 set_bind_wr)", call=call)
 
 
 U32 = 2**32

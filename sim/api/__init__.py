@@ -18,10 +18,12 @@ adds objects, their lifetimes and the clock (:mod:`sim.api.testbed`).
 """
 
 from models.gpu.device_memory import GpuOutOfMemory
+from models.nic.memory_window import MwType
 from models.nic.wqe import Access, Opcode, QpState, SendFlags, WcFlags, WcOpcode, WcStatus
 from models.verbs.advise import IBV_ADVISE_MR_FLAG_FLUSH as ADVISE_MR_FLAG_FLUSH
 from models.verbs.advise import AdviseMrAdvice
 from models.verbs.qp_state import AhAttr as AHAttr
+from models.verbs.qp_ex import QpInitAttrMask, SendOps
 from models.verbs.qp_state import PathMtu, QpAttrMask, QpType
 from models.verbs.receive_queue import AsyncEventType
 from models.verbs.recv import SRQ_LIMIT, SRQ_MAX_WR
@@ -35,15 +37,18 @@ from sim.api.gpu import GPU, DmaBuf, GpuBuffer
 from sim.api.host import HostMemory
 from sim.api.mr import MR, DmaBufMR, Mlx5DmaBufMR
 from sim.api.mr_ex import DMAHandle, DmaHandleInitAttr, MREx
+from sim.api.mw import MW, MWBind, MWBindInfo
 from sim.api.qp import QP, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR
+from sim.api.qp_ex import QPEx, QPInitAttrEx
 from sim.api.sge import SGE
 from sim.api.srq import SRQ, SrqAttr, SrqInitAttr
 from sim.api.testbed import Testbed
 from sim.core import ConfigError, DeadlockError, ProtocolError, SimError, VerbsError
 
 __all__ = [
-    "Testbed", "Context", "PD", "MR", "DmaBufMR", "Mlx5DmaBufMR", "MREx", "DMAHandle", "DmaHandleInitAttr", "CQ", "CompChannel", "WC",
-    "QP", "QPCap", "QPInitAttr", "QPAttr",
+    "Testbed", "Context", "PD", "MR", "DmaBufMR", "Mlx5DmaBufMR", "MREx", "DMAHandle", "DmaHandleInitAttr",
+    "MW", "MWBind", "MWBindInfo", "MwType", "CQ", "CompChannel", "WC",
+    "QP", "QPCap", "QPInitAttr", "QPAttr", "QPEx", "QPInitAttrEx", "QpInitAttrMask", "SendOps",
     "AH", "AHAttr",
     "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqAttr", "SRQ_MAX_WR", "SRQ_LIMIT",
     "AsyncEvent", "AsyncEventType", "DM", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf", "HostMemory",

@@ -136,7 +136,7 @@ class Context(Resource):
 class PD(Resource):
     """A protection domain (``ibv_alloc_pd``).
 
-    :raises VerbsError: from :meth:`close`: ``EBUSY`` while MRs, QPs, SRQs or AHs use it (``uverbs_free_pd``).
+    :raises VerbsError: from :meth:`close`: ``EBUSY`` while MRs, MWs, QPs, SRQs or AHs use it (``uverbs_free_pd``).
     """
 
     def __init__(self, context: Context) -> None:

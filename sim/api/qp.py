@@ -13,11 +13,13 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from models.nic.wqe import Opcode, QpState, SendFlags
+from models.nic.memory_window import MwBind
+from models.nic.wqe import Opcode, QpState, SendFlags, Sge
 from models.nic.wqe import RecvWR as ReceiveRequest
 from models.nic.wqe import SendWR as WorkRequest
 from models.verbs import qp_state
 from models.verbs.destroy import ibv_destroy_qp
+from models.verbs.mw import ibv_bind_mw, ibv_inc_rkey
 from models.verbs.qp_state import PathMtu, QpAttrMask, QpType
 from models.verbs.recv import ibv_post_recv
 from models.verbs.qp import PERFTEST_MASKS, ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_query_qp
@@ -28,15 +30,20 @@ from sim.api.sge import SGE, sge_list
 from sim.core import ProtocolError, VerbsError
 
 
-def _first_sges(num_sge: int, sg: list[SGE] | None, what: str) -> list[SGE]:
-    """The ``num_sge`` SGEs a work request holds (pyverbs copies the first ``num_sge`` of ``sg``).
+def _first_sges(num_sge: int, sg: list[SGE] | None, what: str, needs_sge: bool = True) -> list[SGE]:
+    """The ``num_sge`` SGEs a work request holds (pyverbs copies the first ``num_sge`` of ``sg``); ``needs_sge``
+    False: none is needed (pyverbs' memory-window opcodes).
 
-    :raises ProtocolError: no SGE (pyverbs: "A WR needs at least one SGE").
+    :raises ProtocolError: no SGE where one is needed (pyverbs: "A WR needs at least one SGE").
     :raises ArgumentTypeError: ``num_sge`` is not an integer.
     """
-    if c_integer(num_sge, "int", "num_sge", what) < 1 or not sg:
+    if (c_integer(num_sge, "int", "num_sge", what) < 1 or not sg) and needs_sge:
         raise ProtocolError(f"{what}: a WR needs at least one SGE")
-    return list(sg)[:num_sge]
+    return list(sg or ())[:num_sge]
+
+
+_MW_OPCODES = frozenset((Opcode.LOCAL_INV, Opcode.BIND_MW, Opcode.SEND_WITH_INV))
+"""The opcodes pyverbs' ``SendWR`` takes without an SGE (its ``mw_opcodes``)."""
 
 
 _OPCODES, _QP_TYPES = frozenset(Opcode), frozenset(QpType)
@@ -57,14 +64,15 @@ class SendWR(Resource):
     def __init__(self, wr_id: int = 0, opcode: Opcode = Opcode.SEND, num_sge: int = 0, imm_data: int = 0,
                  sg: list[SGE] | None = None, send_flags: int = SendFlags.SIGNALED) -> None:
         call = "SendWR"
-        self.sg = _first_sges(num_sge, sg, call)
         if c_integer(opcode, "enum ibv_wr_opcode", "opcode", call) not in _OPCODES:
             raise VerbsError("EINVAL", f"opcode {opcode} is none of the modelled IBV_WR_* opcodes "
                              f"({', '.join(op.name for op in Opcode)}; mlx5_post_send: bad opcode)",
                              call="ibv_post_send")
+        self.sg = _first_sges(num_sge, sg, call, opcode not in _MW_OPCODES)
         self.wr_id, self.num_sge = c_integer(wr_id, "uint64_t", "wr_id", call), num_sge
         self.opcode = Opcode(opcode)
         self.imm_data = c_integer(imm_data, "uint32_t", "imm_data", call)
+        self._bind: MwBind | None = None
         self.send_flags = SendFlags(c_integer(send_flags, "uint32_t", "send_flags", call))
         self.remote_addr = self.rkey = self.compare_add = self.swap = 0
         self.ah, self.remote_qpn, self.remote_qkey = None, 0, 0
@@ -91,18 +99,29 @@ class SendWR(Resource):
         self.remote_qpn = c_integer(rqpn, "uint32_t", "rqpn", call)
         self.remote_qkey = c_integer(rqkey, "uint32_t", "rqkey", call)
 
+    def set_bind_wr(self, mw, bind_info) -> None:
+        """A BIND_MW's window (:class:`~sim.api.mw.MW`) and :class:`~sim.api.mw.MWBindInfo`; the new rkey, the
+        window's next (``ibv_inc_rkey``), is :attr:`rkey` from now on (pyverbs' ``set_bind_wr``)."""
+        self.rkey = ibv_inc_rkey(mw.rkey)
+        self._bind = (mw, bind_info)
+
     def _request(self, call: str) -> WorkRequest:
         """The verbs layer's work request."""
         self._check_open(call)
         sges = sge_list(self.sg, call)
-        first = sges[0]
+        first = sges[0] if sges else Sge(0, 0, 0)
+        bind = None
+        if self._bind is not None:
+            mw, info = self._bind
+            mw._check_open(call)
+            bind = MwBind(mw.mw, self.rkey, info._info(call))
         if self.ah is not None:
             self.ah._check_open(call)
         return WorkRequest(self.wr_id, self.opcode, first.addr, first.length, first.lkey, self.remote_addr,
                            self.rkey, sg_list=sges if len(sges) > 1 else None, send_flags=int(self.send_flags),
                            compare_add=self.compare_add, swap=self.swap, imm_data=self.imm_data,
                            ah=None if self.ah is None else self.ah.ah, remote_qpn=self.remote_qpn,
-                           remote_qkey=self.remote_qkey)
+                           remote_qkey=self.remote_qkey, bind_mw=bind)
 
 
 class RecvWR(Resource):
@@ -204,10 +223,10 @@ class QP(Resource):
             srq._check_open(call)
         cap = init_attr.cap or QPCap()
         self.pd, self.context, self.init_attr = pd, pd.context, init_attr
-        self.qp = ibv_create_qp(pd.pd, scq.cq, cap.max_send_wr, max_send_sge=cap.max_send_sge,
-                                max_inline_data=cap.max_inline_data, sq_sig_all=bool(init_attr.sq_sig_all),
-                                recv_cq=rcq.cq, max_recv_wr=cap.max_recv_wr, max_recv_sge=cap.max_recv_sge,
-                                srq=None if srq is None else srq.srq, qp_type=init_attr.qp_type)
+        self.qp = self._create(pd.pd, scq.cq, cap.max_send_wr, max_send_sge=cap.max_send_sge,
+                               max_inline_data=cap.max_inline_data, sq_sig_all=bool(init_attr.sq_sig_all),
+                               recv_cq=rcq.cq, max_recv_wr=cap.max_recv_wr, max_recv_sge=cap.max_recv_sge,
+                               srq=None if srq is None else srq.srq, qp_type=init_attr.qp_type)
         """The verbs layer's QP (:class:`models.verbs.qp.QueuePair`)."""
         testbed = self.context.testbed
         testbed._qps[(self.context.lid, self.qp.qp_num)] = self
@@ -218,6 +237,10 @@ class QP(Resource):
                 self.to_rts(qp_attr)
             else:
                 self.to_init(qp_attr)
+
+    def _create(self, pd, send_cq, max_send_wr: int, **caps):
+        """The verbs layer's QP: ``ibv_create_qp``."""
+        return ibv_create_qp(pd, send_cq, max_send_wr, **caps)
 
     @property
     def qp_num(self) -> int:
@@ -295,6 +318,21 @@ class QP(Resource):
         ibv_post_send(self.qp, request)
         signaled = bool(wr.send_flags & SendFlags.SIGNALED) or self.qp.sq_sig_all
         self.context.testbed._posted[(self.context.lid, self.qp_num)].append((signaled, request.message_bytes))
+
+    def bind_mw(self, mw, mw_bind) -> None:
+        """``ibv_bind_mw``: bind the type 1 window ``mw`` (:class:`~sim.api.mw.MW`) as
+        :class:`~sim.api.mw.MWBind` ``mw_bind`` says; ``mw.rkey`` is its new key once the bind is posted, and the
+        bind completes in the send CQ (``WcOpcode.BIND_MW``; ``WcStatus.MW_BIND_ERR`` when it breaks a rule).
+
+        :raises VerbsError: as :func:`models.verbs.mw.ibv_bind_mw` (``EINVAL`` for a type 2 window or a zero-based
+            one, ``EPERM`` for an MR of another PD, and the errors of posting).
+        """
+        call = "ibv_bind_mw"
+        self._check_open(call)
+        mw._check_open(call)
+        ibv_bind_mw(self.qp, mw.mw, mw_bind.wr_id, mw_bind.send_flags, mw_bind.info._info(call))
+        signaled = bool(mw_bind.send_flags & SendFlags.SIGNALED) or self.qp.sq_sig_all
+        self.context.testbed._posted[(self.context.lid, self.qp_num)].append((signaled, 0))
 
     def post_recv(self, wr: RecvWR, bad_wr: RecvWR | None = None) -> None:
         """Post the receive ``wr`` to the QP's own receive queue; the SEND (or WRITE with immediate) that
