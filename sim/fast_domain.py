@@ -19,8 +19,8 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
     if trace:
         return "a trace records the event engine's individual events"
     for work in scenario.workload:
-        if work.kind == "send_lat":
-            return (f"workload '{work.name or work.kind}': send_lat's ping-pong waits on receive completions, which "
+        if work.rule.ping_pong and work.rule.receives:
+            return (f"workload '{work.name or work.kind}': {work.kind}'s ping-pong waits on receive completions, which "
                     "the event engine delivers")
         posting = _posting_outside(work)
         if posting:
@@ -30,8 +30,8 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
 
 def _posting_outside(work: WorkloadSpec) -> str | None:
     """Why the vectorized core's fixed windows cannot follow ``work``'s posting (None when they can)."""
-    if work.bidirectional and work.kind == "send_bw":
-        return ("is a bidirectional send_bw: each QP's CPU then polls receives between its own SENDs, from one "
+    if work.bidirectional and work.rule.receives:
+        return (f"is a bidirectional {work.kind}: each QP's CPU then polls receives between its own SENDs, from one "
                 "series of poll delays")
     if work.post_list > 1 or work.cq_mod > 1:
         return ("posts lists or moderates completions (post_list, cq_mod): the vectorized core's window frees "
@@ -46,8 +46,8 @@ def slow_for_fast(scenario: Scenario) -> str | None:
             return (f"node {node.name} fetches WQEs by DMA (blueflame off): each work request then waits on "
                     "the previous payload, which the vectorized core solves a round at a time")
     for work in scenario.workload:
-        if work.kind == "send_bw" and work.streams() > 1:
-            return (f"workload '{work.name or work.kind}' is a send_bw over {work.streams()} QPs: their receive "
+        if work.rule.streams and work.rule.receives and work.streams() > 1:
+            return (f"workload '{work.name or work.kind}' is a {work.kind} over {work.streams()} QPs: their receive "
                     "completions share the responder's PCIe link, where the vectorized core's passes agree on a few "
                     "hundred operations at a time")
     return None

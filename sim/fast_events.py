@@ -222,7 +222,7 @@ class Watch:
         self.base = exposed(self.bed, self.scenario)  # the zap itself is accepted from here on
         for k, size in solved.keys():
             work, (source, sink) = streams[k].work, streams[k].buffers
-            responder = name == sink or (name == source and work.kind == "write_lat")
+            responder = name == sink or (name == source and work.rule.ping_pong)
             if responder and solved.last_done((k, size)) >= zapped:
                 return (f"buffer '{name}' moved while workload '{work.name or work.kind}' still reaches it as a "
                         "responder (RNR NAKs and retries)")

@@ -67,10 +67,10 @@ class FaultScan:
 
     def __init__(self, streams, holds) -> None:
         self.sources = {k: Source(end.buffers[0], end.src.mr, end.src.iova - end.src.mr.iova,
-                                  end.work.kind.startswith("atomic"), end.src.qp,
+                                  end.work.rule.verb == "atomic", end.src.qp,
                                   mlx5_ib_odp_opcode_cap(workload_opcode(end.work)))
                         for k, end in enumerate(streams)
-                        if end.work.kind != "write_lat" and faults_followed(end.src.mr)}
+                        if not end.work.rule.ping_pong and faults_followed(end.src.mr)}
         self.holds = holds
         self.found: Access | None = None
 

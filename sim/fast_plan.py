@@ -103,7 +103,7 @@ class _ReceivesAhead:
 
     def __init__(self, ends: list[Stream]) -> None:
         self.ahead = {k: (min(e.work.rx_depth, e.work.iterations), e.dst.qp.node.host.params.poll_period_ps)
-                      for k, e in enumerate(ends) if e.work.kind == "send_bw"}
+                      for k, e in enumerate(ends) if e.work.rule.loop == "send_bandwidth"}
         self.sequence: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
         """Per (workload, size): the latest completions of its sequence, and how many late ones lead it."""
         self.last: dict[int, np.ndarray] = {}
@@ -248,7 +248,7 @@ def _refused(ends: list[Stream]) -> str | None:
     for end in ends:
         work = end.work
         opcode, inline = workload_opcode(work), inline_threshold(work)
-        ways = [(end.src, end.dst)] + ([(end.dst, end.src)] if work.kind == "write_lat" else [])
+        ways = [(end.src, end.dst)] + ([(end.dst, end.src)] if work.rule.ping_pong else [])
         for size in work.size_list():
             for src, dst in ways:
                 wr = work_request(0, opcode, src, dst, size, posts_inline(opcode, size, inline))
@@ -267,8 +267,7 @@ def _refused(ends: list[Stream]) -> str | None:
 def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray) -> OpRecords:
     """The records of operations solved with posts ``post`` and completions ``done`` (all succeed; a ping-pong
     iteration's latency is half its round trip)."""
-    latency = (done - post) // 2 if work.kind == "write_lat" else done - post
-    return OpRecords(post, done, latency, succeeded(len(post)))
+    return OpRecords(post, done, work.rule.latency_ps(post, done), succeeded(len(post)))
 
 
 class _Rows:
@@ -335,7 +334,7 @@ def _settled(ends: list[Stream], solved: Solved, ops: dict[tuple[int, int], int]
     ``ops``: the operations of each (stream, size)."""
     end = max(int(d[-1]) for d in solved.done.values())
     k, last = len(ends) - 1, ends[-1]
-    if last.work.kind == "write_lat":
+    if last.work.rule.loop == "write_latency":
         sizes = last.work.size_list()
         size, n = sizes[-1], sum(ops[k, s] for s in sizes)  # the last operation is number n - 1
         marks = solved.marks[k, size]
@@ -474,14 +473,14 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
         return path(q, opcode, size, inline, *targets, checked_accesses(q, [local.mr], remote.mr)).steps
 
     mine = UniformSeries.following(qp.poll_delays)
-    theirs = UniformSeries.following(peer.poll_delays) if work.kind == "write_lat" else None
+    theirs = UniformSeries.following(peer.poll_delays) if work.rule.ping_pong else None
     inline, sizes = inline_threshold(work), work.size_list()
     for j, size in enumerate(sizes):
         ops[k, size] = work.iterations if work.duration is None else TIMED_OPS
         if timed:
             timed["ended"] = partial(ops.__setitem__, (k, size))
         first = partial(lambda before: sum(ops[k, s] for s in before), sizes[:j])
-        if work.kind == "write_lat":  # (moves of its buffers never reach here: each end is also a responder)
+        if work.rule.loop == "write_latency":  # (moves of its buffers never reach here: each end is also a responder)
             fits = size <= inline
             try:
                 chain, _ = ping_pong(steps_of(qp, src, dst, Opcode.RDMA_WRITE, size, fits, end.targets),
@@ -492,7 +491,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             yield size, [Group(indexed(chain), ops[k, size], 1, draws, **timed)]
         else:
             draws = {"poll": _Draws(mine, first)}
-            window = work.tx_depth if work.kind.endswith("_bw") else 1
+            window = work.rule.window(work.tx_depth)
             opcode = workload_opcode(work)
             local = "response" if opcode.reads_remote else "source"
             known = posts.get(size, np.empty(0, np.int64))  # none yet: all are posted after every move

@@ -33,6 +33,7 @@ from models.verbs.recv import ibv_post_recv
 from models.verbs.cq import ibv_poll_cq
 from models.verbs.mr import MemoryRegion
 from models.verbs.qp import QueuePair, ibv_post_send
+from models.verbs.workload_kinds import half_round_trip_ps
 from sim.core.steps import Check, Delay, Fork, Mark, Rebase, Step, Wait, Wake, walk_order
 
 PERFTEST_WRITE_LAT_INLINE = 220
@@ -147,7 +148,7 @@ class _Grown:
     def records(self, n: int, round_trip: bool = False) -> OpRecords:
         """The first ``n`` operations' records; a ``round_trip``'s latency is half of it (ping-pong)."""
         posted, completed = np.array(self.posted[:n], dtype=np.int64), np.array(self.completed[:n], dtype=np.int64)
-        return OpRecords(posted, completed, (completed - posted) // (2 if round_trip else 1),
+        return OpRecords(posted, completed, half_round_trip_ps(posted, completed) if round_trip else completed - posted,
                          np.array(self.status[:n], dtype=np.uint8))
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from models.nic.transport import QpType, receive_overhead
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
+from models.verbs.workload_kinds import WorkloadKind
 from sim import __version__
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import format_size
@@ -144,11 +145,11 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
     size = format_size(_round_up(largest + receive_overhead(QpType[args.connection]), page))
     # perftest's --mr_per_qp: each QP its own buffer and MR on both sides, one buffer pair a QP
     suffixes = [""] + [str(k) for k in range(1, args.qp if args.mr_per_qp else 1)]
-    work = {"kind": kind, "name": test, "from": "local", "to": "remote",
+    work = {"kind": kind.name, "name": test, "from": "local", "to": "remote",
             "sizes": {"from": "2B", "to": format_size(largest)} if args.all else [format_size(largest)],
             **({"iterations": args.iters} if args.duration is None else {"duration": f"{args.duration}s"}),
             **({"transport": args.connection.lower()} if args.connection != "RC" else {})}
-    if kind.endswith("_bw"):
+    if kind.streams:
         work["tx_depth"] = args.tx_depth
         work["qps"] = 1 if args.mr_per_qp else args.qp
         work |= {"pairs": [{"from": f"local{k}", "to": f"remote{k}"} for k in suffixes[1:]]} if suffixes[1:] else {}
@@ -157,17 +158,17 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
                  if value != 1}
     if args.qp_timeout != WorkloadSpec.model_fields["qp_timeout"].default:
         work["qp_timeout"] = args.qp_timeout
-    if kind.startswith(("read", "atomic")) and args.outs is not None:
+    if kind.reads_remote and args.outs is not None:
         work["max_rd_atomic"] = outstanding_reads(args.outs, _nic(preset).max_rd_atomic)
     access = {}
-    if kind.startswith("atomic"):  # perftest registers with IBV_ACCESS_REMOTE_ATOMIC for atomic tests
+    if kind.verb == "atomic":  # perftest registers with IBV_ACCESS_REMOTE_ATOMIC for atomic tests
         work["atomic"] = args.atomic_type
         access = {"access": ["local_write", "remote_write", "remote_read", "remote_atomic"]}
-    if kind.startswith("send"):
+    if kind.receives:
         work["rx_depth"] = args.rx_depth
-    if kind.startswith(("write", "send")):  # perftest: no default inline for GPU memory or bandwidth tests
+    if kind.verb in ("write", "send"):  # perftest: no default inline for GPU memory or bandwidth tests
         host = args.use_cuda is None and args.use_rocm is None
-        default = LAT_WRITE_INLINE[preset] if kind.endswith("_lat") and host else 0
+        default = LAT_WRITE_INLINE[preset] if not kind.streams and host else 0
         work["inline"] = default if args.inline_size is None else args.inline_size
     mapping = {"export_mapping": "pcie"} if args.use_cuda_pcie_mapping or args.use_data_direct else {}
     return {
@@ -178,7 +179,7 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
             {"name": f"local{k}", "on": place, "size": size, "register": mode, **access, **mapping},
             {"name": f"remote{k}", "on": "b.host", "size": size, "register": "pinned", **access})],
         "workload": [work],
-        "outputs": ["bw_vs_size" if kind.endswith("_bw") else "latency_vs_size"],
+        "outputs": ["bw_vs_size" if kind.streams else "latency_vs_size"],
         "engine": args.engine,
         **({"data": True} if args.data_validation else {}),
     }
@@ -267,8 +268,8 @@ def _header(cmd: _Command, result) -> str:
     args, kind = cmd.args, TESTS[cmd.test]
     buf, work = cmd.data["buffers"][0], cmd.data["workload"][0]
     qp = result.testbed.qps[0]
-    bw = kind.endswith("_bw")
-    verb = {"write": "RDMA_Write", "read": "RDMA_Read", "send": "Send", "atomic": "Atomic"}[kind.split("_")[0]]
+    bw = kind.streams
+    verb = {"write": "RDMA_Write", "read": "RDMA_Read", "send": "Send", "atomic": "Atomic"}[kind.verb]
     title = " ".join([verb, *([args.atomic_type] if verb == "Atomic" else []),
                       *(["Bidirectional"] if bw and args.bidirectional else []),
                       *(["Post List"] if bw and args.post_list > 1 else []), "BW" if bw else "Latency", "Test"])
@@ -321,8 +322,8 @@ PEAK_ITERATIONS = 20000
 """perftest measures no peak bandwidth above this many iterations (nor with -D or -N)."""
 
 
-def _no_peak(args: argparse.Namespace, kind: str) -> bool:
-    return kind.endswith("_bw") and (args.noPeak or args.duration is not None or args.iters > PEAK_ITERATIONS)
+def _no_peak(args: argparse.Namespace, kind: WorkloadKind) -> bool:
+    return kind.streams and (args.noPeak or args.duration is not None or args.iters > PEAK_ITERATIONS)
 
 
 def _both_ways(args: argparse.Namespace) -> str | None:
@@ -333,7 +334,7 @@ def _both_ways(args: argparse.Namespace) -> str | None:
             "--output prints only the average of both directions" if args.output is not None else None)
 
 
-def _report_notices(args: argparse.Namespace, kind: str) -> list[str]:
+def _report_notices(args: argparse.Namespace, kind: WorkloadKind) -> list[str]:
     """perftest's notes on the report options, and why rdmasim leaves one of them without effect."""
     lines = []
     if _no_peak(args, kind) and not args.noPeak:

@@ -12,20 +12,19 @@ from typing import TYPE_CHECKING
 
 from models.nic.device import PORT_NUM
 from models.nic.wqe import ATOMIC_BYTES
+from models.verbs.workload_kinds import KINDS, WorkloadKind
 from sim.core.errors import SimError
 
 if TYPE_CHECKING:
     from models.nic.nic import NicParams
 
-TESTS = {"ib_write_bw": "write_bw", "ib_read_bw": "read_bw", "ib_write_lat": "write_lat", "ib_read_lat": "read_lat",
-         "ib_send_bw": "send_bw", "ib_send_lat": "send_lat",
-         "ib_atomic_bw": "atomic_bw", "ib_atomic_lat": "atomic_lat"}
+TESTS: dict[str, WorkloadKind] = {kind.test: kind for kind in KINDS.values()}
 """perftest binaries rdmasim runs, and the workload kind each becomes."""
 DEF_RX_SEND = 512
 """perftest's default -r/--rx-depth of the SEND tests."""
 
-OUTPUTS = {"bandwidth": "_bw", "message_rate": "_bw", "latency": "_lat"}
-"""perftest's --output values and the tests (by kind suffix) that take each."""
+OUTPUTS = {"bandwidth": True, "message_rate": True, "latency": False}
+"""perftest's --output values and whether the bandwidth tests (True) or the latency tests take each."""
 
 
 class UsageError(SimError):
@@ -172,7 +171,7 @@ def _size(text: str) -> int:
 
 
 def parser(test: str) -> argparse.ArgumentParser:
-    bw, atomic = TESTS[test].endswith("_bw"), TESTS[test].startswith("atomic")
+    bw, atomic = TESTS[test].streams, TESTS[test].verb == "atomic"
     p = _Parser(prog=f"rdmasim perftest {test}", add_help=False, allow_abbrev=False,
                 description=f"Simulate perftest's {test}: client a posts to server b (pinned host memory).")
     add = p.add_argument
@@ -204,7 +203,7 @@ def parser(test: str) -> argparse.ArgumentParser:
         help=f"Size of tx queue (default {128 if bw else 1}; latency tests keep one message in flight).")
     add("-I", "--inline_size", type=_ranged(0, 1024, "Max inline"), metavar="SIZE",
         help="Max size of message to be sent inline (default: 220 for ib_write_lat and ib_send_lat on mlx5, else 0).")
-    if TESTS[test].startswith("send"):
+    if TESTS[test].receives:
         add("-r", "--rx-depth", type=_ranged(1, 32768, "Rx depth"), default=DEF_RX_SEND,
             help=f"Receives the receiving side keeps posted (default {DEF_RX_SEND}, at most the iterations).")
     add("-m", "--mtu", type=int, choices=[256, 512, 1024, 2048, 4096], default=4096, help="MTU size (default 4096).")
@@ -222,7 +221,7 @@ def parser(test: str) -> argparse.ArgumentParser:
                  "own default is 100 for messages up to 8 KiB).")
         add("-w", "--limit_bw", type=_limit, metavar="VALUE",
             help="Fail (exit 1) when the average bandwidth is below VALUE (in the report's unit).")
-    if TESTS[test].startswith(("read", "atomic")):
+    if TESTS[test].reads_remote:
         add("-o", "--outs", type=_integer("Outstanding Reads"),
             help="Number of outstanding READs/atomics (default: the device's max_qp_rd_atom).")
     add("-u", "--qp-timeout", type=_ranged(0, 31, "QP Timeout"), default=14, metavar="TIMEOUT",
@@ -286,7 +285,7 @@ def parser(test: str) -> argparse.ArgumentParser:
     return p
 
 
-def check(args: argparse.Namespace, kind: str, preset: str, nic: Callable[[], NicParams]) -> None:
+def check(args: argparse.Namespace, kind: WorkloadKind, preset: str, nic: Callable[[], NicParams]) -> None:
     """perftest's cross-option checks, and the limits of what rdmasim models; ``nic`` gives the simulated NIC's
     parameters, asked for only by a check that needs them (the NIC's model imports numpy).
 
@@ -296,7 +295,7 @@ def check(args: argparse.Namespace, kind: str, preset: str, nic: Callable[[], Ni
     _check_output(args)
     if args.duration is not None and args.all:
         raise UsageError("-D with -a: Duration mode currently doesn't support running on all sizes.")
-    if args.qp != 1 and not kind.endswith("_bw"):
+    if args.qp != 1 and not kind.streams:
         raise UsageError(f"-q/--qp {args.qp}: multiple QPs are available in bandwidth tests only")
     if args.use_cuda_dmabuf and args.use_cuda is None:
         raise UsageError("--use_cuda_dmabuf: CUDA DMA-BUF cannot be used without CUDA (add --use_cuda)")
@@ -324,14 +323,14 @@ def check(args: argparse.Namespace, kind: str, preset: str, nic: Callable[[], Ni
         raise UsageError("--gpu-topology: places the --use_cuda GPU; add --use_cuda")
     if (args.use_cuda is not None or args.use_rocm is not None) and args.odp:
         raise UsageError("--odp with --use_cuda: rdmasim registers GPU memory only through peer memory or dma-buf")
-    if kind.startswith("atomic") and (args.size != ATOMIC_BYTES or args.all):
+    if kind.verb == "atomic" and (args.size != ATOMIC_BYTES or args.all):
         raise UsageError("-s/-a: Message size cannot be changed for Atomic tests (8 bytes)")
-    if args.inline_size is not None and not kind.startswith("write"):
+    if args.inline_size is not None and kind.verb != "write":
         raise UsageError("-I/--inline_size: Inline feature not available on READ/Atomic verbs")
     if args.inline_size is not None and args.inline_size > nic().max_inline:
         raise UsageError(f"-I/--inline_size {args.inline_size}: the simulated {preset} carries at most "
                          f"{nic().max_inline} B inline (perftest would fail to create the QP)")
-    if kind.endswith("_bw"):
+    if kind.streams:
         _check_posting(args)
     _check_reporting(args, kind)
     _check_unmodelled(args, kind)
@@ -354,9 +353,9 @@ LATENCY_ONLY = {"histogram": ("-H/--report-histogram", "Available only on Latenc
 """perftest's report options of latency tests, and its message for each in a bandwidth test (-U's starts 'is')."""
 
 
-def _check_reporting(args: argparse.Namespace, kind: str) -> None:
+def _check_reporting(args: argparse.Namespace, kind: WorkloadKind) -> None:
     """perftest's checks of the options that shape its report, then the one rdmasim adds: -C's cycles."""
-    bw = kind.endswith("_bw")
+    bw = kind.streams
     if args.noPeak and not bw:
         raise UsageError("-N/--noPeak: NoPeak only valid for BW tests")
     for dest, (flag, message) in LATENCY_ONLY.items():
@@ -365,19 +364,19 @@ def _check_reporting(args: argparse.Namespace, kind: str) -> None:
     if args.cycles:
         raise UsageError("-C/--report-cycles: the simulated CPU has no clock whose cycles to count (perftest reads "
                          "the CPU's time-stamp counter); rdmasim reports latencies in usec only, so drop -C")
-    if args.output is not None and not kind.endswith(OUTPUTS[args.output]):
+    if args.output is not None and OUTPUTS[args.output] != bw:
         levels = "bandwidth, message_rate" if bw else "latency"
         raise UsageError(f"--output={args.output}: Output verbosity level for {'BW' if bw else 'LAT'} can be: "
                          f"{levels}")
 
 
-def _check_unmodelled(args: argparse.Namespace, kind: str) -> None:
+def _check_unmodelled(args: argparse.Namespace, kind: WorkloadKind) -> None:
     """perftest's checks of the options rdmasim accepts and ignores (:data:`IGNORED`)."""
-    if args.events and kind.startswith("write"):
+    if args.events and kind.verb == "write":
         raise UsageError("-e/--events: Events feature not available on WRITE verb")
     if args.events and args.duration is not None:
         raise UsageError("-e with -D: Duration mode doesn't work with events.")
-    if args.dualport and not kind.endswith("_bw"):
+    if args.dualport and not kind.streams:
         raise UsageError("-O/--dualport: Dual-port mode only supports BW tests.")
     if args.dualport and args.rdma_cm:
         raise UsageError("-O with -R: Perftest still doesn't support Dual Port with rdma_cm")
@@ -389,11 +388,11 @@ VALIDATION_MIN_TX = 32
 """perftest's least tx depth for --data_validation."""
 
 
-def _check_validation(args: argparse.Namespace, kind: str) -> None:
+def _check_validation(args: argparse.Namespace, kind: WorkloadKind) -> None:
     """perftest's --data_validation checks (``force_dependecies``), in its order, then the one rdmasim adds."""
     refusal = ("requires --use_cuda or host memory" if args.use_rocm is not None or args.mmap else
-               "is only supported with WRITE or READ verb" if not kind.startswith(("write", "read")) else
-               "is only supported in bandwidth tests" if not kind.endswith("_bw") else
+               "is only supported with WRITE or READ verb" if kind.verb not in ("write", "read") else
+               "is only supported in bandwidth tests" if not kind.streams else
                "is incompatible with --post_list > 1" if args.post_list > 1 else
                "requires RC connection type" if args.connection != "RC" else
                "is incompatible with --mr_per_qp" if args.mr_per_qp else
@@ -411,9 +410,9 @@ CONNECTIONS = ("RC", "UC", "UD", "XRC", "DC", "SRD")
 """perftest's ``-c`` names (its connStr order, less RawEth)."""
 
 
-def _check_connection(connection: str, kind: str) -> None:
+def _check_connection(connection: str, kind: WorkloadKind) -> None:
     """perftest's ``change_conn_type`` checks, then the one rdmasim adds: its QPs are RC, UC or UD QPs."""
-    verb = kind.split("_")[0]
+    verb = kind.verb
     if connection not in CONNECTIONS:
         raise UsageError(f"-c {connection}: Invalid Connection type. Please choose from {{{','.join(CONNECTIONS)}}}")
     if connection == "UC" and verb in ("read", "atomic"):

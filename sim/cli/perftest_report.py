@@ -8,6 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from models.verbs.workload_kinds import BANDWIDTH_KINDS
 from sim.core.metrics import OpColumns, bandwidth_of
 from sim.core.units import PS_PER_US
 
@@ -43,7 +44,7 @@ def format_summary(summary, gbits: bool = True, no_peak: bool = False,
         kind = rows["kind"].iloc[0]
         title = label if label == kind else f"{label}: {kind}"  # an unnamed workload is called by its kind
         lines = [f" {title}" + ("" if variant == "base" else f" [{variant}]"), RULE]
-        if kind.endswith("_bw"):
+        if kind in BANDWIDTH_KINDS:
             lines.append(BW_HEADER if gbits else BW_HEADER_MIB)
             for r in rows.itertuples():
                 peak = 0.0 if no_peak else r.bw_peak_Gbps * unit

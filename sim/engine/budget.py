@@ -104,7 +104,7 @@ def _peak(scenario: Scenario, trace: bool, fast: bool = False) -> dict[tuple, in
     resolved = scenario.events or any(b.registration == "odp" for b in scenario.buffers)  # moves, faults: re-solves
     for i, work in enumerate(scenario.workload):
         stream = max(stream_operations(scenario, work)) * work.streams()
-        options = [stream * LATENCY_BYTES_PER_OP if work.kind.endswith("_lat") else 0]
+        options = [0 if work.rule.streams else stream * LATENCY_BYTES_PER_OP]
         if "event" in engines:
             options.append(stream * EVENT_BYTES_PER_OP)
         if "fast" in engines and resolved:  # every workload's solve is held at once

@@ -57,7 +57,7 @@ def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint
     QPs signal only the work requests posted with IBV_SEND_SIGNALED; ``max_rd_atomic`` sets both ends' READ
     limits."""
     depth = max(work.tx_depth, 2)
-    receives = work.rx_depth if work.kind.startswith("send") else 0
+    receives = work.rx_depth if work.rule.receives else 0
     pairs = []
     for names in work.buffer_pairs():
         for k in range(work.qps):
@@ -100,7 +100,7 @@ ATOMIC_OPCODES = {"FETCH_AND_ADD": Opcode.ATOMIC_FETCH_AND_ADD, "CMP_AND_SWAP": 
 
 def workload_opcode(work: WorkloadSpec) -> Opcode:
     """The opcode every work request of ``work`` posts."""
-    verb = work.kind.split("_")[0]
+    verb = work.rule.verb
     return ATOMIC_OPCODES[work.atomic] if verb == "atomic" else OPCODES[verb]
 
 
@@ -110,7 +110,7 @@ def inline_threshold(work: WorkloadSpec) -> int:
     the presets' ``max_inline``, so send_lat inlines what write_lat does)."""
     if work.inline is not None:
         return work.inline
-    return PERFTEST_WRITE_LAT_INLINE if work.kind in ("write_lat", "send_lat") else 0
+    return PERFTEST_WRITE_LAT_INLINE if work.rule.inline_by_default else 0
 
 
 def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, started: int, event_log: list[dict],
@@ -160,12 +160,12 @@ def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:
     """
     checked = mismatched = 0
     for work in scenario.workload:
-        if (work.kind.startswith("atomic") or (work.kind == "send_lat" and work.transport == "ud")
+        if (work.rule.verb == "atomic" or (work.rule.ping_pong and work.transport == "ud")
                 or work.bidirectional):
             continue
         span = max(work.size_list())
         src, dst = bed.registrations[work.from_], bed.registrations[work.to]
-        if work.kind.startswith("read"):
+        if work.rule.verb == "read":
             src, dst = dst, src
         skip = receive_overhead(QpType[work.transport.upper()])  # a UD receive's GRH comes first
         expected, got = src.current_bytes()[:span], dst.current_bytes()[skip:skip + span]

@@ -30,11 +30,12 @@ def total_operations(scenario: Scenario) -> int | None:
 
 
 def _process(env, work: WorkloadSpec, pairs: list[tuple[Endpoint, Endpoint]], size: int):
-    inline, opcode = inline_threshold(work), workload_opcode(work)
-    if work.kind.endswith("_bw"):
+    """The simpy process of ``work``'s loop (:attr:`models.verbs.workload_kinds.WorkloadKind.loop`) at ``size``."""
+    inline, opcode, loop = inline_threshold(work), workload_opcode(work), work.rule.loop
+    if work.rule.streams:
         posting = Posting(work.post_list, work.cq_mod, work.duration)
         directions = pairs + ([(dst, src) for src, dst in pairs] if work.bidirectional else [])
-        if work.kind == "send_bw":
+        if loop == "send_bandwidth":
             streams = [send_bandwidth(env, src, dst, size, work.iterations, work.tx_depth, work.rx_depth, inline,
                                       posting) for src, dst in directions]
         else:
@@ -42,9 +43,9 @@ def _process(env, work: WorkloadSpec, pairs: list[tuple[Endpoint, Endpoint]], si
                        for src, dst in directions]
         return streams[0] if len(streams) == 1 else concurrent(env, streams)
     ((src, dst),) = pairs
-    if work.kind == "write_lat":
+    if loop == "write_latency":
         return write_latency(env, src, dst, size, work.iterations, inline, duration_ps=work.duration)
-    if work.kind == "send_lat":
+    if loop == "send_latency":
         return send_latency(env, src, dst, size, work.iterations, work.rx_depth, inline, duration_ps=work.duration)
     return read_latency(env, src, dst, size, work.iterations, opcode, duration_ps=work.duration)
 

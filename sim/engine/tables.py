@@ -87,7 +87,7 @@ def workload_tables(work: WorkloadSpec, size: int, records, variant: str) -> tup
     """The per-operation rows and the perftest summary row of one (workload, size) (see :func:`operation_rows`
     and :func:`summary_row`)."""
     stats = records.latency_ps[records.ok]
-    if work.kind.endswith("_bw"):
+    if work.rule.streams:
         order = np.argsort(records.posted_ps, kind="stable")  # every QP's operations in posting order
         stats = OpColumns(records.posted_ps[order], records.completed_ps[order], records.ok[order])
     return (operation_rows(work, size, records, variant),
@@ -125,7 +125,7 @@ def summary_row(work: WorkloadSpec, size: int, variant: str, counts: np.ndarray,
            "iterations": work.iterations if work.duration is None else int(counts.sum()) // work.streams(),
            "errors": int(counts.sum() - counts[success]),
            "errors_by_status": {WC_STATUS_NAMES[v]: int(n) for v, n in enumerate(counts) if n and v != success}}
-    if work.kind.endswith("_bw"):
+    if work.rule.streams:
         return row | bandwidth_of(size, stats, work.tx_depth * work.streams())
     return row | latency_summary(stats)
 
@@ -155,7 +155,7 @@ class StreamedSummaries:
         if self._open is None or self._open.work is not work or self._open.size != size:
             self.finish()
             spool = None
-            if work.kind.endswith("_bw"):
+            if work.rule.streams:
                 directory = scratch_dir("bandwidth")
                 spool = OpSpool(directory)
                 spool_finalizer(spool, directory)

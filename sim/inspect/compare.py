@@ -8,6 +8,7 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from models.verbs.workload_kinds import BANDWIDTH_KINDS
 from sim.inspect.binned import EXACT_MAX, LatencyBands
 from sim.core.units import PS_PER_US
 from sim.engine.tables import RunResult
@@ -19,7 +20,7 @@ def _bandwidth_batches(result: RunResult, columns: list[str], backwards: bool = 
     """The rows of the bandwidth workloads, a batch at a time (the last first when ``backwards``), with
     ``columns`` (and ``kind``)."""
     for batch in result.table.batches(["kind", *columns], backwards):
-        yield batch[batch["kind"].str.endswith("_bw")]
+        yield batch[batch["kind"].isin(BANDWIDTH_KINDS)]
 
 
 def bandwidth_span(result: RunResult) -> tuple[int, int] | None:
@@ -253,12 +254,12 @@ def comparison_table(results: list[RunResult]) -> pd.DataFrame:
         summary = result.summary.to_dict("records") or [{"workload": None, "kind": None, "bytes": None,
                                                          "errors": 0}]
         for perftest in summary:
-            kind = perftest["kind"] or ""
+            bandwidth = perftest["kind"] in BANDWIDTH_KINDS
             case = cases.get((str(perftest["workload"]), int(perftest["bytes"] or 0)))
             rows.append({"variant": result.variant, "workload": perftest["workload"], "kind": perftest["kind"],
                          "bytes": perftest["bytes"],
-                         "bw_avg_Gbps": _number(perftest.get("bw_avg_Gbps")) if kind.endswith("_bw") else math.nan,
-                         **_case_columns(case, kind.endswith("_bw"), events_ps, origin), **per_variant,
+                         "bw_avg_Gbps": _number(perftest.get("bw_avg_Gbps")) if bandwidth else math.nan,
+                         **_case_columns(case, bandwidth, events_ps, origin), **per_variant,
                          "errors": int(perftest["errors"]), **result.counters})
     return pd.DataFrame(rows)
 

@@ -43,7 +43,7 @@ def _rail_rows(result: RunResult) -> pd.DataFrame:
     rows = []
     for work in scenario.workload:
         label = work.name or work.kind
-        if not work.kind.endswith("_bw"):
+        if not work.rule.streams:
             continue
         flows = bed.flows[label]
         directions = flows + ([(b, a) for a, b in flows] if work.bidirectional else [])

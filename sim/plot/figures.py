@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from models.verbs.workload_kinds import BANDWIDTH_KINDS, LATENCY_KINDS
 from sim.inspect.binned import CDF_COLUMNS
 from sim.core.units import format_size
 from sim.engine.events import BOOKKEEPING_KINDS, event_failed
@@ -126,7 +127,7 @@ def bw_vs_size(summary: pd.DataFrame, directory: Path, title: str, line_Gbps=())
     ``line_Gbps`` as a reference; where the rows say that runs met scenario events (``events``: how many runs
     of that point did), the point is ringed and the legend says so."""
     columns = [c for c in ("variant", "workload", "bytes", "bw_avg_Gbps", "bw_peak_Gbps", "events") if c in summary]
-    data = summary[summary["kind"].str.endswith("_bw")][columns]
+    data = summary[summary["kind"].isin(BANDWIDTH_KINDS)][columns]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     curves = list(_curves(data))
     names = labelled([(label, rows["bw_avg_Gbps"].to_numpy()) for label, rows in curves])
@@ -151,7 +152,7 @@ def latency_vs_size(summary: pd.DataFrame, directory: Path, title: str) -> list[
     """Typical latency (us) against message size with the p99-p99.9 band, one line per latency workload."""
     columns = [c for c in ("variant", "workload", "bytes", "t_typical_us", "t_min_us", "p99_us", "p99_9_us")
                if c in summary]
-    data = summary[summary["kind"].str.endswith("_lat")][columns]
+    data = summary[summary["kind"].isin(LATENCY_KINDS)][columns]
     fig, ax = plt.subplots(figsize=(7, 4.2))
     curves = list(_curves(data))
     names = labelled([(label, rows[["t_typical_us", "t_min_us", "p99_9_us"]].to_numpy().ravel())

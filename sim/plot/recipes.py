@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 from pyarrow import ArrowException
 
+from models.verbs.workload_kinds import BANDWIDTH_KINDS, LATENCY_KINDS
 from sim.store import outdir
 from sim.inspect.binned import cdf_curves
 from sim.inspect.compare import bandwidth_timeline, comparison_table, post_latencies, size_spans
@@ -78,12 +79,12 @@ class _SweepDir:
     table: pd.DataFrame
     axes: list[str]
 
-    def ok(self, kinds: str = "") -> pd.DataFrame:
-        """Rows of runs that did not fail, of workloads whose kind ends with ``kinds``."""
+    def ok(self, kinds: tuple[str, ...] = (), what: str = "") -> pd.DataFrame:
+        """Rows of runs that did not fail, of workloads of ``kinds`` (``what`` they measure; all by default)."""
         table = self.table[self.table["status"] == "ok"]
-        table = table[table["kind"].str.endswith(kinds)] if len(table) else table
+        table = table[table["kind"].isin(kinds)] if len(table) and kinds else table
         if table.empty:
-            what = f"run with a {kinds[1:]} workload" if kinds else "run"
+            what = f"run with a {what} workload" if kinds else "run"
             raise RecipeError(f"sweep '{self.title}': no {what} finished")
         return table
 
@@ -136,25 +137,25 @@ def _restates_size(table: pd.DataFrame, column: str) -> bool:
 def bw_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
     """Average bandwidth against message size; a sweep's runs averaged per series (its other axes)."""
     columns = ["bw_avg_Gbps", "bw_peak_Gbps"] + ([] if isinstance(results, _RunDir) else ["events"])
-    data = _per_size(results, "_bw", columns, "bandwidth")
+    data = _per_size(results, BANDWIDTH_KINDS, columns, "bandwidth")
     line = [rate * 8 / 1e9 for rate in results.link_Bps.values()] if isinstance(results, _RunDir) else []
     return figures.bw_vs_size(data, out, results.title, line)
 
 
 def latency_vs_size(results: _RunDir | _SweepDir, out: Path) -> list[Path]:
     """Typical latency against message size with its min..p99.9 band; a sweep's runs averaged per series."""
-    data = _per_size(results, "_lat", ["t_typical_us", "t_min_us", "p99_us", "p99_9_us"], "latency")
+    data = _per_size(results, LATENCY_KINDS, ["t_typical_us", "t_min_us", "p99_us", "p99_9_us"], "latency")
     return figures.latency_vs_size(data, out, results.title)
 
 
-def _per_size(results: _RunDir | _SweepDir, kinds: str, columns: list[str], what: str) -> pd.DataFrame:
-    """Summary rows of the workloads whose kind ends with ``kinds``: a run's one per variant, workload and size;
+def _per_size(results: _RunDir | _SweepDir, kinds: tuple[str, ...], columns: list[str], what: str) -> pd.DataFrame:
+    """Summary rows of the workloads of ``kinds`` (``what`` they measure): a run's one per variant, workload and size;
     a sweep's ``columns`` averaged per series (the axes that vary and do not restate the size) and size, where
     ``events`` is the share of the point's runs during which a scenario event came."""
     if isinstance(results, _RunDir):
-        data = results.summary[results.summary["kind"].str.endswith(kinds)]
+        data = results.summary[results.summary["kind"].isin(kinds)]
     else:
-        ok = results.ok(kinds)
+        ok = results.ok(kinds, what)
         met = ok["window_from_ms"].notna() if "window_from_ms" in ok else pd.Series(False, index=ok.index)
         ok = ok.assign(events=met.astype(float))  # the share of a point's runs that met a scenario event
         series = [c for c in dict.fromkeys(["variant", *results.axes, "workload"])
@@ -199,7 +200,7 @@ def mode_comparison(results: _RunDir | _SweepDir, out: Path, by: str = "variant"
                  register_us=("register_us", "mean"), pinned_bytes=("pinned_bytes", "mean"),
                  failed_allocations=("failed_allocations", "mean"), runs=("run", "nunique")).reset_index())
     data = pd.DataFrame({"variant": data["series"], "kind": data["kind"], "bytes": data["bytes"],
-                         "bw_avg_Gbps": data["bw_avg_Gbps"].where(data["kind"].str.endswith("_bw")),
+                         "bw_avg_Gbps": data["bw_avg_Gbps"].where(data["kind"].isin(BANDWIDTH_KINDS)),
                          "p99_9_us": data["p99_9_us"], "register_ms": data["register_us"] / 1e3,
                          "pinned_GiB": data["pinned_bytes"] / 2**30,
                          "failed_allocations": data["failed_allocations"], "runs": data["runs"]})

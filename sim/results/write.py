@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from models.verbs.workload_kinds import BANDWIDTH_KINDS, LATENCY_KINDS
 from sim import __version__
 from sim.store import outdir
 from sim.core.trace import write_chrome_trace
@@ -150,11 +151,11 @@ def _write(results: list[RunResult], staging: Path, scenario_bytes: bytes | None
     out = staging / "figures"
     kinds = summary_rows["kind"]
     line = [r.testbed.fabric.params.rate_Bps * 8 / 1e9 for r in results]
-    if "bw_vs_size" in scenario.outputs and kinds.str.endswith("_bw").any():
+    if "bw_vs_size" in scenario.outputs and kinds.isin(BANDWIDTH_KINDS).any():
         figures.bw_vs_size(summary_rows, out, scenario.name, line)
-    if "latency_vs_size" in scenario.outputs and kinds.str.endswith("_lat").any():
+    if "latency_vs_size" in scenario.outputs and kinds.isin(LATENCY_KINDS).any():
         figures.latency_vs_size(summary_rows, out, scenario.name)
-    if {"bw_over_time", "gpu_memory"} & set(scenario.outputs) and kinds.str.endswith("_bw").any():
+    if {"bw_over_time", "gpu_memory"} & set(scenario.outputs) and kinds.isin(BANDWIDTH_KINDS).any():
         timeline = _concat([bandwidth_timeline(r) for r in results])  # one pass over the operations for both
         if "bw_over_time" in scenario.outputs:
             figures.bw_over_time(timeline, events, out, scenario.name, _concat([post_latencies(r) for r in results]),

@@ -54,7 +54,7 @@ def _path(scenario: Scenario, work: WorkloadSpec) -> tuple[list[NodeSpec], list[
 def _window(work: WorkloadSpec) -> int:
     """Work requests one stream has in flight at most: ``tx_depth`` (at least 2, as the QPs are made:
     :func:`sim.engine.harness.endpoints`), one for a latency test's ping-pong."""
-    return 1 if work.kind.endswith("_lat") else max(work.tx_depth, 2)
+    return max(work.tx_depth, 2) if work.rule.streams else 1
 
 
 def stream_operations(scenario: Scenario, work: WorkloadSpec) -> list[int]:

@@ -157,7 +157,7 @@ def queue_problems(scenario: Scenario) -> list[Problem]:
     nodes = {n.name: n for n in scenario.nodes}
     problems = []
     for i, (work, ends) in enumerate(_workload_ends(scenario)):
-        depths = [("tx_depth", work.tx_depth)] + ([("rx_depth", work.rx_depth)] if work.kind.startswith("send") else [])
+        depths = [("tx_depth", work.tx_depth)] + ([("rx_depth", work.rx_depth)] if work.rule.receives else [])
         for key, depth in depths:
             short = [(name, nic_params(nodes[name]).max_qp_wr) for name in ends
                      if depth > nic_params(nodes[name]).max_qp_wr]

@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from models.nic.wqe import ATOMIC_BYTES
+from models.verbs.workload_kinds import KINDS, WorkloadKind
 from models.pcie.server import RAIL_POLICIES
 from sim.core.units import format_size
 from sim.scenario.fields import Duration, MessageSize, Name, Strict
@@ -46,8 +47,9 @@ class BufferPair(Strict):
 class WorkloadSpec(Strict):
     """A perftest-like measurement between two buffers."""
 
-    kind: Literal["write_bw", "read_bw", "write_lat", "read_lat", "send_bw", "send_lat", "atomic_bw", "atomic_lat"]
-    """ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat, ib_send_bw, ib_send_lat, ib_atomic_bw or ib_atomic_lat."""
+    kind: Literal[tuple(KINDS)]
+    """ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat, ib_send_bw, ib_send_lat, ib_atomic_bw or ib_atomic_lat
+    (:data:`models.verbs.workload_kinds.KINDS`)."""
     name: Name | None = None
     """Label in the results (default: the kind)."""
     from_: Name = Field(alias="from")
@@ -101,43 +103,43 @@ class WorkloadSpec(Strict):
     @field_validator("transport")
     @classmethod
     def _transport_carries_the_kind(cls, transport: str, info):
-        kind = info.data.get("kind") or ""
-        if transport == "uc" and kind.startswith(("read", "atomic")):
-            raise ValueError(f"{kind}: UC carries RDMA WRITE and SEND only (perftest: UC connection not possible in "
-                             "READ/ATOMIC verbs)")
-        if transport == "ud" and not kind.startswith("send"):
-            raise ValueError(f"{kind}: UD carries SEND only (perftest: UD connection only possible in SEND verb)")
-        return transport
+        kind = KINDS.get(info.data.get("kind"))
+        if kind is None or transport in kind.transports:
+            return transport
+        if transport == "uc":
+            raise ValueError(f"{kind.name}: UC carries RDMA WRITE and SEND only (perftest: UC connection not possible "
+                             "in READ/ATOMIC verbs)")
+        raise ValueError(f"{kind.name}: UD carries SEND only (perftest: UD connection only possible in SEND verb)")
 
     @field_validator("qps")
     @classmethod
     def _qps_stream_bandwidth(cls, qps: int, info):
-        kind = info.data.get("kind")
-        if qps > 1 and not kind.endswith("_bw"):
-            raise ValueError(f"{kind} measures one QP (perftest's latency tests have no -q); qps must be 1")
+        kind = KINDS.get(info.data.get("kind"))
+        if qps > 1 and kind is not None and not kind.streams:
+            raise ValueError(f"{kind.name} measures one QP (perftest's latency tests have no -q); qps must be 1")
         return qps
 
     @field_validator("sizes")
     @classmethod
     def _atomics_are_8_bytes(cls, sizes, info):
-        kind = info.data.get("kind") or ""
+        kind = KINDS.get(info.data.get("kind"))
         got = sizes.sizes() if isinstance(sizes, SizeRange) else list(sizes)
-        if kind.startswith("atomic") and got != [ATOMIC_BYTES]:
-            raise ValueError(f"{kind} moves 8 bytes per atomic; sizes must be [8B], got "
+        if kind is not None and kind.verb == "atomic" and got != [ATOMIC_BYTES]:
+            raise ValueError(f"{kind.name} moves 8 bytes per atomic; sizes must be [8B], got "
                              f"[{', '.join(format_size(s) for s in got)}]")
         return sizes
 
     @field_validator("rx_depth")
     @classmethod
     def _rx_depth_for_send_tests(cls, rx_depth: int, info):
-        kind = info.data.get("kind")
-        if kind is not None and not kind.startswith("send"):
-            raise ValueError(f"{kind} posts no receives; rx_depth is for send_bw and send_lat")
+        kind = KINDS.get(info.data.get("kind"))
+        if kind is not None and not kind.receives:
+            raise ValueError(f"{kind.name} posts no receives; rx_depth is for send_bw and send_lat")
         return rx_depth
 
     @model_validator(mode="after")
     def _perftest_options_fit(self):
-        bw, fields = self.kind.endswith("_bw"), self.model_fields_set
+        bw, fields = self.rule.streams, self.model_fields_set
         if self.pairs and not bw:
             raise ValueError(f"pairs: {self.kind} is a latency test; pairs stream at once in bandwidth tests")
         listed = self.buffer_pairs()
@@ -158,9 +160,14 @@ class WorkloadSpec(Strict):
             raise ValueError(f"cq_mod: {self.cq_mod} is more than tx_depth {self.tx_depth}")
         if self.post_list > self.tx_depth:
             raise ValueError(f"post_list: {self.post_list} is more than tx_depth {self.tx_depth}")
-        if self.max_rd_atomic is not None and not self.kind.startswith(("read", "atomic")):
+        if self.max_rd_atomic is not None and not self.rule.reads_remote:
             raise ValueError(f"max_rd_atomic: {self.kind} posts no READs or atomics")
         return self
+
+    @property
+    def rule(self) -> WorkloadKind:
+        """Its kind's posting rule."""
+        return KINDS[self.kind]
 
     def streams(self) -> int:
         """Work-request streams of each size: one per QP of each buffer pair, twice as many when bidirectional."""

@@ -195,7 +195,7 @@ README_LINES = [shlex.split(line)[3:] for line in (Path(__file__).resolve().pare
 def test_the_readmes_perftest_lines_run_as_written(argv):
     code, text = run_perftest(argv)
     assert code == 0, text
-    assert f"\n {argv[0]}: {TESTS[argv[0]]}\n" in text  # its block of rows
+    assert f"\n {argv[0]}: {TESTS[argv[0]].name}\n" in text  # its block of rows
 
 
 @pytest.mark.parametrize("kind", ["write_lat", "read_lat", "send_lat", "atomic_lat", "send_bw", "atomic_bw"])
