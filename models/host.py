@@ -166,6 +166,9 @@ class HostMemory:
         """Buffers whose pages are resident (pinned or filled), by name."""
         self.data: dict[str, np.ndarray] = {}
         """Data mode: each buffer's bytes, by name (empty when off)."""
+        self.unmapped: set[str] = set()
+        """Buffers the process unmapped (``munmap``), by name: gone from its address space; pages an MR pinned
+        stay the MR's (:func:`models.nic.translation.mr_bytes` still reaches them)."""
 
     def allocate(self, name: str, size: int) -> HostBuffer:
         """mmap-like allocation of ``size`` bytes, page aligned, with a guard page after it."""
@@ -226,8 +229,14 @@ class HostMemory:
         return -(-buf.size // page) * page
 
     def _buffer_at(self, addr: int, length: int) -> HostBuffer | None:
-        return next((b for b in self.buffers.values()
-                     if b.addr <= addr and addr + length <= b.addr + self.mapped_length(b)), None)
+        return next((b for b in self.buffers.values() if b.name not in self.unmapped
+                     and b.addr <= addr and addr + length <= b.addr + self.mapped_length(b)), None)
+
+    def unmap(self, name: str) -> None:
+        """``munmap`` of buffer ``name``: the range leaves the address space (a later pin of it is EFAULT, an ODP
+        fault on it fails); its resident pages go, except those an MR pinned, which that MR keeps."""
+        self.unmapped.add(name)
+        self.resident.discard(name)
 
     def is_mapped(self, addr: int, length: int) -> bool:
         """True when ``[addr, addr+length)`` lies inside one buffer's mapping (whole pages: see

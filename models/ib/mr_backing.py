@@ -124,6 +124,23 @@ class OdpBacking(MrBacking):
         return self.params.invalidate_ps
 
 
+def mmu_notifier_invalidate_range(mrs, addr: int, length: int) -> list:
+    """The process's page tables lose ``[addr, addr+length)`` (``munmap``, ``madvise(MADV_DONTNEED)``): the MMU
+    notifier of every ODP MR among ``mrs`` (:class:`~models.verbs.mr.MemoryRegion`) that covers part of it zaps those
+    pages (``ib_umem_odp``'s ``invalidate`` callback; the NIC faults on its next access). Returns the MRs that cover
+    part of the range and hold their pages pinned (no notifier: a long-term pin keeps the old pages)."""
+    pinned = []
+    for mr in mrs:
+        start, end = max(addr, mr.iova), min(addr + length, mr.iova + mr.length)
+        if start >= end:
+            continue
+        if mr.backing is not None and mr.backing.mode == "odp":
+            mr.backing.invalidate(start - mr.iova, end - start)
+        else:
+            pinned.append(mr)
+    return pinned
+
+
 def migrate_pages(mr, addr: int, length: int) -> str:
     """The kernel migrates the host pages of ``[addr, addr+length)`` under ``mr``
     (:class:`~models.verbs.mr.MemoryRegion`, a host buffer): an ODP MR's notifier zaps their translation (the

@@ -17,6 +17,7 @@ The layer underneath is :mod:`models.verbs` (``ibv_*`` free functions with rdma-
 adds objects, their lifetimes and the clock (:mod:`sim.api.testbed`).
 """
 
+from models.gpu.device_memory import GpuOutOfMemory
 from models.nic.wqe import Access, Opcode, QpState, SendFlags, WcFlags, WcOpcode, WcStatus
 from models.verbs.advise import IBV_ADVISE_MR_FLAG_FLUSH as ADVISE_MR_FLAG_FLUSH
 from models.verbs.advise import AdviseMrAdvice
@@ -31,6 +32,7 @@ from sim.api.arguments import ArgumentTypeError
 from sim.api.device import CQ, PD, WC, AsyncEvent, Context
 from sim.api.dm import DM, AllocDmAttr
 from sim.api.gpu import GPU, DmaBuf, GpuBuffer
+from sim.api.host import HostMemory
 from sim.api.mr import MR, DmaBufMR
 from sim.api.qp import QP, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR
 from sim.api.sge import SGE
@@ -42,9 +44,9 @@ __all__ = [
     "Testbed", "Context", "PD", "MR", "DmaBufMR", "CQ", "CompChannel", "WC", "QP", "QPCap", "QPInitAttr", "QPAttr",
     "AH", "AHAttr",
     "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqAttr", "SRQ_MAX_WR", "SRQ_LIMIT",
-    "AsyncEvent", "AsyncEventType", "DM", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf",
+    "AsyncEvent", "AsyncEventType", "DM", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf", "HostMemory",
     "Access", "Opcode", "QpState", "QpType", "QpAttrMask", "PathMtu", "WcStatus", "WcOpcode", "WcFlags",
     "AdviseMrAdvice", "ADVISE_MR_FLAG_FLUSH",
     "REREG_CHANGE_TRANSLATION", "REREG_CHANGE_PD", "REREG_CHANGE_ACCESS",
-    "SimError", "VerbsError", "ConfigError", "ProtocolError", "DeadlockError", "ArgumentTypeError",
+    "SimError", "VerbsError", "ConfigError", "ProtocolError", "DeadlockError", "ArgumentTypeError", "GpuOutOfMemory",
 ]

@@ -1,10 +1,16 @@
 """The GPU side: allocate device memory, export it as a dma-buf, and CPU access to its bytes.
 
-``GPU.alloc`` is ``cudaMalloc``/``hipMalloc``, :meth:`GpuBuffer.export_dmabuf` is
-``cuMemGetHandleForAddressRange``/the amdgpu export (a file descriptor in the process's table), and
-``DmaBuf(context, size)`` is pyverbs' ``DmaBuf(size, gpu=0)``: allocate and export in one call. Exporting is a
-blocking call whose simulated cost the clock advances by; CPU copies of bytes (``read``/``write``, the script's
-``cudaMemcpy``) take no simulated time.
+``GPU.alloc`` is ``cudaMalloc``/``hipMalloc`` by the script's process (:class:`models.libs.cuda_process.CudaProcess`:
+a freed address comes back to the next allocation it fits, buffer IDs are never reused), :meth:`GpuBuffer.close` is
+``cudaFree``; both cost the calling thread the calibrated time (:class:`models.gpu.alloc_cost.AllocCosts`), which the
+clock advances by. :meth:`GpuBuffer.export_dmabuf` is ``cuMemGetHandleForAddressRange``/the amdgpu export (a file
+descriptor in the process's table), and ``DmaBuf(context, size)`` is pyverbs' ``DmaBuf(size, gpu=0)``: allocate and
+export in one call. Exporting is a blocking call whose simulated cost the clock advances by; CPU copies of bytes
+(``read``/``write``, the script's ``cudaMemcpy``) take no simulated time.
+
+Other users of the GPU act on the simulated clock too, as a scenario's events do: :meth:`GPU.pressure` is another
+process's allocation (it evicts movable exported buffers, whose importers re-fault; freed after ``hold``), and
+:meth:`DmaBuf.revoke` a VFIO exporter's revocation.
 """
 
 from __future__ import annotations
@@ -12,7 +18,10 @@ from __future__ import annotations
 import numpy as np
 
 from models.dmabuf.gpu_export import GPU_PAGE
+from models.dmabuf.revoke import UNMAP_BOUND_PS, Revocation, VfioExporter
+from models.libs.cuda_process import CudaProcess
 from sim.api.resource import Resource, zeroed
+from sim.api.durations import duration_ps
 from sim.engine.build import gpu_bytes
 from sim.core import ProtocolError, VerbsError
 
@@ -25,7 +34,8 @@ class GPU:
         self.testbed, self.gpu = testbed, gpu
         self.name = gpu.name
         self.node = testbed.bed.nodes[gpu.name.split(".")[0]]
-        self._allocations = 0
+        self.process = CudaProcess(gpu, name="script")
+        """The script's allocations on this GPU."""
 
     @property
     def free_bytes(self) -> int:
@@ -33,30 +43,49 @@ class GPU:
         return self.gpu.memory.capacity - self.gpu.memory.used
 
     def alloc(self, size: int) -> GpuBuffer:
-        """``cudaMalloc(size)``: a buffer of device memory, zeroed in data mode.
+        """``cudaMalloc(size)``: a buffer of device memory, zeroed in data mode, at the lowest freed address it fits
+        (else a new one); the clock advances by the call's calibrated time.
 
         :raises GpuOutOfMemory: no contiguous run of ``size`` bytes is free (``ENOMEM``).
         :raises VerbsError: ``ENOMEM``: data mode, and this process cannot hold the bytes (:func:`zeroed`).
         """
-        self._allocations += 1
-        alloc = self.gpu.malloc(f"buf{self._allocations}", size)
+        buf = self.process.malloc(size)
         if self.testbed.env.data_mode:
             try:
-                alloc.data = zeroed(size, "cudaMalloc")
+                buf.alloc.data = zeroed(size, "cudaMalloc")
             except VerbsError:
-                self.gpu.free(alloc)
+                self.process.free(buf)
                 raise
-        return GpuBuffer(self, alloc)
+        self.testbed._advance(self.gpu.alloc_costs.allocate_ps(size))
+        return GpuBuffer(self, buf)
+
+    def pressure(self, size: int, hold: str | int | None = None) -> bool:
+        """Another process allocates ``size`` bytes of this GPU now (a scenario's ``gpu-memory-pressure``): the
+        driver evicts movable exported buffers until it fits (an importer's ``move_notify`` zaps its mappings; its
+        next access re-faults), pinned and NVIDIA memory stays. With ``hold`` (``"2ms"`` or int ps) the memory is
+        freed that long after. The script's clock does not move: another thread pays the call. Returns whether the
+        allocation fit (False: nothing movable was left to evict).
+        """
+        held = None if hold is None else duration_ps(hold)
+        fitted = self.gpu.pressure(size)
+        if fitted and held is not None:
+            self.testbed.env.process(self._release_after(held))
+        return fitted
+
+    def _release_after(self, hold_ps: int):
+        yield self.testbed.env.timeout(hold_ps)
+        self.gpu.release_pressure()
 
 
 class GpuBuffer(Resource):
     """Device memory from :meth:`GPU.alloc`; :meth:`close` is ``cudaFree`` (an exported dma-buf keeps the
-    memory until its last reference goes, as the NVIDIA driver does)."""
+    memory until its last reference goes, as the NVIDIA driver does; the address is free for the next
+    allocation at once)."""
 
-    def __init__(self, gpu: GPU, alloc) -> None:
-        self.gpu, self.alloc = gpu, alloc
+    def __init__(self, gpu: GPU, buf) -> None:
+        self.gpu, self.device_buffer, self.alloc = gpu, buf, buf.alloc
         """``alloc``: the model's :class:`~models.dmabuf.gpu_export.GpuAllocation`."""
-        self.exported = (0, alloc.size)
+        self.exported = (0, buf.alloc.size)
         """``[start, end)`` of the buffer that its exporter keeps (where an exporter that moves the buffer has its
         bytes); the whole buffer until an export says otherwise."""
 
@@ -69,6 +98,11 @@ class GpuBuffer(Resource):
     def size(self) -> int:
         """Bytes."""
         return self.alloc.size
+
+    @property
+    def buffer_id(self) -> int:
+        """``CU_POINTER_ATTRIBUTE_BUFFER_ID``: unique in the process, never reused (unlike the address)."""
+        return self.device_buffer.buffer_id
 
     def export_dmabuf(self, offset: int = 0, size: int | None = None) -> DmaBuf:
         """Export ``[offset, offset + size)`` of the buffer as a dma-buf file descriptor of the process.
@@ -109,7 +143,8 @@ class GpuBuffer(Resource):
                             f"[{start}, {end}); access the two parts separately")
 
     def _destroy(self) -> None:
-        self.gpu.gpu.free(self.alloc)
+        self.gpu.process.free(self.device_buffer)
+        self.gpu.testbed._advance(self.gpu.gpu.alloc_costs.free_ps(self.size))
 
 
 class DmaBuf(Resource):
@@ -150,6 +185,24 @@ class DmaBuf(Resource):
             buffer.exported = (offset, offset + self.size)
         kernel.wait_until(node.nic.name, kernel.now_ps(gpu.name))  # one thread: the export, then what follows
         gpu.testbed._advance(0)
+
+    def revoke(self, bound: str | int = UNMAP_BOUND_PS) -> Revocation:
+        """The exporter revokes the buffer now, as vfio-pci does at a device reset (a scenario's ``dmabuf-revoke``):
+        every importer's mapping is invalidated (their next access completes in error) and the exporter waits
+        for their unmaps, WARNing after ``bound`` (``"1s"`` or int ps), on the simulated clock. The script's clock
+        does not move. Returns the model's record of it (``done``, ``unmapped_ps``, ``warned``, ``left_mapped``).
+
+        :raises ProtocolError: the buffer's exporter cannot revoke (only a GPU with ``exporter: vfio`` can), or it
+            was already revoked.
+        """
+        self._check_open("DmaBuf.revoke")
+        exporter, bound_ps = self.buffer.alloc.exporter, duration_ps(bound)
+        if not isinstance(exporter, VfioExporter):
+            raise ProtocolError(f"DmaBuf.revoke: the {self.buffer.gpu.gpu.vendor} exporter cannot revoke its "
+                                "buffers (a GPU with exporter: vfio can)")
+        revocation = exporter.start_revocation()
+        self.buffer.gpu.testbed.env.process(exporter.wait_unmapped(revocation, bound_ps))
+        return revocation
 
     def _destroy(self) -> None:
         node = self.buffer.gpu.node

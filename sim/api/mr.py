@@ -51,8 +51,19 @@ class MR(Resource):
         self.mr = ibv_reg_mr(pd.pd, 0, SIZE_MAX, Access(access)) if implicit else \
             ibv_reg_mr(pd.pd, self._buf, length, Access(access))
         """The verbs layer's MR (:class:`models.verbs.mr.MemoryRegion`)."""
+        self._made()
+
+    def _made(self) -> None:
+        """The registration returned: the clock moves past its cost, the context keeps the MR, the testbed's
+        results list it."""
         self.context.testbed._advance(self.mr.reg_ps)
         self.context._adopt(self)
+        self.context.testbed.registrations.append(self)
+
+    @property
+    def location(self) -> str:
+        """Where its memory is: ``host``, or the GPU (``a.gpu0``) of a dma-buf MR's buffer."""
+        return "host"
 
     @property
     def buf(self) -> int:
@@ -115,8 +126,8 @@ class MR(Resource):
         if offset < 0 or length < 0:
             raise ProtocolError(f"{call}: offset {offset} and length {length} must not be negative")
         host, start = self.context.ctx.node.host, self.buf + offset
-        held = next((b for b in host.buffers.values() if b.addr <= start and start + length <= b.addr + b.size),
-                    None)
+        held = next((b for b in host.buffers.values() if b.name not in host.unmapped
+                     and b.addr <= start and start + length <= b.addr + b.size), None)
         if held is None or held.name not in host.data:
             raise ProtocolError(f"{call}: [{offset}, {offset + length}) from the MR's buf is not inside one buffer "
                                 "of the process's memory")
@@ -149,8 +160,12 @@ class DmaBufMR(MR):
             if self._internal:
                 self.dmabuf.close()
             raise
-        self.context.testbed._advance(self.mr.reg_ps)
-        self.context._adopt(self)
+        self._made()
+
+    @property
+    def location(self) -> str:
+        """The GPU of its buffer (``a.gpu0``); ``dma-buf fd`` when it was registered from a bare fd."""
+        return self.dmabuf.buffer.gpu.name if isinstance(self.dmabuf, DmaBuf) else "dma-buf fd"
 
     def _bytes(self, call: str, offset: int, length: int) -> np.ndarray:
         self._check_open(call)

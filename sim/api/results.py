@@ -24,7 +24,7 @@ from sim.core.metrics import OpColumns, bandwidth_of, latency_summary
 from sim.store.operations import OperationTable, write_operations
 from sim.plot import figures
 from sim.results.write import REPRODUCIBLE, file_sha256, json_records, package_versions, testbed_parameters
-from sim.engine.tables import registrations_table
+from sim.core.units import ps_to_us
 
 COLUMNS = ["variant", "workload", "kind", "node", "qp", "wr_id", "bytes", "posted_ps", "completed_ps",
            "latency_ps", "ok", "status"]
@@ -48,7 +48,7 @@ def write_script_results(testbed, out: str | os.PathLike, *, name: str, script: 
     with outdir.staged(out, outdir.RUN, force=force) as (staging, target):
         write_operations([OperationTable.of(ops)], staging / "metrics.parquet")
         summary = {"script": name, "seed": testbed.seed, "results": json_records(summary_rows(ops)),
-                   "registrations": json_records(registrations_table(testbed.bed, "base"))}
+                   "registrations": registration_rows(testbed)}
         (staging / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
         manifest = {"rdmasim_manifest": 1, "script": name,
                     "script_path": os.fspath(script) if script is not None else None,
@@ -60,6 +60,16 @@ def write_script_results(testbed, out: str | os.PathLike, *, name: str, script: 
         (staging / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
         figures.latency_cdf(cdf_curves([OperationTable.of(ops)]), staging / "figures", name)
     return target.path
+
+
+def registration_rows(testbed) -> list[dict]:
+    """One row per MR the script registered, in order: its node, where its memory is, bytes, mode (``pinned``,
+    ``odp``, ``dmabuf``...), cost (us), translation entries and their page size, and whether it was deregistered
+    by the end."""
+    return [{"node": mr.context.name, "location": mr.location, "bytes": mr.mr.length,
+             "mode": "pinned" if mr.mr.backing is None else mr.mr.backing.mode, "lkey": mr.mr.lkey,
+             "register_us": ps_to_us(mr.mr.reg_ps), "mtt_entries": mr.mr.mtt_entries, "mtt_page_bytes": mr.mr.page_size,
+             "deregistered": mr.closed} for mr in testbed.registrations]
 
 
 def operations(testbed) -> pd.DataFrame:

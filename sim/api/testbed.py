@@ -15,11 +15,13 @@ import os
 from collections import deque
 from pathlib import Path
 
+from models.ib.mr_backing import migrate_pages
 from models.nic.wqe import WcOpcode, WcStatus
 from sim.engine.build import settle, wire
-from sim.core import PS_PER_US, ConfigError
+from sim.core import PS_PER_US, ConfigError, ProtocolError
 from sim.core.errors import ConfigErrors
-from sim.core.units import MAX_CLOCK_PS, MAX_DURATION_PS, BoundError, format_time, parse_time
+from sim.api.durations import duration_ps
+from sim.core.units import MAX_CLOCK_PS, BoundError, format_time
 from sim.scenario.loader import validate
 from sim.scenario.refs import port_problems
 from sim.scenario.fields import check_seed
@@ -68,6 +70,8 @@ class Testbed:
         self.completions: list[tuple] = []
         """Every send completion polled through the API with its work request's size, as
         :data:`sim.api.results.RECORDED` names the fields: the results' rows."""
+        self.registrations: list = []
+        """Every MR the script registered (:class:`~sim.api.mr.MR`, closed ones too), in order: the results' rows."""
         self._qps: dict[tuple[int, int], object] = {}
         self._posted: dict[tuple[int, int], deque] = {}
         self._gpus: dict[str, object] = {}
@@ -117,6 +121,24 @@ class Testbed:
         if name not in self._gpus:
             self._gpus[name] = GPU(self, self.bed.gpus[name])
         return self._gpus[name]
+
+    def migrate_host_pages(self, mr) -> str:
+        """The kernel migrates the host pages under ``mr`` now (NUMA balancing, compaction; a scenario's
+        ``host-page-migration``): an ODP MR's MMU notifier zaps their translation and the NIC re-faults on the next
+        access; an MR that pins its pages (a long-term pin) blocks the migration. Returns what happened, as a
+        scenario's event log says it.
+
+        :raises ProtocolError: ``mr`` is closed, or not an MR of host memory.
+        """
+        mr._check_open("migrate_host_pages")
+        if mr.location != "host":
+            raise ProtocolError(f"migrate_host_pages: the MR's memory is on {mr.location}, not host memory")
+        host = mr.context.ctx.node.host
+        held = next((b for b in host.buffers.values() if b.addr <= mr.buf < b.addr + b.size), None)
+        if held is None:
+            raise ProtocolError("migrate_host_pages: no memory of the process is at the MR's buf")
+        start = max(held.addr, mr.mr.iova)  # an implicit MR covers the whole space: the buffer at its buf moves
+        return migrate_pages(mr.mr, start, min(held.addr + held.size, mr.mr.iova + mr.mr.length) - start)
 
     def node_of_lid(self, lid: int) -> str | None:
         """The node whose port has LID ``lid``, or None."""
@@ -171,22 +193,6 @@ class Testbed:
     def _advance(self, cost_ps: int) -> None:
         """A blocking control-path call of ``cost_ps`` returned: the clock moves past it."""
         settle(self.bed, cost_ps)
-
-
-def duration_ps(value: str | int) -> int:
-    """``value`` in integer picoseconds: a string with a unit (``"2us"``) or an int already in ps.
-
-    :raises UnitError: a string without a unit; a value out of ``0 .. MAX_DURATION_PS`` (one day, the bound of a
-        scenario's durations: ``BoundError``).
-    :raises TypeError: a float or another type.
-    """
-    if isinstance(value, str):
-        return parse_time(value)
-    if type(value) is not int or value < 0:
-        raise TypeError(f"a duration is a string with a unit ('10us') or a non-negative int of ps, got {value!r}")
-    if value > MAX_DURATION_PS:
-        raise BoundError(f"duration {format_time(value)} is above the maximum of {format_time(MAX_DURATION_PS)}")
-    return value
 
 
 def _node_list(nodes) -> list:

@@ -25,7 +25,29 @@ from sim.core.servers import claim_chain
 from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wait, Wake, walk_order
 
 CLAIMS, TURN, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK, END = range(13)
-"""The instructions' opcodes (the two claim groups first: a walk tells them from the rest with one comparison)."""
+"""The instructions' opcodes (the two claim groups first: a walk tells them from the rest with one comparison).
+
+Each instruction is a plain tuple (a walk unpacks it by these names; tuples are what it reads fastest), its
+opcode and its position in :func:`~sim.core.steps.walk_order` first:
+
+============================  ===========================================================================
+``CLAIMS``, ``TURN``          ``(code, pos, waits, claims, rebase, label, turn)``: ``waits`` unless the first
+                              claim is eager; ``claims`` as :func:`~sim.core.servers.claim_chain` takes them;
+                              ``rebase`` ``(from_tail, offset_ps)`` after the group or None; ``label`` of the
+                              last claim (it releases that gate); ``turn`` the name of a TURN's turn (None)
+``DELAY``                     ``(code, pos, ps)``
+``DRAWN``                     ``(code, pos, ps, draws)``: ``ps`` plus the operation's draw named ``draws``
+``REBASE``                    ``(code, pos, from_tail, offset_ps)``
+``CHECK``, ``INLINE_CHECK``   ``(code, pos, name, back_ps)``
+``MARK``                      ``(code, pos, name)``
+``WAIT``                      ``(code, pos, draws)``
+``GATE``                      ``(code, pos, label)``
+``FORK``                      ``(code, pos, program)``
+``WAKE``, ``END``             ``(code, pos)``
+============================  ===========================================================================
+"""
+POS = 1
+"""Where every instruction holds its position."""
 MODEL_EVENT = -1
 """Ordering position of a model event (a :class:`Wake` or :class:`Wait`): before every step at its time."""
 
@@ -92,10 +114,11 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0, *, marks: bool = True)
             claim = (step.server, step.service_ps, step.head_ps + step.latency_ps, step.tail_ps, step.latency_ps)
             if step.turn is not None:
                 program.append((TURN, pos, not step.eager, (claim,), None, step.label, step.turn))
-            elif step.eager and last is not None and last[0] in (CLAIMS, TURN) and last[4] is last[5] is None:
-                program[-1] = (*last[:3], (*last[3], claim), None, step.label, *last[6:])
+            elif step.eager and _open_group(last, label=True):
+                code, at, waits, claims, _, _, turn = last
+                program[-1] = (code, at, waits, (*claims, claim), None, step.label, turn)
             else:
-                program.append((CLAIMS, pos, not step.eager, (claim,), None, step.label))
+                program.append((CLAIMS, pos, not step.eager, (claim,), None, step.label, None))
         elif kind is Delay and step.draws is None:
             if last is not None and last[0] in (CLAIMS, TURN, DELAY, REBASE):
                 program[-1] = _delayed(last, step.ps)
@@ -104,8 +127,9 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0, *, marks: bool = True)
         elif kind is Delay:
             program.append((DRAWN, pos, step.ps, step.draws))
         elif kind is Rebase:
-            if last is not None and last[0] in (CLAIMS, TURN) and last[4] is None:
-                program[-1] = (*last[:4], (step.from_tail, step.offset_ps), *last[5:])
+            if _open_group(last, label=False):
+                code, at, waits, claims, _, label, turn = last
+                program[-1] = (code, at, waits, claims, (step.from_tail, step.offset_ps), label, turn)
             else:
                 program.append((REBASE, pos, step.from_tail, step.offset_ps))
         elif kind is Wake:
@@ -129,18 +153,30 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0, *, marks: bool = True)
     return (*program, (END, pos))
 
 
+def _open_group(instruction: tuple | None, *, label: bool) -> bool:
+    """Whether ``instruction`` is a claim group with no rebase after it yet (nor, if ``label``, a labelled last
+    claim): a rebase, or an eager claim (``label``), may be folded into it."""
+    if instruction is None or instruction[0] not in (CLAIMS, TURN):
+        return False
+    _, _, _, _, rebase, last_label, _ = instruction
+    return rebase is None and not (label and last_label is not None)
+
+
 def _delayed(instruction: tuple, ps: int) -> tuple:
     """``instruction`` (a claim group, a delay or a rebase) followed by a delay of ``ps``, as one instruction."""
     code = instruction[0]
     if code == CLAIMS or code == TURN:
-        if instruction[4] is not None:  # after the group's rebase
-            from_tail, offset = instruction[4]
-            return (*instruction[:4], (from_tail, offset + ps), *instruction[5:])
-        *before, (server, service, lead, tail_ps, latency) = instruction[3]
-        return (*instruction[:3], (*before, (server, service, lead + ps, tail_ps, latency + ps)), *instruction[4:])
+        _, pos, waits, claims, rebase, label, turn = instruction
+        if rebase is not None:  # after the group's rebase
+            from_tail, offset = rebase
+            return code, pos, waits, claims, (from_tail, offset + ps), label, turn
+        *before, (server, service, lead, tail_ps, latency) = claims
+        return code, pos, waits, (*before, (server, service, lead + ps, tail_ps, latency + ps)), None, label, turn
     if code == DELAY:
-        return (DELAY, instruction[1], instruction[2] + ps)
-    return (REBASE, instruction[1], instruction[2], instruction[3] + ps)
+        _, pos, delay = instruction
+        return DELAY, pos, delay + ps
+    _, pos, from_tail, offset = instruction
+    return REBASE, pos, from_tail, offset + ps
 
 
 _ENDED = ((END, 0),)
@@ -221,7 +257,7 @@ class StepRunner:
         chain = op.holding = _Chain(op, held.program, t, t, held.main)
         chain.at = held.at
         held.program, held.at, held.main = _ENDED, 0, False  # its heap entry finds nothing left to take
-        self._push(chain, t, chain.program[chain.at][1], True, sync=True)
+        self._push(chain, t, chain.program[chain.at][POS], True, sync=True)
         if not self.running:
             self._arm()
 
@@ -269,41 +305,46 @@ class StepRunner:
             step = program[at]
             code = step[0]
             if code <= TURN:
-                if step[2] and not due:  # (what _push does, written out: the commonest wait)
+                _, pos, waits, claims, rebase, label, turn = step
+                if waits and not due:  # (what _push does, written out: the commonest wait)
                     chain.at, chain.head, chain.tail, chain.due = at, head, tail, True
-                    heappush(self.heap, (head, step[1] + op.offset, op.seq, next(self.count), chain, False))
+                    heappush(self.heap, (head, pos + op.offset, op.seq, next(self.count), chain, False))
                     return
                 due = False
                 turns = None
                 if code == TURN:
-                    turns = op.turns.get(step[6])
+                    turns = op.turns.get(turn)
                     if turns is not None and op.ticket > turns.passed:  # an earlier operation's claim comes first
                         chain.at, chain.head, chain.tail = at, head, tail
                         turns.parked[op.ticket] = chain
                         return
-                head, tail = claim_chain(step[3], head, tail, trace)
-                if step[5] is not None and step[5] in op.held:  # the labelled last claim releases a gate
-                    self._release(op, step[5], now)
-                if step[4] is not None:  # a rebase after the group
-                    head = tail = (tail if step[4][0] else head) + step[4][1]
+                head, tail = claim_chain(claims, head, tail, trace)
+                if label is not None and label in op.held:  # the labelled last claim releases a gate
+                    self._release(op, label, now)
+                if rebase is not None:  # a rebase after the group
+                    from_tail, offset = rebase
+                    head = tail = (tail if from_tail else head) + offset
                 if turns is not None:
-                    self._pass(op, step[6], now)
+                    self._pass(op, turn, now)
             elif code == DELAY:
-                head, tail = head + step[2], tail + step[2]
+                _, _, ps = step
+                head, tail = head + ps, tail + ps
             elif code == REBASE:
-                head = tail = (tail if step[2] else head) + step[3]
+                _, _, from_tail, offset = step
+                head = tail = (tail if from_tail else head) + offset
             elif code == CHECK or code == INLINE_CHECK:
+                _, pos, name, back = step
                 if code == CHECK and not due:
                     chain.at, chain.head, chain.tail = at, head, tail
-                    self._push(chain, max(now, head - step[3]), step[1], True, sync=True)
+                    self._push(chain, max(now, head - back), pos, True, sync=True)
                     return
                 due = False
                 self.consulted = True
-                outcome = op.model.check(op, step[2], now, head, tail)
+                outcome = op.model.check(op, name, now, head, tail)
                 if type(outcome) is int:  # held: asked again then
                     chain.at, chain.head, chain.tail = at, max(head, outcome), max(tail, outcome)
                     op.holding = chain
-                    self._push(chain, max(now, outcome), step[1], True, sync=True)
+                    self._push(chain, max(now, outcome), pos, True, sync=True)
                     return
                 if op.holding is chain:  # answered: the operation no longer refers to its chain (nor back)
                     op.holding = None
@@ -313,11 +354,13 @@ class StepRunner:
                     at = 0
                     continue
             elif code == DRAWN:
-                extra = step[2] + op.draws[step[3]]
+                _, _, ps, draws = step
+                extra = ps + op.draws[draws]
                 head, tail = head + extra, tail + extra
             elif code == MARK:
+                _, _, name = step
                 self.consulted = True
-                op.model.mark(op, step[2], head, tail)
+                op.model.mark(op, name, head, tail)
             elif code == WAKE:
                 op.wait_from = head
                 if chain.main:
@@ -325,23 +368,26 @@ class StepRunner:
                     op.model.wake(op, head)
             elif code == WAIT:
                 if not due:
+                    _, _, draws = step
                     chain.at, chain.head, chain.tail = at, head, tail
-                    self._push(chain, op.wait_from + op.draws[step[2]], MODEL_EVENT, True)
+                    self._push(chain, op.wait_from + op.draws[draws], MODEL_EVENT, True)
                     return
                 due = False
                 head = tail = op.wait_from = now
             elif code == GATE:  # asked for now (in the order operations get here), passed at the head time
-                gate = op.gates[step[2]]
+                _, pos, label = step
+                gate = op.gates[label]
                 chain.at, chain.head, chain.tail = at + 1, head, head
                 if gate.free:
                     gate.free -= 1
-                    op.held.append(step[2])
-                    self._push(chain, head, step[1], False)
+                    op.held.append(label)
+                    self._push(chain, head, pos, False)
                 else:
                     gate.waiting.append(chain)
                 return
             elif code == FORK:
-                self._walk(_Chain(op, step[2], head, tail, False), now)
+                _, _, sub = step
+                self._walk(_Chain(op, sub, head, tail, False), now)
             else:  # END
                 break
             at += 1
@@ -356,7 +402,7 @@ class StepRunner:
             chain = gate.waiting.popleft()
             chain.op.held.append(label)
             chain.head = chain.tail = go = max(now, chain.head)
-            self._push(chain, go, chain.program[chain.at - 1][1], False)
+            self._push(chain, go, chain.program[chain.at - 1][POS], False)
         else:
             gate.free += 1
 
@@ -372,7 +418,7 @@ class StepRunner:
             turns.passed += 1
         chain = turns.parked.pop(turns.passed, None)
         if chain is not None:
-            self._push(chain, now, chain.program[chain.at][1], True)
+            self._push(chain, now, chain.program[chain.at][POS], True)
 
     def _end(self, op: Operation, now: int) -> None:
         """The main chain is done: slots it still holds (it ended without their labelled claim, on an error

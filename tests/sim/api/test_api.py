@@ -319,7 +319,7 @@ def test_results_directory_of_a_script(tmp_path):
     assert (ops["latency_ps"] == ops["completed_ps"] - ops["posted_ps"]).all()
     summary = json.loads((out / "summary.json").read_text())
     assert [(r["bytes"], r["operations"]) for r in summary["results"]] == [(64, 2), (256, 1)]
-    assert {r["buffer"] for r in summary["registrations"]} == set()     # the script registered no scenario buffers
+    assert [(r["node"], r["mode"]) for r in summary["registrations"]] == [("a", "pinned"), ("b", "pinned")]
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["script_text"] == "print('lab')\n" and manifest["seed"] == 3
     assert [n["name"] for n in manifest["testbed"]["nodes"]] == ["a", "b"]
