@@ -1,11 +1,13 @@
-"""The teaching notebooks are committed with their outputs, and those outputs are current: built and run again
-(``notebooks/make_notebooks.py``), each notebook is the committed file byte for byte: text, tables and figures."""
+"""The teaching notebooks are committed with their outputs, and those outputs are current: built from their
+py:percent sources and run again (``notebooks/make_notebooks.py``), each notebook is the committed file byte for
+byte: text, tables and figures."""
 
 from __future__ import annotations
 
 import importlib.util
 import sys
 
+import jupytext
 import nbformat
 import pytest
 
@@ -17,9 +19,17 @@ spec.loader.exec_module(make_notebooks)
 HINT = "run python notebooks/make_notebooks.py"
 
 
-def test_every_committed_notebook_is_generated():
+def test_every_committed_notebook_has_a_source():
     committed = sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb"))
-    assert committed == sorted(make_notebooks.NOTEBOOKS), HINT
+    assert committed and committed == sorted(make_notebooks.NOTEBOOKS), HINT
+
+
+@pytest.mark.parametrize("name", sorted(make_notebooks.NOTEBOOKS))
+def test_each_source_is_in_the_form_jupytext_writes(name):
+    """A notebook saved from JupyterLab (paired by notebooks/jupytext.toml) or converted with ``jupytext --to
+    py:percent`` rewrites its source to this form: a source already in it changes only where a cell changed."""
+    source = make_notebooks.NOTEBOOKS[name].read_text(encoding="utf-8")
+    assert jupytext.writes(jupytext.reads(source, fmt=make_notebooks.FORMAT), fmt=make_notebooks.FORMAT) == source
 
 
 @pytest.mark.parametrize("name", sorted(make_notebooks.NOTEBOOKS))

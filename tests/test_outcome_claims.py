@@ -83,8 +83,8 @@ def _docs() -> list[tuple[str, str]]:
 
 def _notebooks() -> list[tuple[str, str]]:
     make = _load("make_notebooks", ROOT / "notebooks" / "make_notebooks.py")
-    return [(name, "\n\n".join(text for kind, text in cells if kind == "markdown"))
-            for name, cells in make.NOTEBOOKS.items()]
+    return [(name, "\n\n".join(text for kind, text in make.source_cells(name) if kind == "markdown"))
+            for name in make.NOTEBOOKS]
 
 
 def _scenario_comments() -> list[tuple[str, str]]:
