@@ -9,7 +9,9 @@ event engine's (same recurrences, the same ordering rule, integer picoseconds); 
 * :mod:`sim.fast.merge` — claims of several positions on one server in the ordering rule's order;
 * :mod:`sim.fast.spacing` — claims proven from the pipeline's shape never to wait for their server;
 * :func:`solve` — whole streams, block by block, exact;
-* :mod:`sim.fast.speedups` — its accelerations, each switchable (none changes an answer).
+* :mod:`sim.fast.guesses` — the first guesses of a block's passes;
+* :mod:`sim.fast.speedups` — its accelerations, each switchable (none changes an answer); the pace in
+  :mod:`sim.fast.pace`, the claims that never queue in :mod:`sim.fast.spacing`.
 
 >>> from sim.core.steps import Claim, Rebase
 >>> servers = [Server("link")]

@@ -8,7 +8,7 @@ claims of later positions on a shared server move with their operation's post wh
 For the first guess of a block, a group whose previous block was saturated (nearly every operation queued)
 is assumed to keep its pace: its operations end at that block's spacing plus their own drawn delays after the
 last claim, and its claims on shared servers keep their spacing too (:class:`sim.fast.block_pass.Pace`). Such a
-block needs no pass over free servers where the idle latencies are known constants (:func:`_paced`).
+block needs no pass over free servers where the idle latencies are known constants (:func:`sim.fast.pace.paced`).
 
 Typical pass counts: a saturated (bandwidth-bound) stream agrees after its first pass from the second block
 on; a latency-bound stream after one pass over free servers plus the verifying one; a stream whose rounds
@@ -21,12 +21,12 @@ from __future__ import annotations
 import numpy as np
 
 from sim.fast.merge import concat
-from sim.fast.server import pool, prefix_max, running_max
-from sim.fast.block_pass import NO_RELEASE, Carry, Pace, Pass, Record, SliceIn, SliceOut, gate_history
+from sim.fast.server import pool, running_max
+from sim.fast.block_pass import NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut, gate_history
+from sim.fast.guesses import LOW, guess_posts, lag_scan, tail
+from sim.fast.pace import guess_from_pace, paced, paced_ends, paced_record, record_pace
 
 NEVER = np.iinfo(np.int64).max
-LOW = -(1 << 62)
-"""Minus infinity for guesses."""
 
 
 def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[int, int], max_passes: int,
@@ -40,10 +40,10 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     """
     shared = _shared_servers(problem, spans, carry)
     slices = _slices_in(problem, spans, history, start, shared, floor)
-    if all(_paced(problem, piece) for piece in slices):
+    if all(paced(problem, piece) for piece in slices):
         previous = {}
         for piece in slices:
-            previous.update(_guess_from_pace(problem, piece))
+            previous.update(guess_from_pace(problem, piece))
     else:
         run = Pass(problem, slices, carry, shared, {}, idle=True)
         previous = _guess(problem, slices, run.run(), run, idle=True)
@@ -64,16 +64,9 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
                                                      for k in problem.claim_steps[g])
     kept = _kept(slices, outs, horizon, everything=disagree == NEVER and alone)
     _carry_over(problem, slices, outs, kept, run, carry, future)
-    for piece, out, n in zip(slices, outs, kept):
-        saturated = n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n
-        if problem.speedups.pace and saturated:
-            at = [0, n - 1]
-            end = out.head[at] - _tail(problem, piece, at) if problem.tail_draws[piece.group] is not None \
-                else out.done[at]
-            last, period = Pace.of([end], n)
-            claims = {pos: Pace.of([r.wake[:n], r.head[:n], r.not_before[:n]], n)
-                      for pos, r in out.records.items() if pos in piece.shared}
-            out.pace = Pace((int(last[0]), int(period[0])), claims)
+    if problem.speedups.pace:
+        for piece, out, n in zip(slices, outs, kept):
+            record_pace(problem, piece, out, n)
     return outs, kept, disagree
 
 
@@ -120,55 +113,6 @@ def _slices_in(problem, spans, history, start, shared, floor) -> list[SliceIn]:
     return slices
 
 
-def _paced(problem, piece: SliceIn) -> bool:
-    """Whether a slice's first guesses can come from its group's pace alone, without a pass over free servers:
-    the group queued throughout its last block and has no gates; its idle latencies are known (a constant
-    plus its last drawn delays, and a constant to each shared position); and the slice's first posts are
-    completions of earlier blocks."""
-    g = piece.group
-    window, pace, idle_claims = problem.groups[g].window, piece.pace, problem.idle_claims.get(g, {})
-    return (pace is not None and not piece.joined and g in problem.idle_base and not problem.gates[g]
-            and all(pos in pace.claims and pos in idle_claims for pos in piece.shared)
-            and piece.lo >= window and piece.hi - piece.lo > window)
-
-
-def _guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
-    """Set a :func:`_paced` slice's idle latencies (known constants plus its own drawn delays) and first guesses
-    (:func:`_guess_posts` from its pace); returns its claims on shared servers, which keep their pace."""
-    g, m = piece.group, piece.hi - piece.lo
-    piece.idle_done = np.add(_tail(problem, piece), problem.idle_base[g], out=np.empty(m, np.int64))
-    piece.idle_claim = {pos: np.full(m, problem.idle_claims[g][pos], np.int64) for pos in piece.shared}
-    first = piece.hist_done[-problem.groups[g].window:]
-    _guess_posts(problem, piece, first, _paced_ends(problem, piece))
-    post = np.concatenate((first, piece.guess_post)) if piece.shared else None
-    return {pos: _paced_record(problem, pos, piece.seq0, post, piece.pace.claims[pos]) for pos in piece.shared}
-
-
-def _paced_ends(problem, piece: SliceIn) -> np.ndarray:
-    """Where a saturated group's operations end if it keeps its pace, with the slice's own drawn delays (ps)."""
-    ends = Pace.ahead(*piece.pace.end, piece.hi - piece.lo)
-    if problem.tail_draws[piece.group] is not None:
-        ends += _tail(problem, piece)
-        if len(piece.hist_done):
-            ends[0] = max(ends[0], piece.hist_done[-1])
-    return ends
-
-
-def _guess_posts(problem, piece: SliceIn, first: np.ndarray, queued: np.ndarray) -> None:
-    """Set the slice's guessed posts: completions ``window`` operations back, each its post plus its idle
-    latency and no earlier than ``queued``, from the first posts ``first``."""
-    window, m = problem.groups[piece.group].window, piece.hi - piece.lo
-    piece.guess_post = running_max(_lag_scan(first, piece.idle_done, queued, window))[: m - window]
-
-
-def _paced_record(problem, pos: int, seq0: int, post: np.ndarray, steady) -> Record:
-    """The claims of position ``pos`` of operations posted at ``post`` that keep their pace ``steady`` (last
-    values and spacings of wake, head and not_before)."""
-    claim = problem.claim_at[pos]
-    wake, head, not_before = Pace.ahead(*steady, len(post))
-    return Record(claim.server, pos, seq0, post, wake, problem.wpos_at[pos], head, not_before, claim.service_ps)
-
-
 def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle: bool = False) -> dict[int, Record]:
     """Set every slice's guesses from a pass (the first, idle pass also gives the idle latencies); returns
     the shared positions' claims for the next pass."""
@@ -178,7 +122,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
         if piece.idle_done is None:
             g = piece.group
             piece.idle_done = out.done - out.post
-            base = piece.idle_done - _tail(problem, piece) if problem.tail_draws[piece.group] is not None \
+            base = piece.idle_done - tail(problem, piece) if problem.tail_draws[piece.group] is not None \
                 else piece.idle_done
             if m and problem.tail_draws[piece.group] is not None \
                     and not any(problem.varied[g][k] for k in problem.claim_steps[g]) and (base == base[0]).all():
@@ -191,9 +135,9 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                     {pos: int(v[0]) for pos, v in piece.idle_claim.items() if (v == v[0]).all()})
         post = out.post
         if m > window:  # a saturated group keeps its pace: start from it
-            queued = _paced_ends(problem, piece) if idle and piece.pace is not None else np.where(
+            queued = paced_ends(problem, piece) if idle and piece.pace is not None else np.where(
                 out.done > out.post + piece.idle_done, out.done, LOW)
-            _guess_posts(problem, piece, out.post[:window], queued)
+            guess_posts(problem, piece, out.post[:window], queued)
             post = np.concatenate((out.post[:window], piece.guess_post))
         for label, slots in problem.gates[piece.group].items():
             if m > slots:
@@ -203,46 +147,18 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                 floor = np.maximum(np.maximum(out.gate_in[label], post + to_gate) + after, queued)
                 given = piece.gate_input[label]
                 first = np.where(given[:slots] == NO_RELEASE, LOW, given[:slots])
-                given[slots:] = _lag_scan(first, after, floor, slots)[: m - slots]
+                given[slots:] = lag_scan(first, after, floor, slots)[: m - slots]
         for pos in piece.shared:
             now, alone = out.records[pos], piece.idle_claim[pos]
             steady = piece.pace.claims.get(pos) if idle and piece.pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
-                rec = _paced_record(problem, pos, now.seq0, post, steady)
+                rec = paced_record(problem, pos, now.seq0, post, steady)
                 moved[pos] = rec
                 continue
             shift = np.where(now.head > out.post + alone, np.maximum(post + alone - now.head, 0), post - out.post)
             moved[pos] = Record(now.server, pos, now.seq0, post, now.wake + shift, now.wpos, now.head + shift,
                                 now.not_before + shift, now.service)
     return moved
-
-
-def _tail(problem, piece: SliceIn, at=slice(None)):
-    """The sum of the drawn delays after the group's last claim, for the slice's operations ``at`` (ps; 0 when
-    there are none)."""
-    return sum(piece.draws[name][at] for name in problem.tail_draws[piece.group])
-
-
-def _lag_scan(first: np.ndarray, add: np.ndarray, floor: np.ndarray, lag: int) -> np.ndarray:
-    """``d_i = max(d_{i-lag} + add_i, floor_i)``, with ``d_{i-lag}`` for ``i < lag`` given by ``first``
-    (missing ones: minus infinity); solved along the ``lag`` lanes at once (lanes as contiguous rows)."""
-    m = len(add)
-    head = min(m, len(first))
-    if (floor[:head] >= first[:head] + add[:head]).all() and (floor[lag:] >= floor[:-lag] + add[lag:]).all():
-        return floor  # the floors already satisfy the recurrence (every operation queued)
-    rows = -(-m // lag)
-    grid_add = np.zeros(rows * lag, np.int64)
-    grid_add[:m] = add
-    grid_floor = np.full(rows * lag, LOW, np.int64)
-    grid_floor[:m] = floor
-    cum = np.cumsum(grid_add.reshape(rows, lag).T, axis=1)
-    z = np.ascontiguousarray(grid_floor.reshape(rows, lag).T) - cum
-    start = np.full(lag, LOW, np.int64)
-    start[: len(first)] = first
-    np.maximum(z[:, 0], start, out=z[:, 0])
-    prefix_max(z, axis=1)
-    z += cum
-    return z.T.reshape(-1)[:m]
 
 
 def _first_difference(old: np.ndarray, new: np.ndarray) -> int:

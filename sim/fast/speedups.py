@@ -16,7 +16,7 @@ class Speedups:
 
     pace: bool = True
     """A group that queued throughout its last block takes its first guesses from that block's pace, without a
-    pass over free servers (:func:`sim.fast.block._paced`)."""
+    pass over free servers (:mod:`sim.fast.pace`)."""
     calm: bool = True
     """Claims proven never to wait for their server (:func:`sim.fast.spacing.never_queue`) start when their head
     arrives, with no server solve."""

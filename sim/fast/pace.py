@@ -1,0 +1,66 @@
+"""The pace acceleration (:attr:`sim.fast.Speedups.pace`): a group that queued throughout its last block is
+assumed to keep that block's pace, so its next block's first guesses need no pass over free servers. The passes
+that follow check the guesses as any others, so the pace changes how fast a block is solved, never its answer."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.fast.block_pass import Pace, Record, SliceIn, SliceOut
+from sim.fast.guesses import guess_posts, tail
+
+
+def record_pace(problem, piece: SliceIn, out: SliceOut, n: int) -> None:
+    """Keep the pace of a slice whose ``n`` kept operations nearly all queued (99 %): the spacing of its ends and of
+    its claims on shared servers, for its group's next block."""
+    saturated = n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n
+    if not saturated:
+        return
+    at = [0, n - 1]
+    end = out.head[at] - tail(problem, piece, at) if problem.tail_draws[piece.group] is not None else out.done[at]
+    last, period = Pace.of([end], n)
+    claims = {pos: Pace.of([r.wake[:n], r.head[:n], r.not_before[:n]], n)
+              for pos, r in out.records.items() if pos in piece.shared}
+    out.pace = Pace((int(last[0]), int(period[0])), claims)
+
+
+def paced(problem, piece: SliceIn) -> bool:
+    """Whether a slice's first guesses can come from its group's pace alone, without a pass over free servers:
+    the group queued throughout its last block and has no gates; its idle latencies are known (a constant
+    plus its last drawn delays, and a constant to each shared position); and the slice's first posts are
+    completions of earlier blocks."""
+    g = piece.group
+    window, pace, idle_claims = problem.groups[g].window, piece.pace, problem.idle_claims.get(g, {})
+    return (pace is not None and not piece.joined and g in problem.idle_base and not problem.gates[g]
+            and all(pos in pace.claims and pos in idle_claims for pos in piece.shared)
+            and piece.lo >= window and piece.hi - piece.lo > window)
+
+
+def guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
+    """Set a :func:`paced` slice's idle latencies (known constants plus its own drawn delays) and first guesses
+    (:func:`~sim.fast.guesses.guess_posts` from its pace); returns its claims on shared servers, which keep their pace."""
+    g, m = piece.group, piece.hi - piece.lo
+    piece.idle_done = np.add(tail(problem, piece), problem.idle_base[g], out=np.empty(m, np.int64))
+    piece.idle_claim = {pos: np.full(m, problem.idle_claims[g][pos], np.int64) for pos in piece.shared}
+    first = piece.hist_done[-problem.groups[g].window:]
+    guess_posts(problem, piece, first, paced_ends(problem, piece))
+    post = np.concatenate((first, piece.guess_post)) if piece.shared else None
+    return {pos: paced_record(problem, pos, piece.seq0, post, piece.pace.claims[pos]) for pos in piece.shared}
+
+
+def paced_ends(problem, piece: SliceIn) -> np.ndarray:
+    """Where a saturated group's operations end if it keeps its pace, with the slice's own drawn delays (ps)."""
+    ends = Pace.ahead(*piece.pace.end, piece.hi - piece.lo)
+    if problem.tail_draws[piece.group] is not None:
+        ends += tail(problem, piece)
+        if len(piece.hist_done):
+            ends[0] = max(ends[0], piece.hist_done[-1])
+    return ends
+
+
+def paced_record(problem, pos: int, seq0: int, post: np.ndarray, steady) -> Record:
+    """The claims of position ``pos`` of operations posted at ``post`` that keep their pace ``steady`` (last
+    values and spacings of wake, head and not_before)."""
+    claim = problem.claim_at[pos]
+    wake, head, not_before = Pace.ahead(*steady, len(post))
+    return Record(claim.server, pos, seq0, post, wake, problem.wpos_at[pos], head, not_before, claim.service_ps)
