@@ -164,7 +164,8 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                         *wire(pnic, nic, fabric, 0, AETH + ATOMIC_ACK_ETH), rx_engine(nic, qp.qp_num)]
         else:
             response = [*node_dma_read(peer, remote_target, n), Delay(pnic.params.tx_latency_ps),
-                        *wire(pnic, nic, fabric, n, AETH, qp.remote.path_mtu_bytes), rx_engine(nic, qp.qp_num)]
+                        *wire(pnic, nic, fabric, n, AETH, qp.remote.path_mtu_bytes, last_extra=AETH),
+                        rx_engine(nic, qp.qp_num)]
         # The send engine stalls the QP at its READ/atomic slots; a slot is free again once the response's last
         # write reaches the requester's PCIe link.
         steps += [*([] if shape.fence else [Gate(slots, READ_SLOT)]), Check("requester"), *forward,

@@ -6,11 +6,17 @@ link, taken as a ConnectX-5's PCIe Gen3 x16 (the report names a 100 GbE mlx5 NIC
 cache's reach is the input: the mean of the sliced rows (the testbed's stack, below the 100 GbE line rate, is not
 modelled). The tolerance of each row is the published spread of its side of the cliff (max - min over mean).
 
+The cliff's depth is also checked as a ratio, free of that input's level: each single-MR row over the sliced rows
+of the same read (:func:`cliff_ratios`), its tolerance the two sides' spreads added (a ratio's relative errors
+add).
+
 Examples
 --------
 >>> points = load_points()
 >>> [round(simulate_Bps(MttParams(), p, base_Bps(points)) / 1e9, 2) for p in points[:2]]
 [6.02, 9.27]
+>>> [(round(c.measured, 3), round(c.simulated(MttParams()), 3)) for c in cliff_ratios(points)]
+[(0.649, 0.652), (0.649, 0.649), (0.651, 0.649)]
 """
 
 from __future__ import annotations
@@ -67,3 +73,36 @@ def tolerance(points: list[CliffPoint], sliced: bool) -> float:
     """The published spread of one side of the cliff: (max - min) / mean of its rates."""
     rates = [p.measured_Bps for p in points if p.sliced == sliced]
     return (max(rates) - min(rates)) / float(np.mean(rates))
+
+
+class CliffRatio(NamedTuple):
+    """One MR past the reach against the slices of the same read: the rate after the cliff over the rate
+    before it."""
+
+    point: CliffPoint
+    before_Bps: float
+    """The mean of the sliced rows of the same ``read_bytes``."""
+
+    @property
+    def measured(self) -> float:
+        """The published ratio."""
+        return self.point.measured_Bps / self.before_Bps
+
+    def simulated(self, params: MttParams, link: PcieParams = LINK) -> float:
+        """The model's ratio with the sliced rate as its input."""
+        return simulate_Bps(params, self.point, self.before_Bps, link) / self.before_Bps
+
+
+def cliff_ratios(points: list[CliffPoint]) -> list[CliffRatio]:
+    """One ratio per single-MR row that has sliced rows of the same read, in the report's order."""
+    ratios = []
+    for p in points:
+        before = [q.measured_Bps for q in points if q.sliced and q.read_bytes == p.read_bytes]
+        if not p.sliced and before:
+            ratios.append(CliffRatio(p, float(np.mean(before))))
+    return ratios
+
+
+def ratio_tolerance(points: list[CliffPoint]) -> float:
+    """The tolerance of a ratio: both sides' published spreads added."""
+    return tolerance(points, True) + tolerance(points, False)

@@ -1,11 +1,13 @@
 """Port rates per InfiniBand and Ethernet generation: lanes, signalling, line code and the data rate they carry.
 
 A port's data rate is what is left of its lanes' signalling rate after the line code (64b/66b; or 256b/257b
-transcoding with Reed-Solomon FEC on the PAM4 generations): the rate :class:`~models.fabric.FabricParams`
-serializes packets at. perftest's bandwidth counts payload only, so what it reports is that rate times the
-payload's share of the wire (:func:`perftest_Bps`): the transport headers of every packet (InfiniBand LRH, BTH,
-ICRC and VCRC; RoCEv2 Ethernet, IPv4, UDP, BTH, ICRC, FCS, preamble and inter-frame gap) and the first packet's
-RETH, per path MTU (:mod:`models.fabric`, the one place those sizes live).
+transcoding with Reed-Solomon FEC on the PAM4 generations): the port's ``rate_Bps`` in
+:class:`~models.fabric.FabricParams`. perftest's bandwidth counts payload only, so what it reports is that rate
+less the link's own traffic (InfiniBand's flow-control credits) times the payload's share of the wire
+(:func:`perftest_Bps`): the transport headers of every packet (InfiniBand LRH, BTH, ICRC and VCRC; RoCEv2
+Ethernet, IPv4, UDP, BTH, ICRC, FCS, preamble and inter-frame gap), the first packet's RETH and the padding to
+4 bytes, per path MTU (:mod:`models.fabric`, the one place those sizes and the credits' share live).
+:mod:`models.nic.port_calibration` holds the result against perftest's published EDR rows.
 
 Sources: InfiniBand lane rates and line codes, the InfiniBand Trade Association's data rates (EDR 25, HDR 50,
 NDR 100, XDR 200 Gb/s per lane) as tabulated in Wikipedia's "InfiniBand" performance table; EDR 4 x 25.78125 Gb/s

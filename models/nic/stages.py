@@ -94,10 +94,12 @@ def dma_write(link: PcieLink, nbytes: int) -> list[Claim]:
 
 
 def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0,
-         mtu: int | None = None, per_packet: int = 0) -> list[Claim]:
+         mtu: int | None = None, per_packet: int = 0, last_extra: int = 0) -> list[Claim]:
     """A message from ``src``'s port through the fabric into ``dst``'s port, in packets of ``mtu`` payload bytes
     (the sending QP's path MTU; None or more than the fabric carries: the fabric's MTU), its first packet
-    ``first_extra`` header bytes longer and every packet ``per_packet`` (:func:`~models.nic.transport.packet_headers`).
+    ``first_extra`` header bytes longer, its last one ``last_extra`` when there are several
+    (:meth:`~models.fabric.FabricParams.wire_bytes`) and every packet ``per_packet``
+    (:func:`~models.nic.transport.packet_headers`).
 
     The first bit leaves as soon as the transmit port is free; the receiver holds the first packet until it
     has arrived whole.
@@ -105,7 +107,7 @@ def wire(src: Nic, dst: Nic, fabric: Fabric, nbytes: int, first_extra: int = 0,
     p = fabric.params
     if mtu is not None and mtu < p.mtu:
         p = dataclasses.replace(p, mtu=mtu)
-    total = p.serialize_ps(nbytes, first_extra, per_packet)
+    total = p.serialize_ps(nbytes, first_extra, per_packet, last_extra)
     first = p.first_packet_ps(nbytes, first_extra, per_packet)
     return [Claim(src.tx_port, total, 0, 0, p.latency_ps),
             Claim(dst.rx_port, total - first, first, 0, 0, fabric.point_to_point)]

@@ -8,7 +8,8 @@ from sim.core.interpreter import Operation, compile_steps
 from sim.core.steps import Claim, Rebase, Wake
 from models.nic.mtt_cache import (MTT_PRESETS, MttAccess, MttCache, MttParams, deep_lookup_ps, stream_Bps,
                                    translation_depth)
-from models.nic.mtt_calibration import LINK, base_Bps, load_points, simulate_Bps, tolerance
+from models.nic.mtt_calibration import (LINK, base_Bps, cliff_ratios, load_points, ratio_tolerance, simulate_Bps,
+                                       tolerance)
 from models.pcie.link import PcieParams
 from models.pcie.presets import PCIE_PRESETS
 from models.presets import NIC_PCIE, NIC_PRESETS
@@ -119,3 +120,14 @@ def test_params_are_validated():
     with pytest.raises(ValueError):
         MttParams(mtt_entries=100, mtt_line_entries=8)
 
+
+
+def test_the_cliffs_depth_as_a_ratio_is_within_both_sides_spread():
+    points = load_points()
+    ratios = cliff_ratios(points)
+    assert len(ratios) == sum(not p.sliced for p in points)
+    for c in ratios:
+        before = [q.measured_Bps for q in points if q.sliced and q.read_bytes == c.point.read_bytes]
+        assert c.measured == pytest.approx(c.point.measured_Bps / np.mean(before))
+        assert c.simulated(MttParams()) == pytest.approx(c.measured, rel=ratio_tolerance(points))
+    assert ratio_tolerance(points) == pytest.approx(tolerance(points, True) + tolerance(points, False))

@@ -61,11 +61,15 @@ def test_copy_generation_rows_require_the_copy_engines_only(report):
 def test_published_anchors_are_reproduced(report):
     topo = report[report.experiment == "topology"].set_index("case")
     assert 0.4 < topo.loc["GPU/host bandwidth ratio", "sim"] < 0.6  # GPU through the CPU: about half
-    mtt = report[report.experiment == "mtt_cache"]
+    mtt = report[(report.experiment == "mtt_cache") & (report.unit == "GB/s")]
     assert (mtt[mtt.x > 4 << 30].sim < 6.5).all() and (mtt[mtt.x <= 4 << 30].sim > 9).all()
     assert len(mtt) == 6 and mtt.required.all() and (mtt.tolerance < 0.01).all()  # the published spread
+    ratios = report[(report.experiment == "mtt_cache") & (report.unit == "ratio")]
+    assert len(ratios) == 4 and (ratios.tolerance < 0.02).all()  # both sides' spreads added
+    assert ratios.required.sum() == 3 and ratios.passed.sum() == 3  # the data path's own rate before: shown
     port = report[report.experiment == "port_rate"]
-    assert len(port) == 12 and port.required.all() and (port.sim > port.measured).all()  # headers only, no PCIe
+    assert len(port) == 13 and (port.sim > port.measured).all()  # headers and credits only, no PCIe
+    assert port.required.sum() == 1 and port[port.required].case.str.contains("host memory").all()
     iommu = report[(report.experiment == "iommu") & (report.unit == "Gb/s")].set_index(["case", "x"])
     small = iommu.loc["64 B random reads, 4 KiB pages"]
     assert small.loc[256 << 10, "sim"] > 27 and small.loc[64 << 20, "sim"] < 11  # most throughput lost
