@@ -15,7 +15,7 @@ is re-mapped), and whose window is the workload's posting rule:
   stream is solved block by block and ends where :func:`models.verbs.workloads.still_posting`, the event
   engine's own rule, stops it (:attr:`sim.fast.Group.posts_while`).
 * ``send_bw``: as ``write_bw``, in its steady state: the server's receives are always posted ahead, which the run
-  checks from the solved receive completions (:class:`_ReceivesAhead`); where they might run short (RNR NAKs) the
+  checks from the solved receive completions (:class:`ReceivesAhead`); where they might run short (RNR NAKs) the
   event engine runs it. ``send_lat`` waits on receive completions that only the event engine sees.
 
 Tables and summaries come from the event engine's own code (:mod:`sim.engine.tables`). Without scenario events or
@@ -66,6 +66,7 @@ from sim.fast.solver import Problem
 from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
 from sim.fast_events import Move, Solved, Watch
 from sim.fast_faults import Unfollowed, faults_followed
+from sim.fast_receives import ReceivesAhead, ReceivesShort
 from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
@@ -84,56 +85,6 @@ under a READ's max_rd_atomic gate do that)."""
 
 class _Crawling(Exception):
     """The solve advances so few operations per block that the event engine is faster."""
-
-
-class _ReceivesShort(Exception):
-    """A send_bw's receives might not have been posted in time: the event engine decides the RNR NAKs."""
-
-
-class _ReceivesAhead:
-    """Whether each send_bw SEND of a solve finds a receive posted when it is posted (and so when it arrives).
-
-    The server (:func:`models.verbs.workloads.send_bandwidth`) tops its queue up to ``ahead`` (``rx_depth``, at
-    most the iterations) receives at the start of a size; the ``u`` receives of the previous size whose CQEs land
-    after that are not free yet, so ``ahead - u`` are posted then. It then posts one receive for each completion it
-    polls, in the order they land (the previous size's late ones first), at most its host's poll period after the
-    CQE: receive ``i >= ahead - u`` is posted by completion ``i - ahead + u`` of that sequence plus the period.
-    Pieces of each (workload, size) come in order; the last ``ahead`` completion times are kept across them.
-    """
-
-    def __init__(self, ends: list[Stream]) -> None:
-        self.ahead = {k: (min(e.work.rx_depth, e.work.iterations), e.dst.qp.node.host.params.poll_period_ps)
-                      for k, e in enumerate(ends) if e.work.rule.loop == "send_bandwidth"}
-        self.sequence: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
-        """Per (workload, size): the latest completions of its sequence, and how many late ones lead it."""
-        self.last: dict[int, np.ndarray] = {}
-        """Per workload: the receive completions of its latest size's last ``ahead`` SENDs (ps)."""
-
-    def __call__(self, k: int, size: int, piece: Finished) -> None:
-        """Check ``piece`` of workload ``k`` at ``size``.
-
-        :raises _ReceivesShort: a SEND might be posted before its receive.
-        """
-        if k not in self.ahead:
-            return
-        depth, poll = self.ahead[k]
-        if (k, size) not in self.sequence:
-            before, start = self.last.get(k, np.empty(0, dtype=np.int64)), piece.post[0]
-            if np.any(before == start):
-                raise _ReceivesShort(f"rx_depth {depth}: a receive completes as the next size starts")
-            late = np.sort(before[before > start])
-            self.sequence[k, size] = (late, len(late))
-        kept, late = self.sequence[k, size]
-        received = piece.marks[RECEIVED]
-        sequence = np.concatenate((kept, received))
-        ops = np.arange(piece.lo, piece.lo + len(piece.post))
-        follows = ops >= depth - late  # posted after a completion, not at the start
-        reposted = sequence[ops[follows] - depth - piece.lo + len(kept)] + poll
-        if np.any(reposted >= piece.post[follows]):
-            raise _ReceivesShort(f"rx_depth {depth}")
-        self.sequence[k, size] = (sequence[-depth:], late)
-        self.last[k] = np.concatenate((self.last.get(k, np.empty(0, dtype=np.int64))
-                                       if piece.lo else np.empty(0, dtype=np.int64), received))[-depth:]
 
 
 class Declined(NamedTuple):
@@ -171,7 +122,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         for _ in range(MAX_MOVES + 1):
             pipes = pipelines(ends, watch.moves, solved and solved.posts)
             solved = Solved(_pieces(pipes, started, progress, reached, crawl=scenario.engine == "auto",
-                                    rows=sink and _Rows(ends, table, sink), receives=_ReceivesAhead(ends)),
+                                    rows=sink and _Rows(ends, table, sink), receives=ReceivesAhead(ends)),
                             pipes.ops)
             changed = watch.follow(solved)
             reason = watch.confirm(solved, ends)
@@ -198,7 +149,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
                        "through a shared link): the event engine is faster")
     except Unfollowed as exc:
         return decline(f"{exc}: the event engine simulates that")
-    except _ReceivesShort as exc:
+    except ReceivesShort as exc:
         return decline(f"send_bw's receives ({exc}) may not be posted ahead of every SEND, so RNR NAKs may occur")
     if reason:
         return decline(f"{reason}: the event engine simulates that")
@@ -289,10 +240,10 @@ def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, reached:
     """Solve ``pipes`` from ``start_ps``: yields ``((workload index, size), piece)`` in order; with ``rows``
     each piece goes to it and only its last operation is yielded. ``progress`` is told of each operation once
     over a run's solves (``reached``: how many of each (workload, size) it was told of). ``receives`` checks
-    each piece first (:class:`_ReceivesAhead`).
+    each piece first (:class:`ReceivesAhead`).
 
     :raises _Crawling: ``crawl`` and blocks cut short keep too few operations (:data:`CRAWL_OPS`).
-    :raises _ReceivesShort: from ``receives``.
+    :raises ReceivesShort: from ``receives``.
     """
     short: list[int] = []
     for piece in solve(pipes.servers, pipes.groups, start_ps):
