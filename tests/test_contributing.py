@@ -194,3 +194,13 @@ def test_the_thorough_profile_draws_ten_times_the_examples():
         assert examples(12) == 12
     finally:
         settings.load_profile(current)
+
+
+MAX_MODULE_LINES = 500
+"""The most lines a module of sim/ or models/ may have (docs/contributing.md: small modules with one job)."""
+
+
+def test_every_module_is_at_most_500_lines():
+    long = {str(path.relative_to(ROOT)): n for package in ("sim", "models") for path in (ROOT / package).rglob("*.py")
+            if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert not long, f"split these modules (lines): {long}"
