@@ -40,17 +40,24 @@ class WindowLoss(NamedTuple):
 
 def window_loss(first_post_ps: int, completed_ps: np.ndarray, nbytes: np.ndarray, event_ps) -> WindowLoss | None:
     """:class:`WindowLoss` of the first of ``event_ps`` (scenario events' times) that falls after the case's
-    first post and before its last completion; None without one, or when nothing completed before it."""
+    first post and before its last completion; None without one, or with fewer than two completions before it.
+
+    The rate before the event is counted from completion to completion: the bytes completed after the first
+    completion up to the last one before the event, over that time (the first operation's latency, which no later
+    one repeats, is not a loss of the steady stream); the window's, the bytes completed in it over its length."""
     completed_ps = np.asarray(completed_ps, dtype=np.int64)
     if not len(completed_ps):
         return None
-    last = int(completed_ps.max())
+    first, last = int(completed_ps.min()), int(completed_ps.max())
     inside = sorted(int(t) for t in event_ps if first_post_ps < t < last)
     if not inside:
         return None
     start = inside[0]
     end = next((t for t in inside if t > start), last)
-    before = float(nbytes[completed_ps <= start].sum()) / (start - first_post_ps)
+    last_before = int(completed_ps[completed_ps <= start].max(initial=first))
+    if last_before <= first:
+        return None
+    before = float(nbytes[(completed_ps > first) & (completed_ps <= last_before)].sum()) / (last_before - first)
     during = float(nbytes[(completed_ps > start) & (completed_ps <= end)].sum()) / (end - start)
     if before <= 0:
         return None

@@ -36,6 +36,16 @@ def test_an_events_window_loses_the_share_of_its_time_the_hole_took():
     assert abs(steady.lost_pct) < 0.5
 
 
+def test_a_steady_stream_loses_nothing_however_long_its_first_operation_took():
+    """The first completion comes a whole latency after the first post (here 100 operations' time); the rate before
+    the event is counted from it, so a stream that keeps its pace through the window loses nothing (counted from
+    the first post, the window would seem to deliver three times as much as before: a loss of -200 %)."""
+    done = 100 * US + np.arange(1000, dtype=np.int64) * US
+    loss = window_loss(0, done, np.full(1000, 4096), [150 * US + US // 2])
+    assert abs(loss.lost_pct) < 0.5
+    assert window_loss(0, done, np.full(1000, 4096), [100 * US + US // 2]) is None  # one completion before it
+
+
 def test_the_window_ends_at_the_next_event_and_needs_an_event_inside_the_case():
     done, nbytes = _stream(400, 250 * US)
     loss = window_loss(0, done, nbytes, [900 * US, 400 * US + US // 2, 2 * 10**9])
