@@ -397,14 +397,14 @@ _POSTED = "posted"
 def _path_of(qp, wr: SendWR, sges: Sequence[Sge], sig: bool, now_ps: int, listed: bool) -> Path:
     """:func:`work_request_path` given ``wr``'s :func:`local_sges` and whether it is :func:`signaled`."""
     node, peer = qp.node, qp.remote.node
-    local_mrs = [node.nic.lookup(sge.lkey) for sge in sges]
+    local_mrs = [] if wr.is_inline else [node.nic.lookup(sge.lkey) for sge in sges]  # inline: the WQE holds the data
     local_mr = local_mrs[0] if local_mrs else None
     remote_mr = key_mr(peer.nic, wr.rkey) if not wr.opcode.consumes_receive or wr.opcode.writes_remote else \
         receive_mr(qp.remote)
     checked = checked_accesses(qp, local_mrs, remote_mr)
     flat = node.topology is None and peer.topology is None
-    gather = () if len(sges) < 2 else tuple((sge.length, None if flat else memory_target(mr, now_ps))
-                                            for sge, mr in zip(sges, local_mrs))
+    gather = () if len(local_mrs) < 2 else tuple((sge.length, None if flat else memory_target(mr, now_ps))
+                                                 for sge, mr in zip(sges, local_mrs))
     fence = bool(wr.send_flags & SEND_FENCE)
     shape = Shape(gather, sig, fence, listed) if gather or listed else _ONE_SGE[sig, fence]
     # An opcode the QP's service does not carry fails at the requester: its path is a SEND's up to there.

@@ -24,10 +24,13 @@ def local_status(qp, wr: SendWR, local: Sequence[tuple]) -> WcStatus | None:
     opcode or message its UC or UD service does not carry (:func:`~models.nic.transport.opcode_problem`), then an
     SGE whose lkey names no MR of the QP's PD (``mr`` None: :func:`~models.nic.translation.lookup_mr`) or whose MR
     does not cover it with the access the opcode needs (LOCAL_WRITE where a
-    READ's or atomic's response lands): IBV_WC_LOC_PROT_ERR. None when they pass."""
+    READ's or atomic's response lands): IBV_WC_LOC_PROT_ERR. None when they pass. An inline work request's SGEs
+    name no MR the NIC reads: their L_Keys are not checked (ibv_post_send(3): "The L_Key will not be checked")."""
     if qp.qp_type is not QP_RC and (problem := opcode_problem(qp.qp_type, wr.opcode, wr.message_bytes,
                                                                    qp.path_mtu_bytes)) is not None:
         return problem
+    if wr.is_inline:
+        return None
     needed = _LOCAL_WRITE if wr.opcode.reads_remote else 0
     for mr, addr, length in local:
         if mr is None or not mr.allows(addr, length, needed):

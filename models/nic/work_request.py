@@ -24,6 +24,7 @@ from models.nic.translation import Fault, lookup_mr, mr_bytes, write_payload
 from models.nic.transport import PSN_MASK, Outcome, Waiting, acknowledged, after_gap_closed
 from models.nic.wqe import WC_SUCCESS, Opcode, QpState, SendWR, Sge, WcStatus
 from sim.core.interpreter import Operation, Semaphore, compile_steps
+from sim.core import ProtocolError
 from sim.core.steps import Check
 
 
@@ -73,6 +74,8 @@ class WorkRequestRun(Retransmission):
         qp.next_psn = (qp.next_psn + self.packets) & PSN_MASK
         self.local: list[Piece] = []
         """The local SGEs' MRs as the requester found them when it took up the WQE, with address and length."""
+        if wr.is_inline and qp.pd.context.env.data_mode:
+            self.payload = inline_payload(qp.node.host, sges)
         self.resume: tuple[tuple, int] | None = None
         """After translation stages: the steps the data goes on with, and its tail before them."""
         self.received: tuple | None = None
@@ -103,7 +106,8 @@ class WorkRequestRun(Retransmission):
 
     def _requester(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
-        self.local = [(lookup_mr(qp, sge.lkey), sge.addr, sge.length) for sge in self.sges]
+        if not wr.is_inline:  # inline data was copied into the WQE at the post: the NIC reads no MR for it
+            self.local = [(lookup_mr(qp, sge.lkey), sge.addr, sge.length) for sge in self.sges]
         if qp.state.flushes:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
         problem = local_status(qp, wr, self.local)
@@ -111,8 +115,6 @@ class WorkRequestRun(Retransmission):
             problem = local_operation(qp, wr)
         if problem is not None:
             return self._fail(problem, head, self.path.failed)
-        if wr.is_inline:
-            self.payload = _gather(qp.pd.context.env, self.local)
         return None
 
     def _source(self, now: int, head: int, tail: int):
@@ -126,7 +128,8 @@ class WorkRequestRun(Retransmission):
                 if held is not None:
                     return self._fail(held, now, self.path.failed) if isinstance(held, WcStatus) else held
             qp.sq_stalled_until = now
-        self.payload = _gather(qp.pd.context.env, self.local)
+        if not self.wr.is_inline:
+            self.payload = _gather(qp.pd.context.env, self.local)
         return self._translation(qp.node, self.local, now, head, tail, self.path.after.get("source"), write=False)
 
     def _responder(self, now: int, head: int, tail: int):
@@ -331,6 +334,23 @@ def _gather(env, pieces: list[Piece]):
     if not pieces:
         return np.zeros(0, np.uint8)
     return np.concatenate([mr_bytes(mr, addr, length) for mr, addr, length in pieces])
+
+
+def inline_payload(host, sges: Sequence[Sge]) -> np.ndarray:
+    """Data mode: the bytes an inline work request carries, copied from the process's memory at the SGEs'
+    addresses when it is posted (the provider's memcpy into the WQE; no MR is involved).
+
+    :raises ProtocolError: an SGE's range is not the process's memory (the copy would fault the process).
+    """
+    parts = []
+    for sge in sges:
+        buf = next((b for b in host.buffers.values() if b.name not in host.unmapped
+                    and b.addr <= sge.addr and sge.addr + sge.length <= b.addr + host.mapped_length(b)), None)
+        if buf is None or buf.name not in host.data:
+            raise ProtocolError(f"ibv_post_send: inline data at 0x{sge.addr:x}+{sge.length} is not in the "
+                                "process's memory (copying it into the WQE would fault)")
+        parts.append(host.data[buf.name][sge.addr - buf.addr:sge.addr - buf.addr + sge.length].copy())
+    return np.concatenate(parts) if parts else np.zeros(0, np.uint8)
 
 
 def _scatter(pieces: list[Piece], payload) -> None:
