@@ -75,7 +75,7 @@ class WorkRequestRun(Retransmission):
         self.local: list[Piece] = []
         """The local SGEs' MRs as the requester found them when it took up the WQE, with address and length."""
         if wr.is_inline and qp.pd.context.env.data_mode:
-            self.payload = inline_payload(qp.node.host, sges)
+            self.payload = wr.inline_data if wr.inline_data is not None else inline_payload(qp.node.host, sges)
         self.resume: tuple[tuple, int] | None = None
         """After translation stages: the steps the data goes on with, and its tail before them."""
         self.received: tuple | None = None

@@ -25,7 +25,8 @@ import enum
 from models.ib.mr_checks import EFA_VENDOR_ID
 from models.nic.device import AtomicCap
 from models.nic.memory_window import MwBind, MwBindInfo
-from models.nic.wqe import Access, Opcode, SendWR, Sge
+from models.nic.work_request import inline_payload
+from models.nic.wqe import SEND_INLINE, Access, Opcode, SendWR, Sge
 from models.verbs.ah import datagram_destination
 from models.verbs.device import ProtectionDomain
 from models.verbs.qp import QueuePair, ibv_create_qp, ibv_post_send
@@ -193,6 +194,22 @@ class QpEx:
         first = sges[0] if sges else Sge(0, 0, 0)
         wr.local_addr, wr.length, wr.lkey = first.addr, first.length, first.lkey
         wr.sg_list = tuple(sges) if len(sges) != 1 else None
+
+    def wr_set_inline_data_list(self, bufs: tuple[tuple[int, int], ...]) -> None:
+        """``ibv_wr_set_inline_data_list`` (``ibv_wr_set_inline_data`` for one buffer): the last work request
+        carries the bytes at each ``(addr, length)`` of the process's memory inline, copied into the WQE now
+        (mlx5's ``mlx5_send_wr_set_inline_data_list`` memcpys at this call; more than the QP's
+        ``max_inline_data`` is ENOMEM at ``wr_complete``).
+
+        :raises ProtocolError: a buffer is not the process's memory (the copy would fault).
+        """
+        wr = self._last("ibv_wr_set_inline_data_list")
+        sges = [Sge(addr, length, 0) for addr, length in bufs if length]
+        if self.qp.pd.context.env.data_mode:
+            wr.inline_data = inline_payload(self.qp.node.host, sges)
+        # the WQE holds one inline segment of all the bytes: no gather list, no SGE limit
+        self.wr_set_sge(0, sges[0].addr if sges else 0, sum(sge.length for sge in sges))
+        wr.send_flags |= SEND_INLINE
 
     def wr_set_ud_addr(self, ah, remote_qpn: int, remote_qkey: int) -> None:
         """``ibv_wr_set_ud_addr``: the last UD work request's destination."""

@@ -39,7 +39,7 @@ from sim.api.mr import MR, DmaBufMR, Mlx5DmaBufMR
 from sim.api.mr_ex import DMAHandle, DmaHandleInitAttr, MREx
 from sim.api.mw import MW, MWBind, MWBindInfo
 from sim.api.qp import QP, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR
-from sim.api.qp_ex import QPEx, QPInitAttrEx
+from sim.api.qp_ex import DataBuffer, QPEx, QPInitAttrEx
 from sim.api.sge import SGE
 from sim.api.srq import SRQ, SrqAttr, SrqInitAttr
 from sim.api.testbed import Testbed
@@ -48,7 +48,7 @@ from sim.core import ConfigError, DeadlockError, ProtocolError, SimError, VerbsE
 __all__ = [
     "Testbed", "Context", "PD", "MR", "DmaBufMR", "Mlx5DmaBufMR", "MREx", "DMAHandle", "DmaHandleInitAttr",
     "MW", "MWBind", "MWBindInfo", "MwType", "CQ", "CompChannel", "WC",
-    "QP", "QPCap", "QPInitAttr", "QPAttr", "QPEx", "QPInitAttrEx", "QpInitAttrMask", "SendOps",
+    "QP", "QPCap", "QPInitAttr", "QPAttr", "QPEx", "QPInitAttrEx", "DataBuffer", "QpInitAttrMask", "SendOps",
     "AH", "AHAttr",
     "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqAttr", "SRQ_MAX_WR", "SRQ_LIMIT",
     "AsyncEvent", "AsyncEventType", "DM", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf", "HostMemory",

@@ -29,6 +29,14 @@ class QPInitAttrEx(QPInitAttr):
     send_ops_flags: int = 0
 
 
+@dataclass
+class DataBuffer:
+    """pyverbs' ``DataBuffer(addr, length)``: ``struct ibv_data_buf``, one buffer of inline data."""
+
+    addr: int
+    length: int
+
+
 class QPEx(QP):
     """A QP made by ``ibv_create_qp_ex`` (pyverbs' ``QPEx(ctx, init_attr, qp_attr=None)``): ``init_attr.pd`` and,
     with ``IBV_QP_INIT_ATTR_SEND_OPS_FLAGS`` in ``comp_mask``, ``init_attr.send_ops_flags``. Posting goes through its
@@ -132,6 +140,20 @@ class QPEx(QP):
     def wr_set_sge_list(self, sg: list[SGE]) -> None:
         """``ibv_wr_set_sge_list``."""
         self._ex.wr_set_sge_list(sge_list(sg, "ibv_wr_set_sge_list"))
+
+    def wr_set_inline_data(self, addr: int, length: int) -> None:
+        """``ibv_wr_set_inline_data``: the last work request carries ``length`` bytes at ``addr`` inline, copied
+        now (no MR, no L_Key)."""
+        call = "ibv_wr_set_inline_data"
+        self._ex.wr_set_inline_data_list(((c_integer(addr, "uint64_t", "addr", call),
+                                           c_integer(length, "size_t", "length", call)),))
+
+    def wr_set_inline_data_list(self, num_buf: int, buf_list: list[DataBuffer]) -> None:
+        """``ibv_wr_set_inline_data_list``: the first ``num_buf`` of ``buf_list`` (:class:`DataBuffer`), inline."""
+        call = "ibv_wr_set_inline_data_list"
+        self._ex.wr_set_inline_data_list(tuple((c_integer(b.addr, "uint64_t", "addr", call),
+                                                c_integer(b.length, "size_t", "length", call))
+                                               for b in buf_list[:c_integer(num_buf, "size_t", "num_buf", call)]))
 
     def wr_set_ud_addr(self, ah, remote_qpn: int, remote_qkey: int) -> None:
         """``ibv_wr_set_ud_addr``: the last UD work request's :class:`~sim.api.ah.AH`, QP number and Q_Key."""

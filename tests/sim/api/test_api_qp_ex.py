@@ -193,3 +193,40 @@ def test_a_ud_datagram_through_the_builder():
     (received,) = poll_n(cq["b"], 1)
     assert (received.status, received.byte_len, received.src_qp) == (WcStatus.SUCCESS, 40 + 11, qp["a"].qp_num)
     assert mr["b"].read(11, 40) == b"via builder"
+
+
+def test_inline_data_through_the_builder_is_copied_when_it_is_set():
+    """``ibv_wr_set_inline_data(_list)``: mlx5 memcpys the buffers into the WQE at the call (no MR, no L_Key); more
+    than the QP's max_inline_data fails the batch at wr_complete with ENOMEM (``mlx5_send_wr_set_inline_data``
+    records the error, ``mlx5_send_wr_complete`` returns it)."""
+    from sim.api import DataBuffer
+
+    nodes = {"a": {}, "b": {}}
+    bed = Testbed(nodes)
+    sides = {}
+    for name in "ab":
+        ctx = Context(bed, name)
+        pd, cq = PD(ctx), CQ(ctx, 32)
+        qp = QPEx(ctx, QPInitAttrEx(scq=cq, cap=QPCap(max_send_wr=8, max_inline_data=32), comp_mask=MASK, pd=pd,
+                                    send_ops_flags=int(SendOps.RDMA_WRITE)))
+        sides[name] = (ctx, cq, MR(pd, 4096, RIGHTS), qp)
+    for me, peer in (("a", "b"), ("b", "a")):
+        sides[me][3].to_rts(QPAttr(qp_access_flags=int(RIGHTS), dest_qp_num=sides[peer][3].qp_num,
+                                   ah_attr=AHAttr(dlid=sides[peer][0].lid), max_dest_rd_atomic=4, min_rnr_timer=12,
+                                   timeout=14, retry_cnt=7, rnr_retry=7, max_rd_atomic=4))
+    (_, cq, src, q), (_, _, dst, _) = sides["a"], sides["b"]
+    src.write(b"set now, ", 9)
+    src.write(b"and this", 8, 100)
+    q.wr_start()
+    q.wr_id, q.wr_flags = 1, SendFlags.SIGNALED
+    q.wr_rdma_write(dst.rkey, dst.buf)
+    q.wr_set_inline_data_list(2, [DataBuffer(src.buf, 9), DataBuffer(src.buf + 100, 8)])
+    src.write(b"XXXXXXXXX", 9)  # after the set: the WQE holds the bytes already
+    q.wr_complete()
+    assert poll_n(cq, 1)[0].status is WcStatus.SUCCESS and dst.read(17, 0) == b"set now, and this"
+    q.wr_start()
+    q.wr_rdma_write(dst.rkey, dst.buf)
+    q.wr_set_inline_data(src.buf, 33)
+    with pytest.raises(VerbsError) as info:
+        q.wr_complete()
+    assert info.value.errno == "ENOMEM"
