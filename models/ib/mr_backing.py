@@ -124,21 +124,31 @@ class OdpBacking(MrBacking):
         return self.params.invalidate_ps
 
 
-def mmu_notifier_invalidate_range(mrs, addr: int, length: int) -> list:
+def _covered(mr, addr: int, length: int) -> tuple[int, int] | None:
+    """The part ``[start, end)`` of the virtual range ``[addr, addr+length)`` that host MR ``mr`` registers (its
+    own virtual addresses, whatever iova its keys use), or None."""
+    start, end = max(addr, mr.addr), min(addr + length, mr.addr + mr.length)
+    return (start, end) if start < end else None
+
+
+def _odp(mr) -> bool:
+    return mr.backing is not None and mr.backing.mode == "odp"
+
+
+def pins_in_range(mrs, addr: int, length: int) -> list:
+    """The MRs among ``mrs`` that hold pages of ``[addr, addr+length)`` pinned (no notifier: a long-term pin keeps
+    the old pages when the process's page tables lose them)."""
+    return [mr for mr in mrs if not _odp(mr) and _covered(mr, addr, length)]
+
+
+def mmu_notifier_invalidate_range(mrs, addr: int, length: int) -> None:
     """The process's page tables lose ``[addr, addr+length)`` (``munmap``, ``madvise(MADV_DONTNEED)``): the MMU
     notifier of every ODP MR among ``mrs`` (:class:`~models.verbs.mr.MemoryRegion`) that covers part of it zaps those
-    pages (``ib_umem_odp``'s ``invalidate`` callback; the NIC faults on its next access). Returns the MRs that cover
-    part of the range and hold their pages pinned (no notifier: a long-term pin keeps the old pages)."""
-    pinned = []
+    pages (``ib_umem_odp``'s ``invalidate`` callback; the NIC faults on its next access)."""
     for mr in mrs:
-        start, end = max(addr, mr.iova), min(addr + length, mr.iova + mr.length)
-        if start >= end:
-            continue
-        if mr.backing is not None and mr.backing.mode == "odp":
-            mr.backing.invalidate(start - mr.iova, end - start)
-        else:
-            pinned.append(mr)
-    return pinned
+        if _odp(mr) and (covered := _covered(mr, addr, length)):
+            start, end = covered
+            mr.backing.invalidate(start - mr.addr, end - start)
 
 
 def migrate_pages(mr, addr: int, length: int) -> str:

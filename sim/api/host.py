@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.ib.mr_backing import mmu_notifier_invalidate_range
+from models.ib.mr_backing import mmu_notifier_invalidate_range, pins_in_range
 from sim.api.resource import Resource, zeroed
 from sim.core import ProtocolError
 from sim.core.units import format_size
@@ -70,12 +70,13 @@ class HostMemory(Resource):
         self._check_open("madvise")
         length = self.size - offset if length is None else length
         self._check_range("madvise", offset, length)
-        pinned = [mr for mr in self._mrs() if _overlaps(mr, self.addr + offset, length)]
+        mrs = self._mrs()
+        pinned = pins_in_range(mrs, self.addr + offset, length)
         if pinned:
             raise ProtocolError(f"madvise(MADV_DONTNEED): MR lkey {pinned[0].lkey:#x} pins part of the range; the "
                                 "pin would keep the old pages while the process gets new zero pages (not modelled: "
                                 "deregister it first, or register with Access.ON_DEMAND)")
-        mmu_notifier_invalidate_range(self._mrs(), self.addr + offset, length)
+        mmu_notifier_invalidate_range(mrs, self.addr + offset, length)
         if self.context.testbed.env.data_mode:
             self._bytes("madvise", offset, length)[:] = 0
 
@@ -103,8 +104,3 @@ class HostMemory(Resource):
         mmu_notifier_invalidate_range(self._mrs(), self.addr, self.size)
         host.unmap(self._buffer.name)
 
-
-def _overlaps(mr, addr: int, length: int) -> bool:
-    """Whether pinned (non-ODP) MR ``mr`` covers part of ``[addr, addr+length)``."""
-    pinned = mr.backing is None or mr.backing.mode != "odp"
-    return pinned and max(addr, mr.iova) < min(addr + length, mr.iova + mr.length)

@@ -218,3 +218,17 @@ def test_munmap_leaves_a_pinned_mr_its_pages_and_an_odp_mr_nothing():
     assert info.value.errno == "EFAULT"
     with pytest.raises(ProtocolError):
         mem.read(1)
+
+
+def test_madvise_reaches_an_odp_mr_keyed_at_another_iova_by_its_virtual_addresses():
+    """The MMU notifier covers an MR by the virtual addresses it registered, not the iova its keys use
+    (``ib_umem_odp``'s interval tree holds the umem's user addresses)."""
+    from sim.api import MREx
+
+    bed = Testbed({"a": {"rdma_core": "61", "kernel": {"version": "6.18"}}, "b": {}})
+    (_, pd_a, _, _, _), _ = rc_pair(bed)
+    mem = HostMemory(pd_a.context, 1 << 16)
+    odp = MREx(pd_a, mem.size, RW | Access.ON_DEMAND, address=mem.addr, iova=0x4000_0000)
+    before = odp.mr.backing.invalidations
+    mem.madvise_dontneed()
+    assert odp.mr.backing.invalidations == before + 1
