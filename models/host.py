@@ -247,7 +247,8 @@ class HostMemory:
         page = self.params.page_size
         return -(-buf.size // page) * page
 
-    def _buffer_at(self, addr: int, length: int) -> HostBuffer | None:
+    def buffer_at(self, addr: int, length: int) -> HostBuffer | None:
+        """The buffer whose mapping (whole pages) holds ``[addr, addr+length)``, None when none does."""
         return next((b for b in self.buffers.values() if b.name not in self.unmapped
                      and b.addr <= addr and addr + length <= b.addr + self.mapped_length(b)), None)
 
@@ -260,17 +261,17 @@ class HostMemory:
     def is_mapped(self, addr: int, length: int) -> bool:
         """True when ``[addr, addr+length)`` lies inside one buffer's mapping (whole pages: see
         :meth:`mapped_length`); the guard page after each buffer is never mapped."""
-        return self._buffer_at(addr, length) is not None
+        return self.buffer_at(addr, length) is not None
 
     def mapping_at(self, addr: int) -> tuple[int, int] | None:
         """``[start, end)`` of the mapping holding ``addr`` (a buffer's whole pages), None when it is unmapped."""
-        buf = self._buffer_at(addr, 1)
+        buf = self.buffer_at(addr, 1)
         return None if buf is None else (buf.addr, buf.addr + self.mapped_length(buf))
 
     def is_present(self, addr: int, length: int) -> bool:
         """True when the CPU's page table holds the pages of ``[addr, addr+length)``: they lie in one buffer's
         mapping that was touched before registration (``prefaulted``) or faulted in since (pinned or filled)."""
-        buf = self._buffer_at(addr, length)
+        buf = self.buffer_at(addr, length)
         return buf is not None and (self.params.prefaulted or buf.name in self.resident)
 
     def pages_spanned(self, addr: int, length: int) -> int:
@@ -290,7 +291,7 @@ class HostMemory:
         if limit is not None and (self.pinned_pages + pages) * self.params.page_size > limit:
             raise VerbsError("ENOMEM", f"pinning {pages} pages would exceed RLIMIT_MEMLOCK ({limit} bytes; "
                              f"{self.pinned_pages} pages already pinned)", call=call)
-        buffer = self._buffer_at(addr, length)
+        buffer = self.buffer_at(addr, length)
         if buffer is None:
             raise VerbsError("EFAULT", f"range 0x{addr:x}+{length} is not mapped in {self.node}'s address space"
                              " (pin_user_pages fails)", call=call)

@@ -344,8 +344,7 @@ def inline_payload(host, sges: Sequence[Sge]) -> np.ndarray:
     """
     parts = []
     for sge in sges:
-        buf = next((b for b in host.buffers.values() if b.name not in host.unmapped
-                    and b.addr <= sge.addr and sge.addr + sge.length <= b.addr + host.mapped_length(b)), None)
+        buf = host.buffer_at(sge.addr, sge.length)
         if buf is None or buf.name not in host.data:
             raise ProtocolError(f"ibv_post_send: inline data at 0x{sge.addr:x}+{sge.length} is not in the "
                                 "process's memory (copying it into the WQE would fault)")

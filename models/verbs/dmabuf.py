@@ -56,9 +56,18 @@ def mlx5dv_reg_dmabuf_mr(pd: ProtectionDomain, offset: int, length: int, iova: i
     """
     call = "mlx5dv_reg_dmabuf_mr"
     _check_rdma_core(pd, RDMA_CORE_MLX5DV_DMABUF, call)
-    if pd.context.node.nic.params.device.vendor_id != MELLANOX_VENDOR_ID:
-        raise VerbsError("EOPNOTSUPP", "not an mlx5 device: mlx5_get_dv_ops finds no reg_dmabuf_mr", call=call)
+    mlx5_get_dv_ops(pd.context.node, "reg_dmabuf_mr", call)
     return ib_uverbs_reg_dmabuf_mr(pd, offset, length, iova, fd, access, mlx5_access, invariants, call)
+
+
+def mlx5_get_dv_ops(node, op: str, call: str) -> None:
+    """``mlx5_get_dv_ops``: the mlx5 direct verbs exist only on a device the mlx5 provider drives; on any other the
+    ``mlx5dv_*`` call finds no ``op`` and answers EOPNOTSUPP before any kernel check.
+
+    :raises VerbsError: ``EOPNOTSUPP``.
+    """
+    if node.nic.params.device.vendor_id != MELLANOX_VENDOR_ID:
+        raise VerbsError("EOPNOTSUPP", f"not an mlx5 device: mlx5_get_dv_ops finds no {op}", call=call)
 
 
 def _check_rdma_core(pd: ProtectionDomain, first: Version, call: str) -> None:
@@ -189,9 +198,7 @@ def mlx5dv_get_data_direct_sysfs_path(ctx, buf_len: int) -> str:
     """
     call = "mlx5dv_get_data_direct_sysfs_path"
     node = ctx.node
-    if node.nic.params.device.vendor_id != MELLANOX_VENDOR_ID:
-        raise VerbsError("EOPNOTSUPP", "not an mlx5 device: mlx5_get_dv_ops finds no get_data_direct_sysfs_path",
-                         call=call)
+    mlx5_get_dv_ops(node, "get_data_direct_sysfs_path", call)
     if not node.kernel.config.behaviour.has_mlx5_dmabuf_access_attr:
         raise VerbsError("EPROTONOSUPPORT", f"kernel {node.kernel.config.version} has no "
                          "MLX5_IB_METHOD_GET_DATA_DIRECT_SYSFS_PATH (6.12)", call=call)

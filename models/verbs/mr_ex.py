@@ -52,7 +52,7 @@ def ibv_reg_mr_ex(pd: ProtectionDomain, length: int, access: Access, *, addr: in
     if fd is not None:
         mr = ib_uverbs_reg_dmabuf_mr(pd, fd_offset, length, iova, fd, access, None, invariants, call)
     else:
-        mr = ibv_reg_mr(pd, addr, length, access, None if iova is None or iova == addr else iova, call=call)
+        mr = ibv_reg_mr(pd, addr, length, access, iova, call=call)
     if dmah is not None:
         mr.dmah = dmah
         dmah.usecnt += 1

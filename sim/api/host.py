@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.ib.mr_backing import mmu_notifier_invalidate_range, pins_in_range
-from sim.api.resource import Resource, zeroed
+from sim.api.resource import Resource, process_buffer
 from sim.core import ProtocolError
 from sim.core.units import format_size
 
@@ -26,11 +26,7 @@ class HostMemory(Resource):
         if type(length) is not int or length <= 0:
             raise ProtocolError(f"mmap: length must be a positive int of bytes, got {length!r}")
         self.context = context
-        host = context.ctx.node.host
-        contents = zeroed(length, "mmap") if context.testbed.env.data_mode else None
-        self._buffer = host.allocate(f"mmap{len(host.buffers)}", length)
-        if contents is not None:
-            host.fill(self._buffer.name, lambda: contents)
+        self._buffer = process_buffer(context, length, "mmap", "mmap")
         context._adopt(self)
 
     @property

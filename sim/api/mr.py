@@ -15,7 +15,7 @@ from models.verbs.mr import ibv_dereg_mr, ibv_reg_mr, ibv_rereg_mr
 from sim.api.arguments import c_integer
 from sim.api.device import PD
 from sim.api.gpu import DmaBuf
-from sim.api.resource import Resource, zeroed
+from sim.api.resource import Resource, process_buffer
 from sim.core import ProtocolError, VerbsError
 
 
@@ -45,7 +45,7 @@ class MR(Resource):
         self.pd, self.context = pd, pd.context
         self._buffer = None
         if not address and length > 0:
-            self._buffer = _host_buffer(pd, length)
+            self._buffer = process_buffer(pd.context, length, call, "mr")
             address = self._buffer.addr
         self._buf, self._implicit = address or 0, implicit
         self.mr = ibv_reg_mr(pd.pd, 0, SIZE_MAX, Access(access)) if implicit else \
@@ -177,16 +177,6 @@ class DmaBufMR(MR):
         super()._destroy()
         if self._internal:
             self.dmabuf.close()
-
-
-def _host_buffer(pd: PD, length: int):
-    """A zeroed host buffer of ``length`` bytes on the PD's node (pyverbs' ``posix_memalign`` and memset)."""
-    host, env = pd.context.ctx.node.host, pd.context.testbed.env
-    contents = zeroed(length, "ibv_reg_mr") if env.data_mode else None
-    buf = host.allocate(f"mr{len(host.buffers)}", length)
-    if contents is not None:
-        host.fill(buf.name, lambda: contents)
-    return buf
 
 
 class Mlx5DmaBufMR(DmaBufMR):

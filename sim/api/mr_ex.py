@@ -12,8 +12,8 @@ from models.verbs.mr_ex import ibv_reg_mr_ex
 from sim.api.arguments import c_integer
 from sim.api.device import PD
 from sim.api.gpu import DmaBuf
-from sim.api.mr import MR, _host_buffer
-from sim.api.resource import Resource
+from sim.api.mr import MR
+from sim.api.resource import Resource, process_buffer
 
 
 @dataclass
@@ -67,7 +67,7 @@ class MREx(MR):
         self.pd, self.context, self.dmah, self._fd = pd, pd.context, dmah, fd
         self._buffer = None
         if fd is None and not address and length > 0 and not implicit:
-            self._buffer = _host_buffer(pd, length)
+            self._buffer = process_buffer(pd.context, length, call, "mr")
             address = self._buffer.addr
         self._buf, self._implicit = address or 0, implicit
         descriptor = fd.fd if isinstance(fd, DmaBuf) else fd

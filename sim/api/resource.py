@@ -69,3 +69,17 @@ def zeroed(size: int, call: str) -> np.ndarray:
         raise VerbsError("ENOMEM", f"data mode keeps a buffer's bytes in this process, which cannot allocate "
                          f"{format_size(size)}; a testbed without data mode (Testbed(data=False)) simulates buffers "
                          "of any size", call=call) from None
+
+
+def process_buffer(context, length: int, call: str, prefix: str):
+    """A zeroed buffer of ``length`` bytes of the script's process on ``context``'s node (pyverbs' ``posix_memalign``
+    and memset, or an ``mmap``), named ``prefix`` and a number; its bytes are kept in data mode.
+
+    :raises VerbsError: ``ENOMEM`` in data mode when this process cannot hold the bytes (:func:`zeroed`).
+    """
+    host = context.ctx.node.host
+    contents = zeroed(length, call) if context.testbed.env.data_mode else None
+    buf = host.allocate(f"{prefix}{len(host.buffers)}", length)
+    if contents is not None:
+        host.fill(buf.name, lambda: contents)
+    return buf
