@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Wake
+from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Wake
 from sim.fast.merge import Claims, Joined, key_order, per_claim
 from sim.fast.server import pool, ramp, running_max, serve
 from sim.fast.speedups import NoHints
@@ -213,11 +213,24 @@ class Pass:
 
     def _chain(self, steps, state):
         """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head."""
+        state, last = yield from self._steps(steps, state)
+        if last is not None:
+            mine = self.out.last_wake
+            self.out.last_wake = last if mine is None else np.maximum(mine, last)
+        return state[0]
+
+    def _steps(self, steps, state):
+        """Walk ``steps`` of one chain from ``state``; returns the final state and the wake of its last claim
+        (None: it made none)."""
         last = None
         for step in steps:
             self.step += 1
             if isinstance(step, Fork):
                 yield from self._chain(step.steps, state)
+            elif isinstance(step, Detour):
+                head, kept, wake = state
+                (head, _, wake), inner = yield from self._steps(step.steps, (head, head, wake))
+                state, last = (head, np.maximum(kept, head), wake), last if inner is None else inner
             elif isinstance(step, Claim):
                 state = yield from self._claim(step, state, self.step - 1)
                 last = state[2]
@@ -225,10 +238,7 @@ class Pass:
                 state = self._gate(step, state[0])
             else:
                 state = self._step(step, state)
-        if last is not None:
-            mine = self.out.last_wake
-            self.out.last_wake = last if mine is None else np.maximum(mine, last)
-        return state[0]
+        return state, last
 
     def _step(self, step, state):
         head, tail, wake = state
@@ -241,7 +251,11 @@ class Pass:
             return base, base, wake
         if isinstance(step, Wake):
             return head, tail, head
-        if isinstance(step, Mark) or (isinstance(step, Check) and step.back_ps is None):
+        if isinstance(step, Mark):
+            return state
+        if isinstance(step, Check) and step.back_ps is None:  # made at once, at the time of the last wait
+            if step.label is not None:
+                self.out.marks[step.label] = wake
             return state
         if isinstance(step, Check):
             wake = np.maximum(_plus(head, -step.back_ps), wake)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, waits, walk_order
+from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, waits, walk_order
 from sim.core.units import format_time
 from sim.fast.block import NEVER, solve_block
 from sim.fast.spacing import never_queue
@@ -343,7 +343,7 @@ def _gates_delayed(steps) -> bool:
     waits (a claim that is not eager, a check with a time) before any other claim or check: what a release lets
     through then reaches its next claim after the releasing claim, in time."""
     after = None  # None: no gate pending; False: a gate, no positive delay yet; True: delayed
-    for step in steps:
+    for step in _inline(steps):
         if isinstance(step, Fork) and not _gates_delayed(step.steps):
             return False
         if isinstance(step, Gate):
@@ -358,3 +358,12 @@ def _gates_delayed(steps) -> bool:
         else:
             after = None
     return True
+
+
+def _inline(steps):
+    """``steps`` with each :class:`~sim.core.steps.Detour` replaced by its own steps (it is part of the chain)."""
+    for step in steps:
+        if isinstance(step, Detour):
+            yield from _inline(step.steps)
+        else:
+            yield step

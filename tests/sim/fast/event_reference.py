@@ -17,7 +17,7 @@ import simpy
 
 from sim.core import Environment, FifoServer
 from sim.core.interpreter import Operation, Semaphore, compile_steps
-from sim.core.steps import Check, Claim, Fork, Gate, Wake, walk_order
+from sim.core.steps import Check, Claim, Detour, Fork, Gate, Wake, walk_order
 from sim.fast.steps import Group, Server
 
 
@@ -56,8 +56,8 @@ def _served(steps, fifo) -> tuple:
     for step in steps:
         if isinstance(step, Claim):
             step = replace(step, server=fifo[step.server])
-        elif isinstance(step, Fork):
-            step = Fork(_served(step.steps, fifo))
+        elif isinstance(step, (Fork, Detour)):
+            step = type(step)(_served(step.steps, fifo))
         out.append(step)
     return tuple(out)
 
