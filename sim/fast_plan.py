@@ -139,9 +139,6 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
                 continue  # another operation reached a translation first: solved again with that
             if not changed:
                 end = _settled(ends, solved, pipes.ops)
-                reason = _out_of_send_order(solved)
-                if reason:
-                    break
                 changed = watch.advance(end)
                 if not changed:
                     watch.clock(end)
@@ -273,21 +270,6 @@ def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, reached:
                             done=piece.done[-1:].copy(),
                             marks={label: v[-1:].copy() for label, v in piece.marks.items()})
         yield (k, size), piece
-
-
-def _out_of_send_order(solved: Solved) -> str | None:
-    """Why the solve is not the event engine's: a stream whose steps changed (a buffer moved to a route with a
-    shorter payload read, a translation that missed for an earlier request only) has a request reach the transmit
-    port before an earlier one, which the event engine's
-    send-queue turn holds back (:data:`models.nic.datapath.TRANSMIT`); None when every stream kept its order.
-    Only a complete solve is looked at (:meth:`sim.fast_events.Watch.follow` took every piece)."""
-    assert solved.complete, "a solve is checked for its send order only once complete"
-    for marks in solved.marks.values():
-        sent = marks.get(TRANSMIT)
-        if sent is not None and np.any(np.diff(sent) < 0):
-            return ("a request whose steps differ from the one before (a moved buffer's new route, a translation "
-                    "cache's first misses) would overtake an earlier one of its QP")
-    return None
 
 
 def _settled(ends: list[Stream], solved: Solved, ops: dict[tuple[int, int], int]) -> int:

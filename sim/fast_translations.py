@@ -113,9 +113,10 @@ class Translations:
         stream, the name of its check labelled ``local``); True when one differs from what the solve assumed (it
         must then be made again).
 
-        :raises Unsolvable: two operations reach a check after the source's at one picosecond (the ordering rule
-            then orders them by their steps' positions, which detours before the check move); at the source's,
-            which comes before every detour, the lower operation number goes first.
+        :raises Unsolvable: operations that are not consecutive reach a check after the source's at one
+            picosecond (the ordering rule then orders them by their steps' positions, which detours before the check
+            move). Consecutive ones are those a turn's claim took up one behind the other (:mod:`sim.fast.turns`),
+            and at the source's check, which comes before every detour, the lower operation number goes first.
         """
         changed = False
         for (k, size), stages in self.stages.items():
@@ -124,9 +125,10 @@ class Translations:
                     continue
                 times = marks[k, size]["local" if local.get(k) == check else check]
                 at = int(np.argmin(times))
-                if check != SOURCE and np.count_nonzero(times == times[at]) > 1:
-                    raise Unsolvable(f"two operations reach the translation at its check '{check}' at one "
-                                     "picosecond")
+                tied = np.flatnonzero(times == times[at])
+                if check != SOURCE and tied[-1] - tied[0] != len(tied) - 1:
+                    raise Unsolvable(f"operations apart in the stream reach the translation at its check '{check}' "
+                                     "at one picosecond")
                 if at != self.first.get((k, size, check), 0):
                     self.first[k, size, check] = at
                     changed = True

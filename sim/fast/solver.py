@@ -37,6 +37,7 @@ from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase
 from sim.core.units import format_time
 from sim.fast.block import NEVER, solve_block
 from sim.fast.spacing import never_queue
+from sim.fast.turns import turn_key
 from sim.fast.speedups import ALL, Speedups
 from sim.fast.steps import Group, Server, after_draws, claim_wpos, tail_draws
 from sim.fast.block_pass import Carry, Pace, SliceOut
@@ -132,6 +133,9 @@ class Problem:
         self.seq_base = (np.cumsum([0] + [g.ops - g.first for g in self.groups]) - firsts).tolist()
         """Per group: the event-sequence number of its operation 0 (a continuation's numbers follow on)."""
         self.gates = [{s.release: s.slots for s in w if isinstance(s, Gate)} for w in walks]
+        self.turn_keys = [[name for s in w if isinstance(s, Claim) and s.turn for name in turn_key(s.turn)]
+                          for w in walks]
+        """Per group: the names under which its claims in turns keep their ordering keys (:mod:`sim.fast.turns`)."""
         self.keep = max([g.window for g in self.groups] + [s for gates in self.gates for s in gates.values()] + [1])
         """How many of a group's latest final values later posts and gates may need."""
         for i, server in enumerate(self.servers):

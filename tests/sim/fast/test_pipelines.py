@@ -170,6 +170,31 @@ def test_a_stream_that_changes_its_steps_equals_the_event_engine(data):
     assert fast == run_events(servers, groups, 11)
 
 
+@SETTINGS
+@given(data=st.data())
+def test_a_stream_that_changes_its_steps_keeps_its_turn(data):
+    """From some operation on, a stream reaches the claim it makes in a turn sooner or later (a payload read that
+    got shorter or a translation that missed): an operation that gets there before the one ahead of it waits for
+    that one's claim, as a send queue's requests reach the transmit port in posting order, and is ordered right
+    behind it (sim.fast.turns)."""
+    servers = [Server("read"), Server("port"), Server("wire")]
+
+    def steps(read_ps: int, detour: bool):
+        extra = (Detour((Delay(data.draw(st.integers(0, 3_000))), Claim(0, data.draw(st.integers(1, 5_000))))),)
+        return (Delay(data.draw(st.integers(0, 2_000))), Claim(0, read_ps, data.draw(st.integers(0, read_ps))),
+                *(extra if detour else ()), Claim(1, data.draw(st.integers(1, 4_000)), turn="tx"),
+                Claim(2, data.draw(st.integers(0, 4_000)), eager=data.draw(st.booleans())),
+                Rebase(True), Delay(draws="poll"), Wake())
+
+    ops, window = data.draw(st.integers(2, 120)), data.draw(st.integers(1, 16))
+    poll = series(data.draw(st.lists(st.integers(0, 3_000), min_size=ops, max_size=ops)))
+    switch = data.draw(st.integers(1, ops - 1))
+    first = steps(data.draw(st.integers(1, 20_000)), data.draw(st.booleans()))
+    then = steps(data.draw(st.integers(1, 20_000)), data.draw(st.booleans()))
+    groups = [Group(first, switch, window, {"poll": poll}), Group(then, ops, window, {"poll": poll}, first=switch)]
+    assert solve_all(servers, groups, 11, block=data.draw(st.sampled_from([8, 64]))) == run_events(servers, groups, 11)
+
+
 def test_a_continuation_claims_a_shared_server_before_the_stream_it_continues():
     """Operations queue on ``a`` (100 ps each) and pass ``b`` at once: operation i completes at 100 (i + 1).
     Operation 7 takes other steps: posted by operation 4's completion at 500, it holds ``b`` until 650, so
