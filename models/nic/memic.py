@@ -37,7 +37,7 @@ class Memic:
     """One NIC's MEMIC: the page bitmap of ``mlx5_dm`` and the port its accesses claim."""
 
     def __init__(self, name: str, size: int) -> None:
-        self.used = [False] * (size // PAGE_SIZE)
+        self.used = [False] * -(-size // PAGE_SIZE)
         """``memic_alloc_pages``: which BAR pages are allocated."""
         self.port = FifoServer(f"{name}.memic")
         """Serves the data path's reads and writes of the memory, one at a time."""
