@@ -6,7 +6,6 @@ register it."""
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from models.nic.wqe import Access
@@ -16,6 +15,7 @@ from sim.engine import harness
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
+from tests.sim.fast.test_differential import same_runs
 
 
 @pytest.fixture
@@ -37,15 +37,6 @@ def in_device_memory(monkeypatch):
     return swap
 
 
-def runs(data: dict) -> list:
-    """The run under each engine (``fast`` refuses rather than falls back); every table and counter identical."""
-    results = [run_scenario(Scenario.model_validate({**data, "engine": engine})) for engine in ("event", "fast")]
-    for table in ("operations", "summary", "events", "registrations"):
-        pd.testing.assert_frame_equal(getattr(results[1], table), getattr(results[0], table))
-    assert results[1].counters == results[0].counters
-    return results
-
-
 @pytest.mark.parametrize("nic", ["connectx7", "connectx6"])
 @pytest.mark.parametrize("swapped", [("dst",), ("src",), ("src", "dst")])
 def test_device_memory_streams_equal_event_engine(in_device_memory, nic, swapped):
@@ -57,5 +48,5 @@ def test_device_memory_streams_equal_event_engine(in_device_memory, nic, swapped
     data = scenario_dict(seed=9, nodes=nodes, buffers=buffers, workload=work)
     host = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
     in_device_memory(*swapped)
-    event, _ = runs(data)
+    event, _ = same_runs(data)   # engine: fast refuses rather than falls back
     assert not event.operations["latency_ps"].equals(host.operations["latency_ps"])  # the target changed the path
