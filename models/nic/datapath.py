@@ -419,15 +419,12 @@ def _path_of(qp, wr: SendWR, sges: Sequence[Sge], sig: bool, now_ps: int, listed
     remote_mr = key_mr(peer.nic, wr.rkey) if not wr.opcode.consumes_receive or wr.opcode.writes_remote else \
         receive_mr(qp.remote)
     checked = checked_accesses(qp, local_mrs, remote_mr)
-    flat = node.topology is None and peer.topology is None
-    gather = () if len(local_mrs) < 2 else tuple((sge.length, None if flat else memory_target(mr, now_ps))
+    gather = () if len(local_mrs) < 2 else tuple((sge.length, memory_target(mr, now_ps))
                                                  for sge, mr in zip(sges, local_mrs))
     fence = bool(wr.send_flags & SEND_FENCE)
     shape = Shape(gather, sig, fence, listed) if gather or listed else _ONE_SGE[sig, fence]
     # An opcode the QP's service does not carry fails at the requester: its path is a SEND's up to there.
     opcode = wr.opcode if carries(qp.qp_type, wr.opcode) else Opcode.SEND
-    if flat:
-        return path(qp, opcode, wr.message_bytes, wr.is_inline, checked=checked, shape=shape)
     return path(qp, opcode, wr.message_bytes, wr.is_inline, memory_target(local_mr, now_ps),
                 memory_target(remote_mr, now_ps), checked, shape)
 
