@@ -176,7 +176,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                   *([Check("response", 0 if local_backing else None, decides=local_decides)]
                     if local_backing or every else []),
                   *labelled(landing, READ_SLOT), Mark("landed"), *COMPLETION]
-    steps = on_the_wire(in_send_order(steps, nic, qp.qp_num), nic, pnic, lossy)
+    steps = on_the_wire(in_send_order(steps, nic, qp.qp_num, opcode.reads_remote), nic, pnic, lossy)
     after = _after_checks(steps)
     forward = on_the_wire(in_send_order(forward, nic, qp.qp_num), nic, pnic, lossy)
     reply = on_the_wire(reply, nic, pnic, lossy)
@@ -230,23 +230,33 @@ def _after_checks(steps: tuple[Step, ...]) -> dict[str, tuple[Step, ...]]:
     return after
 
 
-SEND_ENGINE, TRANSMIT = "send_engine", "transmit"
+SEND_ENGINE, TRANSMIT, RESPONSES = "send_engine", "transmit", "responses"
 """The turns of a QP's send queue: its WQEs reach the send engine, and its requests the transmit port, in posting
 order (RC sends a QP's requests in PSN order), whatever each waits for in between (a WRITE's payload read, a READ
-slot)."""
+slot); and the responder takes a QP's READs and atomics up in the same order (IB spec vol. 1 9.7.5.1: a responder
+answers a QP's requests in PSN order): its first access of each, once translated, waits for the one before it (a
+READ whose translation missed holds the QP's later ones, not the other way round)."""
 
 
 def send_turns() -> dict[str, Turns]:
-    """A new QP's send-queue turns (:data:`SEND_ENGINE`, :data:`TRANSMIT`)."""
-    return {SEND_ENGINE: Turns(), TRANSMIT: Turns()}
+    """A new QP's send-queue turns (:data:`SEND_ENGINE`, :data:`TRANSMIT`, :data:`RESPONSES`)."""
+    return {SEND_ENGINE: Turns(), TRANSMIT: Turns(), RESPONSES: Turns()}
 
 
-def in_send_order(steps: list[Step], nic: Nic, qp_num: int) -> tuple[Step, ...]:
+def in_send_order(steps: list[Step], nic: Nic, qp_num: int, reads: bool = False) -> tuple[Step, ...]:
     """``steps`` with the claims of QP ``qp_num``'s send engine and of ``nic``'s transmit port made in its send
-    queue's turns."""
+    queue's turns, and, for a READ or an atomic (``reads``), the responder's first claim after its check of the
+    request (its first access once the request is translated) in :data:`RESPONSES`."""
     turns = {id(nic.tx_engine(qp_num)): SEND_ENGINE, id(nic.tx_port): TRANSMIT}
-    return tuple(dataclasses.replace(s, turn=turns[id(s.server)]) if isinstance(s, Claim) and id(s.server) in turns
-                 else s for s in steps)
+    out = [dataclasses.replace(s, turn=turns[id(s.server)]) if isinstance(s, Claim) and id(s.server) in turns
+           else s for s in steps]
+    checked = next((k for k, s in enumerate(out) if isinstance(s, Check) and s.name == "responder"), None) \
+        if reads else None
+    first = None if checked is None else next(
+        (k for k in range(checked + 1, len(out)) if isinstance(out[k], Claim)), None)
+    if first is not None and out[first].turn is None:
+        out[first] = dataclasses.replace(out[first], turn=RESPONSES)
+    return tuple(out)
 
 
 ACK_TIMER, SEQUENCE_NAK = "ack_timer", "sequence_nak"

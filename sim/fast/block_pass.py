@@ -298,7 +298,7 @@ class Pass:
             wake, self.turned = head, None
         wpos = self.problem.wpos_at[pos] if self.turned is None else self.turned
         if step.turn is not None:
-            names = turn_key(step.turn)
+            names = turn_key(step.turn, step.server)
             wake, wpos = turn_order(wake, wpos, self._turn_seed(names))
             self.turned = wpos
             self.out.released[names[0]], self.out.released[names[1]] = wake, wpos

@@ -133,7 +133,7 @@ class Problem:
         self.seq_base = (np.cumsum([0] + [g.ops - g.first for g in self.groups]) - firsts).tolist()
         """Per group: the event-sequence number of its operation 0 (a continuation's numbers follow on)."""
         self.gates = [{s.release: s.slots for s in w if isinstance(s, Gate)} for w in walks]
-        self.turn_keys = [[name for s in w if isinstance(s, Claim) and s.turn for name in turn_key(s.turn)]
+        self.turn_keys = [[name for s in w if isinstance(s, Claim) and s.turn for name in turn_key(s.turn, s.server)]
                           for w in walks]
         """Per group: the names under which its claims in turns keep their ordering keys (:mod:`sim.fast.turns`)."""
         self.keep = max([g.window for g in self.groups] + [s for gates in self.gates for s in gates.values()] + [1])
@@ -153,6 +153,8 @@ class Problem:
                                  "the same window and gates, and it must have operations of its own", g)
             if group.posts_while is not None and (group.first or self.continued[g]):
                 raise Unsolvable("a stream that posts for a while does not change its steps", g)
+            if len(set(self.turn_keys[g])) != len(self.turn_keys[g]):
+                raise Unsolvable("a turn is claimed twice on one server by one operation", g)
             decided = next((s for s in walk if isinstance(s, Check) and s.decides), None)
             if decided is not None:
                 raise Unsolvable(f"at its check '{decided.name}' the model decides at run time: {decided.decides}", g)

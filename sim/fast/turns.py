@@ -19,10 +19,11 @@ SPAN = 1 << 32
 """Larger than the spread of ordering positions (step indices, :data:`sim.core.interpreter.MODEL_EVENT`)."""
 
 
-def turn_key(turn: str) -> tuple[str, str]:
+def turn_key(turn: str, server: int) -> tuple[str, str]:
     """The names under which a slice's output keeps each operation's ordering time and position at turn ``turn``
-    (:attr:`sim.fast.block_pass.SliceOut.released`), for the operations after it."""
-    return f"turn {turn}", f"turn {turn} position"
+    on ``server`` (:attr:`sim.fast.block_pass.SliceOut.released`), for the operations after it (one operation
+    may walk two QPs' turns of one name: a ping-pong's)."""
+    return f"turn {turn} on {server}", f"turn {turn} on {server}: position"
 
 
 def turn_order(wake: np.ndarray, wpos, seed: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:

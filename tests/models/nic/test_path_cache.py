@@ -6,7 +6,7 @@ import pytest
 
 from models.fabric import Fabric, FabricParams
 from models.host import HostParams
-from models.nic.datapath import LOST_FRAMES, REQUEST_WIRE, work_request_path
+from models.nic.datapath import LOST_FRAMES, REQUEST_WIRE, RESPONSES, TRANSMIT, work_request_path
 from models.nic.nic import NicParams
 from models.nic.translation import mr_bytes
 from models.nic.wqe import Access, Opcode, SendWR, WcStatus
@@ -17,7 +17,7 @@ from models.verbs.device import ibv_alloc_pd, ibv_open_device
 from models.verbs.mr import ibv_reg_mr
 from models.verbs.qp import ibv_create_qp, ibv_post_send
 from sim.core import Environment
-from sim.core.steps import Check, walk_order
+from sim.core.steps import Check, Claim, walk_order
 
 RW = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.REMOTE_READ
 
@@ -58,3 +58,18 @@ def test_a_write_after_a_link_outage_is_scheduled_checks_for_lost_frames(pair):
     after = work_request_path(qa, wr, env.now)
     lost = Check(REQUEST_WIRE, decides=LOST_FRAMES)
     assert lost not in walk_order(before.steps) and lost in walk_order(after.steps)
+
+
+def test_the_responder_takes_a_qps_reads_up_in_their_order(pair):
+    """IB spec vol. 1 9.7.5.1: a responder answers a QP's requests in PSN order. The requester's transmit claim is
+    made in the send queue's turn; the responder's first access after its check of a READ (its payload read) in
+    the turn of the QP's READs at the responder, so that a READ whose translation missed holds the later ones
+    there."""
+    env, (qa, qb), (src, dst) = pair
+    steps = work_request_path(qa, SendWR(0, Opcode.RDMA_READ, src.iova, 4096, src.lkey, dst.iova, dst.rkey),
+                              env.now).steps
+    turns = [(s.server, s.turn) for s in steps if isinstance(s, Claim) and s.turn in (TRANSMIT, RESPONSES)]
+    checked = next(k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == "responder")
+    first = next(s for s in steps[checked:] if isinstance(s, Claim))
+    assert turns == [(qa.node.nic.tx_port, TRANSMIT), (first.server, RESPONSES)]
+    assert first.server is qb.node.pcie.tags or first.server in vars(qb.node.pcie).values()

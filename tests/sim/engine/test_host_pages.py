@@ -1,13 +1,15 @@
 """The host page backing of a scenario: what registering costs, how many MTT entries a pinned MR needs, and the
 translation-cache reach that follows (``scenarios/host_pages.yaml``)."""
 
+import pandas as pd
 import pytest
 
 from models.host import HostParams
 from models.nic.nic import UmrParams
 from sim.engine.run import run_scenario
+from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
-from tests.conftest import run_shipped_variants
+from tests.conftest import ROOT, run_shipped_variants
 
 GiB = 1 << 30
 
@@ -41,3 +43,16 @@ def test_a_pinned_mr_gets_one_mtt_entry_per_backing_page(pages, entries):
         "workload": [{"kind": "write_bw", "from": "s", "to": "d", "sizes": ["4KiB"], "iterations": 10}]}), trace=True)
     created = [e for e in result.testbed.env.trace.events if e.name == "MkeyCreated" and e.component == "a.nic"]
     assert [e.args["mtt_entries"] for e in created] == [entries]
+
+
+def test_every_variant_runs_on_the_vectorized_core_with_the_event_engines_rows(host_pages):
+    """The READ stream's first access misses the MPT and MTT caches at both ends (a detour of entry reads, or the
+    deep-MR walk of every write beyond the reach): the vectorized core takes those translations from the caches
+    before solving and gives the event engine's rows (sim.fast_translations)."""
+    results, _ = host_pages
+    _, _, variants = load_scenario_variants(ROOT / "scenarios" / "host_pages.yaml")
+    for name, variant in variants:
+        event = run_scenario(variant.model_copy(update={"engine": "event"}), variant=name)
+        assert (results[name].engine, results[name].fallback) == ("fast", None)
+        pd.testing.assert_frame_equal(results[name].operations, event.operations)
+        pd.testing.assert_frame_equal(results[name].summary, event.summary)

@@ -1,8 +1,9 @@
 """Translation caches (the NIC's MPT/MTT caches, the IOMMU's IO-TLB) on the vectorized core: each check's first
 access and the later ones asked of the testbed's caches before the solve (sim.fast_translations), the stages run
-as a detour after the check on both engines. Every table and counter is the event engine's; where the core cannot
-follow (a first miss that lets a later request overtake at the transmit port or land its READ response first),
-auto says so and runs the event engine."""
+as a detour after the check on both engines. Every table and counter is the event engine's: a request that gets to
+the transmit port before the one ahead of it waits for it there (a send queue's turn), and so does a response at
+the responder (it takes a QP's requests up in order). Where the core cannot follow (a cache reached by two checks at
+once, READ responses that land out of order), auto runs the event engine and fast refuses."""
 
 from __future__ import annotations
 
@@ -52,12 +53,22 @@ def test_a_first_miss_at_the_source_under_a_write_stream_equals_the_event_engine
     assert (fast.engine, fast.fallback) == ("fast", None)
 
 
-def test_a_first_miss_that_lands_a_later_read_response_first_runs_on_the_event_engine():
-    """READs: the responder's first miss holds the first response while the next ones' go ahead and land first,
-    which max_rd_atomic's slots see; the core's slots assume landings in order, so auto says so and gives the
-    event engine's rows, and fast refuses."""
+@pytest.mark.parametrize("node", [{"nic": {"translation_cache": True}}, {"iommu": "vtd"}])
+def test_a_first_miss_at_the_responder_under_a_read_stream_equals_the_event_engine(node):
+    """READs: the responder's first miss holds the first READ's payload read, and the responder takes the QP's
+    later READs up only after it (models.nic.datapath.RESPONSES), so the responses land in order and
+    max_rd_atomic's slots come back in order: both engines give the same rows."""
+    nodes = [{"name": "a"}, {"name": "b", **node}]
+    fast = same_runs(scenario_dict(nodes=nodes, workload=_workload("read_bw", ["4KiB", "64KiB"])))[1]
+    assert (fast.engine, fast.fallback) == ("fast", None)
+
+
+def test_a_first_miss_where_a_read_response_lands_lets_a_later_one_land_first_on_the_event_engine():
+    """The requester's own first miss holds the first response's landing while the next ones land: max_rd_atomic's
+    slots then come back out of order, which the core's slots do not follow; auto says so and gives the event
+    engine's rows, and fast refuses."""
     says = "landed out of order where its steps change"
-    data = scenario_dict(nodes=CACHES["mtt"], workload=_workload("read_bw", ["64KiB"]))
+    data = scenario_dict(nodes=CACHES["mtt"], workload=_workload("read_bw", ["4KiB"]))
     lines: list[str] = []
     auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
     event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
