@@ -19,6 +19,7 @@ from models.verbs.destroy import ibv_destroy_qp, ibv_destroy_srq
 from models.verbs.device import ibv_alloc_pd, ibv_open_device
 from models.verbs.mr import ibv_reg_mr
 from models.verbs.qp import ibv_create_qp, ibv_modify_qp, ibv_post_send
+from models.verbs.qp_ex import MLX5_SUPPORTED_SEND_OPS, SendOps, ibv_create_qp_ex
 from models.verbs.qp_state import QPAttr, QpAttrMask, QpType, modify_qp_mask
 from models.verbs.recv import SrqAttr, ibv_post_recv, ibv_post_srq_recv
 from models.verbs.xrc import (O_CREAT, O_EXCL, QpOpenAttrMask, SrqInitAttrMask, SrqType, XrcdInitAttrMask,
@@ -317,3 +318,25 @@ def test_an_initiator_post_recv_finds_no_receive_queue():
     """An XRC_INI has no receive queue (max_recv_wr 0): mlx5_post_recv overflows (ENOMEM)."""
     bed = Bed()
     _refused(lambda: ibv_post_recv(bed.ini, bed.recv(1, mr=bed.mrs[0])), "ENOMEM", "receive queue full")
+
+
+def test_the_extended_builder_names_the_srq_with_wr_set_xrc_srqn():
+    """mlx5_qp_fill_wr_pfns: an XRC_SEND QP gets RC's builders and ``wr_set_xrc_srqn``
+    (``mlx5_send_wr_set_xrc_srqn``); an RC QP has no such setter (EOPNOTSUPP)."""
+    bed = Bed()
+    ex = ibv_create_qp_ex(bed.pds[0], bed.cqs[0], 16, SendOps.SEND | SendOps.RDMA_WRITE, qp_type=QpType.XRC_SEND)
+    assert ex.builders == MLX5_SUPPORTED_SEND_OPS[QpType.RC]
+    ex.qp.connect(create_xrc_qp_user(bed.xrcd))
+    ibv_post_srq_recv(bed.srq, bed.recv(3))
+    ex.wr_start()
+    ex.wr_id = 9
+    ex.wr(Opcode.SEND)
+    ex.wr_set_sge(bed.mrs[0].lkey, bed.mrs[0].addr, 64)
+    ex.wr_set_xrc_srqn(ibv_get_srq_num(bed.srq))
+    ex.wr_complete()
+    bed.run()
+    assert [(wc.wr_id, wc.status) for wc in ibv_poll_cq(bed.cqs[1], 4)] == [(3, WcStatus.SUCCESS)]
+    rc = ibv_create_qp_ex(bed.pds[0], bed.cqs[0], 16, SendOps.SEND)
+    rc.wr_start()
+    rc.wr(Opcode.SEND)
+    _refused(lambda: rc.wr_set_xrc_srqn(1), "EOPNOTSUPP", "wr_set_xrc_srqn")
