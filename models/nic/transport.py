@@ -58,6 +58,11 @@ class QpType(VerbsEnum):
     domain (:mod:`models.verbs.xrc`)."""
 
 
+def qp_type_of(service: str) -> QpType:
+    """The requester's QP type for a workload's ``transport`` (``rc``, ``uc``, ``ud``; ``xrc``: an XRC initiator)."""
+    return QpType.XRC_SEND if service.upper() == "XRC" else QpType[service.upper()]
+
+
 QP_RC, QP_UD = QpType.RC, QpType.UD
 _ACKNOWLEDGED = frozenset({QpType.RC, QpType.XRC_SEND, QpType.XRC_RECV})
 """The services the per-message path tells apart, bound to module names: an Enum class's member lookup is slow on

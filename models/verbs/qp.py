@@ -432,7 +432,7 @@ def _path_qp(qp: QueuePair, wr: SendWR):
     (:func:`~models.verbs.xrc_path.xrc_sender`), else the QP itself."""
     if qp.qp_type is QP_UD:
         return data_path_qp(qp, datagram_destination(qp, wr))
-    return xrc_sender(qp, wr) if qp.qp_type is QpType.XRC_SEND else qp
+    return xrc_sender(qp, wr.remote_srqn) if qp.qp_type is QpType.XRC_SEND else qp
 
 
 def _release_held_posts(qp: QueuePair) -> None:

@@ -69,11 +69,12 @@ class XrcTarget:
         setattr(self._qp, name, value)
 
 
-def xrc_sender(qp, wr) -> SenderView:
-    """The data path's view of XRC initiator ``qp`` for ``wr``: towards its target (``qp.remote``) as the XRC SRQ
-    ``wr.remote_srqn`` names it; made once per SRQ number while the target stays the same."""
-    key = ("xrc", wr.remote_srqn)
+def xrc_sender(qp, srq_num: int) -> SenderView:
+    """The data path's view of XRC initiator ``qp`` for its requests naming XRC SRQ ``srq_num`` (a work request's
+    ``remote_srqn``): towards its target (``qp.remote``) as that SRQ makes it; made once per SRQ number while the
+    target stays the same."""
+    key = ("xrc", srq_num)
     sender = qp.senders.get(key)
     if sender is None or sender.remote.tgt is not qp.remote:
-        sender = qp.senders[key] = SenderView(qp, XrcTarget(qp.remote, wr.remote_srqn))
+        sender = qp.senders[key] = SenderView(qp, XrcTarget(qp.remote, srq_num))
     return sender
