@@ -151,8 +151,8 @@ def ibv_close_xrcd(xrcd: Xrcd) -> None:
     """Close the handle ``xrcd``; the domain goes with its last open on the file (a private one at once).
 
     :raises VerbsError: ``EBUSY`` while SRQs or QPs made or opened through it exist (``uverbs_free_xrcd``:
-        ``uxrcd->refcnt``), or, for its last handle, while the domain is in use (``ib_dealloc_xrcd_user``:
-        ``xrcd->usecnt``); ``EINVAL`` when it was closed already.
+        ``uxrcd->refcnt``; ``ib_dealloc_xrcd_user``'s ``xrcd->usecnt`` then holds only other handles' objects,
+        which keep a domain on a file alive rather than refuse); ``EINVAL`` when it was closed already.
     """
     call = "ibv_close_xrcd"
     if xrcd.destroyed:
@@ -161,16 +161,11 @@ def ibv_close_xrcd(xrcd: Xrcd) -> None:
         raise VerbsError("EBUSY", f"{xrcd.refcnt} SRQ(s) or QP(s) made through this handle still exist (destroy "
                          "them first)", call=call)
     domain = xrcd.domain
-    if domain.inode is not None:
-        domain.usecnt -= 1
-        if domain.usecnt:  # other opens of the file, or its SRQs and target QPs, keep the domain
-            xrcd.destroyed = True
-            return
-    elif domain.usecnt:
-        raise VerbsError("EBUSY", f"{domain.usecnt} XRC SRQ(s) or target QP(s) use the domain", call=call)
-    if domain.inode is not None:
-        del domain.context.node.nic.xrcd_tree[domain.inode]
     xrcd.destroyed = True
+    if domain.inode is not None:  # (a private domain's SRQs and target QPs all hold this, its one handle)
+        domain.usecnt -= 1
+        if not domain.usecnt:  # no other open of the file, SRQ or target QP keeps it
+            del domain.context.node.nic.xrcd_tree[domain.inode]
 
 
 def ibv_create_srq_ex(context: Context, comp_mask: int, attr: SrqAttr, *, srq_type: SrqType = SrqType.BASIC,
@@ -188,7 +183,7 @@ def ibv_create_srq_ex(context: Context, comp_mask: int, attr: SrqAttr, *, srq_ty
     call = "ibv_create_srq_ex"
     if (not comp_mask & ~(SrqInitAttrMask.PD | SrqInitAttrMask.TYPE) and comp_mask & SrqInitAttrMask.PD
             and (not comp_mask & SrqInitAttrMask.TYPE or srq_type == SrqType.BASIC)):
-        return ibv_create_srq(pd, attr)
+        return ibv_create_srq(_handle(pd, context, "PD", call), attr)
     if comp_mask & SrqInitAttrMask.TYPE and srq_type not in (SrqType.BASIC, SrqType.XRC, SrqType.TM):
         raise VerbsError("EINVAL", f"srq_type {srq_type} is not an enum ibv_srq_type value", call=call)
     if comp_mask & SrqInitAttrMask.TYPE and srq_type == SrqType.TM:

@@ -146,6 +146,7 @@ def test_create_srq_ex_checks():
                                        cq=bed.cqs[1]), "EINVAL", "srq_type 7")
     _refused(lambda: ibv_create_srq_ex(bed.ctx, XRC_SRQ, attr, srq_type=SrqType.XRC, pd=bed.pds[0], xrcd=bed.xrcd,
                                        cq=bed.cqs[1]), "EINVAL", "no PD of this device")
+    _refused(lambda: ibv_create_srq_ex(bed.ctx, SrqInitAttrMask.PD, attr), "EINVAL", "no PD of this device")
     basic = ibv_create_srq_ex(bed.ctx, SrqInitAttrMask.PD, attr, pd=bed.pds[1])
     assert basic.xrcd is None and basic.cq is None
 
