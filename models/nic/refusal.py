@@ -68,8 +68,8 @@ def receive_refusal(qp, wr: SendWR, recv: RecvWR | None) -> tuple[str | None, ob
     XRC, :data:`NAK` and the status, a WRITE with immediate's R_Key (:func:`remote_status`);
     :data:`NOT_RECEIVING` and IBV_WC_RETRY_EXC_ERR, a responder that does not receive; :data:`NAK` and
     IBV_WC_REM_ACCESS_ERR, an XRC request naming no XRC SRQ of the target's domain (:mod:`models.verbs.xrc_path`);
-    :data:`NO_RECEIVE` and "no receive posted" (an RNR NAK); then, on every service, :data:`RECEIVE_PROBLEM` and :func:`receive_problem`'s statuses, what ``recv``
-    cannot take."""
+    :data:`NO_RECEIVE` and "no receive posted" (an RNR NAK); then, on every service, :data:`RECEIVE_PROBLEM` and
+    :func:`receive_problem`'s statuses, what ``recv`` cannot take."""
     if not acknowledged(qp.qp_type):
         dropped = unacknowledged_refusal(qp, wr, recv)
         if dropped is not None:
