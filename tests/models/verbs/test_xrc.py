@@ -38,10 +38,11 @@ class Bed:
     """Node a (the initiator's side) and node b (the target's): a PD, a registered host buffer and a CQ each; b
     has an XRC domain on a file, an XRC SRQ in it and a target QP; a an initiator QP connected to the target."""
 
-    def __init__(self, data: bool = False) -> None:
+    def __init__(self, data: bool = False, host: HostParams | None = None) -> None:
         self.env = Environment(1, data=data)
         fabric = Fabric(FabricParams())
-        self.nodes = [Node.create(n, HostParams(memlock_limit=1 << 22), PcieParams(), NicParams()) for n in "ab"]
+        host = host or HostParams(memlock_limit=1 << 22)
+        self.nodes = [Node.create(n, host, PcieParams(), NicParams()) for n in "ab"]
         self.pds, self.mrs, self.cqs = [], [], []
         for node in self.nodes:
             fabric.attach(node.nic.name)
@@ -341,3 +342,21 @@ def test_the_extended_builder_names_the_srq_with_wr_set_xrc_srqn():
     rc.wr_start()
     rc.wr(Opcode.SEND)
     _refused(lambda: rc.wr_set_xrc_srqn(1), "EOPNOTSUPP", "wr_set_xrc_srqn")
+
+
+def test_xrc_traffic_through_odp_buffers_faults_in_on_both_sides():
+    """rdma-core tests/test_odp.py ``OdpXRC``: the XRC set of ``internal_fill_odp_caps`` has SEND (the initiator's
+    gather) and SRQ_RECV (an XRC receive always comes from an SRQ, ``mlx5_ib_mr_responder_pfault_handler_srq``),
+    so a SEND from pages the NIC lacks into an SRQ receive of pages it lacks faults both in and completes."""
+    bed = Bed(host=HostParams(memlock_limit=1 << 22, prefaulted=False))
+    odp = []
+    for side in (0, 1):
+        buf = bed.nodes[side].host.allocate("odp", 8192)
+        odp.append(ibv_reg_mr(bed.pds[side], buf.addr, 8192, RW | Access.ON_DEMAND))
+    ibv_post_srq_recv(bed.srq, bed.recv(4, mr=odp[1]))
+    ibv_post_send(bed.ini, SendWR(1, Opcode.SEND, odp[0].addr, 4096, odp[0].lkey, 0, 0,
+                                  remote_srqn=ibv_get_srq_num(bed.srq)))
+    bed.run()
+    assert [wc.status for wc in ibv_poll_cq(bed.cqs[0], 4)] == [WcStatus.SUCCESS]
+    assert [(wc.wr_id, wc.status) for wc in ibv_poll_cq(bed.cqs[1], 4)] == [(4, WcStatus.SUCCESS)]
+    assert odp[0].backing.faults >= 1 and odp[1].backing.faults >= 1
