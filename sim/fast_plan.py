@@ -54,7 +54,6 @@ from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, path, tran
 from models.nic.refusal import refusal
 from models.nic.stages import memory_target
 from models.nic.wqe import Opcode
-from models.verbs.ah import data_path_qp
 from models.verbs.send_checks import check_send_wr
 from models.verbs.workloads import (Endpoint, NoSingleChain, OpRecords, ping_pong, posts_inline, still_posting,
                                     succeeded, tagged, whole_buffer_receive, work_request)
@@ -215,7 +214,7 @@ def _refused(ends: list[Stream]) -> str | None:
                 except VerbsError as exc:
                     return f"{where}: ibv_post_send refuses its work requests ({exc}), which the event engine reports"
                 recv = whole_buffer_receive(0, dst) if opcode.consumes_receive else None
-                why = refusal(data_path_qp(src.qp, dst.qp), wr, recv)
+                why = refusal(src.path_qp(dst), wr, recv)
                 if why is not None:
                     return f"{where}: its work requests would fail ({why}), which the event engine completes"
     return None
@@ -392,7 +391,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
         raise Unsolvable(f"a buffer that workload '{work.name or work.kind}', which runs for a duration, reads from "
                          "moves or takes a page fault: where its posting stops then depends on the re-solve")
     timed = {} if work.duration is None else {"posts_while": partial(still_posting, duration_ps=work.duration)}
-    qp, peer = data_path_qp(src.qp, dst.qp), dst.qp
+    qp, peer = src.path_qp(dst), dst.qp
     holds = tuple((m.zapped_ps, m.ready_ps) for m in moves if m.ready_ps is not None)
 
     def followed(check: Check) -> bool:

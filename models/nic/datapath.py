@@ -158,7 +158,8 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
         landed_back = 0
     else:
         atomic = opcode.is_atomic
-        forward = [Delay(nic.params.tx_latency_ps), *wire(nic, pnic, fabric, 0, ATOMIC_ETH if atomic else RETH),
+        forward = [Delay(nic.params.tx_latency_ps),
+                   *wire(nic, pnic, fabric, 0, (ATOMIC_ETH if atomic else RETH) + packet_headers(qp.qp_type)),
                    rx_engine(pnic, qp.remote.qp_num)]
         landing, landed_back = _landing(node, pieces, nic.params.cqe_bytes if shape.signaled else 0)
         if atomic:

@@ -154,6 +154,9 @@ class Nic:
         self.mws: dict[int, Any] = {}
         """The allocated memory windows (:class:`~models.nic.memory_window.MemoryWindow`) by key index
         (``key >> 8``: a bind changes a window's key, not its index)."""
+        self.xrcd_tree: dict[Any, Any] = {}
+        """The XRC domains (:class:`~models.verbs.xrc.XrcDomain`) associated with a file, by the file (its inode):
+        uverbs' ``xrcd_tree`` of the device."""
         self.device_memory: list[Any] = []
         """Allocated device memory (:class:`~models.verbs.dm.DeviceMemoryAllocation`), oldest first."""
         self.memic = Memic(name, params.max_dm_size)

@@ -46,7 +46,8 @@ class OdpFirmwareCaps:
 
     def of(self, qp_type: QpType) -> OdpTransportCaps:
         """The capabilities of the transport ``qp_type``."""
-        return {QpType.RC: self.rc, QpType.UC: self.uc, QpType.UD: self.ud}[qp_type]
+        return {QpType.RC: self.rc, QpType.UC: self.uc, QpType.UD: self.ud, QpType.XRC_SEND: self.xrc,
+                QpType.XRC_RECV: self.xrc}[qp_type]
 
 
 CONNECTX7_ODP = OdpFirmwareCaps()

@@ -64,11 +64,12 @@ DROPPED, NAK, NOT_RECEIVING, NO_RECEIVE, RECEIVE_PROBLEM = "dropped", "nak", "no
 def receive_refusal(qp, wr: SendWR, recv: RecvWR | None) -> tuple[str | None, object]:
     """The responder's checks of ``wr``, a request on ``qp`` that consumes a receive (``recv``, the one it would
     take: None when none is posted), in their order: ``(None, None)`` when it takes ``recv``, else ``(what, why)``:
-    :data:`DROPPED` and the reason, a UC or UD responder dropping it (:func:`unacknowledged_refusal`); on RC,
-    :data:`NAK` and the status, a WRITE with immediate's R_Key (:func:`remote_status`); :data:`NOT_RECEIVING` and
-    IBV_WC_RETRY_EXC_ERR, a responder that does not receive; :data:`NO_RECEIVE` and "no receive posted" (an RNR
-    NAK); then, on every service, :data:`RECEIVE_PROBLEM` and :func:`receive_problem`'s statuses, what ``recv``
-    cannot take."""
+    :data:`DROPPED` and the reason, a UC or UD responder dropping it (:func:`unacknowledged_refusal`); on RC and
+    XRC, :data:`NAK` and the status, a WRITE with immediate's R_Key (:func:`remote_status`);
+    :data:`NOT_RECEIVING` and IBV_WC_RETRY_EXC_ERR, a responder that does not receive; :data:`NAK` and
+    IBV_WC_REM_ACCESS_ERR, an XRC request naming no XRC SRQ of the target's domain (:mod:`models.verbs.xrc_path`);
+    :data:`NO_RECEIVE` and "no receive posted" (an RNR NAK); then, on every service, :data:`RECEIVE_PROBLEM` and
+    :func:`receive_problem`'s statuses, what ``recv`` cannot take."""
     if not acknowledged(qp.qp_type):
         dropped = unacknowledged_refusal(qp, wr, recv)
         if dropped is not None:
@@ -79,6 +80,8 @@ def receive_refusal(qp, wr: SendWR, recv: RecvWR | None) -> tuple[str | None, ob
             return NAK, refused
         if qp.remote.state not in RECEIVING:
             return NOT_RECEIVING, WcStatus.RETRY_EXC_ERR
+        if not qp.remote.xrc_srq_valid:
+            return NAK, WcStatus.REM_ACCESS_ERR
         if recv is None:
             return NO_RECEIVE, "no receive posted"
     problem = receive_problem(qp.remote, recv, wr)

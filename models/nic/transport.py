@@ -51,19 +51,32 @@ class QpType(VerbsEnum):
     RC = 2
     UC = 3
     UD = 4
+    XRC_SEND = 9
+    """XRC initiator (``IBV_QPT_XRC_SEND``, the kernel's ``IB_QPT_XRC_INI``): a send queue only."""
+    XRC_RECV = 10
+    """XRC target (``IBV_QPT_XRC_RECV``, ``IB_QPT_XRC_TGT``): a responder only, receiving into the XRC SRQs of its
+    domain (:mod:`models.verbs.xrc`)."""
+
+
+def qp_type_of(service: str) -> QpType:
+    """The requester's QP type for a workload's ``transport`` (``rc``, ``uc``, ``ud``; ``xrc``: an XRC initiator)."""
+    return QpType.XRC_SEND if service.upper() == "XRC" else QpType[service.upper()]
 
 
 QP_RC, QP_UD = QpType.RC, QpType.UD
+_ACKNOWLEDGED = frozenset({QpType.RC, QpType.XRC_SEND, QpType.XRC_RECV})
 """The services the per-message path tells apart, bound to module names: an Enum class's member lookup is slow on
 Python 3.11 (EnumType's ``__getattr__`` hook)."""
 
 _CARRIES = {QpType.RC: frozenset(Opcode),
             QpType.UC: frozenset({Opcode.RDMA_WRITE, Opcode.RDMA_WRITE_WITH_IMM, Opcode.SEND, Opcode.SEND_WITH_IMM,
                                   Opcode.BIND_MW, Opcode.LOCAL_INV, Opcode.SEND_WITH_INV}),
-            QpType.UD: frozenset({Opcode.SEND, Opcode.SEND_WITH_IMM})}
+            QpType.UD: frozenset({Opcode.SEND, Opcode.SEND_WITH_IMM}),
+            QpType.XRC_SEND: frozenset(Opcode), QpType.XRC_RECV: frozenset()}
 """The opcodes each service carries: UC no READ or atomic, UD only SENDs; a memory window's bind, a local
 invalidation and a SEND with invalidate on RC and UC (mlx5's ``MLX5_SUPPORTED_SEND_OPS_FLAGS_RC`` and ``_UC``;
-rxe_opcode.c ``rxe_wr_opcode_info`` for the first two)."""
+rxe_opcode.c ``rxe_wr_opcode_info`` for the first two); an XRC initiator what RC carries
+(``MLX5_SUPPORTED_SEND_OPS_FLAGS_XRC`` is ``_RC``), an XRC target nothing (it has no send queue)."""
 
 GRH_BYTES = 40
 """The Global Routing Header a UD receive buffer starts with (bytes)."""
@@ -141,8 +154,9 @@ def carries(qp_type: QpType, opcode: Opcode) -> bool:
 
 
 def acknowledged(qp_type: QpType) -> bool:
-    """Whether the responder acknowledges requests (RC only): else the requester completes once it has sent."""
-    return qp_type is QP_RC
+    """Whether the responder acknowledges requests (RC, and XRC, RC's transport between an initiator and a
+    target): else the requester completes once it has sent."""
+    return qp_type in _ACKNOWLEDGED
 
 
 def opcode_problem(qp_type: QpType, opcode: Opcode, message_bytes: int, mtu_bytes: int) -> WcStatus | None:
@@ -161,10 +175,17 @@ def sent_qkey(wr_qkey: int, qp_qkey: int) -> int:
     return qp_qkey if wr_qkey & CONTROLLED_QKEY else wr_qkey
 
 
+XRCETH = 4
+"""The XRC extended transport header every request packet of an XRC initiator carries after the BTH: the number of
+the XRC SRQ the request is for (IBA vol. 1 annex A14; mlx5's ``mlx5_wqe_xrc_seg`` holds it in the WQE) (bytes)."""
+
+
 def packet_headers(qp_type: QpType) -> int:
     """Extension header bytes every packet of a ``qp_type`` QP's requests carries after the BTH: UD's DETH (its
-    Q_Key and source QP), none for RC and UC (IBA vol. 1, 9.2-9.3)."""
-    return DETH if qp_type is QpType.UD else 0
+    Q_Key and source QP), an XRC initiator's XRCETH, none for RC and UC (IBA vol. 1, 9.2-9.3, annex A14)."""
+    if qp_type is QpType.UD:
+        return DETH
+    return XRCETH if qp_type is QpType.XRC_SEND else 0
 
 
 def receive_overhead(qp_type: QpType) -> int:

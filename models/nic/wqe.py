@@ -299,6 +299,9 @@ class SendWR:
     """UD: the destination QP's number."""
     remote_qkey: int = 0
     """UD: the Q_Key the destination QP must have (high bit set: the sending QP's own, a controlled Q_Key)."""
+    remote_srqn: int = 0
+    """XRC (``wr.qp_type.xrc.remote_srqn``, ``ibv_wr_set_xrc_srqn``): the XRC SRQ at the target the request is
+    for."""
     inline_data: object = None
     """Data mode: inline bytes already copied into the WQE (``ibv_wr_set_inline_data`` copies when it is called);
     None: copied when the work request is posted."""

@@ -135,12 +135,14 @@ class AbsentQp:
         return self.attr.qp_state
 
 
-class DatagramSender:
-    """A UD QP as the data path sees it for the datagrams to one destination: ``remote`` is that destination QP and
-    the step lists are its own (they depend on it); every other attribute is the QP's, read and written through.
+class SenderView:
+    """A QP as the data path sees it for the requests to one destination: ``remote`` is that destination (a UD
+    QP's datagram destination; an XRC initiator's target as one XRC SRQ number reaches it,
+    :class:`~models.verbs.xrc_path.XrcTarget`) and the step lists are its own (they depend on it); every other
+    attribute is the QP's, read and written through.
 
-    The data path is written for a QP with one peer (``qp.remote``); a UD QP has one per destination, so each gets
-    one of these (:func:`sender_to`)."""
+    The data path is written for a QP with one peer (``qp.remote``); a UD QP has one per destination and an XRC
+    initiator one per SRQ number, so each gets one of these (:func:`sender_to`)."""
 
     __slots__ = ("_qp", "remote", "paths")
 
@@ -162,10 +164,10 @@ def data_path_qp(qp, dest):
     return sender_to(qp, dest) if qp.qp_type is QpType.UD else qp
 
 
-def sender_to(qp, dest) -> DatagramSender:
-    """The :class:`DatagramSender` of UD ``qp`` to ``dest`` (made once per destination)."""
+def sender_to(qp, dest) -> SenderView:
+    """The :class:`SenderView` of UD ``qp`` to ``dest`` (made once per destination)."""
     key = (id(dest.node), dest.qp_num)
     sender = qp.senders.get(key)
     if sender is None or sender.remote is not dest:
-        sender = qp.senders[key] = DatagramSender(qp, dest)
+        sender = qp.senders[key] = SenderView(qp, dest)
     return sender

@@ -16,17 +16,23 @@ from models.verbs.cq import CompletionQueue, cq_clean
 from models.verbs.cq_events import unacknowledged_events
 from models.verbs.device import ProtectionDomain
 from models.verbs.qp import QueuePair
+from models.verbs.xrc import OpenedQp, destroy_shared_qp, release_xrc_srq
 from sim.core import DeadlockError, VerbsError
 
 
-def ibv_destroy_qp(qp: QueuePair) -> None:
+def ibv_destroy_qp(qp: QueuePair | OpenedQp) -> None:
     """Destroy ``qp``: its outstanding work requests and receives never complete (its CQs drop their completions,
-    as mlx5 cleans a destroyed QP's CQEs from its CQs) and it releases its PD, its CQs and its SRQ.
+    as mlx5 cleans a destroyed QP's CQEs from its CQs) and it releases its PD, its CQs and its SRQ. An XRC target
+    QP is a process's open of it: the real QP goes with its last open (:func:`~models.verbs.xrc.destroy_shared_qp`).
 
     :raises VerbsError: ``EINVAL`` when it was destroyed already.
     """
     call = "ibv_destroy_qp"
     _check_alive(qp, f"QP {qp.qp_num}", call)
+    if isinstance(qp, OpenedQp):
+        if not destroy_shared_qp(qp):
+            return
+        qp = qp.real_qp
     qp.to_error()
     for cq in qp.cqs:
         cq.cleaned.add(qp.qp_num)
@@ -42,7 +48,8 @@ def ibv_destroy_qp(qp: QueuePair) -> None:
 
 
 def ibv_destroy_srq(srq: SharedReceiveQueue) -> None:
-    """Destroy ``srq`` (its receives not yet consumed go with it) and release its PD.
+    """Destroy ``srq`` (its receives not yet consumed go with it) and release its PD (an XRC SRQ also its domain,
+    its domain handle and its CQ).
 
     :raises VerbsError: ``EBUSY`` while a QP uses it (``ib_destroy_srq_user``: ``srq->usecnt``); ``EINVAL`` when
         it was destroyed already.
@@ -53,6 +60,8 @@ def ibv_destroy_srq(srq: SharedReceiveQueue) -> None:
     srq.reset()
     srq.destroyed = True
     srq.pd.usecnt -= 1
+    if srq.xrcd is not None:
+        release_xrc_srq(srq)
 
 
 def ibv_destroy_cq(cq: CompletionQueue) -> None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from models.ib.mr_checks import EFA_VENDOR_ID
 from models.nic.datapath import send_turns
+from models.nic.device import DeviceCap
 from models.nic.transport import QP_UD
 from models.nic.work_request import start_work_request
 from models.nic.wqe import RNR_RETRY_INFINITE, Access, QpState, SendWR, WcOpcode, WcStatus, WorkCompletion
@@ -22,9 +23,11 @@ from models.verbs.ah import data_path_qp, datagram_destination
 from models.verbs.cq import CompletionQueue, cq_clean
 from models.verbs.device import ProtectionDomain
 from models.verbs.qp_state import (AhAttr, PathMtu, QPAttr, QpAttrMask, QpType, ack_timeout_ps, apply_attrs,
-                                   check_modify_qp, controlled_qkey_allowed, rnr_timer_ps, sq_holds_posts)
+                                   check_modify_qp, controlled_qkey_allowed, modify_qp_mask, rnr_timer_ps,
+                                   sq_holds_posts)
 from models.verbs.receive_queue import ReceiveQueue, SharedReceiveQueue, check_rq_caps, rq_geometry
 from models.verbs.send_checks import check_send_caps, check_send_wr, sq_state_max_gs
+from models.verbs.xrc_path import xrc_sender
 from models.versions import node_kernel
 from sim.core import VerbsError
 from sim.core.env import UniformDraws
@@ -109,8 +112,8 @@ class QueuePair:
     awaiting: list = field(default_factory=list)
     """As requester: its work requests waiting for their ACK timers, in the order they began to."""
     held_posts: list = field(default_factory=list)
-    """Work requests posted in SQD, waiting for RTS (:func:`~models.verbs.qp_state.sq_holds_posts`): each with its
-    UD destination (or None), whether it was posted in a list, and when (ps)."""
+    """Work requests posted in SQD, waiting for RTS (:func:`~models.verbs.qp_state.sq_holds_posts`): each with the
+    QP the data path takes for it (:func:`_path_qp`), whether it was posted in a list, and when (ps)."""
     frames_lost: int = 0
     """Request, acknowledgement and response frames of this QP's work requests the links lost."""
     next_psn: int = 0
@@ -119,9 +122,17 @@ class QueuePair:
     """As responder: the PSN it expects next (from ``rq_psn``, advanced by each request it executes)."""
     psn_synced: bool = False
     """As responder: a request has arrived with the expected PSN since ``rq_psn`` was set (PSNs checked until)."""
+    xrc_domain: object | None = None
+    """XRC target: its XRC domain (:class:`~models.verbs.xrc.XrcDomain`), whose XRC SRQs it receives into."""
+    usecnt: int = 0
+    """XRC target: the processes' opens holding it (``real_qp->usecnt``: :class:`~models.verbs.xrc.OpenedQp`)."""
     error_completing: bool = False
     """The error completion that moved the QP to ERR is on its way to the send CQ: its receives flush once it is
     there (:meth:`error_completed`)."""
+
+    xrc_srq_valid = True
+    """As responder: the request names a receive queue it has (only an XRC target's view, for a request naming no
+    XRC SRQ of its domain, says otherwise: :class:`~models.verbs.xrc_path.XrcTarget`)."""
 
     def __post_init__(self) -> None:
         if self.recv_cq is None:
@@ -141,10 +152,10 @@ class QueuePair:
         return self.rq if self.srq is None else self.srq
 
     def deliver_receive(self, queue: ReceiveQueue, wc: WorkCompletion) -> None:
-        """A receive taken from ``queue`` completes: its completion reaches the receive CQ, and its slot is free
-        once that is polled."""
+        """A receive taken from ``queue`` completes: its completion reaches the receive CQ (an XRC SRQ's own CQ),
+        and its slot is free once that is polled."""
         wc.release = queue.release_at_poll()
-        self.recv_cq.push(wc)
+        (self.recv_cq if queue.cq is None else queue.cq).push(wc)
 
     def flush_receives(self) -> None:
         """The QP's own posted receives complete with IBV_WC_WR_FLUSH_ERR (an SRQ's stay for its other QPs)."""
@@ -248,9 +259,12 @@ PERFTEST_MASKS = {
     QpType.UC: (PERFTEST_TO_INIT, QpAttrMask.STATE | QpAttrMask.AV | QpAttrMask.PATH_MTU | QpAttrMask.DEST_QPN
                 | QpAttrMask.RQ_PSN, QpAttrMask.STATE | QpAttrMask.SQ_PSN),
     QpType.UD: (QpAttrMask.STATE | QpAttrMask.PKEY_INDEX | QpAttrMask.PORT | QpAttrMask.QKEY, QpAttrMask.STATE,
-                QpAttrMask.STATE | QpAttrMask.SQ_PSN)}
+                QpAttrMask.STATE | QpAttrMask.SQ_PSN),
+    QpType.XRC_SEND: (PERFTEST_TO_INIT, PERFTEST_TO_RTR, PERFTEST_TO_RTS),
+    QpType.XRC_RECV: (PERFTEST_TO_INIT, PERFTEST_TO_RTR, PERFTEST_TO_RTS)}
 """The masks perftest passes for each QP type (``ctx_modify_qp_to_init``/``_to_rtr``/``_to_rts``): UC drops RC's
-read/atomic and retry attributes, UD sets a Q_Key and no path."""
+read/atomic and retry attributes, UD sets a Q_Key and no path; XRC QPs get RC's, of which uverbs drops what each
+side ignores (:func:`~models.verbs.qp_state.modify_qp_mask`)."""
 PERFTEST_MIN_RNR_TIMER = 12
 """perftest's ``MIN_RNR_TIMER``: 0.64 ms."""
 
@@ -264,6 +278,7 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
         may not set: :func:`~models.verbs.qp_state.controlled_qkey_allowed` of its kernel and
         :attr:`~models.verbs.device.Context.cap_net_raw`).
     """
+    attr_mask = modify_qp_mask(qp.qp_type, attr_mask)
     new = check_modify_qp(qp.qp_type, qp.state, attr, attr_mask, qp.node.nic.params.max_rd_atomic,
                           controlled_qkey_allowed(node_kernel(qp.node), qp.pd.context.cap_net_raw))
     before = qp.state
@@ -315,11 +330,16 @@ def check_qp_type(nic_params, qp_type: QpType) -> None:
     ``efa_create_qp``): UD only, and SRD through ``efadv_create_driver_qp`` (reliable; RDMA READ and WRITE on
     devices with those caps), which the model runs as its RC; any other type is refused ("Unsupported QP type").
 
-    :raises VerbsError: ``EOPNOTSUPP`` for a UC QP on EFA.
+    XRC QPs need the device's XRC capability (mlx5_ib ``create_qp``: ``MLX5_CAP_GEN(mdev, xrc)``; EFA has none).
+
+    :raises VerbsError: ``EOPNOTSUPP`` for a UC QP on EFA, an XRC QP on a device without XRC.
     """
     if nic_params.device.vendor_id == EFA_VENDOR_ID and qp_type is QpType.UC:
         raise VerbsError("EOPNOTSUPP", "EFA creates UD QPs and SRD ones (the model's RC), not UC (efa_create_qp: "
                          "Unsupported QP type)", call="ibv_create_qp")
+    if qp_type in (QpType.XRC_SEND, QpType.XRC_RECV) and not nic_params.device.cap_flags & DeviceCap.XRC:
+        raise VerbsError("EOPNOTSUPP", f"{qp_type.name}: the device has no XRC (IBV_DEVICE_XRC not in its "
+                         "device_cap_flags)", call="ibv_create_qp")
 
 
 def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: int, *, max_send_sge: int = 1,
@@ -330,23 +350,34 @@ def ibv_create_qp(pd: ProtectionDomain, send_cq: CompletionQueue, max_send_wr: i
     None: as much as the NIC's WQE holds; ``recv_cq`` defaults to ``send_cq``); a UD QP is reachable by datagram
     from then on (:attr:`models.fabric.Fabric.datagram_qps`). Its receive queue is as deep and wide as
     mlx5 makes it (:func:`~models.verbs.receive_queue.rq_geometry`: ``qp.rq.depth``, ``qp.rq.max_sge`` are the ``cap``
-    ibv_create_qp returns); on an ``srq`` the QP has none and ``max_recv_wr`` is ignored.
+    ibv_create_qp returns); on an ``srq`` the QP has none and ``max_recv_wr`` is ignored. An XRC initiator
+    (``XRC_SEND``) has no receive side: its receive caps, SRQ and receive CQ are ignored, as uverbs' ``create_qp``
+    zeroes them and libibverbs sends no receive CQ for it; an XRC target is made from an XRC domain
+    (:func:`models.verbs.xrc.create_xrc_qp_user`).
 
     :raises VerbsError: ``EOPNOTSUPP`` for a type the device's provider does not create (:func:`check_qp_type`);
-        ``EINVAL`` when max_send_wr, max_recv_wr or max_recv_sge is out of the device's range, the send caps are
-        (see :func:`~models.verbs.send_checks.check_send_caps`), or the SRQ belongs to another device.
+        ``EINVAL`` for an XRC target here (libibverbs ``ibv_cmd_create_qp_ex2``: XRC_RECV needs
+        IBV_QP_INIT_ATTR_XRCD), when max_send_wr, max_recv_wr or max_recv_sge is out of the device's range, the
+        send caps are (see :func:`~models.verbs.send_checks.check_send_caps`), or the SRQ belongs to another device or
+        is an XRC SRQ (uverbs ``create_qp``: ``srq->srq_type == IB_SRQT_XRC``).
     """
     call = "ibv_create_qp"
     nic = pd.context.node.nic
     check_qp_type(nic.params, QpType(qp_type))
+    if qp_type is QpType.XRC_RECV:
+        raise VerbsError("EINVAL", "an XRC_RECV QP is created on an XRC domain (IBV_QP_INIT_ATTR_XRCD), not a PD",
+                         call=call)
+    if qp_type is QpType.XRC_SEND:
+        max_recv_wr, max_recv_sge, srq, recv_cq = 0, 0, None, None
     limit = nic.params.max_qp_wr
     if not 1 <= max_send_wr <= limit:
         raise VerbsError("EINVAL", f"max_send_wr {max_send_wr} outside 1..{limit} (device max_qp_wr)", call=call)
     inline = nic.params.max_inline if max_inline_data is None else max_inline_data
     check_send_caps(nic.params, max_send_sge, inline)
     if srq is not None:
-        if srq.pd.context.node is not pd.context.node:
-            raise VerbsError("EINVAL", "the SRQ belongs to another device", call=call)
+        if srq.pd.context.node is not pd.context.node or srq.xrcd is not None:
+            raise VerbsError("EINVAL", "the SRQ belongs to another device or is an XRC SRQ (those serve XRC target "
+                             "QPs only)", call=call)
         rq = ReceiveQueue(0, 0)
     else:
         check_rq_caps(max_recv_wr, max_recv_sge, limit, nic.params.device.max_sge, call)
@@ -383,16 +414,25 @@ def ibv_post_send(qp: QueuePair, wr: SendWR | list[SendWR]) -> None:
     listed, runner = len(wrs) > 1, qp.pd.context.env.step_runner
     for one in wrs:
         check_send_wr(qp, one)
-        dest = datagram_destination(qp, one) if qp.qp_type is QP_UD else None
+        path_qp = _path_qp(qp, one)
         qp.outstanding += 1
         qp.sq_used += 1
         qp.seq_of[id(one)] = qp.posted_count
         qp.posted_count += 1
         if sq_holds_posts(qp.state):
-            qp.held_posts.append((one, dest, listed, qp.pd.context.env.now))
+            qp.held_posts.append((one, path_qp, listed, qp.pd.context.env.now))
             continue
         seq, offset = one.order if one.order is not None else (runner.number(), 0)
-        start_work_request(qp if dest is None else data_path_qp(qp, dest), one, seq, offset, listed=listed)
+        start_work_request(path_qp, one, seq, offset, listed=listed)
+
+
+def _path_qp(qp: QueuePair, wr: SendWR):
+    """What the data path takes as the QP of ``wr``: a UD QP's view towards the work request's destination
+    (:func:`~models.verbs.ah.data_path_qp`), an XRC initiator's towards the XRC SRQ it names
+    (:func:`~models.verbs.xrc_path.xrc_sender`), else the QP itself."""
+    if qp.qp_type is QP_UD:
+        return data_path_qp(qp, datagram_destination(qp, wr))
+    return xrc_sender(qp, wr.remote_srqn) if qp.qp_type is QpType.XRC_SEND else qp
 
 
 def _release_held_posts(qp: QueuePair) -> None:
@@ -406,5 +446,5 @@ def _release_held_posts(qp: QueuePair) -> None:
         qp.posted_count -= len(held)  # they were the newest: every post since SQD was held
         return
     runner = qp.pd.context.env.step_runner
-    for one, dest, listed, posted in held:
-        start_work_request(qp if dest is None else data_path_qp(qp, dest), one, runner.number(), 0, listed, posted)
+    for one, path_qp, listed, posted in held:
+        start_work_request(path_qp, one, runner.number(), 0, listed, posted)

@@ -76,8 +76,10 @@ MLX5_SUPPORTED_SEND_OPS = {
     QpType.RC: _MLX5_RC,
     QpType.UC: (SendOps.SEND | SendOps.SEND_WITH_INV | SendOps.SEND_WITH_IMM | SendOps.RDMA_WRITE
                 | SendOps.RDMA_WRITE_WITH_IMM | SendOps.LOCAL_INV | SendOps.BIND_MW),
-    QpType.UD: SendOps.SEND | SendOps.SEND_WITH_IMM}
-"""``MLX5_SUPPORTED_SEND_OPS_FLAGS_RC``, ``_UC``, ``_UD`` (providers/mlx5/qp.c)."""
+    QpType.UD: SendOps.SEND | SendOps.SEND_WITH_IMM,
+    QpType.XRC_SEND: _MLX5_RC}
+"""``MLX5_SUPPORTED_SEND_OPS_FLAGS_RC``, ``_UC``, ``_UD``, ``_XRC`` (which is ``_RC``) (providers/mlx5/qp.c); a type
+absent here (an XRC target) has no builder (``mlx5_qp_fill_wr_pfns``' default: EOPNOTSUPP)."""
 _ATOMICS = SendOps.ATOMIC_CMP_AND_SWP | SendOps.ATOMIC_FETCH_AND_ADD
 
 
@@ -85,12 +87,15 @@ def mlx5_qp_fill_wr_pfns(nic_params, qp_type: QpType, send_ops_flags: int) -> Se
     """mlx5's checks of ``send_ops_flags`` and the builders it sets: every one ``qp_type`` supports.
 
     :raises VerbsError: ``EOPNOTSUPP`` for an atomic on a device whose ``atomic_cap`` is ``IBV_ATOMIC_NONE``
-        (``atomics_enabled`` unset) or a flag the QP type does not support.
+        (``atomics_enabled`` unset), a flag the QP type does not support, or a type without builders.
     """
     call = "ibv_create_qp_ex"
     if send_ops_flags & _ATOMICS and nic_params.device.atomic_cap is AtomicCap.ATOMIC_NONE:
         raise VerbsError("EOPNOTSUPP", "atomic send ops on a device without atomics (mlx5_qp_fill_wr_pfns)", call=call)
-    supported = MLX5_SUPPORTED_SEND_OPS[qp_type]
+    supported = MLX5_SUPPORTED_SEND_OPS.get(qp_type)
+    if supported is None:
+        raise VerbsError("EOPNOTSUPP", f"a {qp_type.name} QP has no work-request builder (mlx5_qp_fill_wr_pfns)",
+                         call=call)
     _refuse_beyond(send_ops_flags, supported, qp_type, "mlx5_qp_fill_wr_pfns")
     return supported
 
@@ -215,6 +220,18 @@ class QpEx:
         """``ibv_wr_set_ud_addr``: the last UD work request's destination."""
         wr = self._last("ibv_wr_set_ud_addr")
         wr.ah, wr.remote_qpn, wr.remote_qkey = ah, remote_qpn, remote_qkey
+
+    def wr_set_xrc_srqn(self, remote_srqn: int) -> None:
+        """``ibv_wr_set_xrc_srqn``: the XRC SRQ at the target the last work request is for (mlx5 sets this setter
+        on XRC_SEND QPs only: ``mlx5_send_wr_set_xrc_srqn``).
+
+        :raises VerbsError: ``EOPNOTSUPP`` on a QP of another type (C calls a NULL pointer).
+        """
+        call = "ibv_wr_set_xrc_srqn"
+        if self.qp.qp_type is not QpType.XRC_SEND:
+            raise VerbsError("EOPNOTSUPP", f"the provider set no wr_set_xrc_srqn on this {self.qp.qp_type.name} QP",
+                             call=call)
+        self._last(call).remote_srqn = remote_srqn
 
     def _last(self, call: str) -> SendWR:
         """:raises ProtocolError: no work request was built in the open batch."""

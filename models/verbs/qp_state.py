@@ -1,7 +1,8 @@
 """The QP state machine: ``ibv_modify_qp``'s attribute record, mask bits and legal transitions.
 
 The transition table is ``qp_state_table`` with ``ib_modify_qp_is_ok`` from drivers/infiniband/core/verbs.c
-(Linux as in gregkh/linux commit 253c2ed71a53), transcribed for RC, UC and UD QPs. Note that this table has
+(Linux as in gregkh/linux commit 253c2ed71a53), transcribed for RC, UC, UD and the XRC initiator and target QPs
+(whose masks uverbs first strips of what the type ignores: :func:`modify_qp_mask`). Note that this table has
 no RESET -> ERR entry: from RESET only RESET and INIT are legal. Attribute values are checked where the
 kernel (``modify_qp`` in uverbs_cmd.c: port numbers, state enums) and mlx5 (``mlx5_ib_modify_qp``: path MTU,
 ``max_rd_atomic``/``max_dest_rd_atomic`` against the device's limits) check them; PSNs are masked to 24 bits
@@ -134,11 +135,15 @@ class Transition:
 
 
 S = QpState
-_RC, _UC, _UD = QpType.RC, QpType.UC, QpType.UD
-_INIT_OPT = {_UD: M.PKEY_INDEX | M.PORT | M.QKEY, _UC: M.PKEY_INDEX | M.PORT | M.ACCESS_FLAGS,
-             _RC: M.PKEY_INDEX | M.PORT | M.ACCESS_FLAGS}
-_TO_RTS_OPT = {_UD: M.CUR_STATE | M.QKEY, _UC: M.CUR_STATE | M.ALT_PATH | M.ACCESS_FLAGS | M.PATH_MIG_STATE,
-               _RC: M.CUR_STATE | M.ALT_PATH | M.ACCESS_FLAGS | M.MIN_RNR_TIMER | M.PATH_MIG_STATE}
+_RC, _UC, _UD, _XI, _XT = QpType.RC, QpType.UC, QpType.UD, QpType.XRC_SEND, QpType.XRC_RECV
+_TO_INIT = M.PKEY_INDEX | M.PORT | M.ACCESS_FLAGS
+_INIT_OPT = {_UD: M.PKEY_INDEX | M.PORT | M.QKEY, _UC: _TO_INIT, _RC: _TO_INIT, _XI: _TO_INIT, _XT: _TO_INIT}
+_RTS_OPT = M.CUR_STATE | M.ALT_PATH | M.ACCESS_FLAGS | M.PATH_MIG_STATE
+_TO_RTS_OPT = {_UD: M.CUR_STATE | M.QKEY, _UC: _RTS_OPT, _RC: _RTS_OPT | M.MIN_RNR_TIMER, _XI: _RTS_OPT,
+               _XT: _RTS_OPT | M.MIN_RNR_TIMER}
+_RTR_REQ = M.AV | M.PATH_MTU | M.DEST_QPN | M.RQ_PSN
+_RTR_OPT = M.ALT_PATH | M.ACCESS_FLAGS | M.PKEY_INDEX
+_SQD_OPT = M.PORT | M.AV | M.TIMEOUT | M.ALT_PATH | M.ACCESS_FLAGS | M.PKEY_INDEX | M.PATH_MIG_STATE
 _ANY = Transition()
 QP_STATE_TABLE: dict[tuple[QpState, QpState], Transition] = {
     (S.RESET, S.RESET): _ANY,
@@ -146,14 +151,15 @@ QP_STATE_TABLE: dict[tuple[QpState, QpState], Transition] = {
     (S.INIT, S.RESET): _ANY, (S.INIT, S.ERR): _ANY,
     (S.INIT, S.INIT): Transition(opt=_INIT_OPT),
     (S.INIT, S.RTR): Transition(
-        req={_UC: M.AV | M.PATH_MTU | M.DEST_QPN | M.RQ_PSN,
-             _RC: M.AV | M.PATH_MTU | M.DEST_QPN | M.RQ_PSN | M.MAX_DEST_RD_ATOMIC | M.MIN_RNR_TIMER},
-        opt={_UD: M.PKEY_INDEX | M.QKEY, _UC: M.ALT_PATH | M.ACCESS_FLAGS | M.PKEY_INDEX,
-             _RC: M.ALT_PATH | M.ACCESS_FLAGS | M.PKEY_INDEX}),
+        req={_UC: _RTR_REQ, _RC: _RTR_REQ | M.MAX_DEST_RD_ATOMIC | M.MIN_RNR_TIMER, _XI: _RTR_REQ,
+             _XT: _RTR_REQ | M.MAX_DEST_RD_ATOMIC | M.MIN_RNR_TIMER},
+        opt={_UD: M.PKEY_INDEX | M.QKEY, _UC: _RTR_OPT, _RC: _RTR_OPT, _XI: _RTR_OPT, _XT: _RTR_OPT}),
     (S.RTR, S.RESET): _ANY, (S.RTR, S.ERR): _ANY,
     (S.RTR, S.RTS): Transition(
         req={_UD: M.SQ_PSN, _UC: M.SQ_PSN,
-             _RC: M.TIMEOUT | M.RETRY_CNT | M.RNR_RETRY | M.SQ_PSN | M.MAX_QP_RD_ATOMIC},
+             _RC: M.TIMEOUT | M.RETRY_CNT | M.RNR_RETRY | M.SQ_PSN | M.MAX_QP_RD_ATOMIC,
+             _XI: M.TIMEOUT | M.RETRY_CNT | M.RNR_RETRY | M.SQ_PSN | M.MAX_QP_RD_ATOMIC,
+             _XT: M.TIMEOUT | M.SQ_PSN},
         opt=_TO_RTS_OPT),
     (S.RTS, S.RESET): _ANY, (S.RTS, S.ERR): _ANY,
     (S.RTS, S.RTS): Transition(opt=_TO_RTS_OPT),
@@ -163,8 +169,10 @@ QP_STATE_TABLE: dict[tuple[QpState, QpState], Transition] = {
     (S.SQD, S.SQD): Transition(opt={
         _UD: M.PKEY_INDEX | M.QKEY,
         _UC: M.AV | M.ALT_PATH | M.ACCESS_FLAGS | M.PKEY_INDEX | M.PATH_MIG_STATE,
-        _RC: (M.PORT | M.AV | M.TIMEOUT | M.RETRY_CNT | M.RNR_RETRY | M.MAX_QP_RD_ATOMIC | M.MAX_DEST_RD_ATOMIC
-              | M.ALT_PATH | M.ACCESS_FLAGS | M.PKEY_INDEX | M.MIN_RNR_TIMER | M.PATH_MIG_STATE)}),
+        _RC: (_SQD_OPT | M.RETRY_CNT | M.RNR_RETRY | M.MAX_QP_RD_ATOMIC | M.MAX_DEST_RD_ATOMIC
+              | M.MIN_RNR_TIMER),
+        _XI: _SQD_OPT | M.RETRY_CNT | M.RNR_RETRY | M.MAX_QP_RD_ATOMIC,
+        _XT: _SQD_OPT | M.MAX_DEST_RD_ATOMIC | M.MIN_RNR_TIMER}),
     (S.SQE, S.RESET): _ANY, (S.SQE, S.ERR): _ANY,
     (S.SQE, S.RTS): Transition(opt={_UD: M.CUR_STATE | M.QKEY, _UC: M.CUR_STATE | M.ACCESS_FLAGS}),
     (S.ERR, S.RESET): _ANY, (S.ERR, S.ERR): _ANY,
@@ -189,6 +197,17 @@ def modify_qp_problem(cur: QpState, new: QpState, qp_type: QpType, mask: int) ->
     if extra := M(mask) & ~(req | opt | M.STATE):
         return f"{cur.name} -> {new.name} on {qp_type.name} does not accept {_names(extra)}"
     return None
+
+
+_IGNORED = {_XI: M.MAX_DEST_RD_ATOMIC | M.MIN_RNR_TIMER, _XT: M.MAX_QP_RD_ATOMIC | M.RETRY_CNT | M.RNR_RETRY}
+"""The attributes uverbs drops from an XRC QP's mask before the transition is checked: an initiator has no
+receive side, a target no send side."""
+
+
+def modify_qp_mask(qp_type: QpType, mask: int) -> int:
+    """``modify_qp_mask`` (drivers/infiniband/core/uverbs_cmd.c): ``mask`` without the bits ``ibv_modify_qp``
+    ignores for ``qp_type`` (an XRC initiator's responder attributes, an XRC target's requester ones)."""
+    return mask & ~_IGNORED.get(qp_type, 0)
 
 
 def sq_holds_posts(state: QpState) -> bool:

@@ -66,6 +66,9 @@ class ReceiveQueue:
     """Receives posted and not yet consumed, oldest first; ``depth`` slots, each held until its completion is
     polled (mlx5 advances the receive queue's tail in ``ibv_poll_cq``)."""
 
+    cq = None
+    """The CQ its receives complete in when the queue names one (an XRC SRQ's); None: the receiving QP's."""
+
     def __init__(self, depth: int, max_sge: int, wqe_bytes: int | None = None) -> None:
         self.depth, self.max_sge = depth, max_sge
         self.wqe_bytes = DATA_SEG_BYTES * max(max_sge, 1) if wqe_bytes is None else wqe_bytes
@@ -166,6 +169,10 @@ class SharedReceiveQueue(ReceiveQueue):
     qps: list = field(default_factory=list)
     """The QPs created on it and not destroyed: the kernel's ``srq->usecnt``."""
     destroyed: bool = False
+    cq: object = None
+    """XRC SRQ: the CQ its receives complete in (``ibv_srq_init_attr_ex.cq``), whichever target QP took them."""
+    xrcd: object = None
+    """XRC SRQ: the :class:`~models.verbs.xrc.Xrcd` it was created through (None: a basic SRQ)."""
 
     def __post_init__(self) -> None:
         ReceiveQueue.__init__(self, self.max_wr, self.max_sge, _srq_wqe_bytes(self.max_sge))

@@ -47,8 +47,21 @@ def ibv_create_srq(pd: ProtectionDomain, attr: SrqAttr) -> SharedReceiveQueue:
         op to call); ``EINVAL`` for max_wr 0 or beyond the device's ``max_srq_wr``, or max_sge beyond its
         ``max_srq_sge``.
     """
-    call = "ibv_create_srq"
-    dev = pd.context.node.nic.params.device
+    check_srq_caps(pd.context.node.nic.params.device, attr, "ibv_create_srq")
+    depth, max_sge = srq_geometry(attr.max_wr, attr.max_sge)
+    pd.usecnt += 1  # ib_create_srq_user: atomic_inc(&pd->usecnt)
+    return SharedReceiveQueue(pd, depth, max_sge, pd.context.node.nic.new_handle())
+
+
+
+def check_srq_caps(dev, attr: SrqAttr, call: str) -> None:
+    """``mlx5_create_srq`` and ``mlx5_create_srq_ex``'s checks of an SRQ's size on device ``dev``
+    (:class:`~models.nic.device.DeviceAttrs`).
+
+    :raises VerbsError: ``EOPNOTSUPP`` on a device without SRQs (``max_srq`` 0: libibverbs has no create_srq op
+        to call); ``EINVAL`` for max_wr 0 or beyond the device's ``max_srq_wr``, or max_sge beyond its
+        ``max_srq_sge``.
+    """
     if dev.max_srq == 0:
         raise VerbsError("EOPNOTSUPP", "the device has no shared receive queues (max_srq 0)", call=call)
     if not 1 <= attr.max_wr <= dev.max_srq_wr:
@@ -56,10 +69,6 @@ def ibv_create_srq(pd: ProtectionDomain, attr: SrqAttr) -> SharedReceiveQueue:
     if not 0 <= attr.max_sge <= dev.max_srq_sge:
         raise VerbsError("EINVAL", f"max_sge {attr.max_sge} outside 0..{dev.max_srq_sge} (device max_srq_sge)",
                          call=call)
-    depth, max_sge = srq_geometry(attr.max_wr, attr.max_sge)
-    pd.usecnt += 1  # ib_create_srq_user: atomic_inc(&pd->usecnt)
-    return SharedReceiveQueue(pd, depth, max_sge, pd.context.node.nic.new_handle())
-
 
 
 def ibv_modify_srq(srq: SharedReceiveQueue, attr: SrqAttr, attr_mask: int) -> None:

@@ -41,6 +41,9 @@ def check_send_wr(qp, wr: SendWR, ahead: int = 0) -> None:
     """
     call = "ibv_post_send"
     check_c_widths(wr.wr_id, wr.sges, call)
+    if qp.max_send_wr == 0:
+        raise VerbsError("ENOMEM", f"the {qp.qp_type.name} QP has no send queue (mlx5: sq.wqe_cnt 0, "
+                         "mlx5_wq_overflow)", call=call)
     if qp.sq_used + ahead >= qp.max_send_wr:
         unpolled = qp.sq_used - qp.outstanding
         held = "".join((f", {qp.unsignaled} of them unsignaled and done, waiting for a signaled completion"

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-VERB_TRANSPORTS = {"write": ("rc", "uc"), "read": ("rc",), "atomic": ("rc",), "send": ("rc", "uc", "ud")}
-"""The services that carry each verb (perftest refuses the others: UC carries RDMA WRITE and SEND, UD only SEND)."""
+VERB_TRANSPORTS = {"write": ("rc", "uc", "xrc"), "read": ("rc", "xrc"), "atomic": ("rc", "xrc"),
+                   "send": ("rc", "uc", "ud", "xrc")}
+"""The services that carry each verb (perftest refuses the others: UC carries RDMA WRITE and SEND, UD only SEND;
+XRC what RC carries)."""
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,14 @@ import simpy
 from models.nic.datapath import work_request_path
 from models.nic.transport import QpType, acknowledged
 from models.nic.wqe import FETCH_AND_ADD, SEND_SIGNALED, WC_SUCCESS, Opcode, RecvWR, SendWR, Sge, WcStatus
-from models.verbs.recv import ibv_post_recv
+from models.verbs.receive_queue import ReceiveQueue, SharedReceiveQueue
+from models.verbs.recv import ibv_post_recv, ibv_post_srq_recv
+from models.verbs.ah import data_path_qp
 from models.verbs.cq import ibv_poll_cq
 from models.verbs.mr import MemoryRegion
 from models.verbs.qp import QueuePair, ibv_post_send
 from models.verbs.workload_kinds import half_round_trip_ps
+from models.verbs.xrc_path import xrc_sender
 from sim.core.steps import Check, Delay, Fork, Mark, Rebase, Step, Wait, Wake, walk_order
 
 PERFTEST_WRITE_LAT_INLINE = 220
@@ -52,11 +55,39 @@ class Endpoint:
     datagram: tuple | None = None
     """UD: where this end's datagrams go, ``(AH, remote QPN, remote Q_Key)`` (:attr:`SendWR.ah
     <models.nic.wqe.SendWR.ah>` and the rest); None on connected QPs."""
+    srqn: int | None = None
+    """XRC initiator: the number of the XRC SRQ at the target its requests name."""
+    srq: SharedReceiveQueue | None = None
+    """XRC target: the XRC SRQ its receives are posted to (and complete from, in the SRQ's CQ)."""
 
     @property
     def iova(self) -> int:
         """Where the work requests address the buffer."""
         return self.mr.iova if self.addr is None else self.addr
+
+    @property
+    def receive_queue(self) -> ReceiveQueue:
+        """The queue this end's receives are posted to: its QP's own, or its XRC SRQ."""
+        return self.qp.rq if self.srq is None else self.srq
+
+    @property
+    def recv_cq(self):
+        """The CQ this end's receives complete in: its QP's receive CQ, or its XRC SRQ's CQ."""
+        return self.qp.recv_cq if self.srq is None else self.srq.cq
+
+    def path_qp(self, peer: Endpoint):
+        """What the data path takes as this end's QP for its requests to ``peer``: a UD end's view towards
+        ``peer``'s QP, an XRC initiator's towards the SRQ it names (:mod:`models.verbs.xrc_path`), else its QP."""
+        if self.srqn is not None:
+            return xrc_sender(self.qp, self.srqn)
+        return data_path_qp(self.qp, peer.qp)
+
+    def post_receive(self, wr: RecvWR) -> None:
+        """Post ``wr`` to :attr:`receive_queue` (``ibv_post_recv``, or ``ibv_post_srq_recv`` on an XRC SRQ)."""
+        if self.srq is None:
+            ibv_post_recv(self.qp, wr)
+        else:
+            ibv_post_srq_recv(self.srq, wr)
 
 
 SUCCESS = WcStatus.SUCCESS.value
@@ -106,6 +137,8 @@ def work_request(wr_id: int, opcode: Opcode, src: Endpoint, dst: Endpoint, size:
                 swap=ATOMIC_ADD)
     if src.datagram is not None:
         wr.ah, wr.remote_qpn, wr.remote_qkey = src.datagram
+    if src.srqn is not None:
+        wr.remote_srqn = src.srqn
     return wr
 
 
@@ -324,9 +357,9 @@ def whole_buffer_receive(wr_id: int, end: Endpoint) -> RecvWR:
 def post_receives_ahead(end: Endpoint, count: int) -> int:
     """Top ``end``'s receive queue up to ``count`` receives (perftest's ``ctx_set_recv_wqes``): slots still held by
     receives consumed before but not yet completed count; returns how many were posted."""
-    missing = max(count - end.qp.rq.held, 0)
+    missing = max(count - end.receive_queue.held, 0)
     for k in range(missing):
-        ibv_post_recv(end.qp, whole_buffer_receive(k, end))
+        end.post_receive(whole_buffer_receive(k, end))
     return missing
 
 
@@ -342,21 +375,21 @@ def send_bandwidth(env, src: Endpoint, dst: Endpoint, size: int, iterations: int
     records = yield from bandwidth(env, Opcode.SEND, src, dst, size, iterations, tx_depth, inline, posting)
     if server.is_alive:  # receives left over after an error: nothing more will arrive
         server.interrupt()
-    ibv_poll_cq(dst.qp.recv_cq, dst.qp.recv_cq.cqe)
+    ibv_poll_cq(dst.recv_cq, dst.recv_cq.cqe)
     return records
 
 
 def _serve_receives(env, end: Endpoint, reposts: int | None) -> Generator:
     """The ib_send_bw server: poll the receive CQ (a poll delay after a completion arrives) and post one receive
     for each completion, ``reposts`` in all (None: until interrupted)."""
-    cq = end.qp.recv_cq
+    cq = end.recv_cq
     try:
         while reposts is None or reposts > 0:
             yield cq.wait()
             yield env.timeout(end.qp.poll_delays.next())
             for wc in ibv_poll_cq(cq, cq.cqe):
                 if reposts is None or reposts > 0:
-                    ibv_post_recv(end.qp, whole_buffer_receive(wc.wr_id, end))
+                    end.post_receive(whole_buffer_receive(wc.wr_id, end))
                     reposts = None if reposts is None else reposts - 1
     except simpy.Interrupt:
         return
@@ -392,7 +425,7 @@ def _await_receive(env, sender: Endpoint, receiver: Endpoint) -> Generator:
     """Wait until ``receiver`` polls the receive completion of ``sender``'s SEND (a poll delay after it arrives)
     and reposts the receive, or ``sender``'s SEND completes in error; returns the first error's status value, else
     success's."""
-    rcq, scq = receiver.qp.recv_cq, sender.qp.send_cq
+    rcq, scq = receiver.recv_cq, sender.qp.send_cq
     while True:
         yield env.any_of([rcq.wait(), scq.wait()])
         failed = _drain(sender.qp)
@@ -401,7 +434,7 @@ def _await_receive(env, sender: Endpoint, receiver: Endpoint) -> Generator:
         if rcq.entries:
             yield env.timeout(receiver.qp.poll_delays.next())
             (wc,) = ibv_poll_cq(rcq, 1)
-            ibv_post_recv(receiver.qp, whole_buffer_receive(wc.wr_id, receiver))
+            receiver.post_receive(whole_buffer_receive(wc.wr_id, receiver))
             if wc.status is not WcStatus.SUCCESS:  # flushed: the SEND's own completion is still to come
                 yield from _quiesce(env, sender)
             return wc.status.value

@@ -26,6 +26,7 @@ from models.verbs.qp_state import AhAttr as AHAttr
 from models.verbs.qp_ex import QpInitAttrMask, SendOps
 from models.verbs.qp_state import PathMtu, QpAttrMask, QpType
 from models.verbs.receive_queue import AsyncEventType
+from models.verbs.xrc import O_CREAT, O_EXCL, SrqInitAttrMask, SrqType, XrcdInitAttrMask
 from models.verbs.recv import SRQ_LIMIT, SRQ_MAX_WR
 from models.verbs.mr import REREG_CHANGE_ACCESS, REREG_CHANGE_PD, REREG_CHANGE_TRANSLATION
 from sim.api.ah import AH
@@ -41,8 +42,9 @@ from sim.api.mw import MW, MWBind, MWBindInfo
 from sim.api.qp import QP, QPAttr, QPCap, QPInitAttr, RecvWR, SendWR
 from sim.api.qp_ex import DataBuffer, QPEx, QPInitAttrEx
 from sim.api.sge import SGE
-from sim.api.srq import SRQ, SrqAttr, SrqInitAttr
+from sim.api.srq import SRQ, SrqAttr, SrqInitAttr, SrqInitAttrEx
 from sim.api.testbed import Testbed
+from sim.api.xrc import XRCD, XRCDInitAttr
 from sim.core import ConfigError, DeadlockError, ProtocolError, SimError, VerbsError
 
 __all__ = [
@@ -50,7 +52,8 @@ __all__ = [
     "MW", "MWBind", "MWBindInfo", "MwType", "CQ", "CompChannel", "WC",
     "QP", "QPCap", "QPInitAttr", "QPAttr", "QPEx", "QPInitAttrEx", "DataBuffer", "QpInitAttrMask", "SendOps",
     "AH", "AHAttr",
-    "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqAttr", "SRQ_MAX_WR", "SRQ_LIMIT",
+    "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqInitAttrEx", "SrqAttr", "SRQ_MAX_WR",
+    "SRQ_LIMIT", "SrqType", "SrqInitAttrMask", "XRCD", "XRCDInitAttr", "XrcdInitAttrMask", "O_CREAT", "O_EXCL",
     "AsyncEvent", "AsyncEventType", "DM", "DMMR", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf", "HostMemory",
     "Access", "Opcode", "QpState", "QpType", "QpAttrMask", "PathMtu", "WcStatus", "WcOpcode", "WcFlags",
     "AdviseMrAdvice", "ADVISE_MR_FLAG_FLUSH",

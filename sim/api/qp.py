@@ -23,8 +23,10 @@ from models.verbs.mw import ibv_bind_mw, ibv_inc_rkey
 from models.verbs.qp_state import PathMtu, QpAttrMask, QpType
 from models.verbs.recv import ibv_post_recv
 from models.verbs.qp import PERFTEST_MASKS, ibv_create_qp, ibv_modify_qp, ibv_post_send, ibv_query_qp
+from models.verbs.qp_ex import QpInitAttrMask
+from models.verbs.xrc import create_xrc_qp_user
 from sim.api.arguments import c_integer
-from sim.api.device import CQ, PD
+from sim.api.device import CQ, PD, Context
 from sim.api.resource import Resource
 from sim.api.sge import SGE, sge_list
 from sim.core import ProtocolError, VerbsError
@@ -75,7 +77,7 @@ class SendWR(Resource):
         self._bind: MwBind | None = None
         self.send_flags = SendFlags(c_integer(send_flags, "uint32_t", "send_flags", call))
         self.remote_addr = self.rkey = self.compare_add = self.swap = 0
-        self.ah, self.remote_qpn, self.remote_qkey = None, 0, 0
+        self.ah, self.remote_qpn, self.remote_qkey, self.remote_srqn = None, 0, 0, 0
 
     def set_wr_rdma(self, rkey: int, addr: int) -> None:
         """The remote buffer of an RDMA WRITE or READ: its key and address (``uint32_t``, ``uint64_t``)."""
@@ -99,6 +101,11 @@ class SendWR(Resource):
         self.remote_qpn = c_integer(rqpn, "uint32_t", "rqpn", call)
         self.remote_qkey = c_integer(rqkey, "uint32_t", "rqkey", call)
 
+    def set_qp_type_xrc(self, remote_srqn: int) -> None:
+        """An XRC_SEND work request's XRC SRQ at the target (``wr.qp_type.xrc.remote_srqn``; pyverbs'
+        ``set_qp_type_xrc``): the number :meth:`~sim.api.srq.SRQ.get_srq_num` gives."""
+        self.remote_srqn = c_integer(remote_srqn, "uint32_t", "remote_srqn", "SendWR.set_qp_type_xrc")
+
     def set_bind_wr(self, mw, bind_info) -> None:
         """A BIND_MW's window (:class:`~sim.api.mw.MW`) and :class:`~sim.api.mw.MWBindInfo`; the new rkey, the
         window's next (``ibv_inc_rkey``), is :attr:`rkey` from now on (pyverbs' ``set_bind_wr``)."""
@@ -121,7 +128,7 @@ class SendWR(Resource):
                            self.rkey, sg_list=sges if len(sges) > 1 else None, send_flags=int(self.send_flags),
                            compare_add=self.compare_add, swap=self.swap, imm_data=self.imm_data,
                            ah=None if self.ah is None else self.ah.ah, remote_qpn=self.remote_qpn,
-                           remote_qkey=self.remote_qkey, bind_mw=bind)
+                           remote_qkey=self.remote_qkey, remote_srqn=self.remote_srqn, bind_mw=bind)
 
 
 class RecvWR(Resource):
@@ -201,21 +208,43 @@ class QP(Resource):
     ``sq_sig_all`` of ``init_attr``; with ``qp_attr`` it is moved to INIT (RC, UC) or on to RTS (UD), as pyverbs
     does. It holds its PD, its CQs and its SRQ (they refuse to close while it is open).
 
-    The remote QP of an RC or UC QP is the one ``to_rtr``'s ``dest_qp_num`` names behind ``ah_attr.dlid`` (the
-    remote context's :attr:`~sim.api.device.Context.lid`); a UD QP's work requests name theirs
-    (:meth:`SendWR.set_wr_ud`).
+    Made on a :class:`~sim.api.device.Context` with a :class:`~sim.api.qp_ex.QPInitAttrEx` (pyverbs'
+    ``QP(ctx, attr_ex, qp_attr)``: ``ibv_create_qp_ex``), it is an XRC target (``QpType.XRC_RECV``) on
+    ``init_attr.xrcd`` (``IBV_QP_INIT_ATTR_XRCD``), which it holds, or a QP of ``init_attr.pd``
+    (``IBV_QP_INIT_ATTR_PD``), an XRC initiator (``QpType.XRC_SEND``) among them.
+
+    The remote QP of an RC, UC or XRC QP is the one ``to_rtr``'s ``dest_qp_num`` names behind ``ah_attr.dlid``
+    (the remote context's :attr:`~sim.api.device.Context.lid`); a UD QP's work requests name theirs
+    (:meth:`SendWR.set_wr_ud`), an XRC initiator's the SRQ at its target (:meth:`SendWR.set_qp_type_xrc`).
 
     :raises VerbsError: as :func:`models.verbs.qp.ibv_create_qp` (``EINVAL`` for a depth or SGE count beyond
-        the device's, too much inline data, an SRQ of another device); ``EINVAL`` for a CQ of another device
-        context; ``EOPNOTSUPP`` for QP types other than RC, UC and UD.
+        the device's, too much inline data, an SRQ of another device or an XRC SRQ); ``EINVAL`` for a CQ of
+        another device context, or on a context without the PD or XRC domain its type needs; ``EOPNOTSUPP`` for QP
+        types other than RC, UC, UD, XRC_SEND and XRC_RECV, or XRC on a device without it.
     """
 
-    def __init__(self, pd: PD, init_attr: QPInitAttr, qp_attr: QPAttr | None = None) -> None:
+    def __init__(self, creator: PD | Context, init_attr: QPInitAttr, qp_attr: QPAttr | None = None) -> None:
         call = "ibv_create_qp"
+        self.xrcd = None
+        if isinstance(creator, Context):  # pyverbs' QP(ctx, QPInitAttrEx): ibv_create_qp_ex
+            self._from_context(creator, init_attr)
+        else:
+            self._on_pd(creator, init_attr, call)
+        testbed = self.context.testbed
+        testbed._qps[(self.context.lid, self.qp.qp_num)] = self
+        testbed._posted[(self.context.lid, self.qp.qp_num)] = deque()
+        self.context._adopt(self)
+        if qp_attr is not None:
+            if self.qp_type is QpType.UD:
+                self.to_rts(qp_attr)
+            else:
+                self.to_init(qp_attr)
+
+    def _on_pd(self, pd: PD, init_attr: QPInitAttr, call: str) -> None:
         pd._check_open(call)
         if not isinstance(init_attr.qp_type, QpType):
-            raise VerbsError("EOPNOTSUPP", f"QP type {init_attr.qp_type!r} is not modelled (RC, UC, UD are)",
-                             call=call)
+            raise VerbsError("EOPNOTSUPP", f"QP type {init_attr.qp_type!r} is not modelled (RC, UC, UD, XRC_SEND, "
+                             "XRC_RECV are)", call=call)
         scq = _own_cq(init_attr.scq, pd, "send", call)
         rcq = scq if init_attr.rcq is None else _own_cq(init_attr.rcq, pd, "receive", call)
         srq = init_attr.srq
@@ -227,16 +256,26 @@ class QP(Resource):
                                max_inline_data=cap.max_inline_data, sq_sig_all=bool(init_attr.sq_sig_all),
                                recv_cq=rcq.cq, max_recv_wr=cap.max_recv_wr, max_recv_sge=cap.max_recv_sge,
                                srq=None if srq is None else srq.srq, qp_type=init_attr.qp_type)
-        """The verbs layer's QP (:class:`models.verbs.qp.QueuePair`)."""
-        testbed = self.context.testbed
-        testbed._qps[(self.context.lid, self.qp.qp_num)] = self
-        testbed._posted[(self.context.lid, self.qp.qp_num)] = deque()
-        self.context._adopt(self)
-        if qp_attr is not None:
-            if self.qp_type is QpType.UD:
-                self.to_rts(qp_attr)
-            else:
-                self.to_init(qp_attr)
+        """The verbs layer's QP (:class:`models.verbs.qp.QueuePair`; an XRC target's
+        :class:`models.verbs.xrc.OpenedQp`)."""
+
+    def _from_context(self, context: Context, init_attr) -> None:
+        """``ibv_create_qp_ex``: an XRC target on ``init_attr.xrcd`` (libibverbs ``ibv_cmd_create_qp_ex2``:
+        XRC_RECV needs IBV_QP_INIT_ATTR_XRCD, the others IBV_QP_INIT_ATTR_PD: EINVAL), else on ``init_attr.pd``."""
+        call = "ibv_create_qp_ex"
+        context._check_open(call)
+        if init_attr.qp_type != QpType.XRC_RECV:
+            if not init_attr.comp_mask & QpInitAttrMask.PD or init_attr.pd is None:
+                raise VerbsError("EINVAL", "ibv_create_qp_ex needs IBV_QP_INIT_ATTR_PD and a PD", call=call)
+            if init_attr.pd.context is not context:
+                raise VerbsError("EINVAL", "the PD belongs to another context", call=call)
+            self._on_pd(init_attr.pd, init_attr, call)
+            return
+        if not init_attr.comp_mask & QpInitAttrMask.XRCD or init_attr.xrcd is None:
+            raise VerbsError("EINVAL", "an XRC_RECV QP needs IBV_QP_INIT_ATTR_XRCD and an XRC domain", call=call)
+        init_attr.xrcd._check_open(call)
+        self.pd, self.context, self.init_attr, self.xrcd = None, context, init_attr, init_attr.xrcd
+        self.qp = create_xrc_qp_user(init_attr.xrcd.xrcd)
 
     def _create(self, pd, send_cq, max_send_wr: int, **caps):
         """The verbs layer's QP: ``ibv_create_qp``."""
@@ -347,7 +386,7 @@ class QP(Resource):
 
     @property
     def _uses(self) -> tuple:
-        return self.pd, self.init_attr.scq, self.init_attr.rcq, self.init_attr.srq
+        return self.pd, self.init_attr.scq, self.init_attr.rcq, self.init_attr.srq, self.xrcd
 
     def _destroy(self) -> None:
         ibv_destroy_qp(self.qp)

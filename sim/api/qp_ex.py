@@ -27,6 +27,8 @@ class QPInitAttrEx(QPInitAttr):
     comp_mask: int = 0
     pd: object = None
     send_ops_flags: int = 0
+    xrcd: object = None
+    """An XRC target's :class:`~sim.api.xrc.XRCD` (with ``IBV_QP_INIT_ATTR_XRCD``)."""
 
 
 @dataclass
@@ -161,6 +163,15 @@ class QPEx(QP):
         ah._check_open(call)
         self._ex.wr_set_ud_addr(ah.ah, c_integer(remote_qpn, "uint32_t", "remote_qpn", call),
                                 c_integer(remote_qkey, "uint32_t", "remote_qkey", call))
+
+    def wr_set_xrc_srqn(self, remote_srqn: int) -> None:
+        """``ibv_wr_set_xrc_srqn``: the XRC SRQ at the target the last work request is for (XRC_SEND QPs only).
+
+        :raises VerbsError: ``EOPNOTSUPP`` on a QP of another type.
+        """
+        call = "ibv_wr_set_xrc_srqn"
+        self._check_open(call)
+        self._ex.wr_set_xrc_srqn(c_integer(remote_srqn, "uint32_t", "remote_srqn", call))
 
     def wr_complete(self) -> None:
         """``ibv_wr_complete``: post the batch, or nothing when one of its work requests cannot be posted.

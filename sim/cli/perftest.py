@@ -23,7 +23,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from models.nic.transport import QpType, receive_overhead
+from models.nic.transport import qp_type_of, receive_overhead
 from models.presets import NIC_PCIE, NIC_PRESETS, NIC_RATE
 from models.verbs.workload_kinds import WorkloadKind
 from sim import __version__
@@ -148,7 +148,7 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
                 "dmabuf" if args.use_cuda_dmabuf or args.use_rocm_dmabuf else "peermem")
     largest = ud_largest(args, argv) if args.connection == "UD" else MAX_SIZE if args.all else args.size
     # perftest's SIZE(): a UD buffer holds the GRH before the message
-    size = format_size(_round_up(largest + receive_overhead(QpType[args.connection]), page))
+    size = format_size(_round_up(largest + receive_overhead(qp_type_of(args.connection)), page))
     # perftest's --mr_per_qp: each QP its own buffer and MR on both sides, one buffer pair a QP
     suffixes = [""] + [str(k) for k in range(1, args.qp if args.mr_per_qp else 1)]
     work = {"kind": kind.name, "name": test, "from": "local", "to": "remote",
@@ -290,7 +290,7 @@ def _header(cmd: _Command, result) -> str:
         RULE, f"                    {title}",
         f" Dual-port       : OFF\t\tDevice         : {args.ib_dev}",
         f" Number of qps   : {args.qp}\t\tTransport type : IB",
-        f" Connection type : {args.connection}\t\tUsing SRQ      : OFF",
+        f" Connection type : {args.connection}\t\tUsing SRQ      : {'ON' if args.connection == 'XRC' else 'OFF'}",
         f" TX depth        : {args.tx_depth}",
         *([f" Post List       : {args.post_list}"] if bw and args.post_list > 1 else []),
         *([f" RX depth        : {work['rx_depth']}"] if verb == "Send" else []),

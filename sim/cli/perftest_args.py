@@ -216,7 +216,7 @@ def parser(test: str) -> argparse.ArgumentParser:
     add("-D", "--duration", type=_positive("Duration period"),
         help="Run for this many simulated seconds per size, as many iterations as fit (instead of -n).")
     add("-c", "--connection", default="RC",
-        help="Connection type RC/UC/UD (default RC; rdmasim simulates RC, UC and UD QPs).")
+        help="Connection type RC/UC/UD/XRC (default RC; rdmasim simulates RC, UC, UD and XRC QPs).")
     if bw:
         add("-b", "--bidirectional", action="store_true",
             help="Measure bidirectional bandwidth: both sides post at once (default unidirectional).")
@@ -417,7 +417,8 @@ CONNECTIONS = ("RC", "UC", "UD", "XRC", "DC", "SRD")
 
 
 def _check_connection(connection: str, kind: WorkloadKind) -> None:
-    """perftest's ``change_conn_type`` checks, then the one rdmasim adds: its QPs are RC, UC or UD QPs."""
+    """perftest's ``change_conn_type`` checks, then rdmasim's: its QPs are RC, UC, UD or XRC QPs, and an XRC
+    ping-pong would need both kinds of XRC QP on each side."""
     verb = kind.verb
     if connection not in CONNECTIONS:
         raise UsageError(f"-c {connection}: Invalid Connection type. Please choose from {{{','.join(CONNECTIONS)}}}")
@@ -425,9 +426,12 @@ def _check_connection(connection: str, kind: WorkloadKind) -> None:
         raise UsageError("-c UC: UC connection not possible in READ/ATOMIC verbs")
     if connection == "UD" and verb != "send":
         raise UsageError("-c UD: UD connection only possible in SEND verb")
-    if connection not in ("RC", "UC", "UD"):
-        raise UsageError(f"-c {connection}: rdmasim simulates RC, UC and UD QPs; {connection} QPs are not modelled "
-                         "(run with -c RC)")
+    if connection == "XRC" and kind.ping_pong:
+        raise UsageError(f"-c XRC: {kind.test} answers each message from the same QP it receives on, and an XRC QP is "
+                         "an initiator or a target, not both (rdmasim gives each side one QP; run with -c RC)")
+    if connection not in ("RC", "UC", "UD", "XRC"):
+        raise UsageError(f"-c {connection}: rdmasim simulates RC, UC, UD and XRC QPs; {connection} QPs are not "
+                         "modelled (run with -c RC)")
 
 
 def _check_posting(args: argparse.Namespace) -> None:

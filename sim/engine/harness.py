@@ -12,13 +12,16 @@ import pandas as pd
 
 from models.nic.wqe import Opcode
 from models.dmabuf.gpu_export import pin_outcome
-from models.nic.transport import QpType, receive_overhead
+from models.nic.transport import QpType, qp_type_of, receive_overhead
 from models.verbs.ah import ibv_create_ah, ibv_query_gid
 from models.verbs.qp_state import AhAttr
 from models.verbs.query import ibv_query_port
 from models.verbs.cq import ibv_create_cq
 from models.verbs.qp import PERFTEST_QKEY, ibv_create_qp
+from models.verbs.recv import SrqAttr
 from models.verbs.workloads import PERFTEST_WRITE_LAT_INLINE, Endpoint
+from models.verbs.xrc import (O_CREAT, SrqInitAttrMask, SrqType, XrcdInitAttrMask, create_xrc_qp_user,
+                              ibv_create_srq_ex, ibv_get_srq_num, ibv_open_xrcd)
 from sim.engine.build import Testbed, build, qp_device
 from sim.core.errors import InvariantViolation
 from sim.engine.events import log_unreached, schedule_events
@@ -66,10 +69,17 @@ def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint
                 ctx, pd_ = qp_device(bed, reg, work.rails, k)
                 cq = ibv_create_cq(ctx, 2 * depth)
                 recv_cq = ibv_create_cq(ctx, 2 * receives) if receives else None
+                end = Endpoint(None, reg.mr_on(ctx.node.device), reg.addr)
+                if work.transport == "xrc":
+                    ends.append(xrc_end(end, pd_, cq, recv_cq, depth, receives, work.cq_mod, responder=bool(ends)))
+                    continue
                 qp = ibv_create_qp(pd_, cq, depth, sq_sig_all=work.cq_mod == 1, recv_cq=recv_cq,
-                                   max_recv_wr=receives, qp_type=QpType[work.transport.upper()])
-                ends.append(Endpoint(qp, reg.mr_on(ctx.node.device), reg.addr))
-            if work.transport == "ud":
+                                   max_recv_wr=receives, qp_type=qp_type_of(work.transport))
+                ends.append(dataclasses.replace(end, qp=qp))
+            if work.transport == "xrc":
+                ends = [dataclasses.replace(ends[0], srqn=ibv_get_srq_num(ends[1].srq)), ends[1]]
+                ends[0].qp.connect(ends[1].qp, work.max_rd_atomic, work.qp_timeout)
+            elif work.transport == "ud":
                 ends = datagram_ends(bed, ends)
             else:
                 ends[0].qp.connect(ends[1].qp, work.max_rd_atomic, work.qp_timeout)
@@ -77,6 +87,23 @@ def endpoints(bed: Testbed, work: WorkloadSpec) -> list[tuple[Endpoint, Endpoint
             pairs.append((ends[0], ends[1]))
     bed.flows[work.name or work.kind] = pairs
     return pairs
+
+
+def xrc_end(end: Endpoint, pd, cq, recv_cq, depth: int, receives: int, cq_mod: int, responder: bool) -> Endpoint:
+    """One end of an XRC workload (perftest ``-c XRC``): the requester an XRC initiator on ``pd``; the responder a
+    private XRC domain with an XRC SRQ of ``pd`` (``receives`` deep, completing in ``recv_cq``; one receive and the
+    send CQ for a workload that posts none: its requests still name it) and an XRC target QP."""
+    if not responder:
+        return dataclasses.replace(end, qp=ibv_create_qp(pd, cq, depth, sq_sig_all=cq_mod == 1,
+                                                         qp_type=QpType.XRC_SEND))
+    xrcd = ibv_open_xrcd(pd.context, XrcdInitAttrMask.FD | XrcdInitAttrMask.OFLAGS, -1, O_CREAT)
+    srq = ibv_create_srq_ex(pd.context, XRC_SRQ_MASK, SrqAttr(max(receives, 1), 1), srq_type=SrqType.XRC, pd=pd,
+                            xrcd=xrcd, cq=recv_cq or cq)
+    return dataclasses.replace(end, qp=create_xrc_qp_user(xrcd), srq=srq)
+
+
+XRC_SRQ_MASK = SrqInitAttrMask.TYPE | SrqInitAttrMask.PD | SrqInitAttrMask.XRCD | SrqInitAttrMask.CQ
+"""What an XRC SRQ's ``ibv_srq_init_attr_ex`` sets."""
 
 
 def datagram_ends(bed: Testbed, ends: list[Endpoint]) -> list[Endpoint]:
@@ -167,7 +194,7 @@ def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:
         src, dst = bed.registrations[work.from_], bed.registrations[work.to]
         if work.rule.verb == "read":
             src, dst = dst, src
-        skip = receive_overhead(QpType[work.transport.upper()])  # a UD receive's GRH comes first
+        skip = receive_overhead(qp_type_of(work.transport))  # a UD receive's GRH comes first
         expected, got = src.current_bytes()[:span], dst.current_bytes()[skip:skip + span]
         checked += span
         mismatched += int(np.count_nonzero(expected != got))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 
 from models.gpu import gpu_params
-from models.nic.transport import QpType, receive_overhead
+from models.nic.transport import qp_type_of, receive_overhead
 from models.nic.port_rates import PORT_RATES
 from models.pcie.server import buffer_nics, build_rail_server, qp_nic, rail_nics
 from models.verbs.qp import check_qp_type
@@ -128,7 +128,7 @@ def check_references(scenario: Scenario) -> list[Problem]:
                     problems.append(((*path, "to"), f"'{source}' and '{sink}' are both on node {node};"
                                      " a measurement needs buffers on two different nodes"))
                 largest = max(work.size_list())
-                overhead = receive_overhead(QpType[work.transport.upper()])
+                overhead = receive_overhead(qp_type_of(work.transport))
                 for key, buf, extra in (("from", ends[0], 0), ("to", ends[1], overhead)):
                     if largest + extra > buf.size:
                         grh = f" + {extra} (the GRH)" if extra else ""
@@ -175,7 +175,7 @@ def transport_problems(scenario: Scenario) -> list[Problem]:
     for i, (work, ends) in enumerate(_workload_ends(scenario)):
         for name in ends:
             try:
-                check_qp_type(nic_params(nodes[name]), QpType[work.transport.upper()])
+                check_qp_type(nic_params(nodes[name]), qp_type_of(work.transport))
             except VerbsError as exc:
                 problems.append((("workload", i, "transport"), f"the {nodes[name].nic.preset} NIC of node '{name}' "
                                  f"refuses it: {exc}"))

@@ -96,14 +96,20 @@ class WorkloadSpec(Strict):
     qp_timeout: Annotated[int, Field(ge=0, le=31)] = 14
     """The QPs' ACK timeout, IB's encoding: 4.096 us * 2**qp_timeout before a lost frame is sent again, 0 for never
     (perftest -u, default 14: 67 ms)."""
-    transport: Literal["rc", "uc", "ud"] = "rc"
+    transport: Literal["rc", "uc", "ud", "xrc"] = "rc"
     """The QPs' service (perftest -c): rc; uc (unacknowledged: write and send workloads); ud (datagrams: send
-    workloads, each message one packet of at most the fabric's MTU, each receive 40 bytes more for the GRH)."""
+    workloads, each message one packet of at most the fabric's MTU, each receive 40 bytes more for the GRH); xrc
+    (an XRC initiator on the requester, an XRC target and XRC SRQ on the responder: every request packet carries
+    the 4-byte XRCETH; one direction only, no ping-pong kinds)."""
 
     @field_validator("transport")
     @classmethod
     def _transport_carries_the_kind(cls, transport: str, info):
         kind = KINDS.get(info.data.get("kind"))
+        if transport == "xrc" and kind is not None and (kind.ping_pong or info.data.get("bidirectional")):
+            raise ValueError(f"xrc with {kind.name if kind.ping_pong else 'bidirectional'}: each end would both send "
+                             "and answer, and an XRC end is an initiator or a target, not both (rdmasim's workloads "
+                             "give each end one QP)")
         if kind is None or transport in kind.transports:
             return transport
         if transport == "uc":

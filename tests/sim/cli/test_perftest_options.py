@@ -135,7 +135,8 @@ def test_rocm_dmabuf_places_the_buffer_on_an_amd_gpu():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["ib_write_bw", "-c", "XRC"], "-c XRC: rdmasim simulates RC, UC and UD QPs"),
+    (["ib_write_lat", "-c", "XRC"], "-c XRC: ib_write_lat answers each message from the same QP it receives on"),
+    (["ib_write_bw", "-c", "DC"], "-c DC: rdmasim simulates RC, UC, UD and XRC QPs"),
     (["ib_send_bw", "-c", "UD", "-s", "8K"], "Max message size in UD cannot be greater than MTU (4096)"),
     (["ib_send_bw", "-c", "UD", "-s", "2048", "-m", "1024"], "Max message size in UD cannot be greater than MTU"),
     (["ib_read_bw", "-c", "UC"], "UC connection not possible in READ/ATOMIC verbs"),

@@ -78,7 +78,8 @@ def test_c_ud_with_a_or_perftests_default_size_lowers_it_to_the_mtu_and_says_so(
     ("{kind: write_bw, from: src, to: dst, sizes: [64B], transport: ud}", "workload[0].transport: write_bw: UD"),
     ("{kind: send_bw, from: src, to: dst, sizes: [2KiB], transport: ud}", "more than the fabric's MTU 1024"),
     ("{kind: send_bw, from: src, to: dst, sizes: [1KiB], transport: ud}", "1024 + 40 (the GRH) does not fit"),
-    ("{kind: send_bw, from: src, to: dst, sizes: [1KiB], transport: xrc}", "workload[0].transport"),
+    ("{kind: send_lat, from: src, to: dst, sizes: [1KiB], transport: xrc}", "workload[0].transport: xrc with send_lat"),
+    ("{kind: send_bw, from: src, to: dst, sizes: [1KiB], transport: dc}", "workload[0].transport"),
 ])
 def test_illegal_transport_combinations_are_located_errors(tmp_path, work, message):
     path = tmp_path / "s.yaml"
@@ -92,7 +93,7 @@ def test_illegal_transport_combinations_are_located_errors(tmp_path, work, messa
 
 
 @pytest.mark.parametrize("kind, transport", [("send_bw", "ud"), ("write_bw", "uc"), ("send_bw", "uc"),
-                                             ("send_lat", "uc")])
+                                             ("send_lat", "uc"), ("send_bw", "xrc"), ("write_bw", "xrc")])
 def test_data_mode_delivers_the_source_bytes_after_the_grh(kind, transport):
     scenario = Scenario.model_validate({
         "schema": 1, "name": "data", "seed": 3, "data": True, "nodes": [{"name": "a"}, {"name": "b"}],
@@ -108,8 +109,10 @@ def test_data_mode_delivers_the_source_bytes_after_the_grh(kind, transport):
         assert np.array_equal(dst[40:40 + 4096], src[:4096]) and not np.array_equal(dst[:4096], src[:4096])
 
 
-def test_a_transport_the_device_does_not_create_is_refused_naming_c():
+@pytest.mark.parametrize("connection, words", [("UC", "UC"), ("XRC", "no XRC")])
+def test_a_transport_the_device_does_not_create_is_refused_naming_c(connection, words):
+    """EFA creates no UC QPs (efa_create_qp) and has no XRC (no IBV_DEVICE_XRC, no open_xrcd)."""
     from sim.cli.perftest import UsageError
 
-    with pytest.raises(UsageError, match=r"^-c/--connection: the efa NIC of node 'a' refuses it: .*EOPNOTSUPP"):
-        perftest_scenario(["ib_write_bw", "-d", "efa_0", "-c", "UC", "-n", "5"])
+    with pytest.raises(UsageError, match=rf"^-c/--connection: the efa NIC of node 'a' refuses it: .*EOPNOTSUPP.*{words}"):
+        perftest_scenario(["ib_write_bw", "-d", "efa_0", "-c", connection, "-n", "5"])
