@@ -31,10 +31,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from models.dmabuf.gpu_export import EXPORT_CALL, CudaError, Gpu, GpuAllocation
 from models.gpu import GpuOutOfMemory
+from sim.core import format_size
 
 HOST_PAGE = 4096
 """The host page size, the unit of ``cuMemAddressReserve``'s size and address."""
@@ -86,11 +85,10 @@ def _check(ok: bool, call: str, rule: str, result: str = INVALID) -> None:
 
 @dataclass(eq=False)
 class CudaVmm:
-    """A process's VMM objects on ``gpu`` (an NVIDIA GPU). ``data``: new allocations carry bytes (zeros)."""
+    """A process's VMM objects on ``gpu`` (an NVIDIA GPU)."""
 
     gpu: Gpu
     name: str = "proc"
-    data: bool = False
     handles: dict[int, VmmHandle] = field(default_factory=dict)
     reservations: dict[int, Reservation] = field(default_factory=dict)
     _next_handle: int = 1
@@ -107,15 +105,13 @@ class CudaVmm:
         :raises CudaError: the rules of the module docstring.
         """
         call, gran = "cuMemCreate", self.granularity
-        _check(size > 0 and size % gran == 0, call, f"size {size} is not a nonzero multiple of the allocation "
-               f"granularity ({gran >> 20} MiB, cuMemGetAllocationGranularity)")
+        _check(size > 0 and size % gran == 0, call, f"size {format_size(size)} is not a nonzero multiple of the allocation "
+               f"granularity ({format_size(gran)}, cuMemGetAllocationGranularity)")
         _check(flags == 0, call, f"flags {flags:#x}: must be zero")
         try:
             alloc = self.gpu.malloc(f"{self.name}.vmm{self._next_handle}", size)
         except GpuOutOfMemory as exc:
             raise CudaError("CUDA_ERROR_OUT_OF_MEMORY", str(exc), call=call) from None
-        if self.data:
-            alloc.data = np.zeros(size, dtype=np.uint8)
         handle = self.handles[self._next_handle] = VmmHandle(self._next_handle, alloc)
         self._next_handle += 1
         return handle
@@ -155,15 +151,15 @@ class CudaVmm:
         """
         call, gran = "cuMemMap", self.granularity
         _check(flags == 0, call, f"flags {flags:#x}: must be zero")
-        _check(offset == 0, call, f"offset {offset}: the offset into the handle currently must be zero")
+        _check(offset == 0, call, f"offset {format_size(offset)}: the offset into the handle currently must be zero")
         _check(not handle.released, call, f"handle {handle.handle} was released")
         _check(size > 0 and ptr % gran == 0 and size % gran == 0, call,
-               f"ptr and size must be multiples of the allocation granularity ({gran >> 20} MiB)")
-        _check(size <= handle.size, call, f"{size} bytes from offset 0 run past the {handle.size} B handle")
+               f"ptr and size must be multiples of the allocation granularity ({format_size(gran)})")
+        _check(size <= handle.size, call, f"{format_size(size)} from offset 0 run past the {format_size(handle.size)} handle")
         reservation = self._reservation(ptr, size)
-        _check(reservation is not None, call, f"[{ptr:#x}, +{size}) is not inside one cuMemAddressReserve range")
+        _check(reservation is not None, call, f"[{ptr:#x}, +{format_size(size)}) is not inside one cuMemAddressReserve range")
         _check(not any(m.addr < ptr + size and ptr < m.addr + m.size for m in reservation.mappings.values()), call,
-               f"[{ptr:#x}, +{size}) is already mapped (cuMemMap maps only ranges not currently mapped)")
+               f"[{ptr:#x}, +{format_size(size)}) is already mapped (cuMemMap maps only ranges not currently mapped)")
         mapping = reservation.mappings[ptr] = Mapping(ptr, size, handle)
         handle.mappings += 1
         return mapping
@@ -188,7 +184,7 @@ class CudaVmm:
         :raises CudaError: some of the range is not mapped.
         """
         mappings = self.mapped(ptr, size)
-        _check(bool(mappings), "cuMemSetAccess", f"[{ptr:#x}, +{size}) is not a fully mapped address range")
+        _check(bool(mappings), "cuMemSetAccess", f"[{ptr:#x}, +{format_size(size)}) is not a fully mapped address range")
         for m in mappings:
             m.access = True
 
@@ -200,7 +196,7 @@ class CudaVmm:
         """
         mappings = self.mapped(ptr, size)
         whole = bool(mappings) and mappings[0].addr == ptr and mappings[-1].addr + mappings[-1].size == ptr + size
-        _check(whole, "cuMemUnmap", f"[{ptr:#x}, +{size}) is not the entire range of its mappings (cuMemUnmap "
+        _check(whole, "cuMemUnmap", f"[{ptr:#x}, +{format_size(size)}) is not the entire range of its mappings (cuMemUnmap "
                "cannot unmap a sub-range of a mapping)")
         reservation = self._reservation(ptr, size)
         for m in mappings:
@@ -229,7 +225,7 @@ class CudaVmm:
         """
         call, reservation = "cuMemAddressFree", self.reservations.get(ptr)
         _check(reservation is not None and reservation.size == size, call,
-               f"[{ptr:#x}, +{size}) is not a range cuMemAddressReserve returned (ptr and size must match it)")
+               f"[{ptr:#x}, +{format_size(size)}) is not a range cuMemAddressReserve returned (ptr and size must match it)")
         _check(not reservation.mappings, call, f"{len(reservation.mappings)} mapping(s) left in the range: "
                "cuMemUnmap them first")
         del self.reservations[ptr]
@@ -238,14 +234,14 @@ class CudaVmm:
         """What ``cuMemGetHandleForAddressRange`` exports for ``[ptr, ptr + size)``: the range as one
         :class:`GpuAllocation` over the mapped memory, and the allocations under it (which the export holds).
 
-        :raises CudaError: CUDA_ERROR_INVALID_VALUE, the range is not fully mapped; in data mode,
+        :raises CudaError: CUDA_ERROR_INVALID_VALUE, the range is not fully mapped; where allocations carry bytes,
             CUDA_ERROR_NOT_SUPPORTED for a range over several allocations (not modelled: their bytes are apart).
         """
         call, mappings = EXPORT_CALL[self.gpu.vendor], self.mapped(ptr, size)
-        _check(bool(mappings), call, f"[{ptr:#x}, +{size}) is not fully mapped")
+        _check(bool(mappings), call, f"[{ptr:#x}, +{format_size(size)}) is not fully mapped")
         first = mappings[0].handle.alloc
         data = None
-        if self.data:
+        if first.data is not None:
             _check(len(mappings) == 1, call, "data mode: an export over several VMM allocations is not modelled "
                    "(their bytes are apart)", result="CUDA_ERROR_NOT_SUPPORTED")
             data = first.data[ptr - mappings[0].addr:]

@@ -41,7 +41,7 @@ class GPU:
         self.node = testbed.bed.nodes[gpu.name.split(".")[0]]
         self.process = CudaProcess(gpu, name="script")
         """The script's allocations on this GPU."""
-        self.vmm = CudaVmm(gpu, name="script", data=testbed.env.data_mode)
+        self.vmm = CudaVmm(gpu, name="script")
         """The script's virtual-memory objects on this GPU (handles, reservations, mappings)."""
 
     @property
@@ -85,8 +85,16 @@ class GPU:
 
         :raises CudaError: ``CUDA_ERROR_INVALID_VALUE`` (size not a multiple of :attr:`granularity`, flags),
             ``CUDA_ERROR_OUT_OF_MEMORY``.
+        :raises VerbsError: ``ENOMEM``: data mode, and this process cannot hold the bytes (:func:`zeroed`).
         """
-        return self._vmm_call("cuMemCreate", size, self.vmm.mem_create, size, flags)
+        handle = self._vmm_call("cuMemCreate", size, self.vmm.mem_create, size, flags)
+        if self.testbed.env.data_mode:
+            try:
+                handle.alloc.data = zeroed(size, "cuMemCreate")
+            except VerbsError:
+                self.vmm.mem_release(handle)
+                raise
+        return handle
 
     def mem_address_reserve(self, size: int, alignment: int = 0, addr: int = 0, flags: int = 0) -> int:
         """``cuMemAddressReserve``: the start of a reserved virtual address range of ``size`` bytes.
