@@ -16,13 +16,13 @@ max_mr_size ~0ull (``ibv_devinfo -v``, github.com/open-mpi/ompi/pull/6137)."""
 
 NIC_PRESETS: dict[str, dict] = {
     "connectx8": {"tx_process_ps": 3 * PS_PER_NS, "rx_process_ps": 3 * PS_PER_NS, **MLX5_LIMITS, "data_direct": True,
-                  "device": DeviceAttrs(fw_ver="40.0.0", vendor_part_id=4131)},
+                  "max_dm_size": 256 * 1024, "device": DeviceAttrs(fw_ver="40.0.0", vendor_part_id=4131)},
     "connectx7": {"tx_process_ps": 3 * PS_PER_NS, "rx_process_ps": 3 * PS_PER_NS, **MLX5_LIMITS,
-                  "device": DeviceAttrs(fw_ver="28.0.0", vendor_part_id=4129)},
-    "connectx6": {"tx_process_ps": 4650, "rx_process_ps": 4650, **MLX5_LIMITS,
+                  "max_dm_size": 256 * 1024, "device": DeviceAttrs(fw_ver="28.0.0", vendor_part_id=4129)},
+    "connectx6": {"tx_process_ps": 4650, "rx_process_ps": 4650, **MLX5_LIMITS, "max_dm_size": 128 * 1024,
                   "device": DeviceAttrs(fw_ver="20.0.0", vendor_part_id=4123)},
     "connectx5": {"tx_process_ps": 5 * PS_PER_NS, "rx_process_ps": 5 * PS_PER_NS, **MLX5_LIMITS,
-                  "device": DeviceAttrs()},
+                  "max_dm_size": 128 * 1024, "device": DeviceAttrs()},
     "efa": {"tx_process_ps": 10 * PS_PER_NS, "rx_process_ps": 10 * PS_PER_NS, "max_rd_atomic": 16,
             "odp": None, "dmabuf": "pinned", "max_dm_size": 0,
             "device": DeviceAttrs(fw_ver="0.0.0", vendor_id=0x1D0F, vendor_part_id=0xEFA0, max_sge=2, max_sge_rd=1,
@@ -59,6 +59,13 @@ SOURCES = {
               "firmware family (20 and 28). EFA: vendor 0x1d0f, part 0xefa0 (efa driver's PCI ids); its limits come "
               "from the device and are not published: max_sge 2, max_sge_rd 1 are assumptions, no atomics, "
               "max_qp_wr stays the model default 8192, the other limits are mlx5's.",
+    "max_dm_size": "mlx5_ib_query_device reports MLX5_CAP_DEV_MEM(max_memic_size) as max_dm_size when the device "
+                   "has MEMIC. ibv_devinfo -v of a ConnectX-6 (4123, fw 20.37.1700, in a UCX bug report) and of "
+                   "ConnectX-6 Dx (4125, fw 22.36.1010, two public notes) print 131072 bytes; a ConnectX-7's "
+                   "mlxconfig shows MEMIC_SIZE_LIMIT _256KB "
+                   "(github.com/k8snetworkplumbingwg/sriov-network-device-plugin/issues/601): 262144. ConnectX-5 "
+                   "(128 KiB, as ConnectX-6) and ConnectX-8 (256 KiB, as ConnectX-7) are "
+                   "assumptions: no dump of theirs was read. EFA has no device memory (0).",
     "latencies": "doorbell 200 ns, send/receive pipelines 150 ns each and PCIe write flight 150 ns give about "
                  "0.65 us of NIC+PCIe time per one-way 2 B write, consistent with the vendors' 'sub-600 ns' "
                  "NIC latency; with a 300 ns fabric hop ib_write_lat 2 B is about 1 us.",

@@ -255,13 +255,15 @@ class Watch:
 
     def confirm(self, solved: Solved, streams) -> str | None:
         """Why ``solved`` may not stand: a move's first access after the zap came at another time than its
-        re-fault was made for, or READ responses landed out of order across a move (a READ's max_rd_atomic slot
+        re-fault was made for, or READ responses landed out of order where a stream's steps change (a move, a
+        translation cache's first misses; a READ's max_rd_atomic slot
         goes back when its response lands, and the core passes READ ``i`` at the landing of READ
         ``i - max_rd_atomic``, which is the slots' answer only while they land in order)."""
         for (k, size), marks in solved.marks.items():
             if "landing" in marks and (np.diff(marks["landing"]) < 0).any():
                 return (f"the responses of READ workload '{streams[k].work.name or streams[k].work.kind}' at "
-                        f"{format_size(size)} landed out of order across a move of its buffer")
+                        f"{format_size(size)} landed out of order where its steps change (its buffer moved or a "
+                        "translation cache missed for one of them), which max_rd_atomic's slots see")
         for name, moves in self.moves.items():
             for move in moves:
                 first = _first_access(solved, streams, name, move.zapped_ps)

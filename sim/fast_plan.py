@@ -50,7 +50,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, path
+from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, path, translation_cache
 from models.nic.refusal import refusal
 from models.nic.stages import memory_target
 from models.nic.wqe import Opcode
@@ -59,7 +59,7 @@ from models.verbs.send_checks import check_send_wr
 from models.verbs.workloads import (Endpoint, NoSingleChain, OpRecords, ping_pong, posts_inline, still_posting,
                                     succeeded, tagged, whole_buffer_receive, work_request)
 from sim.core.errors import VerbsError
-from sim.core.steps import Check, Claim, Fork
+from sim.core.steps import Check, Claim, Detour, Fork
 from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast.solver import Problem
@@ -67,6 +67,7 @@ from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
 from sim.fast_events import Move, Solved, Watch
 from sim.fast_faults import Unfollowed, faults_followed
 from sim.fast_receives import ReceivesAhead, ReceivesShort
+from sim.fast_translations import Translations
 from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
@@ -111,16 +112,21 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     bed, started, event_log = setup_run(scenario, seed, trace)
     ends = streams(scenario, bed)
     watch = Watch(bed, scenario, ends)
+    translations = _translations(ends, bed.env.now)
     reason = _refused(ends)
+    if not reason and translations is not None and (scenario.events or watch.faults.sources):
+        reason = ("a translation cache's hits with scenario events or page faults, which change what it holds: the "
+                  "event engine simulates that")
     if reason:
         return decline(reason)
     alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
-    once = not scenario.events and not watch.faults.sources  # nothing makes the run be solved again
+    # Nothing makes the run be solved again: no event, no page fault, no translation cache.
+    once = not scenario.events and not watch.faults.sources and translations is None
     table, sink = OperationTable(), StreamedSummaries(variant) if alone and once else None
     solved, reached, pipes = None, {}, None
     try:
         for _ in range(MAX_MOVES + 1):
-            pipes = pipelines(ends, watch.moves, solved and solved.posts)
+            pipes = pipelines(ends, watch.moves, solved and solved.posts, translations)
             solved = Solved(_pieces(pipes, started, progress, reached, crawl=scenario.engine == "auto",
                                     rows=sink and _Rows(ends, table, sink), receives=ReceivesAhead(ends)),
                             pipes.ops)
@@ -128,11 +134,11 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             reason = watch.confirm(solved, ends)
             if reason:
                 break
+            if not changed and translations is not None and translations.settle(
+                    solved.marks, {k: _local_check(end.work) for k, end in enumerate(ends)}):
+                continue  # another operation reached a translation first: solved again with that
             if not changed:
                 end = _settled(ends, solved, pipes.ops)
-                reason = _out_of_send_order(solved)
-                if reason:
-                    break
                 changed = watch.advance(end)
                 if not changed:
                     watch.clock(end)
@@ -175,8 +181,8 @@ def fast_refusal(scenario: Scenario, trace: bool = False) -> str | None:
     reason = reason or _refused(ends)
     if reason:
         return reason
-    pipes = pipelines(ends)
     try:
+        pipes = pipelines(ends, translations=_translations(ends, 0))
         Problem(pipes.servers, pipes.groups)
     except Unsolvable as exc:
         return _unsolved(exc, pipes, ends)
@@ -266,19 +272,6 @@ def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, reached:
         yield (k, size), piece
 
 
-def _out_of_send_order(solved: Solved) -> str | None:
-    """Why the solve is not the event engine's: a stream whose steps changed (a buffer moved to a route with a
-    shorter payload read) has a request reach the transmit port before an earlier one, which the event engine's
-    send-queue turn holds back (:data:`models.nic.datapath.TRANSMIT`); None when every stream kept its order.
-    Only a complete solve is looked at (:meth:`sim.fast_events.Watch.follow` took every piece)."""
-    assert solved.complete, "a solve is checked for its send order only once complete"
-    for marks in solved.marks.values():
-        sent = marks.get(TRANSMIT)
-        if sent is not None and np.any(np.diff(sent) < 0):
-            return "a request of a moved buffer's new route would overtake an earlier one of its QP"
-    return None
-
-
 def _settled(ends: list[Stream], solved: Solved, ops: dict[tuple[int, int], int]) -> int:
     """When the event engine's run ends: the last completion or, after a ping-pong, the acknowledgement of
     its last WRITEs seen by their pollers, whichever is later (:func:`sim.engine.harness.drain` waits for it) (ps);
@@ -342,17 +335,19 @@ def _by_workload(ends: list[Stream]) -> list[list[int]]:
 
 
 def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
-              posts: dict[tuple[int, int], np.ndarray] | None = None) -> Pipelines:
+              posts: dict[tuple[int, int], np.ndarray] | None = None,
+              translations: Translations | None = None) -> Pipelines:
     """The servers and groups of ``ends`` in run order. ``moves`` of a buffer a workload reads from (its
     ``from``) hold its translations in each move's re-fault interval and send the operations posted after
     each move's zap to where the buffer went: the first such operation of each (workload, size) is found in
-    ``posts`` (the previous solve's posts, exact up to there)."""
+    ``posts`` (the previous solve's posts, exact up to there). ``translations``: the streams' translation-cache
+    stages (:mod:`sim.fast_translations`; none may move then)."""
     servers: dict[int, int] = {}
     names: list[Server] = []
     groups, labels, ops = [], [], {}
     for mine in _by_workload(ends):  # one workload's streams are solved together
         sizes = [_groups(ends[w], servers, names, (moves or {}).get(ends[w].buffers[0], []),
-                         {s: p for (v, s), p in (posts or {}).items() if v == w}, w, ops) for w in mine]
+                         {s: p for (v, s), p in (posts or {}).items() if v == w}, w, ops, translations) for w in mine]
         for each in zip(*sizes):  # one size: the streams of every QP at once
             for stream, (w, (size, parts)) in enumerate(zip(mine, each)):
                 for j, group in enumerate(parts):
@@ -383,7 +378,8 @@ its posting stops, :attr:`sim.fast.Group.posts_while`)."""
 
 
 def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: list[Move],
-            posts: dict[int, np.ndarray], k: int, ops: dict[tuple[int, int], int]):
+            posts: dict[int, np.ndarray], k: int, ops: dict[tuple[int, int], int],
+            translations: Translations | None = None):
     """Each size of ``end.work`` with its :class:`Group` s (posted from ``src``'s QP to ``dst``'s):
     the steps of :func:`models.nic.datapath.path` with servers numbered, the requester's own translation
     (labelled ``local``) held in the re-fault intervals of ``moves``. A size whose operations were posted on
@@ -415,8 +411,8 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
                                label=TRANSMIT if step.turn == TRANSMIT and step.label is None else step.label)
             elif isinstance(step, Check) and step.name == local:
                 step = replace(step, holds=holds, label="local", decides=None if followed(step) else step.decides)
-            elif isinstance(step, Fork):
-                step = Fork(indexed(step.steps))
+            elif isinstance(step, (Fork, Detour)):
+                step = type(step)(indexed(step.steps))
             out.append(step)
         return tuple(out)
 
@@ -443,12 +439,26 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
         else:
             draws = {"poll": _Draws(mine, first)}
             window = work.rule.window(work.tx_depth)
-            opcode = workload_opcode(work)
-            local = "response" if opcode.reads_remote else "source"
+            opcode, local = workload_opcode(work), _local_check(work)
             known = posts.get(size, np.empty(0, np.int64))  # none yet: all are posted after every move
-            yield size, [Group(indexed(steps_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
-                                                (target, end.targets[1])), local), hi, window, draws, lo, **timed)
-                         for lo, hi, target in _segments(end.targets[0], moves, known, ops[k, size])]
+            parts = [(lo, hi, steps_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
+                                       (target, end.targets[1])))
+                     for lo, hi, target in _segments(end.targets[0], moves, known, ops[k, size])]
+            if translations is not None:  # (nothing moves then: one part)
+                parts = translations.split(k, end, size, parts[0][2], ops[k, size], work.duration is not None)
+            yield size, [Group(indexed(steps, local), hi, window, draws, lo, **timed) for lo, hi, steps in parts]
+
+
+def _local_check(work: WorkloadSpec) -> str:
+    """The check of ``work``'s path where the requester's own MR is translated: a READ's or atomic's response
+    landing, else the source's payload read (labelled ``local`` in the vectorized core's steps)."""
+    return "response" if workload_opcode(work).reads_remote else "source"
+
+
+def _translations(ends: list[Stream], now_ps: int) -> Translations | None:
+    """The translations of ``ends`` when a node of theirs models a translation cache (None otherwise)."""
+    nodes = [n for end in ends for n in (end.src.qp.node, end.dst.qp.node)]
+    return Translations(now_ps) if any(translation_cache(n) is not None for n in nodes) else None
 
 
 def _segments(target: str | None, moves: list[Move], posts: np.ndarray, ops: int):

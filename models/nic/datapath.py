@@ -23,7 +23,7 @@ from models.nic.stages import (dma_read, dma_write, labelled, memory_target, nod
 from models.nic.transport import acknowledged, carries, packet_headers
 from models.nic.wqe import ATOMIC_BYTES, SEND_FENCE, SEND_SIGNALED, Opcode, SendWR, Sge
 from sim.core.interpreter import Turns, compile_steps
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wake
+from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wake, walk_order
 
 
 class Path(NamedTuple):
@@ -39,6 +39,9 @@ class Path(NamedTuple):
     (:meth:`~models.nic.work_request.WorkRequestRun.mark` does nothing then)."""
     after: dict[str, tuple[Step, ...]]
     """The steps that follow each check."""
+    at: dict[str, int]
+    """Each check's position in the ordering rule (its index in :func:`~sim.core.steps.walk_order` of ``steps``):
+    what a check puts in the place of the steps after it is numbered on from there."""
     forward: tuple[Step, ...]
     """Send engine to the responder's receive engine (retransmitted after an RNR NAK)."""
     reply: tuple[Step, ...]
@@ -177,7 +180,8 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     after = _after_checks(steps)
     forward = on_the_wire(in_send_order(forward, nic, qp.qp_num), nic, pnic, lossy)
     reply = on_the_wire(reply, nic, pnic, lossy)
-    result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after, forward,
+    result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after,
+                                  _check_positions(steps), forward,
                                   tuple(reply), compile_steps((*reply[-1:], *COMPLETION)),
                                   compile_steps((*reply, *COMPLETION)), landed_back, request_packets(qp, opcode, n))
     return result
@@ -190,7 +194,7 @@ def _local_path(qp, key: tuple, steps: tuple[Step, ...], cqe: list[Step]) -> Pat
     steps = in_send_order(list(steps), qp.node.nic, qp.qp_num)
     failed = compile_steps((*cqe[-1:], *COMPLETION))
     result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False),
-                                  _after_checks(steps), (), (), failed, failed, 0, 0)
+                                  _after_checks(steps), _check_positions(steps), (), (), failed, failed, 0, 0)
     return result
 
 
@@ -200,6 +204,19 @@ def _unacknowledged(steps: list[Step], delivery: list[Step], cqe: list[Claim], w
     ``cqe`` (none when unsignaled) as soon as the transmit port has sent the last byte, nothing coming back."""
     arrival = steps[-2:]
     return [*steps[:-2], Fork((*arrival, *delivery)), Rebase(True, -wire_latency_ps), *cqe, *COMPLETION]
+
+
+def _check_positions(steps: tuple[Step, ...], base: int = 0) -> dict[str, int]:
+    """The walk-order position of each check of ``steps`` (numbered from ``base``) whose following steps
+    :func:`_after_checks` gives: a main chain's check before a side chain's of the same name."""
+    out: dict[str, int] = {}
+    for step in steps:
+        if isinstance(step, Check):
+            out[step.name] = base
+        elif isinstance(step, Fork):
+            out.update({name: k for name, k in _check_positions(step.steps, base + 1).items() if name not in out})
+        base += len(walk_order((step,)))
+    return out
 
 
 def _after_checks(steps: tuple[Step, ...]) -> dict[str, tuple[Step, ...]]:
@@ -402,15 +419,12 @@ def _path_of(qp, wr: SendWR, sges: Sequence[Sge], sig: bool, now_ps: int, listed
     remote_mr = key_mr(peer.nic, wr.rkey) if not wr.opcode.consumes_receive or wr.opcode.writes_remote else \
         receive_mr(qp.remote)
     checked = checked_accesses(qp, local_mrs, remote_mr)
-    flat = node.topology is None and peer.topology is None
-    gather = () if len(local_mrs) < 2 else tuple((sge.length, None if flat else memory_target(mr, now_ps))
+    gather = () if len(local_mrs) < 2 else tuple((sge.length, memory_target(mr, now_ps))
                                                  for sge, mr in zip(sges, local_mrs))
     fence = bool(wr.send_flags & SEND_FENCE)
     shape = Shape(gather, sig, fence, listed) if gather or listed else _ONE_SGE[sig, fence]
     # An opcode the QP's service does not carry fails at the requester: its path is a SEND's up to there.
     opcode = wr.opcode if carries(qp.qp_type, wr.opcode) else Opcode.SEND
-    if flat:
-        return path(qp, opcode, wr.message_bytes, wr.is_inline, checked=checked, shape=shape)
     return path(qp, opcode, wr.message_bytes, wr.is_inline, memory_target(local_mr, now_ps),
                 memory_target(remote_mr, now_ps), checked, shape)
 

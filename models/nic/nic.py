@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.nic.device import DeviceAttrs
+from models.nic.memic import Memic
 from models.nic.mtt_cache import MttCache
 from models.nic.translation import DmabufImporter
 from models.nic.wqe import Access
@@ -126,7 +127,8 @@ class NicParams:
     the invariant checker catches its DMA through stale mappings)."""
     max_dm_size: int = 128 * 1024
     """Device memory (``ibv_alloc_dm``, mlx5's MEMIC) the device offers, bytes (``max_dm_size`` of
-    ``ibv_query_device_ex``); 0: none (EFA). The 128 KiB is an assumption: no public device dump was read."""
+    ``ibv_query_device_ex``, the MEMIC the allocator of :mod:`models.nic.memic` hands out); 0: none (EFA). Each
+    preset sets its own (``SOURCES["max_dm_size"]`` in :mod:`models.presets`); the default is ConnectX-6's."""
     dmabuf_revocable: bool = False
     """A ``pinned`` importer imports dma-bufs revocably from 7.1, as irdma does
     (``ib_umem_dmabuf_get_pinned_revocable_and_lock``): a revocation invalidates the key in hardware."""
@@ -154,6 +156,8 @@ class Nic:
         (``key >> 8``: a bind changes a window's key, not its index)."""
         self.device_memory: list[Any] = []
         """Allocated device memory (:class:`~models.verbs.dm.DeviceMemoryAllocation`), oldest first."""
+        self.memic = Memic(name, params.max_dm_size)
+        """The device memory's pages and the port the data path's accesses to it claim."""
         self.mtt: MttCache | None = None
         """The MPT/MTT translation caches when modelled (off by default: every translation hits)."""
         self._next_key = 0x100

@@ -27,6 +27,7 @@ import dataclasses
 from collections.abc import Callable
 
 from models.fabric import Fabric
+from models.nic.memic import MEMIC_TARGET, memic_access
 from models.nic.nic import Nic
 from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
 from models.pcie.topology import dma_read_stages, dma_write_stages
@@ -122,15 +123,22 @@ def rx_engine(nic: Nic, qp_num: int) -> Claim:
 def memory_target(mr, now_ps: int) -> str | None:
     """Where a NIC access through ``mr`` goes at ``now_ps`` in its node's PCIe topology: the GPU's vertex
     (``gpu0``, ``gpu3``...) for a GPU buffer the NIC reaches in VRAM, ``mem0`` for host memory; None when the
-    node has no topology (the NIC's own link reaches host memory)."""
-    if mr is None or mr.pd.context.node.topology is None:
+    node has no topology (the NIC's own link reaches host memory). A DM MR's accesses stay on the NIC
+    (:data:`~models.nic.memic.MEMIC_TARGET`), topology or not."""
+    if mr is None:
+        return None
+    if mr.dm is not None:
+        return MEMIC_TARGET
+    if mr.pd.context.node.topology is None:
         return None
     return "mem0" if mr.backing is None else mr.backing.target(now_ps)
 
 
 def node_dma_read(node, target: str | None, nbytes: int) -> list[Step]:
     """The NIC of ``node`` reads ``nbytes`` of ``target`` (see :func:`memory_target`), along the route from
-    that NIC (``node.device``)."""
+    that NIC (``node.device``); its own MEMIC without crossing PCIe."""
+    if target == MEMIC_TARGET:
+        return memic_access(node.nic.memic, nbytes)
     if target is None:
         return dma_read(node.pcie, nbytes)
     return dma_read_stages(node.topology, node.device, target, nbytes)
@@ -138,6 +146,8 @@ def node_dma_read(node, target: str | None, nbytes: int) -> list[Step]:
 
 def node_dma_write(node, target: str | None, nbytes: int) -> list[Claim]:
     """The NIC of ``node`` writes ``nbytes`` to ``target``."""
+    if target == MEMIC_TARGET:
+        return memic_access(node.nic.memic, nbytes)
     if target is None:
         return dma_write(node.pcie, nbytes)
     return dma_write_stages(node.topology, node.device, target, nbytes)
@@ -152,8 +162,10 @@ def labelled(steps: list[Step], label: str) -> list[Step]:
 def translation_stages(node, mr, addr: int, length: int, now_ps: int, *, write: bool) -> list[Step]:
     """What translating one access costs before its data moves: NIC MPT/MTT cache misses (DMA reads of the
     entries), the deep-MR walk of a large MR the NIC writes, and IO-TLB misses of host-memory DMA. Empty when
-    the node models neither (the default)."""
+    the node models neither (the default) and for a DM MR (a MEMIC mkey has no translation and its DMA no IOMMU)."""
     stages: list[Step] = []
+    if mr.dm is not None:
+        return stages
     mtt = node.nic.mtt
     if mtt is not None:
         access = mtt.access(mr.lkey, mr.length, mr.page_size, addr - mr.iova, length, write=write)

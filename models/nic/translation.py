@@ -71,8 +71,10 @@ class MrBacking:
 
 def mr_bytes(mr, addr: int, length: int) -> np.ndarray:
     """A writable view of ``[addr, addr+length)`` (in the MR's iova space) of
-    :class:`~models.verbs.mr.MemoryRegion` ``mr`` as the NIC reaches it now."""
+    :class:`~models.verbs.mr.MemoryRegion` ``mr`` as the NIC reaches it now (a DM MR: the device memory's bytes)."""
     offset = addr - mr.iova
+    if mr.dm is not None:
+        return mr.dm.data[mr.dm_offset + offset: mr.dm_offset + offset + length]
     reached = mr.backing.reached_bytes(mr) if mr.backing is not None else None
     if reached is None:
         host, va = mr.pd.context.node.host, mr.addr + offset

@@ -20,12 +20,13 @@ from models.nic.refusal import DROPPED, NAK, NO_RECEIVE, NOT_RECEIVING, local_st
 from models.nic.remote_access import remote_right, remote_status
 from models.nic.retransmit import Retransmission
 from models.nic.stages import translation_stages
+from models.nic.translated import RESPONDER, RESPONSE, SOURCE, translation_writes
 from models.nic.translation import Fault, lookup_mr, mr_bytes, write_payload
 from models.nic.transport import PSN_MASK, Outcome, Waiting, acknowledged, after_gap_closed
 from models.nic.wqe import WC_SUCCESS, Opcode, QpState, SendWR, Sge, WcStatus
 from sim.core.interpreter import Operation, Semaphore, compile_steps
 from sim.core import ProtocolError
-from sim.core.steps import Check
+from sim.core.steps import Check, Detour
 
 
 def start_work_request(qp, wr: SendWR, seq: int, offset: int = 0, listed: bool = False,
@@ -54,7 +55,7 @@ class WorkRequestRun(Retransmission):
     stall the send queue; a responder-side fault sends an RNR NAK), PSNs, frames a link loses and the retries
     after them, data mode's bytes, landing and completion."""
 
-    __slots__ = ("qp", "wr", "path", "posted", "sges", "signaled", "status", "payload", "retries", "resume", "local",
+    __slots__ = ("qp", "wr", "path", "posted", "sges", "signaled", "status", "payload", "retries", "local",
                  "received", "transport_retries", "executed", "psn", "packets", "op", "waiting", "timer_at", "woken",
                  "nak_psn")
 
@@ -76,8 +77,6 @@ class WorkRequestRun(Retransmission):
         """The local SGEs' MRs as the requester found them when it took up the WQE, with address and length."""
         if wr.is_inline and qp.pd.context.env.data_mode:
             self.payload = wr.inline_data if wr.inline_data is not None else inline_payload(qp.node.host, sges)
-        self.resume: tuple[tuple, int] | None = None
-        """After translation stages: the steps the data goes on with, and its tail before them."""
         self.received: tuple | None = None
         """The receive the responder consumed: its queue and :class:`~models.nic.wqe.RecvWR`."""
         self.op: Operation | None = None
@@ -130,7 +129,7 @@ class WorkRequestRun(Retransmission):
             qp.sq_stalled_until = now
         if not self.wr.is_inline:
             self.payload = _gather(qp.pd.context.env, self.local)
-        return self._translation(qp.node, self.local, now, head, tail, self.path.after.get("source"), write=False)
+        return self._translation(qp.node, self.local, now, head, tail, SOURCE)
 
     def _responder(self, now: int, head: int, tail: int):
         qp, wr = self.qp, self.wr
@@ -177,8 +176,7 @@ class WorkRequestRun(Retransmission):
         else:
             self.payload = _gather(env, target)
         self._executed()
-        return self._translation(peer, target, now, head, tail, self.path.after["responder"],
-                                 write=wr.opcode.writes_remote or wr.opcode.is_atomic)
+        return self._translation(peer, target, now, head, tail, RESPONDER)
 
     def _dropped(self, tail: int, why: str):
         """An unacknowledged (UC, UD) responder drops the request (``why`` goes to the trace): nothing comes back
@@ -260,8 +258,7 @@ class WorkRequestRun(Retransmission):
             write_payload(mr, addr, self.payload)
         else:
             scatter(responder.node.nic, recv, with_grh(qp, wr, self.payload))
-        return self._translation(responder.node, [(mr, addr, length)], now, head, tail, self.path.after["responder"],
-                                 write=True)
+        return self._translation(responder.node, [(mr, addr, length)], now, head, tail, RESPONDER)
 
     def _response(self, now: int, head: int, tail: int):
         qp = self.qp
@@ -271,7 +268,7 @@ class WorkRequestRun(Retransmission):
                 if held is not None:
                     return self._fail(held, now, self.path.failed) if isinstance(held, WcStatus) else held
         _scatter(self.local, self.payload)
-        return self._translation(qp.node, self.local, now, head, tail, self.path.after["response"], write=True)
+        return self._translation(qp.node, self.local, now, head, tail, RESPONSE)
 
     def _translated(self, mr, addr: int, length: int, now: int, *, write: bool):
         """A requester-side NIC access of ``length`` bytes through ``mr`` at ``now``: None when it goes on, the
@@ -285,21 +282,20 @@ class WorkRequestRun(Retransmission):
                                              until_ps=answer.ready_ps, write=write)
         return answer.ready_ps
 
-    def _translation(self, node, pieces: list[Piece], now: int, head: int, tail: int, rest, *, write: bool):
-        """After an access is allowed: the NIC's translation-cache and IO-TLB stages of each piece (when the node
-        models them) run from ``head``; the data goes on with ``rest`` of the steps once they are done, its tail
-        no earlier than then. None when there are none."""
+    def _translation(self, node, pieces: list[Piece], now: int, head: int, tail: int, check: str):
+        """After an access is allowed at ``now``, at the check named ``check``: the NIC's translation-cache and
+        IO-TLB stages of each piece (when the node models them), looked up then, run as a detour from ``head`` before the
+        steps after the check (:class:`~sim.core.steps.Detour`: the data goes on once they are done, its tail no
+        earlier than then), numbered on from the check. None when there are none."""
+        rest = self.path.after.get(check)
         if rest is None or not pieces or (node.nic.mtt is None and node.iommu is None):
             return None
-        extra = [s for mr, addr, length in pieces for s in translation_stages(node, mr, addr, length, now, write=write)]
+        extra = tuple(s for mr, addr, length in pieces
+                      for s in translation_stages(node, mr, addr, length, now,
+                                                      write=translation_writes(check, self.wr.opcode)))
         if not extra:
             return None
-        self.resume = (compile_steps(rest), tail)
-        return compile_steps((*extra, Check("translation_done"))), head, head
-
-    def _translation_done(self, now: int, head: int, tail: int):
-        program, before = self.resume
-        return program, head, max(before, head)
+        return compile_steps((Detour(extra), *rest), self.path.at[check] + 1), head, tail
 
     def _received(self, now: int, head: int, tail: int):
         """The responder's receive CQE is in memory: the receive completes."""
@@ -321,7 +317,7 @@ class WorkRequestRun(Retransmission):
 
 
 _CHECKS = {name: getattr(WorkRequestRun, "_" + name)
-           for name in ("requester", "source", "responder", "response", "translation_done", RECEIVED, REQUEST_WIRE,
+           for name in ("requester", "source", "responder", "response", RECEIVED, REQUEST_WIRE,
                         REPLY_WIRE, ACK_TIMER, SEQUENCE_NAK)}
 """The method deciding each :class:`~sim.core.steps.Check` of a work request's path, by the check's name."""
 

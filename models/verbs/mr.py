@@ -57,6 +57,11 @@ class MemoryRegion:
     """Bytes one of its translation entries covers (:func:`~models.ib.mkey_page.mkey_page_size`)."""
     dmah: object = None
     """The DMA handle it was registered with (:class:`~models.verbs.dmah.DmaHandle`, ``ibv_reg_mr_ex``), or None."""
+    dm: object = None
+    """The device memory it registers (:class:`~models.verbs.dm.DeviceMemoryAllocation`, ``ibv_reg_dm_mr``), or
+    None."""
+    dm_offset: int = 0
+    """Where it starts in ``dm`` (bytes)."""
 
     def __post_init__(self) -> None:
         self._bits = int(self.access)
@@ -67,7 +72,9 @@ class MemoryRegion:
     @property
     def mtt_entries(self) -> int:
         """Translation entries the NIC holds for the MR (``ib_umem_num_dma_blocks``); an implicit ODP MR's parent
-        holds its KSM entries (its children's are their own)."""
+        holds its KSM entries (its children's are their own); a DM MR none (a MEMIC mkey has no translation)."""
+        if self.dm is not None:
+            return 0
         if isinstance(self.backing, ImplicitOdpBacking):
             return MLX5_IMR_KSM_ENTRIES
         return ib_umem_num_dma_blocks(self.iova, self.length, self.page_size)
@@ -233,6 +240,9 @@ def ibv_dereg_mr(mr: MemoryRegion) -> int:
     if mr.dmah is not None:
         mr.dmah.usecnt -= 1
     node.nic.mrs.pop(mr.lkey, None)  # gone already after a NIC reset
+    if mr.dm is not None:  # nothing pinned or mapped: the ioctl and the mkey
+        mr.dm.usecnt -= 1
+        return DEREG_MR_FIXED_PS
     if not isinstance(mr.backing, ImplicitOdpBacking):
         node.nic.release_translations(mr.mtt_entries)
     if mr.backing is not None:
@@ -250,7 +260,8 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     """Modify a host MR in place (new range and/or access rights; keys are kept); return the cost (ps).
 
     :raises VerbsError: ``EINVAL`` for a dma-buf MR (rdma-core refuses anything but IBV_MR_TYPE_MR), unknown
-        flags, or any check :func:`ibv_reg_mr` would fail; ``ENOMEM``/``EFAULT`` when re-pinning fails.
+        flags, a DM MR (``ib_uverbs_rereg_mr``: ``mr->dm``), or any check :func:`ibv_reg_mr` would fail;
+        ``ENOMEM``/``EFAULT`` when re-pinning fails.
     """
     call = "ibv_rereg_mr"
     if mr.mr_type != "MR":
@@ -262,6 +273,9 @@ def ibv_rereg_mr(mr: MemoryRegion, flags: int, pd: ProtectionDomain | None = Non
     if not flags or flags & ~(REREG_CHANGE_TRANSLATION | REREG_CHANGE_PD | REREG_CHANGE_ACCESS):
         raise VerbsError("EINVAL", f"flags {flags:#x}: need a combination of CHANGE_TRANSLATION, CHANGE_PD, "
                          "CHANGE_ACCESS", call=call)
+    if mr.dm is not None:
+        raise VerbsError("EINVAL", "a device-memory MR cannot be re-registered (ib_uverbs_rereg_mr: mr->dm)",
+                         call=call)
     if mr.backing is not None:
         raise VerbsError("EOPNOTSUPP", "re-registering an ODP MR in place is not modelled", call=call)
     new_access = Access(access) if flags & REREG_CHANGE_ACCESS else mr.access

@@ -34,7 +34,7 @@ from sim.api.ah import AH
 from sim.api.comp_channel import CompChannel
 from sim.api.arguments import ArgumentTypeError
 from sim.api.device import CQ, PD, WC, AsyncEvent, Context
-from sim.api.dm import DM, AllocDmAttr
+from sim.api.dm import DM, DMMR, AllocDmAttr
 from sim.api.gpu import GPU, DmaBuf, GpuBuffer, MappedRange
 from sim.api.host import HostMemory
 from sim.api.mr import MR, DmaBufMR, Mlx5DmaBufMR
@@ -53,7 +53,7 @@ __all__ = [
     "QP", "QPCap", "QPInitAttr", "QPAttr", "QPEx", "QPInitAttrEx", "DataBuffer", "QpInitAttrMask", "SendOps",
     "AH", "AHAttr",
     "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqAttr", "SRQ_MAX_WR", "SRQ_LIMIT",
-    "AsyncEvent", "AsyncEventType", "DM", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf", "HostMemory",
+    "AsyncEvent", "AsyncEventType", "DM", "DMMR", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf", "HostMemory",
     "MappedRange", "VmmHandle",
     "Access", "Opcode", "QpState", "QpType", "QpAttrMask", "PathMtu", "WcStatus", "WcOpcode", "WcFlags",
     "AdviseMrAdvice", "ADVISE_MR_FLAG_FLUSH",

@@ -22,9 +22,9 @@ from typing import Any, Protocol
 import simpy
 
 from sim.core.servers import claim_chain
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wait, Wake, walk_order
+from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Step, Wait, Wake, walk_order
 
-CLAIMS, TURN, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK, END = range(13)
+CLAIMS, TURN, DELAY, DRAWN, REBASE, WAKE, CHECK, INLINE_CHECK, MARK, WAIT, GATE, FORK, DETOUR, JOIN, END = range(15)
 """The instructions' opcodes (the two claim groups first: a walk tells them from the rest with one comparison).
 
 Each instruction is a plain tuple (a walk unpacks it by these names; tuples are what it reads fastest), its
@@ -43,6 +43,8 @@ opcode and its position in :func:`~sim.core.steps.walk_order` first:
 ``WAIT``                      ``(code, pos, draws)``
 ``GATE``                      ``(code, pos, label)``
 ``FORK``                      ``(code, pos, program)``
+``DETOUR``, ``JOIN``          ``(code, pos)``: a :class:`~sim.core.steps.Detour`'s start (the tail kept aside, set
+                              to the head) and end (the tail no earlier than the one kept); its steps between
 ``WAKE``, ``END``             ``(code, pos)``
 ============================  ===========================================================================
 """
@@ -147,6 +149,10 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0, *, marks: bool = True)
             sub = compile_steps(step.steps, pos + 1, marks=marks)
             program.append((FORK, pos, sub))
             pos += len(walk_order(step.steps))
+        elif kind is Detour:
+            *inner, _ = compile_steps(step.steps, pos + 1, marks=marks)
+            pos += len(walk_order(step.steps))
+            program += [(DETOUR, pos - len(walk_order(step.steps))), *inner, (JOIN, pos)]
         else:
             raise TypeError(f"not a step: {step!r}")
         pos += 1
@@ -209,12 +215,14 @@ class Operation:
 class _Chain:
     """Where one chain of an operation is: its program, the next step, head and tail."""
 
-    __slots__ = ("op", "program", "at", "head", "tail", "main", "due")
+    __slots__ = ("op", "program", "at", "head", "tail", "main", "due", "kept")
 
     def __init__(self, op: Operation, program: tuple, head: int, tail: int, main: bool) -> None:
         self.op, self.program, self.at, self.head, self.tail, self.main = op, program, 0, head, tail, main
         self.due = False
         """Whether the step at ``at`` is the one its heap entry was for (it is taken, not waited for again)."""
+        self.kept = 0
+        """The tail kept aside while a :class:`~sim.core.steps.Detour` runs (ps)."""
 
 
 class StepRunner:
@@ -255,7 +263,7 @@ class StepRunner:
         know that ``op`` is still held there)."""
         held = op.holding
         chain = op.holding = _Chain(op, held.program, t, t, held.main)
-        chain.at = held.at
+        chain.at, chain.kept = held.at, held.kept
         held.program, held.at, held.main = _ENDED, 0, False  # its heap entry finds nothing left to take
         self._push(chain, t, chain.program[chain.at][POS], True, sync=True)
         if not self.running:
@@ -388,6 +396,10 @@ class StepRunner:
             elif code == FORK:
                 _, _, sub = step
                 self._walk(_Chain(op, sub, head, tail, False), now)
+            elif code == DETOUR:
+                chain.kept, tail = tail, head
+            elif code == JOIN:
+                tail = max(chain.kept, head)
             else:  # END
                 break
             at += 1

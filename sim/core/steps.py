@@ -117,16 +117,25 @@ class Fork:
     steps: tuple[Step, ...]
 
 
-Step = Union[Claim, Delay, Rebase, Wake, Check, Mark, Wait, Gate, Fork]
+@dataclass(frozen=True)
+class Detour:
+    """A side trip of the operation itself: ``steps`` run from its head (the tail set to the head), then it goes
+    on from the head they end at, its tail no earlier than before (an address translation the NIC makes before
+    the data it has already received moves on)."""
+
+    steps: tuple[Step, ...]
+
+
+Step = Union[Claim, Delay, Rebase, Wake, Check, Mark, Wait, Gate, Fork, Detour]
 
 
 def walk_order(steps: tuple[Step, ...]) -> list[Step]:
-    """Every step in the order a walk reaches it (a fork, then its own steps, then what follows it); a step's
-    index here is its position in the ordering rule."""
+    """Every step in the order a walk reaches it (a fork or a detour, then its own steps, then what follows it); a
+    step's index here is its position in the ordering rule."""
     out: list[Step] = []
     for step in steps:
         out.append(step)
-        if isinstance(step, Fork):
+        if isinstance(step, (Fork, Detour)):
             out.extend(walk_order(step.steps))
     return out
 

@@ -108,7 +108,9 @@ def _slices_in(problem, spans, history, start, shared, floor) -> list[SliceIn]:
             {name: np.asarray(draw(lo, hi), np.int64) for name, draw in group.draws.items()},
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
             pace=hist.pace if hist is not None else None,
-            hist_released={label: hist.released[label] if hist is not None else empty for label in problem.gates[g]},
+            hist_released={label: hist.released[label] if hist is not None else empty
+                           for label in (*problem.gates[g], *problem.turn_keys[g])
+                           if hist is None or label in hist.released},
             after=after, joined=joined))
     return slices
 
@@ -185,7 +187,7 @@ def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pas
             t = min(t, int(now.wake.min())) if len(now.wake) else t
         elif not now.same_inputs(used):
             differ = ((now.wake != used.wake) | (now.head != used.head) | (now.not_before != used.not_before)
-                      | (now.post != used.post))
+                      | (now.post != used.post) | (np.asarray(now.wpos) != np.asarray(used.wpos)))
             t = min(t, int(np.minimum(now.wake, used.wake)[differ].min()))  # after a drawn delay, not in order
     return t
 

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Wake
+from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Wake, waits
 from sim.fast.merge import Claims, Joined, key_order, per_claim
 from sim.fast.server import pool, ramp, running_max, serve
 from sim.fast.speedups import NoHints
+from sim.fast.turns import turn_key, turn_order
 
 NO_RELEASE = -1
 """Gate input of an operation that needs no earlier release (times are never negative)."""
@@ -33,8 +34,9 @@ class Record:
     post: np.ndarray
     """When each operation was posted (its number's first key, :mod:`sim.fast.merge`)."""
     wake: np.ndarray
-    wpos: int
-    """Position of the step whose time orders these claims (:mod:`sim.fast.merge`)."""
+    wpos: int | np.ndarray
+    """Position of the step whose time orders these claims (:mod:`sim.fast.merge`); per claim in a turn
+    (:mod:`sim.fast.turns`)."""
     head: np.ndarray
     not_before: np.ndarray
     service: int
@@ -49,7 +51,7 @@ class Record:
         """True when ``other`` made the same claims (keys and arrival times)."""
         return other is not None and all(a is b or np.array_equal(a, b) for a, b in (
             (self.wake, other.wake), (self.head, other.head), (self.not_before, other.not_before),
-            (self.post, other.post)))
+            (self.post, other.post))) and bool(np.all(np.asarray(self.wpos) == np.asarray(other.wpos)))
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,9 @@ class Pass:
         """Per shared server: all its claims (pending ones first) and their service order, as last served."""
         self.walks = 1
         """Slices being walked in step."""
+        self.turned: np.ndarray | None = None
+        """The ordering positions of the walked slice's last claim in a turn, while no step that waits has come
+        since: the eager claims after it are ordered with it (:mod:`sim.fast.turns`)."""
 
     def run(self) -> list[SliceOut]:
         """Walk every slice, those that wait for no other in step (each one's claim on a shared server is made
@@ -179,10 +184,10 @@ class Pass:
                 walks[index] = self._begin(index, outs)
             self.walks = len(walks)
             for index, (walk, context) in list(walks.items()):
-                self.slice, self.out, self.step = context
+                self.slice, self.out, self.step, self.turned = context
                 try:
                     next(walk)
-                    walks[index] = (walk, (self.slice, self.out, self.step))
+                    walks[index] = (walk, (self.slice, self.out, self.step, self.turned))
                 except StopIteration as end:
                     del walks[index]
                     outs[index] = self._end(end.value)
@@ -196,8 +201,8 @@ class Pass:
             _join(self.problem, self.slices[index - 1], outs[index - 1], piece)
         start = max([piece.start] * (piece.start is not None) + [int(outs[k].done[-1]) for k in piece.after])
         post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
-        self.slice, self.out, self.step = piece, SliceOut(post, post, None), 0
-        return self._chain(group.steps, (post, post, post)), (piece, self.out, 0)
+        self.slice, self.out, self.step, self.turned = piece, SliceOut(post, post, None), 0, None
+        return self._chain(group.steps, (post, post, post)), (piece, self.out, 0, None)
 
     def _end(self, head: np.ndarray) -> SliceOut:
         """The slice walked: its completions are ``head`` in order."""
@@ -213,22 +218,37 @@ class Pass:
 
     def _chain(self, steps, state):
         """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head."""
-        last = None
-        for step in steps:
-            self.step += 1
-            if isinstance(step, Fork):
-                yield from self._chain(step.steps, state)
-            elif isinstance(step, Claim):
-                state = yield from self._claim(step, state, self.step - 1)
-                last = state[2]
-            elif isinstance(step, Gate):
-                state = self._gate(step, state[0])
-            else:
-                state = self._step(step, state)
+        state, last = yield from self._steps(steps, state)
         if last is not None:
             mine = self.out.last_wake
             self.out.last_wake = last if mine is None else np.maximum(mine, last)
         return state[0]
+
+    def _steps(self, steps, state):
+        """Walk ``steps`` of one chain from ``state``; returns the final state and the wake of its last claim
+        (None: it made none)."""
+        last = None
+        for step in steps:
+            self.step += 1
+            if isinstance(step, Fork):
+                turned = self.turned
+                yield from self._chain(step.steps, state)
+                self.turned = turned
+            elif isinstance(step, Detour):
+                head, kept, wake = state
+                (head, _, wake), inner = yield from self._steps(step.steps, (head, head, wake))
+                state, last = (head, np.maximum(kept, head), wake), last if inner is None else inner
+            elif isinstance(step, Claim):
+                state = yield from self._claim(step, state, self.step - 1)
+                last = state[2]
+            elif isinstance(step, Gate):
+                self.turned = None
+                state = self._gate(step, state[0])
+            else:
+                if waits(step):
+                    self.turned = None
+                state = self._step(step, state)
+        return state, last
 
     def _step(self, step, state):
         head, tail, wake = state
@@ -241,7 +261,11 @@ class Pass:
             return base, base, wake
         if isinstance(step, Wake):
             return head, tail, head
-        if isinstance(step, Mark) or (isinstance(step, Check) and step.back_ps is None):
+        if isinstance(step, Mark):
+            return state
+        if isinstance(step, Check) and step.back_ps is None:  # made at once, at the time of the last wait
+            if step.label is not None:
+                self.out.marks[step.label] = wake
             return state
         if isinstance(step, Check):
             wake = np.maximum(_plus(head, -step.back_ps), wake)
@@ -271,9 +295,15 @@ class Pass:
         head, tail, wake = state
         pos = self.problem.pos_base[self.slice.group] + walk
         if not step.eager:  # made when the head arrives
-            wake = head
-        rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, self.problem.wpos_at[pos], head,
-                     _plus(tail, step.tail_ps), step.service_ps)
+            wake, self.turned = head, None
+        wpos = self.problem.wpos_at[pos] if self.turned is None else self.turned
+        if step.turn is not None:
+            names = turn_key(step.turn)
+            wake, wpos = turn_order(wake, wpos, self._turn_seed(names))
+            self.turned = wpos
+            self.out.released[names[0]], self.out.released[names[1]] = wake, wpos
+        rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head, _plus(tail, step.tail_ps),
+                     step.service_ps)
         self.current[pos] = self.out.records[pos] = rec
         if step.server in self.shared and self.walks > 1:  # the other walks claim too before this one is served
             yield
@@ -281,6 +311,14 @@ class Pass:
         if step.label is not None:
             self.out.released[step.label] = self.out.marks[step.label] = rec.wake
         return ahead, _plus(rec.finish, step.latency_ps), rec.wake
+
+    def _turn_seed(self, names: tuple[str, str]) -> tuple[int, int] | None:
+        """The ordering time and position, at the turn kept under ``names``, of the operation before the walked
+        slice's first in its stream (None: it is the stream's first)."""
+        kept = self.slice.hist_released.get(names[0])
+        if kept is None or not len(kept):
+            return None
+        return int(kept[-1]), int(self.slice.hist_released[names[1]][-1])
 
     def _serve(self, step: Claim, rec: Record) -> np.ndarray:
         """Serve ``rec``'s claims, setting their finish times; returns their start times plus the claim's head
@@ -352,6 +390,10 @@ def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
         released = np.concatenate((previous.hist_released[label], out.released[label]))[-problem.keep:]
         gate_history(piece.gate_input[label], released, piece.lo, piece.hi, slots)
         piece.hist_released[label] = released
+    for name in problem.turn_keys[piece.group]:  # the stream's turns go on across the change of steps
+        kept = out.released.get(name)
+        if kept is not None and len(kept):
+            piece.hist_released[name] = kept[-1:]
 
 
 def gate_history(given: np.ndarray, released: np.ndarray, lo: int, hi: int, slots: int) -> None:
@@ -386,6 +428,7 @@ def _same_parts(old: list, new: list, rec: Record) -> bool:
 def _out_of_order(rec: Record, pending: Claims | None) -> bool:
     """True when a position's claims are not in key order (then they are served sorted by key)."""
     wake = rec.wake
-    if pending is not None and len(wake) and (wake[0], rec.wpos) < (pending.wake[-1], pending.wpos[-1]):
+    first = rec.wpos if np.ndim(rec.wpos) == 0 else rec.wpos[0]
+    if pending is not None and len(wake) and (wake[0], first) < (pending.wake[-1], pending.wpos[-1]):
         return True
     return bool((wake[1:] < wake[:-1]).any())

@@ -52,7 +52,7 @@ class Joined:
     """Claims of several parts laid end to end, each field built when first needed.
 
     A part is a :class:`Claims` or a per-position record (arrays ``wake``, ``head``, ``not_before``, ``post``;
-    scalars ``wpos``, ``service``, ``pos``; first operation ``seq0``). Serving needs only times; the rest is needed
+    scalars ``service``, ``pos``; ``wpos`` a scalar or per claim; first operation ``seq0``). Serving needs only times; the rest is needed
     when times tie or claims are carried over.
     """
 
@@ -90,7 +90,8 @@ class Joined:
 
 def per_claim(part, name: str) -> np.ndarray:
     """Field ``name`` of a :class:`Claims` or a per-position record (see :class:`Joined`), one entry per claim."""
-    if isinstance(part, Claims) or name not in ("seq", "service", "pos", "wpos"):
+    if isinstance(part, Claims) or name not in ("seq", "service", "pos", "wpos") or (
+            name == "wpos" and np.ndim(part.wpos)):
         return getattr(part, name)
     n = len(part.wake)
     return np.arange(part.seq0, part.seq0 + n, dtype=np.int64) if name == "seq" else np.full(n, getattr(part, name),

@@ -33,10 +33,11 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, waits, walk_order
+from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, waits, walk_order
 from sim.core.units import format_time
 from sim.fast.block import NEVER, solve_block
 from sim.fast.spacing import never_queue
+from sim.fast.turns import turn_key
 from sim.fast.speedups import ALL, Speedups
 from sim.fast.steps import Group, Server, after_draws, claim_wpos, tail_draws
 from sim.fast.block_pass import Carry, Pace, SliceOut
@@ -132,6 +133,9 @@ class Problem:
         self.seq_base = (np.cumsum([0] + [g.ops - g.first for g in self.groups]) - firsts).tolist()
         """Per group: the event-sequence number of its operation 0 (a continuation's numbers follow on)."""
         self.gates = [{s.release: s.slots for s in w if isinstance(s, Gate)} for w in walks]
+        self.turn_keys = [[name for s in w if isinstance(s, Claim) and s.turn for name in turn_key(s.turn)]
+                          for w in walks]
+        """Per group: the names under which its claims in turns keep their ordering keys (:mod:`sim.fast.turns`)."""
         self.keep = max([g.window for g in self.groups] + [s for gates in self.gates for s in gates.values()] + [1])
         """How many of a group's latest final values later posts and gates may need."""
         for i, server in enumerate(self.servers):
@@ -343,7 +347,7 @@ def _gates_delayed(steps) -> bool:
     waits (a claim that is not eager, a check with a time) before any other claim or check: what a release lets
     through then reaches its next claim after the releasing claim, in time."""
     after = None  # None: no gate pending; False: a gate, no positive delay yet; True: delayed
-    for step in steps:
+    for step in _inline(steps):
         if isinstance(step, Fork) and not _gates_delayed(step.steps):
             return False
         if isinstance(step, Gate):
@@ -358,3 +362,12 @@ def _gates_delayed(steps) -> bool:
         else:
             after = None
     return True
+
+
+def _inline(steps):
+    """``steps`` with each :class:`~sim.core.steps.Detour` replaced by its own steps (it is part of the chain)."""
+    for step in steps:
+        if isinstance(step, Detour):
+            yield from _inline(step.steps)
+        else:
+            yield step

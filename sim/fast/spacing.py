@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Mark, Rebase, Step, Wake
+from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Step, Wake
 
 Bounds = tuple[int, int, int] | None
 """(gap, tails, lead) in ps, or None: nothing known."""
@@ -35,13 +35,17 @@ def never_queue(steps: tuple[Step, ...], alone: Callable[[int], bool]) -> set[in
     return proven
 
 
-def _walk(steps, bounds: Bounds, alone, proven: set[int], index: list[int], varied: bool = False) -> None:
-    """``varied``: after a drawn delay, operations may reach servers out of order, which no bound survives."""
+def _walk(steps, bounds: Bounds, alone, proven: set[int], index: list[int], varied: bool = False) -> bool:
+    """``varied``: after a drawn delay, operations may reach servers out of order, which no bound survives;
+    returns whether one came before the end of ``steps``."""
     for step in steps:
         here = index[0]
         index[0] += 1
         if isinstance(step, Fork):
             _walk(step.steps, bounds, alone, proven, index, varied)
+        elif isinstance(step, Detour):  # from the head; after it the tail is a maximum no bound is kept for
+            varied = _walk(step.steps, None if bounds is None else (bounds[0],) * 3, alone, proven, index, varied)
+            bounds = None
         elif isinstance(step, Claim):
             bounds = None if varied else _claim(step, bounds, alone(step.server), proven, here)
         elif isinstance(step, Rebase):
@@ -51,6 +55,7 @@ def _walk(steps, bounds: Bounds, alone, proven: set[int], index: list[int], vari
         elif not (isinstance(step, (Wake, Check, Mark)) or (isinstance(step, Delay) and step.draws is None)):
             bounds = None  # drawn delays, waits and gates
             varied = varied or not isinstance(step, Gate)
+    return varied
 
 
 def _claim(step: Claim, bounds: Bounds, alone: bool, proven: set[int], here: int) -> Bounds:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.core.interpreter import MODEL_EVENT
-from sim.core.steps import Claim, Delay, Fork, Mark, Rebase, Step, Wait, Wake, waits, walk_order
+from sim.core.steps import Claim, Delay, Detour, Fork, Mark, Rebase, Step, Wait, Wake, waits, walk_order
 
 Draws = Callable[[int, int], np.ndarray]
 """Per-operation values for operations ``lo..hi-1`` of a group (int64 ps); asked again for ranges it
@@ -63,29 +63,46 @@ def after_draws(steps: tuple[Step, ...], varied: bool = False) -> list[bool]:
     """For every step in walk order: whether a per-operation delay (drawn) comes before it, which may let a
     later operation overtake an earlier one."""
     out: list[bool] = []
+    _after_draws(steps, varied, out)
+    return out
+
+
+def _after_draws(steps: tuple[Step, ...], varied: bool, out: list[bool]) -> bool:
+    """Append :func:`after_draws` of ``steps`` to ``out``; returns whether a drawn delay came before their end."""
     for step in steps:
         out.append(varied)
         if isinstance(step, Fork):
-            out.extend(after_draws(step.steps, varied))
+            _after_draws(step.steps, varied, out)
+        elif isinstance(step, Detour):  # part of the chain: what it draws delays what follows
+            varied = _after_draws(step.steps, varied, out)
         varied = varied or isinstance(step, Wait) or (isinstance(step, Delay) and step.draws is not None)
-    return out
+    return varied
 
 
 def claim_wpos(steps: tuple[Step, ...], base: int = 0, wpos: int = MODEL_EVENT) -> dict[int, int]:
     """For every claim's walk-order index: the position of the step whose time orders it (itself, or for an
     eager claim the waiting step before it; :data:`MODEL_EVENT` after a post, a wake or a wait)."""
     out: dict[int, int] = {}
-    k = base
+    _claim_wpos(steps, base, wpos, out)
+    return out
+
+
+def _claim_wpos(steps: tuple[Step, ...], k: int, wpos: int, out: dict[int, int]) -> tuple[int, int]:
+    """Fill ``out`` with :func:`claim_wpos` of ``steps`` from walk index ``k``; returns the index after them and
+    the ordering position at their end."""
     for step in steps:
         if waits(step):
             wpos = MODEL_EVENT if isinstance(step, (Wake, Wait)) else k
         if isinstance(step, Claim):
             out[k] = wpos
         elif isinstance(step, Fork):
-            out.update(claim_wpos(step.steps, k + 1, wpos))
+            _claim_wpos(step.steps, k + 1, wpos, out)
             k += len(walk_order(step.steps))
+        elif isinstance(step, Detour):  # part of the chain: its waiting steps order what follows
+            k, wpos = _claim_wpos(step.steps, k + 1, wpos, out)
+            continue
         k += 1
-    return out
+    return k, wpos
 
 
 def tail_draws(steps: tuple[Step, ...]) -> tuple[str, ...] | None:

@@ -119,7 +119,7 @@ class DmExport(Strict):
     on: GpuPlace
     """The importing GPU ('<node>.<gpu>'); its node's NIC allocates the device memory."""
     length: PositiveSize = Field("64KiB", validate_default=True)
-    """Bytes of device memory (ConnectX-7: at most 128 KiB of MEMIC)."""
+    """Bytes of device memory (at most the NIC's max_dm_size: 256 KiB of MEMIC on a ConnectX-7)."""
     broken_importer: bool = False
     """The GPU keeps its mapping when told to let go: the revocation waits past its bound and the simulator names
     the importer that broke the bounded-time promise."""

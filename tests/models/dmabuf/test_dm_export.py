@@ -7,6 +7,7 @@ from models.dmabuf import DmaBufAttachOps, dma_buf_attach, dma_buf_dynamic_attac
 from models.dmabuf.gpu_import import GpuDmabufImport
 from models.dmabuf.revoke import dma_buf_attach_revocable
 from models.ib.umem_dmabuf import ib_umem_dmabuf_get_pinned
+from models.presets import NIC_PRESETS
 from models.verbs.dm import ibv_alloc_dm, ibv_dm_export_dmabuf_fd, ibv_free_dm
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, Version
 from sim.engine.build import build
@@ -33,7 +34,7 @@ def errno_of(call, *args):
 
 @pytest.mark.parametrize("settings, length, expected", [
     ({"nic": "efa"}, 4 * KiB, ("EOPNOTSUPP", "ibv_alloc_dm")),
-    ({}, 129 * KiB, ("EINVAL", "ibv_alloc_dm")),
+    ({}, NIC_PRESETS["connectx7"]["max_dm_size"] + 1, ("EINVAL", "ibv_alloc_dm")),
     ({"rdma_core": "61"}, 4 * KiB, ("EOPNOTSUPP", "ibv_dm_export_dmabuf_fd")),
     ({"kernel": "6.19"}, 4 * KiB, ("EPROTONOSUPPORT", "ibv_dm_export_dmabuf_fd")),
 ])
@@ -47,10 +48,11 @@ def test_allocation_and_export_errnos(settings, length, expected):
 
 def test_device_memory_is_a_pool_and_freed_memory_cannot_be_exported():
     ctx = context()
-    first = ibv_alloc_dm(ctx, 96 * KiB)
-    assert errno_of(ibv_alloc_dm, ctx, 64 * KiB) == ("ENOMEM", "ibv_alloc_dm")
+    limit = ctx.node.nic.params.max_dm_size
+    first = ibv_alloc_dm(ctx, limit * 3 // 4)
+    assert errno_of(ibv_alloc_dm, ctx, limit // 2) == ("ENOMEM", "ibv_alloc_dm")
     ibv_free_dm(first)
-    ibv_alloc_dm(ctx, 64 * KiB)
+    ibv_alloc_dm(ctx, limit // 2)
     assert errno_of(ibv_dm_export_dmabuf_fd, first) == ("EINVAL", "ibv_dm_export_dmabuf_fd")
     assert errno_of(ibv_free_dm, first) == ("EINVAL", "ibv_free_dm")
 

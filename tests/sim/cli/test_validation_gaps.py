@@ -57,7 +57,7 @@ def test_a_variant_reaches_a_workload_by_a_name_it_has_once(tmp_path):
 UNSOLVABLE = {  # what makes the vectorized core's steps decide at run time, as a scenario says it
     "odp": ("buffers:\n  - {name: src, on: a.host, size: 64KiB}\n"  # a responder's faults answer RNR NAKs
             "  - {name: dst, on: b.host, size: 64KiB, register: odp}\n", "", "ODP maps a page"),
-    "translation cache": ("", "  - {name: a, nic: {translation_cache: true}}\n", "translation cache"),
+    "lossy link": ("", "", "a link outage loses the frames"),
     "data mode": ("", "", "data mode moves the bytes"),
 }
 
@@ -71,6 +71,8 @@ def _fast_scenario(case: str, engine_line: str) -> str:
         text = text.replace("  - {name: a}\n", node_a)
     if case == "data mode":
         text += "data: true\n"
+    if case == "lossy link":
+        text += "events:\n  - {at: 10us, kind: link-flap, node: b, duration: 5us, frames: lost}\n"
     return text.replace("seed: 5\n", f"seed: 5\n{engine_line}")
 
 

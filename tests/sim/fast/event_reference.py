@@ -5,7 +5,8 @@ with in-order completion delivery as the bandwidth workloads have it (:mod:`mode
 Covers window-posted groups (posting while :attr:`~sim.fast.steps.Group.posts_while` allows, when it is set;
 several streams at once where groups are parallel) whose main chain ends with a :class:`~sim.core.steps.Wake`
 (the completion is seen then and wakes the poster), any servers shared between positions, eager claims, gates,
-forks, waits and checks held in their hold intervals.
+forks, detours, waits, claims in turns (a stream's own, numbered in posting order) and checks held in their
+hold intervals.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import numpy as np
 import simpy
 
 from sim.core import Environment, FifoServer
-from sim.core.interpreter import Operation, Semaphore, compile_steps
-from sim.core.steps import Check, Claim, Fork, Gate, Wake, walk_order
+from sim.core.interpreter import Operation, Semaphore, Turns, compile_steps
+from sim.core.steps import Check, Claim, Detour, Fork, Gate, Wake, walk_order
 from sim.fast.steps import Group, Server
 
 
@@ -56,8 +57,8 @@ def _served(steps, fifo) -> tuple:
     for step in steps:
         if isinstance(step, Claim):
             step = replace(step, server=fifo[step.server])
-        elif isinstance(step, Fork):
-            step = Fork(_served(step.steps, fifo))
+        elif isinstance(step, (Fork, Detour)):
+            step = type(step)(_served(step.steps, fifo))
         out.append(step)
     return tuple(out)
 
@@ -86,6 +87,7 @@ def _poster(env, fifo, stream: list[Group]):
     n, window = group.ops, group.window
     draws = {name: [int(x) for x in d(0, n)] for name, d in group.draws.items()}
     gates = {s.release: Semaphore(s.slots) for s in walk_order(group.steps) if isinstance(s, Gate)}
+    turns = {s.turn: Turns() for g in stream for s in walk_order(g.steps) if isinstance(s, Claim) and s.turn}
     programs = {id(g): compile_steps(_served(g.steps, fifo)) for g in stream}
     holds = {id(g): {s.name: s.holds for s in walk_order(g.steps) if isinstance(s, Check)} for g in stream}
     wakes = {id(g): sum(isinstance(s, Wake) for s in g.steps) for g in stream}
@@ -123,7 +125,8 @@ def _poster(env, fifo, stream: list[Group]):
             mine = group_of[issued]
             owner = _Owner(issued, holds[id(mine)], wakes[id(mine)], complete)
             env.step_runner.start(Operation(programs[id(mine)], env.step_runner.number(), owner,
-                                            {name: v[issued] for name, v in draws.items()}, gates))
+                                            {name: v[issued] for name, v in draws.items()}, gates,
+                                            turns=turns, ticket=issued))
             issued += 1
         if state["entries"]:
             ev = simpy.Event(env)

@@ -2,7 +2,7 @@
 
 :func:`run_pipelines` handles pipelines whose servers are each claimed from one pipeline position (so every
 server serves operations in operation order): the recurrences of :mod:`sim.core.servers`, posts released by
-the completion ``window`` operations back, gates, forks, waits. Pools are served with a heap, stalls by
+the completion ``window`` operations back, gates, forks, detours, waits. Pools are served with a heap, stalls by
 moving a start out of a stall interval.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Rebase, Wait, Wake
+from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Rebase, Wait, Wake
 from sim.fast.steps import Group, Server
 
 
@@ -28,7 +28,7 @@ def run_pipelines(servers: list[Server], groups: list[Group], start_ps: int = 0)
         for i in range(group.first, group.ops):
             post = begin if i < group.window else done[i - group.window]
             ctx = {"i": i, "draws": draws, "released": released, "free": free, "servers": servers}
-            end = _walk(group.steps, post, post, ctx)
+            end = _walk(group.steps, post, post, ctx)[0]
             done.append(end if i == 0 else max(end, done[-1]))
             posts.append(post)
         posts_all.append(posts)
@@ -36,7 +36,8 @@ def run_pipelines(servers: list[Server], groups: list[Group], start_ps: int = 0)
     return posts_all, done_all
 
 
-def _walk(steps, head: int, tail: int, ctx, wake: int | None = None) -> int:
+def _walk(steps, head: int, tail: int, ctx, wake: int | None = None) -> tuple[int, int, int]:
+    """One operation's chain ``steps`` from ``head`` and ``tail``: its final head, tail and wake."""
     i = ctx["i"]
     wake = head if wake is None else wake
     for step in steps:
@@ -66,7 +67,11 @@ def _walk(steps, head: int, tail: int, ctx, wake: int | None = None) -> int:
             head = tail = wake = head if source is None else max(head, source)
         elif isinstance(step, Fork):
             _walk(step.steps, head, tail, ctx, wake)
-    return head
+        elif isinstance(step, Detour):
+            kept = tail
+            head, _, wake = _walk(step.steps, head, head, ctx, wake)
+            tail = max(kept, head)
+    return head, tail, wake
 
 
 def _claim(ctx, index: int, head: int, service: int, not_before: int) -> tuple[int, int]:

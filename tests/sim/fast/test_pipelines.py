@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
-from sim.core.steps import Check, Claim, Delay, Fork, Gate, Rebase, Wait, Wake
+from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Rebase, Wait, Wake
 from sim.fast import Group, Server, Unsolvable, solve
 from sim.fast.merge import Claims, key_order
 from sim.fast.solver import Problem
@@ -70,10 +70,11 @@ def holds(draw):
 
 @st.composite
 def group(draw, servers: list[int], gate: bool, fork: bool, wait: bool, drawn: bool = True, held: bool = False,
-          eager: bool = True, slots: int | None = None):
+          eager: bool = True, slots: int | None = None, detour: bool = False):
     """A window-posted group: claims on ``servers`` (drawn with repetition when servers repeat), delays
     (``drawn``: some per operation), maybe a gate, a fork and a wait, ending as a bandwidth workload ends;
-    ``held``: sleeps with hold intervals, one right after the first claim; ``eager``: some claims eager."""
+    ``held``: sleeps with hold intervals, one right after the first claim; ``eager``: some claims eager;
+    ``detour``: maybe detours that claim the server of the claim before them again (a shared server)."""
     ops = draw(st.integers(1, 250))
     draws = {"poll": draw(st.lists(st.integers(0, 40_000), min_size=ops, max_size=ops)),
              "sleep": draw(st.lists(st.integers(0, 30_000), min_size=ops, max_size=ops))}
@@ -86,11 +87,13 @@ def group(draw, servers: list[int], gate: bool, fork: bool, wait: bool, drawn: b
         steps.append(draw(claim(server, "release" if gate and k == len(order) - 1 else None, eager and not
                                 (gate and k == 0))))
         varied = drawn and (not gate or k == len(order) - 1)  # a gate's release may not follow a drawn delay
-        extra = draw(st.sampled_from(["none", "delay", "draw", "rebase", "sleep"] if varied
-                                     else ["none", "delay", "rebase", "sleep"]))
+        extras = ["none", "delay", "rebase", "sleep"] + ["draw"] * varied + ["detour"] * detour
+        extra = draw(st.sampled_from(extras))
         steps += {"none": [], "delay": [Delay(draw(st.integers(0, 100_000)))], "draw": [Delay(5, "poll")],
                   "rebase": [Rebase(draw(st.booleans()), draw(st.integers(0, 10_000)))],
-                  "sleep": [Check(f"c{k}", draw(st.integers(0, 5_000)), draw(holds()) if held else ())]}[extra]
+                  "sleep": [Check(f"c{k}", draw(st.integers(0, 5_000)), draw(holds()) if held else ())],
+                  "detour": [Detour((Delay(draw(st.integers(0, 30_000))), draw(claim(server, eager=False))))]
+                  }[extra]
         if held and k == 0:
             steps.append(Check("held", draw(st.integers(0, 5_000)), draw(holds()), "held"))
         if fork and k == 0:
@@ -147,7 +150,8 @@ def test_a_stream_that_changes_its_steps_equals_the_event_engine(data):
     gate, fork, held, slots = (data.draw(st.booleans()), data.draw(st.booleans()), data.draw(st.booleans()),
                                data.draw(st.integers(1, 8)))
     before, after = (data.draw(group(data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=4)),
-                                     gate, fork, wait=False, drawn=False, held=held, eager=False, slots=slots))
+                                     gate, fork, wait=False, drawn=False, held=held, eager=False, slots=slots,
+                                     detour=True))
                      for _ in range(2))
     assume(before.ops > 1)
     switch = data.draw(st.integers(1, before.ops - 1))
@@ -164,6 +168,31 @@ def test_a_stream_that_changes_its_steps_equals_the_event_engine(data):
         fast[0][piece.group] += piece.post.tolist()
         fast[1][piece.group] += piece.done.tolist()
     assert fast == run_events(servers, groups, 11)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_stream_that_changes_its_steps_keeps_its_turn(data):
+    """From some operation on, a stream reaches the claim it makes in a turn sooner or later (a payload read that
+    got shorter or a translation that missed): an operation that gets there before the one ahead of it waits for
+    that one's claim, as a send queue's requests reach the transmit port in posting order, and is ordered right
+    behind it (sim.fast.turns)."""
+    servers = [Server("read"), Server("port"), Server("wire")]
+
+    def steps(read_ps: int, detour: bool):
+        extra = (Detour((Delay(data.draw(st.integers(0, 3_000))), Claim(0, data.draw(st.integers(1, 5_000))))),)
+        return (Delay(data.draw(st.integers(0, 2_000))), Claim(0, read_ps, data.draw(st.integers(0, read_ps))),
+                *(extra if detour else ()), Claim(1, data.draw(st.integers(1, 4_000)), turn="tx"),
+                Claim(2, data.draw(st.integers(0, 4_000)), eager=data.draw(st.booleans())),
+                Rebase(True), Delay(draws="poll"), Wake())
+
+    ops, window = data.draw(st.integers(2, 120)), data.draw(st.integers(1, 16))
+    poll = series(data.draw(st.lists(st.integers(0, 3_000), min_size=ops, max_size=ops)))
+    switch = data.draw(st.integers(1, ops - 1))
+    first = steps(data.draw(st.integers(1, 20_000)), data.draw(st.booleans()))
+    then = steps(data.draw(st.integers(1, 20_000)), data.draw(st.booleans()))
+    groups = [Group(first, switch, window, {"poll": poll}), Group(then, ops, window, {"poll": poll}, first=switch)]
+    assert solve_all(servers, groups, 11, block=data.draw(st.sampled_from([8, 64]))) == run_events(servers, groups, 11)
 
 
 def test_a_continuation_claims_a_shared_server_before_the_stream_it_continues():
@@ -204,8 +233,8 @@ def shared_pipelines(data) -> tuple[list[Server], list[Group]]:
     count = data.draw(st.integers(1, 3))
     positions = data.draw(st.lists(st.integers(0, count - 1), min_size=2, max_size=6))
     servers = [Server(f"s{i}") for i in range(count)]
-    groups = [data.draw(group(positions, gate=data.draw(st.booleans()), fork=data.draw(st.booleans()), wait=False))
-              for _ in range(data.draw(st.integers(1, 2)))]
+    groups = [data.draw(group(positions, gate=data.draw(st.booleans()), fork=data.draw(st.booleans()), wait=False,
+                              detour=True)) for _ in range(data.draw(st.integers(1, 2)))]
     return servers, groups
 
 
@@ -230,7 +259,7 @@ def test_parallel_streams_on_shared_servers_equal_the_event_engine(data):
         positions = data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=5))
         gate, fork = data.draw(st.booleans()), data.draw(st.booleans())
         for k in range(data.draw(st.integers(2, 4))):
-            one = data.draw(group(positions, gate=gate, fork=fork, wait=False, eager=False))
+            one = data.draw(group(positions, gate=gate, fork=fork, wait=False, eager=False, detour=True))
             groups.append(replace(one, parallel=k > 0))
     try:
         fast = solve_all(servers, groups, 11, block=data.draw(st.sampled_from([16, 64, 1024])))
