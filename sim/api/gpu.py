@@ -57,14 +57,19 @@ class GPU:
         :raises VerbsError: ``ENOMEM``: data mode, and this process cannot hold the bytes (:func:`zeroed`).
         """
         buf = self.process.malloc(size)
-        if self.testbed.env.data_mode:
-            try:
-                buf.alloc.data = zeroed(size, "cudaMalloc")
-            except VerbsError:
-                self.process.free(buf)
-                raise
+        self._zero_fill(buf.alloc, "cudaMalloc", lambda: self.process.free(buf))
         self.testbed._advance(self.gpu.alloc_costs.allocate_ps(size))
         return GpuBuffer(self, buf)
+
+    def _zero_fill(self, alloc, call: str, undo) -> None:
+        """Data mode: ``alloc``'s bytes, zeroed; when this process cannot hold them, ``undo()`` frees the
+        allocation and the ``ENOMEM`` of :func:`zeroed` is raised."""
+        if self.testbed.env.data_mode:
+            try:
+                alloc.data = zeroed(alloc.size, call)
+            except VerbsError:
+                undo()
+                raise
 
     def _vmm_call(self, call: str, nbytes: int, method, *args):
         """One driver call of :attr:`vmm` (NVIDIA only), then the clock advances by its calibrated time."""
@@ -88,12 +93,7 @@ class GPU:
         :raises VerbsError: ``ENOMEM``: data mode, and this process cannot hold the bytes (:func:`zeroed`).
         """
         handle = self._vmm_call("cuMemCreate", size, self.vmm.mem_create, size, flags)
-        if self.testbed.env.data_mode:
-            try:
-                handle.alloc.data = zeroed(size, "cuMemCreate")
-            except VerbsError:
-                self.vmm.mem_release(handle)
-                raise
+        self._zero_fill(handle.alloc, "cuMemCreate", lambda: self.vmm.mem_release(handle))
         return handle
 
     def mem_address_reserve(self, size: int, alignment: int = 0, addr: int = 0, flags: int = 0) -> int:
