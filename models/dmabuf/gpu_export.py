@@ -284,8 +284,10 @@ class Gpu:
         return alloc
 
     def export(self, alloc: GpuAllocation, fdtable, offset: int = 0, size: int | None = None,
-               flags: int = 0) -> int:
-        """Export ``[alloc.addr + offset, +size)`` as a dma-buf fd in ``fdtable``.
+               flags: int = 0, holders: tuple[GpuAllocation, ...] = ()) -> int:
+        """Export ``[alloc.addr + offset, +size)`` as a dma-buf fd in ``fdtable``. ``holders``: the allocations
+        whose VRAM the dma-buf keeps until its release (``alloc`` itself when empty; the VMM allocations mapped
+        under a virtual address range, :mod:`models.libs.cuda_vmm`).
 
         :raises CudaError: the export rules (see the module docstring).
         """
@@ -321,8 +323,10 @@ class Gpu:
                 alloc.exporter = AmdgpuExporter(self.core, alloc, size, name=self.name, placement=Placement.VRAM,
                                                 copy=self.copy, peer_distance=self.peer_distance)
                 self.memory.register_evictable(alloc.vram, lambda _vram: self._evict(alloc))
-            alloc.exports += 1
-            alloc.exporter.on_release = lambda: self._export_released(alloc)
+            held = holders or (alloc,)
+            for holder in held:
+                holder.exports += 1
+            alloc.exporter.on_release = lambda: self._exports_released(held)
             if alloc.data is not None:
                 alloc.exporter.storage[0] = alloc.data[offset:offset + size]
             self.core.spend(self.name, EXPORT_PS)
@@ -373,12 +377,13 @@ class Gpu:
         if not alloc.exports:
             self.memory.free(alloc.vram)
 
-    def _export_released(self, alloc: GpuAllocation) -> None:
-        """An exported dma-buf of ``alloc`` was released: give the VRAM back if it was the last holder of a
-        freed allocation."""
-        alloc.exports -= 1
-        if alloc.freed and not alloc.exports:
-            self.memory.free(alloc.vram)
+    def _exports_released(self, held: tuple[GpuAllocation, ...]) -> None:
+        """An exported dma-buf holding ``held`` was released: give back the VRAM of each freed allocation it was
+        the last holder of."""
+        for alloc in held:
+            alloc.exports -= 1
+            if alloc.freed and not alloc.exports:
+                self.memory.free(alloc.vram)
 
     def _evict(self, alloc: GpuAllocation) -> int:
         """The allocator's eviction callback: move the buffer to system memory; return the copy's time (ps)."""

@@ -17,7 +17,9 @@ The layer underneath is :mod:`models.verbs` (``ibv_*`` free functions with rdma-
 adds objects, their lifetimes and the clock (:mod:`sim.api.testbed`).
 """
 
+from models.dmabuf.gpu_export import CudaError
 from models.gpu.device_memory import GpuOutOfMemory
+from models.libs.cuda_vmm import VmmHandle
 from models.nic.memory_window import MwType
 from models.nic.wqe import Access, Opcode, QpState, SendFlags, WcFlags, WcOpcode, WcStatus
 from models.verbs.advise import IBV_ADVISE_MR_FLAG_FLUSH as ADVISE_MR_FLAG_FLUSH
@@ -34,7 +36,7 @@ from sim.api.comp_channel import CompChannel
 from sim.api.arguments import ArgumentTypeError
 from sim.api.device import CQ, PD, WC, AsyncEvent, Context
 from sim.api.dm import DM, DMMR, AllocDmAttr
-from sim.api.gpu import GPU, DmaBuf, GpuBuffer
+from sim.api.gpu import GPU, DmaBuf, GpuBuffer, MappedRange
 from sim.api.host import HostMemory
 from sim.api.mr import MR, DmaBufMR, Mlx5DmaBufMR
 from sim.api.mr_ex import DMAHandle, DmaHandleInitAttr, MREx
@@ -55,8 +57,10 @@ __all__ = [
     "SGE", "SendWR", "SendFlags", "RecvWR", "SRQ", "SrqInitAttr", "SrqInitAttrEx", "SrqAttr", "SRQ_MAX_WR",
     "SRQ_LIMIT", "SrqType", "SrqInitAttrMask", "XRCD", "XRCDInitAttr", "XrcdInitAttrMask", "O_CREAT", "O_EXCL",
     "AsyncEvent", "AsyncEventType", "DM", "DMMR", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf", "HostMemory",
+    "MappedRange", "VmmHandle",
     "Access", "Opcode", "QpState", "QpType", "QpAttrMask", "PathMtu", "WcStatus", "WcOpcode", "WcFlags",
     "AdviseMrAdvice", "ADVISE_MR_FLAG_FLUSH",
     "REREG_CHANGE_TRANSLATION", "REREG_CHANGE_PD", "REREG_CHANGE_ACCESS",
     "SimError", "VerbsError", "ConfigError", "ProtocolError", "DeadlockError", "ArgumentTypeError", "GpuOutOfMemory",
+    "CudaError",
 ]

@@ -8,6 +8,10 @@ descriptor in the process's table), and ``DmaBuf(context, size)`` is pyverbs' ``
 export in one call. Exporting is a blocking call whose simulated cost the clock advances by; CPU copies of bytes
 (``read``/``write``, the script's ``cudaMemcpy``) take no simulated time.
 
+The driver's virtual-memory calls are :class:`GPU`'s ``mem_*`` methods (``cuMemCreate`` .. ``cuMemAddressFree``,
+:class:`models.libs.cuda_vmm.CudaVmm`, each on the clock at its calibrated H200 cost), and
+:meth:`GPU.export_range` exports a mapped range as a :class:`DmaBuf` whose buffer is a :class:`MappedRange`.
+
 Other users of the GPU act on the simulated clock too, as a scenario's events do: :meth:`GPU.pressure` is another
 process's allocation (it evicts movable exported buffers, whose importers re-fault; freed after ``hold``), and
 :meth:`DmaBuf.revoke` a VFIO exporter's revocation.
@@ -20,6 +24,7 @@ import numpy as np
 from models.dmabuf.gpu_export import GPU_PAGE
 from models.dmabuf.revoke import UNMAP_BOUND_PS, Revocation, VfioExporter
 from models.libs.cuda_process import CudaProcess
+from models.libs.cuda_vmm import CudaVmm, VmmHandle
 from sim.api.resource import Resource, zeroed
 from sim.api.durations import duration_ps
 from sim.engine.build import gpu_bytes
@@ -36,6 +41,8 @@ class GPU:
         self.node = testbed.bed.nodes[gpu.name.split(".")[0]]
         self.process = CudaProcess(gpu, name="script")
         """The script's allocations on this GPU."""
+        self.vmm = CudaVmm(gpu, name="script")
+        """The script's virtual-memory objects on this GPU (handles, reservations, mappings)."""
 
     @property
     def free_bytes(self) -> int:
@@ -50,14 +57,101 @@ class GPU:
         :raises VerbsError: ``ENOMEM``: data mode, and this process cannot hold the bytes (:func:`zeroed`).
         """
         buf = self.process.malloc(size)
-        if self.testbed.env.data_mode:
-            try:
-                buf.alloc.data = zeroed(size, "cudaMalloc")
-            except VerbsError:
-                self.process.free(buf)
-                raise
+        self._zero_fill(buf.alloc, "cudaMalloc", lambda: self.process.free(buf))
         self.testbed._advance(self.gpu.alloc_costs.allocate_ps(size))
         return GpuBuffer(self, buf)
+
+    def _zero_fill(self, alloc, call: str, undo) -> None:
+        """Data mode: ``alloc``'s bytes, zeroed; when this process cannot hold them, ``undo()`` frees the
+        allocation and the ``ENOMEM`` of :func:`zeroed` is raised."""
+        if self.testbed.env.data_mode:
+            try:
+                alloc.data = zeroed(alloc.size, call)
+            except VerbsError:
+                undo()
+                raise
+
+    def _vmm_call(self, call: str, nbytes: int, method, *args):
+        """One driver call of :attr:`vmm` (NVIDIA only), then the clock advances by its calibrated time."""
+        if self.gpu.vendor != "nvidia":
+            raise ProtocolError(f"{call}: the CUDA virtual-memory calls are modelled on NVIDIA GPUs only "
+                                f"({self.name} is {self.gpu.vendor})")
+        made = method(*args)
+        self.testbed._advance(self.gpu.alloc_costs.call_ps(call, nbytes))
+        return made
+
+    @property
+    def granularity(self) -> int:
+        """``cuMemGetAllocationGranularity`` (minimum): the unit of ``mem_create`` and ``mem_map`` (bytes)."""
+        return self.vmm.granularity
+
+    def mem_create(self, size: int, flags: int = 0) -> VmmHandle:
+        """``cuMemCreate``: a handle to ``size`` bytes of pinned device memory, not mapped anywhere yet.
+
+        :raises CudaError: ``CUDA_ERROR_INVALID_VALUE`` (size not a multiple of :attr:`granularity`, flags),
+            ``CUDA_ERROR_OUT_OF_MEMORY``.
+        :raises VerbsError: ``ENOMEM``: data mode, and this process cannot hold the bytes (:func:`zeroed`).
+        """
+        handle = self._vmm_call("cuMemCreate", size, self.vmm.mem_create, size, flags)
+        self._zero_fill(handle.alloc, "cuMemCreate", lambda: self.vmm.mem_release(handle))
+        return handle
+
+    def mem_address_reserve(self, size: int, alignment: int = 0, addr: int = 0, flags: int = 0) -> int:
+        """``cuMemAddressReserve``: the start of a reserved virtual address range of ``size`` bytes.
+
+        :raises CudaError: ``CUDA_ERROR_INVALID_VALUE`` (size or hint not 4 KiB multiples, alignment, flags).
+        """
+        return self._vmm_call("cuMemAddressReserve", size, self.vmm.address_reserve, size, alignment, addr, flags)
+
+    def mem_map(self, ptr: int, size: int, handle: VmmHandle, offset: int = 0, flags: int = 0) -> None:
+        """``cuMemMap``: map ``handle`` at ``[ptr, ptr + size)`` of a reservation (no access until
+        :meth:`mem_set_access`).
+
+        :raises CudaError: ``CUDA_ERROR_INVALID_VALUE`` (offset not zero, past the handle, not granular, outside
+            one reservation, already mapped, flags).
+        """
+        self._vmm_call("cuMemMap", size, self.vmm.mem_map, ptr, size, handle, offset, flags)
+
+    def mem_set_access(self, ptr: int, size: int) -> None:
+        """``cuMemSetAccess``: read-write access for this GPU over a fully mapped range.
+
+        :raises CudaError: ``CUDA_ERROR_INVALID_VALUE``: some of the range is not mapped.
+        """
+        self._vmm_call("cuMemSetAccess", size, self.vmm.set_access, ptr, size)
+
+    def mem_unmap(self, ptr: int, size: int) -> None:
+        """``cuMemUnmap`` of whole mappings: the range is reserved again; a released handle's memory goes back
+        when its last mapping goes, unless a dma-buf still holds it.
+
+        :raises CudaError: ``CUDA_ERROR_INVALID_VALUE``: a sub-range of a mapping, or nothing mapped.
+        """
+        self._vmm_call("cuMemUnmap", size, self.vmm.mem_unmap, ptr, size)
+
+    def mem_release(self, handle: VmmHandle) -> None:
+        """``cuMemRelease``: the memory goes back once it is unmapped everywhere and no dma-buf holds it.
+
+        :raises CudaError: ``CUDA_ERROR_INVALID_VALUE``: released already.
+        """
+        self._vmm_call("cuMemRelease", handle.size, self.vmm.mem_release, handle)
+
+    def mem_address_free(self, ptr: int, size: int) -> None:
+        """``cuMemAddressFree`` of a whole reservation with nothing mapped in it.
+
+        :raises CudaError: ``CUDA_ERROR_INVALID_VALUE``: not a reservation's ptr and size, or mappings left.
+        """
+        self._vmm_call("cuMemAddressFree", size, self.vmm.address_free, ptr, size)
+
+    def export_range(self, ptr: int, size: int, flags: int = 0) -> DmaBuf:
+        """``cuMemGetHandleForAddressRange(DMA_BUF_FD)`` of a mapped range, which may span several allocations
+        mapped back to back: a :class:`DmaBuf` holding each of them until it is closed.
+
+        :raises CudaError: ``CUDA_ERROR_INVALID_VALUE`` (not fully mapped, not 4 KiB multiples, unknown flags),
+            ``CUDA_ERROR_NOT_SUPPORTED`` (the PCIe mapping-type flag off a coherent platform).
+        """
+        if self.gpu.vendor != "nvidia":
+            raise ProtocolError(f"export_range: the CUDA virtual-memory calls are modelled on NVIDIA GPUs only "
+                                f"({self.name} is {self.gpu.vendor})")
+        return DmaBuf._export(MappedRange(self, ptr, size), 0, size, owns_buffer=False, flags=flags)
 
     def pressure(self, size: int, hold: str | int | None = None) -> bool:
         """Another process allocates ``size`` bytes of this GPU now (a scenario's ``gpu-memory-pressure``): the
@@ -77,15 +171,16 @@ class GPU:
         self.gpu.release_pressure()
 
 
-class GpuBuffer(Resource):
-    """Device memory from :meth:`GPU.alloc`; :meth:`close` is ``cudaFree`` (an exported dma-buf keeps the
-    memory until its last reference goes, as the NVIDIA driver does; the address is free for the next
-    allocation at once)."""
+class DeviceRange(Resource):
+    """Device memory at a virtual address range of the script's process, whose bytes the CPU can copy."""
 
-    def __init__(self, gpu: GPU, buf) -> None:
-        self.gpu, self.device_buffer, self.alloc = gpu, buf, buf.alloc
+    holders: tuple = ()
+    """The allocations an export of it holds (none beyond its own :attr:`alloc`)."""
+
+    def __init__(self, gpu: GPU, alloc) -> None:
+        self.gpu, self.alloc = gpu, alloc
         """``alloc``: the model's :class:`~models.dmabuf.gpu_export.GpuAllocation`."""
-        self.exported = (0, buf.alloc.size)
+        self.exported = (0, alloc.size)
         """``[start, end)`` of the buffer that its exporter keeps (where an exporter that moves the buffer has its
         bytes); the whole buffer until an export says otherwise."""
 
@@ -99,33 +194,20 @@ class GpuBuffer(Resource):
         """Bytes."""
         return self.alloc.size
 
-    @property
-    def buffer_id(self) -> int:
-        """``CU_POINTER_ATTRIBUTE_BUFFER_ID``: unique in the process, never reused (unlike the address)."""
-        return self.device_buffer.buffer_id
-
-    def export_dmabuf(self, offset: int = 0, size: int | None = None) -> DmaBuf:
-        """Export ``[offset, offset + size)`` of the buffer as a dma-buf file descriptor of the process.
-
-        :raises CudaError: the exporter's rules (4 KiB multiples, driver 515+, range inside the buffer).
-        """
-        self._check_open("export_dmabuf")
-        return DmaBuf._export(self, offset, size, owns_buffer=False)
-
     def write(self, data: bytes | str, length: int, offset: int = 0) -> None:
         """Copy ``length`` bytes of ``data`` into the buffer at ``offset`` (``cudaMemcpy`` host to device).
 
         :raises ProtocolError: not in data mode, or a range outside the buffer.
         """
         data = data.encode() if isinstance(data, str) else data
-        self.bytes("GpuBuffer.write", offset, length)[:] = np.frombuffer(data[:length], dtype=np.uint8)
+        self.bytes(f"{type(self).__name__}.write", offset, length)[:] = np.frombuffer(data[:length], dtype=np.uint8)
 
     def read(self, length: int, offset: int = 0) -> bytes:
         """``length`` bytes at ``offset`` where the buffer is now (``cudaMemcpy`` device to host).
 
         :raises ProtocolError: as :meth:`write`.
         """
-        return self.bytes("GpuBuffer.read", offset, length).tobytes()
+        return self.bytes(f"{type(self).__name__}.read", offset, length).tobytes()
 
     def bytes(self, call: str, offset: int, length: int) -> np.ndarray:
         """A writable view of ``[offset, offset + length)`` of the buffer's true contents (data mode)."""
@@ -142,9 +224,48 @@ class GpuBuffer(Resource):
         raise ProtocolError(f"{call}: [{offset}, {offset + length}) crosses the edge of the exported range "
                             f"[{start}, {end}); access the two parts separately")
 
+
+
+class GpuBuffer(DeviceRange):
+    """Device memory from :meth:`GPU.alloc`; :meth:`close` is ``cudaFree`` (an exported dma-buf keeps the
+    memory until its last reference goes, as the NVIDIA driver does; the address is free for the next
+    allocation at once)."""
+
+    def __init__(self, gpu: GPU, buf) -> None:
+        super().__init__(gpu, buf.alloc)
+        self.device_buffer = buf
+
+    @property
+    def buffer_id(self) -> int:
+        """``CU_POINTER_ATTRIBUTE_BUFFER_ID``: unique in the process, never reused (unlike the address)."""
+        return self.device_buffer.buffer_id
+
+    def export_dmabuf(self, offset: int = 0, size: int | None = None, flags: int = 0) -> DmaBuf:
+        """Export ``[offset, offset + size)`` of the buffer as a dma-buf file descriptor of the process, with
+        ``cuMemGetHandleForAddressRange``'s ``flags``.
+
+        :raises CudaError: the exporter's rules (4 KiB multiples, driver 515+, range inside the buffer, the
+            PCIe mapping-type flag only on a coherent platform).
+        """
+        self._check_open("export_dmabuf")
+        return DmaBuf._export(self, offset, size, owns_buffer=False, flags=flags)
+
     def _destroy(self) -> None:
         self.gpu.process.free(self.device_buffer)
         self.gpu.testbed._advance(self.gpu.gpu.alloc_costs.free_ps(self.size))
+
+
+class MappedRange(DeviceRange):
+    """A mapped range of the script's VMM memory as :meth:`GPU.export_range` exported it (a :class:`DmaBuf`'s
+    ``buffer``); its bytes are those of the allocation mapped there. Closing it does nothing: the range stays
+    mapped until :meth:`GPU.mem_unmap`.
+
+    :raises CudaError: the range is not fully mapped (:meth:`models.libs.cuda_vmm.CudaVmm.range_view`).
+    """
+
+    def __init__(self, gpu: GPU, ptr: int, size: int) -> None:
+        view, self.holders = gpu.vmm.range_view(ptr, size)
+        super().__init__(gpu, view)
 
 
 class DmaBuf(Resource):
@@ -165,17 +286,19 @@ class DmaBuf(Resource):
         self._init(device.alloc(-(-size // GPU_PAGE) * GPU_PAGE), 0, None, owns_buffer=True)
 
     @classmethod
-    def _export(cls, buffer: GpuBuffer, offset: int, size: int | None, *, owns_buffer: bool) -> DmaBuf:
+    def _export(cls, buffer: DeviceRange, offset: int, size: int | None, *, owns_buffer: bool,
+                flags: int = 0) -> DmaBuf:
         dmabuf = cls.__new__(cls)
-        dmabuf._init(buffer, offset, size, owns_buffer=owns_buffer)
+        dmabuf._init(buffer, offset, size, owns_buffer=owns_buffer, flags=flags)
         return dmabuf
 
-    def _init(self, buffer: GpuBuffer, offset: int, size: int | None, *, owns_buffer: bool) -> None:
+    def _init(self, buffer: DeviceRange, offset: int, size: int | None, *, owns_buffer: bool,
+              flags: int = 0) -> None:
         self.buffer, self.offset, self._owns = buffer, offset, owns_buffer
         gpu, node = buffer.gpu, buffer.gpu.node
         kernel, exporter = node.kernel, buffer.alloc.exporter
         try:
-            self.fd = gpu.gpu.export(buffer.alloc, node.fds, offset, size)
+            self.fd = gpu.gpu.export(buffer.alloc, node.fds, offset, size, flags, holders=buffer.holders)
         except BaseException:
             if owns_buffer:
                 buffer.close()

@@ -1,0 +1,187 @@
+"""The CUDA virtual-memory objects (models/libs/cuda_vmm.py) against the CUDA Driver API's documented rules (13.4,
+group__CUDA__VA: cuMemCreate, cuMemAddressReserve, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease,
+cuMemAddressFree) and the H200's export measurements (models/data/h200_dmabuf_export_rules.json)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from models.dmabuf import DmaBufCore, FdTable, KernelConfig
+from models.dmabuf.gpu_export import CudaError, Gpu
+from models.gpu import gpu_params
+from models.libs.cuda_vmm import CudaVmm
+from sim.core import Environment
+
+RULES = json.loads((Path(__file__).parents[3] / "models/data/h200_dmabuf_export_rules.json").read_text())
+MEASURED = {row["case"]: row["results"] for row in RULES["exports"]}
+GRANULARITY = json.loads((Path(__file__).parents[3] / "calib/gpu_alloc/raw/h200_run1.json").read_text())[
+    "vmm_granularity"]
+MiB = 1 << 20
+
+
+def make_gpu() -> Gpu:
+    """An H200 of 1 GiB on x86 (not coherent), driver 580."""
+    return Gpu("a.gpu0", "nvidia", gpu_params("h200"), DmaBufCore(Environment(), KernelConfig(version="6.18")),
+               capacity=1 << 30)
+
+
+@pytest.fixture
+def vmm():
+    v = CudaVmm(make_gpu())
+    v.fds = FdTable("app")
+    return v
+
+
+def invalid(call, *args, **kwargs) -> CudaError:
+    with pytest.raises(CudaError) as info:
+        call(*args, **kwargs)
+    assert info.value.result == "CUDA_ERROR_INVALID_VALUE"
+    return info.value
+
+
+def mapped_pair(vmm):
+    """Two allocations of one granule mapped back to back in one reservation: (ptr, handles)."""
+    g = vmm.granularity
+    handles = [vmm.mem_create(g), vmm.mem_create(g)]
+    ptr = vmm.address_reserve(2 * g)
+    for i, h in enumerate(handles):
+        vmm.mem_map(ptr + i * g, g, h)
+    return ptr, handles
+
+
+def test_the_granularity_is_the_h200s():
+    """cuMemGetAllocationGranularity(MINIMUM) read 2 MiB on the H200 (calib/gpu_alloc/raw/h200_run1.json)."""
+    assert CudaVmm(make_gpu()).granularity == GRANULARITY == 2 * MiB
+
+
+def test_cumemcreate_takes_only_granular_sizes_and_zero_flags(vmm):
+    """cuMemCreate: "The size of this allocation must be a multiple of the value given via
+    cuMemGetAllocationGranularity"; "flags for future use, must be zero now"."""
+    invalid(vmm.mem_create, vmm.granularity + 4096)
+    invalid(vmm.mem_create, 0)
+    invalid(vmm.mem_create, vmm.granularity, flags=1)
+    used = vmm.gpu.memory.used
+    vmm.mem_create(3 * vmm.granularity)
+    assert vmm.gpu.memory.used == used + 3 * vmm.granularity
+
+
+def test_cumemcreate_beyond_vram_is_out_of_memory(vmm):
+    with pytest.raises(CudaError) as info:
+        vmm.mem_create(-(-(vmm.gpu.capacity + 1) // vmm.granularity) * vmm.granularity)
+    assert info.value.result == "CUDA_ERROR_OUT_OF_MEMORY"
+
+
+def test_cumemaddressreserve_rules(vmm):
+    """"The size and address parameters must be a multiple of the host page size and the alignment must be a power
+    of two or zero"; flags "must be zero"; a reservation honours its alignment."""
+    invalid(vmm.address_reserve, 4096 + 1)
+    invalid(vmm.address_reserve, 4096, addr=4096 + 8)
+    invalid(vmm.address_reserve, vmm.granularity, alignment=3)
+    invalid(vmm.address_reserve, vmm.granularity, flags=1)
+    a = vmm.address_reserve(vmm.granularity, alignment=64 * MiB)
+    b = vmm.address_reserve(vmm.granularity)
+    assert a % (64 * MiB) == 0 and (b >= a + vmm.granularity or b + vmm.granularity <= a)
+
+
+def test_cumemmap_rules(vmm):
+    """cuMemMap: offset "currently must be zero", ptr and size multiples of the granularity, offset + size within
+    the handle, inside a reservation, "only ... on VA range reservations that are not currently mapped"."""
+    g = vmm.granularity
+    handle, ptr = vmm.mem_create(2 * g), vmm.address_reserve(4 * g)
+    invalid(vmm.mem_map, ptr, g, handle, offset=g)
+    invalid(vmm.mem_map, ptr + 4096, 2 * g, handle)
+    invalid(vmm.mem_map, ptr, 2 * g + 4096, handle)
+    invalid(vmm.mem_map, ptr, 4 * g, handle)              # past the handle
+    invalid(vmm.mem_map, ptr + 3 * g, 2 * g, handle)      # past the reservation
+    invalid(vmm.mem_map, ptr, 2 * g, handle, flags=1)
+    vmm.mem_map(ptr, 2 * g, handle)
+    invalid(vmm.mem_map, ptr + g, 2 * g, handle)          # over a mapped range
+    vmm.mem_map(ptr + 2 * g, 2 * g, handle)               # the same handle mapped twice
+    assert handle.mappings == 2
+
+
+def test_set_access_needs_a_fully_mapped_range(vmm):
+    g = vmm.granularity
+    handle, ptr = vmm.mem_create(g), vmm.address_reserve(2 * g)
+    vmm.mem_map(ptr, g, handle)
+    invalid(vmm.set_access, ptr, 2 * g)
+    vmm.set_access(ptr, g)
+    assert vmm.mapped(ptr, g)[0].access
+
+
+def test_cumemunmap_takes_whole_mappings_and_leaves_a_reservation(vmm):
+    """"cuMemUnmap cannot unmap a sub-range of an address range mapped by cuMemCreate / cuMemMap"; afterwards "the
+    address range is converted to an address reservation" and a new mapping starts with no access."""
+    g = vmm.granularity
+    handle, ptr = vmm.mem_create(2 * g), vmm.address_reserve(2 * g)
+    vmm.mem_map(ptr, 2 * g, handle)
+    vmm.set_access(ptr, 2 * g)
+    invalid(vmm.mem_unmap, ptr, g)
+    vmm.mem_unmap(ptr, 2 * g)
+    invalid(vmm.mem_unmap, ptr, 2 * g)
+    vmm.mem_map(ptr, 2 * g, handle)
+    assert not vmm.mapped(ptr, 2 * g)[0].access
+
+
+def test_release_while_mapped_frees_at_the_last_unmap(vmm):
+    """cuMemRelease: "The memory allocation will be freed when all outstanding mappings to the memory are unmapped
+    and when all outstanding references to the handle ... are also released"."""
+    used = vmm.gpu.memory.used
+    ptr, (first, second) = mapped_pair(vmm)
+    vmm.mem_release(first)
+    assert vmm.gpu.memory.used == used + 2 * vmm.granularity
+    invalid(vmm.mem_release, first)
+    vmm.mem_unmap(ptr, 2 * vmm.granularity)
+    assert vmm.gpu.memory.used == used + vmm.granularity   # the second is not released
+    vmm.mem_release(second)
+    assert vmm.gpu.memory.used == used
+
+
+def test_address_free_must_match_the_reservation_and_be_unmapped(vmm):
+    """cuMemAddressFree: "The size must match what was given to memAddressReserve and the ptr given must match what
+    was returned"."""
+    g = vmm.granularity
+    ptr, _ = mapped_pair(vmm)
+    invalid(vmm.address_free, ptr, 2 * g)       # mappings left
+    vmm.mem_unmap(ptr, 2 * g)
+    invalid(vmm.address_free, ptr, g)
+    invalid(vmm.address_free, ptr + g, g)
+    vmm.address_free(ptr, 2 * g)
+    invalid(vmm.address_free, ptr, 2 * g)
+
+
+@pytest.mark.parametrize("flags", [0, 1, 2, 0x80000000])
+def test_exports_follow_the_h200(vmm, flags):
+    """The H200's exports of VMM memory by flags: one allocation mapped without cuMemSetAccess, two mapped back to
+    back, the first of them, a reserved range with nothing mapped."""
+    g = vmm.granularity
+    ptr, _ = mapped_pair(vmm)
+    empty = vmm.address_reserve(2 * g)
+    cases = {"cuMemCreate mapped, no cuMemSetAccess": (ptr, g), "one VA range over two cuMemCreate allocations":
+             (ptr, 2 * g), "first of two cuMemCreate allocations": (ptr, g),
+             "reserved VA range, nothing mapped": (empty, 2 * g)}
+    for case, (start, size) in cases.items():
+        try:
+            vmm.export(start, size, vmm.fds, flags)
+            result = "CUDA_SUCCESS"
+        except CudaError as exc:
+            result = exc.result
+        assert result == MEASURED[case][str(flags)], case
+
+
+def test_a_released_range_keeps_its_vram_while_exported(vmm):
+    """The H200 (free_after_export.cuMemCreate): unmapped and released while its dma-buf is open, a VMM allocation's
+    VRAM stays allocated; it comes back when the fd closes. An export over two allocations holds both."""
+    measured = RULES["free_after_export"]["cuMemCreate"]
+    used = vmm.gpu.memory.used
+    ptr, handles = mapped_pair(vmm)
+    _, fd = vmm.export(ptr, 2 * vmm.granularity, vmm.fds)
+    vmm.mem_unmap(ptr, 2 * vmm.granularity)
+    for h in handles:
+        vmm.mem_release(h)
+    held = vmm.gpu.memory.used - used
+    assert (held == 2 * vmm.granularity) == (measured["free_bytes_after_unmap_release_fd_open"]
+                                              == measured["free_bytes_mapped"])
+    vmm.fds.close(fd)
+    assert (vmm.gpu.memory.used == used) == (measured["free_bytes_after_close"] > measured["free_bytes_mapped"])
