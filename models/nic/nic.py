@@ -135,6 +135,13 @@ class NicParams:
     pcie_tph: bool = False
     """PCIe TPH steering tags work (``mlx5_st_create`` finds the ``mkey_pcie_tph`` capability, the device's TPH
     capability and an OS that enables it); without them a DMA handle naming a CPU is ``EOPNOTSUPP``."""
+    qp_data_in_order: bool = False
+    """mlx5: the HCA capability ``qp_data_in_order``, and a QP in RTS whose context reports ``data_in_order``
+    (:func:`~models.verbs.data_in_order.mlx5_query_qp_data_in_order`). Off: no source lists the firmware that
+    sets them (an assumption; "not in order" is the answer that makes a program poll the completion)."""
+    data_polling_128: bool = False
+    """EFA: the device capability ``DATA_POLLING_128`` (128-byte aligned blocks written in order,
+    ``efa_query_qp_data_in_order``). Off: which EFA generations report it is not published (an assumption)."""
 
 
 class Nic:

@@ -24,6 +24,7 @@ from models.nic.memory_window import MwType
 from models.nic.wqe import Access, Opcode, QpState, SendFlags, WcFlags, WcOpcode, WcStatus
 from models.verbs.advise import IBV_ADVISE_MR_FLAG_FLUSH as ADVISE_MR_FLAG_FLUSH
 from models.verbs.advise import AdviseMrAdvice
+from models.verbs.data_in_order import DataInOrderCaps, QueryDataInOrderFlags
 from models.verbs.qp_state import AhAttr as AHAttr
 from models.verbs.qp_ex import QpInitAttrMask, SendOps
 from models.verbs.qp_state import PathMtu, QpAttrMask, QpType
@@ -59,7 +60,7 @@ __all__ = [
     "AsyncEvent", "AsyncEventType", "DM", "DMMR", "AllocDmAttr", "GPU", "GpuBuffer", "DmaBuf", "HostMemory",
     "MappedRange", "VmmHandle",
     "Access", "Opcode", "QpState", "QpType", "QpAttrMask", "PathMtu", "WcStatus", "WcOpcode", "WcFlags",
-    "AdviseMrAdvice", "ADVISE_MR_FLAG_FLUSH",
+    "AdviseMrAdvice", "ADVISE_MR_FLAG_FLUSH", "QueryDataInOrderFlags", "DataInOrderCaps",
     "REREG_CHANGE_TRANSLATION", "REREG_CHANGE_PD", "REREG_CHANGE_ACCESS",
     "SimError", "VerbsError", "ConfigError", "ProtocolError", "DeadlockError", "ArgumentTypeError", "GpuOutOfMemory",
     "CudaError",

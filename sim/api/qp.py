@@ -18,6 +18,7 @@ from models.nic.wqe import Opcode, QpState, SendFlags, Sge
 from models.nic.wqe import RecvWR as ReceiveRequest
 from models.nic.wqe import SendWR as WorkRequest
 from models.verbs import qp_state
+from models.verbs.data_in_order import ibv_query_qp_data_in_order
 from models.verbs.destroy import ibv_destroy_qp
 from models.verbs.mw import ibv_bind_mw, ibv_inc_rkey
 from models.verbs.qp_state import PathMtu, QpAttrMask, QpType
@@ -335,6 +336,12 @@ class QP(Resource):
         """``ibv_query_qp``: the QP's attributes and its init attributes."""
         self._check_open("ibv_query_qp")
         return ibv_query_qp(self.qp, attr_mask), self.init_attr
+
+    def query_data_in_order(self, op: int, flags: int = 0) -> int:
+        """``ibv_query_qp_data_in_order`` (pyverbs' ``QP.query_data_in_order``): 0 or 1, or with
+        ``QueryDataInOrderFlags.RETURN_CAPS`` the :class:`DataInOrderCaps` bits."""
+        self._check_open("ibv_query_qp_data_in_order")
+        return ibv_query_qp_data_in_order(self.qp, Opcode(op), flags)
 
     def post_send(self, wr: SendWR, bad_wr: SendWR | None = None) -> None:
         """Post ``wr`` (any opcode, its SGEs, flags, immediate data and atomic operands); it runs from now on and

@@ -109,6 +109,12 @@ class NicSpec(Strict):
     """The NIC and its root port support PCIe TLP Processing Hints with steering tags (mlx5's ``mkey_pcie_tph``
     capability, the device's TPH capability, an OS that enables it): a DMA handle may then name a CPU
     (``ibv_alloc_dmah``). Off by default: an assumption, as it depends on the platform."""
+    qp_data_in_order: bool = False
+    """mlx5: the firmware reports data written in order within a work request (``ibv_query_qp_data_in_order``
+    answers 1 for an RTS QP). Off by default: no source lists the firmware that does (an assumption)."""
+    data_polling_128: bool = False
+    """EFA: the device reports DATA_POLLING_128 (128-byte blocks written in order). Off by default (an
+    assumption)."""
 
 
 class GpuSpec(Strict):

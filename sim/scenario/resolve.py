@@ -51,7 +51,8 @@ def nic_params(spec: NodeSpec) -> NicParams:
         "tx_engines": "tx_engines", "rx_engines": "rx_engines",
         "max_rd_atomic": "max_rd_atomic", "max_translations": "max_translations", "atomic": "atomic_ps"}),
         "ignore_move_notify": nic.ignore_move_notify, "dmabuf_revocable": nic.dmabuf_revocable,
-        "pcie_tph": nic.pcie_tph})
+        "pcie_tph": nic.pcie_tph, "qp_data_in_order": nic.qp_data_in_order,
+        "data_polling_128": nic.data_polling_128})
 
 
 def node_port(spec: NodeSpec) -> PortRate:
