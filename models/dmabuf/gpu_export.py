@@ -448,6 +448,12 @@ class Gpu:
             self.memory.free(vram)
         taken.clear()
 
+    def release_pressure_after(self, hold_ps: int):
+        """A process that frees the competing job's oldest allocation ``hold_ps`` from now (``gpu-memory-pressure``'s
+        ``hold``)."""
+        yield self.core.env.timeout(hold_ps)
+        self.release_pressure()
+
     def release_pressure(self) -> None:
         """The competing job frees its oldest allocation (cudaFree/hipFree, which takes the calibrated time)."""
         if self.pressure_allocations:

@@ -163,12 +163,8 @@ class GPU:
         held = None if hold is None else duration_ps(hold)
         fitted = self.gpu.pressure(size)
         if fitted and held is not None:
-            self.testbed.env.process(self._release_after(held))
+            self.testbed.env.process(self.gpu.release_pressure_after(held))
         return fitted
-
-    def _release_after(self, hold_ps: int):
-        yield self.testbed.env.timeout(hold_ps)
-        self.gpu.release_pressure()
 
 
 class DeviceRange(Resource):

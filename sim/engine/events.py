@@ -133,8 +133,7 @@ def _gpu_pressure(bed: Testbed, event: GpuPressureEvent, row: dict, log: list[di
     """A competing allocation, freed after ``hold`` when given."""
     gpu = bed.gpus[event.on]
     if _allocate(gpu, event.allocate, row, log) and event.hold is not None:
-        yield bed.env.timeout(event.hold)
-        gpu.release_pressure()
+        yield from gpu.release_pressure_after(event.hold)
         log.append({"time_ps": bed.env.now, "kind": "gpu-memory-release", "target": event.on,
                     "bytes": event.allocate, "evicted": 0, "outcome": "freed", "gpu_used": gpu.memory.used})
 
