@@ -50,7 +50,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.nic.datapath import RECEIVED, TRANSMIT, checked_accesses, path, translation_cache
+from models.nic.datapath import RECEIVED, checked_accesses, path, translation_cache
 from models.nic.refusal import refusal
 from models.nic.stages import memory_target
 from models.nic.wqe import Opcode
@@ -406,8 +406,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
                 if id(step.server) not in servers:
                     servers[id(step.server)] = len(names)
                     names.append(Server(step.server.name, stalls=step.server.stalls))
-                step = replace(step, server=servers[id(step.server)],
-                               label=TRANSMIT if step.turn == TRANSMIT and step.label is None else step.label)
+                step = replace(step, server=servers[id(step.server)])
             elif isinstance(step, Check) and step.name == local:
                 step = replace(step, holds=holds, label="local", decides=None if followed(step) else step.decides)
             elif isinstance(step, (Fork, Detour)):

@@ -178,11 +178,10 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
                     if local_backing or every else []),
                   *labelled(landing, READ_SLOT), Mark("landed"), *COMPLETION]
     steps = on_the_wire(in_send_order(steps, nic, qp.qp_num, opcode.reads_remote), nic, pnic, lossy)
-    after = _after_checks(steps)
+    after, at = _after_checks(steps)
     forward = on_the_wire(in_send_order(forward, nic, qp.qp_num), nic, pnic, lossy)
     reply = on_the_wire(reply, nic, pnic, lossy)
-    result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after,
-                                  _check_positions(steps), forward,
+    result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after, at, forward,
                                   tuple(reply), compile_steps((*reply[-1:], *COMPLETION)),
                                   compile_steps((*reply, *COMPLETION)), landed_back, request_packets(qp, opcode, n))
     return result
@@ -195,7 +194,7 @@ def _local_path(qp, key: tuple, steps: tuple[Step, ...], cqe: list[Step]) -> Pat
     steps = in_send_order(list(steps), qp.node.nic, qp.qp_num)
     failed = compile_steps((*cqe[-1:], *COMPLETION))
     result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False),
-                                  _after_checks(steps), _check_positions(steps), (), (), failed, failed, 0, 0)
+                                  *_after_checks(steps), (), (), failed, failed, 0, 0)
     return result
 
 
@@ -207,28 +206,21 @@ def _unacknowledged(steps: list[Step], delivery: list[Step], cqe: list[Claim], w
     return [*steps[:-2], Fork((*arrival, *delivery)), Rebase(True, -wire_latency_ps), *cqe, *COMPLETION]
 
 
-def _check_positions(steps: tuple[Step, ...], base: int = 0) -> dict[str, int]:
-    """The walk-order position of each check of ``steps`` (numbered from ``base``) whose following steps
-    :func:`_after_checks` gives: a main chain's check before a side chain's of the same name."""
-    out: dict[str, int] = {}
-    for step in steps:
-        if isinstance(step, Check):
-            out[step.name] = base
-        elif isinstance(step, Fork):
-            out.update({name: k for name, k in _check_positions(step.steps, base + 1).items() if name not in out})
-        base += len(walk_order((step,)))
-    return out
-
-
-def _after_checks(steps: tuple[Step, ...]) -> dict[str, tuple[Step, ...]]:
-    """The steps that follow each check of ``steps``, within its own chain (a side chain's checks too)."""
+def _after_checks(steps: tuple[Step, ...], base: int = 0) -> tuple[dict[str, tuple[Step, ...]], dict[str, int]]:
+    """The steps that follow each check of ``steps``, within its own chain (a side chain's checks too, a main
+    chain's check before a side chain's of the same name), and each such check's walk-order position (numbered
+    from ``base``)."""
     after: dict[str, tuple[Step, ...]] = {}
+    at: dict[str, int] = {}
     for k, step in enumerate(steps):
         if isinstance(step, Check):
-            after[step.name] = steps[k + 1:]
+            after[step.name], at[step.name] = steps[k + 1:], base
         elif isinstance(step, Fork):
-            after.update({name: rest for name, rest in _after_checks(step.steps).items() if name not in after})
-    return after
+            inner, where = _after_checks(step.steps, base + 1)
+            for name in inner.keys() - after.keys():
+                after[name], at[name] = inner[name], where[name]
+        base += len(walk_order((step,)))
+    return after, at
 
 
 SEND_ENGINE, TRANSMIT, RESPONSES = "send_engine", "transmit", "responses"
@@ -251,10 +243,8 @@ def in_send_order(steps: list[Step], nic: Nic, qp_num: int, reads: bool = False)
     turns = {id(nic.tx_engine(qp_num)): SEND_ENGINE, id(nic.tx_port): TRANSMIT}
     out = [dataclasses.replace(s, turn=turns[id(s.server)]) if isinstance(s, Claim) and id(s.server) in turns
            else s for s in steps]
-    checked = next((k for k, s in enumerate(out) if isinstance(s, Check) and s.name == "responder"), None) \
-        if reads else None
-    first = None if checked is None else next(
-        (k for k in range(checked + 1, len(out)) if isinstance(out[k], Claim)), None)
+    checked = next((k for k, s in enumerate(out) if isinstance(s, Check) and s.name == "responder"), len(out))
+    first = next((k for k in range(checked + 1, len(out)) if isinstance(out[k], Claim)), None) if reads else None
     if first is not None and out[first].turn is None:
         out[first] = dataclasses.replace(out[first], turn=RESPONSES)
     return tuple(out)

@@ -284,9 +284,9 @@ class WorkRequestRun(Retransmission):
 
     def _translation(self, node, pieces: list[Piece], now: int, head: int, tail: int, check: str):
         """After an access is allowed at ``now``, at the check named ``check``: the NIC's translation-cache and
-        IO-TLB stages of each piece (when the node models them), looked up then, run as a detour from ``head`` before the
-        steps after the check (:class:`~sim.core.steps.Detour`: the data goes on once they are done, its tail no
-        earlier than then), numbered on from the check. None when there are none."""
+        IO-TLB stages of each piece (when the node models them), looked up then, run as a detour from ``head``
+        before the steps after the check (:class:`~sim.core.steps.Detour`: the data goes on once they are done, its
+        tail no earlier than then), numbered on from the check. None when there are none."""
         rest = self.path.after.get(check)
         if rest is None or not pieces or (node.nic.mtt is None and node.iommu is None):
             return None

@@ -52,8 +52,8 @@ class Joined:
     """Claims of several parts laid end to end, each field built when first needed.
 
     A part is a :class:`Claims` or a per-position record (arrays ``wake``, ``head``, ``not_before``, ``post``;
-    scalars ``service``, ``pos``; ``wpos`` a scalar or per claim; first operation ``seq0``). Serving needs only times; the rest is needed
-    when times tie or claims are carried over.
+    scalars ``service``, ``pos``; ``wpos`` a scalar or per claim; first operation ``seq0``). Serving needs only
+    times; the rest is needed when times tie or claims are carried over.
     """
 
     def __init__(self, parts: list) -> None:
