@@ -105,7 +105,8 @@ class CudaVmm:
         :raises CudaError: the rules of the module docstring.
         """
         call, gran = "cuMemCreate", self.granularity
-        _check(size > 0 and size % gran == 0, call, f"size {format_size(size)} is not a nonzero multiple of the allocation "
+        _check(size > 0 and size % gran == 0, call,
+               f"size {format_size(size)} is not a nonzero multiple of the allocation "
                f"granularity ({format_size(gran)}, cuMemGetAllocationGranularity)")
         _check(flags == 0, call, f"flags {flags:#x}: must be zero")
         try:
@@ -155,9 +156,11 @@ class CudaVmm:
         _check(not handle.released, call, f"handle {handle.handle} was released")
         _check(size > 0 and ptr % gran == 0 and size % gran == 0, call,
                f"ptr and size must be multiples of the allocation granularity ({format_size(gran)})")
-        _check(size <= handle.size, call, f"{format_size(size)} from offset 0 run past the {format_size(handle.size)} handle")
+        _check(size <= handle.size, call,
+               f"{format_size(size)} from offset 0 run past the {format_size(handle.size)} handle")
         reservation = self._reservation(ptr, size)
-        _check(reservation is not None, call, f"[{ptr:#x}, +{format_size(size)}) is not inside one cuMemAddressReserve range")
+        _check(reservation is not None, call,
+               f"[{ptr:#x}, +{format_size(size)}) is not inside one cuMemAddressReserve range")
         _check(not any(m.addr < ptr + size and ptr < m.addr + m.size for m in reservation.mappings.values()), call,
                f"[{ptr:#x}, +{format_size(size)}) is already mapped (cuMemMap maps only ranges not currently mapped)")
         mapping = reservation.mappings[ptr] = Mapping(ptr, size, handle)
@@ -184,7 +187,8 @@ class CudaVmm:
         :raises CudaError: some of the range is not mapped.
         """
         mappings = self.mapped(ptr, size)
-        _check(bool(mappings), "cuMemSetAccess", f"[{ptr:#x}, +{format_size(size)}) is not a fully mapped address range")
+        _check(bool(mappings), "cuMemSetAccess",
+               f"[{ptr:#x}, +{format_size(size)}) is not a fully mapped address range")
         for m in mappings:
             m.access = True
 
@@ -196,8 +200,8 @@ class CudaVmm:
         """
         mappings = self.mapped(ptr, size)
         whole = bool(mappings) and mappings[0].addr == ptr and mappings[-1].addr + mappings[-1].size == ptr + size
-        _check(whole, "cuMemUnmap", f"[{ptr:#x}, +{format_size(size)}) is not the entire range of its mappings (cuMemUnmap "
-               "cannot unmap a sub-range of a mapping)")
+        _check(whole, "cuMemUnmap", f"[{ptr:#x}, +{format_size(size)}) is not the entire range of its mappings "
+               "(cuMemUnmap cannot unmap a sub-range of a mapping)")
         reservation = self._reservation(ptr, size)
         for m in mappings:
             del reservation.mappings[m.addr]
@@ -225,7 +229,8 @@ class CudaVmm:
         """
         call, reservation = "cuMemAddressFree", self.reservations.get(ptr)
         _check(reservation is not None and reservation.size == size, call,
-               f"[{ptr:#x}, +{format_size(size)}) is not a range cuMemAddressReserve returned (ptr and size must match it)")
+               f"[{ptr:#x}, +{format_size(size)}) is not a range cuMemAddressReserve returned "
+               "(ptr and size must match it)")
         _check(not reservation.mappings, call, f"{len(reservation.mappings)} mapping(s) left in the range: "
                "cuMemUnmap them first")
         del self.reservations[ptr]

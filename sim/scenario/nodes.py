@@ -66,7 +66,8 @@ class NicSpec(Strict):
     """The RDMA NIC; a preset plus key-by-key overrides."""
 
     preset: Literal["connectx8", "connectx7", "connectx6", "connectx5", "efa"] = "connectx7"
-    """NIC preset (sets message rate, PCIe link, port rate, ODP and dma-buf support; connectx8 alone has data direct)."""
+    """NIC preset (sets message rate, PCIe link, port rate, ODP and dma-buf support; connectx8 alone has data
+    direct)."""
     port: Literal[tuple(PORT_RATES)] | None = None
     """Port generation: edr, hdr, ndr, xdr (InfiniBand) or 100gbe, 200gbe, 400gbe, 800gbe (RoCEv2). Sets the
     fabric's default rate (the slowest port's) and, for Ethernet ports, its RoCE headers (default: the preset's

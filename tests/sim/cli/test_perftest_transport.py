@@ -114,5 +114,6 @@ def test_a_transport_the_device_does_not_create_is_refused_naming_c(connection, 
     """EFA creates no UC QPs (efa_create_qp) and has no XRC (no IBV_DEVICE_XRC, no open_xrcd)."""
     from sim.cli.perftest import UsageError
 
-    with pytest.raises(UsageError, match=rf"^-c/--connection: the efa NIC of node 'a' refuses it: .*EOPNOTSUPP.*{words}"):
+    refused = rf"^-c/--connection: the efa NIC of node 'a' refuses it: .*EOPNOTSUPP.*{words}"
+    with pytest.raises(UsageError, match=refused):
         perftest_scenario(["ib_write_bw", "-d", "efa_0", "-c", connection, "-n", "5"])
