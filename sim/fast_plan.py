@@ -93,10 +93,53 @@ class Declined(NamedTuple):
     reason: str
 
 
+class Plan(NamedTuple):
+    """A scenario inside the vectorized core's domain, its testbed built (:func:`decide`)."""
+
+    bed: object
+    started: int
+    """When the workloads start (ps)."""
+    event_log: list
+    ends: list[Stream]
+    watch: Watch
+    translations: Translations | None
+
+
+def decide(scenario: Scenario, seed: int, trace: bool = False) -> Plan | str:
+    """The vectorized core's domain, decided once before anything is solved: ``scenario``'s testbed built and its
+    streams' pipelines checked, or why the event engine runs it. What the scenario says (:func:`outside_domain`;
+    under ``engine: auto`` also :func:`slow_for_fast`), work requests that would be refused or fail
+    (:func:`_refused`), a translation cache with scenario events or page faults (which change what it holds), and
+    the solver's limits on the steps (:class:`sim.fast.solver.Problem`: a check that decides at run time, gates,
+    pools, a duration over a buffer that moves). What only the solve tells is :func:`run_fast`'s."""
+    reason = outside_domain(scenario, trace) or (slow_for_fast(scenario) if scenario.engine == "auto" else None)
+    if reason:
+        return reason
+    bed, started, event_log = setup_run(scenario, seed, trace)
+    ends = streams(scenario, bed)
+    watch, translations = Watch(bed, scenario, ends), _translations(ends, bed.env.now)
+    reason = _refused(ends)
+    if not reason and translations is not None and (scenario.events or watch.faults.sources):
+        reason = ("a translation cache's hits with scenario events or page faults, which change what it holds: the "
+                  "event engine simulates that")
+    if reason:
+        return reason
+    pipes = None
+    try:
+        pipes = pipelines(ends, translations=translations)
+        Problem(pipes.servers, pipes.groups)
+    except Unsolvable as exc:
+        return _unsolved(exc, pipes, ends)
+    return Plan(bed, started, event_log, ends, watch, translations)
+
+
 def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *, trace: bool = False,
              variant: str = "base") -> RunResult | Declined:
     """Run ``scenario`` on the vectorized core; :class:`Declined` when ``engine: auto`` should use the event
-    engine, saying why.
+    engine, saying why: before solving (:func:`decide`), or at a decision only the solve tells (passes that
+    never agree or parallel streams posted at one picosecond, :class:`sim.fast.Unsolvable`; blocks that advance a
+    few operations at a time; a page fault the core does not follow; a send_bw's receives running short; a
+    scenario event that changes what the data path reads other than by moving a source buffer).
 
     :raises OutsideDomain: ``engine: fast`` for a scenario outside the domain.
     """
@@ -105,19 +148,10 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             raise OutsideDomain(f"engine fast: {reason}")
         return Declined(reason)
 
-    reason = outside_domain(scenario, trace) or (slow_for_fast(scenario) if scenario.engine == "auto" else None)
-    if reason:
-        return decline(reason)
-    bed, started, event_log = setup_run(scenario, seed, trace)
-    ends = streams(scenario, bed)
-    watch = Watch(bed, scenario, ends)
-    translations = _translations(ends, bed.env.now)
-    reason = _refused(ends)
-    if not reason and translations is not None and (scenario.events or watch.faults.sources):
-        reason = ("a translation cache's hits with scenario events or page faults, which change what it holds: the "
-                  "event engine simulates that")
-    if reason:
-        return decline(reason)
+    plan = decide(scenario, seed, trace)
+    if isinstance(plan, str):
+        return decline(plan)
+    bed, started, event_log, ends, watch, translations = plan
     alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
     # Nothing makes the run be solved again: no event, no page fault, no translation cache.
     once = not scenario.events and not watch.faults.sources and translations is None
@@ -172,20 +206,10 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
 
 
 def fast_refusal(scenario: Scenario, trace: bool = False) -> str | None:
-    """Why :func:`run_fast` would refuse ``scenario`` before solving: :func:`outside_domain`, :func:`_refused`, the
-    solver's up-front checks of the steps (a check the run decides: ODP's faults, a translation cache, data mode, a
-    lossy link); None when none does (the solve may find more). Builds the testbed, simulates nothing."""
-    reason = outside_domain(scenario, trace)
-    ends = [] if reason else streams(scenario, setup_run(scenario, scenario.seed)[0])
-    reason = reason or _refused(ends)
-    if reason:
-        return reason
-    try:
-        pipes = pipelines(ends, translations=_translations(ends, 0))
-        Problem(pipes.servers, pipes.groups)
-    except Unsolvable as exc:
-        return _unsolved(exc, pipes, ends)
-    return None
+    """Why :func:`run_fast` would refuse ``scenario`` before solving (:func:`decide`); None when it would not (the
+    solve may find more). Builds the testbed, simulates nothing."""
+    plan = decide(scenario, scenario.seed, trace)
+    return plan if isinstance(plan, str) else None
 
 
 def _unsolved(exc: Unsolvable, pipes: Pipelines, ends: list[Stream]) -> str:

@@ -14,9 +14,14 @@ from dataclasses import dataclass
 class Speedups:
     """Which accelerations :func:`sim.fast.solve` uses (all by default)."""
 
+    guesses: bool = True
+    """A block's guesses come from its operations' idle latencies (a first pass over free servers, then each
+    completion the later of its post plus its idle latency and where the last pass saw it queue;
+    :mod:`sim.fast.guesses`). Off: the first pass takes every later post at the slice's earliest possible time, no
+    gate release and no later claim, and each pass takes the last one's values as they are."""
     pace: bool = True
     """A group that queued throughout its last block takes its first guesses from that block's pace, without a
-    pass over free servers (:mod:`sim.fast.pace`)."""
+    pass over free servers (:mod:`sim.fast.pace`; needs ``guesses``, whose idle latencies it keeps)."""
     calm: bool = True
     """Claims proven never to wait for their server (:func:`sim.fast.spacing.never_queue`) start when their head
     arrives, with no server solve."""
@@ -30,7 +35,7 @@ class Speedups:
 
 ALL = Speedups()
 """Every acceleration: the default."""
-NONE = Speedups(pace=False, calm=False, hints=False, merge_reuse=False)
+NONE = Speedups(guesses=False, pace=False, calm=False, hints=False, merge_reuse=False)
 """The exact solver alone."""
 
 
