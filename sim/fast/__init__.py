@@ -3,15 +3,21 @@
 Part of the simulation core: it knows nothing of RDMA and never imports ``models``. Its answers are the
 event engine's (same recurrences, the same ordering rule, integer picoseconds); see :mod:`sim.fast.solver`.
 
+The exact solver:
+
+* :func:`solve` (:mod:`sim.fast.solver`) — whole streams, block by block; :mod:`sim.fast.block` — one block's
+  passes, what it keeps and carries over; :mod:`sim.fast.block_pass` — one pass over every step;
 * :mod:`sim.fast.server` — one server over many jobs (cumulative sum and running maximum; stall intervals;
   pools of identical servers);
-* :mod:`sim.fast.steps` — servers and groups of operations walking :mod:`sim.core.steps` lists;
 * :mod:`sim.fast.merge` — claims of several positions on one server in the ordering rule's order;
-* :mod:`sim.fast.spacing` — claims proven from the pipeline's shape never to wait for their server;
-* :func:`solve` — whole streams, block by block, exact;
-* :mod:`sim.fast.guesses` — the first guesses of a block's passes;
-* :mod:`sim.fast.speedups` — its accelerations, each switchable (none changes an answer); the pace in
-  :mod:`sim.fast.pace`, the claims that never queue in :mod:`sim.fast.spacing`.
+  :mod:`sim.fast.turns` — claims made in a turn;
+* :mod:`sim.fast.steps` — servers and groups of operations walking :mod:`sim.core.steps` lists;
+
+what it solves, decided before solving: :mod:`sim.fast.limits`; and its accelerations, each switchable by one flag
+of :class:`Speedups` (none changes an answer): the first guesses from idle latencies (:mod:`sim.fast.guesses`),
+the pace of a saturated stream (:mod:`sim.fast.pace`), the claims proven never to queue (:mod:`sim.fast.spacing`),
+a server solve's hints and a merge's reuse (:mod:`sim.fast.speedups`). :mod:`sim.fast.draws` gives the drawn
+delays as arrays.
 
 >>> from sim.core.steps import Claim, Rebase
 >>> servers = [Server("link")]

@@ -38,7 +38,8 @@ def paced(problem, piece: SliceIn) -> bool:
 
 def guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     """Set a :func:`paced` slice's idle latencies (known constants plus its own drawn delays) and first guesses
-    (:func:`~sim.fast.guesses.guess_posts` from its pace); returns its claims on shared servers, which keep their pace."""
+    (:func:`~sim.fast.guesses.guess_posts` from its pace); returns its claims on shared servers, which keep their
+    pace."""
     g, m = piece.group, piece.hi - piece.lo
     piece.idle_done = np.add(tail(problem, piece), problem.idle_base[g], out=np.empty(m, np.int64))
     piece.idle_claim = {pos: np.full(m, problem.idle_claims[g][pos], np.int64) for pos in piece.shared}

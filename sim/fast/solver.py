@@ -14,16 +14,8 @@ still owes kept operations after that time is carried over as pending claims. Pa
 doubled up to one per operation of the block, past which it is :class:`Unsolvable` (a claim reached at the
 picosecond a completion posts its operation flips between two orders from pass to pass).
 
-A :class:`~sim.core.steps.Check` that ``decides`` something from the run's history (a translation cache's hits, a
-page fault, a lost frame) makes its steps :class:`Unsolvable`: the core knows no run-time decisions but holds.
-
 Nothing is approximated: claims on one server are served in the ordering rule's total order
-(:mod:`sim.fast.merge`). Limits are checked up front (:class:`Unsolvable`): a gate, the claim that releases it
-and a pool may not follow a drawn delay; a gate must be followed by a positive delay, then a step that waits (a
-release cannot let a claim through at its own picosecond, which the event engine orders after the releasing
-claim). Left to the caller: a gate passes operation ``i`` at the release of operation ``i - slots``, the FIFO
-semaphore's answer while releases come in operation order, as one step list's do; a stream that changes its
-steps must check them (:attr:`Finished.marks` has each labelled claim's time).
+(:mod:`sim.fast.merge`). What it solves is decided before solving (:mod:`sim.fast.limits`).
 """
 
 from __future__ import annotations
@@ -33,9 +25,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, waits, walk_order
-from sim.core.units import format_time
+from sim.core.steps import Claim, Gate, walk_order
 from sim.fast.block import NEVER, solve_block
+from sim.fast.limits import ParallelPosts, Unsolvable, check
 from sim.fast.spacing import never_queue
 from sim.fast.turns import turn_key
 from sim.fast.speedups import ALL, Speedups
@@ -66,15 +58,6 @@ class _History:
     done: np.ndarray
     released: dict[str, np.ndarray]
     pace: Pace | None = None
-
-
-class Unsolvable(ValueError):
-    """Step lists the vectorized core does not solve: ``reason`` says which limit they pass, ``group`` whose
-    steps do (None: no one group's)."""
-
-    def __init__(self, reason: str, group: int | None = None) -> None:
-        super().__init__(reason if group is None else f"group {group}: {reason}")
-        self.reason, self.group = reason, group
 
 
 class Problem:
@@ -138,37 +121,7 @@ class Problem:
         """Per group: the names under which its claims in turns keep their ordering keys (:mod:`sim.fast.turns`)."""
         self.keep = max([g.window for g in self.groups] + [s for gates in self.gates for s in gates.values()] + [1])
         """How many of a group's latest final values later posts and gates may need."""
-        for i, server in enumerate(self.servers):
-            uses = [(g, k) for g, ks in enumerate(self.claim_steps) for k in ks if self.step_server[g][k] == i]
-            if server.count > 1 and (len(uses) > 1 or server.stalls or any(self.varied[g][k] for g, k in uses)):
-                raise Unsolvable(f"server {server.name}: a pool of {server.count} may serve one pipeline position "
-                                 "of one group, without stalls and before any drawn delay")
-        for g, (group, walk) in enumerate(zip(self.groups, walks)):
-            before = self.groups[g - 1] if g else None
-            if self.parallel[self.round_of[g]] and group.first:
-                raise Unsolvable("a stream running in parallel with others does not change its steps", g)
-            if group.first and (before is None or before.ops != group.first or before.window != group.window
-                                or self.gates[g - 1] != self.gates[g] or group.ops <= group.first):
-                raise Unsolvable(f"continues from operation {group.first}: the previous group must end there, with "
-                                 "the same window and gates, and it must have operations of its own", g)
-            if group.posts_while is not None and (group.first or self.continued[g]):
-                raise Unsolvable("a stream that posts for a while does not change its steps", g)
-            if len(set(self.turn_keys[g])) != len(self.turn_keys[g]):
-                raise Unsolvable("a turn is claimed twice on one server by one operation", g)
-            decided = next((s for s in walk if isinstance(s, Check) and s.decides), None)
-            if decided is not None:
-                raise Unsolvable(f"at its check '{decided.name}' the model decides at run time: {decided.decides}", g)
-            labels = {c.label for c in self.claims[g]}
-            if set(self.gates[g]) - labels or group.window < 1:
-                raise Unsolvable("the window must be at least 1 and every gate needs its labelled claim", g)
-            if not _gates_delayed(group.steps):
-                raise Unsolvable("a gate must be followed by a positive delay, then by a claim that is not eager or a "
-                                 "check with a time (what a release lets through at its own picosecond would be "
-                                 "ordered after the releasing claim, against the ordering rule)", g)
-            if any(self.varied[g][k] for k, s in enumerate(walk)
-                   if isinstance(s, Gate) or (isinstance(s, Claim) and s.label in self.gates[g])):
-                raise Unsolvable("a gate and its release must come before any drawn delay (after one, operations may "
-                                 "reach them out of order)", g)
+        check(self, walks)
 
 
 def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0, block: int = 16384,
@@ -187,7 +140,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
     history: dict[int, _History] = {}
     start = dict.fromkeys(problem.rounds[0], int(start_ps))  # per group: its round's start (ps)
-    active, ended, posts = _heads(problem, 0), [], _Posts()
+    active, ended, posts = _heads(problem, 0), [], ParallelPosts()
     smallest = 2 * problem.keep
     size, passes, reach = smallest, max_passes, 1
     while active:
@@ -246,38 +199,6 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
             yield Finished(g, first, out.post[:n], out.done[:n], {k: v[:n] for k, v in out.marks.items()},
                            min((_post_of(problem, history, start, h, lo) for h, lo in active.items()), default=NEVER))
     posts.check(problem)
-
-
-class _Posts:
-    """The posts of a round's parallel streams after its start, which must all differ (see :func:`solve`)."""
-
-    def __init__(self) -> None:
-        self.parts: list[tuple[int, np.ndarray]] = []
-
-    def add(self, problem: Problem, group: int, lo: int, post: np.ndarray, start: int) -> None:
-        """Operations ``lo..`` of ``group``, whose round started at ``start``, were posted at ``post``.
-
-        :raises Unsolvable: one that a completion posted at the start (after every stream's first posts).
-        """
-        if problem.parallel[problem.round_of[group]]:
-            later = post[max(0, problem.groups[group].window - lo):]
-            if len(later) and later[0] == start:
-                raise Unsolvable("an operation completes at its round's start and posts another then", group)
-            self.parts.append((group, later))
-
-    def check(self, problem: Problem) -> None:
-        """:raises Unsolvable: two streams posted at one picosecond after the start (then forget them)."""
-        parts, self.parts = self.parts, []
-        if not parts:
-            return
-        post = np.concatenate([p for _, p in parts])
-        group = np.repeat([g for g, _ in parts], [len(p) for _, p in parts])
-        order = np.argsort(post, kind="stable")
-        post, group = post[order], group[order]
-        tie = np.flatnonzero((post[1:] == post[:-1]) & (group[1:] != group[:-1]))
-        if len(tie):
-            raise Unsolvable(f"parallel streams post operations at {format_time(int(post[tie[0]]))} at once, in an "
-                             "order their completions' deliveries decide", int(group[tie[0]]))
 
 
 def _cut(problem: Problem, spans, outs: list[SliceOut], disagree: int, start: dict[int, int]) -> tuple[int, int] | None:
@@ -342,34 +263,3 @@ def _remember(problem: Problem, history: dict[int, _History], group: int, out: S
     history[group] = _History(
         tail(old and old.done, out.done[:n]),
         {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()}, out.pace)
-
-
-def _gates_delayed(steps) -> bool:
-    """Whether every gate in ``steps`` (forks included) is followed by a positive delay and then by a step that
-    waits (a claim that is not eager, a check with a time) before any other claim or check: what a release lets
-    through then reaches its next claim after the releasing claim, in time."""
-    after = None  # None: no gate pending; False: a gate, no positive delay yet; True: delayed
-    for step in _inline(steps):
-        if isinstance(step, Fork) and not _gates_delayed(step.steps):
-            return False
-        if isinstance(step, Gate):
-            after = False
-        elif after is None or isinstance(step, (Rebase, Mark, Fork)) or (isinstance(step, Check)
-                                                                        and step.back_ps is None):
-            continue
-        elif isinstance(step, Delay):
-            after = after or step.ps > 0
-        elif not after or not waits(step):  # not waiting here: an eager claim
-            return False
-        else:
-            after = None
-    return True
-
-
-def _inline(steps):
-    """``steps`` with each :class:`~sim.core.steps.Detour` replaced by its own steps (it is part of the chain)."""
-    for step in steps:
-        if isinstance(step, Detour):
-            yield from _inline(step.steps)
-        else:
-            yield step

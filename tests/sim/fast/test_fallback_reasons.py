@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from models.nic.wqe import WcStatus
-from sim.fast.solver import Unsolvable, _Posts
+from sim.fast.limits import ParallelPosts, Unsolvable
 from sim.fast_events import _not_refaulted
 
 RAW = re.compile(r"\d ?ps\b|WcStatus\.|None\b")
@@ -23,7 +23,7 @@ def test_an_access_that_did_not_refault_is_said_in_words(answer):
 
 
 def test_parallel_streams_posting_at_once_name_the_time_in_its_unit():
-    parallel = _Posts()
+    parallel = ParallelPosts()
     parallel.parts = [(0, np.array([1_500_000], dtype=np.int64)), (1, np.array([1_500_000], dtype=np.int64))]
     with pytest.raises(Unsolvable) as caught:
         parallel.check(None)
