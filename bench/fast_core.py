@@ -9,7 +9,7 @@ Measured side by side in one run and printed with their ratios:
 * memory: 100 M operations of that pipeline solved block by block in a separate process, peak RSS reported;
 * an evicted source: ``scenarios/pin_vs_dmabuf.yaml``'s dynamic dma-buf variant (the exporter moves the buffer
   the WRITEs read from) on both engines, identical tables and counters, WRITEs per second of each.
-* size: lines of the vectorized core and its planner (``sim/fast/*.py`` and ``sim/fast_plan.py``, as ``wc -l``
+* size: lines of the vectorized core and its planner (``sim/fast/*.py`` and ``sim/engine/planner/plan.py``, as ``wc -l``
   counts them).
 
 Machines are shared and noisy: each figure is the best of ``--repeats`` runs, except the pipeline's ratio to the
@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim.core.steps import Claim, Delay, Rebase, Wake  # noqa: E402
 from sim.fast import Group, Server, UniformSeries, solve  # noqa: E402
-from sim.fast_plan import pipelines, streams  # noqa: E402
+from sim.engine.planner.plan import pipelines, streams  # noqa: E402
 from sim.engine.harness import setup_run  # noqa: E402
 from sim.engine.run import run_scenario  # noqa: E402
 from sim.scenario.scenario_file import load_scenario, load_scenario_variants  # noqa: E402
@@ -241,9 +241,9 @@ def main() -> None:
         print(f"  {e} engine (end to end)      {n / t:14,.0f} simulated WRITEs/s")
     print(f"  fast / event                 {seconds['event'] / seconds['fast']:14,.1f} x   "
           f"(target {TARGETS['evicted fast/event']:.0f} x)")
-    core = [*sorted((ROOT / "sim" / "fast").glob("*.py")), ROOT / "sim" / "fast_plan.py"]
+    core = [*sorted((ROOT / "sim" / "fast").glob("*.py")), ROOT / "sim" / "engine" / "planner" / "plan.py"]
     lines = sum(len(path.read_text().splitlines()) for path in core)
-    print(f"vectorized core: {lines:,} lines in sim/fast/*.py and sim/fast_plan.py "
+    print(f"vectorized core: {lines:,} lines in sim/fast/*.py and sim/engine/planner/plan.py "
           f"(target at most {TARGETS['lines']:,})")
 
     out = subprocess.run([sys.executable, __file__, "--memory-check", str(args.memory_ops)], capture_output=True,

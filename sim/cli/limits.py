@@ -52,14 +52,14 @@ def check_budget(scenario, variants, budget_bytes: int | None, trace: bool) -> d
 
 def check_engine(scenario, spec, variants, forced: bool, trace: bool = False) -> None:
     """Check, before simulating, that every variant asking for ``engine: fast`` is one the vectorized core can run
-    (with ``trace``) as far as it tells without solving (:func:`sim.fast_plan.fast_refusal`); ``forced``:
+    (with ``trace``) as far as it tells without solving (:func:`sim.engine.planner.plan.fast_refusal`); ``forced``:
     ``--engine`` asked.
 
     :raises ConfigError: one it cannot, located at the ``engine`` key that asks (``--engine`` when ``forced``,
         a variant's ``set`` when it sets the engine).
     """
     from sim.core import ConfigError
-    from sim.fast_plan import fast_refusal
+    from sim.engine.planner.plan import fast_refusal
     from sim.scenario.yaml_reader import error_at, load_yaml
 
     for i, (name, variant) in enumerate(variants):

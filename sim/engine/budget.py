@@ -82,7 +82,7 @@ def _driver(work, index: int) -> tuple[str | int, ...]:
 
 def _engines(scenario: Scenario) -> set[str]:
     """Engines the run may use: ``auto`` can hand a run to the event engine while solving it."""
-    from sim.fast_domain import outside_domain
+    from sim.engine.planner.domain import outside_domain
 
     if scenario.engine == "event" or (scenario.engine == "auto" and outside_domain(scenario)):
         return {"event"}
@@ -226,8 +226,8 @@ def check(file: str, variants: list[tuple[str, Scenario]], budget: int, trace: b
 
 def _on_the_vectorized_core(variants: list[tuple[str, Scenario]], budget: int, trace: bool) -> Estimate | None:
     """The estimate counting on the vectorized core the ``engine: auto`` variants it takes as far as it tells
-    without solving (:func:`sim.fast_plan.fast_refusal`), when that fits ``budget``; None otherwise."""
-    from sim.fast_plan import fast_refusal
+    without solving (:func:`sim.engine.planner.plan.fast_refusal`), when that fits ``budget``; None otherwise."""
+    from sim.engine.planner.plan import fast_refusal
 
     if trace:  # a trace is recorded by the event engine
         return None

@@ -12,7 +12,7 @@ from models.verbs.workloads import (Endpoint, Posting, bandwidth, concurrent, re
                                     send_latency, write_latency)
 from sim.engine.build import Testbed
 from sim.core.errors import DeadlockError
-from sim.fast_plan import Declined, run_fast
+from sim.engine.planner.plan import Declined, run_fast
 from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.store.operations import OperationTable
 from sim.scenario.resolve import fabric_rate_notice
@@ -61,7 +61,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     """Simulate every workload of ``scenario`` (with its events) and return its tables.
 
     ``scenario.engine`` picks the engine: ``fast`` and ``auto`` (the default) hand the run to
-    :mod:`sim.fast_plan`; when ``auto`` cannot use it, the event engine runs. ``notice`` (default: a line on
+    :mod:`sim.engine.planner.plan`; when ``auto`` cannot use it, the event engine runs. ``notice`` (default: a line on
     stderr) is told in one line which engine ran the workloads and, when ``auto`` fell back, why
     (:func:`engine_notice`); the result records both (``engine``, ``fallback``). ``before_fallback`` is called
     before the event engine runs a variant ``auto`` handed over (it may refuse it: a memory budget).

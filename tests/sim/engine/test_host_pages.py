@@ -48,7 +48,7 @@ def test_a_pinned_mr_gets_one_mtt_entry_per_backing_page(pages, entries):
 def test_every_variant_runs_on_the_vectorized_core_with_the_event_engines_rows(host_pages):
     """The READ stream's first access misses the MPT and MTT caches at both ends (a detour of entry reads, or the
     deep-MR walk of every write beyond the reach): the vectorized core takes those translations from the caches
-    before solving and gives the event engine's rows (sim.fast_translations)."""
+    before solving and gives the event engine's rows (sim.engine.planner.translations)."""
     results, _ = host_pages
     _, _, variants = load_scenario_variants(ROOT / "scenarios" / "host_pages.yaml")
     for name, variant in variants:

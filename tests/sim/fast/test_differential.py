@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from models.pcie.presets import PCIE_PRESETS
 from sim.cli.app import app
-from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
+from sim.engine.planner.domain import OutsideDomain, outside_domain, slow_for_fast
 from sim.engine.harness import setup_run
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario

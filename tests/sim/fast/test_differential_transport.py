@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.fast_plan import outside_domain
+from sim.engine.planner.plan import outside_domain
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 from tests.sim.fast.test_differential import falls_back, same_runs, two_nodes

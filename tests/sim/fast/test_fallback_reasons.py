@@ -10,7 +10,7 @@ import pytest
 
 from models.nic.wqe import WcStatus
 from sim.fast.limits import ParallelPosts, Unsolvable
-from sim.fast_events import _not_refaulted
+from sim.engine.planner.events import _not_refaulted
 
 RAW = re.compile(r"\d ?ps\b|WcStatus\.|None\b")
 

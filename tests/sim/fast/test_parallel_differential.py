@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.fast_domain import outside_domain, slow_for_fast
+from sim.engine.planner.domain import outside_domain, slow_for_fast
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 from tests.sim.fast.test_differential import ATOMIC_ACCESS, same_runs, two_nodes

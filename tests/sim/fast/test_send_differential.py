@@ -9,7 +9,7 @@ import re
 import pandas as pd
 import pytest
 
-from sim.fast_domain import OutsideDomain
+from sim.engine.planner.domain import OutsideDomain
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict

@@ -1,5 +1,5 @@
 """Translation caches (the NIC's MPT/MTT caches, the IOMMU's IO-TLB) on the vectorized core: each check's first
-access and the later ones asked of the testbed's caches before the solve (sim.fast_translations), the stages run
+access and the later ones asked of the testbed's caches before the solve (sim.engine.planner.translations), the stages run
 as a detour after the check on both engines. Every table and counter is the event engine's: a request that gets to
 the transmit port before the one ahead of it waits for it there (a send queue's turn), and so does a response at
 the responder (it takes a QP's requests up in order). Where the core cannot follow (a cache reached by two checks at
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from sim.engine.run import run_scenario
-from sim.fast_domain import OutsideDomain
+from sim.engine.planner.domain import OutsideDomain
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 from tests.sim.fast.test_differential import ATOMIC_ACCESS, same_runs

@@ -27,7 +27,7 @@ from models.nic.translation import Fault
 from models.nic.wqe import WcStatus
 from sim.core.units import format_duration, format_size, format_time
 from sim.fast import NEVER, Finished
-from sim.fast_faults import Access, FaultScan, faults_followed
+from sim.engine.planner.faults import Access, FaultScan, faults_followed
 from sim.scenario.schema import Scenario
 
 
@@ -131,12 +131,14 @@ def describe(items: list[Item]) -> str:
 
 
 FAULTED = "fault"
-"""The kind of :data:`Item` that :meth:`Watch.follow` returns after making a page fault (:mod:`sim.fast_faults`)."""
+"""The kind of :data:`Item` that :meth:`Watch.follow` returns after making a page fault
+(:mod:`sim.engine.planner.faults`)."""
 
 
 class Watch:
     """The testbed's clock following solved runs, with the moves (and page faults) found so far by buffer name;
-    ``streams``: the run's streams, whose own ODP accesses it follows (:class:`~sim.fast_faults.FaultScan`)."""
+    ``streams``: the run's streams, whose own ODP accesses it follows
+    (:class:`~sim.engine.planner.faults.FaultScan`)."""
 
     def __init__(self, bed, scenario: Scenario, streams=()) -> None:
         self.bed, self.scenario = bed, scenario

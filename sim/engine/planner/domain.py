@@ -1,6 +1,6 @@
 """What the vectorized core does not take, known from the scenario before anything is built: tracing, posting
 rules its fixed windows do not follow, and (for ``engine: auto``) the runs it would solve more slowly than the
-event engine. What only the built testbed or the solve can tell is decided in :mod:`sim.fast_plan`."""
+event engine. What only the built testbed or the solve can tell is decided in :mod:`sim.engine.planner.plan`."""
 
 from __future__ import annotations
 

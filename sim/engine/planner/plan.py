@@ -24,17 +24,17 @@ ODP sources nothing can move or fault, so the solved pieces go straight to the r
 several QPs per workload (whose rows follow each other QP by QP), the solve is kept whole, as a move or a fault
 re-solves from the posts of the one before. A workload's QPs (``qps``, ``bidirectional``, ``pairs``) are parallel
 streams of one round per size (:attr:`sim.fast.Group.parallel`), started as :func:`sim.engine.run._process` starts
-them. The domain is what the steps say: a check where the model decides something from the run's history
-(translation caches, data mode's bytes, frames a link outage loses, a responder's page faults;
-:attr:`sim.core.steps.Check.decides`) makes the solver refuse the steps (:class:`sim.fast.Unsolvable`), and so does
-a work request that would fail (:func:`_refused`: a buffer without the access its operations need sends the run to
-the event engine, which completes them in error). The page faults of a stream's own ODP accesses are followed
-(:mod:`sim.fast_faults`). What :func:`sim.fast_domain.outside_domain` lists is not in the steps: tracing, and
-posting rules a fixed window does not follow; ``engine: auto`` also avoids BlueFlame-off NICs, whose WQE fetches
-make every work request wait on the previous one's payload on the PCIe link (exact but solved a round at a time),
-and a ``send_bw`` over several QPs (exact but slower than the event engine, :func:`sim.fast_domain.slow_for_fast`).
+them. The domain is decided once, before solving (:func:`decide`): a check where the model decides something
+from the run's history (translation caches, data mode's bytes, frames a link outage loses, a responder's page
+faults; :attr:`sim.core.steps.Check.decides`) makes the solver refuse the steps (:class:`sim.fast.Unsolvable`),
+and so does a work request that would fail (:func:`_refused`: the event engine completes it in error); a stream's
+own ODP page faults are followed (:mod:`sim.engine.planner.faults`). What
+:func:`~sim.engine.planner.domain.outside_domain` lists is not in the steps: tracing, and posting rules a fixed
+window does not follow; ``engine: auto`` also avoids BlueFlame-off NICs (each work request waits on the previous
+one's payload: exact but solved a round at a time) and a ``send_bw`` over several QPs (exact but slower than the
+event engine, :func:`~sim.engine.planner.domain.slow_for_fast`).
 
-Scenario events run on the testbed's own clock, following the solve (:mod:`sim.fast_events`): link flaps
+Scenario events run on the testbed's own clock, following the solve (:mod:`sim.engine.planner.events`): link flaps
 are stall intervals of the ports, known in advance; an event that leaves the workloads' MRs and QPs alone
 changes nothing the event engine would have seen; a dma-buf the workloads read from that the exporter moves
 is followed (its re-fault holds the accesses, operations posted after the zap take the new route, and the
@@ -62,11 +62,11 @@ from sim.core.steps import Check, Claim, Detour, Fork
 from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast.solver import Problem
-from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
-from sim.fast_events import Move, Solved, Watch
-from sim.fast_faults import Unfollowed, faults_followed
-from sim.fast_receives import ReceivesAhead, ReceivesShort
-from sim.fast_translations import Translations
+from sim.engine.planner.domain import OutsideDomain, outside_domain, slow_for_fast
+from sim.engine.planner.events import Move, Solved, Watch
+from sim.engine.planner.faults import Unfollowed, faults_followed
+from sim.engine.planner.receives import ReceivesAhead, ReceivesShort
+from sim.engine.planner.translations import Translations
 from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
@@ -364,7 +364,7 @@ def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
     ``from``) hold its translations in each move's re-fault interval and send the operations posted after
     each move's zap to where the buffer went: the first such operation of each (workload, size) is found in
     ``posts`` (the previous solve's posts, exact up to there). ``translations``: the streams' translation-cache
-    stages (:mod:`sim.fast_translations`; none may move then)."""
+    stages (:mod:`sim.engine.planner.translations`; none may move then)."""
     servers: dict[int, int] = {}
     names: list[Server] = []
     groups, labels, ops = [], [], {}

@@ -52,7 +52,7 @@ class Translations:
         return any(self.stages.values())
 
     def split(self, k: int, end, size: int, steps: tuple, ops: int, duration: bool) -> list[tuple[int, int, tuple]]:
-        """``(lo, hi, steps)``: the operations of stream ``k`` (``end``, a :class:`sim.fast_plan.Stream`) at
+        """``(lo, hi, steps)``: the operations of stream ``k`` (``end``, a :class:`sim.engine.planner.plan.Stream`) at
         ``size`` in runs of equal translations, each with its detours after the checks.
 
         :raises Unsolvable: what the module docstring lists as refused.

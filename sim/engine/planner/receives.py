@@ -1,5 +1,5 @@
 """Whether a ``send_bw``'s receives are always posted ahead of its SENDs on the vectorized core
-(:mod:`sim.fast_plan`): where one might not be, the event engine decides the RNR NAKs."""
+(:mod:`sim.engine.planner.plan`): where one might not be, the event engine decides the RNR NAKs."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ class ReceivesAhead:
     Pieces of each (workload, size) come in order; the last ``ahead`` completion times are kept across them.
     """
 
-    def __init__(self, ends: list) -> None:  # the run's streams (sim.fast_plan.Stream)
+    def __init__(self, ends: list) -> None:  # the run's streams (sim.engine.planner.plan.Stream)
         self.ahead = {k: (min(e.work.rx_depth, e.work.iterations), e.dst.qp.node.host.params.poll_period_ps)
                       for k, e in enumerate(ends) if e.work.rule.loop == "send_bandwidth"}
         self.sequence: dict[tuple[int, int], tuple[np.ndarray, int]] = {}

@@ -4,7 +4,7 @@ An access through an ODP MR (explicit or implicit) is decided by which pages ear
 their handlers finish (:meth:`~models.ib.mr_backing.OdpBacking.lookup`): the first access to a page not mapped
 faults, and the accesses that reach those pages before the handler is done wait for it. Both are holds of the
 access's check, which the vectorized core knows (:attr:`sim.core.steps.Check.holds`). So the watch
-(:class:`sim.fast_events.Watch`) scans each solved piece for the earliest access the NIC's table does not let
+(:class:`sim.engine.planner.events.Watch`) scans each solved piece for the earliest access the NIC's table does not let
 through, makes that very call on the testbed at that access's time (counted as the event engine counts it), and
 the run is solved again with the access held until the handler is done, as a moved dma-buf's re-fault is.
 
