@@ -15,11 +15,17 @@ CI_EXAMPLES = 100
 """max_examples of the ``ci`` profile (hypothesis' own default); a property's count is scaled against it."""
 THOROUGH = 10
 """How many times the ``ci`` count the ``thorough`` profile draws."""
+_registered = False
 
 
 def register_profiles() -> None:
-    """Register both profiles and load ``ci``; tests/conftest.py calls it before pytest's ``--hypothesis-profile``
-    option is read, so that option picks ``thorough``."""
+    """Register both profiles and load ``ci``, once: tests/conftest.py calls it before pytest's
+    ``--hypothesis-profile`` option is read, so that option picks ``thorough``; a test module that imports
+    ``tests.conftest`` for its helpers runs it again, which must not put ``ci`` back."""
+    global _registered
+    if _registered:
+        return
+    _registered = True
     settings.register_profile("ci", max_examples=CI_EXAMPLES, deadline=None)
     settings.register_profile("thorough", max_examples=THOROUGH * CI_EXAMPLES, deadline=None)
     settings.load_profile("ci")

@@ -196,6 +196,26 @@ def test_the_thorough_profile_draws_ten_times_the_examples():
         settings.load_profile(current)
 
 
+def test_a_test_module_importing_the_conftest_keeps_the_loaded_profile():
+    """Test modules import ``tests.conftest`` for its helpers (a second copy of the module pytest loaded): that
+    import must leave ``--hypothesis-profile=thorough`` in force for every module collected after it."""
+    import importlib
+    import sys
+
+    from hypothesis import settings
+
+    current = settings.get_current_profile_name()
+    saved = sys.modules.pop("tests.conftest", None)
+    try:
+        settings.load_profile("thorough")
+        importlib.import_module("tests.conftest")
+        assert settings.get_current_profile_name() == "thorough"
+    finally:
+        settings.load_profile(current)
+        if saved is not None:
+            sys.modules["tests.conftest"] = saved
+
+
 MAX_MODULE_LINES = 500
 """The most lines a module of sim/ or models/ may have (docs/contributing.md: small modules with one job)."""
 

@@ -40,10 +40,7 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     """
     shared = _shared_servers(problem, spans, carry)
     slices = _slices_in(problem, spans, history, start, shared, floor)
-    speedups = problem.speedups
-    if not speedups.guesses:
-        previous = _as_computed(problem, slices)
-    elif speedups.pace and all(paced(problem, piece) for piece in slices):
+    if all(paced(problem, piece) for piece in slices):
         previous = {}
         for piece in slices:
             previous.update(guess_from_pace(problem, piece))
@@ -56,7 +53,7 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
         disagree = _disagreement(problem, slices, outs, run)
         if disagree == NEVER:
             break
-        previous = _guess(problem, slices, outs, run) if speedups.guesses else _as_computed(problem, slices, outs)
+        previous = _guess(problem, slices, outs, run)
     future = _next_post(problem, slices, outs)
     horizon = min(future, disagree)
     # Without shared servers or drawn delays before claims, later operations never come first anywhere, unless
@@ -67,7 +64,7 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
                                                      for k in problem.claim_steps[g])
     kept = _kept(slices, outs, horizon, everything=disagree == NEVER and alone)
     _carry_over(problem, slices, outs, kept, run, carry, future)
-    if speedups.pace and speedups.guesses:
+    if problem.speedups.pace:
         for piece, out, n in zip(slices, outs, kept):
             record_pace(problem, piece, out, n)
     return outs, kept, disagree
@@ -163,28 +160,6 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             shift = np.where(now.head > out.post + alone, np.maximum(post + alone - now.head, 0), post - out.post)
             moved[pos] = Record(now.server, pos, now.seq0, post, now.wake + shift, now.wpos, now.head + shift,
                                 now.not_before + shift, now.service)
-    return moved
-
-
-def _as_computed(problem, slices: list[SliceIn], outs: list[SliceOut] | None = None) -> dict[int, Record]:
-    """Guesses without idle latencies (:attr:`sim.fast.Speedups.guesses` off): a pass's own values (completions as
-    the posts they release, releases as gate inputs, claims as made), or before the first pass lower bounds (each
-    later post at the slice's latest known completion or start, no release, no claim of a later position).
-    Returns the shared positions' claims for the next pass."""
-    moved = {}
-    for i, piece in enumerate(slices):
-        window, m = problem.groups[piece.group].window, piece.hi - piece.lo
-        inside = max(0, m - window)
-        if outs is None:
-            floor = int(piece.hist_done[-1]) if len(piece.hist_done) else piece.start or 0
-            piece.guess_post = np.full(inside, floor, np.int64)
-            continue
-        out = outs[i]
-        piece.guess_post = out.done[:inside].copy()
-        for label, slots in problem.gates[piece.group].items():
-            if m > slots:
-                piece.gate_input[label][slots:] = out.released[label][: m - slots]
-        moved.update({pos: out.records[pos] for pos in piece.shared})
     return moved
 
 

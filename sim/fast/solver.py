@@ -3,8 +3,10 @@
 A block of consecutive operations is solved by repeated passes (:class:`sim.fast.block_pass.Pass`), each taking
 guesses for what the block itself determines later (posts released by completions ``window`` operations back,
 gate releases, claims of later positions on shared servers) and recomputing them (guesses: :mod:`sim.fast.block`).
-A pass that reproduces its guesses is the answer a step-by-step simulation in event order gives: every value
-depends only on values no later than itself, so the consistent solution is unique.
+A pass that reproduces its guesses is consistent: every value depends only on values no later than itself. Where
+claims tie at one picosecond, more than one consistent answer may exist; from the guesses of
+:mod:`sim.fast.guesses` (idle latencies: from below) the passes reach the event engine's, which the properties
+against its interpreter hold (tests/sim/fast/test_pipelines.py).
 
 A round's parallel streams (:attr:`sim.fast.steps.Group.parallel`) are solved together, a slice of each per block.
 A block keeps the operations whose every claim precedes the next block's earliest post (later ones may still be

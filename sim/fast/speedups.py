@@ -1,8 +1,9 @@
 """The vectorized core's accelerations, each switchable by one flag.
 
-None of them changes an answer: the solver's passes reach the one consistent solution whatever their first
-guesses and however each server's jobs are found (tests/sim/fast/test_speedups.py holds every setting to the
-same times). Each saves work: ``python bench/speedups.py`` shows how much.
+None of them changes an answer: the solver's passes reach the event engine's solution from the pace's first
+guesses as from a pass over free servers (:mod:`sim.fast.guesses`), however each server's jobs are found
+(tests/sim/fast/test_speedups.py holds every setting to the same times). Each saves work:
+``python bench/speedups.py`` shows how much.
 """
 
 from __future__ import annotations
@@ -14,14 +15,9 @@ from dataclasses import dataclass
 class Speedups:
     """Which accelerations :func:`sim.fast.solve` uses (all by default)."""
 
-    guesses: bool = True
-    """A block's guesses come from its operations' idle latencies (a first pass over free servers, then each
-    completion the later of its post plus its idle latency and where the last pass saw it queue;
-    :mod:`sim.fast.guesses`). Off: the first pass takes every later post at the slice's earliest possible time, no
-    gate release and no later claim, and each pass takes the last one's values as they are."""
     pace: bool = True
     """A group that queued throughout its last block takes its first guesses from that block's pace, without a
-    pass over free servers (:mod:`sim.fast.pace`; needs ``guesses``, whose idle latencies it keeps)."""
+    pass over free servers (:mod:`sim.fast.pace`)."""
     calm: bool = True
     """Claims proven never to wait for their server (:func:`sim.fast.spacing.never_queue`) start when their head
     arrives, with no server solve."""
@@ -35,7 +31,7 @@ class Speedups:
 
 ALL = Speedups()
 """Every acceleration: the default."""
-NONE = Speedups(guesses=False, pace=False, calm=False, hints=False, merge_reuse=False)
+NONE = Speedups(pace=False, calm=False, hints=False, merge_reuse=False)
 """The exact solver alone."""
 
 
