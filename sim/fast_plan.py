@@ -38,7 +38,8 @@ Scenario events run on the testbed's own clock, following the solve (:mod:`sim.f
 are stall intervals of the ports, known in advance; an event that leaves the workloads' MRs and QPs alone
 changes nothing the event engine would have seen; a dma-buf the workloads read from that the exporter moves
 is followed (its re-fault holds the accesses, operations posted after the zap take the new route, and the
-run is solved again with that); anything else sends the run back to the event engine, saying what changed.
+run is solved again with that), and so is one whose next access completes in error (:mod:`sim.fast_errors`);
+anything else sends the run back to the event engine, saying what changed.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast.solver import Problem
 from sim.fast_domain import OutsideDomain, outside_domain, slow_for_fast
+from sim.fast_errors import Failure, labelled
 from sim.fast_events import Move, Solved, Watch
 from sim.fast_faults import Unfollowed, faults_followed
 from sim.fast_receives import ReceivesAhead, ReceivesShort
@@ -125,7 +127,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     solved, reached, pipes = None, {}, None
     try:
         for _ in range(MAX_MOVES + 1):
-            pipes = pipelines(ends, watch.moves, solved and solved.posts, translations)
+            pipes = pipelines(ends, watch.moves, solved and solved.posts, translations, watch.failures,
+                              bool(scenario.events))
             solved = Solved(_pieces(pipes, started, progress, reached, crawl=scenario.engine == "auto",
                                     rows=sink and _Rows(ends, table, sink), receives=ReceivesAhead(ends)),
                             pipes.ops)
@@ -133,6 +136,9 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             reason = watch.confirm(solved, ends)
             if reason:
                 break
+            if not changed and watch.unsettled:
+                watch.unsettled = False
+                continue  # the requester's first flush came elsewhere: solved again with that
             if not changed and translations is not None and translations.settle(
                     solved.marks, {k: _local_check(end.work) for k, end in enumerate(ends)}):
                 continue  # another operation reached a translation first: solved again with that
@@ -158,13 +164,15 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         return decline(f"send_bw's receives ({exc}) may not be posted ahead of every SEND, so RNR NAKs may occur")
     if reason:
         return decline(f"{reason}: the event engine simulates that")
+    watch.finish(ends)
     if sink is not None:
         return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish(),
                           engine="fast")
     summaries = []
     for work, mine in zip(scenario.workload, _by_workload(ends)):
         for size in work.size_list():
-            parts = [records(work, solved.posts[k, size], solved.done[k, size]) for k in mine]
+            parts = [records(work, solved.posts[k, size], solved.done[k, size], watch.failures.get((k, size)))
+                     for k in mine]
             frame, row = workload_tables(work, size, parts[0] if len(parts) == 1 else tagged(parts), variant)
             table.append(frame)
             summaries.append(row)
@@ -220,10 +228,11 @@ def _refused(ends: list[Stream]) -> str | None:
     return None
 
 
-def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray) -> OpRecords:
-    """The records of operations solved with posts ``post`` and completions ``done`` (all succeed; a ping-pong
-    iteration's latency is half its round trip)."""
-    return OpRecords(post, done, work.rule.latency_ps(post, done), succeeded(len(post)))
+def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray, failure: Failure | None = None) -> OpRecords:
+    """The records of operations solved with posts ``post`` and completions ``done`` (all succeed but where
+    ``failure`` says; a ping-pong iteration's latency is half its round trip)."""
+    return OpRecords(post, done, work.rule.latency_ps(post, done),
+                     succeeded(len(post)) if failure is None else failure.statuses(len(post)))
 
 
 class _Rows:
@@ -335,18 +344,21 @@ def _by_workload(ends: list[Stream]) -> list[list[int]]:
 
 def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
               posts: dict[tuple[int, int], np.ndarray] | None = None,
-              translations: Translations | None = None) -> Pipelines:
+              translations: Translations | None = None, failures: dict[tuple[int, int], Failure] | None = None,
+              watched: bool = False) -> Pipelines:
     """The servers and groups of ``ends`` in run order. ``moves`` of a buffer a workload reads from (its
     ``from``) hold its translations in each move's re-fault interval and send the operations posted after
     each move's zap to where the buffer went: the first such operation of each (workload, size) is found in
     ``posts`` (the previous solve's posts, exact up to there). ``translations``: the streams' translation-cache
-    stages (:mod:`sim.fast_translations`; none may move then)."""
+    stages (:mod:`sim.fast_translations`; none may move then). ``failures``: the streams' error completions by
+    (stream, size) (:mod:`sim.fast_errors`); ``watched``: label the checks they are settled by."""
     servers: dict[int, int] = {}
     names: list[Server] = []
     groups, labels, ops = [], [], {}
     for mine in _by_workload(ends):  # one workload's streams are solved together
         sizes = [_groups(ends[w], servers, names, (moves or {}).get(ends[w].buffers[0], []),
-                         {s: p for (v, s), p in (posts or {}).items() if v == w}, w, ops, translations) for w in mine]
+                         {s: p for (v, s), p in (posts or {}).items() if v == w}, w, ops, translations,
+                         failures or {}, watched) for w in mine]
         for each in zip(*sizes):  # one size: the streams of every QP at once
             for stream, (w, (size, parts)) in enumerate(zip(mine, each)):
                 for j, group in enumerate(parts):
@@ -378,7 +390,8 @@ its posting stops, :attr:`sim.fast.Group.posts_while`)."""
 
 def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: list[Move],
             posts: dict[int, np.ndarray], k: int, ops: dict[tuple[int, int], int],
-            translations: Translations | None = None):
+            translations: Translations | None = None, failures: dict[tuple[int, int], Failure] | None = None,
+            watched: bool = False):
     """Each size of ``end.work`` with its :class:`Group` s (posted from ``src``'s QP to ``dst``'s):
     the steps of :func:`models.nic.datapath.path` with servers numbered, the requester's own translation
     (labelled ``local``) held in the re-fault intervals of ``moves``. A size whose operations were posted on
@@ -414,8 +427,8 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             out.append(step)
         return tuple(out)
 
-    def steps_of(q, local: Endpoint, remote: Endpoint, opcode: Opcode, size: int, inline: bool, targets):
-        return path(q, opcode, size, inline, *targets, checked_accesses(q, [local.mr], remote.mr)).steps
+    def path_of(q, local: Endpoint, remote: Endpoint, opcode: Opcode, size: int, inline: bool, targets):
+        return path(q, opcode, size, inline, *targets, checked_accesses(q, [local.mr], remote.mr))
 
     mine = UniformSeries.following(qp.poll_delays)
     theirs = UniformSeries.following(peer.poll_delays) if work.rule.ping_pong else None
@@ -428,8 +441,8 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
         if work.rule.loop == "write_latency":  # (moves of its buffers never reach here: each end is also a responder)
             fits = size <= inline
             try:
-                chain, _ = ping_pong(steps_of(qp, src, dst, Opcode.RDMA_WRITE, size, fits, end.targets),
-                                     steps_of(peer, dst, src, Opcode.RDMA_WRITE, size, fits, end.targets[::-1]))
+                chain, _ = ping_pong(path_of(qp, src, dst, Opcode.RDMA_WRITE, size, fits, end.targets).steps,
+                                     path_of(peer, dst, src, Opcode.RDMA_WRITE, size, fits, end.targets[::-1]).steps)
             except NoSingleChain as exc:
                 raise Unsolvable(str(exc)) from None
             draws = {"peer_poll": _Draws(theirs, first, 2), "poll": _Draws(mine, first, 2, 1)}
@@ -439,12 +452,15 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             window = work.rule.window(work.tx_depth)
             opcode, local = workload_opcode(work), _local_check(work)
             known = posts.get(size, np.empty(0, np.int64))  # none yet: all are posted after every move
-            parts = [(lo, hi, steps_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
-                                       (target, end.targets[1])))
-                     for lo, hi, target in _segments(end.targets[0], moves, known, ops[k, size])]
-            if translations is not None:  # (nothing moves then: one part)
+            failure = (failures or {}).get((k, size))
+            parts = [part for lo, hi, target in _segments(end.targets[0], moves, known, ops[k, size])
+                     for found in [path_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
+                                           (target, end.targets[1]))]
+                     for part in (failure.parts(lo, hi, found) if failure else [(lo, hi, found.steps)])]
+            if translations is not None:  # (nothing moves or fails then: one part)
                 parts = translations.split(k, end, size, parts[0][2], ops[k, size], work.duration is not None)
-            yield size, [Group(indexed(steps, local), hi, window, draws, lo, **timed) for lo, hi, steps in parts]
+            yield size, [Group(indexed(labelled(steps) if watched else steps, local), hi, window, draws, lo, **timed)
+                         for lo, hi, steps in parts]
 
 
 def _local_check(work: WorkloadSpec) -> str:
