@@ -93,7 +93,7 @@ class Failure:
         flushed = j + 1 + int(np.argmax(later > moved)) if (later > moved).any() else len(local)
         if (later[flushed - j - 1:] <= moved).any():
             return "the requester checks of the work requests after the failed one come out of order"
-        if any(local[k] != t or not j < k < self.flushed for k, t in self.asked.items() if k != j):
+        if any(local[k] != t or not j < k < flushed for k, t in self.asked.items() if k != j):
             return f"buffer '{self.name}': the accesses after its error completion came at other times"
         return None if flushed == self.flushed else flushed
 
