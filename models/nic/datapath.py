@@ -46,8 +46,12 @@ class Path(NamedTuple):
     """Send engine to the responder's receive engine (retransmitted after an RNR NAK)."""
     reply: tuple[Step, ...]
     """ACK or NAK back to the requester and its CQE write."""
-    failed: tuple
-    """Compiled: the requester's CQE write of an error completion, then the poll (it goes no further)."""
+    failure: tuple[Step, ...]
+    """The requester's CQE write of an error completion, then the poll (it goes no further)."""
+    failed: dict[str | None, tuple]
+    """``failure`` compiled: under each check of the main chain numbered on from it, as what a check puts in the
+    place of the steps after it (:func:`failing`); under None from 0, for the checks of a retransmission's own
+    program."""
     rejected: tuple
     """Compiled: the responder's NAK back, the CQE write, then the poll (the responder refused the request)."""
     landed_back_ps: int
@@ -181,10 +185,33 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     after, at = _after_checks(steps)
     forward = on_the_wire(in_send_order(forward, nic, qp.qp_num), nic, pnic, lossy)
     reply = on_the_wire(reply, nic, pnic, lossy)
+    failure = (*reply[-1:], *COMPLETION)
     result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after, at, forward,
-                                  tuple(reply), compile_steps((*reply[-1:], *COMPLETION)),
-                                  compile_steps((*reply, *COMPLETION)), landed_back, request_packets(qp, opcode, n))
+                                  tuple(reply), failure, _failed(failure, at), compile_steps((*reply, *COMPLETION)),
+                                  landed_back, request_packets(qp, opcode, n))
     return result
+
+
+def _failed(failure: tuple[Step, ...], at: dict[str, int]) -> dict[str | None, tuple]:
+    """:attr:`Path.failed` of ``failure``, given the position of each check of the main chain."""
+    return {None: compile_steps(failure), **{name: compile_steps(failure, pos + 1) for name, pos in at.items()}}
+
+
+def failing(found: Path, check: str) -> tuple[Step, ...]:
+    """The steps of a work request of path ``found`` that fails at its main chain's check ``check``: the path's
+    steps up to the check, then its :attr:`Path.failure` from the check's time, numbered on from the check as
+    :attr:`Path.failed` has it for :meth:`~models.nic.work_request.WorkRequestRun._fail` (the rebase to that time
+    takes no position). The check's time: the head at an inline check (the requester's), else ``back_ps`` before
+    it (the source's, whose ``back_ps`` is the head time of the claim before it, so that it is when that claim
+    started).
+
+    :raises ValueError: ``check`` is not a check of the path's main chain.
+    """
+    steps = found.steps
+    k = next((k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == check), None)
+    if k is None:
+        raise ValueError(f"no check '{check}' in the main chain of the path")
+    return (*steps[:k + 1], Rebase(False, -(steps[k].back_ps or 0), renumber=found.at[check] + 1), *found.failure)
 
 
 def _local_path(qp, key: tuple, steps: tuple[Step, ...], cqe: list[Step]) -> Path:
@@ -192,9 +219,10 @@ def _local_path(qp, key: tuple, steps: tuple[Step, ...], cqe: list[Step]) -> Pat
     executes it at the check ``requester`` (:func:`~models.nic.memory_window.local_operation`) and writes the CQE;
     nothing goes on the wire, and it takes no PSN. Cached in the QP's paths under ``key``."""
     steps = in_send_order(list(steps), qp.node.nic, qp.qp_num)
-    failed = compile_steps((*cqe[-1:], *COMPLETION))
-    result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False),
-                                  *_after_checks(steps), (), (), failed, failed, 0, 0)
+    failure = (*cqe[-1:], *COMPLETION)
+    after, at = _after_checks(steps)
+    result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after, at, (), (),
+                                  failure, _failed(failure, at), compile_steps(failure), 0, 0)
     return result
 
 

@@ -135,7 +135,7 @@ class Retransmission:
         request goes again behind the NAK'd one."""
         psn, self.nak_psn, self.waiting = self.nak_psn, None, None
         if not self._acknowledged(now, psn, nak=True):
-            return self._fail(WcStatus.WR_FLUSH_ERR, now, self.path.failed)
+            return self._fail(WcStatus.WR_FLUSH_ERR, now, self.path.failed[None])
         return self._send_again(now, ())
 
     def _acknowledged(self, at: int, psn: int, *, nak: bool) -> bool:
@@ -181,13 +181,13 @@ class Retransmission:
             self.qp.awaiting.remove(self)
         self.waiting = self.woken = self.op = None
         if woken is Outcome.COMPLETE:
-            return self.path.failed, now, now
+            return self.path.failed[None], now, now
         if woken is Outcome.FLUSH:
-            return self._fail(WcStatus.WR_FLUSH_ERR, now, self.path.failed)
+            return self._fail(WcStatus.WR_FLUSH_ERR, now, self.path.failed[None])
         if woken is Outcome.AGAIN or (woken is None and why is Waiting.BEHIND):
             return self._send_again(now, ())
         if self.transport_retries == 0:
-            return self._fail(WcStatus.RETRY_EXC_ERR, now, self.path.failed)
+            return self._fail(WcStatus.RETRY_EXC_ERR, now, self.path.failed[None])
         self.transport_retries -= 1
         return self._send_again(now, ())
 

@@ -108,12 +108,12 @@ class WorkRequestRun(Retransmission):
         if not wr.is_inline:  # inline data was copied into the WQE at the post: the NIC reads no MR for it
             self.local = [(lookup_mr(qp, sge.lkey), sge.addr, sge.length) for sge in self.sges]
         if qp.state.flushes:
-            return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed)
+            return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed["requester"])
         problem = local_status(qp, wr, self.local)
         if problem is None and wr.opcode.is_local:
             problem = local_operation(qp, wr)
         if problem is not None:
-            return self._fail(problem, head, self.path.failed)
+            return self._fail(problem, head, self.path.failed["requester"])
         return None
 
     def _source(self, now: int, head: int, tail: int):
@@ -125,7 +125,7 @@ class WorkRequestRun(Retransmission):
             for mr, addr, length in backed:
                 held = self._translated(mr, addr, length, now, write=False)
                 if held is not None:
-                    return self._fail(held, now, self.path.failed) if isinstance(held, WcStatus) else held
+                    return self._fail(held, now, self.path.failed["source"]) if isinstance(held, WcStatus) else held
             qp.sq_stalled_until = now
         if not self.wr.is_inline:
             self.payload = _gather(qp.pd.context.env, self.local)
@@ -266,7 +266,7 @@ class WorkRequestRun(Retransmission):
             if mr.backing is not None:  # the response is written through the local MR's translation
                 held = self._translated(mr, addr, length, now, write=True)
                 if held is not None:
-                    return self._fail(held, now, self.path.failed) if isinstance(held, WcStatus) else held
+                    return self._fail(held, now, self.path.failed["response"]) if isinstance(held, WcStatus) else held
         _scatter(self.local, self.payload)
         return self._translation(qp.node, self.local, now, head, tail, RESPONSE)
 

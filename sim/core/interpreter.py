@@ -134,6 +134,8 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0, *, marks: bool = True)
                 program[-1] = (code, at, waits, claims, (step.from_tail, step.offset_ps), label, turn)
             else:
                 program.append((REBASE, pos, step.from_tail, step.offset_ps))
+            if step.renumber is not None:
+                pos = step.renumber - 1
         elif kind is Wake:
             program.append((WAKE, pos))
         elif kind is Check:

@@ -57,6 +57,9 @@ class Rebase:
 
     from_tail: bool
     offset_ps: int = 0
+    renumber: int | None = None
+    """The steps after it take their positions in the ordering rule from this number on (None: on from its own),
+    as a program that a check puts in the place of the rest of a list is numbered from its own start."""
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,8 @@ Step = Union[Claim, Delay, Rebase, Wake, Check, Mark, Wait, Gate, Fork, Detour]
 
 def walk_order(steps: tuple[Step, ...]) -> list[Step]:
     """Every step in the order a walk reaches it (a fork or a detour, then its own steps, then what follows it); a
-    step's index here is its position in the ordering rule."""
+    step's index here is its position in the ordering rule (after a :class:`Rebase` with ``renumber``, counted on
+    from that number)."""
     out: list[Step] = []
     for step in steps:
         out.append(step)

@@ -81,28 +81,31 @@ def _after_draws(steps: tuple[Step, ...], varied: bool, out: list[bool]) -> bool
 
 def claim_wpos(steps: tuple[Step, ...], base: int = 0, wpos: int = MODEL_EVENT) -> dict[int, int]:
     """For every claim's walk-order index: the position of the step whose time orders it (itself, or for an
-    eager claim the waiting step before it; :data:`MODEL_EVENT` after a post, a wake or a wait)."""
+    eager claim the waiting step before it; :data:`MODEL_EVENT` after a post, a wake or a wait), counted on from
+    a :class:`~sim.core.steps.Rebase`'s ``renumber`` after one."""
     out: dict[int, int] = {}
-    _claim_wpos(steps, base, wpos, out)
+    _claim_wpos(steps, base, wpos, out, 0)
     return out
 
 
-def _claim_wpos(steps: tuple[Step, ...], k: int, wpos: int, out: dict[int, int]) -> tuple[int, int]:
-    """Fill ``out`` with :func:`claim_wpos` of ``steps`` from walk index ``k``; returns the index after them and
-    the ordering position at their end."""
+def _claim_wpos(steps: tuple[Step, ...], k: int, wpos: int, out: dict[int, int], shift: int) -> tuple[int, int, int]:
+    """Fill ``out`` with :func:`claim_wpos` of ``steps`` from walk index ``k`` (position ``k + shift``); returns
+    the index after them, the ordering position at their end and the shift then."""
     for step in steps:
         if waits(step):
-            wpos = MODEL_EVENT if isinstance(step, (Wake, Wait)) else k
+            wpos = MODEL_EVENT if isinstance(step, (Wake, Wait)) else k + shift
         if isinstance(step, Claim):
             out[k] = wpos
+        elif isinstance(step, Rebase) and step.renumber is not None:
+            shift = step.renumber - k - 1
         elif isinstance(step, Fork):
-            _claim_wpos(step.steps, k + 1, wpos, out)
+            _claim_wpos(step.steps, k + 1, wpos, out, shift)
             k += len(walk_order(step.steps))
         elif isinstance(step, Detour):  # part of the chain: its waiting steps order what follows
-            k, wpos = _claim_wpos(step.steps, k + 1, wpos, out)
+            k, wpos, shift = _claim_wpos(step.steps, k + 1, wpos, out, shift)
             continue
         k += 1
-    return k, wpos
+    return k, wpos, shift
 
 
 def tail_draws(steps: tuple[Step, ...]) -> tuple[str, ...] | None:

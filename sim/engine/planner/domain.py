@@ -1,10 +1,16 @@
 """What the vectorized core does not take, known from the scenario before anything is built: tracing, posting
 rules its fixed windows do not follow, and (for ``engine: auto``) the runs it would solve more slowly than the
-event engine. What only the built testbed or the solve can tell is decided in :mod:`sim.engine.planner.plan`."""
+event engine; and, on the built testbed, the work requests that would be refused or fail (:func:`refused_work`).
+What only the solve can tell is decided in :mod:`sim.engine.planner.plan`."""
 
 from __future__ import annotations
 
-from sim.core.errors import SimError
+from models.nic.refusal import refusal
+from models.verbs.send_checks import check_send_wr
+from models.verbs.workloads import posts_inline, whole_buffer_receive, work_request
+from sim.core.errors import SimError, VerbsError
+from sim.core.units import format_size
+from sim.engine.harness import inline_threshold, workload_opcode
 from sim.scenario.resolve import nic_params
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
@@ -50,4 +56,28 @@ def slow_for_fast(scenario: Scenario) -> str | None:
             return (f"workload '{work.name or work.kind}' is a {work.kind} over {work.streams()} QPs: their receive "
                     "completions share the responder's PCIe link, where the vectorized core's passes agree on a few "
                     "hundred operations at a time")
+    return None
+
+
+def refused_work(ends) -> str | None:
+    """Why some work requests of ``ends`` (:class:`~sim.engine.planner.plan.Stream` s) would be refused by
+    ``ibv_post_send``, complete in error or be dropped, which the vectorized core does not solve
+    (:func:`models.verbs.send_checks.check_send_wr` and :func:`models.nic.refusal.refusal` on one of each size, both
+    ways for a ping-pong); None when all succeed."""
+    for end in ends:
+        work = end.work
+        opcode, inline = workload_opcode(work), inline_threshold(work)
+        ways = [(end.src, end.dst)] + ([(end.dst, end.src)] if work.rule.ping_pong else [])
+        for size in work.size_list():
+            for src, dst in ways:
+                wr = work_request(0, opcode, src, dst, size, posts_inline(opcode, size, inline))
+                where = f"workload '{work.name or work.kind}' at {format_size(size)}"
+                try:
+                    check_send_wr(src.qp, wr)
+                except VerbsError as exc:
+                    return f"{where}: ibv_post_send refuses its work requests ({exc}), which the event engine reports"
+                recv = whole_buffer_receive(0, dst) if opcode.consumes_receive else None
+                why = refusal(src.path_qp(dst), wr, recv)
+                if why is not None:
+                    return f"{where}: its work requests would fail ({why}), which the event engine completes"
     return None

@@ -10,24 +10,31 @@ event. Nothing changed: the event engine's run would have seen
 none of it. A dma-buf MR the workloads read from that ``move_notify`` zapped is a :class:`Move`: the first
 access after the zap finds the translation gone and re-faults (the watch makes that very call on the testbed,
 at that access's time from the solve, which only earlier operations decide), accesses until the re-fault is
-done wait for it, and operations posted from the zap on reach the buffer where it went. Anything else the
-event engine simulates, such as responder-side faults, which answer RNR NAKs and retry.
+done wait for it, and operations posted from the zap on reach the buffer where it went. A source buffer whose
+next access completes in error instead (VFIO revoked it) is a :class:`Failure`: the watch makes
+that access, and each later one that reaches the source, on the testbed at its time. Anything else the event engine
+simulates, such as responder-side faults, which answer RNR NAKs and retry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 import numpy as np
 
 from models.nic.stages import memory_target
 from models.ib.dmabuf_mr import DmabufBacking
 from models.nic.translation import Fault
-from models.nic.wqe import WcStatus
+from models.nic.refusal import refusal
+from models.nic.transport import QP_RC
+from models.nic.wqe import Opcode, WcStatus
+from models.verbs.workloads import work_request
 from sim.core.units import format_duration, format_size, format_time
 from sim.fast import NEVER, Finished
-from sim.engine.planner.faults import Access, FaultScan, faults_followed
+from sim.engine.planner.errors import NONE, Failure, first_flushed
+from sim.engine.planner.faults import Access, FaultScan, Unfollowed, faults_followed
 from sim.scenario.schema import Scenario
 
 
@@ -89,7 +96,8 @@ class Solved:
             parts = self.parts
             self._joined = tuple({key: np.concatenate([getattr(p, field) for p in pieces])
                                   for key, pieces in parts.items()} for field in ("post", "done")) + (
-                {key: {label: np.concatenate([p.marks[label] for p in pieces]) for label in pieces[0].marks}
+                {key: {label: np.concatenate([p.marks.get(label, np.full(len(p.post), NONE)) for p in pieces])
+                       for label in {label: None for p in pieces for label in p.marks}}
                  for key, pieces in parts.items()},)
         return self._joined
 
@@ -145,6 +153,10 @@ class Watch:
         self.base = exposed(bed, scenario)
         self.moves: dict[str, list[Move]] = {}
         self.faults = FaultScan(streams, self.holds)
+        self.failures: dict[tuple[int, int], Failure] = {}
+        """The error completions accepted so far, by (stream, size) (:mod:`sim.engine.planner.errors`)."""
+        self.unsettled = False
+        """The last complete solve put the requester's first flush elsewhere than its failure said: solve again."""
 
     def holds(self, name: str) -> list[tuple[int, int]]:
         """The intervals in which accesses of buffer ``name`` wait for a re-map or a fault handler (ps)."""
@@ -176,15 +188,43 @@ class Watch:
         """
         scan = self.faults
         scan.restart()
+        asks: list[tuple[int, int, tuple[int, int]]] = []
         while solved.extend():
-            scan.scan(*solved.last, self.bed.env.now)
+            key, piece = solved.last
+            for t, j in self.failures[key].pending(piece.lo, piece.marks.get("local")) if key in self.failures else ():
+                heappush(asks, (t, j, key))
+            scan.scan(key, piece, self.bed.env.now)
             if scan.found is not None and scan.found.at_ps < solved.horizon:
                 return self._fault(scan.found)
             if solved.horizon < NEVER:
-                changed = self.advance(solved.horizon, inclusive=False)
+                changed = self._ask(asks, solved.horizon) or self.advance(solved.horizon, inclusive=False)
                 if changed:
                     return changed
-        return [] if scan.found is None else self._fault(scan.found)
+        return self._ask(asks, NEVER) or ([] if scan.found is None else self._fault(scan.found))
+
+    def _ask(self, asks: list[tuple[int, int, tuple[int, int]]], until_ps: int) -> list[Item]:
+        """Make the source accesses in ``asks`` (a heap of time, operation and (stream, size)) before ``until_ps``
+        on the testbed, the events due first, as the event engine does after an error completion; stop at an event
+        that changed what the data path sees.
+
+        :raises Unfollowed: an access that does not complete in error, or one the clock has passed.
+        """
+        while asks and asks[0][0] < until_ps:
+            t, j, key = heappop(asks)
+            changed = self.advance(t)
+            if changed:
+                return changed
+            failure = self.failures[key]
+            if t < self.bed.env.now:
+                raise Unfollowed(f"buffer '{failure.name}': an access after its error completion at {format_time(t)} "
+                                 "comes before events already simulated")
+            self.clock(t)
+            answer = self.bed.registrations[failure.name].mr.backing.translate(t, 0, failure.size)
+            if not isinstance(answer, WcStatus):
+                raise Unfollowed(f"buffer '{failure.name}': after its access at {format_time(failure.at_ps)} "
+                                 f"completed in error, the access at {format_time(t)} {_not_refaulted(answer)}")
+            failure.asked[j] = t
+        return []
 
     def _fault(self, access: Access) -> list[Item]:
         """Step the events up to ``access`` (they come first at its time); unless one changed what the data path
@@ -208,8 +248,9 @@ class Watch:
             env.step()
 
     def fold(self, changed: list[Item], solved: Solved, streams) -> str | None:
-        """Accept ``changed`` as a :class:`Move` of a source buffer (making its re-fault on the testbed);
-        return why not otherwise."""
+        """Accept ``changed`` as a :class:`Move` of a source buffer (making its re-fault on the testbed), or as a
+        source buffer whose next access completes in error (a :class:`Failure`); return why not
+        otherwise."""
         env = self.bed.env
         if changed[0][0] == FAULTED:
             return None
@@ -217,33 +258,99 @@ class Watch:
         backing = self.bed.registrations[name].mr.backing if name else None
         if name and faults_followed(self.bed.registrations[name].mr):
             return self._invalidated(name)
-        if not isinstance(backing, DmabufBacking) or backing.mode != "dmabuf" or backing.translation_valid \
-                or backing.umem.revoked or backing.zapped_at_ps <= env.now:
+        if name and any(failure.name == name for failure in self.failures.values()):
+            return self._still_failing(name, streams)  # its later accesses are answered one by one
+        if not isinstance(backing, DmabufBacking):
             return f"scenario events changed {describe(changed)} at {format_duration(env.now)}"
-        zapped = backing.zapped_at_ps
+        moved = backing.mode == "dmabuf" and not backing.translation_valid and not backing.umem.revoked \
+            and backing.zapped_at_ps > env.now
+        after = backing.zapped_at_ps if moved else env.now
         self.base = exposed(self.bed, self.scenario)  # the zap itself is accepted from here on
         for k, size in solved.keys():
             work, (source, sink) = streams[k].work, streams[k].buffers
             responder = name == sink or (name == source and work.rule.ping_pong)
-            if responder and solved.last_done((k, size)) >= zapped:
+            if responder and solved.last_done((k, size)) >= after:
                 return (f"buffer '{name}' moved while workload '{work.name or work.kind}' still reaches it as a "
-                        "responder (RNR NAKs and retries)")
-        first = _first_access(solved, streams, name, zapped)
+                        "responder (RNR NAKs and retries)" if moved else
+                        f"scenario events changed {describe(changed)} at {format_duration(env.now)}")
+        first = _first_access(solved, streams, name, after)
         at = ready = None
+        failed = False
         if first is not None:
             at, size = first
             if self.advance(at, inclusive=False) or env.peek() == at:
                 return (f"scenario events act on buffer '{name}' again, or at {format_time(at)} exactly, before its "
-                        "re-fault")
+                        "next access")
             self.clock(at)
             answer = backing.translate(at, 0, size)
-            if not isinstance(answer, Fault):
+            if isinstance(answer, WcStatus):
+                reason = self._failure(name, (at, size), after, answer, solved, streams)
+                if reason:
+                    return reason
+                failed = True
+            elif isinstance(answer, Fault) and moved:
+                ready = answer.ready_ps
+            elif moved:
                 return f"buffer '{name}': the access at {format_time(at)} after its move {_not_refaulted(answer)}"
-            ready = answer.ready_ps
-        target = memory_target(self.bed.registrations[name].mr, zapped)
-        self.moves.setdefault(name, []).append(Move(zapped, target, at, ready))
+        if not moved and not failed:
+            return f"scenario events changed {describe(changed)} at {format_duration(env.now)}"
+        if moved:
+            target = memory_target(self.bed.registrations[name].mr, after)
+            self.moves.setdefault(name, []).append(Move(after, target, at, ready))
         self.base = exposed(self.bed, self.scenario)
         return None
+
+    def _failure(self, name: str, access: tuple[int, int], after: int, status: WcStatus, solved: Solved,
+                 streams) -> str | None:
+        """The access of source buffer ``name`` at ``access`` (its time and message size; its first after
+        ``after``) completed in error with ``status``: accept it as a :class:`Failure` (the
+        requester's first flush guessed from the run as it went on without it); return why not where the
+        vectorized core does not follow that."""
+        at, size = access
+        readers = [k for k, end in enumerate(streams) if name in end.buffers]
+        end = streams[readers[0]] if len(readers) == 1 else None
+        work = end and end.work
+        if (end is None or end.buffers[0] != name or work.rule.verb != "write" or not work.rule.streams
+                or work.streams() != 1 or work.duration is not None or self.faults.sources
+                or end.src.qp.qp_type is not QP_RC):
+            return (f"buffer '{name}': the access at {format_time(at)} completes in error ({status.ibv_name}), "
+                    "which the vectorized core follows only for a WRITE stream of one RC QP, for a count, alone on "
+                    "the buffer")
+        while solved.extend():  # the run as it would have gone on: where the requester starts flushing, first
+            pass
+        k = readers[0]
+        if size != work.size_list()[-1]:
+            return f"buffer '{name}': its access at {format_time(at)} fails before the workload's last message size"
+        marks = solved.marks[k, size]
+        ops = np.flatnonzero(marks["local"] == at)
+        if len(ops) != 1:
+            return f"buffer '{name}': two of its accesses come at {format_time(at)}, when they complete in error"
+        first = int(ops[0])
+        failure = Failure(name, k, size, first, at, after, status, first_flushed(first, at, marks), {first: at})
+        self.failures[k, size] = failure
+        return self._still_failing(name, streams)
+
+    def _still_failing(self, name: str, streams) -> str | None:
+        """Accept what an event changed of buffer ``name``, whose accesses complete in error, while its stream's
+        requester checks still let its work requests through (:func:`models.nic.refusal.refusal`): the source
+        check fails them, asked on the testbed one by one."""
+        for failure in self.failures.values():
+            end = streams[failure.stream]
+            if failure.name == name:
+                why = refusal(end.src.path_qp(end.dst), work_request(0, Opcode.RDMA_WRITE, end.src, end.dst,
+                                                                     failure.size, False))
+                if why is not None:
+                    return f"buffer '{name}': its requester checks refuse work requests now ({why})"
+        self.base = exposed(self.bed, self.scenario)
+        return None
+
+    def finish(self, streams) -> None:
+        """After the run: each QP whose work request failed is in the error state, its error completion delivered
+        (:meth:`models.verbs.qp.QueuePair.to_error`), as the event engine's run leaves it."""
+        for failure in self.failures.values():
+            qp = streams[failure.stream].src.qp
+            qp.to_error(completing=True)
+            qp.error_completed()
 
     def _invalidated(self, name: str) -> str | None:
         """An event zapped pages of ODP buffer ``name``: the accesses after it are scanned again (the next that
@@ -260,12 +367,20 @@ class Watch:
         re-fault was made for, or READ responses landed out of order where a stream's steps change (a move, a
         translation cache's first misses; a READ's max_rd_atomic slot
         goes back when its response lands, and the core passes READ ``i`` at the landing of READ
-        ``i - max_rd_atomic``, which is the slots' answer only while they land in order)."""
+        ``i - max_rd_atomic``, which is the slots' answer only while they land in order), or an error completion's
+        split of the stream does not hold (:meth:`Failure.settled`; where only its first flush
+        moved, :attr:`unsettled` says to solve again)."""
         for (k, size), marks in solved.marks.items():
             if "landing" in marks and (np.diff(marks["landing"]) < 0).any():
                 return (f"the responses of READ workload '{streams[k].work.name or streams[k].work.kind}' at "
                         f"{format_size(size)} landed out of order where its steps change (its buffer moved or a "
                         "translation cache missed for one of them), which max_rd_atomic's slots see")
+        for key, failure in self.failures.items() if solved.complete else ():
+            verdict = failure.settled(solved.marks[key])
+            if isinstance(verdict, str):
+                return verdict
+            if verdict is not None:
+                failure.flushed, self.unsettled = verdict, True
         for name, moves in self.moves.items():
             for move in moves:
                 first = _first_access(solved, streams, name, move.zapped_ps)
@@ -274,10 +389,13 @@ class Watch:
         return None
 
 
-def _not_refaulted(answer: WcStatus | None) -> str:
-    """What an access that did not re-fault got instead (:meth:`DmabufBacking.translate`'s answer)."""
+def _not_refaulted(answer: WcStatus | Fault | None) -> str:
+    """What an access got instead of the answer expected (:meth:`DmabufBacking.translate`'s answer)."""
     if isinstance(answer, WcStatus):
         return f"completes in error ({answer.ibv_name}) instead of re-faulting"
+    if isinstance(answer, Fault):
+        return ("re-faults (a work request that goes on behind a failed one waits in its send queue's turns for that "
+                "one's end)")
     return "reaches memory without re-faulting"
 
 

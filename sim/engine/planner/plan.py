@@ -27,7 +27,7 @@ streams of one round per size (:attr:`sim.fast.Group.parallel`), started as :fun
 them. The domain is decided once, before solving (:func:`decide`): a check where the model decides something
 from the run's history (translation caches, data mode's bytes, frames a link outage loses, a responder's page
 faults; :attr:`sim.core.steps.Check.decides`) makes the solver refuse the steps (:class:`sim.fast.Unsolvable`),
-and so does a work request that would fail (:func:`_refused`: the event engine completes it in error); a stream's
+and so does a work request that would fail (:func:`refused_work`: the event engine completes it in error); a stream's
 own ODP page faults are followed (:mod:`sim.engine.planner.faults`). What
 :func:`~sim.engine.planner.domain.outside_domain` lists is not in the steps: tracing, and posting rules a fixed
 window does not follow; ``engine: auto`` also avoids BlueFlame-off NICs (each work request waits on the previous
@@ -38,7 +38,8 @@ Scenario events run on the testbed's own clock, following the solve (:mod:`sim.e
 are stall intervals of the ports, known in advance; an event that leaves the workloads' MRs and QPs alone
 changes nothing the event engine would have seen; a dma-buf the workloads read from that the exporter moves
 is followed (its re-fault holds the accesses, operations posted after the zap take the new route, and the
-run is solved again with that); anything else sends the run back to the event engine, saying what changed.
+run is solved again with that), and so is one whose next access completes in error (:mod:`sim.engine.planner.errors`);
+anything else sends the run back to the event engine, saying what changed.
 """
 
 from __future__ import annotations
@@ -50,19 +51,17 @@ from typing import NamedTuple
 
 import numpy as np
 
-from models.nic.datapath import RECEIVED, checked_accesses, path, translation_cache
-from models.nic.refusal import refusal
+from models.nic.datapath import checked_accesses, path, translation_cache
 from models.nic.stages import memory_target
 from models.nic.wqe import Opcode
-from models.verbs.send_checks import check_send_wr
 from models.verbs.workloads import (Endpoint, NoSingleChain, OpRecords, ping_pong, posts_inline, still_posting,
-                                    succeeded, tagged, whole_buffer_receive, work_request)
-from sim.core.errors import VerbsError
+                                    succeeded, tagged)
 from sim.core.steps import Check, Claim, Detour, Fork
 from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast.solver import Problem
-from sim.engine.planner.domain import OutsideDomain, outside_domain, slow_for_fast
+from sim.engine.planner.domain import OutsideDomain, outside_domain, refused_work, slow_for_fast
+from sim.engine.planner.errors import Failure, labelled
 from sim.engine.planner.events import Move, Solved, Watch
 from sim.engine.planner.faults import Unfollowed, faults_followed
 from sim.engine.planner.receives import ReceivesAhead, ReceivesShort
@@ -109,7 +108,7 @@ def decide(scenario: Scenario, seed: int, trace: bool = False) -> Plan | str:
     """The vectorized core's domain, decided once before anything is solved: ``scenario``'s testbed built and its
     streams' pipelines checked, or why the event engine runs it. What the scenario says (:func:`outside_domain`;
     under ``engine: auto`` also :func:`slow_for_fast`), work requests that would be refused or fail
-    (:func:`_refused`), a translation cache with scenario events or page faults (which change what it holds), and
+    (:func:`refused_work`), a translation cache with scenario events or page faults (which change what it holds), and
     the solver's limits on the steps (:class:`sim.fast.solver.Problem`: a check that decides at run time, gates,
     pools, a duration over a buffer that moves). What only the solve tells is :func:`run_fast`'s."""
     reason = outside_domain(scenario, trace) or (slow_for_fast(scenario) if scenario.engine == "auto" else None)
@@ -118,7 +117,7 @@ def decide(scenario: Scenario, seed: int, trace: bool = False) -> Plan | str:
     bed, started, event_log = setup_run(scenario, seed, trace)
     ends = streams(scenario, bed)
     watch, translations = Watch(bed, scenario, ends), _translations(ends, bed.env.now)
-    reason = _refused(ends)
+    reason = refused_work(ends)
     if not reason and translations is not None and (scenario.events or watch.faults.sources):
         reason = ("a translation cache's hits with scenario events or page faults, which change what it holds: the "
                   "event engine simulates that")
@@ -159,7 +158,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     solved, reached, pipes = None, {}, None
     try:
         for _ in range(MAX_MOVES + 1):
-            pipes = pipelines(ends, watch.moves, solved and solved.posts, translations)
+            pipes = pipelines(ends, watch.moves, solved and solved.posts, translations, watch.failures,
+                              bool(scenario.events))
             solved = Solved(_pieces(pipes, started, progress, reached, crawl=scenario.engine == "auto",
                                     rows=sink and _Rows(ends, table, sink), receives=ReceivesAhead(ends)),
                             pipes.ops)
@@ -167,6 +167,9 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             reason = watch.confirm(solved, ends)
             if reason:
                 break
+            if not changed and watch.unsettled:
+                watch.unsettled = False
+                continue  # the requester's first flush came elsewhere: solved again with that
             if not changed and translations is not None and translations.settle(
                     solved.marks, {k: _local_check(end.work) for k, end in enumerate(ends)}):
                 continue  # another operation reached a translation first: solved again with that
@@ -192,13 +195,15 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         return decline(f"send_bw's receives ({exc}) may not be posted ahead of every SEND, so RNR NAKs may occur")
     if reason:
         return decline(f"{reason}: the event engine simulates that")
+    watch.finish(ends)
     if sink is not None:
         return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish(),
                           engine="fast")
     summaries = []
     for work, mine in zip(scenario.workload, _by_workload(ends)):
         for size in work.size_list():
-            parts = [records(work, solved.posts[k, size], solved.done[k, size]) for k in mine]
+            parts = [records(work, solved.posts[k, size], solved.done[k, size], watch.failures.get((k, size)))
+                     for k in mine]
             frame, row = workload_tables(work, size, parts[0] if len(parts) == 1 else tagged(parts), variant)
             table.append(frame)
             summaries.append(row)
@@ -221,33 +226,11 @@ def _unsolved(exc: Unsolvable, pipes: Pipelines, ends: list[Stream]) -> str:
     return f"the vectorized core does not solve the steps{where}: {exc.reason}"
 
 
-def _refused(ends: list[Stream]) -> str | None:
-    """Why some work requests of ``ends`` would be refused by ``ibv_post_send``, complete in error or be dropped,
-    which the vectorized core does not solve (:func:`models.verbs.send_checks.check_send_wr` and
-    :func:`models.nic.refusal.refusal` on one of each size, both ways for a ping-pong); None when all succeed."""
-    for end in ends:
-        work = end.work
-        opcode, inline = workload_opcode(work), inline_threshold(work)
-        ways = [(end.src, end.dst)] + ([(end.dst, end.src)] if work.rule.ping_pong else [])
-        for size in work.size_list():
-            for src, dst in ways:
-                wr = work_request(0, opcode, src, dst, size, posts_inline(opcode, size, inline))
-                where = f"workload '{work.name or work.kind}' at {format_size(size)}"
-                try:
-                    check_send_wr(src.qp, wr)
-                except VerbsError as exc:
-                    return f"{where}: ibv_post_send refuses its work requests ({exc}), which the event engine reports"
-                recv = whole_buffer_receive(0, dst) if opcode.consumes_receive else None
-                why = refusal(src.path_qp(dst), wr, recv)
-                if why is not None:
-                    return f"{where}: its work requests would fail ({why}), which the event engine completes"
-    return None
-
-
-def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray) -> OpRecords:
-    """The records of operations solved with posts ``post`` and completions ``done`` (all succeed; a ping-pong
-    iteration's latency is half its round trip)."""
-    return OpRecords(post, done, work.rule.latency_ps(post, done), succeeded(len(post)))
+def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray, failure: Failure | None = None) -> OpRecords:
+    """The records of operations solved with posts ``post`` and completions ``done`` (all succeed but where
+    ``failure`` says; a ping-pong iteration's latency is half its round trip)."""
+    return OpRecords(post, done, work.rule.latency_ps(post, done),
+                     succeeded(len(post)) if failure is None else failure.statuses(len(post)))
 
 
 class _Rows:
@@ -359,18 +342,21 @@ def _by_workload(ends: list[Stream]) -> list[list[int]]:
 
 def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
               posts: dict[tuple[int, int], np.ndarray] | None = None,
-              translations: Translations | None = None) -> Pipelines:
+              translations: Translations | None = None, failures: dict[tuple[int, int], Failure] | None = None,
+              watched: bool = False) -> Pipelines:
     """The servers and groups of ``ends`` in run order. ``moves`` of a buffer a workload reads from (its
     ``from``) hold its translations in each move's re-fault interval and send the operations posted after
     each move's zap to where the buffer went: the first such operation of each (workload, size) is found in
     ``posts`` (the previous solve's posts, exact up to there). ``translations``: the streams' translation-cache
-    stages (:mod:`sim.engine.planner.translations`; none may move then)."""
+    stages (:mod:`sim.engine.planner.translations`; none may move then). ``failures``: the streams' error completions by
+    (stream, size) (:mod:`sim.engine.planner.errors`); ``watched``: label the checks they are settled by."""
     servers: dict[int, int] = {}
     names: list[Server] = []
     groups, labels, ops = [], [], {}
     for mine in _by_workload(ends):  # one workload's streams are solved together
         sizes = [_groups(ends[w], servers, names, (moves or {}).get(ends[w].buffers[0], []),
-                         {s: p for (v, s), p in (posts or {}).items() if v == w}, w, ops, translations) for w in mine]
+                         {s: p for (v, s), p in (posts or {}).items() if v == w}, w, ops, translations,
+                         failures or {}, watched) for w in mine]
         for each in zip(*sizes):  # one size: the streams of every QP at once
             for stream, (w, (size, parts)) in enumerate(zip(mine, each)):
                 for j, group in enumerate(parts):
@@ -402,7 +388,8 @@ its posting stops, :attr:`sim.fast.Group.posts_while`)."""
 
 def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: list[Move],
             posts: dict[int, np.ndarray], k: int, ops: dict[tuple[int, int], int],
-            translations: Translations | None = None):
+            translations: Translations | None = None, failures: dict[tuple[int, int], Failure] | None = None,
+            watched: bool = False):
     """Each size of ``end.work`` with its :class:`Group` s (posted from ``src``'s QP to ``dst``'s):
     the steps of :func:`models.nic.datapath.path` with servers numbered, the requester's own translation
     (labelled ``local``) held in the re-fault intervals of ``moves``. A size whose operations were posted on
@@ -438,8 +425,8 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             out.append(step)
         return tuple(out)
 
-    def steps_of(q, local: Endpoint, remote: Endpoint, opcode: Opcode, size: int, inline: bool, targets):
-        return path(q, opcode, size, inline, *targets, checked_accesses(q, [local.mr], remote.mr)).steps
+    def path_of(q, local: Endpoint, remote: Endpoint, opcode: Opcode, size: int, inline: bool, targets):
+        return path(q, opcode, size, inline, *targets, checked_accesses(q, [local.mr], remote.mr))
 
     mine = UniformSeries.following(qp.poll_delays)
     theirs = UniformSeries.following(peer.poll_delays) if work.rule.ping_pong else None
@@ -452,8 +439,8 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
         if work.rule.loop == "write_latency":  # (moves of its buffers never reach here: each end is also a responder)
             fits = size <= inline
             try:
-                chain, _ = ping_pong(steps_of(qp, src, dst, Opcode.RDMA_WRITE, size, fits, end.targets),
-                                     steps_of(peer, dst, src, Opcode.RDMA_WRITE, size, fits, end.targets[::-1]))
+                chain, _ = ping_pong(path_of(qp, src, dst, Opcode.RDMA_WRITE, size, fits, end.targets).steps,
+                                     path_of(peer, dst, src, Opcode.RDMA_WRITE, size, fits, end.targets[::-1]).steps)
             except NoSingleChain as exc:
                 raise Unsolvable(str(exc)) from None
             draws = {"peer_poll": _Draws(theirs, first, 2), "poll": _Draws(mine, first, 2, 1)}
@@ -463,12 +450,15 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             window = work.rule.window(work.tx_depth)
             opcode, local = workload_opcode(work), _local_check(work)
             known = posts.get(size, np.empty(0, np.int64))  # none yet: all are posted after every move
-            parts = [(lo, hi, steps_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
-                                       (target, end.targets[1])))
-                     for lo, hi, target in _segments(end.targets[0], moves, known, ops[k, size])]
-            if translations is not None:  # (nothing moves then: one part)
+            failure = (failures or {}).get((k, size))
+            parts = [part for lo, hi, target in _segments(end.targets[0], moves, known, ops[k, size])
+                     for found in [path_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
+                                           (target, end.targets[1]))]
+                     for part in (failure.parts(lo, hi, found) if failure else [(lo, hi, found.steps)])]
+            if translations is not None:  # (nothing moves or fails then: one part)
                 parts = translations.split(k, end, size, parts[0][2], ops[k, size], work.duration is not None)
-            yield size, [Group(indexed(steps, local), hi, window, draws, lo, **timed) for lo, hi, steps in parts]
+            yield size, [Group(indexed(labelled(steps) if watched else steps, local), hi, window, draws, lo, **timed)
+                         for lo, hi, steps in parts]
 
 
 def _local_check(work: WorkloadSpec) -> str:

@@ -1,0 +1,156 @@
+"""Work requests that complete in error after a scenario event, on the vectorized core against the event engine:
+VFIO revokes the dma-buf a WRITE stream reads from (mlx5's dynamic importer: the re-fault's re-map fails; a
+revocable pinned importer: the revoked umem), the access that finds it so completes IBV_WC_LOC_PROT_ERR, the work
+requests already past the requester's check fail at their source, the QP flushes the rest; every table and counter
+identical. What the core does not follow stays on the event engine, saying why."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from models.nic.datapath import failing, work_request_path
+from models.nic.wqe import Opcode, WcStatus
+from models.verbs.workloads import work_request
+from sim.core.interpreter import CLAIMS, TURN
+from sim.core.steps import Claim, walk_order
+from sim.engine.harness import setup_run
+from sim.engine.run import run_scenario
+from sim.fast.steps import claim_wpos
+from sim.engine.planner.domain import OutsideDomain
+from sim.engine.planner.errors import COMPLETING, NONE, REQUESTER, Failure, first_flushed
+from sim.engine.planner.plan import streams
+from sim.scenario.scenario_file import load_scenario_variants
+from sim.scenario.schema import Scenario
+from tests.conftest import ROOT, scenario_dict
+from tests.sim.fast.test_differential import same_runs
+
+REVOKED = (WcStatus.LOC_PROT_ERR.ibv_name, WcStatus.WR_FLUSH_ERR.ibv_name)
+
+
+def revoked(register: str, at: str, sizes: list[str], depth: int, iterations: int, kind: str = "write_bw") -> dict:
+    """``scenarios/dmabuf_revoke.yaml``'s testbed: a VFIO export registered as ``register`` (``dmabuf``: a
+    ConnectX-7's dynamic MR; ``dmabuf-pinned``: an EFA that accepts revocation), revoked at ``at`` under a stream."""
+    pinned = register == "dmabuf-pinned"
+    nic = {"preset": "efa", "dmabuf_revocable": True} if pinned else {"preset": "connectx7"}
+    nodes = [{"name": "a", "nic": nic, "gpus": [{"preset": "h200", "exporter": "vfio"}], "kernel": {"version": "7.1"}},
+             {"name": "b", "nic": {"preset": nic["preset"]}}]
+    buffers = [{"name": "bar", "on": "a.gpu0", "size": "64MiB", "register": register},
+               {"name": "sink", "on": "b.host", "size": "64MiB"}]
+    work = [{"kind": kind, "from": "bar", "to": "sink", "sizes": sizes, "iterations": iterations, "tx_depth": depth}]
+    return scenario_dict(nodes=nodes, buffers=buffers, workload=work, seed=11,
+                         events=[{"at": at, "kind": "dmabuf-revoke", "buffer": "bar"}],
+                         fabric={"rate": "100Gb/s" if pinned else "400Gb/s", "latency": "300ns"})
+
+
+@pytest.mark.parametrize("register, at, size, depth, iterations", [
+    ("dmabuf", "1ms", "1MiB", 16, 1000),
+    ("dmabuf", "300us", "64KiB", 32, 3000),
+    ("dmabuf", "700us", "4KiB", 64, 20000),
+    ("dmabuf-pinned", "500us", "64KiB", 16, 2000),
+    ("dmabuf-pinned", "2ms", "1MiB", 8, 600)])
+def test_a_revoked_source_fails_its_stream_exactly_as_the_event_engine(register, at, size, depth, iterations):
+    """The revocation lands mid-window: the failed WRITE has later ones in flight (posted before it completed),
+    which fail at their source or are flushed; statuses, times and counters are the event engine's."""
+    event, fast = same_runs(revoked(register, at, [size], depth, iterations))
+    assert fast.engine == "fast"
+    ops = fast.operations
+    failed = int((~ops["ok"]).to_numpy().argmax())
+    assert list(ops["status"].iloc[failed:failed + 2]) == list(REVOKED)
+    assert set(ops["status"].iloc[failed + 1:]) == {REVOKED[1]} and ops["ok"].iloc[:failed].all()
+    assert ops["posted_ps"].iloc[failed + 1] < ops["completed_ps"].iloc[failed]  # later ones were in flight
+
+
+@pytest.mark.parametrize("register", ["dmabuf", "dmabuf-pinned"])
+def test_a_stream_that_starts_after_the_revocation_fails_from_its_first_work_request(register):
+    """A workload from host memory runs first; the revoked buffer's stream comes after it: its first access
+    fails, every later one is flushed, and the workload before it is untouched."""
+    data = revoked(register, "1.5ms", ["64KiB"], 16, 2000)
+    data["buffers"].append({"name": "host", "on": "a.host", "size": "64MiB"})
+    data["workload"].insert(0, {"kind": "write_bw", "name": "first", "from": "host", "to": "sink",
+                                "sizes": ["64KiB"], "iterations": 2000, "tx_depth": 16})
+    _, fast = same_runs(data)
+    assert fast.engine == "fast"
+    ops = fast.operations.set_index("workload")
+    assert ops.loc["first", "ok"].all()
+    assert list(ops.loc["write_bw", "status"]) == [REVOKED[0]] + [REVOKED[1]] * 1999
+
+
+@pytest.mark.parametrize("name", ["dmabuf_revoke.yaml", "pinned_revocable.yaml"])
+def test_the_shipped_revocations_run_on_the_vectorized_core(name):
+    """Each variant: ``auto`` solves it on the core, saying so, with the event engine's tables and counters."""
+    _, _, variants = load_scenario_variants(ROOT / "scenarios" / name)
+    for variant, scenario in variants:
+        lines: list[str] = []
+        auto = run_scenario(scenario.model_copy(update={"engine": "auto"}), variant=variant, notice=lines.append)
+        event = run_scenario(scenario.model_copy(update={"engine": "event"}), variant=variant)
+        assert any("vectorized core ran" in line for line in lines), lines
+        for table in ("operations", "summary", "events", "registrations"):
+            assert getattr(auto, table).equals(getattr(event, table)), (variant, table)
+        assert auto.counters == event.counters and not auto.operations["ok"].all()
+
+
+def _refused(scenario: Scenario, says: str) -> None:
+    """``engine: fast`` refuses ``scenario`` saying what the pattern ``says`` matches; ``auto`` says it and gives the
+    event engine's operations."""
+    def run(engine: str, **options):
+        return run_scenario(scenario.model_copy(update={"engine": engine}), **options)
+
+    with pytest.raises(OutsideDomain, match=says):
+        run("fast")
+    lines: list[str] = []
+    auto = run("auto", notice=lines.append)
+    assert any(re.search(says, line) and "event engine simulates that" in line for line in lines), lines
+    assert auto.operations.equals(run("event").operations)
+
+
+@pytest.mark.parametrize("data, says", [
+    (revoked("dmabuf", "1ms", ["1MiB"], 16, 1000, kind="read_bw"),
+     "which the vectorized core follows only for a WRITE stream of one RC QP"),
+    (revoked("dmabuf", "1ms", ["1MiB", "2MiB"], 16, 1000), "fails before the workload's last message size")])
+def test_errors_the_core_does_not_follow_stay_on_the_event_engine(data, says):
+    """READ responses landing in a revoked buffer, and a failure before a later message size (whose work requests
+    the QP in error flushes), run on the event engine."""
+    _refused(Scenario.model_validate(data), says)
+
+
+def test_an_access_that_refaults_after_an_error_stays_on_the_event_engine():
+    """``scenarios/exporter_faults.yaml``: the re-map after the move fails once (EIO), the next access re-faults and
+    goes on, and its transmit claim waits in its send queue's turns for the failed one to end (the
+    interpreter's ``_end``), which the core's turns do not order: the event engine runs it."""
+    scenario, _, _ = load_scenario_variants(ROOT / "scenarios" / "exporter_faults.yaml")
+    _refused(scenario, r"completed in error, the access at [\d.]+ms re-faults")
+
+
+@pytest.mark.parametrize("check", ["requester", "source"])
+def test_a_failure_is_numbered_on_from_its_check_in_both_engines(check):
+    """What a failing check puts in the place of the rest of a work request (Path.failure, after the CQE write) is
+    numbered on from the check (Path.at) in the event engine's program, and :func:`failing` gives the vectorized
+    core the same position for its claim."""
+    scenario = Scenario.model_validate(revoked("dmabuf", "1ms", ["1MiB"], 16, 10))
+    bed = setup_run(scenario, scenario.seed)[0]
+    end = streams(scenario, bed)[0]
+    found = work_request_path(end.src.qp, work_request(0, Opcode.RDMA_WRITE, end.src, end.dst, 1 << 20, False), 0)
+    engine = [step[1] for step in found.failed[check] if step[0] in (CLAIMS, TURN)]
+    steps = failing(found, check)
+    claims = [k for k, s in enumerate(walk_order(steps)) if isinstance(s, Claim)]
+    assert engine == [found.at[check] + 1] == [claim_wpos(steps)[k] for k in claims[-len(engine):]]
+
+
+def test_the_split_follows_where_the_qp_moves_to_error():
+    """The QP moves to the error state once the model has been told of the failed completion and of every one before
+    it (completions are delivered in posting order, ``complete_at``): a requester check after that flushes, one
+    before it lets its work request reach the source. A solve that puts the first flush elsewhere is solved again
+    with it; a source access already answered for a work request the requester flushes, or a requester check at the
+    very time the QP moves, cannot be settled."""
+    marks = {"local": np.array([10, 20, 30, 40, 50, NONE, NONE]), REQUESTER: np.array([5, 15, 25, 35, 45, 60, 70]),
+             COMPLETING: np.array([12, 41, 31, 48, 55, 62, 72])}
+    assert first_flushed(2, 30, marks) == 4  # told of operation 1 at 41: operation 4's check (45) is later
+    failure = Failure("bar", 0, 4096, 2, 30, 25, WcStatus.LOC_PROT_ERR, 5, {2: 30})
+    assert failure.settled(marks) == 4
+    failure.asked[4] = 50
+    assert "at other times" in failure.settled(marks)
+    marks[REQUESTER][3] = 41
+    assert "as its QP moves to error" in Failure("bar", 0, 4096, 2, 30, 25, WcStatus.LOC_PROT_ERR, 4).settled(marks)
