@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import weakref
 from typing import NamedTuple
 
 import numpy as np
@@ -23,13 +24,22 @@ def _bandwidth_batches(result: RunResult, columns: list[str], backwards: bool = 
         yield batch[batch["kind"].isin(BANDWIDTH_KINDS)]
 
 
+_SPANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+""":func:`bandwidth_span` of each operation table read so far, with its row count then: the figures and the
+comparison each ask for it, and a spooled table would be read again each time."""
+
+
 def bandwidth_span(result: RunResult) -> tuple[int, int] | None:
     """The first post and the last completion of the bandwidth workloads (ps); None without any."""
+    known = _SPANS.get(result.table)
+    if known is not None and known[0] == result.table.rows:
+        return known[1]
     span = None
     for ops in _bandwidth_batches(result, ["posted_ps", "completed_ps"]):
         if len(ops):
             first, last = int(ops["posted_ps"].min()), int(ops["completed_ps"].max())
             span = (first, last) if span is None else (min(span[0], first), max(span[1], last))
+    _SPANS[result.table] = (result.table.rows, span)
     return span
 
 
