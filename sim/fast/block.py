@@ -109,7 +109,7 @@ def _slices_in(problem, spans, history, start, shared, floor) -> list[SliceIn]:
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
             pace=hist.pace if hist is not None else None,
             hist_released={label: hist.released[label] if hist is not None else empty
-                           for label in (*problem.gates[g], *problem.turn_keys[g])
+                           for label in (*problem.gates[g], *problem.stream_turn_keys[g])
                            if hist is None or label in hist.released},
             after=after, joined=joined))
     return slices

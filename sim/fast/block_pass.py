@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Wake, waits
+from sim.core.interpreter import MODEL_EVENT
+from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Wait, Wake, waits
 from sim.fast.merge import Claims, Joined, key_order, per_claim
 from sim.fast.server import pool, ramp, running_max, serve
 from sim.fast.speedups import NoHints
@@ -141,6 +142,9 @@ class SliceOut:
     """The kept operations' steady state, when nearly every one of them queued somewhere."""
     head: np.ndarray | None = None
     """Each operation's end before completions are put in order (a completion waits for the previous one)."""
+    waited: tuple | None = None
+    """The time and ordering position of the main chain's latest step that waited (a wake does not: the event
+    engine's interpreter goes on through it without waiting), while the slice is walked."""
 
 
 @dataclass
@@ -201,8 +205,9 @@ class Pass:
             _join(self.problem, self.slices[index - 1], outs[index - 1], piece)
         start = max([piece.start] * (piece.start is not None) + [int(outs[k].done[-1]) for k in piece.after])
         post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
-        self.slice, self.out, self.step, self.turned = piece, SliceOut(post, post, None), 0, None
-        return self._chain(group.steps, (post, post, post)), (piece, self.out, 0, None)
+        out = SliceOut(post, post, None, waited=(post, MODEL_EVENT))
+        self.slice, self.out, self.step, self.turned = piece, out, 0, None
+        return self._chain(group.steps, (post, post, post), main=True), (piece, self.out, 0, None)
 
     def _end(self, head: np.ndarray) -> SliceOut:
         """The slice walked: its completions are ``head`` in order."""
@@ -216,17 +221,20 @@ class Pass:
         self.out.done, self.out.head = done, head
         return self.out
 
-    def _chain(self, steps, state):
-        """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head."""
-        state, last = yield from self._steps(steps, state)
+    def _chain(self, steps, state, main: bool = False):
+        """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head. At the ``main`` chain's end,
+        the turns the slice's steps make no claim in pass (:meth:`_pass_turns`)."""
+        state, last = yield from self._steps(steps, state, main)
         if last is not None:
             mine = self.out.last_wake
             self.out.last_wake = last if mine is None else np.maximum(mine, last)
+        if main:
+            self._pass_turns()
         return state[0]
 
-    def _steps(self, steps, state):
+    def _steps(self, steps, state, main: bool = False):
         """Walk ``steps`` of one chain from ``state``; returns the final state and the wake of its last claim
-        (None: it made none)."""
+        (None: it made none). In the ``main`` chain, each step that waits is kept as :attr:`SliceOut.waited`."""
         last = None
         for step in steps:
             self.step += 1
@@ -236,19 +244,36 @@ class Pass:
                 self.turned = turned
             elif isinstance(step, Detour):
                 head, kept, wake = state
-                (head, _, wake), inner = yield from self._steps(step.steps, (head, head, wake))
+                (head, _, wake), inner = yield from self._steps(step.steps, (head, head, wake), main)
                 state, last = (head, np.maximum(kept, head), wake), last if inner is None else inner
             elif isinstance(step, Claim):
                 state = yield from self._claim(step, state, self.step - 1)
                 last = state[2]
+                if main and (not step.eager or step.turn is not None):
+                    self.out.waited = state[2], self.out.records[self.problem.pos_base[self.slice.group]
+                                                                 + self.step - 1].wpos
             elif isinstance(step, Gate):
                 self.turned = None
                 state = self._gate(step, state[0])
+                if main:
+                    self.out.waited = state[2], self.step - 1
             else:
                 if waits(step):
                     self.turned = None
                 state = self._step(step, state)
+                if main and waits(step) and not isinstance(step, Wake):
+                    self.out.waited = state[2], MODEL_EVENT if isinstance(step, Wait) else self.step - 1
         return state, last
+
+    def _pass_turns(self) -> None:
+        """The walked slice's operations pass their turns in each of the stream's turns their steps make no claim
+        in (:attr:`sim.fast.solver.Problem.unclaimed`) when their main chain ends: at its latest step that waited,
+        as the event engine's interpreter passes them (:mod:`sim.fast.turns` orders them with the stream's own)."""
+        wake, wpos = self.out.waited
+        for turn, server in self.problem.unclaimed[self.slice.group]:
+            names = turn_key(turn, server)
+            self.out.released[names[0]], self.out.released[names[1]] = turn_order(wake, wpos, self._turn_seed(names),
+                                                                                  passes=True)
 
     def _step(self, step, state):
         head, tail, wake = state
@@ -390,7 +415,7 @@ def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
         released = np.concatenate((previous.hist_released[label], out.released[label]))[-problem.keep:]
         gate_history(piece.gate_input[label], released, piece.lo, piece.hi, slots)
         piece.hist_released[label] = released
-    for name in problem.turn_keys[piece.group]:  # the stream's turns go on across the change of steps
+    for name in problem.stream_turn_keys[piece.group]:  # the stream's turns go on across the change of steps
         kept = out.released.get(name)
         if kept is not None and len(kept):
             piece.hist_released[name] = kept[-1:]

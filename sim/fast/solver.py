@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from itertools import accumulate
 
 import numpy as np
 
@@ -121,6 +122,16 @@ class Problem:
         self.turn_keys = [[name for s in w if isinstance(s, Claim) and s.turn for name in turn_key(s.turn, s.server)]
                           for w in walks]
         """Per group: the names under which its claims in turns keep their ordering keys (:mod:`sim.fast.turns`)."""
+        turns = [[(s.turn, s.server) for s in w if isinstance(s, Claim) and s.turn] for w in walks]
+        stream = list(accumulate((0 if g.first else 1 for g in self.groups), initial=-1))[1:]
+        of_stream: dict[int, list] = {}
+        for k, mine in zip(stream, turns):
+            of_stream.setdefault(k, []).extend(t for t in mine if t not in of_stream[k])
+        self.unclaimed = [[t for t in of_stream[k] if t not in mine] for k, mine in zip(stream, turns)]
+        """Per group: the turns of its stream its steps make no claim in; an operation's turn in each passes when its
+        main chain ends (the event engine's interpreter passes such tickets then)."""
+        self.stream_turn_keys = [[name for t in of_stream[k] for name in turn_key(*t)] for k in stream]
+        """Per group: the names of every turn of its stream (a continuation's keys go on from the group before)."""
         self.keep = max([g.window for g in self.groups] + [s for gates in self.gates for s in gates.values()] + [1])
         """How many of a group's latest final values later posts and gates may need."""
         check(self, walks)

@@ -26,16 +26,22 @@ def turn_key(turn: str, server: int) -> tuple[str, str]:
     return f"turn {turn} on {server}", f"turn {turn} on {server}: position"
 
 
-def turn_order(wake: np.ndarray, wpos, seed: tuple[int, int] | None) -> tuple[np.ndarray, np.ndarray]:
+def turn_order(wake: np.ndarray, wpos, seed: tuple[int, int] | None,
+               passes: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The ordering times and positions of claims reached at ``wake`` from position(s) ``wpos`` by consecutive
     operations of a stream, in a turn; ``seed``: the time and position of the operation before the first (None:
-    there is none)."""
+    there is none). With ``passes`` they are no claims but the ends of operations that make none in the turn
+    (:attr:`sim.fast.solver.Problem.unclaimed`): one that ends before the operation ahead of it passed takes no
+    part in the order (the event engine's interpreter keeps its ticket as passed early), so the next operation is
+    ordered as behind the one ahead of it."""
     own = np.broadcast_to(np.asarray(wpos, np.int64), wake.shape)
     if not len(wake):
         return wake, own.copy()
     before = np.iinfo(np.int64).min if seed is None else seed[0]
     order = np.maximum.accumulate(np.concatenate(([before], wake)))
     raised = np.concatenate(([True], wake > order[:-1]))
+    if passes:
+        own = np.where(wake < order[:-1], -(SPAN // 2), own)
     positions = np.concatenate(([own[0] if seed is None else seed[1]], own))
     runs = np.cumsum(raised) * SPAN  # a run: an operation that raised the maximum and those ordered behind it
     return order[1:], (np.maximum.accumulate(positions + runs) - runs)[1:]

@@ -8,8 +8,12 @@ check's time and goes no further; its completion, delivered in posting order
 (:func:`models.nic.completion.complete_at`), moves the QP to the error state once the model is told of it and of
 every earlier one; from then
 on the requester flushes each work request at its requester check (IBV_WC_WR_FLUSH_ERR), while those past that
-check when the QP moved still reach the source check, where the model answers each again; every completion after
-the failed one is delivered as a flush. ``ib_write_bw``'s loop goes on posting as completions are polled.
+check when the QP moved still reach the source check, where the model answers each again: in error, or (an
+exporter whose next map succeeds) with a re-fault, after which that work request and those behind it go on as the
+path goes, their transmit claims waiting in the send queue's turn for the failed one's end (where the interpreter
+passes the ticket of an operation that made no claim in a turn; :attr:`sim.fast.solver.Problem.unclaimed`). Every
+completion after the failed one is delivered as a flush. ``ib_write_bw``'s loop goes on posting as completions are
+polled.
 
 A :class:`Failure` holds where that split falls in a stream; the vectorized core solves each part with the steps
 of :func:`models.nic.datapath.failing` (a continuation group each, :attr:`sim.fast.Group.first`) and checks the
@@ -53,11 +57,16 @@ class Failure:
     status: WcStatus
     flushed: int
     asked: dict[int, int] = field(default_factory=dict)
+    went_on: int | None = None
+    """The operation whose source access re-faulted after the error (the exporter's next map succeeded): it and
+    the ones after it up to ``flushed`` go on as the path goes, their completions delivered as flushes."""
 
     def parts(self, lo: int, hi: int, found: Path) -> list[tuple[int, int, tuple]]:
         """Operations ``lo..hi-1`` of path ``found`` as ``(lo, hi, steps)`` runs: as the path goes before
-        ``first``, failing at the source check up to ``flushed``, flushed at the requester check after."""
-        cuts = [(lo, found.steps), (max(lo, self.first), failing(found, SOURCE)),
+        ``first``, failing at the source check up to ``flushed`` (or up to ``went_on``, as the path goes from there),
+        flushed at the requester check after."""
+        on = self.flushed if self.went_on is None else min(self.went_on, self.flushed)
+        cuts = [(lo, found.steps), (max(lo, self.first), failing(found, SOURCE)), (max(lo, on), found.steps),
                 (max(lo, self.flushed), failing(found, REQUESTER)), (hi, None)]
         return [(a, min(b, hi), steps) for (a, steps), (b, _) in zip(cuts, cuts[1:]) if min(b, hi) > a]
 
@@ -75,7 +84,7 @@ class Failure:
         if local is None:
             return []
         ops = np.arange(lo, lo + len(local))
-        mine = (ops > self.first) & (ops < self.flushed)
+        mine = (ops > self.first) & (ops < (self.flushed if self.went_on is None else self.went_on))
         return [(int(t), int(j)) for t, j in zip(local[mine], ops[mine]) if j not in self.asked]
 
     def settled(self, marks: dict[str, np.ndarray]) -> str | int | None:

@@ -219,7 +219,13 @@ class Watch:
                 raise Unfollowed(f"buffer '{failure.name}': an access after its error completion at {format_time(t)} "
                                  "comes before events already simulated")
             self.clock(t)
-            answer = self.bed.registrations[failure.name].mr.backing.translate(t, 0, failure.size)
+            mr = self.bed.registrations[failure.name].mr
+            answer = mr.backing.translate(t, 0, failure.size)
+            if isinstance(answer, Fault) and failure.went_on is None:  # the next map succeeds: the rest go on
+                failure.went_on = j
+                self.moves.setdefault(failure.name, []).append(Move(t, memory_target(mr, t), t, answer.ready_ps))
+                self.base = exposed(self.bed, self.scenario)
+                return [(FAULTED, failure.name)]
             if not isinstance(answer, WcStatus):
                 raise Unfollowed(f"buffer '{failure.name}': after its access at {format_time(failure.at_ps)} "
                                  f"completed in error, the access at {format_time(t)} {_not_refaulted(answer)}")
@@ -394,8 +400,7 @@ def _not_refaulted(answer: WcStatus | Fault | None) -> str:
     if isinstance(answer, WcStatus):
         return f"completes in error ({answer.ibv_name}) instead of re-faulting"
     if isinstance(answer, Fault):
-        return ("re-faults (a work request that goes on behind a failed one waits in its send queue's turns for that "
-                "one's end)")
+        return "re-faults, besides the re-fault that let the work requests behind the failed one go on"
     return "reaches memory without re-faulting"
 
 

@@ -195,6 +195,32 @@ def test_a_stream_that_changes_its_steps_keeps_its_turn(data):
     assert solve_all(servers, groups, 11, block=data.draw(st.sampled_from([8, 64]))) == run_events(servers, groups, 11)
 
 
+@SETTINGS
+@given(data=st.data())
+def test_an_operation_that_ends_without_its_turns_claim_passes_its_turn_at_its_end(data):
+    """A few operations of a stream take other steps that make no claim in the stream's turn (a work request that
+    fails before the transmit port): each one's turn passes when its main chain ends, where the event engine's
+    interpreter passes the tickets of the turns an operation made no claim in, and the operations behind it that
+    reach the turn sooner wait for that (sim.fast.turns)."""
+    servers = [Server("read"), Server("port"), Server("wire"), Server("cqe")]
+
+    def steps(read_ps: int, turn: bool):
+        sent = (Claim(1, data.draw(st.integers(1, 4_000)), turn="tx"),
+                Claim(2, data.draw(st.integers(0, 4_000)), eager=data.draw(st.booleans())))
+        failed = (Delay(data.draw(st.integers(0, 30_000))), Claim(3, data.draw(st.integers(0, 2_000))))
+        return (Delay(data.draw(st.integers(0, 2_000))), Claim(0, read_ps, data.draw(st.integers(0, read_ps))),
+                *(sent if turn else failed), Rebase(True), Delay(draws="poll"), Wake())
+
+    ops, window = data.draw(st.integers(4, 120)), data.draw(st.integers(1, 16))
+    poll = series(data.draw(st.lists(st.integers(0, 3_000), min_size=ops, max_size=ops)))
+    switch = data.draw(st.integers(1, ops - 3))
+    back = data.draw(st.integers(switch + 1, min(ops - 1, switch + 3)))
+    groups = [Group(steps(data.draw(st.integers(1, 20_000)), True), switch, window, {"poll": poll}),
+              Group(steps(data.draw(st.integers(1, 20_000)), False), back, window, {"poll": poll}, first=switch),
+              Group(steps(data.draw(st.integers(1, 20_000)), True), ops, window, {"poll": poll}, first=back)]
+    assert solve_all(servers, groups, 11, block=data.draw(st.sampled_from([8, 64]))) == run_events(servers, groups, 11)
+
+
 def test_a_continuation_claims_a_shared_server_before_the_stream_it_continues():
     """Operations queue on ``a`` (100 ps each) and pass ``b`` at once: operation i completes at 100 (i + 1).
     Operation 7 takes other steps: posted by operation 4's completion at 500, it holds ``b`` until 650, so
