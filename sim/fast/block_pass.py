@@ -144,7 +144,8 @@ class SliceOut:
     """Each operation's end before completions are put in order (a completion waits for the previous one)."""
     waited: tuple | None = None
     """The time and ordering position of the main chain's latest step that waited (a wake does not: the event
-    engine's interpreter goes on through it without waiting), while the slice is walked."""
+    engine's interpreter goes on through it without waiting), while the slice is walked; kept only where its
+    operations pass turns at the chain's end."""
 
 
 @dataclass
@@ -207,7 +208,8 @@ class Pass:
         post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
         out = SliceOut(post, post, None, waited=(post, MODEL_EVENT))
         self.slice, self.out, self.step, self.turned = piece, out, 0, None
-        return self._chain(group.steps, (post, post, post), main=True), (piece, self.out, 0, None)
+        passing = bool(self.problem.unclaimed[piece.group])
+        return self._chain(group.steps, (post, post, post), passing), (piece, self.out, 0, None)
 
     def _end(self, head: np.ndarray) -> SliceOut:
         """The slice walked: its completions are ``head`` in order."""
@@ -221,20 +223,21 @@ class Pass:
         self.out.done, self.out.head = done, head
         return self.out
 
-    def _chain(self, steps, state, main: bool = False):
-        """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head. At the ``main`` chain's end,
-        the turns the slice's steps make no claim in pass (:meth:`_pass_turns`)."""
-        state, last = yield from self._steps(steps, state, main)
+    def _chain(self, steps, state, passing: bool = False):
+        """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head. ``passing``: the main chain of
+        a slice whose operations pass turns they make no claim in, at its end (:meth:`_pass_turns`)."""
+        state, last = yield from self._steps(steps, state, passing)
         if last is not None:
             mine = self.out.last_wake
             self.out.last_wake = last if mine is None else np.maximum(mine, last)
-        if main:
+        if passing:
             self._pass_turns()
         return state[0]
 
-    def _steps(self, steps, state, main: bool = False):
+    def _steps(self, steps, state, passing: bool = False):
         """Walk ``steps`` of one chain from ``state``; returns the final state and the wake of its last claim
-        (None: it made none). In the ``main`` chain, each step that waits is kept as :attr:`SliceOut.waited`."""
+        (None: it made none). ``passing`` (see :meth:`_chain`): each step that waits is kept as
+        :attr:`SliceOut.waited`."""
         last = None
         for step in steps:
             self.step += 1
@@ -244,24 +247,24 @@ class Pass:
                 self.turned = turned
             elif isinstance(step, Detour):
                 head, kept, wake = state
-                (head, _, wake), inner = yield from self._steps(step.steps, (head, head, wake), main)
+                (head, _, wake), inner = yield from self._steps(step.steps, (head, head, wake), passing)
                 state, last = (head, np.maximum(kept, head), wake), last if inner is None else inner
             elif isinstance(step, Claim):
                 state = yield from self._claim(step, state, self.step - 1)
                 last = state[2]
-                if main and (not step.eager or step.turn is not None):
+                if passing and (not step.eager or step.turn is not None):
                     self.out.waited = state[2], self.out.records[self.problem.pos_base[self.slice.group]
                                                                  + self.step - 1].wpos
             elif isinstance(step, Gate):
                 self.turned = None
                 state = self._gate(step, state[0])
-                if main:
+                if passing:
                     self.out.waited = state[2], self.step - 1
             else:
                 if waits(step):
                     self.turned = None
                 state = self._step(step, state)
-                if main and waits(step) and not isinstance(step, Wake):
+                if passing and waits(step) and not isinstance(step, Wake):
                     self.out.waited = state[2], MODEL_EVENT if isinstance(step, Wait) else self.step - 1
         return state, last
 

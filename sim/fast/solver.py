@@ -119,10 +119,9 @@ class Problem:
         self.seq_base = (np.cumsum([0] + [g.ops - g.first for g in self.groups]) - firsts).tolist()
         """Per group: the event-sequence number of its operation 0 (a continuation's numbers follow on)."""
         self.gates = [{s.release: s.slots for s in w if isinstance(s, Gate)} for w in walks]
-        self.turn_keys = [[name for s in w if isinstance(s, Claim) and s.turn for name in turn_key(s.turn, s.server)]
-                          for w in walks]
-        """Per group: the names under which its claims in turns keep their ordering keys (:mod:`sim.fast.turns`)."""
         turns = [[(s.turn, s.server) for s in w if isinstance(s, Claim) and s.turn] for w in walks]
+        self.turn_keys = [[name for t in mine for name in turn_key(*t)] for mine in turns]
+        """Per group: the names under which its claims in turns keep their ordering keys (:mod:`sim.fast.turns`)."""
         stream = list(accumulate((0 if g.first else 1 for g in self.groups), initial=-1))[1:]
         of_stream: dict[int, list] = {}
         for k, mine in zip(stream, turns):

@@ -207,7 +207,10 @@ class Watch:
         on the testbed, the events due first, as the event engine does after an error completion; stop at an event
         that changed what the data path sees.
 
-        :raises Unfollowed: an access that does not complete in error, or one the clock has passed.
+        The first that re-faults instead (the exporter's next map succeeds) holds the buffer until the re-map and
+        returns ``[(FAULTED, buffer)]``: it and the work requests behind it go on (:attr:`Failure.went_on`).
+
+        :raises Unfollowed: another access that does not complete in error, or one the clock has passed.
         """
         while asks and asks[0][0] < until_ps:
             t, j, key = heappop(asks)
@@ -223,9 +226,7 @@ class Watch:
             answer = mr.backing.translate(t, 0, failure.size)
             if isinstance(answer, Fault) and failure.went_on is None:  # the next map succeeds: the rest go on
                 failure.went_on = j
-                self.moves.setdefault(failure.name, []).append(Move(t, memory_target(mr, t), t, answer.ready_ps))
-                self.base = exposed(self.bed, self.scenario)
-                return [(FAULTED, failure.name)]
+                return self._refaulted(failure.name, t, answer.ready_ps)
             if not isinstance(answer, WcStatus):
                 raise Unfollowed(f"buffer '{failure.name}': after its access at {format_time(failure.at_ps)} "
                                  f"completed in error, the access at {format_time(t)} {_not_refaulted(answer)}")
@@ -240,9 +241,13 @@ class Watch:
             return changed
         self.clock(access.at_ps)
         ready = self.faults.make(access)
-        name = self.faults.sources[access.stream].buffer
+        return self._refaulted(self.faults.sources[access.stream].buffer, access.at_ps, ready)
+
+    def _refaulted(self, name: str, at_ps: int, ready_ps: int) -> list[Item]:
+        """The access of buffer ``name`` at ``at_ps`` faulted on the testbed: its accesses wait until ``ready_ps``
+        (a :class:`Move` to where the buffer is then); returns ``[(FAULTED, name)]``, the run to be solved again."""
         mr = self.bed.registrations[name].mr
-        self.moves.setdefault(name, []).append(Move(access.at_ps, memory_target(mr, access.at_ps), access.at_ps, ready))
+        self.moves.setdefault(name, []).append(Move(at_ps, memory_target(mr, at_ps), at_ps, ready_ps))
         self.base = exposed(self.bed, self.scenario)
         return [(FAULTED, name)]
 
