@@ -13,7 +13,7 @@ exporter whose next map succeeds) with a re-fault, after which that work request
 path goes, their transmit claims waiting in the send queue's turn for the failed one's end (where the interpreter
 passes the ticket of an operation that made no claim in a turn; :attr:`sim.fast.solver.Problem.unclaimed`). Every
 completion after the failed one is delivered as a flush. ``ib_write_bw``'s loop goes on posting as completions are
-polled.
+polled, and on to its later message sizes, whose work requests the requester flushes at its check, every one.
 
 A :class:`Failure` holds where that split falls in a stream; the vectorized core solves each part with the steps
 of :func:`models.nic.datapath.failing` (a continuation group each, :attr:`sim.fast.Group.first`) and checks the
@@ -61,21 +61,25 @@ class Failure:
     """The operation whose source access re-faulted after the error (the exporter's next map succeeded): it and
     the ones after it up to ``flushed`` go on as the path goes, their completions delivered as flushes."""
 
-    def parts(self, lo: int, hi: int, found: Path) -> list[tuple[int, int, tuple]]:
-        """Operations ``lo..hi-1`` of path ``found`` as ``(lo, hi, steps)`` runs: as the path goes before
-        ``first``, failing at the source check up to ``flushed`` (or up to ``went_on``, as the path goes from there),
-        flushed at the requester check after."""
+    def parts(self, lo: int, hi: int, found: Path, size: int) -> list[tuple[int, int, tuple]]:
+        """Operations ``lo..hi-1`` of path ``found`` at message ``size`` as ``(lo, hi, steps)`` runs: at the failed
+        size, as the path goes before ``first``, failing at the source check up to ``flushed`` (or up to ``went_on``,
+        as the path goes from there), flushed at the requester check after; at a later size, every one flushed
+        there (the QP is in the error state)."""
+        if size != self.size:
+            return [(lo, hi, failing(found, REQUESTER))]
         on = self.flushed if self.went_on is None else min(self.went_on, self.flushed)
         cuts = [(lo, found.steps), (max(lo, self.first), failing(found, SOURCE)), (max(lo, on), found.steps),
                 (max(lo, self.flushed), failing(found, REQUESTER)), (hi, None)]
         return [(a, min(b, hi), steps) for (a, steps), (b, _) in zip(cuts, cuts[1:]) if min(b, hi) > a]
 
-    def statuses(self, n: int) -> np.ndarray:
-        """The ``ibv_wc_status`` values of the stream's ``n`` completions: success, the failed one's status, then
-        flushes."""
-        out = np.full(n, SUCCESS, dtype=np.uint8)
-        out[self.first] = self.status.value
-        out[self.first + 1:] = WcStatus.WR_FLUSH_ERR.value
+    def statuses(self, n: int, size: int) -> np.ndarray:
+        """The ``ibv_wc_status`` values of the stream's ``n`` completions at message ``size``: at the failed size,
+        success, the failed one's status, then flushes; at a later size, flushes."""
+        out = np.full(n, WcStatus.WR_FLUSH_ERR.value, dtype=np.uint8)
+        if size == self.size:
+            out[:self.first] = SUCCESS
+            out[self.first] = self.status.value
         return out
 
     def pending(self, lo: int, local: np.ndarray | None) -> list[tuple[int, int]]:
@@ -105,6 +109,12 @@ class Failure:
         if any(local[k] != t or not j < k < flushed for k, t in self.asked.items() if k != j):
             return f"buffer '{self.name}': the accesses after its error completion came at other times"
         return None if flushed == self.flushed else flushed
+
+
+def failed_by(failures: dict[tuple[int, int], Failure], stream: int, sizes: list[int]) -> Failure | None:
+    """The error completion of ``stream`` at one of ``sizes`` (its sizes up to one), if any: it fails or flushes
+    the last of them."""
+    return next((failures[stream, size] for size in sizes if (stream, size) in failures), None)
 
 
 def first_flushed(first: int, at_ps: int, marks: dict[str, np.ndarray]) -> int:

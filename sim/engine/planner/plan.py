@@ -61,7 +61,7 @@ from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast.solver import Problem
 from sim.engine.planner.domain import OutsideDomain, outside_domain, refused_work, slow_for_fast
-from sim.engine.planner.errors import Failure, labelled
+from sim.engine.planner.errors import Failure, failed_by, labelled
 from sim.engine.planner.events import Move, Solved, Watch
 from sim.engine.planner.faults import Unfollowed, faults_followed
 from sim.engine.planner.receives import ReceivesAhead, ReceivesShort
@@ -202,8 +202,9 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     summaries = []
     for work, mine in zip(scenario.workload, _by_workload(ends)):
         for size in work.size_list():
-            parts = [records(work, solved.posts[k, size], solved.done[k, size], watch.failures.get((k, size)))
-                     for k in mine]
+            before = work.size_list()[:work.size_list().index(size) + 1]
+            parts = [records(work, solved.posts[k, size], solved.done[k, size],
+                             failed_by(watch.failures, k, before), size) for k in mine]
             frame, row = workload_tables(work, size, parts[0] if len(parts) == 1 else tagged(parts), variant)
             table.append(frame)
             summaries.append(row)
@@ -226,11 +227,12 @@ def _unsolved(exc: Unsolvable, pipes: Pipelines, ends: list[Stream]) -> str:
     return f"the vectorized core does not solve the steps{where}: {exc.reason}"
 
 
-def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray, failure: Failure | None = None) -> OpRecords:
-    """The records of operations solved with posts ``post`` and completions ``done`` (all succeed but where
-    ``failure`` says; a ping-pong iteration's latency is half its round trip)."""
+def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray, failure: Failure | None = None,
+            size: int = 0) -> OpRecords:
+    """The records of operations at message ``size`` solved with posts ``post`` and completions ``done`` (all
+    succeed but where ``failure`` says; a ping-pong iteration's latency is half its round trip)."""
     return OpRecords(post, done, work.rule.latency_ps(post, done),
-                     succeeded(len(post)) if failure is None else failure.statuses(len(post)))
+                     succeeded(len(post)) if failure is None else failure.statuses(len(post), size))
 
 
 class _Rows:
@@ -450,11 +452,11 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             window = work.rule.window(work.tx_depth)
             opcode, local = workload_opcode(work), _local_check(work)
             known = posts.get(size, np.empty(0, np.int64))  # none yet: all are posted after every move
-            failure = (failures or {}).get((k, size))
+            failure = failed_by(failures or {}, k, sizes[:j + 1])
             parts = [part for lo, hi, target in _segments(end.targets[0], moves, known, ops[k, size])
                      for found in [path_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
                                            (target, end.targets[1]))]
-                     for part in (failure.parts(lo, hi, found) if failure else [(lo, hi, found.steps)])]
+                     for part in (failure.parts(lo, hi, found, size) if failure else [(lo, hi, found.steps)])]
             if translations is not None:  # (nothing moves or fails then: one part)
                 parts = translations.split(k, end, size, parts[0][2], ops[k, size], work.duration is not None)
             yield size, [Group(indexed(labelled(steps) if watched else steps, local), hi, window, draws, lo, **timed)

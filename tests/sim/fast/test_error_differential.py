@@ -107,14 +107,26 @@ def _refused(scenario: Scenario, says: str) -> None:
     assert auto.operations.equals(run("event").operations)
 
 
-@pytest.mark.parametrize("data, says", [
-    (revoked("dmabuf", "1ms", ["1MiB"], 16, 1000, kind="read_bw"),
-     "which the vectorized core follows only for a WRITE stream of one RC QP"),
-    (revoked("dmabuf", "1ms", ["1MiB", "2MiB"], 16, 1000), "fails before the workload's last message size")])
-def test_errors_the_core_does_not_follow_stay_on_the_event_engine(data, says):
-    """READ responses landing in a revoked buffer, and a failure before a later message size (whose work requests
-    the QP in error flushes), run on the event engine."""
-    _refused(Scenario.model_validate(data), says)
+@pytest.mark.parametrize("register, at, sizes", [
+    ("dmabuf", "1ms", ["1MiB", "2MiB"]),
+    ("dmabuf", "300us", ["4KiB", "64KiB", "1MiB"]),
+    ("dmabuf", "1.2ms", ["4KiB", "64KiB", "1MiB"]),
+    ("dmabuf-pinned", "500us", ["64KiB", "256KiB"])])
+def test_a_failure_before_the_last_size_flushes_every_later_size_as_the_event_engine(register, at, sizes):
+    """ib_write_bw's loop goes on to the next message size with its QP in the error state: the requester flushes
+    every work request of it (mlx5 completes a WQE posted to a QP in IBV_QPS_ERR with IBV_WC_WR_FLUSH_ERR)."""
+    _, fast = same_runs(revoked(register, at, sizes, 16, 1000))
+    assert fast.engine == "fast"
+    by_size = [set(got) for _, got in fast.operations.groupby("bytes", sort=False)["status"]]
+    first = next(k for k, got in enumerate(by_size) if got != {"IBV_WC_SUCCESS"})
+    assert REVOKED[0] in by_size[first] and first < len(sizes) - 1
+    assert all(got == {REVOKED[1]} for got in by_size[first + 1:])
+
+
+def test_errors_the_core_does_not_follow_stay_on_the_event_engine():
+    """READ responses landing in a revoked buffer run on the event engine."""
+    _refused(Scenario.model_validate(revoked("dmabuf", "1ms", ["1MiB"], 16, 1000, kind="read_bw")),
+             "which the vectorized core follows only for a WRITE stream of one RC QP")
 
 
 def faulted_exporter(size: str, depth: int, iterations: int, fail_at: str, move_at: str) -> dict:
