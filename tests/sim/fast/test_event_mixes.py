@@ -6,13 +6,10 @@ it is exact, and says why it leaves one to the event engine."""
 
 from __future__ import annotations
 
-from functools import cache
-
 import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.engine.harness import setup_run
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from test_differential import pin_vs_dmabuf
@@ -23,16 +20,11 @@ SIZES = {"64KiB": 1_400, "1MiB": 21_000}
 the run."""
 
 
-@cache
-def start_ns() -> int:
-    """When the workloads start, the buffers registered (ns)."""
-    return setup_run(Scenario.model_validate(pin_vs_dmabuf([], 1)), 1)[1] // 1000
-
-
 @st.composite
 def events(draw, span_ns: int) -> list[dict]:
-    """One to three events at times inside a run of about ``span_ns`` after the workloads start."""
-    at = st.integers(span_ns // 50, span_ns).map(lambda ns: f"{start_ns() + ns}ns")
+    """One to three events at times inside a run of about ``span_ns`` (an event's ``at`` counts from the start of
+    the first workload)."""
+    at = st.integers(span_ns // 50, span_ns).map(lambda ns: f"{ns}ns")
     pressure = st.fixed_dictionaries({"at": at, "kind": st.just("gpu-memory-pressure"), "on": st.just("a.gpu0"),
                                       "allocate": st.just("7.5GiB"),
                                       "hold": st.integers(span_ns // 20, span_ns).map(lambda ns: f"{ns}ns")})
