@@ -36,7 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from sim.core.steps import Claim, Delay, Rebase, Wake  # noqa: E402
 from sim.fast import Group, Server, UniformSeries, solve  # noqa: E402
-from sim.engine.planner.plan import pipelines, streams  # noqa: E402
+from sim.engine.planner.plan import pipelines  # noqa: E402
+from sim.engine.planner.streams import streams  # noqa: E402
 from sim.engine.harness import setup_run  # noqa: E402
 from sim.engine.run import run_scenario  # noqa: E402
 from sim.scenario.scenario_file import load_scenario, load_scenario_variants  # noqa: E402

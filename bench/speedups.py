@@ -20,7 +20,8 @@ sys.path.insert(0, str(ROOT))
 
 from sim.engine.harness import setup_run  # noqa: E402
 from sim.fast import ALL, NONE, Speedups, solve  # noqa: E402
-from sim.engine.planner.plan import pipelines, streams  # noqa: E402
+from sim.engine.planner.plan import pipelines  # noqa: E402
+from sim.engine.planner.streams import streams  # noqa: E402
 from sim.scenario.schema import Scenario  # noqa: E402
 
 NODES = [{"name": "a", "nic": {"preset": "connectx7"}}, {"name": "b", "nic": {"preset": "connectx7"}}]

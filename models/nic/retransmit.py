@@ -4,15 +4,47 @@ service are :mod:`models.nic.transport`'s)."""
 
 from __future__ import annotations
 
-from models.nic.datapath import ACK_TIMER, REQUEST_WIRE, SEQUENCE_NAK
+import dataclasses
+
+from models.nic.datapath import ACK_TIMER, REQUEST_WIRE, SEQUENCE_NAK, Path
 from models.nic.nic import Nic
 from models.nic.transport import (PSN_MASK, PSN_WINDOW, Outcome, Waiting, acknowledged, after_acknowledgement,
                                   sequence_nak)
 from models.nic.wqe import RNR_RETRY_INFINITE, WcStatus
 from sim.core.interpreter import compile_steps
-from sim.core.steps import Check, Delay, Fork, Rebase
+from sim.core.steps import Check, Claim, Delay, Fork, Rebase, Step
 
 _AWAIT_TIMER = compile_steps((Check(ACK_TIMER),))
+
+
+def resent(found: Path, before: tuple[Step, ...]) -> tuple[Step, ...]:
+    """A request's own program when it goes again (after an RNR NAK, a lost frame or a NAK PSN sequence error):
+    ``before`` (the NAK's way back and the wait), then its path from the send engine on again (go-back-N: its
+    payload read again), the responder's check of it, and the steps after that check."""
+    return (*before, *found.forward, Check("responder", 0), *found.after["responder"])
+
+
+def rnr_wait(found: Path, min_rnr_timer_ps: int) -> tuple[Step, ...]:
+    """What an RNR NAK costs before the request goes again: the NAK's way back to the requester, then the
+    responder's min_rnr_timer (ps) from its arrival."""
+    return (*found.reply[:-1], Rebase(False), Delay(min_rnr_timer_ps))
+
+
+def rnr_retried(found: Path, retries: int, min_rnr_timer_ps: int) -> tuple[Step, ...]:
+    """The steps of a work request of path ``found`` that the responder answers with ``retries`` RNR NAKs before
+    it takes the request: the path up to the responder's check, then each time the program the event engine's run
+    puts in place of the rest (:func:`resent` after :func:`rnr_wait`, from the check's tail, numbered from its own
+    start). A claim there in a turn the operation claimed already is a plain claim: its ticket has passed."""
+    if not retries:
+        return found.steps
+    steps = found.steps
+    k = next(k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == "responder")
+    passed = {s.turn for s in steps[:k] if isinstance(s, Claim) and s.turn is not None}
+    again = tuple(dataclasses.replace(s, turn=None) if isinstance(s, Claim) and s.turn in passed else s
+                  for s in resent(found, rnr_wait(found, min_rnr_timer_ps)))
+    retry = (Rebase(True, renumber=0), *again[:len(again) - len(found.after["responder"])])
+    return (*steps[:k + 1], *retry * retries, *found.after["responder"])
+
 
 
 class Retransmission:
@@ -34,13 +66,12 @@ class Retransmission:
 
     def _sent_again(self, tail: int):
         """The request goes again once the responder's NAK is back and its min_rnr_timer has passed."""
-        return self._send_again(tail, (*self.path.reply[:-1], Rebase(False), Delay(self.qp.remote.min_rnr_timer_ps)))
+        return self._send_again(tail, rnr_wait(self.path, self.qp.remote.min_rnr_timer_ps))
 
     def _send_again(self, at: int, before: tuple):
         """Every retry's rule: from ``at``, ``before`` (the NAK's way back and the wait), then the request's path from
-        the send engine on again (go-back-N: its payload read again)."""
-        again = (*before, *self.path.forward, Check("responder", 0), *self.path.after["responder"])
-        return compile_steps(again), at, at
+        the send engine on again (:func:`resent`)."""
+        return compile_steps(resent(self.path, before)), at, at
 
     def _first_psns(self, tail: int):
         """The responder checks the PSN of each request until one arrives with the PSN it expects (``rq_psn``):

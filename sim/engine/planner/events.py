@@ -12,8 +12,10 @@ access after the zap finds the translation gone and re-faults (the watch makes t
 at that access's time from the solve, which only earlier operations decide), accesses until the re-fault is
 done wait for it, and operations posted from the zap on reach the buffer where it went. A source buffer whose
 next access completes in error instead (VFIO revoked it) is a :class:`Failure`: the watch makes
-that access, and each later one that reaches the source, on the testbed at its time. Anything else the event engine
-simulates, such as responder-side faults, which answer RNR NAKs and retry.
+that access, and each later one that reaches the source, on the testbed at its time. A dma-buf a stream reaches at
+the responder that ``move_notify`` zapped is a move too, whose first access after the zap the watch makes on the
+testbed; the requests that arrive before its re-map is done get RNR NAKs (:mod:`sim.engine.planner.retries`).
+Anything else the event engine simulates.
 """
 
 from __future__ import annotations
@@ -29,12 +31,15 @@ from models.ib.dmabuf_mr import DmabufBacking
 from models.nic.translation import Fault
 from models.nic.refusal import refusal
 from models.nic.transport import QP_RC
-from models.nic.wqe import Opcode, WcStatus
+from models.nic.odp_caps import gated_translate, mlx5_ib_odp_opcode_cap
+from models.nic.wqe import RNR_RETRY_INFINITE, Opcode, WcStatus
 from models.verbs.workloads import work_request
+from sim.engine.harness import workload_opcode
 from sim.core.units import format_duration, format_size, format_time
 from sim.fast import NEVER, Finished
 from sim.engine.planner.errors import NONE, Failure, first_flushed
 from sim.engine.planner.faults import Access, FaultScan, Unfollowed, faults_followed
+from sim.engine.planner.retries import REMOTE, Retries
 from sim.scenario.schema import Scenario
 
 
@@ -153,6 +158,9 @@ class Watch:
         self.base = exposed(bed, scenario)
         self.moves: dict[str, list[Move]] = {}
         self.faults = FaultScan(streams, self.holds)
+        self.remote_moves: dict[str, list[Move]] = {}
+        """The moves of buffers the workloads reach at the responder, by name (:mod:`sim.engine.planner.retries`)."""
+        self.retries = Retries()
         self.failures: dict[tuple[int, int], Failure] = {}
         """The error completions accepted so far, by (stream, size) (:mod:`sim.engine.planner.errors`)."""
         self.unsettled = False
@@ -281,9 +289,8 @@ class Watch:
             work, (source, sink) = streams[k].work, streams[k].buffers
             responder = name == sink or (name == source and work.rule.ping_pong)
             if responder and solved.last_done((k, size)) >= after:
-                return (f"buffer '{name}' moved while workload '{work.name or work.kind}' still reaches it as a "
-                        "responder (RNR NAKs and retries)" if moved else
-                        f"scenario events changed {describe(changed)} at {format_duration(env.now)}")
+                return self._responder_moved(name, after, solved, streams, k) if moved else (
+                    f"scenario events changed {describe(changed)} at {format_duration(env.now)}")
         first = _first_access(solved, streams, name, after)
         at = ready = None
         failed = False
@@ -308,6 +315,40 @@ class Watch:
         if moved:
             target = memory_target(self.bed.registrations[name].mr, after)
             self.moves.setdefault(name, []).append(Move(after, target, at, ready))
+        self.base = exposed(self.bed, self.scenario)
+        return None
+
+    def _responder_moved(self, name: str, after: int, solved: Solved, streams, k: int) -> str | None:
+        """Accept the move of buffer ``name``, zapped at ``after`` (ps), which stream ``k``'s requests still reach at
+        the responder: the first of them after the zap re-faults, made on the testbed at its time, and those that
+        arrive before the re-fault is done get RNR NAKs (:mod:`sim.engine.planner.retries`); return why not where
+        the vectorized core does not follow that."""
+        readers = [k for k, end in enumerate(streams) if name in end.buffers]
+        end = streams[readers[0]] if len(readers) == 1 else None
+        work = end and end.work
+        if (end is None or end.buffers[1] != name or work.rule.verb not in ("read", "write") or not work.rule.streams
+                or work.streams() != 1 or work.duration is not None or end.src.qp.qp_type is not QP_RC
+                or end.src.qp.rnr_retry != RNR_RETRY_INFINITE or self.failures or self.faults.sources):
+            return (f"buffer '{name}' moved while workload '{streams[k].work.name or streams[k].work.kind}' still "
+                    "reaches it as a responder (RNR NAKs and retries), which the vectorized core follows only for a "
+                    "READ or WRITE stream of one RC QP retrying for ever, for a count, alone on the buffer")
+        target, moves = memory_target(end.dst.mr, after), self.remote_moves.setdefault(name, [])
+        first = _first_access(solved, streams, name, after, remote=True)
+        if first is None:
+            moves.append(Move(after, target, None, None))
+            return None
+        at, size = first
+        if self.advance(at, inclusive=False) or self.bed.env.peek() == at:
+            return (f"scenario events act on buffer '{name}' again, or at {format_time(at)} exactly, before its "
+                    "next access")
+        self.clock(at)
+        mr = end.dst.mr
+        answer = gated_translate(end.dst.qp, mr, mlx5_ib_odp_opcode_cap(workload_opcode(work)), at,
+                                 end.dst.iova - mr.iova, size)
+        if not isinstance(answer, Fault):
+            return f"buffer '{name}': the access at {format_time(at)} after its move {_not_refaulted(answer)}"
+        moves.append(Move(after, target, at, answer.ready_ps))
+        self.retries.windows.setdefault(readers[0], []).append((at, answer.ready_ps))
         self.base = exposed(self.bed, self.scenario)
         return None
 
@@ -355,7 +396,10 @@ class Watch:
 
     def finish(self, streams) -> None:
         """After the run: each QP whose work request failed is in the error state, its error completion delivered
-        (:meth:`models.verbs.qp.QueuePair.to_error`), as the event engine's run leaves it."""
+        (:meth:`models.verbs.qp.QueuePair.to_error`), and each requester has counted the RNR NAKs its requests got,
+        as the event engine's run leaves them."""
+        for k in self.retries.windows:
+            streams[k].src.qp.rnr_naks += self.retries.total(k)
         for failure in self.failures.values():
             qp = streams[failure.stream].src.qp
             qp.to_error(completing=True)
@@ -390,11 +434,12 @@ class Watch:
                 return verdict
             if verdict is not None:
                 failure.flushed, self.unsettled = verdict, True
-        for name, moves in self.moves.items():
-            for move in moves:
-                first = _first_access(solved, streams, name, move.zapped_ps)
-                if (first and first[0]) != move.faulted_ps:
-                    return f"buffer '{name}': the run with its move reached it first at another time"
+        for remote, kept in ((False, self.moves), (True, self.remote_moves)):
+            for name, moves in kept.items():
+                for move in moves:
+                    first = _first_access(solved, streams, name, move.zapped_ps, remote)
+                    if (first and first[0]) != move.faulted_ps:
+                        return f"buffer '{name}': the run with its move reached it first at another time"
         return None
 
 
@@ -407,13 +452,17 @@ def _not_refaulted(answer: WcStatus | Fault | None) -> str:
     return "reaches memory without re-faulting"
 
 
-def _first_access(solved: Solved, streams, name: str, zapped_ps: int) -> tuple[int, int] | None:
-    """The earliest translation of buffer ``name`` as a source at or after ``zapped_ps``, and its size (solving
-    on until no later one can come earlier; each piece is looked at once)."""
+def _first_access(solved: Solved, streams, name: str, zapped_ps: int, remote: bool = False) -> tuple[int, int] | None:
+    """The earliest translation of buffer ``name`` as a source (``remote``: at the responder, by any attempt) at or
+    after ``zapped_ps``, and its size (solving on until no later one can come earlier; each piece is looked at
+    once)."""
     def earliest(key: tuple[int, int], piece: Finished) -> tuple[int, int] | None:
-        local = piece.marks.get("local")
-        after = None if local is None or streams[key[0]].buffers[0] != name else local[local >= zapped_ps]
-        return None if after is None or not len(after) else (int(after.min()), key[1])
+        if streams[key[0]].buffers[int(remote)] != name:
+            return None
+        times = [t[t >= zapped_ps] for label, t in piece.marks.items()
+                 if (label.startswith(REMOTE) if remote else label == "local")]
+        after = np.concatenate(times) if times else ()
+        return None if not len(after) else (int(after.min()), key[1])
 
     first = min(filter(None, (earliest(key, p) for key, pieces in solved.parts.items() for p in pieces)), default=None)
     while not (first and first[0] < solved.horizon) and solved.extend():

@@ -38,8 +38,9 @@ Scenario events run on the testbed's own clock, following the solve (:mod:`sim.e
 are stall intervals of the ports, known in advance; an event that leaves the workloads' MRs and QPs alone
 changes nothing the event engine would have seen; a dma-buf the workloads read from that the exporter moves
 is followed (its re-fault holds the accesses, operations posted after the zap take the new route, and the
-run is solved again with that), and so is one whose next access completes in error (:mod:`sim.engine.planner.errors`);
-anything else sends the run back to the event engine, saying what changed.
+run is solved again with that), and so is one whose next access completes in error (:mod:`sim.engine.planner.errors`)
+and one a stream reaches at the responder, whose requests get RNR NAKs while it is re-mapped
+(:mod:`sim.engine.planner.retries`); anything else sends the run back to the event engine, saying what changed.
 """
 
 from __future__ import annotations
@@ -51,8 +52,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from models.ib.dmabuf_mr import DmabufBacking
 from models.nic.datapath import checked_accesses, path, translation_cache
-from models.nic.stages import memory_target
 from models.nic.wqe import Opcode
 from models.verbs.workloads import (Endpoint, NoSingleChain, OpRecords, ping_pong, posts_inline, still_posting,
                                     succeeded, tagged)
@@ -62,11 +63,13 @@ from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast.solver import Problem
 from sim.engine.planner.domain import OutsideDomain, outside_domain, refused_work, slow_for_fast
 from sim.engine.planner.errors import Failure, failed_by, labelled
+from sim.engine.planner.retries import Retries, attempts_labelled
+from sim.engine.planner.streams import Stream, by_workload, streams
 from sim.engine.planner.events import Move, Solved, Watch
 from sim.engine.planner.faults import Unfollowed, faults_followed
 from sim.engine.planner.receives import ReceivesAhead, ReceivesShort
 from sim.engine.planner.translations import Translations
-from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
+from sim.engine.harness import Progress, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
@@ -159,7 +162,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     try:
         for _ in range(MAX_MOVES + 1):
             pipes = pipelines(ends, watch.moves, solved and solved.posts, translations, watch.failures,
-                              bool(scenario.events))
+                              bool(scenario.events), watch.remote_moves, watch.retries)
             solved = Solved(_pieces(pipes, started, progress, reached, crawl=scenario.engine == "auto",
                                     rows=sink and _Rows(ends, table, sink), receives=ReceivesAhead(ends)),
                             pipes.ops)
@@ -170,6 +173,9 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             if not changed and watch.unsettled:
                 watch.unsettled = False
                 continue  # the requester's first flush came elsewhere: solved again with that
+            if not changed and watch.retries.settle(solved.marks, {k: end.work.rule.window(end.work.tx_depth)
+                                                                   for k, end in enumerate(ends)}):
+                continue  # a request got another count of RNR NAKs: solved again with that
             if not changed and translations is not None and translations.settle(
                     solved.marks, {k: _local_check(end.work) for k, end in enumerate(ends)}):
                 continue  # another operation reached a translation first: solved again with that
@@ -191,6 +197,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
                        "through a shared link): the event engine is faster")
     except Unfollowed as exc:
         return decline(f"{exc}: the event engine simulates that")
+    except OverflowError as exc:
+        return decline(f"{exc}: the event engine simulates that")
     except ReceivesShort as exc:
         return decline(f"send_bw's receives ({exc}) may not be posted ahead of every SEND, so RNR NAKs may occur")
     if reason:
@@ -200,7 +208,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
         return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish(),
                           engine="fast")
     summaries = []
-    for work, mine in zip(scenario.workload, _by_workload(ends)):
+    for work, mine in zip(scenario.workload, by_workload(ends)):
         for size in work.size_list():
             before = work.size_list()[:work.size_list().index(size) + 1]
             parts = [records(work, solved.posts[k, size], solved.done[k, size],
@@ -296,17 +304,6 @@ def _settled(ends: list[Stream], solved: Solved, ops: dict[tuple[int, int], int]
     return end
 
 
-class Stream(NamedTuple):
-    """One QP's stream of a workload on the testbed: its requester and responder ends, their buffers' names and
-    where their MRs' accesses went when the workloads started (:func:`models.nic.stages.memory_target`)."""
-
-    work: WorkloadSpec
-    src: Endpoint
-    dst: Endpoint
-    targets: tuple[str | None, str | None]
-    buffers: tuple[str, str]
-
-
 class Pipelines(NamedTuple):
     """What :func:`sim.fast.solve` takes, and each group's workload and message size."""
 
@@ -320,45 +317,28 @@ class Pipelines(NamedTuple):
     posting stops)."""
 
 
-def streams(scenario: Scenario, bed) -> list[Stream]:
-    """The scenario's workloads' streams on ``bed``, each workload's in the order the event engine starts them
-    (:func:`sim.engine.run._process`: every QP of each buffer pair, then the reverse directions when bidirectional);
-    creates their QPs as the event engine does."""
-    out = []
-    for work in scenario.workload:
-        pairs = list(zip(endpoints(bed, work), (names for names in work.buffer_pairs() for _ in range(work.qps))))
-        now = bed.env.now
-        for (src, dst), names in pairs + ([((b, a), names[::-1]) for (a, b), names in pairs]
-                                          if work.bidirectional else []):
-            out.append(Stream(work, src, dst, (memory_target(src.mr, now), memory_target(dst.mr, now)), names))
-    return out
-
-
-def _by_workload(ends: list[Stream]) -> list[list[int]]:
-    """The indices of ``ends`` by workload, in run order."""
-    out: dict[int, list[int]] = {}
-    for k, end in enumerate(ends):
-        out.setdefault(id(end.work), []).append(k)
-    return list(out.values())
-
-
 def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
               posts: dict[tuple[int, int], np.ndarray] | None = None,
               translations: Translations | None = None, failures: dict[tuple[int, int], Failure] | None = None,
-              watched: bool = False) -> Pipelines:
+              watched: bool = False, remote_moves: dict[str, list[Move]] | None = None,
+              retries: Retries | None = None) -> Pipelines:
     """The servers and groups of ``ends`` in run order. ``moves`` of a buffer a workload reads from (its
     ``from``) hold its translations in each move's re-fault interval and send the operations posted after
     each move's zap to where the buffer went: the first such operation of each (workload, size) is found in
     ``posts`` (the previous solve's posts, exact up to there). ``translations``: the streams' translation-cache
     stages (:mod:`sim.engine.planner.translations`; none may move then). ``failures``: the streams' error completions by
-    (stream, size) (:mod:`sim.engine.planner.errors`); ``watched``: label the checks they are settled by."""
+    (stream, size) (:mod:`sim.engine.planner.errors`); ``watched``: label the checks they are settled by.
+    ``remote_moves`` of a buffer a workload reaches at the responder send the operations posted after each zap to
+    where it went, and ``retries`` gives the RNR NAKs each operation gets meanwhile
+    (:mod:`sim.engine.planner.retries`)."""
     servers: dict[int, int] = {}
     names: list[Server] = []
     groups, labels, ops = [], [], {}
-    for mine in _by_workload(ends):  # one workload's streams are solved together
+    for mine in by_workload(ends):  # one workload's streams are solved together
         sizes = [_groups(ends[w], servers, names, (moves or {}).get(ends[w].buffers[0], []),
                          {s: p for (v, s), p in (posts or {}).items() if v == w}, w, ops, translations,
-                         failures or {}, watched) for w in mine]
+                         failures or {}, watched, (remote_moves or {}).get(ends[w].buffers[1], []), retries)
+                 for w in mine]
         for each in zip(*sizes):  # one size: the streams of every QP at once
             for stream, (w, (size, parts)) in enumerate(zip(mine, each)):
                 for j, group in enumerate(parts):
@@ -391,16 +371,18 @@ its posting stops, :attr:`sim.fast.Group.posts_while`)."""
 def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: list[Move],
             posts: dict[int, np.ndarray], k: int, ops: dict[tuple[int, int], int],
             translations: Translations | None = None, failures: dict[tuple[int, int], Failure] | None = None,
-            watched: bool = False):
+            watched: bool = False, remote: list[Move] = (), retries: Retries | None = None):
     """Each size of ``end.work`` with its :class:`Group` s (posted from ``src``'s QP to ``dst``'s):
     the steps of :func:`models.nic.datapath.path` with servers numbered, the requester's own translation
     (labelled ``local``) held in the re-fault intervals of ``moves``. A size whose operations were posted on
     both sides of a move's zap is split into groups that continue one stream. ``ops`` gets each size's operations
     under ``(k, size)``; a duration's groups post while :func:`models.verbs.workloads.still_posting` says so and
-    set them when they end.
+    set them when they end. ``remote``: the moves of ``dst``'s buffer, which send the operations posted after each
+    zap to where it went; ``retries``: the RNR NAKs of each operation (a run of one count per group); the
+    responder's checks are labelled for them where ``watched`` and ``dst`` is a dma-buf MR.
     """
     work, src, dst = end.work, end.src, end.dst
-    if work.duration is not None and moves:
+    if work.duration is not None and (moves or remote):
         raise Unsolvable(f"a buffer that workload '{work.name or work.kind}', which runs for a duration, reads from "
                          "moves or takes a page fault: where its posting stops then depends on the re-solve")
     timed = {} if work.duration is None else {"posts_while": partial(still_posting, duration_ps=work.duration)}
@@ -453,13 +435,15 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             opcode, local = workload_opcode(work), _local_check(work)
             known = posts.get(size, np.empty(0, np.int64))  # none yet: all are posted after every move
             failure = failed_by(failures or {}, k, sizes[:j + 1])
-            parts = [part for lo, hi, target in _segments(end.targets[0], moves, known, ops[k, size])
-                     for found in [path_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline),
-                                           (target, end.targets[1]))]
-                     for part in (failure.parts(lo, hi, found, size) if failure else [(lo, hi, found.steps)])]
+            parts = [part for lo, hi, targets in _segments(end.targets, moves, remote, known, ops[k, size])
+                     for found in [path_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline), targets)]
+                     for part in (failure.parts(lo, hi, found, size) if failure else
+                                  retries.parts((k, size), lo, hi, found, qp.remote.min_rnr_timer_ps) if retries
+                                  else [(lo, hi, found.steps)])]
             if translations is not None:  # (nothing moves or fails then: one part)
                 parts = translations.split(k, end, size, parts[0][2], ops[k, size], work.duration is not None)
-            yield size, [Group(indexed(labelled(steps) if watched else steps, local), hi, window, draws, lo, **timed)
+            attempts = watched and isinstance(dst.mr.backing, DmabufBacking)
+            yield size, [Group(indexed(_watched(steps, watched, attempts), local), hi, window, draws, lo, **timed)
                          for lo, hi, steps in parts]
 
 
@@ -475,14 +459,25 @@ def _translations(ends: list[Stream], now_ps: int) -> Translations | None:
     return Translations(now_ps) if any(translation_cache(n) is not None for n in nodes) else None
 
 
-def _segments(target: str | None, moves: list[Move], posts: np.ndarray, ops: int):
-    """``(lo, hi, target)`` runs of operations by where their source is when they are posted (``posts``: those
-    solved so far, the rest posted after every move)."""
-    cuts = [(0, target)]
-    for move in moves:
-        if move.target != cuts[-1][1]:  # (a fault, or a move that leaves it where it was, changes no route)
-            cuts.append((int(np.searchsorted(posts, move.zapped_ps)), move.target))
-    cuts.append((ops, None))
-    for (lo, where), (hi, _) in zip(cuts, cuts[1:]):
-        if hi > lo:
-            yield lo, hi, where
+def _watched(steps: tuple, watched: bool, attempts: bool) -> tuple:
+    """``steps`` with the checks a watched run settles its error completions by labelled (``watched``) and, with
+    ``attempts``, the responder's check of each attempt (:func:`~sim.engine.planner.retries.attempts_labelled`)."""
+    steps = labelled(steps) if watched else steps
+    return attempts_labelled(steps) if attempts else steps
+
+
+def _segments(targets: tuple[str | None, str | None], moves: list[Move], remote: list[Move], posts: np.ndarray,
+              ops: int):
+    """``(lo, hi, targets)`` runs of operations by where their source and their responder's buffer are when they
+    are posted (``moves`` and ``remote`` of each; ``posts``: those solved so far, the rest posted after every
+    move)."""
+    sides = []
+    for target, kept in zip(targets, (moves, remote)):
+        cuts = [(0, target)]
+        for move in kept:
+            if move.target != cuts[-1][1]:  # (a fault, or a move that leaves it where it was, changes no route)
+                cuts.append((int(np.searchsorted(posts, move.zapped_ps)), move.target))
+        sides.append(cuts)
+    edges = sorted({lo for cuts in sides for lo, _ in cuts} | {ops})
+    for lo, hi in zip(edges, edges[1:]):
+        yield lo, hi, tuple(next(t for c, t in reversed(cuts) if c <= lo) for cuts in sides)

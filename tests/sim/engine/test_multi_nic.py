@@ -18,7 +18,7 @@ from sim.engine.build import build, qp_device
 from sim.core import PS_PER_S
 from sim.core.steps import Claim
 from sim.engine.planner.domain import outside_domain
-from sim.engine.planner.plan import streams
+from sim.engine.planner.streams import streams
 from sim.engine.harness import setup_run
 from sim.inspect.rails import rail_table
 from sim.results.write import json_records, write_results

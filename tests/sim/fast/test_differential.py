@@ -180,11 +180,12 @@ PRESSURE = {"at": "100us", "kind": "gpu-memory-pressure", "on": "a.gpu0", "alloc
     ({"at": "100us", "kind": "qp-error", "node": "b"}, "write_bw", "src", "scenario events changed QP 2 on b"),
     ({"at": "100us", "kind": "peermem-reclaim", "buffer": "src"}, "write_bw", "src",
      "scenario events changed buffer 'src'"),
-    (PRESSURE, "write_bw", "dst", "buffer 'src' moved while workload 'write_bw' still reaches it as a responder"),
-    (PRESSURE, "read_bw", "dst", "buffer 'src' moved while workload 'read_bw' still reaches it as a responder")])
+    (PRESSURE, "send_bw", "dst", "buffer 'src' moved while workload 'send_bw' still reaches it as a responder (RNR "
+     "NAKs and retries), which the vectorized core follows only for a READ or WRITE stream of one RC QP retrying "
+     "for ever, for a count, alone on the buffer")])
 def test_events_that_reach_the_workloads_need_the_event_engine(event, kind, source, says):
-    """A QP error, a peer-memory reclaim and a dma-buf moved under a stream's responder (RNR NAKs and
-    retries), for WRITEs and READs: auto says what changed and runs the event engine; fast refuses."""
+    """A QP error, a peer-memory reclaim, a dma-buf moved under a responder that another stream reads from: auto
+    says what changed and runs the event engine; fast refuses."""
     nodes = [{"name": "a", "gpus": [{"preset": "h200" if "buffer" in event else "mi300x", "memory": "8GiB"}],
               "kernel": {"dmabuf_move_notify": True}}, {"name": "b"}]
     buffers = [{"name": "src", "on": "a.gpu0", "size": "1GiB",

@@ -23,7 +23,7 @@ from sim.engine.run import run_scenario
 from sim.fast.steps import claim_wpos
 from sim.engine.planner.domain import OutsideDomain
 from sim.engine.planner.errors import COMPLETING, NONE, REQUESTER, Failure, first_flushed
-from sim.engine.planner.plan import streams
+from sim.engine.planner.streams import streams
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
 from tests.conftest import ROOT, scenario_dict

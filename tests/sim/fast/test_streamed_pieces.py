@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from sim.engine.harness import setup_run
 from sim.engine.tables import StreamedSummaries
-from sim.engine.planner.plan import _pieces, _Rows, pipelines, streams
+from sim.engine.planner.plan import _pieces, _Rows, pipelines
+from sim.engine.planner.streams import streams
 from sim.scenario.schema import Scenario
 from sim.store.operations import OperationTable
 from tests.conftest import scenario_dict
