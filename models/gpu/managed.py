@@ -5,18 +5,20 @@ State lives in numpy arrays, never in per-page objects: ``on_gpu`` (bool, one by
 resident page count and an LRU stamp. 141 GB of managed memory costs ~100 MB of state.
 
 GPU accesses (an array of page indices, in the order the GPU issues them) are processed batch by batch,
-following NVIDIA's UVM driver (open-gpu-kernel-modules, kernel-open/nvidia-uvm): the GPU runs ahead collecting faults until ``fault_batch``
-(256) distinct non-resident pages are pending, then the batch is serviced: for each 2 MiB VA block the
-faulted pages are rounded out to migration chunks (64 KiB, the GPU big page, or whole 2 MiB blocks), the
-prefetcher adds every region of the tree 64 KiB .. 2 MiB that contains a fault and whose resident-or-faulted
-share exceeds 51 %, room is made by evicting least recently used VA blocks to the host, and the pages
+following NVIDIA's UVM driver (open-gpu-kernel-modules, kernel-open/nvidia-uvm). Which faults share a batch
+(up to ``fault_batch``, 256, distinct pages) is :mod:`models.gpu.fault_batches`' rule: one access per thread, or a
+grid-stride loop whose lanes stall independently. A batch is serviced VA block by VA block: the faulted pages are
+rounded out to migration chunks (64 KiB, the GPU big page, or whole 2 MiB blocks), the prefetcher adds the
+largest region of the tree 64 KiB .. 2 MiB around each fault whose resident-or-faulted share exceeds 51 %
+(uvm_perf_prefetch.c), room is made by evicting least recently used VA blocks to the host, and the pages
 migrate. CPU accesses fault GPU-resident pages back one fault at a time with the same chunk and tree rule.
 
-Time of one batch = ``batch_ps + blocks * va_block_ps + bytes / fault_migrate_Bps`` (+ eviction); a GPU
-access call with faults adds ``fault_latency_ps`` once; resident accesses cost ``bytes / hbm_Bps``.
-The H200 constants are fitted to measurements on our H200 (models/data/h200_managed_memory.json, fit in
-calib/gpu_um/fit_um.py); eviction costs are assumptions (oversubscription was not measured: it can hang
-a shared GPU).
+Time of one batch = ``batch_ps`` + the blocks serviced (``va_block_ps`` each, one after another) and their copies
+(``fault_migrate_Bps``) run as a pipeline: each block's copy starts once the block is serviced and the previous
+copy is done, and the replay waits for the last copy (:func:`last_service_waited`); + eviction. A GPU access call
+with faults adds ``fault_latency_ps`` once; resident accesses cost ``bytes / hbm_Bps``. The H200 constants are
+fitted to measurements on our H200 (models/data/h200_managed_memory.json, fit in calib/gpu_um/fit_um.py);
+eviction costs are assumptions (oversubscription was not measured: it can hang a shared GPU).
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from dataclasses import asdict, dataclass, fields
 
 import numpy as np
 
-from sim.core import PS_PER_NS, PS_PER_US, InvariantViolation, ProtocolError, transfer_ps
+from sim.core import PS_PER_NS, PS_PER_S, PS_PER_US, InvariantViolation, ProtocolError, transfer_ps
 
 from models.gpu.device_memory import GpuOutOfMemory
+from models.gpu.fault_batches import lane_batches, stream_batches
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -50,18 +53,22 @@ class UvmParams:
     per 2 MiB leaves the rest on the host). ``va_block`` moves whole blocks."""
     fault_batch: int = 256
     """Distinct faulting pages serviced together (``uvm_perf_fault_batch_count``)."""
+    sweep_lanes: int = 132 * 8
+    """Lanes of a grid-stride sweep (``gpu_access(..., lanes=)``): the thread blocks of 256 threads reading 16 B each
+    that the GPU holds at once, one 4 KiB page each per loop (H200: 132 SMs x 8; calib/gpu_um/measure_um.py's
+    ``read_all``)."""
     prefetch_threshold_pct: int = 51
     """A tree region is prefetched when more than this % of it is resident or faulted."""
     prefetch: bool = True
     """Enable the tree prefetcher."""
-    fault_latency_ps: int = 82_587 * PS_PER_NS
+    fault_latency_ps: int = 54_774 * PS_PER_NS
     """Once per GPU access call that faults: launch, fault raised, UVM woken."""
-    batch_ps: int = 63_998 * PS_PER_NS
+    batch_ps: int = 84_083 * PS_PER_NS
     """Fixed cost of one fault batch (fetch, sort, replay)."""
-    va_block_ps: int = 13_136 * PS_PER_NS
+    va_block_ps: int = 16_745 * PS_PER_NS
     """Per VA block serviced in a batch (block lock, page tables, host unmap and DMA mapping)."""
-    fault_migrate_Bps: float = 18.66e9
-    """Host -> GPU copy rate on the fault path."""
+    fault_migrate_Bps: float = 18.15e9
+    """Host -> GPU copy rate on the fault path (a block's copy runs while the batch's next block is serviced)."""
     cpu_fault_ps: int = 26_080 * PS_PER_NS
     """One CPU fault on a GPU-resident page (fixed part)."""
     cpu_migrate_Bps: float = 10.66e9
@@ -75,7 +82,7 @@ class UvmParams:
     """Explicit prefetch rate host -> GPU."""
     prefetch_to_host_Bps: float = 12.92e9
     """Explicit prefetch rate GPU -> host (host pages are allocated on the way)."""
-    evict_block_ps: int = 13_136 * PS_PER_NS
+    evict_block_ps: int = 16_745 * PS_PER_NS
     """Per VA block evicted: assumed equal to ``va_block_ps`` (oversubscription not measured)."""
     evict_Bps: float = 12.92e9
     """GPU -> host rate of eviction: assumed equal to ``prefetch_to_host_Bps`` (not measured)."""
@@ -95,8 +102,12 @@ class UvmStats:
     batches: int = 0
     blocks_serviced: int = 0
     """VA blocks serviced, summed over batches."""
+    blocks_waited: int = 0
+    """Of ``blocks_serviced``, those whose servicing the batch waited on (the rest overlapped copies)."""
     pages_to_gpu: int = 0
     """Pages migrated host -> GPU by faults (including those the prefetcher added)."""
+    pages_waited: int = 0
+    """Of ``pages_to_gpu``, those whose copy the batch waited on (the rest overlapped servicing)."""
     pages_prefetched: int = 0
     """Of ``pages_to_gpu``, those the tree prefetcher added beyond the faulted chunks."""
     pages_evicted: int = 0
@@ -107,9 +118,9 @@ class UvmStats:
     pages_explicit_to_gpu: int = 0
     pages_explicit_to_host: int = 0
     fault_ps: int = 0
-    """Fault servicing: latency, batches, VA blocks."""
+    """Fault servicing: latency, batches, the VA blocks waited on."""
     migrate_ps: int = 0
-    """Copies of the fault path."""
+    """Copies of the fault path that no servicing hid (``pages_waited``)."""
     evict_ps: int = 0
     cpu_fault_ps: int = 0
     cpu_touch_ps: int = 0
@@ -143,6 +154,13 @@ def _tree_regions(occupied: np.ndarray, wanted: np.ndarray, first_level: int, th
     """Chunks of every tree region (``first_level`` chunks .. whole block) that holds a wanted chunk and
     whose occupied share exceeds ``threshold_pct``.
 
+    uvm_perf_prefetch.c: ``init_bitmap_tree_from_region`` marks the pages resident on the target or faulted in
+    this batch, ``grow_fault_granularity`` fills each big page holding a fault, and ``compute_prefetch_region``
+    walks from each faulted page to the root keeping the largest region with ``count * 100 > pages * threshold``;
+    the union of those regions is what this returns. ``uvm_perf_prefetch_min_faults`` (default 1) never holds the
+    prefetch back: ``uvm_perf_prefetch_prenotify_fault_migrations`` counts the batch's own faults before
+    ``uvm_perf_prefetch_get_hint_va_block`` compares.
+
     :param occupied: (blocks, chunks) int, pages of each chunk resident on the target or faulted.
     :param wanted: (blocks, chunks) bool, chunks holding a fault.
     :param first_level: size of the smallest region, in chunks.
@@ -157,6 +175,20 @@ def _tree_regions(occupied: np.ndarray, wanted: np.ndarray, first_level: int, th
         chosen |= np.repeat(hit & (count * 100 > threshold_pct * size * chunk_pages), size, axis=1)
         size *= 2
     return chosen
+
+
+def last_service_waited(service_ps: int, copy_s: np.ndarray) -> int:
+    """Index of the last VA block of a fault batch whose servicing the batch waits on.
+
+    ``service_fault_batch`` services a batch's blocks one after another on the CPU; each block's copy is pushed
+    to the copy engine and runs while the next block is serviced (``service_fault_batch_block`` only adds the
+    block's tracker to the batch's), and the replay waits for them all (``push_replay_on_gpu`` acquires the
+    batch tracker; uvm_gpu_replayable_faults.c). A batch of blocks serviced in ``service_ps`` each and copied in
+    ``copy_s[i]`` seconds one copy after another ends ``max_k ((k + 1) * service + sum(copy[k:]))`` after it
+    starts: the blocks up to ``k`` are waited on for their servicing, the copies from ``k`` on for their bytes.
+    """
+    waited = np.arange(1, copy_s.size + 1) * service_ps + np.cumsum(copy_s[::-1] * PS_PER_S)[::-1]
+    return int(np.argmax(waited))
 
 
 class ManagedMemory:
@@ -312,49 +344,44 @@ class ManagedMemory:
                 one = blocks[i:i + 1]
                 self._make_room(int(np.count_nonzero(migrate[i])), one, stats)
                 self._set_blocks(one, view[one] | migrate[i:i + 1])
+        per_block = np.count_nonzero(migrate, axis=1)
+        last = last_service_waited(p.va_block_ps, per_block * (p.page_size / p.fault_migrate_Bps))
+        copied = int(per_block[last:].sum())
         stats.batches += 1
         stats.faults += faulted.size
         stats.blocks_serviced += blocks.size
+        stats.blocks_waited += last + 1
         stats.pages_to_gpu += n_migrate
+        stats.pages_waited += copied
         stats.pages_prefetched += n_migrate - n_faulted
-        stats.fault_ps += p.batch_ps + blocks.size * p.va_block_ps
-        stats.migrate_ps += transfer_ps(n_migrate * p.page_size, p.fault_migrate_Bps)
+        stats.fault_ps += p.batch_ps + (last + 1) * p.va_block_ps
+        stats.migrate_ps += transfer_ps(copied * p.page_size, p.fault_migrate_Bps)
         if self.trace is not None and self.trace.enabled:
             self.trace.instant(self.name, "FaultBatchServiced", faults=faulted.size, blocks=blocks.size,
                                pages_migrated=n_migrate)
 
-    def gpu_access(self, pages, *, bytes_per_access: int = 4 * KiB) -> UvmStats:
+    def gpu_access(self, pages, *, bytes_per_access: int = 4 * KiB, lanes: int | None = None) -> UvmStats:
         """The GPU accesses ``pages`` (4 KiB page indices, in issue order); returns this call's counters.
 
         :param bytes_per_access: bytes each access reads or writes (its HBM time once resident).
-        :raises ProtocolError: a page index outside the range.
+        :param lanes: None: one access per thread, all in flight at once
+            (:func:`~models.gpu.fault_batches.stream_batches`); an int: a grid-stride loop of that many lanes, each
+            in order, a stalled lane holding up only itself (:func:`~models.gpu.fault_batches.lane_batches`).
+        :raises ProtocolError: a page index outside the range, or ``lanes`` below 1.
         :raises GpuOutOfMemory: one batch needs more pages than the GPU capacity can ever hold.
         """
         pages = self._check_pages(pages, "gpu_access")
+        if lanes is not None and lanes < 1:
+            raise ProtocolError(f"{self.name}.gpu_access: lanes must be at least 1, got {lanes}")
         batch = self.params.fault_batch
         stats = UvmStats(accesses=pages.size)
         stats.compute_ps = transfer_ps(pages.size * bytes_per_access, self.hbm_Bps)
-        pos, window = 0, 4 * batch
-        while pos < pages.size:
-            end = min(pages.size, pos + window)
-            span = pages[pos:end]
-            miss = np.flatnonzero(~self.on_gpu[span])
-            if miss.size == 0:
-                self._use(span)
-                pos, window = end, window * 2
-                continue
-            unique, first = np.unique(span[miss], return_index=True)
-            if unique.size < batch and end < pages.size:
-                window *= 2
-                continue
-            if unique.size > batch:
-                order = np.argsort(first, kind="stable")
-                end = pos + int(miss[first[order[batch]]])
-                unique = np.sort(unique[order[:batch]])
-            self._use(pages[pos:end])
-            self._service_batch(unique, stats)
-            window = max(4 * batch, 2 * (end - pos))
-            pos = end
+        batches = (stream_batches(self.on_gpu, pages, batch) if lanes is None
+                   else lane_batches(self.on_gpu, pages, lanes, batch))
+        for passed, faulted in batches:
+            self._use(passed)
+            if faulted.size:
+                self._service_batch(faulted, stats)
         if stats.batches:
             stats.fault_ps += self.params.fault_latency_ps
         self.totals.add(stats)

@@ -2,11 +2,12 @@
 
 Each measured item of ``models/data/h200_managed_memory.json`` (calib/gpu_um/measure_um.py) becomes a
 :class:`Case`: the same access order replayed on :class:`~models.gpu.managed.ManagedMemory`. The GPU
-kernels map to patterns as follows: the grid-stride read sweeps pages in order (:func:`sequential`); the
-one-touch-per-thread kernels launch every thread block at once, so their warps reach the fault buffer in
-arbitrary order (:func:`concurrent_warps`, fixed seed). Counts (batches, VA blocks, pages, faults) do not
-depend on the time constants, so :func:`fit` is a linear least squares of the relative error against the
-geometric mean of the runs' medians.
+kernels map to patterns as follows: the grid-stride read sweeps pages in order in lanes that stall
+independently (:func:`read_all`); the one-touch-per-thread kernels launch every thread block at once, so
+their warps reach the fault buffer in arbitrary order (:func:`concurrent_warps`, fixed seed). Counts (batches,
+VA blocks, pages, faults) do not depend on the time constants, but which blocks and copies of a batch are waited
+on does (:func:`~models.gpu.managed.last_service_waited`), so :func:`fit` repeats a linear least squares of the
+relative error against the geometric mean of the runs' medians until the constants stop moving.
 
 Roles: ``fit`` cases (grid-stride first touch, sparse touches, VA-block sweeps, prefetches, CPU reads)
 set the constants; ``check`` cases (touching the first M pages of every block, and reads that follow a
@@ -20,8 +21,9 @@ The per-call experiments (``models/data/h200_um_edges.json``, calib/gpu_um/measu
 range) add prefetches of 4 KiB .. 16 MiB to the fit, which sets the fixed cost of one cudaMemPrefetchAsync
 from calls too small to move anything (~31 us). Their sparse first touches (1 .. 32 VA blocks, 1 .. 256 pages
 of one block) are ``edge`` cases, shown and not fitted: one touch there costs ~60 us, under half of what the
-1 GiB-range experiments imply for a fault's fixed cost (fault latency + one batch, ~147 us); the model does
-not make the fault path's fixed cost depend on the range's size.
+1 GiB-range experiments imply for a fault's fixed cost (fault latency + one batch, ~140 us); the model does
+not make the fault path's fixed cost depend on the range's size (one fault makes one batch of one block either
+way, so neither the batch rule nor the prefetch tree separates them).
 """
 
 from __future__ import annotations
@@ -70,11 +72,19 @@ def _warps(pattern: np.ndarray) -> np.ndarray:
     return concurrent_warps(pattern, rng=np.random.default_rng(0))
 
 
-def _gpu(size: int, pattern: np.ndarray, *, bytes_per_access: int, then_read: bool = False):
+def read_all(mm: ManagedMemory) -> UvmStats:
+    """measure_um.py's ``read_all`` kernel over the whole range: a grid-stride loop of ``min(SMs * 8, pages)``
+    thread blocks (:attr:`~models.gpu.managed.UvmParams.sweep_lanes`), each a lane of
+    :func:`~models.gpu.fault_batches.lane_batches`."""
+    return mm.gpu_access(sequential(mm.n_pages), lanes=min(mm.params.sweep_lanes, mm.n_pages))
+
+
+def _gpu(size: int, pattern: np.ndarray | None, *, bytes_per_access: int = PAGE, then_read: bool = False):
+    """Replay ``pattern`` (None: :func:`read_all`) on a host-resident range; ``then_read``: then time a read_all."""
     def replay(params: UvmParams) -> UvmStats:
         mm = ManagedMemory(size, params)
-        stats = mm.gpu_access(pattern, bytes_per_access=bytes_per_access)
-        return mm.gpu_access(sequential(mm.n_pages)) if then_read else stats
+        stats = read_all(mm) if pattern is None else mm.gpu_access(pattern, bytes_per_access=bytes_per_access)
+        return read_all(mm) if then_read else stats
     return replay
 
 
@@ -118,8 +128,7 @@ def load_cases(path: Path = DATA) -> list[Case]:
     for run in runs:
         for item in run["first_touch"]:
             n = item["bytes"]
-            add(f"first_touch {n // MiB}MiB", "gpu", _gpu(n, sequential(n // PAGE), bytes_per_access=PAGE),
-                item["faulted"]["median_s"])
+            add(f"first_touch {n // MiB}MiB", "gpu", _gpu(n, None), item["faulted"]["median_s"])
         for item in run["sparse"]:
             st = item["stride"]
             pattern = _warps(strided(SPAN // PAGE, st // PAGE))
@@ -171,18 +180,14 @@ def load_cases(path: Path = DATA) -> list[Case]:
 def _features(group: str, stats: UvmStats) -> list[float]:
     """Per-case multipliers of the fitted constants (seconds per unit)."""
     if group == "gpu":
-        return [1.0 if stats.batches else 0.0, stats.batches, stats.blocks_serviced, stats.pages_to_gpu * PAGE]
+        return [1.0 if stats.batches else 0.0, stats.batches, stats.blocks_waited, stats.pages_waited * PAGE]
     if group == "cpu":
         return [stats.cpu_faults, stats.pages_to_host * PAGE, stats.accesses - stats.cpu_faults]
     return [1.0, stats.pages_explicit_to_gpu * PAGE, stats.pages_explicit_to_host * PAGE]
 
 
-def fit(cases: list[Case], base: UvmParams | None = None) -> UvmParams:
-    """Fit the time constants of every group to ``cases`` (relative least squares); geometry from ``base``.
-
-    Eviction constants are not measured: they follow ``va_block_ps`` and ``prefetch_to_host_Bps``.
-    """
-    base = base or UVM_PRESETS["h200"]
+def _fit_once(cases: list[Case], base: UvmParams) -> UvmParams:
+    """One relative least squares of every group's time constants, the counts replayed with ``base``'s."""
     solved: dict[str, np.ndarray] = {}
     for group in ("gpu", "cpu", "prefetch"):
         chosen = [c for c in cases if c.group == group and c.role == "fit"]
@@ -194,9 +199,31 @@ def fit(cases: list[Case], base: UvmParams | None = None) -> UvmParams:
     g, c, p = solved["gpu"], solved["cpu"], solved["prefetch"]
     ps = lambda seconds: max(0, round(seconds * PS_PER_S))  # noqa: E731 - local unit conversion
     return replace(base, fault_latency_ps=ps(g[0]), batch_ps=ps(g[1]), va_block_ps=ps(g[2]),
-                   fault_migrate_Bps=1.0 / g[3], cpu_fault_ps=ps(c[0]), cpu_migrate_Bps=1.0 / c[1], cpu_touch_ps=ps(c[2]),
+                   fault_migrate_Bps=1.0 / g[3], cpu_fault_ps=ps(c[0]), cpu_migrate_Bps=1.0 / c[1],
+                   cpu_touch_ps=ps(c[2]),
                    prefetch_call_ps=ps(p[0]), prefetch_to_gpu_Bps=1.0 / p[1], prefetch_to_host_Bps=1.0 / p[2],
                    evict_block_ps=ps(g[2]), evict_Bps=1.0 / p[2])
+
+
+FIT_ROUNDS = 20
+"""Most rounds of :func:`fit`: which of a batch's blocks and copies are waited on depends on the constants."""
+
+
+def fit(cases: list[Case], base: UvmParams | None = None) -> UvmParams:
+    """Fit the time constants of every group to ``cases`` (relative least squares); geometry from ``base``.
+
+    Which blocks and copies of a fault batch are waited on (:attr:`UvmStats.blocks_waited`) depends on the
+    constants, so the fit is repeated with its own result until the constants stop moving (at most
+    :data:`FIT_ROUNDS` rounds). Eviction constants are not measured: they follow ``va_block_ps`` and
+    ``prefetch_to_host_Bps``.
+    """
+    params = _fit_once(cases, base or UVM_PRESETS["h200"])
+    for _ in range(FIT_ROUNDS):
+        again = _fit_once(cases, params)
+        if again == params:
+            break
+        params = again
+    return params
 
 
 def compare(cases: list[Case], params: UvmParams) -> list[dict]:

@@ -90,9 +90,9 @@ def _stopped_by_failure(event: GpuJobGrowthEvent, start_ps: int, log: list[dict]
 
 
 def _managed_job(bed: Testbed, event: ManagedJobEvent, row: dict, log: list[dict]) -> Generator:
-    """Sweep a managed range on the GPU :data:`SWEEP_CHUNK` at a time, each piece taking the time its faults,
-    migrations and evictions take (a progress row whenever VRAM in use changed); log the outcome, then free
-    the range."""
+    """Sweep a managed range on the GPU :data:`SWEEP_CHUNK` at a time, each piece a grid-stride kernel
+    (``UvmParams.sweep_lanes``) taking the time its faults, migrations and evictions take (a progress row whenever
+    VRAM in use changed); log the outcome, then free the range."""
     env, gpu = bed.env, bed.gpus[event.on]
     try:
         bed.nodes[event.on.split(".")[0]].host.back_managed(event.size, gpu.capacity)
@@ -109,7 +109,7 @@ def _managed_job(bed: Testbed, event: ManagedJobEvent, row: dict, log: list[dict
     outcome, used = "done", gpu.memory.used
     for lo in range(0, len(pages), SWEEP_CHUNK):
         try:
-            stats = mm.gpu_access(pages[lo:lo + SWEEP_CHUNK])
+            stats = mm.gpu_access(pages[lo:lo + SWEEP_CHUNK], lanes=mm.params.sweep_lanes)
         except GpuOutOfMemory as exc:
             outcome = f"failed: {exc}"
             break
