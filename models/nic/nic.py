@@ -240,9 +240,13 @@ class Nic:
         self.outages = tuple(sorted((*self.outages, (start_ps, end))))
         return f"link down for {format_duration(duration_ps)}, frames on it lost"
 
-    def link_lost(self, start_ps: int, end_ps: int) -> bool:
-        """Whether a frame on this NIC's link during ``[start_ps, end_ps]`` meets an outage (it is lost)."""
-        return any(down < end_ps and start_ps < up for down, up in self.outages)
+    def link_lost(self, start_ps, end_ps):
+        """Whether a frame on this NIC's link during ``[start_ps, end_ps]`` meets an outage (it is lost); for arrays
+        of frames, each one's answer."""
+        lost = False
+        for down, up in self.outages:
+            lost = lost | ((down < end_ps) & (start_ps < up))
+        return lost
 
 
 def flush_qps(qps: list) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from models.nic.datapath import ACK_TIMER, REQUEST_WIRE, SEQUENCE_NAK, Path
+from models.nic.datapath import ACK_TIMER, COMPLETION, REPLY_WIRE, REQUEST_WIRE, SEQUENCE_NAK, Path
 from models.nic.nic import Nic
 from models.nic.transport import (PSN_MASK, PSN_WINDOW, Outcome, Waiting, acknowledged, after_acknowledgement,
                                   sequence_nak)
@@ -34,17 +34,41 @@ def rnr_retried(found: Path, retries: int, min_rnr_timer_ps: int) -> tuple[Step,
     """The steps of a work request of path ``found`` that the responder answers with ``retries`` RNR NAKs before
     it takes the request: the path up to the responder's check, then each time the program the event engine's run
     puts in place of the rest (:func:`resent` after :func:`rnr_wait`, from the check's tail, numbered from its own
-    start). A claim there in a turn the operation claimed already is a plain claim: its ticket has passed."""
+    start; :func:`_passed`)."""
     if not retries:
         return found.steps
     steps = found.steps
     k = next(k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == "responder")
-    passed = {s.turn for s in steps[:k] if isinstance(s, Claim) and s.turn is not None}
-    again = tuple(dataclasses.replace(s, turn=None) if isinstance(s, Claim) and s.turn in passed else s
-                  for s in resent(found, rnr_wait(found, min_rnr_timer_ps)))
+    again = _passed(resent(found, rnr_wait(found, min_rnr_timer_ps)), steps[:k])
     retry = (Rebase(True, renumber=0), *again[:len(again) - len(found.after["responder"])])
     return (*steps[:k + 1], *retry * retries, *found.after["responder"])
 
+
+def timed_out(found: Path, frame: str, latency_ps: int, timeout_ps: int) -> tuple[Step, ...]:
+    """The steps of a work request of path ``found`` whose request (``frame`` :data:`REQUEST_WIRE`) or
+    acknowledgement (:data:`REPLY_WIRE`) a link outage lost, sent again when the requester's ACK timer fires with
+    nothing woken it sooner: the path up to that frame's check on the wire, then what the event engine's run puts in
+    place of the rest (:meth:`Retransmission._lost`): the timer runs from when the frame left, ``latency_ps`` before
+    its last bit reached the far port, and the request waits for it to fire ``timeout_ps`` later (that program
+    numbered from its own start, the check its first step), then goes again from then (:func:`resent`, numbered from
+    its own start; :func:`_passed`). A request the responder executed already is acknowledged again there, not
+    executed (:meth:`WorkRequestRun._responder <models.nic.work_request.WorkRequestRun._responder>`: the path's
+    ``rejected``, from the check's tail)."""
+    steps = found.steps
+    k = next(k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == frame)
+    again = _passed(resent(found, ()), steps[:k])
+    if frame == REPLY_WIRE:
+        again = (*again[:len(again) - len(found.after["responder"])], Rebase(True, renumber=0), *found.reply,
+                 *COMPLETION)
+    return (*steps[:k + 1], Rebase(True, timeout_ps - latency_ps, renumber=0), Check(ACK_TIMER, 0),
+            Rebase(False, renumber=0), *again)
+
+
+def _passed(steps: tuple[Step, ...], before: tuple[Step, ...]) -> tuple[Step, ...]:
+    """``steps`` of a request going again, whose claims in the turns the operation claimed in ``before`` are plain
+    claims: its ticket there has passed (the interpreter finds the turn gone from the operation's)."""
+    passed = {s.turn for s in before if isinstance(s, Claim) and s.turn is not None}
+    return tuple(dataclasses.replace(s, turn=None) if isinstance(s, Claim) and s.turn in passed else s for s in steps)
 
 
 class Retransmission:
@@ -98,7 +122,7 @@ class Retransmission:
         message is simply gone (:meth:`_lost_unacknowledged`)."""
         qp = self.qp
         latency = qp.pd.context.fabric.params.latency_ps
-        if not _frame_lost(qp.node.nic, qp.remote.node.nic, latency, head, tail):
+        if not frame_lost(qp.node.nic, qp.remote.node.nic, latency, head, tail):
             return None
         if not acknowledged(qp.qp_type):
             return self._lost_unacknowledged(head, tail)
@@ -111,7 +135,7 @@ class Retransmission:
         the requests before it whose own were lost (:meth:`_acknowledged`)."""
         qp = self.qp
         latency = qp.pd.context.fabric.params.latency_ps
-        if not _frame_lost(qp.remote.node.nic, qp.node.nic, latency, head, tail):
+        if not frame_lost(qp.remote.node.nic, qp.node.nic, latency, head, tail):
             if self.executed and qp.awaiting:
                 self._acknowledged(tail, self.psn, nak=False)
             return None
@@ -223,7 +247,7 @@ class Retransmission:
         return self._send_again(now, ())
 
 
-def _frame_lost(sender: Nic, receiver: Nic, latency_ps: int, head: int, tail: int) -> bool:
+def frame_lost(sender: Nic, receiver: Nic, latency_ps: int, head, tail):
     """Whether a frame whose first bit reached ``receiver``'s port at ``head`` and last at ``tail``, ``latency_ps``
-    after leaving ``sender``'s, met an outage of either link on its way."""
-    return sender.link_lost(head - latency_ps, tail - latency_ps) or receiver.link_lost(head, tail)
+    after leaving ``sender``'s, met an outage of either link on its way (for arrays of frames, each one's answer)."""
+    return sender.link_lost(head - latency_ps, tail - latency_ps) | receiver.link_lost(head, tail)

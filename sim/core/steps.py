@@ -87,6 +87,9 @@ class Check:
     """What the model decides here from the run's own history, in words (a translation cache's hits, a first-touch
     page fault, a lost frame): the vectorized core, which knows only ``holds``, does not solve such a check. None
     when the answer is known before the run (key and access checks, the holds of a moved buffer)."""
+    edges: bool = False
+    """The vectorized core also reports each operation's head and tail here, under ``label`` with ``.head`` and
+    ``.tail`` added (where a frame's first and last bit reached the far port)."""
 
 
 @dataclass(frozen=True)

@@ -294,6 +294,8 @@ class Pass:
         if isinstance(step, Check) and step.back_ps is None:  # made at once, at the time of the last wait
             if step.label is not None:
                 self.out.marks[step.label] = wake
+                if step.edges:
+                    self.out.marks[step.label + ".head"], self.out.marks[step.label + ".tail"] = head, tail
             return state
         if isinstance(step, Check):
             wake = np.maximum(_plus(head, -step.back_ps), wake)

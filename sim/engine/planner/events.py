@@ -39,6 +39,7 @@ from sim.core.units import format_duration, format_size, format_time
 from sim.fast import NEVER, Finished
 from sim.engine.planner.errors import NONE, Failure, first_flushed
 from sim.engine.planner.faults import Access, FaultScan, Unfollowed, faults_followed
+from sim.engine.planner.losses import Losses
 from sim.engine.planner.retries import REMOTE, Retries
 from sim.scenario.schema import Scenario
 
@@ -161,6 +162,8 @@ class Watch:
         self.remote_moves: dict[str, list[Move]] = {}
         """The moves of buffers the workloads reach at the responder, by name (:mod:`sim.engine.planner.retries`)."""
         self.retries = Retries()
+        self.losses = Losses(streams)
+        """The requests link outages lose (:mod:`sim.engine.planner.losses`)."""
         self.failures: dict[tuple[int, int], Failure] = {}
         """The error completions accepted so far, by (stream, size) (:mod:`sim.engine.planner.errors`)."""
         self.unsettled = False
@@ -273,6 +276,8 @@ class Watch:
         env = self.bed.env
         if changed[0][0] == FAULTED:
             return None
+        if self.losses.links:
+            return f"scenario events changed {describe(changed)} while a link outage loses the workloads' frames"
         name = changed[0][1] if len(changed) == 1 and changed[0][0] == "buffer" else None
         backing = self.bed.registrations[name].mr.backing if name else None
         if name and faults_followed(self.bed.registrations[name].mr):
@@ -281,6 +286,10 @@ class Watch:
             return self._still_failing(name, streams)  # its later accesses are answered one by one
         if not isinstance(backing, DmabufBacking):
             return f"scenario events changed {describe(changed)} at {format_duration(env.now)}"
+        if any(move.ready_ps is not None and env.now <= move.ready_ps
+               for move in (*self.moves.get(name, ()), *self.remote_moves.get(name, ()))):
+            # (the exporter's new zap lets the accesses that come meanwhile reach the old pages, not wait)
+            return f"buffer '{name}' moved again at {format_duration(env.now)} while its last re-fault was handled"
         moved = backing.mode == "dmabuf" and not backing.translation_valid and not backing.umem.revoked \
             and backing.zapped_at_ps > env.now
         after = backing.zapped_at_ps if moved else env.now
@@ -400,6 +409,8 @@ class Watch:
         as the event engine's run leaves them."""
         for k in self.retries.windows:
             streams[k].src.qp.rnr_naks += self.retries.total(k)
+        for k in self.losses.links:
+            streams[k].src.qp.frames_lost += self.losses.total(k)
         for failure in self.failures.values():
             qp = streams[failure.stream].src.qp
             qp.to_error(completing=True)
@@ -428,6 +439,9 @@ class Watch:
                 return (f"the responses of READ workload '{streams[k].work.name or streams[k].work.kind}' at "
                         f"{format_size(size)} landed out of order where its steps change (its buffer moved or a "
                         "translation cache missed for one of them), which max_rd_atomic's slots see")
+        reason = self.losses.confirm(solved.marks) if solved.complete else None
+        if reason:
+            return reason
         for key, failure in self.failures.items() if solved.complete else ():
             verdict = failure.settled(solved.marks[key])
             if isinstance(verdict, str):

@@ -63,6 +63,7 @@ from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
 from sim.fast.solver import Problem
 from sim.engine.planner.domain import OutsideDomain, outside_domain, refused_work, slow_for_fast
 from sim.engine.planner.errors import Failure, failed_by, labelled
+from sim.engine.planner.losses import Losses, wires_labelled
 from sim.engine.planner.retries import Retries, attempts_labelled
 from sim.engine.planner.streams import Stream, by_workload, streams
 from sim.engine.planner.events import Move, Solved, Watch
@@ -124,11 +125,13 @@ def decide(scenario: Scenario, seed: int, trace: bool = False) -> Plan | str:
     if not reason and translations is not None and (scenario.events or watch.faults.sources):
         reason = ("a translation cache's hits with scenario events or page faults, which change what it holds: the "
                   "event engine simulates that")
+    if not reason and watch.losses.links and (watch.faults.sources or translations is not None):
+        reason = "frames a link outage loses with page faults or a translation cache: the event engine simulates that"
     if reason:
         return reason
     pipes = None
     try:
-        pipes = pipelines(ends, translations=translations)
+        pipes = pipelines(ends, translations=translations, losses=watch.losses)
         Problem(pipes.servers, pipes.groups)
     except Unsolvable as exc:
         return _unsolved(exc, pipes, ends)
@@ -162,7 +165,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     try:
         for _ in range(MAX_MOVES + 1):
             pipes = pipelines(ends, watch.moves, solved and solved.posts, translations, watch.failures,
-                              bool(scenario.events), watch.remote_moves, watch.retries)
+                              bool(scenario.events), watch.remote_moves, watch.retries, watch.losses)
             solved = Solved(_pieces(pipes, started, progress, reached, crawl=scenario.engine == "auto",
                                     rows=sink and _Rows(ends, table, sink), receives=ReceivesAhead(ends)),
                             pipes.ops)
@@ -173,9 +176,11 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             if not changed and watch.unsettled:
                 watch.unsettled = False
                 continue  # the requester's first flush came elsewhere: solved again with that
-            if not changed and watch.retries.settle(solved.marks, {k: end.work.rule.window(end.work.tx_depth)
-                                                                   for k, end in enumerate(ends)}):
+            depth = {k: end.work.rule.window(end.work.tx_depth) for k, end in enumerate(ends)}
+            if not changed and watch.retries.settle(solved.marks, depth):
                 continue  # a request got another count of RNR NAKs: solved again with that
+            if not changed and watch.losses.settle(solved.marks, depth):
+                continue  # a link outage lost other requests: solved again with that
             if not changed and translations is not None and translations.settle(
                     solved.marks, {k: _local_check(end.work) for k, end in enumerate(ends)}):
                 continue  # another operation reached a translation first: solved again with that
@@ -321,7 +326,7 @@ def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
               posts: dict[tuple[int, int], np.ndarray] | None = None,
               translations: Translations | None = None, failures: dict[tuple[int, int], Failure] | None = None,
               watched: bool = False, remote_moves: dict[str, list[Move]] | None = None,
-              retries: Retries | None = None) -> Pipelines:
+              retries: Retries | None = None, losses: Losses | None = None) -> Pipelines:
     """The servers and groups of ``ends`` in run order. ``moves`` of a buffer a workload reads from (its
     ``from``) hold its translations in each move's re-fault interval and send the operations posted after
     each move's zap to where the buffer went: the first such operation of each (workload, size) is found in
@@ -330,14 +335,15 @@ def pipelines(ends: list[Stream], moves: dict[str, list[Move]] | None = None,
     (stream, size) (:mod:`sim.engine.planner.errors`); ``watched``: label the checks they are settled by.
     ``remote_moves`` of a buffer a workload reaches at the responder send the operations posted after each zap to
     where it went, and ``retries`` gives the RNR NAKs each operation gets meanwhile
-    (:mod:`sim.engine.planner.retries`)."""
+    (:mod:`sim.engine.planner.retries`); ``losses``: the requests link outages lose
+    (:mod:`sim.engine.planner.losses`)."""
     servers: dict[int, int] = {}
     names: list[Server] = []
     groups, labels, ops = [], [], {}
     for mine in by_workload(ends):  # one workload's streams are solved together
         sizes = [_groups(ends[w], servers, names, (moves or {}).get(ends[w].buffers[0], []),
                          {s: p for (v, s), p in (posts or {}).items() if v == w}, w, ops, translations,
-                         failures or {}, watched, (remote_moves or {}).get(ends[w].buffers[1], []), retries)
+                         failures or {}, watched, (remote_moves or {}).get(ends[w].buffers[1], []), retries, losses)
                  for w in mine]
         for each in zip(*sizes):  # one size: the streams of every QP at once
             for stream, (w, (size, parts)) in enumerate(zip(mine, each)):
@@ -371,7 +377,8 @@ its posting stops, :attr:`sim.fast.Group.posts_while`)."""
 def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: list[Move],
             posts: dict[int, np.ndarray], k: int, ops: dict[tuple[int, int], int],
             translations: Translations | None = None, failures: dict[tuple[int, int], Failure] | None = None,
-            watched: bool = False, remote: list[Move] = (), retries: Retries | None = None):
+            watched: bool = False, remote: list[Move] = (), retries: Retries | None = None,
+            losses: Losses | None = None):
     """Each size of ``end.work`` with its :class:`Group` s (posted from ``src``'s QP to ``dst``'s):
     the steps of :func:`models.nic.datapath.path` with servers numbered, the requester's own translation
     (labelled ``local``) held in the re-fault intervals of ``moves``. A size whose operations were posted on
@@ -379,7 +386,8 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
     under ``(k, size)``; a duration's groups post while :func:`models.verbs.workloads.still_posting` says so and
     set them when they end. ``remote``: the moves of ``dst``'s buffer, which send the operations posted after each
     zap to where it went; ``retries``: the RNR NAKs of each operation (a run of one count per group); the
-    responder's checks are labelled for them where ``watched`` and ``dst`` is a dma-buf MR.
+    responder's checks are labelled for them where ``watched`` and ``dst`` is a dma-buf MR; ``losses``: the
+    requests link outages lose, its checks on the wire labelled where it follows the stream.
     """
     work, src, dst = end.work, end.src, end.dst
     if work.duration is not None and (moves or remote):
@@ -387,6 +395,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
                          "moves or takes a page fault: where its posting stops then depends on the re-solve")
     timed = {} if work.duration is None else {"posts_while": partial(still_posting, duration_ps=work.duration)}
     qp, peer = src.path_qp(dst), dst.qp
+    lossy = losses is not None and k in losses.links
     holds = tuple((m.zapped_ps, m.ready_ps) for m in moves if m.ready_ps is not None)
 
     def followed(check: Check) -> bool:
@@ -438,13 +447,14 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             parts = [part for lo, hi, targets in _segments(end.targets, moves, remote, known, ops[k, size])
                      for found in [path_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline), targets)]
                      for part in (failure.parts(lo, hi, found, size) if failure else
-                                  retries.parts((k, size), lo, hi, found, qp.remote.min_rnr_timer_ps) if retries
-                                  else [(lo, hi, found.steps)])]
+                                  retries.parts((k, size), lo, hi, found, qp.remote.min_rnr_timer_ps)
+                                  if retries and (k, size) in retries.counts else
+                                  losses.parts((k, size), lo, hi, found) if lossy else [(lo, hi, found.steps)])]
             if translations is not None:  # (nothing moves or fails then: one part)
                 parts = translations.split(k, end, size, parts[0][2], ops[k, size], work.duration is not None)
-            attempts = watched and isinstance(dst.mr.backing, DmabufBacking)
-            yield size, [Group(indexed(_watched(steps, watched, attempts), local), hi, window, draws, lo, **timed)
-                         for lo, hi, steps in parts]
+            attempts = lossy or (watched and isinstance(dst.mr.backing, DmabufBacking))
+            yield size, [Group(indexed(_watched(steps, watched, attempts, lossy), local), hi, window, draws, lo,
+                               **timed) for lo, hi, steps in parts]
 
 
 def _local_check(work: WorkloadSpec) -> str:
@@ -459,11 +469,13 @@ def _translations(ends: list[Stream], now_ps: int) -> Translations | None:
     return Translations(now_ps) if any(translation_cache(n) is not None for n in nodes) else None
 
 
-def _watched(steps: tuple, watched: bool, attempts: bool) -> tuple:
-    """``steps`` with the checks a watched run settles its error completions by labelled (``watched``) and, with
-    ``attempts``, the responder's check of each attempt (:func:`~sim.engine.planner.retries.attempts_labelled`)."""
+def _watched(steps: tuple, watched: bool, attempts: bool, wires: bool) -> tuple:
+    """``steps`` with the checks a watched run settles its error completions by labelled (``watched``), with
+    ``attempts`` the responder's check of each attempt (:func:`~sim.engine.planner.retries.attempts_labelled`), and
+    with ``wires`` its checks on the wire (:func:`~sim.engine.planner.losses.wires_labelled`)."""
     steps = labelled(steps) if watched else steps
-    return attempts_labelled(steps) if attempts else steps
+    steps = attempts_labelled(steps) if attempts else steps
+    return wires_labelled(steps) if wires else steps
 
 
 def _segments(targets: tuple[str | None, str | None], moves: list[Move], remote: list[Move], posts: np.ndarray,

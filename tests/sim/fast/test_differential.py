@@ -331,11 +331,18 @@ def _odp() -> dict:
     return data
 
 
+def _flapped_read() -> dict:
+    """A READ stream over a link that loses its frames a while (a WRITE stream's losses are followed,
+    test_link_losses)."""
+    data = scenario_dict(events=[{"at": "10us", "kind": "link-flap", "node": "b", "duration": "5us", "frames": "lost"}])
+    data["workload"][0]["kind"] = "read_bw"
+    return data
+
+
 @pytest.mark.parametrize("data, check, says", [
     (scenario_dict(data=True), "source", "data mode moves the bytes"),
     (_odp(), "responder", "ODP maps a page when the NIC first touches it"),
-    (scenario_dict(events=[{"at": "10us", "kind": "link-flap", "node": "b", "duration": "5us", "frames": "lost"}]),
-     "request_wire", "a link outage loses the frames it meets")])
+    (_flapped_read(), "request_wire", "a link outage loses the frames it meets")])
 def test_checks_that_decide_at_run_time_keep_the_steps_on_the_event_engine(data, check, says):
     """The vectorized core's domain comes from the steps: a check where the model decides from the run's history
     is refused by the solver, naming it; auto then runs the event engine and says why."""

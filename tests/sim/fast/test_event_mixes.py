@@ -51,3 +51,17 @@ def test_random_mixes_of_moves_and_link_flaps_equal_the_event_engine(data, kind,
         pd.testing.assert_frame_equal(getattr(auto, table), getattr(event, table))
     assert auto.counters == event.counters
     assert len(lines) == 1 and ("vectorized core ran" in lines[0] or "event engine ran" in lines[0]), lines
+
+
+def test_a_move_while_the_last_re_fault_is_handled_goes_to_the_event_engine():
+    """The storm's second eviction zaps the source again while the first access after the first zap still waits
+    for its re-map (``DmabufBacking.translate``: accesses before the new zap reach the old pages, they no longer
+    wait), which the vectorized core's holds would not let through: ``auto`` runs the event engine, saying so.
+    (Drawn by the property above: the core held those accesses until the first re-map was done.)"""
+    storm = {"at": "84000ns", "kind": "eviction-storm", "on": "a.gpu0", "count": 2, "every": "552542ns"}
+    scenario = pin_vs_dmabuf([storm], 200, "1MiB", 16, "write_bw")
+    lines: list[str] = []
+    auto = run_scenario(Scenario.model_validate({**scenario, "engine": "auto"}), notice=lines.append)
+    event = run_scenario(Scenario.model_validate({**scenario, "engine": "event"}))
+    assert "buffer 'src' moved again at" in lines[0] and "while its last re-fault was handled" in lines[0], lines
+    pd.testing.assert_frame_equal(auto.operations, event.operations)

@@ -1,0 +1,143 @@
+"""Frames a link outage loses under a WRITE stream, on the vectorized core against the event engine: a request the
+outage meets is lost (``_request_wire``) and sent again when its requester's ACK timer fires, one whose
+acknowledgement is lost is sent again then too and acknowledged as a duplicate, not executed again. Every table and
+counter identical; where a request reaches the responder while an earlier one is still missing (a NAK PSN sequence
+error then wakes the waiting requests) the event engine runs it, saying why."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from models.nic.datapath import ACK_TIMER, COMPLETION, REPLY_WIRE, REQUEST_WIRE, checked_accesses, path
+from models.nic.retransmit import timed_out
+from models.nic.wqe import Opcode
+from sim.core.steps import Check, Claim, Rebase
+from sim.engine.harness import setup_run
+from sim.engine.planner.losses import _out_of_sequence
+from sim.engine.planner.streams import streams
+from sim.engine.run import run_scenario
+from sim.scenario.scenario_file import load_scenario_variants
+from sim.scenario.schema import Scenario
+from tests.conftest import ROOT, scenario_dict
+from tests.properties import examples
+from tests.sim.fast.test_differential import same_runs
+
+
+def flapped(sizes: list[str], depth: int, iterations: int, at: str, duration: str, node: str = "b",
+            timeout: int = 8) -> dict:
+    """``scenarios/link_flap_retries.yaml``'s testbed: a WRITE stream between two ConnectX-7s whose link at
+    ``node`` loses every frame for ``duration`` from ``at``; the QPs' ``timeout`` sets the ACK timer."""
+    nodes = [{"name": "a", "nic": {"preset": "connectx7"}}, {"name": "b", "nic": {"preset": "connectx7"}}]
+    buffers = [{"name": "src", "on": "a.host", "size": "64MiB"}, {"name": "dst", "on": "b.host", "size": "64MiB"}]
+    work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": sizes, "iterations": iterations,
+             "tx_depth": depth, "qp_timeout": timeout}]
+    events = [{"at": at, "kind": "link-flap", "node": node, "duration": duration, "frames": "lost"}]
+    return scenario_dict(nodes=nodes, buffers=buffers, workload=work, events=events,
+                         fabric={"rate": "400Gb/s", "latency": "300ns"})
+
+
+def runs(data: dict) -> tuple:
+    """The run by default (``auto``, with the lines it said) and on the event engine: every table and counter
+    identical."""
+    lines: list[str] = []
+    auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
+    event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    for table in ("operations", "summary", "events", "registrations"):
+        pd.testing.assert_frame_equal(getattr(auto, table), getattr(event, table))
+    assert auto.counters == event.counters
+    return auto, lines
+
+
+@pytest.mark.parametrize("sizes, depth, iterations, at, duration, node, timeout", [
+    (["1MiB"], 16, 1440, "41us", "298us", "a", 14),
+    (["64KiB"], 64, 1507, "526us", "191us", "b", 14),
+    (["4KiB", "64KiB"], 128, 749, "377us", "239us", "a", 8),
+    (["64KiB"], 1, 561, "144us", "262us", "b", 8),
+    (["4KiB", "64KiB"], 4, 1240, "243us", "366us", "a", 8)])
+def test_requests_an_outage_loses_are_sent_again_by_their_timers_exactly_as_the_event_engine(
+        sizes, depth, iterations, at, duration, node, timeout):
+    """Every request in flight meets the outage (and the acknowledgement of the one before them, where it was on
+    the wire then): each goes again when its ACK timer fires; the core solves it with the event engine's tables."""
+    auto, lines = runs(flapped(sizes, depth, iterations, at, duration, node, timeout))
+    assert auto.engine == "fast" and auto.counters["frames_lost"] >= depth, lines
+    latency = auto.operations["latency_ps"]
+    assert latency.max() > 2 ** timeout * 4096 * 1000  # a timer fired: 4.096 us x 2^timeout
+
+
+def test_a_request_ahead_of_a_lost_one_stays_on_the_event_engine():
+    """A shorter outage than the requests in flight take to send: the first after it reaches the responder while
+    the lost ones are missing, whose NAK PSN sequence error wakes the requests waiting: auto says so and runs the
+    event engine."""
+    auto, lines = runs(flapped(["1MiB"], 64, 1067, "186us", "121us", "a", 14))
+    assert auto.engine == "event" and "while the one it misses is still lost" in lines[0], lines
+
+
+@pytest.mark.parametrize("variant, engine", [("nak", "event"), ("long14", "fast"), ("long8", "fast"),
+                                             ("held", "fast")])
+def test_the_shipped_link_flaps(variant, engine):
+    """``link_flap_retries.yaml``: the long outages (every request in flight lost, each sent again by its timer)
+    and the held one run on the core, the short one whose NAK goes back on the event engine; every table and
+    counter identical."""
+    scenario = dict(load_scenario_variants(ROOT / "scenarios" / "link_flap_retries.yaml")[2])[variant]
+    lines: list[str] = []
+    auto = run_scenario(scenario.model_copy(update={"engine": "auto"}), variant=variant, notice=lines.append)
+    event = run_scenario(scenario.model_copy(update={"engine": "event"}), variant=variant)
+    assert auto.engine == engine, lines
+    for table in ("operations", "summary", "events", "registrations"):
+        assert getattr(auto, table).equals(getattr(event, table)), table
+    assert auto.counters == event.counters
+
+
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sizes=st.sampled_from([["4KiB"], ["64KiB"], ["1MiB"], ["4KiB", "64KiB"]]), depth=st.sampled_from([1, 4, 16, 64]),
+       iterations=st.integers(100, 1200), at_us=st.integers(1, 600), duration_us=st.integers(1, 400),
+       node=st.sampled_from(["a", "b"]), timeout=st.sampled_from([8, 10, 14]))
+def test_any_outage_under_a_write_stream_equals_the_event_engine(sizes, depth, iterations, at_us, duration_us, node,
+                                                                 timeout):
+    """An outage at a random time and of a random length on either end: whichever engine ``auto`` picks, every
+    table and counter is the event engine's."""
+    _, lines = runs(flapped(sizes, depth, iterations, f"{at_us}us", f"{duration_us}us", node, timeout))
+    assert len(lines) == 1 and ("vectorized core ran" in lines[0] or "event engine ran" in lines[0]), lines
+
+
+def test_a_lost_frames_request_waits_for_its_timer_then_goes_again():
+    """The event engine's ``_lost``: the timer runs from when the frame left (the fabric's latency before its last
+    bit reached the far port) and the program that waits for it is numbered from its own start, its check first;
+    then the request goes again from the send engine, its send-queue claims plain ones (their tickets passed). One
+    whose acknowledgement was lost is acknowledged again as a duplicate (the path's ``rejected``)."""
+    data = flapped(["64KiB"], 16, 10, "1ms", "1us")
+    scenario = Scenario.model_validate(data)
+    bed = setup_run(scenario, scenario.seed)[0]
+    end = streams(scenario, bed)[0]
+    qp = end.src.path_qp(end.dst)
+    found = path(qp, Opcode.RDMA_WRITE, 65536, False, *end.targets, checked_accesses(qp, [end.src.mr], end.dst.mr))
+    names = [s.name for s in found.steps if isinstance(s, Check)]
+    assert REQUEST_WIRE in names and REPLY_WIRE in names
+    for frame in (REQUEST_WIRE, REPLY_WIRE):
+        steps = timed_out(found, frame, 300_000, 1_000_000)
+        k = next(k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == frame)
+        assert steps[:k + 1] == found.steps[:k + 1]
+        assert steps[k + 1:k + 4] == (Rebase(True, 700_000, renumber=0), Check(ACK_TIMER, 0), Rebase(False, renumber=0))
+        again = steps[k + 4:]
+        assert not any(isinstance(s, Claim) and s.turn is not None and s.turn != "responses" for s in again)
+        assert again[:len(found.forward)] == tuple(
+            s if not isinstance(s, Claim) else type(s)(**{**s.__dict__, "turn": None}) for s in found.forward)
+        checked = next(k for k, s in enumerate(again) if isinstance(s, Check) and s.name == "responder")
+        assert again[checked + 1:] == ((Rebase(True, renumber=0), *found.reply, *COMPLETION) if frame == REPLY_WIRE
+                                       else found.after["responder"])
+
+
+def test_out_of_sequence_follows_the_responder_missing_request():
+    """A lost request goes missing when none is and stops when it arrives sent again; another request reaching
+    the responder meanwhile is out of sequence, one lost while another was missing included (it never goes missing
+    itself, and the ones after it may arrive before it once the gap closed)."""
+    lost_at = np.array([-1, 10, 12, -1])
+    lost = lost_at >= 0
+    assert not _out_of_sequence(lost_at, np.array([5, 100, 101, 102]), lost)  # taken in order after the gap
+    assert _out_of_sequence(lost_at, np.array([5, 100, 101, 50]), lost)  # op 3 arrives while op 1 is missing
+    assert _out_of_sequence(lost_at, np.array([5, 100, 99, 102]), lost)  # op 2, sent again, before op 1
+    assert _out_of_sequence(lost_at, np.array([5, 100, 101, 100]), lost)  # at the very time the gap closes
