@@ -23,11 +23,10 @@ from models.nic.retransmit import frame_lost, timed_out
 from models.nic.transport import QP_RC
 from sim.core.steps import Check
 from sim.engine.planner.retries import REMOTE
+from sim.engine.planner.settling import Settling
 
 WIRE, REPLY = "wire", "reply"
 """The label prefixes of a request's checks on the wire, and of its acknowledgement's or response's."""
-MAX_SETTLES = 16
-"""Solves the lost requests may take to settle before the event engine is asked to simulate the run."""
 
 
 def wires_labelled(steps: tuple) -> tuple:
@@ -67,39 +66,31 @@ class _Link:
         return np.asarray(frame_lost(sender, receiver, self.latency, head, tail)) & (head >= 0)
 
 
-class Losses:
+class Losses(Settling):
     """The frames link outages lose, by (stream, size), for the streams whose losses the core follows: per
     operation 1 (its request lost), 2 (its acknowledgement lost) or 0 (:data:`_FRAMES`)."""
 
+    what = "the frames a link outage loses"
+
     def __init__(self, ends) -> None:
+        super().__init__()
         self.links = {k: _Link(end) for k, end in enumerate(ends) if followed(end)}
-        self.lost: dict[tuple[int, int], np.ndarray] = {}
-        self.settles = 0
 
     def parts(self, key: tuple[int, int], lo: int, hi: int, found: Path):
         """Operations ``lo..hi-1`` of ``key`` of path ``found`` as ``(lo, hi, steps)`` runs, a lost frame's
         request's steps :func:`~models.nic.retransmit.timed_out`."""
-        lost = self.lost.get(key)
-        if lost is None or not lost[lo:hi].any():
-            return [(lo, hi, found.steps)]
         link = self.links[key[0]]
-        mine = lost[lo:hi]
-        cuts = [lo, *(lo + 1 + np.flatnonzero(mine[1:] != mine[:-1])).tolist(), hi]
-        return [(a, b, timed_out(found, _FRAMES[lost[a]], link.latency, link.timeout) if lost[a] else found.steps)
-                for a, b in zip(cuts, cuts[1:])]
+        return [(a, b, timed_out(found, _FRAMES[lost], link.latency, link.timeout) if lost else found.steps)
+                for a, b, lost in self.runs(key, lo, hi)]
 
     def total(self, stream: int) -> int:
         """The frames ``stream`` lost."""
-        return int(sum((lost > 0).sum() for (k, _), lost in self.lost.items() if k == stream))
+        return int(sum((lost > 0).sum() for (k, _), lost in self.decided.items() if k == stream))
 
     def settle(self, marks: dict[tuple[int, int], dict[str, np.ndarray]], depth: dict[int, int]) -> bool:
         """Check which frames a complete solve's ``marks`` say the outages lost (a request's first, else its
-        acknowledgement's) against those solved so; from the first that differs keep the solve's answer for the
-        requests posted before it completes (``depth``: each stream's window) and none for those its completion
-        posts, whose times the change moves: True then.
-
-        :raises OverflowError: they did not settle in :data:`MAX_SETTLES` solves.
-        """
+        acknowledgement's) against those solved so; where they differ the solve's answer goes to the next solve
+        (:meth:`~sim.engine.planner.settling.Settling.revise`; ``depth``: each stream's window): True then."""
         changed = False
         for (k, size), labelled in marks.items():
             link = self.links.get(k)
@@ -107,18 +98,9 @@ class Losses:
                 continue
             request = link.lost(labelled[f"{WIRE}0.head"], labelled[f"{WIRE}0.tail"], True)
             reply = link.lost(labelled[f"{REPLY}0.head"], labelled[f"{REPLY}0.tail"], False)
-            wanted = np.where(request, 1, np.where(reply, 2, 0)).astype(np.int8)
-            lost = self.lost.get((k, size), np.zeros(len(wanted), np.int8))
-            differ = np.flatnonzero(wanted != lost)
-            if len(differ):
-                c = int(differ[0])
-                wanted[c + depth[k]:] = 0
-                self.lost[k, size], changed = np.concatenate((lost[:c], wanted[c:])), True
-        if changed:
-            self.settles += 1
-            if self.settles > MAX_SETTLES:
-                raise OverflowError(f"the frames a link outage loses did not settle in {MAX_SETTLES} solves")
-        return changed
+            changed = self.revise((k, size), np.where(request, 1, np.where(reply, 2, 0)).astype(np.int8),
+                                  depth[k]) or changed
+        return self.counted(changed)
 
     def confirm(self, marks: dict[tuple[int, int], dict[str, np.ndarray]]) -> str | None:
         """Why a settled solve may not stand: a frame lost but the first of a request's or its acknowledgement's,
@@ -126,7 +108,7 @@ class Losses:
         timer (it would end the wait), or a request the responder takes out of PSN order (one ahead of a lost one
         draws a NAK PSN sequence error)."""
         for (k, size), labelled in marks.items():
-            link, lost = self.links.get(k), self.lost.get((k, size))
+            link, lost = self.links.get(k), self.decided.get((k, size))
             if link is None or lost is None or not lost.any():
                 continue
             arrived = []

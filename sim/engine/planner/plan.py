@@ -448,7 +448,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
                      for found in [path_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline), targets)]
                      for part in (failure.parts(lo, hi, found, size) if failure else
                                   retries.parts((k, size), lo, hi, found, qp.remote.min_rnr_timer_ps)
-                                  if retries and (k, size) in retries.counts else
+                                  if retries and (k, size) in retries.decided else
                                   losses.parts((k, size), lo, hi, found) if lossy else [(lo, hi, found.steps)])]
             if translations is not None:  # (nothing moves or fails then: one part)
                 parts = translations.split(k, end, size, parts[0][2], ops[k, size], work.duration is not None)

@@ -21,11 +21,10 @@ from models.nic.datapath import Path
 from models.nic.retransmit import rnr_retried
 from sim.core.steps import Check
 from sim.engine.planner.errors import NONE
+from sim.engine.planner.settling import Settling
 
 REMOTE = "remote"
 """The label prefix of a request's checks at the responder, one per attempt."""
-MAX_SETTLES = 24
-"""Solves the RNR NAK counts may take to settle before the event engine is asked to simulate the run."""
 
 
 def attempts_labelled(steps: tuple) -> tuple:
@@ -38,46 +37,34 @@ def attempts_labelled(steps: tuple) -> tuple:
     return tuple(out)
 
 
-class Retries:
+class Retries(Settling):
     """The windows in which each stream's responder buffer answers RNR NAKs (``[first access, re-fault done)``, ps)
     and the NAKs each operation gets, by (stream, size)."""
 
+    what = "the RNR NAK counts"
+
     def __init__(self) -> None:
+        super().__init__()
         self.windows: dict[int, list[tuple[int, int]]] = {}
-        self.counts: dict[tuple[int, int], np.ndarray] = {}
-        self.settles = 0
 
     def parts(self, key: tuple[int, int], lo: int, hi: int, found: Path, min_rnr_timer_ps: int):
         """Operations ``lo..hi-1`` of ``key`` (stream, size) of path ``found`` as ``(lo, hi, steps)`` runs of one
         count of RNR NAKs each."""
-        counts = self.counts.get(key)
-        if counts is None or not counts[lo:hi].any():
-            return [(lo, hi, found.steps)]
-        mine = counts[lo:hi]
-        cuts = [lo, *(lo + 1 + np.flatnonzero(mine[1:] != mine[:-1])).tolist(), hi]
-        return [(a, b, rnr_retried(found, int(counts[a]), min_rnr_timer_ps)) for a, b in zip(cuts, cuts[1:])]
-
-    def total(self, stream: int) -> int:
-        """The RNR NAKs of ``stream``'s requests."""
-        return int(sum(counts.sum() for (k, _), counts in self.counts.items() if k == stream))
+        return [(a, b, rnr_retried(found, count, min_rnr_timer_ps)) for a, b, count in self.runs(key, lo, hi)]
 
     def settle(self, marks: dict[tuple[int, int], dict[str, np.ndarray]], depth: dict[int, int]) -> bool:
         """Check each operation's count against a complete solve's ``marks`` (its attempts' times at the responder):
-        every attempt but the last inside a window, the last outside. From the first that differs, the count the
-        solve says (attempts that came out of the window earlier; or, when the last one still came inside, as many
-        more as fit in the rest of the window at the spacing of its last two) is kept for the next solve for the
-        operations posted before that one completes (``depth``: each stream's window), and none for those its
-        completion posts, whose times the change moves: True then.
-
-        :raises OverflowError: the counts did not settle in :data:`MAX_SETTLES` solves.
-        """
+        every attempt but the last inside a window, the last outside. Where one differs, the count the solve says
+        (attempts that came out of the window earlier; or, when the last one still came inside, as many more as
+        fit in the rest of the window at the spacing of its last two) goes to the next solve
+        (:meth:`~sim.engine.planner.settling.Settling.revise`; ``depth``: each stream's window): True then."""
         changed = False
         for (k, size), labelled in marks.items():
             windows = self.windows.get(k)
             if not windows:
                 continue
             first = labelled[f"{REMOTE}0"]
-            counts = self.counts.get((k, size), np.zeros(len(first), np.int64))
+            counts = self.decided.get((k, size), np.zeros(len(first), np.int64))
             times = np.stack([labelled.get(f"{REMOTE}{a}", np.full(len(first), NONE))
                               for a in range(int(counts.max(initial=0)) + 1)])
             inside = np.zeros(times.shape, bool)
@@ -97,13 +84,5 @@ class Retries:
                 wanted[i] = r + 1 + (max(0, -(-(int(end[r, i]) - last) // period) - 1) if period > 0 else 0)
             if more.any():  # the operations still inside go on together (one group): the most any of them needs
                 wanted[more] = wanted[more].max()
-            differ = np.flatnonzero(wanted != counts)
-            if len(differ):
-                c = int(differ[0])
-                wanted[c + depth[k]:] = 0
-                self.counts[k, size], changed = np.concatenate((counts[:c], wanted[c:])), True
-        if changed:
-            self.settles += 1
-            if self.settles > MAX_SETTLES:
-                raise OverflowError(f"the RNR NAK counts did not settle in {MAX_SETTLES} solves")
-        return changed
+            changed = self.revise((k, size), wanted, depth[k]) or changed
+        return self.counted(changed)

@@ -39,6 +39,19 @@ def same_runs(data: dict) -> list:
     return results
 
 
+def auto_runs(data: dict) -> tuple:
+    """The run by default (``engine: auto``), with the one line it said, and on the event engine: every table and
+    counter identical, whichever engine ``auto`` picked."""
+    lines: list[str] = []
+    auto = run_scenario(Scenario.model_validate({**data, "engine": "auto"}), notice=lines.append)
+    event = run_scenario(Scenario.model_validate({**data, "engine": "event"}))
+    for table in ("operations", "summary", "events", "registrations"):
+        pd.testing.assert_frame_equal(getattr(auto, table), getattr(event, table))
+    assert auto.counters == event.counters
+    assert len(lines) == 1 and ("vectorized core ran" in lines[0] or "event engine ran" in lines[0]), lines
+    return auto, lines
+
+
 def falls_back(data: dict, refused: str, said: str) -> None:
     """``engine: fast`` refuses the scenario (its message matching ``refused``); ``auto`` says why in one line
     holding ``said`` and gives the event engine's operations."""

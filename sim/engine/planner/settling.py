@@ -1,0 +1,64 @@
+"""Decisions the model makes per operation from the run's own times (the RNR NAKs a request gets, the frames an
+outage loses), on the vectorized core: a stream is solved with the decisions guessed so far, each is checked
+against the complete solve and, where one differs, solved again with the solve's answer until every one holds.
+
+Only the operations before the first that differs are sure of their times; those posted before that one
+completes keep the solve's answer, and those its completion posts start again from none, since the change moves
+them (:meth:`Settling.revise`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MAX_SETTLES = 24
+"""Solves the decisions may take to settle before the event engine is asked to simulate the run."""
+
+
+class Settling:
+    """Per (stream, size), one decision per operation (0: none), and how many solves they took."""
+
+    what = "the decisions"
+    """What the decisions are, for the message when they do not settle."""
+
+    def __init__(self) -> None:
+        self.decided: dict[tuple[int, int], np.ndarray] = {}
+        self.settles = 0
+
+    def runs(self, key: tuple[int, int], lo: int, hi: int) -> list[tuple[int, int, int]]:
+        """Operations ``lo..hi-1`` of ``key`` as ``(lo, hi, decision)`` runs of one decision each."""
+        decided = self.decided.get(key)
+        if decided is None or not decided[lo:hi].any():
+            return [(lo, hi, 0)]
+        mine = decided[lo:hi]
+        cuts = [lo, *(lo + 1 + np.flatnonzero(mine[1:] != mine[:-1])).tolist(), hi]
+        return [(a, b, int(decided[a])) for a, b in zip(cuts, cuts[1:])]
+
+    def total(self, stream: int) -> int:
+        """The sum of ``stream``'s decisions."""
+        return int(sum(decided.sum() for (k, _), decided in self.decided.items() if k == stream))
+
+    def revise(self, key: tuple[int, int], wanted: np.ndarray, depth: int) -> bool:
+        """Keep for the next solve of ``key`` what a complete solve says (``wanted``) from the first operation
+        whose decision differs, for those posted before it completes (``depth``: the stream's window), none for
+        those its completion posts; False when every decision holds."""
+        old = self.decided.get(key, np.zeros(len(wanted), wanted.dtype))
+        differ = np.flatnonzero(wanted != old)
+        if not len(differ):
+            return False
+        c = int(differ[0])
+        wanted = wanted.copy()
+        wanted[c + depth:] = 0
+        self.decided[key] = np.concatenate((old[:c], wanted[c:]))
+        return True
+
+    def counted(self, changed: bool) -> bool:
+        """``changed``, one more solve counted when it is.
+
+        :raises OverflowError: the decisions did not settle in :data:`MAX_SETTLES` solves.
+        """
+        if changed:
+            self.settles += 1
+            if self.settles > MAX_SETTLES:
+                raise OverflowError(f"{self.what} did not settle in {MAX_SETTLES} solves")
+        return changed
