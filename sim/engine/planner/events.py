@@ -439,9 +439,6 @@ class Watch:
                 return (f"the responses of READ workload '{streams[k].work.name or streams[k].work.kind}' at "
                         f"{format_size(size)} landed out of order where its steps change (its buffer moved or a "
                         "translation cache missed for one of them), which max_rd_atomic's slots see")
-        reason = self.losses.confirm(solved.marks) if solved.complete else None
-        if reason:
-            return reason
         for key, failure in self.failures.items() if solved.complete else ():
             verdict = failure.settled(solved.marks[key])
             if isinstance(verdict, str):

@@ -181,6 +181,9 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
                 continue  # a request got another count of RNR NAKs: solved again with that
             if not changed and watch.losses.settle(solved.marks, depth):
                 continue  # a link outage lost other requests: solved again with that
+            reason = None if changed else watch.losses.confirm(solved.marks)
+            if reason:
+                break
             if not changed and translations is not None and translations.settle(
                     solved.marks, {k: _local_check(end.work) for k, end in enumerate(ends)}):
                 continue  # another operation reached a translation first: solved again with that
