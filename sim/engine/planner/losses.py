@@ -120,16 +120,16 @@ class Losses(Settling):
                     return "a link outage loses a frame sent again, which the vectorized core does not follow"
                 if label.startswith(REPLY):
                     arrived.append(np.where((head >= 0) & ~((lost == 2) & (label == f"{REPLY}0")), tail, -1))
+            if _out_of_sequence(labelled[f"{WIRE}0"], labelled[f"{REMOTE}0"], lost == 1):
+                return ("after a link outage a request reaches the responder while the one it misses is still lost "
+                        "(a NAK PSN sequence error wakes the requests waiting for their timers), which the vectorized "
+                        "core does not follow")
             sent = labelled[f"{REPLY}0.tail"] - link.latency
             for i in np.flatnonzero(lost == 2):
                 later = np.concatenate([a[i + 1:] for a in arrived])
                 if ((later >= sent[i]) & (later < sent[i] + link.timeout)).any():
                     return ("an acknowledgement reaches the requester while an earlier request whose own a link "
                             "outage lost waits for its timer, which the vectorized core does not follow")
-            if _out_of_sequence(labelled[f"{WIRE}0"], labelled[f"{REMOTE}0"], lost == 1):
-                return ("after a link outage a request reaches the responder while the one it misses is still lost "
-                        "(a NAK PSN sequence error wakes the requests waiting for their timers), which the vectorized "
-                        "core does not follow")
         return None
 
 
