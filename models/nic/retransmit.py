@@ -64,6 +64,34 @@ def timed_out(found: Path, frame: str, latency_ps: int, timeout_ps: int) -> tupl
             Rebase(False, renumber=0), *again)
 
 
+def woken(found: Path, frame: str, latency_ps: int, at_ps: int) -> tuple[Step, ...]:
+    """The steps of a work request of path ``found`` whose request (``frame`` :data:`REQUEST_WIRE`) or
+    acknowledgement (:data:`REPLY_WIRE`) a link outage lost, and which a NAK PSN sequence error wakes at ``at_ps``
+    before its timer fires (:meth:`Retransmission._wake`): as :func:`timed_out` up to the ACK timer's check, held
+    there until then, and then as ``_ack_timer`` goes on: the request again, or completed (the NAK acknowledges a
+    request before the one it asks for: its acknowledgement's loss costs nothing more, the path's ``failure``)."""
+    steps = found.steps
+    k = next(k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == frame)
+    rest = found.failure if frame == REPLY_WIRE else _passed(resent(found, ()), steps[:k])
+    return (*steps[:k + 1], Rebase(True, -latency_ps, renumber=0),
+            Check(ACK_TIMER, holds=((0, at_ps),), restarts=True), Rebase(False, renumber=0), *rest)
+
+
+def out_of_sequence(found: Path, nak: bool, at_ps: int = 0) -> tuple[Step, ...]:
+    """The steps of a work request of path ``found`` that reaches the responder while an earlier one a link outage
+    lost is missing (:meth:`Retransmission._out_of_sequence`): the first (``nak``) carries a NAK PSN sequence error
+    back (the path's reply up to its CQE write, then the :data:`SEQUENCE_NAK` check) and goes again from there
+    (:meth:`Retransmission._sequence_nak`); the others wait for their timers from their arrival until the NAK or
+    the missing request's arrival wakes them at ``at_ps``, then go again. Each program is numbered from its own
+    start; :func:`_passed`."""
+    steps = found.steps
+    k = next(k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == "responder")
+    wait = (*found.reply[:-1], Check(SEQUENCE_NAK, 0)) if nak else (
+        Check(ACK_TIMER, holds=((0, at_ps),), restarts=True),)
+    return (*steps[:k + 1], Rebase(True, renumber=0), *wait, Rebase(False, renumber=0),
+            *_passed(resent(found, ()), steps[:k]))
+
+
 def _passed(steps: tuple[Step, ...], before: tuple[Step, ...]) -> tuple[Step, ...]:
     """``steps`` of a request going again, whose claims in the turns the operation claimed in ``before`` are plain
     claims: its ticket there has passed (the interpreter finds the turn gone from the operation's)."""

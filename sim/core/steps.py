@@ -90,6 +90,9 @@ class Check:
     edges: bool = False
     """The vectorized core also reports each operation's head and tail here, under ``label`` with ``.head`` and
     ``.tail`` added (where a frame's first and last bit reached the far port)."""
+    restarts: bool = False
+    """The operation goes on from the check's time, head and tail both, after ``holds`` (a check made at once is
+    held too then): what the model puts in place of the rest when a wait there ends starts then."""
 
 
 @dataclass(frozen=True)

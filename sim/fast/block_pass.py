@@ -291,14 +291,15 @@ class Pass:
             return head, tail, head
         if isinstance(step, Mark):
             return state
-        if isinstance(step, Check) and step.back_ps is None:  # made at once, at the time of the last wait
+        if isinstance(step, Check) and step.back_ps is None and not step.restarts:  # made at once, at the last wait
             if step.label is not None:
                 self.out.marks[step.label] = wake
                 if step.edges:
                     self.out.marks[step.label + ".head"], self.out.marks[step.label + ".tail"] = head, tail
             return state
         if isinstance(step, Check):
-            wake = np.maximum(_plus(head, -step.back_ps), wake)
+            if step.back_ps is not None:
+                wake = np.maximum(_plus(head, -step.back_ps), wake)
             if step.label is not None:
                 self.out.marks[step.label] = wake
             for begin, end in () if self.idle else step.holds:  # idle times stay lower bounds: no holds
@@ -307,7 +308,7 @@ class Pass:
                     wake = np.where(held, end, wake)
                     head = np.where(held, np.maximum(head, end), head)
                     tail = np.where(held, np.maximum(tail, end), tail)
-            return head, tail, wake
+            return (wake, wake, wake) if step.restarts else (head, tail, wake)
         t = wake + self.slice.draws[step.draws]  # Wait
         return t, t, t
 

@@ -1,15 +1,19 @@
-"""Requests a link outage loses, on the vectorized core: each is sent again when its requester's ACK timer fires.
+"""Frames a link outage loses under a WRITE stream, on the vectorized core, and what the requester's transport does
+about them (:mod:`models.nic.retransmit`).
 
 A link flap that loses frames (``frames: lost``) drops every frame on the link meanwhile
-(:meth:`models.nic.retransmit.Retransmission._request_wire`); the outages are known before the run
-(:attr:`models.nic.nic.Nic.outages`). Which requests meet one depends on when they reach the wire: the requests
-lost, or whose acknowledgement was, are settled against the solve (:meth:`Losses.settle`, from the head and tail
-each frame reached the far port with: the checks on the wire are labelled ``wire0``, ``reply0``..., with
-``edges``), and such a request takes the steps of :func:`models.nic.retransmit.timed_out`: it waits for its ACK
-timer from when the frame left and goes again. The core follows that only where nothing else wakes the waiting
-requests (:meth:`Losses.confirm`): no frame sent again is lost, no acknowledgement arrives while an earlier request
-whose own was lost waits, and no request reaches the responder while another is missing (which would draw a NAK PSN
-sequence error); otherwise the event engine simulates the run.
+(:meth:`~models.nic.retransmit.Retransmission._request_wire`); the outages are known before the run
+(:attr:`models.nic.nic.Nic.outages`). The checks on the wire are labelled ``wire0``, ``reply0``... with ``edges``
+(the head and tail each frame reached the far port with), so each solve says which requests and acknowledgements
+an outage lost (:func:`~models.nic.retransmit.frame_lost`), and the responder's state replayed over it
+(:func:`_responder`) says which requests arrived out of sequence: the first carries a NAK PSN sequence error back
+(its ``nak`` check), which wakes the requests waiting for their timers, and those arriving behind it later wait
+until the missing request arrives sent again. Each request takes the steps of its case
+(:func:`~models.nic.retransmit.timed_out`, :func:`~models.nic.retransmit.woken`,
+:func:`~models.nic.retransmit.out_of_sequence`), settled against the solve
+(:mod:`sim.engine.planner.settling`). The core follows one gap's NAK at a time; a frame lost again, an
+acknowledgement that wakes a waiting request, or a request sent again that arrives while another is missing sends
+the run to the event engine (:meth:`Losses.confirm`).
 """
 
 from __future__ import annotations
@@ -18,8 +22,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from models.nic.datapath import ACK_TIMER, REPLY_WIRE, REQUEST_WIRE, Path
-from models.nic.retransmit import frame_lost, timed_out
+from models.nic.datapath import ACK_TIMER, REPLY_WIRE, REQUEST_WIRE, SEQUENCE_NAK, Path
+from models.nic.retransmit import frame_lost, out_of_sequence, timed_out, woken
 from models.nic.transport import QP_RC
 from sim.core.steps import Check
 from sim.engine.planner.retries import REMOTE
@@ -46,6 +50,8 @@ def wires_labelled(steps: tuple) -> tuple:
             kind = WIRE if step.name == REQUEST_WIRE else REPLY
             step = replace(step, label=f"{kind}{count[kind]}", edges=True, decides=None)
             count[kind] += 1
+        elif isinstance(step, Check) and step.name == SEQUENCE_NAK:
+            step = replace(step, label="nak")
         out.append(step)
     return tuple(out)
 
@@ -66,90 +72,131 @@ class _Link:
         return np.asarray(frame_lost(sender, receiver, self.latency, head, tail)) & (head >= 0)
 
 
+REQUEST_LOST, REPLY_LOST, NAK_SENT, BEHIND = 1, 2, 3, 4
+"""What each request's decision (``code | wake << 3``: :class:`Losses`) says happened to it: its request lost, its
+acknowledgement lost, it arrived out of sequence and carried the NAK PSN sequence error back, or it arrived out of
+sequence behind that."""
+
+
 class Losses(Settling):
-    """The frames link outages lose, by (stream, size), for the streams whose losses the core follows: per
-    operation 1 (its request lost), 2 (its acknowledgement lost) or 0 (:data:`_FRAMES`)."""
+    """The frames link outages lose and the requests that arrive out of sequence behind them, by (stream, size),
+    for the streams the core follows: per operation a code (:data:`REQUEST_LOST`...) and the time a NAK or the
+    missing request's arrival wakes it (``code | wake << 3``; wake 0: its own timer fires)."""
 
     what = "the frames a link outage loses"
 
     def __init__(self, ends) -> None:
         super().__init__()
         self.links = {k: _Link(end) for k, end in enumerate(ends) if followed(end)}
+        self.broken: str | None = None
+        """Why the last settled solve's decisions do not follow the responder's state (None: they do)."""
 
     def parts(self, key: tuple[int, int], lo: int, hi: int, found: Path):
-        """Operations ``lo..hi-1`` of ``key`` of path ``found`` as ``(lo, hi, steps)`` runs, a lost frame's
-        request's steps :func:`~models.nic.retransmit.timed_out`."""
+        """Operations ``lo..hi-1`` of ``key`` of path ``found`` as ``(lo, hi, steps)`` runs of one decision."""
         link = self.links[key[0]]
-        return [(a, b, timed_out(found, _FRAMES[lost], link.latency, link.timeout) if lost else found.steps)
-                for a, b, lost in self.runs(key, lo, hi)]
+
+        def steps(decision: int) -> tuple:
+            code, wake = decision & 7, decision >> 3
+            if code in (REQUEST_LOST, REPLY_LOST):
+                frame = REQUEST_WIRE if code == REQUEST_LOST else REPLY_WIRE
+                return woken(found, frame, link.latency, wake) if wake else timed_out(found, frame, link.latency,
+                                                                                      link.timeout)
+            return out_of_sequence(found, code == NAK_SENT, wake) if code else found.steps
+
+        return [(a, b, steps(decision)) for a, b, decision in self.runs(key, lo, hi)]
 
     def total(self, stream: int) -> int:
         """The frames ``stream`` lost."""
-        return int(sum((lost > 0).sum() for (k, _), lost in self.decided.items() if k == stream))
+        return int(sum(np.isin(decided & 7, (REQUEST_LOST, REPLY_LOST)).sum()
+                       for (k, _), decided in self.decided.items() if k == stream))
 
     def settle(self, marks: dict[tuple[int, int], dict[str, np.ndarray]], depth: dict[int, int]) -> bool:
-        """Check which frames a complete solve's ``marks`` say the outages lost (a request's first, else its
-        acknowledgement's) against those solved so; where they differ the solve's answer goes to the next solve
+        """Decide from a complete solve's ``marks`` which frames the outages lost (a request's first, else its
+        acknowledgement's), which requests arrive out of sequence (:func:`_responder`) and when each is woken;
+        where that differs from what the solve was made with, the solve's answer goes to the next solve
         (:meth:`~sim.engine.planner.settling.Settling.revise`; ``depth``: each stream's window): True then."""
-        changed = False
+        changed, self.broken = False, None
         for (k, size), labelled in marks.items():
             link = self.links.get(k)
             if link is None or f"{WIRE}0.head" not in labelled:
                 continue
             request = link.lost(labelled[f"{WIRE}0.head"], labelled[f"{WIRE}0.tail"], True)
-            reply = link.lost(labelled[f"{REPLY}0.head"], labelled[f"{REPLY}0.tail"], False)
-            changed = self.revise((k, size), np.where(request, 1, np.where(reply, 2, 0)).astype(np.int8),
-                                  depth[k]) or changed
+            reply = link.lost(labelled[f"{REPLY}0.head"], labelled[f"{REPLY}0.tail"], False) & ~request
+            old = self.decided.get((k, size), np.zeros(len(request), np.int64))
+            wanted, broken = _responder(labelled, request, reply, old)
+            self.broken = self.broken or broken
+            changed = self.revise((k, size), wanted, depth[k]) or changed
         return self.counted(changed)
 
     def confirm(self, marks: dict[tuple[int, int], dict[str, np.ndarray]]) -> str | None:
-        """Why a settled solve may not stand: a frame lost but the first of a request's or its acknowledgement's,
-        an acknowledgement that reaches the requester while an earlier request whose own was lost waits for its
-        timer (it would end the wait), or a request the responder takes out of PSN order (one ahead of a lost one
-        draws a NAK PSN sequence error)."""
+        """Why a settled solve may not stand: its decisions do not follow the responder (:attr:`broken`), a frame
+        is lost but the first of a request's or its acknowledgement's, or an acknowledgement reaches the requester
+        while an earlier request whose own was lost waits (it would end the wait)."""
+        if self.broken:
+            return self.broken
         for (k, size), labelled in marks.items():
-            link, lost = self.links.get(k), self.decided.get((k, size))
-            if link is None or lost is None or not lost.any():
+            link, decided = self.links.get(k), self.decided.get((k, size))
+            if link is None or decided is None or not decided.any():
                 continue
-            arrived = []
+            code, arrived = decided & 7, []
             for label in [label[:-5] for label in labelled if label.endswith(".head")]:
                 head, tail = labelled[label + ".head"], labelled[label + ".tail"]
                 missed = link.lost(head, tail, label.startswith(WIRE))
-                missed &= ~((lost == 1) & (label == f"{WIRE}0")) & ~((lost == 2) & (label == f"{REPLY}0"))
+                missed &= ~((code == REQUEST_LOST) & (label == f"{WIRE}0"))
+                missed &= ~((code == REPLY_LOST) & (label == f"{REPLY}0"))
                 if missed.any():
                     return "a link outage loses a frame sent again, which the vectorized core does not follow"
                 if label.startswith(REPLY):
-                    arrived.append(np.where((head >= 0) & ~((lost == 2) & (label == f"{REPLY}0")), tail, -1))
-            if _out_of_sequence(labelled[f"{WIRE}0"], labelled[f"{REMOTE}0"], lost == 1):
-                return ("after a link outage a request reaches the responder while the one it misses is still lost "
-                        "(a NAK PSN sequence error wakes the requests waiting for their timers), which the vectorized "
-                        "core does not follow")
+                    own = (label == f"{REPLY}0") & np.isin(code, (REPLY_LOST, NAK_SENT))  # lost, or the NAK itself
+                    arrived.append(np.where((head >= 0) & ~own, tail, -1))
             sent = labelled[f"{REPLY}0.tail"] - link.latency
-            for i in np.flatnonzero(lost == 2):
+            for i in np.flatnonzero(code == REPLY_LOST):
+                until = int(decided[i] >> 3) or int(sent[i]) + link.timeout
                 later = np.concatenate([a[i + 1:] for a in arrived])
-                if ((later >= sent[i]) & (later < sent[i] + link.timeout)).any():
+                if ((later >= sent[i]) & (later < until)).any():
                     return ("an acknowledgement reaches the requester while an earlier request whose own a link "
                             "outage lost waits for its timer, which the vectorized core does not follow")
         return None
 
 
-def _out_of_sequence(lost_at: np.ndarray, arrived: np.ndarray, lost: np.ndarray) -> bool:
-    """Whether a request reaches the responder (``arrived``: each request's accepted arrival) while another is
-    missing, or at the very time one goes missing or comes: a request whose frame is lost (``lost``, at
-    ``lost_at``) goes missing when none is, and stops when it arrives sent again
-    (:meth:`~models.nic.retransmit.Retransmission._request_wire`; the responder's check of ``missing``)."""
-    losses = sorted((int(lost_at[i]), int(i)) for i in np.flatnonzero(lost))
+def _responder(labelled: dict[str, np.ndarray], request: np.ndarray, reply: np.ndarray, old: np.ndarray):
+    """The decisions a solve's ``labelled`` times give (``request``, ``reply``: whose first request or
+    acknowledgement an outage lost; ``old``: the decisions it was solved with), replaying the responder's state
+    (:meth:`~models.nic.work_request.WorkRequestRun._responder`): a request whose frame is lost goes missing when
+    none is and stops when it arrives sent again; one arriving meanwhile is out of sequence, the first carrying the
+    NAK PSN sequence error back (its ``nak`` check: when it wakes the requests waiting for their timers), the later
+    ones waiting behind until then, or until the missing one arrives. Returns the decisions and why they do not
+    follow the responder where they do not (None)."""
+    arrived, lost_at = labelled[f"{REMOTE}0"], labelled[f"{WIRE}0"]
+    code = np.where(request, REQUEST_LOST, np.where(reply, REPLY_LOST, 0)).astype(np.int64)
+    wake = np.zeros(len(code), np.int64)
+    losses = sorted((int(lost_at[i]), int(i)) for i in np.flatnonzero(request))
+    nak = gap = None
     k = 0
     while k < len(losses):
         start, missing = losses[k]
         end = int(arrived[missing])
-        others = np.delete(arrived, missing)
-        if ((others >= start) & (others <= end)).any():
-            return True
-        k = next((j for j in range(k, len(losses)) if losses[j][0] >= end), len(losses))
-        if k < len(losses) and losses[k][0] == end:
-            return True
-    return False
+        inside = np.flatnonzero((arrived >= start) & (arrived <= end))
+        inside = inside[inside != missing]
+        if len(inside):
+            inside = inside[np.argsort(arrived[inside], kind="stable")]
+            ties = np.isin(arrived[inside], (start, end)).any() or (np.diff(arrived[inside]) == 0).any()
+            if nak is not None or ties or (code[inside] == REQUEST_LOST).any():
+                return code, ("after a link outage the responder's missing requests and NAKs come in an order the "
+                              "vectorized core does not follow")
+            first = int(inside[0])
+            code[first], code[inside[1:]] = NAK_SENT, BEHIND
+            mark = labelled.get("nak")
+            nak = (int(mark[first]) if mark is not None and old[first] & 7 == NAK_SENT else end, missing)
+            gap = end
+            wake[inside[1:]] = np.where(arrived[inside[1:]] < nak[0], nak[0], gap)
+        k = next((j for j in range(k, len(losses)) if losses[j][0] > end), len(losses))
+    if nak is not None:
+        at, missing = nak
+        waiting = (code == REQUEST_LOST) & (lost_at < at)
+        waiting |= (code == REPLY_LOST) & (labelled[f"{REPLY}0"] < at) & (np.arange(len(code)) < missing)
+        wake[waiting] = at
+    return code | (wake << 3), None
 
 
 _FRAMES = {1: REQUEST_WIRE, 2: REPLY_WIRE}

@@ -1,8 +1,9 @@
 """Frames a link outage loses under a WRITE stream, on the vectorized core against the event engine: a request the
 outage meets is lost (``_request_wire``) and sent again when its requester's ACK timer fires, one whose
-acknowledgement is lost is sent again then too and acknowledged as a duplicate, not executed again. Every table and
-counter identical; where a request reaches the responder while an earlier one is still missing (a NAK PSN sequence
-error then wakes the waiting requests) the event engine runs it, saying why."""
+acknowledgement is lost is sent again then too and acknowledged as a duplicate, not executed again; the first
+request to reach the responder while a lost one is missing carries a NAK PSN sequence error back, which wakes the
+requests waiting (the lost ones go again, an earlier one whose acknowledgement was lost completes), and those that
+arrive behind it after the NAK wait until the missing one arrives. Every table and counter identical."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from models.nic.retransmit import timed_out
 from models.nic.wqe import Opcode
 from sim.core.steps import Check, Claim, Rebase
 from sim.engine.harness import setup_run
-from sim.engine.planner.losses import _out_of_sequence
+from sim.engine.planner.losses import BEHIND, NAK_SENT, REPLY_LOST, REQUEST_LOST, _responder
 from sim.engine.planner.streams import streams
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
@@ -55,20 +56,21 @@ def test_requests_an_outage_loses_are_sent_again_by_their_timers_exactly_as_the_
     assert latency.max() > 2 ** timeout * 4096 * 1000  # a timer fired: 4.096 us x 2^timeout
 
 
-def test_a_request_ahead_of_a_lost_one_stays_on_the_event_engine():
+def test_a_request_ahead_of_a_lost_one_draws_the_nak_exactly_as_the_event_engine():
     """A shorter outage than the requests in flight take to send: the first after it reaches the responder while
-    the lost ones are missing, whose NAK PSN sequence error wakes the requests waiting: auto says so and runs the
-    event engine."""
+    the lost ones are missing and carries a NAK PSN sequence error back, which wakes the requests waiting for their
+    timers; those arriving behind it after the NAK wait until the missing one arrives sent again."""
     auto, lines = auto_runs(flapped(["1MiB"], 64, 1067, "186us", "121us", "a", 14))
-    assert auto.engine == "event" and "while the one it misses is still lost" in lines[0], lines
+    assert auto.engine == "fast" and auto.counters["frames_lost"] > 0, lines
+    assert auto.operations["latency_ps"].max() < 2 ** 14 * 4096 * 1000  # no timer fired: the NAK woke them
 
 
-@pytest.mark.parametrize("variant, engine", [("nak", "event"), ("long14", "fast"), ("long8", "fast"),
-                                             ("held", "fast")])
-def test_the_shipped_link_flaps(variant, engine):
-    """``link_flap_retries.yaml``: the long outages (every request in flight lost, each sent again by its timer)
-    and the held one run on the core, the short one whose NAK goes back on the event engine; every table and
+@pytest.mark.parametrize("variant", ["nak", "long14", "long8", "held"])
+def test_the_shipped_link_flaps(variant):
+    """``link_flap_retries.yaml``: the short outage whose NAK PSN sequence error wakes the requests, the long ones
+    (every request in flight lost, each sent again by its timer) and the held one run on the core; every table and
     counter identical."""
+    engine = "fast"
     scenario = dict(load_scenario_variants(ROOT / "scenarios" / "link_flap_retries.yaml")[2])[variant]
     lines: list[str] = []
     auto = run_scenario(scenario.model_copy(update={"engine": "auto"}), variant=variant, notice=lines.append)
@@ -117,13 +119,20 @@ def test_a_lost_frames_request_waits_for_its_timer_then_goes_again():
                                        else found.after["responder"])
 
 
-def test_out_of_sequence_follows_the_responder_missing_request():
-    """A lost request goes missing when none is and stops when it arrives sent again; another request reaching
-    the responder meanwhile is out of sequence, one lost while another was missing included (it never goes missing
-    itself, and the ones after it may arrive before it once the gap closed)."""
-    lost_at = np.array([-1, 10, 12, -1])
-    lost = lost_at >= 0
-    assert not _out_of_sequence(lost_at, np.array([5, 100, 101, 102]), lost)  # taken in order after the gap
-    assert _out_of_sequence(lost_at, np.array([5, 100, 101, 50]), lost)  # op 3 arrives while op 1 is missing
-    assert _out_of_sequence(lost_at, np.array([5, 100, 99, 102]), lost)  # op 2, sent again, before op 1
-    assert _out_of_sequence(lost_at, np.array([5, 100, 101, 100]), lost)  # at the very time the gap closes
+def test_the_responder_state_decides_who_sends_the_nak_and_who_waits_behind():
+    """Replayed from a solve's times as ``_responder`` runs them: request 1 is lost at 10 and goes missing
+    (request 2, lost at 12 while it is, never does); request 3 arrives at 20 while 1 is missing and carries the NAK
+    back (its ``nak`` check at 40 wakes those waiting: the lost ones, and request 4 that arrived behind at 30);
+    request 5 arrives behind at 50, after the NAK, and waits until request 1 arrives sent again at 100; request 0's
+    acknowledgement was lost, and the NAK, which asks for a later PSN, completes it."""
+    labelled = {"remote0": np.array([5, 100, 101, 20, 30, 50, 120]), "wire0": np.array([1, 10, 12, 15, 25, 45, 110]),
+                "reply0": np.array([8, -1, -1, -1, -1, -1, -1]), "nak": np.array([-1, -1, -1, 40, -1, -1, -1])}
+    request = np.array([False, True, True, False, False, False, False])
+    reply = np.array([True, False, False, False, False, False, False])
+    old = np.array([0, 0, 0, NAK_SENT, 0, 0, 0])
+    decided, broken = _responder(labelled, request, reply, old)
+    assert broken is None
+    assert (decided & 7).tolist() == [REPLY_LOST, REQUEST_LOST, REQUEST_LOST, NAK_SENT, BEHIND, BEHIND, 0]
+    assert (decided >> 3).tolist() == [40, 40, 40, 0, 40, 100, 0]
+    labelled["remote0"][2] = 90  # request 2, sent again, arrives while request 1 is still missing
+    assert _responder(labelled, request, reply, old)[1] is not None
