@@ -28,7 +28,8 @@ them. The domain is decided once, before solving (:func:`decide`): a check where
 from the run's history (translation caches, data mode's bytes, frames a link outage loses, a responder's page
 faults; :attr:`sim.core.steps.Check.decides`) makes the solver refuse the steps (:class:`sim.fast.Unsolvable`),
 and so does a work request that would fail (:func:`refused_work`: the event engine completes it in error); a stream's
-own ODP page faults are followed (:mod:`sim.engine.planner.faults`). What
+own ODP page faults are followed (:mod:`sim.engine.planner.faults`), and so are the frames a link outage loses
+under a WRITE stream (:mod:`sim.engine.planner.losses`, which takes those checks' decisions over). What
 :func:`~sim.engine.planner.domain.outside_domain` lists is not in the steps: tracing, and posting rules a fixed
 window does not follow; ``engine: auto`` also avoids BlueFlame-off NICs (each work request waits on the previous
 one's payload: exact but solved a round at a time) and a ``send_bw`` over several QPs (exact but slower than the
