@@ -28,13 +28,13 @@ from tests.sim.fast.test_differential import auto_runs
 
 
 def flapped(sizes: list[str], depth: int, iterations: int, at: str, duration: str, node: str = "b",
-            timeout: int = 8) -> dict:
-    """``scenarios/link_flap_retries.yaml``'s testbed: a WRITE stream between two ConnectX-7s whose link at
-    ``node`` loses every frame for ``duration`` from ``at``; the QPs' ``timeout`` sets the ACK timer."""
+            timeout: int = 8, qps: int = 1) -> dict:
+    """``scenarios/link_flap_retries.yaml``'s testbed: a WRITE stream (on ``qps`` QPs) between two ConnectX-7s whose
+    link at ``node`` loses every frame for ``duration`` from ``at``; the QPs' ``timeout`` sets the ACK timer."""
     nodes = [{"name": "a", "nic": {"preset": "connectx7"}}, {"name": "b", "nic": {"preset": "connectx7"}}]
     buffers = [{"name": "src", "on": "a.host", "size": "64MiB"}, {"name": "dst", "on": "b.host", "size": "64MiB"}]
     work = [{"kind": "write_bw", "from": "src", "to": "dst", "sizes": sizes, "iterations": iterations,
-             "tx_depth": depth, "qp_timeout": timeout}]
+             "tx_depth": depth, "qp_timeout": timeout, "qps": qps}]
     events = [{"at": at, "kind": "link-flap", "node": node, "duration": duration, "frames": "lost"}]
     return scenario_dict(nodes=nodes, buffers=buffers, workload=work, events=events,
                          fabric={"rate": "400Gb/s", "latency": "300ns"})
@@ -84,12 +84,12 @@ def test_the_shipped_link_flaps(variant):
 @settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sizes=st.sampled_from([["4KiB"], ["64KiB"], ["1MiB"], ["4KiB", "64KiB"]]), depth=st.sampled_from([1, 4, 16, 64]),
        iterations=st.integers(100, 1200), at_us=st.integers(1, 600), duration_us=st.integers(1, 400),
-       node=st.sampled_from(["a", "b"]), timeout=st.sampled_from([8, 10, 14]))
+       node=st.sampled_from(["a", "b"]), timeout=st.sampled_from([8, 10, 14]), qps=st.sampled_from([1, 1, 2]))
 def test_any_outage_under_a_write_stream_equals_the_event_engine(sizes, depth, iterations, at_us, duration_us, node,
-                                                                 timeout):
-    """An outage at a random time and of a random length on either end: whichever engine ``auto`` picks, every
-    table and counter is the event engine's."""
-    auto_runs(flapped(sizes, depth, iterations, f"{at_us}us", f"{duration_us}us", node, timeout))
+                                                                 timeout, qps):
+    """An outage at a random time and of a random length on either end, under one QP's stream or two: whichever
+    engine ``auto`` picks, every table and counter is the event engine's."""
+    auto_runs(flapped(sizes, depth, iterations, f"{at_us}us", f"{duration_us}us", node, timeout, qps))
 
 
 def test_a_lost_frames_request_waits_for_its_timer_then_goes_again():
