@@ -1,8 +1,9 @@
 """Hypothesis profiles: how many examples each property test draws.
 
 ``ci`` is loaded by default and is what the README's test command runs: each property draws the number of
-examples its test names (``examples(n)`` gives ``n``). ``thorough`` draws ten times as many, for a change to the
-vectorized core or to a protocol model before it lands (docs/contributing.md):
+examples its test names (``examples(n)`` gives ``n``), the same ones every run (derandomized: a build passes or
+fails on the tree alone). ``thorough`` draws ten times as many, new ones each run, for a change to the vectorized
+core or to a protocol model before it lands (docs/contributing.md):
 
     python -m pytest -q -p no:cacheprovider -n auto -m hypothesis --hypothesis-profile=thorough tests
 """
@@ -26,7 +27,7 @@ def register_profiles() -> None:
     if _registered:
         return
     _registered = True
-    settings.register_profile("ci", max_examples=CI_EXAMPLES, deadline=None)
+    settings.register_profile("ci", max_examples=CI_EXAMPLES, deadline=None, derandomize=True)
     settings.register_profile("thorough", max_examples=THOROUGH * CI_EXAMPLES, deadline=None)
     settings.load_profile("ci")
 

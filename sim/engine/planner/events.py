@@ -319,7 +319,7 @@ class Watch:
                 ready = answer.ready_ps
             elif moved:
                 return f"buffer '{name}': the access at {format_time(at)} after its move {_not_refaulted(answer)}"
-        if not moved and not failed:
+        if not moved and not failed and first is not None:  # (none reaches it after the change: the run never sees it)
             return f"scenario events changed {describe(changed)} at {format_duration(env.now)}"
         if moved:
             target = memory_target(self.bed.registrations[name].mr, after)

@@ -129,9 +129,10 @@ class Losses(Settling):
         return self.counted(changed)
 
     def confirm(self, marks: dict[tuple[int, int], dict[str, np.ndarray]]) -> str | None:
-        """Why a settled solve may not stand: its decisions do not follow the responder (:attr:`broken`), a frame
-        is lost but the first of a request's or its acknowledgement's, or an acknowledgement reaches the requester
-        while an earlier request whose own was lost waits (it would end the wait)."""
+        """Why a settled solve may not stand: its decisions do not follow the responder (:attr:`broken`), a woken
+        request's ACK timer fires first, a frame is lost but the first of a request's or its acknowledgement's, or an
+        acknowledgement reaches the requester while an earlier request whose own was lost waits (it would end the
+        wait)."""
         if self.broken:
             return self.broken
         for (k, size), labelled in marks.items():
@@ -139,6 +140,13 @@ class Losses(Settling):
             if link is None or decided is None or not decided.any():
                 continue
             code, arrived = decided & 7, []
+            wake = decided >> 3
+            started = np.select([code == REQUEST_LOST, code == REPLY_LOST, code == BEHIND],
+                                [labelled[f"{WIRE}0.tail"] - link.latency, labelled[f"{REPLY}0.tail"] - link.latency,
+                                 labelled[f"{WIRE}0.tail"]], -1)  # (a request behind: no later than its arrival)
+            if ((wake > 0) & (wake >= started + link.timeout)).any():
+                return ("a request's ACK timer fires before the NAK PSN sequence error or the missing request wakes "
+                        "it, which the vectorized core does not follow")
             for label in [label[:-5] for label in labelled if label.endswith(".head")]:
                 head, tail = labelled[label + ".head"], labelled[label + ".tail"]
                 missed = link.lost(head, tail, label.startswith(WIRE))
@@ -189,6 +197,9 @@ def _responder(labelled: dict[str, np.ndarray], request: np.ndarray, reply: np.n
             mark = labelled.get("nak")
             nak = (int(mark[first]) if mark is not None and old[first] & 7 == NAK_SENT else end, missing)
             gap = end
+            if (arrived[inside[1:]] == nak[0]).any():
+                return code, ("a request arrives out of sequence at the very time the NAK PSN sequence error reaches "
+                              "the requester, an order the vectorized core does not follow")
             wake[inside[1:]] = np.where(arrived[inside[1:]] < nak[0], nak[0], gap)
         k = next((j for j in range(k, len(losses)) if losses[j][0] > end), len(losses))
     if nak is not None:

@@ -79,7 +79,7 @@ from sim.engine.tables import RunResult, StreamedSummaries, operation_rows, work
 
 
 MAX_MOVES = 16
-"""Moves of the workloads' source buffers the vectorized core follows in one run (each costs a solve)."""
+"""Solves of one run after its first (each move, page fault or change of the decisions settled costs one)."""
 CRAWL_BLOCKS, CRAWL_OPS = 32, 100
 """``engine: auto`` hands a run to the event engine once this many blocks were cut short (their operations'
 claims overlap the next block's) keeping fewer than this many operations each on average: passes that advance
@@ -198,7 +198,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             if reason:
                 break
         else:
-            reason = f"the workloads' buffers moved or took page faults more than {MAX_MOVES} times"
+            reason = (f"the run was solved again more than {MAX_MOVES} times (buffers that moved, page faults, and "
+                      "the decisions settled against each solve)")
     except Unsolvable as exc:
         return decline(_unsolved(exc, pipes, ends))
     except _Crawling as exc:

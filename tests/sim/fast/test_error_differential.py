@@ -145,6 +145,15 @@ def test_a_revocation_at_any_time_fails_the_stream_exactly_as_the_event_engine(d
     assert fast.engine == "fast"
 
 
+def test_a_revocation_after_the_last_access_changes_nothing_the_run_sees():
+    """VFIO revokes the buffer of a revocable pinned importer after the stream's last access of it, while its last
+    WRITEs complete (drawn by the property above): no work request meets it, the run is solved as it was, and the
+    testbed keeps the revoked buffer."""
+    _, fast = same_runs(revoked("dmabuf-pinned", "111517ns", ["4KiB"], 8, 308))
+    assert fast.engine == "fast" and fast.operations["ok"].all()
+    assert "revoked" in " ".join(fast.events["outcome"].astype(str))
+
+
 def test_errors_the_core_does_not_follow_stay_on_the_event_engine():
     """READ responses landing in a revoked buffer run on the event engine."""
     _refused(Scenario.model_validate(revoked("dmabuf", "1ms", ["1MiB"], 16, 1000, kind="read_bw")),
