@@ -208,10 +208,19 @@ def failing(found: Path, check: str) -> tuple[Step, ...]:
     :raises ValueError: ``check`` is not a check of the path's main chain.
     """
     steps = found.steps
-    k = next((k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == check), None)
-    if k is None:
-        raise ValueError(f"no check '{check}' in the main chain of the path")
+    k = check_index(steps, check)
     return (*steps[:k + 1], Rebase(False, -(steps[k].back_ps or 0), renumber=found.at[check] + 1), *found.failure)
+
+
+def check_index(steps: Sequence[Step], name: str) -> int:
+    """The index in ``steps`` (a main chain) of its first check named ``name``.
+
+    :raises ValueError: there is none.
+    """
+    k = next((k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == name), None)
+    if k is None:
+        raise ValueError(f"no check '{name}' in the main chain of the path")
+    return k
 
 
 def _local_path(qp, key: tuple, steps: tuple[Step, ...], cqe: list[Step]) -> Path:

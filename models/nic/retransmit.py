@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from models.nic.datapath import ACK_TIMER, COMPLETION, REPLY_WIRE, REQUEST_WIRE, SEQUENCE_NAK, Path
+from models.nic.datapath import ACK_TIMER, COMPLETION, REPLY_WIRE, REQUEST_WIRE, SEQUENCE_NAK, Path, check_index
 from models.nic.nic import Nic
 from models.nic.transport import (PSN_MASK, PSN_WINDOW, Outcome, Waiting, acknowledged, after_acknowledgement,
                                   sequence_nak)
@@ -21,7 +21,12 @@ def resent(found: Path, before: tuple[Step, ...]) -> tuple[Step, ...]:
     """A request's own program when it goes again (after an RNR NAK, a lost frame or a NAK PSN sequence error):
     ``before`` (the NAK's way back and the wait), then its path from the send engine on again (go-back-N: its
     payload read again), the responder's check of it, and the steps after that check."""
-    return (*before, *found.forward, Check("responder", 0), *found.after["responder"])
+    return (*_to_responder(found, before), *found.after["responder"])
+
+
+def _to_responder(found: Path, before: tuple[Step, ...]) -> tuple[Step, ...]:
+    """:func:`resent` as far as the responder's check."""
+    return (*before, *found.forward, Check("responder", 0))
 
 
 def rnr_wait(found: Path, min_rnr_timer_ps: int) -> tuple[Step, ...]:
@@ -38,9 +43,8 @@ def rnr_retried(found: Path, retries: int, min_rnr_timer_ps: int) -> tuple[Step,
     if not retries:
         return found.steps
     steps = found.steps
-    k = next(k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == "responder")
-    again = _passed(resent(found, rnr_wait(found, min_rnr_timer_ps)), steps[:k])
-    retry = (Rebase(True, renumber=0), *again[:len(again) - len(found.after["responder"])])
+    k = check_index(steps, "responder")
+    retry = (Rebase(True, renumber=0), *_passed(_to_responder(found, rnr_wait(found, min_rnr_timer_ps)), steps[:k]))
     return (*steps[:k + 1], *retry * retries, *found.after["responder"])
 
 
@@ -55,11 +59,9 @@ def timed_out(found: Path, frame: str, latency_ps: int, timeout_ps: int) -> tupl
     executed (:meth:`WorkRequestRun._responder <models.nic.work_request.WorkRequestRun._responder>`: the path's
     ``rejected``, from the check's tail)."""
     steps = found.steps
-    k = next(k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == frame)
-    again = _passed(resent(found, ()), steps[:k])
-    if frame == REPLY_WIRE:
-        again = (*again[:len(again) - len(found.after["responder"])], Rebase(True, renumber=0), *found.reply,
-                 *COMPLETION)
+    k = check_index(steps, frame)
+    again = _passed(resent(found, ()), steps[:k]) if frame == REQUEST_WIRE else (
+        *_passed(_to_responder(found, ()), steps[:k]), Rebase(True, renumber=0), *found.reply, *COMPLETION)
     return (*steps[:k + 1], Rebase(True, timeout_ps - latency_ps, renumber=0), Check(ACK_TIMER, 0),
             Rebase(False, renumber=0), *again)
 
@@ -71,7 +73,7 @@ def woken(found: Path, frame: str, latency_ps: int, at_ps: int) -> tuple[Step, .
     there until then, and then as ``_ack_timer`` goes on: the request again, or completed (the NAK acknowledges a
     request before the one it asks for: its acknowledgement's loss costs nothing more, the path's ``failure``)."""
     steps = found.steps
-    k = next(k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == frame)
+    k = check_index(steps, frame)
     rest = found.failure if frame == REPLY_WIRE else _passed(resent(found, ()), steps[:k])
     return (*steps[:k + 1], Rebase(True, -latency_ps, renumber=0),
             Check(ACK_TIMER, holds=((0, at_ps),), restarts=True), Rebase(False, renumber=0), *rest)
@@ -85,7 +87,7 @@ def out_of_sequence(found: Path, nak: bool, at_ps: int = 0) -> tuple[Step, ...]:
     the missing request's arrival wakes them at ``at_ps``, then go again. Each program is numbered from its own
     start; :func:`_passed`."""
     steps = found.steps
-    k = next(k for k, s in enumerate(steps) if isinstance(s, Check) and s.name == "responder")
+    k = check_index(steps, "responder")
     wait = (*found.reply[:-1], Check(SEQUENCE_NAK, 0)) if nak else (
         Check(ACK_TIMER, holds=((0, at_ps),), restarts=True),)
     return (*steps[:k + 1], Rebase(True, renumber=0), *wait, Rebase(False, renumber=0),

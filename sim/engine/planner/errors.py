@@ -111,10 +111,10 @@ class Failure:
         return None if flushed == self.flushed else flushed
 
 
-def failed_by(failures: dict[tuple[int, int], Failure], stream: int, sizes: list[int]) -> Failure | None:
-    """The error completion of ``stream`` at one of ``sizes`` (its sizes up to one), if any: it fails or flushes
-    the last of them."""
-    return next((failures[stream, size] for size in sizes if (stream, size) in failures), None)
+def failed_by(failures: dict[tuple[int, int], Failure], stream: int, sizes: list[int], size: int) -> Failure | None:
+    """The error completion of ``stream`` (whose message sizes are ``sizes``, in run order) at ``size`` or a size
+    before it, if any: it fails or flushes the work requests at ``size``."""
+    return next((failures[stream, s] for s in sizes[:sizes.index(size) + 1] if (stream, s) in failures), None)
 
 
 def first_flushed(first: int, at_ps: int, marks: dict[str, np.ndarray]) -> int:

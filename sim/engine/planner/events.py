@@ -305,10 +305,9 @@ class Watch:
         failed = False
         if first is not None:
             at, size = first
-            if self.advance(at, inclusive=False) or env.peek() == at:
-                return (f"scenario events act on buffer '{name}' again, or at {format_time(at)} exactly, before its "
-                        "next access")
-            self.clock(at)
+            reason = self._reach(name, at)
+            if reason:
+                return reason
             answer = backing.translate(at, 0, size)
             if isinstance(answer, WcStatus):
                 reason = self._failure(name, (at, size), after, answer, solved, streams)
@@ -327,18 +326,37 @@ class Watch:
         self.base = exposed(self.bed, self.scenario)
         return None
 
+    def _alone(self, name: str, side: int, verbs: tuple[str, ...], streams) -> int | None:
+        """The stream that alone reaches buffer ``name``, as its source (``side`` 0) or at the responder (1): a
+        bandwidth stream of one of ``verbs`` for a count on one RC QP, with no stream's own page faults followed;
+        None where there is no such stream."""
+        readers = [k for k, end in enumerate(streams) if name in end.buffers]
+        if len(readers) != 1:
+            return None
+        end = streams[readers[0]]
+        work = end.work
+        followed = (end.buffers[side] == name and work.rule.verb in verbs and work.rule.streams and work.streams() == 1
+                    and work.duration is None and end.src.qp.qp_type is QP_RC and not self.faults.sources)
+        return readers[0] if followed else None
+
+    def _reach(self, name: str, at: int) -> str | None:
+        """Step the events before buffer ``name``'s next access at ``at`` (ps) and move the clock to it; why not
+        where one of them changes what the data path sees again, or one is due at that very time."""
+        if self.advance(at, inclusive=False) or self.bed.env.peek() == at:
+            return (f"scenario events act on buffer '{name}' again, or at {format_time(at)} exactly, before its "
+                    "next access")
+        self.clock(at)
+        return None
+
     def _responder_moved(self, name: str, after: int, solved: Solved, streams, k: int) -> str | None:
         """Accept the move of buffer ``name``, zapped at ``after`` (ps), which stream ``k``'s requests still reach at
         the responder: the first of them after the zap re-faults, made on the testbed at its time, and those that
         arrive before the re-fault is done get RNR NAKs (:mod:`sim.engine.planner.retries`); return why not where
         the vectorized core does not follow that."""
-        readers = [k for k, end in enumerate(streams) if name in end.buffers]
-        end = streams[readers[0]] if len(readers) == 1 else None
-        work = end and end.work
-        if (end is None or end.buffers[1] != name or work.rule.verb not in ("read", "write") or not work.rule.streams
-                or work.streams() != 1 or work.duration is not None or end.src.qp.qp_type is not QP_RC
-                or end.src.qp.rnr_retry != RNR_RETRY_INFINITE or self.failures or self.faults.sources):
-            return (f"buffer '{name}' moved while workload '{streams[k].work.name or streams[k].work.kind}' still "
+        end, work = streams[k], streams[k].work
+        if self._alone(name, 1, ("read", "write"), streams) != k or end.src.qp.rnr_retry != RNR_RETRY_INFINITE \
+                or self.failures:
+            return (f"buffer '{name}' moved while workload '{work.name or work.kind}' still "
                     "reaches it as a responder (RNR NAKs and retries), which the vectorized core follows only for a "
                     "READ or WRITE stream of one RC QP retrying for ever, for a count, alone on the buffer")
         target, moves = memory_target(end.dst.mr, after), self.remote_moves.setdefault(name, [])
@@ -347,17 +365,16 @@ class Watch:
             moves.append(Move(after, target, None, None))
             return None
         at, size = first
-        if self.advance(at, inclusive=False) or self.bed.env.peek() == at:
-            return (f"scenario events act on buffer '{name}' again, or at {format_time(at)} exactly, before its "
-                    "next access")
-        self.clock(at)
+        reason = self._reach(name, at)
+        if reason:
+            return reason
         mr = end.dst.mr
         answer = gated_translate(end.dst.qp, mr, mlx5_ib_odp_opcode_cap(workload_opcode(work)), at,
                                  end.dst.iova - mr.iova, size)
         if not isinstance(answer, Fault):
             return f"buffer '{name}': the access at {format_time(at)} after its move {_not_refaulted(answer)}"
         moves.append(Move(after, target, at, answer.ready_ps))
-        self.retries.windows.setdefault(readers[0], []).append((at, answer.ready_ps))
+        self.retries.windows.setdefault(k, []).append((at, answer.ready_ps))
         self.base = exposed(self.bed, self.scenario)
         return None
 
@@ -368,18 +385,13 @@ class Watch:
         requester's first flush guessed from the run as it went on without it); return why not where the
         vectorized core does not follow that."""
         at, size = access
-        readers = [k for k, end in enumerate(streams) if name in end.buffers]
-        end = streams[readers[0]] if len(readers) == 1 else None
-        work = end and end.work
-        if (end is None or end.buffers[0] != name or work.rule.verb != "write" or not work.rule.streams
-                or work.streams() != 1 or work.duration is not None or self.faults.sources
-                or end.src.qp.qp_type is not QP_RC):
+        k = self._alone(name, 0, ("write",), streams)
+        if k is None:
             return (f"buffer '{name}': the access at {format_time(at)} completes in error ({status.ibv_name}), "
                     "which the vectorized core follows only for a WRITE stream of one RC QP, for a count, alone on "
                     "the buffer")
         while solved.extend():  # the run as it would have gone on: where the requester starts flushing, first
             pass
-        k = readers[0]
         marks = solved.marks[k, size]
         ops = np.flatnonzero(marks["local"] == at)
         if len(ops) != 1:

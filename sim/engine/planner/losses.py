@@ -179,7 +179,7 @@ def _responder(labelled: dict[str, np.ndarray], request: np.ndarray, reply: np.n
     code = np.where(request, REQUEST_LOST, np.where(reply, REPLY_LOST, 0)).astype(np.int64)
     wake = np.zeros(len(code), np.int64)
     losses = sorted((int(lost_at[i]), int(i)) for i in np.flatnonzero(request))
-    nak = gap = None
+    nak = None
     k = 0
     while k < len(losses):
         start, missing = losses[k]
@@ -196,11 +196,10 @@ def _responder(labelled: dict[str, np.ndarray], request: np.ndarray, reply: np.n
             code[first], code[inside[1:]] = NAK_SENT, BEHIND
             mark = labelled.get("nak")
             nak = (int(mark[first]) if mark is not None and old[first] & 7 == NAK_SENT else end, missing)
-            gap = end
             if (arrived[inside[1:]] == nak[0]).any():
                 return code, ("a request arrives out of sequence at the very time the NAK PSN sequence error reaches "
                               "the requester, an order the vectorized core does not follow")
-            wake[inside[1:]] = np.where(arrived[inside[1:]] < nak[0], nak[0], gap)
+            wake[inside[1:]] = np.where(arrived[inside[1:]] < nak[0], nak[0], end)
         k = next((j for j in range(k, len(losses)) if losses[j][0] > end), len(losses))
     if nak is not None:
         at, missing = nak
@@ -209,9 +208,6 @@ def _responder(labelled: dict[str, np.ndarray], request: np.ndarray, reply: np.n
         wake[waiting] = at
     return code | (wake << 3), None
 
-
-_FRAMES = {1: REQUEST_WIRE, 2: REPLY_WIRE}
-"""The check of the frame each code of :attr:`Losses.lost` says was lost."""
 
 
 def followed(end) -> bool:

@@ -163,6 +163,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     once = not scenario.events and not watch.faults.sources and translations is None
     table, sink = OperationTable(), StreamedSummaries(variant) if alone and once else None
     solved, reached, pipes = None, {}, None
+    depth = {k: end.work.rule.window(end.work.tx_depth) for k, end in enumerate(ends)}  # (what settling needs)
     try:
         for _ in range(MAX_MOVES + 1):
             pipes = pipelines(ends, watch.moves, solved and solved.posts, translations, watch.failures,
@@ -177,7 +178,6 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             if not changed and watch.unsettled:
                 watch.unsettled = False
                 continue  # the requester's first flush came elsewhere: solved again with that
-            depth = {k: end.work.rule.window(end.work.tx_depth) for k, end in enumerate(ends)}
             if not changed and watch.retries.settle(solved.marks, depth):
                 continue  # a request got another count of RNR NAKs: solved again with that
             if not changed and watch.losses.settle(solved.marks, depth):
@@ -220,9 +220,8 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     summaries = []
     for work, mine in zip(scenario.workload, by_workload(ends)):
         for size in work.size_list():
-            before = work.size_list()[:work.size_list().index(size) + 1]
             parts = [records(work, solved.posts[k, size], solved.done[k, size],
-                             failed_by(watch.failures, k, before), size) for k in mine]
+                             failed_by(watch.failures, k, work.size_list(), size), size) for k in mine]
             frame, row = workload_tables(work, size, parts[0] if len(parts) == 1 else tagged(parts), variant)
             table.append(frame)
             summaries.append(row)
@@ -448,7 +447,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             window = work.rule.window(work.tx_depth)
             opcode, local = workload_opcode(work), _local_check(work)
             known = posts.get(size, np.empty(0, np.int64))  # none yet: all are posted after every move
-            failure = failed_by(failures or {}, k, sizes[:j + 1])
+            failure = failed_by(failures or {}, k, sizes, size)
             parts = [part for lo, hi, targets in _segments(end.targets, moves, remote, known, ops[k, size])
                      for found in [path_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline), targets)]
                      for part in (failure.parts(lo, hi, found, size) if failure else
