@@ -141,9 +141,10 @@ def inline_threshold(work: WorkloadSpec) -> int:
 
 
 def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, started: int, event_log: list[dict],
-               table: OperationTable, summaries: list[dict], engine: str = "event") -> RunResult:
+               table: OperationTable, summaries: list[dict], case_counters: dict, engine: str = "event") -> RunResult:
     """Registrations, end-of-run checks, counters and the event table: the run's :class:`RunResult` (``engine``:
-    the one that ran the workloads, ``event`` or ``fast``)."""
+    the one that ran the workloads, ``event`` or ``fast``; ``case_counters``: each (workload, size)'s
+    :func:`retry_counters`)."""
     registrations = registrations_table(bed, variant)
     drain(bed)
     log_unreached(bed, scenario, started, event_log)
@@ -155,7 +156,8 @@ def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, starte
     events.insert(0, "variant", variant)
     library = run_library(bed, scenario) if scenario.library else None
     return RunResult(scenario, seed, table.close(), pd.DataFrame(summaries),
-                     registrations, bed, variant, events, counters, library, engine=engine)
+                     registrations, bed, variant, events, counters, library, engine=engine,
+                     case_counters=case_counters)
 
 
 def drain(bed: Testbed) -> None:
@@ -201,6 +203,11 @@ def verify_data(bed: Testbed, scenario: Scenario) -> dict[str, int]:
     return {"data_checked_bytes": checked, "data_mismatched_bytes": mismatched}
 
 
+def retry_counters(bed: Testbed) -> dict[str, int]:
+    """The RNR NAKs the requests of every QP got and the frames of theirs a link lost, so far."""
+    return {"rnr_naks": sum(qp.rnr_naks for qp in bed.qps), "frames_lost": sum(qp.frames_lost for qp in bed.qps)}
+
+
 def protocol_counters(bed: Testbed) -> dict[str, int]:
     """What the registration protocol did during the run, summed over MRs (on every NIC), QPs and GPUs."""
     mrs = [mr for r in bed.registrations.values() for mr in r.mrs.values()]
@@ -208,8 +215,7 @@ def protocol_counters(bed: Testbed) -> dict[str, int]:
     return {
         "invalidations": sum(getattr(b, "invalidations", 0) for b in backings),
         "refaults": sum(getattr(b, "faults", 0) for b in backings),
-        "rnr_naks": sum(qp.rnr_naks for qp in bed.qps),
-        "frames_lost": sum(qp.frames_lost for qp in bed.qps),
+        **retry_counters(bed),
         "evictions": sum(g.evictions for g in bed.gpus.values()),
         "failed_allocations": sum(g.failed_allocations for g in bed.gpus.values()),
         "invariant_violations": sum(len(getattr(b, "violations", ())) for b in backings)

@@ -13,7 +13,8 @@ from models.verbs.workloads import (Endpoint, Posting, bandwidth, concurrent, re
 from sim.engine.build import Testbed
 from sim.core.errors import DeadlockError
 from sim.engine.planner.plan import Declined, run_fast
-from sim.engine.harness import Progress, endpoints, finish_run, inline_threshold, setup_run, workload_opcode
+from sim.engine.harness import (Progress, endpoints, finish_run, inline_threshold, retry_counters, setup_run,
+                                workload_opcode)
 from sim.store.operations import OperationTable
 from sim.scenario.resolve import fabric_rate_notice
 from sim.scenario.schema import Scenario
@@ -109,19 +110,21 @@ def _run_events(scenario: Scenario, seed: int, progress: Progress | None, trace:
     """Run every workload on the event engine, size by size."""
     bed, started, event_log = setup_run(scenario, seed, trace)
     env = bed.env
-    table, summaries = OperationTable(), []
+    table, summaries, cases = OperationTable(), [], {}
     for work in scenario.workload:
         label = work.name or work.kind
         pairs = endpoints(bed, work)
         for size in work.size_list():
+            before = retry_counters(bed)  # (only this case's QPs send while it runs)
             proc = env.process(_process(env, work, pairs, size))
             told = _Told(progress, [src.qp.send_cq for src, _ in pairs])
             records = _run_until(env, proc, bed, f"workload '{label}' at {size} bytes", told.tick)
             frame, row = workload_tables(work, size, records, variant)
             table.append(frame)
             summaries.append(row)
+            cases[label, size] = {key: n - before[key] for key, n in retry_counters(bed).items()}
             told.rest(len(records.status))
-    return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries)
+    return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries, cases)
 
 
 class _Told:

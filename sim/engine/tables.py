@@ -43,6 +43,9 @@ class RunResult:
     """The engine that ran the workloads: ``event`` (simpy) or ``fast`` (the vectorized core)."""
     fallback: str | None = None
     """Why ``engine: auto`` ran the event engine (None: it did not fall back)."""
+    case_counters: dict | None = None
+    """Per (workload name, message size): the RNR NAKs its requests got and the frames of theirs a link lost
+    (``rnr_naks``, ``frames_lost``); ``counters`` holds the run's totals."""
 
     @property
     def operations(self) -> pd.DataFrame:

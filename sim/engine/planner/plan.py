@@ -66,7 +66,7 @@ from sim.engine.planner.domain import OutsideDomain, outside_domain, refused_wor
 from sim.engine.planner.errors import Failure, failed_by, labelled
 from sim.engine.planner.losses import Losses, wires_labelled
 from sim.engine.planner.retries import Retries, attempts_labelled
-from sim.engine.planner.streams import Stream, by_workload, streams
+from sim.engine.planner.streams import Stream, by_workload, case_counters, streams
 from sim.engine.planner.events import Move, Solved, Watch
 from sim.engine.planner.faults import Unfollowed, faults_followed
 from sim.engine.planner.receives import ReceivesAhead, ReceivesShort
@@ -214,9 +214,9 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     if reason:
         return decline(f"{reason}: the event engine simulates that")
     watch.finish(ends)
+    cases = case_counters(ends, watch.retries, watch.losses)
     if sink is not None:
-        return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish(),
-                          engine="fast")
+        return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish(), cases, "fast")
     summaries = []
     for work, mine in zip(scenario.workload, by_workload(ends)):
         for size in work.size_list():
@@ -225,7 +225,7 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
             frame, row = workload_tables(work, size, parts[0] if len(parts) == 1 else tagged(parts), variant)
             table.append(frame)
             summaries.append(row)
-    return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries, engine="fast")
+    return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries, cases, "fast")
 
 
 def fast_refusal(scenario: Scenario, trace: bool = False) -> str | None:

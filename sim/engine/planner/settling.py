@@ -34,9 +34,10 @@ class Settling:
         cuts = [lo, *(lo + 1 + np.flatnonzero(mine[1:] != mine[:-1])).tolist(), hi]
         return [(a, b, int(decided[a])) for a, b in zip(cuts, cuts[1:])]
 
-    def total(self, stream: int) -> int:
-        """The sum of ``stream``'s decisions."""
-        return int(sum(decided.sum() for (k, _), decided in self.decided.items() if k == stream))
+    def total(self, stream: int, size: int | None = None) -> int:
+        """The sum of ``stream``'s decisions (at message ``size`` alone, where given)."""
+        return int(sum(decided.sum() for (k, s), decided in self.decided.items()
+                       if k == stream and size in (None, s)))
 
     def revise(self, key: tuple[int, int], wanted: np.ndarray, depth: int) -> bool:
         """Keep for the next solve of ``key`` what a complete solve says (``wanted``) from the first operation

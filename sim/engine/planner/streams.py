@@ -43,3 +43,13 @@ def by_workload(ends: list[Stream]) -> list[list[int]]:
     for k, end in enumerate(ends):
         out.setdefault(id(end.work), []).append(k)
     return list(out.values())
+
+
+def case_counters(ends: list[Stream], retries, losses) -> dict[tuple[str, int], dict[str, int]]:
+    """Per (workload name, message size): the RNR NAKs its streams' requests got (``retries``:
+    :class:`~sim.engine.planner.retries.Retries`) and the frames of theirs a link lost (``losses``:
+    :class:`~sim.engine.planner.losses.Losses`), as :func:`sim.engine.harness.retry_counters` counts them."""
+    return {(ends[mine[0]].work.name or ends[mine[0]].work.kind, size): {
+                "rnr_naks": sum(retries.total(k, size) for k in mine),
+                "frames_lost": sum(losses.total(k, size) for k in mine)}
+            for mine in by_workload(ends) for size in ends[mine[0]].work.size_list()}
