@@ -113,8 +113,8 @@ def _load(results_dir: Path, kind: str) -> _RunDir | _SweepDir:
         tables = [pd.DataFrame(summary[key]) for key in ("results", "registrations")]
         title, counters = str(summary["scenario"]), dict(summary["counters"])
         cases: dict = {}
-        for row in summary.get("comparison", []):
-            own = {key: row[key] for key in ("rnr_naks", "frames_lost") if key in row}
+        for row in summary.get("comparison", []):  # (its counters are each case's own where they differ)
+            own = {key: row[key] for key in counters.get(row["variant"], {}) if key in row}
             cases.setdefault(row["variant"], {})[str(row["workload"]), int(row["bytes"] or 0)] = own
     with _unreadable(results_dir / "metrics.parquet", "the metrics.parquet of `rdmasim run`"):
         operations = pd.read_parquet(results_dir / "metrics.parquet")

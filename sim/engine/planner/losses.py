@@ -107,8 +107,7 @@ class Losses(Settling):
 
     def total(self, stream: int, size: int | None = None) -> int:
         """The frames ``stream`` lost (at message ``size`` alone, where given)."""
-        return int(sum(np.isin(decided & 7, (REQUEST_LOST, REPLY_LOST)).sum()
-                       for (k, s), decided in self.decided.items() if k == stream and size in (None, s)))
+        return int(sum(np.isin(decided & 7, (REQUEST_LOST, REPLY_LOST)).sum() for decided in self.of(stream, size)))
 
     def settle(self, marks: dict[tuple[int, int], dict[str, np.ndarray]], depth: dict[int, int]) -> bool:
         """Decide from a complete solve's ``marks`` which frames the outages lost (a request's first, else its

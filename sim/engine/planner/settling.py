@@ -34,10 +34,13 @@ class Settling:
         cuts = [lo, *(lo + 1 + np.flatnonzero(mine[1:] != mine[:-1])).tolist(), hi]
         return [(a, b, int(decided[a])) for a, b in zip(cuts, cuts[1:])]
 
+    def of(self, stream: int, size: int | None = None) -> list[np.ndarray]:
+        """``stream``'s decisions, one array per message size (``size``'s alone, where given)."""
+        return [decided for (k, s), decided in self.decided.items() if k == stream and size in (None, s)]
+
     def total(self, stream: int, size: int | None = None) -> int:
         """The sum of ``stream``'s decisions (at message ``size`` alone, where given)."""
-        return int(sum(decided.sum() for (k, s), decided in self.decided.items()
-                       if k == stream and size in (None, s)))
+        return int(sum(decided.sum() for decided in self.of(stream, size)))
 
     def revise(self, key: tuple[int, int], wanted: np.ndarray, depth: int) -> bool:
         """Keep for the next solve of ``key`` what a complete solve says (``wanted``) from the first operation
