@@ -397,7 +397,7 @@ class Pass:
         if reuse and _same_parts(before[0].parts, parts, rec):
             claims, order = before
         else:
-            claims = Joined(parts)
+            claims = (before[0].rejoined(parts) if reuse else None) or Joined(parts)
             order = key_order(claims)
             stalls = self.problem.servers[server].stalls
             service = claims.service if len(parts) > 1 or isinstance(parts[0], Claims) else rec.service

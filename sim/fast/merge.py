@@ -59,18 +59,51 @@ class Joined:
     def __init__(self, parts: list) -> None:
         self.parts = parts
         self._fields: dict[str, np.ndarray] = {}
+        self._lengths = np.array([len(p.wake) for p in parts], np.int64)
         self.start: np.ndarray | None = None
         self.finish: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return sum(len(p.wake) for p in self.parts)
+        return int(self._lengths.sum())
 
     def __getattr__(self, name: str) -> np.ndarray:
         if name not in Claims.FIELDS or name in ("finish", "start"):
             raise AttributeError(name)
         if name not in self._fields:
-            self._fields[name] = np.concatenate([per_claim(p, name) for p in self.parts])
+            self._fields[name] = self._joined(name)
         return self._fields[name]
+
+    def _joined(self, name: str) -> np.ndarray:
+        """Field ``name`` of every part, end to end: a per-position record's scalars (and ``seq0``) are spread
+        over its claims by one ``np.repeat`` for all parts; parts that hold the field per claim are copied in."""
+        per_part = [_per_part(p, name) for p in self.parts]
+        if all(isinstance(v, np.ndarray) for v in per_part):
+            return np.concatenate(per_part)
+        ends = np.cumsum(self._lengths)
+        starts = ends - self._lengths
+        out = np.repeat(np.array([0 if isinstance(v, np.ndarray) else v for v in per_part], np.int64), self._lengths)
+        if name == "seq":  # seq0 + the claim's index in its part
+            out += np.arange(len(out), dtype=np.int64) - np.repeat(starts, self._lengths)
+        for v, lo, hi in zip(per_part, starts, ends):
+            if isinstance(v, np.ndarray):
+                out[lo:hi] = v
+        return out
+
+    def rejoined(self, parts: list) -> Joined | None:
+        """The same join for ``parts``, which differ from these only in a few parts of the same lengths: the
+        fields built so far are copied and those parts' claims written over them; None where the parts' lengths
+        differ or most of the parts changed (then a new join is cheaper)."""
+        changed = [k for k, (old, new) in enumerate(zip(self.parts, parts)) if old is not new]
+        if len(parts) != len(self.parts) or 4 * len(changed) > len(parts) or any(
+                len(parts[k].wake) != self._lengths[k] for k in changed):
+            return None
+        out = Joined(parts)
+        ends = np.cumsum(self._lengths)
+        for name, joined in self._fields.items():
+            field = out._fields[name] = joined.copy()
+            for k in changed:
+                field[ends[k] - self._lengths[k]:ends[k]] = per_claim(parts[k], name)
+        return out
 
     def take(self, index: np.ndarray) -> Claims:
         """The claims at positions ``index`` (an integer array, usually short), every field included."""
@@ -88,14 +121,22 @@ class Joined:
         return Claims(*fields, None if self.finish is None else self.finish[index])
 
 
-def per_claim(part, name: str) -> np.ndarray:
-    """Field ``name`` of a :class:`Claims` or a per-position record (see :class:`Joined`), one entry per claim."""
+def _per_part(part, name: str) -> np.ndarray | int:
+    """Field ``name`` of ``part`` per claim, or the scalar a per-position record holds for all its claims (for
+    ``seq``, the first operation's ``seq0``)."""
     if isinstance(part, Claims) or name not in ("seq", "service", "pos", "wpos") or (
             name == "wpos" and np.ndim(part.wpos)):
         return getattr(part, name)
+    return int(part.seq0 if name == "seq" else getattr(part, name))
+
+
+def per_claim(part, name: str) -> np.ndarray:
+    """Field ``name`` of a :class:`Claims` or a per-position record (see :class:`Joined`), one entry per claim."""
+    value = _per_part(part, name)
+    if isinstance(value, np.ndarray):
+        return value
     n = len(part.wake)
-    return np.arange(part.seq0, part.seq0 + n, dtype=np.int64) if name == "seq" else np.full(n, getattr(part, name),
-                                                                                             np.int64)
+    return np.arange(value, value + n, dtype=np.int64) if name == "seq" else np.full(n, value, np.int64)
 
 
 def key_order(claims: Claims | Joined) -> np.ndarray:

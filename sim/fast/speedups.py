@@ -25,8 +25,9 @@ class Speedups:
     """A server's solve starts from whether the same position queued last time (a probe for a queue, or
     pass-through first; :func:`sim.fast.server.serve`)."""
     merge_reuse: bool = True
-    """A shared server's merged service order is reused when a later position of the pass serves the same claims
-    (:meth:`sim.fast.block_pass.Pass._merge`)."""
+    """A shared server's merged service order is reused when a later position of the pass serves the same claims,
+    and its claims joined end to end are patched, not joined again, where only a few positions' claims changed
+    (:meth:`sim.fast.block_pass.Pass._merge`, :meth:`sim.fast.merge.Joined.rejoined`)."""
 
 
 ALL = Speedups()
