@@ -7,7 +7,9 @@ Prints, side by side in one run, each figure from its own process (``os.wait4`` 
 * ``rdmasim perftest ib_write_bw -D 5`` against ``-n`` with the WRITEs that run posted (target: at most twice);
 * every shipped scenario with its default engine and with ``--engine event``: wall times, their ratio, the engine
   that ran each variant (from ``manifest.json``) and whether the two results directories hold the same bytes
-  (manifests aside, which record the engine); the target is 10x for all but data mode;
+  (manifests aside, which record the engine); the target is 10x for all but data mode. Beside them, the solve
+  alone of every variant with each engine, in one process after its imports: where a command's wall time is mostly
+  start-up and writing results, the end-to-end ratio cannot show the engines' difference;
 * ``rdmasim --version`` start-up (target 0.5 s; ``bench/startup.py`` measures more lines).
 
 ``--quick`` runs 10^5 and 10^6 WRITEs, ``-D 1`` and leaves the shipped scenarios out.
@@ -40,6 +42,22 @@ buffers:
 workload: [{{kind: write_bw, from: src, to: dst, sizes: [4KiB], iterations: {n}, tx_depth: 128}}]
 outputs: [bw_vs_size, bw_over_time, latency_cdf]
 """
+SOLVES = """
+import sys, time
+from sim.engine.run import run_scenario
+from sim.scenario.scenario_file import load_scenario_variants
+_, _, variants = load_scenario_variants(sys.argv[1])
+for engine in ("auto", "event"):
+    best = float("inf")
+    for _ in range(2):
+        started = time.perf_counter()
+        for name, scenario in variants:
+            run_scenario(scenario.model_copy(update={"engine": engine}), variant=name, notice=lambda line: None)
+        best = min(best, time.perf_counter() - started)
+    print(best)
+"""
+"""Prints the solve alone of every variant of a scenario file (s), with the default engine and with the event
+engine, the best of two in one process after its imports: the part of a command that the engine decides."""
 DATA_MODE = {"rcache_churn.yaml"}
 """Shipped scenarios in data mode, which stays on the event engine."""
 
@@ -72,15 +90,19 @@ def same_bytes(a: Path, b: Path) -> bool:
 
 
 def shipped(scratch: Path) -> None:
-    print(f"\n{'scenario':<24} {'default s':>9} {'event s':>8} {'ratio':>6}  same bytes  engines (variants)")
+    print(f"\n{'':<24} {'rdmasim run, end to end':^26}  {'the solve alone':^26}")
+    print(f"{'scenario':<24} {'default s':>9} {'event s':>8} {'ratio':>6}  {'default s':>9} {'event s':>8} "
+          f"{'ratio':>6}  same bytes  engines (variants)")
     for path in sorted((ROOT / "scenarios").glob("*.yaml")):
         default, event = scratch / f"{path.stem}-default", scratch / f"{path.stem}-event"
         fast, _, _ = rdmasim("run", str(path), "--out", str(default), "--quiet")
         slow, _, _ = rdmasim("run", str(path), "--out", str(event), "--quiet", "--engine", "event")
+        solve_fast, solve_slow = map(float, timed(["-c", SOLVES, str(path)])[2].split())
         engines = json.loads((default / "manifest.json").read_text())["engines"]
         ran = sorted({w["engine"] for e in engines.values() for w in e["workloads"]})
         target = "" if path.name in DATA_MODE else ("  met" if slow / fast >= 10 else "  below 10x")
-        print(f"{path.stem:<24} {fast:9.1f} {slow:8.1f} {slow / fast:6.1f}  {str(same_bytes(default, event)):<10}  "
+        print(f"{path.stem:<24} {fast:9.1f} {slow:8.1f} {slow / fast:6.1f}  {solve_fast:9.3f} {solve_slow:8.3f} "
+              f"{solve_slow / solve_fast:6.1f}  {str(same_bytes(default, event)):<10}  "
               f"{', '.join(ran)} ({len(engines)}){target}")
 
 
