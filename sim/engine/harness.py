@@ -143,8 +143,9 @@ def inline_threshold(work: WorkloadSpec) -> int:
 def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, started: int, event_log: list[dict],
                table: OperationTable, summaries: list[dict], case_counters: dict, engine: str = "event") -> RunResult:
     """Registrations, end-of-run checks, counters and the event table: the run's :class:`RunResult` (``engine``:
-    the one that ran the workloads, ``event`` or ``fast``; ``case_counters``: each (workload, size)'s
-    :func:`retry_counters`)."""
+    the one that ran the workloads, ``event`` or ``fast``). ``case_counters``, each (workload name, size)'s own
+    :func:`retry_counters`, go into its summary row beside its errors; the result's ``counters`` hold the run's
+    totals."""
     registrations = registrations_table(bed, variant)
     drain(bed)
     log_unreached(bed, scenario, started, event_log)
@@ -155,9 +156,9 @@ def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, starte
     events = pd.DataFrame(event_log, columns=["time_ps", "kind", "target", "bytes", "evicted", "outcome", "gpu_used"])
     events.insert(0, "variant", variant)
     library = run_library(bed, scenario) if scenario.library else None
+    summaries = [row | case_counters.get((row["workload"], row["bytes"]), {}) for row in summaries]
     return RunResult(scenario, seed, table.close(), pd.DataFrame(summaries),
-                     registrations, bed, variant, events, counters, library, engine=engine,
-                     case_counters=case_counters)
+                     registrations, bed, variant, events, counters, library, engine=engine)
 
 
 def drain(bed: Testbed) -> None:

@@ -26,7 +26,8 @@ class RunResult:
     table: OperationTable
     """One row per work request (times in ps), spooled to disk beyond a row group."""
     summary: pd.DataFrame
-    """One row per (workload, size): perftest's columns."""
+    """One row per (workload, size): perftest's columns, then the RNR NAKs the case's requests got and the frames
+    of theirs a link lost (``rnr_naks``, ``frames_lost``; ``counters`` holds the run's totals)."""
     registrations: pd.DataFrame
     """One row per buffer: registration mode and cost."""
     testbed: Testbed
@@ -43,9 +44,6 @@ class RunResult:
     """The engine that ran the workloads: ``event`` (simpy) or ``fast`` (the vectorized core)."""
     fallback: str | None = None
     """Why ``engine: auto`` ran the event engine (None: it did not fall back)."""
-    case_counters: dict | None = None
-    """Per (workload name, message size): the RNR NAKs its requests got and the frames of theirs a link lost
-    (``rnr_naks``, ``frames_lost``); ``counters`` holds the run's totals."""
 
     @property
     def operations(self) -> pd.DataFrame:

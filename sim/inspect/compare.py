@@ -247,7 +247,7 @@ def comparison_table(results: list[RunResult]) -> pd.DataFrame:
     the window lost (:func:`sim.inspect.stalls.window_loss`). Per variant, repeated on its rows: the competing
     allocations' outcome, each buffer's mode, registration time and pinned bytes (all buffers, and GPU buffers
     alone: the GPU memory held pinned in VRAM), and the protocol's activity (evictions, invalidations, re-faults,
-    failed allocations); errors, RNR NAKs and frames lost are the case's own (:attr:`RunResult.case_counters`)."""
+    failed allocations); errors, RNR NAKs and frames lost are the case's own (its summary row's)."""
     rows = []
     for result in results:
         gpu = result.registrations[result.registrations["location"] != "host"]
@@ -271,8 +271,7 @@ def comparison_table(results: list[RunResult]) -> pd.DataFrame:
                          "bw_avg_Gbps": _number(perftest.get("bw_avg_Gbps")) if bandwidth else math.nan,
                          **_case_columns(case, bandwidth, events_ps, origin), **per_variant,
                          "errors": int(perftest["errors"]), **result.counters,
-                         **(result.case_counters or {}).get((str(perftest["workload"]), int(perftest["bytes"] or 0)),
-                                                            {})})
+                         **{key: perftest[key] for key in result.counters if key in perftest}})
     return pd.DataFrame(rows)
 
 

@@ -60,9 +60,6 @@ class _RunDir:
     counters: dict
     link_Bps: dict
     """Per variant: the fabric's rate (bytes/s), from the manifest."""
-    cases: dict
-    """Per variant: each case's own counters (:attr:`sim.engine.tables.RunResult.case_counters`), from the
-    comparison."""
 
     def variants(self) -> list[SimpleNamespace]:
         """Per variant, the fields of a :class:`sim.engine.tables.RunResult` that :mod:`sim.inspect.compare` reads."""
@@ -70,7 +67,6 @@ class _RunDir:
         return [SimpleNamespace(variant=v, table=OperationTable.of(pick(self.operations, v)),
                                 summary=pick(self.summary, v),
                                 registrations=pick(self.registrations, v), counters=c,
-                                case_counters=self.cases.get(v, {}),
                                 events=pick(self.events, v) if "variant" in self.events else self.events)
                 for v, c in self.counters.items()]
 
@@ -112,16 +108,12 @@ def _load(results_dir: Path, kind: str) -> _RunDir | _SweepDir:
                   else pd.DataFrame(columns=["kind", "time_ms"]))
         tables = [pd.DataFrame(summary[key]) for key in ("results", "registrations")]
         title, counters = str(summary["scenario"]), dict(summary["counters"])
-        cases: dict = {}
-        for row in summary.get("comparison", []):  # (its counters are each case's own where they differ)
-            own = {key: row[key] for key in counters.get(row["variant"], {}) if key in row}
-            cases.setdefault(row["variant"], {})[str(row["workload"]), int(row["bytes"] or 0)] = own
     with _unreadable(results_dir / "metrics.parquet", "the metrics.parquet of `rdmasim run`"):
         operations = pd.read_parquet(results_dir / "metrics.parquet")
     with _unreadable(results_dir / "manifest.json", "the manifest.json of `rdmasim run`"):
         variants = json.loads((results_dir / "manifest.json").read_text())["variants"]
         link = {name: float(params["fabric"]["rate_Bps"]) for name, params in variants.items()}
-    return _RunDir(title, operations, *tables, events, counters, link, cases)
+    return _RunDir(title, operations, *tables, events, counters, link)
 
 
 @contextmanager
