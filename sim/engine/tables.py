@@ -4,6 +4,7 @@ piece by piece), the registrations table, and the :class:`RunResult` that holds 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -181,4 +182,10 @@ class StreamedSummaries:
 
 def _label(text: str, rows: int) -> pd.Categorical:
     """A constant text column stored as a category (one byte per row, not one string object)."""
-    return pd.Categorical.from_codes(np.zeros(rows, dtype=np.int8), categories=[text])
+    return pd.Categorical.from_codes(np.zeros(rows, dtype=np.int8), dtype=_one_category(text))
+
+
+@lru_cache(maxsize=256)
+def _one_category(text: str) -> pd.CategoricalDtype:
+    """The category type of a column holding ``text`` alone (built once: pandas infers its type slowly)."""
+    return pd.CategoricalDtype([text])

@@ -39,9 +39,16 @@ SPOOL_NAME = re.compile(r"rdmasim-spool-[a-z]+-(?P<pid>\d+)-[^/]+")
 def scratch_dir(what: str) -> str:
     """A new private directory under ``TMPDIR`` for spooled data of ``what`` (a lowercase word), named after
     this process. Spool directories of this user's rdmasim processes that are gone (killed before they could
-    remove them) are removed first."""
-    remove_stale_spools(Path(tempfile.gettempdir()))
+    remove them) are removed first, once per process and ``TMPDIR`` (a run makes one per bandwidth case)."""
+    root = tempfile.gettempdir()
+    if root not in _SWEPT:
+        remove_stale_spools(Path(root))
+        _SWEPT.add(root)
     return tempfile.mkdtemp(prefix=f"rdmasim-spool-{what}-{os.getpid()}-")
+
+
+_SWEPT: set[str] = set()
+"""The temporary directories this process has removed stale spools from."""
 
 
 def remove_stale_spools(root: Path) -> None:
