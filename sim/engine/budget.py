@@ -93,7 +93,7 @@ def _peak(scenario: Scenario, trace: bool, fast: bool = False) -> dict[tuple, in
     """Bytes one variant holds at its peak while it runs (``trace``: on the event engine, which records it;
     ``fast``: on the vectorized core alone), by the key that drives each part."""
     from sim.scenario.events import ManagedJobEvent
-    from sim.scenario.horizon import stream_operations
+    from sim.scenario.horizon import workload_operations
 
     parts: dict[tuple, int] = {}
 
@@ -103,7 +103,7 @@ def _peak(scenario: Scenario, trace: bool, fast: bool = False) -> dict[tuple, in
     engines = {"event"} if trace else {"fast"} if fast else _engines(scenario)
     resolved = scenario.events or any(b.registration == "odp" for b in scenario.buffers)  # moves, faults: re-solves
     for i, work in enumerate(scenario.workload):
-        stream = max(stream_operations(scenario, work)) * work.streams()
+        stream = max(workload_operations(scenario, work))
         options = [0 if work.rule.streams else stream * LATENCY_BYTES_PER_OP]
         if "event" in engines:
             options.append(stream * EVENT_BYTES_PER_OP)
@@ -123,7 +123,7 @@ def _peak(scenario: Scenario, trace: bool, fast: bool = False) -> dict[tuple, in
 def _kept(scenario: Scenario, compared: bool, trace: bool) -> dict[tuple, int]:
     """Bytes a finished variant keeps until the results are written (its trace with ``trace``), and what the
     outputs read back of it (``compared``: the results get a comparison table)."""
-    from sim.scenario.horizon import stream_operations
+    from sim.scenario.horizon import workload_operations
     from sim.store.operations import ROW_GROUP_ROWS
 
     parts: dict[tuple, int] = {}
@@ -131,7 +131,7 @@ def _kept(scenario: Scenario, compared: bool, trace: bool) -> dict[tuple, int]:
              + (LATENCY_CDF_BYTES_PER_OP if "latency_cdf" in scenario.outputs else 0)
              + (TRACE_BYTES_PER_OP if trace else 0))
     for i, work in enumerate(scenario.workload):
-        ops = sum(stream_operations(scenario, work)) * work.streams()
+        ops = sum(workload_operations(scenario, work))
         key = _driver(work, i)
         parts[key] = min(ops, ROW_GROUP_ROWS) * ROW_BYTES + ops * reads
     return parts
@@ -142,7 +142,7 @@ def estimate(variants: list[tuple[str, Scenario]], trace: bool = False,
     """The memory and work of running every variant and writing their results (see the module's text);
     ``trace``: the runs record a trace (``--trace``), kept for every variant until it is written; ``fast``: the
     variants counted on the vectorized core alone."""
-    from sim.scenario.horizon import stream_operations
+    from sim.scenario.horizon import workload_operations
 
     peaks = [_peak(v, trace, name in fast) for name, v in variants]
     kept: dict[tuple, int] = {}
@@ -151,7 +151,7 @@ def estimate(variants: list[tuple[str, Scenario]], trace: bool = False,
             kept[key] = kept.get(key, 0) + nbytes
     worst = max(peaks, key=lambda p: sum(p.values()))
     parts = {key: kept.get(key, 0) + worst.get(key, 0) for key in {*kept, *worst}}
-    operations = sum(sum(stream_operations(v, w)) * w.streams() for _, v in variants for w in v.workload)
+    operations = sum(sum(workload_operations(v, w)) for _, v in variants for w in v.workload)
     key = max(parts, key=lambda k: (parts[k], k[0] == "workload")) if parts else ("workload",)
     return Estimate(FIXED_BYTES + sum(parts.values()), operations, key)
 

@@ -57,22 +57,28 @@ def _window(work: WorkloadSpec) -> int:
     return max(work.tx_depth, 2) if work.rule.streams else 1
 
 
-def stream_operations(scenario: Scenario, work: WorkloadSpec) -> list[int]:
-    """Per size of ``work``, the operations one of its streams posts: ``iterations``, or, for a run of
-    ``duration``, at most as many as the path lets one stream complete in it plus a window still in flight.
-    Two bounds, the lower taken: one operation per service time of the busiest stage (the requester's per-WQE
-    processing, the responder's, the payload at the slowest rate on the path), and ``tx_depth`` operations per
-    lifetime of one (the requester's doorbell and send pipeline, for RC the fabric both ways and the responder's
-    receive pipeline before the acknowledgement, and the completion's PCIe write)."""
+def workload_operations(scenario: Scenario, work: WorkloadSpec) -> list[int]:
+    """Per size of ``work``, the operations all its streams post: ``iterations`` each, or, for a run of
+    ``duration``, at most as many as the path lets its QPs complete in it plus their windows still in flight.
+    The QPs of one buffer pair and direction share its path (each pair and direction counted as a path of its
+    own); the lowest of three bounds is taken: one operation per service time of the slowest rate on the path (the
+    payload), per engine the QPs use of the requester's per-WQE processing and of the responder's, and
+    ``tx_depth`` operations per QP per lifetime of one (the requester's doorbell and send pipeline, for RC the
+    fabric both ways and the responder's receive pipeline before the acknowledgement, and the completion's PCIe
+    write)."""
     if work.duration is None:
-        return [work.iterations] * len(work.size_list())
+        return [work.iterations * work.streams()] * len(work.size_list())
     (src, dst), (link, _), latency_ps, rate = _path(scenario, work)
     requester, responder = nic_params(src), nic_params(dst)
     lifetime = (requester.doorbell_ps + requester.tx_latency_ps + link.write_latency_ps
                 + (2 * latency_ps + responder.rx_latency_ps if work.transport == "rc" else 0))
-    window = _window(work)
-    return [min(work.duration // max(requester.tx_process_ps, responder.rx_process_ps, transfer_ps(size, rate), 1),
-                window * (work.duration // max(lifetime, 1))) + window for size in work.size_list()]
+    window, qps, duration = _window(work), work.qps, work.duration
+    engines = min(min(qps, requester.tx_engines) * duration // max(requester.tx_process_ps, 1),
+                  min(qps, responder.rx_engines) * duration // max(responder.rx_process_ps, 1))
+    paths = work.streams() // qps
+    return [paths * (min(duration // max(transfer_ps(size, rate), 1), engines,
+                         qps * window * (duration // max(lifetime, 1))) + qps * window)
+            for size in work.size_list()]
 
 
 def workload_ps(scenario: Scenario, work: WorkloadSpec) -> int:

@@ -17,7 +17,7 @@ from sim.cli.app import app
 from sim.core.units import PS_PER_S
 from sim.engine.budget import estimate
 from sim.engine.run import run_scenario
-from sim.scenario.horizon import HORIZON_PS, stream_operations
+from sim.scenario.horizon import HORIZON_PS, workload_operations
 from sim.scenario.schema import Scenario
 from tests.properties import examples
 
@@ -38,17 +38,27 @@ def scenario(kind: str, sizes: list[int], duration: str, rate: str = "400Gb/s", 
 @given(kind=st.sampled_from(["write_bw", "read_bw", "write_lat"]),
        sizes=st.lists(st.sampled_from([2, 64, 4096, 65536]), min_size=1, max_size=2, unique=True),
        duration_us=st.integers(5, 60), tx_depth=st.sampled_from([1, 16, 128]),
-       transport=st.sampled_from(["rc", "uc"]))
-def test_the_bound_holds_what_a_duration_run_posts(kind, sizes, duration_us, tx_depth, transport):
+       transport=st.sampled_from(["rc", "uc"]), qps=st.sampled_from([1, 2, 4]))
+def test_the_bound_holds_what_a_duration_run_posts(kind, sizes, duration_us, tx_depth, transport, qps):
     if transport == "uc" and kind.startswith("read"):
         transport = "rc"  # UC has no READ
+    qps = 1 if kind.endswith("lat") else qps  # (a latency test runs one QP)
     spec = Scenario.model_validate(scenario(kind, sizes, f"{duration_us}us", tx_depth=tx_depth,
-                                            transport=transport))
-    bound = stream_operations(spec, spec.workload[0])
+                                            transport=transport, qps=qps))
+    bound = workload_operations(spec, spec.workload[0])
     ops = run_scenario(spec).operations
     for size, most in zip(sizes, bound):
         posted = int((ops["bytes"] == size).sum())
         assert 0 < posted <= most
+
+
+def test_qps_of_one_port_share_its_bound():
+    """perftest's ``ib_write_bw -q 4 -s 65536 -D 10`` was estimated at four times the operations one port can
+    carry in 10 s (each QP counted as if it had the wire to itself) and refused on a 24 GiB machine."""
+    one, four = (Scenario.model_validate(scenario("write_bw", [65536], "10s", qps=qps)) for qps in (1, 4))
+    [alone], [shared] = (workload_operations(spec, spec.workload[0]) for spec in (one, four))
+    line = 10 * 400e9 / 8 / 65536  # 64 KiB payloads at 400 Gb/s for 10 s
+    assert line < alone < 1.01 * line and shared - alone == 3 * 128  # three more windows in flight, no more
 
 
 def test_a_duration_run_is_counted_in_the_memory_estimate():
