@@ -16,12 +16,13 @@ def record_pace(problem, piece: SliceIn, out: SliceOut, n: int) -> None:
     saturated = n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n
     if not saturated:
         return
-    at = [0, n - 1]
-    end = out.head[at] - tail(problem, piece, at) if problem.tail_draws[piece.group] is not None else out.done[at]
-    last, period = Pace.of([end], n)
-    claims = {pos: Pace.of([r.wake[:n], r.head[:n], r.not_before[:n]], n)
+    lanes = problem.groups[piece.group].window
+    end = out.head[:n] - tail(problem, piece, slice(n)) if problem.tail_draws[piece.group] is not None \
+        else out.done[:n]
+    last, step = Pace.of([end], n, lanes)
+    claims = {pos: Pace.of([r.wake[:n], r.head[:n], r.not_before[:n]], n, lanes)
               for pos, r in out.records.items() if pos in piece.shared}
-    out.pace = Pace((int(last[0]), int(period[0])), claims)
+    out.pace = Pace((last[0], step[0]), claims)
 
 
 def paced(problem, piece: SliceIn) -> bool:
