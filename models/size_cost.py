@@ -33,13 +33,15 @@ class CallCost:
         return self.fixed_ps + round(self.per_GiB_ps * (nbytes / GiB) ** self.exponent)
 
 
-def fit_call_cost(nbytes, seconds, exponents=EXPONENTS) -> CallCost:
+def fit_call_cost(nbytes, seconds, exponents=EXPONENTS, tolerances=None) -> CallCost:
     """Fit :class:`CallCost` to one call's typical times: for each of ``exponents``, fixed and per-GiB cost by
     least squares of the relative error, with ``fixed`` held at 0 where it would turn negative; keep the fit of
-    smallest RMS error (``exponents=(1.0,)``: a straight line).
+    smallest RMS error (``exponents=(1.0,)``: a straight line) or, given ``tolerances``, the one whose worst
+    point lies least far out relative to its tolerance.
 
     :param nbytes: sizes in bytes.
     :param seconds: the typical (median) time at each size, in seconds.
+    :param tolerances: how far the model may be from each time, relative (:func:`spread_tolerance`).
     """
     n, t = np.asarray(nbytes, dtype=float) / GiB, np.asarray(seconds, dtype=float)
     weight = 1.0 / t
@@ -52,9 +54,10 @@ def fit_call_cost(nbytes, seconds, exponents=EXPONENTS) -> CallCost:
             fixed, per_gib = 0.0, float(scaled @ (t * weight) / (scaled @ scaled))
         if per_gib < 0:
             continue
-        rms = float(np.sqrt(np.mean(((design @ (fixed, per_gib)) * weight - 1.0) ** 2)))
-        if best is None or rms < best[0]:
-            best = (rms, fixed, per_gib, float(exponent))
+        error = (design @ (fixed, per_gib)) * weight - 1.0
+        score = float(np.sqrt(np.mean(error ** 2)) if tolerances is None else np.max(np.abs(error) / tolerances))
+        if best is None or score < best[0]:
+            best = (score, fixed, per_gib, float(exponent))
     if best is None:
         raise ValueError("no non-negative fixed + per-GiB fit exists for these times")
     _, fixed, per_gib, exponent = best

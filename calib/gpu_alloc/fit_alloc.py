@@ -6,7 +6,11 @@ Usage (from the repository root)::
     python calib/gpu_alloc/fit_alloc.py            # writes models/data/h200_gpu_alloc.json, prints the fit
 
 Per call and size, the samples of every run are pooled; those more than ``SLOW_FACTOR`` times the fastest are
-slow-path samples (counted, not fitted). The typical time is the median of the others, its spread their 10th
+slow-path samples (counted, not fitted). Of the curves fitted per exponent, the one kept is that whose worst point
+lies least far out relative to its samples' spread (:func:`models.size_cost.spread_tolerance`): a tightly
+measured time holds the curve more than a scattered one. The slow-path runs' 2 MiB cycles (``raw/h200_slow_path_run*.json``:
+200 cudaMalloc/cudaFree and 200 cuMemCreate/cuMemRelease with the synchronize inside the span, as here; the first
+``WARM_UP`` of each dropped) join the 2 MiB samples of those four calls. The typical time is the median of the others, its spread their 10th
 and 90th percentiles; :func:`models.size_cost.fit_call_cost` fits the curve to the typical times.
 """
 
@@ -21,20 +25,36 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from models.gpu.alloc_cost import CALLS, SLOW_FACTOR, typical_samples  # noqa: E402
-from models.size_cost import fit_call_cost  # noqa: E402
+from models.gpu.alloc_cost import CALLS, MIN_TOLERANCE, SLOW_FACTOR, typical_samples  # noqa: E402
+from models.size_cost import fit_call_cost, spread_tolerance  # noqa: E402
 
 RAW = sorted((Path(__file__).parent / "raw").glob("h200_run*.json"))
+SMALL_RAW = sorted((Path(__file__).parent / "raw").glob("h200_slow_path_run*.json"))
+WARM_UP = 10
+FREED_BY = {"cudaMalloc": "cudaFree", "cuMemCreate": "cuMemRelease"}
 OUT = ROOT / "models" / "data" / "h200_gpu_alloc.json"
 
 
-def points(runs: list[dict]) -> list[dict]:
+def small_cycles(runs: list[dict]) -> dict[tuple[str, int], list[float]]:
+    """The slow-path runs' timed small cycles (synchronize inside the span), by (call, size): allocations and
+    the frees that followed them."""
+    out: dict[tuple[str, int], list[float]] = {}
+    for run in runs:
+        for r in run["small"]:
+            if r["sync"]:
+                out.setdefault((r["call"], r["bytes"]), []).extend(r["alloc_s"][WARM_UP:])
+                out.setdefault((FREED_BY[r["call"]], r["bytes"]), []).extend(r["free_s"][WARM_UP:])
+    return out
+
+
+def points(runs: list[dict], small: dict[tuple[str, int], list[float]]) -> list[dict]:
     """One row per (call, size) with the pooled samples' typical time, spread and slow-path count."""
     rows = []
     for kind in ("malloc", "vmm"):
         for i, first in enumerate(runs[0][kind]):
             for call in (c for c in CALLS if c in first):
-                pooled = np.concatenate([run[kind][i][call]["samples_s"] for run in runs])
+                pooled = np.concatenate([run[kind][i][call]["samples_s"] for run in runs]
+                                        + [small.get((call, first["bytes"]), [])])
                 fast = typical_samples(pooled)
                 slow = pooled[pooled > SLOW_FACTOR * pooled.min()]
                 rows.append({"call": call, "bytes": first["bytes"], "median_s": float(np.median(fast)),
@@ -46,18 +66,20 @@ def points(runs: list[dict]) -> list[dict]:
 
 def main() -> None:
     runs = [json.loads(p.read_text()) for p in RAW]
-    rows = points(runs)
+    rows = points(runs, small_cycles([json.loads(p.read_text()) for p in SMALL_RAW]))
     fits = {}
     for call in CALLS:
         mine = [r for r in rows if r["call"] == call]
-        cost = fit_call_cost([r["bytes"] for r in mine], [r["median_s"] for r in mine])
+        cost = fit_call_cost([r["bytes"] for r in mine], [r["median_s"] for r in mine],
+                             tolerances=[spread_tolerance(r, MIN_TOLERANCE) for r in mine])
         fits[call] = {"fixed_ps": cost.fixed_ps, "per_GiB_ps": cost.per_GiB_ps, "exponent": cost.exponent}
         print(f'        "{call}": CallCost({cost.fixed_ps:_}, {cost.per_GiB_ps:_}, {cost.exponent}),')
     data = {
         "method": runs[0]["method"],
         "notes": (f"{len(runs)} runs, each on a freshly started H200 machine (same host type, 2026-12-01), "
                   f"{', '.join(str(r['reps']) for r in runs)} repetitions per size; samples pooled per call and "
-                  f"size. A sample more than {SLOW_FACTOR:g} times the fastest of its size is a slow-path sample "
+                  f"size, with {len(SMALL_RAW)} slow-path run(s)' 2 MiB cycles (200 each, the first {WARM_UP} "
+                  "dropped) joining cudaMalloc, cudaFree, cuMemCreate and cuMemRelease at 2 MiB. A sample more than {SLOW_FACTOR:g} times the fastest of its size is a slow-path sample "
                   "(cudaMalloc and cuMemCreate of 2 GiB and more, ~4.7 ms per GiB): counted in slow_samples, not "
                   "in median_s/p10_s/p90_s. Raw files: calib/gpu_alloc/raw/; script: "
                   "calib/gpu_alloc/measure_alloc.py; fit: calib/gpu_alloc/fit_alloc.py."),

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import signal
 import statistics
 import sys
@@ -32,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared modules
 from cuda_vmm import Cuda  # noqa: E402
-from host_facts import command_output  # noqa: E402
+from host_facts import cuda_environment  # noqa: E402
 
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 SIZES = [2 * MIB, 8 * MIB, 32 * MIB, 128 * MIB, 512 * MIB, 2 * GIB, 8 * GIB, 32 * GIB, 64 * GIB]
@@ -88,17 +87,6 @@ def measure_vmm(cuda: Cuda, granularity: int, size: int, reps: int) -> dict:
     return {"bytes": size, **{name: _summary([c[name] for c in cycles]) for name in cycles[0]}}
 
 
-def environment(cp) -> dict:
-    rt = cp.cuda.runtime
-    name = rt.getDeviceProperties(0)["name"]
-    return {"gpu": name.decode() if isinstance(name, bytes) else name,
-            "cuda_runtime": rt.runtimeGetVersion(), "cuda_driver": rt.driverGetVersion(),
-            "cupy": cp.__version__, "python": platform.python_version(), "uname": platform.platform(),
-            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "smi": command_output(["nvidia-smi", "--query-gpu=name,driver_version,memory.total,memory.used",
-                                   "--format=csv"])}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
@@ -111,7 +99,7 @@ def main() -> None:
     rt = cp.cuda.runtime
     rt.free(rt.malloc(2 * MIB))  # context creation and warm-up, untimed
     free_bytes, total_bytes = rt.memGetInfo()
-    result = {"method": __doc__, "env": environment(cp), "reps": args.reps,
+    result = {"method": __doc__, "env": cuda_environment(cp), "reps": args.reps,
               "free_bytes": free_bytes, "total_bytes": total_bytes, "malloc": [], "vmm": [], "errors": []}
     sizes = [s for s in SIZES if s <= 0.8 * free_bytes]
     started = time.perf_counter()

@@ -10,9 +10,10 @@ repetitions per size, 2 MiB .. 64 GiB).
 What the H200 showed: allocating is cheap (cudaMalloc of 64 GiB: ~2.3 ms) and freeing is not (cudaFree of
 64 GiB: ~34 ms, ~0.5 ms per GiB); the VMM path splits the same work over cuMemCreate, cuMemMap and
 cuMemSetAccess (which builds the mappings) and cuMemUnmap and cuMemRelease (which frees). From 2 GiB up, some
-allocations take a slow path at ~4.7 ms per GiB (10 of 24 cudaMalloc and 15 of 24 cuMemCreate samples of
-32 and 64 GiB, presumably memory still being scrubbed after the previous free): the model charges the
-typical (fast) time and the data file counts the slow samples.
+allocations take a slow path at ~4-5 ms per GiB, alternating with fast ones back to back, gone 0.4 s after the
+previous free (``calib/gpu_alloc/measure_slow_path.py``; not fresh pages, and not explained by freed memory
+waiting to be scrubbed: see ``calib/gpu_alloc/README.md``). The model charges the typical (fast) time and the
+data file counts the slow samples.
 
 No AMD measurement exists here: the ``mi300x`` preset borrows the H200's curve (``GpuParams.alloc_preset``).
 """
@@ -43,15 +44,15 @@ CALLS = ("cudaMalloc", "cudaFree", "cuMemCreate", "cuMemAddressReserve", "cuMemM
 
 ALLOC_PRESETS: dict[str, dict[str, CallCost]] = {
     "h200": {
-        "cudaMalloc": CallCost(42_318_821, 130_530_107, 0.7),
-        "cudaFree": CallCost(34_590_424, 602_905_030, 0.97),
-        "cuMemCreate": CallCost(27_178_227, 25_109_181, 0.7),
-        "cuMemAddressReserve": CallCost(4_077_321, 6_516_843, 0.48),
-        "cuMemMap": CallCost(3_758_459, 1_835_558, 0.49),
-        "cuMemSetAccess": CallCost(32_271_747, 69_887_167, 0.79),
-        "cuMemUnmap": CallCost(22_689_275, 21_605_673, 0.78),
-        "cuMemRelease": CallCost(14_599_245, 539_272_779, 1.0),
-        "cuMemAddressFree": CallCost(2_151_483, 8_335_210, 0.42),
+        "cudaMalloc": CallCost(36_954_919, 145_829_549, 0.66),
+        "cudaFree": CallCost(26_650_091, 663_022_379, 0.92),
+        "cuMemCreate": CallCost(18_415_352, 43_747_533, 0.5),
+        "cuMemAddressReserve": CallCost(3_863_811, 7_076_778, 0.45),
+        "cuMemMap": CallCost(3_892_138, 1_531_520, 0.54),
+        "cuMemSetAccess": CallCost(31_068_758, 76_889_495, 0.75),
+        "cuMemUnmap": CallCost(22_408_756, 22_885_714, 0.76),
+        "cuMemRelease": CallCost(10_429_929, 576_444_261, 0.96),
+        "cuMemAddressFree": CallCost(2_392_179, 7_706_961, 0.45),
     },
 }
 """Fitted per-call costs; ``tests/models/gpu/test_alloc_cost.py`` re-fits them from the data."""
