@@ -111,8 +111,9 @@ def fit_shared_knee(curves, knees) -> tuple[int, list[KneeCost]]:
     return best[1], best[2]
 
 
-def spread_tolerance(point: dict, floor: float) -> float:
+def spread_tolerance(point: dict, floor: float, *, low: str = "p10_s", high: str = "p90_s") -> float:
     """How far a model may be from a measured point (``median_s``, ``p10_s``, ``p90_s``): the wider side of its
-    samples' 10-90 % spread around the median, at least ``floor``."""
+    samples' 10-90 % spread around the median, at least ``floor``. ``low``, ``high``: the keys of the spread's
+    ends (``min_s`` and ``max_s`` where only the extremes were kept)."""
     median = point["median_s"]
-    return max(floor, 1.0 - point["p10_s"] / median, point["p90_s"] / median - 1.0)
+    return max(floor, 1.0 - point[low] / median, point[high] / median - 1.0)

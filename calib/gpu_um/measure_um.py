@@ -256,6 +256,18 @@ def finish(result: dict, bench: Bench, started: float, out: str) -> None:
         json.dump(result, handle, indent=1)
 
 
+def companion_arguments(doc: str, reps: int, timeout_s: int) -> argparse.Namespace:
+    """A companion script's command line (``--out``, ``--reps``, ``--timeout-s``); arms the timeout (SIGALRM
+    aborts the whole run)."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--reps", type=int, default=reps)
+    parser.add_argument("--timeout-s", type=int, default=timeout_s, help="abort the whole run after this long")
+    args = parser.parse_args()
+    signal.alarm(args.timeout_s)
+    return args
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)

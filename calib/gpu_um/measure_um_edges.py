@@ -20,15 +20,13 @@ every timed repetition):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import signal
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from measure_um import Bench, _summary, environment, finish  # noqa: E402 - sibling script
+from measure_um import Bench, _summary, companion_arguments, environment, finish  # noqa: E402 - sibling script
 
 KIB, MIB = 1 << 10, 1 << 20
 
@@ -50,12 +48,7 @@ def fresh_touch(bench: Bench, size: int, count: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--reps", type=int, default=15)
-    parser.add_argument("--timeout-s", type=int, default=120, help="abort the whole run after this long")
-    args = parser.parse_args()
-    signal.alarm(args.timeout_s)
+    args = companion_arguments(__doc__, reps=15, timeout_s=120)
     import cupy as cp
 
     size = 64 * MIB
