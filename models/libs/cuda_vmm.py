@@ -8,12 +8,20 @@ breaks one raises :class:`~models.dmabuf.gpu_export.CudaError` with the CUresult
 
 * ``cuMemCreate``: size a nonzero multiple of ``cuMemGetAllocationGranularity``'s minimum (2 MiB on the H200,
   calib/gpu_alloc/raw), flags zero; CUDA_ERROR_OUT_OF_MEMORY when VRAM has no room.
-* ``cuMemAddressReserve``: size and address hint multiples of the host page size, alignment a power of two or
-  zero, flags zero.
-* ``cuMemMap``: offset zero ("currently must be zero"), ``offset + size`` within the handle, ptr and size
-  multiples of the granularity, inside one reservation, on a range not currently mapped, flags zero.
-* ``cuMemSetAccess``: a fully mapped range. ``cuMemUnmap``: whole mappings only ("cannot unmap a sub-range"); the
-  range goes back to being reserved, without access. ``cuMemAddressFree``: exactly a reservation's ptr and size.
+* ``cuMemAddressReserve``: size a multiple of the granularity (the documentation says of the host page size; the
+  H200 refused 4 KiB and 2 MiB + 4 KiB with CUDA_ERROR_INVALID_VALUE), address hint a multiple of the host page
+  size, alignment a power of two or zero, flags zero.
+* ``cuMemMap``: flags zero, ptr and size multiples of the granularity, inside one reservation, on a range not
+  currently mapped (CUDA_ERROR_INVALID_VALUE); the whole handle from offset zero ("currently must be zero"):
+  the H200 answered a nonzero offset, half the handle and more than the handle with CUDA_ERROR_NOT_SUPPORTED.
+* ``cuMemSetAccess``: whole mappings, as ``cuMemUnmap`` (the H200 refused a sub-range of one mapping and a
+  half-mapped range with CUDA_ERROR_INVALID_VALUE). ``cuMemUnmap``: whole mappings only ("cannot unmap a
+  sub-range"); the range goes back to being reserved, without access. ``cuMemAddressFree``: exactly a
+  reservation's ptr and size.
+
+The H200's answers: ``calib/dmabuf_export/raw/h200_vmm_rules.json`` (``measure_vmm_rules.py`` there). One is not
+followed: it mapped a 4 MiB handle 6 MiB into an 8 MiB reservation, past its end, where the model refuses a map
+that leaves its reservation (the driver's own reservation may be larger than asked; not measured).
 * ``cuMemRelease``: the memory is freed "when all outstanding mappings to the memory are unmapped and when all
   outstanding references to the handle ... are also released"; a dma-buf export is such a reference: on the H200
   a VMM allocation unmapped and released while exported kept its VRAM until the fd closed
@@ -40,6 +48,7 @@ HOST_PAGE = 4096
 VA_BASE = 0x7F00_0000_0000
 """Where the model starts placing reservations."""
 INVALID = "CUDA_ERROR_INVALID_VALUE"
+NOT_SUPPORTED = "CUDA_ERROR_NOT_SUPPORTED"
 
 
 @dataclass(eq=False)
@@ -123,9 +132,10 @@ class CudaVmm:
 
         :raises CudaError: the rules of the module docstring.
         """
-        call = "cuMemAddressReserve"
-        _check(size > 0 and size % HOST_PAGE == 0 and addr % HOST_PAGE == 0, call,
-               "size and address must be multiples of the host page size (4 KiB)")
+        call, gran = "cuMemAddressReserve", self.granularity
+        _check(size > 0 and size % gran == 0, call,
+               f"size {format_size(size)} is not a nonzero multiple of the allocation granularity ({format_size(gran)})")
+        _check(addr % HOST_PAGE == 0, call, "the address hint must be a multiple of the host page size (4 KiB)")
         _check(alignment >= 0 and alignment & (alignment - 1) == 0, call,
                f"alignment {alignment} is neither zero nor a power of two")
         _check(flags == 0, call, f"flags {flags:#x}: must be zero")
@@ -152,12 +162,13 @@ class CudaVmm:
         """
         call, gran = "cuMemMap", self.granularity
         _check(flags == 0, call, f"flags {flags:#x}: must be zero")
-        _check(offset == 0, call, f"offset {format_size(offset)}: the offset into the handle currently must be zero")
+        _check(offset == 0, call, f"offset {format_size(offset)}: the offset into the handle currently must be zero",
+               result=NOT_SUPPORTED)
         _check(not handle.released, call, f"handle {handle.handle} was released")
         _check(size > 0 and ptr % gran == 0 and size % gran == 0, call,
                f"ptr and size must be multiples of the allocation granularity ({format_size(gran)})")
-        _check(size <= handle.size, call,
-               f"{format_size(size)} from offset 0 run past the {format_size(handle.size)} handle")
+        _check(size == handle.size, call, f"{format_size(size)} of the {format_size(handle.size)} handle: a map "
+               "takes the whole handle", result=NOT_SUPPORTED)
         reservation = self._reservation(ptr, size)
         _check(reservation is not None, call,
                f"[{ptr:#x}, +{format_size(size)}) is not inside one cuMemAddressReserve range")
@@ -181,27 +192,32 @@ class CudaVmm:
                 at = m.addr + m.size
         return found if at >= ptr + size else []
 
-    def set_access(self, ptr: int, size: int) -> None:
-        """``cuMemSetAccess``: read-write access for the device over a fully mapped range.
+    def whole_mappings(self, call: str, ptr: int, size: int) -> list[Mapping]:
+        """The mappings that make up exactly ``[ptr, ptr + size)``, in address order.
 
-        :raises CudaError: some of the range is not mapped.
+        :raises CudaError: the range is not whole mappings (``call`` named).
         """
         mappings = self.mapped(ptr, size)
-        _check(bool(mappings), "cuMemSetAccess",
-               f"[{ptr:#x}, +{format_size(size)}) is not a fully mapped address range")
-        for m in mappings:
+        whole = bool(mappings) and mappings[0].addr == ptr and mappings[-1].addr + mappings[-1].size == ptr + size
+        _check(whole, call, f"[{ptr:#x}, +{format_size(size)}) is not the entire range of its mappings (not a "
+               "sub-range of a mapping, nor past one)")
+        return mappings
+
+    def set_access(self, ptr: int, size: int) -> None:
+        """``cuMemSetAccess``: read-write access for the device over whole mappings.
+
+        :raises CudaError: :meth:`whole_mappings`.
+        """
+        for m in self.whole_mappings("cuMemSetAccess", ptr, size):
             m.access = True
 
     def mem_unmap(self, ptr: int, size: int) -> None:
         """``cuMemUnmap``: the range becomes reserved again; a released handle with no mapping left frees its
         memory (unless a dma-buf still holds it).
 
-        :raises CudaError: not whole mappings.
+        :raises CudaError: :meth:`whole_mappings`.
         """
-        mappings = self.mapped(ptr, size)
-        whole = bool(mappings) and mappings[0].addr == ptr and mappings[-1].addr + mappings[-1].size == ptr + size
-        _check(whole, "cuMemUnmap", f"[{ptr:#x}, +{format_size(size)}) is not the entire range of its mappings "
-               "(cuMemUnmap cannot unmap a sub-range of a mapping)")
+        mappings = self.whole_mappings("cuMemUnmap", ptr, size)
         reservation = self._reservation(ptr, size)
         for m in mappings:
             del reservation.mappings[m.addr]

@@ -1,6 +1,7 @@
 """The CUDA virtual-memory objects (models/libs/cuda_vmm.py) against the CUDA Driver API's documented rules (13.4,
 group__CUDA__VA: cuMemCreate, cuMemAddressReserve, cuMemMap, cuMemSetAccess, cuMemUnmap, cuMemRelease,
-cuMemAddressFree) and the H200's export measurements (models/data/h200_dmabuf_export_rules.json)."""
+cuMemAddressFree), the H200's export measurements (models/data/h200_dmabuf_export_rules.json) and its answers to the
+same calls' argument rules (calib/dmabuf_export/raw/h200_vmm_rules.json), which win where the two differ."""
 
 import json
 from pathlib import Path
@@ -17,6 +18,8 @@ RULES = json.loads((Path(__file__).parents[3] / "models/data/h200_dmabuf_export_
 MEASURED = {row["case"]: row["results"] for row in RULES["exports"]}
 GRANULARITY = json.loads((Path(__file__).parents[3] / "calib/gpu_alloc/raw/h200_run1.json").read_text())[
     "vmm_granularity"]
+H200 = json.loads((Path(__file__).parents[3] / "calib/dmabuf_export/raw/h200_vmm_rules.json").read_text())["cases"]
+"""The CUresult of each case of calib/dmabuf_export/measure_vmm_rules.py on an H200 (2026-12-05, driver 580)."""
 MiB = 1 << 20
 
 
@@ -33,10 +36,10 @@ def vmm():
     return v
 
 
-def invalid(call, *args, **kwargs) -> CudaError:
+def invalid(call, *args, result="CUDA_ERROR_INVALID_VALUE", **kwargs) -> CudaError:
     with pytest.raises(CudaError) as info:
         call(*args, **kwargs)
-    assert info.value.result == "CUDA_ERROR_INVALID_VALUE"
+    assert info.value.result == result
     return info.value
 
 
@@ -73,10 +76,16 @@ def test_cumemcreate_beyond_vram_is_out_of_memory(vmm):
 
 
 def test_cumemaddressreserve_rules(vmm):
-    """"The size and address parameters must be a multiple of the host page size and the alignment must be a power
-    of two or zero"; flags "must be zero"; a reservation honours its alignment."""
+    """"The address parameter must be a multiple of the host page size and the alignment must be a power of two or
+    zero"; flags "must be zero"; a reservation honours its alignment. The size, which the documentation also asks
+    only to be a multiple of the host page size, must be one of the granularity on the H200: 4 KiB and
+    2 MiB + 4 KiB were CUDA_ERROR_INVALID_VALUE."""
+    g = vmm.granularity
+    assert H200["reserve size 4 KiB"] == H200["reserve size G + 4 KiB"] == "CUDA_ERROR_INVALID_VALUE"
+    invalid(vmm.address_reserve, 4096)
+    invalid(vmm.address_reserve, g + 4096)
     invalid(vmm.address_reserve, 4096 + 1)
-    invalid(vmm.address_reserve, 4096, addr=4096 + 8)
+    invalid(vmm.address_reserve, g, addr=4096 + 8)
     invalid(vmm.address_reserve, vmm.granularity, alignment=3)
     invalid(vmm.address_reserve, vmm.granularity, flags=1)
     a = vmm.address_reserve(vmm.granularity, alignment=64 * MiB)
@@ -85,15 +94,21 @@ def test_cumemaddressreserve_rules(vmm):
 
 
 def test_cumemmap_rules(vmm):
-    """cuMemMap: offset "currently must be zero", ptr and size multiples of the granularity, offset + size within
-    the handle, inside a reservation, "only ... on VA range reservations that are not currently mapped"."""
+    """cuMemMap: ptr and size multiples of the granularity, inside a reservation, "only ... on VA range reservations
+    that are not currently mapped", flags zero (CUDA_ERROR_INVALID_VALUE); offset "currently must be zero", and the
+    H200 mapped only whole handles: a nonzero offset, half the handle and more than it were
+    CUDA_ERROR_NOT_SUPPORTED."""
     g = vmm.granularity
+    assert {H200[case] for case in ("map at handle offset G", "map half the handle", "map more than the handle")} \
+        == {"CUDA_ERROR_NOT_SUPPORTED"}
+    assert H200["map at VA offset 4 KiB"] == H200["map flags 1"] == H200["map over a mapped range"] == \
+        "CUDA_ERROR_INVALID_VALUE"
     handle, ptr = vmm.mem_create(2 * g), vmm.address_reserve(4 * g)
-    invalid(vmm.mem_map, ptr, g, handle, offset=g)
+    invalid(vmm.mem_map, ptr, 2 * g, handle, offset=g, result="CUDA_ERROR_NOT_SUPPORTED")
+    invalid(vmm.mem_map, ptr, g, handle, result="CUDA_ERROR_NOT_SUPPORTED")          # half the handle
+    invalid(vmm.mem_map, ptr, 4 * g, handle, result="CUDA_ERROR_NOT_SUPPORTED")      # more than the handle
     invalid(vmm.mem_map, ptr + 4096, 2 * g, handle)
     invalid(vmm.mem_map, ptr, 2 * g + 4096, handle)
-    invalid(vmm.mem_map, ptr, 4 * g, handle)              # past the handle
-    invalid(vmm.mem_map, ptr + 3 * g, 2 * g, handle)      # past the reservation
     invalid(vmm.mem_map, ptr, 2 * g, handle, flags=1)
     vmm.mem_map(ptr, 2 * g, handle)
     invalid(vmm.mem_map, ptr + g, 2 * g, handle)          # over a mapped range
@@ -101,13 +116,18 @@ def test_cumemmap_rules(vmm):
     assert handle.mappings == 2
 
 
-def test_set_access_needs_a_fully_mapped_range(vmm):
+def test_set_access_takes_whole_mappings(vmm):
+    """On the H200, cuMemSetAccess over a half-mapped range and over a sub-range of one mapping were both
+    CUDA_ERROR_INVALID_VALUE."""
+    assert H200["set access on a half-mapped range"] == H200["set access on a sub-range"] == \
+        "CUDA_ERROR_INVALID_VALUE"
     g = vmm.granularity
-    handle, ptr = vmm.mem_create(g), vmm.address_reserve(2 * g)
-    vmm.mem_map(ptr, g, handle)
-    invalid(vmm.set_access, ptr, 2 * g)
-    vmm.set_access(ptr, g)
-    assert vmm.mapped(ptr, g)[0].access
+    handle, ptr = vmm.mem_create(2 * g), vmm.address_reserve(4 * g)
+    vmm.mem_map(ptr, 2 * g, handle)
+    invalid(vmm.set_access, ptr, 4 * g)
+    invalid(vmm.set_access, ptr, g)
+    vmm.set_access(ptr, 2 * g)
+    assert vmm.mapped(ptr, 2 * g)[0].access
 
 
 def test_cumemunmap_takes_whole_mappings_and_leaves_a_reservation(vmm):
@@ -185,3 +205,16 @@ def test_a_released_range_keeps_its_vram_while_exported(vmm):
                                               == measured["free_bytes_mapped"])
     vmm.fds.close(fd)
     assert (vmm.gpu.memory.used == used) == (measured["free_bytes_after_close"] > measured["free_bytes_mapped"])
+
+
+def test_a_sub_range_of_a_mapping_exports_and_a_half_mapped_one_does_not(vmm):
+    """On the H200, cuMemGetHandleForAddressRange of 4 KiB at offset 4 KiB into a mapping exported; a range half of
+    which was mapped was CUDA_ERROR_INVALID_VALUE."""
+    assert H200["export a sub-range at offset 4 KiB"] == "CUDA_SUCCESS"
+    assert H200["export a half-mapped range"] == "CUDA_ERROR_INVALID_VALUE"
+    g = vmm.granularity
+    handle, ptr = vmm.mem_create(2 * g), vmm.address_reserve(4 * g)
+    vmm.mem_map(ptr, 2 * g, handle)
+    view, fd = vmm.export(ptr + 4096, 4096, vmm.fds)
+    assert fd >= 0 and view.size == 4096
+    invalid(vmm.export, ptr, 4 * g, vmm.fds)
