@@ -11,8 +11,9 @@ What the H200 showed: allocating is cheap (cudaMalloc of 64 GiB: ~2.3 ms) and fr
 64 GiB: ~34 ms, ~0.5 ms per GiB); the VMM path splits the same work over cuMemCreate, cuMemMap and
 cuMemSetAccess (which builds the mappings) and cuMemUnmap and cuMemRelease (which frees). From 2 GiB up, some
 allocations take a slow path at ~4-5 ms per GiB, alternating with fast ones back to back, gone 0.4 s after the
-previous free (``calib/gpu_alloc/measure_slow_path.py``; not fresh pages, and not explained by freed memory
-waiting to be scrubbed: see ``calib/gpu_alloc/README.md``). The model charges the typical (fast) time and the
+previous free (``calib/gpu_alloc/measure_slow_path.py``; not fresh pages). On an H100, freed memory comes back
+whole after ~3 ms per GiB, one free after another (``measure_scrub.py``), but that rule replayed over the H200's
+cycles calls too many of them slow (``calib/gpu_alloc/README.md``). The model charges the typical (fast) time and the
 data file counts the slow samples.
 
 No AMD measurement exists here: the ``mi300x`` preset borrows the H200's curve (``GpuParams.alloc_preset``).
