@@ -9,7 +9,7 @@ import pytest
 from sim.engine.planner.domain import outside_domain, slow_for_fast
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
-from tests.sim.fast.test_differential import ATOMIC_ACCESS, same_runs, two_nodes
+from tests.sim.fast.test_differential import ATOMIC_ACCESS, auto_runs, same_runs, two_nodes
 
 CASES = {"write_bw": ["64B", "4KiB", "64KiB"], "read_bw": ["64B", "4KiB", "64KiB"], "send_bw": ["64B", "4KiB"],
          "atomic_bw": ["8B"]}
@@ -54,17 +54,25 @@ def test_what_auto_leaves_to_the_event_engine_with_several_qps():
     assert outside_domain(several) is None and slow_for_fast(several) is None
 
 
-@pytest.mark.parametrize("kind, qps, slow", [("send_bw", 4, True), ("send_bw", 2, True), ("send_bw", 1, False),
-                                             ("write_bw", 4, False)])
-def test_auto_leaves_a_send_bw_over_several_qps_to_the_event_engine(kind, qps, slow):
-    """The core solves them (the differential tests above), but slower than the event engine: ``auto`` decides
-    from the workload's kind and its streams."""
+@pytest.mark.parametrize("kind, qps, sizes, slow", [
+    ("send_bw", 4, ["64B"], True), ("send_bw", 2, ["64B"], True), ("send_bw", 2, ["2KiB", "64KiB"], True),
+    ("send_bw", 2, ["4KiB", "64KiB"], False), ("send_bw", 1, ["64B"], False), ("write_bw", 4, ["64B"], False)])
+def test_auto_leaves_a_send_bw_of_small_messages_over_several_qps_to_the_event_engine(kind, qps, sizes, slow):
+    """The core solves them (the differential tests above), but slower than the event engine below 4 KiB:
+    ``auto`` decides from the workload's kind, its streams and its smallest message."""
     scenario = Scenario.model_validate(scenario_dict(workload=[{"kind": kind, "from": "src", "to": "dst",
-                                                                "sizes": ["64B"], "qps": qps}]))
+                                                                "sizes": sizes, "qps": qps}]))
     assert outside_domain(scenario) is None
     reason = slow_for_fast(scenario)
-    assert (reason is not None and f"send_bw over {qps} QPs" in reason) == slow
+    assert (reason is not None and f"send_bw over {qps} QPs with {sizes[0]} messages" in reason) == slow
     assert slow or reason is None
+
+
+def test_auto_runs_a_send_bw_of_large_messages_over_several_qps_on_the_core():
+    """perftest's ib_send_bw -q 2 at its default 64 KiB: the core, with the event engine's tables and counters."""
+    work = [{"kind": "send_bw", "from": "src", "to": "dst", "sizes": ["64KiB"], "iterations": 3000, "qps": 2}]
+    auto, lines = auto_runs(scenario_dict(workload=work, **two_nodes("cx7-gen5-400G")))
+    assert auto.engine == "fast" and "vectorized core ran" in lines[0]
 
 
 def test_send_bw_reposting_receives_over_several_qps_and_sizes_equals_the_event_engine():
