@@ -92,7 +92,7 @@ class Joined:
     def rejoined(self, parts: list) -> Joined | None:
         """The same join for ``parts``, which differ from these only in a few parts of the same lengths: the
         fields built so far are copied and those parts' claims written over them; None where the parts' lengths
-        differ or most of the parts changed (then a new join is cheaper)."""
+        differ or more than a quarter of the parts changed (then a new join is about as cheap)."""
         changed = [k for k, (old, new) in enumerate(zip(self.parts, parts)) if old is not new]
         if len(parts) != len(self.parts) or 4 * len(changed) > len(parts) or any(
                 len(parts[k].wake) != self._lengths[k] for k in changed):
