@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from models.nic.transport import qp_type_of, receive_overhead
@@ -215,7 +216,7 @@ def perftest_scenario(argv: list[str]) -> Scenario:
 
     :raises UsageError: unknown test or device, an unsupported option, or options perftest rejects.
     """
-    return _scenario(_parse(argv))
+    return _scenario(_parse(argv))[0]
 
 
 OPTION_OF_KEY = {"tx_depth": "-t/--tx-depth", "rx_depth": "-r/--rx-depth", "duration": "-D/--duration",
@@ -227,9 +228,11 @@ def _refused(key: str, reason: str) -> UsageError:
     return UsageError(f"{OPTION_OF_KEY.get(key, '-n/-s/-q')}: {reason}")
 
 
-def _scenario(cmd: _Command) -> Scenario:
+def _scenario(cmd: _Command) -> tuple[Scenario, Callable[[], None] | None]:
     """The command's scenario, checked as a scenario file is (the options' product must fit the schema's bounds,
-    the run and the memory available)."""
+    the run and the memory available, on the vectorized core's estimate where ``auto`` gives it the run), and the
+    check to make should ``auto`` hand the run to the event engine after all (:func:`sim.engine.budget.check_fallback`;
+    None: none is needed)."""
     from sim.engine import budget
     from sim.scenario.loader import validate
     from sim.scenario.refs import check_references
@@ -244,12 +247,12 @@ def _scenario(cmd: _Command) -> Scenario:
     if problems:
         (*_, key), reason = problems[0]
         raise _refused(key, reason)
-    need = budget.estimate([("base", scenario)])
-    short = budget.over_budget(need, budget.available_memory())
+    variants, limit = [("base", scenario)], budget.available_memory()
+    need, short = budget.admitted(variants, limit)
     if short:
         option = "-D/--duration" if need.key[-1] == "duration" else "-n/-a/-q"
         raise UsageError(f"{option}: the {short}, the memory available now; ask for fewer exchanges or sizes")
-    return scenario
+    return scenario, (partial(budget.check_fallback, "base", variants, need.guarded, limit) if need.guarded else None)
 
 
 def _dump(cmd: _Command) -> str:
@@ -437,7 +440,7 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None,
             return 0, (f"Version: rdmasim {__version__} (the simulator's front end to perftest's {_test(argv)}; "
                        "not perftest's binary)")
         cmd = _parse(argv)
-        scenario = _scenario(cmd)
+        scenario, guard = _scenario(cmd)
     except UsageError as exc:
         notice(f"rdmasim perftest: {exc}")
         return 2, ""
@@ -452,7 +455,7 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None,
         for line in _notices(cmd):
             notice(line)
         with (display or (lambda *_: nullcontext(None)))(cmd.test, total_operations(scenario)) as advance:
-            result = run_scenario(scenario, notice=notice, progress=advance)
+            result = run_scenario(scenario, notice=notice, progress=advance, before_fallback=guard)
         report = _report(cmd, result)
         if cmd.args.out is not None:
             notice(f"wrote {write_results(result, cmd.args.out, _dump(cmd).encode('utf-8'), force=cmd.args.force)}")

@@ -207,13 +207,9 @@ def check(file: str, variants: list[tuple[str, Scenario]], budget: int, trace: b
 
     :raises ConfigError: it does not fit, located at the key that drives the estimate.
     """
-    need = estimate(variants, trace)
-    short = over_budget(need, budget)
+    need, short = admitted(variants, budget, trace)
     if short is None:
         return need
-    lean = _on_the_vectorized_core(variants, budget, trace)
-    if lean is not None:
-        return lean
     from sim.scenario.yaml_reader import error_at, load_yaml
 
     reason = f"{short}; --memory-budget SIZE sets the budget"
@@ -222,6 +218,17 @@ def check(file: str, variants: list[tuple[str, Scenario]], budget: int, trace: b
     except ConfigError:  # the file changed since it was validated: say where without a line
         raise ConfigError(reason, file=file, key=".".join(map(str, need.key))) from None
     raise error_at(positions, need.key, reason, file)
+
+
+def admitted(variants: list[tuple[str, Scenario]], budget: int, trace: bool = False) -> tuple[Estimate, str | None]:
+    """The run's :class:`Estimate` and why it does not fit ``budget`` bytes (None: it fits, where only on the
+    vectorized core's estimate, the variants so admitted in :attr:`Estimate.guarded`)."""
+    need = estimate(variants, trace)
+    short = over_budget(need, budget)
+    if short is None:
+        return need, None
+    lean = _on_the_vectorized_core(variants, budget, trace)
+    return (lean, None) if lean is not None else (need, short)
 
 
 def _on_the_vectorized_core(variants: list[tuple[str, Scenario]], budget: int, trace: bool) -> Estimate | None:

@@ -188,11 +188,31 @@ def test_dump_scenario_loads_through_the_real_loader(argv, tmp_path):
 def test_a_command_line_over_the_memory_available_is_refused_before_running(monkeypatch):
     import sim.engine.budget
 
-    monkeypatch.setattr(sim.engine.budget, "available_memory", lambda: 2**30)
+    monkeypatch.setattr(sim.engine.budget, "available_memory", lambda: 2**28)  # below even the core's fixed cost
     code, _, text = perftest_streams(["ib_write_bw", "-a", "-n", "10000000"])
     assert code == 2 and text.startswith("rdmasim perftest: -n/-a/-q: the run needs about")
-    assert "(budget 1.0GiB) for 230,000,000 operations" in text
+    assert "(budget 256.0MiB) for 230,000,000 operations" in text
+    monkeypatch.setattr(sim.engine.budget, "available_memory", lambda: 2**30)
     assert run_perftest(["ib_write_bw", "-s", "4K", "-n", "20"])[0] == 0
+
+
+def test_a_command_line_that_fits_only_on_the_vectorized_core_is_admitted_as_run_admits_its_scenario(monkeypatch):
+    """`rdmasim run` admits an ``engine: auto`` run on the vectorized core's estimate, which holds fewer bytes per
+    operation, and checks again should the run fall back; perftest's front end admits the same runs (it refused
+    ``ib_write_bw -q 4 -s 4096 -D 5`` on a 24 GiB machine, on the event engine's estimate)."""
+    import sim.engine.budget as budget
+    from sim.cli.perftest_args import UsageError
+
+    argv = ["ib_write_bw", "-q", "4", "-s", "4096", "-D", "5"]
+    monkeypatch.setattr(budget, "available_memory", lambda: 1 << 50)
+    variants = [("base", perftest_scenario(argv))]
+    full, lean = budget.estimate(variants), budget.estimate(variants, fast=frozenset({"base"}))
+    assert lean.bytes < full.bytes
+    monkeypatch.setattr(budget, "available_memory", lambda: (lean.bytes + full.bytes) // 2)
+    assert perftest_scenario(argv) == variants[0][1]
+    monkeypatch.setattr(budget, "available_memory", lambda: lean.bytes - 1)
+    with pytest.raises(UsageError, match="-D/--duration: the run needs about"):
+        perftest_scenario(argv)
 
 
 def test_perftests_readme_line_with_an_ib_port_runs_and_another_port_is_refused():

@@ -8,7 +8,7 @@ from tests.conftest import perftest_streams
 
 
 def _timeout(argv):
-    return _scenario(_parse(argv)).workload[0].qp_timeout
+    return _scenario(_parse(argv))[0].workload[0].qp_timeout
 
 
 def test_u_sets_the_workloads_qp_timeout_and_its_default_is_perftests():
