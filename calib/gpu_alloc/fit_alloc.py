@@ -5,13 +5,14 @@ Usage (from the repository root)::
 
     python calib/gpu_alloc/fit_alloc.py            # writes models/data/h200_gpu_alloc.json, prints the fit
 
-Per call and size, the samples of every run are pooled; those more than ``SLOW_FACTOR`` times the fastest are
-slow-path samples (counted, not fitted). Of the curves fitted per exponent, the one kept is that whose worst point
-lies least far out relative to its samples' spread (:func:`models.size_cost.spread_tolerance`): a tightly
-measured time holds the curve more than a scattered one. The slow-path runs' 2 MiB cycles (``raw/h200_slow_path_run*.json``:
-200 cudaMalloc/cudaFree and 200 cuMemCreate/cuMemRelease with the synchronize inside the span, as here; the first
-``WARM_UP`` of each dropped) join the 2 MiB samples of those four calls. The typical time is the median of the others, its spread their 10th
-and 90th percentiles; :func:`models.size_cost.fit_call_cost` fits the curve to the typical times.
+Per call and size, the samples of every run are pooled; the slow-path runs' 2 MiB cycles
+(``raw/h200_slow_path_run*.json``: 200 cudaMalloc/cudaFree and 200 cuMemCreate/cuMemRelease with the synchronize
+inside the span, as here; the first ``WARM_UP`` of each dropped, as ``fit_slow_path.py`` drops them) join the 2 MiB
+samples of those four calls. Samples more than ``SLOW_FACTOR`` times the fastest are slow-path samples (counted,
+not fitted). The typical time is the median of the others, its spread their 10th and 90th percentiles;
+:func:`models.size_cost.fit_call_cost` fits the curve to the typical times. Of the curves fitted per exponent, the
+one kept is that whose worst point lies least far out relative to its spread
+(:func:`models.size_cost.spread_tolerance`): a tightly measured time holds the curve more than a scattered one.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the sibling reduction script
 
+from fit_slow_path import WARM_UP  # noqa: E402
 from models.gpu.alloc_cost import CALLS, MIN_TOLERANCE, SLOW_FACTOR, typical_samples  # noqa: E402
 from models.size_cost import fit_call_cost, spread_tolerance  # noqa: E402
 
 RAW = sorted((Path(__file__).parent / "raw").glob("h200_run*.json"))
 SMALL_RAW = sorted((Path(__file__).parent / "raw").glob("h200_slow_path_run*.json"))
-WARM_UP = 10
 FREED_BY = {"cudaMalloc": "cudaFree", "cuMemCreate": "cuMemRelease"}
 OUT = ROOT / "models" / "data" / "h200_gpu_alloc.json"
 

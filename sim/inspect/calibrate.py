@@ -221,7 +221,8 @@ def _alloc_slow_path() -> list[dict]:
                 continue
             cost, median = ALLOC_PRESETS["h200"][c["call"]].time_ps(c["bytes"]), float(np.median(slow))
             rows.append(_row("gpu_alloc", f"{c['call']} slow path", c["bytes"], "ms", cost / PS_PER_MS, median * 1e3,
-                             tolerance=max(MIN_TOLERANCE, 1 - min(slow) / median, max(slow) / median - 1),
+                             tolerance=spread_tolerance({"median_s": median, "min_s": min(slow), "max_s": max(slow)},
+                                                        MIN_TOLERANCE, low="min_s", high="max_s"),
                              required=False,
                              note=f"{len(slow)} of {len(c['slow'])} back-to-back calls; not modeled (the model "
                                   "charges the fast path; calib/gpu_alloc/README.md)"))
