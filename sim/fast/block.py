@@ -13,7 +13,9 @@ block needs no pass over free servers where the idle latencies are known constan
 Typical pass counts: a saturated (bandwidth-bound) stream agrees after its first pass from the second block
 on; a latency-bound stream after one pass over free servers plus the verifying one; a stream whose rounds
 interact through a shared server (a small message's completion entry delaying the next round's read requests
-on a PCIe link) advances by about one round per pass. Times are int64 ps.
+on a PCIe link) advances by about one round per pass. A block of the smallest size whose passes still move the
+disagreement later goes on passing while they would keep under a quarter of it: the next block would hold the same
+operations and repeat the passes (8 streams crossing rails in ``rail_server.yaml``). Times are int64 ps.
 """
 
 from __future__ import annotations
@@ -47,14 +49,17 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     else:
         run = Pass(problem, slices, carry, shared, {}, idle=True)
         previous = _guess(problem, slices, run.run(), run, idle=True)
-    for _ in range(max_passes):
+    passes, before = 0, None
+    while True:
         run = Pass(problem, slices, carry, shared, previous)
         outs = run.run()
-        disagree = _disagreement(problem, slices, outs, run)
+        passes, disagree = passes + 1, _disagreement(problem, slices, outs, run)
+        future = _next_post(problem, slices, outs)
         if disagree == NEVER:
             break
-        previous = _guess(problem, slices, outs, run)
-    future = _next_post(problem, slices, outs)
+        if passes >= max_passes and not _repeats(problem, slices, outs, future, disagree, before):
+            break
+        previous, before = _guess(problem, slices, outs, run), disagree
     horizon = min(future, disagree)
     # Without shared servers or drawn delays before claims, later operations never come first anywhere, unless
     # the stream goes on with other steps: a continuation's operations, posted by this block's completions, may
@@ -68,6 +73,18 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
         for piece, out, n in zip(slices, outs, kept):
             record_pace(problem, piece, out, n)
     return outs, kept, disagree
+
+
+def _repeats(problem, slices: list[SliceIn], outs: list[SliceOut], future: int, disagree: int,
+             before: int | None) -> bool:
+    """Whether stopping the block's passes now would make the next block repeat them: no slice is longer than
+    the solver's smallest block (:attr:`sim.fast.solver.Problem.smallest_block`), so the next block could not be
+    shorter, the passes still move the earliest disagreement later (``before``: the last pass's), and they
+    would keep under a quarter of the block's operations."""
+    if before is None or disagree <= before or any(p.hi - p.lo > problem.smallest_block for p in slices):
+        return False
+    kept = _kept(slices, outs, min(future, disagree), everything=False)
+    return 4 * sum(kept) < sum(piece.hi - piece.lo for piece in slices)
 
 
 def _shared_servers(problem, spans, carry: list[Carry]) -> dict[int, list[int]]:

@@ -133,6 +133,8 @@ class Problem:
         """Per group: the names of every turn of its stream (a continuation's keys go on from the group before)."""
         self.keep = max([g.window for g in self.groups] + [s for gates in self.gates for s in gates.values()] + [1])
         """How many of a group's latest final values later posts and gates may need."""
+        self.smallest_block = 2 * self.keep
+        """The fewest operations per stream a block takes (where its streams have that many left)."""
         check(self, walks)
 
 
@@ -153,7 +155,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     history: dict[int, _History] = {}
     start = dict.fromkeys(problem.rounds[0], int(start_ps))  # per group: its round's start (ps)
     active, ended, posts = _heads(problem, 0), [], ParallelPosts()
-    smallest = 2 * problem.keep
+    smallest = problem.smallest_block
     size, passes, reach = smallest, max_passes, 1
     while active:
         spans = _slices(problem, active, size, reach)
