@@ -34,6 +34,7 @@ from models.dmabuf.revoke import VfioExporter
 from models.gpu import COPY_PRESETS, Allocation, Bar1Aperture, CopyEngines, DeviceMemory, GpuOutOfMemory, GpuParams
 from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts
 from models.gpu.managed import ManagedMemory
+from models.gpu.scrub import SCRUB_PRESETS, ScrubQueue
 from models.versions import AMDGPU_VRAM_PIN, NVIDIA_DMABUF_EXPORT, NVIDIA_PCIE_MAPPING, Version
 
 EXPORT_PS = 15_400_000
@@ -240,6 +241,10 @@ class Gpu:
         self.copy = CopyParams(CopyEngines(COPY_PRESETS[params.copy_preset]))
         self.alloc_costs = AllocCosts(ALLOC_PRESETS[params.alloc_preset])
         """What the competing job's allocations and frees cost its thread (the calibrated H200 curve)."""
+        self.scrub = ScrubQueue(SCRUB_PRESETS[params.scrub_preset]) if params.scrub_preset else None
+        """Freed VRAM the driver is still clearing (None: not modeled for this GPU)."""
+        if self.scrub is not None:
+            self.memory.on_release = lambda nbytes: self.scrub.freed(self.core.now_ps(self.name), nbytes)
         self.bar1 = Bar1Aperture(params.bar1_bytes)
         """BAR1 (:mod:`models.gpu.bar1`): NVIDIA's peer-memory pages and dma-buf maps hold it; on a coherent
         platform peers reach the memory's own pages instead."""
@@ -395,6 +400,14 @@ class Gpu:
         self.evictions += 1
         return max(0, fence.signaled_at_ps - self.core.env.now)
 
+    def cleared_wait_ps(self, nbytes: int, free_bytes: int | None = None) -> int:
+        """How long an allocation of ``nbytes`` asked now waits for freed VRAM to be cleared (ps;
+        :mod:`models.gpu.scrub`); ``free_bytes``: VRAM free before it (default: free now)."""
+        if self.scrub is None:
+            return 0
+        free = self.memory.capacity - self.memory.used if free_bytes is None else free_bytes
+        return self.scrub.wait_ps(self.core.now_ps(self.name), nbytes, free)
+
     def pressure(self, size: int) -> bool:
         """Another job allocates ``size`` bytes: evict movable buffers until it fits, then pay its allocation call
         (cudaMalloc/hipMalloc, after the room is made); False if it cannot fit."""
@@ -406,7 +419,12 @@ class Gpu:
                 self.core.instant(self.name, "AllocationFailed", bytes=size,
                                   free=self.memory.capacity - self.memory.used)
                 return False
+            taken = sum(vram.size for vram in result.allocations)
             with self.core.call(self.name, ALLOC_CALLS[self.vendor][0], bytes=size):
+                wait = self.cleared_wait_ps(size, self.memory.capacity - self.memory.used + taken)
+                if wait:
+                    with self.core.call(self.name, "wait for cleared memory", bytes=size):
+                        self.core.spend(self.name, wait)
                 self.core.spend(self.name, self.alloc_costs.allocate_ps(size))
             self.pressure_allocations.append(result.allocations)
             self.core.instant(self.name, "MemoryAllocated", bytes=size, free=self.memory.capacity - self.memory.used)

@@ -11,10 +11,10 @@ What the H200 showed: allocating is cheap (cudaMalloc of 64 GiB: ~2.3 ms) and fr
 64 GiB: ~34 ms, ~0.5 ms per GiB); the VMM path splits the same work over cuMemCreate, cuMemMap and
 cuMemSetAccess (which builds the mappings) and cuMemUnmap and cuMemRelease (which frees). From 2 GiB up, some
 allocations take a slow path at ~4-5 ms per GiB, alternating with fast ones back to back, gone 0.4 s after the
-previous free (``calib/gpu_alloc/measure_slow_path.py``; not fresh pages). On an H100, freed memory comes back
-whole after ~3 ms per GiB, one free after another (``measure_scrub.py``), but that rule replayed over the H200's
-cycles calls too many of them slow (``calib/gpu_alloc/README.md``). The model charges the typical (fast) time and the
-data file counts the slow samples.
+previous free (``calib/gpu_alloc/measure_slow_path.py``; not fresh pages). These calls charge the typical (fast)
+time and the data file counts the slow samples. Where memory is short, an allocation also waits for freed memory
+still being cleared (:mod:`models.gpu.scrub`, measured on an H200 and an H100); that rule does not reproduce the
+alternation of back-to-back cycles with memory to spare (``calib/gpu_alloc/README.md``).
 
 No AMD measurement exists here: the ``mi300x`` preset borrows the H200's curve (``GpuParams.alloc_preset``).
 """

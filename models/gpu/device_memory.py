@@ -152,6 +152,9 @@ class DeviceMemory:
         self._next_id = 0
         self._clock = 0
         self.evictions = self.evicted_bytes = self.failed_allocations = 0
+        self.on_release: Callable[[int], None] | None = None
+        """Told the bytes each time VRAM goes back (a free, an eviction, a vacate): the driver clears them
+        (:mod:`models.gpu.scrub`)."""
 
     @classmethod
     def from_params(cls, params, **kwargs) -> DeviceMemory:
@@ -293,6 +296,8 @@ class DeviceMemory:
         self._give_back(alloc.offset, alloc.size)
         self.used -= alloc.size
         alloc.offset = None
+        if self.on_release is not None:
+            self.on_release(alloc.size)
 
     def _evict(self, alloc: Allocation) -> int:
         cost = alloc.evict_callback(alloc)

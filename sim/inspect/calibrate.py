@@ -25,7 +25,9 @@ Rows (``experiment``):
 * ``gpu_alloc``: cudaMalloc/cudaFree and cuMemCreate .. cuMemAddressFree, 2 MiB..64 GiB
   (``h200_gpu_alloc.json``) against :mod:`models.gpu.alloc_cost`; tolerance the typical samples' 10-90 %
   spread, at least 10 %; calls of a few microseconds are shown, not required; the slow allocations of
-  back-to-back 16-64 GiB cycles (``h200_alloc_slow_path.json``) are shown against the fast path the model charges.
+  back-to-back 16-64 GiB cycles (``h200_alloc_slow_path.json``) are shown against the fast path the model charges;
+  allocations that wait for freed memory to be cleared, on an H200 and an H100 (``gpu_scrub.json``), replayed on
+  :mod:`models.gpu.scrub`, those after a pause and those with room to spare shown, not required.
 * ``managed``: unified memory (``h200_managed_memory.json``, the per-call ``h200_um_edges.json`` and the range
   sizes of ``h200_um_range.json``) replayed on :class:`models.gpu.managed.ManagedMemory`: the fitted items
   required within 25 % (prefetches 30 %), the others shown (:mod:`models.gpu.um_calibration` says what each role
@@ -79,8 +81,11 @@ import pandas as pd
 from models.fabric import FabricParams
 from models.gpu.copy_engine import CopyEngines
 from models.gpu.copy_calibration import compare as compare_copies
-from models.gpu.alloc_cost import ALLOC_PRESETS, MIN_TOLERANCE, compare
+from models.gpu.alloc_cost import ALLOC_PRESETS, MIN_TOLERANCE, AllocCosts, compare
+from models.gpu.scrub import SCRUB_PRESETS
+from models.gpu.scrub_calibration import compare as compare_cleared
 from models.gpu.managed import UVM_PRESETS
+from models.gpu.presets import gpu_params
 from models.gpu.um_calibration import compare as compare_um, load_cases
 from models.host import HostParams
 from models.size_cost import spread_tolerance
@@ -206,7 +211,7 @@ def _gpu_alloc() -> list[dict]:
             note = f"{r['slow_samples']} slow-path samples not fitted"
         rows.append(_row("gpu_alloc", r["call"], r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
                          tolerance=r["tolerance"], required=r["required"], note=note))
-    return rows + _alloc_slow_path()
+    return rows + _alloc_slow_path() + _alloc_cleared()
 
 
 def _alloc_slow_path() -> list[dict]:
@@ -226,6 +231,19 @@ def _alloc_slow_path() -> list[dict]:
                              required=False,
                              note=f"{len(slow)} of {len(c['slow'])} back-to-back calls; not modeled (the model "
                                   "charges the fast path; calib/gpu_alloc/README.md)"))
+    return rows
+
+
+def _alloc_cleared() -> list[dict]:
+    """Allocations that wait for freed memory to be cleared, on an H200 and an H100 (``gpu_scrub.json``), replayed
+    on :mod:`models.gpu.scrub` with each GPU's fitted rate (:func:`models.gpu.scrub_calibration.compare`)."""
+    rows = []
+    for machine, data in _load("gpu_scrub.json")["machines"].items():
+        costs = AllocCosts(ALLOC_PRESETS[gpu_params(machine).alloc_preset])
+        for r in compare_cleared(data, costs, SCRUB_PRESETS[machine]):
+            rows.append(_row("gpu_alloc", f"{machine}: {r['case']}", r["bytes"], "ms", r["sim_s"] * 1e3,
+                             r["measured_s"] * 1e3, tolerance=r["tolerance"], required=r["required"],
+                             note=r["note"]))
     return rows
 
 
