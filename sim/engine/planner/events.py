@@ -193,7 +193,9 @@ class Watch:
     def follow(self, solved: Solved) -> list[Item]:
         """Solve on, stepping the events due before what is still to solve; stop at the first event that changed
         what the data path sees and return what it changed, or at the first page fault of a stream's own
-        accesses, made on the testbed (``[(FAULTED, buffer)]``); empty: the solve is complete.
+        accesses, made on the testbed (``[(FAULTED, buffer)]``); empty: the solve is complete. While RNR NAK counts
+        are still to settle (:attr:`Retries.pending`), no event is stepped: the times after their window are not
+        sure until a complete solve holds them, and an event folded on them would be placed wrong.
 
         :raises Unfollowed: a page fault the vectorized core does not follow.
         """
@@ -208,7 +210,8 @@ class Watch:
             if scan.found is not None and scan.found.at_ps < solved.horizon:
                 return self._fault(scan.found)
             if solved.horizon < NEVER:
-                changed = self._ask(asks, solved.horizon) or self.advance(solved.horizon, inclusive=False)
+                changed = self._ask(asks, solved.horizon) or (
+                    [] if self.retries.pending else self.advance(solved.horizon, inclusive=False))
                 if changed:
                     return changed
         return self._ask(asks, NEVER) or ([] if scan.found is None else self._fault(scan.found))
@@ -374,7 +377,7 @@ class Watch:
         if not isinstance(answer, Fault):
             return f"buffer '{name}': the access at {format_time(at)} after its move {_not_refaulted(answer)}"
         moves.append(Move(after, target, at, answer.ready_ps))
-        self.retries.windows.setdefault(k, []).append((at, answer.ready_ps))
+        self.retries.open(k, (at, answer.ready_ps))
         self.base = exposed(self.bed, self.scenario)
         return None
 

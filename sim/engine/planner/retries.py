@@ -46,6 +46,14 @@ class Retries(Settling):
     def __init__(self) -> None:
         super().__init__()
         self.windows: dict[int, list[tuple[int, int]]] = {}
+        self.pending = False
+        """A window came or a count changed since a complete solve last held every count: the times after the
+        first window are not sure yet (:meth:`sim.engine.planner.events.Watch.follow` steps no event then)."""
+
+    def open(self, k: int, window: tuple[int, int]) -> None:
+        """Stream ``k``'s responder buffer answers RNR NAKs in ``window`` (``[first access, re-fault done)``, ps)."""
+        self.windows.setdefault(k, []).append(window)
+        self.pending = True
 
     def parts(self, key: tuple[int, int], lo: int, hi: int, found: Path, min_rnr_timer_ps: int):
         """Operations ``lo..hi-1`` of ``key`` (stream, size) of path ``found`` as ``(lo, hi, steps)`` runs of one
@@ -85,4 +93,5 @@ class Retries(Settling):
             if more.any():  # the operations still inside go on together (one group): the most any of them needs
                 wanted[more] = wanted[more].max()
             changed = self.revise((k, size), wanted, depth[k]) or changed
+        self.pending = changed
         return self.counted(changed)
