@@ -249,20 +249,24 @@ def _slices(problem: Problem, active: dict[int, int], size: int, reach: int) -> 
     """Up to ``size`` operations of each stream from ``active`` (group -> next operation) on, within ``reach``
     levels: normally the current round's; more when a group's end cannot be final before its continuation or
     the next round is solved with it (its side chains still claim servers then). Many levels at once would make
-    every shared server serve all their positions."""
+    every shared server serve all their positions. Past ``reach``, the streams' continuations come too while the
+    levels taken hold fewer operations than the smallest block: a stream cut into short groups (around lost
+    frames) is solved in one block instead of one more level per block."""
     out: list[tuple[int, int, int]] = []
-    level = list(active.items())
-    while size > 0 and level and reach > 0:
+    level, taken, goes_on = list(active.items()), 0, False
+    while size > 0 and level and (reach > 0 or (goes_on and taken < problem.smallest_block)):
         spans = [(g, lo, min(problem.groups[g].ops, lo + size)) for g, lo in level]
         out += spans
         size -= max(hi - lo for _, lo, hi in spans)
+        taken += max(hi - lo for _, lo, hi in spans)
         reach -= 1
         r = problem.round_of[level[0][0]]
+        level, goes_on = [], False
         if all(hi == problem.groups[g].ops for g, _, hi in spans):
-            level = [(g + 1, problem.groups[g + 1].first) for g, _, _ in spans if problem.continued[g]] or (
-                list(_heads(problem, r + 1).items()) if r + 1 < len(problem.rounds) else [])
-        else:
-            level = []
+            level = [(g + 1, problem.groups[g + 1].first) for g, _, _ in spans if problem.continued[g]]
+            goes_on = bool(level)
+            if not level and r + 1 < len(problem.rounds):
+                level = list(_heads(problem, r + 1).items())
     return out
 
 
