@@ -244,7 +244,7 @@ class Gpu:
         self.scrub = ScrubQueue(SCRUB_PRESETS[params.scrub_preset]) if params.scrub_preset else None
         """Freed VRAM the driver is still clearing (None: not modeled for this GPU)."""
         if self.scrub is not None:
-            self.memory.on_release = lambda nbytes: self.scrub.freed(self.core.now_ps(self.name), nbytes)
+            self.memory.on_release = lambda nbytes: self.scrub.freed(self._now_ps(), nbytes)
         self.bar1 = Bar1Aperture(params.bar1_bytes)
         """BAR1 (:mod:`models.gpu.bar1`): NVIDIA's peer-memory pages and dma-buf maps hold it; on a coherent
         platform peers reach the memory's own pages instead."""
@@ -400,13 +400,18 @@ class Gpu:
         self.evictions += 1
         return max(0, fence.signaled_at_ps - self.core.env.now)
 
+    def _now_ps(self) -> int:
+        """Now for the thread that calls: the context of the GPU call running (a competing job's, ahead of the
+        clock by the calls it made), else the clock (a script's call)."""
+        return self.core.now_ps(self.core.context(None, ""))
+
     def cleared_wait_ps(self, nbytes: int, free_bytes: int | None = None) -> int:
         """How long an allocation of ``nbytes`` asked now waits for freed VRAM to be cleared (ps;
         :mod:`models.gpu.scrub`); ``free_bytes``: VRAM free before it (default: free now)."""
         if self.scrub is None:
             return 0
         free = self.memory.capacity - self.memory.used if free_bytes is None else free_bytes
-        return self.scrub.wait_ps(self.core.now_ps(self.name), nbytes, free)
+        return self.scrub.wait_ps(self._now_ps(), nbytes, free)
 
     def pressure(self, size: int) -> bool:
         """Another job allocates ``size`` bytes: evict movable buffers until it fits, then pay its allocation call

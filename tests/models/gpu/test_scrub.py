@@ -97,3 +97,19 @@ def test_the_competing_job_waits_for_the_memory_its_last_free_gave_back(preset, 
     assert gpu.pressure(8 * GiB)
     expected = gpu.alloc_costs.allocate_ps(8 * GiB) + (8 * SCRUB_PRESETS["h200"] if waits else 0)
     assert core.now_ps(gpu.name) - freed == expected
+
+
+def test_a_script_waits_on_its_own_clock_for_the_memory_a_competing_job_freed():
+    """The competing job's calls run on its own thread, ahead of the script's clock: its free's memory is cleared
+    from when its cudaFree returns on that thread, and the script, allocating at 20 us, waits from there."""
+    bed = Testbed({"a": {"gpus": [{"preset": "h200"}]}, "b": {}}, data=False)
+    gpu = bed.gpu("a.gpu0")
+    size = gpu.free_bytes - (2 << 20)
+    assert gpu.pressure(size, hold="10us")
+    bed.run("20us")
+    start = bed.now_ps
+    gpu.alloc(4 << 20)
+    costs = gpu.gpu.alloc_costs
+    rounded = (size + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+    cleared = costs.allocate_ps(size) + costs.free_ps(size) + rounded * SCRUB_PRESETS["h200"] // GiB
+    assert bed.now_ps - start == cleared - start + costs.allocate_ps(4 << 20)
