@@ -243,8 +243,7 @@ class Gpu:
         """What the competing job's allocations and frees cost its thread (the calibrated H200 curve)."""
         self.scrub = ScrubQueue(SCRUB_PRESETS[params.scrub_preset]) if params.scrub_preset else None
         """Freed VRAM the driver is still clearing (None: not modeled for this GPU)."""
-        if self.scrub is not None:
-            self.memory.on_release = lambda nbytes: self.scrub.freed(self._now_ps(), nbytes)
+        self.memory.on_release = None if self.scrub is None else lambda n: self.scrub.freed(self._now_ps(), n)
         self.bar1 = Bar1Aperture(params.bar1_bytes)
         """BAR1 (:mod:`models.gpu.bar1`): NVIDIA's peer-memory pages and dma-buf maps hold it; on a coherent
         platform peers reach the memory's own pages instead."""
@@ -405,13 +404,11 @@ class Gpu:
         clock by the calls it made), else the clock (a script's call)."""
         return self.core.now_ps(self.core.context(None, ""))
 
-    def cleared_wait_ps(self, nbytes: int, free_bytes: int | None = None) -> int:
+    def cleared_wait_ps(self, nbytes: int, taken: int = 0) -> int:
         """How long an allocation of ``nbytes`` asked now waits for freed VRAM to be cleared (ps;
-        :mod:`models.gpu.scrub`); ``free_bytes``: VRAM free before it (default: free now)."""
-        if self.scrub is None:
-            return 0
-        free = self.memory.capacity - self.memory.used if free_bytes is None else free_bytes
-        return self.scrub.wait_ps(self._now_ps(), nbytes, free)
+        :mod:`models.gpu.scrub`); ``taken``: the bytes it already holds (free before it)."""
+        free = self.memory.capacity - self.memory.used + taken
+        return 0 if self.scrub is None else self.scrub.wait_ps(self._now_ps(), nbytes, free)
 
     def pressure(self, size: int) -> bool:
         """Another job allocates ``size`` bytes: evict movable buffers until it fits, then pay its allocation call
@@ -424,9 +421,8 @@ class Gpu:
                 self.core.instant(self.name, "AllocationFailed", bytes=size,
                                   free=self.memory.capacity - self.memory.used)
                 return False
-            taken = sum(vram.size for vram in result.allocations)
             with self.core.call(self.name, ALLOC_CALLS[self.vendor][0], bytes=size):
-                wait = self.cleared_wait_ps(size, self.memory.capacity - self.memory.used + taken)
+                wait = self.cleared_wait_ps(size, taken=sum(vram.size for vram in result.allocations))
                 if wait:
                     with self.core.call(self.name, "wait for cleared memory", bytes=size):
                         self.core.spend(self.name, wait)
