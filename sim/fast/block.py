@@ -152,6 +152,9 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             if m and not any(problem.varied[g][k] for k in problem.claim_steps[g]):
                 problem.idle_claims.setdefault(g, {}).update(
                     {pos: int(v[0]) for pos, v in piece.idle_claim.items() if (v == v[0]).all()})
+                problem.idle_gates.setdefault(g, {}).update(
+                    {label: (int(a[0]), int(b[0])) for label, (a, b) in piece.idle_gate.items()
+                     if (a == a[0]).all() and (b == b[0]).all()})
         post = out.post
         if m > window:  # a saturated group keeps its pace: start from it
             queued = paced_ends(problem, piece) if idle and piece.pace is not None else np.where(

@@ -59,14 +59,17 @@ class Record:
 class Pace:
     """A group that queued throughout its last block: the values of its last kept operations and how far each lane
     of them moved over one window, which a saturated stream keeps (ps). A lane is every ``window``-th operation:
-    the operations one completion posts after another. One stream alone on its servers moves every lane alike;
-    parallel streams that take turns on a shared server move each in bursts of a window, which the lanes keep."""
+    the operations one completion posts after another (with gates, every ``slots``-th where fewer: the operations
+    one slot lets through after another). One stream alone on its servers moves every lane alike; parallel streams
+    that take turns on a shared server move each in bursts of a window (of its slots), which the lanes keep."""
 
     end: tuple[np.ndarray, np.ndarray]
     """The operations' ends (their completion or, where the group's last drawn delays follow its last claim, the
     completion less them): the last window's, and each lane's step."""
     claims: dict[int, tuple[np.ndarray, np.ndarray]]
     """Per shared position: (wake, head, not_before) of the last window's claims, and each lane's step."""
+    releases: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    """Per gate label: the last window's releases of a slot, and each lane's step."""
 
     @staticmethod
     def of(series: list[np.ndarray], n: int, lanes: int) -> tuple[np.ndarray, np.ndarray]:

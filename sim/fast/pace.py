@@ -11,39 +11,47 @@ from sim.fast.guesses import guess_posts, tail
 
 
 def record_pace(problem, piece: SliceIn, out: SliceOut, n: int) -> None:
-    """Keep the pace of a slice whose ``n`` kept operations nearly all queued (99 %): the spacing of its ends and of
-    its claims on shared servers, for its group's next block."""
+    """Keep the pace of a slice whose ``n`` kept operations nearly all queued (99 %): the spacing of its ends, of
+    its claims on shared servers and of its gates' releases, for its group's next block (lanes: :class:`Pace`)."""
     saturated = n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n
     if not saturated:
         return
-    lanes = problem.groups[piece.group].window
+    lanes = min([problem.groups[piece.group].window, *problem.gates[piece.group].values()])
     end = out.head[:n] - tail(problem, piece, slice(n)) if problem.tail_draws[piece.group] is not None \
         else out.done[:n]
     last, step = Pace.of([end], n, lanes)
     claims = {pos: Pace.of([r.wake[:n], r.head[:n], r.not_before[:n]], n, lanes)
               for pos, r in out.records.items() if pos in piece.shared}
-    out.pace = Pace((last[0], step[0]), claims)
+    releases = {label: Pace.of([out.released[label][:n]], n, lanes) for label in problem.gates[piece.group]}
+    out.pace = Pace((last[0], step[0]), claims, releases)
 
 
 def paced(problem, piece: SliceIn) -> bool:
     """Whether a slice's first guesses can come from its group's pace alone, without a pass over free servers:
-    the group queued throughout its last block and has no gates; its idle latencies are known (a constant
-    plus its last drawn delays, and a constant to each shared position); and the slice's first posts are
-    completions of earlier blocks."""
+    the group queued throughout its last block; its idle latencies are known (a constant plus its last drawn
+    delays, a constant to each shared position, and constants to and after each gate); and the slice's first
+    posts are completions of earlier blocks."""
     g = piece.group
     window, pace, idle_claims = problem.groups[g].window, piece.pace, problem.idle_claims.get(g, {})
-    return (pace is not None and not piece.joined and g in problem.idle_base and not problem.gates[g]
+    idle_gates = problem.idle_gates.get(g, {})
+    return (pace is not None and not piece.joined and g in problem.idle_base
             and all(pos in pace.claims and pos in idle_claims for pos in piece.shared)
+            and all(label in pace.releases and label in idle_gates for label in problem.gates[g])
             and piece.lo >= window and piece.hi - piece.lo > window)
 
 
 def guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     """Set a :func:`paced` slice's idle latencies (known constants plus its own drawn delays) and first guesses
-    (:func:`~sim.fast.guesses.guess_posts` from its pace); returns its claims on shared servers, which keep their
-    pace."""
+    (:func:`~sim.fast.guesses.guess_posts` from its pace, its gates' releases at theirs); returns its claims on
+    shared servers, which keep their pace."""
     g, m = piece.group, piece.hi - piece.lo
     piece.idle_done = np.add(tail(problem, piece), problem.idle_base[g], out=np.empty(m, np.int64))
     piece.idle_claim = {pos: np.full(m, problem.idle_claims[g][pos], np.int64) for pos in piece.shared}
+    for label, slots in problem.gates[g].items():  # a slot is released at the pace its releases kept
+        to_gate, after = problem.idle_gates[g][label]
+        piece.idle_gate[label] = np.full(m, to_gate, np.int64), np.full(m, after, np.int64)
+        if m > slots:
+            piece.gate_input[label][slots:] = Pace.ahead(*piece.pace.releases[label], m - slots)[0]
     first = piece.hist_done[-problem.groups[g].window:]
     guess_posts(problem, piece, first, paced_ends(problem, piece))
     post = np.concatenate((first, piece.guess_post)) if piece.shared else None

@@ -104,6 +104,9 @@ class Problem:
         self.idle_claims: dict[int, dict[int, int]] = {}
         """Per group and shared position, once seen: the time from post to the claim with every server free,
         where that is one constant (ps)."""
+        self.idle_gates: dict[int, dict[str, tuple[int, int]]] = {}
+        """Per group and gate label, once seen: the times from post to the gate and from the gate to the slot's
+        release with every server free, where each is one constant (ps)."""
         self.continued = [bool(later.first) for later in self.groups[1:]] + [False]
         """Per group: the next group continues its stream (:attr:`sim.fast.steps.Group.first`)."""
         self.rounds: list[list[int]] = []
