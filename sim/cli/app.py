@@ -135,7 +135,7 @@ def run(scenario: ScenarioPath,
     from sim.cli.perftest_report import format_summary
     from sim.cli.progress import phase, progress_bar
     from sim.results.write import write_results
-    from sim.engine.run import run_scenario, total_operations
+    from sim.engine.run import progress_totals, run_scenario
 
     if engine is not None:
         variants = [(name, v.model_copy(update={"engine": engine.value})) for name, v in variants]
@@ -143,8 +143,7 @@ def run(scenario: ScenarioPath,
     with _refused(ConfigError):
         guards = check_budget(scenario, variants, memory_budget, bool(trace))
         check_engine(scenario, spec, variants, engine is not None, bool(trace))
-    counts = [total_operations(v) for _, v in variants]
-    operations = None if None in counts else sum(counts)
+    operations, simulated = progress_totals([v for _, v in variants])
     if trace:
         say(check_trace(str(scenario), operations, trace_window, trace_limit))
     target = Path("results") / spec.name if out_dir is None else out_dir
@@ -152,11 +151,11 @@ def run(scenario: ScenarioPath,
         claim(target, RUN, force=force)
     started = time.perf_counter()
     results, failures = [], []
-    with progress_bar(stderr(), spec.name, operations, quiet) as advance:
+    with progress_bar(stderr(), spec.name, operations, quiet, simulated) as advance:
         for name, variant in variants:
             try:
                 results.append(run_scenario(variant, seed, progress=advance, variant=name, trace=trace, notice=say,
-                                            before_fallback=guards.get(name)))
+                                            before_fallback=guards.get(name), simulated=advance.simulated))
             except SimError as exc:
                 label = "" if name == "base" else f" variant '{name}'"
                 failures.append(f"{scenario}:{label} run failed: {exc}")
@@ -249,7 +248,8 @@ def perftest(ctx: typer.Context) -> None:
     from sim.cli.progress import progress_bar
 
     code, report = run_perftest(ctx.args, notice=lambda line: typer.echo(line, err=True),
-                                display=lambda what, total: progress_bar(stderr(), what, total))
+                                display=lambda what, total, simulated: progress_bar(stderr(), what, total,
+                                                                                    simulated_ps=simulated))
     if report:
         typer.echo(report)
     raise typer.Exit(code)

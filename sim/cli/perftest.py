@@ -447,15 +447,16 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None,
     if cmd.args.dump_scenario:
         return 0, _dump(cmd)
     from sim.results.write import write_results
-    from sim.engine.run import run_scenario, total_operations
+    from sim.engine.run import progress_totals, run_scenario
 
     try:
         if cmd.args.out is not None:
             outdir.claim(cmd.args.out, outdir.RUN, force=cmd.args.force)
         for line in _notices(cmd):
             notice(line)
-        with (display or (lambda *_: nullcontext(None)))(cmd.test, total_operations(scenario)) as advance:
-            result = run_scenario(scenario, notice=notice, progress=advance, before_fallback=guard)
+        with (display or (lambda *_: nullcontext(None)))(cmd.test, *progress_totals([scenario])) as advance:
+            result = run_scenario(scenario, notice=notice, progress=advance, before_fallback=guard,
+                                  simulated=advance and advance.simulated)
         report = _report(cmd, result)
         if cmd.args.out is not None:
             notice(f"wrote {write_results(result, cmd.args.out, _dump(cmd).encode('utf-8'), force=cmd.args.force)}")

@@ -1,9 +1,10 @@
 """The progress display of long commands: a bar on stderr while a terminal shows it, nothing otherwise (piped
 output stays the tables and the one-line notices).
 
-The bar counts the operations simulated: the vectorized core tells it after each block it solves, the event
-engine every few thousand events (:meth:`sim.core.env.Environment.run_ticking`), so it moves several times a
-second on both engines, with an estimate of the time left.
+The bar counts the operations simulated, or for a run for a duration the simulated time against the durations'
+sum: the vectorized core tells it after each block it solves, the event engine every few thousand events
+(:meth:`sim.core.env.Environment.run_ticking`), so it moves several times a second on both engines, with an
+estimate of the time left.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
-Display = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
-"""``display(description, total)``: a context whose value is told how many more operations were simulated."""
+Display = Callable[[str, int | None, int | None], AbstractContextManager]
+"""``display(description, total, simulated_ps)``: a context whose value is told how many more operations were
+simulated, and (its ``simulated``) how much more simulated time of the durations' sum (:class:`Advance`)."""
 
 
 @functools.cache
@@ -29,20 +31,47 @@ def say(line: str) -> None:
     stderr().print(line, soft_wrap=True, highlight=False, markup=False)
 
 
+class Advance:
+    """What a progress bar is told: ``advance(n)`` more operations simulated, ``advance.simulated(ps)`` more
+    simulated time covered of the run's durations."""
+
+    def __init__(self, bar, task: int, by_time: bool) -> None:
+        self.bar, self.task, self.by_time, self.operations, self.covered = bar, task, by_time, 0, 0
+
+    def __call__(self, n: int) -> None:
+        if self.by_time:
+            self.operations += n
+            self.bar.update(self.task, operations=self.operations)
+        else:
+            self.bar.advance(self.task, n)
+
+    def simulated(self, ps: int) -> None:
+        if self.by_time:
+            self.covered += ps
+            self.bar.update(self.task, completed=self.covered, seconds=self.covered / 1e12)
+
+
 @contextmanager
-def progress_bar(console, description: str, total: int | None, quiet: bool = False
-                 ) -> Iterator[Callable[[int], None]]:
+def progress_bar(console, description: str, total: int | None, quiet: bool = False,
+                 simulated_ps: int | None = None) -> Iterator[Advance]:
     """A bar of ``total`` operations on ``console`` (rich), shown while it is a terminal and not ``quiet``;
-    gone once the work is done. Without a ``total`` (a run for a duration: only the run tells how many) it counts
-    the operations and the time spent."""
+    gone once the work is done. Without a ``total`` (a run for a duration: only the run tells how many) it follows
+    the simulated time against the durations' sum (``simulated_ps``), with the operations counted and an estimate of
+    the time left; with neither, it counts the operations and the time spent."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    counted = ([TextColumn("{task.completed:,}/{task.total:,} ops"), TimeRemainingColumn()] if total is not None
-               else [TextColumn("{task.completed:,} ops"), TimeElapsedColumn()])
+    by_time = total is None and bool(simulated_ps)
+    if total is not None:
+        counted = [TextColumn("{task.completed:,}/{task.total:,} ops"), TimeRemainingColumn()]
+    elif by_time:
+        counted = [TextColumn(f"{{task.fields[seconds]:.3g}}/{simulated_ps / 1e12:.3g} s simulated"),
+                   TextColumn("{task.fields[operations]:,} ops"), TimeRemainingColumn()]
+    else:
+        counted = [TextColumn("{task.completed:,} ops"), TimeElapsedColumn()]
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), *counted, console=console,
                   disable=quiet or not console.is_terminal, transient=True) as bar:
-        task = bar.add_task(description, total=total)
-        yield lambda n: bar.advance(task, n)
+        task = bar.add_task(description, total=simulated_ps if by_time else total, seconds=0.0, operations=0)
+        yield Advance(bar, task, by_time)
 
 
 def phase(console, what: str, quiet: bool = False):

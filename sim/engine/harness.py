@@ -35,6 +35,68 @@ Progress = Callable[[int], None]
 """Called with the number of operations just simulated."""
 
 
+class Covered:
+    """What a progress display is told of a run's workloads for a duration: per case (workload index, size), the
+    simulated time its operations reached since the case began, up to the duration, as it grows (``told``, ps).
+    Both engines tell one of the same run, each case no further than once (a fallback repeats none of it)."""
+
+    def __init__(self, told: Callable[[int], None] | None, scenario: Scenario) -> None:
+        self.told, self.reached, self.starts = told, {}, {}
+        self.cases = {(k, size): w.duration for k, w in enumerate(scenario.workload) if w.duration is not None
+                      for size in w.size_list()}
+
+    def reach(self, key: tuple[int, int], now_ps: int, begun_ps: int) -> None:
+        """Case ``key`` (begun at ``begun_ps``, where first told) has simulated up to ``now_ps``."""
+        if key in self.cases:
+            self._tell(key, now_ps - self.starts.setdefault(key, begun_ps))
+
+    def finish(self, key: tuple[int, int]) -> None:
+        """Case ``key`` is done: the rest of its duration (its posting stopped before the duration ended)."""
+        if key in self.cases:
+            self._tell(key, self.cases[key])
+
+    def end(self) -> None:
+        """The run is done: :meth:`finish` of every case."""
+        for key in self.cases:
+            self.finish(key)
+
+    def _tell(self, key: tuple[int, int], covered: int) -> None:
+        covered = min(max(0, covered), self.cases[key])
+        if self.told is not None and covered > self.reached.get(key, 0):
+            self.told(covered - self.reached.get(key, 0))
+            self.reached[key] = covered
+
+
+class Told:
+    """What a progress display was told of one run on the vectorized core: each (workload index, size)'s operations,
+    once over the run's solves, and the simulated time they covered (:class:`Covered`)."""
+
+    def __init__(self, progress: Progress | None, covered: Covered, scenario: Scenario) -> None:
+        self.progress, self.covered, self.operations = progress, covered, {}
+        self.workloads, self.workload_of = scenario.workload, []
+
+    def streams(self, works: list) -> None:
+        """The workload of each stream the core solves, so that a stream's time counts as its workload's."""
+        self.workload_of = [next(i for i, w in enumerate(self.workloads) if w is work) for work in works]
+
+    def piece(self, key: tuple[int, int], lo: int, post) -> None:
+        """Operations ``lo..`` of ``key`` (stream index, size) were solved, posted at ``post`` (ps)."""
+        done = lo + len(post)
+        if self.progress and done > self.operations.get(key, 0):
+            self.progress(done - self.operations.get(key, 0))
+            self.operations[key] = done
+        if len(post):
+            self.covered.reach((self.workload_of[key[0]], key[1]), int(post[-1]), int(post[0]))
+
+
+def total_duration_ps(scenario: Scenario) -> int | None:
+    """The simulated time a progress display follows for a run of workloads for a duration: each one's duration at
+    each of its sizes (ps); None unless every workload runs for a duration."""
+    if not scenario.workload or any(w.duration is None for w in scenario.workload):
+        return None
+    return sum(w.duration * len(w.size_list()) for w in scenario.workload)
+
+
 def setup_run(scenario: Scenario, seed: int, trace: bool = False) -> tuple[Testbed, int, list[dict]]:
     """Build the testbed and start the scenario's events; returns it, the workloads' start and the event log."""
     bed = build(scenario, seed, trace=trace)

@@ -13,8 +13,8 @@ from models.verbs.workloads import (Endpoint, Posting, bandwidth, concurrent, re
 from sim.engine.build import Testbed
 from sim.core.errors import DeadlockError
 from sim.engine.planner.plan import Declined, run_fast
-from sim.engine.harness import (Progress, endpoints, finish_run, inline_threshold, retry_counters, setup_run,
-                                workload_opcode)
+from sim.engine.harness import (Covered, Progress, Told, endpoints, finish_run, inline_threshold, retry_counters,
+                                setup_run, total_duration_ps, workload_opcode)
 from sim.store.operations import OperationTable
 from sim.scenario.resolve import fabric_rate_notice
 from sim.scenario.schema import Scenario
@@ -28,6 +28,16 @@ def total_operations(scenario: Scenario) -> int | None:
     if any(w.duration is not None for w in scenario.workload):
         return None
     return sum(len(w.size_list()) * w.iterations * w.streams() for w in scenario.workload)
+
+
+def progress_totals(scenarios: list[Scenario]) -> tuple[int | None, int | None]:
+    """What a progress display of runs of ``scenarios`` counts to: their operations, or where any runs for a
+    duration and every workload does, the simulated time of their durations (ps; None where not known before)."""
+    counts = [total_operations(s) for s in scenarios]
+    if None not in counts:
+        return sum(counts), None
+    durations = [total_duration_ps(s) for s in scenarios]
+    return None, None if None in durations else sum(durations)
 
 
 def _process(env, work: WorkloadSpec, pairs: list[tuple[Endpoint, Endpoint]], size: int):
@@ -58,8 +68,11 @@ ENGINES = {"event": "event engine", "fast": "vectorized core"}
 def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress | None = None,
                  *, trace: bool = False, variant: str = "base",
                  notice: Callable[[str], None] | None = None,
-                 before_fallback: Callable[[], None] | None = None) -> RunResult:
-    """Simulate every workload of ``scenario`` (with its events) and return its tables.
+                 before_fallback: Callable[[], None] | None = None,
+                 simulated: Callable[[int], None] | None = None) -> RunResult:
+    """Simulate every workload of ``scenario`` (with its events) and return its tables. ``progress`` is told the
+    operations simulated as the run goes, ``simulated`` the simulated time covered of its workloads' durations (ps,
+    :func:`sim.engine.harness.total_duration_ps` in all).
 
     ``scenario.engine`` picks the engine: ``fast`` and ``auto`` (the default) hand the run to
     :mod:`sim.engine.planner.plan`; when ``auto`` cannot use it, the event engine runs. ``notice`` (default: a line on
@@ -70,15 +83,17 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     :raises sim.engine.build.RegistrationFailed: a buffer could not be registered.
     """
     seed = scenario.seed if seed is None else seed
-    fallback = None
+    fallback, covered = None, Covered(simulated, scenario)
     if scenario.engine != "event":
-        result = run_fast(scenario, seed, progress, trace=trace, variant=variant)
+        result = run_fast(scenario, seed, Told(progress, covered, scenario), trace=trace, variant=variant)
         if not isinstance(result, Declined):
+            covered.end()
             return _told(result, notice)
         fallback = result.reason
         if before_fallback is not None:
             before_fallback()
-    result = _run_events(scenario, seed, progress, trace, variant)
+    result = _run_events(scenario, seed, progress, trace, variant, covered)
+    covered.end()
     return _told(replace(result, fallback=fallback), notice)
 
 
@@ -106,18 +121,19 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def _run_events(scenario: Scenario, seed: int, progress: Progress | None, trace: bool, variant: str) -> RunResult:
+def _run_events(scenario: Scenario, seed: int, progress: Progress | None, trace: bool, variant: str,
+                covered: Covered) -> RunResult:
     """Run every workload on the event engine, size by size."""
     bed, started, event_log = setup_run(scenario, seed, trace)
     env = bed.env
     table, summaries, cases = OperationTable(), [], {}
-    for work in scenario.workload:
+    for k, work in enumerate(scenario.workload):
         label = work.name or work.kind
         pairs = endpoints(bed, work)
         for size in work.size_list():
             before = retry_counters(bed)  # (only this case's QPs send while it runs)
             proc = env.process(_process(env, work, pairs, size))
-            told = _Told(progress, [src.qp.send_cq for src, _ in pairs])
+            told = _Told(progress, [src.qp.send_cq for src, _ in pairs], covered, (k, size), env)
             records = _run_until(env, proc, bed, f"workload '{label}' at {size} bytes", told.tick)
             frame, row = workload_tables(work, size, records, variant)
             table.append(frame)
@@ -128,20 +144,24 @@ def _run_events(scenario: Scenario, seed: int, progress: Progress | None, trace:
 
 
 class _Told:
-    """What a progress display was told of one (workload, size): the completions its send CQs received, as the
-    run goes, and at the end the rest of the operations it recorded."""
+    """What a progress display was told of one (workload, size): the completions its send CQs received and the
+    simulated time (``covered``, case ``key``), as the run goes, and at the end the rest of the operations it
+    recorded."""
 
-    def __init__(self, progress: Progress | None, cqs: list) -> None:
+    def __init__(self, progress: Progress | None, cqs: list, covered: Covered, key: tuple[int, int], env) -> None:
         self.progress, self.cqs, self.told = progress, list({id(cq): cq for cq in cqs}.values()), 0
         self.start = sum(cq.delivered for cq in self.cqs)
+        self.covered, self.key, self.env, self.begun = covered, key, env, env.now
 
     def tick(self) -> None:
+        self.covered.reach(self.key, self.env.now, self.begun)
         if self.progress:
             done = sum(cq.delivered for cq in self.cqs) - self.start
             self.progress(done - self.told)
             self.told = done
 
     def rest(self, operations: int) -> None:
+        self.covered.finish(self.key)
         if self.progress:
             self.progress(max(0, operations - self.told))
 

@@ -71,7 +71,7 @@ from sim.engine.planner.events import Move, Solved, Watch
 from sim.engine.planner.faults import Unfollowed, faults_followed
 from sim.engine.planner.receives import ReceivesAhead, ReceivesShort
 from sim.engine.planner.translations import Translations
-from sim.engine.harness import Progress, finish_run, inline_threshold, setup_run, workload_opcode
+from sim.engine.harness import Told, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
@@ -139,7 +139,7 @@ def decide(scenario: Scenario, seed: int, trace: bool = False) -> Plan | str:
     return Plan(bed, started, event_log, ends, watch, translations)
 
 
-def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *, trace: bool = False,
+def run_fast(scenario: Scenario, seed: int, told: Told | None = None, *, trace: bool = False,
              variant: str = "base") -> RunResult | Declined:
     """Run ``scenario`` on the vectorized core; :class:`Declined` when ``engine: auto`` should use the event
     engine, saying why: before solving (:func:`decide`), or at a decision only the solve tells (passes that
@@ -158,17 +158,19 @@ def run_fast(scenario: Scenario, seed: int, progress: Progress | None = None, *,
     if isinstance(plan, str):
         return decline(plan)
     bed, started, event_log, ends, watch, translations = plan
+    if told is not None:
+        told.streams([end.work for end in ends])
     alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
     # Nothing makes the run be solved again: no event, no page fault, no translation cache.
     once = not scenario.events and not watch.faults.sources and translations is None
     table, sink = OperationTable(), StreamedSummaries(variant) if alone and once else None
-    solved, reached, pipes = None, {}, None
+    solved, pipes = None, None
     depth = {k: end.work.rule.window(end.work.tx_depth) for k, end in enumerate(ends)}  # (what settling needs)
     try:
         for _ in range(MAX_MOVES + 1):
             pipes = pipelines(ends, watch.moves, solved and solved.posts, translations, watch.failures,
                               bool(scenario.events), watch.remote_moves, watch.retries, watch.losses)
-            solved = Solved(_pieces(pipes, started, progress, reached, crawl=scenario.engine == "auto",
+            solved = Solved(_pieces(pipes, started, told, crawl=scenario.engine == "auto",
                                     rows=sink and _Rows(ends, table, sink), receives=ReceivesAhead(ends)),
                             pipes.ops)
             changed = watch.follow(solved)
@@ -265,13 +267,12 @@ class _Rows:
         self.sink.add(work, size, done)
 
 
-def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, reached: dict[tuple[int, int], int],
-            crawl: bool = False, rows: Callable[[int, int, Finished], None] | None = None,
+def _pieces(pipes: Pipelines, start_ps: int, told: Told | None, crawl: bool = False,
+            rows: Callable[[int, int, Finished], None] | None = None,
             receives: Callable[[int, int, Finished], None] | None = None):
     """Solve ``pipes`` from ``start_ps``: yields ``((workload index, size), piece)`` in order; with ``rows``
-    each piece goes to it and only its last operation is yielded. ``progress`` is told of each operation once
-    over a run's solves (``reached``: how many of each (workload, size) it was told of). ``receives`` checks
-    each piece first (:class:`ReceivesAhead`).
+    each piece goes to it and only its last operation is yielded. ``told`` (a progress display's) is told of each
+    piece. ``receives`` checks each piece first (:class:`ReceivesAhead`).
 
     :raises _Crawling: ``crawl`` and blocks cut short keep too few operations (:data:`CRAWL_OPS`).
     :raises ReceivesShort: from ``receives``.
@@ -281,9 +282,8 @@ def _pieces(pipes: Pipelines, start_ps: int, progress: Progress | None, reached:
         k, size = pipes.labels[piece.group]
         if receives is not None:
             receives(k, size, piece)
-        if progress and piece.lo + len(piece.post) > reached.get((k, size), 0):
-            progress(piece.lo + len(piece.post) - reached.get((k, size), 0))
-            reached[k, size] = piece.lo + len(piece.post)
+        if told is not None:
+            told.piece((k, size), piece.lo, piece.post)
         if crawl and piece.lo + len(piece.post) < pipes.ops[k, size]:
             short.append(len(piece.post))
             if len(short) >= CRAWL_BLOCKS and sum(short) < CRAWL_OPS * len(short):

@@ -9,7 +9,8 @@ import pytest
 from rich.console import Console
 
 from sim.cli.progress import progress_bar
-from sim.engine.run import run_scenario, total_operations
+from sim.engine.harness import total_duration_ps
+from sim.engine.run import progress_totals, run_scenario, total_operations
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
 
@@ -46,3 +47,26 @@ def test_a_run_of_iterations_is_counted_before_it_runs():
     told = []
     result = run_scenario(scenario, progress=told.append, notice=lambda line: None)
     assert total_operations(scenario) == sum(told) == len(result.operations) == 600
+
+
+def test_a_bar_of_a_run_for_a_duration_follows_the_simulated_time_with_an_estimate_and_counts_the_operations():
+    screen = io.StringIO()
+    with progress_bar(Console(file=screen, force_terminal=True, width=120), "w", None, simulated_ps=2 * 10**12) as bar:
+        bar(250)
+        bar.simulated(10**12)
+        bar(350)
+    shown = screen.getvalue()
+    assert "1/2 s simulated" in shown and "600 ops" in shown and "-:--:--" in shown.split("0/2 s simulated")[-1]
+
+
+@pytest.mark.parametrize("engine", ["event", "fast"])
+def test_a_run_for_a_duration_tells_each_cases_duration_once_on_both_engines(engine):
+    """Two workloads for a duration, one on two QPs, at two sizes each: the simulated time told adds up to each
+    case's duration, however the engine solves it (the core by each stream's pieces)."""
+    timed = {k: v for k, v in WORK.items() if k != "iterations"} | {"duration": "30us", "qps": 2}
+    read = {"kind": "read_bw", "from": "dst", "to": "src", "sizes": ["4KiB"], "duration": "20us"}
+    scenario = Scenario.model_validate(scenario_dict(engine=engine, workload=[timed, read]))
+    told = []
+    run_scenario(scenario, simulated=told.append, notice=lambda line: None)
+    assert progress_totals([scenario]) == (None, total_duration_ps(scenario)) and total_duration_ps(scenario) == 80e6
+    assert sum(told) == total_duration_ps(scenario) and all(t > 0 for t in told) and len(told) >= 3
