@@ -117,3 +117,10 @@ def spread_tolerance(point: dict, floor: float, *, low: str = "p10_s", high: str
     ends (``min_s`` and ``max_s`` where only the extremes were kept)."""
     median = point["median_s"]
     return max(floor, 1.0 - point[low] / median, point[high] / median - 1.0)
+
+
+def range_tolerance(samples, floor: float) -> float:
+    """:func:`spread_tolerance` of raw ``samples`` (s) held to their whole [min, max] about their median."""
+    s = np.asarray(samples, dtype=float)
+    return spread_tolerance({"median_s": float(np.median(s)), "min_s": float(s.min()), "max_s": float(s.max())},
+                            floor, low="min_s", high="max_s")

@@ -20,7 +20,7 @@ from sim.core import PS_PER_S
 
 from models.gpu.alloc_cost import AllocCosts
 from models.gpu.scrub import GiB, ScrubQueue
-from models.size_cost import spread_tolerance
+from models.size_cost import range_tolerance
 
 MIN_TOLERANCE = 0.10
 """Least tolerance of a case however close its repetitions (the H200's and the H100's rates differ by ~5 %)."""
@@ -90,8 +90,6 @@ def compare(machine: dict, costs: AllocCosts, ps_per_GiB: int) -> list[dict]:
             rows.append({"item": item, "case": label(item, case), "bytes": asked * GiB,
                          "sim_s": replay(item, case, costs, ps_per_GiB, machine["free_bytes"]) / PS_PER_S,
                          "measured_s": median, "required": required,
-                         "tolerance": spread_tolerance({"median_s": median, "min_s": float(samples.min()),
-                                                        "max_s": float(samples.max())}, MIN_TOLERANCE,
-                                                       low="min_s", high="max_s"),
+                         "tolerance": range_tolerance(samples, MIN_TOLERANCE),
                          "note": note})
     return rows

@@ -67,17 +67,18 @@ class Covered:
             self.reached[key] = covered
 
 
-class Told:
-    """What a progress display was told of one run on the vectorized core: each (workload index, size)'s operations,
-    once over the run's solves, and the simulated time they covered (:class:`Covered`)."""
+class PieceProgress:
+    """What a progress display was told of the pieces the vectorized core solved in one run: each (stream index,
+    size)'s operations, once over the run's solves, and the simulated time they covered (:class:`Covered`)."""
 
-    def __init__(self, progress: Progress | None, covered: Covered, scenario: Scenario) -> None:
+    def __init__(self, progress: Progress | None, covered: Covered) -> None:
         self.progress, self.covered, self.operations = progress, covered, {}
-        self.workloads, self.workload_of = scenario.workload, []
+        self.workload_of: dict[int, int] = {}
 
-    def streams(self, works: list) -> None:
-        """The workload of each stream the core solves, so that a stream's time counts as its workload's."""
-        self.workload_of = [next(i for i, w in enumerate(self.workloads) if w is work) for work in works]
+    def streams(self, by_workload: list[list[int]]) -> None:
+        """The streams the core solves, by workload (:func:`sim.engine.planner.streams.by_workload`), so that a
+        stream's time counts as its workload's."""
+        self.workload_of = {k: i for i, mine in enumerate(by_workload) for k in mine}
 
     def piece(self, key: tuple[int, int], lo: int, post) -> None:
         """Operations ``lo..`` of ``key`` (stream index, size) were solved, posted at ``post`` (ps)."""

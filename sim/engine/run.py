@@ -13,8 +13,8 @@ from models.verbs.workloads import (Endpoint, Posting, bandwidth, concurrent, re
 from sim.engine.build import Testbed
 from sim.core.errors import DeadlockError
 from sim.engine.planner.plan import Declined, run_fast
-from sim.engine.harness import (Covered, Progress, Told, endpoints, finish_run, inline_threshold, retry_counters,
-                                setup_run, total_duration_ps, workload_opcode)
+from sim.engine.harness import (Covered, PieceProgress, Progress, endpoints, finish_run, inline_threshold,
+                                retry_counters, setup_run, total_duration_ps, workload_opcode)
 from sim.store.operations import OperationTable
 from sim.scenario.resolve import fabric_rate_notice
 from sim.scenario.schema import Scenario
@@ -85,7 +85,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     seed = scenario.seed if seed is None else seed
     fallback, covered = None, Covered(simulated, scenario)
     if scenario.engine != "event":
-        result = run_fast(scenario, seed, Told(progress, covered, scenario), trace=trace, variant=variant)
+        result = run_fast(scenario, seed, PieceProgress(progress, covered), trace=trace, variant=variant)
         if not isinstance(result, Declined):
             covered.end()
             return _told(result, notice)

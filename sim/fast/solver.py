@@ -256,12 +256,11 @@ def _slices(problem: Problem, active: dict[int, int], size: int, reach: int) -> 
     levels taken hold fewer operations than the smallest block: a stream cut into short groups (around lost
     frames) is solved in one block instead of one more level per block."""
     out: list[tuple[int, int, int]] = []
-    level, taken, goes_on = list(active.items()), 0, False
-    while size > 0 and level and (reach > 0 or (goes_on and taken < problem.smallest_block)):
+    level, budget, goes_on = list(active.items()), size, False
+    while size > 0 and level and (reach > 0 or (goes_on and budget - size < problem.smallest_block)):
         spans = [(g, lo, min(problem.groups[g].ops, lo + size)) for g, lo in level]
         out += spans
         size -= max(hi - lo for _, lo, hi in spans)
-        taken += max(hi - lo for _, lo, hi in spans)
         reach -= 1
         r = problem.round_of[level[0][0]]
         level, goes_on = [], False

@@ -88,7 +88,7 @@ from models.gpu.managed import UVM_PRESETS
 from models.gpu.presets import gpu_params
 from models.gpu.um_calibration import compare as compare_um, load_cases
 from models.host import HostParams
-from models.size_cost import spread_tolerance
+from models.size_cost import range_tolerance, spread_tolerance
 from models.pcie.iommu import Iommu, IommuParams, random_addresses, stream_Bps as iommu_Bps
 from models.nic.mtt_cache import MttParams
 from models.verbs.reg_calibration import compare as compare_registration
@@ -226,8 +226,7 @@ def _alloc_slow_path() -> list[dict]:
                 continue
             cost, median = ALLOC_PRESETS["h200"][c["call"]].time_ps(c["bytes"]), float(np.median(slow))
             rows.append(_row("gpu_alloc", f"{c['call']} slow path", c["bytes"], "ms", cost / PS_PER_MS, median * 1e3,
-                             tolerance=spread_tolerance({"median_s": median, "min_s": min(slow), "max_s": max(slow)},
-                                                        MIN_TOLERANCE, low="min_s", high="max_s"),
+                             tolerance=range_tolerance(slow, MIN_TOLERANCE),
                              required=False,
                              note=f"{len(slow)} of {len(c['slow'])} back-to-back calls; not modeled (the model "
                                   "charges the fast path; calib/gpu_alloc/README.md)"))

@@ -71,7 +71,7 @@ from sim.engine.planner.events import Move, Solved, Watch
 from sim.engine.planner.faults import Unfollowed, faults_followed
 from sim.engine.planner.receives import ReceivesAhead, ReceivesShort
 from sim.engine.planner.translations import Translations
-from sim.engine.harness import Told, finish_run, inline_threshold, setup_run, workload_opcode
+from sim.engine.harness import PieceProgress, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
@@ -139,7 +139,7 @@ def decide(scenario: Scenario, seed: int, trace: bool = False) -> Plan | str:
     return Plan(bed, started, event_log, ends, watch, translations)
 
 
-def run_fast(scenario: Scenario, seed: int, told: Told | None = None, *, trace: bool = False,
+def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *, trace: bool = False,
              variant: str = "base") -> RunResult | Declined:
     """Run ``scenario`` on the vectorized core; :class:`Declined` when ``engine: auto`` should use the event
     engine, saying why: before solving (:func:`decide`), or at a decision only the solve tells (passes that
@@ -159,7 +159,7 @@ def run_fast(scenario: Scenario, seed: int, told: Told | None = None, *, trace: 
         return decline(plan)
     bed, started, event_log, ends, watch, translations = plan
     if told is not None:
-        told.streams([end.work for end in ends])
+        told.streams(by_workload(ends))
     alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
     # Nothing makes the run be solved again: no event, no page fault, no translation cache.
     once = not scenario.events and not watch.faults.sources and translations is None
@@ -267,7 +267,7 @@ class _Rows:
         self.sink.add(work, size, done)
 
 
-def _pieces(pipes: Pipelines, start_ps: int, told: Told | None, crawl: bool = False,
+def _pieces(pipes: Pipelines, start_ps: int, told: PieceProgress | None, crawl: bool = False,
             rows: Callable[[int, int, Finished], None] | None = None,
             receives: Callable[[int, int, Finished], None] | None = None):
     """Solve ``pipes`` from ``start_ps``: yields ``((workload index, size), piece)`` in order; with ``rows``
