@@ -27,17 +27,16 @@ import numpy as np
 import simpy
 
 from models.nic.datapath import work_request_path
-from models.nic.transport import QpType, acknowledged
 from models.nic.wqe import FETCH_AND_ADD, SEND_SIGNALED, WC_SUCCESS, Opcode, RecvWR, SendWR, Sge, WcStatus
 from models.verbs.receive_queue import ReceiveQueue, SharedReceiveQueue
 from models.verbs.recv import ibv_post_recv, ibv_post_srq_recv
 from models.verbs.ah import data_path_qp
 from models.verbs.cq import ibv_poll_cq
 from models.verbs.mr import MemoryRegion
+from models.verbs.ping_pong import ping_pong_offset
 from models.verbs.qp import QueuePair, ibv_post_send
 from models.verbs.workload_kinds import half_round_trip_ps
 from models.verbs.xrc_path import xrc_sender
-from sim.core.steps import Check, Delay, Fork, Mark, Rebase, Step, Wait, Wake, walk_order
 
 PERFTEST_WRITE_LAT_INLINE = 220
 """perftest's default inline size for ib_write_lat on mlx5."""
@@ -253,7 +252,8 @@ def tagged(parts: list[OpRecords]) -> OpRecords:
 def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, inline: int,
                   duration_ps: int | None = None) -> Generator:
     """simpy process of ib_write_lat (ping-pong) for one size; latency is half the round trip. Each
-    iteration's two WRITEs are one operation of :func:`ping_pong`'s chain under the ordering rule. With
+    iteration's two WRITEs are one operation of :func:`~models.verbs.ping_pong.ping_pong`'s chain under the
+    ordering rule. With
     ``duration_ps`` iterations start until that long has passed (perftest -D)."""
     log = _Grown(iterations if duration_ps is None else 1024)
     i = -1
@@ -276,50 +276,6 @@ def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
                 status[i] = failed
         completed[i] = env.now
     return log.records(i + 1, round_trip=True)
-
-
-class NoSingleChain(ValueError):
-    """A WRITE's steps do not land in its main chain (an unacknowledged QP's land in a side chain), so a ping-pong
-    of them is not one chain."""
-
-
-def ping_pong(there: tuple[Step, ...], back: tuple[Step, ...]) -> tuple[tuple[Step, ...], int]:
-    """One ib_write_lat iteration as one chain of steps: the WRITE ``there`` until it lands, the peer's poll
-    delay (``peer_poll``), the WRITE ``back`` until it lands, the requester's poll delay (``poll``); each
-    WRITE's acknowledgement and CQE write run in a side chain, whose end is reported as ``acked`` and
-    ``peer_acked``. Returns the chain and the position of ``back``'s first step in it (its steps' offset in
-    the event engine).
-
-    :raises NoSingleChain: a WRITE lands in a side chain of its steps (UC).
-    """
-    first = _half(there, "acked", "peer_poll")
-    return (*first, *_half(back, "peer_acked", "poll")), len(walk_order(first))
-
-
-def ping_pong_offset(there: tuple[Step, ...], qp_type: QpType = QpType.RC) -> int:
-    """The position offset of the WRITE back in :func:`ping_pong`'s chain; on an unacknowledged (UC) QP, whose
-    WRITE lands in a side chain, the WRITE back's steps follow all of ``there``'s."""
-    if not acknowledged(qp_type):
-        return len(walk_order(there))
-    return len(walk_order(_half(there, "acked", "peer_poll")))
-
-
-def _half(steps: tuple[Step, ...], acked: str, poll: str) -> tuple[Step, ...]:
-    """A WRITE until it lands (its acknowledgement forked, its end reported as ``acked``), then the poll delay
-    ``poll`` of the CPU that sees it land."""
-    head, ack = _landing(steps, acked)
-    return (*head, Fork(ack), Rebase(True), Wake(), Wait(poll))
-
-
-def _landing(steps: tuple[Step, ...], acked: str) -> tuple[tuple[Step, ...], tuple[Step, ...]]:
-    """A WRITE's steps up to where its payload lands, and after it its acknowledgement up to its CQE write
-    (the poll after it left out), ending with a check labelled ``acked`` (when the CQE landed)."""
-    if Mark("landed") not in steps:
-        raise NoSingleChain("a WRITE that lands in a side chain of its steps (UC) makes no single ping-pong chain")
-    k = steps.index(Mark("landed"))
-    ack = steps[k + 1:]
-    cut = next(i for i, step in enumerate(ack) if isinstance(step, Delay) and step.draws is not None)
-    return steps[:k], (*ack[:cut], Check("acked", 0, label=acked))
 
 
 def read_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
@@ -399,7 +355,8 @@ def send_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, 
                  inline: int, duration_ps: int | None = None) -> Generator:
     """simpy process of ib_send_lat (ping-pong) for one size: each side sees the other's SEND on its receive CQ
     (a poll delay after the CQE lands), reposts that receive and sends back; latency is half the round trip.
-    With ``duration_ps`` iterations start until that long has passed (perftest -D)."""
+    Each iteration's two SENDs are one operation of :func:`~models.verbs.ping_pong.ping_pong`'s chain under the
+    ordering rule. With ``duration_ps`` iterations start until that long has passed (perftest -D)."""
     log = _Grown(iterations if duration_ps is None else 1024)
     i = -1
     use_inline = size <= inline
@@ -408,8 +365,12 @@ def send_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, 
     for i in _turns(env, log, iterations, duration_ps):
         posted, completed, status = log.posted, log.completed, log.status
         posted[i] = env.now
+        seq, offset = env.step_runner.number(), 0
         for a, b in ((src, dst), (dst, src)):
-            ibv_post_send(a.qp, work_request(i, Opcode.SEND, a, b, size, use_inline))
+            wr = work_request(i, Opcode.SEND, a, b, size, use_inline, order=(seq, offset))
+            if a is src:
+                offset = ping_pong_offset(work_request_path(a.path_qp(b), wr, env.now).steps, a.qp.qp_type)
+            ibv_post_send(a.qp, wr)
             failed = yield from _await_receive(env, a, b)
             if status[i] == SUCCESS:
                 status[i] = failed

@@ -156,10 +156,17 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                     {label: (int(a[0]), int(b[0])) for label, (a, b) in piece.idle_gate.items()
                      if (a == a[0]).all() and (b == b[0]).all()})
         post = out.post
-        if m > window:  # a saturated group keeps its pace: start from it
-            queued = paced_ends(problem, piece) if idle and piece.pace is not None else np.where(
-                out.done > out.post + piece.idle_done, out.done, LOW)
-            guess_posts(problem, piece, out.post[:window], queued)
+        # One operation at a time, alone: what an operation waits beyond its idle latency is its own (its claims
+        # queue behind each other), whenever it is posted; its claims move with its post.
+        alone = problem.speedups.own_waits and window == 1 and len(slices) == 1 and not idle
+        if m > window:
+            if alone:
+                guess_posts(problem, piece, out.post[:window], np.full(m, LOW),
+                            np.maximum(out.done - out.post, piece.idle_done))
+            else:  # a saturated group keeps its pace: start from it
+                queued = paced_ends(problem, piece) if idle and piece.pace is not None else np.where(
+                    out.done > out.post + piece.idle_done, out.done, LOW)
+                guess_posts(problem, piece, out.post[:window], queued)
             post = np.concatenate((out.post[:window], piece.guess_post))
         for label, slots in problem.gates[piece.group].items():
             if m > slots:
@@ -171,13 +178,14 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                 first = np.where(given[:slots] == NO_RELEASE, LOW, given[:slots])
                 given[slots:] = lag_scan(first, after, floor, slots)[: m - slots]
         for pos in piece.shared:
-            now, alone = out.records[pos], piece.idle_claim[pos]
+            now, idle_head = out.records[pos], piece.idle_claim[pos]
             steady = piece.pace.claims.get(pos) if idle and piece.pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
                 rec = paced_record(problem, pos, now.seq0, post, steady)
                 moved[pos] = rec
                 continue
-            shift = np.where(now.head > out.post + alone, np.maximum(post + alone - now.head, 0), post - out.post)
+            shift = post - out.post if alone else np.where(now.head > out.post + idle_head,
+                                                           np.maximum(post + idle_head - now.head, 0), post - out.post)
             moved[pos] = Record(now.server, pos, now.seq0, post, now.wake + shift, now.wpos, now.head + shift,
                                 now.not_before + shift, now.service)
     return moved

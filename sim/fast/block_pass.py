@@ -215,7 +215,9 @@ class Pass:
         group = self.problem.groups[piece.group]
         if piece.joined:
             _join(self.problem, self.slices[index - 1], outs[index - 1], piece)
-        start = max([piece.start] * (piece.start is not None) + [int(outs[k].done[-1]) for k in piece.after])
+        ends = [self.problem.groups[self.slices[k].group].end_after(outs[k].done, outs[k].marks, len(outs[k].done))
+                for k in piece.after]
+        start = max([piece.start] * (piece.start is not None) + ends)
         post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
         out = SliceOut(post, post, None, waited=(post, MODEL_EVENT))
         self.slice, self.out, self.step, self.turned = piece, out, 0, None

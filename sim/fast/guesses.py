@@ -40,8 +40,10 @@ def lag_scan(first: np.ndarray, add: np.ndarray, floor: np.ndarray, lag: int) ->
     return z.T.reshape(-1)[:m]
 
 
-def guess_posts(problem, piece: SliceIn, first: np.ndarray, queued: np.ndarray) -> None:
+def guess_posts(problem, piece: SliceIn, first: np.ndarray, queued: np.ndarray,
+                latency: np.ndarray | None = None) -> None:
     """Set the slice's guessed posts: completions ``window`` operations back, each its post plus its idle
-    latency and no earlier than ``queued``, from the first posts ``first``."""
+    latency (or ``latency``) and no earlier than ``queued``, from the first posts ``first``."""
     window, m = problem.groups[piece.group].window, piece.hi - piece.lo
-    piece.guess_post = running_max(lag_scan(first, piece.idle_done, queued, window))[: m - window]
+    add = piece.idle_done if latency is None else latency
+    piece.guess_post = running_max(lag_scan(first, add, queued, window))[: m - window]

@@ -61,6 +61,8 @@ class _History:
     done: np.ndarray
     released: dict[str, np.ndarray]
     pace: Pace | None = None
+    end: int = 0
+    """When the stream ends if its latest operation is its last (:meth:`Group.end_after`, ps)."""
 
 
 class Problem:
@@ -176,7 +178,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
                 problem.groups[g].ended(ops)
             if active.get(g) == ops:  # every operation posted was kept by earlier blocks
                 del active[g]
-                ended.append(int(history.pop(g).done[-1]))
+                ended.append(history.pop(g).end)
                 if not active and problem.round_of[g] + 1 < len(problem.rounds):  # the next round starts
                     posts.check(problem)
                     start.update(dict.fromkeys(problem.rounds[problem.round_of[g] + 1], max(ended)))
@@ -205,10 +207,10 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
                 done = history.pop(g, None)
                 del active[g]
                 if problem.continued[g]:  # the stream goes on
-                    history[g + 1] = _History(done.done, done.released)
+                    history[g + 1] = _History(done.done, done.released, end=done.end)
                     active[g + 1] = problem.groups[g + 1].first
                 else:
-                    ended.append(int(out.done[n - 1]))
+                    ended.append(problem.groups[g].end_after(out.done, out.marks, n))
                 if not active and problem.round_of[g] + 1 < len(problem.rounds):  # the next round starts
                     posts.check(problem)
                     start.update(dict.fromkeys(problem.rounds[problem.round_of[g] + 1], max(ended)))
@@ -282,4 +284,5 @@ def _remember(problem: Problem, history: dict[int, _History], group: int, out: S
 
     history[group] = _History(
         tail(old and old.done, out.done[:n]),
-        {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()}, out.pace)
+        {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()}, out.pace,
+        problem.groups[group].end_after(out.done, out.marks, n))

@@ -57,6 +57,14 @@ class Group:
     operation (the first is never refused)."""
     ended: Callable[[int], None] | None = None
     """Told the group's operation count once ``posts_while`` ended it, before any later group's draws are asked."""
+    settles: tuple[str, ...] = ()
+    """Labels of side chains the stream waits for once posted out: it ends (and the next group that is not
+    parallel starts) at the latest of its last operation's completion and its times at these labels (a ping-pong
+    that polls its last messages' completions before the next size)."""
+
+    def end_after(self, done: np.ndarray, marks: Mapping[str, np.ndarray], n: int) -> int:
+        """When the stream ends if operation ``n - 1`` of these completions and marks is its last (ps)."""
+        return max([int(done[n - 1])] + [int(marks[label][n - 1]) for label in self.settles])
 
 
 def after_draws(steps: tuple[Step, ...], varied: bool = False) -> list[bool]:

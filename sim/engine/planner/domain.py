@@ -25,9 +25,6 @@ def outside_domain(scenario: Scenario, trace: bool = False) -> str | None:
     if trace:
         return "a trace records the event engine's individual events"
     for work in scenario.workload:
-        if work.rule.ping_pong and work.rule.receives:
-            return (f"workload '{work.name or work.kind}': {work.kind}'s ping-pong waits on receive completions, which "
-                    "the event engine delivers")
         posting = _posting_outside(work)
         if posting:
             return f"workload '{work.name or work.kind}' {posting}"

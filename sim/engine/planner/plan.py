@@ -10,13 +10,14 @@ is re-mapped), and whose window is the workload's posting rule:
   releases happens then (``ib_write_bw``'s loop).
 * ``read_lat`` / ``atomic_lat``: one READ or atomic at a time (a window of one); ``atomic_bw`` is
   ``read_bw``'s window over atomics.
-* ``write_lat``: one ping-pong iteration is one operation (:func:`models.verbs.workloads.ping_pong`).
+* ``write_lat`` / ``send_lat``: one ping-pong iteration is one operation (:func:`models.verbs.ping_pong.ping_pong`);
+  a send_lat size ends once its last SENDs' completions are polled (:attr:`sim.fast.Group.settles`).
 * with a ``duration`` (perftest -D): the same windows over as many operations as the posting allows; each
   stream is solved block by block and ends where :func:`models.verbs.workloads.still_posting`, the event
   engine's own rule, stops it (:attr:`sim.fast.Group.posts_while`).
 * ``send_bw``: as ``write_bw``, in its steady state: the server's receives are always posted ahead, which the run
   checks from the solved receive completions (:class:`ReceivesAhead`); where they might run short (RNR NAKs) the
-  event engine runs it. ``send_lat`` waits on receive completions that only the event engine sees.
+  event engine runs it.
 
 Tables and summaries come from the event engine's own code (:mod:`sim.engine.tables`). Without scenario events or
 ODP sources nothing can move or fault, so the solved pieces go straight to the run's operation table and summaries
@@ -56,7 +57,8 @@ import numpy as np
 from models.ib.dmabuf_mr import DmabufBacking
 from models.nic.datapath import checked_accesses, path, translation_cache
 from models.nic.wqe import Opcode
-from models.verbs.workloads import (Endpoint, NoSingleChain, OpRecords, ping_pong, posts_inline, still_posting,
+from models.verbs.ping_pong import ACKED, NoSingleChain, ping_pong
+from models.verbs.workloads import (Endpoint, OpRecords, posts_inline, still_posting,
                                     succeeded, tagged)
 from sim.core.steps import Check, Claim, Detour, Fork
 from sim.core.units import format_size
@@ -191,7 +193,7 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
                     solved.marks, {k: _local_check(end.work) for k, end in enumerate(ends)}):
                 continue  # another operation reached a translation first: solved again with that
             if not changed:
-                end = _settled(ends, solved, pipes.ops)
+                end = _settled(ends, solved)
                 changed = watch.advance(end)
                 if not changed:
                     watch.clock(end)
@@ -297,19 +299,14 @@ def _pieces(pipes: Pipelines, start_ps: int, told: PieceProgress | None, crawl: 
         yield (k, size), piece
 
 
-def _settled(ends: list[Stream], solved: Solved, ops: dict[tuple[int, int], int]) -> int:
-    """When the event engine's run ends: the last completion or, after a ping-pong, the acknowledgement of
-    its last WRITEs seen by their pollers, whichever is later (:func:`sim.engine.harness.drain` waits for it) (ps);
-    ``ops``: the operations of each (stream, size)."""
+def _settled(ends: list[Stream], solved: Solved) -> int:
+    """When the event engine's run ends: the last completion or, after a ping-pong, the completions of its last
+    two messages seen by their pollers, whichever is later (:func:`sim.engine.harness.drain` waits for them) (ps)."""
     end = max(int(d[-1]) for d in solved.done.values())
     k, last = len(ends) - 1, ends[-1]
-    if last.work.rule.loop == "write_latency":
-        sizes = last.work.size_list()
-        size, n = sizes[-1], sum(ops[k, s] for s in sizes)  # the last operation is number n - 1
-        marks = solved.marks[k, size]
-        for label, qp, phase in (("acked", last.src.qp, 0), ("peer_acked", last.dst.qp, 1)):
-            poll = int(UniformSeries.following(qp.poll_delays).take(2 * (n - 1) + phase, 2 * n)[0])
-            end = max(end, int(marks[label][-1]) + poll)
+    if last.work.rule.ping_pong:
+        marks = solved.marks[k, last.work.size_list()[-1]]
+        end = max([end] + [int(marks[label][-1]) for label in ACKED])
     return end
 
 
@@ -398,7 +395,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
         raise Unsolvable(f"a buffer that workload '{work.name or work.kind}', which runs for a duration, reads from "
                          "moves or takes a page fault: where its posting stops then depends on the re-solve")
     timed = {} if work.duration is None else {"posts_while": partial(still_posting, duration_ps=work.duration)}
-    qp, peer = src.path_qp(dst), dst.qp
+    qp, peer = src.path_qp(dst), dst.path_qp(src)
     lossy = losses is not None and k in losses.links
     holds = tuple((m.zapped_ps, m.ready_ps) for m in moves if m.ready_ps is not None)
 
@@ -426,22 +423,26 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
         return path(q, opcode, size, inline, *targets, checked_accesses(q, [local.mr], remote.mr))
 
     mine = UniformSeries.following(qp.poll_delays)
-    theirs = UniformSeries.following(peer.poll_delays) if work.rule.ping_pong else None
+    theirs = UniformSeries.following(dst.qp.poll_delays) if work.rule.ping_pong else None
     inline, sizes = inline_threshold(work), work.size_list()
     for j, size in enumerate(sizes):
         ops[k, size] = work.iterations if work.duration is None else TIMED_OPS
         if timed:
             timed["ended"] = partial(ops.__setitem__, (k, size))
         first = partial(lambda before: sum(ops[k, s] for s in before), sizes[:j])
-        if work.rule.loop == "write_latency":  # (moves of its buffers never reach here: each end is also a responder)
-            fits = size <= inline
+        if work.rule.ping_pong:  # (moves of its buffers never reach here: each end is also a responder)
+            opcode, fits = workload_opcode(work), size <= inline
             try:
-                chain, _ = ping_pong(path_of(qp, src, dst, Opcode.RDMA_WRITE, size, fits, end.targets).steps,
-                                     path_of(peer, dst, src, Opcode.RDMA_WRITE, size, fits, end.targets[::-1]).steps)
+                chain, _ = ping_pong(path_of(qp, src, dst, opcode, size, fits, end.targets).steps,
+                                     path_of(peer, dst, src, opcode, size, fits, end.targets[::-1]).steps)
             except NoSingleChain as exc:
                 raise Unsolvable(str(exc)) from None
-            draws = {"peer_poll": _Draws(theirs, first, 2), "poll": _Draws(mine, first, 2, 1)}
-            yield size, [Group(indexed(chain), ops[k, size], 1, draws, **timed)]
+            # Each QP's poll delays in the event engine's order: the requester's for its message's completion
+            # and for the message back, the responder's for the message there and for its own completion.
+            draws = {"peer_poll": _Draws(theirs, first, 2), "poll": _Draws(mine, first, 2, 1),
+                     f"{ACKED[0]}_poll": _Draws(mine, first, 2), f"{ACKED[1]}_poll": _Draws(theirs, first, 2, 1)}
+            quiesces = ACKED if work.rule.receives else ()  # ib_send_lat polls its last SENDs' completions
+            yield size, [Group(indexed(chain), ops[k, size], 1, draws, settles=quiesces, **timed)]
         else:
             draws = {"poll": _Draws(mine, first)}
             window = work.rule.window(work.tx_depth)

@@ -144,7 +144,7 @@ def test_gpu_buffers_equal_event_engine(layout, mode):
     work = [{"kind": kind, "from": "src", "to": to, "sizes": ["64B", "4KiB", "1MiB"], "iterations": 500, "tx_depth": 32}
             for kind in ("write_bw", "read_bw") for to in ("dst", "host")]
     work += [{"kind": kind, "from": "src", "to": "dst", "sizes": ["8B", "64KiB"], "iterations": 80}
-             for kind in ("write_lat", "read_lat")]
+             for kind in ("write_lat", "read_lat", "send_lat")]
     same_runs(scenario_dict(seed=6, nodes=nodes, buffers=buffers, workload=work))
 
 
@@ -300,7 +300,7 @@ def test_blueflame_off_is_exact_on_the_fast_engine():
 @given(nic=st.sampled_from(["connectx7", "connectx6", "connectx5"]), mps=st.sampled_from([128, 256, 512]),
        rate=st.sampled_from(["100Gb/s", "200Gb/s", "400Gb/s"]), latency=st.integers(0, 2000),
        poll=st.sampled_from(["0ns", "7ns", "40ns"]), kind=st.sampled_from(["write_bw", "read_bw", "write_lat",
-                                                                           "read_lat"]),
+                                                                           "read_lat", "send_lat"]),
        sizes=st.lists(st.sampled_from([1, 64, 220, 4096, 65536]), min_size=1, max_size=3, unique=True),
        iterations=st.integers(1, 400), depth=st.sampled_from([1, 2, 16, 128, 1024]), seed=st.integers(0, 99),
        tags=st.sampled_from([1, 4, 32, 256, "unlimited"]), engines=st.integers(1, 3),

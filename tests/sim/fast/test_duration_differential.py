@@ -22,7 +22,8 @@ def timed(kind: str, duration: str, sizes=("64B", "4KiB"), **extra) -> dict:
 
 @pytest.mark.parametrize("preset", ["cx7-gen5-400G", "cx5-gen3x8-100G-roce"])
 @pytest.mark.parametrize("kind, extra", [("write_bw", {"tx_depth": 32}), ("read_bw", {"tx_depth": 16}),
-                                         ("send_bw", {"tx_depth": 64}), ("write_lat", {}), ("read_lat", {})])
+                                         ("send_bw", {"tx_depth": 64}), ("write_lat", {}), ("read_lat", {}),
+                                         ("send_lat", {})])
 def test_a_duration_ends_where_the_event_engine_stops_posting(preset, kind, extra):
     work = [timed(kind, "30us", **extra), timed(kind, "7us", ("1MiB", "2B"), **extra)]
     event, fast = same_runs(scenario_dict(seed=5, workload=work, **two_nodes(preset)))
@@ -58,7 +59,7 @@ def test_an_operation_posted_at_the_very_end_of_the_duration_is_not_posted():
 
 
 @settings(max_examples=examples(10), deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kind=st.sampled_from(["write_bw", "read_bw", "send_bw", "write_lat", "read_lat"]),
+@given(kind=st.sampled_from(["write_bw", "read_bw", "send_bw", "write_lat", "read_lat", "send_lat"]),
        sizes=st.lists(st.sampled_from([2, 64, 700, 4096, 65536]), min_size=1, max_size=3, unique=True),
        depth=st.sampled_from([1, 2, 16, 128]), duration_ns=st.integers(1, 40_000), at_post=st.booleans(),
        seed=st.integers(0, 50))

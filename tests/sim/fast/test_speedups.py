@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from sim.fast import ALL, NONE, Server, Speedups, Unsolvable, solve
-from test_pipelines import group, shared_pipelines
+from test_pipelines import group, run_events, shared_pipelines, solve_all
 from tests.properties import examples
 
 SETTINGS = settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -48,6 +48,20 @@ def test_shared_servers_give_one_answer_with_or_without_accelerations(data):
     """Shared servers (merged claims), drawn delays, gates and side chains, in blocks of several sizes."""
     servers, groups = shared_pipelines(data)
     same_with_every_setting(servers, groups, data.draw(st.sampled_from([16, 64, 1024])))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_one_operation_at_a_time_on_shared_servers_gives_one_answer(data):
+    """A stream that posts one operation at a time, its own claims queueing behind each other on shared servers
+    (a ping-pong's): the event engine's answer, whether the passes guess its waits as its own or not."""
+    count = data.draw(st.integers(1, 2))
+    positions = data.draw(st.lists(st.integers(0, count - 1), min_size=2, max_size=6))
+    servers = [Server(f"s{i}") for i in range(count)]
+    one = data.draw(group(positions, gate=False, fork=data.draw(st.booleans()), wait=True, detour=True))
+    groups = [replace(one, window=1)]
+    assert solve_all(servers, groups, 11) == run_events(servers, groups, 11)
+    same_with_every_setting(servers, groups, data.draw(st.sampled_from([16, 64])))
 
 
 @SETTINGS

@@ -1,0 +1,81 @@
+"""One ping-pong iteration (ib_write_lat, ib_send_lat) as one chain of steps, which the vectorized core solves as
+one operation; the event engine numbers the message back from :func:`ping_pong_offset` on, so that under the
+ordering rule both engines give every step of the two messages the same position.
+
+A message's receiver sees it when its payload lands (a WRITE: the CPU polls the last byte) or when its receive
+completion is in memory (a SEND: the CPU polls the receive CQ); the receiver's poll delay later it sends back. Each
+message's acknowledgement and send completion run in a side chain ending when the sender's CPU polls that
+completion, reported as ``acked`` (the message there) and ``peer_acked`` (the message back).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from models.nic.datapath import RECEIVED
+from models.nic.transport import QpType, acknowledged
+from sim.core.steps import Check, Delay, Fork, Mark, Rebase, Step, Wait, Wake, walk_order
+
+ACKED = ("acked", "peer_acked")
+"""The labels of the side chains' ends: when the sender's CPU polls the completion of the message there, and of the
+message back (ps). Each waits the sender's poll delay drawn as ``<label>_poll``."""
+
+
+class NoSingleChain(ValueError):
+    """A message's steps do not land in its main chain (an unacknowledged QP's land in a side chain), so a
+    ping-pong of them is not one chain."""
+
+
+def ping_pong(there: tuple[Step, ...], back: tuple[Step, ...]) -> tuple[tuple[Step, ...], int]:
+    """One iteration as one chain: the message ``there`` until its receiver sees it, that CPU's poll delay
+    (``peer_poll``), the message ``back`` until it is seen, the requester's poll delay (``poll``). Returns the
+    chain and the position of ``back``'s first step in it (its steps' offset in the event engine).
+
+    :raises NoSingleChain: a message lands in a side chain of its steps (UC, UD).
+    """
+    first, offset = _half(there, ACKED[0], "peer_poll", 0)
+    second, _ = _half(back, ACKED[1], "poll", offset)
+    return (*first, *second), offset
+
+
+def ping_pong_offset(there: tuple[Step, ...], qp_type: QpType = QpType.RC) -> int:
+    """The position offset of the message back in :func:`ping_pong`'s chain; on an unacknowledged QP (UC, UD),
+    whose messages land in a side chain, the message back's steps follow all of ``there``'s."""
+    if not acknowledged(qp_type):
+        return len(walk_order(there))
+    return _half(there, ACKED[0], "peer_poll", 0)[1]
+
+
+def _half(steps: tuple[Step, ...], acked: str, poll: str, base: int) -> tuple[tuple[Step, ...], int]:
+    """One message until its receiver sees it, then that CPU's poll delay ``poll``, its acknowledgement forked;
+    its steps keep their own positions from ``base`` on. Returns the steps and the position after them."""
+    if Mark("landed") not in steps:
+        raise NoSingleChain("a message that lands in a side chain of its steps (UC, UD) makes no single ping-pong "
+                            "chain")
+    k = steps.index(Mark("landed"))
+    ack = _acknowledgement(steps[k + 1:], acked)
+    if not (k and _is_receive_completion(steps[k - 1])):  # a WRITE: seen when its payload lands
+        half = (*steps[:k], Fork(ack), Rebase(True), Wake(), Wait(poll))
+        return half, base + len(walk_order(half))
+    # A SEND: seen when its receive completion (a side chain of its steps) is in memory. That chain becomes the
+    # main one and the acknowledgement forks before it, each step renumbered to its place in the message's steps.
+    head, seen = steps[:k - 1], steps[k - 1].steps
+    fork_at = base + len(walk_order(head))
+    landed_at = fork_at + 1 + len(walk_order(seen))
+    end = base + len(walk_order(steps))
+    half = (*head, Fork((replace(ack[0], renumber=landed_at + 2), *ack[1:])),
+            replace(seen[0], renumber=fork_at + 2), *seen[1:], Rebase(True, renumber=end), Wake(), Wait(poll))
+    return half, end + 2
+
+
+def _is_receive_completion(step: Step) -> bool:
+    """Whether ``step`` is the side chain writing a receive completion
+    (:func:`models.nic.datapath.receive_completion`)."""
+    return isinstance(step, Fork) and isinstance(step.steps[-1], Check) and step.steps[-1].name == RECEIVED
+
+
+def _acknowledgement(after: tuple[Step, ...], acked: str) -> tuple[Step, ...]:
+    """A message's steps after it landed (its acknowledgement, CQE write and the sender's poll), ending with a check
+    labelled ``acked`` when the sender's CPU polls the completion, its poll delay drawn as ``<acked>_poll``."""
+    cut = next(i for i, step in enumerate(after) if isinstance(step, Delay) and step.draws is not None)
+    return (*after[:cut], replace(after[cut], draws=f"{acked}_poll"), Check(acked, 0, label=acked))
