@@ -11,17 +11,23 @@ breaks one raises :class:`~models.dmabuf.gpu_export.CudaError` with the CUresult
 * ``cuMemAddressReserve``: size a multiple of the granularity (the documentation says of the host page size; the
   H200 refused 4 KiB and 2 MiB + 4 KiB with CUDA_ERROR_INVALID_VALUE), address hint a multiple of the host page
   size, alignment a power of two or zero, flags zero.
-* ``cuMemMap``: flags zero, ptr and size multiples of the granularity, inside one reservation, on a range not
-  currently mapped (CUDA_ERROR_INVALID_VALUE); the whole handle from offset zero ("currently must be zero"):
+* ``cuMemMap``: flags zero, ptr and size multiples of the granularity, inside reserved address space (one
+  reservation, or several back to back: the driver mapped a range across two), on a range not currently mapped
+  (CUDA_ERROR_INVALID_VALUE); the whole handle from offset zero ("currently must be zero"):
   the H200 answered a nonzero offset, half the handle and more than the handle with CUDA_ERROR_NOT_SUPPORTED.
 * ``cuMemSetAccess``: whole mappings, as ``cuMemUnmap`` (the H200 refused a sub-range of one mapping and a
   half-mapped range with CUDA_ERROR_INVALID_VALUE). ``cuMemUnmap``: whole mappings only ("cannot unmap a
   sub-range"); the range goes back to being reserved, without access. ``cuMemAddressFree``: exactly a
-  reservation's ptr and size.
+  reservation's ptr and size, with no mapping left in it.
 
-The H200's answers: ``calib/dmabuf_export/raw/h200_vmm_rules.json`` (``measure_vmm_rules.py`` there). One is not
-followed: it mapped a 4 MiB handle 6 MiB into an 8 MiB reservation, past its end, where the model refuses a map
-that leaves its reservation (the driver's own reservation may be larger than asked; not measured).
+The H200's answers: ``calib/dmabuf_export/raw/h200_vmm_rules.json`` (``measure_vmm_rules.py`` there); an H100's
+with the same driver (580.159.04) to maps that reach past their reservation:
+``calib/dmabuf_export/raw/h100_vmm_reach.json`` (``measure_vmm_reach.py``). Some such maps are not followed. The
+driver accepted a map that starts inside its reservation and runs past its end into address space nobody
+reserved: 2 MiB and 14 MiB past an 8 MiB reservation. It refused others alike: 2 MiB past a 2 MiB reservation,
+58 MiB past an 8 MiB one, and any map that starts past the end or in a freed reservation. Which ones pass
+depends on the driver's own address-space heap, which the model does not keep. The model refuses them all, as
+the documentation asks: "ptr ... from a prior cuMemAddressReserve".
 * ``cuMemRelease``: the memory is freed "when all outstanding mappings to the memory are unmapped and when all
   outstanding references to the handle ... are also released"; a dma-buf export is such a reference: on the H200
   a VMM allocation unmapped and released while exported kept its VRAM until the fd closed
@@ -78,13 +84,12 @@ class Mapping:
     """``cuMemSetAccess`` gave the device read-write access."""
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class Reservation:
-    """A reserved virtual address range and the mappings in it, by address."""
+    """A reserved virtual address range."""
 
     addr: int
     size: int
-    mappings: dict[int, Mapping] = field(default_factory=dict)
 
 
 def _check(ok: bool, call: str, rule: str, result: str = INVALID) -> None:
@@ -100,6 +105,8 @@ class CudaVmm:
     name: str = "proc"
     handles: dict[int, VmmHandle] = field(default_factory=dict)
     reservations: dict[int, Reservation] = field(default_factory=dict)
+    mappings: dict[int, Mapping] = field(default_factory=dict)
+    """By address; a mapping may cross from one reservation into the next."""
     _next_handle: int = 1
     _next_va: int = VA_BASE
 
@@ -149,11 +156,18 @@ class CudaVmm:
     def _overlaps(self, addr: int, size: int) -> bool:
         return any(r.addr < addr + size and addr < r.addr + r.size for r in self.reservations.values())
 
-    def _reservation(self, addr: int, size: int) -> Reservation | None:
-        for r in self.reservations.values():
-            if r.addr <= addr and addr + size <= r.addr + r.size:
-                return r
-        return None
+    def _reserved(self, addr: int, size: int) -> bool:
+        """Whether every byte of ``[addr, addr + size)`` is reserved (by one reservation or back-to-back ones)."""
+        at = addr
+        for r in sorted(self.reservations.values(), key=lambda r: r.addr):
+            if r.addr <= at < r.addr + r.size:
+                at = r.addr + r.size
+        return at >= addr + size
+
+    def _mapped_over(self, addr: int, size: int) -> list[Mapping]:
+        """The mappings that overlap ``[addr, addr + size)``, in address order."""
+        return sorted((m for m in self.mappings.values() if m.addr < addr + size and addr < m.addr + m.size),
+                      key=lambda m: m.addr)
 
     def mem_map(self, ptr: int, size: int, handle: VmmHandle, offset: int = 0, flags: int = 0) -> Mapping:
         """``cuMemMap``: map ``handle`` from its start at ``[ptr, ptr + size)``, with no access yet.
@@ -169,28 +183,22 @@ class CudaVmm:
                f"ptr and size must be multiples of the allocation granularity ({format_size(gran)})")
         _check(size == handle.size, call, f"{format_size(size)} of the {format_size(handle.size)} handle: a map "
                "takes the whole handle", result=NOT_SUPPORTED)
-        reservation = self._reservation(ptr, size)
-        _check(reservation is not None, call,
-               f"[{ptr:#x}, +{format_size(size)}) is not inside one cuMemAddressReserve range")
-        _check(not any(m.addr < ptr + size and ptr < m.addr + m.size for m in reservation.mappings.values()), call,
+        _check(self._reserved(ptr, size), call,
+               f"[{ptr:#x}, +{format_size(size)}) is not inside cuMemAddressReserve ranges")
+        _check(not self._mapped_over(ptr, size), call,
                f"[{ptr:#x}, +{format_size(size)}) is already mapped (cuMemMap maps only ranges not currently mapped)")
-        mapping = reservation.mappings[ptr] = Mapping(ptr, size, handle)
+        mapping = self.mappings[ptr] = Mapping(ptr, size, handle)
         handle.mappings += 1
         return mapping
 
     def mapped(self, ptr: int, size: int) -> list[Mapping]:
         """The mappings covering ``[ptr, ptr + size)`` in address order; empty unless every byte is mapped."""
-        reservation = self._reservation(ptr, size) if size > 0 else None
-        if reservation is None:
-            return []
         found, at = [], ptr
-        for m in sorted(reservation.mappings.values(), key=lambda m: m.addr):
-            if at >= ptr + size:
-                break
+        for m in self._mapped_over(ptr, size) if size > 0 else []:
             if m.addr <= at < m.addr + m.size:
                 found.append(m)
                 at = m.addr + m.size
-        return found if at >= ptr + size else []
+        return found if size > 0 and at >= ptr + size else []
 
     def whole_mappings(self, call: str, ptr: int, size: int) -> list[Mapping]:
         """The mappings that make up exactly ``[ptr, ptr + size)``, in address order.
@@ -217,10 +225,8 @@ class CudaVmm:
 
         :raises CudaError: :meth:`whole_mappings`.
         """
-        mappings = self.whole_mappings("cuMemUnmap", ptr, size)
-        reservation = self._reservation(ptr, size)
-        for m in mappings:
-            del reservation.mappings[m.addr]
+        for m in self.whole_mappings("cuMemUnmap", ptr, size):
+            del self.mappings[m.addr]
             m.handle.mappings -= 1
             self._maybe_free(m.handle)
 
@@ -247,8 +253,8 @@ class CudaVmm:
         _check(reservation is not None and reservation.size == size, call,
                f"[{ptr:#x}, +{format_size(size)}) is not a range cuMemAddressReserve returned "
                "(ptr and size must match it)")
-        _check(not reservation.mappings, call, f"{len(reservation.mappings)} mapping(s) left in the range: "
-               "cuMemUnmap them first")
+        left = self._mapped_over(ptr, size)
+        _check(not left, call, f"{len(left)} mapping(s) left in the range: cuMemUnmap them first")
         del self.reservations[ptr]
 
     def range_view(self, ptr: int, size: int) -> tuple[GpuAllocation, tuple[GpuAllocation, ...]]:
