@@ -156,9 +156,10 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                     {label: (int(a[0]), int(b[0])) for label, (a, b) in piece.idle_gate.items()
                      if (a == a[0]).all() and (b == b[0]).all()})
         post = out.post
-        # One operation at a time, alone: what an operation waits beyond its idle latency is its own (its claims
-        # queue behind each other), whenever it is posted; its claims move with its post.
-        alone = problem.speedups.own_waits and window == 1 and len(slices) == 1 and not idle
+        # One operation at a time, the round's only stream: what an operation waits beyond its idle latency is its
+        # own (its claims queue behind each other), whenever it is posted; its claims move with its post.
+        alone = (problem.speedups.own_waits and window == 1 and not idle
+                 and not problem.parallel[problem.round_of[piece.group]])
         if m > window:
             if alone:
                 guess_posts(problem, piece, out.post[:window], np.full(m, LOW),

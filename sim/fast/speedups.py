@@ -29,7 +29,7 @@ class Speedups:
     and its claims joined end to end are patched, not joined again, where only a few positions' claims changed
     (:meth:`sim.fast.block_pass.Pass._merge`, :meth:`sim.fast.merge.Joined.rejoined`)."""
     own_waits: bool = True
-    """A stream alone in its block that posts one operation at a time takes what each operation waited beyond its
+    """A stream alone in its round that posts one operation at a time takes what each operation waited beyond its
     idle latency in the last pass as its own (its claims queued behind each other), whenever it is posted: the
     next pass's posts and shared claims move with it (:func:`sim.fast.block._guess`), instead of crawling one
     operation per pass (a SEND's receive completion queues behind its payload on the responder's PCIe link)."""
