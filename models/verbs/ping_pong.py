@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 from models.nic.datapath import RECEIVED
-from models.nic.transport import QpType, acknowledged
 from sim.core.steps import Check, Delay, Fork, Mark, Rebase, Step, Wait, Wake, walk_order
 
 ACKED = ("acked", "peer_acked")
@@ -38,34 +37,57 @@ def ping_pong(there: tuple[Step, ...], back: tuple[Step, ...]) -> tuple[tuple[St
     return (*first, *second), offset
 
 
-def ping_pong_offset(there: tuple[Step, ...], qp_type: QpType = QpType.RC) -> int:
-    """The position offset of the message back in :func:`ping_pong`'s chain; on an unacknowledged QP (UC, UD),
-    whose messages land in a side chain, the message back's steps follow all of ``there``'s."""
-    if not acknowledged(qp_type):
-        return len(walk_order(there))
+def ping_pong_offset(there: tuple[Step, ...]) -> int:
+    """The position offset of the message back in :func:`ping_pong`'s chain.
+
+    :raises NoSingleChain: as :func:`ping_pong`.
+    """
     return _half(there, ACKED[0], "peer_poll", 0)[1]
 
 
 def _half(steps: tuple[Step, ...], acked: str, poll: str, base: int) -> tuple[tuple[Step, ...], int]:
-    """One message until its receiver sees it, then that CPU's poll delay ``poll``, its acknowledgement forked;
+    """One message until its receiver sees it, then that CPU's poll delay ``poll``, the sender's completion forked;
     its steps keep their own positions from ``base`` on. Returns the steps and the position after them."""
-    if Mark("landed") not in steps:
-        raise NoSingleChain("a message that lands in a side chain of its steps (UC, UD) makes no single ping-pong "
-                            "chain")
+    if Mark("landed") not in steps:  # unacknowledged (UC, UD): the message reaches the receiver in a side chain,
+        return _unacknowledged(steps, acked, poll, base)  # the sender completes in the main one
     k = steps.index(Mark("landed"))
-    ack = _acknowledgement(steps[k + 1:], acked)
+    ack = _completion(steps[k + 1:], acked)
     if not (k and _is_receive_completion(steps[k - 1])):  # a WRITE: seen when its payload lands
         half = (*steps[:k], Fork(ack), Rebase(True), Wake(), Wait(poll))
         return half, base + len(walk_order(half))
-    # A SEND: seen when its receive completion (a side chain of its steps) is in memory. That chain becomes the
-    # main one and the acknowledgement forks before it, each step renumbered to its place in the message's steps.
-    head, seen = steps[:k - 1], steps[k - 1].steps
-    fork_at = base + len(walk_order(head))
-    landed_at = fork_at + 1 + len(walk_order(seen))
+    # A SEND: its acknowledgement forks before the receive completion, renumbered to their places in its steps.
+    landed_at = base + len(walk_order(steps[:k]))
     end = base + len(walk_order(steps))
-    half = (*head, Fork((replace(ack[0], renumber=landed_at + 2), *ack[1:])),
-            replace(seen[0], renumber=fork_at + 2), *seen[1:], Rebase(True, renumber=end), Wake(), Wait(poll))
+    half = (*_seen(steps, k, base, Fork((replace(ack[0], renumber=landed_at + 2), *ack[1:]))),
+            Rebase(True, renumber=end), Wake(), Wait(poll))
     return half, end + 2
+
+
+def _unacknowledged(steps: tuple[Step, ...], acked: str, poll: str, base: int) -> tuple[tuple[Step, ...], int]:
+    """:func:`_half` of a message whose delivery is a side chain of its steps (``datapath._unacknowledged``): that
+    chain becomes the main one, and the sender's completion, which went on from the fork, forks in its place."""
+    f = next((i for i, step in enumerate(steps) if isinstance(step, Fork) and Mark("landed") in step.steps), None)
+    if f is None:
+        raise NoSingleChain("a message that lands nowhere in its steps makes no ping-pong chain")
+    delivery, rest = steps[f].steps, steps[f + 1:]
+    fork_at = base + len(walk_order(steps[:f]))
+    rest_at = fork_at + 1 + len(walk_order(delivery))
+    completion = _completion(rest[1:], acked)
+    sender = Fork((replace(rest[0], renumber=rest_at + 1), *completion), renumber=fork_at + 1)
+    end = base + len(walk_order(steps))
+    seen = _seen(delivery, delivery.index(Mark("landed")), fork_at + 1)
+    return (*steps[:f], sender, *seen, Rebase(True, renumber=end), Wake(), Wait(poll)), end + 2
+
+
+def _seen(steps: tuple[Step, ...], k: int, at: int, *forked: Step) -> tuple[Step, ...]:
+    """A message's steps (the first at position ``at``, landing at ``k``) until its receiver sees it: a WRITE's
+    until its payload lands, a SEND's on through its receive completion (a side chain of its steps, renumbered to
+    its place); ``forked`` goes where the landing was."""
+    if not (k and _is_receive_completion(steps[k - 1])):
+        return (*steps[:k], *forked)
+    fork_at = at + len(walk_order(steps[:k - 1]))
+    received = steps[k - 1].steps
+    return (*steps[:k - 1], *forked, replace(received[0], renumber=fork_at + 2), *received[1:])
 
 
 def _is_receive_completion(step: Step) -> bool:
@@ -74,8 +96,9 @@ def _is_receive_completion(step: Step) -> bool:
     return isinstance(step, Fork) and isinstance(step.steps[-1], Check) and step.steps[-1].name == RECEIVED
 
 
-def _acknowledgement(after: tuple[Step, ...], acked: str) -> tuple[Step, ...]:
-    """A message's steps after it landed (its acknowledgement, CQE write and the sender's poll), ending with a check
-    labelled ``acked`` when the sender's CPU polls the completion, its poll delay drawn as ``<acked>_poll``."""
+def _completion(after: tuple[Step, ...], acked: str) -> tuple[Step, ...]:
+    """A message's steps to the sender's completion (an acknowledgement, or none on an unacknowledged QP; the CQE
+    write; the sender's poll), ending with a check labelled ``acked`` when the sender's CPU polls the completion,
+    its poll delay drawn as ``<acked>_poll``."""
     cut = next(i for i, step in enumerate(after) if isinstance(step, Delay) and step.draws is not None)
     return (*after[:cut], replace(after[cut], draws=f"{acked}_poll"), Check(acked, 0, label=acked))

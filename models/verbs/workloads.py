@@ -266,7 +266,7 @@ def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
             landed = simpy.Event(env)
             wr = work_request(i, Opcode.RDMA_WRITE, a, b, size, use_inline, landed, (seq, offset))
             if a is src:
-                offset = ping_pong_offset(work_request_path(a.qp, wr, env.now).steps, a.qp.qp_type)
+                offset = ping_pong_offset(work_request_path(a.qp, wr, env.now).steps)
             ibv_post_send(a.qp, wr)
             if (yield landed) is None:
                 yield a.qp.send_cq.wait()
@@ -369,7 +369,7 @@ def send_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int, 
         for a, b in ((src, dst), (dst, src)):
             wr = work_request(i, Opcode.SEND, a, b, size, use_inline, order=(seq, offset))
             if a is src:
-                offset = ping_pong_offset(work_request_path(a.path_qp(b), wr, env.now).steps, a.qp.qp_type)
+                offset = ping_pong_offset(work_request_path(a.path_qp(b), wr, env.now).steps)
             ibv_post_send(a.qp, wr)
             failed = yield from _await_receive(env, a, b)
             if status[i] == SUCCESS:

@@ -150,7 +150,7 @@ def compile_steps(steps: tuple[Step, ...], base: int = 0, *, marks: bool = True)
         elif kind is Fork:
             sub = compile_steps(step.steps, pos + 1, marks=marks)
             program.append((FORK, pos, sub))
-            pos += len(walk_order(step.steps))
+            pos = pos + len(walk_order(step.steps)) if step.renumber is None else step.renumber - 1
         elif kind is Detour:
             *inner, _ = compile_steps(step.steps, pos + 1, marks=marks)
             pos += len(walk_order(step.steps))

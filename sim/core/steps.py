@@ -124,6 +124,10 @@ class Fork:
     """A side chain started from the current head and tail (its end is not the operation's completion)."""
 
     steps: tuple[Step, ...]
+    renumber: int | None = None
+    """The steps after the fork take their positions in the ordering rule from this number on (None: on from the
+    end of its own), as :attr:`Rebase.renumber` does, where no rebase may come between (a chain that takes a side
+    chain's place goes on from the same head and tail)."""
 
 
 @dataclass(frozen=True)
@@ -140,8 +144,8 @@ Step = Union[Claim, Delay, Rebase, Wake, Check, Mark, Wait, Gate, Fork, Detour]
 
 def walk_order(steps: tuple[Step, ...]) -> list[Step]:
     """Every step in the order a walk reaches it (a fork or a detour, then its own steps, then what follows it); a
-    step's index here is its position in the ordering rule (after a :class:`Rebase` with ``renumber``, counted on
-    from that number)."""
+    step's index here is its position in the ordering rule (after a :class:`Rebase` or a :class:`Fork` with
+    ``renumber``, counted on from that number)."""
     out: list[Step] = []
     for step in steps:
         out.append(step)

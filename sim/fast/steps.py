@@ -90,7 +90,7 @@ def _after_draws(steps: tuple[Step, ...], varied: bool, out: list[bool]) -> bool
 def claim_wpos(steps: tuple[Step, ...], base: int = 0, wpos: int = MODEL_EVENT) -> dict[int, int]:
     """For every claim's walk-order index: the position of the step whose time orders it (itself, or for an
     eager claim the waiting step before it; :data:`MODEL_EVENT` after a post, a wake or a wait), counted on from
-    a :class:`~sim.core.steps.Rebase`'s ``renumber`` after one."""
+    a :class:`~sim.core.steps.Rebase`'s or :class:`~sim.core.steps.Fork`'s ``renumber`` after one."""
     out: dict[int, int] = {}
     _claim_wpos(steps, base, wpos, out, 0)
     return out
@@ -109,6 +109,8 @@ def _claim_wpos(steps: tuple[Step, ...], k: int, wpos: int, out: dict[int, int],
         elif isinstance(step, Fork):
             _claim_wpos(step.steps, k + 1, wpos, out, shift)
             k += len(walk_order(step.steps))
+            if step.renumber is not None:
+                shift = step.renumber - k - 1
         elif isinstance(step, Detour):  # part of the chain: its waiting steps order what follows
             k, wpos, shift = _claim_wpos(step.steps, k + 1, wpos, out, shift)
             continue

@@ -415,7 +415,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             elif isinstance(step, Check) and step.name == local:
                 step = replace(step, holds=holds, label="local", decides=None if followed(step) else step.decides)
             elif isinstance(step, (Fork, Detour)):
-                step = type(step)(indexed(step.steps))
+                step = replace(step, steps=indexed(step.steps))
             out.append(step)
         return tuple(out)
 

@@ -141,7 +141,7 @@ def _with_detours(steps: tuple, detours: dict[str, tuple]) -> tuple:
     out = []
     for step in steps:
         if isinstance(step, Fork):
-            step = Fork(_with_detours(step.steps, detours))
+            step = replace(step, steps=_with_detours(step.steps, detours))
         elif isinstance(step, Check) and step.name in detours:
             out.append(replace(step, decides=None, label=step.label or step.name))
             if detours[step.name]:

@@ -121,10 +121,10 @@ def test_perftest_says_which_engine_ran_in_one_line(argv, ran):
 
 
 def test_perftest_names_why_auto_fell_back():
-    done = runner.invoke(app, ["perftest", "ib_send_lat", "-c", "UD", "-s", "64", "-n", "50"])
+    done = runner.invoke(app, ["perftest", "ib_send_bw", "-b", "-s", "64", "-n", "50"])
     said = [line for line in done.stderr.splitlines() if "engine ran" in line]
-    assert len(said) == 1 and said[0].startswith("ib_send_lat (base): event engine ran ib_send_lat: ")
-    assert "a message that lands in a side chain of its steps (UC, UD)" in said[0] and not RAW.search(said[0])
+    assert len(said) == 1 and said[0].startswith("ib_send_bw (base): event engine ran ib_send_bw: ")
+    assert "is a bidirectional send_bw" in said[0] and not RAW.search(said[0])
 
 
 def test_sweep_says_which_engine_ran_each_run_and_stores_it(tmp_path):

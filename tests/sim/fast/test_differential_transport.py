@@ -1,15 +1,13 @@
-"""UC and UD bandwidth workloads on the vectorized core against the event engine: the step lists carry their
-unacknowledged completions (a side chain to the responder), so every posted and completed time is identical;
-what the vectorized core leaves to the event engine is named."""
+"""UC and UD workloads on the vectorized core against the event engine: the step lists carry their unacknowledged
+completions (a side chain to the responder), so every posted and completed time is identical, bandwidth and
+latency tests alike (a ping-pong goes on from that side chain, the sender's completion forked in its place)."""
 
 from __future__ import annotations
 
 import pytest
 
-from sim.engine.planner.plan import outside_domain
-from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict
-from tests.sim.fast.test_differential import falls_back, same_runs, two_nodes
+from tests.sim.fast.test_differential import same_runs, two_nodes
 
 
 SEND_WORK = (([1, 64, 220, 4096], 1500, 128, {"rx_depth": 1500}), ([2, 4096], 100, 1, {}),
@@ -46,12 +44,27 @@ def test_uc_outruns_rc_on_both_engines_for_small_writes():
     assert rates["uc"] > 1.5 * rates["rc"]  # RC's window waits a round trip for each ACK
 
 
-def test_uc_write_lat_is_left_to_the_event_engine_with_the_reason():
-    """A UC WRITE lands in a side chain of its steps: the ping-pong's chain cannot be built from them, which the
-    steps themselves tell (``outside_domain`` has nothing to say); auto falls back and says why."""
-    work = [{"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["64B"], "iterations": 10, "transport": "uc"}]
-    data = scenario_dict(workload=work)
-    assert outside_domain(Scenario.model_validate(data)) is None
-    falls_back(data, "lands in a side chain of its steps", "side chain")
-    work[0]["transport"] = "rc"
-    same_runs(scenario_dict(workload=work))
+@pytest.mark.parametrize("preset", ["cx7-gen5-400G", "cx6-gen4-200G-mps512"])
+@pytest.mark.parametrize("kind, transport", [("write_lat", "uc"), ("send_lat", "uc"), ("send_lat", "ud")])
+def test_unacknowledged_latency_equals_event_engine(preset, kind, transport):
+    """Each message seen where it lands (a WRITE's payload, a SEND's receive completion) in the side chain of its
+    steps; sizes on both sides of the inline threshold; a size after the last ends once the last messages'
+    completions are polled (send_lat)."""
+    work = [{"kind": kind, "from": "src", "to": "dst", "sizes": ["2B", "220B", "221B", "4KiB"], "iterations": 150,
+             "transport": transport},
+            {"kind": kind, "from": "src", "to": "dst", "sizes": ["64B"], "iterations": 100, "inline": 0,
+             "transport": transport}]
+    event, fast = same_runs(scenario_dict(seed=7, workload=work, **two_nodes(preset)))
+    assert fast.operations["ok"].all() and len(fast.operations) == 4 * 150 + 100
+
+
+def test_uc_latency_is_below_rc_latency_on_both_engines():
+    """A UC WRITE's receiver sees it as an RC one's does, with no ACK on the way back to share the link and the
+    requester's PCIe with the WRITE back: UC's round trips are no longer."""
+    means = {}
+    for transport in ("rc", "uc"):
+        work = [{"kind": "write_lat", "from": "src", "to": "dst", "sizes": ["64B"], "iterations": 300,
+                 "transport": transport}]
+        (run, _) = same_runs(scenario_dict(seed=5, workload=work, **two_nodes("cx7-gen5-400G")))
+        means[transport] = run.summary["t_avg_us"].iloc[0]
+    assert means["uc"] <= means["rc"]

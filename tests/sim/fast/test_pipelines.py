@@ -73,7 +73,8 @@ def group(draw, servers: list[int], gate: bool, fork: bool, wait: bool, drawn: b
           eager: bool = True, slots: int | None = None, detour: bool = False):
     """A window-posted group: claims on ``servers`` (drawn with repetition when servers repeat), delays
     (``drawn``: some per operation), maybe a gate, a fork and a wait, ending as a bandwidth workload ends;
-    ``held``: sleeps with hold intervals, one right after the first claim; ``eager``: some claims eager;
+    ``held``: sleeps with hold intervals, one right after the first claim; ``eager``: some claims eager; a fork
+    may renumber the steps after it;
     ``detour``: maybe detours that claim the server of the claim before them again (a shared server)."""
     ops = draw(st.integers(1, 250))
     draws = {"poll": draw(st.lists(st.integers(0, 40_000), min_size=ops, max_size=ops)),
@@ -96,8 +97,9 @@ def group(draw, servers: list[int], gate: bool, fork: bool, wait: bool, drawn: b
                   }[extra]
         if held and k == 0:
             steps.append(Check("held", draw(st.integers(0, 5_000)), draw(holds()), "held"))
-        if fork and k == 0:
-            steps.append(Fork((Delay(draw(st.integers(0, 50_000))), draw(claim(order[-1], eager=eager)))))
+        if fork and k == 0:  # the steps after it maybe renumbered (both engines order them from that number)
+            steps.append(Fork((Delay(draw(st.integers(0, 50_000))), draw(claim(order[-1], eager=eager))),
+                              draw(st.one_of(st.none(), st.integers(0, 12)))))
     if wait and drawn:
         steps += [Rebase(True), Wake(), Wait("sleep")]
     steps += [Rebase(True), Delay(draws="poll"), Wake()]
