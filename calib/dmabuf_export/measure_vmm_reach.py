@@ -19,16 +19,13 @@ import argparse
 import ctypes
 import json
 import os
-import platform
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared modules
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cuda_vmm import Cuda  # noqa: E402
-from host_facts import command_output  # noqa: E402
-from measure_vmm_rules import Rules  # noqa: E402
+from measure_vmm_rules import Rules, record  # noqa: E402
 
 MIB = 1 << 20
 HANDLE = 4 * MIB
@@ -148,15 +145,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    cuda = Cuda(0)
-    r = Rules(cuda)
-    version = ctypes.c_int()
-    cuda.ok("cuDriverGetVersion", ctypes.byref(version))
-    result = {"method": __doc__, "granularity": r.g,
-              "env": {"driver_api": version.value, "uname": platform.platform(),
-                      "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                      "smi": command_output(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                                             "--format=csv"])}}
+    r = Rules(Cuda(0))
+    result = record(r, __doc__)
     for name, measure in (("past the end", past_end), ("lengths", lengths), ("neighbours", neighbours)):
         try:
             result[name] = measure(r)

@@ -168,19 +168,24 @@ def cases(r: Rules) -> dict:
     return out
 
 
+def record(r: Rules, method: str) -> dict:
+    """A run's record before its cases: ``method`` (the script's docstring), the granularity and the driver, host
+    and GPU it ran on."""
+    version = ctypes.c_int()
+    r.cuda.ok("cuDriverGetVersion", ctypes.byref(version))
+    return {"method": method, "granularity": r.g,
+            "env": {"driver_api": version.value, "uname": platform.platform(),
+                    "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                    "smi": command_output(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                           "--format=csv"])}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
-    cuda = Cuda(0)
-    r = Rules(cuda)
-    version = ctypes.c_int()
-    cuda.ok("cuDriverGetVersion", ctypes.byref(version))
-    result = {"method": __doc__, "granularity": r.g,
-              "env": {"driver_api": version.value, "uname": platform.platform(),
-                      "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                      "smi": command_output(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                                             "--format=csv"])}}
+    r = Rules(Cuda(0))
+    result = record(r, __doc__)
     try:
         result["cases"] = cases(r)
     except Exception as exc:  # noqa: BLE001 - keep what was recorded

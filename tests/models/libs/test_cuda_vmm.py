@@ -20,9 +20,10 @@ GRANULARITY = json.loads((Path(__file__).parents[3] / "calib/gpu_alloc/raw/h200_
     "vmm_granularity"]
 H200 = json.loads((Path(__file__).parents[3] / "calib/dmabuf_export/raw/h200_vmm_rules.json").read_text())["cases"]
 """The CUresult of each case of calib/dmabuf_export/measure_vmm_rules.py on an H200 (2026-12-05, driver 580)."""
-REACH = json.loads((Path(__file__).parents[3] / "calib/dmabuf_export/raw/h100_vmm_reach.json").read_text())
-"""calib/dmabuf_export/measure_vmm_reach.py on an H100 with the same driver (2026-12-05): maps that reach past their
-reservation."""
+REACHES = [json.loads((Path(__file__).parents[3] / f"calib/dmabuf_export/raw/h100_vmm_reach_run{n}.json").read_text())
+           for n in (1, 2)]
+"""calib/dmabuf_export/measure_vmm_reach.py on two fresh H100 machines with the same driver (2026-12-05): maps that
+reach past their reservation."""
 MiB = 1 << 20
 
 
@@ -226,9 +227,10 @@ def test_a_sub_range_of_a_mapping_exports_and_a_half_mapped_one_does_not(vmm):
 def test_a_map_across_back_to_back_reservations_is_one_mapping():
     """The driver mapped (and set access on, memset and exported) 4 MiB at 6 MiB into an 8 MiB reservation with a
     second reserved right after it; neither reservation can be freed while the mapping lies in it."""
-    across = REACH["neighbours"]["map across the two reservations"]
-    assert across["map"] == across["access"] == across["export"] == across["unmap"] == "CUDA_SUCCESS"
-    assert REACH["past the end"]["6 MiB"]["address free with the mapping in place"] == "CUDA_ERROR_INVALID_VALUE"
+    for reach in REACHES:
+        across = reach["neighbours"]["map across the two reservations"]
+        assert across["map"] == across["access"] == across["export"] == across["unmap"] == "CUDA_SUCCESS"
+        assert reach["past the end"]["6 MiB"]["address free with the mapping in place"] == "CUDA_ERROR_INVALID_VALUE"
     vmm = CudaVmm(make_gpu())
     fds = FdTable("app")
     handle, first = vmm.mem_create(4 * MiB), vmm.address_reserve(8 * MiB)
@@ -246,17 +248,20 @@ def test_a_map_across_back_to_back_reservations_is_one_mapping():
 
 
 def test_maps_into_address_space_nobody_reserved_are_refused():
-    """What the driver refused is refused: a map that starts past the reservation's end, in a freed reservation,
-    on a neighbour's mapping, or 2 MiB past a 2 MiB reservation. What it accepted past the end (2 MiB and 14 MiB
-    past an 8 MiB reservation) depends on its own address-space heap, not on the map: refused too, as the
-    documentation's "from a prior cuMemAddressReserve" asks."""
-    past, lengths = REACH["past the end"], REACH["lengths"]
-    refused = [past[f"{mib} MiB"]["map"] for mib in (8, 16, 1024, 4096)] + [
-        lengths["4 MiB handle at the start of a 2 MiB reservation"]["map"], lengths["64 MiB handle at 6 MiB"]["map"],
-        lengths["map whose tail falls on the next reservation's mapping"],
-        REACH["neighbours"]["map in a reservation already freed"]["map"]]
-    assert set(refused) == {"CUDA_ERROR_INVALID_VALUE"}
-    assert past["6 MiB"]["map"] == lengths["16 MiB handle at 6 MiB"]["map"] == "CUDA_SUCCESS"
+    """What the driver refused on both machines is refused: a map that starts past the reservation's end, in a
+    freed reservation, on a neighbour's mapping, or 2 MiB past a 2 MiB reservation. What it accepted past the end
+    depends on its own address-space heap, not on the map (58 MiB past an 8 MiB reservation passed on one machine
+    and not on the other): refused too, as the documentation's "from a prior cuMemAddressReserve" asks."""
+    for reach in REACHES:
+        past, lengths = reach["past the end"], reach["lengths"]
+        refused = [past[f"{mib} MiB"]["map"] for mib in (8, 16, 1024, 4096)] + [
+            lengths["4 MiB handle at the start of a 2 MiB reservation"]["map"],
+            lengths["map whose tail falls on the next reservation's mapping"],
+            reach["neighbours"]["map in a reservation already freed"]["map"]]
+        assert set(refused) == {"CUDA_ERROR_INVALID_VALUE"}
+        assert past["6 MiB"]["map"] == lengths["16 MiB handle at 6 MiB"]["map"] == "CUDA_SUCCESS"
+    assert [reach["lengths"]["64 MiB handle at 6 MiB"]["map"] for reach in REACHES] == [
+        "CUDA_ERROR_INVALID_VALUE", "CUDA_SUCCESS"]
     vmm = CudaVmm(make_gpu())
     handle = vmm.mem_create(4 * MiB)
     ptr = vmm.address_reserve(8 * MiB)
