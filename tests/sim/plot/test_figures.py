@@ -104,3 +104,15 @@ def test_the_memory_panel_of_a_testbed_without_gpus_says_so(drawn, tmp_path):
     figures.gpu_memory(timeline, events, tmp_path, "t")
     bottom = drawn[0].axes[1]
     assert [text.get_text() for text in bottom.texts] == [figures.NO_GPU] and not bottom.get_lines()
+
+
+def test_log_axes_label_their_ticks_in_plain_text(drawn, tmp_path):
+    """The latency panel's log axis labels its ticks without mathtext (no '$'), powers of ten beyond 0.001 ..
+    100,000 with superscript digits, the values between as numbers."""
+    fig = _bw_over_time(drawn, tmp_path)
+    fig.canvas.draw()
+    bottom = fig.axes[1]
+    labels = [tick.get_text() for tick in bottom.get_yticklabels() if tick.get_text()]
+    assert labels and not any("$" in label for label in labels)
+    assert [figures._plain_log(v) for v in (1e-9, 1e-3, 0.02, 300.0, 1e5, 1e6, 2e-9)] == [
+        "10⁻⁹", "0.001", "0.02", "300", "100000", "10⁶", "2e-09"]
