@@ -15,7 +15,6 @@ G is the minimum granularity (2 MiB on the GPUs measured so far).
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import json
 import os
@@ -24,8 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared modules
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from cuda_vmm import Cuda  # noqa: E402
-from measure_vmm_rules import Rules, record  # noqa: E402
+from measure_vmm_rules import Rules, start  # noqa: E402
 
 MIB = 1 << 20
 HANDLE = 4 * MIB
@@ -142,17 +140,13 @@ def neighbours(r: Rules) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    r = Rules(Cuda(0))
-    result = record(r, __doc__)
+    out, r, result = start(__doc__)
     for name, measure in (("past the end", past_end), ("lengths", lengths), ("neighbours", neighbours)):
         try:
             result[name] = measure(r)
         except Exception as exc:  # noqa: BLE001 - keep what was recorded
             result[name + " error"] = repr(exc)
-    with open(args.out, "w", encoding="utf-8") as handle:
+    with open(out, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)
     print(json.dumps(result, indent=1))
 

@@ -168,29 +168,30 @@ def cases(r: Rules) -> dict:
     return out
 
 
-def record(r: Rules, method: str) -> dict:
-    """A run's record before its cases: ``method`` (the script's docstring), the granularity and the driver, host
-    and GPU it ran on."""
+def start(method: str) -> tuple[str, Rules, dict]:
+    """A VMM measurement script's start: the ``--out`` path its command line names, the calls on device 0, and
+    the run's record before its cases (``method``, the script's docstring; the granularity; the driver, host and
+    GPU it runs on)."""
+    parser = argparse.ArgumentParser(description=method.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    out = parser.parse_args().out
+    r = Rules(Cuda(0))
     version = ctypes.c_int()
     r.cuda.ok("cuDriverGetVersion", ctypes.byref(version))
-    return {"method": method, "granularity": r.g,
-            "env": {"driver_api": version.value, "uname": platform.platform(),
-                    "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                    "smi": command_output(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
-                                           "--format=csv"])}}
+    return out, r, {"method": method, "granularity": r.g,
+                    "env": {"driver_api": version.value, "uname": platform.platform(),
+                            "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            "smi": command_output(["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+                                                   "--format=csv"])}}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    r = Rules(Cuda(0))
-    result = record(r, __doc__)
+    out, r, result = start(__doc__)
     try:
         result["cases"] = cases(r)
     except Exception as exc:  # noqa: BLE001 - keep what was recorded
         result["error"] = repr(exc)
-    with open(args.out, "w", encoding="utf-8") as handle:
+    with open(out, "w", encoding="utf-8") as handle:
         json.dump(result, handle, indent=1)
     print(json.dumps(result, indent=1))
 

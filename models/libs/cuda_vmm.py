@@ -21,10 +21,11 @@ breaks one raises :class:`~models.dmabuf.gpu_export.CudaError` with the CUresult
   reservation's ptr and size, with no mapping left in it.
 
 The H200's answers: ``calib/dmabuf_export/raw/h200_vmm_rules.json`` (``measure_vmm_rules.py`` there); two H100s'
-with the same driver (580.159.04) to maps that reach past their reservation:
-``calib/dmabuf_export/raw/h100_vmm_reach_run{1,2}.json`` (``measure_vmm_reach.py``). Some such maps are not
-followed. The driver accepted a map that starts inside its reservation and runs past its end into address space
-nobody reserved: 2 MiB and 14 MiB past an 8 MiB reservation on both machines, 58 MiB past on one of them. It
+and an H200's, one driver (580.159.04), to maps that reach past their reservation:
+``calib/dmabuf_export/raw/h100_vmm_reach_run{1,2}.json``, ``h200_vmm_reach.json`` (``measure_vmm_reach.py``). Some
+such maps are not followed. The driver accepted a map that starts inside its reservation and runs past its end
+into address space nobody reserved: 2 MiB and 14 MiB past an 8 MiB reservation on every machine, 58 MiB past on
+one of the three. It
 refused others alike: 2 MiB past a 2 MiB reservation, and any map that starts past the end or in a freed
 reservation. Which ones pass depends on the driver's own address-space heap, which the model does not keep. The
 model refuses them all, as the documentation asks: "ptr ... from a prior cuMemAddressReserve".
