@@ -58,7 +58,7 @@ def _served(steps, fifo) -> tuple:
         if isinstance(step, Claim):
             step = replace(step, server=fifo[step.server])
         elif isinstance(step, (Fork, Detour)):
-            step = type(step)(_served(step.steps, fifo))
+            step = replace(step, steps=_served(step.steps, fifo))
         out.append(step)
     return tuple(out)
 
