@@ -4,8 +4,8 @@ ordering rule both engines give every step of the two messages the same position
 
 A message's receiver sees it when its payload lands (a WRITE: the CPU polls the last byte) or when its receive
 completion is in memory (a SEND: the CPU polls the receive CQ); the receiver's poll delay later it sends back. Each
-message's acknowledgement and send completion run in a side chain ending when the sender's CPU polls that
-completion, reported as ``acked`` (the message there) and ``peer_acked`` (the message back).
+message's acknowledgement (none on UC and UD) and send completion run in a side chain ending when the sender's
+CPU polls that completion, reported as ``acked`` (the message there) and ``peer_acked`` (the message back).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ message back (ps). Each waits the sender's poll delay drawn as ``<label>_poll``.
 
 
 class NoSingleChain(ValueError):
-    """A message's steps do not land in its main chain (an unacknowledged QP's land in a side chain), so a
+    """A message's steps land nowhere (neither in their main chain nor in a side chain that delivers them), so a
     ping-pong of them is not one chain."""
 
 
@@ -30,7 +30,7 @@ def ping_pong(there: tuple[Step, ...], back: tuple[Step, ...]) -> tuple[tuple[St
     (``peer_poll``), the message ``back`` until it is seen, the requester's poll delay (``poll``). Returns the
     chain and the position of ``back``'s first step in it (its steps' offset in the event engine).
 
-    :raises NoSingleChain: a message lands in a side chain of its steps (UC, UD).
+    :raises NoSingleChain: a message lands nowhere in its steps.
     """
     first, offset = _half(there, ACKED[0], "peer_poll", 0)
     second, _ = _half(back, ACKED[1], "poll", offset)

@@ -3,7 +3,8 @@
 Claims name their server by index into the list of :class:`Server` s. Operations of a :class:`Group` are
 posted with a window: the first ``window`` at the group's start (the previous group's last completion), each
 later one when operation ``i - window`` completes. Groups run one after the other, each starting at the
-previous one's last completion, unless a group is :attr:`Group.parallel`: several streams at once. A group may
+previous one's last completion (or its side chains' ends, :attr:`Group.settles`), unless a group is
+:attr:`Group.parallel`: several streams at once. A group may
 continue the previous group's stream with other steps from some operation on (:attr:`Group.first`): a route that
 changes mid-stream. An operation completes at the head time its main chain ends with, in order: a completion
 waits for the previous one.
