@@ -25,10 +25,9 @@ and an H200's, one driver (580.159.04), to maps that reach past their reservatio
 ``calib/dmabuf_export/raw/h100_vmm_reach_run{1,2}.json``, ``h200_vmm_reach.json`` (``measure_vmm_reach.py``). Some
 such maps are not followed. The driver accepted a map that starts inside its reservation and runs past its end
 into address space nobody reserved: 2 MiB and 14 MiB past an 8 MiB reservation on every machine, 58 MiB past on
-one of the three. It
-refused others alike: 2 MiB past a 2 MiB reservation, and any map that starts past the end or in a freed
-reservation. Which ones pass depends on the driver's own address-space heap, which the model does not keep. The
-model refuses them all, as the documentation asks: "ptr ... from a prior cuMemAddressReserve".
+one of the three. It refused others alike: 2 MiB past a 2 MiB reservation, and any map that starts past the end or
+in a freed reservation. Which ones pass depends on the driver's own address-space heap, which the model does not
+keep. The model refuses them all, as the documentation asks: "ptr ... from a prior cuMemAddressReserve".
 * ``cuMemRelease``: the memory is freed "when all outstanding mappings to the memory are unmapped and when all
   outstanding references to the handle ... are also released"; a dma-buf export is such a reference: on the H200
   a VMM allocation unmapped and released while exported kept its VRAM until the fd closed
@@ -194,12 +193,14 @@ class CudaVmm:
 
     def mapped(self, ptr: int, size: int) -> list[Mapping]:
         """The mappings covering ``[ptr, ptr + size)`` in address order; empty unless every byte is mapped."""
+        if size <= 0:
+            return []
         found, at = [], ptr
-        for m in self._mapped_over(ptr, size) if size > 0 else []:
+        for m in self._mapped_over(ptr, size):
             if m.addr <= at < m.addr + m.size:
                 found.append(m)
                 at = m.addr + m.size
-        return found if size > 0 and at >= ptr + size else []
+        return found if at >= ptr + size else []
 
     def whole_mappings(self, call: str, ptr: int, size: int) -> list[Mapping]:
         """The mappings that make up exactly ``[ptr, ptr + size)``, in address order.

@@ -253,8 +253,7 @@ def write_latency(env, src: Endpoint, dst: Endpoint, size: int, iterations: int,
                   duration_ps: int | None = None) -> Generator:
     """simpy process of ib_write_lat (ping-pong) for one size; latency is half the round trip. Each
     iteration's two WRITEs are one operation of :func:`~models.verbs.ping_pong.ping_pong`'s chain under the
-    ordering rule. With
-    ``duration_ps`` iterations start until that long has passed (perftest -D)."""
+    ordering rule. With ``duration_ps`` iterations start until that long has passed (perftest -D)."""
     log = _Grown(iterations if duration_ps is None else 1024)
     i = -1
     use_inline = size <= inline

@@ -95,10 +95,8 @@ SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074
 def _plain_log(value: float) -> str:
     """A log axis's label: ``0.02``, ``300``, or ``10⁻⁹`` for a power of ten beyond 0.001 .. 100,000 (other values
     there: ``2e-09``)."""
-    if 1e-3 <= value <= 1e5:
-        return f"{value:g}"
     exponent = np.log10(value)
-    if abs(exponent - round(exponent)) < 1e-9:
+    if not 1e-3 <= value <= 1e5 and abs(exponent - round(exponent)) < 1e-9:
         return "10" + str(int(round(exponent))).translate(SUPERSCRIPT)
     return f"{value:g}"
 
