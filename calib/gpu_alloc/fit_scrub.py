@@ -8,7 +8,8 @@ Usage (from the repository root)::
 
 Per machine (the GPU the run names): the cases of ``measure_scrub.py`` with their repetitions' allocation times
 (s), the memory free at the start, and the rate that fits the ``sizes`` cases
-(:func:`models.gpu.scrub_calibration.fit_rate`; the other cases check it). ``SCRUB_PRESETS`` in
+(:func:`models.gpu.scrub_calibration.fit_rate`, with the taking back that ``fit_pause.py`` fitted; the other cases
+check it). ``SCRUB_PRESETS`` in
 ``models/gpu/scrub.py`` carries the fitted rates.
 """
 
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts  # noqa: E402
-from models.gpu.scrub import GiB  # noqa: E402
+from models.gpu.scrub import GiB, SCRUB_PRESETS  # noqa: E402
 from models.gpu.scrub_calibration import fit_rate  # noqa: E402
 
 RAW = sorted((Path(__file__).parent / "raw").glob("*_scrub_run*.json"))
@@ -41,12 +42,12 @@ def grouped(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
 
 
 def reduce(run: dict) -> dict:
-    costs = AllocCosts(ALLOC_PRESETS["h200"])
+    costs, machine = AllocCosts(ALLOC_PRESETS["h200"]), MACHINES[run["env"]["gpu"]]
     sizes = grouped(run["sizes"], ("gib",))
     return {"env": run["env"], "free_bytes": run["free_bytes"], "sizes": sizes,
             "progress": grouped(run["progress"], ("delay_s", "k_gib")),
             "two_frees": grouped(run["two_frees"], ()), "idle": grouped(run["idle"], ("wait_s",)),
-            "fit_ps_per_GiB": fit_rate(sizes, costs)}
+            "fit_ps_per_GiB": fit_rate(sizes, costs, SCRUB_PRESETS[machine].reclaim_ps_per_GiB)}
 
 
 def main() -> None:

@@ -404,11 +404,11 @@ class Gpu:
         clock by the calls it made), else the clock (a script's call)."""
         return self.core.now_ps(self.core.context(None, ""))
 
-    def cleared_wait_ps(self, nbytes: int, taken: int = 0) -> int:
-        """How long an allocation of ``nbytes`` asked now waits for freed VRAM to be cleared (ps;
-        :mod:`models.gpu.scrub`); ``taken``: the bytes it already holds (free before it)."""
+    def clearing_ps(self, nbytes: int, taken: int = 0) -> tuple[int, int]:
+        """An allocation of ``nbytes`` asked now: its wait for freed VRAM to be cleared and its taking back of the VRAM
+        cleared (ps each; :mod:`models.gpu.scrub`); ``taken``: the bytes it already holds (free before it)."""
         free = self.memory.capacity - self.memory.used + taken
-        return 0 if self.scrub is None else self.scrub.wait_ps(self._now_ps(), nbytes, free)
+        return (0, 0) if self.scrub is None else self.scrub.take(self._now_ps(), nbytes, free)
 
     def pressure(self, size: int) -> bool:
         """Another job allocates ``size`` bytes: evict movable buffers until it fits, then pay its allocation call
@@ -422,11 +422,11 @@ class Gpu:
                                   free=self.memory.capacity - self.memory.used)
                 return False
             with self.core.call(self.name, ALLOC_CALLS[self.vendor][0], bytes=size):
-                wait = self.cleared_wait_ps(size, taken=sum(vram.size for vram in result.allocations))
+                wait, reclaim = self.clearing_ps(size, taken=sum(vram.size for vram in result.allocations))
                 if wait:
                     with self.core.call(self.name, "wait for cleared memory", bytes=size):
                         self.core.spend(self.name, wait)
-                self.core.spend(self.name, self.alloc_costs.allocate_ps(size))
+                self.core.spend(self.name, reclaim + self.alloc_costs.allocate_ps(size))
             self.pressure_allocations.append(result.allocations)
             self.core.instant(self.name, "MemoryAllocated", bytes=size, free=self.memory.capacity - self.memory.used)
             return True

@@ -56,14 +56,15 @@ SOURCES = {
             "measured, BAR1 Total 262144 MiB (same file); PCIe Gen5 x16 current = max (same file); 4.8 TB/s: "
             "datasheet; measured device-to-device copy 4250 GB/s read+write "
             "(models/data/h200_copy_bw.json); allocation costs: measured, cudaMalloc/cudaFree and the VMM "
-            "calls 2 MiB..64 GiB (models/data/h200_gpu_alloc.json); freed memory cleared at 3.2 ms per GiB, measured "
-            "(models/data/gpu_scrub.json); pages 64 KiB / 2 MiB: NVIDIA big/huge "
-            "GPU pages.",
+            "calls 2 MiB..64 GiB (models/data/h200_gpu_alloc.json); freed memory cleared at 2.9 ms per GiB "
+            "and taken back at 0.29 ms per GiB, measured (models/data/gpu_scrub.json, gpu_reclaim.json); "
+            "pages 64 KiB / 2 MiB: NVIDIA big/huge GPU pages.",
     "h100": "80 GB HBM3 at 3.35 TB/s: datasheet, taken as 80 GiB of stacks (5 x 16 GiB) with "
             "no reserve; BAR1 128 GiB: commonly reported, NOT verified (no source read, the H100 "
             "PCIe product brief PB-11133 included, states it); PCIe Gen5 x16: "
             "NVIDIA's H100 specification. Copy, UVM and allocation costs reuse the H200 fit (same link and driver); "
-            "freed memory cleared at 3.0 ms per GiB, measured on an H100 (models/data/gpu_scrub.json); "
+            "freed memory cleared at 2.8 ms per GiB and taken back at 0.28 ms per GiB, measured on H100s "
+            "(models/data/gpu_scrub.json, gpu_reclaim.json); "
             "the copy rate agrees with a published H100 copy-engine rate (models/data/nvbandwidth_copy.json).",
     "a100": "A100-SXM4-40GB: 40 GB HBM2 at 1.555 TB/s and PCIe Gen4 x16: NVIDIA's A100 datasheet, the card of "
             "NVIDIA/nvbandwidth issue #42 (taken as 40 GiB of stacks, no reserve); BAR1 not set (bar1_bytes None: "

@@ -1,66 +1,97 @@
-"""Freed device memory that the driver clears before handing it out again, one free after another.
+"""Freed device memory that the driver clears before handing it out again, one free after another, and takes back
+on the next allocation.
 
-What an H200 and an H100 showed (``calib/gpu_alloc/measure_scrub.py``, raw runs in ``calib/gpu_alloc/raw``,
-reduced to ``models/data/gpu_scrub.json``), with a ballast allocation holding all but a known room:
+What an H200 and H100s showed (``calib/gpu_alloc/measure_scrub.py`` and ``measure_pause.py``, raw runs in
+``calib/gpu_alloc/raw``, reduced to ``models/data/gpu_scrub.json`` and ``gpu_reclaim.json``):
 
-* a free's memory comes back whole, ~3 ms per GiB after the free returns: after a 64 GiB free, allocations of
-  8, 32 and 62 GiB each waited the same ~195 ms, 0.1 s later ~92 ms;
+* a free's memory comes back whole, ~3 ms per GiB after the free returns: after a 64 GiB free with 2 GiB to
+  spare, allocations of 8, 32 and 62 GiB each waited the same ~195 ms, 0.1 s later ~92 ms;
 * frees are cleared one after another: two 32 GiB frees, then 62 GiB at once, waited ~175 ms (side by side
   would be ~100 ms);
 * an allocation waits only when the memory free and cleared is less than it asks: with room to spare, 8 GiB
-  right after an 8 GiB free took 0.55 ms.
+  right after an 8 GiB free took 0.55 ms;
+* the first allocation after a free's clearing ended takes that memory back, at ~0.2-0.3 ms per GiB, whatever its
+  own size: 1 GiB took 0.14 ms right after freeing 8 and 32 GiB, 1.7 ms once the 8 GiB were cleared and 9 ms once
+  all 40 were; the allocation after it pays nothing. Neither a kernel every millisecond nor a spinning thread
+  through the pause removes the cost, and a pause with no free before it costs nothing: it follows the cleared
+  memory, not an idle GPU or CPU. An allocation that waited for a free takes that free's memory back too.
 
-Not modeled: after the GPU idles 50 ms or more an allocation costs 4-12 ms more; and back-to-back cycles of
-16-64 GiB with memory to spare alternate slow and fast calls, which this queue does not reproduce
-(``calib/gpu_alloc/README.md``).
+Not modeled: back-to-back cycles of 16-64 GiB with memory to spare alternate slow and fast calls, which this queue
+does not reproduce (``calib/gpu_alloc/README.md``).
 
->>> q = ScrubQueue(ps_per_GiB=3_000_000_000)  # 3 ms per GiB
+>>> q = ScrubQueue(ScrubRates(clear_ps_per_GiB=3_000_000_000, reclaim_ps_per_GiB=200_000_000))  # 3 and 0.2 ms
 >>> q.freed(0, 2 * GiB)
->>> q.wait_ps(1_000_000_000, 2 * GiB, free_bytes=3 * GiB)  # 1 GiB free and cleared: waits for the whole free
-5000000000
->>> q.wait_ps(1_000_000_000, GiB, free_bytes=3 * GiB)  # enough cleared memory: no wait
-0
+>>> q.take(1_000_000_000, 2 * GiB, free_bytes=3 * GiB)  # 1 GiB free and cleared: waits, then takes 2 GiB back
+(5000000000, 400000000)
+>>> q.take(7_000_000_000, GiB, free_bytes=3 * GiB)  # nothing cleared since: no wait, nothing to take back
+(0, 0)
 """
 
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import dataclass
 
 GiB = 1 << 30
 
-SCRUB_PRESETS: dict[str, int] = {"h200": 3_168_407_414, "h100": 3_040_901_575}
-"""Clearing time per GiB freed (ps), fitted per GPU by ``calib/gpu_alloc/fit_scrub.py`` to its ``sizes`` cases
-(one run each; ``tests/models/gpu/test_scrub.py`` re-fits them from the data)."""
+
+@dataclass(frozen=True)
+class ScrubRates:
+    """How one GPU clears freed memory and takes it back (ps per GiB freed)."""
+
+    clear_ps_per_GiB: int
+    """Clearing time, one free after another."""
+    reclaim_ps_per_GiB: int
+    """What the next allocation pays to take back memory whose clearing has ended."""
+
+
+SCRUB_PRESETS: dict[str, ScrubRates] = {"h200": ScrubRates(2_882_527_222, 285_880_192),
+                                        "h100": ScrubRates(2_765_212_773, 275_688_802)}
+"""Per GPU, fitted by ``calib/gpu_alloc/fit_pause.py`` (the taking back, to the allocations after a free's clearing
+ended) and ``fit_scrub.py`` (the clearing, to its ``sizes`` cases with the taking back known);
+``tests/models/gpu/test_scrub.py`` re-fits both from the data."""
 
 
 class ScrubQueue:
-    """The frees of one GPU still being cleared, in the order they were made.
+    """The frees of one GPU still being cleared, in the order they were made, and the memory cleared since the
+    last allocation.
 
-    :param ps_per_GiB: clearing time per GiB freed (ps).
+    :param rates: the GPU's clearing and taking-back rates.
     """
 
-    def __init__(self, ps_per_GiB: int) -> None:
-        self.ps_per_GiB = ps_per_GiB
+    def __init__(self, rates: ScrubRates) -> None:
+        self.rates = rates
         self._pending: deque[tuple[int, int]] = deque()
         """(when its memory is cleared (ps), bytes) per free not yet cleared, oldest first."""
+        self._cleared = 0
+        """Bytes cleared and not yet taken back by an allocation."""
 
     def freed(self, now_ps: int, nbytes: int) -> None:
         """A free of ``nbytes`` returned at ``now_ps``: its clearing starts once the frees before it are cleared."""
         start = max(now_ps, self._pending[-1][0]) if self._pending else now_ps
-        self._pending.append((start + nbytes * self.ps_per_GiB // GiB, nbytes))
+        self._pending.append((start + nbytes * self.rates.clear_ps_per_GiB // GiB, nbytes))
 
-    def wait_ps(self, now_ps: int, nbytes: int, free_bytes: int) -> int:
-        """How long an allocation of ``nbytes`` asked at ``now_ps`` waits for cleared memory (ps), with
-        ``free_bytes`` free in all (frees still being cleared included): none while the free memory already
-        cleared covers it, else until enough frees are cleared, each one's memory whole. No wait either where even
-        every free cleared would not cover it (the allocation fails)."""
-        while self._pending and self._pending[0][0] <= now_ps:
-            self._pending.popleft()
-        usable = free_bytes - sum(n for _, n in self._pending)
+    def take(self, now_ps: int, nbytes: int, free_bytes: int) -> tuple[int, int]:
+        """An allocation of ``nbytes`` asked at ``now_ps`` with ``free_bytes`` free in all (frees still being
+        cleared included): how long it waits for cleared memory, then what taking back the memory cleared by then
+        costs it (ps each). It waits none while the free memory already cleared covers it, else until enough frees
+        are cleared, each one's memory whole; nor where even every free cleared would not cover it (the
+        allocation fails). It takes back every free cleared by the end of its wait, so the next allocation takes
+        back only what is cleared after."""
+        self._take_back_until(now_ps)
+        usable, ready = free_bytes - sum(n for _, n in self._pending), now_ps
         for cleared_ps, n in self._pending:
             if usable >= nbytes:
                 break
             usable += n
             if usable >= nbytes:
-                return cleared_ps - now_ps
-        return 0
+                ready = cleared_ps
+        self._take_back_until(ready)
+        reclaim = self._cleared * self.rates.reclaim_ps_per_GiB // GiB
+        self._cleared = 0
+        return ready - now_ps, reclaim
+
+    def _take_back_until(self, when_ps: int) -> None:
+        """The frees cleared by ``when_ps`` join the memory the next allocation takes back."""
+        while self._pending and self._pending[0][0] <= when_ps:
+            self._cleared += self._pending.popleft()[1]

@@ -1,15 +1,18 @@
-"""The clearing of freed GPU memory (:mod:`models.gpu.scrub`) against ``calib/gpu_alloc/measure_scrub.py``'s runs.
+"""The clearing of freed GPU memory and its taking back (:mod:`models.gpu.scrub`) against the runs of
+``calib/gpu_alloc/measure_scrub.py``, ``measure_pause.py`` and ``measure_slow_path.py``.
 
-Each measured case is replayed on a :class:`models.gpu.scrub.ScrubQueue` with the preset's call costs
+Each clearing case is replayed on a :class:`models.gpu.scrub.ScrubQueue` with the preset's call costs
 (:class:`models.gpu.alloc_cost.AllocCosts`): the frees of the case, then the timed allocation, whose time is its
-wait for cleared memory plus the cudaMalloc call. Times are measured from the end of the case's last free, as
-the script's timer starts there (after its sleep, if any). The cases (``models/data/gpu_scrub.json``):
+wait for cleared memory, the taking back of what was cleared and the cudaMalloc call. Times are measured from the
+end of the case's last free, as the script's timer starts there (after its sleep, if any). The cases (``models/data/gpu_scrub.json``):
 
 * ``sizes``: X GiB free and X + 2 GiB room: allocate and free X, then allocate X at once (fits the rate);
 * ``progress``: 66 GiB room: allocate and free 64 GiB, sleep d, allocate k GiB (8, 32, 62);
 * ``two_frees``: 66 GiB room: allocate two 32 GiB, free both, allocate 62 GiB at once (the second free's
-  measured time between the two, so that the queue is held to its rule, not to cudaFree's fit);
-* ``idle``: no ballast: allocate and free 8 GiB, sleep W, allocate 8 GiB.
+  measured time between the two, so that the queue is held to its rule, not to cudaFree's fit).
+
+The runs' ``idle`` cases (8 GiB with room to spare, W s after a free) are taking-back cases: ``fit_pause.py`` reads
+them into ``gpu_reclaim.json``, replayed by :func:`reclaim_ps`.
 """
 
 from __future__ import annotations
@@ -19,18 +22,16 @@ import numpy as np
 from sim.core import PS_PER_S
 
 from models.gpu.alloc_cost import AllocCosts
-from models.gpu.scrub import GiB, ScrubQueue
+from models.gpu.scrub import GiB, ScrubQueue, ScrubRates
 from models.size_cost import range_tolerance
 
 MIN_TOLERANCE = 0.10
 """Least tolerance of a case however close its repetitions (the H200's and the H100's rates differ by ~5 %)."""
-PAUSE_S = 0.05
-"""From this pause on, the measured allocations pay a cost the queue does not model (4-12 ms on both GPUs)."""
 
 
-def replay(item: str, case: dict, costs: AllocCosts, ps_per_GiB: int, free_bytes: int) -> int:
-    """The modeled time of ``case``'s timed allocation (ps); ``free_bytes``: memory free before it with no ballast."""
-    queue, now = ScrubQueue(ps_per_GiB), 0
+def replay(item: str, case: dict, costs: AllocCosts, rates: ScrubRates) -> int:
+    """The modeled time of ``case``'s timed allocation (ps)."""
+    queue, now = ScrubQueue(rates), 0
     if item == "sizes":
         size = case["gib"] * GiB
         queue.freed(now, size)
@@ -43,22 +44,41 @@ def replay(item: str, case: dict, costs: AllocCosts, ps_per_GiB: int, free_bytes
         now += round(float(np.median([frees[1] for frees in case["free_s"]])) * PS_PER_S)  # the second free
         queue.freed(now, 32 * GiB)
         room, ask = 66 * GiB, 62 * GiB
-    elif item == "idle":
-        queue.freed(now, 8 * GiB)
-        room, ask, now = free_bytes, 8 * GiB, round(case["wait_s"] * PS_PER_S)
     else:
         raise ValueError(f"unknown scrub case {item!r}")
-    return queue.wait_ps(now, ask, room) + costs.allocate_ps(ask)
+    return sum(queue.take(now, ask, room)) + costs.allocate_ps(ask)
 
 
-def fit_rate(sizes: list[dict], costs: AllocCosts) -> int:
-    """The clearing time per GiB (ps) that fits the ``sizes`` cases best by relative least squares: each one's
-    allocation waits ``rate * X`` plus the cudaMalloc call."""
-    x = np.array([c["gib"] * GiB for c in sizes for _ in c["alloc_s"]], dtype=float)
-    call = np.array([costs.allocate_ps(int(n)) for n in x], dtype=float)
-    measured = np.array([a * PS_PER_S for c in sizes for a in c["alloc_s"]])
-    u = x / GiB / measured
-    return round(float(np.sum(u * (1 - call / measured)) / np.sum(u * u)))
+def per_GiB_fit(gib: np.ndarray, call_ps: np.ndarray, measured_s: np.ndarray) -> int:
+    """The cost per GiB (ps) that fits ``measured = call + rate * gib`` best by relative least squares."""
+    measured = measured_s * PS_PER_S
+    u = gib / measured
+    return round(float(np.sum(u * (1 - call_ps / measured)) / np.sum(u * u)))
+
+
+def fit_rate(sizes: list[dict], costs: AllocCosts, reclaim_ps_per_GiB: int) -> int:
+    """The clearing time per GiB (ps) that fits the ``sizes`` cases best: each one's allocation waits for its X GiB
+    to be cleared, takes them back at ``reclaim_ps_per_GiB`` and makes the cudaMalloc call."""
+    x = np.array([c["gib"] for c in sizes for _ in c["alloc_s"]], dtype=float)
+    call = np.array([costs.allocate_ps(int(n * GiB)) for n in x], dtype=float)
+    return per_GiB_fit(x, call, np.array([a for c in sizes for a in c["alloc_s"]])) - reclaim_ps_per_GiB
+
+
+def reclaim_ps(case: dict, costs: AllocCosts, rates: ScrubRates) -> int:
+    """The modeled time of a taking-back case of ``gpu_reclaim.json`` (ps): its freed bytes cleared long before,
+    room to spare, then its call."""
+    queue = ScrubQueue(rates)
+    queue.freed(0, case["taken_back_bytes"])
+    never_short = case["bytes"] + case["taken_back_bytes"]
+    return sum(queue.take(10 * PS_PER_S, case["bytes"], never_short)) + costs.call_ps(case["call"], case["bytes"])
+
+
+def fit_reclaim(cases: list[dict], costs: AllocCosts) -> int:
+    """The taking-back cost per GiB (ps) that fits the cases of ``gpu_reclaim.json`` that take something back."""
+    back = [c for c in cases if c["taken_back_bytes"]]
+    gib = np.array([c["taken_back_bytes"] / GiB for c in back for _ in c["alloc_s"]])
+    call = np.array([costs.call_ps(c["call"], c["bytes"]) for c in back for _ in c["alloc_s"]], dtype=float)
+    return per_GiB_fit(gib, call, np.array([a for c in back for a in c["alloc_s"]]))
 
 
 def label(item: str, case: dict) -> str:
@@ -67,29 +87,51 @@ def label(item: str, case: dict) -> str:
         return f"free {case['gib']} GiB, allocate it again"
     if item == "progress":
         return f"free 64 GiB, {case['delay_s']:g} s later allocate {case['k_gib']} GiB"
-    if item == "two_frees":
-        return "free 2 x 32 GiB, allocate 62 GiB"
-    return f"8 GiB with room, {case['wait_s']:g} s after a free"
+    return "free 2 x 32 GiB, allocate 62 GiB"
 
 
-def compare(machine: dict, costs: AllocCosts, ps_per_GiB: int) -> list[dict]:
+def compare(machine: dict, costs: AllocCosts, rates: ScrubRates) -> list[dict]:
     """Per measured case of one machine (an entry of ``gpu_scrub.json``'s ``machines``): ``item``, ``case`` (in
     words), ``bytes`` allocated, ``sim_s``, ``measured_s`` (median of its repetitions), ``tolerance`` (their
-    spread, at least :data:`MIN_TOLERANCE`), ``required`` (it waits for cleared memory, with no pause of
-    :data:`PAUSE_S` or more before it) and a ``note``."""
+    spread, at least :data:`MIN_TOLERANCE`), ``required`` (asked as the free returned: those asked later meet the
+    clearing's end, which differs ~15 % between machines, with the taking back, which differs more) and a
+    ``note``."""
     rows = []
-    for item in ("sizes", "progress", "two_frees", "idle"):
+    for item in ("sizes", "progress", "two_frees"):
         for case in machine[item]:
             samples = np.asarray(case["alloc_s"])
             median = float(np.median(samples))
-            paused = case.get("delay_s", case.get("wait_s", 0.0)) >= PAUSE_S
-            required = item != "idle" and not paused
-            note = ("after a pause: not modeled (4-12 ms with room to spare, 27-32 ms 0.2 s after 64 GiB)" if paused
-                    else "room to spare: no wait, cudaMalloc's own time (its rows)" if item == "idle" else "")
-            asked = case.get("gib") or case.get("k_gib") or (62 if item == "two_frees" else 8)
+            required = not case.get("delay_s")
+            note = "" if required else "asked near the clearing's end (see the taking-back rows)"
+            asked = case.get("gib") or case.get("k_gib") or 62
             rows.append({"item": item, "case": label(item, case), "bytes": asked * GiB,
-                         "sim_s": replay(item, case, costs, ps_per_GiB, machine["free_bytes"]) / PS_PER_S,
+                         "sim_s": replay(item, case, costs, rates) / PS_PER_S,
                          "measured_s": median, "required": required,
                          "tolerance": range_tolerance(samples, MIN_TOLERANCE),
                          "note": note})
+    return rows
+
+
+def cases_spread(machine: dict, costs: AllocCosts) -> float:
+    """How far the taking back per GiB that each case of one machine implies (its median less its call, over the
+    GiB it takes back) lies from the machine's fit at most (a fraction): it differs between runs and machines."""
+    back = [c for c in machine["cases"] if c["taken_back_bytes"]]
+    return max(abs((float(np.median(c["alloc_s"])) * PS_PER_S - costs.call_ps(c["call"], c["bytes"]))
+                   / (c["taken_back_bytes"] / GiB) / machine["fit_ps_per_GiB"] - 1) for c in back)
+
+
+def compare_reclaim(machine: dict, costs: AllocCosts, rates: ScrubRates) -> list[dict]:
+    """Per taking-back case of one machine (an entry of ``gpu_reclaim.json``'s ``machines``): ``case`` (in words,
+    with its run), ``bytes`` allocated, ``sim_s``, ``measured_s`` (median), ``tolerance`` (the samples' spread or
+    the cases' (:func:`cases_spread`), whichever is wider), ``required`` (it takes memory back) and a ``note``."""
+    spread = cases_spread(machine, costs)
+    rows = []
+    for case in machine["cases"]:
+        samples = np.asarray(case["alloc_s"])
+        back = case["taken_back_bytes"]
+        rows.append({"case": f"{case['case']} ({case['source']})", "bytes": case["bytes"],
+                     "sim_s": reclaim_ps(case, costs, rates) / PS_PER_S, "measured_s": float(np.median(samples)),
+                     "tolerance": max(range_tolerance(samples, MIN_TOLERANCE), spread), "required": bool(back),
+                     "note": f"takes back {back / GiB:g} GiB" if back else
+                             "takes nothing back: the call alone (cudaMalloc's own rows)"})
     return rows

@@ -52,15 +52,16 @@ class GPU:
     def alloc(self, size: int) -> GpuBuffer:
         """``cudaMalloc(size)``: a buffer of device memory, zeroed in data mode, at the lowest freed address it fits
         (else a new one); the clock advances by the call's calibrated time, after a wait for freed memory still
-        being cleared where what is free and cleared falls short (:mod:`models.gpu.scrub`).
+        being cleared where what is free and cleared falls short, and with the cost of taking back the memory
+        cleared since the last allocation (:mod:`models.gpu.scrub`).
 
         :raises GpuOutOfMemory: no contiguous run of ``size`` bytes is free (``ENOMEM``).
         :raises VerbsError: ``ENOMEM``: data mode, and this process cannot hold the bytes (:func:`zeroed`).
         """
-        wait = self.gpu.cleared_wait_ps(size)
+        wait, reclaim = self.gpu.clearing_ps(size)
         buf = self.process.malloc(size)
         self._zero_fill(buf.alloc, "cudaMalloc", lambda: self.process.free(buf))
-        self.testbed._advance(wait + self.gpu.alloc_costs.allocate_ps(size))
+        self.testbed._advance(wait + reclaim + self.gpu.alloc_costs.allocate_ps(size))
         return GpuBuffer(self, buf)
 
     def _zero_fill(self, alloc, call: str, undo) -> None:
@@ -75,13 +76,14 @@ class GPU:
 
     def _vmm_call(self, call: str, nbytes: int, method, *args):
         """One driver call of :attr:`vmm` (NVIDIA only), then the clock advances by its calibrated time (for
-        cuMemCreate, after a wait for freed memory still being cleared, as :meth:`alloc`)."""
+        cuMemCreate, after a wait for freed memory still being cleared and with the cost of taking cleared memory
+        back, as :meth:`alloc`)."""
         if self.gpu.vendor != "nvidia":
             raise ProtocolError(f"{call}: the CUDA virtual-memory calls are modelled on NVIDIA GPUs only "
                                 f"({self.name} is {self.gpu.vendor})")
-        wait = self.gpu.cleared_wait_ps(nbytes) if call == "cuMemCreate" else 0
+        wait, reclaim = self.gpu.clearing_ps(nbytes) if call == "cuMemCreate" else (0, 0)
         made = method(*args)
-        self.testbed._advance(wait + self.gpu.alloc_costs.call_ps(call, nbytes))
+        self.testbed._advance(wait + reclaim + self.gpu.alloc_costs.call_ps(call, nbytes))
         return made
 
     @property

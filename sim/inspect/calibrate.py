@@ -27,7 +27,9 @@ Rows (``experiment``):
   spread, at least 10 %; calls of a few microseconds are shown, not required; the slow allocations of
   back-to-back 16-64 GiB cycles (``h200_alloc_slow_path.json``) are shown against the fast path the model charges;
   allocations that wait for freed memory to be cleared, on an H200 and an H100 (``gpu_scrub.json``), replayed on
-  :mod:`models.gpu.scrub`, those after a pause and those with room to spare shown, not required.
+  :mod:`models.gpu.scrub`, those asked near the clearing's end shown, not required; allocations that take back
+  memory cleared since the last one (``gpu_reclaim.json``), with room to spare, required within their own spread
+  or the spread of all such cases of their GPU (it differs up to twofold between machines).
 * ``managed``: unified memory (``h200_managed_memory.json``, the per-call ``h200_um_edges.json`` and the range
   sizes of ``h200_um_range.json``) replayed on :class:`models.gpu.managed.ManagedMemory`: the fitted items
   required within 25 % (prefetches 30 %), the others shown (:mod:`models.gpu.um_calibration` says what each role
@@ -84,6 +86,7 @@ from models.gpu.copy_calibration import compare as compare_copies
 from models.gpu.alloc_cost import ALLOC_PRESETS, MIN_TOLERANCE, AllocCosts, compare
 from models.gpu.scrub import SCRUB_PRESETS
 from models.gpu.scrub_calibration import compare as compare_cleared
+from models.gpu.scrub_calibration import compare_reclaim
 from models.gpu.managed import UVM_PRESETS
 from models.gpu.presets import gpu_params
 from models.gpu.um_calibration import compare as compare_um, load_cases
@@ -234,12 +237,19 @@ def _alloc_slow_path() -> list[dict]:
 
 
 def _alloc_cleared() -> list[dict]:
-    """Allocations that wait for freed memory to be cleared, on an H200 and an H100 (``gpu_scrub.json``), replayed
-    on :mod:`models.gpu.scrub` with each GPU's fitted rate (:func:`models.gpu.scrub_calibration.compare`)."""
+    """Allocations that wait for freed memory to be cleared (``gpu_scrub.json``) and that take cleared memory back
+    (``gpu_reclaim.json``), on an H200 and H100s, replayed on :mod:`models.gpu.scrub` with each GPU's fitted rates
+    (:func:`models.gpu.scrub_calibration.compare`, :func:`~models.gpu.scrub_calibration.compare_reclaim`)."""
     rows = []
     for machine, data in _load("gpu_scrub.json")["machines"].items():
         costs = AllocCosts(ALLOC_PRESETS[gpu_params(machine).alloc_preset])
         for r in compare_cleared(data, costs, SCRUB_PRESETS[machine]):
+            rows.append(_row("gpu_alloc", f"{machine}: {r['case']}", r["bytes"], "ms", r["sim_s"] * 1e3,
+                             r["measured_s"] * 1e3, tolerance=r["tolerance"], required=r["required"],
+                             note=r["note"]))
+    for machine, data in _load("gpu_reclaim.json")["machines"].items():
+        costs = AllocCosts(ALLOC_PRESETS[gpu_params(machine).alloc_preset])
+        for r in compare_reclaim(data, costs, SCRUB_PRESETS[machine]):
             rows.append(_row("gpu_alloc", f"{machine}: {r['case']}", r["bytes"], "ms", r["sim_s"] * 1e3,
                              r["measured_s"] * 1e3, tolerance=r["tolerance"], required=r["required"],
                              note=r["note"]))

@@ -1,7 +1,9 @@
-"""Freed GPU memory cleared before reuse, against the H200's and the H100's clearing runs
-(``calib/gpu_alloc/measure_scrub.py``): the presets are the data's fit, every case that waits lies within its
-measured spread, the rules the runs showed (a free comes back whole, frees are cleared one after another, no wait
-with room to spare) hold, and a script's and a competing job's allocations pay the wait."""
+"""Freed GPU memory cleared before reuse and taken back by the next allocation, against the H200's and the H100s'
+runs (``calib/gpu_alloc/measure_scrub.py``, ``measure_pause.py``, ``measure_slow_path.py``): the presets are the
+data's fit, every case that waits or takes memory back lies within its measured spread, the rules the runs showed
+(a free comes back whole, frees are cleared one after another, no wait with room to spare, the first allocation
+after a clearing ended pays for the memory cleared and the next one nothing) hold, and a script's and a competing
+job's allocations pay them."""
 
 import json
 from pathlib import Path
@@ -13,28 +15,38 @@ from models.dmabuf import DmaBufCore, KernelConfig
 from models.dmabuf.gpu_export import Gpu
 from models.gpu import gpu_params
 from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts
-from models.gpu.scrub import SCRUB_PRESETS, ScrubQueue
-from models.gpu.scrub_calibration import compare, fit_rate
+from models.gpu.scrub import SCRUB_PRESETS, ScrubQueue, ScrubRates
+from models.gpu.scrub_calibration import compare, compare_reclaim, fit_rate, fit_reclaim
 from sim.api import Testbed
 from sim.core import Environment
 
-DATA = json.loads((Path(__file__).resolve().parents[3] / "models" / "data" / "gpu_scrub.json").read_text())
-MACHINES = DATA["machines"]
+DATA_DIR = Path(__file__).resolve().parents[3] / "models" / "data"
+MACHINES = json.loads((DATA_DIR / "gpu_scrub.json").read_text())["machines"]
+RECLAIM = json.loads((DATA_DIR / "gpu_reclaim.json").read_text())["machines"]
 GiB, MS = 1 << 30, 1_000_000_000
+COSTS = AllocCosts(ALLOC_PRESETS["h200"])
+THREE_MS = ScrubRates(clear_ps_per_GiB=3 * MS, reclaim_ps_per_GiB=0)
 
 
 @pytest.mark.parametrize("machine", sorted(MACHINES))
-def test_the_preset_is_the_fit_of_the_sizes_cases(machine):
-    costs = AllocCosts(ALLOC_PRESETS[gpu_params(machine).alloc_preset])
-    assert fit_rate(MACHINES[machine]["sizes"], costs) == SCRUB_PRESETS[machine] == MACHINES[machine]["fit_ps_per_GiB"]
-    assert gpu_params(machine).scrub_preset == machine
+def test_the_presets_are_the_fits_of_the_data(machine):
+    """The taking back: the mean of each run's fit (they differ up to twofold); the clearing: the sizes cases' fit
+    with the taking back known."""
+    rates = SCRUB_PRESETS[machine]
+    runs = RECLAIM[machine]["runs_ps_per_GiB"]
+    cases = RECLAIM[machine]["cases"]
+    assert runs == {run: fit_reclaim([c for c in cases if c["source"] == run], COSTS) for run in runs}
+    assert rates.reclaim_ps_per_GiB == round(np.mean(list(runs.values()))) == RECLAIM[machine]["fit_ps_per_GiB"]
+    assert fit_rate(MACHINES[machine]["sizes"], COSTS, rates.reclaim_ps_per_GiB) == rates.clear_ps_per_GiB
+    assert rates.clear_ps_per_GiB == MACHINES[machine]["fit_ps_per_GiB"]
+    assert gpu_params(machine).scrub_preset == machine and gpu_params(machine).alloc_preset == "h200"
 
 
 @pytest.mark.parametrize("machine", sorted(MACHINES))
 def test_every_allocation_that_waits_lies_within_its_measured_spread(machine):
     """Held out from the fit: allocations of 8-62 GiB right after a 64 GiB free, and 62 GiB after two 32 GiB frees
     (which side by side would wait about half as long)."""
-    rows = compare(MACHINES[machine], AllocCosts(ALLOC_PRESETS["h200"]), SCRUB_PRESETS[machine])
+    rows = compare(MACHINES[machine], COSTS, SCRUB_PRESETS[machine])
     required = [r for r in rows if r["required"]]
     assert {r["item"] for r in required} == {"sizes", "progress", "two_frees"} and len(required) == 8
     for r in required:
@@ -45,31 +57,82 @@ def test_a_free_comes_back_whole_so_small_and_large_allocations_wait_alike():
     """After a 64 GiB free with 2 GiB to spare, allocations of 8, 32 and 62 GiB waited within 3 % of each other."""
     measured = [np.median(c["alloc_s"]) for c in MACHINES["h200"]["progress"] if c["delay_s"] == 0]
     assert max(measured) / min(measured) < 1.03
-    queue = ScrubQueue(SCRUB_PRESETS["h200"])
-    queue.freed(0, 64 * GiB)
-    waits = {queue.wait_ps(0, k * GiB, free_bytes=66 * GiB) for k in (8, 32, 62)}
-    assert waits == {64 * SCRUB_PRESETS["h200"]}
+    rates = SCRUB_PRESETS["h200"]
+    taken = set()
+    for k in (8, 32, 62):
+        queue = ScrubQueue(rates)
+        queue.freed(0, 64 * GiB)
+        taken.add(queue.take(0, k * GiB, free_bytes=66 * GiB))
+    assert taken == {(64 * rates.clear_ps_per_GiB, 64 * rates.reclaim_ps_per_GiB)}
 
 
-def test_frees_are_cleared_one_after_another():
-    queue = ScrubQueue(3 * MS)
+@pytest.mark.parametrize("ask_gib, wait_ms", [(62, 2 * 96 - 24), (30, 96 - 24)])  # 30 GiB: the first free suffices
+def test_frees_are_cleared_one_after_another(ask_gib, wait_ms):
+    queue = ScrubQueue(THREE_MS)
     queue.freed(0, 32 * GiB)
     queue.freed(24 * MS, 32 * GiB)  # the second free returns 24 ms later
-    assert queue.wait_ps(24 * MS, 62 * GiB, free_bytes=66 * GiB) == (2 * 96 - 24) * MS
-    assert queue.wait_ps(24 * MS, 30 * GiB, free_bytes=66 * GiB) == (96 - 24) * MS  # the first free suffices
+    assert queue.take(24 * MS, ask_gib * GiB, free_bytes=66 * GiB)[0] == wait_ms * MS
 
 
 def test_no_wait_with_enough_memory_free_and_cleared_nor_once_the_clearing_is_over():
-    queue = ScrubQueue(3 * MS)
+    queue = ScrubQueue(THREE_MS)
     queue.freed(0, 8 * GiB)
-    assert queue.wait_ps(0, 8 * GiB, free_bytes=100 * GiB) == 0
-    assert queue.wait_ps(24 * MS, 8 * GiB, free_bytes=10 * GiB) == 0
-    assert queue.wait_ps(0, 20 * GiB, free_bytes=10 * GiB) == 0  # cannot fit at all: the allocation fails
+    assert queue.take(0, 8 * GiB, free_bytes=100 * GiB)[0] == 0
+    assert queue.take(24 * MS, 8 * GiB, free_bytes=10 * GiB)[0] == 0
+    assert queue.take(0, 20 * GiB, free_bytes=10 * GiB)[0] == 0  # cannot fit at all: the allocation fails
+
+
+@pytest.mark.parametrize("machine", sorted(RECLAIM))
+def test_every_allocation_that_takes_memory_back_lies_within_the_spread(machine):
+    """Each case that takes cleared memory back (8-64 GiB after a free, with a kernel every millisecond or a
+    spinning thread through the pause, and 1 GiB after 8 and 32 GiB freed), within its samples' spread or the
+    spread of the GPU's cases, whichever is wider."""
+    rows = [r for r in compare_reclaim(RECLAIM[machine], COSTS, SCRUB_PRESETS[machine]) if r["required"]]
+    assert len(rows) >= 7
+    for r in rows:
+        assert abs(r["sim_s"] / r["measured_s"] - 1) <= r["tolerance"] <= 1.0, r
+
+
+def test_the_cost_follows_the_cleared_memory_not_the_pause():
+    """On the H100 runs, every 8 GiB allocation that took memory back was slower than every one that took none,
+    whether that one came after a pause with nothing freed, right after another, or before the clearing ended:
+    the queue charges the first and not the others."""
+    cases = [c for c in RECLAIM["h100"]["cases"] if c["source"].startswith("h100_pause") and c["bytes"] == 8 * GiB]
+    back = [np.median(c["alloc_s"]) for c in cases if c["taken_back_bytes"]]
+    none = [np.median(c["alloc_s"]) for c in cases if not c["taken_back_bytes"]]
+    assert len(back) >= 10 and len(none) >= 10 and min(back) > 2.5 * max(none)
+    rates = SCRUB_PRESETS["h100"]
+    queue = ScrubQueue(rates)
+    queue.freed(0, 8 * GiB)
+    assert queue.take(10 * MS, 8 * GiB, free_bytes=70 * GiB) == (0, 0)  # before its clearing ended
+    queue.freed(11 * MS, 8 * GiB)
+    assert queue.take(300 * MS, 8 * GiB, free_bytes=70 * GiB) == (0, 16 * rates.reclaim_ps_per_GiB)  # both frees
+    assert queue.take(1300 * MS, 8 * GiB, free_bytes=70 * GiB) == (0, 0)  # the next one takes nothing
+
+
+def test_frees_cleared_one_after_another_are_taken_back_as_they_end():
+    """1 GiB asked after freeing 8 then 32 GiB (the second free returned ~13 ms after the first): nothing taken
+    back at once, the 8 GiB 40 ms later, all 40 GiB 0.2 s later; the H100 run's medians agree within the cases'
+    spread."""
+    rates = SCRUB_PRESETS["h100"]
+    measured = {c["case"]: np.median(c["alloc_s"]) for c in RECLAIM["h100"]["cases"] if c["item"] == "two_sizes"
+                and c["source"] == "h100_pause_run2"}
+    tolerance = max(r["tolerance"] for r in compare_reclaim(RECLAIM["h100"], COSTS, rates))
+    assert len(measured) == 3
+    for wait_ms, gib in ((0, 0), (40, 8), (200, 40), (400, 40)):
+        queue = ScrubQueue(rates)
+        queue.freed(0, 8 * GiB)
+        queue.freed(13 * MS, 32 * GiB)
+        assert queue.take((13 + wait_ms) * MS, GiB, free_bytes=70 * GiB) == (0, gib * rates.reclaim_ps_per_GiB)
+        modeled = (gib * rates.reclaim_ps_per_GiB + COSTS.allocate_ps(GiB)) / 1e12
+        case = f"1 GiB, {wait_ms / 1000:g} s after freeing 8 then 32 GiB"
+        assert wait_ms == 0 or abs(modeled / measured[case] - 1) <= tolerance
 
 
 def test_a_script_on_an_h200_waits_as_the_h200_did():
     """The measured case through the API: 2 GiB to spare, 64 GiB freed, then 8 GiB allocated at once (195 ms on
-    the H200); and with room to spare, an allocation right after a free waits for nothing."""
+    the H200); and with room to spare, an allocation right after two frees waits for nothing, taking back the first
+    one's 8 GiB, cleared while the second (the ballast's) ran."""
     bed = Testbed({"a": {"gpus": [{"preset": "h200"}]}, "b": {}}, data=False)
     gpu = bed.gpu("a.gpu0")
     ballast = gpu.alloc(gpu.free_bytes - 66 * GiB)
@@ -82,7 +145,8 @@ def test_a_script_on_an_h200_waits_as_the_h200_did():
     ballast.close()
     start = bed.now_ps
     gpu.alloc(8 * GiB)
-    assert bed.now_ps - start == gpu.gpu.alloc_costs.allocate_ps(8 * GiB)
+    taken_back = 8 * SCRUB_PRESETS["h200"].reclaim_ps_per_GiB
+    assert bed.now_ps - start == taken_back + gpu.gpu.alloc_costs.allocate_ps(8 * GiB)
 
 
 @pytest.mark.parametrize("preset, waits", [("h200", True), ("mi300x", False)])
@@ -95,7 +159,9 @@ def test_the_competing_job_waits_for_the_memory_its_last_free_gave_back(preset, 
     gpu.release_pressure()
     freed = core.now_ps(gpu.name)
     assert gpu.pressure(8 * GiB)
-    expected = gpu.alloc_costs.allocate_ps(8 * GiB) + (8 * SCRUB_PRESETS["h200"] if waits else 0)
+    rates = SCRUB_PRESETS["h200"]
+    expected = gpu.alloc_costs.allocate_ps(8 * GiB) + (8 * (rates.clear_ps_per_GiB + rates.reclaim_ps_per_GiB)
+                                                      if waits else 0)
     assert core.now_ps(gpu.name) - freed == expected
 
 
@@ -111,5 +177,7 @@ def test_a_script_waits_on_its_own_clock_for_the_memory_a_competing_job_freed():
     gpu.alloc(4 << 20)
     costs = gpu.gpu.alloc_costs
     rounded = (size + (2 << 20) - 1) // (2 << 20) * (2 << 20)
-    cleared = costs.allocate_ps(size) + costs.free_ps(size) + rounded * SCRUB_PRESETS["h200"] // GiB
-    assert bed.now_ps - start == cleared - start + costs.allocate_ps(4 << 20)
+    rates = SCRUB_PRESETS["h200"]
+    cleared = costs.allocate_ps(size) + costs.free_ps(size) + rounded * rates.clear_ps_per_GiB // GiB
+    taken_back = rounded * rates.reclaim_ps_per_GiB // GiB
+    assert bed.now_ps - start == cleared - start + taken_back + costs.allocate_ps(4 << 20)
