@@ -241,18 +241,13 @@ def _alloc_cleared() -> list[dict]:
     (``gpu_reclaim.json``), on an H200 and H100s, replayed on :mod:`models.gpu.scrub` with each GPU's fitted rates
     (:func:`models.gpu.scrub_calibration.compare`, :func:`~models.gpu.scrub_calibration.compare_reclaim`)."""
     rows = []
-    for machine, data in _load("gpu_scrub.json")["machines"].items():
-        costs = AllocCosts(ALLOC_PRESETS[gpu_params(machine).alloc_preset])
-        for r in compare_cleared(data, costs, SCRUB_PRESETS[machine]):
-            rows.append(_row("gpu_alloc", f"{machine}: {r['case']}", r["bytes"], "ms", r["sim_s"] * 1e3,
-                             r["measured_s"] * 1e3, tolerance=r["tolerance"], required=r["required"],
-                             note=r["note"]))
-    for machine, data in _load("gpu_reclaim.json")["machines"].items():
-        costs = AllocCosts(ALLOC_PRESETS[gpu_params(machine).alloc_preset])
-        for r in compare_reclaim(data, costs, SCRUB_PRESETS[machine]):
-            rows.append(_row("gpu_alloc", f"{machine}: {r['case']}", r["bytes"], "ms", r["sim_s"] * 1e3,
-                             r["measured_s"] * 1e3, tolerance=r["tolerance"], required=r["required"],
-                             note=r["note"]))
+    for file, compare in (("gpu_scrub.json", compare_cleared), ("gpu_reclaim.json", compare_reclaim)):
+        for machine, data in _load(file)["machines"].items():
+            costs = AllocCosts(ALLOC_PRESETS[gpu_params(machine).alloc_preset])
+            for r in compare(data, costs, SCRUB_PRESETS[machine]):
+                rows.append(_row("gpu_alloc", f"{machine}: {r['case']}", r["bytes"], "ms", r["sim_s"] * 1e3,
+                                 r["measured_s"] * 1e3, tolerance=r["tolerance"], required=r["required"],
+                                 note=r["note"]))
     return rows
 
 
