@@ -58,9 +58,9 @@ class GPU:
         :raises GpuOutOfMemory: no contiguous run of ``size`` bytes is free (``ENOMEM``).
         :raises VerbsError: ``ENOMEM``: data mode, and this process cannot hold the bytes (:func:`zeroed`).
         """
-        wait, reclaim = self.gpu.clearing_ps(size)
         buf = self.process.malloc(size)
         self._zero_fill(buf.alloc, "cudaMalloc", lambda: self.process.free(buf))
+        wait, reclaim = self.gpu.clearing_ps(size, taken=buf.alloc.vram.size)  # a refused call takes nothing back
         self.testbed._advance(wait + reclaim + self.gpu.alloc_costs.allocate_ps(size))
         return GpuBuffer(self, buf)
 
@@ -81,8 +81,9 @@ class GPU:
         if self.gpu.vendor != "nvidia":
             raise ProtocolError(f"{call}: the CUDA virtual-memory calls are modelled on NVIDIA GPUs only "
                                 f"({self.name} is {self.gpu.vendor})")
-        wait, reclaim = self.gpu.clearing_ps(nbytes) if call == "cuMemCreate" else (0, 0)
         made = method(*args)
+        creates = call == "cuMemCreate"  # a refused call takes no cleared memory back
+        wait, reclaim = self.gpu.clearing_ps(nbytes, taken=made.alloc.vram.size) if creates else (0, 0)
         self.testbed._advance(wait + reclaim + self.gpu.alloc_costs.call_ps(call, nbytes))
         return made
 

@@ -13,6 +13,7 @@ import pytest
 
 from models.dmabuf import DmaBufCore, KernelConfig
 from models.dmabuf.gpu_export import Gpu
+from models.gpu.device_memory import GpuOutOfMemory
 from models.gpu import gpu_params
 from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts
 from models.gpu.scrub import SCRUB_PRESETS, ScrubQueue, ScrubRates
@@ -181,3 +182,17 @@ def test_a_script_waits_on_its_own_clock_for_the_memory_a_competing_job_freed():
     cleared = costs.allocate_ps(size) + costs.free_ps(size) + rounded * rates.clear_ps_per_GiB // GiB
     taken_back = rounded * rates.reclaim_ps_per_GiB // GiB
     assert bed.now_ps - start == cleared - start + taken_back + costs.allocate_ps(4 << 20)
+
+
+def test_an_allocation_refused_for_want_of_memory_takes_nothing_back():
+    """cudaMalloc of more than is free fails (ENOMEM) and leaves the cleared memory to the next allocation, which
+    pays for taking all of it back."""
+    bed = Testbed({"a": {"gpus": [{"preset": "h200"}]}, "b": {}}, data=False)
+    gpu = bed.gpu("a.gpu0")
+    gpu.alloc(8 * GiB).close()
+    bed.run("1s")  # its clearing is over
+    with pytest.raises(GpuOutOfMemory):
+        gpu.alloc(gpu.free_bytes + GiB)
+    start = bed.now_ps
+    gpu.alloc(GiB)
+    assert bed.now_ps - start == 8 * SCRUB_PRESETS["h200"].reclaim_ps_per_GiB + gpu.gpu.alloc_costs.allocate_ps(GiB)
