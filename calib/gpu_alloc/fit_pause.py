@@ -11,7 +11,7 @@ Every timed allocation of the runs below whose freed memory is, by the clearing 
 case: the call, its size, the bytes it takes back and its samples (s). Those near the end of a clearing are left
 out, since the measured clearing rates differ by ~15 % between machines. The sources:
 
-* ``raw/h100_pause_run{1,2,3}.json`` (``measure_pause.py``, room to spare in every case): each cycle starts 0.3 s
+* ``raw/h100_pause_run{1,2,3,4}.json`` (``measure_pause.py``, room to spare in every case): each cycle starts 0.3 s
   after the previous one, so its first allocation takes back what the previous cycle freed and its own timed
   allocation takes back the cycle's own free once cleared;
 * ``raw/{h200,h100}_slow_path_run1.json`` (``measure_slow_path.py``'s ``after_wait``): cudaMalloc and cuMemCreate
@@ -138,7 +138,7 @@ def main() -> None:
         machines[name] = {"cases": cases, "runs_ps_per_GiB": runs,
                           "fit_ps_per_GiB": round(np.mean(list(runs.values())))}
     data = {"method": __doc__,
-            "notes": ("H100: three runs of measure_pause.py, each on a freshly started machine (2026-12-05), and "
+            "notes": ("H100: four runs of measure_pause.py, each on a freshly started machine (2026-12-05), and "
                       "the after_wait and idle cases of the earlier slow-path and clearing runs (another machine); "
                       "H200: those of the earlier runs; driver 580.159.04 throughout; times in s"),
             "machines": machines}

@@ -63,7 +63,7 @@ SOURCES = {
             "no reserve; BAR1 128 GiB: commonly reported, NOT verified (no source read, the H100 "
             "PCIe product brief PB-11133 included, states it); PCIe Gen5 x16: "
             "NVIDIA's H100 specification. Copy, UVM and allocation costs reuse the H200 fit (same link and driver); "
-            "freed memory cleared at 2.8 ms per GiB and taken back at 0.26 ms per GiB, measured on H100s "
+            "freed memory cleared at 2.8 ms per GiB and taken back at 0.25 ms per GiB, measured on H100s "
             "(models/data/gpu_scrub.json, gpu_reclaim.json); "
             "the copy rate agrees with a published H100 copy-engine rate (models/data/nvbandwidth_copy.json).",
     "a100": "A100-SXM4-40GB: 40 GB HBM2 at 1.555 TB/s and PCIe Gen4 x16: NVIDIA's A100 datasheet, the card of "

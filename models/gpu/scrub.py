@@ -46,7 +46,7 @@ class ScrubRates:
 
 
 SCRUB_PRESETS: dict[str, ScrubRates] = {"h200": ScrubRates(2_882_527_222, 285_880_192),
-                                        "h100": ScrubRates(2_782_085_316, 258_816_259)}
+                                        "h100": ScrubRates(2_788_939_065, 251_962_510)}
 """Per GPU, fitted by ``calib/gpu_alloc/fit_pause.py`` (the taking back, to the allocations after a free's clearing
 ended) and ``fit_scrub.py`` (the clearing, to its ``sizes`` cases with the taking back known);
 ``tests/models/gpu/test_scrub.py`` re-fits both from the data."""
