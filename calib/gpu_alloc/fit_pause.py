@@ -38,12 +38,10 @@ sys.path.insert(0, str(ROOT))
 from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts  # noqa: E402
 from models.gpu.scrub import GiB, SCRUB_PRESETS  # noqa: E402
 from models.gpu.scrub_calibration import fit_reclaim  # noqa: E402
+from fit_scrub import MACHINES  # noqa: E402 - this script's folder: the GPU names the runs record
 
 RAW = Path(__file__).parent / "raw"
 OUT = ROOT / "models" / "data" / "gpu_reclaim.json"
-MACHINES = {"NVIDIA H200": "h200", "NVIDIA H100 80GB HBM3": "h100"}
-SETTLE_S = 0.3
-"""``measure_pause.py``'s pause before each cycle."""
 
 
 def clear_s(machine: str, gib: float) -> float:

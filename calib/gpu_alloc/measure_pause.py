@@ -141,10 +141,10 @@ def main() -> None:
 
     def measure(out):
         for key in args.cases.split(","):
-            out[key] = []
             if key in variants:
                 out[key] = [cycle(8 * GIB, w, **variants[key]) for w in (0.05, 0.3) for _ in range(REPEATS)]
             else:
+                out[key] = []
                 {"after_free": after_free, "no_free": no_free, "threshold": threshold,
                  "two_sizes": two_sizes}[key](out[key])
 

@@ -4,7 +4,8 @@
 Each clearing case is replayed on a :class:`models.gpu.scrub.ScrubQueue` with the preset's call costs
 (:class:`models.gpu.alloc_cost.AllocCosts`): the frees of the case, then the timed allocation, whose time is its
 wait for cleared memory, the taking back of what was cleared and the cudaMalloc call. Times are measured from the
-end of the case's last free, as the script's timer starts there (after its sleep, if any). The cases (``models/data/gpu_scrub.json``):
+end of the case's last free, as the script's timer starts there (after its sleep, if any). The cases
+(``models/data/gpu_scrub.json``):
 
 * ``sizes``: X GiB free and X + 2 GiB room: allocate and free X, then allocate X at once (fits the rate);
 * ``progress``: 66 GiB room: allocate and free 64 GiB, sleep d, allocate k GiB (8, 32, 62);
