@@ -58,6 +58,10 @@ class Path(NamedTuple):
     """How long before the end of the landing stages the payload is in memory (a READ's CQE write)."""
     packets: int
     """The PSNs the request takes (:func:`request_packets`)."""
+    again: dict[int | None, tuple]
+    """Compiled as they are first needed: the request's own program when it goes again (:func:`resent
+    <models.nic.retransmit.resent>`), after an RNR NAK under each responder's min_rnr_timer (ps), or under None
+    with nothing before it (a lost frame, a NAK PSN sequence error)."""
 
 
 COMPLETION = (Rebase(True), Delay(draws="poll"), Wake())
@@ -188,7 +192,7 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     failure = (*reply[-1:], *COMPLETION)
     result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after, at, forward,
                                   tuple(reply), failure, _failed(failure, at), compile_steps((*reply, *COMPLETION)),
-                                  landed_back, request_packets(qp, opcode, n))
+                                  landed_back, request_packets(qp, opcode, n), {})
     return result
 
 
@@ -231,7 +235,7 @@ def _local_path(qp, key: tuple, steps: tuple[Step, ...], cqe: list[Step]) -> Pat
     failure = (*cqe[-1:], *COMPLETION)
     after, at = _after_checks(steps)
     result = qp.paths[key] = Path(steps, compile_steps(steps), compile_steps(steps, marks=False), after, at, (), (),
-                                  failure, _failed(failure, at), compile_steps(failure), 0, 0)
+                                  failure, _failed(failure, at), compile_steps(failure), 0, 0, {})
     return result
 
 

@@ -120,12 +120,18 @@ class Retransmission:
 
     def _sent_again(self, tail: int):
         """The request goes again once the responder's NAK is back and its min_rnr_timer has passed."""
-        return self._send_again(tail, rnr_wait(self.path, self.qp.remote.min_rnr_timer_ps))
+        return self._send_again(tail, self.qp.remote.min_rnr_timer_ps)
 
-    def _send_again(self, at: int, before: tuple):
-        """Every retry's rule: from ``at``, ``before`` (the NAK's way back and the wait), then the request's path from
-        the send engine on again (:func:`resent`)."""
-        return compile_steps(resent(self.path, before)), at, at
+    def _send_again(self, at: int, min_rnr_timer_ps: int | None = None):
+        """Every retry's rule: from ``at``, after an RNR NAK its way back and the responder's ``min_rnr_timer_ps``
+        (:func:`rnr_wait`; None: nothing), then the request's path from the send engine on again (:func:`resent`),
+        compiled once per path and timer (:attr:`Path.again`)."""
+        again = self.path.again
+        program = again.get(min_rnr_timer_ps)
+        if program is None:
+            before = () if min_rnr_timer_ps is None else rnr_wait(self.path, min_rnr_timer_ps)
+            program = again[min_rnr_timer_ps] = compile_steps(resent(self.path, before))
+        return program, at, at
 
     def _first_psns(self, tail: int):
         """The responder checks the PSN of each request until one arrives with the PSN it expects (``rq_psn``):
@@ -221,7 +227,7 @@ class Retransmission:
         psn, self.nak_psn, self.waiting = self.nak_psn, None, None
         if not self._acknowledged(now, psn, nak=True):
             return self._fail(WcStatus.WR_FLUSH_ERR, now, self.path.failed[None])
-        return self._send_again(now, ())
+        return self._send_again(now)
 
     def _acknowledged(self, at: int, psn: int, *, nak: bool) -> bool:
         """An acknowledgement (or, ``nak``, a NAK PSN sequence error) for ``psn`` reaches the requester at ``at``:
@@ -270,11 +276,11 @@ class Retransmission:
         if woken is Outcome.FLUSH:
             return self._fail(WcStatus.WR_FLUSH_ERR, now, self.path.failed[None])
         if woken is Outcome.AGAIN or (woken is None and why is Waiting.BEHIND):
-            return self._send_again(now, ())
+            return self._send_again(now)
         if self.transport_retries == 0:
             return self._fail(WcStatus.RETRY_EXC_ERR, now, self.path.failed[None])
         self.transport_retries -= 1
-        return self._send_again(now, ())
+        return self._send_again(now)
 
 
 def frame_lost(sender: Nic, receiver: Nic, latency_ps: int, head, tail):

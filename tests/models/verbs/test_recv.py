@@ -15,7 +15,7 @@ from models.nic.wqe import (RNR_RETRY_INFINITE, Access, Opcode, QpState, RecvWR,
 from models.node import Node
 from models.pcie.link import PcieParams
 from models.presets import NIC_PRESETS
-from models.verbs.qp_state import AhAttr, PathMtu, QPAttr
+from models.verbs.qp_state import AhAttr, PathMtu, QPAttr, QpAttrMask
 from models.verbs.query import ibv_query_device
 from models.verbs.receive_queue import AsyncEventType, rq_geometry
 from models.verbs.recv import (SRQ_LIMIT, SRQ_MAX_WR, SrqAttr, ibv_create_srq, ibv_get_async_event,
@@ -309,6 +309,22 @@ def test_infinite_rnr_retry_waits_for_a_receive_and_keeps_order():
     assert [wc.status for wc in sent] == [WcStatus.SUCCESS] * 3
     assert [(wc.wr_id, wc.byte_len) for wc in got] == [(0, 64), (1, 128), (2, 192)]  # go-back-N keeps the order
     assert all(wc.completed_ps > posted_at for wc in got)
+
+
+def test_a_min_rnr_timer_changed_in_rts_is_the_wait_of_the_next_rnr_nak():
+    """IB_QP_MIN_RNR_TIMER is an optional attribute of RTS -> RTS on an RC QP (the kernel's qp_state_table); the
+    responder's NAKs carry the timer it holds when it sends them."""
+    bed = Bed()
+    qa, qb = bed.pair(min_rnr_timer=1)  # 10 us
+    ibv_post_send(qa, bed.send(0, 64))
+    bed.run(95_000_000)  # 95 us: ten NAKs at most, each 10 us apart
+    ten_us = qa.rnr_naks
+    ibv_modify_qp(qb, QPAttr(min_rnr_timer=12), QpAttrMask.MIN_RNR_TIMER)  # 0.64 ms
+    bed.run(1_000_000_000)  # 1 ms more
+    assert 8 <= ten_us <= 10 and ten_us + 1 <= qa.rnr_naks <= ten_us + 2
+    ibv_post_recv(qb, bed.recv(1, 0, (0, 64)))
+    bed.run()
+    assert [wc.status for wc in ibv_poll_cq(qa.send_cq, 8)] == [WcStatus.SUCCESS]
 
 
 # --- receive errors ---------------------------------------------------------------------------------------------
