@@ -64,12 +64,13 @@ def lane_batches(on_gpu: np.ndarray, pages: np.ndarray, lanes: int,
     queue, moving = np.empty(0, dtype=np.int64), np.arange(lanes)
     steps = np.arange(rows)[:, None]
     while True:
-        sub = grid[:, moving]
-        ahead = (steps >= cursor[moving]) & (sub >= 0)
+        low = max(0, min(int(cursor[moving].min()) if moving.size else rows, rows - 1))  # rows before it: passed
+        sub = grid[low:, moving]
+        ahead = (steps[low:] >= cursor[moving]) & (sub >= 0)
         miss = ahead & ~on_gpu[np.maximum(sub, 0)]
         stalled = miss.any(axis=0)
-        stop = np.where(stalled, miss.argmax(axis=0), rows)
-        passed = sub[ahead & (steps < stop)]
+        stop = np.where(stalled, low + miss.argmax(axis=0), rows)
+        passed = sub[ahead & (steps[low:] < stop)]
         cursor[moving] = stop
         queue = np.concatenate([queue, moving[stalled]])
         if queue.size == 0:
@@ -79,8 +80,7 @@ def lane_batches(on_gpu: np.ndarray, pages: np.ndarray, lanes: int,
         unique, first = np.unique(pending, return_index=True)
         chosen = np.sort(unique[np.argsort(first, kind="stable")[:batch]])
         yield passed, chosen
-        pending = grid[cursor[queue], queue]
-        served = np.isin(pending, chosen)
+        served = chosen[np.minimum(np.searchsorted(chosen, pending), chosen.size - 1)] == pending
         cursor[queue[served]] += 1  # their access is done even if a later block of the batch evicted its page
         resumed = served | on_gpu[pending]
         moving, queue = np.sort(queue[resumed]), queue[~resumed]

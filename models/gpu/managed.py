@@ -23,6 +23,7 @@ eviction costs are assumptions (oversubscription was not measured: it can hang a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
@@ -166,15 +167,22 @@ def _tree_regions(occupied: np.ndarray, wanted: np.ndarray, first_level: int, th
     :param first_level: size of the smallest region, in chunks.
     :param chunk_pages: pages per chunk.
     """
-    k, n = wanted.shape
-    chosen = np.zeros_like(wanted)
-    size = first_level
-    while size <= n:
-        count = occupied.reshape(k, n // size, size).sum(axis=2)
-        hit = wanted.reshape(k, n // size, size).any(axis=2)
-        chosen |= np.repeat(hit & (count * 100 > threshold_pct * size * chunk_pages), size, axis=1)
-        size *= 2
-    return chosen
+    member, sizes = _tree(wanted.shape[1], first_level)
+    count = occupied @ member  # exact: small integers in float64
+    kept = ((wanted @ member) > 0) & (count * 100 > threshold_pct * chunk_pages * sizes)
+    return (kept @ member.T) > 0
+
+
+@functools.lru_cache(maxsize=8)
+def _tree(n: int, first_level: int) -> tuple[np.ndarray, np.ndarray]:
+    """The regions of :func:`_tree_regions`' tree over ``n`` chunks: an (n, regions) 0/1 matrix of the chunks each
+    holds (float64, so that one matrix product counts every region of every block), and each region's size."""
+    sizes = [size for size in (first_level << k for k in range(n.bit_length())) if size <= n
+             for _ in range(n // size)]
+    starts = np.concatenate([np.arange(0, n, size) for size in dict.fromkeys(sizes)])
+    chunk = np.arange(n)[:, None]
+    member = ((chunk >= starts) & (chunk < starts + np.array(sizes))).astype(np.float64)
+    return member, np.array(sizes)
 
 
 def last_service_waited(service_ps: int, copy_s: np.ndarray) -> int:
@@ -210,8 +218,9 @@ class ManagedMemory:
                  hbm_Bps: float = 4.8e12, name: str = "gpu0.uvm", trace=None,
                  grow: Callable[[int], tuple[int, int]] | None = None) -> None:
         self.params = p = params or UvmParams()
-        if p.va_block % p.chunk or p.chunk % p.page_size:
-            raise ValueError(f"{name}: chunk must divide the VA block and be a multiple of the page size")
+        if p.va_block % p.chunk or p.chunk % p.page_size or (p.va_block // p.chunk) & (p.va_block // p.chunk - 1):
+            raise ValueError(f"{name}: the VA block must hold a power of two of chunks, each a multiple of the page "
+                             "size (the prefetch tree halves the block down to a chunk)")
         self.ppb, self.ppc = p.va_block // p.page_size, p.chunk // p.page_size
         self.n_blocks = -(-nbytes // p.va_block)
         self.n_pages = self.n_blocks * self.ppb
@@ -264,12 +273,12 @@ class ManagedMemory:
     def _set_blocks(self, blocks: np.ndarray, new: np.ndarray) -> None:
         """Set the residency of whole ``blocks`` to ``new`` (k, ppb) and keep the counters in step."""
         view = self.on_gpu.reshape(self.n_blocks, self.ppb)
-        rows, cols = np.nonzero(new & ~view[blocks])
+        arriving = new & ~view[blocks]
         counts = np.count_nonzero(new, axis=1).astype(np.int32)
         self.resident_pages += int(counts.sum() - self.block_resident[blocks].sum())
         self.block_resident[blocks] = counts
         view[blocks] = new
-        self.to_gpu_count[blocks[rows] * self.ppb + cols] += 1
+        self.to_gpu_count.reshape(self.n_blocks, self.ppb)[blocks] += arriving
 
     def _make_room(self, pages_needed: int, keep: np.ndarray, stats: UvmStats) -> None:
         """Evict least recently used VA blocks (never those in ``keep``) until ``pages_needed`` fit."""
@@ -325,16 +334,19 @@ class ManagedMemory:
     # -- GPU faults ---------------------------------------------------------------------------------------
     def _service_batch(self, faulted: np.ndarray, stats: UvmStats) -> None:
         p = self.params
-        blocks = np.unique(faulted // self.ppb)
+        of_block = faulted // self.ppb  # sorted, as the batch's pages are
+        first = np.ones(of_block.size, dtype=bool)
+        np.not_equal(of_block[1:], of_block[:-1], out=first[1:])
+        blocks = of_block[first]
         resident = self.on_gpu.reshape(self.n_blocks, self.ppb)[blocks]
         wanted = self._wanted(blocks, faulted)
         faulted_pages = np.repeat(wanted, self.ppc, axis=1) & ~resident
         migrate = self._expand(resident, wanted) & ~resident
-        self._ask_for_memory(int(np.count_nonzero(migrate)), stats)
-        room = self.capacity_pages - int(self.block_resident[blocks].sum())  # evicting every other block
-        if np.count_nonzero(migrate) > room:
-            migrate = faulted_pages  # no room to prefetch
         n_migrate, n_faulted = int(np.count_nonzero(migrate)), int(np.count_nonzero(faulted_pages))
+        self._ask_for_memory(n_migrate, stats)
+        room = self.capacity_pages - int(self.block_resident[blocks].sum())  # evicting every other block
+        if n_migrate > room:
+            migrate, n_migrate = faulted_pages, n_faulted  # no room to prefetch
         if n_migrate <= room:
             self._make_room(n_migrate, blocks, stats)
             self._set_blocks(blocks, resident | migrate)

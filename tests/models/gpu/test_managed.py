@@ -61,6 +61,13 @@ def test_prefetch_threshold_at_the_64kib_leaf(touched, migrated):
     assert mm.gpu_access(np.arange(touched)).pages_to_gpu == migrated
 
 
+def test_a_va_block_of_chunks_the_tree_cannot_halve_is_refused():
+    """The prefetch tree halves a VA block down to one chunk (uvm_perf_prefetch.c's bitmap tree): 6 chunks of
+    64 KiB cannot be halved so."""
+    with pytest.raises(ValueError, match="power of two"):
+        ManagedMemory(4 * MiB, replace(H200, va_block=6 * 64 * 1024))
+
+
 def test_prefetch_tree_grows_for_a_sequential_cpu_reader():
     """CPU faults on a GPU-resident block: chunks 0, 1, 2, 4, 8, 16 fault, the tree fetches the rest."""
     mm = ManagedMemory(2 * MiB)
