@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-import networkx as nx
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 from models.dmabuf import DmaBufCore, FdTable
 from models.host import HostMemory, HostParams

@@ -23,13 +23,15 @@ Examples
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import networkx as nx
+if TYPE_CHECKING:
+    import networkx as nx
 
 from models.pcie.link import PcieParams
 from models.pcie.topology import (RootComplexParams, SocketLinkParams, SwitchParams, add_pcie, add_socket,
-                                  connect_sockets, dma_read_stages, dma_write_stages, pci_p2pdma_distance,
-                                  route)
+                                  connect_sockets, devices_between, dma_read_stages, dma_write_stages, new_graph,
+                                  pci_p2pdma_distance, route)
 from sim.core import PS_PER_S
 from sim.core.steps import Claim
 
@@ -67,7 +69,7 @@ def build_rail_server(layout: RailLayout, *, gpu: PcieParams = PcieParams(), nic
                       switch: SwitchParams = SwitchParams(),
                       socket_link: SocketLinkParams = SocketLinkParams()) -> nx.Graph:
     """The graph of a rail server (see the module docstring); sockets beyond two are chained by socket links."""
-    g = nx.Graph(layout="rails", rails=layout)
+    g = new_graph(layout="rails", rails=layout)
     cpus = [add_socket(g, s, root) for s in range(layout.sockets)]
     for a, b in zip(cpus, cpus[1:]):
         connect_sockets(g, a, b, socket_link)
@@ -92,7 +94,7 @@ def connection(g: nx.Graph, a: str, b: str) -> str:
     """The ``nvidia-smi topo -m`` class of the PCIe connection between devices ``a`` and ``b``."""
     if a == b:
         return "X"
-    inner = [g.nodes[n]["kind"] for n in nx.shortest_path(g, a, b)[1:-1]]
+    inner = [g.nodes[n]["kind"] for n in devices_between(g, a, b)[1:-1]]
     if inner.count("root_complex") > 1:
         return "SYS"
     if "root_complex" in inner:

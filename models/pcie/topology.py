@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from itertools import pairwise
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import networkx as nx
+if TYPE_CHECKING:
+    import networkx as nx
 
 from models.pcie.link import PcieLink, PcieParams, read_tags, write_issue
 from sim.core import FifoServer, PS_PER_NS, PS_PER_S, SimError, transfer_ps
@@ -128,6 +129,24 @@ class DmaPath(NamedTuple):
     """The route is peer to peer (device to device)."""
 
 
+def new_graph(**attributes) -> nx.Graph:
+    """An empty topology graph with ``attributes``. networkx is imported here, when a run builds its first
+    topology: most runs have none, and every command would pay its import."""
+    import networkx
+
+    return networkx.Graph(**attributes)
+
+
+def devices_between(graph: nx.Graph, a: str, b: str) -> list[str]:
+    """The nodes on the way from ``a`` to ``b``, both included (the shortest path).
+
+    :raises networkx.NodeNotFound, networkx.NetworkXNoPath: unknown or unconnected nodes.
+    """
+    import networkx
+
+    return networkx.shortest_path(graph, a, b)
+
+
 def add_socket(g: nx.Graph, socket: int, params: RootComplexParams = RootComplexParams()) -> str:
     """Add root complex ``cpu<socket>`` with its memory ``mem<socket>``; return the root complex's name."""
     rc = f"cpu{socket}"
@@ -166,7 +185,7 @@ def build_topology(layout: str = "switch", *, nic: PcieParams = PcieParams(), gp
     """
     if layout not in LAYOUTS:
         raise ValueError(f"build_topology: unknown layout {layout!r}; choose one of {LAYOUTS}")
-    g = nx.Graph(layout=layout)
+    g = new_graph(layout=layout)
     cpu0, cpu1 = add_socket(g, 0, root), add_socket(g, 1, root)
     connect_sockets(g, cpu0, cpu1, socket_link)
     if layout == "switch":
@@ -193,7 +212,7 @@ def route(graph: nx.Graph, src: str, dst: str) -> list[Hop]:
 
     :raises networkx.NodeNotFound, networkx.NetworkXNoPath: unknown or unconnected nodes.
     """
-    path = nx.shortest_path(graph, src, dst)
+    path = devices_between(graph, src, dst)
     p2p = graph.nodes[src]["kind"] != "memory" and graph.nodes[dst]["kind"] != "memory"
     hops = []
     for u, v in pairwise(path):
@@ -232,7 +251,7 @@ def has_common_pci_switch(graph: nx.Graph, a: str, b: str) -> bool:
 
     :raises networkx.NodeNotFound, networkx.NetworkXNoPath: unknown or unconnected nodes.
     """
-    return all(graph.nodes[n]["kind"] == "switch" for n in nx.shortest_path(graph, a, b)[1:-1])
+    return all(graph.nodes[n]["kind"] == "switch" for n in devices_between(graph, a, b)[1:-1])
 
 
 def _stages(hops: list[Hop], nbytes: int, pcie, factor: str, socket_bytes: int) -> list[Claim]:
