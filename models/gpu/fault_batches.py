@@ -64,13 +64,8 @@ def lane_batches(on_gpu: np.ndarray, pages: np.ndarray, lanes: int,
     queue, moving = np.empty(0, dtype=np.int64), np.arange(lanes)
     steps = np.arange(rows)[:, None]
     while True:
-        low = max(0, min(int(cursor[moving].min()) if moving.size else rows, rows - 1))  # rows before it: passed
-        sub = grid[low:, moving]
-        ahead = (steps[low:] >= cursor[moving]) & (sub >= 0)
-        miss = ahead & ~on_gpu[np.maximum(sub, 0)]
-        stalled = miss.any(axis=0)
-        stop = np.where(stalled, low + miss.argmax(axis=0), rows)
-        passed = sub[ahead & (steps[low:] < stop)]
+        stop, passed = _run_on(grid, on_gpu, cursor, moving, steps)
+        stalled = stop < rows
         cursor[moving] = stop
         queue = np.concatenate([queue, moving[stalled]])
         if queue.size == 0:
@@ -84,3 +79,29 @@ def lane_batches(on_gpu: np.ndarray, pages: np.ndarray, lanes: int,
         cursor[queue[served]] += 1  # their access is done even if a later block of the batch evicted its page
         resumed = served | on_gpu[pending]
         moving, queue = np.sort(queue[resumed]), queue[~resumed]
+
+
+def _run_on(grid: np.ndarray, on_gpu: np.ndarray, cursor: np.ndarray, moving: np.ndarray,
+            steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of the ``moving`` lanes stalls (its first access from its ``cursor`` on whose page is not
+    resident; the grid's row count where there is none) and the pages they pass on the way (in no particular
+    order). Rows are looked at a few at a time from the lanes' earliest: most lanes stall within the first."""
+    rows = grid.shape[0]
+    low = min(int(cursor[moving].min()) if moving.size else rows, rows - 1)
+    stop, passed = np.full(moving.size, rows, dtype=np.int64), []
+    todo, width = np.arange(moving.size), 16
+    while todo.size and low < rows:
+        high = min(rows, low + width)
+        lanes = moving if high == rows and not passed else moving[todo]
+        sub = grid[low:high, lanes]
+        ahead = (steps[low:high] >= cursor[lanes]) & (sub >= 0)
+        miss = ahead & ~on_gpu[np.maximum(sub, 0)]
+        stalled = miss.any(axis=0)
+        at = np.where(stalled, low + miss.argmax(axis=0), high)
+        passed.append(sub[ahead & (steps[low:high] < at)])
+        if lanes is moving:  # every lane and row in one look
+            return at, passed[0]
+        stop[todo[stalled]] = at[stalled]
+        todo = todo[~stalled]
+        low, width = high, 2 * width
+    return stop, np.concatenate(passed) if passed else np.empty(0, dtype=np.int64)

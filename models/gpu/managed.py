@@ -404,29 +404,38 @@ class ManagedMemory:
         """The CPU accesses ``pages`` in order; GPU-resident ones fault back to the host one fault at a time, the
         others cost :attr:`UvmParams.cpu_touch_ps` each.
 
+        A fault moves pages of its own VA block only, so the faults of different blocks do not interact: they are
+        taken in rounds, each round faulting every block at its next access (in order) to a GPU-resident page.
+
         :raises ProtocolError: a page index outside the range.
         """
         pages = self._check_pages(pages, "cpu_access")
         p = self.params
         stats = UvmStats(accesses=pages.size)
-        pos, window = 0, 64
-        while pos < pages.size:
-            span = pages[pos:pos + window]
-            hit = np.flatnonzero(self.on_gpu[span])
-            if hit.size == 0:
-                pos, window = pos + span.size, window * 2
-                continue
-            pos += int(hit[0])
-            window = max(64, 2 * int(hit[0]))
-            page = pages[pos:pos + 1]
-            block = page // self.ppb
+        order = np.argsort(pages // self.ppb, kind="stable")
+        ordered = pages[order]  # each block's accesses together, in their order
+        begins = np.flatnonzero(np.r_[True, ordered[1:] // self.ppb != ordered[:-1] // self.ppb])
+        ends = np.r_[begins[1:], pages.size]
+        cursor, live = begins.copy(), np.arange(begins.size)  # per block: its next access to look at
+        every = np.arange(pages.size)
+        while live.size:
+            resident = np.where(self.on_gpu[ordered], every, pages.size)
+            first = np.minimum.accumulate(resident[::-1])[::-1][cursor[live]]  # the next GPU-resident access
+            faulting = first < ends[live]
+            live, first = live[faulting], first[faulting]
+            if not live.size:
+                break
+            cursor[live] = first  # looked at again next round, the page then on the host
+            page = ordered[first]
+            block = page // self.ppb  # ascending, one page each
             on_host = ~self.on_gpu.reshape(self.n_blocks, self.ppb)[block]
             moved = self._expand(on_host, self._wanted(block, page)) & ~on_host
             self._set_blocks(block, ~(on_host | moved))
-            n = int(moved.sum())
-            stats.cpu_faults += 1
-            stats.pages_to_host += n
-            stats.cpu_fault_ps += p.cpu_fault_ps + transfer_ps(n * p.page_size, p.cpu_migrate_Bps)
+            counts, faults = np.unique(np.count_nonzero(moved, axis=1), return_counts=True)
+            stats.cpu_faults += block.size
+            stats.pages_to_host += int(counts @ faults)
+            stats.cpu_fault_ps += sum(int(k) * (p.cpu_fault_ps + transfer_ps(int(n) * p.page_size, p.cpu_migrate_Bps))
+                                      for n, k in zip(counts, faults))
         stats.cpu_touch_ps = (pages.size - stats.cpu_faults) * p.cpu_touch_ps
         self.totals.add(stats)
         return stats

@@ -65,6 +65,54 @@ def test_a_grid_stride_read_touches_every_page_once_resident():
     mm.check()
 
 
+def _lane_by_lane(on_gpu: np.ndarray, pages: np.ndarray, lanes: int, batch: int, prefetch: int) -> list:
+    """lane_batches' rule followed one lane at a time in plain Python: each moving lane (in launch order) runs
+    through resident pages and queues at its first one not resident; a batch takes the queue's distinct pending
+    pages front first; the serviced lanes move one access on; every lane whose page is now resident runs again.
+    Servicing a batch makes each of its pages and the ``prefetch`` pages after it resident."""
+    seqs = [pages[lane::lanes].tolist() for lane in range(lanes)]
+    cursor, queue, moving, out = [0] * lanes, [], list(range(lanes)), []
+    while True:
+        passed = []
+        for lane in moving:
+            seq = seqs[lane]
+            while cursor[lane] < len(seq) and on_gpu[seq[cursor[lane]]]:
+                passed.append(seq[cursor[lane]])
+                cursor[lane] += 1
+            if cursor[lane] < len(seq):
+                queue.append(lane)
+        pending = [seqs[lane][cursor[lane]] for lane in queue]
+        chosen = sorted(list(dict.fromkeys(pending))[:batch])
+        out.append((sorted(passed), chosen))
+        if not queue:
+            return out
+        for page in chosen:
+            on_gpu[page:page + prefetch + 1] = True
+        served = [page in chosen for page in pending]
+        for lane, done in zip(queue, served):
+            cursor[lane] += done
+        resumed = [done or bool(on_gpu[page]) for done, page in zip(served, pending)]
+        moving = sorted(lane for lane, go in zip(queue, resumed) if go)
+        queue = [lane for lane, go in zip(queue, resumed) if not go]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_lanes_follow_the_rule_lane_by_lane_through_long_resident_stretches(seed):
+    """Resident stretches of up to 300 pages, 7 lanes: each lane runs past many rows before it stalls."""
+    rng = np.random.default_rng(seed)
+    start = rng.random(3000) < 0.5
+    stretches = np.repeat(rng.random(30) < 0.6, 100)
+    pages = np.concatenate([np.arange(3000), rng.integers(0, 3000, 200)])
+    expected = _lane_by_lane((start & stretches).copy(), pages, 7, 16, prefetch=40)
+    on_gpu = start & stretches
+    got = []
+    for passed, faulted in lane_batches(on_gpu, pages, 7, 16):
+        got.append((sorted(passed.tolist()), faulted.tolist()))
+        for page in faulted:
+            on_gpu[page:page + 41] = True
+    assert len(got) == len(expected) > 20 and got == expected
+
+
 def test_lanes_below_one_are_refused():
     with pytest.raises(Exception, match="lanes must be at least 1"):
         ManagedMemory(2 * MiB).gpu_access(np.arange(4), lanes=0)

@@ -166,6 +166,24 @@ def test_cpu_access_pulls_pages_back():
         mm.cpu_access(np.array([mm.n_pages]))
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_cpu_accesses_in_one_call_fault_as_they_do_one_at_a_time(seed):
+    """The CPU's faults happen one at a time in access order: interleaved over six blocks, one call gives the
+    counters and the residency that the same accesses give one call each."""
+    rng = np.random.default_rng(seed)
+    pattern = np.concatenate([rng.integers(0, 4 * BLOCK, 300), strided(6 * BLOCK, 37)])  # blocks 6, 7 stay
+    together, apart = ManagedMemory(16 * MiB), ManagedMemory(16 * MiB)
+    touched = rng.permutation(together.n_pages)[: 5 * BLOCK]
+    for mm in (together, apart):
+        mm.gpu_access(touched)
+    one = together.cpu_access(pattern)
+    each = [apart.cpu_access(pattern[i:i + 1]) for i in range(pattern.size)]
+    for name in ("cpu_faults", "pages_to_host", "cpu_fault_ps", "cpu_touch_ps"):
+        assert getattr(one, name) == sum(getattr(s, name) for s in each)
+    assert one.cpu_faults > 50 and np.array_equal(together.on_gpu, apart.on_gpu) and together.on_gpu.any()
+    together.check()
+
+
 @settings(max_examples=examples(60), deadline=None)
 @given(seed=st.integers(0, 2**16), capacity_blocks=st.integers(1, 8), cpu=st.booleans())
 def test_bookkeeping_holds_for_random_traffic(seed, capacity_blocks, cpu):
