@@ -85,7 +85,8 @@ def _run_on(grid: np.ndarray, on_gpu: np.ndarray, cursor: np.ndarray, moving: np
             steps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Where each of the ``moving`` lanes stalls (its first access from its ``cursor`` on whose page is not
     resident; the grid's row count where there is none) and the pages they pass on the way (in no particular
-    order). Rows are looked at a few at a time from the lanes' earliest: most lanes stall within the first."""
+    order). Rows are looked at from the lanes' earliest, 16 first, then twice as many each time for the lanes that
+    have not stalled: most stall within the first rows."""
     rows = grid.shape[0]
     low = min(int(cursor[moving].min()) if moving.size else rows, rows - 1)
     stop, passed = np.full(moving.size, rows, dtype=np.int64), []

@@ -431,11 +431,11 @@ class ManagedMemory:
             on_host = ~self.on_gpu.reshape(self.n_blocks, self.ppb)[block]
             moved = self._expand(on_host, self._wanted(block, page)) & ~on_host
             self._set_blocks(block, ~(on_host | moved))
-            counts, faults = np.unique(np.count_nonzero(moved, axis=1), return_counts=True)
+            pages_moved, faults = np.unique(np.count_nonzero(moved, axis=1), return_counts=True)  # per fault
             stats.cpu_faults += block.size
-            stats.pages_to_host += int(counts @ faults)
+            stats.pages_to_host += int(pages_moved @ faults)
             stats.cpu_fault_ps += sum(int(k) * (p.cpu_fault_ps + transfer_ps(int(n) * p.page_size, p.cpu_migrate_Bps))
-                                      for n, k in zip(counts, faults))
+                                      for n, k in zip(pages_moved, faults))
         stats.cpu_touch_ps = (pages.size - stats.cpu_faults) * p.cpu_touch_ps
         self.totals.add(stats)
         return stats
