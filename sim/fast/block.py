@@ -61,6 +61,8 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
             break
         previous, before = _guess(problem, slices, outs, run), disagree
     horizon = min(future, disagree)
+    if run.tie is not None and run.tie[0] < horizon:  # later claims are solved again by the next block
+        raise run.tie[1]
     # Without shared servers or drawn delays before claims, later operations never come first anywhere, unless
     # the stream goes on with other steps: a continuation's operations, posted by this block's completions, may
     # claim its servers from other positions before this block's last claims.

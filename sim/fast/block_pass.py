@@ -15,6 +15,7 @@ import numpy as np
 
 from sim.core.interpreter import MODEL_EVENT
 from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Wait, Wake, waits
+from sim.fast.limits import unnumbered_tie
 from sim.fast.merge import Claims, Joined, key_order, per_claim
 from sim.fast.server import pool, ramp, running_max, serve
 from sim.fast.speedups import NoHints
@@ -185,6 +186,9 @@ class Pass:
         """Per shared server: all its claims (pending ones first) and their service order, as last served."""
         self.walks = 1
         """Slices being walked in step."""
+        self.tie = None
+        """The earliest claims of parallel streams this pass found tied in an order the core does not know
+        (:func:`sim.fast.limits.unnumbered_tie`)."""
         self.turned: np.ndarray | None = None
         """The ordering positions of the walked slice's last claim in a turn, while no step that waits has come
         since: the eager claims after it are ordered with it (:mod:`sim.fast.turns`)."""
@@ -411,7 +415,10 @@ class Pass:
             claims, order = before
         else:
             claims = (before[0].rejoined(parts) if reuse else None) or Joined(parts)
-            order = key_order(claims)
+            order, tied = key_order(claims)
+            tie = unnumbered_tie(self.problem, claims, order, server) if tied else None
+            if tie is not None and (self.tie is None or tie[0] < self.tie[0]):
+                self.tie = tie
             stalls = self.problem.servers[server].stalls
             service = claims.service if len(parts) > 1 or isinstance(parts[0], Claims) else rec.service
             s, f, self.hints[("merged", server)] = serve(

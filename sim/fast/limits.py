@@ -1,5 +1,5 @@
 """What the vectorized core solves: the limits on its step lists, checked once before solving (:func:`check`),
-and the one that only the solve tells (:class:`ParallelPosts`). Whatever passes them :func:`sim.fast.solve`
+and those that only the solve tells (:func:`check_posts`, :func:`unnumbered_tie`). Whatever passes them :func:`sim.fast.solve`
 solves exactly; whatever does not is :class:`Unsolvable`, with the limit in words.
 
 A :class:`~sim.core.steps.Check` that ``decides`` something from the run's history (a translation cache's hits, a
@@ -17,6 +17,7 @@ import numpy as np
 
 from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, waits
 from sim.core.units import format_time
+from sim.fast.merge import tied_posts
 
 
 class Unsolvable(ValueError):
@@ -68,36 +69,39 @@ def check(problem, walks: list) -> None:
                              "reach them out of order)", g)
 
 
-class ParallelPosts:
-    """The posts of a round's parallel streams after its start, which must all differ (see :func:`solve`)."""
+def check_posts(problem, group: int, lo: int, post: np.ndarray, start: int) -> None:
+    """Operations ``lo..`` of ``group``, whose round started at ``start``, were posted at ``post``.
 
-    def __init__(self) -> None:
-        self.parts: list[tuple[int, np.ndarray]] = []
+    :raises Unsolvable: in a round of parallel streams, one that a completion posted at the start (after every
+        stream's first posts).
+    """
+    if problem.parallel[problem.round_of[group]]:
+        later = post[max(0, problem.groups[group].window - lo):]
+        if len(later) and later[0] == start:
+            raise Unsolvable("an operation completes at its round's start and posts another then", group)
 
-    def add(self, problem, group: int, lo: int, post: np.ndarray, start: int) -> None:
-        """Operations ``lo..`` of ``group``, whose round started at ``start``, were posted at ``post``.
 
-        :raises Unsolvable: one that a completion posted at the start (after every stream's first posts).
-        """
-        if problem.parallel[problem.round_of[group]]:
-            later = post[max(0, problem.groups[group].window - lo):]
-            if len(later) and later[0] == start:
-                raise Unsolvable("an operation completes at its round's start and posts another then", group)
-            self.parts.append((group, later))
-
-    def check(self, problem) -> None:
-        """:raises Unsolvable: two streams posted at one picosecond after the start (then forget them)."""
-        parts, self.parts = self.parts, []
-        if not parts:
-            return
-        post = np.concatenate([p for _, p in parts])
-        group = np.repeat([g for g, _ in parts], [len(p) for _, p in parts])
-        order = np.argsort(post, kind="stable")
-        post, group = post[order], group[order]
-        tie = np.flatnonzero((post[1:] == post[:-1]) & (group[1:] != group[:-1]))
-        if len(tie):
-            raise Unsolvable(f"parallel streams post operations at {format_time(int(post[tie[0]]))} at once, in an "
-                             "order their completions' deliveries decide", int(group[tie[0]]))
+def unnumbered_tie(problem, claims, order: np.ndarray, server: int) -> tuple[int, Unsolvable] | None:
+    """Claims of parallel streams on one server that tie on time, ordering position and post time are ordered by
+    their operations' numbers. The streams' first posts at their round's start are numbered stream by stream, as
+    the event engine numbers them; the event engine numbers the others in the order their completions' deliveries
+    were made, which the vectorized core does not know. Returns the earliest such tie between two streams'
+    operations posted after their round's start (its time, ps, and why the core cannot solve it), else None.
+    """
+    first = tied_posts(claims, order)
+    if not len(first):
+        return None
+    a, b = order[first], order[first + 1]
+    group_a, group_b = problem.group_of_pos[claims.pos[a]], problem.group_of_pos[claims.pos[b]]
+    later = claims.seq[a] - np.asarray(problem.seq_base)[group_a] >= problem.window_of[group_a]
+    mixed = (problem.stream_of[group_a] != problem.stream_of[group_b]) & later
+    if not mixed.any():
+        return None
+    k = int(np.argmax(mixed))  # the earliest: ``order`` is by time
+    wake = int(claims.wake[a[k]])
+    return wake, Unsolvable(f"parallel streams claim server {server} at {format_time(wake)} with operations "
+                            f"posted at {format_time(int(claims.post[a[k]]))}, in an order their completions' "
+                            "deliveries decide", int(group_a[k]))
 
 
 def _gates_delayed(steps) -> bool:

@@ -139,14 +139,22 @@ def per_claim(part, name: str) -> np.ndarray:
     return np.arange(value, value + n, dtype=np.int64) if name == "seq" else np.full(n, value, np.int64)
 
 
-def key_order(claims: Claims | Joined) -> np.ndarray:
-    """The service order of ``claims`` (given grouped by position, each position in operation order)."""
+def key_order(claims: Claims | Joined) -> tuple[np.ndarray, bool]:
+    """The service order of ``claims`` (given grouped by position, each position in operation order), and whether
+    claims of different positions tie on their time (then the rest of the key orders them)."""
     order = np.argsort(claims.wake, kind="stable")
     wake = np.take(claims.wake, order)
     equal = wake[1:] == wake[:-1]
     if not equal.any():
-        return order
+        return order, False
     pos = claims.pos[order]
     if not (equal & (pos[1:] != pos[:-1])).any():
-        return order
-    return np.lexsort((claims.pos, claims.seq, claims.post, claims.wpos, claims.wake))
+        return order, False
+    return np.lexsort((claims.pos, claims.seq, claims.post, claims.wpos, claims.wake)), True
+
+
+def tied_posts(claims: Claims | Joined, order: np.ndarray) -> np.ndarray:
+    """Where claims next to each other in ``order`` (their key order) tie on time, ordering position and post
+    time: the index in ``order`` of the first of each such pair (their operations' numbers order them)."""
+    key = [np.take(getattr(claims, name), order) for name in ("wake", "wpos", "post")]
+    return np.flatnonzero(np.logical_and.reduce([k[1:] == k[:-1] for k in key]))

@@ -30,7 +30,7 @@ import numpy as np
 
 from sim.core.steps import Claim, Gate, walk_order
 from sim.fast.block import NEVER, solve_block
-from sim.fast.limits import ParallelPosts, Unsolvable, check
+from sim.fast.limits import Unsolvable, check, check_posts
 from sim.fast.spacing import never_queue
 from sim.fast.turns import turn_key
 from sim.fast.speedups import ALL, Speedups
@@ -135,6 +135,11 @@ class Problem:
         """Per group: the turns of its stream its steps make no claim in; an operation's turn in each passes when its
         main chain ends (the event engine's interpreter passes such tickets then)."""
         self.stream_turn_keys = [[name for t in of_stream[k] for name in turn_key(*t)] for k in stream]
+        self.stream_of = np.array(stream)
+        """Per group: its stream (a continuation's is the group's before it)."""
+        self.group_of_pos = np.repeat(np.arange(len(self.groups)), [len(w) for w in walks])
+        """Per pipeline position: its group."""
+        self.window_of = np.array([g.window for g in self.groups])
         """Per group: the names of every turn of its stream (a continuation's keys go on from the group before)."""
         self.keep = max([g.window for g in self.groups] + [s for gates in self.gates for s in gates.values()] + [1])
         """How many of a group's latest final values later posts and gates may need."""
@@ -152,14 +157,15 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     Yields :class:`Finished` pieces, each group's in operation order; memory stays proportional to ``block``
     per stream.
 
-    :raises Unsolvable: also where operations of parallel streams are posted at one picosecond after their
-        round's start (the event engine numbers them in the order their completions' deliveries were made).
+    :raises Unsolvable: also where claims of parallel streams on one server tie on time and on their operations'
+        post time after their round's start (the event engine numbers those operations in the order their
+        completions' deliveries were made: :func:`sim.fast.limits.unnumbered_tie`).
     """
     problem = Problem(servers, groups, speedups)
     carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
     history: dict[int, _History] = {}
     start = dict.fromkeys(problem.rounds[0], int(start_ps))  # per group: its round's start (ps)
-    active, ended, posts = _heads(problem, 0), [], ParallelPosts()
+    active, ended = _heads(problem, 0), []
     smallest = problem.smallest_block
     size, passes, reach = smallest, max_passes, 1
     while active:
@@ -180,7 +186,6 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
                 del active[g]
                 ended.append(history.pop(g).end)
                 if not active and problem.round_of[g] + 1 < len(problem.rounds):  # the next round starts
-                    posts.check(problem)
                     start.update(dict.fromkeys(problem.rounds[problem.round_of[g] + 1], max(ended)))
                     active, ended = _heads(problem, problem.round_of[g] + 1), []
             continue
@@ -198,7 +203,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
             if not n:
                 continue
             _remember(problem, history, g, out, n)
-            posts.add(problem, g, first, out.post[:n], start[g])
+            check_posts(problem, g, first, out.post[:n], start[g])
             for draws in problem.groups[g].draws.values():
                 if hasattr(draws, "finished"):
                     draws.finished(first + n)
@@ -212,12 +217,10 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
                 else:
                     ended.append(problem.groups[g].end_after(out.done, out.marks, n))
                 if not active and problem.round_of[g] + 1 < len(problem.rounds):  # the next round starts
-                    posts.check(problem)
                     start.update(dict.fromkeys(problem.rounds[problem.round_of[g] + 1], max(ended)))
                     active, ended = _heads(problem, problem.round_of[g] + 1), []
             yield Finished(g, first, out.post[:n], out.done[:n], {k: v[:n] for k, v in out.marks.items()},
                            min((_post_of(problem, history, start, h, lo) for h, lo in active.items()), default=NEVER))
-    posts.check(problem)
 
 
 def _cut(problem: Problem, spans, outs: list[SliceOut], disagree: int, start: dict[int, int]) -> tuple[int, int] | None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 
-import numpy as np
 import pytest
 
 from models.nic.wqe import WcStatus
-from sim.fast.limits import ParallelPosts, Unsolvable
+from sim.core.steps import Claim, Rebase, Wake
+from sim.fast import Group, Server, solve
+from sim.fast.limits import Unsolvable
 from sim.engine.planner.events import _not_refaulted
 
 RAW = re.compile(r"\d ?ps\b|WcStatus\.|None\b")
@@ -22,9 +23,9 @@ def test_an_access_that_did_not_refault_is_said_in_words(answer):
     assert ("IBV_WC_LOC_PROT_ERR" in said) == (answer is not None)
 
 
-def test_parallel_streams_posting_at_once_name_the_time_in_its_unit():
-    parallel = ParallelPosts()
-    parallel.parts = [(0, np.array([1_500_000], dtype=np.int64)), (1, np.array([1_500_000], dtype=np.int64))]
+def test_parallel_streams_tied_on_a_server_name_the_times_in_their_units():
+    one = Group((Claim(0, 1_500_000), Claim(2, 0), Rebase(True), Wake()), 3, 1)
+    other = Group((Claim(1, 1_500_000), Claim(2, 0), Rebase(True), Wake()), 3, 1, parallel=True)
     with pytest.raises(Unsolvable) as caught:
-        parallel.check(None)
-    assert "at 1.5us at once" in caught.value.reason and not RAW.search(caught.value.reason)
+        list(solve([Server("a"), Server("b"), Server("s")], [one, other]))
+    assert "server 2 at 1.5us with operations posted at 1.5us" in caught.value.reason and not RAW.search(caught.value.reason)
