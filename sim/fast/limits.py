@@ -1,6 +1,6 @@
 """What the vectorized core solves: the limits on its step lists, checked once before solving (:func:`check`),
-and those that only the solve tells (:func:`check_posts`, :func:`unnumbered_tie`). Whatever passes them :func:`sim.fast.solve`
-solves exactly; whatever does not is :class:`Unsolvable`, with the limit in words.
+and those that only the solve tells (:func:`check_posts`, :func:`unnumbered_tie`). Whatever passes them
+:func:`sim.fast.solve` solves exactly; whatever does not is :class:`Unsolvable`, with the limit in words.
 
 A :class:`~sim.core.steps.Check` that ``decides`` something from the run's history (a translation cache's hits, a
 page fault, a lost frame) makes its steps unsolvable: the core knows no run-time decisions but holds. A gate, the
@@ -98,10 +98,10 @@ def unnumbered_tie(problem, claims, order: np.ndarray, server: int) -> tuple[int
     if not mixed.any():
         return None
     k = int(np.argmax(mixed))  # the earliest: ``order`` is by time
-    wake = int(claims.wake[a[k]])
-    return wake, Unsolvable(f"parallel streams claim server {server} at {format_time(wake)} with operations "
-                            f"posted at {format_time(int(claims.post[a[k]]))}, in an order their completions' "
-                            "deliveries decide", int(group_a[k]))
+    wake, name = int(claims.wake[a[k]]), problem.servers[server].name
+    return wake, Unsolvable(f"parallel streams claim {name} at {format_time(wake)} with operations posted at "
+                            f"{format_time(int(claims.post[a[k]]))}, in an order their completions' deliveries "
+                            "decide", int(group_a[k]))
 
 
 def _gates_delayed(steps) -> bool:

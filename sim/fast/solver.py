@@ -135,12 +135,13 @@ class Problem:
         """Per group: the turns of its stream its steps make no claim in; an operation's turn in each passes when its
         main chain ends (the event engine's interpreter passes such tickets then)."""
         self.stream_turn_keys = [[name for t in of_stream[k] for name in turn_key(*t)] for k in stream]
+        """Per group: the names of every turn of its stream (a continuation's keys go on from the group before)."""
         self.stream_of = np.array(stream)
         """Per group: its stream (a continuation's is the group's before it)."""
         self.group_of_pos = np.repeat(np.arange(len(self.groups)), [len(w) for w in walks])
         """Per pipeline position: its group."""
         self.window_of = np.array([g.window for g in self.groups])
-        """Per group: the names of every turn of its stream (a continuation's keys go on from the group before)."""
+        """Per group: its window (the operations its stream posts at its round's start)."""
         self.keep = max([g.window for g in self.groups] + [s for gates in self.gates for s in gates.values()] + [1])
         """How many of a group's latest final values later posts and gates may need."""
         self.smallest_block = 2 * self.keep
