@@ -93,14 +93,15 @@ def _run_on(grid: np.ndarray, on_gpu: np.ndarray, cursor: np.ndarray, moving: np
     todo, width = np.arange(moving.size), 16
     while todo.size and low < rows:
         high = min(rows, low + width)
-        lanes = moving if high == rows and not passed else moving[todo]
+        whole = high == rows and not passed  # every lane and row in one look
+        lanes = moving if whole else moving[todo]
         sub = grid[low:high, lanes]
         ahead = (steps[low:high] >= cursor[lanes]) & (sub >= 0)
         miss = ahead & ~on_gpu[np.maximum(sub, 0)]
         stalled = miss.any(axis=0)
         at = np.where(stalled, low + miss.argmax(axis=0), high)
         passed.append(sub[ahead & (steps[low:high] < at)])
-        if lanes is moving:  # every lane and row in one look
+        if whole:
             return at, passed[0]
         stop[todo[stalled]] = at[stalled]
         todo = todo[~stalled]

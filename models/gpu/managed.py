@@ -177,12 +177,12 @@ def _tree_regions(occupied: np.ndarray, wanted: np.ndarray, first_level: int, th
 def _tree(n: int, first_level: int) -> tuple[np.ndarray, np.ndarray]:
     """The regions of :func:`_tree_regions`' tree over ``n`` chunks: an (n, regions) 0/1 matrix of the chunks each
     holds (float64, so that one matrix product counts every region of every block), and each region's size."""
-    sizes = [size for size in (first_level << k for k in range(n.bit_length())) if size <= n
-             for _ in range(n // size)]
-    starts = np.concatenate([np.arange(0, n, size) for size in dict.fromkeys(sizes)])
+    levels = [first_level << k for k in range(n.bit_length()) if first_level << k <= n]
+    starts = np.concatenate([np.arange(0, n, size) for size in levels])
+    sizes = np.repeat(levels, [n // size for size in levels])
     chunk = np.arange(n)[:, None]
-    member = ((chunk >= starts) & (chunk < starts + np.array(sizes))).astype(np.float64)
-    return member, np.array(sizes)
+    member = ((chunk >= starts) & (chunk < starts + sizes)).astype(np.float64)
+    return member, sizes
 
 
 def last_service_waited(service_ps: int, copy_s: np.ndarray) -> int:
@@ -412,9 +412,10 @@ class ManagedMemory:
         pages = self._check_pages(pages, "cpu_access")
         p = self.params
         stats = UvmStats(accesses=pages.size)
-        order = np.argsort(pages // self.ppb, kind="stable")
-        ordered = pages[order]  # each block's accesses together, in their order
-        begins = np.flatnonzero(np.r_[True, ordered[1:] // self.ppb != ordered[:-1] // self.ppb])
+        of_block = pages // self.ppb
+        order = np.argsort(of_block, kind="stable")
+        ordered, of_block = pages[order], of_block[order]  # each block's accesses together, in their order
+        begins = np.flatnonzero(np.r_[True, of_block[1:] != of_block[:-1]])
         ends = np.r_[begins[1:], pages.size]
         cursor, live = begins.copy(), np.arange(begins.size)  # per block: its next access to look at
         every = np.arange(pages.size)

@@ -81,8 +81,8 @@ class GPU:
         if self.gpu.vendor != "nvidia":
             raise ProtocolError(f"{call}: the CUDA virtual-memory calls are modelled on NVIDIA GPUs only "
                                 f"({self.name} is {self.gpu.vendor})")
-        made = method(*args)
-        creates = call == "cuMemCreate"  # a refused call takes no cleared memory back
+        made = method(*args)  # a refused call raises here and takes no cleared memory back
+        creates = call == "cuMemCreate"
         wait, reclaim = self.gpu.clearing_ps(nbytes, taken=made.alloc.vram.size) if creates else (0, 0)
         self.testbed._advance(wait + reclaim + self.gpu.alloc_costs.call_ps(call, nbytes))
         return made

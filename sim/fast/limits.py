@@ -88,6 +88,8 @@ def unnumbered_tie(problem, claims, order: np.ndarray, server: int) -> tuple[int
     were made, which the vectorized core does not know. Returns the earliest such tie between two streams'
     operations posted after their round's start (its time, ps, and why the core cannot solve it), else None.
     """
+    if not problem.streams_meet:
+        return None
     first = tied_posts(claims, order)
     if not len(first):
         return None

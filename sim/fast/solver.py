@@ -120,6 +120,8 @@ class Problem:
         self.round_of = [r for r, members in enumerate(self.rounds) for _ in members]
         self.parallel = [sum(not self.groups[k].first for k in members) > 1 for members in self.rounds]
         """Per round: it has several streams."""
+        self.streams_meet = any(self.parallel)
+        """Some round has several streams (only then may their claims tie in an order the core does not know)."""
         firsts = [g.first for g in self.groups] + [0]
         self.seq_base = (np.cumsum([0] + [g.ops - g.first for g in self.groups]) - firsts).tolist()
         """Per group: the event-sequence number of its operation 0 (a continuation's numbers follow on)."""
