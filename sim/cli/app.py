@@ -155,7 +155,8 @@ def run(scenario: ScenarioPath,
         for name, variant in variants:
             try:
                 results.append(run_scenario(variant, seed, progress=advance, variant=name, trace=trace, notice=say,
-                                            before_fallback=guards.get(name), simulated=advance.simulated))
+                                            before_fallback=guards.get(name), simulated=advance.simulated,
+                                            running=advance.running))
             except SimError as exc:
                 label = "" if name == "base" else f" variant '{name}'"
                 failures.append(f"{scenario}:{label} run failed: {exc}")

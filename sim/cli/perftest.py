@@ -456,7 +456,7 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None,
             notice(line)
         with (display or (lambda *_: nullcontext(None)))(cmd.test, *progress_totals([scenario])) as advance:
             result = run_scenario(scenario, notice=notice, progress=advance, before_fallback=guard,
-                                  simulated=advance and advance.simulated)
+                                  simulated=advance and advance.simulated, running=advance and advance.running)
         report = _report(cmd, result)
         if cmd.args.out is not None:
             notice(f"wrote {write_results(result, cmd.args.out, _dump(cmd).encode('utf-8'), force=cmd.args.force)}")

@@ -1,7 +1,8 @@
 """The progress display of long commands: a bar on stderr while a terminal shows it, nothing otherwise (piped
 output stays the tables and the one-line notices).
 
-The bar counts the operations simulated, or for a run for a duration the simulated time against the durations'
+The bar names the engine simulating (the vectorized core, or the event engine where ``auto`` handed the run over)
+and counts the operations simulated, or for a run for a duration the simulated time against the durations'
 sum: the vectorized core tells it after each block it solves, the event engine every few thousand events
 (:meth:`sim.core.env.Environment.run_ticking`), so it moves several times a second on both engines, with an
 estimate of the time left.
@@ -33,10 +34,11 @@ def say(line: str) -> None:
 
 class Advance:
     """What a progress bar is told: ``advance(n)`` more operations simulated, ``advance.simulated(ps)`` more
-    simulated time covered of the run's durations."""
+    simulated time covered of the run's durations, ``advance.running(engine)`` the engine simulating now."""
 
-    def __init__(self, bar, task: int, by_time: bool) -> None:
+    def __init__(self, bar, task: int, by_time: bool, description: str) -> None:
         self.bar, self.task, self.by_time, self.operations, self.covered = bar, task, by_time, 0, 0
+        self.description = description
 
     def __call__(self, n: int) -> None:
         if self.by_time:
@@ -49,6 +51,10 @@ class Advance:
         if self.by_time:
             self.covered += ps
             self.bar.update(self.task, completed=self.covered, seconds=self.covered / 1e12)
+
+    def running(self, engine: str) -> None:
+        """The bar names ``engine`` (``vectorized core``, ``event engine``) after its description from now on."""
+        self.bar.update(self.task, description=f"{self.description} ({engine})")
 
 
 @contextmanager
@@ -71,7 +77,7 @@ def progress_bar(console, description: str, total: int | None, quiet: bool = Fal
     with Progress(TextColumn("[bold]{task.description}"), BarColumn(), *counted, console=console,
                   disable=quiet or not console.is_terminal, transient=True) as bar:
         task = bar.add_task(description, total=simulated_ps if by_time else total, seconds=0.0, operations=0)
-        yield Advance(bar, task, by_time)
+        yield Advance(bar, task, by_time, description)
 
 
 def phase(console, what: str, quiet: bool = False):

@@ -69,10 +69,12 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
                  *, trace: bool = False, variant: str = "base",
                  notice: Callable[[str], None] | None = None,
                  before_fallback: Callable[[], None] | None = None,
-                 simulated: Callable[[int], None] | None = None) -> RunResult:
+                 simulated: Callable[[int], None] | None = None,
+                 running: Callable[[str], None] | None = None) -> RunResult:
     """Simulate every workload of ``scenario`` (with its events) and return its tables. ``progress`` is told the
     operations simulated as the run goes, ``simulated`` the simulated time covered of its workloads' durations (ps,
-    :func:`sim.engine.harness.total_duration_ps` in all).
+    :func:`sim.engine.harness.total_duration_ps` in all), ``running`` the engine that simulates from then on, as
+    :data:`ENGINES` names it.
 
     ``scenario.engine`` picks the engine: ``fast`` and ``auto`` (the default) hand the run to
     :mod:`sim.engine.planner.plan`; when ``auto`` cannot use it, the event engine runs. ``notice`` (default: a line on
@@ -85,6 +87,8 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     seed = scenario.seed if seed is None else seed
     fallback, covered = None, Covered(simulated, scenario)
     if scenario.engine != "event":
+        if running is not None:
+            running(ENGINES["fast"])
         result = run_fast(scenario, seed, PieceProgress(progress, covered), trace=trace, variant=variant)
         if not isinstance(result, Declined):
             covered.end()
@@ -92,6 +96,8 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
         fallback = result.reason
         if before_fallback is not None:
             before_fallback()
+    if running is not None:
+        running(ENGINES["event"])
     result = _run_events(scenario, seed, progress, trace, variant, covered)
     covered.end()
     return _told(replace(result, fallback=fallback), notice)

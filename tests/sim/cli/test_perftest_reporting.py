@@ -70,10 +70,9 @@ def test_unsorted_and_histogram_together_print_both_lists_and_output_keeps_them(
 
 
 def test_histogram_of_a_duration_run_is_said_to_be_ignored(monkeypatch):
-    def short(scenario, notice, progress=None, before_fallback=None, simulated=None):  # -D's least second: 20 us
+    def short(scenario, **given):  # -D's least second: 20 us
         work = scenario.workload[0].model_copy(update={"duration": 20 * 10**6})
-        return run_scenario(scenario.model_copy(update={"workload": [work]}), notice=notice, progress=progress,
-                            before_fallback=before_fallback, simulated=simulated)
+        return run_scenario(scenario.model_copy(update={"workload": [work]}), **given)
 
     monkeypatch.setattr("sim.engine.run.run_scenario", short)
     code, report, notes = perftest_streams(["ib_write_lat", "-D", "1", "-H"])

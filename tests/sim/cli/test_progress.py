@@ -70,3 +70,23 @@ def test_a_run_for_a_duration_tells_each_cases_duration_once_on_both_engines(eng
     run_scenario(scenario, simulated=told.append, notice=lambda line: None)
     assert progress_totals([scenario]) == (None, total_duration_ps(scenario)) and total_duration_ps(scenario) == 80e6
     assert sum(told) == total_duration_ps(scenario) and all(t > 0 for t in told) and len(told) >= 3
+
+
+@pytest.mark.parametrize("engine, work, running", [
+    ("auto", WORK, ["vectorized core"]),
+    ("event", WORK, ["event engine"]),
+    # auto hands a bidirectional send_bw to the event engine: the bar says so as the event engine starts
+    ("auto", {"kind": "send_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], "iterations": 50,
+              "bidirectional": True}, ["vectorized core", "event engine"]),
+])
+def test_a_run_tells_which_engine_simulates_as_it_starts_and_the_bar_names_it(engine, work, running):
+    scenario = Scenario.model_validate(scenario_dict(engine=engine, workload=[work]))
+    told = []
+    result = run_scenario(scenario, running=told.append, notice=lambda line: None)
+    assert told == running and result.engine == ("event" if running[-1] == "event engine" else "fast")
+    screen = io.StringIO()
+    with progress_bar(Console(file=screen, force_terminal=True, width=120), "w", 10) as bar:
+        for name in told:
+            bar.running(name)
+        bar(10)
+    assert f"w ({running[-1]})" in screen.getvalue()
