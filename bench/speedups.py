@@ -22,6 +22,7 @@ from sim.engine.harness import setup_run  # noqa: E402
 from sim.fast import ALL, NONE, Speedups, solve  # noqa: E402
 from sim.engine.planner.plan import pipelines  # noqa: E402
 from sim.engine.planner.streams import streams  # noqa: E402
+from sim.scenario.scenario_file import load_scenario_variants  # noqa: E402
 from sim.scenario.schema import Scenario  # noqa: E402
 
 NODES = [{"name": "a", "nic": {"preset": "connectx7"}}, {"name": "b", "nic": {"preset": "connectx7"}}]
@@ -33,15 +34,21 @@ SHAPES = {
     "read_bw 64KiB, 4 QPs (slots, shared)": {"kind": "read_bw", "sizes": ["64KiB"], "iterations": 5_000, "qps": 4},
     "write_lat 2B..64KiB": {"kind": "write_lat", "sizes": {"from": "2B", "to": "64KiB"}, "iterations": 5_000},
     "send_lat 2B, 4KiB (own waits)": {"kind": "send_lat", "sizes": ["2B", "4KiB"], "iterations": 1_000},
+    "rail_server.yaml, 8 QPs crossing (crawl)": ROOT / "scenarios" / "rail_server.yaml",
 }
-"""The workloads solved, between two ConnectX-7 hosts on a 400 Gb/s fabric."""
+"""The workloads solved, between two ConnectX-7 hosts on a 400 Gb/s fabric, or a shipped scenario's (its first
+variant's)."""
 
 
-def solved(work: dict, speedups: Speedups) -> tuple[float, list]:
-    """Wall time of one solve of ``work``'s pipelines with ``speedups`` (s), and its posts and completions."""
-    scenario = Scenario.model_validate({"schema": 1, "name": "bench", "seed": 1, "nodes": NODES, "buffers": BUFFERS,
-                                        "fabric": {"rate": "400Gb/s", "latency": "300ns"},
-                                        "workload": [{"from": "src", "to": "dst", **work}]})
+def solved(work: dict | Path, speedups: Speedups) -> tuple[float, list]:
+    """Wall time of one solve of ``work``'s pipelines (a workload, or a scenario file's first variant) with
+    ``speedups`` (s), and its posts and completions."""
+    if isinstance(work, Path):
+        scenario = load_scenario_variants(work)[2][0][1]
+    else:
+        scenario = Scenario.model_validate({"schema": 1, "name": "bench", "seed": 1, "nodes": NODES,
+                                            "buffers": BUFFERS, "fabric": {"rate": "400Gb/s", "latency": "300ns"},
+                                            "workload": [{"from": "src", "to": "dst", **work}]})
     bed, started, _ = setup_run(scenario, 1, False)
     pipes = pipelines(streams(scenario, bed))
     clock = time.perf_counter()

@@ -57,7 +57,8 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
         future = _next_post(problem, slices, outs)
         if disagree == NEVER:
             break
-        if passes >= max_passes and not _repeats(problem, slices, outs, future, disagree, before):
+        if passes >= max_passes and not (problem.speedups.crawl
+                                         and _repeats(problem, slices, outs, future, disagree, before)):
             break
         previous, before = _guess(problem, slices, outs, run), disagree
     horizon = min(future, disagree)

@@ -34,10 +34,16 @@ class Speedups:
     next pass's posts and shared claims move with it (:func:`sim.fast.block._guess`), instead of crawling one
     operation per pass (a SEND's receive completion queues behind its payload on the responder's PCIe link)."""
 
+    crawl: bool = True
+    """A block of the solver's smallest size whose passes still move their earliest disagreement later goes on
+    passing past the solver's ``max_passes`` while they would keep under a quarter of it, instead of keeping that
+    little: the next block would hold the same operations and repeat the passes (:func:`sim.fast.block._repeats`;
+    streams crossing rails in ``rail_server.yaml``)."""
+
 
 ALL = Speedups()
 """Every acceleration: the default."""
-NONE = Speedups(pace=False, calm=False, hints=False, merge_reuse=False, own_waits=False)
+NONE = Speedups(pace=False, calm=False, hints=False, merge_reuse=False, own_waits=False, crawl=False)
 """The exact solver alone."""
 
 
