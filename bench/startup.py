@@ -7,8 +7,9 @@ key) and of the bare interpreter, for this checkout and, measured side by side i
 and run as ``python -m sim`` from it. Machines are shared and noisy: each figure is the best (and the median) of
 ``--rounds`` processes, the rounds taking the trees in turn, after one untimed run of each that caches the
 bytecode as an installed rdmasim has it (in a temporary ``PYTHONPYCACHEPREFIX``; ``--no-bytecode`` compiles every
-module in every run instead, as under ``PYTHONDONTWRITEBYTECODE``). The target is 0.5 s for each rdmasim line but the
-unknown key, which needs the scenario schema and the models it names.
+module in every run instead, as under ``PYTHONDONTWRITEBYTECODE``). The target is 0.5 s for each rdmasim line, the
+unknown key's too: a file the scenario schema refuses is refused before the models its references' checks need
+are imported.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from worktrees import checked_out
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "main"
 TARGET_S = 0.5
-"""Start-up of --version and of a refused command line on the issue's machine (seconds)."""
+"""Start-up of --version, of a refused command line and of validating a bad file on the issue's machine (seconds)."""
 
 NOT_YAML = "name: x\nnodes: [\n"
 UNKNOWN_KEY = "schema: 1\nnme: x\n"
@@ -41,7 +42,7 @@ COMMANDS = {
     "validate (unknown key)": ["validate", "{unknown_key}"],
 }
 """What is timed: rdmasim's arguments (None: the interpreter alone)."""
-UNTARGETED = {"python -c pass", "validate (unknown key)"}
+UNTARGETED = {"python -c pass"}
 
 
 def started_in(tree: Path, argv: list[str] | None, env: dict[str, str]) -> float:

@@ -29,7 +29,8 @@ import numpy as np
 from models.dmabuf import DmaBuf, dma_buf_fd, get_dma_buf
 from models.dmabuf.gpu_export import GpuAllocation
 from models.libs.cuda_process import DeviceBuffer
-from models.libs.fallback import ChainResult, Policy, Stack, register_chain
+from models.libs.fallback import ChainResult, Stack, register_chain
+from models.libs.policies import Policy
 from models.nic.translation import Fault, mr_bytes
 from models.nic.wqe import Access
 from models.verbs.dmabuf import ibv_reg_dmabuf_mr

@@ -12,7 +12,8 @@ from models.dmabuf import dma_buf_attach, dma_buf_get, dma_buf_put
 from models.dmabuf.gpu_import import GpuDmabufImport
 from models.dmabuf.revoke import dma_buf_attach_revocable
 from models.ib.umem_dmabuf import ib_umem_dmabuf_get_pinned
-from models.libs.fallback import POLICIES, Stack, register_chain
+from models.libs.fallback import Stack, register_chain
+from models.libs.policies import POLICIES
 from models.libs.rcache import RcacheParams, RegistrationCache
 from models.libs.regcost import MOONCAKE_EFA, DomainLedger, fanout_cost_ps, growth_profile
 from models.pcie.server import (RailLayout, build_rail_server, cross_rail_nic, devices, flow_rates, nearest_nics,

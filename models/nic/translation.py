@@ -9,9 +9,10 @@ ignored ``move_notify`` still reads and writes the old generation's array — st
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
-import numpy as np
+if TYPE_CHECKING:  # only annotations name numpy: validating a scenario imports this module
+    import numpy as np
 
 RegMode = Literal["pinned", "odp", "peermem", "dmabuf", "dmabuf-pinned"]
 """How a buffer is registered: the scenario's ``register`` values and every :class:`MrBacking`'s ``mode``."""

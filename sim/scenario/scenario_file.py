@@ -42,13 +42,15 @@ def load_scenario_variants(path: str | os.PathLike) -> tuple[Scenario, bytes, li
         line, column = positions.locate(("kind",))
         raise SweepFileGiven(f"a sweep file, not a scenario: run it with `rdmasim sweep {file}`", file=file,
                              line=line, column=column, key="kind")
-    # The schema imports pydantic and most of models/: a file that is not YAML is refused without them.
+    # The schema imports pydantic: a file that is not YAML is refused without it. The references' checks import the
+    # models they check (numpy with them): a file the schema refuses is refused without them.
     from sim.scenario.loader import validate
-    from sim.scenario.refs import check_references
     from sim.scenario.schema import Scenario
-    from sim.scenario.variants import expand
 
     scenario = validate(Scenario, data, positions, file)
+    from sim.scenario.refs import check_references
+    from sim.scenario.variants import expand
+
     problems = [error_at(positions, key, reason, file) for key, reason in check_references(scenario)]
     if len(problems) == 1:
         raise problems[0]

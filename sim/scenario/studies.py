@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from models.libs.fallback import POLICIES
+from models.libs.policies import POLICIES
 from sim.scenario.fields import Latency, MessageSize, Name, PositiveSize, Strict
 from sim.scenario.nodes import RailLayoutSpec
 

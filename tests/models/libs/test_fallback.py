@@ -1,6 +1,7 @@
 import pytest
 
-from models.libs.fallback import EXPORT_FAILED, POLICIES, fallback_table, probe_dmabuf, register_chain
+from models.libs.fallback import fallback_table, probe_dmabuf, register_chain
+from models.libs.policies import EXPORT_FAILED, POLICIES
 from models.nic.wqe import Access
 from tests.models.libs.stacks import make_stack
 

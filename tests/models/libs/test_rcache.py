@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from models.libs.fallback import POLICIES
+from models.libs.policies import POLICIES
 from models.libs.rcache import RcacheParams, RegistrationCache
 from models.nic.wqe import Opcode, SendWR
 from models.verbs.cq import ibv_create_cq, ibv_poll_cq

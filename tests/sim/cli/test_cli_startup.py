@@ -74,6 +74,20 @@ def test_a_file_that_is_not_yaml_is_refused_without_the_schema(tmp_path, command
     assert "sim.scenario.schema" not in modules and not any(m.startswith("models") for m in modules)
 
 
+@pytest.mark.parametrize("text", ["schema: 1\nnme: x\n",
+                                  "schema: 1\nname: x\nnodes: [{name: a, nic: {preset: connectx7}, gpus: [{preset: h200}]}]\n"
+                                  "buffers: [{name: s, on: a.gpu0, size: 8388608}]\n"])
+def test_a_file_the_schema_refuses_is_refused_without_numpy_or_the_models_its_references_need(tmp_path, text):
+    """An unknown key, a unitless size: the schema's one-line errors come before the references' checks, which
+    import the models they check (numpy, the GPU and PCIe models)."""
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    exit_code, modules = _started(["validate", str(path)])
+    assert exit_code == 2 and "sim.scenario.schema" in modules
+    assert not _heavy(modules, ("numpy", *(name for name in HEAVY if name != "pydantic")))
+    assert "sim.scenario.refs" not in modules and "models.gpu" not in modules
+
+
 @pytest.mark.parametrize("kind, argv, words", [
     ("run", ["--recipe", "heatmap"], "recipe 'heatmap' needs the results of a sweep"),
     ("run", ["--recipe", "bw_vs_size", "--by", "variant"], "recipe 'bw_vs_size' takes no axes and no metric"),
