@@ -58,12 +58,15 @@ def check_engine(scenario, spec, variants, forced: bool, trace: bool = False) ->
     :raises ConfigError: one it cannot, located at the ``engine`` key that asks (``--engine`` when ``forced``,
         a variant's ``set`` when it sets the engine).
     """
+    asking = [(i, name, variant) for i, (name, variant) in enumerate(variants) if variant.engine == "fast"]
+    if not asking:
+        return  # none asks for the vectorized core: the planner, which builds the testbed to tell, stays unimported
     from sim.core import ConfigError
     from sim.engine.planner.plan import fast_refusal
     from sim.scenario.yaml_reader import error_at, load_yaml
 
-    for i, (name, variant) in enumerate(variants):
-        reason = fast_refusal(variant, trace) if variant.engine == "fast" else None
+    for i, name, variant in asking:
+        reason = fast_refusal(variant, trace)
         if reason is None:
             continue
         which = "" if name == "base" else f"variant '{name}': "

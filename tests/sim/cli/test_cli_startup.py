@@ -88,6 +88,22 @@ def test_a_file_the_schema_refuses_is_refused_without_numpy_or_the_models_its_re
     assert "sim.scenario.refs" not in modules and "models.gpu" not in modules
 
 
+def test_validating_a_scenario_builds_no_testbed_unless_it_asks_for_the_vectorized_core(tmp_path):
+    """Only ``engine: fast`` needs the planner's word before a run (it builds the testbed to tell); a scenario that
+    leaves the engine to ``auto`` is checked by its schema and references alone."""
+    path = tmp_path / "ok.yaml"
+    path.write_text("schema: 1\nname: x\n"
+                    "nodes: [{name: a, nic: {preset: connectx7}}, {name: b, nic: {preset: connectx7}}]\n"
+                    "buffers: [{name: s, on: a.host, size: 1MiB}, {name: d, on: b.host, size: 1MiB}]\n"
+                    "workload: [{kind: write_bw, from: s, to: d, sizes: [4KiB], iterations: 10}]\n")
+    exit_code, modules = _started(["validate", str(path)])
+    assert exit_code == 0 and "sim.scenario.refs" in modules
+    assert "sim.engine.planner.plan" not in modules and not _heavy(modules, ("pandas", "matplotlib", "pyarrow"))
+    path.write_text(path.read_text() + "engine: fast\n")
+    exit_code, modules = _started(["validate", str(path)])
+    assert exit_code == 0 and "sim.engine.planner.plan" in modules
+
+
 @pytest.mark.parametrize("kind, argv, words", [
     ("run", ["--recipe", "heatmap"], "recipe 'heatmap' needs the results of a sweep"),
     ("run", ["--recipe", "bw_vs_size", "--by", "variant"], "recipe 'bw_vs_size' takes no axes and no metric"),
