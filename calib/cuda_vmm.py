@@ -111,3 +111,14 @@ class Cuda:
 
     def address_free(self, ptr: int, size: int) -> None:
         self.ok("cuMemAddressFree", ctypes.c_ulonglong(ptr), ctypes.c_size_t(size))
+
+
+def cupy_started():
+    """CuPy with its context created and warmed up (untimed), for the scripts that allocate through it: the cupy
+    module, its runtime, :class:`Cuda` on the same device, and the device's free and total memory (bytes)."""
+    import cupy as cp
+
+    runtime = cp.cuda.runtime
+    runtime.free(runtime.malloc(2 << 20))
+    free_bytes, total_bytes = runtime.memGetInfo()
+    return cp, runtime, Cuda(cp.cuda.Device().id), free_bytes, total_bytes

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared modules
-from cuda_vmm import Cuda  # noqa: E402
+from cuda_vmm import Cuda, cupy_started  # noqa: E402
 from host_facts import cuda_environment, run_and_save  # noqa: E402
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -89,12 +89,7 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=int, default=240, help="abort the whole run after this long")
     args = parser.parse_args()
     signal.alarm(args.timeout_s)
-    import cupy as cp
-
-    rt = cp.cuda.runtime
-    rt.free(rt.malloc(2 * MIB))  # context creation and warm-up, untimed
-    cuda = Cuda(cp.cuda.Device().id)
-    free_bytes, total_bytes = rt.memGetInfo()
+    cp, _, cuda, free_bytes, total_bytes = cupy_started()
     sizes = [s for s in (16 * GIB, 32 * GIB, 64 * GIB) if s <= 0.8 * free_bytes]
     largest = sizes[-1]
     result = {"method": __doc__, "env": cuda_environment(cp), "free_bytes": free_bytes, "total_bytes": total_bytes,
