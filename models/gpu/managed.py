@@ -427,8 +427,7 @@ class ManagedMemory:
             if not live.size:
                 break
             cursor[live] = first  # looked at again next round, the page then on the host
-            page = ordered[first]
-            block = page // self.ppb  # ascending, one page each
+            page, block = ordered[first], of_block[first]  # blocks ascending, one page each
             on_host = ~self.on_gpu.reshape(self.n_blocks, self.ppb)[block]
             moved = self._expand(on_host, self._wanted(block, page)) & ~on_host
             self._set_blocks(block, ~(on_host | moved))

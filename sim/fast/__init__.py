@@ -17,8 +17,7 @@ what it solves, decided before solving: :mod:`sim.fast.limits`; and its accelera
 of :class:`Speedups` (none changes an answer): the first guesses from idle latencies (:mod:`sim.fast.guesses`),
 the pace of a saturated stream (:mod:`sim.fast.pace`), the claims proven never to queue (:mod:`sim.fast.spacing`),
 a server solve's hints and a merge's reuse (:mod:`sim.fast.speedups`), a stream's own waits and a smallest block's
-passes past the limit (:mod:`sim.fast.block`). :mod:`sim.fast.draws` gives the drawn
-delays as arrays.
+passes past the limit (:mod:`sim.fast.block`). :mod:`sim.fast.draws` gives the drawn delays as arrays.
 
 >>> from sim.core.steps import Claim, Rebase
 >>> servers = [Server("link")]

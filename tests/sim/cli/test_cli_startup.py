@@ -75,7 +75,8 @@ def test_a_file_that_is_not_yaml_is_refused_without_the_schema(tmp_path, command
 
 
 @pytest.mark.parametrize("text", ["schema: 1\nnme: x\n",
-                                  "schema: 1\nname: x\nnodes: [{name: a, nic: {preset: connectx7}, gpus: [{preset: h200}]}]\n"
+                                  "schema: 1\nname: x\n"
+                                  "nodes: [{name: a, nic: {preset: connectx7}, gpus: [{preset: h200}]}]\n"
                                   "buffers: [{name: s, on: a.gpu0, size: 8388608}]\n"])
 def test_a_file_the_schema_refuses_is_refused_without_numpy_or_the_models_its_references_need(tmp_path, text):
     """An unknown key, a unitless size: the schema's one-line errors come before the references' checks, which
