@@ -8,8 +8,8 @@ and run as ``python -m sim`` from it. Machines are shared and noisy: each figure
 ``--rounds`` processes, the rounds taking the trees in turn, after one untimed run of each that caches the
 bytecode as an installed rdmasim has it (in a temporary ``PYTHONPYCACHEPREFIX``; ``--no-bytecode`` compiles every
 module in every run instead, as under ``PYTHONDONTWRITEBYTECODE``). The target is 0.5 s for each rdmasim line, the
-unknown key's too: a file the scenario schema refuses is refused before the models its references' checks need
-are imported.
+unknown key's and the unknown node's too: a file the scenario schema refuses is refused before the models its
+references' checks need are imported, and a name that does not resolve before the checks that ask the models.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ TARGET_S = 0.5
 
 NOT_YAML = "name: x\nnodes: [\n"
 UNKNOWN_KEY = "schema: 1\nnme: x\n"
+UNKNOWN_NODE = ("schema: 1\nname: x\nnodes: [{name: a}, {name: b}]\n"
+                "buffers: [{name: s, on: a.host, size: 1MiB}, {name: d, on: c.host, size: 1MiB}]\n"
+                "workload: [{kind: write_bw, from: s, to: d, sizes: [4KiB], iterations: 10}]\n")
 COMMANDS = {
     "python -c pass": None,
     "--version": ["--version"],
@@ -40,6 +43,7 @@ COMMANDS = {
     "perftest ib_read_bw -I 64": ["perftest", "ib_read_bw", "-I", "64"],
     "validate (not YAML)": ["validate", "{not_yaml}"],
     "validate (unknown key)": ["validate", "{unknown_key}"],
+    "validate (unknown node)": ["validate", "{unknown_node}"],
 }
 """What is timed: rdmasim's arguments (None: the interpreter alone)."""
 UNTARGETED = {"python -c pass"}
@@ -66,9 +70,9 @@ def main() -> None:
     args = parser.parse_args()
     revs = args.against or [BASELINE]
     with tempfile.TemporaryDirectory(prefix="rdmasim-bench-") as scratch:
-        files = {"not_yaml": Path(scratch) / "not_yaml.yaml", "unknown_key": Path(scratch) / "unknown_key.yaml"}
-        files["not_yaml"].write_text(NOT_YAML)
-        files["unknown_key"].write_text(UNKNOWN_KEY)
+        files = {name: Path(scratch) / f"{name}.yaml" for name in ("not_yaml", "unknown_key", "unknown_node")}
+        for name, text in (("not_yaml", NOT_YAML), ("unknown_key", UNKNOWN_KEY), ("unknown_node", UNKNOWN_NODE)):
+            files[name].write_text(text)
         commands = {label: None if argv is None else [a.format(**files) for a in argv]
                     for label, argv in COMMANDS.items()}
         env = dict(os.environ)

@@ -1,21 +1,14 @@
-"""Cross-reference checks the schema cannot express: names unique, references resolve, sizes and the run's
-simulated time fit."""
+"""Cross-reference checks the schema cannot express: names unique, references resolve, messages fit their buffers.
+Once every name resolves, :mod:`sim.scenario.model_checks` asks the devices' models (queues, QP types, rails, GPU
+memory, the run's simulated time)."""
 
 from __future__ import annotations
 
 import difflib
 
-from models.gpu import gpu_params
 from models.nic.transport import qp_type_of, receive_overhead
 from models.nic.port_rates import PORT_RATES
-from models.pcie.server import buffer_nics, build_rail_server, qp_nic, rail_nics
-from models.verbs.qp import check_qp_type
-from models.presets import GPU_VENDOR
-from models.verbs.peermem import no_peer_memory_client
 from models.versions import MOVE_NOTIFY_ALWAYS_BUILT, KernelBehaviour, Version
-from sim.core import VerbsError
-from sim.scenario.horizon import check_horizon
-from sim.scenario.resolve import nic_params
 from sim.scenario.nodes import NodeSpec
 from sim.scenario.schema import Scenario, TestbedSpec
 
@@ -28,12 +21,6 @@ HOST_MODES = ("pinned", "odp")
 def gpu_places(scenario: Scenario) -> list[str]:
     """'<node>.<gpu>' of every GPU (unnamed GPUs are gpu0, gpu1, ...)."""
     return [f"{n.name}.{name}" for n in scenario.nodes for name in n.gpu_names()]
-
-
-def gpu_vendors(scenario: Scenario) -> dict[str, str]:
-    """'<node>.<gpu>' -> the driver profile of that GPU (its ``exporter``, else its preset's vendor)."""
-    return {f"{n.name}.{name}": gpu.exporter or GPU_VENDOR[gpu.preset]
-            for n in scenario.nodes for gpu, name in zip(n.gpus, n.gpu_names())}
 
 
 def _suggest(name: str, choices: list[str]) -> str:
@@ -84,8 +71,6 @@ def check_references(scenario: Scenario) -> list[Problem]:
             problems.append((("buffers", i, "register"), f"GPU memory cannot be registered as '{buf.registration}': "
                              "get_user_pages cannot pin or fault device memory (no struct pages); use dmabuf, "
                              "dmabuf-pinned or peermem"))
-        elif buf.registration == "peermem" and (unclaimed := no_peer_memory_client(gpu_vendors(scenario)[buf.on])):
-            problems.append((("buffers", i, "register"), f"peermem: {unclaimed}"))
         if node in nodes and isinstance(buf.nics, list):
             problems += _nic_problems(("buffers", i, "nics"), buf.nics, nic_names(scenario.nodes[nodes.index(node)]))
     for i, node in enumerate(scenario.nodes):
@@ -138,75 +123,13 @@ def check_references(scenario: Scenario) -> list[Problem]:
             problems.append((("workload", i, "sizes"), f"a UD message is one packet: {max(work.size_list())} bytes is "
                              f"more than the fabric's MTU {scenario.fabric.mtu} (perftest: Max message size in UD "
                              "cannot be greater than MTU)"))
-    problems += library_problems(scenario) + port_problems(scenario) + queue_problems(scenario)
-    problems += transport_problems(scenario) + rail_problems(scenario)
-    return problems or check_horizon(scenario)
+    problems += library_problems(scenario) + port_problems(scenario)
+    if problems:
+        return problems
+    # The devices' models (numpy with them) are imported once every name resolves: a misspelt name is told sooner.
+    from sim.scenario.model_checks import model_problems
 
-
-def _workload_ends(scenario: Scenario) -> list[tuple]:
-    """Each workload with the names of the nodes its buffers are on, in the nodes' order."""
-    node_of = {b.name: b.on.split(".")[0] for b in scenario.buffers}
-    return [(work, [n.name for n in scenario.nodes
-                    if n.name in {node_of.get(b) for pair in work.buffer_pairs() for b in pair}])
-            for work in scenario.workload]
-
-
-def queue_problems(scenario: Scenario) -> list[Problem]:
-    """Each workload's queues fit the NICs of both its ends: ibv_create_qp refuses a send queue (tx_depth) or a
-    SEND test's receive queue (rx_depth) deeper than the device's max_qp_wr."""
-    nodes = {n.name: n for n in scenario.nodes}
-    problems = []
-    for i, (work, ends) in enumerate(_workload_ends(scenario)):
-        depths = [("tx_depth", work.tx_depth)] + ([("rx_depth", work.rx_depth)] if work.rule.receives else [])
-        for key, depth in depths:
-            short = [(name, nic_params(nodes[name]).max_qp_wr) for name in ends
-                     if depth > nic_params(nodes[name]).max_qp_wr]
-            if short:
-                name, limit = short[0]
-                problems.append((("workload", i, key), f"{key} {depth} is deeper than the {nodes[name].nic.preset} NIC"
-                                 f" of node '{name}' takes: max_qp_wr {limit} (ibv_create_qp fails with EINVAL)"))
-    return problems
-
-
-def transport_problems(scenario: Scenario) -> list[Problem]:
-    """Each workload's transport is one the NICs of both its ends create QPs of (:func:`check_qp_type`)."""
-    nodes = {n.name: n for n in scenario.nodes}
-    problems = []
-    for i, (work, ends) in enumerate(_workload_ends(scenario)):
-        for name in ends:
-            try:
-                check_qp_type(nic_params(nodes[name]), qp_type_of(work.transport))
-            except VerbsError as exc:
-                problems.append((("workload", i, "transport"), f"the {nodes[name].nic.preset} NIC of node '{name}' "
-                                 f"refuses it: {exc}"))
-                break
-    return problems
-
-
-def rail_problems(scenario: Scenario) -> list[Problem]:
-    """On a rails node each QP of a workload opens the NIC its ``rails`` policy picks (:func:`qp_nic`); the buffer
-    at that end must be registered there (its ``nics``, :func:`buffer_nics`), or the run fails at that QP."""
-    nodes, buffers = {n.name: n for n in scenario.nodes}, {b.name: b for b in scenario.buffers}
-    graphs, problems = {}, []
-    for i, work in enumerate(scenario.workload):
-        for name in dict.fromkeys(b for pair in work.buffer_pairs() for b in pair):
-            buf = buffers.get(name)
-            node = nodes.get(buf.on.split(".")[0]) if buf is not None else None
-            vertex = node.vertex(buf.on.split(".")[1]) if node is not None and node.rails is not None else None
-            if vertex is None or isinstance(buf.nics, list) and not set(buf.nics) <= set(nic_names(node)):
-                continue  # a memory or NIC named that is not there (reported by check_references)
-            layout = node.rails.layout()
-            g = graphs[node.name] = graphs.get(node.name) or build_rail_server(layout)
-            home = rail_nics(g, vertex, layout)
-            registered = buffer_nics(g, home, buf.nics)
-            missed = [(k, nic) for k in range(work.qps) if (nic := qp_nic(g, home, work.rails, k)) not in registered]
-            if missed:
-                (k, nic), listed = missed[0], buf.nics if isinstance(buf.nics, str) else ", ".join(buf.nics)
-                problems.append((("workload", i, "rails"), f"'{work.rails}' opens QP {k} of '{name}' on "
-                                 f"{node.name}.{nic}, where its nics ({listed}) do not register it (only on "
-                                 f"{', '.join(registered)}): give '{name}' nics: all, or a list with {nic}"))
-                break
-    return problems
+    return model_problems(scenario)
 
 
 LINK_LAYER = {"ib": "InfiniBand", "roce": "Ethernet"}
@@ -232,10 +155,8 @@ def port_problems(scenario: Scenario | TestbedSpec) -> list[Problem]:
 
 
 def library_problems(scenario: Scenario) -> list[Problem]:
-    """The library studies name GPUs that exist, and what a study holds at once, with the scenario's buffers on
-    the same GPU, fits in that GPU's memory."""
-    capacity = {f"{n.name}.{name}": g.memory or gpu_params(g.preset).hbm_bytes
-                for n in scenario.nodes for name, g in zip(n.gpu_names(), n.gpus)}
+    """The library studies' names are unique and the GPUs they name exist."""
+    places = sorted(gpu_places(scenario))
     problems, names = [], set()
     for i, study in enumerate(scenario.library):
         if study.name is not None and study.name in names:
@@ -248,15 +169,8 @@ def library_problems(scenario: Scenario) -> list[Problem]:
                     problems.append((("library", i, "stacks", j), f"stack {stack.on} is listed twice"))
                 seen.add(stack)
         for path, place in _study_gpus(study):
-            if place not in capacity:
-                problems.append((("library", i, *path), f"no GPU named '{place}'{_suggest(place, sorted(capacity))}"))
-        held = _study_bytes(study)
-        if held and study.on in capacity:
-            held += sum(b.size for b in scenario.buffers if b.on == study.on)
-            if held > capacity[study.on]:
-                key = "sizes" if study.kind == "rcache-churn" else "buffers"
-                problems.append((("library", i, key), f"{held} bytes live at once (with the scenario's buffers) do "
-                                 f"not fit the {capacity[study.on]} bytes of {study.on}"))
+            if place not in places:
+                problems.append((("library", i, *path), f"no GPU named '{place}'{_suggest(place, places)}"))
     return problems
 
 
@@ -265,12 +179,3 @@ def _study_gpus(study) -> list[tuple[tuple, str]]:
     if study.kind == "fallback-chain":
         return [(("stacks", j, "on"), s.on) for j, s in enumerate(study.stacks)]
     return [] if study.kind == "multi-nic" else [(("on",), study.on)]
-
-
-def _study_bytes(study) -> int:
-    """GPU memory a study holds at once (0: one buffer at a time, or none of the scenario's GPUs)."""
-    if study.kind == "rcache-churn":
-        return sum(study.sizes)
-    if study.kind == "registration-order" and study.memory == "device":
-        return sum(study.buffer_sizes())
-    return 0

@@ -89,6 +89,26 @@ def test_a_file_the_schema_refuses_is_refused_without_numpy_or_the_models_its_re
     assert "sim.scenario.refs" not in modules and "models.gpu" not in modules
 
 
+@pytest.mark.parametrize("buffers, events", [
+    ("[{name: s, on: a.host, size: 1MiB}, {name: d, on: c.host, size: 1MiB}]", ""),
+    ("[{name: s, on: a.gpu1, size: 1MiB, register: peermem}, {name: d, on: b.host, size: 1MiB}]", ""),
+    ("[{name: s, on: a.host, size: 1MiB}, {name: d, on: b.host, size: 1MiB}]",
+     "events: [{at: 1ms, kind: gpu-memory-pressure, on: b.gpu0, allocate: 1GiB}]\n"),
+])
+def test_a_name_that_does_not_resolve_is_refused_before_the_checks_that_ask_the_models(tmp_path, buffers, events):
+    """A node, GPU or memory misspelt: the names are checked before the models' checks (queues, QP types, rails,
+    GPU memory, the simulated time) import the models and numpy."""
+    path = tmp_path / "bad.yaml"
+    path.write_text("schema: 1\nname: x\nnodes: [{name: a, nic: {preset: connectx7}, gpus: [{preset: h200}]},"
+                    " {name: b, nic: {preset: connectx7}}]\n"
+                    f"buffers: {buffers}\n{events}"
+                    "workload: [{kind: write_bw, from: s, to: d, sizes: [4KiB], iterations: 10}]\n")
+    exit_code, modules = _started(["validate", str(path)])
+    assert exit_code == 2 and "sim.scenario.refs" in modules
+    assert not _heavy(modules, ("numpy",)) and "sim.scenario.model_checks" not in modules
+    assert not any(m.startswith(("models.gpu", "models.verbs.qp", "models.verbs.peermem")) for m in modules)
+
+
 def test_validating_a_scenario_builds_no_testbed_unless_it_asks_for_the_vectorized_core(tmp_path):
     """Only ``engine: fast`` needs the planner's word before a run (it builds the testbed to tell); a scenario that
     leaves the engine to ``auto`` is checked by its schema and references alone."""
