@@ -7,7 +7,7 @@ completions along the window's lanes. Gate releases are guessed the same way alo
 claims of later positions on a shared server move with their operation's post where they did not queue.
 For the first guess of a block, a group whose previous block was saturated (nearly every operation queued)
 is assumed to keep its pace: its operations end at that block's spacing plus their own drawn delays after the
-last claim, and its claims on shared servers keep their spacing too (:class:`sim.fast.block_pass.Pace`). Such a
+last claim, and its claims on shared servers keep their spacing too (:class:`sim.fast.pace_lanes.Pace`). Such a
 block needs no pass over free servers where the idle latencies are known constants (:func:`sim.fast.pace.paced`).
 
 Typical pass counts: a saturated (bandwidth-bound) stream agrees after its first pass from the second block
@@ -23,10 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from sim.fast.merge import concat
-from sim.fast.server import pool, running_max
+from sim.fast.server import pool
 from sim.fast.block_pass import NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut, gate_history
-from sim.fast.guesses import LOW, guess_posts, lag_scan, tail
-from sim.fast.pace import guess_from_pace, paced, paced_ends, paced_record, record_pace
+from sim.fast.crawl import repeats
+from sim.fast.guesses import LOW, guess_posts, lag_scan
+from sim.fast.pace import guesses_from_pace, paced_ends, paced_record, record_idle, record_pace
 
 NEVER = np.iinfo(np.int64).max
 
@@ -42,11 +43,8 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     """
     shared = _shared_servers(problem, spans, carry)
     slices = _slices_in(problem, spans, history, start, shared, floor)
-    if all(paced(problem, piece) for piece in slices):
-        previous = {}
-        for piece in slices:
-            previous.update(guess_from_pace(problem, piece))
-    else:
+    previous = guesses_from_pace(problem, slices)
+    if previous is None:
         run = Pass(problem, slices, carry, shared, {}, idle=True)
         previous = _guess(problem, slices, run.run(), run, idle=True)
     passes, before = 0, None
@@ -57,8 +55,8 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
         future = _next_post(problem, slices, outs)
         if disagree == NEVER:
             break
-        if passes >= max_passes and not (problem.speedups.crawl
-                                         and _repeats(problem, slices, outs, future, disagree, before)):
+        if passes >= max_passes and not (problem.speedups.crawl and repeats(
+                problem, slices, disagree, before, lambda: _kept(slices, outs, min(future, disagree), False))):
             break
         previous, before = _guess(problem, slices, outs, run), disagree
     horizon = min(future, disagree)
@@ -72,22 +70,8 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
                                                      for k in problem.claim_steps[g])
     kept = _kept(slices, outs, horizon, everything=disagree == NEVER and alone)
     _carry_over(problem, slices, outs, kept, run, carry, future)
-    if problem.speedups.pace:
-        for piece, out, n in zip(slices, outs, kept):
-            record_pace(problem, piece, out, n)
+    record_pace(problem, slices, outs, kept)
     return outs, kept, disagree
-
-
-def _repeats(problem, slices: list[SliceIn], outs: list[SliceOut], future: int, disagree: int,
-             before: int | None) -> bool:
-    """Whether stopping the block's passes now would make the next block repeat them: no slice is longer than
-    the solver's smallest block (:attr:`sim.fast.solver.Problem.smallest_block`), so the next block could not be
-    shorter, the passes still move the earliest disagreement later (``before``: the last pass's), and they
-    would keep under a quarter of the block's operations."""
-    if before is None or disagree <= before or any(p.hi - p.lo > problem.smallest_block for p in slices):
-        return False
-    kept = _kept(slices, outs, min(future, disagree), everything=False)
-    return 4 * sum(kept) < sum(piece.hi - piece.lo for piece in slices)
 
 
 def _shared_servers(problem, spans, carry: list[Carry]) -> dict[int, list[int]]:
@@ -142,22 +126,11 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
     for piece, out in zip(slices, outs):
         window, m = problem.groups[piece.group].window, piece.hi - piece.lo
         if piece.idle_done is None:
-            g = piece.group
             piece.idle_done = out.done - out.post
-            base = piece.idle_done - tail(problem, piece) if problem.tail_draws[piece.group] is not None \
-                else piece.idle_done
-            if m and problem.tail_draws[piece.group] is not None \
-                    and not any(problem.varied[g][k] for k in problem.claim_steps[g]) and (base == base[0]).all():
-                problem.idle_base[piece.group] = int(base[0])
             piece.idle_gate = {k: (out.gate_in[k] - out.post, out.released[k] - out.gate_out[k])
                                for k in problem.gates[piece.group]}
             piece.idle_claim = {pos: out.records[pos].head - out.post for pos in piece.shared}
-            if m and not any(problem.varied[g][k] for k in problem.claim_steps[g]):
-                problem.idle_claims.setdefault(g, {}).update(
-                    {pos: int(v[0]) for pos, v in piece.idle_claim.items() if (v == v[0]).all()})
-                problem.idle_gates.setdefault(g, {}).update(
-                    {label: (int(a[0]), int(b[0])) for label, (a, b) in piece.idle_gate.items()
-                     if (a == a[0]).all() and (b == b[0]).all()})
+            record_idle(problem, piece)
         post = out.post
         # One operation at a time, the round's only stream: what an operation waits beyond its idle latency is its
         # own (its claims queue behind each other), whenever it is posted; its claims move with its post.
@@ -185,8 +158,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             now, idle_head = out.records[pos], piece.idle_claim[pos]
             steady = piece.pace.claims.get(pos) if idle and piece.pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
-                rec = paced_record(problem, pos, now.seq0, post, steady)
-                moved[pos] = rec
+                moved[pos] = paced_record(problem, pos, now.seq0, post, steady)
                 continue
             shift = post - out.post if alone else np.where(now.head > out.post + idle_head,
                                                            np.maximum(post + idle_head - now.head, 0), post - out.post)

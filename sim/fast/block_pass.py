@@ -17,7 +17,9 @@ from sim.core.interpreter import MODEL_EVENT
 from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Wait, Wake, waits
 from sim.fast.limits import unnumbered_tie
 from sim.fast.merge import Claims, Joined, key_order, per_claim
-from sim.fast.server import pool, ramp, running_max, serve
+from sim.fast.merge_reuse import rejoined, same_parts
+from sim.fast.pace_lanes import Pace
+from sim.fast.server import pool, running_max, serve
 from sim.fast.speedups import NoHints
 from sim.fast.turns import turn_key, turn_order
 
@@ -54,43 +56,6 @@ class Record:
         return other is not None and all(a is b or np.array_equal(a, b) for a, b in (
             (self.wake, other.wake), (self.head, other.head), (self.not_before, other.not_before),
             (self.post, other.post))) and bool(np.all(np.asarray(self.wpos) == np.asarray(other.wpos)))
-
-
-@dataclass(frozen=True)
-class Pace:
-    """A group that queued throughout its last block: the values of its last kept operations and how far each lane
-    of them moved over one window, which a saturated stream keeps (ps). A lane is every ``window``-th operation:
-    the operations one completion posts after another (with gates, every ``slots``-th where fewer: the operations
-    one slot lets through after another). One stream alone on its servers moves every lane alike; parallel streams
-    that take turns on a shared server move each in bursts of a window (of its slots), which the lanes keep."""
-
-    end: tuple[np.ndarray, np.ndarray]
-    """The operations' ends (their completion or, where the group's last drawn delays follow its last claim, the
-    completion less them): the last window's, and each lane's step."""
-    claims: dict[int, tuple[np.ndarray, np.ndarray]]
-    """Per shared position: (wake, head, not_before) of the last window's claims, and each lane's step."""
-    releases: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
-    """Per gate label: the last window's releases of a slot, and each lane's step."""
-
-    @staticmethod
-    def of(series: list[np.ndarray], n: int, lanes: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per series (each holding operations ``0..n-1``, ``n > 1``): the values of its last ``lanes`` operations
-        and each one's step from the operation ``lanes`` before it; where fewer than two windows are kept, the
-        last value and the mean spacing (one lane)."""
-        if n < 2 * lanes:
-            last = np.array([[int(x[n - 1])] for x in series], np.int64)
-            return last, (last - np.array([[int(x[0])] for x in series], np.int64)) // (n - 1)
-        last = np.array([x[n - lanes:n] for x in series], np.int64)
-        return last, last - np.array([x[n - 2 * lanes:n - lanes] for x in series], np.int64)
-
-    @staticmethod
-    def ahead(last: np.ndarray, step: np.ndarray, m: int) -> np.ndarray:
-        """The next ``m`` values of series whose last window is ``last`` and whose lanes move by ``step`` per
-        window (one row per series)."""
-        lanes = last.shape[-1]
-        windows = -(-m // lanes)
-        out = last[..., None, :] + step[..., None, :] * ramp(windows, 1)[:, None]
-        return out.reshape(*last.shape[:-1], windows * lanes)[..., :m]
 
 
 @dataclass
@@ -411,10 +376,10 @@ class Pass:
         n = len(rec.wake)
         before = self.merged.get(server)
         reuse = self.problem.speedups.merge_reuse and before is not None
-        if reuse and _same_parts(before[0].parts, parts, rec):
+        if reuse and same_parts(before[0].parts, parts, rec):
             claims, order = before
         else:
-            claims = (before[0].rejoined(parts) if reuse else None) or Joined(parts)
+            claims = (rejoined(before[0], parts) if reuse else None) or Joined(parts)
             order, tied = key_order(claims)
             tie = unnumbered_tie(self.problem, claims, order, server) if tied else None
             if tie is not None and (self.tie is None or tie[0] < self.tie[0]):
@@ -468,12 +433,6 @@ def _plus(times: np.ndarray, extra) -> np.ndarray:
     """``times + extra`` (ps); ``times`` itself when ``extra`` is the scalar 0 (arrays are never changed in
     place, so steps may share them)."""
     return times if not isinstance(extra, np.ndarray) and extra == 0 else times + extra
-
-
-def _same_parts(old: list, new: list, rec: Record) -> bool:
-    """Whether ``new`` holds the same claims as ``old``, ``rec`` standing in for a guess it equals."""
-    return len(old) == len(new) and all(a is b or (b is rec and isinstance(a, Record) and rec.same_inputs(a))
-                                        for a, b in zip(old, new))
 
 
 def _out_of_order(rec: Record, pending: Claims | None) -> bool:

@@ -58,20 +58,22 @@ class Joined:
 
     def __init__(self, parts: list) -> None:
         self.parts = parts
-        self._fields: dict[str, np.ndarray] = {}
-        self._lengths = np.array([len(p.wake) for p in parts], np.int64)
+        self.built: dict[str, np.ndarray] = {}
+        """The fields joined so far, by name."""
+        self.lengths = np.array([len(p.wake) for p in parts], np.int64)
+        """Claims per part."""
         self.start: np.ndarray | None = None
         self.finish: np.ndarray | None = None
 
     def __len__(self) -> int:
-        return int(self._lengths.sum())
+        return int(self.lengths.sum())
 
     def __getattr__(self, name: str) -> np.ndarray:
         if name not in Claims.FIELDS or name in ("finish", "start"):
             raise AttributeError(name)
-        if name not in self._fields:
-            self._fields[name] = self._joined(name)
-        return self._fields[name]
+        if name not in self.built:
+            self.built[name] = self._joined(name)
+        return self.built[name]
 
     def _joined(self, name: str) -> np.ndarray:
         """Field ``name`` of every part, end to end: a per-position record's scalars (and ``seq0``) are spread
@@ -79,35 +81,19 @@ class Joined:
         per_part = [_per_part(p, name) for p in self.parts]
         if all(isinstance(v, np.ndarray) for v in per_part):
             return np.concatenate(per_part)
-        ends = np.cumsum(self._lengths)
-        starts = ends - self._lengths
-        out = np.repeat(np.array([0 if isinstance(v, np.ndarray) else v for v in per_part], np.int64), self._lengths)
+        ends = np.cumsum(self.lengths)
+        starts = ends - self.lengths
+        out = np.repeat(np.array([0 if isinstance(v, np.ndarray) else v for v in per_part], np.int64), self.lengths)
         if name == "seq":  # seq0 + the claim's index in its part
-            out += np.arange(len(out), dtype=np.int64) - np.repeat(starts, self._lengths)
+            out += np.arange(len(out), dtype=np.int64) - np.repeat(starts, self.lengths)
         for v, lo, hi in zip(per_part, starts, ends):
             if isinstance(v, np.ndarray):
                 out[lo:hi] = v
         return out
 
-    def rejoined(self, parts: list) -> Joined | None:
-        """The same join for ``parts``, which differ from these only in a few parts of the same lengths: the
-        fields built so far are copied and those parts' claims written over them; None where the parts' lengths
-        differ or more than a quarter of the parts changed (then a new join is about as cheap)."""
-        changed = [k for k, (old, new) in enumerate(zip(self.parts, parts)) if old is not new]
-        if len(parts) != len(self.parts) or 4 * len(changed) > len(parts) or any(
-                len(parts[k].wake) != self._lengths[k] for k in changed):
-            return None
-        out = Joined(parts)
-        ends = np.cumsum(self._lengths)
-        for name, joined in self._fields.items():
-            field = out._fields[name] = joined.copy()
-            for k in changed:
-                field[ends[k] - self._lengths[k]:ends[k]] = per_claim(parts[k], name)
-        return out
-
     def take(self, index: np.ndarray) -> Claims:
         """The claims at positions ``index`` (an integer array, usually short), every field included."""
-        bounds = np.concatenate(([0], np.cumsum(self._lengths)))
+        bounds = np.concatenate(([0], np.cumsum(self.lengths)))
         part = np.searchsorted(bounds, index, side="right") - 1
         local = index - bounds[part]
         fields = []

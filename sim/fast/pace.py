@@ -6,11 +6,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.fast.block_pass import Pace, Record, SliceIn, SliceOut
+from sim.fast.block_pass import Record, SliceIn, SliceOut
+from sim.fast.pace_lanes import Pace
 from sim.fast.guesses import guess_posts, tail
 
 
-def record_pace(problem, piece: SliceIn, out: SliceOut, n: int) -> None:
+def record_pace(problem, slices: list[SliceIn], outs: list[SliceOut], kept: list[int]) -> None:
+    """Keep the pace of each slice of a block whose kept operations nearly all queued (:func:`_record_pace`)."""
+    if problem.speedups.pace:
+        for piece, out, n in zip(slices, outs, kept):
+            _record_pace(problem, piece, out, n)
+
+
+def _record_pace(problem, piece: SliceIn, out: SliceOut, n: int) -> None:
     """Keep the pace of a slice whose ``n`` kept operations nearly all queued (99 %): the spacing of its ends, of
     its claims on shared servers and of its gates' releases, for its group's next block (lanes: :class:`Pace`)."""
     saturated = n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n
@@ -26,6 +34,25 @@ def record_pace(problem, piece: SliceIn, out: SliceOut, n: int) -> None:
     out.pace = Pace((last[0], step[0]), claims, releases)
 
 
+def record_idle(problem, piece: SliceIn) -> None:
+    """Keep what a slice's pass over free servers gave where it is one constant for all its operations, as
+    :func:`paced` needs it: the time through the pipeline less the last drawn delays, to each shared position,
+    and to and after each gate (none where a drawn delay comes before a claim: its operations may arrive out of
+    order)."""
+    g, m = piece.group, piece.hi - piece.lo
+    if not problem.speedups.pace or not m or any(problem.varied[g][k] for k in problem.claim_steps[g]):
+        return
+    if problem.tail_draws[g] is not None:
+        base = piece.idle_done - tail(problem, piece)
+        if (base == base[0]).all():
+            problem.idle_base[g] = int(base[0])
+    problem.idle_claims.setdefault(g, {}).update(
+        {pos: int(v[0]) for pos, v in piece.idle_claim.items() if (v == v[0]).all()})
+    problem.idle_gates.setdefault(g, {}).update(
+        {label: (int(a[0]), int(b[0])) for label, (a, b) in piece.idle_gate.items()
+         if (a == a[0]).all() and (b == b[0]).all()})
+
+
 def paced(problem, piece: SliceIn) -> bool:
     """Whether a slice's first guesses can come from its group's pace alone, without a pass over free servers:
     the group queued throughout its last block; its idle latencies are known (a constant plus its last drawn
@@ -38,6 +65,15 @@ def paced(problem, piece: SliceIn) -> bool:
             and all(pos in pace.claims and pos in idle_claims for pos in piece.shared)
             and all(label in pace.releases and label in idle_gates for label in problem.gates[g])
             and piece.lo >= window and piece.hi - piece.lo > window)
+
+
+def guesses_from_pace(problem, slices: list[SliceIn]) -> dict[int, Record] | None:
+    """Where every slice of a block is :func:`paced`: each one's first guesses from its pace
+    (:func:`guess_from_pace`) and their claims on shared servers; else None (a pass over free servers gives
+    them)."""
+    if not all(paced(problem, piece) for piece in slices):
+        return None
+    return {pos: rec for piece in slices for pos, rec in guess_from_pace(problem, piece).items()}
 
 
 def guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:

@@ -35,7 +35,8 @@ from sim.fast.spacing import never_queue
 from sim.fast.turns import turn_key
 from sim.fast.speedups import ALL, Speedups
 from sim.fast.steps import Group, Server, after_draws, claim_wpos, tail_draws
-from sim.fast.block_pass import Carry, Pace, SliceOut
+from sim.fast.block_pass import Carry, SliceOut
+from sim.fast.pace_lanes import Pace
 
 
 @dataclass(frozen=True)

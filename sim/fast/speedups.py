@@ -27,7 +27,7 @@ class Speedups:
     merge_reuse: bool = True
     """A shared server's merged service order is reused when a later position of the pass serves the same claims,
     and its claims joined end to end are patched, not joined again, where only a few positions' claims changed
-    (:meth:`sim.fast.block_pass.Pass._merge`, :meth:`sim.fast.merge.Joined.rejoined`)."""
+    (:mod:`sim.fast.merge_reuse`)."""
     own_waits: bool = True
     """A stream alone in its round that posts one operation at a time takes what each operation waited beyond its
     idle latency in the last pass as its own (its claims queued behind each other), whenever it is posted: the
@@ -37,7 +37,7 @@ class Speedups:
     crawl: bool = True
     """A block of the solver's smallest size whose passes still move their earliest disagreement later goes on
     passing past the solver's ``max_passes`` while they would keep under a quarter of it, instead of keeping that
-    little: the next block would hold the same operations and repeat the passes (:func:`sim.fast.block._repeats`;
+    little: the next block would hold the same operations and repeat the passes (:func:`sim.fast.crawl.repeats`;
     streams crossing rails in ``rail_server.yaml``)."""
 
 

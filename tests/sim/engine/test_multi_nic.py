@@ -223,13 +223,13 @@ def test_rails_nodes_give_the_same_answers_on_both_engines(rails, kind, qps, gpu
 
 def test_eight_flows_crossing_rails_give_the_same_answers_when_the_passes_go_on(monkeypatch):
     """Eight 1 MiB flows crossing the sockets both ways take turns on the socket links at almost every message:
-    a smallest block's passes go on past their usual count (``sim.fast.block._repeats``), and still end on the
+    a smallest block's passes go on past their usual count (``sim.fast.crawl.repeats``), and still end on the
     event engine's answers."""
     scenario = _scenario(gpus=8, rails="cross")
     work = scenario.workload[0].model_copy(update={"iterations": 60})
     went_on = []
-    repeats = block._repeats
-    monkeypatch.setattr(block, "_repeats", lambda *args: went_on.append(repeats(*args)) or went_on[-1])
+    repeats = block.repeats
+    monkeypatch.setattr(block, "repeats", lambda *args: went_on.append(repeats(*args)) or went_on[-1])
     runs = [run_scenario(scenario.model_copy(update={"workload": [work], "engine": engine}))
             for engine in ("event", "fast")]
     assert any(went_on)
