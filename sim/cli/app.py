@@ -259,7 +259,8 @@ def perftest(ctx: typer.Context) -> None:
 @app.command()
 def validate(scenario: Annotated[Path, typer.Argument(help="Scenario or sweep YAML file.", show_default=False,
                                                      metavar="FILE")]) -> None:
-    """Check a scenario or sweep file; print every problem as FILE:LINE:COL key: reason (exit 2 if any)."""
+    """Check a scenario or sweep file; print its problems as FILE:LINE:COL key: reason (exit 2 if any): every
+    one the schema finds, else every broken name, else every one the models find."""
     from sim.scenario.scenario_file import SweepFileGiven, load_scenario_variants
 
     with _refused(ConfigError):
