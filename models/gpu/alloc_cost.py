@@ -12,10 +12,9 @@ What the H200 showed: allocating is cheap (cudaMalloc of 64 GiB: ~2.3 ms) and fr
 cuMemSetAccess (which builds the mappings) and cuMemUnmap and cuMemRelease (which frees). From 2 GiB up, some
 allocations take a slow path at ~4-5 ms per GiB, alternating with fast ones back to back, gone 0.4 s after the
 previous free (``calib/gpu_alloc/measure_slow_path.py``; not fresh pages). These calls charge the typical (fast)
-time and the data file counts the slow samples. Where memory is short, an allocation also waits for freed memory
-still being cleared, and the first one after a clearing ended takes that memory back (:mod:`models.gpu.scrub`,
-measured on an H200 and H100s); those rules do not reproduce the alternation of back-to-back cycles with memory to
-spare (``calib/gpu_alloc/README.md``).
+time and the data file counts the slow samples. What decides the slow path is the memory cleared since the frees
+before (:mod:`models.gpu.scrub`, measured on an H200 and H100s): an allocation waits for freed memory still being
+cleared, or takes the driver's slow path, and the first one after a clearing ended takes that memory back.
 
 No AMD measurement exists here: the ``mi300x`` preset borrows the H200's curve (``GpuParams.alloc_preset``).
 """

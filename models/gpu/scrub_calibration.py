@@ -24,7 +24,7 @@ from sim.core import PS_PER_S
 
 from models.gpu.alloc_cost import AllocCosts
 from models.gpu.scrub import GiB, ScrubQueue, ScrubRates
-from models.size_cost import range_tolerance
+from models.size_cost import range_tolerance, spread_tolerance
 
 MIN_TOLERANCE = 0.10
 """Least tolerance of a case however close its repetitions (the H200's and the H100's rates differ by ~5 %)."""
@@ -137,3 +137,116 @@ def compare_reclaim(machine: dict, costs: AllocCosts, rates: ScrubRates) -> list
                              "takes nothing back: the call alone, which machines make at up to twice the speed of "
                              "cudaMalloc's own rows"})
     return rows
+
+
+def replay_cycles(cycles: list[dict], free_bytes: int, costs: AllocCosts, rates: ScrubRates) -> list[dict]:
+    """Allocate-then-free cycles made one after another (cases of ``gpu_alternation.json``, in the order they ran:
+    each with its ``bytes``, its ``call`` (default cudaMalloc) and, per cycle, when its allocation started and its
+    free returned, s), on one
+    :class:`~models.gpu.scrub.ScrubQueue` with ``free_bytes`` free in all. Per allocation: ``bytes``,
+    ``call_ps`` (the call alone), ``measured_s``, ``sim_s`` (its wait, taking back and call) and ``slow`` (it took
+    the slow path, :meth:`~models.gpu.scrub.ScrubQueue.slow_path`)."""
+    queue, out = ScrubQueue(rates), []
+    for case in cycles:
+        for at, took, freed in zip(case["alloc_at_s"], case["alloc_s"], case["free_end_s"]):
+            now = round(at * PS_PER_S)
+            slow = queue.slow_path(now, case["bytes"], free_bytes)
+            wait, reclaim = queue.take(now, case["bytes"], free_bytes)
+            call = costs.call_ps(case.get("call", "cudaMalloc"), case["bytes"])
+            out.append({"bytes": case["bytes"], "call_ps": call, "measured_s": took, "slow": slow,
+                        "sim_s": (wait + reclaim + call) / PS_PER_S})
+            queue.freed(round(freed * PS_PER_S), case["bytes"])
+    return out
+
+
+EXPONENTS = np.round(np.arange(0.80, 1.501, 0.01), 2)
+"""The slow path's exponents tried by :func:`fit_slow`."""
+
+
+def fit_slow(runs: list[tuple[list[dict], int]], costs: AllocCosts, rates: ScrubRates) -> tuple[int, float]:
+    """The slow path's wait at 1 GiB (ps) and exponent (:attr:`~models.gpu.scrub.ScrubRates.slow_exponent`) that fit
+    best, by relative least squares, the allocations of ``runs`` ((cycles, free bytes) each, :func:`replay_cycles`)
+    that take it on the clearing queue of ``rates`` and took longer than their call and the taking back of every
+    free byte. The replay gives the slow path no time, so that which calls take it does not depend on the fit."""
+    probe = ScrubRates(rates.clear_ps_per_GiB, rates.reclaim_ps_per_GiB, 0)
+    slow = [r for cycles, free in runs for r in replay_cycles(cycles, free, costs, probe) if r["slow"]
+            and r["measured_s"] * PS_PER_S > r["call_ps"] + free * rates.reclaim_ps_per_GiB // GiB]
+    gib = np.array([r["bytes"] / GiB for r in slow])
+    call = np.array([r["call_ps"] for r in slow], dtype=float)
+    measured = np.array([r["measured_s"] for r in slow])
+
+    def misfit(exponent: float) -> tuple[float, int]:
+        at_GiB = per_GiB_fit(gib ** exponent, call, measured)
+        return float(np.sum((1 - (call + at_GiB * gib ** exponent) / (measured * PS_PER_S)) ** 2)), at_GiB
+
+    best = min(EXPONENTS, key=lambda k: misfit(k)[0])
+    return misfit(best)[1], float(best)
+
+
+def back_to_back(run: dict) -> list[dict]:
+    """The back-to-back cycles of a run of ``h200_alloc_slow_path.json`` as :func:`replay_cycles` takes them: made
+    one after another in the order they ran, each call starting when the one before it returned."""
+    cases, now = [], 0.0
+    for c in (c for c in run["cycles"] if c["item"] == "back_to_back"):
+        case = {"bytes": c["bytes"], "call": c["call"], "alloc_s": c["alloc_s"], "alloc_at_s": [], "free_end_s": []}
+        for took, freeing in zip(c["alloc_s"], c["free_s"]):
+            case["alloc_at_s"].append(now)
+            now += took + freeing
+            case["free_end_s"].append(now)
+        cases.append(case)
+    return cases
+
+
+def _slow_waits(rows: list[dict], free_bytes: int, rates: ScrubRates) -> tuple[list[float], list[float]]:
+    """The measured and the modeled times (s) of the allocations among ``rows`` (:func:`replay_cycles`) that took
+    longer than their call and the taking back of every free byte: those that waited."""
+    def waited(r: dict, key: str) -> bool:
+        return r[key] * PS_PER_S > r["call_ps"] + free_bytes * rates.reclaim_ps_per_GiB // GiB
+    return [r["measured_s"] for r in rows if waited(r, "measured_s")], [r["sim_s"] for r in rows if waited(r, "sim_s")]
+
+
+def at_the_boundary(case: dict) -> bool:
+    """A case whose free memory is a whole number of its allocations: its cycles leave exactly the allocation's size
+    free and cleared, which the queue lets through at once, where the driver waited (it wants a little more)."""
+    return case["free_bytes"] % case["bytes"] == 0
+
+
+def compare_slow(alternation: dict, h200: dict, costs: AllocCosts, rates: dict[str, ScrubRates]) -> list[dict]:
+    """Per case of ``gpu_alternation.json`` (``alternation``: H100 runs, the first fitted) and of the H200's
+    back-to-back cycles (``h200``: a run of ``h200_alloc_slow_path.json``, held out): ``case`` (in words), ``bytes``,
+    the median time of the allocations that waited, modeled (``sim_s``) and measured (``measured_s``), ``tolerance``
+    (the H100 cases: their waits' whole range over both runs, so that the machines' difference counts; the H200's:
+    its own range), ``required`` (never: one curve serves every free-memory level, where the measured waits vary
+    with it) and a ``note`` with both counts of calls that waited."""
+    pooled: dict[tuple, list[float]] = {}
+    replayed = []
+    for run in alternation["runs"]:
+        for case in run["cases"]:
+            rows = replay_cycles([case], case["free_bytes"], costs, rates["h100"])
+            measured, sim = _slow_waits(rows, case["free_bytes"], rates["h100"])
+            pooled.setdefault((case["bytes"], case["free_bytes"]), []).extend(measured)
+            replayed.append((run["source"], case, measured, sim))
+    out = []
+    for source, case, measured, sim in replayed:
+        note = ("free memory a whole number of allocations: the driver waited, the queue lets the call through"
+                if at_the_boundary(case) else "the slow path's fit" if source.endswith("run1") else
+                "held out: another machine")
+        label = f"h100 {source[-4:]}: cudaMalloc {case['bytes'] // GiB} GiB, {case['free_bytes'] / GiB:.0f} GiB free"
+        out.append(_slow_row(label, case["bytes"], measured, sim, pooled[case["bytes"], case["free_bytes"]], note))
+    cases = back_to_back(h200)
+    rows, k = replay_cycles(cases, h200["free_bytes"], costs, rates["h200"]), 0
+    for case in cases:
+        mine, k = rows[k:k + len(case["alloc_s"])], k + len(case["alloc_s"])
+        measured, sim = _slow_waits(mine, h200["free_bytes"], rates["h200"])
+        out.append(_slow_row(f"h200: {case['call']} {case['bytes'] // GiB} GiB back to back", case["bytes"], measured,
+                             sim, measured, "held out: the H100's slow path on the H200"))
+    return out
+
+
+def _slow_row(case: str, nbytes: int, measured: list[float], sim: list[float], spread: list[float],
+              note: str) -> dict:
+    median = float(np.median(measured))
+    return {"case": case, "bytes": nbytes, "sim_s": float(np.median(sim)) if sim else 0.0, "measured_s": median,
+            "tolerance": spread_tolerance({"median_s": median, "min_s": min(spread), "max_s": max(spread)},
+                                          MIN_TOLERANCE, low="min_s", high="max_s"),
+            "required": False, "note": f"{len(measured)} calls waited, {len(sim)} modeled; {note}"}

@@ -24,10 +24,12 @@ Rows (``experiment``):
   costs less per byte).
 * ``gpu_alloc``: cudaMalloc/cudaFree and cuMemCreate .. cuMemAddressFree, 2 MiB..64 GiB
   (``h200_gpu_alloc.json``) against :mod:`models.gpu.alloc_cost`; tolerance the typical samples' 10-90 %
-  spread, at least 10 %; calls of a few microseconds are shown, not required; the slow allocations of
-  back-to-back 16-64 GiB cycles (``h200_alloc_slow_path.json``) are shown against the fast path the model charges;
-  allocations that wait for freed memory to be cleared, on an H200 and an H100 (``gpu_scrub.json``), replayed on
-  :mod:`models.gpu.scrub`, those asked near the clearing's end shown, not required; allocations that take back
+  spread, at least 10 %; calls of a few microseconds are shown, not required; the allocations that waited in
+  back-to-back 8-64 GiB cycles (an H100's ``gpu_alternation.json``, the H200's ``h200_alloc_slow_path.json``),
+  replayed on :mod:`models.gpu.scrub` with the driver's slow path, are shown, not required (tolerance their range
+  over both H100 runs); allocations that wait for freed memory to be cleared, on an H200 and an H100
+  (``gpu_scrub.json``), replayed on :mod:`models.gpu.scrub`, those asked near the clearing's end shown, not
+  required; allocations that take back
   memory cleared since the last one (``gpu_reclaim.json``), with room to spare, required within their own spread
   or the spread of all such cases of their GPU (it differs up to twofold between machines).
 * ``managed``: unified memory (``h200_managed_memory.json``, the per-call ``h200_um_edges.json`` and the range
@@ -86,7 +88,7 @@ from models.gpu.copy_calibration import compare as compare_copies
 from models.gpu.alloc_cost import ALLOC_PRESETS, MIN_TOLERANCE, AllocCosts, compare
 from models.gpu.scrub import SCRUB_PRESETS
 from models.gpu.scrub_calibration import compare as compare_cleared
-from models.gpu.scrub_calibration import compare_reclaim
+from models.gpu.scrub_calibration import compare_reclaim, compare_slow
 from models.gpu.managed import UVM_PRESETS
 from models.gpu.presets import gpu_params
 from models.gpu.um_calibration import compare as compare_um, load_cases
@@ -218,22 +220,14 @@ def _gpu_alloc() -> list[dict]:
 
 
 def _alloc_slow_path() -> list[dict]:
-    """The slow allocations of back-to-back cycles (``h200_alloc_slow_path.json``) against the fast path the model
-    charges: shown, not required, since no model of when they occur reproduces them yet; tolerance the slow
-    samples' own range."""
-    rows = []
-    for run in _load("h200_alloc_slow_path.json")["runs"]:
-        for c in run["cycles"]:
-            slow = [a for a, s in zip(c["alloc_s"], c["slow"]) if s]
-            if c["item"] != "back_to_back" or not slow:
-                continue
-            cost, median = ALLOC_PRESETS["h200"][c["call"]].time_ps(c["bytes"]), float(np.median(slow))
-            rows.append(_row("gpu_alloc", f"{c['call']} slow path", c["bytes"], "ms", cost / PS_PER_MS, median * 1e3,
-                             tolerance=range_tolerance(slow, MIN_TOLERANCE),
-                             required=False,
-                             note=f"{len(slow)} of {len(c['slow'])} back-to-back calls; not modeled (the model "
-                                  "charges the fast path; calib/gpu_alloc/README.md)"))
-    return rows
+    """The allocations that waited in back-to-back cycles (an H100's ``gpu_alternation.json``, the H200's
+    ``h200_alloc_slow_path.json``), replayed on :mod:`models.gpu.scrub` with the driver's slow path
+    (:func:`models.gpu.scrub_calibration.compare_slow`): shown, not required."""
+    h200 = _load("h200_alloc_slow_path.json")["runs"][0]
+    return [_row("gpu_alloc", f"{r['case']}: waits", r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
+                 tolerance=r["tolerance"], required=r["required"], note=r["note"])
+            for r in compare_slow(_load("gpu_alternation.json"), h200, AllocCosts(ALLOC_PRESETS["h200"]),
+                                  SCRUB_PRESETS)]
 
 
 def _alloc_cleared() -> list[dict]:

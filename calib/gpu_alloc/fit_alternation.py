@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""Reduce the back-to-back cycles of ``measure_alternation.py`` (``raw/h100_alternation_run*.json``) to
+``models/data/gpu_alternation.json`` and fit the driver's slow path on the first run.
+
+Usage (from the repository root)::
+
+    python calib/gpu_alloc/fit_alternation.py
+
+Per run: each case's size, the memory free in all (the room a ballast left, else all the GPU's free memory), and
+per cycle when its allocation started, how long it took and when its free returned (s from the case's start).
+The slow path's wait, a power of the allocation's size (:func:`models.gpu.scrub_calibration.fit_slow`), is fitted
+to the first run only; the second run and the H200's back-to-back cycles (``h200_alloc_slow_path.json``) check it.
+``SCRUB_PRESETS`` in ``models/gpu/scrub.py`` carries the fitted values.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts  # noqa: E402
+from models.gpu.scrub import SCRUB_PRESETS  # noqa: E402
+from models.gpu.scrub_calibration import fit_slow  # noqa: E402
+
+RAW = sorted((Path(__file__).parent / "raw").glob("h100_alternation_run*.json"))
+OUT = ROOT / "models" / "data" / "gpu_alternation.json"
+
+
+def reduce(path: Path) -> dict:
+    """One run: its environment and its cases, each replayed on its own (a pause before each clears the rest)."""
+    run = json.loads(path.read_text())
+    cases = [{"bytes": row["bytes"], "free_bytes": row.get("room_bytes", run["free_bytes"]),
+              "alloc_at_s": row["alloc_at_s"], "alloc_s": row["alloc_s"],
+              "free_end_s": [at + took for at, took in zip(row["free_at_s"], row["free_s"])]}
+             for row in run["by_size"] + run["by_room"]]
+    return {"source": path.stem, "env": run["env"], "cases": cases}
+
+
+def main() -> None:
+    runs = [reduce(p) for p in RAW]
+    at_GiB, exponent = fit_slow([([c], c["free_bytes"]) for c in runs[0]["cases"]], AllocCosts(ALLOC_PRESETS["h200"]),
+                                SCRUB_PRESETS["h100"])
+    data = {"method": json.loads(RAW[0].read_text())["method"],
+            "notes": ("two runs, each on a freshly started H100 80GB HBM3 (driver 580.159.04); raw files "
+                      "calib/gpu_alloc/raw/h100_alternation_run{1,2}.json, script "
+                      "calib/gpu_alloc/measure_alternation.py, reduced by calib/gpu_alloc/fit_alternation.py; the "
+                      "slow path fitted to the first run; times in s"),
+            "runs": runs, "fit": {"ps_at_GiB": at_GiB, "exponent": exponent}}
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"slow path: {at_GiB / 1e9:.3f} ms x GiB^{exponent:g} (fitted to {runs[0]['source']})")
+    print(f"wrote {OUT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
