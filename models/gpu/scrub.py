@@ -109,13 +109,10 @@ class ScrubQueue:
         """Whether an allocation asked at ``now_ps`` (as :meth:`take`'s) takes the driver's slow path: it would wait
         for the free being cleared, which alone would cover it, while more frees wait behind that one. It then waits
         :meth:`ScrubRates.slow_ps` for its size instead, the taking back of what was cleared by then included
-        (never where the rates have no slow path)."""
+        (never where the rates have no slow path). The frees cleared by ``now_ps`` join the memory the next
+        allocation takes back, as :meth:`take` counts them first."""
         self._take_back_until(now_ps)
         return self._slow(now_ps, self._covered(now_ps, nbytes, free_bytes))
-
-    def pending(self, now_ps: int) -> int:
-        """How many frees are still being cleared at ``now_ps``."""
-        return sum(cleared_ps > now_ps for cleared_ps, _ in self._pending)
 
     def _covered(self, now_ps: int, nbytes: int, free_bytes: int) -> int:
         """When enough frees are cleared to cover ``nbytes`` (``now_ps`` if they already are, or if even all of them
@@ -130,6 +127,8 @@ class ScrubQueue:
         return ready
 
     def _slow(self, now_ps: int, ready: int) -> bool:
+        """Whether waiting until ``ready`` (:meth:`_covered`) is waiting for the oldest pending free alone, with
+        more behind it, under rates that have a slow path."""
         return (self.rates.slow_ps_at_GiB is not None and ready > now_ps and len(self._pending) > 1
                 and ready == self._pending[0][0])
 

@@ -13,7 +13,9 @@ end of the case's last free, as the script's timer starts there (after its sleep
   measured time between the two, so that the queue is held to its rule, not to cudaFree's fit).
 
 The runs' ``idle`` cases (8 GiB with room to spare, W s after a free) are taking-back cases: ``fit_pause.py`` reads
-them into ``gpu_reclaim.json``, replayed by :func:`reclaim_ps`.
+them into ``gpu_reclaim.json``, replayed by :func:`reclaim_ps`. Back-to-back allocate-then-free cycles
+(``gpu_alternation.json``, the H200's ``h200_alloc_slow_path.json``) are replayed by :func:`replay_cycles`:
+:func:`fit_slow` fits the driver's slow path to them, :func:`compare_slow` compares.
 """
 
 from __future__ import annotations
@@ -140,12 +142,11 @@ def compare_reclaim(machine: dict, costs: AllocCosts, rates: ScrubRates) -> list
 
 
 def replay_cycles(cycles: list[dict], free_bytes: int, costs: AllocCosts, rates: ScrubRates) -> list[dict]:
-    """Allocate-then-free cycles made one after another (cases of ``gpu_alternation.json``, in the order they ran:
-    each with its ``bytes``, its ``call`` (default cudaMalloc) and, per cycle, when its allocation started and its
-    free returned, s), on one
-    :class:`~models.gpu.scrub.ScrubQueue` with ``free_bytes`` free in all. Per allocation: ``bytes``,
-    ``call_ps`` (the call alone), ``measured_s``, ``sim_s`` (its wait, taking back and call) and ``slow`` (it took
-    the slow path, :meth:`~models.gpu.scrub.ScrubQueue.slow_path`)."""
+    """Allocate-then-free cycles made one after another on one :class:`~models.gpu.scrub.ScrubQueue` with
+    ``free_bytes`` free in all (cases of ``gpu_alternation.json``, in the order they ran: each with its ``bytes``,
+    its ``call`` (default cudaMalloc) and, per cycle, when its allocation started and its free returned, s). Per
+    allocation: ``bytes``, ``call_ps`` (the call alone), ``measured_s``, ``sim_s`` (its wait, taking back and call)
+    and ``slow`` (it took the slow path, :meth:`~models.gpu.scrub.ScrubQueue.slow_path`)."""
     queue, out = ScrubQueue(rates), []
     for case in cycles:
         for at, took, freed in zip(case["alloc_at_s"], case["alloc_s"], case["free_end_s"]):
@@ -169,8 +170,8 @@ def fit_slow(runs: list[tuple[list[dict], int]], costs: AllocCosts, rates: Scrub
     that take it on the clearing queue of ``rates`` and took longer than their call and the taking back of every
     free byte. The replay gives the slow path no time, so that which calls take it does not depend on the fit."""
     probe = ScrubRates(rates.clear_ps_per_GiB, rates.reclaim_ps_per_GiB, 0)
-    slow = [r for cycles, free in runs for r in replay_cycles(cycles, free, costs, probe) if r["slow"]
-            and r["measured_s"] * PS_PER_S > r["call_ps"] + free * rates.reclaim_ps_per_GiB // GiB]
+    slow = [r for cycles, free in runs for r in replay_cycles(cycles, free, costs, probe)
+            if r["slow"] and _waited(r, "measured_s", free, rates)]
     gib = np.array([r["bytes"] / GiB for r in slow])
     call = np.array([r["call_ps"] for r in slow], dtype=float)
     measured = np.array([r["measured_s"] for r in slow])
@@ -197,12 +198,16 @@ def back_to_back(run: dict) -> list[dict]:
     return cases
 
 
+def _waited(row: dict, key: str, free_bytes: int, rates: ScrubRates) -> bool:
+    """Whether an allocation of :func:`replay_cycles`, by its ``key`` time (``measured_s`` or ``sim_s``), took longer
+    than its call and the taking back of every free byte: it waited."""
+    return row[key] * PS_PER_S > row["call_ps"] + free_bytes * rates.reclaim_ps_per_GiB // GiB
+
+
 def _slow_waits(rows: list[dict], free_bytes: int, rates: ScrubRates) -> tuple[list[float], list[float]]:
-    """The measured and the modeled times (s) of the allocations among ``rows`` (:func:`replay_cycles`) that took
-    longer than their call and the taking back of every free byte: those that waited."""
-    def waited(r: dict, key: str) -> bool:
-        return r[key] * PS_PER_S > r["call_ps"] + free_bytes * rates.reclaim_ps_per_GiB // GiB
-    return [r["measured_s"] for r in rows if waited(r, "measured_s")], [r["sim_s"] for r in rows if waited(r, "sim_s")]
+    """The measured and the modeled times (s) of the allocations among ``rows`` that waited (:func:`_waited`)."""
+    return ([r["measured_s"] for r in rows if _waited(r, "measured_s", free_bytes, rates)],
+            [r["sim_s"] for r in rows if _waited(r, "sim_s", free_bytes, rates)])
 
 
 def at_the_boundary(case: dict) -> bool:
