@@ -2,7 +2,9 @@
 (``cuda.h``: ``CUmemLocation``, ``CUmemAllocationProp`` with its ``allocFlags``, ``CUmemAccessDesc``) and
 :class:`Cuda`, the calls they make."""
 
+import argparse
 import ctypes
+import signal
 
 CU_MEM_ALLOCATION_TYPE_PINNED, CU_MEM_LOCATION_TYPE_DEVICE, CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 1, 1, 3
 
@@ -122,3 +124,21 @@ def cupy_started():
     runtime.free(runtime.malloc(2 << 20))
     free_bytes, total_bytes = runtime.memGetInfo()
     return cp, runtime, Cuda(cp.cuda.Device().id), free_bytes, total_bytes
+
+
+def paused_start(doc: str, timeout_s: int):
+    """The start of a script that times allocations with a pause before each case: its command line (``--out``,
+    ``--pause-s``, default 1.5 s, and ``--timeout-s``, after which an alarm aborts the run), CuPy started
+    (:func:`cupy_started`) and the result's header (the script's method, the environment, the device's free and
+    total memory, the pause). Returns (the arguments, CuPy's runtime, :class:`Cuda`, the result)."""
+    from host_facts import cuda_environment
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--pause-s", type=float, default=1.5, help="pause before each case (s)")
+    parser.add_argument("--timeout-s", type=int, default=timeout_s, help="abort the whole run after this long")
+    args = parser.parse_args()
+    signal.alarm(args.timeout_s)
+    cp, runtime, cuda, free_bytes, total_bytes = cupy_started()
+    return args, runtime, cuda, {"method": doc, "env": cuda_environment(cp), "free_bytes": free_bytes,
+                                 "total_bytes": total_bytes, "pause_s": args.pause_s, "errors": []}

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Reduce the back-to-back cycles of ``measure_alternation.py`` (``raw/h100_alternation_run*.json``) to
-``models/data/gpu_alternation.json`` and fit the driver's slow path on the first run.
+"""Reduce the back-to-back cycles of ``measure_alternation.py`` (``raw/h100_alternation_run*.json``) and the probes
+of ``measure_headroom.py`` (``raw/h100_headroom_run1.json``) to ``models/data/gpu_alternation.json`` and fit the
+driver's slow path on the first alternation run.
 
 Usage (from the repository root)::
 
@@ -27,6 +28,7 @@ from models.gpu.scrub import SCRUB_PRESETS  # noqa: E402
 from models.gpu.scrub_calibration import fit_slow  # noqa: E402
 
 RAW = sorted((Path(__file__).parent / "raw").glob("h100_alternation_run*.json"))
+HEADROOM = Path(__file__).parent / "raw" / "h100_headroom_run1.json"
 OUT = ROOT / "models" / "data" / "gpu_alternation.json"
 
 
@@ -40,6 +42,13 @@ def reduce(path: Path) -> dict:
     return {"source": path.stem, "env": run["env"], "cases": cases}
 
 
+def headroom() -> dict:
+    """The headroom probes: per extra, the free memory the driver reported before each probe and the probe's time."""
+    run = json.loads(HEADROOM.read_text())
+    return {"source": HEADROOM.stem, "env": run["env"], "bytes": run["bytes"],
+            "extras": [{k: row[k] for k in ("extra_bytes", "free_before_probe", "probe_s")} for row in run["extras"]]}
+
+
 def main() -> None:
     runs = [reduce(p) for p in RAW]
     at_GiB, exponent = fit_slow([([c], c["free_bytes"]) for c in runs[0]["cases"]], AllocCosts(ALLOC_PRESETS["h200"]),
@@ -48,8 +57,9 @@ def main() -> None:
             "notes": ("two runs, each on a freshly started H100 80GB HBM3 (driver 580.159.04); raw files "
                       "calib/gpu_alloc/raw/h100_alternation_run{1,2}.json, script "
                       "calib/gpu_alloc/measure_alternation.py, reduced by calib/gpu_alloc/fit_alternation.py; the "
-                      "slow path fitted to the first run; times in s"),
-            "runs": runs, "fit": {"ps_at_GiB": at_GiB, "exponent": exponent}}
+                      "slow path fitted to the first run; 'headroom': one run of calib/gpu_alloc/measure_headroom.py "
+                      "on a third H100 (raw h100_headroom_run1.json); times in s, memory in bytes"),
+            "runs": runs, "fit": {"ps_at_GiB": at_GiB, "exponent": exponent}, "headroom": headroom()}
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(f"slow path: {at_GiB / 1e9:.3f} ms x GiB^{exponent:g} (fitted to {runs[0]['source']})")
     print(f"wrote {OUT.relative_to(ROOT)}")

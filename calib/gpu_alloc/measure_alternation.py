@@ -24,15 +24,13 @@ Each case starts after a pause of ``--pause-s`` (default 1.5 s), long enough for
 
 from __future__ import annotations
 
-import argparse
-import signal
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # calib/: the shared modules
-from cuda_vmm import Cuda, cupy_started  # noqa: E402
-from host_facts import cuda_environment, run_and_save  # noqa: E402
+from cuda_vmm import Cuda, paused_start  # noqa: E402
+from host_facts import run_and_save  # noqa: E402
 
 GIB = 1 << 30
 SIZES_GIB = (8, 12, 16, 24, 32)
@@ -62,15 +60,8 @@ def cycles(rt, cuda: Cuda, size: int, n: int) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--pause-s", type=float, default=1.5, help="pause before each case (s)")
-    parser.add_argument("--timeout-s", type=int, default=240, help="abort the whole run after this long")
-    args = parser.parse_args()
-    signal.alarm(args.timeout_s)
-    cp, rt, cuda, free_bytes, total_bytes = cupy_started()
-    result = {"method": __doc__, "env": cuda_environment(cp), "free_bytes": free_bytes, "total_bytes": total_bytes,
-              "pause_s": args.pause_s, "errors": []}
+    args, rt, cuda, result = paused_start(__doc__, timeout_s=240)
+    free_bytes = result["free_bytes"]
 
     def measure(out: dict) -> None:
         out["by_size"] = []

@@ -8,8 +8,8 @@ What an H200 and H100s showed (``calib/gpu_alloc/measure_scrub.py`` and ``measur
   spare, allocations of 8, 32 and 62 GiB each waited the same ~195 ms, 0.1 s later ~92 ms;
 * frees are cleared one after another: two 32 GiB frees, then 62 GiB at once, waited ~175 ms (side by side
   would be ~100 ms);
-* an allocation waits only when the memory free and cleared is less than it asks: with room to spare, 8 GiB
-  right after an 8 GiB free took 0.55 ms;
+* an allocation waits only when the memory free and cleared is less than it asks, one 2 MiB page beyond its size
+  (:data:`HEADROOM`): with room to spare, 8 GiB right after an 8 GiB free took 0.55 ms;
 * the first allocation after a free's clearing ended takes that memory back, at ~0.2-0.3 ms per GiB, whatever its
   own size: 1 GiB took 0.14 ms right after freeing 8 and 32 GiB, 1.7 ms once the 8 GiB were cleared and 9 ms once
   all 40 were; the allocation after it pays nothing. Neither a kernel every millisecond nor a spinning thread
@@ -22,9 +22,8 @@ What an H200 and H100s showed (``calib/gpu_alloc/measure_scrub.py`` and ``measur
   size, :attr:`ScrubRates.slow_ps_at_GiB`), alternating with calls that do not wait, the same on two machines. The
   model takes this slow path where the allocation would wait for the free being cleared alone while more frees
   wait behind it (:meth:`ScrubQueue.slow_path`); with one free pending, or where it needs more than that free
-  (two 32 GiB frees, then 62 GiB), it waits for the clearing, as measured. Not modeled: the cycles whose free memory
-  is a whole number of their allocations waited where the queue lets them through (the driver wants a little more
-  than the allocation), and the waits' dependence on the memory left free (16 GiB: 49-87 ms).
+  (two 32 GiB frees, then 62 GiB), it waits for the clearing, as measured. Not modeled: the waits' dependence on
+  the memory left free (16 GiB: 49-87 ms).
 
 >>> q = ScrubQueue(ScrubRates(clear_ps_per_GiB=3_000_000_000, reclaim_ps_per_GiB=200_000_000))  # 3 and 0.2 ms
 >>> q.freed(0, 2 * GiB)
@@ -40,6 +39,9 @@ from collections import deque
 from dataclasses import dataclass
 
 GiB = 1 << 30
+HEADROOM = 2 << 20
+"""What an allocation wants free and cleared beyond its size (bytes): one 2 MiB page, its page tables'. An H100 let
+16 GiB through at once with 16 GiB + 2 MiB free and cleared, and waited with 16 GiB (``measure_headroom.py``)."""
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,8 @@ class ScrubRates:
         return round(self.slow_ps_at_GiB * (nbytes / GiB) ** self.slow_exponent)
 
 
-SCRUB_PRESETS: dict[str, ScrubRates] = {"h200": ScrubRates(2_882_527_222, 285_880_192, 3_053_385_413, 1.14),
-                                        "h100": ScrubRates(2_788_939_065, 251_962_510, 3_053_385_413, 1.14)}
+SCRUB_PRESETS: dict[str, ScrubRates] = {"h200": ScrubRates(2_882_527_222, 285_880_192, 3_305_136_625, 1.12),
+                                        "h100": ScrubRates(2_788_939_065, 251_962_510, 3_305_136_625, 1.12)}
 """Per GPU, fitted by ``calib/gpu_alloc/fit_pause.py`` (the taking back, to the allocations after a free's clearing
 ended), ``fit_scrub.py`` (the clearing, to its ``sizes`` cases with the taking back known) and
 ``fit_alternation.py`` (the slow path, to an H100's back-to-back cycles; the H200 borrows it);
@@ -115,14 +117,15 @@ class ScrubQueue:
         return self._slow(now_ps, self._covered(now_ps, nbytes, free_bytes))
 
     def _covered(self, now_ps: int, nbytes: int, free_bytes: int) -> int:
-        """When enough frees are cleared to cover ``nbytes`` (``now_ps`` if they already are, or if even all of them
-        would not)."""
+        """When enough frees are cleared to cover ``nbytes`` and the :data:`HEADROOM` (as much of it as is free at
+        all): ``now_ps`` if they already are, or if even all of them would not."""
+        wanted = min(nbytes + HEADROOM, free_bytes)
         usable, ready = free_bytes - sum(n for _, n in self._pending), now_ps
         for cleared_ps, n in self._pending:
-            if usable >= nbytes:
+            if usable >= wanted:
                 break
             usable += n
-            if usable >= nbytes:
+            if usable >= wanted:
                 ready = cleared_ps
         return ready
 

@@ -171,7 +171,7 @@ def fit_slow(runs: list[tuple[list[dict], int]], costs: AllocCosts, rates: Scrub
     free byte. The replay gives the slow path no time, so that which calls take it does not depend on the fit."""
     probe = ScrubRates(rates.clear_ps_per_GiB, rates.reclaim_ps_per_GiB, 0)
     slow = [r for cycles, free in runs for r in replay_cycles(cycles, free, costs, probe)
-            if r["slow"] and _waited(r, "measured_s", free, rates)]
+            if r["slow"] and waited(r, "measured_s", free, rates)]
     gib = np.array([r["bytes"] / GiB for r in slow])
     call = np.array([r["call_ps"] for r in slow], dtype=float)
     measured = np.array([r["measured_s"] for r in slow])
@@ -198,22 +198,16 @@ def back_to_back(run: dict) -> list[dict]:
     return cases
 
 
-def _waited(row: dict, key: str, free_bytes: int, rates: ScrubRates) -> bool:
+def waited(row: dict, key: str, free_bytes: int, rates: ScrubRates) -> bool:
     """Whether an allocation of :func:`replay_cycles`, by its ``key`` time (``measured_s`` or ``sim_s``), took longer
     than its call and the taking back of every free byte: it waited."""
     return row[key] * PS_PER_S > row["call_ps"] + free_bytes * rates.reclaim_ps_per_GiB // GiB
 
 
 def _slow_waits(rows: list[dict], free_bytes: int, rates: ScrubRates) -> tuple[list[float], list[float]]:
-    """The measured and the modeled times (s) of the allocations among ``rows`` that waited (:func:`_waited`)."""
-    return ([r["measured_s"] for r in rows if _waited(r, "measured_s", free_bytes, rates)],
-            [r["sim_s"] for r in rows if _waited(r, "sim_s", free_bytes, rates)])
-
-
-def at_the_boundary(case: dict) -> bool:
-    """A case whose free memory is a whole number of its allocations: its cycles leave exactly the allocation's size
-    free and cleared, which the queue lets through at once, where the driver waited (it wants a little more)."""
-    return case["free_bytes"] % case["bytes"] == 0
+    """The measured and the modeled times (s) of the allocations among ``rows`` that waited (:func:`waited`)."""
+    return ([r["measured_s"] for r in rows if waited(r, "measured_s", free_bytes, rates)],
+            [r["sim_s"] for r in rows if waited(r, "sim_s", free_bytes, rates)])
 
 
 def compare_slow(alternation: dict, h200: dict, costs: AllocCosts, rates: dict[str, ScrubRates]) -> list[dict]:
@@ -233,9 +227,7 @@ def compare_slow(alternation: dict, h200: dict, costs: AllocCosts, rates: dict[s
             replayed.append((run["source"], case, measured, sim))
     out = []
     for source, case, measured, sim in replayed:
-        note = ("free memory a whole number of allocations: the driver waited, the queue lets the call through"
-                if at_the_boundary(case) else "the slow path's fit" if source.endswith("run1") else
-                "held out: another machine")
+        note = "the slow path's fit" if source.endswith("run1") else "held out: another machine"
         label = f"h100 {source[-4:]}: cudaMalloc {case['bytes'] // GiB} GiB, {case['free_bytes'] / GiB:.0f} GiB free"
         out.append(_slow_row(label, case["bytes"], measured, sim, pooled[case["bytes"], case["free_bytes"]], note))
     cases = back_to_back(h200)
@@ -255,3 +247,33 @@ def _slow_row(case: str, nbytes: int, measured: list[float], sim: list[float], s
             "tolerance": spread_tolerance({"median_s": median, "min_s": min(spread), "max_s": max(spread)},
                                           MIN_TOLERANCE, low="min_s", high="max_s"),
             "required": False, "note": f"{len(measured)} calls waited, {len(sim)} modeled; {note}"}
+
+
+def headroom_probe(extra: dict, nbytes: int, costs: AllocCosts, rates: ScrubRates) -> float:
+    """The modeled time (s) of a probe of ``measure_headroom.py`` (an entry of ``gpu_alternation.json``'s
+    ``headroom``): ``nbytes`` allocated right after a free of ``nbytes``, the driver reporting ``free_before_probe``
+    free (that free included), everything else cleared long before."""
+    queue = ScrubQueue(rates)
+    queue.freed(0, nbytes)
+    free = round(float(np.median(extra["free_before_probe"])))
+    wait, reclaim = queue.take(0, nbytes, free)
+    return (wait + reclaim + costs.allocate_ps(nbytes)) / PS_PER_S
+
+
+def compare_headroom(alternation: dict, costs: AllocCosts, rates: ScrubRates) -> list[dict]:
+    """Per probe of ``gpu_alternation.json``'s ``headroom`` (an H100): ``case`` (in words), ``bytes``, ``sim_s``
+    (:func:`headroom_probe`), ``measured_s`` (median), ``tolerance`` (the probes' range, at least
+    :data:`MIN_TOLERANCE`), ``required`` (the probe waited: the headroom decides it; one that did not is the call
+    alone, which this machine made faster than the H200's fit) and a ``note``."""
+    probes, rows = alternation["headroom"], []
+    for extra in probes["extras"]:
+        free = round(float(np.median(extra["free_before_probe"])))
+        row = {"call_ps": costs.allocate_ps(probes["bytes"]), "measured_s": float(np.median(extra["probe_s"])),
+               "sim_s": headroom_probe(extra, probes["bytes"], costs, rates)}
+        waits = waited(row, "measured_s", free, rates)
+        rows.append({"case": f"h100: {probes['bytes'] // GiB} GiB right after freeing it, "
+                             f"{extra['extra_bytes'] >> 20} MiB more free", "bytes": probes["bytes"],
+                     "sim_s": row["sim_s"], "measured_s": row["measured_s"], "required": waits,
+                     "tolerance": range_tolerance(extra["probe_s"], MIN_TOLERANCE),
+                     "note": "waited for the free's clearing" if waits else "went through: the call alone"})
+    return rows

@@ -27,7 +27,8 @@ Rows (``experiment``):
   spread, at least 10 %; calls of a few microseconds are shown, not required; the allocations that waited in
   back-to-back 8-64 GiB cycles (an H100's ``gpu_alternation.json``, the H200's ``h200_alloc_slow_path.json``),
   replayed on :mod:`models.gpu.scrub` with the driver's slow path, are shown, not required (tolerance their range
-  over both H100 runs); allocations that wait for freed memory to be cleared, on an H200 and an H100
+  over both H100 runs); an H100's probes of the headroom an allocation wants cleared beyond its size, required
+  where they waited; allocations that wait for freed memory to be cleared, on an H200 and an H100
   (``gpu_scrub.json``), replayed on :mod:`models.gpu.scrub`, those asked near the clearing's end shown, not
   required; allocations that take back
   memory cleared since the last one (``gpu_reclaim.json``), with room to spare, required within their own spread
@@ -85,15 +86,15 @@ import pandas as pd
 from models.fabric import FabricParams
 from models.gpu.copy_engine import CopyEngines
 from models.gpu.copy_calibration import compare as compare_copies
-from models.gpu.alloc_cost import ALLOC_PRESETS, MIN_TOLERANCE, AllocCosts, compare
+from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts, compare
 from models.gpu.scrub import SCRUB_PRESETS
 from models.gpu.scrub_calibration import compare as compare_cleared
-from models.gpu.scrub_calibration import compare_reclaim, compare_slow
+from models.gpu.scrub_calibration import compare_headroom, compare_reclaim, compare_slow
 from models.gpu.managed import UVM_PRESETS
 from models.gpu.presets import gpu_params
 from models.gpu.um_calibration import compare as compare_um, load_cases
 from models.host import HostParams
-from models.size_cost import range_tolerance, spread_tolerance
+from models.size_cost import spread_tolerance
 from models.pcie.iommu import Iommu, IommuParams, random_addresses, stream_Bps as iommu_Bps
 from models.nic.mtt_cache import MttParams
 from models.verbs.reg_calibration import compare as compare_registration
@@ -222,12 +223,16 @@ def _gpu_alloc() -> list[dict]:
 def _alloc_slow_path() -> list[dict]:
     """The allocations that waited in back-to-back cycles (an H100's ``gpu_alternation.json``, the H200's
     ``h200_alloc_slow_path.json``), replayed on :mod:`models.gpu.scrub` with the driver's slow path
-    (:func:`models.gpu.scrub_calibration.compare_slow`): shown, not required."""
-    h200 = _load("h200_alloc_slow_path.json")["runs"][0]
-    return [_row("gpu_alloc", f"{r['case']}: waits", r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
+    (:func:`models.gpu.scrub_calibration.compare_slow`): shown, not required; and the H100's headroom probes
+    (:func:`~models.gpu.scrub_calibration.compare_headroom`), required where they waited."""
+    h200, alternation = _load("h200_alloc_slow_path.json")["runs"][0], _load("gpu_alternation.json")
+    costs = AllocCosts(ALLOC_PRESETS["h200"])
+    rows = [_row("gpu_alloc", f"{r['case']}: waits", r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
                  tolerance=r["tolerance"], required=r["required"], note=r["note"])
-            for r in compare_slow(_load("gpu_alternation.json"), h200, AllocCosts(ALLOC_PRESETS["h200"]),
-                                  SCRUB_PRESETS)]
+            for r in compare_slow(alternation, h200, costs, SCRUB_PRESETS)]
+    return rows + [_row("gpu_alloc", r["case"], r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
+                        tolerance=r["tolerance"], required=r["required"], note=r["note"])
+                   for r in compare_headroom(alternation, costs, SCRUB_PRESETS["h100"])]
 
 
 def _alloc_cleared() -> list[dict]:
