@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Reduce the back-to-back cycles of ``measure_alternation.py`` (``raw/h100_alternation_run*.json``) and the probes
-of ``measure_headroom.py`` (``raw/h100_headroom_run1.json``) to ``models/data/gpu_alternation.json`` and fit the
+of ``measure_headroom.py`` (``raw/h100_headroom_run*.json``) to ``models/data/gpu_alternation.json`` and fit the
 driver's slow path on the first alternation run.
 
 Usage (from the repository root)::
@@ -10,7 +10,7 @@ Usage (from the repository root)::
 Per run: each case's size, the memory free in all (the room a ballast left, else all the GPU's free memory), and
 per cycle when its allocation started, how long it took and when its free returned (s from the case's start).
 The slow path's wait, a power of the allocation's size (:func:`models.gpu.scrub_calibration.fit_slow`), is fitted
-to the first run only; the second run and the H200's back-to-back cycles (``h200_alloc_slow_path.json``) check it.
+to the first run only; the later runs and the H200's back-to-back cycles (``h200_alloc_slow_path.json``) check it.
 ``SCRUB_PRESETS`` in ``models/gpu/scrub.py`` carries the fitted values.
 """
 
@@ -28,7 +28,7 @@ from models.gpu.scrub import SCRUB_PRESETS  # noqa: E402
 from models.gpu.scrub_calibration import fit_slow  # noqa: E402
 
 RAW = sorted((Path(__file__).parent / "raw").glob("h100_alternation_run*.json"))
-HEADROOM = Path(__file__).parent / "raw" / "h100_headroom_run1.json"
+HEADROOM = sorted((Path(__file__).parent / "raw").glob("h100_headroom_run*.json"))
 OUT = ROOT / "models" / "data" / "gpu_alternation.json"
 
 
@@ -42,10 +42,11 @@ def reduce(path: Path) -> dict:
     return {"source": path.stem, "env": run["env"], "cases": cases}
 
 
-def headroom() -> dict:
-    """The headroom probes: per extra, the free memory the driver reported before each probe and the probe's time."""
-    run = json.loads(HEADROOM.read_text())
-    return {"source": HEADROOM.stem, "env": run["env"], "bytes": run["bytes"],
+def headroom(path: Path) -> dict:
+    """A run of headroom probes: per extra, the free memory the driver reported before each probe and the probe's
+    time."""
+    run = json.loads(path.read_text())
+    return {"source": path.stem, "env": run["env"], "bytes": run["bytes"],
             "extras": [{k: row[k] for k in ("extra_bytes", "free_before_probe", "probe_s")} for row in run["extras"]]}
 
 
@@ -54,12 +55,14 @@ def main() -> None:
     at_GiB, exponent = fit_slow([([c], c["free_bytes"]) for c in runs[0]["cases"]], AllocCosts(ALLOC_PRESETS["h200"]),
                                 SCRUB_PRESETS["h100"])
     data = {"method": json.loads(RAW[0].read_text())["method"],
-            "notes": ("two runs, each on a freshly started H100 80GB HBM3 (driver 580.159.04); raw files "
-                      "calib/gpu_alloc/raw/h100_alternation_run{1,2}.json, script "
+            "notes": ("three runs, each on a freshly started H100 80GB HBM3 (driver 580.159.04); raw files "
+                      "calib/gpu_alloc/raw/h100_alternation_run{1,2,3}.json, script "
                       "calib/gpu_alloc/measure_alternation.py, reduced by calib/gpu_alloc/fit_alternation.py; the "
-                      "slow path fitted to the first run; 'headroom': one run of calib/gpu_alloc/measure_headroom.py "
-                      "on a third H100 (raw h100_headroom_run1.json); times in s, memory in bytes"),
-            "runs": runs, "fit": {"ps_at_GiB": at_GiB, "exponent": exponent}, "headroom": headroom()}
+                      "slow path fitted to the first run; 'headroom': two runs of calib/gpu_alloc/measure_headroom.py "
+                      "(raw h100_headroom_run{1,2}.json, the second on run 3's machine); times in s, memory in "
+                      "bytes"),
+            "runs": runs, "fit": {"ps_at_GiB": at_GiB, "exponent": exponent},
+            "headroom": [headroom(p) for p in HEADROOM]}
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     print(f"slow path: {at_GiB / 1e9:.3f} ms x GiB^{exponent:g} (fitted to {runs[0]['source']})")
     print(f"wrote {OUT.relative_to(ROOT)}")

@@ -250,7 +250,7 @@ def _slow_row(case: str, nbytes: int, measured: list[float], sim: list[float], s
 
 
 def headroom_probe(extra: dict, nbytes: int, costs: AllocCosts, rates: ScrubRates) -> float:
-    """The modeled time (s) of a probe of ``measure_headroom.py`` (an entry of ``gpu_alternation.json``'s
+    """The modeled time (s) of a probe of ``measure_headroom.py`` (an entry of a run of ``gpu_alternation.json``'s
     ``headroom``): ``nbytes`` allocated right after a free of ``nbytes``, the driver reporting ``free_before_probe``
     free (that free included), everything else cleared long before."""
     queue = ScrubQueue(rates)
@@ -261,19 +261,20 @@ def headroom_probe(extra: dict, nbytes: int, costs: AllocCosts, rates: ScrubRate
 
 
 def compare_headroom(alternation: dict, costs: AllocCosts, rates: ScrubRates) -> list[dict]:
-    """Per probe of ``gpu_alternation.json``'s ``headroom`` (an H100): ``case`` (in words), ``bytes``, ``sim_s``
-    (:func:`headroom_probe`), ``measured_s`` (median), ``tolerance`` (the probes' range, at least
+    """Per probe of each run of ``gpu_alternation.json``'s ``headroom`` (H100s): ``case`` (in words), ``bytes``,
+    ``sim_s`` (:func:`headroom_probe`), ``measured_s`` (median), ``tolerance`` (the probes' range, at least
     :data:`MIN_TOLERANCE`), ``required`` (the probe waited: the headroom decides it; one that did not is the call
-    alone, which this machine made faster than the H200's fit) and a ``note``."""
-    probes, rows = alternation["headroom"], []
-    for extra in probes["extras"]:
-        free = round(float(np.median(extra["free_before_probe"])))
-        row = {"call_ps": costs.allocate_ps(probes["bytes"]), "measured_s": float(np.median(extra["probe_s"])),
-               "sim_s": headroom_probe(extra, probes["bytes"], costs, rates)}
-        waits = waited(row, "measured_s", free, rates)
-        rows.append({"case": f"h100: {probes['bytes'] // GiB} GiB right after freeing it, "
-                             f"{extra['extra_bytes'] >> 20} MiB more free", "bytes": probes["bytes"],
-                     "sim_s": row["sim_s"], "measured_s": row["measured_s"], "required": waits,
-                     "tolerance": range_tolerance(extra["probe_s"], MIN_TOLERANCE),
-                     "note": "waited for the free's clearing" if waits else "went through: the call alone"})
+    alone, which these machines made faster than the H200's fit) and a ``note``."""
+    rows = []
+    for probes in alternation["headroom"]:
+        for extra in probes["extras"]:
+            free = round(float(np.median(extra["free_before_probe"])))
+            row = {"call_ps": costs.allocate_ps(probes["bytes"]), "measured_s": float(np.median(extra["probe_s"])),
+                   "sim_s": headroom_probe(extra, probes["bytes"], costs, rates)}
+            waits = waited(row, "measured_s", free, rates)
+            rows.append({"case": f"h100 {probes['source'][-4:]}: {probes['bytes'] // GiB} GiB right after freeing it,"
+                                 f" {extra['extra_bytes'] >> 20} MiB more free", "bytes": probes["bytes"],
+                         "sim_s": row["sim_s"], "measured_s": row["measured_s"], "required": waits,
+                         "tolerance": range_tolerance(extra["probe_s"], MIN_TOLERANCE),
+                         "note": "waited for the free's clearing" if waits else "went through: the call alone"})
     return rows
