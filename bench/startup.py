@@ -70,8 +70,9 @@ def main() -> None:
     args = parser.parse_args()
     revs = args.against or [BASELINE]
     with tempfile.TemporaryDirectory(prefix="rdmasim-bench-") as scratch:
-        files = {name: Path(scratch) / f"{name}.yaml" for name in ("not_yaml", "unknown_key", "unknown_node")}
-        for name, text in (("not_yaml", NOT_YAML), ("unknown_key", UNKNOWN_KEY), ("unknown_node", UNKNOWN_NODE)):
+        texts = {"not_yaml": NOT_YAML, "unknown_key": UNKNOWN_KEY, "unknown_node": UNKNOWN_NODE}
+        files = {name: Path(scratch) / f"{name}.yaml" for name in texts}
+        for name, text in texts.items():
             files[name].write_text(text)
         commands = {label: None if argv is None else [a.format(**files) for a in argv]
                     for label, argv in COMMANDS.items()}

@@ -255,9 +255,14 @@ def headroom_probe(extra: dict, nbytes: int, costs: AllocCosts, rates: ScrubRate
     free (that free included), everything else cleared long before."""
     queue = ScrubQueue(rates)
     queue.freed(0, nbytes)
-    free = round(float(np.median(extra["free_before_probe"])))
-    wait, reclaim = queue.take(0, nbytes, free)
+    wait, reclaim = queue.take(0, nbytes, probe_free(extra))
     return (wait + reclaim + costs.allocate_ps(nbytes)) / PS_PER_S
+
+
+def probe_free(extra: dict) -> int:
+    """The memory free in all (the free just made included) when a headroom probe came: the median the driver
+    reported before that extra's probes (bytes)."""
+    return round(float(np.median(extra["free_before_probe"])))
 
 
 def compare_headroom(alternation: dict, costs: AllocCosts, rates: ScrubRates) -> list[dict]:
@@ -268,10 +273,9 @@ def compare_headroom(alternation: dict, costs: AllocCosts, rates: ScrubRates) ->
     rows = []
     for probes in alternation["headroom"]:
         for extra in probes["extras"]:
-            free = round(float(np.median(extra["free_before_probe"])))
             row = {"call_ps": costs.allocate_ps(probes["bytes"]), "measured_s": float(np.median(extra["probe_s"])),
                    "sim_s": headroom_probe(extra, probes["bytes"], costs, rates)}
-            waits = waited(row, "measured_s", free, rates)
+            waits = waited(row, "measured_s", probe_free(extra), rates)
             rows.append({"case": f"h100 {probes['source'][-4:]}: {probes['bytes'] // GiB} GiB right after freeing it,"
                                  f" {extra['extra_bytes'] >> 20} MiB more free", "bytes": probes["bytes"],
                          "sim_s": row["sim_s"], "measured_s": row["measured_s"], "required": waits,

@@ -227,12 +227,8 @@ def _alloc_slow_path() -> list[dict]:
     (:func:`~models.gpu.scrub_calibration.compare_headroom`), required where they waited."""
     h200, alternation = _load("h200_alloc_slow_path.json")["runs"][0], _load("gpu_alternation.json")
     costs = AllocCosts(ALLOC_PRESETS["h200"])
-    rows = [_row("gpu_alloc", f"{r['case']}: waits", r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
-                 tolerance=r["tolerance"], required=r["required"], note=r["note"])
-            for r in compare_slow(alternation, h200, costs, SCRUB_PRESETS)]
-    return rows + [_row("gpu_alloc", r["case"], r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
-                        tolerance=r["tolerance"], required=r["required"], note=r["note"])
-                   for r in compare_headroom(alternation, costs, SCRUB_PRESETS["h100"])]
+    return ([_replayed(r, f"{r['case']}: waits") for r in compare_slow(alternation, h200, costs, SCRUB_PRESETS)]
+            + [_replayed(r, r["case"]) for r in compare_headroom(alternation, costs, SCRUB_PRESETS["h100"])])
 
 
 def _alloc_cleared() -> list[dict]:
@@ -243,11 +239,15 @@ def _alloc_cleared() -> list[dict]:
     for file, compare in (("gpu_scrub.json", compare_cleared), ("gpu_reclaim.json", compare_reclaim)):
         for machine, data in _load(file)["machines"].items():
             costs = AllocCosts(ALLOC_PRESETS[gpu_params(machine).alloc_preset])
-            for r in compare(data, costs, SCRUB_PRESETS[machine]):
-                rows.append(_row("gpu_alloc", f"{machine}: {r['case']}", r["bytes"], "ms", r["sim_s"] * 1e3,
-                                 r["measured_s"] * 1e3, tolerance=r["tolerance"], required=r["required"],
-                                 note=r["note"]))
+            rows += [_replayed(r, f"{machine}: {r['case']}") for r in compare(data, costs, SCRUB_PRESETS[machine])]
     return rows
+
+
+def _replayed(r: dict, case: str) -> dict:
+    """A ``gpu_alloc`` row of an allocation replayed on :mod:`models.gpu.scrub` (a row of
+    :mod:`models.gpu.scrub_calibration`'s comparisons: times in s, shown in ms) under the name ``case``."""
+    return _row("gpu_alloc", case, r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
+                tolerance=r["tolerance"], required=r["required"], note=r["note"])
 
 
 def _topology() -> list[dict]:

@@ -12,12 +12,9 @@ from models.presets import GPU_VENDOR
 from models.verbs.peermem import no_peer_memory_client
 from models.verbs.qp import check_qp_type
 from sim.core import VerbsError
-from sim.scenario.horizon import check_horizon
+from sim.scenario.horizon import Problem, check_horizon
 from sim.scenario.resolve import nic_params
 from sim.scenario.schema import Scenario
-
-Problem = tuple[tuple, str]
-"""A key path into the scenario and the reason it is wrong."""
 
 
 def model_problems(scenario: Scenario) -> list[Problem]:

@@ -42,8 +42,8 @@ def load_scenario_variants(path: str | os.PathLike) -> tuple[Scenario, bytes, li
         line, column = positions.locate(("kind",))
         raise SweepFileGiven(f"a sweep file, not a scenario: run it with `rdmasim sweep {file}`", file=file,
                              line=line, column=column, key="kind")
-    # The schema imports pydantic: a file that is not YAML is refused without it. The references' checks import the
-    # models they check (numpy with them): a file the schema refuses is refused without them.
+    # The schema imports pydantic: a file that is not YAML is refused without it. A file the schema refuses is refused
+    # without the references' checks, whose checks that ask the models import them (numpy with them).
     from sim.scenario.loader import validate
     from sim.scenario.schema import Scenario
 

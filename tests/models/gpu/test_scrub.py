@@ -20,7 +20,7 @@ from models.gpu import gpu_params
 from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts
 from models.gpu.scrub import SCRUB_PRESETS, ScrubQueue, ScrubRates
 from models.gpu.scrub_calibration import (compare, compare_reclaim, compare_slow, fit_rate, fit_reclaim, fit_slow,
-                                          headroom_probe, waited)
+                                          headroom_probe, probe_free, waited)
 from models.size_cost import range_tolerance
 from sim.api import Testbed
 from sim.core import Environment
@@ -256,7 +256,7 @@ def test_an_allocation_wants_one_2_mib_page_beyond_its_size_cleared():
     for probes in ALTERNATION["headroom"]:
         for extra in probes["extras"]:
             sim = headroom_probe(extra, probes["bytes"], COSTS, rates)
-            free = round(float(np.median(extra["free_before_probe"])))
+            free = probe_free(extra)
             row = {"call_ps": COSTS.allocate_ps(probes["bytes"]), "sim_s": sim,
                    "measured_s": float(np.median(extra["probe_s"]))}
             assert waited(row, "sim_s", free, rates) == waited(row, "measured_s", free, rates), probes["source"]
