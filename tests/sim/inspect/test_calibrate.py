@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -24,9 +25,10 @@ def test_every_required_row_passes(report):
 
 def test_required_tolerances_and_ranges(report):
     copies = report[(report.experiment == "copy_bw") & report.required]
-    assert set(copies.case) == {"pinned h2d", "pinned d2h"}
-    assert copies.x.min() == 64 << 10 and copies.x.max() == 1 << 30 and len(copies) == 16
-    assert (copies.tolerance == 0.10).all() and (copies.err.abs() <= 0.10).all()
+    assert set(copies.case) == {"pinned h2d", "pinned d2h", "pageable h2d", "pageable d2h"}
+    assert copies.x.min() == 64 << 10 and copies.x.max() == 1 << 30 and len(copies) == 32
+    pinned = copies.case.str.startswith("pinned")
+    assert (copies.tolerance == np.where(pinned, 0.10, 0.20)).all() and (copies.err.abs() <= copies.tolerance).all()
     pins = report[(report.experiment == "pinning_cost") & report.required]
     assert pins.x.min() == 64 << 10 and pins.x.max() == 4 << 30 and len(pins) == 9  # cold: from 128 MiB
     assert (pins.err_median.abs() <= 0.50).all()  # held out: another machine, 25-35 % faster
