@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Reduce the back-to-back cycles of ``measure_alternation.py`` (``raw/h100_alternation_run*.json``) and the probes
-of ``measure_headroom.py`` (``raw/h100_headroom_run*.json``) to ``models/data/gpu_alternation.json`` and fit the
-driver's slow path on the first alternation run.
+"""Reduce the back-to-back cycles of ``measure_alternation.py`` (``raw/{h100,h200}_alternation_run*.json``) and the
+probes of ``measure_headroom.py`` (``raw/{h100,h200}_headroom_run*.json``) to ``models/data/gpu_alternation.json``
+and fit the driver's slow path per GPU on its first alternation run.
 
 Usage (from the repository root)::
 
@@ -10,8 +10,9 @@ Usage (from the repository root)::
 Per run: each case's size, the memory free in all (the room a ballast left, else all the GPU's free memory), and
 per cycle when its allocation started, how long it took and when its free returned (s from the case's start).
 The slow path's wait, a power of the allocation's size (:func:`models.gpu.scrub_calibration.fit_slow`), is fitted
-to the first run only; the later runs and the H200's back-to-back cycles (``h200_alloc_slow_path.json``) check it.
-``SCRUB_PRESETS`` in ``models/gpu/scrub.py`` carries the fitted values.
+per GPU to its first run only, on that GPU's clearing rates; the H100's later runs and the H200's earlier
+back-to-back cycles (``h200_alloc_slow_path.json``) check it. ``SCRUB_PRESETS`` in ``models/gpu/scrub.py`` carries
+the fitted values.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts  # noqa: E402
 from models.gpu.scrub import SCRUB_PRESETS  # noqa: E402
 from models.gpu.scrub_calibration import fit_slow  # noqa: E402
 
-RAW = sorted((Path(__file__).parent / "raw").glob("h100_alternation_run*.json"))
-HEADROOM = sorted((Path(__file__).parent / "raw").glob("h100_headroom_run*.json"))
+GPUS = ("h100", "h200")
+RAW = [p for gpu in GPUS for p in sorted((Path(__file__).parent / "raw").glob(f"{gpu}_alternation_run*.json"))]
+HEADROOM = [p for gpu in GPUS for p in sorted((Path(__file__).parent / "raw").glob(f"{gpu}_headroom_run*.json"))]
 OUT = ROOT / "models" / "data" / "gpu_alternation.json"
 
 
@@ -39,32 +41,36 @@ def reduce(path: Path) -> dict:
               "alloc_at_s": row["alloc_at_s"], "alloc_s": row["alloc_s"],
               "free_end_s": [at + took for at, took in zip(row["free_at_s"], row["free_s"])]}
              for row in run["by_size"] + run["by_room"]]
-    return {"source": path.stem, "env": run["env"], "cases": cases}
+    return {"source": path.stem, "gpu": path.stem.split("_")[0], "env": run["env"], "cases": cases}
 
 
 def headroom(path: Path) -> dict:
     """A run of headroom probes: per extra, the free memory the driver reported before each probe and the probe's
     time."""
     run = json.loads(path.read_text())
-    return {"source": path.stem, "env": run["env"], "bytes": run["bytes"],
+    return {"source": path.stem, "gpu": path.stem.split("_")[0], "env": run["env"], "bytes": run["bytes"],
             "extras": [{k: row[k] for k in ("extra_bytes", "free_before_probe", "probe_s")} for row in run["extras"]]}
 
 
 def main() -> None:
     runs = [reduce(p) for p in RAW]
-    at_GiB, exponent = fit_slow([([c], c["free_bytes"]) for c in runs[0]["cases"]], AllocCosts(ALLOC_PRESETS["h200"]),
-                                SCRUB_PRESETS["h100"])
+    fit = {}
+    for gpu in GPUS:
+        first = next(run for run in runs if run["gpu"] == gpu)
+        at_GiB, exponent = fit_slow([([c], c["free_bytes"]) for c in first["cases"]],
+                                    AllocCosts(ALLOC_PRESETS["h200"]), SCRUB_PRESETS[gpu])
+        fit[gpu] = {"source": first["source"], "ps_at_GiB": at_GiB, "exponent": exponent}
+        print(f"{gpu} slow path: {at_GiB / 1e9:.3f} ms x GiB^{exponent:g} (fitted to {first['source']})")
     data = {"method": json.loads(RAW[0].read_text())["method"],
-            "notes": ("three runs, each on a freshly started H100 80GB HBM3 (driver 580.159.04); raw files "
-                      "calib/gpu_alloc/raw/h100_alternation_run{1,2,3}.json, script "
-                      "calib/gpu_alloc/measure_alternation.py, reduced by calib/gpu_alloc/fit_alternation.py; the "
-                      "slow path fitted to the first run; 'headroom': two runs of calib/gpu_alloc/measure_headroom.py "
-                      "(raw h100_headroom_run{1,2}.json, the second on run 3's machine); times in s, memory in "
-                      "bytes"),
-            "runs": runs, "fit": {"ps_at_GiB": at_GiB, "exponent": exponent},
-            "headroom": [headroom(p) for p in HEADROOM]}
+            "notes": ("three runs, each on a freshly started H100 80GB HBM3, and one on an H200 (141 GB; driver "
+                      "580.159.04); raw files calib/gpu_alloc/raw/{h100_alternation_run{1,2,3},"
+                      "h200_alternation_run1}.json, script calib/gpu_alloc/measure_alternation.py, reduced by "
+                      "calib/gpu_alloc/fit_alternation.py; the slow path fitted per GPU to its first run; 'headroom': "
+                      "runs of calib/gpu_alloc/measure_headroom.py (raw h100_headroom_run{1,2}.json, the second on the "
+                      "third H100 run's machine, and h200_headroom_run1.json on the H200 run's machine); times in s, "
+                      "memory in bytes"),
+            "runs": runs, "fit": fit, "headroom": [headroom(p) for p in HEADROOM]}
     OUT.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"slow path: {at_GiB / 1e9:.3f} ms x GiB^{exponent:g} (fitted to {runs[0]['source']})")
     print(f"wrote {OUT.relative_to(ROOT)}")
 
 

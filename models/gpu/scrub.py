@@ -16,14 +16,15 @@ What an H200 and H100s showed (``calib/gpu_alloc/measure_scrub.py`` and ``measur
   through the pause removes the cost, and a pause with no free before it costs nothing: it follows the cleared
   memory, not an idle GPU or CPU. An allocation that waited for a free takes that free's memory back too.
 
-* back-to-back allocate-then-free cycles of 8-32 GiB on an H100 (``measure_alternation.py``, reduced to
+* back-to-back allocate-then-free cycles of 8-32 GiB on H100s and an H200 (``measure_alternation.py``, reduced to
   ``gpu_alternation.json``) take their first slow call where the rule above says, but then wait neither for the
-  clearing of the free being cleared nor for all of them: ~34 ms at 8 GiB, ~68 at 16, ~165 at 32 (a power of the
-  size, :attr:`ScrubRates.slow_ps_at_GiB`), alternating with calls that do not wait, the same on two machines. The
-  model takes this slow path where the allocation would wait for the free being cleared alone while more frees
-  wait behind it (:meth:`ScrubQueue.slow_path`); with one free pending, or where it needs more than that free
-  (two 32 GiB frees, then 62 GiB), it waits for the clearing, as measured. Not modeled: the waits' dependence on
-  the memory left free (16 GiB: 49-87 ms).
+  clearing of the free being cleared nor for all of them: on an H100 ~34 ms at 8 GiB, ~68 at 16, ~165 at 32, on the
+  H200 ~48 at 12 GiB, ~100 at 24, ~129 at 32 (a power of the size per GPU, :attr:`ScrubRates.slow_ps_at_GiB`),
+  alternating with calls that do not wait, the same on three H100s. The model takes this slow path where the
+  allocation would wait for the free being cleared alone while more frees wait behind it
+  (:meth:`ScrubQueue.slow_path`); with one free pending, or where it needs more than that free (two 32 GiB frees,
+  then 62 GiB), it waits for the clearing, as measured. Not modeled: the waits' dependence on the memory left free
+  (16 GiB: 49-87 ms on both GPUs), and the first call of a case after a pause waiting up to 155 ms on the H200.
 
 >>> q = ScrubQueue(ScrubRates(clear_ps_per_GiB=3_000_000_000, reclaim_ps_per_GiB=200_000_000))  # 3 and 0.2 ms
 >>> q.freed(0, 2 * GiB)
@@ -63,12 +64,12 @@ class ScrubRates:
         return round(self.slow_ps_at_GiB * (nbytes / GiB) ** self.slow_exponent)
 
 
-SCRUB_PRESETS: dict[str, ScrubRates] = {"h200": ScrubRates(2_882_527_222, 285_880_192, 3_305_136_625, 1.12),
+SCRUB_PRESETS: dict[str, ScrubRates] = {"h200": ScrubRates(2_882_527_222, 285_880_192, 5_841_460_152, 0.91),
                                         "h100": ScrubRates(2_788_939_065, 251_962_510, 3_305_136_625, 1.12)}
 """Per GPU, fitted by ``calib/gpu_alloc/fit_pause.py`` (the taking back, to the allocations after a free's clearing
 ended), ``fit_scrub.py`` (the clearing, to its ``sizes`` cases with the taking back known) and
-``fit_alternation.py`` (the slow path, to an H100's back-to-back cycles; the H200 borrows it);
-``tests/models/gpu/test_scrub.py`` re-fits them from the data."""
+``fit_alternation.py`` (the slow path, to the GPU's first run of back-to-back cycles, 8-32 GiB: beyond 32 GiB the
+curve is extrapolated); ``tests/models/gpu/test_scrub.py`` re-fits them from the data."""
 
 
 class ScrubQueue:

@@ -211,32 +211,38 @@ def _slow_waits(rows: list[dict], free_bytes: int, rates: ScrubRates) -> tuple[l
 
 
 def compare_slow(alternation: dict, h200: dict, costs: AllocCosts, rates: dict[str, ScrubRates]) -> list[dict]:
-    """Per case of ``gpu_alternation.json`` (``alternation``: H100 runs, the first fitted) and of the H200's
-    back-to-back cycles (``h200``: a run of ``h200_alloc_slow_path.json``, held out): ``case`` (in words), ``bytes``,
-    the median time of the allocations that waited, modeled (``sim_s``) and measured (``measured_s``), ``tolerance``
-    (the H100 cases: their waits' whole range over both runs, so that the machines' difference counts; the H200's:
-    its own range), ``required`` (never: one curve serves every free-memory level, where the measured waits vary
-    with it) and a ``note`` with both counts of calls that waited."""
+    """Per case of ``gpu_alternation.json`` (``alternation``: runs on H100s and an H200, each GPU's first fitted) and
+    of the H200's back-to-back cycles (``h200``: a run of ``h200_alloc_slow_path.json``, held out), replayed on the
+    GPU's ``rates``: ``case`` (in words), ``bytes``, the median time of the allocations that waited, modeled
+    (``sim_s``) and measured (``measured_s``), ``tolerance`` (a case's waits' whole range over its GPU's runs, so that
+    the machines' difference counts; the back-to-back cycles': their own range), ``required`` (never: one curve serves
+    every free-memory level, where the measured waits vary with it) and a ``note`` with both counts of calls that
+    waited. A case where no call waited, measured or modeled (the H200's 8 GiB cycles), has no row."""
     pooled: dict[tuple, list[float]] = {}
     replayed = []
     for run in alternation["runs"]:
         for case in run["cases"]:
-            rows = replay_cycles([case], case["free_bytes"], costs, rates["h100"])
-            measured, sim = _slow_waits(rows, case["free_bytes"], rates["h100"])
-            pooled.setdefault((case["bytes"], case["free_bytes"]), []).extend(measured)
-            replayed.append((run["source"], case, measured, sim))
+            rows = replay_cycles([case], case["free_bytes"], costs, rates[run["gpu"]])
+            measured, sim = _slow_waits(rows, case["free_bytes"], rates[run["gpu"]])
+            pooled.setdefault((run["gpu"], case["bytes"], case["free_bytes"]), []).extend(measured)
+            replayed.append((run, case, measured, sim))
+    fitted = {fit["source"] for fit in alternation["fit"].values()}
     out = []
-    for source, case, measured, sim in replayed:
-        note = "the slow path's fit" if source.endswith("run1") else "held out: another machine"
-        label = f"h100 {source[-4:]}: cudaMalloc {case['bytes'] // GiB} GiB, {case['free_bytes'] / GiB:.0f} GiB free"
-        out.append(_slow_row(label, case["bytes"], measured, sim, pooled[case["bytes"], case["free_bytes"]], note))
+    for run, case, measured, sim in replayed:
+        if not measured and not sim:
+            continue
+        note = "the slow path's fit" if run["source"] in fitted else "held out: another machine"
+        label = (f"{run['gpu']} {run['source'][-4:]}: cudaMalloc {case['bytes'] // GiB} GiB, "
+                 f"{case['free_bytes'] / GiB:.0f} GiB free")
+        out.append(_slow_row(label, case["bytes"], measured, sim, pooled[run["gpu"], case["bytes"], case["free_bytes"]],
+                             note))
     cases = back_to_back(h200)
     rows, k = replay_cycles(cases, h200["free_bytes"], costs, rates["h200"]), 0
     for case in cases:
         mine, k = rows[k:k + len(case["alloc_s"])], k + len(case["alloc_s"])
         measured, sim = _slow_waits(mine, h200["free_bytes"], rates["h200"])
         out.append(_slow_row(f"h200: {case['call']} {case['bytes'] // GiB} GiB back to back", case["bytes"], measured,
-                             sim, measured, "held out: the H100's slow path on the H200"))
+                             sim, measured, "held out: another H200 machine, other cycles"))
     return out
 
 
@@ -265,19 +271,20 @@ def probe_free(extra: dict) -> int:
     return round(float(np.median(extra["free_before_probe"])))
 
 
-def compare_headroom(alternation: dict, costs: AllocCosts, rates: ScrubRates) -> list[dict]:
-    """Per probe of each run of ``gpu_alternation.json``'s ``headroom`` (H100s): ``case`` (in words), ``bytes``,
-    ``sim_s`` (:func:`headroom_probe`), ``measured_s`` (median), ``tolerance`` (the probes' range, at least
-    :data:`MIN_TOLERANCE`), ``required`` (the probe waited: the headroom decides it; one that did not is the call
-    alone, which these machines made faster than the H200's fit) and a ``note``."""
+def compare_headroom(alternation: dict, costs: AllocCosts, rates: dict[str, ScrubRates]) -> list[dict]:
+    """Per probe of each run of ``gpu_alternation.json``'s ``headroom`` (H100s and an H200), on its GPU's ``rates``:
+    ``case`` (in words), ``bytes``, ``sim_s`` (:func:`headroom_probe`), ``measured_s`` (median), ``tolerance`` (the
+    probes' range, at least :data:`MIN_TOLERANCE`), ``required`` (the probe waited: the headroom decides it; one that
+    did not is the call alone, which these machines made faster than the H200's fit) and a ``note``."""
     rows = []
     for probes in alternation["headroom"]:
+        mine = rates[probes["gpu"]]
         for extra in probes["extras"]:
             row = {"call_ps": costs.allocate_ps(probes["bytes"]), "measured_s": float(np.median(extra["probe_s"])),
-                   "sim_s": headroom_probe(extra, probes["bytes"], costs, rates)}
-            waits = waited(row, "measured_s", probe_free(extra), rates)
-            rows.append({"case": f"h100 {probes['source'][-4:]}: {probes['bytes'] // GiB} GiB right after freeing it,"
-                                 f" {extra['extra_bytes'] >> 20} MiB more free", "bytes": probes["bytes"],
+                   "sim_s": headroom_probe(extra, probes["bytes"], costs, mine)}
+            waits = waited(row, "measured_s", probe_free(extra), mine)
+            rows.append({"case": f"{probes['gpu']} {probes['source'][-4:]}: {probes['bytes'] // GiB} GiB right after "
+                                 f"freeing it, {extra['extra_bytes'] >> 20} MiB more free", "bytes": probes["bytes"],
                          "sim_s": row["sim_s"], "measured_s": row["measured_s"], "required": waits,
                          "tolerance": range_tolerance(extra["probe_s"], MIN_TOLERANCE),
                          "note": "waited for the free's clearing" if waits else "went through: the call alone"})

@@ -26,10 +26,10 @@ Rows (``experiment``):
 * ``gpu_alloc``: cudaMalloc/cudaFree and cuMemCreate .. cuMemAddressFree, 2 MiB..64 GiB
   (``h200_gpu_alloc.json``) against :mod:`models.gpu.alloc_cost`; tolerance the typical samples' 10-90 %
   spread, at least 10 %; calls of a few microseconds are shown, not required; the allocations that waited in
-  back-to-back 8-64 GiB cycles (an H100's ``gpu_alternation.json``, the H200's ``h200_alloc_slow_path.json``),
-  replayed on :mod:`models.gpu.scrub` with the driver's slow path, are shown, not required (tolerance their range
-  over both H100 runs); an H100's probes of the headroom an allocation wants cleared beyond its size, required
-  where they waited; allocations that wait for freed memory to be cleared, on an H200 and an H100
+  back-to-back 8-64 GiB cycles (H100s' and an H200's ``gpu_alternation.json``, the H200's
+  ``h200_alloc_slow_path.json``), replayed on :mod:`models.gpu.scrub` with the driver's slow path, are shown, not
+  required (tolerance their range over the GPU's runs); the probes of the headroom an allocation wants cleared
+  beyond its size, on H100s and an H200, required where they waited; allocations that wait for freed memory to be cleared, on an H200 and an H100
   (``gpu_scrub.json``), replayed on :mod:`models.gpu.scrub`, those asked near the clearing's end shown, not
   required; allocations that take back
   memory cleared since the last one (``gpu_reclaim.json``), with room to spare, required within their own spread
@@ -222,14 +222,14 @@ def _gpu_alloc() -> list[dict]:
 
 
 def _alloc_slow_path() -> list[dict]:
-    """The allocations that waited in back-to-back cycles (an H100's ``gpu_alternation.json``, the H200's
+    """The allocations that waited in back-to-back cycles (H100s' and an H200's ``gpu_alternation.json``, the H200's
     ``h200_alloc_slow_path.json``), replayed on :mod:`models.gpu.scrub` with the driver's slow path
-    (:func:`models.gpu.scrub_calibration.compare_slow`): shown, not required; and the H100's headroom probes
+    (:func:`models.gpu.scrub_calibration.compare_slow`): shown, not required; and the headroom probes
     (:func:`~models.gpu.scrub_calibration.compare_headroom`), required where they waited."""
     h200, alternation = _load("h200_alloc_slow_path.json")["runs"][0], _load("gpu_alternation.json")
     costs = AllocCosts(ALLOC_PRESETS["h200"])
     return ([_replayed(r, f"{r['case']}: waits") for r in compare_slow(alternation, h200, costs, SCRUB_PRESETS)]
-            + [_replayed(r, r["case"]) for r in compare_headroom(alternation, costs, SCRUB_PRESETS["h100"])])
+            + [_replayed(r, r["case"]) for r in compare_headroom(alternation, costs, SCRUB_PRESETS)])
 
 
 def _alloc_cleared() -> list[dict]:
