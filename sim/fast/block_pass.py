@@ -310,7 +310,9 @@ class Pass:
         if not step.eager:  # made when the head arrives
             wake, self.turned = head, None
         wpos = self.problem.wpos_at[pos] if self.turned is None else self.turned
-        if step.turn is not None:
+        # A pass over free servers knows no post but the first ones, so it leaves a turn's order to the real passes:
+        # the claims' own times are its lower bound, and a later position's guess built on them holds.
+        if step.turn is not None and not self.idle:
             names = turn_key(step.turn, step.server)
             wake, wpos = turn_order(wake, wpos, self._turn_seed(names))
             self.turned = wpos

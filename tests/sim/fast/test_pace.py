@@ -9,7 +9,7 @@ import pytest
 
 import sim.fast.block as block_module
 from sim.core.steps import Claim, Delay, Rebase, Wake
-from sim.fast import Group, Server
+from sim.fast import Group, Server, solve
 from scalar_reference import run_pipelines
 from event_reference import run_events
 from test_pipelines import series, solve_all
@@ -74,3 +74,22 @@ def test_a_stream_that_stops_queueing_is_still_exact(passes):
     servers = [Server("a"), Server("b")]
     group = Group(steps, ops, 64, {"poll": series(polls)})
     assert solve_all(servers, [group], block=BLOCK) == run_pipelines(servers, [group])
+
+
+
+@pytest.mark.parametrize("start", [0, 5_000_000_000])
+def test_one_at_a_time_with_a_turn_on_a_shared_server_needs_one_pass_after_the_free_servers(passes, start):
+    """One operation at a time whose claim in a turn (a send queue's, on the port) comes after another claim on the
+    same port: the pass over free servers knows no posts but the first, so it leaves the turn's order to the real
+    passes (the claims' own times are its lower bound); the guessed claims then hold, and every block takes that
+    pass and one more."""
+    ops = 256
+    steps = (Delay(1_000), Claim(0, 1_500, 1_500, 1_500, 150_000), Claim(1, 82_800, 0, 0, 300_000),
+             Delay(400_000), Claim(0, 2_000, 2_000, 2_000, 300_000, turn="send"), Rebase(True), Delay(draws="poll"),
+             Wake())
+    servers = [Server("port"), Server("wire")]
+    group = Group(steps, ops, 1, {"poll": _polls(ops, 40_000, seed=11)})
+    pieces = list(solve(servers, [group], start, block=BLOCK))
+    assert passes[0] == 2 * len(pieces)
+    assert ([np.concatenate([p.post for p in pieces]).tolist()], [np.concatenate([p.done for p in pieces]).tolist()]
+            ) == run_events(servers, [group], start)
