@@ -15,11 +15,12 @@ PyTorch, CUDA-event timed):
   and 9.4 GB/s at 256 MiB and 1 GiB: the driver's staging thread reads the source, which the host's caches keep
   from one copy to the next while it is small enough, and which comes from DRAM beyond that. So H2D is fitted
   on the points up to 64 MiB (within -15 %..+18 %), and its rate beyond ``cached_bytes`` on the larger points
-  with the same fixed cost (within 3 %: :func:`fit_staged_copy`). Where the step lies between 64 and 256 MiB was not measured on that
-  host: the preset takes 128 MiB, the middle on a log scale. ``calib/gpu_copy/measure_pageable.py`` found the
-  same step on two more hosts (an H100 machine: between 16 and 32 MiB; an H200 machine: between 64 and 96 MiB),
-  and there every copy whose source was flushed from the caches first ran at the large copies' rate at every size:
-  the step is the host's, not the GPU's. A source copied once, cold, is not modelled apart.
+  with the same fixed cost (within 3 %: :func:`fit_staged_copy`). Where the step lies between 64 and 256 MiB was
+  not measured on that host: the preset takes 128 MiB, the middle on a log scale.
+  ``calib/gpu_copy/measure_pageable.py`` found the same step on two more hosts (an H100 machine: between 16 and
+  32 MiB; an H200 machine: between 64 and 96 MiB), and there every copy whose source was flushed from the caches
+  first ran at the large copies' rate at every size: the step is the host's, not the GPU's. A source copied once,
+  cold, is not modelled apart.
 
 Device-to-device copies use the measured 4250 GB/s of read + write HBM traffic (2125 GB/s copied) with
 the pinned D2H fixed cost (not measured separately). H2D and D2H run on separate engines and overlap; the

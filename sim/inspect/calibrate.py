@@ -29,11 +29,11 @@ Rows (``experiment``):
   back-to-back 8-64 GiB cycles (H100s' and an H200's ``gpu_alternation.json``, the H200's
   ``h200_alloc_slow_path.json``), replayed on :mod:`models.gpu.scrub` with the driver's slow path, are shown, not
   required (tolerance their range over the GPU's runs); the probes of the headroom an allocation wants cleared
-  beyond its size, on H100s and an H200, required where they waited; allocations that wait for freed memory to be cleared, on an H200 and an H100
-  (``gpu_scrub.json``), replayed on :mod:`models.gpu.scrub`, those asked near the clearing's end shown, not
-  required; allocations that take back
-  memory cleared since the last one (``gpu_reclaim.json``), with room to spare, required within their own spread
-  or the spread of all such cases of their GPU (it differs up to twofold between machines).
+  beyond its size, on H100s and an H200, required where they waited; allocations that wait for freed memory to be
+  cleared, on an H200 and an H100 (``gpu_scrub.json``), replayed on :mod:`models.gpu.scrub`, those asked near the
+  clearing's end shown, not required; allocations that take back memory cleared since the last one
+  (``gpu_reclaim.json``), with room to spare, required within their own spread or the spread of all such cases of
+  their GPU (it differs up to twofold between machines).
 * ``managed``: unified memory (``h200_managed_memory.json``, the per-call ``h200_um_edges.json`` and the range
   sizes of ``h200_um_range.json``) replayed on :class:`models.gpu.managed.ManagedMemory`: the fitted items
   required within 25 % (prefetches 30 %), the others shown (:mod:`models.gpu.um_calibration` says what each role

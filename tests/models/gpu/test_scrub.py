@@ -1,10 +1,10 @@
 """Freed GPU memory cleared before reuse and taken back by the next allocation, against the H200's and the H100s'
 runs (``calib/gpu_alloc/measure_scrub.py``, ``measure_pause.py``, ``measure_slow_path.py``,
-``measure_alternation.py``, ``measure_headroom.py``): the presets are the data's fit, every case that waits or takes memory back lies within
-its measured spread, the rules the runs showed (a free comes back whole, frees are cleared one after another, no
-wait with room to spare, the first allocation after a clearing ended pays for the memory cleared and the next one
-nothing, back-to-back cycles take the driver's slow path) hold, and a script's and a competing job's allocations pay
-them."""
+``measure_alternation.py``, ``measure_headroom.py``): the presets are the data's fit, every case that waits or takes
+memory back lies within its measured spread, the rules the runs showed (a free comes back whole, frees are cleared
+one after another, no wait with room to spare, the first allocation after a clearing ended pays for the memory
+cleared and the next one nothing, back-to-back cycles take the driver's slow path) hold, and a script's and a
+competing job's allocations pay them."""
 
 import json
 from dataclasses import replace
