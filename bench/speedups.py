@@ -18,8 +18,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
+
+from sim.core.steps import Claim, Delay, Rebase, Wake  # noqa: E402
 from sim.engine.harness import setup_run  # noqa: E402
-from sim.fast import ALL, NONE, Speedups, solve  # noqa: E402
+from sim.fast import ALL, NONE, Group, Server, Speedups, solve  # noqa: E402
 from sim.engine.planner.plan import pipelines  # noqa: E402
 from sim.engine.planner.streams import streams  # noqa: E402
 from sim.scenario.scenario_file import load_scenario_variants  # noqa: E402
@@ -35,14 +38,39 @@ SHAPES = {
     "write_lat 2B..64KiB": {"kind": "write_lat", "sizes": {"from": "2B", "to": "64KiB"}, "iterations": 5_000},
     "send_lat 2B, 4KiB (own waits)": {"kind": "send_lat", "sizes": ["2B", "4KiB"], "iterations": 1_000},
     "rail_server.yaml, 8 QPs crossing (crawl)": ROOT / "scenarios" / "rail_server.yaml",
+    "1MiB window NAK'd 20 times (tail_apart)": "naks",
 }
-"""The workloads solved, between two ConnectX-7 hosts on a 400 Gb/s fabric, or a shipped scenario's (its first
-variant's)."""
+"""The workloads solved, between two ConnectX-7 hosts on a 400 Gb/s fabric, a shipped scenario's (its first
+variant's), or ``naks``: the pipelines of :func:`naked_window`."""
 
 
-def solved(work: dict | Path, speedups: Speedups) -> tuple[float, list]:
-    """Wall time of one solve of ``work``'s pipelines (a workload, or a scenario file's first variant) with
-    ``speedups`` (s), and its posts and completions."""
+def naked_window() -> tuple[list[Server], list[Group]]:
+    """A stream of 3,000 1 MiB WRITEs, 16 in flight, on three servers (transmit port, receive port, the
+    acknowledgements' way back), whose window from operation 1,200 on is answered with 20 RNR NAKs each (a request
+    and its NAK, 200 us apart), as a buffer re-mapped under the responder answers them (``gpu_pressure.yaml``): the
+    stream changes its steps twice."""
+    def steps(naks: int) -> tuple:
+        nak = (Claim(0, 60_000), Claim(1, 60_000, latency_ps=300_000), Rebase(False), Delay(300_000),
+               Claim(2, 10_000), Rebase(False), Delay(200_000_000))
+        return (Delay(1_000), *nak * naks, Claim(0, 20_000_000, latency_ps=300_000),
+                Claim(1, 20_000_000, latency_ps=300_000), Rebase(True), Claim(2, 10_000), Rebase(True),
+                Delay(0, "poll"), Wake())
+
+    polls = np.random.default_rng(1).integers(0, 500_000, 3_000)
+    draws = {"poll": lambda lo, hi: polls[lo:hi]}
+    return ([Server("tx"), Server("rx"), Server("ack")],
+            [Group(steps(0), 1_200, 16, draws), Group(steps(20), 1_216, 16, draws, first=1_200),
+             Group(steps(0), 3_000, 16, draws, first=1_216)])
+
+
+def solved(work: dict | Path | str, speedups: Speedups) -> tuple[float, list]:
+    """Wall time of one solve of ``work``'s pipelines (a workload, a scenario file's first variant, or
+    :func:`naked_window`'s) with ``speedups`` (s), and its posts and completions."""
+    if work == "naks":
+        servers, groups = naked_window()
+        clock = time.perf_counter()
+        times = [(p.group, p.post, p.done) for p in solve(servers, groups, speedups=speedups)]
+        return time.perf_counter() - clock, times
     if isinstance(work, Path):
         scenario = load_scenario_variants(work)[2][0][1]
     else:

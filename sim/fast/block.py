@@ -25,7 +25,7 @@ import numpy as np
 from sim.fast.merge import concat
 from sim.fast.server import pool
 from sim.fast.block_pass import NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut, gate_history
-from sim.fast.crawl import repeats
+from sim.fast.crawl import repeats, tail_crawls
 from sim.fast.guesses import LOW, guess_posts, lag_scan
 from sim.fast.pace import guesses_from_pace, paced_ends, paced_record, record_idle, record_pace
 
@@ -55,8 +55,11 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
         future = _next_post(problem, slices, outs)
         if disagree == NEVER:
             break
-        if passes >= max_passes and not (problem.speedups.crawl and repeats(
-                problem, slices, disagree, before, lambda: _kept(slices, outs, min(future, disagree), False))):
+        def kept(at: int) -> list[int]:  # per slice, were the passes to stop at a disagreement at ``at``
+            return _kept(slices, outs, min(future, at), False)
+        if problem.speedups.tail_apart and tail_crawls(slices, disagree, before, kept):
+            break
+        if passes >= max_passes and not (problem.speedups.crawl and repeats(problem, slices, disagree, before, kept)):
             break
         previous, before = _guess(problem, slices, outs, run), disagree
     horizon = min(future, disagree)
@@ -103,19 +106,17 @@ def _slices_in(problem, spans, history, start, shared, floor) -> list[SliceIn]:
             gate_input[label] = np.full(m, NO_RELEASE, np.int64)
             if hist is not None:  # a joined slice's come from the slice it continues
                 gate_history(gate_input[label], hist.released[label], lo, hi, slots)
-        placeholder = np.zeros(max(0, m - group.window), np.int64)  # guessed posts
         joined = bool(i and group.first) and group.first == lo and spans[i - 1][0] == g - 1
         slices.append(SliceIn(
             g, lo, hi, problem.seq_base[g] + lo, floor if later == 1 else None if later else start[g],
             hist.done[len(hist.done) - back:] if back and hist is not None else empty,
-            placeholder, gate_input,
+            np.zeros(max(0, m - group.window), np.int64), gate_input,  # (guessed posts: placeholders)
             {name: np.asarray(draw(lo, hi), np.int64) for name, draw in group.draws.items()},
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
             pace=hist.pace if hist is not None else None,
             hist_released={label: hist.released[label] if hist is not None else empty
                            for label in (*problem.gates[g], *problem.stream_turn_keys[g])
-                           if hist is None or label in hist.released},
-            after=after, joined=joined))
+                           if hist is None or label in hist.released}, after=after, joined=joined))
     return slices
 
 

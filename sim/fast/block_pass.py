@@ -17,7 +17,7 @@ from sim.core.interpreter import MODEL_EVENT
 from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Wait, Wake, waits
 from sim.fast.limits import unnumbered_tie
 from sim.fast.merge import Claims, Joined, key_order, per_claim
-from sim.fast.merge_reuse import rejoined, same_parts
+from sim.fast.merge_reuse import Book
 from sim.fast.pace_lanes import Pace
 from sim.fast.server import pool, running_max, serve
 from sim.fast.speedups import NoHints
@@ -149,6 +149,8 @@ class Pass:
         """Records of later positions taken from the guesses (None: there was none)."""
         self.merged: dict[int, tuple[Claims, np.ndarray]] = {}
         """Per shared server: all its claims (pending ones first) and their service order, as last served."""
+        self.books: dict[int, Book] = {}
+        """Per server merged in this pass, with merge_reuse: its claims as the pass has them."""
         self.walks = 1
         """Slices being walked in step."""
         self.tie = None
@@ -320,6 +322,8 @@ class Pass:
         rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head, _plus(tail, step.tail_ps),
                      step.service_ps)
         self.current[pos] = self.out.records[pos] = rec
+        if step.server in self.books:
+            self.books[step.server].fresh.append(pos)
         if step.server in self.shared and self.walks > 1:  # the other walks claim too before this one is served
             yield
         ahead = self._serve(step, rec)
@@ -360,34 +364,25 @@ class Pass:
 
     def _merge(self, server: int, rec: Record) -> np.ndarray:
         """Serve the claims of every position on ``server`` in key order; sets ``rec``'s finish times and returns
-        its start times. When an earlier position of this pass served the same claims (this position's guessed
-        ones were right), its result is reused."""
+        its start times. With merge_reuse the server's :class:`~sim.fast.merge_reuse.Book` keeps its claims through
+        the pass, and the last service order stands while none changed."""
         state = self.carry[server]
-        parts = [] if state.pending is None else [state.pending]
-        mine = 0
-        for pos in self.shared.get(server, [rec.pos]):
-            if pos == rec.pos:
-                mine = sum(len(p.wake) for p in parts)
-                parts.append(rec)
-            else:
-                other = self.current.get(pos)
-                if pos not in self.current:  # not claimed yet in this pass: its guess
-                    other = self.used[pos] = self.previous.get(pos)
-                if other is not None:
-                    parts.append(other)
-        n = len(rec.wake)
-        before = self.merged.get(server)
-        reuse = self.problem.speedups.merge_reuse and before is not None
-        if reuse and same_parts(before[0].parts, parts, rec):
-            claims, order = before
+        if self.problem.speedups.merge_reuse:
+            book = self.books.get(server)
+            if book is None:
+                book = self.books[server] = Book(state.pending, *self._parts(server, rec.pos))
+            claims, mine = book.join(self.current), book.start(rec.pos)
         else:
-            claims = (rejoined(before[0], parts) if reuse else None) or Joined(parts)
+            parts = [part for part in [state.pending, *self._parts(server, rec.pos)[1]] if part is not None]
+            claims = Joined(parts)
+            mine = int(claims.lengths[:next(k for k, part in enumerate(parts) if part is rec)].sum())
+        if claims is not None:
             order, tied = key_order(claims)
             tie = unnumbered_tie(self.problem, claims, order, server) if tied else None
             if tie is not None and (self.tie is None or tie[0] < self.tie[0]):
                 self.tie = tie
             stalls = self.problem.servers[server].stalls
-            service = claims.service if len(parts) > 1 or isinstance(parts[0], Claims) else rec.service
+            service = claims.service if len(claims.parts) > 1 or isinstance(claims.parts[0], Claims) else rec.service
             s, f, self.hints[("merged", server)] = serve(
                 np.take(claims.head, order), service if np.ndim(service) == 0 else np.take(service, order),
                 np.take(claims.not_before, order), state.free_at, np.asarray(stalls) if stalls else None,
@@ -395,8 +390,19 @@ class Pass:
             claims.start, claims.finish = np.empty_like(s), np.empty_like(f)
             claims.start[order], claims.finish[order] = s, f
             self.merged[server] = (claims, order)
+        claims, n = self.merged[server][0], len(rec.wake)
         rec.finish = claims.finish[mine:mine + n]
         return claims.start[mine:mine + n]
+
+    def _parts(self, server: int, pos: int) -> tuple[list[int], list]:
+        """The positions on ``server`` (``pos`` claims it) in the order the pass reaches them, and the claims of
+        each: the pass's own where made, else the last pass's guess (kept as used; None where there is none)."""
+        positions, parts = self.shared.get(server, [pos]), []
+        for other in positions:
+            if other not in self.current:  # not claimed yet in this pass: its guess
+                self.used[other] = self.previous.get(other)
+            parts.append(self.current.get(other, self.used.get(other)))
+        return positions, parts
 
 
 def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:

@@ -56,12 +56,12 @@ class Joined:
     times; the rest is needed when times tie or claims are carried over.
     """
 
-    def __init__(self, parts: list) -> None:
+    def __init__(self, parts: list, lengths: np.ndarray | None = None) -> None:
         self.parts = parts
         self.built: dict[str, np.ndarray] = {}
         """The fields joined so far, by name."""
-        self.lengths = np.array([len(p.wake) for p in parts], np.int64)
-        """Claims per part."""
+        self.lengths = np.array([len(p.wake) for p in parts], np.int64) if lengths is None else lengths
+        """Claims per part (given where known)."""
         self.start: np.ndarray | None = None
         self.finish: np.ndarray | None = None
 

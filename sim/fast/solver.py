@@ -289,7 +289,6 @@ def _remember(problem: Problem, history: dict[int, _History], group: int, out: S
         new = new[-problem.keep:]
         return new if previous is None else np.concatenate((previous, new))[-problem.keep:]
 
-    history[group] = _History(
-        tail(old and old.done, out.done[:n]),
-        {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()}, out.pace,
-        problem.groups[group].end_after(out.done, out.marks, n))
+    history[group] = _History(tail(old and old.done, out.done[:n]),
+                              {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()}, out.pace,
+                              problem.groups[group].end_after(out.done, out.marks, n))

@@ -39,11 +39,17 @@ class Speedups:
     passing past the solver's ``max_passes`` while they would keep under a quarter of it, instead of keeping that
     little: the next block would hold the same operations and repeat the passes (:func:`sim.fast.crawl.repeats`;
     streams crossing rails in ``rail_server.yaml``)."""
+    tail_apart: bool = True
+    """A block in which a stream changes its steps stops passing once the slices before the change have been
+    settled in two passes running and only the stream's tail still disagrees: the next block solves the tail alone,
+    without walking the changed steps in every pass (:func:`sim.fast.crawl.tail_crawls`; a window of requests
+    RNR-NAKed dozens of times while their buffer is re-mapped, ``gpu_pressure.yaml``)."""
 
 
 ALL = Speedups()
 """Every acceleration: the default."""
-NONE = Speedups(pace=False, calm=False, hints=False, merge_reuse=False, own_waits=False, crawl=False)
+NONE = Speedups(pace=False, calm=False, hints=False, merge_reuse=False, own_waits=False, crawl=False,
+                tail_apart=False)
 """The exact solver alone."""
 
 

@@ -10,8 +10,10 @@ import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from sim.fast import ALL, NONE, Server, Speedups, Unsolvable, solve
-from test_pipelines import group, run_events, shared_pipelines, solve_all
+import sim.fast.block as block_module
+from sim.core.steps import Claim, Delay, Rebase, Wake
+from sim.fast import ALL, NONE, Group, Server, Speedups, Unsolvable, solve
+from test_pipelines import group, run_events, series, shared_pipelines, solve_all
 from tests.properties import examples
 
 SETTINGS = settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -87,3 +89,68 @@ def test_parallel_and_saturated_streams_give_one_answer_with_or_without_accelera
 def _repeated(draws, period: int):
     """``draws`` repeated with period ``period`` (for streams longer than the drawn series)."""
     return lambda lo, hi: np.asarray(draws(0, period))[np.arange(lo, hi) % period]
+
+
+@SETTINGS
+@given(data=st.data())
+def test_a_stream_whose_middle_operations_go_again_gives_one_answer_with_or_without_its_tail_apart(data):
+    """A stream whose operations in a middle stretch make claims again and again before their own steps (requests
+    answered with RNR NAKs), then go on with other steps: the event engine's answer, whether a block stops passing
+    once that stretch is settled (``tail_apart``) or not. (No gate: operations that take other steps may reach one
+    out of order, which the core leaves to its caller, sim.fast.limits.)"""
+    count = data.draw(st.integers(1, 3))
+    servers = [Server(f"s{i}") for i in range(count)]
+    before, after = (data.draw(group(data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=3)), False,
+                                     False, wait=False, drawn=False, eager=False)) for _ in range(2))
+    assume(before.ops > 2)
+    first = data.draw(st.integers(1, before.ops - 2))
+    last = data.draw(st.integers(first + 1, before.ops - 1))
+    again = []
+    for _ in range(data.draw(st.integers(1, 6))):
+        again += [Claim(data.draw(st.integers(0, count - 1)), data.draw(st.integers(1, 5_000))), Rebase(False),
+                  Delay(data.draw(st.integers(0, 400_000)))]
+    groups = [Group(before.steps, first, before.window, before.draws),
+              Group((*again, *before.steps), last, before.window, before.draws, first=first),
+              Group(after.steps, before.ops, before.window, before.draws, first=last)]
+    block = data.draw(st.sampled_from([16, 64]))
+    try:
+        reference = answers(servers, groups, ALL, block)
+    except Unsolvable as exc:
+        assume(False)
+        raise AssertionError from exc
+    assert answers(servers, groups, replace(ALL, tail_apart=False), block) == reference
+    assert ([reference[g][0] for g in range(3)], [reference[g][1] for g in range(3)]) == run_events(servers, groups, 11)
+
+
+def test_a_window_that_goes_again_twenty_times_is_walked_in_half_the_passes_with_its_tail_apart(monkeypatch):
+    """A saturated stream whose middle window of 1 MiB WRITEs is answered with 20 RNR NAKs each (a request and its
+    NAK on three shared servers, 200 us apart): with ``tail_apart`` the block stops passing once that window is
+    settled, and the tail crawls on in blocks of its own; the answer is the event engine's either way."""
+    walked = [0]
+    run = block_module.Pass.run
+
+    def counted(self):
+        walked[0] += not self.idle and any(piece.group == 1 for piece in self.slices)
+        return run(self)
+
+    monkeypatch.setattr(block_module.Pass, "run", counted)
+    servers = [Server("tx"), Server("rx"), Server("ack")]
+
+    def steps(naks: int) -> tuple:
+        nak = (Claim(0, 60_000), Claim(1, 60_000, latency_ps=300_000), Rebase(False), Delay(300_000),
+               Claim(2, 10_000), Rebase(False), Delay(200_000_000))
+        return (Delay(1_000), *nak * naks, Claim(0, 20_000_000, latency_ps=300_000),
+                Claim(1, 20_000_000, latency_ps=300_000), Rebase(True), Claim(2, 10_000), Rebase(True),
+                Delay(0, "poll"), Wake())
+
+    polls = {"poll": series(np.random.default_rng(1).integers(0, 500_000, 3_000))}
+    groups = [Group(steps(0), 1_200, 16, polls), Group(steps(20), 1_216, 16, polls, first=1_200),
+              Group(steps(0), 3_000, 16, polls, first=1_216)]
+    passes = {}
+    for apart in (True, False):
+        walked[0] = 0
+        passes[apart] = (answers(servers, groups, replace(ALL, tail_apart=apart), 16384), walked[0])
+    assert passes[True][0] == passes[False][0]
+    assert ([passes[True][0][g][0] for g in range(3)], [passes[True][0][g][1] for g in range(3)]) == run_events(
+        servers, groups, 11)
+    assert 2 * passes[True][1] <= passes[False][1]
