@@ -17,8 +17,9 @@ what it solves, decided before solving: :mod:`sim.fast.limits`; and its accelera
 of :class:`Speedups` (none changes an answer): the first guesses from idle latencies (:mod:`sim.fast.guesses`),
 the pace of a saturated stream (:mod:`sim.fast.pace`, :mod:`sim.fast.pace_lanes`), the claims proven never to
 queue (:mod:`sim.fast.spacing`), a server solve's hints (:mod:`sim.fast.speedups`), a merge's reuse
-(:mod:`sim.fast.merge_reuse`), a stream's own waits (:mod:`sim.fast.block`), and a smallest block's passes past the
-limit and a stream's crawling tail solved apart (:mod:`sim.fast.crawl`). :mod:`sim.fast.draws` gives the drawn delays as arrays.
+(:mod:`sim.fast.merge_reuse`), a stream's own waits (:mod:`sim.fast.block`), and a smallest block's passes past
+the limit and a stream's crawling tail solved apart (:mod:`sim.fast.crawl`). :mod:`sim.fast.draws` gives the drawn
+delays as arrays.
 
 >>> from sim.core.steps import Claim, Rebase
 >>> servers = [Server("link")]

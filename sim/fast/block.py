@@ -24,7 +24,7 @@ import numpy as np
 
 from sim.fast.merge import concat
 from sim.fast.server import pool
-from sim.fast.block_pass import NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut, gate_history
+from sim.fast.block_pass import NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut, gate_history, same_values
 from sim.fast.crawl import repeats, tail_crawls
 from sim.fast.guesses import LOW, guess_posts, lag_scan
 from sim.fast.pace import guesses_from_pace, paced_ends, paced_record, record_idle, record_pace
@@ -170,7 +170,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
 
 def _first_difference(old: np.ndarray, new: np.ndarray) -> int:
     """Earliest time at which two non-decreasing series differ (:data:`NEVER` if equal)."""
-    if old is new or np.array_equal(old, new):
+    if same_values(old, new):
         return NEVER
     k = int(np.argmax(old != new))
     return int(min(old[k], new[k]))
