@@ -11,9 +11,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import sim.fast.block as block_module
-from sim.core.steps import Claim, Delay, Rebase, Wake
+from bench.speedups import naked_window
+from sim.core.steps import Claim, Delay, Rebase
 from sim.fast import ALL, NONE, Group, Server, Speedups, Unsolvable, solve
-from test_pipelines import group, run_events, series, shared_pipelines, solve_all
+from test_pipelines import group, run_events, shared_pipelines, solve_all
 from tests.properties import examples
 
 SETTINGS = settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -123,9 +124,9 @@ def test_a_stream_whose_middle_operations_go_again_gives_one_answer_with_or_with
 
 
 def test_a_window_that_goes_again_twenty_times_is_walked_in_half_the_passes_with_its_tail_apart(monkeypatch):
-    """A saturated stream whose middle window of 1 MiB WRITEs is answered with 20 RNR NAKs each (a request and its
-    NAK on three shared servers, 200 us apart): with ``tail_apart`` the block stops passing once that window is
-    settled, and the tail crawls on in blocks of its own; the answer is the event engine's either way."""
+    """A saturated stream whose middle window of 1 MiB WRITEs is answered with 20 RNR NAKs each (the pipelines
+    bench/speedups.py times): with ``tail_apart`` the block stops passing once that window is settled, and the tail
+    crawls on in blocks of its own; the answer is the event engine's either way."""
     walked = [0]
     run = block_module.Pass.run
 
@@ -134,18 +135,7 @@ def test_a_window_that_goes_again_twenty_times_is_walked_in_half_the_passes_with
         return run(self)
 
     monkeypatch.setattr(block_module.Pass, "run", counted)
-    servers = [Server("tx"), Server("rx"), Server("ack")]
-
-    def steps(naks: int) -> tuple:
-        nak = (Claim(0, 60_000), Claim(1, 60_000, latency_ps=300_000), Rebase(False), Delay(300_000),
-               Claim(2, 10_000), Rebase(False), Delay(200_000_000))
-        return (Delay(1_000), *nak * naks, Claim(0, 20_000_000, latency_ps=300_000),
-                Claim(1, 20_000_000, latency_ps=300_000), Rebase(True), Claim(2, 10_000), Rebase(True),
-                Delay(0, "poll"), Wake())
-
-    polls = {"poll": series(np.random.default_rng(1).integers(0, 500_000, 3_000))}
-    groups = [Group(steps(0), 1_200, 16, polls), Group(steps(20), 1_216, 16, polls, first=1_200),
-              Group(steps(0), 3_000, 16, polls, first=1_216)]
+    servers, groups = naked_window()
     passes = {}
     for apart in (True, False):
         walked[0] = 0
