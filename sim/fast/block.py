@@ -15,7 +15,9 @@ on; a latency-bound stream after one pass over free servers plus the verifying o
 interact through a shared server (a small message's completion entry delaying the next round's read requests
 on a PCIe link) advances by about one round per pass. A block of the smallest size whose passes still move the
 disagreement later goes on passing while they would keep under a quarter of it: the next block would hold the same
-operations and repeat the passes (8 streams crossing rails in ``rail_server.yaml``). Times are int64 ps.
+operations and repeat the passes (8 streams crossing rails in ``rail_server.yaml``). A block in which a stream changes
+its steps stops passing once only that stream's tail still disagrees: the next block solves the tail without walking
+the changed steps (a window of requests RNR-NAKed dozens of times, ``gpu_pressure.yaml``). Times are int64 ps.
 """
 
 from __future__ import annotations
