@@ -101,8 +101,8 @@ def test_a_stream_whose_middle_operations_go_again_gives_one_answer_with_or_with
     out of order, which the core leaves to its caller, sim.fast.limits.)"""
     count = data.draw(st.integers(1, 3))
     servers = [Server(f"s{i}") for i in range(count)]
-    before, after = (data.draw(group(data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=3)), False,
-                                     False, wait=False, drawn=False, eager=False)) for _ in range(2))
+    before, after = (data.draw(group(data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=3)),
+                                     gate=False, fork=False, wait=False, drawn=False, eager=False)) for _ in range(2))
     assume(before.ops > 2)
     first = data.draw(st.integers(1, before.ops - 2))
     last = data.draw(st.integers(first + 1, before.ops - 1))
