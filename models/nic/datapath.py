@@ -132,7 +132,8 @@ def path(qp, opcode: Opcode, n: int, inline: bool, local: str | None = None, rem
     reply = [*ack, *cqe]
     # A request that consumes a receive is checked when it arrives, on simpy's clock: a receive posted by then
     # is found.
-    responder = Check("responder", 0 if remote_backing or opcode.consumes_receive else None, decides=remote_decides)
+    responder = Check("responder", 0 if remote_backing or opcode.consumes_receive else None, decides=remote_decides,
+                      label=ARRIVED if opcode.consumes_receive else None)
     slots = rd_atomic_slots(qp)
     fence = [Gate(slots, READ_SLOT)] * slots if shape.fence else []
     steps: list[Step] = [Delay(nic.params.doorbell_ps), *to_engine, Rebase(False), *fence]
@@ -384,6 +385,9 @@ def receive_completion(peer, opcode: Opcode) -> list[Step]:
 RECEIVED = "received"
 """The check (and its label: the vectorized core reports its times) where a receive-consuming request's receive CQE
 is in memory: the receive completes then."""
+ARRIVED = "arrived"
+"""The label of a receive-consuming request's check at the responder (the vectorized core reports its times): it
+takes a receive there, if one is posted by then."""
 
 
 def checked_accesses(qp, local_mrs: Sequence, remote_mr) -> Checked:

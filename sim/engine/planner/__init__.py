@@ -5,4 +5,4 @@ and runs a scenario on the core (:func:`~sim.engine.planner.plan.run_fast`); :mo
 what the scenario alone rules out; :mod:`~sim.engine.planner.events` follows scenario events on the solved clock,
 :mod:`~sim.engine.planner.faults` a stream's own ODP page faults, :mod:`~sim.engine.planner.translations` the
 translation caches' hits and misses, and :mod:`~sim.engine.planner.receives` checks that a send_bw's receives are
-posted ahead of its SENDs."""
+posted before its SENDs arrive."""

@@ -15,9 +15,9 @@ is re-mapped), and whose window is the workload's posting rule:
 * with a ``duration`` (perftest -D): the same windows over as many operations as the posting allows; each
   stream is solved block by block and ends where :func:`models.verbs.workloads.still_posting`, the event
   engine's own rule, stops it (:attr:`sim.fast.Group.posts_while`).
-* ``send_bw``: as ``write_bw``, in its steady state: the server's receives are always posted ahead, which the run
-  checks from the solved receive completions (:class:`ReceivesAhead`); where they might run short (RNR NAKs) the
-  event engine runs it.
+* ``send_bw``: as ``write_bw``, in its steady state: the server reposts each receive before its SEND arrives, which
+  the run checks from the solved arrivals and receive completions (:class:`ReceivesAhead`); where one might come
+  late (RNR NAKs) the event engine runs it.
 
 Tables and summaries come from the event engine's own code (:mod:`sim.engine.tables`). Without scenario events or
 ODP sources nothing can move or fault, so the solved pieces go straight to the run's operation table and summaries
@@ -214,7 +214,7 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
     except OverflowError as exc:
         return decline(f"{exc}: the event engine simulates that")
     except ReceivesShort as exc:
-        return decline(f"send_bw's receives ({exc}) may not be posted ahead of every SEND, so RNR NAKs may occur")
+        return decline(f"send_bw's receives ({exc}) may not be posted before every SEND arrives, so RNR NAKs may occur")
     if reason:
         return decline(f"{reason}: the event engine simulates that")
     watch.finish(ends)

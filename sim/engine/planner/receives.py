@@ -1,11 +1,11 @@
-"""Whether a ``send_bw``'s receives are always posted ahead of its SENDs on the vectorized core
+"""Whether a ``send_bw``'s receives are always posted before its SENDs arrive on the vectorized core
 (:mod:`sim.engine.planner.plan`): where one might not be, the event engine decides the RNR NAKs."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from models.nic.datapath import RECEIVED
+from models.nic.datapath import ARRIVED, RECEIVED
 from sim.fast import Finished
 
 
@@ -14,13 +14,15 @@ class ReceivesShort(Exception):
 
 
 class ReceivesAhead:
-    """Whether each send_bw SEND of a solve finds a receive posted when it is posted (and so when it arrives).
+    """Whether each send_bw SEND of a solve finds a receive posted when it arrives at the responder (the time of
+    its first check there, :data:`~models.nic.datapath.ARRIVED`; where a piece has none, when it is posted).
 
     The server (:func:`models.verbs.workloads.send_bandwidth`) tops its queue up to ``ahead`` (``rx_depth``, at
     most the iterations) receives at the start of a size; the ``u`` receives of the previous size whose CQEs land
     after that are not free yet, so ``ahead - u`` are posted then. It then posts one receive for each completion it
     polls, in the order they land (the previous size's late ones first), at most its host's poll period after the
     CQE: receive ``i >= ahead - u`` is posted by completion ``i - ahead + u`` of that sequence plus the period.
+    Where that bound is not before SEND ``i`` arrives, the receive may come too late.
     Pieces of each (workload, size) come in order; the last ``ahead`` completion times are kept across them.
     """
 
@@ -35,7 +37,7 @@ class ReceivesAhead:
     def __call__(self, k: int, size: int, piece: Finished) -> None:
         """Check ``piece`` of workload ``k`` at ``size``.
 
-        :raises ReceivesShort: a SEND might be posted before its receive.
+        :raises ReceivesShort: a SEND might arrive before its receive is posted.
         """
         if k not in self.ahead:
             return
@@ -52,7 +54,7 @@ class ReceivesAhead:
         ops = np.arange(piece.lo, piece.lo + len(piece.post))
         follows = ops >= depth - late  # posted after a completion, not at the start
         reposted = sequence[ops[follows] - depth - piece.lo + len(kept)] + poll
-        if np.any(reposted >= piece.post[follows]):
+        if np.any(reposted >= piece.marks.get(ARRIVED, piece.post)[follows]):
             raise ReceivesShort(f"rx_depth {depth}")
         self.sequence[k, size] = (sequence[-depth:], late)
         self.last[k] = np.concatenate((self.last.get(k, np.empty(0, dtype=np.int64))

@@ -158,12 +158,13 @@ def test_auto_is_counted_on_the_vectorized_core_when_only_that_fits(tmp_path):
 
 
 def test_a_run_handed_to_the_event_engine_is_checked_against_the_budget_again(tmp_path):
-    """send_bw with 4 receives posted ahead passes the vectorized core's up-front checks, which hands it to the event
-    engine once solving shows RNR NAKs may occur: with a budget only the vectorized core's estimate fits, the
-    event engine's run is refused then, in one line, and nothing is written."""
+    """send_bw of 64 B SENDs with 4 receives posted ahead passes the vectorized core's up-front checks, which hands
+    it to the event engine once solving shows RNR NAKs may occur: with a budget only the vectorized core's estimate
+    fits, the event engine's run is refused then, in one line, and nothing is written."""
     path, variants = _variants(tmp_path, engine="auto", size="4KiB", iterations=10**6,
                                extra="")
     text = path.read_text().replace("kind: write_bw", "kind: send_bw").replace("qps: 1", "qps: 1, rx_depth: 4")
+    text = text.replace("sizes: [4KiB]", "sizes: [64B]")
     path.write_text(text)
     variants = load_scenario_variants(path)[2]
     event, fast = estimate(variants), estimate(variants, fast=frozenset({"base"}))
