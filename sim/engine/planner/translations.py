@@ -45,6 +45,8 @@ class Translations:
         """Per (stream, size, check): the operation that reaches the check first (0 unless a solve said)."""
         self.reached: dict[tuple, tuple[int, str]] = {}
         """Per (round, cache): the stream and check that reach it."""
+        self.labels: dict[tuple[int, int], dict[str, str]] = {}
+        """Per (stream, size): the label each translating check reports its times under (its own, else its name)."""
 
     @property
     def active(self) -> bool:
@@ -60,6 +62,8 @@ class Translations:
         stages = self._stages(k, end, size, {s.name for s in walk_order(steps) if isinstance(s, Check)})
         if not stages:
             return [(0, ops, steps)]
+        self.labels[k, size] = {s.name: s.label or s.name for s in walk_order(steps)
+                                if isinstance(s, Check) and s.name in stages}
         cuts = {0, ops}
         for check, (first, later) in stages.items():
             if first != later:
@@ -123,7 +127,7 @@ class Translations:
             for check, (first, later) in stages.items():
                 if first == later:
                     continue
-                times = marks[k, size]["local" if local.get(k) == check else check]
+                times = marks[k, size]["local" if local.get(k) == check else self.labels[k, size][check]]
                 at = int(np.argmin(times))
                 tied = np.flatnonzero(times == times[at])
                 if check != SOURCE and tied[-1] - tied[0] != len(tied) - 1:

@@ -53,6 +53,15 @@ def test_a_first_miss_at_the_source_under_a_write_stream_equals_the_event_engine
     assert (fast.engine, fast.fallback) == ("fast", None)
 
 
+@pytest.mark.parametrize("caches", CACHES)
+def test_a_send_stream_through_translation_caches_equals_the_event_engine(caches):
+    """SENDs through both nodes' caches: the receive's buffer is translated at the responder's check of each SEND,
+    the check whose times also tell when each SEND arrives to take its receive (both are read from it)."""
+    work = [{**_workload("send_bw", ["4KiB", "64KiB"], 600)[0], "tx_depth": 32}]
+    fast = same_runs(scenario_dict(nodes=CACHES[caches], workload=work))[1]
+    assert (fast.engine, fast.fallback) == ("fast", None)
+
+
 @pytest.mark.parametrize("node", [{"nic": {"translation_cache": True}}, {"iommu": "vtd"}])
 def test_a_first_miss_at_the_responder_under_a_read_stream_equals_the_event_engine(node):
     """READs: the responder's first miss holds the first READ's payload read, and the responder takes the QP's
