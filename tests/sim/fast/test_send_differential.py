@@ -96,14 +96,16 @@ def test_receives_reposted_before_their_sends_arrive_run_on_the_vectorized_core(
 @settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(size=st.sampled_from([64, 1024, 4096, 65536]), rx_depth=st.sampled_from([1, 2, 4, 8, 16, 64]),
        tx_depth=st.sampled_from([4, 32, 128]), poll=st.sampled_from(["0ns", "40ns", "300ns", "1us"]),
-       iterations=st.integers(50, 400), transport=st.sampled_from(["rc", "uc", "ud", "xrc"]),
-       seed=st.integers(0, 20))
-def test_random_receive_depths_equal_the_event_engine(size, rx_depth, tx_depth, poll, iterations, transport, seed):
-    """Whichever engine ``auto`` picks for a send_bw with few receives posted ahead, on any transport, the tables
-    are the event engine's: the vectorized core takes a run only where every receive is reposted before its SEND
-    arrives, so that no RNR NAK (on UC and UD: no drop) can come."""
-    work = [{"kind": "send_bw", "from": "src", "to": "dst", "sizes": [f"{size}B"], "iterations": iterations,
-             "tx_depth": tx_depth, "rx_depth": rx_depth, "transport": transport}]
+       iterations=st.integers(50, 400), duration_us=st.one_of(st.none(), st.integers(2, 60)),
+       transport=st.sampled_from(["rc", "uc", "ud", "xrc"]), seed=st.integers(0, 20))
+def test_random_receive_depths_equal_the_event_engine(size, rx_depth, tx_depth, poll, iterations, duration_us,
+                                                      transport, seed):
+    """Whichever engine ``auto`` picks for a send_bw with few receives posted ahead, on any transport, for a count
+    or a duration, the tables are the event engine's: the vectorized core takes a run only where every receive is
+    reposted before its SEND arrives, so that no RNR NAK (on UC and UD: no drop) can come."""
+    count = {"iterations": iterations} if duration_us is None else {"duration": f"{duration_us}us"}
+    work = [{"kind": "send_bw", "from": "src", "to": "dst", "sizes": [f"{size}B"], **count, "tx_depth": tx_depth,
+             "rx_depth": rx_depth, "transport": transport}]
     auto, lines = auto_runs(scenario_dict(seed=seed, workload=work, **two_nodes("cx7-gen5-400G", poll=poll)))
     if "vectorized core ran" in lines[0]:
         assert auto.counters["rnr_naks"] == 0
