@@ -331,7 +331,7 @@ def check(args: argparse.Namespace, kind: WorkloadKind, preset: str, nic: Callab
         raise UsageError("--odp with --use_cuda: rdmasim registers GPU memory only through peer memory or dma-buf")
     if kind.verb == "atomic" and (args.size != ATOMIC_BYTES or args.all):
         raise UsageError("-s/-a: Message size cannot be changed for Atomic tests (8 bytes)")
-    if args.inline_size is not None and kind.verb != "write":
+    if args.inline_size is not None and kind.reads_remote:
         raise UsageError("-I/--inline_size: Inline feature not available on READ/Atomic verbs")
     if args.inline_size is not None and args.inline_size > nic().max_inline:
         raise UsageError(f"-I/--inline_size {args.inline_size}: the simulated {preset} carries at most "

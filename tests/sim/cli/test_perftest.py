@@ -45,6 +45,9 @@ def test_flags_map_to_scenario_fields():
     assert bufs["local"].size >= 4096
     assert perftest_scenario(["ib_write_bw", "--size=1M"]).workload[0].size_list() == [2**20]
     assert perftest_scenario(["ib_read_bw", "-q", "4"]).workload[0].qps == 4
+    # perftest refuses -I on READ and atomic tests only (perftest_parameters.c): SENDs go inline too
+    assert [perftest_scenario([test, "-I", size]).workload[0].inline
+            for test, size in (("ib_send_bw", "64"), ("ib_send_lat", "0"))] == [64, 0]
 
 
 def test_several_qps_report_their_count_and_share_the_nic():
