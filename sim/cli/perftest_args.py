@@ -209,9 +209,10 @@ def parser(test: str) -> argparse.ArgumentParser:
         help=f"Size of tx queue (default {128 if bw else 1}; latency tests keep one message in flight).")
     add("-I", "--inline_size", type=_ranged(0, 1024, "Max inline"), metavar="SIZE",
         help="Max size of message to be sent inline (default: 220 for ib_write_lat and ib_send_lat on mlx5, else 0).")
-    if TESTS[test].receives:
-        add("-r", "--rx-depth", type=_ranged(1, 32768, "Rx depth"), default=DEF_RX_SEND,
-            help=f"Receives the receiving side keeps posted (default {DEF_RX_SEND}, at most the iterations).")
+    receives = TESTS[test].receives
+    add("-r", "--rx-depth", type=_ranged(1, 32768, "Rx depth"), default=DEF_RX_SEND if receives else None,
+        help=f"Receives the receiving side keeps posted (default {DEF_RX_SEND}, at most the iterations)" if receives
+        else "Accepted, no effect on WRITE tests (they post no receives); READ and atomic tests take only 1.")
     add("-m", "--mtu", type=int, choices=[256, 512, 1024, 2048, 4096], default=4096, help="MTU size (default 4096).")
     add("-D", "--duration", type=_positive("Duration period"),
         help="Run for this many simulated seconds per size, as many iterations as fit (instead of -n).")
@@ -227,9 +228,8 @@ def parser(test: str) -> argparse.ArgumentParser:
                  "own default is 100 for messages up to 8 KiB).")
         add("-w", "--limit_bw", type=_limit, metavar="VALUE",
             help="Fail (exit 1) when the average bandwidth is below VALUE (in the report's unit).")
-    if TESTS[test].reads_remote:
-        add("-o", "--outs", type=_integer("Outstanding Reads"),
-            help="Number of outstanding READs/atomics (default: the device's max_qp_rd_atom).")
+    add("-o", "--outs", type=_integer("Outstanding Reads"),
+        help="Number of outstanding READs/atomics (default: the device's max_qp_rd_atom; READ and atomic tests).")
     add("-u", "--qp-timeout", type=_ranged(0, 31, "QP Timeout"), default=14, metavar="TIMEOUT",
         help="QP timeout, timeout value is 4 usec * 2 ^(timeout), default 14: how long RC waits for an "
              "acknowledgement before it sends a lost frame again (0: never; rdmasim takes IB's 5-bit range).")
@@ -333,6 +333,10 @@ def check(args: argparse.Namespace, kind: WorkloadKind, preset: str, nic: Callab
         raise UsageError("-s/-a: Message size cannot be changed for Atomic tests (8 bytes)")
     if args.inline_size is not None and kind.reads_remote:
         raise UsageError("-I/--inline_size: Inline feature not available on READ/Atomic verbs")
+    if args.outs is not None and not kind.reads_remote:
+        raise UsageError("-o/--outs: Setting Outstanding reads only available on READ verb")
+    if args.rx_depth is not None and kind.reads_remote and args.rx_depth > 1:
+        raise UsageError("-r/--rx-depth: On RDMA verbs rx depth can be only 1")
     if args.inline_size is not None and args.inline_size > nic().max_inline:
         raise UsageError(f"-I/--inline_size {args.inline_size}: the simulated {preset} carries at most "
                          f"{nic().max_inline} B inline (perftest would fail to create the QP)")

@@ -45,7 +45,11 @@ def test_flags_map_to_scenario_fields():
     assert bufs["local"].size >= 4096
     assert perftest_scenario(["ib_write_bw", "--size=1M"]).workload[0].size_list() == [2**20]
     assert perftest_scenario(["ib_read_bw", "-q", "4"]).workload[0].qps == 4
-    # perftest refuses -I on READ and atomic tests only (perftest_parameters.c): SENDs go inline too
+    # perftest refuses -I on READ and atomic tests only (perftest_parameters.c): SENDs go inline too; it takes -r
+    # on WRITE tests, which post no receives, and -r 1 on READ tests
+    for argv in (["ib_write_bw", "-r", "8"], ["ib_write_lat", "-r", "16"], ["ib_read_bw", "-r", "1"]):
+        same = [perftest_scenario(line).model_dump(exclude={"description"}) for line in (argv, argv[:1])]
+        assert same[0] == same[1]
     assert [perftest_scenario([test, "-I", size]).workload[0].inline
             for test, size in (("ib_send_bw", "64"), ("ib_send_lat", "0"))] == [64, 0]
 
@@ -116,7 +120,8 @@ def test_memory_flags_pick_placement_and_registration(flags, on, mode):
     (["ib_write_bw", "-n", "3"], "Iteration num should be between 5"),
     (["ib_write_bw", "-s", "big"], "Message Size should be between 1 and 2147483647"),
     (["ib_unknown_bw"], "ib_write_bw, ib_read_bw, ib_write_lat, ib_read_lat, ib_send_bw, ib_send_lat"),
-    (["ib_write_bw", "-r", "8"], "-r is not supported"),
+    (["ib_read_bw", "-r", "8"], "On RDMA verbs rx depth can be only 1"),
+    (["ib_atomic_lat", "-r", "2"], "On RDMA verbs rx depth can be only 1"),
     (["ib_send_bw", "-d", "efa_0", "-r", "9000"], "-r/--rx-depth: rx_depth 9000"),
     (["ib_send_lat", "-r", "0"], "Rx depth should be between 1"),
     ([], "no test given"),
