@@ -337,8 +337,7 @@ def _no_peak(args: argparse.Namespace, kind: WorkloadKind) -> bool:
 
 def _both_ways(args: argparse.Namespace) -> str | None:
     """Why --report-both prints no per-direction tables (None: it does)."""
-    bidirectional = getattr(args, "bidirectional", False)  # latency tests have no -b
-    return ("it reports the two directions of a bidirectional test (-b)" if not bidirectional else
+    return ("it reports the two directions of a bidirectional test (-b)" if not args.bidirectional else
             "perftest reports each direction for a single size only (not with -a)" if args.all else
             "--output prints only the average of both directions" if args.output is not None else None)
 

@@ -218,9 +218,9 @@ def parser(test: str) -> argparse.ArgumentParser:
         help="Run for this many simulated seconds per size, as many iterations as fit (instead of -n).")
     add("-c", "--connection", default="RC",
         help="Connection type RC/UC/UD/XRC (default RC; rdmasim simulates RC, UC, UD and XRC QPs).")
+    add("-b", "--bidirectional", action="store_true",
+        help="Measure bidirectional bandwidth: both sides post at once (default unidirectional; bandwidth tests).")
     if bw:
-        add("-b", "--bidirectional", action="store_true",
-            help="Measure bidirectional bandwidth: both sides post at once (default unidirectional).")
         add("-l", "--post_list", type=_positive("Send Post List size"), default=1,
             help="Post list of send WQEs of this size per ibv_post_send call (instead of single post).")
         add("-Q", "--cq-mod", type=_ranged(1, 1024, "CQ moderation"),
@@ -333,6 +333,8 @@ def check(args: argparse.Namespace, kind: WorkloadKind, preset: str, nic: Callab
         raise UsageError("-s/-a: Message size cannot be changed for Atomic tests (8 bytes)")
     if args.inline_size is not None and kind.reads_remote:
         raise UsageError("-I/--inline_size: Inline feature not available on READ/Atomic verbs")
+    if args.bidirectional and not kind.streams:
+        raise UsageError("-b/--bidirectional: Bidirectional is only available in BW test")
     if args.outs is not None and not kind.reads_remote:
         raise UsageError("-o/--outs: Setting Outstanding reads only available on READ verb")
     if args.rx_depth is not None and kind.reads_remote and args.rx_depth > 1:
