@@ -183,9 +183,8 @@ def parser(test: str) -> argparse.ArgumentParser:
     add("-s", "--size", type=_size, default=size,
         help=f"Size of message to exchange, K/M suffixes allowed (default {size}"
              f"{'; atomics move 8 bytes' if atomic else ''}).")
-    if atomic:
-        add("-A", "--atomic_type", choices=["CMP_AND_SWAP", "FETCH_AND_ADD"], default="FETCH_AND_ADD",
-            help="Type of atomic operation (default FETCH_AND_ADD).")
+    add("-A", "--atomic_type", choices=["CMP_AND_SWAP", "FETCH_AND_ADD"], default="FETCH_AND_ADD" if atomic else None,
+        help="Type of atomic operation (default FETCH_AND_ADD; atomic tests).")
     add("-n", "--iters", type=_ranged(5, 100_000_000, "Iteration num"),
         default=5000 if test == "ib_write_bw" else 1000,
         help=f"Number of exchanges (at least 5, default {5000 if test == 'ib_write_bw' else 1000}).")
@@ -333,6 +332,9 @@ def check(args: argparse.Namespace, kind: WorkloadKind, preset: str, nic: Callab
         raise UsageError("-s/-a: Message size cannot be changed for Atomic tests (8 bytes)")
     if args.inline_size is not None and kind.reads_remote:
         raise UsageError("-I/--inline_size: Inline feature not available on READ/Atomic verbs")
+    if args.atomic_type is not None and kind.verb != "atomic":
+        raise UsageError("-A/--atomic_type: You are not running the atomic_lat/bw test! To change the atomic action "
+                         "type, you must run one of the atomic tests")
     if args.bidirectional and not kind.streams:
         raise UsageError("-b/--bidirectional: Bidirectional is only available in BW test")
     if args.outs is not None and not kind.reads_remote:
