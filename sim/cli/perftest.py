@@ -171,8 +171,8 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
     if kind.verb == "atomic":  # perftest registers with IBV_ACCESS_REMOTE_ATOMIC for atomic tests
         work["atomic"] = args.atomic_type
         access = {"access": ["local_write", "remote_write", "remote_read", "remote_atomic"]}
-    if kind.receives:
-        work["rx_depth"] = args.rx_depth
+    if kind.receives:  # perftest makes an odd rx depth even in a SEND test of one size (force_dependecies)
+        work["rx_depth"] = args.rx_depth + (args.rx_depth % 2 if not args.all else 0)
     if kind.verb in ("write", "send"):  # perftest: no default inline for GPU memory or bandwidth tests
         host = args.use_cuda is None and args.use_rocm is None
         default = LAT_WRITE_INLINE[preset] if not kind.streams and host else 0

@@ -45,6 +45,9 @@ def test_flags_map_to_scenario_fields():
     assert bufs["local"].size >= 4096
     assert perftest_scenario(["ib_write_bw", "--size=1M"]).workload[0].size_list() == [2**20]
     assert perftest_scenario(["ib_read_bw", "-q", "4"]).workload[0].qps == 4
+    # perftest's workaround for an odd rx depth in a SEND test of one size: it posts one receive more
+    assert [perftest_scenario(["ib_send_bw", "-r", "15", *extra]).workload[0].rx_depth
+            for extra in ((), ("-a",))] == [16, 15]
     # perftest refuses -I on READ and atomic tests only (perftest_parameters.c): SENDs go inline too; it takes -r
     # on WRITE tests, which post no receives, and -r 1 on READ tests
     for argv in (["ib_write_bw", "-r", "8"], ["ib_write_lat", "-r", "16"], ["ib_read_bw", "-r", "1"]):
