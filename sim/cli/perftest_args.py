@@ -341,6 +341,10 @@ def check(args: argparse.Namespace, kind: WorkloadKind, preset: str, nic: Callab
         raise UsageError("-o/--outs: Setting Outstanding reads only available on READ verb")
     if args.rx_depth is not None and kind.reads_remote and args.rx_depth > 1:
         raise UsageError("-r/--rx-depth: On RDMA verbs rx depth can be only 1")
+    if args.use_cuda is not None and kind.verb == "write" and not kind.streams:
+        raise UsageError("--use_cuda with ib_write_lat: Perftest supports CUDA latency tests with read/send verbs only")
+    if args.use_cuda is not None and args.inline_size is not None and not args.all and args.size <= args.inline_size:
+        raise UsageError("-I/--inline_size with --use_cuda: Perftest doesn't support CUDA tests with inline messages")
     if args.inline_size is not None and args.inline_size > nic().max_inline:
         raise UsageError(f"-I/--inline_size {args.inline_size}: the simulated {preset} carries at most "
                          f"{nic().max_inline} B inline (perftest would fail to create the QP)")

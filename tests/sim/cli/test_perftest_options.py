@@ -148,6 +148,8 @@ def test_rocm_dmabuf_places_the_buffer_on_an_amd_gpu():
     (["ib_write_bw", "-l", "0"], "Send Post List size must be positive"),
     (["ib_write_bw", "-l", "x"], "Send Post List size argument x should be int"),
     (["ib_write_lat", "-b"], "Bidirectional is only available in BW test"),
+    (["ib_write_lat", "--use_cuda=0"], "Perftest supports CUDA latency tests with read/send verbs only"),
+    (["ib_send_bw", "--use_cuda=0", "-s", "64", "-I", "64"], "Perftest doesn't support CUDA tests with inline messages"),
     (["ib_send_lat", "-A", "CMP_AND_SWAP"], "You are not running the atomic_lat/bw test!"),
     (["ib_write_lat", "-l", "2"], "-l is not supported"),
     (["ib_write_bw", "-o", "4"], "Setting Outstanding reads only available on READ verb"),
