@@ -165,7 +165,7 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
                  if value != 1}
     if args.qp_timeout != WorkloadSpec.model_fields["qp_timeout"].default:
         work["qp_timeout"] = args.qp_timeout
-    if kind.reads_remote and args.outs is not None:
+    if args.outs is not None:  # (check refuses -o on the tests that do not read remote memory)
         work["max_rd_atomic"] = outstanding_reads(args.outs, _nic(preset).max_rd_atomic)
     access = {}
     if kind.verb == "atomic":  # perftest registers with IBV_ACCESS_REMOTE_ATOMIC for atomic tests

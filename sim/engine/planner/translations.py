@@ -62,7 +62,7 @@ class Translations:
         stages = self._stages(k, end, size, {s.name for s in walk_order(steps) if isinstance(s, Check)})
         if not stages:
             return [(0, ops, steps)]
-        self.labels[k, size] = {s.name: s.label or s.name for s in walk_order(steps)
+        self.labels[k, size] = {s.name: _reported(s) for s in walk_order(steps)
                                 if isinstance(s, Check) and s.name in stages}
         cuts = {0, ops}
         for check, (first, later) in stages.items():
@@ -139,6 +139,11 @@ class Translations:
         return changed
 
 
+def _reported(check: Check) -> str:
+    """The label a translating check reports its times under: its own, else its name."""
+    return check.label or check.name
+
+
 def _with_detours(steps: tuple, detours: dict[str, tuple]) -> tuple:
     """``steps`` with each check named in ``detours`` labelled by its name (unless labelled), deciding nothing more
     at run time, and followed by a :class:`Detour` of its stages (none when they are empty)."""
@@ -147,7 +152,7 @@ def _with_detours(steps: tuple, detours: dict[str, tuple]) -> tuple:
         if isinstance(step, Fork):
             step = replace(step, steps=_with_detours(step.steps, detours))
         elif isinstance(step, Check) and step.name in detours:
-            out.append(replace(step, decides=None, label=step.label or step.name))
+            out.append(replace(step, decides=None, label=_reported(step)))
             if detours[step.name]:
                 out.append(Detour(detours[step.name]))
             continue
