@@ -28,6 +28,7 @@ from sim.fast.merge import concat
 from sim.fast.server import pool
 from sim.fast.block_pass import NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut, gate_history, same_values
 from sim.fast.crawl import repeats, tail_crawls
+from sim.fast.deliveries import DELIVERED, FIRST_DELIVERED
 from sim.fast.guesses import LOW, guess_posts, lag_scan
 from sim.fast.pace import guesses_from_pace, paced_ends, paced_record, record_idle, record_pace
 
@@ -112,12 +113,13 @@ def _slices_in(problem, spans, history, start, shared, floor) -> list[SliceIn]:
         slices.append(SliceIn(
             g, lo, hi, problem.seq_base[g] + lo, floor if later == 1 else None if later else start[g],
             hist.done[len(hist.done) - back:] if back and hist is not None else empty,
-            np.zeros(max(0, m - group.window), np.int64), gate_input,  # (guessed posts: placeholders)
+            np.zeros(max(0, m - group.window), np.int64), np.zeros(max(0, m - group.window), np.int64),
+            gate_input,  # (guessed posts and ranks: placeholders)
             {name: np.asarray(draw(lo, hi), np.int64) for name, draw in group.draws.items()},
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
             pace=hist.pace if hist is not None else None,
             hist_released={label: hist.released[label] if hist is not None else empty
-                           for label in (*problem.gates[g], *problem.stream_turn_keys[g])
+                           for label in (*problem.gates[g], *problem.stream_turn_keys[g], DELIVERED, FIRST_DELIVERED)
                            if hist is None or label in hist.released}, after=after, joined=joined))
     return slices
 
@@ -134,7 +136,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                                for k in problem.gates[piece.group]}
             piece.idle_claim = {pos: out.records[pos].head - out.post for pos in piece.shared}
             record_idle(problem, piece)
-        post = out.post
+        post, rank = out.post, out.rank
         # One operation at a time, the round's only stream: what an operation waits beyond its idle latency is its
         # own (its claims queue behind each other), whenever it is posted; its claims move with its post.
         alone = (problem.speedups.own_waits and window == 1 and not idle
@@ -147,7 +149,9 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                 queued = paced_ends(problem, piece) if idle and piece.pace is not None else np.where(
                     out.done > out.post + piece.idle_done, out.done, LOW)
                 guess_posts(problem, piece, out.post[:window], queued)
+            piece.guess_rank = out.released[FIRST_DELIVERED][: m - window]
             post = np.concatenate((out.post[:window], piece.guess_post))
+            rank = np.concatenate((out.rank[:window], piece.guess_rank))
         for label, slots in problem.gates[piece.group].items():
             if m > slots:
                 to_gate, after = piece.idle_gate[label]
@@ -161,11 +165,11 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             now, idle_head = out.records[pos], piece.idle_claim[pos]
             steady = piece.pace.claims.get(pos) if idle and piece.pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
-                moved[pos] = paced_record(problem, pos, now.seq0, post, steady)
+                moved[pos] = paced_record(problem, pos, now.seq0, post, rank, steady)
                 continue
             shift = post - out.post if alone else np.where(now.head > out.post + idle_head,
                                                            np.maximum(post + idle_head - now.head, 0), post - out.post)
-            moved[pos] = Record(now.server, pos, now.seq0, post, now.wake + shift, now.wpos, now.head + shift,
+            moved[pos] = Record(now.server, pos, now.seq0, post, rank, now.wake + shift, now.wpos, now.head + shift,
                                 now.not_before + shift, now.service)
     return moved
 
@@ -185,6 +189,10 @@ def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pas
         window, m = problem.groups[piece.group].window, piece.hi - piece.lo
         inside = max(0, m - window)
         t = min(t, _first_difference(piece.guess_post, out.done[:inside]))
+        wrong = piece.guess_rank != out.released[FIRST_DELIVERED][:inside] if run.ranked is not None else ()
+        if np.any(wrong):  # ranks order claims from the first tie on, an operation's claims from its post on
+            k = int(np.argmax(wrong))
+            t = min(t, max(run.ranked, min(int(piece.guess_post[k]), int(out.done[k]))))
         for label, slots in problem.gates[piece.group].items():
             if m > slots:
                 t = min(t, _first_difference(piece.gate_input[label][slots:], out.released[label][: m - slots]))
@@ -192,10 +200,8 @@ def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pas
         now = run.current[pos]
         if used is None:
             t = min(t, int(now.wake.min())) if len(now.wake) else t
-        elif not now.same_inputs(used):
-            differ = ((now.wake != used.wake) | (now.head != used.head) | (now.not_before != used.not_before)
-                      | (now.post != used.post) | (np.asarray(now.wpos) != np.asarray(used.wpos)))
-            t = min(t, int(np.minimum(now.wake, used.wake)[differ].min()))  # after a drawn delay, not in order
+        elif not now.same_inputs(used):  # after a drawn delay, not in order
+            t = min(t, int(np.minimum(now.wake, used.wake)[now.differs(used)].min()))
     return t
 
 

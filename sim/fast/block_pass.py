@@ -10,11 +10,13 @@ computes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import reduce
 
 import numpy as np
 
 from sim.core.interpreter import MODEL_EVENT
 from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Wait, Wake, waits
+from sim.fast.deliveries import DELIVERED, FIRST, FIRST_DELIVERED, UNRANKED, delivery_keys, walk_key
 from sim.fast.limits import unnumbered_tie
 from sim.fast.merge import Claims, Joined, key_order, per_claim
 from sim.fast.merge_reuse import Book
@@ -37,6 +39,8 @@ class Record:
     """Sequence number of the slice's first operation."""
     post: np.ndarray
     """When each operation was posted (its number's first key, :mod:`sim.fast.merge`)."""
+    rank: np.ndarray
+    """Each operation's rank among those posted at its time (its number's second key)."""
     wake: np.ndarray
     wpos: int | np.ndarray
     """Position of the step whose time orders these claims (:mod:`sim.fast.merge`); per claim in a turn
@@ -51,11 +55,18 @@ class Record:
         return Claims(*(per_claim(self, name)[lo:hi] for name in Claims.FIELDS[:-1]),
                       None if self.finish is None else self.finish[lo:hi])
 
+    INPUTS = ("wake", "head", "not_before", "post", "rank")
+    """The fields that make the claims: their keys and arrival times (with :attr:`wpos`)."""
+
     def same_inputs(self, other: Record | None) -> bool:
-        """True when ``other`` made the same claims (keys and arrival times)."""
-        return other is not None and all(same_values(a, b) for a, b in (
-            (self.wake, other.wake), (self.head, other.head), (self.not_before, other.not_before),
-            (self.post, other.post))) and bool(np.all(np.asarray(self.wpos) == np.asarray(other.wpos)))
+        """True when ``other`` made the same claims."""
+        return other is not None and all(same_values(getattr(self, k), getattr(other, k)) for k in self.INPUTS) \
+            and bool(np.all(np.asarray(self.wpos) == np.asarray(other.wpos)))
+
+    def differs(self, other: Record) -> np.ndarray:
+        """Per claim: whether ``other`` made it otherwise."""
+        return reduce(np.logical_or, (getattr(self, k) != getattr(other, k) for k in self.INPUTS),
+                      np.asarray(self.wpos) != np.asarray(other.wpos))
 
 
 @dataclass
@@ -72,6 +83,8 @@ class SliceIn:
     """Completions of operations ``max(0, lo - window)..lo-1`` (final)."""
     guess_post: np.ndarray
     """Guessed posts of operations ``lo + window..hi-1``."""
+    guess_rank: np.ndarray
+    """Guessed ranks of operations ``lo + window..hi-1`` (:mod:`sim.fast.deliveries`)."""
     gate_input: dict[str, np.ndarray]
     """Per gate label: release time of operation ``i - slots`` for each operation, or :data:`NO_RELEASE`."""
     draws: dict[str, np.ndarray]
@@ -103,6 +116,8 @@ class SliceOut:
     """What a pass computed for one slice."""
 
     post: np.ndarray
+    rank: np.ndarray
+    """Each operation's rank among those posted at its time (:mod:`sim.fast.deliveries`)."""
     done: np.ndarray
     """Completion of each operation (in order: never before the previous one's)."""
     last_wake: np.ndarray | None
@@ -121,8 +136,9 @@ class SliceOut:
     """Each operation's end before completions are put in order (a completion waits for the previous one)."""
     waited: tuple | None = None
     """The time and ordering position of the main chain's latest step that waited (a wake does not: the event
-    engine's interpreter goes on through it without waiting), while the slice is walked; kept only where its
-    operations pass turns at the chain's end."""
+    engine's interpreter goes on through it without waiting), while the slice is walked."""
+    walked: np.ndarray | None = None
+    """The key of the walk that reached each operation's wake (:func:`sim.fast.deliveries.walk_key`)."""
 
 
 @dataclass
@@ -156,6 +172,8 @@ class Pass:
         self.tie = None
         """The earliest claims of parallel streams this pass found tied in an order the core does not know
         (:func:`sim.fast.limits.unnumbered_tie`)."""
+        self.ranked: int | None = None
+        """The earliest time claims of parallel streams tied up to their operations' ranks in this pass (ps)."""
         self.turned: np.ndarray | None = None
         """The ordering positions of the walked slice's last claim in a turn, while no step that waits has come
         since: the eager claims after it are ordered with it (:mod:`sim.fast.turns`)."""
@@ -190,10 +208,11 @@ class Pass:
                 for k in piece.after]
         start = max([piece.start] * (piece.start is not None) + ends)
         post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
-        out = SliceOut(post, post, None, waited=(post, MODEL_EVENT))
+        known = piece.hist_released.get(FIRST_DELIVERED, piece.hist_done[:0])
+        rank = _posts(piece, group.window, FIRST, known[len(known) - len(piece.hist_done):], piece.guess_rank)
+        out = SliceOut(post, rank, post, None, waited=(post, MODEL_EVENT))
         self.slice, self.out, self.step, self.turned = piece, out, 0, None
-        passing = bool(self.problem.unclaimed[piece.group])
-        return self._chain(group.steps, (post, post, post), passing), (piece, self.out, 0, None)
+        return self._chain(group.steps, (post, post, post), True), (piece, self.out, 0, None)
 
     def _end(self, head: np.ndarray) -> SliceOut:
         """The slice walked: its completions are ``head`` in order."""
@@ -205,23 +224,25 @@ class Pass:
                 ordered[0] = piece.hist_done[-1]
             done = running_max(ordered)
         self.out.done, self.out.head = done, head
+        walked = np.full(len(head), UNRANKED) if self.out.walked is None else self.out.walked  # (no wake)
+        self.out.released.update(delivery_keys(walked, done, piece.hist_done, piece.hist_released))
         return self.out
 
-    def _chain(self, steps, state, passing: bool = False):
-        """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head. ``passing``: the main chain of
-        a slice whose operations pass turns they make no claim in, at its end (:meth:`_pass_turns`)."""
-        state, last = yield from self._steps(steps, state, passing)
+    def _chain(self, steps, state, main: bool = False):
+        """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head. ``main``: the slice's main
+        chain, at whose end its operations pass the turns they make no claim in (:meth:`_pass_turns`)."""
+        state, last = yield from self._steps(steps, state, main)
         if last is not None:
             mine = self.out.last_wake
             self.out.last_wake = last if mine is None else np.maximum(mine, last)
-        if passing:
+        if main and self.problem.unclaimed[self.slice.group]:
             self._pass_turns()
         return state[0]
 
-    def _steps(self, steps, state, passing: bool = False):
+    def _steps(self, steps, state, main: bool = False):
         """Walk ``steps`` of one chain from ``state``; returns the final state and the wake of its last claim
-        (None: it made none). ``passing`` (see :meth:`_chain`): each step that waits is kept as
-        :attr:`SliceOut.waited`."""
+        (None: it made none). In the ``main`` chain each step that waits is kept as :attr:`SliceOut.waited`, and
+        the walk reaching a wake as :attr:`SliceOut.walked`."""
         last = None
         for step in steps:
             self.step += 1
@@ -231,24 +252,26 @@ class Pass:
                 self.turned = turned
             elif isinstance(step, Detour):
                 head, kept, wake = state
-                (head, _, wake), inner = yield from self._steps(step.steps, (head, head, wake), passing)
+                (head, _, wake), inner = yield from self._steps(step.steps, (head, head, wake), main)
                 state, last = (head, np.maximum(kept, head), wake), last if inner is None else inner
             elif isinstance(step, Claim):
                 state = yield from self._claim(step, state, self.step - 1)
                 last = state[2]
-                if passing and (not step.eager or step.turn is not None):
+                if main and (not step.eager or step.turn is not None):
                     self.out.waited = state[2], self.out.records[self.problem.pos_base[self.slice.group]
                                                                  + self.step - 1].wpos
             elif isinstance(step, Gate):
                 self.turned = None
                 state = self._gate(step, state[0])
-                if passing:
+                if main:
                     self.out.waited = state[2], self.step - 1
             else:
                 if waits(step):
                     self.turned = None
                 state = self._step(step, state)
-                if passing and waits(step) and not isinstance(step, Wake):
+                if main and isinstance(step, Wake):
+                    self.out.walked = walk_key(*self.out.waited)
+                elif main and waits(step):
                     self.out.waited = state[2], MODEL_EVENT if isinstance(step, Wait) else self.step - 1
         return state, last
 
@@ -319,8 +342,8 @@ class Pass:
             wake, wpos = turn_order(wake, wpos, self._turn_seed(names))
             self.turned = wpos
             self.out.released[names[0]], self.out.released[names[1]] = wake, wpos
-        rec = Record(step.server, pos, self.slice.seq0, self.out.post, wake, wpos, head, _plus(tail, step.tail_ps),
-                     step.service_ps)
+        rec = Record(step.server, pos, self.slice.seq0, self.out.post, self.out.rank, wake, wpos, head,
+                     _plus(tail, step.tail_ps), step.service_ps)
         self.current[pos] = self.out.records[pos] = rec
         if step.server in self.books:
             self.books[step.server].fresh.append(pos)
@@ -377,7 +400,9 @@ class Pass:
             mine = int(claims.lengths[:next(k for k, part in enumerate(claims.parts) if part is rec)].sum())
         if claims is not None:
             order, tied = key_order(claims)
-            tie = unnumbered_tie(self.problem, claims, order, server) if tied else None
+            ranked, tie = unnumbered_tie(self.problem, claims, order, server) if tied else (None, None)
+            if ranked is not None:
+                self.ranked = min(ranked, self.ranked if self.ranked is not None else ranked)
             if tie is not None and (self.tie is None or tie[0] < self.tie[0]):
                 self.tie = tie
             stalls = self.problem.servers[server].stalls
@@ -418,6 +443,9 @@ def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
         released = np.concatenate((previous.hist_released[label], out.released[label]))[-problem.keep:]
         gate_history(piece.gate_input[label], released, piece.lo, piece.hi, slots)
         piece.hist_released[label] = released
+    for name in (DELIVERED, FIRST_DELIVERED):
+        kept = previous.hist_released.get(name, out.released[name][:0])
+        piece.hist_released[name] = np.concatenate((kept, out.released[name]))[-problem.keep:]
     for name in problem.stream_turn_keys[piece.group]:  # the stream's turns go on across the change of steps
         kept = out.released.get(name)
         if kept is not None and len(kept):

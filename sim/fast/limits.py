@@ -17,6 +17,7 @@ import numpy as np
 
 from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, waits
 from sim.core.units import format_time
+from sim.fast.deliveries import UNRANKED
 from sim.fast.merge import tied_posts
 
 
@@ -81,29 +82,36 @@ def check_posts(problem, group: int, lo: int, post: np.ndarray, start: int) -> N
             raise Unsolvable("an operation completes at its round's start and posts another then", group)
 
 
-def unnumbered_tie(problem, claims, order: np.ndarray, server: int) -> tuple[int, Unsolvable] | None:
+def unnumbered_tie(problem, claims, order: np.ndarray, server: int) -> tuple[int | None, tuple | None]:
     """Claims of parallel streams on one server that tie on time, ordering position and post time are ordered by
     their operations' numbers. The streams' first posts at their round's start are numbered stream by stream, as
-    the event engine numbers them; the event engine numbers the others in the order their completions' deliveries
-    were made, which the vectorized core does not know. Returns the earliest such tie between two streams'
-    operations posted after their round's start (its time, ps, and why the core cannot solve it), else None.
+    the event engine numbers them; the others by their ranks (:mod:`sim.fast.deliveries`), unless those tie too
+    (deliveries created by walks at one time and position, in an order their own numbers decide) or do not fit.
+    Returns the time (ps) of the earliest tie between two streams' operations posted after their round's start
+    (None: none), and the earliest such tie that their ranks do not order, with why the core cannot solve it (None:
+    none).
     """
     if not problem.streams_meet:
-        return None
+        return None, None
     first = tied_posts(claims, order)
     if not len(first):
-        return None
+        return None, None
     a, b = order[first], order[first + 1]
     group_a, group_b = problem.group_of_pos[claims.pos[a]], problem.group_of_pos[claims.pos[b]]
     later = claims.seq[a] - np.asarray(problem.seq_base)[group_a] >= problem.window_of[group_a]
     mixed = (problem.stream_of[group_a] != problem.stream_of[group_b]) & later
     if not mixed.any():
-        return None
-    k = int(np.argmax(mixed))  # the earliest: ``order`` is by time
+        return None, None
+    rank_a, rank_b = claims.rank[a], claims.rank[b]
+    unranked = mixed & ((rank_a == rank_b) | (rank_a == UNRANKED) | (rank_b == UNRANKED))
+    earliest = int(claims.wake[a[np.argmax(mixed)]])  # ``order`` is by time
+    if not unranked.any():
+        return earliest, None
+    k = int(np.argmax(unranked))
     wake, name = int(claims.wake[a[k]]), problem.servers[server].name
-    return wake, Unsolvable(f"parallel streams claim {name} at {format_time(wake)} with operations posted at "
-                            f"{format_time(int(claims.post[a[k]]))}, in an order their completions' deliveries "
-                            "decide", int(group_a[k]))
+    return earliest, (wake, Unsolvable(f"parallel streams claim {name} at {format_time(wake)} with operations "
+                                       f"posted at {format_time(int(claims.post[a[k]]))} by completions whose "
+                                       "deliveries tie (made at one picosecond and step)", int(group_a[k])))
 
 
 def _gates_delayed(steps) -> bool:

@@ -4,7 +4,8 @@ The rule (:mod:`sim.core.steps`): claims are made in order of the time of the st
 the claim itself, or for an eager claim the waiting step before it), then of that step's position in the step
 list (``wpos``; a model event comes first), then of the operation's number, then of the claim's own position
 (``pos``). Claims of one position come in operation order. Operations are numbered in posting order: by post time
-(``post``), then by ``seq``, which numbers them stream by stream (concurrent streams in the order they start, see
+(``post``), then by ``rank`` (which stream's completions were delivered first then, :mod:`sim.fast.deliveries`),
+then by ``seq``, which numbers them stream by stream (concurrent streams in the order they start, see
 :attr:`sim.fast.steps.Group.parallel`).
 """
 
@@ -30,9 +31,11 @@ class Claims:
     """Operation sequence number of each claim."""
     post: np.ndarray
     """When each claim's operation was posted (ps)."""
+    rank: np.ndarray
+    """Each claim's operation's rank among those posted at its time (:mod:`sim.fast.deliveries`)."""
     finish: np.ndarray | None = None
 
-    FIELDS = ("wake", "wpos", "head", "not_before", "service", "pos", "seq", "post", "finish")
+    FIELDS = ("wake", "wpos", "head", "not_before", "service", "pos", "seq", "post", "rank", "finish")
 
     def __len__(self) -> int:
         return len(self.wake)
@@ -51,7 +54,7 @@ def concat(parts: list[Claims]) -> Claims:
 class Joined:
     """Claims of several parts laid end to end, each field built when first needed.
 
-    A part is a :class:`Claims` or a per-position record (arrays ``wake``, ``head``, ``not_before``, ``post``;
+    A part is a :class:`Claims` or a per-position record (arrays ``wake``, ``head``, ``not_before``, ``post``, ``rank``;
     scalars ``service``, ``pos``; ``wpos`` a scalar or per claim; first operation ``seq0``). Serving needs only
     times; the rest is needed when times tie or claims are carried over.
     """
@@ -136,7 +139,7 @@ def key_order(claims: Claims | Joined) -> tuple[np.ndarray, bool]:
     pos = claims.pos[order]
     if not (equal & (pos[1:] != pos[:-1])).any():
         return order, False
-    return np.lexsort((claims.pos, claims.seq, claims.post, claims.wpos, claims.wake)), True
+    return np.lexsort((claims.pos, claims.seq, claims.rank, claims.post, claims.wpos, claims.wake)), True
 
 
 def tied_posts(claims: Claims | Joined, order: np.ndarray) -> np.ndarray:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.fast.block_pass import Record, SliceIn, SliceOut
+from sim.fast.deliveries import FIRST_DELIVERED
 from sim.fast.pace_lanes import Pace
 from sim.fast.guesses import guess_posts, tail
 
@@ -91,7 +92,9 @@ def guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     first = piece.hist_done[-problem.groups[g].window:]
     guess_posts(problem, piece, first, paced_ends(problem, piece))
     post = np.concatenate((first, piece.guess_post)) if piece.shared else None
-    return {pos: paced_record(problem, pos, piece.seq0, post, piece.pace.claims[pos]) for pos in piece.shared}
+    rank = np.concatenate((piece.hist_released[FIRST_DELIVERED][-len(first):], piece.guess_rank)) \
+        if piece.shared else None
+    return {pos: paced_record(problem, pos, piece.seq0, post, rank, piece.pace.claims[pos]) for pos in piece.shared}
 
 
 def paced_ends(problem, piece: SliceIn) -> np.ndarray:
@@ -104,9 +107,9 @@ def paced_ends(problem, piece: SliceIn) -> np.ndarray:
     return ends
 
 
-def paced_record(problem, pos: int, seq0: int, post: np.ndarray, steady) -> Record:
-    """The claims of position ``pos`` of operations posted at ``post`` that keep their pace ``steady`` (last
-    values and spacings of wake, head and not_before)."""
+def paced_record(problem, pos: int, seq0: int, post: np.ndarray, rank: np.ndarray, steady) -> Record:
+    """The claims of position ``pos`` of operations posted at ``post`` with ranks ``rank`` that keep their pace
+    ``steady`` (last values and spacings of wake, head and not_before)."""
     claim = problem.claim_at[pos]
     wake, head, not_before = Pace.ahead(*steady, len(post))
-    return Record(claim.server, pos, seq0, post, wake, problem.wpos_at[pos], head, not_before, claim.service_ps)
+    return Record(claim.server, pos, seq0, post, rank, wake, problem.wpos_at[pos], head, not_before, claim.service_ps)

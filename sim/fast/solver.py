@@ -162,8 +162,8 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     per stream.
 
     :raises Unsolvable: also where claims of parallel streams on one server tie on time and on their operations'
-        post time after their round's start (the event engine numbers those operations in the order their
-        completions' deliveries were made: :func:`sim.fast.limits.unnumbered_tie`).
+        post time after their round's start, and so do the walks that made those completions' deliveries
+        (:func:`sim.fast.limits.unnumbered_tie`).
     """
     problem = Problem(servers, groups, speedups)
     carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
