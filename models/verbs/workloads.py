@@ -154,6 +154,11 @@ class Posting:
     """Stop posting this long after the loop starts (ps); None: post ``iterations`` work requests."""
 
 
+POLL_BATCH = 64
+"""Completions a bandwidth loop polls at once (perftest's CTX_POLL_BATCH): when more are in its CQ, it posts for
+these and polls the rest once the other processes woken at that time have run."""
+
+
 def still_posting(now_ps, start_ps: int, duration_ps: int):
     """Whether a timed loop (perftest -D) that started at ``start_ps`` posts at ``now_ps`` (ps; an array of
     times gives one answer each): while the clock is less than ``duration_ps`` after the start. The event engine's
@@ -225,7 +230,7 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
                                and done >= next_id - next_id % every):
             break
         yield cq.wait()
-        for wc in ibv_poll_cq(cq, 64):
+        for wc in ibv_poll_cq(cq, POLL_BATCH):
             lo, hi = done if every > 1 else wc.wr_id, wc.wr_id + 1
             log.completed[lo:hi] = [wc.completed_ps] * (hi - lo)
             if wc.status is not WC_SUCCESS:  # (each is set once: success is already there)

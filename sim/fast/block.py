@@ -28,7 +28,7 @@ from sim.fast.merge import concat
 from sim.fast.server import pool
 from sim.fast.block_pass import NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut, gate_history, same_values
 from sim.fast.crawl import repeats, tail_crawls
-from sim.fast.deliveries import DELIVERED, FIRST_DELIVERED
+from sim.fast.deliveries import FIRST_DELIVERED, KEYS
 from sim.fast.guesses import LOW, guess_posts, lag_scan
 from sim.fast.pace import guesses_from_pace, paced_ends, paced_record, record_idle, record_pace
 
@@ -119,7 +119,7 @@ def _slices_in(problem, spans, history, start, shared, floor) -> list[SliceIn]:
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
             pace=hist.pace if hist is not None else None,
             hist_released={label: hist.released[label] if hist is not None else empty
-                           for label in (*problem.gates[g], *problem.stream_turn_keys[g], DELIVERED, FIRST_DELIVERED)
+                           for label in (*problem.gates[g], *problem.stream_turn_keys[g], *KEYS)
                            if hist is None or label in hist.released}, after=after, joined=joined))
     return slices
 

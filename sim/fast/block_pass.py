@@ -16,7 +16,7 @@ import numpy as np
 
 from sim.core.interpreter import MODEL_EVENT
 from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Wait, Wake, waits
-from sim.fast.deliveries import DELIVERED, FIRST, FIRST_DELIVERED, UNRANKED, delivery_keys, walk_key
+from sim.fast.deliveries import FIRST, FIRST_DELIVERED, KEYS, UNRANKED, delivery_keys, walk_key
 from sim.fast.limits import unnumbered_tie
 from sim.fast.merge import Claims, Joined, key_order, per_claim
 from sim.fast.merge_reuse import Book
@@ -225,7 +225,8 @@ class Pass:
             done = running_max(ordered)
         self.out.done, self.out.head = done, head
         walked = np.full(len(head), UNRANKED) if self.out.walked is None else self.out.walked  # (no wake)
-        self.out.released.update(delivery_keys(walked, done, piece.hist_done, piece.hist_released))
+        self.out.released.update(delivery_keys(walked, done, piece.hist_done, piece.hist_released,
+                                               self.problem.groups[piece.group].polls))
         return self.out
 
     def _chain(self, steps, state, main: bool = False):
@@ -443,7 +444,7 @@ def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
         released = np.concatenate((previous.hist_released[label], out.released[label]))[-problem.keep:]
         gate_history(piece.gate_input[label], released, piece.lo, piece.hi, slots)
         piece.hist_released[label] = released
-    for name in (DELIVERED, FIRST_DELIVERED):
+    for name in KEYS:
         kept = previous.hist_released.get(name, out.released[name][:0])
         piece.hist_released[name] = np.concatenate((kept, out.released[name]))[-problem.keep:]
     for name in problem.stream_turn_keys[piece.group]:  # the stream's turns go on across the change of steps

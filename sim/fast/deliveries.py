@@ -24,11 +24,17 @@ DELIVERED = "delivered"
 FIRST_DELIVERED = "first delivered"
 """Name under which a slice keeps each operation's stream's first delivery key at its completion time: the rank
 of the operations that completion posts."""
+POLLED = "polled"
+"""Name under which a slice keeps how many of its stream's completions of the same time come before each one."""
+KEYS = (DELIVERED, FIRST_DELIVERED, POLLED)
+"""What a slice keeps for the ranks of the operations after it."""
 FIRST = 0
 """The rank of the operations a stream posts at its round's start."""
 POSITION_BITS = 12
 UNRANKED = np.iinfo(np.int64).max
-"""A walk whose time (from 2**51 ps on) or position does not fit a key; it stays the latest of its stream's."""
+"""The rank of an operation posted by a completion its loop did not take at its first wake of that time (its
+stream's :attr:`sim.fast.steps.Group.polls`), and a walk's key whose time (from 2**51 ps on) or position does not
+fit; it stays the latest of its stream's."""
 
 
 def walk_key(wake: np.ndarray, wpos) -> np.ndarray:
@@ -39,21 +45,23 @@ def walk_key(wake: np.ndarray, wpos) -> np.ndarray:
     return np.where(fits, (wake << POSITION_BITS) | position, UNRANKED)
 
 
-def delivery_keys(walked: np.ndarray, done: np.ndarray, hist_done: np.ndarray, hist: dict) -> dict[str, np.ndarray]:
-    """Per operation of a slice, under :data:`DELIVERED`: the key of the walk that created its delivery (its own
-    wake's ``walked``, or the previous delivery's where that came later); under :data:`FIRST_DELIVERED`: its
-    stream's first such key at its completion time ``done``. ``hist_done`` and ``hist`` hold the completions and
-    both keys of the operations before the slice."""
-    before = hist.get(DELIVERED)
-    if before is not None and len(before) and len(hist_done):
-        walked, done = np.concatenate((before[-1:], walked)), np.concatenate((hist_done[-1:], done))
-    else:
-        before = None
+def delivery_keys(walked: np.ndarray, done: np.ndarray, hist_done: np.ndarray, hist: dict,
+                  polls: int | None) -> dict[str, np.ndarray]:
+    """Per operation of a slice, under :data:`KEYS`: the key of the walk that created its delivery (its own
+    wake's ``walked``, or the previous delivery's where that came later); its stream's first such key at its
+    completion time ``done`` (:data:`UNRANKED` from the ``polls``-th on); and how many of that time's come before
+    it. ``hist_done`` and ``hist`` hold the completions and keys of the operations before the slice."""
+    seeded = int(len(hist.get(DELIVERED, ())) > 0 and len(hist_done) > 0)
+    if seeded:
+        walked, done = np.concatenate((hist[DELIVERED][-1:], walked)), np.concatenate((hist_done[-1:], done))
     delivered = np.maximum.accumulate(walked)
-    source = delivered.copy()
-    if before is not None:
-        source[0] = hist[FIRST_DELIVERED][-1]
+    source = np.concatenate((hist[FIRST_DELIVERED][-1:], delivered[1:])) if seeded else delivered
     starts = np.flatnonzero(np.concatenate(([True], done[1:] != done[:-1])))
-    first = np.repeat(source[starts], np.diff(np.append(starts, len(done))))
-    skip = int(before is not None)
-    return {DELIVERED: delivered[skip:], FIRST_DELIVERED: first[skip:]}
+    lengths = np.diff(np.append(starts, len(done)))
+    first = np.repeat(source[starts], lengths)
+    polled = np.arange(len(done)) - np.repeat(starts, lengths)
+    if seeded:
+        polled[:lengths[0]] += hist[POLLED][-1]
+    if polls is not None:
+        first[polled >= polls] = UNRANKED
+    return {DELIVERED: delivered[seeded:], FIRST_DELIVERED: first[seeded:], POLLED: polled[seeded:]}

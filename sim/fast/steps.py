@@ -58,6 +58,9 @@ class Group:
     operation (the first is never refused)."""
     ended: Callable[[int], None] | None = None
     """Told the group's operation count once ``posts_while`` ended it, before any later group's draws are asked."""
+    polls: int | None = None
+    """The most completions the stream's loop takes in one wake (None: all delivered); the rest of one time's are
+    taken after other streams woken then, which :mod:`sim.fast.deliveries` does not rank."""
     settles: tuple[str, ...] = ()
     """Labels of side chains the stream waits for once posted out: it ends (and the next group that is not
     parallel starts) at the latest of its last operation's completion and its times at these labels (a ping-pong

@@ -58,7 +58,7 @@ from models.ib.dmabuf_mr import DmabufBacking
 from models.nic.datapath import checked_accesses, path, translation_cache
 from models.nic.wqe import Opcode
 from models.verbs.ping_pong import ACKED, NoSingleChain, ping_pong
-from models.verbs.workloads import (Endpoint, OpRecords, posts_inline, still_posting,
+from models.verbs.workloads import (POLL_BATCH, Endpoint, OpRecords, posts_inline, still_posting,
                                     succeeded, tagged)
 from sim.core.steps import Check, Claim, Detour, Fork
 from sim.core.units import format_size
@@ -459,7 +459,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
                 parts = translations.split(k, end, size, parts[0][2], ops[k, size], work.duration is not None)
             attempts = lossy or (watched and isinstance(dst.mr.backing, DmabufBacking))
             yield size, [Group(indexed(_watched(steps, watched, attempts, lossy), local), hi, window, draws, lo,
-                               **timed) for lo, hi, steps in parts]
+                               polls=POLL_BATCH, **timed) for lo, hi, steps in parts]
 
 
 def _local_check(work: WorkloadSpec) -> str:

@@ -97,7 +97,6 @@ def _poster(env, fifo, stream: list[Group]):
 
     def deliver(i: int, seen: int) -> None:
         completed[i] = seen
-        state["outstanding"] -= 1
         state["entries"] += 1
         if state["waiter"] is not None:
             waiter, state["waiter"] = state["waiter"], None
@@ -133,7 +132,9 @@ def _poster(env, fifo, stream: list[Group]):
             ev.succeed()
         else:
             ev = state["waiter"] = simpy.Event(env)
-        yield ev
-        done += state["entries"]
-        state["entries"] = 0
+        yield ev  # (models.verbs.workloads.bandwidth: it takes at most ``polls`` at once, then waits again)
+        taken = state["entries"] if group.polls is None else min(state["entries"], group.polls)
+        done += taken
+        state["outstanding"] -= taken
+        state["entries"] -= taken
     return posted[:issued], completed[:issued]

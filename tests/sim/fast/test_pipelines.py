@@ -380,8 +380,9 @@ def test_operations_posted_at_one_picosecond_go_in_the_order_their_completions_w
 def test_streams_posting_at_one_picosecond_are_numbered_as_their_completions_were_delivered(data):
     """Parallel streams whose times are whole multiples of 100 ps, so that completions of several streams come at
     one picosecond and the operations they post claim a shared server at one picosecond from one step: the core
-    numbers them by their deliveries, as the event engine does. One whose deliveries were made by walks at one
-    picosecond and step (an order their own numbers decide) is refused, and discarded here."""
+    numbers them by their deliveries, as the event engine does, a stream's loop taking at most ``polls`` of one
+    time's completions at once. One whose deliveries were made by walks at one picosecond and step (an order their
+    own numbers decide), or taken by a later wake, is refused, and discarded here."""
     unit = st.integers(0, 6).map(lambda k: 100 * k)
     servers = [Server("shared"), *(Server(f"own{i}") for i in range(4))]
     groups = []
@@ -389,7 +390,8 @@ def test_streams_posting_at_one_picosecond_are_numbered_as_their_completions_wer
         first, own, last = data.draw(unit), data.draw(unit), data.draw(unit)
         steps = (Claim(0, first, first), Delay(data.draw(unit)), Claim(1 + k, own, own), Delay(data.draw(unit)),
                  *((Claim(0, last, last),) if data.draw(st.booleans()) else ()), Rebase(True), Wake())
-        groups.append(Group(steps, data.draw(st.integers(1, 40)), data.draw(st.integers(1, 3)), parallel=k > 0))
+        groups.append(Group(steps, data.draw(st.integers(1, 40)), data.draw(st.integers(1, 3)), parallel=k > 0,
+                            polls=data.draw(st.sampled_from([None, 1, 2]))))
     try:
         fast = solve_all(servers, groups, block=data.draw(st.sampled_from([4, 64])))
     except Unsolvable as exc:
