@@ -248,7 +248,7 @@ def perftest(ctx: typer.Context) -> None:
 
     from sim.cli.progress import progress_bar
 
-    code, report = run_perftest(ctx.args, notice=lambda line: typer.echo(line, err=True),
+    code, report = run_perftest(ctx.args, notice=say,
                                 display=lambda what, total, simulated: progress_bar(stderr(), what, total,
                                                                                     simulated_ps=simulated))
     if report:

@@ -11,6 +11,7 @@ estimate of the time left.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 
@@ -28,8 +29,12 @@ def stderr():
 
 
 def say(line: str) -> None:
-    """A notice on stderr as it is written (no markup, no highlighting), above a progress bar if one shows."""
-    stderr().print(line, soft_wrap=True, highlight=False, markup=False)
+    """A notice on stderr as it is written (no markup, highlighting or emoji codes), above a progress bar if one
+    shows; before any bar, a plain line (a command refused as it is parsed does not import rich for it)."""
+    if stderr.cache_info().currsize:
+        stderr().print(line, soft_wrap=True, highlight=False, markup=False, emoji=False)
+    else:
+        print(line, file=sys.stderr)
 
 
 class Advance:

@@ -90,3 +90,24 @@ def test_a_run_tells_which_engine_simulates_as_it_starts_and_the_bar_names_it(en
             bar.running(name)
         bar(10)
     assert f"w ({running[-1]})" in screen.getvalue()
+
+
+def test_perftest_notices_print_on_their_own_line_above_the_bar(monkeypatch):
+    """perftest's notices go through the console the bar is drawn on, which clears the bar's line before each
+    (a line written past it would follow the bar's last drawing on the same line)."""
+    import functools
+
+    from typer.testing import CliRunner
+
+    from sim.cli import app as cli, progress
+
+    screen = io.StringIO()
+    console = functools.cache(lambda: Console(file=screen, force_terminal=True, width=120))
+    console()
+    monkeypatch.setattr(progress, "stderr", console)
+    monkeypatch.setattr(cli, "stderr", console)
+    outcome = CliRunner().invoke(cli.app, ["perftest", "ib_write_bw", "-s", "4096", "-n", "2000"])
+    assert outcome.exit_code == 0, outcome.output
+    shown = screen.getvalue()
+    notice = shown.index("ib_write_bw (base): vectorized core ran ib_write_bw")
+    assert "ops" in shown[:notice] and shown[:notice].endswith(("\n", "\x1b[2K"))
