@@ -155,8 +155,8 @@ class Posting:
 
 
 POLL_BATCH = 64
-"""Completions a bandwidth loop polls at once (perftest's CTX_POLL_BATCH): when more are in its CQ, it posts for
-these and polls the rest once the other processes woken at that time have run."""
+"""Completions a bandwidth loop takes from its QP's CQ in one poll: when more are there, it posts for these and
+polls the rest once the other processes woken at that time have run."""
 
 
 def still_posting(now_ps, start_ps: int, duration_ps: int):
