@@ -100,9 +100,9 @@ def core_only(iterations: int) -> float:
     """Time of the fast core's solve alone on the quickstart write_bw 4 KiB (testbed built beforehand)."""
     scenario = quickstart(iterations, "fast")
     bed, started, _ = setup_run(scenario, scenario.seed)
-    servers, groups, _ = pipelines(streams(scenario, bed))
+    pipes = pipelines(streams(scenario, bed))
     begin = time.perf_counter()
-    for _ in solve(servers, groups, started):
+    for _ in solve(pipes.servers, pipes.groups, started):
         pass
     return time.perf_counter() - begin
 
