@@ -149,9 +149,12 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                 queued = paced_ends(problem, piece) if idle and piece.pace is not None else np.where(
                     out.done > out.post + piece.idle_done, out.done, LOW)
                 guess_posts(problem, piece, out.post[:window], queued)
-            piece.guess_rank = out.released[FIRST_DELIVERED][: m - window]
             post = np.concatenate((out.post[:window], piece.guess_post))
-            rank = np.concatenate((out.rank[:window], piece.guess_rank))
+            if problem.streams_meet:  # (else the posts stand in for the ranks: Pass._ranks)
+                piece.guess_rank = out.released[FIRST_DELIVERED][: m - window]
+                rank = np.concatenate((out.rank[:window], piece.guess_rank))
+            else:
+                rank = post
         for label, slots in problem.gates[piece.group].items():
             if m > slots:
                 to_gate, after = piece.idle_gate[label]

@@ -137,8 +137,9 @@ class SliceOut:
     waited: tuple | None = None
     """The time and ordering position of the main chain's latest step that waited (a wake does not: the event
     engine's interpreter goes on through it without waiting), while the slice is walked."""
-    walked: np.ndarray | None = None
-    """The key of the walk that reached each operation's wake (:func:`sim.fast.deliveries.walk_key`)."""
+    walked: tuple | None = None
+    """The time and ordering position of the walk that reached each operation's wake (what :attr:`waited` was
+    then)."""
 
 
 @dataclass
@@ -208,9 +209,7 @@ class Pass:
                 for k in piece.after]
         start = max([piece.start] * (piece.start is not None) + ends)
         post = _posts(piece, group.window, start, piece.hist_done, piece.guess_post)
-        known = piece.hist_released.get(FIRST_DELIVERED, piece.hist_done[:0])
-        rank = _posts(piece, group.window, FIRST, known[len(known) - len(piece.hist_done):], piece.guess_rank)
-        out = SliceOut(post, rank, post, None, waited=(post, MODEL_EVENT))
+        out = SliceOut(post, self._ranks(piece, group.window, post), post, None, waited=(post, MODEL_EVENT))
         self.slice, self.out, self.step, self.turned = piece, out, 0, None
         return self._chain(group.steps, (post, post, post), True), (piece, self.out, 0, None)
 
@@ -224,10 +223,20 @@ class Pass:
                 ordered[0] = piece.hist_done[-1]
             done = running_max(ordered)
         self.out.done, self.out.head = done, head
-        walked = np.full(len(head), UNRANKED) if self.out.walked is None else self.out.walked  # (no wake)
-        self.out.released.update(delivery_keys(walked, done, piece.hist_done, piece.hist_released,
-                                               self.problem.groups[piece.group].polls))
+        if self.problem.streams_meet:
+            walked = np.full(len(head), UNRANKED) if self.out.walked is None else walk_key(*self.out.walked)
+            self.out.released.update(delivery_keys(walked, done, piece.hist_done, piece.hist_released,
+                                                   self.problem.groups[piece.group].polls))
         return self.out
+
+    def _ranks(self, piece: SliceIn, window: int, post: np.ndarray) -> np.ndarray:
+        """Each operation's rank (:mod:`sim.fast.deliveries`), found as its post is (:data:`FIRST` for the group's
+        first ``window``, then from the kept or guessed keys ``window`` operations back). Where no streams meet,
+        ranks order nothing: the posts stand in (operations of one post share one rank), and no keys are kept."""
+        if not self.problem.streams_meet:
+            return post
+        known = piece.hist_released.get(FIRST_DELIVERED, piece.hist_done[:0])
+        return _posts(piece, window, FIRST, known[len(known) - len(piece.hist_done):], piece.guess_rank)
 
     def _chain(self, steps, state, main: bool = False):
         """Walk ``steps`` from ``state`` = (head, tail, wake); returns the final head. ``main``: the slice's main
@@ -271,7 +280,7 @@ class Pass:
                     self.turned = None
                 state = self._step(step, state)
                 if main and isinstance(step, Wake):
-                    self.out.walked = walk_key(*self.out.waited)
+                    self.out.walked = self.out.waited
                 elif main and waits(step):
                     self.out.waited = state[2], MODEL_EVENT if isinstance(step, Wait) else self.step - 1
         return state, last
@@ -444,7 +453,7 @@ def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
         released = np.concatenate((previous.hist_released[label], out.released[label]))[-problem.keep:]
         gate_history(piece.gate_input[label], released, piece.lo, piece.hi, slots)
         piece.hist_released[label] = released
-    for name in KEYS:
+    for name in KEYS if problem.streams_meet else ():
         kept = previous.hist_released.get(name, out.released[name][:0])
         piece.hist_released[name] = np.concatenate((kept, out.released[name]))[-problem.keep:]
     for name in problem.stream_turn_keys[piece.group]:  # the stream's turns go on across the change of steps

@@ -93,7 +93,7 @@ def guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     guess_posts(problem, piece, first, paced_ends(problem, piece))
     post = np.concatenate((first, piece.guess_post)) if piece.shared else None
     rank = np.concatenate((piece.hist_released[FIRST_DELIVERED][-len(first):], piece.guess_rank)) \
-        if piece.shared else None
+        if piece.shared and problem.streams_meet else post  # (else the posts stand in for the ranks: Pass._ranks)
     return {pos: paced_record(problem, pos, piece.seq0, post, rank, piece.pace.claims[pos]) for pos in piece.shared}
 
 
