@@ -189,7 +189,8 @@ class DmabufBacking(MrBacking):
         core.instant(self.umem.dev, "PageFaulted", reason="translation zapped by move_notify")
         try:
             self.remap()
-        except VerbsError:
+        except VerbsError as exc:
+            core.instant(self.umem.dev, "PageFaultFailed", errno=exc.errno)
             return WcStatus.LOC_PROT_ERR
         self.faults += 1
         return Fault(self.umem.ready_ps, self.pages)

@@ -107,25 +107,45 @@ class WorkRequestRun(Retransmission):
         qp, wr = self.qp, self.wr
         if not wr.is_inline:  # inline data was copied into the WQE at the post: the NIC reads no MR for it
             self.local = [(lookup_mr(qp, sge.lkey), sge.addr, sge.length) for sge in self.sges]
-        if qp.state.flushes:
+        if qp.state.flushes or qp.sq_failed:
             return self._fail(WcStatus.WR_FLUSH_ERR, head, self.path.failed["requester"])
         problem = local_status(qp, wr, self.local)
         if problem is None and wr.opcode.is_local:
             problem = local_operation(qp, wr)
         if problem is not None:
-            return self._fail(problem, head, self.path.failed["requester"])
+            return self._local_error(problem, head, "requester")
+        return None
+
+    def _local_error(self, status: WcStatus, at: int, check: str):
+        """The requester found a local error at ``check``: the work request ends with ``status`` from ``at``, and
+        its send queue stops there (:attr:`~models.verbs.qp.QueuePair.sq_failed`)."""
+        self.qp.sq_failed = True
+        return self._fail(status, at, self.path.failed[check])
+
+    def _own_access(self, now: int, check: str, write: bool):
+        """The requester's access of its own memory at ``check`` (the payload's read, a response's write) through
+        its backed MRs: None when it goes on, the time a page fault holds it until, or the program that ends it
+        (flushed after an earlier local error, its access not made; failed, a local error of its own)."""
+        if self.qp.sq_failed:
+            return self._fail(WcStatus.WR_FLUSH_ERR, now, self.path.failed[check])
+        for mr, addr, length in self.local:
+            if mr.backing is not None:
+                held = self._translated(mr, addr, length, now, write=write)
+                if isinstance(held, WcStatus):
+                    return self._local_error(held, now, check)
+                if held is not None:
+                    return held
         return None
 
     def _source(self, now: int, head: int, tail: int):
         qp = self.qp
-        backed = [piece for piece in self.local if piece[0].backing is not None]
+        backed = any(mr.backing is not None for mr, _, _ in self.local)
+        if backed and not qp.sq_failed and qp.sq_stalled_until > now:
+            return qp.sq_stalled_until  # a page fault stalls the send queue: later WQEs wait behind it
+        ended = self._own_access(now, "source", write=False)
+        if ended is not None:
+            return ended
         if backed:
-            if qp.sq_stalled_until > now:  # a page fault stalls the send queue: later WQEs wait behind it
-                return qp.sq_stalled_until
-            for mr, addr, length in backed:
-                held = self._translated(mr, addr, length, now, write=False)
-                if held is not None:
-                    return self._fail(held, now, self.path.failed["source"]) if isinstance(held, WcStatus) else held
             qp.sq_stalled_until = now
         if not self.wr.is_inline:
             self.payload = _gather(qp.pd.context.env, self.local)
@@ -262,11 +282,9 @@ class WorkRequestRun(Retransmission):
 
     def _response(self, now: int, head: int, tail: int):
         qp = self.qp
-        for mr, addr, length in self.local:
-            if mr.backing is not None:  # the response is written through the local MR's translation
-                held = self._translated(mr, addr, length, now, write=True)
-                if held is not None:
-                    return self._fail(held, now, self.path.failed["response"]) if isinstance(held, WcStatus) else held
+        ended = self._own_access(now, "response", write=True)  # (rxe_comp.c: a failed copy is COMPST_ERROR)
+        if ended is not None:
+            return ended
         _scatter(self.local, self.payload)
         return self._translation(qp.node, self.local, now, head, tail, RESPONSE)
 

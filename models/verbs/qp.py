@@ -77,6 +77,14 @@ class QueuePair:
     """RNR NAKs this QP's requests received."""
     sq_stalled_until: int = 0
     """A requester-side page fault stalls the send queue until then: later WQEs are translated no earlier."""
+    sq_failed: bool = False
+    """The requester found a local error in one of its work requests (a key, or an access of its own memory whose
+    page fault failed: the payload's read, a READ response's write): its send queue stops there, and the later work
+    requests are flushed at their next requester-side check, their accesses not made, though the QP's state changes
+    only when that error completion is delivered (:func:`~models.nic.completion.complete_at`). rxe moves the QP to
+    ERR at once (rxe_req.c at its ``err:`` label, rxe_comp.c after ``COMPST_ERROR``); mlx5 completes the WQE in
+    error when the driver resumes the fault with an error (odp.c ``mlx5_ib_page_fault_resume``), the send queue
+    having stalled behind it. Cleared by RESET and by SQE -> RTS."""
     qp_type: QpType = QpType.RC
     max_send_sge: int = 1
     """``cap.max_send_sge``: SGEs one work request may have."""
@@ -293,13 +301,15 @@ def ibv_modify_qp(qp: QueuePair, attr: QPAttr, attr_mask: int) -> None:
     if new is QpState.ERR and before is not QpState.ERR:
         qp.flush_receives()
     elif new is QpState.RESET:  # (mlx5_modify_qp: the QP's completions cleaned, then its queues' indices reset)
-        qp.error_completing = False
+        qp.error_completing = qp.sq_failed = False
         for cq in qp.cqs:
             cq_clean(cq, qp.qp_num)
         qp.rq.reset()
         qp.sq_used, qp.sq_reset_seq = 0, qp.posted_count
         qp.rnr_blocked = qp.missing = None
         qp.nak_sent = False
+    if before is QpState.SQE and new is QpState.RTS:
+        qp.sq_failed = False
     if before is QpState.RTR and new is QpState.RTS:
         env = qp.pd.context.env
         qp.gates = None  # the READ/atomic slots are counted at the first post, once the responder is known

@@ -126,6 +126,9 @@ WHY: dict[str, Callable[[TraceEvent, Testbed], str]] = {
                                    f"{us(e.args['copy_done_ps'])}; the new pages are usable when its fence signals"),
     "PageFaulted": lambda e, bed: ("the NIC found its translation zapped: the driver re-maps the whole MR under "
                                    "the lock"),
+    "PageFaultFailed": lambda e, bed: (f"the re-map failed ({e.args['errno']}): the driver resumes the fault with an "
+                                       "error, the access completes IBV_WC_LOC_PROT_ERR and the send queue stops "
+                                       "there: the later work requests are flushed, their accesses not made"),
     "MappingRestored": lambda e, bed: f"the MTT points at the buffer's pages: the NIC may use them from "
                                       f"{us(e.args['ready_ps'])}",
     "AccessStalled": lambda e, bed: f"the requester's send queue stalls until the translation is ready, at "

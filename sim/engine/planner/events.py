@@ -12,7 +12,8 @@ access after the zap finds the translation gone and re-faults (the watch makes t
 at that access's time from the solve, which only earlier operations decide), accesses until the re-fault is
 done wait for it, and operations posted from the zap on reach the buffer where it went. A source buffer whose
 next access completes in error instead (VFIO revoked it) is a :class:`Failure`: the watch makes
-that access, and each later one that reaches the source, on the testbed at its time. A dma-buf a stream reaches at
+that access on the testbed at its time; its send queue stops there, so no later work request reaches the buffer
+(:mod:`sim.engine.planner.errors`). A dma-buf a stream reaches at
 the responder that ``move_notify`` zapped is a move too, whose first access after the zap the watch makes on the
 testbed; the requests that arrive before its re-map is done get RNR NAKs (:mod:`sim.engine.planner.retries`).
 Anything else the event engine simulates.
@@ -22,18 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from heapq import heappop, heappush
 
 import numpy as np
 
 from models.nic.stages import memory_target
 from models.ib.dmabuf_mr import DmabufBacking
 from models.nic.translation import Fault
-from models.nic.refusal import refusal
 from models.nic.transport import QP_RC
 from models.nic.odp_caps import gated_translate, mlx5_ib_odp_opcode_cap
-from models.nic.wqe import RNR_RETRY_INFINITE, Opcode, WcStatus
-from models.verbs.workloads import work_request
+from models.nic.wqe import RNR_RETRY_INFINITE, WcStatus
 from sim.engine.harness import workload_opcode
 from sim.core.units import format_duration, format_size, format_time
 from sim.fast import NEVER, Finished
@@ -201,51 +199,16 @@ class Watch:
         """
         scan = self.faults
         scan.restart()
-        asks: list[tuple[int, int, tuple[int, int]]] = []
         while solved.extend():
             key, piece = solved.last
-            for t, j in self.failures[key].pending(piece.lo, piece.marks.get("local")) if key in self.failures else ():
-                heappush(asks, (t, j, key))
             scan.scan(key, piece, self.bed.env.now)
             if scan.found is not None and scan.found.at_ps < solved.horizon:
                 return self._fault(scan.found)
             if solved.horizon < NEVER:
-                changed = self._ask(asks, solved.horizon) or (
-                    [] if self.retries.pending else self.advance(solved.horizon, inclusive=False))
+                changed = [] if self.retries.pending else self.advance(solved.horizon, inclusive=False)
                 if changed:
                     return changed
-        return self._ask(asks, NEVER) or ([] if scan.found is None else self._fault(scan.found))
-
-    def _ask(self, asks: list[tuple[int, int, tuple[int, int]]], until_ps: int) -> list[Item]:
-        """Make the source accesses in ``asks`` (a heap of time, operation and (stream, size)) before ``until_ps``
-        on the testbed, the events due first, as the event engine does after an error completion; stop at an event
-        that changed what the data path sees.
-
-        The first that re-faults instead (the exporter's next map succeeds) holds the buffer until the re-map and
-        returns ``[(FAULTED, buffer)]``: it and the work requests behind it go on (:attr:`Failure.went_on`).
-
-        :raises Unfollowed: another access that does not complete in error, or one the clock has passed.
-        """
-        while asks and asks[0][0] < until_ps:
-            t, j, key = heappop(asks)
-            changed = self.advance(t)
-            if changed:
-                return changed
-            failure = self.failures[key]
-            if t < self.bed.env.now:
-                raise Unfollowed(f"buffer '{failure.name}': an access after its error completion at {format_time(t)} "
-                                 "comes before events already simulated")
-            self.clock(t)
-            mr = self.bed.registrations[failure.name].mr
-            answer = mr.backing.translate(t, 0, failure.size)
-            if isinstance(answer, Fault) and failure.went_on is None:  # the next map succeeds: the rest go on
-                failure.went_on = j
-                return self._refaulted(failure.name, t, answer.ready_ps)
-            if not isinstance(answer, WcStatus):
-                raise Unfollowed(f"buffer '{failure.name}': after its access at {format_time(failure.at_ps)} "
-                                 f"completed in error, the access at {format_time(t)} {_not_refaulted(answer)}")
-            failure.asked[j] = t
-        return []
+        return [] if scan.found is None else self._fault(scan.found)
 
     def _fault(self, access: Access) -> list[Item]:
         """Step the events up to ``access`` (they come first at its time); unless one changed what the data path
@@ -286,7 +249,8 @@ class Watch:
         if name and faults_followed(self.bed.registrations[name].mr):
             return self._invalidated(name)
         if name and any(failure.name == name for failure in self.failures.values()):
-            return self._still_failing(name, streams)  # its later accesses are answered one by one
+            self.base = exposed(self.bed, self.scenario)  # its stream's send queue stopped: no access reaches it
+            return None
         if not isinstance(backing, DmabufBacking):
             return f"scenario events changed {describe(changed)} at {format_duration(env.now)}"
         if any(move.ready_ps is not None and env.now <= move.ready_ps
@@ -400,34 +364,21 @@ class Watch:
         if len(ops) != 1:
             return f"buffer '{name}': two of its accesses come at {format_time(at)}, when they complete in error"
         first = int(ops[0])
-        failure = Failure(name, k, size, first, at, after, status, first_flushed(first, at, marks), {first: at})
-        self.failures[k, size] = failure
-        return self._still_failing(name, streams)
-
-    def _still_failing(self, name: str, streams) -> str | None:
-        """Accept what an event changed of buffer ``name``, whose accesses complete in error, while its stream's
-        requester checks still let its work requests through (:func:`models.nic.refusal.refusal`): the source
-        check fails them, asked on the testbed one by one."""
-        for failure in self.failures.values():
-            end = streams[failure.stream]
-            if failure.name == name:
-                why = refusal(end.src.path_qp(end.dst), work_request(0, Opcode.RDMA_WRITE, end.src, end.dst,
-                                                                     failure.size, False))
-                if why is not None:
-                    return f"buffer '{name}': its requester checks refuse work requests now ({why})"
+        self.failures[k, size] = Failure(name, k, size, first, at, after, status, first_flushed(first, at, marks))
         self.base = exposed(self.bed, self.scenario)
         return None
 
     def finish(self, streams) -> None:
-        """After the run: each QP whose work request failed is in the error state, its error completion delivered
-        (:meth:`models.verbs.qp.QueuePair.to_error`), and each requester has counted the RNR NAKs its requests got,
-        as the event engine's run leaves them."""
+        """After the run: each QP whose work request failed has its send queue stopped and is in the error state, its
+        error completion delivered (:meth:`models.verbs.qp.QueuePair.to_error`), and each requester has counted the
+        RNR NAKs its requests got, as the event engine's run leaves them."""
         for k in self.retries.windows:
             streams[k].src.qp.rnr_naks += self.retries.total(k)
         for k in self.losses.links:
             streams[k].src.qp.frames_lost += self.losses.total(k)
         for failure in self.failures.values():
             qp = streams[failure.stream].src.qp
+            qp.sq_failed = True
             qp.to_error(completing=True)
             qp.error_completed()
 
@@ -473,8 +424,6 @@ def _not_refaulted(answer: WcStatus | Fault | None) -> str:
     """What an access got instead of the answer expected (:meth:`DmabufBacking.translate`'s answer)."""
     if isinstance(answer, WcStatus):
         return f"completes in error ({answer.ibv_name}) instead of re-faulting"
-    if isinstance(answer, Fault):
-        return "re-faults, besides the re-fault that let the work requests behind the failed one go on"
     return "reaches memory without re-faulting"
 
 

@@ -4,7 +4,9 @@ error CQE, then moves the QP to ERR and flushes its queues with WR_FLUSH_ERR CQE
 
 from __future__ import annotations
 
-from sim.api import CQ, MR, PD, QP, SGE, Context, Opcode, QPCap, QPInitAttr, RecvWR, SendWR, Testbed, WcOpcode, WcStatus
+from sim.api import (CQ, MR, PD, QP, SGE, Context, Opcode, QPAttr, QpAttrMask, QPCap, QPInitAttr, QpState, RecvWR, SendWR,
+                     Testbed, WcOpcode, WcStatus)
+from tests.sim.api.test_api import rc_pair, write_wr
 from tests.sim.api.test_api_recv import RW, connect, poll_n
 
 MR_BYTES = 1 << 16
@@ -54,3 +56,26 @@ def test_on_separate_cqs_the_flush_is_not_earlier_than_the_error():
     (flushed,) = poll_n(arcq, 1)
     assert (error.status, flushed.status) == (WcStatus.REM_OP_ERR, WcStatus.WR_FLUSH_ERR)
     assert flushed.completed_ps >= error.completed_ps
+
+
+def test_a_local_error_stops_the_send_queue_before_its_completion_comes_until_reset():
+    """A WRITE whose scatter entry runs past its MR fails at the requester (IBV_WC_LOC_PROT_ERR), and its send queue
+    stops there (rxe_req.c: ``err:`` calls ``rxe_qp_error``; mlx5 moves the QP to ERR as it completes the WQE in
+    error): the valid WRITE posted right behind it, taken up before that completion came, is flushed, and its data
+    never reaches the responder. Moved through RESET back to RTS, the QP sends again."""
+    bed = Testbed()
+    (_, _, cq, src, qp), (peer_ctx, _, _, dst, peer) = rc_pair(bed)
+    src.write(b"rdmasim", 7)
+    bad = write_wr(src, dst, 64, wr_id=1)
+    bad.sg = [SGE(src.buf + 4096 - 8, 64, src.lkey)]  # 56 bytes past the 4 KiB MR
+    qp.post_send(bad)
+    qp.post_send(write_wr(src, dst, 7, wr_id=2))
+    first, second = poll_n(cq, 2)
+    assert (first.wr_id, first.status, second.wr_id, second.status) == (1, WcStatus.LOC_PROT_ERR, 2,
+                                                                        WcStatus.WR_FLUSH_ERR)
+    assert dst.read(7, 0) == bytes(7)
+    qp.modify(QPAttr(qp_state=QpState.RESET), QpAttrMask.STATE)  # RESET starts the send queue afresh
+    connect(qp, peer, peer_ctx)
+    qp.post_send(write_wr(src, dst, 7, wr_id=3))
+    assert [(wc.wr_id, wc.status) for wc in poll_n(cq, 1)] == [(3, WcStatus.SUCCESS)]
+    assert dst.read(7, 0) == b"rdmasim"

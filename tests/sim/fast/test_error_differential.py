@@ -1,8 +1,9 @@
 """Work requests that complete in error after a scenario event, on the vectorized core against the event engine:
 VFIO revokes the dma-buf a WRITE stream reads from (mlx5's dynamic importer: the re-fault's re-map fails; a
-revocable pinned importer: the revoked umem), the access that finds it so completes IBV_WC_LOC_PROT_ERR, the work
-requests already past the requester's check fail at their source, the QP flushes the rest; every table and counter
-identical. What the core does not follow stays on the event engine, saying why."""
+revocable pinned importer: the revoked umem), the access that finds it so completes IBV_WC_LOC_PROT_ERR and its send
+queue stops there: the work requests already past the requester's check are flushed at their source, the rest at
+the requester; every table and counter identical. What the core does not follow stays on the event engine, saying
+why."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from sim.engine.harness import setup_run
 from sim.engine.run import run_scenario
 from sim.fast.steps import claim_wpos
 from sim.engine.planner.domain import OutsideDomain
-from sim.engine.planner.errors import COMPLETING, NONE, REQUESTER, Failure, first_flushed
+from sim.engine.planner.errors import NONE, REQUESTER, Failure, first_flushed
 from sim.engine.planner.streams import streams
 from sim.scenario.scenario_file import load_scenario_variants
 from sim.scenario.schema import Scenario
@@ -56,7 +57,7 @@ def revoked(register: str, at: str, sizes: list[str], depth: int, iterations: in
     ("dmabuf-pinned", "2ms", "1MiB", 8, 600)])
 def test_a_revoked_source_fails_its_stream_exactly_as_the_event_engine(register, at, size, depth, iterations):
     """The revocation lands mid-window: the failed WRITE has later ones in flight (posted before it completed),
-    which fail at their source or are flushed; statuses, times and counters are the event engine's."""
+    which are flushed at their source or at the requester; statuses, times and counters are the event engine's."""
     event, fast = same_runs(revoked(register, at, [size], depth, iterations))
     assert fast.engine == "fast"
     ops = fast.operations
@@ -84,7 +85,7 @@ def test_a_stream_that_starts_after_the_revocation_fails_from_its_first_work_req
 @pytest.mark.parametrize("name", ["dmabuf_revoke.yaml", "pinned_revocable.yaml", "exporter_faults.yaml"])
 def test_the_shipped_revocations_run_on_the_vectorized_core(name):
     """Each variant: ``auto`` solves it on the core, saying so, with the event engine's tables and counters
-    (exporter_faults.yaml's failed map, then a re-fault that lets the WRITEs behind it go on)."""
+    (exporter_faults.yaml's failed map after a move, its send queue stopped there)."""
     _, _, variants = load_scenario_variants(ROOT / "scenarios" / name)
     for variant, scenario in variants:
         lines: list[str] = []
@@ -181,19 +182,19 @@ def faulted_exporter(size: str, depth: int, iterations: int, fail_at: str, move_
     ("64KiB", 16, 6000, "200us", "300us"),
     ("1MiB", 8, 600, "500us", "1ms"),
     ("256KiB", 64, 3000, "50us", "60us")])
-def test_an_access_that_refaults_after_an_error_goes_on_exactly_as_the_event_engine(size, depth, iterations,
-                                                                                     fail_at, move_at):
-    """The re-map after the move to system memory fails once (EIO) and that WRITE completes IBV_WC_LOC_PROT_ERR;
-    the next access re-faults, the re-map succeeds and the WRITEs already past the requester's check go on (their
-    transmit claims wait in the send queue's turns for the failed one's end, where the interpreter passes its
-    ticket), completing as flushes; the QP flushes the rest. Every table and counter is the event engine's."""
+def test_a_failed_remap_stops_the_send_queue_exactly_as_the_event_engine(size, depth, iterations, fail_at, move_at):
+    """The re-map after the move to system memory fails once (EIO) and that WRITE completes IBV_WC_LOC_PROT_ERR; the
+    driver resumes its fault with an error, so its send queue stops there (mlx5 completes the WQE in error, rxe
+    moves the QP to ERR at its requester's ``err:`` label): no later WRITE reaches the buffer, though the exporter's
+    next map would succeed, and each is flushed. Every table and counter is the event engine's."""
     event, fast = same_runs(faulted_exporter(size, depth, iterations, fail_at, move_at))
     assert fast.engine == "fast"
     ops = fast.operations
     failed = int((~ops["ok"]).to_numpy().argmax())
     assert ops["status"].iloc[failed] == WcStatus.LOC_PROT_ERR.ibv_name
-    sent = np.diff(ops["completed_ps"].to_numpy()[failed + 1:]) > 0
-    assert sent.sum() > 1  # WRITEs after the failed one went on, one after another
+    assert set(ops["status"].iloc[failed + 1:]) == {WcStatus.WR_FLUSH_ERR.ibv_name}
+    for result in (event, fast):  # no access re-faulted after the failed one (that re-map would have succeeded)
+        assert result.testbed.registrations["src"].mr.backing.faults == 0
 
 
 @pytest.mark.parametrize("check", ["requester", "source"])
@@ -211,18 +212,16 @@ def test_a_failure_is_numbered_on_from_its_check_in_both_engines(check):
     assert engine == [found.at[check] + 1] == [claim_wpos(steps)[k] for k in claims[-len(engine):]]
 
 
-def test_the_split_follows_where_the_qp_moves_to_error():
-    """The QP moves to the error state once the model has been told of the failed completion and of every one before
-    it (completions are delivered in posting order, ``complete_at``): a requester check after that flushes, one
-    before it lets its work request reach the source. A solve that puts the first flush elsewhere is solved again
-    with it; a source access already answered for a work request the requester flushes, or a requester check at the
-    very time the QP moves, cannot be settled."""
-    marks = {"local": np.array([10, 20, 30, 40, 50, NONE, NONE]), REQUESTER: np.array([5, 15, 25, 35, 45, 60, 70]),
-             COMPLETING: np.array([12, 41, 31, 48, 55, 62, 72])}
-    assert first_flushed(2, 30, marks) == 4  # told of operation 1 at 41: operation 4's check (45) is later
-    failure = Failure("bar", 0, 4096, 2, 30, 25, WcStatus.LOC_PROT_ERR, 5, {2: 30})
-    assert failure.settled(marks) == 4
-    failure.asked[4] = 50
-    assert "at other times" in failure.settled(marks)
-    marks[REQUESTER][3] = 41
-    assert "as its QP moves to error" in Failure("bar", 0, 4096, 2, 30, 25, WcStatus.LOC_PROT_ERR, 4).settled(marks)
+def test_the_split_follows_where_the_send_queue_stops():
+    """The send queue stops when the failed access is answered: a requester check after that flushes, one before it
+    lets its work request reach the source, where it is flushed. A solve that puts the first flush elsewhere is solved
+    again with it; a later work request reaching the source before the failure, or a requester check at the very
+    time the send queue stops, cannot be settled."""
+    marks = {"local": np.array([10, 20, 30, 40, 50, NONE, NONE]), REQUESTER: np.array([5, 15, 25, 28, 35, 60, 70])}
+    assert first_flushed(2, 30, marks) == 4  # operation 3's check (28) came before the failure at 30, 4's (35) after
+    assert Failure("bar", 0, 4096, 2, 30, 25, WcStatus.LOC_PROT_ERR, 5).settled(marks) == 4
+    assert Failure("bar", 0, 4096, 2, 30, 25, WcStatus.LOC_PROT_ERR, 4).settled(marks) is None
+    marks["local"][3] = 29
+    assert "at another time" in Failure("bar", 0, 4096, 2, 30, 25, WcStatus.LOC_PROT_ERR, 4).settled(marks)
+    marks["local"][3], marks[REQUESTER][3] = 40, 30
+    assert "as its send queue stops" in Failure("bar", 0, 4096, 2, 30, 25, WcStatus.LOC_PROT_ERR, 4).settled(marks)
