@@ -161,15 +161,18 @@ class DmabufBacking(MrBacking):
 
     def translate(self, now_ps: int, offset: int, length: int):
         umem = self.umem
+        if umem.revoked and now_ps < umem.revoked_at_ps:
+            return None  # the revocation is still under way on the exporter's timeline: the key still translates
         if umem.revoked or umem.private is None or self.mkey_revoked_at_ps is not None:
-            return WcStatus.LOC_PROT_ERR
+            return self._refused("its key was revoked" if self.mkey_revoked_at_ps is not None else
+                                 "its umem was revoked" if umem.revoked else "the MR was deregistered")
         if not self.translation_valid:
             if now_ps < self.zapped_at_ps:
                 # the zap is still in progress on the exporter's timeline: the NIC reaches the old pages,
                 # which hold the data until the exporter copies them after move_notify returns
                 return None
             if self.mode != "dmabuf":
-                return WcStatus.LOC_PROT_ERR
+                return self._refused("its translation is gone and a pinned importer does not fault")
             return self._page_fault()
         if now_ps < umem.ready_ps:  # a fault handler is still waiting for the exporter's fence
             return Fault(umem.ready_ps, 0)
@@ -182,6 +185,11 @@ class DmabufBacking(MrBacking):
                 self._violated(f"{violation} (at {format_duration(now_ps)}, offset {format_size(offset)} of the MR, "
                                f"{format_size(length)})")
         return None
+
+    def _refused(self, reason: str) -> WcStatus:
+        """A NIC access the MR can no longer translate: it completes in error."""
+        self.umem.attach.dmabuf.core.instant(self.umem.dev, "AccessRefused", reason=reason)
+        return WcStatus.LOC_PROT_ERR
 
     def _page_fault(self):
         """A NIC access found the translation zapped: re-map, or complete the access in error."""

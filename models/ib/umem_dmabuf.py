@@ -41,6 +41,9 @@ class IbUmemDmabuf:
     """When the last map's fence wait finished: the mapping's contents are valid from then on."""
     pinned: bool = False
     revoked: bool = False
+    revoked_at_ps: int = 0
+    """When a revoked umem stopped translating: its driver's revoke callback invalidated the key in hardware, or,
+    without one, its pages were unmapped (the exporter's clock: the revocation runs ahead of the run's own)."""
     private: Any = None
     """The driver's MR (mlx5 clears it at deregistration so a late move_notify is ignored)."""
     pinned_revoke: Callable[[], None] | None = None
@@ -245,9 +248,13 @@ def ib_umem_dmabuf_revoke_locked(umem: IbUmemDmabuf) -> None:
     ctx = _held_task(umem, "ib_umem_dmabuf_revoke_locked")
     if umem.revoked:
         return
+    core = umem.attach.dmabuf.core
     if umem.pinned_revoke is not None:
         umem.pinned_revoke()
+        umem.revoked_at_ps = core.now_ps(ctx)
     ib_umem_dmabuf_unmap_pages(umem)
+    if umem.pinned_revoke is None:
+        umem.revoked_at_ps = core.now_ps(ctx)
     if umem.pinned:
         dma_buf_unpin(umem.attach, caller=ctx)
         umem.pinned = False

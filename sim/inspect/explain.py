@@ -129,6 +129,9 @@ WHY: dict[str, Callable[[TraceEvent, Testbed], str]] = {
     "PageFaultFailed": lambda e, bed: (f"the re-map failed ({e.args['errno']}): the driver resumes the fault with an "
                                        "error, the access completes IBV_WC_LOC_PROT_ERR and the send queue stops "
                                        "there: the later work requests are flushed, their accesses not made"),
+    "AccessRefused": lambda e, bed: (f"the NIC cannot translate the access ({e.args['reason']}): it completes "
+                                     "IBV_WC_LOC_PROT_ERR and the send queue stops there: the later work requests "
+                                     "are flushed, their accesses not made"),
     "MappingRestored": lambda e, bed: f"the MTT points at the buffer's pages: the NIC may use them from "
                                       f"{us(e.args['ready_ps'])}",
     "AccessStalled": lambda e, bed: f"the requester's send queue stalls until the translation is ready, at "

@@ -259,7 +259,7 @@ class Watch:
             return f"buffer '{name}' moved again at {format_duration(env.now)} while its last re-fault was handled"
         moved = backing.mode == "dmabuf" and not backing.translation_valid and not backing.umem.revoked \
             and backing.zapped_at_ps > env.now
-        after = backing.zapped_at_ps if moved else env.now
+        after = backing.zapped_at_ps if moved else max(env.now, backing.umem.revoked_at_ps)
         self.base = exposed(self.bed, self.scenario)  # the zap itself is accepted from here on
         for k, size in solved.keys():
             work, (source, sink) = streams[k].work, streams[k].buffers

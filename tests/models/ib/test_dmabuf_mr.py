@@ -199,12 +199,18 @@ def test_without_config_move_notify_the_dynamic_mr_is_pinned_on_map():
 
 
 def test_access_after_revoke_completes_in_error():
+    """The revocation runs on the exporter's clock, ahead of the run's: the NIC translates the MR until the revoke
+    callback has invalidated its key, and from then on every access completes in error."""
     from models.ib.umem_dmabuf import ib_umem_dmabuf_revoke
 
     bed = Bed(dmabuf="pinned", odp=None)
     mr = bed.reg()
-    ib_umem_dmabuf_revoke(mr.backing.umem)
-    assert bed.write(mr)[0] is WcStatus.REM_ACCESS_ERR
+    umem = mr.backing.umem
+    ib_umem_dmabuf_revoke(umem)
+    assert bed.env.now < umem.revoked_at_ps
+    assert mr.backing.translate(umem.revoked_at_ps - 1, 0, 4096) is None
+    assert mr.backing.translate(umem.revoked_at_ps, 0, 4096) is WcStatus.LOC_PROT_ERR
+    assert bed.write(mr, at=umem.revoked_at_ps)[0] is WcStatus.REM_ACCESS_ERR
 
 
 def test_static_exporter_never_moves_so_the_dynamic_mr_never_faults():

@@ -216,3 +216,21 @@ def test_a_dynamic_registration_on_a_static_exporter_says_it_never_moves_in_run_
     assert "static" in outcome and "never" in outcome
     note = _section(explain(result), "src").splitlines()[2]
     assert "static" in note and "may move" not in note
+
+
+@pytest.mark.parametrize("name, variant, failed, effect", [
+    ("dmabuf_revoke.yaml", "connectx7", "PageFaultFailed (errno=ENODEV)", "BufferRevoked"),
+    ("dmabuf_revoke.yaml", "irdma-like", "AccessRefused (reason=its umem was revoked)", "KeyInvalidated"),
+    ("pinned_revocable.yaml", "base", "AccessRefused (reason=its umem was revoked)", "KeyInvalidated")])
+def test_a_revocation_ends_with_the_one_access_that_failed_after_it(name, variant, failed, effect):
+    """After VFIO revokes the buffer, the timeline shows one access failing, once the revocation took effect (the
+    re-map that fails with ENODEV; the first access after the revoke callback invalidated the key, though the
+    exporter's call began earlier), and none after it: the send queue stopped there, so the work requests in flight
+    are flushed without faulting each in turn."""
+    _, _, variants = load_scenario_variants(ROOT / "scenarios" / name)
+    scenario = first_accesses_only(dict(variants)[variant])
+    text = explain(run_scenario(scenario, trace=True, variant=variant))
+    run = text.split("First memory event")[1]
+    assert run.count(failed) == 1 and run.count("PageFaulted") <= 1
+    assert run.index(effect) < run.index(failed)
+    assert "the send queue stops there" in run.split(failed)[1].splitlines()[1]
