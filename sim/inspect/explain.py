@@ -101,6 +101,10 @@ def _pinned_importer(dev: str, bed: Testbed) -> bool:
     return any(node.nic.name == dev and node.nic.params.dmabuf == "pinned" for node in bed.nodes.values())
 
 
+SEND_QUEUE_STOPS = ("the access completes IBV_WC_LOC_PROT_ERR and the send queue stops there: the later work "
+                    "requests are flushed, their accesses not made")
+"""What follows an access that fails at the requester (:attr:`models.verbs.qp.QueuePair.sq_failed`)."""
+
 WHY: dict[str, Callable[[TraceEvent, Testbed], str]] = {
     "MkeyCreated": lambda e, bed: (f"the NIC can translate all {e.args['mtt_entries']} pages now: no access will "
                                    "fault" if e.args["mtt_entries"] else
@@ -127,11 +131,8 @@ WHY: dict[str, Callable[[TraceEvent, Testbed], str]] = {
     "PageFaulted": lambda e, bed: ("the NIC found its translation zapped: the driver re-maps the whole MR under "
                                    "the lock"),
     "PageFaultFailed": lambda e, bed: (f"the re-map failed ({e.args['errno']}): the driver resumes the fault with an "
-                                       "error, the access completes IBV_WC_LOC_PROT_ERR and the send queue stops "
-                                       "there: the later work requests are flushed, their accesses not made"),
-    "AccessRefused": lambda e, bed: (f"the NIC cannot translate the access ({e.args['reason']}): it completes "
-                                     "IBV_WC_LOC_PROT_ERR and the send queue stops there: the later work requests "
-                                     "are flushed, their accesses not made"),
+                                       f"error, {SEND_QUEUE_STOPS}"),
+    "AccessRefused": lambda e, bed: f"the NIC cannot translate the access ({e.args['reason']}): {SEND_QUEUE_STOPS}",
     "MappingRestored": lambda e, bed: f"the MTT points at the buffer's pages: the NIC may use them from "
                                       f"{us(e.args['ready_ps'])}",
     "AccessStalled": lambda e, bed: f"the requester's send queue stalls until the translation is ready, at "

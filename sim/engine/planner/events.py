@@ -420,7 +420,7 @@ class Watch:
         return None
 
 
-def _not_refaulted(answer: WcStatus | Fault | None) -> str:
+def _not_refaulted(answer: WcStatus | None) -> str:
     """What an access got instead of the answer expected (:meth:`DmabufBacking.translate`'s answer)."""
     if isinstance(answer, WcStatus):
         return f"completes in error ({answer.ibv_name}) instead of re-faulting"
