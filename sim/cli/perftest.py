@@ -357,10 +357,22 @@ def _report_notices(args: argparse.Namespace, kind: WorkloadKind) -> list[str]:
     return lines
 
 
+def _reads_operations(cmd: _Command) -> bool:
+    """Whether the command reads the run's per-operation table: to write it (``--out``), for -U/-H's lists or for
+    --report-both's one-way tables; perftest's table itself comes from the summaries."""
+    args = cmd.args
+    return args.out is not None or _lists_iterations(args) or (args.report_both and not _both_ways(args))
+
+
+def _lists_iterations(args) -> bool:
+    """-U or -H asked for, which a -D run does not list."""
+    return bool(args.histogram or args.unsorted) and args.duration is None
+
+
 def _iteration_lists(cmd: _Command, result) -> dict[int, list[str]] | None:
     """perftest's -U/-H lists of a latency test, by message size (None: not asked for, or a -D run)."""
     args = cmd.args
-    if not (args.histogram or args.unsorted) or args.duration is not None:
+    if not _lists_iterations(args):
         return None
     from sim.cli.perftest_report import iteration_lines
 
@@ -445,7 +457,6 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None,
         return 2, ""
     if cmd.args.dump_scenario:
         return 0, _dump(cmd)
-    from sim.results.write import write_results
     from sim.engine.run import progress_totals, run_scenario
 
     try:
@@ -455,9 +466,12 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None,
             notice(line)
         with (display or (lambda *_: nullcontext(None)))(cmd.test, *progress_totals([scenario])) as advance:
             result = run_scenario(scenario, notice=notice, progress=advance, before_fallback=guard,
-                                  simulated=advance and advance.simulated, running=advance and advance.running)
+                                  simulated=advance and advance.simulated, running=advance and advance.running,
+                                  operations=_reads_operations(cmd))
         report = _report(cmd, result)
         if cmd.args.out is not None:
+            from sim.results.write import write_results
+
             notice(f"wrote {write_results(result, cmd.args.out, _dump(cmd).encode('utf-8'), force=cmd.args.force)}")
     except outdir.OutputError as exc:
         notice(f"rdmasim perftest: {exc}")

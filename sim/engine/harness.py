@@ -204,7 +204,8 @@ def inline_threshold(work: WorkloadSpec) -> int:
 
 
 def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, started: int, event_log: list[dict],
-               table: OperationTable, summaries: list[dict], case_counters: dict, engine: str = "event") -> RunResult:
+               table: OperationTable | None, summaries: list[dict], case_counters: dict, engine: str = "event"
+               ) -> RunResult:
     """Registrations, end-of-run checks, counters and the event table: the run's :class:`RunResult` (``engine``:
     the one that ran the workloads, ``event`` or ``fast``). ``case_counters``, each (workload name, size)'s own
     :func:`retry_counters`, go into its summary row beside its errors; the result's ``counters`` hold the run's
@@ -220,7 +221,7 @@ def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, starte
     events.insert(0, "variant", variant)
     library = run_library(bed, scenario) if scenario.library else None
     summaries = [row | case_counters.get((row["workload"], row["bytes"]), {}) for row in summaries]
-    return RunResult(scenario, seed, table.close(), pd.DataFrame(summaries),
+    return RunResult(scenario, seed, table and table.close(), pd.DataFrame(summaries),
                      registrations, bed, variant, events, counters, library, engine=engine)
 
 

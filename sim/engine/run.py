@@ -70,7 +70,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
                  notice: Callable[[str], None] | None = None,
                  before_fallback: Callable[[], None] | None = None,
                  simulated: Callable[[int], None] | None = None,
-                 running: Callable[[str], None] | None = None) -> RunResult:
+                 running: Callable[[str], None] | None = None, operations: bool = True) -> RunResult:
     """Simulate every workload of ``scenario`` (with its events) and return its tables. ``progress`` is told the
     operations simulated as the run goes, ``simulated`` the simulated time covered of its workloads' durations (ps,
     :func:`sim.engine.harness.total_duration_ps` in all), ``running`` the engine that simulates from then on, as
@@ -80,7 +80,9 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     :mod:`sim.engine.planner.plan`; when ``auto`` cannot use it, the event engine runs. ``notice`` (default: a line on
     stderr) is told in one line which engine ran the workloads and, when ``auto`` fell back, why
     (:func:`engine_notice`); the result records both (``engine``, ``fallback``). ``before_fallback`` is called
-    before the event engine runs a variant ``auto`` handed over (it may refuse it: a memory budget).
+    before the event engine runs a variant ``auto`` handed over (it may refuse it: a memory budget). Without
+    ``operations`` the result keeps no per-operation table (``table`` None), which a caller reading only the
+    summaries spares building.
 
     :raises sim.engine.build.RegistrationFailed: a buffer could not be registered.
     """
@@ -89,7 +91,8 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     if scenario.engine != "event":
         if running is not None:
             running(ENGINES["fast"])
-        result = run_fast(scenario, seed, PieceProgress(progress, covered), trace=trace, variant=variant)
+        result = run_fast(scenario, seed, PieceProgress(progress, covered), trace=trace, variant=variant,
+                          operations=operations)
         if not isinstance(result, Declined):
             covered.end()
             return _told(result, notice)
@@ -98,7 +101,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
             before_fallback()
     if running is not None:
         running(ENGINES["event"])
-    result = _run_events(scenario, seed, progress, trace, variant, covered)
+    result = _run_events(scenario, seed, progress, trace, variant, covered, operations)
     covered.end()
     return _told(replace(result, fallback=fallback), notice)
 
@@ -128,11 +131,11 @@ def _stderr(line: str) -> None:
 
 
 def _run_events(scenario: Scenario, seed: int, progress: Progress | None, trace: bool, variant: str,
-                covered: Covered) -> RunResult:
-    """Run every workload on the event engine, size by size."""
+                covered: Covered, operations: bool) -> RunResult:
+    """Run every workload on the event engine, size by size (``operations``: keep the per-operation table)."""
     bed, started, event_log = setup_run(scenario, seed, trace)
     env = bed.env
-    table, summaries, cases = OperationTable(), [], {}
+    table, summaries, cases = OperationTable() if operations else None, [], {}
     for k, work in enumerate(scenario.workload):
         label = work.name or work.kind
         pairs = endpoints(bed, work)
@@ -141,9 +144,7 @@ def _run_events(scenario: Scenario, seed: int, progress: Progress | None, trace:
             proc = env.process(_process(env, work, pairs, size))
             told = _Told(progress, [src.qp.send_cq for src, _ in pairs], covered, (k, size), env)
             records = _run_until(env, proc, bed, f"workload '{label}' at {size} bytes", told.tick)
-            frame, row = workload_tables(work, size, records, variant)
-            table.append(frame)
-            summaries.append(row)
+            summaries.append(workload_tables(work, size, records, variant, table))
             cases[label, size] = {key: n - before[key] for key, n in retry_counters(bed).items()}
             told.rest(len(records.status))
     return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries, cases)

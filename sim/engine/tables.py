@@ -24,8 +24,9 @@ class RunResult:
 
     scenario: Scenario
     seed: int
-    table: OperationTable
-    """One row per work request (times in ps), spooled to disk beyond a row group."""
+    table: OperationTable | None
+    """One row per work request (times in ps), spooled to disk beyond a row group; None where the run was asked to
+    keep none (:func:`sim.engine.run.run_scenario`'s ``operations``)."""
     summary: pd.DataFrame
     """One row per (workload, size): perftest's columns, then the RNR NAKs the case's requests got and the frames
     of theirs a link lost (``rnr_naks``, ``frames_lost``; ``counters`` holds the run's totals)."""
@@ -48,7 +49,11 @@ class RunResult:
 
     @property
     def operations(self) -> pd.DataFrame:
-        """The per-operation table as one frame (read from its spool file when large)."""
+        """The per-operation table as one frame (read from its spool file when large).
+
+        :raises ValueError: the run kept no per-operation rows."""
+        if self.table is None:
+            raise ValueError(f"run {self.scenario.name} ({self.variant}) kept no per-operation rows")
         return self.table.frame()
 
 
@@ -85,15 +90,16 @@ def registrations_table(bed: Testbed, variant: str) -> pd.DataFrame:
     } for r in bed.registrations.values()])
 
 
-def workload_tables(work: WorkloadSpec, size: int, records, variant: str) -> tuple[pd.DataFrame, dict]:
-    """The per-operation rows and the perftest summary row of one (workload, size) (see :func:`operation_rows`
-    and :func:`summary_row`)."""
+def workload_tables(work: WorkloadSpec, size: int, records, variant: str, table: OperationTable | None) -> dict:
+    """The perftest summary row of one (workload, size) (:func:`summary_row`); its per-operation rows
+    (:func:`operation_rows`) go to ``table`` (None: the run keeps none)."""
     stats = records.latency_ps[records.ok]
     if work.rule.streams:
         order = np.argsort(records.posted_ps, kind="stable")  # every QP's operations in posting order
         stats = OpColumns(records.posted_ps[order], records.completed_ps[order], records.ok[order])
-    return (operation_rows(work, size, records, variant),
-            summary_row(work, size, variant, status_counts(records), stats))
+    if table is not None:
+        table.append(operation_rows(work, size, records, variant))
+    return summary_row(work, size, variant, status_counts(records), stats)
 
 
 def operation_rows(work: WorkloadSpec, size: int, records, variant: str, first: int = 0) -> pd.DataFrame:

@@ -142,12 +142,13 @@ def decide(scenario: Scenario, seed: int, trace: bool = False) -> Plan | str:
 
 
 def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *, trace: bool = False,
-             variant: str = "base") -> RunResult | Declined:
+             variant: str = "base", operations: bool = True) -> RunResult | Declined:
     """Run ``scenario`` on the vectorized core; :class:`Declined` when ``engine: auto`` should use the event
     engine, saying why: before solving (:func:`decide`), or at a decision only the solve tells (passes that
     never agree or parallel streams posted at one picosecond, :class:`sim.fast.Unsolvable`; blocks that advance a
     few operations at a time; a page fault the core does not follow; a send_bw's receives running short; a
-    scenario event that changes what the data path reads other than by moving a source buffer).
+    scenario event that changes what the data path reads other than by moving a source buffer). Without
+    ``operations`` the result keeps no per-operation table.
 
     :raises OutsideDomain: ``engine: fast`` for a scenario outside the domain.
     """
@@ -165,7 +166,7 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
     alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
     # Nothing makes the run be solved again: no event, no page fault, no translation cache.
     once = not scenario.events and not watch.faults.sources and translations is None
-    table, sink = OperationTable(), StreamedSummaries(variant) if alone and once else None
+    table, sink = OperationTable() if operations else None, StreamedSummaries(variant) if alone and once else None
     solved, pipes = None, None
     depth = {k: end.work.rule.window(end.work.tx_depth) for k, end in enumerate(ends)}  # (what settling needs)
     try:
@@ -226,9 +227,8 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
         for size in work.size_list():
             parts = [records(work, solved.posts[k, size], solved.done[k, size],
                              failed_by(watch.failures, k, work.size_list(), size), size) for k in mine]
-            frame, row = workload_tables(work, size, parts[0] if len(parts) == 1 else tagged(parts), variant)
-            table.append(frame)
-            summaries.append(row)
+            summaries.append(workload_tables(work, size, parts[0] if len(parts) == 1 else tagged(parts), variant,
+                                             table))
     return finish_run(scenario, seed, bed, variant, started, event_log, table, summaries, cases, "fast")
 
 
@@ -259,13 +259,14 @@ def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray, failure: Fai
 class _Rows:
     """Solved pieces straight into a run's operation table and summaries."""
 
-    def __init__(self, ends: list[Stream], table: OperationTable, sink: StreamedSummaries) -> None:
+    def __init__(self, ends: list[Stream], table: OperationTable | None, sink: StreamedSummaries) -> None:
         self.ends, self.table, self.sink = ends, table, sink
 
     def __call__(self, k: int, size: int, piece: Finished) -> None:
         work = self.ends[k].work
         done = records(work, piece.post, piece.done)
-        self.table.append(operation_rows(work, size, done, self.sink.variant, piece.lo))
+        if self.table is not None:
+            self.table.append(operation_rows(work, size, done, self.sink.variant, piece.lo))
         self.sink.add(work, size, done)
 
 

@@ -148,3 +148,13 @@ def test_a_plot_refusal_answers_before_the_results_are_loaded(tmp_path, kind, ar
     assert len(proc.stderr.splitlines()) == 1
     # typer itself converts RESULTS with pydantic; pandas, matplotlib and pyarrow stay unloaded
     assert not _heavy(set(found["modules"]), tuple(name for name in HEAVY if name != "pydantic"))
+
+
+@pytest.mark.parametrize("out", [False, True])
+def test_perftest_imports_matplotlib_only_to_write_figures(tmp_path, out):
+    """Without --out, ``rdmasim perftest`` prints its report and draws nothing: it imports no plotting library
+    (with --out it writes figures)."""
+    argv = ["perftest", "ib_write_bw", "-s", "4096", "-n", "2000"] + (["--out", str(tmp_path / "r")] if out else [])
+    exit_code, modules = _started(argv)
+    assert exit_code == 0
+    assert ("matplotlib" in modules) == out
