@@ -446,24 +446,29 @@ def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also dra
                                                                         "into this directory (new, empty or of "
                                                                         "figures rdmasim drew).")] = None,
                   force: Annotated[bool, typer.Option("--force", help="Replace figures of the same names drawn "
-                                                                      "before in --figures.")] = False
+                                                                      "before in --figures.")] = False,
+                  quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Show no progress.")] = False
                   ) -> None:
     """Simulate every calibration measurement (H200 copies, pinning by page backing, allocation and unified
     memory; published PCIe, IOMMU and MTT anchors) and print simulated vs. measured with the error; exit 1 if a
     required row is out of tolerance."""
-    from sim.inspect.calibrate import calibrate, format_calibration
+    from sim.cli.progress import phase, stderr
+    from sim.inspect.calibrate import EXPERIMENTS, calibrate, format_calibration
     from sim.store.outdir import FIGURES, claim, staged
 
     if figures is not None:
         with _refused(OutputError):
             claim(figures, FIGURES, force=force)
-    table = calibrate()
+    with phase(stderr(), "calibrating", quiet) as status:
+        table = calibrate(status and (lambda name, index: status.update(
+            f"calibrating: {name} ({index + 1}/{len(EXPERIMENTS)})")))
     typer.echo(format_calibration(table))
     if figures is not None:
         from sim.plot.calibration import calibration_figures
         from sim.plot.pcie import pcie_efficiency_figures
 
-        with _refused(OutputError), staged(figures, FIGURES, force=force) as (staging, target):
+        with (_refused(OutputError), staged(figures, FIGURES, force=force) as (staging, target),
+              phase(stderr(), f"drawing the calibration figures into {figures}", quiet)):
             drawn = pcie_efficiency_figures(staging) + calibration_figures(staging)
         for path in drawn:
             typer.echo(str(target.path / path.name))

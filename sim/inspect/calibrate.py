@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from itertools import groupby
 from pathlib import Path
 
@@ -312,7 +313,8 @@ def _data_path_Bps(mr_bytes: int) -> float:
         "buffers": [{"name": "dst", "on": "a.host", "size": f"{mr_bytes}B", "register": "pinned"},
                     {"name": "src", "on": "b.host", "size": "64MiB", "register": "pinned"}],
         "workload": [{"kind": "read_bw", "from": "dst", "to": "src", "sizes": ["1MiB"], "iterations": 300}]})
-    return float(run_scenario(scenario, operations=False).summary["bw_avg_Gbps"].iloc[0]) * 1e9 / 8
+    summary = run_scenario(scenario, notice=lambda _: None, operations=False).summary
+    return float(summary["bw_avg_Gbps"].iloc[0]) * 1e9 / 8
 
 
 def _port_rate() -> list[dict]:
@@ -412,10 +414,22 @@ def _managed() -> list[dict]:
     return rows
 
 
-def calibrate() -> pd.DataFrame:
-    """Simulate every calibration experiment; one row per measured point (see the module docstring)."""
-    rows = (_copies() + _copy_generations() + _pinning() + _registration() + _host_pages() + _gpu_alloc()
-            + _managed() + _topology() + _mtt() + _port_rate() + _iommu() + _read_tags() + _dma_engine())
+EXPERIMENTS = (("H200 copies", _copies), ("published copy rates", _copy_generations), ("pinning", _pinning),
+               ("registration at scale", _registration), ("host page backings", _host_pages),
+               ("GPU allocation", _gpu_alloc), ("unified memory", _managed), ("GPU topology", _topology),
+               ("large-MR translation", _mtt), ("port rates", _port_rate), ("IOMMU", _iommu),
+               ("PCIe read tags", _read_tags), ("DMA engine", _dma_engine))
+"""The experiments in the report's order, each by what a progress display calls it."""
+
+
+def calibrate(told: Callable[[str, int], None] | None = None) -> pd.DataFrame:
+    """Simulate every calibration experiment; one row per measured point (see the module docstring). ``told``
+    hears each experiment's name and its index in :data:`EXPERIMENTS` as it starts."""
+    rows: list[dict] = []
+    for index, (name, experiment) in enumerate(EXPERIMENTS):
+        if told is not None:
+            told(name, index)
+        rows += experiment()
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

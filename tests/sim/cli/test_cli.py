@@ -266,6 +266,19 @@ def test_calibrate_command_reports_every_required_row_passing(tmp_path):
     assert (tmp_path / "calib_mtt_cliff.png").stat().st_size > 10_000
     assert result.exit_code == 0, result.output[-2000:]
     assert "0 failed" in result.stdout and "pinning_cost" in result.stdout and "copy_bw" in result.stdout
+    assert result.stderr == ""  # no progress off a terminal, and no engine line of its own runs
+
+
+def test_calibrate_tells_each_experiment_as_it_starts(monkeypatch):
+    from sim.inspect import calibrate as module
+
+    started = []
+    experiments = (("first", lambda: started.append("ran first") or [module._row(
+        "a", "one", 1, "s", 1.0, 1.0, tolerance=0.1)]), ("second", lambda: started.append("ran second") or []))
+    monkeypatch.setattr(module, "EXPERIMENTS", experiments)
+    table = module.calibrate(lambda name, index: started.append((name, index)))
+    assert started == [("first", 0), "ran first", ("second", 1), "ran second"]
+    assert table["case"].tolist() == ["one"]
 
 
 def test_sweep_and_plot_commands(tmp_path):
