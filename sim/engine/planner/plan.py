@@ -21,9 +21,9 @@ is re-mapped), and whose window is the workload's posting rule:
 
 Tables and summaries come from the event engine's own code (:mod:`sim.engine.tables`). Without scenario events or
 ODP sources nothing can move or fault, so the solved pieces go straight to the run's operation table and summaries
-(:class:`sim.engine.tables.StreamedSummaries`) and memory stays bounded whatever the iterations; otherwise, or with
-several QPs per workload (whose rows follow each other QP by QP), the solve is kept whole, as a move or a fault
-re-solves from the posts of the one before. A workload's QPs (``qps``, ``bidirectional``, ``pairs``) are parallel
+(:mod:`sim.engine.planner.rows`, the QPs of a workload of several held apart until its size ends) and memory stays
+bounded whatever the iterations; otherwise the solve is kept whole, as a move or a fault re-solves from the posts of
+the one before. A workload's QPs (``qps``, ``bidirectional``, ``pairs``) are parallel
 streams of one round per size (:attr:`sim.fast.Group.parallel`), started as :func:`sim.engine.run._process` starts
 them. The domain is decided once, before solving (:func:`decide`): a check where the model decides something
 from the run's history (translation caches, data mode's bytes, frames a link outage loses, a responder's page
@@ -58,8 +58,7 @@ from models.ib.dmabuf_mr import DmabufBacking
 from models.nic.datapath import checked_accesses, path, translation_cache
 from models.nic.wqe import Opcode
 from models.verbs.ping_pong import ACKED, NoSingleChain, ping_pong
-from models.verbs.workloads import (POLL_BATCH, Endpoint, OpRecords, posts_inline, still_posting,
-                                    succeeded, tagged)
+from models.verbs.workloads import POLL_BATCH, Endpoint, posts_inline, still_posting, tagged
 from sim.core.steps import Check, Claim, Detour, Fork
 from sim.core.units import format_size
 from sim.fast import Finished, Group, Server, UniformSeries, Unsolvable, solve
@@ -72,12 +71,13 @@ from sim.engine.planner.streams import Stream, by_workload, case_counters, strea
 from sim.engine.planner.events import Move, Solved, Watch
 from sim.engine.planner.faults import Unfollowed, faults_followed
 from sim.engine.planner.receives import ReceivesAhead, ReceivesShort
+from sim.engine.planner.rows import Rows, records
 from sim.engine.planner.translations import Translations
 from sim.engine.harness import PieceProgress, finish_run, inline_threshold, setup_run, workload_opcode
 from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
-from sim.engine.tables import RunResult, StreamedSummaries, operation_rows, workload_tables
+from sim.engine.tables import RunResult, StreamedSummaries, workload_tables
 
 
 MAX_MOVES = 16
@@ -163,10 +163,10 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
     bed, started, event_log, ends, watch, translations = plan
     if told is not None:
         told.streams(by_workload(ends))
-    alone = all(work.streams() == 1 for work in scenario.workload)  # else a size's QPs' rows follow each other
     # Nothing makes the run be solved again: no event, no page fault, no translation cache.
     once = not scenario.events and not watch.faults.sources and translations is None
-    table, sink = OperationTable() if operations else None, StreamedSummaries(variant) if alone and once else None
+    table = OperationTable() if operations else None
+    rows = Rows(ends, table, StreamedSummaries(variant)) if once else None
     solved, pipes = None, None
     depth = {k: end.work.rule.window(end.work.tx_depth) for k, end in enumerate(ends)}  # (what settling needs)
     try:
@@ -174,7 +174,7 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
             pipes = pipelines(ends, watch.moves, solved and solved.posts, translations, watch.failures,
                               bool(scenario.events), watch.remote_moves, watch.retries, watch.losses)
             solved = Solved(_pieces(pipes, started, told, crawl=scenario.engine == "auto",
-                                    rows=sink and _Rows(ends, table, sink), receives=ReceivesAhead(ends)),
+                                    rows=rows, receives=ReceivesAhead(ends)),
                             pipes.ops)
             changed = watch.follow(solved)
             reason = watch.confirm(solved, ends)
@@ -220,8 +220,8 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
         return decline(f"{reason}: the event engine simulates that")
     watch.finish(ends)
     cases = case_counters(ends, watch.retries, watch.losses)
-    if sink is not None:
-        return finish_run(scenario, seed, bed, variant, started, event_log, table, sink.finish(), cases, "fast")
+    if rows is not None:
+        return finish_run(scenario, seed, bed, variant, started, event_log, table, rows.finish(), cases, "fast")
     summaries = []
     for work, mine in zip(scenario.workload, by_workload(ends)):
         for size in work.size_list():
@@ -248,30 +248,8 @@ def _unsolved(exc: Unsolvable, pipes: Pipelines, ends: list[Stream]) -> str:
     return f"the vectorized core does not solve the steps{where}: {exc.reason}"
 
 
-def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray, failure: Failure | None = None,
-            size: int = 0) -> OpRecords:
-    """The records of operations at message ``size`` solved with posts ``post`` and completions ``done`` (all
-    succeed but where ``failure`` says; a ping-pong iteration's latency is half its round trip)."""
-    return OpRecords(post, done, work.rule.latency_ps(post, done),
-                     succeeded(len(post)) if failure is None else failure.statuses(len(post), size))
-
-
-class _Rows:
-    """Solved pieces straight into a run's operation table and summaries."""
-
-    def __init__(self, ends: list[Stream], table: OperationTable | None, sink: StreamedSummaries) -> None:
-        self.ends, self.table, self.sink = ends, table, sink
-
-    def __call__(self, k: int, size: int, piece: Finished) -> None:
-        work = self.ends[k].work
-        done = records(work, piece.post, piece.done)
-        if self.table is not None:
-            self.table.append(operation_rows(work, size, done, self.sink.variant, piece.lo))
-        self.sink.add(work, size, done)
-
-
 def _pieces(pipes: Pipelines, start_ps: int, told: PieceProgress | None, crawl: bool = False,
-            rows: Callable[[int, int, Finished], None] | None = None,
+            rows: Callable[[int, int, Finished, bool], None] | None = None,
             receives: Callable[[int, int, Finished], None] | None = None):
     """Solve ``pipes`` from ``start_ps``: yields ``((workload index, size), piece)`` in order; with ``rows``
     each piece goes to it and only its last operation is yielded. ``told`` (a progress display's) is told of each
@@ -292,7 +270,7 @@ def _pieces(pipes: Pipelines, start_ps: int, told: PieceProgress | None, crawl: 
             if len(short) >= CRAWL_BLOCKS and sum(short) < CRAWL_OPS * len(short):
                 raise _Crawling(sum(short) // len(short))
         if rows is not None:
-            rows(k, size, piece)
+            rows(k, size, piece, piece.lo + len(piece.post) == pipes.ops[k, size])
             # Copies: a view of the block's last operation would keep the whole block's arrays alive.
             piece = replace(piece, lo=piece.lo + len(piece.post) - 1, post=piece.post[-1:].copy(),
                             done=piece.done[-1:].copy(),

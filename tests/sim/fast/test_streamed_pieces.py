@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from sim.engine.harness import setup_run
 from sim.engine.tables import StreamedSummaries
-from sim.engine.planner.plan import _pieces, _Rows, pipelines
+from sim.engine.planner.plan import _pieces, pipelines
+from sim.engine.planner.rows import Rows
 from sim.engine.planner.streams import streams
 from sim.scenario.schema import Scenario
 from sim.store.operations import OperationTable
@@ -18,7 +19,7 @@ def test_a_streamed_piece_holds_its_last_operation_in_arrays_of_its_own():
     bed, started, _ = setup_run(scenario, 3, False)
     ends = streams(scenario, bed)
     pipes = pipelines(ends)
-    rows = _Rows(ends, OperationTable(), StreamedSummaries("base"))
+    rows = Rows(ends, OperationTable(), StreamedSummaries("base"))
     pieces = [piece for _, piece in _pieces(pipes, started, None, {}, rows=rows)]
     assert len(pieces) > 1  # several blocks
     for piece in pieces:

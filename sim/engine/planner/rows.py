@@ -1,0 +1,167 @@
+"""Solved pieces straight into a run's operation table and summaries, as the vectorized core yields them, so
+that memory stays bounded whatever the iterations (:func:`sim.engine.planner.plan.run_fast`, where nothing makes
+the run be solved again).
+
+A workload of one QP yields its pieces in posting order, and they go straight on. The parallel streams of a
+workload of several QPs (``qps``, ``bidirectional``, ``pairs``) are solved together, a piece of each per block.
+Their rows follow each other QP by QP in the table, as the event engine records them
+(:func:`models.verbs.workloads.tagged`): each QP's records wait in raw files of their own (:class:`HeldRecords`)
+until the (workload, size) ends. Their summary reads them in posting order, as
+:func:`sim.engine.tables.workload_tables` sorts them whole (stably: QP by QP within one picosecond), which
+:class:`PostOrder` gives as they come.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from models.verbs.workloads import OpRecords, succeeded
+from sim.engine.planner.errors import Failure
+from sim.engine.planner.streams import Stream, by_workload
+from sim.engine.tables import StreamedSummaries, operation_rows
+from sim.fast import Finished
+from sim.scenario.workloads import WorkloadSpec
+from sim.store.operations import ROW_GROUP_ROWS, OperationTable, scratch_dir, spool_finalizer
+
+FIELDS = {"posted_ps": np.int64, "completed_ps": np.int64, "latency_ps": np.int64, "status": np.uint8}
+"""The per-operation arrays of :class:`~models.verbs.workloads.OpRecords`, with their types."""
+
+
+def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray, failure: Failure | None = None,
+            size: int = 0) -> OpRecords:
+    """The records of operations at message ``size`` solved with posts ``post`` and completions ``done`` (all
+    succeed but where ``failure`` says; a ping-pong iteration's latency is half its round trip)."""
+    return OpRecords(post, done, work.rule.latency_ps(post, done),
+                     succeeded(len(post)) if failure is None else failure.statuses(len(post), size))
+
+
+class PostOrder:
+    """The operations of a case's parallel streams, given piece by piece per stream (each stream's in posting
+    order), released in the order of a stable sort by post of all of them stream by stream: an operation is
+    released once every stream that may still post has posted after it, so none that comes later sorts before it."""
+
+    def __init__(self, streams: int) -> None:
+        self.held: list[list[OpRecords]] = [[] for _ in range(streams)]
+        self.latest: list[int | None] = [None] * streams
+        """Per stream: its latest post so far (ps; None before its first piece)."""
+        self.ended = [False] * streams
+
+    def add(self, stream: int, piece: OpRecords, ended: bool) -> OpRecords | None:
+        """``piece``, the next operations of ``stream`` (its last when ``ended``); returns those now released
+        (None: none)."""
+        self.held[stream].append(piece)
+        self.latest[stream], self.ended[stream] = int(piece.posted_ps[-1]), ended
+        posting = [latest for latest, done in zip(self.latest, self.ended) if not done]
+        if None in posting:
+            return None
+        return self._release(min(posting, default=None))
+
+    def flush(self) -> OpRecords | None:
+        """Every operation still held (the case has ended)."""
+        return self._release(None)
+
+    def _release(self, horizon: int | None) -> OpRecords | None:
+        """The held operations posted before ``horizon`` (ps; None: all of them), in order."""
+        parts = []
+        for stream, held in enumerate(self.held):
+            if not held:
+                continue
+            joined = [np.concatenate([getattr(r, name) for r in held]) for name in FIELDS]
+            n = len(joined[0]) if horizon is None else int(np.searchsorted(joined[0], horizon))
+            parts.append([a[:n] for a in joined])
+            self.held[stream] = [OpRecords(*(a[n:] for a in joined))] if n < len(joined[0]) else []
+        if not parts or not sum(len(p[0]) for p in parts):
+            return None
+        columns = [np.concatenate([p[i] for p in parts]) for i in range(len(FIELDS))]
+        order = np.argsort(columns[0], kind="stable")
+        return OpRecords(*(c[order] for c in columns))
+
+
+class HeldRecords:
+    """One QP's records of a (workload, size), appended piece by piece to raw files under a scratch directory
+    (removed with the object) and read back a row group at a time: memory stays bounded however many there are."""
+
+    def __init__(self) -> None:
+        directory = scratch_dir("rows")
+        spool_finalizer(self, directory)
+        self.files = {name: open(f"{directory}/{name}.raw", "w+b") for name in FIELDS}
+        self.n = 0
+
+    def add(self, records: OpRecords) -> None:
+        """Append the next operations' records."""
+        for name, kind in FIELDS.items():
+            np.asarray(getattr(records, name), dtype=kind).tofile(self.files[name])
+        self.n += len(records.status)
+
+    def chunks(self, qp: int, rows: int = ROW_GROUP_ROWS):
+        """The records in order, ``rows`` at a time, each tagged with QP index ``qp``: (first operation, records)."""
+        for file in self.files.values():
+            file.seek(0)
+        for lo in range(0, self.n, rows):
+            count = min(rows, self.n - lo)
+            arrays = [np.fromfile(self.files[name], dtype=kind, count=count) for name, kind in FIELDS.items()]
+            yield lo, OpRecords(*arrays, np.full(count, qp, np.int64))
+
+    def close(self) -> None:
+        """Close the files (the directory goes with the object)."""
+        for file in self.files.values():
+            file.close()
+
+
+class Rows:
+    """Solved pieces into a run's operation table (None: the run keeps none) and summaries (``sink``), one
+    (workload, size) after the other."""
+
+    def __init__(self, ends: list[Stream], table: OperationTable | None, sink: StreamedSummaries) -> None:
+        self.ends, self.table, self.sink = ends, table, sink
+        workloads = by_workload(ends)
+        self.qp = {k: index for mine in workloads for index, k in enumerate(mine)}
+        """Each stream's QP index within its workload."""
+        self.first = {k: mine[0] for mine in workloads for k in mine}
+        """Each stream's workload, by its first stream."""
+        self.case: tuple[int, int] | None = None
+        """The (workload, size) of several QPs being solved: its first stream, and the size."""
+        self.order: PostOrder | None = None
+        self.held: list[HeldRecords] = []
+        """The open case's records, per QP (none where the run keeps no table)."""
+
+    def __call__(self, k: int, size: int, piece: Finished, ended: bool) -> None:
+        """Stream ``k``'s next ``piece`` at ``size`` (its last when ``ended``)."""
+        work = self.ends[k].work
+        done = records(work, piece.post, piece.done)
+        if work.streams() == 1:
+            self._close()
+            if self.table is not None:
+                self.table.append(operation_rows(work, size, done, self.sink.variant, piece.lo))
+            self.sink.add(work, size, done)
+            return
+        first = self.first[k]
+        if self.case != (first, size):
+            self._close()
+            self.case, self.order = (first, size), PostOrder(work.streams())
+            self.held = [HeldRecords() for _ in range(work.streams())] if self.table is not None else []
+        qp = self.qp[k]
+        if self.held:
+            self.held[qp].add(done)
+        released = self.order.add(qp, done, ended)
+        if released is not None:
+            self.sink.add(work, size, released)
+
+    def finish(self) -> list[dict]:
+        """The solve has ended: the summary rows of every (workload, size)."""
+        self._close()
+        return self.sink.finish()
+
+    def _close(self) -> None:
+        """End the open case of several QPs: the rest of its operations to the summary, its rows to the table."""
+        if self.case is None:
+            return
+        work = self.ends[self.case[0]].work
+        rest = self.order.flush()
+        if rest is not None:
+            self.sink.add(work, self.case[1], rest)
+        for qp, held in enumerate(self.held):
+            for lo, chunk in held.chunks(qp):
+                self.table.append(operation_rows(work, self.case[1], chunk, self.sink.variant, lo))
+            held.close()
+        self.case, self.order, self.held = None, None, []
