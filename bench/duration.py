@@ -5,8 +5,9 @@ posted, side by side, and prints both wall times, their ratio against the target
 time of the same operations counted) and their peak RSS; then ``-D`` for ``--event-duration`` seconds (default 1)
 on the event engine beside the default one, whose reports must agree, and the same for ``ib_send_bw -r 16 -n``
 ``--send-iterations`` (default 100,000: 16 receives posted ahead, each reposted before its SEND arrives, which the
-default engine checks as it solves). Each run is the command line in its own process (``os.wait4`` gives its peak
-RSS).
+default engine checks as it solves). Beside them, ``-q 4 -D`` with the same duration: four QPs whose results
+stream as one QP's do, so its peak RSS stays near the single QP's whatever the duration. Each run is the command
+line in its own process (``os.wait4`` gives its peak RSS).
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ def main() -> None:
     timed = perftest("-D", args.duration)
     count = int(timed[2].split()[1])
     counted = perftest("-n", str(count))
+    qps = perftest("-q", "4", "-D", args.duration)
     print(f"{'run':<44} {'wall s':>8} {'peak RSS':>10}  report")
     for name, (wall, rss, line) in ((f"-D {args.duration} (default engine)", timed),
-                                        (f"-n {count} (default engine)", counted)):
+                                        (f"-n {count} (default engine)", counted),
+                                        (f"-q 4 -D {args.duration} (default engine)", qps)):
         print(f"{name:<44} {wall:8.2f} {rss / 2**20:8.0f}Mi  {line}")
     ratio = timed[0] / counted[0]
     print(f"-D / -n: {ratio:.2f} (target at most {TARGET_RATIO}): {'met' if ratio <= TARGET_RATIO else 'MISSED'}")
