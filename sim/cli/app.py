@@ -452,27 +452,11 @@ def calibrate_cmd(figures: Annotated[Optional[Path], typer.Option(help="Also dra
     """Simulate every calibration measurement (H200 copies, pinning by page backing, allocation and unified
     memory; published PCIe, IOMMU and MTT anchors) and print simulated vs. measured with the error; exit 1 if a
     required row is out of tolerance."""
-    from sim.cli.progress import phase, stderr
-    from sim.inspect.calibrate import EXPERIMENTS, calibrate, format_calibration
-    from sim.store.outdir import FIGURES, claim, staged
+    from sim.cli.calibration import calibrate_command
 
-    if figures is not None:
-        with _refused(OutputError):
-            claim(figures, FIGURES, force=force)
-    with phase(stderr(), "calibrating", quiet) as status:
-        table = calibrate(status and (lambda name, index: status.update(
-            f"calibrating: {name} ({index + 1}/{len(EXPERIMENTS)})")))
-    typer.echo(format_calibration(table))
-    if figures is not None:
-        from sim.plot.calibration import calibration_figures
-        from sim.plot.pcie import pcie_efficiency_figures
-
-        with (_refused(OutputError), staged(figures, FIGURES, force=force) as (staging, target),
-              phase(stderr(), f"drawing the calibration figures into {figures}", quiet)):
-            drawn = pcie_efficiency_figures(staging) + calibration_figures(staging)
-        for path in drawn:
-            typer.echo(str(target.path / path.name))
-    raise typer.Exit(int(not table.loc[table.required, "passed"].all()))
+    with _refused(OutputError):
+        code = calibrate_command(figures, force, quiet)
+    raise typer.Exit(code)
 
 
 @app.command()
