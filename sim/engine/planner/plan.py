@@ -83,14 +83,31 @@ from sim.engine.tables import RunResult, StreamedSummaries, workload_tables
 MAX_MOVES = 16
 """Solves of one run after its first (each move, page fault or change of the decisions settled costs one)."""
 CRAWL_BLOCKS, CRAWL_OPS = 32, 100
-"""``engine: auto`` hands a run to the event engine once this many blocks were cut short (their operations'
-claims overlap the next block's) keeping fewer than this many operations each on average: passes that advance
-a few operations at a time cost more than simulating them (rounds that interact through a shared PCIe link
-under a READ's max_rd_atomic gate do that)."""
+"""``engine: auto`` hands a run to the event engine once the last this many pieces cut short (a stream's
+operations of a block whose claims overlap the next block's) kept fewer than this many operations each on
+average: passes that advance a few operations at a time cost more than simulating them (rounds that interact
+through a shared PCIe link under a READ's max_rd_atomic gate do that)."""
 
 
 class _Crawling(Exception):
     """The solve advances so few operations per block that the event engine is faster."""
+
+
+class CrawlWatch:
+    """The operations kept by the latest :data:`CRAWL_BLOCKS` pieces cut short: a crawl that starts after sizes
+    solved in long blocks is seen as soon as one that starts the run."""
+
+    def __init__(self) -> None:
+        self.kept: list[int] = []
+
+    def cut_short(self, operations: int) -> None:
+        """A piece cut short kept ``operations``.
+
+        :raises _Crawling: the latest pieces kept fewer than :data:`CRAWL_OPS` each on average.
+        """
+        self.kept = (self.kept + [operations])[-CRAWL_BLOCKS:]
+        if len(self.kept) == CRAWL_BLOCKS and sum(self.kept) < CRAWL_OPS * CRAWL_BLOCKS:
+            raise _Crawling(sum(self.kept) // CRAWL_BLOCKS)
 
 
 class Declined(NamedTuple):
@@ -255,10 +272,10 @@ def _pieces(pipes: Pipelines, start_ps: int, told: PieceProgress | None, crawl: 
     each piece goes to it and only its last operation is yielded. ``told`` (a progress display's) is told of each
     piece. ``receives`` checks each piece first (:class:`ReceivesAhead`).
 
-    :raises _Crawling: ``crawl`` and blocks cut short keep too few operations (:data:`CRAWL_OPS`).
+    :raises _Crawling: ``crawl`` and the latest pieces cut short keep too few operations (:class:`CrawlWatch`).
     :raises ReceivesShort: from ``receives``.
     """
-    short: list[int] = []
+    watch = CrawlWatch()
     for piece in solve(pipes.servers, pipes.groups, start_ps):
         k, size = pipes.labels[piece.group]
         if receives is not None:
@@ -266,9 +283,7 @@ def _pieces(pipes: Pipelines, start_ps: int, told: PieceProgress | None, crawl: 
         if told is not None:
             told.piece((k, size), piece.lo, piece.post)
         if crawl and piece.lo + len(piece.post) < pipes.ops[k, size]:
-            short.append(len(piece.post))
-            if len(short) >= CRAWL_BLOCKS and sum(short) < CRAWL_OPS * len(short):
-                raise _Crawling(sum(short) // len(short))
+            watch.cut_short(len(piece.post))
         if rows is not None:
             rows(k, size, piece, piece.lo + len(piece.post) == pipes.ops[k, size])
             # Copies: a view of the block's last operation would keep the whole block's arrays alive.

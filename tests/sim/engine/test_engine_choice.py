@@ -140,3 +140,30 @@ def test_sweep_says_which_engine_ran_each_run_and_stores_it(tmp_path):
     table = pd.read_parquet(tmp_path / "out" / "summary.parquet")
     assert list(table.drop_duplicates("run")["engine"]) == ["fast", "event"]
     assert table.drop_duplicates("run")["fallback"].iloc[0] == ""
+
+
+def test_auto_hands_a_crawl_to_the_event_engine_by_the_latest_pieces_cut_short():
+    """CrawlWatch: 32 pieces cut short keeping 24 operations each, after 40 that kept 500, are a crawl (the
+    latest 32 average below 100), as they would be at the start of a run; 32 that average 100 or more are not."""
+    from sim.engine.planner.plan import CRAWL_BLOCKS, CrawlWatch, _Crawling
+
+    watch = CrawlWatch()
+    for _ in range(40):
+        watch.cut_short(500)
+    with pytest.raises(_Crawling):  # (the average of all 72 would be 288)
+        for _ in range(CRAWL_BLOCKS):
+            watch.cut_short(24)
+    calm = CrawlWatch()
+    for n in [24] * (CRAWL_BLOCKS - 1) + [100 * CRAWL_BLOCKS - 24 * (CRAWL_BLOCKS - 1)]:
+        calm.cut_short(n)
+
+
+def test_a_read_stream_that_crawls_after_a_size_solved_in_long_blocks_runs_on_the_event_engine():
+    """Four QPs READing 4 KiB into GPU memory through dma-buf advance a few operations per pass on the core
+    (their rounds interact on the GPU's PCIe link under max_rd_atomic); 64 B before them are solved in long
+    blocks. auto hands the run over and says why; the tables are the event engine's either way."""
+    scenario = perftest_scenario(["ib_read_bw", "-q", "4", "-n", "300", "--use_cuda=0", "--use_cuda_dmabuf"])
+    work = scenario.workload[0].model_copy(update={"sizes": [64, 4096]})
+    lines: list[str] = []
+    result = run_scenario(scenario.model_copy(update={"workload": [work]}), notice=lines.append)
+    assert result.engine == "event" and "keeps only about" in result.fallback, lines
