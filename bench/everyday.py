@@ -22,7 +22,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from duration import perftest
+from duration import operations_run, perftest
 from measured import ROOT, rdmasim, timed
 
 SOLVE = """
@@ -76,7 +76,7 @@ def writes(counts: list[int], scratch: Path) -> None:
 
 def duration(seconds: str) -> None:
     wall, rss, line = perftest("-D", seconds)
-    count = int(line.split()[1])
+    count = operations_run(seconds, line)
     counted, _, _ = perftest("-n", str(count))
     ratio = wall / counted
     print(f"perftest ib_write_bw -D {seconds}: {wall:.1f} s ({rss / 2**20:.0f} MiB), -n {count:,}: {counted:.1f} s, "

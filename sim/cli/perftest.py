@@ -30,7 +30,7 @@ from models.verbs.workload_kinds import WorkloadKind
 from sim import __version__
 from sim.core.errors import ConfigError, SimError
 from sim.core.units import format_size
-from sim.cli.perftest_args import IGNORED, MLX5_GENERATIONS, TESTS, UsageError, check, parser
+from sim.cli.perftest_args import IGNORED, MLX5_GENERATIONS, TESTS, UsageError, check, margin, parser
 
 if TYPE_CHECKING:
     from sim.cli.progress import Display
@@ -154,7 +154,8 @@ def _scenario_data(test: str, args: argparse.Namespace, argv: list[str]) -> dict
     suffixes = [""] + [str(k) for k in range(1, args.qp if args.mr_per_qp else 1)]
     work = {"kind": kind.name, "name": test, "from": "local", "to": "remote",
             "sizes": {"from": "2B", "to": format_size(largest)} if args.all else [format_size(largest)],
-            **({"iterations": args.iters} if args.duration is None else {"duration": f"{args.duration}s"}),
+            **({"iterations": args.iters} if args.duration is None else
+               {"duration": f"{args.duration}s"} | ({"margin": f"{margin(args)}s"} if margin(args) else {})),
             **({"transport": args.connection.lower()} if args.connection != "RC" else {})}
     if kind.streams:
         work["tx_depth"] = args.tx_depth
@@ -357,6 +358,11 @@ def _report_notices(args: argparse.Namespace, kind: WorkloadKind) -> list[str]:
     return lines
 
 
+def _measured_s(args) -> int | None:
+    """How long a -D run is measured: the duration less the margin at each end (s; None without -D)."""
+    return None if args.duration is None else args.duration - 2 * margin(args)
+
+
 def _reads_operations(cmd: _Command) -> bool:
     """Whether the command reads the run's per-operation table: to write it (``--out``), for -U/-H's lists or for
     --report-both's one-way tables; perftest's table itself comes from the summaries."""
@@ -390,7 +396,8 @@ def _report(cmd: _Command, result) -> str:
     lists = _iteration_lists(cmd, result)
     layout = {"gbits": args.report_gbits, "no_peak": _no_peak(args, kind)}
     parts = ([format_values(result.summary, args.output, args.report_gbits, lists)] if args.output is not None else
-             [_header(cmd, result), format_summary(result.summary, iterations=lists, **layout)])
+             [_header(cmd, result), format_summary(result.summary, iterations=lists, measured_s=_measured_s(args),
+                                                   **layout)])
     if args.report_both and not _both_ways(args):
         columns = ["bytes", "qp", "posted_ps", "completed_ps", "ok"]
         ways = one_way(result.table.frame(columns=columns), result.summary, args.tx_depth * args.qp)

@@ -81,6 +81,11 @@ def _ranged(low: int, high: int, what: str):
     return _checked(what, lambda value: low <= value <= high, f"should be between {low} and {high}")
 
 
+def margin(args) -> int:
+    """perftest's margin of a -D run (s): -f, or a quarter of the duration in whole seconds."""
+    return args.margin if args.margin is not None else args.duration // 4
+
+
 def _positive(what: str):
     """perftest's CHECK_VALUE_POSITIVE: an integer above 0."""
     return _checked(what, lambda value: value > 0, "must be positive")
@@ -214,7 +219,10 @@ def parser(test: str) -> argparse.ArgumentParser:
         else "Accepted, no effect on WRITE tests (they post no receives); READ and atomic tests take only 1.")
     add("-m", "--mtu", type=int, choices=[256, 512, 1024, 2048, 4096], default=4096, help="MTU size (default 4096).")
     add("-D", "--duration", type=_positive("Duration period"),
-        help="Run for this many simulated seconds per size, as many iterations as fit (instead of -n).")
+        help="Run for this many simulated seconds per size, as many iterations as fit (instead of -n); what "
+             "completes between the margins is measured.")
+    add("-f", "--margin", type=_non_negative("Margin"), default=None,
+        help="With -D: seconds at its start and at its end not measured (default a quarter of -D, in whole seconds).")
     add("-c", "--connection", default="RC",
         help="Connection type RC/UC/UD/XRC (default RC; rdmasim simulates RC, UC, UD and XRC QPs).")
     add("-b", "--bidirectional", action="store_true",
@@ -300,6 +308,8 @@ def check(args: argparse.Namespace, kind: WorkloadKind, preset: str, nic: Callab
     _check_output(args)
     if args.duration is not None and args.all:
         raise UsageError("-D with -a: Duration mode currently doesn't support running on all sizes.")
+    if args.duration is not None and not args.duration > 2 * margin(args):
+        raise UsageError(f"-D {args.duration} -f {margin(args)}: please check that DURATION > 2*MARGIN")
     if args.qp != 1 and not kind.streams:
         raise UsageError(f"-q/--qp {args.qp}: multiple QPs are available in bandwidth tests only")
     if args.use_cuda_dmabuf and args.use_cuda is None:

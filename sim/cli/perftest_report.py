@@ -8,7 +8,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from models.verbs.workload_kinds import BANDWIDTH_KINDS
+from models.verbs.workload_kinds import BANDWIDTH_KINDS, KINDS
 from sim.core.metrics import OpColumns, bandwidth_of
 from sim.core.units import PS_PER_US
 
@@ -26,18 +26,22 @@ def bandwidth_column(gbits: bool) -> str:
     return "bw_avg_Gbps" if gbits else "bw_avg_MiBps"
 LAT_HEADER = (" #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]"
               "   99% percentile[usec]   99.9% percentile[usec]")
+LAT_DURATION_HEADER = " #bytes        #iterations       t_avg[usec]    tps average"
+"""perftest's RESULT_FMT_LAT_DUR: a latency test run for a duration (-D)."""
 
 NOTHING_MEASURED = "no work request succeeded: nothing measured"
 """Printed in place of a row's rates or latencies when none of its work requests succeeded."""
 
 
 def format_summary(summary, gbits: bool = True, no_peak: bool = False,
-                   iterations: Mapping[int, list[str]] | None = None) -> str:
+                   iterations: Mapping[int, list[str]] | None = None, measured_s: float | None = None) -> str:
     """perftest's report layout, one block per workload, bandwidth in Gb/sec (``gbits``, perftest's
     --report_gbits) or MiB/sec; a size where no work request succeeded says so instead of printing rates, and
     errors are counted per ``ibv_wc_status``. ``no_peak`` (perftest's -N) prints the peak as 0.00, as perftest's
     ``print_report_bw`` computes it then; ``iterations`` (perftest's -H/-U) holds, by message size, the lines
-    printed before that size's row, which perftest follows with the rule and the column header again."""
+    printed before that size's row, which perftest follows with the rule and the column header again. A latency
+    test that ran for a duration, measured for ``measured_s`` seconds, gets perftest's
+    ``print_report_lat_duration`` row instead (:func:`duration_latency_row`)."""
     unit = 1.0 if gbits else GBPS_TO_MIBPS
     blocks = []
     for (variant, label), rows in summary.groupby(["variant", "workload"], sort=False):
@@ -51,6 +55,8 @@ def format_summary(summary, gbits: bool = True, no_peak: bool = False,
                 lines.append(f" {r.bytes:<10d} {r.iterations:<10d}     " + (
                     NOTHING_MEASURED if pd.isna(r.bw_avg_Gbps) else
                     f"{peak:<18.2f} {r.bw_avg_Gbps * unit:<20.2f} {r.msg_rate_Mpps:.6f}"))
+        elif measured_s is not None:
+            lines += [LAT_DURATION_HEADER, *(duration_latency_row(r, measured_s) for r in rows.itertuples())]
         else:
             lines.append(LAT_HEADER)
             for r in rows.itertuples():
@@ -65,6 +71,17 @@ def format_summary(summary, gbits: bool = True, no_peak: bool = False,
         lines.append(RULE)
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
+
+
+def duration_latency_row(r, measured_s: float) -> str:
+    """perftest's REPORT_FMT_LAT_DUR row of summary row ``r``: its iterations measured over ``measured_s`` seconds,
+    the average latency those seconds give (a ping-pong's halved: perftest's ``rtt_factor``) and the iterations
+    a second."""
+    if not r.iterations:
+        return f" {r.bytes:<7d}       {r.iterations:<10d}        {NOTHING_MEASURED}"
+    round_trip = 2 if KINDS[r.kind].ping_pong else 1
+    latency_us = measured_s * 1e6 / round_trip / r.iterations
+    return f" {r.bytes:<7d}       {r.iterations}            {latency_us:<7.2f}        {r.iterations / measured_s:<7.2f}"
 
 
 def format_values(summary, output: str, gbits: bool, iterations: Mapping[int, list[str]] | None = None) -> str:

@@ -11,8 +11,8 @@ import pandas as pd
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim.engine.build import Registration, Testbed
-from sim.core.metrics import OpColumns, OpSpool, bandwidth_of, latency_summary
-from sim.core.units import ps_to_us
+from sim.core.metrics import MIB, OpColumns, OpSpool, bandwidth_of, latency_summary
+from sim.core.units import PS_PER_S, ps_to_us
 from sim.store.operations import OperationTable, scratch_dir, spool_finalizer
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
@@ -99,7 +99,10 @@ def workload_tables(work: WorkloadSpec, size: int, records, variant: str, table:
         stats = OpColumns(records.posted_ps[order], records.completed_ps[order], records.ok[order])
     if table is not None:
         table.append(operation_rows(work, size, records, variant))
-    return summary_row(work, size, variant, status_counts(records), stats)
+    measured = Measured.of(work)
+    if measured is not None:
+        measured.add(records)
+    return summary_row(work, size, variant, status_counts(records), stats, measured)
 
 
 def operation_rows(work: WorkloadSpec, size: int, records, variant: str, first: int = 0) -> pd.DataFrame:
@@ -121,20 +124,54 @@ def status_counts(records) -> np.ndarray:
     return np.bincount(records.status, minlength=len(WC_STATUS_NAMES))
 
 
-def summary_row(work: WorkloadSpec, size: int, variant: str, counts: np.ndarray, stats) -> dict:
+class Measured:
+    """What perftest -D measures of a workload that runs for a duration: the work requests (or ping-pong
+    iterations) that complete successfully between ``margin`` after its first post and ``margin`` before its
+    duration ends (perftest's SAMPLE_STATE, ``catch_alarm``), of every QP, counted as their records come."""
+
+    def __init__(self, duration_ps: int, margin_ps: int) -> None:
+        self.duration_ps, self.margin_ps = duration_ps, margin_ps
+        self.start: int | None = None
+        """The first post (ps)."""
+        self.count = 0
+
+    @classmethod
+    def of(cls, work: WorkloadSpec) -> Measured | None:
+        """The measurement of ``work`` (None: it runs for a number of iterations)."""
+        return None if work.duration is None else cls(work.duration, work.margin or 0)
+
+    def add(self, records) -> None:
+        """Count ``records``; the first ones given hold the first post."""
+        if self.start is None:
+            self.start = int(records.posted_ps.min())
+        done = records.completed_ps
+        sampled = (done >= self.start + self.margin_ps) & (done < self.start + self.duration_ps - self.margin_ps)
+        self.count += int(np.count_nonzero(records.ok & sampled))
+
+    def rates(self, size: int) -> dict[str, float]:
+        """perftest's average columns over the measured time: ``size`` bytes per operation counted."""
+        seconds = (self.duration_ps - 2 * self.margin_ps) / PS_PER_S
+        return {"bw_avg_Gbps": size * self.count * 8 / 1e9 / seconds, "bw_avg_MiBps": size * self.count / MIB / seconds,
+                "msg_rate_Mpps": self.count / 1e6 / seconds}
+
+
+def summary_row(work: WorkloadSpec, size: int, variant: str, counts: np.ndarray, stats,
+                measured: Measured | None = None) -> dict:
     """perftest's summary of one (workload, size) whose completions have :func:`status_counts` ``counts``:
     ``stats`` holds its operations in posting order (:class:`~sim.core.metrics.OpColumns` or
     :class:`~sim.core.metrics.OpSpool`) for a bandwidth workload, the latencies (ps) of those that succeeded
     for a latency workload. The row counts the ``errors`` and, in ``errors_by_status``, how many completed
     with each error status. Only work requests that succeeded are measured (a row where none did has NaN in
-    perftest's columns)."""
+    perftest's columns). A workload that runs for a duration reports, as perftest -D does, the operations
+    ``measured`` counts (every QP's) as its iterations, and its average rates over the measured time."""
     success = WcStatus.SUCCESS.value
     row = {"variant": variant, "workload": work.name or work.kind, "kind": work.kind, "bytes": size,
-           "iterations": work.iterations if work.duration is None else int(counts.sum()) // work.streams(),
+           "iterations": work.iterations if measured is None else measured.count,
            "errors": int(counts.sum() - counts[success]),
            "errors_by_status": {WC_STATUS_NAMES[v]: int(n) for v, n in enumerate(counts) if n and v != success}}
     if work.rule.streams:
-        return row | bandwidth_of(size, stats, work.tx_depth * work.streams())
+        row |= bandwidth_of(size, stats, work.tx_depth * work.streams())
+        return row | measured.rates(size) if measured is not None and counts[success] else row
     return row | latency_summary(stats)
 
 
@@ -147,6 +184,7 @@ class _Stream:
     spool: OpSpool | None
     latencies: list[np.ndarray]
     counts: np.ndarray
+    measured: Measured | None
 
 
 class StreamedSummaries:
@@ -167,8 +205,11 @@ class StreamedSummaries:
                 directory = scratch_dir("bandwidth")
                 spool = OpSpool(directory)
                 spool_finalizer(spool, directory)
-            self._open = _Stream(work, size, spool, [], np.zeros(len(WC_STATUS_NAMES), dtype=np.int64))
+            self._open = _Stream(work, size, spool, [], np.zeros(len(WC_STATUS_NAMES), dtype=np.int64),
+                                 Measured.of(work))
         stream = self._open
+        if stream.measured is not None:
+            stream.measured.add(records)
         if stream.spool is not None:
             stream.spool.add(records.posted_ps, records.completed_ps, records.ok)
         else:
@@ -180,7 +221,8 @@ class StreamedSummaries:
         stream, self._open = self._open, None
         if stream is not None:
             stats = stream.spool if stream.spool is not None else np.concatenate(stream.latencies)
-            self.rows.append(summary_row(stream.work, stream.size, self.variant, stream.counts, stats))
+            self.rows.append(summary_row(stream.work, stream.size, self.variant, stream.counts, stats,
+                                         stream.measured))
             if stream.spool is not None:
                 stream.spool.close()
         return self.rows

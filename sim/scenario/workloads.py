@@ -73,7 +73,11 @@ class WorkloadSpec(Strict):
     atomic: Literal["FETCH_AND_ADD", "CMP_AND_SWAP"] = "FETCH_AND_ADD"
     """Atomic workloads: the operation (perftest -A), all on the responder buffer's first 8 bytes."""
     duration: Annotated[Duration, Field(gt=0)] | None = None
-    """Post for this long per size, as many operations as fit, instead of ``iterations`` (perftest -D, e.g. '1ms')."""
+    """Post for this long per size, as many operations as fit, instead of ``iterations`` (perftest -D, e.g. '1ms').
+    Its summary measures what completes within the duration, less ``margin`` at each end, as perftest does."""
+    margin: Annotated[Duration, Field(ge=0)] | None = None
+    """With a duration: the time at its start and at its end whose completions are not measured (perftest -f; its
+    -D takes a quarter of the duration, in whole seconds). Default none."""
     bidirectional: bool = False
     """Bandwidth tests: the responder streams the same work requests back on the same QPs at once (perftest -b);
     the rates are those of both directions together."""
@@ -157,6 +161,8 @@ class WorkloadSpec(Strict):
                 raise ValueError(f"{key}: {self.kind} is a latency test; {key} is for bandwidth tests")
         if self.duration is not None and "iterations" in fields:
             raise ValueError("give iterations or duration, not both")
+        if self.margin is not None and (self.duration is None or 2 * self.margin >= self.duration):
+            raise ValueError("margin: needs a duration longer than twice the margin (perftest: DURATION > 2*MARGIN)")
         if self.duration is None and self.iterations % self.post_list:
             raise ValueError(f"post_list: iterations {self.iterations} must be a multiple of post_list "
                              f"{self.post_list}")
