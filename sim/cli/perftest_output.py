@@ -146,7 +146,7 @@ def report(cmd, result) -> str:
         columns = ["bytes", "qp", "posted_ps", "completed_ps", "ok"]
         ways = one_way(result.table.frame(columns=columns), result.summary, args.tx_depth * args.qp)
         for name, rows in zip(("Local results", "Remote results"), ways):
-            parts.append(format_summary(rows.assign(workload=name), **layout))
+            parts.append(format_summary(counted(args, kind, rows.assign(workload=name)), **layout))
     if args.data_validation and not validation_failed(cmd, result):
         parts.append(f"VALIDATION: PASSED - {result.counters['data_checked_bytes']} bytes")
     return "\n".join(parts)

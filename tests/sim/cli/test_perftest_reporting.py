@@ -88,6 +88,12 @@ def test_report_both_adds_each_direction_of_a_bidirectional_test():
     assert local[3] == pytest.approx(remote[3], rel=0.01)
 
 
+def test_each_side_of_report_both_counts_its_qps_work_requests():
+    """perftest's print_report_bw on each side: -n times that side's QPs (num_of_calculated_iters *= num_of_qps)."""
+    code, report = run_perftest(["ib_write_bw", "-s", "4096", "-n", "300", "-q", "2", "-b", "--report-both"])
+    assert code == 0 and [row[1] for row in _rows(report, 4096)] == [600, 600, 600]
+
+
 @pytest.mark.parametrize("flags, why", [([], "bidirectional test (-b)"), (["-b", "-a"], "single size only"),
                                         (["-b", "--output=bandwidth"], "--output prints only")])
 def test_report_both_says_why_it_adds_nothing(flags, why):
