@@ -129,24 +129,32 @@ class Measured:
     iterations) that complete successfully between ``margin`` after its first post and ``margin`` before its
     duration ends (perftest's SAMPLE_STATE, ``catch_alarm``), of every QP, counted as their records come."""
 
-    def __init__(self, duration_ps: int, margin_ps: int) -> None:
-        self.duration_ps, self.margin_ps = duration_ps, margin_ps
+    def __init__(self, duration_ps: int, margin_ps: int, local: int | None = None) -> None:
+        self.duration_ps, self.margin_ps, self.local = duration_ps, margin_ps, local
         self.start: int | None = None
         """The first post (ps)."""
         self.count = 0
+        """Measured work requests of both sides."""
+        self.own = 0
+        """Measured work requests of the client's QPs: those numbered below ``local`` where given (a bidirectional
+        test's first half of streams: each side of perftest -b counts its own), else all."""
 
     @classmethod
     def of(cls, work: WorkloadSpec) -> Measured | None:
         """The measurement of ``work`` (None: it runs for a number of iterations)."""
-        return None if work.duration is None else cls(work.duration, work.margin or 0)
+        local = work.streams() // 2 if work.bidirectional else None
+        return None if work.duration is None else cls(work.duration, work.margin or 0, local)
 
     def add(self, records) -> None:
-        """Count ``records``; the first ones given hold the first post."""
+        """Count ``records`` (tagged with their streams' indices where the test is bidirectional); the first ones
+        given hold the first post."""
         if self.start is None:
             self.start = int(records.posted_ps.min())
         done = records.completed_ps
-        sampled = (done >= self.start + self.margin_ps) & (done < self.start + self.duration_ps - self.margin_ps)
-        self.count += int(np.count_nonzero(records.ok & sampled))
+        sampled = records.ok & (done >= self.start + self.margin_ps) & (done < self.start + self.duration_ps
+                                                                        - self.margin_ps)
+        self.count += int(np.count_nonzero(sampled))
+        self.own += int(np.count_nonzero(sampled if self.local is None else sampled & (records.qp < self.local)))
 
     def rates(self, size: int) -> dict[str, float]:
         """perftest's average columns over the measured time: ``size`` bytes per operation counted."""
@@ -163,10 +171,11 @@ def summary_row(work: WorkloadSpec, size: int, variant: str, counts: np.ndarray,
     for a latency workload. The row counts the ``errors`` and, in ``errors_by_status``, how many completed
     with each error status. Only work requests that succeeded are measured (a row where none did has NaN in
     perftest's columns). A workload that runs for a duration reports, as perftest -D does, the operations
-    ``measured`` counts (every QP's) as its iterations, and its average rates over the measured time."""
+    ``measured`` counts as its iterations (every QP's of the client's side), and its average rates over the measured
+    time (both sides')."""
     success = WcStatus.SUCCESS.value
     row = {"variant": variant, "workload": work.name or work.kind, "kind": work.kind, "bytes": size,
-           "iterations": work.iterations if measured is None else measured.count,
+           "iterations": work.iterations if measured is None else measured.own,
            "errors": int(counts.sum() - counts[success]),
            "errors_by_status": {WC_STATUS_NAMES[v]: int(n) for v, n in enumerate(counts) if n and v != success}}
     if work.rule.streams:

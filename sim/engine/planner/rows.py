@@ -37,8 +37,9 @@ def records(work: WorkloadSpec, post: np.ndarray, done: np.ndarray, failure: Fai
 
 class PostOrder:
     """The operations of a case's parallel streams, given piece by piece per stream (each stream's in posting
-    order), released in the order of a stable sort by post of all of them stream by stream: an operation is
-    released once every stream that may still post has posted after it, so none that comes later sorts before it."""
+    order), released in the order of a stable sort by post of all of them stream by stream, each tagged with its
+    stream's index (:attr:`~models.verbs.workloads.OpRecords.qp`): an operation is released once every stream that
+    may still post has posted after it, so none that comes later sorts before it."""
 
     def __init__(self, streams: int) -> None:
         self.held: list[list[OpRecords]] = [[] for _ in range(streams)]
@@ -68,11 +69,11 @@ class PostOrder:
                 continue
             joined = [np.concatenate([getattr(r, name) for r in held]) for name in FIELDS]
             n = len(joined[0]) if horizon is None else int(np.searchsorted(joined[0], horizon))
-            parts.append([a[:n] for a in joined])
+            parts.append([a[:n] for a in joined] + [np.full(n, stream, np.int64)])
             self.held[stream] = [OpRecords(*(a[n:] for a in joined))] if n < len(joined[0]) else []
         if not parts or not sum(len(p[0]) for p in parts):
             return None
-        columns = [np.concatenate([p[i] for p in parts]) for i in range(len(FIELDS))]
+        columns = [np.concatenate([p[i] for p in parts]) for i in range(len(FIELDS) + 1)]
         order = np.argsort(columns[0], kind="stable")
         return OpRecords(*(c[order] for c in columns))
 

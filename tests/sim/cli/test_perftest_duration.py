@@ -75,3 +75,16 @@ def test_a_margin_needs_a_duration_twice_as_long():
         work = {"kind": "write_bw", "from": "src", "to": "dst", "sizes": ["4KiB"], **extra}
         with pytest.raises(ValueError, match="DURATION > 2\\*MARGIN"):
             Scenario.model_validate(scenario_dict(workload=[work]))
+
+
+def test_a_bidirectional_run_counts_its_own_side_and_rates_both():
+    """perftest -b -D: each side counts the completions of its own QPs (the iterations it prints) and the report
+    adds the remote side's rate to its own (print_full_bw_report)."""
+    argv = ["ib_write_bw", "-b", "-D", "4", "-s", "8M", "--report_gbits"]
+    code, report, _ = perftest_streams(argv)
+    (row,) = [line.split() for line in report.splitlines() if line.split()[:1] == ["8388608"]]
+    ops = run_scenario(perftest_scenario(argv[:-1]), notice=lambda _: None).operations
+    done = ops["completed_ps"] - ops["posted_ps"].min()
+    measured = (done >= PS_PER_S) & (done < 3 * PS_PER_S) & ops["ok"]
+    assert code == 0 and int(row[1]) == (measured & (ops["qp"] == 0)).sum() < measured.sum()
+    assert float(row[3]) == pytest.approx(measured.sum() * 8388608 * 8 / 2 / 1e9, abs=0.005)
