@@ -139,7 +139,8 @@ def report(cmd, result) -> str:
     args, kind = cmd.args, TESTS[cmd.test]
     lists = iteration_lists(cmd, result)
     layout = {"gbits": args.report_gbits, "no_peak": no_peak(args, kind)}
-    parts = ([format_values(result.summary, args.output, args.report_gbits, lists)] if args.output is not None else
+    parts = ([format_values(result.summary, args.output, args.report_gbits, lists, measured_s(args))]
+             if args.output is not None else
              [header(cmd, result), format_summary(counted(args, kind, result.summary), iterations=lists,
                                                    measured_s=measured_s(args), **layout)])
     if args.report_both and not both_ways(args):

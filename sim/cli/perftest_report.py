@@ -79,16 +79,28 @@ def duration_latency_row(r, measured_s: float) -> str:
     a second."""
     if not r.iterations:
         return f" {r.bytes:<7d}       {r.iterations:<10d}        {NOTHING_MEASURED}"
+    return (f" {r.bytes:<7d}       {r.iterations}            {duration_latency_us(r, measured_s):<7.2f}        "
+            f"{r.iterations / measured_s:<7.2f}")
+
+
+def duration_latency_us(r, measured_s: float) -> float:
+    """perftest's latency of a test run for a duration (usec): the ``measured_s`` seconds over summary row ``r``'s
+    iterations, halved for a ping-pong (its ``rtt_factor``); NaN where none was measured."""
     round_trip = 2 if KINDS[r.kind].ping_pong else 1
-    latency_us = measured_s * 1e6 / round_trip / r.iterations
-    return f" {r.bytes:<7d}       {r.iterations}            {latency_us:<7.2f}        {r.iterations / measured_s:<7.2f}"
+    return measured_s * 1e6 / round_trip / r.iterations if r.iterations else float("nan")
 
 
-def format_values(summary, output: str, gbits: bool, iterations: Mapping[int, list[str]] | None = None) -> str:
+def format_values(summary, output: str, gbits: bool, iterations: Mapping[int, list[str]] | None = None,
+                  measured_s: float | None = None) -> str:
     """perftest's --output: one number a size, as ``printf("%lf\\n")`` prints it: the average bandwidth (in the
-    report's unit), the message rate (Mpps) or the average latency (usec); each after its ``iterations`` lines."""
+    report's unit), the message rate (Mpps) or the average latency (usec; of a latency test measured for
+    ``measured_s`` seconds, those seconds over its iterations: :func:`duration_latency_us`); each after its
+    ``iterations`` lines."""
     column = {"bandwidth": bandwidth_column(gbits), "message_rate": "msg_rate_Mpps", "latency": "t_avg_us"}[output]
-    return "\n".join(line for size, value in zip(summary["bytes"], summary[column])
+    values = summary[column].tolist()
+    if output == "latency" and measured_s is not None:
+        values = [duration_latency_us(r, measured_s) for r in summary.itertuples()]
+    return "\n".join(line for size, value in zip(summary["bytes"], values)
                      for line in [*(iterations or {}).get(size, []), f"{value:f}"])
 
 

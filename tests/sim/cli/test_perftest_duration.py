@@ -88,3 +88,12 @@ def test_a_bidirectional_run_counts_its_own_side_and_rates_both():
     measured = (done >= PS_PER_S) & (done < 3 * PS_PER_S) & ops["ok"]
     assert code == 0 and int(row[1]) == (measured & (ops["qp"] == 0)).sum() < measured.sum()
     assert float(row[3]) == pytest.approx(measured.sum() * 8388608 * 8 / 2 / 1e9, abs=0.005)
+
+
+def test_output_latency_of_a_duration_run_is_the_measured_seconds_over_the_iterations():
+    """print_report_lat_duration prints that latency alone with --output=latency (READ: no halving)."""
+    code, value, _ = perftest_streams(["ib_read_lat", "-D", "4", "-s", "4M", "--output=latency"])
+    _, report, _ = perftest_streams(["ib_read_lat", "-D", "4", "-s", "4M"])
+    lines = report.splitlines()
+    iterations = int(lines[lines.index(LAT_DURATION_HEADER) + 1].split()[1])
+    assert code == 0 and float(value) == pytest.approx(2e6 / iterations, abs=1e-6)
