@@ -5,8 +5,8 @@ the run be solved again).
 A workload of one QP yields its pieces in posting order, and they go straight on. The parallel streams of a
 workload of several QPs (``qps``, ``bidirectional``, ``pairs``) are solved together, a piece of each per block.
 Their rows follow each other QP by QP in the table, as the event engine records them
-(:func:`models.verbs.workloads.tagged`): each QP's records wait in raw files of their own (:class:`HeldRecords`)
-until the (workload, size) ends. Their summary reads them in posting order, as
+(:func:`models.verbs.workloads.tagged`): the QPs' records wait in raw files (:class:`HeldRecords`) until the
+(workload, size) ends. Their summary reads them in posting order, as
 :func:`sim.engine.tables.workload_tables` sorts them whole (stably: QP by QP within one picosecond), which
 :class:`PostOrder` gives as they come.
 """
@@ -79,29 +79,45 @@ class PostOrder:
 
 
 class HeldRecords:
-    """One QP's records of a (workload, size), appended piece by piece to raw files under a scratch directory
-    (removed with the object) and read back a row group at a time: memory stays bounded however many there are."""
+    """The records of a (workload, size)'s QPs, appended piece by piece as they come to one set of raw files under a
+    scratch directory (removed with the object), and read back QP by QP, a row group at a time: memory stays bounded
+    however many operations there are, and the files open do not grow with the QPs."""
 
     def __init__(self) -> None:
         directory = scratch_dir("rows")
         spool_finalizer(self, directory)
         self.files = {name: open(f"{directory}/{name}.raw", "w+b") for name in FIELDS}
+        self.pieces: dict[int, list[tuple[int, int]]] = {}
+        """Per QP index: where each of its pieces starts in the files and how many records it holds."""
         self.n = 0
 
-    def add(self, records: OpRecords) -> None:
-        """Append the next operations' records."""
+    def add(self, qp: int, records: OpRecords) -> None:
+        """Append QP ``qp``'s next operations' records."""
         for name, kind in FIELDS.items():
             np.asarray(getattr(records, name), dtype=kind).tofile(self.files[name])
+        self.pieces.setdefault(qp, []).append((self.n, len(records.status)))
         self.n += len(records.status)
 
     def chunks(self, qp: int, rows: int = ROW_GROUP_ROWS):
-        """The records in order, ``rows`` at a time, each tagged with QP index ``qp``: (first operation, records)."""
-        for file in self.files.values():
-            file.seek(0)
-        for lo in range(0, self.n, rows):
-            count = min(rows, self.n - lo)
-            arrays = [np.fromfile(self.files[name], dtype=kind, count=count) for name, kind in FIELDS.items()]
-            yield lo, OpRecords(*arrays, np.full(count, qp, np.int64))
+        """QP ``qp``'s records in order, in chunks of whole pieces that reach ``rows`` (the last may hold fewer), each
+        tagged with ``qp``: (its first operation, records)."""
+        lo, parts = 0, []
+        for start, count in self.pieces.get(qp, []):
+            for name, kind in FIELDS.items():
+                self.files[name].seek(start * np.dtype(kind).itemsize)
+            parts.append([np.fromfile(self.files[name], dtype=kind, count=count) for name, kind in FIELDS.items()])
+            if sum(len(p[0]) for p in parts) >= rows:
+                lo = yield from self._emit(qp, lo, parts)
+                parts = []
+        if parts:
+            yield from self._emit(qp, lo, parts)
+
+    @staticmethod
+    def _emit(qp: int, lo: int, parts: list):
+        """Yield ``parts`` (per piece, its arrays) as one chunk from operation ``lo``; returns the next's first."""
+        arrays = [np.concatenate([p[i] for p in parts]) for i in range(len(FIELDS))]
+        yield lo, OpRecords(*arrays, np.full(len(arrays[0]), qp, np.int64))
+        return lo + len(arrays[0])
 
     def close(self) -> None:
         """Close the files (the directory goes with the object)."""
@@ -123,8 +139,8 @@ class Rows:
         self.case: tuple[int, int] | None = None
         """The (workload, size) of several QPs being solved: its first stream, and the size."""
         self.order: PostOrder | None = None
-        self.held: list[HeldRecords] = []
-        """The open case's records, per QP (none where the run keeps no table)."""
+        self.held: HeldRecords | None = None
+        """The open case's records (None where the run keeps no table)."""
 
     def __call__(self, k: int, size: int, piece: Finished, ended: bool) -> None:
         """Stream ``k``'s next ``piece`` at ``size`` (its last when ``ended``)."""
@@ -140,10 +156,10 @@ class Rows:
         if self.case != (first, size):
             self._close()
             self.case, self.order = (first, size), PostOrder(work.streams())
-            self.held = [HeldRecords() for _ in range(work.streams())] if self.table is not None else []
+            self.held = HeldRecords() if self.table is not None else None
         qp = self.qp[k]
-        if self.held:
-            self.held[qp].add(done)
+        if self.held is not None:
+            self.held.add(qp, done)
         released = self.order.add(qp, done, ended)
         if released is not None:
             self.sink.add(work, size, released)
@@ -161,8 +177,9 @@ class Rows:
         rest = self.order.flush()
         if rest is not None:
             self.sink.add(work, self.case[1], rest)
-        for qp, held in enumerate(self.held):
-            for lo, chunk in held.chunks(qp):
-                self.table.append(operation_rows(work, self.case[1], chunk, self.sink.variant, lo))
-            held.close()
-        self.case, self.order, self.held = None, None, []
+        if self.held is not None:
+            for qp in range(work.streams()):
+                for lo, chunk in self.held.chunks(qp):
+                    self.table.append(operation_rows(work, self.case[1], chunk, self.sink.variant, lo))
+            self.held.close()
+        self.case, self.order, self.held = None, None, None

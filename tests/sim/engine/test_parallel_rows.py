@@ -61,19 +61,25 @@ def test_parallel_streams_are_released_in_the_order_of_a_stable_sort_by_post(cas
         np.testing.assert_array_equal(np.concatenate([getattr(r, field) for r in got]), values[sort])
 
 
-def test_held_records_read_back_in_order_a_chunk_at_a_time():
+def test_held_records_read_back_each_qps_in_order_a_few_pieces_at_a_time():
+    """Two QPs' pieces interleaved in one set of files: each QP's come back in its own order, in chunks of whole
+    pieces that reach the row count asked, numbered from its first operation."""
     held = HeldRecords()
-    parts = [OpRecords(np.arange(lo, lo + n, dtype=np.int64), np.arange(lo, lo + n, dtype=np.int64) + 7,
-                       np.full(n, 7, np.int64), np.full(n, lo % 3, np.uint8)) for lo, n in ((0, 5), (5, 1), (6, 4))]
-    for part in parts:
-        held.add(part)
-    chunks = list(held.chunks(qp=2, rows=4))
+    pieces = {0: [], 1: []}
+    for qp, lo, n in ((0, 0, 5), (1, 0, 3), (0, 5, 1), (1, 3, 4), (0, 6, 4)):
+        part = OpRecords(np.arange(lo, lo + n, dtype=np.int64) + 100 * qp, np.arange(lo, lo + n, dtype=np.int64) + 7,
+                         np.full(n, 7, np.int64), np.full(n, (lo + qp) % 3, np.uint8))
+        held.add(qp, part)
+        pieces[qp].append(part)
+    chunks = {qp: list(held.chunks(qp, rows=4)) for qp in (0, 1)}
     held.close()
-    assert [lo for lo, _ in chunks] == [0, 4, 8]
-    np.testing.assert_array_equal(np.concatenate([c.posted_ps for _, c in chunks]), np.arange(10))
-    np.testing.assert_array_equal(np.concatenate([c.status for _, c in chunks]),
-                                  np.concatenate([p.status for p in parts]))
-    assert all((c.qp == 2).all() and c.status.dtype == np.uint8 for _, c in chunks)
+    assert [(lo, len(c.status)) for lo, c in chunks[0]] == [(0, 5), (5, 5)]
+    assert [(lo, len(c.status)) for lo, c in chunks[1]] == [(0, 7)]
+    for qp in (0, 1):
+        for field in ("posted_ps", "completed_ps", "status"):
+            np.testing.assert_array_equal(np.concatenate([getattr(c, field) for _, c in chunks[qp]]),
+                                          np.concatenate([getattr(p, field) for p in pieces[qp]]))
+        assert all((c.qp == qp).all() and c.status.dtype == np.uint8 for _, c in chunks[qp])
 
 
 @pytest.mark.parametrize("row_group", [200, 1 << 20])
