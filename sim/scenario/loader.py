@@ -196,6 +196,17 @@ _EXPECTED = {"model_type": "a mapping", "model_attributes_type": "a mapping", "d
              "string_type": "a string"}
 
 
+_BOUNDS = {"less_than_equal": ("le", "is above the maximum of"),
+           "greater_than_equal": ("ge", "is below the minimum of"),
+           "less_than": ("lt", "must be less than"), "greater_than": ("gt", "must be more than")}
+"""pydantic's bound errors: the bound's key in the error's context, and how the reason says it."""
+
+
+def _number(value) -> str:
+    """A number as a reason quotes it: integers with thousands separators."""
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else repr(value)
+
+
 def _did_you_mean(word: str, choices: list[str]) -> str:
     close = difflib.get_close_matches(word, choices, n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""
@@ -241,6 +252,9 @@ def _to_config_error(hit: _Hit, positions: PositionMap, file: str) -> ConfigErro
         reason = f"needs at least {ctx['min_length']} item(s), got {ctx['actual_length']}"
     elif kind in _EXPECTED:
         reason = f"expected {_EXPECTED[kind]}, not {_KIND.get(type(hit.error['input']), 'a value')}"
+    elif kind in _BOUNDS and _BOUNDS[kind][0] in ctx:
+        bound, says = _BOUNDS[kind]
+        reason = f"{_number(hit.error['input'])} {says} {_number(ctx[bound])}"
     else:
         reason = re.sub(r"^(Value error|Assertion failed), ", "", hit.error["msg"])
         if kind == "literal_error" and isinstance(hit.error["input"], str):

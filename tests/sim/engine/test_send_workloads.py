@@ -21,7 +21,7 @@ from tests.conftest import tiny_yaml
     ("{kind: send_lat, from: src, to: dst, sizes: [4KiB], qps: 2}", "qps",
      "send_lat measures one QP"),
     ("{kind: send_bw, from: src, to: dst, sizes: [4KiB], rx_depth: 0}", "rx_depth",
-     "greater than or equal to 1"),
+     "0 is below the minimum of 1"),
 ])
 def test_bad_send_workloads_are_refused_naming_file_line_and_key(tmp_path, item, key, words):
     path = tmp_path / "s.yaml"

@@ -24,7 +24,7 @@ class Strict(BaseModel):
 
 class Nic(Strict):
     preset: str
-    ports: int = 1
+    ports: Annotated[int, Field(ge=1, le=64)] = 1
 
 
 class Node(Strict):
@@ -353,3 +353,10 @@ def test_random_documents_raise_only_config_errors(tmp_path, data):
     buf = io.StringIO()
     YAML(typ="safe", pure=True).dump(data, buf)
     _only_config_errors(write(tmp_path, buf.getvalue()))
+
+
+def test_a_number_out_of_its_bounds_is_said_with_the_bound(tmp_path):
+    assert problems(tmp_path, "nodes:\n  - name: a\n    nic: {preset: x, ports: 0}\n") == [
+        (3, 29, "nodes[0].nic.ports", "0 is below the minimum of 1")]
+    assert problems(tmp_path, "nodes:\n  - name: a\n    nic: {preset: x, ports: 100000}\n") == [
+        (3, 29, "nodes[0].nic.ports", "100,000 is above the maximum of 64")]
