@@ -139,6 +139,7 @@ class Rows:
         self.case: tuple[int, int] | None = None
         """The (workload, size) of several QPs being solved: its first stream, and the size."""
         self.order: PostOrder | None = None
+        """The open case's operations, released in posting order to its summary."""
         self.held: HeldRecords | None = None
         """The open case's records (None where the run keeps no table)."""
 

@@ -125,7 +125,7 @@ def test_each_inconsistency_of_the_manifest_is_reported(copy, what):
 
 MALFORMED = {
     "seed": (lambda m: m.update(seed="abc"), "seed: expected an integer, not a string"),
-    "negative seed": (lambda m: m.update(seed=-1), "seed: Input should be greater than or equal to 0"),
+    "negative seed": (lambda m: m.update(seed=-1), "seed: -1 is below the minimum of 0"),
     "versions": (lambda m: m.update(versions=[]), "versions: expected a mapping, not a list"),
     "hash": (lambda m: m["outputs_sha256"].update({"summary.json": "xyz"}), "outputs_sha256.summary.json: String "
                                                                              "should match pattern"),
