@@ -9,7 +9,7 @@ import argparse
 
 from models.presets import NIC_PCIE, NIC_RATE
 from models.verbs.workload_kinds import WorkloadKind
-from sim.cli.perftest_args import TESTS, margin
+from sim.cli.perftest_args import TESTS
 
 REGISTRATION = {
     "pinned": "ibv_reg_mr, pages pinned",
@@ -102,9 +102,12 @@ def counted(args, kind, summary):
     return summary.assign(iterations=summary["iterations"] * args.qp)
 
 
-def measured_s(args) -> int | None:
-    """How long a -D run is measured: the duration less the margin at each end (s; None without -D)."""
-    return None if args.duration is None else args.duration - 2 * margin(args)
+def measured_s(result) -> float | None:
+    """How long the run's -D is measured (s; None without -D): :attr:`sim.engine.tables.Measured.seconds`."""
+    from sim.engine.tables import Measured
+
+    measured = Measured.of(result.scenario.workload[0])
+    return None if measured is None else measured.seconds
 
 
 def reads_operations(cmd) -> bool:
@@ -139,10 +142,10 @@ def report(cmd, result) -> str:
     args, kind = cmd.args, TESTS[cmd.test]
     lists = iteration_lists(cmd, result)
     layout = {"gbits": args.report_gbits, "no_peak": no_peak(args, kind)}
-    parts = ([format_values(result.summary, args.output, args.report_gbits, lists, measured_s(args))]
+    parts = ([format_values(result.summary, args.output, args.report_gbits, lists, measured_s(result))]
              if args.output is not None else
              [header(cmd, result), format_summary(counted(args, kind, result.summary), iterations=lists,
-                                                   measured_s=measured_s(args), **layout)])
+                                                   measured_s=measured_s(result), **layout)])
     if args.report_both and not both_ways(args):
         columns = ["bytes", "qp", "posted_ps", "completed_ps", "ok"]
         ways = one_way(result.table.frame(columns=columns), result.summary, args.tx_depth * args.qp)

@@ -154,10 +154,10 @@ def bandwidth_of(size_bytes: int, ops: OpColumns | OpSpool, window: int, chunk: 
             delivered = ops.delivered(lo + w, hi + w) - ops.delivered(lo, hi)
             best_Bps = max(best_Bps, float((size_bytes * delivered * PS_PER_S / spans).max()))
         w *= 2
-    peak_Bps = best_Bps
-    return {
-        "bw_peak_Gbps": peak_Bps * 8 / 1e9,
-        "bw_avg_Gbps": avg_Bps * 8 / 1e9,
-        "bw_avg_MiBps": avg_Bps / MIB,
-        "msg_rate_Mpps": n * PS_PER_US / elapsed,
-    }
+    return {"bw_peak_Gbps": best_Bps * 8 / 1e9, **average_columns(avg_Bps, n * PS_PER_US / elapsed)}
+
+
+def average_columns(avg_Bps: float, msg_rate_Mpps: float) -> dict[str, float]:
+    """perftest's average columns of a bandwidth test running at ``avg_Bps`` bytes a second: in Gb/s (1e9 bit/s)
+    and MiB/s (perftest's "MB/sec"), and its message rate (Mpps)."""
+    return {"bw_avg_Gbps": avg_Bps * 8 / 1e9, "bw_avg_MiBps": avg_Bps / MIB, "msg_rate_Mpps": msg_rate_Mpps}

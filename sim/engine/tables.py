@@ -11,7 +11,7 @@ import pandas as pd
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim.engine.build import Registration, Testbed
-from sim.core.metrics import MIB, OpColumns, OpSpool, bandwidth_of, latency_summary
+from sim.core.metrics import OpColumns, OpSpool, average_columns, bandwidth_of, latency_summary
 from sim.core.units import PS_PER_S, ps_to_us
 from sim.store.operations import OperationTable, scratch_dir, spool_finalizer
 from sim.scenario.schema import Scenario
@@ -156,11 +156,14 @@ class Measured:
         self.count += int(np.count_nonzero(sampled))
         self.own += int(np.count_nonzero(sampled if self.local is None else sampled & (records.qp < self.local)))
 
+    @property
+    def seconds(self) -> float:
+        """How long is measured: the duration less the margin at each end (s)."""
+        return (self.duration_ps - 2 * self.margin_ps) / PS_PER_S
+
     def rates(self, size: int) -> dict[str, float]:
         """perftest's average columns over the measured time: ``size`` bytes per operation counted."""
-        seconds = (self.duration_ps - 2 * self.margin_ps) / PS_PER_S
-        return {"bw_avg_Gbps": size * self.count * 8 / 1e9 / seconds, "bw_avg_MiBps": size * self.count / MIB / seconds,
-                "msg_rate_Mpps": self.count / 1e6 / seconds}
+        return average_columns(size * self.count / self.seconds, self.count / 1e6 / self.seconds)
 
 
 def summary_row(work: WorkloadSpec, size: int, variant: str, counts: np.ndarray, stats,

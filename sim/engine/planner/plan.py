@@ -282,10 +282,11 @@ def _pieces(pipes: Pipelines, start_ps: int, told: PieceProgress | None, crawl: 
             receives(k, size, piece)
         if told is not None:
             told.piece((k, size), piece.lo, piece.post)
-        if crawl and piece.lo + len(piece.post) < pipes.ops[k, size]:
+        ended = piece.lo + len(piece.post) == pipes.ops[k, size]  # the stream's last piece
+        if crawl and not ended:
             watch.cut_short(len(piece.post))
         if rows is not None:
-            rows(k, size, piece, piece.lo + len(piece.post) == pipes.ops[k, size])
+            rows(k, size, piece, ended)
             # Copies: a view of the block's last operation would keep the whole block's arrays alive.
             piece = replace(piece, lo=piece.lo + len(piece.post) - 1, post=piece.post[-1:].copy(),
                             done=piece.done[-1:].copy(),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from models.verbs.workloads import OpRecords, succeeded
+from models.verbs.workloads import OpRecords, succeeded, tagged
 from sim.engine.planner.errors import Failure
 from sim.engine.planner.streams import Stream, by_workload
 from sim.engine.tables import StreamedSummaries, operation_rows
@@ -63,19 +63,18 @@ class PostOrder:
 
     def _release(self, horizon: int | None) -> OpRecords | None:
         """The held operations posted before ``horizon`` (ps; None: all of them), in order."""
-        parts = []
+        released = []
         for stream, held in enumerate(self.held):
-            if not held:
-                continue
-            joined = [np.concatenate([getattr(r, name) for r in held]) for name in FIELDS]
+            joined = [np.concatenate([getattr(r, name) for r in held] or [np.empty(0, kind)])
+                      for name, kind in FIELDS.items()]
             n = len(joined[0]) if horizon is None else int(np.searchsorted(joined[0], horizon))
-            parts.append([a[:n] for a in joined] + [np.full(n, stream, np.int64)])
+            released.append(OpRecords(*(a[:n] for a in joined)))
             self.held[stream] = [OpRecords(*(a[n:] for a in joined))] if n < len(joined[0]) else []
-        if not parts or not sum(len(p[0]) for p in parts):
+        merged = tagged(released)  # (each stream's tag its index: every stream gives a part, empty or not)
+        if not len(merged.status):
             return None
-        columns = [np.concatenate([p[i] for p in parts]) for i in range(len(FIELDS) + 1)]
-        order = np.argsort(columns[0], kind="stable")
-        return OpRecords(*(c[order] for c in columns))
+        order = np.argsort(merged.posted_ps, kind="stable")
+        return OpRecords(*(getattr(merged, name)[order] for name in (*FIELDS, "qp")))
 
 
 class HeldRecords:
