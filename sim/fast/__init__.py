@@ -8,18 +8,18 @@ The exact solver:
 * :func:`solve` (:mod:`sim.fast.solver`) — whole streams, block by block; :mod:`sim.fast.block` — one block's
   passes, what it keeps and carries over; :mod:`sim.fast.block_pass` — one pass over every step;
 * :mod:`sim.fast.server` — one server over many jobs (cumulative sum and running maximum; stall intervals;
-  pools of identical servers);
+  pools of identical servers), on the scans of :mod:`sim.fast.scans`;
 * :mod:`sim.fast.merge` — claims of several positions on one server in the ordering rule's order;
   :mod:`sim.fast.turns` — claims made in a turn;
 * :mod:`sim.fast.steps` — servers and groups of operations walking :mod:`sim.core.steps` lists;
+* :mod:`sim.fast.guesses` — a block's first guesses: idle latencies, from below;
 
 what it solves, decided before solving: :mod:`sim.fast.limits`; and its accelerations, each switchable by one flag
-of :class:`Speedups` (none changes an answer): the first guesses from idle latencies (:mod:`sim.fast.guesses`),
-the pace of a saturated stream (:mod:`sim.fast.pace`, :mod:`sim.fast.pace_lanes`), the claims proven never to
-queue (:mod:`sim.fast.spacing`), a server solve's hints (:mod:`sim.fast.speedups`), a merge's reuse
-(:mod:`sim.fast.merge_reuse`), a stream's own waits (:mod:`sim.fast.block`), and a smallest block's passes past
-the limit and a stream's crawling tail solved apart (:mod:`sim.fast.crawl`). :mod:`sim.fast.draws` gives the drawn
-delays as arrays.
+of :class:`Speedups` (none changes an answer): the pace of a saturated stream (:mod:`sim.fast.pace`,
+:mod:`sim.fast.pace_lanes`), the claims proven never to queue (:mod:`sim.fast.spacing`), a server solve's hints
+(:mod:`sim.fast.speedups`), a merge's reuse (:mod:`sim.fast.merge_reuse`), a stream's own waits
+(:mod:`sim.fast.block`), and a smallest block's passes past the limit and a stream's crawling tail solved apart
+(:mod:`sim.fast.crawl`). :mod:`sim.fast.draws` gives the drawn delays as arrays.
 
 >>> from sim.core.steps import Claim, Rebase
 >>> servers = [Server("link")]

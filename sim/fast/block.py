@@ -60,9 +60,8 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
             break
         def kept(at: int) -> list[int]:  # per slice, were the passes to stop at a disagreement at ``at``
             return _kept(slices, outs, min(future, at), False)
-        if problem.speedups.tail_apart and tail_crawls(slices, disagree, before, kept):
-            break
-        if passes >= max_passes and not (problem.speedups.crawl and repeats(problem, slices, disagree, before, kept)):
+        if tail_crawls(problem, slices, disagree, before, kept) or (
+                passes >= max_passes and not repeats(problem, slices, disagree, before, kept)):
             break
         previous, before = _guess(problem, slices, outs, run), disagree
     horizon = min(future, disagree)
@@ -117,7 +116,6 @@ def _slices_in(problem, spans, history, start, shared, floor) -> list[SliceIn]:
             gate_input,  # (guessed posts and ranks: placeholders)
             {name: np.asarray(draw(lo, hi), np.int64) for name, draw in group.draws.items()},
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
-            pace=hist.pace if hist is not None else None,
             hist_released={label: hist.released[label] if hist is not None else empty
                            for label in (*problem.gates[g], *problem.stream_turn_keys[g], *KEYS)
                            if hist is None or label in hist.released}, after=after, joined=joined))
@@ -136,7 +134,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                                for k in problem.gates[piece.group]}
             piece.idle_claim = {pos: out.records[pos].head - out.post for pos in piece.shared}
             record_idle(problem, piece)
-        post, rank = out.post, out.rank
+        post, rank, pace = out.post, out.rank, problem.paces.last.get(piece.group) if idle else None
         # One operation at a time, the round's only stream: what an operation waits beyond its idle latency is its
         # own (its claims queue behind each other), whenever it is posted; its claims move with its post.
         alone = (problem.speedups.own_waits and window == 1 and not idle
@@ -146,7 +144,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                 guess_posts(problem, piece, out.post[:window], np.full(m, LOW),
                             np.maximum(out.done - out.post, piece.idle_done))
             else:  # a saturated group keeps its pace: start from it
-                queued = paced_ends(problem, piece) if idle and piece.pace is not None else np.where(
+                queued = paced_ends(problem, piece) if pace is not None else np.where(
                     out.done > out.post + piece.idle_done, out.done, LOW)
                 guess_posts(problem, piece, out.post[:window], queued)
             post = np.concatenate((out.post[:window], piece.guess_post))
@@ -166,7 +164,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                 given[slots:] = lag_scan(first, after, floor, slots)[: m - slots]
         for pos in piece.shared:
             now, idle_head = out.records[pos], piece.idle_claim[pos]
-            steady = piece.pace.claims.get(pos) if idle and piece.pace is not None else None
+            steady = pace.claims.get(pos) if pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
                 moved[pos] = paced_record(problem, pos, now.seq0, post, rank, steady)
                 continue

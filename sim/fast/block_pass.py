@@ -19,10 +19,10 @@ from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase
 from sim.fast.deliveries import FIRST, FIRST_DELIVERED, KEYS, UNRANKED, delivery_keys, walk_key
 from sim.fast.limits import unnumbered_tie
 from sim.fast.merge import Claims, Joined, key_order, per_claim
-from sim.fast.merge_reuse import Book
+from sim.fast.merge_reuse import Books
 from sim.fast.pace_lanes import Pace
-from sim.fast.server import pool, running_max, serve
-from sim.fast.speedups import NoHints
+from sim.fast.scans import running_max
+from sim.fast.server import pool, serve
 from sim.fast.turns import turn_key, turn_order
 
 NO_RELEASE = -1
@@ -96,8 +96,6 @@ class SliceIn:
     """Per gate, with every server free: post-to-gate and gate-to-release times."""
     idle_claim: dict[int, np.ndarray] = field(default_factory=dict)
     """Per position on a shared server, with every server free: post-to-arrival times."""
-    pace: Pace | None = None
-    """The group's steady state, when it queued throughout its last block."""
     hist_released: dict[str, np.ndarray] = field(default_factory=dict)
     """Per gate label: the latest releases before the slice (final)."""
     after: tuple[int, ...] = ()
@@ -160,13 +158,12 @@ class Pass:
                  previous: dict[int, Record], idle: bool = False) -> None:
         self.problem, self.slices, self.carry, self.shared = problem, slices, carry, shared
         self.previous, self.idle = previous, idle
-        self.hints: dict = problem.queued if problem.speedups.hints else NoHints()
         self.current: dict[int, Record] = {}
         self.used: dict[int, Record | None] = {}
         """Records of later positions taken from the guesses (None: there was none)."""
         self.merged: dict[int, tuple[Claims, np.ndarray]] = {}
         """Per shared server: all its claims (pending ones first) and their service order, as last served."""
-        self.books: dict[int, Book] = {}
+        self.books = Books()
         """Per server merged in this pass, with merge_reuse: its claims as the pass has them."""
         self.walks = 1
         """Slices being walked in step."""
@@ -355,8 +352,7 @@ class Pass:
         rec = Record(step.server, pos, self.slice.seq0, self.out.post, self.out.rank, wake, wpos, head,
                      _plus(tail, step.tail_ps), step.service_ps)
         self.current[pos] = self.out.records[pos] = rec
-        if step.server in self.books:
-            self.books[step.server].fresh.append(pos)
+        self.books.made(step.server, pos)
         if step.server in self.shared and self.walks > 1:  # the other walks claim too before this one is served
             yield
         ahead = self._serve(step, rec)
@@ -390,9 +386,9 @@ class Pass:
         if server.count > 1:
             start, rec.finish, _ = pool(rec.head, step.service_ps, rec.not_before, state.free)
             return _plus(start, shift)
-        ahead, rec.finish, self.hints[rec.pos] = serve(
+        ahead, rec.finish, self.problem.queued[rec.pos] = serve(
             rec.head, step.service_ps, rec.not_before, free_at, np.asarray(server.stalls) if server.stalls else None,
-            self.hints.get(rec.pos, False), shift)
+            self.problem.queued.get(rec.pos, False), shift)
         return ahead
 
     def _merge(self, server: int, rec: Record) -> np.ndarray:
@@ -401,10 +397,8 @@ class Pass:
         the pass, and the last service order stands while none changed."""
         state = self.carry[server]
         if self.problem.speedups.merge_reuse:
-            book = self.books.get(server)
-            if book is None:
-                book = self.books[server] = Book(state.pending, *self._parts(server, rec.pos))
-            claims, mine = book.join(self.current), book.start(rec.pos)
+            claims, mine = self.books.join(server, rec.pos, lambda: (state.pending, *self._parts(server, rec.pos)),
+                                           self.current)
         else:
             claims = Joined([part for part in [state.pending, *self._parts(server, rec.pos)[1]] if part is not None])
             mine = int(claims.lengths[:next(k for k, part in enumerate(claims.parts) if part is rec)].sum())
@@ -417,10 +411,10 @@ class Pass:
                 self.tie = tie
             stalls = self.problem.servers[server].stalls
             service = claims.service if len(claims.parts) > 1 or isinstance(claims.parts[0], Claims) else rec.service
-            s, f, self.hints[("merged", server)] = serve(
+            s, f, self.problem.queued[("merged", server)] = serve(
                 np.take(claims.head, order), service if np.ndim(service) == 0 else np.take(service, order),
                 np.take(claims.not_before, order), state.free_at, np.asarray(stalls) if stalls else None,
-                self.hints.get(("merged", server), False))
+                self.problem.queued.get(("merged", server), False))
             claims.start, claims.finish = np.empty_like(s), np.empty_like(f)
             claims.start[order], claims.finish[order] = s, f
             self.merged[server] = (claims, order)

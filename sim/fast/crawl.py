@@ -19,19 +19,21 @@ def repeats(problem, slices: list[SliceIn], disagree: int, before: int | None,
     the solver's smallest block (:attr:`sim.fast.solver.Problem.smallest_block`), so the next block could not be
     shorter, the passes still move the earliest disagreement later (``before``: the last pass's), and they
     would keep under a quarter of the block's operations (``kept``: per slice, were the passes to stop at a
-    disagreement at a given time)."""
-    if before is None or disagree <= before or any(p.hi - p.lo > problem.smallest_block for p in slices):
+    disagreement at a given time). Always False without the ``crawl`` acceleration."""
+    if not problem.speedups.crawl or before is None or disagree <= before \
+            or any(p.hi - p.lo > problem.smallest_block for p in slices):
         return False
     return 4 * sum(kept(disagree)) < sum(piece.hi - piece.lo for piece in slices)
 
 
-def tail_crawls(slices: list[SliceIn], disagree: int, before: int | None, kept: Callable[[int], list[int]]) -> bool:
+def tail_crawls(problem, slices: list[SliceIn], disagree: int, before: int | None,
+                kept: Callable[[int], list[int]]) -> bool:
     """Whether the slices that a later slice of the block continues (a stream that changes its steps) would be
     kept whole were the passes to stop at their earliest disagreement now (``disagree``) or at the last pass's
     (``before``): only the stream's tail still disagrees, and has for two passes (``kept``: per slice, at a
-    disagreement)."""
+    disagreement). Always False without the ``tail_apart`` acceleration."""
     continued = [i - 1 for i, piece in enumerate(slices) if piece.joined]
-    if before is None or not continued:
+    if not problem.speedups.tail_apart or before is None or not continued:
         return False
     return all(all(counts[i] == slices[i].hi - slices[i].lo for i in continued)
                for counts in (kept(disagree), kept(before)))

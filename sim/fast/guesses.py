@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.fast.block_pass import SliceIn
-from sim.fast.server import prefix_max, running_max
+from sim.fast.scans import prefix_max, running_max
 
 LOW = -(1 << 62)
 """Minus infinity for guesses."""

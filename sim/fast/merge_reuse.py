@@ -66,6 +66,23 @@ class Book:
         return self.starts[self.slot[pos]]
 
 
+class Books(dict):
+    """The :class:`Book` of each server a pass has merged."""
+
+    def made(self, server: int, pos: int) -> None:
+        """Position ``pos`` of the pass made its claims on ``server``."""
+        if server in self:
+            self[server].fresh.append(pos)
+
+    def join(self, server: int, pos: int, parts, current: dict) -> tuple[Joined | None, int]:
+        """:meth:`Book.join` of ``server``'s book (begun from ``parts()``: the pending claims, the server's positions
+        and their claims, where there is none yet), and where ``pos``'s claims start in the last join."""
+        book = self.get(server)
+        if book is None:
+            book = self[server] = Book(*parts())
+        return book.join(current), book.start(pos)
+
+
 def patched(joined: Joined, parts: list, changed: list[int]) -> Joined | None:
     """The same join as ``joined`` for ``parts``, which differ from its parts only at ``changed`` (indices into
     ``parts``): the fields built so far are copied and those parts' claims written over them; None where a length

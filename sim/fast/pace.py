@@ -12,6 +12,23 @@ from sim.fast.pace_lanes import Pace
 from sim.fast.guesses import guess_posts, tail
 
 
+class Paces:
+    """What the pace acceleration keeps of each group from block to block."""
+
+    def __init__(self) -> None:
+        self.last: dict[int, Pace | None] = {}
+        """Per group: the pace of its last block that kept operations, where they nearly all queued."""
+        self.idle_base: dict[int, int] = {}
+        """Per group, once seen: its operations' time through the pipeline with every server free, less their
+        last drawn delays, where that is one constant (ps)."""
+        self.idle_claims: dict[int, dict[int, int]] = {}
+        """Per group and shared position, once seen: the time from post to the claim with every server free,
+        where that is one constant (ps)."""
+        self.idle_gates: dict[int, dict[str, tuple[int, int]]] = {}
+        """Per group and gate label, once seen: the times from post to the gate and from the gate to the slot's
+        release with every server free, where each is one constant (ps)."""
+
+
 def record_pace(problem, slices: list[SliceIn], outs: list[SliceOut], kept: list[int]) -> None:
     """Keep the pace of each slice of a block whose kept operations nearly all queued (:func:`_record_pace`)."""
     if problem.speedups.pace:
@@ -46,10 +63,10 @@ def record_idle(problem, piece: SliceIn) -> None:
     if problem.tail_draws[g] is not None:
         base = piece.idle_done - tail(problem, piece)
         if (base == base[0]).all():
-            problem.idle_base[g] = int(base[0])
-    problem.idle_claims.setdefault(g, {}).update(
+            problem.paces.idle_base[g] = int(base[0])
+    problem.paces.idle_claims.setdefault(g, {}).update(
         {pos: int(v[0]) for pos, v in piece.idle_claim.items() if (v == v[0]).all()})
-    problem.idle_gates.setdefault(g, {}).update(
+    problem.paces.idle_gates.setdefault(g, {}).update(
         {label: (int(a[0]), int(b[0])) for label, (a, b) in piece.idle_gate.items()
          if (a == a[0]).all() and (b == b[0]).all()})
 
@@ -59,10 +76,10 @@ def paced(problem, piece: SliceIn) -> bool:
     the group queued throughout its last block; its idle latencies are known (a constant plus its last drawn
     delays, a constant to each shared position, and constants to and after each gate); and the slice's first
     posts are completions of earlier blocks."""
-    g = piece.group
-    window, pace, idle_claims = problem.groups[g].window, piece.pace, problem.idle_claims.get(g, {})
-    idle_gates = problem.idle_gates.get(g, {})
-    return (pace is not None and not piece.joined and g in problem.idle_base
+    g, paces = piece.group, problem.paces
+    window, pace, idle_claims = problem.groups[g].window, paces.last.get(g), paces.idle_claims.get(g, {})
+    idle_gates = paces.idle_gates.get(g, {})
+    return (pace is not None and not piece.joined and g in paces.idle_base
             and all(pos in pace.claims and pos in idle_claims for pos in piece.shared)
             and all(label in pace.releases and label in idle_gates for label in problem.gates[g])
             and piece.lo >= window and piece.hi - piece.lo > window)
@@ -82,24 +99,25 @@ def guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     (:func:`~sim.fast.guesses.guess_posts` from its pace, its gates' releases at theirs); returns its claims on
     shared servers, which keep their pace."""
     g, m = piece.group, piece.hi - piece.lo
-    piece.idle_done = np.add(tail(problem, piece), problem.idle_base[g], out=np.empty(m, np.int64))
-    piece.idle_claim = {pos: np.full(m, problem.idle_claims[g][pos], np.int64) for pos in piece.shared}
+    piece.idle_done = np.add(tail(problem, piece), problem.paces.idle_base[g], out=np.empty(m, np.int64))
+    piece.idle_claim = {pos: np.full(m, problem.paces.idle_claims[g][pos], np.int64) for pos in piece.shared}
     for label, slots in problem.gates[g].items():  # a slot is released at the pace its releases kept
-        to_gate, after = problem.idle_gates[g][label]
+        to_gate, after = problem.paces.idle_gates[g][label]
         piece.idle_gate[label] = np.full(m, to_gate, np.int64), np.full(m, after, np.int64)
         if m > slots:
-            piece.gate_input[label][slots:] = Pace.ahead(*piece.pace.releases[label], m - slots)[0]
+            piece.gate_input[label][slots:] = Pace.ahead(*problem.paces.last[g].releases[label], m - slots)[0]
     first = piece.hist_done[-problem.groups[g].window:]
     guess_posts(problem, piece, first, paced_ends(problem, piece))
     post = np.concatenate((first, piece.guess_post)) if piece.shared else None
     rank = np.concatenate((piece.hist_released[FIRST_DELIVERED][-len(first):], piece.guess_rank)) \
         if piece.shared and problem.streams_meet else post  # (else the posts stand in for the ranks: Pass._ranks)
-    return {pos: paced_record(problem, pos, piece.seq0, post, rank, piece.pace.claims[pos]) for pos in piece.shared}
+    steady = problem.paces.last[g].claims
+    return {pos: paced_record(problem, pos, piece.seq0, post, rank, steady[pos]) for pos in piece.shared}
 
 
 def paced_ends(problem, piece: SliceIn) -> np.ndarray:
     """Where a saturated group's operations end if it keeps its pace, with the slice's own drawn delays (ps)."""
-    ends = Pace.ahead(*piece.pace.end, piece.hi - piece.lo)
+    ends = Pace.ahead(*problem.paces.last[piece.group].end, piece.hi - piece.lo)
     if problem.tail_draws[piece.group] is not None:
         ends += tail(problem, piece)
         if len(piece.hist_done):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from sim.fast.server import ramp
+from sim.fast.scans import ramp
 
 
 @dataclass(frozen=True)

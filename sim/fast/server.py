@@ -23,17 +23,16 @@ Jobs are given in service order; every time is an integer number of picoseconds 
 
 from __future__ import annotations
 
-import functools
 import heapq
 
 import numpy as np
+
+from sim.fast.scans import SIGN, flipped_ramp, running_max, short_prefix_max
 
 BLOCK = 4096
 """Jobs per block of the piecewise solution with stalls."""
 PROBE = 256
 """Jobs checked first for a queue where one is expected, before all jobs are checked for none."""
-SIGN = np.int64(-(1 << 63))
-"""The int64 sign bit. Adding it (wrapping) maps int64 order onto uint64 order."""
 
 
 def cut_through(head: np.ndarray, service, not_before: np.ndarray, free_at: int = 0,
@@ -80,52 +79,6 @@ def _coalesced(stalls: np.ndarray) -> np.ndarray:
     return np.column_stack((stalls[keep, 0], ends))
 
 
-@functools.lru_cache(maxsize=32)
-def ramp(n: int, step: int) -> np.ndarray:
-    """``step, 2 step, ..., n step`` (read-only int64), e.g. the cumulative sum of a constant service time."""
-    out = np.arange(1, n + 1, dtype=np.int64)
-    out *= step
-    out.flags.writeable = False
-    return out
-
-
-@functools.lru_cache(maxsize=32)
-def _flipped_ramp(n: int, step: int) -> np.ndarray:
-    """:func:`ramp` with the sign bit flipped (read-only int64; wrapping arithmetic)."""
-    out = ramp(n, step) ^ SIGN
-    out.flags.writeable = False
-    return out
-
-
-def prefix_max(values: np.ndarray, axis: int = -1) -> np.ndarray:
-    """``values_i = max(values_0..values_i)`` along ``axis``, in place (returned). For integers ``fmax`` is
-    ``maximum`` (no NaN to skip), and with numpy 2 its accumulation runs several times faster."""
-    return np.fmax.accumulate(values, axis=axis, out=values)
-
-
-def short_prefix_max(values: np.ndarray) -> None:
-    """:func:`prefix_max` in place, first as maxima over the 16 latest values (four doubling steps): where those
-    do not decrease they are the running maximum, found cheaper than by the scan (short queues, nearly sorted
-    data)."""
-    a, b = values, np.empty_like(values)
-    for k in (1, 2, 4, 8):
-        b[:k] = a[:k]
-        np.maximum(a[k:], a[:-k], out=b[k:])
-        a, b = b, a
-    if (values[1:] < values[:-1]).any():
-        prefix_max(values)
-
-
-def running_max(values: np.ndarray) -> np.ndarray:
-    """``out_i = max(values_0..values_i)``: ``values`` itself when already non-decreasing, else a new array
-    (:func:`short_prefix_max`: nearly sorted data, such as completions after small random delays, is cheap)."""
-    if not (values[1:] < values[:-1]).any():
-        return values
-    out = values.copy()
-    short_prefix_max(out)
-    return out
-
-
 def _solve(head, service, not_before, free_at, queued=False):
     """(start, finish, whether the running maximum was needed) without stalls (see the module docstring)."""
     finish = head + service
@@ -137,7 +90,7 @@ def _solve(head, service, not_before, free_at, queued=False):
     first = free_at + (service if scalar else int(service[0]))
     if finish[0] < first:  # the first job starts once the server is free
         finish[0] = first
-    shift = _flipped_ramp(len(finish), service) if scalar else np.cumsum(service, dtype=np.int64) ^ SIGN
+    shift = flipped_ramp(len(finish), service) if scalar else np.cumsum(service, dtype=np.int64) ^ SIGN
     finish -= shift  # c_j - S_j, its sign bit flipped: as unsigned integers they keep their order
     flipped = finish.view(np.uint64)
     if flipped[-1] <= flipped[0] and flipped.max() == flipped[0]:  # busy throughout: one maximum, no scan

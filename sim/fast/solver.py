@@ -31,12 +31,12 @@ import numpy as np
 from sim.core.steps import Claim, Gate, walk_order
 from sim.fast.block import NEVER, solve_block
 from sim.fast.limits import Unsolvable, check, check_posts
-from sim.fast.spacing import never_queue
+from sim.fast.spacing import calm_claims
 from sim.fast.turns import turn_key
-from sim.fast.speedups import ALL, Speedups
+from sim.fast.speedups import ALL, NoHints, Speedups
 from sim.fast.steps import Group, Server, after_draws, claim_wpos, tail_draws
 from sim.fast.block_pass import Carry, SliceOut
-from sim.fast.pace_lanes import Pace
+from sim.fast.pace import Paces
 
 
 @dataclass(frozen=True)
@@ -61,7 +61,6 @@ class _History:
 
     done: np.ndarray
     released: dict[str, np.ndarray]
-    pace: Pace | None = None
     end: int = 0
     """When the stream ends if its latest operation is its last (:meth:`Group.end_after`, ps)."""
 
@@ -78,17 +77,13 @@ class Problem:
         self.step_server = [{k: w[k].server for k in ks} for w, ks in zip(walks, self.claim_steps)]
         self.tail_draws = [tail_draws(g.steps) for g in self.groups]
         """Per group: the drawn delays after its last claim (see :func:`sim.fast.steps.tail_draws`)."""
-        self.idle_base: dict[int, int] = {}
-        """Per group, once seen: its operations' time through the pipeline with every server free, less their
-        last drawn delays, where that is one constant (ps)."""
         self.varied = [after_draws(g.steps) for g in self.groups]
         """Per group and walk step: a drawn delay comes before it (its operations may arrive out of order)."""
         positions = {}
         for g, ks in enumerate(self.claim_steps):
             for k in ks:
                 positions.setdefault(self.step_server[g][k], set()).add((g, k))
-        self.calm = [never_queue(g.steps, lambda i: len(positions[i]) == 1 and self.servers[i].count == 1
-                                 and not self.servers[i].stalls) if speedups.calm else set() for g in self.groups]
+        self.calm = calm_claims(self.servers, self.groups, positions) if speedups.calm else [set()] * len(groups)
         """Per group: walk-order indices of the claims that never queue, save perhaps the first of a block."""
         self.in_order = {i for i, p in positions.items() if len(p) == 1 and self.servers[i].count == 1
                          and not any(self.varied[g][k] for g, k in p)}
@@ -101,15 +96,11 @@ class Problem:
         self.wpos_at = {self.pos_base[g] + k: w for g, group in enumerate(self.groups)
                         for k, w in claim_wpos(group.steps).items()}
         """The ordering position of each pipeline position's claims (:mod:`sim.fast.merge`)."""
-        self.queued: dict = {}
+        self.queued: dict = {} if speedups.hints else NoHints()
         """Per position (or ``("merged", server)``): whether its server needed the running maximum when last
         solved; then it is solved with it straight away (the answer is the same)."""
-        self.idle_claims: dict[int, dict[int, int]] = {}
-        """Per group and shared position, once seen: the time from post to the claim with every server free,
-        where that is one constant (ps)."""
-        self.idle_gates: dict[int, dict[str, tuple[int, int]]] = {}
-        """Per group and gate label, once seen: the times from post to the gate and from the gate to the slot's
-        release with every server free, where each is one constant (ps)."""
+        self.paces = Paces()
+        """What the pace acceleration keeps of each group from block to block (:mod:`sim.fast.pace`)."""
         self.continued = [bool(later.first) for later in self.groups[1:]] + [False]
         """Per group: the next group continues its stream (:attr:`sim.fast.steps.Group.first`)."""
         self.rounds: list[list[int]] = []
@@ -290,5 +281,6 @@ def _remember(problem: Problem, history: dict[int, _History], group: int, out: S
         return new if previous is None else np.concatenate((previous, new))[-problem.keep:]
 
     history[group] = _History(tail(old and old.done, out.done[:n]),
-                              {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()}, out.pace,
+                              {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()},
                               problem.groups[group].end_after(out.done, out.marks, n))
+    problem.paces.last[group] = out.pace

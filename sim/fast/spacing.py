@@ -35,6 +35,15 @@ def never_queue(steps: tuple[Step, ...], alone: Callable[[int], bool]) -> set[in
     return proven
 
 
+def calm_claims(servers, groups, positions: dict[int, set]) -> list[set[int]]:
+    """Per group: :func:`never_queue` of its steps, where a server is alone when it is one FIFO server without
+    stalls claimed from one pipeline position (``positions``: per server, the (group, walk index) pairs claiming
+    it)."""
+    def alone(i: int) -> bool:
+        return len(positions[i]) == 1 and servers[i].count == 1 and not servers[i].stalls
+    return [never_queue(g.steps, alone) for g in groups]
+
+
 def _walk(steps, bounds: Bounds, alone, proven: set[int], index: list[int], varied: bool = False) -> bool:
     """``varied``: after a drawn delay, operations may reach servers out of order, which no bound survives;
     returns whether one came before the end of ``steps``."""

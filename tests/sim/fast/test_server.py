@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 from sim.core.env import DRAW_BLOCK, UniformDraws
 from sim.core.servers import FifoServer, ServerPool, claim_cut_through
 from sim.fast import UniformSeries, cut_through, pool
-from sim.fast.server import prefix_max, running_max
 from tests.properties import examples
 
 
@@ -70,14 +69,6 @@ def test_pool_without_cut_through_matches_sim_core_server_pool():
     assert list(zip(start.tolist(), finish.tolist())) == expected
 
 
-@given(st.lists(st.integers(-1000, 1000), min_size=1, max_size=200))
-def test_running_max(values):
-    values = np.asarray(values, np.int64)
-    out = running_max(values)
-    assert out.tolist() == np.maximum.accumulate(values).tolist()
-    assert (out is values) == bool((np.diff(values) >= 0).all())  # sorted input is not copied, others are
-
-
 @pytest.mark.parametrize("high", [0, 1, 40_000, 1 << 40])
 def test_uniform_series_replays_uniform_draws(high):
     one = UniformDraws(np.random.default_rng(9), high, block=64)
@@ -110,13 +101,3 @@ def test_uniform_series_refuses_a_stream_already_drawn_from():
     draws.next()
     with pytest.raises(ValueError, match="already drawn"):
         UniformSeries.following(draws)
-
-
-@given(st.lists(st.integers(-(1 << 62), 1 << 62), min_size=1, max_size=400), st.integers(1, 9))
-def test_prefix_max(values, width):
-    """Along either axis of a 2-D view as well as in 1-D, over the whole int64 range used for times."""
-    values = np.asarray(values, np.int64)
-    assert prefix_max(values.copy()).tolist() == np.maximum.accumulate(values).tolist()
-    grid = values[: len(values) // width * width].reshape(-1, width)
-    for axis in (0, 1):
-        assert prefix_max(grid.copy(), axis).tolist() == np.maximum.accumulate(grid, axis).tolist()
