@@ -5,6 +5,8 @@ Inputs are integer-picosecond numpy arrays; outputs are floats with the unit in 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from sim.core.units import PS_PER_S, PS_PER_US
@@ -73,14 +75,20 @@ class OpColumns:
 
 
 class OpSpool:
-    """Operations in posting order appended piece by piece to raw int64 files under ``directory`` (the same
-    reads as :class:`OpColumns`), so :func:`bandwidth_of` over any number of operations holds one chunk at
-    a time in memory."""
+    """Operations in posting order appended piece by piece (the same reads as :class:`OpColumns`): held in memory
+    up to ``hold`` operations, then in raw int64 files under ``directory`` (a path, or a function of the spool
+    that makes one when the first operation past ``hold`` comes), so :func:`bandwidth_of` over any number of
+    operations holds one chunk at a time in memory."""
 
-    def __init__(self, directory: str) -> None:
+    NAMES = ("posted", "done_by", "delivered")
+
+    def __init__(self, directory: str | Callable[[OpSpool], str], hold: int = 0) -> None:
         self.n, self.good, self.first_post_ps, self.last_done_ps, self._last_post = 0, 0, None, None, None
-        self._files = {name: open(f"{directory}/{name}.i64", "w+b") for name in ("posted", "done_by", "delivered")}
-        np.zeros(1, dtype=np.int64).tofile(self._files["delivered"])
+        self._directory, self._hold = directory, hold
+        self._held: dict[str, list[np.ndarray]] | None = {name: [] for name in self.NAMES}
+        """The operations while in memory (None once in files)."""
+        self._held["delivered"].append(np.zeros(1, dtype=np.int64))
+        self._files: dict = {}
 
     def add(self, posted_ps: np.ndarray, completed_ps: np.ndarray, ok: np.ndarray) -> None:
         """Append operations that follow the ones added so far in posting order.
@@ -94,15 +102,34 @@ class OpSpool:
         done_by = np.maximum.accumulate(completed_ps)
         if self.last_done_ps is not None:
             np.maximum(done_by, self.last_done_ps, out=done_by)
+        if self._held is not None and self.n + len(posted_ps) > self._hold:
+            self._to_files()
         for name, values in (("posted", posted_ps), ("done_by", done_by),
                              ("delivered", self.good + np.cumsum(ok, dtype=np.int64))):
-            self._files[name].seek(0, 2)
-            np.asarray(values, dtype=np.int64).tofile(self._files[name])
+            values = np.asarray(values, dtype=np.int64)
+            if self._held is not None:
+                self._held[name].append(values)
+            else:
+                self._files[name].seek(0, 2)
+                values.tofile(self._files[name])
         self.n, self.good = self.n + len(posted_ps), self.good + int(np.count_nonzero(ok))
         self.first_post_ps = int(posted_ps[0]) if self.first_post_ps is None else self.first_post_ps
         self.last_done_ps, self._last_post = int(done_by[-1]), int(posted_ps[-1])
 
+    def _to_files(self) -> None:
+        """Move the operations held in memory to the files (made now)."""
+        directory = self._directory if isinstance(self._directory, str) else self._directory(self)
+        for name in self.NAMES:
+            self._files[name] = open(f"{directory}/{name}.i64", "w+b")
+            for values in self._held[name]:
+                values.tofile(self._files[name])
+        self._held = None
+
     def _read(self, name: str, lo: int, hi: int) -> np.ndarray:
+        if self._held is not None:
+            if len(self._held[name]) > 1:
+                self._held[name] = [np.concatenate(self._held[name])]
+            return self._held[name][0][lo:hi]
         file = self._files[name]
         file.seek(lo * 8)
         return np.fromfile(file, dtype=np.int64, count=hi - lo)

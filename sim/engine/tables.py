@@ -4,16 +4,15 @@ piece by piece), the registrations table, and the :class:`RunResult` that holds 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim.engine.build import Registration, Testbed
-from sim.core.metrics import OpColumns, OpSpool, average_columns, bandwidth_of, latency_summary
+from sim.core.metrics import CHUNK, OpColumns, OpSpool, average_columns, bandwidth_of, latency_summary
 from sim.core.units import PS_PER_S, ps_to_us
-from sim.store.operations import OperationTable, scratch_dir, spool_finalizer
+from sim.store.operations import OperationTable, RowBlock, scratch_dir, spool_finalizer
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
 
@@ -105,18 +104,17 @@ def workload_tables(work: WorkloadSpec, size: int, records, variant: str, table:
     return summary_row(work, size, variant, status_counts(records), stats, measured)
 
 
-def operation_rows(work: WorkloadSpec, size: int, records, variant: str, first: int = 0) -> pd.DataFrame:
+def operation_rows(work: WorkloadSpec, size: int, records, variant: str, first: int = 0) -> RowBlock:
     """The per-operation rows of ``records`` of one (workload, size); ``first`` is the first record's
     iteration (a piece of a stream). Each row's ``status`` is its completion's ``ibv_wc_status`` name (``ok``:
     it is IBV_WC_SUCCESS)."""
-    label, rows = work.name or work.kind, len(records.status)
+    rows = len(records.status)
     qp = np.zeros(rows, dtype=np.int64) if records.qp is None else records.qp
     iteration = first + np.arange(rows) - np.searchsorted(qp, qp)  # each stream's records follow each other
-    return pd.DataFrame({
-        "variant": _label(variant, rows), "workload": _label(label, rows), "kind": _label(work.kind, rows),
-        "bytes": size, "qp": qp, "iteration": iteration,
-        "posted_ps": records.posted_ps, "completed_ps": records.completed_ps, "latency_ps": records.latency_ps,
-        "ok": records.ok, "status": pd.Categorical.from_codes(records.status, categories=WC_STATUS_NAMES)})
+    return RowBlock(rows, {
+        "variant": variant, "workload": work.name or work.kind, "kind": work.kind, "bytes": size, "qp": qp,
+        "iteration": iteration, "posted_ps": records.posted_ps, "completed_ps": records.completed_ps,
+        "latency_ps": records.latency_ps, "ok": records.ok, "status": records.status}, {"status": WC_STATUS_NAMES})
 
 
 def status_counts(records) -> np.ndarray:
@@ -202,9 +200,17 @@ class _Stream:
     measured: Measured | None
 
 
+def _spool_directory(spool: OpSpool) -> str:
+    """A scratch directory for ``spool``'s files, removed with it."""
+    directory = scratch_dir("bandwidth")
+    spool_finalizer(spool, directory)
+    return directory
+
+
 class StreamedSummaries:
     """perftest summaries of (workload, size) streams whose records arrive piece by piece in posting order,
-    one stream after the other; a bandwidth stream's operations are spooled to disk for its peak rate."""
+    one stream after the other; a bandwidth stream's operations are kept for its peak rate (spooled to disk past a
+    chunk of :func:`~sim.core.metrics.bandwidth_of`'s reads)."""
 
     def __init__(self, variant: str) -> None:
         self.variant = variant
@@ -215,11 +221,7 @@ class StreamedSummaries:
         """Records of ``work`` at ``size`` following the ones added for it (a new stream ends the last one)."""
         if self._open is None or self._open.work is not work or self._open.size != size:
             self.finish()
-            spool = None
-            if work.rule.streams:
-                directory = scratch_dir("bandwidth")
-                spool = OpSpool(directory)
-                spool_finalizer(spool, directory)
+            spool = OpSpool(_spool_directory, hold=CHUNK) if work.rule.streams else None
             self._open = _Stream(work, size, spool, [], np.zeros(len(WC_STATUS_NAMES), dtype=np.int64),
                                  Measured.of(work))
         stream = self._open
@@ -241,14 +243,3 @@ class StreamedSummaries:
             if stream.spool is not None:
                 stream.spool.close()
         return self.rows
-
-
-def _label(text: str, rows: int) -> pd.Categorical:
-    """A constant text column stored as a category (one byte per row, not one string object)."""
-    return pd.Categorical.from_codes(np.zeros(rows, dtype=np.int8), dtype=_one_category(text))
-
-
-@lru_cache(maxsize=256)
-def _one_category(text: str) -> pd.CategoricalDtype:
-    """The category type of a column holding ``text`` alone (built once: pandas infers its type slowly)."""
-    return pd.CategoricalDtype([text])

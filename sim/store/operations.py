@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -67,12 +68,69 @@ def spool_finalizer(owner, directory: str) -> None:
     weakref.finalize(owner, shutil.rmtree, directory, ignore_errors=True)
 
 
+@dataclass(frozen=True)
+class RowBlock:
+    """Rows appended to an :class:`OperationTable` as columns, made part of a frame only with the rows around them
+    (building a pandas frame per solved piece costs more than the piece's rows). Each column, in the frame's order,
+    is a constant text (a category in the frame), a constant number or an array of one value per row;
+    ``categories`` gives the categories of the columns whose arrays hold category codes."""
+
+    rows: int
+    columns: dict[str, str | int | np.ndarray]
+    categories: dict[str, list[str]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return self.rows
+
+    def split(self, k: int) -> tuple[RowBlock, RowBlock]:
+        """The first ``k`` rows and the rest."""
+        def part(at: slice, rows: int) -> RowBlock:
+            return RowBlock(rows, {name: v[at] if isinstance(v, np.ndarray) else v for name, v in self.columns.items()},
+                            self.categories)
+        return part(slice(None, k), k), part(slice(k, None), self.rows - k)
+
+
+def _cut(parts: list[pd.DataFrame | RowBlock], rows: int) -> tuple[list, list]:
+    """``parts`` (holding at least ``rows`` rows) as the parts of their first ``rows`` rows and those of the rest,
+    the part across the cut split in two."""
+    ends = np.cumsum([len(part) for part in parts])
+    k = int(np.searchsorted(ends, rows))  # the part holding row ``rows - 1``
+    within = rows - (int(ends[k - 1]) if k else 0)
+    part = parts[k]
+    if isinstance(part, RowBlock):
+        head, tail = part.split(within)
+    else:
+        head, tail = part.iloc[:within], part.iloc[within:].reset_index(drop=True)
+    return parts[:k] + [head], ([tail] if len(tail) else []) + parts[k + 1:]
+
+
+def blocks_frame(blocks: list[RowBlock]) -> pd.DataFrame:
+    """One frame of ``blocks``' rows in order: what joining a frame of each (:func:`_joined`) gives."""
+    counts = [b.rows for b in blocks]
+    columns = {}
+    for name, first in blocks[0].columns.items():
+        values = [b.columns[name] for b in blocks]
+        if isinstance(first, str):  # one text throughout: its own category, else those of the rows, sorted
+            categories = [first] if len(set(values)) == 1 else sorted({v for v, n in zip(values, counts) if n})
+            code = {text: k for k, text in enumerate(categories)}  # (a text of no rows repeats no code)
+            codes = np.repeat(np.array([code.get(v, 0) for v in values], np.int64), counts)
+            columns[name] = pd.Categorical.from_codes(codes, categories=categories)
+        elif name in blocks[0].categories:
+            codes = np.concatenate(values)
+            columns[name] = pd.Categorical.from_codes(codes, categories=blocks[0].categories[name])
+        elif isinstance(first, np.ndarray):
+            columns[name] = np.concatenate(values)
+        else:
+            columns[name] = np.repeat(np.array(values, np.int64), counts)
+    return pd.DataFrame(columns)
+
+
 class OperationTable:
-    """The per-operation rows of one run, appended in row order."""
+    """The per-operation rows of one run, appended in row order (frames, or :class:`RowBlock` s)."""
 
     def __init__(self) -> None:
         self.rows = 0
-        self._held: list[pd.DataFrame] = []
+        self._held: list[pd.DataFrame | RowBlock] = []
         self._held_rows = 0
         self._whole: pd.DataFrame | None = None
         self._writer: pq.ParquetWriter | None = None
@@ -91,7 +149,7 @@ class OperationTable:
         """Rows went to the spool file."""
         return self.path is not None
 
-    def append(self, frame: pd.DataFrame) -> None:
+    def append(self, frame: pd.DataFrame | RowBlock) -> None:
         """Add rows after the ones appended so far; a full row group goes to the spool file."""
         self._held.append(frame)
         self._held_rows += len(frame)
@@ -100,16 +158,15 @@ class OperationTable:
             self._spill(ROW_GROUP_ROWS)
 
     def _spill(self, rows: int) -> None:
-        held = pd.concat(self._held, ignore_index=True) if len(self._held) > 1 else self._held[0]
-        group, rest = held.iloc[:rows], held.iloc[rows:]
-        table = arrow_table(group)
+        group, self._held = _cut(self._held, rows)
+        self._held_rows -= rows
+        table = arrow_table(_joined(group))
         if self._writer is None:
             directory = scratch_dir("operations")
             spool_finalizer(self, directory)
             self.path = Path(directory) / "operations.parquet"
             self._writer = pq.ParquetWriter(self.path, table.schema)
         self._writer.write_table(table, row_group_size=rows)
-        self._held, self._held_rows = ([rest.reset_index(drop=True)] if len(rest) else []), len(rest)
 
     def close(self) -> OperationTable:
         """No more rows: the rest goes to the spool (a spooled table) or becomes one frame."""
@@ -150,9 +207,11 @@ class OperationTable:
             yield arrow_table(self._whole.iloc[lo:lo + ROW_GROUP_ROWS])
 
 
-def _joined(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    """One frame of ``frames`` with the label columns as categories."""
-    operations = pd.concat(frames, ignore_index=True)
+def _joined(parts: list[pd.DataFrame | RowBlock]) -> pd.DataFrame:
+    """One frame of ``parts`` (frames, or runs of :class:`RowBlock` s) with the label columns as categories."""
+    if all(isinstance(part, RowBlock) for part in parts):
+        return blocks_frame(parts)
+    operations = pd.concat([blocks_frame([p]) if isinstance(p, RowBlock) else p for p in parts], ignore_index=True)
     for column in LABELS:  # concat of differing categories falls back to strings
         operations[column] = operations[column].astype("category")
     return operations

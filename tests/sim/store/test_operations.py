@@ -7,12 +7,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sim.store.operations
 from sim.core.metrics import OpSpool, bandwidth_of, bandwidth_summary
 from sim.results.write import write_results
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario, load_scenario_variants
+from tests.properties import examples
 
 
 def _quickstart(engine: str, iterations: int = 700):
@@ -143,3 +146,77 @@ def test_bandwidth_over_time_read_a_row_group_at_a_time_is_the_latest_schedule(m
     expected = _latest_schedule(result.table.frame(), rate, edges) * 8 / ((edges[1] - edges[0]) / 1e12) / 1e9
     np.testing.assert_allclose(bandwidth_timeline(result)["bw_Gbps"], expected, rtol=1e-9, atol=1e-6)
     assert expected.max() <= rate * 8 / 1e9 * (1 + 1e-9)
+
+
+@st.composite
+def _blocks(draw):
+    """Row blocks of one table: labels drawn from a few texts, some blocks empty."""
+    blocks = []
+    for _ in range(draw(st.integers(1, 6))):
+        rows = draw(st.integers(0, 40))
+        blocks.append(sim.store.operations.RowBlock(rows, {
+            "variant": draw(st.sampled_from(["base", "b-2"])), "workload": draw(st.sampled_from(["w", "lat", "a"])),
+            "bytes": draw(st.integers(1, 1 << 23)), "posted_ps": np.arange(rows, dtype=np.int64) * 7,
+            "ok": np.arange(rows) % 3 > 0, "status": (np.arange(rows) % 4).astype(np.uint8)},
+            {"status": ["success", "loc_len_err", "loc_qp_op_err", "loc_prot_err"]}))
+    return blocks
+
+
+def _frame_of(block) -> pd.DataFrame:
+    """A block as pandas builds it column by column: constant texts as columns of their one category."""
+    columns = {name: pd.Categorical([value] * block.rows, categories=[value]) if isinstance(value, str) else value
+               for name, value in block.columns.items()}
+    columns["status"] = pd.Categorical.from_codes(block.columns["status"], categories=block.categories["status"])
+    return pd.DataFrame(columns, index=range(block.rows))
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(_blocks(), st.integers(1, 50))
+def test_row_blocks_make_the_frame_pandas_joins_and_spool_alike(tmp_path_factory, blocks, row_group):
+    """The frame of a table of row blocks is pandas' concatenation of one frame per block with its labels made
+    categories again; spooled a few rows at a time (row groups cutting blocks), the file holds the same rows."""
+    expected = pd.concat([_frame_of(b) for b in blocks], ignore_index=True)
+    for column in ("variant", "workload"):
+        expected[column] = expected[column].astype("category")
+    whole = sim.store.operations.OperationTable()
+    for block in blocks:
+        whole.append(block)
+    pd.testing.assert_frame_equal(whole.close().frame(), expected)
+    spooled = sim.store.operations.OperationTable()
+    original = sim.store.operations.ROW_GROUP_ROWS
+    sim.store.operations.ROW_GROUP_ROWS = row_group
+    try:
+        for block in blocks:
+            spooled.append(block)
+        spooled.close()
+    finally:
+        sim.store.operations.ROW_GROUP_ROWS = original
+    if sum(b.rows for b in blocks) >= row_group:
+        assert spooled.spooled
+        got = spooled.frame()
+        for column in ("variant", "workload", "status"):
+            assert got[column].astype(str).tolist() == expected[column].astype(str).tolist()
+        pd.testing.assert_frame_equal(got.drop(columns=["variant", "workload", "status"]),
+                                      expected.drop(columns=["variant", "workload", "status"]))
+
+
+def test_a_spool_holds_operations_in_memory_until_they_pass_its_hold(tmp_path):
+    """Below ``hold`` operations no directory is made (a run of many small cases makes none); past it every
+    operation goes to the files, and the reads are the same either way."""
+    rng = np.random.default_rng(5)
+    posted = np.sort(rng.integers(0, 10**9, 900))
+    done = posted + rng.integers(10**5, 10**7, 900)
+    ok = rng.random(900) > 0.2
+    made = []
+
+    def directory(spool):
+        made.append(spool)
+        return str(tmp_path)
+
+    for hold, spooled in ((900, False), (899, True)):
+        spool = OpSpool(directory, hold=hold)
+        for lo in range(0, 900, 300):
+            spool.add(posted[lo:lo + 300], done[lo:lo + 300], ok[lo:lo + 300])
+        assert bool(made) == spooled and (tmp_path / "posted.i64").exists() == spooled
+        assert bandwidth_of(4096, spool, 16, chunk=77) == bandwidth_summary(4096, posted, done, 16, ok)
+        spool.close()
