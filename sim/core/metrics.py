@@ -89,6 +89,7 @@ class OpSpool:
         """The operations while in memory (None once in files)."""
         self._held["delivered"].append(np.zeros(1, dtype=np.int64))
         self._files: dict = {}
+        """The files, by name, once made."""
 
     def add(self, posted_ps: np.ndarray, completed_ps: np.ndarray, ok: np.ndarray) -> None:
         """Append operations that follow the ones added so far in posting order.

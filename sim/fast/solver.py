@@ -83,7 +83,7 @@ class Problem:
         for g, ks in enumerate(self.claim_steps):
             for k in ks:
                 positions.setdefault(self.step_server[g][k], set()).add((g, k))
-        self.calm = calm_claims(self.servers, self.groups, positions) if speedups.calm else [set()] * len(groups)
+        self.calm = calm_claims(self.servers, self.groups, positions) if speedups.calm else [set() for _ in groups]
         """Per group: walk-order indices of the claims that never queue, save perhaps the first of a block."""
         self.in_order = {i for i, p in positions.items() if len(p) == 1 and self.servers[i].count == 1
                          and not any(self.varied[g][k] for g, k in p)}

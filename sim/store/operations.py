@@ -104,8 +104,9 @@ def _cut(parts: list[pd.DataFrame | RowBlock], rows: int) -> tuple[list, list]:
     return parts[:k] + [head], ([tail] if len(tail) else []) + parts[k + 1:]
 
 
-def blocks_frame(blocks: list[RowBlock]) -> pd.DataFrame:
-    """One frame of ``blocks``' rows in order: what joining a frame of each (:func:`_joined`) gives."""
+def _blocks_frame(blocks: list[RowBlock]) -> pd.DataFrame:
+    """One frame of ``blocks``' rows in order: what pandas gives for the concatenation of a frame of each, its text
+    columns made categories again."""
     counts = [b.rows for b in blocks]
     columns = {}
     for name, first in blocks[0].columns.items():
@@ -210,8 +211,8 @@ class OperationTable:
 def _joined(parts: list[pd.DataFrame | RowBlock]) -> pd.DataFrame:
     """One frame of ``parts`` (frames, or runs of :class:`RowBlock` s) with the label columns as categories."""
     if all(isinstance(part, RowBlock) for part in parts):
-        return blocks_frame(parts)
-    operations = pd.concat([blocks_frame([p]) if isinstance(p, RowBlock) else p for p in parts], ignore_index=True)
+        return _blocks_frame(parts)
+    operations = pd.concat([_blocks_frame([p]) if isinstance(p, RowBlock) else p for p in parts], ignore_index=True)
     for column in LABELS:  # concat of differing categories falls back to strings
         operations[column] = operations[column].astype("category")
     return operations
