@@ -12,7 +12,9 @@ Prints, side by side in one run, each figure from its own process (``os.wait4`` 
   start-up and writing results, the end-to-end ratio cannot show the engines' difference;
 * ``rdmasim --version`` start-up (target 0.5 s; ``bench/startup.py`` measures more lines).
 
-``--quick`` runs 10^5 and 10^6 WRITEs, ``-D 1`` and leaves the shipped scenarios out.
+``--quick`` runs 10^5 and 10^6 WRITEs, ``-D 1`` and leaves the shipped scenarios out. ``--against REV`` (repeatable)
+measures instead the solve alone of every shipped scenario with the default engine in this checkout and in a git
+worktree of each REV, side by side, taking the trees in turn, with the ratio of each REV's time to this checkout's.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pathlib import Path
 
 from duration import operations_run, perftest
 from measured import ROOT, rdmasim, timed
+from worktrees import checked_out
 
 SOLVE = """
 import sys
@@ -44,10 +47,11 @@ outputs: [bw_vs_size, bw_over_time, latency_cdf]
 """
 SOLVES = """
 import sys, time
+sys.path.insert(0, sys.argv[2])
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario_variants
 _, _, variants = load_scenario_variants(sys.argv[1])
-for engine in ("auto", "event"):
+for engine in sys.argv[3:]:
     best = float("inf")
     for _ in range(2):
         started = time.perf_counter()
@@ -56,8 +60,9 @@ for engine in ("auto", "event"):
         best = min(best, time.perf_counter() - started)
     print(best)
 """
-"""Prints the solve alone of every variant of a scenario file (s), with the default engine and with the event
-engine, the best of two in one process after its imports: the part of a command that the engine decides."""
+"""Prints the solve alone of every variant of a scenario file (s), with each engine named (the tree's code: its root is
+the second argument), the best of two in one process after its imports: the part of a command that the engine
+decides."""
 DATA_MODE = {"rcache_churn.yaml"}
 """Shipped scenarios in data mode, which stays on the event engine."""
 
@@ -97,7 +102,7 @@ def shipped(scratch: Path) -> None:
         default, event = scratch / f"{path.stem}-default", scratch / f"{path.stem}-event"
         fast, _, _ = rdmasim("run", str(path), "--out", str(default), "--quiet")
         slow, _, _ = rdmasim("run", str(path), "--out", str(event), "--quiet", "--engine", "event")
-        solve_fast, solve_slow = map(float, timed(["-c", SOLVES, str(path)])[2].split())
+        solve_fast, solve_slow = map(float, timed(["-c", SOLVES, str(path), str(ROOT), "auto", "event"])[2].split())
         engines = json.loads((default / "manifest.json").read_text())["engines"]
         ran = sorted({w["engine"] for e in engines.values() for w in e["workloads"]})
         target = "" if path.name in DATA_MODE else ("  met" if slow / fast >= 10 else "  below 10x")
@@ -106,10 +111,33 @@ def shipped(scratch: Path) -> None:
               f"{', '.join(ran)} ({len(engines)}){target}")
 
 
+def against(revs: list[str], rounds: int = 2) -> None:
+    """The solve alone of every shipped scenario with the default engine, this checkout against each of ``revs``
+    (the best of ``rounds`` rounds that take the trees in turn, each round the best of two solves)."""
+    with tempfile.TemporaryDirectory(prefix="rdmasim-bench-") as scratch, checked_out(revs, scratch) as trees:
+        print(f"{'the solve alone, default engine':<32}" + "".join(f"{name[:12]:>14}" for name in trees)
+              + "".join(f"{rev[:10] + ' / this':>18}" for rev in revs))
+        for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+            best = dict.fromkeys(trees, float("inf"))
+            for _ in range(rounds):
+                for name, tree in trees.items():
+                    seconds = float(timed(["-c", SOLVES, str(tree / "scenarios" / path.name), str(tree), "auto"],
+                                          cwd=tree)[2])
+                    best[name] = min(best[name], seconds)
+            mine = best["this checkout"]
+            print(f"{path.stem:<32}" + "".join(f"{s:14.3f}" for s in best.values())
+                  + "".join(f"{best[rev] / mine:18.2f}" for rev in revs))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="10^5 and 10^6 WRITEs, -D 1, no shipped scenarios")
+    parser.add_argument("--against", action="append", default=[], metavar="REV",
+                        help="compare the shipped scenarios' solves with this commit's (repeatable)")
     args = parser.parse_args()
+    if args.against:
+        against(args.against)
+        return
     with tempfile.TemporaryDirectory(prefix="rdmasim-bench-") as scratch:
         writes([10**5, 10**6] if args.quick else [10**6, 10**7], Path(scratch))
         duration("1" if args.quick else "5")

@@ -13,10 +13,10 @@ CLI = "import sys; from sim.cli.app import main; sys.argv[0] = 'rdmasim'; main()
 """``python -c CLI ARGS`` runs ``rdmasim ARGS`` from this checkout."""
 
 
-def timed(argv: list[str]) -> tuple[float, int, str]:
-    """Wall time (s), peak RSS (bytes) and standard output of ``python ARGV`` run in the repository."""
+def timed(argv: list[str], cwd: Path = ROOT) -> tuple[float, int, str]:
+    """Wall time (s), peak RSS (bytes) and standard output of ``python ARGV`` run in the repository (or ``cwd``)."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen([sys.executable, *argv], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                             text=True)
     out = proc.stdout.read()
     _, status, usage = os.wait4(proc.pid, 0)

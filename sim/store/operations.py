@@ -115,7 +115,7 @@ def _blocks_frame(blocks: list[RowBlock]) -> pd.DataFrame:
             categories = [first] if len(set(values)) == 1 else sorted({v for v, n in zip(values, counts) if n})
             code = {text: k for k, text in enumerate(categories)}  # (a text of no rows repeats no code)
             codes = np.repeat(np.array([code.get(v, 0) for v in values], np.int64), counts)
-            columns[name] = pd.Categorical.from_codes(codes, categories=categories)
+            columns[name] = pd.Categorical.from_codes(codes, categories=pd.Index(categories, dtype=str))
         elif name in blocks[0].categories:
             codes = np.concatenate(values)
             columns[name] = pd.Categorical.from_codes(codes, categories=blocks[0].categories[name])

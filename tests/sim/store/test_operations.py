@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import sim.store.operations
@@ -170,8 +170,15 @@ def _frame_of(block) -> pd.DataFrame:
     return pd.DataFrame(columns, index=range(block.rows))
 
 
+def _empty(workload: str):
+    return sim.store.operations.RowBlock(0, {"variant": "base", "workload": workload, "bytes": 1,
+                                             "posted_ps": np.zeros(0, np.int64), "ok": np.zeros(0, bool),
+                                             "status": np.zeros(0, np.uint8)}, {"status": ["success"]})
+
+
 @settings(max_examples=examples(60), deadline=None)
 @given(_blocks(), st.integers(1, 50))
+@example([_empty("w"), _empty("lat")], 1)  # labels that differ on no rows: categories of none, as pandas types them
 def test_row_blocks_make_the_frame_pandas_joins_and_spool_alike(tmp_path_factory, blocks, row_group):
     """The frame of a table of row blocks is pandas' concatenation of one frame per block with its labels made
     categories again; spooled a few rows at a time (row groups cutting blocks), the file holds the same rows."""
