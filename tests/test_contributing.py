@@ -224,3 +224,36 @@ def test_every_module_is_at_most_500_lines():
     long = {str(path.relative_to(ROOT)): n for package in ("sim", "models") for path in (ROOT / package).rglob("*.py")
             if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES}
     assert not long, f"split these modules (lines): {long}"
+
+
+EXACT_SOLVER = ("solver", "block", "block_pass", "merge", "server", "turns", "steps")
+"""The exact solver's modules of sim/fast, as docs/contributing.md names them."""
+MAX_EXACT_SOLVER_LINES = 1000
+"""The most lines of code (docstrings, comments and blank lines aside) the exact solver may have, so that its
+exactness can be read; an acceleration goes in a module of its own."""
+
+
+def code_lines(source: str) -> int:
+    """Lines of ``source`` that hold code: not blank, not only a comment, not part of a docstring (a module's, a
+    class's, a function's or an attribute's: a string standing alone as a statement)."""
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        for statement in getattr(node, "body", []) if isinstance(getattr(node, "body", None), list) else []:
+            if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) \
+                    and isinstance(statement.value.value, str):
+                docstrings.update(range(statement.lineno, statement.end_lineno + 1))
+    return sum(1 for n, line in enumerate(source.splitlines(), 1)
+               if line.strip() and not line.strip().startswith("#") and n not in docstrings)
+
+
+def test_code_lines_count_code_alone():
+    source = '"""Doc\n\nstring."""\n\n# a comment\nx = 1  # code\n"""an attribute\'s docstring"""\n\n' \
+             'def f():\n    """Its docstring."""\n    return x\n'
+    assert code_lines(source) == 3
+
+
+def test_the_exact_solver_is_at_most_1000_lines_of_code():
+    page = PAGE.read_text()
+    assert all(f"`{name}.py`" in page for name in EXACT_SOLVER), "docs/contributing.md names the exact solver's files"
+    lines = {name: code_lines((ROOT / "sim" / "fast" / f"{name}.py").read_text()) for name in EXACT_SOLVER}
+    assert sum(lines.values()) <= MAX_EXACT_SOLVER_LINES, f"move accelerations out of the exact solver: {lines}"
