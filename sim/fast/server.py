@@ -27,7 +27,7 @@ import heapq
 
 import numpy as np
 
-from sim.fast.scans import SIGN, flipped_ramp, running_max, short_prefix_max
+from sim.fast.scans import SIGN, flipped_ramp, prefix_max, running_max
 
 BLOCK = 4096
 """Jobs per block of the piecewise solution with stalls."""
@@ -96,7 +96,7 @@ def _solve(head, service, not_before, free_at, queued=False):
     if flipped[-1] <= flipped[0] and flipped.max() == flipped[0]:  # busy throughout: one maximum, no scan
         flipped[1:] = flipped[0]
     else:
-        short_prefix_max(flipped)
+        prefix_max(flipped)
     finish += shift
     start = np.empty_like(head)
     start[0] = max(int(head[0]), free_at)

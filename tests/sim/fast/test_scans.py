@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sim.fast.scans import SIGN, flipped_ramp, prefix_max, ramp, running_max, short_prefix_max
+from sim.fast.scans import SIGN, flipped_ramp, prefix_max, ramp, running_max
 
 
 @given(st.lists(st.integers(-1000, 1000), min_size=1, max_size=200))
@@ -25,15 +25,6 @@ def test_prefix_max(values, width):
     grid = values[: len(values) // width * width].reshape(-1, width)
     for axis in (0, 1):
         assert prefix_max(grid.copy(), axis).tolist() == np.maximum.accumulate(grid, axis).tolist()
-
-
-@given(st.lists(st.integers(-(1 << 62), 1 << 62), min_size=1, max_size=300))
-def test_short_prefix_max_is_the_running_maximum(values):
-    """Whether or not the 16 latest values settle it, on data sorted, nearly sorted or not at all."""
-    for data in (values, sorted(values), sorted(values)[::-1]):
-        out = np.asarray(data, np.int64)
-        short_prefix_max(out)
-        assert out.tolist() == np.maximum.accumulate(np.asarray(data, np.int64)).tolist()
 
 
 @given(st.integers(1, 500), st.integers(0, 1 << 40))
