@@ -170,8 +170,7 @@ def run(scenario: ScenarioPath,
     if not quiet:
         from sim.inspect.compare import comparison_table, event_times, format_comparison
 
-        summary = pd.concat([r.summary for r in results], ignore_index=True)
-        sys.stdout.write(format_summary(summary) + "\n")
+        sys.stdout.write(format_summary([row for r in results for row in r.summary_rows]) + "\n")
         from sim.cli.outcomes import format_events, never_moves
 
         events = format_events(pd.concat([event_times(r) for r in results], ignore_index=True),

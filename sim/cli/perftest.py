@@ -342,7 +342,7 @@ def run_perftest(argv: list[str], notice: Callable[[str], None] | None = None,
     if failed:
         notice(failed)
         return 1, text
-    if below_limit(cmd, result.summary):
+    if below_limit(cmd, result.summary_rows):
         notice("Error: BW result is below bw limit")
         return 1, text
-    return int(result.summary["errors"].any()), text
+    return int(any(row["errors"] for row in result.summary_rows)), text

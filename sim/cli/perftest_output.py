@@ -37,7 +37,7 @@ def header(cmd, result) -> str:
     memory = (f"{'CUDA' if args.use_rocm is None else 'ROCm'} device {gpu} ({buf['on']}, "
               f"{cmd.data['nodes'][0]['gpus'][0]['preset']}, {args.gpu_topology})" if gpu is not None
               else f"mmap'd file {args.mmap} (host)" if args.mmap else "host")
-    reg_us = result.registrations.set_index("buffer").loc["local", "register_us"]
+    reg_us = next(r["register_us"] for r in result.registration_rows if r["buffer"] == "local")
     mrs = sum(b["on"] == buf["on"] for b in cmd.data["buffers"])  # --mr_per_qp: one client MR a QP
     preset = cmd.data["nodes"][0]["nic"]["preset"]
     return "\n".join([
@@ -94,12 +94,12 @@ def report_notices(args: argparse.Namespace, kind: WorkloadKind) -> list[str]:
     return lines
 
 
-def counted(args, kind, summary):
-    """``summary`` with perftest's #iterations: a bandwidth test of -n counts every QP of its side
+def counted(args, kind, summary: list[dict]) -> list[dict]:
+    """``summary`` rows with perftest's #iterations: a bandwidth test of -n counts every QP of its side
     (``print_report_bw``: ``num_of_calculated_iters *= num_of_qps``); a -D run's summary counts them already."""
     if args.duration is not None or not kind.streams:
         return summary
-    return summary.assign(iterations=summary["iterations"] * args.qp)
+    return [row | {"iterations": row["iterations"] * args.qp} for row in summary]
 
 
 def measured_s(result) -> float | None:
@@ -142,15 +142,16 @@ def report(cmd, result) -> str:
     args, kind = cmd.args, TESTS[cmd.test]
     lists = iteration_lists(cmd, result)
     layout = {"gbits": args.report_gbits, "no_peak": no_peak(args, kind)}
-    parts = ([format_values(result.summary, args.output, args.report_gbits, lists, measured_s(result))]
+    summary = result.summary_rows
+    parts = ([format_values(summary, args.output, args.report_gbits, lists, measured_s(result))]
              if args.output is not None else
-             [header(cmd, result), format_summary(counted(args, kind, result.summary), iterations=lists,
+             [header(cmd, result), format_summary(counted(args, kind, summary), iterations=lists,
                                                    measured_s=measured_s(result), **layout)])
     if args.report_both and not both_ways(args):
         columns = ["bytes", "qp", "posted_ps", "completed_ps", "ok"]
-        ways = one_way(result.table.frame(columns=columns), result.summary, args.tx_depth * args.qp)
+        ways = one_way(result.table.frame(columns=columns), summary, args.tx_depth * args.qp)
         for name, rows in zip(("Local results", "Remote results"), ways):
-            parts.append(format_summary(counted(args, kind, rows.assign(workload=name)), **layout))
+            parts.append(format_summary(counted(args, kind, [row | {"workload": name} for row in rows]), **layout))
     if args.data_validation and not validation_failed(cmd, result):
         parts.append(f"VALIDATION: PASSED - {result.counters['data_checked_bytes']} bytes")
     return "\n".join(parts)
@@ -164,7 +165,7 @@ def validation_failed(cmd, result) -> str | None:
             f"{result.counters['data_checked_bytes']} differ from their source")
 
 
-def below_limit(cmd, summary) -> bool:
+def below_limit(cmd, summary: list[dict]) -> bool:
     """perftest's -w check: no size's average bandwidth (in the report's unit) reached the limit (perftest ORs
     each size's pass into ``is_bw_limit_passed``)."""
     from sim.cli.perftest_report import bandwidth_column
@@ -172,4 +173,4 @@ def below_limit(cmd, summary) -> bool:
     limit = getattr(cmd.args, "limit_bw", None)
     if limit is None:
         return False
-    return not bool((summary[bandwidth_column(cmd.args.report_gbits)] >= limit).any())
+    return not any(row[bandwidth_column(cmd.args.report_gbits)] >= limit for row in summary)

@@ -8,7 +8,6 @@ import dataclasses
 from collections.abc import Callable
 
 import numpy as np
-import pandas as pd
 
 from models.nic.wqe import Opcode
 from models.dmabuf.gpu_export import pin_outcome
@@ -29,7 +28,7 @@ from sim.engine.library import run_library
 from sim.store.operations import OperationTable
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
-from sim.engine.tables import RunResult, registrations_table
+from sim.engine.tables import RunResult, registration_rows
 
 Progress = Callable[[int], None]
 """Called with the number of operations just simulated."""
@@ -210,19 +209,17 @@ def finish_run(scenario: Scenario, seed: int, bed: Testbed, variant: str, starte
     the one that ran the workloads, ``event`` or ``fast``). ``case_counters``, each (workload name, size)'s own
     :func:`retry_counters`, go into its summary row beside its errors; the result's ``counters`` hold the run's
     totals."""
-    registrations = registrations_table(bed, variant)
+    registrations = registration_rows(bed, variant)
     drain(bed)
     log_unreached(bed, scenario, started, event_log)
     check_completions(bed)
     counters = protocol_counters(bed)
     if scenario.data:
         counters |= verify_data(bed, scenario)
-    events = pd.DataFrame(event_log, columns=["time_ps", "kind", "target", "bytes", "evicted", "outcome", "gpu_used"])
-    events.insert(0, "variant", variant)
     library = run_library(bed, scenario) if scenario.library else None
     summaries = [row | case_counters.get((row["workload"], row["bytes"]), {}) for row in summaries]
-    return RunResult(scenario, seed, table and table.close(), pd.DataFrame(summaries),
-                     registrations, bed, variant, events, counters, library, engine=engine)
+    return RunResult(scenario, seed, table and table.close(), summaries, registrations, bed, variant, event_log,
+                     counters, library, engine=engine)
 
 
 def drain(bed: Testbed) -> None:

@@ -1,12 +1,15 @@
 """A run's tables, whichever engine simulated it: per-operation rows, perftest summary rows (whole or streamed
-piece by piece), the registrations table, and the :class:`RunResult` that holds them."""
+piece by piece), the registrations table, and the :class:`RunResult` that holds them. A result keeps its summary,
+registration and event rows as they were made and makes pandas frames of them when first asked (a command that
+prints perftest's report from the rows never imports pandas)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 
 from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim.engine.build import Registration, Testbed
@@ -15,6 +18,12 @@ from sim.core.units import PS_PER_S, ps_to_us
 from sim.store.operations import OperationTable, RowBlock, scratch_dir, spool_finalizer
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+EVENT_COLUMNS = ["time_ps", "kind", "target", "bytes", "evicted", "outcome", "gpu_used"]
+"""The event table's columns after ``variant`` (:attr:`RunResult.events`)."""
 
 
 @dataclass
@@ -26,15 +35,15 @@ class RunResult:
     table: OperationTable | None
     """One row per work request (times in ps), spooled to disk beyond a row group; None where the run was asked to
     keep none (:func:`sim.engine.run.run_scenario`'s ``operations``)."""
-    summary: pd.DataFrame
+    summary_rows: list[dict]
     """One row per (workload, size): perftest's columns, then the RNR NAKs the case's requests got and the frames
     of theirs a link lost (``rnr_naks``, ``frames_lost``; ``counters`` holds the run's totals)."""
-    registrations: pd.DataFrame
-    """One row per buffer: registration mode and cost."""
+    registration_rows: list[dict]
+    """One row per buffer: registration mode and cost (:func:`registration_rows`)."""
     testbed: Testbed
     variant: str = "base"
-    events: pd.DataFrame | None = None
-    """One row per scenario event: time, target, outcome."""
+    event_rows: list = field(default_factory=list)
+    """One row per scenario event, as :data:`EVENT_COLUMNS`: time, target, outcome."""
     counters: dict | None = None
     """Protocol activity: invalidations, re-faults, RNR NAKs, evictions, failed allocations, violations."""
     library: list[dict] | None = None
@@ -45,6 +54,29 @@ class RunResult:
     """The engine that ran the workloads: ``event`` (simpy) or ``fast`` (the vectorized core)."""
     fallback: str | None = None
     """Why ``engine: auto`` ran the event engine (None: it did not fall back)."""
+
+    @cached_property
+    def summary(self) -> pd.DataFrame:
+        """:attr:`summary_rows` as a frame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.summary_rows)
+
+    @cached_property
+    def registrations(self) -> pd.DataFrame:
+        """:attr:`registration_rows` as a frame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.registration_rows)
+
+    @cached_property
+    def events(self) -> pd.DataFrame:
+        """:attr:`event_rows` as a frame, the run's variant first."""
+        import pandas as pd
+
+        events = pd.DataFrame(self.event_rows, columns=EVENT_COLUMNS)
+        events.insert(0, "variant", self.variant)
+        return events
 
     @property
     def operations(self) -> pd.DataFrame:
@@ -78,15 +110,15 @@ def bar1_bytes(reg: Registration) -> int:
     return 0 if backing is None else backing.bar1_bytes
 
 
-def registrations_table(bed: Testbed, variant: str) -> pd.DataFrame:
+def registration_rows(bed: Testbed, variant: str) -> list[dict]:
     """One row per buffer of ``bed``: where it is, its registration mode, cost (us), pinned bytes (all, and those
     in VRAM), translation entries and their page size, and the BAR1 bytes it holds."""
-    return pd.DataFrame([{
+    return [{
         "variant": variant, "buffer": r.buffer, "node": r.node, "location": r.location, "bytes": r.size_bytes,
         "mode": r.mode, "register_us": ps_to_us(r.register_ps), "pinned_bytes": pinned_bytes(r),
         "vram_pinned_bytes": vram_pinned_bytes(r, bed.env.now), "mtt_entries": r.mr.mtt_entries,
         "mtt_page_bytes": r.mr.page_size, "bar1_bytes": bar1_bytes(r),
-    } for r in bed.registrations.values()])
+    } for r in bed.registrations.values()]
 
 
 def workload_tables(work: WorkloadSpec, size: int, records, variant: str, table: OperationTable | None) -> dict:

@@ -5,7 +5,8 @@ A table that never reached a row group stays a pandas frame, so small runs write
 one-shot ``DataFrame.to_parquet`` writes. A spooled table lives in a directory under the system's temporary
 directory (``TMPDIR``), removed when the table is garbage collected (the spool of a killed run, by the next run
 that spools); readers take it a batch at a time
-(:meth:`OperationTable.batches`) or as a whole frame when they ask for one.
+(:meth:`OperationTable.batches`) or as a whole frame when they ask for one. pandas and pyarrow are imported when
+a frame or a file is first made, not with the module (a run that keeps no table needs neither).
 """
 
 from __future__ import annotations
@@ -19,12 +20,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pandas as pd
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from sim.store.leftovers import leftovers
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 ROW_GROUP_ROWS = 1 << 20
 """Rows per spooled row group (pyarrow's default row-group size, about 60 MiB of operation rows)."""
@@ -107,6 +112,8 @@ def _cut(parts: list[pd.DataFrame | RowBlock], rows: int) -> tuple[list, list]:
 def _blocks_frame(blocks: list[RowBlock]) -> pd.DataFrame:
     """One frame of ``blocks``' rows in order: what pandas gives for the concatenation of a frame of each, its text
     columns made categories again."""
+    import pandas as pd
+
     counts = [b.rows for b in blocks]
     columns = {}
     for name, first in blocks[0].columns.items():
@@ -159,6 +166,8 @@ class OperationTable:
             self._spill(ROW_GROUP_ROWS)
 
     def _spill(self, rows: int) -> None:
+        import pyarrow.parquet as pq
+
         group, self._held = _cut(self._held, rows)
         self._held_rows -= rows
         table = arrow_table(_joined(group))
@@ -183,12 +192,16 @@ class OperationTable:
 
     def frame(self, columns: list[str] | None = None) -> pd.DataFrame:
         """The whole table (read from the spool file when spooled), or only ``columns``."""
+        import pandas as pd
+
         if self.spooled:
             return pd.read_parquet(self.path, columns=columns)
         return self._whole if columns is None else self._whole[columns]
 
     def batches(self, columns: list[str] | None = None, backwards: bool = False) -> Iterator[pd.DataFrame]:
         """The table a row group at a time (one frame when in memory), the last first when ``backwards``."""
+        import pyarrow.parquet as pq
+
         if not self.spooled:
             yield self.frame(columns)
             return
@@ -199,6 +212,8 @@ class OperationTable:
 
     def arrow_batches(self) -> Iterator[pa.Table]:
         """The table as Arrow tables of at most :data:`ROW_GROUP_ROWS` rows, in the spool's schema."""
+        import pyarrow.parquet as pq
+
         if self.spooled:
             file = pq.ParquetFile(self.path)
             for group in range(file.num_row_groups):
@@ -210,6 +225,8 @@ class OperationTable:
 
 def _joined(parts: list[pd.DataFrame | RowBlock]) -> pd.DataFrame:
     """One frame of ``parts`` (frames, or runs of :class:`RowBlock` s) with the label columns as categories."""
+    import pandas as pd
+
     if all(isinstance(part, RowBlock) for part in parts):
         return _blocks_frame(parts)
     operations = pd.concat([_blocks_frame([p]) if isinstance(p, RowBlock) else p for p in parts], ignore_index=True)
@@ -221,6 +238,9 @@ def _joined(parts: list[pd.DataFrame | RowBlock]) -> pd.DataFrame:
 def arrow_table(frame: pd.DataFrame) -> pa.Table:
     """``frame`` as an Arrow table with dictionary-encoded label and categorical columns (int32 indices) and no
     pandas metadata, so every row group of a streamed file has one schema."""
+    import pandas as pd
+    import pyarrow as pa
+
     columns = {}
     for name in frame.columns:
         values = frame[name]
@@ -237,6 +257,9 @@ def arrow_table(frame: pd.DataFrame) -> pa.Table:
 def write_operations(tables: list[OperationTable], path: Path) -> None:
     """Write the rows of ``tables`` in order to ``path``: as one frame (the bytes a one-shot write gives)
     when none is spooled, else row group by row group; a single spooled table is linked (or copied)."""
+    import pandas as pd
+    import pyarrow.parquet as pq
+
     if not any(t.spooled for t in tables):
         pd.concat([t.frame() for t in tables], ignore_index=True).to_parquet(path, index=False)
         return

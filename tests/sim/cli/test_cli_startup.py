@@ -158,3 +158,13 @@ def test_perftest_imports_matplotlib_only_to_write_figures(tmp_path, out):
     exit_code, modules = _started(argv)
     assert exit_code == 0
     assert ("matplotlib" in modules) == out
+
+
+@pytest.mark.parametrize("test", [["ib_write_bw", "-q", "2", "-n", "200"], ["ib_read_lat", "-n", "200"],
+                                  ["ib_send_bw", "-D", "3"], ["ib_write_bw", "-a", "-n", "300", "--output=bandwidth"]])
+def test_perftest_prints_its_report_from_the_summary_rows_without_pandas(test):
+    """The report is made from the run's summary rows: a run that writes no results and lists no iterations never
+    imports pandas or pyarrow (about a quarter of the command's start-up)."""
+    exit_code, modules = _started(["perftest", *test])
+    assert exit_code == 0
+    assert not _heavy(modules, ("pandas", "pyarrow"))

@@ -86,13 +86,13 @@ def test_the_vectorized_core_fills_the_same_status_column():
 
 
 def test_the_table_names_the_statuses_and_measures_nothing_when_nothing_succeeded():
-    summary = pd.DataFrame([
+    summary = [
         {"variant": "base", "workload": "w", "kind": "write_bw", "bytes": 4096, "iterations": 10, "errors": 10,
          "errors_by_status": {"IBV_WC_REM_ACCESS_ERR": 1, "IBV_WC_WR_FLUSH_ERR": 9},
          "bw_peak_Gbps": np.nan, "bw_avg_Gbps": np.nan, "bw_avg_MiBps": np.nan, "msg_rate_Mpps": np.nan},
         {"variant": "base", "workload": "w", "kind": "write_bw", "bytes": 8192, "iterations": 10, "errors": 2,
          "errors_by_status": {"IBV_WC_REM_ACCESS_ERR": 2},
-         "bw_peak_Gbps": 90.0, "bw_avg_Gbps": 80.0, "bw_avg_MiBps": 9536.7, "msg_rate_Mpps": 1.25}])
+         "bw_peak_Gbps": 90.0, "bw_avg_Gbps": 80.0, "bw_avg_MiBps": 9536.7, "msg_rate_Mpps": 1.25}]
     text = format_summary(summary)
     assert " 4096       10             no work request succeeded: nothing measured" in text
     assert "80.00" in text and "1.250000" in text and "nan" not in text
@@ -183,8 +183,8 @@ def test_bandwidth_over_time_says_so_when_nothing_was_delivered(tmp_path, monkey
 def test_a_block_is_titled_by_its_workload_and_kind_and_an_unnamed_workload_by_its_kind_once():
     row = {"bytes": 4096, "iterations": 10, "errors": 0, "errors_by_status": {}, "bw_peak_Gbps": 90.0,
            "bw_avg_Gbps": 80.0, "bw_avg_MiBps": 9536.7, "msg_rate_Mpps": 1.25}
-    summary = pd.DataFrame([{"variant": "base", "workload": "write_bw", "kind": "write_bw", **row},
-                            {"variant": "base", "workload": "stream", "kind": "write_bw", **row},
-                            {"variant": "dmabuf", "workload": "write_bw", "kind": "write_bw", **row}])
+    summary = [{"variant": "base", "workload": "write_bw", "kind": "write_bw", **row},
+               {"variant": "base", "workload": "stream", "kind": "write_bw", **row},
+               {"variant": "dmabuf", "workload": "write_bw", "kind": "write_bw", **row}]
     titles = [line for line in format_summary(summary).splitlines() if "write_bw" in line]
     assert titles == [" write_bw", " stream: write_bw", " write_bw [dmabuf]"]
