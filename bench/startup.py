@@ -2,7 +2,7 @@
 
 Prints the wall time, from process start to exit, of ``rdmasim --version``, of command lines rdmasim refuses (one
 refused as it is parsed, two perftest refuses, ``validate`` of a file that is not YAML and of one with an unknown
-key) and of the bare interpreter, for this checkout and, measured side by side in the same run, for each commit
+key), of a short perftest run and of the bare interpreter, for this checkout and, measured side by side in the same run, for each commit
 ``--against`` names (default ``main``), with the ratio to each. A commit is checked out in a temporary git worktree
 and run as ``python -m sim`` from it. Machines are shared and noisy: each figure is the best (and the median) of
 ``--rounds`` processes, the rounds taking the trees in turn, after one untimed run of each that caches the
@@ -44,9 +44,12 @@ COMMANDS = {
     "validate (not YAML)": ["validate", "{not_yaml}"],
     "validate (unknown key)": ["validate", "{unknown_key}"],
     "validate (unknown node)": ["validate", "{unknown_node}"],
+    "perftest ib_write_bw -n 1000": ["perftest", "ib_write_bw", "-n", "1000"],
 }
 """What is timed: rdmasim's arguments (None: the interpreter alone)."""
-UNTARGETED = {"python -c pass"}
+UNTARGETED = {"python -c pass", "perftest ib_write_bw -n 1000"}
+"""Lines with no start-up target: the interpreter, and a short perftest run (start-up and the engine's imports, a
+run of a thousand WRITEs, the report)."""
 
 
 def started_in(tree: Path, argv: list[str] | None, env: dict[str, str]) -> float:
