@@ -81,6 +81,12 @@ class WorkloadKind:
         return half_round_trip_ps(posted, completed) if self.ping_pong else completed - posted
 
 
+def measures_between_margins(duration, margin) -> bool:
+    """perftest's check of a run for a duration (``force_dependecies``: "please check that DURATION > 2*MARGIN"):
+    the duration outlasts a margin at each end, so something is measured between them (both in one unit)."""
+    return duration > 2 * margin
+
+
 def half_round_trip_ps(posted, completed):
     """A ping-pong iteration's latency: half its round trip (ps, rounded down to a whole picosecond)."""
     return (completed - posted) // 2

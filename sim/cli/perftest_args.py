@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from models.nic.device import PORT_NUM
 from models.nic.wqe import ATOMIC_BYTES
-from models.verbs.workload_kinds import KINDS, WorkloadKind
+from models.verbs.workload_kinds import KINDS, WorkloadKind, measures_between_margins
 from sim.core.errors import SimError
 
 if TYPE_CHECKING:
@@ -308,7 +308,7 @@ def check(args: argparse.Namespace, kind: WorkloadKind, preset: str, nic: Callab
     _check_output(args)
     if args.duration is not None and args.all:
         raise UsageError("-D with -a: Duration mode currently doesn't support running on all sizes.")
-    if args.duration is not None and not args.duration > 2 * margin(args):
+    if args.duration is not None and not measures_between_margins(args.duration, margin(args)):
         raise UsageError(f"-D {args.duration} -f {margin(args)}: please check that DURATION > 2*MARGIN")
     if args.qp != 1 and not kind.streams:
         raise UsageError(f"-q/--qp {args.qp}: multiple QPs are available in bandwidth tests only")

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from models.nic.wqe import ATOMIC_BYTES
-from models.verbs.workload_kinds import KINDS, WorkloadKind
+from models.verbs.workload_kinds import KINDS, WorkloadKind, measures_between_margins
 from models.pcie.server import RAIL_POLICIES
 from sim.core.units import format_size
 from sim.scenario.fields import Duration, MessageSize, Name, Strict
@@ -161,7 +161,8 @@ class WorkloadSpec(Strict):
                 raise ValueError(f"{key}: {self.kind} is a latency test; {key} is for bandwidth tests")
         if self.duration is not None and "iterations" in fields:
             raise ValueError("give iterations or duration, not both")
-        if self.margin is not None and (self.duration is None or 2 * self.margin >= self.duration):
+        if self.margin is not None and (self.duration is None
+                                        or not measures_between_margins(self.duration, self.margin)):
             raise ValueError("margin: needs a duration longer than twice the margin (perftest: DURATION > 2*MARGIN)")
         if self.duration is None and self.iterations % self.post_list:
             raise ValueError(f"post_list: iterations {self.iterations} must be a multiple of post_list "
