@@ -118,6 +118,24 @@ def cq_moderation(args: argparse.Namespace) -> int:
     return min(args.cq_mod, args.tx_depth) if args.cq_mod is not None else args.post_list
 
 
+PERFTEST_CQ_MOD = 100
+"""perftest's ``DEF_CQ_MOD``: its CQ moderation where the command line gives none."""
+PERFTEST_CQ_MOD_LIMIT = 8192
+"""perftest's ``MSG_SIZE_CQ_MOD_LIMIT``: above this message size it signals every work request."""
+
+
+def perftest_cq_moderation(args: argparse.Namespace) -> int:
+    """The CQ moderation perftest itself runs a bandwidth command line with (``force_dependecies``): -Q, else
+    ``DEF_CQ_MOD`` (100), but 1 for messages above ``MSG_SIZE_CQ_MOD_LIMIT`` (8 KiB) unless -a, -e or UD; at most
+    the tx depth; the post list's size where one is given without -Q."""
+    cq_mod = PERFTEST_CQ_MOD if args.cq_mod is None else args.cq_mod
+    if (args.cq_mod is None and args.size > PERFTEST_CQ_MOD_LIMIT and args.connection != "UD" and not args.all
+            and not args.events):
+        cq_mod = 1
+    cq_mod = min(cq_mod, args.tx_depth)
+    return args.post_list if args.post_list > 1 and args.cq_mod is None else cq_mod
+
+
 def _round_up(n: int, align: int) -> int:
     return -(-n // align) * align
 
@@ -276,6 +294,11 @@ def _notices(cmd: _Command) -> list[str]:
         lines.append(f" Number of outstanding reads is above max = {device_max}\n Changing to that max value")
     if cmd.args.connection == "UD" and (cmd.args.all or cmd.args.size > cmd.args.mtu):
         lines.append(f" Max msg size in UD is MTU {cmd.args.mtu}\n Changing to this MTU")
+    if TESTS[cmd.test].streams and cq_moderation(cmd.args) != perftest_cq_moderation(cmd.args):
+        theirs = perftest_cq_moderation(cmd.args)
+        lines.append(f"rdmasim perftest: CQ moderation {cq_moderation(cmd.args)} (every work request signaled, which "
+                     f"the vectorized core runs); perftest's default here is {theirs}: -Q {theirs} follows it, on the "
+                     "event engine")
     return lines + report_notices(cmd.args, TESTS[cmd.test])
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from sim.core.errors import ConfigError
-from sim.cli.perftest import TESTS, perftest_scenario, run_perftest
+from sim.cli.perftest import TESTS, cq_moderation, perftest_cq_moderation, perftest_scenario, run_perftest
+from sim.cli.perftest_args import parser
 from sim.cli.perftest_report import BW_HEADER, BW_HEADER_MIB, GBPS_TO_MIBPS, RULE
 from sim.engine.run import run_scenario
 from sim.scenario.scenario_file import load_scenario
@@ -77,6 +78,30 @@ def test_cq_moderation_gives_unsignaled_work_requests_their_signaled_completion(
     ops = run_scenario(scenario, notice=lambda _: None).operations
     groups = ops["completed_ps"].to_numpy().reshape(8, 8)
     assert (groups == groups[:, -1:]).all() and (groups[1:, 0] > groups[:-1, 0]).all()
+
+
+@pytest.mark.parametrize(("argv", "theirs"), [
+    (["ib_write_bw"], 1),  # 64 KiB, above MSG_SIZE_CQ_MOD_LIMIT: every work request signaled
+    (["ib_write_bw", "-s", "8192"], 100),  # DEF_CQ_MOD up to 8 KiB
+    (["ib_write_bw", "-s", "8193"], 1),
+    (["ib_write_bw", "-a"], 100),  # not disabled for RUN_ALL
+    (["ib_send_bw", "-e"], 100),  # nor with use_event
+    (["ib_read_bw", "-s", "64", "-t", "32"], 32),  # capped at the tx depth
+    (["ib_write_bw", "-l", "8"], 8),  # "Post List requested - CQ moderation will be the size of the post list"
+    (["ib_write_bw", "-s", "64", "-Q", "16"], 16),
+])
+def test_perftest_s_own_cq_moderation_is_said_where_rdmasim_signals_every_work_request(argv, theirs):
+    """perftest_parameters.c: ``cq_mod = DEF_CQ_MOD`` (100); ``force_dependecies`` sets 1 above
+    ``MSG_SIZE_CQ_MOD_LIMIT`` (8192) unless -Q, UD, -a or -e, caps it at the tx depth, and takes the post list's
+    size with -l and no -Q. rdmasim signals every work request unless -Q or -l says otherwise, and says so where
+    perftest would not."""
+    args = parser(argv[0]).parse_args(argv[1:])
+    assert perftest_cq_moderation(args) == theirs
+    code, _, said = perftest_streams([*argv, "-n", "16"])
+    said = [line for line in said.splitlines() if "CQ moderation" in line]
+    ours = cq_moderation(args)
+    assert code == 0 and bool(said) == (ours != theirs)
+    assert all(f"CQ moderation {ours} " in line and f"-Q {theirs} follows it" in line for line in said)
 
 
 def test_outstanding_reads_cap_read_bandwidth():
