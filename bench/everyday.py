@@ -115,7 +115,7 @@ def against(revs: list[str], rounds: int = 2) -> None:
     """The solve alone of every shipped scenario with the default engine, this checkout against each of ``revs``
     (the best of ``rounds`` rounds that take the trees in turn, each round the best of two solves)."""
     with tempfile.TemporaryDirectory(prefix="rdmasim-bench-") as scratch, checked_out(revs, scratch) as trees:
-        print(f"{'the solve alone, default engine':<32}" + "".join(f"{name[:12]:>14}" for name in trees)
+        print(f"{'the solve alone, default engine':<32}" + "".join(f"{name[:13]:>14}" for name in trees)
               + "".join(f"{rev[:10] + ' / this':>18}" for rev in revs))
         for path in sorted((ROOT / "scenarios").glob("*.yaml")):
             best = dict.fromkeys(trees, float("inf"))
