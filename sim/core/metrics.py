@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from sim.core.raw_columns import RawColumns
 from sim.core.units import PS_PER_S, PS_PER_US
 
 MIB = 2**20
@@ -75,21 +76,17 @@ class OpColumns:
 
 
 class OpSpool:
-    """Operations in posting order appended piece by piece (the same reads as :class:`OpColumns`): held in memory
-    up to ``hold`` operations, then in raw int64 files under ``directory`` (a path, or a function of the spool
-    that makes one when the first operation past ``hold`` comes), so :func:`bandwidth_of` over any number of
-    operations holds one chunk at a time in memory."""
+    """Operations in posting order appended piece by piece (the same reads as :class:`OpColumns`), kept in
+    :class:`~sim.core.raw_columns.RawColumns`: in memory up to ``hold`` operations, then in raw files under
+    ``directory`` (a path, or a function of the columns that makes one then), so :func:`bandwidth_of` over any number
+    of operations holds one chunk at a time in memory."""
 
-    NAMES = ("posted", "done_by", "delivered")
-
-    def __init__(self, directory: str | Callable[[OpSpool], str], hold: int = 0) -> None:
+    def __init__(self, directory: str | Callable[[RawColumns], str], hold: int = 0) -> None:
         self.n, self.good, self.first_post_ps, self.last_done_ps, self._last_post = 0, 0, None, None, None
-        self._directory, self._hold = directory, hold
-        self._held: dict[str, list[np.ndarray]] | None = {name: [] for name in self.NAMES}
-        """The operations while in memory (None once in files)."""
-        self._held["delivered"].append(np.zeros(1, dtype=np.int64))
-        self._files: dict = {}
-        """The files, by name, once made."""
+        # ``delivered`` holds one value more than the operations (none succeeded before the first): it is the column
+        # that passes ``hold + 1`` values once the operations pass ``hold``.
+        self._columns = RawColumns(dict.fromkeys(("posted", "done_by", "delivered"), np.int64), directory, hold + 1)
+        self._columns.append("delivered", np.zeros(1, dtype=np.int64))
 
     def add(self, posted_ps: np.ndarray, completed_ps: np.ndarray, ok: np.ndarray) -> None:
         """Append operations that follow the ones added so far in posting order.
@@ -103,54 +100,28 @@ class OpSpool:
         done_by = np.maximum.accumulate(completed_ps)
         if self.last_done_ps is not None:
             np.maximum(done_by, self.last_done_ps, out=done_by)
-        if self._held is not None and self.n + len(posted_ps) > self._hold:
-            self._to_files()
         for name, values in (("posted", posted_ps), ("done_by", done_by),
                              ("delivered", self.good + np.cumsum(ok, dtype=np.int64))):
-            values = np.asarray(values, dtype=np.int64)
-            if self._held is not None:
-                self._held[name].append(values)
-            else:
-                self._files[name].seek(0, 2)
-                values.tofile(self._files[name])
+            self._columns.append(name, values)
         self.n, self.good = self.n + len(posted_ps), self.good + int(np.count_nonzero(ok))
         self.first_post_ps = int(posted_ps[0]) if self.first_post_ps is None else self.first_post_ps
         self.last_done_ps, self._last_post = int(done_by[-1]), int(posted_ps[-1])
 
-    def _to_files(self) -> None:
-        """Move the operations held in memory to the files (made now)."""
-        directory = self._directory if isinstance(self._directory, str) else self._directory(self)
-        for name in self.NAMES:
-            self._files[name] = open(f"{directory}/{name}.i64", "w+b")
-            for values in self._held[name]:
-                values.tofile(self._files[name])
-        self._held = None
-
-    def _read(self, name: str, lo: int, hi: int) -> np.ndarray:
-        if self._held is not None:
-            if len(self._held[name]) > 1:
-                self._held[name] = [np.concatenate(self._held[name])]
-            return self._held[name][0][lo:hi]
-        file = self._files[name]
-        file.seek(lo * 8)
-        return np.fromfile(file, dtype=np.int64, count=hi - lo)
-
     def posted(self, lo: int, hi: int) -> np.ndarray:
         """As :meth:`OpColumns.posted`."""
-        return self._read("posted", lo, hi)
+        return self._columns.read("posted", lo, hi)
 
     def done_by(self, lo: int, hi: int) -> np.ndarray:
         """As :meth:`OpColumns.done_by`."""
-        return self._read("done_by", lo, hi)
+        return self._columns.read("done_by", lo, hi)
 
     def delivered(self, lo: int, hi: int) -> np.ndarray:
         """As :meth:`OpColumns.delivered`."""
-        return self._read("delivered", lo, hi)
+        return self._columns.read("delivered", lo, hi)
 
     def close(self) -> None:
         """Close the files (their directory is the caller's to remove)."""
-        for file in self._files.values():
-            file.close()
+        self._columns.close()
 
 
 CHUNK = 1 << 20

@@ -6,7 +6,7 @@ prints perftest's report from the rows never imports pandas)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,7 +15,7 @@ from models.nic.wqe import WC_STATUS_NAMES, WcStatus
 from sim.engine.build import Registration, Testbed
 from sim.core.metrics import CHUNK, OpColumns, OpSpool, average_columns, bandwidth_of, latency_summary
 from sim.core.units import PS_PER_S, ps_to_us
-from sim.store.operations import OperationTable, RowBlock, scratch_dir, spool_finalizer
+from sim.store.operations import OperationTable, RowBlock, owned_scratch_dir
 from sim.scenario.schema import Scenario
 from sim.scenario.workloads import WorkloadSpec
 
@@ -232,13 +232,6 @@ class _Stream:
     measured: Measured | None
 
 
-def _spool_directory(spool: OpSpool) -> str:
-    """A scratch directory for ``spool``'s files, removed with it."""
-    directory = scratch_dir("bandwidth")
-    spool_finalizer(spool, directory)
-    return directory
-
-
 class StreamedSummaries:
     """perftest summaries of (workload, size) streams whose records arrive piece by piece in posting order,
     one stream after the other; a bandwidth stream's operations are kept for its peak rate (spooled to disk past a
@@ -253,7 +246,7 @@ class StreamedSummaries:
         """Records of ``work`` at ``size`` following the ones added for it (a new stream ends the last one)."""
         if self._open is None or self._open.work is not work or self._open.size != size:
             self.finish()
-            spool = OpSpool(_spool_directory, hold=CHUNK) if work.rule.streams else None
+            spool = OpSpool(partial(owned_scratch_dir, what="bandwidth"), hold=CHUNK) if work.rule.streams else None
             self._open = _Stream(work, size, spool, [], np.zeros(len(WC_STATUS_NAMES), dtype=np.int64),
                                  Measured.of(work))
         stream = self._open

@@ -68,9 +68,11 @@ def remove_stale_spools(root: Path) -> None:
             shutil.rmtree(entry, ignore_errors=True)
 
 
-def spool_finalizer(owner, directory: str) -> None:
-    """Remove ``directory`` once ``owner`` is garbage collected (or at exit)."""
+def owned_scratch_dir(owner, what: str) -> str:
+    """A new :func:`scratch_dir` for ``what``, removed once ``owner`` is garbage collected (or at exit)."""
+    directory = scratch_dir(what)
     weakref.finalize(owner, shutil.rmtree, directory, ignore_errors=True)
+    return directory
 
 
 @dataclass(frozen=True)
@@ -172,9 +174,7 @@ class OperationTable:
         self._held_rows -= rows
         table = arrow_table(_joined(group))
         if self._writer is None:
-            directory = scratch_dir("operations")
-            spool_finalizer(self, directory)
-            self.path = Path(directory) / "operations.parquet"
+            self.path = Path(owned_scratch_dir(self, "operations")) / "operations.parquet"
             self._writer = pq.ParquetWriter(self.path, table.schema)
         self._writer.write_table(table, row_group_size=rows)
 

@@ -6,22 +6,25 @@ A workload of one QP yields its pieces in posting order, and they go straight on
 workload of several QPs (``qps``, ``bidirectional``, ``pairs``) are solved together, a piece of each per block.
 Their rows follow each other QP by QP in the table, as the event engine records them
 (:func:`models.verbs.workloads.tagged`): the QPs' records wait in raw files (:class:`HeldRecords`) until the
-(workload, size) ends. Their summary reads them in posting order, as
+(workload, size) ends (in memory up to a row group). Their summary reads them in posting order, as
 :func:`sim.engine.tables.workload_tables` sorts them whole (stably: QP by QP within one picosecond), which
 :class:`PostOrder` gives as they come.
 """
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
 from models.verbs.workloads import OpRecords, succeeded, tagged
+from sim.core.raw_columns import RawColumns
 from sim.engine.planner.errors import Failure
 from sim.engine.planner.streams import Stream, by_workload
 from sim.engine.tables import StreamedSummaries, operation_rows
 from sim.fast import Finished
 from sim.scenario.workloads import WorkloadSpec
-from sim.store.operations import ROW_GROUP_ROWS, OperationTable, scratch_dir, spool_finalizer
+from sim.store.operations import ROW_GROUP_ROWS, OperationTable, owned_scratch_dir
 
 FIELDS = {"posted_ps": np.int64, "completed_ps": np.int64, "latency_ps": np.int64, "status": np.uint8}
 """The per-operation arrays of :class:`~models.verbs.workloads.OpRecords`, with their types."""
@@ -78,22 +81,21 @@ class PostOrder:
 
 
 class HeldRecords:
-    """The records of a (workload, size)'s QPs, appended piece by piece as they come to one set of raw files under a
-    scratch directory (removed with the object), and read back QP by QP, a row group at a time: memory stays bounded
+    """The records of a (workload, size)'s QPs, appended piece by piece as they come to one set of columns (in
+    memory up to a row group, then in raw files under a scratch directory removed with them:
+    :class:`~sim.core.raw_columns.RawColumns`), and read back QP by QP, a row group at a time: memory stays bounded
     however many operations there are, and the files open do not grow with the QPs."""
 
     def __init__(self) -> None:
-        directory = scratch_dir("rows")
-        spool_finalizer(self, directory)
-        self.files = {name: open(f"{directory}/{name}.raw", "w+b") for name in FIELDS}
+        self.columns = RawColumns(FIELDS, partial(owned_scratch_dir, what="rows"), ROW_GROUP_ROWS)
         self.pieces: dict[int, list[tuple[int, int]]] = {}
-        """Per QP index: where each of its pieces starts in the files and how many records it holds."""
+        """Per QP index: where each of its pieces starts in the columns and how many records it holds."""
         self.n = 0
 
     def add(self, qp: int, records: OpRecords) -> None:
         """Append QP ``qp``'s next operations' records."""
-        for name, kind in FIELDS.items():
-            np.asarray(getattr(records, name), dtype=kind).tofile(self.files[name])
+        for name in FIELDS:
+            self.columns.append(name, getattr(records, name))
         self.pieces.setdefault(qp, []).append((self.n, len(records.status)))
         self.n += len(records.status)
 
@@ -102,9 +104,7 @@ class HeldRecords:
         tagged with ``qp``: (its first operation, records)."""
         lo, parts = 0, []
         for start, count in self.pieces.get(qp, []):
-            for name, kind in FIELDS.items():
-                self.files[name].seek(start * np.dtype(kind).itemsize)
-            parts.append([np.fromfile(self.files[name], dtype=kind, count=count) for name, kind in FIELDS.items()])
+            parts.append([self.columns.read(name, start, start + count) for name in FIELDS])
             if sum(len(p[0]) for p in parts) >= rows:
                 lo = yield from self._emit(qp, lo, parts)
                 parts = []
@@ -119,9 +119,8 @@ class HeldRecords:
         return lo + len(arrays[0])
 
     def close(self) -> None:
-        """Close the files (the directory goes with the object)."""
-        for file in self.files.values():
-            file.close()
+        """Close the files (the directory goes with the columns)."""
+        self.columns.close()
 
 
 class Rows:

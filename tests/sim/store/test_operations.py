@@ -224,6 +224,6 @@ def test_a_spool_holds_operations_in_memory_until_they_pass_its_hold(tmp_path):
         spool = OpSpool(directory, hold=hold)
         for lo in range(0, 900, 300):
             spool.add(posted[lo:lo + 300], done[lo:lo + 300], ok[lo:lo + 300])
-        assert bool(made) == spooled and (tmp_path / "posted.i64").exists() == spooled
+        assert bool(made) == spooled and (tmp_path / "posted.raw").exists() == spooled
         assert bandwidth_of(4096, spool, 16, chunk=77) == bandwidth_summary(4096, posted, done, 16, ok)
         spool.close()
