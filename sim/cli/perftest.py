@@ -112,12 +112,6 @@ def _nic(preset: str) -> NicParams:
     return NicParams(**NIC_PRESETS[preset])
 
 
-def cq_moderation(args: argparse.Namespace) -> int:
-    """The CQ moderation a bandwidth command line runs with: -Q (at most the tx depth, as perftest caps it), else
-    the post list's size."""
-    return min(args.cq_mod, args.tx_depth) if args.cq_mod is not None else args.post_list
-
-
 PERFTEST_CQ_MOD = 100
 """perftest's ``DEF_CQ_MOD``: its CQ moderation where the command line gives none."""
 PERFTEST_CQ_MOD_LIMIT = 8192
@@ -134,6 +128,12 @@ def perftest_cq_moderation(args: argparse.Namespace) -> int:
         cq_mod = 1
     cq_mod = min(cq_mod, args.tx_depth)
     return args.post_list if args.post_list > 1 and args.cq_mod is None else cq_mod
+
+
+def cq_moderation(args: argparse.Namespace) -> int:
+    """The CQ moderation a bandwidth command line runs with: perftest's (:func:`perftest_cq_moderation`) where -Q or
+    -l sets it, else 1: every work request signaled, which the vectorized core runs."""
+    return perftest_cq_moderation(args) if args.cq_mod is not None or args.post_list > 1 else 1
 
 
 def _round_up(n: int, align: int) -> int:
@@ -294,11 +294,12 @@ def _notices(cmd: _Command) -> list[str]:
         lines.append(f" Number of outstanding reads is above max = {device_max}\n Changing to that max value")
     if cmd.args.connection == "UD" and (cmd.args.all or cmd.args.size > cmd.args.mtu):
         lines.append(f" Max msg size in UD is MTU {cmd.args.mtu}\n Changing to this MTU")
-    if TESTS[cmd.test].streams and cq_moderation(cmd.args) != perftest_cq_moderation(cmd.args):
-        theirs = perftest_cq_moderation(cmd.args)
-        lines.append(f"rdmasim perftest: CQ moderation {cq_moderation(cmd.args)} (every work request signaled, which "
-                     f"the vectorized core runs); perftest's default here is {theirs}: -Q {theirs} follows it, on the "
-                     "event engine")
+    if TESTS[cmd.test].streams:  # (-Q and -l are bandwidth tests' options)
+        ours, theirs = cq_moderation(cmd.args), perftest_cq_moderation(cmd.args)
+        if ours != theirs:
+            lines.append(f"rdmasim perftest: CQ moderation {ours} (every work request signaled, which the vectorized "
+                         f"core runs); perftest's default here is {theirs}: -Q {theirs} follows it, on the event "
+                         "engine")
     return lines + report_notices(cmd.args, TESTS[cmd.test])
 
 
