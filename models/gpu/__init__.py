@@ -4,7 +4,8 @@ Modules: :mod:`~models.gpu.presets` (H200, H100, A100, MI300X), :mod:`~models.gp
 allocator, fragmentation, ``register_evictable``, memory pressure), :mod:`~models.gpu.bar1` (the BAR1 aperture
 peer mappings hold), :mod:`~models.gpu.copy_engine`
 (calibrated host <-> device copies), :mod:`~models.gpu.managed` (per-page residency, fault batches,
-prefetch, eviction), :mod:`~models.gpu.workloads` (access patterns and metrics rows),
+prefetch, eviction), :mod:`~models.gpu.prefetch_tree` (what a fault batch prefetches),
+:mod:`~models.gpu.workloads` (access patterns and metrics rows),
 :mod:`~models.gpu.um_calibration` (the H200 measurements as model experiments).
 
 Examples

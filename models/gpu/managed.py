@@ -23,7 +23,6 @@ eviction costs are assumptions (oversubscription was not measured: it can hang a
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 
@@ -33,6 +32,7 @@ from sim.core import PS_PER_NS, PS_PER_S, PS_PER_US, InvariantViolation, Protoco
 
 from models.gpu.device_memory import GpuOutOfMemory
 from models.gpu.fault_batches import lane_batches, stream_batches
+from models.gpu.prefetch_tree import tree_regions
 
 KiB, MiB = 1 << 10, 1 << 20
 
@@ -75,8 +75,13 @@ class UvmParams:
     cpu_migrate_Bps: float = 10.66e9
     """GPU -> host copy rate on the CPU-fault path."""
     cpu_touch_ps: int = 12_079
-    """One CPU access to a host-resident page: a TLB miss and a cache-line fill (fitted to one-byte-per-4-KiB
-    reads of host-resident managed memory)."""
+    """One CPU access to a host-resident page one page on from the CPU's previous access: a TLB miss and a
+    cache-line fill (fitted to one-byte-per-4-KiB reads of host-resident managed memory)."""
+    cpu_touch_doubling_ps: int = 4_043
+    """What each doubling of a CPU access's distance from the CPU's previous access adds to :attr:`cpu_touch_ps`
+    (the distance in pages, at most :data:`CPU_FARTHEST_PAGES`): the farther it lands, the more of its page walk
+    misses the caches. Fitted with :attr:`cpu_touch_ps` to reads of one byte per 4 KiB and per 64 KiB; the reads of
+    one byte per 2 MiB check it."""
     prefetch_call_ps: int = 30_581 * PS_PER_NS
     """Fixed cost of one cudaMemPrefetchAsync (set by the 4 KiB and 64 KiB prefetches of h200_um_edges.json)."""
     prefetch_to_gpu_Bps: float = 47.09e9
@@ -87,6 +92,11 @@ class UvmParams:
     """Per VA block evicted: assumed equal to ``va_block_ps`` (oversubscription not measured)."""
     evict_Bps: float = 12.92e9
     """GPU -> host rate of eviction: assumed equal to ``prefetch_to_host_Bps`` (not measured)."""
+
+
+CPU_FARTHEST_PAGES = 512
+"""The farthest apart the CPU accesses measured were (one byte per 2 MiB): an access farther from the CPU's previous
+one is charged as if this far (:attr:`UvmParams.cpu_touch_doubling_ps` is not extrapolated)."""
 
 
 UVM_PRESETS: dict[str, UvmParams] = {"h200": UvmParams()}
@@ -150,41 +160,6 @@ class UvmStats:
         return row
 
 
-def _tree_regions(occupied: np.ndarray, wanted: np.ndarray, first_level: int, threshold_pct: int,
-                  chunk_pages: int) -> np.ndarray:
-    """Chunks of every tree region (``first_level`` chunks .. whole block) that holds a wanted chunk and
-    whose occupied share exceeds ``threshold_pct``.
-
-    uvm_perf_prefetch.c: ``init_bitmap_tree_from_region`` marks the pages resident on the target or faulted in
-    this batch, ``grow_fault_granularity`` fills each big page holding a fault, and ``compute_prefetch_region``
-    walks from each faulted page to the root keeping the largest region with ``count * 100 > pages * threshold``;
-    the union of those regions is what this returns. ``uvm_perf_prefetch_min_faults`` (default 1) never holds the
-    prefetch back: ``uvm_perf_prefetch_prenotify_fault_migrations`` counts the batch's own faults before
-    ``uvm_perf_prefetch_get_hint_va_block`` compares.
-
-    :param occupied: (blocks, chunks) int, pages of each chunk resident on the target or faulted.
-    :param wanted: (blocks, chunks) bool, chunks holding a fault.
-    :param first_level: size of the smallest region, in chunks.
-    :param chunk_pages: pages per chunk.
-    """
-    member, sizes = _tree(wanted.shape[1], first_level)
-    count = occupied @ member  # exact: small integers in float64
-    kept = ((wanted @ member) > 0) & (count * 100 > threshold_pct * chunk_pages * sizes)
-    return (kept @ member.T) > 0
-
-
-@functools.lru_cache(maxsize=8)
-def _tree(n: int, first_level: int) -> tuple[np.ndarray, np.ndarray]:
-    """The regions of :func:`_tree_regions`' tree over ``n`` chunks: an (n, regions) 0/1 matrix of the chunks each
-    holds (float64, so that one matrix product counts every region of every block), and each region's size."""
-    levels = [first_level << k for k in range(n.bit_length()) if first_level << k <= n]
-    starts = np.concatenate([np.arange(0, n, size) for size in levels])
-    sizes = np.repeat(levels, [n // size for size in levels])
-    chunk = np.arange(n)[:, None]
-    member = ((chunk >= starts) & (chunk < starts + sizes)).astype(np.float64)
-    return member, sizes
-
-
 def last_service_waited(service_ps: int, copy_s: np.ndarray) -> int:
     """Index of the last VA block of a fault batch whose servicing the batch waits on.
 
@@ -233,6 +208,8 @@ class ManagedMemory:
         self.hbm_Bps, self.name, self.trace, self.grow = hbm_Bps, name, trace, grow
         self.totals = UvmStats()
         self._stamp = 0
+        self._cpu_last: int | None = None
+        """The page of the CPU's latest access (None before its first)."""
 
     # -- inspection ---------------------------------------------------------------------------------------
     def state_nbytes(self) -> int:
@@ -328,7 +305,7 @@ class ManagedMemory:
             k, n = wanted.shape
             occupied = np.where(wanted, self.ppc, np.count_nonzero(present.reshape(k, n, self.ppc), axis=2))
             first = max(1, (64 * KiB // p.page_size) // self.ppc)
-            wanted = wanted | _tree_regions(occupied, wanted, min(first, n), p.prefetch_threshold_pct, self.ppc)
+            wanted = wanted | tree_regions(occupied, wanted, min(first, n), p.prefetch_threshold_pct, self.ppc)
         return np.repeat(wanted, self.ppc, axis=1)
 
     # -- GPU faults ---------------------------------------------------------------------------------------
@@ -402,7 +379,7 @@ class ManagedMemory:
     # -- CPU faults ---------------------------------------------------------------------------------------
     def cpu_access(self, pages) -> UvmStats:
         """The CPU accesses ``pages`` in order; GPU-resident ones fault back to the host one fault at a time, the
-        others cost :attr:`UvmParams.cpu_touch_ps` each.
+        others cost a touch each, more the farther each lands from the previous access (:meth:`_touch_ps`).
 
         A fault moves pages of its own VA block only, so the faults of different blocks do not interact: they are
         taken in rounds, each round faulting every block at its next access (in order) to a GPU-resident page.
@@ -418,6 +395,7 @@ class ManagedMemory:
         begins = np.flatnonzero(np.r_[True, of_block[1:] != of_block[:-1]])
         ends = np.r_[begins[1:], pages.size]
         cursor, live = begins.copy(), np.arange(begins.size)  # per block: its next access to look at
+        touched = np.ones(pages.size, dtype=bool)  # per access: it found its page on the host
         every = np.arange(pages.size)
         while live.size:
             resident = np.where(self.on_gpu[ordered], every, pages.size)
@@ -427,6 +405,7 @@ class ManagedMemory:
             if not live.size:
                 break
             cursor[live] = first  # looked at again next round, the page then on the host
+            touched[order[first]] = False
             page, block = ordered[first], of_block[first]  # blocks ascending, one page each
             on_host = ~self.on_gpu.reshape(self.n_blocks, self.ppb)[block]
             moved = self._expand(on_host, self._wanted(block, page)) & ~on_host
@@ -436,9 +415,22 @@ class ManagedMemory:
             stats.pages_to_host += int(pages_moved @ faults)
             stats.cpu_fault_ps += sum(int(k) * (p.cpu_fault_ps + transfer_ps(int(n) * p.page_size, p.cpu_migrate_Bps))
                                       for n, k in zip(pages_moved, faults))
-        stats.cpu_touch_ps = (pages.size - stats.cpu_faults) * p.cpu_touch_ps
+        stats.cpu_touch_ps = int(self._touch_ps(pages)[touched].sum())
+        if pages.size:
+            self._cpu_last = int(pages[-1])
         self.totals.add(stats)
         return stats
+
+    def _touch_ps(self, pages: np.ndarray) -> np.ndarray:
+        """Per access of ``pages`` (in order), what it costs as a touch: :attr:`UvmParams.cpu_touch_ps` plus
+        :attr:`UvmParams.cpu_touch_doubling_ps` per doubling of its distance from the CPU's previous access (ps);
+        the CPU's first access to the range is as far as :data:`CPU_FARTHEST_PAGES`."""
+        if not pages.size:
+            return np.zeros(0, np.int64)
+        p = self.params
+        before = pages[0] - CPU_FARTHEST_PAGES if self._cpu_last is None else self._cpu_last
+        distance = np.clip(np.abs(np.diff(pages, prepend=before)), 1, CPU_FARTHEST_PAGES)
+        return np.rint(p.cpu_touch_ps + p.cpu_touch_doubling_ps * np.log2(distance)).astype(np.int64)
 
     # -- explicit prefetch --------------------------------------------------------------------------------
     def prefetch(self, first_page: int, n_pages: int, *, to: str = "gpu") -> UvmStats:

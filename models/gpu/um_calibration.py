@@ -13,9 +13,10 @@ Roles: ``fit`` cases (grid-stride first touch, sparse touches, VA-block sweeps, 
 set the constants; ``check`` cases (touching the first M pages of every block, and reads that follow a
 partial touch) test the prefetch tree without being fitted; ``empty`` cases are reads after a touch that
 the prefetcher completed (measured time ~ the resident kernel, the model migrates nothing). The CPU reads one
-byte of each page of a host-resident range (never moved, or faulted back): each costs one touch
-(:attr:`~models.gpu.managed.UvmParams.cpu_touch_ps`, fitted to the 4 KiB stride); ``sparse`` cases, one byte per
-64 KiB or 2 MiB, cost 2-5 times more per touch (a page-table line missed each time) and are shown, not fitted.
+byte every 4 KiB, 64 KiB or 2 MiB of a host-resident range (never moved, or faulted back): each read costs a touch
+(:attr:`~models.gpu.managed.UvmParams.cpu_touch_ps`) plus, per doubling of its distance from the previous read,
+:attr:`~models.gpu.managed.UvmParams.cpu_touch_doubling_ps`; the 4 KiB and 64 KiB strides fit both, the 2 MiB
+stride (a ``check`` case) tests the rule.
 
 The per-call experiments (``models/data/h200_um_edges.json``, calib/gpu_um/measure_um_edges.py, a 64 MiB
 range) add prefetches of 4 KiB .. 16 MiB to the fit, which sets the fixed cost of one cudaMemPrefetchAsync
@@ -72,7 +73,7 @@ class Case:
     group: str
     """``gpu``, ``cpu`` or ``prefetch``: which constants it constrains."""
     role: str
-    """``fit``, ``check``, ``empty``, ``edge``, ``sparse``, ``range`` or ``partial`` (see the module docstring)."""
+    """``fit``, ``check``, ``empty``, ``edge``, ``range`` or ``partial`` (see the module docstring)."""
     measured_s: tuple[float, ...]
     model: Callable[[UvmParams], UvmStats]
     spread: float | None = None
@@ -209,7 +210,7 @@ def load_cases(path: Path = DATA) -> list[Case]:
                 add(f"cpu {st // KiB}KiB then read", "cpu", _cpu(st, then_read=True),
                     item["gpu_resident"]["followup_4k_read"]["median_s"], "check" if st == 2 * MiB else "fit")
             add(f"cpu {st // KiB}KiB on host", "cpu", _cpu(st, then_read=False, resident_on="host"),
-                item["host_resident"]["read"]["median_s"], "fit" if st == PAGE else "sparse")
+                item["host_resident"]["read"]["median_s"], "check" if st == 2 * MiB else "fit")
     for run in json.loads(EDGES.read_text())["runs"] if path == DATA else []:
         for item in run["prefetch"]:
             n = item["bytes"]
@@ -229,12 +230,14 @@ def load_cases(path: Path = DATA) -> list[Case]:
     return cases + range_cases() if path == DATA else cases
 
 
-def _features(group: str, stats: UvmStats) -> list[float]:
-    """Per-case multipliers of the fitted constants (seconds per unit)."""
+def _features(group: str, stats: UvmStats, params: UvmParams) -> list[float]:
+    """Per-case multipliers of the fitted constants (seconds per unit), the counts replayed with ``params``."""
     if group == "gpu":
         return [1.0 if stats.batches else 0.0, stats.batches, stats.blocks_waited, stats.pages_waited * PAGE]
-    if group == "cpu":
-        return [stats.cpu_faults, stats.pages_to_host * PAGE, stats.accesses - stats.cpu_faults]
+    if group == "cpu":  # the touches, and the doublings of their distances (what the rest of their time is)
+        touches = stats.accesses - stats.cpu_faults
+        doublings = (stats.cpu_touch_ps - touches * params.cpu_touch_ps) / params.cpu_touch_doubling_ps
+        return [stats.cpu_faults, stats.pages_to_host * PAGE, touches, doublings]
     return [1.0, stats.pages_explicit_to_gpu * PAGE, stats.pages_explicit_to_host * PAGE]
 
 
@@ -244,7 +247,7 @@ def _fit_once(cases: list[Case], base: UvmParams) -> UvmParams:
     for group in ("gpu", "cpu", "prefetch"):
         chosen = [c for c in cases if c.group == group and c.role == "fit"]
         stats = [c.model(base) for c in chosen]
-        design = np.array([_features(group, s) for s in stats], dtype=float)
+        design = np.array([_features(group, s, base) for s in stats], dtype=float)
         target = np.array([c.center_s - s.compute_ps / PS_PER_S for c, s in zip(chosen, stats)])
         weight = 1.0 / np.array([c.center_s for c in chosen])
         solved[group], *_ = np.linalg.lstsq(design * weight[:, None], target * weight, rcond=None)
@@ -252,7 +255,7 @@ def _fit_once(cases: list[Case], base: UvmParams) -> UvmParams:
     ps = lambda seconds: max(0, round(seconds * PS_PER_S))  # noqa: E731 - local unit conversion
     return replace(base, fault_latency_ps=ps(g[0]), batch_ps=ps(g[1]), va_block_ps=ps(g[2]),
                    fault_migrate_Bps=1.0 / g[3], cpu_fault_ps=ps(c[0]), cpu_migrate_Bps=1.0 / c[1],
-                   cpu_touch_ps=ps(c[2]),
+                   cpu_touch_ps=ps(c[2]), cpu_touch_doubling_ps=ps(c[3]),
                    prefetch_call_ps=ps(p[0]), prefetch_to_gpu_Bps=1.0 / p[1], prefetch_to_host_Bps=1.0 / p[2],
                    evict_block_ps=ps(g[2]), evict_Bps=1.0 / p[2])
 

@@ -404,7 +404,6 @@ def _managed() -> list[dict]:
     cases = load_cases()
     notes = {"fit": "", "check": "not fitted", "empty": "the prefetcher completed it: nothing to migrate",
              "edge": "a 64 MiB range, two machines: faults cost less than the fit charges, by machine more than size",
-             "sparse": "sparser CPU reads miss a page-table line each: one cost per touch does not follow",
              "range": "one machine, every size in one process: not fitted (as fit rows: blocks 1 -35 %)",
              "partial": "as range, only the touched blocks sent to the host first: 17-71 us less, charged alike"}
     rows = []

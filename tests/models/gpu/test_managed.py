@@ -224,3 +224,26 @@ def test_workload_rows_become_a_dataframe():
     assert sorted(concurrent_warps(np.arange(100), rng=rng)) == list(range(100))
     assert block_heads(2, 3).tolist() == [0, 1, 2, 512, 513, 514]
     assert growing_working_set(8, 2).tolist() == [0, 1, 2, 3] + list(range(8))
+
+
+def test_a_cpu_touch_costs_more_the_farther_it_lands_from_the_previous_one():
+    """Reads of a host-resident range one page apart, 16 apart and 512 apart (one per 2 MiB): each doubling of the
+    distance adds one step to the touch (calib/gpu_um/README.md); past the farthest distance measured the cost
+    stops growing."""
+    step, per_touch = H200.cpu_touch_doubling_ps, []
+    for stride in (1, 16, 512, 4096):
+        mm = ManagedMemory(64 * MiB)
+        pages = strided(mm.n_pages, stride)
+        first = H200.cpu_touch_ps + 9 * step  # the range's first access (see the next test)
+        per_touch.append((mm.cpu_access(pages).cpu_touch_ps - first) / (pages.size - 1))
+    assert per_touch[:3] == [H200.cpu_touch_ps, H200.cpu_touch_ps + 4 * step, H200.cpu_touch_ps + 9 * step]
+    assert per_touch[3] == per_touch[2]
+
+
+def test_the_cpus_next_access_continues_from_its_last_one_across_calls():
+    """The distance is the CPU's, not one call's: page 1 right after page 0 is one page on; the range's first access
+    lands as far as the farthest distance measured."""
+    mm = ManagedMemory(4 * MiB)
+    first, then = mm.cpu_access(np.array([0])), mm.cpu_access(np.array([1]))
+    assert then.cpu_touch_ps == H200.cpu_touch_ps
+    assert first.cpu_touch_ps == H200.cpu_touch_ps + 9 * H200.cpu_touch_doubling_ps
