@@ -255,7 +255,7 @@ def _fit_once(cases: list[Case], base: UvmParams) -> UvmParams:
     ps = lambda seconds: max(0, round(seconds * PS_PER_S))  # noqa: E731 - local unit conversion
     return replace(base, fault_latency_ps=ps(g[0]), batch_ps=ps(g[1]), va_block_ps=ps(g[2]),
                    fault_migrate_Bps=1.0 / g[3], cpu_fault_ps=ps(c[0]), cpu_migrate_Bps=1.0 / c[1],
-                   cpu_touch_ps=ps(c[2]), cpu_touch_doubling_ps=ps(c[3]),
+                   cpu_touch_ps=ps(c[2]), cpu_touch_doubling_ps=max(1, ps(c[3])),  # (the next round divides by it)
                    prefetch_call_ps=ps(p[0]), prefetch_to_gpu_Bps=1.0 / p[1], prefetch_to_host_Bps=1.0 / p[2],
                    evict_block_ps=ps(g[2]), evict_Bps=1.0 / p[2])
 
