@@ -124,6 +124,9 @@ class UvmStats:
     pages_evicted: int = 0
     blocks_evicted: int = 0
     cpu_faults: int = 0
+    cpu_touch_doublings: float = 0.0
+    """Of the CPU's accesses that found their page on the host: the doublings of each one's distance from the
+    CPU's previous access, summed (what :attr:`UvmParams.cpu_touch_doubling_ps` is charged for)."""
     pages_to_host: int = 0
     """Pages migrated GPU -> host by CPU faults."""
     pages_explicit_to_gpu: int = 0
@@ -379,7 +382,7 @@ class ManagedMemory:
     # -- CPU faults ---------------------------------------------------------------------------------------
     def cpu_access(self, pages) -> UvmStats:
         """The CPU accesses ``pages`` in order; GPU-resident ones fault back to the host one fault at a time, the
-        others cost a touch each, more the farther each lands from the previous access (:meth:`_touch_ps`).
+        others cost a touch each, more the farther each lands from the previous access (:meth:`_doublings`).
 
         A fault moves pages of its own VA block only, so the faults of different blocks do not interact: they are
         taken in rounds, each round faulting every block at its next access (in order) to a GPU-resident page.
@@ -415,22 +418,22 @@ class ManagedMemory:
             stats.pages_to_host += int(pages_moved @ faults)
             stats.cpu_fault_ps += sum(int(k) * (p.cpu_fault_ps + transfer_ps(int(n) * p.page_size, p.cpu_migrate_Bps))
                                       for n, k in zip(pages_moved, faults))
-        stats.cpu_touch_ps = int(self._touch_ps(pages)[touched].sum())
+        doublings = self._doublings(pages)[touched]
+        stats.cpu_touch_doublings = float(doublings.sum())
+        stats.cpu_touch_ps = int(np.rint(p.cpu_touch_ps + p.cpu_touch_doubling_ps * doublings).astype(np.int64).sum())
         if pages.size:
             self._cpu_last = int(pages[-1])
         self.totals.add(stats)
         return stats
 
-    def _touch_ps(self, pages: np.ndarray) -> np.ndarray:
-        """Per access of ``pages`` (in order), what it costs as a touch: :attr:`UvmParams.cpu_touch_ps` plus
-        :attr:`UvmParams.cpu_touch_doubling_ps` per doubling of its distance from the CPU's previous access (ps);
-        the CPU's first access to the range is as far as :data:`CPU_FARTHEST_PAGES`."""
+    def _doublings(self, pages: np.ndarray) -> np.ndarray:
+        """Per access of ``pages`` (in order): the doublings of its distance in pages from the CPU's previous access
+        (at most :data:`CPU_FARTHEST_PAGES`; the CPU's first access to the range is that far). A touch costs
+        :attr:`UvmParams.cpu_touch_ps` plus :attr:`UvmParams.cpu_touch_doubling_ps` per doubling."""
         if not pages.size:
-            return np.zeros(0, np.int64)
-        p = self.params
+            return np.zeros(0)
         before = pages[0] - CPU_FARTHEST_PAGES if self._cpu_last is None else self._cpu_last
-        distance = np.clip(np.abs(np.diff(pages, prepend=before)), 1, CPU_FARTHEST_PAGES)
-        return np.rint(p.cpu_touch_ps + p.cpu_touch_doubling_ps * np.log2(distance)).astype(np.int64)
+        return np.log2(np.clip(np.abs(np.diff(pages, prepend=before)), 1, CPU_FARTHEST_PAGES))
 
     # -- explicit prefetch --------------------------------------------------------------------------------
     def prefetch(self, first_page: int, n_pages: int, *, to: str = "gpu") -> UvmStats:

@@ -230,14 +230,13 @@ def load_cases(path: Path = DATA) -> list[Case]:
     return cases + range_cases() if path == DATA else cases
 
 
-def _features(group: str, stats: UvmStats, params: UvmParams) -> list[float]:
-    """Per-case multipliers of the fitted constants (seconds per unit), the counts replayed with ``params``."""
+def _features(group: str, stats: UvmStats) -> list[float]:
+    """Per-case multipliers of the fitted constants (seconds per unit)."""
     if group == "gpu":
         return [1.0 if stats.batches else 0.0, stats.batches, stats.blocks_waited, stats.pages_waited * PAGE]
-    if group == "cpu":  # the touches, and the doublings of their distances (what the rest of their time is)
-        touches = stats.accesses - stats.cpu_faults
-        doublings = (stats.cpu_touch_ps - touches * params.cpu_touch_ps) / params.cpu_touch_doubling_ps
-        return [stats.cpu_faults, stats.pages_to_host * PAGE, touches, doublings]
+    if group == "cpu":
+        return [stats.cpu_faults, stats.pages_to_host * PAGE, stats.accesses - stats.cpu_faults,
+                stats.cpu_touch_doublings]
     return [1.0, stats.pages_explicit_to_gpu * PAGE, stats.pages_explicit_to_host * PAGE]
 
 
@@ -247,7 +246,7 @@ def _fit_once(cases: list[Case], base: UvmParams) -> UvmParams:
     for group in ("gpu", "cpu", "prefetch"):
         chosen = [c for c in cases if c.group == group and c.role == "fit"]
         stats = [c.model(base) for c in chosen]
-        design = np.array([_features(group, s, base) for s in stats], dtype=float)
+        design = np.array([_features(group, s) for s in stats], dtype=float)
         target = np.array([c.center_s - s.compute_ps / PS_PER_S for c, s in zip(chosen, stats)])
         weight = 1.0 / np.array([c.center_s for c in chosen])
         solved[group], *_ = np.linalg.lstsq(design * weight[:, None], target * weight, rcond=None)
@@ -255,7 +254,7 @@ def _fit_once(cases: list[Case], base: UvmParams) -> UvmParams:
     ps = lambda seconds: max(0, round(seconds * PS_PER_S))  # noqa: E731 - local unit conversion
     return replace(base, fault_latency_ps=ps(g[0]), batch_ps=ps(g[1]), va_block_ps=ps(g[2]),
                    fault_migrate_Bps=1.0 / g[3], cpu_fault_ps=ps(c[0]), cpu_migrate_Bps=1.0 / c[1],
-                   cpu_touch_ps=ps(c[2]), cpu_touch_doubling_ps=max(1, ps(c[3])),  # (the next round divides by it)
+                   cpu_touch_ps=ps(c[2]), cpu_touch_doubling_ps=ps(c[3]),
                    prefetch_call_ps=ps(p[0]), prefetch_to_gpu_Bps=1.0 / p[1], prefetch_to_host_Bps=1.0 / p[2],
                    evict_block_ps=ps(g[2]), evict_Bps=1.0 / p[2])
 
