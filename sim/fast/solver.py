@@ -13,8 +13,11 @@ A block keeps the operations whose every claim precedes the next block's earlies
 overtaken on a shared server); the next block starts each stream at the first one not kept, and what a server
 still owes kept operations after that time is carried over as pending claims. Passes that disagree after
 ``max_passes`` keep what precedes the earliest disagreement and blocks shrink; passes that keep nothing are
-doubled up to one per operation of the block, past which it is :class:`Unsolvable` (a claim reached at the
-picosecond a completion posts its operation flips between two orders from pass to pass).
+doubled. Past one pass per operation of the block, doubled passes that leave their earliest disagreement where
+half as many left it make the block :class:`Unsolvable` (a claim reached at the picosecond a completion posts its
+operation flips between two orders from pass to pass); passes that still move it later go on up to one per value
+of the block a pass recomputes (a post, a gate's release, a claim's time, its completion: each pass settles at
+least the earliest that disagrees).
 
 Nothing is approximated: claims on one server are served in the ordering rule's total order
 (:mod:`sim.fast.merge`). What it solves is decided before solving (:mod:`sim.fast.limits`).
@@ -162,7 +165,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
     start = dict.fromkeys(problem.rounds[0], int(start_ps))  # per group: its round's start (ps)
     active, ended = _heads(problem, 0), []
     smallest = problem.smallest_block
-    size, passes, reach = smallest, max_passes, 1
+    size, passes, reach, reached = smallest, max_passes, 1, NEVER
     while active:
         spans = _slices(problem, active, size, reach)
         timed = any(problem.groups[g].posts_while for g, _, _ in spans)
@@ -186,11 +189,13 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
             continue
         total = sum(hi - first for _, first, hi in spans)
         if not any(kept):  # nothing final: more passes if they disagreed, else a longer block
-            if not agreed and passes > total + max_passes:
+            values = sum((hi - lo) * (2 + len(problem.claims[g]) + len(problem.gates[g])) for g, lo, hi in spans)
+            if not agreed and passes > total + max_passes and (disagree <= reached or passes > values + max_passes):
                 raise Unsolvable(f"passes over {total} operations from operation {spans[0][1]} do not agree: a "
                                  "claim is reached at the picosecond another operation's completion posts it, an "
                                  "order the vectorized core cannot settle", spans[0][0])
             passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, 2 * size, reach + 1)
+            reached = disagree
             continue
         size = max(smallest, 2 * size if agreed else min(size // 2, 2 * max(kept)))
         size, passes, reach = min(size, max(block, smallest)), max_passes, 1
