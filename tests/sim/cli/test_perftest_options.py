@@ -221,6 +221,20 @@ README_LINES = [shlex.split(line)[3:] for line in (Path(__file__).resolve().pare
                 .splitlines() if line.startswith("$ rdmasim perftest ")]
 
 
+@pytest.mark.parametrize(("tool", "every"), [("ib_write_bw", 100), ("ib_send_bw", 10), ("ib_read_bw", 48)])
+def test_a_moderated_duration_run_ends_between_two_signaled_work_requests(tool, every):
+    """perftest's duration loop (run_iter_bw) stops posting when the time is up, wherever that falls; only every
+    cq_mod-th work request is signaled, so those posted after the last signaled one never get a completion. The run
+    ends without one for them (it is no error), counts the work requests the completions cover, and those are the
+    ones an unmoderated run of the same duration completes, to within one moderation period and the window."""
+    argv = [tool, "-s", "4K", "-n", "16"]
+    moderated = _summary(argv, duration=50 * 10**6, cq_mod=every).iloc[0]["iterations"]
+    signaled = _summary(argv, duration=50 * 10**6).iloc[0]["iterations"]
+    tx_depth = perftest_scenario(argv).workload[0].tx_depth
+    assert moderated % every == 0 and tx_depth % every  # ends on a signaled one, with unsignaled ones after it
+    assert signaled - tx_depth - every < moderated <= signaled + tx_depth
+
+
 @pytest.mark.parametrize("argv", README_LINES, ids=" ".join)
 def test_the_readmes_perftest_lines_run_as_written(argv):
     code, text = run_perftest(argv)
