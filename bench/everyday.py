@@ -13,8 +13,9 @@ Prints, side by side in one run, each figure from its own process (``os.wait4`` 
 * ``rdmasim --version`` start-up (target 0.5 s; ``bench/startup.py`` measures more lines).
 
 ``--quick`` runs 10^5 and 10^6 WRITEs, ``-D 1`` and leaves the shipped scenarios out. ``--against REV`` (repeatable)
-measures instead the solve alone of every shipped scenario with the default engine in this checkout and in a git
-worktree of each REV, side by side, taking the trees in turn, with the ratio of each REV's time to this checkout's.
+measures instead the solve alone of every shipped scenario and of a few perftest lines (:data:`PERFTEST_LINES`) with
+the default engine in this checkout and in a git worktree of each REV, side by side, taking the trees in turn, with
+the ratio of each REV's time to this checkout's.
 """
 
 from __future__ import annotations
@@ -63,6 +64,25 @@ for engine in sys.argv[3:]:
 """Prints the solve alone of every variant of a scenario file (s), with each engine named (the tree's code: its root is
 the second argument), the best of two in one process after its imports: the part of a command that the engine
 decides."""
+PERFTEST_SOLVE = """
+import shlex, sys, time
+sys.path.insert(0, sys.argv[2])
+from sim.cli.perftest import perftest_scenario
+from sim.engine.run import run_scenario
+scenario = perftest_scenario(shlex.split(sys.argv[1]))
+best = float("inf")
+for _ in range(2):
+    started = time.perf_counter()
+    run_scenario(scenario, notice=lambda line: None, operations=False)
+    best = min(best, time.perf_counter() - started)
+print(best)
+"""
+"""Prints the solve alone of a perftest command line (the first argument) with the default engine, in the tree whose
+root is the second argument, the best of two in one process after its imports."""
+PERFTEST_LINES = ("ib_write_bw -b -n 20000", "ib_send_bw -s 64 -n 20000", "ib_write_bw -s 512 -n 100000",
+                  "ib_write_bw -a", "ib_send_bw -a")
+"""perftest lines whose blocks the vectorized core solves in many passes (small messages, both directions at once,
+every size), which no shipped scenario has."""
 DATA_MODE = {"rcache_churn.yaml"}
 """Shipped scenarios in data mode, which stays on the event engine."""
 
@@ -112,20 +132,21 @@ def shipped(scratch: Path) -> None:
 
 
 def against(revs: list[str], rounds: int = 2) -> None:
-    """The solve alone of every shipped scenario with the default engine, this checkout against each of ``revs``
-    (the best of ``rounds`` rounds that take the trees in turn, each round the best of two solves)."""
+    """The solve alone of every shipped scenario and perftest line with the default engine, this checkout against
+    each of ``revs`` (the best of ``rounds`` rounds that take the trees in turn, each round the best of two solves)."""
     with tempfile.TemporaryDirectory(prefix="rdmasim-bench-") as scratch, checked_out(revs, scratch) as trees:
         print(f"{'the solve alone, default engine':<32}" + "".join(f"{name[:13]:>14}" for name in trees)
               + "".join(f"{rev[:10] + ' / this':>18}" for rev in revs))
-        for path in sorted((ROOT / "scenarios").glob("*.yaml")):
+        cases = [(path.stem, lambda tree, name=path.name: [SOLVES, str(tree / "scenarios" / name), str(tree), "auto"])
+                 for path in sorted((ROOT / "scenarios").glob("*.yaml"))]
+        cases += [(line, lambda tree, line=line: [PERFTEST_SOLVE, line, str(tree)]) for line in PERFTEST_LINES]
+        for label, arguments in cases:
             best = dict.fromkeys(trees, float("inf"))
             for _ in range(rounds):
                 for name, tree in trees.items():
-                    seconds = float(timed(["-c", SOLVES, str(tree / "scenarios" / path.name), str(tree), "auto"],
-                                          cwd=tree)[2])
-                    best[name] = min(best[name], seconds)
+                    best[name] = min(best[name], float(timed(["-c", *arguments(tree)], cwd=tree)[2]))
             mine = best["this checkout"]
-            print(f"{path.stem:<32}" + "".join(f"{s:14.3f}" for s in best.values())
+            print(f"{label:<32}" + "".join(f"{s:14.3f}" for s in best.values())
                   + "".join(f"{best[rev] / mine:18.2f}" for rev in revs))
 
 

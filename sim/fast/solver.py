@@ -10,14 +10,14 @@ against its interpreter hold (tests/sim/fast/test_pipelines.py).
 
 A round's parallel streams (:attr:`sim.fast.steps.Group.parallel`) are solved together, a slice of each per block.
 A block keeps the operations whose every claim precedes the next block's earliest post (later ones may still be
-overtaken on a shared server); the next block starts each stream at the first one not kept, and what a server
-still owes kept operations after that time is carried over as pending claims. Passes that disagree after
-``max_passes`` keep what precedes the earliest disagreement and blocks shrink; passes that keep nothing are
-doubled. Past one pass per operation of the block, doubled passes that leave their earliest disagreement where
-half as many left it make the block :class:`Unsolvable` (a claim reached at the picosecond a completion posts its
-operation flips between two orders from pass to pass); passes that still move it later go on up to one per value
-of the block a pass recomputes (a post, a gate's release, a claim's time, its completion: each pass settles at
-least the earliest that disagrees).
+overtaken on a shared server); the next block starts each stream at the first one not kept, and what a server still
+owes kept operations after that time is carried over as pending claims. Passes that disagree after ``max_passes``
+keep what precedes the earliest disagreement, and the next block takes at most twice what a stream kept; passes
+that keep nothing are doubled. Past one pass per operation of the block, doubled passes that leave their earliest
+disagreement where half as many left it make the block :class:`Unsolvable` (a claim reached at the picosecond a
+completion posts its operation flips between two orders from pass to pass); passes that still move it later go on
+up to one per value of the block a pass recomputes (a post, a gate's release, a claim's time, its completion: each
+pass settles at least the earliest that disagrees).
 
 Nothing is approximated: claims on one server are served in the ordering rule's total order
 (:mod:`sim.fast.merge`). What it solves is decided before solving (:mod:`sim.fast.limits`).
@@ -197,7 +197,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
             passes, size, reach = (passes * 2, size, reach) if not agreed else (passes, 2 * size, reach + 1)
             reached = disagree
             continue
-        size = max(smallest, 2 * size if agreed else min(size // 2, 2 * max(kept)))
+        size = max(smallest, 2 * size if agreed else min(size, 2 * max(kept)))
         size, passes, reach = min(size, max(block, smallest)), max_passes, 1
         for (g, first, _), out, n in zip(spans, outs, kept):
             if not n:
