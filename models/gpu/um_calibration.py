@@ -33,6 +33,10 @@ cases after only the touched blocks did. Within the run the range's size moves o
 already on the host would change, charges both alike. Both are shown, not fitted: as fit rows they pull the
 fault latency to zero and ``blocks 1`` to -35 %. Their tolerance is the wider side of their 15 repetitions'
 [min, max] about the median (:attr:`Case.tolerance`).
+
+The stride experiment (``models/data/h100_um_cpu.json``, calib/gpu_um/measure_um_cpu.py; a machine of the same
+kind with an H100, two runs) reads one byte every 4 KiB .. 8 MiB (doubling) of a host-resident 1 GiB range in one
+process: ``stride`` cases, shown, not fitted, each less the read of one byte (the read's own start, ~12 us).
 """
 
 from __future__ import annotations
@@ -54,6 +58,7 @@ KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 DATA = Path(__file__).resolve().parents[1] / "data" / "h200_managed_memory.json"
 EDGES = Path(__file__).resolve().parents[1] / "data" / "h200_um_edges.json"
 RANGE = Path(__file__).resolve().parents[1] / "data" / "h200_um_range.json"
+STRIDES = Path(__file__).resolve().parents[1] / "data" / "h100_um_cpu.json"
 PAGE = 4 * KiB
 SPAN = GiB
 """Buffer of the sparse, block and CPU experiments."""
@@ -73,7 +78,7 @@ class Case:
     group: str
     """``gpu``, ``cpu`` or ``prefetch``: which constants it constrains."""
     role: str
-    """``fit``, ``check``, ``empty``, ``edge``, ``range`` or ``partial`` (see the module docstring)."""
+    """``fit``, ``check``, ``empty``, ``edge``, ``range``, ``partial`` or ``stride`` (see the module docstring)."""
     measured_s: tuple[float, ...]
     model: Callable[[UvmParams], UvmStats]
     spread: float | None = None
@@ -169,6 +174,23 @@ def range_cases(path: Path = RANGE) -> list[Case]:
     return cases
 
 
+def stride_cases(path: Path = STRIDES) -> list[Case]:
+    """The stride experiment's CPU reads of host-resident managed memory (one machine, two runs): ``stride`` cases,
+    each run's median less its read of one byte (the read's own start, which the model does not charge); their
+    tolerance is the wider side of the repetitions' [min, max] about the median, at least :data:`TOLERANCE`."""
+    runs = json.loads(Path(path).read_text())["runs"]
+    cases = []
+    for rows in zip(*(run["managed"] for run in runs)):
+        stride = rows[0]["stride"]
+        start = [run["call"]["median_s"] for run in runs]
+        spread = max(spread_tolerance({k: row[k] - s for k in ("median_s", "min_s", "max_s")}, TOLERANCE,
+                                      low="min_s", high="max_s") for row, s in zip(rows, start))
+        cases.append(Case(f"cpu stride {stride // KiB}KiB on host", "cpu", "stride",
+                          tuple(row["median_s"] - s for row, s in zip(rows, start)),
+                          _cpu(stride, then_read=False, resident_on="host"), spread))
+    return cases
+
+
 def load_cases(path: Path = DATA) -> list[Case]:
     """Every measured item as a :class:`Case` (items absent from a run are skipped for that run)."""
     runs = json.loads(Path(path).read_text())["runs"]
@@ -227,7 +249,7 @@ def load_cases(path: Path = DATA) -> list[Case]:
             add(f"touch {k} pages of 64MiB", "gpu", _gpu(EDGE_SPAN, _warps(np.arange(k)), bytes_per_access=4),
                 item["faulted"]["median_s"], "edge")
     cases = [Case(name, group, role, tuple(seconds), model) for name, (group, role, model, seconds) in found.items()]
-    return cases + range_cases() if path == DATA else cases
+    return cases + range_cases() + stride_cases() if path == DATA else cases
 
 
 def _features(group: str, stats: UvmStats) -> list[float]:

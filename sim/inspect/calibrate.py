@@ -34,10 +34,11 @@ Rows (``experiment``):
   clearing's end shown, not required; allocations that take back memory cleared since the last one
   (``gpu_reclaim.json``), with room to spare, required within their own spread or the spread of all such cases of
   their GPU (it differs up to twofold between machines).
-* ``managed``: unified memory (``h200_managed_memory.json``, the per-call ``h200_um_edges.json`` and the range
-  sizes of ``h200_um_range.json``) replayed on :class:`models.gpu.managed.ManagedMemory`: the fitted items
-  required within 25 % (prefetches 30 %), the others shown (:mod:`models.gpu.um_calibration` says what each role
-  is); the range rows, one run's, are held to the [min, max] spread of their repetitions.
+* ``managed``: unified memory (``h200_managed_memory.json``, the per-call ``h200_um_edges.json``, the range
+  sizes of ``h200_um_range.json`` and the CPU's reads by stride of ``h100_um_cpu.json``) replayed on
+  :class:`models.gpu.managed.ManagedMemory`: the fitted items required within 25 % (prefetches 30 %), the others
+  shown (:mod:`models.gpu.um_calibration` says what each role is); the range and stride rows are held to the
+  [min, max] spread of their repetitions.
 * ``topology``: perftest #241, ib_write_bw 32 MiB host vs GPU buffers with NIC and GPU on different
   sockets (SYS): :func:`models.pcie.topology.dma_path` and the wire. The A30 is PCIe Gen4 x16; the NIC is not
   named (IB, ~23000 MiB/s: taken as 200 Gb/s on Gen4 x16).
@@ -405,7 +406,8 @@ def _managed() -> list[dict]:
     notes = {"fit": "", "check": "not fitted", "empty": "the prefetcher completed it: nothing to migrate",
              "edge": "a 64 MiB range, two machines: faults cost less than the fit charges, by machine more than size",
              "range": "one machine, every size in one process: not fitted (as fit rows: blocks 1 -35 %)",
-             "partial": "as range, only the touched blocks sent to the host first: 17-71 us less, charged alike"}
+             "partial": "as range, only the touched blocks sent to the host first: 17-71 us less, charged alike",
+             "stride": "one machine with an H100, all strides in one process, less the read's own start"}
     rows = []
     for case, r in zip(cases, compare_um(cases, UVM_PRESETS["h200"])):
         rows.append(_row("managed", r["case"], 0, "ms", r["model_ms"], r["measured_ms"], tolerance=case.tolerance,
