@@ -232,7 +232,8 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
     except OverflowError as exc:
         return decline(f"{exc}: the event engine simulates that")
     except ReceivesShort as exc:
-        return decline(f"send_bw's receives ({exc}) may not be posted before every SEND arrives, so RNR NAKs may occur")
+        depth, consequence = exc.args
+        return decline(f"send_bw's receives ({depth}) may not be posted before every SEND arrives, so {consequence}")
     if reason:
         return decline(f"{reason}: the event engine simulates that")
     watch.finish(ends)

@@ -6,11 +6,20 @@ from __future__ import annotations
 import numpy as np
 
 from models.nic.datapath import ARRIVED, RECEIVED
+from models.nic.transport import acknowledged
 from sim.fast import Finished
 
 
 class ReceivesShort(Exception):
-    """A send_bw's receives might not have been posted in time: the event engine decides the RNR NAKs."""
+    """A send_bw's receives might not have been posted in time: the event engine decides what the SENDs that find
+    none meet (:func:`short_receive_consequence`)."""
+
+
+def short_receive_consequence(qp) -> str:
+    """What a SEND that finds no receive posted at ``qp``, its responder, meets, in words: an RNR NAK where the
+    service acknowledges requests (:func:`~models.nic.transport.acknowledged`), else a drop without a word back
+    (:func:`~models.nic.receive.unacknowledged_refusal`)."""
+    return "RNR NAKs may occur" if acknowledged(qp.qp_type) else "a SEND that finds none is dropped"
 
 
 class ReceivesAhead:
@@ -29,6 +38,8 @@ class ReceivesAhead:
     def __init__(self, ends: list) -> None:  # the run's streams (sim.engine.planner.plan.Stream)
         self.ahead = {k: (min(e.work.rx_depth, e.work.iterations), e.dst.qp.node.host.params.poll_period_ps)
                       for k, e in enumerate(ends) if e.work.rule.loop == "send_bandwidth"}
+        self.consequence = {k: short_receive_consequence(ends[k].dst.qp) for k in self.ahead}
+        """Per send_bw workload: what its SENDs that find no receive meet (:func:`short_receive_consequence`)."""
         self.sequence: dict[tuple[int, int], tuple[np.ndarray, int]] = {}
         """Per (workload, size): the latest completions of its sequence, and how many late ones lead it."""
         self.last: dict[int, np.ndarray] = {}
@@ -45,7 +56,8 @@ class ReceivesAhead:
         if (k, size) not in self.sequence:
             before, start = self.last.get(k, np.empty(0, dtype=np.int64)), piece.post[0]
             if np.any(before == start):
-                raise ReceivesShort(f"rx_depth {depth}: a receive completes as the next size starts")
+                raise ReceivesShort(f"rx_depth {depth}: a receive completes as the next size starts",
+                                    self.consequence[k])
             late = np.sort(before[before > start])
             self.sequence[k, size] = (late, len(late))
         kept, late = self.sequence[k, size]
@@ -55,7 +67,7 @@ class ReceivesAhead:
         follows = ops >= depth - late  # posted after a completion, not at the start
         reposted = sequence[ops[follows] - depth - piece.lo + len(kept)] + poll
         if np.any(reposted >= piece.marks.get(ARRIVED, piece.post)[follows]):
-            raise ReceivesShort(f"rx_depth {depth}")
+            raise ReceivesShort(f"rx_depth {depth}", self.consequence[k])
         self.sequence[k, size] = (sequence[-depth:], late)
         self.last[k] = np.concatenate((self.last.get(k, np.empty(0, dtype=np.int64))
                                        if piece.lo else np.empty(0, dtype=np.int64), received))[-depth:]

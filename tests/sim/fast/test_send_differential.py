@@ -82,6 +82,20 @@ def test_auto_leaves_receive_waits_to_the_event_engine():
         run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
 
 
+@pytest.mark.parametrize("transport", ["uc", "ud"])
+def test_without_acknowledgements_short_receives_are_said_to_drop_sends_not_to_draw_rnr_naks(transport):
+    """A UC or UD responder drops a SEND that finds no receive posted, without a word back
+    (models.nic.receive.unacknowledged_refusal): the fallback line says so, and no RNR NAK is counted."""
+    work = {"kind": "send_bw", "sizes": ["64B"], "iterations": 1000, "tx_depth": 64, "rx_depth": 8,
+            "transport": transport}
+    data = scenario_dict(workload=[{"from": "src", "to": "dst", **work}], engine="auto")
+    lines = []
+    auto = run_scenario(Scenario.model_validate(data), notice=lines.append)
+    assert len(lines) == 1 and "event engine ran" in lines[0]
+    assert "(rx_depth 8) may not be posted before every SEND arrives, so a SEND that finds none is dropped" in lines[0]
+    assert "RNR" not in lines[0] and auto.counters["rnr_naks"] == 0
+
+
 def test_receives_reposted_before_their_sends_arrive_run_on_the_vectorized_core():
     """perftest's ``ib_send_bw -r 16`` at 64 KiB and ``-r 4`` at 4 KiB: with 128 SENDs in flight each is posted
     long before the server reposts its receive, but arrives after (the server polls within 40 ns of a receive's
