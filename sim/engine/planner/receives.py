@@ -1,5 +1,6 @@
 """Whether a ``send_bw``'s receives are always posted before its SENDs arrive on the vectorized core
-(:mod:`sim.engine.planner.plan`): where one might not be, the event engine decides the RNR NAKs."""
+(:mod:`sim.engine.planner.plan`): where one might not be, the event engine decides what the SENDs that find none
+meet (RNR NAKs; drops on UC and UD)."""
 
 from __future__ import annotations
 
