@@ -34,6 +34,7 @@ from measure_um import Bench, _summary, companion_arguments, environment, finish
 KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
 STRIDES = tuple(4 * KIB << k for k in range(12))  # 4 KiB .. 8 MiB
 FLUSH_BYTES = 256 * MIB
+ITEMS = ("managed", "managed_flushed", "heap")
 
 
 def heap_buffer(size: int) -> np.ndarray:
@@ -57,7 +58,7 @@ def timed_read(view: np.ndarray) -> float:
 
 def strided(bench: Bench, heap: np.ndarray, flush: np.ndarray, reps: int) -> dict:
     """Per item and stride, the reads' times (seconds) over ``reps`` repetitions taken round-robin."""
-    samples = {(item, s): [] for item in ("managed", "managed_flushed", "heap") for s in STRIDES}
+    samples = {(item, s): [] for item in ITEMS for s in STRIDES}
     calls = []
     for _ in range(reps):
         for stride in STRIDES:
@@ -70,7 +71,7 @@ def strided(bench: Bench, heap: np.ndarray, flush: np.ndarray, reps: int) -> dic
             samples[("heap", stride)].append(timed_read(heap[::stride]))
         bench.to_host()
         calls.append(timed_read(bench.host[:1]))
-    rows = {item: [] for item in ("managed", "managed_flushed", "heap")}
+    rows = {item: [] for item in ITEMS}
     for (item, stride), times in samples.items():
         rows[item].append({"stride": stride, "reads": bench.size // stride, **_summary(times)})
     return {**rows, "call": _summary(calls)}
@@ -94,7 +95,7 @@ def main() -> None:
         result.update(strided(bench, heap_buffer(GIB), heap_buffer(FLUSH_BYTES), args.reps))
     finally:
         finish(result, bench, started, args.out)
-    for item in ("managed", "managed_flushed", "heap"):
+    for item in ITEMS:
         for row in result.get(item, []):
             print(f"{item:16s} {row['stride'] // KIB:5d} KiB {row['median_s'] / row['reads'] * 1e9:8.1f} ns/read"
                   f"  [{row['min_s'] * 1e3:.3f}-{row['max_s'] * 1e3:.3f} ms]")

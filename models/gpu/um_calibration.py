@@ -179,10 +179,10 @@ def stride_cases(path: Path = STRIDES) -> list[Case]:
     each run's median less its read of one byte (the read's own start, which the model does not charge); their
     tolerance is the wider side of the repetitions' [min, max] about the median, at least :data:`TOLERANCE`."""
     runs = json.loads(Path(path).read_text())["runs"]
+    start = [run["call"]["median_s"] for run in runs]  # per run: its read of one byte (s)
     cases = []
     for rows in zip(*(run["managed"] for run in runs)):
         stride = rows[0]["stride"]
-        start = [run["call"]["median_s"] for run in runs]
         spread = max(spread_tolerance({k: row[k] - s for k in ("median_s", "min_s", "max_s")}, TOLERANCE,
                                       low="min_s", high="max_s") for row, s in zip(rows, start))
         cases.append(Case(f"cpu stride {stride // KiB}KiB on host", "cpu", "stride",
