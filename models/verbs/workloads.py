@@ -159,6 +159,13 @@ POLL_BATCH = 64
 polls the rest once the other processes woken at that time have run."""
 
 
+def moderated_signal(k, cq_mod: int, last: int | None):
+    """Whether a bandwidth loop signals its work request ``k`` (an int, or an array of them) with CQ moderation
+    ``cq_mod`` (perftest -Q): every cq_mod-th, and the ``last`` (None: a timed loop's, which is not known)."""
+    every = (k + 1) % cq_mod == 0
+    return every if last is None else every | (k == last)
+
+
 def still_posting(now_ps, start_ps: int, duration_ps: int):
     """Whether a timed loop (perftest -D) that started at ``start_ps`` posts at ``now_ps`` (ps; an array of
     times gives one answer each): while the clock is less than ``duration_ps`` after the start. The event engine's
@@ -215,7 +222,7 @@ def bandwidth(env, opcode: Opcode, src: Endpoint, dst: Endpoint, size: int, iter
     next_id = done = 0
 
     def flags(k: int) -> int:
-        return SEND_SIGNALED if (k + 1) % every == 0 or (not timed and k == iterations - 1) else 0
+        return SEND_SIGNALED if moderated_signal(k, every, None if timed else iterations - 1) else 0
 
     while True:
         while (still_posting(env.now, start, posting.duration_ps) if timed else next_id < iterations) \

@@ -132,7 +132,7 @@ def perftest_cq_moderation(args: argparse.Namespace) -> int:
 
 def cq_moderation(args: argparse.Namespace) -> int:
     """The CQ moderation a bandwidth command line runs with: perftest's (:func:`perftest_cq_moderation`) where -Q or
-    -l sets it, else 1: every work request signaled, which the vectorized core runs."""
+    -l sets it, else 1: every work request signaled."""
     return perftest_cq_moderation(args) if args.cq_mod is not None or args.post_list > 1 else 1
 
 
@@ -297,9 +297,8 @@ def _notices(cmd: _Command) -> list[str]:
     if TESTS[cmd.test].streams:  # (-Q and -l are bandwidth tests' options)
         ours, theirs = cq_moderation(cmd.args), perftest_cq_moderation(cmd.args)
         if ours != theirs:
-            lines.append(f"rdmasim perftest: CQ moderation {ours} (every work request signaled, which the vectorized "
-                         f"core runs); perftest's default here is {theirs}: -Q {theirs} follows it, on the event "
-                         "engine")
+            lines.append(f"rdmasim perftest: CQ moderation {ours} (every work request signaled); perftest's default "
+                         f"here is {theirs}: -Q {theirs} follows it")
     return lines + report_notices(cmd.args, TESTS[cmd.test])
 
 

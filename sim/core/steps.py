@@ -41,6 +41,10 @@ class Claim:
     """Name of the operation's turn this claim is made in (a send queue's order): it is made only once every
     earlier operation of that turn has made its own claim in it or ended, whenever its head arrives. The
     vectorized core's streams repeat one step list, so they reach such claims in operation order anyway."""
+    skipped_by: str | None = None
+    """Name of a per-operation draw (:attr:`sim.fast.Group.draws`): an operation drawing nonzero there makes no
+    such claim and goes on as if it were not there. Set only in the vectorized core's one step list for work
+    requests that take one of two paths, signaled or not (the CQE that only a signaled one writes)."""
 
 
 @dataclass(frozen=True)

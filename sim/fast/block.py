@@ -29,7 +29,7 @@ from sim.fast.server import pool
 from sim.fast.block_pass import NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut, gate_history, same_values
 from sim.fast.crawl import repeats, tail_crawls
 from sim.fast.deliveries import FIRST_DELIVERED, KEYS
-from sim.fast.guesses import LOW, guess_posts, lag_scan
+from sim.fast.guesses import LOW, guess_from_pass, lag_scan
 from sim.fast.pace import guesses_from_pace, paced_ends, paced_record, record_idle, record_pace
 
 NEVER = np.iinfo(np.int64).max
@@ -118,7 +118,8 @@ def _slices_in(problem, spans, history, start, shared, floor) -> list[SliceIn]:
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
             hist_released={label: hist.released[label] if hist is not None else empty
                            for label in (*problem.gates[g], *problem.stream_turn_keys[g], *KEYS)
-                           if hist is None or label in hist.released}, after=after, joined=joined))
+                           if hist is None or label in hist.released}, last_done=hist.last_done if hist else 0,
+            after=after, joined=joined))
     return slices
 
 
@@ -139,14 +140,8 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
         # own (its claims queue behind each other), whenever it is posted; its claims move with its post.
         alone = (problem.speedups.own_waits and window == 1 and not idle
                  and not problem.parallel[problem.round_of[piece.group]])
-        if m > window:
-            if alone:
-                guess_posts(problem, piece, out.post[:window], np.full(m, LOW),
-                            np.maximum(out.done - out.post, piece.idle_done))
-            else:  # a saturated group keeps its pace: start from it
-                queued = paced_ends(problem, piece) if pace is not None else np.where(
-                    out.done > out.post + piece.idle_done, out.done, LOW)
-                guess_posts(problem, piece, out.post[:window], queued)
+        if m > window:  # (a saturated group keeps its pace: start from it)
+            guess_from_pass(problem, piece, out, alone, paced_ends(problem, piece) if pace is not None else None)
             post = np.concatenate((out.post[:window], piece.guess_post))
             if problem.streams_meet:  # (else the posts stand in for the ranks: Pass._ranks)
                 piece.guess_rank = out.released[FIRST_DELIVERED][: m - window]
@@ -166,7 +161,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             now, idle_head = out.records[pos], piece.idle_claim[pos]
             steady = pace.claims.get(pos) if pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
-                moved[pos] = paced_record(problem, pos, now.seq0, post, rank, steady)
+                moved[pos] = paced_record(problem, pos, piece, post, rank, steady)
                 continue
             shift = post - out.post if alone else np.where(now.head > out.post + idle_head,
                                                            np.maximum(post + idle_head - now.head, 0), post - out.post)
@@ -189,11 +184,11 @@ def _disagreement(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pas
     for piece, out in zip(slices, outs):
         window, m = problem.groups[piece.group].window, piece.hi - piece.lo
         inside = max(0, m - window)
-        t = min(t, _first_difference(piece.guess_post, out.done[:inside]))
+        t = min(t, _first_difference(piece.guess_post, out.release[:inside]))
         wrong = piece.guess_rank != out.released[FIRST_DELIVERED][:inside] if run.ranked is not None else ()
         if np.any(wrong):  # ranks order claims from the first tie on, an operation's claims from its post on
             k = int(np.argmax(wrong))
-            t = min(t, max(run.ranked, min(int(piece.guess_post[k]), int(out.done[k]))))
+            t = min(t, max(run.ranked, min(int(piece.guess_post[k]), int(out.release[k]))))
         for label, slots in problem.gates[piece.group].items():
             if m > slots:
                 t = min(t, _first_difference(piece.gate_input[label][slots:], out.released[label][: m - slots]))
@@ -222,7 +217,7 @@ def _next_post(problem, slices: list[SliceIn], outs: list[SliceOut]) -> int:
         elif hi < group.window:
             t = min(t, int(out.post[0]))
         elif hi - group.window >= lo:
-            t = min(t, int(out.done[hi - group.window - lo]))
+            t = min(t, int(out.release[hi - group.window - lo]))
         else:
             t = min(t, int(piece.hist_done[len(piece.hist_done) - (lo - hi + group.window)]))
     for r in ended:
@@ -249,7 +244,7 @@ def _carry_over(problem, slices: list[SliceIn], outs, kept, run: Pass, carry: li
     for piece, out, n in zip(slices, outs, kept):
         if n < piece.hi - piece.lo:
             window = problem.groups[piece.group].window
-            limit = min(limit, int(out.done[n - window]) if n >= window else int(out.post[n]))
+            limit = min(limit, int(out.release[n - window]) if n >= window else int(out.post[n]))
             cuts.append((piece.seq0 + n, piece.seq0 + piece.hi - piece.lo))
     kept_of = {piece.seq0: n for piece, n in zip(slices, kept)}
     records: dict[int, list[Record]] = {}

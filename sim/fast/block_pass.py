@@ -18,9 +18,10 @@ from sim.core.interpreter import MODEL_EVENT
 from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Wait, Wake, waits
 from sim.fast.deliveries import FIRST, FIRST_DELIVERED, KEYS, UNRANKED, delivery_keys, walk_key
 from sim.fast.limits import unnumbered_tie
-from sim.fast.merge import Claims, Joined, key_order, per_claim
+from sim.fast.merge import Claims, key_order, per_claim
 from sim.fast.merge_reuse import Books
 from sim.fast.pace_lanes import Pace
+from sim.fast.steps import claim_service, released
 from sim.fast.scans import running_max
 from sim.fast.server import pool, serve
 from sim.fast.turns import turn_key, turn_order
@@ -80,7 +81,7 @@ class SliceIn:
     start: int | None
     """The group's start (its first posts), or no earlier than this when it waits for ``after``."""
     hist_done: np.ndarray
-    """Completions of operations ``max(0, lo - window)..lo-1`` (final)."""
+    """Releases (:attr:`SliceOut.release`) of operations ``max(0, lo - window)..lo-1`` (final)."""
     guess_post: np.ndarray
     """Guessed posts of operations ``lo + window..hi-1``."""
     guess_rank: np.ndarray
@@ -100,6 +101,8 @@ class SliceIn:
     """Per gate label: the latest releases before the slice (final)."""
     after: tuple[int, ...] = ()
     """Slices of the block whose last completions the group's start waits for (the round before it)."""
+    last_done: int = 0
+    """The completion of operation ``lo - 1`` (final; none before operation 0)."""
     joined: bool = False
     """The slice continues the previous slice's stream in the same block (:attr:`sim.fast.steps.Group.first`):
     each pass completes its history with that slice's values."""
@@ -132,6 +135,9 @@ class SliceOut:
     """The kept operations' steady state, when nearly every one of them queued somewhere."""
     head: np.ndarray | None = None
     """Each operation's end before completions are put in order (a completion waits for the previous one)."""
+    release: np.ndarray | None = None
+    """When each operation's completion lets its stream post again (:func:`released`; :attr:`done` itself unless
+    some operations deliver none)."""
     waited: tuple | None = None
     """The time and ordering position of the main chain's latest step that waited (a wake does not: the event
     engine's interpreter goes on through it without waiting), while the slice is walked."""
@@ -163,7 +169,7 @@ class Pass:
         """Records of later positions taken from the guesses (None: there was none)."""
         self.merged: dict[int, tuple[Claims, np.ndarray]] = {}
         """Per shared server: all its claims (pending ones first) and their service order, as last served."""
-        self.books = Books()
+        self.books = Books(problem.speedups.merge_reuse)
         """Per server merged in this pass, with merge_reuse: its claims as the pass has them."""
         self.walks = 1
         """Slices being walked in step."""
@@ -212,18 +218,14 @@ class Pass:
 
     def _end(self, head: np.ndarray) -> SliceOut:
         """The slice walked: its completions are ``head`` in order."""
-        piece, done = self.slice, head
-        if not self.idle:
-            ordered = head
-            if piece.lo and head[0] < piece.hist_done[-1]:  # after the previous block's last completion
-                ordered = head.copy()
-                ordered[0] = piece.hist_done[-1]
-            done = running_max(ordered)
+        piece, group = self.slice, self.problem.groups[self.slice.group]
+        done = head if self.idle else running_max(np.concatenate(([piece.last_done], head)))[1:]  # (in order)
         self.out.done, self.out.head = done, head
+        self.out.release = released(group, piece.draws, done, piece.hist_done[-1] if piece.lo else self.out.post[0])
         if self.problem.streams_meet:
             walked = np.full(len(head), UNRANKED) if self.out.walked is None else walk_key(*self.out.walked)
             self.out.released.update(delivery_keys(walked, done, piece.hist_done, piece.hist_released,
-                                                   self.problem.groups[piece.group].polls))
+                                                   group.polls))
         return self.out
 
     def _ranks(self, piece: SliceIn, window: int, post: np.ndarray) -> np.ndarray:
@@ -328,16 +330,14 @@ class Pass:
 
     def _gate(self, gate: Gate, t):
         """Wait for a slot at ``t``: the release of operation ``i - slots``, or at once where it came before."""
-        self.out.gate_in[gate.release] = self.out.gate_out[gate.release] = t
-        if self.idle:
-            return t, t, t
-        go = self.out.gate_out[gate.release] = np.maximum(t, self.slice.gate_input[gate.release])
+        self.out.gate_in[gate.release] = t
+        go = self.out.gate_out[gate.release] = t if self.idle else np.maximum(t, self.slice.gate_input[gate.release])
         return go, go, go
 
     def _claim(self, step: Claim, state, walk: int):
         """Claim for every operation (``walk``: the claim's walk-order index); the claims' ordering position is
         the pipeline position's (:attr:`sim.fast.solver.Problem.wpos_at`)."""
-        head, tail, wake = state
+        head, tail, wake = before = state
         pos = self.problem.pos_base[self.slice.group] + walk
         if not step.eager:  # made when the head arrives
             wake, self.turned = head, None
@@ -350,7 +350,10 @@ class Pass:
             self.turned = wpos
             self.out.released[names[0]], self.out.released[names[1]] = wake, wpos
         rec = Record(step.server, pos, self.slice.seq0, self.out.post, self.out.rank, wake, wpos, head,
-                     _plus(tail, step.tail_ps), step.service_ps)
+                     _plus(tail, step.tail_ps), claim_service(step, self.slice.draws))
+        skip = None if step.skipped_by is None else self.slice.draws[step.skipped_by] != 0
+        if skip is not None:  # a job of no time at the claim's ordering time: it delays no later claim
+            rec.head, rec.not_before = np.where(skip, wake, head), np.where(skip, wake, rec.not_before)
         self.current[pos] = self.out.records[pos] = rec
         self.books.made(step.server, pos)
         if step.server in self.shared and self.walks > 1:  # the other walks claim too before this one is served
@@ -358,7 +361,8 @@ class Pass:
         ahead = self._serve(step, rec)
         if step.label is not None:
             self.out.released[step.label] = self.out.marks[step.label] = rec.wake
-        return ahead, _plus(rec.finish, step.latency_ps), rec.wake
+        after = ahead, _plus(rec.finish, step.latency_ps), rec.wake
+        return after if skip is None else tuple(np.where(skip, b, a) for b, a in zip(before, after))
 
     def _turn_seed(self, names: tuple[str, str]) -> tuple[int, int] | None:
         """The ordering time and position, at the turn kept under ``names``, of the operation before the walked
@@ -377,17 +381,17 @@ class Pass:
         free_at = state.free_at if state.pending is None else int(state.pending.finish[-1])
         shift = step.head_ps + step.latency_ps
         if self.idle or (walk in self.problem.calm[self.slice.group] and rec.head[0] >= free_at):
-            rec.finish = rec.head + step.service_ps
+            rec.finish = rec.head + rec.service
             np.maximum(rec.finish, rec.not_before, out=rec.finish)
             return _plus(rec.head, shift)
         if step.server in self.shared or (self.problem.varied[self.slice.group][walk]
                                           and _out_of_order(rec, state.pending)):
             return _plus(self._merge(step.server, rec), shift)
         if server.count > 1:
-            start, rec.finish, _ = pool(rec.head, step.service_ps, rec.not_before, state.free)
+            start, rec.finish, _ = pool(rec.head, rec.service, rec.not_before, state.free)
             return _plus(start, shift)
         ahead, rec.finish, self.problem.queued[rec.pos] = serve(
-            rec.head, step.service_ps, rec.not_before, free_at, np.asarray(server.stalls) if server.stalls else None,
+            rec.head, rec.service, rec.not_before, free_at, np.asarray(server.stalls) if server.stalls else None,
             self.problem.queued.get(rec.pos, False), shift)
         return ahead
 
@@ -396,12 +400,8 @@ class Pass:
         its start times. With merge_reuse the server's :class:`~sim.fast.merge_reuse.Book` keeps its claims through
         the pass, and the last service order stands while none changed."""
         state = self.carry[server]
-        if self.problem.speedups.merge_reuse:
-            claims, mine = self.books.join(server, rec.pos, lambda: (state.pending, *self._parts(server, rec.pos)),
-                                           self.current)
-        else:
-            claims = Joined([part for part in [state.pending, *self._parts(server, rec.pos)[1]] if part is not None])
-            mine = int(claims.lengths[:next(k for k, part in enumerate(claims.parts) if part is rec)].sum())
+        claims, mine = self.books.join(server, rec.pos, lambda: (state.pending, *self._parts(server, rec.pos)),
+                                       self.current)
         if claims is not None:
             order, tied = key_order(claims)
             ranked, tie = unnumbered_tie(self.problem, claims, order, server) if tied else (None, None)
@@ -442,7 +442,7 @@ def _join(problem, previous: SliceIn, out: SliceOut, piece: SliceIn) -> None:
     """Complete a joined slice's history (completions, gate releases) with the values this pass computed for
     the slice it continues."""
     back = min(piece.lo, problem.groups[piece.group].window)
-    piece.hist_done = np.concatenate((previous.hist_done, out.done))[-back:]
+    piece.hist_done, piece.last_done = np.concatenate((previous.hist_done, out.release))[-back:], int(out.done[-1])
     for label, slots in problem.gates[piece.group].items():
         released = np.concatenate((previous.hist_released[label], out.released[label]))[-problem.keep:]
         gate_history(piece.gate_input[label], released, piece.lo, piece.hi, slots)

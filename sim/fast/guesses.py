@@ -42,8 +42,43 @@ def lag_scan(first: np.ndarray, add: np.ndarray, floor: np.ndarray, lag: int) ->
 
 def guess_posts(problem, piece: SliceIn, first: np.ndarray, queued: np.ndarray,
                 latency: np.ndarray | None = None) -> None:
-    """Set the slice's guessed posts: completions ``window`` operations back, each its post plus its idle
-    latency (or ``latency``) and no earlier than ``queued``, from the first posts ``first``."""
-    window, m = problem.groups[piece.group].window, piece.hi - piece.lo
+    """Set the slice's guessed posts: completions ``window`` operations back (where some deliver none, the
+    latest delivered: :attr:`sim.fast.steps.Group.unsignaled`), each its post plus its idle latency (or
+    ``latency``) and no earlier than ``queued``, from the first posts ``first``."""
+    group, m = problem.groups[piece.group], piece.hi - piece.lo
     add = piece.idle_done if latency is None else latency
-    piece.guess_post = running_max(lag_scan(first, add, queued, window))[: m - window]
+    if group.unsignaled is None:
+        piece.guess_post = running_max(lag_scan(first, add, queued, group.window))[: m - group.window]
+    else:
+        piece.guess_post = release_scan(first, add, queued, group.window, piece.draws[group.unsignaled])[
+            : m - group.window]
+
+
+def release_scan(first: np.ndarray, add: np.ndarray, floor: np.ndarray, lag: int, silent: np.ndarray) -> np.ndarray:
+    """The releases ``r`` of ``d_i = max(d_{i-1}, r_{i-lag} + add_i, floor_i)``, where ``r_k`` is ``d`` at the
+    latest ``k' <= k`` whose ``silent`` is 0 (before any, the release before the slice: ``first[-1]``) and
+    ``r_{i-lag}`` for ``i < lag`` is ``first[i]``; solved ``lag`` operations at a time, each of which is posted by
+    a release of the ones before."""
+    m = len(add)
+    out = np.empty(m, np.int64)
+    last = done = int(first[-1])
+    for lo in range(0, m, lag):
+        hi = min(m, lo + lag)
+        post = first[:hi] if lo == 0 else out[lo - lag:hi - lag]
+        d = running_max(np.maximum(np.maximum(post + add[lo:hi], floor[lo:hi]), done))
+        out[lo:hi] = running_max(np.where(silent[lo:hi] != 0, last, np.maximum(d, last)))
+        last, done = int(out[hi - 1]), int(d[-1])
+    return out
+
+
+def guess_from_pass(problem, piece: SliceIn, out, alone: bool, paced: np.ndarray | None) -> None:
+    """Set the slice's guessed posts from a pass's completions ``out.done``: each its post plus its idle latency,
+    and no earlier than where it queued; ``alone`` (a stream posting one operation at a time, the round's only
+    one), plus what it waited beyond its idle latency, whenever it is posted (its claims queue behind each other);
+    ``paced``: where a saturated group's operations end at its pace, instead of where they queued."""
+    m, first = piece.hi - piece.lo, out.post[:problem.groups[piece.group].window]
+    if alone:
+        guess_posts(problem, piece, first, np.full(m, LOW), np.maximum(out.done - out.post, piece.idle_done))
+    else:
+        guess_posts(problem, piece, first, paced if paced is not None else np.where(
+            out.done > out.post + piece.idle_done, out.done, LOW))

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, waits
+from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Mark, Rebase, Wake, waits
 from sim.core.units import format_time
 from sim.fast.deliveries import UNRANKED
 from sim.fast.merge import tied_posts
@@ -52,6 +52,19 @@ def check(problem, walks: list) -> None:
                              "the same window and gates, and it must have operations of its own", g)
         if group.posts_while is not None and (group.first or problem.continued[g]):
             raise Unsolvable("a stream that posts for a while does not change its steps", g)
+        skips = [k for k, s in enumerate(walk) if isinstance(s, Claim) and s.skipped_by]
+        if skips and not all(isinstance(s, (Rebase, Delay, Mark, Wake)) or (isinstance(s, Claim) and s.skipped_by)
+                             for s in walk[skips[0]:]):
+            raise Unsolvable("claims some operations skip end the chain (only delays, rebases, marks and a wake "
+                             "follow them: those that skip them number their later steps otherwise)", g)
+        if (group.unsignaled or skips) and (problem.streams_meet or problem.unclaimed[g]):
+            raise Unsolvable("operations that deliver no completion or skip a claim run as the only stream of "
+                             "every round, in a stream that keeps its steps' turns", g)
+        if group.unsignaled and group.posts_while is not None and problem.round_of[g] + 1 < len(problem.rounds):
+            raise Unsolvable("a stream that posts for a while with completions some operations do not deliver "
+                             "ends the run (those after its last delivered one still run past its end)", g)
+        if group.first and before.unsignaled != group.unsignaled:
+            raise Unsolvable("a continuation delivers completions as the stream it continues does", g)
         if len(set(problem.turn_keys[g])) != len(problem.turn_keys[g]):
             raise Unsolvable("a turn is claimed twice on one server by one operation", g)
         decided = next((s for s in walk if isinstance(s, Check) and s.decides), None)

@@ -112,11 +112,9 @@ class Joined:
 
 def _per_part(part, name: str) -> np.ndarray | int:
     """Field ``name`` of ``part`` per claim, or the scalar a per-position record holds for all its claims (for
-    ``seq``, the first operation's ``seq0``)."""
-    if isinstance(part, Claims) or name not in ("seq", "service", "pos", "wpos") or (
-            name == "wpos" and np.ndim(part.wpos)):
-        return getattr(part, name)
-    return int(part.seq0 if name == "seq" else getattr(part, name))
+    ``seq``, the first operation's ``seq0``; a service may be either)."""
+    value = part.seq0 if name == "seq" and not isinstance(part, Claims) else getattr(part, name)
+    return value if isinstance(value, np.ndarray) else int(value)
 
 
 def per_claim(part, name: str) -> np.ndarray:

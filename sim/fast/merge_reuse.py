@@ -67,7 +67,12 @@ class Book:
 
 
 class Books(dict):
-    """The :class:`Book` of each server a pass has merged."""
+    """The :class:`Book` of each server a pass has merged; without ``reuse`` none is kept: each merge joins all the
+    server's claims again."""
+
+    def __init__(self, reuse: bool = True) -> None:
+        super().__init__()
+        self.reuse = reuse
 
     def made(self, server: int, pos: int) -> None:
         """Position ``pos`` of the pass made its claims on ``server``."""
@@ -79,7 +84,9 @@ class Books(dict):
         and their claims, where there is none yet), and where ``pos``'s claims start in the last join."""
         book = self.get(server)
         if book is None:
-            book = self[server] = Book(*parts())
+            book = Book(*parts())
+            if self.reuse:
+                self[server] = book
         return book.join(current), book.start(pos)
 
 

@@ -63,7 +63,10 @@ class _History:
     """Final values of a group's latest operations, as later posts and gates need them."""
 
     done: np.ndarray
+    """Releases (:attr:`sim.fast.block_pass.SliceOut.release`)."""
     released: dict[str, np.ndarray]
+    last_done: int = 0
+    """The latest operation's completion."""
     end: int = 0
     """When the stream ends if its latest operation is its last (:meth:`Group.end_after`, ps)."""
 
@@ -212,7 +215,7 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
                 done = history.pop(g, None)
                 del active[g]
                 if problem.continued[g]:  # the stream goes on
-                    history[g + 1] = _History(done.done, done.released, end=done.end)
+                    history[g + 1] = done
                     active[g + 1] = problem.groups[g + 1].first
                 else:
                     ended.append(problem.groups[g].end_after(out.done, out.marks, n))
@@ -285,7 +288,7 @@ def _remember(problem: Problem, history: dict[int, _History], group: int, out: S
         new = new[-problem.keep:]
         return new if previous is None else np.concatenate((previous, new))[-problem.keep:]
 
-    history[group] = _History(tail(old and old.done, out.done[:n]),
+    history[group] = _History(tail(old and old.done, out.release[:n]),
                               {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()},
-                              problem.groups[group].end_after(out.done, out.marks, n))
+                              int(out.done[n - 1]), problem.groups[group].end_after(out.done, out.marks, n))
     problem.paces.last[group] = out.pace

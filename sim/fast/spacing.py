@@ -56,7 +56,8 @@ def _walk(steps, bounds: Bounds, alone, proven: set[int], index: list[int], vari
             varied = _walk(step.steps, None if bounds is None else (bounds[0],) * 3, alone, proven, index, varied)
             bounds = None
         elif isinstance(step, Claim):
-            bounds = None if varied else _claim(step, bounds, alone(step.server), proven, here)
+            bounds = None if varied or step.skipped_by else _claim(step, bounds, alone(step.server), proven, here)
+            varied = varied or step.skipped_by is not None  # (an operation that skips it goes on from its arrival)
         elif isinstance(step, Rebase):
             bounds = None if bounds is None else (bounds[1] if step.from_tail else bounds[0],) * 3
         elif isinstance(step, Check) and step.holds:

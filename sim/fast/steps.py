@@ -65,29 +65,50 @@ class Group:
     """Labels of side chains the stream waits for once posted out: it ends (and the next group that is not
     parallel starts) at the latest of its last operation's completion and its times at these labels (a ping-pong
     that polls its last messages' completions before the next size)."""
+    unsignaled: str | None = None
+    """Name of a draw marking with 1 the operations that deliver no completion (work requests not signaled,
+    perftest -Q): a later operation is then posted by the latest completion delivered at or before the operation
+    ``window`` back (the group's start before the first), as perftest counts a moderated CQ's completions; an
+    operation's own completion still orders the later ones'."""
 
     def end_after(self, done: np.ndarray, marks: Mapping[str, np.ndarray], n: int) -> int:
         """When the stream ends if operation ``n - 1`` of these completions and marks is its last (ps)."""
         return max([int(done[n - 1])] + [int(marks[label][n - 1]) for label in self.settles])
 
 
-def after_draws(steps: tuple[Step, ...], varied: bool = False) -> list[bool]:
-    """For every step in walk order: whether a per-operation delay (drawn) comes before it, which may let a
-    later operation overtake an earlier one."""
+def released(group: Group, draws: Mapping[str, np.ndarray], done: np.ndarray, seed: int) -> np.ndarray:
+    """When each operation's completion ``done`` lets the group's stream post again (ps): the latest delivered at
+    or before it where some deliver none (:attr:`Group.unsignaled`; ``seed``, the release before the first, where
+    none is), else ``done`` itself. ``draws``: the operations' draws."""
+    if group.unsignaled is None:
+        return done
+    return np.maximum.accumulate(np.where(draws[group.unsignaled] != 0, seed, done))
+
+
+def claim_service(step: Claim, draws: Mapping[str, np.ndarray]) -> int | np.ndarray:
+    """A claim's service for operations drawing ``draws`` (ps): none for those that skip it."""
+    return step.service_ps if step.skipped_by is None else np.where(draws[step.skipped_by] != 0, 0,
+                                                                      step.service_ps)
+
+
+def after_draws(steps: tuple[Step, ...], skips: bool = True) -> list[bool]:
+    """For every step in walk order: whether a per-operation delay (drawn) or (``skips``) a claim some operations
+    skip comes before it, which may let a later operation overtake an earlier one."""
     out: list[bool] = []
-    _after_draws(steps, varied, out)
+    _after_draws(steps, False, out, skips)
     return out
 
 
-def _after_draws(steps: tuple[Step, ...], varied: bool, out: list[bool]) -> bool:
+def _after_draws(steps: tuple[Step, ...], varied: bool, out: list[bool], skips: bool) -> bool:
     """Append :func:`after_draws` of ``steps`` to ``out``; returns whether a drawn delay came before their end."""
     for step in steps:
         out.append(varied)
         if isinstance(step, Fork):
-            _after_draws(step.steps, varied, out)
+            _after_draws(step.steps, varied, out, skips)
         elif isinstance(step, Detour):  # part of the chain: what it draws delays what follows
-            varied = _after_draws(step.steps, varied, out)
-        varied = varied or isinstance(step, Wait) or (isinstance(step, Delay) and step.draws is not None)
+            varied = _after_draws(step.steps, varied, out, skips)
+        varied = varied or isinstance(step, Wait) or (isinstance(step, Delay) and step.draws is not None) \
+            or (skips and isinstance(step, Claim) and step.skipped_by is not None)  # (a skipping one goes on)
     return varied
 
 

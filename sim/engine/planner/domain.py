@@ -36,9 +36,12 @@ def _posting_outside(work: WorkloadSpec) -> str | None:
     if work.bidirectional and work.rule.receives:
         return (f"is a bidirectional {work.kind}: each QP's CPU then polls receives between its own SENDs, from one "
                 "series of poll delays")
-    if work.post_list > 1 or work.cq_mod > 1:
-        return ("posts lists or moderates completions (post_list, cq_mod): the vectorized core's window frees "
-                "one slot per completion")
+    if work.post_list > 1:
+        return ("posts lists (post_list): the vectorized core posts each work request on its own, not a list "
+                "at a time")
+    if work.cq_mod > 1 and (not work.rule.streams or workload_opcode(work).reads_remote or work.streams() > 1):
+        return ("moderates completions (cq_mod) on a READ, an atomic or several QPs: the vectorized core moderates "
+                "one stream of WRITEs or SENDs")
     return None
 
 

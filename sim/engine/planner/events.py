@@ -54,6 +54,23 @@ class Move:
     ready_ps: int | None
 
 
+def segments(targets: tuple[str | None, str | None], moves: list[Move], remote: list[Move], posts: np.ndarray,
+             ops: int) -> Iterator[tuple[int, int, tuple[str | None, str | None]]]:
+    """``(lo, hi, targets)`` runs of operations by where their source and their responder's buffer are when they
+    are posted (``moves`` and ``remote`` of each; ``posts``: those solved so far, the rest posted after every
+    move)."""
+    sides = []
+    for target, kept in zip(targets, (moves, remote)):
+        cuts = [(0, target)]
+        for move in kept:
+            if move.target != cuts[-1][1]:  # (a fault, or a move that leaves it where it was, changes no route)
+                cuts.append((int(np.searchsorted(posts, move.zapped_ps)), move.target))
+        sides.append(cuts)
+    edges = sorted({lo for cuts in sides for lo, _ in cuts} | {ops})
+    for lo, hi in zip(edges, edges[1:]):
+        yield lo, hi, tuple(next(t for c, t in reversed(cuts) if c <= lo) for cuts in sides)
+
+
 class Solved:
     """A solve's per-operation times by (workload index, size), taken from its pieces only as far as the events
     need: posts, completions, the wake at the source's translation (``local`` marks; absent where the source is

@@ -55,7 +55,7 @@ from typing import NamedTuple
 import numpy as np
 
 from models.ib.dmabuf_mr import DmabufBacking
-from models.nic.datapath import checked_accesses, path, translation_cache
+from models.nic.datapath import Shape, checked_accesses, path, translation_cache
 from models.nic.wqe import Opcode
 from models.verbs.ping_pong import ACKED, NoSingleChain, ping_pong
 from models.verbs.workloads import POLL_BATCH, Endpoint, posts_inline, still_posting, tagged
@@ -66,9 +66,10 @@ from sim.fast.solver import Problem
 from sim.engine.planner.domain import OutsideDomain, outside_domain, refused_work, slow_for_fast
 from sim.engine.planner.errors import Failure, failed_by, labelled
 from sim.engine.planner.losses import Losses, wires_labelled
+from sim.engine.planner.moderation import moderate
 from sim.engine.planner.retries import Retries, attempts_labelled
 from sim.engine.planner.streams import Stream, by_workload, case_counters, streams
-from sim.engine.planner.events import Move, Solved, Watch
+from sim.engine.planner.events import Move, Solved, Watch, segments
 from sim.engine.planner.faults import Unfollowed, faults_followed
 from sim.engine.planner.receives import ReceivesAhead, ReceivesShort
 from sim.engine.planner.rows import Rows, records
@@ -182,6 +183,9 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
         told.streams(by_workload(ends))
     # Nothing makes the run be solved again: no event, no page fault, no translation cache.
     once = not scenario.events and not watch.faults.sources and translations is None
+    if not once and any(end.work.cq_mod > 1 for end in ends):
+        return decline("completions moderated (cq_mod) in a run that scenario events, ODP page faults or a "
+                       "translation cache make the vectorized core solve again: the event engine simulates that")
     table = OperationTable() if operations else None
     rows = Rows(ends, table, StreamedSummaries(variant)) if once else None
     solved, pipes = None, None
@@ -445,7 +449,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             opcode, local = workload_opcode(work), _local_check(work)
             known = posts.get(size, np.empty(0, np.int64))  # none yet: all are posted after every move
             failure = failed_by(failures or {}, k, sizes, size)
-            parts = [part for lo, hi, targets in _segments(end.targets, moves, remote, known, ops[k, size])
+            parts = [part for lo, hi, targets in segments(end.targets, moves, remote, known, ops[k, size])
                      for found in [path_of(qp, src, dst, opcode, size, posts_inline(opcode, size, inline), targets)]
                      for part in (failure.parts(lo, hi, found, size) if failure else
                                   retries.parts((k, size), lo, hi, found, qp.remote.min_rnr_timer_ps)
@@ -453,9 +457,14 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
                                   losses.parts((k, size), lo, hi, found) if lossy else [(lo, hi, found.steps)])]
             if translations is not None:  # (nothing moves or fails then: one part)
                 parts = translations.split(k, end, size, parts[0][2], ops[k, size], work.duration is not None)
+            moderated = {}
+            if work.cq_mod > 1:  # (run_fast keeps it to runs solved once: one part)
+                quiet = path(qp, opcode, size, posts_inline(opcode, size, inline), *end.targets,
+                             checked_accesses(qp, [src.mr], dst.mr), Shape(signaled=False)).steps
+                parts, window, moderated = moderate(work, parts, quiet, window, draws, None if timed else ops[k, size])
             attempts = lossy or (watched and isinstance(dst.mr.backing, DmabufBacking))
             yield size, [Group(indexed(_watched(steps, watched, attempts, lossy), local), hi, window, draws, lo,
-                               polls=POLL_BATCH, **timed) for lo, hi, steps in parts]
+                               polls=POLL_BATCH, **timed, **moderated) for lo, hi, steps in parts]
 
 
 def _local_check(work: WorkloadSpec) -> str:
@@ -477,20 +486,3 @@ def _watched(steps: tuple, watched: bool, attempts: bool, wires: bool) -> tuple:
     steps = labelled(steps) if watched else steps
     steps = attempts_labelled(steps) if attempts else steps
     return wires_labelled(steps) if wires else steps
-
-
-def _segments(targets: tuple[str | None, str | None], moves: list[Move], remote: list[Move], posts: np.ndarray,
-              ops: int):
-    """``(lo, hi, targets)`` runs of operations by where their source and their responder's buffer are when they
-    are posted (``moves`` and ``remote`` of each; ``posts``: those solved so far, the rest posted after every
-    move)."""
-    sides = []
-    for target, kept in zip(targets, (moves, remote)):
-        cuts = [(0, target)]
-        for move in kept:
-            if move.target != cuts[-1][1]:  # (a fault, or a move that leaves it where it was, changes no route)
-                cuts.append((int(np.searchsorted(posts, move.zapped_ps)), move.target))
-        sides.append(cuts)
-    edges = sorted({lo for cuts in sides for lo, _ in cuts} | {ops})
-    for lo, hi in zip(edges, edges[1:]):
-        yield lo, hi, tuple(next(t for c, t in reversed(cuts) if c <= lo) for cuts in sides)

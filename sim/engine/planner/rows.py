@@ -20,6 +20,7 @@ import numpy as np
 from models.verbs.workloads import OpRecords, succeeded, tagged
 from sim.core.raw_columns import RawColumns
 from sim.engine.planner.errors import Failure
+from sim.engine.planner.moderation import Covers
 from sim.engine.planner.streams import Stream, by_workload
 from sim.engine.tables import StreamedSummaries, operation_rows
 from sim.fast import Finished
@@ -140,10 +141,18 @@ class Rows:
         """The open case's operations, released in posting order to its summary."""
         self.held: HeldRecords | None = None
         """The open case's records (None where the run keeps no table)."""
+        self.covers: dict[tuple[int, int], Covers] = {}
+        """Per moderated stream and size: its operations held until a completion covers them."""
 
     def __call__(self, k: int, size: int, piece: Finished, ended: bool) -> None:
         """Stream ``k``'s next ``piece`` at ``size`` (its last when ``ended``)."""
         work = self.ends[k].work
+        if work.cq_mod > 1:  # (one stream: Covers)
+            covers = self.covers.setdefault((k, size), Covers(
+                work.cq_mod, None if work.duration is not None else work.iterations - 1))
+            piece = covers.add(piece)
+            if piece is None:
+                return
         done = records(work, piece.post, piece.done)
         if work.streams() == 1:
             self._close()

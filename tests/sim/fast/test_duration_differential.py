@@ -76,8 +76,9 @@ def test_random_durations_equal_event_engine(kind, sizes, depth, duration_ns, at
 
 
 def test_posting_rules_the_vectorized_core_does_not_follow_still_run_on_the_event_engine():
-    for extra, says in (({"post_list": 4}, "posts lists"), ({"cq_mod": 8}, "moderates completions")):
-        data = scenario_dict(workload=[timed("write_bw", "5us", ("4KiB",), **extra)])
+    for kind, extra, says in (("write_bw", {"post_list": 4}, "posts lists"),
+                              ("read_bw", {"cq_mod": 8}, "moderates completions")):
+        data = scenario_dict(workload=[timed(kind, "5us", ("4KiB",), **extra)])
         falls_back(data, says, says)
     both = scenario_dict(workload=[timed("send_bw", "5us", ("4KiB",), bidirectional=True)])
     assert "bidirectional send_bw" in outside_domain(Scenario.model_validate(both))

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
-from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Rebase, Wait, Wake
+from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Rebase, Wait, Wake, walk_order
 from sim.fast import Group, Server, Unsolvable, solve
 from sim.fast.merge import Claims, key_order
 from sim.fast.solver import Problem
@@ -489,3 +489,40 @@ def test_a_guess_that_differs_late_in_operation_order_but_early_in_time_is_not_k
              Delay(draws="poll"), Wake())
     servers, groups = [Server("s0")], [Group(steps, 126, 19, {"poll": series(polls)})]
     assert solve_all(servers, groups, 11) == run_events(servers, groups, 11)
+
+
+
+@st.composite
+def moderated(draw, one: Group, cq_mod: int, timed: bool) -> Group:
+    """``one`` posted as perftest posts with CQ moderation: every ``cq_mod``-th operation (and, unless ``timed``,
+    the last) signaled, at most ``window + cq_mod - 1`` outstanding; one or two claims at its end (on servers its
+    other steps claim) made by the signaled ones only, as a CQE is written."""
+    signaled = [(k + 1) % cq_mod == 0 or (not timed and k == one.ops - 1) for k in range(one.ops)]
+    servers = sorted({s.server for s in walk_order(one.steps) if isinstance(s, Claim)})
+    cqe = [replace(draw(claim(draw(st.sampled_from(servers)), eager=False)), skipped_by="unsignaled")
+           for _ in range(draw(st.integers(1, 2)))]
+    steps = (*one.steps[:-3], *cqe, *one.steps[-3:])  # (before the completion: its rebase, poll delay and wake)
+    draws = dict(one.draws, unsignaled=series([int(not s) for s in signaled]))
+    return replace(one, steps=steps, draws=draws, unsignaled="unsignaled")
+
+
+@SETTINGS
+@given(data=st.data())
+def test_moderated_completions_on_shared_servers_equal_the_event_engine(data):
+    """perftest -Q: an operation is posted once the completions delivered cover all but ``window + cq_mod - 1``
+    of those before it; the unsignaled ones deliver none and skip the claims only a signaled one makes (its CQE),
+    on servers other positions share. Streams one after the other, the last maybe posting for a while."""
+    count = data.draw(st.integers(1, 3))
+    positions = data.draw(st.lists(st.integers(0, count - 1), min_size=1, max_size=5))
+    servers = [Server(f"s{i}") for i in range(count)]
+    groups, cq_mod, rounds = [], data.draw(st.integers(2, 6)), data.draw(st.integers(1, 2))
+    for r in range(rounds):
+        timed = r == rounds - 1 and data.draw(st.booleans())
+        one = data.draw(group(positions, gate=data.draw(st.booleans()), fork=data.draw(st.booleans()), wait=False,
+                              detour=True))
+        if timed:
+            duration = data.draw(st.integers(1, 3_000_000))
+            one = replace(one, posts_while=lambda post, start, d=duration: post < start + d)
+        groups.append(data.draw(moderated(one, cq_mod, timed)))
+    fast = solve_all(servers, groups, 11, block=data.draw(st.sampled_from([8, 64, 1024])))
+    assert fast == run_events(servers, groups, 11, cq_mod)

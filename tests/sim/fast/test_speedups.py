@@ -15,7 +15,7 @@ import sim.fast.solver as solver_module
 from bench.speedups import naked_window
 from sim.core.steps import Claim, Delay, Detour, Fork, Rebase, Wake
 from sim.fast import ALL, NONE, Group, Server, Speedups, Unsolvable, solve
-from test_pipelines import group, run_events, series, shared_pipelines, solve_all
+from test_pipelines import group, moderated, run_events, series, shared_pipelines, solve_all
 from tests.properties import examples
 
 SETTINGS = settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -52,6 +52,17 @@ def test_shared_servers_give_one_answer_with_or_without_accelerations(data):
     """Shared servers (merged claims), drawn delays, gates and side chains, in blocks of several sizes."""
     servers, groups = shared_pipelines(data)
     same_with_every_setting(servers, groups, data.draw(st.sampled_from([16, 64, 1024])))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_moderated_completions_give_one_answer_with_or_without_accelerations(data):
+    """perftest -Q: operations that deliver no completion skip the claims only a signaled one makes, each posted by
+    the latest completion delivered a window back (the pace keeps one idle latency per kind of operation)."""
+    servers, groups = shared_pipelines(data)
+    cq_mod = data.draw(st.integers(2, 6))
+    moderated_groups = [data.draw(moderated(one, cq_mod, timed=False)) for one in groups]
+    same_with_every_setting(servers, moderated_groups, data.draw(st.sampled_from([16, 64, 1024])))
 
 
 @SETTINGS
