@@ -36,9 +36,9 @@ def _posting_outside(work: WorkloadSpec) -> str | None:
     if work.bidirectional and work.rule.receives:
         return (f"is a bidirectional {work.kind}: each QP's CPU then polls receives between its own SENDs, from one "
                 "series of poll delays")
-    if work.post_list > 1:
-        return ("posts lists (post_list): the vectorized core posts each work request on its own, not a list "
-                "at a time")
+    if work.post_list > 1 and work.cq_mod != work.post_list:
+        return ("posts lists with more than one completion each (post_list, cq_mod): the vectorized core posts a "
+                "list once its one completion before is polled")
     if work.cq_mod > 1 and (not work.rule.streams or workload_opcode(work).reads_remote or work.streams() > 1):
         return ("moderates completions (cq_mod) on a READ, an atomic or several QPs: the vectorized core moderates "
                 "one stream of WRITEs or SENDs")
@@ -52,6 +52,10 @@ def slow_for_fast(scenario: Scenario) -> str | None:
             return (f"node {node.name} fetches WQEs by DMA (blueflame off): each work request then waits on "
                     "the previous payload, which the vectorized core solves a round at a time")
     for work in scenario.workload:
+        if work.post_list > 1:
+            return (f"workload '{work.name or work.kind}' posts lists (post_list): the NIC fetches each of their WQEs "
+                    "by DMA, each work request then waiting on the previous payload, which the vectorized core "
+                    "solves a round at a time")
         small = min(work.size_list())
         if work.rule.streams and work.rule.receives and work.streams() > 1 and small < SEND_PARALLEL_MIN_BYTES:
             return (f"workload '{work.name or work.kind}' is a {work.kind} over {work.streams()} QPs with "

@@ -4,19 +4,21 @@ perftest signals every ``cq_mod``-th work request (and the last; :func:`models.v
 and posts once the completions it has polled cover all but ``tx_depth`` of those posted before: a completion covers
 every work request up to its own. The stream is one :class:`sim.fast.Group` whose steps are the signaled path's,
 the claims that only a signaled work request makes (its CQE) skipped by the others
-(:attr:`sim.core.steps.Claim.skipped_by`), and whose window is ``tx_depth - cq_mod + 1``: operation ``i`` is posted by
-the latest completion delivered at or before operation ``i - window`` (:attr:`sim.fast.steps.Group.unsignaled`),
-which is the first signaled at or after ``i - tx_depth``. Its records are the event engine's: an unsignaled work
-request takes the time of the completion that covers it, and those after a timed stream's last signaled one are
-left out (:class:`Covers`).
+(:attr:`sim.core.steps.Claim.skipped_by`), and whose window is ``tx_depth - cq_mod + 1`` (:func:`moderated_window`):
+operation ``i`` is posted by the latest completion delivered at or before operation ``i - window``
+(:attr:`sim.fast.steps.Group.unsignaled`), which is the first signaled at or after ``i - tx_depth``. Post lists
+(perftest -l) with one completion each are the same, whole lists at a time. Its records are the event engine's: an
+unsignaled work request takes the time of the completion that covers it, and those after a timed stream's last
+signaled one are left out (:class:`Covers`).
 """
-
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
 
+from models.nic.datapath import Path, Shape
 from models.verbs.workloads import moderated_signal
 from sim.core.steps import Claim
 from sim.fast import Finished, Unsolvable
@@ -38,13 +40,28 @@ def moderated_steps(signaled: tuple, unsignaled: tuple) -> tuple:
     return (*signaled[:k], *(replace(s, skipped_by=UNSIGNALED) for s in run), *signaled[k + extra:])
 
 
-def moderate(work, parts: list, quiet: tuple, window: int, draws: dict, ops: int | None) -> tuple[list, int, dict]:
+def moderate(work, parts: list, paths: Callable[..., Path], draws: dict, ops: int | None) -> tuple[list, int, dict]:
     """The groups' parts (``(lo, hi, steps)``: the signaled path's steps, made :func:`moderated_steps` against the
-    unsignaled path ``quiet``), window and arguments of ``work``'s stream of ``ops`` operations (None: timed), whose
-    draws ``draws`` gain :data:`UNSIGNALED`."""
+    unsignaled path's; ``paths`` gives the path of a :class:`~models.nic.datapath.Shape`), window
+    (:func:`moderated_window`) and arguments of ``work``'s stream of ``ops`` operations (None: timed), whose draws
+    ``draws`` gain :data:`UNSIGNALED`."""
+    signaled, unsignaled = (paths(shape=Shape(signaled=flag, fetched=work.post_list > 1)).steps
+                            for flag in (True, False))
     draws[UNSIGNALED] = Unsignaled(work.cq_mod, None if ops is None else ops - 1)
-    parts = [(lo, hi, moderated_steps(steps, quiet)) for lo, hi, steps in parts]
-    return parts, window - work.cq_mod + 1, {"unsignaled": UNSIGNALED}
+    parts = [(lo, hi, moderated_steps(signaled, unsignaled)) for lo, hi, _ in parts]
+    return parts, moderated_window(work.tx_depth, work.cq_mod, work.post_list), {"unsignaled": UNSIGNALED}
+
+
+def moderated_window(tx_depth: int, cq_mod: int, post_list: int = 1) -> int:
+    """The window of a moderated stream: operation ``i`` is posted by the latest completion delivered at or before
+    operation ``i - window``.
+
+    perftest posts work request ``i`` once its polled completions cover those up to ``i - tx_depth`` (a completion
+    covers every work request up to its own): the first signaled one at or after ``i - tx_depth`` is the latest at
+    or before ``i - tx_depth + cq_mod - 1``. A list of ``post_list`` goes once it fits whole (its moderation is its
+    size): only ``tx_depth`` rounded down to whole lists is ever outstanding, and all of a list's work requests go
+    with the completion of the last signaled one a window before its first."""
+    return tx_depth - tx_depth % post_list - cq_mod + 1
 
 
 class Unsignaled:

@@ -55,7 +55,7 @@ from typing import NamedTuple
 import numpy as np
 
 from models.ib.dmabuf_mr import DmabufBacking
-from models.nic.datapath import Shape, checked_accesses, path, translation_cache
+from models.nic.datapath import checked_accesses, path, translation_cache
 from models.nic.wqe import Opcode
 from models.verbs.ping_pong import ACKED, NoSingleChain, ping_pong
 from models.verbs.workloads import POLL_BATCH, Endpoint, posts_inline, still_posting, tagged
@@ -459,9 +459,9 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
                 parts = translations.split(k, end, size, parts[0][2], ops[k, size], work.duration is not None)
             moderated = {}
             if work.cq_mod > 1:  # (run_fast keeps it to runs solved once: one part)
-                quiet = path(qp, opcode, size, posts_inline(opcode, size, inline), *end.targets,
-                             checked_accesses(qp, [src.mr], dst.mr), Shape(signaled=False)).steps
-                parts, window, moderated = moderate(work, parts, quiet, window, draws, None if timed else ops[k, size])
+                paths = partial(path, qp, opcode, size, posts_inline(opcode, size, inline), *end.targets,
+                                checked_accesses(qp, [src.mr], dst.mr))
+                parts, window, moderated = moderate(work, parts, paths, draws, None if timed else ops[k, size])
             attempts = lossy or (watched and isinstance(dst.mr.backing, DmabufBacking))
             yield size, [Group(indexed(_watched(steps, watched, attempts, lossy), local), hi, window, draws, lo,
                                polls=POLL_BATCH, **timed, **moderated) for lo, hi, steps in parts]

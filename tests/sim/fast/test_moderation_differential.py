@@ -1,6 +1,7 @@
-"""Completions moderated (perftest -Q, ``cq_mod``) on the vectorized core against the event engine: every
-``cq_mod``-th work request (and a fixed count's last) signaled, the unsignaled ones writing no CQE and taking the
-time of the completion that covers them; every row, summary and counter identical."""
+"""Completions moderated (perftest -Q, ``cq_mod``) and post lists with one completion each (perftest -l) on the
+vectorized core against the event engine: every ``cq_mod``-th work request (and a fixed count's last) signaled, the
+unsignaled ones writing no CQE and taking the time of the completion that covers them; every row, summary and
+counter identical."""
 
 from __future__ import annotations
 
@@ -58,3 +59,20 @@ def test_the_work_requests_a_completion_covers_take_its_time():
     done = fast.operations["completed_ps"].to_numpy()
     runs = [done[lo:lo + 8] for lo in range(0, 203, 8)]
     assert all((run == run[-1]).all() for run in runs) and len({int(run[-1]) for run in runs}) > 1
+
+
+@pytest.mark.parametrize("kind", ["write_bw", "send_bw"])
+@pytest.mark.parametrize("lists, tx_depth", [(8, 128), (16, 100), (5, 64)])
+def test_post_lists_with_one_completion_each_equal_the_event_engine(kind, lists, tx_depth):
+    """perftest -l N (its moderation N): a list of N work requests, one ibv_post_send and the NIC fetching each
+    WQE, goes once N slots are free, whole lists only (a tx depth that is not a multiple of N leaves the rest
+    unused); a fixed count and a duration."""
+    work = [moderated(kind, lists, tx_depth, ("64B", "4KiB"), iterations=40 * lists, post_list=lists),
+            moderated(kind, lists, tx_depth, ("1KiB",), duration="30us", post_list=lists)]
+    same_runs(scenario_dict(seed=6, workload=work, **two_nodes("cx7-gen5-400G")))
+
+
+def test_post_lists_with_several_completions_each_run_on_the_event_engine():
+    data = scenario_dict(seed=9, workload=[moderated("write_bw", 4, 64, iterations=200, post_list=8)],
+                         **two_nodes("cx7-gen5-400G"))
+    falls_back(data, "posts lists with more than one completion", "posts lists")
