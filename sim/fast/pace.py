@@ -29,6 +29,9 @@ class Paces:
         self.idle_gates: dict[int, dict[str, tuple[int, int]]] = {}
         """Per group and gate label, once seen: the times from post to the gate and from the gate to the slot's
         release with every server free, where each is one constant (ps)."""
+        self.drawn: dict[int, bool] = {}
+        """Per group, once seen: a drawn delay comes before one of its claims (its operations may reach them out of
+        order, and no idle latency is one constant)."""
 
 
 def record_pace(problem, slices: list[SliceIn], outs: list[SliceOut], kept: list[int]) -> None:
@@ -60,8 +63,13 @@ def record_idle(problem, piece: SliceIn) -> None:
     and to and after each gate (none where a drawn delay comes before a claim: its operations may arrive out of
     order)."""
     g, m = piece.group, piece.hi - piece.lo
-    drawn = after_draws(problem.groups[g].steps, skips=False)  # (those that skip a claim are one class)
-    if not problem.speedups.pace or not m or any(drawn[k] for k in problem.claim_steps[g]):
+    if not problem.speedups.pace or not m:
+        return
+    if g not in problem.paces.drawn:  # (the operations that skip a claim are a kind of their own)
+        skips = any(claim.skipped_by for claim in problem.claims[g])
+        varied = after_draws(problem.groups[g].steps, skips=False) if skips else problem.varied[g]
+        problem.paces.drawn[g] = any(varied[k] for k in problem.claim_steps[g])
+    if problem.paces.drawn[g]:
         return
     if problem.tail_draws[g] is not None:
         base, silent = piece.idle_done - tail(problem, piece), _silent(problem, piece)
@@ -80,12 +88,13 @@ def paced(problem, piece: SliceIn) -> bool:
     """Whether a slice's first guesses can come from its group's pace alone, without a pass over free servers:
     the group queued throughout its last block; its idle latencies are known (a constant plus its last drawn
     delays, for the operations that deliver a completion and for those that do not, a constant to each shared
-    position, and constants to and after each gate); and the slice's first
-    posts are completions of earlier blocks."""
+    position, and constants to and after each gate); and the slice's first posts are completions of earlier
+    blocks."""
     g, paces = piece.group, problem.paces
     window, pace, idle_claims = problem.groups[g].window, paces.last.get(g), paces.idle_claims.get(g, {})
     idle_gates, known = paces.idle_gates.get(g, {}), paces.idle_base.get(g, {})
-    return (pace is not None and not piece.joined and all(int(k) in known for k in np.unique(_silent(problem, piece)))
+    kinds = (0,) if problem.groups[g].unsignaled is None else np.unique(_silent(problem, piece)).tolist()
+    return (pace is not None and not piece.joined and all(kind in known for kind in kinds)
             and all(pos in pace.claims and pos in idle_claims for pos in piece.shared)
             and all(label in pace.releases and label in idle_gates for label in problem.gates[g])
             and piece.lo >= window and piece.hi - piece.lo > window)
@@ -106,7 +115,9 @@ def guess_from_pace(problem, piece: SliceIn) -> dict[int, Record]:
     shared servers, which keep their pace."""
     g, m = piece.group, piece.hi - piece.lo
     base = problem.paces.idle_base[g]
-    piece.idle_done = tail(problem, piece) + np.where(_silent(problem, piece) != 0, base.get(1, 0), base.get(0, 0))
+    own = np.where(_silent(problem, piece) != 0, base.get(1, 0), base.get(0, 0)) if problem.groups[g].unsignaled \
+        else base[0]
+    piece.idle_done = np.add(tail(problem, piece), own, out=np.empty(m, np.int64))
     piece.idle_claim = {pos: np.full(m, problem.paces.idle_claims[g][pos], np.int64) for pos in piece.shared}
     for label, slots in problem.gates[g].items():  # a slot is released at the pace its releases kept
         to_gate, after = problem.paces.idle_gates[g][label]
@@ -152,7 +163,7 @@ def _lanes(problem, piece: SliceIn, n: int) -> int:
     where fewer; where some operations deliver no completion, the operations between its kept ones that do (a
     completion posts them all at once)."""
     group = problem.groups[piece.group]
-    delivered = np.flatnonzero(_silent(problem, piece)[:n] == 0)
-    if group.unsignaled and len(delivered) > 2:
+    delivered = np.flatnonzero(_silent(problem, piece)[:n] == 0) if group.unsignaled else ()
+    if len(delivered) > 2:
         return int(np.diff(delivered[-3:]).max())
     return min([group.window, *problem.gates[piece.group].values()])
