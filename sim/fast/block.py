@@ -118,7 +118,7 @@ def _slices_in(problem, spans, history, start, shared, floor) -> list[SliceIn]:
             [problem.pos_base[g] + k for k in problem.claim_steps[g] if problem.step_server[g][k] in shared],
             hist_released={label: hist.released[label] if hist is not None else empty
                            for label in (*problem.gates[g], *problem.stream_turn_keys[g], *KEYS)
-                           if hist is None or label in hist.released}, last_done=hist.last_done if hist else 0,
+                           if hist is None or label in hist.released}, last_done=hist.last_done if hist else LOW,
             after=after, joined=joined))
     return slices
 
@@ -161,7 +161,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             now, idle_head = out.records[pos], piece.idle_claim[pos]
             steady = pace.claims.get(pos) if pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
-                moved[pos] = paced_record(problem, pos, piece, post, rank, steady)
+                moved[pos] = paced_record(problem, pos, now.seq0, post, rank, steady)
                 continue
             shift = post - out.post if alone else np.where(now.head > out.post + idle_head,
                                                            np.maximum(post + idle_head - now.head, 0), post - out.post)

@@ -101,8 +101,8 @@ class SliceIn:
     """Per gate label: the latest releases before the slice (final)."""
     after: tuple[int, ...] = ()
     """Slices of the block whose last completions the group's start waits for (the round before it)."""
-    last_done: int = 0
-    """The completion of operation ``lo - 1`` (final; none before operation 0)."""
+    last_done: int = -(1 << 62)
+    """The completion of operation ``lo - 1`` (final; before operation 0, long before any time)."""
     joined: bool = False
     """The slice continues the previous slice's stream in the same block (:attr:`sim.fast.steps.Group.first`):
     each pass completes its history with that slice's values."""

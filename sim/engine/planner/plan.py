@@ -229,8 +229,8 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
     except Unsolvable as exc:
         return decline(_unsolved(exc, pipes, ends))
     except _Crawling as exc:
-        return decline(f"the vectorized core keeps only about {exc} operations per block here (rounds interact "
-                       "through a shared link): the event engine is faster")
+        return decline(f"the vectorized core keeps only about {exc} operations per block here (its passes settle "
+                       "a few rounds at a time): the event engine is faster")
     except Unfollowed as exc:
         return decline(f"{exc}: the event engine simulates that")
     except OverflowError as exc:
