@@ -21,7 +21,7 @@ from sim.fast.limits import unnumbered_tie
 from sim.fast.merge import Claims, key_order, per_claim
 from sim.fast.merge_reuse import Books
 from sim.fast.pace_lanes import Pace
-from sim.fast.steps import claim_service, released
+from sim.fast.steps import released
 from sim.fast.scans import running_max
 from sim.fast.server import pool, serve
 from sim.fast.turns import turn_key, turn_order
@@ -349,9 +349,9 @@ class Pass:
             wake, wpos = turn_order(wake, wpos, self._turn_seed(names))
             self.turned = wpos
             self.out.released[names[0]], self.out.released[names[1]] = wake, wpos
-        rec = Record(step.server, pos, self.slice.seq0, self.out.post, self.out.rank, wake, wpos, head,
-                     _plus(tail, step.tail_ps), claim_service(step, self.slice.draws))
         skip = None if step.skipped_by is None else self.slice.draws[step.skipped_by] != 0
+        rec = Record(step.server, pos, self.slice.seq0, self.out.post, self.out.rank, wake, wpos, head,
+                     _plus(tail, step.tail_ps), step.service_ps if skip is None else np.where(skip, 0, step.service_ps))
         if skip is not None:  # a job of no time at the claim's ordering time: it delays no later claim
             rec.head, rec.not_before = np.where(skip, wake, head), np.where(skip, wake, rec.not_before)
         self.current[pos] = self.out.records[pos] = rec

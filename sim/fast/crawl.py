@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sim.fast.block_pass import SliceIn
+from sim.fast.pace import moderated
 
 
 def repeats(problem, slices: list[SliceIn], disagree: int, before: int | None,
@@ -19,11 +20,10 @@ def repeats(problem, slices: list[SliceIn], disagree: int, before: int | None,
     the solver's smallest block (:attr:`sim.fast.solver.Problem.smallest_block`), so the next block could not be
     shorter, the passes still move the earliest disagreement later (``before``: the last pass's), and they
     would keep under a quarter of the block's operations (``kept``: per slice, were the passes to stop at a
-    disagreement at a given time). Always False without the ``crawl`` acceleration, and where some operations
-    deliver no completion (perftest -Q: passes carried on from their own guesses settled on another of the
-    answers that hold where its posts tie)."""
+    disagreement at a given time). Always False without the ``crawl`` acceleration, and for a group some of whose
+    operations deliver no completion or skip a claim (:func:`sim.fast.pace.moderated`)."""
     if not problem.speedups.crawl or before is None or disagree <= before \
-            or any(p.hi - p.lo > problem.smallest_block or problem.groups[p.group].unsignaled for p in slices):
+            or any(p.hi - p.lo > problem.smallest_block or moderated(problem, p.group) for p in slices):
         return False
     return 4 * sum(kept(disagree)) < sum(piece.hi - piece.lo for piece in slices)
 

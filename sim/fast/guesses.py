@@ -66,7 +66,7 @@ def release_scan(first: np.ndarray, add: np.ndarray, floor: np.ndarray, lag: int
         hi = min(m, lo + lag)
         post = first[:hi] if lo == 0 else out[lo - lag:hi - lag]
         d = running_max(np.maximum(np.maximum(post + add[lo:hi], floor[lo:hi]), done))
-        out[lo:hi] = running_max(np.where(silent[lo:hi] != 0, last, np.maximum(d, last)))
+        out[lo:hi] = running_max(np.where(silent[lo:hi] != 0, last, d))  # (d is never below the last release)
         last, done = int(out[hi - 1]), int(d[-1])
     return out
 

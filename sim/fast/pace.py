@@ -40,7 +40,9 @@ def _record_pace(problem, piece: SliceIn, out: SliceOut, n: int) -> None:
     """Keep the pace of a slice whose ``n`` kept operations nearly all queued (99 %): the spacing of its ends, of
     its claims on shared servers and of its gates' releases, for its group's next block (lanes: :class:`Pace`);
     none where some operations deliver no completion or skip a claim (:func:`moderated`)."""
-    saturated = not moderated(problem, piece.group) and n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n
+    if moderated(problem, piece.group):
+        return
+    saturated = n > 1 and np.count_nonzero(out.done[:n] > out.post[:n] + piece.idle_done[:n]) >= 0.99 * n
     if not saturated:
         return
     lanes = min([problem.groups[piece.group].window, *problem.gates[piece.group].values()])
@@ -137,5 +139,6 @@ def paced_record(problem, pos: int, seq0: int, post: np.ndarray, rank: np.ndarra
 
 def moderated(problem, g: int) -> bool:
     """Whether some operations of group ``g`` deliver no completion or skip a claim (perftest -Q): guesses from a
-    pace then settled, on random pipelines, on another of the answers that hold where its posts tie."""
+    pace, or passes carried on by the crawl (:func:`sim.fast.crawl.repeats`), then settled, on random pipelines, on
+    another of the answers that hold where its posts tie."""
     return problem.groups[g].unsignaled is not None or any(claim.skipped_by for claim in problem.claims[g])

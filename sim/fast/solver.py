@@ -65,7 +65,7 @@ class _History:
     done: np.ndarray
     """Releases (:attr:`sim.fast.block_pass.SliceOut.release`)."""
     released: dict[str, np.ndarray]
-    last_done: int = 0
+    last_done: int
     """The latest operation's completion."""
     end: int = 0
     """When the stream ends if its latest operation is its last (:meth:`Group.end_after`, ps)."""

@@ -85,17 +85,11 @@ def released(group: Group, draws: Mapping[str, np.ndarray], done: np.ndarray, se
     return np.maximum.accumulate(np.where(draws[group.unsignaled] != 0, seed, done))
 
 
-def claim_service(step: Claim, draws: Mapping[str, np.ndarray]) -> int | np.ndarray:
-    """A claim's service for operations drawing ``draws`` (ps): none for those that skip it."""
-    return step.service_ps if step.skipped_by is None else np.where(draws[step.skipped_by] != 0, 0,
-                                                                      step.service_ps)
-
-
-def after_draws(steps: tuple[Step, ...]) -> list[bool]:
+def after_draws(steps: tuple[Step, ...], varied: bool = False) -> list[bool]:
     """For every step in walk order: whether a per-operation delay (drawn) or a claim some operations skip comes
     before it, which may let a later operation overtake an earlier one."""
     out: list[bool] = []
-    _after_draws(steps, False, out)
+    _after_draws(steps, varied, out)
     return out
 
 

@@ -40,14 +40,13 @@ def moderated_steps(signaled: tuple, unsignaled: tuple) -> tuple:
     return (*signaled[:k], *(replace(s, skipped_by=UNSIGNALED) for s in run), *signaled[k + extra:])
 
 
-def moderate(work, parts: list, paths: Callable[..., Path], draws: dict, ops: int | None) -> tuple[list, int, dict]:
+def moderate(work, parts: list, paths: Callable[..., Path], draws: dict) -> tuple[list, int, dict]:
     """The groups' parts (``(lo, hi, steps)``: the signaled path's steps, made :func:`moderated_steps` against the
     unsignaled path's; ``paths`` gives the path of a :class:`~models.nic.datapath.Shape`), window
-    (:func:`moderated_window`) and arguments of ``work``'s stream of ``ops`` operations (None: timed), whose draws
-    ``draws`` gain :data:`UNSIGNALED`."""
+    (:func:`moderated_window`) and arguments of ``work``'s stream, whose draws ``draws`` gain :data:`UNSIGNALED`."""
     signaled, unsignaled = (paths(shape=Shape(signaled=flag, fetched=work.post_list > 1)).steps
                             for flag in (True, False))
-    draws[UNSIGNALED] = Unsignaled(work.cq_mod, None if ops is None else ops - 1)
+    draws[UNSIGNALED] = Unsignaled(work)
     parts = [(lo, hi, moderated_steps(signaled, unsignaled)) for lo, hi, _ in parts]
     return parts, moderated_window(work.tx_depth, work.cq_mod, work.post_list), {"unsignaled": UNSIGNALED}
 
@@ -65,10 +64,11 @@ def moderated_window(tx_depth: int, cq_mod: int, post_list: int = 1) -> int:
 
 
 class Unsignaled:
-    """The draw of :data:`UNSIGNALED`: 1 for each operation ``lo..hi-1`` perftest does not signal."""
+    """The draw of :data:`UNSIGNALED`: 1 for each operation ``lo..hi-1`` of ``work``'s stream that perftest does
+    not signal (a fixed count signals its last; a timed loop's last is not known)."""
 
-    def __init__(self, cq_mod: int, last: int | None) -> None:
-        self.cq_mod, self.last = cq_mod, last
+    def __init__(self, work) -> None:
+        self.cq_mod, self.last = work.cq_mod, None if work.duration is not None else work.iterations - 1
 
     def __call__(self, lo: int, hi: int) -> np.ndarray:
         return (~moderated_signal(np.arange(lo, hi), self.cq_mod, self.last)).astype(np.int64)
@@ -79,8 +79,8 @@ class Covers:
     one that covers it (the first signaled at or after it); the operations after the latest signaled one are held
     until a later piece covers them, and dropped after the stream's last piece (never covered)."""
 
-    def __init__(self, cq_mod: int, last: int | None) -> None:
-        self.signal = Unsignaled(cq_mod, last)
+    def __init__(self, work) -> None:
+        self.signal = Unsignaled(work)
         self.held: Finished | None = None
 
     def add(self, piece: Finished) -> Finished | None:

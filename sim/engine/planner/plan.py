@@ -461,7 +461,7 @@ def _groups(end: Stream, servers: dict[int, int], names: list[Server], moves: li
             if work.cq_mod > 1:  # (run_fast keeps it to runs solved once: one part)
                 paths = partial(path, qp, opcode, size, posts_inline(opcode, size, inline), *end.targets,
                                 checked_accesses(qp, [src.mr], dst.mr))
-                parts, window, moderated = moderate(work, parts, paths, draws, None if timed else ops[k, size])
+                parts, window, moderated = moderate(work, parts, paths, draws)
             attempts = lossy or (watched and isinstance(dst.mr.backing, DmabufBacking))
             yield size, [Group(indexed(_watched(steps, watched, attempts, lossy), local), hi, window, draws, lo,
                                polls=POLL_BATCH, **timed, **moderated) for lo, hi, steps in parts]

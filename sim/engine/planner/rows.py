@@ -148,9 +148,7 @@ class Rows:
         """Stream ``k``'s next ``piece`` at ``size`` (its last when ``ended``)."""
         work = self.ends[k].work
         if work.cq_mod > 1:  # (one stream: Covers)
-            covers = self.covers.setdefault((k, size), Covers(
-                work.cq_mod, None if work.duration is not None else work.iterations - 1))
-            piece = covers.add(piece)
+            piece = self.covers.setdefault((k, size), Covers(work)).add(piece)
             if piece is None:
                 return
         done = records(work, piece.post, piece.done)
