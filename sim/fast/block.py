@@ -277,7 +277,11 @@ def _carry_over(problem, slices: list[SliceIn], outs, kept, run: Pass, carry: li
 def _settle(state: Carry, claims, order: np.ndarray, limit: int, cuts: list[tuple[int, int]]) -> None:
     """Fold the kept operations' claims (``claims`` served in ``order``, finish times known) that precede
     ``limit`` into ``state.free_at`` and keep their later ones as pending; claims of operations not kept (their
-    numbers in one of ``cuts``' ``[lo, hi)``) are dropped (the next block solves them again)."""
+    numbers in one of ``cuts``' ``[lo, hi)``) are dropped (the next block solves them again). The pending claims
+    merged again keep the finish times they were carried with: they are final, and a pass whose guesses put a later
+    claim before one of them (it would disagree there) computed another."""
+    if state.pending is not None and getattr(claims, "parts", (None,))[0] is state.pending:
+        claims.finish[:len(state.pending)] = state.pending.finish
     seq = claims.seq[order]
     dropped = np.zeros(len(order), bool)
     for lo, hi in cuts:
