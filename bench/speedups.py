@@ -33,6 +33,8 @@ BUFFERS = [{"name": "src", "on": "a.host", "size": "64MiB"}, {"name": "dst", "on
 SHAPES = {
     "write_bw 4KiB, one QP": {"kind": "write_bw", "sizes": ["4KiB"], "iterations": 200_000},
     "read_bw 64KiB (read tags, slots)": {"kind": "read_bw", "sizes": ["64KiB"], "iterations": 50_000},
+    "write_bw 64KiB, CQ moderation 100 (pace)": {"kind": "write_bw", "sizes": ["64KiB"], "iterations": 100_000,
+                                                 "cq_mod": 100},
     "write_bw 4KiB, 4 QPs (shared servers)": {"kind": "write_bw", "sizes": ["4KiB"], "iterations": 20_000, "qps": 4},
     "read_bw 64KiB, 4 QPs (slots, shared)": {"kind": "read_bw", "sizes": ["64KiB"], "iterations": 5_000, "qps": 4},
     "write_lat 2B..64KiB": {"kind": "write_lat", "sizes": {"from": "2B", "to": "64KiB"}, "iterations": 5_000},

@@ -14,8 +14,12 @@ inline check, a mark) is taken within the waiting step before it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
+
+if TYPE_CHECKING:  # (the scenario checks import these steps; numpy only where a claim is served)
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,14 @@ class Claim:
     """Name of a per-operation draw (:attr:`sim.fast.Group.draws`): an operation drawing nonzero there makes no
     such claim and goes on as if it were not there. Set only in the vectorized core's one step list for work
     requests that take one of two paths, signaled or not (the CQE that only a signaled one writes)."""
+
+    def skips(self, draws: Mapping[str, np.ndarray]) -> np.ndarray | None:
+        """Per operation drawing ``draws``: whether it skips this claim (:attr:`skipped_by`; None: none does)."""
+        return None if self.skipped_by is None else draws[self.skipped_by] != 0
+
+    def service(self, skips: np.ndarray | None) -> int | np.ndarray:
+        """The claim's service per operation (ps): none for those that skip it (``skips``: :meth:`skips`)."""
+        return self.service_ps if skips is None else skips.choose((self.service_ps, 0))
 
 
 @dataclass(frozen=True)

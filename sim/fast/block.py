@@ -161,7 +161,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
             now, idle_head = out.records[pos], piece.idle_claim[pos]
             steady = pace.claims.get(pos) if pace is not None else None
             if steady is not None and len(now.wake) == m:  # a saturated group's claims keep their pace too
-                moved[pos] = paced_record(problem, pos, now.seq0, post, rank, steady)
+                moved[pos] = paced_record(problem, pos, piece, post, rank, steady)
                 continue
             shift = post - out.post if alone else np.where(now.head > out.post + idle_head,
                                                            np.maximum(post + idle_head - now.head, 0), post - out.post)

@@ -122,7 +122,8 @@ class SliceOut:
     done: np.ndarray
     """Completion of each operation (in order: never before the previous one's)."""
     last_wake: np.ndarray | None
-    """The latest time each operation claimed anything (None: the group claims nothing)."""
+    """The latest time each operation claimed anything, a claim it skips included: its zero job's place in the
+    server's order is carried on once the operation is kept (None: the group claims nothing)."""
     released: dict[str, np.ndarray] = field(default_factory=dict)
     marks: dict[str, np.ndarray] = field(default_factory=dict)
     """Per label: each operation's wake at that :class:`~sim.core.steps.Check`, or when it made that :class:`Claim`."""
@@ -265,7 +266,7 @@ class Pass:
                 state, last = (head, np.maximum(kept, head), wake), last if inner is None else inner
             elif isinstance(step, Claim):
                 state = yield from self._claim(step, state, self.step - 1)
-                last = state[2]
+                last = self.out.records[self.problem.pos_base[self.slice.group] + self.step - 1].wake
                 if main and (not step.eager or step.turn is not None):
                     self.out.waited = state[2], self.out.records[self.problem.pos_base[self.slice.group]
                                                                  + self.step - 1].wpos
@@ -349,9 +350,9 @@ class Pass:
             wake, wpos = turn_order(wake, wpos, self._turn_seed(names))
             self.turned = wpos
             self.out.released[names[0]], self.out.released[names[1]] = wake, wpos
-        skip = None if step.skipped_by is None else self.slice.draws[step.skipped_by] != 0
+        skip = step.skips(self.slice.draws)
         rec = Record(step.server, pos, self.slice.seq0, self.out.post, self.out.rank, wake, wpos, head,
-                     _plus(tail, step.tail_ps), step.service_ps if skip is None else np.where(skip, 0, step.service_ps))
+                     _plus(tail, step.tail_ps), step.service(skip))
         if skip is not None:  # a job of no time at the claim's ordering time: it delays no later claim
             rec.head, rec.not_before = np.where(skip, wake, head), np.where(skip, wake, rec.not_before)
         self.current[pos] = self.out.records[pos] = rec

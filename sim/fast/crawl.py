@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from sim.fast.block_pass import SliceIn
-from sim.fast.pace import moderated
 
 
 def repeats(problem, slices: list[SliceIn], disagree: int, before: int | None,
@@ -20,10 +19,9 @@ def repeats(problem, slices: list[SliceIn], disagree: int, before: int | None,
     the solver's smallest block (:attr:`sim.fast.solver.Problem.smallest_block`), so the next block could not be
     shorter, the passes still move the earliest disagreement later (``before``: the last pass's), and they
     would keep under a quarter of the block's operations (``kept``: per slice, were the passes to stop at a
-    disagreement at a given time). Always False without the ``crawl`` acceleration, and for a group some of whose
-    operations deliver no completion or skip a claim (:func:`sim.fast.pace.moderated`)."""
+    disagreement at a given time). Always False without the ``crawl`` acceleration."""
     if not problem.speedups.crawl or before is None or disagree <= before \
-            or any(p.hi - p.lo > problem.smallest_block or moderated(problem, p.group) for p in slices):
+            or any(p.hi - p.lo > problem.smallest_block for p in slices):
         return False
     return 4 * sum(kept(disagree)) < sum(piece.hi - piece.lo for piece in slices)
 

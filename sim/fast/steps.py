@@ -85,24 +85,24 @@ def released(group: Group, draws: Mapping[str, np.ndarray], done: np.ndarray, se
     return np.maximum.accumulate(np.where(draws[group.unsignaled] != 0, seed, done))
 
 
-def after_draws(steps: tuple[Step, ...], varied: bool = False) -> list[bool]:
-    """For every step in walk order: whether a per-operation delay (drawn) or a claim some operations skip comes
-    before it, which may let a later operation overtake an earlier one."""
+def after_draws(steps: tuple[Step, ...], skips: bool = True) -> list[bool]:
+    """For every step in walk order: whether a per-operation delay (drawn) or (``skips``) a claim some operations
+    skip comes before it, which may let a later operation overtake an earlier one."""
     out: list[bool] = []
-    _after_draws(steps, varied, out)
+    _after_draws(steps, False, out, skips)
     return out
 
 
-def _after_draws(steps: tuple[Step, ...], varied: bool, out: list[bool]) -> bool:
+def _after_draws(steps: tuple[Step, ...], varied: bool, out: list[bool], skips: bool) -> bool:
     """Append :func:`after_draws` of ``steps`` to ``out``; returns whether a drawn delay came before their end."""
     for step in steps:
         out.append(varied)
         if isinstance(step, Fork):
-            _after_draws(step.steps, varied, out)
+            _after_draws(step.steps, varied, out, skips)
         elif isinstance(step, Detour):  # part of the chain: what it draws delays what follows
-            varied = _after_draws(step.steps, varied, out)
+            varied = _after_draws(step.steps, varied, out, skips)
         varied = varied or isinstance(step, Wait) or (isinstance(step, Delay) and step.draws is not None) \
-            or (isinstance(step, Claim) and step.skipped_by is not None)  # (a skipping operation goes on)
+            or (skips and isinstance(step, Claim) and step.skipped_by is not None)  # (a skipping one goes on)
     return varied
 
 

@@ -4,10 +4,14 @@ A kept operation's claims that the next block's claims may still interleave with
 again with them. A pass whose guesses put a later claim before one of them computes another finish for it; where
 the block kept nothing (or only operations before that claim), that pass's value was carried on, and a server
 served after the pending claims started from it: the passes then settled on an answer the event engine does not
-give (a stream on one shared server, forks, detours and eager claims, a drawn poll delay). These pipelines are
-random ones that did so, checked against the event engine's own interpreter."""
+give (a stream on one shared server, forks, detours and eager claims, a drawn poll delay). Likewise an operation
+that skips a claim (an unsignaled work request's CQE) was kept while that claim's place in the server's order was
+not settled, and its zero job carried a finish from a pass that had served it late. These pipelines are random
+ones that did so, checked against the event engine's own interpreter."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -66,3 +70,20 @@ def test_a_moderated_stream_on_a_shared_server_completes_as_the_event_engine_say
     group = Group(steps("unsignaled"), ops, 20, draws, unsignaled="unsignaled")
     servers = [Server("s0"), Server("s1")]
     assert solved(servers, group, 64, ALL) == run_events(servers, [group], START_PS, cq_mod)
+
+
+def test_an_operation_is_kept_once_the_claim_it_skips_has_its_place():
+    """Every third work request signaled; the pace's guesses (the crawl off) served an unsignaled one's skipped CQE
+    claim after two later 37 ns claims, and the server was taken as free only after them."""
+    ops, cq_mod = 90, 3
+    steps = (Delay(18706), Claim(0, 18457, 555, 19039, 2302), Detour((Delay(287), Claim(0, 194, 15, 148, 132))),
+             Claim(1, 51, 15, 2832, 1555), Delay(5, "poll"), Claim(0, 4123, 1227, 211, 1283),
+             Claim(0, 37154, 232, 4129, 20126), Claim(2, 12976, 11635, 1510, 282), Claim(2, 39999, 1244, 602, 96),
+             Claim(0, 179, skipped_by="unsignaled"), Rebase(True), Delay(0, "poll"), Wake())
+    draws = {"poll": series(np.random.default_rng(3).integers(0, 40_001, ops)),
+             "unsignaled": series((~moderated_signal(np.arange(ops), cq_mod, ops - 1)).astype(np.int64))}
+    group = Group(steps, ops, 23, draws, unsignaled="unsignaled")
+    servers = [Server("s0"), Server("s1"), Server("s2")]
+    expected = run_events(servers, [group], START_PS, cq_mod)
+    assert solved(servers, group, 16, ALL) == expected
+    assert solved(servers, group, 16, replace(ALL, crawl=False)) == expected

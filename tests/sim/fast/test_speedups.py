@@ -58,7 +58,7 @@ def test_shared_servers_give_one_answer_with_or_without_accelerations(data):
 @given(data=st.data())
 def test_moderated_completions_give_one_answer_with_or_without_accelerations(data):
     """perftest -Q: operations that deliver no completion skip the claims only a signaled one makes, each posted by
-    the latest completion delivered a window back (the pace and crawl accelerations leave such streams alone)."""
+    the latest completion delivered a window back (the pace keeps an idle latency for each kind)."""
     servers, groups = shared_pipelines(data)
     cq_mod = data.draw(st.integers(2, 6))
     moderated_groups = [data.draw(moderated(one, cq_mod, timed=False)) for one in groups]
