@@ -266,10 +266,10 @@ class Pass:
                 state, last = (head, np.maximum(kept, head), wake), last if inner is None else inner
             elif isinstance(step, Claim):
                 state = yield from self._claim(step, state, self.step - 1)
-                last = self.out.records[self.problem.pos_base[self.slice.group] + self.step - 1].wake
+                made = self.out.records[self.problem.pos_base[self.slice.group] + self.step - 1]
+                last = made.wake  # (a skipped claim's own: its zero job's place is carried on too)
                 if main and (not step.eager or step.turn is not None):
-                    self.out.waited = state[2], self.out.records[self.problem.pos_base[self.slice.group]
-                                                                 + self.step - 1].wpos
+                    self.out.waited = state[2], made.wpos
             elif isinstance(step, Gate):
                 self.turned = None
                 state = self._gate(step, state[0])
