@@ -26,10 +26,10 @@ import numpy as np
 
 from sim.fast.merge import concat
 from sim.fast.server import pool
-from sim.fast.block_pass import NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut, gate_history, same_values
+from sim.fast.block_pass import LOW, NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut, gate_history, same_values
 from sim.fast.crawl import repeats, tail_crawls
 from sim.fast.deliveries import FIRST_DELIVERED, KEYS
-from sim.fast.guesses import LOW, guess_from_pass, lag_scan
+from sim.fast.guesses import guess_from_pass, lag_scan
 from sim.fast.pace import guesses_from_pace, paced_ends, paced_record, record_idle, record_pace
 
 NEVER = np.iinfo(np.int64).max

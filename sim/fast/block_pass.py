@@ -28,6 +28,8 @@ from sim.fast.turns import turn_key, turn_order
 
 NO_RELEASE = -1
 """Gate input of an operation that needs no earlier release (times are never negative)."""
+LOW = -(1 << 62)
+"""Minus infinity: long before any time (ps)."""
 
 
 @dataclass
@@ -101,7 +103,7 @@ class SliceIn:
     """Per gate label: the latest releases before the slice (final)."""
     after: tuple[int, ...] = ()
     """Slices of the block whose last completions the group's start waits for (the round before it)."""
-    last_done: int = -(1 << 62)
+    last_done: int = LOW
     """The completion of operation ``lo - 1`` (final; before operation 0, long before any time)."""
     joined: bool = False
     """The slice continues the previous slice's stream in the same block (:attr:`sim.fast.steps.Group.first`):

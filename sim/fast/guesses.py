@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.fast.block_pass import SliceIn
+from sim.fast.block_pass import LOW, SliceIn
 from sim.fast.scans import prefix_max, running_max
-
-LOW = -(1 << 62)
-"""Minus infinity for guesses."""
 
 
 def tail(problem, piece: SliceIn, at=slice(None)):

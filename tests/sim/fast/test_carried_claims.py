@@ -18,9 +18,9 @@ import pytest
 
 from models.verbs.workloads import moderated_signal
 from sim.core.steps import Check, Claim, Delay, Detour, Fork, Rebase, Wake
-from sim.fast import Group, Server, solve
+from sim.fast import Group, Server
 from sim.fast.speedups import ALL, NONE
-from tests.sim.fast.event_reference import run_events
+from test_pipelines import run_events, series, solve_all
 
 START_PS = 11
 
@@ -36,16 +36,10 @@ def steps(skipped_by: str | None) -> tuple:
             Claim(0, 674, 427, 67, 1612, skipped_by=skipped_by), Rebase(True), Delay(0, "poll"), Wake())
 
 
-def series(values: np.ndarray):
-    return lambda lo, hi: np.asarray(values[lo:hi], np.int64)
-
-
-def solved(servers, group: Group, block: int, speedups) -> tuple[list, list]:
-    posts, dones = [], []
-    for piece in solve(servers, [group], START_PS, block=block, speedups=speedups):
-        posts += piece.post.tolist()
-        dones += piece.done.tolist()
-    return [posts], [dones]
+def moderated_draws(seed: int, ops: int, cq_mod: int) -> dict:
+    """Random poll delays (up to 40 ns) and perftest's signaling of every ``cq_mod``-th work request and the last."""
+    return {"poll": series(np.random.default_rng(seed).integers(0, 40_001, ops)),
+            "unsignaled": series((~moderated_signal(np.arange(ops), cq_mod, ops - 1)).astype(np.int64))}
 
 
 @pytest.mark.parametrize("seed", [0, 7, 14])
@@ -56,8 +50,8 @@ def test_a_stream_on_a_shared_server_completes_as_the_event_engine_says(seed):
     servers = [Server("s0"), Server("s1")]
     expected = run_events(servers, [group], START_PS)
     for block in (8, 64, 1024):
-        assert solved(servers, group, block, ALL) == expected, block
-    assert solved(servers, group, 64, NONE) == expected
+        assert solve_all(servers, [group], START_PS, block, ALL) == expected, block
+    assert solve_all(servers, [group], START_PS, 64, NONE) == expected
 
 
 @pytest.mark.parametrize("seed", [1, 5, 6])
@@ -65,11 +59,10 @@ def test_a_moderated_stream_on_a_shared_server_completes_as_the_event_engine_say
     """Every sixth work request signaled (perftest -Q 6), the accelerations on: the pace's guesses put the burst
     one completion posts before the carried claims."""
     ops, cq_mod = 60, 6
-    draws = {"poll": series(np.random.default_rng(seed).integers(0, 40_001, ops)),
-             "unsignaled": series((~moderated_signal(np.arange(ops), cq_mod, ops - 1)).astype(np.int64))}
+    draws = moderated_draws(seed, ops, cq_mod)
     group = Group(steps("unsignaled"), ops, 20, draws, unsignaled="unsignaled")
     servers = [Server("s0"), Server("s1")]
-    assert solved(servers, group, 64, ALL) == run_events(servers, [group], START_PS, cq_mod)
+    assert solve_all(servers, [group], START_PS, 64, ALL) == run_events(servers, [group], START_PS, cq_mod)
 
 
 def test_an_operation_is_kept_once_the_claim_it_skips_has_its_place():
@@ -80,10 +73,9 @@ def test_an_operation_is_kept_once_the_claim_it_skips_has_its_place():
              Claim(1, 51, 15, 2832, 1555), Delay(5, "poll"), Claim(0, 4123, 1227, 211, 1283),
              Claim(0, 37154, 232, 4129, 20126), Claim(2, 12976, 11635, 1510, 282), Claim(2, 39999, 1244, 602, 96),
              Claim(0, 179, skipped_by="unsignaled"), Rebase(True), Delay(0, "poll"), Wake())
-    draws = {"poll": series(np.random.default_rng(3).integers(0, 40_001, ops)),
-             "unsignaled": series((~moderated_signal(np.arange(ops), cq_mod, ops - 1)).astype(np.int64))}
+    draws = moderated_draws(3, ops, cq_mod)
     group = Group(steps, ops, 23, draws, unsignaled="unsignaled")
     servers = [Server("s0"), Server("s1"), Server("s2")]
     expected = run_events(servers, [group], START_PS, cq_mod)
-    assert solved(servers, group, 16, ALL) == expected
-    assert solved(servers, group, 16, replace(ALL, crawl=False)) == expected
+    assert solve_all(servers, [group], START_PS, 16, ALL) == expected
+    assert solve_all(servers, [group], START_PS, 16, replace(ALL, crawl=False)) == expected

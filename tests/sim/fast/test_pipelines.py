@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, assume, given, note, settings
 from hypothesis import strategies as st
 
 from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Rebase, Wait, Wake, walk_order
-from sim.fast import Group, Server, Unsolvable, solve
+from sim.fast import ALL, Group, Server, Unsolvable, solve
 from sim.fast.merge import Claims, key_order
 from sim.fast.solver import Problem
 from scalar_reference import run_pipelines
@@ -26,21 +26,21 @@ from tests.properties import examples
 SETTINGS = settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def solved(servers, groups, start_ps=0, block=64) -> list:
-    """The pieces of the solve; an example whose order the core refuses to settle (a claim reached at the
+def solved(servers, groups, start_ps=0, block=64, speedups=ALL) -> list:
+    """The pieces of the solve (with the accelerations ``speedups``); an example whose order the core refuses to settle (a claim reached at the
     picosecond a completion posts its operation, ``Unsolvable``) is discarded: the property is that whenever the
     core answers, the answer is the event engine's (test_a_claim_at_its_posting_picosecond_is_refused...)."""
     try:
-        return list(solve(servers, groups, start_ps, block=block))
+        return list(solve(servers, groups, start_ps, block=block, speedups=speedups))
     except Unsolvable as exc:
         assume(not exc.reason.startswith("passes over"))
         raise
 
 
-def solve_all(servers, groups, start_ps=0, block=64):
+def solve_all(servers, groups, start_ps=0, block=64, speedups=ALL):
     """Posts and completions per group, from small blocks (so block boundaries are exercised)."""
     posts, dones = [[] for _ in groups], [[] for _ in groups]
-    for piece in solved(servers, groups, start_ps, block=block):
+    for piece in solved(servers, groups, start_ps, block=block, speedups=speedups):
         posts[piece.group] += piece.post.tolist()
         dones[piece.group] += piece.done.tolist()
     return posts, dones
