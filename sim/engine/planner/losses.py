@@ -11,9 +11,9 @@ an outage lost (:func:`~models.nic.retransmit.frame_lost`), and the responder's 
 until the missing request arrives sent again. Each request takes the steps of its case
 (:func:`~models.nic.retransmit.timed_out`, :func:`~models.nic.retransmit.woken`,
 :func:`~models.nic.retransmit.out_of_sequence`), settled against the solve
-(:mod:`sim.engine.planner.settling`). The core follows one gap's NAK at a time; a frame lost again, an
-acknowledgement that wakes a waiting request, or a request sent again that arrives while another is missing sends
-the run to the event engine (:meth:`Losses.confirm`).
+(:mod:`sim.engine.planner.settling`). The core follows one gap's NAK at a time (outages one after the other); a
+frame lost again, an acknowledgement that wakes a waiting request, or a request sent again that arrives while
+another is missing sends the run to the event engine (:meth:`Losses.confirm`).
 """
 
 from __future__ import annotations
@@ -172,13 +172,14 @@ def _responder(labelled: dict[str, np.ndarray], request: np.ndarray, reply: np.n
     (:meth:`~models.nic.work_request.WorkRequestRun._responder`): a request whose frame is lost goes missing when
     none is and stops when it arrives sent again; one arriving meanwhile is out of sequence, the first carrying the
     NAK PSN sequence error back (its ``nak`` check: when it wakes the requests waiting for their timers), the later
-    ones waiting behind until then, or until the missing one arrives. Returns the decisions and why they do not
-    follow the responder where they do not (None)."""
+    ones waiting behind until then, or until the missing one arrives. Each gap's NAK wakes the requests lost since
+    the gap before it ended (one that starts before the last NAK reached the requester is not followed). Returns
+    the decisions and why they do not follow the responder where they do not (None)."""
     arrived, lost_at = labelled[f"{REMOTE}0"], labelled[f"{WIRE}0"]
     code = np.where(request, REQUEST_LOST, np.where(reply, REPLY_LOST, 0)).astype(np.int64)
     wake = np.zeros(len(code), np.int64)
     losses = sorted((int(lost_at[i]), int(i)) for i in np.flatnonzero(request))
-    nak = None
+    since, last_nak = np.iinfo(np.int64).min, None  # the end of the gap before; its NAK's arrival (None: none)
     k = 0
     while k < len(losses):
         start, missing = losses[k]
@@ -188,25 +189,25 @@ def _responder(labelled: dict[str, np.ndarray], request: np.ndarray, reply: np.n
         if len(inside):
             inside = inside[np.argsort(arrived[inside], kind="stable")]
             ties = np.isin(arrived[inside], (start, end)).any() or (np.diff(arrived[inside]) == 0).any()
-            if nak is not None or ties or (code[inside] == REQUEST_LOST).any():
+            if (last_nak is not None and start <= last_nak) or ties or (code[inside] == REQUEST_LOST).any():
                 return code, ("after a link outage the responder's missing requests and NAKs come in an order the "
                               "vectorized core does not follow")
             first = int(inside[0])
             code[first], code[inside[1:]] = NAK_SENT, BEHIND
             mark = labelled.get("nak")
-            nak = (int(mark[first]) if mark is not None and old[first] & 7 == NAK_SENT else end, missing)
-            if (arrived[inside[1:]] == nak[0]).any():
+            last_nak = at = int(mark[first]) if mark is not None and old[first] & 7 == NAK_SENT else end
+            if (arrived[inside[1:]] == at).any():
                 return code, ("a request arrives out of sequence at the very time the NAK PSN sequence error reaches "
                               "the requester, an order the vectorized core does not follow")
-            wake[inside[1:]] = np.where(arrived[inside[1:]] < nak[0], nak[0], end)
+            wake[inside[1:]] = np.where(arrived[inside[1:]] < at, at, end)
+            # The NAK wakes the gap's requests waiting for their timers (those of a gap before went by theirs).
+            reply = labelled[f"{REPLY}0"]
+            waiting = (code == REQUEST_LOST) & (lost_at >= since) & (lost_at < at)
+            waiting |= (code == REPLY_LOST) & (reply >= since) & (reply < at) & (np.arange(len(code)) < missing)
+            wake[waiting] = at
+        since = end
         k = next((j for j in range(k, len(losses)) if losses[j][0] > end), len(losses))
-    if nak is not None:
-        at, missing = nak
-        waiting = (code == REQUEST_LOST) & (lost_at < at)
-        waiting |= (code == REPLY_LOST) & (labelled[f"{REPLY}0"] < at) & (np.arange(len(code)) < missing)
-        wake[waiting] = at
     return code | (wake << 3), None
-
 
 
 def followed(end) -> bool:

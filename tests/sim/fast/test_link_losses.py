@@ -136,3 +136,34 @@ def test_the_responder_state_decides_who_sends_the_nak_and_who_waits_behind():
     assert (decided >> 3).tolist() == [40, 40, 40, 0, 40, 100, 0]
     labelled["remote0"][2] = 90  # request 2, sent again, arrives while request 1 is still missing
     assert _responder(labelled, request, reply, old)[1] is not None
+
+
+def test_a_nak_wakes_only_the_requests_of_its_own_gap():
+    """Two outages: requests 0 and 1 are lost in the first (at 10 and 12), which no request arrives during, so
+    their timers send them again (request 0 arrives at 300); request 3 is lost in the second (at 1000) and request 4,
+    arriving at 1020 while it is missing, carries the NAK back (at 1040), which wakes request 3 but not the first
+    gap's."""
+    labelled = {"remote0": np.array([300, 310, 400, 1100, 1020]), "wire0": np.array([10, 12, 390, 1000, 1010]),
+                "reply0": np.array([-1, -1, -1, -1, -1]), "nak": np.array([-1, -1, -1, -1, 1040])}
+    request = np.array([True, True, False, True, False])
+    old = np.array([0, 0, 0, 0, NAK_SENT])
+    decided, broken = _responder(labelled, request, np.zeros(5, bool), old)
+    assert broken is None
+    assert (decided & 7).tolist() == [REQUEST_LOST, REQUEST_LOST, 0, REQUEST_LOST, NAK_SENT]
+    assert (decided >> 3).tolist() == [0, 0, 0, 1040, 0]
+    # Request 2 arrives in the first gap and carries its NAK back at 1032, after the second gap began (at 1000).
+    labelled["remote0"][2], labelled["nak"][2], old[2] = 200, 1032, NAK_SENT
+    assert _responder(labelled, request, np.zeros(5, bool), old)[1] is not None
+
+
+@pytest.mark.parametrize("first, second, timeout", [("50us", "50us", 14), ("300us", "50us", 8), ("50us", "300us", 8)])
+def test_outages_one_after_the_other_equal_the_event_engine(first, second, timeout):
+    """A WRITE stream through two link outages 3 ms apart, short ones (a NAK PSN sequence error wakes the requests
+    lost) and long ones (every request in flight lost, each sent again by its timer, 1 ms at ``timeout`` 8): the core
+    settles each outage's decisions in turn, every table and counter the event engine's."""
+    data = flapped(["64KiB"], 128, 6000, "1ms", first, timeout=timeout)
+    data["events"].append({"at": "4ms", "kind": "link-flap", "node": "b", "duration": second, "frames": "lost"})
+    one, _ = auto_runs(flapped(["64KiB"], 128, 6000, "1ms", first, timeout=timeout))
+    auto, lines = auto_runs(data)
+    assert auto.engine == "fast", lines
+    assert auto.counters["frames_lost"] > one.counters["frames_lost"]
