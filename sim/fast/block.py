@@ -261,9 +261,6 @@ def _carry_over(problem, slices: list[SliceIn], outs, kept, run: Pass, carry: li
         elif records.get(server):
             (rec,) = records[server]
             n = kept_of[rec.seq0]
-            if server in problem.in_order:  # no later claim can come before these: only their end matters
-                state.free_at = int(rec.finish[n - 1]) if n else state.free_at
-                continue
             k = int(np.searchsorted(rec.wake[:n], limit))
             if k:  # everything before (pending claims included) is over by then
                 state.free_at, state.pending = int(rec.finish[k - 1]), None

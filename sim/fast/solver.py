@@ -25,7 +25,8 @@ Nothing is approximated: claims on one server are served in the ordering rule's 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from copy import copy
 from dataclasses import dataclass, replace
 from itertools import accumulate
 
@@ -40,6 +41,7 @@ from sim.fast.speedups import ALL, NoHints, Speedups
 from sim.fast.steps import Group, Server, after_draws, claim_wpos, tail_draws
 from sim.fast.block_pass import Carry, SliceOut
 from sim.fast.pace import Paces
+from sim.fast.state import History, State
 
 
 @dataclass(frozen=True)
@@ -56,19 +58,6 @@ class Finished:
     next_post: int
     """When the next operation solved is posted (ps; ``NEVER`` after the last): no later operation claims or
     marks anything before it."""
-
-
-@dataclass
-class _History:
-    """Final values of a group's latest operations, as later posts and gates need them."""
-
-    done: np.ndarray
-    """Releases (:attr:`sim.fast.block_pass.SliceOut.release`)."""
-    released: dict[str, np.ndarray]
-    last_done: int
-    """The latest operation's completion."""
-    end: int = 0
-    """When the stream ends if its latest operation is its last (:meth:`Group.end_after`, ps)."""
 
 
 class Problem:
@@ -91,10 +80,6 @@ class Problem:
                 positions.setdefault(self.step_server[g][k], set()).add((g, k))
         self.calm = calm_claims(self.servers, self.groups, positions) if speedups.calm else [set() for _ in groups]
         """Per group: walk-order indices of the claims that never queue, save perhaps the first of a block."""
-        self.in_order = {i for i, p in positions.items() if len(p) == 1 and self.servers[i].count == 1
-                         and not any(self.varied[g][k] for g, k in p)}
-        """Servers claimed from one pipeline position, in operation order (no drawn delay before it): a later
-        block's claims on them never precede an earlier block's, so only when the kept ones end is carried over."""
         self.pos_base = np.cumsum([0] + [len(w) for w in walks]).tolist()
         self.claim_at = {self.pos_base[g] + k: w[k] for g, (w, ks) in enumerate(zip(walks, self.claim_steps))
                          for k in ks}
@@ -150,10 +135,12 @@ class Problem:
 
 
 def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0, block: int = 16384,
-          max_passes: int = 8, speedups: Speedups = ALL) -> Iterator[Finished]:
+          max_passes: int = 8, speedups: Speedups = ALL, resume: State | None = None,
+          save: Callable[[State], None] | None = None) -> Iterator[Finished]:
     """Solve every operation of ``groups`` (run one round after the other from ``start_ps``, the parallel
     streams of a round together) through ``servers``, with the accelerations ``speedups`` names (none changes an
-    answer).
+    answer); or, from ``resume`` (its problem's servers and groups are solved then), what is left.
+    ``save`` is given the state before each block, once every piece before it was yielded.
 
     Yields :class:`Finished` pieces, each group's in operation order; memory stays proportional to ``block``
     per stream.
@@ -162,15 +149,17 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
         post time after their round's start, and so do the walks that made those completions' deliveries
         (:func:`sim.fast.limits.unnumbered_tie`).
     """
-    problem = Problem(servers, groups, speedups)
-    carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
-    history: dict[int, _History] = {}
-    start = dict.fromkeys(problem.rounds[0], int(start_ps))  # per group: its round's start (ps)
-    active, ended = _heads(problem, 0), []
+    problem, active, ended, start, carry, history, spanned = resume or begin(Problem(servers, groups, speedups),
+                                                                              start_ps)
     smallest = problem.smallest_block
     size, passes, reach, reached = smallest, max_passes, 1, NEVER
     while active:
+        if save is not None:
+            save(State(problem, dict(active), list(ended), dict(start), [copy(c) for c in carry], dict(history),
+                       dict(spanned)))
         spans = _slices(problem, active, size, reach)
+        for stream, hi in zip(problem.stream_of[[g for g, _, _ in spans]].tolist(), (hi for _, _, hi in spans)):
+            spanned[stream] = max(spanned.get(stream, 0), hi)
         timed = any(problem.groups[g].posts_while for g, _, _ in spans)
         before = [(c.free_at, c.pending, c.free) for c in carry] if timed else None
         outs, kept, disagree = solve_block(problem, spans, carry, history, start, passes, max(ended, default=None))
@@ -226,6 +215,12 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
                            min((_post_of(problem, history, start, h, lo) for h, lo in active.items()), default=NEVER))
 
 
+def begin(problem: Problem, start_ps: int) -> State:
+    """The state before the first block: the first round's streams start at ``start_ps``, every server free."""
+    carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
+    return State(problem, _heads(problem, 0), [], dict.fromkeys(problem.rounds[0], int(start_ps)), carry, {}, {})
+
+
 def _cut(problem: Problem, spans, outs: list[SliceOut], disagree: int, start: dict[int, int]) -> tuple[int, int] | None:
     """A group whose posting stops (:attr:`Group.posts_while`) at an operation of a block, and how many it posts;
     None if none is known. Known once the block's passes agree up to the stop (``disagree``: where they did not):
@@ -250,7 +245,7 @@ def _heads(problem: Problem, r: int) -> dict[int, int]:
     return {g: 0 for g in problem.rounds[r] if not problem.groups[g].first}
 
 
-def _post_of(problem: Problem, history: dict[int, _History], start: dict[int, int], group: int, lo: int) -> int:
+def _post_of(problem: Problem, history: dict[int, History], start: dict[int, int], group: int, lo: int) -> int:
     """When operation ``lo`` of ``group``, the next of its stream to be solved, is posted (ps)."""
     window = problem.groups[group].window
     return start[group] if lo < window else int(history[group].done[-window])
@@ -280,7 +275,7 @@ def _slices(problem: Problem, active: dict[int, int], size: int, reach: int) -> 
     return out
 
 
-def _remember(problem: Problem, history: dict[int, _History], group: int, out: SliceOut, n: int) -> None:
+def _remember(problem: Problem, history: dict[int, History], group: int, out: SliceOut, n: int) -> None:
     """Append the kept operations' values to the group's history (its latest ``problem.keep``)."""
     old = history.get(group)
 
@@ -288,7 +283,7 @@ def _remember(problem: Problem, history: dict[int, _History], group: int, out: S
         new = new[-problem.keep:]
         return new if previous is None else np.concatenate((previous, new))[-problem.keep:]
 
-    history[group] = _History(tail(old and old.done, out.release[:n]),
+    history[group] = History(tail(old and old.done, out.release[:n]),
                               {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()},
                               int(out.done[n - 1]), problem.groups[group].end_after(out.done, out.marks, n))
     problem.paces.last[group] = out.pace

@@ -72,6 +72,7 @@ from sim.engine.planner.streams import Stream, by_workload, case_counters, strea
 from sim.engine.planner.events import Move, Solved, Watch, segments
 from sim.engine.planner.faults import Unfollowed, faults_followed
 from sim.engine.planner.receives import ReceivesAhead, ReceivesShort
+from sim.engine.planner.resumes import Resumes
 from sim.engine.planner.rows import Rows, records
 from sim.engine.planner.translations import Translations
 from sim.engine.harness import PieceProgress, finish_run, inline_threshold, setup_run, workload_opcode
@@ -190,12 +191,13 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
     rows = Rows(ends, table, StreamedSummaries(variant)) if once else None
     solved, pipes = None, None
     depth = {k: end.work.rule.window(end.work.tx_depth) for k, end in enumerate(ends)}  # (what settling needs)
+    resumes = None if once else Resumes()
     try:
         for _ in range(MAX_MOVES + 1):
             pipes = pipelines(ends, watch.moves, solved and solved.posts, translations, watch.failures,
                               bool(scenario.events), watch.remote_moves, watch.retries, watch.losses)
             solved = Solved(_pieces(pipes, started, told, crawl=scenario.engine == "auto",
-                                    rows=rows, receives=ReceivesAhead(ends)),
+                                    rows=rows, receives=ReceivesAhead(ends), resumes=resumes),
                             pipes.ops)
             changed = watch.follow(solved)
             reason = watch.confirm(solved, ends)
@@ -272,8 +274,9 @@ def _unsolved(exc: Unsolvable, pipes: Pipelines, ends: list[Stream]) -> str:
 
 def _pieces(pipes: Pipelines, start_ps: int, told: PieceProgress | None, crawl: bool = False,
             rows: Callable[[int, int, Finished, bool], None] | None = None,
-            receives: Callable[[int, int, Finished], None] | None = None):
-    """Solve ``pipes`` from ``start_ps``: yields ``((workload index, size), piece)`` in order; with ``rows``
+            receives: Callable[[int, int, Finished], None] | None = None, resumes: Resumes | None = None):
+    """Solve ``pipes`` from ``start_ps`` (with ``resumes``, from where the last solve still holds): yields
+    ``((workload index, size), piece)`` in order; with ``rows``
     each piece goes to it and only its last operation is yielded. ``told`` (a progress display's) is told of each
     piece. ``receives`` checks each piece first (:class:`ReceivesAhead`).
 
@@ -281,8 +284,8 @@ def _pieces(pipes: Pipelines, start_ps: int, told: PieceProgress | None, crawl: 
     :raises ReceivesShort: from ``receives``.
     """
     watch = CrawlWatch()
-    for piece in solve(pipes.servers, pipes.groups, start_ps):
-        k, size = pipes.labels[piece.group]
+    solved = ((pipes.labels[piece.group], piece) for piece in solve(pipes.servers, pipes.groups, start_ps))
+    for (k, size), piece in solved if resumes is None else resumes.pieces(pipes, start_ps):
         if receives is not None:
             receives(k, size, piece)
         if told is not None:

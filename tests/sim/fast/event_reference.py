@@ -57,16 +57,21 @@ def run_events(servers: list[Server], groups: list[Group], start_ps: int = 0, cq
     return posts, dones
 
 
-def _served(steps, fifo) -> tuple:
-    """``steps`` with the servers' indices replaced by the FifoServers."""
+def claims_changed(steps: tuple, change) -> tuple:
+    """``steps`` with each claim, in forks and detours too, replaced by ``change(claim)``."""
     out = []
     for step in steps:
         if isinstance(step, Claim):
-            step = replace(step, server=fifo[step.server])
+            step = change(step)
         elif isinstance(step, (Fork, Detour)):
-            step = replace(step, steps=_served(step.steps, fifo))
+            step = replace(step, steps=claims_changed(step.steps, change))
         out.append(step)
     return tuple(out)
+
+
+def _served(steps, fifo) -> tuple:
+    """``steps`` with the servers' indices replaced by the FifoServers."""
+    return claims_changed(steps, lambda claim: replace(claim, server=fifo[claim.server]))
 
 
 class _Owner:

@@ -18,7 +18,6 @@ from hypothesis import strategies as st
 from sim.core.steps import Check, Claim, Delay, Detour, Fork, Gate, Rebase, Wait, Wake, walk_order
 from sim.fast import ALL, Group, Server, Unsolvable, solve
 from sim.fast.merge import Claims, key_order
-from sim.fast.solver import Problem
 from scalar_reference import run_pipelines
 from event_reference import run_events
 from tests.properties import examples
@@ -453,15 +452,6 @@ def test_a_saturated_group_with_no_drawn_delay_keeps_its_pace_from_block_to_bloc
 def test_a_group_without_claims_completes_after_its_delays():
     group = Group((Delay(5), Delay(draws="poll")), ops=6, window=2, draws={"poll": series([9, 0, 0, 30, 0, 0])})
     assert solve_all([], [group], block=4) == ([[0, 0, 14, 14, 19, 49]], [[14, 14, 19, 49, 49, 54]])
-
-
-def test_only_a_lone_position_claiming_in_operation_order_carries_its_server_as_a_free_time():
-    """Claims of one position with no drawn delay before it come in key order; a shared server, a pool and
-    a claim after a drawn delay keep their pending claims between blocks."""
-    steps = (Delay(10), Claim(0, 5), Claim(1, 5), Claim(1, 7), Claim(3, 9), Delay(draws="poll"), Claim(2, 5),
-             Rebase(True), Wake())
-    servers = [Server("lone"), Server("shared"), Server("after a draw"), Server("pool", count=2)]
-    assert Problem(servers, [Group(steps, 4, 2, {"poll": series([0, 3, 1, 2])})]).in_order == {0}
 
 
 def test_a_claim_at_its_posting_picosecond_is_refused_rather_than_solved_forever():
