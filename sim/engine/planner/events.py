@@ -210,7 +210,10 @@ class Watch:
         what the data path sees and return what it changed, or at the first page fault of a stream's own
         accesses, made on the testbed (``[(FAULTED, buffer)]``); empty: the solve is complete. While RNR NAK counts
         are still to settle (:attr:`Retries.pending`), no event is stepped: the times after their window are not
-        sure until a complete solve holds them, and an event folded on them would be placed wrong.
+        sure until a complete solve holds them, and an event folded on them would be placed wrong. Nor where link
+        outages lose frames: the run's end is not sure until their decisions settle, and an event stepped past it
+        would be logged as reached (the outages are known before the run; an event that changes the data path sends
+        such a run to the event engine, from :meth:`advance` to its end).
 
         :raises Unfollowed: a page fault the vectorized core does not follow.
         """
@@ -222,7 +225,8 @@ class Watch:
             if scan.found is not None and scan.found.at_ps < solved.horizon:
                 return self._fault(scan.found)
             if solved.horizon < NEVER:
-                changed = [] if self.retries.pending else self.advance(solved.horizon, inclusive=False)
+                changed = [] if self.retries.pending or self.losses.links else self.advance(solved.horizon,
+                                                                                            inclusive=False)
                 if changed:
                     return changed
         return [] if scan.found is None else self._fault(scan.found)
