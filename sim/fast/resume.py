@@ -140,4 +140,5 @@ def _taken_over(state: State, new: Problem) -> State:
     history = {group(g, state.active.get(g, old.groups[g].first)): h for g, h in state.history.items()}
     rounds = {old.round_of[g]: at for g, at in state.start.items()}
     start = {g: rounds[r] for g, r in enumerate(new.round_of) if r in rounds}
-    return State(new, active, list(state.ended), start, carry, history, dict(state.spanned))
+    return State(new, active, list(state.ended), start, carry, history, dict(state.spanned),
+                 max(state.size, new.smallest_block))

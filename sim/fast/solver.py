@@ -149,14 +149,14 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
         post time after their round's start, and so do the walks that made those completions' deliveries
         (:func:`sim.fast.limits.unnumbered_tie`).
     """
-    problem, active, ended, start, carry, history, spanned = resume or begin(Problem(servers, groups, speedups),
-                                                                              start_ps)
+    problem, active, ended, start, carry, history, spanned, size = resume or begin(
+        Problem(servers, groups, speedups), start_ps)
     smallest = problem.smallest_block
-    size, passes, reach, reached = smallest, max_passes, 1, NEVER
+    passes, reach, reached = max_passes, 1, NEVER
     while active:
         if save is not None:
             save(State(problem, dict(active), list(ended), dict(start), [copy(c) for c in carry], dict(history),
-                       dict(spanned)))
+                       dict(spanned), size))
         spans = _slices(problem, active, size, reach)
         for stream, hi in zip(problem.stream_of[[g for g, _, _ in spans]].tolist(), (hi for _, _, hi in spans)):
             spanned[stream] = max(spanned.get(stream, 0), hi)
@@ -218,7 +218,8 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
 def begin(problem: Problem, start_ps: int) -> State:
     """The state before the first block: the first round's streams start at ``start_ps``, every server free."""
     carry = [Carry(free=[0] * s.count if s.count > 1 else None) for s in problem.servers]
-    return State(problem, _heads(problem, 0), [], dict.fromkeys(problem.rounds[0], int(start_ps)), carry, {}, {})
+    return State(problem, _heads(problem, 0), [], dict.fromkeys(problem.rounds[0], int(start_ps)), carry, {}, {},
+                 problem.smallest_block)
 
 
 def _cut(problem: Problem, spans, outs: list[SliceOut], disagree: int, start: dict[int, int]) -> tuple[int, int] | None:

@@ -39,3 +39,5 @@ class State(NamedTuple):
     spanned: dict[int, int]
     """Per stream: the operations the blocks so far took in (a kept operation's times are final for the steps
     of every operation its block took in, kept or not)."""
+    size: int
+    """The operations per stream the next block takes (it grows while blocks keep all they take)."""

@@ -284,8 +284,9 @@ def _pieces(pipes: Pipelines, start_ps: int, told: PieceProgress | None, crawl: 
     :raises ReceivesShort: from ``receives``.
     """
     watch = CrawlWatch()
-    solved = ((pipes.labels[piece.group], piece) for piece in solve(pipes.servers, pipes.groups, start_ps))
-    for (k, size), piece in solved if resumes is None else resumes.pieces(pipes, start_ps):
+    solved = resumes.pieces(pipes, start_ps) if resumes is not None else (
+        (pipes.labels[piece.group], piece) for piece in solve(pipes.servers, pipes.groups, start_ps))
+    for (k, size), piece in solved:
         if receives is not None:
             receives(k, size, piece)
         if told is not None:
