@@ -23,6 +23,7 @@ class Resumes:
         """Go on from the latest state that holds (False: solve each time from the first operation, for
         comparison: ``bench/resolves.py``)."""
         self.saved: list[State] = []
+        """The solver's states before each block, of the solves that are still to go on from (in order)."""
         self.before: list[int] = []
         """Per state of :attr:`saved`: the pieces yielded before it."""
         self.log: list[tuple[tuple[int, int], Finished]] = []
@@ -46,6 +47,7 @@ class Resumes:
             yield item
 
     def _save(self, state: State) -> None:
+        """The solver's ``save``: ``state`` comes before the pieces not yet yielded."""
         self.saved.append(state)
         self.before.append(len(self.log))
 
