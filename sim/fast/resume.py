@@ -2,11 +2,12 @@
 
 A run whose decisions change as it is solved (a buffer that moves, RNR NAKs, lost frames: see
 :mod:`sim.engine.planner.plan`) is solved again with other groups from some operation of a stream on. Every
-operation an earlier solve kept before a block is final for the new groups too when each stream's operations up to
-there walk the same steps in both: a block keeps only operations whose claims precede every later post, and what
-a server still owes them is carried in the state (:class:`~sim.fast.solver.State`). :func:`rebase` takes the
-latest such state of the earlier solve over to the new groups (their numbers, their pipeline positions, the
-servers' numbers by name); :func:`~sim.fast.solver.solve` goes on from it.
+operation an earlier solve kept before a block is final for the new groups too when every operation the blocks
+before it took in, kept or not, walks the same steps in both (:attr:`~sim.fast.state.State.spanned`): a kept
+operation's times are final for the steps of the operations solved beside it, and what a server still owes it is
+carried in the state (:class:`~sim.fast.state.State`). :func:`rebase` takes the latest such state of the earlier
+solve over to the new groups (their numbers, the servers' numbers by name); :func:`~sim.fast.solver.solve` goes
+on from it.
 
 A check's ``holds`` (the intervals in which a buffer's accesses wait for a re-fault) apply by the time an
 operation reaches the check, not by its number: a new interval changes the operations that reach the check from

@@ -158,8 +158,8 @@ def solve(servers: Sequence[Server], groups: Sequence[Group], start_ps: int = 0,
             save(State(problem, dict(active), list(ended), dict(start), [copy(c) for c in carry], dict(history),
                        dict(spanned), size))
         spans = _slices(problem, active, size, reach)
-        for stream, hi in zip(problem.stream_of[[g for g, _, _ in spans]].tolist(), (hi for _, _, hi in spans)):
-            spanned[stream] = max(spanned.get(stream, 0), hi)
+        for g, _, hi in spans:
+            spanned[int(problem.stream_of[g])] = max(spanned.get(int(problem.stream_of[g]), 0), hi)
         timed = any(problem.groups[g].posts_while for g, _, _ in spans)
         before = [(c.free_at, c.pending, c.free) for c in carry] if timed else None
         outs, kept, disagree = solve_block(problem, spans, carry, history, start, passes, max(ended, default=None))
@@ -285,6 +285,6 @@ def _remember(problem: Problem, history: dict[int, History], group: int, out: Sl
         return new if previous is None else np.concatenate((previous, new))[-problem.keep:]
 
     history[group] = History(tail(old and old.done, out.release[:n]),
-                              {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()},
-                              int(out.done[n - 1]), problem.groups[group].end_after(out.done, out.marks, n))
+                             {k: tail(old and old.released[k], v[:n]) for k, v in out.released.items()},
+                             int(out.done[n - 1]), problem.groups[group].end_after(out.done, out.marks, n))
     problem.paces.last[group] = out.pace

@@ -10,6 +10,7 @@ import numpy as np
 
 from sim.fast.block_pass import Carry
 
+
 @dataclass
 class History:
     """Final values of a group's latest operations, as later posts and gates need them."""

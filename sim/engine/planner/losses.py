@@ -175,7 +175,7 @@ def _responder(labelled: dict[str, np.ndarray], request: np.ndarray, reply: np.n
     ones waiting behind until then, or until the missing one arrives. Each gap's NAK wakes the requests lost since
     the gap before it ended (one that starts before the last NAK reached the requester is not followed). Returns
     the decisions and why they do not follow the responder where they do not (None)."""
-    arrived, lost_at = labelled[f"{REMOTE}0"], labelled[f"{WIRE}0"]
+    arrived, lost_at, replied = labelled[f"{REMOTE}0"], labelled[f"{WIRE}0"], labelled[f"{REPLY}0"]
     code = np.where(request, REQUEST_LOST, np.where(reply, REPLY_LOST, 0)).astype(np.int64)
     wake = np.zeros(len(code), np.int64)
     losses = sorted((int(lost_at[i]), int(i)) for i in np.flatnonzero(request))
@@ -201,9 +201,8 @@ def _responder(labelled: dict[str, np.ndarray], request: np.ndarray, reply: np.n
                               "the requester, an order the vectorized core does not follow")
             wake[inside[1:]] = np.where(arrived[inside[1:]] < at, at, end)
             # The NAK wakes the gap's requests waiting for their timers (those of a gap before went by theirs).
-            reply = labelled[f"{REPLY}0"]
             waiting = (code == REQUEST_LOST) & (lost_at >= since) & (lost_at < at)
-            waiting |= (code == REPLY_LOST) & (reply >= since) & (reply < at) & (np.arange(len(code)) < missing)
+            waiting |= (code == REPLY_LOST) & (replied >= since) & (replied < at) & (np.arange(len(code)) < missing)
             wake[waiting] = at
         since = end
         k = next((j for j in range(k, len(losses)) if losses[j][0] > end), len(losses))

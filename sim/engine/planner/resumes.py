@@ -5,6 +5,7 @@ the vectorized core solves the rest. Each re-solve then costs what follows the c
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cache
 
 import numpy as np
 
@@ -55,6 +56,7 @@ class Resumes:
         """:data:`sim.fast.resume.Reached` from the latest solve's pieces (streams numbered as in ``pipes``)."""
         firsts = [g for g, group in enumerate(pipes.groups) if not group.first]
 
+        @cache  # (each of a stream's groups carries the same hold; each earlier problem asks again)
         def reached(stream: int, label: str, since: int) -> int:
             key = pipes.labels[firsts[stream]]
             for piece in (piece for k, piece in self.log if k == key):
