@@ -213,20 +213,24 @@ class Watch:
         sure until a complete solve holds them, and an event folded on them would be placed wrong. Nor where link
         outages lose frames: the run's end is not sure until their decisions settle, and an event stepped past it
         would be logged as reached (the outages are known before the run; an event that changes the data path sends
-        such a run to the event engine, from :meth:`advance` to its end).
+        such a run to the event engine, from :meth:`advance` to its end). There a decision of theirs that differs on
+        the solve's prefix stops the solve at once (:meth:`Losses.settle_early`): empty, the solve incomplete.
 
         :raises Unfollowed: a page fault the vectorized core does not follow.
         """
         scan = self.faults
         scan.restart()
+        self.losses.open = True
         while solved.extend():
             key, piece = solved.last
             scan.scan(key, piece, self.bed.env.now)
             if scan.found is not None and scan.found.at_ps < solved.horizon:
                 return self._fault(scan.found)
-            if solved.horizon < NEVER:
-                changed = [] if self.retries.pending or self.losses.links else self.advance(solved.horizon,
-                                                                                            inclusive=False)
+            if solved.horizon < NEVER and self.losses.links:
+                if self.losses.open and self.losses.settle_early(solved.marks, solved.horizon):
+                    return []  # (the solve is left incomplete)
+            elif solved.horizon < NEVER:
+                changed = [] if self.retries.pending else self.advance(solved.horizon, inclusive=False)
                 if changed:
                     return changed
         return [] if scan.found is None else self._fault(scan.found)

@@ -200,6 +200,8 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
                                     rows=rows, receives=ReceivesAhead(ends), resumes=resumes),
                             pipes.ops)
             changed = watch.follow(solved)
+            if not solved.complete and not changed:
+                continue  # a link outage's decisions differ on the solve's prefix: solved again with them
             reason = watch.confirm(solved, ends)
             if reason:
                 break
@@ -208,7 +210,7 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
                 continue  # the requester's first flush came elsewhere: solved again with that
             if not changed and watch.retries.settle(solved.marks, depth):
                 continue  # a request got another count of RNR NAKs: solved again with that
-            if not changed and watch.losses.settle(solved.marks, depth):
+            if not changed and watch.losses.settle(solved.marks):
                 continue  # a link outage lost other requests: solved again with that
             reason = None if changed else watch.losses.confirm(solved.marks)
             if reason:

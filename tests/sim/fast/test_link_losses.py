@@ -136,10 +136,16 @@ def test_the_responder_state_decides_who_sends_the_nak_and_who_waits_behind():
     request = np.array([False, True, True, False, False, False, False])
     reply = np.array([True, False, False, False, False, False, False])
     old = np.array([0, 0, 0, NAK_SENT, 0, 0, 0])
-    decided, broken = _responder(labelled, request, reply, old)
-    assert broken is None
+    decided, broken, known = _responder(labelled, request, reply, old)
+    assert broken is None and known == 7
     assert (decided & 7).tolist() == [REPLY_LOST, REQUEST_LOST, REQUEST_LOST, NAK_SENT, BEHIND, BEHIND, 0]
     assert (decided >> 3).tolist() == [40, 40, 40, 0, 40, 100, 0]
+    # Solved up to 60 only: request 1 may still be missing when a later request arrives, and the NAK to come may
+    # still complete request 0, whose acknowledgement was lost: no decision is final yet.
+    assert _responder(labelled, request, reply, old, horizon=60)[2] == 0
+    # Solved past every time here, with no outage to come: every decision is final and the same.
+    prefix, _, known = _responder(labelled, request, reply, old, horizon=130)
+    assert known == 7 and prefix.tolist() == decided.tolist()
     labelled["remote0"][2] = 90  # request 2, sent again, arrives while request 1 is still missing
     assert _responder(labelled, request, reply, old)[1] is not None
 
@@ -153,10 +159,14 @@ def test_a_nak_wakes_only_the_requests_of_its_own_gap():
                 "reply0": np.array([-1, -1, -1, -1, -1]), "nak": np.array([-1, -1, -1, -1, 1040])}
     request = np.array([True, True, False, True, False])
     old = np.array([0, 0, 0, 0, NAK_SENT])
-    decided, broken = _responder(labelled, request, np.zeros(5, bool), old)
+    decided, broken, _ = _responder(labelled, request, np.zeros(5, bool), old)
     assert broken is None
     assert (decided & 7).tolist() == [REQUEST_LOST, REQUEST_LOST, 0, REQUEST_LOST, NAK_SENT]
     assert (decided >> 3).tolist() == [0, 0, 0, 1040, 0]
+    # Solved up to 500: the first gap closed at 300, the second (missing request 3 until 1100) is still open, so the
+    # decisions of requests 0-2 are final, and the same as the whole solve's.
+    prefix, _, known = _responder(labelled, request, np.zeros(5, bool), old, horizon=500)
+    assert known == 3 and prefix[:3].tolist() == decided[:3].tolist()
     # Request 2 arrives in the first gap and carries its NAK back at 1032, after the second gap began (at 1000).
     labelled["remote0"][2], labelled["nak"][2], old[2] = 200, 1032, NAK_SENT
     assert _responder(labelled, request, np.zeros(5, bool), old)[1] is not None
@@ -183,3 +193,21 @@ def test_an_outage_after_the_run_ends_is_not_reached():
     auto, lines = auto_runs(data)
     assert auto.engine == "fast", lines
     assert auto.events["outcome"].iloc[1].startswith("not reached")
+
+
+def test_a_decision_that_differs_on_the_solve_prefix_stops_the_solve(monkeypatch):
+    """The NAK case with 6,000 WRITEs, the outage at 1 ms: once the solve has passed a gap, a decision there that
+    differs from the one it was made with sends the run to its next solve before the rest is solved; the last solve
+    is complete, and every table and counter is the event engine's."""
+    from sim.engine.planner.events import Watch
+    follow, ended = Watch.follow, []
+
+    def recorded(self, solved):
+        changed = follow(self, solved)
+        ended.append(solved.complete)
+        return changed
+
+    monkeypatch.setattr(Watch, "follow", recorded)
+    auto, lines = auto_runs(flapped(["64KiB"], 128, 6000, "1ms", "50us", timeout=14))
+    assert auto.engine == "fast" and auto.counters["frames_lost"] > 0, lines
+    assert ended[-1] and not all(ended[:-1]) and len(ended) > 1
