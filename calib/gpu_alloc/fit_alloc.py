@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""Combine the raw allocation runs into ``models/data/h200_gpu_alloc.json`` and fit each call's cost curve.
+"""Combine one GPU's raw allocation runs into ``models/data/<gpu>_gpu_alloc.json`` and fit each call's cost
+curve.
 
 Usage (from the repository root)::
 
     python calib/gpu_alloc/fit_alloc.py            # writes models/data/h200_gpu_alloc.json, prints the fit
+    python calib/gpu_alloc/fit_alloc.py --gpu h100 # models/data/h100_gpu_alloc.json, from raw/h100_*.json
 
-Per call and size, the samples of every run are pooled; the slow-path runs' 2 MiB cycles
-(``raw/h200_slow_path_run*.json``: 200 cudaMalloc/cudaFree and 200 cuMemCreate/cuMemRelease with the synchronize
+Per call and size, the samples of every run (``raw/<gpu>_run*.json``) are pooled; the slow-path runs' 2 MiB cycles
+(``raw/<gpu>_slow_path_run*.json``: 200 cudaMalloc/cudaFree and 200 cuMemCreate/cuMemRelease with the synchronize
 inside the span, as here; the first ``WARM_UP`` of each dropped, as ``fit_slow_path.py`` drops them) join the 2 MiB
 samples of those four calls. Samples more than ``SLOW_FACTOR`` times the fastest are slow-path samples (counted,
 not fitted). The typical time is the median of the others, its spread their 10th and 90th percentiles;
@@ -17,6 +19,7 @@ one kept is that whose worst point lies least far out relative to its spread
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -31,10 +34,13 @@ from fit_slow_path import WARM_UP  # noqa: E402
 from models.gpu.alloc_cost import CALLS, MIN_TOLERANCE, SLOW_FACTOR, typical_samples  # noqa: E402
 from models.size_cost import fit_call_cost, spread_tolerance  # noqa: E402
 
-RAW = sorted((Path(__file__).parent / "raw").glob("h200_run*.json"))
-SMALL_RAW = sorted((Path(__file__).parent / "raw").glob("h200_slow_path_run*.json"))
+RAW = Path(__file__).parent / "raw"
 FREED_BY = {"cudaMalloc": "cudaFree", "cuMemCreate": "cuMemRelease"}
-OUT = ROOT / "models" / "data" / "h200_gpu_alloc.json"
+MACHINES = {"h200": "a freshly started H200 machine (same host type, 2026-12-01)",
+            "h100": "a freshly started H100 80GB HBM3 machine (2026-12-07)"}
+"""What each GPU's runs ran on, for the data file's notes."""
+SLOW_FROM = {"h200": "2 GiB", "h100": "32 GiB"}
+"""The smallest size at which each GPU's runs took the slow path, for the notes."""
 
 
 def small_cycles(runs: list[dict]) -> dict[tuple[str, int], list[float]]:
@@ -67,8 +73,12 @@ def points(runs: list[dict], small: dict[tuple[str, int], list[float]]) -> list[
 
 
 def main() -> None:
-    runs = [json.loads(p.read_text()) for p in RAW]
-    rows = points(runs, small_cycles([json.loads(p.read_text()) for p in SMALL_RAW]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gpu", choices=sorted(MACHINES), default="h200")
+    gpu = parser.parse_args().gpu
+    small_raw = sorted(RAW.glob(f"{gpu}_slow_path_run*.json"))
+    runs = [json.loads(p.read_text()) for p in sorted(RAW.glob(f"{gpu}_run*.json"))]
+    rows = points(runs, small_cycles([json.loads(p.read_text()) for p in small_raw]))
     fits = {}
     for call in CALLS:
         mine = [r for r in rows if r["call"] == call]
@@ -78,19 +88,21 @@ def main() -> None:
         print(f'        "{call}": CallCost({cost.fixed_ps:_}, {cost.per_GiB_ps:_}, {cost.exponent}),')
     data = {
         "method": runs[0]["method"],
-        "notes": (f"{len(runs)} runs, each on a freshly started H200 machine (same host type, 2026-12-01), "
+        "notes": (f"{len(runs)} run{'s' * (len(runs) > 1)}, each on {MACHINES[gpu]}, "
                   f"{', '.join(str(r['reps']) for r in runs)} repetitions per size; samples pooled per call and "
-                  f"size, with {len(SMALL_RAW)} slow-path run(s)' 2 MiB cycles (200 each, the first {WARM_UP} "
-                  "dropped) joining cudaMalloc, cudaFree, cuMemCreate and cuMemRelease at 2 MiB. A sample more than {SLOW_FACTOR:g} times the fastest of its size is a slow-path sample "
-                  "(cudaMalloc and cuMemCreate of 2 GiB and more, ~4.7 ms per GiB): counted in slow_samples, not "
+                  f"size, with {len(small_raw)} slow-path run(s)' 2 MiB cycles (200 each, the first {WARM_UP} "
+                  "dropped) joining cudaMalloc, cudaFree, cuMemCreate and cuMemRelease at 2 MiB. A sample more "
+                  f"than {SLOW_FACTOR:g} times the fastest of its size is a slow-path sample (cudaMalloc and "
+                  f"cuMemCreate of {SLOW_FROM[gpu]} and more, ~3-5 ms per GiB): counted in slow_samples, not "
                   "in median_s/p10_s/p90_s. Raw files: calib/gpu_alloc/raw/; script: "
                   "calib/gpu_alloc/measure_alloc.py; fit: calib/gpu_alloc/fit_alloc.py."),
         "env": [r["env"] for r in runs],
         "points": rows,
         "fit": fits,
     }
-    OUT.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {OUT.relative_to(ROOT)} ({len(rows)} points)")
+    out = ROOT / "models" / "data" / f"{gpu}_gpu_alloc.json"
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {out.relative_to(ROOT)} ({len(rows)} points)")
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ Rows (``experiment``):
   costs less per byte).
 * ``gpu_alloc``: cudaMalloc/cudaFree and cuMemCreate .. cuMemAddressFree, 2 MiB..64 GiB
   (``h200_gpu_alloc.json``) against :mod:`models.gpu.alloc_cost`; tolerance the typical samples' 10-90 %
-  spread, at least 10 %; calls of a few microseconds are shown, not required; the allocations that waited in
+  spread, at least 10 %; calls of a few microseconds are shown, not required; the same calls on two H100s
+  (``h100_gpu_alloc.json``, 2 MiB..32 GiB) against the costs the ``h100`` preset takes (the H200's), shown; the
+  allocations that waited in
   back-to-back 8-64 GiB cycles (H100s' and an H200's ``gpu_alternation.json``, the H200's
   ``h200_alloc_slow_path.json``), replayed on :mod:`models.gpu.scrub` with the driver's slow path, are shown, not
   required (tolerance their range over the GPU's runs); the probes of the headroom an allocation wants cleared
@@ -220,6 +222,12 @@ def _gpu_alloc() -> list[dict]:
             note = f"{r['slow_samples']} slow-path samples not fitted"
         rows.append(_row("gpu_alloc", r["call"], r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
                          tolerance=r["tolerance"], required=r["required"], note=note))
+    h100 = gpu_params("h100").alloc_preset
+    for r in compare(_load("h100_gpu_alloc.json")["points"], ALLOC_PRESETS[h100]):
+        rows.append(_row("gpu_alloc", f"h100: {r['call']}", r["bytes"], "ms", r["sim_s"] * 1e3,
+                         r["measured_s"] * 1e3, tolerance=r["tolerance"], required=False,
+                         note=f"the {h100} preset's costs, which the h100 preset takes (its clearing was fitted "
+                              "on them)"))
     return rows + _alloc_slow_path() + _alloc_cleared()
 
 

@@ -14,6 +14,7 @@ from models.size_cost import CallCost, fit_call_cost, spread_tolerance
 from sim.core import Environment
 
 DATA = json.loads((Path(__file__).resolve().parents[3] / "models" / "data" / "h200_gpu_alloc.json").read_text())
+H100 = json.loads((Path(__file__).resolve().parents[3] / "models" / "data" / "h100_gpu_alloc.json").read_text())
 GiB = 1 << 30
 
 
@@ -61,3 +62,16 @@ def test_the_competing_job_pays_its_allocation_and_its_free():
     assert allocated - start == gpu.alloc_costs.allocate_ps(8 * GiB)
     assert core.now_ps(gpu.name) - allocated == gpu.alloc_costs.free_ps(8 * GiB)
     assert gpu.memory.used == 0
+
+
+def test_an_h100_frees_in_proportion_to_the_size_and_allocates_sub_linearly_as_the_costs_it_takes_charge():
+    """Two fresh H100 machines (``h100_gpu_alloc.json``), as the H200: from 2 GiB to 32 GiB cudaFree and
+    cuMemRelease grow 12-20x (about in proportion to the 16x size), cudaMalloc and cuMemSetAccess under 10x (well
+    below it); the costs the ``h100`` preset takes grow alike."""
+    typical = {(p["call"], p["bytes"]): p["median_s"] for p in H100["points"]}
+    costs = ALLOC_PRESETS[gpu_params("h100").alloc_preset]
+    for call, low, high in (("cudaFree", 12, 20), ("cuMemRelease", 12, 20), ("cudaMalloc", 1, 10),
+                            ("cuMemSetAccess", 1, 10)):
+        measured = typical[call, 32 * GiB] / typical[call, 2 * GiB]
+        modelled = costs[call].time_ps(32 * GiB) / costs[call].time_ps(2 * GiB)
+        assert low < measured < high and low < modelled < high, (call, measured, modelled)

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from models.gpu.alloc_cost import CALLS
 from models.gpu.um_calibration import range_cases, stride_cases
 from sim.inspect.calibrate import COLUMNS, calibrate, format_calibration
 
@@ -36,7 +37,8 @@ def test_required_tolerances_and_ranges(report):
 
 
 def test_every_new_measured_quantity_has_rows(report):
-    """Allocation calls, pinning per path and backing, unified memory: one row per measured point, one per case of
+    """Allocation calls, pinning per path and backing, unified memory: one row per measured point (the H200's and
+    the H100s' calls, these shown, not required), one per case of
     the back-to-back cycles (the three H100 and one H200 alternation runs, but for the H200's 8 GiB cycles, where no
     call waited, and the H200's six earlier (call, size) cases, shown: the slow path's replay) and per headroom
     probe, one per case of the clearing runs on each of two GPUs, and one per case of the taking-back runs."""
@@ -46,7 +48,10 @@ def test_every_new_measured_quantity_has_rows(report):
     cycles = sum(len(run["cases"]) for run in alternation["runs"]) - 1 + 6
     probes = sum(len(run["extras"]) for run in alternation["headroom"])
     assert len(reclaim) == 2 and [run["gpu"] for run in alternation["runs"]] == ["h100"] * 3 + ["h200"]
-    assert rows["gpu_alloc"] == 81 + cycles + probes + 2 * 14 + sum(len(m["cases"]) for m in reclaim)
+    h100 = json.loads((ROOT / "models" / "data" / "h100_gpu_alloc.json").read_text())["points"]
+    assert rows["gpu_alloc"] == 81 + len(h100) + cycles + probes + 2 * 14 + sum(len(m["cases"]) for m in reclaim)
+    calls = report[report.case.isin([f"h100: {call}" for call in CALLS])]
+    assert len(calls) == len(h100) and not calls.required.any()
     assert rows["host_pinning"] == 90 and rows["managed"] >= 50
     waits = report[report.case.str.endswith(": waits")]
     assert len(waits) == cycles and not waits.required.any()
