@@ -5,7 +5,9 @@ The bar names the engine simulating (the vectorized core, or the event engine wh
 and counts the operations simulated, or for a run for a duration the simulated time against the durations'
 sum: the vectorized core tells it after each block it solves, the event engine every few thousand events
 (:meth:`sim.core.env.Environment.run_ticking`), so it moves several times a second on both engines, with an
-estimate of the time left.
+estimate of the time left. Where the vectorized core solves a run again (a buffer moved, a page fault, the frames
+a link outage loses settled), the bar names the solve it is on: the operations solved again were counted once, and
+the count moves on past them.
 """
 
 from __future__ import annotations

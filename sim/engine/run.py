@@ -91,7 +91,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     if scenario.engine != "event":
         if running is not None:
             running(ENGINES["fast"])
-        result = run_fast(scenario, seed, PieceProgress(progress, covered), trace=trace, variant=variant,
+        result = run_fast(scenario, seed, PieceProgress(progress, covered, running), trace=trace, variant=variant,
                           operations=operations)
         if not isinstance(result, Declined):
             covered.end()

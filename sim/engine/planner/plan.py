@@ -193,7 +193,9 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
     depth = {k: end.work.rule.window(end.work.tx_depth) for k, end in enumerate(ends)}  # (what settling needs)
     resumes = None if once else Resumes()
     try:
-        for _ in range(MAX_MOVES + 1):
+        for solves in range(1, MAX_MOVES + 2):
+            if solves > 1 and told is not None:
+                told.again(solves)
             pipes = pipelines(ends, watch.moves, solved and solved.posts, translations, watch.failures,
                               bool(scenario.events), watch.remote_moves, watch.retries, watch.losses)
             solved = Solved(_pieces(pipes, started, told, crawl=scenario.engine == "auto",

@@ -92,6 +92,19 @@ def test_a_run_tells_which_engine_simulates_as_it_starts_and_the_bar_names_it(en
     assert f"w ({running[-1]})" in screen.getvalue()
 
 
+def test_a_run_solved_again_says_so_with_each_solve():
+    """A link flap under a WRITE stream: the vectorized core solves the run again until the frames it lost are
+    settled, and the bar says which solve it is on, since those operations were counted once already."""
+    data = scenario_dict(workload=[{**WORK, "sizes": ["64KiB"], "iterations": 2000, "tx_depth": 128,
+                                    "qp_timeout": 14}],
+                         events=[{"at": "200us", "kind": "link-flap", "node": "b", "duration": "50us",
+                                  "frames": "lost"}])
+    told = []
+    result = run_scenario(Scenario.model_validate(data), running=told.append, notice=lambda line: None)
+    assert result.engine == "fast" and result.counters["frames_lost"] > 0 and len(told) > 2
+    assert told == ["vectorized core"] + [f"vectorized core, solve {n}" for n in range(2, len(told) + 1)]
+
+
 def test_perftest_notices_print_on_their_own_line_above_the_bar(monkeypatch):
     """perftest's notices go through the console the bar is drawn on, which clears the bar's line before each
     (a line written past it would follow the bar's last drawing on the same line)."""
