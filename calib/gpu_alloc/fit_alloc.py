@@ -7,13 +7,13 @@ Usage (from the repository root)::
     python calib/gpu_alloc/fit_alloc.py            # writes models/data/h200_gpu_alloc.json, prints the fit
     python calib/gpu_alloc/fit_alloc.py --gpu h100 # models/data/h100_gpu_alloc.json, from raw/h100_*.json
 
-Per call and size, the samples of every run (``raw/<gpu>_run*.json``) are pooled; the slow-path runs' 2 MiB cycles
-(``raw/<gpu>_slow_path_run*.json``: 200 cudaMalloc/cudaFree and 200 cuMemCreate/cuMemRelease with the synchronize
-inside the span, as here; the first ``WARM_UP`` of each dropped, as ``fit_slow_path.py`` drops them) join the 2 MiB
-samples of those four calls. Samples more than ``SLOW_FACTOR`` times the fastest are slow-path samples (counted,
-not fitted). The typical time is the median of the others, its spread their 10th and 90th percentiles;
-:func:`models.size_cost.fit_call_cost` fits the curve to the typical times. Of the curves fitted per exponent, the
-one kept is that whose worst point lies least far out relative to its spread
+Per call and size, the samples of every run (``raw/<gpu>_run*.json``) are pooled; the H200's slow-path runs' 2 MiB
+cycles (``raw/h200_slow_path_run*.json``, :data:`JOINED`: 200 cudaMalloc/cudaFree and 200
+cuMemCreate/cuMemRelease with the synchronize inside the span, as here; the first ``WARM_UP`` of each dropped, as
+``fit_slow_path.py`` drops them) join the 2 MiB samples of those four calls. Samples more than ``SLOW_FACTOR``
+times the fastest are slow-path samples (counted, not fitted). The typical time is the median of the others, its
+spread their 10th and 90th percentiles; :func:`models.size_cost.fit_call_cost` fits the curve to the typical times.
+Of the curves fitted per exponent, the one kept is that whose worst point lies least far out relative to its spread
 (:func:`models.size_cost.spread_tolerance`): a tightly measured time holds the curve more than a scattered one.
 """
 
@@ -41,6 +41,11 @@ MACHINES = {"h200": "a freshly started H200 machine (same host type, 2026-12-01)
 """What each GPU's runs ran on, for the data file's notes."""
 SLOW_FROM = {"h200": "2 GiB", "h100": "32 GiB"}
 """The smallest size at which each GPU's runs took the slow path, for the notes."""
+JOINED = {"h200": True, "h100": False}
+"""Whether the GPU's slow-path runs' 2 MiB cycles join its 2 MiB points. The H200's do: its first runs' 2 MiB
+medians held each repetition's first call. The H100's do not: its slow-path run's machine made small calls 50 %
+slower than both fresh machines (cudaMalloc 69 us against 43-58 us), and its 190 cycles would set the 2 MiB points
+alone."""
 
 
 def small_cycles(runs: list[dict]) -> dict[tuple[str, int], list[float]]:
@@ -76,7 +81,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gpu", choices=sorted(MACHINES), default="h200")
     gpu = parser.parse_args().gpu
-    small_raw = sorted(RAW.glob(f"{gpu}_slow_path_run*.json"))
+    small_raw = sorted(RAW.glob(f"{gpu}_slow_path_run*.json")) if JOINED[gpu] else []
     runs = [json.loads(p.read_text()) for p in sorted(RAW.glob(f"{gpu}_run*.json"))]
     rows = points(runs, small_cycles([json.loads(p.read_text()) for p in small_raw]))
     fits = {}
@@ -90,11 +95,12 @@ def main() -> None:
         "method": runs[0]["method"],
         "notes": (f"{len(runs)} run{'s' * (len(runs) > 1)}, each on {MACHINES[gpu]}, "
                   f"{', '.join(str(r['reps']) for r in runs)} repetitions per size; samples pooled per call and "
-                  f"size, with {len(small_raw)} slow-path run(s)' 2 MiB cycles (200 each, the first {WARM_UP} "
-                  "dropped) joining cudaMalloc, cudaFree, cuMemCreate and cuMemRelease at 2 MiB. A sample more "
-                  f"than {SLOW_FACTOR:g} times the fastest of its size is a slow-path sample (cudaMalloc and "
-                  f"cuMemCreate of {SLOW_FROM[gpu]} and more, ~3-5 ms per GiB): counted in slow_samples, not "
-                  "in median_s/p10_s/p90_s. Raw files: calib/gpu_alloc/raw/; script: "
+                  + (f"size, with {len(small_raw)} slow-path run(s)' 2 MiB cycles (200 each, the first {WARM_UP} "
+                     "dropped) joining cudaMalloc, cudaFree, cuMemCreate and cuMemRelease at 2 MiB. " if small_raw
+                     else "size. ")
+                  + f"A sample more than {SLOW_FACTOR:g} times the fastest of its size is a slow-path sample "
+                  f"(cudaMalloc and cuMemCreate of {SLOW_FROM[gpu]} and more, ~3-5 ms per GiB): counted in "
+                  "slow_samples, not in median_s/p10_s/p90_s. Raw files: calib/gpu_alloc/raw/; script: "
                   "calib/gpu_alloc/measure_alloc.py; fit: calib/gpu_alloc/fit_alloc.py."),
         "env": [r["env"] for r in runs],
         "points": rows,

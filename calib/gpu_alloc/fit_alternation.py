@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts  # noqa: E402
+from models.gpu.alloc_cost import gpu_alloc_costs  # noqa: E402
 from models.gpu.scrub import SCRUB_PRESETS  # noqa: E402
 from models.gpu.scrub_calibration import fit_slow  # noqa: E402
 
@@ -58,7 +58,7 @@ def main() -> None:
     for gpu in GPUS:
         first = next(run for run in runs if run["gpu"] == gpu)
         at_GiB, exponent = fit_slow([([c], c["free_bytes"]) for c in first["cases"]],
-                                    AllocCosts(ALLOC_PRESETS["h200"]), SCRUB_PRESETS[gpu])
+                                    gpu_alloc_costs(gpu), SCRUB_PRESETS[gpu])
         fit[gpu] = {"source": first["source"], "ps_at_GiB": at_GiB, "exponent": exponent}
         print(f"{gpu} slow path: {at_GiB / 1e9:.3f} ms x GiB^{exponent:g} (fitted to {first['source']})")
     data = {"method": json.loads(RAW[0].read_text())["method"],

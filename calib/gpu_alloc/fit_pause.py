@@ -35,7 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts  # noqa: E402
+from models.gpu.alloc_cost import gpu_alloc_costs  # noqa: E402
 from models.gpu.scrub import GiB, SCRUB_PRESETS  # noqa: E402
 from models.gpu.scrub_calibration import fit_reclaim  # noqa: E402
 from fit_scrub import MACHINES  # noqa: E402 - this script's folder: the GPU names the runs record
@@ -127,11 +127,10 @@ def main() -> None:
         for path in sorted(RAW.glob(pattern)):
             run = json.loads(path.read_text())
             reader(run, path.stem, by_machine.setdefault(MACHINES[run["env"]["gpu"]], Cases()))
-    costs = AllocCosts(ALLOC_PRESETS["h200"])
     machines = {}
     for name, found in sorted(by_machine.items()):
         cases = list(found.cases.values())
-        runs = {source: fit_reclaim([c for c in cases if c["source"] == source], costs)
+        runs = {source: fit_reclaim([c for c in cases if c["source"] == source], gpu_alloc_costs(name))
                 for source in sorted({c["source"] for c in cases})}
         machines[name] = {"cases": cases, "runs_ps_per_GiB": runs,
                           "fit_ps_per_GiB": round(np.mean(list(runs.values())))}

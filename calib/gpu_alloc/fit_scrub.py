@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts  # noqa: E402
+from models.gpu.alloc_cost import gpu_alloc_costs  # noqa: E402
 from models.gpu.scrub import GiB, SCRUB_PRESETS  # noqa: E402
 from models.gpu.scrub_calibration import fit_rate  # noqa: E402
 
@@ -42,7 +42,8 @@ def grouped(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
 
 
 def reduce(run: dict) -> dict:
-    costs, machine = AllocCosts(ALLOC_PRESETS["h200"]), MACHINES[run["env"]["gpu"]]
+    machine = MACHINES[run["env"]["gpu"]]
+    costs = gpu_alloc_costs(machine)
     sizes = grouped(run["sizes"], ("gib",))
     return {"env": run["env"], "free_bytes": run["free_bytes"], "sizes": sizes,
             "progress": grouped(run["progress"], ("delay_s", "k_gib")),

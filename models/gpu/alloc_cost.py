@@ -16,7 +16,9 @@ time and the data file counts the slow samples. What decides the slow path is th
 before (:mod:`models.gpu.scrub`, measured on an H200 and H100s): an allocation waits for freed memory still being
 cleared, or takes the driver's slow path, and the first one after a clearing ended takes that memory back.
 
-No AMD measurement exists here: the ``mi300x`` preset borrows the H200's curve (``GpuParams.alloc_preset``).
+The H100's curves are fitted the same way to two runs on fresh H100 80GB HBM3 machines (``h100_gpu_alloc.json``,
+2 MiB .. 32 GiB): the same shape, small calls 40-80 % dearer. No AMD measurement exists here: the ``mi300x`` preset
+borrows the H200's curve (``GpuParams.alloc_preset``).
 """
 
 from __future__ import annotations
@@ -55,8 +57,20 @@ ALLOC_PRESETS: dict[str, dict[str, CallCost]] = {
         "cuMemRelease": CallCost(10_429_929, 576_444_261, 0.96),
         "cuMemAddressFree": CallCost(2_392_179, 7_706_961, 0.45),
     },
+    "h100": {
+        "cudaMalloc": CallCost(48_304_895, 97_544_732, 0.75),
+        "cudaFree": CallCost(42_197_103, 439_691_624, 1.02),
+        "cuMemCreate": CallCost(28_394_840, 25_335_296, 0.71),
+        "cuMemAddressReserve": CallCost(7_353_062, 2_865_703, 0.76),
+        "cuMemMap": CallCost(6_235_106, 1_322_069, 0.68),
+        "cuMemSetAccess": CallCost(43_392_535, 35_937_850, 1.03),
+        "cuMemUnmap": CallCost(26_855_571, 10_939_291, 1.0),
+        "cuMemRelease": CallCost(17_423_424, 467_123_185, 1.1),
+        "cuMemAddressFree": CallCost(5_031_613, 3_316_410, 0.7),
+    },
 }
-"""Fitted per-call costs; ``tests/models/gpu/test_alloc_cost.py`` re-fits them from the data."""
+"""Fitted per-call costs per GPU (``models/data/<gpu>_gpu_alloc.json``); ``tests/models/gpu/test_alloc_cost.py``
+re-fits them from the data."""
 
 
 TIMER_FLOOR_S = 15e-6
@@ -80,6 +94,13 @@ def compare(points: list[dict], calls: dict[str, CallCost]) -> list[dict]:
              "measured_s": p["median_s"], "tolerance": spread_tolerance(p, MIN_TOLERANCE),
              "required": p["median_s"] >= TIMER_FLOOR_S and slowest[p["call"]] >= VA_ONLY_BELOW_S,
              "slow_samples": p["slow_samples"]} for p in points]
+
+
+def gpu_alloc_costs(gpu: str) -> AllocCosts:
+    """The allocation costs of GPU preset ``gpu`` (``GpuParams.alloc_preset``), the cudaMalloc path."""
+    from models.gpu.presets import gpu_params
+
+    return AllocCosts(ALLOC_PRESETS[gpu_params(gpu).alloc_preset])
 
 
 class AllocCosts:

@@ -45,7 +45,7 @@ class GpuParams:
 GPU_PRESETS: dict[str, dict] = {
     "h200": {"hbm_bytes": 143771 * MiB, "hbm_bw_Bps": 4.8e12, "pcie": "gen5x16", "bar1_bytes": 256 * GiB},
     "h100": {"hbm_bytes": 80 * GiB, "hbm_bw_Bps": 3.35e12, "pcie": "gen5x16", "bar1_bytes": 128 * GiB,
-             "scrub_preset": "h100"},
+             "alloc_preset": "h100", "scrub_preset": "h100"},
     "a100": {"hbm_bytes": 40 * GiB, "hbm_bw_Bps": 1.555e12, "pcie": "gen4x16", "copy_preset": "a100"},
     "mi300x": {"hbm_bytes": 192 * GiB, "hbm_bw_Bps": 5.3e12, "pcie": "gen5x16",
                "page_sizes": (4 * KiB, 64 * KiB, 2 * MiB), "scrub_preset": None},
@@ -62,9 +62,10 @@ SOURCES = {
     "h100": "80 GB HBM3 at 3.35 TB/s: datasheet, taken as 80 GiB of stacks (5 x 16 GiB) with "
             "no reserve; BAR1 128 GiB: commonly reported, NOT verified (no source read, the H100 "
             "PCIe product brief PB-11133 included, states it); PCIe Gen5 x16: "
-            "NVIDIA's H100 specification. Copy, UVM and allocation costs reuse the H200 fit (same link and driver); "
-            "freed memory cleared at 2.8 ms per GiB and taken back at 0.25 ms per GiB, measured on H100s "
-            "(models/data/gpu_scrub.json, gpu_reclaim.json); "
+            "NVIDIA's H100 specification. Copy and UVM costs reuse the H200 fit (same link and driver); allocation "
+            "costs: measured, cudaMalloc/cudaFree and the VMM calls 2 MiB..32 GiB on two H100s "
+            "(models/data/h100_gpu_alloc.json); freed memory cleared at 2.8 ms per GiB and taken back at 0.26 ms "
+            "per GiB, measured on H100s (models/data/gpu_scrub.json, gpu_reclaim.json); "
             "the copy rate agrees with a published H100 copy-engine rate (models/data/nvbandwidth_copy.json).",
     "a100": "A100-SXM4-40GB: 40 GB HBM2 at 1.555 TB/s and PCIe Gen4 x16: NVIDIA's A100 datasheet, the card of "
             "NVIDIA/nvbandwidth issue #42 (taken as 40 GiB of stacks, no reserve); BAR1 not set (bar1_bytes None: "

@@ -65,7 +65,7 @@ class ScrubRates:
 
 
 SCRUB_PRESETS: dict[str, ScrubRates] = {"h200": ScrubRates(2_882_527_222, 285_880_192, 5_841_460_152, 0.91),
-                                        "h100": ScrubRates(2_788_939_065, 251_962_510, 3_305_136_625, 1.12)}
+                                        "h100": ScrubRates(2_785_855_512, 261_011_822, 3_384_121_144, 1.11)}
 """Per GPU, fitted by ``calib/gpu_alloc/fit_pause.py`` (the taking back, to the allocations after a free's clearing
 ended), ``fit_scrub.py`` (the clearing, to its ``sizes`` cases with the taking back known) and
 ``fit_alternation.py`` (the slow path, to the GPU's first run of back-to-back cycles, 8-32 GiB: beyond 32 GiB the

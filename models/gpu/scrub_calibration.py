@@ -210,10 +210,11 @@ def _slow_waits(rows: list[dict], free_bytes: int, rates: ScrubRates) -> tuple[l
             [r["sim_s"] for r in rows if waited(r, "sim_s", free_bytes, rates)])
 
 
-def compare_slow(alternation: dict, h200: dict, costs: AllocCosts, rates: dict[str, ScrubRates]) -> list[dict]:
+def compare_slow(alternation: dict, h200: dict, costs: dict[str, AllocCosts],
+                 rates: dict[str, ScrubRates]) -> list[dict]:
     """Per case of ``gpu_alternation.json`` (``alternation``: runs on H100s and an H200, each GPU's first fitted) and
     of the H200's back-to-back cycles (``h200``: a run of ``h200_alloc_slow_path.json``, held out), replayed on the
-    GPU's ``rates``: ``case`` (in words), ``bytes``, the median time of the allocations that waited, modeled
+    GPU's ``costs`` and ``rates``: ``case`` (in words), ``bytes``, the median time of the allocations that waited, modeled
     (``sim_s``) and measured (``measured_s``), ``tolerance`` (a case's waits' whole range over its GPU's runs, so that
     the machines' difference counts; the back-to-back cycles': their own range), ``required`` (never: one curve serves
     every free-memory level, where the measured waits vary with it) and a ``note`` with both counts of calls that
@@ -222,7 +223,7 @@ def compare_slow(alternation: dict, h200: dict, costs: AllocCosts, rates: dict[s
     replayed = []
     for run in alternation["runs"]:
         for case in run["cases"]:
-            rows = replay_cycles([case], case["free_bytes"], costs, rates[run["gpu"]])
+            rows = replay_cycles([case], case["free_bytes"], costs[run["gpu"]], rates[run["gpu"]])
             measured, sim = _slow_waits(rows, case["free_bytes"], rates[run["gpu"]])
             pooled.setdefault((run["gpu"], case["bytes"], case["free_bytes"]), []).extend(measured)
             replayed.append((run, case, measured, sim))
@@ -237,7 +238,7 @@ def compare_slow(alternation: dict, h200: dict, costs: AllocCosts, rates: dict[s
         out.append(_slow_row(label, case["bytes"], measured, sim, pooled[run["gpu"], case["bytes"], case["free_bytes"]],
                              note))
     cases = back_to_back(h200)
-    rows, k = replay_cycles(cases, h200["free_bytes"], costs, rates["h200"]), 0
+    rows, k = replay_cycles(cases, h200["free_bytes"], costs["h200"], rates["h200"]), 0
     for case in cases:
         mine, k = rows[k:k + len(case["alloc_s"])], k + len(case["alloc_s"])
         measured, sim = _slow_waits(mine, h200["free_bytes"], rates["h200"])
@@ -271,17 +272,18 @@ def probe_free(extra: dict) -> int:
     return round(float(np.median(extra["free_before_probe"])))
 
 
-def compare_headroom(alternation: dict, costs: AllocCosts, rates: dict[str, ScrubRates]) -> list[dict]:
-    """Per probe of each run of ``gpu_alternation.json``'s ``headroom`` (H100s and an H200), on its GPU's ``rates``:
+def compare_headroom(alternation: dict, costs: dict[str, AllocCosts], rates: dict[str, ScrubRates]) -> list[dict]:
+    """Per probe of each run of ``gpu_alternation.json``'s ``headroom`` (H100s and an H200), on its GPU's ``costs``
+    and ``rates``:
     ``case`` (in words), ``bytes``, ``sim_s`` (:func:`headroom_probe`), ``measured_s`` (median), ``tolerance`` (the
     probes' range, at least :data:`MIN_TOLERANCE`), ``required`` (the probe waited: the headroom decides it; one that
-    did not is the call alone, which these machines made faster than the H200's fit) and a ``note``."""
+    did not is the call alone, which these machines made faster than their GPU's fit) and a ``note``."""
     rows = []
     for probes in alternation["headroom"]:
-        mine = rates[probes["gpu"]]
+        mine, calls = rates[probes["gpu"]], costs[probes["gpu"]]
         for extra in probes["extras"]:
-            row = {"call_ps": costs.allocate_ps(probes["bytes"]), "measured_s": float(np.median(extra["probe_s"])),
-                   "sim_s": headroom_probe(extra, probes["bytes"], costs, mine)}
+            row = {"call_ps": calls.allocate_ps(probes["bytes"]), "measured_s": float(np.median(extra["probe_s"])),
+                   "sim_s": headroom_probe(extra, probes["bytes"], calls, mine)}
             waits = waited(row, "measured_s", probe_free(extra), mine)
             rows.append({"case": f"{probes['gpu']} {probes['source'][-4:]}: {probes['bytes'] // GiB} GiB right after "
                                  f"freeing it, {extra['extra_bytes'] >> 20} MiB more free", "bytes": probes["bytes"],

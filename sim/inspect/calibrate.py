@@ -26,8 +26,7 @@ Rows (``experiment``):
 * ``gpu_alloc``: cudaMalloc/cudaFree and cuMemCreate .. cuMemAddressFree, 2 MiB..64 GiB
   (``h200_gpu_alloc.json``) against :mod:`models.gpu.alloc_cost`; tolerance the typical samples' 10-90 %
   spread, at least 10 %; calls of a few microseconds are shown, not required; the same calls on two H100s
-  (``h100_gpu_alloc.json``, 2 MiB..32 GiB) against the costs the ``h100`` preset takes (the H200's), shown; the
-  allocations that waited in
+  (``h100_gpu_alloc.json``, 2 MiB..32 GiB) against the H100's fit, alike; the allocations that waited in
   back-to-back 8-64 GiB cycles (H100s' and an H200's ``gpu_alternation.json``, the H200's
   ``h200_alloc_slow_path.json``), replayed on :mod:`models.gpu.scrub` with the driver's slow path, are shown, not
   required (tolerance their range over the GPU's runs); the probes of the headroom an allocation wants cleared
@@ -91,12 +90,11 @@ import pandas as pd
 from models.fabric import FabricParams
 from models.gpu.copy_engine import CopyEngines
 from models.gpu.copy_calibration import compare as compare_copies
-from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts, compare
+from models.gpu.alloc_cost import ALLOC_PRESETS, compare, gpu_alloc_costs
 from models.gpu.scrub import SCRUB_PRESETS
 from models.gpu.scrub_calibration import compare as compare_cleared
 from models.gpu.scrub_calibration import compare_headroom, compare_reclaim, compare_slow
 from models.gpu.managed import UVM_PRESETS
-from models.gpu.presets import gpu_params
 from models.gpu.um_calibration import compare as compare_um, load_cases
 from models.host import HostParams
 from models.size_cost import spread_tolerance
@@ -214,20 +212,16 @@ def _host_pages() -> list[dict]:
 
 
 def _gpu_alloc() -> list[dict]:
-    """cudaMalloc/cudaFree and the VMM calls (:func:`models.gpu.alloc_cost.compare`)."""
+    """cudaMalloc/cudaFree and the VMM calls (:func:`models.gpu.alloc_cost.compare`): the H200's, and the H100s'
+    (their calls named ``h100: <call>``), each against its GPU's fit."""
     rows = []
-    for r in compare(_load("h200_gpu_alloc.json")["points"], ALLOC_PRESETS["h200"]):
-        note = "" if r["required"] else "a few us: near the timing loop's own cost"
-        if r["slow_samples"]:
-            note = f"{r['slow_samples']} slow-path samples not fitted"
-        rows.append(_row("gpu_alloc", r["call"], r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
-                         tolerance=r["tolerance"], required=r["required"], note=note))
-    h100 = gpu_params("h100").alloc_preset
-    for r in compare(_load("h100_gpu_alloc.json")["points"], ALLOC_PRESETS[h100]):
-        rows.append(_row("gpu_alloc", f"h100: {r['call']}", r["bytes"], "ms", r["sim_s"] * 1e3,
-                         r["measured_s"] * 1e3, tolerance=r["tolerance"], required=False,
-                         note=f"the {h100} preset's costs, which the h100 preset takes (its clearing was fitted "
-                              "on them)"))
+    for gpu, prefix in (("h200", ""), ("h100", "h100: ")):
+        for r in compare(_load(f"{gpu}_gpu_alloc.json")["points"], ALLOC_PRESETS[gpu]):
+            note = "" if r["required"] else "a few us: near the timing loop's own cost"
+            if r["slow_samples"]:
+                note = f"{r['slow_samples']} slow-path samples not fitted"
+            rows.append(_row("gpu_alloc", prefix + r["call"], r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
+                             tolerance=r["tolerance"], required=r["required"], note=note))
     return rows + _alloc_slow_path() + _alloc_cleared()
 
 
@@ -237,7 +231,7 @@ def _alloc_slow_path() -> list[dict]:
     (:func:`models.gpu.scrub_calibration.compare_slow`): shown, not required; and the headroom probes
     (:func:`~models.gpu.scrub_calibration.compare_headroom`), required where they waited."""
     h200, alternation = _load("h200_alloc_slow_path.json")["runs"][0], _load("gpu_alternation.json")
-    costs = AllocCosts(ALLOC_PRESETS["h200"])
+    costs = {gpu: gpu_alloc_costs(gpu) for gpu in SCRUB_PRESETS}
     return ([_replayed(r, f"{r['case']}: waits") for r in compare_slow(alternation, h200, costs, SCRUB_PRESETS)]
             + [_replayed(r, r["case"]) for r in compare_headroom(alternation, costs, SCRUB_PRESETS)])
 
@@ -249,7 +243,7 @@ def _alloc_cleared() -> list[dict]:
     rows = []
     for file, compare in (("gpu_scrub.json", compare_cleared), ("gpu_reclaim.json", compare_reclaim)):
         for machine, data in _load(file)["machines"].items():
-            costs = AllocCosts(ALLOC_PRESETS[gpu_params(machine).alloc_preset])
+            costs = gpu_alloc_costs(machine)
             rows += [_replayed(r, f"{machine}: {r['case']}") for r in compare(data, costs, SCRUB_PRESETS[machine])]
     return rows
 

@@ -17,7 +17,7 @@ from models.dmabuf import DmaBufCore, KernelConfig
 from models.dmabuf.gpu_export import Gpu
 from models.gpu.device_memory import GpuOutOfMemory
 from models.gpu import gpu_params
-from models.gpu.alloc_cost import ALLOC_PRESETS, AllocCosts
+from models.gpu.alloc_cost import gpu_alloc_costs
 from models.gpu.scrub import SCRUB_PRESETS, ScrubQueue, ScrubRates
 from models.gpu.scrub_calibration import (compare, compare_reclaim, compare_slow, fit_rate, fit_reclaim, fit_slow,
                                           headroom_probe, probe_free, replay_cycles, waited)
@@ -31,7 +31,8 @@ RECLAIM = json.loads((DATA_DIR / "gpu_reclaim.json").read_text())["machines"]
 ALTERNATION = json.loads((DATA_DIR / "gpu_alternation.json").read_text())
 H200_BACK_TO_BACK = json.loads((DATA_DIR / "h200_alloc_slow_path.json").read_text())["runs"][0]
 GiB, MS = 1 << 30, 1_000_000_000
-COSTS = AllocCosts(ALLOC_PRESETS["h200"])
+COSTS = {gpu: gpu_alloc_costs(gpu) for gpu in ("h100", "h200")}
+"""What each GPU's allocation calls cost (its ``alloc_preset``): its clearing was fitted on them."""
 THREE_MS = ScrubRates(clear_ps_per_GiB=3 * MS, reclaim_ps_per_GiB=0)
 
 
@@ -42,18 +43,18 @@ def test_the_presets_are_the_fits_of_the_data(machine):
     rates = SCRUB_PRESETS[machine]
     runs = RECLAIM[machine]["runs_ps_per_GiB"]
     cases = RECLAIM[machine]["cases"]
-    assert runs == {run: fit_reclaim([c for c in cases if c["source"] == run], COSTS) for run in runs}
+    assert runs == {run: fit_reclaim([c for c in cases if c["source"] == run], COSTS[machine]) for run in runs}
     assert rates.reclaim_ps_per_GiB == round(np.mean(list(runs.values()))) == RECLAIM[machine]["fit_ps_per_GiB"]
-    assert fit_rate(MACHINES[machine]["sizes"], COSTS, rates.reclaim_ps_per_GiB) == rates.clear_ps_per_GiB
+    assert fit_rate(MACHINES[machine]["sizes"], COSTS[machine], rates.reclaim_ps_per_GiB) == rates.clear_ps_per_GiB
     assert rates.clear_ps_per_GiB == MACHINES[machine]["fit_ps_per_GiB"]
-    assert gpu_params(machine).scrub_preset == machine and gpu_params(machine).alloc_preset == "h200"
+    assert gpu_params(machine).scrub_preset == machine and gpu_params(machine).alloc_preset == machine
 
 
 @pytest.mark.parametrize("machine", sorted(MACHINES))
 def test_every_allocation_that_waits_lies_within_its_measured_spread(machine):
     """Held out from the fit: allocations of 8-62 GiB right after a 64 GiB free, and 62 GiB after two 32 GiB frees
     (which side by side would wait about half as long)."""
-    rows = compare(MACHINES[machine], COSTS, SCRUB_PRESETS[machine])
+    rows = compare(MACHINES[machine], COSTS[machine], SCRUB_PRESETS[machine])
     required = [r for r in rows if r["required"]]
     assert {r["item"] for r in required} == {"sizes", "progress", "two_frees"} and len(required) == 8
     for r in required:
@@ -94,7 +95,7 @@ def test_every_allocation_that_takes_memory_back_lies_within_the_spread(machine)
     """Each case that takes cleared memory back (8-64 GiB after a free, with a kernel every millisecond or a
     spinning thread through the pause, and 1 GiB after 8 and 32 GiB freed), within its samples' spread or the
     spread of the GPU's cases, whichever is wider."""
-    rows = [r for r in compare_reclaim(RECLAIM[machine], COSTS, SCRUB_PRESETS[machine]) if r["required"]]
+    rows = [r for r in compare_reclaim(RECLAIM[machine], COSTS[machine], SCRUB_PRESETS[machine]) if r["required"]]
     assert len(rows) >= 7
     for r in rows:
         assert abs(r["sim_s"] / r["measured_s"] - 1) <= r["tolerance"] <= 1.0, r
@@ -124,14 +125,14 @@ def test_frees_cleared_one_after_another_are_taken_back_as_they_end():
     rates = SCRUB_PRESETS["h100"]
     measured = {c["case"]: np.median(c["alloc_s"]) for c in RECLAIM["h100"]["cases"] if c["item"] == "two_sizes"
                 and c["source"] == "h100_pause_run2"}
-    tolerance = max(r["tolerance"] for r in compare_reclaim(RECLAIM["h100"], COSTS, rates))
+    tolerance = max(r["tolerance"] for r in compare_reclaim(RECLAIM["h100"], COSTS["h100"], rates))
     assert len(measured) == 3
     for wait_ms, gib in ((0, 0), (40, 8), (200, 40), (400, 40)):
         queue = ScrubQueue(rates)
         queue.freed(0, 8 * GiB)
         queue.freed(13 * MS, 32 * GiB)
         assert queue.take((13 + wait_ms) * MS, GiB, free_bytes=70 * GiB) == (0, gib * rates.reclaim_ps_per_GiB)
-        modeled = (gib * rates.reclaim_ps_per_GiB + COSTS.allocate_ps(GiB)) / 1e12
+        modeled = (gib * rates.reclaim_ps_per_GiB + COSTS["h100"].allocate_ps(GiB)) / 1e12
         case = f"1 GiB, {wait_ms / 1000:g} s after freeing 8 then 32 GiB"
         assert wait_ms == 0 or abs(modeled / measured[case] - 1) <= tolerance
 
@@ -208,7 +209,7 @@ def test_an_allocation_refused_for_want_of_memory_takes_nothing_back():
 def test_the_slow_path_is_the_fit_of_the_gpus_first_alternation_run(gpu):
     """Fitted per GPU to its first run alone (the H100's later runs and the H200's earlier cycles check it)."""
     first = next(run for run in ALTERNATION["runs"] if run["gpu"] == gpu)
-    fitted = fit_slow([([case], case["free_bytes"]) for case in first["cases"]], COSTS, SCRUB_PRESETS[gpu])
+    fitted = fit_slow([([case], case["free_bytes"]) for case in first["cases"]], COSTS[gpu], SCRUB_PRESETS[gpu])
     fit = ALTERNATION["fit"][gpu]
     assert fit["source"] == first["source"] and fitted == (fit["ps_at_GiB"], fit["exponent"])
     assert (SCRUB_PRESETS[gpu].slow_ps_at_GiB, SCRUB_PRESETS[gpu].slow_exponent) == fitted
@@ -225,7 +226,7 @@ def test_where_no_call_waited_none_is_modeled_to():
     out of the clearing queue too."""
     h200 = next(run for run in ALTERNATION["runs"] if run["gpu"] == "h200")
     (case,) = [c for c in h200["cases"] if c["bytes"] == 8 * GiB]
-    rows = replay_cycles([case], case["free_bytes"], COSTS, SCRUB_PRESETS["h200"])
+    rows = replay_cycles([case], case["free_bytes"], COSTS["h200"], SCRUB_PRESETS["h200"])
     assert not any(waited(r, "measured_s", case["free_bytes"], SCRUB_PRESETS["h200"]) for r in rows)
     assert not any(waited(r, "sim_s", case["free_bytes"], SCRUB_PRESETS["h200"]) for r in rows)
 
@@ -290,9 +291,9 @@ def test_an_allocation_wants_one_2_mib_page_beyond_its_size_cleared():
     for probes in ALTERNATION["headroom"]:
         rates = SCRUB_PRESETS[probes["gpu"]]
         for extra in probes["extras"]:
-            sim = headroom_probe(extra, probes["bytes"], COSTS, rates)
+            sim = headroom_probe(extra, probes["bytes"], COSTS[probes["gpu"]], rates)
             free = probe_free(extra)
-            row = {"call_ps": COSTS.allocate_ps(probes["bytes"]), "sim_s": sim,
+            row = {"call_ps": COSTS[probes["gpu"]].allocate_ps(probes["bytes"]), "sim_s": sim,
                    "measured_s": float(np.median(extra["probe_s"]))}
             assert waited(row, "sim_s", free, rates) == waited(row, "measured_s", free, rates), probes["source"]
             if waited(row, "measured_s", free, rates):
