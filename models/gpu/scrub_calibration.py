@@ -214,11 +214,11 @@ def compare_slow(alternation: dict, h200: dict, costs: dict[str, AllocCosts],
                  rates: dict[str, ScrubRates]) -> list[dict]:
     """Per case of ``gpu_alternation.json`` (``alternation``: runs on H100s and an H200, each GPU's first fitted) and
     of the H200's back-to-back cycles (``h200``: a run of ``h200_alloc_slow_path.json``, held out), replayed on the
-    GPU's ``costs`` and ``rates``: ``case`` (in words), ``bytes``, the median time of the allocations that waited, modeled
-    (``sim_s``) and measured (``measured_s``), ``tolerance`` (a case's waits' whole range over its GPU's runs, so that
-    the machines' difference counts; the back-to-back cycles': their own range), ``required`` (never: one curve serves
-    every free-memory level, where the measured waits vary with it) and a ``note`` with both counts of calls that
-    waited. A case where no call waited, measured or modeled (the H200's 8 GiB cycles), has no row."""
+    GPU's ``costs`` and ``rates``: ``case`` (in words), ``bytes``, the median time of the allocations that waited,
+    modeled (``sim_s``) and measured (``measured_s``), ``tolerance`` (a case's waits' whole range over its GPU's runs,
+    so that the machines' difference counts; the back-to-back cycles': their own range), ``required`` (never: one
+    curve serves every free-memory level, where the measured waits vary with it) and a ``note`` with both counts of
+    calls that waited. A case where no call waited, measured or modeled (the H200's 8 GiB cycles), has no row."""
     pooled: dict[tuple, list[float]] = {}
     replayed = []
     for run in alternation["runs"]:
