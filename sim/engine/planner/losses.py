@@ -224,8 +224,8 @@ def _responder(labelled: dict[str, np.ndarray], request: np.ndarray, reply: np.n
     where it does, or a request solved later may still be lost (``later``), a request whose acknowledgement was
     lost after the last gap closed may yet be woken by a NAK to come.
 
-    Returns the decisions, why they do not follow the responder where they do not (None), and how many operations
-    from the first no later operation can change the decision of."""
+    Returns the decisions, why they do not follow the responder where they do not (None), and how many leading
+    operations have decisions that no operation still to solve can change."""
     arrived, lost_at, replied = labelled[f"{REMOTE}0"], labelled[f"{WIRE}0"], labelled[f"{REPLY}0"]
     code = np.where(request, REQUEST_LOST, np.where(reply, REPLY_LOST, 0)).astype(np.int64)
     wake = np.zeros(len(code), np.int64)
