@@ -100,6 +100,16 @@ PIN_PRESETS: dict[str, dict[tuple, CallCost | KneeCost]] = {
 proportional to the size) and unpinning (no third key); refitted from the data by ``tests/models/test_host.py``
 (``calib/host_pin/fit_pin.py``)."""
 
+USER_TOUCH: dict[str, CallCost] = {
+    "4k": CallCost(69_271_629_102, 371_801_402_562, 1.13),
+    "thp": CallCost(0, 152_963_888_052, 1.09),
+}
+"""What an application's own first write to every page of an untouched buffer costs it, per backing: the page
+faults taken from user space, one per page (4 KiB) or per 2 MiB folio (THP). Measured on an H100 machine's host,
+1-32 GiB (``models/data/h100_host_pin_scale.json``, ``calib/host_pin/fit_scale.py``): 0.57 s per GiB of 4 KiB pages
+at 16-32 GiB, half again what pin_user_pages takes to fault the same pages in; refitted from the data by
+``tests/models/test_host.py``."""
+
 
 @dataclass(frozen=True, slots=True)
 class HostParams:

@@ -5,6 +5,7 @@ Standalone: libc through ctypes, CuPy only for cudaHostRegister (skipped if CuPy
 import. Usage (as root: it reserves hugetlbfs pages through /proc/sys/vm/nr_hugepages)::
 
     python3 calib/host_pin/measure_pin.py --out h200_host_pinning.json [--reps 5] [--sizes-mib 2,16,128,1024,4096]
+        [--paths mlock,cudaHostRegister,pin_user_pages] [--backings 4k,thp,hugetlb]
 
 Backing (``pages``), each a fresh anonymous private mapping per repetition:
 
@@ -22,8 +23,9 @@ Paths (``path``), each timed with ``time.perf_counter`` around the pin call and 
   flags as ``ib_umem_get`` behind ``ibv_reg_mr``, then builds one bio_vec per page or per huge folio (mlx5
   builds its scatter list instead). One iovec per GiB (io_uring's limit per buffer).
 
-``prefaulted`` true: every page was written once before the pin (untimed), so the pin only pins; false:
-the pin faults the pages in (allocation and zeroing included).
+``prefaulted`` true: every page was written once before the pin, so the pin only pins (that first write is
+timed on its own as ``touch_s``: the user-space faults an application takes on its buffer); false: the pin faults
+the pages in (allocation and zeroing included).
 """
 
 from __future__ import annotations
@@ -141,12 +143,14 @@ def paths(cupy_rt) -> dict:
 
 
 def measure(size: int, pages: str, name: str, pin, unpin, prefaulted: bool, reps: int) -> dict:
-    pin_s, unpin_s, huge = [], [], []
+    pin_s, unpin_s, huge, touch_s = [], [], [], []
     for _ in range(reps):
         m = Mapping(size, pages)
         try:
             if prefaulted:
+                started = time.perf_counter()
                 m.prefault()
+                touch_s.append(time.perf_counter() - started)
             started = time.perf_counter()
             pin(m.ptr, size)
             pin_s.append(time.perf_counter() - started)
@@ -158,7 +162,8 @@ def measure(size: int, pages: str, name: str, pin, unpin, prefaulted: bool, reps
             m.close()
     return {"bytes": size, "pages": pages, "path": name, "prefaulted": prefaulted,
             "pin_s": statistics.median(pin_s), "pin_min_s": min(pin_s), "pin_samples_s": pin_s,
-            "unpin_s": statistics.median(unpin_s), "unpin_min_s": min(unpin_s), "huge_fraction": min(huge)}
+            "unpin_s": statistics.median(unpin_s), "unpin_min_s": min(unpin_s), "huge_fraction": min(huge),
+            **({"touch_samples_s": touch_s} if touch_s else {})}
 
 
 def _read(path: str) -> str:
@@ -185,6 +190,8 @@ def main() -> None:
     parser.add_argument("--max-bytes", type=int, default=4 * GIB)
     parser.add_argument("--sizes-mib", default="2,16,128,1024,4096", help="sizes to pin, MiB, comma separated")
     parser.add_argument("--timeout-s", type=int, default=200, help="stop measuring after this long")
+    parser.add_argument("--paths", default="mlock,cudaHostRegister,pin_user_pages", help="pin paths, comma separated")
+    parser.add_argument("--backings", default="4k,thp,hugetlb", help="page backings, comma separated")
 
     def stop(*_):
         raise TimeoutError("time limit reached")
@@ -198,8 +205,10 @@ def main() -> None:
     except Exception:  # noqa: BLE001 - measure the host paths without CUDA
         rt, cupy_version = None, None
     sizes = [s for s in (int(m) * MIB for m in args.sizes_mib.split(",")) if s <= args.max_bytes]
-    got = reserve_hugetlb(max(sizes) // (2 * MIB) + 16)
-    available = paths(rt)
+    backings = args.backings.split(",")
+    got = reserve_hugetlb(max(sizes) // (2 * MIB) + 16) if "hugetlb" in backings else 0
+    wanted = args.paths.split(",")
+    available = {k: v for k, v in paths(rt).items() if k in wanted or k.removesuffix("_error") in wanted}
     result = {"method": __doc__, "env": {
         "uname": platform.platform(), "python": platform.python_version(), "numpy": np.__version__,
         "cupy": cupy_version, "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -214,7 +223,7 @@ def main() -> None:
     try:
         for size in sizes:
             reps = args.reps if size <= 128 * MIB else max(2, args.reps // 2)
-            for pages in ("4k", "thp", "hugetlb"):
+            for pages in backings:
                 if pages == "hugetlb" and size > got * 2 * MIB:
                     continue
                 for name, pair in available.items():

@@ -17,12 +17,14 @@ Rows (``experiment``):
 * ``registration``: Mooncake's ``ibv_reg_mr``/``ibv_dereg_mr`` of a present 500 GB buffer and its cold 50 GB
   start-up (``mooncake_host_registration.json``, :mod:`models.verbs.reg_calibration`): the per-entry cost beyond
   pinning fitted to the present rows, tolerance their published spread plus the GB/GiB reading (7.4 %); the cold
-  row, mostly the application's own page faults, shown.
+  row, mostly the application's own page faults (``host_faults``), shown.
 * ``host_pinning``: pin_user_pages (``ibv_reg_mr``'s pinning), mlock and cudaHostRegister on 4 KiB pages, THP
   and hugetlbfs, prefaulted or not, 2 MiB..4 GiB (``h200_host_pinning_pages.json``): each fitted curve against
   its points; tolerance the points' 10-90 % spread, at least 30 % (the two runs' difference); cold pins at
   every size (faulting in below the knee of :class:`models.size_cost.KneeCost`, zeroing in the last-level cache,
-  costs less per byte).
+  costs less per byte); pin_user_pages of 1-32 GiB on an H100 machine's host (``h100_host_pin_scale.json``), the
+  curves held out beyond 4 GiB, shown. ``host_faults``: an application's first write to every page there
+  (:data:`models.host.USER_TOUCH`, fitted), required within the samples' range (at least 10 %).
 * ``gpu_alloc``: cudaMalloc/cudaFree and cuMemCreate .. cuMemAddressFree, 2 MiB..64 GiB
   (``h200_gpu_alloc.json``) against :mod:`models.gpu.alloc_cost`; tolerance the typical samples' 10-90 %
   spread, at least 10 %; calls of a few microseconds are shown, not required; the same calls on two H100s
@@ -78,11 +80,9 @@ True
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable
 from itertools import groupby
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -97,7 +97,6 @@ from models.gpu.scrub_calibration import compare_headroom, compare_reclaim, comp
 from models.gpu.managed import UVM_PRESETS
 from models.gpu.um_calibration import compare as compare_um, load_cases
 from models.host import HostParams
-from models.size_cost import spread_tolerance
 from models.pcie.iommu import Iommu, IommuParams, random_addresses, stream_Bps as iommu_Bps
 from models.nic.mtt_cache import MttParams
 from models.verbs.reg_calibration import compare as compare_registration
@@ -114,8 +113,9 @@ from sim.core import PS_PER_MS, PS_PER_NS
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from sim.core.units import format_size_about
+from sim.inspect.calibrate_host import host_pages
+from sim.inspect.calibration_rows import load, row
 
-DATA = Path(__file__).resolve().parents[2] / "models" / "data"
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 SEED = 20181
 """Seed of the random DMA address streams (fixed: the report is deterministic)."""
@@ -132,29 +132,16 @@ def _size(nbytes: int) -> str:
     return format_size_about(nbytes, ".3g")
 
 
-def _row(experiment: str, case: str, x: int, unit: str, sim: float, measured: float, *, tolerance: float,
-         required: bool = True, best: float = math.nan, note: str = "") -> dict:
-    low, high = (measured, measured) if math.isnan(best) else sorted((measured, best))
-    err = sim / low - 1 if sim < low else sim / high - 1 if sim > high else 0.0
-    return dict(experiment=experiment, case=case, x=x, unit=unit, sim=sim, measured=measured, best=best,
-                err=err, err_median=sim / measured - 1, tolerance=tolerance, required=required,
-                passed=abs(err) <= tolerance, note=note)
-
-
-def _load(name: str) -> dict:
-    return json.loads((DATA / name).read_text())
-
-
 def _copies() -> list[dict]:
     engines, rows = CopyEngines(), []
-    for r in _load("h200_copy_bw.json")["rows"]:
+    for r in load("h200_copy_bw.json")["rows"]:
         n = r["bytes"]
         for d in ("h2d", "d2h"):
             required = 64 * KiB <= n <= GiB
-            rows.append(_row("copy_bw", f"{r['mem']} {d}", n, "GB/s", engines.bandwidth_GBps(n, d, r["mem"]),
-                             n / r[f"{d}_s"] / 1e9, best=n / r[f"{d}_min_s"] / 1e9,
-                             tolerance=0.10 if r["mem"] == "pinned" else 0.20, required=required,
-                             note="" if required else "outside the required range"))
+            rows.append(row("copy_bw", f"{r['mem']} {d}", n, "GB/s", engines.bandwidth_GBps(n, d, r["mem"]),
+                            n / r[f"{d}_s"] / 1e9, best=n / r[f"{d}_min_s"] / 1e9,
+                            tolerance=0.10 if r["mem"] == "pinned" else 0.20, required=required,
+                            note="" if required else "outside the required range"))
     return rows
 
 
@@ -164,8 +151,8 @@ def _copy_generations() -> list[dict]:
     for c in compare_copies():
         ce = c.engine == "ce"
         note = f"nvbandwidth #{c.issue}" + ("" if ce else ": SM copy kernel, not modelled")
-        rows.append(_row("copy_gen", c.name, c.nbytes, "GB/s", c.sim_GBps, c.measured_GBps, tolerance=c.tolerance,
-                         required=ce, note=note))
+        rows.append(row("copy_gen", c.name, c.nbytes, "GB/s", c.sim_GBps, c.measured_GBps, tolerance=c.tolerance,
+                        required=ce, note=note))
     return rows
 
 
@@ -177,38 +164,24 @@ about twice as fast as the two later ones (16 MiB: 2.8 ms against 5.4 ms), beyon
 def _pinning() -> list[dict]:
     """cudaHostRegister of the earlier run (2026-11-29, 4 KiB pages), which the curves were not fitted to."""
     host, rows = HostParams(pin_path="cudaHostRegister"), []
-    for r in _load("h200_pinning_cost.json")["rows"]:
+    for r in load("h200_pinning_cost.json")["rows"]:
         if r["what"] != "cudaHostRegister":
             continue
         n, pre = r["bytes"], r["prefaulted"]
         inside, small_cold = 64 * KiB <= n <= 4 * GiB, not pre and n < HELD_OUT_COLD_FROM
-        rows.append(_row("pinning_cost", f"cudaHostRegister {'prefaulted' if pre else 'cold'}", n, "ms",
-                         host.pin_cost_ps(n, prefaulted=pre) / PS_PER_MS, r["reg_s"] * 1e3, tolerance=0.50,
-                         required=inside and not small_cold,
-                         note="outside the required range" if not inside else
-                         "held out: that machine faulted small ranges in twice as fast" if small_cold else
-                         "held out: an earlier machine, 25-35 % faster"))
+        rows.append(row("pinning_cost", f"cudaHostRegister {'prefaulted' if pre else 'cold'}", n, "ms",
+                        host.pin_cost_ps(n, prefaulted=pre) / PS_PER_MS, r["reg_s"] * 1e3, tolerance=0.50,
+                        required=inside and not small_cold,
+                        note="outside the required range" if not inside else
+                        "held out: that machine faulted small ranges in twice as fast" if small_cold else
+                        "held out: an earlier machine, 25-35 % faster"))
     return rows
 
 
 def _registration() -> list[dict]:
     """Registration at scale (:mod:`models.verbs.reg_calibration`)."""
-    return [_row("registration", c.case, c.nbytes, "s", c.sim_s, c.measured_s, tolerance=c.tolerance,
-                 required=c.required, note=c.note) for c in compare_registration()]
-
-
-def _host_pages() -> list[dict]:
-    """Pinning by path and page backing: each curve against its own points (2 MiB .. 4 GiB)."""
-    rows = []
-    for p in _load("h200_host_pinning_pages.json")["points"]:
-        host = HostParams(pages=p["pages"], pin_path=p["path"])
-        state = "prefaulted" if p["prefaulted"] else "cold"
-        near = not p["prefaulted"] and p["bytes"] <= host.fault_in(p["path"]).knee_bytes
-        rows.append(_row("host_pinning", f"{p['path']} {p['pages']} {state}", p["bytes"], "ms",
-                         host.pin_cost_ps(p["bytes"], prefaulted=p["prefaulted"]) / PS_PER_MS, p["median_s"] * 1e3,
-                         tolerance=spread_tolerance(p, 0.30), required=True,
-                         note=f"huge pages {p['huge_fraction']:.0%}" + ("; zeroing in the LLC" if near else "")))
-    return rows
+    return [row("registration", c.case, c.nbytes, "s", c.sim_s, c.measured_s, tolerance=c.tolerance,
+                required=c.required, note=c.note) for c in compare_registration()]
 
 
 def _gpu_alloc() -> list[dict]:
@@ -216,12 +189,12 @@ def _gpu_alloc() -> list[dict]:
     (their calls named ``h100: <call>``), each against its GPU's fit."""
     rows = []
     for gpu, prefix in (("h200", ""), ("h100", "h100: ")):
-        for r in compare(_load(f"{gpu}_gpu_alloc.json")["points"], ALLOC_PRESETS[gpu]):
+        for r in compare(load(f"{gpu}_gpu_alloc.json")["points"], ALLOC_PRESETS[gpu]):
             note = "" if r["required"] else "a few us: near the timing loop's own cost"
             if r["slow_samples"]:
                 note = f"{r['slow_samples']} slow-path samples not fitted"
-            rows.append(_row("gpu_alloc", prefix + r["call"], r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
-                             tolerance=r["tolerance"], required=r["required"], note=note))
+            rows.append(row("gpu_alloc", prefix + r["call"], r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
+                            tolerance=r["tolerance"], required=r["required"], note=note))
     return rows + _alloc_slow_path() + _alloc_cleared()
 
 
@@ -230,7 +203,7 @@ def _alloc_slow_path() -> list[dict]:
     ``h200_alloc_slow_path.json``), replayed on :mod:`models.gpu.scrub` with the driver's slow path
     (:func:`models.gpu.scrub_calibration.compare_slow`): shown, not required; and the headroom probes
     (:func:`~models.gpu.scrub_calibration.compare_headroom`), required where they waited."""
-    h200, alternation = _load("h200_alloc_slow_path.json")["runs"][0], _load("gpu_alternation.json")
+    h200, alternation = load("h200_alloc_slow_path.json")["runs"][0], load("gpu_alternation.json")
     costs = {gpu: gpu_alloc_costs(gpu) for gpu in SCRUB_PRESETS}
     return ([_replayed(r, f"{r['case']}: waits") for r in compare_slow(alternation, h200, costs, SCRUB_PRESETS)]
             + [_replayed(r, r["case"]) for r in compare_headroom(alternation, costs, SCRUB_PRESETS)])
@@ -242,7 +215,7 @@ def _alloc_cleared() -> list[dict]:
     (:func:`models.gpu.scrub_calibration.compare`, :func:`~models.gpu.scrub_calibration.compare_reclaim`)."""
     rows = []
     for file, compare in (("gpu_scrub.json", compare_cleared), ("gpu_reclaim.json", compare_reclaim)):
-        for machine, data in _load(file)["machines"].items():
+        for machine, data in load(file)["machines"].items():
             costs = gpu_alloc_costs(machine)
             rows += [_replayed(r, f"{machine}: {r['case']}") for r in compare(data, costs, SCRUB_PRESETS[machine])]
     return rows
@@ -251,8 +224,8 @@ def _alloc_cleared() -> list[dict]:
 def _replayed(r: dict, case: str) -> dict:
     """A ``gpu_alloc`` row of an allocation replayed on :mod:`models.gpu.scrub` (a row of
     :mod:`models.gpu.scrub_calibration`'s comparisons: times in s, shown in ms) under the name ``case``."""
-    return _row("gpu_alloc", case, r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
-                tolerance=r["tolerance"], required=r["required"], note=r["note"])
+    return row("gpu_alloc", case, r["bytes"], "ms", r["sim_s"] * 1e3, r["measured_s"] * 1e3,
+               tolerance=r["tolerance"], required=r["required"], note=r["note"])
 
 
 def _topology() -> list[dict]:
@@ -267,11 +240,11 @@ def _topology() -> list[dict]:
         return min(path.read_Bps, path.write_Bps, wire) / 1e9
 
     host, gpu, note = rate("mem0"), rate("gpu0"), "p2p factor fitted to this ratio"
-    return [_row("topology", "ib_write_bw host->host", n, "GB/s", host, 23000 * MiB / 1e9, tolerance=0.10),
-            _row("topology", "ib_write_bw GPU->GPU, cross socket", n, "GB/s", gpu, 11000 * MiB / 1e9,
-                 tolerance=0.10),
-            _row("topology", "GPU/host bandwidth ratio", n, "ratio", gpu / host, 11000 / 23000, tolerance=0.10,
-                 note=note)]
+    return [row("topology", "ib_write_bw host->host", n, "GB/s", host, 23000 * MiB / 1e9, tolerance=0.10),
+            row("topology", "ib_write_bw GPU->GPU, cross socket", n, "GB/s", gpu, 11000 * MiB / 1e9,
+                tolerance=0.10),
+            row("topology", "GPU/host bandwidth ratio", n, "ratio", gpu / host, 11000 / 23000, tolerance=0.10,
+                note=note)]
 
 
 def _layout(slices: tuple[int, ...]) -> str:
@@ -291,19 +264,19 @@ def _mtt() -> list[dict]:
     for point in points:
         note = "sliced: their mean is the input" if point.sliced else \
             "one MR past the reach: lookup_ps fitted to their mean"
-        rows.append(_row("mtt_cache", f"RDMA READ {point.read_bytes / 1e9:g} GB into {_layout(point.slices)}",
-                         max(point.slices), "GB/s", simulate_Bps(p, point, base) / 1e9, point.measured_Bps / 1e9,
-                         tolerance=mtt_tolerance(points, point.sliced), note=note))
+        rows.append(row("mtt_cache", f"RDMA READ {point.read_bytes / 1e9:g} GB into {_layout(point.slices)}",
+                        max(point.slices), "GB/s", simulate_Bps(p, point, base) / 1e9, point.measured_Bps / 1e9,
+                        tolerance=mtt_tolerance(points, point.sliced), note=note))
     for c in cliff_ratios(points):
         case = f"after / before, {c.point.read_bytes / 1e9:g} GB into {_layout(c.point.slices)}"
-        rows.append(_row("mtt_cache", case,
-                         max(c.point.slices), "ratio", c.simulated(p), c.measured, tolerance=ratio_tolerance(points),
-                         note="the cliff's depth: one MR over the slices of the same read"))
+        rows.append(row("mtt_cache", case,
+                        max(c.point.slices), "ratio", c.simulated(p), c.measured, tolerance=ratio_tolerance(points),
+                        note="the cliff's depth: one MR over the slices of the same read"))
     measured = float(np.mean([c.measured for c in cliff_ratios(points)]))
-    rows.append(_row("mtt_cache", "after / before through the data path, 100GbE", 6 * GiB, "ratio",
-                     _data_path_Bps(6 * GiB) / _data_path_Bps(3584 * MiB), measured,
-                     tolerance=ratio_tolerance(points), required=False,
-                     note="6 GiB over 3.5 GiB; the cap is absolute and the data path reaches the line rate before it"))
+    rows.append(row("mtt_cache", "after / before through the data path, 100GbE", 6 * GiB, "ratio",
+                    _data_path_Bps(6 * GiB) / _data_path_Bps(3584 * MiB), measured,
+                    tolerance=ratio_tolerance(points), required=False,
+                    note="6 GiB over 3.5 GiB; the cap is absolute and the data path reaches the line rate before it"))
     return rows
 
 
@@ -322,12 +295,12 @@ def _data_path_Bps(mr_bytes: int) -> float:
 
 def _port_rate() -> list[dict]:
     """perftest on EDR against the port's rate less its headers and credits (:mod:`models.nic.port_calibration`)."""
-    return [_row("port_rate", r.case, r.nbytes, "Gb/s", r.sim_Gbps, r.measured_Gbps, tolerance=r.tolerance,
-                 required=r.required, note=r.note) for r in compare_ports()]
+    return [row("port_rate", r.case, r.nbytes, "Gb/s", r.sim_Gbps, r.measured_Gbps, tolerance=r.tolerance,
+                required=r.required, note=r.note) for r in compare_ports()]
 
 
 def _iommu() -> list[dict]:
-    data, rows = _load("pciebench_iommu_window_sweep.json"), []
+    data, rows = load("pciebench_iommu_window_sweep.json"), []
     small, super_ = IommuParams(), IommuParams(page_size=2 * MiB)
     inside = {(r["config"], r["bytes"]): r["bw_Gbps"] for r in data["rows"] if r["window"] == small.reach}
     for r in data["rows"]:
@@ -345,8 +318,8 @@ def _iommu() -> list[dict]:
             note = "anchor" + ("" if r["superpages"] else ": walk_ps fitted here")
         else:
             note = "prediction"
-        rows.append(_row("iommu", f"{size} B random reads, {pages} pages", window, "Gb/s", sim, r["bw_Gbps"],
-                         tolerance=0.15 if note == "prediction" else 0.10, note=note))
+        rows.append(row("iommu", f"{size} B random reads, {pages} pages", window, "Gb/s", sim, r["bw_Gbps"],
+                        tolerance=0.15 if note == "prediction" else 0.10, note=note))
     base = data["base_latency_ns"]["64"]
     for r in data["latency_rows"]:
         window = r["window"]
@@ -355,14 +328,14 @@ def _iommu() -> list[dict]:
         addrs = random_addresses(window, 64, ACCESSES, np.random.default_rng([SEED, 1, window]))
         extra = Iommu(small).translate(addrs)[0][ACCESSES // 2:]
         knee = window == 2 * small.reach
-        rows.append(_row("iommu", "64 B read mean latency, 4 KiB pages", window, "ns", base + extra.mean() / PS_PER_NS,
-                         r["avg_ns"], tolerance=0.10, required=not knee,
-                         note="latency test shows ~9 % misses here, the bandwidth test ~45 %" if knee else ""))
+        rows.append(row("iommu", "64 B read mean latency, 4 KiB pages", window, "ns", base + extra.mean() / PS_PER_NS,
+                        r["avg_ns"], tolerance=0.10, required=not knee,
+                        note="latency test shows ~9 % misses here, the bandwidth test ~45 %" if knee else ""))
     return rows
 
 
 def _read_tags() -> list[dict]:
-    data = _load("pciebench_dma_read_sizes.json")
+    data = load("pciebench_dma_read_sizes.json")
     nfp = PcieParams(**PCIE_PRESETS["nfp6000"])
     rows = []
     for r in data["rows"]:
@@ -371,8 +344,8 @@ def _read_tags() -> list[dict]:
         fitted = n == 64
         note = (f"read_tags={nfp.read_tags} fitted here; link alone {read_link_Bps(nfp, n) * 8 / 1e9:.1f}"
                 if fitted else "prediction")
-        rows.append(_row("read_tags", "NFP-6000 Gen3 x8 DMA reads", n, "Gb/s", sim, r["bw_Gbps"],
-                         tolerance=0.10 if fitted else 0.15, note=note))
+        rows.append(row("read_tags", "NFP-6000 Gen3 x8 DMA reads", n, "Gb/s", sim, r["bw_Gbps"],
+                        tolerance=0.10 if fitted else 0.15, note=note))
     return rows
 
 
@@ -390,15 +363,15 @@ def _dma_engine() -> list[dict]:
             note = "issue spacing fitted here; " + note
         elif n in CROSSOVER:
             note = "limits cross: slower than either; " + note
-        rows.append(_row("dma_engine", "NFP-6000 Gen3 x8 DMA writes", n, "Gb/s", sim, r["bw_Gbps"],
-                         tolerance=dma_engine.write_tolerance(data, n), required=n not in CROSSOVER, note=note))
+        rows.append(row("dma_engine", "NFP-6000 Gen3 x8 DMA writes", n, "Gb/s", sim, r["bw_Gbps"],
+                        tolerance=dma_engine.write_tolerance(data, n), required=n not in CROSSOVER, note=note))
     for r in data["latency_rows"]:
         n = r["bytes"]
         if n < dma_engine.LATENCY_FIT_FROM:
             continue
         (sim,) = end_times(lambda: dma_read(PcieLink("nfp", nfp), n), 1)
-        rows.append(_row("dma_engine", "NFP-6000 one outstanding DMA read", n, "ns", sim / PS_PER_NS, r["median_ns"],
-                         tolerance=dma_engine.latency_tolerance(r), note="round trip and per-byte term fitted"))
+        rows.append(row("dma_engine", "NFP-6000 one outstanding DMA read", n, "ns", sim / PS_PER_NS, r["median_ns"],
+                        tolerance=dma_engine.latency_tolerance(r), note="round trip and per-byte term fitted"))
     return rows
 
 
@@ -412,13 +385,13 @@ def _managed() -> list[dict]:
              "stride": "one machine with an H100, all strides in one process, less the read's own start"}
     rows = []
     for case, r in zip(cases, compare_um(cases, UVM_PRESETS["h200"])):
-        rows.append(_row("managed", r["case"], 0, "ms", r["model_ms"], r["measured_ms"], tolerance=case.tolerance,
-                         required=case.role == "fit", note=notes[case.role]))
+        rows.append(row("managed", r["case"], 0, "ms", r["model_ms"], r["measured_ms"], tolerance=case.tolerance,
+                        required=case.role == "fit", note=notes[case.role]))
     return rows
 
 
 EXPERIMENTS = (("H200 copies", _copies), ("published copy rates", _copy_generations), ("pinning", _pinning),
-               ("registration at scale", _registration), ("host page backings", _host_pages),
+               ("registration at scale", _registration), ("host page backings", host_pages),
                ("GPU allocation", _gpu_alloc), ("unified memory", _managed), ("GPU topology", _topology),
                ("large-MR translation", _mtt), ("port rates", _port_rate), ("IOMMU", _iommu),
                ("PCIe read tags", _read_tags), ("DMA engine", _dma_engine))

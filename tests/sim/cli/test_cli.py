@@ -271,9 +271,10 @@ def test_calibrate_command_reports_every_required_row_passing(tmp_path):
 
 def test_calibrate_tells_each_experiment_as_it_starts(monkeypatch):
     from sim.inspect import calibrate as module
+    from sim.inspect.calibration_rows import row
 
     started = []
-    experiments = (("first", lambda: started.append("ran first") or [module._row(
+    experiments = (("first", lambda: started.append("ran first") or [row(
         "a", "one", 1, "s", 1.0, 1.0, tolerance=0.1)]), ("second", lambda: started.append("ran second") or []))
     monkeypatch.setattr(module, "EXPERIMENTS", experiments)
     table = module.calibrate(lambda name, index: started.append((name, index)))

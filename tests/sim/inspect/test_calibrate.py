@@ -37,7 +37,8 @@ def test_required_tolerances_and_ranges(report):
 
 
 def test_every_new_measured_quantity_has_rows(report):
-    """Allocation calls, pinning per path and backing, unified memory: one row per measured point (the H200's and
+    """Allocation calls, pinning per path and backing (and at scale on an H100 host), unified memory: one row per
+    measured point (the H200's and
     the H100s' calls, each against its GPU's fit, required alike), one per case of the back-to-back cycles (the
     three H100 and one H200 alternation runs, but for the H200's 8 GiB cycles, where no call waited, and the H200's
     six earlier (call, size) cases, shown: the slow path's replay) and per headroom
@@ -53,7 +54,9 @@ def test_every_new_measured_quantity_has_rows(report):
     calls = report[report.case.isin([f"h100: {call}" for call in CALLS])]
     required = sum(r["required"] for r in compare(h100, ALLOC_PRESETS["h100"]))
     assert len(calls) == len(h100) and calls.required.sum() == required >= 44
-    assert rows["host_pinning"] == 90 and rows["managed"] >= 50
+    scale = json.loads((ROOT / "models" / "data" / "h100_host_pin_scale.json").read_text())["rows"]
+    assert rows["host_pinning"] == 90 + len(scale) and len(scale) == 16 and rows["managed"] >= 50
+    assert rows["host_faults"] == sum("touch_samples_s" in r for r in scale) == 8  # each first write timed
     waits = report[report.case.str.endswith(": waits")]
     assert len(waits) == cycles and not waits.required.any()
     alloc = report[report.experiment == "gpu_alloc"]
