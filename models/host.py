@@ -107,8 +107,8 @@ USER_TOUCH: dict[str, CallCost] = {
 """What an application's own first write to every page of an untouched buffer costs it, per backing: the page
 faults taken from user space, one per page (4 KiB) or per 2 MiB folio (THP). Measured on an H100 machine's host,
 1-32 GiB (``models/data/h100_host_pin_scale.json``, ``calib/host_pin/fit_scale.py``): 0.57 s per GiB of 4 KiB pages
-at 16-32 GiB, half again what pin_user_pages takes to fault the same pages in; refitted from the data by
-``tests/models/test_host.py``."""
+at 16-32 GiB, half again what pin_user_pages takes to fault the same pages in (beyond 32 GiB the curve is
+extrapolated: 0.61 s per GiB at 50 GB); refitted from the data by ``tests/models/test_host.py``."""
 
 
 @dataclass(frozen=True, slots=True)
