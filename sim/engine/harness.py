@@ -71,11 +71,11 @@ class PieceProgress:
     size)'s operations, once over the run's solves, and the simulated time they covered (:class:`Covered`)."""
 
     def __init__(self, progress: Progress | None, covered: Covered,
-                 running: Callable[[str], None] | None = None) -> None:
+                 solving_again: Callable[[int], None] | None = None) -> None:
         self.progress, self.covered, self.operations = progress, covered, {}
         self.workload_of: dict[int, int] = {}
-        self.running = running
-        """Told the engine simulating, in words, as a progress display names it (``vectorized core``)."""
+        self.solving_again = solving_again
+        """Told the number of each solve from the second on (the display names it)."""
 
     def streams(self, by_workload: list[list[int]]) -> None:
         """The streams the core solves, by workload (:func:`sim.engine.planner.streams.by_workload`), so that a
@@ -85,8 +85,8 @@ class PieceProgress:
     def again(self, solve: int) -> None:
         """The run is solved again (its ``solve``-th solve, 2 on): the operations it solves again were counted, so
         the display says so until the count moves on."""
-        if self.running is not None:
-            self.running(f"vectorized core, solve {solve}")
+        if self.solving_again is not None:
+            self.solving_again(solve)
 
     def piece(self, key: tuple[int, int], lo: int, post) -> None:
         """Operations ``lo..`` of ``key`` (stream index, size) were solved, posted at ``post`` (ps)."""

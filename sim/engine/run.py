@@ -74,7 +74,7 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     """Simulate every workload of ``scenario`` (with its events) and return its tables. ``progress`` is told the
     operations simulated as the run goes, ``simulated`` the simulated time covered of its workloads' durations (ps,
     :func:`sim.engine.harness.total_duration_ps` in all), ``running`` the engine that simulates from then on, as
-    :data:`ENGINES` names it.
+    :data:`ENGINES` names it (and which solve the vectorized core is on when it solves the run again).
 
     ``scenario.engine`` picks the engine: ``fast`` and ``auto`` (the default) hand the run to
     :mod:`sim.engine.planner.plan`; when ``auto`` cannot use it, the event engine runs. ``notice`` (default: a line on
@@ -91,7 +91,8 @@ def run_scenario(scenario: Scenario, seed: int | None = None, progress: Progress
     if scenario.engine != "event":
         if running is not None:
             running(ENGINES["fast"])
-        result = run_fast(scenario, seed, PieceProgress(progress, covered, running), trace=trace, variant=variant,
+        again = None if running is None else lambda solve: running(f"{ENGINES['fast']}, solve {solve}")
+        result = run_fast(scenario, seed, PieceProgress(progress, covered, again), trace=trace, variant=variant,
                           operations=operations)
         if not isinstance(result, Declined):
             covered.end()
