@@ -16,6 +16,7 @@ import hashlib
 import json
 import os
 import platform
+from contextlib import ExitStack
 from importlib import metadata
 from pathlib import Path
 
@@ -27,7 +28,7 @@ from sim.store import outdir
 from sim.core.trace import write_chrome_trace
 from sim.inspect.binned import cdf_curves
 from sim.inspect.compare import bandwidth_timeline, comparison_table, event_times, post_latencies, size_spans
-from sim.store.operations import write_operations
+from sim.store.operations import READ_CACHE_BYTES, write_operations
 from sim.plot import figures
 from sim.inspect.rails import has_rails, rail_table
 from sim.engine.tables import RunResult
@@ -109,7 +110,11 @@ def write_results(results: RunResult | list[RunResult], out_dir: str | os.PathLi
     :raises OutputError: ``out_dir`` may not be written, or writing failed (nothing is published).
     """
     results = [results] if isinstance(results, RunResult) else results
-    with outdir.staged(out_dir, outdir.RUN, force=force) as (staging, target):
+    with outdir.staged(out_dir, outdir.RUN, force=force) as (staging, target), ExitStack() as reading:
+        if READ_AGAIN & set(results[0].scenario.outputs):
+            for result in results:
+                if result.table is not None:
+                    reading.enter_context(result.table.reading(READ_CACHE_BYTES // len(results)))
         _write(results, staging, scenario_bytes)
         if trace:
             write_chrome_trace(str(staging / "trace.json"), [(r.variant, r.testbed.env.trace) for r in results])
@@ -120,6 +125,9 @@ def write_results(results: RunResult | list[RunResult], out_dir: str | os.PathLi
     return target.path
 
 
+READ_AGAIN = {"bw_over_time", "gpu_memory", "latency_cdf"}
+"""Figures drawn from the operation tables: with one of them, each table is read several times (the event times
+read it once for every run), so it keeps what it read (:meth:`sim.store.operations.OperationTable.reading`)."""
 MANIFEST = "manifest.json"
 """The manifest's name inside a results directory."""
 

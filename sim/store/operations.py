@@ -5,7 +5,8 @@ A table that never reached a row group stays a pandas frame, so small runs write
 one-shot ``DataFrame.to_parquet`` writes. A spooled table lives in a directory under the system's temporary
 directory (``TMPDIR``), removed when the table is garbage collected (the spool of a killed run, by the next run
 that spools); readers take it a batch at a time
-(:meth:`OperationTable.batches`) or as a whole frame when they ask for one. pandas and pyarrow are imported when
+(:meth:`OperationTable.batches`, which keeps what it read for readers that come back, within
+:meth:`OperationTable.reading`) or as a whole frame when they ask for one. pandas and pyarrow are imported when
 a frame or a file is first made, not with the module (a run that keeps no table needs neither).
 """
 
@@ -17,6 +18,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +35,11 @@ if TYPE_CHECKING:
 
 ROW_GROUP_ROWS = 1 << 20
 """Rows per spooled row group (pyarrow's default row-group size, about 60 MiB of operation rows)."""
+READ_CACHE_BYTES = 512 << 20
+"""Columns a spooled table keeps once read while :meth:`OperationTable.reading` is on (bytes, all tables together):
+writing a run's results reads the same row groups several times."""
+TIME_BYTES = 8
+"""Bytes of one row of a column of times (int64 ps)."""
 LABELS = ("variant", "workload", "kind")
 """Text columns stored as categories in memory (joining tables of differing labels turns them into text, which
 :func:`_joined` makes categories again); every categorical column is dictionary-encoded in Parquet."""
@@ -146,6 +153,12 @@ class OperationTable:
         self._writer: pq.ParquetWriter | None = None
         self.path: Path | None = None
         """The spool file (None while every row is in memory)."""
+        self._read: dict[tuple[int, str], pd.Series] | None = None
+        """The columns kept by row group and name while :meth:`reading` is on (None while it is off)."""
+        self._read_room = 0
+        """Bytes not yet promised to the columns :attr:`_read` keeps."""
+        self._keeping: dict[str, bool] = {}
+        """Per column read while :meth:`reading` is on: whether it is kept (it fit whole when first read)."""
 
     @classmethod
     def of(cls, frame: pd.DataFrame) -> OperationTable:
@@ -208,7 +221,41 @@ class OperationTable:
         file = pq.ParquetFile(self.path)
         groups = range(file.num_row_groups)
         for group in reversed(groups) if backwards else groups:  # iter_batches holds what it read until it ends
-            yield file.read_row_group(group, columns=columns).to_pandas()
+            yield self._row_group(file, group, columns)
+
+    @contextmanager
+    def reading(self, room: int = READ_CACHE_BYTES) -> Iterator[OperationTable]:
+        """While inside, a spooled table keeps the columns it reads whose every row group fits in ``room`` bytes
+        (of all it keeps), and reads only the columns it does not hold: for callers that read the table several
+        times. A column too large to keep whole is read each time, as outside; so is every column of a table too
+        long for one column of times (8 bytes a row) to fit, where keeping its small columns alone would take
+        memory and spare little."""
+        self._read = {} if self.rows * TIME_BYTES <= room else None
+        self._read_room, self._keeping = room, {}
+        try:
+            yield self
+        finally:
+            self._read = None
+
+    def _row_group(self, file: pq.ParquetFile, group: int, columns: list[str] | None) -> pd.DataFrame:
+        """Row group ``group`` of the spool with ``columns`` (all by default), from what :meth:`reading` keeps
+        where it can."""
+        if self._read is None:
+            return file.read_row_group(group, columns=columns).to_pandas()
+        import pandas as pd
+
+        names = file.schema_arrow.names if columns is None else columns
+        missing = [name for name in names if (group, name) not in self._read]
+        read = file.read_row_group(group, columns=missing).to_pandas() if missing else None
+        for name in missing:
+            if name not in self._keeping:  # the first row group read decides for the whole column
+                whole = read[name].memory_usage(index=False) * self.rows // max(len(read), 1)
+                self._keeping[name] = whole <= self._read_room
+                self._read_room -= whole if self._keeping[name] else 0
+            if self._keeping[name]:
+                self._read[group, name] = read[name]
+        return pd.DataFrame({name: self._read[group, name] if read is None or name not in read else read[name]
+                             for name in names}, copy=False)
 
     def arrow_batches(self) -> Iterator[pa.Table]:
         """The table as Arrow tables of at most :data:`ROW_GROUP_ROWS` rows, in the spool's schema."""

@@ -227,3 +227,60 @@ def test_a_spool_holds_operations_in_memory_until_they_pass_its_hold(tmp_path):
         assert bool(made) == spooled and (tmp_path / "posted.raw").exists() == spooled
         assert bandwidth_of(4096, spool, 16, chunk=77) == bandwidth_summary(4096, posted, done, 16, ok)
         spool.close()
+
+
+def test_a_table_read_several_times_reads_each_column_of_a_row_group_once_within_its_room(monkeypatch):
+    """While :meth:`OperationTable.reading` is on, a spooled table keeps what it read and asks the file only for
+    the columns it does not hold; the frames are those read from the file. A column is kept only where all of it
+    fits in the room left: a room too small for one column keeps nothing, one for a single column keeps the first
+    read, and a table too long for a whole column of times keeps not even its small columns."""
+    import pyarrow.parquet as pq
+
+    monkeypatch.setattr(sim.store.operations, "ROW_GROUP_ROWS", 300)
+    table = run_scenario(_quickstart("fast")).table
+    assert table.spooled
+    asked = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def counted(self, group, columns=None, **kwargs):
+        asked.append((group, tuple(columns or ())))
+        return read_row_group(self, group, columns=columns, **kwargs)
+
+    first, second = ["kind", "posted_ps", "completed_ps"], ["completed_ps", "bytes", "ok"]
+    expected = [list(table.batches(columns)) for columns in (first, second, None)]
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", counted)
+    groups = len(expected[0])
+    with table.reading():
+        got = [list(table.batches(columns)) for columns in (first, second, None)]
+        again = list(table.batches(first, backwards=True))
+    for frames, wanted in zip(got, expected):
+        for frame, other in zip(frames, wanted):
+            pd.testing.assert_frame_equal(frame, other)
+    for frame, other in zip(again, reversed(expected[0])):
+        pd.testing.assert_frame_equal(frame, other)
+    rest = tuple(c for c in expected[2][0].columns if c not in first + second)
+    assert asked == ([(g, tuple(first)) for g in range(groups)] + [(g, ("bytes", "ok")) for g in range(groups)]
+                     + [(g, rest) for g in range(groups)])
+    asked.clear()
+    with table.reading(room=100):  # less than one column of a row group
+        list(table.batches(first))
+        list(table.batches(first))
+    assert asked == [(g, tuple(first)) for g in range(groups)] * 2
+    asked.clear()
+    with table.reading(room=8 * table.rows):  # room for one column of int64 times, whole
+        list(table.batches(["posted_ps"]))
+        list(table.batches(["completed_ps"]))
+        asked.clear()
+        both = [list(table.batches(["posted_ps", "completed_ps"])) for _ in range(2)]
+    assert asked == [(g, ("completed_ps",)) for g in range(groups)] * 2
+    for frames in both:
+        for frame, other in zip(frames, expected[0]):
+            pd.testing.assert_frame_equal(frame, other[["posted_ps", "completed_ps"]])
+    asked.clear()
+    with table.reading(room=8 * table.rows - 1):  # too long a table for a column of times: nothing is kept
+        list(table.batches(["kind"]))
+        list(table.batches(["kind"]))
+    assert asked == [(g, ("kind",)) for g in range(groups)] * 2
+    asked.clear()
+    list(table.batches(first))  # outside: read as before
+    assert asked == [(g, tuple(first)) for g in range(groups)]
