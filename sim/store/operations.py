@@ -1,5 +1,6 @@
 """A run's per-operation table with bounded memory: rows are held in memory up to one Parquet row group and
-spooled beyond that to a Parquet file, a row group at a time, while the run produces them.
+spooled beyond that to a Parquet file, a row group at a time, while the run produces them (a thread of the table's
+own writes each row group while the run goes on; the next waits for it).
 
 A table that never reached a row group stays a pandas frame, so small runs write exactly the bytes a
 one-shot ``DataFrame.to_parquet`` writes. A spooled table lives in a directory under the system's temporary
@@ -18,6 +19,7 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +153,11 @@ class OperationTable:
         self._held_rows = 0
         self._whole: pd.DataFrame | None = None
         self._writer: pq.ParquetWriter | None = None
+        self._writing: ThreadPoolExecutor | None = None
+        """The thread that writes row groups to the spool while the run goes on (Arrow's encoding and compression
+        let the interpreter run meanwhile); one row group at a time, in order."""
+        self._written: Future | None = None
+        """The row group being written (its exception, if it failed, is raised at the next spill or close)."""
         self.path: Path | None = None
         """The spool file (None while every row is in memory)."""
         self._read: dict[tuple[int, str], pd.Series] | None = None
@@ -189,15 +196,27 @@ class OperationTable:
         if self._writer is None:
             self.path = Path(owned_scratch_dir(self, "operations")) / "operations.parquet"
             self._writer = pq.ParquetWriter(self.path, table.schema)
-        self._writer.write_table(table, row_group_size=rows)
+            self._writing = ThreadPoolExecutor(1, thread_name_prefix="rdmasim-spool")
+        self._wait_written()
+        self._written = self._writing.submit(self._writer.write_table, table, row_group_size=rows)
+
+    def _wait_written(self) -> None:
+        """Wait for the row group being written, raising what its write raised."""
+        if self._written is not None:
+            written, self._written = self._written, None
+            written.result()
 
     def close(self) -> OperationTable:
         """No more rows: the rest goes to the spool (a spooled table) or becomes one frame."""
         if self._writer is not None:
-            if self._held_rows:
-                self._spill(self._held_rows)
-            self._writer.close()
-            self._writer = None
+            try:
+                if self._held_rows:
+                    self._spill(self._held_rows)
+                self._wait_written()
+            finally:
+                self._writing.shutdown()
+                self._writer.close()
+                self._writer = self._writing = None
         elif self._whole is None:
             self._whole = _joined(self._held)
             self._held = []

@@ -284,3 +284,23 @@ def test_a_table_read_several_times_reads_each_column_of_a_row_group_once_within
     asked.clear()
     list(table.batches(first))  # outside: read as before
     assert asked == [(g, tuple(first)) for g in range(groups)]
+
+
+def test_a_row_group_the_spool_failed_to_write_fails_the_table(monkeypatch):
+    """Row groups are written while the run goes on; a write that fails (a full disk) raises at the table's next
+    row group or its close, never passes unseen."""
+    import pyarrow.parquet as pq
+
+    rows = run_scenario(_quickstart("fast", 50)).operations
+    monkeypatch.setattr(sim.store.operations, "ROW_GROUP_ROWS", 30)
+
+    def full(self, table, row_group_size=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", full)
+    for parts in ([rows.iloc[:30]], [rows.iloc[:30], rows.iloc[30:60]]):
+        table = sim.store.operations.OperationTable()
+        with pytest.raises(OSError, match="No space left"):
+            for part in parts:
+                table.append(part)
+            table.close()
