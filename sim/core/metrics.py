@@ -146,12 +146,13 @@ def bandwidth_of(size_bytes: int, ops: OpColumns | OpSpool, window: int, chunk: 
     elapsed = ops.last_done_ps - ops.first_post_ps
     avg_Bps = size_bytes * ops.good * PS_PER_S / elapsed
     best_Bps, w = avg_Bps, max(1, window)
+    scale = float(size_bytes * PS_PER_S)  # bytes x operations x ps per s outgrows 64-bit integers: floats
     while w < n:
         for lo in range(0, n - w + 1, chunk):
             hi = min(lo + chunk, n - w + 1)
             spans = np.maximum(ops.done_by(lo + w - 1, hi + w - 1) - ops.posted(lo, hi), 1)
             delivered = ops.delivered(lo + w, hi + w) - ops.delivered(lo, hi)
-            best_Bps = max(best_Bps, float((size_bytes * delivered * PS_PER_S / spans).max()))
+            best_Bps = max(best_Bps, float((scale * delivered / spans).max()))
         w *= 2
     return {"bw_peak_Gbps": best_Bps * 8 / 1e9, **average_columns(avg_Bps, n * PS_PER_US / elapsed)}
 

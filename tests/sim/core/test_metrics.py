@@ -47,3 +47,17 @@ def test_nothing_succeeded_measures_nothing():
     assert set(none) == set(bandwidth_summary(1000, posted, done, window=2)) and np.isnan(list(none.values())).all()
     empty = latency_summary(np.array([], dtype=np.int64))
     assert set(empty) == set(latency_summary(posted)) and np.isnan(list(empty.values())).all()
+
+
+def test_peak_of_large_messages_over_long_runs_is_exact():
+    """The peak of a run of many large messages (bytes x operations x ps per s far beyond 64-bit integers) is
+    found: 1 MiB WRITEs whose first 2,048 complete every 100 ns after a 1 us start, the rest every 10 us, peak over
+    the first 2,048 (a window of 2 doubled), which beats the average and every shorter run."""
+    n, half, size = 4096, 2048, 1 << 20
+    posted = np.zeros(n, np.int64)
+    gaps = np.where(np.arange(n) < half, 100_000, 10_000_000)
+    done = 1_000_000 + np.cumsum(gaps) - gaps[0]
+    s = bandwidth_summary(size, posted, done, window=2)
+    peak_Bps = half * size * 10**12 / int(done[half - 1])  # Python integers: exact
+    assert s["bw_peak_Gbps"] == pytest.approx(peak_Bps * 8 / 1e9, rel=1e-12)
+    assert s["bw_peak_Gbps"] > 2 * s["bw_avg_Gbps"]
