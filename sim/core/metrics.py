@@ -145,16 +145,35 @@ def bandwidth_of(size_bytes: int, ops: OpColumns | OpSpool, window: int, chunk: 
         return dict.fromkeys(BANDWIDTH_COLUMNS, float("nan"))
     elapsed = ops.last_done_ps - ops.first_post_ps
     avg_Bps = size_bytes * ops.good * PS_PER_S / elapsed
-    best_Bps, w = avg_Bps, max(1, window)
-    scale = float(size_bytes * PS_PER_S)  # bytes x operations x ps per s outgrows 64-bit integers: floats
-    while w < n:
-        for lo in range(0, n - w + 1, chunk):
-            hi = min(lo + chunk, n - w + 1)
-            spans = np.maximum(ops.done_by(lo + w - 1, hi + w - 1) - ops.posted(lo, hi), 1)
-            delivered = ops.delivered(lo + w, hi + w) - ops.delivered(lo, hi)
-            best_Bps = max(best_Bps, float((scale * delivered / spans).max()))
-        w *= 2
+    first = max(1, window)
+    windows = [first << k for k in range(n.bit_length()) if first << k < n]
+    best_Bps = max(avg_Bps, _best_run_Bps(ops, float(size_bytes * PS_PER_S), windows, chunk))
     return {"bw_peak_Gbps": best_Bps * 8 / 1e9, **average_columns(avg_Bps, n * PS_PER_US / elapsed)}
+
+
+def _best_run_Bps(ops: OpColumns | OpSpool, scale: float, windows: list[int], chunk: int) -> float:
+    """The best rate (B/s) of a run of ``w`` consecutive operations of ``ops`` for each of ``windows``: ``scale``
+    (bytes x ps per s, a float: times the operations it outgrows 64-bit integers) times the run's successful
+    operations over its span (at least 1 ps). Each ``chunk`` of runs' first operations is read once for every
+    window; where every run of a window succeeded whole, its shortest span alone decides (0 without windows)."""
+    best, n = 0.0, ops.n
+    spans, rates = np.empty(min(chunk, n), np.int64), np.empty(min(chunk, n))
+    for lo in range(0, n - windows[0] + 1 if windows else 0, chunk):
+        posted, delivered = ops.posted(lo, min(lo + chunk, n)), ops.delivered(lo, min(lo + chunk, n))
+        for w in windows:
+            m = min(lo + chunk, n - w + 1) - lo
+            if m <= 0:
+                break
+            span, rate = spans[:m], rates[:m]
+            np.subtract(ops.done_by(lo + w - 1, lo + m + w - 1), posted[:m], out=span)
+            if int(ops.delivered(lo + m + w - 1, lo + m + w)[0]) - int(delivered[0]) == m + w - 1:
+                best = max(best, scale * w / max(int(span.min()), 1))
+                continue
+            np.maximum(span, 1, out=span)
+            np.multiply(np.subtract(ops.delivered(lo + w, lo + m + w), delivered[:m], out=rate, casting="unsafe"),
+                        scale, out=rate)
+            best = max(best, float(np.divide(rate, span, out=rate).max()))
+    return best
 
 
 def average_columns(avg_Bps: float, msg_rate_Mpps: float) -> dict[str, float]:

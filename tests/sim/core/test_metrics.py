@@ -1,7 +1,10 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from sim.core.metrics import bandwidth_summary, latency_summary
+from sim.core.metrics import OpColumns, bandwidth_of, bandwidth_summary, latency_summary
+from tests.properties import examples
 
 
 def test_latency_percentiles_follow_perftest_indexing():
@@ -61,3 +64,35 @@ def test_peak_of_large_messages_over_long_runs_is_exact():
     peak_Bps = half * size * 10**12 / int(done[half - 1])  # Python integers: exact
     assert s["bw_peak_Gbps"] == pytest.approx(peak_Bps * 8 / 1e9, rel=1e-12)
     assert s["bw_peak_Gbps"] > 2 * s["bw_avg_Gbps"]
+
+
+def _peak_by_definition(size: int, posted: np.ndarray, done: np.ndarray, ok: np.ndarray, window: int) -> float:
+    """bw_peak (B/s) as :func:`bandwidth_of` defines it, run by run in Python floats: the average, and every run of
+    ``window``, 2 x ``window``, ... consecutive operations shorter than the test, from its first post to the latest
+    completion up to its last operation (at least 1 ps), carrying its successful operations' bytes."""
+    done_by, delivered = np.maximum.accumulate(done), np.concatenate(([0], np.cumsum(ok)))
+    best = size * int(ok.sum()) * 10**12 / (int(done.max()) - int(posted.min()))
+    w = max(1, window)
+    while w < len(posted):
+        for i in range(len(posted) - w + 1):
+            span = max(int(done_by[i + w - 1]) - int(posted[i]), 1)
+            best = max(best, float(size * 10**12) * float(delivered[i + w] - delivered[i]) / span)
+        w *= 2
+    return best
+
+
+@settings(max_examples=examples(60), deadline=None)
+@given(st.data(), st.integers(2, 200), st.integers(1, 9), st.integers(1, 40), st.sampled_from([4096, 1 << 20, 1000]),
+       st.booleans())
+def test_peak_is_the_best_run_by_its_definition(data, n, window, chunk, size, failures):
+    """Whatever the chunks it reads, with failed operations or none (where the shortest span of a window decides
+    alone), :func:`bandwidth_of`'s peak is the definition's to the last bit."""
+    gaps = np.array(data.draw(st.lists(st.integers(0, 10**7), min_size=n, max_size=n)), np.int64)
+    latency = np.array(data.draw(st.lists(st.integers(1, 10**8), min_size=n, max_size=n)), np.int64)
+    ok = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), bool) if failures else np.ones(n, bool)
+    posted = np.cumsum(gaps)
+    done = posted + latency
+    if not ok.any():
+        return
+    peak = bandwidth_of(size, OpColumns(posted, done, ok), window, chunk=chunk)["bw_peak_Gbps"]
+    assert peak == _peak_by_definition(size, posted, done, ok, window) * 8 / 1e9
