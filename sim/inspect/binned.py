@@ -72,6 +72,14 @@ class _Curve:
 
 
 CDF_COLUMNS = ["variant", "workload", "bytes", "latency_us", "cdf"]
+CURVE_KEY = ["variant", "workload", "bytes"]
+"""What makes one latency distribution: the columns :func:`cdf_curves` groups the operations by."""
+
+
+def _constant(column: pd.Series) -> bool:
+    """Whether every row of ``column`` holds one value (a category's codes, or the values, all alike)."""
+    values = column.cat.codes.to_numpy() if isinstance(column.dtype, pd.CategoricalDtype) else column.to_numpy()
+    return len(values) > 0 and values.min() == values.max()
 
 
 def cdf_curves(tables: Iterable[OperationTable]) -> pd.DataFrame:
@@ -80,9 +88,13 @@ def cdf_curves(tables: Iterable[OperationTable]) -> pd.DataFrame:
     operation of a group of at most :data:`EXACT_MAX`, binned points beyond."""
     curves: dict[tuple[str, str, int], _Curve] = {}
     for table in tables:
-        for batch in table.batches(["variant", "workload", "bytes", "latency_ps", "ok"]):
-            ok = batch[batch["ok"]]
-            for key, rows in ok.groupby(["variant", "workload", "bytes"], sort=False, observed=True):
+        for batch in table.batches([*CURVE_KEY, "latency_ps", "ok"]):
+            ok = batch["ok"].to_numpy()
+            if all(_constant(batch[column]) for column in CURVE_KEY):  # one curve's rows (one workload and size)
+                key = tuple(batch[column].iloc[0] for column in CURVE_KEY)
+                curves.setdefault(key, _Curve()).add(batch["latency_ps"].to_numpy(dtype=np.int64)[ok])
+                continue
+            for key, rows in batch[ok].groupby(CURVE_KEY, sort=False, observed=True):
                 curves.setdefault(key, _Curve()).add(rows["latency_ps"].to_numpy(dtype=np.int64))
     frames = []
     for (variant, workload, size), curve in curves.items():

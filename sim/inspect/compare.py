@@ -141,9 +141,9 @@ def post_latencies(result: RunResult) -> pd.DataFrame:
     start = span[0] if span else 0
     parts, count, bands = [], 0, None
     for ops in _bandwidth_batches(result, ["posted_ps", "latency_ps", "ok"]):
-        ok = ops.loc[ops["ok"]]
-        posted, latency = ok["posted_ps"].to_numpy(dtype=np.int64), ok["latency_ps"].to_numpy(dtype=np.int64)
-        count += len(ok)
+        ok = ops["ok"].to_numpy()
+        posted, latency = ops["posted_ps"].to_numpy(dtype=np.int64)[ok], ops["latency_ps"].to_numpy(dtype=np.int64)[ok]
+        count += len(posted)
         if bands is None and count > EXACT_MAX:
             bands = LatencyBands(*span)
             for part in parts:
