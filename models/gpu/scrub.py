@@ -20,7 +20,7 @@ What an H200 and H100s showed (``calib/gpu_alloc/measure_scrub.py`` and ``measur
   ``gpu_alternation.json``) take their first slow call where the rule above says, but then wait neither for the
   clearing of the free being cleared nor for all of them: on an H100 ~34 ms at 8 GiB, ~68 at 16, ~165 at 32, on the
   H200 ~48 at 12 GiB, ~100 at 24, ~129 at 32 (a power of the size per GPU, :attr:`ScrubRates.slow_ps_at_GiB`),
-  alternating with calls that do not wait, the same on three H100s. The model takes this slow path where the
+  alternating with calls that do not wait, the same on four H100s. The model takes this slow path where the
   allocation would wait for the free being cleared alone while more frees wait behind it
   (:meth:`ScrubQueue.slow_path`); with one free pending, or where it needs more than that free (two 32 GiB frees,
   then 62 GiB), it waits for the clearing, as measured. Not modeled: the waits' dependence on the memory left free

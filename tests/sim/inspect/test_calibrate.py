@@ -40,7 +40,7 @@ def test_every_new_measured_quantity_has_rows(report):
     """Allocation calls, pinning per path and backing (and at scale on an H100 host), unified memory: one row per
     measured point (the H200's and
     the H100s' calls, each against its GPU's fit, required alike), one per case of the back-to-back cycles (the
-    three H100 and one H200 alternation runs, but for the H200's 8 GiB cycles, where no call waited, and the H200's
+    four H100 and one H200 alternation runs, but for the H200's 8 GiB cycles, where no call waited, and the H200's
     six earlier (call, size) cases, shown: the slow path's replay) and per headroom
     probe, one per case of the clearing runs on each of two GPUs, and one per case of the taking-back runs."""
     rows = report.groupby("experiment").size()
@@ -48,7 +48,7 @@ def test_every_new_measured_quantity_has_rows(report):
     alternation = json.loads((ROOT / "models" / "data" / "gpu_alternation.json").read_text())
     cycles = sum(len(run["cases"]) for run in alternation["runs"]) - 1 + 6
     probes = sum(len(run["extras"]) for run in alternation["headroom"])
-    assert len(reclaim) == 2 and [run["gpu"] for run in alternation["runs"]] == ["h100"] * 3 + ["h200"]
+    assert len(reclaim) == 2 and [run["gpu"] for run in alternation["runs"]] == ["h100"] * 4 + ["h200"]
     h100 = json.loads((ROOT / "models" / "data" / "h100_gpu_alloc.json").read_text())["points"]
     assert rows["gpu_alloc"] == 81 + len(h100) + cycles + probes + 2 * 14 + sum(len(m["cases"]) for m in reclaim)
     calls = report[report.case.isin([f"h100: {call}" for call in CALLS])]
