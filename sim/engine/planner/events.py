@@ -39,6 +39,7 @@ from sim.engine.planner.errors import NONE, Failure, first_flushed
 from sim.engine.planner.faults import Access, FaultScan, Unfollowed, faults_followed
 from sim.engine.planner.losses import Losses
 from sim.engine.planner.retries import REMOTE, Retries
+from sim.engine.planner.settling import windows
 from sim.scenario.schema import Scenario
 
 
@@ -176,8 +177,9 @@ class Watch:
         self.faults = FaultScan(streams, self.holds)
         self.remote_moves: dict[str, list[Move]] = {}
         """The moves of buffers the workloads reach at the responder, by name (:mod:`sim.engine.planner.retries`)."""
-        self.retries = Retries()
-        self.losses = Losses(streams)
+        depth = windows(streams)
+        self.retries = Retries(depth)
+        self.losses = Losses(streams, depth)
         """The requests link outages lose (:mod:`sim.engine.planner.losses`)."""
         self.failures: dict[tuple[int, int], Failure] = {}
         """The error completions accepted so far, by (stream, size) (:mod:`sim.engine.planner.errors`)."""

@@ -92,11 +92,9 @@ class Losses(Settling):
 
     what = "the frames a link outage loses"
 
-    def __init__(self, ends) -> None:
-        super().__init__()
+    def __init__(self, ends, depth: dict[int, int]) -> None:
+        super().__init__(depth)
         self.links = {k: _Link(end) for k, end in enumerate(ends) if followed(end)}
-        self.depth = {k: end.work.rule.window(end.work.tx_depth) for k, end in enumerate(ends) if k in self.links}
-        """Per stream followed: its window (:meth:`~sim.engine.planner.settling.Settling.revise`)."""
         self.iterations = {k: ends[k].work.iterations for k in self.links}
         """Per stream followed: its operations at each size (its workload runs for a count)."""
         self.broken: str | None = None
@@ -134,7 +132,7 @@ class Losses(Settling):
             if decided is not None:
                 wanted, broken, _ = decided
                 self.broken = self.broken or broken
-                changed = self.revise(key, wanted, self.depth[key[0]]) or changed
+                changed = self.revise(key, wanted) or changed
         return self.counted(changed)
 
     def settle_early(self, marks: dict[tuple[int, int], dict[str, np.ndarray]], horizon: int) -> bool:
@@ -156,7 +154,7 @@ class Losses(Settling):
             if (wanted[:known] != mine[:known]).any():
                 whole = np.zeros(self.iterations[key[0]], np.int64) if old is None else old.copy()
                 whole[:len(wanted)] = wanted
-                return self.counted(self.revise(key, whole, self.depth[key[0]]))
+                return self.counted(self.revise(key, whole))
         return False
 
     def _decide(self, key: tuple[int, int], labelled: dict[str, np.ndarray], horizon: int = NEVER):

@@ -190,7 +190,6 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
     table = OperationTable() if operations else None
     rows = Rows(ends, table, StreamedSummaries(variant)) if once else None
     solved, pipes = None, None
-    depth = {k: end.work.rule.window(end.work.tx_depth) for k, end in enumerate(ends)}  # (what settling needs)
     resumes = None if once else Resumes()
     try:
         for solves in range(1, MAX_MOVES + 2):
@@ -210,7 +209,7 @@ def run_fast(scenario: Scenario, seed: int, told: PieceProgress | None = None, *
             if not changed and watch.unsettled:
                 watch.unsettled = False
                 continue  # the requester's first flush came elsewhere: solved again with that
-            if not changed and watch.retries.settle(solved.marks, depth):
+            if not changed and watch.retries.settle(solved.marks):
                 continue  # a request got another count of RNR NAKs: solved again with that
             if not changed and watch.losses.settle(solved.marks):
                 continue  # a link outage lost other requests: solved again with that

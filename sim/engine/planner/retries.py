@@ -43,8 +43,8 @@ class Retries(Settling):
 
     what = "the RNR NAK counts"
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, depth: dict[int, int]) -> None:
+        super().__init__(depth)
         self.windows: dict[int, list[tuple[int, int]]] = {}
         self.pending = False
         """A window came or a count changed since a complete solve last held every count: the times after the
@@ -60,12 +60,12 @@ class Retries(Settling):
         count of RNR NAKs each."""
         return [(a, b, rnr_retried(found, count, min_rnr_timer_ps)) for a, b, count in self.runs(key, lo, hi)]
 
-    def settle(self, marks: dict[tuple[int, int], dict[str, np.ndarray]], depth: dict[int, int]) -> bool:
+    def settle(self, marks: dict[tuple[int, int], dict[str, np.ndarray]]) -> bool:
         """Check each operation's count against a complete solve's ``marks`` (its attempts' times at the responder):
         every attempt but the last inside a window, the last outside. Where one differs, the count the solve says
         (attempts that came out of the window earlier; or, when the last one still came inside, as many more as
         fit in the rest of the window at the spacing of its last two) goes to the next solve
-        (:meth:`~sim.engine.planner.settling.Settling.revise`; ``depth``: each stream's window): True then."""
+        (:meth:`~sim.engine.planner.settling.Settling.revise`): True then."""
         changed = False
         for (k, size), labelled in marks.items():
             windows = self.windows.get(k)
@@ -92,6 +92,6 @@ class Retries(Settling):
                 wanted[i] = r + 1 + (max(0, -(-(int(end[r, i]) - last) // period) - 1) if period > 0 else 0)
             if more.any():  # the operations still inside go on together (one group): the most any of them needs
                 wanted[more] = wanted[more].max()
-            changed = self.revise((k, size), wanted, depth[k]) or changed
+            changed = self.revise((k, size), wanted) or changed
         self.pending = changed
         return self.counted(changed)

@@ -15,15 +15,23 @@ MAX_SETTLES = 24
 """Solves the decisions may take to settle before the event engine is asked to simulate the run."""
 
 
+def windows(ends) -> dict[int, int]:
+    """Per stream of ``ends``: its window, the operations posted before one completes (what :meth:`Settling.revise`
+    keeps the solve's answer for)."""
+    return {k: end.work.rule.window(end.work.tx_depth) for k, end in enumerate(ends)}
+
+
 class Settling:
     """Per (stream, size), one decision per operation (0: none), and how many solves they took."""
 
     what = "the decisions"
     """What the decisions are, for the message when they do not settle."""
 
-    def __init__(self) -> None:
+    def __init__(self, depth: dict[int, int]) -> None:
         self.decided: dict[tuple[int, int], np.ndarray] = {}
         self.settles = 0
+        self.depth = depth
+        """Per stream: its window (:func:`windows`)."""
 
     def runs(self, key: tuple[int, int], lo: int, hi: int) -> list[tuple[int, int, int]]:
         """Operations ``lo..hi-1`` of ``key`` as ``(lo, hi, decision)`` runs of one decision each."""
@@ -42,17 +50,17 @@ class Settling:
         """The sum of ``stream``'s decisions (at message ``size`` alone, where given)."""
         return int(sum(decided.sum() for decided in self.of(stream, size)))
 
-    def revise(self, key: tuple[int, int], wanted: np.ndarray, depth: int) -> bool:
+    def revise(self, key: tuple[int, int], wanted: np.ndarray) -> bool:
         """Keep for the next solve of ``key`` what a complete solve says (``wanted``) from the first operation
-        whose decision differs, for those posted before it completes (``depth``: the stream's window), none for
-        those its completion posts; False when every decision holds."""
+        whose decision differs, for those posted before it completes (the stream's window, :attr:`depth`), none
+        for those its completion posts; False when every decision holds."""
         old = self.decided.get(key, np.zeros(len(wanted), wanted.dtype))
         differ = np.flatnonzero(wanted != old)
         if not len(differ):
             return False
         c = int(differ[0])
         wanted = wanted.copy()
-        wanted[c + depth:] = 0
+        wanted[c + self.depth[key[0]]:] = 0
         self.decided[key] = np.concatenate((old[:c], wanted[c:]))
         return True
 

@@ -112,15 +112,15 @@ def test_the_counts_settle_from_the_attempts_the_solve_gives():
     """Every attempt but the last inside the window, the last outside; an operation whose attempts all came
     inside gets as many more as fit at the spacing of its last two (those still inside go on together); the
     operations its completion posts (after the window's depth) start again from none."""
-    retries = Retries()
+    retries = Retries({0: 4})
     retries.windows[0] = [(100, 1000)]
     marks = {(0, 64): {f"{REMOTE}0": np.array([50, 120, 150, 300, 2000]),
                        f"{REMOTE}1": np.full(5, -1), f"{REMOTE}2": np.full(5, -1)}}
-    assert retries.settle(marks, {0: 4})
+    assert retries.settle(marks)
     assert retries.decided[0, 64].tolist() == [0, 1, 1, 1, 0]
     marks[0, 64][f"{REMOTE}1"] = np.array([-1, 420, 450, 1100, -1])
-    assert retries.settle(marks, {0: 4})
+    assert retries.settle(marks)
     assert retries.decided[0, 64].tolist() == [0, 3, 3, 1, 0]  # 120, 420, 720 inside then 1020; 300, 1100
     marks[0, 64][f"{REMOTE}2"] = np.array([-1, 720, 750, -1, -1])
     marks[0, 64][f"{REMOTE}3"] = np.array([-1, 1020, 1050, -1, -1])
-    assert not retries.settle(marks, {0: 4}) and retries.total(0) == 7
+    assert not retries.settle(marks) and retries.total(0) == 7
