@@ -11,8 +11,8 @@ Every timed allocation of the runs below whose freed memory is, by the clearing 
 case: the call, its size, the bytes it takes back and its samples (s). Those near the end of a clearing are left
 out, since the measured clearing rates differ by ~15 % between machines. The sources:
 
-* ``raw/h100_pause_run{1,2,3,4}.json`` (``measure_pause.py``, room to spare in every case): each cycle starts 0.3 s
-  after the previous one, so its first allocation takes back what the previous cycle freed and its own timed
+* ``raw/h100_pause_run{1,2,3,4,5}.json`` (``measure_pause.py``, room to spare in every case): each cycle starts
+  0.3 s after the previous one, so its first allocation takes back what the previous cycle freed and its own timed
   allocation takes back the cycle's own free once cleared;
 * ``raw/{h200,h100}_slow_path_run1.json`` (``measure_slow_path.py``'s ``after_wait``): cudaMalloc and cuMemCreate
   of 64 (H200) or 32 GiB (H100), allocated and freed, then again W s later;
@@ -20,8 +20,10 @@ out, since the measured clearing rates differ by ~15 % between machines. The sou
   8 GiB again; the cycles run back to back, so the timed allocation also takes back the previous cycle's free.
 
 The taking-back cost per GiB is fitted per run by relative least squares on the cases that take something back
-(:func:`models.gpu.scrub_calibration.fit_reclaim`); a GPU's is the mean of its runs', each run weighing the same
-(they differ up to twofold between machines). ``fit_scrub.py`` then fits the clearing rate with it known.
+(:func:`models.gpu.scrub_calibration.fit_reclaim`); a GPU's is the mean of its fitted runs', each run weighing the
+same (they differ up to twofold between machines). The runs of :data:`HELD_OUT` are reduced alike, their cases and
+own fit kept under ``held_out``, but not fitted: ``rdmasim calibrate`` shows them against the others' fit.
+``fit_scrub.py`` then fits the clearing rate with it known.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from fit_scrub import MACHINES  # noqa: E402 - this script's folder: the GPU nam
 
 RAW = Path(__file__).parent / "raw"
 OUT = ROOT / "models" / "data" / "gpu_reclaim.json"
+HELD_OUT = {"h100_pause_run5": "a different machine took memory back ~2x slower"}
+"""Runs reduced but not fitted (by file stem), each with why."""
 
 
 def clear_s(machine: str, gib: float) -> float:
@@ -132,18 +136,23 @@ def main() -> None:
         cases = list(found.cases.values())
         runs = {source: fit_reclaim([c for c in cases if c["source"] == source], gpu_alloc_costs(name))
                 for source in sorted({c["source"] for c in cases})}
-        machines[name] = {"cases": cases, "runs_ps_per_GiB": runs,
-                          "fit_ps_per_GiB": round(np.mean(list(runs.values())))}
+        fitted = {source: fit for source, fit in runs.items() if source not in HELD_OUT}
+        machines[name] = {"cases": cases, "runs_ps_per_GiB": fitted,
+                          "fit_ps_per_GiB": round(np.mean(list(fitted.values()))),
+                          "held_out": {source: {"why": HELD_OUT[source], "ps_per_GiB": fit}
+                                       for source, fit in runs.items() if source in HELD_OUT}}
     data = {"method": __doc__,
             "notes": ("H100: four runs of measure_pause.py, each on a freshly started machine (2026-12-05), and "
-                      "the after_wait and idle cases of the earlier slow-path and clearing runs (another machine); "
+                      "the after_wait and idle cases of the earlier slow-path and clearing runs (another machine), "
+                      "fitted; a fifth run of measure_pause.py (2026-12-07, another machine), held out; "
                       "H200: those of the earlier runs; driver 580.159.04 throughout; times in s"),
             "machines": machines}
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     for name, machine in machines.items():
         runs = ", ".join(f"{k} {v / 1e9:.3f}" for k, v in machine["runs_ps_per_GiB"].items())
+        held = "".join(f"; held out: {k} {v['ps_per_GiB'] / 1e9:.3f}" for k, v in machine["held_out"].items())
         print(f"{name}: {len(machine['cases'])} cases, {machine['fit_ps_per_GiB'] / 1e9:.3f} ms per GiB taken back "
-              f"(runs: {runs})")
+              f"(fitted runs: {runs}{held})")
     print(f"wrote {OUT.relative_to(ROOT)}")
 
 

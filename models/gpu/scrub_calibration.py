@@ -116,9 +116,9 @@ def compare(machine: dict, costs: AllocCosts, rates: ScrubRates) -> list[dict]:
 
 
 def cases_spread(machine: dict, costs: AllocCosts) -> float:
-    """How far the taking back per GiB that each case of one machine implies (its median less its call, over the
-    GiB it takes back) lies from the machine's fit at most (a fraction): it differs between runs and machines."""
-    back = [c for c in machine["cases"] if c["taken_back_bytes"]]
+    """How far the taking back per GiB that each fitted case of one machine implies (its median less its call, over
+    the GiB it takes back) lies from the machine's fit at most (a fraction): it differs between runs and machines."""
+    back = [c for c in machine["cases"] if c["taken_back_bytes"] and c["source"] not in machine["held_out"]]
     return max(abs((float(np.median(c["alloc_s"])) * PS_PER_S - costs.call_ps(c["call"], c["bytes"]))
                    / (c["taken_back_bytes"] / GiB) / machine["fit_ps_per_GiB"] - 1) for c in back)
 
@@ -126,18 +126,21 @@ def cases_spread(machine: dict, costs: AllocCosts) -> float:
 def compare_reclaim(machine: dict, costs: AllocCosts, rates: ScrubRates) -> list[dict]:
     """Per taking-back case of one machine (an entry of ``gpu_reclaim.json``'s ``machines``): ``case`` (in words,
     with its run), ``bytes`` allocated, ``sim_s``, ``measured_s`` (median), ``tolerance`` (the samples' spread or
-    the cases' (:func:`cases_spread`), whichever is wider), ``required`` (it takes memory back) and a ``note``."""
+    the fitted cases' (:func:`cases_spread`), whichever is wider), ``required`` (it takes memory back and its run
+    was fitted; a held-out run's cases are shown, with why it is held out) and a ``note``."""
     spread = cases_spread(machine, costs)
     rows = []
     for case in machine["cases"]:
         samples = np.asarray(case["alloc_s"])
-        back = case["taken_back_bytes"]
+        back, held_out = case["taken_back_bytes"], machine["held_out"].get(case["source"])
+        note = (f"takes back {back / GiB:g} GiB" if back else
+                "takes nothing back: the call alone, which machines make at up to twice the speed of cudaMalloc's "
+                "own rows")
         rows.append({"case": f"{case['case']} ({case['source']})", "bytes": case["bytes"],
                      "sim_s": reclaim_ps(case, costs, rates) / PS_PER_S, "measured_s": float(np.median(samples)),
-                     "tolerance": max(range_tolerance(samples, MIN_TOLERANCE), spread), "required": bool(back),
-                     "note": f"takes back {back / GiB:g} GiB" if back else
-                             "takes nothing back: the call alone, which machines make at up to twice the speed of "
-                             "cudaMalloc's own rows"})
+                     "tolerance": max(range_tolerance(samples, MIN_TOLERANCE), spread),
+                     "required": bool(back) and not held_out,
+                     "note": f"held out: {held_out['why']}; {note}" if held_out else note})
     return rows
 
 

@@ -35,8 +35,8 @@ Rows (``experiment``):
   beyond its size, on H100s and an H200, required where they waited; allocations that wait for freed memory to be
   cleared, on an H200 and an H100 (``gpu_scrub.json``), replayed on :mod:`models.gpu.scrub`, those asked near the
   clearing's end shown, not required; allocations that take back memory cleared since the last one
-  (``gpu_reclaim.json``), with room to spare, required within their own spread or the spread of all such cases of
-  their GPU (it differs up to twofold between machines).
+  (``gpu_reclaim.json``), with room to spare, required within their own spread or the spread of the fitted cases
+  of their GPU (it differs up to twofold between machines); those of a held-out run shown, with why.
 * ``managed``: unified memory (``h200_managed_memory.json``, the per-call ``h200_um_edges.json``, the range
   sizes of ``h200_um_range.json`` and the CPU's reads by stride of ``h100_um_cpu.json``) replayed on
   :class:`models.gpu.managed.ManagedMemory`: the fitted items required within 25 % (prefetches 30 %), the others

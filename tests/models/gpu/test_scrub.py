@@ -19,8 +19,8 @@ from models.gpu.device_memory import GpuOutOfMemory
 from models.gpu import gpu_params
 from models.gpu.alloc_cost import gpu_alloc_costs
 from models.gpu.scrub import SCRUB_PRESETS, ScrubQueue, ScrubRates
-from models.gpu.scrub_calibration import (compare, compare_reclaim, compare_slow, fit_rate, fit_reclaim, fit_slow,
-                                          headroom_probe, probe_free, replay_cycles, waited)
+from models.gpu.scrub_calibration import (cases_spread, compare, compare_reclaim, compare_slow, fit_rate, fit_reclaim,
+                                          fit_slow, headroom_probe, probe_free, replay_cycles, waited)
 from models.size_cost import range_tolerance
 from sim.api import Testbed
 from sim.core import Environment
@@ -38,12 +38,15 @@ THREE_MS = ScrubRates(clear_ps_per_GiB=3 * MS, reclaim_ps_per_GiB=0)
 
 @pytest.mark.parametrize("machine", sorted(MACHINES))
 def test_the_presets_are_the_fits_of_the_data(machine):
-    """The taking back: the mean of each run's fit (they differ up to twofold); the clearing: the sizes cases' fit
-    with the taking back known."""
+    """The taking back: the mean of each fitted run's fit (they differ up to twofold), a held-out run's own fit kept
+    beside it; the clearing: the sizes cases' fit with the taking back known."""
     rates = SCRUB_PRESETS[machine]
-    runs = RECLAIM[machine]["runs_ps_per_GiB"]
+    runs, held_out = RECLAIM[machine]["runs_ps_per_GiB"], RECLAIM[machine]["held_out"]
     cases = RECLAIM[machine]["cases"]
+    assert {c["source"] for c in cases} == set(runs) | set(held_out) and not set(runs) & set(held_out)
     assert runs == {run: fit_reclaim([c for c in cases if c["source"] == run], COSTS[machine]) for run in runs}
+    assert all(h["ps_per_GiB"] == fit_reclaim([c for c in cases if c["source"] == run], COSTS[machine])
+               for run, h in held_out.items())
     assert rates.reclaim_ps_per_GiB == round(np.mean(list(runs.values()))) == RECLAIM[machine]["fit_ps_per_GiB"]
     assert fit_rate(MACHINES[machine]["sizes"], COSTS[machine], rates.reclaim_ps_per_GiB) == rates.clear_ps_per_GiB
     assert rates.clear_ps_per_GiB == MACHINES[machine]["fit_ps_per_GiB"]
@@ -101,14 +104,34 @@ def test_every_allocation_that_takes_memory_back_lies_within_the_spread(machine)
         assert abs(r["sim_s"] / r["measured_s"] - 1) <= r["tolerance"] <= 1.0, r
 
 
+def test_the_held_out_pause_run_is_shown_against_the_fitted_runs_spread():
+    """The fifth H100 pause run (2026-12-07, another machine) took memory back at ~1.7 times the fitted rate: not
+    fitted, its cases are shown, not required, each held to its samples' spread or the fitted cases', and each
+    lies within it."""
+    machine = RECLAIM["h100"]
+    (held,) = machine["held_out"].values()
+    assert held["ps_per_GiB"] > 1.5 * machine["fit_ps_per_GiB"]
+    spread = cases_spread(machine, COSTS["h100"])
+    rows = [r for r in compare_reclaim(machine, COSTS["h100"], SCRUB_PRESETS["h100"])
+            if r["case"].endswith("(h100_pause_run5)")]
+    assert len(rows) == sum(c["source"] == "h100_pause_run5" for c in machine["cases"]) >= 30
+    for r in rows:
+        assert not r["required"] and r["note"].startswith(f"held out: {held['why']}")
+        assert spread <= r["tolerance"] <= 1.0 and abs(r["sim_s"] / r["measured_s"] - 1) <= r["tolerance"], r
+
+
 def test_the_cost_follows_the_cleared_memory_not_the_pause():
-    """On the H100 runs, every 8 GiB allocation that took memory back was slower than every one that took none,
-    whether that one came after a pause with nothing freed, right after another, or before the clearing ended:
-    the queue charges the first and not the others."""
-    cases = [c for c in RECLAIM["h100"]["cases"] if c["source"].startswith("h100_pause") and c["bytes"] == 8 * GiB]
-    back = [np.median(c["alloc_s"]) for c in cases if c["taken_back_bytes"]]
-    none = [np.median(c["alloc_s"]) for c in cases if not c["taken_back_bytes"]]
-    assert len(back) >= 10 and len(none) >= 10 and min(back) > 2.5 * max(none)
+    """On the fitted H100 pause runs together, and on the held-out one alone, every 8 GiB allocation that took memory
+    back was slower than every one that took none, whether that one came after a pause with nothing freed, right
+    after another, or before the clearing ended: the queue charges the first and not the others."""
+    fitted = [run for run in RECLAIM["h100"]["runs_ps_per_GiB"] if run.startswith("h100_pause")]
+    held_out = [run for run in RECLAIM["h100"]["held_out"] if run.startswith("h100_pause")]
+    assert len(fitted) == 4 and held_out == ["h100_pause_run5"]
+    for runs in (fitted, held_out):
+        cases = [c for c in RECLAIM["h100"]["cases"] if c["source"] in runs and c["bytes"] == 8 * GiB]
+        back = [np.median(c["alloc_s"]) for c in cases if c["taken_back_bytes"]]
+        none = [np.median(c["alloc_s"]) for c in cases if not c["taken_back_bytes"]]
+        assert len(back) >= 10 and len(none) >= 9 and min(back) > 2.5 * max(none), runs
     rates = SCRUB_PRESETS["h100"]
     queue = ScrubQueue(rates)
     queue.freed(0, 8 * GiB)
