@@ -61,7 +61,38 @@ def slow_for_fast(scenario: Scenario) -> str | None:
             return (f"workload '{work.name or work.kind}' is a {work.kind} over {work.streams()} QPs with "
                     f"{format_size(small)} messages: their receive completions share the responder's PCIe link, "
                     "where the vectorized core's passes agree on a few hundred operations at a time")
+        both_ways = _writes_both_ways(scenario, work)
+        if both_ways:
+            return (f"workload '{work.name or work.kind}' {both_ways}, where the vectorized core's passes agree on a "
+                    "few hundred operations at a time")
     return None
+
+
+def _writes_both_ways(scenario: Scenario, work: WorkloadSpec) -> str | None:
+    """How ``work``'s WRITE streams carry payloads both ways over one link, each way's acknowledgements or DMA
+    read requests queueing among the other way's payloads (None: they do not): a bidirectional write_bw, or one
+    whose flows cross rails from GPUs on both sockets of a node. Measured on this project's rail server and two
+    ConnectX-7 hosts, 2,000-20,000 WRITEs per stream of 8 B to 1 MiB: the vectorized core took 1.1-1.8x the event
+    engine's time for ``ib_write_bw -b`` (1 and 2 QPs) and 1-2x for cross-rail flows from GPUs 0 and 4, 1.7-2x
+    from all eight; from four GPUs of one socket it was 4-8x faster, and so was ``ib_read_bw -b`` (2.3-2.7x)."""
+    if work.kind != "write_bw":
+        return None
+    if work.bidirectional:
+        return "is a bidirectional write_bw: each side's acknowledgements share a wire with the other side's payloads"
+    if work.rails != "cross":
+        return None
+    nodes = {node.name: node for node in scenario.nodes}
+    places = {buffer.name: buffer.on.split(".") for buffer in scenario.buffers}
+    sockets: dict[str, set[int]] = {}
+    for source, _ in work.buffer_pairs():
+        node, device = places[source]
+        rails = nodes[node].rails
+        if rails is not None and device.startswith("gpu") and device[3:].isdigit():
+            sockets.setdefault(node, set()).add(int(device[3:]) // (rails.switches_per_socket * rails.gpus_per_switch))
+    crossing = next((node for node, seen in sockets.items() if len(seen) > 1), None)
+    return None if crossing is None else (
+        f"crosses rails from GPUs on {len(sockets[crossing])} sockets of node {crossing}: payloads cross its socket "
+        "links both ways")
 
 
 SEND_PARALLEL_MIN_BYTES = 4096

@@ -18,7 +18,7 @@ from sim.engine.build import build, qp_device
 from sim.core import PS_PER_S
 from sim.core.steps import Claim
 from sim.fast import block
-from sim.engine.planner.domain import outside_domain
+from sim.engine.planner.domain import outside_domain, slow_for_fast
 from sim.engine.planner.streams import streams
 from sim.engine.harness import setup_run
 from sim.inspect.rails import rail_table
@@ -219,6 +219,17 @@ def test_rails_nodes_give_the_same_answers_on_both_engines(rails, kind, qps, gpu
     runs = [run_scenario(scenario.model_copy(update={"workload": [work], "engine": engine}))
             for engine in ("event", "fast")]
     pd.testing.assert_frame_equal(runs[0].operations, runs[1].operations)
+
+
+@pytest.mark.parametrize("rails, gpus, slow", [("cross", 8, True), ("cross", 5, True), ("cross", 4, False),
+                                               ("aligned", 8, False)])
+def test_auto_leaves_flows_crossing_the_socket_links_both_ways_to_the_event_engine(rails, gpus, slow):
+    """Cross-rail flows from GPUs on both sockets: each way's DMA read requests queue among the other way's
+    payloads on the socket links, where the core is slower than the event engine; from one socket's GPUs, or
+    rail-aligned, it is faster."""
+    reason = slow_for_fast(_scenario(gpus=gpus, rails=rails))
+    assert (reason is not None and "from GPUs on 2 sockets of node a" in reason) == slow
+    assert slow or reason is None
 
 
 def test_eight_flows_crossing_rails_give_the_same_answers_when_the_passes_go_on(monkeypatch):

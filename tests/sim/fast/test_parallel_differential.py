@@ -85,6 +85,16 @@ def test_auto_leaves_a_send_bw_of_small_messages_over_several_qps_to_the_event_e
     assert slow or reason is None
 
 
+@pytest.mark.parametrize("argv, slow", [(["ib_write_bw", "-b"], True), (["ib_write_bw", "-b", "-q", "2"], True),
+                                        (["ib_read_bw", "-b"], False), (["ib_write_bw", "-q", "2"], False)])
+def test_auto_leaves_a_bidirectional_write_bw_to_the_event_engine(argv, slow):
+    """perftest's -b: each side's acknowledgements queue among the other side's payloads on one wire. The core
+    solves it (the differential tests above) but more slowly than the event engine; a bidirectional READ faster."""
+    reason = slow_for_fast(perftest_scenario(argv))
+    assert (reason is not None and "is a bidirectional write_bw" in reason) == slow
+    assert slow or reason is None
+
+
 def test_auto_runs_a_send_bw_of_large_messages_over_several_qps_on_the_core():
     """perftest's ib_send_bw -q 2 at its default 64 KiB: the core, with the event engine's tables and counters."""
     work = [{"kind": "send_bw", "from": "src", "to": "dst", "sizes": ["64KiB"], "iterations": 3000, "qps": 2}]
