@@ -41,8 +41,12 @@ SHAPES = {
     "send_lat 2B, 4KiB (own waits)": {"kind": "send_lat", "sizes": ["2B", "4KiB"], "iterations": 1_000},
     "rail_server.yaml, 8 QPs crossing (crawl)": ROOT / "scenarios" / "rail_server.yaml",
     "1MiB window NAK'd 20 times (tail_apart)": "naks",
+    "read_bw 64KiB into a GPU (chain)": {"kind": "read_bw", "sizes": ["64KiB"], "iterations": 20_000,
+                                         "nodes": [{**NODES[0], "gpus": [{"preset": "h200"}]}, NODES[1]],
+                                         "buffers": [{**BUFFERS[0], "on": "a.gpu0"}, BUFFERS[1]]},
 }
-"""The workloads solved, between two ConnectX-7 hosts on a 400 Gb/s fabric, a shipped scenario's (its first
+"""The workloads solved, between two ConnectX-7 hosts on a 400 Gb/s fabric (a workload's ``nodes`` and ``buffers``
+replace theirs: an H200 under host a's PCIe switch, the requester's buffer on it), a shipped scenario's (its first
 variant's), or ``naks``: the pipelines of :func:`naked_window`."""
 
 
@@ -76,8 +80,10 @@ def solved(work: dict | Path | str, speedups: Speedups) -> tuple[float, list]:
     if isinstance(work, Path):
         scenario = load_scenario_variants(work)[2][0][1]
     else:
-        scenario = Scenario.model_validate({"schema": 1, "name": "bench", "seed": 1, "nodes": NODES,
-                                            "buffers": BUFFERS, "fabric": {"rate": "400Gb/s", "latency": "300ns"},
+        work = dict(work)
+        scenario = Scenario.model_validate({"schema": 1, "name": "bench", "seed": 1, "nodes": work.pop("nodes", NODES),
+                                            "buffers": work.pop("buffers", BUFFERS),
+                                            "fabric": {"rate": "400Gb/s", "latency": "300ns"},
                                             "workload": [{"from": "src", "to": "dst", **work}]})
     bed, started, _ = setup_run(scenario, 1, False)
     pipes = pipelines(streams(scenario, bed))

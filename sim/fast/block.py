@@ -27,6 +27,7 @@ import numpy as np
 from sim.fast.merge import concat
 from sim.fast.server import pool
 from sim.fast.block_pass import LOW, NO_RELEASE, Carry, Pass, Record, SliceIn, SliceOut, gate_history, same_values
+from sim.fast.chain import chained
 from sim.fast.crawl import repeats, tail_crawls
 from sim.fast.deliveries import FIRST_DELIVERED, KEYS
 from sim.fast.guesses import guess_from_pass, lag_scan
@@ -63,7 +64,8 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
         if tail_crawls(problem, slices, disagree, before, kept) or (
                 passes >= max_passes and not repeats(problem, slices, disagree, before, kept)):
             break
-        previous, before = _guess(problem, slices, outs, run), disagree
+        previous = chained(problem, run, slices, outs, _guess(problem, slices, outs, run), disagree, before)
+        before = disagree
     horizon = min(future, disagree)
     if run.tie is not None and run.tie[0] < horizon:  # later claims are solved again by the next block
         raise run.tie[1]

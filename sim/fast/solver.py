@@ -65,7 +65,8 @@ class Problem:
 
     def __init__(self, servers: Sequence[Server], groups: Sequence[Group], speedups: Speedups = ALL) -> None:
         self.servers, self.groups, self.speedups = list(servers), list(groups), speedups
-        walks = [walk_order(g.steps) for g in self.groups]
+        self.walks = walks = [walk_order(g.steps) for g in self.groups]
+        """Per group: its steps in walk order (a pipeline position is the group's base plus an index)."""
         self.claim_steps = [[k for k, s in enumerate(w) if isinstance(s, Claim)] for w in walks]
         """Per group: the walk-order index of each claim (a pipeline position is group base + index)."""
         self.claims = [[w[k] for k in ks] for w, ks in zip(walks, self.claim_steps)]

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+import sim.fast.solver as solver_module
 from models.pcie.presets import PCIE_PRESETS
 from sim.cli.app import app
 from sim.engine.planner.domain import OutsideDomain, outside_domain, slow_for_fast
@@ -386,18 +387,44 @@ def test_steps_the_solver_refuses_run_on_the_event_engine():
     falls_back(data, "workload 'read_bw' at 4KiB: a gate must be followed by a positive", "a gate must be followed")
 
 
+GPU_READS = [{"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["64KiB"], "iterations": 3000, "tx_depth": 16}]
+"""READs of 64 KiB landing in a GPU behind the requester's PCIe switch (``nodes`` of :func:`_gpu_reads`): each
+response's data and then its completion entry take the NIC's switch uplink, under max_rd_atomic."""
+
+
+def _gpu_reads(**work) -> dict:
+    """:data:`GPU_READS` (with ``work`` over it) on a node with a GPU, under ``engine: auto``."""
+    return scenario_dict(nodes=[{"name": "a", "gpus": [{"preset": "mi300x"}]}, {"name": "b"}], engine="auto",
+                         workload=[{**GPU_READS[0], **work}])
+
+
 def test_auto_hands_a_crawling_solve_to_the_event_engine():
-    """READs of 64 KiB landing through a GPU node's PCIe switch: the responses' data and completion entries share
-    the NIC's link under max_rd_atomic, and blocks keep only a round or so each; auto notices and runs the
-    event engine (engine: fast keeps solving, to the same answer)."""
-    nodes = [{"name": "a", "gpus": [{"preset": "mi300x"}]}, {"name": "b"}]
-    work = [{"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["64KiB"], "iterations": 3000, "tx_depth": 16}]
-    data = scenario_dict(nodes=nodes, workload=work, engine="auto")
+    """Two QPs of :data:`GPU_READS`: their responses and completion entries interleave on the uplink, and blocks keep
+    a round or so each; auto notices and runs the event engine (engine: fast keeps solving, to the same answer)."""
+    data = _gpu_reads(qps=2)
     lines = []
     auto = run_scenario(Scenario.model_validate(data), notice=lines.append)
     assert len(lines) == 1 and "operations per block here" in lines[0] and "the event engine is faster" in lines[0]
     fast = run_scenario(Scenario.model_validate({**data, "engine": "fast"}))
     pd.testing.assert_frame_equal(fast.operations, auto.operations)
+
+
+def test_one_qp_of_reads_into_a_gpu_is_solved_in_long_blocks(monkeypatch):
+    """One QP of :data:`GPU_READS`: each completion entry queues on the uplink behind the next response and moves
+    the responses after it, a chain the passes used to settle one link at a time (blocks of about 65 READs, 13
+    passes each); served one claim at a time as a guess (:mod:`sim.fast.chain`), it is settled in a few passes per
+    block, with the event engine's answer."""
+    kept = []
+    solve_block = solver_module.solve_block
+    monkeypatch.setattr(solver_module, "solve_block",
+                        lambda *args, **kw: (lambda out: kept.append(sum(out[1])) or out)(solve_block(*args, **kw)))
+    lines = []
+    auto = run_scenario(Scenario.model_validate(_gpu_reads()), notice=lines.append)
+    assert "vectorized core ran" in lines[0] and sum(kept) == 3000 and len(kept) <= 8
+    event = run_scenario(Scenario.model_validate({**_gpu_reads(), "engine": "event"}))
+    for table in ("operations", "summary", "events", "registrations"):
+        pd.testing.assert_frame_equal(getattr(auto, table), getattr(event, table))
+    assert auto.counters == event.counters
 
 
 def test_fast_refuses_a_scenario_outside_its_domain():
