@@ -19,28 +19,37 @@ from sim.core.steps import Claim
 from sim.fast.block_pass import Record
 
 
+def chains(problem, shared: dict[int, list[int]], piece) -> list[tuple[list[int], list[Claim], list[int]]]:
+    """The chains of ``piece`` in a block whose shared servers are ``shared`` (positions by server), as ``(the two
+    positions, the claims from one to the other, their servers)``: two positions of the slice on one server that no
+    other position of the block claims, every step between them a claim of a server of its own, none of them
+    skipped, in a turn, made before its head arrives or after a drawn delay. None without the acceleration."""
+    if not problem.speedups.chain:
+        return []
+    base, walk, found = problem.pos_base[piece.group], problem.walks[piece.group], []
+    for server, positions in shared.items():
+        if len(positions) != 2 or any(p not in piece.shared for p in positions):
+            continue
+        lo, hi = positions[0] - base, positions[1] - base + 1
+        chain = walk[lo:hi]
+        servers = [server, *(s.server for s in chain[1:-1] if isinstance(s, Claim))]
+        if len(servers) == len(chain) - 1 and not any(problem.varied[piece.group][lo:hi]) \
+                and not any(s.eager or s.turn is not None or s.skipped_by for s in chain) \
+                and not any(c in shared for c in servers[1:]) \
+                and not any(problem.servers[c].count > 1 or problem.servers[c].stalls for c in servers):
+            found.append((positions, chain, servers))
+    return found
+
+
 def chained(problem, run, slices: list, outs: list, moved: dict[int, Record], disagree: int,
             before: int | None) -> dict[int, Record]:
-    """``moved`` (a pass's guesses for the next, :func:`sim.fast.block._guess`) with the later position of each chain
-    served anew from the pass's disagreement ``disagree`` on, where it came later than the last pass's (``before``):
-    a pass that did not move on goes on from its own claims. A chain is a slice's two positions on one server that
-    no other position of the block claims, every step between them a claim of a server of its own, none of them
-    skipped, in a turn, made before its head arrives or after a drawn delay (:func:`serve_chain`)."""
-    if not problem.speedups.chain or (before is not None and disagree <= before):
+    """``moved`` (a pass's guesses for the next, :func:`sim.fast.block._guess`) with the later position of each of
+    the slices' :func:`chains` served anew (:func:`serve_chain`) from the pass's disagreement ``disagree`` on, where it
+    came later than the last pass's (``before``): a pass that did not move on goes on from its own claims."""
+    if before is not None and disagree <= before:
         return moved
     for piece, out in zip(slices, outs):
-        base, walk = problem.pos_base[piece.group], problem.walks[piece.group]
-        for server, positions in run.shared.items():
-            if len(positions) != 2 or any(p not in piece.shared for p in positions):
-                continue
-            lo, hi = positions[0] - base, positions[1] - base + 1
-            chain = walk[lo:hi]
-            servers = [server, *(s.server for s in chain[1:-1] if isinstance(s, Claim))]
-            if len(servers) != len(chain) - 1 or any(problem.varied[piece.group][lo:hi]) \
-                    or any(s.eager or s.turn is not None or s.skipped_by for s in chain) \
-                    or any(c in run.shared for c in servers[1:]) \
-                    or any(problem.servers[c].count > 1 or problem.servers[c].stalls for c in servers):
-                continue
+        for positions, chain, servers in chains(problem, run.shared, piece):
             guess, made = moved.get(positions[0]), moved.get(positions[1])
             if guess is None or made is None or np.ndim(guess.service):
                 continue
