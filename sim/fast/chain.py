@@ -23,7 +23,7 @@ def chains(problem, shared: dict[int, list[int]], piece) -> list[tuple[list[int]
     """The chains of ``piece`` in a block whose shared servers are ``shared`` (positions by server), as ``(the two
     positions, the claims from one to the other, their servers)``: two positions of the slice on one server that no
     other position of the block claims, every step between them a claim of a server of its own, none of them
-    skipped, in a turn, made before its head arrives or after a drawn delay. None without the acceleration."""
+    skipped, in a turn, made before its head arrives or after a drawn delay; none without the acceleration."""
     if not problem.speedups.chain:
         return []
     base, walk, found = problem.pos_base[piece.group], problem.walks[piece.group], []
