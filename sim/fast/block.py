@@ -31,7 +31,7 @@ from sim.fast.chain import chained
 from sim.fast.crawl import repeats, tail_crawls
 from sim.fast.deliveries import FIRST_DELIVERED, KEYS
 from sim.fast.guesses import guess_from_pass, lag_scan
-from sim.fast.pace import guesses_from_pace, last_pace, paced_ends, paced_record, record_idle, record_pace
+from sim.fast.pace import guesses_from_pace, paced_ends, paced_record, record_idle, record_pace
 
 NEVER = np.iinfo(np.int64).max
 
@@ -47,7 +47,7 @@ def solve_block(problem, spans, carry: list[Carry], history: dict, start: dict[i
     """
     shared = _shared_servers(problem, spans, carry)
     slices = _slices_in(problem, spans, history, start, shared, floor)
-    previous = guesses_from_pace(problem, slices, shared)
+    previous = guesses_from_pace(problem, slices)
     if previous is None:
         run = Pass(problem, slices, carry, shared, {}, idle=True)
         previous = _guess(problem, slices, run.run(), run, idle=True)
@@ -137,7 +137,7 @@ def _guess(problem, slices: list[SliceIn], outs: list[SliceOut], run: Pass, idle
                                for k in problem.gates[piece.group]}
             piece.idle_claim = {pos: out.records[pos].head - out.post for pos in piece.shared}
             record_idle(problem, piece)
-        post, rank, pace = out.post, out.rank, last_pace(problem, run.shared, piece) if idle else None
+        post, rank, pace = out.post, out.rank, problem.paces.last.get(piece.group) if idle else None
         # One operation at a time, the round's only stream: what an operation waits beyond its idle latency is its
         # own (its claims queue behind each other), whenever it is posted; its claims move with its post.
         alone = (problem.speedups.own_waits and window == 1 and not idle

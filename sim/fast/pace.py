@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 
 from sim.fast.block_pass import Record, SliceIn, SliceOut
-from sim.fast.chain import chains
 from sim.fast.steps import after_draws
 from sim.fast.deliveries import FIRST_DELIVERED
 from sim.fast.pace_lanes import Pace
@@ -101,19 +100,11 @@ def paced(problem, piece: SliceIn) -> bool:
             and piece.lo >= window and piece.hi - piece.lo > window)
 
 
-def last_pace(problem, shared: dict[int, list[int]], piece: SliceIn) -> Pace | None:
-    """The pace of the last block of ``piece``'s group, in a block whose shared servers are ``shared`` (positions by
-    server); None where the slice has a chain (:func:`sim.fast.chain.chains`): its later claims, which the next
-    guesses serve anew from a pass, do not keep a pace (each completion entry that queues moves the payloads after
-    it), and guesses from one cost passes that a pass over free servers does not."""
-    return None if chains(problem, shared, piece) else problem.paces.last.get(piece.group)
-
-
-def guesses_from_pace(problem, slices: list[SliceIn], shared: dict[int, list[int]]) -> dict[int, Record] | None:
-    """Where every slice of a block is :func:`paced` and has a :func:`last_pace`: each one's first guesses from its
-    pace (:func:`guess_from_pace`) and their claims on shared servers; else None (a pass over free servers gives
+def guesses_from_pace(problem, slices: list[SliceIn]) -> dict[int, Record] | None:
+    """Where every slice of a block is :func:`paced`: each one's first guesses from its pace
+    (:func:`guess_from_pace`) and their claims on shared servers; else None (a pass over free servers gives
     them)."""
-    if not all(paced(problem, piece) and last_pace(problem, shared, piece) for piece in slices):
+    if not all(paced(problem, piece) for piece in slices):
         return None
     return {pos: rec for piece in slices for pos, rec in guess_from_pace(problem, piece).items()}
 
