@@ -63,6 +63,10 @@ class RailLayout:
         """NICs in the server."""
         return self.gpus * self.nics_per_gpu
 
+    def socket_of(self, gpu: int) -> int:
+        """The socket of ``gpu<gpu>``: :func:`build_rail_server` numbers the GPUs socket by socket."""
+        return gpu // (self.switches_per_socket * self.gpus_per_switch)
+
 
 def build_rail_server(layout: RailLayout, *, gpu: PcieParams = PcieParams(), nic: PcieParams = PcieParams(),
                       uplink: PcieParams = PcieParams(), root: RootComplexParams = RootComplexParams(),

@@ -88,7 +88,7 @@ def _writes_both_ways(scenario: Scenario, work: WorkloadSpec) -> str | None:
         node, device = places[source]
         rails = nodes[node].rails
         if rails is not None and device.startswith("gpu") and device[3:].isdigit():
-            sockets.setdefault(node, set()).add(int(device[3:]) // (rails.switches_per_socket * rails.gpus_per_switch))
+            sockets.setdefault(node, set()).add(rails.layout().socket_of(int(device[3:])))
     crossing = next((node for node, seen in sockets.items() if len(seen) > 1), None)
     return None if crossing is None else (
         f"crosses rails from GPUs on {len(sockets[crossing])} sockets of node {crossing}: payloads cross its socket "

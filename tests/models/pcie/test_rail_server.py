@@ -33,6 +33,15 @@ def test_connection_classes_follow_the_graph(layout):
 
 
 @pytest.mark.parametrize("layout", LAYOUTS, ids=str)
+def test_two_gpus_share_a_socket_in_the_layout_where_they_share_a_root_complex_in_the_graph(layout):
+    g = build_rail_server(layout)
+    for a in range(layout.gpus):
+        for b in range(layout.gpus):
+            same = socket_of(g, f"gpu{a}") == socket_of(g, f"gpu{b}")
+            assert (layout.socket_of(a) == layout.socket_of(b)) == same
+
+
+@pytest.mark.parametrize("layout", LAYOUTS, ids=str)
 def test_each_gpu_selects_the_nics_under_its_own_switch_and_its_rail_among_them(layout):
     g = build_rail_server(layout)
     for gpu in devices(g, "gpu"):
