@@ -127,11 +127,11 @@ def test_the_cost_follows_the_cleared_memory_not_the_pause():
     fitted = [run for run in RECLAIM["h100"]["runs_ps_per_GiB"] if run.startswith("h100_pause")]
     held_out = [run for run in RECLAIM["h100"]["held_out"] if run.startswith("h100_pause")]
     assert len(fitted) == 4 and held_out == ["h100_pause_run5"]
-    for runs in (fitted, held_out):
+    for runs, least in ((fitted, 10), (held_out, 9)):  # (a run alone has 9 allocations that take nothing back)
         cases = [c for c in RECLAIM["h100"]["cases"] if c["source"] in runs and c["bytes"] == 8 * GiB]
         back = [np.median(c["alloc_s"]) for c in cases if c["taken_back_bytes"]]
         none = [np.median(c["alloc_s"]) for c in cases if not c["taken_back_bytes"]]
-        assert len(back) >= 10 and len(none) >= 9 and min(back) > 2.5 * max(none), runs
+        assert len(back) >= 10 and len(none) >= least and min(back) > 2.5 * max(none), runs
     rates = SCRUB_PRESETS["h100"]
     queue = ScrubQueue(rates)
     queue.freed(0, 8 * GiB)
