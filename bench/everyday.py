@@ -82,9 +82,9 @@ print(best)
 root is the second argument, the best of two in one process after its imports."""
 PERFTEST_LINES = ("ib_write_bw -b -n 20000", "ib_send_bw -s 64 -n 20000", "ib_write_bw -s 512 -n 100000",
                   "ib_write_bw -a", "ib_send_bw -a", "ib_write_bw -s 64 -n 100000 -Q 100", "ib_write_bw -D 1 -Q 100",
-                  "ib_read_bw --use_cuda=0 -n 20000")
+                  "ib_read_bw --use_cuda=0 -n 20000", "ib_read_bw --use_cuda=0 -q 2 -n 20000")
 """perftest lines whose blocks the vectorized core solves in many passes (small messages, both directions at once,
-every size, moderated completions, READs into a GPU), which no shipped scenario has."""
+every size, moderated completions, READs into a GPU on one QP and two), which no shipped scenario has."""
 TARGET_FROM = 10 ** 7
 """The end-to-end target (at most twice the solve) holds for runs of this many WRITEs and more: below, the
 imports and figures every run pays outweigh the solve."""

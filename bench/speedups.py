@@ -4,7 +4,8 @@ Solves the pipelines of a few scenario shapes (each built on its own testbed, as
 every acceleration (:data:`sim.fast.ALL`), with each switched off alone, and with none (:data:`sim.fast.NONE`, the
 exact solver alone), checks that every setting gives the same times, and prints the solve's wall time per setting
 and its ratio to the time with all of them: what each acceleration buys. Each figure is the best of ``--repeats``
-solves after one unmeasured solve of the shape (these machines are shared and noisy).
+solves after one unmeasured solve of the shape (these machines are shared and noisy); ``--shape TEXT`` solves only
+the shapes whose name holds ``TEXT``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,9 @@ SHAPES = {
     "read_bw 64KiB into a GPU (chain)": {"kind": "read_bw", "sizes": ["64KiB"], "iterations": 20_000,
                                          "nodes": [{**NODES[0], "gpus": [{"preset": "h200"}]}, NODES[1]],
                                          "buffers": [{**BUFFERS[0], "on": "a.gpu0"}, BUFFERS[1]]},
+    "read_bw 64KiB into a GPU, 2 QPs (chain)": {"kind": "read_bw", "sizes": ["64KiB"], "iterations": 10_000, "qps": 2,
+                                                "nodes": [{**NODES[0], "gpus": [{"preset": "h200"}]}, NODES[1]],
+                                                "buffers": [{**BUFFERS[0], "on": "a.gpu0"}, BUFFERS[1]]},
 }
 """The workloads solved, between two ConnectX-7 hosts on a 400 Gb/s fabric (a workload's ``nodes`` and ``buffers``
 replace theirs: an H200 under host a's PCIe switch, the requester's buffer on it), a shipped scenario's (its first
@@ -106,11 +110,14 @@ def same(a: list, b: list) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3, help="solves per figure (the best is shown)")
+    parser.add_argument("--shape", default="", help="only the shapes whose name holds this text (say 'chain')")
     args = parser.parse_args()
     settings = {"all": ALL, **{f"without {f.name}": replace(ALL, **{f.name: False}) for f in fields(Speedups)},
                 "none": NONE}
     print(f"{'pipeline':<40} {'setting':<22} {'solve s':>8} {'x all':>7}")
     for name, work in SHAPES.items():
+        if args.shape not in name:
+            continue
         solved(work, ALL)  # warm-up: the first solve of a shape pays for what later ones find ready
         reference = None
         for label, speedups in settings.items():

@@ -16,6 +16,7 @@ from sim.cli.perftest import perftest_scenario
 from sim.engine.run import run_scenario
 from sim.scenario.schema import Scenario
 from tests.conftest import scenario_dict, tiny_yaml
+from tests.sim.fast.test_differential import gpu_reads
 
 runner = CliRunner()
 RAW = re.compile(r"\d ?ps\b|WcStatus\.|\bNone\b")
@@ -159,11 +160,9 @@ def test_auto_hands_a_crawl_to_the_event_engine_by_the_latest_pieces_cut_short()
 
 
 def test_a_read_stream_that_crawls_after_a_size_solved_in_long_blocks_runs_on_the_event_engine():
-    """Four QPs READing 4 KiB into GPU memory through dma-buf advance a few operations per pass on the core
-    (their rounds interact on the GPU's PCIe link under max_rd_atomic); 64 B before them are solved in long
-    blocks. auto hands the run over and says why; the tables are the event engine's either way."""
-    scenario = perftest_scenario(["ib_read_bw", "-q", "4", "-n", "300", "--use_cuda=0", "--use_cuda_dmabuf"])
-    work = scenario.workload[0].model_copy(update={"sizes": [64, 4096]})
+    """Two QPs READing 4 KiB into a GPU behind the NIC's PCIe switch advance a few operations per pass on the core
+    (the completions that post the next READs queue on the uplink among the other QP's responses: each pass settles
+    about a window of posts); 64 B before them are solved in long blocks. auto hands the run over and says why."""
     lines: list[str] = []
-    result = run_scenario(scenario.model_copy(update={"workload": [work]}), notice=lines.append)
+    result = run_scenario(Scenario.model_validate(gpu_reads(qps=2, sizes=["64B", "4KiB"])), notice=lines.append)
     assert result.engine == "event" and "keeps only about" in result.fallback, lines

@@ -388,20 +388,21 @@ def test_steps_the_solver_refuses_run_on_the_event_engine():
 
 
 GPU_READS = [{"kind": "read_bw", "from": "src", "to": "dst", "sizes": ["64KiB"], "iterations": 3000, "tx_depth": 16}]
-"""READs of 64 KiB landing in a GPU behind the requester's PCIe switch (``nodes`` of :func:`_gpu_reads`): each
+"""READs of 64 KiB landing in a GPU behind the requester's PCIe switch (``nodes`` of :func:`gpu_reads`): each
 response's data and then its completion entry take the NIC's switch uplink, under max_rd_atomic."""
 
 
-def _gpu_reads(**work) -> dict:
+def gpu_reads(**work) -> dict:
     """:data:`GPU_READS` (with ``work`` over it) on a node with a GPU, under ``engine: auto``."""
     return scenario_dict(nodes=[{"name": "a", "gpus": [{"preset": "mi300x"}]}, {"name": "b"}], engine="auto",
                          workload=[{**GPU_READS[0], **work}])
 
 
 def test_auto_hands_a_crawling_solve_to_the_event_engine():
-    """Two QPs of :data:`GPU_READS`: their responses and completion entries interleave on the uplink, and blocks keep
-    a round or so each; auto notices and runs the event engine (engine: fast keeps solving, to the same answer)."""
-    data = _gpu_reads(qps=2)
+    """Two QPs of :data:`GPU_READS` at 4 KiB: the completions that post the next READs queue on the uplink among the
+    other QP's responses, each pass settles about a window of posts, and blocks keep a round or so each; auto notices
+    and runs the event engine (engine: fast keeps solving, to the same answer)."""
+    data = gpu_reads(qps=2, sizes=["4KiB"])
     lines = []
     auto = run_scenario(Scenario.model_validate(data), notice=lines.append)
     assert len(lines) == 1 and "operations per block here" in lines[0] and "the event engine is faster" in lines[0]
@@ -409,19 +410,21 @@ def test_auto_hands_a_crawling_solve_to_the_event_engine():
     pd.testing.assert_frame_equal(fast.operations, auto.operations)
 
 
-def test_one_qp_of_reads_into_a_gpu_is_solved_in_long_blocks(monkeypatch):
-    """One QP of :data:`GPU_READS`: each completion entry queues on the uplink behind the next response and moves
-    the responses after it, a chain the passes used to settle one link at a time (blocks of about 65 READs, 13
-    passes each); served one claim at a time as a guess (:mod:`sim.fast.chain`), it is settled in a few passes per
-    block, with the event engine's answer."""
+@pytest.mark.parametrize("qps, blocks", [(1, 8), (2, 24)])
+def test_reads_into_a_gpu_are_solved_in_long_blocks(monkeypatch, qps, blocks):
+    """One or two QPs of :data:`GPU_READS`: each completion entry queues on the uplink behind the next response (of
+    either QP) and moves the responses after it, a chain the passes used to settle one link at a time (blocks of
+    about 65 READs, 13 passes each; two QPs were handed to the event engine); served one claim at a time as a guess,
+    the QPs' chains together (:mod:`sim.fast.chain`), it is settled in a few passes per block, with the event engine's
+    answer."""
     kept = []
     solve_block = solver_module.solve_block
     monkeypatch.setattr(solver_module, "solve_block",
                         lambda *args, **kw: (lambda out: kept.append(sum(out[1])) or out)(solve_block(*args, **kw)))
     lines = []
-    auto = run_scenario(Scenario.model_validate(_gpu_reads()), notice=lines.append)
-    assert "vectorized core ran" in lines[0] and sum(kept) == 3000 and len(kept) <= 8
-    event = run_scenario(Scenario.model_validate({**_gpu_reads(), "engine": "event"}))
+    auto = run_scenario(Scenario.model_validate(gpu_reads(qps=qps)), notice=lines.append)
+    assert "vectorized core ran" in lines[0] and sum(kept) == 3000 * qps and len(kept) <= blocks
+    event = run_scenario(Scenario.model_validate({**gpu_reads(qps=qps), "engine": "event"}))
     for table in ("operations", "summary", "events", "registrations"):
         pd.testing.assert_frame_equal(getattr(auto, table), getattr(event, table))
     assert auto.counters == event.counters

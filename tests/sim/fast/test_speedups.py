@@ -15,7 +15,7 @@ import sim.fast.solver as solver_module
 from bench.speedups import naked_window
 from sim.core.steps import Claim, Delay, Detour, Fork, Rebase, Wake
 from sim.fast import ALL, NONE, Group, Server, Speedups, Unsolvable, solve
-from test_pipelines import group, moderated, run_events, series, shared_pipelines, solve_all
+from test_pipelines import claim, group, moderated, run_events, series, shared_pipelines, solve_all
 from tests.properties import examples
 
 SETTINGS = settings(max_examples=examples(15), deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -97,6 +97,26 @@ def test_parallel_and_saturated_streams_give_one_answer_with_or_without_accelera
     except Unsolvable as exc:
         assume("at once" not in exc.reason and "round's start" not in exc.reason)
         raise
+
+
+@SETTINGS
+@given(data=st.data())
+def test_parallel_streams_that_each_claim_a_server_twice_give_one_answer(data):
+    """Parallel streams that each claim server 0 at two positions with claims between on servers only those claims
+    use, maybe shared by the streams (READs into a GPU on several QPs: each response's data and then its completion
+    entry on the NIC's switch uplink, the GPU's link between; the chains of :mod:`sim.fast.chain`, served together):
+    the event engine's answer, with every setting."""
+    inner = data.draw(st.lists(st.integers(2, 3), min_size=1, max_size=2, unique=True))
+    servers = [Server(f"s{i}") for i in range(4)]
+    groups = []
+    for k in range(data.draw(st.integers(2, 3))):
+        claims = [data.draw(claim(server, eager=False)) for server in (1, 0, *inner, 0)]
+        steps = (Delay(data.draw(st.integers(0, 200_000))), *claims, Rebase(True), Delay(draws="poll"), Wake())
+        ops = data.draw(st.integers(1, 250))
+        polls = data.draw(st.lists(st.integers(0, 40_000), min_size=ops, max_size=ops))
+        groups.append(Group(steps, ops, data.draw(st.integers(1, 24)), {"poll": series(polls)}, parallel=k > 0))
+    same_with_every_setting(servers, groups, data.draw(st.sampled_from([16, 64, 1024])))
+    assert solve_all(servers, groups, 11) == run_events(servers, groups, 11)
 
 
 def test_passes_that_settle_under_one_operation_each_still_reach_the_event_engines_answer(monkeypatch):
