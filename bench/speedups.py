@@ -45,6 +45,7 @@ SHAPES = {
     "read_bw 64KiB into a GPU (chain)": {"kind": "read_bw", "sizes": ["64KiB"], "iterations": 20_000,
                                          "nodes": [{**NODES[0], "gpus": [{"preset": "h200"}]}, NODES[1]],
                                          "buffers": [{**BUFFERS[0], "on": "a.gpu0"}, BUFFERS[1]]},
+    "send_bw 64B (chain)": {"kind": "send_bw", "sizes": ["64B"], "iterations": 20_000},
     "read_bw 64KiB into a GPU, 2 QPs (chain)": {"kind": "read_bw", "sizes": ["64KiB"], "iterations": 10_000, "qps": 2,
                                                 "nodes": [{**NODES[0], "gpus": [{"preset": "h200"}]}, NODES[1]],
                                                 "buffers": [{**BUFFERS[0], "on": "a.gpu0"}, BUFFERS[1]]},

@@ -41,9 +41,10 @@ class Speedups:
     streams crossing rails in ``rail_server.yaml``)."""
     chain: bool = True
     """Streams that each claim one server at two positions, the later one's claims following from the earlier one's
-    start, take their next guesses of the later positions from serving all those claims one at a time
+    start, take their next guesses of the later positions from serving all the server's claims one at a time
     (:mod:`sim.fast.chain`; a READ's response and completion entry on the NIC's switch uplink to a GPU, on one QP or
-    several), instead of settling one more link of that chain per pass."""
+    several; a SEND's payload and receive completion on the responder's PCIe link), instead of settling one more link
+    of that chain per pass."""
     tail_apart: bool = True
     """A block in which a stream changes its steps stops passing once the slices before the change have been
     settled in two passes running and only the stream's tail still disagrees: the next block solves the tail alone,

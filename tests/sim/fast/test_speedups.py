@@ -99,22 +99,42 @@ def test_parallel_and_saturated_streams_give_one_answer_with_or_without_accelera
         raise
 
 
+@st.composite
+def chained_steps(draw, inner: list[int]) -> tuple:
+    """Steps that claim server 0 at two positions, the later one's claim following from the first one's through
+    claims of ``inner`` (servers only those claims use), fixed delays and rebases, maybe inside a side chain (a
+    SEND's receive completion after its payload); maybe a third claim of server 0 beside them, in a side chain of its
+    own before the first (the receive WQE's fetch), with a claim of server 4 after it."""
+    path = []
+    for server in inner:
+        path.append(draw(claim(server, eager=False)))
+        path += draw(st.sampled_from([[], [Delay(draw(st.integers(0, 50_000)))],
+                                      [Rebase(draw(st.booleans()), draw(st.integers(0, 20_000)))]]))
+    later = draw(claim(0, eager=False))
+    beside = (Fork((Rebase(False), draw(claim(0, eager=False)), Delay(draw(st.integers(0, 30_000))),
+                    draw(claim(4, eager=False)))),)
+    return (Delay(draw(st.integers(0, 200_000))), draw(claim(1, eager=False)), *(beside if draw(st.booleans()) else ()),
+            draw(claim(0, eager=False)), *path, *((Fork((Rebase(True), later)),) if draw(st.booleans()) else (later,)),
+            Rebase(True), Delay(draws="poll"), Wake())
+
+
 @SETTINGS
 @given(data=st.data())
-def test_parallel_streams_that_each_claim_a_server_twice_give_one_answer(data):
-    """Parallel streams that each claim server 0 at two positions with claims between on servers only those claims
-    use, maybe shared by the streams (READs into a GPU on several QPs: each response's data and then its completion
-    entry on the NIC's switch uplink, the GPU's link between; the chains of :mod:`sim.fast.chain`, served together):
-    the event engine's answer, with every setting."""
+def test_streams_whose_claims_of_a_server_follow_each_other_give_one_answer(data):
+    """One stream or several in parallel, each claiming server 0 at two positions (or three) where the later one's
+    claim follows from the first one's through steps that claim servers only those steps use, maybe shared by the
+    streams (READs into a GPU on several QPs: each response's data and then its completion entry on the NIC's switch
+    uplink, the GPU's link between; SENDs whose payload and receive completion cross the responder's PCIe link, the
+    receive WQE's fetch beside them; the chains of :mod:`sim.fast.chain`, served together): the event engine's
+    answer, with every setting."""
     inner = data.draw(st.lists(st.integers(2, 3), min_size=1, max_size=2, unique=True))
-    servers = [Server(f"s{i}") for i in range(4)]
+    servers = [Server(f"s{i}") for i in range(5)]
     groups = []
-    for k in range(data.draw(st.integers(2, 3))):
-        claims = [data.draw(claim(server, eager=False)) for server in (1, 0, *inner, 0)]
-        steps = (Delay(data.draw(st.integers(0, 200_000))), *claims, Rebase(True), Delay(draws="poll"), Wake())
+    for k in range(data.draw(st.integers(1, 3))):
         ops = data.draw(st.integers(1, 250))
         polls = data.draw(st.lists(st.integers(0, 40_000), min_size=ops, max_size=ops))
-        groups.append(Group(steps, ops, data.draw(st.integers(1, 24)), {"poll": series(polls)}, parallel=k > 0))
+        window = data.draw(st.integers(1, 24))
+        groups.append(Group(data.draw(chained_steps(inner)), ops, window, {"poll": series(polls)}, parallel=k > 0))
     same_with_every_setting(servers, groups, data.draw(st.sampled_from([16, 64, 1024])))
     assert solve_all(servers, groups, 11) == run_events(servers, groups, 11)
 
