@@ -161,8 +161,9 @@ def test_auto_hands_a_crawl_to_the_event_engine_by_the_latest_pieces_cut_short()
 
 def test_a_read_stream_that_crawls_after_a_size_solved_in_long_blocks_runs_on_the_event_engine():
     """Two QPs READing 4 KiB into a GPU behind the NIC's PCIe switch advance a few operations per pass on the core
-    (the completions that post the next READs queue on the uplink among the other QP's responses: each pass settles
-    about a window of posts); 64 B before them are solved in long blocks. auto hands the run over and says why."""
+    (a READ's max_rd_atomic slot is freed when its completion entry lands, which queues on the uplink among the other
+    QP's responses: each pass settles about one round of slots); 64 B before them are solved in long blocks. auto
+    hands the run over and says why."""
     lines: list[str] = []
     result = run_scenario(Scenario.model_validate(gpu_reads(qps=2, sizes=["64B", "4KiB"])), notice=lines.append)
     assert result.engine == "event" and "keeps only about" in result.fallback, lines

@@ -399,9 +399,10 @@ def gpu_reads(**work) -> dict:
 
 
 def test_auto_hands_a_crawling_solve_to_the_event_engine():
-    """Two QPs of :data:`GPU_READS` at 4 KiB: the completions that post the next READs queue on the uplink among the
-    other QP's responses, each pass settles about a window of posts, and blocks keep a round or so each; auto notices
-    and runs the event engine (engine: fast keeps solving, to the same answer)."""
+    """Two QPs of :data:`GPU_READS` at 4 KiB: a READ's max_rd_atomic slot is freed when its completion entry lands,
+    which queues on the uplink among the other QP's responses, so each pass settles about one round of slots and
+    blocks keep a round or so each; auto notices and runs the event engine (engine: fast keeps solving, to the same
+    answer)."""
     data = gpu_reads(qps=2, sizes=["4KiB"])
     lines = []
     auto = run_scenario(Scenario.model_validate(data), notice=lines.append)
