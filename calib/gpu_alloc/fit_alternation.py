@@ -62,9 +62,9 @@ def main() -> None:
         fit[gpu] = {"source": first["source"], "ps_at_GiB": at_GiB, "exponent": exponent}
         print(f"{gpu} slow path: {at_GiB / 1e9:.3f} ms x GiB^{exponent:g} (fitted to {first['source']})")
     data = {"method": json.loads(RAW[0].read_text())["method"],
-            "notes": ("four runs, each on a freshly started H100 80GB HBM3 (the fourth on 2026-12-07, asked for an "
-                      "H200), and one on an H200 (141 GB; driver "
-                      "580.159.04); raw files calib/gpu_alloc/raw/{h100_alternation_run{1,2,3,4},"
+            "notes": ("five runs, each on a freshly started H100 80GB HBM3 (the fourth on 2026-12-07 and the fifth "
+                      "on 2026-12-08, each asked for an H200), and one on an H200 (141 GB; driver "
+                      "580.159.04); raw files calib/gpu_alloc/raw/{h100_alternation_run{1,2,3,4,5},"
                       "h200_alternation_run1}.json, script calib/gpu_alloc/measure_alternation.py, reduced by "
                       "calib/gpu_alloc/fit_alternation.py; the slow path fitted per GPU to its first run; 'headroom': "
                       "runs of calib/gpu_alloc/measure_headroom.py (raw h100_headroom_run{1,2}.json, the second on the "

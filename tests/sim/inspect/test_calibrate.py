@@ -40,20 +40,21 @@ def test_every_new_measured_quantity_has_rows(report):
     """Allocation calls, pinning per path and backing (and at scale on an H100 host), unified memory: one row per
     measured point (the H200's and
     the H100s' calls, each against its GPU's fit, required alike), one per case of the back-to-back cycles (the
-    four H100 and one H200 alternation runs, but for the H200's 8 GiB cycles, where no call waited, and the H200's
+    five H100 and one H200 alternation runs, but for the H200's 8 GiB cycles, where no call waited, and the H200's
     six earlier (call, size) cases, shown: the slow path's replay) and per headroom
     probe, one per case of the clearing runs on each of two GPUs, and one per case of the taking-back runs (the held-out
-    fifth H100 pause run's shown)."""
+    fifth and sixth H100 pause runs' shown)."""
     rows = report.groupby("experiment").size()
     reclaim = json.loads((ROOT / "models" / "data" / "gpu_reclaim.json").read_text())["machines"].values()
     alternation = json.loads((ROOT / "models" / "data" / "gpu_alternation.json").read_text())
     cycles = sum(len(run["cases"]) for run in alternation["runs"]) - 1 + 6
     probes = sum(len(run["extras"]) for run in alternation["headroom"])
-    assert len(reclaim) == 2 and [run["gpu"] for run in alternation["runs"]] == ["h100"] * 4 + ["h200"]
+    assert len(reclaim) == 2 and [run["gpu"] for run in alternation["runs"]] == ["h100"] * 5 + ["h200"]
     h100 = json.loads((ROOT / "models" / "data" / "h100_gpu_alloc.json").read_text())["points"]
     assert rows["gpu_alloc"] == 81 + len(h100) + cycles + probes + 2 * 14 + sum(len(m["cases"]) for m in reclaim)
-    held_out = report[report.case.str.endswith("(h100_pause_run5)")]
-    assert len(held_out) == 36 and not held_out.required.any()
+    for run in ("h100_pause_run5", "h100_pause_run6"):
+        held_out = report[report.case.str.endswith(f"({run})")]
+        assert len(held_out) == 36 and not held_out.required.any()
     calls = report[report.case.isin([f"h100: {call}" for call in CALLS])]
     required = sum(r["required"] for r in compare(h100, ALLOC_PRESETS["h100"]))
     assert len(calls) == len(h100) and calls.required.sum() == required >= 44
