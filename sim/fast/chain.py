@@ -125,9 +125,8 @@ def chained(problem, run, slices: list, outs: list, moved: dict[int, Record], di
         if any(f is None or np.ndim(f.service) or moved.get(link.positions[1]) is None
                or any(moved.get(e) is None for e in link.extras) for f, (_, link) in zip(firsts, links)):
             continue
-        queues = {server: Queue(run.carry[server]),
-                  **{problem.claim_at[pos].server: Queue(run.carry[problem.claim_at[pos].server])
-                     for _, link in links for pos in link.between}}
+        walked = {problem.claim_at[pos].server for _, link in links for pos in link.between}
+        queues = {c: Queue(run.carry[c]) for c in {server, *walked}}
         walks = [_Walk(problem, first, link, queues, outs[k].records[link.positions[1]], moved)
                  for first, (k, link) in zip(firsts, links)]
         for (_, link), claims in zip(links, serve_chains(walks, queues[server])):
@@ -166,7 +165,7 @@ def serve_chains(walks: list[_Walk], shared: Queue) -> list[Record]:
     are served one at a time in key order, as :meth:`sim.fast.block_pass.Pass._claim` serves a claim (a start no
     earlier than the head's arrival and the server's being free, a finish no earlier than the tail's), each
     operation walking from its first position's claim to its later one's (:attr:`Link.path`)."""
-    heap = [(walk.key(), k) for k, walk in enumerate(walks) if walk.key() is not None]
+    heap = [(key, k) for k, key in enumerate(walk.key() for walk in walks) if key is not None]
     heapify(heap)
     while heap:  # each chain's claims in turn while they come before every other chain's next (the heap's first)
         _, k = heappop(heap)
@@ -219,8 +218,7 @@ class _Walk:
     def key(self) -> tuple | None:
         """The key of the chain's next claim (None: every claim was made)."""
         keys = [self.first_key(self.i)] if self.i < self.m else []
-        return min(keys + [(e[2][e[0]], e[3][e[0]], self.post[e[0]], self.rank[e[0]], self.seq0 + e[0], e[1])
-                           for e in self.extras if e[0] < self.m], default=None)
+        return min(keys + [self.extra_key(e) for e in self.extras if e[0] < self.m], default=None)
 
     def run(self, shared: Queue, bound: tuple | None) -> tuple | None:
         """Serve the chain's claims on the ``shared`` server in key order while they come before ``bound`` (the other
@@ -236,9 +234,8 @@ class _Walk:
                                or (out_head[j] == wake[i] and self.later_key(j) < self.first_key(i)))
             extra = own = None
             for e in extras:  # (another position's claim comes first where its key does)
-                c = e[0]
-                if c < m:
-                    mine = (e[2][c], e[3][c], self.post[c], self.rank[c], self.seq0 + c, e[1])
+                if e[0] < m:
+                    mine = self.extra_key(e)
                     if own is None or mine < own:
                         extra, own = e, mine
             if extra is not None and (later or i < m) and not own < (self.later_key(j) if later else self.first_key(i)):
@@ -290,6 +287,11 @@ class _Walk:
     def first_key(self, i: int) -> tuple:
         """Operation ``i``'s key at the first position (:mod:`sim.fast.merge`)."""
         return self.wake[i], self.wpos, self.post[i], self.rank[i], self.seq0 + i, self.first.pos
+
+    def extra_key(self, extra: list) -> tuple:
+        """The key of the next claim at another position (an entry of :attr:`extras`)."""
+        c = extra[0]
+        return extra[2][c], extra[3][c], self.post[c], self.rank[c], self.seq0 + c, extra[1]
 
     def later_key(self, j: int) -> tuple:
         """Operation ``j``'s key at the later position, its head there known."""
